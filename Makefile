@@ -1,0 +1,30 @@
+# One entry point for humans and CI. Every target works on a fresh clone with nothing
+# installed and is idempotent: the venv is rebuilt only when the install inputs change.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install test lint reproduce benchmark clean
+
+install: $(STAMP)
+
+$(STAMP): setup.cfg pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,plot]'
+	touch $(STAMP)
+
+lint: install
+	$(BIN)/ruff check .
+
+test: lint
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -q
+
+reproduce: install
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/cost-envs reproduce
+
+benchmark: install
+	$(BIN)/python benchmarks/throughput.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

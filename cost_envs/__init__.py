@@ -1,0 +1,56 @@
+"""cost-envs: Gymnasium environments for cost-aware orchestration of AI sub-agents.
+
+Importing the package registers every environment (idempotently) under the
+``cost_envs/`` namespace, so ``gym.make("cost_envs/ToolBench-v0")`` works after
+``import cost_envs``, and ``gym.make("cost_envs:cost_envs/ToolBench-v0")`` works in a fresh
+process. This package never imports torch.
+"""
+
+from gymnasium.envs.registration import register, registry
+
+from cost_envs.core import OraclePlan, OrchestrationEnv, Outcome
+from cost_envs.envs import (
+    FlightPlannerEnv,
+    FlightTask,
+    ToolBenchEnv,
+    ToolTask,
+    flight_planner_pool,
+    toolbench_pool,
+)
+from cost_envs.pool import AgentPool, AgentSpec
+from cost_envs.reward import RewardWeights
+from cost_envs.scoring import token_f1
+
+__version__ = "0.1.0"
+
+#: Registered ids and their entry points; tests are generated from this registry.
+ENV_IDS = {
+    "cost_envs/FlightPlanner-v0": "cost_envs.envs.flight_planner:FlightPlannerEnv",
+    "cost_envs/ToolBench-v0": "cost_envs.envs.toolbench:ToolBenchEnv",
+}
+
+
+def _register_envs() -> None:
+    for env_id, entry_point in ENV_IDS.items():
+        if env_id not in registry:  # idempotent: re-imports and reloads are harmless
+            register(id=env_id, entry_point=entry_point)
+
+
+_register_envs()
+
+__all__ = [
+    "ENV_IDS",
+    "AgentPool",
+    "AgentSpec",
+    "FlightPlannerEnv",
+    "FlightTask",
+    "OraclePlan",
+    "OrchestrationEnv",
+    "Outcome",
+    "RewardWeights",
+    "ToolBenchEnv",
+    "ToolTask",
+    "flight_planner_pool",
+    "token_f1",
+    "toolbench_pool",
+]

@@ -1,0 +1,321 @@
+"""OrchestrationEnv: the machinery every cost-envs environment shares.
+
+A concrete environment supplies four things:
+
+* ``_generate_tasks(rng, n)``: ``n`` tasks drawn from ``rng``. A task holds *all* of an
+  episode's randomness, including each agent's luck at each turn, so that what happens
+  is a function of (task, actions) alone.
+* ``_initial_state(task)``: the progress state at turn 0, a small hashable tuple.
+* ``_transition(turn, state, calls)``: a *pure* function giving the next state and, when
+  the episode ends, its :class:`Outcome`. It must end the episode by the task's last turn.
+* ``_observe(turn, state)``: the observation; privileged parts of the task stay out.
+
+This base class then validates actions, keeps the cost/FLOPs ledger, fills ``info``,
+computes the reward (Eq. 1), replays tasks given through ``reset(options={"task": t})``
+and, because transitions are pure and the luck is fixed, finds the true hindsight optimum
+(:meth:`oracle_plan`) by exact uniform-cost search over the same transition function the
+episode runs on.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from gymnasium.error import ResetNeeded
+
+from cost_envs.pool import AgentPool
+from cost_envs.reward import RewardWeights
+
+TaskT = TypeVar("TaskT")
+State = tuple
+
+#: Largest pool the exact oracle enumerates (2**16 joint actions per turn).
+MAX_ORACLE_AGENTS = 16
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How an episode ended: success and quality in ``[0, 10]``."""
+
+    success: bool
+    quality: float
+
+
+@dataclass(frozen=True)
+class OraclePlan:
+    """The minimum-cost successful action sequence from a given point of an episode."""
+
+    actions: tuple[np.ndarray, ...]
+    cost: float
+    quality: float
+
+
+class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
+    """Base class: ``MultiBinary(m)`` over an :class:`AgentPool`, bit i = call agent i.
+
+    Args:
+        pool: The agents that can be called.
+        reward_weights: Eq. 1 weights (a :class:`RewardWeights`, a mapping or ``None``).
+        render_mode: ``None`` or ``"ansi"``.
+    """
+
+    metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 4}
+    #: Tasks drawn from ``np_random`` at a time; drawing in blocks keeps ``reset`` cheap.
+    task_block: int = 64
+    #: Class of this env's tasks, checked by ``reset(options={"task": ...})``.
+    task_type: type = object
+    #: Named slices of the observation vector; baselines find the task embedding here.
+    observation_layout: dict[str, slice] = {}
+
+    def __init__(
+        self,
+        pool: AgentPool,
+        reward_weights: RewardWeights | Mapping[str, float] | None = None,
+        render_mode: str | None = None,
+    ) -> None:
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(
+                f"render_mode: expected None or one of {self.metadata['render_modes']}, "
+                f"got {render_mode!r}"
+            )
+        self.render_mode = render_mode
+        self.pool = pool
+        self.reward_weights = RewardWeights.coerce(reward_weights)
+        self.n_agents = len(pool)
+        self.action_space = spaces.MultiBinary(self.n_agents)
+        self._costs = pool.costs
+        self._flops = pool.flops
+        self._action_shape = (self.n_agents,)
+        self._task_queue: list[TaskT] = []
+        self._task: TaskT | None = None
+        self._state: State = ()
+        self._turn = 0
+        self._finished = True
+        self._episode_cost = 0.0
+        self._episode_flops = 0.0
+        self._oracle_cache: dict[tuple[int, State], np.ndarray] = {}
+        self._sorted_actions: tuple[np.ndarray, np.ndarray] | None = None
+
+    # ------------------------------------------------------------------ hooks
+    def _generate_tasks(self, rng: np.random.Generator, n: int) -> list[TaskT]:
+        raise NotImplementedError
+
+    def _check_task(self, task: TaskT) -> None:
+        """Raise ``ValueError`` if a replayed task does not fit this env (pool size...)."""
+
+    def _initial_state(self, task: TaskT) -> State:
+        raise NotImplementedError
+
+    def _transition(
+        self, turn: int, state: State, calls: np.ndarray
+    ) -> tuple[State, Outcome | None]:
+        raise NotImplementedError
+
+    def _observe(self, turn: int, state: State) -> np.ndarray:
+        raise NotImplementedError
+
+    def _describe(self) -> str:
+        return f"turn {self._turn} state {self._state}"
+
+    # ------------------------------------------------------------- public API
+    @property
+    def env_name(self) -> str:
+        """Registered id when made through ``gym.make``, else the class name."""
+        return self.spec.id if self.spec is not None else type(self).__name__
+
+    @property
+    def task(self) -> TaskT | None:
+        """The current episode's task (privileged: for replay and analysis, not policies)."""
+        return self._task
+
+    @property
+    def turn(self) -> int:
+        """Number of steps taken in the current episode."""
+        return self._turn
+
+    @property
+    def episode_cost(self) -> float:
+        """Money spent so far in the current episode."""
+        return self._episode_cost
+
+    def sample_tasks(self, n: int) -> list[TaskT]:
+        """Draw ``n`` tasks from ``np_random`` without starting an episode."""
+        return self._generate_tasks(self.np_random, n)
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Start an episode on the next task, or on ``options["task"]`` to replay one."""
+        super().reset(seed=seed)
+        if seed is not None:
+            self._task_queue = []  # the new seed defines the task stream from here on
+        options = options or {}
+        unknown = sorted(set(options) - {"task"})
+        if unknown:
+            raise ValueError(f"{self.env_name}: unknown reset option(s) {unknown}; "
+                             "expected only 'task'")
+        if "task" in options:
+            task = options["task"]
+            if not isinstance(task, self.task_type):
+                raise ValueError(
+                    f"{self.env_name}: options['task'] must be a {self.task_type.__name__}, "
+                    f"got {type(task).__name__}"
+                )
+            self._check_task(task)
+        else:
+            if not self._task_queue:
+                self._task_queue = self._generate_tasks(self.np_random, self.task_block)
+                self._task_queue.reverse()  # pop() from the end in draw order
+            task = self._task_queue.pop()
+        self._task = task
+        self._state = self._initial_state(task)
+        self._turn = 0
+        self._finished = False
+        self._episode_cost = 0.0
+        self._episode_flops = 0.0
+        self._oracle_cache = {}
+        return self._observe(0, self._state), {}
+
+    def step(
+        self, action: np.ndarray
+    ) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        """Run the agents selected by ``action`` for one turn."""
+        if self._finished:
+            raise ResetNeeded(f"{self.env_name}: call reset() before step() "
+                              "(the episode has not started or has ended)")
+        calls = self.validate_action(action)
+        cost = float(self._costs @ calls)
+        flops = float(self._flops @ calls)
+        n_calls = int(calls.sum())
+        self._state, outcome = self._transition(self._turn, self._state, calls)
+        self._turn += 1
+        self._episode_cost += cost
+        self._episode_flops += flops
+        info: dict[str, Any] = {"cost": cost, "flops": flops, "calls": calls}
+        w = self.reward_weights
+        reward = -w.lam * cost - w.gamma * n_calls
+        if outcome is not None:
+            self._finished = True
+            reward += w.alpha * outcome.success + w.beta * outcome.quality
+            info.update(self._final_info(outcome))
+        return self._observe(self._turn, self._state), reward, outcome is not None, False, info
+
+    def validate_action(self, action: Any) -> np.ndarray:
+        """Return ``action`` as a fresh int8 0/1 array, or raise ``ValueError``."""
+        a = action if isinstance(action, np.ndarray) else np.asarray(action)
+        if a.shape != self._action_shape or a.dtype.kind not in "biuf" or not (
+            ((a == 0) | (a == 1)).all()  # NaN fails both comparisons
+        ):
+            raise ValueError(
+                f"{self.env_name}: invalid action {action!r}: expected an element of "
+                f"MultiBinary({self.n_agents}), an array of shape ({self.n_agents},) holding "
+                f"only 0 and 1 (bit i calls agent {list(self.pool.names)}[i])"
+            )
+        return a.astype(np.int8)
+
+    def truncation_info(self) -> dict[str, Any]:
+        """Final-step ``info`` keys for an episode cut short by a wrapper (budget, time)."""
+        return self._final_info(Outcome(success=False, quality=0.0))
+
+    def _final_info(self, outcome: Outcome) -> dict[str, Any]:
+        return {
+            "success": bool(outcome.success),
+            "quality": float(outcome.quality),
+            "episode_cost": self._episode_cost,
+            "episode_flops": self._episode_flops,
+        }
+
+    def render(self) -> str | None:
+        """Text summary of the episode so far (``render_mode="ansi"``)."""
+        if self.render_mode != "ansi":
+            return None
+        return (
+            f"{self.env_name} turn {self._turn}: spent {self._episode_cost:.4f}, "
+            f"{self._episode_flops:.3g} FLOPs\n{self._describe()}"
+        )
+
+    # ---------------------------------------------------------------- oracle
+    def oracle_plan(self) -> OraclePlan | None:
+        """Privileged: the cheapest action sequence that succeeds from the current point.
+
+        Exact uniform-cost search over (turn, state) using the episode's own transition
+        function and the task's fixed luck. Successors are generated lazily in order of
+        action cost, so only (state, action) pairs cheaper than the optimum are evaluated.
+        Returns ``None`` when no sequence succeeds.
+        """
+        if self._finished:
+            return None
+        actions, costs = self._actions_by_cost()
+        counter = itertools.count()
+        start = (self._turn, self._state)
+        # heap items: (g, tiebreak, node, action index or -1 for "arrived", payload)
+        heap: list[tuple[float, int, Any, int, Any]] = [(0.0, next(counter), start, -1, None)]
+        parents: dict[Any, Any] = {}
+        while heap:
+            g, _, node, k, payload = heapq.heappop(heap)
+            if k < 0:  # arrival at node with total cost g
+                if node in parents:
+                    continue
+                parents[node] = payload
+                if node[0] == "end":
+                    return self._unwind(node, parents, g)
+                heapq.heappush(heap, (g + costs[0], next(counter), node, 0, None))
+                continue
+            turn, state = node
+            next_state, outcome = self._transition(turn, state, actions[k])
+            child = ("end", next(counter), outcome.quality) if (
+                outcome is not None and outcome.success) else (turn + 1, next_state)
+            if outcome is None or outcome.success:
+                heapq.heappush(heap, (g, next(counter), child, -1, (node, k)))
+            if k + 1 < len(costs):
+                g_node = g - costs[k]
+                heapq.heappush(heap, (g_node + costs[k + 1], next(counter), node, k + 1, None))
+        return None
+
+    def oracle_action(self) -> np.ndarray:
+        """Privileged: the next action of :meth:`oracle_plan` (all zeros if none succeeds)."""
+        key = (self._turn, self._state)
+        if key not in self._oracle_cache:
+            plan = self.oracle_plan()
+            turn, state = key
+            if plan is None:
+                self._oracle_cache[key] = np.zeros(self.n_agents, dtype=np.int8)
+            else:
+                for action in plan.actions:
+                    self._oracle_cache[(turn, state)] = action
+                    state, _ = self._transition(turn, state, action)
+                    turn += 1
+        return self._oracle_cache[key].copy()
+
+    def _unwind(self, end: Any, parents: dict[Any, Any], cost: float) -> OraclePlan:
+        actions, _ = self._actions_by_cost()
+        sequence = []
+        node = end
+        while parents[node] is not None:
+            node, k = parents[node]
+            sequence.append(actions[k])
+        return OraclePlan(tuple(reversed(sequence)), cost=float(cost), quality=float(end[2]))
+
+    def _actions_by_cost(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._sorted_actions is None:
+            m = self.n_agents
+            if m > MAX_ORACLE_AGENTS:
+                raise ValueError(
+                    f"{self.env_name}: the exact oracle enumerates 2**m joint actions and "
+                    f"supports pools of at most {MAX_ORACLE_AGENTS} agents, got m={m}"
+                )
+            codes = np.arange(2**m, dtype=np.int64)
+            bits = ((codes[:, None] >> np.arange(m)) & 1).astype(np.int8)
+            cost = bits @ self._costs
+            order = np.lexsort((bits.sum(axis=1), cost))  # cheapest first, then fewest calls
+            table = bits[order]
+            table.flags.writeable = False
+            self._sorted_actions = (table, cost[order])
+        return self._sorted_actions

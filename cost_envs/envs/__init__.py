@@ -1,0 +1,13 @@
+"""One environment per module."""
+
+from cost_envs.envs.flight_planner import FlightPlannerEnv, FlightTask, flight_planner_pool
+from cost_envs.envs.toolbench import ToolBenchEnv, ToolTask, toolbench_pool
+
+__all__ = [
+    "FlightPlannerEnv",
+    "FlightTask",
+    "ToolBenchEnv",
+    "ToolTask",
+    "flight_planner_pool",
+    "toolbench_pool",
+]

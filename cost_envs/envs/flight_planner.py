@@ -1,0 +1,391 @@
+"""FlightPlanner-v0: book a multi-leg itinerary under a price budget with planner/search/validator agents."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from cost_envs.core import OrchestrationEnv, Outcome, State
+from cost_envs.pool import AgentPool, AgentSpec, coerce_pool
+from cost_envs.reward import RewardWeights
+
+SKILLS = ("planning", "search", "validation")
+ROLES = ("planner", "search", "validator")
+N_AIRPORTS = 9
+EDGE_PROBABILITY = 0.32
+MAX_TURNS = 7
+FARE_INFLATION = 0.02  # fares found at turn t cost (1 + 0.02 t) times more
+SEARCH_MARKUP = 0.5  # a searcher of strength s pays up to 50% * (1 - s) above the best fare
+ROUTE_NAMES = ("optimal", "fewest_hops", "detour", "broken")
+NO_ROUTE = -1
+
+_PRESET = (
+    ("planner_small", "planner", 0.002, 2.1e13, (0.45, 0.05, 0.10)),
+    ("planner_large", "planner", 0.030, 2.1e14, (0.88, 0.10, 0.30)),
+    ("search_basic", "search", 0.001, 1e9, (0.0, 0.45, 0.0)),
+    ("search_pro", "search", 0.006, 1e11, (0.0, 0.92, 0.05)),
+    ("validator_small", "validator", 0.001, 1e12, (0.05, 0.0, 0.55)),
+    ("validator_large", "validator", 0.012, 6e13, (0.25, 0.05, 0.95)),
+)
+
+
+def flight_planner_pool() -> AgentPool:
+    """The preset pool: a cheap and a strong planner, searcher and validator."""
+    return AgentPool(tuple(AgentSpec(*row) for row in _PRESET), SKILLS)
+
+
+@dataclass(frozen=True, eq=False)
+class FlightTask:
+    """One FlightPlanner task with all of its randomness (privileged).
+
+    Attributes:
+        fares: ``(N, N)`` base fare of each direct leg, ``inf`` where there is none.
+        origin: Origin airport.
+        destination: Destination airport.
+        shortest_hops: ``h*``, the fewest legs from origin to destination (BFS).
+        hop_limit: Most legs an itinerary may have (``h* + 1``).
+        budget: Price budget ``B_j`` of the itinerary.
+        route_hops: Legs of the four candidate routes (optimal, fewest_hops, detour,
+            broken), from hop-bounded cheapest-walk search on the network.
+        route_price: Base price of each candidate route.
+        route_connected: Whether every leg of the route exists (False for ``broken``).
+        luck: ``(MAX_TURNS, m)`` uniforms: a planner's proposal, a searcher's or
+            validator's detection of a bad plan.
+        fare_luck: ``(MAX_TURNS, m)`` uniforms: how far above the best fare a search lands.
+    """
+
+    fares: np.ndarray
+    origin: int
+    destination: int
+    shortest_hops: int
+    hop_limit: int
+    budget: float
+    route_hops: np.ndarray
+    route_price: np.ndarray
+    route_connected: np.ndarray
+    luck: np.ndarray
+    fare_luck: np.ndarray
+
+    @property
+    def mean_fare(self) -> float:
+        """Average fare of the legs that exist."""
+        return float(self.fares[np.isfinite(self.fares)].mean())
+
+
+def _cheapest_walks(fares: np.ndarray, max_hops: int) -> np.ndarray:
+    """``best[k, b, i, j]``: cheapest walk with exactly ``k`` legs (min-plus matrix powers)."""
+    n, size = fares.shape[0], fares.shape[1]
+    best = np.full((max_hops + 1, n, size, size), np.inf)
+    best[0][:, np.arange(size), np.arange(size)] = 0.0
+    for k in range(1, max_hops + 1):
+        best[k] = np.min(best[k - 1][:, :, :, None] + fares[:, None, :, :], axis=2)
+    return best
+
+
+class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
+    """Book a valid multi-leg flight itinerary within a price budget, spending little on agents.
+
+    ## Description
+
+    The FlightPlanner setting of the LoRA-Guided PPO paper. Each task is a generated flight
+    network of 9 airports (positions uniform in the unit square, each directed leg present
+    with probability 0.32, base fare ``60 + 300 * distance * U(0.8, 1.3)``), an origin and
+    a destination ``h* = 2`` or ``3`` legs apart (breadth-first search), a hop limit
+    ``H = h* + 1`` and a budget ``B = P_opt * (1 + U(0.03, 0.35))`` where ``P_opt`` is the
+    cheapest fare within ``H`` legs (exact hop-bounded min-plus search). The allocator
+    calls planner, search and validator agents, each with a strength ``s`` (its capability
+    in its role), over at most 7 turns, then commits.
+
+    **Generative model.** All luck is fixed at reset: ``u[t, i], w[t, i] ~ U(0, 1)``. At a
+    turn the called agents run in role order:
+
+    * Planners: the strongest called planner proposes a route, replacing the plan. With
+      ``u < s`` it is the optimal route; otherwise, in shares .35/.30/.35 of the rest,
+      the fewest-hops route (cheapest with ``h*`` legs, often over budget), a detour (the
+      cheapest walk with one more leg than the optimum, often over the hop limit) or a
+      broken route that uses a leg that does not exist (it looks short and cheap).
+    * Searchers: quote the plan at ``price * (1 + 0.02 t) * (1 + 0.5 (1 - s) w)``; the
+      best quote is kept. On a broken route a searcher notices the missing leg when
+      ``u < s`` and the plan is dropped.
+    * Validators: check connectivity, the hop limit and (if quoted) the budget. A bad plan
+      is caught when ``u < s`` and dropped; otherwise the plan is marked validated,
+      rightly or not.
+
+    Early mistakes propagate: fares rise with every turn, an uncaught broken plan fails
+    at commit, a weak search quotes pricier fares, a detour costs hop optimality.
+
+    ## Action Space
+
+    ``MultiBinary(m)`` (6 by default): bit ``i`` calls agent ``i``. The all-zero action
+    commits the quoted plan, or waits when nothing is quoted.
+
+    ## Observation Space
+
+    ``Box(0, 1, (15,), float32)``, see ``observation_layout``: turns left, ``h*/H``, the
+    budget relative to typical fares, plan facts a controller can see (hops, whether
+    within the hop limit, the proposing planner's strength, the quote relative to the
+    budget, validated, dropped last turn) and ``task_embedding``, the role needed next
+    (plan, search, validate; all zero when ready to commit). Whether a leg exists and
+    all luck are hidden.
+
+    ## Rewards
+
+    Eq. 1: ``alpha*S + beta*Q - lam*sum_i c_i z_i - gamma*||z||_0``, with success ``S``
+    and quality ``Q = 10 * (0.7 * clip((B - C) / B, 0, 1) + 0.3 * clip(h* / h, 0, 1))``
+    (0 when infeasible) paid at commit.
+
+    ## Starting State
+
+    No plan, turn 0, on a task drawn from ``np_random`` (or ``options["task"]``).
+
+    ## Episode End
+
+    Terminated at commit, or after 7 turns (the quoted plan, if any, is committed then).
+    Success: the committed itinerary is connected, has at most ``H`` legs and costs at
+    most ``B``. The turn limit is part of the task and observed; budgets are wrappers.
+
+    ## Arguments
+
+    * ``pool``: an :class:`AgentPool` over ``SKILLS`` whose roles are ``planner``,
+      ``search`` or ``validator`` (at least one planner and one searcher), its dict form
+      or a JSON/YAML path. Default: :func:`flight_planner_pool`.
+    * ``reward_weights``: :class:`RewardWeights` or a mapping.
+    * ``render_mode``: ``None`` or ``"ansi"``.
+
+    ## Version History
+
+    * v0: initial version.
+    """
+
+    task_type = FlightTask
+    observation_layout = {
+        "turns_left": slice(0, 1),
+        "hop_ratio": slice(1, 2),
+        "budget_level": slice(2, 3),
+        "has_plan": slice(3, 4),
+        "plan_hops": slice(4, 5),
+        "within_hop_limit": slice(5, 6),
+        "planner_strength": slice(6, 7),
+        "has_quote": slice(7, 8),
+        "quote_ratio": slice(8, 9),
+        "within_budget": slice(9, 10),
+        "validated": slice(10, 11),
+        "dropped_last_turn": slice(11, 12),
+        "task_embedding": slice(12, 15),
+    }
+
+    def __init__(
+        self,
+        pool: AgentPool | Mapping[str, Any] | str | Path | None = None,
+        reward_weights: RewardWeights | Mapping[str, float] | None = None,
+        render_mode: str | None = None,
+    ) -> None:
+        pool = flight_planner_pool() if pool is None else coerce_pool(pool)
+        if pool.skills != SKILLS:
+            raise ValueError(
+                f"FlightPlanner-v0: pool skills must be {list(SKILLS)}, got {list(pool.skills)}"
+            )
+        bad = [(a.name, a.role) for a in pool.agents if a.role not in ROLES]
+        if bad:
+            raise ValueError(f"FlightPlanner-v0: agent roles must be one of {list(ROLES)}, "
+                             f"got {bad}")
+        for role in ROLES[:2]:
+            if role not in pool.roles:
+                raise ValueError(f"FlightPlanner-v0: the pool needs at least one {role!r} agent")
+        super().__init__(pool, reward_weights, render_mode)
+        roles = np.array(pool.roles)
+        self._role_mask = {r: (roles == r).astype(np.int8) for r in ROLES}
+        skill_of_role = np.array([ROLES.index(r) for r in pool.roles])
+        self._strength = pool.capabilities[np.arange(self.n_agents), skill_of_role]
+        self.observation_space = spaces.Box(0.0, 1.0, shape=(15,), dtype=np.float32)
+
+    # ------------------------------------------------------------------ tasks
+    def _generate_tasks(self, rng: np.random.Generator, n: int) -> list[FlightTask]:
+        tasks: list[FlightTask] = []
+        while len(tasks) < n:  # rejection sampling: keep networks with a 2- or 3-leg trip
+            tasks.extend(self._draw_networks(rng, n - len(tasks)))
+        return tasks
+
+    def _draw_networks(self, rng: np.random.Generator, n: int) -> list[FlightTask]:
+        size, m = N_AIRPORTS, self.n_agents
+        xy = rng.random((n, size, 2))
+        distance = np.linalg.norm(xy[:, :, None, :] - xy[:, None, :, :], axis=-1)
+        legs = rng.random((n, size, size)) < EDGE_PROBABILITY
+        legs[:, np.arange(size), np.arange(size)] = False
+        fares = np.where(legs, 60.0 + 300.0 * distance * rng.uniform(0.8, 1.3, legs.shape),
+                         np.inf)
+        best = _cheapest_walks(fares, max_hops=6)
+        reach = np.isfinite(best)
+        # h*(i, j): smallest k with a walk of k legs (walks and paths agree on the minimum)
+        first = np.where(reach[1:].any(axis=0), reach[1:].argmax(axis=0) + 1, 99)
+        candidates = ((first == 2) | (first == 3)) & ~np.eye(size, dtype=bool)
+        pick = rng.random((n, size, size)) * candidates
+        slack = rng.uniform(0.03, 0.35, n)
+        broken_discount = rng.uniform(0.6, 0.85, n)
+        luck = rng.random((n, MAX_TURNS, m))
+        fare_luck = rng.random((n, MAX_TURNS, m))
+        tasks = []
+        for b in range(n):
+            if not candidates[b].any():
+                continue
+            o, d = divmod(int(pick[b].argmax()), size)
+            h_star = int(first[b, o, d])
+            limit = h_star + 1
+            prices = best[:, b, o, d]
+            h_opt = int(np.argmin(prices[: limit + 1]))
+            p_opt = float(prices[h_opt])
+            detour_hops = next((k for k in (h_opt + 1, h_opt + 2) if np.isfinite(prices[k])),
+                               h_star)
+            route_hops = np.array([h_opt, h_star, detour_hops, max(1, h_star - 1)])
+            route_price = np.array([p_opt, prices[h_star], prices[detour_hops],
+                                    p_opt * broken_discount[b]])
+            task = FlightTask(
+                fares=fares[b].copy(), origin=o, destination=d, shortest_hops=h_star,
+                hop_limit=limit, budget=p_opt * (1.0 + slack[b]), route_hops=route_hops,
+                route_price=route_price, route_connected=np.array([True, True, True, False]),
+                luck=luck[b].copy(), fare_luck=fare_luck[b].copy(),
+            )
+            for array in (task.fares, task.route_hops, task.route_price,
+                          task.route_connected, task.luck, task.fare_luck):
+                array.flags.writeable = False
+            tasks.append(task)
+        return tasks
+
+    def _check_task(self, task: FlightTask) -> None:
+        if task.luck.shape != (MAX_TURNS, self.n_agents):
+            raise ValueError(
+                f"{self.env_name}: options['task'] was drawn for {task.luck.shape[1]} agents, "
+                f"this env has {self.n_agents}"
+            )
+
+    # ------------------------------------------------------------- dynamics
+    def _initial_state(self, task: FlightTask) -> State:
+        s = self._strength
+        u = task.luck
+        rest = (u - s) / np.maximum(1.0 - s, 1e-12)  # position within the unlucky share
+        self._proposal = np.select(
+            [u < s, rest < 0.35, rest < 0.65], [0, 1, 2], default=3
+        ).astype(np.int64)
+        self._detects = (u < s).astype(np.int8)
+        turns = np.arange(MAX_TURNS)[:, None]
+        self._markup = (1.0 + FARE_INFLATION * turns) * (1.0 + SEARCH_MARKUP * (1 - s) *
+                                                         task.fare_luck)
+        self._budget_level = min(task.budget / (task.mean_fare * task.shortest_hops), 2.0) / 2
+        # state: route, planner strength, quote (0 = none), validated, dropped this turn
+        return (NO_ROUTE, 0.0, 0.0, 0, 0)
+
+    def _transition(
+        self, turn: int, state: State, calls: np.ndarray
+    ) -> tuple[State, Outcome | None]:
+        route, p_strength, quote, validated, _ = state
+        dropped = 0
+        if not calls.any():
+            if quote > 0:
+                return (route, p_strength, quote, validated, 0), self._commit(route, quote)
+        else:
+            planners = np.flatnonzero(calls & self._role_mask["planner"])
+            if planners.size:
+                lead = planners[np.argmax(self._strength[planners])]
+                route, p_strength = int(self._proposal[turn, lead]), float(self._strength[lead])
+                quote, validated = 0.0, 0
+            if route != NO_ROUTE:
+                searchers = np.flatnonzero(calls & self._role_mask["search"])
+                if searchers.size:
+                    if self._is_broken(route) and self._detects[turn, searchers].any():
+                        route, p_strength, quote, validated, dropped = NO_ROUTE, 0.0, 0.0, 0, 1
+                    else:
+                        found = self._task.route_price[route] * self._markup[turn, searchers]
+                        best = float(found.min())
+                        if quote == 0 or best < quote:
+                            quote, validated = best, 0
+            if route != NO_ROUTE and (calls & self._role_mask["validator"]).any():
+                checkers = np.flatnonzero(calls & self._role_mask["validator"])
+                if self._feasible(route, quote):
+                    validated = 1
+                elif self._detects[turn, checkers].any():
+                    route, p_strength, quote, validated, dropped = NO_ROUTE, 0.0, 0.0, 0, 1
+                else:
+                    validated = 1  # a weak validator waved a bad plan through
+        state = (route, p_strength, quote, validated, dropped)
+        if turn + 1 >= MAX_TURNS:
+            return state, self._commit(route, quote) if quote > 0 else Outcome(False, 0.0)
+        return state, None
+
+    def _is_broken(self, route: int) -> bool:
+        return not self._task.route_connected[route]
+
+    def _feasible(self, route: int, quote: float) -> bool:
+        task = self._task
+        return bool(
+            task.route_connected[route]
+            and task.route_hops[route] <= task.hop_limit
+            and quote <= task.budget
+        )
+
+    def _commit(self, route: int, price: float) -> Outcome:
+        task = self._task
+        if not self._feasible(route, price):
+            return Outcome(False, 0.0)
+        slack = min(max((task.budget - price) / task.budget, 0.0), 1.0)
+        hop_optimality = min(task.shortest_hops / task.route_hops[route], 1.0)
+        return Outcome(True, 10.0 * (0.7 * slack + 0.3 * hop_optimality))
+
+    def _observe(self, turn: int, state: State) -> np.ndarray:
+        task = self._task
+        route, p_strength, quote, validated, dropped = state
+        limit = task.hop_limit
+        obs = np.zeros(15, dtype=np.float32)
+        obs[0] = (MAX_TURNS - turn) / MAX_TURNS
+        obs[1] = task.shortest_hops / limit
+        obs[2] = self._budget_level
+        obs[10] = validated
+        obs[11] = dropped
+        if route == NO_ROUTE:
+            obs[12] = 1.0  # need a plan
+            return obs
+        hops = task.route_hops[route]
+        obs[3] = 1.0
+        obs[4] = hops / (limit + 2)
+        obs[5] = hops <= limit
+        obs[6] = p_strength
+        if quote > 0:
+            obs[7] = 1.0
+            obs[8] = min(quote / task.budget, 2.0) / 2
+            obs[9] = quote <= task.budget
+        if hops > limit or (quote > 0 and quote > task.budget):
+            obs[12] = 1.0  # visibly bad: plan again
+        elif quote == 0:
+            obs[13] = 1.0
+        elif not validated:
+            obs[14] = 1.0
+        return obs
+
+    # ------------------------------------------------------------- helpers
+    def rule_based_action(self, observation: np.ndarray) -> np.ndarray:
+        """The fixed planner -> search -> validator -> commit cycle, strongest of each role.
+
+        Uses only the observation (the turn is read from ``turns_left``).
+        """
+        turn = MAX_TURNS - round(float(observation[0]) * MAX_TURNS)
+        action = np.zeros(self.n_agents, dtype=np.int8)
+        phase = turn % 4
+        if phase < 3:
+            mask = self._role_mask[ROLES[phase]]
+            if mask.any():
+                action[int(np.argmax(np.where(mask, self._strength, -1.0)))] = 1
+        return action
+
+    def _describe(self) -> str:
+        task = self._task
+        if task is None:
+            return "no task"
+        route, _, quote, validated, _ = self._state
+        plan = "none" if route == NO_ROUTE else ROUTE_NAMES[route]
+        return (f"{task.origin}->{task.destination} (h*={task.shortest_hops}, "
+                f"H={task.hop_limit}, B={task.budget:.0f}): plan {plan}, quote {quote:.0f}, "
+                f"validated {bool(validated)}")

@@ -1,0 +1,315 @@
+"""ToolBench-v0: route multi-stage tasks through a pool of heterogeneous tools."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from cost_envs.core import OrchestrationEnv, Outcome, State
+from cost_envs.pool import AgentPool, AgentSpec, coerce_pool
+from cost_envs.reward import RewardWeights
+from cost_envs.scoring import token_f1
+
+SKILLS = ("retrieval", "math", "web", "code", "reasoning", "writing")
+#: Skills an intermediate stage can need; the last stage always needs an answer skill.
+STAGE_SKILLS = (0, 1, 2, 3, 4)
+ANSWER_SKILLS = (4, 5)
+MAX_STAGES = 4
+MAX_TURNS = MAX_STAGES + 1
+MAX_ANSWER_TOKENS = 20
+VOCAB = 5000
+
+# name, role, USD per call, FLOPs per call, capability over SKILLS. Prices are in the range
+# of 2024-25 API list prices for ~1k tokens (LLMs) and per-request prices of search/compute
+# APIs; FLOPs are 2 * parameters * tokens for models and rough counts for tools.
+_CATALOGUE = (
+    ("bm25_retriever", "retriever", 0.0004, 2e8, (0.60, 0.0, 0.10, 0.0, 0.0, 0.0)),
+    ("dense_retriever", "retriever", 0.0020, 4e10, (0.88, 0.0, 0.20, 0.0, 0.0, 0.0)),
+    ("calculator", "calculator", 0.0001, 1e5, (0.0, 0.90, 0.0, 0.05, 0.0, 0.0)),
+    ("web_browser", "browser", 0.0030, 5e9, (0.40, 0.0, 0.88, 0.0, 0.0, 0.0)),
+    ("code_runner", "code", 0.0025, 2e9, (0.0, 0.65, 0.0, 0.88, 0.0, 0.0)),
+    ("llm_small", "llm", 0.0030, 1.4e13, (0.25, 0.35, 0.10, 0.40, 0.60, 0.65)),
+    ("llm_large", "llm", 0.0400, 1.4e14, (0.45, 0.75, 0.25, 0.75, 0.92, 0.93)),
+    ("summarizer", "llm", 0.0015, 2e12, (0.10, 0.0, 0.0, 0.0, 0.35, 0.75)),
+    ("sql_engine", "code", 0.0015, 1e9, (0.35, 0.30, 0.0, 0.60, 0.0, 0.0)),
+    ("llm_medium", "llm", 0.0120, 6e13, (0.35, 0.55, 0.15, 0.60, 0.78, 0.82)),
+    ("news_api", "browser", 0.0010, 1e8, (0.30, 0.0, 0.65, 0.0, 0.0, 0.0)),
+    ("theorem_prover", "math", 0.0060, 8e11, (0.0, 0.85, 0.0, 0.30, 0.50, 0.0)),
+)
+
+TOOLBENCH_CATALOGUE = AgentPool(tuple(AgentSpec(*row) for row in _CATALOGUE), SKILLS)
+
+
+def toolbench_pool(size: int = 8) -> AgentPool:
+    """The preset pool: the first ``size`` tools (1..12) of the catalogue; 8 by default."""
+    return TOOLBENCH_CATALOGUE.subset(size)
+
+
+@dataclass(frozen=True, eq=False)
+class ToolTask:
+    """One ToolBench task with all of its randomness (privileged).
+
+    Attributes:
+        stage_skill: Skill index needed by each stage, shape ``(n_stages,)``.
+        stage_difficulty: Difficulty in ``[0, 1]`` of each stage.
+        luck: Uniform draw per (turn, agent); agent i clears the current stage at turn t
+            when ``luck[t, i] < capability ** (1 + 3 * difficulty)``.
+        reference: Reference answer token ids.
+        recall_luck: Uniform draw per (turn, reference token) used by the composer.
+        hallucination_rate: Per turn, the scale of the composer's spurious tokens.
+        hallucination_tokens: Per turn, the spurious tokens the composer would emit, drawn
+            from the task's topic vocabulary (which contains the reference tokens).
+    """
+
+    stage_skill: np.ndarray
+    stage_difficulty: np.ndarray
+    luck: np.ndarray
+    reference: np.ndarray
+    recall_luck: np.ndarray
+    hallucination_rate: np.ndarray
+    hallucination_tokens: np.ndarray
+
+    @property
+    def n_stages(self) -> int:
+        """Number of stages to clear."""
+        return len(self.stage_skill)
+
+    @property
+    def horizon(self) -> int:
+        """Turns available: one per stage plus one spare."""
+        return len(self.stage_skill) + 1
+
+
+class ToolBenchEnv(OrchestrationEnv[ToolTask]):
+    """Answer multi-stage tool-use tasks by choosing which tools to call at each turn.
+
+    ## Description
+
+    A ToolBench-style setting from the LoRA-Guided PPO paper. A pool of ``m`` tools (8 by
+    default: two retrievers, a calculator, a browser, a code runner, a small and a large
+    LLM and a summarizer) each has a price, a FLOP count and a capability vector over six
+    skills (retrieval, math, web, code, reasoning, writing). A task is a chain of 2-4
+    stages; each stage needs one skill, the last one an answer skill (reasoning or
+    writing), and the composed answer is scored by token-level F1 against a reference.
+
+    **Generative model.** A task draws its stage count (2, 3, 4 with probabilities .35,
+    .40, .25), its stage skills, a task difficulty ``delta ~ Beta(2, 2)`` and per-stage
+    difficulties ``d = clip(delta + N(0, .15), 0, 1)``. At reset it also fixes the luck
+    ``u[t, i] ~ U(0, 1)`` of every tool at every turn. At turn ``t`` only the current
+    stage can advance: it is cleared if some called tool ``i`` has
+    ``u[t, i] < cap[i, skill] ** (1 + 3 d)``, so hard stages punish weak tools far more
+    than strong ones. Clearing the last stage composes the answer with the strongest
+    tool that cleared it: each of the L (8-20) reference tokens is recalled when its own
+    luck is below ``0.3 + 0.7 * q`` (``q = cap ** (1 + d)`` of the composer), and
+    ``round(L * (1 - q) * h_t)`` spurious tokens are added from the task's topic
+    vocabulary (which contains the reference tokens, so a lucky spurious token can
+    still count). F1 is the real multiset token F1 of that answer.
+
+    Adaptivity pays because difficulty and the needed skill are observed: a cheap
+    specialist suffices on easy stages, a strong tool is needed on hard ones, and a
+    failed turn (observed) calls for escalation with only one spare turn.
+
+    ## Action Space
+
+    ``MultiBinary(m)``: bit ``i`` calls tool ``i`` this turn. The all-zero action means
+    the controller answers now with what it has (the episode ends).
+
+    ## Observation Space
+
+    ``Box(0, 1, (17,), float32)``, see ``observation_layout``: turns left / 5, stages
+    left / 4, fraction of stages cleared, whether the last turn failed, the current
+    stage's difficulty, ``task_embedding`` (one-hot of the current stage's skill, zero
+    once all stages are cleared) and ``remaining_skills`` (count of each skill over the
+    remaining stages / 4). Luck and the reference answer are never observed.
+
+    ## Rewards
+
+    Eq. 1 of the paper, ``alpha*S + beta*Q - lam*sum_i c_i z_i - gamma*||z||_0`` with
+    ``S`` and ``Q`` (quality = 10 * F1) paid on the final step.
+
+    ## Starting State
+
+    Stage 0 of a task drawn from ``np_random`` (or ``options["task"]``), turn 0.
+
+    ## Episode End
+
+    Terminated when the last stage is cleared (success iff F1 >= ``f1_threshold``), when
+    the controller answers early (all-zero action; failure unless complete) or after
+    ``n_stages + 1`` turns (failure). The turn limit is part of the task and observed,
+    so it terminates; budgets are wrappers and truncate.
+
+    ## Arguments
+
+    * ``pool``: an :class:`AgentPool` over ``SKILLS``, its dict form or a JSON/YAML path.
+    * ``pool_size``: size of the preset pool (1-12) when ``pool`` is not given.
+    * ``f1_threshold``: answer F1 needed for success (default 0.6).
+    * ``reward_weights``: :class:`RewardWeights` or a mapping.
+    * ``render_mode``: ``None`` or ``"ansi"``.
+
+    ## Version History
+
+    * v0: initial version.
+    """
+
+    task_type = ToolTask
+    observation_layout = {
+        "turns_left": slice(0, 1),
+        "stages_left": slice(1, 2),
+        "progress": slice(2, 3),
+        "failed_last_turn": slice(3, 4),
+        "difficulty": slice(4, 5),
+        "task_embedding": slice(5, 11),
+        "remaining_skills": slice(11, 17),
+    }
+
+    def __init__(
+        self,
+        pool: AgentPool | Mapping[str, Any] | str | Path | None = None,
+        pool_size: int = 8,
+        f1_threshold: float = 0.6,
+        reward_weights: RewardWeights | Mapping[str, float] | None = None,
+        render_mode: str | None = None,
+    ) -> None:
+        pool = toolbench_pool(pool_size) if pool is None else coerce_pool(pool)
+        if pool.skills != SKILLS:
+            raise ValueError(
+                f"ToolBench-v0: pool skills must be {list(SKILLS)} in this order, "
+                f"got {list(pool.skills)}"
+            )
+        if not 0.0 <= f1_threshold <= 1.0:
+            raise ValueError(f"f1_threshold: expected a number in [0, 1], got {f1_threshold!r}")
+        super().__init__(pool, reward_weights, render_mode)
+        self.f1_threshold = float(f1_threshold)
+        self.observation_space = spaces.Box(0.0, 1.0, shape=(17,), dtype=np.float32)
+        self._hits = np.zeros((0, 0, 0), dtype=np.int8)
+
+    # ------------------------------------------------------------------ tasks
+    def _generate_tasks(self, rng: np.random.Generator, n: int) -> list[ToolTask]:
+        m = self.n_agents
+        n_stages = rng.choice(np.arange(2, MAX_STAGES + 1), p=(0.35, 0.40, 0.25), size=n)
+        middle = np.asarray(STAGE_SKILLS)[rng.integers(0, len(STAGE_SKILLS), (n, MAX_STAGES))]
+        answer = np.asarray(ANSWER_SKILLS)[rng.integers(0, len(ANSWER_SKILLS), n)]
+        delta = rng.beta(2.0, 2.0, n)
+        difficulty = np.clip(delta[:, None] + rng.normal(0.0, 0.15, (n, MAX_STAGES)), 0, 1)
+        luck = rng.random((n, MAX_TURNS, m))
+        length = rng.integers(8, MAX_ANSWER_TOKENS + 1, n)
+        reference = rng.integers(0, VOCAB, (n, MAX_ANSWER_TOKENS))
+        # The topic vocabulary is the reference plus 2L other tokens; spurious tokens are
+        # drawn from it, so some of them hit the reference by chance, as in real answers.
+        distractors = rng.integers(0, VOCAB, (n, 2 * MAX_ANSWER_TOKENS))
+        topic_pick = rng.random((n, MAX_TURNS, MAX_ANSWER_TOKENS))
+        recall_luck = rng.random((n, MAX_TURNS, MAX_ANSWER_TOKENS))
+        hallucination_rate = rng.random((n, MAX_TURNS))
+        tasks = []
+        for b in range(n):
+            k, length_b = int(n_stages[b]), int(length[b])
+            skills = middle[b, :k].copy()
+            skills[k - 1] = answer[b]
+            ref = reference[b, :length_b]
+            topic = np.concatenate([ref, distractors[b, : 2 * length_b]])
+            spurious = topic[(topic_pick[b, : k + 1] * len(topic)).astype(np.int64)]
+            task = ToolTask(
+                stage_skill=skills,
+                stage_difficulty=difficulty[b, :k].copy(),
+                luck=luck[b, : k + 1].copy(),
+                reference=ref.copy(),
+                recall_luck=recall_luck[b, : k + 1, :length_b].copy(),
+                hallucination_rate=hallucination_rate[b, : k + 1].copy(),
+                hallucination_tokens=spurious,
+            )
+            for array in vars(task).values():
+                array.flags.writeable = False
+            tasks.append(task)
+        return tasks
+
+    def _check_task(self, task: ToolTask) -> None:
+        if task.luck.shape != (task.horizon, self.n_agents):
+            raise ValueError(
+                f"{self.env_name}: options['task'] was drawn for {task.luck.shape[1]} agents, "
+                f"this env has {self.n_agents}"
+            )
+
+    # ------------------------------------------------------------- dynamics
+    def _initial_state(self, task: ToolTask) -> State:
+        caps = self.pool.capabilities[:, task.stage_skill]  # (m, n_stages)
+        p_clear = caps ** (1.0 + 3.0 * task.stage_difficulty)
+        # hits[t, s, i]: tool i clears stage s if called at turn t
+        self._hits = (task.luck[:, None, :] < p_clear.T[None, :, :]).astype(np.int8)
+        return (0, 0)
+
+    def _transition(
+        self, turn: int, state: State, calls: np.ndarray
+    ) -> tuple[State, Outcome | None]:
+        stage, _ = state
+        task = self._task
+        if not calls.any():  # answer now: only a finished task succeeds, and that ended already
+            return (stage, 0), Outcome(False, 0.0)
+        cleared = calls & self._hits[turn, stage]
+        if cleared.any():
+            stage += 1
+            if stage == task.n_stages:
+                f1 = self._answer_f1(turn, np.flatnonzero(cleared))
+                return (stage, 0), Outcome(f1 >= self.f1_threshold, 10.0 * f1)
+            failed = 0
+        else:
+            failed = 1
+        if turn + 1 >= task.horizon:
+            return (stage, failed), Outcome(False, 0.0)
+        return (stage, failed), None
+
+    def _composer_strength(self, agents: np.ndarray) -> np.ndarray:
+        task = self._task
+        caps = self.pool.capabilities[agents, task.stage_skill[-1]]
+        return caps ** (1.0 + task.stage_difficulty[-1])
+
+    def answer_tokens(self, turn: int, agent: int) -> np.ndarray:
+        """Privileged: the answer ``agent`` would compose if it cleared the last stage at ``turn``."""
+        task = self._task
+        q = float(self._composer_strength(np.array([agent]))[0])
+        recalled = task.reference[task.recall_luck[turn] < 0.3 + 0.7 * q]
+        n_spurious = round(len(task.reference) * (1.0 - q) * task.hallucination_rate[turn])
+        return np.concatenate([recalled, task.hallucination_tokens[turn, :n_spurious]])
+
+    def _answer_f1(self, turn: int, cleared_by: np.ndarray) -> float:
+        composer = int(cleared_by[np.argmax(self._composer_strength(cleared_by))])
+        return token_f1(self.answer_tokens(turn, composer).tolist(), self._task.reference.tolist())
+
+    def _observe(self, turn: int, state: State) -> np.ndarray:
+        task = self._task
+        stage, failed = state
+        obs = np.zeros(17, dtype=np.float32)
+        obs[0] = (task.horizon - turn) / MAX_TURNS
+        obs[1] = (task.n_stages - stage) / MAX_STAGES
+        obs[2] = stage / task.n_stages
+        obs[3] = failed
+        if stage < task.n_stages:
+            obs[4] = task.stage_difficulty[stage]
+            obs[5 + task.stage_skill[stage]] = 1.0
+            np.add.at(obs, 11 + task.stage_skill[stage:], 1.0 / MAX_STAGES)
+        return obs
+
+    # ------------------------------------------------------------- helpers
+    def rule_based_action(self, observation: np.ndarray) -> np.ndarray:
+        """The fixed routing table: the most capable tool for the current stage's skill.
+
+        Uses only the observation; the RuleBased baseline calls it.
+        """
+        need = observation[self.observation_layout["task_embedding"]]
+        action = np.zeros(self.n_agents, dtype=np.int8)
+        if need.max() > 0:
+            skill = int(np.argmax(need))
+            action[int(np.argmax(self.pool.capabilities[:, skill]))] = 1
+        return action
+
+    def _describe(self) -> str:
+        task = self._task
+        if task is None:
+            return "no task"
+        stage, failed = self._state
+        skills = [SKILLS[s] for s in task.stage_skill]
+        return f"stages {skills}, cleared {stage}, last turn failed: {bool(failed)}"

@@ -1,0 +1,249 @@
+"""Agent pools: who can be called, at what price, with which capabilities.
+
+An :class:`AgentPool` is the allocator's menu. Each :class:`AgentSpec` has a name, a role
+(``planner``, ``retriever``, ``llm`` ...), a money cost per call, a FLOP count per call and
+a capability vector over the environment's skills, each entry in ``[0, 1]``. Pools are
+immutable and validated at construction, so an environment never sees a negative price or
+a capability vector of the wrong length. Users bring their own pool as a dict, a JSON file
+or a YAML file (see :meth:`AgentPool.from_file`)::
+
+    skills: [retrieval, math, web, code, reasoning, writing]
+    agents:
+      - {name: bm25, role: retriever, cost: 0.0004, flops: 2.0e8,
+         capability: [0.6, 0, 0.1, 0, 0, 0]}
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+_AGENT_KEYS = ("name", "role", "cost", "flops", "capability")
+_POOL_KEYS = ("skills", "agents")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """One callable sub-agent.
+
+    Args:
+        name: Unique name within its pool.
+        role: Free-form role label; environments may require particular roles.
+        cost: Money spent per call (the presets use US dollars). Finite, >= 0.
+        flops: Floating-point operations per call. Finite, >= 0.
+        capability: Strength per skill of the pool, each in ``[0, 1]``.
+    """
+
+    name: str
+    role: str
+    cost: float
+    flops: float
+    capability: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        where = f"agent {self.name!r}"
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"agent name: expected a non-empty string, got {self.name!r}")
+        if not isinstance(self.role, str) or not self.role:
+            raise ValueError(f"{where}: role: expected a non-empty string, got {self.role!r}")
+        for key in ("cost", "flops"):
+            value = getattr(self, key)
+            if not _is_number(value) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"{where}: {key}: expected a finite number >= 0, got {value!r}")
+            object.__setattr__(self, key, float(value))
+        if isinstance(self.capability, (str, bytes)) or not isinstance(
+            self.capability, (Sequence, np.ndarray)
+        ):
+            raise ValueError(
+                f"{where}: capability: expected a list of numbers in [0, 1], "
+                f"got {self.capability!r}"
+            )
+        values = tuple(self.capability)
+        for value in values:
+            if not _is_number(value) or not 0.0 <= float(value) <= 1.0:
+                raise ValueError(
+                    f"{where}: capability: expected numbers in [0, 1], got {value!r} "
+                    f"in {list(values)!r}"
+                )
+        object.__setattr__(self, "capability", tuple(float(v) for v in values))
+
+
+@dataclass(frozen=True)
+class AgentPool:
+    """An ordered, validated set of agents sharing one skill vocabulary.
+
+    Bit ``i`` of an environment's ``MultiBinary(m)`` action calls ``agents[i]``.
+
+    Args:
+        agents: The agents, in action order. Names must be unique.
+        skills: Names of the capability dimensions; every capability vector has this length.
+    """
+
+    agents: tuple[AgentSpec, ...]
+    skills: tuple[str, ...]
+    costs: np.ndarray = field(init=False, repr=False, compare=False)
+    flops: np.ndarray = field(init=False, repr=False, compare=False)
+    capabilities: np.ndarray = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        agents = tuple(self.agents)
+        skills = tuple(self.skills)
+        if not agents:
+            raise ValueError("agent pool: expected at least one agent, got none")
+        if not skills or not all(isinstance(s, str) and s for s in skills):
+            raise ValueError(f"agent pool: skills: expected non-empty strings, got {skills!r}")
+        if len(set(skills)) != len(skills):
+            raise ValueError(f"agent pool: skills: expected unique names, got {list(skills)!r}")
+        seen: set[str] = set()
+        for agent in agents:
+            if not isinstance(agent, AgentSpec):
+                raise ValueError(f"agent pool: expected AgentSpec entries, got {agent!r}")
+            if agent.name in seen:
+                raise ValueError(f"agent pool: duplicate agent name {agent.name!r}")
+            seen.add(agent.name)
+            if len(agent.capability) != len(skills):
+                raise ValueError(
+                    f"agent {agent.name!r}: capability: expected {len(skills)} values "
+                    f"(one per skill {list(skills)}), got {len(agent.capability)}"
+                )
+        object.__setattr__(self, "agents", agents)
+        object.__setattr__(self, "skills", skills)
+        for name, values in (
+            ("costs", [a.cost for a in agents]),
+            ("flops", [a.flops for a in agents]),
+            ("capabilities", [a.capability for a in agents]),
+        ):
+            array = np.array(values, dtype=np.float64)
+            array.flags.writeable = False  # shared by every env built on this pool
+            object.__setattr__(self, name, array)
+
+    def __len__(self) -> int:
+        return len(self.agents)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Agent names in action order."""
+        return tuple(a.name for a in self.agents)
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        """Agent roles in action order."""
+        return tuple(a.role for a in self.agents)
+
+    def index(self, name: str) -> int:
+        """Position of the agent called ``name`` (its action bit)."""
+        try:
+            return self.names.index(name)
+        except ValueError:
+            raise KeyError(f"no agent named {name!r}; agents are {list(self.names)}") from None
+
+    def subset(self, size: int) -> AgentPool:
+        """The first ``size`` agents, as a new pool."""
+        if not isinstance(size, (int, np.integer)) or not 1 <= size <= len(self):
+            raise ValueError(f"pool_size: expected an integer in [1, {len(self)}], got {size!r}")
+        return AgentPool(self.agents[:size], self.skills)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-data form accepted by :meth:`from_dict` (JSON/YAML friendly)."""
+        return {
+            "skills": list(self.skills),
+            "agents": [
+                {
+                    "name": a.name,
+                    "role": a.role,
+                    "cost": a.cost,
+                    "flops": a.flops,
+                    "capability": list(a.capability),
+                }
+                for a in self.agents
+            ],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], source: str = "<dict>") -> AgentPool:
+        """Build a pool from plain data, rejecting anything unexpected.
+
+        Args:
+            data: ``{"skills": [...], "agents": [{name, role, cost, flops, capability}, ...]}``.
+            source: Where the data came from; prefixed to every error message.
+
+        Raises:
+            ValueError: Naming ``source``, the offending key and what was expected.
+        """
+        if not isinstance(data, Mapping):
+            raise ValueError(f"{source}: expected a mapping with keys {list(_POOL_KEYS)}")
+        _reject_unknown(data, _POOL_KEYS, source)
+        for key in _POOL_KEYS:
+            if key not in data:
+                raise ValueError(f"{source}: missing key {key!r}; expected keys {list(_POOL_KEYS)}")
+        skills = data["skills"]
+        if not isinstance(skills, list) or not all(isinstance(s, str) and s for s in skills):
+            raise ValueError(f"{source}: skills: expected a list of skill names, got {skills!r}")
+        entries = data["agents"]
+        if not isinstance(entries, list) or not entries:
+            raise ValueError(f"{source}: agents: expected a non-empty list, got {entries!r}")
+        agents = []
+        for i, entry in enumerate(entries):
+            where = f"{source}: agents[{i}]"
+            if not isinstance(entry, Mapping):
+                raise ValueError(f"{where}: expected a mapping with keys {list(_AGENT_KEYS)}")
+            _reject_unknown(entry, _AGENT_KEYS, where)
+            missing = [k for k in _AGENT_KEYS if k not in entry]
+            if missing:
+                raise ValueError(f"{where}: missing key(s) {missing}; expected {list(_AGENT_KEYS)}")
+            try:
+                agents.append(AgentSpec(**{k: entry[k] for k in _AGENT_KEYS}))
+            except ValueError as err:
+                raise ValueError(f"{where}: {err}") from None
+        try:
+            return cls(tuple(agents), tuple(skills))
+        except ValueError as err:
+            raise ValueError(f"{source}: {err}") from None
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> AgentPool:
+        """Load a pool from a ``.json``, ``.yaml`` or ``.yml`` file (schema in the module doc)."""
+        path = Path(path)
+        suffix = path.suffix.lower()
+        if suffix not in (".json", ".yaml", ".yml"):
+            raise ValueError(f"{path}: expected a .json, .yaml or .yml file, got {suffix!r}")
+        text = path.read_text(encoding="utf-8")
+        try:
+            if suffix == ".json":
+                data = json.loads(text)
+            else:
+                import yaml  # only needed for YAML pools
+
+                data = yaml.safe_load(text)
+        except (json.JSONDecodeError, ValueError) as err:
+            raise ValueError(f"{path}: not valid {suffix[1:].upper()}: {err}") from None
+        except Exception as err:  # yaml.YAMLError does not subclass ValueError
+            raise ValueError(f"{path}: not valid YAML: {err}") from None
+        return cls.from_dict(data, source=str(path))
+
+
+def _reject_unknown(data: Mapping[str, Any], allowed: Sequence[str], where: str) -> None:
+    unknown = sorted(str(k) for k in data if k not in allowed)
+    if unknown:
+        raise ValueError(f"{where}: unknown key(s) {unknown}; expected keys {sorted(allowed)}")
+
+
+def coerce_pool(pool: AgentPool | Mapping[str, Any] | str | Path) -> AgentPool:
+    """Accept a pool, its dict form or a path to a pool file."""
+    if isinstance(pool, AgentPool):
+        return pool
+    if isinstance(pool, Mapping):
+        return AgentPool.from_dict(pool)
+    if isinstance(pool, (str, Path)):
+        return AgentPool.from_file(pool)
+    raise ValueError(f"pool: expected an AgentPool, a mapping or a file path, got {pool!r}")

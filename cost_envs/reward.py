@@ -1,0 +1,71 @@
+"""The reward of the LoRA-Guided PPO paper (its Eq. 1).
+
+    r_t = alpha * S_t + beta * Q_t - lam * sum_i c_i z_{t,i} - gamma * ||z_t||_0
+
+``S_t`` is 1 on the step that ends an episode successfully (else 0), ``Q_t`` the episode's
+quality in ``[0, 10]`` on the final step (else 0), ``c_i`` agent i's price, ``z_t`` the
+MultiBinary action that actually ran and ``||z_t||_0`` the number of calls.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+
+@dataclass(frozen=True)
+class RewardWeights:
+    """Weights of Eq. 1. All finite and non-negative.
+
+    Args:
+        alpha: Bonus for success.
+        beta: Weight of quality (0..10).
+        lam: Price of money: reward lost per unit of cost.
+        gamma: Reward lost per agent call, whatever its price.
+    """
+
+    alpha: float = 1.0
+    beta: float = 0.05
+    lam: float = 5.0
+    gamma: float = 0.005
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"RewardWeights.{f.name}: expected a number, got {value!r}")
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(
+                    f"RewardWeights.{f.name}: expected a finite number >= 0, got {value!r}"
+                )
+            object.__setattr__(self, f.name, float(value))
+
+    def __call__(self, success: bool, quality: float, step_cost: float, n_calls: int) -> float:
+        """Eq. 1 for one step; pass ``success=False, quality=0`` on non-final steps."""
+        return (
+            self.alpha * float(success)
+            + self.beta * quality
+            - self.lam * step_cost
+            - self.gamma * n_calls
+        )
+
+    @classmethod
+    def coerce(cls, value: RewardWeights | Mapping[str, Any] | None) -> RewardWeights:
+        """Accept weights, a mapping of some of their fields, or ``None`` for the defaults."""
+        if value is None:
+            return cls()
+        if isinstance(value, RewardWeights):
+            return value
+        if isinstance(value, Mapping):
+            allowed = {f.name for f in fields(cls)}
+            unknown = sorted(set(value) - allowed)
+            if unknown:
+                raise ValueError(
+                    f"reward_weights: unknown key(s) {unknown}; expected some of {sorted(allowed)}"
+                )
+            return cls(**value)
+        raise ValueError(
+            f"reward_weights: expected RewardWeights, a mapping or None, got {value!r}"
+        )
