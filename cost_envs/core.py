@@ -252,7 +252,7 @@ class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
         """
         if self._finished:
             return None
-        actions, costs = self._actions_by_cost()
+        actions, costs = self.joint_actions_by_cost()
         counter = itertools.count()
         start = (self._turn, self._state)
         # heap items: (g, tiebreak, node, action index or -1 for "arrived", payload)
@@ -295,7 +295,7 @@ class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
         return self._oracle_cache[key].copy()
 
     def _unwind(self, end: Any, parents: dict[Any, Any], cost: float) -> OraclePlan:
-        actions, _ = self._actions_by_cost()
+        actions, _ = self.joint_actions_by_cost()
         sequence = []
         node = end
         while parents[node] is not None:
@@ -303,7 +303,11 @@ class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
             sequence.append(actions[k])
         return OraclePlan(tuple(reversed(sequence)), cost=float(cost), quality=float(end[2]))
 
-    def _actions_by_cost(self) -> tuple[np.ndarray, np.ndarray]:
+    def joint_actions_by_cost(self) -> tuple[np.ndarray, np.ndarray]:
+        """All ``2**m`` joint actions as a read-only ``(2**m, m)`` int8 table, cheapest first.
+
+        Ties in cost are broken by fewer calls. Returns ``(table, costs)``.
+        """
         if self._sorted_actions is None:
             m = self.n_agents
             if m > MAX_ORACLE_AGENTS:
