@@ -2,12 +2,16 @@
 
 A concrete environment supplies four things:
 
-* ``_generate_tasks(rng, n)``: ``n`` tasks drawn from ``rng``. A task holds *all* of an
-  episode's randomness, including each agent's luck at each turn, so that what happens
-  is a function of (task, actions) alone.
-* ``_initial_state(task)``: the progress state at turn 0, a small hashable tuple.
-* ``_transition(turn, state, calls)``: a *pure* function giving the next state and, when
-  the episode ends, its :class:`Outcome`. It must end the episode by the task's last turn.
+* ``_generate_block(rng, n)``: ``n`` tasks drawn from ``rng``, each with its *tables*
+  (whatever this pool's dynamics precompute from it, vectorised over the block). A task
+  holds *all* of an episode's randomness, including each agent's luck at each turn, so
+  that what happens is a function of (task, actions) alone.
+* ``_tables(task)``: the same tables for one task (used when a task is replayed).
+* ``_initial_state(task, tables)``: the progress state at turn 0, a small hashable tuple.
+* ``_transition(turn, state, called)``: a *pure* function of the sorted list of called
+  agent indices giving the next state and, when the episode ends, its :class:`Outcome`.
+  It must end the episode by the task's last turn. Plain Python on these tiny inputs is
+  several times faster than numpy, and ``step`` is the hot path.
 * ``_observe(turn, state)``: the observation; privileged parts of the task stay out.
 
 This base class then validates actions, keeps the cost/FLOPs ledger, fills ``info``,
@@ -91,9 +95,10 @@ class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
         self.n_agents = len(pool)
         self.action_space = spaces.MultiBinary(self.n_agents)
         self._costs = pool.costs
-        self._flops = pool.flops
+        self._cost_list: list[float] = pool.costs.tolist()
+        self._flops_list: list[float] = pool.flops.tolist()
         self._action_shape = (self.n_agents,)
-        self._task_queue: list[TaskT] = []
+        self._task_queue: list[tuple[TaskT, Any]] = []
         self._task: TaskT | None = None
         self._state: State = ()
         self._turn = 0
@@ -102,19 +107,23 @@ class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
         self._episode_flops = 0.0
         self._oracle_cache: dict[tuple[int, State], np.ndarray] = {}
         self._sorted_actions: tuple[np.ndarray, np.ndarray] | None = None
+        self._sorted_called: list[list[int]] = []
 
     # ------------------------------------------------------------------ hooks
-    def _generate_tasks(self, rng: np.random.Generator, n: int) -> list[TaskT]:
+    def _generate_block(self, rng: np.random.Generator, n: int) -> list[tuple[TaskT, Any]]:
+        raise NotImplementedError
+
+    def _tables(self, task: TaskT) -> Any:
         raise NotImplementedError
 
     def _check_task(self, task: TaskT) -> None:
         """Raise ``ValueError`` if a replayed task does not fit this env (pool size...)."""
 
-    def _initial_state(self, task: TaskT) -> State:
+    def _initial_state(self, task: TaskT, tables: Any) -> State:
         raise NotImplementedError
 
     def _transition(
-        self, turn: int, state: State, calls: np.ndarray
+        self, turn: int, state: State, called: list[int]
     ) -> tuple[State, Outcome | None]:
         raise NotImplementedError
 
@@ -147,7 +156,7 @@ class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
 
     def sample_tasks(self, n: int) -> list[TaskT]:
         """Draw ``n`` tasks from ``np_random`` without starting an episode."""
-        return self._generate_tasks(self.np_random, n)
+        return [task for task, _ in self._generate_block(self.np_random, n)]
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -169,13 +178,14 @@ class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
                     f"got {type(task).__name__}"
                 )
             self._check_task(task)
+            tables = self._tables(task)
         else:
             if not self._task_queue:
-                self._task_queue = self._generate_tasks(self.np_random, self.task_block)
+                self._task_queue = self._generate_block(self.np_random, self.task_block)
                 self._task_queue.reverse()  # pop() from the end in draw order
-            task = self._task_queue.pop()
+            task, tables = self._task_queue.pop()
         self._task = task
-        self._state = self._initial_state(task)
+        self._state = self._initial_state(task, tables)
         self._turn = 0
         self._finished = False
         self._episode_cost = 0.0
@@ -191,10 +201,13 @@ class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
             raise ResetNeeded(f"{self.env_name}: call reset() before step() "
                               "(the episode has not started or has ended)")
         calls = self.validate_action(action)
-        cost = float(self._costs @ calls)
-        flops = float(self._flops @ calls)
-        n_calls = int(calls.sum())
-        self._state, outcome = self._transition(self._turn, self._state, calls)
+        called = calls.nonzero()[0].tolist()
+        cost = flops = 0.0
+        for i in called:
+            cost += self._cost_list[i]
+            flops += self._flops_list[i]
+        n_calls = len(called)
+        self._state, outcome = self._transition(self._turn, self._state, called)
         self._turn += 1
         self._episode_cost += cost
         self._episode_flops += flops
@@ -210,15 +223,18 @@ class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
     def validate_action(self, action: Any) -> np.ndarray:
         """Return ``action`` as a fresh int8 0/1 array, or raise ``ValueError``."""
         a = action if isinstance(action, np.ndarray) else np.asarray(action)
-        if a.shape != self._action_shape or a.dtype.kind not in "biuf" or not (
-            ((a == 0) | (a == 1)).all()  # NaN fails both comparisons
-        ):
-            raise ValueError(
-                f"{self.env_name}: invalid action {action!r}: expected an element of "
-                f"MultiBinary({self.n_agents}), an array of shape ({self.n_agents},) holding "
-                f"only 0 and 1 (bit i calls agent {list(self.pool.names)}[i])"
-            )
-        return a.astype(np.int8)
+        if a.shape == self._action_shape:
+            kind = a.dtype.kind
+            if kind in "biu" and a.itemsize == 1:
+                if not (a.view(np.uint8) > 1).any():  # one reduction; -1 views as 255
+                    return a.astype(np.int8)
+            elif kind in "biuf" and ((a == 0) | (a == 1)).all():  # NaN fails both tests
+                return a.astype(np.int8)
+        raise ValueError(
+            f"{self.env_name}: invalid action {action!r}: expected an element of "
+            f"MultiBinary({self.n_agents}), an array of shape ({self.n_agents},) holding "
+            f"only 0 and 1 (bit i calls agent {list(self.pool.names)}[i])"
+        )
 
     def truncation_info(self) -> dict[str, Any]:
         """Final-step ``info`` keys for an episode cut short by a wrapper (budget, time)."""
@@ -253,6 +269,7 @@ class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
         if self._finished:
             return None
         actions, costs = self.joint_actions_by_cost()
+        called_lists = self._sorted_called
         counter = itertools.count()
         start = (self._turn, self._state)
         # heap items: (g, tiebreak, node, action index or -1 for "arrived", payload)
@@ -269,7 +286,7 @@ class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
                 heapq.heappush(heap, (g + costs[0], next(counter), node, 0, None))
                 continue
             turn, state = node
-            next_state, outcome = self._transition(turn, state, actions[k])
+            next_state, outcome = self._transition(turn, state, called_lists[k])
             child = ("end", next(counter), outcome.quality) if (
                 outcome is not None and outcome.success) else (turn + 1, next_state)
             if outcome is None or outcome.success:
@@ -290,7 +307,7 @@ class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
             else:
                 for action in plan.actions:
                     self._oracle_cache[(turn, state)] = action
-                    state, _ = self._transition(turn, state, action)
+                    state, _ = self._transition(turn, state, action.nonzero()[0].tolist())
                     turn += 1
         return self._oracle_cache[key].copy()
 
@@ -322,4 +339,5 @@ class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
             table = bits[order]
             table.flags.writeable = False
             self._sorted_actions = (table, cost[order])
+            self._sorted_called = [row.nonzero()[0].tolist() for row in table]
         return self._sorted_actions

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from gymnasium import spaces
@@ -77,14 +77,30 @@ class FlightTask:
         return float(self.fares[np.isfinite(self.fares)].mean())
 
 
-def _cheapest_walks(fares: np.ndarray, max_hops: int) -> np.ndarray:
-    """``best[k, b, i, j]``: cheapest walk with exactly ``k`` legs (min-plus matrix powers)."""
+def _cheapest_walks_from(fares: np.ndarray, origin: np.ndarray, max_hops: int) -> np.ndarray:
+    """``best[b, k, j]``: cheapest walk of exactly ``k`` legs from ``origin[b]`` to ``j``.
+
+    Min-plus products of the origin's row with the fare matrix (Bellman-Ford by hop count).
+    """
     n, size = fares.shape[0], fares.shape[1]
-    best = np.full((max_hops + 1, n, size, size), np.inf)
-    best[0][:, np.arange(size), np.arange(size)] = 0.0
+    best = np.full((n, max_hops + 1, size), np.inf)
+    best[np.arange(n), 0, origin] = 0.0
     for k in range(1, max_hops + 1):
-        best[k] = np.min(best[k - 1][:, :, :, None] + fares[:, None, :, :], axis=2)
+        best[:, k] = np.min(best[:, k - 1, :, None] + fares, axis=1)
     return best
+
+
+def _budget_level(budget: Any, mean_fare: Any, shortest_hops: Any) -> Any:
+    """The budget relative to a typical fare for the trip, a visible hint of its slack."""
+    return np.minimum(budget / (mean_fare * shortest_hops), 2.0) / 2
+
+
+class _Tables(NamedTuple):
+    # per (turn, agent), as nested lists because indexing them is the hot path of step
+    proposal: list
+    detects: list
+    markup: list
+    budget_level: float
 
 
 class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
@@ -200,18 +216,24 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
         super().__init__(pool, reward_weights, render_mode)
         roles = np.array(pool.roles)
         self._role_mask = {r: (roles == r).astype(np.int8) for r in ROLES}
-        skill_of_role = np.array([ROLES.index(r) for r in pool.roles])
-        self._strength = pool.capabilities[np.arange(self.n_agents), skill_of_role]
+        self._role_list = [ROLES.index(r) for r in pool.roles]
+        # an agent's strength is its capability in the skill of its own role
+        self._strength = pool.capabilities[np.arange(self.n_agents), self._role_list]
+        self._strength_list: list[float] = self._strength.tolist()
         self.observation_space = spaces.Box(0.0, 1.0, shape=(15,), dtype=np.float32)
 
     # ------------------------------------------------------------------ tasks
-    def _generate_tasks(self, rng: np.random.Generator, n: int) -> list[FlightTask]:
-        tasks: list[FlightTask] = []
-        while len(tasks) < n:  # rejection sampling: keep networks with a 2- or 3-leg trip
-            tasks.extend(self._draw_networks(rng, n - len(tasks)))
-        return tasks
+    def _generate_block(
+        self, rng: np.random.Generator, n: int
+    ) -> list[tuple[FlightTask, _Tables]]:
+        block: list[tuple[FlightTask, _Tables]] = []
+        while len(block) < n:  # rejection sampling: keep networks with a 2- or 3-leg trip
+            block.extend(self._draw_networks(rng, n - len(block)))
+        return block
 
-    def _draw_networks(self, rng: np.random.Generator, n: int) -> list[FlightTask]:
+    def _draw_networks(
+        self, rng: np.random.Generator, n: int
+    ) -> list[tuple[FlightTask, _Tables]]:
         size, m = N_AIRPORTS, self.n_agents
         xy = rng.random((n, size, 2))
         distance = np.linalg.norm(xy[:, :, None, :] - xy[:, None, :, :], axis=-1)
@@ -219,95 +241,105 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
         legs[:, np.arange(size), np.arange(size)] = False
         fares = np.where(legs, 60.0 + 300.0 * distance * rng.uniform(0.8, 1.3, legs.shape),
                          np.inf)
-        best = _cheapest_walks(fares, max_hops=6)
-        reach = np.isfinite(best)
-        # h*(i, j): smallest k with a walk of k legs (walks and paths agree on the minimum)
-        first = np.where(reach[1:].any(axis=0), reach[1:].argmax(axis=0) + 1, 99)
+        # h*(i, j) for every pair by breadth-first search (boolean matrix powers)
+        first = np.where(legs, 1, 99)
+        frontier = legs.astype(np.int64)
+        for hops in (2, 3):
+            frontier = np.minimum(frontier @ legs.astype(np.int64), 1)
+            first = np.where((first == 99) & (frontier > 0), hops, first)
         candidates = ((first == 2) | (first == 3)) & ~np.eye(size, dtype=bool)
         pick = rng.random((n, size, size)) * candidates
         slack = rng.uniform(0.03, 0.35, n)
         broken_discount = rng.uniform(0.6, 0.85, n)
         luck = rng.random((n, MAX_TURNS, m))
         fare_luck = rng.random((n, MAX_TURNS, m))
-        tasks = []
-        for b in range(n):
-            if not candidates[b].any():
-                continue
-            o, d = divmod(int(pick[b].argmax()), size)
-            h_star = int(first[b, o, d])
-            limit = h_star + 1
-            prices = best[:, b, o, d]
-            h_opt = int(np.argmin(prices[: limit + 1]))
-            p_opt = float(prices[h_opt])
-            detour_hops = next((k for k in (h_opt + 1, h_opt + 2) if np.isfinite(prices[k])),
-                               h_star)
-            route_hops = np.array([h_opt, h_star, detour_hops, max(1, h_star - 1)])
-            route_price = np.array([p_opt, prices[h_star], prices[detour_hops],
-                                    p_opt * broken_discount[b]])
+        # Everything below is vectorised over the block; the loop only slices.
+        keep = np.flatnonzero(candidates.any(axis=(1, 2)))
+        origin, destination = np.divmod(pick[keep].reshape(len(keep), -1).argmax(axis=1), size)
+        h_star = first[keep, origin, destination]
+        limit = h_star + 1
+        walks = _cheapest_walks_from(fares[keep], origin, max_hops=6)
+        rows = np.arange(len(keep))
+        prices = walks[rows, :, destination]  # (kept, k): cheapest walk of exactly k legs
+        within = np.where(np.arange(prices.shape[1]) <= limit[:, None], prices, np.inf)
+        h_opt = within.argmin(axis=1)
+        p_opt = prices[rows, h_opt]
+        detour = np.where(np.isfinite(prices[rows, h_opt + 1]), h_opt + 1,
+                          np.where(np.isfinite(prices[rows, h_opt + 2]), h_opt + 2, h_star))
+        route_hops = np.stack([h_opt, h_star, detour, np.maximum(1, h_star - 1)], axis=1)
+        route_price = np.stack([p_opt, prices[rows, h_star], prices[rows, detour],
+                                p_opt * broken_discount[keep]], axis=1)
+        budget = p_opt * (1.0 + slack[keep])
+        finite = np.isfinite(fares[keep])
+        mean_fare = np.where(finite, fares[keep], 0.0).sum(axis=(1, 2)) / finite.sum(axis=(1, 2))
+        level = _budget_level(budget, mean_fare, h_star)
+        connected = np.array([True, True, True, False])
+        proposal, detects, markup = self._block_tables(luck[keep], fare_luck[keep])
+        for array in (fares, route_hops, route_price, connected, luck, fare_luck):
+            array.flags.writeable = False  # tasks are views into these blocks
+        block = []
+        for r, b in enumerate(keep.tolist()):
             task = FlightTask(
-                fares=fares[b].copy(), origin=o, destination=d, shortest_hops=h_star,
-                hop_limit=limit, budget=p_opt * (1.0 + slack[b]), route_hops=route_hops,
-                route_price=route_price, route_connected=np.array([True, True, True, False]),
-                luck=luck[b].copy(), fare_luck=fare_luck[b].copy(),
+                fares=fares[b], origin=int(origin[r]), destination=int(destination[r]),
+                shortest_hops=int(h_star[r]), hop_limit=int(limit[r]), budget=float(budget[r]),
+                route_hops=route_hops[r], route_price=route_price[r], route_connected=connected,
+                luck=luck[b], fare_luck=fare_luck[b],
             )
-            for array in (task.fares, task.route_hops, task.route_price,
-                          task.route_connected, task.luck, task.fare_luck):
-                array.flags.writeable = False
-            tasks.append(task)
-        return tasks
+            block.append((task, _Tables(proposal[r].tolist(), detects[r].tolist(),
+                                        markup[r].tolist(), float(level[r]))))
+        return block
 
-    def _check_task(self, task: FlightTask) -> None:
-        if task.luck.shape != (MAX_TURNS, self.n_agents):
-            raise ValueError(
-                f"{self.env_name}: options['task'] was drawn for {task.luck.shape[1]} agents, "
-                f"this env has {self.n_agents}"
-            )
+    def _tables(self, task: FlightTask) -> _Tables:
+        proposal, detects, markup = self._block_tables(task.luck[None], task.fare_luck[None])
+        level = _budget_level(task.budget, task.mean_fare, task.shortest_hops)
+        return _Tables(proposal[0].tolist(), detects[0].tolist(), markup[0].tolist(),
+                       float(level))
 
-    # ------------------------------------------------------------- dynamics
-    def _initial_state(self, task: FlightTask) -> State:
+    def _block_tables(
+        self, luck: np.ndarray, fare_luck: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per (task, turn, agent): planner proposal, detection of a bad plan, fare markup."""
         s = self._strength
-        u = task.luck
-        rest = (u - s) / np.maximum(1.0 - s, 1e-12)  # position within the unlucky share
-        self._proposal = np.select(
-            [u < s, rest < 0.35, rest < 0.65], [0, 1, 2], default=3
-        ).astype(np.int64)
-        self._detects = (u < s).astype(np.int8)
+        rest = (luck - s) / np.maximum(1.0 - s, 1e-12)  # position within the unlucky share
+        proposal = np.select([luck < s, rest < 0.35, rest < 0.65], [0, 1, 2], default=3)
         turns = np.arange(MAX_TURNS)[:, None]
-        self._markup = (1.0 + FARE_INFLATION * turns) * (1.0 + SEARCH_MARKUP * (1 - s) *
-                                                         task.fare_luck)
-        self._budget_level = min(task.budget / (task.mean_fare * task.shortest_hops), 2.0) / 2
+        markup = (1.0 + FARE_INFLATION * turns) * (1.0 + SEARCH_MARKUP * (1 - s) * fare_luck)
+        return proposal, luck < s, markup
+
+    def _initial_state(self, task: FlightTask, tables: _Tables) -> State:
+        self._proposal, self._detects, self._markup, self._budget = tables
         # state: route, planner strength, quote (0 = none), validated, dropped this turn
         return (NO_ROUTE, 0.0, 0.0, 0, 0)
 
     def _transition(
-        self, turn: int, state: State, calls: np.ndarray
+        self, turn: int, state: State, called: list[int]
     ) -> tuple[State, Outcome | None]:
         route, p_strength, quote, validated, _ = state
         dropped = 0
-        if not calls.any():
+        if not called:
             if quote > 0:
                 return (route, p_strength, quote, validated, 0), self._commit(route, quote)
         else:
-            planners = np.flatnonzero(calls & self._role_mask["planner"])
-            if planners.size:
-                lead = planners[np.argmax(self._strength[planners])]
-                route, p_strength = int(self._proposal[turn, lead]), float(self._strength[lead])
+            role, strength, detects = self._role_list, self._strength_list, self._detects[turn]
+            planners = [i for i in called if role[i] == 0]
+            if planners:  # the strongest called planner's proposal replaces the plan
+                lead = max(planners, key=strength.__getitem__)
+                route, p_strength = self._proposal[turn][lead], strength[lead]
                 quote, validated = 0.0, 0
-            if route != NO_ROUTE:
-                searchers = np.flatnonzero(calls & self._role_mask["search"])
-                if searchers.size:
-                    if self._is_broken(route) and self._detects[turn, searchers].any():
-                        route, p_strength, quote, validated, dropped = NO_ROUTE, 0.0, 0.0, 0, 1
-                    else:
-                        found = self._task.route_price[route] * self._markup[turn, searchers]
-                        best = float(found.min())
-                        if quote == 0 or best < quote:
-                            quote, validated = best, 0
-            if route != NO_ROUTE and (calls & self._role_mask["validator"]).any():
-                checkers = np.flatnonzero(calls & self._role_mask["validator"])
+            searchers = [i for i in called if role[i] == 1]
+            if route != NO_ROUTE and searchers:
+                if self._is_broken(route) and any(detects[i] for i in searchers):
+                    route, p_strength, quote, validated, dropped = NO_ROUTE, 0.0, 0.0, 0, 1
+                else:
+                    markup = self._markup[turn]
+                    best = self._task.route_price[route] * min(markup[i] for i in searchers)
+                    if quote == 0 or best < quote:
+                        quote, validated = float(best), 0
+            validators = [i for i in called if role[i] == 2]
+            if route != NO_ROUTE and validators:
                 if self._feasible(route, quote):
                     validated = 1
-                elif self._detects[turn, checkers].any():
+                elif any(detects[i] for i in validators):
                     route, p_strength, quote, validated, dropped = NO_ROUTE, 0.0, 0.0, 0, 1
                 else:
                     validated = 1  # a weak validator waved a bad plan through
@@ -342,7 +374,7 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
         obs = np.zeros(15, dtype=np.float32)
         obs[0] = (MAX_TURNS - turn) / MAX_TURNS
         obs[1] = task.shortest_hops / limit
-        obs[2] = self._budget_level
+        obs[2] = self._budget
         obs[10] = validated
         obs[11] = dropped
         if route == NO_ROUTE:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from gymnasium import spaces
@@ -35,9 +35,9 @@ _CATALOGUE = (
     ("code_runner", "code", 0.0025, 2e9, (0.0, 0.65, 0.0, 0.88, 0.0, 0.0)),
     ("llm_small", "llm", 0.0030, 1.4e13, (0.25, 0.35, 0.10, 0.40, 0.60, 0.65)),
     ("llm_large", "llm", 0.0400, 1.4e14, (0.45, 0.75, 0.25, 0.75, 0.92, 0.93)),
+    ("llm_medium", "llm", 0.0120, 6e13, (0.35, 0.55, 0.15, 0.60, 0.78, 0.82)),
     ("summarizer", "llm", 0.0015, 2e12, (0.10, 0.0, 0.0, 0.0, 0.35, 0.75)),
     ("sql_engine", "code", 0.0015, 1e9, (0.35, 0.30, 0.0, 0.60, 0.0, 0.0)),
-    ("llm_medium", "llm", 0.0120, 6e13, (0.35, 0.55, 0.15, 0.60, 0.78, 0.82)),
     ("news_api", "browser", 0.0010, 1e8, (0.30, 0.0, 0.65, 0.0, 0.0, 0.0)),
     ("theorem_prover", "math", 0.0060, 8e11, (0.0, 0.85, 0.0, 0.30, 0.50, 0.0)),
 )
@@ -85,14 +85,20 @@ class ToolTask:
         return len(self.stage_skill) + 1
 
 
+class _Tables(NamedTuple):
+    hits: list  # hits[t][s][i] as nested lists: indexing them is the hot path of step
+    observation_rows: np.ndarray
+
+
 class ToolBenchEnv(OrchestrationEnv[ToolTask]):
     """Answer multi-stage tool-use tasks by choosing which tools to call at each turn.
 
     ## Description
 
     A ToolBench-style setting from the LoRA-Guided PPO paper. A pool of ``m`` tools (8 by
-    default: two retrievers, a calculator, a browser, a code runner, a small and a large
-    LLM and a summarizer) each has a price, a FLOP count and a capability vector over six
+    default: two retrievers, a calculator, a browser, a code runner and a small, a large
+    and a medium LLM; ``pool_size`` up to 12 adds a summarizer, an SQL engine, a news API
+    and a theorem prover) each has a price, a FLOP count and a capability vector over six
     skills (retrieval, math, web, code, reasoning, writing). A task is a chain of 2-4
     stages; each stage needs one skill, the last one an answer skill (reasoning or
     writing), and the composed answer is scored by token-level F1 against a reference.
@@ -186,14 +192,16 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
         super().__init__(pool, reward_weights, render_mode)
         self.f1_threshold = float(f1_threshold)
         self.observation_space = spaces.Box(0.0, 1.0, shape=(17,), dtype=np.float32)
-        self._hits = np.zeros((0, 0, 0), dtype=np.int8)
 
     # ------------------------------------------------------------------ tasks
-    def _generate_tasks(self, rng: np.random.Generator, n: int) -> list[ToolTask]:
+    def _generate_block(
+        self, rng: np.random.Generator, n: int
+    ) -> list[tuple[ToolTask, _Tables]]:
         m = self.n_agents
         n_stages = rng.choice(np.arange(2, MAX_STAGES + 1), p=(0.35, 0.40, 0.25), size=n)
-        middle = np.asarray(STAGE_SKILLS)[rng.integers(0, len(STAGE_SKILLS), (n, MAX_STAGES))]
+        skill = np.asarray(STAGE_SKILLS)[rng.integers(0, len(STAGE_SKILLS), (n, MAX_STAGES))]
         answer = np.asarray(ANSWER_SKILLS)[rng.integers(0, len(ANSWER_SKILLS), n)]
+        skill[np.arange(n), n_stages - 1] = answer
         delta = rng.beta(2.0, 2.0, n)
         difficulty = np.clip(delta[:, None] + rng.normal(0.0, 0.15, (n, MAX_STAGES)), 0, 1)
         luck = rng.random((n, MAX_TURNS, m))
@@ -205,27 +213,60 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
         topic_pick = rng.random((n, MAX_TURNS, MAX_ANSWER_TOKENS))
         recall_luck = rng.random((n, MAX_TURNS, MAX_ANSWER_TOKENS))
         hallucination_rate = rng.random((n, MAX_TURNS))
-        tasks = []
+        hits, rows = self._block_tables(skill, difficulty, luck, n_stages)
+        for array in (skill, difficulty, luck, reference, recall_luck, hallucination_rate):
+            array.flags.writeable = False  # tasks are views into these blocks
+        block = []
         for b in range(n):
-            k, length_b = int(n_stages[b]), int(length[b])
-            skills = middle[b, :k].copy()
-            skills[k - 1] = answer[b]
-            ref = reference[b, :length_b]
-            topic = np.concatenate([ref, distractors[b, : 2 * length_b]])
+            k, size = int(n_stages[b]), int(length[b])
+            topic = np.concatenate([reference[b, :size], distractors[b, : 2 * size]])
             spurious = topic[(topic_pick[b, : k + 1] * len(topic)).astype(np.int64)]
+            spurious.flags.writeable = False
             task = ToolTask(
-                stage_skill=skills,
-                stage_difficulty=difficulty[b, :k].copy(),
-                luck=luck[b, : k + 1].copy(),
-                reference=ref.copy(),
-                recall_luck=recall_luck[b, : k + 1, :length_b].copy(),
-                hallucination_rate=hallucination_rate[b, : k + 1].copy(),
+                stage_skill=skill[b, :k],
+                stage_difficulty=difficulty[b, :k],
+                luck=luck[b, : k + 1],
+                reference=reference[b, :size],
+                recall_luck=recall_luck[b, : k + 1, :size],
+                hallucination_rate=hallucination_rate[b, : k + 1],
                 hallucination_tokens=spurious,
             )
-            for array in vars(task).values():
-                array.flags.writeable = False
-            tasks.append(task)
-        return tasks
+            block.append((task, _Tables(hits[b, : k + 1, :k].tolist(), rows[b, : k + 1])))
+        return block
+
+    def _tables(self, task: ToolTask) -> _Tables:
+        k = task.n_stages
+        skill = np.zeros((1, MAX_STAGES), dtype=np.int64)
+        difficulty = np.zeros((1, MAX_STAGES))
+        luck = np.ones((1, MAX_TURNS, self.n_agents))
+        skill[0, :k], difficulty[0, :k], luck[0, : k + 1] = (
+            task.stage_skill, task.stage_difficulty, task.luck)
+        hits, rows = self._block_tables(skill, difficulty, luck, np.array([k]))
+        return _Tables(hits[0, : k + 1, :k].tolist(), rows[0, : k + 1])
+
+    def _block_tables(
+        self, skill: np.ndarray, difficulty: np.ndarray, luck: np.ndarray, n_stages: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per-pool dynamics of a block of (padded) tasks, vectorised.
+
+        Returns ``hits[b, t, s, i]`` (tool i clears stage s if called at turn t) and
+        ``rows[b, s]``, the observation at stage s but for the turn and failure entries.
+        """
+        n = len(skill)
+        caps = np.moveaxis(self.pool.capabilities[:, skill], 0, -1)  # (n, S, m)
+        p_clear = caps ** (1.0 + 3.0 * difficulty[:, :, None])
+        hits = luck[:, :, None, :] < p_clear[:, None, :, :]
+        stages = np.arange(MAX_STAGES + 1)
+        valid = stages[None, :MAX_STAGES] < n_stages[:, None]  # (n, S)
+        one_hot = np.eye(len(SKILLS), dtype=np.float32)[skill] * valid[:, :, None]
+        rows = np.zeros((n, MAX_STAGES + 1, 17), dtype=np.float32)
+        rows[:, :MAX_STAGES, 4] = difficulty * valid
+        rows[:, :MAX_STAGES, 5:11] = one_hot
+        # counts of each skill over stages s.. (reverse cumulative sum over stages)
+        rows[:, :MAX_STAGES, 11:17] = np.cumsum(one_hot[:, ::-1], axis=1)[:, ::-1] / MAX_STAGES
+        rows[:, :, 1] = np.maximum(n_stages[:, None] - stages, 0) / MAX_STAGES
+        rows[:, :, 2] = np.minimum(stages / n_stages[:, None], 1.0)
+        return hits, rows
 
     def _check_task(self, task: ToolTask) -> None:
         if task.luck.shape != (task.horizon, self.n_agents):
@@ -235,62 +276,55 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
             )
 
     # ------------------------------------------------------------- dynamics
-    def _initial_state(self, task: ToolTask) -> State:
-        caps = self.pool.capabilities[:, task.stage_skill]  # (m, n_stages)
-        p_clear = caps ** (1.0 + 3.0 * task.stage_difficulty)
-        # hits[t, s, i]: tool i clears stage s if called at turn t
-        self._hits = (task.luck[:, None, :] < p_clear.T[None, :, :]).astype(np.int8)
+    def _initial_state(self, task: ToolTask, tables: _Tables) -> State:
+        self._hits, self._obs_rows = tables.hits, tables.observation_rows
+        self._n_stages, self._horizon = task.n_stages, task.horizon
         return (0, 0)
 
     def _transition(
-        self, turn: int, state: State, calls: np.ndarray
+        self, turn: int, state: State, called: list[int]
     ) -> tuple[State, Outcome | None]:
         stage, _ = state
-        task = self._task
-        if not calls.any():  # answer now: only a finished task succeeds, and that ended already
+        if not called:  # answer now: only a finished task succeeds, and that ended already
             return (stage, 0), Outcome(False, 0.0)
-        cleared = calls & self._hits[turn, stage]
-        if cleared.any():
+        hits = self._hits[turn][stage]
+        cleared = [i for i in called if hits[i]]
+        if cleared:
             stage += 1
-            if stage == task.n_stages:
-                f1 = self._answer_f1(turn, np.flatnonzero(cleared))
+            if stage == self._n_stages:
+                f1 = self._answer_f1(turn, cleared)
                 return (stage, 0), Outcome(f1 >= self.f1_threshold, 10.0 * f1)
             failed = 0
         else:
             failed = 1
-        if turn + 1 >= task.horizon:
+        if turn + 1 >= self._horizon:
             return (stage, failed), Outcome(False, 0.0)
         return (stage, failed), None
 
-    def _composer_strength(self, agents: np.ndarray) -> np.ndarray:
+    def composer_strength(self, agent: int) -> float:
+        """Privileged: ``q = cap ** (1 + d)`` of ``agent`` on the current task's answer stage."""
         task = self._task
-        caps = self.pool.capabilities[agents, task.stage_skill[-1]]
-        return caps ** (1.0 + task.stage_difficulty[-1])
+        cap = self.pool.capabilities[agent, task.stage_skill[-1]]
+        return float(cap ** (1.0 + task.stage_difficulty[-1]))
 
     def answer_tokens(self, turn: int, agent: int) -> np.ndarray:
-        """Privileged: the answer ``agent`` would compose if it cleared the last stage at ``turn``."""
+        """Privileged: the answer ``agent`` composes if it clears the last stage at ``turn``."""
         task = self._task
-        q = float(self._composer_strength(np.array([agent]))[0])
+        q = self.composer_strength(agent)
         recalled = task.reference[task.recall_luck[turn] < 0.3 + 0.7 * q]
         n_spurious = round(len(task.reference) * (1.0 - q) * task.hallucination_rate[turn])
         return np.concatenate([recalled, task.hallucination_tokens[turn, :n_spurious]])
 
-    def _answer_f1(self, turn: int, cleared_by: np.ndarray) -> float:
-        composer = int(cleared_by[np.argmax(self._composer_strength(cleared_by))])
+    def _answer_f1(self, turn: int, cleared_by: list[int]) -> float:
+        # The strongest tool that cleared the last stage writes the answer.
+        composer = max(cleared_by, key=self.composer_strength)
         return token_f1(self.answer_tokens(turn, composer).tolist(), self._task.reference.tolist())
 
     def _observe(self, turn: int, state: State) -> np.ndarray:
-        task = self._task
         stage, failed = state
-        obs = np.zeros(17, dtype=np.float32)
-        obs[0] = (task.horizon - turn) / MAX_TURNS
-        obs[1] = (task.n_stages - stage) / MAX_STAGES
-        obs[2] = stage / task.n_stages
+        obs = self._obs_rows[stage].copy()
+        obs[0] = (self._horizon - turn) / MAX_TURNS
         obs[3] = failed
-        if stage < task.n_stages:
-            obs[4] = task.stage_difficulty[stage]
-            obs[5 + task.stage_skill[stage]] = 1.0
-            np.add.at(obs, 11 + task.stage_skill[stage:], 1.0 / MAX_STAGES)
         return obs
 
     # ------------------------------------------------------------- helpers
