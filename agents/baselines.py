@@ -109,8 +109,11 @@ class CapabilityMatch(Baseline):
 
 
 class RuleBased(Baseline):
-    """The environment's fixed rule (FlightPlanner: planner -> search -> validator -> commit;
-    ToolBench: a fixed skill -> tool routing table), read from the observation only."""
+    """The environment's fixed rule, read from the observation only.
+
+    FlightPlanner: planner -> search -> validator -> commit; ToolBench: a fixed
+    skill -> tool routing table.
+    """
 
     name = "rule"
 

@@ -268,7 +268,7 @@ class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
         """
         if self._finished:
             return None
-        actions, costs = self.joint_actions_by_cost()
+        _, costs = self.joint_actions_by_cost()
         called_lists = self._sorted_called
         counter = itertools.count()
         start = (self._turn, self._state)

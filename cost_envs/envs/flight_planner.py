@@ -1,4 +1,4 @@
-"""FlightPlanner-v0: book a multi-leg itinerary under a price budget with planner/search/validator agents."""
+"""FlightPlanner-v0: book an itinerary within budget using planner, search and validator agents."""
 
 from __future__ import annotations
 
