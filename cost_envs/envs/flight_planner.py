@@ -257,11 +257,10 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
         keep = np.flatnonzero(candidates.any(axis=(1, 2)))
         origin, destination = np.divmod(pick[keep].reshape(len(keep), -1).argmax(axis=1), size)
         h_star = first[keep, origin, destination]
-        limit = h_star + 1
         walks = _cheapest_walks_from(fares[keep], origin, max_hops=6)
         rows = np.arange(len(keep))
         prices = walks[rows, :, destination]  # (kept, k): cheapest walk of exactly k legs
-        within = np.where(np.arange(prices.shape[1]) <= limit[:, None], prices, np.inf)
+        within = np.where(np.arange(prices.shape[1]) <= h_star[:, None] + 1, prices, np.inf)
         h_opt = within.argmin(axis=1)
         p_opt = prices[rows, h_opt]
         detour = np.where(np.isfinite(prices[rows, h_opt + 1]), h_opt + 1,
@@ -277,16 +276,18 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
         proposal, detects, markup = self._block_tables(luck[keep], fare_luck[keep])
         for array in (fares, route_hops, route_price, connected, luck, fare_luck):
             array.flags.writeable = False  # tasks are views into these blocks
+        # one bulk conversion to Python scalars/lists, not one per task
+        scalars = zip(keep.tolist(), origin.tolist(), destination.tolist(), h_star.tolist(),
+                      budget.tolist(), proposal.tolist(), detects.tolist(), markup.tolist(),
+                      level.tolist())
         block = []
-        for r, b in enumerate(keep.tolist()):
+        for r, (b, o, d, h, cap, prop, det, mark, lev) in enumerate(scalars):
             task = FlightTask(
-                fares=fares[b], origin=int(origin[r]), destination=int(destination[r]),
-                shortest_hops=int(h_star[r]), hop_limit=int(limit[r]), budget=float(budget[r]),
-                route_hops=route_hops[r], route_price=route_price[r], route_connected=connected,
-                luck=luck[b], fare_luck=fare_luck[b],
+                fares=fares[b], origin=o, destination=d, shortest_hops=h, hop_limit=h + 1,
+                budget=cap, route_hops=route_hops[r], route_price=route_price[r],
+                route_connected=connected, luck=luck[b], fare_luck=fare_luck[b],
             )
-            block.append((task, _Tables(proposal[r].tolist(), detects[r].tolist(),
-                                        markup[r].tolist(), float(level[r]))))
+            block.append((task, _Tables(prop, det, mark, lev)))
         return block
 
     def _tables(self, task: FlightTask) -> _Tables:

@@ -216,9 +216,9 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
         hits, rows = self._block_tables(skill, difficulty, luck, n_stages)
         for array in (skill, difficulty, luck, reference, recall_luck, hallucination_rate):
             array.flags.writeable = False  # tasks are views into these blocks
+        hit_lists = hits.tolist()  # one bulk conversion, sliced per task below
         block = []
-        for b in range(n):
-            k, size = int(n_stages[b]), int(length[b])
+        for b, (k, size) in enumerate(zip(n_stages.tolist(), length.tolist())):
             topic = np.concatenate([reference[b, :size], distractors[b, : 2 * size]])
             spurious = topic[(topic_pick[b, : k + 1] * len(topic)).astype(np.int64)]
             spurious.flags.writeable = False
@@ -231,7 +231,8 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
                 hallucination_rate=hallucination_rate[b, : k + 1],
                 hallucination_tokens=spurious,
             )
-            block.append((task, _Tables(hits[b, : k + 1, :k].tolist(), rows[b, : k + 1])))
+            task_hits = [per_turn[:k] for per_turn in hit_lists[b][: k + 1]]
+            block.append((task, _Tables(task_hits, rows[b, : k + 1])))
         return block
 
     def _tables(self, task: ToolTask) -> _Tables:
