@@ -20,6 +20,7 @@ from cost_envs.envs import (
 from cost_envs.pool import AgentPool, AgentSpec
 from cost_envs.reward import RewardWeights
 from cost_envs.scoring import token_f1
+from cost_envs.wrappers import CostAccounting, HardBudget
 
 __version__ = "0.1.0"
 
@@ -42,8 +43,10 @@ __all__ = [
     "ENV_IDS",
     "AgentPool",
     "AgentSpec",
+    "CostAccounting",
     "FlightPlannerEnv",
     "FlightTask",
+    "HardBudget",
     "OraclePlan",
     "OrchestrationEnv",
     "Outcome",

@@ -202,10 +202,7 @@ class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
                               "(the episode has not started or has ended)")
         calls = self.validate_action(action)
         called = calls.nonzero()[0].tolist()
-        cost = flops = 0.0
-        for i in called:
-            cost += self._cost_list[i]
-            flops += self._flops_list[i]
+        cost, flops = self.price(called)
         n_calls = len(called)
         self._state, outcome = self._transition(self._turn, self._state, called)
         self._turn += 1
@@ -236,8 +233,25 @@ class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
             f"only 0 and 1 (bit i calls agent {list(self.pool.names)}[i])"
         )
 
-    def truncation_info(self) -> dict[str, Any]:
-        """Final-step ``info`` keys for an episode cut short by a wrapper (budget, time)."""
+    def price(self, called: list[int]) -> tuple[float, float]:
+        """Money and FLOPs of calling the agents ``called`` (indices, ascending).
+
+        The one place calls are priced: a sequential sum in index order, so a wrapper that
+        checks ``spent + price <= budget`` agrees to the last bit with the env's ledger.
+        """
+        cost = flops = 0.0
+        for i in called:
+            cost += self._cost_list[i]
+            flops += self._flops_list[i]
+        return cost, flops
+
+    def truncate(self) -> dict[str, Any]:
+        """End the episode early for a wrapper (budget, time) and return its final info keys.
+
+        The episode counts as failed (``success=False``, ``quality=0``); the env then needs
+        ``reset`` like after any other ending, and the oracle stops planning.
+        """
+        self._finished = True
         return self._final_info(Outcome(success=False, quality=0.0))
 
     def _final_info(self, outcome: Outcome) -> dict[str, Any]:
@@ -282,7 +296,7 @@ class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
                     continue
                 parents[node] = payload
                 if node[0] == "end":
-                    return self._unwind(node, parents, g)
+                    return self._unwind(node, parents)
                 heapq.heappush(heap, (g + costs[0], next(counter), node, 0, None))
                 continue
             turn, state = node
@@ -311,14 +325,20 @@ class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
                     turn += 1
         return self._oracle_cache[key].copy()
 
-    def _unwind(self, end: Any, parents: dict[Any, Any], cost: float) -> OraclePlan:
+    def _unwind(self, end: Any, parents: dict[Any, Any]) -> OraclePlan:
         actions, _ = self.joint_actions_by_cost()
-        sequence = []
+        ranks = []
         node = end
         while parents[node] is not None:
             node, k = parents[node]
-            sequence.append(actions[k])
-        return OraclePlan(tuple(reversed(sequence)), cost=float(cost), quality=float(end[2]))
+            ranks.append(k)
+        ranks.reverse()
+        # Re-price step by step as the episode's ledger will, so from turn 0 plan.cost equals
+        # the episode's cost to the last bit (the search's running g may not).
+        cost = 0.0
+        for k in ranks:
+            cost += self.price(self._sorted_called[k])[0]
+        return OraclePlan(tuple(actions[k] for k in ranks), cost=cost, quality=float(end[2]))
 
     def joint_actions_by_cost(self) -> tuple[np.ndarray, np.ndarray]:
         """All ``2**m`` joint actions as a read-only ``(2**m, m)`` int8 table, cheapest first.

@@ -279,7 +279,7 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
         # one bulk conversion to Python scalars/lists, not one per task
         scalars = zip(keep.tolist(), origin.tolist(), destination.tolist(), h_star.tolist(),
                       budget.tolist(), proposal.tolist(), detects.tolist(), markup.tolist(),
-                      level.tolist())
+                      level.tolist(), strict=True)
         block = []
         for r, (b, o, d, h, cap, prop, det, mark, lev) in enumerate(scalars):
             task = FlightTask(

@@ -218,7 +218,7 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
             array.flags.writeable = False  # tasks are views into these blocks
         hit_lists = hits.tolist()  # one bulk conversion, sliced per task below
         block = []
-        for b, (k, size) in enumerate(zip(n_stages.tolist(), length.tolist())):
+        for b, (k, size) in enumerate(zip(n_stages.tolist(), length.tolist(), strict=True)):
             topic = np.concatenate([reference[b, :size], distractors[b, : 2 * size]])
             spurious = topic[(topic_pick[b, : k + 1] * len(topic)).astype(np.int64)]
             spurious.flags.writeable = False

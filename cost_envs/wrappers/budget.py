@@ -1,0 +1,218 @@
+"""Per-episode money budgets, enforced as a wrapper like Gymnasium's ``TimeLimit``."""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any, SupportsFloat
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.error import ResetNeeded
+
+ON_EXCEED_MODES = ("mask", "truncate")
+
+
+class HardBudget(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArgs):
+    """Caps an episode's spend: the running sum of ``info["cost"]`` never exceeds ``budget``.
+
+    Agent ``i`` costs ``env.unwrapped.pool.costs[i]`` per call. The wrapper keeps its own
+    ledger (the sum of ``info["cost"]`` since ``reset``) and, before forwarding an action,
+    checks that ``spent + cost(action) <= budget``. When the check fails:
+
+    * ``on_exceed="mask"`` (default): requested agents are dropped until the action is
+      affordable. The rule is a *prefix* rule: scanning the requested agents in action-bit
+      order, they are kept while the running total of their costs fits the remaining
+      budget; the first one that does not fit and every requested agent after it are
+      dropped (so the result does not depend on prices of agents that were not
+      requested). ``info["calls"]`` from the inner env shows what actually ran. When
+      nothing requested is affordable the budget is exhausted for this request and the
+      episode is truncated as with ``"truncate"`` (forwarding the all-zero action instead
+      would silently turn it into the env's "answer now" or "commit").
+
+    * ``on_exceed="truncate"``: the episode ends as truncated *without* calling the inner
+      env's ``step``, so nothing is spent. The step returns the last observation, reward
+      ``0.0``, ``terminated=False``, ``truncated=True`` and an ``info`` with ``cost`` and
+      ``flops`` ``0.0``, all-zero ``calls``, the final-step keys of
+      ``env.unwrapped.truncate()`` (``success=False``, ``quality=0.0``, ``episode_cost``,
+      ``episode_flops``) and ``budget_exceeded=True``. The episode then needs ``reset``.
+
+    In both modes ``info["budget_remaining"]`` is set at every step and running out of
+    budget never sets ``terminated``. :meth:`action_masks` gives the mask sb3-contrib's
+    ``MaskablePPO`` expects for ``MultiBinary(m)``: ``2*m`` booleans, for agent ``i``
+    ``[2i]`` (bit may be 0, always True) and ``[2i+1]`` (bit may be 1: agent ``i`` alone is
+    affordable). Several individually affordable agents may still overspend together;
+    the wrapper then masks or truncates as above.
+
+    The wrapper must sit directly on the env whose ``pool`` prices the action (or on
+    wrappers that do not change actions or costs).
+
+    Example:
+        >>> import gymnasium as gym
+        >>> import numpy as np
+        >>> import cost_envs
+        >>> from cost_envs.wrappers import HardBudget
+        >>> env = HardBudget(gym.make("cost_envs/ToolBench-v0"), budget=0.01)
+        >>> _ = env.reset(seed=0)
+        >>> mask = env.action_masks()  # [bit i may be 0, bit i may be 1] for each tool
+        >>> mask.shape, bool(mask[0::2].all())
+        ((16,), True)
+        >>> call_all = np.ones(8, dtype=np.int8)
+        >>> _, _, terminated, truncated, info = env.step(call_all)  # masked to a prefix
+        >>> info["cost"] <= 0.01, truncated, info["budget_remaining"] >= 0
+        (True, False, True)
+        >>> env = HardBudget(gym.make("cost_envs/ToolBench-v0"), 0.0, on_exceed="truncate")
+        >>> _ = env.reset(seed=0)
+        >>> _, reward, terminated, truncated, info = env.step(call_all)
+        >>> reward, terminated, truncated, info["cost"], info["budget_exceeded"]
+        (0.0, False, True, 0.0, True)
+
+    Args:
+        env: The environment to wrap; ``env.unwrapped`` must provide ``pool.costs``,
+            ``validate_action``, ``price`` and ``truncate`` (every ``OrchestrationEnv`` does).
+        budget: Money an episode may spend, finite and ``>= 0``.
+        on_exceed: ``"mask"`` or ``"truncate"``.
+
+    Raises:
+        ValueError: If ``budget`` or ``on_exceed`` is invalid.
+        TypeError: If ``env.unwrapped`` lacks the orchestration-env interface.
+    """
+
+    def __init__(self, env: gym.Env[Any, Any], budget: float, on_exceed: str = "mask") -> None:
+        if (
+            not isinstance(budget, (int, float, np.integer, np.floating))
+            or isinstance(budget, (bool, np.bool_))
+            or not math.isfinite(budget)
+            or budget < 0
+        ):
+            raise ValueError(f"HardBudget: budget: expected a finite number >= 0, got {budget!r}")
+        if on_exceed not in ON_EXCEED_MODES:
+            raise ValueError(
+                f"HardBudget: on_exceed: expected one of {list(ON_EXCEED_MODES)}, "
+                f"got {on_exceed!r}"
+            )
+        gym.utils.RecordConstructorArgs.__init__(self, budget=budget, on_exceed=on_exceed)
+        gym.Wrapper.__init__(self, env)
+        base = env.unwrapped
+        missing = [
+            name for name in ("pool", "validate_action", "price", "truncate")
+            if not hasattr(base, name)
+        ]
+        if missing:
+            raise TypeError(
+                f"HardBudget: expected an env whose unwrapped env is an OrchestrationEnv "
+                f"(with pool, validate_action, price, truncate), got {type(base).__name__} "
+                f"missing {missing}"
+            )
+        self._budget = float(budget)
+        self._on_exceed = on_exceed
+        self._truncate = on_exceed == "truncate"
+        self._costs: np.ndarray = np.asarray(base.pool.costs, dtype=np.float64)
+        self._validate = base.validate_action
+        self._price = base.price
+        self._spent = 0.0
+        self._last_obs: Any = None
+        self._needs_reset = True
+
+    @property
+    def budget(self) -> float:
+        """The per-episode budget."""
+        return self._budget
+
+    @property
+    def on_exceed(self) -> str:
+        """What happens to an action that would overspend: ``"mask"`` or ``"truncate"``."""
+        return self._on_exceed
+
+    @property
+    def remaining_budget(self) -> float:
+        """Money left in the current episode (``budget`` minus the spend since ``reset``)."""
+        return self._budget - self._spent
+
+    def action_masks(self) -> np.ndarray:
+        """``MaskablePPO`` mask for ``MultiBinary(m)``: ``[can be 0, can be 1]`` per agent.
+
+        Returns:
+            A fresh boolean array of shape ``(2*m,)``: index ``2i`` is always True, index
+            ``2i+1`` is True iff agent ``i`` alone fits the remaining budget.
+        """
+        mask = np.ones(2 * len(self._costs), dtype=bool)
+        # Same comparison as step() (spent + cost <= budget), not cost <= remaining: the
+        # two can differ by one rounding step and the mask must agree with what step() does.
+        mask[1::2] = self._spent + self._costs <= self._budget
+        return mask
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        """Check the action against the remaining budget, then mask, truncate or forward it.
+
+        Args:
+            action: An element of the env's ``MultiBinary(m)`` action space.
+
+        Returns:
+            The usual 5-tuple; ``info`` also holds ``budget_remaining``.
+
+        Raises:
+            ResetNeeded: If the episode has not started or has ended.
+            ValueError: If ``action`` is not a valid action of the env.
+        """
+        if self._needs_reset:
+            raise ResetNeeded(
+                "HardBudget: call reset() before step() (the episode has not started or has "
+                "ended)"
+            )
+        calls = self._validate(action)
+        # Priced by the env itself, so spent + cost is bit for bit the running total the
+        # env will report and the check is exact.
+        cost, _ = self._price(calls.nonzero()[0].tolist())
+        if self._spent + cost > self._budget:
+            if self._truncate:
+                return self._cut_short()
+            action = self._affordable(calls)
+            if not action.any():
+                return self._cut_short()
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self._spent += info["cost"]
+        self._last_obs = obs
+        self._needs_reset = terminated or truncated
+        info["budget_remaining"] = self._budget - self._spent
+        return obs, reward, terminated, truncated, info
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        """Reset the env and the budget ledger.
+
+        Args:
+            seed: Passed to the env's ``reset``.
+            options: Passed to the env's ``reset``.
+
+        Returns:
+            The env's ``(observation, info)``.
+        """
+        obs, info = self.env.reset(seed=seed, options=options)
+        self._spent = 0.0
+        self._last_obs = obs
+        self._needs_reset = False
+        return obs, info
+
+    def _affordable(self, calls: np.ndarray) -> np.ndarray:
+        """The prefix (in bit order) of the requested agents that the budget can pay for."""
+        # np.cumsum adds in bit order like the env does, so the running total at the last
+        # kept agent is exactly the price the env will charge; costs are >= 0, so the
+        # total is non-decreasing and the kept agents form a prefix of the requested ones.
+        fits = self._spent + np.cumsum(self._costs * calls) <= self._budget
+        return (calls * fits).astype(np.int8, copy=False)
+
+    def _cut_short(self) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        """End the episode as truncated without stepping the env (nothing is spent)."""
+        self._needs_reset = True
+        info: dict[str, Any] = {
+            "cost": 0.0,
+            "flops": 0.0,
+            "calls": np.zeros(len(self._costs), dtype=np.int8),
+        }
+        info.update(self.env.unwrapped.truncate())  # type: ignore[attr-defined]
+        info["budget_exceeded"] = True
+        info["budget_remaining"] = self._budget - self._spent
+        # A copy: the caller already holds the previous step's observation object.
+        return copy.deepcopy(self._last_obs), 0.0, False, True, info
