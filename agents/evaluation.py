@@ -1,0 +1,295 @@
+"""Evaluate allocators on a fixed task set and compare them in one table.
+
+**Fixed task set.** :func:`evaluate` calls ``env.reset(seed=seed)`` for the first episode
+and ``env.reset()`` afterwards. A cost-envs environment draws each task (all of its
+randomness, including every agent's luck) from its own ``np_random`` at reset, and
+nothing else draws from that generator, so the task stream depends on the seed alone,
+never on the actions. Every method evaluated with the same seed therefore meets the same
+tasks in the same order, and differences between methods are paired, not luck.
+Allocators with randomness of their own (:class:`agents.baselines.RandomAllocator`)
+must keep their own generator, as the baselines do.
+
+Any object with Stable-Baselines3's ``predict(obs, state, episode_start, deterministic)``
+is an allocator: the baselines, trained SB3 models (recurrent ones included) and user
+code alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from cost_envs.metrics import (
+    HEADLINE_METRICS,
+    EpisodeRecord,
+    bootstrap_cis,
+    summarize,
+)
+
+#: Builds an allocator for the environment it will act in (baselines: ``cls(env)``).
+AllocatorFactory = Callable[[gym.Env], Any]
+
+def _significant(value: float, digits: int = 4) -> str:
+    """``digits`` significant digits, trailing zeros kept so a column reads evenly."""
+    text = f"{value:#.{digits}g}"
+    return text[:-1] if text.endswith(".") else text
+
+
+#: Table columns: (header, summary key, formatter).
+_COLUMNS: tuple[tuple[str, str, Callable[[float], str]], ...] = (
+    ("Success", "success_rate", lambda x: f"{x:.3f}"),
+    ("CPS", "cps", _significant),
+    ("FLOPs/Success", "flops_per_success", lambda x: f"{x:.3e}"),
+    ("Avg quality", "avg_quality", lambda x: f"{x:.2f}"),
+    ("Avg cost", "avg_cost", _significant),
+)
+
+
+@dataclass(frozen=True)
+class EvaluationResult:
+    """The episodes of one evaluation.
+
+    Attributes:
+        records: One :class:`EpisodeRecord` per episode, in task order.
+        agent_names: Names of the pool's agents, in action order (keys of ``call_ratio``).
+        seed: Seed of the task set.
+    """
+
+    records: tuple[EpisodeRecord, ...]
+    agent_names: tuple[str, ...]
+    seed: int
+
+    def summary(self, n_resamples: int = 1000, seed: int = 0) -> dict[str, Any]:
+        """Point metrics with 95% percentile-bootstrap intervals, as plain JSON values.
+
+        Args:
+            n_resamples: Bootstrap resamples for the intervals.
+            seed: Seed of the bootstrap generator (not of the tasks).
+
+        Returns:
+            ``success_rate``, ``cps``, ``flops_per_success``, ``avg_quality``,
+            ``avg_cost``, each with ``<key>_ci`` = ``[low, high]``; ``call_ratio``
+            (agent name -> fraction of steps it was called in); ``budget_violations``
+            and ``episodes``.
+        """
+        out = summarize(self.records)
+        out["call_ratio"] = dict(zip(self.agent_names, out["call_ratio"], strict=True))
+        intervals = bootstrap_cis(self.records, HEADLINE_METRICS, n_resamples, seed=seed)
+        for key, (low, high) in zip(HEADLINE_METRICS, intervals, strict=True):
+            out[f"{key}_ci"] = [low, high]
+        return out
+
+
+def _agent_names(env: gym.Env) -> tuple[str, ...]:
+    pool = getattr(env.unwrapped, "pool", None)
+    if pool is not None:
+        return tuple(pool.names)
+    return tuple(f"agent_{i}" for i in range(int(np.prod(env.action_space.shape))))
+
+
+def _check_binding(allocator: Any, env: gym.Env) -> None:
+    """Refuse a privileged allocator bound to another env: it would read the wrong task."""
+    bound = getattr(allocator, "env", None)
+    if getattr(allocator, "privileged", False) and bound is not env.unwrapped:
+        raise ValueError(
+            f"{type(allocator).__name__} is privileged and reads the environment it was "
+            "built with, which is not the one being evaluated; build it on this env "
+            "(pass a factory such as the class to compare())"
+        )
+
+
+def _action(raw: Any) -> np.ndarray:
+    """SB3 returns a batch of one for a batched call: drop that leading dimension."""
+    action = np.asarray(raw)
+    if action.ndim >= 2 and action.shape[0] == 1:
+        action = action[0]
+    return action
+
+
+def run_episode(
+    allocator: Any, env: gym.Env, seed: int | None = None, deterministic: bool = True
+) -> EpisodeRecord:
+    """Play one episode of ``allocator`` on ``env`` and record it.
+
+    The allocator's recurrent state starts as ``None`` with ``episode_start=[True]`` and is
+    threaded through the episode, as SB3's ``evaluate_policy`` does.
+
+    Args:
+        allocator: Anything with SB3's ``predict`` signature.
+        env: The environment (possibly wrapped).
+        seed: Passed to ``env.reset``; ``None`` continues the env's task stream.
+        deterministic: Passed to ``predict``.
+
+    Raises:
+        ValueError: If the env ends an episode by termination without the ``success``
+            info key of the cost-envs contract.
+    """
+    obs, _ = env.reset(seed=seed)
+    state: Any = None
+    start = np.array([True])
+    cost = flops = 0.0
+    calls = np.zeros(0, dtype=np.int64)
+    length = 0
+    violation = False
+    while True:
+        raw, state = allocator.predict(
+            obs, state=state, episode_start=start, deterministic=deterministic
+        )
+        start = np.array([False])
+        obs, _, terminated, truncated, info = env.step(_action(raw))
+        length += 1
+        cost += float(info["cost"])
+        flops += float(info["flops"])
+        step_calls = np.asarray(info["calls"], dtype=np.int64)
+        calls = step_calls if length == 1 else calls + step_calls
+        violation = violation or bool(info.get("budget_exceeded", False))
+        if terminated or truncated:
+            break
+    if "success" not in info and terminated:
+        raise ValueError("the environment terminated an episode without info['success']; "
+                         "cost-envs environments report it at the last step")
+    # A plain TimeLimit truncation carries no outcome: the episode did not succeed.
+    return EpisodeRecord(
+        success=bool(info.get("success", False)),
+        quality=float(info.get("quality", 0.0)),
+        cost=cost,
+        flops=flops,
+        calls=calls,
+        length=length,
+        budget_violation=violation,
+    )
+
+
+def _check_episodes(episodes: int) -> None:
+    if isinstance(episodes, bool) or not isinstance(episodes, (int, np.integer)) or episodes < 1:
+        raise ValueError(f"episodes: expected a positive int, got {episodes!r}")
+
+
+def evaluate(
+    allocator: Any,
+    env: gym.Env | str,
+    episodes: int = 400,
+    seed: int = 0,
+    deterministic: bool = True,
+    env_kwargs: Mapping[str, Any] | None = None,
+) -> EvaluationResult:
+    """Run ``allocator`` for ``episodes`` episodes on the fixed task set of ``seed``.
+
+    The first episode resets with ``seed`` and the rest continue the env's own task
+    stream, so every allocator evaluated with the same seed sees the same tasks (see the
+    module docstring).
+
+    Args:
+        allocator: Anything with SB3's ``predict(obs, state, episode_start,
+            deterministic)``; a privileged one must have been built on ``env``.
+        env: An environment instance (possibly wrapped) or a registered id, then made
+            with ``gym.make(env, **env_kwargs)`` and closed afterwards.
+        episodes: Number of episodes, >= 1.
+        seed: Seed of the task set.
+        deterministic: Passed to ``predict``.
+        env_kwargs: Keyword arguments for ``gym.make``; only with an id.
+
+    Returns:
+        The :class:`EvaluationResult`.
+    """
+    _check_episodes(episodes)
+    if isinstance(env, str):
+        made = gym.make(env, **dict(env_kwargs or {}))
+        try:
+            return evaluate(allocator, made, episodes, seed, deterministic)
+        finally:
+            made.close()
+    if env_kwargs:
+        raise ValueError("env_kwargs: only used when env is an id string")
+    _check_binding(allocator, env)
+    records = tuple(
+        run_episode(allocator, env, seed if i == 0 else None, deterministic)
+        for i in range(episodes)
+    )
+    return EvaluationResult(records=records, agent_names=_agent_names(env), seed=seed)
+
+
+def _build(method: Any, env: gym.Env, name: str) -> Any:
+    """An allocator from ``method``: classes and plain callables are factories."""
+    if isinstance(method, type):
+        return method(env)
+    if hasattr(method, "predict"):
+        return method
+    if callable(method):
+        return method(env)
+    raise ValueError(
+        f"method {name!r}: expected an allocator (with predict) or a factory env -> "
+        f"allocator, got {method!r}"
+    )
+
+
+def compare(
+    methods: Mapping[str, Any],
+    env_id: str,
+    episodes: int = 400,
+    seed: int = 0,
+    env_kwargs: Mapping[str, Any] | None = None,
+    n_resamples: int = 1000,
+) -> dict[str, dict[str, Any]]:
+    """Evaluate several methods on the same task set, each on a freshly made env.
+
+    Args:
+        methods: Name -> allocator, or name -> factory taking the env and returning an
+            allocator (a baseline class works as its own factory). Privileged allocators
+            such as the oracle must be given as factories.
+        env_id: Registered environment id.
+        episodes: Episodes per method.
+        seed: Seed of the task set, shared by all methods.
+        env_kwargs: Keyword arguments for ``gym.make``.
+        n_resamples: Bootstrap resamples for the intervals.
+
+    Returns:
+        Name -> :meth:`EvaluationResult.summary`, in the order of ``methods``.
+    """
+    if not methods:
+        raise ValueError("compare: expected at least one method, got none")
+    _check_episodes(episodes)
+    results = {}
+    for name, method in methods.items():
+        env = gym.make(env_id, **dict(env_kwargs or {}))
+        try:
+            allocator = _build(method, env, name)
+            result = evaluate(allocator, env, episodes, seed)
+        finally:
+            env.close()
+        results[name] = result.summary(n_resamples=n_resamples, seed=seed)
+    return results
+
+
+def _cell(summary: Mapping[str, Any], key: str, fmt: Callable[[float], str]) -> str:
+    text = fmt(summary[key])
+    interval: Sequence[float] | None = summary.get(f"{key}_ci")
+    if interval is not None:
+        text += f" [{fmt(interval[0])}, {fmt(interval[1])}]"
+    return text
+
+
+def format_table(results: Mapping[str, Mapping[str, Any]]) -> str:
+    """A Markdown table of summaries, each value with its 95% interval when present.
+
+    Success has 3 decimals, CPS and average cost 4 significant digits, FLOPs/success
+    scientific notation, quality 2 decimals: e.g. ``0.812 [0.774, 0.848]``.
+
+    Args:
+        results: Method name -> summary (as returned by :func:`compare`).
+
+    Returns:
+        The table, one row per method, without a trailing newline.
+    """
+    if not results:
+        raise ValueError("format_table: expected at least one method's summary, got none")
+    header = ["Method", *(title for title, _, _ in _COLUMNS)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * len(header)) + "|"]
+    for name, summary in results.items():
+        cells = [name, *(_cell(summary, key, fmt) for _, key, fmt in _COLUMNS)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
