@@ -219,17 +219,35 @@ class AgentPool:
             raise ValueError(f"{path}: expected a .json, .yaml or .yml file, got {suffix!r}")
         text = path.read_text(encoding="utf-8")
         try:
-            if suffix == ".json":
-                data = json.loads(text)
-            else:
-                import yaml  # only needed for YAML pools
-
-                data = yaml.safe_load(text)
+            data = json.loads(text) if suffix == ".json" else _load_yaml(text)
         except (json.JSONDecodeError, ValueError) as err:
             raise ValueError(f"{path}: not valid {suffix[1:].upper()}: {err}") from None
         except Exception as err:  # yaml.YAMLError does not subclass ValueError
             raise ValueError(f"{path}: not valid YAML: {err}") from None
         return cls.from_dict(data, source=str(path))
+
+
+def _load_yaml(text: str) -> Any:
+    """``yaml.safe_load`` that reads ``1e9`` and ``2.0e14`` as floats.
+
+    PyYAML follows YAML 1.1, where a float needs a dot and a signed exponent, so the
+    FLOP counts people naturally write (``1.4e13``) would load as strings. YAML 1.2's
+    float rule is added here, on a private loader class.
+    """
+    import re
+
+    import yaml  # only needed for YAML pools
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$|^[-+]?\.(?:inf|Inf|INF)$"
+                   r"|^\.(?:nan|NaN|NAN)$"),
+        list("-+0123456789."),
+    )
+    return yaml.load(text, Loader=Loader)  # a SafeLoader subclass: no arbitrary objects
 
 
 def _reject_unknown(data: Mapping[str, Any], allowed: Sequence[str], where: str) -> None:

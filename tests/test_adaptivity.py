@@ -1,0 +1,43 @@
+"""The environments make adaptivity pay (issue #2's design targets), on a fixed task set.
+
+Random is poor, calling everything succeeds often but at a high cost per success, and no
+fixed rule reaches the hindsight oracle's CPS. If a change to a generative model breaks
+one of these, the benchmark stops discriminating between allocators.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import cost_envs
+from agents.baselines import BASELINES
+from agents.evaluation import compare
+
+EPISODES = 300
+
+
+@pytest.fixture(scope="module", params=sorted(cost_envs.ENV_IDS))
+def scores(request: pytest.FixtureRequest) -> dict[str, dict]:
+    return compare(dict(BASELINES), request.param, episodes=EPISODES, seed=7, n_resamples=10)
+
+
+def test_no_baseline_reaches_the_oracle_cps(scores: dict[str, dict]) -> None:
+    oracle = scores["oracle"]["cps"]
+    for name, summary in scores.items():
+        if name != "oracle":
+            assert summary["cps"] > 1.5 * oracle, name
+
+
+def test_oracle_succeeds_at_least_as_often_as_anyone(scores: dict[str, dict]) -> None:
+    best = max(summary["success_rate"] for summary in scores.values())
+    assert scores["oracle"]["success_rate"] == best
+
+
+def test_random_is_poor(scores: dict[str, dict]) -> None:
+    assert scores["random"]["cps"] > 5 * scores["oracle"]["cps"]
+    assert scores["random"]["success_rate"] < scores["oracle"]["success_rate"] - 0.25
+
+
+def test_calling_everything_often_succeeds_at_a_high_cps(scores: dict[str, dict]) -> None:
+    assert scores["all"]["success_rate"] >= 0.5
+    assert scores["all"]["cps"] > 5 * scores["oracle"]["cps"]
