@@ -219,7 +219,13 @@ class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
 
     def validate_action(self, action: Any) -> np.ndarray:
         """Return ``action`` as a fresh int8 0/1 array, or raise ``ValueError``."""
-        a = action if isinstance(action, np.ndarray) else np.asarray(action)
+        if isinstance(action, np.ndarray):
+            a = action
+        else:
+            try:
+                a = np.asarray(action)
+            except (ValueError, TypeError):  # ragged nesting: report it like any bad action
+                a = np.empty(0)
         if a.shape == self._action_shape:
             kind = a.dtype.kind
             if kind in "biu" and a.itemsize == 1:

@@ -1,0 +1,134 @@
+"""Shared fixtures: every test that takes ``env_id`` runs once per registered environment.
+
+Tests are generated from ``cost_envs.ENV_IDS`` (as Minigrid generates its tests from its
+registry), so an environment is covered the moment it is registered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import data_equivalence
+
+import cost_envs
+
+ENV_IDS = sorted(cost_envs.ENV_IDS)
+
+
+@pytest.fixture(params=ENV_IDS)
+def env_id(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+def make(env_id: str, **kwargs: Any) -> gym.Env:
+    """``gym.make`` as users call it (wrappers included)."""
+    return gym.make(env_id, **kwargs)
+
+
+def random_actions(m: int, seed: int, dtype: type = np.int8) -> Iterator[np.ndarray]:
+    """An endless stream of random MultiBinary(m) actions, reproducible from ``seed``.
+
+    Drawn from our own generator rather than ``action_space.sample()`` so that two envs
+    compared step by step get the same actions without sharing a space's RNG.
+    """
+    rng = np.random.default_rng(seed)
+    while True:
+        yield rng.integers(0, 2, m).astype(dtype)
+
+
+@dataclass
+class Trajectory:
+    """What an env returned over some episodes, copied so later mutation cannot alter it."""
+
+    resets: list[tuple[np.ndarray, dict[str, Any]]] = field(default_factory=list)
+    steps: list[tuple[np.ndarray, float, bool, bool, dict[str, Any]]] = field(
+        default_factory=list
+    )
+
+    def record_reset(self, obs: np.ndarray, info: dict[str, Any]) -> None:
+        self.resets.append(_snapshot((obs, info)))
+
+    def record_step(self, result: tuple) -> None:
+        self.steps.append(_snapshot(result))
+
+
+def _snapshot(data: Any) -> Any:
+    if isinstance(data, np.ndarray):
+        return data.copy()
+    if isinstance(data, dict):
+        return {k: _snapshot(v) for k, v in data.items()}
+    if isinstance(data, tuple):
+        return tuple(_snapshot(v) for v in data)
+    return data
+
+
+def play_episode(
+    env: gym.Env,
+    actions: Iterator[Any],
+    traj: Trajectory | None = None,
+    before_step: Callable[[gym.Env, np.ndarray], None] | None = None,
+    **reset_kwargs: Any,
+) -> tuple[Trajectory, list[Any]]:
+    """Reset with ``reset_kwargs`` and step until the episode ends, recording everything.
+
+    ``before_step(env, obs)`` runs before every step (e.g. to call privileged hooks).
+    Returns the trajectory and the actions taken, so an episode can be replayed.
+    """
+    traj = Trajectory() if traj is None else traj
+    obs, info = env.reset(**reset_kwargs)
+    traj.record_reset(obs, info)
+    return traj, finish_episode(env, actions, traj, obs, before_step)
+
+
+def finish_episode(
+    env: gym.Env,
+    actions: Iterator[Any],
+    traj: Trajectory,
+    obs: np.ndarray,
+    before_step: Callable[[gym.Env, np.ndarray], None] | None = None,
+) -> list[Any]:
+    """Step the current episode to its end, recording every step; returns the actions."""
+    taken = []
+    done = False
+    while not done:
+        if before_step is not None:
+            before_step(env, obs)
+        action = next(actions)
+        taken.append(action)
+        result = env.step(action)
+        traj.record_step(result)
+        obs, done = result[0], result[2] or result[3]
+    return taken
+
+
+def run_episodes(
+    env: gym.Env,
+    actions: Iterator[Any],
+    episodes: int,
+    seed: int | None = None,
+    before_step: Callable[[gym.Env, np.ndarray], None] | None = None,
+    traj: Trajectory | None = None,
+) -> Trajectory:
+    """Play ``episodes`` episodes; ``seed`` goes to the first reset only.
+
+    Later resets take no seed, so the env's own task stream is exercised too.
+    """
+    traj = Trajectory() if traj is None else traj
+    for episode in range(episodes):
+        play_episode(env, actions, traj, before_step, seed=seed if episode == 0 else None)
+    return traj
+
+
+def assert_same_trajectory(a: Trajectory, b: Trajectory) -> None:
+    """Exact equality of everything returned, types included (1.0 is not np.float64(1.0))."""
+    assert len(a.resets) == len(b.resets)
+    assert len(a.steps) == len(b.steps), "episodes of different lengths"
+    for i, (x, y) in enumerate(zip(a.resets, b.resets, strict=True)):
+        assert data_equivalence(x, y, exact=True), f"reset {i} differs: {x} != {y}"
+    for i, (x, y) in enumerate(zip(a.steps, b.steps, strict=True)):
+        assert data_equivalence(x, y, exact=True), f"step {i} differs:\n{x}\n!=\n{y}"
