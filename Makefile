@@ -24,7 +24,7 @@ reproduce: install
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/cost-envs reproduce
 
 benchmark: install
-	$(BIN)/python benchmarks/throughput.py
+	$(BIN)/python benchmarks/throughput.py --output benchmarks/results/throughput.md
 
 clean:
 	rm -rf $(VENV) build *.egg-info

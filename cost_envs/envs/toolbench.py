@@ -216,12 +216,18 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
         hits, rows = self._block_tables(skill, difficulty, luck, n_stages)
         for array in (skill, difficulty, luck, reference, recall_luck, hallucination_rate):
             array.flags.writeable = False  # tasks are views into these blocks
+        # Spurious token j of turn t is topic[floor(pick * 3L)], where the topic is the L
+        # reference tokens followed by 2L distractors; vectorised over the block.
+        pick = (topic_pick * (3 * length)[:, None, None]).astype(np.int64)
+        flat = pick.reshape(n, -1)
+        from_reference = np.take_along_axis(reference, np.minimum(flat, MAX_ANSWER_TOKENS - 1), 1)
+        from_distractors = np.take_along_axis(distractors, np.maximum(flat - length[:, None], 0), 1)
+        spurious = np.where(flat < length[:, None], from_reference, from_distractors).reshape(
+            pick.shape)
+        spurious.flags.writeable = False
         hit_lists = hits.tolist()  # one bulk conversion, sliced per task below
         block = []
         for b, (k, size) in enumerate(zip(n_stages.tolist(), length.tolist(), strict=True)):
-            topic = np.concatenate([reference[b, :size], distractors[b, : 2 * size]])
-            spurious = topic[(topic_pick[b, : k + 1] * len(topic)).astype(np.int64)]
-            spurious.flags.writeable = False
             task = ToolTask(
                 stage_skill=skill[b, :k],
                 stage_difficulty=difficulty[b, :k],
@@ -229,7 +235,7 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
                 reference=reference[b, :size],
                 recall_luck=recall_luck[b, : k + 1, :size],
                 hallucination_rate=hallucination_rate[b, : k + 1],
-                hallucination_tokens=spurious,
+                hallucination_tokens=spurious[b, : k + 1],
             )
             task_hits = [per_turn[:k] for per_turn in hit_lists[b][: k + 1]]
             block.append((task, _Tables(task_hits, rows[b, : k + 1])))
