@@ -20,7 +20,7 @@ from cost_envs.envs import (
 from cost_envs.pool import AgentPool, AgentSpec
 from cost_envs.reward import RewardWeights
 from cost_envs.scoring import token_f1
-from cost_envs.wrappers import CostAccounting, HardBudget
+from cost_envs.wrappers import CostAccounting, HardBudget, StepLimit
 
 __version__ = "0.1.0"
 
@@ -51,6 +51,7 @@ __all__ = [
     "OrchestrationEnv",
     "Outcome",
     "RewardWeights",
+    "StepLimit",
     "ToolBenchEnv",
     "ToolTask",
     "flight_planner_pool",

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import cost_envs
-from cost_envs.wrappers import CostAccounting, HardBudget
+from cost_envs.wrappers import CostAccounting, HardBudget, StepLimit
 
 ENV_IDS = list(cost_envs.ENV_IDS)
 MODES = ["mask", "truncate"]
@@ -33,14 +33,14 @@ def _costs(env: gym.Env) -> np.ndarray:
 
 def _expected_kept(requested: np.ndarray, costs: np.ndarray, spent: float,
                    budget: float) -> np.ndarray:
-    """The documented mask rule, written independently: a prefix in bit order."""
+    """The documented mask rule, written independently: in bit order, keep each requested
+    agent that fits with the ones kept before it."""
     kept = np.zeros_like(requested)
     total = 0.0
     for i in np.flatnonzero(requested):
-        total += float(costs[i])
-        if spent + total > budget:
-            break
-        kept[i] = 1
+        if spent + (total + float(costs[i])) <= budget:
+            total += float(costs[i])
+            kept[i] = 1
     return kept
 
 
@@ -396,3 +396,40 @@ def test_maskable_ppo_trains_and_respects_masks(env_id: str) -> None:
         action, _ = model.predict(obs, action_masks=mask, deterministic=False)
         assert action.shape == (len(costs),)
         assert not action[~mask[1::2]].any()
+
+
+# ------------------------------------------------------------------ StepLimit
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_step_limit_truncates_with_the_final_info_contract(env_id: str) -> None:
+    env = CostAccounting(StepLimit(gym.make(env_id), max_steps=2))
+    env.reset(seed=0)
+    m = env.action_space.n
+    ones = np.zeros(m, dtype=np.int8)
+    ones[0] = 1  # the first agent of each preset never ends an episode on its own
+    total = 0.0
+    for step in range(2):
+        _, _, terminated, truncated, info = env.step(ones)
+        total += info["cost"]
+        assert not terminated
+        assert truncated == (step == 1)
+    assert info["success"] is False and info["quality"] == 0.0
+    assert info["episode_cost"] == pytest.approx(total)
+    assert info["episode"]["length"] == 2 and info["episode"]["cost"] == pytest.approx(total)
+    with pytest.raises(ResetNeeded):  # the env knows its episode ended
+        env.unwrapped.step(ones)
+
+
+def test_step_limit_rejects_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="max_steps"):
+        StepLimit(gym.make(ENV_IDS[0]), max_steps=0)
+    with pytest.raises(TypeError, match="OrchestrationEnv"):
+        StepLimit(gym.make("CartPole-v1"), max_steps=3)
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_budget_truncation_reaches_outer_accounting(env_id: str) -> None:
+    env = CostAccounting(HardBudget(gym.make(env_id), budget=0.0, on_exceed="truncate"))
+    env.reset(seed=0)
+    _, _, terminated, truncated, info = env.step(np.ones(env.action_space.n, dtype=np.int8))
+    assert truncated and not terminated
+    assert info["episode"]["cost"] == 0.0 and info["episode"]["success"] is False

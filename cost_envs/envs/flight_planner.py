@@ -21,7 +21,9 @@ EDGE_PROBABILITY = 0.32
 MAX_TURNS = 7
 FARE_INFLATION = 0.02  # fares found at turn t cost (1 + 0.02 t) times more
 SEARCH_MARKUP = 0.5  # a searcher of strength s pays up to 50% * (1 - s) above the best fare
-ROUTE_NAMES = ("optimal", "fewest_hops", "detour", "broken")
+ROUTE_NAMES = ("optimal", "detour", "broken")
+DETOUR_SHARE = 0.6  # of a planner's unlucky proposals; the rest are broken routes
+SEARCH_NOTICE = 0.5  # a searcher notices a missing leg with probability 0.5 * strength
 NO_ROUTE = -1
 
 _PRESET = (
@@ -50,8 +52,8 @@ class FlightTask:
         shortest_hops: ``h*``, the fewest legs from origin to destination (BFS).
         hop_limit: Most legs an itinerary may have (``h* + 1``).
         budget: Price budget ``B_j`` of the itinerary.
-        route_hops: Legs of the four candidate routes (optimal, fewest_hops, detour,
-            broken), from hop-bounded cheapest-walk search on the network.
+        route_hops: Legs of the three candidate routes (optimal, detour, broken), from
+            hop-bounded cheapest-walk search on the network.
         route_price: Base price of each candidate route.
         route_connected: Whether every leg of the route exists (False for ``broken``).
         luck: ``(MAX_TURNS, m)`` uniforms: a planner's proposal, a searcher's or
@@ -74,7 +76,7 @@ class FlightTask:
     @property
     def mean_fare(self) -> float:
         """Average fare of the legs that exist."""
-        return float(self.fares[np.isfinite(self.fares)].mean())
+        return float(_mean_fare(self.fares))
 
 
 def _cheapest_walks_from(fares: np.ndarray, origin: np.ndarray, max_hops: int) -> np.ndarray:
@@ -90,6 +92,12 @@ def _cheapest_walks_from(fares: np.ndarray, origin: np.ndarray, max_hops: int) -
     return best
 
 
+def _mean_fare(fares: np.ndarray) -> np.ndarray:
+    """Average finite fare over the last two axes (one formula for blocks and single tasks)."""
+    finite = np.isfinite(fares)
+    return np.where(finite, fares, 0.0).sum(axis=(-2, -1)) / finite.sum(axis=(-2, -1))
+
+
 def _budget_level(budget: Any, mean_fare: Any, shortest_hops: Any) -> Any:
     """The budget relative to a typical fare for the trip, a visible hint of its slack."""
     return np.minimum(budget / (mean_fare * shortest_hops), 2.0) / 2
@@ -98,6 +106,7 @@ def _budget_level(budget: Any, mean_fare: Any, shortest_hops: Any) -> Any:
 class _Tables(NamedTuple):
     # per (turn, agent), as nested lists because indexing them is the hot path of step
     proposal: list
+    notices: list
     detects: list
     markup: list
     budget_level: float
@@ -121,14 +130,16 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
     turn the called agents run in role order:
 
     * Planners: the strongest called planner proposes a route, replacing the plan. With
-      ``u < s`` it is the optimal route; otherwise, in shares .35/.30/.35 of the rest,
-      the fewest-hops route (cheapest with ``h*`` legs, often over budget), a detour (the
-      cheapest walk with one more leg than the optimum, often over the hop limit) or a
-      broken route that uses a leg that does not exist (it looks short and cheap).
+      ``u < s`` it is the optimal route. Otherwise, in shares .6/.4 of the rest, it is a
+      detour or a broken route. A detour is the cheapest walk with one more leg than the
+      optimum (two more if there is none; the optimum itself if neither exists). It
+      exceeds the hop limit in about a quarter of tasks and the budget in four of five.
+      A broken route uses a leg that does not exist. It has as many legs as the optimum
+      and a price of ``P_opt * U(0.9, 1.1)``, so nothing in the observation gives it away.
     * Searchers: quote the plan at ``price * (1 + 0.02 t) * (1 + 0.5 (1 - s) w)``; the
       best quote is kept. On a broken route a searcher notices the missing leg when
-      ``u < s`` and the plan is dropped.
-    * Validators: check connectivity, the hop limit and (if quoted) the budget. A bad plan
+      ``u < 0.5 s``, and the plan is dropped.
+    * Validators check connectivity, the hop limit and, if quoted, the budget. A bad plan
       is caught when ``u < s`` and dropped; otherwise the plan is marked validated,
       rightly or not.
 
@@ -220,6 +231,7 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
         # an agent's strength is its capability in the skill of its own role
         self._strength = pool.capabilities[np.arange(self.n_agents), self._role_list]
         self._strength_list: list[float] = self._strength.tolist()
+        self._has_validator = "validator" in pool.roles
         self.observation_space = spaces.Box(0.0, 1.0, shape=(15,), dtype=np.float32)
 
     # ------------------------------------------------------------------ tasks
@@ -250,7 +262,7 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
         candidates = ((first == 2) | (first == 3)) & ~np.eye(size, dtype=bool)
         pick = rng.random((n, size, size)) * candidates
         slack = rng.uniform(0.03, 0.35, n)
-        broken_discount = rng.uniform(0.6, 0.85, n)
+        broken_price = rng.uniform(0.9, 1.1, n)
         luck = rng.random((n, MAX_TURNS, m))
         fare_luck = rng.random((n, MAX_TURNS, m))
         # Everything below is vectorised over the block; the loop only slices.
@@ -264,51 +276,58 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
         h_opt = within.argmin(axis=1)
         p_opt = prices[rows, h_opt]
         detour = np.where(np.isfinite(prices[rows, h_opt + 1]), h_opt + 1,
-                          np.where(np.isfinite(prices[rows, h_opt + 2]), h_opt + 2, h_star))
-        route_hops = np.stack([h_opt, h_star, detour, np.maximum(1, h_star - 1)], axis=1)
-        route_price = np.stack([p_opt, prices[rows, h_star], prices[rows, detour],
-                                p_opt * broken_discount[keep]], axis=1)
+                          np.where(np.isfinite(prices[rows, h_opt + 2]), h_opt + 2, h_opt))
+        route_hops = np.stack([h_opt, detour, h_opt], axis=1)
+        route_price = np.stack([p_opt, prices[rows, detour], p_opt * broken_price[keep]], axis=1)
         budget = p_opt * (1.0 + slack[keep])
-        finite = np.isfinite(fares[keep])
-        mean_fare = np.where(finite, fares[keep], 0.0).sum(axis=(1, 2)) / finite.sum(axis=(1, 2))
-        level = _budget_level(budget, mean_fare, h_star)
-        connected = np.array([True, True, True, False])
-        proposal, detects, markup = self._block_tables(luck[keep], fare_luck[keep])
+        level = _budget_level(budget, _mean_fare(fares[keep]), h_star)
+        connected = np.array([True, True, False])
+        proposal, notices, detects, markup = self._block_tables(luck[keep], fare_luck[keep])
         for array in (fares, route_hops, route_price, connected, luck, fare_luck):
             array.flags.writeable = False  # tasks are views into these blocks
         # one bulk conversion to Python scalars/lists, not one per task
         scalars = zip(keep.tolist(), origin.tolist(), destination.tolist(), h_star.tolist(),
-                      budget.tolist(), proposal.tolist(), detects.tolist(), markup.tolist(),
-                      level.tolist(), strict=True)
+                      budget.tolist(), proposal.tolist(), notices.tolist(), detects.tolist(),
+                      markup.tolist(), level.tolist(), strict=True)
         block = []
-        for r, (b, o, d, h, cap, prop, det, mark, lev) in enumerate(scalars):
+        for r, (b, o, d, h, cap, prop, note, det, mark, lev) in enumerate(scalars):
             task = FlightTask(
                 fares=fares[b], origin=o, destination=d, shortest_hops=h, hop_limit=h + 1,
                 budget=cap, route_hops=route_hops[r], route_price=route_price[r],
                 route_connected=connected, luck=luck[b], fare_luck=fare_luck[b],
             )
-            block.append((task, _Tables(prop, det, mark, lev)))
+            block.append((task, _Tables(prop, note, det, mark, lev)))
         return block
 
     def _tables(self, task: FlightTask) -> _Tables:
-        proposal, detects, markup = self._block_tables(task.luck[None], task.fare_luck[None])
-        level = _budget_level(task.budget, task.mean_fare, task.shortest_hops)
-        return _Tables(proposal[0].tolist(), detects[0].tolist(), markup[0].tolist(),
-                       float(level))
+        tables = self._block_tables(task.luck[None], task.fare_luck[None])
+        level = _budget_level(task.budget, _mean_fare(task.fares), task.shortest_hops)
+        return _Tables(*(table[0].tolist() for table in tables), float(level))
+
+    def _check_task(self, task: FlightTask) -> None:
+        if task.luck.shape != (MAX_TURNS, self.n_agents):
+            raise ValueError(
+                f"{self.env_name}: options['task'] was drawn for {task.luck.shape[1]} agents, "
+                f"this env has {self.n_agents}"
+            )
 
     def _block_tables(
         self, luck: np.ndarray, fare_luck: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per (task, turn, agent): planner proposal, detection of a bad plan, fare markup."""
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per (task, turn, agent) outcomes, vectorised over a block of tasks.
+
+        Returns the planner's proposal, whether a searcher notices a missing leg, whether a
+        validator catches a bad plan, and the fare markup of a search.
+        """
         s = self._strength
         rest = (luck - s) / np.maximum(1.0 - s, 1e-12)  # position within the unlucky share
-        proposal = np.select([luck < s, rest < 0.35, rest < 0.65], [0, 1, 2], default=3)
+        proposal = np.select([luck < s, rest < DETOUR_SHARE], [0, 1], default=2)
         turns = np.arange(MAX_TURNS)[:, None]
         markup = (1.0 + FARE_INFLATION * turns) * (1.0 + SEARCH_MARKUP * (1 - s) * fare_luck)
-        return proposal, luck < s, markup
+        return proposal, luck < SEARCH_NOTICE * s, luck < s, markup
 
     def _initial_state(self, task: FlightTask, tables: _Tables) -> State:
-        self._proposal, self._detects, self._markup, self._budget = tables
+        self._proposal, self._notices, self._detects, self._markup, self._budget = tables
         # state: route, planner strength, quote (0 = none), validated, dropped this turn
         return (NO_ROUTE, 0.0, 0.0, 0, 0)
 
@@ -329,7 +348,8 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
                 quote, validated = 0.0, 0
             searchers = [i for i in called if role[i] == 1]
             if route != NO_ROUTE and searchers:
-                if self._is_broken(route) and any(detects[i] for i in searchers):
+                notices = self._notices[turn]
+                if self._is_broken(route) and any(notices[i] for i in searchers):
                     route, p_strength, quote, validated, dropped = NO_ROUTE, 0.0, 0.0, 0, 1
                 else:
                     markup = self._markup[turn]
@@ -394,7 +414,7 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
             obs[12] = 1.0  # visibly bad: plan again
         elif quote == 0:
             obs[13] = 1.0
-        elif not validated:
+        elif not validated and self._has_validator:
             obs[14] = 1.0
         return obs
 

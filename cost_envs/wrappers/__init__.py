@@ -1,6 +1,12 @@
-"""Wrappers: per-episode budgets and cost accounting, composable like Gymnasium's own."""
+"""Wrappers: budgets, step limits and cost accounting, composable like Gymnasium's own.
+
+Put ``HardBudget`` and ``StepLimit`` directly on the environment, below accounting
+wrappers such as ``CostAccounting``: a budget truncation does not step the wrappers
+beneath it, so they would not see the episode end.
+"""
 
 from cost_envs.wrappers.accounting import CostAccounting
 from cost_envs.wrappers.budget import HardBudget
+from cost_envs.wrappers.limits import StepLimit
 
-__all__ = ["CostAccounting", "HardBudget"]
+__all__ = ["CostAccounting", "HardBudget", "StepLimit"]

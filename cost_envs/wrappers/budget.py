@@ -21,11 +21,10 @@ class HardBudget(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArg
     checks that ``spent + cost(action) <= budget``. When the check fails:
 
     * ``on_exceed="mask"`` (default): requested agents are dropped until the action is
-      affordable. The rule is a *prefix* rule: scanning the requested agents in action-bit
-      order, they are kept while the running total of their costs fits the remaining
-      budget; the first one that does not fit and every requested agent after it are
-      dropped (so the result does not depend on prices of agents that were not
-      requested). ``info["calls"]`` from the inner env shows what actually ran. When
+      affordable. Scanning the requested agents in action-bit order, each is kept when
+      it still fits the remaining budget together with those kept before it, and
+      dropped otherwise (the result depends only on the requested agents' prices).
+      ``info["calls"]`` from the inner env shows what actually ran. When
       nothing requested is affordable the budget is exhausted for this request and the
       episode is truncated as with ``"truncate"`` (forwarding the all-zero action instead
       would silently turn it into the env's "answer now" or "commit").
@@ -58,7 +57,7 @@ class HardBudget(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArg
         >>> mask.shape, bool(mask[0::2].all())
         ((16,), True)
         >>> call_all = np.ones(8, dtype=np.int8)
-        >>> _, _, terminated, truncated, info = env.step(call_all)  # masked to a prefix
+        >>> _, _, terminated, truncated, info = env.step(call_all)  # unaffordable tools dropped
         >>> info["cost"] <= 0.01, truncated, info["budget_remaining"] >= 0
         (True, False, True)
         >>> env = HardBudget(gym.make("cost_envs/ToolBench-v0"), 0.0, on_exceed="truncate")
@@ -108,6 +107,7 @@ class HardBudget(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArg
         self._on_exceed = on_exceed
         self._truncate = on_exceed == "truncate"
         self._costs: np.ndarray = np.asarray(base.pool.costs, dtype=np.float64)
+        self._cost_list: list[float] = self._costs.tolist()
         self._validate = base.validate_action
         self._price = base.price
         self._spent = 0.0
@@ -196,12 +196,16 @@ class HardBudget(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArg
         return obs, info
 
     def _affordable(self, calls: np.ndarray) -> np.ndarray:
-        """The prefix (in bit order) of the requested agents that the budget can pay for."""
-        # np.cumsum adds in bit order like the env does, so the running total at the last
-        # kept agent is exactly the price the env will charge; costs are >= 0, so the
-        # total is non-decreasing and the kept agents form a prefix of the requested ones.
-        fits = self._spent + np.cumsum(self._costs * calls) <= self._budget
-        return (calls * fits).astype(np.int8, copy=False)
+        """The requested agents, in bit order, that still fit with those kept before them."""
+        kept = np.zeros_like(calls)
+        total = 0.0
+        for i in calls.nonzero()[0].tolist():
+            # total + cost accumulates in index order exactly as the env's price() will
+            # add up the kept agents, so spent + price <= budget holds to the last bit
+            if self._spent + (total + self._cost_list[i]) <= self._budget:
+                total += self._cost_list[i]
+                kept[i] = 1
+        return kept
 
     def _cut_short(self) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         """End the episode as truncated without stepping the env (nothing is spent)."""
