@@ -155,7 +155,12 @@ class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
         return self._episode_cost
 
     def sample_tasks(self, n: int) -> list[TaskT]:
-        """Draw ``n`` tasks from ``np_random`` without starting an episode."""
+        """Draw ``n`` tasks from ``np_random`` without starting an episode.
+
+        This advances ``np_random``: tasks drawn by later resets differ from those of an
+        env that did not call it. Replay the returned tasks with
+        ``reset(options={"task": t})``, or re-seed with ``reset(seed=...)``.
+        """
         return [task for task, _ in self._generate_block(self.np_random, n)]
 
     def reset(
@@ -209,11 +214,11 @@ class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
         self._episode_cost += cost
         self._episode_flops += flops
         info: dict[str, Any] = {"cost": cost, "flops": flops, "calls": calls}
-        w = self.reward_weights
-        reward = -w.lam * cost - w.gamma * n_calls
-        if outcome is not None:
+        if outcome is None:
+            reward = self.reward_weights(False, 0.0, cost, n_calls)
+        else:
             self._finished = True
-            reward += w.alpha * outcome.success + w.beta * outcome.quality
+            reward = self.reward_weights(outcome.success, outcome.quality, cost, n_calls)
             info.update(self._final_info(outcome))
         return self._observe(self._turn, self._state), reward, outcome is not None, False, info
 

@@ -272,3 +272,19 @@ def test_env_does_not_mutate_user_dict() -> None:
     before = copy.deepcopy(data)
     ToolBenchEnv(pool=data)
     assert data == before
+
+
+def test_toolbench_rejects_pool_and_pool_size_together() -> None:
+    with pytest.raises(ValueError, match="pool_size=4"):
+        ToolBenchEnv(pool=toolbench_pool(4), pool_size=4)
+
+
+def test_flight_planner_without_validator_never_asks_for_validation() -> None:
+    env = FlightPlannerEnv(pool=_flight_pool_with_roles("planner", "search"))
+    embedding = env.observation_layout["task_embedding"]
+    obs, _ = env.reset(seed=0)
+    for _ in range(200):
+        obs, _, terminated, truncated, _ = env.step(np.ones(2, dtype=np.int8))
+        assert obs[embedding][2] == 0.0  # the "validate" need of the embedding
+        if terminated or truncated:
+            obs, _ = env.reset()

@@ -152,7 +152,7 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
     ## Arguments
 
     * ``pool``: an :class:`AgentPool` over ``SKILLS``, its dict form or a JSON/YAML path.
-    * ``pool_size``: size of the preset pool (1-12) when ``pool`` is not given.
+    * ``pool_size``: size of the preset pool (1-12, default 8); not with ``pool``.
     * ``f1_threshold``: answer F1 needed for success (default 0.6).
     * ``reward_weights``: :class:`RewardWeights` or a mapping.
     * ``render_mode``: ``None`` or ``"ansi"``.
@@ -176,12 +176,16 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
     def __init__(
         self,
         pool: AgentPool | Mapping[str, Any] | str | Path | None = None,
-        pool_size: int = 8,
+        pool_size: int | None = None,
         f1_threshold: float = 0.6,
         reward_weights: RewardWeights | Mapping[str, float] | None = None,
         render_mode: str | None = None,
     ) -> None:
-        pool = toolbench_pool(pool_size) if pool is None else coerce_pool(pool)
+        if pool is not None and pool_size is not None:
+            raise ValueError("ToolBench-v0: pass either pool or pool_size, not both "
+                             f"(got pool_size={pool_size!r} with a custom pool)")
+        pool = toolbench_pool(8 if pool_size is None else pool_size) if pool is None else (
+            coerce_pool(pool))
         if pool.skills != SKILLS:
             raise ValueError(
                 f"ToolBench-v0: pool skills must be {list(SKILLS)} in this order, "
