@@ -328,6 +328,7 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
 
     def _initial_state(self, task: FlightTask, tables: _Tables) -> State:
         self._proposal, self._notices, self._detects, self._markup, self._budget = tables
+        self._route_hops = task.route_hops.tolist()
         # state: route, planner strength, quote (0 = none), validated, dropped this turn
         return (NO_ROUTE, 0.0, 0.0, 0, 0)
 
@@ -391,32 +392,25 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
     def _observe(self, turn: int, state: State) -> np.ndarray:
         task = self._task
         route, p_strength, quote, validated, dropped = state
-        limit = task.hop_limit
-        obs = np.zeros(15, dtype=np.float32)
-        obs[0] = (MAX_TURNS - turn) / MAX_TURNS
-        obs[1] = task.shortest_hops / limit
-        obs[2] = self._budget
-        obs[10] = validated
-        obs[11] = dropped
-        if route == NO_ROUTE:
-            obs[12] = 1.0  # need a plan
-            return obs
-        hops = task.route_hops[route]
-        obs[3] = 1.0
-        obs[4] = hops / (limit + 2)
-        obs[5] = hops <= limit
-        obs[6] = p_strength
-        if quote > 0:
-            obs[7] = 1.0
-            obs[8] = min(quote / task.budget, 2.0) / 2
-            obs[9] = quote <= task.budget
-        if hops > limit or (quote > 0 and quote > task.budget):
-            obs[12] = 1.0  # visibly bad: plan again
-        elif quote == 0:
-            obs[13] = 1.0
-        elif not validated and self._has_validator:
-            obs[14] = 1.0
-        return obs
+        limit, budget = task.hop_limit, task.budget
+        head = [(MAX_TURNS - turn) / MAX_TURNS, task.shortest_hops / limit, self._budget]
+        if route == NO_ROUTE:  # need a plan
+            return np.array([*head, 0, 0, 0, 0, 0, 0, 0, validated, dropped, 1, 0, 0],
+                            dtype=np.float32)
+        hops = self._route_hops[route]
+        quoted = quote > 0
+        visibly_bad = hops > limit or quote > budget
+        need = (  # plan again / search / validate; all zero when ready to commit
+            (1, 0, 0) if visibly_bad else (0, 1, 0) if not quoted
+            else (0, 0, 1) if not validated and self._has_validator else (0, 0, 0)
+        )
+        # A Python list and one conversion: much cheaper than item-by-item numpy writes.
+        return np.array(
+            [*head, 1, hops / (limit + 2), hops <= limit, p_strength, quoted,
+             min(quote / budget, 2.0) / 2, quoted and quote <= budget, validated, dropped,
+             *need],
+            dtype=np.float32,
+        )
 
     # ------------------------------------------------------------- helpers
     def rule_based_action(self, observation: np.ndarray) -> np.ndarray:
