@@ -100,22 +100,13 @@ def _json_results(results: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any
     return {name: {key: summary[key] for key in JSON_KEYS} for name, summary in results.items()}
 
 
-def _umask() -> int:
-    mask = os.umask(0)  # the only portable way to read the umask is to set it
-    os.umask(mask)
-    return mask
-
-
 def _write_atomic(path: Path, text: str) -> None:
     """Write via a temp file in the same directory and ``os.replace``: never half-written."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        # mkstemp creates the file 0600; results are meant to be shared and committed.
-        os.chmod(tmp, 0o666 & ~_umask())
+        os.chmod(tmp, 0o644)  # mkstemp makes it 0600; results are meant to be shared
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -105,16 +105,17 @@ class AgentPool:
         if len(set(skills)) != len(skills):
             raise ValueError(f"agent pool: skills: expected unique names, got {list(skills)!r}")
         seen: set[str] = set()
-        for agent in agents:
+        for i, agent in enumerate(agents):
             if not isinstance(agent, AgentSpec):
-                raise ValueError(f"agent pool: expected AgentSpec entries, got {agent!r}")
+                raise ValueError(f"agents[{i}]: expected an AgentSpec, got {agent!r}")
             if agent.name in seen:
-                raise ValueError(f"agent pool: duplicate agent name {agent.name!r}")
+                raise ValueError(f"agents[{i}]: name: {agent.name!r} is a duplicate; "
+                                 "expected unique agent names")
             seen.add(agent.name)
             if len(agent.capability) != len(skills):
                 raise ValueError(
-                    f"agent {agent.name!r}: capability: expected {len(skills)} values "
-                    f"(one per skill {list(skills)}), got {len(agent.capability)}"
+                    f"agents[{i}]: agent {agent.name!r}: capability: expected {len(skills)} "
+                    f"values (one per skill {list(skills)}), got {len(agent.capability)}"
                 )
         object.__setattr__(self, "agents", agents)
         object.__setattr__(self, "skills", skills)
