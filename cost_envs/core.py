@@ -117,7 +117,16 @@ class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
         raise NotImplementedError
 
     def _check_task(self, task: TaskT) -> None:
-        """Raise ``ValueError`` if a replayed task does not fit this env (pool size...)."""
+        """Raise ``ValueError`` if a replayed task was drawn for a pool of another size.
+
+        Tasks keep their per-agent luck in ``task.luck``, agents on the last axis.
+        """
+        drawn_for = task.luck.shape[-1]  # type: ignore[attr-defined]
+        if drawn_for != self.n_agents:
+            raise ValueError(
+                f"{self.env_name}: options['task'] was drawn for {drawn_for} agents, "
+                f"this env has {self.n_agents}"
+            )
 
     def _initial_state(self, task: TaskT, tables: Any) -> State:
         raise NotImplementedError

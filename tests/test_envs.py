@@ -424,3 +424,14 @@ def test_registration_is_idempotent() -> None:
     for env_id in ENV_IDS:
         assert env_id in gym.registry
         make(env_id).reset(seed=0)
+
+
+def test_replaying_a_task_on_a_pool_of_another_size_is_refused(env_id: str) -> None:
+    source = make(env_id).unwrapped
+    source.reset(seed=0)
+    task = source.task
+    kwargs = {"pool_size": 4} if "ToolBench" in env_id else {
+        "pool": cost_envs.AgentPool(source.pool.agents[::2], source.pool.skills)}
+    other = make(env_id, **kwargs)
+    with pytest.raises(ValueError, match=f"drawn for {source.n_agents} agents"):
+        other.reset(options={"task": task})

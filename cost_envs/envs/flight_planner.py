@@ -304,13 +304,6 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
         level = _budget_level(task.budget, _mean_fare(task.fares), task.shortest_hops)
         return _Tables(*(table[0].tolist() for table in tables), float(level))
 
-    def _check_task(self, task: FlightTask) -> None:
-        if task.luck.shape != (MAX_TURNS, self.n_agents):
-            raise ValueError(
-                f"{self.env_name}: options['task'] was drawn for {task.luck.shape[1]} agents, "
-                f"this env has {self.n_agents}"
-            )
-
     def _block_tables(
         self, luck: np.ndarray, fare_luck: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -279,13 +279,6 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
         rows[:, :, 2] = np.minimum(stages / n_stages[:, None], 1.0)
         return hits, rows
 
-    def _check_task(self, task: ToolTask) -> None:
-        if task.luck.shape != (task.horizon, self.n_agents):
-            raise ValueError(
-                f"{self.env_name}: options['task'] was drawn for {task.luck.shape[1]} agents, "
-                f"this env has {self.n_agents}"
-            )
-
     # ------------------------------------------------------------- dynamics
     def _initial_state(self, task: ToolTask, tables: _Tables) -> State:
         self._hits, self._obs_rows = tables.hits, tables.observation_rows
