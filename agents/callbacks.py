@@ -1,0 +1,95 @@
+"""Cost accounting for SB3 training runs: CPS, FLOPs per success and call ratios in the logger.
+
+:class:`CostMetricsCallback` reads the per-step ``info`` of the cost-envs contract
+(``cost``, ``flops``, ``calls``; ``success`` at the last step), so it works with any
+wrapper stack, SB3's ``Monitor`` included (``Monitor`` overwrites ``info["episode"]``,
+which is why the per-step keys are used). At the end of every rollout it records, over
+the last ``window`` finished episodes:
+
+==============================  ===================================================
+key                             value
+==============================  ===================================================
+``cost/cps``                    total cost / max(1, successes)
+``cost/flops_per_success``      total FLOPs / max(1, successes)
+``cost/episode_cost``           mean cost per episode
+``rollout/success_rate``        fraction of episodes that succeeded
+``cost/call_ratio/<agent>``     fraction of steps in which ``<agent>`` was called
+==============================  ===================================================
+
+They go through ``self.logger``, so they land in TensorBoard, CSV and stdout beside SB3's
+own keys. The same values are appended to :attr:`CostMetricsCallback.history` with the
+step count, which is what the learning-curve figures plot.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+import numpy as np
+from stable_baselines3.common.callbacks import BaseCallback
+
+from cost_envs.metrics import EpisodeRecord, summarize
+
+
+class CostMetricsCallback(BaseCallback):
+    """Log cost metrics of finished training episodes (module docstring).
+
+    Args:
+        window: Finished episodes the metrics are computed over (SB3 uses 100 for its
+            ``rollout/ep_rew_mean``).
+        verbose: SB3 verbosity.
+    """
+
+    def __init__(self, window: int = 100, verbose: int = 0) -> None:
+        super().__init__(verbose)
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise ValueError(f"window: expected an int >= 1, got {window!r}")
+        self.window = window
+        self.episodes: deque[EpisodeRecord] = deque(maxlen=window)
+        self.history: list[dict[str, Any]] = []
+        self.agent_names: tuple[str, ...] = ()
+        self._running: list[dict[str, Any]] = []
+
+    def _on_training_start(self) -> None:
+        pool = self.training_env.get_attr("pool")[0]
+        self.agent_names = tuple(pool.names)
+        self._running = [self._fresh() for _ in range(self.training_env.num_envs)]
+
+    def _fresh(self) -> dict[str, Any]:
+        return {"cost": 0.0, "flops": 0.0, "length": 0,
+                "calls": np.zeros(len(self.agent_names), dtype=np.int64)}
+
+    def _on_step(self) -> bool:
+        for index, (info, done) in enumerate(zip(self.locals["infos"], self.locals["dones"],
+                                                 strict=True)):
+            running = self._running[index]
+            running["cost"] += float(info["cost"])
+            running["flops"] += float(info["flops"])
+            running["calls"] += np.asarray(info["calls"], dtype=np.int64)
+            running["length"] += 1
+            if done:
+                self.episodes.append(EpisodeRecord(
+                    success=bool(info.get("success", False)),
+                    quality=float(info.get("quality", 0.0)),
+                    cost=running["cost"], flops=running["flops"], calls=running["calls"],
+                    length=running["length"],
+                ))
+                self._running[index] = self._fresh()
+        return True
+
+    def _on_rollout_end(self) -> None:
+        if not self.episodes:
+            return
+        summary = summarize(self.episodes)
+        values = {
+            "cost/cps": summary["cps"],
+            "cost/flops_per_success": summary["flops_per_success"],
+            "cost/episode_cost": summary["avg_cost"],
+            "rollout/success_rate": summary["success_rate"],
+        }
+        for name, ratio in zip(self.agent_names, summary["call_ratio"], strict=True):
+            values[f"cost/call_ratio/{name}"] = float(ratio)
+        for key, value in values.items():
+            self.logger.record(key, value)
+        self.history.append({"timesteps": self.num_timesteps, **values})

@@ -1,0 +1,153 @@
+"""LoRA-guided PPO: PPO whose updates live in the adapter subspace, warm-started from supervision.
+
+What differs from SB3's PPO, and nothing else:
+
+* **What trains.** Exactly the LoRA ``A``/``B`` matrices of the encoder and the value
+  head (groups ``adapter`` and ``value`` of :class:`~agents.policies.AllocatorPolicy`).
+  The frozen base and the action head learned in the supervised stage stay fixed, so the
+  policy can only move within the span of the adapters. The optimizer holds those tensors
+  and no others (checked at setup).
+* **Learning rates.** The adapter uses ``learning_rate`` (5e-5, the paper's A.4); the value
+  head, trained from the supervised fit rather than from a pretrained model, uses
+  ``learning_rate * value_lr_scale``.
+* **Loss.** SB3's clipped surrogate + entropy + value loss, plus the expected-cost term
+  ``cost_coef * E_t[sum_i c_i p_{t,i}]`` with ``p_t`` the current call probabilities and
+  ``c_i`` each agent's price over the pool's highest.
+* **Warm start.** :meth:`LoraGuidedPPO.from_supervised` copies every tensor of a
+  supervised allocator (base, adapters, heads) into the new model.
+
+Defaults follow the paper's A.4: clip 0.2, entropy 0.01, value 0.5, GAE 0.95, r = 8.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from stable_baselines3 import PPO
+from stable_baselines3.common.utils import explained_variance
+from torch.nn import functional as F
+
+from agents.lora import verify_optimizer
+from agents.policies import AllocatorPolicy
+
+
+class LoraGuidedPPO(PPO):
+    """PPO restricted to the adapter subspace with an expected-cost penalty.
+
+    Args:
+        policy: :class:`AllocatorPolicy` (or its class path); it must carry LoRA.
+        env: The environment or VecEnv.
+        cost_coef: ``lambda_c`` of the expected-cost term.
+        learning_rate: Adapter learning rate.
+        value_lr_scale: Value-head learning rate over the adapter's.
+        **kwargs: Everything else of SB3's ``PPO``.
+    """
+
+    def __init__(
+        self,
+        policy: type[AllocatorPolicy] | str,
+        env: gym.Env | Any,
+        cost_coef: float = 0.05,
+        learning_rate: float = 5e-5,
+        value_lr_scale: float = 6.0,
+        n_steps: int = 512,
+        batch_size: int = 64,
+        gae_lambda: float = 0.95,
+        clip_range: float = 0.2,
+        ent_coef: float = 0.01,
+        vf_coef: float = 0.5,
+        **kwargs: Any,
+    ) -> None:
+        if cost_coef < 0 or value_lr_scale <= 0:
+            raise ValueError(f"cost_coef must be >= 0 and value_lr_scale > 0, got "
+                             f"{cost_coef!r} and {value_lr_scale!r}")
+        self.cost_coef = float(cost_coef)
+        self.value_lr_scale = float(value_lr_scale)
+        super().__init__(policy, env, learning_rate=learning_rate, n_steps=n_steps,
+                         batch_size=batch_size, gae_lambda=gae_lambda, clip_range=clip_range,
+                         ent_coef=ent_coef, vf_coef=vf_coef, **kwargs)
+
+    def _setup_model(self) -> None:
+        super()._setup_model()
+        if not isinstance(self.policy, AllocatorPolicy) or self.policy.lora_rank is None:
+            raise ValueError("LoraGuidedPPO needs an AllocatorPolicy with LoRA adapters "
+                             f"(lora_rank set), got {type(self.policy).__name__}")
+        self.policy.train_only({"adapter": 1.0, "value": self.value_lr_scale})
+        costs = np.asarray(self.get_env().get_attr("pool")[0].costs, dtype=np.float32)
+        top = float(costs.max()) if costs.size else 0.0
+        self._relative_costs = torch.as_tensor(costs / top if top > 0 else costs * 0.0)
+
+    @classmethod
+    def from_supervised(
+        cls, supervised: AllocatorPolicy, env: gym.Env | Any, **kwargs: Any
+    ) -> LoraGuidedPPO:
+        """A model whose policy starts as a copy of ``supervised`` (same architecture)."""
+        policy_kwargs = dict(kwargs.pop("policy_kwargs", None) or {})
+        policy_kwargs.update(hidden_sizes=supervised.hidden_sizes,
+                             lora_rank=supervised.lora_rank, lora_alpha=supervised.lora_alpha)
+        model = cls(AllocatorPolicy, env, policy_kwargs=policy_kwargs, **kwargs)
+        model.policy.load_state_dict(supervised.state_dict())
+        return model
+
+    def _update_learning_rate(self, optimizers: Any) -> None:
+        # SB3 would give every parameter group the same rate; keep each group's scale.
+        learning_rate = self.lr_schedule(self._current_progress_remaining)
+        self.logger.record("train/learning_rate", learning_rate)
+        self.policy.set_learning_rate(learning_rate)
+
+    def train(self) -> None:
+        """One PPO update over the rollout buffer (SB3's, plus the expected-cost term)."""
+        verify_optimizer(self.policy, self.policy.optimizer)
+        self.policy.set_training_mode(True)
+        self._update_learning_rate(self.policy.optimizer)
+        clip_range = self.clip_range(self._current_progress_remaining)  # type: ignore[operator]
+        logs: dict[str, list[float]] = {"entropy_loss": [], "policy_gradient_loss": [],
+                                        "value_loss": [], "cost_term": [], "clip_fraction": [],
+                                        "approx_kl": []}
+        continue_training = True
+        for _ in range(self.n_epochs):
+            for batch in self.rollout_buffer.get(self.batch_size):
+                values, log_prob, entropy, probs = (
+                    self.policy.evaluate_actions_and_probabilities(batch.observations,
+                                                                   batch.actions))
+                advantages = batch.advantages
+                if self.normalize_advantage and len(advantages) > 1:
+                    advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+                ratio = torch.exp(log_prob - batch.old_log_prob)
+                policy_loss = -torch.min(
+                    advantages * ratio,
+                    advantages * torch.clamp(ratio, 1 - clip_range, 1 + clip_range),
+                ).mean()
+                value_loss = F.mse_loss(batch.returns, values.flatten())
+                entropy_loss = -torch.mean(entropy)
+                cost_term = (probs * self._relative_costs).sum(dim=1).mean()
+                loss = (policy_loss + self.ent_coef * entropy_loss + self.vf_coef * value_loss
+                        + self.cost_coef * cost_term)
+                with torch.no_grad():
+                    log_ratio = log_prob - batch.old_log_prob
+                    approx_kl = float(torch.mean((torch.exp(log_ratio) - 1) - log_ratio))
+                for key, value in (("entropy_loss", entropy_loss), ("value_loss", value_loss),
+                                   ("policy_gradient_loss", policy_loss),
+                                   ("cost_term", cost_term)):
+                    logs[key].append(float(value.detach()))
+                logs["clip_fraction"].append(float(((ratio - 1).abs() > clip_range).float().mean()))
+                logs["approx_kl"].append(approx_kl)
+                if self.target_kl is not None and approx_kl > 1.5 * self.target_kl:
+                    continue_training = False
+                    break
+                self.policy.optimizer.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
+                self.policy.optimizer.step()
+            self._n_updates += 1
+            if not continue_training:
+                break
+        for key, values in logs.items():
+            self.logger.record(f"train/{key}", float(np.mean(values)) if values else 0.0)
+        self.logger.record("train/explained_variance", explained_variance(
+            self.rollout_buffer.values.flatten(), self.rollout_buffer.returns.flatten()))
+        self.logger.record("train/clip_range", clip_range)
+        self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")

@@ -1,0 +1,292 @@
+"""The allocator network: an MLP encoder with peft LoRA adapters, and its actor-critic policy.
+
+Architecture (``hidden_sizes=(64, 64)``)::
+
+    obs -> [Linear -> Tanh] x 2  (the encoder W: frozen base + LoRA A/B)  -> features
+    features -> action_net (Linear, one Bernoulli logit per agent)
+    features -> value_net  (Linear, the state value)
+
+The same class with ``lora_rank=None`` is the plain network of the PPO baseline: the same
+layers, all trainable, no adapters. Parameters fall into four named groups, which is how
+the methods say what trains (:data:`PARAMETER_GROUPS`):
+
+========  ==============================================  ===========================
+group     tensors                                         trains by default
+========  ==============================================  ===========================
+base      the encoder's ``nn.Linear`` weights and biases  only without LoRA
+adapter   ``lora_A`` / ``lora_B`` of every encoder layer  yes
+action    ``action_net``                                  yes
+value     ``value_net``                                   yes
+========  ==============================================  ===========================
+
+Three traps are closed here rather than left to the user: adapters are injected in the
+features extractor's constructor, before SB3's ``_build`` creates the optimizer, and the
+optimizer is then rebuilt from the trainable groups only (checked by
+:func:`agents.lora.verify_optimizer`); ``ortho_init`` is off, because it would overwrite the
+pretrained base (passing ``ortho_init=True`` with LoRA is an error); adapters have no
+dropout.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import torch
+from gymnasium import spaces
+from safetensors.torch import load_file
+from stable_baselines3.common.policies import ActorCriticPolicy
+from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
+from torch import nn
+
+from agents.lora import LoraSettings, adapted_linear, inject_lora, verify_optimizer
+
+#: Names of the parameter groups, see the module docstring.
+PARAMETER_GROUPS = ("base", "adapter", "action", "value")
+
+
+def _base_config_path(weights: Path) -> Path:
+    return weights.with_suffix(".json")
+
+
+def load_base(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Read a frozen base: ``<name>.safetensors`` and its ``<name>.json`` config.
+
+    Never unpickles: safetensors holds raw tensors only.
+
+    Returns:
+        The encoder's state dict (keys of a plain ``nn.Sequential``) and its config.
+    """
+    weights = Path(path)
+    config_path = _base_config_path(weights)
+    for file in (weights, config_path):
+        if not file.is_file():
+            raise FileNotFoundError(f"base encoder: {file} does not exist")
+    return load_file(weights), json.loads(config_path.read_text(encoding="utf-8"))
+
+
+def tanh_mlp(obs_dim: int, hidden_sizes: Sequence[int]) -> nn.Sequential:
+    """``[Linear -> Tanh]`` per width: the encoder layout the shipped bases are saved in."""
+    widths = [int(obs_dim), *(int(size) for size in hidden_sizes)]
+    if min(widths) < 1:
+        raise ValueError(f"hidden_sizes: expected positive layer widths, got {hidden_sizes!r}")
+    layers: list[nn.Module] = []
+    for n_in, n_out in itertools.pairwise(widths):
+        layers += [nn.Linear(n_in, n_out), nn.Tanh()]
+    return nn.Sequential(*layers)
+
+
+class MlpEncoder(BaseFeaturesExtractor):
+    """A tanh MLP from the observation to ``hidden_sizes[-1]`` features.
+
+    Args:
+        observation_space: A flat ``Box``.
+        hidden_sizes: Width of each layer.
+        lora_rank: Adapter rank; ``None`` for a plain, fully trainable MLP.
+        lora_alpha: Adapter scale.
+        base: Path of a pretrained base (see :func:`load_base`); ``None`` keeps PyTorch's
+            random initialisation.
+    """
+
+    def __init__(
+        self,
+        observation_space: gym.Space,
+        hidden_sizes: Sequence[int] = (64, 64),
+        lora_rank: int | None = 8,
+        lora_alpha: float = 16.0,
+        base: str | None = None,
+    ) -> None:
+        if not isinstance(observation_space, spaces.Box) or len(observation_space.shape) != 1:
+            raise ValueError(f"MlpEncoder: expected a flat Box observation space, "
+                             f"got {observation_space}")
+        sizes = [int(size) for size in hidden_sizes]
+        if not sizes:
+            raise ValueError("hidden_sizes: expected at least one layer width, got none")
+        super().__init__(observation_space, features_dim=sizes[-1])
+        widths = [observation_space.shape[0], *sizes]
+        self.net = tanh_mlp(widths[0], sizes)
+        if base is not None:
+            state, config = load_base(base)
+            if list(config.get("hidden_sizes", [])) != sizes or config.get("obs_dim") != widths[0]:
+                raise ValueError(
+                    f"base encoder {base}: built for obs_dim={config.get('obs_dim')}, "
+                    f"hidden_sizes={config.get('hidden_sizes')}; this policy has "
+                    f"obs_dim={widths[0]}, hidden_sizes={sizes}"
+                )
+            self.net.load_state_dict(state)
+        if lora_rank is not None:
+            inject_lora(self.net, LoraSettings(lora_rank, lora_alpha))
+
+    def forward(self, observations: torch.Tensor) -> torch.Tensor:
+        """Features of a batch of observations.
+
+        The same function as ``self.net(observations)``; each layer goes through
+        :func:`agents.lora.adapted_linear`, which skips peft's per-call dispatch.
+        """
+        hidden = observations
+        for layer in self.net[::2]:  # Linear, Tanh, Linear, Tanh, ...
+            hidden = torch.tanh(adapted_linear(layer, hidden))
+        return hidden
+
+
+class AllocatorPolicy(ActorCriticPolicy):
+    """Actor-critic for ``MultiBinary(m)``: independent Bernoulli logits per agent, a value head.
+
+    Args:
+        observation_space: A flat ``Box``.
+        action_space: ``MultiBinary(m)``.
+        lr_schedule: SB3's learning-rate schedule.
+        hidden_sizes: Encoder widths.
+        lora_rank: Adapter rank (8 as in the paper), or ``None`` for the plain network.
+        lora_alpha: Adapter scale.
+        base: Path of a pretrained frozen base, ``None`` for a random one.
+        trainable: Group name -> learning-rate multiplier for the groups that train.
+            Default: ``adapter``, ``action`` and ``value`` with LoRA, every group without.
+        **kwargs: Passed to ``ActorCriticPolicy`` (not ``net_arch``, the features
+            extractor or ``share_features_extractor``: this architecture fixes them).
+    """
+
+    def __init__(
+        self,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        lr_schedule: Any,
+        hidden_sizes: Sequence[int] = (64, 64),
+        lora_rank: int | None = 8,
+        lora_alpha: float = 16.0,
+        base: str | None = None,
+        trainable: Mapping[str, float] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if not isinstance(action_space, spaces.MultiBinary):
+            raise ValueError(f"AllocatorPolicy: expected a MultiBinary action space, "
+                             f"got {action_space}")
+        fixed = {"net_arch", "features_extractor_class", "features_extractor_kwargs",
+                 "share_features_extractor"} & set(kwargs)
+        if fixed:
+            raise ValueError(f"AllocatorPolicy fixes {sorted(fixed)}; use hidden_sizes, "
+                             "lora_rank, lora_alpha and base instead")
+        if lora_rank is not None and kwargs.get("ortho_init", False):
+            raise ValueError("ortho_init=True would overwrite the frozen base and the LoRA "
+                             "initialisation; leave it off with LoRA")
+        kwargs.setdefault("ortho_init", False)
+        default = ("adapter", "action", "value") if lora_rank is not None else PARAMETER_GROUPS
+        self.hidden_sizes = tuple(int(size) for size in hidden_sizes)
+        self.lora_rank = lora_rank
+        self.lora_alpha = float(lora_alpha)
+        self.base = base
+        self.trainable = _check_groups(trainable if trainable is not None
+                                       else dict.fromkeys(default, 1.0))
+        super().__init__(
+            observation_space,
+            action_space,
+            lr_schedule,
+            net_arch=[],
+            features_extractor_class=MlpEncoder,
+            features_extractor_kwargs={
+                "hidden_sizes": self.hidden_sizes,
+                "lora_rank": lora_rank,
+                "lora_alpha": self.lora_alpha,
+                "base": base,
+            },
+            share_features_extractor=True,
+            **kwargs,
+        )
+
+    def _build(self, lr_schedule: Any) -> None:
+        super()._build(lr_schedule)
+        self.learning_rate = float(lr_schedule(1))
+        # SB3 just built an optimizer over every parameter; keep only the trainable groups.
+        self.train_only(self.trainable)
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        data = super()._get_constructor_parameters()
+        for key in ("net_arch", "features_extractor_class", "features_extractor_kwargs",
+                    "share_features_extractor"):
+            data.pop(key, None)
+        data.update(hidden_sizes=self.hidden_sizes, lora_rank=self.lora_rank,
+                    lora_alpha=self.lora_alpha, base=None, trainable=self.trainable)
+        return data
+
+    # ----------------------------------------------------------- parameter groups
+    def parameter_groups(self) -> dict[str, list[tuple[str, nn.Parameter]]]:
+        """Group name -> ``(name, tensor)`` pairs, in :data:`PARAMETER_GROUPS` order."""
+        groups: dict[str, list[tuple[str, nn.Parameter]]] = {g: [] for g in PARAMETER_GROUPS}
+        for name, param in self.named_parameters():
+            if name.startswith("action_net."):
+                groups["action"].append((name, param))
+            elif name.startswith("value_net."):
+                groups["value"].append((name, param))
+            elif ".lora_" in name:
+                groups["adapter"].append((name, param))
+            else:
+                groups["base"].append((name, param))
+        return groups
+
+    def train_only(self, groups: Mapping[str, float]) -> None:
+        """Train exactly ``groups`` (name -> learning-rate multiplier); freeze the rest.
+
+        Sets ``requires_grad`` and rebuilds the optimizer with one parameter group per
+        trained group, each carrying its ``lr_scale``; then checks the result.
+        """
+        self.trainable = _check_groups(groups)
+        param_groups = []
+        for group, members in self.parameter_groups().items():
+            train = group in self.trainable
+            for _, param in members:
+                param.requires_grad_(train)
+            if train and members:
+                scale = self.trainable[group]
+                param_groups.append({"params": [p for _, p in members], "name": group,
+                                     "lr": self.learning_rate * scale, "lr_scale": scale})
+        if not param_groups:
+            raise ValueError(f"nothing to train: groups {sorted(self.trainable)} are empty")
+        self.optimizer = self.optimizer_class(param_groups, lr=self.learning_rate,
+                                              **self.optimizer_kwargs)
+        verify_optimizer(self, self.optimizer)
+
+    def set_learning_rate(self, learning_rate: float) -> None:
+        """Set the base learning rate; each group gets it times its ``lr_scale``."""
+        self.learning_rate = float(learning_rate)
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.learning_rate * group.get("lr_scale", 1.0)
+
+    # ------------------------------------------------------------------ outputs
+    def action_probabilities(self, obs: torch.Tensor) -> torch.Tensor:
+        """``p_t``: the probability of calling each agent, shape ``(batch, m)``."""
+        features = self.extract_features(obs)
+        return torch.sigmoid(self.action_net(features))
+
+    def evaluate_actions_and_probabilities(
+        self, obs: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``evaluate_actions`` plus ``p_t``, from one forward pass (LoRA-guided PPO's loss)."""
+        features = self.extract_features(obs)
+        logits = self.action_net(features)
+        distribution = self.action_dist.proba_distribution(action_logits=logits)
+        values = self.value_net(features)
+        return values, distribution.log_prob(actions), distribution.entropy(), torch.sigmoid(
+            logits)
+
+    def architecture(self) -> dict[str, Any]:
+        """The constructor arguments that rebuild this network (JSON-ready)."""
+        return {"hidden_sizes": list(self.hidden_sizes), "lora_rank": self.lora_rank,
+                "lora_alpha": self.lora_alpha}
+
+
+def _check_groups(groups: Mapping[str, float]) -> dict[str, float]:
+    unknown = sorted(set(groups) - set(PARAMETER_GROUPS))
+    if unknown:
+        raise ValueError(f"unknown parameter group(s) {unknown}; expected names from "
+                         f"{list(PARAMETER_GROUPS)}")
+    out = {}
+    for name, scale in groups.items():
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
+            raise ValueError(f"learning-rate multiplier of group {name!r}: expected a number "
+                             f"> 0, got {scale!r}")
+        out[name] = float(scale)
+    return out

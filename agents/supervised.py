@@ -1,0 +1,215 @@
+"""The supervised LoRA allocator: imitate the greedy heuristic with the paper's cost-aware loss.
+
+Labels ``y_t`` are the agent sets :class:`agents.baselines.GreedyHeuristic` calls along its
+own trajectories (the cheapest set of agents whose capabilities cover the task). The
+policy's call probabilities ``p_t = sigmoid(action_net(encoder(o_t)))`` are fitted with
+
+    L_sup = BCE(p_t, y_t) + lambda_1 * ||p_t||_1 + lambda_c * sum_i c_i p_{t,i}
+            + lambda_cov * ((1/m) sum_i p_{t,i} - rho)^2,
+
+each term averaged over the batch (BCE also over agents). ``c_i`` is agent i's price
+divided by the pool's highest price, so ``lambda_c`` means the same for any currency or
+price level. Only the adapter and the new action head learn from ``L_sup``; the frozen
+base does not move. The value head is fitted at the same time, on detached features, to
+the discounted returns of the traces, so that LoRA-guided PPO starts with a critic that
+knows what the warm-started policy earns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from agents.baselines import GreedyHeuristic
+from agents.policies import AllocatorPolicy
+
+
+@dataclass(frozen=True)
+class Traces:
+    """Greedy-heuristic trajectories flattened to steps.
+
+    Attributes:
+        observations: ``(n, obs_dim)`` float32.
+        labels: ``(n, m)`` float32 in {0, 1}: the agents the heuristic called.
+        returns: ``(n,)`` float32 discounted return from each step.
+    """
+
+    observations: np.ndarray
+    labels: np.ndarray
+    returns: np.ndarray
+
+
+def greedy_traces(
+    env: gym.Env, episodes: int, seed: int, threshold: float = 0.7, gamma: float = 0.99
+) -> Traces:
+    """Roll out :class:`GreedyHeuristic` on ``episodes`` tasks of ``env`` (task seed ``seed``)."""
+    heuristic = GreedyHeuristic(env, threshold=threshold)
+    observations, labels, returns = [], [], []
+    obs, _ = env.reset(seed=seed)
+    for _ in range(episodes):
+        rewards = []
+        done = False
+        while not done:
+            action = heuristic.act(obs)
+            observations.append(obs)
+            labels.append(action)
+            obs, reward, terminated, truncated, _ = env.step(action)
+            rewards.append(float(reward))
+            done = terminated or truncated
+        running = 0.0
+        episode_returns = []
+        for reward in reversed(rewards):
+            running = reward + gamma * running
+            episode_returns.append(running)
+        returns.extend(reversed(episode_returns))
+        obs, _ = env.reset()
+    return Traces(
+        np.asarray(observations, dtype=np.float32),
+        np.asarray(labels, dtype=np.float32),
+        np.asarray(returns, dtype=np.float32),
+    )
+
+
+def supervised_loss(
+    probs: torch.Tensor,
+    labels: torch.Tensor,
+    costs: torch.Tensor,
+    lambda_1: float,
+    lambda_c: float,
+    lambda_cov: float,
+    rho: float,
+) -> dict[str, torch.Tensor]:
+    """The terms of ``L_sup`` (module docstring) and their weighted sum.
+
+    Args:
+        probs: ``p_t``, shape ``(batch, m)``, in ``(0, 1)``.
+        labels: ``y_t``, same shape, in {0, 1}.
+        costs: ``c``, shape ``(m,)``.
+        lambda_1: Weight of the L1 (sparsity) term.
+        lambda_c: Weight of the expected-cost term.
+        lambda_cov: Weight of the coverage term.
+        rho: Target fraction of agents called.
+
+    Returns:
+        ``bce``, ``l1``, ``cost``, ``coverage`` (unweighted batch means) and ``total``.
+    """
+    terms = {
+        "bce": F.binary_cross_entropy(probs, labels),
+        "l1": probs.sum(dim=1).mean(),
+        "cost": (probs * costs).sum(dim=1).mean(),
+        "coverage": ((probs.mean(dim=1) - rho) ** 2).mean(),
+    }
+    terms["total"] = (terms["bce"] + lambda_1 * terms["l1"] + lambda_c * terms["cost"]
+                      + lambda_cov * terms["coverage"])
+    return terms
+
+
+@dataclass(frozen=True)
+class SupervisedConfig:
+    """Hyperparameters of the supervised stage.
+
+    Args:
+        episodes: Greedy episodes to collect labels from.
+        epochs: Passes over the traces.
+        batch_size: Steps per gradient step.
+        learning_rate: Adam step size for the adapter and the heads.
+        lambda_1: L1 weight.
+        lambda_c: Expected-cost weight (prices relative to the pool's highest).
+        lambda_cov: Coverage weight.
+        rho: Target call fraction; ``None`` takes the labels' mean.
+        threshold: GreedyHeuristic's coverage threshold.
+        gamma: Discount of the returns the value head is fitted to.
+    """
+
+    episodes: int = 1500
+    epochs: int = 20
+    batch_size: int = 256
+    learning_rate: float = 3e-3
+    lambda_1: float = 1e-3
+    lambda_c: float = 1e-2
+    lambda_cov: float = 1e-2
+    rho: float | None = None
+    threshold: float = 0.7
+    gamma: float = 0.99
+
+    def __post_init__(self) -> None:
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if field.name == "rho" and value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"SupervisedConfig.{field.name}: expected a number, "
+                                 f"got {value!r}")
+            positive = field.name in ("episodes", "epochs", "batch_size", "learning_rate",
+                                      "threshold", "gamma")
+            if (positive and not value > 0) or (not positive and value < 0):
+                raise ValueError(f"SupervisedConfig.{field.name}: expected a number "
+                                 f"{'> 0' if positive else '>= 0'}, got {value!r}")
+        if self.rho is not None and not 0.0 <= self.rho <= 1.0:
+            raise ValueError(f"SupervisedConfig.rho: expected a number in [0, 1], got {self.rho!r}")
+
+
+def relative_costs(env: gym.Env) -> np.ndarray:
+    """Each agent's price over the pool's highest price (all zero for a free pool)."""
+    costs = np.asarray(env.unwrapped.pool.costs, dtype=np.float32)
+    top = float(costs.max()) if costs.size else 0.0
+    return costs / top if top > 0 else np.zeros_like(costs)
+
+
+def train_supervised(
+    policy: AllocatorPolicy,
+    traces: Traces,
+    costs: np.ndarray,
+    config: SupervisedConfig,
+    seed: int = 0,
+) -> list[dict[str, float]]:
+    """Fit ``policy`` to ``traces`` with ``L_sup``; returns one loss dict per epoch.
+
+    Trains the ``adapter`` and ``action`` groups on ``L_sup`` and the ``value`` group on
+    the returns; everything else stays frozen. The policy's optimizer is left set up for
+    exactly those groups.
+    """
+    policy.learning_rate = config.learning_rate
+    policy.train_only({"adapter": 1.0, "action": 1.0, "value": 1.0}
+                      if policy.lora_rank is not None else
+                      {"base": 1.0, "action": 1.0, "value": 1.0})
+    generator = torch.Generator().manual_seed(seed)
+    obs = torch.as_tensor(traces.observations)
+    labels = torch.as_tensor(traces.labels)
+    returns = torch.as_tensor(traces.returns)
+    cost = torch.as_tensor(costs, dtype=torch.float32)
+    rho = float(labels.mean()) if config.rho is None else config.rho
+    history = []
+    policy.set_training_mode(True)
+    for _ in range(config.epochs):
+        order = torch.randperm(len(obs), generator=generator)
+        sums: dict[str, float] = {}
+        batches = 0
+        for start in range(0, len(obs), config.batch_size):
+            index = order[start:start + config.batch_size]
+            features = policy.extract_features(obs[index])
+            probs = torch.sigmoid(policy.action_net(features))
+            terms = supervised_loss(probs, labels[index], cost, config.lambda_1,
+                                    config.lambda_c, config.lambda_cov, rho)
+            values = policy.value_net(features.detach()).squeeze(-1)
+            terms["value"] = F.mse_loss(values, returns[index])
+            policy.optimizer.zero_grad()
+            (terms["total"] + terms["value"]).backward()
+            policy.optimizer.step()
+            for key, value in terms.items():
+                sums[key] = sums.get(key, 0.0) + float(value.detach())
+            batches += 1
+        history.append({key: value / batches for key, value in sums.items()})
+    policy.set_training_mode(False)
+    return history
+
+
+def policy_for(env: gym.Env, learning_rate: float = 3e-4, **policy_kwargs: Any) -> AllocatorPolicy:
+    """An :class:`AllocatorPolicy` for ``env``'s spaces, outside any SB3 algorithm."""
+    return AllocatorPolicy(env.observation_space, env.action_space,
+                           lambda _: learning_rate, **policy_kwargs)
