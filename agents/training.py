@@ -1,0 +1,171 @@
+"""Train the paper's learned allocators on a cost-envs environment: one call per method.
+
+=============  =====================================================================
+method         what is trained
+=============  =====================================================================
+``ppo``        SB3 PPO from scratch; the same network with a plain, trainable encoder
+``lora``       the supervised LoRA allocator (:mod:`agents.supervised`); no RL
+``lora-ppo``   ``lora``, then LoRA-guided PPO (:mod:`agents.lora_ppo`) from it
+=============  =====================================================================
+
+Seeds. ``seed`` fixes the network initialisation and the training tasks. Training tasks
+are drawn with task seed ``TRAIN_TASK_SEED + seed`` and the supervised traces with
+``TRACE_TASK_SEED + seed``, never with the small seeds evaluation uses, so no method is
+scored on a task it trained on.
+
+PPO hyperparameters are shared by ``ppo`` and ``lora-ppo`` where the paper's A.4 fixes
+them (clip 0.2, entropy 0.01, value 0.5, GAE 0.95, 512 steps per rollout, minibatch 64);
+``ppo`` uses SB3's default learning rate 3e-4 for its whole network, ``lora-ppo`` 5e-5
+for the adapter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from stable_baselines3 import PPO
+from stable_baselines3.common.utils import set_random_seed
+
+import cost_envs
+from agents.callbacks import CostMetricsCallback
+from agents.lora_ppo import LoraGuidedPPO
+from agents.policies import AllocatorPolicy
+from agents.pretrain import pretrained_base_path
+from agents.supervised import (
+    SupervisedConfig,
+    greedy_traces,
+    policy_for,
+    relative_costs,
+    train_supervised,
+)
+
+#: Training methods, in table order.
+METHODS = ("lora", "ppo", "lora-ppo")
+#: Where the frozen base comes from.
+BASES = ("pretrained", "random")
+#: Task-seed offsets of training rollouts and supervised traces (evaluation uses 0..).
+TRAIN_TASK_SEED = 10_000
+TRACE_TASK_SEED = 20_000
+#: PPO settings shared by ``ppo`` and ``lora-ppo`` (the paper's A.4).
+PPO_SETTINGS: dict[str, Any] = {"n_steps": 512, "batch_size": 64, "gae_lambda": 0.95,
+                                "clip_range": 0.2, "ent_coef": 0.01, "vf_coef": 0.5}
+
+
+@dataclass
+class TrainedAllocator:
+    """A trained policy and where it came from; an allocator (SB3's ``predict``).
+
+    Attributes:
+        policy: The network.
+        env_id: Registered id it was trained on.
+        env_kwargs: ``gym.make`` keyword arguments (JSON values; a pool as its dict).
+        method: One of :data:`METHODS`.
+        seed: Training seed.
+        timesteps: Environment steps of RL (0 for ``lora``).
+        base: ``pretrained`` or ``random`` (``None`` for ``ppo``'s trainable encoder).
+        history: The training callback's history (learning curves).
+    """
+
+    policy: AllocatorPolicy
+    env_id: str
+    env_kwargs: dict[str, Any]
+    method: str
+    seed: int
+    timesteps: int
+    base: str | None
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    def predict(
+        self,
+        observation: np.ndarray,
+        state: Any = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = True,
+    ) -> tuple[np.ndarray, Any]:
+        """The policy's action (``deterministic``: call agent i iff ``p_i > 0.5``)."""
+        return self.policy.predict(observation, state, episode_start, deterministic)
+
+
+def _json_env_kwargs(env_kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """Env kwargs as JSON values: a pool (object, dict or file) becomes its dict form."""
+    out = dict(env_kwargs)
+    if "pool" in out:
+        out["pool"] = cost_envs.pool.coerce_pool(out["pool"]).to_dict()
+    return out
+
+
+def _base_path(env_id: str, base: str) -> str | None:
+    if base not in BASES:
+        raise ValueError(f"base: expected one of {list(BASES)}, got {base!r}")
+    return str(pretrained_base_path(env_id)) if base == "pretrained" else None
+
+
+def train(
+    env_id: str,
+    method: str,
+    timesteps: int,
+    seed: int = 0,
+    base: str = "pretrained",
+    env_kwargs: Mapping[str, Any] | None = None,
+    supervised: SupervisedConfig = SupervisedConfig(),  # noqa: B008  (frozen, immutable)
+    tensorboard_log: str | Path | None = None,
+    progress_bar: bool = False,
+    verbose: int = 0,
+) -> TrainedAllocator:
+    """Train ``method`` on ``env_id`` (module docstring) and return the allocator.
+
+    Args:
+        env_id: A registered cost-envs id.
+        method: One of :data:`METHODS`.
+        timesteps: RL environment steps (ignored by ``lora``), >= 1.
+        seed: Training seed, >= 0.
+        base: ``pretrained`` (the shipped base) or ``random`` (the ablation); LoRA only.
+        env_kwargs: ``gym.make`` keyword arguments, e.g. ``{"pool": "my_pool.yaml"}``.
+        supervised: Supervised-stage settings (default :class:`SupervisedConfig`).
+        tensorboard_log: SB3 ``tensorboard_log`` directory (needs ``tensorboard``).
+        progress_bar: Show SB3's progress bar.
+        verbose: SB3 verbosity.
+    """
+    if method not in METHODS:
+        raise ValueError(f"method: expected one of {list(METHODS)}, got {method!r}")
+    if isinstance(timesteps, bool) or not isinstance(timesteps, int) or timesteps < 1:
+        raise ValueError(f"timesteps: expected an int >= 1, got {timesteps!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed: expected an int >= 0, got {seed!r}")
+    kwargs = _json_env_kwargs(env_kwargs or {})
+    base_path = _base_path(env_id, base) if method != "ppo" else None
+    set_random_seed(seed)
+    env = gym.make(env_id, **kwargs)
+    callback = CostMetricsCallback()
+    learn = {"callback": callback, "progress_bar": progress_bar,
+             "tb_log_name": method}
+    common = {"device": "cpu", "verbose": verbose, "tensorboard_log":
+              None if tensorboard_log is None else str(tensorboard_log)}
+    if method == "ppo":
+        model = PPO(AllocatorPolicy, env, policy_kwargs={"lora_rank": None},
+                    **PPO_SETTINGS, **common)
+    else:
+        policy = policy_for(env, base=base_path)
+        traces = greedy_traces(env, supervised.episodes, seed=TRACE_TASK_SEED + seed,
+                               threshold=supervised.threshold, gamma=supervised.gamma)
+        train_supervised(policy, traces, relative_costs(env), supervised, seed=seed)
+        if method == "lora":
+            env.close()
+            return TrainedAllocator(policy, env_id, kwargs, method, seed, 0, base)
+        model = LoraGuidedPPO.from_supervised(policy, env, **PPO_SETTINGS, **common)
+    model.get_env().seed(TRAIN_TASK_SEED + seed)
+    model.learn(timesteps, **learn)
+    env.close()
+    return TrainedAllocator(model.policy, env_id, kwargs, method, seed, timesteps,
+                            base if method != "ppo" else None, callback.history)
+
+
+def configure_torch_threads() -> None:
+    """One torch thread: on 2 cores, runs go in parallel processes instead."""
+    torch.set_num_threads(1)
