@@ -21,9 +21,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -35,10 +32,12 @@ from safetensors.torch import load_file, save_file
 from stable_baselines3 import PPO
 
 import cost_envs
+from agents.files import write_directory_atomic
 from agents.lora import merge_lora
+from agents.methods import METHODS
 from agents.policies import AllocatorPolicy
 from agents.supervised import policy_for
-from agents.training import METHODS, TrainedAllocator
+from agents.training import TrainedAllocator
 
 MODEL_FORMAT = "cost-envs-allocator"
 ADAPTER_FORMAT = "cost-envs-adapter"
@@ -53,29 +52,6 @@ class UnsafeCheckpointError(ValueError):
 
 def _tensors(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {name: tensor.detach().clone().contiguous() for name, tensor in state.items()}
-
-
-def _write_directory(directory: Path, write: Any) -> Path:
-    """Fill a temporary sibling with ``write(tmp)``, then swap it in for ``directory``."""
-    directory = Path(directory)
-    if directory.exists() and not directory.is_dir():
-        raise ValueError(f"{directory} exists and is not a directory")
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}."))
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o755)  # mkdtemp makes it 0700; checkpoints are meant to be shared
-        old = None
-        if directory.exists():
-            old = directory.with_name(f".{directory.name}.old-{os.getpid()}")
-            os.replace(directory, old)
-        os.replace(tmp, directory)
-        if old is not None:
-            shutil.rmtree(old)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return directory
 
 
 def _write_json(path: Path, data: Mapping[str, Any]) -> None:
@@ -119,7 +95,7 @@ def save_allocator(allocator: TrainedAllocator, directory: str | Path) -> Path:
         save_file(tensors, tmp / "model.safetensors")
         _write_json(tmp / "config.json", config)
 
-    return _write_directory(Path(directory), write)
+    return write_directory_atomic(Path(directory), write)
 
 
 def load_allocator(path: str | Path, trust_pickle: bool = False) -> Any:
@@ -214,7 +190,7 @@ def save_adapter(policy: AllocatorPolicy, directory: str | Path) -> Path:
         save_file(tensors, tmp / "adapter.safetensors")
         _write_json(tmp / "adapter_config.json", config)
 
-    return _write_directory(Path(directory), write)
+    return write_directory_atomic(Path(directory), write)
 
 
 def load_adapter(policy: AllocatorPolicy, directory: str | Path) -> AllocatorPolicy:

@@ -3,8 +3,12 @@
 Subcommands::
 
     cost-envs list                       registered environment ids, one per line
-    cost-envs evaluate --env ID [--methods random,rule,...] [--episodes N] [--seed S] [--json]
-    cost-envs reproduce [--episodes N] [--seed S] [--out DIR]
+    cost-envs evaluate --env ID [--methods random,rule,...] [--model DIR [--trust-pickle]]
+                       [--episodes N] [--seed S] [--json]
+    cost-envs train --env ID --method ppo|lora|lora-ppo --timesteps N --seed S --out DIR
+                    [--base pretrained|random] [--pool FILE] [--tensorboard DIR]
+    cost-envs pretrain --env ID --out PATH
+    cost-envs reproduce [--smoke | --full] [--jobs N] [--out DIR]
 
 Each subcommand is one :class:`Command` (a name, a function adding its arguments and a
 function running it) in :data:`COMMANDS`; adding a subcommand is adding an entry. Usage
@@ -15,10 +19,9 @@ message on stderr naming the valid choices, as argparse does.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
-import os
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,12 +29,11 @@ from typing import Any
 
 import cost_envs
 from agents.baselines import BASELINES
-from agents.evaluation import compare, format_table
+from agents.evaluation import compare, evaluate, format_table
+from agents.methods import BASES, METHODS
 
 #: Methods of ``evaluate`` by default: the paper's baselines plus the greedy heuristic.
 DEFAULT_METHODS = ("random", "capability", "rule", "oracle", "greedy")
-#: Methods of ``reproduce``: the defaults plus call-all, the brute-force reference.
-REPRODUCE_METHODS = (*DEFAULT_METHODS, "all")
 #: Summary keys written by ``evaluate --json`` and the reproduced JSON files.
 JSON_KEYS = (
     "success_rate", "cps", "flops_per_success", "avg_quality", "avg_cost",
@@ -86,31 +88,8 @@ def _methods(text: str) -> tuple[str, ...]:
 
 
 # ---------------------------------------------------------------------- helpers
-def _run_compare(env_id: str, methods: Sequence[str], args: argparse.Namespace) -> dict:
-    return compare(
-        {name: BASELINES[name] for name in methods},
-        env_id,
-        episodes=args.episodes,
-        seed=args.seed,
-        n_resamples=args.resamples,
-    )
-
-
 def _json_results(results: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {name: {key: summary[key] for key in JSON_KEYS} for name, summary in results.items()}
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    """Write via a temp file in the same directory and ``os.replace``: never half-written."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.chmod(tmp, 0o644)  # mkstemp makes it 0600; results are meant to be shared
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _add_common(parser: argparse.ArgumentParser, episodes: int = 400) -> None:
@@ -137,16 +116,55 @@ def _run_list(args: argparse.Namespace) -> int:
 def _add_evaluate(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--env", type=_env_id, required=True,
                         help=f"environment id, one of: {', '.join(cost_envs.ENV_IDS)}")
-    parser.add_argument("--methods", type=_methods, default=DEFAULT_METHODS,
+    parser.add_argument("--methods", type=_methods, default=None,
                         help=f"comma-separated baselines from: {', '.join(BASELINES)} "
-                             f"(default {','.join(DEFAULT_METHODS)})")
+                             f"(default {','.join(DEFAULT_METHODS)}; none with --model)")
+    parser.add_argument("--model", type=Path, default=None,
+                        help="a saved model: a directory from `cost-envs train`, or an SB3 "
+                             ".zip with --trust-pickle")
+    parser.add_argument("--trust-pickle", action="store_true",
+                        help="allow loading an SB3 .zip, which unpickles code from the file; "
+                             "only for files you trust")
     _add_common(parser)
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object keyed by method instead of a table")
 
 
+def _load_model(args: argparse.Namespace) -> tuple[str, Any, dict[str, Any]]:
+    """The model's row name, the allocator and its env kwargs; exits 2 on a bad model."""
+    from agents.checkpoints import UnsafeCheckpointError, load_allocator
+
+    try:
+        model = load_allocator(args.model, trust_pickle=args.trust_pickle)
+    except UnsafeCheckpointError as error:
+        raise SystemExit(f"cost-envs evaluate: refusing to load {args.model}: {error}") from None
+    except (ValueError, FileNotFoundError) as error:
+        raise SystemExit(f"cost-envs evaluate: cannot load {args.model}: {error}") from None
+    env_id = getattr(model, "env_id", None)
+    if env_id is not None and env_id != args.env:
+        raise SystemExit(f"cost-envs evaluate: {args.model} was trained on {env_id}, "
+                         f"not {args.env}")
+    return getattr(model, "method", "model"), model, dict(getattr(model, "env_kwargs", {}))
+
+
 def _run_evaluate(args: argparse.Namespace) -> int:
-    results = _run_compare(args.env, args.methods, args)
+    methods = args.methods if args.methods is not None else (
+        () if args.model is not None else DEFAULT_METHODS)
+    env_kwargs: dict[str, Any] = {}
+    model_row = None
+    if args.model is not None:
+        model_row = _load_model(args)
+        env_kwargs = model_row[2]
+    results: dict[str, dict[str, Any]] = {}
+    if methods:
+        results.update(compare({name: BASELINES[name] for name in methods}, args.env,
+                               episodes=args.episodes, seed=args.seed, env_kwargs=env_kwargs,
+                               n_resamples=args.resamples))
+    if model_row is not None:
+        name, model, _ = model_row
+        result = evaluate(model, args.env, episodes=args.episodes, seed=args.seed,
+                          env_kwargs=env_kwargs)
+        results[name] = result.summary(n_resamples=args.resamples, seed=args.seed)
     if args.json:
         print(json.dumps(_json_results(results), indent=2))
     else:
@@ -154,36 +172,94 @@ def _run_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_train(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--env", type=_env_id, required=True,
+                        help=f"environment id, one of: {', '.join(cost_envs.ENV_IDS)}")
+    parser.add_argument("--method", choices=METHODS, required=True,
+                        help="ppo: PPO from scratch; lora: supervised LoRA allocator; "
+                             "lora-ppo: LoRA-guided PPO warm-started from lora")
+    parser.add_argument("--timesteps", type=_positive_int, default=20_000,
+                        help="RL environment steps (ppo, lora-ppo; default 20000)")
+    parser.add_argument("--seed", type=_seed, default=0, help="training seed (default 0)")
+    parser.add_argument("--out", type=Path, required=True,
+                        help="model directory to write (model.safetensors + config.json)")
+    parser.add_argument("--base", choices=BASES, default="pretrained",
+                        help="frozen base of the LoRA encoder (default pretrained)")
+    parser.add_argument("--pool", type=Path, default=None,
+                        help="JSON/YAML agent pool file replacing the env's preset pool")
+    parser.add_argument("--tensorboard", type=Path, default=None,
+                        help="TensorBoard log directory (needs the tensorboard package)")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
+def _run_train(args: argparse.Namespace) -> int:
+    from agents.checkpoints import save_allocator
+    from agents.training import configure_torch_threads, train
+
+    if args.tensorboard is not None and importlib.util.find_spec("tensorboard") is None:
+        raise SystemExit("cost-envs train: --tensorboard needs the tensorboard package "
+                         "(pip install 'cost-envs[tensorboard]')")
+    env_kwargs = {} if args.pool is None else {"pool": str(args.pool)}
+    try:
+        configure_torch_threads()
+        trained = train(args.env, args.method, args.timesteps, seed=args.seed, base=args.base,
+                        env_kwargs=env_kwargs, tensorboard_log=args.tensorboard,
+                        progress_bar=not args.no_progress)
+    except (ValueError, FileNotFoundError) as error:
+        raise SystemExit(f"cost-envs train: {error}") from None
+    path = save_allocator(trained, args.out)
+    if trained.history:
+        last = trained.history[-1]
+        print(f"last {len(trained.history) and 100} training episodes: success "
+              f"{last['rollout/success_rate']:.3f}, CPS {last['cost/cps']:.4g}")
+    print(f"saved {args.method} model to {path}")
+    return 0
+
+
+def _add_pretrain(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--env", type=_env_id, required=True,
+                        help="environment family to pretrain the frozen base on")
+    parser.add_argument("--out", type=Path, required=True,
+                        help="output path; writes PATH.safetensors and PATH.json")
+    parser.add_argument("--seed", type=_seed, default=0, help="seed (default 0)")
+
+
+def _run_pretrain(args: argparse.Namespace) -> int:
+    from agents.pretrain import pretrain_base, save_base
+    from agents.training import configure_torch_threads
+
+    configure_torch_threads()
+    try:
+        state, config = pretrain_base(args.env, seed=args.seed)
+    except ValueError as error:
+        raise SystemExit(f"cost-envs pretrain: {error}") from None
+    path = save_base(state, config, args.out)
+    print(f"base loss {config['first_loss']:.3f} -> {config['final_loss']:.3f}; wrote {path}")
+    return 0
+
+
 def _add_reproduce(parser: argparse.ArgumentParser) -> None:
-    _add_common(parser)
+    scale = parser.add_mutually_exclusive_group()
+    scale.add_argument("--smoke", action="store_const", const="smoke", dest="scale",
+                       help="seconds-long plumbing check (not a result)")
+    scale.add_argument("--full", action="store_const", const="full", dest="scale",
+                       help="paper scale: 200k steps x 5 seeds")
+    parser.set_defaults(scale="default")
+    parser.add_argument("--jobs", type=_positive_int, default=2,
+                        help="worker processes for training runs (default 2)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"),
                         help="output directory (default benchmarks/results)")
 
 
-def _markdown_report(env_id: str, table: str, args: argparse.Namespace) -> str:
-    # No timestamps or host details: reruns with the same arguments give identical files.
-    return (
-        f"# Baselines on {env_id}\n\n"
-        f"{args.episodes} episodes, task seed {args.seed}, 95% percentile-bootstrap "
-        f"intervals over episodes ({args.resamples} resamples).\n"
-        f"Reproduce with `cost-envs reproduce --episodes {args.episodes} --seed {args.seed}`.\n\n"
-        f"{table}\n"
-    )
-
-
 def _run_reproduce(args: argparse.Namespace) -> int:
-    # Evaluate everything before writing anything, so a failure leaves old files intact.
-    all_results = {env_id: _run_compare(env_id, REPRODUCE_METHODS, args)
-                   for env_id in cost_envs.ENV_IDS}
-    args.out.mkdir(parents=True, exist_ok=True)
-    for env_id, results in all_results.items():
-        name = env_id.split("/")[-1]
-        table = format_table(results)
-        payload = {"env_id": env_id, "episodes": args.episodes, "seed": args.seed,
-                   "resamples": args.resamples, "methods": _json_results(results)}
-        _write_atomic(args.out / f"baselines_{name}.md", _markdown_report(env_id, table, args))
-        _write_atomic(args.out / f"baselines_{name}.json", json.dumps(payload, indent=2) + "\n")
-        print(f"## {env_id}\n\n{table}\n")
+    from agents.reproduce import SCALES, markdown_table, reproduce, write_reports
+
+    # Everything is computed before anything is written: a failure leaves old files intact.
+    reports = reproduce(SCALES[args.scale], jobs=args.jobs)
+    for path in write_reports(reports, args.out):
+        print(f"wrote {path}")
+    for report in reports.values():
+        print("\n" + markdown_table(report))
     return 0
 
 
@@ -200,7 +276,9 @@ class Command:
 COMMANDS: tuple[Command, ...] = (
     Command("list", "print the registered environment ids", _add_list, _run_list),
     Command("evaluate", "evaluate baselines on one environment", _add_evaluate, _run_evaluate),
-    Command("reproduce", "write the baseline tables of every environment",
+    Command("train", "train a learned allocator and save it", _add_train, _run_train),
+    Command("pretrain", "pretrain a frozen base encoder", _add_pretrain, _run_pretrain),
+    Command("reproduce", "reproduce the paper's tables and figures",
             _add_reproduce, _run_reproduce),
 )
 

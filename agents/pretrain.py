@@ -34,6 +34,7 @@ from safetensors.torch import save_file
 from torch import nn
 from torch.nn import functional as F
 
+from agents.files import write_file_atomic, write_text_atomic
 from agents.policies import tanh_mlp
 from agents.supervised import greedy_traces
 from cost_envs.envs.flight_planner import flight_planner_pool
@@ -152,8 +153,6 @@ def pretrain_base(
 def save_base(state: dict[str, torch.Tensor], config: dict[str, Any], path: str | Path) -> Path:
     """Write ``<path>.safetensors`` and ``<path>.json``; returns the weights path."""
     weights = Path(path).with_suffix(".safetensors")
-    weights.parent.mkdir(parents=True, exist_ok=True)
-    save_file(state, weights)
-    weights.with_suffix(".json").write_text(json.dumps(config, indent=2) + "\n",
-                                            encoding="utf-8")
+    write_file_atomic(weights, lambda tmp: save_file(state, tmp))
+    write_text_atomic(weights.with_suffix(".json"), json.dumps(config, indent=2) + "\n")
     return weights

@@ -35,6 +35,7 @@ from stable_baselines3.common.utils import set_random_seed
 import cost_envs
 from agents.callbacks import CostMetricsCallback
 from agents.lora_ppo import LoraGuidedPPO
+from agents.methods import BASES, METHODS
 from agents.policies import AllocatorPolicy
 from agents.pretrain import pretrained_base_path
 from agents.supervised import (
@@ -45,10 +46,6 @@ from agents.supervised import (
     train_supervised,
 )
 
-#: Training methods, in table order.
-METHODS = ("lora", "ppo", "lora-ppo")
-#: Where the frozen base comes from.
-BASES = ("pretrained", "random")
 #: Task-seed offsets of training rollouts and supervised traces (evaluation uses 0..).
 TRAIN_TASK_SEED = 10_000
 TRACE_TASK_SEED = 20_000

@@ -258,6 +258,18 @@ def _check_statistic(statistic: Statistic) -> None:
         raise ValueError(f"statistic: expected a metric name or a callable, got {statistic!r}")
 
 
+def _percentile_intervals(
+    values: Sequence[Sequence[np.ndarray]], confidence: float
+) -> list[tuple[float, float]]:
+    """The central ``confidence`` interval of each statistic's resampled values."""
+    tail = (1.0 - confidence) / 2.0
+    intervals = []
+    for out in values:
+        low, high = np.quantile(np.concatenate(out), [tail, 1.0 - tail])
+        intervals.append((float(low), float(high)))
+    return intervals
+
+
 def bootstrap_cis(
     records: Iterable[EpisodeRecord],
     statistics: Sequence[Statistic] = HEADLINE_METRICS,
@@ -290,12 +302,7 @@ def bootstrap_cis(
                 out.append(_resampled_statistic(statistic, columns, index))
             else:  # arbitrary callables cannot be vectorised: one call per resample
                 out.append(np.array([statistic([records[i] for i in row]) for row in index]))
-    tail = (1.0 - confidence) / 2.0
-    intervals = []
-    for out in values:
-        low, high = np.quantile(np.concatenate(out), [tail, 1.0 - tail])
-        intervals.append((float(low), float(high)))
-    return intervals
+    return _percentile_intervals(values, confidence)
 
 
 def bootstrap_ci(
@@ -328,6 +335,58 @@ def bootstrap_ci(
         ValueError: On empty ``records``, an unknown metric name or invalid arguments.
     """
     return bootstrap_cis(records, [statistic], n_resamples, confidence, seed)[0]
+
+
+def bootstrap_cis_over_runs(
+    runs: Sequence[Sequence[EpisodeRecord]],
+    statistics: Sequence[str] = HEADLINE_METRICS,
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> list[tuple[float, float]]:
+    """Two-level percentile bootstrap for several training runs scored on the same tasks.
+
+    ``runs[s][j]`` is run (training seed) ``s`` on task ``j``. Each resample draws runs
+    with replacement and, independently, tasks with replacement; the same task draw is
+    used for every drawn run, which keeps the pairing of the shared task set. The
+    statistic is computed on the pooled episodes of the resample. The interval therefore
+    covers both the spread between training seeds and the sampling of tasks.
+
+    Args:
+        runs: At least one run; every run has the same number of episodes (>= 1).
+        statistics: Metric names from :data:`HEADLINE_METRICS`.
+        n_resamples: Number of bootstrap resamples, >= 1.
+        confidence: Coverage of the interval, in ``(0, 1)``.
+        seed: Seed of the resampling generator.
+
+    Returns:
+        One ``(low, high)`` per entry of ``statistics``, in order.
+    """
+    runs = [_records(run, "bootstrap_cis_over_runs") for run in runs]
+    if not runs:
+        raise ValueError("bootstrap_cis_over_runs: expected at least one run, got none")
+    lengths = sorted({len(run) for run in runs})
+    if len(lengths) != 1:
+        raise ValueError(f"bootstrap_cis_over_runs: runs must be scored on the same tasks, "
+                         f"got runs of {lengths} episodes")
+    _check_bootstrap_args(n_resamples, confidence)
+    for statistic in statistics:
+        if not isinstance(statistic, str):
+            raise ValueError(f"statistic: expected a metric name, got {statistic!r}")
+        _check_statistic(statistic)
+    n_runs, n = len(runs), lengths[0]
+    columns = _Columns.of([record for run in runs for record in run])
+    rng = np.random.default_rng(seed)
+    values: list[list[np.ndarray]] = [[] for _ in statistics]
+    block = max(1, _BOOTSTRAP_BLOCK // (n * n_runs))
+    for start in range(0, n_resamples, block):
+        size = min(block, n_resamples - start)
+        chosen_runs = rng.integers(0, n_runs, size=(size, n_runs))
+        tasks = rng.integers(0, n, size=(size, n))
+        index = (chosen_runs[:, :, None] * n + tasks[:, None, :]).reshape(size, n_runs * n)
+        for out, statistic in zip(values, statistics, strict=True):
+            out.append(_resampled_statistic(statistic, columns, index))
+    return _percentile_intervals(values, confidence)
 
 
 # ------------------------------------------------------------------ Pareto and gap

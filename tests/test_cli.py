@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import cost_envs
-from agents import cli
+from agents import cli, files
 from agents.baselines import BASELINES
 
 FLIGHT = "cost_envs/FlightPlanner-v0"
@@ -128,9 +128,9 @@ def test_write_atomic_cleans_up_on_failure(tmp_path, monkeypatch):
     def fail(src, dst):
         raise OSError("disk full")
 
-    monkeypatch.setattr(cli.os, "replace", fail)
+    monkeypatch.setattr(files.os, "replace", fail)
     with pytest.raises(OSError, match="disk full"):
-        cli._write_atomic(target, "new")
+        files.write_text_atomic(target, "new")
     assert target.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["x.md"]
 

@@ -1,0 +1,63 @@
+"""Atomic writes: a result file or checkpoint is either the old one or the new one, never half.
+
+Everything is written to a temporary sibling (same directory, so the same file system)
+and moved into place with ``os.replace``; on any error the temporary is removed and the
+old file is untouched.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+
+def write_file_atomic(path: str | Path, write: Callable[[Path], None]) -> Path:
+    """Call ``write(tmp_path)`` to fill a temporary file, then move it to ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.chmod(tmp, 0o644)  # mkstemp makes it 0600; results are meant to be shared
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically."""
+    return write_file_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def write_directory_atomic(directory: str | Path, write: Callable[[Path], None]) -> Path:
+    """Call ``write(tmp_dir)`` to fill a temporary directory, then swap it in for ``directory``.
+
+    An existing ``directory`` is replaced only after the new one is complete.
+    """
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise ValueError(f"{directory} exists and is not a directory")
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}."))
+    try:
+        write(tmp)
+        os.chmod(tmp, 0o755)  # mkdtemp makes it 0700
+        for child in tmp.iterdir():
+            os.chmod(child, 0o644)
+        old = None
+        if directory.exists():
+            old = directory.with_name(f".{directory.name}.old-{os.getpid()}")
+            os.replace(directory, old)
+        os.replace(tmp, directory)
+        if old is not None:
+            shutil.rmtree(old)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return directory

@@ -1,0 +1,302 @@
+"""Reproduce Tables 1 and 2 of the LoRA-Guided PPO paper on FlightPlanner-v0 and ToolBench-v0.
+
+For each env, every method is scored on the same ``episodes`` tasks (task seed
+``eval_seed``). The learned methods are trained ``seeds`` times (training seeds
+0..seeds-1, on tasks disjoint from the evaluation set, see :mod:`agents.training`);
+their point values pool the episodes of all seeds and their 95% intervals come from a
+two-level bootstrap over seeds and tasks (:func:`cost_envs.metrics.bootstrap_cis_over_runs`).
+The fixed baselines are deterministic given the tasks, so their intervals are over tasks.
+
+Outputs, in ``out``: ``table_<Env>.md`` and ``.json`` per env, ``pareto_<Env>.png``
+(success vs average cost with interval bars) and ``learning_curves_<Env>.png`` (CPS and
+success against environment steps, PPO vs LoRA-guided PPO, mean over seeds with the
+seeds' range). Everything is computed before anything is written, and every file is
+written atomically.
+
+Training runs are independent, so they run in ``jobs`` worker processes, each with one
+torch thread (on 2 cores, two processes beat two threads for networks this small).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agents.baselines import BASELINES
+from agents.evaluation import compare, evaluate, format_table
+from agents.files import write_file_atomic, write_text_atomic
+from agents.supervised import SupervisedConfig
+from agents.training import configure_torch_threads, train
+from cost_envs.metrics import HEADLINE_METRICS, EpisodeRecord, bootstrap_cis_over_runs, summarize
+
+#: The paper's two environments.
+PAPER_ENVS = ("cost_envs/FlightPlanner-v0", "cost_envs/ToolBench-v0")
+#: Fixed baselines: key -> table label. ``greedy`` is the supervised label source.
+BASELINE_ROWS = {
+    "random": "Random",
+    "capability": "CapabilityMatch",
+    "rule": "RuleBased",
+    "oracle": "CostOpt-Oracle",
+    "greedy": "Greedy heuristic (label source)",
+}
+
+
+@dataclass(frozen=True)
+class LearnedRow:
+    """A learned method in the table: training method, base, label."""
+
+    method: str
+    base: str
+    label: str
+
+
+LEARNED_ROWS = {
+    "lora": LearnedRow("lora", "pretrained", "LoRA supervised"),
+    "ppo": LearnedRow("ppo", "pretrained", "PPO"),
+    "lora-ppo": LearnedRow("lora-ppo", "pretrained", "LoRA-Guided PPO"),
+    "lora/random-base": LearnedRow("lora", "random", "LoRA supervised, random base (ablation)"),
+    "lora-ppo/random-base": LearnedRow("lora-ppo", "random",
+                                       "LoRA-Guided PPO, random base (ablation)"),
+}
+#: The paper's seven methods (the other rows are references and ablations).
+PAPER_METHODS = ("random", "capability", "rule", "oracle", "lora", "ppo", "lora-ppo")
+
+
+@dataclass(frozen=True)
+class Scale:
+    """How much work a reproduction does.
+
+    Args:
+        name: ``smoke``, ``default`` or ``full``.
+        timesteps: RL environment steps per training run.
+        seeds: Training seeds per learned method.
+        episodes: Evaluation tasks per method.
+        resamples: Bootstrap resamples.
+        supervised: Supervised-stage settings.
+    """
+
+    name: str
+    timesteps: int
+    seeds: int
+    episodes: int
+    resamples: int
+    supervised: SupervisedConfig = field(default_factory=SupervisedConfig)
+
+
+SCALES = {
+    # Plumbing check for the tests: every row, every file, in seconds. Not a result.
+    "smoke": Scale("smoke", timesteps=512, seeds=2, episodes=30, resamples=100,
+                   supervised=SupervisedConfig(episodes=60, epochs=2)),
+    # What `make reproduce` runs: under 10 minutes on 2 cores.
+    "default": Scale("default", timesteps=20_000, seeds=3, episodes=400, resamples=1000),
+    # Paper scale: ten times the RL steps and five seeds.
+    "full": Scale("full", timesteps=200_000, seeds=5, episodes=1000, resamples=2000),
+}
+
+
+@dataclass(frozen=True)
+class Job:
+    """One training run and its evaluation."""
+
+    env_id: str
+    key: str
+    seed: int
+    scale: Scale
+    eval_seed: int
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """What a worker sends back: the evaluation episodes and the learning curve."""
+
+    job: Job
+    records: tuple[EpisodeRecord, ...]
+    history: list[dict[str, Any]]
+
+
+def run_job(job: Job) -> JobResult:
+    """Train one learned method with one seed and evaluate it on the shared task set."""
+    configure_torch_threads()
+    row = LEARNED_ROWS[job.key]
+    trained = train(job.env_id, row.method, job.scale.timesteps, seed=job.seed, base=row.base,
+                    supervised=job.scale.supervised)
+    result = evaluate(trained, job.env_id, episodes=job.scale.episodes, seed=job.eval_seed)
+    return JobResult(job, result.records, trained.history)
+
+
+def _run_all(jobs: Sequence[Job], workers: int) -> list[JobResult]:
+    if workers <= 1:
+        return [run_job(job) for job in jobs]
+    # spawn, not fork: forking a process that has already used torch can deadlock.
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(workers, mp_context=context) as pool:
+        return list(pool.map(run_job, jobs))
+
+
+def _learned_summary(runs: Sequence[Sequence[EpisodeRecord]], agent_names: Sequence[str],
+                     resamples: int, seed: int) -> dict[str, Any]:
+    pooled = [record for run in runs for record in run]
+    summary = summarize(pooled)
+    summary["call_ratio"] = dict(zip(agent_names, summary["call_ratio"], strict=True))
+    intervals = bootstrap_cis_over_runs(runs, HEADLINE_METRICS, resamples, seed=seed)
+    for key, interval in zip(HEADLINE_METRICS, intervals, strict=True):
+        summary[f"{key}_ci"] = list(interval)
+    summary["per_seed"] = [{key: summarize(run)[key] for key in HEADLINE_METRICS}
+                           for run in runs]
+    return summary
+
+
+def _agent_names(env_id: str) -> list[str]:
+    import gymnasium as gym
+
+    env = gym.make(env_id)
+    names = list(env.unwrapped.pool.names)
+    env.close()
+    return names
+
+
+def reproduce(
+    scale: Scale,
+    envs: Sequence[str] = PAPER_ENVS,
+    rows: Sequence[str] = tuple(LEARNED_ROWS),
+    eval_seed: int = 0,
+    jobs: int = 2,
+    log: Any = print,
+) -> dict[str, dict[str, Any]]:
+    """Run the whole grid; returns env id -> report (rows, scale, learning curves).
+
+    Args:
+        scale: A :class:`Scale` (see :data:`SCALES`).
+        envs: Environment ids.
+        rows: Keys of :data:`LEARNED_ROWS` to train.
+        eval_seed: Task seed of the evaluation set.
+        jobs: Worker processes for the training runs.
+        log: Progress printer.
+    """
+    grid = [Job(env_id, key, seed, scale, eval_seed)
+            for env_id in envs for key in rows for seed in range(scale.seeds)]
+    log(f"training {len(grid)} runs ({scale.name}: {scale.timesteps} steps x "
+        f"{scale.seeds} seeds) in {jobs} process(es)")
+    results = _run_all(grid, jobs)
+    reports = {}
+    for env_id in envs:
+        names = _agent_names(env_id)
+        methods: dict[str, dict[str, Any]] = {}
+        baselines = compare({key: BASELINES[key] for key in BASELINE_ROWS}, env_id,
+                            episodes=scale.episodes, seed=eval_seed, n_resamples=scale.resamples)
+        for key, summary in baselines.items():
+            methods[key] = {"label": BASELINE_ROWS[key], "seeds": 1, **summary}
+        curves = {}
+        for key in rows:
+            done = sorted((r for r in results if r.job.env_id == env_id and r.job.key == key),
+                          key=lambda r: r.job.seed)
+            summary = _learned_summary([r.records for r in done], names, scale.resamples,
+                                       eval_seed)
+            methods[key] = {"label": LEARNED_ROWS[key].label, "seeds": len(done), **summary}
+            curves[key] = [r.history for r in done]
+        reports[env_id] = {"env_id": env_id, "scale": asdict(scale), "eval_seed": eval_seed,
+                           "methods": methods, "learning_curves": curves}
+    return reports
+
+
+# ------------------------------------------------------------------------ output
+def markdown_table(report: Mapping[str, Any]) -> str:
+    """The report's Markdown page: what was run, then the table."""
+    scale = report["scale"]
+    rows = {f"{entry['label']}": entry for entry in report["methods"].values()}
+    return (
+        f"# LoRA-Guided PPO paper, Tables 1-2: {report['env_id']}\n\n"
+        f"Scale `{scale['name']}`: learned methods trained with {scale['seeds']} seeds x "
+        f"{scale['timesteps']} environment steps; every method scored on the same "
+        f"{scale['episodes']} tasks (task seed {report['eval_seed']}). 95% intervals: "
+        "two-level bootstrap over training seeds and tasks for learned methods, over tasks "
+        f"for the fixed baselines ({scale['resamples']} resamples). Reproduce with "
+        f"`cost-envs reproduce{'' if scale['name'] == 'default' else ' --' + scale['name']}`.\n\n"
+        f"{format_table(rows)}\n"
+    )
+
+
+def json_report(report: Mapping[str, Any]) -> str:
+    """The report as JSON text (learning curves included)."""
+    return json.dumps(report, indent=2) + "\n"
+
+
+def _save_figure(figure: Any, path: Path) -> None:
+    write_file_atomic(path, lambda tmp: figure.savefig(tmp, dpi=120, format="png"))
+
+
+def pareto_figure(report: Mapping[str, Any], path: Path) -> None:
+    """Success vs average cost, one point per method with its 95% interval bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(7, 5))
+    for key, entry in report["methods"].items():
+        x, y = entry["avg_cost"], entry["success_rate"]
+        xerr = [[x - entry["avg_cost_ci"][0]], [entry["avg_cost_ci"][1] - x]]
+        yerr = [[y - entry["success_rate_ci"][0]], [entry["success_rate_ci"][1] - y]]
+        marker = "s" if key in LEARNED_ROWS else "o"
+        axis.errorbar(x, y, xerr=xerr, yerr=yerr, fmt=marker, capsize=3, label=entry["label"])
+    axis.set_xscale("log")
+    axis.set_xlabel("average cost per task ($, log scale)")
+    axis.set_ylabel("success rate")
+    axis.set_title(f"{report['env_id']}: success vs cost (95% intervals)")
+    axis.grid(True, alpha=0.3)
+    axis.legend(fontsize=7, loc="lower right")
+    figure.tight_layout()
+    _save_figure(figure, path)
+    plt.close(figure)
+
+
+def learning_curves_figure(report: Mapping[str, Any], path: Path,
+                           keys: Sequence[str] = ("ppo", "lora-ppo")) -> None:
+    """CPS and success vs environment steps: mean over seeds, shaded over the seeds' range."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for key in keys:
+        histories = [h for h in report["learning_curves"].get(key, []) if h]
+        if not histories:
+            continue
+        length = min(len(h) for h in histories)
+        steps = np.array([point["timesteps"] for point in histories[0][:length]])
+        for axis, metric in zip(axes, ("cost/cps", "rollout/success_rate"), strict=True):
+            values = np.array([[point[metric] for point in h[:length]] for h in histories])
+            axis.plot(steps, values.mean(axis=0), label=report["methods"][key]["label"])
+            axis.fill_between(steps, values.min(axis=0), values.max(axis=0), alpha=0.2)
+    for axis, title in zip(axes, ("CPS (last 100 training episodes)",
+                                  "success rate (last 100 training episodes)"), strict=True):
+        axis.set_xlabel("environment steps")
+        axis.set_title(title, fontsize=10)
+        axis.grid(True, alpha=0.3)
+        axis.legend(fontsize=8)
+    axes[0].set_yscale("log")
+    figure.suptitle(f"{report['env_id']}: training curves, mean and range over seeds")
+    figure.tight_layout()
+    _save_figure(figure, path)
+    plt.close(figure)
+
+
+def write_reports(reports: Mapping[str, Mapping[str, Any]], out: Path) -> list[Path]:
+    """Write every table, JSON file and figure; returns the paths written."""
+    written = []
+    for env_id, report in reports.items():
+        name = env_id.split("/")[-1]
+        written.append(write_text_atomic(out / f"table_{name}.md", markdown_table(report)))
+        written.append(write_text_atomic(out / f"table_{name}.json", json_report(report)))
+        pareto_figure(report, out / f"pareto_{name}.png")
+        learning_curves_figure(report, out / f"learning_curves_{name}.png")
+        written += [out / f"pareto_{name}.png", out / f"learning_curves_{name}.png"]
+    return written
