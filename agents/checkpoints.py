@@ -44,6 +44,15 @@ ADAPTER_FORMAT = "cost-envs-adapter"
 FORMAT_VERSION = 1
 _MODEL_FILES = ("model.safetensors", "config.json")
 _ADAPTER_FILES = ("adapter.safetensors", "adapter_config.json")
+_ARCHITECTURE_KEYS = {"hidden_sizes", "lora_rank", "lora_alpha"}
+#: SB3 registers the shared encoder three times; only ``features_extractor.*`` is stored.
+_ALIASES = ("pi_features_extractor.", "vf_features_extractor.")
+
+
+def _own_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The model's state dict without the aliases of the shared encoder."""
+    return {name: tensor for name, tensor in model.state_dict().items()
+            if not name.startswith(_ALIASES)}
 
 
 class UnsafeCheckpointError(ValueError):
@@ -89,7 +98,7 @@ def save_allocator(allocator: TrainedAllocator, directory: str | Path) -> Path:
         "architecture": policy.architecture(),
         "history": allocator.history,
     }
-    tensors = _tensors(policy.state_dict())
+    tensors = _tensors(_own_tensors(policy))
 
     def write(tmp: Path) -> None:
         save_file(tensors, tmp / "model.safetensors")
@@ -114,6 +123,8 @@ def load_allocator(path: str | Path, trust_pickle: bool = False) -> Any:
         ValueError: When the config or the tensors do not match a cost-envs model.
     """
     path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such model directory or file")
     if path.suffix == ".zip" or (path.is_file() and zipfile.is_zipfile(path)):
         if not trust_pickle:
             raise UnsafeCheckpointError(
@@ -134,11 +145,20 @@ def load_allocator(path: str | Path, trust_pickle: bool = False) -> Any:
                if key not in config]
     if missing:
         raise ValueError(f"{path / 'config.json'}: missing keys {missing}")
+    source = path / "config.json"
     if config["method"] not in METHODS:
-        raise ValueError(f"{path / 'config.json'}: method {config['method']!r} is not one "
-                         f"of {list(METHODS)}")
+        raise ValueError(f"{source}: method {config['method']!r} is not one of {list(METHODS)}")
+    if config["env_id"] not in cost_envs.ENV_IDS:
+        raise ValueError(f"{source}: env_id {config['env_id']!r} is not a registered id "
+                         f"({list(cost_envs.ENV_IDS)})")
+    architecture = config["architecture"]
+    if not isinstance(architecture, dict) or set(architecture) - _ARCHITECTURE_KEYS:
+        raise ValueError(f"{source}: architecture must be an object with keys from "
+                         f"{sorted(_ARCHITECTURE_KEYS)}, got {architecture!r}")
+    if not isinstance(config["env_kwargs"], dict):
+        raise ValueError(f"{source}: env_kwargs must be an object, got {config['env_kwargs']!r}")
     env = gym.make(config["env_id"], **config["env_kwargs"])
-    policy = policy_for(env, **config["architecture"])
+    policy = policy_for(env, **architecture)
     env.close()
     _load_tensors(policy, load_file(path / "model.safetensors"), path / "model.safetensors")
     policy.set_training_mode(False)
@@ -149,7 +169,7 @@ def load_allocator(path: str | Path, trust_pickle: bool = False) -> Any:
 
 def _load_tensors(model: torch.nn.Module, state: Mapping[str, torch.Tensor], source: Path,
                   strict: bool = True) -> None:
-    own = model.state_dict()
+    own = _own_tensors(model)
     unexpected = sorted(set(state) - set(own))
     missing = sorted(set(own) - set(state)) if strict else []
     wrong = sorted(name for name in set(state) & set(own)
@@ -157,7 +177,7 @@ def _load_tensors(model: torch.nn.Module, state: Mapping[str, torch.Tensor], sou
     if unexpected or missing or wrong:
         raise ValueError(f"{source}: tensors do not match the network built from the config "
                          f"(missing {missing}, unexpected {unexpected}, wrong shape {wrong})")
-    model.load_state_dict(state, strict=strict)
+    model.load_state_dict(state, strict=False)  # the aliases share the loaded tensors
 
 
 # ---------------------------------------------------------------------- adapters

@@ -45,19 +45,22 @@ def write_directory_atomic(directory: str | Path, write: Callable[[Path], None])
         raise ValueError(f"{directory} exists and is not a directory")
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}."))
+    old = directory.with_name(f".{directory.name}.old-{os.getpid()}")
+    moved_old = False
     try:
         write(tmp)
         os.chmod(tmp, 0o755)  # mkdtemp makes it 0700
         for child in tmp.iterdir():
             os.chmod(child, 0o644)
-        old = None
         if directory.exists():
-            old = directory.with_name(f".{directory.name}.old-{os.getpid()}")
             os.replace(directory, old)
+            moved_old = True
         os.replace(tmp, directory)
-        if old is not None:
-            shutil.rmtree(old)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        if moved_old and not directory.exists():
+            os.replace(old, directory)  # put the previous version back
         raise
+    if moved_old:
+        shutil.rmtree(old, ignore_errors=True)  # the save succeeded; cleanup is best effort
     return directory

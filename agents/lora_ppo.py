@@ -61,7 +61,7 @@ class LoraGuidedPPO(PPO):
         vf_coef: float = 0.5,
         **kwargs: Any,
     ) -> None:
-        if cost_coef < 0 or value_lr_scale <= 0:
+        if not cost_coef >= 0 or not value_lr_scale > 0:  # written so that NaN fails too
             raise ValueError(f"cost_coef must be >= 0 and value_lr_scale > 0, got "
                              f"{cost_coef!r} and {value_lr_scale!r}")
         self.cost_coef = float(cost_coef)
@@ -104,6 +104,8 @@ class LoraGuidedPPO(PPO):
         self.policy.set_training_mode(True)
         self._update_learning_rate(self.policy.optimizer)
         clip_range = self.clip_range(self._current_progress_remaining)  # type: ignore[operator]
+        clip_range_vf = (None if self.clip_range_vf is None else
+                         self.clip_range_vf(self._current_progress_remaining))  # type: ignore[operator]
         logs: dict[str, list[float]] = {"entropy_loss": [], "policy_gradient_loss": [],
                                         "value_loss": [], "cost_term": [], "clip_fraction": [],
                                         "approx_kl": []}
@@ -121,7 +123,11 @@ class LoraGuidedPPO(PPO):
                     advantages * ratio,
                     advantages * torch.clamp(ratio, 1 - clip_range, 1 + clip_range),
                 ).mean()
-                value_loss = F.mse_loss(batch.returns, values.flatten())
+                values = values.flatten()
+                if clip_range_vf is not None:  # SB3's optional value clipping
+                    values = batch.old_values + torch.clamp(values - batch.old_values,
+                                                            -clip_range_vf, clip_range_vf)
+                value_loss = F.mse_loss(batch.returns, values)
                 entropy_loss = -torch.mean(entropy)
                 cost_term = (probs * self._relative_costs).sum(dim=1).mean()
                 loss = (policy_loss + self.ent_coef * entropy_loss + self.vf_coef * value_loss

@@ -170,9 +170,9 @@ class AllocatorPolicy(ActorCriticPolicy):
         if fixed:
             raise ValueError(f"AllocatorPolicy fixes {sorted(fixed)}; use hidden_sizes, "
                              "lora_rank, lora_alpha and base instead")
-        if lora_rank is not None and kwargs.get("ortho_init", False):
-            raise ValueError("ortho_init=True would overwrite the frozen base and the LoRA "
-                             "initialisation; leave it off with LoRA")
+        if (lora_rank is not None or base is not None) and kwargs.get("ortho_init", False):
+            raise ValueError("ortho_init=True would overwrite the pretrained base and the "
+                             "LoRA initialisation; leave it off with LoRA or a base")
         kwargs.setdefault("ortho_init", False)
         default = ("adapter", "action", "value") if lora_rank is not None else PARAMETER_GROUPS
         self.hidden_sizes = tuple(int(size) for size in hidden_sizes)

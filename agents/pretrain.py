@@ -56,8 +56,8 @@ def pretrained_base_path(env_id: str) -> Path:
         shipped = sorted(p.stem for p in PRETRAINED_DIR.glob("*.safetensors"))
         raise FileNotFoundError(
             f"no pretrained base for {env_id} (shipped: {shipped}); make one with "
-            f"`cost-envs pretrain --env {env_id} --out DIR` and pass its path as base, "
-            "or use base='random'"
+            f"`cost-envs pretrain --env {env_id} --out PATH` (it writes PATH.safetensors "
+            "and PATH.json) and pass PATH.safetensors as base, or use base='random'"
         )
     return path
 
@@ -151,8 +151,13 @@ def pretrain_base(
 
 
 def save_base(state: dict[str, torch.Tensor], config: dict[str, Any], path: str | Path) -> Path:
-    """Write ``<path>.safetensors`` and ``<path>.json``; returns the weights path."""
-    weights = Path(path).with_suffix(".safetensors")
+    """Write ``<path>.safetensors`` and ``<path>.json``; returns the weights path.
+
+    A ``path`` already ending in ``.safetensors`` is used as is.
+    """
+    path = Path(path)
+    weights = path if path.suffix == ".safetensors" else path.with_name(
+        f"{path.name}.safetensors")
     write_file_atomic(weights, lambda tmp: save_file(state, tmp))
     write_text_atomic(weights.with_suffix(".json"), json.dumps(config, indent=2) + "\n")
     return weights

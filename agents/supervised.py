@@ -17,6 +17,7 @@ knows what the warm-started policy earns.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -142,16 +143,26 @@ class SupervisedConfig:
             value = getattr(self, field.name)
             if field.name == "rho" and value is None:
                 continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ValueError(f"SupervisedConfig.{field.name}: expected a number, "
+            name = f"SupervisedConfig.{field.name}"
+            if field.name in _COUNTS:
+                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                    raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                math.isfinite(value)
+            ):
+                raise ValueError(f"{name}: expected a finite number, got {value!r}")
+            low, high, low_open = _RANGES.get(field.name, (0.0, math.inf, False))
+            if value > high or value < low or (low_open and value == low):
+                bracket = "(" if low_open else "["
+                raise ValueError(f"{name}: expected a number in {bracket}{low:g}, {high:g}], "
                                  f"got {value!r}")
-            positive = field.name in ("episodes", "epochs", "batch_size", "learning_rate",
-                                      "threshold", "gamma")
-            if (positive and not value > 0) or (not positive and value < 0):
-                raise ValueError(f"SupervisedConfig.{field.name}: expected a number "
-                                 f"{'> 0' if positive else '>= 0'}, got {value!r}")
-        if self.rho is not None and not 0.0 <= self.rho <= 1.0:
-            raise ValueError(f"SupervisedConfig.rho: expected a number in [0, 1], got {self.rho!r}")
+
+
+#: Integer fields of SupervisedConfig, and (low, high, low excluded) of bounded numbers.
+_COUNTS = ("episodes", "epochs", "batch_size")
+_RANGES = {"learning_rate": (0.0, math.inf, True), "rho": (0.0, 1.0, False),
+           "threshold": (0.0, 1.0, True), "gamma": (0.0, 1.0, False)}
 
 
 def relative_costs(env: gym.Env) -> np.ndarray:

@@ -21,6 +21,7 @@ for the adapter.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 from stable_baselines3 import PPO
+from stable_baselines3.common.logger import HumanOutputFormat, Logger
 from stable_baselines3.common.utils import set_random_seed
 
 import cost_envs
@@ -156,6 +158,10 @@ def train(
             env.close()
             return TrainedAllocator(policy, env_id, kwargs, method, seed, 0, base)
         model = LoraGuidedPPO.from_supervised(policy, env, **PPO_SETTINGS, **common)
+    if tensorboard_log is None:
+        # Without this SB3 makes an empty /tmp/SB3-<time> log directory on every learn().
+        outputs = [HumanOutputFormat(sys.stdout)] if verbose else []
+        model.set_logger(Logger(folder=None, output_formats=outputs))
     model.get_env().seed(TRAIN_TASK_SEED + seed)
     model.learn(timesteps, **learn)
     env.close()
