@@ -13,6 +13,7 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 EXPECTED = {
     "quickstart.py": ([], "episode cost"),
     "custom_pool.py": (["--episodes", "30"], "| oracle |"),
+    "train_allocator.py": (["--timesteps", "512"], "| lora-ppo |"),
 }
 
 
