@@ -54,7 +54,10 @@ class CostMetricsCallback(BaseCallback):
     def _on_training_start(self) -> None:
         pool = self.training_env.get_attr("pool")[0]
         self.agent_names = tuple(pool.names)
-        self._running = [self._fresh() for _ in range(self.training_env.num_envs)]
+        # learn(reset_num_timesteps=False) continues the episodes in progress: keep their
+        # totals. A fresh run resets the envs, so it starts from zero.
+        if self.model.num_timesteps == 0 or len(self._running) != self.training_env.num_envs:
+            self._running = [self._fresh() for _ in range(self.training_env.num_envs)]
 
     def _fresh(self) -> dict[str, Any]:
         return {"cost": 0.0, "flops": 0.0, "length": 0,

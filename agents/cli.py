@@ -210,7 +210,7 @@ def _run_train(args: argparse.Namespace) -> int:
     path = save_allocator(trained, args.out)
     if trained.history:
         last = trained.history[-1]
-        print(f"last {len(trained.history) and 100} training episodes: success "
+        print(f"last training rollout (up to 100 episodes): success "
               f"{last['rollout/success_rate']:.3f}, CPS {last['cost/cps']:.4g}")
     print(f"saved {args.method} model to {path}")
     return 0

@@ -27,6 +27,7 @@ from cost_envs.metrics import (
     HEADLINE_METRICS,
     EpisodeRecord,
     bootstrap_cis,
+    interval_around,
     summarize,
 )
 
@@ -79,8 +80,8 @@ class EvaluationResult:
         out = summarize(self.records)
         out["call_ratio"] = dict(zip(self.agent_names, out["call_ratio"], strict=True))
         intervals = bootstrap_cis(self.records, HEADLINE_METRICS, n_resamples, seed=seed)
-        for key, (low, high) in zip(HEADLINE_METRICS, intervals, strict=True):
-            out[f"{key}_ci"] = [low, high]
+        for key, interval in zip(HEADLINE_METRICS, intervals, strict=True):
+            out[f"{key}_ci"] = interval_around(out[key], interval)
         return out
 
 

@@ -19,6 +19,7 @@ torch thread (on 2 cores, two processes beat two threads for networks this small
 
 from __future__ import annotations
 
+import io
 import json
 import multiprocessing
 from collections.abc import Mapping, Sequence
@@ -38,6 +39,7 @@ from cost_envs.metrics import (
     HEADLINE_METRICS,
     EpisodeRecord,
     bootstrap_cis_over_runs,
+    interval_around,
     pareto_front,
     summarize,
 )
@@ -155,7 +157,7 @@ def _learned_summary(runs: Sequence[Sequence[EpisodeRecord]], agent_names: Seque
     summary["call_ratio"] = dict(zip(agent_names, summary["call_ratio"], strict=True))
     intervals = bootstrap_cis_over_runs(runs, HEADLINE_METRICS, resamples, seed=seed)
     for key, interval in zip(HEADLINE_METRICS, intervals, strict=True):
-        summary[f"{key}_ci"] = list(interval)
+        summary[f"{key}_ci"] = interval_around(summary[key], interval)
     summary["per_seed"] = [{key: summarize(run)[key] for key in HEADLINE_METRICS}
                            for run in runs]
     return summary
@@ -236,12 +238,14 @@ def json_report(report: Mapping[str, Any]) -> str:
     return json.dumps(report, indent=2) + "\n"
 
 
-def _save_figure(figure: Any, path: Path) -> None:
-    write_file_atomic(path, lambda tmp: figure.savefig(tmp, dpi=120, format="png"))
+def _png(figure: Any) -> bytes:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, dpi=120, format="png")
+    return buffer.getvalue()
 
 
-def pareto_figure(report: Mapping[str, Any], path: Path) -> None:
-    """Success vs average cost, one point per method with its 95% interval bars."""
+def pareto_figure(report: Mapping[str, Any]) -> bytes:
+    """Success vs average cost, one point per method with its 95% interval bars (PNG)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -250,8 +254,9 @@ def pareto_figure(report: Mapping[str, Any], path: Path) -> None:
     figure, axis = plt.subplots(figsize=(9, 5))
     for key, entry in report["methods"].items():
         x, y = entry["avg_cost"], entry["success_rate"]
-        xerr = [[x - entry["avg_cost_ci"][0]], [entry["avg_cost_ci"][1] - x]]
-        yerr = [[y - entry["success_rate_ci"][0]], [entry["success_rate_ci"][1] - y]]
+        xerr = [[max(0.0, x - entry["avg_cost_ci"][0])], [max(0.0, entry["avg_cost_ci"][1] - x)]]
+        yerr = [[max(0.0, y - entry["success_rate_ci"][0])],
+                [max(0.0, entry["success_rate_ci"][1] - y)]]
         marker = "s" if key in LEARNED_ROWS else "o"
         axis.errorbar(x, y, xerr=xerr, yerr=yerr, fmt=marker, capsize=3, label=entry["label"])
     # The front of what a policy can reach: the privileged oracle is left out of it.
@@ -266,12 +271,13 @@ def pareto_figure(report: Mapping[str, Any], path: Path) -> None:
     axis.grid(True, alpha=0.3)
     axis.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     figure.tight_layout()
-    _save_figure(figure, path)
+    png = _png(figure)
     plt.close(figure)
+    return png
 
 
-def learning_curves_figure(report: Mapping[str, Any], path: Path,
-                           keys: Sequence[str] = ("ppo", "lora-ppo")) -> None:
+def learning_curves_figure(report: Mapping[str, Any],
+                           keys: Sequence[str] = ("ppo", "lora-ppo")) -> bytes:
     """CPS and success vs environment steps: mean over seeds, shaded over the seeds' range."""
     import matplotlib
 
@@ -298,18 +304,33 @@ def learning_curves_figure(report: Mapping[str, Any], path: Path,
     axes[0].set_yscale("log")
     figure.suptitle(f"{report['env_id']}: training curves, mean and range over seeds")
     figure.tight_layout()
-    _save_figure(figure, path)
+    png = _png(figure)
     plt.close(figure)
+    return png
+
+
+def render_reports(reports: Mapping[str, Mapping[str, Any]]) -> dict[str, str | bytes]:
+    """File name -> content of every table, JSON file and figure."""
+    files: dict[str, str | bytes] = {}
+    for env_id, report in reports.items():
+        name = env_id.split("/")[-1]
+        files[f"table_{name}.md"] = markdown_table(report)
+        files[f"table_{name}.json"] = json_report(report)
+        files[f"pareto_{name}.png"] = pareto_figure(report)
+        files[f"learning_curves_{name}.png"] = learning_curves_figure(report)
+    return files
 
 
 def write_reports(reports: Mapping[str, Mapping[str, Any]], out: Path) -> list[Path]:
-    """Write every table, JSON file and figure; returns the paths written."""
+    """Render everything, then write it atomically file by file; returns the paths.
+
+    Rendering first means a failing figure leaves every old file in place.
+    """
     written = []
-    for env_id, report in reports.items():
-        name = env_id.split("/")[-1]
-        written.append(write_text_atomic(out / f"table_{name}.md", markdown_table(report)))
-        written.append(write_text_atomic(out / f"table_{name}.json", json_report(report)))
-        pareto_figure(report, out / f"pareto_{name}.png")
-        learning_curves_figure(report, out / f"learning_curves_{name}.png")
-        written += [out / f"pareto_{name}.png", out / f"learning_curves_{name}.png"]
+    for name, content in render_reports(reports).items():
+        if isinstance(content, str):
+            written.append(write_text_atomic(out / name, content))
+        else:
+            written.append(write_file_atomic(out / name, lambda tmp, data=content:
+                                             tmp.write_bytes(data)))
     return written

@@ -44,6 +44,14 @@ State = tuple
 MAX_ORACLE_AGENTS = 16
 
 
+class UnsupportedRenderModeError(ValueError, TypeError):
+    """A render mode the env does not have.
+
+    Also a ``TypeError`` because SB3's ``make_vec_env`` first tries
+    ``render_mode="rgb_array"`` and falls back to no rendering only on ``TypeError``.
+    """
+
+
 @dataclass(frozen=True)
 class Outcome:
     """How an episode ended: success and quality in ``[0, 10]``."""
@@ -85,7 +93,7 @@ class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
         render_mode: str | None = None,
     ) -> None:
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(
+            raise UnsupportedRenderModeError(
                 f"render_mode: expected None or one of {self.metadata['render_modes']}, "
                 f"got {render_mode!r}"
             )

@@ -258,6 +258,17 @@ def _check_statistic(statistic: Statistic) -> None:
         raise ValueError(f"statistic: expected a metric name or a callable, got {statistic!r}")
 
 
+def interval_around(point: float, interval: Sequence[float]) -> list[float]:
+    """``interval`` widened, if need be, to contain ``point``.
+
+    When every episode has the same value, the bootstrap's numpy sums and the point
+    value's exact ``math.fsum`` can differ in the last bit, leaving the point a rounding
+    step outside its own interval; plots with error bars reject that.
+    """
+    low, high = interval
+    return [min(float(low), point), max(float(high), point)]
+
+
 def _percentile_intervals(
     values: Sequence[Sequence[np.ndarray]], confidence: float
 ) -> list[tuple[float, float]]:

@@ -1,16 +1,24 @@
+import contextlib
+import importlib.util
+import io
 import json
-import os
 import shutil
-import stat
 import subprocess
 import sys
 from pathlib import Path
 
+import gymnasium as gym
 import pytest
+import torch
+import yaml
+from stable_baselines3 import PPO
 
 import cost_envs
-from agents import cli, files
+from agents import cli, files, reproduce
 from agents.baselines import BASELINES
+from agents.checkpoints import load_allocator
+from agents.evaluation import evaluate
+from agents.policies import AllocatorPolicy
 
 FLIGHT = "cost_envs/FlightPlanner-v0"
 HEADLINE = ("success_rate", "cps", "flops_per_success", "avg_quality", "avg_cost")
@@ -82,43 +90,50 @@ def test_a_subcommand_is_required(capsys):
     assert exc.value.code == 2
 
 
-def test_reproduce_writes_tables_and_json(tmp_path, capsys):
-    out = tmp_path / "results"
-    assert cli.main(["reproduce", "--episodes", "20", "--resamples", "50",
-                     "--out", str(out)]) == 0
-    printed = capsys.readouterr().out
-    names = [env_id.split("/")[-1] for env_id in cost_envs.ENV_IDS]
-    expected = {f"baselines_{n}{ext}" for n in names for ext in (".md", ".json")}
-    assert {p.name for p in out.iterdir()} == expected  # no temp files left behind
-    umask = os.umask(0)
-    os.umask(umask)
-    for path in out.iterdir():  # readable like any other file, not mkstemp's 0600
-        assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask
-    for env_id, name in zip(cost_envs.ENV_IDS, names, strict=True):
-        assert f"## {env_id}" in printed
-        payload = json.loads((out / f"baselines_{name}.json").read_text())
-        assert payload["env_id"] == env_id and payload["episodes"] == 20
-        assert list(payload["methods"]) == list(cli.REPRODUCE_METHODS)
-        markdown = (out / f"baselines_{name}.md").read_text()
-        assert "| Method | Success |" in markdown
-        rows = [line for line in markdown.splitlines() if line.startswith("| ")][1:]
-        assert [r.split("|")[1].strip() for r in rows] == list(cli.REPRODUCE_METHODS)
+@pytest.mark.parametrize(("flags", "scale"),
+                         [([], "default"), (["--smoke"], "smoke"), (["--full"], "full")])
+def test_reproduce_passes_scale_jobs_and_out(flags, scale, tmp_path, monkeypatch, capsys):
+    seen = {}
+
+    def fake_reproduce(chosen, jobs):
+        seen.update(scale=chosen, jobs=jobs)
+        return {}
+
+    def fake_write(reports, out):
+        seen.update(reports=reports, out=out)
+        return [out / "table_X.md"]
+
+    monkeypatch.setattr(reproduce, "reproduce", fake_reproduce)
+    monkeypatch.setattr(reproduce, "write_reports", fake_write)
+    assert cli.main(["reproduce", *flags, "--jobs", "3", "--out", str(tmp_path)]) == 0
+    assert seen == {"scale": reproduce.SCALES[scale], "jobs": 3, "reports": {}, "out": tmp_path}
+    assert f"wrote {tmp_path / 'table_X.md'}" in capsys.readouterr().out
 
 
-def test_reproduce_failure_keeps_previous_files(tmp_path, monkeypatch):
-    out = tmp_path / "results"
-    out.mkdir()
-    old = out / "baselines_FlightPlanner-v0.md"
-    old.write_text("previous results\n")
+def test_reproduce_defaults(monkeypatch):
+    seen = {}
 
-    def boom(*args, **kwargs):
-        raise RuntimeError("simulated failure")
+    def fake_reproduce(chosen, jobs):
+        seen.update(scale=chosen, jobs=jobs)
+        return {}
 
-    monkeypatch.setattr(cli, "compare", boom)
-    with pytest.raises(RuntimeError, match="simulated"):
-        cli.main(["reproduce", "--episodes", "5", "--out", str(out)])
-    assert old.read_text() == "previous results\n"
-    assert [p.name for p in out.iterdir()] == [old.name]
+    def fake_write(reports, out):
+        seen.update(out=out)
+        return []
+
+    monkeypatch.setattr(reproduce, "reproduce", fake_reproduce)
+    monkeypatch.setattr(reproduce, "write_reports", fake_write)
+    assert cli.main(["reproduce"]) == 0
+    assert seen == {"scale": reproduce.SCALES["default"], "jobs": 2,
+                    "out": Path("benchmarks/results")}
+
+
+@pytest.mark.parametrize("jobs", ["0", "two"])
+def test_reproduce_jobs_must_be_positive(jobs, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["reproduce", "--jobs", jobs])
+    assert exc.value.code == 2
+    assert "positive integer" in capsys.readouterr().err
 
 
 def test_write_atomic_cleans_up_on_failure(tmp_path, monkeypatch):
@@ -141,3 +156,155 @@ def test_installed_console_script():
         pytest.skip("cost-envs console script not installed in this environment")
     done = subprocess.run([script, "list"], capture_output=True, text=True, check=True)
     assert done.stdout.splitlines() == list(cost_envs.ENV_IDS)
+
+
+# ------------------------------------------------------------------ train / evaluate --model
+def evaluate_json(capsys, *argv):
+    capsys.readouterr()
+    assert cli.main(["evaluate", "--json", "--resamples", "50", *argv]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.fixture(scope="module")
+def lora_model(tmp_path_factory):
+    """A supervised LoRA allocator trained through the CLI (a few seconds, once)."""
+    torch.set_num_threads(1)
+    out = tmp_path_factory.mktemp("lora") / "model"
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        assert cli.main(["train", "--env", "FlightPlanner-v0", "--method", "lora",
+                         "--timesteps", "1", "--seed", "0", "--out", str(out),
+                         "--no-progress"]) == 0
+    assert f"saved lora model to {out}" in stdout.getvalue()
+    return out
+
+
+def train_ppo(out, *flags):
+    # --timesteps 1 still runs one PPO rollout (512 steps): about a second.
+    torch.set_num_threads(1)
+    assert cli.main(["train", "--env", "FlightPlanner-v0", "--method", "ppo", "--timesteps",
+                     "1", "--seed", "0", "--out", str(out), "--no-progress", *flags]) == 0
+
+
+def test_train_writes_safetensors_and_config(lora_model):
+    assert {path.name for path in lora_model.iterdir()} == {"model.safetensors",
+                                                            "config.json"}
+    config = json.loads((lora_model / "config.json").read_text())
+    assert config["format"] == "cost-envs-allocator"
+    assert config["env_id"] == FLIGHT
+    assert config["env_kwargs"] == {}
+    assert (config["method"], config["seed"], config["base"]) == ("lora", 0, "pretrained")
+    assert config["timesteps"] == 0  # supervised only: no RL steps
+
+
+def test_evaluate_model_prints_its_row(lora_model, capsys):
+    results = evaluate_json(capsys, "--env", "FlightPlanner-v0", "--model", str(lora_model),
+                            "--episodes", "20")
+    assert list(results) == ["lora"]
+    assert list(results["lora"]) == list(cli.JSON_KEYS)
+    assert results["lora"]["episodes"] == 20
+    # The row is the saved network's: the same as evaluating the loaded model directly.
+    expected = evaluate(load_allocator(lora_model), FLIGHT, episodes=20, seed=0).summary(
+        n_resamples=50)
+    for key in HEADLINE:
+        assert results["lora"][key] == pytest.approx(expected[key])
+    assert results["lora"]["call_ratio"] == pytest.approx(expected["call_ratio"])
+
+
+def test_evaluate_model_beside_baselines(lora_model, capsys):
+    results = evaluate_json(capsys, "--env", FLIGHT, "--model", str(lora_model),
+                            "--episodes", "20", "--methods", "oracle")
+    assert list(results) == ["oracle", "lora"]
+    for summary in results.values():
+        assert list(summary) == list(cli.JSON_KEYS)
+        assert summary["episodes"] == 20
+    assert results["oracle"]["success_rate"] >= results["lora"]["success_rate"]
+
+
+def test_evaluate_model_of_another_env_names_both(lora_model):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["evaluate", "--env", "ToolBench-v0", "--model", str(lora_model)])
+    message = str(exc.value.code)
+    assert "cost_envs/FlightPlanner-v0" in message
+    assert "cost_envs/ToolBench-v0" in message
+
+
+def test_evaluate_missing_model_exits_with_a_message(tmp_path):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["evaluate", "--env", FLIGHT, "--model", str(tmp_path / "nope")])
+    assert "no such model directory" in str(exc.value.code)
+
+
+@pytest.fixture(scope="module")
+def sb3_zip(tmp_path_factory):
+    torch.set_num_threads(1)
+    model = PPO(AllocatorPolicy, gym.make(FLIGHT), policy_kwargs={"lora_rank": None},
+                n_steps=64, batch_size=64, n_epochs=1, device="cpu", seed=0)
+    model.learn(64)
+    path = tmp_path_factory.mktemp("sb3") / "ppo.zip"
+    model.save(path)
+    return path
+
+
+def test_evaluate_sb3_zip_needs_trust_pickle(sb3_zip, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["evaluate", "--env", FLIGHT, "--model", str(sb3_zip), "--episodes", "5"])
+    message = str(exc.value.code)
+    assert "--trust-pickle" in message
+    assert "refusing to load" in message
+    assert capsys.readouterr().out == ""
+
+
+def test_evaluate_sb3_zip_with_trust_pickle(sb3_zip, capsys):
+    assert cli.main(["evaluate", "--env", FLIGHT, "--model", str(sb3_zip), "--trust-pickle",
+                     "--episodes", "10", "--resamples", "50"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("| Method | Success | CPS |")
+    assert [line.split("|")[1].strip() for line in lines[2:]] == ["model"]
+
+
+def test_train_unknown_method_exits_2(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["train", "--env", FLIGHT, "--method", "unknown", "--out", str(tmp_path)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    for method in ("lora", "ppo", "lora-ppo"):
+        assert method in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_train_tensorboard_writes_event_files(tmp_path):
+    if importlib.util.find_spec("tensorboard") is None:
+        pytest.skip("tensorboard is not installed (pip install 'cost-envs[tensorboard]')")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    train_ppo(tmp_path / "model", "--tensorboard", str(tmp_path / "tb"))
+    events = list((tmp_path / "tb").rglob("events.out.tfevents.*"))
+    assert len(events) == 1
+    assert events[0].parent.name.startswith("ppo")  # tb_log_name is the method
+    accumulator = EventAccumulator(str(events[0].parent)).Reload()
+    assert {"cost/cps", "rollout/success_rate"} <= set(accumulator.Tags()["scalars"])
+
+
+@pytest.mark.parametrize("suffix", [".json", ".yaml"])
+def test_train_with_a_pool_file_keeps_the_pool(suffix, tmp_path, capsys):
+    pool = cost_envs.flight_planner_pool().to_dict()
+    for agent in pool["agents"]:
+        agent["cost"] *= 10
+    pool_file = tmp_path / f"pool{suffix}"
+    pool_file.write_text(json.dumps(pool) if suffix == ".json" else yaml.safe_dump(pool))
+    train_ppo(tmp_path / "model", "--pool", str(pool_file))
+    config = json.loads((tmp_path / "model" / "config.json").read_text())
+    assert config["env_kwargs"] == {"pool": pool}
+
+    argv = ["--env", FLIGHT, "--episodes", "20", "--methods", "rule"]
+    default = evaluate_json(capsys, *argv)
+    results = evaluate_json(capsys, *argv, "--model", str(tmp_path / "model"))
+    assert list(results) == ["rule", "ppo"]
+    # The baseline runs on the model's pool: same calls, ten times the price.
+    assert results["rule"]["call_ratio"] == default["rule"]["call_ratio"]
+    assert results["rule"]["avg_cost"] == pytest.approx(10 * default["rule"]["avg_cost"])
+    expected = evaluate(load_allocator(tmp_path / "model"), FLIGHT, episodes=20, seed=0,
+                        env_kwargs={"pool": pool}).summary(n_resamples=50)
+    assert results["ppo"]["avg_cost"] == pytest.approx(expected["avg_cost"])
+    assert results["ppo"]["cps"] == pytest.approx(expected["cps"])

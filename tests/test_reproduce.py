@@ -1,0 +1,246 @@
+import contextlib
+import io
+import json
+import math
+import stat
+import struct
+
+import gymnasium as gym
+import pytest
+import torch
+
+from agents import cli
+from agents import reproduce as rep
+from cost_envs.metrics import HEADLINE_METRICS
+
+ENV_NAMES = {env_id: env_id.split("/")[-1] for env_id in rep.PAPER_ENVS}
+FILE_NAMES = {f"{kind}_{name}.{ext}" for name in ENV_NAMES.values()
+              for kind, ext in (("table", "md"), ("table", "json"), ("pareto", "png"),
+                                ("learning_curves", "png"))}
+ABLATIONS = ("lora/random-base", "lora-ppo/random-base")
+RL_ROWS = [key for key, row in rep.LEARNED_ROWS.items() if row.method != "lora"]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+SMOKE = rep.SCALES["smoke"]
+
+
+@pytest.fixture(scope="session")
+def smoke(tmp_path_factory):
+    """One smoke reproduction through the CLI; a spy keeps the reports it computed.
+
+    Runs once per session: it trains 20 small models (about 15 s). An exception from the
+    CLI is kept rather than raised, so the tests of the computed reports still run and
+    only the tests of what was written report it.
+    """
+    torch.set_num_threads(1)
+    out = tmp_path_factory.mktemp("reproduce") / "results"
+    calls = []
+    real = rep.reproduce
+
+    def spy(scale, **kwargs):
+        reports = real(scale, **kwargs)
+        calls.append({"scale": scale, "kwargs": kwargs, "reports": reports})
+        return reports
+
+    stdout = io.StringIO()
+    status = error = None
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(stdout):
+        patch.setattr(rep, "reproduce", spy)
+        try:
+            status = cli.main(["reproduce", "--smoke", "--jobs", "1", "--out", str(out)])
+        except Exception as exc:  # reported by the tests that need the files
+            error = exc
+    assert len(calls) == 1
+    return {"status": status, "error": error, "out": out, "stdout": stdout.getvalue(),
+            **calls[0]}
+
+
+@pytest.fixture(scope="session")
+def written(smoke):
+    """The output directory of the CLI run, once it has finished without an error."""
+    if smoke["error"] is not None:
+        raise AssertionError(f"cost-envs reproduce --smoke failed: {smoke['error']!r}")
+    return smoke["out"]
+
+
+def load_table(smoke, env_id):
+    """The env's report as the JSON file holds it (same text: see the write test)."""
+    return json.loads(rep.json_report(smoke["reports"][env_id]))
+
+
+def pool_names(env_id):
+    env = gym.make(env_id)
+    names = list(env.unwrapped.pool.names)
+    env.close()
+    return names
+
+
+def png_size(path):
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC, path
+    assert data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_cli_runs_the_smoke_scale_with_one_job(smoke, written):
+    assert smoke["status"] == 0
+    assert smoke["scale"] == SMOKE
+    assert smoke["kwargs"] == {"jobs": 1}
+    assert list(smoke["reports"]) == list(rep.PAPER_ENVS)
+    for name in sorted(FILE_NAMES):
+        assert f"wrote {written / name}" in smoke["stdout"]
+
+
+def test_cli_writes_exactly_the_tables_and_figures(written):
+    paths = list(written.iterdir())
+    assert {path.name for path in paths} == FILE_NAMES  # no temporary files left behind
+    for path in paths:  # shareable like any result file, not mkstemp's 0600
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644
+
+
+def test_json_tables_have_every_method_with_intervals(smoke):
+    for env_id in rep.PAPER_ENVS:
+        table = load_table(smoke, env_id)
+        assert table["env_id"] == env_id
+        assert table["scale"]["name"] == "smoke"
+        assert table["scale"]["seeds"] == 2
+        assert table["scale"]["timesteps"] == SMOKE.timesteps
+        methods = table["methods"]
+        assert list(methods) == [*rep.BASELINE_ROWS, *rep.LEARNED_ROWS]
+        assert set(rep.PAPER_METHODS) | set(ABLATIONS) <= set(methods)
+        for key, entry in methods.items():
+            for metric in HEADLINE_METRICS:
+                value = entry[metric]
+                low, high = entry[f"{metric}_ci"]
+                assert math.isfinite(value), (env_id, key, metric)
+                assert low <= value <= high, (env_id, key, metric, low, value, high)
+            assert list(entry["call_ratio"]) == pool_names(env_id)
+            assert all(0.0 <= ratio <= 1.0 for ratio in entry["call_ratio"].values())
+
+
+def test_baseline_rows_are_scored_once_on_the_shared_tasks(smoke):
+    for env_id in rep.PAPER_ENVS:
+        methods = load_table(smoke, env_id)["methods"]
+        for key, label in rep.BASELINE_ROWS.items():
+            assert methods[key]["label"] == label
+            assert methods[key]["seeds"] == 1
+            assert methods[key]["episodes"] == SMOKE.episodes
+            assert "per_seed" not in methods[key]
+
+
+def test_learned_rows_pool_both_seeds(smoke):
+    for env_id in rep.PAPER_ENVS:
+        methods = load_table(smoke, env_id)["methods"]
+        for key, row in rep.LEARNED_ROWS.items():
+            entry = methods[key]
+            assert entry["label"] == row.label
+            assert entry["seeds"] == 2
+            assert entry["episodes"] == 2 * SMOKE.episodes
+            assert len(entry["per_seed"]) == 2
+            for metric in HEADLINE_METRICS:
+                assert all(math.isfinite(seed[metric]) for seed in entry["per_seed"])
+            # Both seeds play the same number of tasks, so pooled means are seed means.
+            for metric in ("success_rate", "avg_cost", "avg_quality"):
+                mean = sum(seed[metric] for seed in entry["per_seed"]) / 2
+                assert entry[metric] == pytest.approx(mean), (env_id, key, metric)
+
+
+def test_learning_curves_have_the_timesteps(smoke):
+    for env_id in rep.PAPER_ENVS:
+        curves = load_table(smoke, env_id)["learning_curves"]
+        assert list(curves) == list(rep.LEARNED_ROWS)
+        for key, histories in curves.items():
+            assert len(histories) == 2
+            if key not in RL_ROWS:  # supervised only: no RL, no curve
+                assert histories == [[], []]
+                continue
+            for history in histories:
+                # One 512-step rollout per run at smoke scale.
+                assert [point["timesteps"] for point in history] == [SMOKE.timesteps]
+                for point in history:
+                    assert math.isfinite(point["cost/cps"])
+                    assert 0.0 <= point["rollout/success_rate"] <= 1.0
+
+
+def test_markdown_tables_list_every_row(smoke, written):
+    for env_id, name in ENV_NAMES.items():
+        text = (written / f"table_{name}.md").read_text()
+        assert text == rep.markdown_table(smoke["reports"][env_id])
+        assert text.startswith(f"# LoRA-Guided PPO paper, Tables 1-2: {env_id}\n")
+        assert "`cost-envs reproduce --smoke`" in text
+        rows = [line for line in text.splitlines() if line.startswith("| ")]
+        assert rows[0].startswith("| Method | Success | CPS |")
+        labels = [row.split("|")[1].strip() for row in rows[1:]]
+        assert labels == [*rep.BASELINE_ROWS.values(),
+                          *(row.label for row in rep.LEARNED_ROWS.values())]
+        assert text in smoke["stdout"]
+
+
+def test_figures_are_pngs_of_the_figure_size(written):
+    for name in ENV_NAMES.values():
+        pareto = written / f"pareto_{name}.png"
+        curves = written / f"learning_curves_{name}.png"
+        for path in (pareto, curves):
+            width, height = png_size(path)
+            assert width >= 600 and height >= 400, (path, width, height)  # dpi 120 figures
+            assert path.stat().st_size > 20_000, path  # axes, points and text, not blank
+
+
+def test_write_reports_writes_what_the_cli_wrote(smoke, written, tmp_path):
+    paths = rep.write_reports(smoke["reports"], tmp_path)
+    assert sorted(path.name for path in paths) == sorted(FILE_NAMES)
+    assert {path.name for path in tmp_path.iterdir()} == FILE_NAMES
+    for env_id, name in ENV_NAMES.items():
+        for suffix in (".md", ".json"):
+            ours = (tmp_path / f"table_{name}{suffix}").read_text()
+            assert ours == (written / f"table_{name}{suffix}").read_text()
+        assert json.loads((tmp_path / f"table_{name}.json").read_text()) == json.loads(
+            rep.json_report(smoke["reports"][env_id]))
+        for kind in ("pareto", "learning_curves"):
+            assert (tmp_path / f"{kind}_{name}.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_smoke_and_full_are_exclusive(tmp_path, monkeypatch, capsys):
+    def must_not_run(scale, **kwargs):
+        raise AssertionError(f"reproduce ran at scale {scale.name!r}")
+
+    # Should the flags stop being exclusive, fail at once rather than run the full scale.
+    monkeypatch.setattr(rep, "reproduce", must_not_run)
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["reproduce", "--smoke", "--full", "--out", str(tmp_path / "out")])
+    assert exc.value.code == 2
+    assert "not allowed with" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_failed_run_leaves_previous_results_untouched(tmp_path, monkeypatch):
+    out = tmp_path / "results"
+    out.mkdir()
+    old = out / "table_FlightPlanner-v0.md"
+    old.write_text("previous results\n")
+
+    def boom(job):
+        raise RuntimeError(f"simulated failure in {job.key}")
+
+    monkeypatch.setattr(rep, "run_job", boom)
+    with pytest.raises(RuntimeError, match="simulated failure"):
+        cli.main(["reproduce", "--smoke", "--jobs", "1", "--out", str(out)])
+    assert old.read_text() == "previous results\n"
+    assert [path.name for path in out.iterdir()] == [old.name]
+
+
+def test_a_failed_figure_leaves_previous_results_untouched(smoke, tmp_path, monkeypatch):
+    out = tmp_path / "results"
+    out.mkdir()
+    previous = {name: f"previous {name}\n" for name in sorted(FILE_NAMES)}
+    for name, text in previous.items():
+        (out / name).write_text(text)
+
+    def boom(report):
+        raise RuntimeError("simulated plotting failure")
+
+    # The computed reports are replayed: only the writing step runs again.
+    monkeypatch.setattr(rep, "reproduce", lambda scale, **kwargs: smoke["reports"])
+    monkeypatch.setattr(rep, "pareto_figure", boom)
+    with pytest.raises(RuntimeError, match="simulated plotting failure"):
+        cli.main(["reproduce", "--smoke", "--jobs", "1", "--out", str(out)])
+    assert {path.name: path.read_text() for path in out.iterdir()} == previous
