@@ -25,6 +25,7 @@ reproduce: install
 
 benchmark: install
 	$(BIN)/python benchmarks/throughput.py --output benchmarks/results/throughput.md
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python benchmarks/allocators.py --output benchmarks/results/allocators.md
 
 clean:
 	rm -rf $(VENV) build *.egg-info
