@@ -22,6 +22,7 @@ from __future__ import annotations
 import io
 import json
 import multiprocessing
+import os
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -144,6 +145,9 @@ def run_job(job: Job) -> JobResult:
 def _run_all(jobs: Sequence[Job], workers: int) -> list[JobResult]:
     if workers <= 1:
         return [run_job(job) for job in jobs]
+    # Single-threaded BLAS in the workers: they read these when they import numpy/torch.
+    for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(variable, "1")
     # spawn, not fork: forking a process that has already used torch can deadlock.
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(workers, mp_context=context) as pool:
