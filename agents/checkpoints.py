@@ -81,6 +81,31 @@ def _read_config(path: Path, expected_format: str) -> dict[str, Any]:
     return config
 
 
+def check_writable(directory: str | Path, expected_format: str = MODEL_FORMAT) -> Path:
+    """Raise ``ValueError`` unless ``directory`` may be (over)written by a save.
+
+    A save replaces the whole directory, so it may only be new, empty, or a checkpoint of
+    the same kind; anything else is refused rather than deleted.
+    """
+    directory = Path(directory)
+    if not directory.exists():
+        return directory
+    if not directory.is_dir():
+        raise ValueError(f"{directory} exists and is not a directory")
+    if not any(directory.iterdir()):
+        return directory
+    config_name = "config.json" if expected_format == MODEL_FORMAT else "adapter_config.json"
+    try:
+        found = json.loads((directory / config_name).read_text(encoding="utf-8")).get("format")
+    except (OSError, ValueError, AttributeError):
+        found = None
+    if found != expected_format:
+        raise ValueError(f"{directory} is not empty and is not a {expected_format} "
+                         "checkpoint; saving would delete its contents. Choose a new or "
+                         "empty directory")
+    return directory
+
+
 # ------------------------------------------------------------------------ models
 def save_allocator(allocator: TrainedAllocator, directory: str | Path) -> Path:
     """Write ``allocator`` as ``model.safetensors`` + ``config.json`` in ``directory``."""
@@ -104,7 +129,7 @@ def save_allocator(allocator: TrainedAllocator, directory: str | Path) -> Path:
         save_file(tensors, tmp / "model.safetensors")
         _write_json(tmp / "config.json", config)
 
-    return write_directory_atomic(Path(directory), write)
+    return write_directory_atomic(check_writable(directory), write)
 
 
 def load_allocator(path: str | Path, trust_pickle: bool = False) -> Any:
@@ -125,7 +150,7 @@ def load_allocator(path: str | Path, trust_pickle: bool = False) -> Any:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such model directory or file")
-    if path.suffix == ".zip" or (path.is_file() and zipfile.is_zipfile(path)):
+    if path.is_file() and (path.suffix == ".zip" or zipfile.is_zipfile(path)):
         if not trust_pickle:
             raise UnsafeCheckpointError(
                 f"{path} is a Stable-Baselines3 .zip: its 'data' entry is deserialised "
@@ -210,7 +235,7 @@ def save_adapter(policy: AllocatorPolicy, directory: str | Path) -> Path:
         save_file(tensors, tmp / "adapter.safetensors")
         _write_json(tmp / "adapter_config.json", config)
 
-    return write_directory_atomic(Path(directory), write)
+    return write_directory_atomic(check_writable(directory, ADAPTER_FORMAT), write)
 
 
 def load_adapter(policy: AllocatorPolicy, directory: str | Path) -> AllocatorPolicy:
@@ -230,8 +255,15 @@ def load_adapter(policy: AllocatorPolicy, directory: str | Path) -> AllocatorPol
         if config.get(key) != ours:
             raise ValueError(f"{directory}: adapter {key} {config.get(key)!r} does not match "
                              f"this policy's {ours!r}")
-    _load_tensors(policy, load_file(directory / "adapter.safetensors"),
-                  directory / "adapter.safetensors", strict=False)
+    source = directory / "adapter.safetensors"
+    state = load_file(source)
+    groups = policy.parameter_groups()
+    expected = {name for group in ("adapter", "action", "value") for name, _ in groups[group]}
+    if set(state) != expected:
+        raise ValueError(f"{source}: expected exactly the adapter and head tensors; missing "
+                         f"{sorted(expected - set(state))}, unexpected "
+                         f"{sorted(set(state) - expected)}")
+    _load_tensors(policy, state, source, strict=False)
     return policy
 
 
@@ -241,6 +273,10 @@ def merge_adapter(policy: AllocatorPolicy) -> AllocatorPolicy:
     The copy computes the same function with plain ``nn.Linear`` layers (no adapter
     overhead); ``policy`` itself is left unmerged.
     """
+    # SB3 leaves the last training batch's distribution (with its autograd graph) on the
+    # shared action_dist; it is not part of the model and cannot be deep-copied.
+    if hasattr(policy.action_dist, "distribution"):
+        del policy.action_dist.distribution
     merged = copy.deepcopy(policy)
     merge_lora(merged.features_extractor.net)
     merged.lora_rank = None

@@ -144,10 +144,22 @@ def _load_model(args: argparse.Namespace) -> tuple[str, Any, dict[str, Any]]:
     if env_id is not None and env_id != args.env:
         raise SystemExit(f"cost-envs evaluate: {args.model} was trained on {env_id}, "
                          f"not {args.env}")
+    if env_id is None:  # an SB3 .zip records its spaces, not its env
+        import gymnasium as gym
+
+        env = gym.make(args.env)
+        spaces = (env.observation_space, env.action_space)
+        env.close()
+        if (model.observation_space, model.action_space) != spaces:
+            raise SystemExit(
+                f"cost-envs evaluate: {args.model} acts on {model.observation_space} -> "
+                f"{model.action_space}, but {args.env} has {spaces[0]} -> {spaces[1]}")
     return getattr(model, "method", "model"), model, dict(getattr(model, "env_kwargs", {}))
 
 
 def _run_evaluate(args: argparse.Namespace) -> int:
+    if args.trust_pickle and args.model is None:
+        raise SystemExit("cost-envs evaluate: --trust-pickle only applies with --model")
     methods = args.methods if args.methods is not None else (
         () if args.model is not None else DEFAULT_METHODS)
     env_kwargs: dict[str, Any] = {}
@@ -193,12 +205,19 @@ def _add_train(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_train(args: argparse.Namespace) -> int:
-    from agents.checkpoints import save_allocator
+    from agents.checkpoints import check_writable, save_allocator
     from agents.training import configure_torch_threads, train
 
     if args.tensorboard is not None and importlib.util.find_spec("tensorboard") is None:
         raise SystemExit("cost-envs train: --tensorboard needs the tensorboard package "
                          "(pip install 'cost-envs[tensorboard]')")
+    if args.method == "ppo" and args.base != "pretrained":
+        raise SystemExit("cost-envs train: --base applies to the LoRA methods; ppo trains "
+                         "its whole encoder from scratch")
+    try:  # before training, so a bad --out does not throw the trained model away
+        check_writable(args.out)
+    except ValueError as error:
+        raise SystemExit(f"cost-envs train: --out: {error}") from None
     env_kwargs = {} if args.pool is None else {"pool": str(args.pool)}
     try:
         configure_torch_threads()
@@ -207,7 +226,10 @@ def _run_train(args: argparse.Namespace) -> int:
                         progress_bar=not args.no_progress)
     except (ValueError, FileNotFoundError) as error:
         raise SystemExit(f"cost-envs train: {error}") from None
-    path = save_allocator(trained, args.out)
+    try:
+        path = save_allocator(trained, args.out)
+    except (OSError, ValueError) as error:
+        raise SystemExit(f"cost-envs train: could not save to {args.out}: {error}") from None
     if trained.history:
         last = trained.history[-1]
         print(f"last training rollout (up to 100 episodes): success "

@@ -61,9 +61,12 @@ class LoraGuidedPPO(PPO):
         vf_coef: float = 0.5,
         **kwargs: Any,
     ) -> None:
-        if not cost_coef >= 0 or not value_lr_scale > 0:  # written so that NaN fails too
-            raise ValueError(f"cost_coef must be >= 0 and value_lr_scale > 0, got "
-                             f"{cost_coef!r} and {value_lr_scale!r}")
+        for name, value, low in (("cost_coef", cost_coef, ">= 0"),
+                                 ("value_lr_scale", value_lr_scale, "> 0")):
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            # written so that NaN fails too
+            if not number or not (value >= 0 if low == ">= 0" else value > 0):
+                raise ValueError(f"{name}: expected a number {low}, got {value!r}")
         self.cost_coef = float(cost_coef)
         self.value_lr_scale = float(value_lr_scale)
         super().__init__(policy, env, learning_rate=learning_rate, n_steps=n_steps,

@@ -22,8 +22,9 @@ value     ``value_net``                                   yes
 Three traps are closed here rather than left to the user: adapters are injected in the
 features extractor's constructor, before SB3's ``_build`` creates the optimizer, and the
 optimizer is then rebuilt from the trainable groups only (checked by
-:func:`agents.lora.verify_optimizer`); ``ortho_init`` is off, because it would overwrite the
-pretrained base (passing ``ortho_init=True`` with LoRA is an error); adapters have no
+:func:`agents.lora.verify_optimizer`); ``ortho_init`` is off with LoRA or a pretrained
+base, because it would overwrite them (asking for it then is an error; the plain network
+keeps SB3's default, on); adapters have no
 dropout.
 """
 
@@ -39,6 +40,7 @@ import gymnasium as gym
 import torch
 from gymnasium import spaces
 from safetensors.torch import load_file
+from stable_baselines3.common.distributions import BernoulliDistribution
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from torch import nn
@@ -173,7 +175,8 @@ class AllocatorPolicy(ActorCriticPolicy):
         if (lora_rank is not None or base is not None) and kwargs.get("ortho_init", False):
             raise ValueError("ortho_init=True would overwrite the pretrained base and the "
                              "LoRA initialisation; leave it off with LoRA or a base")
-        kwargs.setdefault("ortho_init", False)
+        # SB3's default (orthogonal init) where nothing pretrained lives; off otherwise.
+        kwargs.setdefault("ortho_init", lora_rank is None and base is None)
         default = ("adapter", "action", "value") if lora_rank is not None else PARAMETER_GROUPS
         self.hidden_sizes = tuple(int(size) for size in hidden_sizes)
         self.lora_rank = lora_rank
@@ -267,7 +270,10 @@ class AllocatorPolicy(ActorCriticPolicy):
         """``evaluate_actions`` plus ``p_t``, from one forward pass (LoRA-guided PPO's loss)."""
         features = self.extract_features(obs)
         logits = self.action_net(features)
-        distribution = self.action_dist.proba_distribution(action_logits=logits)
+        # A fresh distribution object: SB3's shared ``self.action_dist`` would keep this
+        # batch's autograd graph alive (and make the policy impossible to deep-copy).
+        distribution = BernoulliDistribution(self.action_dist.action_dims).proba_distribution(
+            action_logits=logits)
         values = self.value_net(features)
         return values, distribution.log_prob(actions), distribution.entropy(), torch.sigmoid(
             logits)

@@ -41,6 +41,9 @@ from cost_envs.envs.flight_planner import flight_planner_pool
 from cost_envs.envs.toolbench import TOOLBENCH_CATALOGUE
 from cost_envs.pool import AgentPool, AgentSpec
 
+#: Task seeds of the pretraining traces start here, away from the evaluation seeds (0..)
+#: and from the training seeds of :mod:`agents.training`.
+PRETRAIN_TASK_SEED = 30_000
 #: Where the shipped bases live, one ``<EnvName>.safetensors`` + ``.json`` per env.
 PRETRAINED_DIR = Path(__file__).parent / "pretrained"
 
@@ -113,7 +116,7 @@ def pretrain_base(
     datasets = []
     for index in range(n_pools):
         env = gym.make(env_id, pool=randomized_pool(env_id, rng))
-        traces = greedy_traces(env, episodes, seed=seed * 1000 + index)
+        traces = greedy_traces(env, episodes, seed=PRETRAIN_TASK_SEED + seed * 1000 + index)
         datasets.append((torch.as_tensor(traces.observations), torch.as_tensor(traces.labels)))
         env.close()
     obs_dim = datasets[0][0].shape[1]
@@ -139,6 +142,7 @@ def pretrain_base(
         "obs_dim": obs_dim,
         "hidden_sizes": [int(size) for size in hidden_sizes],
         "recipe": {"n_pools": n_pools, "episodes": episodes, "steps": steps, "seed": seed,
+                   "task_seeds": f"{PRETRAIN_TASK_SEED} + 1000 * seed + pool",
                    "labels": "GreedyHeuristic(threshold=0.7)", "batch_size": 256,
                    "optimizer": "Adam(lr=1e-3)"},
         "first_loss": float(np.mean(losses[:window])),

@@ -100,6 +100,12 @@ class Scale:
     resamples: int
     supervised: SupervisedConfig = field(default_factory=SupervisedConfig)
 
+    def __post_init__(self) -> None:
+        for name in ("timesteps", "seeds", "episodes", "resamples"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"Scale.{name}: expected an int >= 1, got {value!r}")
+
 
 SCALES = {
     # Plumbing check for the tests: every row, every file, in seconds. Not a result.
@@ -256,13 +262,18 @@ def pareto_figure(report: Mapping[str, Any]) -> bytes:
     import matplotlib.pyplot as plt
 
     figure, axis = plt.subplots(figsize=(9, 5))
-    for key, entry in report["methods"].items():
+    colours = plt.get_cmap("tab20").colors
+    markers = "osD^vP*Xh<>p"
+    for index, entry in enumerate(report["methods"].values()):
         x, y = entry["avg_cost"], entry["success_rate"]
         xerr = [[max(0.0, x - entry["avg_cost_ci"][0])], [max(0.0, entry["avg_cost_ci"][1] - x)]]
         yerr = [[max(0.0, y - entry["success_rate_ci"][0])],
                 [max(0.0, entry["success_rate_ci"][1] - y)]]
-        marker = "s" if key in LEARNED_ROWS else "o"
-        axis.errorbar(x, y, xerr=xerr, yerr=yerr, fmt=marker, capsize=3, label=entry["label"])
+        # Hollow markers, later rows larger: methods with identical results (the LoRA
+        # rows often land on the greedy teacher) show as concentric shapes, not one.
+        axis.errorbar(x, y, xerr=xerr, yerr=yerr, fmt=markers[index % len(markers)],
+                      color=colours[index % len(colours)], markerfacecolor="none",
+                      markersize=5 + 1.2 * index, capsize=3, label=entry["label"])
     # The front of what a policy can reach: the privileged oracle is left out of it.
     front = pareto_front({key: (entry["success_rate"], entry["avg_cost"])
                           for key, entry in report["methods"].items() if key != "oracle"})

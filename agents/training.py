@@ -66,7 +66,8 @@ class TrainedAllocator:
         env_kwargs: ``gym.make`` keyword arguments (JSON values; a pool as its dict).
         method: One of :data:`METHODS`.
         seed: Training seed.
-        timesteps: Environment steps of RL (0 for ``lora``).
+        timesteps: Environment steps of RL actually taken (0 for ``lora``); SB3 completes
+            its last rollout, so this is ``timesteps`` rounded up to whole rollouts.
         base: ``pretrained`` or ``random`` (``None`` for ``ppo``'s trainable encoder).
         history: The training callback's history (learning curves).
     """
@@ -165,7 +166,8 @@ def train(
     model.get_env().seed(TRAIN_TASK_SEED + seed)
     model.learn(timesteps, **learn)
     env.close()
-    return TrainedAllocator(model.policy, env_id, kwargs, method, seed, timesteps,
+    # SB3 finishes the rollout it is in, so the steps taken can exceed ``timesteps``.
+    return TrainedAllocator(model.policy, env_id, kwargs, method, seed, model.num_timesteps,
                             base if method != "ppo" else None, callback.history)
 
 

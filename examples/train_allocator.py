@@ -19,7 +19,7 @@ from agents.baselines import CostOptOracle
 from agents.callbacks import CostMetricsCallback
 from agents.evaluation import compare, format_table
 from agents.policies import AllocatorPolicy
-from agents.training import train
+from agents.training import TRAIN_TASK_SEED, train
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--timesteps", type=int, default=20_000)
@@ -32,6 +32,7 @@ logdir = args.logdir or tempfile.mkdtemp(prefix="cost-envs-")
 env = gym.make("cost_envs/ToolBench-v0")
 ppo = PPO(AllocatorPolicy, env, policy_kwargs={"lora_rank": None}, n_steps=512, seed=0)
 ppo.set_logger(configure(logdir, ["csv"]))
+ppo.get_env().seed(TRAIN_TASK_SEED)  # train on other tasks than the evaluation's (seed 0)
 callback = CostMetricsCallback()
 ppo.learn(args.timesteps, callback=callback)
 print(f"last rollout: success {callback.history[-1]['rollout/success_rate']:.2f}, "

@@ -109,7 +109,7 @@ def test_load_allocator_round_trip(allocator, saved):
     assert loaded.env_kwargs == allocator.env_kwargs
     assert loaded.method == "lora-ppo"
     assert loaded.seed == 3
-    assert loaded.timesteps == 256
+    assert loaded.timesteps == allocator.timesteps == 512  # 256 asked, one whole rollout run
     assert loaded.base == "pretrained"
     assert loaded.policy.architecture() == allocator.policy.architecture()
     assert loaded.history == allocator.history
@@ -486,3 +486,73 @@ def test_save_over_a_file_is_refused(allocator, tmp_path):
         save_allocator(allocator, target)
     assert target.read_text() == "not a directory"
     assert [p.name for p in tmp_path.iterdir()] == ["model"]
+
+
+# ------------------------------------------------------------- what a save may replace
+def test_save_refuses_a_directory_that_is_not_a_checkpoint(allocator, tmp_path):
+    (tmp_path / "other_model").mkdir()
+    (tmp_path / "notes.txt").write_text("precious")
+    with pytest.raises(ValueError, match="not empty and is not a cost-envs-allocator"):
+        save_allocator(allocator, tmp_path)
+    assert (tmp_path / "notes.txt").read_text() == "precious"
+    assert (tmp_path / "other_model").is_dir()
+
+
+def test_save_into_an_empty_directory(allocator, tmp_path):
+    target = tmp_path / "empty"
+    target.mkdir()
+    save_allocator(allocator, target)
+    assert (target / "model.safetensors").is_file()
+
+
+def test_adapter_save_refuses_a_model_directory(allocator, saved, tmp_path):
+    # a model checkpoint is not an adapter checkpoint: replacing it would lose the model
+    target = _copy(saved, tmp_path)
+    with pytest.raises(ValueError, match="cost-envs-adapter"):
+        save_adapter(allocator.policy, target)
+    assert (target / "model.safetensors").is_file()
+
+
+def test_model_directory_named_zip_loads_without_unpickling(allocator, tmp_path):
+    path = save_allocator(allocator, tmp_path / "model.zip")
+    loaded = load_allocator(path)
+    obs = _observations(FLIGHT, n=50)
+    assert np.array_equal(loaded.predict(obs)[0], allocator.predict(obs)[0])
+
+
+def test_missing_zip_is_not_found(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no such model"):
+        load_allocator(tmp_path / "absent.zip")
+
+
+# ------------------------------------------------------- adapters load exactly what they hold
+def _adapter_with(allocator, tmp_path, edit) -> Path:
+    path = save_adapter(allocator.policy, tmp_path / "adapter")
+    tensors = load_file(path / "adapter.safetensors")
+    edit(tensors, allocator.policy)
+    save_file(tensors, path / "adapter.safetensors")
+    return path
+
+
+def test_adapter_missing_lora_tensors_is_refused(allocator, tmp_path):
+    def drop_b(tensors, policy):
+        for name in [n for n in tensors if "lora_B" in n]:
+            del tensors[name]
+
+    path = _adapter_with(allocator, tmp_path, drop_b)
+    fresh = policy_for(gym.make(FLIGHT), base=str(pretrained_base_path(FLIGHT)))
+    with pytest.raises(ValueError, match=r"missing .*lora_B"):
+        load_adapter(fresh, path)
+
+
+def test_adapter_carrying_base_weights_is_refused(allocator, tmp_path):
+    def add_base(tensors, policy):
+        name, param = policy.parameter_groups()["base"][0]
+        tensors[name] = torch.zeros_like(param).contiguous()
+
+    path = _adapter_with(allocator, tmp_path, add_base)
+    fresh = policy_for(gym.make(FLIGHT), base=str(pretrained_base_path(FLIGHT)))
+    before = base_fingerprint(fresh)
+    with pytest.raises(ValueError, match=r"unexpected .*base_layer"):
+        load_adapter(fresh, path)
+    assert base_fingerprint(fresh) == before

@@ -308,3 +308,36 @@ def test_train_with_a_pool_file_keeps_the_pool(suffix, tmp_path, capsys):
                         env_kwargs={"pool": pool}).summary(n_resamples=50)
     assert results["ppo"]["avg_cost"] == pytest.approx(expected["avg_cost"])
     assert results["ppo"]["cps"] == pytest.approx(expected["cps"])
+
+
+def test_evaluate_trusted_zip_of_another_env_names_the_spaces(sb3_zip):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["evaluate", "--env", "ToolBench-v0", "--model", str(sb3_zip),
+                  "--trust-pickle", "--episodes", "5"])
+    message = str(info.value.code)
+    assert "cost_envs/ToolBench-v0" in message and "MultiBinary(6)" in message
+
+
+def test_trust_pickle_without_a_model_is_refused():
+    with pytest.raises(SystemExit, match="--trust-pickle only applies with --model"):
+        cli.main(["evaluate", "--env", "FlightPlanner-v0", "--trust-pickle"])
+
+
+def test_train_refuses_base_for_ppo(tmp_path):
+    with pytest.raises(SystemExit, match="--base applies to the LoRA methods"):
+        cli.main(["train", "--env", "FlightPlanner-v0", "--method", "ppo", "--base", "random",
+                  "--timesteps", "1", "--out", str(tmp_path / "m")])
+
+
+def test_train_refuses_a_non_checkpoint_out_before_training(tmp_path, monkeypatch):
+    def must_not_train(*args, **kwargs):
+        raise AssertionError("trained although --out cannot be written")
+
+    import agents.training
+
+    monkeypatch.setattr(agents.training, "train", must_not_train)
+    (tmp_path / "notes.txt").write_text("precious")
+    with pytest.raises(SystemExit, match=r"--out: .*not empty"):
+        cli.main(["train", "--env", "FlightPlanner-v0", "--method", "lora",
+                  "--out", str(tmp_path), "--no-progress"])
+    assert (tmp_path / "notes.txt").read_text() == "precious"

@@ -220,10 +220,11 @@ def test_shipped_base_recipe_is_pretrain_defaults(env_id):
     assert config["final_loss"] < config["first_loss"]
 
 
-def test_shipped_flight_planner_base_is_reproducible():
-    shipped, config = load_base(pretrained_base_path(FLIGHT))
+@pytest.mark.parametrize("env_id", [FLIGHT, TOOLBENCH])
+def test_shipped_base_is_reproducible(env_id):
+    shipped, config = load_base(pretrained_base_path(env_id))
     recipe = config["recipe"]
-    state, rebuilt = pretrain_base(FLIGHT, n_pools=recipe["n_pools"],
+    state, rebuilt = pretrain_base(env_id, n_pools=recipe["n_pools"],
                                    episodes=recipe["episodes"], steps=recipe["steps"],
                                    hidden_sizes=config["hidden_sizes"], seed=recipe["seed"])
     assert set(state) == set(shipped)
@@ -292,3 +293,24 @@ def test_missing_base_file_raises(tmp_path):
     env = gym.make(FLIGHT)
     with pytest.raises(FileNotFoundError, match="does not exist"):
         MlpEncoder(env.observation_space, base=str(tmp_path / "nothing.safetensors"))
+
+
+def test_pretraining_tasks_are_not_evaluation_or_training_tasks(monkeypatch):
+    import agents.pretrain as pretrain_module
+    from agents.training import TRACE_TASK_SEED, TRAIN_TASK_SEED
+
+    seeds = []
+    real = pretrain_module.greedy_traces
+
+    def recording(env, episodes, seed, **kwargs):
+        seeds.append(seed)
+        return real(env, episodes, seed, **kwargs)
+
+    monkeypatch.setattr(pretrain_module, "greedy_traces", recording)
+    for seed in (0, 3):
+        pretrain_base(FLIGHT, n_pools=4, episodes=2, steps=1, seed=seed)
+    assert len(seeds) == 8
+    # evaluation uses small task seeds; training and supervised traces their own offsets
+    assert min(seeds) >= pretrain_module.PRETRAIN_TASK_SEED > 10_000
+    assert not set(seeds) & {TRAIN_TASK_SEED + s for s in range(1000)}
+    assert not set(seeds) & {TRACE_TASK_SEED + s for s in range(1000)}

@@ -244,3 +244,21 @@ def test_a_failed_figure_leaves_previous_results_untouched(smoke, tmp_path, monk
     with pytest.raises(RuntimeError, match="simulated plotting failure"):
         cli.main(["reproduce", "--smoke", "--jobs", "1", "--out", str(out)])
     assert {path.name: path.read_text() for path in out.iterdir()} == previous
+
+
+def test_worker_processes_give_the_same_results_as_one_process():
+    # `make reproduce` runs the grid in spawned workers; they must compute what one
+    # process computes (the runs are seeded, so the records are identical).
+    scale = rep.Scale("tiny", timesteps=64, seeds=2, episodes=8, resamples=20,
+                      supervised=rep.SupervisedConfig(episodes=10, epochs=1))
+    kwargs = {"envs": ["cost_envs/FlightPlanner-v0"], "rows": ["lora"],
+              "log": lambda *_: None}
+    serial = rep.reproduce(scale, jobs=1, **kwargs)
+    parallel = rep.reproduce(scale, jobs=2, **kwargs)
+    assert serial == parallel
+    assert serial["cost_envs/FlightPlanner-v0"]["methods"]["lora"]["seeds"] == 2
+
+
+def test_scale_rejects_bad_values():
+    with pytest.raises(ValueError, match=r"Scale\.seeds: expected an int >= 1, got 0"):
+        rep.Scale("bad", timesteps=1, seeds=0, episodes=1, resamples=1)
