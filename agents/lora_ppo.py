@@ -32,6 +32,8 @@ from torch.nn import functional as F
 
 from agents.lora import verify_optimizer
 from agents.policies import AllocatorPolicy
+from agents.supervised import relative_prices
+from cost_envs.pool import is_number
 
 
 class LoraGuidedPPO(PPO):
@@ -61,12 +63,11 @@ class LoraGuidedPPO(PPO):
         vf_coef: float = 0.5,
         **kwargs: Any,
     ) -> None:
-        for name, value, low in (("cost_coef", cost_coef, ">= 0"),
-                                 ("value_lr_scale", value_lr_scale, "> 0")):
-            number = isinstance(value, (int, float)) and not isinstance(value, bool)
-            # written so that NaN fails too
-            if not number or not (value >= 0 if low == ">= 0" else value > 0):
-                raise ValueError(f"{name}: expected a number {low}, got {value!r}")
+        # `not x >= 0` rather than `x < 0`, so that NaN fails too
+        if not is_number(cost_coef) or not cost_coef >= 0:
+            raise ValueError(f"cost_coef: expected a number >= 0, got {cost_coef!r}")
+        if not is_number(value_lr_scale) or not value_lr_scale > 0:
+            raise ValueError(f"value_lr_scale: expected a number > 0, got {value_lr_scale!r}")
         self.cost_coef = float(cost_coef)
         self.value_lr_scale = float(value_lr_scale)
         super().__init__(policy, env, learning_rate=learning_rate, n_steps=n_steps,
@@ -79,9 +80,8 @@ class LoraGuidedPPO(PPO):
             raise ValueError("LoraGuidedPPO needs an AllocatorPolicy with LoRA adapters "
                              f"(lora_rank set), got {type(self.policy).__name__}")
         self.policy.train_only({"adapter": 1.0, "value": self.value_lr_scale})
-        costs = np.asarray(self.get_env().get_attr("pool")[0].costs, dtype=np.float32)
-        top = float(costs.max()) if costs.size else 0.0
-        self._relative_costs = torch.as_tensor(costs / top if top > 0 else costs * 0.0)
+        pool = self.get_env().get_attr("pool")[0]
+        self._relative_costs = torch.as_tensor(relative_prices(pool.costs))
 
     @classmethod
     def from_supervised(

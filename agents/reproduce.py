@@ -135,6 +135,7 @@ class JobResult:
 
     job: Job
     records: tuple[EpisodeRecord, ...]
+    agent_names: tuple[str, ...]
     history: list[dict[str, Any]]
 
 
@@ -145,7 +146,7 @@ def run_job(job: Job) -> JobResult:
     trained = train(job.env_id, row.method, job.scale.timesteps, seed=job.seed, base=row.base,
                     supervised=job.scale.supervised)
     result = evaluate(trained, job.env_id, episodes=job.scale.episodes, seed=job.eval_seed)
-    return JobResult(job, result.records, trained.history)
+    return JobResult(job, result.records, result.agent_names, trained.history)
 
 
 def _run_all(jobs: Sequence[Job], workers: int) -> list[JobResult]:
@@ -168,18 +169,9 @@ def _learned_summary(runs: Sequence[Sequence[EpisodeRecord]], agent_names: Seque
     intervals = bootstrap_cis_over_runs(runs, HEADLINE_METRICS, resamples, seed=seed)
     for key, interval in zip(HEADLINE_METRICS, intervals, strict=True):
         summary[f"{key}_ci"] = interval_around(summary[key], interval)
-    summary["per_seed"] = [{key: summarize(run)[key] for key in HEADLINE_METRICS}
-                           for run in runs]
+    per_seed = [summarize(run) for run in runs]
+    summary["per_seed"] = [{key: seed[key] for key in HEADLINE_METRICS} for seed in per_seed]
     return summary
-
-
-def _agent_names(env_id: str) -> list[str]:
-    import gymnasium as gym
-
-    env = gym.make(env_id)
-    names = list(env.unwrapped.pool.names)
-    env.close()
-    return names
 
 
 def reproduce(
@@ -207,7 +199,6 @@ def reproduce(
     results = _run_all(grid, jobs)
     reports = {}
     for env_id in envs:
-        names = _agent_names(env_id)
         methods: dict[str, dict[str, Any]] = {}
         baselines = compare({key: BASELINES[key] for key in BASELINE_ROWS}, env_id,
                             episodes=scale.episodes, seed=eval_seed, n_resamples=scale.resamples)
@@ -217,8 +208,8 @@ def reproduce(
         for key in rows:
             done = sorted((r for r in results if r.job.env_id == env_id and r.job.key == key),
                           key=lambda r: r.job.seed)
-            summary = _learned_summary([r.records for r in done], names, scale.resamples,
-                                       eval_seed)
+            summary = _learned_summary([r.records for r in done], done[0].agent_names,
+                                       scale.resamples, eval_seed)
             methods[key] = {"label": LEARNED_ROWS[key].label, "seeds": len(done), **summary}
             curves[key] = [r.history for r in done]
         reports[env_id] = {"env_id": env_id, "scale": asdict(scale), "eval_seed": eval_seed,
@@ -230,7 +221,7 @@ def reproduce(
 def markdown_table(report: Mapping[str, Any]) -> str:
     """The report's Markdown page: what was run, then the table."""
     scale = report["scale"]
-    rows = {f"{entry['label']}": entry for entry in report["methods"].values()}
+    rows = {entry["label"]: entry for entry in report["methods"].values()}
     return (
         f"# LoRA-Guided PPO paper, Tables 1-2: {report['env_id']}\n\n"
         f"Scale `{scale['name']}`: learned methods trained with {scale['seeds']} seeds x "

@@ -165,11 +165,16 @@ _RANGES = {"learning_rate": (0.0, math.inf, True), "rho": (0.0, 1.0, False),
            "threshold": (0.0, 1.0, True), "gamma": (0.0, 1.0, False)}
 
 
-def relative_costs(env: gym.Env) -> np.ndarray:
-    """Each agent's price over the pool's highest price (all zero for a free pool)."""
-    costs = np.asarray(env.unwrapped.pool.costs, dtype=np.float32)
+def relative_prices(costs: np.ndarray) -> np.ndarray:
+    """Each price over the highest one, as float32 (all zero for a free pool)."""
+    costs = np.asarray(costs, dtype=np.float32)
     top = float(costs.max()) if costs.size else 0.0
     return costs / top if top > 0 else np.zeros_like(costs)
+
+
+def relative_costs(env: gym.Env) -> np.ndarray:
+    """:func:`relative_prices` of the pool of ``env`` (wrapped or not)."""
+    return relative_prices(env.unwrapped.pool.costs)
 
 
 def train_supervised(

@@ -28,7 +28,8 @@ _AGENT_KEYS = ("name", "role", "cost", "flops", "capability")
 _POOL_KEYS = ("skills", "agents")
 
 
-def _is_number(value: Any) -> bool:
+def is_number(value: Any) -> bool:
+    """A real number: a Python or numpy int or float, not a bool."""
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
 
 
@@ -58,7 +59,7 @@ class AgentSpec:
             raise ValueError(f"{where}: role: expected a non-empty string, got {self.role!r}")
         for key in ("cost", "flops"):
             value = getattr(self, key)
-            if not _is_number(value) or not math.isfinite(value) or value < 0:
+            if not is_number(value) or not math.isfinite(value) or value < 0:
                 raise ValueError(f"{where}: {key}: expected a finite number >= 0, got {value!r}")
             object.__setattr__(self, key, float(value))
         if isinstance(self.capability, (str, bytes)) or not isinstance(
@@ -70,7 +71,7 @@ class AgentSpec:
             )
         values = tuple(self.capability)
         for value in values:
-            if not _is_number(value) or not 0.0 <= float(value) <= 1.0:
+            if not is_number(value) or not 0.0 <= float(value) <= 1.0:
                 raise ValueError(
                     f"{where}: capability: expected numbers in [0, 1], got {value!r} "
                     f"in {list(values)!r}"
