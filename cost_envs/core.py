@@ -14,6 +14,10 @@ A concrete environment supplies four things:
   several times faster than numpy, and ``step`` is the hot path.
 * ``_observe(turn, state)``: the observation; privileged parts of the task stay out.
 
+and may override ``_task_prices(task, tables)`` when what a call costs depends on the task
+(tokens x price): it returns the episode's :class:`Prices`, including a ``step_cost`` paid
+on every step whatever the action (a controller's own tokens, the default small model).
+
 This base class then validates actions, keeps the cost/FLOPs ledger, fills ``info``,
 computes the reward (Eq. 1), replays tasks given through ``reset(options={"task": t})``
 and, because transitions are pure and the luck is fixed, finds the true hindsight optimum
@@ -27,7 +31,7 @@ import heapq
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -60,6 +64,22 @@ class Outcome:
     quality: float
 
 
+class Prices(NamedTuple):
+    """What calls cost in the current episode.
+
+    Attributes:
+        call_costs: Money per call of each agent, shape ``(m,)``.
+        call_flops: FLOPs per call of each agent, shape ``(m,)``.
+        step_cost: Money paid on every step whatever the action (0 by default).
+        step_flops: FLOPs spent on every step whatever the action.
+    """
+
+    call_costs: np.ndarray
+    call_flops: np.ndarray
+    step_cost: float = 0.0
+    step_flops: float = 0.0
+
+
 @dataclass(frozen=True)
 class OraclePlan:
     """The minimum-cost successful action sequence from a given point of an episode."""
@@ -83,6 +103,9 @@ class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
     task_block: int = 64
     #: Class of this env's tasks, checked by ``reset(options={"task": ...})``.
     task_type: type = object
+    #: True when the all-zero action goes on more cheaply (a default model runs the step)
+    #: rather than ending the episode; ``HardBudget`` may then mask an action down to it.
+    zero_action_fallback: bool = False
     #: Named slices of the observation vector; baselines find the task embedding here.
     observation_layout: dict[str, slice] = {}
 
@@ -105,6 +128,8 @@ class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
         self._costs = pool.costs
         self._cost_list: list[float] = pool.costs.tolist()
         self._flops_list: list[float] = pool.flops.tolist()
+        self._step_cost = 0.0
+        self._step_flops = 0.0
         self._action_shape = (self.n_agents,)
         self._task_queue: list[tuple[TaskT, Any]] = []
         self._task: TaskT | None = None
@@ -139,6 +164,10 @@ class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
     def _initial_state(self, task: TaskT, tables: Any) -> State:
         raise NotImplementedError
 
+    def _task_prices(self, task: TaskT, tables: Any) -> Prices | None:
+        """The episode's prices; ``None`` (the default) keeps the pool's fixed prices."""
+        return None
+
     def _transition(
         self, turn: int, state: State, called: list[int]
     ) -> tuple[State, Outcome | None]:
@@ -165,6 +194,28 @@ class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
     def turn(self) -> int:
         """Number of steps taken in the current episode."""
         return self._turn
+
+    @property
+    def call_costs(self) -> np.ndarray:
+        """Money per call of each agent in the current episode (a read-only array)."""
+        costs = self._costs.view()
+        costs.flags.writeable = False
+        return costs
+
+    @property
+    def call_flops(self) -> np.ndarray:
+        """FLOPs per call of each agent in the current episode (a fresh array)."""
+        return np.array(self._flops_list)
+
+    @property
+    def step_cost(self) -> float:
+        """Money every step of the current episode costs whatever the action."""
+        return self._step_cost
+
+    @property
+    def step_flops(self) -> float:
+        """FLOPs every step of the current episode spends whatever the action."""
+        return self._step_flops
 
     @property
     def episode_cost(self) -> float:
@@ -207,6 +258,7 @@ class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
                 self._task_queue.reverse()  # pop() from the end in draw order
             task, tables = self._task_queue.pop()
         self._task = task
+        self._set_prices(self._task_prices(task, tables))
         self._state = self._initial_state(task, tables)
         self._turn = 0
         self._finished = False
@@ -214,6 +266,20 @@ class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
         self._episode_flops = 0.0
         self._oracle_cache = {}
         return self._observe(0, self._state), {}
+
+    def _set_prices(self, prices: Prices | None) -> None:
+        if prices is None:
+            return
+        costs = np.asarray(prices.call_costs, dtype=np.float64)
+        flops = np.asarray(prices.call_flops, dtype=np.float64)
+        if costs.shape != (self.n_agents,) or flops.shape != (self.n_agents,):
+            raise ValueError(f"{self.env_name}: task prices must have shape ({self.n_agents},)")
+        self._costs = costs
+        self._cost_list = costs.tolist()
+        self._flops_list = flops.tolist()
+        self._step_cost = float(prices.step_cost)
+        self._step_flops = float(prices.step_flops)
+        self._sorted_actions = None  # the cheapest-first order depends on the prices
 
     def step(
         self, action: np.ndarray
@@ -266,10 +332,11 @@ class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
     def price(self, called: list[int]) -> tuple[float, float]:
         """Money and FLOPs of calling the agents ``called`` (indices, ascending).
 
-        The one place calls are priced: a sequential sum in index order, so a wrapper that
-        checks ``spent + price <= budget`` agrees to the last bit with the env's ledger.
+        The one place calls are priced: the episode's ``step_cost`` plus a sequential sum in
+        index order, so a wrapper that checks ``spent + price <= budget`` agrees to the last
+        bit with the env's ledger.
         """
-        cost = flops = 0.0
+        cost, flops = self._step_cost, self._step_flops
         for i in called:
             cost += self._cost_list[i]
             flops += self._flops_list[i]
@@ -384,7 +451,7 @@ class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
                 )
             codes = np.arange(2**m, dtype=np.int64)
             bits = ((codes[:, None] >> np.arange(m)) & 1).astype(np.int8)
-            cost = bits @ self._costs
+            cost = self._step_cost + bits @ self._costs
             order = np.lexsort((bits.sum(axis=1), cost))  # cheapest first, then fewest calls
             table = bits[order]
             table.flags.writeable = False

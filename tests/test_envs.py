@@ -146,8 +146,8 @@ def test_copy_mid_episode_continues_identically(
 # -------------------------------------------------------------------------- info contract
 def test_info_contract(env_id: str) -> None:
     env = make(env_id)
-    pool = env.unwrapped.pool
-    weights = env.unwrapped.reward_weights
+    base = env.unwrapped
+    weights = base.reward_weights
     m = n_agents(env)
     actions = random_actions(m, seed=3)
     for episode in range(25):
@@ -161,8 +161,11 @@ def test_info_contract(env_id: str) -> None:
             done = terminated or truncated
             assert type(info["cost"]) is float and info["cost"] >= 0
             assert type(info["flops"]) is float and info["flops"] >= 0
-            assert info["cost"] == pytest.approx(float(pool.costs @ action), rel=1e-12)
-            assert info["flops"] == pytest.approx(float(pool.flops @ action), rel=1e-12)
+            # The episode's prices (the pool's, or the task's where calls are priced by tokens)
+            expected_cost = base.step_cost + float(base.call_costs @ action)
+            assert info["cost"] == pytest.approx(expected_cost, rel=1e-12)
+            expected_flops = base.step_flops + float(base.call_flops @ action)
+            assert info["flops"] == pytest.approx(expected_flops, rel=1e-12)
             calls = info["calls"]
             assert isinstance(calls, np.ndarray) and calls.dtype == np.int8
             assert calls.shape == (m,)

@@ -16,7 +16,9 @@ ON_EXCEED_MODES = ("mask", "truncate")
 class HardBudget(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArgs):
     """Caps an episode's spend: the running sum of ``info["cost"]`` never exceeds ``budget``.
 
-    Agent ``i`` costs ``env.unwrapped.pool.costs[i]`` per call. The wrapper keeps its own
+    Agent ``i`` costs ``env.unwrapped.call_costs[i]`` per call (the pool's price, or the
+    current task's where calls are priced by tokens), plus ``env.unwrapped.step_cost`` per
+    step whatever the action. The wrapper keeps its own
     ledger (the sum of ``info["cost"]`` since ``reset``) and, before forwarding an action,
     checks that ``spent + cost(action) <= budget``. When the check fails:
 
@@ -27,7 +29,9 @@ class HardBudget(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArg
       ``info["calls"]`` from the inner env shows what actually ran. When
       nothing requested is affordable the budget is exhausted for this request and the
       episode is truncated as with ``"truncate"`` (forwarding the all-zero action instead
-      would silently turn it into the env's "answer now" or "commit").
+      would silently turn it into the env's "answer now" or "commit"), except on envs whose
+      all-zero action is a cheaper way to go on (``zero_action_fallback``, e.g. the small
+      model of AgenticRouting), which get it when it fits.
 
     * ``on_exceed="truncate"``: the episode ends as truncated *without* calling the inner
       env's ``step``, so nothing is spent. The step returns the last observation, reward
@@ -67,8 +71,9 @@ class HardBudget(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArg
         (0.0, False, True, 0.0, True)
 
     Args:
-        env: The environment to wrap; ``env.unwrapped`` must provide ``pool.costs``,
-            ``validate_action``, ``price`` and ``truncate`` (every ``OrchestrationEnv`` does).
+        env: The environment to wrap; ``env.unwrapped`` must provide ``call_costs``,
+            ``step_cost``, ``validate_action``, ``price`` and ``truncate`` (every
+            ``OrchestrationEnv`` does).
         budget: Money an episode may spend, finite and ``>= 0``.
         on_exceed: ``"mask"`` or ``"truncate"``.
 
@@ -94,20 +99,22 @@ class HardBudget(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArg
         gym.Wrapper.__init__(self, env)
         base = env.unwrapped
         missing = [
-            name for name in ("pool", "validate_action", "price", "truncate")
+            name for name in ("call_costs", "step_cost", "validate_action", "price", "truncate")
             if not hasattr(base, name)
         ]
         if missing:
             raise TypeError(
                 f"HardBudget: expected an env whose unwrapped env is an OrchestrationEnv "
-                f"(with pool, validate_action, price, truncate), got {type(base).__name__} "
+                "(with call_costs, step_cost, validate_action, price, truncate), got "
+                f"{type(base).__name__} "
                 f"missing {missing}"
             )
         self._budget = float(budget)
         self._on_exceed = on_exceed
         self._truncate = on_exceed == "truncate"
-        self._costs: np.ndarray = np.asarray(base.pool.costs, dtype=np.float64)
-        self._cost_list: list[float] = self._costs.tolist()
+        self._base = base
+        self._fallback = bool(getattr(base, "zero_action_fallback", False))
+        self._read_prices()
         self._validate = base.validate_action
         self._price = base.price
         self._spent = 0.0
@@ -139,8 +146,15 @@ class HardBudget(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArg
         mask = np.ones(2 * len(self._costs), dtype=bool)
         # Same comparison as step() (spent + cost <= budget), not cost <= remaining: the
         # two can differ by one rounding step and the mask must agree with what step() does.
-        mask[1::2] = self._spent + self._costs <= self._budget
+        mask[1::2] = [self._spent + (self._step_cost + c) <= self._budget
+                      for c in self._cost_list]
         return mask
+
+    def _read_prices(self) -> None:
+        """This episode's prices (they may depend on the task, so read at every reset)."""
+        self._costs = np.array(self._base.call_costs, dtype=np.float64)
+        self._cost_list: list[float] = self._costs.tolist()
+        self._step_cost = float(self._base.step_cost)
 
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         """Check the action against the remaining budget, then mask, truncate or forward it.
@@ -168,7 +182,8 @@ class HardBudget(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArg
             if self._truncate:
                 return self._cut_short()
             action = self._affordable(calls)
-            if not action.any():
+            fallback_fits = self._fallback and self._spent + self._step_cost <= self._budget
+            if not action.any() and not fallback_fits:
                 return self._cut_short()
         obs, reward, terminated, truncated, info = self.env.step(action)
         self._spent += info["cost"]
@@ -190,6 +205,7 @@ class HardBudget(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArg
             The env's ``(observation, info)``.
         """
         obs, info = self.env.reset(seed=seed, options=options)
+        self._read_prices()
         self._spent = 0.0
         self._last_obs = obs
         self._needs_reset = False
@@ -198,7 +214,7 @@ class HardBudget(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArg
     def _affordable(self, calls: np.ndarray) -> np.ndarray:
         """The requested agents, in bit order, that still fit with those kept before them."""
         kept = np.zeros_like(calls)
-        total = 0.0
+        total = self._step_cost
         for i in calls.nonzero()[0].tolist():
             # total + cost accumulates in index order exactly as the env's price() will
             # add up the kept agents, so spent + price <= budget holds to the last bit

@@ -1,0 +1,232 @@
+"""Token price tables: what a model call costs, with each price's source and date.
+
+Environments that bill by tokens (ExpertRouting, AgenticRouting, TraceRouting) read a
+:class:`PriceTable`. The packaged default, ``cost_envs/data/prices.yaml``, covers the
+models they use; users pass their own table as a dict, a JSON file or a YAML file::
+
+    currency: USD
+    unit: per_million_tokens
+    models:
+      - name: gpt-4.1              # as the environment or the data names the model
+        input: 2.00                # price per million input tokens
+        output: 8.00               # price per million output tokens
+        reasoning: 8.00            # optional: per million reasoning tokens (default: output)
+        active_params_billion: 200 # optional: for FLOPs = 2 x params x tokens (default 0)
+        params_source: estimate    # optional: where the parameter count comes from
+        source: https://openai.com/api/pricing/   # required: where the price comes from
+        date: 2025-04-14                          # required: when it was listed
+
+Unknown keys, missing sources or dates, negative or non-finite prices and duplicate names
+are errors naming the file and the entry.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from cost_envs.pool import _load_yaml, is_number
+
+_TABLE_KEYS = ("currency", "unit", "models")
+_MODEL_KEYS = ("name", "input", "output", "reasoning", "active_params_billion",
+               "params_source", "source", "date")
+UNIT = "per_million_tokens"
+
+
+@dataclass(frozen=True)
+class ModelPrice:
+    """One model's token prices (per million tokens) and where they come from.
+
+    Args:
+        name: The model's name, as environments and data files refer to it.
+        input: Price per million input (prompt) tokens.
+        output: Price per million output tokens.
+        reasoning: Price per million reasoning tokens (``None``: the output price).
+        active_params_billion: Active parameters, for FLOPs = 2 x params x tokens.
+        params_source: Where the parameter count comes from ("estimate" if unpublished).
+        source: Where the prices come from (a URL or a citation).
+        date: When the prices were listed, ``YYYY-MM-DD``.
+    """
+
+    name: str
+    input: float
+    output: float
+    source: str
+    date: str
+    reasoning: float | None = None
+    active_params_billion: float = 0.0
+    params_source: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"name: expected a non-empty string, got {self.name!r}")
+        where = f"model {self.name!r}"
+        for key in ("input", "output", "reasoning", "active_params_billion"):
+            value = getattr(self, key)
+            if value is None and key == "reasoning":
+                continue
+            if not is_number(value) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"{where}: {key}: expected a finite number >= 0, got {value!r}")
+            object.__setattr__(self, key, float(value))
+        for key in ("source", "date"):
+            value = getattr(self, key)
+            if isinstance(value, dt.date):  # YAML reads an unquoted 2025-04-14 as a date
+                value = value.isoformat()
+                object.__setattr__(self, key, value)
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(
+                    f"{where}: {key}: expected a non-empty string (every price says where "
+                    f"and when it was listed), got {value!r}"
+                )
+        try:
+            dt.date.fromisoformat(self.date)
+        except ValueError:
+            raise ValueError(
+                f"{where}: date: expected YYYY-MM-DD, got {self.date!r}"
+            ) from None
+        if not isinstance(self.params_source, str):
+            raise ValueError(f"{where}: params_source: expected a string, "
+                             f"got {self.params_source!r}")
+
+    @property
+    def reasoning_price(self) -> float:
+        """Price per million reasoning tokens (billed as output unless stated)."""
+        return self.output if self.reasoning is None else self.reasoning
+
+    def cost(self, input_tokens: float, output_tokens: float, reasoning_tokens: float = 0.0
+             ) -> float:
+        """Money for one call with these token counts."""
+        return (input_tokens * self.input + output_tokens * self.output
+                + reasoning_tokens * self.reasoning_price) / 1e6
+
+    def flops(self, tokens: float) -> float:
+        """Forward-pass FLOPs for ``tokens`` tokens: ``2 * active params * tokens``."""
+        return 2.0 * self.active_params_billion * 1e9 * tokens
+
+
+@dataclass(frozen=True)
+class PriceTable:
+    """Token prices of several models, looked up by name.
+
+    Args:
+        models: The models' prices; names must be unique.
+        currency: Currency of every price (the default table uses ``"USD"``).
+    """
+
+    models: tuple[ModelPrice, ...]
+    currency: str = "USD"
+
+    def __post_init__(self) -> None:
+        names = [m.name for m in self.models]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate model name(s) {duplicates}")
+        if not self.models:
+            raise ValueError("models: expected at least one model")
+
+    def __getitem__(self, name: str) -> ModelPrice:
+        for model in self.models:
+            if model.name == name:
+                return model
+        raise KeyError(f"no price for model {name!r}; the table has {list(self.names)}")
+
+    def __contains__(self, name: object) -> bool:
+        return any(m.name == name for m in self.models)
+
+    def __iter__(self) -> Iterator[ModelPrice]:
+        return iter(self.models)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Model names in table order."""
+        return tuple(m.name for m in self.models)
+
+    def require(self, names: list[str] | tuple[str, ...], source: str = "price table") -> None:
+        """Raise ``ValueError`` naming every model of ``names`` the table has no price for."""
+        missing = [n for n in names if n not in self]
+        if missing:
+            raise ValueError(
+                f"{source}: no price for model(s) {missing}; the table has {list(self.names)}"
+            )
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], source: str = "<dict>") -> PriceTable:
+        """Build a table from its dict form (the schema in the module doc)."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"{source}: expected a mapping with keys {list(_TABLE_KEYS)}, "
+                             f"got {type(data).__name__}")
+        unknown = sorted(str(k) for k in data if k not in _TABLE_KEYS)
+        if unknown:
+            raise ValueError(f"{source}: unknown key(s) {unknown}; expected {list(_TABLE_KEYS)}")
+        unit = data.get("unit", UNIT)
+        if unit != UNIT:
+            raise ValueError(f"{source}: unit: expected {UNIT!r}, got {unit!r}")
+        currency = data.get("currency", "USD")
+        if not isinstance(currency, str) or not currency:
+            raise ValueError(f"{source}: currency: expected a non-empty string, got {currency!r}")
+        entries = data.get("models")
+        if not isinstance(entries, list) or not entries:
+            raise ValueError(f"{source}: models: expected a non-empty list, got {entries!r}")
+        models = []
+        for i, entry in enumerate(entries):
+            where = f"{source}: models[{i}]"
+            if not isinstance(entry, Mapping):
+                raise ValueError(f"{where}: expected a mapping, got {entry!r}")
+            unknown = sorted(str(k) for k in entry if k not in _MODEL_KEYS)
+            if unknown:
+                raise ValueError(f"{where}: unknown key(s) {unknown}; expected some of "
+                                 f"{list(_MODEL_KEYS)}")
+            missing = [k for k in ("name", "input", "output", "source", "date") if k not in entry]
+            if missing:
+                raise ValueError(f"{where}: missing key(s) {missing}")
+            try:
+                models.append(ModelPrice(**entry))
+            except ValueError as err:
+                raise ValueError(f"{where}: {err}") from None
+        try:
+            return cls(tuple(models), currency)
+        except ValueError as err:
+            raise ValueError(f"{source}: {err}") from None
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> PriceTable:
+        """Load a table from a ``.json``, ``.yaml`` or ``.yml`` file."""
+        path = Path(path)
+        suffix = path.suffix.lower()
+        if suffix not in (".json", ".yaml", ".yml"):
+            raise ValueError(f"{path}: expected a .json, .yaml or .yml file, got {suffix!r}")
+        text = path.read_text(encoding="utf-8")
+        try:
+            data = json.loads(text) if suffix == ".json" else _load_yaml(text)
+        except (json.JSONDecodeError, ValueError) as err:
+            raise ValueError(f"{path}: not valid {suffix[1:].upper()}: {err}") from None
+        except Exception as err:  # yaml.YAMLError does not subclass ValueError
+            raise ValueError(f"{path}: not valid YAML: {err}") from None
+        return cls.from_dict(data, source=str(path))
+
+
+def default_price_table() -> PriceTable:
+    """The packaged table (``cost_envs/data/prices.yaml``)."""
+    text = resources.files("cost_envs").joinpath("data/prices.yaml").read_text(encoding="utf-8")
+    return PriceTable.from_dict(_load_yaml(text), source="cost_envs/data/prices.yaml")
+
+
+def coerce_prices(prices: PriceTable | Mapping[str, Any] | str | Path | None) -> PriceTable:
+    """Accept a table, its dict form, a path to a table file, or ``None`` for the default."""
+    if prices is None:
+        return default_price_table()
+    if isinstance(prices, PriceTable):
+        return prices
+    if isinstance(prices, Mapping):
+        return PriceTable.from_dict(prices)
+    if isinstance(prices, (str, Path)):
+        return PriceTable.from_file(prices)
+    raise ValueError(
+        f"prices: expected a PriceTable, a mapping, a file path or None, got {prices!r}"
+    )
