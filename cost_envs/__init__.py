@@ -10,6 +10,8 @@ from gymnasium.envs.registration import register, registry
 
 from cost_envs.core import OraclePlan, OrchestrationEnv, Outcome
 from cost_envs.envs import (
+    ExpertRoutingEnv,
+    ExpertTask,
     FlightPlannerEnv,
     FlightTask,
     ToolBenchEnv,
@@ -20,7 +22,7 @@ from cost_envs.envs import (
 from cost_envs.pool import AgentPool, AgentSpec
 from cost_envs.reward import RewardWeights
 from cost_envs.scoring import token_f1
-from cost_envs.wrappers import CostAccounting, HardBudget, StepLimit
+from cost_envs.wrappers import BudgetTier, CostAccounting, HardBudget, StepLimit
 
 __version__ = "0.1.0"
 
@@ -28,6 +30,7 @@ __version__ = "0.1.0"
 ENV_IDS = {
     "cost_envs/FlightPlanner-v0": "cost_envs.envs.flight_planner:FlightPlannerEnv",
     "cost_envs/ToolBench-v0": "cost_envs.envs.toolbench:ToolBenchEnv",
+    "cost_envs/ExpertRouting-v0": "cost_envs.envs.expert_routing:ExpertRoutingEnv",
 }
 
 
@@ -43,7 +46,10 @@ __all__ = [
     "ENV_IDS",
     "AgentPool",
     "AgentSpec",
+    "BudgetTier",
     "CostAccounting",
+    "ExpertRoutingEnv",
+    "ExpertTask",
     "FlightPlannerEnv",
     "FlightTask",
     "HardBudget",

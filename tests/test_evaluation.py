@@ -10,7 +10,7 @@ from agents.evaluation import compare, evaluate, format_table
 from cost_envs.metrics import HEADLINE_METRICS
 
 ENV_IDS = list(cost_envs.ENV_IDS)
-FLIGHT, TOOLBENCH = ENV_IDS
+FLIGHT, TOOLBENCH = "cost_envs/FlightPlanner-v0", "cost_envs/ToolBench-v0"
 
 
 def fingerprint(task):

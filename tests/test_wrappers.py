@@ -28,15 +28,16 @@ def _shared_env(env_id: str) -> gym.Env:
 
 
 def _costs(env: gym.Env) -> np.ndarray:
-    return env.unwrapped.pool.costs
+    """This episode's price per call (the pool's, or the task's where calls cost tokens)."""
+    return np.array(env.unwrapped.call_costs)
 
 
 def _expected_kept(requested: np.ndarray, costs: np.ndarray, spent: float,
-                   budget: float) -> np.ndarray:
+                   budget: float, step_cost: float = 0.0) -> np.ndarray:
     """The documented mask rule, written independently: in bit order, keep each requested
-    agent that fits with the ones kept before it."""
+    agent that fits with the ones kept before it (and the step's own cost)."""
     kept = np.zeros_like(requested)
-    total = 0.0
+    total = step_cost
     for i in np.flatnonzero(requested):
         if spent + (total + float(costs[i])) <= budget:
             total += float(costs[i])
@@ -50,9 +51,10 @@ def _random_actions(env: gym.Env, seed: int, n: int, p: float = 0.3) -> list[np.
     return [(rng.random(m) < p).astype(np.int8) for _ in range(n)]
 
 
-def _budgets(costs: np.ndarray) -> st.SearchStrategy[float]:
+def _budgets(costs: np.ndarray, step_cost: float = 0.0) -> st.SearchStrategy[float]:
     # Subset sums of the prices hit the boundary spend == budget exactly.
-    subset_sums = st.lists(st.sampled_from(costs.tolist()), max_size=8).map(
+    prices = costs.tolist() + ([step_cost] if step_cost else [])
+    subset_sums = st.lists(st.sampled_from(prices), max_size=8).map(
         lambda xs: math.fsum(xs)
     )
     return st.one_of(
@@ -70,10 +72,12 @@ def _budgets(costs: np.ndarray) -> st.SearchStrategy[float]:
 @given(data=st.data())
 def test_spend_never_exceeds_budget(env_id: str, on_exceed: str, data: st.DataObject) -> None:
     base = _shared_env(env_id)
-    costs = _costs(base)
-    m = len(costs)
-    budget = data.draw(_budgets(costs), label="budget")
     seed = data.draw(st.integers(0, 2**16), label="seed")
+    base.reset(seed=seed)  # the prices of the task this seed draws
+    costs, step_cost = _costs(base), base.unwrapped.step_cost
+    fallback = base.unwrapped.zero_action_fallback
+    m = len(costs)
+    budget = data.draw(_budgets(costs, step_cost), label="budget")
     actions = data.draw(
         st.lists(st.lists(st.integers(0, 1), min_size=m, max_size=m), min_size=1, max_size=12),
         label="actions",
@@ -86,16 +90,19 @@ def test_spend_never_exceeds_budget(env_id: str, on_exceed: str, data: st.DataOb
         mask = env.action_masks()
         assert mask.dtype == bool and mask.shape == (2 * m,)
         assert mask[0::2].all()
-        np.testing.assert_array_equal(mask[1::2], spent + costs <= budget)
+        np.testing.assert_array_equal(mask[1::2], spent + (step_cost + costs) <= budget)
         remaining = env.remaining_budget
         assert remaining == budget - spent >= 0.0
-        off_boundary = np.abs(costs - remaining) > 1e-12
-        np.testing.assert_array_equal(mask[1::2][off_boundary], (costs <= remaining)[off_boundary])
+        off_boundary = np.abs(step_cost + costs - remaining) > 1e-12
+        np.testing.assert_array_equal(mask[1::2][off_boundary],
+                                      (step_cost + costs <= remaining)[off_boundary])
 
         _, reward, terminated, truncated, info = env.step(requested)
         assert not (terminated and truncated)
-        kept = _expected_kept(requested, costs, spent, budget)
-        if on_exceed == "mask" and requested.any() and not kept.any():
+        kept = _expected_kept(requested, costs, spent, budget, step_cost)
+        affordable = spent + (step_cost + float(costs @ requested)) <= budget
+        fallback_fits = fallback and spent + step_cost <= budget
+        if on_exceed == "mask" and not affordable and not kept.any() and not fallback_fits:
             # nothing requested is affordable: the budget is exhausted, never "answer now"
             assert truncated and not terminated and info["budget_exceeded"]
             assert info["cost"] == 0.0 and not info["calls"].any()
@@ -105,7 +112,7 @@ def test_spend_never_exceeds_budget(env_id: str, on_exceed: str, data: st.DataOb
             assert not (info["calls"] & (1 - requested)).any()  # a subset of the request
         elif info.get("budget_exceeded"):
             assert truncated and reward == 0.0 and info["cost"] == 0.0
-            assert spent + float(costs @ requested) > budget  # it really would overspend
+            assert not affordable  # it really would overspend
         else:
             np.testing.assert_array_equal(info["calls"], requested)
         spent += info["cost"]
@@ -224,7 +231,8 @@ def test_reset_restores_the_budget(env_id: str) -> None:
     assert info["cost"] > 0.0 and env.remaining_budget == 0.05 - info["cost"]
     env.reset()
     assert env.remaining_budget == 0.05
-    assert env.action_masks()[1::2].tolist() == (_costs(env) <= 0.05).tolist()
+    step_cost = env.unwrapped.step_cost
+    assert env.action_masks()[1::2].tolist() == (step_cost + _costs(env) <= 0.05).tolist()
 
 
 # ------------------------------------------------------------------ arguments

@@ -1,0 +1,479 @@
+"""ExpertRouting-v0: a controller that answers math questions itself or consults experts."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+from gymnasium import spaces
+
+from cost_envs.core import OrchestrationEnv, Outcome, Prices, State
+from cost_envs.pool import AgentPool, AgentSpec, is_number
+from cost_envs.prices import PriceTable, coerce_prices
+from cost_envs.reward import RewardWeights
+
+#: Benchmark profiles: difficulty ~ Beta(a, b) and prompt length in tokens (mean).
+PROFILES: dict[str, tuple[float, float, float]] = {
+    "gsm8k": (1.5, 8.0, 110.0),
+    "math500": (2.5, 4.0, 150.0),
+    "aime": (8.0, 2.5, 220.0),
+}
+PROFILE_NAMES = tuple(PROFILES)
+#: Difficulty bands, the pool's skills; capabilities are accuracies at the band centres.
+BANDS = ("easy", "medium", "hard")
+BAND_CENTRES = (1 / 6, 1 / 2, 5 / 6)
+#: Tokens of instructions and context around the question, for every call.
+SYSTEM_TOKENS = 150.0
+#: Tokens the controller reads per round besides the question (the experts' answers).
+CONTROLLER_READ_TOKENS = 400.0
+#: Log-normal spread of each model's token counts around their mean, per task.
+TOKEN_SPREAD = 0.25
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """How one model (the controller or an expert) answers and what it writes.
+
+    Accuracy on a question of difficulty ``d`` is ``sigmoid(sharpness * (skill - d))``;
+    output tokens are ``output_tokens * (1 + 2d)`` and reasoning tokens
+    ``reasoning_tokens * exp(3d)``, each times a per-task log-normal factor.
+
+    Args:
+        name: The model's name in the price table.
+        skill: Difficulty at which the model is right half of the time.
+        sharpness: How fast its accuracy falls around ``skill``.
+        trust: Weight the controller gives its answers when answers disagree.
+        output_tokens: Mean visible output tokens on a question of difficulty 0.
+        reasoning_tokens: Mean hidden reasoning tokens at difficulty 0 (billed).
+    """
+
+    name: str
+    skill: float
+    sharpness: float
+    trust: float
+    output_tokens: float
+    reasoning_tokens: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"model name: expected a non-empty string, got {self.name!r}")
+        for f in fields(self)[1:]:
+            value = getattr(self, f.name)
+            if not is_number(value) or not math.isfinite(value) or value < 0:
+                raise ValueError(
+                    f"model {self.name!r}: {f.name}: expected a finite number >= 0, "
+                    f"got {value!r}"
+                )
+            object.__setattr__(self, f.name, float(value))
+        if self.trust <= 0 or self.sharpness <= 0:
+            raise ValueError(f"model {self.name!r}: trust and sharpness must be > 0")
+
+    def accuracy(self, difficulty: np.ndarray | float) -> np.ndarray:
+        """Chance of a right answer at ``difficulty``."""
+        return 1.0 / (1.0 + np.exp(-self.sharpness * (self.skill - np.asarray(difficulty))))
+
+    @classmethod
+    def coerce(cls, value: ModelProfile | Mapping[str, Any] | str) -> ModelProfile:
+        """A profile, its dict form, or the name of a default expert."""
+        if isinstance(value, ModelProfile):
+            return value
+        if isinstance(value, str):
+            if value not in DEFAULT_EXPERTS:
+                raise ValueError(f"experts: unknown expert {value!r}; the defaults are "
+                                 f"{list(DEFAULT_EXPERTS)} (or pass a ModelProfile)")
+            return DEFAULT_EXPERTS[value]
+        if isinstance(value, Mapping):
+            allowed = [f.name for f in fields(cls)]
+            unknown = sorted(str(k) for k in value if k not in allowed)
+            if unknown:
+                raise ValueError(f"experts: unknown key(s) {unknown}; expected some of {allowed}")
+            return cls(**value)
+        raise ValueError(f"experts: expected a ModelProfile, a mapping or a name, got {value!r}")
+
+
+# Curves fitted so that the mean accuracy over each profile's difficulty distribution is
+# close to published results of each model (GSM8K / MATH500 / AIME 2024), as listed in
+# the class docstring; token counts follow the models' typical answer lengths.
+CONTROLLER = ModelProfile("Qwen/Qwen2.5-7B-Instruct", skill=0.53, sharpness=10.6, trust=1.0,
+                          output_tokens=350.0)
+DEFAULT_EXPERTS: dict[str, ModelProfile] = {
+    "gpt-4.1-nano": ModelProfile("gpt-4.1-nano", 0.59, 5.6, trust=1.2, output_tokens=400.0),
+    "gpt-4.1": ModelProfile("gpt-4.1", 0.75, 5.2, trust=1.6, output_tokens=450.0),
+    "o3": ModelProfile("o3", 1.47, 3.2, trust=2.5, output_tokens=250.0,
+                       reasoning_tokens=1200.0),
+}
+
+#: Per-query budgets of the tiers (USD), used by ``BudgetTier`` unless given its own:
+#: low affords the controller and GPT-4.1-nano, medium a GPT-4.1 answer, high o3 on
+#: hard questions.
+TIER_BUDGETS = {"low": 0.0015, "medium": 0.015, "high": 0.15}
+
+
+@dataclass(frozen=True, eq=False)
+class ExpertTask:
+    """One question with all of its randomness (privileged).
+
+    Attributes:
+        profile: Index into ``PROFILE_NAMES``.
+        difficulty: True difficulty in ``[0, 1]``.
+        difficulty_estimate: What the controller perceives, ``clip(d + N(0, 0.1))``.
+        controller_luck: The controller is right iff this is below its accuracy.
+        luck: ``(max_rounds, m)``: expert ``i`` consulted in round ``t`` is right iff
+            ``luck[t, i]`` is below its accuracy (each consultation is a fresh sample).
+        prompt_tokens: Tokens of the question.
+        token_factors: ``(m + 1,)`` log-normal factors of the experts' and (last) the
+            controller's token counts on this question.
+    """
+
+    profile: int
+    difficulty: float
+    difficulty_estimate: float
+    controller_luck: float
+    luck: np.ndarray
+    prompt_tokens: float
+    token_factors: np.ndarray
+
+
+class _Tables(NamedTuple):
+    hits: list  # hits[t][i]: expert i is right when consulted in round t
+    controller_right: bool
+    prices: Prices
+
+
+class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
+    """Answer math questions with a small controller that may consult frozen experts.
+
+    ## Description
+
+    The centralised multi-LLM system of CORL (arXiv 2511.02755). A controller (a
+    Qwen2.5-7B-class model) receives a math question. In each of up to ``max_rounds``
+    rounds it either answers now or consults any subset of frozen experts (by default
+    GPT-4.1-nano, GPT-4.1 and o3), reads their answers, and decides again. Every call is
+    billed as tokens x price from a dated, sourced price table (reasoning tokens billed),
+    so what a question costs depends on which experts were asked and on how hard it is.
+
+    **Generative model.** A question comes from a benchmark profile (``"gsm8k"``,
+    ``"math500"``, ``"aime"``; ``"mixed"`` draws one uniformly per question) with a
+    difficulty ``d ~ Beta(1.5, 8)``, ``Beta(2.5, 4)`` or ``Beta(8, 2.5)``. Model ``j`` is
+    right with probability ``sigmoid(k_j (s_j - d))`` with (s, k) = controller
+    (0.53, 10.6), GPT-4.1-nano (0.59, 5.6), GPT-4.1 (0.75, 5.2), o3 (1.47, 3.2), which
+    gives mean accuracies on the three profiles of .96/.73/.13, .90/.72/.30, .95/.84/.49
+    and .98/.97/.90, close to the published GSM8K / MATH500 / AIME 2024 results of these
+    models. At reset the task fixes the controller's luck and, for every round and
+    expert, a fresh luck draw (asking again re-samples the answer). Right answers agree
+    with each other; wrong answers are all different (as in math, where two wrong
+    answers rarely coincide). The final answer is the controller's weighted vote over
+    its own answer and each consulted expert's latest answer, with trusts controller
+    1.0, GPT-4.1-nano 1.2, GPT-4.1 1.6, o3 2.5 (a tie goes to the controller's own
+    answer). So one consulted expert overrides the controller, and agreeing answers
+    pool their weight: the controller plus a right GPT-4.1-nano (2.2) outvote a wrong
+    GPT-4.1 (1.6), not a wrong o3 (2.5).
+
+    Tokens: each call reads the question (110/150/220 tokens on average per profile)
+    plus 150 tokens of instructions; an expert writes ``o (1 + 2d)`` tokens
+    (o = 400, 450, 250) and o3 also reasons for ``1200 exp(3d)`` tokens; the controller
+    reads 400 more tokens and writes ``350 (1 + 2d)`` per round. Each model's counts
+    carry a per-question log-normal factor (sigma 0.25). With the default table a round
+    of the controller costs about $0.0004, GPT-4.1-nano $0.0004, GPT-4.1 $0.008 and o3
+    $0.02 (easy) to $0.11 (hard).
+
+    Adaptivity pays because agreement is observed: when a cheap expert agrees with
+    the controller the answer is almost surely right and the controller can stop;
+    disagreement, or a hard-looking question, is worth an expensive expert.
+
+    ## Action Space
+
+    ``MultiBinary(m)`` over the experts: bit ``i`` consults expert ``i`` this round. The
+    all-zero action answers now (the episode ends).
+
+    ## Observation Space
+
+    ``Box(0, 1, (10 + 2m,), float32)``, see ``observation_layout``: the profile one-hot,
+    the perceived difficulty, rounds left / ``max_rounds``, which experts were consulted,
+    whether each consulted expert's latest answer is the current leading answer,
+    whether the controller's own answer is, the leading answer's share of the vote, and
+    ``task_embedding``, the one-hot difficulty band (easy / medium / hard) of the
+    perceived difficulty. True difficulty, luck and correctness are never observed.
+
+    ## Rewards
+
+    Eq. 1 of the LoRA-Guided PPO paper like every cost-envs env (success = the final
+    answer is right, quality 10 or 0). CORL's reward, the task performance gated by
+    the query's budget, comes from the :class:`cost_envs.wrappers.BudgetTier` wrapper,
+    which also puts the tier in the observation.
+
+    ## Starting State
+
+    A question drawn from ``np_random`` (or ``options["task"]``), no expert consulted.
+
+    ## Episode End
+
+    Terminated when the controller answers (all-zero action) or after the
+    ``max_rounds``-th consultation, after which it answers. Success iff the answer is
+    right.
+
+    ## Arguments
+
+    * ``profile``: ``"gsm8k"``, ``"math500"``, ``"aime"`` or ``"mixed"`` (default).
+    * ``experts``: names of default experts or :class:`ModelProfile` objects/dicts
+      (default GPT-4.1-nano, GPT-4.1, o3), in action order.
+    * ``prices``: a :class:`cost_envs.prices.PriceTable`, its dict form or a file path;
+      default the packaged table. It must price the controller and every expert.
+    * ``max_rounds``: consultation rounds per question (1-8, default 3).
+    * ``reward_weights``: :class:`RewardWeights` or a mapping.
+    * ``render_mode``: ``None`` or ``"ansi"``.
+
+    ## Version History
+
+    * v0: initial version.
+    """
+
+    task_type = ExpertTask
+
+    def __init__(
+        self,
+        profile: str = "mixed",
+        experts: Sequence[ModelProfile | Mapping[str, Any] | str] | None = None,
+        prices: PriceTable | Mapping[str, Any] | str | Path | None = None,
+        max_rounds: int = 3,
+        reward_weights: RewardWeights | Mapping[str, float] | None = None,
+        render_mode: str | None = None,
+    ) -> None:
+        if profile != "mixed" and profile not in PROFILES:
+            raise ValueError(f"ExpertRouting-v0: profile: expected one of "
+                             f"{[*PROFILE_NAMES, 'mixed']}, got {profile!r}")
+        if isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or not (
+                1 <= max_rounds <= 8):
+            raise ValueError(f"ExpertRouting-v0: max_rounds: expected an int in [1, 8], "
+                             f"got {max_rounds!r}")
+        if experts is None:
+            experts = list(DEFAULT_EXPERTS)
+        if isinstance(experts, (str, Mapping)) or not isinstance(experts, Sequence) or (
+                not experts):
+            raise ValueError(f"ExpertRouting-v0: experts: expected a non-empty list, "
+                             f"got {experts!r}")
+        self.experts = tuple(ModelProfile.coerce(e) for e in experts)
+        names = [e.name for e in self.experts]
+        if len(set(names)) != len(names):
+            raise ValueError(f"ExpertRouting-v0: experts: duplicate names in {names}")
+        self.price_table = coerce_prices(prices)
+        self.price_table.require([CONTROLLER.name, *names], "ExpertRouting-v0: prices")
+        self.profile = profile
+        self.max_rounds = max_rounds
+        self.controller = CONTROLLER
+        self._model_prices = [self.price_table[n] for n in names]
+        self._controller_price = self.price_table[CONTROLLER.name]
+        self._accuracy_at_bands = np.array(
+            [[float(e.accuracy(c)) for c in BAND_CENTRES] for e in self.experts])
+        pool = self._nominal_pool()
+        super().__init__(pool, reward_weights, render_mode)
+        m = self.n_agents
+        self.observation_layout = {
+            "profile": slice(0, 3),
+            "difficulty": slice(3, 4),
+            "rounds_left": slice(4, 5),
+            "consulted": slice(5, 5 + m),
+            "agrees_with_leading": slice(5 + m, 5 + 2 * m),
+            "controller_leading": slice(5 + 2 * m, 6 + 2 * m),
+            "support": slice(6 + 2 * m, 7 + 2 * m),
+            "task_embedding": slice(7 + 2 * m, 10 + 2 * m),
+        }
+        self.observation_space = spaces.Box(0.0, 1.0, shape=(10 + 2 * m,), dtype=np.float32)
+        self._trust = [e.trust for e in self.experts]
+        self.tier_budgets = dict(TIER_BUDGETS)
+
+    def _nominal_pool(self) -> AgentPool:
+        """The experts at their mean price over the profile (the agent pool's nominal cost)."""
+        mixes = PROFILE_NAMES if self.profile == "mixed" else (self.profile,)
+        agents = []
+        for j, expert in enumerate(self.experts):
+            costs, flops = [], []
+            for name in mixes:
+                a, b, prompt = PROFILES[name]
+                d = a / (a + b)
+                cost, flop = self._call_price(j, d, prompt, 1.0)
+                costs.append(cost)
+                flops.append(flop)
+            agents.append(AgentSpec(expert.name, "expert", float(np.mean(costs)),
+                                    float(np.mean(flops)),
+                                    tuple(float(expert.accuracy(c)) for c in BAND_CENTRES)))
+        return AgentPool(tuple(agents), BANDS)
+
+    def _call_price(self, j: int, d: float, prompt: float, factor: float) -> tuple[float, float]:
+        """Money and FLOPs of one call of expert ``j`` on a question of difficulty ``d``."""
+        expert, price = self.experts[j], self._model_prices[j]
+        read = prompt + SYSTEM_TOKENS
+        write = expert.output_tokens * (1.0 + 2.0 * d) * factor
+        reason = expert.reasoning_tokens * math.exp(3.0 * d) * factor
+        return price.cost(read, write, reason), price.flops(read + write + reason)
+
+    def _controller_round_price(self, d: float, prompt: float, factor: float
+                                ) -> tuple[float, float]:
+        read = prompt + SYSTEM_TOKENS + CONTROLLER_READ_TOKENS
+        write = CONTROLLER.output_tokens * (1.0 + 2.0 * d) * factor
+        return (self._controller_price.cost(read, write),
+                self._controller_price.flops(read + write))
+
+    # ------------------------------------------------------------------ tasks
+    def _generate_block(self, rng: np.random.Generator, n: int
+                        ) -> list[tuple[ExpertTask, _Tables]]:
+        m = self.n_agents
+        if self.profile == "mixed":
+            profile = rng.integers(0, len(PROFILE_NAMES), n)
+        else:
+            profile = np.full(n, PROFILE_NAMES.index(self.profile))
+        ab = np.array([PROFILES[p][:2] for p in PROFILE_NAMES])[profile]
+        difficulty = rng.beta(ab[:, 0], ab[:, 1])
+        estimate = np.clip(difficulty + rng.normal(0.0, 0.1, n), 0.0, 1.0)
+        controller_luck = rng.random(n)
+        luck = rng.random((n, self.max_rounds, m))
+        mean_prompt = np.array([PROFILES[p][2] for p in PROFILE_NAMES])[profile]
+        prompt = np.round(mean_prompt * rng.lognormal(0.0, 0.3, n))
+        factors = rng.lognormal(-TOKEN_SPREAD**2 / 2, TOKEN_SPREAD, (n, m + 1))
+        luck.flags.writeable = False
+        factors.flags.writeable = False
+        block = []
+        for b in range(n):
+            task = ExpertTask(
+                profile=int(profile[b]),
+                difficulty=float(difficulty[b]),
+                difficulty_estimate=float(estimate[b]),
+                controller_luck=float(controller_luck[b]),
+                luck=luck[b],
+                prompt_tokens=float(prompt[b]),
+                token_factors=factors[b],
+            )
+            block.append((task, self._tables(task)))
+        return block
+
+    def _tables(self, task: ExpertTask) -> _Tables:
+        d = task.difficulty
+        accuracy = [float(e.accuracy(d)) for e in self.experts]
+        hits = [[bool(u < p) for u, p in zip(row, accuracy, strict=True)]
+                for row in task.luck.tolist()]
+        m = self.n_agents
+        calls = [self._call_price(j, d, task.prompt_tokens, float(task.token_factors[j]))
+                 for j in range(m)]
+        step_cost, step_flops = self._controller_round_price(
+            d, task.prompt_tokens, float(task.token_factors[m]))
+        prices = Prices(np.array([c for c, _ in calls]), np.array([f for _, f in calls]),
+                        step_cost, step_flops)
+        right = bool(task.controller_luck < float(CONTROLLER.accuracy(d)))
+        return _Tables(hits, right, prices)
+
+    def _check_task(self, task: ExpertTask) -> None:
+        super()._check_task(task)
+        if task.luck.shape[0] != self.max_rounds:
+            raise ValueError(f"{self.env_name}: options['task'] was drawn for "
+                             f"{task.luck.shape[0]} rounds, this env has {self.max_rounds}")
+
+    def _task_prices(self, task: ExpertTask, tables: _Tables) -> Prices:
+        return tables.prices
+
+    # ------------------------------------------------------------- dynamics
+    def _initial_state(self, task: ExpertTask, tables: _Tables) -> State:
+        self._hits = tables.hits
+        self._controller_right = tables.controller_right
+        self._static_obs = self._static_observation(task)
+        return (-1,) * self.n_agents  # per expert: -1 not consulted, 0 wrong, 1 right
+
+    def _transition(self, turn: int, state: State, called: list[int]
+                    ) -> tuple[State, Outcome | None]:
+        if called:
+            hits = self._hits[turn]
+            status = list(state)
+            for i in called:
+                status[i] = 1 if hits[i] else 0
+            state = tuple(status)
+            if turn + 1 < self.max_rounds:
+                return state, None
+        right = self._vote(state)[0]
+        return state, Outcome(right, 10.0 if right else 0.0)
+
+    def _vote(self, state: State) -> tuple[bool, int, float, float]:
+        """The weighted vote: (leading answer right, leading wrong source, its weight, total).
+
+        Right answers pool their trust; each wrong answer stands alone. The leading wrong
+        source is -1 for the controller, else an expert index (ties: the controller,
+        then the lower index).
+        """
+        right_weight = 1.0 if self._controller_right else 0.0
+        best_wrong, best_source = (0.0, -2) if self._controller_right else (1.0, -1)
+        total = 1.0
+        for i, s in enumerate(state):
+            if s < 0:
+                continue
+            weight = self._trust[i]
+            total += weight
+            if s == 1:
+                right_weight += weight
+            elif weight > best_wrong:
+                best_wrong, best_source = weight, i
+        right = right_weight > best_wrong or (
+            right_weight == best_wrong and self._controller_right)
+        leading = right_weight if right else best_wrong
+        return right, best_source, leading, total
+
+    def _static_observation(self, task: ExpertTask) -> np.ndarray:
+        obs = np.zeros(self.observation_space.shape, dtype=np.float32)
+        layout = self.observation_layout
+        obs[layout["profile"]][task.profile] = 1.0
+        obs[layout["difficulty"]] = task.difficulty_estimate
+        band = min(int(task.difficulty_estimate * 3), 2)
+        obs[layout["task_embedding"]][band] = 1.0
+        return obs
+
+    def _observe(self, turn: int, state: State) -> np.ndarray:
+        obs = self._static_obs.copy()
+        m = self.n_agents
+        right, source, leading, total = self._vote(state)
+        obs[4] = (self.max_rounds - turn) / self.max_rounds
+        for i, s in enumerate(state):
+            if s >= 0:
+                obs[5 + i] = 1.0
+                obs[5 + m + i] = float(s == 1 if right else source == i)
+        obs[5 + 2 * m] = float(self._controller_right if right else source == -1)
+        obs[6 + 2 * m] = leading / total
+        return obs
+
+    # ------------------------------------------------------------- helpers
+    def rule_based_action(self, observation: np.ndarray) -> np.ndarray:
+        """Escalate until agreement: CORL's hand-written reference policy.
+
+        Consult the cheapest expert whose accuracy on the perceived difficulty band is at
+        least 0.8 (the most accurate one if none is); stop as soon as the controller's own
+        answer leads with an expert's support; otherwise escalate to the next more
+        expensive expert not yet consulted; answer when none is left. Uses only the
+        observation.
+        """
+        layout = self.observation_layout
+        action = np.zeros(self.n_agents, dtype=np.int8)
+        consulted = observation[layout["consulted"]] > 0.5
+        agree = observation[layout["agrees_with_leading"]] > 0.5
+        if consulted.any() and bool(observation[layout["controller_leading"]][0] > 0.5) and (
+                agree & consulted).any():
+            return action
+        band = int(np.argmax(observation[layout["task_embedding"]]))
+        order = np.argsort(self.pool.costs, kind="stable")
+        capable = [i for i in order if self._accuracy_at_bands[i, band] >= 0.8]
+        start = capable[0] if capable else int(np.argmax(self._accuracy_at_bands[:, band]))
+        rank = {int(i): r for r, i in enumerate(order)}
+        for i in order:
+            if rank[int(i)] >= rank[start] and not consulted[i]:
+                action[i] = 1
+                return action
+        return action
+
+    def _describe(self) -> str:
+        task = self._task
+        if task is None:
+            return "no task"
+        names = [e.name for e in self.experts]
+        asked = {names[i]: ("right" if s == 1 else "wrong")
+                 for i, s in enumerate(self._state) if s >= 0}
+        return (f"{PROFILE_NAMES[task.profile]} question, difficulty {task.difficulty:.2f}; "
+                f"controller {'right' if self._controller_right else 'wrong'}; asked {asked}")
