@@ -348,6 +348,37 @@ def bootstrap_ci(
     return bootstrap_cis(records, [statistic], n_resamples, confidence, seed)[0]
 
 
+def bootstrap_mean_ci(
+    values: Sequence[float] | np.ndarray,
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """The mean of per-item ``values`` with its percentile-bootstrap interval.
+
+    For per-query quantities outside :class:`EpisodeRecord` (accuracy within a budget,
+    whether an expert was consulted ...). Returns ``(mean, low, high)`` with the interval
+    widened, if need be, to contain the mean (see :func:`interval_around`).
+
+    Raises:
+        ValueError: On no values, non-finite values or invalid arguments.
+    """
+    array = np.asarray(values, dtype=np.float64)
+    if array.ndim != 1 or array.size == 0 or not np.isfinite(array).all():
+        raise ValueError(f"bootstrap_mean_ci: expected a non-empty 1-D array of finite "
+                         f"numbers, got shape {array.shape}")
+    _check_bootstrap_args(n_resamples, confidence)
+    rng = np.random.default_rng(seed)
+    n = array.size
+    block = max(1, _BOOTSTRAP_BLOCK // n)
+    means = [array[rng.integers(0, n, size=(min(block, n_resamples - start), n))].mean(axis=1)
+             for start in range(0, n_resamples, block)]
+    ((low, high),) = _percentile_intervals([means], confidence)
+    point = float(array.mean())
+    low, high = interval_around(point, (low, high))
+    return point, low, high
+
+
 def bootstrap_cis_over_runs(
     runs: Sequence[Sequence[EpisodeRecord]],
     statistics: Sequence[str] = HEADLINE_METRICS,
