@@ -1,0 +1,160 @@
+"""CORL's budget-tier controller: tier routing, per-tier adapters, per-tier scoring."""
+
+from __future__ import annotations
+
+import json
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import cost_envs
+from agents.corl import (
+    CORL_SCALES,
+    FixedConsultation,
+    TierAdapters,
+    make_tier_env,
+    report,
+    run_corl,
+    score_tier,
+    train_shared_ppo,
+    train_tier_adapters,
+)
+from agents.evaluation import run_episode
+from cost_envs.envs.expert_routing import CONTROLLER
+from cost_envs.wrappers import TIERS
+
+
+class Constant:
+    def __init__(self, action):
+        self.action = np.asarray(action, dtype=np.int8)
+
+    def predict(self, observation, state=None, episode_start=None, deterministic=True):
+        return self.action.copy(), state
+
+
+def _tier_obs(tier: str, dim: int = 20) -> np.ndarray:
+    obs = np.zeros(dim, dtype=np.float32)
+    obs[-4 + TIERS.index(tier)] = 1.0
+    obs[-1] = 0.5
+    return obs
+
+
+def test_tier_adapters_route_each_observation_to_its_tier() -> None:
+    router = TierAdapters({"low": Constant([1, 0, 0]), "medium": Constant([0, 1, 0]),
+                           "high": Constant([0, 0, 1])})
+    for tier, expected in zip(TIERS, np.eye(3, dtype=np.int8), strict=True):
+        action, _ = router.predict(_tier_obs(tier))
+        np.testing.assert_array_equal(action, expected)
+    batch = np.stack([_tier_obs("high"), _tier_obs("low")])
+    actions, _ = router.predict(batch)
+    np.testing.assert_array_equal(actions, [[0, 0, 1], [1, 0, 0]])
+
+
+@pytest.fixture(scope="module")
+def trained():
+    torch.set_num_threads(1)
+    shared, history = train_shared_ppo(512, seed=0)
+    snapshot = {k: v.detach().clone() for k, v in shared.state_dict().items()}
+    adapters = train_tier_adapters(shared, 512, seed=0)
+    return shared, snapshot, adapters, history
+
+
+def test_shared_ppo_learns_on_budget_tier_observations(trained) -> None:
+    shared, _, _, history = trained
+    env = make_tier_env()
+    assert shared.observation_space == env.observation_space
+    assert history and history[-1]["timesteps"] >= 512
+
+
+def test_tier_adapters_keep_the_shared_base_and_action_head(trained) -> None:
+    shared, snapshot, adapters, _ = trained
+    # Training the adapters must not touch the shared policy itself.
+    for name, tensor in shared.state_dict().items():
+        assert torch.equal(tensor, snapshot[name]), name
+    shared_layers = [m for m in shared.features_extractor.net if isinstance(m, torch.nn.Linear)]
+    for tier, policy in adapters.policies.items():
+        assert policy.lora_rank == 8
+        groups = policy.parameter_groups()
+        assert groups["adapter"], tier
+        assert all(not p.requires_grad for _, p in groups["base"] + groups["action"])
+        # The frozen base is the shared encoder, weight for weight.
+        bases = [layer.base_layer for layer in policy.features_extractor.net
+                 if hasattr(layer, "base_layer")]
+        assert len(bases) == len(shared_layers)
+        for base, layer in zip(bases, shared_layers, strict=True):
+            assert torch.equal(base.weight, layer.weight)
+            assert torch.equal(base.bias, layer.bias)
+        assert torch.equal(policy.action_net.weight, shared.action_net.weight)
+        # ... and the adapter did train (B starts at zero).
+        lora_b = [p for n, p in groups["adapter"] if "lora_B" in n]
+        assert any(p.abs().sum() > 0 for p in lora_b), tier
+
+
+def test_tier_adapters_need_the_plain_shared_policy(trained) -> None:
+    _, _, adapters, _ = trained
+    with pytest.raises(ValueError, match="lora_rank=None"):
+        train_tier_adapters(adapters.policies["low"], 512)
+
+
+def test_fixed_consultation_asks_once_then_answers() -> None:
+    env = make_tier_env(tier="high")
+    record = run_episode(FixedConsultation([0, 2], 3), env, seed=3)
+    assert record.length == 2
+    np.testing.assert_array_equal(record.calls, [1, 0, 1])
+    alone = run_episode(FixedConsultation([], 3), env, seed=3)
+    assert alone.length == 1 and alone.calls.sum() == 0
+
+
+def test_score_tier_controller_alone_matches_the_tasks() -> None:
+    episodes = 60
+    scores = score_tier(lambda env: FixedConsultation([], 3), "low", episodes, seed=5,
+                        n_resamples=50)
+    # Recompute from the same task stream: the controller is right iff its luck is below
+    # its accuracy, and it pays exactly one round.
+    env = gym.make("cost_envs/ExpertRouting-v0")
+    right, cost = [], []
+    for i in range(episodes):
+        env.reset(seed=5 if i == 0 else None)
+        task = env.unwrapped.task
+        right.append(task.controller_luck < float(CONTROLLER.accuracy(task.difficulty)))
+        cost.append(env.unwrapped.step_cost)
+    assert scores.accuracy[0] == pytest.approx(np.mean(right))
+    assert scores.avg_cost[0] == pytest.approx(np.mean(cost))
+    assert scores.expert_call_ratio == (0.0, 0.0, 0.0)
+    assert scores.accuracy[1] <= scores.accuracy[0] <= scores.accuracy[2]
+    budget = cost_envs.envs.expert_routing.TIER_BUDGETS["low"]
+    assert scores.over_budget == pytest.approx(np.mean(np.array(cost) > budget))
+
+
+def test_score_tier_gates_accuracy_by_the_budget() -> None:
+    # o3 alone costs far more than the low tier's budget: right answers do not count.
+    scores = score_tier(lambda env: FixedConsultation([2], 3), "low", 40, seed=1,
+                        n_resamples=50)
+    assert scores.accuracy[0] > 0.5
+    assert scores.over_budget == 1.0
+    assert scores.accuracy_within_budget == (0.0, 0.0, 0.0)
+    assert scores.expert_call_ratio[0] == 1.0
+    assert scores.calls_per_query == {"gpt-4.1-nano": 0.0, "gpt-4.1": 0.0, "o3": 1.0}
+
+
+def test_run_corl_rejects_an_unknown_scale() -> None:
+    with pytest.raises(ValueError, match="scale"):
+        run_corl("huge")
+
+
+def test_report_writes_tables_json_and_figure(tmp_path) -> None:
+    torch.set_num_threads(1)
+    markdown = report(tmp_path, "smoke")
+    assert (tmp_path / "corl_tiers.md").read_text() == markdown
+    data = json.loads((tmp_path / "corl_tiers.json").read_text())
+    assert set(data["results"]) == {"mixed", "gsm8k", "math500", "aime"}
+    for table in data["results"].values():
+        assert list(table) == list(TIERS)
+        for rows in table.values():
+            assert "LoRA-PPO, one adapter per tier" in rows
+            assert "Controller alone" in rows
+    assert (tmp_path / "pareto_corl.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "Does the expert-call ratio rise with the tier?" in markdown
+    assert data["settings"]["episodes"] == CORL_SCALES["smoke"].episodes
