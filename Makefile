@@ -22,6 +22,7 @@ test: lint
 
 reproduce: install
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/cost-envs reproduce
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python benchmarks/routing.py
 
 benchmark: install
 	$(BIN)/python benchmarks/throughput.py --output benchmarks/results/throughput.md

@@ -219,7 +219,10 @@ class AgentPool:
         suffix = path.suffix.lower()
         if suffix not in (".json", ".yaml", ".yml"):
             raise ValueError(f"{path}: expected a .json, .yaml or .yml file, got {suffix!r}")
-        text = path.read_text(encoding="utf-8")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as err:
+            raise ValueError(f"{path}: not UTF-8 text: {err}") from None
         try:
             data = json.loads(text) if suffix == ".json" else _load_yaml(text)
         except (json.JSONDecodeError, ValueError) as err:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from importlib import resources
@@ -85,6 +86,8 @@ class ModelPrice:
                     f"and when it was listed), got {value!r}"
                 )
         try:
+            if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", self.date):
+                raise ValueError  # fromisoformat alone also takes 20250414 and week dates
             dt.date.fromisoformat(self.date)
         except ValueError:
             raise ValueError(
@@ -201,7 +204,10 @@ class PriceTable:
         suffix = path.suffix.lower()
         if suffix not in (".json", ".yaml", ".yml"):
             raise ValueError(f"{path}: expected a .json, .yaml or .yml file, got {suffix!r}")
-        text = path.read_text(encoding="utf-8")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as err:
+            raise ValueError(f"{path}: not UTF-8 text: {err}") from None
         try:
             data = json.loads(text) if suffix == ".json" else _load_yaml(text)
         except (json.JSONDecodeError, ValueError) as err:

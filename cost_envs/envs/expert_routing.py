@@ -91,6 +91,11 @@ class ModelProfile:
             unknown = sorted(str(k) for k in value if k not in allowed)
             if unknown:
                 raise ValueError(f"experts: unknown key(s) {unknown}; expected some of {allowed}")
+            required = [f.name for f in fields(cls) if f.name != "reasoning_tokens"]
+            missing = [k for k in required if k not in value]
+            if missing:
+                raise ValueError(f"experts: {value.get('name', value)!r} is missing key(s) "
+                                 f"{missing}")
             return cls(**value)
         raise ValueError(f"experts: expected a ModelProfile, a mapping or a name, got {value!r}")
 
@@ -161,7 +166,7 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
     difficulty ``d ~ Beta(1.5, 8)``, ``Beta(2.5, 4)`` or ``Beta(8, 2.5)``. Model ``j`` is
     right with probability ``sigmoid(k_j (s_j - d))`` with (s, k) = controller
     (0.53, 10.6), GPT-4.1-nano (0.59, 5.6), GPT-4.1 (0.75, 5.2), o3 (1.47, 3.2), which
-    gives mean accuracies on the three profiles of .96/.73/.13, .90/.72/.30, .95/.84/.49
+    gives mean accuracies on the three profiles of .96/.73/.13, .90/.72/.29, .95/.84/.48
     and .98/.97/.90, close to the published GSM8K / MATH500 / AIME 2024 results of these
     models. At reset the task fixes the controller's luck and, for every round and
     expert, a fresh luck draw (asking again re-samples the answer). Right answers agree
@@ -332,7 +337,7 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
         controller_luck = rng.random(n)
         luck = rng.random((n, self.max_rounds, m))
         mean_prompt = np.array([PROFILES[p][2] for p in PROFILE_NAMES])[profile]
-        prompt = np.round(mean_prompt * rng.lognormal(0.0, 0.3, n))
+        prompt = np.round(mean_prompt * rng.lognormal(-0.3**2 / 2, 0.3, n))  # mean 1
         factors = rng.lognormal(-TOKEN_SPREAD**2 / 2, TOKEN_SPREAD, (n, m + 1))
         luck.flags.writeable = False
         factors.flags.writeable = False

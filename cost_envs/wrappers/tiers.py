@@ -195,7 +195,7 @@ class BudgetTier(gym.Wrapper[np.ndarray, Any, np.ndarray, Any], gym.utils.Record
 
 def _check_budgets(budgets: Mapping[str, float]) -> dict[str, float]:
     if not isinstance(budgets, Mapping) or set(budgets) != set(TIERS):
-        got = sorted(budgets) if isinstance(budgets, Mapping) else budgets
+        got = sorted(map(repr, budgets)) if isinstance(budgets, Mapping) else budgets
         raise ValueError(f"BudgetTier: budgets: expected a mapping with exactly the keys "
                          f"{list(TIERS)}, got {got!r}")
     for name in TIERS:
