@@ -14,6 +14,7 @@ EXPECTED = {
     "quickstart.py": ([], "episode cost"),
     "custom_pool.py": (["--episodes", "30"], "| oracle |"),
     "train_allocator.py": (["--timesteps", "512"], "| lora-ppo |"),
+    "budget_tiers.py": (["--episodes", "20", "--timesteps", "512"], "| high | ppo |"),
 }
 
 
