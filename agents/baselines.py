@@ -5,6 +5,11 @@ only the observation, except :class:`CostOptOracle`, which is privileged: it ask
 environment for the hindsight-optimal action and exists to bound what any policy can do.
 
 Observation-only baselines accept a single observation or a batch ``(n, obs_dim)``.
+
+:data:`ROUTING_BASELINES` holds BoPO's small/large routing baselines (AlwaysSmall,
+AlwaysLarge, RandomMix, Cascade) for envs whose all-zero action runs a default small model
+(``zero_action_fallback``, e.g. AgenticRouting-v0); they are kept out of
+:data:`BASELINES`, whose members run on every env.
 """
 
 from __future__ import annotations
@@ -191,4 +196,109 @@ BASELINES: dict[str, type[Baseline]] = {
     cls.name: cls
     for cls in (RandomAllocator, CapabilityMatch, RuleBased, CostOptOracle, GreedyHeuristic,
                 CallAll)
+}
+
+
+# ------------------------------------------------------------------ small/large routing
+class RoutingBaseline(Baseline):
+    """A baseline for small/large model routing (BoPO's setting, AgenticRouting-v0).
+
+    In these environments the all-zero action runs the step with the small (default)
+    model and bit ``i`` replaces it by model ``i`` (``zero_action_fallback``), so "never
+    call" is a policy that still works rather than an early stop.
+    """
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        if not getattr(self.env, "zero_action_fallback", False):
+            raise ValueError(
+                f"{type(self).__name__}: expected a small/large routing environment whose "
+                "all-zero action runs the small model (zero_action_fallback, e.g. "
+                f"cost_envs/AgenticRouting-v0), got {self.env.env_name}"
+            )
+
+
+class AlwaysSmall(RoutingBaseline):
+    """BoPO's lower boundary policy: the small model runs every step."""
+
+    name = "always-small"
+
+    def act(self, observation: np.ndarray) -> np.ndarray:
+        """All zeros."""
+        return np.zeros(self.n_agents, dtype=np.int8)
+
+
+class AlwaysLarge(RoutingBaseline):
+    """BoPO's upper boundary policy: the large model runs every step."""
+
+    name = "always-large"
+
+    def act(self, observation: np.ndarray) -> np.ndarray:
+        """All ones."""
+        return np.ones(self.n_agents, dtype=np.int8)
+
+
+class RandomMix(RoutingBaseline):
+    """The large model with probability ``p`` at each step, independently.
+
+    Args:
+        env: The environment.
+        p: Probability of the large model, in ``[0, 1]``.
+        seed: Seed of the baseline's own generator (it never touches the env's).
+    """
+
+    name = "random-mix"
+
+    def __init__(self, env: gym.Env, p: float = 0.5, seed: int | None = 0) -> None:
+        super().__init__(env)
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
+            raise ValueError(f"RandomMix: p: expected a probability in [0, 1], got {p!r}")
+        self.p = float(p)
+        self.rng = np.random.default_rng(seed)
+
+    def act(self, observation: np.ndarray) -> np.ndarray:
+        """Each bit 1 with probability ``p``."""
+        return (self.rng.random(self.n_agents) < self.p).astype(np.int8)
+
+
+class Cascade(RoutingBaseline):
+    """Small model first; escalate to the large model after ``patience`` failed steps.
+
+    At each step the large model runs iff the last ``patience`` steps all failed (read
+    from the observation through the env's ``consecutive_failures``); after a step that
+    succeeds the cascade goes back to the small model.
+
+    Args:
+        env: The environment (it must decode consecutive failures from an observation).
+        patience: Consecutive failed steps before escalating, from 1 to the env's
+            ``failure_cap``.
+    """
+
+    name = "cascade"
+
+    def __init__(self, env: gym.Env, patience: int = 1) -> None:
+        super().__init__(env)
+        decode = getattr(self.env, "consecutive_failures", None)
+        cap = getattr(self.env, "failure_cap", None)
+        if decode is None or cap is None:
+            raise ValueError(f"Cascade: {self.env.env_name} does not report consecutive "
+                             "failures in its observation (consecutive_failures, failure_cap)")
+        if isinstance(patience, bool) or not isinstance(patience, (int, np.integer)) or not (
+            1 <= patience <= cap
+        ):
+            raise ValueError(f"Cascade: patience: expected an int in [1, {cap}], "
+                             f"got {patience!r}")
+        self.patience = int(patience)
+        self._failures = decode
+
+    def act(self, observation: np.ndarray) -> np.ndarray:
+        """Large (all ones) iff at least ``patience`` consecutive failures are observed."""
+        escalate = self._failures(observation) >= self.patience
+        return np.full(self.n_agents, int(escalate), dtype=np.int8)
+
+
+#: Small/large routing baselines (BoPO), each constructed as ``cls(env)``; kept apart
+#: from :data:`BASELINES` because they need a routing env (``zero_action_fallback``).
+ROUTING_BASELINES: dict[str, type[RoutingBaseline]] = {
+    cls.name: cls for cls in (AlwaysSmall, AlwaysLarge, RandomMix, Cascade)
 }

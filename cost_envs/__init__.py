@@ -10,18 +10,23 @@ from gymnasium.envs.registration import register, registry
 
 from cost_envs.core import OraclePlan, OrchestrationEnv, Outcome
 from cost_envs.envs import (
+    AgenticRoutingEnv,
+    AgenticTask,
     ExpertRoutingEnv,
     ExpertTask,
     FlightPlannerEnv,
     FlightTask,
     ToolBenchEnv,
     ToolTask,
+    TraceRoutingEnv,
+    TraceTask,
     flight_planner_pool,
     toolbench_pool,
 )
 from cost_envs.pool import AgentPool, AgentSpec
 from cost_envs.reward import RewardWeights
 from cost_envs.scoring import token_f1
+from cost_envs.traces import TraceDataset, load_traces
 from cost_envs.wrappers import BudgetTier, CostAccounting, HardBudget, StepLimit
 
 __version__ = "0.1.0"
@@ -31,6 +36,8 @@ ENV_IDS = {
     "cost_envs/FlightPlanner-v0": "cost_envs.envs.flight_planner:FlightPlannerEnv",
     "cost_envs/ToolBench-v0": "cost_envs.envs.toolbench:ToolBenchEnv",
     "cost_envs/ExpertRouting-v0": "cost_envs.envs.expert_routing:ExpertRoutingEnv",
+    "cost_envs/AgenticRouting-v0": "cost_envs.envs.agentic_routing:AgenticRoutingEnv",
+    "cost_envs/TraceRouting-v0": "cost_envs.envs.trace_routing:TraceRoutingEnv",
 }
 
 
@@ -46,6 +53,8 @@ __all__ = [
     "ENV_IDS",
     "AgentPool",
     "AgentSpec",
+    "AgenticRoutingEnv",
+    "AgenticTask",
     "BudgetTier",
     "CostAccounting",
     "ExpertRoutingEnv",
@@ -60,7 +69,11 @@ __all__ = [
     "StepLimit",
     "ToolBenchEnv",
     "ToolTask",
+    "TraceDataset",
+    "TraceRoutingEnv",
+    "TraceTask",
     "flight_planner_pool",
+    "load_traces",
     "token_f1",
     "toolbench_pool",
 ]

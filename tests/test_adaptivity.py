@@ -39,16 +39,27 @@ def test_oracle_succeeds_at_least_as_often_as_anyone(scores: dict[str, dict]) ->
 #: subset of experts, outvoting the controller, is right almost as often as the oracle
 #: (0.88 vs 1.00 over the mixed profiles): there random is poor in cost, 10x the oracle's
 #: CPS, which is what its budget tiers punish.
-RANDOM_SUCCESS_GAP = {"cost_envs/ExpertRouting-v0": 0.08}
+#: In AgenticRouting a step runs the small or the large model: random is a 50/50 mix that
+#: runs the large model on half the steps, which clears most tasks (0.94 vs the oracle's
+#: 1.00 at seed 7).
+RANDOM_SUCCESS_GAP = {"cost_envs/ExpertRouting-v0": 0.08, "cost_envs/AgenticRouting-v0": 0.03}
+#: How many times the oracle's CPS random and call-all must cost (default 5). In
+#: AgenticRouting a large step costs about 4.6x a small one and every step pays at least a
+#: small one, so no policy can cost 5x the oracle per success unless it fails a lot:
+#: random measures 3.2x, call-all (always the large model) 3.3x at seed 7.
+CPS_FACTOR = {"cost_envs/AgenticRouting-v0": 2.0}
 
 
 def test_random_is_poor(scores: dict[str, dict], request: pytest.FixtureRequest) -> None:
     env_id = request.node.callspec.params["scores"]
-    assert scores["random"]["cps"] > 5 * scores["oracle"]["cps"]
+    assert scores["random"]["cps"] > CPS_FACTOR.get(env_id, 5) * scores["oracle"]["cps"]
     gap = RANDOM_SUCCESS_GAP.get(env_id, 0.25)
     assert scores["random"]["success_rate"] < scores["oracle"]["success_rate"] - gap
 
 
-def test_calling_everything_often_succeeds_at_a_high_cps(scores: dict[str, dict]) -> None:
+def test_calling_everything_often_succeeds_at_a_high_cps(
+    scores: dict[str, dict], request: pytest.FixtureRequest
+) -> None:
+    env_id = request.node.callspec.params["scores"]
     assert scores["all"]["success_rate"] >= 0.5
-    assert scores["all"]["cps"] > 5 * scores["oracle"]["cps"]
+    assert scores["all"]["cps"] > CPS_FACTOR.get(env_id, 5) * scores["oracle"]["cps"]

@@ -89,7 +89,10 @@ def test_peft_lora_layers_have_rank_8_no_dropout_and_zero_b(env: gym.Env) -> Non
 
 def test_fresh_adapter_leaves_pretrained_base_function_unchanged(env_id: str) -> None:
     env = gym.make(env_id)
-    path = pretrained_base_path(env_id)
+    try:
+        path = pretrained_base_path(env_id)
+    except FileNotFoundError:  # bases are shipped for the LoRA paper's envs only
+        pytest.skip(f"no pretrained base is shipped for {env_id}")
     policy = policy_for(env, base=str(path))
     state, config = load_base(path)
     plain = tanh_mlp(config["obs_dim"], config["hidden_sizes"])

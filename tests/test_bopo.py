@@ -1,0 +1,233 @@
+"""BoPO (agents/bopo.py): boundaries, taxonomy, normalised cost, SFT data, rewards, masks."""
+
+from __future__ import annotations
+
+import json
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import cost_envs  # noqa: F401
+from agents import bopo
+from agents.baselines import AlwaysLarge, AlwaysSmall, RandomMix
+from cost_envs.wrappers import HardBudget
+
+torch.set_num_threads(1)
+PROFILE = "sciworld"
+
+
+def replaying(actions: np.ndarray):
+    """An ``act`` that plays ``actions`` in order, whatever it observes."""
+    remaining = iter(actions)
+    return lambda _obs: next(remaining)
+
+
+@pytest.fixture(scope="module")
+def tasks() -> list:
+    return bopo.draw_tasks(PROFILE, 40, seed=bopo.TRAIN_TASK_SEED)
+
+
+@pytest.fixture(scope="module")
+def boundaries(tasks) -> list[bopo.Boundary]:
+    return bopo.boundary_rollouts(bopo.make_env(PROFILE), tasks)
+
+
+@pytest.fixture(scope="module")
+def sft_data(tasks, boundaries) -> bopo.SFTData:
+    return bopo.synthesize_sft_data(bopo.make_env(PROFILE), tasks, boundaries,
+                                    mix_probs=(0.25, 0.5), samples=2, seed=0)
+
+
+def test_replayed_rollouts_are_identical(tasks) -> None:
+    env = bopo.make_env(PROFILE)
+    mix = RandomMix(env, p=0.4, seed=3)
+    first = bopo.rollout(env, tasks[0], mix.act)
+    again = bopo.rollout(env, tasks[0], replaying(first.actions))
+    np.testing.assert_array_equal(first.observations, again.observations)
+    np.testing.assert_array_equal(first.actions, again.actions)
+    assert (first.success, first.cost) == (again.success, again.cost)
+
+
+def test_stratum_labels_agree_with_the_boundary_rollouts(tasks, boundaries) -> None:
+    env = bopo.make_env(PROFILE)
+    seen = set()
+    for task, boundary in zip(tasks, boundaries, strict=True):
+        small = bopo.rollout(env, task, AlwaysSmall(env).act)
+        large = bopo.rollout(env, task, AlwaysLarge(env).act)
+        assert (small.success, small.cost) == (boundary.small_success, boundary.small_cost)
+        assert (large.success, large.cost) == (boundary.large_success, boundary.large_cost)
+        expected = ("easy" if small.success else "hard" if large.success else "intractable")
+        assert boundary.stratum == expected
+        seen.add(expected)
+    assert seen == {"easy", "hard", "intractable"}
+    shares = bopo.strata_distribution(boundaries)
+    assert sum(shares.values()) == pytest.approx(1.0)
+
+
+def test_normalised_cost_is_0_for_always_small_and_1_for_always_large(boundaries) -> None:
+    for b in boundaries:
+        assert b.normalised(b.small_cost) == 0.0
+        assert b.normalised(b.large_cost) == pytest.approx(1.0, abs=1e-12)
+        assert bopo.normalised_cost(b.small_cost, b.small_cost, b.large_cost) == 0.0
+        # the reward's position: 0 at the cheaper boundary, 1 at the dearer one
+        cheap, dear = sorted((b.small_cost, b.large_cost))
+        assert b.position(cheap) == 0.0 and b.position(dear) == 1.0
+        assert b.position(cheap / 2) == 0.0 and b.position(2 * dear) == 1.0
+    with pytest.raises(ValueError, match="the same"):
+        bopo.normalised_cost(1.0, 0.5, 0.5)
+
+
+def test_cost_inversions_exist_and_are_boundary_facts(boundaries) -> None:
+    inverted = [b for b in boundaries if b.inverted]
+    assert inverted and bopo.inversion_share(boundaries) == len(inverted) / len(boundaries)
+    for b in inverted:
+        assert b.small_cost > b.large_cost and b.small_steps > b.large_steps
+
+
+def test_sft_data_holds_only_successful_trajectories_balanced_by_stratum(
+    tasks, boundaries, sft_data
+) -> None:
+    counts = sft_data.counts()
+    assert counts["intractable"] == 0
+    assert counts["easy"] == counts["hard"] > 0
+    env = bopo.make_env(PROFILE)
+    for index, trajectory, stratum in zip(sft_data.task_indices, sft_data.trajectories,
+                                          sft_data.strata, strict=True):
+        assert boundaries[index].stratum == stratum
+        replay = bopo.rollout(env, tasks[index], replaying(trajectory.actions))
+        assert replay.success and replay.cost == trajectory.cost
+        # the cheapest success found: never dearer than a successful boundary policy
+        b = boundaries[index]
+        for ok, cost in ((b.small_success, b.small_cost), (b.large_success, b.large_cost)):
+            if ok:
+                assert trajectory.cost <= cost
+    assert len(sft_data.observations) == len(sft_data.actions) == sum(
+        t.length for t in sft_data.trajectories)
+
+
+def test_sft_raises_the_probability_of_the_demonstrated_actions(sft_data) -> None:
+    env = bopo.make_env(PROFILE)
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    model = bopo.build_model(DummyVecEnv([lambda: env]), seed=0)
+    before = bopo.demonstration_log_likelihood(model.policy, sft_data)
+    losses = bopo.sft_warm_start(model.policy, sft_data, epochs=10, seed=0)
+    after = bopo.demonstration_log_likelihood(model.policy, sft_data)
+    assert after > before + 0.03
+    assert losses[-1] < losses[0]
+
+
+def test_reference_guided_reward_punishes_a_cheap_failure_the_reference_avoids(
+    boundaries,
+) -> None:
+    solvable = [b for b in boundaries if b.stratum != "intractable"]
+    for lam in (0.0, 0.5, 0.95):
+        for b in solvable:
+            cheapest = min(b.small_cost, b.large_cost)
+            assert bopo.guided_reward(False, 0.0, b, lam) < 0
+            assert bopo.guided_reward(False, cheapest, b, lam) <= lam - 1 < 0
+            # matching the better boundary policy scores exactly zero
+            ref_cost = b.small_cost if b.small_success else b.large_cost
+            assert bopo.guided_reward(True, ref_cost, b, lam) == pytest.approx(0.0, abs=1e-12)
+    intractable = [b for b in boundaries if b.stratum == "intractable"]
+    for b in intractable:  # only cost matters there: the cheaper failure is the reference
+        assert bopo.guided_reward(False, min(b.small_cost, b.large_cost), b, 0.5) == 0.0
+    with pytest.raises(ValueError, match="lam"):
+        bopo.bopo_reward(True, 0.0, boundaries[0], 1.0)
+
+
+def test_reward_wrappers_pay_what_they_say(tasks, boundaries) -> None:
+    lam = 0.6
+    env = bopo.BoPOReward(bopo.TaskReplay(bopo.make_env(PROFILE), tasks[:5]), boundaries[:5],
+                          lam)
+    for index in range(5):
+        env.reset()
+        assert env.get_wrapper_attr("task_index") == index
+        rewards, cost, done = [], 0.0, False
+        while not done:
+            _, reward, terminated, truncated, info = env.step(np.array([0], np.int8))
+            rewards.append(reward)
+            cost += info["cost"]
+            done = terminated or truncated
+        assert rewards[:-1] == [0.0] * (len(rewards) - 1)
+        assert rewards[-1] == pytest.approx(
+            bopo.guided_reward(info["success"], cost, boundaries[index], lam))
+    plain = bopo.CostPenaltyReward(bopo.make_env(PROFILE), lam=0.5, scale=0.1)
+    plain.reset(seed=0)
+    total, cost, done = 0.0, 0.0, False
+    while not done:
+        _, reward, terminated, truncated, info = plain.step(np.array([1], np.int8))
+        total += reward
+        cost += info["cost"]
+        done = terminated or truncated
+    assert total == pytest.approx(float(info["success"]) - 0.5 * cost / 0.1)
+
+
+def test_maskable_ppo_never_takes_a_masked_action_under_hard_budget(tasks) -> None:
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    probe = bopo.make_env(PROFILE)
+    probe.reset(options={"task": tasks[0]})
+    _, large = probe.unwrapped.step_prices()
+    budget = 4 * large  # a few large steps fit, then only small ones
+    env = bopo.TaskReplay(bopo.make_env(PROFILE, budget=budget), tasks)
+    model = bopo.build_model(DummyVecEnv([lambda: env]), seed=0, n_steps=64, batch_size=64)
+    model.learn(128)
+    torch.manual_seed(0)
+    with torch.no_grad():  # make the policy eager to call the large model
+        model.policy.action_net.bias[1] += 5.0
+    router = bopo.MaskedRouter(bopo.policy_weights(model.policy), env)
+    masked_steps = 0
+    for _ in range(6):
+        obs, _ = env.reset()
+        done = False
+        while not done:
+            mask = env.get_wrapper_attr("action_masks")()
+            action, _ = model.predict(obs, action_masks=mask, deterministic=False)
+            fast, _ = router.predict(obs)
+            slow, _ = model.predict(obs, action_masks=mask, deterministic=True)
+            np.testing.assert_array_equal(fast, slow)
+            if not mask[1]:
+                masked_steps += 1
+                assert action.tolist() == [0]
+            obs, _, terminated, truncated, info = env.step(action)
+            np.testing.assert_array_equal(info["calls"], action)  # nothing had to be dropped
+            assert env.get_wrapper_attr("remaining_budget") >= 0
+            done = terminated or truncated
+    assert masked_steps > 0  # the budget really masked the large model
+
+
+def test_hard_budget_is_what_the_allocators_see() -> None:
+    env = HardBudget(gym.make(bopo.ENV_ID), budget=0.0)
+    env.reset(seed=0)
+    router = bopo.MaskedRouter([(np.zeros((2, 13)), np.array([0.0, 9.0]))], env)
+    assert router.predict(env.observation_space.sample())[0].tolist() == [0]
+
+
+def test_report_smoke_writes_everything(tmp_path) -> None:
+    text = bopo.report(tmp_path, "smoke")
+    for profile in ("alfworld", "sciworld", "appworld"):
+        assert (tmp_path / f"pareto_bopo_{profile}.png").read_bytes()[:4] == b"\x89PNG"
+        assert f"## {profile}" in text
+        assert f"{profile}: BoPO's frontier" in text
+    assert (tmp_path / "bopo.md").read_text(encoding="utf-8") == text
+    data = json.loads((tmp_path / "bopo.json").read_text(encoding="utf-8"))
+    rep = data["profiles"]["appworld"]
+    assert set(rep["strata_eval"]) == {"easy", "hard", "intractable"}
+    methods = rep["methods"]
+    assert set(methods) == {"always-small", "always-large", "oracle", "sft", "bopo/0.5",
+                            "ppo/0.5", "cascade/1", "random-mix/0.5"}
+    assert methods["always-small"]["call_ratio"]["large"] == 0.0
+    assert methods["always-large"]["call_ratio"]["large"] > 0.5  # unless the budget masks it
+    for profile_report in data["profiles"].values():
+        for m in profile_report["methods"].values():
+            assert m["episodes"] == data["scale"]["n_eval"]
+            assert f"| {m['label']} |" in text
+    assert set(rep["frontiers"]) == {"ppo", "cascade"}
+    curve = rep["learning_curves"]["bopo/0.5"]
+    assert [p["timesteps"] for p in curve] == [0, data["scale"]["timesteps"]]
+    assert curve[0]["success_rate"] == methods["sft"]["success_rate"]  # step 0 is the SFT
+    with pytest.raises(ValueError, match="scale"):
+        bopo.report(tmp_path, "huge")
