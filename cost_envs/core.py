@@ -274,6 +274,12 @@ class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
         flops = np.asarray(prices.call_flops, dtype=np.float64)
         if costs.shape != (self.n_agents,) or flops.shape != (self.n_agents,):
             raise ValueError(f"{self.env_name}: task prices must have shape ({self.n_agents},)")
+        steps = np.array([prices.step_cost, prices.step_flops], dtype=np.float64)
+        for what, values in (("call_costs", costs), ("call_flops", flops),
+                             ("step_cost/step_flops", steps)):
+            if not (np.isfinite(values).all() and (values >= 0).all()):
+                raise ValueError(f"{self.env_name}: task prices: {what} must be finite and "
+                                 f">= 0, got {values.tolist()}")
         self._costs = costs
         self._cost_list = costs.tolist()
         self._flops_list = flops.tolist()

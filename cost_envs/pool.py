@@ -15,7 +15,6 @@ or a YAML file (see :meth:`AgentPool.from_file`)::
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from cost_envs.config import read_config_file
 
 _AGENT_KEYS = ("name", "role", "cost", "flops", "capability")
 _POOL_KEYS = ("skills", "agents")
@@ -216,43 +217,8 @@ class AgentPool:
     def from_file(cls, path: str | Path) -> AgentPool:
         """Load a pool from a ``.json``, ``.yaml`` or ``.yml`` file (schema in the module doc)."""
         path = Path(path)
-        suffix = path.suffix.lower()
-        if suffix not in (".json", ".yaml", ".yml"):
-            raise ValueError(f"{path}: expected a .json, .yaml or .yml file, got {suffix!r}")
-        try:
-            text = path.read_text(encoding="utf-8")
-        except UnicodeDecodeError as err:
-            raise ValueError(f"{path}: not UTF-8 text: {err}") from None
-        try:
-            data = json.loads(text) if suffix == ".json" else _load_yaml(text)
-        except (json.JSONDecodeError, ValueError) as err:
-            raise ValueError(f"{path}: not valid {suffix[1:].upper()}: {err}") from None
-        except Exception as err:  # yaml.YAMLError does not subclass ValueError
-            raise ValueError(f"{path}: not valid YAML: {err}") from None
+        data = read_config_file(path)
         return cls.from_dict(data, source=str(path))
-
-
-def _load_yaml(text: str) -> Any:
-    """``yaml.safe_load`` that reads ``1e9`` and ``2.0e14`` as floats.
-
-    PyYAML follows YAML 1.1, where a float needs a dot and a signed exponent, so the
-    FLOP counts people naturally write (``1.4e13``) would load as strings. YAML 1.2's
-    float rule is added here, on a private loader class.
-    """
-    import re
-
-    import yaml  # only needed for YAML pools
-
-    class Loader(yaml.SafeLoader):
-        pass
-
-    Loader.add_implicit_resolver(
-        "tag:yaml.org,2002:float",
-        re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$|^[-+]?\.(?:inf|Inf|INF)$"
-                   r"|^\.(?:nan|NaN|NAN)$"),
-        list("-+0123456789."),
-    )
-    return yaml.load(text, Loader=Loader)  # a SafeLoader subclass: no arbitrary objects
 
 
 def _reject_unknown(data: Mapping[str, Any], allowed: Sequence[str], where: str) -> None:

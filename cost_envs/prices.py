@@ -23,7 +23,6 @@ are errors naming the file and the entry.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
 import re
 from collections.abc import Iterator, Mapping
@@ -32,7 +31,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from cost_envs.pool import _load_yaml, is_number
+from cost_envs.config import load_yaml, read_config_file
+from cost_envs.pool import is_number
 
 _TABLE_KEYS = ("currency", "unit", "models")
 _MODEL_KEYS = ("name", "input", "output", "reasoning", "active_params_billion",
@@ -201,26 +201,14 @@ class PriceTable:
     def from_file(cls, path: str | Path) -> PriceTable:
         """Load a table from a ``.json``, ``.yaml`` or ``.yml`` file."""
         path = Path(path)
-        suffix = path.suffix.lower()
-        if suffix not in (".json", ".yaml", ".yml"):
-            raise ValueError(f"{path}: expected a .json, .yaml or .yml file, got {suffix!r}")
-        try:
-            text = path.read_text(encoding="utf-8")
-        except UnicodeDecodeError as err:
-            raise ValueError(f"{path}: not UTF-8 text: {err}") from None
-        try:
-            data = json.loads(text) if suffix == ".json" else _load_yaml(text)
-        except (json.JSONDecodeError, ValueError) as err:
-            raise ValueError(f"{path}: not valid {suffix[1:].upper()}: {err}") from None
-        except Exception as err:  # yaml.YAMLError does not subclass ValueError
-            raise ValueError(f"{path}: not valid YAML: {err}") from None
+        data = read_config_file(path)
         return cls.from_dict(data, source=str(path))
 
 
 def default_price_table() -> PriceTable:
     """The packaged table (``cost_envs/data/prices.yaml``)."""
     text = resources.files("cost_envs").joinpath("data/prices.yaml").read_text(encoding="utf-8")
-    return PriceTable.from_dict(_load_yaml(text), source="cost_envs/data/prices.yaml")
+    return PriceTable.from_dict(load_yaml(text), source="cost_envs/data/prices.yaml")
 
 
 def coerce_prices(prices: PriceTable | Mapping[str, Any] | str | Path | None) -> PriceTable:

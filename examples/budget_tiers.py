@@ -32,7 +32,8 @@ for model in default_price_table():
         entry.update(input=model.input * 10, output=model.output * 10,
                      source="what-if: o3 at ten times the list price")
     table["models"].append(entry)
-prices_file = Path(tempfile.mkdtemp()) / "my_prices.yaml"
+workdir = tempfile.TemporaryDirectory()  # removed when the script ends
+prices_file = Path(workdir.name) / "my_prices.yaml"
 prices_file.write_text(yaml.safe_dump(table))
 
 methods = {"controller alone": lambda env: FixedConsultation([], 3), "rule": RuleBased}

@@ -261,3 +261,10 @@ def test_hindsight_routing_beats_both_boundaries_on_cost_per_success(profile: st
         cost = sum(getattr(b, f"{key}_cost") for b in bounds)
         wins = sum(getattr(b, f"{key}_success") for b in bounds)
         assert oracle_cps < 0.8 * cost / max(1, wins), key
+
+
+def test_profile_dict_missing_keys_is_a_value_error_naming_them() -> None:
+    with pytest.raises(ValueError, match=r"profile: 'mine' is missing key\(s\) \['horizon'"):
+        gym.make("cost_envs/AgenticRouting-v0", profile={"name": "mine"})
+    with pytest.raises(ValueError, match=r"profile: unknown name 'webshop'"):
+        gym.make("cost_envs/AgenticRouting-v0", profile="webshop")

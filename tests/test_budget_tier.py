@@ -462,3 +462,33 @@ def test_copies_continue_identically() -> None:
         results.append([reward, terminated, info["budget_remaining"],
                         *[e.reset()[1]["tier"] for _ in range(12)]])
     assert results[0] == results[1]
+
+
+# ------------------------------------------------------- a hard cap that follows the tier
+def test_hard_budget_beneath_follows_the_drawn_tier() -> None:
+    # The constructor's cap is the high tier's; each episode's cap must be its own tier's.
+    env = BudgetTier(HardBudget(gym.make(ENV_ID), budget=1.0, on_exceed="mask"))
+    seen = set()
+    for episode in range(30):
+        _, info = env.reset(seed=episode)
+        hard = env.env
+        assert hard.budget == info["budget"] == env.budgets[info["tier"]]
+        seen.add(info["tier"])
+        spent, done = 0.0, False
+        while not done:
+            _, _, terminated, truncated, info = env.step(np.ones(3, dtype=np.int8))
+            spent += info["cost"]
+            done = terminated or truncated
+        assert spent <= env.budgets[info["tier"]]
+    assert seen == set(TIERS)
+
+
+def test_hard_budget_reset_option_sets_one_episode_budget() -> None:
+    env = HardBudget(gym.make(ENV_ID), budget=0.5)
+    env.reset(seed=0, options={"budget": 0.001})
+    assert env.budget == 0.001 and env.remaining_budget == 0.001
+    env.reset(seed=1)
+    assert env.budget == 0.5  # back to the constructor's
+    for bad in (-1.0, float("nan"), "0.1", True):
+        with pytest.raises(ValueError, match=r"options\['budget'\]"):
+            env.reset(options={"budget": bad})

@@ -457,3 +457,15 @@ def test_replaying_a_task_on_a_pool_of_another_size_is_refused(env_id: str) -> N
     other = make(env_id, **_smaller_pool_kwargs(env_id, source))
     with pytest.raises(ValueError, match=f"drawn for {source.n_agents} agents"):
         other.reset(options={"task": task})
+
+
+def test_task_prices_must_be_finite_and_non_negative() -> None:
+    from cost_envs.core import Prices
+
+    env = make("cost_envs/ExpertRouting-v0").unwrapped
+    env.reset(seed=0)
+    for bad in (Prices(np.array([np.nan, 1.0, 1.0]), np.zeros(3)),
+                Prices(np.array([1.0, -1.0, 1.0]), np.zeros(3)),
+                Prices(np.ones(3), np.zeros(3), step_cost=-5.0)):
+        with pytest.raises(ValueError, match="must be finite and >= 0"):
+            env._set_prices(bad)

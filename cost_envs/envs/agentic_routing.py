@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 from gymnasium import spaces
 
+from cost_envs.config import coerce_config
 from cost_envs.core import OrchestrationEnv, Outcome, Prices, State
 from cost_envs.pool import AgentPool, AgentSpec, is_number
 from cost_envs.prices import ModelPrice, PriceTable, coerce_prices
@@ -134,21 +135,7 @@ class RoutingProfile:
     @classmethod
     def coerce(cls, value: RoutingProfile | Mapping[str, Any] | str) -> RoutingProfile:
         """A profile, its dict form, or the name of a preset (:data:`PROFILES`)."""
-        if isinstance(value, RoutingProfile):
-            return value
-        if isinstance(value, str):
-            if value not in PROFILES:
-                raise ValueError(f"profile: expected one of {list(PROFILES)} or a "
-                                 f"RoutingProfile, got {value!r}")
-            return PROFILES[value]
-        if isinstance(value, Mapping):
-            allowed = [f.name for f in fields(cls)]
-            unknown = sorted(str(k) for k in value if k not in allowed)
-            if unknown:
-                raise ValueError(f"profile: unknown key(s) {unknown}; expected {allowed}")
-            return cls(**value)
-        raise ValueError(f"profile: expected a name, a RoutingProfile or a mapping, "
-                         f"got {value!r}")
+        return coerce_config(cls, value, PROFILES, "profile")
 
 
 #: The three benchmark profiles (see the class docstring for what each one models).
@@ -335,7 +322,9 @@ class AgenticRoutingEnv(OrchestrationEnv[AgenticTask]):
     * ``prices``: a :class:`~cost_envs.prices.PriceTable`, its dict form or a JSON/YAML
       path; default the packaged table.
     * ``small``, ``large``: model names in the price table (default
-      ``Qwen/Qwen2.5-7B-Instruct`` and ``gpt-4.1``).
+      ``Qwen/Qwen2.5-7B-Instruct`` and ``gpt-4.1``). Steps are billed as the profile's
+      input and output tokens only: this env models no hidden reasoning tokens, so a
+      reasoning model (``o3``) as ``large`` is billed as if it did not reason.
     * ``reward_weights``: :class:`RewardWeights` or a mapping.
     * ``render_mode``: ``None`` or ``"ansi"``.
 

@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from gymnasium import spaces
 
+from cost_envs.config import coerce_config
 from cost_envs.core import OrchestrationEnv, Outcome, Prices, State
 from cost_envs.pool import AgentPool, AgentSpec, is_number
 from cost_envs.prices import PriceTable, coerce_prices
@@ -79,25 +80,7 @@ class ModelProfile:
     @classmethod
     def coerce(cls, value: ModelProfile | Mapping[str, Any] | str) -> ModelProfile:
         """A profile, its dict form, or the name of a default expert."""
-        if isinstance(value, ModelProfile):
-            return value
-        if isinstance(value, str):
-            if value not in DEFAULT_EXPERTS:
-                raise ValueError(f"experts: unknown expert {value!r}; the defaults are "
-                                 f"{list(DEFAULT_EXPERTS)} (or pass a ModelProfile)")
-            return DEFAULT_EXPERTS[value]
-        if isinstance(value, Mapping):
-            allowed = [f.name for f in fields(cls)]
-            unknown = sorted(str(k) for k in value if k not in allowed)
-            if unknown:
-                raise ValueError(f"experts: unknown key(s) {unknown}; expected some of {allowed}")
-            required = [f.name for f in fields(cls) if f.name != "reasoning_tokens"]
-            missing = [k for k in required if k not in value]
-            if missing:
-                raise ValueError(f"experts: {value.get('name', value)!r} is missing key(s) "
-                                 f"{missing}")
-            return cls(**value)
-        raise ValueError(f"experts: expected a ModelProfile, a mapping or a name, got {value!r}")
+        return coerce_config(cls, value, DEFAULT_EXPERTS, "experts")
 
 
 # Curves fitted so that the mean accuracy over each profile's difficulty distribution is
@@ -114,7 +97,8 @@ DEFAULT_EXPERTS: dict[str, ModelProfile] = {
 
 #: Per-query budgets of the tiers (USD), used by ``BudgetTier`` unless given its own:
 #: low affords the controller and GPT-4.1-nano, medium a GPT-4.1 answer, high o3 on
-#: hard questions.
+#: hard questions, at the packaged prices. They are fixed amounts: with a price table of
+#: your own, pass ``BudgetTier(env, budgets={...})`` to match it.
 TIER_BUDGETS = {"low": 0.0015, "medium": 0.015, "high": 0.15}
 
 

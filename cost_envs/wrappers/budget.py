@@ -83,13 +83,7 @@ class HardBudget(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArg
     """
 
     def __init__(self, env: gym.Env[Any, Any], budget: float, on_exceed: str = "mask") -> None:
-        if (
-            not isinstance(budget, (int, float, np.integer, np.floating))
-            or isinstance(budget, (bool, np.bool_))
-            or not math.isfinite(budget)
-            or budget < 0
-        ):
-            raise ValueError(f"HardBudget: budget: expected a finite number >= 0, got {budget!r}")
+        _check_budget(budget, "budget")
         if on_exceed not in ON_EXCEED_MODES:
             raise ValueError(
                 f"HardBudget: on_exceed: expected one of {list(ON_EXCEED_MODES)}, "
@@ -109,7 +103,8 @@ class HardBudget(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArg
                 f"{type(base).__name__} "
                 f"missing {missing}"
             )
-        self._budget = float(budget)
+        self._default_budget = float(budget)
+        self._budget = self._default_budget
         self._on_exceed = on_exceed
         self._truncate = on_exceed == "truncate"
         self._base = base
@@ -123,7 +118,7 @@ class HardBudget(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArg
 
     @property
     def budget(self) -> float:
-        """The per-episode budget."""
+        """The current episode's budget (the constructor's unless ``reset`` set another)."""
         return self._budget
 
     @property
@@ -199,12 +194,21 @@ class HardBudget(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArg
 
         Args:
             seed: Passed to the env's ``reset``.
-            options: Passed to the env's ``reset``.
+            options: ``{"budget": money}`` sets this episode's budget (a later reset
+                without it returns to the constructor's); the rest go to the env.
+                ``BudgetTier`` above this wrapper uses it to enforce each tier's budget.
 
         Returns:
             The env's ``(observation, info)``.
+
+        Raises:
+            ValueError: If ``options["budget"]`` is not a finite number >= 0.
         """
-        obs, info = self.env.reset(seed=seed, options=options)
+        options = dict(options or {})
+        budget = options.pop("budget", self._default_budget)
+        _check_budget(budget, "options['budget']")
+        obs, info = self.env.reset(seed=seed, options=options or None)
+        self._budget = float(budget)
         self._read_prices()
         self._spent = 0.0
         self._last_obs = obs
@@ -236,3 +240,13 @@ class HardBudget(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArg
         info["budget_remaining"] = self._budget - self._spent
         # A copy: the caller already holds the previous step's observation object.
         return copy.deepcopy(self._last_obs), 0.0, False, True, info
+
+
+def _check_budget(budget: Any, what: str) -> None:
+    if (
+        not isinstance(budget, (int, float, np.integer, np.floating))
+        or isinstance(budget, (bool, np.bool_))
+        or not math.isfinite(budget)
+        or budget < 0
+    ):
+        raise ValueError(f"HardBudget: {what}: expected a finite number >= 0, got {budget!r}")

@@ -42,7 +42,11 @@ class BudgetTier(gym.Wrapper[np.ndarray, Any, np.ndarray, Any], gym.utils.Record
       alternative that keeps a gradient on how far over budget a query went.
 
     The env's own reward is discarded. Going over budget never ends the episode (the
-    reward says it was wasted); put :class:`HardBudget` underneath to forbid it.
+    reward says it was wasted). To forbid it, put :class:`HardBudget` underneath: this
+    wrapper then hands it each episode's tier budget through
+    ``reset(options={"budget": ...})``, so the hard cap follows the tier. (Put it
+    beneath, not above: a ``HardBudget`` above would cut episodes short without this
+    wrapper seeing the last step.)
 
     ``info`` also holds ``tier`` and ``budget`` at every step, ``budget_remaining``
     after each step and ``within_budget`` on the last one.
@@ -115,6 +119,7 @@ class BudgetTier(gym.Wrapper[np.ndarray, Any, np.ndarray, Any], gym.utils.Record
             dtype=space.dtype,
         )
         self._dtype = space.dtype
+        self._hard_budget = _hard_budget_beneath(env)
         self._rng = np.random.default_rng()
         self._tier = TIERS[0] if tier is None else tier
         self._spent = 0.0
@@ -151,13 +156,15 @@ class BudgetTier(gym.Wrapper[np.ndarray, Any, np.ndarray, Any], gym.utils.Record
             # Its own stream (a child of the seed): the env's np_random is left alone, so
             # the env meets the same tasks with or without this wrapper.
             self._rng = np.random.default_rng(np.random.SeedSequence([seed, 0x7469]))
-        obs, info = self.env.reset(seed=seed, options=options or None)
         if forced is not None:
             self._tier = forced
         elif self.fixed_tier is not None:
             self._tier = self.fixed_tier
         else:
             self._tier = TIERS[int(self._rng.choice(len(TIERS), p=self.probabilities))]
+        if self._hard_budget:
+            options["budget"] = self.budget  # the hard cap beneath follows the tier
+        obs, info = self.env.reset(seed=seed, options=options or None)
         self._spent = 0.0
         self._needs_reset = False
         info = {**info, "tier": self._tier, "budget": self.budget}
@@ -191,6 +198,17 @@ class BudgetTier(gym.Wrapper[np.ndarray, Any, np.ndarray, Any], gym.utils.Record
         extra[TIERS.index(self._tier)] = 1.0
         extra[-1] = max(0.0, 1.0 - self._spent / self.budget)
         return np.concatenate([np.asarray(obs, dtype=self._dtype), extra])
+
+
+def _hard_budget_beneath(env: gym.Env) -> bool:
+    """Whether a ``HardBudget`` sits somewhere beneath this wrapper."""
+    from cost_envs.wrappers.budget import HardBudget
+
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, HardBudget):
+            return True
+        env = env.env
+    return False
 
 
 def _check_budgets(budgets: Mapping[str, float]) -> dict[str, float]:
