@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
 
             corl_report(args.out, args.scale)
         elif part == "bopo":
-            from agents.bopo import report as bopo_report
+            from agents.bopo_report import report as bopo_report
 
             bopo_report(args.out, args.scale)
         else:
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"traces: {reason}", file=sys.stderr)
                 timings.append((part, reason))
                 continue
-            from agents.trace_router import report as trace_report
+            from agents.trace_report import report as trace_report
 
             trace_report(args.out, args.scale, args.data)
         elapsed = time.perf_counter() - start

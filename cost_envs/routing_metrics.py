@@ -26,6 +26,10 @@ accuracy either model allows at the smallest strong-call share (:func:`oracle_po
 
 :func:`bootstrap_routing` gives percentile-bootstrap intervals over queries for several
 routers at once, on the *same* resamples, with paired differences against a reference.
+Random routing's expected PGR is its strong-call share on *every* resample too, so its
+resampled values are the exact ones: its intervals are points, and a paired difference
+against it is the other router's interval shifted by the exact value (drawing one random
+order per resample instead would add that order's noise to every such difference).
 Only numpy is used.
 """
 
@@ -36,6 +40,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from cost_envs.metrics import _percentile_intervals
 
 #: CPT levels reported by default.
 DEFAULT_LEVELS = (0.5, 0.8)
@@ -223,32 +229,38 @@ def oracle_point(weak_correct: Any, strong_correct: Any) -> tuple[float, float]:
 
 # ---------------------------------------------------------------------------- bootstrap
 def _interval(values: np.ndarray, confidence: float) -> list[float]:
+    """The percentile interval of the finite ``values`` (resamples with PGR undefined are nan)."""
     valid = values[np.isfinite(values)]
     if valid.size == 0:
         return [float("nan"), float("nan")]
-    tail = (1.0 - confidence) / 2.0 * 100.0
-    low, high = np.percentile(valid, [tail, 100.0 - tail])
-    return [float(low), float(high)]
+    ((low, high),) = _percentile_intervals([[valid]], confidence)
+    return [low, high]
+
+
+def _random_metrics(weights: np.ndarray, w: np.ndarray, s: np.ndarray,
+                    levels: Sequence[float]) -> dict[str, np.ndarray]:
+    """Random routing on a block of resamples: its exact expectations, APGR 0.5 and CPT(x) = x.
+
+    Its expected PGR at strong-call share ``r`` is ``r`` on any resample, so nothing is
+    drawn; only resamples without a gap (PGR undefined) are nan, as for every router.
+    """
+    defined = weights @ (s - w) > 0
+    out = {"apgr": np.where(defined, 0.5, np.nan)}
+    for level in levels:
+        out[_cpt_key(level)] = np.where(defined, float(level), np.nan)
+    return out
 
 
 def _resampled_metrics(
-    weights: np.ndarray, order: np.ndarray | None, ends: np.ndarray | None,
-    w: np.ndarray, s: np.ndarray, levels: Sequence[float], rng: np.random.Generator,
+    weights: np.ndarray, order: np.ndarray, ends: np.ndarray,
+    w: np.ndarray, s: np.ndarray, levels: Sequence[float],
 ) -> dict[str, np.ndarray]:
     """APGR and CPTs of one router on a block of resamples (``weights``: counts per query).
 
-    ``order`` is the router's routing order (``None``: a fresh random order per resample,
-    i.e. random routing); ``ends`` its curve's points.
+    ``order`` is the router's routing order, ``ends`` its curve's points.
     """
     b, n = weights.shape
-    if order is None:
-        orders = np.argsort(rng.random((b, n)), axis=1)
-        wt = np.take_along_axis(weights, orders, axis=1)
-        ws, ss = w[orders], s[orders]
-        ends = np.arange(1, n + 1)
-    else:
-        wt, ws, ss = weights[:, order], w[order], s[order]
-    assert ends is not None
+    wt, ws, ss = weights[:, order], w[order], s[order]
     count = np.cumsum(wt, axis=1)[:, ends - 1]
     strong_part = np.cumsum(wt * ss, axis=1)[:, ends - 1]
     weak_part = np.cumsum(wt * ws, axis=1)[:, ends - 1]
@@ -288,8 +300,9 @@ def bootstrap_routing(
 
     Args:
         routers: Name -> scores (one per query), or ``None`` for random routing, whose
-            point values are the exact expectations (APGR 0.5, CPT(x) = x) and whose
-            intervals also redraw the random routing on every resample.
+            values are the exact expectations (APGR 0.5, CPT(x) = x) on every resample
+            as well: its intervals are points, and paired differences against it reduce
+            to the other router's interval shifted.
         weak_correct: Correctness of the weak model per query.
         strong_correct: Correctness of the strong model per query.
         levels: CPT levels (PGR fractions in ``(0, 1]``).
@@ -336,8 +349,6 @@ def bootstrap_routing(
         except ValueError:
             points[name] = dict.fromkeys(keys, float("nan"))
     rng = np.random.default_rng(seed)
-    # random routing draws from its own stream, so the resamples do not depend on it
-    random_rng = np.random.default_rng([seed, 1])
     samples: dict[str, dict[str, list[np.ndarray]]] = {
         name: {k: [] for k in keys} for name in routers}
     block = max(1, _BLOCK // n)
@@ -346,7 +357,8 @@ def bootstrap_routing(
         size = min(block, n_resamples - done)
         weights = rng.multinomial(n, np.full(n, 1.0 / n), size=size).astype(np.float64)
         for name, (order, ends) in plans.items():
-            metrics = _resampled_metrics(weights, order, ends, w, s, levels, random_rng)
+            metrics = (_random_metrics(weights, w, s, levels) if order is None or ends is None
+                       else _resampled_metrics(weights, order, ends, w, s, levels))
             for key in keys:
                 samples[name][key].append(metrics[key])
         done += size

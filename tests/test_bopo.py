@@ -231,3 +231,36 @@ def test_report_smoke_writes_everything(tmp_path) -> None:
     assert curve[0]["success_rate"] == methods["sft"]["success_rate"]  # step 0 is the SFT
     with pytest.raises(ValueError, match="scale"):
         bopo.report(tmp_path, "huge")
+
+
+def test_paired_success_difference_is_the_shared_bootstrap_of_the_mean() -> None:
+    from agents.bopo_report import paired_success_difference
+    from cost_envs.metrics import EpisodeRecord, bootstrap_mean_ci
+
+    rng = np.random.default_rng(0)
+
+    def records(p: float) -> list[EpisodeRecord]:
+        return [EpisodeRecord(bool(rng.random() < p), 0.0, 0.1, 0.0, np.zeros(2, int), 3)
+                for _ in range(120)]
+
+    a, b = records(0.7), records(0.5)
+    diff = np.array([x.success for x in a], float) - np.array([y.success for y in b], float)
+    point, low, high = paired_success_difference(a, b, resamples=400, seed=5)
+    assert (point, low, high) == bootstrap_mean_ci(diff, 400, 0.95, 5)
+    # the same numbers as the former hand-written bootstrap (one block of draws)
+    means = diff[np.random.default_rng(5).integers(0, 120, (400, 120))].mean(axis=1)
+    np.testing.assert_allclose((low, high), np.quantile(means, [0.025, 0.975]), atol=1e-12)
+    narrow = paired_success_difference(a, b, resamples=400, seed=5, confidence=0.5)
+    assert low <= narrow[1] <= narrow[2] <= high
+    for bad in (0, -3):
+        with pytest.raises(ValueError):
+            paired_success_difference(a, b, resamples=bad)
+    with pytest.raises(ValueError, match="equally long"):
+        paired_success_difference(a, b[:-1])
+
+
+def test_report_stays_importable_from_the_method_module() -> None:
+    from agents import bopo_report
+
+    assert bopo.report.__module__ == "agents.bopo" and callable(bopo_report.report)
+    assert not hasattr(bopo, "markdown")  # the rendering lives in agents.bopo_report

@@ -132,8 +132,8 @@ def test_bootstrap_random_oracle_and_paired_differences() -> None:
     out = bootstrap_routing(routers, weak, strong, n_resamples=400, seed=0, reference="random")
     rnd = out["random"]
     assert rnd["apgr"]["value"] == 0.5 and rnd["cpt_80"]["value"] == 0.8
-    assert rnd["apgr"]["ci"][0] < 0.5 < rnd["apgr"]["ci"][1]
-    assert rnd["cpt_80"]["ci"][0] < 0.8 < rnd["cpt_80"]["ci"][1]
+    # exact expectations on every resample too: its intervals are points
+    assert rnd["apgr"]["ci"] == [0.5, 0.5] and rnd["cpt_80"]["ci"] == [0.8, 0.8]
     assert out["oracle"]["cpt_80"]["ci"][1] < out["learned"]["cpt_80"]["ci"][0]
     diff = out["learned"]["minus_random"]
     assert diff["apgr"]["value"] == pytest.approx(out["learned"]["apgr"]["value"] - 0.5)
@@ -156,3 +156,26 @@ def test_bootstrap_counts_resamples_without_a_gap() -> None:
     strong = np.array([True] * 11 + [False] * 9)
     out = bootstrap_routing({"r": np.arange(20.0)}, weak, strong, n_resamples=300, seed=0)
     assert 0 < out["r"]["undefined_resamples"] < 300
+
+
+def test_paired_difference_against_random_is_the_router_interval_shifted() -> None:
+    scores, weak, strong = data()
+    levels = (0.5, 0.8)
+    out = bootstrap_routing({"learned": scores, "random": None}, weak, strong, levels=levels,
+                            n_resamples=500, seed=3, reference="random")
+    exact = {"apgr": 0.5, "cpt_50": 0.5, "cpt_80": 0.8}
+    for key, value in exact.items():
+        learned, diff = out["learned"][key], out["learned"]["minus_random"][key]
+        assert out["random"][key] == {"value": value, "ci": [value, value]}
+        assert diff["value"] == pytest.approx(learned["value"] - value, abs=1e-12)
+        np.testing.assert_allclose(diff["ci"], np.subtract(learned["ci"], value), atol=1e-12)
+
+
+def test_random_routing_is_undefined_on_the_same_resamples_as_the_others() -> None:
+    weak = np.array([True] * 10 + [False] * 10)
+    strong = np.array([True] * 11 + [False] * 9)
+    out = bootstrap_routing({"r": np.arange(20.0), "random": None}, weak, strong,
+                            n_resamples=300, seed=0, reference="random")
+    assert out["random"]["undefined_resamples"] == out["r"]["undefined_resamples"] > 0
+    np.testing.assert_allclose(out["r"]["minus_random"]["apgr"]["ci"],
+                               np.subtract(out["r"]["apgr"]["ci"], 0.5), atol=1e-12)

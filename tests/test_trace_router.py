@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import types
 from pathlib import Path
 
 import gymnasium as gym
@@ -11,13 +12,14 @@ import numpy as np
 import pytest
 
 import cost_envs  # noqa: F401  (registers the envs)
+from agents import trace_report
+from agents.trace_report import _experiment
 from agents.trace_router import (
     ANSWER_STATISTICS,
     CascadeRouter,
     LogisticRegression,
     RouterPolicy,
     TraceRouter,
-    _experiment,
     answer_statistics,
     arithmetic_value,
     cascade_curve,
@@ -25,8 +27,9 @@ from agents.trace_router import (
     report,
     text_statistics,
 )
+from cost_envs import traces
 from cost_envs.routing_metrics import routing_curve
-from cost_envs.traces import dataset_from_records, example_traces, load_traces
+from cost_envs.traces import APPROX_COUNTER, dataset_from_records, example_traces, load_traces
 
 ROUTELLM = Path(__file__).resolve().parents[2] / "shared" / "data" / "routellm"
 ENV_ID = "cost_envs/TraceRouting-v0"
@@ -121,6 +124,63 @@ def test_report_rejects_bad_arguments(tmp_path: Path) -> None:
 
 
 NO_DATA = f"{ROUTELLM} not found: the RouteLLM data lives outside the repository"
+
+
+def fake_routellm(folder: Path, n: int = 120) -> Path:
+    """A small RouteLLM-format GSM8K file: the weak model fails the long questions."""
+    rng = np.random.default_rng(0)
+    lines = ["prompt,mistralai/Mixtral-8x7B-Instruct-v0.1,gpt-4-1106-preview,"
+             "mistralai/Mixtral-8x7B-Instruct-v0.1_response"]
+    for q in range(n):
+        long = rng.random() < 0.5
+        prompt = f"Question {q}: Ann has {q} apples" + (" and more words" * 8 if long else "")
+        weak_ok = not long and rng.random() > 0.1
+        answer = f"{q} + 1 = {q + 1}\n#### {q + 1}" if weak_ok else "I think it is about 3?"
+        lines.append(f'"{prompt}",{weak_ok},{rng.random() > 0.05},"{answer}"')
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "gsm8k_responses.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return folder
+
+
+def test_report_pins_the_approximate_token_counter(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    class Encoding:  # stands in for an installed tiktoken: 1 token per text
+        def encode_ordinary_batch(self, texts):
+            return [[0] for _ in texts]
+
+    monkeypatch.setattr(traces, "_tiktoken_encoding", lambda: Encoding())
+    data_dir = fake_routellm(tmp_path / "data")
+    assert load_traces(data_dir / "gsm8k_responses.csv").token_counter != APPROX_COUNTER
+    text = report(tmp_path / "out", "smoke", data_dir)
+    gsm = json.loads((tmp_path / "out" / "trace_routing.json").read_text("utf-8"))["gsm8k"]
+    assert gsm["token_counter"] == APPROX_COUNTER and APPROX_COUNTER in text
+    assert 'token_counter="approx"' in text
+
+
+@pytest.mark.parametrize("broken", ["_markdown", "_figure", "_json_ready", "json"])
+def test_a_rendering_failure_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            broken: str) -> None:
+    data_dir = fake_routellm(tmp_path / "data")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "trace_routing.md").write_text("old", encoding="utf-8")
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("rendering failed")
+
+    # "json": the JSON text fails to render (it used to be rendered after the PNG was written)
+    monkeypatch.setattr(trace_report, broken,
+                        types.SimpleNamespace(dumps=fail) if broken == "json" else fail)
+    with pytest.raises(RuntimeError, match="rendering failed"):
+        report(out, "smoke", data_dir)
+    assert [p.name for p in out.iterdir()] == ["trace_routing.md"]  # no new file, no temp
+    assert (out / "trace_routing.md").read_text(encoding="utf-8") == "old"
+    monkeypatch.undo()
+    text = report(out, "smoke", data_dir)
+    assert sorted(p.name for p in out.iterdir()) == [
+        "trace_routing.json", "trace_routing.md", "trace_routing.png"]
+    assert (out / "trace_routing.md").read_text(encoding="utf-8") == text
+    assert (out / "trace_routing.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture(scope="module")

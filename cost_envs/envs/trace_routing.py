@@ -12,20 +12,17 @@ import numpy as np
 from gymnasium import spaces
 
 from cost_envs.core import OrchestrationEnv, Outcome, Prices, State
+from cost_envs.features import (
+    MINILM_DIM,
+    check_n_features,
+    has_final_answer,
+    hashed_features,
+    minilm_features,
+)
 from cost_envs.pool import AgentPool, AgentSpec
 from cost_envs.prices import PriceTable, coerce_prices
 from cost_envs.reward import RewardWeights
-from cost_envs.traces import (
-    MINILM_DIM,
-    TraceDataset,
-    check_n_features,
-    check_split_args,
-    example_traces,
-    has_final_answer,
-    hashed_features,
-    load_traces,
-    minilm_features,
-)
+from cost_envs.traces import TraceDataset, check_split_args, example_traces, load_traces
 
 #: The one skill of the pool: answering correctly (capability = training accuracy).
 SKILLS = ("answer",)
@@ -50,7 +47,7 @@ def query_features(data: TraceDataset, kind: str = "hashed",
                    n_features: int | None = None) -> np.ndarray:
     """The query features the env observes, float32 ``(n_queries, n_features)``.
 
-    ``"hashed"``: :func:`cost_envs.traces.hashed_features` of the prompts (64 by
+    ``"hashed"``: :func:`cost_envs.features.hashed_features` of the prompts (64 by
     default). ``"minilm"``: 384-dimensional sentence embeddings (optional extra).
     Cached per dataset for the life of the process.
     """
@@ -171,8 +168,10 @@ class TraceRoutingEnv(OrchestrationEnv[TraceTask]):
     * ``data``: a :class:`TraceDataset`, a path to a trace file (any format of
       :func:`load_traces`) or ``None`` for the packaged synthetic example.
     * ``split``: ``"all"`` (default), ``"train"`` or ``"test"``: which queries the
-      episodes draw from; the split is by query, ``test_fraction`` of them in the test
-      split, from a permutation seeded by ``split_seed`` (default 0, 0.5).
+      episodes draw from; the split is by prompt (identical prompts on one side,
+      :meth:`cost_envs.traces.TraceDataset.split_indices`), about ``test_fraction`` of
+      the queries in the test split, from a permutation seeded by ``split_seed``
+      (default 0, 0.5).
     * ``models``: names of the models to route between (default: all, in data order).
     * ``prices``: a :class:`PriceTable`, its dict form, a path, or ``None`` for the
       packaged table. Every model without a logged cost must be in it.

