@@ -38,7 +38,7 @@ from agents.bopo import (
     strata_distribution,
 )
 from agents.evaluation import EvaluationResult
-from agents.files import write_file_atomic, write_text_atomic
+from agents.files import write_files_atomic
 from agents.trace_report import value_interval
 from cost_envs.metrics import EpisodeRecord, bootstrap_mean_ci, pareto_front
 
@@ -363,9 +363,5 @@ def report(out_dir: Path, scale: str = "default", seed: int = 0,
     for profile, rep in summary["profiles"].items():
         files[f"pareto_bopo_{profile}.png"] = pareto_figure(profile, rep)
     out_dir = Path(out_dir)
-    for name, content in files.items():
-        if isinstance(content, str):
-            write_text_atomic(out_dir / name, content)
-        else:
-            write_file_atomic(out_dir / name, lambda tmp, data=content: tmp.write_bytes(data))
+    write_files_atomic(out_dir, files)
     return text

@@ -419,14 +419,12 @@ def report(out_dir: Path, scale: str = "default", seed: int = 0) -> str:
     """
     import json
 
-    from agents.files import write_file_atomic, write_text_atomic
+    from agents.files import write_files_atomic
 
     result = run_corl(scale, seed)
     markdown = corl_markdown(result)
     text = json.dumps(result, indent=2) + "\n"
     png = corl_figure(result)
-    out_dir = Path(out_dir)
-    write_text_atomic(out_dir / "corl_tiers.md", markdown)
-    write_text_atomic(out_dir / "corl_tiers.json", text)
-    write_file_atomic(out_dir / "pareto_corl.png", lambda tmp: tmp.write_bytes(png))
+    write_files_atomic(out_dir, {"corl_tiers.md": markdown, "corl_tiers.json": text,
+                                 "pareto_corl.png": png})
     return markdown

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 
@@ -33,6 +33,23 @@ def write_file_atomic(path: str | Path, write: Callable[[Path], None]) -> Path:
 def write_text_atomic(path: str | Path, text: str) -> Path:
     """Write ``text`` (UTF-8) to ``path`` atomically."""
     return write_file_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def write_files_atomic(directory: str | Path, files: Mapping[str, str | bytes]) -> list[Path]:
+    """Write already rendered files (name -> text or bytes) into ``directory``, each atomically.
+
+    Reports render every table and figure first and call this last, so a rendering error
+    leaves the previous files untouched. Returns the paths written.
+    """
+    directory = Path(directory)
+    written = []
+    for name, content in files.items():
+        if isinstance(content, str):
+            written.append(write_text_atomic(directory / name, content))
+        else:
+            written.append(write_file_atomic(directory / name,
+                                             lambda tmp, data=content: tmp.write_bytes(data)))
+    return written
 
 
 def write_directory_atomic(directory: str | Path, write: Callable[[Path], None]) -> Path:

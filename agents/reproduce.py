@@ -33,7 +33,7 @@ import numpy as np
 
 from agents.baselines import BASELINES
 from agents.evaluation import compare, evaluate, format_table
-from agents.files import write_file_atomic, write_text_atomic
+from agents.files import write_files_atomic
 from agents.supervised import SupervisedConfig
 from agents.training import configure_torch_threads, train
 from cost_envs.metrics import (
@@ -332,11 +332,4 @@ def write_reports(reports: Mapping[str, Mapping[str, Any]], out: Path) -> list[P
 
     Rendering first means a failing figure leaves every old file in place.
     """
-    written = []
-    for name, content in render_reports(reports).items():
-        if isinstance(content, str):
-            written.append(write_text_atomic(out / name, content))
-        else:
-            written.append(write_file_atomic(out / name, lambda tmp, data=content:
-                                             tmp.write_bytes(data)))
-    return written
+    return write_files_atomic(out, render_reports(reports))

@@ -24,7 +24,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from agents.files import write_file_atomic, write_text_atomic
+from agents.files import write_files_atomic
 from agents.trace_router import (
     ANSWER_STATISTICS,
     STATISTICS,
@@ -584,9 +584,5 @@ def report(out_dir: Path, scale: str, data_dir: Path) -> str:
         "trace_routing.json": json.dumps(payload, indent=1) + "\n",
         "trace_routing.md": text,
     }
-    for name, content in files.items():
-        if isinstance(content, str):
-            write_text_atomic(out_dir / name, content)
-        else:
-            write_file_atomic(out_dir / name, lambda tmp, data=content: tmp.write_bytes(data))
+    write_files_atomic(out_dir, files)
     return text
