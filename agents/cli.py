@@ -27,8 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
+
 import cost_envs
-from agents.baselines import BASELINES
+from agents.baselines import BASELINES, ROUTING_BASELINES
 from agents.evaluation import compare, evaluate, format_table
 from agents.methods import BASES, METHODS
 
@@ -74,13 +76,18 @@ def _env_id(text: str) -> str:
     )
 
 
+#: Every method ``evaluate --methods`` accepts: the paper's baselines, and BoPO's
+#: small/large routing baselines (these refuse envs without a small-model fallback).
+EVALUATE_METHODS = {**BASELINES, **ROUTING_BASELINES}
+
+
 def _methods(text: str) -> tuple[str, ...]:
     names = tuple(name.strip() for name in text.split(",") if name.strip())
-    unknown = [name for name in names if name not in BASELINES]
+    unknown = [name for name in names if name not in EVALUATE_METHODS]
     if unknown or not names:
         raise argparse.ArgumentTypeError(
             f"unknown method(s) {', '.join(map(repr, unknown)) or 'none given'}; "
-            f"valid methods: {', '.join(BASELINES)}"
+            f"valid methods: {', '.join(EVALUATE_METHODS)}"
         )
     if len(set(names)) != len(names):
         raise argparse.ArgumentTypeError(f"duplicate method names in {text!r}")
@@ -117,7 +124,7 @@ def _add_evaluate(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--env", type=_env_id, required=True,
                         help=f"environment id, one of: {', '.join(cost_envs.ENV_IDS)}")
     parser.add_argument("--methods", type=_methods, default=None,
-                        help=f"comma-separated baselines from: {', '.join(BASELINES)} "
+                        help=f"comma-separated baselines from: {', '.join(EVALUATE_METHODS)} "
                              f"(default {','.join(DEFAULT_METHODS)}; none with --model)")
     parser.add_argument("--model", type=Path, default=None,
                         help="a saved model: a directory from `cost-envs train`, or an SB3 "
@@ -167,9 +174,19 @@ def _run_evaluate(args: argparse.Namespace) -> int:
     if args.model is not None:
         model_row = _load_model(args)
         env_kwargs = model_row[2]
+    routing = [name for name in methods if name in ROUTING_BASELINES]
+    if routing:
+        probe = gym.make(args.env, **env_kwargs)
+        fallback = probe.unwrapped.zero_action_fallback
+        probe.close()
+        if not fallback:
+            raise SystemExit(
+                f"cost-envs evaluate: {', '.join(routing)} route between a small and a large "
+                f"model and need an env whose all-zero action runs the small model "
+                f"(cost_envs/AgenticRouting-v0), not {args.env}")
     results: dict[str, dict[str, Any]] = {}
     if methods:
-        results.update(compare({name: BASELINES[name] for name in methods}, args.env,
+        results.update(compare({name: EVALUATE_METHODS[name] for name in methods}, args.env,
                                episodes=args.episodes, seed=args.seed, env_kwargs=env_kwargs,
                                n_resamples=args.resamples))
     if model_row is not None:

@@ -341,3 +341,20 @@ def test_train_refuses_a_non_checkpoint_out_before_training(tmp_path, monkeypatc
         cli.main(["train", "--env", "FlightPlanner-v0", "--method", "lora",
                   "--out", str(tmp_path), "--no-progress"])
     assert (tmp_path / "notes.txt").read_text() == "precious"
+
+
+def test_evaluate_runs_the_routing_baselines_on_agentic_routing(capsys):
+    cli.main(["evaluate", "--env", "cost_envs/AgenticRouting-v0", "--methods",
+              "always-small,always-large,cascade,oracle", "--episodes", "20", "--json"])
+    results = json.loads(capsys.readouterr().out)
+    assert list(results) == ["always-small", "always-large", "cascade", "oracle"]
+    # the boundary policies bracket the cascade's use of the large model
+    assert results["always-small"]["call_ratio"] == {"large": 0.0}
+    assert results["always-large"]["call_ratio"]["large"] == 1.0
+    assert 0.0 < results["cascade"]["call_ratio"]["large"] < 1.0
+
+
+def test_routing_baselines_on_an_env_without_a_small_model_exit_cleanly(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["evaluate", "--env", FLIGHT, "--methods", "rule,cascade"])
+    assert "cascade" in str(exc.value) and "AgenticRouting" in str(exc.value)
