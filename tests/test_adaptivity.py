@@ -37,7 +37,7 @@ def test_oracle_succeeds_at_least_as_often_as_anyone(scores: dict[str, dict]) ->
 
 #: How far random's success rate falls below the oracle's. In ExpertRouting a random
 #: subset of experts, outvoting the controller, is right almost as often as the oracle
-#: (0.88 vs 1.00 over the mixed profiles): there random is poor in cost, 10x the oracle's
+#: (0.88 vs 1.00 over the mixed profiles): there random is poor in cost, 16x the oracle's
 #: CPS, which is what its budget tiers punish.
 #: In AgenticRouting a step runs the small or the large model: random is a 50/50 mix that
 #: runs the large model on half the steps, which clears most tasks (0.94 vs the oracle's
