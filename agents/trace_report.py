@@ -89,6 +89,14 @@ def _has_answers(data: TraceDataset, model: str) -> bool:
     return data.responses is not None and any(row[j] for row in data.responses)
 
 
+def _fit(router: TraceRouter, train: TraceDataset, cv: bool) -> dict[str, float]:
+    """Fit on ``train``: settings chosen by cross-validation, or the router's own."""
+    if cv:
+        return router.cross_validate(train)
+    router.fit(train)
+    return {"l2": router.l2, "hashed_weight": router.hashed_weight}
+
+
 def _experiment(data: TraceDataset, n_resamples: int, seed: int, cv: bool,
                 keep_curves: bool) -> dict[str, Any]:
     """Split, fit on train, score on test: the numbers of one dataset.
@@ -104,11 +112,7 @@ def _experiment(data: TraceDataset, n_resamples: int, seed: int, cv: bool,
     test_costs = test.call_costs(table)
     wc, sc = test_costs[:, iw], test_costs[:, is_]
     router = TraceRouter(weak, strong)
-    if cv:
-        chosen = router.cross_validate(train)
-    else:
-        router.fit(train)
-        chosen = {"l2": router.l2, "hashed_weight": router.hashed_weight}
+    chosen = _fit(router, train, cv)
     learned = router.scores(test)
     out: dict[str, Any] = {
         "source": data.source, "n_resamples": n_resamples, "queries": data.n_queries,
@@ -137,11 +141,7 @@ def _experiment(data: TraceDataset, n_resamples: int, seed: int, cv: bool,
     }
     if _has_answers(data, weak):
         cascade = CascadeRouter(weak, strong)
-        if cv:
-            cascade_chosen = cascade.cross_validate(train)
-        else:
-            cascade.fit(train)
-            cascade_chosen = {"l2": cascade.l2, "hashed_weight": cascade.hashed_weight}
+        cascade_chosen = _fit(cascade, train, cv)
         routers["cascade"] = cascade.scores(test)
         # the no-training cascade: escalate exactly the answers without a "#### n"
         routers["no_final"] = 1.0 - answer_statistics(
