@@ -476,7 +476,8 @@ def build_model(env: Any, seed: int = 0, learning_rate: float = LEARNING_RATE, n
                 **kwargs: Any) -> Any:
     """The MaskablePPO router every learned method uses (``NET_ARCH`` policy and value MLPs)."""
     from sb3_contrib import MaskablePPO
-    from stable_baselines3.common.logger import Logger
+
+    from agents.training import quiet_logger
 
     settings: dict[str, Any] = {"batch_size": 256, "n_epochs": 5, "gamma": 1.0,
                                 "gae_lambda": 0.95, "clip_range": 0.2, "ent_coef": 0.01,
@@ -485,7 +486,7 @@ def build_model(env: Any, seed: int = 0, learning_rate: float = LEARNING_RATE, n
     model = MaskablePPO("MlpPolicy", env, learning_rate=learning_rate, n_steps=n_steps,
                         seed=seed, device="cpu", verbose=0,
                         policy_kwargs={"net_arch": list(NET_ARCH)}, **settings)
-    model.set_logger(Logger(folder=None, output_formats=[]))  # no /tmp/SB3-* directories
+    quiet_logger(model)
     return model
 
 

@@ -37,9 +37,8 @@ from agents.bopo import (
     run_all,
     strata_distribution,
 )
-from agents.evaluation import EvaluationResult
+from agents.evaluation import EvaluationResult, value_interval
 from agents.files import write_files_atomic
-from agents.trace_report import value_interval
 from cost_envs.metrics import EpisodeRecord, bootstrap_mean_ci, pareto_front
 
 # ---------------------------------------------------------------------- scoring

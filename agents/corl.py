@@ -23,7 +23,6 @@ everywhere in :mod:`agents`.
 from __future__ import annotations
 
 import itertools
-import sys
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -33,16 +32,15 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from stable_baselines3 import PPO
-from stable_baselines3.common.logger import HumanOutputFormat, Logger
 from stable_baselines3.common.utils import set_random_seed
 
 import cost_envs  # noqa: F401  (registers the envs)
 from agents.callbacks import CostMetricsCallback
-from agents.evaluation import run_episode
+from agents.evaluation import evaluate, value_interval
 from agents.lora_ppo import LoraGuidedPPO
 from agents.policies import AllocatorPolicy
 from agents.pretrain import save_base
-from agents.training import PPO_SETTINGS, TRAIN_TASK_SEED
+from agents.training import PPO_SETTINGS, TRAIN_TASK_SEED, quiet_logger
 from cost_envs.metrics import bootstrap_mean_ci
 from cost_envs.wrappers import TIERS, BudgetTier
 
@@ -59,12 +57,6 @@ def make_tier_env(env_kwargs: Mapping[str, Any] | None = None, tier: str | None 
                       reward=reward)
 
 
-def _quiet(model: PPO, verbose: int) -> None:
-    # Without a logger of our own SB3 makes an empty /tmp/SB3-<time> directory per learn().
-    outputs = [HumanOutputFormat(sys.stdout)] if verbose else []
-    model.set_logger(Logger(folder=None, output_formats=outputs))
-
-
 def train_shared_ppo(timesteps: int, seed: int = 0, env_kwargs: Mapping[str, Any] | None = None,
                      verbose: int = 0) -> tuple[AllocatorPolicy, list[dict[str, Any]]]:
     """PPO on every tier at once (a tier drawn per query); returns the policy and history."""
@@ -72,7 +64,7 @@ def train_shared_ppo(timesteps: int, seed: int = 0, env_kwargs: Mapping[str, Any
     env = make_tier_env(env_kwargs)
     model = PPO(AllocatorPolicy, env, policy_kwargs={"lora_rank": None}, seed=seed,
                 device="cpu", **PPO_SETTINGS)
-    _quiet(model, verbose)
+    quiet_logger(model, verbose)
     model.get_env().seed(TRAIN_TASK_SEED + seed)
     callback = CostMetricsCallback()
     model.learn(timesteps, callback=callback)
@@ -142,7 +134,7 @@ def train_tier_adapters(
             # Start from the shared policy: its heads, and adapters that add nothing (B=0).
             model.policy.action_net.load_state_dict(shared.action_net.state_dict())
             model.policy.value_net.load_state_dict(shared.value_net.state_dict())
-            _quiet(model, verbose)
+            quiet_logger(model, verbose)
             model.get_env().seed(TRAIN_TASK_SEED + 100 * (offset + 1) + seed)
             callback = CostMetricsCallback()
             model.learn(timesteps, callback=callback)
@@ -199,11 +191,10 @@ def score_tier(allocator_for: Callable[[gym.Env], Any], tier: str, episodes: int
                ) -> TierScores:
     """Run one method on ``episodes`` queries of ``tier`` (task set of ``seed``)."""
     env = make_tier_env(env_kwargs, tier=tier)
-    allocator = allocator_for(env)
     budget = env.budgets[tier]
-    records = [run_episode(allocator, env, seed if i == 0 else None) for i in range(episodes)]
-    names = [spec.name for spec in env.unwrapped.pool.agents]
+    result = evaluate(allocator_for(env), env, episodes, seed)
     env.close()
+    records, names = result.records, result.agent_names
     success = np.array([r.success for r in records], dtype=float)
     cost = np.array([r.cost for r in records])
     within = success * (cost <= budget)
@@ -301,7 +292,7 @@ def best_single_expert(rows: Mapping[str, Any]) -> str:
 
 
 def _cell(value: list[float], fmt: str) -> str:
-    return f"{value[0]:{fmt}} [{value[1]:{fmt}}, {value[2]:{fmt}}]"
+    return value_interval(*value, fmt=fmt)
 
 
 def corl_markdown(report: Mapping[str, Any]) -> str:
@@ -377,7 +368,7 @@ def corl_figure(report: Mapping[str, Any]) -> bytes:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from agents.reproduce import _png
+    from agents.files import figure_png
 
     profiles = list(report["results"])
     figure, axes = plt.subplots(1, len(profiles), figsize=(4.2 * len(profiles), 4.2))
@@ -406,7 +397,7 @@ def corl_figure(report: Mapping[str, Any]) -> bytes:
     figure.suptitle("ExpertRouting-v0: colour = tier (green low, orange medium, red high); "
                     "dotted = tier budget; filled = learned", fontsize=10)
     figure.tight_layout(rect=(0, 0.12, 1, 1))
-    png = _png(figure)
+    png = figure_png(figure)
     plt.close(figure)
     return png
 

@@ -16,6 +16,7 @@ code alike.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -264,6 +265,13 @@ def compare(
             env.close()
         results[name] = result.summary(n_resamples=n_resamples, seed=seed)
     return results
+
+
+def value_interval(value: float, low: float, high: float, fmt: str = ".3f") -> str:
+    """``value [low, high]`` in one format (``n/a`` for a non-finite value)."""
+    if not math.isfinite(value):
+        return "n/a"
+    return f"{value:{fmt}} [{low:{fmt}}, {high:{fmt}}]"
 
 
 def _cell(summary: Mapping[str, Any], key: str, fmt: Callable[[float], str]) -> str:

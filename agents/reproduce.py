@@ -19,12 +19,8 @@ torch thread (on 2 cores, two processes beat two threads for networks this small
 
 from __future__ import annotations
 
-import io
 import json
-import multiprocessing
-import os
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,9 +29,9 @@ import numpy as np
 
 from agents.baselines import BASELINES
 from agents.evaluation import compare, evaluate, format_table
-from agents.files import write_files_atomic
+from agents.files import figure_png, write_files_atomic
 from agents.supervised import SupervisedConfig
-from agents.training import configure_torch_threads, train
+from agents.training import configure_torch_threads, spawn_pool, train
 from cost_envs.metrics import (
     HEADLINE_METRICS,
     EpisodeRecord,
@@ -152,12 +148,7 @@ def run_job(job: Job) -> JobResult:
 def _run_all(jobs: Sequence[Job], workers: int) -> list[JobResult]:
     if workers <= 1:
         return [run_job(job) for job in jobs]
-    # Single-threaded BLAS in the workers: they read these when they import numpy/torch.
-    for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        os.environ.setdefault(variable, "1")
-    # spawn, not fork: forking a process that has already used torch can deadlock.
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(workers, mp_context=context) as pool:
+    with spawn_pool(workers) as pool:
         return list(pool.map(run_job, jobs))
 
 
@@ -239,12 +230,6 @@ def json_report(report: Mapping[str, Any]) -> str:
     return json.dumps(report, indent=2) + "\n"
 
 
-def _png(figure: Any) -> bytes:
-    buffer = io.BytesIO()
-    figure.savefig(buffer, dpi=120, format="png")
-    return buffer.getvalue()
-
-
 def pareto_figure(report: Mapping[str, Any]) -> bytes:
     """Success vs average cost, one point per method with its 95% interval bars (PNG)."""
     import matplotlib
@@ -277,7 +262,7 @@ def pareto_figure(report: Mapping[str, Any]) -> bytes:
     axis.grid(True, alpha=0.3)
     axis.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     figure.tight_layout()
-    png = _png(figure)
+    png = figure_png(figure)
     plt.close(figure)
     return png
 
@@ -310,7 +295,7 @@ def learning_curves_figure(report: Mapping[str, Any],
     axes[0].set_yscale("log")
     figure.suptitle(f"{report['env_id']}: training curves, mean and range over seeds")
     figure.tight_layout()
-    png = _png(figure)
+    png = figure_png(figure)
     plt.close(figure)
     return png
 

@@ -24,6 +24,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from agents.evaluation import value_interval
 from agents.files import write_files_atomic
 from agents.trace_router import (
     ANSWER_STATISTICS,
@@ -60,13 +61,6 @@ def _by_cost(data: TraceDataset, costs: np.ndarray) -> tuple[str, str]:
         raise ValueError(f"{data.source}: expected two models, got {list(data.models)}")
     order = np.argsort(costs.mean(axis=0))
     return data.models[order[0]], data.models[order[1]]
-
-
-def value_interval(value: float, low: float, high: float, fmt: str = ".3f") -> str:
-    """``value [low, high]`` in one format (``n/a`` for a non-finite value)."""
-    if not math.isfinite(value):
-        return "n/a"
-    return f"{value:{fmt}} [{low:{fmt}}, {high:{fmt}}]"
 
 
 def _fmt(entry: Mapping[str, Any], digits: int = 3) -> str:

@@ -21,8 +21,11 @@ for the adapter.
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import sys
 from collections.abc import Mapping
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -160,15 +163,34 @@ def train(
             return TrainedAllocator(policy, env_id, kwargs, method, seed, 0, base)
         model = LoraGuidedPPO.from_supervised(policy, env, **PPO_SETTINGS, **common)
     if tensorboard_log is None:
-        # Without this SB3 makes an empty /tmp/SB3-<time> log directory on every learn().
-        outputs = [HumanOutputFormat(sys.stdout)] if verbose else []
-        model.set_logger(Logger(folder=None, output_formats=outputs))
+        quiet_logger(model, verbose)
     model.get_env().seed(TRAIN_TASK_SEED + seed)
     model.learn(timesteps, **learn)
     env.close()
     # SB3 finishes the rollout it is in, so the steps taken can exceed ``timesteps``.
     return TrainedAllocator(model.policy, env_id, kwargs, method, seed, model.num_timesteps,
                             base if method != "ppo" else None, callback.history)
+
+
+def quiet_logger(model: Any, verbose: int = 0) -> None:
+    """Log to stdout when ``verbose``, else nowhere, and never to a directory.
+
+    Without a logger of its own SB3 makes an empty /tmp/SB3-<time> directory on every
+    ``learn()``.
+    """
+    outputs = [HumanOutputFormat(sys.stdout)] if verbose else []
+    model.set_logger(Logger(folder=None, output_formats=outputs))
+
+
+def spawn_pool(workers: int) -> ProcessPoolExecutor:
+    """Worker processes for independent training runs, each with single-threaded BLAS.
+
+    ``spawn``, not ``fork``: forking a process that has already used torch can deadlock.
+    """
+    # The workers read these when they import numpy/torch.
+    for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(variable, "1")
+    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
 
 
 def configure_torch_threads() -> None:

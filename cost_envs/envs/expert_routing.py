@@ -390,9 +390,10 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
         source is -1 for the controller, else an expert index (ties: the controller,
         then the lower index).
         """
-        right_weight = 1.0 if self._controller_right else 0.0
-        best_wrong, best_source = (0.0, -2) if self._controller_right else (1.0, -1)
-        total = 1.0
+        own = self.controller.trust
+        right_weight = own if self._controller_right else 0.0
+        best_wrong, best_source = (0.0, -2) if self._controller_right else (own, -1)
+        total = own
         for i, s in enumerate(state):
             if s < 0:
                 continue

@@ -10,6 +10,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.error import ResetNeeded
 
+from cost_envs.pool import is_number
+
 ON_EXCEED_MODES = ("mask", "truncate")
 
 
@@ -138,7 +140,7 @@ class HardBudget(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArg
             A fresh boolean array of shape ``(2*m,)``: index ``2i`` is always True, index
             ``2i+1`` is True iff agent ``i`` alone fits the remaining budget.
         """
-        mask = np.ones(2 * len(self._costs), dtype=bool)
+        mask = np.ones(2 * len(self._cost_list), dtype=bool)
         # Same comparison as step() (spent + cost <= budget), not cost <= remaining: the
         # two can differ by one rounding step and the mask must agree with what step() does.
         mask[1::2] = [self._spent + (self._step_cost + c) <= self._budget
@@ -147,8 +149,7 @@ class HardBudget(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArg
 
     def _read_prices(self) -> None:
         """This episode's prices (they may depend on the task, so read at every reset)."""
-        self._costs = np.array(self._base.call_costs, dtype=np.float64)
-        self._cost_list: list[float] = self._costs.tolist()
+        self._cost_list: list[float] = self._base.call_costs.tolist()
         self._step_cost = float(self._base.step_cost)
 
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
@@ -233,7 +234,7 @@ class HardBudget(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArg
         info: dict[str, Any] = {
             "cost": 0.0,
             "flops": 0.0,
-            "calls": np.zeros(len(self._costs), dtype=np.int8),
+            "calls": np.zeros(len(self._cost_list), dtype=np.int8),
         }
         info.update(self.env.unwrapped.truncate())  # type: ignore[attr-defined]
         info["budget_exceeded"] = True
@@ -243,10 +244,5 @@ class HardBudget(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArg
 
 
 def _check_budget(budget: Any, what: str) -> None:
-    if (
-        not isinstance(budget, (int, float, np.integer, np.floating))
-        or isinstance(budget, (bool, np.bool_))
-        or not math.isfinite(budget)
-        or budget < 0
-    ):
+    if not is_number(budget) or not math.isfinite(budget) or budget < 0:
         raise ValueError(f"HardBudget: {what}: expected a finite number >= 0, got {budget!r}")
