@@ -20,6 +20,7 @@ import gymnasium as gym
 import numpy as np
 
 from cost_envs.core import OrchestrationEnv
+from cost_envs.pool import is_number
 
 
 def _orchestration_env(env: gym.Env) -> OrchestrationEnv:
@@ -233,9 +234,8 @@ class AlwaysLarge(RoutingBaseline):
 
     name = "always-large"
 
-    def act(self, observation: np.ndarray) -> np.ndarray:
-        """All ones."""
-        return np.ones(self.n_agents, dtype=np.int8)
+    #: :meth:`CallAll.act` (all ones): the one bit, set, runs the step on the large model.
+    act = CallAll.act
 
 
 class RandomMix(RoutingBaseline):
@@ -251,7 +251,7 @@ class RandomMix(RoutingBaseline):
 
     def __init__(self, env: gym.Env, p: float = 0.5, seed: int | None = 0) -> None:
         super().__init__(env)
-        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
+        if not is_number(p) or not 0.0 <= p <= 1.0:
             raise ValueError(f"RandomMix: p: expected a probability in [0, 1], got {p!r}")
         self.p = float(p)
         self.rng = np.random.default_rng(seed)

@@ -24,11 +24,11 @@ long-horizon agent task to a small or a large model. Its ingredients, as impleme
 4. **Stratified SFT data.** For each training task, ``samples`` mixed trajectories are
    drawn per large-model probability ``q`` in ``mix_probs`` (each step large with
    probability ``q``, the sampler's own generator); with the two boundary trajectories
-   they are the candidates, and the cheapest *successful* candidate is kept (on a hard
-   task always-large is always a candidate, so one exists; intractable tasks are
-   skipped). The kept trajectories are then balanced across strata: every non-empty
-   stratum contributes the same number of tasks (the smallest stratum's count, the rest
-   subsampled) (:func:`synthesize_sft_data`).
+   (step 1's own) they are the candidates, and the cheapest *successful* candidate is
+   kept (on a hard task always-large is always a candidate, so one exists; intractable
+   tasks are skipped). The kept trajectories are then balanced across strata: every
+   non-empty stratum contributes the same number of tasks (the smallest stratum's count,
+   the rest subsampled) (:func:`synthesize_sft_data`).
 5. **SFT warm start.** Behaviour cloning of the policy's action head and its policy MLP:
    a few epochs of cross-entropy (minus the log-likelihood of the demonstrated actions
    under the *unmasked* policy) (:func:`sft_warm_start`). No action masks are applied:
@@ -79,11 +79,9 @@ BoPO and PPO, ``p`` for RandomMix and the patience for Cascade.
 
 from __future__ import annotations
 
-import multiprocessing
-import os
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from concurrent.futures import Future, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, SupportsFloat
@@ -102,6 +100,7 @@ from agents.baselines import (
 from agents.evaluation import evaluate
 from cost_envs.envs.agentic_routing import PROFILE_NAMES, AgenticTask
 from cost_envs.metrics import EpisodeRecord, summarize
+from cost_envs.pool import is_number
 from cost_envs.wrappers import HardBudget
 
 ENV_ID = "cost_envs/AgenticRouting-v0"
@@ -188,20 +187,23 @@ class Trajectory:
 
 
 def rollout(env: gym.Env, task: AgenticTask, act: Callable[[np.ndarray], Any]) -> Trajectory:
-    """Replay ``task`` on ``env`` with ``act(observation) -> action`` until it ends."""
+    """Replay ``task`` on ``env`` with ``act(observation) -> action`` until it ends.
+
+    The cost is the env's ledger, ``info["episode_cost"]`` of the last step (the sum of
+    ``info["cost"]``, also when a budget cuts the episode short).
+    """
     obs, _ = env.reset(options={"task": task})
     observations, actions = [], []
-    cost, done = 0.0, False
+    done = False
     info: dict[str, Any] = {}
     while not done:
         action = np.asarray(act(obs), dtype=np.int8).reshape(-1)
         observations.append(obs)
         actions.append(action)
         obs, _, terminated, truncated, info = env.step(action)
-        cost += info["cost"]
         done = terminated or truncated
     return Trajectory(np.asarray(observations, dtype=np.float32), np.asarray(actions),
-                      bool(info.get("success", False)), cost)
+                      bool(info.get("success", False)), float(info["episode_cost"]))
 
 
 def stratum(small_success: bool, large_success: bool) -> str:
@@ -270,16 +272,23 @@ class Boundary:
             return 0.0 if cost <= low else 1.0
         return min(1.0, max(0.0, (cost - low) / (high - low)))
 
+    @classmethod
+    def from_trajectories(cls, small: Trajectory, large: Trajectory) -> Boundary:
+        """The boundary of a task from always-small's and always-large's trajectories."""
+        return cls(small.success, small.cost, small.length,
+                   large.success, large.cost, large.length)
+
+
+def boundary_trajectories(env: gym.Env, tasks: Sequence[AgenticTask]
+                          ) -> list[tuple[Trajectory, Trajectory]]:
+    """AlwaysSmall's and AlwaysLarge's trajectory on each task (no budget: this measures it)."""
+    small, large = AlwaysSmall(env), AlwaysLarge(env)
+    return [(rollout(env, task, small.act), rollout(env, task, large.act)) for task in tasks]
+
 
 def boundary_rollouts(env: gym.Env, tasks: Sequence[AgenticTask]) -> list[Boundary]:
     """Roll out AlwaysSmall and AlwaysLarge on each task (no budget: this measures the task)."""
-    small, large = AlwaysSmall(env), AlwaysLarge(env)
-    out = []
-    for task in tasks:
-        lo = rollout(env, task, small.act)
-        hi = rollout(env, task, large.act)
-        out.append(Boundary(lo.success, lo.cost, lo.length, hi.success, hi.cost, hi.length))
-    return out
+    return [Boundary.from_trajectories(lo, hi) for lo, hi in boundary_trajectories(env, tasks)]
 
 
 def strata_distribution(boundaries: Sequence[Boundary]) -> dict[str, float]:
@@ -298,7 +307,7 @@ def inversion_share(boundaries: Sequence[Boundary]) -> float:
 
 # --------------------------------------------------------------------- rewards
 def _check_lam(lam: float) -> float:
-    if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not 0.0 <= lam < 1.0:
+    if not is_number(lam) or not 0.0 <= lam < 1.0:
         raise ValueError(f"lam: expected a number in [0, 1) (a success must outweigh its "
                          f"cost), got {lam!r}")
     return float(lam)
@@ -320,28 +329,22 @@ def guided_reward(success: bool, cost: float, boundary: Boundary, lam: float) ->
     return bopo_reward(success, cost, boundary, lam) - reference_reward(boundary, lam)
 
 
-class _EpisodeCost(gym.Wrapper[Any, Any, Any, Any]):
-    """Keeps the episode's spend (the sum of ``info["cost"]``) for a reward.
+class _BudgetCutIsFinal(gym.Wrapper[Any, Any, Any, Any]):
+    """Base of the reward wrappers: an episode the budget cut short is final for the learner.
 
-    For the learner, an episode the budget cut short is over for good: the step is
-    reported as terminated, so PPO does not bootstrap a value past it as it would after a
-    time limit (the env and ``HardBudget`` themselves keep reporting it as truncated).
+    The step is reported as terminated, so PPO does not bootstrap a value past it as it
+    would after a time limit (the env and ``HardBudget`` themselves keep reporting it as
+    truncated).
     """
-
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
-              ) -> tuple[Any, dict[str, Any]]:
-        self.spent = 0.0
-        return self.env.reset(seed=seed, options=options)
 
     def _step(self, action: Any) -> tuple[Any, bool, bool, dict[str, Any]]:
         obs, _, terminated, truncated, info = self.env.step(action)
-        self.spent += info["cost"]
         if truncated and info.get("budget_exceeded", False):
             terminated, truncated = True, False
         return obs, terminated, truncated, info
 
 
-class BoPOReward(_EpisodeCost):
+class BoPOReward(_BudgetCutIsFinal):
     """BoPO's reward: 0 until the last step, then :func:`guided_reward` of the episode.
 
     Args:
@@ -356,17 +359,20 @@ class BoPOReward(_EpisodeCost):
         self.lam = _check_lam(lam)
 
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
-        """Step; the reward is paid when the episode ends (terminated or truncated)."""
+        """Step; the reward is paid when the episode ends (terminated or truncated).
+
+        The episode's cost is the env's ledger, ``info["episode_cost"]`` of the last step.
+        """
         obs, terminated, truncated, info = self._step(action)
         reward = 0.0
         if terminated or truncated:
             boundary = self.boundaries[self.env.get_wrapper_attr("task_index")]
-            reward = guided_reward(bool(info.get("success", False)), self.spent, boundary,
-                                   self.lam)
+            reward = guided_reward(bool(info.get("success", False)), info["episode_cost"],
+                                   boundary, self.lam)
         return obs, reward, terminated, truncated, info
 
 
-class CostPenaltyReward(_EpisodeCost):
+class CostPenaltyReward(_BudgetCutIsFinal):
     """Vanilla PPO's reward: ``-lam * cost_t / scale`` per step plus 1 on success.
 
     Args:
@@ -422,6 +428,7 @@ def synthesize_sft_data(
     mix_probs: Sequence[float] = (0.1, 0.25, 0.5),
     samples: int = 4,
     seed: int = 0,
+    boundary_paths: Sequence[tuple[Trajectory, Trajectory]] | None = None,
 ) -> SFTData:
     """Stratified SFT data: the cheapest successful trajectory per task, balanced by stratum.
 
@@ -434,17 +441,26 @@ def synthesize_sft_data(
         mix_probs: Probabilities of the large model per step of the mixed samples.
         samples: Mixed trajectories per probability and task.
         seed: Seed of the sampler's and the balancing's generator.
+        boundary_paths: Always-small's and always-large's trajectory on each task, as
+            :func:`boundary_trajectories` returns them; rolled out again when not given.
+            (They draw nothing from the generator, so the data are the same either way.)
     """
     if len(tasks) != len(boundaries):
         raise ValueError("synthesize_sft_data: expected one boundary per task")
+    if boundary_paths is not None and len(boundary_paths) != len(tasks):
+        raise ValueError("synthesize_sft_data: expected one pair of boundary trajectories "
+                         "per task")
     rng = np.random.default_rng(seed)
     m = env.action_space.n
     kept: dict[str, list[tuple[int, Trajectory]]] = {s: [] for s in STRATA}
     for index, (task, boundary) in enumerate(zip(tasks, boundaries, strict=True)):
         if boundary.stratum == "intractable":
             continue
-        candidates = [rollout(env, task, lambda _o: np.zeros(m, np.int8)),
-                      rollout(env, task, lambda _o: np.ones(m, np.int8))]
+        if boundary_paths is None:
+            candidates = [rollout(env, task, lambda _o: np.zeros(m, np.int8)),
+                          rollout(env, task, lambda _o: np.ones(m, np.int8))]
+        else:
+            candidates = list(boundary_paths[index])
         for q in mix_probs:
             for _ in range(samples):
                 candidates.append(rollout(
@@ -686,12 +702,6 @@ class LearnJob:
     seed: int = 0
 
 
-def _configure_threads() -> None:
-    import torch
-
-    torch.set_num_threads(1)
-
-
 def _evaluate(allocator_for: Callable[[gym.Env], Any], profile: str, tasks: Sequence[Any],
               budget: float) -> tuple[EpisodeRecord, ...]:
     """Every evaluation task once, in order, under the budget."""
@@ -716,20 +726,25 @@ def _vec_env(profile: str, tasks: Sequence[Any], budget: float, n_envs: int, see
 def prepare_profile(profile: str, scale: str | BopoScale = "default", seed: int = 0
                     ) -> Prepared:
     """Boundaries, taxonomy, budget, SFT warm start and the fixed baselines of one profile."""
-    _configure_threads()
     from stable_baselines3.common.utils import set_random_seed
+
+    from agents.training import configure_torch_threads
+
+    configure_torch_threads()
 
     start = time.perf_counter()
     sc = _scale(scale)
     train_tasks = draw_tasks(profile, sc.n_train, TRAIN_TASK_SEED + seed)
     eval_tasks = draw_tasks(profile, sc.n_eval, EVAL_TASK_SEED)
     env = make_env(profile)
-    train_b = boundary_rollouts(env, train_tasks)
+    train_paths = boundary_trajectories(env, train_tasks)
+    train_b = [Boundary.from_trajectories(lo, hi) for lo, hi in train_paths]
     eval_b = boundary_rollouts(env, eval_tasks)
     large_costs = np.array([b.large_cost for b in train_b])
     budget = float(np.quantile(large_costs, BUDGET_QUANTILE))
     cost_scale = float(large_costs.mean())
-    data = synthesize_sft_data(env, train_tasks, train_b, sc.mix_probs, sc.samples, seed=seed)
+    data = synthesize_sft_data(env, train_tasks, train_b, sc.mix_probs, sc.samples, seed=seed,
+                               boundary_paths=train_paths)
     set_random_seed(seed)
     vec = _vec_env(profile, train_tasks, budget, 1, seed, lambda e: e)
     model = build_model(vec, seed=seed)
@@ -785,8 +800,11 @@ def run_learning_job(job: LearnJob) -> LearnResult:
     The policy is also scored at each checkpoint of ``scale.checkpoints`` (its learning
     curve); the final evaluation is the one at ``scale.timesteps``.
     """
-    _configure_threads()
     from stable_baselines3.common.utils import set_random_seed
+
+    from agents.training import configure_torch_threads
+
+    configure_torch_threads()
 
     start = time.perf_counter()
     sc = job.scale
@@ -822,13 +840,6 @@ def run_learning_job(job: LearnJob) -> LearnResult:
 
 
 # ----------------------------------------------------------------------- the runs
-def _pool(jobs: int) -> ProcessPoolExecutor:
-    for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        os.environ.setdefault(variable, "1")
-    # spawn, not fork: forking a process that has already used torch can deadlock.
-    return ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"))
-
-
 def _learn_jobs(prepared: Prepared, sc: BopoScale, seed: int) -> list[LearnJob]:
     common = {"profile": prepared.profile, "scale": sc, "budget": prepared.budget,
               "cost_scale": prepared.cost_scale,
@@ -858,7 +869,9 @@ def run_all(scale: str | BopoScale = "default", profiles: Sequence[str] = PROFIL
             for job in _learn_jobs(prepared[profile], sc, seed):
                 take(run_learning_job(job))
         return prepared, learned
-    with _pool(sc.jobs) as pool:
+    from agents.training import spawn_pool
+
+    with spawn_pool(sc.jobs) as pool:
         pending: dict[Future[Any], str] = {
             pool.submit(prepare_profile, p, sc, seed): "prep" for p in profiles}
         while pending:

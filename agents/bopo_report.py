@@ -11,7 +11,6 @@ atomically.
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import time
@@ -38,7 +37,7 @@ from agents.bopo import (
     strata_distribution,
 )
 from agents.evaluation import EvaluationResult, value_interval
-from agents.files import write_files_atomic
+from agents.files import figure_png, write_files_atomic
 from cost_envs.metrics import EpisodeRecord, bootstrap_mean_ci, pareto_front
 
 # ---------------------------------------------------------------------- scoring
@@ -69,7 +68,7 @@ def _method_summary(records: Sequence[EpisodeRecord], boundaries: Sequence[Bound
     plain = [b.normalised(r.cost) for r, b in zip(records, boundaries, strict=True)
              if not b.inverted and b.large_cost != b.small_cost]
     summary["normalised_cost"] = float(np.mean(plain)) if plain else None
-    summary["budget_exhausted"] = sum(r.budget_violation for r in records)
+    summary["budget_exhausted"] = summary["budget_violations"]  # the table's "Exhausted"
     return summary
 
 
@@ -114,8 +113,9 @@ def compare_frontiers(points: Mapping[str, tuple[float, float]], rival: str,
     rival's cheapest point) and, given ``records``, the paired bootstrap interval of
     BoPO's success minus that point's, which says whether the ordering is resolved.
     """
+    rival_points = {k: v for k, v in points.items() if k.startswith(f"{rival}/")}
     bopo = pareto_front({k: v for k, v in points.items() if k.startswith("bopo/")})
-    other = pareto_front({k: v for k, v in points.items() if k.startswith(f"{rival}/")})
+    other = pareto_front(rival_points)
     ours, theirs = frontier_coverage(bopo, other), frontier_coverage(other, bopo)
     if ours == len(other) and theirs < len(bopo):
         outcome = "dominates"
@@ -126,7 +126,6 @@ def compare_frontiers(points: Mapping[str, tuple[float, float]], rival: str,
     else:
         outcome = "crosses"
     matched = []
-    rival_points = {k: v for k, v in points.items() if k.startswith(f"{rival}/")}
     for key, (success, cost) in bopo.items():
         cheaper = {k: v for k, v in rival_points.items() if v[1] <= cost}
         if cheaper:  # the rival's most successful point that costs no more
@@ -327,10 +326,9 @@ def pareto_figure(profile: str, rep: Mapping[str, Any]) -> bytes:
     axis.grid(True, alpha=0.3)
     axis.legend(fontsize=8, loc="lower right")
     figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, dpi=110, format="png")
+    png = figure_png(figure, dpi=110)
     plt.close(figure)
-    return buffer.getvalue()
+    return png
 
 
 def report(out_dir: Path, scale: str = "default", seed: int = 0,

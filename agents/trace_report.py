@@ -13,7 +13,6 @@ each file is written atomically.
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import time
@@ -25,7 +24,7 @@ import gymnasium as gym
 import numpy as np
 
 from agents.evaluation import value_interval
-from agents.files import write_files_atomic
+from agents.files import figure_png, write_files_atomic
 from agents.trace_router import (
     ANSWER_STATISTICS,
     STATISTICS,
@@ -147,13 +146,15 @@ def _experiment(data: TraceDataset, n_resamples: int, seed: int, cv: bool,
             "statistics": [*STATISTICS, *ANSWER_STATISTICS],
             "weak_cost_per_query": float(wc.mean()),
         }
-    out["metrics"] = bootstrap_routing(routers, w, s, n_resamples=n_resamples, seed=seed,
-                                       reference="random")
-    if "cascade" in routers:
-        # the same seed draws the same resamples: cascade minus learned, paired
-        paired = bootstrap_routing({"learned": learned, "cascade": routers["cascade"]}, w, s,
-                                   n_resamples=n_resamples, seed=seed, reference="learned")
-        out["cascade"]["minus_learned"] = paired["cascade"]["minus_learned"]
+    cascade_run = "cascade" in routers
+    metrics = bootstrap_routing(routers, w, s, n_resamples=n_resamples, seed=seed,
+                                reference=("random", "learned") if cascade_run else "random")
+    if cascade_run:  # of the differences against learned, only cascade's is reported
+        for name, entry in metrics.items():
+            paired = entry.pop("minus_learned", None)
+            if name == "cascade":
+                out["cascade"]["minus_learned"] = paired
+    out["metrics"] = metrics
     out["cost_at_cpt_80"] = {
         name: _cost_at(curve, out["metrics"][name]["cpt_80"]["value"])
         for name, curve in curves.items()}
@@ -171,19 +172,24 @@ def _split_robustness(data: TraceDataset, seeds: Sequence[int]) -> list[dict[str
     """
     costs = data.call_costs(default_price_table())
     weak, strong = _by_cost(data, costs)
-    cascade = _has_answers(data, weak)
+    routers = {"": TraceRouter(weak, strong)}
+    if _has_answers(data, weak):
+        routers["cascade_"] = CascadeRouter(weak, strong)
+    # a router's raw inputs are per query: computed once, indexed per split (cross_validate)
+    raw = {prefix: router._raw(data) for prefix, router in routers.items()}
+    weak_correct = data.correct[:, data.model_index(weak)]
+    strong_correct = data.correct[:, data.model_index(strong)]
     rows = []
     for seed in seeds:
-        train, test = data.split(seed=seed, test_fraction=0.5)
-        w = test.correct[:, test.model_index(weak)]
-        s = test.correct[:, test.model_index(strong)]
-        curve = routing_curve(TraceRouter(weak, strong).fit(train).scores(test), w, s)
-        row = {"split_seed": seed, "apgr": curve.apgr, "cpt_50": curve.cpt(0.5),
-               "cpt_80": curve.cpt(0.8)}
-        if cascade:
-            curve = routing_curve(CascadeRouter(weak, strong).fit(train).scores(test), w, s)
-            row.update(cascade_apgr=curve.apgr, cascade_cpt_50=curve.cpt(0.5),
-                       cascade_cpt_80=curve.cpt(0.8))
+        train, test = data.split_indices(seed=seed, test_fraction=0.5)
+        row: dict[str, float] = {"split_seed": seed}
+        for prefix, router in routers.items():
+            stats, hashed = raw[prefix]
+            scores = router._fit_raw(stats[train], hashed[train], ~weak_correct[train]
+                                     )._scores_raw(stats[test], hashed[test])
+            curve = routing_curve(scores, weak_correct[test], strong_correct[test])
+            row.update({f"{prefix}apgr": curve.apgr, f"{prefix}cpt_50": curve.cpt(0.5),
+                        f"{prefix}cpt_80": curve.cpt(0.8)})
         rows.append(row)
     return rows
 
@@ -284,10 +290,9 @@ def _figure(result: Mapping[str, Any]) -> bytes:
     fig.suptitle(f"Routing {result['weak']} vs {result['strong']} on GSM8K "
                  f"({result['test']} test queries)")
     fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, dpi=110, format="png")
+    png = figure_png(fig, dpi=110)
     plt.close(fig)
-    return buffer.getvalue()
+    return png
 
 
 def _verdict(diff: Mapping[str, Any], other: str) -> str:

@@ -26,8 +26,7 @@ strong model's answer, never a correctness label. A cascade pays the weak call o
 query, so its cost curve is :func:`cascade_curve`'s.
 
 :func:`cascade_observations` replays the env's cascade step for every query. The GSM8K
-routing report (tables, figure, files) is :mod:`agents.trace_report`; :func:`report` here
-runs it (kept for existing imports).
+routing report (tables, figure, files) is :mod:`agents.trace_report`.
 """
 
 from __future__ import annotations
@@ -39,7 +38,6 @@ import operator
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -47,6 +45,7 @@ import numpy as np
 
 from cost_envs.envs.trace_routing import TraceTask
 from cost_envs.features import hashed_features
+from cost_envs.pool import is_number
 from cost_envs.routing_metrics import RoutingCurve, routing_curve
 from cost_envs.traces import TraceDataset
 
@@ -215,8 +214,8 @@ def weak_answers(data: TraceDataset, weak: str) -> list[str]:
 
 
 def _check_positive(name: str, value: Any, integer: bool = False) -> None:
-    kinds = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or not value > 0:
+    typed = isinstance(value, int) and not isinstance(value, bool) if integer else is_number(value)
+    if not typed or not value > 0:
         raise ValueError(f"{name}: expected a positive {'int' if integer else 'number'}, "
                          f"got {value!r}")
 
@@ -288,7 +287,7 @@ class TraceRouter:
     def __post_init__(self) -> None:
         _check_positive("n_features", self.n_features, integer=True)
         _check_positive("l2", self.l2)
-        if isinstance(self.hashed_weight, bool) or not self.hashed_weight >= 0:
+        if not is_number(self.hashed_weight) or not self.hashed_weight >= 0:
             raise ValueError(f"hashed_weight: expected a number >= 0, got {self.hashed_weight!r}")
         self._mean: np.ndarray | None = None
         self._std: np.ndarray | None = None
@@ -329,7 +328,12 @@ class TraceRouter:
         """Router scores of ``data``'s queries (higher: send to the strong model)."""
         if self._model is None:
             raise ValueError("scores: call fit first")
-        return self._model.predict_proba(self._design(*self._raw(data)))
+        return self._scores_raw(*self._raw(data))
+
+    def _scores_raw(self, stats: np.ndarray, hashed: np.ndarray) -> np.ndarray:
+        """Scores from raw inputs (:meth:`_raw`'s, rows of any queries)."""
+        assert self._model is not None
+        return self._model.predict_proba(self._design(stats, hashed))
 
     def cross_validate(
         self, data: TraceDataset, l2_grid: Sequence[float] = (1.0, 10.0, 100.0),
@@ -358,9 +362,8 @@ class TraceRouter:
                 values = []
                 for k in range(folds):
                     tr, va = fold != k, fold == k
-                    probe._fit_raw(stats[tr], hashed[tr], y[tr])
-                    assert probe._model is not None
-                    s = probe._model.predict_proba(probe._design(stats[va], hashed[va]))
+                    s = probe._fit_raw(stats[tr], hashed[tr], y[tr])._scores_raw(
+                        stats[va], hashed[va])
                     curve = routing_curve(s, weak[va], strong[va])
                     if curve.strong_accuracy > curve.weak_accuracy:
                         values.append(curve.apgr)
@@ -509,10 +512,3 @@ def cascade_observations(env: gym.Env) -> np.ndarray:
         obs, *_ = env.step(action)
         rows.append(obs)
     return np.array(rows)
-
-
-def report(out_dir: Path, scale: str, data_dir: Path) -> str:
-    """Run the GSM8K routing report: :func:`agents.trace_report.report` (same arguments)."""
-    from agents.trace_report import report as run
-
-    return run(out_dir, scale, data_dir)

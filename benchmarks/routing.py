@@ -5,9 +5,9 @@ Three parts, each a function ``report(out_dir, scale, ...)`` in ``agents``:
 * ``corl``: CORL's budget-tier controller on ExpertRouting-v0 (``agents.corl``):
   ``corl_tiers.md/.json``, ``pareto_corl.png``;
 * ``bopo``: BoPO against its baselines on AgenticRouting-v0, per profile
-  (``agents.bopo``): ``bopo.md/.json``, ``pareto_bopo_<profile>.png``;
+  (``agents.bopo_report``): ``bopo.md/.json``, ``pareto_bopo_<profile>.png``;
 * ``traces``: routers on the real RouteLLM GSM8K outcomes, TraceRouting-v0
-  (``agents.trace_router``): ``trace_routing.md/.json`` and its frontier PNG. It needs
+  (``agents.trace_report``): ``trace_routing.md/.json`` and its frontier PNG. It needs
   the RouteLLM data (``--data``, default ``../shared/data/routellm`` beside the
   repository) and is skipped, with the reason printed, when it is absent.
 

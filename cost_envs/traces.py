@@ -60,8 +60,8 @@ x price estimate of its call.
 same prompt (RouteLLM's MMLU files repeat a few questions) always land on the same side,
 so a test question is never also a training question.
 
-**Features.** The text features (:func:`hashed_features`, :func:`minilm_features`,
-:func:`has_final_answer`) live in :mod:`cost_envs.features` and are re-exported here.
+**Features.** The text features (hashed n-grams, MiniLM embeddings, final-answer markers)
+live in :mod:`cost_envs.features`.
 """
 
 from __future__ import annotations
@@ -73,21 +73,14 @@ import io
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-# the text features moved to cost_envs.features; re-exported for existing imports
-from cost_envs.features import FINAL_ANSWER as FINAL_ANSWER
-from cost_envs.features import MINILM_DIM as MINILM_DIM
-from cost_envs.features import MINILM_EXTRA as MINILM_EXTRA
-from cost_envs.features import check_n_features as check_n_features
-from cost_envs.features import has_final_answer as has_final_answer
-from cost_envs.features import hashed_features as hashed_features
-from cost_envs.features import minilm_features as minilm_features
+from cost_envs.pool import is_number
 from cost_envs.prices import PriceTable
 
 #: Formats :func:`load_traces` reads.
@@ -193,9 +186,8 @@ class TraceDataset:
             if not (np.isfinite(tokens).all() and (tokens >= 0).all()
                     and (tokens == np.round(tokens)).all()):
                 raise ValueError(f"{where}: {name}: expected integers >= 0")
-        if self.cost is not None and not (np.isnan(self.cost) | (self.cost >= 0)).all():
-            raise ValueError(f"{where}: cost: expected finite numbers >= 0 or NaN (not logged)")
-        if self.cost is not None and np.isinf(self.cost).any():
+        if self.cost is not None and not (np.isnan(self.cost)
+                                          | (np.isfinite(self.cost) & (self.cost >= 0))).all():
             raise ValueError(f"{where}: cost: expected finite numbers >= 0 or NaN (not logged)")
         if self.responses is not None:
             rows = tuple(tuple(r) for r in self.responses)
@@ -257,8 +249,8 @@ class TraceDataset:
         if idx.min() < 0 or idx.max() >= self.n_queries:
             raise ValueError(f"{self.source}: subset: indices must lie in [0, {self.n_queries})")
         picked = idx.tolist()
-        return TraceDataset(
-            models=self.models,
+        return replace(
+            self,
             query_ids=tuple(self.query_ids[i] for i in picked),
             prompts=tuple(self.prompts[i] for i in picked),
             scores=self.scores[idx],
@@ -268,8 +260,6 @@ class TraceDataset:
             cost=None if self.cost is None else self.cost[idx],
             responses=None if self.responses is None else tuple(
                 self.responses[i] for i in picked),
-            source=self.source,
-            token_counter=self.token_counter,
         )
 
     def select_models(self, names: Sequence[str]) -> TraceDataset:
@@ -282,10 +272,9 @@ class TraceDataset:
         if len(set(names)) != len(names):
             raise ValueError(f"models: expected unique names, got {list(names)}")
         cols = [self.models.index(n) for n in names]
-        return TraceDataset(
+        return replace(
+            self,
             models=tuple(names),
-            query_ids=self.query_ids,
-            prompts=self.prompts,
             scores=self.scores[:, cols],
             correct=self.correct[:, cols],
             input_tokens=self.input_tokens[:, cols],
@@ -293,8 +282,6 @@ class TraceDataset:
             cost=None if self.cost is None else self.cost[:, cols],
             responses=None if self.responses is None else tuple(
                 tuple(row[c] for c in cols) for row in self.responses),
-            source=self.source,
-            token_counter=self.token_counter,
         )
 
     def split_indices(self, seed: int = 0, test_fraction: float = 0.5
@@ -325,12 +312,10 @@ class TraceDataset:
             raise ValueError(f"{self.source}: all {n} queries share one prompt; a split by "
                              "prompt would leave one side empty")
         order = np.random.default_rng(seed).permutation(n_groups)
-        if n_groups == n:  # every prompt distinct: the split by query
-            test_groups = order[:n_test]
-        else:
-            sizes = np.bincount(group, minlength=n_groups)[order]
-            taken = np.cumsum(sizes)[:-1]  # queries in the first 1 .. n_groups-1 groups
-            test_groups = order[: int(np.argmin(np.abs(taken - n_test))) + 1]
+        sizes = np.bincount(group, minlength=n_groups)[order]
+        taken = np.cumsum(sizes)[:-1]  # queries in the first 1 .. n_groups-1 groups
+        # every prompt distinct: taken is 1 .. n-1, so this is order[:n_test]
+        test_groups = order[: int(np.argmin(np.abs(taken - n_test))) + 1]
         test = np.isin(group, test_groups)
         return np.flatnonzero(~test), np.flatnonzero(test)
 
@@ -378,14 +363,10 @@ class TraceDataset:
             ValueError: Naming every model that needs a price the table does not have.
         """
         prices.require(self._prices_needed(), source=f"{self.source}: price table")
-        out = np.empty((self.n_queries, self.n_models))
+        out = np.full((self.n_queries, self.n_models), np.nan)
         for j, name in enumerate(self.models):
             if name in prices:
-                price = prices[name]
-                out[:, j] = (self.input_tokens[:, j] * price.input
-                             + self.output_tokens[:, j] * price.output) / 1e6
-            else:
-                out[:, j] = np.nan
+                out[:, j] = prices[name].cost(self.input_tokens[:, j], self.output_tokens[:, j])
         if self.cost is not None:
             out = np.where(np.isnan(self.cost), out, self.cost)
         out.flags.writeable = False
@@ -396,9 +377,11 @@ class TraceDataset:
 
         Models the table does not list (possible when their cost is logged) count 0.
         """
-        params = np.array([prices[name].active_params_billion if name in prices else 0.0
-                           for name in self.models])
-        out = 2.0 * params * 1e9 * (self.input_tokens + self.output_tokens)
+        tokens = self.input_tokens + self.output_tokens
+        out = np.zeros((self.n_queries, self.n_models))
+        for j, name in enumerate(self.models):
+            if name in prices:
+                out[:, j] = prices[name].flops(tokens[:, j])
         out.flags.writeable = False
         return out
 
@@ -407,8 +390,7 @@ def check_split_args(seed: Any, test_fraction: Any) -> None:
     """Raise ``ValueError`` unless ``seed`` is an int >= 0 and ``test_fraction`` in (0, 1)."""
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"split_seed: expected an int >= 0, got {seed!r}")
-    if (isinstance(test_fraction, bool) or not isinstance(test_fraction, (int, float))
-            or not 0.0 < test_fraction < 1.0):
+    if not is_number(test_fraction) or not 0.0 < test_fraction < 1.0:
         raise ValueError(f"test_fraction: expected a number in (0, 1), got {test_fraction!r}")
 
 

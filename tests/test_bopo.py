@@ -107,6 +107,23 @@ def test_sft_data_holds_only_successful_trajectories_balanced_by_stratum(
         t.length for t in sft_data.trajectories)
 
 
+def test_handing_in_the_boundary_trajectories_gives_the_same_sft_data(tasks, sft_data
+                                                                       ) -> None:
+    env = bopo.make_env(PROFILE)
+    paths = bopo.boundary_trajectories(env, tasks)
+    boundaries = [bopo.Boundary.from_trajectories(lo, hi) for lo, hi in paths]
+    assert boundaries == bopo.boundary_rollouts(env, tasks)
+    again = bopo.synthesize_sft_data(env, tasks, boundaries, mix_probs=(0.25, 0.5), samples=2,
+                                     seed=0, boundary_paths=paths)
+    np.testing.assert_array_equal(again.observations, sft_data.observations)
+    np.testing.assert_array_equal(again.actions, sft_data.actions)
+    assert (again.task_indices, again.strata) == (sft_data.task_indices, sft_data.strata)
+    assert [(t.success, t.cost) for t in again.trajectories] == [
+        (t.success, t.cost) for t in sft_data.trajectories]
+    with pytest.raises(ValueError, match="boundary trajectories"):
+        bopo.synthesize_sft_data(env, tasks, boundaries, boundary_paths=paths[:-1])
+
+
 def test_sft_raises_the_probability_of_the_demonstrated_actions(sft_data) -> None:
     env = bopo.make_env(PROFILE)
     from stable_baselines3.common.vec_env import DummyVecEnv
@@ -136,6 +153,11 @@ def test_reference_guided_reward_punishes_a_cheap_failure_the_reference_avoids(
         assert bopo.guided_reward(False, min(b.small_cost, b.large_cost), b, 0.5) == 0.0
     with pytest.raises(ValueError, match="lam"):
         bopo.bopo_reward(True, 0.0, boundaries[0], 1.0)
+    with pytest.raises(ValueError, match="lam"):
+        bopo.bopo_reward(True, 0.0, boundaries[0], True)
+    # numpy numbers are numbers
+    assert bopo.bopo_reward(False, boundaries[0].large_cost, boundaries[0], np.float32(0.5)) \
+        == bopo.bopo_reward(False, boundaries[0].large_cost, boundaries[0], 0.5)
 
 
 def test_reward_wrappers_pay_what_they_say(tasks, boundaries) -> None:
@@ -163,6 +185,26 @@ def test_reward_wrappers_pay_what_they_say(tasks, boundaries) -> None:
         cost += info["cost"]
         done = terminated or truncated
     assert total == pytest.approx(float(info["success"]) - 0.5 * cost / 0.1)
+
+
+def test_bopo_reward_pays_the_spend_of_episodes_the_budget_cuts_short(tasks, boundaries
+                                                                      ) -> None:
+    lam, budget = 0.6, float(np.quantile([b.small_cost for b in boundaries], 0.3))
+    env = bopo.BoPOReward(bopo.TaskReplay(bopo.make_env(PROFILE, budget), tasks), boundaries,
+                          lam)
+    cut = 0
+    for index in range(len(tasks)):
+        env.reset()
+        cost, done = 0.0, False
+        while not done:
+            _, reward, terminated, truncated, info = env.step(np.array([1], np.int8))
+            cost += info["cost"]
+            done = terminated or truncated
+        assert terminated and not truncated  # a budget cut is final for the learner
+        assert cost == info["episode_cost"] <= budget
+        cut += info.get("budget_exceeded", False)
+        assert reward == bopo.guided_reward(info["success"], cost, boundaries[index], lam)
+    assert cut > 0
 
 
 def test_maskable_ppo_never_takes_a_masked_action_under_hard_budget(tasks) -> None:

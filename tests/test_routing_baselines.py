@@ -56,6 +56,9 @@ def test_random_mix_calls_the_large_model_with_probability_p() -> None:
     assert env.unwrapped.np_random.bit_generator.state == state  # its own generator
     with pytest.raises(ValueError, match="p: expected a probability"):
         RandomMix(env, p=1.5)
+    with pytest.raises(ValueError, match="p: expected a probability"):
+        RandomMix(env, p=True)
+    assert RandomMix(env, p=np.float32(0.25)).p == 0.25  # numpy numbers are numbers
 
 
 def _failed(before: tuple, after: tuple) -> bool:

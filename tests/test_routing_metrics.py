@@ -149,6 +149,16 @@ def test_bootstrap_random_oracle_and_paired_differences() -> None:
     assert alone["learned"]["apgr"] == out["learned"]["apgr"]
     assert bootstrap_routing(routers, weak, strong, n_resamples=400, seed=0,
                              reference="random") == out
+    # several references in one call: the differences of one-reference calls, identical
+    both = bootstrap_routing(routers, weak, strong, n_resamples=400, seed=0,
+                             reference=("random", "learned"))
+    paired = bootstrap_routing({"learned": scores, "oracle": routers["oracle"]}, weak, strong,
+                               n_resamples=400, seed=0, reference="learned")
+    assert both["oracle"]["minus_learned"] == paired["oracle"]["minus_learned"]
+    assert both["oracle"]["minus_random"] == out["oracle"]["minus_random"]
+    assert "minus_learned" not in both["learned"] and "minus_learned" in both["random"]
+    with pytest.raises(ValueError, match="reference: 'b' is not one of"):
+        bootstrap_routing(routers, weak, strong, reference=("random", "b"))
 
 
 def test_bootstrap_counts_resamples_without_a_gap() -> None:

@@ -1,4 +1,5 @@
-"""The learned router, its env policy and the GSM8K report (agents.trace_router)."""
+"""The learned router, its env policy (agents.trace_router) and the GSM8K report
+(agents.trace_report)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 
 import cost_envs  # noqa: F401  (registers the envs)
 from agents import trace_report
-from agents.trace_report import _experiment
+from agents.trace_report import _experiment, report
 from agents.trace_router import (
     ANSWER_STATISTICS,
     CascadeRouter,
@@ -24,7 +25,6 @@ from agents.trace_router import (
     arithmetic_value,
     cascade_curve,
     cascade_observations,
-    report,
     text_statistics,
 )
 from cost_envs import traces

