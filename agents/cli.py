@@ -32,7 +32,7 @@ import gymnasium as gym
 import cost_envs
 from agents.baselines import BASELINES, ROUTING_BASELINES
 from agents.evaluation import compare, evaluate, format_table
-from agents.methods import BASES, METHODS
+from agents.lora import BASES, METHODS
 
 #: Methods of ``evaluate`` by default: the paper's baselines plus the greedy heuristic.
 DEFAULT_METHODS = ("random", "capability", "rule", "oracle", "greedy")
@@ -139,7 +139,7 @@ def _add_evaluate(parser: argparse.ArgumentParser) -> None:
 
 def _load_model(args: argparse.Namespace) -> tuple[str, Any, dict[str, Any]]:
     """The model's row name, the allocator and its env kwargs; exits 2 on a bad model."""
-    from agents.checkpoints import UnsafeCheckpointError, load_allocator
+    from agents.lora.checkpoints import UnsafeCheckpointError, load_allocator
 
     try:
         model = load_allocator(args.model, trust_pickle=args.trust_pickle)
@@ -222,8 +222,8 @@ def _add_train(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_train(args: argparse.Namespace) -> int:
-    from agents.checkpoints import check_writable, save_allocator
-    from agents.training import configure_torch_threads, train
+    from agents.lora.checkpoints import check_writable, save_allocator
+    from agents.lora.training import configure_torch_threads, train
 
     if args.tensorboard is not None and importlib.util.find_spec("tensorboard") is None:
         raise SystemExit("cost-envs train: --tensorboard needs the tensorboard package "
@@ -264,8 +264,8 @@ def _add_pretrain(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_pretrain(args: argparse.Namespace) -> int:
-    from agents.pretrain import pretrain_base, save_base
-    from agents.training import configure_torch_threads
+    from agents.lora.pretrain import pretrain_base, save_base
+    from agents.lora.training import configure_torch_threads
 
     configure_torch_threads()
     try:
@@ -291,7 +291,7 @@ def _add_reproduce(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_reproduce(args: argparse.Namespace) -> int:
-    from agents.reproduce import SCALES, markdown_table, reproduce, write_reports
+    from experiments.lora_ppo import SCALES, markdown_table, reproduce, write_reports
 
     # Everything is computed before anything is written: a failure leaves old files intact.
     reports = reproduce(SCALES[args.scale], jobs=args.jobs)

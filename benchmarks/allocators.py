@@ -3,12 +3,12 @@
 Usage: ``python benchmarks/allocators.py [--steps N] [--repeats R] [--scale default|smoke|none]
 [--output FILE.md]``
 
-1. **PPO fps, LoRA vs plain.** SB3 PPO with :class:`agents.policies.AllocatorPolicy` with
+1. **PPO fps, LoRA vs plain.** SB3 PPO with :class:`agents.lora.policies.AllocatorPolicy` with
    LoRA (r=8, frozen pretrained base) and without (the same 64-64 network, all trainable),
    same env, same settings, runs interleaved in one process; best of ``--repeats``. The
    issue's target for the ratio is >= 0.85.
 2. **predict() latency** on one observation: the LoRA policy unmerged, merged with
-   :func:`agents.checkpoints.merge_adapter`, and the plain network; median of 2000 calls.
+   :func:`agents.lora.checkpoints.merge_adapter`, and the plain network; median of 2000 calls.
 3. **Peak memory of ``cost-envs reproduce``** at ``--scale``: the summed resident memory
    of the command and all its worker processes, sampled every 0.1 s with psutil (target
    under 2 GB), and its wall time.
@@ -34,10 +34,10 @@ import torch
 from stable_baselines3 import PPO
 
 import cost_envs
-from agents.checkpoints import merge_adapter
-from agents.policies import AllocatorPolicy
-from agents.pretrain import pretrained_base_path
-from agents.training import PPO_SETTINGS
+from agents.lora.checkpoints import merge_adapter
+from agents.lora.policies import AllocatorPolicy
+from agents.lora.pretrain import pretrained_base_path
+from agents.lora.training import PPO_SETTINGS
 
 ENV_ID = "cost_envs/ToolBench-v0"
 FPS_TARGET = 0.85
@@ -132,7 +132,7 @@ def main() -> int:
         f"Machine: {machine()}", "",
         f"## PPO training speed on {ENV_ID}", "",
         f"{args.steps} steps after a warm-up rollout, best of {args.repeats}, runs "
-        "interleaved; PPO settings of `agents.training.PPO_SETTINGS`.", "",
+        "interleaved; PPO settings of `agents.lora.training.PPO_SETTINGS`.", "",
         "| policy | steps/s |", "| --- | ---: |",
         f"| LoRA r=8 on the frozen pretrained base | {fps['lora']:,.0f} |",
         f"| plain MLP, same size, all trainable | {fps['plain']:,.0f} |",

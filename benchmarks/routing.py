@@ -2,12 +2,12 @@
 
 Three parts, each a function ``report(out_dir, scale, ...)`` in ``agents``:
 
-* ``corl``: CORL's budget-tier controller on ExpertRouting-v0 (``agents.corl``):
+* ``corl``: CORL's budget-tier controller on ExpertRouting-v0 (``agents.routing.corl``):
   ``corl_tiers.md/.json``, ``pareto_corl.png``;
 * ``bopo``: BoPO against its baselines on AgenticRouting-v0, per profile
-  (``agents.bopo_report``): ``bopo.md/.json``, ``pareto_bopo_<profile>.png``;
+  (``experiments.bopo``): ``bopo.md/.json``, ``pareto_bopo_<profile>.png``;
 * ``traces``: routers on the real RouteLLM GSM8K outcomes, TraceRouting-v0
-  (``agents.trace_report``): ``trace_routing.md/.json`` and its frontier PNG. It needs
+  (``experiments.traces``): ``trace_routing.md/.json`` and its frontier PNG. It needs
   the RouteLLM data (``--data``, default ``../shared/data/routellm`` beside the
   repository) and is skipped, with the reason printed, when it is absent.
 
@@ -52,11 +52,11 @@ def main(argv: list[str] | None = None) -> int:
     for part in args.parts:
         start = time.perf_counter()
         if part == "corl":
-            from agents.corl import report as corl_report
+            from agents.routing.corl import report as corl_report
 
             corl_report(args.out, args.scale)
         elif part == "bopo":
-            from agents.bopo_report import report as bopo_report
+            from experiments.bopo import report as bopo_report
 
             bopo_report(args.out, args.scale)
         else:
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"traces: {reason}", file=sys.stderr)
                 timings.append((part, reason))
                 continue
-            from agents.trace_report import report as trace_report
+            from experiments.traces import report as trace_report
 
             trace_report(args.out, args.scale, args.data)
         elapsed = time.perf_counter() - start

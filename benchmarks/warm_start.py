@@ -26,16 +26,17 @@ import torch
 import cost_envs  # noqa: F401  (registers the environments)
 from agents.evaluation import evaluate
 from agents.files import write_text_atomic
-from agents.lora_ppo import LoraGuidedPPO
-from agents.pretrain import pretrained_base_path
-from agents.supervised import (
+from agents.lora.lora_ppo import LoraGuidedPPO
+from agents.lora.pretrain import pretrained_base_path
+from agents.lora.supervised import (
     SupervisedConfig,
     greedy_traces,
     policy_for,
     relative_costs,
     train_supervised,
 )
-from agents.training import PPO_SETTINGS, TRACE_TASK_SEED, TRAIN_TASK_SEED
+from agents.lora.training import PPO_SETTINGS
+from agents.seeds import TRACE_TASK_SEED, TRAIN_TASK_SEED
 
 EPOCHS = (2, 20)
 LEARNING_RATES = (5e-5, 3e-4)

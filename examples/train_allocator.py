@@ -18,8 +18,9 @@ import cost_envs  # noqa: F401  (registers the environments)
 from agents.baselines import CostOptOracle
 from agents.callbacks import CostMetricsCallback
 from agents.evaluation import compare, format_table
-from agents.policies import AllocatorPolicy
-from agents.training import TRAIN_TASK_SEED, train
+from agents.lora.policies import AllocatorPolicy
+from agents.lora.training import train
+from agents.seeds import TRAIN_TASK_SEED
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--timesteps", type=int, default=20_000)

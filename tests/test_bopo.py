@@ -10,8 +10,9 @@ import pytest
 import torch
 
 import cost_envs  # noqa: F401
-from agents import bopo
+from agents import seeds
 from agents.baselines import AlwaysLarge, AlwaysSmall, RandomMix
+from agents.routing import bopo
 from cost_envs.wrappers import HardBudget
 
 torch.set_num_threads(1)
@@ -26,7 +27,7 @@ def replaying(actions: np.ndarray):
 
 @pytest.fixture(scope="module")
 def tasks() -> list:
-    return bopo.draw_tasks(PROFILE, 40, seed=bopo.TRAIN_TASK_SEED)
+    return bopo.draw_tasks(PROFILE, 40, seed=seeds.BOPO_TRAIN_TASK_SEED)
 
 
 @pytest.fixture(scope="module")
@@ -276,8 +277,8 @@ def test_report_smoke_writes_everything(tmp_path) -> None:
 
 
 def test_paired_success_difference_is_the_shared_bootstrap_of_the_mean() -> None:
-    from agents.bopo_report import paired_success_difference
     from cost_envs.metrics import EpisodeRecord, bootstrap_mean_ci
+    from experiments.bopo import paired_success_difference
 
     rng = np.random.default_rng(0)
 
@@ -302,7 +303,7 @@ def test_paired_success_difference_is_the_shared_bootstrap_of_the_mean() -> None
 
 
 def test_report_stays_importable_from_the_method_module() -> None:
-    from agents import bopo_report
+    from experiments import bopo as bopo_report
 
-    assert bopo.report.__module__ == "agents.bopo" and callable(bopo_report.report)
-    assert not hasattr(bopo, "markdown")  # the rendering lives in agents.bopo_report
+    assert bopo.report.__module__ == "agents.routing.bopo" and callable(bopo_report.report)
+    assert not hasattr(bopo, "markdown")  # the rendering lives in experiments.bopo

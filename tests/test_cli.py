@@ -14,11 +14,12 @@ import yaml
 from stable_baselines3 import PPO
 
 import cost_envs
-from agents import cli, files, reproduce
+from agents import cli, files
 from agents.baselines import BASELINES
-from agents.checkpoints import load_allocator
 from agents.evaluation import evaluate
-from agents.policies import AllocatorPolicy
+from agents.lora.checkpoints import load_allocator
+from agents.lora.policies import AllocatorPolicy
+from experiments import lora_ppo as reproduce
 
 FLIGHT = "cost_envs/FlightPlanner-v0"
 HEADLINE = ("success_rate", "cps", "flops_per_success", "avg_quality", "avg_cost")
@@ -333,9 +334,9 @@ def test_train_refuses_a_non_checkpoint_out_before_training(tmp_path, monkeypatc
     def must_not_train(*args, **kwargs):
         raise AssertionError("trained although --out cannot be written")
 
-    import agents.training
+    import agents.lora.training
 
-    monkeypatch.setattr(agents.training, "train", must_not_train)
+    monkeypatch.setattr(agents.lora.training, "train", must_not_train)
     (tmp_path / "notes.txt").write_text("precious")
     with pytest.raises(SystemExit, match=r"--out: .*not empty"):
         cli.main(["train", "--env", "FlightPlanner-v0", "--method", "lora",

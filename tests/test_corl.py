@@ -10,7 +10,8 @@ import pytest
 import torch
 
 import cost_envs
-from agents.corl import (
+from agents.evaluation import run_episode
+from agents.routing.corl import (
     CORL_SCALES,
     FixedConsultation,
     TierAdapters,
@@ -21,7 +22,6 @@ from agents.corl import (
     train_shared_ppo,
     train_tier_adapters,
 )
-from agents.evaluation import run_episode
 from cost_envs.envs.expert_routing import CONTROLLER
 from cost_envs.wrappers import TIERS
 

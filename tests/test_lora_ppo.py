@@ -7,12 +7,13 @@ import numpy as np
 import pytest
 import torch
 
-from agents import training
+from agents import seeds
 from agents.callbacks import CostMetricsCallback
-from agents.lora import has_lora
-from agents.lora_ppo import LoraGuidedPPO
-from agents.policies import AllocatorPolicy
-from agents.supervised import (
+from agents.lora import training
+from agents.lora.adapters import has_lora
+from agents.lora.lora_ppo import LoraGuidedPPO
+from agents.lora.policies import AllocatorPolicy
+from agents.lora.supervised import (
     SupervisedConfig,
     greedy_traces,
     policy_for,
@@ -145,7 +146,7 @@ def test_train_ppo_trains_every_group_on_non_evaluation_tasks(monkeypatch) -> No
         assert not torch.equal(param, _Recorder.start_state[name]), f"{name} did not train"
 
     env = gym.make(ENV_ID)
-    train_obs, _ = env.reset(seed=training.TRAIN_TASK_SEED + seed)
+    train_obs, _ = env.reset(seed=seeds.TRAIN_TASK_SEED + seed)
     np.testing.assert_array_equal(_Recorder.first_obs, train_obs)
     # evaluate() resets with seed 0 once, then continues the task stream
     evaluation = [env.reset(seed=0)[0]] + [env.reset()[0] for _ in range(49)]

@@ -12,16 +12,16 @@ from peft.tuners.lora import LoraLayer
 from stable_baselines3 import PPO
 from torch import nn
 
-from agents.lora import (
+from agents.lora.adapters import (
     LoraSettings,
     adapted_linear,
     inject_lora,
     lora_parameter_names,
     verify_optimizer,
 )
-from agents.policies import AllocatorPolicy, MlpEncoder, load_base, tanh_mlp
-from agents.pretrain import pretrained_base_path
-from agents.supervised import policy_for
+from agents.lora.policies import AllocatorPolicy, MlpEncoder, load_base, tanh_mlp
+from agents.lora.pretrain import pretrained_base_path
+from agents.lora.supervised import policy_for
 
 torch.set_num_threads(1)
 

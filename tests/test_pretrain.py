@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from agents.policies import AllocatorPolicy, MlpEncoder, load_base, tanh_mlp
-from agents.pretrain import (
+from agents.lora.policies import AllocatorPolicy, MlpEncoder, load_base, tanh_mlp
+from agents.lora.pretrain import (
     PRETRAINED_DIR,
     pretrain_base,
     pretrained_base_path,
@@ -296,8 +296,8 @@ def test_missing_base_file_raises(tmp_path):
 
 
 def test_pretraining_tasks_are_not_evaluation_or_training_tasks(monkeypatch):
-    import agents.pretrain as pretrain_module
-    from agents.training import TRACE_TASK_SEED, TRAIN_TASK_SEED
+    import agents.lora.pretrain as pretrain_module
+    from agents.seeds import PRETRAIN_TASK_SEED, TRACE_TASK_SEED, TRAIN_TASK_SEED
 
     seeds = []
     real = pretrain_module.greedy_traces
@@ -311,6 +311,6 @@ def test_pretraining_tasks_are_not_evaluation_or_training_tasks(monkeypatch):
         pretrain_base(FLIGHT, n_pools=4, episodes=2, steps=1, seed=seed)
     assert len(seeds) == 8
     # evaluation uses small task seeds; training and supervised traces their own offsets
-    assert min(seeds) >= pretrain_module.PRETRAIN_TASK_SEED > 10_000
+    assert min(seeds) >= PRETRAIN_TASK_SEED > 10_000
     assert not set(seeds) & {TRAIN_TASK_SEED + s for s in range(1000)}
     assert not set(seeds) & {TRACE_TASK_SEED + s for s in range(1000)}

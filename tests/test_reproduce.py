@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from agents import cli
-from agents import reproduce as rep
 from cost_envs.metrics import HEADLINE_METRICS
+from experiments import lora_ppo as rep
 
 ENV_NAMES = {env_id: env_id.split("/")[-1] for env_id in rep.PAPER_ENVS}
 FILE_NAMES = {f"{kind}_{name}.{ext}" for name in ENV_NAMES.values()

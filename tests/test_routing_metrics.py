@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cost_envs.routing_metrics import (
+from cost_envs.metrics.routing import (
     apgr,
     bootstrap_routing,
     cpt,

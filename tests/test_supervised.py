@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from agents.baselines import GreedyHeuristic
-from agents.pretrain import pretrained_base_path
-from agents.supervised import (
+from agents.lora.pretrain import pretrained_base_path
+from agents.lora.supervised import (
     SupervisedConfig,
     greedy_traces,
     policy_for,

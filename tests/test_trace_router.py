@@ -1,5 +1,5 @@
-"""The learned router, its env policy (agents.trace_router) and the GSM8K report
-(agents.trace_report)."""
+"""The learned router, its env policy (agents.routing.trace_router) and the GSM8K report
+(experiments.traces)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,7 @@ import numpy as np
 import pytest
 
 import cost_envs  # noqa: F401  (registers the envs)
-from agents import trace_report
-from agents.trace_report import _experiment, report
-from agents.trace_router import (
+from agents.routing.trace_router import (
     ANSWER_STATISTICS,
     CascadeRouter,
     LogisticRegression,
@@ -27,9 +25,16 @@ from agents.trace_router import (
     cascade_observations,
     text_statistics,
 )
-from cost_envs import traces
-from cost_envs.routing_metrics import routing_curve
-from cost_envs.traces import APPROX_COUNTER, dataset_from_records, example_traces, load_traces
+from cost_envs.metrics.routing import routing_curve
+from cost_envs.traces import (
+    APPROX_COUNTER,
+    dataset_from_records,
+    example_traces,
+    load_traces,
+    readers,
+)
+from experiments import traces as trace_report
+from experiments.traces import _experiment, report
 
 ROUTELLM = Path(__file__).resolve().parents[2] / "shared" / "data" / "routellm"
 ENV_ID = "cost_envs/TraceRouting-v0"
@@ -148,7 +153,7 @@ def test_report_pins_the_approximate_token_counter(tmp_path: Path,
         def encode_ordinary_batch(self, texts):
             return [[0] for _ in texts]
 
-    monkeypatch.setattr(traces, "_tiktoken_encoding", lambda: Encoding())
+    monkeypatch.setattr(readers, "_tiktoken_encoding", lambda: Encoding())
     data_dir = fake_routellm(tmp_path / "data")
     assert load_traces(data_dir / "gsm8k_responses.csv").token_counter != APPROX_COUNTER
     text = report(tmp_path / "out", "smoke", data_dir)

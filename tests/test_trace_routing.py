@@ -15,18 +15,18 @@ import numpy as np
 import pytest
 
 import cost_envs
-from cost_envs import features
 from cost_envs.envs import trace_routing
 from cost_envs.envs.trace_routing import TraceRoutingEnv, TraceTask
-from cost_envs.features import has_final_answer, hashed_features
 from cost_envs.prices import default_price_table
 from cost_envs.traces import (
     TraceDataset,
     dataset_from_records,
     example_traces,
+    features,
     load_traces,
     records_from_dataset,
 )
+from cost_envs.traces.features import has_final_answer, hashed_features
 
 ENV_ID = "cost_envs/TraceRouting-v0"
 ROUTELLM = Path(__file__).resolve().parents[2] / "shared" / "data" / "routellm"

@@ -16,9 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cost_envs import features, traces
+import cost_envs
 from cost_envs.envs import trace_routing
-from cost_envs.features import hashed_features, minilm_features
 from cost_envs.prices import PriceTable, default_price_table
 from cost_envs.traces import (
     APPROX_COUNTER,
@@ -27,9 +26,12 @@ from cost_envs.traces import (
     dataset_from_records,
     detect_format,
     example_traces,
+    features,
     load_traces,
+    readers,
     records_from_dataset,
 )
+from cost_envs.traces.features import hashed_features, minilm_features
 
 ROUTELLM = Path(__file__).resolve().parents[2] / "shared" / "data" / "routellm"
 MIXTRAL, GPT4 = "mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview"
@@ -93,7 +95,7 @@ def test_routellm_files_load(name: str, n: int) -> None:
                                       np.ceil(np.array([len(t) for t in texts]) / 4))
     else:
         assert data.responses is None
-        assert (data.output_tokens == traces.DEFAULT_OUTPUT_TOKENS).all()
+        assert (data.output_tokens == readers.DEFAULT_OUTPUT_TOKENS).all()
 
 
 def test_gsm8k_accuracies_match_the_readme_and_load_fast() -> None:
@@ -389,7 +391,7 @@ def test_approximate_token_count() -> None:
 
 def test_tiktoken_is_used_only_when_its_encoding_loads(monkeypatch: pytest.MonkeyPatch,
                                                        tmp_path: Path) -> None:
-    monkeypatch.setattr(traces, "_tiktoken_encoding", lambda: None)
+    monkeypatch.setattr(readers, "_tiktoken_encoding", lambda: None)
     assert count_tokens(["abcdefgh"])[1] == APPROX_COUNTER
     with pytest.raises(ValueError, match="tiktoken is not installed or its"):
         count_tokens(["x"], counter="tiktoken")
@@ -398,7 +400,7 @@ def test_tiktoken_is_used_only_when_its_encoding_loads(monkeypatch: pytest.Monke
         def encode_ordinary_batch(self, texts: list[str]) -> list[list[int]]:
             return [[0] * len(t.split()) for t in texts]
 
-    monkeypatch.setattr(traces, "_tiktoken_encoding", lambda: FakeEncoding())
+    monkeypatch.setattr(readers, "_tiktoken_encoding", lambda: FakeEncoding())
     counts, name = count_tokens(["one two three", "four"])
     assert counts.tolist() == [3, 1] and name == "tiktoken cl100k_base"
     path = tmp_path / "r.csv"
@@ -424,7 +426,7 @@ def test_hashed_features() -> None:
 def test_hashed_features_are_the_same_in_another_process(tmp_path: Path) -> None:
     texts = ["Ann has 12 apples and buys 7 more.", "Wie viele Äpfel?"]
     here = hashlib.sha256(hashed_features(texts, 16).tobytes()).hexdigest()
-    code = ("import hashlib, sys; from cost_envs.features import hashed_features; "
+    code = ("import hashlib, sys; from cost_envs.traces.features import hashed_features; "
             f"print(hashlib.sha256(hashed_features({texts!r}, 16).tobytes()).hexdigest())")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True, cwd=tmp_path, env={"PYTHONHASHSEED": "12345",
@@ -483,7 +485,7 @@ def test_packaged_example_is_what_the_generator_writes() -> None:
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    packaged = Path(traces.__file__).parent / traces.EXAMPLE_TRACES
+    packaged = Path(cost_envs.__file__).parent / readers.EXAMPLE_TRACES
     assert packaged.read_text(encoding="utf-8") == module.render(module.generate())
     data = example_traces()
     assert data.n_queries == 300 and data.models == ("gpt-4.1-nano", "gpt-4.1", "o3")

@@ -12,17 +12,17 @@ import numpy as np
 from gymnasium import spaces
 
 from cost_envs.core import OrchestrationEnv, Outcome, Prices, State
-from cost_envs.features import (
+from cost_envs.pool import AgentPool, AgentSpec
+from cost_envs.prices import PriceTable, coerce_prices
+from cost_envs.reward import RewardWeights
+from cost_envs.traces import TraceDataset, check_split_args, example_traces, load_traces
+from cost_envs.traces.features import (
     MINILM_DIM,
     check_n_features,
     has_final_answer,
     hashed_features,
     minilm_features,
 )
-from cost_envs.pool import AgentPool, AgentSpec
-from cost_envs.prices import PriceTable, coerce_prices
-from cost_envs.reward import RewardWeights
-from cost_envs.traces import TraceDataset, check_split_args, example_traces, load_traces
 
 #: The one skill of the pool: answering correctly (capability = training accuracy).
 SKILLS = ("answer",)
@@ -47,7 +47,7 @@ def query_features(data: TraceDataset, kind: str = "hashed",
                    n_features: int | None = None) -> np.ndarray:
     """The query features the env observes, float32 ``(n_queries, n_features)``.
 
-    ``"hashed"``: :func:`cost_envs.features.hashed_features` of the prompts (64 by
+    ``"hashed"``: :func:`cost_envs.traces.features.hashed_features` of the prompts (64 by
     default). ``"minilm"``: 384-dimensional sentence embeddings (optional extra).
     Cached per dataset for the life of the process.
     """

@@ -4,8 +4,8 @@
 method         what is trained
 =============  =====================================================================
 ``ppo``        SB3 PPO from scratch; the same network with a plain, trainable encoder
-``lora``       the supervised LoRA allocator (:mod:`agents.supervised`); no RL
-``lora-ppo``   ``lora``, then LoRA-guided PPO (:mod:`agents.lora_ppo`) from it
+``lora``       the supervised LoRA allocator (:mod:`agents.lora.supervised`); no RL
+``lora-ppo``   ``lora``, then LoRA-guided PPO (:mod:`agents.lora.lora_ppo`) from it
 =============  =====================================================================
 
 Seeds. ``seed`` fixes the network initialisation and the training tasks. Training tasks
@@ -39,21 +39,19 @@ from stable_baselines3.common.utils import set_random_seed
 
 import cost_envs
 from agents.callbacks import CostMetricsCallback
-from agents.lora_ppo import LoraGuidedPPO
-from agents.methods import BASES, METHODS
-from agents.policies import AllocatorPolicy
-from agents.pretrain import pretrained_base_path
-from agents.supervised import (
+from agents.lora import BASES, METHODS
+from agents.lora.lora_ppo import LoraGuidedPPO
+from agents.lora.policies import AllocatorPolicy
+from agents.lora.pretrain import pretrained_base_path
+from agents.lora.supervised import (
     SupervisedConfig,
     greedy_traces,
     policy_for,
     relative_costs,
     train_supervised,
 )
+from agents.seeds import TRACE_TASK_SEED, TRAIN_TASK_SEED
 
-#: Task-seed offsets of training rollouts and supervised traces (evaluation uses 0..).
-TRAIN_TASK_SEED = 10_000
-TRACE_TASK_SEED = 20_000
 #: PPO settings shared by ``ppo`` and ``lora-ppo`` (the paper's A.4).
 PPO_SETTINGS: dict[str, Any] = {"n_steps": 512, "batch_size": 64, "gae_lambda": 0.95,
                                 "clip_range": 0.2, "ent_coef": 0.01, "vf_coef": 0.5}

@@ -33,11 +33,11 @@ from stable_baselines3 import PPO
 
 import cost_envs
 from agents.files import write_directory_atomic
-from agents.lora import merge_lora
-from agents.methods import METHODS
-from agents.policies import AllocatorPolicy
-from agents.supervised import policy_for
-from agents.training import TrainedAllocator
+from agents.lora import METHODS
+from agents.lora.adapters import merge_lora
+from agents.lora.policies import AllocatorPolicy
+from agents.lora.supervised import policy_for
+from agents.lora.training import TrainedAllocator
 
 MODEL_FORMAT = "cost-envs-allocator"
 ADAPTER_FORMAT = "cost-envs-adapter"

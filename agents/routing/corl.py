@@ -7,7 +7,7 @@ and is rewarded with its task performance gated by that tier's budget. Here:
   ``BudgetTier(ExpertRouting-v0)``, a tier drawn per query, gated reward;
 * :func:`train_tier_adapters` is the LoRA variant: the shared PPO encoder becomes a frozen
   base, and each tier gets its own LoRA adapter (with its own value head), trained by
-  :class:`agents.lora_ppo.LoraGuidedPPO` on that tier only (with its expected-cost term
+  :class:`agents.lora.lora_ppo.LoraGuidedPPO` on that tier only (with its expected-cost term
   off, so both variants optimise the same gated reward), starting from the shared
   policy (LoRA's B = 0, so each adapter starts as exactly the shared policy);
   :class:`TierAdapters` routes each observation to its tier's adapter;
@@ -37,10 +37,11 @@ from stable_baselines3.common.utils import set_random_seed
 import cost_envs  # noqa: F401  (registers the envs)
 from agents.callbacks import CostMetricsCallback
 from agents.evaluation import evaluate, value_interval
-from agents.lora_ppo import LoraGuidedPPO
-from agents.policies import AllocatorPolicy
-from agents.pretrain import save_base
-from agents.training import PPO_SETTINGS, TRAIN_TASK_SEED, quiet_logger
+from agents.lora.lora_ppo import LoraGuidedPPO
+from agents.lora.policies import AllocatorPolicy
+from agents.lora.pretrain import save_base
+from agents.lora.training import PPO_SETTINGS, quiet_logger
+from agents.seeds import TRAIN_TASK_SEED
 from cost_envs.metrics import bootstrap_mean_ci
 from cost_envs.wrappers import TIERS, BudgetTier
 

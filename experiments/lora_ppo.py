@@ -2,7 +2,7 @@
 
 For each env, every method is scored on the same ``episodes`` tasks (task seed
 ``eval_seed``). The learned methods are trained ``seeds`` times (training seeds
-0..seeds-1, on tasks disjoint from the evaluation set, see :mod:`agents.training`);
+0..seeds-1, on tasks disjoint from the evaluation set, see :mod:`agents.lora.training`);
 their point values pool the episodes of all seeds and their 95% intervals come from a
 two-level bootstrap over seeds and tasks (:func:`cost_envs.metrics.bootstrap_cis_over_runs`).
 The fixed baselines are deterministic given the tasks, so their intervals are over tasks.
@@ -30,8 +30,8 @@ import numpy as np
 from agents.baselines import BASELINES
 from agents.evaluation import compare, evaluate, format_table
 from agents.files import figure_png, write_files_atomic
-from agents.supervised import SupervisedConfig
-from agents.training import configure_torch_threads, spawn_pool, train
+from agents.lora.supervised import SupervisedConfig
+from agents.lora.training import configure_torch_threads, spawn_pool, train
 from cost_envs.metrics import (
     HEADLINE_METRICS,
     EpisodeRecord,

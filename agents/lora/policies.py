@@ -22,7 +22,7 @@ value     ``value_net``                                   yes
 Three traps are closed here rather than left to the user: adapters are injected in the
 features extractor's constructor, before SB3's ``_build`` creates the optimizer, and the
 optimizer is then rebuilt from the trainable groups only (checked by
-:func:`agents.lora.verify_optimizer`); ``ortho_init`` is off with LoRA or a pretrained
+:func:`agents.lora.adapters.verify_optimizer`); ``ortho_init`` is off with LoRA or a pretrained
 base, because it would overwrite them (asking for it then is an error; the plain network
 keeps SB3's default, on); adapters have no
 dropout.
@@ -45,7 +45,7 @@ from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from torch import nn
 
-from agents.lora import LoraSettings, adapted_linear, inject_lora, verify_optimizer
+from agents.lora.adapters import LoraSettings, adapted_linear, inject_lora, verify_optimizer
 
 #: Names of the parameter groups, see the module docstring.
 PARAMETER_GROUPS = ("base", "adapter", "action", "value")
@@ -127,7 +127,7 @@ class MlpEncoder(BaseFeaturesExtractor):
         """Features of a batch of observations.
 
         The same function as ``self.net(observations)``; each layer goes through
-        :func:`agents.lora.adapted_linear`, which skips peft's per-call dispatch.
+        :func:`agents.lora.adapters.adapted_linear`, which skips peft's per-call dispatch.
         """
         hidden = observations
         for layer in self.net[::2]:  # Linear, Tanh, Linear, Tanh, ...

@@ -3,7 +3,7 @@
 What differs from SB3's PPO, and nothing else:
 
 * **What trains.** Exactly the LoRA ``A``/``B`` matrices of the encoder and the value
-  head (groups ``adapter`` and ``value`` of :class:`~agents.policies.AllocatorPolicy`).
+  head (groups ``adapter`` and ``value`` of :class:`~agents.lora.policies.AllocatorPolicy`).
   The frozen base and the action head learned in the supervised stage stay fixed, so the
   policy can only move within the span of the adapters. The optimizer holds those tensors
   and no others (checked at setup).
@@ -30,9 +30,9 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.utils import explained_variance
 from torch.nn import functional as F
 
-from agents.lora import verify_optimizer
-from agents.policies import AllocatorPolicy
-from agents.supervised import relative_prices
+from agents.lora.adapters import verify_optimizer
+from agents.lora.policies import AllocatorPolicy
+from agents.lora.supervised import relative_prices
 from cost_envs.pool import is_number
 
 

@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from cost_envs.metrics import _check_bootstrap_args, _percentile_intervals
+from cost_envs.metrics.bootstrap import _check_bootstrap_args, _percentile_intervals
 
 #: CPT levels reported by default.
 DEFAULT_LEVELS = (0.5, 0.8)

@@ -27,7 +27,7 @@ import torch
 from torch.nn import functional as F
 
 from agents.baselines import GreedyHeuristic
-from agents.policies import AllocatorPolicy
+from agents.lora.policies import AllocatorPolicy
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,14 @@
-"""A learned weak/strong router for logged traces (its GSM8K report: agents.trace_report).
+"""A learned weak/strong router for logged traces (its GSM8K report: experiments.traces).
 
 :class:`TraceRouter` predicts from a query's text whether the weak model will get it
 wrong; its probability is the router's score, and sweeping a threshold over it gives the
-routing curve of :mod:`cost_envs.routing_metrics` (APGR, CPT(50%), CPT(80%)). It is an
+routing curve of :mod:`cost_envs.metrics.routing` (APGR, CPT(50%), CPT(80%)). It is an
 L2-regularised logistic regression fitted by Newton's method in numpy, on
 
 * seven text statistics (log characters, words, numbers and sentences, the longest
   number's digit count, whether the text has a percentage, whether it has a fraction
   word), standardised on the training split, and
-* hashed word unigrams and bigrams (:func:`cost_envs.features.hashed_features`), scaled by
+* hashed word unigrams and bigrams (:func:`cost_envs.traces.features.hashed_features`), scaled by
   ``hashed_weight``.
 
 :meth:`TraceRouter.cross_validate` picks ``l2`` and ``hashed_weight`` by k-fold
@@ -26,7 +26,7 @@ strong model's answer, never a correctness label. A cascade pays the weak call o
 query, so its cost curve is :func:`cascade_curve`'s.
 
 :func:`cascade_observations` replays the env's cascade step for every query. The GSM8K
-routing report (tables, figure, files) is :mod:`agents.trace_report`.
+routing report (tables, figure, files) is :mod:`experiments.traces`.
 """
 
 from __future__ import annotations
@@ -44,10 +44,10 @@ import gymnasium as gym
 import numpy as np
 
 from cost_envs.envs.trace_routing import TraceTask
-from cost_envs.features import hashed_features
+from cost_envs.metrics.routing import RoutingCurve, routing_curve
 from cost_envs.pool import is_number
-from cost_envs.routing_metrics import RoutingCurve, routing_curve
 from cost_envs.traces import TraceDataset
+from cost_envs.traces.features import hashed_features
 
 #: Names of :func:`text_statistics`' columns.
 STATISTICS = ("log_chars", "log_words", "log_numbers", "log_sentences", "max_digits",

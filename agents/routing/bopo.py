@@ -69,10 +69,10 @@ and **vanilla PPO**: the same network, MaskablePPO and step budget on the Eq.-st
 training tasks), without SFT or reference. The SFT policy alone is reported too (the
 warm start's own contribution).
 
-:func:`agents.bopo_report.report` (also importable as :func:`report` from here) runs the
+:func:`experiments.bopo.report` (also importable as :func:`report` from here) runs the
 comparison on the three profiles (:func:`run_all`) and writes ``bopo.md``, ``bopo.json``
 and ``pareto_bopo_<profile>.png``. Every method is scored on the same evaluation tasks
-(drawn with task seed ``EVAL_TASK_SEED``; training tasks use ``TRAIN_TASK_SEED``), with
+(drawn with task seed ``EVAL_TASK_SEED``; training tasks use ``BOPO_TRAIN_TASK_SEED``), with
 95% percentile-bootstrap intervals over those tasks. Frontier points vary ``lam`` for
 BoPO and PPO, ``p`` for RandomMix and the patience for Cascade.
 """
@@ -98,6 +98,7 @@ from agents.baselines import (
     RandomMix,
 )
 from agents.evaluation import evaluate
+from agents.seeds import BOPO_TRAIN_TASK_SEED, EVAL_TASK_SEED
 from cost_envs.envs.agentic_routing import PROFILE_NAMES, AgenticTask
 from cost_envs.metrics import EpisodeRecord, summarize
 from cost_envs.pool import is_number
@@ -106,9 +107,6 @@ from cost_envs.wrappers import HardBudget
 ENV_ID = "cost_envs/AgenticRouting-v0"
 #: The difficulty taxonomy.
 STRATA = ("easy", "hard", "intractable")
-#: Task seeds: training tasks and evaluation tasks never share a seed.
-TRAIN_TASK_SEED = 30_000
-EVAL_TASK_SEED = 0
 #: Quantile of always-large's training-task cost used as the per-task inference budget.
 BUDGET_QUANTILE = 0.9
 #: Network of every learned router (BoPO, SFT only, PPO): policy and value MLPs.
@@ -493,7 +491,7 @@ def build_model(env: Any, seed: int = 0, learning_rate: float = LEARNING_RATE, n
     """The MaskablePPO router every learned method uses (``NET_ARCH`` policy and value MLPs)."""
     from sb3_contrib import MaskablePPO
 
-    from agents.training import quiet_logger
+    from agents.lora.training import quiet_logger
 
     settings: dict[str, Any] = {"batch_size": 256, "n_epochs": 5, "gamma": 1.0,
                                 "gae_lambda": 0.95, "clip_range": 0.2, "ent_coef": 0.01,
@@ -728,13 +726,13 @@ def prepare_profile(profile: str, scale: str | BopoScale = "default", seed: int 
     """Boundaries, taxonomy, budget, SFT warm start and the fixed baselines of one profile."""
     from stable_baselines3.common.utils import set_random_seed
 
-    from agents.training import configure_torch_threads
+    from agents.lora.training import configure_torch_threads
 
     configure_torch_threads()
 
     start = time.perf_counter()
     sc = _scale(scale)
-    train_tasks = draw_tasks(profile, sc.n_train, TRAIN_TASK_SEED + seed)
+    train_tasks = draw_tasks(profile, sc.n_train, BOPO_TRAIN_TASK_SEED + seed)
     eval_tasks = draw_tasks(profile, sc.n_eval, EVAL_TASK_SEED)
     env = make_env(profile)
     train_paths = boundary_trajectories(env, train_tasks)
@@ -802,13 +800,13 @@ def run_learning_job(job: LearnJob) -> LearnResult:
     """
     from stable_baselines3.common.utils import set_random_seed
 
-    from agents.training import configure_torch_threads
+    from agents.lora.training import configure_torch_threads
 
     configure_torch_threads()
 
     start = time.perf_counter()
     sc = job.scale
-    train_tasks = draw_tasks(job.profile, sc.n_train, TRAIN_TASK_SEED + job.seed)
+    train_tasks = draw_tasks(job.profile, sc.n_train, BOPO_TRAIN_TASK_SEED + job.seed)
     eval_tasks = draw_tasks(job.profile, sc.n_eval, EVAL_TASK_SEED)
     set_random_seed(job.seed)
     if job.method == "bopo":
@@ -869,7 +867,7 @@ def run_all(scale: str | BopoScale = "default", profiles: Sequence[str] = PROFIL
             for job in _learn_jobs(prepared[profile], sc, seed):
                 take(run_learning_job(job))
         return prepared, learned
-    from agents.training import spawn_pool
+    from agents.lora.training import spawn_pool
 
     with spawn_pool(sc.jobs) as pool:
         pending: dict[Future[Any], str] = {
@@ -890,7 +888,7 @@ def run_all(scale: str | BopoScale = "default", profiles: Sequence[str] = PROFIL
 
 def report(out_dir: Path, scale: str = "default", seed: int = 0,
            log: Callable[[str], None] = lambda _m: None) -> str:
-    """Run BoPO against its baselines and write the results: :func:`agents.bopo_report.report`."""
-    from agents.bopo_report import report as run
+    """Run BoPO against its baselines and write the results: :func:`experiments.bopo.report`."""
+    from experiments.bopo import report as run
 
     return run(out_dir, scale, seed, log)

@@ -1,6 +1,6 @@
 """BoPO's report: scoring, frontier comparisons, the Markdown page and the Pareto figures.
 
-:func:`report` runs :func:`agents.bopo.run_all` on the three profiles and writes
+:func:`report` runs :func:`agents.routing.bopo.run_all` on the three profiles and writes
 ``bopo.md``, ``bopo.json`` and ``pareto_bopo_<profile>.png``: every method scored on the
 same evaluation tasks with 95% percentile-bootstrap intervals over tasks
 (:func:`summarise`), BoPO's frontier compared with PPO's and Cascade's
@@ -21,12 +21,12 @@ from typing import Any
 
 import numpy as np
 
-from agents.bopo import (
+from agents.evaluation import EvaluationResult, value_interval
+from agents.files import figure_png, write_files_atomic
+from agents.routing.bopo import (
     BUDGET_QUANTILE,
-    EVAL_TASK_SEED,
     NET_ARCH,
     STRATA,
-    TRAIN_TASK_SEED,
     BopoScale,
     Boundary,
     LearnResult,
@@ -36,8 +36,7 @@ from agents.bopo import (
     run_all,
     strata_distribution,
 )
-from agents.evaluation import EvaluationResult, value_interval
-from agents.files import figure_png, write_files_atomic
+from agents.seeds import BOPO_TRAIN_TASK_SEED, EVAL_TASK_SEED
 from cost_envs.metrics import EpisodeRecord, bootstrap_mean_ci, pareto_front
 
 # ---------------------------------------------------------------------- scoring
@@ -154,7 +153,7 @@ def summarise(prepared: Mapping[str, Prepared],
     the frontier outcomes.
     """
     out: dict[str, Any] = {"scale": asdict(sc), "eval_task_seed": EVAL_TASK_SEED,
-                           "train_task_seed": TRAIN_TASK_SEED + seed, "profiles": {}}
+                           "train_task_seed": BOPO_TRAIN_TASK_SEED + seed, "profiles": {}}
     for profile, prep in prepared.items():
         records = {**prep.records, **{k: r.records for k, r in learned[profile].items()}}
         order = (["always-small", "always-large"]

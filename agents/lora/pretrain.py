@@ -16,7 +16,7 @@ Randomised pools:
 * FlightPlanner: the six preset agents, each price scaled by ``exp(N(0, 0.5))`` and each
   capability by ``U(0.7, 1.15)`` (clipped to 1), each validator dropped with chance 1/4.
 
-The shipped bases in ``agents/pretrained/`` were made by ``cost-envs pretrain`` with the
+The shipped bases in ``agents/lora/pretrained/`` were made by ``cost-envs pretrain`` with the
 defaults below; their JSON config records the recipe, and a test rebuilds them.
 """
 
@@ -35,15 +35,15 @@ from torch import nn
 from torch.nn import functional as F
 
 from agents.files import write_file_atomic, write_text_atomic
-from agents.policies import tanh_mlp
-from agents.supervised import greedy_traces
+from agents.lora.policies import tanh_mlp
+from agents.lora.supervised import greedy_traces
+from agents.seeds import PRETRAIN_TASK_SEED
 from cost_envs.envs.flight_planner import flight_planner_pool
 from cost_envs.envs.toolbench import TOOLBENCH_CATALOGUE
 from cost_envs.pool import AgentPool, AgentSpec
 
 #: Task seeds of the pretraining traces start here, away from the evaluation seeds (0..)
-#: and from the training seeds of :mod:`agents.training`.
-PRETRAIN_TASK_SEED = 30_000
+#: and from the training seeds of :mod:`agents.lora.training`.
 #: Where the shipped bases live, one ``<EnvName>.safetensors`` + ``.json`` per env.
 PRETRAINED_DIR = Path(__file__).parent / "pretrained"
 

@@ -1,0 +1,22 @@
+"""Task seeds in one place: which seed ranges draw which tasks.
+
+No method is scored on a task it trained on.
+
+An env draws every task (and all of its luck) from the seed given to ``reset``, so a
+seed range is a task set. Evaluation uses the small seeds; every other use starts at its
+own offset, far enough apart that the ranges never meet at the scales the project runs.
+"""
+
+#: Evaluation task sets: ``EVAL_TASK_SEED`` is the first reset seed of every evaluation.
+EVAL_TASK_SEED = 0
+#: RL training tasks of the LoRA paper's methods and CORL: ``TRAIN_TASK_SEED + seed``
+#: (CORL's per-tier adapters add ``100 * (tier + 1)``).
+TRAIN_TASK_SEED = 10_000
+#: Tasks of the supervised (greedy-label) traces: ``TRACE_TASK_SEED + seed``.
+TRACE_TASK_SEED = 20_000
+#: Tasks of base pretraining: ``PRETRAIN_TASK_SEED + 1000 * seed + pool``.
+PRETRAIN_TASK_SEED = 30_000
+#: BoPO's training tasks on AgenticRouting-v0: ``BOPO_TRAIN_TASK_SEED + seed``. It shares
+#: its value with ``PRETRAIN_TASK_SEED`` but never its tasks: pretraining runs only on the
+#: FlightPlanner and ToolBench families.
+BOPO_TRAIN_TASK_SEED = 30_000
