@@ -1,7 +1,12 @@
-"""The Allocator protocol: anything that maps observations to MultiBinary actions.
+"""Allocators: anything that maps observations to MultiBinary actions.
 
-It is the call signature of a Stable-Baselines3 model's ``predict``, so trained SB3 models
-and the baselines of :mod:`agents.baselines` are interchangeable in evaluation.
+The call signature is a Stable-Baselines3 model's ``predict``, so trained SB3 models, the
+baselines of :mod:`agents.baselines`, the routers of :mod:`agents.routing` and user code
+are interchangeable in evaluation (:class:`SupportsPredict` is that protocol).
+
+:class:`Allocator` is the base class of the project's own rule-based allocators: a
+subclass writes :meth:`Allocator.act` for one observation and inherits a ``predict`` that
+takes one observation or a batch ``(n, obs_dim)``, as SB3's does.
 """
 
 from __future__ import annotations
@@ -12,8 +17,8 @@ import numpy as np
 
 
 @runtime_checkable
-class Allocator(Protocol):
-    """Decides which agents to call given an observation."""
+class SupportsPredict(Protocol):
+    """Decides which agents to call given an observation (SB3's ``predict``)."""
 
     def predict(
         self,
@@ -24,3 +29,42 @@ class Allocator(Protocol):
     ) -> tuple[np.ndarray, Any]:
         """Return ``(action, state)`` like ``stable_baselines3.common.base_class.BaseAlgorithm``."""
         ...
+
+
+class Allocator:
+    """Base class: one observation's action in :meth:`act`, SB3's ``predict`` for free.
+
+    Attributes:
+        privileged: True when the allocator reads hidden env state rather than the
+            observation (the hindsight oracle); evaluation then checks that it was built
+            on the env it is scored on.
+    """
+
+    privileged = False
+
+    def act(self, observation: np.ndarray) -> np.ndarray:
+        """The action for one observation (a float32 1-D array)."""
+        raise NotImplementedError
+
+    def predict(
+        self,
+        observation: np.ndarray,
+        state: Any = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = True,
+    ) -> tuple[np.ndarray, Any]:
+        """SB3-compatible ``predict``: one observation -> one action, a batch -> a batch.
+
+        Args:
+            observation: ``(obs_dim,)`` or ``(n, obs_dim)``.
+            state: Passed back unchanged (these allocators are memoryless).
+            episode_start: Unused; part of SB3's signature.
+            deterministic: Unused by rule-based allocators; part of SB3's signature.
+
+        Returns:
+            ``(action, state)``: an int8 ``(m,)`` action or an ``(n, m)`` batch.
+        """
+        obs = np.asarray(observation, dtype=np.float32)
+        if obs.ndim == 1:
+            return self.act(obs), state
+        return np.stack([self.act(row) for row in obs]), state

@@ -4,7 +4,8 @@ Every baseline is built from the environment it will act in (wrapped or not) and
 only the observation, except :class:`CostOptOracle`, which is privileged: it asks the
 environment for the hindsight-optimal action and exists to bound what any policy can do.
 
-Observation-only baselines accept a single observation or a batch ``(n, obs_dim)``.
+Observation-only baselines accept a single observation or a batch ``(n, obs_dim)``
+(:class:`agents.allocator.Allocator`).
 
 :data:`ROUTING_BASELINES` holds BoPO's small/large routing baselines (AlwaysSmall,
 AlwaysLarge, RandomMix, Cascade) for envs whose all-zero action runs a default small model
@@ -19,6 +20,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from agents.allocator import Allocator
 from cost_envs.core import OrchestrationEnv
 from cost_envs.pool import is_number
 
@@ -30,35 +32,16 @@ def _orchestration_env(env: gym.Env) -> OrchestrationEnv:
     return base
 
 
-class Baseline:
-    """Shared plumbing: batching and the SB3 ``predict`` signature."""
+class Baseline(Allocator):
+    """A baseline built from the environment it will act in (wrapped or not)."""
 
     #: Short name used by the CLI and in tables.
     name = "baseline"
-    #: True when the baseline reads privileged env state rather than the observation.
-    privileged = False
 
     def __init__(self, env: gym.Env) -> None:
         self.env = _orchestration_env(env)
         self.n_agents = self.env.n_agents
         self.embedding = self.env.observation_layout.get("task_embedding")
-
-    def act(self, observation: np.ndarray) -> np.ndarray:
-        """Action for one observation."""
-        raise NotImplementedError
-
-    def predict(
-        self,
-        observation: np.ndarray,
-        state: Any = None,
-        episode_start: np.ndarray | None = None,
-        deterministic: bool = True,
-    ) -> tuple[np.ndarray, Any]:
-        """SB3-compatible ``predict``: one observation or a batch of them."""
-        obs = np.asarray(observation, dtype=np.float32)
-        if obs.ndim == 1:
-            return self.act(obs), state
-        return np.stack([self.act(row) for row in obs]), state
 
 
 class RandomAllocator(Baseline):

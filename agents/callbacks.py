@@ -1,9 +1,11 @@
 """Cost accounting for SB3 training runs: CPS, FLOPs per success and call ratios in the logger.
 
 :class:`CostMetricsCallback` reads the per-step ``info`` of the cost-envs contract
-(``cost``, ``flops``, ``calls``; ``success`` at the last step), so it works with any
-wrapper stack, SB3's ``Monitor`` included (``Monitor`` overwrites ``info["episode"]``,
-which is why the per-step keys are used). At the end of every rollout it records, over
+(``calls`` at every step; ``success``, ``episode_cost`` and ``episode_flops``, the env's
+own ledger, at the last), so it works with any wrapper stack, SB3's ``Monitor`` included
+(``Monitor`` overwrites ``info["episode"]``, which is why the contract's keys are used).
+An episode cut short by a foreign time limit (Gymnasium's ``TimeLimit``) carries no
+ledger; for those the per-step ``cost`` and ``flops`` are added up instead. At the end of every rollout it records, over
 the last ``window`` finished episodes:
 
 ==============================  ===================================================
@@ -44,7 +46,8 @@ class CostMetricsCallback(BaseCallback):
     def __init__(self, window: int = 100, verbose: int = 0) -> None:
         super().__init__(verbose)
         if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-            raise ValueError(f"window: expected an int >= 1, got {window!r}")
+            raise ValueError(
+                f"CostMetricsCallback: window: expected an int >= 1, got {window!r}")
         self.window = window
         self.episodes: deque[EpisodeRecord] = deque(maxlen=window)
         self.history: list[dict[str, Any]] = []
@@ -75,8 +78,9 @@ class CostMetricsCallback(BaseCallback):
                 self.episodes.append(EpisodeRecord(
                     success=bool(info.get("success", False)),
                     quality=float(info.get("quality", 0.0)),
-                    cost=running["cost"], flops=running["flops"], calls=running["calls"],
-                    length=running["length"],
+                    cost=float(info.get("episode_cost", running["cost"])),
+                    flops=float(info.get("episode_flops", running["flops"])),
+                    calls=running["calls"], length=running["length"],
                 ))
                 self._running[index] = self._fresh()
         return True

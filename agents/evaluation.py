@@ -112,40 +112,92 @@ def _action(raw: Any) -> np.ndarray:
     return action
 
 
-def run_episode(
-    allocator: Any, env: gym.Env, seed: int | None = None, deterministic: bool = True
-) -> EpisodeRecord:
-    """Play one episode of ``allocator`` on ``env`` and record it.
+@dataclass(frozen=True)
+class Rollout:
+    """One episode played by an allocator: the project's one rollout loop returns this.
 
-    The allocator's recurrent state starts as ``None`` with ``episode_start=[True]`` and is
-    threaded through the episode, as SB3's ``evaluate_policy`` does.
+    Attributes:
+        record: The episode's :class:`EpisodeRecord` (its spend read from the env's ledger).
+        info: The last step's ``info``.
+        observations: ``(T, obs_dim)`` float32, the observation each action was chosen
+            from (``None`` unless ``record_steps``).
+        actions: ``(T, m)`` int8, the actions sent to the env (``None`` unless recorded).
+        rewards: ``(T,)`` float64 rewards (``None`` unless recorded).
+    """
+
+    record: EpisodeRecord
+    info: dict[str, Any]
+    observations: np.ndarray | None = None
+    actions: np.ndarray | None = None
+    rewards: np.ndarray | None = None
+
+
+def _episode_totals(env: gym.Env, info: Mapping[str, Any]) -> tuple[float, float]:
+    """The episode's money and FLOPs from the env's ledger, the one place that sums them.
+
+    The final ``info`` carries them (``episode_cost``, ``episode_flops``); a foreign
+    wrapper's truncation (Gymnasium's ``TimeLimit``) does not, and then the unwrapped
+    env's ledger, not yet reset, is read.
+    """
+    if "episode_cost" in info and "episode_flops" in info:
+        return float(info["episode_cost"]), float(info["episode_flops"])
+    base = env.unwrapped
+    if hasattr(base, "episode_cost") and hasattr(base, "episode_flops"):
+        return float(base.episode_cost), float(base.episode_flops)
+    raise ValueError(f"{type(base).__name__}: an episode ended without info['episode_cost'] "
+                     "and the env keeps no ledger; cost-envs environments report it at the "
+                     "last step")
+
+
+def rollout(
+    allocator: Any,
+    env: gym.Env,
+    seed: int | None = None,
+    options: dict[str, Any] | None = None,
+    deterministic: bool = True,
+    record_steps: bool = False,
+) -> Rollout:
+    """Play one episode of ``allocator`` on ``env``: the project's one rollout loop.
+
+    Evaluation, the supervised traces and BoPO's boundary rollouts all play episodes
+    through here. The allocator's recurrent state starts as ``None`` with
+    ``episode_start=[True]`` and is threaded through the episode, as SB3's
+    ``evaluate_policy`` does.
 
     Args:
         allocator: Anything with SB3's ``predict`` signature.
         env: The environment (possibly wrapped).
         seed: Passed to ``env.reset``; ``None`` continues the env's task stream.
+        options: Passed to ``env.reset`` (e.g. ``{"task": task}`` replays a task).
         deterministic: Passed to ``predict``.
+        record_steps: Also keep every observation, action and reward.
 
     Raises:
         ValueError: If the env ends an episode by termination without the ``success``
             info key of the cost-envs contract.
     """
-    obs, _ = env.reset(seed=seed)
+    obs, _ = env.reset(seed=seed, options=options)
     state: Any = None
     start = np.array([True])
-    cost = flops = 0.0
     calls = np.zeros(0, dtype=np.int64)
     length = 0
     violation = False
+    observations: list[np.ndarray] = []
+    actions: list[np.ndarray] = []
+    rewards: list[float] = []
     while True:
         raw, state = allocator.predict(
             obs, state=state, episode_start=start, deterministic=deterministic
         )
         start = np.array([False])
-        obs, _, terminated, truncated, info = env.step(_action(raw))
+        action = _action(raw)
+        if record_steps:
+            observations.append(obs)
+            actions.append(action)
+        obs, reward, terminated, truncated, info = env.step(action)
         length += 1
-        cost += float(info["cost"])
-        flops += float(info["flops"])
+        if record_steps:
+            rewards.append(float(reward))
         step_calls = np.asarray(info["calls"], dtype=np.int64)
         calls = step_calls if length == 1 else calls + step_calls
         violation = violation or bool(info.get("budget_exceeded", False))
@@ -154,8 +206,9 @@ def run_episode(
     if "success" not in info and terminated:
         raise ValueError("the environment terminated an episode without info['success']; "
                          "cost-envs environments report it at the last step")
+    cost, flops = _episode_totals(env, info)
     # A plain TimeLimit truncation carries no outcome: the episode did not succeed.
-    return EpisodeRecord(
+    record = EpisodeRecord(
         success=bool(info.get("success", False)),
         quality=float(info.get("quality", 0.0)),
         cost=cost,
@@ -164,6 +217,18 @@ def run_episode(
         length=length,
         budget_violation=violation,
     )
+    if not record_steps:
+        return Rollout(record, info)
+    return Rollout(record, info, np.asarray(observations, dtype=np.float32),
+                   np.asarray(actions, dtype=np.int8).reshape(length, -1),
+                   np.asarray(rewards, dtype=np.float64))
+
+
+def run_episode(
+    allocator: Any, env: gym.Env, seed: int | None = None, deterministic: bool = True
+) -> EpisodeRecord:
+    """Play one episode (:func:`rollout`) and return its :class:`EpisodeRecord`."""
+    return rollout(allocator, env, seed=seed, deterministic=deterministic).record
 
 
 def _check_episodes(episodes: int) -> None:

@@ -219,8 +219,13 @@ class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
 
     @property
     def episode_cost(self) -> float:
-        """Money spent so far in the current episode."""
+        """Money spent so far in the current episode: the one ledger wrappers read."""
         return self._episode_cost
+
+    @property
+    def episode_flops(self) -> float:
+        """FLOPs spent so far in the current episode."""
+        return self._episode_flops
 
     def sample_tasks(self, n: int) -> list[TaskT]:
         """Draw ``n`` tasks from ``np_random`` without starting an episode.

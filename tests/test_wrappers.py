@@ -129,6 +129,17 @@ def test_spend_never_exceeds_budget(env_id: str, on_exceed: str, data: st.DataOb
 
 
 # ------------------------------------------------------------------ truncate mode
+@pytest.mark.parametrize("on_exceed", ["truncate", "mask"])
+def test_cut_short_observation_is_not_the_callers_array(on_exceed: str) -> None:
+    env = HardBudget(gym.make("cost_envs/ToolBench-v0"), budget=0.0, on_exceed=on_exceed)
+    obs0, _ = env.reset(seed=3)
+    expected = obs0.copy()
+    obs0[...] = -1.0  # the caller writes into the array it was handed
+    obs, _, _, truncated, _ = env.step(np.ones(8, dtype=np.int8))
+    assert truncated
+    np.testing.assert_array_equal(obs, expected)  # the env's observation, not the scribble
+
+
 @pytest.mark.parametrize("env_id", ENV_IDS)
 def test_truncate_at_first_step_spends_nothing(env_id: str) -> None:
     env = HardBudget(gym.make(env_id), budget=0.0, on_exceed="truncate")
@@ -137,7 +148,7 @@ def test_truncate_at_first_step_spends_nothing(env_id: str) -> None:
     obs, reward, terminated, truncated, info = env.step(np.ones(m, dtype=np.int8))
     assert (reward, terminated, truncated) == (0.0, False, True)
     np.testing.assert_array_equal(obs, obs0)
-    assert obs is not obs0
+    assert obs is not obs0 and not np.shares_memory(obs, obs0)  # fresh: never the caller's
     assert info["cost"] == 0.0 and info["flops"] == 0.0
     assert info["calls"].dtype == np.int8 and not info["calls"].any()
     assert info["calls"].shape == (m,)

@@ -27,6 +27,7 @@ import torch
 from torch.nn import functional as F
 
 from agents.baselines import GreedyHeuristic
+from agents.evaluation import rollout
 from agents.lora.policies import AllocatorPolicy
 
 
@@ -51,27 +52,20 @@ def greedy_traces(
     """Roll out :class:`GreedyHeuristic` on ``episodes`` tasks of ``env`` (task seed ``seed``)."""
     heuristic = GreedyHeuristic(env, threshold=threshold)
     observations, labels, returns = [], [], []
-    obs, _ = env.reset(seed=seed)
-    for _ in range(episodes):
-        rewards = []
-        done = False
-        while not done:
-            action = heuristic.act(obs)
-            observations.append(obs)
-            labels.append(action)
-            obs, reward, terminated, truncated, _ = env.step(action)
-            rewards.append(float(reward))
-            done = terminated or truncated
+    for episode in range(episodes):
+        played = rollout(heuristic, env, seed=seed if episode == 0 else None,
+                         record_steps=True)
+        observations.append(played.observations)
+        labels.append(played.actions)
         running = 0.0
         episode_returns = []
-        for reward in reversed(rewards):
+        for reward in reversed(played.rewards.tolist()):
             running = reward + gamma * running
             episode_returns.append(running)
         returns.extend(reversed(episode_returns))
-        obs, _ = env.reset()
     return Traces(
-        np.asarray(observations, dtype=np.float32),
-        np.asarray(labels, dtype=np.float32),
+        np.concatenate(observations).astype(np.float32),
+        np.concatenate(labels).astype(np.float32),
         np.asarray(returns, dtype=np.float32),
     )
 

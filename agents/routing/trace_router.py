@@ -43,6 +43,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from agents.allocator import Allocator
 from cost_envs.envs.trace_routing import TraceTask
 from cost_envs.metrics.routing import RoutingCurve, routing_curve
 from cost_envs.pool import is_number
@@ -423,7 +424,7 @@ def cascade_curve(scores: Any, weak_correct: Any, strong_correct: Any, weak_cost
                          weak_cost + np.asarray(strong_cost, dtype=np.float64))
 
 
-class RouterPolicy:
+class RouterPolicy(Allocator):
     """A router acting in TraceRouting-v0: the strong model when its score >= threshold.
 
     Trained by :meth:`fit` on the env's own first-step observations
@@ -439,7 +440,6 @@ class RouterPolicy:
     """
 
     name = "learned"
-    privileged = False
 
     def __init__(self, env: gym.Env, weak: str | None = None, strong: str | None = None,
                  threshold: float = 0.5, l2: float = 1.0) -> None:
@@ -483,14 +483,6 @@ class RouterPolicy:
         action[self.strong if score >= self.threshold else self.weak] = 1
         return action
 
-    def predict(self, observation: np.ndarray, state: Any = None,
-                episode_start: np.ndarray | None = None, deterministic: bool = True
-                ) -> tuple[np.ndarray, Any]:
-        """SB3-compatible ``predict`` for one observation or a batch."""
-        obs = np.asarray(observation, dtype=np.float32)
-        if obs.ndim == 1:
-            return self.act(obs), state
-        return np.stack([self.act(row) for row in obs]), state
 
 
 def cascade_observations(env: gym.Env) -> np.ndarray:

@@ -17,11 +17,13 @@ class CostAccounting(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructo
         {"cost": float, "flops": float, "success": bool, "quality": float,
          "length": int, "calls": np.ndarray}  # calls: int64 call count per agent
 
-    ``cost``, ``flops`` and ``calls`` are sums of the per-step ``info["cost"]``,
-    ``info["flops"]`` and ``info["calls"]``; ``success`` and ``quality`` come from the
-    final ``info`` (``False`` and ``0.0`` when absent, e.g. when a foreign ``TimeLimit``
-    truncates). Unlike ``RecordEpisodeStatistics`` there is no wall-clock time, so the
-    statistics are a deterministic function of the seed and the actions.
+    ``cost`` and ``flops`` are the env's own ledger (``env.unwrapped.episode_cost`` and
+    ``episode_flops``, the one place an episode's spend is summed), read at the last step
+    whatever ended the episode; ``calls`` sums the per-step ``info["calls"]``; ``success``
+    and ``quality`` come from the final ``info`` (``False`` and ``0.0`` when absent, e.g.
+    when a foreign ``TimeLimit`` truncates). Unlike ``RecordEpisodeStatistics`` there is
+    no wall-clock time, so the statistics are a deterministic function of the seed and
+    the actions.
 
     The default key ``"episode"`` is also used by Gymnasium's ``RecordEpisodeStatistics``
     and SB3's ``Monitor`` (``{"r", "l", "t"}``). When ``info`` already holds a dict under
@@ -41,8 +43,8 @@ class CostAccounting(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructo
         (True, ['calls', 'cost', 'flops', 'length', 'quality', 'success'])
 
     Args:
-        env: The environment to wrap; its steps must carry ``cost``, ``flops`` and
-            ``calls`` in ``info`` (every cost-envs env does).
+        env: The environment to wrap: a cost-envs env (its unwrapped env keeps the
+            ``episode_cost`` / ``episode_flops`` ledger and its steps carry ``calls``).
         stats_key: The ``info`` key of the episode statistics.
     """
 
@@ -54,12 +56,14 @@ class CostAccounting(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructo
         gym.utils.RecordConstructorArgs.__init__(self, stats_key=stats_key)
         gym.Wrapper.__init__(self, env)
         self._stats_key = stats_key
+        self._ledger = env.unwrapped
+        if not (hasattr(self._ledger, "episode_cost") and hasattr(self._ledger, "episode_flops")):
+            raise ValueError(f"CostAccounting: expected a cost-envs environment (with an "
+                             f"episode_cost ledger), got {type(self._ledger).__name__}")
         self._n_agents = int(np.prod(env.action_space.shape)) if env.action_space.shape else 0
         self._start_episode()
 
     def _start_episode(self) -> None:
-        self._cost = 0.0
-        self._flops = 0.0
         self._length = 0
         # Allocated once per episode and handed out at its end, so no copy is needed.
         self._calls = np.zeros(self._n_agents, dtype=np.int64)
@@ -74,14 +78,12 @@ class CostAccounting(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructo
             The env's 5-tuple; on the final step ``info[stats_key]`` holds the totals.
         """
         obs, reward, terminated, truncated, info = self.env.step(action)
-        self._cost += info["cost"]
-        self._flops += info["flops"]
         self._calls += info["calls"]
         self._length += 1
         if terminated or truncated:
             stats: dict[str, Any] = {
-                "cost": self._cost,
-                "flops": self._flops,
+                "cost": self._ledger.episode_cost,
+                "flops": self._ledger.episode_flops,
                 "success": bool(info.get("success", False)),
                 "quality": float(info.get("quality", 0.0)),
                 "length": self._length,

@@ -16,13 +16,14 @@ ON_EXCEED_MODES = ("mask", "truncate")
 
 
 class HardBudget(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArgs):
-    """Caps an episode's spend: the running sum of ``info["cost"]`` never exceeds ``budget``.
+    """Caps an episode's spend: the env's ledger ``episode_cost`` never exceeds ``budget``.
 
     Agent ``i`` costs ``env.unwrapped.call_costs[i]`` per call (the pool's price, or the
     current task's where calls are priced by tokens), plus ``env.unwrapped.step_cost`` per
-    step whatever the action. The wrapper keeps its own
-    ledger (the sum of ``info["cost"]`` since ``reset``) and, before forwarding an action,
-    checks that ``spent + cost(action) <= budget``. When the check fails:
+    step whatever the action. Before forwarding an action the wrapper prices it with the
+    env's own ``price`` and checks that ``spent + cost(action) <= budget``, where ``spent``
+    is the env's ledger (``env.unwrapped.episode_cost``, the one place an episode's spend
+    is summed). When the check fails:
 
     * ``on_exceed="mask"`` (default): requested agents are dropped until the action is
       affordable. Scanning the requested agents in action-bit order, each is kept when
@@ -49,6 +50,11 @@ class HardBudget(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArg
     affordable). Several individually affordable agents may still overspend together;
     the wrapper then masks or truncates as above.
 
+    **Per-episode budgets.** :meth:`set_budget` changes the budget from the next
+    ``reset`` on (the running episode keeps its own). It is the one way to change it:
+    :class:`~cost_envs.wrappers.BudgetTier` stacked above calls it before every reset so
+    that the hard cap follows each episode's tier.
+
     The wrapper must sit directly on the env whose ``pool`` prices the action (or on
     wrappers that do not change actions or costs).
 
@@ -74,7 +80,7 @@ class HardBudget(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArg
 
     Args:
         env: The environment to wrap; ``env.unwrapped`` must provide ``call_costs``,
-            ``step_cost``, ``validate_action``, ``price`` and ``truncate`` (every
+            ``step_cost``, ``validate_action``, ``price``, ``truncate`` and ``episode_cost`` (every
             ``OrchestrationEnv`` does).
         budget: Money an episode may spend, finite and ``>= 0``.
         on_exceed: ``"mask"`` or ``"truncate"``.
@@ -95,18 +101,20 @@ class HardBudget(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArg
         gym.Wrapper.__init__(self, env)
         base = env.unwrapped
         missing = [
-            name for name in ("call_costs", "step_cost", "validate_action", "price", "truncate")
+            name for name in ("call_costs", "step_cost", "validate_action", "price", "truncate",
+                              "episode_cost")
             if not hasattr(base, name)
         ]
         if missing:
             raise TypeError(
                 f"HardBudget: expected an env whose unwrapped env is an OrchestrationEnv "
-                "(with call_costs, step_cost, validate_action, price, truncate), got "
+                "(with call_costs, step_cost, validate_action, price, truncate, episode_cost), "
+                "got "
                 f"{type(base).__name__} "
                 f"missing {missing}"
             )
-        self._default_budget = float(budget)
-        self._budget = self._default_budget
+        self._budget = float(budget)
+        self._next_budget = self._budget
         self._on_exceed = on_exceed
         self._truncate = on_exceed == "truncate"
         self._base = base
@@ -114,14 +122,30 @@ class HardBudget(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArg
         self._read_prices()
         self._validate = base.validate_action
         self._price = base.price
-        self._spent = 0.0
         self._last_obs: Any = None
         self._needs_reset = True
 
     @property
     def budget(self) -> float:
-        """The current episode's budget (the constructor's unless ``reset`` set another)."""
+        """The current episode's budget."""
         return self._budget
+
+    def set_budget(self, budget: float) -> None:
+        """Use ``budget`` for every episode from the next ``reset`` on.
+
+        Args:
+            budget: Money an episode may spend, finite and ``>= 0``.
+
+        Raises:
+            ValueError: If ``budget`` is not a finite number >= 0.
+        """
+        _check_budget(budget, "set_budget")
+        self._next_budget = float(budget)
+
+    @property
+    def _spent(self) -> float:
+        """The episode's spend so far: the env's own ledger."""
+        return self._base.episode_cost
 
     @property
     def on_exceed(self) -> str:
@@ -130,7 +154,7 @@ class HardBudget(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArg
 
     @property
     def remaining_budget(self) -> float:
-        """Money left in the current episode (``budget`` minus the spend since ``reset``)."""
+        """Money left in the current episode (``budget`` minus the env's ``episode_cost``)."""
         return self._budget - self._spent
 
     def action_masks(self) -> np.ndarray:
@@ -182,8 +206,8 @@ class HardBudget(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArg
             if not action.any() and not fallback_fits:
                 return self._cut_short()
         obs, reward, terminated, truncated, info = self.env.step(action)
-        self._spent += info["cost"]
-        self._last_obs = obs
+        # A copy: the caller gets obs itself and may write into it before a cut-short step.
+        self._last_obs = copy.deepcopy(obs)
         self._needs_reset = terminated or truncated
         info["budget_remaining"] = self._budget - self._spent
         return obs, reward, terminated, truncated, info
@@ -191,28 +215,20 @@ class HardBudget(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArg
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Any, dict[str, Any]]:
-        """Reset the env and the budget ledger.
+        """Reset the env (and with it the ledger the budget is checked against).
 
         Args:
             seed: Passed to the env's ``reset``.
-            options: ``{"budget": money}`` sets this episode's budget (a later reset
-                without it returns to the constructor's); the rest go to the env.
-                ``BudgetTier`` above this wrapper uses it to enforce each tier's budget.
+            options: Passed to the env's ``reset``.
 
         Returns:
             The env's ``(observation, info)``.
-
-        Raises:
-            ValueError: If ``options["budget"]`` is not a finite number >= 0.
         """
-        options = dict(options or {})
-        budget = options.pop("budget", self._default_budget)
-        _check_budget(budget, "options['budget']")
-        obs, info = self.env.reset(seed=seed, options=options or None)
-        self._budget = float(budget)
+        obs, info = self.env.reset(seed=seed, options=options)
+        self._budget = self._next_budget
         self._read_prices()
-        self._spent = 0.0
-        self._last_obs = obs
+        # A copy: the caller gets obs itself and may write into it before a cut-short step.
+        self._last_obs = copy.deepcopy(obs)
         self._needs_reset = False
         return obs, info
 
@@ -239,7 +255,7 @@ class HardBudget(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArg
         info.update(self.env.unwrapped.truncate())  # type: ignore[attr-defined]
         info["budget_exceeded"] = True
         info["budget_remaining"] = self._budget - self._spent
-        # A copy: the caller already holds the previous step's observation object.
+        # A copy again: each returned observation is a fresh object, as the env's are.
         return copy.deepcopy(self._last_obs), 0.0, False, True, info
 
 

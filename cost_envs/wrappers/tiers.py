@@ -12,6 +12,7 @@ from gymnasium import spaces
 from gymnasium.error import ResetNeeded
 
 from cost_envs.pool import is_number
+from cost_envs.wrappers.budget import HardBudget
 
 TIERS = ("low", "medium", "high")
 REWARD_MODES = ("gated", "soft")
@@ -43,10 +44,10 @@ class BudgetTier(gym.Wrapper[np.ndarray, Any, np.ndarray, Any], gym.utils.Record
 
     The env's own reward is discarded. Going over budget never ends the episode (the
     reward says it was wasted). To forbid it, put :class:`HardBudget` underneath: this
-    wrapper then hands it each episode's tier budget through
-    ``reset(options={"budget": ...})``, so the hard cap follows the tier. (Put it
-    beneath, not above: a ``HardBudget`` above would cut episodes short without this
-    wrapper seeing the last step.)
+    wrapper then hands it each episode's tier budget with :meth:`HardBudget.set_budget`
+    before every reset, so the hard cap follows the tier. (Put it beneath, not above: a
+    ``HardBudget`` above would cut episodes short without this wrapper seeing the last
+    step.) The spend is the env's own ledger (``env.unwrapped.episode_cost``).
 
     ``info`` also holds ``tier`` and ``budget`` at every step, ``budget_remaining``
     after each step and ``within_budget`` on the last one.
@@ -120,9 +121,12 @@ class BudgetTier(gym.Wrapper[np.ndarray, Any, np.ndarray, Any], gym.utils.Record
         )
         self._dtype = space.dtype
         self._hard_budget = _hard_budget_beneath(env)
+        self._ledger = env.unwrapped
+        if not hasattr(self._ledger, "episode_cost"):
+            raise ValueError(f"BudgetTier: expected a cost-envs environment (with an "
+                             f"episode_cost ledger), got {type(self._ledger).__name__}")
         self._rng = np.random.default_rng()
         self._tier = TIERS[0] if tier is None else tier
-        self._spent = 0.0
         self._needs_reset = True
 
     @property
@@ -134,6 +138,11 @@ class BudgetTier(gym.Wrapper[np.ndarray, Any, np.ndarray, Any], gym.utils.Record
     def budget(self) -> float:
         """The current episode's budget."""
         return self.budgets[self._tier]
+
+    @property
+    def _spent(self) -> float:
+        """The episode's spend so far: the env's own ledger."""
+        return float(self._ledger.episode_cost)
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -162,10 +171,9 @@ class BudgetTier(gym.Wrapper[np.ndarray, Any, np.ndarray, Any], gym.utils.Record
             self._tier = self.fixed_tier
         else:
             self._tier = TIERS[int(self._rng.choice(len(TIERS), p=self.probabilities))]
-        if self._hard_budget:
-            options["budget"] = self.budget  # the hard cap beneath follows the tier
+        if self._hard_budget is not None:
+            self._hard_budget.set_budget(self.budget)  # the hard cap beneath follows the tier
         obs, info = self.env.reset(seed=seed, options=options or None)
-        self._spent = 0.0
         self._needs_reset = False
         info = {**info, "tier": self._tier, "budget": self.budget}
         return self._extend(obs), info
@@ -176,7 +184,6 @@ class BudgetTier(gym.Wrapper[np.ndarray, Any, np.ndarray, Any], gym.utils.Record
             raise ResetNeeded("BudgetTier: call reset() before step() (the episode has not "
                               "started or has ended)")
         obs, _, terminated, truncated, info = self.env.step(action)
-        self._spent += info["cost"]
         budget = self.budget
         info["tier"] = self._tier
         info["budget"] = budget
@@ -200,15 +207,13 @@ class BudgetTier(gym.Wrapper[np.ndarray, Any, np.ndarray, Any], gym.utils.Record
         return np.concatenate([np.asarray(obs, dtype=self._dtype), extra])
 
 
-def _hard_budget_beneath(env: gym.Env) -> bool:
-    """Whether a ``HardBudget`` sits somewhere beneath this wrapper."""
-    from cost_envs.wrappers.budget import HardBudget
-
+def _hard_budget_beneath(env: gym.Env) -> HardBudget | None:
+    """The ``HardBudget`` beneath this wrapper, if one is there."""
     while isinstance(env, gym.Wrapper):
         if isinstance(env, HardBudget):
-            return True
+            return env
         env = env.env
-    return False
+    return None
 
 
 def _check_budgets(budgets: Mapping[str, float]) -> dict[str, float]:
