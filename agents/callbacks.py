@@ -5,8 +5,9 @@
 own ledger, at the last), so it works with any wrapper stack, SB3's ``Monitor`` included
 (``Monitor`` overwrites ``info["episode"]``, which is why the contract's keys are used).
 An episode cut short by a foreign time limit (Gymnasium's ``TimeLimit``) carries no
-ledger; for those the per-step ``cost`` and ``flops`` are added up instead. At the end of every rollout it records, over
-the last ``window`` finished episodes:
+ledger; for those the per-step ``cost`` and ``flops`` are added up instead.
+
+At the end of every rollout it records, over the last ``window`` finished episodes:
 
 ==============================  ===================================================
 key                             value
