@@ -504,7 +504,7 @@ def test_hard_budget_reads_the_env_ledger() -> None:
     env = HardBudget(gym.make(ENV_ID), budget=0.5)
     env.reset(seed=3)
     for _ in range(2):
-        _, _, terminated, truncated, info = env.step(np.ones(3, dtype=np.int8))
+        _, _, terminated, truncated, _ = env.step(np.ones(3, dtype=np.int8))
         assert env.remaining_budget == 0.5 - env.unwrapped.episode_cost
         if terminated or truncated:
             break
