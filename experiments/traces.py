@@ -25,17 +25,19 @@ import numpy as np
 
 from agents.evaluation import value_interval
 from agents.files import figure_png, write_files_atomic
-from agents.routing.trace_router import (
+from agents.routing.router_features import (
     ANSWER_STATISTICS,
     STATISTICS,
+    answer_statistics,
+    weak_answers,
+)
+from agents.routing.trace_router import (
     CascadeRouter,
     LogisticRegression,
     RouterPolicy,
     TraceRouter,
-    answer_statistics,
     cascade_curve,
     cascade_observations,
-    weak_answers,
 )
 from cost_envs.metrics.routing import (
     bootstrap_routing,

@@ -13,17 +13,19 @@ import numpy as np
 import pytest
 
 import cost_envs  # noqa: F401  (registers the envs)
-from agents.routing.trace_router import (
+from agents.routing.router_features import (
     ANSWER_STATISTICS,
+    answer_statistics,
+    arithmetic_value,
+    text_statistics,
+)
+from agents.routing.trace_router import (
     CascadeRouter,
     LogisticRegression,
     RouterPolicy,
     TraceRouter,
-    answer_statistics,
-    arithmetic_value,
     cascade_curve,
     cascade_observations,
-    text_statistics,
 )
 from cost_envs.metrics.routing import routing_curve
 from cost_envs.traces import (

@@ -1,0 +1,92 @@
+"""Every module imports in a fresh process, the packages stay torch-free at import, and
+imports flow one way: ``cost_envs`` <- ``agents`` <- ``experiments``."""
+
+from __future__ import annotations
+
+import ast
+import json
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("cost_envs", "agents", "experiments")
+#: What each package may import from the project (imports flow one way).
+ALLOWED = {"cost_envs": {"cost_envs"}, "agents": {"cost_envs", "agents"},
+           "experiments": {"cost_envs", "agents", "experiments"}}
+MAX_MODULE_LINES = 500
+
+
+def _modules(package: str) -> list[str]:
+    root = REPO / package
+    names = [package]
+    names += [info.name for info in pkgutil.walk_packages([str(root)], prefix=f"{package}.")]
+    return sorted(names)
+
+
+def _source_files() -> list[Path]:
+    return sorted(path for package in PACKAGES for path in (REPO / package).rglob("*.py"))
+
+
+def _run(code: str) -> str:
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                            text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_every_module_imports_in_a_fresh_process() -> None:
+    modules = [name for package in PACKAGES for name in _modules(package)]
+    assert "experiments.lora_ppo" in modules and "agents.lora.checkpoints" in modules
+    code = ("import importlib, json\n"
+            f"for name in {modules!r}:\n"
+            "    importlib.import_module(name)\n"
+            "print(json.dumps(len(" + repr(modules) + ")))")
+    assert json.loads(_run(code)) == len(modules)
+
+
+@pytest.mark.parametrize("package", ["cost_envs", "agents", "agents.routing", "agents.lora"])
+def test_package_import_loads_no_torch(package: str) -> None:
+    code = (f"import sys, {package}, gymnasium as gym\n"
+            "import cost_envs\n"
+            "env = gym.make('cost_envs/ToolBench-v0')\n"
+            "env.reset(seed=0)\n"
+            "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
+    assert _run(code).strip() == "[]"
+
+
+def test_cost_envs_modules_load_no_torch() -> None:
+    # Every module of the env package, not only its __init__: none may need torch.
+    modules = _modules("cost_envs")
+    code = ("import importlib, sys\n"
+            f"for name in {modules!r}:\n"
+            "    importlib.import_module(name)\n"
+            "print('torch' in sys.modules)")
+    assert _run(code).strip() == "False"
+
+
+def _imported_packages(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+    return found & set(PACKAGES)
+
+
+@pytest.mark.parametrize("path", _source_files(), ids=lambda p: str(p.relative_to(REPO)))
+def test_imports_flow_one_way(path: Path) -> None:
+    package = path.relative_to(REPO).parts[0]
+    forbidden = _imported_packages(path) - ALLOWED[package]
+    assert not forbidden, f"{path.relative_to(REPO)} imports {sorted(forbidden)}"
+
+
+@pytest.mark.parametrize("path", _source_files(), ids=lambda p: str(p.relative_to(REPO)))
+def test_no_module_over_500_lines(path: Path) -> None:
+    lines = len(path.read_text(encoding="utf-8").splitlines())
+    assert lines <= MAX_MODULE_LINES, f"{path.relative_to(REPO)} has {lines} lines"
