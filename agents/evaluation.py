@@ -80,7 +80,8 @@ class EvaluationResult:
         """
         out = summarize(self.records)
         out["call_ratio"] = dict(zip(self.agent_names, out["call_ratio"], strict=True))
-        intervals = bootstrap_cis(self.records, HEADLINE_METRICS, n_resamples, seed=seed)
+        intervals = bootstrap_cis(self.records, HEADLINE_METRICS, n_resamples=n_resamples,
+                                  seed=seed)
         for key, interval in zip(HEADLINE_METRICS, intervals, strict=True):
             out[f"{key}_ci"] = interval_around(out[key], interval)
         return out

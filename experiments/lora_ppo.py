@@ -157,7 +157,7 @@ def _learned_summary(runs: Sequence[Sequence[EpisodeRecord]], agent_names: Seque
     pooled = [record for run in runs for record in run]
     summary = summarize(pooled)
     summary["call_ratio"] = dict(zip(agent_names, summary["call_ratio"], strict=True))
-    intervals = bootstrap_cis_over_runs(runs, HEADLINE_METRICS, resamples, seed=seed)
+    intervals = bootstrap_cis_over_runs(runs, HEADLINE_METRICS, n_resamples=resamples, seed=seed)
     for key, interval in zip(HEADLINE_METRICS, intervals, strict=True):
         summary[f"{key}_ci"] = interval_around(summary[key], interval)
     per_seed = [summarize(run) for run in runs]

@@ -289,7 +289,7 @@ def test_paired_success_difference_is_the_shared_bootstrap_of_the_mean() -> None
     a, b = records(0.7), records(0.5)
     diff = np.array([x.success for x in a], float) - np.array([y.success for y in b], float)
     point, low, high = paired_success_difference(a, b, resamples=400, seed=5)
-    assert (point, low, high) == bootstrap_mean_ci(diff, 400, 0.95, 5)
+    assert (point, low, high) == bootstrap_mean_ci(diff, n_resamples=400, confidence=0.95, seed=5)
     # the same numbers as the former hand-written bootstrap (one block of draws)
     means = diff[np.random.default_rng(5).integers(0, 120, (400, 120))].mean(axis=1)
     np.testing.assert_allclose((low, high), np.quantile(means, [0.025, 0.975]), atol=1e-12)

@@ -202,10 +202,10 @@ def score_tier(allocator_for: Callable[[gym.Env], Any], tier: str, episodes: int
     consulted = np.array([r.calls.sum() > 0 for r in records], dtype=float)
     calls = np.stack([r.calls for r in records]).mean(axis=0)
     return TierScores(
-        accuracy=bootstrap_mean_ci(success, n_resamples, seed=seed),
-        accuracy_within_budget=bootstrap_mean_ci(within, n_resamples, seed=seed + 1),
-        avg_cost=bootstrap_mean_ci(cost, n_resamples, seed=seed + 2),
-        expert_call_ratio=bootstrap_mean_ci(consulted, n_resamples, seed=seed + 3),
+        accuracy=bootstrap_mean_ci(success, n_resamples=n_resamples, seed=seed),
+        accuracy_within_budget=bootstrap_mean_ci(within, n_resamples=n_resamples, seed=seed + 1),
+        avg_cost=bootstrap_mean_ci(cost, n_resamples=n_resamples, seed=seed + 2),
+        expert_call_ratio=bootstrap_mean_ci(consulted, n_resamples=n_resamples, seed=seed + 3),
         calls_per_query={n: float(c) for n, c in zip(names, calls, strict=True)},
         over_budget=float(np.mean(cost > budget)),
     )

@@ -1,7 +1,11 @@
 """Percentile-bootstrap intervals: over episodes, over training runs and tasks, of a mean.
 
-Every interval in the project comes from here (the routing metrics of
-:mod:`cost_envs.metrics.routing` share the argument checks and the percentile step):
+One engine serves every interval in the project, the routing metrics of
+:mod:`cost_envs.metrics.routing` included: :func:`resample_blocks` splits the resamples
+into blocks of bounded memory, each bootstrap draws its block from one generator seeded
+by ``seed``, and :func:`percentile_interval` turns the resampled values into an
+:class:`Interval`. Every bootstrap takes its data first and then the keyword-only
+``n_resamples``, ``confidence`` and ``seed``, checked by :func:`check_bootstrap_args`.
 
 * :func:`bootstrap_cis` / :func:`bootstrap_ci`: episodes resampled with replacement, the
   headline metrics recomputed on each resample (ratio statistics such as CPS as ratios of
@@ -14,17 +18,59 @@ Only numpy is used.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from cost_envs.metrics.episodes import HEADLINE_METRICS, EpisodeRecord, _records
 
-#: Largest resample block (resamples x episodes) held in memory at once by the bootstrap.
-_BOOTSTRAP_BLOCK = 1 << 22
+#: Largest resample block (resamples x items) held in memory at once by the bootstrap.
+BLOCK_CELLS = 1 << 22
 
 Statistic = str | Callable[[Sequence[EpisodeRecord]], float]
+
+
+class Interval(NamedTuple):
+    """A confidence interval: the one interval type of the metrics (a ``(low, high)`` tuple)."""
+
+    low: float
+    high: float
+
+
+# ------------------------------------------------------------------------ the engine
+def check_bootstrap_args(n_resamples: Any, confidence: Any) -> None:
+    """Raise ``ValueError`` unless ``n_resamples`` is an int >= 1 and ``confidence`` in (0, 1)."""
+    if isinstance(n_resamples, bool) or not isinstance(n_resamples, (int, np.integer)) or (
+        n_resamples < 1
+    ):
+        raise ValueError(f"n_resamples: expected an int >= 1, got {n_resamples!r}")
+    if (isinstance(confidence, bool) or not isinstance(confidence, (int, float, np.floating))
+            or not 0.0 < confidence < 1.0):
+        raise ValueError(f"confidence: expected a number in (0, 1), got {confidence!r}")
+
+
+def resample_blocks(n_resamples: int, cells_per_resample: int,
+                    block_cells: int = BLOCK_CELLS) -> Iterator[int]:
+    """Sizes of the blocks the ``n_resamples`` resamples are drawn in, in order.
+
+    A block holds at most ``block_cells`` cells (resamples x cells per resample, at least
+    one resample), so memory stays bounded for very long evaluations. The sizes fix how
+    a generator's stream is cut, so every bootstrap draws its blocks through here.
+    """
+    block = max(1, block_cells // max(1, cells_per_resample))
+    for start in range(0, n_resamples, block):
+        yield min(block, n_resamples - start)
+
+
+def percentile_interval(values: np.ndarray | Sequence[np.ndarray],
+                        confidence: float) -> Interval:
+    """The central ``confidence`` interval of resampled values (blocks are concatenated)."""
+    array = np.concatenate(values) if isinstance(values, (list, tuple)) else values
+    tail = (1.0 - confidence) / 2.0
+    low, high = np.quantile(array, [tail, 1.0 - tail])
+    return Interval(float(low), float(high))
 
 
 @dataclass(frozen=True)
@@ -65,15 +111,6 @@ def _resampled_statistic(name: str, columns: _Columns, index: np.ndarray) -> np.
     raise AssertionError(f"unhandled statistic {name!r}")  # pragma: no cover
 
 
-def _check_bootstrap_args(n_resamples: int, confidence: float) -> None:
-    if isinstance(n_resamples, bool) or not isinstance(n_resamples, (int, np.integer)) or (
-        n_resamples < 1
-    ):
-        raise ValueError(f"n_resamples: expected an int >= 1, got {n_resamples!r}")
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence: expected a number in (0, 1), got {confidence!r}")
-
-
 def _check_statistic(statistic: Statistic) -> None:
     if isinstance(statistic, str):
         if statistic not in HEADLINE_METRICS:
@@ -96,25 +133,14 @@ def interval_around(point: float, interval: Sequence[float]) -> list[float]:
     return [min(float(low), point), max(float(high), point)]
 
 
-def _percentile_intervals(
-    values: Sequence[Sequence[np.ndarray]], confidence: float
-) -> list[tuple[float, float]]:
-    """The central ``confidence`` interval of each statistic's resampled values."""
-    tail = (1.0 - confidence) / 2.0
-    intervals = []
-    for out in values:
-        low, high = np.quantile(np.concatenate(out), [tail, 1.0 - tail])
-        intervals.append((float(low), float(high)))
-    return intervals
-
-
 def bootstrap_cis(
     records: Iterable[EpisodeRecord],
     statistics: Sequence[Statistic] = HEADLINE_METRICS,
+    *,
     n_resamples: int = 1000,
     confidence: float = 0.95,
     seed: int = 0,
-) -> list[tuple[float, float]]:
+) -> list[Interval]:
     """Percentile-bootstrap intervals of several statistics on the *same* resamples.
 
     Sharing one resample index matrix keeps the intervals mutually consistent and costs
@@ -124,32 +150,31 @@ def bootstrap_cis(
         One ``(low, high)`` per entry of ``statistics``, in order.
     """
     records = _records(records, "bootstrap_ci")
-    _check_bootstrap_args(n_resamples, confidence)
+    check_bootstrap_args(n_resamples, confidence)
     for statistic in statistics:
         _check_statistic(statistic)
     n = len(records)
     columns = _Columns.of(records)
     rng = np.random.default_rng(seed)
     values: list[list[np.ndarray]] = [[] for _ in statistics]
-    # Draw the index matrix in blocks so memory stays bounded for very long evaluations.
-    block = max(1, _BOOTSTRAP_BLOCK // n)
-    for start in range(0, n_resamples, block):
-        index = rng.integers(0, n, size=(min(block, n_resamples - start), n))
+    for size in resample_blocks(n_resamples, n):
+        index = rng.integers(0, n, size=(size, n))
         for out, statistic in zip(values, statistics, strict=True):
             if isinstance(statistic, str):
                 out.append(_resampled_statistic(statistic, columns, index))
             else:  # arbitrary callables cannot be vectorised: one call per resample
                 out.append(np.array([statistic([records[i] for i in row]) for row in index]))
-    return _percentile_intervals(values, confidence)
+    return [percentile_interval(out, confidence) for out in values]
 
 
 def bootstrap_ci(
     records: Iterable[EpisodeRecord],
     statistic: Statistic,
+    *,
     n_resamples: int = 1000,
     confidence: float = 0.95,
     seed: int = 0,
-) -> tuple[float, float]:
+) -> Interval:
     """Percentile-bootstrap confidence interval of ``statistic`` over episodes.
 
     Episodes are resampled with replacement ``n_resamples`` times and the statistic is
@@ -172,11 +197,13 @@ def bootstrap_ci(
     Raises:
         ValueError: On empty ``records``, an unknown metric name or invalid arguments.
     """
-    return bootstrap_cis(records, [statistic], n_resamples, confidence, seed)[0]
+    return bootstrap_cis(records, [statistic], n_resamples=n_resamples, confidence=confidence,
+                         seed=seed)[0]
 
 
 def bootstrap_mean_ci(
     values: Sequence[float] | np.ndarray,
+    *,
     n_resamples: int = 1000,
     confidence: float = 0.95,
     seed: int = 0,
@@ -194,13 +221,12 @@ def bootstrap_mean_ci(
     if array.ndim != 1 or array.size == 0 or not np.isfinite(array).all():
         raise ValueError(f"bootstrap_mean_ci: expected a non-empty 1-D array of finite "
                          f"numbers, got shape {array.shape}")
-    _check_bootstrap_args(n_resamples, confidence)
+    check_bootstrap_args(n_resamples, confidence)
     rng = np.random.default_rng(seed)
     n = array.size
-    block = max(1, _BOOTSTRAP_BLOCK // n)
-    means = [array[rng.integers(0, n, size=(min(block, n_resamples - start), n))].mean(axis=1)
-             for start in range(0, n_resamples, block)]
-    ((low, high),) = _percentile_intervals([means], confidence)
+    means = [array[rng.integers(0, n, size=(size, n))].mean(axis=1)
+             for size in resample_blocks(n_resamples, n)]
+    low, high = percentile_interval(means, confidence)
     point = float(array.mean())
     low, high = interval_around(point, (low, high))
     return point, low, high
@@ -209,10 +235,11 @@ def bootstrap_mean_ci(
 def bootstrap_cis_over_runs(
     runs: Sequence[Sequence[EpisodeRecord]],
     statistics: Sequence[str] = HEADLINE_METRICS,
+    *,
     n_resamples: int = 1000,
     confidence: float = 0.95,
     seed: int = 0,
-) -> list[tuple[float, float]]:
+) -> list[Interval]:
     """Two-level percentile bootstrap for several training runs scored on the same tasks.
 
     ``runs[s][j]`` is run (training seed) ``s`` on task ``j``. Each resample draws runs
@@ -238,7 +265,7 @@ def bootstrap_cis_over_runs(
     if len(lengths) != 1:
         raise ValueError(f"bootstrap_cis_over_runs: runs must be scored on the same tasks, "
                          f"got runs of {lengths} episodes")
-    _check_bootstrap_args(n_resamples, confidence)
+    check_bootstrap_args(n_resamples, confidence)
     for statistic in statistics:
         if not isinstance(statistic, str):
             raise ValueError(f"statistic: expected a metric name, got {statistic!r}")
@@ -247,12 +274,10 @@ def bootstrap_cis_over_runs(
     columns = _Columns.of([record for run in runs for record in run])
     rng = np.random.default_rng(seed)
     values: list[list[np.ndarray]] = [[] for _ in statistics]
-    block = max(1, _BOOTSTRAP_BLOCK // (n * n_runs))
-    for start in range(0, n_resamples, block):
-        size = min(block, n_resamples - start)
+    for size in resample_blocks(n_resamples, n * n_runs):
         chosen_runs = rng.integers(0, n_runs, size=(size, n_runs))
         tasks = rng.integers(0, n, size=(size, n))
         index = (chosen_runs[:, :, None] * n + tasks[:, None, :]).reshape(size, n_runs * n)
         for out, statistic in zip(values, statistics, strict=True):
             out.append(_resampled_statistic(statistic, columns, index))
-    return _percentile_intervals(values, confidence)
+    return [percentile_interval(out, confidence) for out in values]

@@ -41,7 +41,12 @@ from typing import Any
 
 import numpy as np
 
-from cost_envs.metrics.bootstrap import _check_bootstrap_args, _percentile_intervals
+from cost_envs.metrics.bootstrap import (
+    Interval,
+    check_bootstrap_args,
+    percentile_interval,
+    resample_blocks,
+)
 
 #: CPT levels reported by default.
 DEFAULT_LEVELS = (0.5, 0.8)
@@ -229,12 +234,14 @@ def oracle_point(weak_correct: Any, strong_correct: Any) -> tuple[float, float]:
 
 # ---------------------------------------------------------------------------- bootstrap
 def _interval(values: np.ndarray, confidence: float) -> list[float]:
-    """The percentile interval of the finite ``values`` (resamples with PGR undefined are nan)."""
+    """The percentile interval of the finite ``values`` (resamples with PGR undefined are nan).
+
+    A list, the JSON form of an :class:`Interval` in these JSON-ready results.
+    """
     valid = values[np.isfinite(values)]
     if valid.size == 0:
-        return [float("nan"), float("nan")]
-    ((low, high),) = _percentile_intervals([[valid]], confidence)
-    return [low, high]
+        return list(Interval(float("nan"), float("nan")))
+    return list(percentile_interval(valid, confidence))
 
 
 def _random_metrics(weights: np.ndarray, w: np.ndarray, s: np.ndarray,
@@ -288,9 +295,10 @@ def bootstrap_routing(
     weak_correct: Any,
     strong_correct: Any,
     levels: Sequence[float] = DEFAULT_LEVELS,
+    *,
     n_resamples: int = 1000,
-    seed: int = 0,
     confidence: float = 0.95,
+    seed: int = 0,
     reference: str | Sequence[str] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """APGR and CPT of several routers with percentile-bootstrap intervals over queries.
@@ -327,7 +335,7 @@ def bootstrap_routing(
     for ref in references:
         if ref not in routers:
             raise ValueError(f"reference: {ref!r} is not one of {list(routers)}")
-    _check_bootstrap_args(n_resamples, confidence)
+    check_bootstrap_args(n_resamples, confidence)
     for level in levels:
         if not 0.0 < level <= 1.0:
             raise ValueError(f"levels: expected numbers in (0, 1], got {level!r}")
@@ -351,17 +359,14 @@ def bootstrap_routing(
     rng = np.random.default_rng(seed)
     samples: dict[str, dict[str, list[np.ndarray]]] = {
         name: {k: [] for k in keys} for name in routers}
-    block = max(1, _BLOCK // n)
-    done = 0
-    while done < n_resamples:
-        size = min(block, n_resamples - done)
+    # Resamples as multinomial counts per query (a float matrix, hence the smaller block).
+    for size in resample_blocks(n_resamples, n, block_cells=_BLOCK):
         weights = rng.multinomial(n, np.full(n, 1.0 / n), size=size).astype(np.float64)
         for name, (order, ends) in plans.items():
             metrics = (_random_metrics(weights, w, s, levels) if order is None or ends is None
                        else _resampled_metrics(weights, order, ends, w, s, levels))
             for key in keys:
                 samples[name][key].append(metrics[key])
-        done += size
     stacked = {name: {k: np.concatenate(v) for k, v in d.items()} for name, d in samples.items()}
     out: dict[str, dict[str, Any]] = {}
     for name in routers:
