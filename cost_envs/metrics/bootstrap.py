@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cost_envs.config import integer, number
 from cost_envs.metrics.episodes import HEADLINE_METRICS, EpisodeRecord, _records
 
 #: Largest resample block (resamples x episodes) held in memory at once by the bootstrap.
@@ -66,12 +67,8 @@ def _resampled_statistic(name: str, columns: _Columns, index: np.ndarray) -> np.
 
 
 def _check_bootstrap_args(n_resamples: int, confidence: float) -> None:
-    if isinstance(n_resamples, bool) or not isinstance(n_resamples, (int, np.integer)) or (
-        n_resamples < 1
-    ):
-        raise ValueError(f"n_resamples: expected an int >= 1, got {n_resamples!r}")
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence: expected a number in (0, 1), got {confidence!r}")
+    integer(n_resamples, "n_resamples", minimum=1)
+    number(confidence, "confidence", minimum=0, maximum=1, inclusive=False)
 
 
 def _check_statistic(statistic: Statistic) -> None:
