@@ -310,6 +310,8 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def _key_path(path: Sequence[Any]) -> str:
     """``agents[0].capability`` for ``("agents", 0, "capability")``; the root is "top level"."""
+    if len(path) > 8:  # a deep path: its head says where, its tail how deep
+        return f"{_key_path(path[:4])}...{_key_path(path[-2:]).lstrip('.')}"
     out = ""
     for part in path:
         if isinstance(part, int) and not isinstance(part, bool):
@@ -408,7 +410,7 @@ def _load_yaml(content: str, source: str) -> Any:
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        problem = " ".join(p for p in (err.context, err.problem) if p)
+        problem = ": ".join(p for p in (err.context, err.problem) if p)
         raise ValueError(f"{source}: {where}not valid YAML: {problem}") from None
     except yaml.YAMLError as err:
         raise ValueError(f"{source}: not valid YAML: {' '.join(str(err).split())}") from None
