@@ -15,23 +15,26 @@ or a YAML file (see :meth:`AgentPool.from_file`)::
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from cost_envs.config import read_config_file
+from cost_envs.config import (
+    integer,
+    is_number,  # noqa: F401  (re-exported: agents and wrappers import it from here)
+    number,
+    probability,
+    read_config_file,
+    reject_unknown,
+    require_keys,
+    text,
+)
 
 _AGENT_KEYS = ("name", "role", "cost", "flops", "capability")
 _POOL_KEYS = ("skills", "agents")
-
-
-def is_number(value: Any) -> bool:
-    """A real number: a Python or numpy int or float, not a bool."""
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -53,16 +56,11 @@ class AgentSpec:
     capability: tuple[float, ...]
 
     def __post_init__(self) -> None:
+        text(self.name, "agent name")
         where = f"agent {self.name!r}"
-        if not isinstance(self.name, str) or not self.name:
-            raise ValueError(f"agent name: expected a non-empty string, got {self.name!r}")
-        if not isinstance(self.role, str) or not self.role:
-            raise ValueError(f"{where}: role: expected a non-empty string, got {self.role!r}")
+        text(self.role, "role", where=where)
         for key in ("cost", "flops"):
-            value = getattr(self, key)
-            if not is_number(value) or not math.isfinite(value) or value < 0:
-                raise ValueError(f"{where}: {key}: expected a finite number >= 0, got {value!r}")
-            object.__setattr__(self, key, float(value))
+            object.__setattr__(self, key, number(getattr(self, key), key, minimum=0, where=where))
         if isinstance(self.capability, (str, bytes)) or not isinstance(
             self.capability, (Sequence, np.ndarray)
         ):
@@ -71,12 +69,8 @@ class AgentSpec:
                 f"got {self.capability!r}"
             )
         values = tuple(self.capability)
-        for value in values:
-            if not is_number(value) or not 0.0 <= float(value) <= 1.0:
-                raise ValueError(
-                    f"{where}: capability: expected numbers in [0, 1], got {value!r} "
-                    f"in {list(values)!r}"
-                )
+        for i, value in enumerate(values):
+            probability(value, f"capability[{i}]", where=where)
         object.__setattr__(self, "capability", tuple(float(v) for v in values))
 
 
@@ -89,10 +83,13 @@ class AgentPool:
     Args:
         agents: The agents, in action order. Names must be unique.
         skills: Names of the capability dimensions; every capability vector has this length.
+        source: The file the pool was read from (``""`` if none): errors that an env
+            raises about the pool name it.
     """
 
     agents: tuple[AgentSpec, ...]
     skills: tuple[str, ...]
+    source: str = field(default="", repr=False, compare=False)
     costs: np.ndarray = field(init=False, repr=False, compare=False)
     flops: np.ndarray = field(init=False, repr=False, compare=False)
     capabilities: np.ndarray = field(init=False, repr=False, compare=False)
@@ -134,6 +131,11 @@ class AgentPool:
         return len(self.agents)
 
     @property
+    def label(self) -> str:
+        """``"pool <file>"``, or ``"pool"`` for a pool not read from a file."""
+        return f"pool {self.source}" if self.source else "pool"
+
+    @property
     def names(self) -> tuple[str, ...]:
         """Agent names in action order."""
         return tuple(a.name for a in self.agents)
@@ -152,9 +154,8 @@ class AgentPool:
 
     def subset(self, size: int) -> AgentPool:
         """The first ``size`` agents, as a new pool."""
-        if not isinstance(size, (int, np.integer)) or not 1 <= size <= len(self):
-            raise ValueError(f"pool_size: expected an integer in [1, {len(self)}], got {size!r}")
-        return AgentPool(self.agents[:size], self.skills)
+        integer(size, "pool_size", minimum=1, maximum=len(self))
+        return AgentPool(self.agents[:size], self.skills, self.source)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-data form accepted by :meth:`from_dict` (JSON/YAML friendly)."""
@@ -185,10 +186,8 @@ class AgentPool:
         """
         if not isinstance(data, Mapping):
             raise ValueError(f"{source}: expected a mapping with keys {list(_POOL_KEYS)}")
-        _reject_unknown(data, _POOL_KEYS, source)
-        for key in _POOL_KEYS:
-            if key not in data:
-                raise ValueError(f"{source}: missing key {key!r}; expected keys {list(_POOL_KEYS)}")
+        reject_unknown(data, _POOL_KEYS, source)
+        require_keys(data, _POOL_KEYS, source)
         skills = data["skills"]
         if not isinstance(skills, list) or not all(isinstance(s, str) and s for s in skills):
             raise ValueError(f"{source}: skills: expected a list of skill names, got {skills!r}")
@@ -200,10 +199,8 @@ class AgentPool:
             where = f"{source}: agents[{i}]"
             if not isinstance(entry, Mapping):
                 raise ValueError(f"{where}: expected a mapping with keys {list(_AGENT_KEYS)}")
-            _reject_unknown(entry, _AGENT_KEYS, where)
-            missing = [k for k in _AGENT_KEYS if k not in entry]
-            if missing:
-                raise ValueError(f"{where}: missing key(s) {missing}; expected {list(_AGENT_KEYS)}")
+            reject_unknown(entry, _AGENT_KEYS, where)
+            require_keys(entry, _AGENT_KEYS, where)
             try:
                 agents.append(AgentSpec(**{k: entry[k] for k in _AGENT_KEYS}))
             except ValueError as err:
@@ -217,14 +214,7 @@ class AgentPool:
     def from_file(cls, path: str | Path) -> AgentPool:
         """Load a pool from a ``.json``, ``.yaml`` or ``.yml`` file (schema in the module doc)."""
         path = Path(path)
-        data = read_config_file(path)
-        return cls.from_dict(data, source=str(path))
-
-
-def _reject_unknown(data: Mapping[str, Any], allowed: Sequence[str], where: str) -> None:
-    unknown = sorted(str(k) for k in data if k not in allowed)
-    if unknown:
-        raise ValueError(f"{where}: unknown key(s) {unknown}; expected keys {sorted(allowed)}")
+        return replace(cls.from_dict(read_config_file(path), source=str(path)), source=str(path))
 
 
 def coerce_pool(pool: AgentPool | Mapping[str, Any] | str | Path) -> AgentPool:

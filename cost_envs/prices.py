@@ -23,20 +23,27 @@ are errors naming the file and the entry.
 from __future__ import annotations
 
 import datetime as dt
-import math
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from cost_envs.config import load_yaml, read_config_file
-from cost_envs.pool import is_number
+from cost_envs.config import (
+    number,
+    one_of,
+    parse_config_text,
+    read_config_file,
+    reject_unknown,
+    require_keys,
+    text,
+)
 
 _TABLE_KEYS = ("currency", "unit", "models")
 _MODEL_KEYS = ("name", "input", "output", "reasoning", "active_params_billion",
                "params_source", "source", "date")
+_REQUIRED_MODEL_KEYS = ("name", "input", "output", "source", "date")
 UNIT = "per_million_tokens"
 
 
@@ -65,16 +72,13 @@ class ModelPrice:
     params_source: str = ""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name:
-            raise ValueError(f"name: expected a non-empty string, got {self.name!r}")
+        text(self.name, "name")
         where = f"model {self.name!r}"
         for key in ("input", "output", "reasoning", "active_params_billion"):
             value = getattr(self, key)
             if value is None and key == "reasoning":
                 continue
-            if not is_number(value) or not math.isfinite(value) or value < 0:
-                raise ValueError(f"{where}: {key}: expected a finite number >= 0, got {value!r}")
-            object.__setattr__(self, key, float(value))
+            object.__setattr__(self, key, number(value, key, minimum=0, where=where))
         for key in ("source", "date"):
             value = getattr(self, key)
             if isinstance(value, dt.date):  # YAML reads an unquoted 2025-04-14 as a date
@@ -120,10 +124,13 @@ class PriceTable:
     Args:
         models: The models' prices; names must be unique.
         currency: Currency of every price (the default table uses ``"USD"``).
+        source: The file the table was read from (``""`` if none): errors that an env
+            raises about the table name it.
     """
 
     models: tuple[ModelPrice, ...]
     currency: str = "USD"
+    source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         names = [m.name for m in self.models]
@@ -150,13 +157,21 @@ class PriceTable:
         """Model names in table order."""
         return tuple(m.name for m in self.models)
 
+    @property
+    def label(self) -> str:
+        """``"price table <file>"``, or ``"price table"`` for a table not read from a file."""
+        return f"price table {self.source}" if self.source else "price table"
+
     def require(self, names: list[str] | tuple[str, ...], source: str = "price table") -> None:
-        """Raise ``ValueError`` naming every model of ``names`` the table has no price for."""
+        """Raise ``ValueError`` naming every model of ``names`` the table has no price for.
+
+        The message starts with ``source`` (who needs the prices) and names the table's
+        file when it was read from one.
+        """
         missing = [n for n in names if n not in self]
         if missing:
-            raise ValueError(
-                f"{source}: no price for model(s) {missing}; the table has {list(self.names)}"
-            )
+            raise ValueError(f"{source}: no price for model(s) {missing}; the {self.label} "
+                             f"has {list(self.names)}")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: str = "<dict>") -> PriceTable:
@@ -164,15 +179,9 @@ class PriceTable:
         if not isinstance(data, Mapping):
             raise ValueError(f"{source}: expected a mapping with keys {list(_TABLE_KEYS)}, "
                              f"got {type(data).__name__}")
-        unknown = sorted(str(k) for k in data if k not in _TABLE_KEYS)
-        if unknown:
-            raise ValueError(f"{source}: unknown key(s) {unknown}; expected {list(_TABLE_KEYS)}")
-        unit = data.get("unit", UNIT)
-        if unit != UNIT:
-            raise ValueError(f"{source}: unit: expected {UNIT!r}, got {unit!r}")
-        currency = data.get("currency", "USD")
-        if not isinstance(currency, str) or not currency:
-            raise ValueError(f"{source}: currency: expected a non-empty string, got {currency!r}")
+        reject_unknown(data, _TABLE_KEYS, source)
+        one_of(data.get("unit", UNIT), "unit", (UNIT,), where=source)
+        currency = text(data.get("currency", "USD"), "currency", where=source)
         entries = data.get("models")
         if not isinstance(entries, list) or not entries:
             raise ValueError(f"{source}: models: expected a non-empty list, got {entries!r}")
@@ -181,13 +190,8 @@ class PriceTable:
             where = f"{source}: models[{i}]"
             if not isinstance(entry, Mapping):
                 raise ValueError(f"{where}: expected a mapping, got {entry!r}")
-            unknown = sorted(str(k) for k in entry if k not in _MODEL_KEYS)
-            if unknown:
-                raise ValueError(f"{where}: unknown key(s) {unknown}; expected some of "
-                                 f"{list(_MODEL_KEYS)}")
-            missing = [k for k in ("name", "input", "output", "source", "date") if k not in entry]
-            if missing:
-                raise ValueError(f"{where}: missing key(s) {missing}")
+            reject_unknown(entry, _MODEL_KEYS, where)
+            require_keys(entry, _REQUIRED_MODEL_KEYS, where)
             try:
                 models.append(ModelPrice(**entry))
             except ValueError as err:
@@ -201,14 +205,15 @@ class PriceTable:
     def from_file(cls, path: str | Path) -> PriceTable:
         """Load a table from a ``.json``, ``.yaml`` or ``.yml`` file."""
         path = Path(path)
-        data = read_config_file(path)
-        return cls.from_dict(data, source=str(path))
+        return replace(cls.from_dict(read_config_file(path), source=str(path)), source=str(path))
 
 
 def default_price_table() -> PriceTable:
     """The packaged table (``cost_envs/data/prices.yaml``)."""
-    text = resources.files("cost_envs").joinpath("data/prices.yaml").read_text(encoding="utf-8")
-    return PriceTable.from_dict(load_yaml(text), source="cost_envs/data/prices.yaml")
+    source = "cost_envs/data/prices.yaml"
+    content = resources.files("cost_envs").joinpath("data/prices.yaml").read_text(encoding="utf-8")
+    table = PriceTable.from_dict(parse_config_text(content, source, "yaml"), source=source)
+    return replace(table, source=source)
 
 
 def coerce_prices(prices: PriceTable | Mapping[str, Any] | str | Path | None) -> PriceTable:

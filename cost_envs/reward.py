@@ -9,10 +9,11 @@ MultiBinary action that actually ran and ``||z_t||_0`` the number of calls.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
+
+from cost_envs.config import number, reject_unknown
 
 
 @dataclass(frozen=True)
@@ -33,14 +34,8 @@ class RewardWeights:
 
     def __post_init__(self) -> None:
         for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ValueError(f"RewardWeights.{f.name}: expected a number, got {value!r}")
-            if not math.isfinite(value) or value < 0:
-                raise ValueError(
-                    f"RewardWeights.{f.name}: expected a finite number >= 0, got {value!r}"
-                )
-            object.__setattr__(self, f.name, float(value))
+            value = number(getattr(self, f.name), f"RewardWeights.{f.name}", minimum=0)
+            object.__setattr__(self, f.name, value)
 
     def __call__(self, success: bool, quality: float, step_cost: float, n_calls: int) -> float:
         """Eq. 1 for one step; pass ``success=False, quality=0`` on non-final steps."""
@@ -59,12 +54,7 @@ class RewardWeights:
         if isinstance(value, RewardWeights):
             return value
         if isinstance(value, Mapping):
-            allowed = {f.name for f in fields(cls)}
-            unknown = sorted(set(value) - allowed)
-            if unknown:
-                raise ValueError(
-                    f"reward_weights: unknown key(s) {unknown}; expected some of {sorted(allowed)}"
-                )
+            reject_unknown(value, [f.name for f in fields(cls)], "reward_weights")
             return cls(**value)
         raise ValueError(
             f"reward_weights: expected RewardWeights, a mapping or None, got {value!r}"

@@ -198,7 +198,8 @@ def test_malformed_jsonl_names_file_line_and_column(tmp_path: Path, case: str) -
 
 
 BAD_ROUTELLM = {
-    "missing prompt column": ("question,m1\nq,True\n", 1, "prompt", "missing column"),
+    "missing prompt column": ("question,m1\nq,True\n", 1, None,
+                              "nor a RouteLLM CSV (a 'prompt' column"),
     "non-boolean correctness": ('prompt,m1,m2\n"a\nb",True,False\nc,True,maybe\n', 4, "m2",
                                 "expected True or False, got 'maybe'"),
     "response without model": ("prompt,m1,m2_response\nq,True,x\n", 1, "m2_response",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,17 +10,23 @@ from typing import Any, NamedTuple
 import numpy as np
 from gymnasium import spaces
 
-from cost_envs.config import coerce_config
 from cost_envs.core import OrchestrationEnv, Outcome, Prices, State
-from cost_envs.pool import AgentPool, AgentSpec, is_number
+from cost_envs.envs.agentic_profiles import (
+    MAX_HORIZON,
+    MAX_RECOVERY,
+    MAX_SUBGOALS,
+    PROFILE_NAMES,
+    PROFILES,
+    RoutingProfile,
+)
+from cost_envs.pool import AgentPool, AgentSpec
 from cost_envs.prices import PriceTable, coerce_prices
 from cost_envs.reward import RewardWeights
 
 #: The pool's one skill: the current step needs multi-step reasoning (the task embedding).
 SKILLS = ("reasoning",)
-#: Subgoal difficulty classes, in the order of a profile's ``mix``.
-CLASSES = ("routine", "hard", "very_hard")
-#: Uniform range of the difficulty ``d`` of a subgoal of each class.
+#: Uniform range of the difficulty ``d`` of a subgoal of each class (``CLASSES`` of
+#: :mod:`cost_envs.envs.agentic_profiles`).
 CLASS_RANGES = ((0.0, 0.3), (0.35, 0.7), (0.75, 1.0))
 #: Per-turn success probability of the small and the large model on difficulty ``d``:
 #: ``p(d) = 1 / (1 + exp(-(a - b d)))`` with ``(a, b)`` below.
@@ -33,10 +38,6 @@ RECOVERY_DIFFICULTY = 0.1
 SIGNAL_NOISE = 0.12
 TAG_NOISE = 0.12
 TAG_THRESHOLD = 0.45
-#: Normalisers of the observation (largest horizon, subgoals and recovery of the presets).
-MAX_HORIZON = 50
-MAX_SUBGOALS = 10
-MAX_RECOVERY = 9
 FAILURE_CAP = 3
 #: Log-normal spread of a task's per-step token counts around the profile's means, and the
 #: range the factor is clipped to (so a large step always costs at least a small one).
@@ -46,114 +47,6 @@ DEFAULT_SMALL = "Qwen/Qwen2.5-7B-Instruct"
 DEFAULT_LARGE = "gpt-4.1"
 
 
-@dataclass(frozen=True)
-class RoutingProfile:
-    """The shape of one benchmark's tasks.
-
-    Args:
-        name: Profile name.
-        horizon: Steps before the episode ends in failure.
-        min_subgoals: Fewest subgoals of a task.
-        max_subgoals: Most subgoals of a task.
-        mix: Mean shares of the classes ``routine``, ``hard``, ``very_hard`` of a subgoal.
-        concentration: ``kappa`` of the task's routine share ``r ~ Beta(kappa mix_0,
-            kappa (1 - mix_0))``; the rest is split between ``hard`` and ``very_hard`` in
-            the ratio ``mix_1 : mix_2``. Small values cluster hard subgoals in hard tasks.
-        recovery_steps: Extra steps a harmful failure costs (undoing a wrong action).
-        harm_small: Probability that a failed small-model step is harmful.
-        harm_large: Probability that a failed large-model step is harmful.
-        input_tokens: Mean tokens the model reads per step (prompt, observation, history
-            window).
-        output_tokens: Mean tokens the model writes per step (thought and action).
-        demo_tokens: Tokens of in-context demonstrations the small model reads on top of
-            ``input_tokens`` at every step (7B models need them to keep the action
-            format; the large model is prompted zero-shot).
-    """
-
-    name: str
-    horizon: int
-    min_subgoals: int
-    max_subgoals: int
-    mix: tuple[float, float, float]
-    concentration: float
-    recovery_steps: int
-    harm_small: float
-    harm_large: float
-    input_tokens: float
-    output_tokens: float
-    demo_tokens: float = 0.0
-
-    def __post_init__(self) -> None:
-        where = f"profile {self.name!r}"
-        if not isinstance(self.name, str) or not self.name:
-            raise ValueError(f"profile name: expected a non-empty string, got {self.name!r}")
-        for key in ("horizon", "min_subgoals", "max_subgoals", "recovery_steps"):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-                raise ValueError(f"{where}: {key}: expected an int >= 0, got {value!r}")
-            object.__setattr__(self, key, int(value))
-        if not 1 <= self.min_subgoals <= self.max_subgoals <= MAX_SUBGOALS:
-            raise ValueError(f"{where}: expected 1 <= min_subgoals <= max_subgoals <= "
-                             f"{MAX_SUBGOALS}, got {self.min_subgoals}, {self.max_subgoals}")
-        if not self.max_subgoals < self.horizon <= MAX_HORIZON:
-            raise ValueError(f"{where}: horizon: expected max_subgoals < horizon <= "
-                             f"{MAX_HORIZON}, got {self.horizon}")
-        if self.recovery_steps > MAX_RECOVERY:
-            raise ValueError(f"{where}: recovery_steps: expected at most {MAX_RECOVERY}, "
-                             f"got {self.recovery_steps}")
-        mix = tuple(self.mix)
-        if (len(mix) != len(CLASSES) or not all(is_number(p) and p >= 0 for p in mix)
-                or not math.isclose(sum(mix), 1.0, abs_tol=1e-9)):
-            raise ValueError(f"{where}: mix: expected {len(CLASSES)} probabilities "
-                             f"(routine, hard, very_hard) summing to 1, got {self.mix!r}")
-        object.__setattr__(self, "mix", tuple(float(p) for p in mix))
-        if not 0.0 < mix[0] < 1.0:
-            raise ValueError(f"{where}: mix: the routine share must be in (0, 1), "
-                             f"got {mix[0]!r}")
-        kappa = self.concentration
-        if not is_number(kappa) or not math.isfinite(kappa) or kappa <= 0:
-            raise ValueError(f"{where}: concentration: expected a number > 0, got {kappa!r}")
-        object.__setattr__(self, "concentration", float(kappa))
-        for key in ("harm_small", "harm_large"):
-            value = getattr(self, key)
-            if not is_number(value) or not 0.0 <= value <= 1.0:
-                raise ValueError(f"{where}: {key}: expected a probability, got {value!r}")
-            object.__setattr__(self, key, float(value))
-        if self.harm_large > self.harm_small:
-            raise ValueError(f"{where}: harm_large must not exceed harm_small (the large "
-                             "model is the stronger one)")
-        for key in ("input_tokens", "output_tokens"):
-            value = getattr(self, key)
-            if not is_number(value) or not math.isfinite(value) or value <= 0:
-                raise ValueError(f"{where}: {key}: expected a number > 0, got {value!r}")
-            object.__setattr__(self, key, float(value))
-        demo = self.demo_tokens
-        if not is_number(demo) or not math.isfinite(demo) or demo < 0:
-            raise ValueError(f"{where}: demo_tokens: expected a number >= 0, got {demo!r}")
-        object.__setattr__(self, "demo_tokens", float(demo))
-
-    @classmethod
-    def coerce(cls, value: RoutingProfile | Mapping[str, Any] | str) -> RoutingProfile:
-        """A profile, its dict form, or the name of a preset (:data:`PROFILES`)."""
-        return coerce_config(cls, value, PROFILES, "profile")
-
-
-#: The three benchmark profiles (see the class docstring for what each one models).
-PROFILES: dict[str, RoutingProfile] = {
-    "alfworld": RoutingProfile("alfworld", horizon=50, min_subgoals=3, max_subgoals=6,
-                               mix=(0.84, 0.11, 0.05), concentration=1.5,
-                               recovery_steps=3, harm_small=0.6, harm_large=0.15,
-                               input_tokens=1800.0, output_tokens=80.0, demo_tokens=1200.0),
-    "sciworld": RoutingProfile("sciworld", horizon=50, min_subgoals=5, max_subgoals=10,
-                               mix=(0.68, 0.22, 0.10), concentration=2.0,
-                               recovery_steps=3, harm_small=0.6, harm_large=0.15,
-                               input_tokens=3000.0, output_tokens=110.0, demo_tokens=2000.0),
-    "appworld": RoutingProfile("appworld", horizon=40, min_subgoals=4, max_subgoals=8,
-                               mix=(0.5, 0.28, 0.22), concentration=2.0,
-                               recovery_steps=3, harm_small=0.6, harm_large=0.15,
-                               input_tokens=5500.0, output_tokens=200.0, demo_tokens=3500.0),
-}
-PROFILE_NAMES = tuple(PROFILES)
 
 
 def success_probability(difficulty: np.ndarray | float, curve: tuple[float, float]
@@ -404,8 +297,8 @@ class AgenticRoutingEnv(OrchestrationEnv[AgenticTask]):
         covers every task.
         """
         small, large = self.small_price, self.large_price
-        where = (f"AgenticRouting-v0: the large model {large.name!r} and the small model "
-                 f"{small.name!r}")
+        where = (f"AgenticRouting-v0: {self.price_table.label}: the large model "
+                 f"{large.name!r} and the small model {small.name!r}")
         for key in ("input", "output", "active_params_billion"):
             if getattr(large, key) < getattr(small, key):
                 raise ValueError(

@@ -11,9 +11,9 @@ from typing import Any, NamedTuple
 import numpy as np
 from gymnasium import spaces
 
-from cost_envs.config import coerce_config
+from cost_envs.config import coerce_config, integer, number, one_of, text
 from cost_envs.core import OrchestrationEnv, Outcome, Prices, State
-from cost_envs.pool import AgentPool, AgentSpec, is_number
+from cost_envs.pool import AgentPool, AgentSpec
 from cost_envs.prices import PriceTable, coerce_prices
 from cost_envs.reward import RewardWeights
 
@@ -60,18 +60,12 @@ class ModelProfile:
     reasoning_tokens: float = 0.0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name:
-            raise ValueError(f"model name: expected a non-empty string, got {self.name!r}")
+        text(self.name, "model name")
+        where = f"model {self.name!r}"
         for f in fields(self)[1:]:
-            value = getattr(self, f.name)
-            if not is_number(value) or not math.isfinite(value) or value < 0:
-                raise ValueError(
-                    f"model {self.name!r}: {f.name}: expected a finite number >= 0, "
-                    f"got {value!r}"
-                )
-            object.__setattr__(self, f.name, float(value))
-        if self.trust <= 0 or self.sharpness <= 0:
-            raise ValueError(f"model {self.name!r}: trust and sharpness must be > 0")
+            positive = f.name in ("trust", "sharpness")  # a weight and a slope: 0 is no model
+            object.__setattr__(self, f.name, number(getattr(self, f.name), f.name, minimum=0,
+                                                    inclusive=not positive, where=where))
 
     def accuracy(self, difficulty: np.ndarray | float) -> np.ndarray:
         """Chance of a right answer at ``difficulty``."""
@@ -232,13 +226,9 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
         reward_weights: RewardWeights | Mapping[str, float] | None = None,
         render_mode: str | None = None,
     ) -> None:
-        if profile != "mixed" and profile not in PROFILES:
-            raise ValueError(f"ExpertRouting-v0: profile: expected one of "
-                             f"{[*PROFILE_NAMES, 'mixed']}, got {profile!r}")
-        if isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or not (
-                1 <= max_rounds <= 8):
-            raise ValueError(f"ExpertRouting-v0: max_rounds: expected an int in [1, 8], "
-                             f"got {max_rounds!r}")
+        name = "ExpertRouting-v0"
+        one_of(profile, "profile", (*PROFILE_NAMES, "mixed"), where=name)
+        max_rounds = integer(max_rounds, "max_rounds", minimum=1, maximum=8, where=name)
         if experts is None:
             experts = list(DEFAULT_EXPERTS)
         if isinstance(experts, (str, Mapping)) or not isinstance(experts, Sequence) or (
@@ -250,7 +240,7 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
         if len(set(names)) != len(names):
             raise ValueError(f"ExpertRouting-v0: experts: duplicate names in {names}")
         self.price_table = coerce_prices(prices)
-        self.price_table.require([CONTROLLER.name, *names], "ExpertRouting-v0: prices")
+        self.price_table.require([CONTROLLER.name, *names], f"{name}: prices")
         self.profile = profile
         self.max_rounds = max_rounds
         self.controller = CONTROLLER

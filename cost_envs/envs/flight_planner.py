@@ -213,17 +213,15 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
         render_mode: str | None = None,
     ) -> None:
         pool = flight_planner_pool() if pool is None else coerce_pool(pool)
+        where = f"FlightPlanner-v0: {pool.label}"
         if pool.skills != SKILLS:
-            raise ValueError(
-                f"FlightPlanner-v0: pool skills must be {list(SKILLS)}, got {list(pool.skills)}"
-            )
+            raise ValueError(f"{where}: skills must be {list(SKILLS)}, got {list(pool.skills)}")
         bad = [(a.name, a.role) for a in pool.agents if a.role not in ROLES]
         if bad:
-            raise ValueError(f"FlightPlanner-v0: agent roles must be one of {list(ROLES)}, "
-                             f"got {bad}")
+            raise ValueError(f"{where}: agent roles must be one of {list(ROLES)}, got {bad}")
         for role in ROLES[:2]:
             if role not in pool.roles:
-                raise ValueError(f"FlightPlanner-v0: the pool needs at least one {role!r} agent")
+                raise ValueError(f"{where}: needs at least one {role!r} agent")
         super().__init__(pool, reward_weights, render_mode)
         roles = np.array(pool.roles)
         self._role_mask = {r: (roles == r).astype(np.int8) for r in ROLES}

@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from gymnasium import spaces
 
+from cost_envs.config import probability
 from cost_envs.core import OrchestrationEnv, Outcome, State
 from cost_envs.pool import AgentPool, AgentSpec, coerce_pool
 from cost_envs.reward import RewardWeights
@@ -188,11 +189,10 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
             coerce_pool(pool))
         if pool.skills != SKILLS:
             raise ValueError(
-                f"ToolBench-v0: pool skills must be {list(SKILLS)} in this order, "
+                f"ToolBench-v0: {pool.label}: skills must be {list(SKILLS)} in this order, "
                 f"got {list(pool.skills)}"
             )
-        if not 0.0 <= f1_threshold <= 1.0:
-            raise ValueError(f"f1_threshold: expected a number in [0, 1], got {f1_threshold!r}")
+        probability(f1_threshold, "f1_threshold", where="ToolBench-v0")
         super().__init__(pool, reward_weights, render_mode)
         self.f1_threshold = float(f1_threshold)
         self.observation_space = spaces.Box(0.0, 1.0, shape=(17,), dtype=np.float32)

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from cost_envs.config import boolean, integer, one_of
 from cost_envs.core import OrchestrationEnv, Outcome, Prices, State
 from cost_envs.pool import AgentPool, AgentSpec
 from cost_envs.prices import PriceTable, coerce_prices
@@ -18,7 +19,6 @@ from cost_envs.reward import RewardWeights
 from cost_envs.traces import TraceDataset, check_split_args, example_traces, load_traces
 from cost_envs.traces.features import (
     MINILM_DIM,
-    check_n_features,
     has_final_answer,
     hashed_features,
     minilm_features,
@@ -51,8 +51,7 @@ def query_features(data: TraceDataset, kind: str = "hashed",
     default). ``"minilm"``: 384-dimensional sentence embeddings (optional extra).
     Cached per dataset for the life of the process.
     """
-    if kind not in FEATURE_KINDS:
-        raise ValueError(f"features: expected one of {list(FEATURE_KINDS)}, got {kind!r}")
+    one_of(kind, "features", FEATURE_KINDS)
     if kind == "minilm":
         if n_features is not None and n_features != MINILM_DIM:
             raise ValueError(f"n_features: features='minilm' gives {MINILM_DIM} features, "
@@ -60,8 +59,7 @@ def query_features(data: TraceDataset, kind: str = "hashed",
         n_features = MINILM_DIM
     elif n_features is None:
         n_features = DEFAULT_N_FEATURES
-    check_n_features(n_features)
-    size = int(n_features)
+    size = integer(n_features, "n_features", minimum=1)
     if kind == "hashed":
         return _cached((data.fingerprint, kind, size),
                        lambda: hashed_features(data.prompts, size))
@@ -238,11 +236,9 @@ class TraceRoutingEnv(OrchestrationEnv[TraceTask]):
         else:
             raise ValueError(f"{name}: data: expected a TraceDataset, a path or None, "
                              f"got {type(data).__name__}")
-        if split not in SPLITS:
-            raise ValueError(f"{name}: split: expected one of {list(SPLITS)}, got {split!r}")
+        one_of(split, "split", SPLITS, where=name)
         check_split_args(split_seed, test_fraction)
-        if not isinstance(cascade, (bool, np.bool_)):
-            raise ValueError(f"{name}: cascade: expected True or False, got {cascade!r}")
+        boolean(cascade, "cascade", where=name)
         if models is not None:
             full = full.select_models(models)
         table = coerce_prices(prices)

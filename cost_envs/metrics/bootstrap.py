@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from cost_envs.config import integer, number
 from cost_envs.metrics.episodes import HEADLINE_METRICS, EpisodeRecord, _records
 
 #: Largest resample block (resamples x items) held in memory at once by the bootstrap.
@@ -42,13 +43,8 @@ class Interval(NamedTuple):
 # ------------------------------------------------------------------------ the engine
 def check_bootstrap_args(n_resamples: Any, confidence: Any) -> None:
     """Raise ``ValueError`` unless ``n_resamples`` is an int >= 1 and ``confidence`` in (0, 1)."""
-    if isinstance(n_resamples, bool) or not isinstance(n_resamples, (int, np.integer)) or (
-        n_resamples < 1
-    ):
-        raise ValueError(f"n_resamples: expected an int >= 1, got {n_resamples!r}")
-    if (isinstance(confidence, bool) or not isinstance(confidence, (int, float, np.floating))
-            or not 0.0 < confidence < 1.0):
-        raise ValueError(f"confidence: expected a number in (0, 1), got {confidence!r}")
+    integer(n_resamples, "n_resamples", minimum=1)
+    number(confidence, "confidence", minimum=0, maximum=1, inclusive=False)
 
 
 def resample_blocks(n_resamples: int, cells_per_resample: int,

@@ -27,21 +27,13 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from cost_envs.config import integer, number
+
 #: The headline metrics, by name (the bootstrap computes these vectorised).
 HEADLINE_METRICS = ("success_rate", "cps", "flops_per_success", "avg_quality", "avg_cost")
 
 Point = tuple[float, float]
 K = TypeVar("K")
-
-
-def _check_number(name: str, value: Any, minimum: float | None = None) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ValueError(f"EpisodeRecord.{name}: expected a number, got {value!r}")
-    value = float(value)
-    if not math.isfinite(value) or (minimum is not None and value < minimum):
-        bound = f" >= {minimum:g}" if minimum is not None else ""
-        raise ValueError(f"EpisodeRecord.{name}: expected a finite number{bound}, got {value!r}")
-    return value
 
 
 @dataclass(frozen=True, eq=False)
@@ -71,13 +63,10 @@ class EpisodeRecord:
         set_ = object.__setattr__  # frozen: normalise the fields in place once
         set_(self, "success", bool(self.success))
         set_(self, "budget_violation", bool(self.budget_violation))
-        set_(self, "quality", _check_number("quality", self.quality))
-        set_(self, "cost", _check_number("cost", self.cost, 0.0))
-        set_(self, "flops", _check_number("flops", self.flops, 0.0))
-        length = self.length
-        if isinstance(length, bool) or not isinstance(length, (int, np.integer)) or length < 0:
-            raise ValueError(f"EpisodeRecord.length: expected an int >= 0, got {length!r}")
-        set_(self, "length", int(length))
+        set_(self, "quality", number(self.quality, "EpisodeRecord.quality"))
+        set_(self, "cost", number(self.cost, "EpisodeRecord.cost", minimum=0))
+        set_(self, "flops", number(self.flops, "EpisodeRecord.flops", minimum=0))
+        set_(self, "length", integer(self.length, "EpisodeRecord.length", minimum=0))
         calls = np.asarray(self.calls)
         if calls.ndim != 1 or calls.dtype.kind not in "biu" or (calls < 0).any():
             raise ValueError(
@@ -256,8 +245,7 @@ def oracle_gap(cps: float, oracle_cps: float) -> float:
         ValueError: If either value is negative or not finite.
     """
     for name, value in (("cps", cps), ("oracle_cps", oracle_cps)):
-        if not math.isfinite(value) or value < 0:
-            raise ValueError(f"oracle_gap: {name}: expected a finite number >= 0, got {value!r}")
+        number(value, name, minimum=0, where="oracle_gap")
     if oracle_cps == 0:
         return 1.0 if cps == 0 else math.inf
     return cps / oracle_cps

@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from cost_envs.config import number
 from cost_envs.metrics.bootstrap import (
     Interval,
     check_bootstrap_args,
@@ -337,8 +338,7 @@ def bootstrap_routing(
             raise ValueError(f"reference: {ref!r} is not one of {list(routers)}")
     check_bootstrap_args(n_resamples, confidence)
     for level in levels:
-        if not 0.0 < level <= 1.0:
-            raise ValueError(f"levels: expected numbers in (0, 1], got {level!r}")
+        number(level, "levels", minimum=0, maximum=1, inclusive=(False, True))
     keys = ["apgr", *(_cpt_key(level) for level in levels)]
     plans: dict[str, tuple[np.ndarray | None, np.ndarray | None]] = {}
     points: dict[str, dict[str, float]] = {}

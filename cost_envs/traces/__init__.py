@@ -3,6 +3,7 @@
 * :mod:`cost_envs.traces.dataset`: :class:`TraceDataset`, the arrays an env replays;
 * :mod:`cost_envs.traces.readers`: :func:`load_traces` (RouteLLM CSVs, generic CSV and
   JSONL), token counting, the packaged synthetic example;
+* :mod:`cost_envs.traces.parsing`: the readers' located field parsing and CSV records;
 * :mod:`cost_envs.traces.features`: hashed n-grams, MiniLM embeddings, answer markers.
 """
 

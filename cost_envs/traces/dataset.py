@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from cost_envs.pool import is_number
+from cost_envs.config import integer, number
 from cost_envs.prices import PriceTable
 
 
@@ -314,7 +314,5 @@ class TraceDataset:
 
 def check_split_args(seed: Any, test_fraction: Any) -> None:
     """Raise ``ValueError`` unless ``seed`` is an int >= 0 and ``test_fraction`` in (0, 1)."""
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"split_seed: expected an int >= 0, got {seed!r}")
-    if not is_number(test_fraction) or not 0.0 < test_fraction < 1.0:
-        raise ValueError(f"test_fraction: expected a number in (0, 1), got {test_fraction!r}")
+    integer(seed, "split_seed", minimum=0)
+    number(test_fraction, "test_fraction", minimum=0, maximum=1, inclusive=False)

