@@ -21,8 +21,8 @@ import gymnasium as gym
 import numpy as np
 
 from agents.allocator import Allocator
+from cost_envs.config import integer, probability
 from cost_envs.core import OrchestrationEnv
-from cost_envs.pool import is_number
 
 
 def _orchestration_env(env: gym.Env) -> OrchestrationEnv:
@@ -234,9 +234,7 @@ class RandomMix(RoutingBaseline):
 
     def __init__(self, env: gym.Env, p: float = 0.5, seed: int | None = 0) -> None:
         super().__init__(env)
-        if not is_number(p) or not 0.0 <= p <= 1.0:
-            raise ValueError(f"RandomMix: p: expected a probability in [0, 1], got {p!r}")
-        self.p = float(p)
+        self.p = probability(p, "p", where="RandomMix")
         self.rng = np.random.default_rng(seed)
 
     def act(self, observation: np.ndarray) -> np.ndarray:
@@ -266,12 +264,7 @@ class Cascade(RoutingBaseline):
         if decode is None or cap is None:
             raise ValueError(f"Cascade: {self.env.env_name} does not report consecutive "
                              "failures in its observation (consecutive_failures, failure_cap)")
-        if isinstance(patience, bool) or not isinstance(patience, (int, np.integer)) or not (
-            1 <= patience <= cap
-        ):
-            raise ValueError(f"Cascade: patience: expected an int in [1, {cap}], "
-                             f"got {patience!r}")
-        self.patience = int(patience)
+        self.patience = integer(patience, "patience", minimum=1, maximum=cap, where="Cascade")
         self._failures = decode
 
     def act(self, observation: np.ndarray) -> np.ndarray:

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 
+from cost_envs.config import integer
 from cost_envs.metrics import EpisodeRecord, summarize
 
 
@@ -46,10 +47,7 @@ class CostMetricsCallback(BaseCallback):
 
     def __init__(self, window: int = 100, verbose: int = 0) -> None:
         super().__init__(verbose)
-        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-            raise ValueError(
-                f"CostMetricsCallback: window: expected an int >= 1, got {window!r}")
-        self.window = window
+        self.window = integer(window, "window", minimum=1, where="CostMetricsCallback")
         self.episodes: deque[EpisodeRecord] = deque(maxlen=window)
         self.history: list[dict[str, Any]] = []
         self.agent_names: tuple[str, ...] = ()

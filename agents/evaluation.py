@@ -24,6 +24,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from cost_envs.config import integer
 from cost_envs.metrics import (
     HEADLINE_METRICS,
     EpisodeRecord,
@@ -233,8 +234,7 @@ def run_episode(
 
 
 def _check_episodes(episodes: int) -> None:
-    if isinstance(episodes, bool) or not isinstance(episodes, (int, np.integer)) or episodes < 1:
-        raise ValueError(f"episodes: expected a positive int, got {episodes!r}")
+    integer(episodes, "episodes", minimum=1)
 
 
 def evaluate(

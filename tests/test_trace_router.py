@@ -52,7 +52,7 @@ def test_logistic_regression_recovers_the_signal() -> None:
     assert ((model.predict_proba(x) > 0.5) == y).mean() > 0.75
     with pytest.raises(ValueError, match="call fit first"):
         LogisticRegression().predict_proba(x)
-    with pytest.raises(ValueError, match="l2: expected a positive number"):
+    with pytest.raises(ValueError, match="l2: expected a finite number > 0"):
         LogisticRegression(l2=0)
 
 

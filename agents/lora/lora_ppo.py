@@ -33,7 +33,7 @@ from torch.nn import functional as F
 from agents.lora.adapters import verify_optimizer
 from agents.lora.policies import AllocatorPolicy
 from agents.lora.supervised import relative_prices
-from cost_envs.pool import is_number
+from cost_envs.config import number
 
 
 class LoraGuidedPPO(PPO):
@@ -63,13 +63,9 @@ class LoraGuidedPPO(PPO):
         vf_coef: float = 0.5,
         **kwargs: Any,
     ) -> None:
-        # `not x >= 0` rather than `x < 0`, so that NaN fails too
-        if not is_number(cost_coef) or not cost_coef >= 0:
-            raise ValueError(f"cost_coef: expected a number >= 0, got {cost_coef!r}")
-        if not is_number(value_lr_scale) or not value_lr_scale > 0:
-            raise ValueError(f"value_lr_scale: expected a number > 0, got {value_lr_scale!r}")
-        self.cost_coef = float(cost_coef)
-        self.value_lr_scale = float(value_lr_scale)
+        self.cost_coef = number(cost_coef, "cost_coef", minimum=0)
+        self.value_lr_scale = number(value_lr_scale, "value_lr_scale", minimum=0,
+                                     inclusive=False)
         super().__init__(policy, env, learning_rate=learning_rate, n_steps=n_steps,
                          batch_size=batch_size, gae_lambda=gae_lambda, clip_range=clip_range,
                          ent_coef=ent_coef, vf_coef=vf_coef, **kwargs)

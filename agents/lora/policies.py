@@ -46,6 +46,7 @@ from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from torch import nn
 
 from agents.lora.adapters import LoraSettings, adapted_linear, inject_lora, verify_optimizer
+from cost_envs.config import number
 
 #: Names of the parameter groups, see the module docstring.
 PARAMETER_GROUPS = ("base", "adapter", "action", "value")
@@ -291,8 +292,6 @@ def _check_groups(groups: Mapping[str, float]) -> dict[str, float]:
                          f"{list(PARAMETER_GROUPS)}")
     out = {}
     for name, scale in groups.items():
-        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
-            raise ValueError(f"learning-rate multiplier of group {name!r}: expected a number "
-                             f"> 0, got {scale!r}")
-        out[name] = float(scale)
+        out[name] = number(scale, f"learning-rate multiplier of group {name!r}", minimum=0,
+                           inclusive=False)
     return out

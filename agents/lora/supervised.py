@@ -29,6 +29,7 @@ from torch.nn import functional as F
 from agents.baselines import GreedyHeuristic
 from agents.evaluation import rollout
 from agents.lora.policies import AllocatorPolicy
+from cost_envs.config import integer, number
 
 
 @dataclass(frozen=True)
@@ -137,23 +138,14 @@ class SupervisedConfig:
             value = getattr(self, field.name)
             if field.name == "rho" and value is None:
                 continue
-            name = f"SupervisedConfig.{field.name}"
             if field.name in _COUNTS:
-                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                    raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
+                integer(value, f"SupervisedConfig.{field.name}", minimum=1)
                 continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-                math.isfinite(value)
-            ):
-                raise ValueError(f"{name}: expected a finite number, got {value!r}")
             low, high, low_open = _RANGES.get(field.name, (0.0, math.inf, False))
-            if value > high or value < low or (low_open and value == low):
-                bracket = "(" if low_open else "["
-                raise ValueError(f"{name}: expected a number in {bracket}{low:g}, {high:g}], "
-                                 f"got {value!r}")
+            number(value, f"SupervisedConfig.{field.name}", minimum=low,
+                   maximum=None if high == math.inf else high, inclusive=(not low_open, True))
 
 
-#: Integer fields of SupervisedConfig, and (low, high, low excluded) of bounded numbers.
 _COUNTS = ("episodes", "epochs", "batch_size")
 _RANGES = {"learning_rate": (0.0, math.inf, True), "rho": (0.0, 1.0, False),
            "threshold": (0.0, 1.0, True), "gamma": (0.0, 1.0, False)}

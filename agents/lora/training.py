@@ -51,6 +51,7 @@ from agents.lora.supervised import (
     train_supervised,
 )
 from agents.seeds import TRACE_TASK_SEED, TRAIN_TASK_SEED
+from cost_envs.config import integer
 
 #: PPO settings shared by ``ppo`` and ``lora-ppo`` (the paper's A.4).
 PPO_SETTINGS: dict[str, Any] = {"n_steps": 512, "batch_size": 64, "gae_lambda": 0.95,
@@ -135,10 +136,8 @@ def train(
     """
     if method not in METHODS:
         raise ValueError(f"method: expected one of {list(METHODS)}, got {method!r}")
-    if isinstance(timesteps, bool) or not isinstance(timesteps, int) or timesteps < 1:
-        raise ValueError(f"timesteps: expected an int >= 1, got {timesteps!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed: expected an int >= 0, got {seed!r}")
+    integer(timesteps, "timesteps", minimum=1)
+    integer(seed, "seed", minimum=0)
     kwargs = _json_env_kwargs(env_kwargs or {})
     base_path = _base_path(env_id, base) if method != "ppo" else None
     set_random_seed(seed)

@@ -46,18 +46,11 @@ from agents.routing.router_features import (
     text_statistics,
     weak_answers,
 )
+from cost_envs.config import integer, number
 from cost_envs.envs.trace_routing import TraceTask
 from cost_envs.metrics.routing import RoutingCurve, routing_curve
-from cost_envs.pool import is_number
 from cost_envs.traces import TraceDataset
 from cost_envs.traces.features import hashed_features
-
-
-def _check_positive(name: str, value: Any, integer: bool = False) -> None:
-    typed = isinstance(value, int) and not isinstance(value, bool) if integer else is_number(value)
-    if not typed or not value > 0:
-        raise ValueError(f"{name}: expected a positive {'int' if integer else 'number'}, "
-                         f"got {value!r}")
 
 
 class LogisticRegression:
@@ -70,8 +63,8 @@ class LogisticRegression:
     """
 
     def __init__(self, l2: float = 10.0, max_iter: int = 50, tol: float = 1e-8) -> None:
-        _check_positive("l2", l2)
-        _check_positive("max_iter", max_iter, integer=True)
+        number(l2, "l2", minimum=0, inclusive=False)
+        integer(max_iter, "max_iter", minimum=1)
         self.l2, self.max_iter, self.tol = float(l2), max_iter, tol
         self.coef_: np.ndarray | None = None
 
@@ -125,10 +118,9 @@ class TraceRouter:
     hashed_weight: float = 1.0
 
     def __post_init__(self) -> None:
-        _check_positive("n_features", self.n_features, integer=True)
-        _check_positive("l2", self.l2)
-        if not is_number(self.hashed_weight) or not self.hashed_weight >= 0:
-            raise ValueError(f"hashed_weight: expected a number >= 0, got {self.hashed_weight!r}")
+        integer(self.n_features, "n_features", minimum=1)
+        number(self.l2, "l2", minimum=0, inclusive=False)
+        number(self.hashed_weight, "hashed_weight", minimum=0)
         self._mean: np.ndarray | None = None
         self._std: np.ndarray | None = None
         self._model: LogisticRegression | None = None

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import copy
-import math
 from typing import Any, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
 from gymnasium.error import ResetNeeded
 
-from cost_envs.pool import is_number
+from cost_envs.config import number
 
 ON_EXCEED_MODES = ("mask", "truncate")
 
@@ -260,5 +259,4 @@ class HardBudget(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArg
 
 
 def _check_budget(budget: Any, what: str) -> None:
-    if not is_number(budget) or not math.isfinite(budget) or budget < 0:
-        raise ValueError(f"HardBudget: {what}: expected a finite number >= 0, got {budget!r}")
+    number(budget, what, minimum=0, where="HardBudget")

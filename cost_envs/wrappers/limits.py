@@ -6,6 +6,8 @@ from typing import Any, SupportsFloat
 
 import gymnasium as gym
 
+from cost_envs.config import integer
+
 
 class StepLimit(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArgs):
     """Truncates an episode after ``max_steps`` steps and fills its final-step info.
@@ -32,9 +34,7 @@ class StepLimit(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArgs
     """
 
     def __init__(self, env: gym.Env[Any, Any], max_steps: int) -> None:
-        if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
-            raise ValueError(f"StepLimit: max_steps: expected a positive integer, "
-                             f"got {max_steps!r}")
+        integer(max_steps, "max_steps", minimum=1, where="StepLimit")
         if not hasattr(env.unwrapped, "truncate"):
             raise TypeError(f"StepLimit: expected an env whose unwrapped env is an "
                             f"OrchestrationEnv, got {type(env.unwrapped).__name__}")

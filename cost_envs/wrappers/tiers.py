@@ -11,7 +11,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.error import ResetNeeded
 
-from cost_envs.pool import is_number
+from cost_envs.config import number
 from cost_envs.wrappers.budget import HardBudget
 
 TIERS = ("low", "medium", "high")
@@ -105,9 +105,7 @@ class BudgetTier(gym.Wrapper[np.ndarray, Any, np.ndarray, Any], gym.utils.Record
         if reward not in REWARD_MODES:
             raise ValueError(f"BudgetTier: reward: expected one of {list(REWARD_MODES)}, "
                              f"got {reward!r}")
-        if not is_number(penalty) or not math.isfinite(penalty) or penalty < 0:
-            raise ValueError(f"BudgetTier: penalty: expected a finite number >= 0, "
-                             f"got {penalty!r}")
+        number(penalty, "penalty", minimum=0, where="BudgetTier")
         self.reward_mode = reward
         self.penalty = float(penalty)
         space = env.observation_space
@@ -222,10 +220,8 @@ def _check_budgets(budgets: Mapping[str, float]) -> dict[str, float]:
         raise ValueError(f"BudgetTier: budgets: expected a mapping with exactly the keys "
                          f"{list(TIERS)}, got {got!r}")
     for name in TIERS:
-        value = budgets[name]
-        if not is_number(value) or not math.isfinite(value) or value <= 0:
-            raise ValueError(f"BudgetTier: budgets[{name!r}]: expected a finite number > 0, "
-                             f"got {value!r}")
+        number(budgets[name], f"budgets[{name!r}]", minimum=0, inclusive=False,
+               where="BudgetTier")
     values = [float(budgets[name]) for name in TIERS]
     if not values[0] < values[1] < values[2]:
         raise ValueError(f"BudgetTier: budgets: expected low < medium < high, got "
@@ -241,11 +237,8 @@ def _check_probabilities(probabilities: Mapping[str, float] | None) -> np.ndarra
                          f"got {probabilities!r}")
     values = []
     for name in TIERS:
-        value = probabilities.get(name, 0.0)
-        if not is_number(value) or not math.isfinite(value) or value < 0:
-            raise ValueError(f"BudgetTier: probabilities[{name!r}]: expected a finite number "
-                             f">= 0, got {value!r}")
-        values.append(float(value))
+        values.append(number(probabilities.get(name, 0.0), f"probabilities[{name!r}]",
+                             minimum=0, where="BudgetTier"))
     total = sum(values)
     if not math.isclose(total, 1.0, rel_tol=1e-9, abs_tol=1e-9):
         raise ValueError(f"BudgetTier: probabilities: expected values summing to 1, got {total}")
