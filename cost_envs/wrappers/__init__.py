@@ -8,6 +8,7 @@ beneath it, so they would not see the episode end.
 from cost_envs.wrappers.accounting import CostAccounting
 from cost_envs.wrappers.budget import HardBudget
 from cost_envs.wrappers.limits import StepLimit
+from cost_envs.wrappers.replay import TaskReplay as TaskReplay
 from cost_envs.wrappers.tiers import TIERS, BudgetTier
 
 __all__ = ["TIERS", "BudgetTier", "CostAccounting", "HardBudget", "StepLimit"]
