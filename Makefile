@@ -21,8 +21,7 @@ test: lint
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -q
 
 reproduce: install
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/cost-envs reproduce
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python benchmarks/routing.py
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m experiments all
 
 benchmark: install
 	$(BIN)/python benchmarks/throughput.py --output benchmarks/results/throughput.md

@@ -7,7 +7,6 @@ old file is untouched.
 
 from __future__ import annotations
 
-import io
 import os
 import shutil
 import tempfile
@@ -83,9 +82,3 @@ def write_directory_atomic(directory: str | Path, write: Callable[[Path], None])
         shutil.rmtree(old, ignore_errors=True)  # the save succeeded; cleanup is best effort
     return directory
 
-
-def figure_png(figure: object, dpi: int = 120) -> bytes:
-    """A matplotlib figure rendered to PNG bytes (render first, write with the rest)."""
-    buffer = io.BytesIO()
-    figure.savefig(buffer, dpi=dpi, format="png")  # type: ignore[attr-defined]
-    return buffer.getvalue()

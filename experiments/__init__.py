@@ -1,13 +1,17 @@
 """The papers' experiments: not installed, run from a checkout with ``python -m experiments``.
 
 One module per experiment, each with a ``report`` that runs it at a scale and writes its
-tables, JSON and figures (rendered first, then written all together):
+tables, JSON and figures (rendered first, then written all or nothing):
 
 * :mod:`experiments.lora_ppo`: the LoRA-Guided PPO paper's Tables 1-2 (FlightPlanner-v0,
   ToolBench-v0);
 * :mod:`experiments.corl`: CORL's budget tiers on ExpertRouting-v0;
-* :mod:`experiments.bopo`: BoPO against its baselines on AgenticRouting-v0;
-* :mod:`experiments.traces`: routers on RouteLLM's real outcomes (TraceRouting-v0).
+* :mod:`experiments.bopo`: BoPO against its baselines on AgenticRouting-v0 (its tables and
+  figures: :mod:`experiments.bopo_report`);
+* :mod:`experiments.traces`: routers on RouteLLM's real outcomes (TraceRouting-v0; its
+  page and figure: :mod:`experiments.traces_report`).
 
-Imports flow one way: ``cost_envs`` <- ``agents`` <- ``experiments``.
+:mod:`experiments.common` holds the shared plumbing (worker pools, PNG bytes, the machine,
+the writability check, the all-or-nothing writer) and :mod:`experiments.__main__` the
+command line. Imports flow one way: ``cost_envs`` <- ``agents`` <- ``experiments``.
 """

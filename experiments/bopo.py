@@ -1,149 +1,350 @@
-"""BoPO's report: scoring, frontier comparisons, the Markdown page and the Pareto figures.
+"""BoPO's experiment: the three AgenticRouting-v0 profiles, every router, one report.
 
-:func:`report` runs :func:`agents.routing.bopo.run_all` on the three profiles and writes
-``bopo.md``, ``bopo.json`` and ``pareto_bopo_<profile>.png``: every method scored on the
-same evaluation tasks with 95% percentile-bootstrap intervals over tasks
-(:func:`summarise`), BoPO's frontier compared with PPO's and Cascade's
-(:func:`compare_frontiers`, with paired intervals from :func:`paired_success_difference`).
-Everything is computed and rendered before anything is written; each file is written
-atomically.
+For each profile, :func:`prepare_profile` draws the training and evaluation tasks, rolls
+out the boundaries, sets the per-task budget, builds the SFT data and the warm start
+(:mod:`agents.routing.bopo_sft`) and scores the fixed baselines; :func:`run_learning_job`
+trains one router (BoPO from the SFT weights, or vanilla PPO) per cost weight and scores
+it at the scale's checkpoints. :func:`run_all` runs all of it, in worker processes when
+the scale says so, and :func:`report` writes ``bopo.md``, ``bopo.json`` and
+``pareto_bopo_<profile>.png`` (rendered by :mod:`experiments.bopo_report`), all rendered
+before any is written and written all together.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict
+from concurrent.futures import Future, as_completed
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
-from agents.evaluation import EvaluationResult, value_interval
-from agents.files import figure_png, write_files_atomic
+from agents.baselines import AlwaysLarge, AlwaysSmall, Cascade, CostOptOracle, RandomMix
+from agents.evaluation import evaluate
 from agents.routing.bopo import (
     BUDGET_QUANTILE,
-    NET_ARCH,
-    STRATA,
-    BopoScale,
+    LEARNING_RATE,
+    BoPOReward,
     Boundary,
-    LearnResult,
-    Prepared,
-    _scale,
+    CostPenaltyReward,
+    boundary_rollouts,
+    boundary_trajectories,
+    draw_tasks,
     inversion_share,
-    run_all,
+    make_env,
     strata_distribution,
 )
+from agents.routing.bopo_sft import (
+    MaskedRouter,
+    build_model,
+    demonstration_log_likelihood,
+    policy_weights,
+    sft_warm_start,
+    synthesize_sft_data,
+)
 from agents.seeds import BOPO_TRAIN_TASK_SEED, EVAL_TASK_SEED
-from cost_envs.metrics import EpisodeRecord, bootstrap_mean_ci, pareto_front
-
-# ---------------------------------------------------------------------- scoring
-LABELS = {"always-small": "AlwaysSmall", "always-large": "AlwaysLarge",
-          "oracle": "Oracle (privileged)", "sft": "SFT warm start only", "bopo": "BoPO",
-          "ppo": "PPO (vanilla)", "random-mix": "RandomMix", "cascade": "Cascade"}
-#: The families whose frontiers are compared with BoPO's.
-RIVALS = ("ppo", "cascade")
-
-
-def _label(key: str) -> str:
-    family, _, value = key.partition("/")
-    name = LABELS.get(family, family)
-    if not value:
-        return name
-    knob = {"bopo": "λ", "ppo": "λ", "random-mix": "p", "cascade": "patience"}[family]
-    return f"{name} ({knob}={value})"
+from cost_envs.envs.agentic_routing import PROFILE_NAMES
+from cost_envs.metrics import EpisodeRecord, summarize
+from cost_envs.wrappers import TaskReplay
+from experiments.bopo_report import (
+    RIVALS,
+    compare_frontiers,
+    label,
+    markdown,
+    method_summary,
+    pareto_figure,
+)
+from experiments.common import spawn_pool, write_report
 
 
-def _method_summary(records: Sequence[EpisodeRecord], boundaries: Sequence[Boundary],
-                    resamples: int, seed: int) -> dict[str, Any]:
-    summary = EvaluationResult(tuple(records), ("large",), EVAL_TASK_SEED).summary(
-        n_resamples=resamples, seed=seed)
-    by = {s: [r.success for r, b in zip(records, boundaries, strict=True) if b.stratum == s]
-          for s in STRATA}
-    summary["success_by_stratum"] = {s: (float(np.mean(v)) if v else None)
-                                     for s, v in by.items()}
-    plain = [b.normalised(r.cost) for r, b in zip(records, boundaries, strict=True)
-             if not b.inverted and b.large_cost != b.small_cost]
-    summary["normalised_cost"] = float(np.mean(plain)) if plain else None
-    summary["budget_exhausted"] = summary["budget_violations"]  # the table's "Exhausted"
-    return summary
+def _quiet(_message: str) -> None:
+    """The default progress printer: says nothing."""
 
 
-def frontier_coverage(ours: Mapping[str, tuple[float, float]],
-                      theirs: Mapping[str, tuple[float, float]]) -> int:
-    """How many of ``theirs`` (success, cost) points some point of ``ours`` weakly dominates."""
-    return sum(any(s >= ts and c <= tc for s, c in ours.values()) for ts, tc in theirs.values())
+# ------------------------------------------------------------------- the scale
+@dataclass(frozen=True)
+class BopoScale:
+    """How much work :func:`report` does (there is no ``full`` scale).
 
-
-def paired_success_difference(a: Sequence[EpisodeRecord], b: Sequence[EpisodeRecord],
-                              resamples: int = 1000, seed: int = 0, confidence: float = 0.95
-                              ) -> tuple[float, float, float]:
-    """Success rate of ``a`` minus ``b`` on the same tasks, with a paired bootstrap interval.
-
-    Both record lists follow the same task order; each resample draws tasks with
-    replacement and takes both methods' episodes on them: the percentile bootstrap of
-    the mean per-task difference (:func:`cost_envs.metrics.bootstrap_mean_ci`).
-
-    Returns:
-        ``(difference, low, high)``.
-
-    Raises:
-        ValueError: On record lists of different lengths or empty ones, or invalid
-            bootstrap arguments.
+    Args:
+        name: ``smoke`` or ``default``.
+        n_train: Training tasks per profile.
+        n_eval: Evaluation tasks per profile.
+        timesteps: RL environment steps per learned router.
+        bopo_lams: BoPO's cost weights (one frontier point each).
+        ppo_lams: Vanilla PPO's cost weights.
+        mix_probs: Large-model probabilities of the SFT samples.
+        samples: SFT samples per probability and task.
+        sft_epochs: Behaviour-cloning epochs.
+        n_envs: Parallel envs per RL run (one batched policy call per step).
+        resamples: Bootstrap resamples.
+        jobs: Worker processes.
+        random_ps: RandomMix's probabilities of the large model.
+        patiences: Cascade's patiences.
+        checkpoints: RL steps at which the learning curves score the policy (the final
+            evaluation at ``timesteps`` is always one).
     """
-    if len(a) != len(b) or not a:
-        raise ValueError("paired_success_difference: expected two equally long, non-empty "
-                         "evaluations of the same tasks")
-    diff = np.array([x.success for x in a], float) - np.array([y.success for y in b], float)
-    return bootstrap_mean_ci(diff, n_resamples=resamples, confidence=confidence, seed=seed)
+
+    name: str
+    n_train: int
+    n_eval: int
+    timesteps: int
+    bopo_lams: tuple[float, ...]
+    ppo_lams: tuple[float, ...]
+    mix_probs: tuple[float, ...] = (0.1, 0.25, 0.5)
+    samples: int = 4
+    sft_epochs: int = 10
+    n_envs: int = 8
+    resamples: int = 1000
+    jobs: int = 2
+    random_ps: tuple[float, ...] = (0.1, 0.25, 0.5, 0.75)
+    patiences: tuple[int, ...] = (1, 2, 3)
+    checkpoints: tuple[int, ...] = (0, 2048, 8192)
 
 
-def compare_frontiers(points: Mapping[str, tuple[float, float]], rival: str,
-                      records: Mapping[str, Sequence[EpisodeRecord]] | None = None,
-                      resamples: int = 1000, seed: int = 0) -> dict[str, Any]:
-    """BoPO's frontier against ``rival``'s (keys ``bopo/...`` and ``<rival>/...``).
+SCALES = {
+    # Plumbing for the tests: every row, every file, in seconds. Not a result.
+    "smoke": BopoScale("smoke", n_train=24, n_eval=16, timesteps=256, bopo_lams=(0.5,),
+                       ppo_lams=(0.5,), samples=1, sft_epochs=2, n_envs=2, resamples=50,
+                       jobs=1, random_ps=(0.5,), patiences=(1,), checkpoints=(0,)),
+    # What the benchmark runs: all three profiles in under 4 minutes on 2 cores.
+    "default": BopoScale("default", n_train=400, n_eval=400, timesteps=32_768,
+                         bopo_lams=(0.1, 0.4, 0.7, 0.95), ppo_lams=(0.25, 0.5, 1.0, 2.0)),
+}
 
-    ``outcome`` is ``dominates`` (every rival frontier point is weakly dominated by a BoPO
-    point, and not the other way round), ``is dominated by``, ``ties with`` or
-    ``crosses``, on point estimates. ``matched`` pairs each BoPO frontier point with the
-    rival's most successful point that costs no more (or, when none is as cheap, the
-    rival's cheapest point) and, given ``records``, the paired bootstrap interval of
-    BoPO's success minus that point's, which says whether the ordering is resolved.
+
+def _scale(scale: str | BopoScale) -> BopoScale:
+    if isinstance(scale, BopoScale):
+        return scale
+    if scale not in SCALES:
+        raise ValueError(f"scale: expected one of {list(SCALES)}, got {scale!r}")
+    return SCALES[scale]
+
+
+# ------------------------------------------------------------------- profile work
+@dataclass
+class Prepared:
+    """What one profile's preparation leaves for the learning jobs and the report."""
+
+    profile: str
+    budget: float
+    cost_scale: float
+    train_boundaries: list[Boundary]
+    eval_boundaries: list[Boundary]
+    sft_counts: dict[str, int]
+    sft_steps: int
+    sft_losses: list[float]
+    sft_log_likelihood: tuple[float, float]
+    sft_state: dict[str, Any]
+    records: dict[str, tuple[EpisodeRecord, ...]] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class LearnJob:
+    """One RL run: ``method`` (``bopo`` or ``ppo``) with cost weight ``lam``."""
+
+    profile: str
+    method: str
+    lam: float
+    scale: BopoScale
+    budget: float
+    cost_scale: float
+    train_boundaries: tuple[Boundary, ...]
+    sft_state: dict[str, Any] | None
+    seed: int = 0
+
+
+def _evaluate(allocator_for: Callable[[gym.Env], Any], profile: str, tasks: Sequence[Any],
+              budget: float) -> tuple[EpisodeRecord, ...]:
+    """Every evaluation task once, in order, under the budget."""
+    env = TaskReplay(make_env(profile, budget), tasks)
+    allocator = allocator_for(env)
+    result = evaluate(allocator, env, episodes=len(tasks), seed=EVAL_TASK_SEED)
+    env.close()
+    return result.records
+
+
+def _vec_env(profile: str, tasks: Sequence[Any], budget: float, n_envs: int, seed: int,
+             reward: Callable[[gym.Env], gym.Env]) -> Any:
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    def factory(i: int) -> Callable[[], gym.Env]:
+        return lambda: reward(TaskReplay(make_env(profile, budget), tasks, shuffle=True,
+                                         seed=seed * 1000 + i))
+
+    return DummyVecEnv([factory(i) for i in range(n_envs)])
+
+
+def prepare_profile(profile: str, scale: str | BopoScale = "default", seed: int = 0
+                    ) -> Prepared:
+    """Boundaries, taxonomy, budget, SFT warm start and the fixed baselines of one profile."""
+    from stable_baselines3.common.utils import set_random_seed
+
+    from agents.lora.training import configure_torch_threads
+
+    configure_torch_threads()
+
+    start = time.perf_counter()
+    sc = _scale(scale)
+    train_tasks = draw_tasks(profile, sc.n_train, BOPO_TRAIN_TASK_SEED + seed)
+    eval_tasks = draw_tasks(profile, sc.n_eval, EVAL_TASK_SEED)
+    env = make_env(profile)
+    train_paths = boundary_trajectories(env, train_tasks)
+    train_b = [Boundary.from_trajectories(lo, hi) for lo, hi in train_paths]
+    eval_b = boundary_rollouts(env, eval_tasks)
+    large_costs = np.array([b.large_cost for b in train_b])
+    budget = float(np.quantile(large_costs, BUDGET_QUANTILE))
+    cost_scale = float(large_costs.mean())
+    data = synthesize_sft_data(env, train_tasks, train_b, sc.mix_probs, sc.samples, seed=seed,
+                               boundary_paths=train_paths)
+    set_random_seed(seed)
+    vec = _vec_env(profile, train_tasks, budget, 1, seed, lambda e: e)
+    model = build_model(vec, seed=seed)
+    before = demonstration_log_likelihood(model.policy, data)
+    losses = sft_warm_start(model.policy, data, epochs=sc.sft_epochs, seed=seed)
+    after = demonstration_log_likelihood(model.policy, data)
+    weights = policy_weights(model.policy)
+    prepared = Prepared(profile, budget, cost_scale, train_b, eval_b, data.counts(),
+                        len(data.actions), losses, (before, after),
+                        {k: v.clone() for k, v in model.policy.state_dict().items()})
+    methods: dict[str, Callable[[gym.Env], Any]] = {
+        "always-small": AlwaysSmall, "always-large": AlwaysLarge, "oracle": CostOptOracle,
+        "sft": lambda e: MaskedRouter(weights, e),
+    }
+    for p in sc.random_ps:
+        methods[f"random-mix/{p:g}"] = lambda e, p=p: RandomMix(e, p=p, seed=seed)
+    for k in sc.patiences:
+        methods[f"cascade/{k}"] = lambda e, k=k: Cascade(e, patience=k)
+    for name, factory in methods.items():
+        prepared.records[name] = _evaluate(factory, profile, eval_tasks, budget)
+    env.close()
+    vec.close()
+    prepared.seconds = time.perf_counter() - start
+    return prepared
+
+
+@dataclass(frozen=True)
+class LearnResult:
+    """A trained router's evaluation episodes and its learning curve.
+
+    Attributes:
+        job: What was trained.
+        records: Evaluation episodes of the final policy.
+        curve: ``timesteps``, ``success_rate``, ``avg_cost`` and ``cps`` of the policy on
+            the evaluation tasks at each of the scale's checkpoints (0 = before RL).
+        seconds: Wall time of the job.
     """
-    rival_points = {k: v for k, v in points.items() if k.startswith(f"{rival}/")}
-    bopo = pareto_front({k: v for k, v in points.items() if k.startswith("bopo/")})
-    other = pareto_front(rival_points)
-    ours, theirs = frontier_coverage(bopo, other), frontier_coverage(other, bopo)
-    if ours == len(other) and theirs < len(bopo):
-        outcome = "dominates"
-    elif theirs == len(bopo) and ours < len(other):
-        outcome = "is dominated by"
-    elif ours == len(other) and theirs == len(bopo):
-        outcome = "ties with"
+
+    job: LearnJob
+    records: tuple[EpisodeRecord, ...]
+    curve: tuple[dict[str, float], ...]
+    seconds: float
+
+    @property
+    def key(self) -> str:
+        """``<method>/<lam>``, the method's key in reports."""
+        return f"{self.job.method}/{self.job.lam:g}"
+
+
+def run_learning_job(job: LearnJob) -> LearnResult:
+    """Train one router (BoPO from the SFT weights, or vanilla PPO) and evaluate it.
+
+    The policy is also scored at each checkpoint of ``scale.checkpoints`` (its learning
+    curve); the final evaluation is the one at ``scale.timesteps``.
+    """
+    from stable_baselines3.common.utils import set_random_seed
+
+    from agents.lora.training import configure_torch_threads
+
+    configure_torch_threads()
+
+    start = time.perf_counter()
+    sc = job.scale
+    train_tasks = draw_tasks(job.profile, sc.n_train, BOPO_TRAIN_TASK_SEED + job.seed)
+    eval_tasks = draw_tasks(job.profile, sc.n_eval, EVAL_TASK_SEED)
+    set_random_seed(job.seed)
+    if job.method == "bopo":
+        boundaries = list(job.train_boundaries)
+        reward: Callable[[gym.Env], gym.Env] = lambda e: BoPOReward(e, boundaries, job.lam)  # noqa: E731
+    elif job.method == "ppo":
+        reward = lambda e: CostPenaltyReward(e, job.lam, job.cost_scale)  # noqa: E731
     else:
-        outcome = "crosses"
-    matched = []
-    for key, (success, cost) in bopo.items():
-        cheaper = {k: v for k, v in rival_points.items() if v[1] <= cost}
-        if cheaper:  # the rival's most successful point that costs no more
-            best = max(cheaper, key=lambda k: (cheaper[k][0], -cheaper[k][1]))
-        else:  # none is as cheap: its cheapest point (which costs more)
-            best = min(rival_points, key=lambda k: (rival_points[k][1], -rival_points[k][0]))
-        entry: dict[str, Any] = {"bopo": key, "success": success, "cost": cost,
-                                 "rival": best, "rival_costs_more": not cheaper,
-                                 "margin": success - rival_points[best][0], "margin_ci": None}
-        if records is not None:
-            _, low, high = paired_success_difference(records[key], records[best], resamples,
-                                                     seed)
-            entry["margin_ci"] = [low, high]
-        matched.append(entry)
-    return {"rival": rival, "outcome": outcome, "bopo_front": list(bopo),
-            "rival_front": list(other), "rival_points_dominated": ours,
-            "bopo_points_dominated": theirs, "matched": matched}
+        raise ValueError(f"method: expected 'bopo' or 'ppo', got {job.method!r}")
+    n_steps = max(16, min(256, sc.timesteps // sc.n_envs))
+    vec = _vec_env(job.profile, train_tasks, job.budget, sc.n_envs, job.seed, reward)
+    model = build_model(vec, seed=job.seed, learning_rate=LEARNING_RATE, n_steps=n_steps,
+                        batch_size=min(256, n_steps * sc.n_envs))
+    if job.sft_state is not None:
+        model.policy.load_state_dict(job.sft_state)
+    curve = []
+    records: tuple[EpisodeRecord, ...] = ()
+    for checkpoint in sorted({*(c for c in sc.checkpoints if c < sc.timesteps), sc.timesteps}):
+        if checkpoint > model.num_timesteps:
+            model.learn(checkpoint - model.num_timesteps, reset_num_timesteps=False)
+        weights = policy_weights(model.policy)
+        records = _evaluate(lambda e, w=weights: MaskedRouter(w, e), job.profile, eval_tasks,
+                            job.budget)
+        point = summarize(records)
+        curve.append({"timesteps": model.num_timesteps,
+                      **{k: point[k] for k in ("success_rate", "avg_cost", "cps")}})
+    vec.close()
+    return LearnResult(job, records, tuple(curve), time.perf_counter() - start)
 
 
+# ----------------------------------------------------------------------- the runs
+def _learn_jobs(prepared: Prepared, sc: BopoScale, seed: int) -> list[LearnJob]:
+    common = {"profile": prepared.profile, "scale": sc, "budget": prepared.budget,
+              "cost_scale": prepared.cost_scale,
+              "train_boundaries": tuple(prepared.train_boundaries), "seed": seed}
+    return ([LearnJob(method="bopo", lam=lam, sft_state=prepared.sft_state, **common)
+             for lam in sc.bopo_lams]
+            + [LearnJob(method="ppo", lam=lam, sft_state=None, **common)
+               for lam in sc.ppo_lams])
+
+
+def run_all(scale: str | BopoScale = "default", profiles: Sequence[str] = PROFILE_NAMES,
+            seed: int = 0, log: Callable[[str], None] = _quiet
+            ) -> tuple[dict[str, Prepared], dict[str, dict[str, LearnResult]]]:
+    """Prepare every profile and train every router; returns what each produced."""
+    sc = _scale(scale)
+    prepared: dict[str, Prepared] = {}
+    learned: dict[str, dict[str, LearnResult]] = {p: {} for p in profiles}
+
+    def take(result: LearnResult) -> None:
+        learned[result.job.profile][result.key] = result
+        log(f"{result.job.profile}: {result.job.method} lam={result.job.lam:g} trained and "
+            f"scored in {result.seconds:.0f}s")
+
+    if sc.jobs <= 1:
+        for profile in profiles:
+            prepared[profile] = prepare_profile(profile, sc, seed)
+            for job in _learn_jobs(prepared[profile], sc, seed):
+                take(run_learning_job(job))
+        return prepared, learned
+    with spawn_pool(sc.jobs) as pool:
+        pending: dict[Future[Any], str] = {
+            pool.submit(prepare_profile, p, sc, seed): "prep" for p in profiles}
+        while pending:
+            done = next(as_completed(pending))
+            kind = pending.pop(done)
+            if kind == "prep":
+                prep = done.result()
+                prepared[prep.profile] = prep
+                log(f"{prep.profile}: boundaries, SFT and baselines in {prep.seconds:.0f}s")
+                for job in _learn_jobs(prep, sc, seed):
+                    pending[pool.submit(run_learning_job, job)] = "learn"
+            else:
+                take(done.result())
+    return prepared, learned
+
+
+# ----------------------------------------------------------------------- the summary
 def summarise(prepared: Mapping[str, Prepared],
               learned: Mapping[str, Mapping[str, LearnResult]],
               sc: BopoScale, seed: int = 0) -> dict[str, Any]:
@@ -161,8 +362,8 @@ def summarise(prepared: Mapping[str, Prepared],
                  + [k for k in records if k.startswith("cascade/")]
                  + ["sft"] + [k for k in records if k.startswith("ppo/")]
                  + [k for k in records if k.startswith("bopo/")] + ["oracle"])
-        methods = {k: {"label": _label(k),
-                       **_method_summary(records[k], prep.eval_boundaries, sc.resamples, seed)}
+        methods = {k: {"label": label(k),
+                       **method_summary(records[k], prep.eval_boundaries, sc.resamples, seed)}
                    for k in order}
         points = {k: (m["success_rate"], m["avg_cost"]) for k, m in methods.items()}
         out["profiles"][profile] = {
@@ -183,171 +384,28 @@ def summarise(prepared: Mapping[str, Prepared],
     return out
 
 
-# ------------------------------------------------------------------------ output
-def _ci(m: Mapping[str, Any], key: str, fmt: str) -> str:
-    return value_interval(m[key], *m[f"{key}_ci"], fmt=fmt)
-
-
-def _opt(value: float | None, fmt: str) -> str:
-    return "-" if value is None else f"{value:{fmt}}"
-
-
-def _frontier_sentence(profile: str, comp: Mapping[str, Any]) -> str:
-    """One profile's BoPO-vs-rival outcome, with how much of it the intervals resolve."""
-    name = LABELS[comp["rival"]]
-    better = worse = unresolved = 0
-    pairs = []
-    for m in comp["matched"]:
-        interval = "" if m["margin_ci"] is None else " [{:+.3f}, {:+.3f}]".format(
-            *m["margin_ci"])
-        if m["rival_costs_more"]:  # a trade-off, not a like-for-like comparison
-            pairs.append(f"{_label(m['bopo'])} is cheaper than every {name} point; vs its "
-                         f"cheapest, {_label(m['rival'])}: {m['margin']:+.3f}{interval}")
-            continue
-        low, high = m["margin_ci"] if m["margin_ci"] is not None else (-math.inf, math.inf)
-        better += low > 0
-        worse += high < 0
-        unresolved += low <= 0 <= high
-        pairs.append(f"{_label(m['bopo'])} vs {_label(m['rival'])}: "
-                     f"{m['margin']:+.3f}{interval}")
-    compared = better + worse + unresolved
-    return (
-        f"**{profile}: BoPO's frontier {comp['outcome']} {name}'s** on point estimates "
-        f"(BoPO weakly dominates {comp['rival_points_dominated']} of "
-        f"{len(comp['rival_front'])} {name} frontier points, {name} "
-        f"{comp['bopo_points_dominated']} of {len(comp['bopo_front'])} BoPO points). "
-        f"Success of each BoPO frontier point minus that of the best {name} point costing "
-        f"no more, with 95% paired bootstrap intervals over tasks (BoPO resolved better at "
-        f"{better} of {compared} such comparisons, worse at {worse}, unresolved at "
-        f"{unresolved}): " + "; ".join(pairs) + "."
-    )
-
-
-def markdown(summary: Mapping[str, Any], seconds: float | None = None) -> str:
-    """The report page: setup, then per profile the taxonomy, the table and the outcome."""
-    sc = summary["scale"]
-    lines = [
-        "# BoPO on AgenticRouting-v0: boundary-guided routing vs PPO and Cascade",
-        "",
-        f"Scale `{sc['name']}`: {sc['n_train']} training tasks and {sc['n_eval']} evaluation "
-        f"tasks per profile (task seeds {summary['train_task_seed']} and "
-        f"{summary['eval_task_seed']}); every learned router is MaskablePPO with "
-        f"{list(NET_ARCH)} policy and value MLPs trained for {sc['timesteps']} steps "
-        "(seed 0). Every method is scored on the same evaluation tasks under "
-        "`HardBudget(on_exceed=\"mask\")` with the profile's per-task budget (the "
-        f"{BUDGET_QUANTILE:.0%} quantile of always-large's training cost). Values are "
-        f"point estimates with 95% bootstrap intervals over tasks ({sc['resamples']} "
-        "resamples). Norm. cost: mean of (C - C_small) / (C_large - C_small) over tasks "
-        "without cost inversion. Large steps: share of steps run by the large model. "
-        "Exhausted: episodes the budget cut short.",
-    ]
-    if seconds is not None:
-        lines += ["", f"Wall time: {seconds:.0f} s with {sc['jobs']} worker process(es)."]
-    outcomes = []
-    for profile, rep in summary["profiles"].items():
-        strata = rep["strata_eval"]
-        before, after = rep["sft"]["demo_log_likelihood_before_after"]
-        lines += [
-            "", f"## {profile}", "",
-            f"Per-task budget ${rep['budget']:.4f}. Strata of the evaluation tasks: "
-            + ", ".join(f"{s} {strata[s]:.0%}" for s in STRATA)
-            + " (training: " + ", ".join(f"{s} {rep['strata_train'][s]:.0%}" for s in STRATA)
-            + "). Cost inversions (always-small dearer than always-large): "
-            f"{rep['inversion_share_eval']:.1%} of evaluation tasks, "
-            f"{rep['inversion_share_train']:.1%} of training tasks. SFT data: "
-            + ", ".join(f"{n} {s}" for s, n in rep["sft"]["trajectories"].items())
-            + f" trajectories ({rep['sft']['steps']} steps); demonstrated-action "
-            f"log-likelihood {before:.3f} -> {after:.3f}.",
-            "",
-            "| Method | Success | Avg cost ($) | CPS ($) | Norm. cost | Large steps | Success "
-            "easy / hard / intractable | Exhausted |",
-            "|---|---|---|---|---|---|---|---|",
-        ]
-        for m in rep["methods"].values():
-            by = m["success_by_stratum"]
-            lines.append(
-                f"| {m['label']} | {_ci(m, 'success_rate', '.3f')} | "
-                f"{_ci(m, 'avg_cost', '.4f')} | {_ci(m, 'cps', '.4f')} | "
-                f"{_opt(m['normalised_cost'], '.2f')} | {m['call_ratio']['large']:.2f} | "
-                + " / ".join(_opt(by[s], ".2f") for s in STRATA)
-                + f" | {m['budget_exhausted']} |")
-        curves = rep["learning_curves"]
-        if curves:
-            steps = [point["timesteps"] for point in next(iter(curves.values()))]
-            lines += ["", "Learning curves (evaluation tasks, same budget): success / "
-                      "average cost after each number of RL steps.", "",
-                      "| Router | " + " | ".join(f"{n} steps" for n in steps) + " |",
-                      "|---|" + "---|" * len(steps)]
-            for key, curve in curves.items():
-                lines.append(f"| {_label(key)} | " + " | ".join(
-                    f"{p['success_rate']:.3f} / {p['avg_cost']:.4f}" for p in curve) + " |")
-        for comp in rep["frontiers"].values():
-            outcomes.append(_frontier_sentence(profile, comp))
-            lines += ["", outcomes[-1]]
-    lines += ["", "## Outcome", "", *(f"* {s}" for s in outcomes), "",
-              "Dominance is judged on point estimates; a paired interval that contains 0 means "
-              "the ordering of those two points is not resolved by these evaluation tasks "
-              "(one training seed per point).", ""]
-    return "\n".join(lines)
-
-
-def pareto_figure(profile: str, rep: Mapping[str, Any]) -> bytes:
-    """Success vs average cost per method for one profile, with 95% interval bars (PNG)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axis = plt.subplots(figsize=(8, 5))
-    styles = {"bopo": ("tab:red", "o"), "ppo": ("tab:blue", "s"), "cascade": ("tab:green", "^"),
-              "random-mix": ("tab:gray", "v"), "always-small": ("black", "<"),
-              "always-large": ("black", ">"), "sft": ("tab:orange", "D"),
-              "oracle": ("tab:purple", "*")}
-    families: dict[str, list[tuple[float, float]]] = {}
-    for key, m in rep["methods"].items():
-        family = key.split("/")[0]
-        colour, marker = styles[family]
-        x, y = m["avg_cost"], m["success_rate"]
-        xerr = [[max(0.0, x - m["avg_cost_ci"][0])], [max(0.0, m["avg_cost_ci"][1] - x)]]
-        yerr = [[max(0.0, y - m["success_rate_ci"][0])], [max(0.0, m["success_rate_ci"][1] - y)]]
-        axis.errorbar(x, y, xerr=xerr, yerr=yerr, fmt=marker, color=colour, capsize=2,
-                      markersize=7, label=LABELS[family] if family not in families else None)
-        families.setdefault(family, []).append((x, y))
-    for family in ("bopo", "ppo", "cascade", "random-mix"):
-        pts = sorted(families.get(family, []))
-        if len(pts) > 1:
-            axis.plot([p[0] for p in pts], [p[1] for p in pts], "-", color=styles[family][0],
-                      linewidth=0.8)
-    axis.set_xlabel("average cost per task ($)")
-    axis.set_ylabel("success rate")
-    axis.set_title(f"AgenticRouting-v0 / {profile}: success vs cost (95% intervals, "
-                   f"budget ${rep['budget']:.3f})")
-    axis.grid(True, alpha=0.3)
-    axis.legend(fontsize=8, loc="lower right")
-    figure.tight_layout()
-    png = figure_png(figure, dpi=110)
-    plt.close(figure)
-    return png
-
-
-def report(out_dir: Path, scale: str = "default", seed: int = 0,
-           log: Callable[[str], None] = lambda _m: None) -> str:
+def report(out_dir: Path, scale: str | BopoScale = "default", seed: int = 0,
+           log: Callable[[str], None] = _quiet, jobs: int | None = None) -> str:
     """Run BoPO against its baselines on the three profiles and write the results.
 
-    Writes ``bopo.md``, ``bopo.json`` and ``pareto_bopo_<profile>.png`` into ``out_dir``
-    (each atomically, after everything is computed and rendered).
+    Writes ``bopo.md``, ``bopo.json`` and ``pareto_bopo_<profile>.png`` into ``out_dir``,
+    all or nothing, after everything is computed and rendered
+    (:func:`experiments.common.write_report`).
 
     Args:
         out_dir: Output directory (created if needed).
-        scale: ``"smoke"`` (seconds, for tests) or ``"default"`` (under 4 minutes on 2
-            cores).
+        scale: ``"smoke"`` (seconds, for tests), ``"default"`` (under 4 minutes on 2
+            cores) or a :class:`BopoScale`.
         seed: Training seed (network initialisation, training tasks, SFT sampling).
         log: Progress printer.
+        jobs: Worker processes, instead of the scale's own ``jobs``.
 
     Returns:
         The Markdown report.
     """
     sc = _scale(scale)
+    if jobs is not None:
+        sc = dataclasses.replace(sc, jobs=jobs)
     start = time.perf_counter()
     prepared, learned = run_all(sc, seed=seed, log=log)
     summary = summarise(prepared, learned, sc, seed)
@@ -358,6 +416,5 @@ def report(out_dir: Path, scale: str = "default", seed: int = 0,
                                      "bopo.json": json.dumps(summary, indent=2) + "\n"}
     for profile, rep in summary["profiles"].items():
         files[f"pareto_bopo_{profile}.png"] = pareto_figure(profile, rep)
-    out_dir = Path(out_dir)
-    write_files_atomic(out_dir, files)
+    write_report(out_dir, files)
     return text

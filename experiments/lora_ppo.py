@@ -10,8 +10,8 @@ The fixed baselines are deterministic given the tasks, so their intervals are ov
 Outputs, in ``out``: ``table_<Env>.md`` and ``.json`` per env, ``pareto_<Env>.png``
 (success vs average cost with interval bars) and ``learning_curves_<Env>.png`` (CPS and
 success against environment steps, PPO vs LoRA-guided PPO, mean over seeds with the
-seeds' range). Everything is computed before anything is written, and every file is
-written atomically.
+seeds' range). Everything is computed and rendered before anything is written, and the
+files are written all or nothing (:func:`experiments.common.write_report`).
 
 Training runs are independent, so they run in ``jobs`` worker processes, each with one
 torch thread (on 2 cores, two processes beat two threads for networks this small).
@@ -29,9 +29,8 @@ import numpy as np
 
 from agents.baselines import BASELINES
 from agents.evaluation import compare, evaluate, format_table
-from agents.files import figure_png, write_files_atomic
 from agents.lora.supervised import SupervisedConfig
-from agents.lora.training import configure_torch_threads, spawn_pool, train
+from agents.lora.training import configure_torch_threads, train
 from cost_envs.metrics import (
     HEADLINE_METRICS,
     EpisodeRecord,
@@ -40,6 +39,7 @@ from cost_envs.metrics import (
     pareto_front,
     summarize,
 )
+from experiments.common import figure_png, spawn_pool, write_report
 
 #: The paper's two environments.
 PAPER_ENVS = ("cost_envs/FlightPlanner-v0", "cost_envs/ToolBench-v0")
@@ -145,11 +145,24 @@ def run_job(job: Job) -> JobResult:
     return JobResult(job, result.records, result.agent_names, trained.history)
 
 
-def _run_all(jobs: Sequence[Job], workers: int) -> list[JobResult]:
+def _run_all(jobs: Sequence[Job], workers: int, log: Any = print) -> list[JobResult]:
+    """Every job's result, in the order of ``jobs``; a progress line as each one arrives."""
+    results: list[JobResult] = []
+
+    def take(result: JobResult) -> None:
+        results.append(result)
+        job = result.job
+        log(f"lora_ppo: {job.env_id.split('/')[-1]} {job.key} seed {job.seed} trained and "
+            f"scored ({len(results)}/{len(jobs)})")
+
     if workers <= 1:
-        return [run_job(job) for job in jobs]
+        for job in jobs:
+            take(run_job(job))
+        return results
     with spawn_pool(workers) as pool:
-        return list(pool.map(run_job, jobs))
+        for result in pool.map(run_job, jobs):  # in job order, as each is ready
+            take(result)
+    return results
 
 
 def _learned_summary(runs: Sequence[Sequence[EpisodeRecord]], agent_names: Sequence[str],
@@ -185,9 +198,9 @@ def reproduce(
     """
     grid = [Job(env_id, key, seed, scale, eval_seed)
             for env_id in envs for key in rows for seed in range(scale.seeds)]
-    log(f"training {len(grid)} runs ({scale.name}: {scale.timesteps} steps x "
+    log(f"lora_ppo: training {len(grid)} runs ({scale.name}: {scale.timesteps} steps x "
         f"{scale.seeds} seeds) in {jobs} process(es)")
-    results = _run_all(grid, jobs)
+    results = _run_all(grid, jobs, log)
     reports = {}
     for env_id in envs:
         methods: dict[str, dict[str, Any]] = {}
@@ -208,6 +221,23 @@ def reproduce(
     return reports
 
 
+def report(out: Path, scale: str = "default", jobs: int = 2, log: Any = print) -> list[Path]:
+    """Run the grid at ``scale`` and write every table, JSON file and figure; returns the paths.
+
+    Args:
+        out: Output directory (created if needed).
+        scale: A key of :data:`SCALES`.
+        jobs: Worker processes for the training runs.
+        log: Progress printer.
+
+    Raises:
+        ValueError: For an unknown scale.
+    """
+    if scale not in SCALES:
+        raise ValueError(f"scale: expected one of {list(SCALES)}, got {scale!r}")
+    return write_reports(reproduce(SCALES[scale], jobs=jobs, log=log), out)
+
+
 # ------------------------------------------------------------------------ output
 def markdown_table(report: Mapping[str, Any]) -> str:
     """The report's Markdown page: what was run, then the table."""
@@ -220,7 +250,8 @@ def markdown_table(report: Mapping[str, Any]) -> str:
         f"{scale['episodes']} tasks (task seed {report['eval_seed']}). 95% intervals: "
         "two-level bootstrap over training seeds and tasks for learned methods, over tasks "
         f"for the fixed baselines ({scale['resamples']} resamples). Reproduce with "
-        f"`cost-envs reproduce{'' if scale['name'] == 'default' else ' --' + scale['name']}`.\n\n"
+        f"`python -m experiments lora_ppo"
+        f"{'' if scale['name'] == 'default' else ' --scale ' + scale['name']}`.\n\n"
         f"{format_table(rows)}\n"
     )
 
@@ -313,8 +344,8 @@ def render_reports(reports: Mapping[str, Mapping[str, Any]]) -> dict[str, str | 
 
 
 def write_reports(reports: Mapping[str, Mapping[str, Any]], out: Path) -> list[Path]:
-    """Render everything, then write it atomically file by file; returns the paths.
+    """Render everything, then write all files or none; returns the paths.
 
     Rendering first means a failing figure leaves every old file in place.
     """
-    return write_files_atomic(out, render_reports(reports))
+    return write_report(out, render_reports(reports))

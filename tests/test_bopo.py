@@ -1,4 +1,5 @@
-"""BoPO (agents/bopo.py): boundaries, taxonomy, normalised cost, SFT data, rewards, masks."""
+"""BoPO (agents.routing.bopo, bopo_sft; experiments.bopo): boundaries, taxonomy, normalised
+cost, SFT data, rewards, masks, task replay, the experiment's report."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ import torch
 import cost_envs  # noqa: F401
 from agents import seeds
 from agents.baselines import AlwaysLarge, AlwaysSmall, RandomMix
-from agents.routing import bopo
-from cost_envs.wrappers import HardBudget
+from agents.routing import bopo, bopo_sft
+from cost_envs.wrappers import HardBudget, TaskReplay
+from experiments import bopo as bopo_experiment
 
 torch.set_num_threads(1)
 PROFILE = "sciworld"
@@ -36,8 +38,8 @@ def boundaries(tasks) -> list[bopo.Boundary]:
 
 
 @pytest.fixture(scope="module")
-def sft_data(tasks, boundaries) -> bopo.SFTData:
-    return bopo.synthesize_sft_data(bopo.make_env(PROFILE), tasks, boundaries,
+def sft_data(tasks, boundaries) -> bopo_sft.SFTData:
+    return bopo_sft.synthesize_sft_data(bopo.make_env(PROFILE), tasks, boundaries,
                                     mix_probs=(0.25, 0.5), samples=2, seed=0)
 
 
@@ -114,7 +116,7 @@ def test_handing_in_the_boundary_trajectories_gives_the_same_sft_data(tasks, sft
     paths = bopo.boundary_trajectories(env, tasks)
     boundaries = [bopo.Boundary.from_trajectories(lo, hi) for lo, hi in paths]
     assert boundaries == bopo.boundary_rollouts(env, tasks)
-    again = bopo.synthesize_sft_data(env, tasks, boundaries, mix_probs=(0.25, 0.5), samples=2,
+    again = bopo_sft.synthesize_sft_data(env, tasks, boundaries, mix_probs=(0.25, 0.5), samples=2,
                                      seed=0, boundary_paths=paths)
     np.testing.assert_array_equal(again.observations, sft_data.observations)
     np.testing.assert_array_equal(again.actions, sft_data.actions)
@@ -122,17 +124,17 @@ def test_handing_in_the_boundary_trajectories_gives_the_same_sft_data(tasks, sft
     assert [(t.success, t.cost) for t in again.trajectories] == [
         (t.success, t.cost) for t in sft_data.trajectories]
     with pytest.raises(ValueError, match="boundary trajectories"):
-        bopo.synthesize_sft_data(env, tasks, boundaries, boundary_paths=paths[:-1])
+        bopo_sft.synthesize_sft_data(env, tasks, boundaries, boundary_paths=paths[:-1])
 
 
 def test_sft_raises_the_probability_of_the_demonstrated_actions(sft_data) -> None:
     env = bopo.make_env(PROFILE)
     from stable_baselines3.common.vec_env import DummyVecEnv
 
-    model = bopo.build_model(DummyVecEnv([lambda: env]), seed=0)
-    before = bopo.demonstration_log_likelihood(model.policy, sft_data)
-    losses = bopo.sft_warm_start(model.policy, sft_data, epochs=10, seed=0)
-    after = bopo.demonstration_log_likelihood(model.policy, sft_data)
+    model = bopo_sft.build_model(DummyVecEnv([lambda: env]), seed=0)
+    before = bopo_sft.demonstration_log_likelihood(model.policy, sft_data)
+    losses = bopo_sft.sft_warm_start(model.policy, sft_data, epochs=10, seed=0)
+    after = bopo_sft.demonstration_log_likelihood(model.policy, sft_data)
     assert after > before + 0.03
     assert losses[-1] < losses[0]
 
@@ -163,7 +165,7 @@ def test_reference_guided_reward_punishes_a_cheap_failure_the_reference_avoids(
 
 def test_reward_wrappers_pay_what_they_say(tasks, boundaries) -> None:
     lam = 0.6
-    env = bopo.BoPOReward(bopo.TaskReplay(bopo.make_env(PROFILE), tasks[:5]), boundaries[:5],
+    env = bopo.BoPOReward(TaskReplay(bopo.make_env(PROFILE), tasks[:5]), boundaries[:5],
                           lam)
     for index in range(5):
         env.reset()
@@ -191,7 +193,7 @@ def test_reward_wrappers_pay_what_they_say(tasks, boundaries) -> None:
 def test_bopo_reward_pays_the_spend_of_episodes_the_budget_cuts_short(tasks, boundaries
                                                                       ) -> None:
     lam, budget = 0.6, float(np.quantile([b.small_cost for b in boundaries], 0.3))
-    env = bopo.BoPOReward(bopo.TaskReplay(bopo.make_env(PROFILE, budget), tasks), boundaries,
+    env = bopo.BoPOReward(TaskReplay(bopo.make_env(PROFILE, budget), tasks), boundaries,
                           lam)
     cut = 0
     for index in range(len(tasks)):
@@ -215,13 +217,13 @@ def test_maskable_ppo_never_takes_a_masked_action_under_hard_budget(tasks) -> No
     probe.reset(options={"task": tasks[0]})
     _, large = probe.unwrapped.step_prices()
     budget = 4 * large  # a few large steps fit, then only small ones
-    env = bopo.TaskReplay(bopo.make_env(PROFILE, budget=budget), tasks)
-    model = bopo.build_model(DummyVecEnv([lambda: env]), seed=0, n_steps=64, batch_size=64)
+    env = TaskReplay(bopo.make_env(PROFILE, budget=budget), tasks)
+    model = bopo_sft.build_model(DummyVecEnv([lambda: env]), seed=0, n_steps=64, batch_size=64)
     model.learn(128)
     torch.manual_seed(0)
     with torch.no_grad():  # make the policy eager to call the large model
         model.policy.action_net.bias[1] += 5.0
-    router = bopo.MaskedRouter(bopo.policy_weights(model.policy), env)
+    router = bopo_sft.MaskedRouter(bopo_sft.policy_weights(model.policy), env)
     masked_steps = 0
     for _ in range(6):
         obs, _ = env.reset()
@@ -245,12 +247,12 @@ def test_maskable_ppo_never_takes_a_masked_action_under_hard_budget(tasks) -> No
 def test_hard_budget_is_what_the_allocators_see() -> None:
     env = HardBudget(gym.make(bopo.ENV_ID), budget=0.0)
     env.reset(seed=0)
-    router = bopo.MaskedRouter([(np.zeros((2, 13)), np.array([0.0, 9.0]))], env)
+    router = bopo_sft.MaskedRouter([(np.zeros((2, 13)), np.array([0.0, 9.0]))], env)
     assert router.predict(env.observation_space.sample())[0].tolist() == [0]
 
 
 def test_report_smoke_writes_everything(tmp_path) -> None:
-    text = bopo.report(tmp_path, "smoke")
+    text = bopo_experiment.report(tmp_path, "smoke")
     for profile in ("alfworld", "sciworld", "appworld"):
         assert (tmp_path / f"pareto_bopo_{profile}.png").read_bytes()[:4] == b"\x89PNG"
         assert f"## {profile}" in text
@@ -273,12 +275,12 @@ def test_report_smoke_writes_everything(tmp_path) -> None:
     assert [p["timesteps"] for p in curve] == [0, data["scale"]["timesteps"]]
     assert curve[0]["success_rate"] == methods["sft"]["success_rate"]  # step 0 is the SFT
     with pytest.raises(ValueError, match="scale"):
-        bopo.report(tmp_path, "huge")
+        bopo_experiment.report(tmp_path, "huge")
 
 
 def test_paired_success_difference_is_the_shared_bootstrap_of_the_mean() -> None:
     from cost_envs.metrics import EpisodeRecord, bootstrap_mean_ci
-    from experiments.bopo import paired_success_difference
+    from experiments.bopo_report import paired_success_difference
 
     rng = np.random.default_rng(0)
 
@@ -302,8 +304,38 @@ def test_paired_success_difference_is_the_shared_bootstrap_of_the_mean() -> None
         paired_success_difference(a, b[:-1])
 
 
-def test_report_stays_importable_from_the_method_module() -> None:
-    from experiments import bopo as bopo_report
+def test_the_method_module_holds_no_experiment() -> None:
+    import subprocess
+    import sys
 
-    assert bopo.report.__module__ == "agents.routing.bopo" and callable(bopo_report.report)
-    assert not hasattr(bopo, "markdown")  # the rendering lives in experiments.bopo
+    # In a fresh process: importing the method must not import the experiments.
+    code = ("import sys, agents.routing.bopo, agents.routing.bopo_sft; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'experiments'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "[]"
+    for name in ("report", "run_all", "SCALES", "BopoScale", "TaskReplay", "markdown"):
+        assert not hasattr(bopo, name), name
+
+
+def test_task_replay_visits_the_list_in_order_or_shuffled(tasks) -> None:
+    env = TaskReplay(bopo.make_env(PROFILE), tasks[:3])
+    assert env.task_index == -1
+    order = []
+    for _ in range(7):
+        env.reset()
+        order.append(env.task_index)
+        assert env.unwrapped.task is tasks[env.task_index]
+    assert order == [0, 1, 2, 0, 1, 2, 0]
+    shuffled = TaskReplay(bopo.make_env(PROFILE), tasks[:5], shuffle=True, seed=1)
+    passes = []
+    for _ in range(2):
+        one = []
+        for _ in range(5):
+            shuffled.reset()
+            one.append(shuffled.task_index)
+        passes.append(one)
+    assert all(sorted(p) == [0, 1, 2, 3, 4] for p in passes)  # each pass visits every task
+    assert passes[0] != [0, 1, 2, 3, 4] or passes[1] != [0, 1, 2, 3, 4]
+    with pytest.raises(ValueError, match="at least one task"):
+        TaskReplay(bopo.make_env(PROFILE), [])

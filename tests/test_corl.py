@@ -1,4 +1,5 @@
-"""CORL's budget-tier controller: tier routing, per-tier adapters, per-tier scoring."""
+"""CORL (agents.routing.corl, experiments.corl): tier routing by layout names, per-tier
+adapters, per-tier scoring, the experiment's report."""
 
 from __future__ import annotations
 
@@ -12,18 +13,17 @@ import torch
 import cost_envs
 from agents.evaluation import run_episode
 from agents.routing.corl import (
-    CORL_SCALES,
     FixedConsultation,
     TierAdapters,
     make_tier_env,
-    report,
-    run_corl,
     score_tier,
+    tier_layout,
     train_shared_ppo,
     train_tier_adapters,
 )
 from cost_envs.envs.expert_routing import CONTROLLER
 from cost_envs.wrappers import TIERS
+from experiments.corl import CORL_SCALES, report, run_corl
 
 
 class Constant:
@@ -41,15 +41,44 @@ def _tier_obs(tier: str, dim: int = 20) -> np.ndarray:
     return obs
 
 
+CONSTANTS = {"low": Constant([1, 0, 0]), "medium": Constant([0, 1, 0]),
+             "high": Constant([0, 0, 1])}
+
+
+def test_tier_layout_names_the_budget_tier_observation() -> None:
+    env = make_tier_env()
+    layout = tier_layout(env)
+    base = env.unwrapped.observation_layout
+    assert {k: layout[k] for k in base} == base  # the env's slots keep their positions
+    for tier in TIERS:
+        obs, info = env.reset(seed=4, options={"tier": tier})
+        assert info["tier"] == tier
+        np.testing.assert_array_equal(obs[layout["tier"]], np.eye(3)[TIERS.index(tier)])
+        assert obs[layout["budget_left"]].tolist() == [1.0]
+        assert obs[layout["rounds_left"]].tolist() == [1.0]
+    assert layout["budget_left"].stop == env.observation_space.shape[0]
+    with pytest.raises(ValueError, match="BudgetTier observation"):
+        tier_layout(gym.make("cost_envs/ExpertRouting-v0"))
+
+
 def test_tier_adapters_route_each_observation_to_its_tier() -> None:
-    router = TierAdapters({"low": Constant([1, 0, 0]), "medium": Constant([0, 1, 0]),
-                           "high": Constant([0, 0, 1])})
+    router = TierAdapters(CONSTANTS, tier_layout(make_tier_env()))
     for tier, expected in zip(TIERS, np.eye(3, dtype=np.int8), strict=True):
         action, _ = router.predict(_tier_obs(tier))
         np.testing.assert_array_equal(action, expected)
     batch = np.stack([_tier_obs("high"), _tier_obs("low")])
     actions, _ = router.predict(batch)
     np.testing.assert_array_equal(actions, [[0, 0, 1], [1, 0, 0]])
+
+
+def test_tier_adapters_read_the_tier_by_name_not_by_position() -> None:
+    # The tier one-hot moved to the front: the router follows the layout.
+    router = TierAdapters(CONSTANTS, {"tier": slice(0, 3)})
+    obs = np.zeros(20, dtype=np.float32)
+    obs[2] = 1.0  # high at the front ...
+    obs[-4] = 1.0  # ... and "low" where a BudgetTier would put it
+    action, _ = router.predict(obs)
+    np.testing.assert_array_equal(action, [0, 0, 1])
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +99,7 @@ def test_shared_ppo_learns_on_budget_tier_observations(trained) -> None:
 
 def test_tier_adapters_keep_the_shared_base_and_action_head(trained) -> None:
     shared, snapshot, adapters, _ = trained
+    assert adapters.layout == tier_layout(make_tier_env())
     # Training the adapters must not touch the shared policy itself.
     for name, tensor in shared.state_dict().items():
         assert torch.equal(tensor, snapshot[name]), name
@@ -105,6 +135,13 @@ def test_fixed_consultation_asks_once_then_answers() -> None:
     np.testing.assert_array_equal(record.calls, [1, 0, 1])
     alone = run_episode(FixedConsultation([], 3), env, seed=3)
     assert alone.length == 1 and alone.calls.sum() == 0
+    # The first round is read from the layout's "rounds_left" slot, wherever it is.
+    layout = {"rounds_left": slice(0, 1)}
+    asker = FixedConsultation([1], 3, layout)
+    first, later = np.zeros(20, np.float32), np.zeros(20, np.float32)
+    first[0], later[4] = 1.0, 1.0
+    np.testing.assert_array_equal(asker.predict(first)[0], [0, 1, 0])
+    np.testing.assert_array_equal(asker.predict(later)[0], [0, 0, 0])
 
 
 def test_score_tier_controller_alone_matches_the_tasks() -> None:
@@ -158,3 +195,5 @@ def test_report_writes_tables_json_and_figure(tmp_path) -> None:
     assert (tmp_path / "pareto_corl.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "Does the expert-call ratio rise with the tier?" in markdown
     assert data["settings"]["episodes"] == CORL_SCALES["smoke"].episodes
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "corl_tiers.json", "corl_tiers.md", "pareto_corl.png"]  # no temporaries left

@@ -1,3 +1,5 @@
+"""The LoRA-Guided PPO paper's tables (experiments.lora_ppo) through ``python -m experiments``."""
+
 import contextlib
 import io
 import json
@@ -9,9 +11,9 @@ import gymnasium as gym
 import pytest
 import torch
 
-from agents import cli
 from cost_envs.metrics import HEADLINE_METRICS
 from experiments import lora_ppo as rep
+from experiments.__main__ import main
 
 ENV_NAMES = {env_id: env_id.split("/")[-1] for env_id in rep.PAPER_ENVS}
 FILE_NAMES = {f"{kind}_{name}.{ext}" for name in ENV_NAMES.values()
@@ -25,10 +27,10 @@ SMOKE = rep.SCALES["smoke"]
 
 @pytest.fixture(scope="session")
 def smoke(tmp_path_factory):
-    """One smoke reproduction through the CLI; a spy keeps the reports it computed.
+    """One smoke run of ``python -m experiments lora_ppo``; a spy keeps the reports.
 
     Runs once per session: it trains 20 small models (about 15 s). An exception from the
-    CLI is kept rather than raised, so the tests of the computed reports still run and
+    command is kept rather than raised, so the tests of the computed reports still run and
     only the tests of what was written report it.
     """
     torch.set_num_threads(1)
@@ -41,16 +43,16 @@ def smoke(tmp_path_factory):
         calls.append({"scale": scale, "kwargs": kwargs, "reports": reports})
         return reports
 
-    stdout = io.StringIO()
+    progress = io.StringIO()
     status = error = None
-    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(stdout):
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stderr(progress):
         patch.setattr(rep, "reproduce", spy)
         try:
-            status = cli.main(["reproduce", "--smoke", "--jobs", "1", "--out", str(out)])
+            status = main(["lora_ppo", "--scale", "smoke", "--jobs", "1", "--out", str(out)])
         except Exception as exc:  # reported by the tests that need the files
             error = exc
     assert len(calls) == 1
-    return {"status": status, "error": error, "out": out, "stdout": stdout.getvalue(),
+    return {"status": status, "error": error, "out": out, "progress": progress.getvalue(),
             **calls[0]}
 
 
@@ -58,7 +60,7 @@ def smoke(tmp_path_factory):
 def written(smoke):
     """The output directory of the CLI run, once it has finished without an error."""
     if smoke["error"] is not None:
-        raise AssertionError(f"cost-envs reproduce --smoke failed: {smoke['error']!r}")
+        raise AssertionError(f"python -m experiments lora_ppo failed: {smoke['error']!r}")
     return smoke["out"]
 
 
@@ -81,16 +83,19 @@ def png_size(path):
     return struct.unpack(">II", data[16:24])
 
 
-def test_cli_runs_the_smoke_scale_with_one_job(smoke, written):
+def test_command_runs_the_smoke_scale_with_one_job(smoke, written):
     assert smoke["status"] == 0
     assert smoke["scale"] == SMOKE
-    assert smoke["kwargs"] == {"jobs": 1}
+    assert smoke["kwargs"]["jobs"] == 1
     assert list(smoke["reports"]) == list(rep.PAPER_ENVS)
     for name in sorted(FILE_NAMES):
-        assert f"wrote {written / name}" in smoke["stdout"]
+        assert f"lora_ppo: wrote {written / name}" in smoke["progress"]
+    # a progress line per training run, as each one finishes
+    assert smoke["progress"].count(" trained and scored (") == 2 * len(rep.PAPER_ENVS) * len(
+        rep.LEARNED_ROWS)
 
 
-def test_cli_writes_exactly_the_tables_and_figures(written):
+def test_command_writes_exactly_the_tables_and_figures(written):
     paths = list(written.iterdir())
     assert {path.name for path in paths} == FILE_NAMES  # no temporary files left behind
     for path in paths:  # shareable like any result file, not mkstemp's 0600
@@ -166,13 +171,12 @@ def test_markdown_tables_list_every_row(smoke, written):
         text = (written / f"table_{name}.md").read_text()
         assert text == rep.markdown_table(smoke["reports"][env_id])
         assert text.startswith(f"# LoRA-Guided PPO paper, Tables 1-2: {env_id}\n")
-        assert "`cost-envs reproduce --smoke`" in text
+        assert "Reproduce with `python -m experiments lora_ppo --scale smoke`." in text
         rows = [line for line in text.splitlines() if line.startswith("| ")]
         assert rows[0].startswith("| Method | Success | CPS |")
         labels = [row.split("|")[1].strip() for row in rows[1:]]
         assert labels == [*rep.BASELINE_ROWS.values(),
                           *(row.label for row in rep.LEARNED_ROWS.values())]
-        assert text in smoke["stdout"]
 
 
 def test_figures_are_pngs_of_the_figure_size(written):
@@ -185,7 +189,7 @@ def test_figures_are_pngs_of_the_figure_size(written):
             assert path.stat().st_size > 20_000, path  # axes, points and text, not blank
 
 
-def test_write_reports_writes_what_the_cli_wrote(smoke, written, tmp_path):
+def test_write_reports_writes_what_the_command_wrote(smoke, written, tmp_path):
     paths = rep.write_reports(smoke["reports"], tmp_path)
     assert sorted(path.name for path in paths) == sorted(FILE_NAMES)
     assert {path.name for path in tmp_path.iterdir()} == FILE_NAMES
@@ -199,17 +203,19 @@ def test_write_reports_writes_what_the_cli_wrote(smoke, written, tmp_path):
             assert (tmp_path / f"{kind}_{name}.png").read_bytes()[:8] == PNG_MAGIC
 
 
-def test_smoke_and_full_are_exclusive(tmp_path, monkeypatch, capsys):
+def test_an_unknown_scale_fails_before_any_work(tmp_path, monkeypatch, capsys):
     def must_not_run(scale, **kwargs):
         raise AssertionError(f"reproduce ran at scale {scale.name!r}")
 
-    # Should the flags stop being exclusive, fail at once rather than run the full scale.
     monkeypatch.setattr(rep, "reproduce", must_not_run)
     with pytest.raises(SystemExit) as exc:
-        cli.main(["reproduce", "--smoke", "--full", "--out", str(tmp_path / "out")])
+        main(["lora_ppo", "--scale", "huge", "--out", str(tmp_path / "out")])
     assert exc.value.code == 2
-    assert "not allowed with" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "invalid choice: 'huge'" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
+    with pytest.raises(ValueError, match="scale"):
+        rep.report(tmp_path / "out", "huge")
 
 
 def test_a_failed_run_leaves_previous_results_untouched(tmp_path, monkeypatch):
@@ -223,7 +229,7 @@ def test_a_failed_run_leaves_previous_results_untouched(tmp_path, monkeypatch):
 
     monkeypatch.setattr(rep, "run_job", boom)
     with pytest.raises(RuntimeError, match="simulated failure"):
-        cli.main(["reproduce", "--smoke", "--jobs", "1", "--out", str(out)])
+        main(["lora_ppo", "--scale", "smoke", "--jobs", "1", "--out", str(out)])
     assert old.read_text() == "previous results\n"
     assert [path.name for path in out.iterdir()] == [old.name]
 
@@ -242,7 +248,7 @@ def test_a_failed_figure_leaves_previous_results_untouched(smoke, tmp_path, monk
     monkeypatch.setattr(rep, "reproduce", lambda scale, **kwargs: smoke["reports"])
     monkeypatch.setattr(rep, "pareto_figure", boom)
     with pytest.raises(RuntimeError, match="simulated plotting failure"):
-        cli.main(["reproduce", "--smoke", "--jobs", "1", "--out", str(out)])
+        main(["lora_ppo", "--scale", "smoke", "--jobs", "1", "--out", str(out)])
     assert {path.name: path.read_text() for path in out.iterdir()} == previous
 
 

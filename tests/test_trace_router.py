@@ -164,7 +164,7 @@ def test_report_pins_the_approximate_token_counter(tmp_path: Path,
     assert 'token_counter="approx"' in text
 
 
-@pytest.mark.parametrize("broken", ["_markdown", "_figure", "_json_ready", "json"])
+@pytest.mark.parametrize("broken", ["markdown", "figure", "json_ready", "json"])
 def test_a_rendering_failure_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                             broken: str) -> None:
     data_dir = fake_routellm(tmp_path / "data")

@@ -21,11 +21,8 @@ for the adapter.
 
 from __future__ import annotations
 
-import multiprocessing
-import os
 import sys
 from collections.abc import Mapping
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -177,17 +174,6 @@ def quiet_logger(model: Any, verbose: int = 0) -> None:
     """
     outputs = [HumanOutputFormat(sys.stdout)] if verbose else []
     model.set_logger(Logger(folder=None, output_formats=outputs))
-
-
-def spawn_pool(workers: int) -> ProcessPoolExecutor:
-    """Worker processes for independent training runs, each with single-threaded BLAS.
-
-    ``spawn``, not ``fork``: forking a process that has already used torch can deadlock.
-    """
-    # The workers read these when they import numpy/torch.
-    for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        os.environ.setdefault(variable, "1")
-    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
 
 
 def configure_torch_threads() -> None:

@@ -1,4 +1,4 @@
-"""Wrappers: budgets, step limits and cost accounting, composable like Gymnasium's own.
+"""Wrappers: budgets, tiers, step limits, accounting and task replay, like Gymnasium's own.
 
 Put ``HardBudget`` and ``StepLimit`` directly on the environment, below accounting
 wrappers such as ``CostAccounting``: a budget truncation does not step the wrappers
@@ -8,6 +8,7 @@ beneath it, so they would not see the episode end.
 from cost_envs.wrappers.accounting import CostAccounting
 from cost_envs.wrappers.budget import HardBudget
 from cost_envs.wrappers.limits import StepLimit
+from cost_envs.wrappers.replay import TaskReplay
 from cost_envs.wrappers.tiers import TIERS, BudgetTier
 
-__all__ = ["TIERS", "BudgetTier", "CostAccounting", "HardBudget", "StepLimit"]
+__all__ = ["TIERS", "BudgetTier", "CostAccounting", "HardBudget", "StepLimit", "TaskReplay"]

@@ -1,0 +1,182 @@
+"""Run the papers' experiments from a checkout: ``python -m experiments EXPERIMENT``.
+
+``EXPERIMENT`` is ``lora_ppo``, ``corl``, ``bopo``, ``traces`` or ``all`` (those four, in
+that order). Each writes its tables, JSON and figures into ``--out`` (all of one
+experiment's files or none of them), and ``all`` also records the wall time of corl,
+bopo and traces in ``routing.md``. ``--out`` is checked writable before any work starts.
+Progress lines go to stderr as the work goes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from experiments.common import check_writable, machine, write_report
+
+PROG = "python -m experiments"
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_OUT = REPO / "benchmarks" / "results"
+#: The RouteLLM evaluation CSVs live beside the repository, never inside it.
+DEFAULT_DATA = REPO.parent / "shared" / "data" / "routellm"
+EXPERIMENTS = ("lora_ppo", "corl", "bopo", "traces")
+#: The routing experiments whose wall times ``routing.md`` records.
+ROUTING = ("corl", "bopo", "traces")
+SCALES = ("smoke", "default", "full")
+EPILOG = """\
+scales:
+  smoke    seconds per experiment: plumbing for the tests, not a result
+  default  what `make reproduce` runs: about 7 minutes for `all` on 2 cores
+  full     lora_ppo at the paper's scale (200k steps x 5 seeds); corl, bopo and
+           traces have no larger scale and run `default`
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (and exit code 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print ``prog: error: message`` on one line and exit with 2."""
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m experiments``."""
+    parser = _Parser(prog=PROG, description="Run the papers' experiments and write their "
+                     "tables, JSON and figures into --out.",
+                     epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("experiment", choices=(*EXPERIMENTS, "all"),
+                        help="what to run; all: lora_ppo, corl, bopo, traces in that order")
+    parser.add_argument("--scale", choices=SCALES, default="default",
+                        help="how much work (see below; default: default)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
+                        help="output directory, created if needed (default: "
+                             "benchmarks/results in the repository)")
+    parser.add_argument("--jobs", type=_positive_int, default=None,
+                        help="worker processes of lora_ppo and bopo (default: 2; bopo "
+                             "smoke: 1)")
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA,
+                        help="the RouteLLM folder of traces, read in place (default: "
+                             "../shared/data/routellm beside the repository); traces is "
+                             "skipped when it is absent")
+    return parser
+
+
+class Progress:
+    """Prints progress lines to stderr at once, each with the time since the start."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+
+    def __call__(self, message: str) -> None:
+        """Print ``[elapsed] message``."""
+        print(f"[{time.perf_counter() - self.start:5.0f} s] {message}", file=sys.stderr,
+              flush=True)
+
+
+def _routing_scale(scale: str) -> str:
+    """corl, bopo and traces have no ``full`` scale: they run ``default``."""
+    return "default" if scale == "full" else scale
+
+
+def _run_lora_ppo(args: argparse.Namespace, log: Callable[[str], None]) -> None:
+    from experiments import lora_ppo
+
+    for path in lora_ppo.report(args.out, args.scale, jobs=args.jobs or 2, log=log):
+        log(f"lora_ppo: wrote {path}")
+
+
+def _run_corl(args: argparse.Namespace, log: Callable[[str], None]) -> None:
+    from experiments import corl
+
+    corl.report(args.out, _routing_scale(args.scale), log=log)
+
+
+def _run_bopo(args: argparse.Namespace, log: Callable[[str], None]) -> None:
+    from experiments import bopo
+
+    bopo.report(args.out, _routing_scale(args.scale), log=lambda m: log(f"bopo: {m}"),
+                jobs=args.jobs)
+
+
+def _run_traces(args: argparse.Namespace, log: Callable[[str], None]) -> None:
+    from experiments import traces
+
+    traces.report(args.out, _routing_scale(args.scale), args.data)
+
+
+RUNNERS: dict[str, Callable[[argparse.Namespace, Callable[[str], None]], None]] = {
+    "lora_ppo": _run_lora_ppo, "corl": _run_corl, "bopo": _run_bopo, "traces": _run_traces}
+
+
+def routing_record(scale: str, timings: Sequence[tuple[str, str]]) -> str:
+    """``routing.md``: the command, the machine and each routing experiment's wall time."""
+    lines = ["# Budget-aware routing benchmarks (issue #4)", "",
+             f"`{PROG} all --scale {scale}` on {machine()}, one torch thread.", "",
+             "| Part | Wall time |", "|---|---|"]
+    lines += [f"| {part} | {what} |" for part, what in timings]
+    return "\n".join(lines) + "\n"
+
+
+def run(args: argparse.Namespace, log: Callable[[str], None]) -> None:
+    """Run the chosen experiments into the (already checked) ``args.out``."""
+    from agents.lora.training import configure_torch_threads
+
+    # Small networks: one torch thread each; parallelism comes from worker processes.
+    configure_torch_threads()
+    names = EXPERIMENTS if args.experiment == "all" else (args.experiment,)
+    timings: list[tuple[str, str]] = []
+    for name in names:
+        if name == "traces" and not args.data.is_dir():
+            reason = f"skipped: RouteLLM data not found at {args.data}"
+            log(f"traces: {reason}")
+            timings.append((name, reason))
+            continue
+        scale = args.scale if name == "lora_ppo" else _routing_scale(args.scale)
+        log(f"{name}: started at scale {scale}")
+        start = time.perf_counter()
+        RUNNERS[name](args, log)
+        elapsed = time.perf_counter() - start
+        log(f"{name}: done in {elapsed:.0f} s")
+        if name in ROUTING:
+            timings.append((name, f"{elapsed:.0f} s"))
+    if args.experiment == "all":  # a partial run leaves the full run's record alone
+        write_report(args.out, {"routing.md": routing_record(args.scale, timings)})
+        log(f"wrote {args.out / 'routing.md'}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse the arguments, check ``--out``, run; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        args.out = check_writable(args.out)
+    except ValueError as error:
+        print(f"{PROG}: error: {error}", file=sys.stderr)
+        return 2
+    log = Progress()
+    try:
+        run(args, log)
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted; the running experiment wrote nothing", file=sys.stderr)
+        return 130
+    log(f"{args.experiment}: finished")
+    return 0
+
+
+if __name__ == "__main__":  # spawned workers import this module without running it
+    sys.exit(main())

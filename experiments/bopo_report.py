@@ -1,0 +1,276 @@
+"""BoPO's report: method summaries, frontier comparisons, the Markdown page and the figures.
+
+Pure functions of evaluation records and of the experiment's JSON summary
+(:func:`experiments.bopo.summarise`): :func:`method_summary` scores one method on the
+evaluation tasks (95% percentile-bootstrap intervals over tasks, success per stratum,
+boundary-normalised cost); :func:`compare_frontiers` compares BoPO's frontier with PPO's
+and Cascade's, with paired intervals from :func:`paired_success_difference`;
+:func:`markdown` and :func:`pareto_figure` render the page and the per-profile figures.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from agents.evaluation import EvaluationResult, value_interval
+from agents.routing.bopo import BUDGET_QUANTILE, NET_ARCH, STRATA, Boundary
+from agents.seeds import EVAL_TASK_SEED
+from cost_envs.metrics import EpisodeRecord, bootstrap_mean_ci, pareto_front
+from experiments.common import figure_png
+
+# ---------------------------------------------------------------------- scoring
+LABELS = {"always-small": "AlwaysSmall", "always-large": "AlwaysLarge",
+          "oracle": "Oracle (privileged)", "sft": "SFT warm start only", "bopo": "BoPO",
+          "ppo": "PPO (vanilla)", "random-mix": "RandomMix", "cascade": "Cascade"}
+#: The families whose frontiers are compared with BoPO's.
+RIVALS = ("ppo", "cascade")
+
+
+def label(key: str) -> str:
+    """The table label of a method key such as ``bopo/0.4`` (``BoPO (λ=0.4)``)."""
+    family, _, value = key.partition("/")
+    name = LABELS.get(family, family)
+    if not value:
+        return name
+    knob = {"bopo": "λ", "ppo": "λ", "random-mix": "p", "cascade": "patience"}[family]
+    return f"{name} ({knob}={value})"
+
+
+def method_summary(records: Sequence[EpisodeRecord], boundaries: Sequence[Boundary],
+                   resamples: int, seed: int) -> dict[str, Any]:
+    """One method's metrics with intervals, success per stratum and normalised cost."""
+    summary = EvaluationResult(tuple(records), ("large",), EVAL_TASK_SEED).summary(
+        n_resamples=resamples, seed=seed)
+    by = {s: [r.success for r, b in zip(records, boundaries, strict=True) if b.stratum == s]
+          for s in STRATA}
+    summary["success_by_stratum"] = {s: (float(np.mean(v)) if v else None)
+                                     for s, v in by.items()}
+    plain = [b.normalised(r.cost) for r, b in zip(records, boundaries, strict=True)
+             if not b.inverted and b.large_cost != b.small_cost]
+    summary["normalised_cost"] = float(np.mean(plain)) if plain else None
+    summary["budget_exhausted"] = summary["budget_violations"]  # the table's "Exhausted"
+    return summary
+
+
+def frontier_coverage(ours: Mapping[str, tuple[float, float]],
+                      theirs: Mapping[str, tuple[float, float]]) -> int:
+    """How many of ``theirs`` (success, cost) points some point of ``ours`` weakly dominates."""
+    return sum(any(s >= ts and c <= tc for s, c in ours.values()) for ts, tc in theirs.values())
+
+
+def paired_success_difference(a: Sequence[EpisodeRecord], b: Sequence[EpisodeRecord],
+                              resamples: int = 1000, seed: int = 0, confidence: float = 0.95
+                              ) -> tuple[float, float, float]:
+    """Success rate of ``a`` minus ``b`` on the same tasks, with a paired bootstrap interval.
+
+    Both record lists follow the same task order; each resample draws tasks with
+    replacement and takes both methods' episodes on them: the percentile bootstrap of
+    the mean per-task difference (:func:`cost_envs.metrics.bootstrap_mean_ci`).
+
+    Returns:
+        ``(difference, low, high)``.
+
+    Raises:
+        ValueError: On record lists of different lengths or empty ones, or invalid
+            bootstrap arguments.
+    """
+    if len(a) != len(b) or not a:
+        raise ValueError("paired_success_difference: expected two equally long, non-empty "
+                         "evaluations of the same tasks")
+    diff = np.array([x.success for x in a], float) - np.array([y.success for y in b], float)
+    return bootstrap_mean_ci(diff, n_resamples=resamples, confidence=confidence, seed=seed)
+
+
+def compare_frontiers(points: Mapping[str, tuple[float, float]], rival: str,
+                      records: Mapping[str, Sequence[EpisodeRecord]] | None = None,
+                      resamples: int = 1000, seed: int = 0) -> dict[str, Any]:
+    """BoPO's frontier against ``rival``'s (keys ``bopo/...`` and ``<rival>/...``).
+
+    ``outcome`` is ``dominates`` (every rival frontier point is weakly dominated by a BoPO
+    point, and not the other way round), ``is dominated by``, ``ties with`` or
+    ``crosses``, on point estimates. ``matched`` pairs each BoPO frontier point with the
+    rival's most successful point that costs no more (or, when none is as cheap, the
+    rival's cheapest point) and, given ``records``, the paired bootstrap interval of
+    BoPO's success minus that point's, which says whether the ordering is resolved.
+    """
+    rival_points = {k: v for k, v in points.items() if k.startswith(f"{rival}/")}
+    bopo = pareto_front({k: v for k, v in points.items() if k.startswith("bopo/")})
+    other = pareto_front(rival_points)
+    ours, theirs = frontier_coverage(bopo, other), frontier_coverage(other, bopo)
+    if ours == len(other) and theirs < len(bopo):
+        outcome = "dominates"
+    elif theirs == len(bopo) and ours < len(other):
+        outcome = "is dominated by"
+    elif ours == len(other) and theirs == len(bopo):
+        outcome = "ties with"
+    else:
+        outcome = "crosses"
+    matched = []
+    for key, (success, cost) in bopo.items():
+        cheaper = {k: v for k, v in rival_points.items() if v[1] <= cost}
+        if cheaper:  # the rival's most successful point that costs no more
+            best = max(cheaper, key=lambda k: (cheaper[k][0], -cheaper[k][1]))
+        else:  # none is as cheap: its cheapest point (which costs more)
+            best = min(rival_points, key=lambda k: (rival_points[k][1], -rival_points[k][0]))
+        entry: dict[str, Any] = {"bopo": key, "success": success, "cost": cost,
+                                 "rival": best, "rival_costs_more": not cheaper,
+                                 "margin": success - rival_points[best][0], "margin_ci": None}
+        if records is not None:
+            _, low, high = paired_success_difference(records[key], records[best], resamples,
+                                                     seed)
+            entry["margin_ci"] = [low, high]
+        matched.append(entry)
+    return {"rival": rival, "outcome": outcome, "bopo_front": list(bopo),
+            "rival_front": list(other), "rival_points_dominated": ours,
+            "bopo_points_dominated": theirs, "matched": matched}
+
+
+# ------------------------------------------------------------------------ output
+def _ci(m: Mapping[str, Any], key: str, fmt: str) -> str:
+    return value_interval(m[key], *m[f"{key}_ci"], fmt=fmt)
+
+
+def _opt(value: float | None, fmt: str) -> str:
+    return "-" if value is None else f"{value:{fmt}}"
+
+
+def _frontier_sentence(profile: str, comp: Mapping[str, Any]) -> str:
+    """One profile's BoPO-vs-rival outcome, with how much of it the intervals resolve."""
+    name = LABELS[comp["rival"]]
+    better = worse = unresolved = 0
+    pairs = []
+    for m in comp["matched"]:
+        interval = "" if m["margin_ci"] is None else " [{:+.3f}, {:+.3f}]".format(
+            *m["margin_ci"])
+        if m["rival_costs_more"]:  # a trade-off, not a like-for-like comparison
+            pairs.append(f"{label(m['bopo'])} is cheaper than every {name} point; vs its "
+                         f"cheapest, {label(m['rival'])}: {m['margin']:+.3f}{interval}")
+            continue
+        low, high = m["margin_ci"] if m["margin_ci"] is not None else (-math.inf, math.inf)
+        better += low > 0
+        worse += high < 0
+        unresolved += low <= 0 <= high
+        pairs.append(f"{label(m['bopo'])} vs {label(m['rival'])}: "
+                     f"{m['margin']:+.3f}{interval}")
+    compared = better + worse + unresolved
+    return (
+        f"**{profile}: BoPO's frontier {comp['outcome']} {name}'s** on point estimates "
+        f"(BoPO weakly dominates {comp['rival_points_dominated']} of "
+        f"{len(comp['rival_front'])} {name} frontier points, {name} "
+        f"{comp['bopo_points_dominated']} of {len(comp['bopo_front'])} BoPO points). "
+        f"Success of each BoPO frontier point minus that of the best {name} point costing "
+        f"no more, with 95% paired bootstrap intervals over tasks (BoPO resolved better at "
+        f"{better} of {compared} such comparisons, worse at {worse}, unresolved at "
+        f"{unresolved}): " + "; ".join(pairs) + "."
+    )
+
+
+def markdown(summary: Mapping[str, Any], seconds: float | None = None) -> str:
+    """The report page: setup, then per profile the taxonomy, the table and the outcome."""
+    sc = summary["scale"]
+    lines = [
+        "# BoPO on AgenticRouting-v0: boundary-guided routing vs PPO and Cascade",
+        "",
+        f"Scale `{sc['name']}`: {sc['n_train']} training tasks and {sc['n_eval']} evaluation "
+        f"tasks per profile (task seeds {summary['train_task_seed']} and "
+        f"{summary['eval_task_seed']}); every learned router is MaskablePPO with "
+        f"{list(NET_ARCH)} policy and value MLPs trained for {sc['timesteps']} steps "
+        "(seed 0). Every method is scored on the same evaluation tasks under "
+        "`HardBudget(on_exceed=\"mask\")` with the profile's per-task budget (the "
+        f"{BUDGET_QUANTILE:.0%} quantile of always-large's training cost). Values are "
+        f"point estimates with 95% bootstrap intervals over tasks ({sc['resamples']} "
+        "resamples). Norm. cost: mean of (C - C_small) / (C_large - C_small) over tasks "
+        "without cost inversion. Large steps: share of steps run by the large model. "
+        "Exhausted: episodes the budget cut short.",
+    ]
+    if seconds is not None:
+        lines += ["", f"Wall time: {seconds:.0f} s with {sc['jobs']} worker process(es)."]
+    outcomes = []
+    for profile, rep in summary["profiles"].items():
+        strata = rep["strata_eval"]
+        before, after = rep["sft"]["demo_log_likelihood_before_after"]
+        lines += [
+            "", f"## {profile}", "",
+            f"Per-task budget ${rep['budget']:.4f}. Strata of the evaluation tasks: "
+            + ", ".join(f"{s} {strata[s]:.0%}" for s in STRATA)
+            + " (training: " + ", ".join(f"{s} {rep['strata_train'][s]:.0%}" for s in STRATA)
+            + "). Cost inversions (always-small dearer than always-large): "
+            f"{rep['inversion_share_eval']:.1%} of evaluation tasks, "
+            f"{rep['inversion_share_train']:.1%} of training tasks. SFT data: "
+            + ", ".join(f"{n} {s}" for s, n in rep["sft"]["trajectories"].items())
+            + f" trajectories ({rep['sft']['steps']} steps); demonstrated-action "
+            f"log-likelihood {before:.3f} -> {after:.3f}.",
+            "",
+            "| Method | Success | Avg cost ($) | CPS ($) | Norm. cost | Large steps | Success "
+            "easy / hard / intractable | Exhausted |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for m in rep["methods"].values():
+            by = m["success_by_stratum"]
+            lines.append(
+                f"| {m['label']} | {_ci(m, 'success_rate', '.3f')} | "
+                f"{_ci(m, 'avg_cost', '.4f')} | {_ci(m, 'cps', '.4f')} | "
+                f"{_opt(m['normalised_cost'], '.2f')} | {m['call_ratio']['large']:.2f} | "
+                + " / ".join(_opt(by[s], ".2f") for s in STRATA)
+                + f" | {m['budget_exhausted']} |")
+        curves = rep["learning_curves"]
+        if curves:
+            steps = [point["timesteps"] for point in next(iter(curves.values()))]
+            lines += ["", "Learning curves (evaluation tasks, same budget): success / "
+                      "average cost after each number of RL steps.", "",
+                      "| Router | " + " | ".join(f"{n} steps" for n in steps) + " |",
+                      "|---|" + "---|" * len(steps)]
+            for key, curve in curves.items():
+                lines.append(f"| {label(key)} | " + " | ".join(
+                    f"{p['success_rate']:.3f} / {p['avg_cost']:.4f}" for p in curve) + " |")
+        for comp in rep["frontiers"].values():
+            outcomes.append(_frontier_sentence(profile, comp))
+            lines += ["", outcomes[-1]]
+    lines += ["", "## Outcome", "", *(f"* {s}" for s in outcomes), "",
+              "Dominance is judged on point estimates; a paired interval that contains 0 means "
+              "the ordering of those two points is not resolved by these evaluation tasks "
+              "(one training seed per point).", ""]
+    return "\n".join(lines)
+
+
+def pareto_figure(profile: str, rep: Mapping[str, Any]) -> bytes:
+    """Success vs average cost per method for one profile, with 95% interval bars (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(8, 5))
+    styles = {"bopo": ("tab:red", "o"), "ppo": ("tab:blue", "s"), "cascade": ("tab:green", "^"),
+              "random-mix": ("tab:gray", "v"), "always-small": ("black", "<"),
+              "always-large": ("black", ">"), "sft": ("tab:orange", "D"),
+              "oracle": ("tab:purple", "*")}
+    families: dict[str, list[tuple[float, float]]] = {}
+    for key, m in rep["methods"].items():
+        family = key.split("/")[0]
+        colour, marker = styles[family]
+        x, y = m["avg_cost"], m["success_rate"]
+        xerr = [[max(0.0, x - m["avg_cost_ci"][0])], [max(0.0, m["avg_cost_ci"][1] - x)]]
+        yerr = [[max(0.0, y - m["success_rate_ci"][0])], [max(0.0, m["success_rate_ci"][1] - y)]]
+        axis.errorbar(x, y, xerr=xerr, yerr=yerr, fmt=marker, color=colour, capsize=2,
+                      markersize=7, label=LABELS[family] if family not in families else None)
+        families.setdefault(family, []).append((x, y))
+    for family in ("bopo", "ppo", "cascade", "random-mix"):
+        pts = sorted(families.get(family, []))
+        if len(pts) > 1:
+            axis.plot([p[0] for p in pts], [p[1] for p in pts], "-", color=styles[family][0],
+                      linewidth=0.8)
+    axis.set_xlabel("average cost per task ($)")
+    axis.set_ylabel("success rate")
+    axis.set_title(f"AgenticRouting-v0 / {profile}: success vs cost (95% intervals, "
+                   f"budget ${rep['budget']:.3f})")
+    axis.grid(True, alpha=0.3)
+    axis.legend(fontsize=8, loc="lower right")
+    figure.tight_layout()
+    png = figure_png(figure, dpi=110)
+    plt.close(figure)
+    return png

@@ -1,0 +1,265 @@
+"""``python -m experiments``: the whole smoke run, the --out check, all-or-nothing reports."""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from experiments import __main__ as command
+from experiments import common
+
+REPO = Path(__file__).resolve().parents[1]
+ROUTELLM = REPO.parent / "shared" / "data" / "routellm"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+ENV_NAMES = ("FlightPlanner-v0", "ToolBench-v0")
+PROFILES = ("alfworld", "sciworld", "appworld")
+
+
+def run_command(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """``python -m experiments ARGS`` from the repository root, one BLAS thread."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "experiments", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def smoke_all(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """One ``python -m experiments all --scale smoke`` (about 20 s on 2 cores)."""
+    out = tmp_path_factory.mktemp("experiments") / "results"
+    done = run_command("all", "--scale", "smoke", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    return out, done.stderr
+
+
+def test_all_runs_the_four_experiments_in_order_with_progress(smoke_all) -> None:
+    _, progress = smoke_all
+    lines = progress.splitlines()
+    assert all(re.match(r"\[ *\d+ s\] ", line) for line in lines), lines  # timestamped
+    starts = [line.split("] ")[1].split(":")[0] for line in lines if ": started at" in line]
+    if ROUTELLM.is_dir():
+        assert starts == ["lora_ppo", "corl", "bopo", "traces"]
+    else:
+        assert starts == ["lora_ppo", "corl", "bopo"]
+        assert f"traces: skipped: RouteLLM data not found at {ROUTELLM}" in progress
+    for name in starts:
+        assert re.search(rf"\] {name}: done in \d+ s$", progress, re.MULTILINE), name
+    assert progress.rstrip().endswith("all: finished")
+
+
+def test_all_writes_every_table_and_figure(smoke_all) -> None:
+    out, _ = smoke_all
+    names = {p.name for p in out.iterdir()}
+    assert not [n for n in names if n.startswith(".")]  # no temporaries or backups left
+    for env_name in ENV_NAMES:
+        text = (out / f"table_{env_name}.md").read_text(encoding="utf-8")
+        assert "| Method | Success | CPS |" in text
+        assert "Reproduce with `python -m experiments lora_ppo --scale smoke`." in text
+        assert (out / f"table_{env_name}.json").read_text(encoding="utf-8").startswith("{")
+        for kind in ("pareto", "learning_curves"):
+            assert (out / f"{kind}_{env_name}.png").read_bytes()[:8] == PNG_MAGIC
+    corl = (out / "corl_tiers.md").read_text(encoding="utf-8")
+    assert "| Tier | Method | Accuracy | Accuracy within budget |" in corl
+    assert "| low | LoRA-PPO, one adapter per tier |" in corl
+    assert (out / "pareto_corl.png").read_bytes()[:8] == PNG_MAGIC
+    bopo = (out / "bopo.md").read_text(encoding="utf-8")
+    assert "| Method | Success | Avg cost ($) | CPS ($) |" in bopo
+    for profile in PROFILES:
+        assert f"## {profile}" in bopo
+        assert (out / f"pareto_bopo_{profile}.png").read_bytes()[:8] == PNG_MAGIC
+    if ROUTELLM.is_dir():
+        traces = (out / "trace_routing.md").read_text(encoding="utf-8")
+        assert "| Router | APGR | CPT(50%) | CPT(80%) |" in traces
+        assert (out / "trace_routing.png").read_bytes()[:8] == PNG_MAGIC
+    for path in out.iterdir():  # shareable like any result file
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644, path
+
+
+def test_all_records_the_routing_wall_times_in_the_old_format(smoke_all) -> None:
+    out, _ = smoke_all
+    lines = (out / "routing.md").read_text(encoding="utf-8").splitlines()
+    assert lines[:2] == ["# Budget-aware routing benchmarks (issue #4)", ""]
+    assert re.fullmatch(r"`python -m experiments all --scale smoke` on \S+ \S+, \d+ logical "
+                        r"CPUs, Python [\d.]+, one torch thread\.", lines[2]), lines[2]
+    assert lines[3:6] == ["", "| Part | Wall time |", "|---|---|"]
+    assert re.fullmatch(r"\| corl \| \d+ s \|", lines[6])
+    assert re.fullmatch(r"\| bopo \| \d+ s \|", lines[7])
+    skipped = f"skipped: RouteLLM data not found at {re.escape(str(ROUTELLM))}"
+    expected = r"\| traces \| \d+ s \|" if ROUTELLM.is_dir() else rf"\| traces \| {skipped} \|"
+    assert re.fullmatch(expected, lines[8])
+    assert len(lines) == 9
+
+
+def test_traces_without_data_is_skipped_and_writes_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    done = run_command("traces", "--scale", "smoke", "--out", str(out),
+                       "--data", str(tmp_path / "nowhere"))
+    assert done.returncode == 0, done.stderr
+    assert f"traces: skipped: RouteLLM data not found at {tmp_path / 'nowhere'}" in done.stderr
+    assert list(out.iterdir()) == []  # a partial run leaves routing.md alone
+
+
+def test_an_unwritable_out_fails_at_once_with_one_line(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    out = blocker / "results"
+    start = time.perf_counter()
+    done = run_command("all", "--out", str(out))
+    seconds = time.perf_counter() - start
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert lines == [f"python -m experiments: error: output directory {out} is not writable: "
+                     "Not a directory"]
+    assert done.stdout == ""
+    assert seconds < 30  # nothing was trained: the check comes first
+
+
+def test_the_out_check_comes_before_any_experiment(tmp_path: Path, monkeypatch, capsys
+                                                   ) -> None:
+    ran = []
+    monkeypatch.setattr(command, "run", lambda args, log: ran.append(args))
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    assert command.main(["all", "--out", str(blocker)]) == 2
+    assert ran == []
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(blocker) in err
+    assert command.main(["corl", "--out", str(tmp_path / "new" / "dir")]) == 0
+    assert len(ran) == 1 and (tmp_path / "new" / "dir").is_dir()  # created, then run
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0,
+                    reason="root writes into read-only directories")
+def test_a_read_only_out_is_not_writable(tmp_path: Path) -> None:
+    out = tmp_path / "read-only"
+    out.mkdir()
+    out.chmod(0o555)
+    try:
+        with pytest.raises(ValueError, match=f"output directory {out} is not writable"):
+            common.check_writable(out)
+    finally:
+        out.chmod(0o755)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["everything"], "invalid choice: 'everything'"),
+    (["corl", "--scale", "huge"], "invalid choice: 'huge'"),
+    (["bopo", "--jobs", "0"], "expected an integer >= 1, got '0'"),
+    ([], "the following arguments are required: experiment"),
+])
+def test_bad_arguments_are_one_line_and_exit_2(argv, message, capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        command.main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err and err.startswith("python -m experiments")
+
+
+def test_help_says_what_full_means(capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        command.main(["--help"])
+    assert exc.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "corl, bopo and traces have no larger scale and run `default`" in text
+    assert "{lora_ppo,corl,bopo,traces,all}" in text
+
+
+# ------------------------------------------------------------------ the report writer
+def old_report(directory: Path) -> dict[str, str]:
+    directory.mkdir(parents=True, exist_ok=True)
+    files = {"a.md": "old a\n", "b.json": "old b\n"}
+    for name, text in files.items():
+        (directory / name).write_text(text, encoding="utf-8")
+    return files
+
+
+def contents(directory: Path) -> dict[str, str]:
+    return {p.name: p.read_text(encoding="utf-8") for p in directory.iterdir()}
+
+
+NEW = {"a.md": "new a\n", "b.json": "new b\n", "c.png": b"\x89PNG new c"}
+
+
+def test_write_report_replaces_every_file(tmp_path: Path) -> None:
+    old_report(tmp_path)
+    paths = common.write_report(tmp_path, NEW)
+    assert paths == [tmp_path / name for name in NEW]
+    assert (tmp_path / "a.md").read_text(encoding="utf-8") == "new a\n"
+    assert (tmp_path / "c.png").read_bytes() == b"\x89PNG new c"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(NEW)  # nothing hidden left
+    for path in paths:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644
+
+
+@pytest.mark.parametrize("failure", [OSError(28, "No space left on device"),
+                                     KeyboardInterrupt()])
+def test_a_rename_failing_midway_leaves_every_old_file(tmp_path: Path, monkeypatch,
+                                                       failure: BaseException) -> None:
+    before = old_report(tmp_path)
+    real = os.replace
+    renamed = []
+
+    def flaky(src, dst):
+        # the first report file goes in, then the second rename fails
+        if Path(dst).name == "b.json" and not Path(src).name.startswith(".b.json.old-"):
+            raise failure
+        renamed.append(Path(dst).name)
+        return real(src, dst)
+
+    monkeypatch.setattr(common.os, "replace", flaky)
+    with pytest.raises(type(failure)):
+        common.write_report(tmp_path, NEW)
+    assert renamed[0] == "a.md"  # a new file really was in place before the failure ...
+    assert contents(tmp_path) == before  # ... and the old one is back, c.png never appears
+
+
+def test_a_file_failing_to_write_leaves_every_old_file(tmp_path: Path, monkeypatch) -> None:
+    before = old_report(tmp_path)
+    real = common._stage
+
+    def full_disk(directory, name, content):
+        if name == "c.png":
+            raise OSError(28, "No space left on device")
+        return real(directory, name, content)
+
+    monkeypatch.setattr(common, "_stage", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        common.write_report(tmp_path, NEW)
+    assert contents(tmp_path) == before  # no new file, no temporary
+
+
+def test_write_report_rejects_paths_as_names(tmp_path: Path) -> None:
+    for bad in ("../escape.md", "sub/file.md", "", ".."):
+        with pytest.raises(ValueError, match="plain file names"):
+            common.write_report(tmp_path, {bad: "x"})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_check_writable_creates_the_directory(tmp_path: Path) -> None:
+    out = tmp_path / "a" / "b"
+    assert common.check_writable(out) == out
+    assert out.is_dir() and list(out.iterdir()) == []  # the probe is gone
+
+
+# ------------------------------------------------------------------ the layout
+def test_experiment_modules_are_small_and_documented() -> None:
+    for path in sorted((REPO / "experiments").glob("*.py")):
+        source = path.read_text(encoding="utf-8")
+        assert len(source.splitlines()) <= 500, path.name
+        assert ast.get_docstring(ast.parse(source)), path.name
+
+
+def test_the_installed_packages_never_import_the_experiments() -> None:
+    code = ("import sys, agents.routing.corl, agents.routing.bopo, agents.routing.bopo_sft, "
+            "agents.routing.trace_router, agents.lora.training, agents.files; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'experiments'))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                          text=True, check=True)
+    assert done.stdout.strip() == "[]"
