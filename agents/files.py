@@ -20,6 +20,7 @@ import math
 import os
 import re
 import shutil
+import stat
 import sys
 import tempfile
 from collections.abc import Callable, Mapping
@@ -89,7 +90,7 @@ def write_directory_atomic(directory: str | Path, write: Callable[[Path], None])
         OSError: Writing or renaming failed; the previous version is then in place.
     """
     directory = Path(directory)
-    if directory.exists() and not directory.is_dir():
+    if not is_directory_or_absent(directory):
         raise ValueError(f"{directory} exists and is not a directory")
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}."))
@@ -103,6 +104,18 @@ def write_directory_atomic(directory: str | Path, write: Callable[[Path], None])
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return directory
+
+
+def is_directory_or_absent(path: Path) -> bool:
+    """Whether ``path`` is a directory or nothing, from one ``stat``.
+
+    ``path.exists() and not path.is_dir()`` would be two looks, and a concurrent save
+    may move the directory away between them.
+    """
+    try:
+        return stat.S_ISDIR(path.stat().st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return True
 
 
 #: How often a save retries when other savers keep replacing the directory under it.

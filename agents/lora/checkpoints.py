@@ -35,7 +35,12 @@ from safetensors.torch import save_file
 from stable_baselines3 import PPO
 
 import cost_envs
-from agents.files import check_creatable, read_json_strict, write_directory_atomic
+from agents.files import (
+    check_creatable,
+    is_directory_or_absent,
+    read_json_strict,
+    write_directory_atomic,
+)
 from agents.lora import BASES, METHODS
 from agents.lora.adapters import merge_lora
 from agents.lora.policies import (
@@ -224,16 +229,26 @@ def check_writable(directory: str | Path, expected_format: str = MODEL_FORMAT) -
     directory this process can write in (or be creatable in one). Run it before long work.
     """
     directory = Path(directory)
-    if directory.exists() and not directory.is_dir():
+    if not is_directory_or_absent(directory):
         raise ValueError(f"{directory} exists and is not a directory")
     check_creatable(directory)  # a save writes its new version beside the old one
-    if not directory.exists() or not any(directory.iterdir()):
+    try:
+        if not any(directory.iterdir()):
+            return directory
+    except FileNotFoundError:  # absent, or a concurrent save has just moved it aside
         return directory
     config_name = "config.json" if expected_format == MODEL_FORMAT else "adapter_config.json"
-    try:
-        found = read_json_strict(directory / config_name).get("format")
-    except (OSError, ValueError, AttributeError):
-        found = None
+    found = None
+    # Two looks: a concurrent save may swap the directory between the listing and the read.
+    for _ in range(2):
+        try:
+            found = read_json_strict(directory / config_name).get("format")
+            break
+        except FileNotFoundError:
+            if not directory.exists():
+                return directory
+        except (OSError, ValueError, AttributeError):
+            break
     if found != expected_format:
         raise ValueError(f"{directory} is not empty and is not a {expected_format} "
                          "checkpoint; saving would delete its contents. Choose a new or "

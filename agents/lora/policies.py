@@ -31,6 +31,7 @@ dropout.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -136,12 +137,15 @@ def check_base(state: Any, config: Any, source: str) -> tuple[int, list[int]]:
     if isinstance(obs_dim, bool) or not isinstance(obs_dim, int) or obs_dim < 1:
         raise ValueError(f"{source}: obs_dim: expected an int >= 1, got {obs_dim!r}")
     sizes = check_widths(config["hidden_sizes"], f"{source}: hidden_sizes")
-    for key, kind in (("env_id", str), ("recipe", Mapping), ("torch", str),
-                      ("first_loss", (int, float)), ("final_loss", (int, float))):
-        if key in config and (isinstance(config[key], bool)
-                              or not isinstance(config[key], kind)):
-            raise ValueError(f"{source}: {key}: expected {getattr(kind, '__name__', 'a number')}"
-                             f", got {config[key]!r}")
+    for key, kind in (("env_id", str), ("recipe", Mapping), ("torch", str)):
+        if key in config and not isinstance(config[key], kind):
+            raise ValueError(f"{source}: {key}: expected {kind.__name__}, "
+                             f"got {config[key]!r}")
+    for key in ("first_loss", "final_loss"):
+        value = config.get(key, 0.0)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                math.isfinite(value)):
+            raise ValueError(f"{source}: {key}: expected a finite number, got {value!r}")
     if not isinstance(state, Mapping):
         raise ValueError(f"{source}: expected a state dict, got {type(state).__name__}")
     widths = [obs_dim, *sizes]
