@@ -101,7 +101,7 @@ def test_two_processes_saving_models_leave_one_of_them(tmp_path):
 
     from agents.lora.checkpoints import load_allocator
 
-    _run_writers(_save_models, tmp_path, 2, 40)
+    _run_writers(_save_models, tmp_path, 2, 200)
     loaded = load_allocator(tmp_path / "out" / "model")
     # the config and the tensors come from the same save: seed names the writer
     expected = _model(loaded.seed).policy.state_dict()
