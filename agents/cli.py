@@ -7,20 +7,37 @@ Subcommands::
                        [--episodes N] [--seed S] [--json]
     cost-envs train --env ID --method ppo|lora|lora-ppo --timesteps N --seed S --out DIR
                     [--base pretrained|random] [--pool FILE] [--tensorboard DIR]
-    cost-envs pretrain --env ID --out PATH
-    cost-envs reproduce [--smoke | --full] [--jobs N] [--out DIR]
+    cost-envs pretrain --env ID --out PATH [--seed S]
+
+The paper's experiments are not a subcommand: they live in ``experiments/`` beside the
+installed packages and run with ``python -m experiments all`` (``make reproduce``).
 
 Each subcommand is one :class:`Command` (a name, a function adding its arguments and a
-function running it) in :data:`COMMANDS`; adding a subcommand is adding an entry. Usage
-errors (unknown env id or method, a non-positive episode count) exit with status 2 and a
-message on stderr naming the valid choices, as argparse does.
+function running it) in :data:`COMMANDS`; adding a subcommand is adding an entry.
+
+Errors end the command with one line on stderr and no traceback:
+
+========================================================  ===========
+what                                                      exit status
+========================================================  ===========
+a usage error (unknown env id or method, a bad number),   2
+  naming the valid choices, as argparse does
+a bad input file or output path (``--model``, ``--out``)  1
+an operating-system error (a full disk, no permission)    1
+stdout closed early (``cost-envs list | head -1``)        141
+Ctrl-C                                                    130
+========================================================  ===========
+
+``--out`` of ``train`` and ``pretrain`` is checked writable before any work starts.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib.util
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -36,7 +53,7 @@ from agents.lora import BASES, METHODS
 
 #: Methods of ``evaluate`` by default: the paper's baselines plus the greedy heuristic.
 DEFAULT_METHODS = ("random", "capability", "rule", "oracle", "greedy")
-#: Summary keys written by ``evaluate --json`` and the reproduced JSON files.
+#: Summary keys written by ``evaluate --json``.
 JSON_KEYS = (
     "success_rate", "cps", "flops_per_success", "avg_quality", "avg_cost",
     "success_rate_ci", "cps_ci", "flops_per_success_ci", "avg_quality_ci", "avg_cost_ci",
@@ -264,41 +281,23 @@ def _add_pretrain(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_pretrain(args: argparse.Namespace) -> int:
-    from agents.lora.pretrain import pretrain_base, save_base
+    from agents.lora.pretrain import check_base_writable, pretrain_base, save_base
     from agents.lora.training import configure_torch_threads
 
+    try:  # before pretraining, so a bad --out fails at once
+        check_base_writable(args.out)
+    except ValueError as error:
+        raise SystemExit(f"cost-envs pretrain: --out: {error}") from None
     configure_torch_threads()
     try:
         state, config = pretrain_base(args.env, seed=args.seed)
     except ValueError as error:
         raise SystemExit(f"cost-envs pretrain: {error}") from None
-    path = save_base(state, config, args.out)
+    try:
+        path = save_base(state, config, args.out)
+    except (OSError, ValueError) as error:
+        raise SystemExit(f"cost-envs pretrain: could not save to {args.out}: {error}") from None
     print(f"base loss {config['first_loss']:.3f} -> {config['final_loss']:.3f}; wrote {path}")
-    return 0
-
-
-def _add_reproduce(parser: argparse.ArgumentParser) -> None:
-    scale = parser.add_mutually_exclusive_group()
-    scale.add_argument("--smoke", action="store_const", const="smoke", dest="scale",
-                       help="seconds-long plumbing check (not a result)")
-    scale.add_argument("--full", action="store_const", const="full", dest="scale",
-                       help="paper scale: 200k steps x 5 seeds")
-    parser.set_defaults(scale="default")
-    parser.add_argument("--jobs", type=_positive_int, default=2,
-                        help="worker processes for training runs (default 2)")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"),
-                        help="output directory (default benchmarks/results)")
-
-
-def _run_reproduce(args: argparse.Namespace) -> int:
-    from experiments.lora_ppo import SCALES, markdown_table, reproduce, write_reports
-
-    # Everything is computed before anything is written: a failure leaves old files intact.
-    reports = reproduce(SCALES[args.scale], jobs=args.jobs)
-    for path in write_reports(reports, args.out):
-        print(f"wrote {path}")
-    for report in reports.values():
-        print("\n" + markdown_table(report))
     return 0
 
 
@@ -317,8 +316,6 @@ COMMANDS: tuple[Command, ...] = (
     Command("evaluate", "evaluate baselines on one environment", _add_evaluate, _run_evaluate),
     Command("train", "train a learned allocator and save it", _add_train, _run_train),
     Command("pretrain", "pretrain a frozen base encoder", _add_pretrain, _run_pretrain),
-    Command("reproduce", "reproduce the paper's tables and figures",
-            _add_reproduce, _run_reproduce),
 )
 
 
@@ -337,15 +334,54 @@ def build_parser(commands: Sequence[Command] = COMMANDS) -> argparse.ArgumentPar
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status.
+    """Run the command line; returns the exit status (module docstring's table).
 
-    Usage errors raise ``SystemExit(2)`` with a message on stderr, as argparse does.
+    Usage errors raise ``SystemExit(2)`` with a message on stderr, as argparse does; a
+    bad input or output raises ``SystemExit`` with a one-line message. A closed stdout,
+    an operating-system error and Ctrl-C are turned into one line on stderr and a status.
 
     Args:
         argv: Arguments without the program name; ``None`` reads ``sys.argv``.
     """
-    args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
-    return args.run(args)
+    try:
+        args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+        status = args.run(args)
+        sys.stdout.flush()  # a closed pipe or full disk shows here, not at interpreter exit
+        return status
+    except KeyboardInterrupt:
+        _drop_stdout()
+        print("cost-envs: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # The reader went away (``| head``): nothing more can be shown; 141 is what a
+        # shell reports for a command ended by SIGPIPE, which Python ignores.
+        _drop_stdout()
+        print("cost-envs: output closed before all of it was written (broken pipe)",
+              file=sys.stderr)
+        return 141
+    except OSError as error:
+        _drop_stdout()
+        where = f" ({error.filename})" if error.filename else ""
+        reason = error.strerror or errno.errorcode.get(error.errno or 0) or str(error)
+        print(f"cost-envs: {' '.join(reason.split())}{where}", file=sys.stderr)
+        return 1
+
+
+def _drop_stdout() -> None:
+    """Flush what stdout holds, or drop it if stdout itself failed.
+
+    A failed flush keeps its buffer, which Python would try (and fail) to write again at
+    exit, printing a second error; pointing the descriptor at ``os.devnull`` prevents that.
+    """
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+        except (OSError, ValueError):  # no real descriptor (captured output): nothing to do
+            pass
 
 
 if __name__ == "__main__":

@@ -2,16 +2,29 @@
 
 Everything is written to a temporary sibling (same directory, so the same file system)
 and moved into place with ``os.replace``; on any error the temporary is removed and the
-old file is untouched.
+old file is untouched. Also here: the check that an output path can be written, run
+before long work, and the strict JSON reader of checkpoint configs.
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
+import ctypes
+import dataclasses
+import errno
+import functools
+import json
+import math
 import os
+import re
 import shutil
+import stat
+import sys
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 
 def write_file_atomic(path: str | Path, write: Callable[[Path], None]) -> Path:
@@ -55,30 +68,263 @@ def write_files_atomic(directory: str | Path, files: Mapping[str, str | bytes]) 
 def write_directory_atomic(directory: str | Path, write: Callable[[Path], None]) -> Path:
     """Call ``write(tmp_dir)`` to fill a temporary directory, then swap it in for ``directory``.
 
-    An existing ``directory`` is replaced only after the new one is complete.
+    ``directory`` is at every moment either absent, the previous complete version or a
+    new complete version, also when several processes save to it at once (the last swap
+    wins). On Linux the swap is ``renameat2(RENAME_EXCHANGE)``, one atomic step, so a
+    reader never sees ``directory`` missing; elsewhere (or on a file system without it)
+    the current version is first renamed aside to a unique backup name, so a reader may
+    briefly find no directory. Either way every rename moves a whole, complete directory:
+    no two savers' files are ever mixed, and no fixed backup name exists that a crashed
+    save could leave behind to block the next one. No lock file is needed.
+
+    Args:
+        directory: The directory to create or replace.
+        write: Fills the temporary directory (same parent, so the same file system).
+
+    Returns:
+        ``directory``.
+
+    Raises:
+        ValueError: ``directory`` exists and is not a directory.
+        OSError: Writing or renaming failed; the previous version is then in place.
     """
     directory = Path(directory)
-    if directory.exists() and not directory.is_dir():
+    if not is_directory_or_absent(directory):
         raise ValueError(f"{directory} exists and is not a directory")
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}."))
-    old = directory.with_name(f".{directory.name}.old-{os.getpid()}")
-    moved_old = False
     try:
         write(tmp)
         os.chmod(tmp, 0o755)  # mkdtemp makes it 0700
         for child in tmp.iterdir():
             os.chmod(child, 0o644)
-        if directory.exists():
-            os.replace(directory, old)
-            moved_old = True
-        os.replace(tmp, directory)
+        _swap_in(tmp, directory)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
-        if moved_old and not directory.exists():
-            os.replace(old, directory)  # put the previous version back
         raise
-    if moved_old:
-        shutil.rmtree(old, ignore_errors=True)  # the save succeeded; cleanup is best effort
     return directory
 
+
+def is_directory_or_absent(path: Path) -> bool:
+    """Whether ``path`` is a directory or nothing, from one ``stat``.
+
+    ``path.exists() and not path.is_dir()`` would be two looks, and a concurrent save
+    may move the directory away between them.
+    """
+    try:
+        return stat.S_ISDIR(path.stat().st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return True
+
+
+#: How often a save retries when other savers keep replacing the directory under it.
+_SWAP_ATTEMPTS = 1000
+_RENAME_EXCHANGE = 2  # linux/fs.h
+_AT_FDCWD = -100
+
+
+def _swap_in(new: Path, directory: Path) -> None:
+    """Move the complete directory ``new`` to ``directory``; ``new`` is gone afterwards."""
+    backup: Path | None = None  # the version this save moved aside (fallback path only)
+    try:
+        for _ in range(_SWAP_ATTEMPTS):
+            try:
+                # Succeeds when nothing, or an empty directory, is at ``directory``.
+                os.rename(new, directory)
+                break
+            except OSError as error:
+                # Linux refuses to rename over a non-empty directory; others are real errors.
+                if error.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise
+            if _exchange(new, directory):
+                shutil.rmtree(new, ignore_errors=True)  # ``new`` now holds the old version
+                break
+            if backup is not None:  # an older version: another saver's replaced it since
+                shutil.rmtree(backup, ignore_errors=True)
+            # Rename the current version aside, then retry; if another saver puts its
+            # version in between, the next round moves that one aside too.
+            backup = _move_aside(directory)
+        else:
+            raise OSError(errno.EBUSY, f"other processes kept replacing {directory}; gave "
+                          f"up after {_SWAP_ATTEMPTS} attempts")
+    except BaseException:
+        if backup is not None and not directory.exists():
+            with contextlib.suppress(OSError):  # another saver may have won the race
+                os.rename(backup, directory)  # put the previous version back
+        raise
+    if backup is not None:
+        shutil.rmtree(backup, ignore_errors=True)  # best effort: the new version is in
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically swap the paths ``a`` and ``b``; ``False`` where the system cannot."""
+    rename = _renameat2()
+    if rename is None:
+        return False
+    if rename(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code == errno.ENOENT and a.exists():
+        return False  # ``b`` vanished (another saver moved it aside): rename again
+    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False  # this file system has no exchange: fall back to moving aside
+    raise OSError(code, os.strerror(code), str(a), None, str(b))
+
+
+@functools.cache
+def _renameat2() -> Callable[..., int] | None:
+    """The C library's ``renameat2``, or ``None`` off Linux (or with an older C library)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        function = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+                         ctypes.c_uint]
+    function.restype = ctypes.c_int
+    return function
+
+
+def _move_aside(directory: Path) -> Path | None:
+    """Rename ``directory`` to a fresh, unique backup name; ``None`` if it was already gone."""
+    backup = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.old-"))
+    try:
+        os.rename(directory, backup)  # POSIX lets a directory replace an empty one
+    except BaseException as error:
+        os.rmdir(backup)
+        if isinstance(error, FileNotFoundError):
+            return None
+        raise
+    return backup
+
+
+# ----------------------------------------------------------------- checks and reads
+def check_creatable(path: str | Path) -> Path:
+    """Raise ``ValueError`` unless ``path`` can be written: its parent is or can be made.
+
+    Called before long work (training, pretraining) so that a bad output path fails in a
+    second, not after the work is done. The nearest existing ancestor of ``path`` must be a
+    directory this process can create files in (probed by creating and removing one).
+
+    Returns:
+        ``path``.
+    """
+    path = Path(path)
+    ancestor = path.absolute().parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ValueError(f"{path}: cannot be created, {ancestor} is a file, not a directory")
+    try:
+        fd, probe = tempfile.mkstemp(dir=ancestor, prefix=".cost-envs-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as error:
+        raise ValueError(f"{path}: cannot write in {ancestor} "
+                         f"({error.strerror or error})") from None
+    return path
+
+
+#: Limits of :func:`read_json_strict`: a checkpoint config is a few kilobytes, nested at
+#: most about six levels (a pool inside ``env_kwargs``).
+MAX_JSON_BYTES = 64 * 2**20
+MAX_JSON_DEPTH = 32
+_JSON_TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
+
+
+class _Pairs(dict):  # type: ignore[type-arg]
+    """A JSON object as parsed, remembering keys that occurred more than once."""
+
+    def __init__(self, pairs: list[tuple[str, Any]]) -> None:
+        super().__init__(pairs)
+        counts = collections.Counter(key for key, _ in pairs)
+        self.duplicates = sorted(key for key, count in counts.items() if count > 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Refused:
+    """A number JSON may spell but a checkpoint may not hold (NaN, Infinity, a huge int)."""
+
+    text: str
+
+
+def read_json_strict(path: str | Path) -> Any:
+    """Read a checkpoint's JSON config, refusing what ``json.loads`` lets through.
+
+    Duplicate keys (``json`` keeps the last), ``NaN`` / ``Infinity``, floats that overflow
+    to infinity, integers beyond float range, nesting deeper than :data:`MAX_JSON_DEPTH`,
+    files over :data:`MAX_JSON_BYTES` and invalid UTF-8 are each a ``ValueError`` naming
+    the file and, where there is one, the key (``env_kwargs.pool.agents[0].cost``). A UTF-8
+    byte-order mark is accepted.
+
+    Used for checkpoint configs only (``config.json``, ``adapter_config.json``, a base's
+    ``.json``); data files users write go through :mod:`cost_envs`'s own reader.
+
+    Returns:
+        The parsed value, with plain ``dict`` objects.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        ValueError: As above, or the text is not JSON.
+    """
+    path = Path(path)
+    if path.stat().st_size > MAX_JSON_BYTES:
+        raise ValueError(f"{path}: larger than {MAX_JSON_BYTES} bytes; not a checkpoint config")
+    try:
+        text = path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: not UTF-8 text ({error.reason} at byte "
+                         f"{error.start})") from None
+    _check_depth(text, path)
+    try:
+        raw = json.loads(text, object_pairs_hook=_Pairs, parse_constant=_Refused,
+                         parse_int=_parse_int)
+    except ValueError as error:  # JSONDecodeError, or an int beyond Python's digit limit
+        raise ValueError(f"{path}: not valid JSON ({error})") from None
+    return _checked(raw, path, "")
+
+
+def _parse_int(text: str) -> int | _Refused:
+    # 309 digits already exceed the largest float (about 1.8e308).
+    return _Refused(text) if len(text.lstrip("-")) > 309 else int(text)
+
+
+def _check_depth(text: str, path: Path) -> None:
+    """Refuse deep nesting before parsing (``json`` would raise ``RecursionError``)."""
+    depth = 0
+    for token in _JSON_TOKENS.finditer(text):
+        bracket = token.group()
+        if bracket in "[{":
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                line = text.count("\n", 0, token.start()) + 1
+                raise ValueError(f"{path}: nested deeper than {MAX_JSON_DEPTH} levels "
+                                 f"(line {line})")
+        elif bracket in "]}":
+            depth -= 1
+
+
+def _checked(value: Any, path: Path, key: str) -> Any:
+    """``value`` with plain dicts; ``ValueError`` naming ``key`` for a refused value."""
+    where = f"key {key!r}" if key else "top level"
+    if isinstance(value, _Refused) or (
+            isinstance(value, int) and not isinstance(value, bool)
+            and abs(value) > sys.float_info.max):
+        text = value.text if isinstance(value, _Refused) else str(value)
+        shown = text if len(text) <= 20 else f"{text[:12]}... ({len(text)} characters)"
+        raise ValueError(f"{path}: {where}: expected a finite number within float range, "
+                         f"got {shown}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{path}: {where}: expected a finite number within float range, "
+                         f"got a literal that overflows to {value}")
+    if isinstance(value, _Pairs):
+        if value.duplicates:
+            names = ", ".join(repr(f"{key}.{name}" if key else name)
+                              for name in value.duplicates)
+            raise ValueError(f"{path}: duplicate key {names} (JSON would keep only the last)")
+        return {name: _checked(item, path, f"{key}.{name}" if key else name)
+                for name, item in value.items()}
+    if isinstance(value, list):
+        return [_checked(item, path, f"{key}[{index}]") for index, item in enumerate(value)]
+    return value

@@ -19,7 +19,6 @@ from agents.baselines import BASELINES
 from agents.evaluation import evaluate
 from agents.lora.checkpoints import load_allocator
 from agents.lora.policies import AllocatorPolicy
-from experiments import lora_ppo as reproduce
 
 FLIGHT = "cost_envs/FlightPlanner-v0"
 HEADLINE = ("success_rate", "cps", "flops_per_success", "avg_quality", "avg_cost")
@@ -89,52 +88,6 @@ def test_a_subcommand_is_required(capsys):
     with pytest.raises(SystemExit) as exc:
         cli.main([])
     assert exc.value.code == 2
-
-
-@pytest.mark.parametrize(("flags", "scale"),
-                         [([], "default"), (["--smoke"], "smoke"), (["--full"], "full")])
-def test_reproduce_passes_scale_jobs_and_out(flags, scale, tmp_path, monkeypatch, capsys):
-    seen = {}
-
-    def fake_reproduce(chosen, jobs):
-        seen.update(scale=chosen, jobs=jobs)
-        return {}
-
-    def fake_write(reports, out):
-        seen.update(reports=reports, out=out)
-        return [out / "table_X.md"]
-
-    monkeypatch.setattr(reproduce, "reproduce", fake_reproduce)
-    monkeypatch.setattr(reproduce, "write_reports", fake_write)
-    assert cli.main(["reproduce", *flags, "--jobs", "3", "--out", str(tmp_path)]) == 0
-    assert seen == {"scale": reproduce.SCALES[scale], "jobs": 3, "reports": {}, "out": tmp_path}
-    assert f"wrote {tmp_path / 'table_X.md'}" in capsys.readouterr().out
-
-
-def test_reproduce_defaults(monkeypatch):
-    seen = {}
-
-    def fake_reproduce(chosen, jobs):
-        seen.update(scale=chosen, jobs=jobs)
-        return {}
-
-    def fake_write(reports, out):
-        seen.update(out=out)
-        return []
-
-    monkeypatch.setattr(reproduce, "reproduce", fake_reproduce)
-    monkeypatch.setattr(reproduce, "write_reports", fake_write)
-    assert cli.main(["reproduce"]) == 0
-    assert seen == {"scale": reproduce.SCALES["default"], "jobs": 2,
-                    "out": Path("benchmarks/results")}
-
-
-@pytest.mark.parametrize("jobs", ["0", "two"])
-def test_reproduce_jobs_must_be_positive(jobs, capsys):
-    with pytest.raises(SystemExit) as exc:
-        cli.main(["reproduce", "--jobs", jobs])
-    assert exc.value.code == 2
-    assert "positive integer" in capsys.readouterr().err
 
 
 def test_write_atomic_cleans_up_on_failure(tmp_path, monkeypatch):

@@ -223,3 +223,55 @@ def test_set_learning_rate_scales_each_group(env: gym.Env) -> None:
     policy.set_learning_rate(1e-3)
     rates = {group["name"]: group["lr"] for group in policy.optimizer.param_groups}
     assert rates == pytest.approx({"adapter": 1e-3, "action": 5e-4, "value": 4e-3})
+
+
+# ------------------------------------------------------- a base handed over as tensors
+def test_base_as_tensors_gives_the_same_network_as_the_file() -> None:
+    env = gym.make("cost_envs/FlightPlanner-v0")
+    path = pretrained_base_path("cost_envs/FlightPlanner-v0")
+    state, config = load_base(path)
+    obs = _observations(env, n=64)
+    policies = []
+    for base in (str(path), (state, config)):
+        torch.manual_seed(0)  # the same LoRA initialisation for both
+        policies.append(policy_for(env, base=base))
+    from_file, from_tensors = policies
+    assert from_tensors.base is not None
+    for name, tensor in from_file.state_dict().items():
+        assert torch.equal(tensor, from_tensors.state_dict()[name]), name
+    with torch.no_grad():
+        assert torch.equal(from_file.action_probabilities(obs),
+                           from_tensors.action_probabilities(obs))
+    # the policy copied the tensors: changing the caller's state changes nothing
+    state["0.weight"].add_(1.0)
+    with torch.no_grad():
+        assert torch.equal(from_file.action_probabilities(obs),
+                           from_tensors.action_probabilities(obs))
+
+
+def test_base_as_tensors_straight_from_pretraining() -> None:
+    from agents.lora.pretrain import pretrain_base
+
+    env = gym.make(ENV_ID)
+    state, config = pretrain_base(ENV_ID, n_pools=2, episodes=3, steps=5, hidden_sizes=(16,))
+    encoder = MlpEncoder(env.observation_space, hidden_sizes=(16,), lora_rank=None,
+                         base=(state, config))
+    for name, tensor in state.items():
+        assert torch.equal(encoder.net.state_dict()[name], tensor), name
+    # and SB3 takes it through policy_kwargs like a path
+    model = PPO(AllocatorPolicy, env, n_steps=32, batch_size=32, device="cpu",
+                policy_kwargs={"hidden_sizes": (16,), "base": (state, config)})
+    assert torch.equal(model.policy.features_extractor.net[0].get_base_layer().weight,
+                       state["0.weight"])
+
+
+@pytest.mark.parametrize(("base", "pattern"), [
+    (({}, {"obs_dim": 17, "hidden_sizes": [64, 64]}), r"in memory.*missing \['0\.bias'"),
+    (({"0.weight": torch.zeros(64, 17)}, {"hidden_sizes": [64, 64]}),
+     r"in memory.*missing keys \['obs_dim'\]"),
+    ((None, None), r"in memory.*expected an object"),
+    (42, r"base: expected a path .* or a \(state dict, config\) pair, got int"),
+])
+def test_base_as_tensors_is_checked_like_a_file(env: gym.Env, base, pattern) -> None:
+    with pytest.raises(ValueError, match=pattern):
+        policy_for(env, base=base)

@@ -314,3 +314,26 @@ def test_pretraining_tasks_are_not_evaluation_or_training_tasks(monkeypatch):
     assert min(seeds) >= PRETRAIN_TASK_SEED > 10_000
     assert not set(seeds) & {TRAIN_TASK_SEED + s for s in range(1000)}
     assert not set(seeds) & {TRACE_TASK_SEED + s for s in range(1000)}
+
+
+# ------------------------------------------------------- what saves also loads
+@pytest.mark.parametrize(("change", "pattern"), [
+    ({"license": "MIT"}, r"unknown keys \['license'\]"),
+    ({"first_loss": float("nan")}, "first_loss: expected a finite number, got nan"),
+    ({"hidden_sizes": [64, 32]}, "tensors do not fit"),
+])
+def test_save_base_refuses_what_load_base_would_refuse(tmp_path, change, pattern):
+    state, config = load_base(pretrained_base_path(FLIGHT))
+    with pytest.raises(ValueError, match=pattern):
+        save_base(state, {**config, **change}, tmp_path / "base")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_check_base_writable_names_both_files(tmp_path):
+    from agents.lora.pretrain import check_base_writable
+
+    assert check_base_writable(tmp_path / "b") == (tmp_path / "b.safetensors",
+                                                   tmp_path / "b.json")
+    (tmp_path / "b.json").mkdir()
+    with pytest.raises(ValueError, match=r"b\.json exists and is not a file"):
+        check_base_writable(tmp_path / "b")

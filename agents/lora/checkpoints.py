@@ -19,7 +19,9 @@ can run arbitrary code when loaded. :func:`load_allocator` opens one only with
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
+import inspect
 import json
 import zipfile
 from collections.abc import Mapping
@@ -28,14 +30,26 @@ from typing import Any
 
 import gymnasium as gym
 import torch
-from safetensors.torch import load_file, save_file
+from gymnasium.envs.registration import load_env_creator
+from safetensors.torch import save_file
 from stable_baselines3 import PPO
 
 import cost_envs
-from agents.files import write_directory_atomic
-from agents.lora import METHODS
+from agents.files import (
+    check_creatable,
+    is_directory_or_absent,
+    read_json_strict,
+    write_directory_atomic,
+)
+from agents.lora import BASES, METHODS
 from agents.lora.adapters import merge_lora
-from agents.lora.policies import AllocatorPolicy
+from agents.lora.policies import (
+    MAX_WIDTH,
+    PARAMETER_GROUPS,
+    AllocatorPolicy,
+    check_widths,
+    read_tensors,
+)
 from agents.lora.supervised import policy_for
 from agents.lora.training import TrainedAllocator
 
@@ -45,6 +59,20 @@ FORMAT_VERSION = 1
 _MODEL_FILES = ("model.safetensors", "config.json")
 _ADAPTER_FILES = ("adapter.safetensors", "adapter_config.json")
 _ARCHITECTURE_KEYS = {"hidden_sizes", "lora_rank", "lora_alpha"}
+#: Keys of each config: required first, then optional ones.
+_MODEL_KEYS = (("format", "version", "env_id", "env_kwargs", "method", "architecture"),
+               ("cost_envs_version", "seed", "timesteps", "base", "history"))
+_ADAPTER_KEYS = (("format", "version", "architecture", "n_agents", "base_sha256"), ("groups",))
+#: The parameter groups an adapter file holds: everything but the frozen base.
+_ADAPTER_GROUPS = tuple(group for group in PARAMETER_GROUPS if group != "base")
+#: ``gym.make`` options, not arguments of an env: a model's ``env_kwargs`` may not carry
+#: them, since they would change the env it is scored on (a time limit, the checker, the
+#: autoreset or API wrappers). ``render_mode`` is an env argument, but one that chooses
+#: how an episode is shown, which is the viewer's business (``gym.make`` may even wrap the
+#: env for it, and a text renderer would print into ``evaluate --json``), never a model's.
+GYM_MAKE_OPTIONS = ("max_episode_steps", "disable_env_checker", "autoreset",
+                    "apply_api_compatibility", "order_enforce", "additional_wrappers",
+                    "vector_kwargs", "render_mode")
 #: SB3 registers the shared encoder three times; only ``features_extractor.*`` is stored.
 _ALIASES = ("pi_features_extractor.", "vf_features_extractor.")
 
@@ -64,41 +92,163 @@ def _tensors(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def _write_json(path: Path, data: Mapping[str, Any]) -> None:
-    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    # allow_nan=False: what is saved must load, and the loader refuses NaN and Infinity.
+    path.write_text(json.dumps(data, indent=2, allow_nan=False) + "\n", encoding="utf-8")
 
 
-def _read_config(path: Path, expected_format: str) -> dict[str, Any]:
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path}: not valid JSON ({error})") from None
+def _read_config(path: Path, expected_format: str,
+                 keys: tuple[tuple[str, ...], tuple[str, ...]]) -> dict[str, Any]:
+    """A config read strictly (:func:`read_json_strict`), of ``expected_format``.
+
+    ``keys`` are the required and the optional keys; any other key is an error.
+    """
+    config = read_json_strict(path)
     if not isinstance(config, dict) or config.get("format") != expected_format:
         raise ValueError(f"{path}: expected format {expected_format!r}, "
                          f"got {config.get('format') if isinstance(config, dict) else config!r}")
-    if config.get("version") != FORMAT_VERSION:
-        raise ValueError(f"{path}: format version {config.get('version')!r} is not "
+    version = config.get("version")
+    if isinstance(version, bool) or not isinstance(version, int) or version != FORMAT_VERSION:
+        raise ValueError(f"{path}: format version {version!r} is not "
                          f"supported (this cost-envs reads version {FORMAT_VERSION})")
+    required, optional = keys
+    missing = [key for key in required if key not in config]
+    if missing:
+        raise ValueError(f"{path}: missing keys {missing}")
+    unknown = sorted(set(config) - set(required) - set(optional))
+    if unknown:
+        raise ValueError(f"{path}: unknown keys {unknown}; expected keys from "
+                         f"{[*required, *optional]}")
     return config
+
+
+def _is_int(value: Any, low: int, high: float = float("inf")) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int) and low <= value <= high
+
+
+def _check_architecture(value: Any, source: Path) -> dict[str, Any]:
+    """The ``architecture`` of a config: the constructor arguments of the network."""
+    if not isinstance(value, dict) or set(value) - _ARCHITECTURE_KEYS:
+        raise ValueError(f"{source}: architecture must be an object with keys from "
+                         f"{sorted(_ARCHITECTURE_KEYS)}, got {value!r}")
+    if "hidden_sizes" in value:
+        check_widths(value["hidden_sizes"], f"{source}: architecture.hidden_sizes")
+    rank = value.get("lora_rank")
+    if rank is not None and not _is_int(rank, 1, MAX_WIDTH):
+        raise ValueError(f"{source}: architecture.lora_rank: expected null or an int in "
+                         f"[1, {MAX_WIDTH}], got {rank!r}")
+    alpha = value.get("lora_alpha", 16.0)
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not alpha > 0:
+        raise ValueError(f"{source}: architecture.lora_alpha: expected a number > 0, "
+                         f"got {alpha!r}")
+    return value
+
+
+@functools.cache
+def env_arguments(env_id: str) -> frozenset[str] | None:
+    """Names of the keyword arguments of ``env_id``'s constructor (its registered entry point).
+
+    ``None`` when the constructor takes ``**kwargs`` and its names cannot be known.
+    """
+    spec = gym.spec(env_id)
+    creator = spec.entry_point if callable(spec.entry_point) else load_env_creator(
+        spec.entry_point)
+    parameters = inspect.signature(creator).parameters.values()
+    if any(parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in parameters):
+        return None
+    return frozenset(parameter.name for parameter in parameters
+                     if parameter.kind is not inspect.Parameter.VAR_POSITIONAL)
+
+
+def check_env_kwargs(env_id: str, env_kwargs: Any, source: str | Path) -> dict[str, Any]:
+    """Check a model's ``env_kwargs``: arguments of ``env_id``'s constructor, nothing else.
+
+    Args:
+        env_id: A registered id.
+        env_kwargs: The keyword arguments a model records for ``gym.make(env_id, ...)``.
+        source: The file (or object) named in errors.
+
+    Returns:
+        ``env_kwargs``.
+
+    Raises:
+        ValueError: Not an object, a :data:`GYM_MAKE_OPTIONS` key, or a key that is not
+            an argument of the env.
+    """
+    if not isinstance(env_kwargs, dict):
+        raise ValueError(f"{source}: env_kwargs must be an object, got {env_kwargs!r}")
+    for key in env_kwargs:
+        if key in GYM_MAKE_OPTIONS:
+            raise ValueError(
+                f"{source}: env_kwargs.{key}: a gym.make option, not an argument of "
+                f"{env_id}; a model may not change the env it is scored on (refused: "
+                f"{', '.join(GYM_MAKE_OPTIONS)})")
+    arguments = env_arguments(env_id)
+    unknown = sorted(set(env_kwargs) - arguments) if arguments is not None else []
+    if unknown:
+        raise ValueError(f"{source}: env_kwargs: {', '.join(map(repr, unknown))} is not an "
+                         f"argument of {env_id}; expected names from "
+                         f"{sorted(arguments - set(GYM_MAKE_OPTIONS))}")
+    return env_kwargs
+
+
+def _check_model_config(config: dict[str, Any], source: Path) -> None:
+    """Type and range of every key of a model's ``config.json`` (format already checked)."""
+    env_id, method = config["env_id"], config["method"]
+    if not isinstance(env_id, str) or env_id not in cost_envs.ENV_IDS:
+        raise ValueError(f"{source}: env_id {env_id!r} is not a registered id "
+                         f"({list(cost_envs.ENV_IDS)})")
+    if not isinstance(method, str) or method not in METHODS:
+        raise ValueError(f"{source}: method {method!r} is not one of {list(METHODS)}")
+    _check_architecture(config["architecture"], source)
+    check_env_kwargs(env_id, config["env_kwargs"], source)
+    for key in ("seed", "timesteps"):
+        if key in config and not _is_int(config[key], 0):
+            raise ValueError(f"{source}: {key}: expected an int >= 0, got {config[key]!r}")
+    if config.get("base") is not None and config["base"] not in BASES:
+        raise ValueError(f"{source}: base: expected null or one of {list(BASES)}, "
+                         f"got {config['base']!r}")
+    if not isinstance(config.get("cost_envs_version", ""), str):
+        raise ValueError(f"{source}: cost_envs_version: expected a string, "
+                         f"got {config['cost_envs_version']!r}")
+    history = config.get("history", [])
+    if not isinstance(history, list):
+        raise ValueError(f"{source}: history: expected a list of objects, got {history!r}")
+    for index, entry in enumerate(history):
+        if not isinstance(entry, dict) or not all(
+                isinstance(value, (int, float)) and not isinstance(value, bool)
+                for value in entry.values()):
+            raise ValueError(f"{source}: history[{index}]: expected an object of numbers, "
+                             f"got {entry!r}")
 
 
 def check_writable(directory: str | Path, expected_format: str = MODEL_FORMAT) -> Path:
     """Raise ``ValueError`` unless ``directory`` may be (over)written by a save.
 
     A save replaces the whole directory, so it may only be new, empty, or a checkpoint of
-    the same kind; anything else is refused rather than deleted.
+    the same kind; anything else is refused rather than deleted. Its parent must be a
+    directory this process can write in (or be creatable in one). Run it before long work.
     """
     directory = Path(directory)
-    if not directory.exists():
-        return directory
-    if not directory.is_dir():
+    if not is_directory_or_absent(directory):
         raise ValueError(f"{directory} exists and is not a directory")
-    if not any(directory.iterdir()):
+    check_creatable(directory)  # a save writes its new version beside the old one
+    try:
+        if not any(directory.iterdir()):
+            return directory
+    except FileNotFoundError:  # absent, or a concurrent save has just moved it aside
         return directory
     config_name = "config.json" if expected_format == MODEL_FORMAT else "adapter_config.json"
-    try:
-        found = json.loads((directory / config_name).read_text(encoding="utf-8")).get("format")
-    except (OSError, ValueError, AttributeError):
-        found = None
+    found = None
+    # Two looks: a concurrent save may swap the directory between the listing and the read.
+    for _ in range(2):
+        try:
+            found = read_json_strict(directory / config_name).get("format")
+            break
+        except FileNotFoundError:
+            if not directory.exists():
+                return directory
+        except (OSError, ValueError, AttributeError):
+            break
     if found != expected_format:
         raise ValueError(f"{directory} is not empty and is not a {expected_format} "
                          "checkpoint; saving would delete its contents. Choose a new or "
@@ -110,6 +260,8 @@ def check_writable(directory: str | Path, expected_format: str = MODEL_FORMAT) -
 def save_allocator(allocator: TrainedAllocator, directory: str | Path) -> Path:
     """Write ``allocator`` as ``model.safetensors`` + ``config.json`` in ``directory``."""
     policy = allocator.policy
+    # What loads is checked at save too, so that a model that saves also loads.
+    check_env_kwargs(allocator.env_id, allocator.env_kwargs, f"env_kwargs of {directory}")
     config = {
         "format": MODEL_FORMAT,
         "version": FORMAT_VERSION,
@@ -165,30 +317,21 @@ def load_allocator(path: str | Path, trust_pickle: bool = False) -> Any:
     for name in _MODEL_FILES:
         if not (path / name).is_file():
             raise FileNotFoundError(f"{path}: missing {name} (expected {list(_MODEL_FILES)})")
-    config = _read_config(path / "config.json", MODEL_FORMAT)
-    missing = [key for key in ("env_id", "env_kwargs", "method", "architecture")
-               if key not in config]
-    if missing:
-        raise ValueError(f"{path / 'config.json'}: missing keys {missing}")
     source = path / "config.json"
-    if config["method"] not in METHODS:
-        raise ValueError(f"{source}: method {config['method']!r} is not one of {list(METHODS)}")
-    if config["env_id"] not in cost_envs.ENV_IDS:
-        raise ValueError(f"{source}: env_id {config['env_id']!r} is not a registered id "
-                         f"({list(cost_envs.ENV_IDS)})")
-    architecture = config["architecture"]
-    if not isinstance(architecture, dict) or set(architecture) - _ARCHITECTURE_KEYS:
-        raise ValueError(f"{source}: architecture must be an object with keys from "
-                         f"{sorted(_ARCHITECTURE_KEYS)}, got {architecture!r}")
-    if not isinstance(config["env_kwargs"], dict):
-        raise ValueError(f"{source}: env_kwargs must be an object, got {config['env_kwargs']!r}")
-    env = gym.make(config["env_id"], **config["env_kwargs"])
-    policy = policy_for(env, **architecture)
+    config = _read_config(source, MODEL_FORMAT, _MODEL_KEYS)
+    _check_model_config(config, source)
+    tensors = read_tensors(path / "model.safetensors")
+    try:
+        env = gym.make(config["env_id"], **config["env_kwargs"])
+    except (ValueError, TypeError, FileNotFoundError) as error:
+        raise ValueError(f"{source}: env_kwargs refused by {config['env_id']}: "
+                         f"{' '.join(str(error).split())}") from None
+    policy = policy_for(env, **config["architecture"])
     env.close()
-    _load_tensors(policy, load_file(path / "model.safetensors"), path / "model.safetensors")
+    _load_tensors(policy, tensors, path / "model.safetensors")
     policy.set_training_mode(False)
     return TrainedAllocator(policy, config["env_id"], config["env_kwargs"], config["method"],
-                            int(config.get("seed", 0)), int(config.get("timesteps", 0)),
+                            config.get("seed", 0), config.get("timesteps", 0),
                             config.get("base"), list(config.get("history", [])))
 
 
@@ -202,6 +345,10 @@ def _load_tensors(model: torch.nn.Module, state: Mapping[str, torch.Tensor], sou
     if unexpected or missing or wrong:
         raise ValueError(f"{source}: tensors do not match the network built from the config "
                          f"(missing {missing}, unexpected {unexpected}, wrong shape {wrong})")
+    dtypes = sorted(f"{name} ({state[name].dtype}, expected {own[name].dtype})"
+                    for name in state if state[name].dtype != own[name].dtype)
+    if dtypes:
+        raise ValueError(f"{source}: tensors of the wrong type: {', '.join(dtypes)}")
     model.load_state_dict(state, strict=False)  # the aliases share the loaded tensors
 
 
@@ -220,7 +367,7 @@ def save_adapter(policy: AllocatorPolicy, directory: str | Path) -> Path:
     if policy.lora_rank is None:
         raise ValueError("this policy has no LoRA adapter to save")
     groups = policy.parameter_groups()
-    tensors = _tensors({name: param for group in ("adapter", "action", "value")
+    tensors = _tensors({name: param for group in _ADAPTER_GROUPS
                         for name, param in groups[group]})
     config = {
         "format": ADAPTER_FORMAT,
@@ -228,7 +375,7 @@ def save_adapter(policy: AllocatorPolicy, directory: str | Path) -> Path:
         "architecture": policy.architecture(),
         "n_agents": int(policy.action_space.n),
         "base_sha256": base_fingerprint(policy),
-        "groups": ["adapter", "action", "value"],
+        "groups": list(_ADAPTER_GROUPS),
     }
 
     def write(tmp: Path) -> None:
@@ -248,7 +395,17 @@ def load_adapter(policy: AllocatorPolicy, directory: str | Path) -> AllocatorPol
     for name in _ADAPTER_FILES:
         if not (directory / name).is_file():
             raise FileNotFoundError(f"{directory}: missing {name}")
-    config = _read_config(directory / "adapter_config.json", ADAPTER_FORMAT)
+    config_path = directory / "adapter_config.json"
+    config = _read_config(config_path, ADAPTER_FORMAT, _ADAPTER_KEYS)
+    _check_architecture(config["architecture"], config_path)
+    if not _is_int(config["n_agents"], 1):
+        raise ValueError(f"{config_path}: n_agents: expected an int >= 1, "
+                         f"got {config['n_agents']!r}")
+    saved_groups = config.get("groups", list(_ADAPTER_GROUPS))
+    if not isinstance(saved_groups, list) or not all(
+            isinstance(group, str) and group in _ADAPTER_GROUPS for group in saved_groups):
+        raise ValueError(f"{config_path}: groups: expected a list of names from "
+                         f"{list(_ADAPTER_GROUPS)}, got {saved_groups!r}")
     for key, ours in (("architecture", policy.architecture()),
                       ("n_agents", int(policy.action_space.n)),
                       ("base_sha256", base_fingerprint(policy))):
@@ -256,9 +413,9 @@ def load_adapter(policy: AllocatorPolicy, directory: str | Path) -> AllocatorPol
             raise ValueError(f"{directory}: adapter {key} {config.get(key)!r} does not match "
                              f"this policy's {ours!r}")
     source = directory / "adapter.safetensors"
-    state = load_file(source)
+    state = read_tensors(source)
     groups = policy.parameter_groups()
-    expected = {name for group in ("adapter", "action", "value") for name, _ in groups[group]}
+    expected = {name for group in _ADAPTER_GROUPS for name, _ in groups[group]}
     if set(state) != expected:
         raise ValueError(f"{source}: expected exactly the adapter and head tensors; missing "
                          f"{sorted(expected - set(state))}, unexpected "

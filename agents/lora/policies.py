@@ -31,7 +31,7 @@ dropout.
 from __future__ import annotations
 
 import itertools
-import json
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,12 +39,14 @@ from typing import Any
 import gymnasium as gym
 import torch
 from gymnasium import spaces
+from safetensors import SafetensorError
 from safetensors.torch import load_file
 from stable_baselines3.common.distributions import BernoulliDistribution
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from torch import nn
 
+from agents.files import read_json_strict
 from agents.lora.adapters import LoraSettings, adapted_linear, inject_lora, verify_optimizer
 from cost_envs.config import number
 
@@ -52,24 +54,152 @@ from cost_envs.config import number
 PARAMETER_GROUPS = ("base", "adapter", "action", "value")
 
 
+#: A frozen base encoder: the path of its ``<name>.safetensors`` (next to ``<name>.json``),
+#: or the ``(state dict, config)`` pair that :func:`load_base` returns and
+#: :func:`agents.lora.pretrain.pretrain_base` makes, handed over without a file.
+BaseSource = str | Path | tuple[Mapping[str, torch.Tensor], Mapping[str, Any]]
+#: Widest layer and highest adapter rank a config may ask for. Far above the 64 this
+#: library trains, it stops a crafted file from making the loader allocate gigabytes.
+MAX_WIDTH = 4096
+#: Keys of a base's config: the two that define the network, then the recipe's record.
+_BASE_KEYS = ("obs_dim", "hidden_sizes", "env_id", "recipe", "first_loss", "final_loss",
+              "torch")
+
+
 def _base_config_path(weights: Path) -> Path:
     return weights.with_suffix(".json")
+
+
+def read_tensors(path: str | Path) -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors file, each floating point and finite.
+
+    Never unpickles. A file that is not a complete safetensors file (truncated, extended,
+    empty, a zip, a pickle, a bad header) or that holds integer, NaN or infinite tensors
+    is a one-line ``ValueError`` naming the file (and the tensor).
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        ValueError: As above.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file")
+    try:
+        state = load_file(path)
+    except SafetensorError as error:
+        raise ValueError(f"{path}: not a valid safetensors file "
+                         f"({' '.join(str(error).split())})") from None
+    except OSError as error:  # a directory, unreadable, ...
+        raise ValueError(f"{path}: cannot read it ({error.strerror or error})") from None
+    for name, tensor in state.items():
+        _check_tensor(tensor, f"{path}: tensor {name!r}")
+    return state
+
+
+def _check_tensor(tensor: Any, where: str) -> None:
+    if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point():
+        kind = tensor.dtype if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+        raise ValueError(f"{where}: expected a floating-point tensor, got {kind}")
+    if not bool(torch.isfinite(tensor).all()):
+        raise ValueError(f"{where}: holds NaN or infinite values")
+
+
+def check_widths(value: Any, where: str) -> list[int]:
+    """``value`` as layer widths: a non-empty list of ints in ``[1, MAX_WIDTH]``."""
+    if (not isinstance(value, (list, tuple)) or not value
+            or any(isinstance(size, bool) or not isinstance(size, int)
+                   or not 1 <= size <= MAX_WIDTH for size in value)):
+        raise ValueError(f"{where}: expected a non-empty list of layer widths, ints in "
+                         f"[1, {MAX_WIDTH}], got {value!r}")
+    return [int(size) for size in value]
+
+
+def check_base(state: Any, config: Any, source: str) -> tuple[int, list[int]]:
+    """Check a base's tensors against its config; returns ``(obs_dim, hidden_sizes)``.
+
+    Args:
+        state: The encoder's state dict (keys of a plain ``nn.Sequential``).
+        config: Its config: ``obs_dim`` and ``hidden_sizes``, optionally the recipe's
+            record (``env_id``, ``recipe``, ``first_loss``, ``final_loss``, ``torch``).
+        source: How errors name the base (its files, or "in memory").
+
+    Raises:
+        ValueError: A config key is unknown, missing or of the wrong type, or a tensor is
+            missing, unexpected, of the wrong shape, not floating point or not finite.
+    """
+    if not isinstance(config, Mapping):
+        raise ValueError(f"{source}: config: expected an object, got {type(config).__name__}")
+    unknown = sorted(str(key) for key in set(config) - set(_BASE_KEYS))
+    missing = [key for key in _BASE_KEYS[:2] if key not in config]
+    if unknown or missing:
+        raise ValueError(f"{source}: config: unknown keys {unknown}, missing keys {missing}; "
+                         f"expected keys from {list(_BASE_KEYS)}")
+    obs_dim = config["obs_dim"]
+    if isinstance(obs_dim, bool) or not isinstance(obs_dim, int) or obs_dim < 1:
+        raise ValueError(f"{source}: obs_dim: expected an int >= 1, got {obs_dim!r}")
+    sizes = check_widths(config["hidden_sizes"], f"{source}: hidden_sizes")
+    for key, kind in (("env_id", str), ("recipe", Mapping), ("torch", str)):
+        if key in config and not isinstance(config[key], kind):
+            raise ValueError(f"{source}: {key}: expected {kind.__name__}, "
+                             f"got {config[key]!r}")
+    for key in ("first_loss", "final_loss"):
+        value = config.get(key, 0.0)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                math.isfinite(value)):
+            raise ValueError(f"{source}: {key}: expected a finite number, got {value!r}")
+    if not isinstance(state, Mapping):
+        raise ValueError(f"{source}: expected a state dict, got {type(state).__name__}")
+    widths = [obs_dim, *sizes]
+    expected = {}
+    for index, (n_in, n_out) in enumerate(itertools.pairwise(widths)):
+        expected[f"{2 * index}.weight"] = (n_out, n_in)
+        expected[f"{2 * index}.bias"] = (n_out,)
+    for name, tensor in state.items():
+        _check_tensor(tensor, f"{source}: tensor {name!r}")
+    wrong = sorted(name for name in set(state) & set(expected)
+                   if tuple(state[name].shape) != expected[name])
+    if set(state) != set(expected) or wrong:
+        raise ValueError(f"{source}: tensors do not fit obs_dim={obs_dim}, hidden_sizes="
+                         f"{sizes} (missing {sorted(set(expected) - set(state))}, unexpected "
+                         f"{sorted(map(str, set(state) - set(expected)))}, wrong shape {wrong})")
+    return obs_dim, sizes
 
 
 def load_base(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """Read a frozen base: ``<name>.safetensors`` and its ``<name>.json`` config.
 
-    Never unpickles: safetensors holds raw tensors only.
+    Never unpickles: safetensors holds raw tensors only. Both files are checked (see
+    :func:`read_tensors` and :func:`check_base`); the config is read strictly (see
+    :func:`agents.files.read_json_strict`).
 
     Returns:
         The encoder's state dict (keys of a plain ``nn.Sequential``) and its config.
+
+    Raises:
+        FileNotFoundError: A file is missing.
+        ValueError: A file is corrupt or the two do not fit each other.
     """
     weights = Path(path)
     config_path = _base_config_path(weights)
     for file in (weights, config_path):
         if not file.is_file():
             raise FileNotFoundError(f"base encoder: {file} does not exist")
-    return load_file(weights), json.loads(config_path.read_text(encoding="utf-8"))
+    state, config = read_tensors(weights), read_json_strict(config_path)
+    check_base(state, config, f"base encoder {weights} (config {config_path.name})")
+    return state, config
+
+
+def _resolve_base(base: BaseSource) -> tuple[Mapping[str, torch.Tensor], Mapping[str, Any], str]:
+    """The state, config and name in errors of a base given as a path or as tensors."""
+    if isinstance(base, (str, Path)):
+        state, config = load_base(base)
+        return state, config, f"base encoder {base}"
+    if isinstance(base, tuple) and len(base) == 2:
+        state, config = base
+        check_base(state, config, "base encoder (in memory)")
+        return state, config, "base encoder (in memory)"
+    raise ValueError("base: expected a path to a .safetensors file or a (state dict, config) "
+                     f"pair, got {type(base).__name__}")
 
 
 def tanh_mlp(obs_dim: int, hidden_sizes: Sequence[int]) -> nn.Sequential:
@@ -91,8 +221,9 @@ class MlpEncoder(BaseFeaturesExtractor):
         hidden_sizes: Width of each layer.
         lora_rank: Adapter rank; ``None`` for a plain, fully trainable MLP.
         lora_alpha: Adapter scale.
-        base: Path of a pretrained base (see :func:`load_base`); ``None`` keeps PyTorch's
-            random initialisation.
+        base: A pretrained base (:data:`BaseSource`): the path of its ``.safetensors``
+            file or its ``(state dict, config)`` pair; ``None`` keeps PyTorch's random
+            initialisation.
     """
 
     def __init__(
@@ -101,7 +232,7 @@ class MlpEncoder(BaseFeaturesExtractor):
         hidden_sizes: Sequence[int] = (64, 64),
         lora_rank: int | None = 8,
         lora_alpha: float = 16.0,
-        base: str | None = None,
+        base: BaseSource | None = None,
     ) -> None:
         if not isinstance(observation_space, spaces.Box) or len(observation_space.shape) != 1:
             raise ValueError(f"MlpEncoder: expected a flat Box observation space, "
@@ -113,14 +244,14 @@ class MlpEncoder(BaseFeaturesExtractor):
         widths = [observation_space.shape[0], *sizes]
         self.net = tanh_mlp(widths[0], sizes)
         if base is not None:
-            state, config = load_base(base)
-            if list(config.get("hidden_sizes", [])) != sizes or config.get("obs_dim") != widths[0]:
+            state, config, name = _resolve_base(base)
+            if list(config["hidden_sizes"]) != sizes or config["obs_dim"] != widths[0]:
                 raise ValueError(
-                    f"base encoder {base}: built for obs_dim={config.get('obs_dim')}, "
-                    f"hidden_sizes={config.get('hidden_sizes')}; this policy has "
+                    f"{name}: built for obs_dim={config['obs_dim']}, "
+                    f"hidden_sizes={config['hidden_sizes']}; this policy has "
                     f"obs_dim={widths[0]}, hidden_sizes={sizes}"
                 )
-            self.net.load_state_dict(state)
+            self.net.load_state_dict(state)  # copies: the caller's tensors stay theirs
         if lora_rank is not None:
             inject_lora(self.net, LoraSettings(lora_rank, lora_alpha))
 
@@ -146,7 +277,10 @@ class AllocatorPolicy(ActorCriticPolicy):
         hidden_sizes: Encoder widths.
         lora_rank: Adapter rank (8 as in the paper), or ``None`` for the plain network.
         lora_alpha: Adapter scale.
-        base: Path of a pretrained frozen base, ``None`` for a random one.
+        base: A pretrained frozen base, ``None`` for a random one: the path of its
+            ``.safetensors`` file, or its ``(state dict, config)`` pair in memory (as
+            :func:`load_base` returns and :func:`agents.lora.pretrain.pretrain_base` makes);
+            both give the same network.
         trainable: Group name -> learning-rate multiplier for the groups that train.
             Default: ``adapter``, ``action`` and ``value`` with LoRA, every group without.
         **kwargs: Passed to ``ActorCriticPolicy`` (not ``net_arch``, the features
@@ -161,7 +295,7 @@ class AllocatorPolicy(ActorCriticPolicy):
         hidden_sizes: Sequence[int] = (64, 64),
         lora_rank: int | None = 8,
         lora_alpha: float = 16.0,
-        base: str | None = None,
+        base: BaseSource | None = None,
         trainable: Mapping[str, float] | None = None,
         **kwargs: Any,
     ) -> None:

@@ -34,8 +34,8 @@ from safetensors.torch import save_file
 from torch import nn
 from torch.nn import functional as F
 
-from agents.files import write_file_atomic, write_text_atomic
-from agents.lora.policies import tanh_mlp
+from agents.files import check_creatable, write_file_atomic, write_text_atomic
+from agents.lora.policies import check_base, tanh_mlp
 from agents.lora.supervised import greedy_traces
 from agents.seeds import PRETRAIN_TASK_SEED
 from cost_envs.envs.flight_planner import flight_planner_pool
@@ -154,14 +154,43 @@ def pretrain_base(
     return state, config
 
 
-def save_base(state: dict[str, torch.Tensor], config: dict[str, Any], path: str | Path) -> Path:
-    """Write ``<path>.safetensors`` and ``<path>.json``; returns the weights path.
+def base_files(path: str | Path) -> tuple[Path, Path]:
+    """The weights and config files :func:`save_base` writes for ``path``.
 
-    A ``path`` already ending in ``.safetensors`` is used as is.
+    ``<path>.safetensors`` and ``<path>.json``; a ``path`` already ending in
+    ``.safetensors`` is used as is.
     """
     path = Path(path)
     weights = path if path.suffix == ".safetensors" else path.with_name(
         f"{path.name}.safetensors")
+    return weights, weights.with_suffix(".json")
+
+
+def check_base_writable(path: str | Path) -> tuple[Path, Path]:
+    """Raise ``ValueError`` unless :func:`save_base` can write ``path``'s two files.
+
+    Run it before :func:`pretrain_base`, so that a bad output path fails at once.
+
+    Returns:
+        The weights and config files, as :func:`base_files`.
+    """
+    files = base_files(path)
+    for file in files:
+        if file.exists() and not file.is_file():
+            raise ValueError(f"{file} exists and is not a file")
+        check_creatable(file)
+    return files
+
+
+def save_base(state: dict[str, torch.Tensor], config: dict[str, Any], path: str | Path) -> Path:
+    """Write ``<path>.safetensors`` and ``<path>.json``; returns the weights path.
+
+    A ``path`` already ending in ``.safetensors`` is used as is. The pair is checked as
+    :func:`agents.lora.policies.load_base` will check it, so a base that saves also loads.
+    """
+    weights, config_path = base_files(path)
+    check_base(state, config, f"base encoder {weights}")
+    text = json.dumps(config, indent=2, allow_nan=False) + "\n"
     write_file_atomic(weights, lambda tmp: save_file(state, tmp))
-    write_text_atomic(weights.with_suffix(".json"), json.dumps(config, indent=2) + "\n")
+    write_text_atomic(config_path, text)
     return weights

@@ -1,0 +1,207 @@
+"""Saving under concurrency and after crashes: a directory is always one complete version.
+
+The workers run in real processes (``spawn``), several saving to one directory at once.
+This module imports only :mod:`agents.files` at the top, so that workers start quickly.
+"""
+
+from __future__ import annotations
+
+import errno
+import multiprocessing
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from agents import files
+
+N_FILES = 8
+
+
+def _use_exchange(enabled: bool) -> None:
+    """Take the portable path (rename aside, retry) instead of Linux's atomic exchange."""
+    if not enabled:
+        files._exchange = lambda a, b: False
+
+
+def _wait_for_each_other(barrier: Path, writer: int, writers: int) -> None:
+    """A file barrier: spawned workers start saving together, whatever their import time."""
+    (barrier / f"ready-{writer}").touch()
+    deadline = time.monotonic() + 120
+    while len(list(barrier.glob("ready-*"))) < writers:
+        if time.monotonic() > deadline:
+            raise TimeoutError("the other writer never started")
+        time.sleep(0.01)
+
+
+def _write_many(target: str, barrier: str, writer: int, writers: int, rounds: int,
+                exchange: bool) -> int:
+    """Save ``rounds`` versions of ``target``, every file stamped with writer and round."""
+    _use_exchange(exchange)
+    _wait_for_each_other(Path(barrier), writer, writers)
+    for round_ in range(rounds):
+        def write(tmp: Path, stamp: str = f"{writer}:{round_}") -> None:
+            for index in range(N_FILES):
+                (tmp / f"part{index}.txt").write_text(stamp)
+
+        files.write_directory_atomic(target, write)
+    return rounds
+
+
+def _run_writers(worker, tmp_path: Path, writers: int, *args) -> None:
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(writers, mp_context=context) as pool:
+        futures = [pool.submit(worker, str(tmp_path / "out" / "model"), str(barrier), writer,
+                               writers, *args) for writer in range(writers)]
+        for future in futures:
+            future.result()  # re-raises a saver's error
+
+
+@pytest.mark.parametrize("exchange", [True, False], ids=["exchange", "move-aside"])
+def test_concurrent_savers_leave_one_complete_directory(tmp_path, exchange):
+    _run_writers(_write_many, tmp_path, 3, 150, exchange)
+    target = tmp_path / "out" / "model"
+    stamps = {path.read_text() for path in target.iterdir()}
+    assert sorted(path.name for path in target.iterdir()) == [
+        f"part{index}.txt" for index in range(N_FILES)]
+    assert len(stamps) == 1, f"files of different saves were mixed: {stamps}"
+    # no temporary or backup directory is left behind
+    assert [path.name for path in (tmp_path / "out").iterdir()] == ["model"]
+
+
+def _save_models(target: str, barrier: str, writer: int, writers: int, rounds: int) -> int:
+    """Save model ``writer`` (initialised with seed ``writer``) ``rounds`` times."""
+    from agents.lora.checkpoints import save_allocator
+
+    allocator = _model(writer)
+    _wait_for_each_other(Path(barrier), writer, writers)
+    for _ in range(rounds):
+        save_allocator(allocator, target)
+    return rounds
+
+
+def _model(seed: int):
+    import gymnasium as gym
+    import torch
+
+    from agents.lora.supervised import policy_for
+    from agents.lora.training import TrainedAllocator
+
+    torch.manual_seed(seed)
+    policy = policy_for(gym.make("cost_envs/FlightPlanner-v0"), lora_rank=None)
+    return TrainedAllocator(policy, "cost_envs/FlightPlanner-v0", {}, "ppo", seed, 0, None)
+
+
+def test_two_processes_saving_models_leave_one_of_them(tmp_path):
+    import torch
+
+    from agents.lora.checkpoints import load_allocator
+
+    _run_writers(_save_models, tmp_path, 2, 200)
+    loaded = load_allocator(tmp_path / "out" / "model")
+    # the config and the tensors come from the same save: seed names the writer
+    expected = _model(loaded.seed).policy.state_dict()
+    assert loaded.seed in (0, 1)
+    for name, tensor in loaded.policy.state_dict().items():
+        assert torch.equal(tensor, expected[name]), name
+    other = _model(1 - loaded.seed).policy.state_dict()
+    assert not torch.equal(other["action_net.weight"], expected["action_net.weight"])
+    assert [path.name for path in (tmp_path / "out").iterdir()] == ["model"]
+
+
+# ----------------------------------------------------------- leftovers of crashed saves
+def _write_stamp(stamp: str):
+    def write(tmp: Path) -> None:
+        (tmp / "stamp.txt").write_text(stamp)
+
+    return write
+
+
+@pytest.mark.parametrize("exchange", [True, False], ids=["exchange", "move-aside"])
+def test_a_leftover_backup_never_blocks_a_save(tmp_path, monkeypatch, exchange):
+    target = tmp_path / "model"
+    files.write_directory_atomic(target, _write_stamp("first"))
+    # what a save that crashed between its two renames used to leave behind
+    for name in (f".model.old-{os.getpid()}", ".model.old-12345", ".model.abc123"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "stale.txt").write_text("stale")
+    if not exchange:
+        monkeypatch.setattr(files, "_exchange", lambda a, b: False)
+    for stamp in ("second", "third"):
+        files.write_directory_atomic(target, _write_stamp(stamp))
+        assert (target / "stamp.txt").read_text() == stamp
+    assert [p.name for p in target.iterdir()] == ["stamp.txt"]
+    # the leftovers are someone else's to clean up: a save never deletes what it did not make
+    assert (tmp_path / f".model.old-{os.getpid()}" / "stale.txt").is_file()
+
+
+def test_a_save_over_an_empty_directory_replaces_it(tmp_path):
+    (tmp_path / "model").mkdir()
+    files.write_directory_atomic(tmp_path / "model", _write_stamp("new"))
+    assert (tmp_path / "model" / "stamp.txt").read_text() == "new"
+
+
+def test_a_failed_swap_puts_the_previous_version_back(tmp_path, monkeypatch):
+    target = tmp_path / "model"
+    files.write_directory_atomic(target, _write_stamp("old"))
+    monkeypatch.setattr(files, "_exchange", lambda a, b: False)
+    real_rename = os.rename
+
+    def failing_rename(source, destination):
+        # moving the old version aside works; moving the new one in hits an I/O error
+        if Path(destination) == target and ".old-" not in Path(source).name:
+            raise OSError(errno.EIO, "I/O error")
+        real_rename(source, destination)
+
+    monkeypatch.setattr(files.os, "rename", failing_rename)
+    with pytest.raises(OSError, match="I/O error"):
+        files.write_directory_atomic(target, _write_stamp("new"))
+    assert (target / "stamp.txt").read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["model"]
+
+
+def test_an_exchange_failure_other_than_unsupported_is_raised(tmp_path, monkeypatch):
+    target = tmp_path / "model"
+    files.write_directory_atomic(target, _write_stamp("old"))
+
+    def refuse(a, b):
+        raise OSError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(files, "_exchange", refuse)
+    with pytest.raises(OSError, match="Permission denied"):
+        files.write_directory_atomic(target, _write_stamp("new"))
+    assert (target / "stamp.txt").read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["model"]
+
+
+# ---------------------------------------------------------------- writable before work
+def test_check_creatable_refuses_a_path_under_a_file(tmp_path):
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(ValueError, match=r"notes\.txt is a file, not a directory"):
+        files.check_creatable(tmp_path / "notes.txt" / "sub" / "model")
+    assert files.check_creatable(tmp_path / "new" / "sub" / "model") == (
+        tmp_path / "new" / "sub" / "model")
+    assert not (tmp_path / "new").exists()  # checking creates nothing
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+def test_check_creatable_refuses_a_directory_it_cannot_write():
+    # /proc cannot take new files, even for root (chmod would not stop root)
+    with pytest.raises(ValueError, match="cannot write in /proc"):
+        files.check_creatable("/proc/cost-envs-model")
+
+
+def test_check_writable_refuses_unwritable_checkpoint_paths(tmp_path):
+    from agents.lora.checkpoints import check_writable
+
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(ValueError, match="not a directory"):
+        check_writable(tmp_path / "notes.txt")
+    with pytest.raises(ValueError, match="is a file, not a directory"):
+        check_writable(tmp_path / "notes.txt" / "model")
+    assert check_writable(tmp_path / "model") == tmp_path / "model"
