@@ -9,7 +9,7 @@ Usage: ``python benchmarks/allocators.py [--steps N] [--repeats R] [--scale defa
    issue's target for the ratio is >= 0.85.
 2. **predict() latency** on one observation: the LoRA policy unmerged, merged with
    :func:`agents.lora.checkpoints.merge_adapter`, and the plain network; median of 2000 calls.
-3. **Peak memory of ``cost-envs reproduce``** at ``--scale``: the summed resident memory
+3. **Peak memory of ``python -m experiments lora_ppo``** at ``--scale``: the summed resident memory
    of the command and all its worker processes, sampled every 0.1 s with psutil (target
    under 2 GB), and its wall time.
 
@@ -90,13 +90,14 @@ def predict_latency(calls: int = 2000) -> dict[str, float]:
 
 
 def reproduce_memory(scale: str) -> tuple[float, float]:
-    """Peak summed RSS (GB) of ``cost-envs reproduce`` and its workers, and wall seconds."""
-    flag = [] if scale == "default" else [f"--{scale}"]
+    """Peak summed RSS (GB) of ``python -m experiments lora_ppo`` and its workers, wall seconds."""
     with tempfile.TemporaryDirectory() as out:
-        command = [sys.executable, "-m", "agents.cli", "reproduce", *flag, "--out", out]
+        command = [sys.executable, "-m", "experiments", "lora_ppo", "--scale", scale,
+                   "--out", out]
         env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         start = time.perf_counter()
-        process = psutil.Popen(command, env=env, stdout=subprocess.DEVNULL)
+        process = psutil.Popen(command, env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, cwd=Path(__file__).resolve().parents[1])
         peak = 0
         while process.poll() is None:
             try:
@@ -106,7 +107,8 @@ def reproduce_memory(scale: str) -> tuple[float, float]:
                 pass  # a worker exited between listing and reading it
             time.sleep(0.1)
         if process.returncode != 0:
-            raise SystemExit(f"cost-envs reproduce failed with exit code {process.returncode}")
+            raise SystemExit(f"python -m experiments lora_ppo failed with exit code "
+                             f"{process.returncode}")
         return peak / 1e9, time.perf_counter() - start
 
 
@@ -144,7 +146,7 @@ def main() -> int:
     ]
     if args.scale != "none":
         peak, seconds = reproduce_memory(args.scale)
-        lines += ["", f"## `cost-envs reproduce` ({args.scale})", "",
+        lines += ["", f"## `python -m experiments lora_ppo` ({args.scale})", "",
                   f"Peak memory, command and workers summed: **{peak:.2f} GB** "
                   f"(target < {MEMORY_TARGET_GB} GB: "
                   f"{'met' if peak < MEMORY_TARGET_GB else 'NOT met'}); "
