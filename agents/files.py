@@ -3,28 +3,22 @@
 Everything is written to a temporary sibling (same directory, so the same file system)
 and moved into place with ``os.replace``; on any error the temporary is removed and the
 old file is untouched. Also here: the check that an output path can be written, run
-before long work, and the strict JSON reader of checkpoint configs.
+before long work.
 """
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import ctypes
-import dataclasses
 import errno
 import functools
-import json
-import math
 import os
-import re
 import shutil
 import stat
 import sys
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 
 def write_file_atomic(path: str | Path, write: Callable[[Path], None]) -> Path:
@@ -224,107 +218,3 @@ def check_creatable(path: str | Path) -> Path:
         raise ValueError(f"{path}: cannot write in {ancestor} "
                          f"({error.strerror or error})") from None
     return path
-
-
-#: Limits of :func:`read_json_strict`: a checkpoint config is a few kilobytes, nested at
-#: most about six levels (a pool inside ``env_kwargs``).
-MAX_JSON_BYTES = 64 * 2**20
-MAX_JSON_DEPTH = 32
-_JSON_TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
-
-
-class _Pairs(dict):  # type: ignore[type-arg]
-    """A JSON object as parsed, remembering keys that occurred more than once."""
-
-    def __init__(self, pairs: list[tuple[str, Any]]) -> None:
-        super().__init__(pairs)
-        counts = collections.Counter(key for key, _ in pairs)
-        self.duplicates = sorted(key for key, count in counts.items() if count > 1)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Refused:
-    """A number JSON may spell but a checkpoint may not hold (NaN, Infinity, a huge int)."""
-
-    text: str
-
-
-def read_json_strict(path: str | Path) -> Any:
-    """Read a checkpoint's JSON config, refusing what ``json.loads`` lets through.
-
-    Duplicate keys (``json`` keeps the last), ``NaN`` / ``Infinity``, floats that overflow
-    to infinity, integers beyond float range, nesting deeper than :data:`MAX_JSON_DEPTH`,
-    files over :data:`MAX_JSON_BYTES` and invalid UTF-8 are each a ``ValueError`` naming
-    the file and, where there is one, the key (``env_kwargs.pool.agents[0].cost``). A UTF-8
-    byte-order mark is accepted.
-
-    Used for checkpoint configs only (``config.json``, ``adapter_config.json``, a base's
-    ``.json``); data files users write go through :mod:`cost_envs`'s own reader.
-
-    Returns:
-        The parsed value, with plain ``dict`` objects.
-
-    Raises:
-        FileNotFoundError: ``path`` does not exist.
-        ValueError: As above, or the text is not JSON.
-    """
-    path = Path(path)
-    if path.stat().st_size > MAX_JSON_BYTES:
-        raise ValueError(f"{path}: larger than {MAX_JSON_BYTES} bytes; not a checkpoint config")
-    try:
-        text = path.read_bytes().decode("utf-8-sig")
-    except UnicodeDecodeError as error:
-        raise ValueError(f"{path}: not UTF-8 text ({error.reason} at byte "
-                         f"{error.start})") from None
-    _check_depth(text, path)
-    try:
-        raw = json.loads(text, object_pairs_hook=_Pairs, parse_constant=_Refused,
-                         parse_int=_parse_int)
-    except ValueError as error:  # JSONDecodeError, or an int beyond Python's digit limit
-        raise ValueError(f"{path}: not valid JSON ({error})") from None
-    return _checked(raw, path, "")
-
-
-def _parse_int(text: str) -> int | _Refused:
-    # 309 digits already exceed the largest float (about 1.8e308).
-    return _Refused(text) if len(text.lstrip("-")) > 309 else int(text)
-
-
-def _check_depth(text: str, path: Path) -> None:
-    """Refuse deep nesting before parsing (``json`` would raise ``RecursionError``)."""
-    depth = 0
-    for token in _JSON_TOKENS.finditer(text):
-        bracket = token.group()
-        if bracket in "[{":
-            depth += 1
-            if depth > MAX_JSON_DEPTH:
-                line = text.count("\n", 0, token.start()) + 1
-                raise ValueError(f"{path}: nested deeper than {MAX_JSON_DEPTH} levels "
-                                 f"(line {line})")
-        elif bracket in "]}":
-            depth -= 1
-
-
-def _checked(value: Any, path: Path, key: str) -> Any:
-    """``value`` with plain dicts; ``ValueError`` naming ``key`` for a refused value."""
-    where = f"key {key!r}" if key else "top level"
-    if isinstance(value, _Refused) or (
-            isinstance(value, int) and not isinstance(value, bool)
-            and abs(value) > sys.float_info.max):
-        text = value.text if isinstance(value, _Refused) else str(value)
-        shown = text if len(text) <= 20 else f"{text[:12]}... ({len(text)} characters)"
-        raise ValueError(f"{path}: {where}: expected a finite number within float range, "
-                         f"got {shown}")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"{path}: {where}: expected a finite number within float range, "
-                         f"got a literal that overflows to {value}")
-    if isinstance(value, _Pairs):
-        if value.duplicates:
-            names = ", ".join(repr(f"{key}.{name}" if key else name)
-                              for name in value.duplicates)
-            raise ValueError(f"{path}: duplicate key {names} (JSON would keep only the last)")
-        return {name: _checked(item, path, f"{key}.{name}" if key else name)
-                for name, item in value.items()}
-    if isinstance(value, list):
-        return [_checked(item, path, f"{key}[{index}]") for index, item in enumerate(value)]
-    return value

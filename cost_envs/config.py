@@ -38,6 +38,8 @@ T = TypeVar("T")
 #: Deepest nesting of lists and mappings a configuration file may have. The schemas need
 #: four levels; the limit keeps the parsers' recursion far from Python's stack limit.
 MAX_DEPTH = 32
+#: Largest configuration file read (pools, price tables, profiles, checkpoint configs).
+MAX_BYTES = 64 * 2**20
 #: Suffixes :func:`read_config_file` reads, by format.
 CONFIG_SUFFIXES = {".json": "json", ".yaml": "yaml", ".yml": "yaml"}
 
@@ -219,10 +221,14 @@ def coerce_config(cls: type[T], value: Any, presets: Mapping[str, T], what: str)
 
 # ------------------------------------------------------------------------ file reader
 def read_config_file(path: str | Path) -> Any:
-    """The data of a ``.json``, ``.yaml`` or ``.yml`` file (pools, price tables, profiles).
+    """The data of a ``.json``, ``.yaml`` or ``.yml`` file: the one reader of configuration.
+
+    Pools, price tables and profiles, and the configs of saved models, adapters and bases
+    (:mod:`agents.lora.checkpoints`) are all read here.
 
     Raises:
-        ValueError: Naming the file, on another suffix, text that is not UTF-8, invalid
+        ValueError: Naming the file, on another suffix, a file over :data:`MAX_BYTES`,
+            text that is not UTF-8, invalid
             JSON/YAML, and (naming the key too) a duplicate key, an integer too large for
             a float, NaN or infinity, nesting deeper than :data:`MAX_DEPTH` levels or a
             recursive YAML alias.
@@ -232,6 +238,8 @@ def read_config_file(path: str | Path) -> Any:
     suffix = path.suffix.lower()
     if suffix not in CONFIG_SUFFIXES:
         raise ValueError(f"{path}: expected a .json, .yaml or .yml file, got {suffix!r}")
+    if path.stat().st_size > MAX_BYTES:
+        raise ValueError(f"{path}: larger than {MAX_BYTES} bytes; not a configuration file")
     try:
         content = path.read_text(encoding="utf-8-sig")  # a byte-order mark is no error
     except UnicodeDecodeError as err:

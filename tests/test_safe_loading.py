@@ -134,14 +134,15 @@ def test_config_missing_a_required_key(saved, tmp_path):
 def test_config_that_is_not_a_json_object(saved, tmp_path, text):
     path = _copy(saved, tmp_path)
     (path / "config.json").write_text(text)
-    with pytest.raises(ValueError, match=r"config\.json: (not valid JSON|expected format)"):
+    pattern = r"config\.json: (line \d+, column \d+: not valid JSON|expected format)"
+    with pytest.raises(ValueError, match=pattern):
         load_allocator(path)
 
 
 def test_invalid_json_names_the_problem(saved, tmp_path):
     path = _copy(saved, tmp_path)
     (path / "config.json").write_text('{"format": "cost-envs-allocator",')
-    with pytest.raises(ValueError, match=r"config\.json: not valid JSON"):
+    with pytest.raises(ValueError, match=r"config\.json: line 1, column \d+: not valid JSON"):
         load_allocator(path)
 
 
@@ -371,14 +372,15 @@ def _config_text(saved: Path, replace: str, by: str) -> str:
     ('"lora_alpha": 16.0', '"lora_alpha": 1e999', "architecture.lora_alpha"),
     ('"lora_alpha": 16.0', '"lora_alpha": NaN', "architecture.lora_alpha"),
     ('"timesteps": 0', '"timesteps": -Infinity', "timesteps"),
-    ('"seed": 3', '"seed": 3, "seed": 4', "seed"),
+    ('"seed": 3', '"seed": 3, "seed": 4', "top level: duplicate key 'seed'"),
     ('"hidden_sizes": [64, 64]', '"hidden_sizes": [64, 64], "hidden_sizes": [8]',
-     "architecture.hidden_sizes"),
+     "architecture: duplicate key 'hidden_sizes'"),
 ])
 def test_config_numbers_and_duplicates_name_the_key(saved, tmp_path, replace, by, key):
     path = _copy(saved, tmp_path)
     (path / "config.json").write_text(_config_text(saved, replace, by))
-    _refused(lambda: load_allocator(path), str(path / "config.json"), f"'{key}'")
+    # the file, then the key's path in the document: "<file>: architecture.lora_alpha: ..."
+    _refused(lambda: load_allocator(path), f"{path / 'config.json'}: {key}")
 
 
 def test_deeply_nested_config_is_a_value_error(saved, tmp_path):
@@ -484,6 +486,6 @@ def test_base_config_with_duplicate_keys_or_nan(tmp_path):
     config = weights.with_suffix(".json")
     text = config.read_text()
     config.write_text(text.replace('"obs_dim": 15', '"obs_dim": 15, "obs_dim": 17'))
-    _refused(lambda: load_base(weights), "FlightPlanner-v0.json", "'obs_dim'", "duplicate")
+    _refused(lambda: load_base(weights), "FlightPlanner-v0.json", "duplicate key 'obs_dim'")
     config.write_text(text.replace('"final_loss": ', '"final_loss": NaN, "x": '))
-    _refused(lambda: load_base(weights), "FlightPlanner-v0.json", "'final_loss'")
+    _refused(lambda: load_base(weights), "FlightPlanner-v0.json: final_loss:")

@@ -38,7 +38,6 @@ import cost_envs
 from agents.files import (
     check_creatable,
     is_directory_or_absent,
-    read_json_strict,
     write_directory_atomic,
 )
 from agents.lora import BASES, METHODS
@@ -52,6 +51,7 @@ from agents.lora.policies import (
 )
 from agents.lora.supervised import policy_for
 from agents.lora.training import TrainedAllocator
+from cost_envs.config import read_config_file
 
 MODEL_FORMAT = "cost-envs-allocator"
 ADAPTER_FORMAT = "cost-envs-adapter"
@@ -98,11 +98,11 @@ def _write_json(path: Path, data: Mapping[str, Any]) -> None:
 
 def _read_config(path: Path, expected_format: str,
                  keys: tuple[tuple[str, ...], tuple[str, ...]]) -> dict[str, Any]:
-    """A config read strictly (:func:`read_json_strict`), of ``expected_format``.
+    """A config read strictly (:func:`cost_envs.config.read_config_file`), of ``expected_format``.
 
     ``keys`` are the required and the optional keys; any other key is an error.
     """
-    config = read_json_strict(path)
+    config = read_config_file(path)
     if not isinstance(config, dict) or config.get("format") != expected_format:
         raise ValueError(f"{path}: expected format {expected_format!r}, "
                          f"got {config.get('format') if isinstance(config, dict) else config!r}")
@@ -242,7 +242,7 @@ def check_writable(directory: str | Path, expected_format: str = MODEL_FORMAT) -
     # Two looks: a concurrent save may swap the directory between the listing and the read.
     for _ in range(2):
         try:
-            found = read_json_strict(directory / config_name).get("format")
+            found = read_config_file(directory / config_name).get("format")
             break
         except FileNotFoundError:
             if not directory.exists():

@@ -46,9 +46,8 @@ from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from torch import nn
 
-from agents.files import read_json_strict
 from agents.lora.adapters import LoraSettings, adapted_linear, inject_lora, verify_optimizer
-from cost_envs.config import number
+from cost_envs.config import number, read_config_file
 
 #: Names of the parameter groups, see the module docstring.
 PARAMETER_GROUPS = ("base", "adapter", "action", "value")
@@ -170,7 +169,7 @@ def load_base(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]
 
     Never unpickles: safetensors holds raw tensors only. Both files are checked (see
     :func:`read_tensors` and :func:`check_base`); the config is read strictly (see
-    :func:`agents.files.read_json_strict`).
+    :func:`cost_envs.config.read_config_file`).
 
     Returns:
         The encoder's state dict (keys of a plain ``nn.Sequential``) and its config.
@@ -184,7 +183,7 @@ def load_base(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]
     for file in (weights, config_path):
         if not file.is_file():
             raise FileNotFoundError(f"base encoder: {file} does not exist")
-    state, config = read_tensors(weights), read_json_strict(config_path)
+    state, config = read_tensors(weights), read_config_file(config_path)
     check_base(state, config, f"base encoder {weights} (config {config_path.name})")
     return state, config
 
