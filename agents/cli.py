@@ -57,7 +57,7 @@ DEFAULT_METHODS = ("random", "capability", "rule", "oracle", "greedy")
 JSON_KEYS = (
     "success_rate", "cps", "flops_per_success", "avg_quality", "avg_cost",
     "success_rate_ci", "cps_ci", "flops_per_success_ci", "avg_quality_ci", "avg_cost_ci",
-    "call_ratio", "budget_violations", "episodes",
+    "call_ratio", "budget_exceeded", "episodes",
 )
 
 

@@ -76,7 +76,7 @@ class EvaluationResult:
         Returns:
             ``success_rate``, ``cps``, ``flops_per_success``, ``avg_quality``,
             ``avg_cost``, each with ``<key>_ci`` = ``[low, high]``; ``call_ratio``
-            (agent name -> fraction of steps it was called in); ``budget_violations``
+            (agent name -> fraction of steps it was called in); ``budget_exceeded``
             and ``episodes``.
         """
         out = summarize(self.records)
@@ -183,7 +183,7 @@ def rollout(
     start = np.array([True])
     calls = np.zeros(0, dtype=np.int64)
     length = 0
-    violation = False
+    exceeded = False
     observations: list[np.ndarray] = []
     actions: list[np.ndarray] = []
     rewards: list[float] = []
@@ -202,7 +202,7 @@ def rollout(
             rewards.append(float(reward))
         step_calls = np.asarray(info["calls"], dtype=np.int64)
         calls = step_calls if length == 1 else calls + step_calls
-        violation = violation or bool(info.get("budget_exceeded", False))
+        exceeded = exceeded or bool(info.get("budget_exceeded", False))
         if terminated or truncated:
             break
     if "success" not in info and terminated:
@@ -217,7 +217,7 @@ def rollout(
         flops=flops,
         calls=calls,
         length=length,
-        budget_violation=violation,
+        budget_exceeded=exceeded,
     )
     if not record_steps:
         return Rollout(record, info)

@@ -24,14 +24,13 @@ import numpy as np
 
 from cost_envs.config import (
     integer,
-    is_number,  # noqa: F401  (re-exported: agents and wrappers import it from here)
     number,
     probability,
-    read_config_file,
     reject_unknown,
     require_keys,
     text,
 )
+from cost_envs.config_files import read_config_file
 
 _AGENT_KEYS = ("name", "role", "cost", "flops", "capability")
 _POOL_KEYS = ("skills", "agents")

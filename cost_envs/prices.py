@@ -30,15 +30,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from cost_envs.config import (
-    number,
-    one_of,
-    parse_config_text,
-    read_config_file,
-    reject_unknown,
-    require_keys,
-    text,
-)
+from cost_envs.config import number, one_of, reject_unknown, require_keys, text
+from cost_envs.config_files import parse_config_text, read_config_file
 
 _TABLE_KEYS = ("currency", "unit", "models")
 _MODEL_KEYS = ("name", "input", "output", "reasoning", "active_params_billion",

@@ -52,7 +52,6 @@ def method_summary(records: Sequence[EpisodeRecord], boundaries: Sequence[Bounda
     plain = [b.normalised(r.cost) for r, b in zip(records, boundaries, strict=True)
              if not b.inverted and b.large_cost != b.small_cost]
     summary["normalised_cost"] = float(np.mean(plain)) if plain else None
-    summary["budget_exhausted"] = summary["budget_violations"]  # the table's "Exhausted"
     return summary
 
 
@@ -216,7 +215,7 @@ def markdown(summary: Mapping[str, Any], seconds: float | None = None) -> str:
                 f"{_ci(m, 'avg_cost', '.4f')} | {_ci(m, 'cps', '.4f')} | "
                 f"{_opt(m['normalised_cost'], '.2f')} | {m['call_ratio']['large']:.2f} | "
                 + " / ".join(_opt(by[s], ".2f") for s in STRATA)
-                + f" | {m['budget_exhausted']} |")
+                + f" | {m['budget_exceeded']} |")
         curves = rep["learning_curves"]
         if curves:
             steps = [point["timesteps"] for point in next(iter(curves.values()))]

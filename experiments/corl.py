@@ -169,7 +169,7 @@ def corl_markdown(report: Mapping[str, Any]) -> str:
                     f"| {tier} | {label} | {_cell(s['accuracy'], '.3f')} | "
                     f"{_cell(s['accuracy_within_budget'], '.3f')} | "
                     f"{_cell(s['avg_cost'], '.4f')} | {_cell(s['expert_call_ratio'], '.2f')} | "
-                    f"{calls} | {s['over_budget']:.2f} |")
+                    f"{calls} | {s['budget_exceeded']:.2f} |")
         lines.append("")
     lines += ["## Learned controllers against the controller alone and the best single expert",
               "", "Accuracy within budget, mixed profile; the best single expert is the one "

@@ -10,17 +10,16 @@ import numpy as np
 import pytest
 
 from cost_envs.config import (
-    MAX_DEPTH,
     boolean,
     integer,
     number,
     one_of,
     probability,
-    read_config_file,
     reject_unknown,
     require_keys,
     text,
 )
+from cost_envs.config_files import MAX_DEPTH, read_config_file
 
 NEVER = (OverflowError, RecursionError, TypeError, AssertionError)
 

@@ -162,7 +162,7 @@ def test_score_tier_controller_alone_matches_the_tasks() -> None:
     assert scores.expert_call_ratio == (0.0, 0.0, 0.0)
     assert scores.accuracy[1] <= scores.accuracy[0] <= scores.accuracy[2]
     budget = cost_envs.envs.expert_routing.TIER_BUDGETS["low"]
-    assert scores.over_budget == pytest.approx(np.mean(np.array(cost) > budget))
+    assert scores.budget_exceeded == pytest.approx(np.mean(np.array(cost) > budget))
 
 
 def test_score_tier_gates_accuracy_by_the_budget() -> None:
@@ -170,7 +170,7 @@ def test_score_tier_gates_accuracy_by_the_budget() -> None:
     scores = score_tier(lambda env: FixedConsultation([2], 3), "low", 40, seed=1,
                         n_resamples=50)
     assert scores.accuracy[0] > 0.5
-    assert scores.over_budget == 1.0
+    assert scores.budget_exceeded == 1.0
     assert scores.accuracy_within_budget == (0.0, 0.0, 0.0)
     assert scores.expert_call_ratio[0] == 1.0
     assert scores.calls_per_query == {"gpt-4.1-nano": 0.0, "gpt-4.1": 0.0, "o3": 1.0}

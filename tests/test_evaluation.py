@@ -76,7 +76,7 @@ def test_records_follow_the_step_infos():
         np.testing.assert_array_equal(record.calls, np.full(len(pool), record.length))
         assert record.cost == pytest.approx(record.length * pool.costs.sum())
         assert record.flops == pytest.approx(record.length * pool.flops.sum())
-        assert not record.budget_violation
+        assert not record.budget_exceeded
     summary = result.summary(n_resamples=100)
     assert summary["call_ratio"] == dict.fromkeys(pool.names, 1.0)
 
@@ -87,7 +87,7 @@ def test_summary_keys_and_intervals():
         low, high = summary[f"{key}_ci"]
         assert low <= summary[key] <= high
     assert summary["episodes"] == 80
-    assert summary["budget_violations"] == 0
+    assert summary["budget_exceeded"] == 0
     assert set(summary["call_ratio"]) == set(cost_envs.flight_planner_pool().names)
 
 
@@ -173,8 +173,8 @@ class ExceedAfterOneStep(gym.Wrapper):
 def test_budget_violations_are_counted():
     env = ExceedAfterOneStep(gym.make(FLIGHT))
     result = evaluate(RuleBased(env), env, episodes=20)
-    assert all(r.length == 1 and r.budget_violation and not r.success for r in result.records)
-    assert result.summary(n_resamples=10)["budget_violations"] == 20
+    assert all(r.length == 1 and r.budget_exceeded and not r.success for r in result.records)
+    assert result.summary(n_resamples=10)["budget_exceeded"] == 20
 
 
 def test_time_limit_truncation_counts_as_failure():

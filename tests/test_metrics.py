@@ -1,5 +1,4 @@
 import math
-import time
 
 import numpy as np
 import pytest
@@ -30,7 +29,7 @@ def test_hand_computed_metrics(tiny):
     assert metrics.avg_quality(tiny) == pytest.approx(16.0 / 4)
     assert metrics.avg_cost(tiny) == pytest.approx(1.0 / 4)
     np.testing.assert_allclose(metrics.call_ratio(tiny), [6 / 8, 4 / 8])
-    assert metrics.budget_violations(tiny) == 1
+    assert metrics.budget_exceeded(tiny) == 1
 
 
 def test_ratios_with_zero_successes_divide_by_one():
@@ -61,7 +60,7 @@ def test_summarize_is_json_ready(tiny):
         "avg_quality": pytest.approx(4.0),
         "avg_cost": pytest.approx(0.25),
         "call_ratio": [0.75, 0.5],
-        "budget_violations": 1,
+        "budget_exceeded": 1,
         "episodes": 4,
     }
     assert all(type(v) is float for v in summary["call_ratio"])
@@ -70,7 +69,7 @@ def test_summarize_is_json_ready(tiny):
 @pytest.mark.parametrize(
     "fn",
     [metrics.success_rate, metrics.cps, metrics.flops_per_success, metrics.avg_quality,
-     metrics.avg_cost, metrics.call_ratio, metrics.budget_violations, metrics.summarize,
+     metrics.avg_cost, metrics.call_ratio, metrics.budget_exceeded, metrics.summarize,
      lambda r: metrics.bootstrap_ci(r, "cps")],
 )
 def test_empty_input_raises(fn):
@@ -153,11 +152,6 @@ def test_bootstrap_rejects_bad_arguments():
         metrics.bootstrap_ci(records, "cps", confidence=1.0)
 
 
-def test_bootstrap_is_vectorised():
-    records = _random_records(400, 0)
-    start = time.perf_counter()
-    metrics.bootstrap_cis(records, metrics.HEADLINE_METRICS, n_resamples=1000)
-    assert time.perf_counter() - start < 1.0
 
 
 def test_pareto_front_hand_example():

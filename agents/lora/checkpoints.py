@@ -51,7 +51,7 @@ from agents.lora.policies import (
 )
 from agents.lora.supervised import policy_for
 from agents.lora.training import TrainedAllocator
-from cost_envs.config import read_config_file
+from cost_envs.config_files import read_config_file
 
 MODEL_FORMAT = "cost-envs-allocator"
 ADAPTER_FORMAT = "cost-envs-adapter"
@@ -98,7 +98,7 @@ def _write_json(path: Path, data: Mapping[str, Any]) -> None:
 
 def _read_config(path: Path, expected_format: str,
                  keys: tuple[tuple[str, ...], tuple[str, ...]]) -> dict[str, Any]:
-    """A config read strictly (:func:`cost_envs.config.read_config_file`), of ``expected_format``.
+    """A config of ``expected_format``, read strictly (:mod:`cost_envs.config_files`).
 
     ``keys`` are the required and the optional keys; any other key is an error.
     """

@@ -47,7 +47,8 @@ from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from torch import nn
 
 from agents.lora.adapters import LoraSettings, adapted_linear, inject_lora, verify_optimizer
-from cost_envs.config import number, read_config_file
+from cost_envs.config import number
+from cost_envs.config_files import read_config_file
 
 #: Names of the parameter groups, see the module docstring.
 PARAMETER_GROUPS = ("base", "adapter", "action", "value")
@@ -169,7 +170,7 @@ def load_base(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]
 
     Never unpickles: safetensors holds raw tensors only. Both files are checked (see
     :func:`read_tensors` and :func:`check_base`); the config is read strictly (see
-    :func:`cost_envs.config.read_config_file`).
+    :func:`cost_envs.config_files.read_config_file`).
 
     Returns:
         The encoder's state dict (keys of a plain ``nn.Sequential``) and its config.

@@ -229,7 +229,7 @@ class TierScores:
     avg_cost: tuple[float, float, float]
     expert_call_ratio: tuple[float, float, float]
     calls_per_query: dict[str, float]
-    over_budget: float
+    budget_exceeded: float
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready."""
@@ -238,7 +238,7 @@ class TierScores:
                 "avg_cost": list(self.avg_cost),
                 "expert_call_ratio": list(self.expert_call_ratio),
                 "calls_per_query": dict(self.calls_per_query),
-                "over_budget": self.over_budget}
+                "budget_exceeded": self.budget_exceeded}
 
 
 def score_tier(allocator_for: Callable[[gym.Env], Any], tier: str, episodes: int, seed: int,
@@ -261,7 +261,7 @@ def score_tier(allocator_for: Callable[[gym.Env], Any], tier: str, episodes: int
         avg_cost=bootstrap_mean_ci(cost, n_resamples=n_resamples, seed=seed + 2),
         expert_call_ratio=bootstrap_mean_ci(consulted, n_resamples=n_resamples, seed=seed + 3),
         calls_per_query={n: float(c) for n, c in zip(names, calls, strict=True)},
-        over_budget=float(np.mean(cost > budget)),
+        budget_exceeded=float(np.mean(cost > budget)),
     )
 
 

@@ -10,7 +10,7 @@ turn a sequence of records into the headline numbers:
 * ``flops_per_success``: the same ratio for FLOPs.
 * ``avg_quality`` and ``avg_cost``: per-episode means.
 * ``call_ratio``: per agent, the fraction of all steps in which that agent was called.
-* ``budget_violations``: number of episodes that exceeded their budget.
+* ``budget_exceeded``: number of episodes that exceeded their budget.
 
 :func:`pareto_front` keeps the non-dominated (success, cost) points; :func:`oracle_gap`
 is CPS relative to the oracle's. Intervals live in :mod:`cost_envs.metrics.bootstrap`.
@@ -48,7 +48,7 @@ class EpisodeRecord:
         calls: Per-agent call counts over the episode, shape ``(m,)``, non-negative
             integers. Stored as a read-only int64 copy.
         length: Number of steps, >= 0.
-        budget_violation: Whether the episode exceeded its budget.
+        budget_exceeded: Whether the episode exceeded its budget.
     """
 
     success: bool
@@ -57,12 +57,12 @@ class EpisodeRecord:
     flops: float
     calls: np.ndarray
     length: int
-    budget_violation: bool = False
+    budget_exceeded: bool = False
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalise the fields in place once
         set_(self, "success", bool(self.success))
-        set_(self, "budget_violation", bool(self.budget_violation))
+        set_(self, "budget_exceeded", bool(self.budget_exceeded))
         set_(self, "quality", number(self.quality, "EpisodeRecord.quality"))
         set_(self, "cost", number(self.cost, "EpisodeRecord.cost", minimum=0))
         set_(self, "flops", number(self.flops, "EpisodeRecord.flops", minimum=0))
@@ -86,7 +86,7 @@ class EpisodeRecord:
             and self.cost == other.cost
             and self.flops == other.flops
             and self.length == other.length
-            and self.budget_violation == other.budget_violation
+            and self.budget_exceeded == other.budget_exceeded
             and np.array_equal(self.calls, other.calls)
         )
 
@@ -157,10 +157,10 @@ def call_ratio(records: Iterable[EpisodeRecord]) -> np.ndarray:
     return total / steps if steps else np.zeros_like(total)
 
 
-def budget_violations(records: Iterable[EpisodeRecord]) -> int:
+def budget_exceeded(records: Iterable[EpisodeRecord]) -> int:
     """Number of episodes that exceeded their budget."""
-    records = _records(records, "budget_violations")
-    return sum(r.budget_violation for r in records)
+    records = _records(records, "budget_exceeded")
+    return sum(r.budget_exceeded for r in records)
 
 
 def summarize(records: Iterable[EpisodeRecord]) -> dict[str, Any]:
@@ -169,7 +169,7 @@ def summarize(records: Iterable[EpisodeRecord]) -> dict[str, Any]:
     Returns:
         A dict with ``success_rate``, ``cps``, ``flops_per_success``, ``avg_quality``,
         ``avg_cost`` (floats), ``call_ratio`` (list of floats, one per agent),
-        ``budget_violations`` and ``episodes`` (ints).
+        ``budget_exceeded`` and ``episodes`` (ints).
     """
     records = _records(records, "summarize")
     return {
@@ -179,7 +179,7 @@ def summarize(records: Iterable[EpisodeRecord]) -> dict[str, Any]:
         "avg_quality": avg_quality(records),
         "avg_cost": avg_cost(records),
         "call_ratio": [float(x) for x in call_ratio(records)],
-        "budget_violations": budget_violations(records),
+        "budget_exceeded": budget_exceeded(records),
         "episodes": len(records),
     }
 

@@ -71,7 +71,8 @@ from typing import Any
 
 import numpy as np
 
-from cost_envs.config import integer, json_loads, one_of, suggestion
+from cost_envs.config import integer, one_of, suggestion
+from cost_envs.config_files import json_loads
 from cost_envs.traces.dataset import TraceDataset
 from cost_envs.traces.parsing import Where, as_bool, as_number, as_tokens, csv_records, missing
 
