@@ -25,6 +25,8 @@ from peft.tuners.lora import LoraLayer
 from torch import nn
 from torch.nn import functional as F
 
+from cost_envs.config import integer, number
+
 
 @dataclass(frozen=True)
 class LoraSettings:
@@ -39,12 +41,8 @@ class LoraSettings:
     alpha: float = 16.0
 
     def __post_init__(self) -> None:
-        if isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 1:
-            raise ValueError(f"LoRA rank: expected an int >= 1, got {self.rank!r}")
-        if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or not (
-            self.alpha > 0
-        ):
-            raise ValueError(f"LoRA alpha: expected a number > 0, got {self.alpha!r}")
+        integer(self.rank, "LoRA rank", minimum=1)
+        number(self.alpha, "LoRA alpha", minimum=0, inclusive=False)
 
 
 def has_lora(module: nn.Module) -> bool:

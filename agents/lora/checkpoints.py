@@ -51,6 +51,7 @@ from agents.lora.policies import (
 )
 from agents.lora.supervised import policy_for
 from agents.lora.training import TrainedAllocator
+from cost_envs.config import number
 from cost_envs.config_files import read_config_file
 
 MODEL_FORMAT = "cost-envs-allocator"
@@ -136,10 +137,8 @@ def _check_architecture(value: Any, source: Path) -> dict[str, Any]:
     if rank is not None and not _is_int(rank, 1, MAX_WIDTH):
         raise ValueError(f"{source}: architecture.lora_rank: expected null or an int in "
                          f"[1, {MAX_WIDTH}], got {rank!r}")
-    alpha = value.get("lora_alpha", 16.0)
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not alpha > 0:
-        raise ValueError(f"{source}: architecture.lora_alpha: expected a number > 0, "
-                         f"got {alpha!r}")
+    number(value.get("lora_alpha", 16.0), "architecture.lora_alpha", minimum=0,
+           inclusive=False, where=str(source))
     return value
 
 

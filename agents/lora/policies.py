@@ -31,7 +31,6 @@ dropout.
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -47,7 +46,7 @@ from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from torch import nn
 
 from agents.lora.adapters import LoraSettings, adapted_linear, inject_lora, verify_optimizer
-from cost_envs.config import number
+from cost_envs.config import integer, number
 from cost_envs.config_files import read_config_file
 
 #: Names of the parameter groups, see the module docstring.
@@ -106,12 +105,11 @@ def _check_tensor(tensor: Any, where: str) -> None:
 
 def check_widths(value: Any, where: str) -> list[int]:
     """``value`` as layer widths: a non-empty list of ints in ``[1, MAX_WIDTH]``."""
-    if (not isinstance(value, (list, tuple)) or not value
-            or any(isinstance(size, bool) or not isinstance(size, int)
-                   or not 1 <= size <= MAX_WIDTH for size in value)):
+    if not isinstance(value, (list, tuple)) or not value:
         raise ValueError(f"{where}: expected a non-empty list of layer widths, ints in "
                          f"[1, {MAX_WIDTH}], got {value!r}")
-    return [int(size) for size in value]
+    return [integer(size, f"{where}[{index}]", minimum=1, maximum=MAX_WIDTH)
+            for index, size in enumerate(value)]
 
 
 def check_base(state: Any, config: Any, source: str) -> tuple[int, list[int]]:
@@ -134,19 +132,14 @@ def check_base(state: Any, config: Any, source: str) -> tuple[int, list[int]]:
     if unknown or missing:
         raise ValueError(f"{source}: config: unknown keys {unknown}, missing keys {missing}; "
                          f"expected keys from {list(_BASE_KEYS)}")
-    obs_dim = config["obs_dim"]
-    if isinstance(obs_dim, bool) or not isinstance(obs_dim, int) or obs_dim < 1:
-        raise ValueError(f"{source}: obs_dim: expected an int >= 1, got {obs_dim!r}")
+    obs_dim = integer(config["obs_dim"], "obs_dim", minimum=1, where=source)
     sizes = check_widths(config["hidden_sizes"], f"{source}: hidden_sizes")
     for key, kind in (("env_id", str), ("recipe", Mapping), ("torch", str)):
         if key in config and not isinstance(config[key], kind):
             raise ValueError(f"{source}: {key}: expected {kind.__name__}, "
                              f"got {config[key]!r}")
     for key in ("first_loss", "final_loss"):
-        value = config.get(key, 0.0)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-                math.isfinite(value)):
-            raise ValueError(f"{source}: {key}: expected a finite number, got {value!r}")
+        number(config.get(key, 0.0), key, where=source)
     if not isinstance(state, Mapping):
         raise ValueError(f"{source}: expected a state dict, got {type(state).__name__}")
     widths = [obs_dim, *sizes]
