@@ -1,9 +1,14 @@
-"""Atomic writes: a result file or checkpoint is either the old one or the new one, never half.
+"""Atomic writes: results and checkpoints are either the old ones or the new ones, never half.
 
-Everything is written to a temporary sibling (same directory, so the same file system)
-and moved into place with ``os.replace``; on any error the temporary is removed and the
-old file is untouched. Also here: the check that an output path can be written, run
-before long work.
+* :func:`write_files_atomic`: a set of files (a report's tables and figures, a base's
+  weights and config) replaced all or nothing;
+* :func:`write_directory_atomic`: a checkpoint directory swapped in whole, safe when
+  several processes save to it at once;
+* :func:`check_creatable`: the one check that an output path can be written, run before
+  long work.
+
+Everything is written beside its destination (the same file system) and moved into place
+with ``os.replace`` / ``rename``.
 """
 
 from __future__ import annotations
@@ -17,46 +22,102 @@ import shutil
 import stat
 import sys
 import tempfile
+import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 
-def write_file_atomic(path: str | Path, write: Callable[[Path], None]) -> Path:
-    """Call ``write(tmp_path)`` to fill a temporary file, then move it to ``path``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.chmod(tmp, 0o644)  # mkstemp makes it 0600; results are meant to be shared
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def write_text_atomic(path: str | Path, text: str) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` atomically."""
-    return write_file_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
-
-
 def write_files_atomic(directory: str | Path, files: Mapping[str, str | bytes]) -> list[Path]:
-    """Write already rendered files (name -> text or bytes) into ``directory``, each atomically.
+    """Write already rendered files (name -> text or bytes) into ``directory``, all or nothing.
 
-    Reports render every table and figure first and call this last, so a rendering error
-    leaves the previous files untouched. Returns the paths written.
+    Reports render every table and figure first and call this last; a base encoder's
+    weights and config are written as one pair the same way.
+
+    Three phases, all in ``directory`` (one file system, so renames are atomic):
+
+    1. every file is written to a hidden temporary (``.<name>.<random>``);
+    2. every existing file about to be replaced gets a hidden backup (a hard link, or a
+       copy where links are not supported);
+    3. the temporaries are moved over the files with ``os.replace``.
+
+    An exception in any phase (a full disk, Ctrl-C, a failing rename) removes the
+    temporaries and, if some files were already replaced, moves their backups back and
+    deletes files that did not exist before, so the directory holds exactly the old
+    files. The remaining window: a process killed outright (``SIGKILL``, power loss)
+    during phase 3, a few renames long, leaves some files new and some old, plus the
+    hidden temporaries and backups, which a later run does not read.
+
+    Text is written as UTF-8; files get mode 0644 (results are meant to be shared).
+
+    Args:
+        directory: The output directory (created if needed).
+        files: File name (no directory part) -> content.
+
+    Returns:
+        The paths written, in the order of ``files``.
+
+    Raises:
+        ValueError: If a name is not a plain file name.
     """
     directory = Path(directory)
-    written = []
-    for name, content in files.items():
-        if isinstance(content, str):
-            written.append(write_text_atomic(directory / name, content))
-        else:
-            written.append(write_file_atomic(directory / name,
-                                             lambda tmp, data=content: tmp.write_bytes(data)))
-    return written
+    for name in files:
+        if name in ("", ".", "..") or Path(name).name != name:
+            raise ValueError(f"write_files_atomic: expected plain file names, got {name!r}")
+    directory.mkdir(parents=True, exist_ok=True)
+    staged: dict[Path, Path] = {}
+    backups: dict[Path, Path | None] = {}
+    replaced: list[Path] = []
+    try:
+        for name, content in files.items():
+            staged[directory / name] = _stage(directory, name, content)
+        for target in staged:
+            backups[target] = _backup(target)
+        for target, temporary in staged.items():
+            os.replace(temporary, target)
+            replaced.append(target)
+    except BaseException:
+        for target in reversed(replaced):  # put the previous version back
+            with contextlib.suppress(OSError):
+                backup = backups.get(target)
+                if backup is None:
+                    target.unlink()
+                else:
+                    os.replace(backup, target)
+        for leftover in [*staged.values(), *(b for b in backups.values() if b is not None)]:
+            with contextlib.suppress(OSError):
+                leftover.unlink(missing_ok=True)
+        raise
+    for backup in backups.values():
+        if backup is not None:
+            with contextlib.suppress(OSError):  # the report is in place; cleanup is best effort
+                backup.unlink()
+    return list(staged)
+
+
+def _stage(directory: Path, name: str, content: str | bytes) -> Path:
+    """Write ``content`` to a new hidden temporary beside ``directory / name``."""
+    fd, path = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
+    temporary = Path(path)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(content.encode("utf-8") if isinstance(content, str) else content)
+        os.chmod(temporary, 0o644)  # mkstemp makes it 0600
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    return temporary
+
+
+def _backup(target: Path) -> Path | None:
+    """A hidden copy of ``target``'s current content, or ``None`` if it has none yet."""
+    if not target.is_file():
+        return None
+    backup = target.with_name(f".{target.name}.old-{uuid.uuid4().hex[:12]}")
+    try:
+        os.link(target, backup)  # same inode: instant, and the old bytes stay reachable
+    except OSError:
+        shutil.copy2(target, backup)
+    return backup
 
 
 def write_directory_atomic(directory: str | Path, write: Callable[[Path], None]) -> Path:

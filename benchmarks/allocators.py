@@ -154,9 +154,9 @@ def main() -> int:
     text = "\n".join(lines) + "\n"
     print(text)
     if args.output is not None:
-        from agents.files import write_text_atomic
+        from agents.files import write_files_atomic
 
-        write_text_atomic(args.output, text)
+        write_files_atomic(args.output.parent, {args.output.name: text})
     return 0
 
 

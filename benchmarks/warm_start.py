@@ -25,7 +25,7 @@ import torch
 
 import cost_envs  # noqa: F401  (registers the environments)
 from agents.evaluation import evaluate
-from agents.files import write_text_atomic
+from agents.files import write_files_atomic
 from agents.lora.lora_ppo import LoraGuidedPPO
 from agents.lora.pretrain import pretrained_base_path
 from agents.lora.supervised import (
@@ -112,7 +112,7 @@ def main() -> int:
     text = "\n".join(lines) + "\n"
     print(text)
     if args.output is not None:
-        write_text_atomic(args.output, text)
+        write_files_atomic(args.output.parent, {args.output.name: text})
     return 0
 
 

@@ -16,7 +16,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from experiments.common import check_writable, machine, write_report
+from agents.files import write_files_atomic
+from experiments.common import check_writable, machine
 
 PROG = "python -m experiments"
 REPO = Path(__file__).resolve().parents[1]
@@ -155,7 +156,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> None:
         if name in ROUTING:
             timings.append((name, f"{elapsed:.0f} s"))
     if args.experiment == "all":  # a partial run leaves the full run's record alone
-        write_report(args.out, {"routing.md": routing_record(args.scale, timings)})
+        write_files_atomic(args.out, {"routing.md": routing_record(args.scale, timings)})
         log(f"wrote {args.out / 'routing.md'}")
 
 

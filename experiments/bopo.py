@@ -26,6 +26,7 @@ import numpy as np
 
 from agents.baselines import AlwaysLarge, AlwaysSmall, Cascade, CostOptOracle, RandomMix
 from agents.evaluation import evaluate
+from agents.files import write_files_atomic
 from agents.routing.bopo import (
     BUDGET_QUANTILE,
     LEARNING_RATE,
@@ -59,7 +60,7 @@ from experiments.bopo_report import (
     method_summary,
     pareto_figure,
 )
-from experiments.common import spawn_pool, write_report
+from experiments.common import spawn_pool
 
 
 def _quiet(_message: str) -> None:
@@ -390,7 +391,7 @@ def report(out_dir: Path, scale: str | BopoScale = "default", seed: int = 0,
 
     Writes ``bopo.md``, ``bopo.json`` and ``pareto_bopo_<profile>.png`` into ``out_dir``,
     all or nothing, after everything is computed and rendered
-    (:func:`experiments.common.write_report`).
+    (:func:`agents.files.write_files_atomic`).
 
     Args:
         out_dir: Output directory (created if needed).
@@ -416,5 +417,5 @@ def report(out_dir: Path, scale: str | BopoScale = "default", seed: int = 0,
                                      "bopo.json": json.dumps(summary, indent=2) + "\n"}
     for profile, rep in summary["profiles"].items():
         files[f"pareto_bopo_{profile}.png"] = pareto_figure(profile, rep)
-    write_report(out_dir, files)
+    write_files_atomic(out_dir, files)
     return text

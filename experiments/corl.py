@@ -6,7 +6,7 @@ reference rows (the controller alone, each single expert, the escalation rule an
 privileged oracle) per profile and tier, on the same queries for every method
 (:func:`agents.routing.corl.tier_table`). :func:`report` writes ``corl_tiers.md``,
 ``corl_tiers.json`` and ``pareto_corl.png``, all rendered before any is written and
-written all together (:func:`experiments.common.write_report`).
+written all together (:func:`agents.files.write_files_atomic`).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import gymnasium as gym
 import numpy as np
 
 from agents.evaluation import value_interval
+from agents.files import write_files_atomic
 from agents.lora.policies import AllocatorPolicy
 from agents.routing.corl import (
     EXPERT_ROUTING,
@@ -32,7 +33,7 @@ from agents.routing.corl import (
     train_tier_adapters,
 )
 from cost_envs.wrappers import TIERS
-from experiments.common import figure_png, write_report
+from experiments.common import figure_png
 
 
 def _quiet(_message: str) -> None:
@@ -242,7 +243,7 @@ def report(out_dir: Path, scale: str = "default", seed: int = 0,
     """Run :func:`run_corl`, write ``corl_tiers.md/.json`` and ``pareto_corl.png``.
 
     Everything is rendered before anything is written, and the three files are written
-    all or nothing (:func:`experiments.common.write_report`).
+    all or nothing (:func:`agents.files.write_files_atomic`).
 
     Args:
         out_dir: Output directory (created if needed).
@@ -257,6 +258,6 @@ def report(out_dir: Path, scale: str = "default", seed: int = 0,
     markdown = corl_markdown(result)
     text = json.dumps(result, indent=2) + "\n"
     png = corl_figure(result)
-    write_report(out_dir, {"corl_tiers.md": markdown, "corl_tiers.json": text,
+    write_files_atomic(out_dir, {"corl_tiers.md": markdown, "corl_tiers.json": text,
                            "pareto_corl.png": png})
     return markdown

@@ -11,7 +11,7 @@ Outputs, in ``out``: ``table_<Env>.md`` and ``.json`` per env, ``pareto_<Env>.pn
 (success vs average cost with interval bars) and ``learning_curves_<Env>.png`` (CPS and
 success against environment steps, PPO vs LoRA-guided PPO, mean over seeds with the
 seeds' range). Everything is computed and rendered before anything is written, and the
-files are written all or nothing (:func:`experiments.common.write_report`).
+files are written all or nothing (:func:`agents.files.write_files_atomic`).
 
 Training runs are independent, so they run in ``jobs`` worker processes, each with one
 torch thread (on 2 cores, two processes beat two threads for networks this small).
@@ -29,6 +29,7 @@ import numpy as np
 
 from agents.baselines import BASELINES
 from agents.evaluation import compare, evaluate, format_table
+from agents.files import write_files_atomic
 from agents.lora.supervised import SupervisedConfig
 from agents.lora.training import configure_torch_threads, train
 from cost_envs.metrics import (
@@ -39,7 +40,7 @@ from cost_envs.metrics import (
     pareto_front,
     summarize,
 )
-from experiments.common import figure_png, spawn_pool, write_report
+from experiments.common import figure_png, spawn_pool
 
 #: The paper's two environments.
 PAPER_ENVS = ("cost_envs/FlightPlanner-v0", "cost_envs/ToolBench-v0")
@@ -348,4 +349,4 @@ def write_reports(reports: Mapping[str, Mapping[str, Any]], out: Path) -> list[P
 
     Rendering first means a failing figure leaves every old file in place.
     """
-    return write_report(out, render_reports(reports))
+    return write_files_atomic(out, render_reports(reports))

@@ -22,6 +22,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from agents.files import write_files_atomic
 from agents.routing.router_features import (
     ANSWER_STATISTICS,
     STATISTICS,
@@ -45,7 +46,6 @@ from cost_envs.metrics.routing import (
 )
 from cost_envs.prices import default_price_table
 from cost_envs.traces import TraceDataset, load_traces
-from experiments.common import write_report
 from experiments.traces_report import figure, json_ready, markdown
 
 SCALES = ("smoke", "default")
@@ -297,5 +297,5 @@ def report(out_dir: Path, scale: str, data_dir: Path) -> str:
         "trace_routing.json": json.dumps(payload, indent=1) + "\n",
         "trace_routing.md": text,
     }
-    write_report(out_dir, files)
+    write_files_atomic(out_dir, files)
     return text

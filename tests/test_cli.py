@@ -99,7 +99,7 @@ def test_write_atomic_cleans_up_on_failure(tmp_path, monkeypatch):
 
     monkeypatch.setattr(files.os, "replace", fail)
     with pytest.raises(OSError, match="disk full"):
-        files.write_text_atomic(target, "new")
+        files.write_files_atomic(tmp_path, {"x.md": "new"})
     assert target.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["x.md"]
 

@@ -30,11 +30,11 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import save
 from torch import nn
 from torch.nn import functional as F
 
-from agents.files import check_creatable, write_file_atomic, write_text_atomic
+from agents.files import check_creatable, write_files_atomic
 from agents.lora.policies import check_base, tanh_mlp
 from agents.lora.supervised import greedy_traces
 from agents.seeds import PRETRAIN_TASK_SEED
@@ -191,6 +191,8 @@ def save_base(state: dict[str, torch.Tensor], config: dict[str, Any], path: str 
     weights, config_path = base_files(path)
     check_base(state, config, f"base encoder {weights}")
     text = json.dumps(config, indent=2, allow_nan=False) + "\n"
-    write_file_atomic(weights, lambda tmp: save_file(state, tmp))
-    write_text_atomic(config_path, text)
+    if weights.parent != config_path.parent:  # base_files keeps them side by side
+        raise ValueError(f"{weights}: the weights and {config_path} must share a directory")
+    # One pair, all or nothing: never new weights beside an old config.
+    write_files_atomic(weights.parent, {weights.name: save(state), config_path.name: text})
     return weights
