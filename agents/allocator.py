@@ -46,6 +46,14 @@ class Allocator:
         """The action for one observation (a float32 1-D array)."""
         raise NotImplementedError
 
+    def act_with(self, observation: np.ndarray, deterministic: bool) -> np.ndarray:
+        """The action for one observation, given SB3's ``deterministic`` flag.
+
+        Override this instead of :meth:`act` when the action depends on the flag (a
+        learned policy behind the allocator); by default it is :meth:`act`'s.
+        """
+        return self.act(observation)
+
     def predict(
         self,
         observation: np.ndarray,
@@ -59,12 +67,12 @@ class Allocator:
             observation: ``(obs_dim,)`` or ``(n, obs_dim)``.
             state: Passed back unchanged (these allocators are memoryless).
             episode_start: Unused; part of SB3's signature.
-            deterministic: Unused by rule-based allocators; part of SB3's signature.
+            deterministic: Passed to :meth:`act_with` (rule-based allocators ignore it).
 
         Returns:
             ``(action, state)``: an int8 ``(m,)`` action or an ``(n, m)`` batch.
         """
         obs = np.asarray(observation, dtype=np.float32)
         if obs.ndim == 1:
-            return self.act(obs), state
-        return np.stack([self.act(row) for row in obs]), state
+            return self.act_with(obs, deterministic), state
+        return np.stack([self.act_with(row, deterministic) for row in obs]), state

@@ -21,7 +21,7 @@ import gymnasium as gym
 import numpy as np
 
 from agents.allocator import Allocator
-from cost_envs.config import integer, probability
+from cost_envs.config import integer, number, probability
 from cost_envs.core import OrchestrationEnv
 
 
@@ -128,9 +128,8 @@ class GreedyHeuristic(Baseline):
 
     def __init__(self, env: gym.Env, threshold: float = 0.7) -> None:
         super().__init__(env)
-        if not 0.0 < threshold <= 1.0:
-            raise ValueError(f"threshold: expected a number in (0, 1], got {threshold!r}")
-        self.threshold = threshold
+        self.threshold = number(threshold, "threshold", minimum=0, maximum=1,
+                                inclusive=(False, True), where="GreedyHeuristic")
         table, _ = self.env.joint_actions_by_cost()
         self._subsets = table
         caps = self.env.pool.capabilities

@@ -319,9 +319,21 @@ COMMANDS: tuple[Command, ...] = (
 )
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, except that a failed write of help or usage is not swallowed.
+
+    argparse ignores ``OSError`` when printing, so ``--help`` into a full disk exited 0 with
+    nothing written; here the error reaches :func:`main`, which reports it in one line.
+    """
+
+    def _print_message(self, message: str, file: Any = None) -> None:
+        if message:
+            (file or sys.stderr).write(message)
+
+
 def build_parser(commands: Sequence[Command] = COMMANDS) -> argparse.ArgumentParser:
     """The argument parser with one subparser per command."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="cost-envs", description="Cost-aware orchestration environments and allocators."
     )
     parser.add_argument("--version", action="version", version=cost_envs.__version__)
@@ -344,8 +356,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv: Arguments without the program name; ``None`` reads ``sys.argv``.
     """
     try:
-        args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
-        status = args.run(args)
+        try:
+            args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+            status = args.run(args)
+        except SystemExit:
+            sys.stdout.flush()  # --help prints too: its output must land or fail loudly
+            raise
         sys.stdout.flush()  # a closed pipe or full disk shows here, not at interpreter exit
         return status
     except KeyboardInterrupt:

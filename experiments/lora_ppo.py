@@ -32,6 +32,7 @@ from agents.evaluation import compare, evaluate, format_table
 from agents.files import write_files_atomic
 from agents.lora.supervised import SupervisedConfig
 from agents.lora.training import configure_torch_threads, train
+from cost_envs.config import integer
 from cost_envs.metrics import (
     HEADLINE_METRICS,
     EpisodeRecord,
@@ -99,9 +100,7 @@ class Scale:
 
     def __post_init__(self) -> None:
         for name in ("timesteps", "seeds", "episodes", "resamples"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"Scale.{name}: expected an int >= 1, got {value!r}")
+            integer(getattr(self, name), f"Scale.{name}", minimum=1)
 
 
 SCALES = {

@@ -187,6 +187,14 @@ def test_a_full_disk_in_a_real_process():
     assert_one_line(done.stderr, "No space left on device")
 
 
+def test_help_into_a_full_disk_is_an_error_not_success():
+    # argparse swallows write errors: without the project's parser this exited 0
+    with open("/dev/full", "w") as full:
+        done = run_cli("evaluate", "--help", stdout=full)
+    assert done.returncode == 1
+    assert_one_line(done.stderr, "No space left on device")
+
+
 def test_ctrl_c_exits_130_with_one_line(monkeypatch, capsys):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt

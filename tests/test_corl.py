@@ -197,3 +197,15 @@ def test_report_writes_tables_json_and_figure(tmp_path) -> None:
     assert data["settings"]["episodes"] == CORL_SCALES["smoke"].episodes
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "corl_tiers.json", "corl_tiers.md", "pareto_corl.png"]  # no temporaries left
+
+
+def test_fixed_consultation_acts_on_a_batch_like_on_single_observations() -> None:
+    env = gym.make("cost_envs/ExpertRouting-v0")
+    first, _ = env.reset(seed=0)
+    consult = FixedConsultation([1], 3, env.unwrapped.observation_layout)
+    later, *_ = env.step(np.array([1, 0, 0], dtype=np.int8))
+    batch, _ = consult.predict(np.stack([first, later]))
+    single = [consult.predict(first)[0], consult.predict(later)[0]]
+    np.testing.assert_array_equal(batch, np.stack(single))
+    np.testing.assert_array_equal(single[0], [0, 1, 0])  # first round: the fixed experts
+    np.testing.assert_array_equal(single[1], [0, 0, 0])  # then answer

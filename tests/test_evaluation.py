@@ -170,7 +170,7 @@ class ExceedAfterOneStep(gym.Wrapper):
         return obs, reward, terminated, truncated, info
 
 
-def test_budget_violations_are_counted():
+def test_episodes_that_exceeded_their_budget_are_counted():
     env = ExceedAfterOneStep(gym.make(FLIGHT))
     result = evaluate(RuleBased(env), env, episodes=20)
     assert all(r.length == 1 and r.budget_exceeded and not r.success for r in result.records)

@@ -51,7 +51,7 @@ from agents.lora.policies import (
 )
 from agents.lora.supervised import policy_for
 from agents.lora.training import TrainedAllocator
-from cost_envs.config import number
+from cost_envs.config import integer, number
 from cost_envs.config_files import read_config_file
 
 MODEL_FORMAT = "cost-envs-allocator"
@@ -122,10 +122,6 @@ def _read_config(path: Path, expected_format: str,
     return config
 
 
-def _is_int(value: Any, low: int, high: float = float("inf")) -> bool:
-    return not isinstance(value, bool) and isinstance(value, int) and low <= value <= high
-
-
 def _check_architecture(value: Any, source: Path) -> dict[str, Any]:
     """The ``architecture`` of a config: the constructor arguments of the network."""
     if not isinstance(value, dict) or set(value) - _ARCHITECTURE_KEYS:
@@ -133,10 +129,9 @@ def _check_architecture(value: Any, source: Path) -> dict[str, Any]:
                          f"{sorted(_ARCHITECTURE_KEYS)}, got {value!r}")
     if "hidden_sizes" in value:
         check_widths(value["hidden_sizes"], f"{source}: architecture.hidden_sizes")
-    rank = value.get("lora_rank")
-    if rank is not None and not _is_int(rank, 1, MAX_WIDTH):
-        raise ValueError(f"{source}: architecture.lora_rank: expected null or an int in "
-                         f"[1, {MAX_WIDTH}], got {rank!r}")
+    if value.get("lora_rank") is not None:  # null: no adapter
+        integer(value["lora_rank"], "architecture.lora_rank", minimum=1, maximum=MAX_WIDTH,
+                where=str(source))
     number(value.get("lora_alpha", 16.0), "architecture.lora_alpha", minimum=0,
            inclusive=False, where=str(source))
     return value
@@ -201,8 +196,8 @@ def _check_model_config(config: dict[str, Any], source: Path) -> None:
     _check_architecture(config["architecture"], source)
     check_env_kwargs(env_id, config["env_kwargs"], source)
     for key in ("seed", "timesteps"):
-        if key in config and not _is_int(config[key], 0):
-            raise ValueError(f"{source}: {key}: expected an int >= 0, got {config[key]!r}")
+        if key in config:
+            integer(config[key], key, minimum=0, where=str(source))
     if config.get("base") is not None and config["base"] not in BASES:
         raise ValueError(f"{source}: base: expected null or one of {list(BASES)}, "
                          f"got {config['base']!r}")
@@ -397,9 +392,7 @@ def load_adapter(policy: AllocatorPolicy, directory: str | Path) -> AllocatorPol
     config_path = directory / "adapter_config.json"
     config = _read_config(config_path, ADAPTER_FORMAT, _ADAPTER_KEYS)
     _check_architecture(config["architecture"], config_path)
-    if not _is_int(config["n_agents"], 1):
-        raise ValueError(f"{config_path}: n_agents: expected an int >= 1, "
-                         f"got {config['n_agents']!r}")
+    integer(config["n_agents"], "n_agents", minimum=1, where=str(config_path))
     saved_groups = config.get("groups", list(_ADAPTER_GROUPS))
     if not isinstance(saved_groups, list) or not all(
             isinstance(group, str) and group in _ADAPTER_GROUPS for group in saved_groups):

@@ -339,10 +339,8 @@ class CostPenaltyReward(_BudgetCutIsFinal):
 
     def __init__(self, env: gym.Env, lam: float, scale: float) -> None:
         super().__init__(env)
-        if not lam >= 0 or not scale > 0:
-            raise ValueError(f"CostPenaltyReward: expected lam >= 0 and scale > 0, got "
-                             f"{lam!r}, {scale!r}")
-        self.lam, self.scale = float(lam), float(scale)
+        self.lam = number(lam, "lam", minimum=0, where="CostPenaltyReward")
+        self.scale = number(scale, "scale", minimum=0, inclusive=False, where="CostPenaltyReward")
 
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         """Step with the cost-penalised reward."""

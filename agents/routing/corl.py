@@ -40,6 +40,7 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.utils import set_random_seed
 
 import cost_envs  # noqa: F401  (registers the envs)
+from agents.allocator import Allocator
 from agents.callbacks import CostMetricsCallback
 from agents.evaluation import evaluate
 from agents.lora.lora_ppo import LoraGuidedPPO
@@ -109,7 +110,7 @@ def train_shared_ppo(timesteps: int, seed: int = 0, env_kwargs: Mapping[str, Any
 
 
 @dataclass
-class TierAdapters:
+class TierAdapters(Allocator):
     """One LoRA-adapted policy per tier over a shared frozen base; an allocator.
 
     Each observation goes to the policy of the tier its one-hot names (``layout["tier"]``,
@@ -125,20 +126,11 @@ class TierAdapters:
     layout: Mapping[str, slice]
     history: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
-    def predict(self, observation: np.ndarray, state: Any = None,
-                episode_start: np.ndarray | None = None, deterministic: bool = True
-                ) -> tuple[np.ndarray, Any]:
-        """The action of the observation's tier adapter (one observation or a batch)."""
-        obs = np.asarray(observation, dtype=np.float32)
-        batch = obs.reshape(1, -1) if obs.ndim == 1 else obs
-        one_hot = batch[:, self.layout["tier"]]
-        tiers = np.argmax(one_hot, axis=1)
-        actions = []
-        for row, tier in zip(batch, tiers, strict=True):
-            action, _ = self.policies[TIERS[int(tier)]].predict(row, None, None, deterministic)
-            actions.append(action)
-        stacked = np.stack(actions)
-        return (stacked[0] if obs.ndim == 1 else stacked), state
+    def act_with(self, observation: np.ndarray, deterministic: bool) -> np.ndarray:
+        """The action of the observation's tier adapter."""
+        tier = TIERS[int(np.argmax(observation[self.layout["tier"]]))]
+        action, _ = self.policies[tier].predict(observation, None, None, deterministic)
+        return action
 
 
 def train_tier_adapters(
@@ -190,7 +182,7 @@ def train_tier_adapters(
 
 
 # ------------------------------------------------------------------ evaluation
-class FixedConsultation:
+class FixedConsultation(Allocator):
     """Consult a fixed set of experts in the first round, then answer (``[]``: alone).
 
     The reference points of CORL's tables: the controller alone and each single expert.
@@ -211,13 +203,10 @@ class FixedConsultation:
         self.rounds_left = (_expert_routing_layout() if layout is None else layout)[
             "rounds_left"]
 
-    def predict(self, observation: np.ndarray, state: Any = None,
-                episode_start: np.ndarray | None = None, deterministic: bool = True
-                ) -> tuple[np.ndarray, Any]:
+    def act(self, observation: np.ndarray) -> np.ndarray:
         """``self.action`` while no expert has been consulted, then answer now."""
-        rounds_left = float(np.asarray(observation)[self.rounds_left][0])
-        first_round = rounds_left >= 1.0 - 1e-6
-        return (self.action.copy() if first_round else np.zeros_like(self.action)), state
+        first_round = float(observation[self.rounds_left][0]) >= 1.0 - 1e-6
+        return self.action.copy() if first_round else np.zeros_like(self.action)
 
 
 @dataclass(frozen=True)

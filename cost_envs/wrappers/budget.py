@@ -206,7 +206,7 @@ class HardBudget(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArg
                 return self._cut_short()
         obs, reward, terminated, truncated, info = self.env.step(action)
         # A copy: the caller gets obs itself and may write into it before a cut-short step.
-        self._last_obs = copy.deepcopy(obs)
+        self._last_obs = _copy(obs)
         self._needs_reset = terminated or truncated
         info["budget_remaining"] = self._budget - self._spent
         return obs, reward, terminated, truncated, info
@@ -227,7 +227,7 @@ class HardBudget(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArg
         self._budget = self._next_budget
         self._read_prices()
         # A copy: the caller gets obs itself and may write into it before a cut-short step.
-        self._last_obs = copy.deepcopy(obs)
+        self._last_obs = _copy(obs)
         self._needs_reset = False
         return obs, info
 
@@ -255,7 +255,12 @@ class HardBudget(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArg
         info["budget_exceeded"] = True
         info["budget_remaining"] = self._budget - self._spent
         # A copy again: each returned observation is a fresh object, as the env's are.
-        return copy.deepcopy(self._last_obs), 0.0, False, True, info
+        return _copy(self._last_obs), 0.0, False, True, info
+
+
+def _copy(obs: Any) -> Any:
+    """A fresh copy of an observation: an array's own copy (fast), else a deep copy."""
+    return obs.copy() if isinstance(obs, np.ndarray) else copy.deepcopy(obs)
 
 
 def _check_budget(budget: Any, what: str) -> None:
