@@ -90,3 +90,39 @@ def test_arguments_are_checked_in_one_place(n_resamples, confidence, match) -> N
     with pytest.raises(ValueError, match=match):
         bootstrap_routing({"r": [0.1, 0.2]}, [0, 1], [1, 1], n_resamples=n_resamples,
                           confidence=confidence)
+
+
+def test_cutting_the_stream_into_blocks_changes_nothing(monkeypatch) -> None:
+    # numpy draws the same stream in one call or several, so for the one-draw bootstraps
+    # the memory bound never changes an interval: with blocks of a few resamples the
+    # results are bit-identical. (The two-level bootstrap draws runs and tasks in turn per
+    # block, so its block size is part of its definition: see its docstring.)
+    import cost_envs.metrics.bootstrap as engine
+    import cost_envs.metrics.routing as routing
+
+    records = _records(40, 2)
+    values = np.random.default_rng(1).random(25)
+    rng = np.random.default_rng(5)
+    weak, strong = rng.random(60) < 0.5, rng.random(60) < 0.7
+    routers = {"r": rng.random(60), "random": None}
+
+    def everything():
+        return (bootstrap_cis(records, n_resamples=300, seed=3),
+                bootstrap_mean_ci(values, n_resamples=300, seed=3),
+                bootstrap_routing(routers, weak, strong, n_resamples=300, seed=3))
+
+    whole = everything()
+    monkeypatch.setattr(engine, "BLOCK_CELLS", 7 * 40)
+    monkeypatch.setattr(routing, "_BLOCK", 7 * 60)
+    sizes: list[int] = []
+    real = engine.resample_blocks
+
+    def spy(*args, **kwargs):
+        for size in real(*args, **kwargs):
+            sizes.append(size)
+            yield size
+
+    monkeypatch.setattr(engine, "resample_blocks", spy)
+    monkeypatch.setattr(routing, "resample_blocks", spy)
+    assert everything() == whole
+    assert max(sizes) < 300 and sum(sizes) == 3 * 300  # every bootstrap really was cut

@@ -48,14 +48,16 @@ def check_bootstrap_args(n_resamples: Any, confidence: Any) -> None:
 
 
 def resample_blocks(n_resamples: int, cells_per_resample: int,
-                    block_cells: int = BLOCK_CELLS) -> Iterator[int]:
+                    block_cells: int | None = None) -> Iterator[int]:
     """Sizes of the blocks the ``n_resamples`` resamples are drawn in, in order.
 
-    A block holds at most ``block_cells`` cells (resamples x cells per resample, at least
-    one resample), so memory stays bounded for very long evaluations. The sizes fix how
-    a generator's stream is cut, so every bootstrap draws its blocks through here.
+    A block holds at most ``block_cells`` cells (default :data:`BLOCK_CELLS`; resamples x
+    cells per resample, at least one resample), so memory stays bounded for very long
+    evaluations. The sizes fix how a generator's stream is cut, so every bootstrap draws
+    its blocks through here.
     """
-    block = max(1, block_cells // max(1, cells_per_resample))
+    cells = BLOCK_CELLS if block_cells is None else block_cells
+    block = max(1, cells // max(1, cells_per_resample))
     for start in range(0, n_resamples, block):
         yield min(block, n_resamples - start)
 
@@ -242,7 +244,10 @@ def bootstrap_cis_over_runs(
     with replacement and, independently, tasks with replacement; the same task draw is
     used for every drawn run, which keeps the pairing of the shared task set. The
     statistic is computed on the pooled episodes of the resample. The interval therefore
-    covers both the spread between training seeds and the sampling of tasks.
+    covers both the spread between training seeds and the sampling of tasks. Runs and
+    tasks are drawn in turn block by block (:func:`resample_blocks`), so unlike the
+    one-draw bootstraps its values depend on :data:`BLOCK_CELLS` once a draw needs more
+    than one block (above about 4 million resampled episodes).
 
     Args:
         runs: At least one run; every run has the same number of episodes (>= 1).
