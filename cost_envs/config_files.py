@@ -77,13 +77,13 @@ def parse_config_text(content: str, source: str, fmt: str) -> Any:
     if fmt == "yaml":
         return _load_yaml(content, source)
     try:
-        return json_loads(content)
+        return json_loads(content)  # a long integer is a _LongInt the tree check names
     except json.JSONDecodeError as err:
         raise ValueError(f"{source}: line {err.lineno}, column {err.colno}: not valid JSON: "
                          f"{err.msg}") from None
     except _DocumentError as err:
         raise ValueError(f"{source}: {err}") from None
-    except ValueError as err:  # int() refusing over 4300 digits, an impossible date, ...
+    except ValueError as err:  # no other is known; kept as a safety net
         raise ValueError(f"{source}: not valid JSON: {err}") from None
 
 
@@ -96,13 +96,47 @@ def json_loads(content: str) -> Any:
             for a float, NaN or infinity, or nesting deeper than :data:`MAX_DEPTH`.
     """
     _check_json_depth(content)  # before json.loads, whose recursion has no key to name
-    data = json.loads(content, object_pairs_hook=_unique_pairs)
+    data = json.loads(content, object_pairs_hook=_unique_pairs, parse_int=_parse_int)
     _check_tree(data)
     return data
 
 
 class _DocumentError(ValueError):
     """A located problem in a parsed document (``[line N: ]<key>: <problem>``)."""
+
+
+#: Digits beyond which an integer literal is too large for a float whatever its base (but
+#: binary): kept as a :class:`_LongInt`, since ``int()`` refuses over 4300 digits.
+LONG_INT_DIGITS = 400
+
+
+class _LongInt:
+    """An integer literal of over :data:`LONG_INT_DIGITS` digits, left unconverted.
+
+    ``int()`` refuses over 4300 digits without naming the key; :func:`_check_tree`
+    reports the marker with its key path instead.
+    """
+
+    __slots__ = ("digits",)
+
+    def __init__(self, text: str) -> None:
+        self.digits = text.replace("_", "").lstrip("+-")
+
+    def __repr__(self) -> str:  # as cost_envs.config._shown shows a large int
+        return (f"an integer of {len(self.digits)} digits ({self.digits[:8]}...), too large "
+                "for a float")
+
+
+def _parse_int(text: str) -> Any:
+    return _LongInt(text) if len(text) > LONG_INT_DIGITS else int(text)
+
+
+def _huge(value: Any) -> str:
+    """How :func:`_check_tree` shows an integer too large for a float."""
+    try:
+        return _shown(value)
+    except ValueError:  # over 4300 digits (from a binary or hexadecimal YAML literal)
+        return f"an integer of over {sys.get_int_max_str_digits()} digits, too large for a float"
 
 
 class _Duplicates(dict):  # type: ignore[type-arg]
@@ -196,15 +230,20 @@ def _check_tree(data: Any) -> None:
         if isinstance(node, Mapping):
             if isinstance(node, _Duplicates):
                 raise _DocumentError(f"{_key_path(path)}: duplicate key {node.duplicate!r}")
+            long_key = next((k for k in node if isinstance(k, _LongInt)), None)
+            if long_key is not None:  # a YAML key
+                raise _DocumentError(f"{_key_path(path)}: unusable key: {long_key!r}")
             items: Iterable[tuple[Any, Any]] = node.items()
         elif isinstance(node, (list, tuple)):
             items = enumerate(node)
         else:
+            if isinstance(node, _LongInt):
+                raise _DocumentError(f"{_key_path(path)}: expected a finite number, got {node!r}")
             if isinstance(node, float) and not math.isfinite(node):
                 raise _DocumentError(f"{_key_path(path)}: expected a finite number, got {node!r}")
             if isinstance(node, int) and abs(node) > sys.float_info.max:
                 raise _DocumentError(f"{_key_path(path)}: expected a finite number, "
-                                 f"got {_shown(node)}")
+                                 f"got {_huge(node)}")
             return 0
         if id(node) in open_ids:
             raise _DocumentError(f"{_key_path(path)}: contains itself (a recursive YAML alias)")
@@ -237,7 +276,7 @@ def _load_yaml(content: str, source: str) -> Any:
         raise ValueError(f"{source}: not valid YAML: {' '.join(str(err).split())}") from None
     except _DocumentError as err:
         raise ValueError(f"{source}: {err}") from None
-    except ValueError as err:  # int() refusing over 4300 digits, an impossible date, ...
+    except ValueError as err:  # an impossible date, ...
         raise ValueError(f"{source}: not valid YAML: {err}") from None
     try:
         _check_tree(data)
@@ -305,6 +344,15 @@ def _yaml_loader() -> type:
                         f"line {key_node.start_mark.line + 1}: {path}: duplicate key "
                         f"{key!r} (first on line {seen.start_mark.line + 1})")
             return super().construct_mapping(node, deep)
+
+        def construct_long_int(self, node: Any) -> Any:
+            text = self.construct_scalar(node)
+            digits = text.replace("_", "").lstrip("+-")
+            if len(digits) > LONG_INT_DIGITS and not digits.lower().startswith("0b"):
+                return _LongInt(text)  # too large for a float, and perhaps for int()
+            return self.construct_yaml_int(node)
+
+    Loader.add_constructor("tag:yaml.org,2002:int", Loader.construct_long_int)
 
     Loader.add_implicit_resolver(
         "tag:yaml.org,2002:float",

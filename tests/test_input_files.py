@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import gymnasium as gym
@@ -202,14 +203,17 @@ def test_csv_header_of_neither_format_names_both(tmp_path: Path) -> None:
      '"output_tokens": 1}', ("line 2", "duplicate key 'model'")),
     ('{"query_id": "q0", "model": "a", "correct": true, "input_tokens": 1' + "0" * 400
      + ', "output_tokens": 1}', ("line 2", "input_tokens", "too large for a float")),
+    ('{"query_id": "q0", "model": "a", "correct": true, "input_tokens": ' + "9" * 5000
+     + ', "output_tokens": 1}', ("line 2", "input_tokens", "5000 digits", "too large")),
     ('{"query_id": "q0", "model": "a", "correct": true, "input_tokens": 1, '
      '"output_tokens": 1, "prompt": ' + "[" * 1000 + "]" * 1000 + "}",
-     ("line 2", "prompt", "nested deeper")),
+     ("line 2: prompt[0]", "nested deeper")),
 ])
 def test_crafted_jsonl_lines(tmp_path: Path, line: str, fragments: tuple[str, ...]) -> None:
     path = tmp_path / "t.jsonl"
     path.write_text(json.dumps(ROWS[0]) + "\n" + line + "\n", encoding="utf-8")
-    raises_naming(lambda: load_traces(path), str(path), *fragments)
+    message = raises_naming(lambda: load_traces(path), str(path), *fragments)
+    assert message.count("line ") == 1 and len(message) < len(str(path)) + 200, message
 
 
 def test_records_with_an_integer_too_large_for_a_float(tmp_path: Path) -> None:
@@ -219,3 +223,67 @@ def test_records_with_an_integer_too_large_for_a_float(tmp_path: Path) -> None:
     rows[1]["output_tokens"] = 10**400
     raises_naming(lambda: dataset_from_records(rows, source="mine"), "mine", "line 2",
                   "output_tokens")
+
+
+@pytest.mark.parametrize("models", [("model_a", "model_b"), ("models", "m2"), ("Score", "m2"),
+                                    ("scorer", "m2"), ("m1", "response")])
+def test_routellm_csv_whose_model_columns_look_like_generic_ones(tmp_path: Path,
+                                                                 models: tuple[str, str]
+                                                                 ) -> None:
+    path = tmp_path / "routellm.csv"
+    path.write_text(ROUTELLM.replace("m1,m2", ",".join(models), 1), encoding="utf-8")
+    assert detect_format(path) == "routellm"
+    data = load_traces(path, token_counter="approx")
+    assert data.models == models and data.correct.tolist() == [[True, False], [False, True]]
+    prices = price_dict()
+    prices["models"] = [dict(prices["models"][i], name=name) for i, name in enumerate(models)]
+    env = gym.make("cost_envs/TraceRouting-v0", data=path, prices=prices)
+    assert env.unwrapped.dataset.models == models
+    env.reset(seed=0)
+
+
+def test_header_of_misspelt_generic_columns_only_is_reported_as_generic(tmp_path: Path
+                                                                        ) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("query_idd,modle,correct_\nq,a,True\n", encoding="utf-8")
+    assert detect_format(path) == "csv"
+    raises_naming(lambda: load_traces(path), str(path), "column 'query_idd'",
+                  "did you mean 'query_id'?")
+
+
+def test_a_long_field_is_cut_short_in_the_error(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text(GENERIC_CSV.replace(",3,4,", "," + "9" * 5000 + ",4,", 1), encoding="utf-8")
+    message = raises_naming(lambda: load_traces(path), str(path), "line 2",
+                            "column 'input_tokens'", "expected an integer >= 0, got '9999",
+                            "(5000 characters)")
+    assert len(message) < len(str(path)) + 200, message
+    path.write_text(ROUTELLM.replace("True", "x" * 5000, 1), encoding="utf-8")
+    message = raises_naming(lambda: load_traces(path), "column 'm1'", "(5000 characters)")
+    assert len(message) < len(str(path)) + 200, message
+
+
+def test_detect_format_of_a_csv_that_is_not_utf8(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.csv"
+    path.write_bytes("prompt,m1\ncaf\xe9,True\n".encode("latin-1"))
+    raises_naming(lambda: detect_format(path), str(path), "not UTF-8")
+    raises_naming(lambda: load_traces(path), str(path), "not UTF-8")
+
+
+def test_integer_over_pythons_digit_limit_names_its_key(tmp_path: Path) -> None:
+    big = "9" * 5000
+    pool_path = tmp_path / "pool.yaml"
+    text = yaml.safe_dump(toolbench_pool(2).to_dict(), sort_keys=False)
+    pool_path.write_text(re.sub(r"flops: \S+", f"flops: {big}", text, count=1),
+                         encoding="utf-8")
+    prices = price_dict()
+    prices["models"][0]["output"] = 0.123456789
+    price_path = tmp_path / "prices.json"
+    price_path.write_text(json.dumps(prices).replace("0.123456789", big), encoding="utf-8")
+    for call, path, key in [(lambda: AgentPool.from_file(pool_path), pool_path,
+                             "agents[0].flops"),
+                            (lambda: PriceTable.from_file(price_path), price_path,
+                             "models[0].output")]:
+        message = raises_naming(call, str(path), f"{key}: expected a finite number, got an "
+                                "integer of 5000 digits", "too large for a float")
+        assert "not valid" not in message and len(message) < len(str(path)) + 200, message

@@ -10,8 +10,10 @@ import csv
 import io
 from typing import Any
 
-from cost_envs.config import number
+from cost_envs.config import _shown, number
 
+#: Longest shown value in an error message; a longer one is cut to its start.
+SHOWN_CHARS = 80
 _TRUE = {"true": True, "false": False, "1": True, "0": False}
 
 
@@ -27,8 +29,17 @@ class Where:
         if line is not None:
             parts.append(f"line {line}")
         if column is not None:
-            parts.append(f"column {column!r}")
+            parts.append(f"column {shown(column)}")
         return ValueError(": ".join(parts) + ": " + message)
+
+
+def shown(value: Any) -> str:
+    """``repr(value)`` for an error message, cut to :data:`SHOWN_CHARS` characters."""
+    text = _shown(value)
+    if len(text) <= SHOWN_CHARS:
+        return text
+    size = len(value) if isinstance(value, str) else len(text)
+    return f"{text[:SHOWN_CHARS - 20]}... ({size} characters)"
 
 
 def as_bool(value: Any, where: Where, line: int, column: str) -> bool:
@@ -39,7 +50,7 @@ def as_bool(value: Any, where: Where, line: int, column: str) -> bool:
         return bool(value)
     if isinstance(value, str) and value.strip().lower() in _TRUE:
         return _TRUE[value.strip().lower()]
-    raise where.error(line, column, f"expected True or False, got {value!r}")
+    raise where.error(line, column, f"expected True or False, got {shown(value)}")
 
 
 def as_number(value: Any, where: Where, line: int, column: str, what: str,
@@ -50,18 +61,18 @@ def as_number(value: Any, where: Where, line: int, column: str, what: str,
         try:
             parsed = float(value.strip())  # "inf" and "1e999" parse: number() refuses them
         except ValueError:
-            raise where.error(line, column, f"expected {what}, got {value!r}") from None
+            raise where.error(line, column, f"expected {what}, got {shown(value)}") from None
     try:
         return number(parsed, None, minimum=0, maximum=maximum)
     except ValueError:  # reworded: the field as the file has it, and its line and column
-        raise where.error(line, column, f"expected {what}, got {value!r}") from None
+        raise where.error(line, column, f"expected {what}, got {shown(value)}") from None
 
 
 def as_tokens(value: Any, where: Where, line: int, column: str) -> int:
     """A token count: an integer >= 0 (``12.0`` and ``"12"`` included)."""
     count = as_number(value, where, line, column, "an integer >= 0")
     if count != int(count):
-        raise where.error(line, column, f"expected an integer >= 0, got {value!r}")
+        raise where.error(line, column, f"expected an integer >= 0, got {shown(value)}")
     return int(count)
 
 

@@ -64,6 +64,7 @@ import functools
 import io
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
@@ -74,13 +75,24 @@ import numpy as np
 from cost_envs.config import integer, one_of, suggestion
 from cost_envs.config_files import json_loads
 from cost_envs.traces.dataset import TraceDataset
-from cost_envs.traces.parsing import Where, as_bool, as_number, as_tokens, csv_records, missing
+from cost_envs.traces.parsing import (
+    Where,
+    as_bool,
+    as_number,
+    as_tokens,
+    csv_records,
+    missing,
+    shown,
+)
 
 #: Formats :func:`load_traces` reads.
 FORMATS = ("routellm", "csv", "jsonl")
 #: Columns of the generic schema, in the order they are documented.
 GENERIC_COLUMNS = ("query_id", "model", "correct", "score", "input_tokens", "output_tokens",
                    "cost", "prompt", "response")
+#: The generic columns that make a CSV generic (a RouteLLM CSV has ``prompt``, and may
+#: have a model called ``response``).
+_GENERIC_ONLY = tuple(c for c in GENERIC_COLUMNS if c not in ("prompt", "response"))
 _REQUIRED_COLUMNS = ("query_id", "model", "input_tokens", "output_tokens")
 #: Suffix of RouteLLM's response columns.
 RESPONSE_SUFFIX = "_response"
@@ -92,6 +104,7 @@ TIKTOKEN_ENCODING = "cl100k_base"
 DEFAULT_OUTPUT_TOKENS = 1
 #: Score at or above which a query counts as correct when only ``score`` is logged.
 SCORE_THRESHOLD = 0.5
+_LINE = re.compile(r"^line \d+: ")
 
 
 
@@ -158,9 +171,10 @@ def _build_generic(rows: Iterable[tuple[int, Mapping[str, Any]]], where: Where
                               "'score'")
         qid, model = row["query_id"], row["model"]
         if isinstance(qid, bool) or not isinstance(qid, (str, int)):
-            raise where.error(line, "query_id", f"expected a string or an integer, got {qid!r}")
+            raise where.error(line, "query_id", "expected a string or an integer, got "
+                              f"{shown(qid)}")
         if not isinstance(model, str):
-            raise where.error(line, "model", f"expected a string, got {model!r}")
+            raise where.error(line, "model", f"expected a string, got {shown(model)}")
         qid = str(qid)
         correct = None if missing(row.get("correct")) else as_bool(
             row["correct"], where, line, "correct")
@@ -180,16 +194,16 @@ def _build_generic(rows: Iterable[tuple[int, Mapping[str, Any]]], where: Where
         for column in ("prompt", "response"):
             value = row.get(column)
             if not missing(value) and not isinstance(value, str):
-                raise where.error(line, column, f"expected a string, got {value!r}")
+                raise where.error(line, column, f"expected a string, got {shown(value)}")
             texts[column] = None if missing(value) else value
         have_response = have_response or texts["response"] is not None
         entry = queries.setdefault(qid, {"line": line, "prompt": None, "rows": {}})
         if model in entry["rows"]:
-            raise where.error(line, "model", f"duplicate row for query {qid!r} and model "
-                              f"{model!r} (first on line {entry['rows'][model]['line']})")
+            raise where.error(line, "model", f"duplicate row for query {shown(qid)} and model "
+                              f"{shown(model)} (first on line {entry['rows'][model]['line']})")
         if texts["prompt"] is not None:
             if entry["prompt"] is not None and entry["prompt"] != texts["prompt"]:
-                raise where.error(line, "prompt", f"query {qid!r} has another prompt on line "
+                raise where.error(line, "prompt", f"query {shown(qid)} has another prompt on line "
                                   f"{entry['line']}; a query's rows must share one prompt")
             entry["prompt"] = texts["prompt"]
         models.setdefault(model, len(models))
@@ -205,7 +219,7 @@ def _build_generic(rows: Iterable[tuple[int, Mapping[str, Any]]], where: Where
     for qid, entry in queries.items():
         absent = [m for m in names if m not in entry["rows"]]
         if absent:
-            raise where.error(entry["line"], "model", f"query {qid!r} (first seen here) has "
+            raise where.error(entry["line"], "model", f"query {shown(qid)} (first seen here) has "
                               f"no row for model(s) {absent}; every query needs one row per "
                               f"model {names}")
     table = [[entry["rows"][m] for m in names] for entry in queries.values()]
@@ -260,8 +274,8 @@ def _read_jsonl(text: str, where: Where) -> TraceDataset:
             except json.JSONDecodeError as err:
                 raise where.error(line_no, None, f"not valid JSON: {err.msg} (character "
                                   f"{err.colno})") from None
-            except ValueError as err:
-                raise where.error(line_no, None, str(err)) from None
+            except ValueError as err:  # "line 1: key: ..." of the one-line document
+                raise where.error(line_no, None, _LINE.sub("", str(err))) from None
             if not isinstance(row, dict):
                 raise where.error(line_no, None, f"expected a JSON object, got "
                                   f"{type(row).__name__}")
@@ -322,13 +336,22 @@ def _read_routellm(text: str, where: Where, token_counter: str,
     )
 
 
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8-sig")  # tolerate a byte-order mark
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 text: {err}") from None
+
+
 def detect_format(path: str | Path, text: str | None = None) -> str:
     """The format of a trace file, from its suffix and, for a ``.csv``, its header.
 
     ``"jsonl"`` for ``.jsonl`` (and ``.ndjson``) files. A ``.csv`` is ``"csv"`` (generic)
-    when its header has a generic column other than ``prompt``, or a near miss of one
-    (``modle``: the generic reader then names the misspelling), and ``"routellm"`` when
-    it has a ``prompt`` column and no such column.
+    when its header has a generic column other than ``prompt`` and ``response``, else
+    ``"routellm"`` when it has a ``prompt`` column (whatever its model columns are called:
+    ``model_a`` or ``Score`` are models there). A header with neither is ``"csv"`` when a
+    column is a near miss of a generic one (``modle``: the generic reader then names the
+    misspelling).
 
     Raises:
         ValueError: On another suffix, or a ``.csv`` header of neither kind (naming the
@@ -341,18 +364,19 @@ def detect_format(path: str | Path, text: str | None = None) -> str:
     if suffix != ".csv":
         raise ValueError(f"{path}: cannot tell the format from the suffix {suffix!r}; "
                          f"expected .csv or .jsonl, or pass format= one of {list(FORMATS)}")
-    text = path.read_text(encoding="utf-8-sig") if text is None else text
+    text = _read_text(path) if text is None else text
     first = next(csv.reader(io.StringIO(text.removeprefix("\ufeff"), newline="")), [])
     names = {f.strip() for f in first}
-    generic = [c for c in GENERIC_COLUMNS if c != "prompt"]
-    if any(n in generic or (not n.endswith(RESPONSE_SUFFIX)  # RouteLLM's answer columns
-                            and difflib.get_close_matches(n, generic, n=1, cutoff=0.75))
-           for n in names):
+    if names & set(_GENERIC_ONLY):  # model columns may look like them: the rest decide
         return "csv"
     if "prompt" in names:
         return "routellm"
+    if any(not n.endswith(RESPONSE_SUFFIX)  # RouteLLM's answer columns
+           and difflib.get_close_matches(n, (*_GENERIC_ONLY, "response"), n=1, cutoff=0.75)
+           for n in names):
+        return "csv"  # a misspelt generic header: the generic reader names the misspelling
     raise ValueError(
-        f"{path}: line 1: the header {first} is neither a generic trace CSV (columns "
+        f"{path}: line 1: the header {shown(first)} is neither a generic trace CSV (columns "
         f"{list(GENERIC_COLUMNS)}: {list(_REQUIRED_COLUMNS)} and 'correct' or 'score' "
         "required) nor a RouteLLM CSV (a 'prompt' column, one True/False column per model, "
         "optional '<model>_response' columns); pass format= to choose"
@@ -388,10 +412,7 @@ def load_traces(
         one_of(format, "format", FORMATS)
     integer(default_output_tokens, "default_output_tokens", minimum=0)
     token_counter_name(token_counter)  # validate early
-    try:
-        text = path.read_text(encoding="utf-8-sig")  # tolerate a byte-order mark
-    except UnicodeDecodeError as err:
-        raise ValueError(f"{path}: not UTF-8 text: {err}") from None
+    text = _read_text(path)
     where = Where(str(path))
     if not text.strip():
         raise where.error(None, None, "the file is empty")
