@@ -160,6 +160,11 @@ class LearnJob:
     sft_state: dict[str, Any] | None
     seed: int = 0
 
+    @property
+    def key(self) -> str:
+        """``<method>/<lam>``, the run's key in reports."""
+        return f"{self.method}/{self.lam:g}"
+
 
 def _evaluate(allocator_for: Callable[[gym.Env], Any], profile: str, tasks: Sequence[Any],
               budget: float) -> tuple[EpisodeRecord, ...]:
@@ -250,7 +255,7 @@ class LearnResult:
     @property
     def key(self) -> str:
         """``<method>/<lam>``, the method's key in reports."""
-        return f"{self.job.method}/{self.job.lam:g}"
+        return self.job.key
 
 
 def run_learning_job(job: LearnJob) -> LearnResult:
@@ -327,7 +332,7 @@ def run_all(scale: str | BopoScale = "default", profiles: Sequence[str] = PROFIL
             prepared[profile] = prepare_profile(profile, sc, seed)
             for job in _learn_jobs(prepared[profile], sc, seed):
                 take(run_learning_job(job))
-        return prepared, learned
+        return in_job_order(prepared, learned, profiles, sc, seed)
     with spawn_pool(sc.jobs) as pool:
         pending: dict[Future[Any], str] = {
             pool.submit(prepare_profile, p, sc, seed): "prep" for p in profiles}
@@ -342,7 +347,23 @@ def run_all(scale: str | BopoScale = "default", profiles: Sequence[str] = PROFIL
                     pending[pool.submit(run_learning_job, job)] = "learn"
             else:
                 take(done.result())
-    return prepared, learned
+    return in_job_order(prepared, learned, profiles, sc, seed)
+
+
+def in_job_order(prepared: Mapping[str, Prepared],
+                 learned: Mapping[str, Mapping[str, LearnResult]], profiles: Sequence[str],
+                 sc: BopoScale, seed: int
+                 ) -> tuple[dict[str, Prepared], dict[str, dict[str, LearnResult]]]:
+    """The results in the order of the profiles and of their jobs, whatever order they came in.
+
+    Workers finish in whatever order the machine's load gives; reports follow this order
+    (rows, JSON keys, figure colours), as a one-process run does, so a rerun writes the
+    same files.
+    """
+    ordered = {profile: prepared[profile] for profile in profiles}
+    return ordered, {profile: {job.key: learned[profile][job.key]
+                               for job in _learn_jobs(ordered[profile], sc, seed)}
+                     for profile in profiles}
 
 
 # ----------------------------------------------------------------------- the summary

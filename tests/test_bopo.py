@@ -339,3 +339,18 @@ def test_task_replay_visits_the_list_in_order_or_shuffled(tasks) -> None:
     assert passes[0] != [0, 1, 2, 3, 4] or passes[1] != [0, 1, 2, 3, 4]
     with pytest.raises(ValueError, match="at least one task"):
         TaskReplay(bopo.make_env(PROFILE), [])
+
+
+def test_results_are_reported_in_job_order_whatever_order_workers_finish() -> None:
+    # Two workers finish in an order the machine's load decides; the report must not.
+    sc = bopo_experiment.BopoScale("order", n_train=8, n_eval=4, timesteps=16,
+                                   bopo_lams=(0.1, 0.4), ppo_lams=(0.5, 2.0), samples=1,
+                                   sft_epochs=1, n_envs=1, resamples=10, jobs=2)
+    profiles = ("sciworld", "alfworld")
+    prepared = {p: bopo_experiment.prepare_profile(p, sc) for p in reversed(profiles)}
+    keys = ["bopo/0.1", "bopo/0.4", "ppo/0.5", "ppo/2"]
+    finished = {p: {key: f"{p} {key}" for key in reversed(keys)} for p in profiles}
+    ordered, learned = bopo_experiment.in_job_order(prepared, finished, profiles, sc, 0)
+    assert list(ordered) == list(profiles) and list(learned) == list(profiles)
+    assert all(list(learned[p]) == keys for p in profiles)
+    assert learned["alfworld"]["ppo/2"] == "alfworld ppo/2"
