@@ -15,6 +15,7 @@ AlwaysLarge, RandomMix, Cascade) for envs whose all-zero action runs a default s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -272,8 +273,100 @@ class Cascade(RoutingBaseline):
         return np.full(self.n_agents, int(escalate), dtype=np.int8)
 
 
+class DifficultyThreshold(RoutingBaseline):
+    """The large model whenever the observed difficulty is above a threshold.
+
+    The one-parameter rule of issue #10: on AgenticRouting-v0 "large when the observed
+    difficulty exceeds about 0.35" matched or beat BoPO on every profile, so it is the
+    simple baseline a learned router must beat. :meth:`fit` picks the threshold on
+    training tasks; the rule is then frozen.
+
+    Args:
+        env: A routing env whose ``observation_layout`` has a ``difficulty`` slot.
+        threshold: Difficulty above which the large model runs, in ``[0, 1]``.
+    """
+
+    name = "difficulty-threshold"
+    #: The thresholds :meth:`fit` tries by default: every 0.05 from 0 to 1.
+    GRID = tuple(round(0.05 * k, 2) for k in range(21))
+
+    def __init__(self, env: gym.Env, threshold: float = 0.35) -> None:
+        super().__init__(env)
+        layout = self.env.observation_layout
+        if "difficulty" not in layout:
+            raise ValueError(f"DifficultyThreshold: {self.env.env_name} observes no "
+                             f"difficulty (its observation slots: {sorted(layout)})")
+        self.threshold = probability(threshold, "threshold", where="DifficultyThreshold")
+        self._difficulty = layout["difficulty"].start
+
+    def act(self, observation: np.ndarray) -> np.ndarray:
+        """All ones (the large model) iff the observed difficulty exceeds the threshold."""
+        large = float(observation[self._difficulty]) > self.threshold
+        return np.full(self.n_agents, int(large), dtype=np.int8)
+
+    @classmethod
+    def fit(cls, env: gym.Env, tasks: Sequence[Any],
+            thresholds: Sequence[float] = GRID) -> DifficultyThreshold:
+        """The rule whose threshold gives the lowest cost per success on ``tasks``.
+
+        Every threshold is scored on the same training tasks, replayed in order on
+        ``env`` (wrapped as it will be scored, e.g. under a budget); ties go to the
+        higher success rate, then to the lower threshold.
+
+        Args:
+            env: The environment, possibly wrapped.
+            tasks: Training tasks (disjoint from the evaluation tasks).
+            thresholds: Candidate thresholds.
+
+        Returns:
+            The fitted, frozen baseline (built on ``env``).
+        """
+        from agents.evaluation import evaluate  # evaluation does not import baselines
+        from cost_envs.metrics import cps, success_rate
+        from cost_envs.wrappers import TaskReplay
+
+        if not thresholds:
+            raise ValueError("DifficultyThreshold.fit: expected at least one threshold")
+        replay = TaskReplay(env, tasks)
+        scores = []
+        for threshold in thresholds:
+            records = evaluate(cls(env, threshold), replay, episodes=len(tasks)).records
+            scores.append((cps(records), -success_rate(records), float(threshold)))
+        return cls(env, min(scores)[2])
+
+
+class ConsultAll(Baseline):
+    """CORL's "consult every expert": all of them in the first round, then answer.
+
+    On ExpertRouting-v0's MATH500 high tier it equals the learned controllers' only win over
+    the best single expert (issue #10), so tier tables show it beside them.
+
+    Args:
+        env: An expert-routing env whose ``observation_layout`` has ``rounds_left``.
+    """
+
+    name = "consult-all"
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        layout = self.env.observation_layout
+        if "rounds_left" not in layout:
+            raise ValueError(f"ConsultAll: {self.env.env_name} has no consultation rounds "
+                             f"(its observation slots: {sorted(layout)}); it applies to "
+                             "cost_envs/ExpertRouting-v0")
+        self._rounds_left = layout["rounds_left"].start
+
+    def act(self, observation: np.ndarray) -> np.ndarray:
+        """Every expert while no round has passed, then answer (all zeros)."""
+        first_round = float(observation[self._rounds_left]) >= 1.0 - 1e-6
+        return np.full(self.n_agents, int(first_round), dtype=np.int8)
+
+
 #: Small/large routing baselines (BoPO), each constructed as ``cls(env)``; kept apart
 #: from :data:`BASELINES` because they need a routing env (``zero_action_fallback``).
 ROUTING_BASELINES: dict[str, type[RoutingBaseline]] = {
-    cls.name: cls for cls in (AlwaysSmall, AlwaysLarge, RandomMix, Cascade)
+    cls.name: cls for cls in (AlwaysSmall, AlwaysLarge, RandomMix, Cascade, DifficultyThreshold)
 }
+#: Baselines that apply to one env family only, each constructed as ``cls(env)`` (it
+#: raises ``ValueError`` naming what it needs on any other env).
+FAMILY_BASELINES: dict[str, type[Baseline]] = {ConsultAll.name: ConsultAll}

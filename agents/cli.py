@@ -47,7 +47,7 @@ from typing import Any
 import gymnasium as gym
 
 import cost_envs
-from agents.baselines import BASELINES, ROUTING_BASELINES
+from agents.baselines import BASELINES, FAMILY_BASELINES, ROUTING_BASELINES
 from agents.evaluation import compare, evaluate, format_table
 from agents.lora import BASES, METHODS
 
@@ -93,9 +93,9 @@ def _env_id(text: str) -> str:
     )
 
 
-#: Every method ``evaluate --methods`` accepts: the paper's baselines, and BoPO's
-#: small/large routing baselines (these refuse envs without a small-model fallback).
-EVALUATE_METHODS = {**BASELINES, **ROUTING_BASELINES}
+#: Every method ``evaluate --methods`` accepts: the paper's baselines, BoPO's small/large
+#: routing baselines and the family baselines (these refuse envs they do not fit).
+EVALUATE_METHODS = {**BASELINES, **ROUTING_BASELINES, **FAMILY_BASELINES}
 
 
 def _methods(text: str) -> tuple[str, ...]:
@@ -181,6 +181,28 @@ def _load_model(args: argparse.Namespace) -> tuple[str, Any, dict[str, Any]]:
     return getattr(model, "method", "model"), model, dict(getattr(model, "env_kwargs", {}))
 
 
+def _check_methods_apply(methods: Sequence[str], env_id: str, env_kwargs: dict[str, Any]) -> None:
+    """Exit with one line if a baseline does not apply to ``env_id`` (before any episode).
+
+    Family baselines (BoPO's small/large routing, CORL's consult-all, ...) refuse, with a
+    ``ValueError`` naming what they need, an env they do not fit; building each on a probe
+    env shows that at once.
+    """
+    family = [name for name in methods if name not in BASELINES]
+    if not family:
+        return
+    probe = gym.make(env_id, **env_kwargs)
+    try:
+        for name in family:
+            try:
+                EVALUATE_METHODS[name](probe)
+            except ValueError as error:
+                raise SystemExit(f"cost-envs evaluate: {name} does not apply to {env_id}: "
+                                 f"{error}") from None
+    finally:
+        probe.close()
+
+
 def _run_evaluate(args: argparse.Namespace) -> int:
     if args.trust_pickle and args.model is None:
         raise SystemExit("cost-envs evaluate: --trust-pickle only applies with --model")
@@ -191,16 +213,7 @@ def _run_evaluate(args: argparse.Namespace) -> int:
     if args.model is not None:
         model_row = _load_model(args)
         env_kwargs = model_row[2]
-    routing = [name for name in methods if name in ROUTING_BASELINES]
-    if routing:
-        probe = gym.make(args.env, **env_kwargs)
-        fallback = probe.unwrapped.zero_action_fallback
-        probe.close()
-        if not fallback:
-            raise SystemExit(
-                f"cost-envs evaluate: {', '.join(routing)} route between a small and a large "
-                f"model and need an env whose all-zero action runs the small model "
-                f"(cost_envs/AgenticRouting-v0), not {args.env}")
+    _check_methods_apply(methods, args.env, env_kwargs)
     results: dict[str, dict[str, Any]] = {}
     if methods:
         results.update(compare({name: EVALUATE_METHODS[name] for name in methods}, args.env,

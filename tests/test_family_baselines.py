@@ -1,0 +1,101 @@
+"""The strong simple baselines of issue #10: AgenticRouting's difficulty threshold and
+CORL's consult-all. Each does what it says, is fitted on training tasks only, and refuses
+envs it does not fit with one line."""
+
+from __future__ import annotations
+
+import json
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import cost_envs  # noqa: F401
+from agents import cli
+from agents.baselines import FAMILY_BASELINES, ROUTING_BASELINES, ConsultAll, DifficultyThreshold
+from agents.evaluation import evaluate
+from agents.seeds import BOPO_TRAIN_TASK_SEED
+from cost_envs.metrics import cps, success_rate
+from cost_envs.wrappers import TaskReplay
+
+AGENTIC = "cost_envs/AgenticRouting-v0"
+EXPERT = "cost_envs/ExpertRouting-v0"
+
+
+def _tasks(n: int, seed: int, profile: str = "sciworld") -> list:
+    env = gym.make(AGENTIC, profile=profile)
+    env.reset(seed=seed)
+    return env.unwrapped.sample_tasks(n)
+
+
+def test_difficulty_threshold_calls_the_large_model_exactly_above_the_threshold() -> None:
+    env = gym.make(AGENTIC, profile="sciworld")
+    rule = DifficultyThreshold(env, threshold=0.4)
+    slot = env.unwrapped.observation_layout["difficulty"]
+    seen = set()
+    for seed in range(30):
+        obs, _ = env.reset(seed=seed)
+        action, _ = rule.predict(obs)
+        large = float(obs[slot][0]) > 0.4
+        assert action.tolist() == [int(large)]
+        seen.add(large)
+    assert seen == {True, False}  # both sides of the threshold were met
+    batch = np.stack([env.reset(seed=s)[0] for s in range(5)])
+    assert rule.predict(batch)[0].shape == (5, 1)
+
+
+def test_fit_picks_the_lowest_cost_per_success_on_the_training_tasks() -> None:
+    env = gym.make(AGENTIC, profile="sciworld")
+    tasks = _tasks(40, BOPO_TRAIN_TASK_SEED)
+    grid = (0.0, 0.2, 0.35, 0.5, 1.0)
+    fitted = DifficultyThreshold.fit(env, tasks, thresholds=grid)
+    scored = {}
+    for threshold in grid:
+        records = evaluate(DifficultyThreshold(env, threshold), TaskReplay(env, tasks),
+                           episodes=len(tasks)).records
+        scored[threshold] = (cps(records), -success_rate(records))
+    assert fitted.threshold in grid
+    assert scored[fitted.threshold] == min(scored.values())
+    # the grid's ends are the boundary policies, which the fit must be able to beat
+    assert len(set(scored.values())) > 1
+
+
+def test_consult_all_consults_every_expert_once_then_answers() -> None:
+    env = gym.make(EXPERT)
+    consult = ConsultAll(env)
+    for seed in range(5):
+        obs, _ = env.reset(seed=seed)
+        calls = []
+        done = False
+        while not done:
+            action, _ = consult.predict(obs)
+            obs, _, terminated, truncated, info = env.step(action)
+            calls.append(info["calls"].tolist())
+            done = terminated or truncated
+        assert calls[0] == [1] * env.action_space.n  # every expert in the first round
+        assert all(not any(c) for c in calls[1:])  # then the controller answers
+
+
+@pytest.mark.parametrize("name, env_id", [("consult-all", "cost_envs/ToolBench-v0"),
+                                          ("difficulty-threshold", EXPERT)])
+def test_family_baselines_refuse_other_envs_in_one_line(name: str, env_id: str) -> None:
+    cls = {**FAMILY_BASELINES, **ROUTING_BASELINES}[name]
+    with pytest.raises(ValueError) as error:
+        cls(gym.make(env_id))
+    assert "\n" not in str(error.value)
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["evaluate", "--env", env_id, "--methods", f"rule,{name}"])
+    assert name in str(exited.value) and "\n" not in str(exited.value)
+
+
+def test_the_cli_runs_consult_all_and_the_threshold(capsys) -> None:
+    cli.main(["evaluate", "--env", EXPERT, "--methods", "consult-all,rule", "--episodes", "10",
+              "--json"])
+    results = json.loads(capsys.readouterr().out)
+    assert list(results) == ["consult-all", "rule"]
+    # two steps an episode, every expert called in the first: each on half of the steps
+    assert set(results["consult-all"]["call_ratio"].values()) == {0.5}
+    cli.main(["evaluate", "--env", AGENTIC, "--methods", "difficulty-threshold,always-small",
+              "--episodes", "10", "--json"])
+    results = json.loads(capsys.readouterr().out)
+    assert 0.0 < results["difficulty-threshold"]["call_ratio"]["large"] < 1.0
