@@ -95,7 +95,8 @@ def test_routing_baselines_need_a_routing_env(name: str) -> None:
 def test_routing_baselines_are_kept_out_of_the_generic_table() -> None:
     # the generic baselines run on every env; these need a small/large routing env
     assert set(ROUTING_BASELINES).isdisjoint(BASELINES)
-    assert set(ROUTING_BASELINES) == {"always-small", "always-large", "random-mix", "cascade"}
+    assert set(ROUTING_BASELINES) == {"always-small", "always-large", "random-mix", "cascade",
+                                      "difficulty-threshold"}
 
 
 def test_batched_predict_matches_single() -> None:
