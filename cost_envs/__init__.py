@@ -6,6 +6,8 @@ Importing the package registers every environment (idempotently) under the
 process. This package never imports torch.
 """
 
+import warnings
+
 from gymnasium.envs.registration import register, registry
 
 from cost_envs.core import OraclePlan, OrchestrationEnv, Outcome
@@ -13,7 +15,9 @@ from cost_envs.envs import (
     AgenticRoutingEnv,
     AgenticTask,
     ExpertRoutingEnv,
+    ExpertRoutingV1Env,
     ExpertTask,
+    ExpertTaskV1,
     FlightPlannerEnv,
     FlightTask,
     ToolBenchEnv,
@@ -36,9 +40,16 @@ ENV_IDS = {
     "cost_envs/FlightPlanner-v0": "cost_envs.envs.flight_planner:FlightPlannerEnv",
     "cost_envs/ToolBench-v0": "cost_envs.envs.toolbench:ToolBenchEnv",
     "cost_envs/ExpertRouting-v0": "cost_envs.envs.expert_routing:ExpertRoutingEnv",
+    "cost_envs/ExpertRouting-v1": "cost_envs.envs.expert_routing_v1:ExpertRoutingV1Env",
     "cost_envs/AgenticRouting-v0": "cost_envs.envs.agentic_routing:AgenticRoutingEnv",
     "cost_envs/TraceRouting-v0": "cost_envs.envs.trace_routing:TraceRoutingEnv",
 }
+
+
+#: v0 ids stay registered beside their v1 for comparison (issue #10), so Gymnasium's
+#: "out of date, consider upgrading" notice on making them is expected, not a deprecation.
+warnings.filterwarnings("ignore", message=r".*The environment cost_envs/\S+ is out of date",
+                        category=DeprecationWarning)
 
 
 def _register_envs() -> None:
@@ -58,7 +69,9 @@ __all__ = [
     "BudgetTier",
     "CostAccounting",
     "ExpertRoutingEnv",
+    "ExpertRoutingV1Env",
     "ExpertTask",
+    "ExpertTaskV1",
     "FlightPlannerEnv",
     "FlightTask",
     "HardBudget",

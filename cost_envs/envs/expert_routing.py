@@ -216,6 +216,8 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
     """
 
     task_type = ExpertTask
+    #: Name in error messages (a subclass with its own id sets its own).
+    version_name = "ExpertRouting-v0"
 
     def __init__(
         self,
@@ -226,19 +228,18 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
         reward_weights: RewardWeights | Mapping[str, float] | None = None,
         render_mode: str | None = None,
     ) -> None:
-        name = "ExpertRouting-v0"
+        name = self.version_name
         one_of(profile, "profile", (*PROFILE_NAMES, "mixed"), where=name)
         max_rounds = integer(max_rounds, "max_rounds", minimum=1, maximum=8, where=name)
         if experts is None:
             experts = list(DEFAULT_EXPERTS)
         if isinstance(experts, (str, Mapping)) or not isinstance(experts, Sequence) or (
                 not experts):
-            raise ValueError(f"ExpertRouting-v0: experts: expected a non-empty list, "
-                             f"got {experts!r}")
+            raise ValueError(f"{name}: experts: expected a non-empty list, got {experts!r}")
         self.experts = tuple(ModelProfile.coerce(e) for e in experts)
         names = [e.name for e in self.experts]
         if len(set(names)) != len(names):
-            raise ValueError(f"ExpertRouting-v0: experts: duplicate names in {names}")
+            raise ValueError(f"{name}: experts: duplicate names in {names}")
         self.price_table = coerce_prices(prices)
         self.price_table.require([CONTROLLER.name, *names], f"{name}: prices")
         self.profile = profile
@@ -300,6 +301,10 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
     # ------------------------------------------------------------------ tasks
     def _generate_block(self, rng: np.random.Generator, n: int
                         ) -> list[tuple[ExpertTask, _Tables]]:
+        return [(task, self._tables(task)) for task in self._draw_block(rng, n)]
+
+    def _draw_block(self, rng: np.random.Generator, n: int) -> list[ExpertTask]:
+        """``n`` questions drawn from ``rng`` (a subclass may draw more for each after)."""
         m = self.n_agents
         if self.profile == "mixed":
             profile = rng.integers(0, len(PROFILE_NAMES), n)
@@ -315,19 +320,15 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
         factors = rng.lognormal(-TOKEN_SPREAD**2 / 2, TOKEN_SPREAD, (n, m + 1))
         luck.flags.writeable = False
         factors.flags.writeable = False
-        block = []
-        for b in range(n):
-            task = ExpertTask(
-                profile=int(profile[b]),
-                difficulty=float(difficulty[b]),
-                difficulty_estimate=float(estimate[b]),
-                controller_luck=float(controller_luck[b]),
-                luck=luck[b],
-                prompt_tokens=float(prompt[b]),
-                token_factors=factors[b],
-            )
-            block.append((task, self._tables(task)))
-        return block
+        return [ExpertTask(
+            profile=int(profile[b]),
+            difficulty=float(difficulty[b]),
+            difficulty_estimate=float(estimate[b]),
+            controller_luck=float(controller_luck[b]),
+            luck=luck[b],
+            prompt_tokens=float(prompt[b]),
+            token_factors=factors[b],
+        ) for b in range(n)]
 
     def _tables(self, task: ExpertTask) -> _Tables:
         d = task.difficulty

@@ -1,0 +1,302 @@
+"""ExpertRouting-v1: ExpertRouting-v0 where wrong answers can coincide (issue #10)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import NamedTuple
+
+import numpy as np
+
+from cost_envs.core import Outcome, Prices, State
+from cost_envs.envs.expert_routing import PROFILE_NAMES, ExpertRoutingEnv, ExpertTask
+
+#: Shares of the attractive wrong answers ("distractors") of a question with 1, 2 or 3 of
+#: them: the first is the most attractive (a Zipf-like fall-off).
+DISTRACTOR_SHARES: dict[int, tuple[float, ...]] = {
+    1: (1.0,),
+    2: (2 / 3, 1 / 3),
+    3: (1 / 2, 1 / 3, 1 / 6),
+}
+#: A question's attraction (chance that a wrong answer is one of its distractors) is
+#: drawn from Beta(2, 2): mean 0.5, most questions between 0.2 and 0.8.
+ATTRACTION_BETA = (2.0, 2.0)
+#: Answer codes: 0 is the right answer, 1..3 a distractor; every other wrong answer is
+#: unique to its source (the controller's is ``OWN_WRONG``, expert ``i``'s ``OTHER_WRONG + i``).
+RIGHT = 0
+OWN_WRONG = 99
+OTHER_WRONG = 100
+NOT_CONSULTED = -1
+
+
+def pairwise_coincidence() -> float:
+    """Chance that two wrong answers to a question coincide, over the question distribution.
+
+    ``E[q^2] * E[sum_k p_k^2]`` with ``q ~ Beta(2, 2)`` and ``K`` uniform on 1..3 with the
+    shares of ``DISTRACTOR_SHARES``: ``0.3 * 0.648 = 0.194``.
+    """
+    a, b = ATTRACTION_BETA
+    mean = a / (a + b)
+    second_moment = a * b / ((a + b) ** 2 * (a + b + 1)) + mean**2
+    concentration = np.mean([sum(p * p for p in s) for s in DISTRACTOR_SHARES.values()])
+    return float(second_moment * concentration)
+
+
+@dataclass(frozen=True, eq=False)
+class ExpertTaskV1(ExpertTask):
+    """An ExpertRouting-v1 question: a v0 question plus its attractive wrong answers.
+
+    Attributes (besides :class:`ExpertTask`'s):
+        attraction: Chance ``q`` that a wrong answer to this question is a distractor.
+        distractor_shares: How a distractor answer splits among the question's 1-3
+            distractors (sums to 1).
+        controller_slip: When the controller is wrong, its answer is distractor ``k`` iff
+            this lies in ``q * [c_{k-1}, c_k)`` (``c`` the cumulative shares), else a
+            wrong answer of its own.
+        slips: ``(max_rounds, m)``: the same for expert ``i`` consulted in round ``t``.
+    """
+
+    attraction: float
+    distractor_shares: tuple[float, ...]
+    controller_slip: float
+    slips: np.ndarray
+
+
+class _TablesV1(NamedTuple):
+    answers: list  # answers[t][i]: expert i's answer code when consulted in round t
+    controller_answer: int
+    prices: Prices
+
+
+def wrong_answer(slip: float, attraction: float, shares: tuple[float, ...], own: int) -> int:
+    """The answer code of a wrong model: a distractor ``1..K`` or its own code ``own``."""
+    cumulative = 0.0
+    for k, share in enumerate(shares, start=1):
+        cumulative += attraction * share
+        if slip < cumulative:
+            return k
+    return own
+
+
+class ExpertRoutingV1Env(ExpertRoutingEnv):
+    """ExpertRouting-v0 with common wrong answers: agreement raises but never proves correctness.
+
+    ## Description
+
+    The same centralised multi-LLM system as :class:`ExpertRoutingEnv` (CORL, arXiv
+    2511.02755): a Qwen2.5-7B-class controller answers a math question itself or
+    consults frozen experts (GPT-4.1-nano, GPT-4.1, o3) over up to ``max_rounds`` rounds,
+    every call billed as tokens x price. Questions, difficulties, accuracy curves,
+    trusts, tokens and prices are exactly v0's (see its docstring); for the same seed the
+    first block of 64 questions is v0's, question for question, with the same luck.
+
+    **Generative model: what changed.** In v0 wrong answers never coincide, so two
+    agreeing models are certainly right and verification is free. Real math benchmarks
+    have common wrong answers (stopping a step early, a misread quantity, an off-by-one
+    count), so in v1 each question has ``K`` attractive wrong answers, the distractors,
+    ``K`` uniform on {1, 2, 3}, with shares (1), (2/3, 1/3) or (1/2, 1/3, 1/6), and an
+    attraction ``q ~ Beta(2, 2)`` (mean 0.5). A model that is wrong (same accuracy curve
+    and luck as in v0) gives distractor ``k`` with probability ``q p_k`` and otherwise a
+    wrong answer of its own, which matches nothing. The distractors and their shares
+    belong to the question, so they are shared by the controller and every expert, and
+    by repeated consultations of one expert (each consultation draws afresh which wrong
+    answer it gives). Two wrong answers to a question therefore coincide with probability
+    ``E[q^2] E[sum p_k^2] = 0.3 x 0.648 = 0.194`` (``pairwise_coincidence()``); on a
+    question with attraction ``q`` and one distractor, with ``q^2``.
+
+    Where the numbers come from: they are a modelling assumption, not a fit. The one
+    large measurement we know of, Kim et al., "Correlated Errors in Large Language
+    Models" (ICML 2025, arXiv 2506.07962), finds that two LLMs that both err pick the
+    same wrong option about 60% of the time, on 4-option multiple-choice MMLU where
+    chance is 1/3. Free-form math answers have no fixed list of options, so two wrong
+    answers coincide less often than that, but not never (self-consistency voting, Wang
+    et al., ICLR 2023, gains because wrong answers are *less* concentrated than right
+    ones, not because they never agree). 0.19, a third of the multiple-choice figure,
+    with questions ranging from trap-free (``q`` near 0) to strongly attractive (``q``
+    near 1), is our plausible middle; the constants ``DISTRACTOR_SHARES`` and
+    ``ATTRACTION_BETA`` hold it.
+
+    The vote is v0's weighted vote over answers rather than over right/wrong: every
+    answer pools the trust of the sources that gave it (controller 1.0, GPT-4.1-nano
+    1.2, GPT-4.1 1.6, o3 2.5), the answer with the largest weight is final, and a tie
+    goes to the controller's own answer, then to a wrong answer over the right one, then
+    to the lower expert index (which is v0's rule when no distractor is drawn). So a
+    controller and a GPT-4.1-nano agreeing on a distractor (2.2) outvote a right GPT-4.1
+    (1.6). Agreement is still evidence but no longer proof, least of all on hard
+    questions where both are usually wrong: the controller is right on 96% / 72% / 13%
+    of GSM8K / MATH500 / AIME questions (60% mixed), and on 99.8% / 96% / 31% (91%) of
+    those where GPT-4.1-nano's first answer agrees with it (measured on 8000 questions
+    per profile; in v0 the latter is 100% everywhere).
+
+    All of it, the distractors, the attraction and which wrong answer each model gives
+    at each round, is drawn at reset into the task, so outcomes are a function of
+    (task, actions) and the oracle is a true hindsight optimum.
+
+    ## Action Space
+
+    ``MultiBinary(m)`` over the experts, as in v0: bit ``i`` consults expert ``i`` this
+    round; the all-zero action answers now.
+
+    ## Observation Space
+
+    v0's: ``Box(0, 1, (10 + 2m,), float32)`` with the same ``observation_layout``. The
+    slot ``agrees_with_leading`` says whether an expert's latest answer *is* the leading
+    answer, which now may be a shared wrong answer; the distractors, the attraction and
+    which answers are right are never observed.
+
+    ## Rewards
+
+    As v0: Eq. 1 with success = the final answer is right (quality 10 or 0);
+    :class:`cost_envs.wrappers.BudgetTier` gives CORL's budget-gated reward.
+
+    ## Starting State
+
+    A question drawn from ``np_random`` (or ``options["task"]``, an
+    :class:`ExpertTaskV1`), no expert consulted.
+
+    ## Episode End
+
+    As v0: terminated when the controller answers or after the ``max_rounds``-th
+    consultation. Success iff the final answer is right. With the default trusts, as in
+    v0, a question is solvable iff the controller or some expert in some round is right
+    (consulting only right experts outvotes the controller's 1.0); the oracle answers at
+    once on the others.
+
+    ## Arguments
+
+    v0's: ``profile``, ``experts``, ``prices``, ``max_rounds``, ``reward_weights``,
+    ``render_mode``.
+
+    ## Version History
+
+    * v1: wrong answers can coincide: per question 1-3 distractors shared by all models,
+      so agreement raises but never proves correctness. Issue #10 found that v0 made
+      verification free (any two agreeing models are certainly right), which real math
+      benchmarks with common wrong answers do not allow.
+    * v0: initial version (:class:`ExpertRoutingEnv`).
+    """
+
+    task_type = ExpertTaskV1
+    version_name = "ExpertRouting-v1"
+
+    # ------------------------------------------------------------------ tasks
+    def _generate_block(self, rng: np.random.Generator, n: int
+                        ) -> list[tuple[ExpertTaskV1, _TablesV1]]:
+        base = self._draw_block(rng, n)  # v0's draws first: the same questions and luck
+        m = self.n_agents
+        n_distractors = rng.integers(1, len(DISTRACTOR_SHARES) + 1, n)
+        attraction = rng.beta(*ATTRACTION_BETA, n)
+        controller_slip = rng.random(n)
+        slips = rng.random((n, self.max_rounds, m))
+        slips.flags.writeable = False
+        names = [f.name for f in fields(ExpertTask)]
+        block = []
+        for b, question in enumerate(base):
+            task = ExpertTaskV1(
+                **{name: getattr(question, name) for name in names},
+                attraction=float(attraction[b]),
+                distractor_shares=DISTRACTOR_SHARES[int(n_distractors[b])],
+                controller_slip=float(controller_slip[b]),
+                slips=slips[b],
+            )
+            block.append((task, self._tables(task)))
+        return block
+
+    def _tables(self, task: ExpertTask) -> _TablesV1:
+        base = super()._tables(task)
+        q, shares = task.attraction, task.distractor_shares  # type: ignore[attr-defined]
+        answers = [
+            [RIGHT if hit else wrong_answer(slip, q, shares, OTHER_WRONG + i)
+             for i, (hit, slip) in enumerate(zip(hits, row, strict=True))]
+            for hits, row in zip(base.hits, task.slips.tolist(),  # type: ignore[attr-defined]
+                                 strict=True)
+        ]
+        own = RIGHT if base.controller_right else wrong_answer(
+            task.controller_slip, q, shares, OWN_WRONG)  # type: ignore[attr-defined]
+        return _TablesV1(answers, own, base.prices)
+
+    def _check_task(self, task: ExpertTask) -> None:
+        super()._check_task(task)
+        slips = task.slips  # type: ignore[attr-defined]
+        if getattr(slips, "shape", None) != task.luck.shape:
+            raise ValueError(f"{self.env_name}: options['task'].slips must have the shape "
+                             f"of its luck {task.luck.shape}")
+
+    # ------------------------------------------------------------- dynamics
+    def _initial_state(self, task: ExpertTask, tables: _TablesV1) -> State:  # type: ignore[override]
+        self._answers = tables.answers
+        self._controller_answer = tables.controller_answer
+        self._controller_right = tables.controller_answer == RIGHT
+        self._static_obs = self._static_observation(task)
+        return (NOT_CONSULTED,) * self.n_agents  # per expert: its latest answer code
+
+    def _transition(self, turn: int, state: State, called: list[int]
+                    ) -> tuple[State, Outcome | None]:
+        if called:
+            answers = self._answers[turn]
+            status = list(state)
+            for i in called:
+                status[i] = answers[i]
+            state = tuple(status)
+            if turn + 1 < self.max_rounds:
+                return state, None
+        right = self._vote(state)[0]
+        return state, Outcome(right, 10.0 if right else 0.0)
+
+    def _vote(self, state: State) -> tuple[bool, int, float, float]:  # type: ignore[override]
+        """The weighted vote over answers: (leading answer right, its code, its weight, total).
+
+        Each answer pools the trust of its sources; ties go to the controller's answer,
+        then to a wrong answer over the right one, then to the lower expert index.
+        """
+        own_answer = self._controller_answer
+        total = self.controller.trust
+        weights = {own_answer: total}
+        first: dict[int, int] = {own_answer: -1}
+        for i, answer in enumerate(state):
+            if answer < 0:
+                continue
+            weight = self._trust[i]
+            total += weight
+            weights[answer] = weights.get(answer, 0.0) + weight
+            first.setdefault(answer, i)
+        lead = max(weights, key=lambda a: (weights[a], a == own_answer, a != RIGHT, -first[a]))
+        return lead == RIGHT, lead, weights[lead], total
+
+    def _observe(self, turn: int, state: State) -> np.ndarray:
+        obs = self._static_obs.copy()
+        m = self.n_agents
+        _, lead, leading, total = self._vote(state)
+        obs[4] = (self.max_rounds - turn) / self.max_rounds
+        for i, answer in enumerate(state):
+            if answer >= 0:
+                obs[5 + i] = 1.0
+                obs[5 + m + i] = float(answer == lead)
+        obs[5 + 2 * m] = float(self._controller_answer == lead)
+        obs[6 + 2 * m] = leading / total
+        return obs
+
+    # ------------------------------------------------------------- helpers
+    @property
+    def answers(self) -> tuple[int, list[list[int]]]:
+        """Privileged: the controller's answer code and ``answers[t][i]`` of the episode.
+
+        Codes: 0 right, 1..3 a distractor, ``OWN_WRONG`` / ``OTHER_WRONG + i`` a wrong
+        answer no other source gives. For analysis and tests, never for policies.
+        """
+        return self._controller_answer, [list(row) for row in self._answers]
+
+    def _describe(self) -> str:
+        task = self._task
+        if task is None:
+            return "no task"
+        names = [e.name for e in self.experts]
+
+        def word(code: int) -> str:
+            return "right" if code == RIGHT else (
+                f"distractor {code}" if code < OWN_WRONG else "wrong (its own)")
+
+        asked = {names[i]: word(a) for i, a in enumerate(self._state) if a >= 0}
+        return (f"{PROFILE_NAMES[task.profile]} question, difficulty {task.difficulty:.2f}, "
+                f"{len(task.distractor_shares)} distractor(s) at attraction "  # type: ignore[attr-defined]
+                f"{task.attraction:.2f}; controller {word(self._controller_answer)}; "  # type: ignore[attr-defined]
+                f"asked {asked}")
