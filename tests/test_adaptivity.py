@@ -42,7 +42,10 @@ def test_oracle_succeeds_at_least_as_often_as_anyone(scores: dict[str, dict]) ->
 #: In AgenticRouting a step runs the small or the large model: random is a 50/50 mix that
 #: runs the large model on half the steps, which clears most tasks (0.94 vs the oracle's
 #: 1.00 at seed 7).
-RANDOM_SUCCESS_GAP = {"cost_envs/ExpertRouting-v0": 0.08, "cost_envs/AgenticRouting-v0": 0.03}
+#: ExpertRouting-v1's shared wrong answers let random experts outvote the controller a
+#: little less often (0.835 vs the oracle's 1.00 at seed 7), still at 17x its CPS.
+RANDOM_SUCCESS_GAP = {"cost_envs/ExpertRouting-v0": 0.08, "cost_envs/ExpertRouting-v1": 0.08,
+                      "cost_envs/AgenticRouting-v0": 0.03}
 #: How many times the oracle's CPS random and call-all must cost (default 5). In
 #: AgenticRouting a large step costs about 4.6x a small one and every step pays at least a
 #: small one, so no policy can cost 5x the oracle per success unless it fails a lot:
