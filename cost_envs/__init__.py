@@ -6,6 +6,8 @@ Importing the package registers every environment (idempotently) under the
 process. This package never imports torch.
 """
 
+import warnings
+
 from gymnasium.envs.registration import register, registry
 
 from cost_envs.core import OraclePlan, OrchestrationEnv, Outcome
@@ -15,6 +17,7 @@ from cost_envs.envs import (
     ExpertRoutingEnv,
     ExpertTask,
     FlightPlannerEnv,
+    FlightPlannerV1Env,
     FlightTask,
     ToolBenchEnv,
     ToolTask,
@@ -34,6 +37,7 @@ __version__ = "0.1.0"
 #: Registered ids and their entry points; tests are generated from this registry.
 ENV_IDS = {
     "cost_envs/FlightPlanner-v0": "cost_envs.envs.flight_planner:FlightPlannerEnv",
+    "cost_envs/FlightPlanner-v1": "cost_envs.envs.flight_planner_v1:FlightPlannerV1Env",
     "cost_envs/ToolBench-v0": "cost_envs.envs.toolbench:ToolBenchEnv",
     "cost_envs/ExpertRouting-v0": "cost_envs.envs.expert_routing:ExpertRoutingEnv",
     "cost_envs/AgenticRouting-v0": "cost_envs.envs.agentic_routing:AgenticRoutingEnv",
@@ -48,6 +52,11 @@ def _register_envs() -> None:
 
 
 _register_envs()
+# An older version stays registered beside a newer one on purpose, as the baseline the new
+# version is compared with (FlightPlanner-v0 beside v1), so Gymnasium's "out of date, consider
+# upgrading" DeprecationWarning on making it would be wrong advice, printed on every make.
+warnings.filterwarnings("ignore", message=r".*The environment cost_envs/\S+ is out of date",
+                        category=DeprecationWarning)
 
 __all__ = [
     "ENV_IDS",
@@ -60,6 +69,7 @@ __all__ = [
     "ExpertRoutingEnv",
     "ExpertTask",
     "FlightPlannerEnv",
+    "FlightPlannerV1Env",
     "FlightTask",
     "HardBudget",
     "OraclePlan",
