@@ -19,6 +19,7 @@ from cost_envs.envs import (
     ExpertTask,
     ExpertTaskV1,
     FlightPlannerEnv,
+    FlightPlannerV1Env,
     FlightTask,
     ToolBenchEnv,
     ToolTask,
@@ -38,6 +39,7 @@ __version__ = "0.1.0"
 #: Registered ids and their entry points; tests are generated from this registry.
 ENV_IDS = {
     "cost_envs/FlightPlanner-v0": "cost_envs.envs.flight_planner:FlightPlannerEnv",
+    "cost_envs/FlightPlanner-v1": "cost_envs.envs.flight_planner_v1:FlightPlannerV1Env",
     "cost_envs/ToolBench-v0": "cost_envs.envs.toolbench:ToolBenchEnv",
     "cost_envs/ExpertRouting-v0": "cost_envs.envs.expert_routing:ExpertRoutingEnv",
     "cost_envs/ExpertRouting-v1": "cost_envs.envs.expert_routing_v1:ExpertRoutingV1Env",
@@ -59,6 +61,11 @@ def _register_envs() -> None:
 
 
 _register_envs()
+# An older version stays registered beside a newer one on purpose, as the baseline the new
+# version is compared with (FlightPlanner-v0 beside v1), so Gymnasium's "out of date, consider
+# upgrading" DeprecationWarning on making it would be wrong advice, printed on every make.
+warnings.filterwarnings("ignore", message=r".*The environment cost_envs/\S+ is out of date",
+                        category=DeprecationWarning)
 
 __all__ = [
     "ENV_IDS",
@@ -73,6 +80,7 @@ __all__ = [
     "ExpertTask",
     "ExpertTaskV1",
     "FlightPlannerEnv",
+    "FlightPlannerV1Env",
     "FlightTask",
     "HardBudget",
     "OraclePlan",

@@ -190,6 +190,8 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
     """
 
     task_type = FlightTask
+    #: Names the env in constructor errors (a subclass with another version sets its own).
+    env_label = "FlightPlanner-v0"
     observation_layout = {
         "turns_left": slice(0, 1),
         "hop_ratio": slice(1, 2),
@@ -213,7 +215,7 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
         render_mode: str | None = None,
     ) -> None:
         pool = flight_planner_pool() if pool is None else coerce_pool(pool)
-        where = f"FlightPlanner-v0: {pool.label}"
+        where = f"{self.env_label}: {pool.label}"
         if pool.skills != SKILLS:
             raise ValueError(f"{where}: skills must be {list(SKILLS)}, got {list(pool.skills)}")
         bad = [(a.name, a.role) for a in pool.agents if a.role not in ROLES]

@@ -1,0 +1,249 @@
+"""FlightPlanner-v1: v0's tasks and dynamics, observed the way a careful planner tracks them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from cost_envs.core import OraclePlan, Outcome, State
+from cost_envs.envs.flight_planner import (
+    MAX_TURNS,
+    NO_ROUTE,
+    ROUTE_NAMES,
+    SEARCH_NOTICE,
+    FlightPlannerEnv,
+    FlightTask,
+    _Tables,
+)
+from cost_envs.pool import AgentPool
+from cost_envs.reward import RewardWeights
+
+#: Searchers and validators of at least this strength count as strong (the preset pool's
+#: are 0.92 and 0.95; the basic searcher and the small validator 0.45 and 0.55).
+STRONG = 0.75
+#: Why the last turn dropped the plan (state field ``drop_cause``).
+NO_DROP, SEARCH_DROP, VALIDATOR_DROP = 0, 1, 2
+_V0_SLOTS = 15
+_NEW_SLOTS = (
+    "weak_passes",
+    "strong_passes",
+    "weak_quotes",
+    "strong_quotes",
+    "broken_survival",
+    "dropped_by_search",
+    "dropped_by_validator",
+    "plans_proposed",
+    "search_drops",
+    "validator_drops",
+)
+# v1's state: v0's five fields, then these counters of what the allocator has seen
+_FRESH_PLAN = (0, 0, 0, 0, 1.0)  # weak/strong passes, weak/strong quotes, broken survival
+
+
+class FlightPlannerV1Env(FlightPlannerEnv):
+    """FlightPlanner-v0's tasks and dynamics with an observation that can carry a belief.
+
+    ## Description
+
+    The same setting and generative model as FlightPlanner-v0 (same tasks from the same
+    seed, same outcomes and costs for the same actions): a flight network of 9 airports,
+    an origin and a destination ``h* = 2`` or ``3`` legs apart, a hop limit ``H = h* + 1``
+    and a budget ``B = P_opt * (1 + U(0.03, 0.35))``; planner, search and validator agents
+    with a strength ``s`` each, over at most 7 turns, then a commit.
+
+    **Generative model.** All luck is fixed at reset: ``u[t, i], w[t, i] ~ U(0, 1)``. At a
+    turn the called agents run in role order:
+
+    * Planners: the strongest called planner proposes a route, replacing the plan. With
+      ``u < s`` it is the optimal route. Otherwise, in shares .6/.4 of the rest, it is a
+      detour (the cheapest walk with one or two more legs) or a broken route (as many legs
+      as the optimum, price ``P_opt * U(0.9, 1.1)``, one leg that does not exist).
+    * Searchers: quote the plan at ``price * (1 + 0.02 t) * (1 + 0.5 (1 - s) w)``; the
+      best quote is kept. On a broken route a searcher notices the missing leg when
+      ``u < 0.5 s``, and the plan is dropped.
+    * Validators check connectivity, the hop limit and, if quoted, the budget. A bad plan
+      is caught when ``u < s`` and dropped; otherwise the plan is marked validated.
+
+    **What v1 adds.** Whether a plan is broken is hidden, so a careful planner weighs the
+    checks it has survived: a broken plan passes a validator of strength ``s`` with
+    probability ``1 - s`` and a searcher with ``1 - 0.5 s``, each call on its own luck, so
+    ``P(broken | checks passed)`` depends on how many checks of each strength the plan
+    passed, not only on whether it passed one. v0 keeps a single "validated" flag; v1 also
+    observes those counts, what searches found and why plans were dropped, so that a
+    memoryless policy can represent the belief.
+
+    ## Action Space
+
+    ``MultiBinary(m)`` (6 by default): bit ``i`` calls agent ``i``. The all-zero action
+    commits the quoted plan, or waits when nothing is quoted.
+
+    ## Observation Space
+
+    ``Box(0, 1, (25,), float32)``, see ``observation_layout``. Slots 0-14 are v0's, in v0's
+    positions with v0's values. Then, where counts are divided by the turn limit 7 (and
+    capped at 1) and "weak"/"strong" means strength below/at least 0.75:
+
+    * ``weak_passes``, ``strong_passes``: validator calls the current plan passed, by
+      validator strength.
+    * ``weak_quotes``, ``strong_quotes``: searcher calls that quoted the current plan
+      without finding a missing leg, by searcher strength.
+    * ``broken_survival``: the probability that a broken plan would have survived every
+      check the current plan passed, ``prod (1 - s)`` over validator passes times
+      ``prod (1 - 0.5 s)`` over searches (1 with no plan or no checks): the likelihood
+      ratio of the evidence, computed from public strengths.
+    * ``dropped_by_search``, ``dropped_by_validator``: why the last turn dropped the plan
+      (a searcher found a missing leg / a validator rejected it); v0's
+      ``dropped_last_turn`` is their sum.
+    * ``plans_proposed``, ``search_drops``, ``validator_drops``: planner proposals and
+      drops of each kind so far in the episode.
+
+    A failed validation drops the plan, so the current plan's failures are always zero;
+    the drop slots record them. A new proposal resets the current plan's counts; a
+    cheaper quote resets v0's ``validated`` but keeps the passes (the connectivity
+    evidence still holds; the quote is observed). Whether a leg exists, which candidate
+    route the plan is, and all luck stay hidden: every slot is a function of the calls
+    made and of what they visibly returned.
+
+    ## Rewards
+
+    Eq. 1: ``alpha*S + beta*Q - lam*sum_i c_i z_i - gamma*||z||_0``, with success ``S``
+    and quality ``Q = 10 * (0.7 * clip((B - C) / B, 0, 1) + 0.3 * clip(h* / h, 0, 1))``
+    (0 when infeasible) paid at commit.
+
+    ## Starting State
+
+    No plan, turn 0, on a task drawn from ``np_random`` (or ``options["task"]``); tasks are
+    :class:`FlightTask` and are drawn exactly as FlightPlanner-v0 draws them.
+
+    ## Episode End
+
+    Terminated at commit, or after 7 turns (the quoted plan, if any, is committed then).
+    Success: the committed itinerary is connected, has at most ``H`` legs and costs at
+    most ``B``. The turn limit is part of the task and observed; budgets are wrappers.
+
+    ## Arguments
+
+    * ``pool``: an :class:`AgentPool` over ``SKILLS`` whose roles are ``planner``,
+      ``search`` or ``validator`` (at least one planner and one searcher), its dict form
+      or a JSON/YAML path. Default: :func:`flight_planner_pool`.
+    * ``reward_weights``: :class:`RewardWeights` or a mapping.
+    * ``render_mode``: ``None`` or ``"ansi"``.
+
+    ## Version History
+
+    * v1: the observation tracks validation counts by strength and search findings (why:
+      issue #10 found that v0's binary validated flag lets a fixed one-turn rule beat
+      learned policies: "large planner and pro search in one turn, then commit" beat PPO
+      on success and cost per success, while a belief-tracking planner that validates a
+      plan several times cheaply did far better, which a memoryless policy cannot do
+      without counts). Tasks, dynamics, costs and the oracle's plans are v0's (the
+      oracle searches v0's part of the state, which alone decides outcomes and prices).
+    * v0: initial version.
+    """
+
+    env_label = "FlightPlanner-v1"
+    observation_layout = {
+        **FlightPlannerEnv.observation_layout,
+        **{name: slice(_V0_SLOTS + k, _V0_SLOTS + k + 1) for k, name in enumerate(_NEW_SLOTS)},
+    }
+
+    def __init__(
+        self,
+        pool: AgentPool | Mapping[str, Any] | str | Path | None = None,
+        reward_weights: RewardWeights | Mapping[str, float] | None = None,
+        render_mode: str | None = None,
+    ) -> None:
+        super().__init__(pool, reward_weights, render_mode)
+        self._is_strong: list[bool] = (self._strength >= STRONG).tolist()
+        self._searching = False  # True while the oracle searches v0's part of the state
+        self.observation_space = spaces.Box(
+            0.0, 1.0, shape=(_V0_SLOTS + len(_NEW_SLOTS),), dtype=np.float32
+        )
+
+    def _initial_state(self, task: FlightTask, tables: _Tables) -> State:
+        # v0's fields, the current plan's counts, drop cause, proposals, drops by kind
+        return (*super()._initial_state(task, tables), *_FRESH_PLAN, NO_DROP, 0, 0, 0)
+
+    def _transition(
+        self, turn: int, state: State, called: list[int]
+    ) -> tuple[State, Outcome | None]:
+        # v0's transition is the one home of the dynamics; v1 only counts what was seen.
+        if self._searching:
+            return super()._transition(turn, state, called)
+        base, outcome = super()._transition(turn, state[:5], called)
+        weak_p, strong_p, weak_q, strong_q, survival, _, proposed, s_drops, v_drops = state[5:]
+        cause = NO_DROP
+        if called:
+            role, strength, strong = self._role_list, self._strength_list, self._is_strong
+            planners = [i for i in called if role[i] == 0]
+            route = state[0]
+            if planners:  # a new plan: its evidence starts afresh
+                lead = max(planners, key=strength.__getitem__)
+                route = self._proposal[turn][lead]
+                weak_p, strong_p, weak_q, strong_q, survival = _FRESH_PLAN
+                proposed += 1
+            searchers = [i for i in called if role[i] == 1]
+            validators = [i for i in called if role[i] == 2]
+            if base[4]:  # v0 dropped the plan this turn: say who did
+                notices = self._notices[turn]
+                if searchers and self._is_broken(route) and any(notices[i] for i in searchers):
+                    cause, s_drops = SEARCH_DROP, s_drops + 1
+                else:
+                    cause, v_drops = VALIDATOR_DROP, v_drops + 1
+                weak_p, strong_p, weak_q, strong_q, survival = _FRESH_PLAN
+            elif base[0] != NO_ROUTE:  # the plan survived every check it met this turn
+                for i in searchers:
+                    strong_q, weak_q = (strong_q + 1, weak_q) if strong[i] else (
+                        strong_q, weak_q + 1)
+                    survival *= 1.0 - SEARCH_NOTICE * strength[i]
+                for i in validators:
+                    strong_p, weak_p = (strong_p + 1, weak_p) if strong[i] else (
+                        strong_p, weak_p + 1)
+                    survival *= 1.0 - strength[i]
+        return (*base, weak_p, strong_p, weak_q, strong_q, survival, cause, proposed,
+                s_drops, v_drops), outcome
+
+    def oracle_plan(self) -> OraclePlan | None:
+        """Privileged: the cheapest action sequence that succeeds from the current point.
+
+        Core's exact uniform-cost search, run over v0's part of the state: the counters
+        v1 adds never change an outcome or a price (v1's transition computes v0's and only
+        counts what was seen), so the optimum is the same, and the search does not
+        tell apart states that differ only in what was observed (80 times faster on the
+        preset pool).
+        """
+        full = self._state
+        self._state, self._searching = full[:5], True
+        try:
+            return super().oracle_plan()
+        finally:
+            self._state, self._searching = full, False
+
+    def _observe(self, turn: int, state: State) -> np.ndarray:
+        head = super()._observe(turn, state[:5])
+        weak_p, strong_p, weak_q, strong_q, survival, cause, proposed, s_drops, v_drops = (
+            state[5:])
+        t = MAX_TURNS
+        tail = np.array(
+            [min(weak_p, t) / t, min(strong_p, t) / t, min(weak_q, t) / t,
+             min(strong_q, t) / t, survival, cause == SEARCH_DROP, cause == VALIDATOR_DROP,
+             min(proposed, t) / t, min(s_drops, t) / t, min(v_drops, t) / t],
+            dtype=np.float32,
+        )
+        return np.concatenate((head, tail))
+
+    def _describe(self) -> str:
+        task = self._task
+        if task is None:
+            return "no task"
+        route, _, quote, validated, _ = self._state[:5]
+        weak_p, strong_p, weak_q, strong_q, survival = self._state[5:10]
+        plan = "none" if route == NO_ROUTE else ROUTE_NAMES[route]
+        return (f"{task.origin}->{task.destination} (h*={task.shortest_hops}, "
+                f"H={task.hop_limit}, B={task.budget:.0f}): plan {plan}, quote {quote:.0f}, "
+                f"validated {bool(validated)}, passes {weak_p} weak / {strong_p} strong, "
+                f"quotes {weak_q} weak / {strong_q} strong, broken survival {survival:.3f}")
