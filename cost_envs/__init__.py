@@ -48,8 +48,9 @@ ENV_IDS = {
 }
 
 
-#: v0 ids stay registered beside their v1 for comparison (issue #10), so Gymnasium's
-#: "out of date, consider upgrading" notice on making them is expected, not a deprecation.
+# v0 ids stay registered beside their v1 on purpose, as the baseline the new version is
+# compared with (issue #10), so Gymnasium's "out of date, consider upgrading" warning on
+# every make of a v0 would be wrong advice; only that warning, only for these ids.
 warnings.filterwarnings("ignore", message=r".*The environment cost_envs/\S+ is out of date",
                         category=DeprecationWarning)
 
@@ -61,11 +62,6 @@ def _register_envs() -> None:
 
 
 _register_envs()
-# An older version stays registered beside a newer one on purpose, as the baseline the new
-# version is compared with (FlightPlanner-v0 beside v1), so Gymnasium's "out of date, consider
-# upgrading" DeprecationWarning on making it would be wrong advice, printed on every make.
-warnings.filterwarnings("ignore", message=r".*The environment cost_envs/\S+ is out of date",
-                        category=DeprecationWarning)
 
 __all__ = [
     "ENV_IDS",
