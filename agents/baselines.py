@@ -24,6 +24,7 @@ import numpy as np
 from agents.allocator import Allocator
 from cost_envs.config import integer, number, probability
 from cost_envs.core import OrchestrationEnv
+from cost_envs.envs.flight_planner import ROLES
 
 
 def _orchestration_env(env: gym.Env) -> OrchestrationEnv:
@@ -173,6 +174,82 @@ class CostOptOracle(Baseline):
         if np.ndim(observation) != 1:
             raise ValueError("CostOptOracle follows a single environment; pass one observation")
         return self.act(observation), state
+
+
+class FixedSequence(Baseline):
+    """An open-loop rule: the same per-turn call pattern on every task, then nothing.
+
+    Step ``k`` of every episode plays ``actions[k]``; after the last pattern it plays the
+    all-zero action (commit, answer, or the small model). It reads nothing but its own
+    step count, kept in SB3's recurrent ``state`` and reset by ``episode_start``, so it
+    is the family of "fixed per-turn call patterns" that issue #10 searches.
+
+    Args:
+        env: The environment.
+        actions: The patterns, one MultiBinary action per step (at least one).
+    """
+
+    name = "fixed-sequence"
+
+    def __init__(self, env: gym.Env, actions: Sequence[Sequence[int]]) -> None:
+        super().__init__(env)
+        patterns = [self.env.validate_action(np.asarray(a)) for a in actions]
+        if not patterns:
+            raise ValueError("FixedSequence: expected at least one per-turn pattern")
+        self.actions = patterns
+
+    def act(self, observation: np.ndarray) -> np.ndarray:
+        """The first pattern (a single observation carries no step count: use predict)."""
+        return self.actions[0].copy()
+
+    def predict(self, observation: np.ndarray, state: Any = None,
+                episode_start: np.ndarray | None = None, deterministic: bool = True
+                ) -> tuple[np.ndarray, Any]:
+        """The pattern of this step; ``state`` is the step count (one environment)."""
+        if np.ndim(observation) != 1:
+            raise ValueError("FixedSequence counts one episode's steps; pass one observation")
+        step = 0 if state is None or (episode_start is not None and bool(episode_start[0])) \
+            else int(state)
+        action = (self.actions[step].copy() if step < len(self.actions)
+                  else np.zeros(self.n_agents, dtype=np.int8))
+        return action, step + 1
+
+
+class OneTurnPlanSearch(Baseline):
+    """FlightPlanner's one-turn rule: the strongest planner and searcher together, then commit.
+
+    Until a quoted plan within the budget and the hop limit stands, it calls the strongest
+    planner and the strongest searcher in one turn (again after a drop, a detour or an
+    over-budget quote); then it commits. It reads three observed flags, ``has_quote``,
+    ``within_budget`` and ``within_hop_limit``, and never validates. Issue #10 found it
+    beats PPO and LoRA-guided PPO on FlightPlanner-v0 on both success and cost per success
+    (0.978 at CPS 0.0402 on the 400 evaluation tasks of seed 0).
+    """
+
+    name = "one-turn"
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        roles = np.array(self.env.pool.roles)
+        layout = self.env.observation_layout
+        flags = ("has_quote", "within_budget", "within_hop_limit")
+        if not {"planner", "search"} <= set(roles.tolist()) or not set(flags) <= set(layout):
+            raise ValueError(f"OneTurnPlanSearch: {self.env.env_name} has no planner and "
+                             "searcher roles to call and no quote to commit; it applies to "
+                             "cost_envs/FlightPlanner-v0 and -v1")
+        # an agent's strength is its capability in its own role's skill, as the env reads it
+        strength = np.array([self.env.pool.capabilities[i, ROLES.index(role)]
+                             if role in ROLES else -1.0 for i, role in enumerate(roles)])
+        self._plan_and_search = np.zeros(self.n_agents, dtype=np.int8)
+        for role in ("planner", "search"):
+            self._plan_and_search[int(np.argmax(np.where(roles == role, strength, -1.0)))] = 1
+        self._flags = [layout[flag].start for flag in flags]
+
+    def act(self, observation: np.ndarray) -> np.ndarray:
+        """Plan and search until a good quote stands, then commit (all zeros)."""
+        if all(observation[index] > 0.5 for index in self._flags):
+            return np.zeros(self.n_agents, dtype=np.int8)
+        return self._plan_and_search.copy()
 
 
 #: CLI names -> baseline classes, each constructed as ``cls(env)``.
@@ -369,4 +446,5 @@ ROUTING_BASELINES: dict[str, type[RoutingBaseline]] = {
 }
 #: Baselines that apply to one env family only, each constructed as ``cls(env)`` (it
 #: raises ``ValueError`` naming what it needs on any other env).
-FAMILY_BASELINES: dict[str, type[Baseline]] = {ConsultAll.name: ConsultAll}
+FAMILY_BASELINES: dict[str, type[Baseline]] = {
+    cls.name: cls for cls in (ConsultAll, OneTurnPlanSearch)}
