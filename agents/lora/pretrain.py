@@ -80,7 +80,7 @@ def randomized_pool(env_id: str, rng: np.random.Generator) -> AgentPool:
         agents = tuple(_scaled(catalogue.agents[i], float(np.exp(rng.normal(0.0, 0.5))),
                                catalogue.agents[i].capability) for i in chosen)
         return AgentPool(agents, catalogue.skills)
-    if name == "FlightPlanner-v0":
+    if name in ("FlightPlanner-v0", "FlightPlanner-v1"):  # v1: the same pools, more observed
         preset = flight_planner_pool()
         agents = []
         for spec in preset.agents:
@@ -90,7 +90,7 @@ def randomized_pool(env_id: str, rng: np.random.Generator) -> AgentPool:
             agents.append(_scaled(spec, float(np.exp(rng.normal(0.0, 0.5))), capability))
         return AgentPool(tuple(agents), preset.skills)
     raise ValueError(f"no randomised pool family for {env_id!r}; expected "
-                     "cost_envs/ToolBench-v0 or cost_envs/FlightPlanner-v0")
+                     "cost_envs/ToolBench-v0 or cost_envs/FlightPlanner-v0 or -v1")
 
 
 def pretrain_base(
