@@ -393,7 +393,7 @@ class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
         _, costs = self.joint_actions_by_cost()
         called_lists = self._sorted_called
         counter = itertools.count()
-        start = (self._turn, self._state)
+        start = (self._turn, self._search_state())
         # heap items: (g, tiebreak, node, action index or -1 for "arrived", payload)
         heap: list[tuple[float, int, Any, int, Any]] = [(0.0, next(counter), start, -1, None)]
         parents: dict[Any, Any] = {}
@@ -408,7 +408,7 @@ class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
                 heapq.heappush(heap, (g + costs[0], next(counter), node, 0, None))
                 continue
             turn, state = node
-            next_state, outcome = self._transition(turn, state, called_lists[k])
+            next_state, outcome = self._search_transition(turn, state, called_lists[k])
             child = ("end", next(counter), outcome.quality) if (
                 outcome is not None and outcome.success) else (turn + 1, next_state)
             if outcome is None or outcome.success:
@@ -417,6 +417,21 @@ class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
                 g_node = g - costs[k]
                 heapq.heappush(heap, (g_node + costs[k + 1], next(counter), node, k + 1, None))
         return None
+
+    def _search_state(self) -> State:
+        """The state :meth:`oracle_plan` searches from: the episode's, by default.
+
+        An env whose state also records what was merely observed (FlightPlanner-v1's
+        counters) returns the part that decides outcomes and prices, with
+        :meth:`_search_transition` over it, so the search does not tell apart states that
+        differ only in what was seen.
+        """
+        return self._state
+
+    def _search_transition(self, turn: int, state: State,
+                           called: list[int]) -> tuple[State, Outcome | None]:
+        """The transition :meth:`oracle_plan` searches with: the episode's, by default."""
+        return self._transition(turn, state, called)
 
     def oracle_action(self) -> np.ndarray:
         """Privileged: the next action of :meth:`oracle_plan` (all zeros if none succeeds)."""

@@ -25,6 +25,8 @@ ROUTE_NAMES = ("optimal", "detour", "broken")
 DETOUR_SHARE = 0.6  # of a planner's unlucky proposals; the rest are broken routes
 SEARCH_NOTICE = 0.5  # a searcher notices a missing leg with probability 0.5 * strength
 NO_ROUTE = -1
+#: Why the plan was dropped this turn, as :meth:`FlightPlannerEnv._advance` reports it.
+NO_DROP, SEARCH_DROP, VALIDATOR_DROP = 0, 1, 2
 
 _PRESET = (
     ("planner_small", "planner", 0.002, 2.1e13, (0.45, 0.05, 0.10)),
@@ -328,11 +330,23 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
     def _transition(
         self, turn: int, state: State, called: list[int]
     ) -> tuple[State, Outcome | None]:
+        next_state, outcome, _ = self._advance(turn, state, called)
+        return next_state, outcome
+
+    def _advance(
+        self, turn: int, state: State, called: list[int]
+    ) -> tuple[State, Outcome | None, int]:
+        """The transition, plus why the plan was dropped this turn (``*_DROP``).
+
+        The one home of the dynamics: v1 reads the drop's cause from here rather than
+        working the rule out again.
+        """
         route, p_strength, quote, validated, _ = state
-        dropped = 0
+        dropped = cause = NO_DROP
         if not called:
             if quote > 0:
-                return (route, p_strength, quote, validated, 0), self._commit(route, quote)
+                return ((route, p_strength, quote, validated, 0), self._commit(route, quote),
+                        NO_DROP)
         else:
             role, strength, detects = self._role_list, self._strength_list, self._detects[turn]
             planners = [i for i in called if role[i] == 0]
@@ -345,6 +359,7 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
                 notices = self._notices[turn]
                 if self._is_broken(route) and any(notices[i] for i in searchers):
                     route, p_strength, quote, validated, dropped = NO_ROUTE, 0.0, 0.0, 0, 1
+                    cause = SEARCH_DROP
                 else:
                     markup = self._markup[turn]
                     best = self._task.route_price[route] * min(markup[i] for i in searchers)
@@ -356,12 +371,14 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
                     validated = 1
                 elif any(detects[i] for i in validators):
                     route, p_strength, quote, validated, dropped = NO_ROUTE, 0.0, 0.0, 0, 1
+                    cause = VALIDATOR_DROP
                 else:
                     validated = 1  # a weak validator waved a bad plan through
         state = (route, p_strength, quote, validated, dropped)
         if turn + 1 >= MAX_TURNS:
-            return state, self._commit(route, quote) if quote > 0 else Outcome(False, 0.0)
-        return state, None
+            return (state, self._commit(route, quote) if quote > 0 else Outcome(False, 0.0),
+                    cause)
+        return state, None, cause
 
     def _is_broken(self, route: int) -> bool:
         return not self._task.route_connected[route]

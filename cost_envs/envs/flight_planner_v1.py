@@ -9,12 +9,15 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from cost_envs.core import OraclePlan, Outcome, State
+from cost_envs.core import Outcome, State
 from cost_envs.envs.flight_planner import (
     MAX_TURNS,
+    NO_DROP,
     NO_ROUTE,
     ROUTE_NAMES,
+    SEARCH_DROP,
     SEARCH_NOTICE,
+    VALIDATOR_DROP,
     FlightPlannerEnv,
     FlightTask,
     _Tables,
@@ -25,8 +28,6 @@ from cost_envs.reward import RewardWeights
 #: Searchers and validators of at least this strength count as strong (the preset pool's
 #: are 0.92 and 0.95; the basic searcher and the small validator 0.45 and 0.55).
 STRONG = 0.75
-#: Why the last turn dropped the plan (state field ``drop_cause``).
-NO_DROP, SEARCH_DROP, VALIDATOR_DROP = 0, 1, 2
 _V0_SLOTS = 15
 _NEW_SLOTS = (
     "weak_passes",
@@ -159,7 +160,6 @@ class FlightPlannerV1Env(FlightPlannerEnv):
     ) -> None:
         super().__init__(pool, reward_weights, render_mode)
         self._is_strong: list[bool] = (self._strength >= STRONG).tolist()
-        self._searching = False  # True while the oracle searches v0's part of the state
         self.observation_space = spaces.Box(
             0.0, 1.0, shape=(_V0_SLOTS + len(_NEW_SLOTS),), dtype=np.float32
         )
@@ -172,56 +172,41 @@ class FlightPlannerV1Env(FlightPlannerEnv):
         self, turn: int, state: State, called: list[int]
     ) -> tuple[State, Outcome | None]:
         # v0's transition is the one home of the dynamics; v1 only counts what was seen.
-        if self._searching:
-            return super()._transition(turn, state, called)
-        base, outcome = super()._transition(turn, state[:5], called)
+        base, outcome, cause = self._advance(turn, state[:5], called)
         weak_p, strong_p, weak_q, strong_q, survival, _, proposed, s_drops, v_drops = state[5:]
-        cause = NO_DROP
         if called:
             role, strength, strong = self._role_list, self._strength_list, self._is_strong
-            planners = [i for i in called if role[i] == 0]
-            route = state[0]
-            if planners:  # a new plan: its evidence starts afresh
-                lead = max(planners, key=strength.__getitem__)
-                route = self._proposal[turn][lead]
+            if any(role[i] == 0 for i in called):  # a new plan: its evidence starts afresh
                 weak_p, strong_p, weak_q, strong_q, survival = _FRESH_PLAN
                 proposed += 1
-            searchers = [i for i in called if role[i] == 1]
-            validators = [i for i in called if role[i] == 2]
-            if base[4]:  # v0 dropped the plan this turn: say who did
-                notices = self._notices[turn]
-                if searchers and self._is_broken(route) and any(notices[i] for i in searchers):
-                    cause, s_drops = SEARCH_DROP, s_drops + 1
-                else:
-                    cause, v_drops = VALIDATOR_DROP, v_drops + 1
+            if cause != NO_DROP:  # v0 dropped the plan this turn
+                s_drops += cause == SEARCH_DROP
+                v_drops += cause == VALIDATOR_DROP
                 weak_p, strong_p, weak_q, strong_q, survival = _FRESH_PLAN
             elif base[0] != NO_ROUTE:  # the plan survived every check it met this turn
-                for i in searchers:
-                    strong_q, weak_q = (strong_q + 1, weak_q) if strong[i] else (
-                        strong_q, weak_q + 1)
-                    survival *= 1.0 - SEARCH_NOTICE * strength[i]
-                for i in validators:
-                    strong_p, weak_p = (strong_p + 1, weak_p) if strong[i] else (
-                        strong_p, weak_p + 1)
-                    survival *= 1.0 - strength[i]
+                for i in called:
+                    if role[i] == 1:
+                        strong_q, weak_q = (strong_q + 1, weak_q) if strong[i] else (
+                            strong_q, weak_q + 1)
+                        survival *= 1.0 - SEARCH_NOTICE * strength[i]
+                for i in called:
+                    if role[i] == 2:
+                        strong_p, weak_p = (strong_p + 1, weak_p) if strong[i] else (
+                            strong_p, weak_p + 1)
+                        survival *= 1.0 - strength[i]
         return (*base, weak_p, strong_p, weak_q, strong_q, survival, cause, proposed,
                 s_drops, v_drops), outcome
 
-    def oracle_plan(self) -> OraclePlan | None:
-        """Privileged: the cheapest action sequence that succeeds from the current point.
+    def _search_state(self) -> State:
+        # The oracle searches v0's part of the state: the counters v1 adds never change an
+        # outcome or a price, so the optimum is the same, and the search does not tell
+        # apart states that differ only in what was observed (80 times faster).
+        return self._state[:5]
 
-        Core's exact uniform-cost search, run over v0's part of the state: the counters
-        v1 adds never change an outcome or a price (v1's transition computes v0's and only
-        counts what was seen), so the optimum is the same, and the search does not
-        tell apart states that differ only in what was observed (80 times faster on the
-        preset pool).
-        """
-        full = self._state
-        self._state, self._searching = full[:5], True
-        try:
-            return super().oracle_plan()
-        finally:
-            self._state, self._searching = full, False
+    def _search_transition(
+        self, turn: int, state: State, called: list[int]
+    ) -> tuple[State, Outcome | None]:
+        return FlightPlannerEnv._transition(self, turn, state, called)
 
     def _observe(self, turn: int, state: State) -> np.ndarray:
         head = super()._observe(turn, state[:5])
