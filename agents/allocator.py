@@ -2,7 +2,7 @@
 
 The call signature is a Stable-Baselines3 model's ``predict``, so trained SB3 models, the
 baselines of :mod:`agents.baselines`, the routers of :mod:`agents.routing` and user code
-are interchangeable in evaluation (:class:`SupportsPredict` is that protocol).
+are interchangeable in evaluation: anything with that ``predict`` is an allocator.
 
 :class:`Allocator` is the base class of the project's own rule-based allocators: a
 subclass writes :meth:`Allocator.act` for one observation and inherits a ``predict`` that
@@ -11,24 +11,9 @@ takes one observation or a batch ``(n, obs_dim)``, as SB3's does.
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
-
-
-@runtime_checkable
-class SupportsPredict(Protocol):
-    """Decides which agents to call given an observation (SB3's ``predict``)."""
-
-    def predict(
-        self,
-        observation: np.ndarray,
-        state: Any = None,
-        episode_start: np.ndarray | None = None,
-        deterministic: bool = True,
-    ) -> tuple[np.ndarray, Any]:
-        """Return ``(action, state)`` like ``stable_baselines3.common.base_class.BaseAlgorithm``."""
-        ...
 
 
 class Allocator:

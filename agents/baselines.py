@@ -24,7 +24,6 @@ import numpy as np
 from agents.allocator import Allocator
 from cost_envs.config import integer, number, probability
 from cost_envs.core import OrchestrationEnv
-from cost_envs.envs.flight_planner import ROLES
 
 
 def _orchestration_env(env: gym.Env) -> OrchestrationEnv:
@@ -230,19 +229,16 @@ class OneTurnPlanSearch(Baseline):
 
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)
-        roles = np.array(self.env.pool.roles)
         layout = self.env.observation_layout
         flags = ("has_quote", "within_budget", "within_hop_limit")
-        if not {"planner", "search"} <= set(roles.tolist()) or not set(flags) <= set(layout):
+        strongest = getattr(self.env, "strongest", None)
+        picks = [strongest(role) for role in ("planner", "search")] if strongest else [None]
+        if None in picks or not set(flags) <= set(layout):
             raise ValueError(f"OneTurnPlanSearch: {self.env.env_name} has no planner and "
                              "searcher roles to call and no quote to commit; it applies to "
                              "cost_envs/FlightPlanner-v0 and -v1")
-        # an agent's strength is its capability in its own role's skill, as the env reads it
-        strength = np.array([self.env.pool.capabilities[i, ROLES.index(role)]
-                             if role in ROLES else -1.0 for i, role in enumerate(roles)])
         self._plan_and_search = np.zeros(self.n_agents, dtype=np.int8)
-        for role in ("planner", "search"):
-            self._plan_and_search[int(np.argmax(np.where(roles == role, strength, -1.0)))] = 1
+        self._plan_and_search[picks] = 1
         self._flags = [layout[flag].start for flag in flags]
 
     def act(self, observation: np.ndarray) -> np.ndarray:
@@ -412,31 +408,48 @@ class DifficultyThreshold(RoutingBaseline):
         return cls(env, min(scores)[2])
 
 
-class ConsultAll(Baseline):
+class FixedConsultation(Baseline):
+    """Consult a fixed set of experts in the first round, then answer (``[]``: alone).
+
+    CORL's reference points: the controller alone and each single expert. The first round
+    is the one whose ``rounds_left`` slot is still full; a ``BudgetTier`` observation keeps
+    the env's positions, so the env's layout serves it too.
+
+    Args:
+        env: An expert-routing env whose ``observation_layout`` has ``rounds_left``.
+        experts: Indices of the experts to consult.
+    """
+
+    name = "fixed-consultation"
+
+    def __init__(self, env: gym.Env, experts: Sequence[int]) -> None:
+        super().__init__(env)
+        layout = self.env.observation_layout
+        if "rounds_left" not in layout:
+            raise ValueError(f"{type(self).__name__}: {self.env.env_name} has no consultation "
+                             f"rounds (its observation slots: {sorted(layout)}); it applies "
+                             "to cost_envs/ExpertRouting-v0 and -v1")
+        self.action = np.zeros(self.n_agents, dtype=np.int8)
+        self.action[list(experts)] = 1
+        self._rounds_left = layout["rounds_left"].start
+
+    def act(self, observation: np.ndarray) -> np.ndarray:
+        """The fixed experts while no round has passed, then answer (all zeros)."""
+        first_round = float(observation[self._rounds_left]) >= 1.0 - 1e-6
+        return self.action.copy() if first_round else np.zeros_like(self.action)
+
+
+class ConsultAll(FixedConsultation):
     """CORL's "consult every expert": all of them in the first round, then answer.
 
     On ExpertRouting-v0's MATH500 high tier it equals the learned controllers' only win over
     the best single expert (issue #10), so tier tables show it beside them.
-
-    Args:
-        env: An expert-routing env whose ``observation_layout`` has ``rounds_left``.
     """
 
     name = "consult-all"
 
     def __init__(self, env: gym.Env) -> None:
-        super().__init__(env)
-        layout = self.env.observation_layout
-        if "rounds_left" not in layout:
-            raise ValueError(f"ConsultAll: {self.env.env_name} has no consultation rounds "
-                             f"(its observation slots: {sorted(layout)}); it applies to "
-                             "cost_envs/ExpertRouting-v0")
-        self._rounds_left = layout["rounds_left"].start
-
-    def act(self, observation: np.ndarray) -> np.ndarray:
-        """Every expert while no round has passed, then answer (all zeros)."""
-        first_round = float(observation[self._rounds_left]) >= 1.0 - 1e-6
-        return np.full(self.n_agents, int(first_round), dtype=np.int8)
+        super().__init__(env, range(env.unwrapped.n_agents))
 
 
 #: Small/large routing baselines (BoPO), each constructed as ``cls(env)``; kept apart

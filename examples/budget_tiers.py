@@ -12,8 +12,8 @@ from pathlib import Path
 import yaml
 
 import cost_envs  # noqa: F401  (registers cost_envs/* ids)
-from agents.baselines import RuleBased
-from agents.routing.corl import FixedConsultation, score_tier, train_shared_ppo
+from agents.baselines import FixedConsultation, RuleBased
+from agents.routing.corl import score_tier, train_shared_ppo
 from cost_envs.prices import default_price_table
 from cost_envs.wrappers import TIERS
 
@@ -36,7 +36,7 @@ workdir = tempfile.TemporaryDirectory()  # removed when the script ends
 prices_file = Path(workdir.name) / "my_prices.yaml"
 prices_file.write_text(yaml.safe_dump(table))
 
-methods = {"controller alone": lambda env: FixedConsultation([], 3), "rule": RuleBased}
+methods = {"controller alone": lambda env: FixedConsultation(env, []), "rule": RuleBased}
 if args.timesteps:
     policy, _ = train_shared_ppo(args.timesteps, seed=0)
     methods["ppo"] = lambda env: policy

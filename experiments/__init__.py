@@ -12,6 +12,7 @@ tables, JSON and figures (rendered first, then written all or nothing):
   page and figure: :mod:`experiments.traces_report`).
 
 :mod:`experiments.common` holds the shared plumbing (worker pools, PNG bytes, the machine,
-the writability check, the all-or-nothing writer) and :mod:`experiments.__main__` the
+the writability check; files are written all or nothing by
+:func:`agents.files.write_files_atomic`) and :mod:`experiments.__main__` the
 command line. Imports flow one way: ``cost_envs`` <- ``agents`` <- ``experiments``.
 """

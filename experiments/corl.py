@@ -26,7 +26,6 @@ from agents.files import write_files_atomic
 from agents.lora.policies import AllocatorPolicy
 from agents.routing.corl import (
     EXPERT_ROUTING,
-    FixedConsultation,
     TierAdapters,
     tier_table,
     train_shared_ppo,
@@ -63,19 +62,15 @@ def _policy_allocator(policy: Any) -> Callable[[gym.Env], Any]:
     return lambda env: policy
 
 
-def _consult(experts: list[int], n_experts: int) -> Callable[[gym.Env], FixedConsultation]:
-    """A :class:`FixedConsultation` factory reading the env's own observation layout."""
-    return lambda env: FixedConsultation(experts, n_experts, env.unwrapped.observation_layout)
-
-
 def corl_methods(shared: AllocatorPolicy, adapters: TierAdapters, n_experts: int,
                  expert_names: list[str]) -> dict[str, Callable[[gym.Env], Any]]:
     """Table rows: the references (alone, each single expert, rule, oracle) and the learned."""
-    from agents.baselines import CostOptOracle, RuleBased
+    from agents.baselines import CostOptOracle, FixedConsultation, RuleBased
 
-    methods: dict[str, Callable[[gym.Env], Any]] = {"Controller alone": _consult([], n_experts)}
+    methods: dict[str, Callable[[gym.Env], Any]] = {
+        "Controller alone": lambda env: FixedConsultation(env, [])}
     for i, name in enumerate(expert_names):
-        methods[f"Single expert: {name}"] = _consult([i], n_experts)
+        methods[f"Single expert: {name}"] = lambda env, i=i: FixedConsultation(env, [i])
     methods["Escalate until agreement (rule)"] = RuleBased
     methods["Oracle (privileged, ignores the tier)"] = CostOptOracle
     methods["PPO, one policy for all tiers"] = _policy_allocator(shared)

@@ -63,7 +63,6 @@ def _by_cost(data: TraceDataset, costs: np.ndarray) -> tuple[str, str]:
     return data.models[order[0]], data.models[order[1]]
 
 
-
 def _curve_json(curve: Any) -> dict[str, list[float]]:
     return {"strong_share": curve.strong_share.tolist(), "accuracy": curve.accuracy.tolist(),
             "cost_per_query": curve.cost.tolist()}

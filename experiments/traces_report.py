@@ -25,7 +25,6 @@ def _fmt(entry: Mapping[str, Any], digits: int = 3) -> str:
     return value_interval(entry["value"], *entry["ci"], fmt=f".{digits}f")
 
 
-
 def figure(result: Mapping[str, Any]) -> bytes:
     """The GSM8K frontier (accuracy vs strong-call share and vs cost), PNG bytes."""
     import matplotlib

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 import cost_envs
+from agents.baselines import FixedConsultation
 from agents.evaluation import run_episode
 from agents.routing.corl import (
-    FixedConsultation,
     TierAdapters,
     make_tier_env,
     score_tier,
@@ -130,23 +130,23 @@ def test_tier_adapters_need_the_plain_shared_policy(trained) -> None:
 
 def test_fixed_consultation_asks_once_then_answers() -> None:
     env = make_tier_env(tier="high")
-    record = run_episode(FixedConsultation([0, 2], 3), env, seed=3)
+    record = run_episode(FixedConsultation(env, [0, 2]), env, seed=3)
     assert record.length == 2
     np.testing.assert_array_equal(record.calls, [1, 0, 1])
-    alone = run_episode(FixedConsultation([], 3), env, seed=3)
+    alone = run_episode(FixedConsultation(env, []), env, seed=3)
     assert alone.length == 1 and alone.calls.sum() == 0
-    # The first round is read from the layout's "rounds_left" slot, wherever it is.
-    layout = {"rounds_left": slice(0, 1)}
-    asker = FixedConsultation([1], 3, layout)
-    first, later = np.zeros(20, np.float32), np.zeros(20, np.float32)
-    first[0], later[4] = 1.0, 1.0
+    # The first round is read from the env layout's "rounds_left" slot, by name.
+    asker = FixedConsultation(env, [1])
+    slot = env.unwrapped.observation_layout["rounds_left"].start
+    first, later = np.zeros(20, np.float32), np.ones(20, np.float32)
+    first[slot], later[slot] = 1.0, 0.0
     np.testing.assert_array_equal(asker.predict(first)[0], [0, 1, 0])
     np.testing.assert_array_equal(asker.predict(later)[0], [0, 0, 0])
 
 
 def test_score_tier_controller_alone_matches_the_tasks() -> None:
     episodes = 60
-    scores = score_tier(lambda env: FixedConsultation([], 3), "low", episodes, seed=5,
+    scores = score_tier(lambda env: FixedConsultation(env, []), "low", episodes, seed=5,
                         n_resamples=50)
     # Recompute from the same task stream: the controller is right iff its luck is below
     # its accuracy, and it pays exactly one round.
@@ -167,7 +167,7 @@ def test_score_tier_controller_alone_matches_the_tasks() -> None:
 
 def test_score_tier_gates_accuracy_by_the_budget() -> None:
     # o3 alone costs far more than the low tier's budget: right answers do not count.
-    scores = score_tier(lambda env: FixedConsultation([2], 3), "low", 40, seed=1,
+    scores = score_tier(lambda env: FixedConsultation(env, [2]), "low", 40, seed=1,
                         n_resamples=50)
     assert scores.accuracy[0] > 0.5
     assert scores.budget_exceeded == 1.0
@@ -202,7 +202,7 @@ def test_report_writes_tables_json_and_figure(tmp_path) -> None:
 def test_fixed_consultation_acts_on_a_batch_like_on_single_observations() -> None:
     env = gym.make("cost_envs/ExpertRouting-v0")
     first, _ = env.reset(seed=0)
-    consult = FixedConsultation([1], 3, env.unwrapped.observation_layout)
+    consult = FixedConsultation(env, [1])
     later, *_ = env.step(np.array([1, 0, 0], dtype=np.int8))
     batch, _ = consult.predict(np.stack([first, later]))
     single = [consult.predict(first)[0], consult.predict(later)[0]]

@@ -191,8 +191,7 @@ def save_base(state: dict[str, torch.Tensor], config: dict[str, Any], path: str 
     weights, config_path = base_files(path)
     check_base(state, config, f"base encoder {weights}")
     text = json.dumps(config, indent=2, allow_nan=False) + "\n"
-    if weights.parent != config_path.parent:  # base_files keeps them side by side
-        raise ValueError(f"{weights}: the weights and {config_path} must share a directory")
-    # One pair, all or nothing: never new weights beside an old config.
+    # One pair, all or nothing: never new weights beside an old config (base_files keeps
+    # them side by side).
     write_files_atomic(weights.parent, {weights.name: save(state), config_path.name: text})
     return weights

@@ -27,11 +27,8 @@ is ``experiments/corl.py`` in the repository.
 
 from __future__ import annotations
 
-import functools
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -45,7 +42,6 @@ from agents.callbacks import CostMetricsCallback
 from agents.evaluation import evaluate
 from agents.lora.lora_ppo import LoraGuidedPPO
 from agents.lora.policies import AllocatorPolicy
-from agents.lora.pretrain import save_base
 from agents.lora.training import PPO_SETTINGS, quiet_logger
 from agents.seeds import TRAIN_TASK_SEED
 from cost_envs.metrics import bootstrap_mean_ci
@@ -83,15 +79,6 @@ def tier_layout(env: gym.Env) -> dict[str, slice]:
                          f"{env.observation_space.shape}")
     return {**base.observation_layout, "tier": slice(size, end),
             "budget_left": slice(end, end + 1)}
-
-
-@functools.cache
-def _expert_routing_layout() -> dict[str, slice]:
-    """ExpertRouting-v0's ``observation_layout`` with its default arguments."""
-    env = gym.make(EXPERT_ROUTING)
-    layout = dict(env.unwrapped.observation_layout)
-    env.close()
-    return layout
 
 
 def train_shared_ppo(timesteps: int, seed: int = 0, env_kwargs: Mapping[str, Any] | None = None,
@@ -152,63 +139,34 @@ def train_tier_adapters(
     probe = make_tier_env(env_kwargs)
     layout = tier_layout(probe)
     probe.close()
-    with tempfile.TemporaryDirectory() as tmp:
-        state = {k: v.detach().clone().contiguous() for k, v in encoder.state_dict().items()}
-        base = save_base(state, {"obs_dim": obs_dim,
-                                 "hidden_sizes": list(shared.hidden_sizes)},
-                         Path(tmp) / "shared_encoder")
-        for offset, tier in enumerate(TIERS):
-            set_random_seed(seed)
-            env = make_tier_env(env_kwargs, tier=tier)
-            # cost_coef=0: the gated reward is the whole objective, as for the shared PPO
-            # (LoRA-PPO's expected-cost term prices calls nominally, the same in every tier).
-            model = LoraGuidedPPO(
-                AllocatorPolicy, env, learning_rate=learning_rate, cost_coef=0.0, seed=seed,
-                device="cpu",
-                policy_kwargs={"hidden_sizes": shared.hidden_sizes, "lora_rank": 8,
-                               "base": str(base)},
-                **PPO_SETTINGS)
-            # Start from the shared policy: its heads, and adapters that add nothing (B=0).
-            model.policy.action_net.load_state_dict(shared.action_net.state_dict())
-            model.policy.value_net.load_state_dict(shared.value_net.state_dict())
-            quiet_logger(model, verbose)
-            model.get_env().seed(TRAIN_TASK_SEED + 100 * (offset + 1) + seed)
-            callback = CostMetricsCallback()
-            model.learn(timesteps, callback=callback)
-            env.close()
-            policies[tier] = model.policy
-            history[tier] = callback.history
+    # The shared encoder, handed over as tensors: it becomes every tier's frozen base.
+    state = {k: v.detach().clone().contiguous() for k, v in encoder.state_dict().items()}
+    base = (state, {"obs_dim": obs_dim, "hidden_sizes": list(shared.hidden_sizes)})
+    for offset, tier in enumerate(TIERS):
+        set_random_seed(seed)
+        env = make_tier_env(env_kwargs, tier=tier)
+        # cost_coef=0: the gated reward is the whole objective, as for the shared PPO
+        # (LoRA-PPO's expected-cost term prices calls nominally, the same in every tier).
+        model = LoraGuidedPPO(
+            AllocatorPolicy, env, learning_rate=learning_rate, cost_coef=0.0, seed=seed,
+            device="cpu",
+            policy_kwargs={"hidden_sizes": shared.hidden_sizes, "lora_rank": 8,
+                           "base": base},
+            **PPO_SETTINGS)
+        # Start from the shared policy: its heads, and adapters that add nothing (B=0).
+        model.policy.action_net.load_state_dict(shared.action_net.state_dict())
+        model.policy.value_net.load_state_dict(shared.value_net.state_dict())
+        quiet_logger(model, verbose)
+        model.get_env().seed(TRAIN_TASK_SEED + 100 * (offset + 1) + seed)
+        callback = CostMetricsCallback()
+        model.learn(timesteps, callback=callback)
+        env.close()
+        policies[tier] = model.policy
+        history[tier] = callback.history
     return TierAdapters(policies, layout, history)
 
 
 # ------------------------------------------------------------------ evaluation
-class FixedConsultation(Allocator):
-    """Consult a fixed set of experts in the first round, then answer (``[]``: alone).
-
-    The reference points of CORL's tables: the controller alone and each single expert.
-    The first round is the one whose ``rounds_left`` slot is still full.
-
-    Args:
-        experts: Indices of the experts to consult.
-        n_experts: Number of experts (the action's length).
-        layout: The env's ``observation_layout`` (``env.unwrapped.observation_layout``);
-            default ExpertRouting-v0's. A ``BudgetTier`` observation keeps the env's
-            positions, so the env's layout serves it too.
-    """
-
-    def __init__(self, experts: list[int], n_experts: int,
-                 layout: Mapping[str, slice] | None = None) -> None:
-        self.action = np.zeros(n_experts, dtype=np.int8)
-        self.action[experts] = 1
-        self.rounds_left = (_expert_routing_layout() if layout is None else layout)[
-            "rounds_left"]
-
-    def act(self, observation: np.ndarray) -> np.ndarray:
-        """``self.action`` while no expert has been consulted, then answer now."""
-        first_round = float(observation[self.rounds_left][0]) >= 1.0 - 1e-6
-        return self.action.copy() if first_round else np.zeros_like(self.action)
-
-
 @dataclass(frozen=True)
 class TierScores:
     """One method's scores on one tier, each a point with a 95% interval."""

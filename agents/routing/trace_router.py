@@ -315,7 +315,6 @@ class RouterPolicy(Allocator):
         return action
 
 
-
 def cascade_observations(env: gym.Env) -> np.ndarray:
     """The cascade's second-step observation of every query of a cascade env, ``(n, d)``.
 

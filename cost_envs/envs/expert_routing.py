@@ -217,7 +217,7 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
 
     task_type = ExpertTask
     #: Name in error messages (a subclass with its own id sets its own).
-    version_name = "ExpertRouting-v0"
+    env_label = "ExpertRouting-v0"
 
     def __init__(
         self,
@@ -228,7 +228,7 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
         reward_weights: RewardWeights | Mapping[str, float] | None = None,
         render_mode: str | None = None,
     ) -> None:
-        name = self.version_name
+        name = self.env_label
         one_of(profile, "profile", (*PROFILE_NAMES, "mixed"), where=name)
         max_rounds = integer(max_rounds, "max_rounds", minimum=1, maximum=8, where=name)
         if experts is None:

@@ -176,7 +176,7 @@ class ExpertRoutingV1Env(ExpertRoutingEnv):
     """
 
     task_type = ExpertTaskV1
-    version_name = "ExpertRouting-v1"
+    env_label = "ExpertRouting-v1"
 
     # ------------------------------------------------------------------ tasks
     def _generate_block(self, rng: np.random.Generator, n: int

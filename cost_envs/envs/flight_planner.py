@@ -432,10 +432,17 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
         action = np.zeros(self.n_agents, dtype=np.int8)
         phase = turn % 4
         if phase < 3:
-            mask = self._role_mask[ROLES[phase]]
-            if mask.any():
-                action[int(np.argmax(np.where(mask, self._strength, -1.0)))] = 1
+            strongest = self.strongest(ROLES[phase])
+            if strongest is not None:
+                action[strongest] = 1
         return action
+
+    def strongest(self, role: str) -> int | None:
+        """The strongest agent of ``role`` (by capability in its role's skill), or ``None``."""
+        mask = self._role_mask[role]
+        if not mask.any():
+            return None
+        return int(np.argmax(np.where(mask, self._strength, -1.0)))
 
     def _describe(self) -> str:
         task = self._task
