@@ -16,7 +16,7 @@ or a YAML file (see :meth:`AgentPool.from_file`)::
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -173,12 +173,14 @@ class AgentPool:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], source: str = "<dict>") -> AgentPool:
+    def from_dict(cls, data: Mapping[str, Any], source: str = "<dict>",
+                  file: str = "") -> AgentPool:
         """Build a pool from plain data, rejecting anything unexpected.
 
         Args:
             data: ``{"skills": [...], "agents": [{name, role, cost, flops, capability}, ...]}``.
             source: Where the data came from; prefixed to every error message.
+            file: The file it was read from, kept as the pool's ``source`` (``""``: none).
 
         Raises:
             ValueError: Naming ``source``, the offending key and what was expected.
@@ -205,7 +207,7 @@ class AgentPool:
             except ValueError as err:
                 raise ValueError(f"{where}: {err}") from None
         try:
-            return cls(tuple(agents), tuple(skills))
+            return cls(tuple(agents), tuple(skills), source=file)
         except ValueError as err:
             raise ValueError(f"{source}: {err}") from None
 
@@ -213,7 +215,7 @@ class AgentPool:
     def from_file(cls, path: str | Path) -> AgentPool:
         """Load a pool from a ``.json``, ``.yaml`` or ``.yml`` file (schema in the module doc)."""
         path = Path(path)
-        return replace(cls.from_dict(read_config_file(path), source=str(path)), source=str(path))
+        return cls.from_dict(read_config_file(path), source=str(path), file=str(path))
 
 
 def coerce_pool(pool: AgentPool | Mapping[str, Any] | str | Path) -> AgentPool:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -167,8 +167,13 @@ class PriceTable:
                              f"has {list(self.names)}")
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], source: str = "<dict>") -> PriceTable:
-        """Build a table from its dict form (the schema in the module doc)."""
+    def from_dict(cls, data: Mapping[str, Any], source: str = "<dict>",
+                  file: str = "") -> PriceTable:
+        """Build a table from its dict form (the schema in the module doc).
+
+        ``source`` prefixes every error message; ``file``, the file the data was read from,
+        is kept as the table's ``source`` (``""``: none).
+        """
         if not isinstance(data, Mapping):
             raise ValueError(f"{source}: expected a mapping with keys {list(_TABLE_KEYS)}, "
                              f"got {type(data).__name__}")
@@ -190,7 +195,7 @@ class PriceTable:
             except ValueError as err:
                 raise ValueError(f"{where}: {err}") from None
         try:
-            return cls(tuple(models), currency)
+            return cls(tuple(models), currency, source=file)
         except ValueError as err:
             raise ValueError(f"{source}: {err}") from None
 
@@ -198,15 +203,15 @@ class PriceTable:
     def from_file(cls, path: str | Path) -> PriceTable:
         """Load a table from a ``.json``, ``.yaml`` or ``.yml`` file."""
         path = Path(path)
-        return replace(cls.from_dict(read_config_file(path), source=str(path)), source=str(path))
+        return cls.from_dict(read_config_file(path), source=str(path), file=str(path))
 
 
 def default_price_table() -> PriceTable:
     """The packaged table (``cost_envs/data/prices.yaml``)."""
     source = "cost_envs/data/prices.yaml"
     content = resources.files("cost_envs").joinpath("data/prices.yaml").read_text(encoding="utf-8")
-    table = PriceTable.from_dict(parse_config_text(content, source, "yaml"), source=source)
-    return replace(table, source=source)
+    return PriceTable.from_dict(parse_config_text(content, source, "yaml"), source=source,
+                                file=source)
 
 
 def coerce_prices(prices: PriceTable | Mapping[str, Any] | str | Path | None) -> PriceTable:
