@@ -1,7 +1,7 @@
 """Run the papers' experiments from a checkout: ``python -m experiments EXPERIMENT``.
 
-``EXPERIMENT`` is ``lora_ppo``, ``corl``, ``bopo``, ``traces`` or ``all`` (those four, in
-that order). Each writes its tables, JSON and figures into ``--out`` (all of one
+``EXPERIMENT`` is ``lora_ppo``, ``corl``, ``bopo``, ``traces``, ``rules`` or ``all`` (those
+five, in that order). Each writes its tables, JSON and figures into ``--out`` (all of one
 experiment's files or none of them), and ``all`` also records the wall time of corl,
 bopo and traces in ``routing.md``. ``--out`` is checked writable before any work starts.
 Progress lines go to stderr as the work goes.
@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "benchmarks" / "results"
 #: The RouteLLM evaluation CSVs live beside the repository, never inside it.
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "routellm"
-EXPERIMENTS = ("lora_ppo", "corl", "bopo", "traces")
+EXPERIMENTS = ("lora_ppo", "corl", "bopo", "traces", "rules")
 #: The routing experiments whose wall times ``routing.md`` records.
 ROUTING = ("corl", "bopo", "traces")
 SCALES = ("smoke", "default", "full")
@@ -32,8 +32,8 @@ EPILOG = """\
 scales:
   smoke    seconds per experiment: plumbing for the tests, not a result
   default  what `make reproduce` runs: about 4 minutes for `all` on 2 cores
-  full     lora_ppo at the paper's scale (200k steps x 5 seeds); corl, bopo and
-           traces have no larger scale and run `default`
+  full     lora_ppo at the paper's scale (200k steps x 5 seeds); corl, bopo,
+           traces and rules have no larger scale and run `default`
 """
 
 
@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
                      "tables, JSON and figures into --out.",
                      epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("experiment", choices=(*EXPERIMENTS, "all"),
-                        help="what to run; all: lora_ppo, corl, bopo, traces in that order")
+                        help="what to run; all: lora_ppo, corl, bopo, traces, rules in that order")
     parser.add_argument("--scale", choices=SCALES, default="default",
                         help="how much work (see below; default: default)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
@@ -90,7 +90,7 @@ class Progress:
 
 
 def _routing_scale(scale: str) -> str:
-    """corl, bopo and traces have no ``full`` scale: they run ``default``."""
+    """corl, bopo, traces and rules have no ``full`` scale: they run ``default``."""
     return "default" if scale == "full" else scale
 
 
@@ -120,8 +120,15 @@ def _run_traces(args: argparse.Namespace, log: Callable[[str], None]) -> None:
     traces.report(args.out, _routing_scale(args.scale), args.data)
 
 
+def _run_rules(args: argparse.Namespace, log: Callable[[str], None]) -> None:
+    from experiments import rules
+
+    rules.report(args.out, _routing_scale(args.scale), jobs=args.jobs or 2, log=log)
+
+
 RUNNERS: dict[str, Callable[[argparse.Namespace, Callable[[str], None]], None]] = {
-    "lora_ppo": _run_lora_ppo, "corl": _run_corl, "bopo": _run_bopo, "traces": _run_traces}
+    "lora_ppo": _run_lora_ppo, "corl": _run_corl, "bopo": _run_bopo, "traces": _run_traces,
+    "rules": _run_rules}
 
 
 def routing_record(scale: str, timings: Sequence[tuple[str, str]]) -> str:

@@ -195,6 +195,7 @@ def _env_table(data: TraceDataset) -> dict[str, dict[str, Any]]:
     """Baselines and the learned policy on the TraceRouting-v0 test split, one epoch."""
     from agents.baselines import BASELINES
     from agents.evaluation import compare
+    from agents.rules import BestFixedRule
 
     train_env = gym.make("cost_envs/TraceRouting-v0", data=data, split="train")
     test_env = gym.make("cost_envs/TraceRouting-v0", data=data, split="test")
@@ -211,6 +212,8 @@ def _env_table(data: TraceDataset) -> dict[str, dict[str, Any]]:
         return clone
 
     methods["learned (median threshold)"] = learned
+    # Issue #10's best fixed rule, searched on the training split only, then frozen.
+    methods["best fixed rule (train split)"] = BestFixedRule(train_env)
     return compare(methods, "cost_envs/TraceRouting-v0", episodes=episodes, seed=0,
                    env_kwargs={"data": data, "split": "test"}, n_resamples=500)
 

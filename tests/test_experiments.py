@@ -39,15 +39,15 @@ def smoke_all(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     return out, done.stderr
 
 
-def test_all_runs_the_four_experiments_in_order_with_progress(smoke_all) -> None:
+def test_all_runs_the_five_experiments_in_order_with_progress(smoke_all) -> None:
     _, progress = smoke_all
     lines = progress.splitlines()
     assert all(re.match(r"\[ *\d+ s\] ", line) for line in lines), lines  # timestamped
     starts = [line.split("] ")[1].split(":")[0] for line in lines if ": started at" in line]
     if ROUTELLM.is_dir():
-        assert starts == ["lora_ppo", "corl", "bopo", "traces"]
+        assert starts == ["lora_ppo", "corl", "bopo", "traces", "rules"]
     else:
-        assert starts == ["lora_ppo", "corl", "bopo"]
+        assert starts == ["lora_ppo", "corl", "bopo", "rules"]
         assert f"traces: skipped: RouteLLM data not found at {ROUTELLM}" in progress
     for name in starts:
         assert re.search(rf"\] {name}: done in \d+ s$", progress, re.MULTILINE), name
@@ -78,6 +78,7 @@ def test_all_writes_every_table_and_figure(smoke_all) -> None:
         traces = (out / "trace_routing.md").read_text(encoding="utf-8")
         assert "| Router | APGR | CPT(50%) | CPT(80%) |" in traces
         assert (out / "trace_routing.png").read_bytes()[:8] == PNG_MAGIC
+    assert "## cost_envs/FlightPlanner-v1" in (out / "rule_search.md").read_text(encoding="utf-8")
     for path in out.iterdir():  # shareable like any result file
         assert stat.S_IMODE(path.stat().st_mode) == 0o644, path
 
@@ -166,8 +167,8 @@ def test_help_says_what_full_means(capsys) -> None:
         command.main(["--help"])
     assert exc.value.code == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "corl, bopo and traces have no larger scale and run `default`" in text
-    assert "{lora_ppo,corl,bopo,traces,all}" in text
+    assert "corl, bopo, traces and rules have no larger scale and run `default`" in text
+    assert "{lora_ppo,corl,bopo,traces,rules,all}" in text
 
 
 # ------------------------------------------------------------------ the report writer

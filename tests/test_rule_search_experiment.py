@@ -1,0 +1,48 @@
+"""``python -m experiments rules`` (experiments/rules.py) at smoke scale: one section per
+registered env, the searched rule frozen and scored on the evaluation tasks, files written
+together."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import cost_envs
+from experiments import rules
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory) -> tuple[list[Path], dict]:
+    out = tmp_path_factory.mktemp("rules")
+    written = rules.report(out, "smoke", jobs=1, log=lambda line: None)
+    return written, json.loads((out / "rule_search.json").read_text())
+
+
+def test_every_registered_env_is_searched_and_written(smoke) -> None:
+    written, report = smoke
+    assert sorted(p.name for p in written) == ["rule_search.json", "rule_search.md"]
+    assert [entry["env_id"] for entry in report["envs"]] == list(cost_envs.ENV_IDS)
+    text = written[0].read_text() if written[0].suffix == ".md" else written[1].read_text()
+    for env_id in cost_envs.ENV_IDS:
+        assert f"## {env_id}" in text
+
+
+def test_the_best_rule_is_at_least_the_best_open_loop_rule_on_training_tasks(smoke) -> None:
+    for entry in smoke[1]["envs"]:
+        best, open_loop = (entry["rows"][key]["training"] for key in ("best", "open_loop"))
+        assert best["mean_return"] >= open_loop["mean_return"]
+        assert open_loop["rule"].startswith("open loop: ")
+        assert entry["rows"]["best"]["episodes"] == rules.SCALES["smoke"].episodes
+
+
+def test_agentic_routing_reads_its_difficulty_even_at_smoke_scale(smoke) -> None:
+    entry = next(e for e in smoke[1]["envs"] if e["env_id"] == "cost_envs/AgenticRouting-v0")
+    assert entry["rows"]["best"]["label"].startswith("threshold: ")
+
+
+def test_an_unknown_scale_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="scale"):
+        rules.report(tmp_path, "huge")
+    assert not list(tmp_path.iterdir())
