@@ -13,7 +13,9 @@ an allocator, :class:`BestFixedRule` (``best-rule`` in the CLI and the tables).
    action, every agent alone, every pair of agents and the whole pool (every subset when
    the pool has at most :data:`EXHAUSTIVE_POOL` agents). Sequences are grown by beam
    search: every one-turn pattern is scored, then each of the ``beam`` best sequences is
-   extended by every candidate action, up to ``max_turns`` turns.
+   extended by every candidate action but the all-zero one, up to ``max_turns`` turns
+   (so where the all-zero action runs a default model, AgenticRouting's, a sequence has
+   no default turn before its last pattern).
 2. *Single thresholds on one observed feature* (:class:`ThresholdRule`): action ``above``
    when ``observation[i] > t``, else action ``below``. The two actions are distinct members
    of {all-zero} and the first actions of the ``top`` best open-loop sequences (both
@@ -199,9 +201,7 @@ class RuleSearch:
                         continue  # a trailing all-zero turn repeats the shorter sequence
                     sequence = (*prefix, action)
                     rule = FixedSequence(self.env, sequence)
-                    text = "then ".join(f"{action_name(self.env, a)}, " for a in sequence)
-                    end = action_name(self.env, np.zeros(self.n_agents, dtype=np.int8))
-                    grown.append((sequence, self.score(rule, f"open loop: {text}then {end}")[0]))
+                    grown.append((sequence, self.score(rule, self._describe(sequence))[0]))
             grown.sort(key=lambda pair: pair[1].key())
             scored.extend(candidate for _, candidate in grown)
             # Extending pays only if some episode outlived the sequence.
@@ -211,6 +211,13 @@ class RuleSearch:
             if not frontier:
                 break
         return sorted(scored, key=ScoredRule.key)
+
+    def _describe(self, sequence: Sequence[np.ndarray]) -> str:
+        """``open loop: a, then b, then none``; a lone all-zero turn is ``open loop: none``."""
+        turns = [action_name(self.env, action) for action in sequence]
+        if sequence[-1].any():  # after its last pattern the rule plays the all-zero action
+            turns.append(action_name(self.env, np.zeros(self.n_agents, dtype=np.int8)))
+        return "open loop: " + ", then ".join(turns)
 
     def thresholds(self, open_loop: Sequence[ScoredRule], top: int = 2,
                    cuts: int = 4) -> list[ScoredRule]:
