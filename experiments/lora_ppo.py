@@ -1,5 +1,10 @@
-"""Reproduce Tables 1 and 2 of the LoRA-Guided PPO paper on FlightPlanner-v0 and ToolBench-v0.
+"""Tables 1 and 2 of the LoRA-Guided PPO paper on its two envs and on FlightPlanner-v1.
 
+:data:`ENVS` are the paper's FlightPlanner-v0 and ToolBench-v0 and FlightPlanner-v1 (the
+same tasks and dynamics, a 25-slot observation); every learned row runs on each of them
+(FlightPlanner-v1 with its own shipped pretrained base). Each table has the paper's
+baselines, two references (the greedy label source, call-all) and the rows of
+:data:`FAMILY_ROWS` on the envs they apply to (FlightPlanner's one-turn plan+search rule).
 For each env, every method is scored on the same ``episodes`` tasks (task seed
 ``eval_seed``). The learned methods are trained ``seeds`` times (training seeds
 0..seeds-1, on tasks disjoint from the evaluation set, see :mod:`agents.lora.training`);
@@ -7,7 +12,8 @@ their point values pool the episodes of all seeds and their 95% intervals come f
 two-level bootstrap over seeds and tasks (:func:`cost_envs.metrics.bootstrap_cis_over_runs`).
 The fixed baselines are deterministic given the tasks, so their intervals are over tasks.
 
-Outputs, in ``out``: ``table_<Env>.md`` and ``.json`` per env, ``pareto_<Env>.png``
+Outputs, in ``out``: ``table_<Env>.md`` and ``.json`` per env (``<Env>`` the id without
+its namespace, e.g. ``table_FlightPlanner-v1.md``), ``pareto_<Env>.png``
 (success vs average cost with interval bars) and ``learning_curves_<Env>.png`` (CPS and
 success against environment steps, PPO vs LoRA-guided PPO, mean over seeds with the
 seeds' range). Everything is computed and rendered before anything is written, and the
@@ -27,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.baselines import BASELINES
+from agents.baselines import BASELINES, FAMILY_BASELINES
 from agents.evaluation import compare, evaluate, format_table
 from agents.files import write_files_atomic
 from agents.lora.supervised import SupervisedConfig
@@ -41,10 +47,12 @@ from cost_envs.metrics import (
     pareto_front,
     summarize,
 )
-from experiments.common import figure_png, spawn_pool
+from experiments.common import described, figure_png, recording, spawn_pool
 
 #: The paper's two environments.
 PAPER_ENVS = ("cost_envs/FlightPlanner-v0", "cost_envs/ToolBench-v0")
+#: What the experiment runs: the paper's envs and FlightPlanner-v1 (issue #10).
+ENVS = (*PAPER_ENVS, "cost_envs/FlightPlanner-v1")
 #: Fixed baselines: key -> table label. ``greedy`` is the supervised label source and
 #: ``all`` the brute-force reference; neither is one of the paper's seven methods.
 BASELINE_ROWS = {
@@ -55,6 +63,30 @@ BASELINE_ROWS = {
     "greedy": "Greedy heuristic (label source)",
     "all": "Call all (reference)",
 }
+
+
+@dataclass(frozen=True)
+class FamilyRow:
+    """A fixed baseline that applies to some envs only: label, factory, those env ids."""
+
+    label: str
+    factory: Any
+    envs: tuple[str, ...]
+
+
+#: Baselines of one env family, in the tables of the envs they apply to only.
+FAMILY_ROWS = {
+    "one-turn": FamilyRow("One-turn plan+search rule", FAMILY_BASELINES["one-turn"],
+                          ("cost_envs/FlightPlanner-v0", "cost_envs/FlightPlanner-v1")),
+}
+
+
+def baseline_rows(env_id: str) -> dict[str, tuple[str, Any]]:
+    """The fixed rows of ``env_id``'s table: key -> (label, factory), in table order."""
+    rows = {key: (label, BASELINES[key]) for key, label in BASELINE_ROWS.items()}
+    rows.update({key: (row.label, row.factory) for key, row in FAMILY_ROWS.items()
+                 if env_id in row.envs})
+    return rows
 
 
 @dataclass(frozen=True)
@@ -180,7 +212,7 @@ def _learned_summary(runs: Sequence[Sequence[EpisodeRecord]], agent_names: Seque
 
 def reproduce(
     scale: Scale,
-    envs: Sequence[str] = PAPER_ENVS,
+    envs: Sequence[str] = ENVS,
     rows: Sequence[str] = tuple(LEARNED_ROWS),
     eval_seed: int = 0,
     jobs: int = 2,
@@ -204,10 +236,14 @@ def reproduce(
     reports = {}
     for env_id in envs:
         methods: dict[str, dict[str, Any]] = {}
-        baselines = compare({key: BASELINES[key] for key in BASELINE_ROWS}, env_id,
+        fixed = baseline_rows(env_id)
+        built: dict[str, Any] = {}
+        baselines = compare({key: recording(factory, built, key)
+                             for key, (_, factory) in fixed.items()}, env_id,
                             episodes=scale.episodes, seed=eval_seed, n_resamples=scale.resamples)
         for key, summary in baselines.items():
-            methods[key] = {"label": BASELINE_ROWS[key], "seeds": 1, **summary}
+            methods[key] = {"label": fixed[key][0], "seeds": 1, **summary,
+                            **described(built[key])}
         curves = {}
         for key in rows:
             done = sorted((r for r in results if r.job.env_id == env_id and r.job.key == key),
@@ -243,16 +279,21 @@ def markdown_table(report: Mapping[str, Any]) -> str:
     """The report's Markdown page: what was run, then the table."""
     scale = report["scale"]
     rows = {entry["label"]: entry for entry in report["methods"].values()}
+    rules = "".join(f"\n{entry['label']}: {entry['rule']}.\n"
+                    for entry in report["methods"].values() if "rule" in entry)
+    other = ("" if report["env_id"] in PAPER_ENVS else
+             f"{report['env_id']} is not one of the paper's envs: the same methods, run on it "
+             "as on them. ")
     return (
         f"# LoRA-Guided PPO paper, Tables 1-2: {report['env_id']}\n\n"
-        f"Scale `{scale['name']}`: learned methods trained with {scale['seeds']} seeds x "
+        f"{other}Scale `{scale['name']}`: learned methods trained with {scale['seeds']} seeds x "
         f"{scale['timesteps']} environment steps; every method scored on the same "
         f"{scale['episodes']} tasks (task seed {report['eval_seed']}). 95% intervals: "
         "two-level bootstrap over training seeds and tasks for learned methods, over tasks "
         f"for the fixed baselines ({scale['resamples']} resamples). Reproduce with "
         f"`python -m experiments lora_ppo"
         f"{'' if scale['name'] == 'default' else ' --scale ' + scale['name']}`.\n\n"
-        f"{format_table(rows)}\n"
+        f"{format_table(rows)}\n{rules}"
     )
 
 

@@ -19,7 +19,7 @@ from experiments import common
 REPO = Path(__file__).resolve().parents[1]
 ROUTELLM = REPO.parent / "shared" / "data" / "routellm"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-ENV_NAMES = ("FlightPlanner-v0", "ToolBench-v0")
+ENV_NAMES = ("FlightPlanner-v0", "ToolBench-v0", "FlightPlanner-v1")
 PROFILES = ("alfworld", "sciworld", "appworld")
 
 
