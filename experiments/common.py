@@ -14,7 +14,7 @@ import io
 import multiprocessing
 import os
 import platform
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Hashable, MutableMapping
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -33,17 +33,19 @@ def spawn_pool(workers: int) -> ProcessPoolExecutor:
     return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
 
 
-def recording(factory: Callable[[Any], Any], built: MutableMapping[str, Any], key: str
-              ) -> Callable[[Any], Any]:
-    """``factory`` (a baseline class or env -> allocator), keeping what it builds in ``built[key]``.
+def recording(factory: Callable[[Any], Any], built: MutableMapping[Hashable, Any],
+              key: Hashable | Callable[[Any], Hashable]) -> Callable[[Any], Any]:
+    """``factory`` (a baseline class or env -> allocator), keeping what it builds in ``built``.
 
     The tables score methods through factories (:func:`agents.evaluation.compare`,
     :func:`agents.routing.corl.tier_table`); a rule searched or fitted when it is built
-    says which rule it froze only on the built object.
+    says which rule it froze only on the built object. ``key`` is the key in ``built``,
+    or a function of the env that gives it (e.g. the env's tier).
     """
     def build(env: Any) -> Any:
-        built[key] = factory(env)
-        return built[key]
+        allocator = factory(env)
+        built[key(env) if callable(key) else key] = allocator
+        return allocator
 
     return build
 

@@ -65,10 +65,14 @@ def test_all_writes_every_table_and_figure(smoke_all) -> None:
         assert (out / f"table_{env_name}.json").read_text(encoding="utf-8").startswith("{")
         for kind in ("pareto", "learning_curves"):
             assert (out / f"{kind}_{env_name}.png").read_bytes()[:8] == PNG_MAGIC
-    corl = (out / "corl_tiers.md").read_text(encoding="utf-8")
-    assert "| Tier | Method | Accuracy | Accuracy within budget |" in corl
-    assert "| low | LoRA-PPO, one adapter per tier |" in corl
-    assert (out / "pareto_corl.png").read_bytes()[:8] == PNG_MAGIC
+    for version, suffix in (("v0", ""), ("v1", "_ExpertRouting-v1")):
+        corl = (out / f"corl_tiers{suffix}.md").read_text(encoding="utf-8")
+        assert corl.startswith(f"# CORL on cost_envs/ExpertRouting-{version}: ")
+        assert "| Tier | Method | Accuracy | Accuracy within budget |" in corl
+        assert "| low | LoRA-PPO, one adapter per tier |" in corl
+        assert "| high | Consult all experts |" in corl
+        assert (out / f"corl_tiers{suffix}.json").read_text(encoding="utf-8").startswith("{")
+        assert (out / f"pareto_corl{suffix}.png").read_bytes()[:8] == PNG_MAGIC
     bopo = (out / "bopo.md").read_text(encoding="utf-8")
     assert "| Method | Success | Avg cost ($) | CPS ($) |" in bopo
     for profile in PROFILES:
