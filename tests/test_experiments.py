@@ -75,6 +75,7 @@ def test_all_writes_every_table_and_figure(smoke_all) -> None:
         assert (out / f"pareto_corl{suffix}.png").read_bytes()[:8] == PNG_MAGIC
     bopo = (out / "bopo.md").read_text(encoding="utf-8")
     assert "| Method | Success | Avg cost ($) | CPS ($) |" in bopo
+    assert bopo.count("| Difficulty threshold (fitted, t=") == len(PROFILES)
     for profile in PROFILES:
         assert f"## {profile}" in bopo
         assert (out / f"pareto_bopo_{profile}.png").read_bytes()[:8] == PNG_MAGIC
