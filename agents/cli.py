@@ -4,7 +4,7 @@ Subcommands::
 
     cost-envs list                       registered environment ids, one per line
     cost-envs evaluate --env ID [--methods random,rule,...] [--model DIR [--trust-pickle]]
-                       [--episodes N] [--seed S] [--json]
+                       [--episodes N] [--seed S] [--fit-tasks N] [--json]
     cost-envs train --env ID --method ppo|lora|lora-ppo --timesteps N --seed S --out DIR
                     [--base pretrained|random] [--pool FILE] [--tensorboard DIR]
     cost-envs pretrain --env ID --out PATH [--seed S]
@@ -50,6 +50,7 @@ import cost_envs
 from agents.baselines import BASELINES, FAMILY_BASELINES, ROUTING_BASELINES
 from agents.evaluation import compare, evaluate, format_table
 from agents.lora import BASES, METHODS
+from agents.rules import BestFixedRule, fitted
 
 #: Methods of ``evaluate`` by default: the paper's baselines plus the greedy heuristic.
 DEFAULT_METHODS = ("random", "capability", "rule", "oracle", "greedy")
@@ -94,8 +95,13 @@ def _env_id(text: str) -> str:
 
 
 #: Every method ``evaluate --methods`` accepts: the paper's baselines, BoPO's small/large
-#: routing baselines and the family baselines (these refuse envs they do not fit).
-EVALUATE_METHODS = {**BASELINES, **ROUTING_BASELINES, **FAMILY_BASELINES}
+#: routing baselines, the family baselines (these refuse envs they do not fit) and the
+#: best fixed rule. Those with a ``fit`` classmethod are fitted on ``--fit-tasks``
+#: training tasks before they are scored.
+EVALUATE_METHODS = {**BASELINES, **ROUTING_BASELINES, **FAMILY_BASELINES,
+                    BestFixedRule.name: BestFixedRule}
+#: Methods that apply to every env, so the CLI need not build them on a probe first.
+_UNIVERSAL = {*BASELINES, BestFixedRule.name}
 
 
 def _methods(text: str) -> tuple[str, ...]:
@@ -150,6 +156,9 @@ def _add_evaluate(parser: argparse.ArgumentParser) -> None:
                         help="allow loading an SB3 .zip, which unpickles code from the file; "
                              "only for files you trust")
     _add_common(parser)
+    parser.add_argument("--fit-tasks", type=_positive_int, default=200,
+                        help="training tasks on which best-rule and difficulty-threshold are "
+                             "fitted, drawn from a seed range no evaluation uses (default 200)")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object keyed by method instead of a table")
 
@@ -188,7 +197,7 @@ def _check_methods_apply(methods: Sequence[str], env_id: str, env_kwargs: dict[s
     ``ValueError`` naming what they need, an env they do not fit; building each on a probe
     env shows that at once.
     """
-    family = [name for name in methods if name not in BASELINES]
+    family = [name for name in methods if name not in _UNIVERSAL]
     if not family:
         return
     probe = gym.make(env_id, **env_kwargs)
@@ -201,6 +210,11 @@ def _check_methods_apply(methods: Sequence[str], env_id: str, env_kwargs: dict[s
                                  f"{error}") from None
     finally:
         probe.close()
+
+
+def _factory(cls: Any, fit_tasks: int) -> Any:
+    """The class itself, or for a fitted baseline a factory fitting it on training tasks."""
+    return fitted(cls, fit_tasks) if hasattr(cls, "fit") else cls
 
 
 def _run_evaluate(args: argparse.Namespace) -> int:
@@ -216,7 +230,8 @@ def _run_evaluate(args: argparse.Namespace) -> int:
     _check_methods_apply(methods, args.env, env_kwargs)
     results: dict[str, dict[str, Any]] = {}
     if methods:
-        results.update(compare({name: EVALUATE_METHODS[name] for name in methods}, args.env,
+        factories = {name: _factory(EVALUATE_METHODS[name], args.fit_tasks) for name in methods}
+        results.update(compare(factories, args.env,
                                episodes=args.episodes, seed=args.seed, env_kwargs=env_kwargs,
                                n_resamples=args.resamples))
     if model_row is not None:

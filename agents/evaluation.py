@@ -125,6 +125,7 @@ class Rollout:
             from (``None`` unless ``record_steps``).
         actions: ``(T, m)`` int8, the actions sent to the env (``None`` unless recorded).
         rewards: ``(T,)`` float64 rewards (``None`` unless recorded).
+        episode_return: The sum of the episode's rewards (always kept).
     """
 
     record: EpisodeRecord
@@ -132,6 +133,7 @@ class Rollout:
     observations: np.ndarray | None = None
     actions: np.ndarray | None = None
     rewards: np.ndarray | None = None
+    episode_return: float = 0.0
 
 
 def _episode_totals(env: gym.Env, info: Mapping[str, Any]) -> tuple[float, float]:
@@ -187,6 +189,7 @@ def rollout(
     observations: list[np.ndarray] = []
     actions: list[np.ndarray] = []
     rewards: list[float] = []
+    episode_return = 0.0
     while True:
         raw, state = allocator.predict(
             obs, state=state, episode_start=start, deterministic=deterministic
@@ -198,6 +201,7 @@ def rollout(
             actions.append(action)
         obs, reward, terminated, truncated, info = env.step(action)
         length += 1
+        episode_return += float(reward)
         if record_steps:
             rewards.append(float(reward))
         step_calls = np.asarray(info["calls"], dtype=np.int64)
@@ -220,10 +224,10 @@ def rollout(
         budget_exceeded=exceeded,
     )
     if not record_steps:
-        return Rollout(record, info)
+        return Rollout(record, info, episode_return=episode_return)
     return Rollout(record, info, np.asarray(observations, dtype=np.float32),
                    np.asarray(actions, dtype=np.int8).reshape(length, -1),
-                   np.asarray(rewards, dtype=np.float64))
+                   np.asarray(rewards, dtype=np.float64), episode_return)
 
 
 def run_episode(

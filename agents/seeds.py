@@ -20,3 +20,6 @@ PRETRAIN_TASK_SEED = 30_000
 #: its value with ``PRETRAIN_TASK_SEED`` but never its tasks: pretraining runs only on the
 #: FlightPlanner and ToolBench families.
 BOPO_TRAIN_TASK_SEED = 30_000
+#: Training tasks of fitted rules (the best fixed rule, the difficulty threshold) when
+#: no task list is given: ``RULE_TASK_SEED`` is their first reset seed.
+RULE_TASK_SEED = 40_000

@@ -1,0 +1,321 @@
+"""The best fixed rule: a documented family of rules, searched on training tasks, frozen.
+
+Issue #10 asks of every environment whether learning pays: a learned allocator is worth
+its training only if it beats the best rule a careful engineer would write without any.
+This module defines that family, searches it on training tasks and freezes the winner as
+an allocator, :class:`BestFixedRule` (``best-rule`` in the CLI and the tables).
+
+**The family.** Two kinds of rule, each reading at most one number:
+
+1. *Open-loop call patterns* (:class:`agents.baselines.FixedSequence`): the same action at
+   turn ``k`` of every task, for the first ``len(patterns)`` turns, then the all-zero
+   action (commit, answer or the small model). A turn's candidate actions are the all-zero
+   action, every agent alone, every pair of agents and the whole pool (every subset when
+   the pool has at most :data:`EXHAUSTIVE_POOL` agents). Sequences are grown by beam
+   search: every one-turn pattern is scored, then each of the ``beam`` best sequences is
+   extended by every candidate action, up to ``max_turns`` turns.
+2. *Single thresholds on one observed feature* (:class:`ThresholdRule`): action ``above``
+   when ``observation[i] > t``, else action ``below``. The two actions are distinct members
+   of {all-zero} and the first actions of the ``top`` best open-loop sequences (both
+   actions of a one-agent pool); ``i`` runs over every observation slot that varies on
+   the training tasks (visited under those sequences) and ``t`` over up to ``cuts``
+   cut points between the slot's observed values (midpoints of distinct quantiles).
+
+**The objective** is the mean episode return on the training tasks, the quantity every
+learner in the project maximises, so a rule and a learned policy are compared on the
+same objective; ties go to the higher success rate, then to the lower cost, then to the
+rule found first (shorter, open-loop). Every candidate meets the same training tasks, in
+the same order, on the environment as it will be scored (budget wrappers included).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from agents.allocator import Allocator
+from agents.baselines import Baseline, FixedSequence, _orchestration_env
+from agents.seeds import RULE_TASK_SEED
+from cost_envs.config import integer
+
+#: Pools up to this size try every subset of agents at every turn.
+EXHAUSTIVE_POOL = 6
+
+
+class ThresholdRule(Baseline):
+    """One observed feature against one threshold: ``above`` if it exceeds ``t``, else ``below``.
+
+    Args:
+        env: The environment.
+        feature: Index into the observation (as the wrapped env emits it).
+        threshold: The cut point.
+        above: Action played when ``observation[feature] > threshold``.
+        below: Action played otherwise.
+    """
+
+    name = "threshold-rule"
+
+    def __init__(self, env: gym.Env, feature: int, threshold: float,
+                 above: Sequence[int], below: Sequence[int]) -> None:
+        super().__init__(env)
+        size = int(np.prod(env.observation_space.shape))
+        self.feature = integer(feature, "feature", minimum=0, maximum=size - 1,
+                               where="ThresholdRule")
+        self.threshold = float(threshold)
+        if not np.isfinite(self.threshold):
+            raise ValueError(f"ThresholdRule: threshold must be finite, got {threshold!r}")
+        self.above = self.env.validate_action(np.asarray(above))
+        self.below = self.env.validate_action(np.asarray(below))
+
+    def act(self, observation: np.ndarray) -> np.ndarray:
+        """``above`` when the feature exceeds the threshold, else ``below``."""
+        return (self.above if observation[self.feature] > self.threshold
+                else self.below).copy()
+
+
+@dataclass(frozen=True)
+class ScoredRule:
+    """A candidate rule and what it did on the training tasks."""
+
+    rule: Baseline
+    description: str
+    mean_return: float
+    success: float
+    cost: float
+    longest: int
+
+    def key(self) -> tuple[float, float, float]:
+        """Sort key, best first: higher return, then higher success, then lower cost."""
+        return (-self.mean_return, -self.success, self.cost)
+
+
+def feature_names(env: gym.Env) -> list[str]:
+    """A name per observation slot, from the env's layout (``obs[i]`` for wrapper slots)."""
+    size = int(np.prod(env.observation_space.shape))
+    names = [f"obs[{i}]" for i in range(size)]
+    for slot, span in _orchestration_env(env).observation_layout.items():
+        width = span.stop - span.start
+        for offset, index in enumerate(range(span.start, min(span.stop, size))):
+            names[index] = slot if width == 1 else f"{slot}[{offset}]"
+    return names
+
+
+def action_name(env: gym.Env, action: np.ndarray) -> str:
+    """``a+b`` for the agents an action calls, ``none`` for the all-zero action.
+
+    Where the all-zero action runs the env's default model (``zero_action_fallback``) it
+    is ``default`` instead.
+    """
+    from agents.evaluation import _agent_names
+
+    names = _agent_names(env)
+    called = [names[i] for i in np.flatnonzero(action)]
+    if called:
+        return "+".join(called)
+    return "default" if _orchestration_env(env).zero_action_fallback else "none"
+
+
+def candidate_actions(n_agents: int) -> list[np.ndarray]:
+    """One turn's candidate actions: nothing, each agent, each pair, everyone.
+
+    Pools of at most :data:`EXHAUSTIVE_POOL` agents get every subset instead.
+    """
+    if n_agents <= EXHAUSTIVE_POOL:
+        subsets = itertools.product((0, 1), repeat=n_agents)
+        return [np.array(s, dtype=np.int8) for s in subsets]
+    actions = []
+    for size in (0, 1, 2):
+        for chosen in itertools.combinations(range(n_agents), size):
+            action = np.zeros(n_agents, dtype=np.int8)
+            action[list(chosen)] = 1
+            actions.append(action)
+    actions.append(np.ones(n_agents, dtype=np.int8))
+    return actions
+
+
+def training_tasks(env: gym.Env, n: int = 200, seed: int = RULE_TASK_SEED) -> list[Any]:
+    """``n`` tasks from the seed range kept for fitting rules (:data:`RULE_TASK_SEED`).
+
+    Drawing re-seeds ``env``; evaluation re-seeds it again, so the tasks it scores on are
+    unaffected.
+    """
+    integer(n, "n", minimum=1, where="training_tasks")
+    env.reset(seed=seed)
+    return _orchestration_env(env).sample_tasks(n)
+
+
+class RuleSearch:
+    """Score rules of the family on a fixed list of training tasks.
+
+    Args:
+        env: The environment, wrapped as it will be scored.
+        tasks: Training tasks (disjoint from evaluation tasks), replayed in order.
+    """
+
+    def __init__(self, env: gym.Env, tasks: Sequence[Any]) -> None:
+        from cost_envs.wrappers import TaskReplay
+
+        if not tasks:
+            raise ValueError("RuleSearch: expected at least one training task, got none")
+        self.env = env
+        self.tasks = list(tasks)
+        self.replay = TaskReplay(env, self.tasks)
+        self.n_agents = _orchestration_env(env).n_agents
+        self.names = feature_names(env)
+
+    def score(self, rule: Baseline, description: str,
+              keep_observations: bool = False) -> tuple[ScoredRule, np.ndarray | None]:
+        """Play ``rule`` once on every training task; the visited observations if asked."""
+        from agents.evaluation import rollout
+
+        returns, successes, costs, lengths, seen = [], [], [], [], []
+        for _ in self.tasks:
+            played = rollout(rule, self.replay, record_steps=keep_observations)
+            returns.append(played.episode_return)
+            successes.append(played.record.success)
+            costs.append(played.record.cost)
+            lengths.append(played.record.length)
+            if keep_observations:
+                seen.append(played.observations)
+        scored = ScoredRule(rule, description, float(np.mean(returns)),
+                            float(np.mean(successes)), float(np.mean(costs)), max(lengths))
+        return scored, (np.concatenate(seen) if keep_observations else None)
+
+    def open_loop(self, beam: int = 3, max_turns: int = 4) -> list[ScoredRule]:
+        """Beam search over fixed per-turn call patterns; every scored sequence, best first."""
+        actions = candidate_actions(self.n_agents)
+        scored: list[ScoredRule] = []
+        frontier: list[tuple[np.ndarray, ...]] = [()]
+        for _ in range(max_turns):
+            grown = []
+            for prefix in frontier:
+                for action in actions:
+                    if prefix and not action.any():
+                        continue  # a trailing all-zero turn repeats the shorter sequence
+                    sequence = (*prefix, action)
+                    rule = FixedSequence(self.env, sequence)
+                    text = "then ".join(f"{action_name(self.env, a)}, " for a in sequence)
+                    end = action_name(self.env, np.zeros(self.n_agents, dtype=np.int8))
+                    grown.append((sequence, self.score(rule, f"open loop: {text}then {end}")[0]))
+            grown.sort(key=lambda pair: pair[1].key())
+            scored.extend(candidate for _, candidate in grown)
+            # Extending pays only if some episode outlived the sequence.
+            frontier = [sequence for sequence, candidate in grown[:beam]
+                        if candidate.rule.actions[-1].any()
+                        and candidate.longest > len(sequence)]
+            if not frontier:
+                break
+        return sorted(scored, key=ScoredRule.key)
+
+    def thresholds(self, open_loop: Sequence[ScoredRule], top: int = 2,
+                   cuts: int = 4) -> list[ScoredRule]:
+        """Every single-feature threshold rule over the best open-loop rules' actions."""
+        leaders = list(open_loop[:top])
+        seen = np.concatenate([self.score(r.rule, r.description, True)[1] for r in leaders])
+        if self.n_agents == 1:
+            actions = [np.zeros(1, np.int8), np.ones(1, np.int8)]
+        else:
+            actions = [np.zeros(self.n_agents, dtype=np.int8)]
+            for leader in leaders:
+                first = leader.rule.actions[0]
+                if not any(np.array_equal(first, a) for a in actions):
+                    actions.append(first)
+        scored = []
+        for feature in range(seen.shape[1]):
+            for threshold in _cut_points(seen[:, feature], cuts):
+                for above, below in itertools.permutations(actions, 2):
+                    rule = ThresholdRule(self.env, feature, threshold, above, below)
+                    text = (f"threshold: {action_name(self.env, above)} if "
+                            f"{self.names[feature]} > {threshold:.4g}, else "
+                            f"{action_name(self.env, below)}")
+                    scored.append(self.score(rule, text)[0])
+        return sorted(scored, key=ScoredRule.key)
+
+    def search(self, beam: int = 3, max_turns: int = 4, top: int = 2,
+               cuts: int = 4) -> list[ScoredRule]:
+        """Both kinds of rule, best first (a stable sort: open-loop rules win ties)."""
+        integer(beam, "beam", minimum=1, where="RuleSearch")
+        integer(max_turns, "max_turns", minimum=1, where="RuleSearch")
+        integer(top, "top", minimum=1, where="RuleSearch")
+        integer(cuts, "cuts", minimum=1, where="RuleSearch")
+        open_loop = self.open_loop(beam, max_turns)
+        return sorted(open_loop + self.thresholds(open_loop, top, cuts), key=ScoredRule.key)
+
+
+def _cut_points(values: np.ndarray, cuts: int) -> list[float]:
+    """Up to ``cuts`` thresholds between the distinct values a feature took."""
+    distinct = np.unique(values)
+    if distinct.size < 2:
+        return []
+    if distinct.size > cuts + 1:
+        quantiles = np.quantile(values, np.linspace(0, 1, cuts + 2))
+        distinct = np.unique(quantiles)
+    return [float(t) for t in (distinct[:-1] + distinct[1:]) / 2]
+
+
+class BestFixedRule(Allocator):
+    """The best rule of the family (module docstring) on training tasks, frozen.
+
+    Building it runs the search on ``env`` as wrapped; then it acts as the winning rule.
+
+    Args:
+        env: The environment the rule will act in (wrapped as it will be scored).
+        tasks: Training tasks; by default ``n_tasks`` tasks drawn by
+            :func:`training_tasks` from ``seed``, a range no evaluation uses.
+        n_tasks: How many training tasks to draw when ``tasks`` is not given.
+        seed: First reset seed of the drawn training tasks (default :data:`RULE_TASK_SEED`).
+        beam, max_turns, top, cuts: The search's reach (:meth:`RuleSearch.search`).
+
+    Attributes:
+        rule: The frozen winner (:class:`FixedSequence` or :class:`ThresholdRule`).
+        description: One line naming it, e.g. ``"threshold: large if difficulty > 0.35,
+            else none"``.
+        ranking: Every scored candidate, best first (their training-task scores).
+    """
+
+    name = "best-rule"
+
+    def __init__(self, env: gym.Env, tasks: Sequence[Any] | None = None, *,
+                 n_tasks: int = 200, seed: int | None = None, beam: int = 3,
+                 max_turns: int = 4, top: int = 2, cuts: int = 4) -> None:
+        if tasks is None:
+            tasks = training_tasks(env, n_tasks, RULE_TASK_SEED if seed is None else seed)
+        self.ranking = RuleSearch(env, tasks).search(beam, max_turns, top, cuts)
+        best = self.ranking[0]
+        self.rule = best.rule
+        self.description = best.description
+
+    @classmethod
+    def fit(cls, env: gym.Env, tasks: Sequence[Any]) -> BestFixedRule:
+        """The best rule on ``tasks`` (as :class:`agents.baselines.DifficultyThreshold.fit`)."""
+        return cls(env, tasks)
+
+    def predict(self, observation: np.ndarray, state: Any = None,
+                episode_start: np.ndarray | None = None, deterministic: bool = True
+                ) -> tuple[np.ndarray, Any]:
+        """The frozen rule's action (open-loop rules count steps in ``state``)."""
+        return self.rule.predict(observation, state, episode_start, deterministic)
+
+    def act(self, observation: np.ndarray) -> np.ndarray:
+        """The frozen rule's action for one observation (no step count: use predict)."""
+        return self.rule.act(observation)
+
+
+def fitted(cls: Any, n_tasks: int = 200, seed: int = RULE_TASK_SEED) -> Any:
+    """A factory ``env -> cls.fit(env, training_tasks(env, n_tasks, seed))``.
+
+    What the CLI and the tables use for baselines fitted on training tasks (those with a
+    ``fit(env, tasks)`` classmethod: :class:`BestFixedRule`, ``DifficultyThreshold``), so
+    that each is fitted on the env it will be scored on, wrappers and all.
+    """
+    integer(n_tasks, "n_tasks", minimum=1, where="fitted")
+
+    def build(env: gym.Env) -> Any:
+        return cls.fit(env, training_tasks(env, n_tasks, seed))
+
+    return build
