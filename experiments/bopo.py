@@ -3,8 +3,8 @@
 For each profile, :func:`prepare_profile` draws the training and evaluation tasks, rolls
 out the boundaries, sets the per-task budget, builds the SFT data and the warm start
 (:mod:`agents.routing.bopo_sft`) and scores the fixed baselines, among them the rules of
-:data:`TRAINED_RULES` (the difficulty threshold), each fitted on the profile's training
-tasks under the same budget, then frozen; :func:`run_learning_job`
+:data:`TRAINED_RULES` (the difficulty threshold, the best fixed rule), each fitted on the
+profile's training tasks under the same budget, then frozen; :func:`run_learning_job`
 trains one router (BoPO from the SFT weights, or vanilla PPO) per cost weight and scores
 it at the scale's checkpoints. :func:`run_all` runs all of it, in worker processes when
 the scale says so, and :func:`report` writes ``bopo.md``, ``bopo.json`` and
@@ -57,6 +57,7 @@ from agents.routing.bopo_sft import (
     sft_warm_start,
     synthesize_sft_data,
 )
+from agents.rules import BestFixedRule
 from agents.seeds import BOPO_TRAIN_TASK_SEED, EVAL_TASK_SEED
 from cost_envs.envs.agentic_routing import PROFILE_NAMES
 from cost_envs.metrics import EpisodeRecord, summarize
@@ -181,6 +182,7 @@ class LearnJob:
 #: called with the env as it is scored (``make_env(profile, budget)``, see :func:`_evaluate`).
 TRAINED_RULES: dict[str, Callable[[gym.Env, Sequence[Any]], Any]] = {
     "difficulty-threshold": DifficultyThreshold.fit,
+    "best-rule": BestFixedRule.fit,
 }
 
 
@@ -257,12 +259,13 @@ def prepare_profile(profile: str, scale: str | BopoScale = "default", seed: int 
         methods[key] = recording(lambda e, fit=fit: fit(e, train_tasks), built, key)
     for name, factory in methods.items():
         prepared.records[name] = _evaluate(factory, profile, eval_tasks, budget)
-    for key, rule in built.items():
-        prepared.fitted[key] = described(rule)
+    for key, rule in built.items():  # what each fit found, in its label and its entry
+        found = prepared.fitted[key] = described(rule)
         if isinstance(rule, DifficultyThreshold):
-            prepared.fitted[key].update(
-                label=f"{label(key)} (fitted, t={rule.threshold:g})",
-                fitted_threshold=rule.threshold)
+            found.update(label=f"{label(key)} (fitted, t={rule.threshold:g})",
+                         fitted_threshold=rule.threshold)
+        elif "rule" in found:
+            found["label"] = f"{label(key)}: {found['rule']}"
     env.close()
     vec.close()
     prepared.seconds = time.perf_counter() - start

@@ -3,7 +3,8 @@
 :func:`run_corl` trains both variants of :mod:`agents.routing.corl` (the shared PPO
 policy and one LoRA adapter per tier on its frozen encoder) on one env and scores them
 with the reference rows (the controller alone, each single expert, consulting every
-expert, the escalation rule and the privileged oracle) per profile and tier, on the same
+expert, the escalation rule, the best fixed rule searched per tier on training tasks and
+the privileged oracle) per profile and tier, on the same
 queries for every method (:func:`agents.routing.corl.tier_table`). :func:`report` does
 that for each env of :data:`CORL_ENVS` (in worker processes when the scale says so) and
 writes, per env, the tables, the JSON and the figure: ``corl_tiers.md``,
@@ -19,6 +20,7 @@ import itertools
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -45,18 +47,24 @@ def _quiet(_message: str) -> None:
 
 @dataclass(frozen=True)
 class CorlScale:
-    """How much to train and evaluate; ``jobs``: worker processes (one env each)."""
+    """How much to train and evaluate.
+
+    ``rule_tasks``: training tasks on which the best fixed rule is searched, per profile and
+    tier; ``jobs``: worker processes (one env each).
+    """
 
     ppo_timesteps: int
     adapter_timesteps: int
     episodes: int
     n_resamples: int
+    rule_tasks: int = 200
     jobs: int = 1
 
 
 #: No ``full`` scale: ``python -m experiments corl --scale full`` runs ``default``.
 CORL_SCALES = {
-    "smoke": CorlScale(ppo_timesteps=1024, adapter_timesteps=512, episodes=30, n_resamples=50),
+    "smoke": CorlScale(ppo_timesteps=1024, adapter_timesteps=512, episodes=30, n_resamples=50,
+                       rule_tasks=10),
     "default": CorlScale(ppo_timesteps=60_000, adapter_timesteps=15_000, episodes=400,
                          n_resamples=1000, jobs=2),
 }
@@ -77,13 +85,17 @@ EVERY_PROFILE = ("Controller alone", CONSULT_ALL, BEST_RULE)
 
 
 def corl_methods(shared: AllocatorPolicy, adapters: TierAdapters, n_experts: int,
-                 expert_names: list[str]) -> dict[str, Callable[[gym.Env], Any]]:
+                 expert_names: list[str], rule_tasks: int = 200
+                 ) -> dict[str, Callable[[gym.Env], Any]]:
     """Table rows: the fixed references and the learned controllers.
 
     The references: the controller alone, each single expert, all experts, the escalation
-    rule and the oracle. Each factory is called with the tier's env (``tier_table``).
+    rule, the best fixed rule and the oracle. Each factory is called with the tier's env
+    (``tier_table``), so the best fixed rule is searched per tier, on ``rule_tasks``
+    training tasks of the profile (their own seed range), for the most gated reward.
     """
     from agents.baselines import ConsultAll, CostOptOracle, FixedConsultation, RuleBased
+    from agents.rules import BestFixedRule
 
     methods: dict[str, Callable[[gym.Env], Any]] = {
         "Controller alone": lambda env: FixedConsultation(env, [])}
@@ -91,6 +103,7 @@ def corl_methods(shared: AllocatorPolicy, adapters: TierAdapters, n_experts: int
         methods[f"Single expert: {name}"] = lambda env, i=i: FixedConsultation(env, [i])
     methods[CONSULT_ALL] = ConsultAll
     methods["Escalate until agreement (rule)"] = RuleBased
+    methods[BEST_RULE] = partial(BestFixedRule, n_tasks=rule_tasks)
     methods["Oracle (privileged, ignores the tier)"] = CostOptOracle
     methods["PPO, one policy for all tiers"] = _policy_allocator(shared)
     methods["LoRA-PPO, one adapter per tier"] = _policy_allocator(adapters)
@@ -130,7 +143,7 @@ def run_corl(scale: str = "default", seed: int = 0,
     names = list(probe.unwrapped.pool.names)
     budgets = dict(probe.unwrapped.tier_budgets)
     probe.close()
-    methods = corl_methods(shared, adapters, len(names), names)
+    methods = corl_methods(shared, adapters, len(names), names, settings.rule_tasks)
     results = {}
     for profile in PROFILES_EVALUATED:
         built: dict[Any, Any] = {}

@@ -21,9 +21,18 @@ from agents.routing.corl import (
     train_shared_ppo,
     train_tier_adapters,
 )
+from agents.rules import BestFixedRule
 from cost_envs.envs.expert_routing import CONTROLLER
 from cost_envs.wrappers import TIERS
-from experiments.corl import CONSULT_ALL, CORL_ENVS, CORL_SCALES, file_names, report, run_corl
+from experiments.corl import (
+    BEST_RULE,
+    CONSULT_ALL,
+    CORL_ENVS,
+    CORL_SCALES,
+    file_names,
+    report,
+    run_corl,
+)
 
 
 class Constant:
@@ -208,6 +217,8 @@ def test_report_writes_tables_json_and_figure_for_v0_and_v1(tmp_path) -> None:
                 assert everyone["expert_call_ratio"] == [1.0, 1.0, 1.0], (profile, tier)
                 assert set(everyone["calls_per_query"].values()) == {1.0}
                 assert f"| {tier} | {CONSULT_ALL} |" in pages[env_id]  # every profile's table
+                searched = rows[BEST_RULE]["rule"]
+                assert f"| {tier} | {BEST_RULE}: {searched} |" in pages[env_id]
         assert "Does the expert-call ratio rise with the tier?" in pages[env_id]
     # Same questions and luck on v0 and v1: one model's answer scores the same; with every
     # expert's vote, v1's coinciding wrong answers can only outvote the right one.
@@ -219,6 +230,12 @@ def test_report_writes_tables_json_and_figure_for_v0_and_v1(tmp_path) -> None:
             ours, theirs = v1[profile][tier][CONSULT_ALL], rows[CONSULT_ALL]
             assert ours["avg_cost"] == theirs["avg_cost"]
             assert ours["accuracy"][0] <= theirs["accuracy"][0]
+    # The best fixed rule is searched per tier, on that tier's env (gated reward) and the
+    # profile's training tasks: the rule each tier froze is that tier's own search.
+    for tier in TIERS:
+        env = make_tier_env({"profile": "math500"}, tier=tier, env_id=V1)
+        search = BestFixedRule(env, n_tasks=CORL_SCALES["smoke"].rule_tasks)
+        assert data[V1]["results"]["math500"][tier][BEST_RULE]["rule"] == search.description
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "corl_tiers.json", "corl_tiers.md", "corl_tiers_ExpertRouting-v1.json",
         "corl_tiers_ExpertRouting-v1.md", "pareto_corl.png",

@@ -61,6 +61,8 @@ def test_all_writes_every_table_and_figure(smoke_all) -> None:
     for env_name in ENV_NAMES:
         text = (out / f"table_{env_name}.md").read_text(encoding="utf-8")
         assert "| Method | Success | CPS |" in text
+        assert "| Best fixed rule (searched on training tasks) |" in text
+        assert ("| One-turn plan+search rule |" in text) == env_name.startswith("FlightPlanner")
         assert "Reproduce with `python -m experiments lora_ppo --scale smoke`." in text
         assert (out / f"table_{env_name}.json").read_text(encoding="utf-8").startswith("{")
         for kind in ("pareto", "learning_curves"):
@@ -71,11 +73,13 @@ def test_all_writes_every_table_and_figure(smoke_all) -> None:
         assert "| Tier | Method | Accuracy | Accuracy within budget |" in corl
         assert "| low | LoRA-PPO, one adapter per tier |" in corl
         assert "| high | Consult all experts |" in corl
+        assert "| medium | Best fixed rule (searched on training tasks): " in corl
         assert (out / f"corl_tiers{suffix}.json").read_text(encoding="utf-8").startswith("{")
         assert (out / f"pareto_corl{suffix}.png").read_bytes()[:8] == PNG_MAGIC
     bopo = (out / "bopo.md").read_text(encoding="utf-8")
     assert "| Method | Success | Avg cost ($) | CPS ($) |" in bopo
     assert bopo.count("| Difficulty threshold (fitted, t=") == len(PROFILES)
+    assert bopo.count("| Best fixed rule (searched on training tasks): ") == len(PROFILES)
     for profile in PROFILES:
         assert f"## {profile}" in bopo
         assert (out / f"pareto_bopo_{profile}.png").read_bytes()[:8] == PNG_MAGIC
