@@ -31,7 +31,7 @@ SCALES = ("smoke", "default", "full")
 EPILOG = """\
 scales:
   smoke    seconds per experiment: plumbing for the tests, not a result
-  default  what `make reproduce` runs: about 4 minutes for `all` on 2 cores
+  default  what `make reproduce` runs: about 6 minutes for `all` on 2 cores
   full     lora_ppo at the paper's scale (200k steps x 5 seeds); corl, bopo and
            traces have no larger scale and run `default`
 """

@@ -32,7 +32,7 @@ def run_command(*args: str, timeout: float = 300) -> subprocess.CompletedProcess
 
 @pytest.fixture(scope="module")
 def smoke_all(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """One ``python -m experiments all --scale smoke`` (about 20 s on 2 cores)."""
+    """One ``python -m experiments all --scale smoke`` (about 30 s on 2 cores)."""
     out = tmp_path_factory.mktemp("experiments") / "results"
     done = run_command("all", "--scale", "smoke", "--out", str(out))
     assert done.returncode == 0, done.stderr

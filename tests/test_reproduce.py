@@ -30,7 +30,7 @@ SMOKE = rep.SCALES["smoke"]
 def smoke(tmp_path_factory):
     """One smoke run of ``python -m experiments lora_ppo``; a spy keeps the reports.
 
-    Runs once per session: it trains 20 small models (about 15 s). An exception from the
+    Runs once per session: it trains 30 small models (about 10 s). An exception from the
     command is kept rather than raised, so the tests of the computed reports still run and
     only the tests of what was written report it.
     """
