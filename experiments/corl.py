@@ -64,7 +64,7 @@ class CorlScale:
 #: No ``full`` scale: ``python -m experiments corl --scale full`` runs ``default``.
 CORL_SCALES = {
     "smoke": CorlScale(ppo_timesteps=1024, adapter_timesteps=512, episodes=30, n_resamples=50,
-                       rule_tasks=10),
+                       rule_tasks=5),
     "default": CorlScale(ppo_timesteps=60_000, adapter_timesteps=15_000, episodes=400,
                          n_resamples=1000, jobs=2),
 }
