@@ -4,12 +4,17 @@ One module per experiment, each with a ``report`` that runs it at a scale and wr
 tables, JSON and figures (rendered first, then written all or nothing):
 
 * :mod:`experiments.lora_ppo`: the LoRA-Guided PPO paper's Tables 1-2 (FlightPlanner-v0,
-  ToolBench-v0);
-* :mod:`experiments.corl`: CORL's budget tiers on ExpertRouting-v0;
+  ToolBench-v0, and FlightPlanner-v1);
+* :mod:`experiments.corl`: CORL's budget tiers on ExpertRouting-v0 and ExpertRouting-v1;
 * :mod:`experiments.bopo`: BoPO against its baselines on AgenticRouting-v0 (its tables and
   figures: :mod:`experiments.bopo_report`);
 * :mod:`experiments.traces`: routers on RouteLLM's real outcomes (TraceRouting-v0; its
   page and figure: :mod:`experiments.traces_report`).
+
+The tables of the first three also have the fixed baselines of issue #10 where they apply:
+the best fixed rule (:class:`agents.rules.BestFixedRule`, searched on training tasks, then
+frozen) in every table, FlightPlanner's one-turn rule, CORL's consult-all and BoPO's
+difficulty threshold (fitted on training tasks).
 
 :mod:`experiments.common` holds the shared plumbing (worker pools, PNG bytes, the machine,
 the writability check; files are written all or nothing by

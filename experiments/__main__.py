@@ -31,7 +31,7 @@ SCALES = ("smoke", "default", "full")
 EPILOG = """\
 scales:
   smoke    seconds per experiment: plumbing for the tests, not a result
-  default  what `make reproduce` runs: about 4 minutes for `all` on 2 cores
+  default  what `make reproduce` runs: about 7 minutes for `all` on 2 cores
   full     lora_ppo at the paper's scale (200k steps x 5 seeds); corl, bopo,
            traces and rules have no larger scale and run `default`
 """
@@ -68,8 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="output directory, created if needed (default: "
                              "benchmarks/results in the repository)")
     parser.add_argument("--jobs", type=_positive_int, default=None,
-                        help="worker processes of lora_ppo and bopo (default: 2; bopo "
-                             "smoke: 1)")
+                        help="worker processes of lora_ppo, corl and bopo (default: 2; "
+                             "corl and bopo smoke: 1)")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA,
                         help="the RouteLLM folder of traces, read in place (default: "
                              "../shared/data/routellm beside the repository); traces is "
@@ -104,7 +104,7 @@ def _run_lora_ppo(args: argparse.Namespace, log: Callable[[str], None]) -> None:
 def _run_corl(args: argparse.Namespace, log: Callable[[str], None]) -> None:
     from experiments import corl
 
-    corl.report(args.out, _routing_scale(args.scale), log=log)
+    corl.report(args.out, _routing_scale(args.scale), log=log, jobs=args.jobs)
 
 
 def _run_bopo(args: argparse.Namespace, log: Callable[[str], None]) -> None:

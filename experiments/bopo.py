@@ -2,7 +2,9 @@
 
 For each profile, :func:`prepare_profile` draws the training and evaluation tasks, rolls
 out the boundaries, sets the per-task budget, builds the SFT data and the warm start
-(:mod:`agents.routing.bopo_sft`) and scores the fixed baselines; :func:`run_learning_job`
+(:mod:`agents.routing.bopo_sft`) and scores the fixed baselines, among them the rules of
+:data:`TRAINED_RULES` (the difficulty threshold, the best fixed rule), each fitted on the
+profile's training tasks under the same budget, then frozen; :func:`run_learning_job`
 trains one router (BoPO from the SFT weights, or vanilla PPO) per cost weight and scores
 it at the scale's checkpoints. :func:`run_all` runs all of it, in worker processes when
 the scale says so, and :func:`report` writes ``bopo.md``, ``bopo.json`` and
@@ -24,7 +26,14 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from agents.baselines import AlwaysLarge, AlwaysSmall, Cascade, CostOptOracle, RandomMix
+from agents.baselines import (
+    AlwaysLarge,
+    AlwaysSmall,
+    Cascade,
+    CostOptOracle,
+    DifficultyThreshold,
+    RandomMix,
+)
 from agents.evaluation import evaluate
 from agents.files import write_files_atomic
 from agents.routing.bopo import (
@@ -48,6 +57,7 @@ from agents.routing.bopo_sft import (
     sft_warm_start,
     synthesize_sft_data,
 )
+from agents.rules import BestFixedRule
 from agents.seeds import BOPO_TRAIN_TASK_SEED, EVAL_TASK_SEED
 from cost_envs.envs.agentic_routing import PROFILE_NAMES
 from cost_envs.metrics import EpisodeRecord, summarize
@@ -60,7 +70,7 @@ from experiments.bopo_report import (
     method_summary,
     pareto_figure,
 )
-from experiments.common import spawn_pool
+from experiments.common import described, recording, spawn_pool
 
 
 def _quiet(_message: str) -> None:
@@ -143,6 +153,8 @@ class Prepared:
     sft_log_likelihood: tuple[float, float]
     sft_state: dict[str, Any]
     records: dict[str, tuple[EpisodeRecord, ...]] = field(default_factory=dict)
+    #: Method key -> what its fitting found, for its report entry (label, threshold, rule).
+    fitted: dict[str, dict[str, Any]] = field(default_factory=dict)
     seconds: float = 0.0
 
 
@@ -166,13 +178,28 @@ class LearnJob:
         return f"{self.method}/{self.lam:g}"
 
 
+#: Rules fitted on a profile's training tasks, then frozen: key -> ``fit(env, train_tasks)``,
+#: called with the env as it is scored (``make_env(profile, budget)``, see :func:`_evaluate`).
+TRAINED_RULES: dict[str, Callable[[gym.Env, Sequence[Any]], Any]] = {
+    "difficulty-threshold": DifficultyThreshold.fit,
+    "best-rule": BestFixedRule.fit,
+}
+
+
 def _evaluate(allocator_for: Callable[[gym.Env], Any], profile: str, tasks: Sequence[Any],
               budget: float) -> tuple[EpisodeRecord, ...]:
-    """Every evaluation task once, in order, under the budget."""
-    env = TaskReplay(make_env(profile, budget), tasks)
+    """Every evaluation task once, in order, under the budget.
+
+    The allocator is built on the env as scored, under the budget but beneath the replay
+    of the evaluation tasks: a rule fitted when it is built replays its own training tasks
+    on that env (a replay on top of another replays the lower one's tasks) and never
+    meets an evaluation task.
+    """
+    env = make_env(profile, budget)
     allocator = allocator_for(env)
-    result = evaluate(allocator, env, episodes=len(tasks), seed=EVAL_TASK_SEED)
-    env.close()
+    replay = TaskReplay(env, tasks)
+    result = evaluate(allocator, replay, episodes=len(tasks), seed=EVAL_TASK_SEED)
+    replay.close()
     return result.records
 
 
@@ -227,8 +254,18 @@ def prepare_profile(profile: str, scale: str | BopoScale = "default", seed: int 
         methods[f"random-mix/{p:g}"] = lambda e, p=p: RandomMix(e, p=p, seed=seed)
     for k in sc.patiences:
         methods[f"cascade/{k}"] = lambda e, k=k: Cascade(e, patience=k)
+    built: dict[str, Any] = {}
+    for key, fit in TRAINED_RULES.items():
+        methods[key] = recording(lambda e, fit=fit: fit(e, train_tasks), built, key)
     for name, factory in methods.items():
         prepared.records[name] = _evaluate(factory, profile, eval_tasks, budget)
+    for key, rule in built.items():  # what each fit found, in its label and its entry
+        found = prepared.fitted[key] = described(rule)
+        if isinstance(rule, DifficultyThreshold):
+            found.update(label=f"{label(key)} (fitted, t={rule.threshold:g})",
+                         fitted_threshold=rule.threshold)
+        elif "rule" in found:
+            found["label"] = f"{label(key)}: {found['rule']}"
     env.close()
     vec.close()
     prepared.seconds = time.perf_counter() - start
@@ -382,10 +419,12 @@ def summarise(prepared: Mapping[str, Prepared],
         order = (["always-small", "always-large"]
                  + [k for k in records if k.startswith("random-mix/")]
                  + [k for k in records if k.startswith("cascade/")]
+                 + [k for k in TRAINED_RULES if k in records]
                  + ["sft"] + [k for k in records if k.startswith("ppo/")]
                  + [k for k in records if k.startswith("bopo/")] + ["oracle"])
         methods = {k: {"label": label(k),
-                       **method_summary(records[k], prep.eval_boundaries, sc.resamples, seed)}
+                       **method_summary(records[k], prep.eval_boundaries, sc.resamples, seed),
+                       **prep.fitted.get(k, {})}
                    for k in order}
         points = {k: (m["success_rate"], m["avg_cost"]) for k, m in methods.items()}
         out["profiles"][profile] = {

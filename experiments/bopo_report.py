@@ -25,7 +25,9 @@ from experiments.common import figure_png
 # ---------------------------------------------------------------------- scoring
 LABELS = {"always-small": "AlwaysSmall", "always-large": "AlwaysLarge",
           "oracle": "Oracle (privileged)", "sft": "SFT warm start only", "bopo": "BoPO",
-          "ppo": "PPO (vanilla)", "random-mix": "RandomMix", "cascade": "Cascade"}
+          "ppo": "PPO (vanilla)", "random-mix": "RandomMix", "cascade": "Cascade",
+          "difficulty-threshold": "Difficulty threshold",
+          "best-rule": "Best fixed rule (searched on training tasks)"}
 #: The families whose frontiers are compared with BoPO's.
 RIVALS = ("ppo", "cascade")
 
@@ -247,7 +249,8 @@ def pareto_figure(profile: str, rep: Mapping[str, Any]) -> bytes:
     styles = {"bopo": ("tab:red", "o"), "ppo": ("tab:blue", "s"), "cascade": ("tab:green", "^"),
               "random-mix": ("tab:gray", "v"), "always-small": ("black", "<"),
               "always-large": ("black", ">"), "sft": ("tab:orange", "D"),
-              "oracle": ("tab:purple", "*")}
+              "oracle": ("tab:purple", "*"), "difficulty-threshold": ("tab:brown", "P"),
+              "best-rule": ("tab:olive", "X")}
     families: dict[str, list[tuple[float, float]]] = {}
     for key, m in rep["methods"].items():
         family = key.split("/")[0]

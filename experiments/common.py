@@ -4,6 +4,8 @@
 * :func:`figure_png`: a matplotlib figure as PNG bytes (render first, write later);
 * :func:`machine`: a one-line description of the machine, for wall-time records;
 * :func:`check_writable`: an output directory checked before any work starts;
+* :func:`recording` and :func:`described`: keep the allocators a factory builds, and what
+  a searched or fitted rule says it is (its ``description``), for the reports.
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ import io
 import multiprocessing
 import os
 import platform
+from collections.abc import Callable, Hashable, MutableMapping
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from agents.files import check_creatable
 
@@ -27,6 +31,29 @@ def spawn_pool(workers: int) -> ProcessPoolExecutor:
     for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ.setdefault(variable, "1")
     return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+
+
+def recording(factory: Callable[[Any], Any], built: MutableMapping[Hashable, Any],
+              key: Hashable | Callable[[Any], Hashable]) -> Callable[[Any], Any]:
+    """``factory`` (a baseline class or env -> allocator), keeping what it builds in ``built``.
+
+    The tables score methods through factories (:func:`agents.evaluation.compare`,
+    :func:`agents.routing.corl.tier_table`); a rule searched or fitted when it is built
+    says which rule it froze only on the built object. ``key`` is the key in ``built``,
+    or a function of the env that gives it (e.g. the env's tier).
+    """
+    def build(env: Any) -> Any:
+        allocator = factory(env)
+        built[key(env) if callable(key) else key] = allocator
+        return allocator
+
+    return build
+
+
+def described(allocator: Any) -> dict[str, str]:
+    """``{"rule": allocator.description}`` for a searched or fitted rule, else ``{}``."""
+    description = getattr(allocator, "description", None)
+    return {} if description is None else {"rule": str(description)}
 
 
 def figure_png(figure: object, dpi: int = 120) -> bytes:

@@ -1,12 +1,17 @@
-"""CORL's experiment: one controller for three budget tiers on ExpertRouting-v0.
+"""CORL's experiment: one controller for three budget tiers, on ExpertRouting-v0 and -v1.
 
 :func:`run_corl` trains both variants of :mod:`agents.routing.corl` (the shared PPO
-policy and one LoRA adapter per tier on its frozen encoder) and scores them with the
-reference rows (the controller alone, each single expert, the escalation rule and the
-privileged oracle) per profile and tier, on the same queries for every method
-(:func:`agents.routing.corl.tier_table`). :func:`report` writes ``corl_tiers.md``,
-``corl_tiers.json`` and ``pareto_corl.png``, all rendered before any is written and
-written all together (:func:`agents.files.write_files_atomic`).
+policy and one LoRA adapter per tier on its frozen encoder) on one env and scores them
+with the reference rows (the controller alone, each single expert, consulting every
+expert, the escalation rule, the best fixed rule searched per tier on training tasks and
+the privileged oracle) per profile and tier, on the same
+queries for every method (:func:`agents.routing.corl.tier_table`). :func:`report` does
+that for each env of :data:`CORL_ENVS` (in worker processes when the scale says so) and
+writes, per env, the tables, the JSON and the figure: ``corl_tiers.md``,
+``corl_tiers.json`` and ``pareto_corl.png`` for ExpertRouting-v0,
+``corl_tiers_ExpertRouting-v1.md``, ``.json`` and ``pareto_corl_ExpertRouting-v1.png`` for
+v1 (:func:`file_names`), all rendered before any is written and written all together
+(:func:`agents.files.write_files_atomic`).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import itertools
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +38,7 @@ from agents.routing.corl import (
     train_tier_adapters,
 )
 from cost_envs.wrappers import TIERS
-from experiments.common import figure_png
+from experiments.common import described, figure_png, recording, spawn_pool
 
 
 def _quiet(_message: str) -> None:
@@ -41,37 +47,63 @@ def _quiet(_message: str) -> None:
 
 @dataclass(frozen=True)
 class CorlScale:
-    """How much to train and evaluate."""
+    """How much to train and evaluate.
+
+    ``rule_tasks``: training tasks on which the best fixed rule is searched, per profile and
+    tier; ``jobs``: worker processes (one env each).
+    """
 
     ppo_timesteps: int
     adapter_timesteps: int
     episodes: int
     n_resamples: int
+    rule_tasks: int = 200
+    jobs: int = 1
 
 
 #: No ``full`` scale: ``python -m experiments corl --scale full`` runs ``default``.
 CORL_SCALES = {
-    "smoke": CorlScale(ppo_timesteps=1024, adapter_timesteps=512, episodes=30, n_resamples=50),
+    "smoke": CorlScale(ppo_timesteps=1024, adapter_timesteps=512, episodes=30, n_resamples=50,
+                       rule_tasks=5),
     "default": CorlScale(ppo_timesteps=60_000, adapter_timesteps=15_000, episodes=400,
-                         n_resamples=1000),
+                         n_resamples=1000, jobs=2),
 }
 PROFILES_EVALUATED = ("mixed", "gsm8k", "math500", "aime")
+#: The envs the experiment runs on, each with its own report: v0, and v1 where wrong
+#: answers can coincide (issue #10).
+CORL_ENVS = (EXPERT_ROUTING, "cost_envs/ExpertRouting-v1")
 
 
 def _policy_allocator(policy: Any) -> Callable[[gym.Env], Any]:
     return lambda env: policy
 
 
+CONSULT_ALL = "Consult all experts"
+BEST_RULE = "Best fixed rule (searched on training tasks)"
+#: Fixed rows shown in every profile's table, not only the mixed profile's.
+EVERY_PROFILE = ("Controller alone", CONSULT_ALL, BEST_RULE)
+
+
 def corl_methods(shared: AllocatorPolicy, adapters: TierAdapters, n_experts: int,
-                 expert_names: list[str]) -> dict[str, Callable[[gym.Env], Any]]:
-    """Table rows: the references (alone, each single expert, rule, oracle) and the learned."""
-    from agents.baselines import CostOptOracle, FixedConsultation, RuleBased
+                 expert_names: list[str], rule_tasks: int = 200
+                 ) -> dict[str, Callable[[gym.Env], Any]]:
+    """Table rows: the fixed references and the learned controllers.
+
+    The references: the controller alone, each single expert, all experts, the escalation
+    rule, the best fixed rule and the oracle. Each factory is called with the tier's env
+    (``tier_table``), so the best fixed rule is searched per tier, on ``rule_tasks``
+    training tasks of the profile (their own seed range), for the most gated reward.
+    """
+    from agents.baselines import ConsultAll, CostOptOracle, FixedConsultation, RuleBased
+    from agents.rules import BestFixedRule
 
     methods: dict[str, Callable[[gym.Env], Any]] = {
         "Controller alone": lambda env: FixedConsultation(env, [])}
     for i, name in enumerate(expert_names):
         methods[f"Single expert: {name}"] = lambda env, i=i: FixedConsultation(env, [i])
+    methods[CONSULT_ALL] = ConsultAll
     methods["Escalate until agreement (rule)"] = RuleBased
+    methods[BEST_RULE] = partial(BestFixedRule, n_tasks=rule_tasks)
     methods["Oracle (privileged, ignores the tier)"] = CostOptOracle
     methods["PPO, one policy for all tiers"] = _policy_allocator(shared)
     methods["LoRA-PPO, one adapter per tier"] = _policy_allocator(adapters)
@@ -82,13 +114,19 @@ LEARNED = ("PPO, one policy for all tiers", "LoRA-PPO, one adapter per tier")
 
 
 def run_corl(scale: str = "default", seed: int = 0,
-             log: Callable[[str], None] = _quiet) -> dict[str, Any]:
-    """Train both variants and score every method per profile and tier (JSON-ready).
+             log: Callable[[str], None] = _quiet, env_id: str = EXPERT_ROUTING
+             ) -> dict[str, Any]:
+    """Train both variants on ``env_id`` and score every method per profile and tier.
 
     Args:
         scale: A key of :data:`CORL_SCALES`.
         seed: Training seed.
         log: Progress printer (one line per stage).
+        env_id: The expert-routing env (default ExpertRouting-v0).
+
+    Returns:
+        The report, JSON-ready. A method built with a ``description`` (a rule searched
+        when it is built, per tier) has it as ``rule`` in its tier's entry.
 
     Raises:
         ValueError: For an unknown scale.
@@ -96,25 +134,62 @@ def run_corl(scale: str = "default", seed: int = 0,
     if scale not in CORL_SCALES:
         raise ValueError(f"scale: expected one of {list(CORL_SCALES)}, got {scale!r}")
     settings = CORL_SCALES[scale]
-    shared, shared_history = train_shared_ppo(settings.ppo_timesteps, seed)
-    log(f"corl: shared PPO trained ({settings.ppo_timesteps} steps)")
-    adapters = train_tier_adapters(shared, settings.adapter_timesteps, seed)
-    log(f"corl: tier adapters trained ({settings.adapter_timesteps} steps each)")
-    probe = gym.make(EXPERT_ROUTING)
+    name = env_id.split("/")[-1]
+    shared, shared_history = train_shared_ppo(settings.ppo_timesteps, seed, env_id=env_id)
+    log(f"corl: {name}: shared PPO trained ({settings.ppo_timesteps} steps)")
+    adapters = train_tier_adapters(shared, settings.adapter_timesteps, seed, env_id=env_id)
+    log(f"corl: {name}: tier adapters trained ({settings.adapter_timesteps} steps each)")
+    probe = gym.make(env_id)
     names = list(probe.unwrapped.pool.names)
     budgets = dict(probe.unwrapped.tier_budgets)
     probe.close()
-    methods = corl_methods(shared, adapters, len(names), names)
+    methods = corl_methods(shared, adapters, len(names), names, settings.rule_tasks)
     results = {}
     for profile in PROFILES_EVALUATED:
-        table = tier_table(methods, settings.episodes, seed=0,
-                           env_kwargs={"profile": profile}, n_resamples=settings.n_resamples)
-        results[profile] = {tier: {m: s.as_dict() for m, s in rows.items()}
+        built: dict[Any, Any] = {}
+        recorded = {m: recording(factory, built, lambda env, m=m: (m, env.tier))
+                    for m, factory in methods.items()}
+        table = tier_table(recorded, settings.episodes, seed=0, env_kwargs={"profile": profile},
+                           n_resamples=settings.n_resamples, env_id=env_id)
+        results[profile] = {tier: {m: {**s.as_dict(), **described(built[m, tier])}
+                                   for m, s in rows.items()}
                             for tier, rows in table.items()}
-        log(f"corl: profile {profile} scored ({len(methods)} methods x {len(TIERS)} tiers)")
-    return {"scale": scale, "seed": seed, "settings": settings.__dict__, "budgets": budgets,
-            "experts": names, "results": results,
+        log(f"corl: {name}: profile {profile} scored ({len(methods)} methods x "
+            f"{len(TIERS)} tiers)")
+    settings_used = {k: v for k, v in settings.__dict__.items() if k != "jobs"}  # any jobs
+    return {"env_id": env_id, "scale": scale, "seed": seed, "settings": settings_used,
+            "budgets": budgets, "experts": names, "results": results,
             "training_curve": [{k: v for k, v in point.items()} for point in shared_history]}
+
+
+def _run_env(scale: str, seed: int, env_id: str) -> dict[str, Any]:
+    """:func:`run_corl` in a worker process: one torch thread, no progress lines."""
+    from agents.lora.training import configure_torch_threads
+
+    configure_torch_threads()
+    return run_corl(scale, seed, env_id=env_id)
+
+
+def run_envs(scale: str = "default", seed: int = 0, envs: tuple[str, ...] = CORL_ENVS,
+             log: Callable[[str], None] = _quiet, jobs: int | None = None
+             ) -> dict[str, dict[str, Any]]:
+    """:func:`run_corl` on each env, in ``jobs`` worker processes (default: the scale's).
+
+    Returns:
+        Env id -> report, in the order of ``envs`` whatever order the workers finish in.
+    """
+    if scale not in CORL_SCALES:
+        raise ValueError(f"scale: expected one of {list(CORL_SCALES)}, got {scale!r}")
+    workers = min(len(envs), jobs or CORL_SCALES[scale].jobs)
+    if workers <= 1:
+        return {env_id: run_corl(scale, seed, log, env_id) for env_id in envs}
+    with spawn_pool(workers) as pool:
+        futures = {env_id: pool.submit(_run_env, scale, seed, env_id) for env_id in envs}
+        reports = {}
+        for env_id, future in futures.items():
+            reports[env_id] = future.result()
+            log(f"corl: {env_id.split('/')[-1]}: trained and scored in a worker")
+    return reports
 
 
 def best_single_expert(rows: Mapping[str, Any]) -> str:
@@ -133,7 +208,7 @@ def corl_markdown(report: Mapping[str, Any]) -> str:
     names = report["experts"]
     budgets = report["budgets"]
     lines = [
-        "# CORL on ExpertRouting-v0: one controller for three budget tiers",
+        f"# CORL on {report['env_id']}: one controller for three budget tiers",
         "",
         f"Scale `{report['scale']}`, training seed {report['seed']}: "
         f"PPO {report['settings']['ppo_timesteps']} steps over all tiers, then "
@@ -145,7 +220,9 @@ def corl_markdown(report: Mapping[str, Any]) -> str:
         "*Accuracy within budget* is CORL's gated metric (a right answer that cost more "
         "than the tier's budget counts as wrong); the *expert-call ratio* is the share of "
         "queries on which at least one expert was consulted; calls/query counts each "
-        f"expert's calls ({' / '.join(names)}).",
+        f"expert's calls ({' / '.join(names)}). Consult all experts: every expert in the "
+        "first round, then answer. Profiles other than `mixed` show the learned rows, the "
+        "best single expert and the rows that need no expert choice.",
         "",
     ]
     for profile, table in report["results"].items():
@@ -157,9 +234,11 @@ def corl_markdown(report: Mapping[str, Any]) -> str:
             best = best_single_expert(rows)
             for method, s in rows.items():
                 if profile != "mixed" and not (method in LEARNED or method == best
-                                               or method.startswith("Controller")):
+                                               or method in EVERY_PROFILE):
                     continue
                 label = f"{method} (best single expert)" if method == best else method
+                if "rule" in s:
+                    label += f": {s['rule']}"
                 calls = " / ".join(f"{s['calls_per_query'][n]:.2f}" for n in names)
                 lines.append(
                     f"| {tier} | {label} | {_cell(s['accuracy'], '.3f')} | "
@@ -167,16 +246,17 @@ def corl_markdown(report: Mapping[str, Any]) -> str:
                     f"{_cell(s['avg_cost'], '.4f')} | {_cell(s['expert_call_ratio'], '.2f')} | "
                     f"{calls} | {s['budget_exceeded']:.2f} |")
         lines.append("")
-    lines += ["## Learned controllers against the controller alone and the best single expert",
+    mixed = report["results"]["mixed"]
+    fixed = [m for m in EVERY_PROFILE[1:] if m in mixed[TIERS[0]]]
+    lines += ["## Learned controllers against the fixed references",
               "", "Accuracy within budget, mixed profile; the best single expert is the one "
               "with the highest accuracy within that tier's budget.", "",
-              "| Tier | Controller alone | Best single expert | PPO | LoRA-PPO |",
-              "|---|---|---|---|---|"]
-    mixed = report["results"]["mixed"]
+              "| Tier | Controller alone | Best single expert | " + " | ".join(fixed)
+              + " | PPO | LoRA-PPO |", "|---|---|---|" + "---|" * len(fixed) + "---|---|"]
     for tier, rows in mixed.items():
         best = best_single_expert(rows)
         cells = [_cell(rows[m]["accuracy_within_budget"], ".3f")
-                 for m in ("Controller alone", best, *LEARNED)]
+                 for m in ("Controller alone", best, *fixed, *LEARNED)]
         cells[1] += f" ({best.removeprefix('Single expert: ')})"
         lines.append(f"| {tier} | " + " | ".join(cells) + " |")
     lines += ["", "## Does the expert-call ratio rise with the tier?", ""]
@@ -204,7 +284,7 @@ def corl_figure(report: Mapping[str, Any]) -> bytes:
     profiles = list(report["results"])
     figure, axes = plt.subplots(1, len(profiles), figsize=(4.2 * len(profiles), 4.2))
     colours = {"low": "tab:green", "medium": "tab:orange", "high": "tab:red"}
-    markers = "osD^vP*X"
+    markers = "osD^vP*Xh<>p"
     for axis, profile in zip(np.atleast_1d(axes), profiles, strict=True):
         for tier, rows in report["results"][profile].items():
             for index, (method, s) in enumerate(rows.items()):
@@ -225,34 +305,51 @@ def corl_figure(report: Mapping[str, Any]) -> bytes:
     np.atleast_1d(axes)[0].set_ylabel("accuracy within budget")
     handles, labels = np.atleast_1d(axes)[0].get_legend_handles_labels()
     figure.legend(handles, labels, fontsize=7, loc="lower center", ncol=4)
-    figure.suptitle("ExpertRouting-v0: colour = tier (green low, orange medium, red high); "
-                    "dotted = tier budget; filled = learned", fontsize=10)
+    figure.suptitle(f"{report['env_id']}: colour = tier (green low, orange medium, red "
+                    "high); dotted = tier budget; filled = learned", fontsize=10)
     figure.tight_layout(rect=(0, 0.12, 1, 1))
     png = figure_png(figure)
     plt.close(figure)
     return png
 
 
-def report(out_dir: Path, scale: str = "default", seed: int = 0,
-           log: Callable[[str], None] = _quiet) -> str:
-    """Run :func:`run_corl`, write ``corl_tiers.md/.json`` and ``pareto_corl.png``.
+def file_names(env_id: str) -> tuple[str, str, str]:
+    """The Markdown, JSON and figure of ``env_id``'s report.
 
-    Everything is rendered before anything is written, and the three files are written
-    all or nothing (:func:`agents.files.write_files_atomic`).
+    ExpertRouting-v0 keeps the names it always had (``corl_tiers.md``, ``corl_tiers.json``,
+    ``pareto_corl.png``); another env's carry its name (``corl_tiers_ExpertRouting-v1.md``).
+    """
+    suffix = "" if env_id == EXPERT_ROUTING else f"_{env_id.split('/')[-1]}"
+    return f"corl_tiers{suffix}.md", f"corl_tiers{suffix}.json", f"pareto_corl{suffix}.png"
+
+
+def report(out_dir: Path, scale: str = "default", seed: int = 0,
+           log: Callable[[str], None] = _quiet, envs: tuple[str, ...] = CORL_ENVS,
+           jobs: int | None = None) -> dict[str, str]:
+    """Run :func:`run_corl` on each env and write its tables, JSON and figure.
+
+    Everything is rendered before anything is written, and the files of every env are
+    written all or nothing (:func:`agents.files.write_files_atomic`); names from
+    :func:`file_names`.
 
     Args:
         out_dir: Output directory (created if needed).
         scale: A key of :data:`CORL_SCALES`.
         seed: Training seed.
         log: Progress printer.
+        envs: Env ids, each with its own report.
+        jobs: Worker processes (one env each), instead of the scale's own ``jobs``.
 
     Returns:
-        The Markdown.
+        Env id -> its Markdown.
     """
-    result = run_corl(scale, seed, log)
-    markdown = corl_markdown(result)
-    text = json.dumps(result, indent=2) + "\n"
-    png = corl_figure(result)
-    write_files_atomic(out_dir, {"corl_tiers.md": markdown, "corl_tiers.json": text,
-                           "pareto_corl.png": png})
-    return markdown
+    results = run_envs(scale, seed, envs, log, jobs)
+    files: dict[str, str | bytes] = {}
+    pages = {}
+    for env_id, result in results.items():
+        markdown_name, json_name, figure_name = file_names(env_id)
+        pages[env_id] = files[markdown_name] = corl_markdown(result)
+        files[json_name] = json.dumps(result, indent=2) + "\n"
+        files[figure_name] = corl_figure(result)
+    write_files_atomic(out_dir, files)
+    return pages

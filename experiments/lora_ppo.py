@@ -1,5 +1,12 @@
-"""Reproduce Tables 1 and 2 of the LoRA-Guided PPO paper on FlightPlanner-v0 and ToolBench-v0.
+"""Tables 1 and 2 of the LoRA-Guided PPO paper on its two envs and on FlightPlanner-v1.
 
+:data:`ENVS` are the paper's FlightPlanner-v0 and ToolBench-v0 and FlightPlanner-v1 (the
+same tasks and dynamics, a 25-slot observation); every learned row runs on each of them
+(FlightPlanner-v1 with its own shipped pretrained base). Each table has the paper's
+baselines, two references (the greedy label source, call-all), the best fixed rule
+(:class:`agents.rules.BestFixedRule`, searched on ``rule_tasks`` training tasks of its own
+seed range, then frozen) and the rows of :data:`FAMILY_ROWS` on the envs they apply to
+(FlightPlanner's one-turn plan+search rule).
 For each env, every method is scored on the same ``episodes`` tasks (task seed
 ``eval_seed``). The learned methods are trained ``seeds`` times (training seeds
 0..seeds-1, on tasks disjoint from the evaluation set, see :mod:`agents.lora.training`);
@@ -7,14 +14,16 @@ their point values pool the episodes of all seeds and their 95% intervals come f
 two-level bootstrap over seeds and tasks (:func:`cost_envs.metrics.bootstrap_cis_over_runs`).
 The fixed baselines are deterministic given the tasks, so their intervals are over tasks.
 
-Outputs, in ``out``: ``table_<Env>.md`` and ``.json`` per env, ``pareto_<Env>.png``
+Outputs, in ``out``: ``table_<Env>.md`` and ``.json`` per env (``<Env>`` the id without
+its namespace, e.g. ``table_FlightPlanner-v1.md``), ``pareto_<Env>.png``
 (success vs average cost with interval bars) and ``learning_curves_<Env>.png`` (CPS and
 success against environment steps, PPO vs LoRA-guided PPO, mean over seeds with the
 seeds' range). Everything is computed and rendered before anything is written, and the
 files are written all or nothing (:func:`agents.files.write_files_atomic`).
 
 Training runs are independent, so they run in ``jobs`` worker processes, each with one
-torch thread (on 2 cores, two processes beat two threads for networks this small).
+torch thread (on 2 cores, two processes beat two threads for networks this small); each
+env's fixed rows are scored in the same pool, beside them.
 """
 
 from __future__ import annotations
@@ -22,16 +31,18 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from agents.baselines import BASELINES
+from agents.baselines import BASELINES, FAMILY_BASELINES
 from agents.evaluation import compare, evaluate, format_table
 from agents.files import write_files_atomic
 from agents.lora.supervised import SupervisedConfig
 from agents.lora.training import configure_torch_threads, train
+from agents.rules import BestFixedRule
 from cost_envs.config import integer
 from cost_envs.metrics import (
     HEADLINE_METRICS,
@@ -41,10 +52,12 @@ from cost_envs.metrics import (
     pareto_front,
     summarize,
 )
-from experiments.common import figure_png, spawn_pool
+from experiments.common import described, figure_png, recording, spawn_pool
 
 #: The paper's two environments.
 PAPER_ENVS = ("cost_envs/FlightPlanner-v0", "cost_envs/ToolBench-v0")
+#: What the experiment runs: the paper's envs and FlightPlanner-v1 (issue #10).
+ENVS = (*PAPER_ENVS, "cost_envs/FlightPlanner-v1")
 #: Fixed baselines: key -> table label. ``greedy`` is the supervised label source and
 #: ``all`` the brute-force reference; neither is one of the paper's seven methods.
 BASELINE_ROWS = {
@@ -55,6 +68,36 @@ BASELINE_ROWS = {
     "greedy": "Greedy heuristic (label source)",
     "all": "Call all (reference)",
 }
+#: Rules searched on training tasks when they are built, then frozen: key -> table label.
+SEARCHED_ROWS = {"best-rule": "Best fixed rule (searched on training tasks)"}
+
+
+@dataclass(frozen=True)
+class FamilyRow:
+    """A fixed baseline that applies to some envs only: label, factory, those env ids."""
+
+    label: str
+    factory: Any
+    envs: tuple[str, ...]
+
+
+#: Baselines of one env family, in the tables of the envs they apply to only.
+FAMILY_ROWS = {
+    "one-turn": FamilyRow("One-turn plan+search rule", FAMILY_BASELINES["one-turn"],
+                          ("cost_envs/FlightPlanner-v0", "cost_envs/FlightPlanner-v1")),
+}
+
+
+def baseline_rows(env_id: str, rule_tasks: int = 200) -> dict[str, tuple[str, Any]]:
+    """The fixed rows of ``env_id``'s table: key -> (label, factory), in table order.
+
+    ``rule_tasks``: training tasks on which the best fixed rule is searched.
+    """
+    rows = {key: (label, BASELINES[key]) for key, label in BASELINE_ROWS.items()}
+    rows["best-rule"] = (SEARCHED_ROWS["best-rule"], partial(BestFixedRule, n_tasks=rule_tasks))
+    rows.update({key: (row.label, row.factory) for key, row in FAMILY_ROWS.items()
+                 if env_id in row.envs})
+    return rows
 
 
 @dataclass(frozen=True)
@@ -89,6 +132,7 @@ class Scale:
         episodes: Evaluation tasks per method.
         resamples: Bootstrap resamples.
         supervised: Supervised-stage settings.
+        rule_tasks: Training tasks on which the best fixed rule is searched.
     """
 
     name: str
@@ -97,16 +141,17 @@ class Scale:
     episodes: int
     resamples: int
     supervised: SupervisedConfig = field(default_factory=SupervisedConfig)
+    rule_tasks: int = 200
 
     def __post_init__(self) -> None:
-        for name in ("timesteps", "seeds", "episodes", "resamples"):
+        for name in ("timesteps", "seeds", "episodes", "resamples", "rule_tasks"):
             integer(getattr(self, name), f"Scale.{name}", minimum=1)
 
 
 SCALES = {
     # Plumbing check for the tests: every row, every file, in seconds. Not a result.
     "smoke": Scale("smoke", timesteps=512, seeds=2, episodes=30, resamples=100,
-                   supervised=SupervisedConfig(episodes=60, epochs=2)),
+                   supervised=SupervisedConfig(episodes=60, epochs=2), rule_tasks=10),
     # What `make reproduce` runs: under 10 minutes on 2 cores.
     "default": Scale("default", timesteps=20_000, seeds=3, episodes=400, resamples=1000),
     # Paper scale: ten times the RL steps and five seeds.
@@ -145,8 +190,30 @@ def run_job(job: Job) -> JobResult:
     return JobResult(job, result.records, result.agent_names, trained.history)
 
 
-def _run_all(jobs: Sequence[Job], workers: int, log: Any = print) -> list[JobResult]:
-    """Every job's result, in the order of ``jobs``; a progress line as each one arrives."""
+def score_baselines(env_id: str, scale: Scale, eval_seed: int) -> dict[str, dict[str, Any]]:
+    """Every fixed row of ``env_id``'s table on the shared tasks, as table entries.
+
+    A rule searched when it is built (the best fixed rule) is searched here, on the env it
+    is scored on, and its entry says which rule it froze (``rule``).
+    """
+    fixed = baseline_rows(env_id, scale.rule_tasks)
+    built: dict[str, Any] = {}
+    summaries = compare({key: recording(factory, built, key)
+                         for key, (_, factory) in fixed.items()}, env_id,
+                        episodes=scale.episodes, seed=eval_seed, n_resamples=scale.resamples)
+    return {key: {"label": fixed[key][0], "seeds": 1, **summary, **described(built[key])}
+            for key, summary in summaries.items()}
+
+
+def _run_all(jobs: Sequence[Job], workers: int, log: Any = print,
+             baselines: Sequence[tuple[str, Scale, int]] = ()
+             ) -> tuple[list[JobResult], dict[str, dict[str, dict[str, Any]]]]:
+    """Every job's result in the order of ``jobs``, and each env's fixed rows.
+
+    ``baselines`` holds ``(env_id, scale, eval_seed)`` per env; its rows come back as env
+    id -> entries (:func:`score_baselines`). A progress line as each result arrives. In a
+    pool the fixed rows are submitted first, so they are not left for the end.
+    """
     results: list[JobResult] = []
 
     def take(result: JobResult) -> None:
@@ -155,14 +222,20 @@ def _run_all(jobs: Sequence[Job], workers: int, log: Any = print) -> list[JobRes
         log(f"lora_ppo: {job.env_id.split('/')[-1]} {job.key} seed {job.seed} trained and "
             f"scored ({len(results)}/{len(jobs)})")
 
+    def scored(env_id: str, entries: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        log(f"lora_ppo: {env_id.split('/')[-1]} fixed rows scored ({len(entries)})")
+        return entries
+
     if workers <= 1:
         for job in jobs:
             take(run_job(job))
-        return results
+        return results, {args[0]: scored(args[0], score_baselines(*args)) for args in baselines}
     with spawn_pool(workers) as pool:
+        pending = {args[0]: pool.submit(score_baselines, *args) for args in baselines}
         for result in pool.map(run_job, jobs):  # in job order, as each is ready
             take(result)
-    return results
+        fixed = {env_id: scored(env_id, future.result()) for env_id, future in pending.items()}
+    return results, fixed
 
 
 def _learned_summary(runs: Sequence[Sequence[EpisodeRecord]], agent_names: Sequence[str],
@@ -180,7 +253,7 @@ def _learned_summary(runs: Sequence[Sequence[EpisodeRecord]], agent_names: Seque
 
 def reproduce(
     scale: Scale,
-    envs: Sequence[str] = PAPER_ENVS,
+    envs: Sequence[str] = ENVS,
     rows: Sequence[str] = tuple(LEARNED_ROWS),
     eval_seed: int = 0,
     jobs: int = 2,
@@ -200,14 +273,10 @@ def reproduce(
             for env_id in envs for key in rows for seed in range(scale.seeds)]
     log(f"lora_ppo: training {len(grid)} runs ({scale.name}: {scale.timesteps} steps x "
         f"{scale.seeds} seeds) in {jobs} process(es)")
-    results = _run_all(grid, jobs, log)
+    results, fixed = _run_all(grid, jobs, log, [(env_id, scale, eval_seed) for env_id in envs])
     reports = {}
     for env_id in envs:
-        methods: dict[str, dict[str, Any]] = {}
-        baselines = compare({key: BASELINES[key] for key in BASELINE_ROWS}, env_id,
-                            episodes=scale.episodes, seed=eval_seed, n_resamples=scale.resamples)
-        for key, summary in baselines.items():
-            methods[key] = {"label": BASELINE_ROWS[key], "seeds": 1, **summary}
+        methods: dict[str, dict[str, Any]] = dict(fixed[env_id])
         curves = {}
         for key in rows:
             done = sorted((r for r in results if r.job.env_id == env_id and r.job.key == key),
@@ -243,16 +312,21 @@ def markdown_table(report: Mapping[str, Any]) -> str:
     """The report's Markdown page: what was run, then the table."""
     scale = report["scale"]
     rows = {entry["label"]: entry for entry in report["methods"].values()}
+    rules = "".join(f"\n{entry['label']}: {entry['rule']}.\n"
+                    for entry in report["methods"].values() if "rule" in entry)
+    other = ("" if report["env_id"] in PAPER_ENVS else
+             f"{report['env_id']} is not one of the paper's envs: the same methods, run on it "
+             "as on them. ")
     return (
         f"# LoRA-Guided PPO paper, Tables 1-2: {report['env_id']}\n\n"
-        f"Scale `{scale['name']}`: learned methods trained with {scale['seeds']} seeds x "
+        f"{other}Scale `{scale['name']}`: learned methods trained with {scale['seeds']} seeds x "
         f"{scale['timesteps']} environment steps; every method scored on the same "
         f"{scale['episodes']} tasks (task seed {report['eval_seed']}). 95% intervals: "
         "two-level bootstrap over training seeds and tasks for learned methods, over tasks "
         f"for the fixed baselines ({scale['resamples']} resamples). Reproduce with "
         f"`python -m experiments lora_ppo"
         f"{'' if scale['name'] == 'default' else ' --scale ' + scale['name']}`.\n\n"
-        f"{format_table(rows)}\n"
+        f"{format_table(rows)}\n{rules}"
     )
 
 

@@ -12,8 +12,9 @@ import torch
 
 import cost_envs  # noqa: F401
 from agents import seeds
-from agents.baselines import AlwaysLarge, AlwaysSmall, RandomMix
+from agents.baselines import AlwaysLarge, AlwaysSmall, DifficultyThreshold, RandomMix
 from agents.routing import bopo, bopo_sft
+from agents.rules import BestFixedRule
 from cost_envs.wrappers import HardBudget, TaskReplay
 from experiments import bopo as bopo_experiment
 
@@ -263,13 +264,31 @@ def test_report_smoke_writes_everything(tmp_path) -> None:
     assert set(rep["strata_eval"]) == {"easy", "hard", "intractable"}
     methods = rep["methods"]
     assert set(methods) == {"always-small", "always-large", "oracle", "sft", "bopo/0.5",
-                            "ppo/0.5", "cascade/1", "random-mix/0.5"}
+                            "ppo/0.5", "cascade/1", "random-mix/0.5", "difficulty-threshold",
+                            "best-rule"}
     assert methods["always-small"]["call_ratio"]["large"] == 0.0
     assert methods["always-large"]["call_ratio"]["large"] > 0.5  # unless the budget masks it
     for profile_report in data["profiles"].values():
         for m in profile_report["methods"].values():
             assert m["episodes"] == data["scale"]["n_eval"]
             assert f"| {m['label']} |" in text
+    for profile, profile_report in data["profiles"].items():
+        # Fitted on the profile's training tasks under its budget (the same stack the
+        # evaluation uses), then frozen: the threshold a fit there gives, shown in the label.
+        rule = profile_report["methods"]["difficulty-threshold"]
+        threshold = rule["fitted_threshold"]
+        assert 0.0 <= threshold <= 1.0 and threshold in DifficultyThreshold.GRID
+        train = bopo.draw_tasks(profile, data["scale"]["n_train"], data["train_task_seed"])
+        scored_env = bopo.make_env(profile, profile_report["budget"])
+        refit = DifficultyThreshold.fit(scored_env, train)
+        assert refit.threshold == threshold, profile
+        assert rule["label"] == f"Difficulty threshold (fitted, t={threshold:g})"
+        assert 0.0 <= rule["call_ratio"]["large"] <= 1.0
+        # The best fixed rule: searched the same way, on the same tasks and budget.
+        best = profile_report["methods"]["best-rule"]
+        assert best["rule"] == BestFixedRule.fit(scored_env, train).description, profile
+        assert best["label"] == f"Best fixed rule (searched on training tasks): {best['rule']}"
+        assert f"| {best['label']} |" in text
     assert set(rep["frontiers"]) == {"ppo", "cascade"}
     curve = rep["learning_curves"]["bopo/0.5"]
     assert [p["timesteps"] for p in curve] == [0, data["scale"]["timesteps"]]

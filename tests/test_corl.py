@@ -21,9 +21,18 @@ from agents.routing.corl import (
     train_shared_ppo,
     train_tier_adapters,
 )
+from agents.rules import BestFixedRule
 from cost_envs.envs.expert_routing import CONTROLLER
 from cost_envs.wrappers import TIERS
-from experiments.corl import CORL_SCALES, report, run_corl
+from experiments.corl import (
+    BEST_RULE,
+    CONSULT_ALL,
+    CORL_ENVS,
+    CORL_SCALES,
+    file_names,
+    report,
+    run_corl,
+)
 
 
 class Constant:
@@ -181,22 +190,58 @@ def test_run_corl_rejects_an_unknown_scale() -> None:
         run_corl("huge")
 
 
-def test_report_writes_tables_json_and_figure(tmp_path) -> None:
+V1 = "cost_envs/ExpertRouting-v1"
+
+
+def test_report_writes_tables_json_and_figure_for_v0_and_v1(tmp_path) -> None:
     torch.set_num_threads(1)
-    markdown = report(tmp_path, "smoke")
-    assert (tmp_path / "corl_tiers.md").read_text() == markdown
-    data = json.loads((tmp_path / "corl_tiers.json").read_text())
-    assert set(data["results"]) == {"mixed", "gsm8k", "math500", "aime"}
-    for table in data["results"].values():
-        assert list(table) == list(TIERS)
-        for rows in table.values():
-            assert "LoRA-PPO, one adapter per tier" in rows
-            assert "Controller alone" in rows
-    assert (tmp_path / "pareto_corl.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "Does the expert-call ratio rise with the tier?" in markdown
-    assert data["settings"]["episodes"] == CORL_SCALES["smoke"].episodes
+    pages = report(tmp_path, "smoke")
+    assert list(pages) == list(CORL_ENVS) == ["cost_envs/ExpertRouting-v0", V1]
+    assert (tmp_path / "corl_tiers.md").read_text() == pages["cost_envs/ExpertRouting-v0"]
+    assert (tmp_path / "corl_tiers_ExpertRouting-v1.md").read_text() == pages[V1]
+    data = {env_id: json.loads((tmp_path / file_names(env_id)[1]).read_text())
+            for env_id in CORL_ENVS}
+    for env_id, result in data.items():
+        assert result["env_id"] == env_id
+        assert pages[env_id].startswith(f"# CORL on {env_id}: one controller for three "
+                                        "budget tiers\n")
+        assert set(result["results"]) == {"mixed", "gsm8k", "math500", "aime"}
+        assert result["settings"]["episodes"] == CORL_SCALES["smoke"].episodes
+        for profile, table in result["results"].items():
+            assert list(table) == list(TIERS)
+            for tier, rows in table.items():
+                assert "LoRA-PPO, one adapter per tier" in rows
+                assert "Controller alone" in rows
+                # Every expert once, on every query, whatever the tier: its ratio is 1.
+                everyone = rows[CONSULT_ALL]
+                assert everyone["expert_call_ratio"] == [1.0, 1.0, 1.0], (profile, tier)
+                assert set(everyone["calls_per_query"].values()) == {1.0}
+                assert f"| {tier} | {CONSULT_ALL} |" in pages[env_id]  # every profile's table
+                searched = rows[BEST_RULE]["rule"]
+                assert f"| {tier} | {BEST_RULE}: {searched} |" in pages[env_id]
+        assert "Does the expert-call ratio rise with the tier?" in pages[env_id]
+    # Same questions and luck on v0 and v1: one model's answer scores the same; with every
+    # expert's vote, v1's coinciding wrong answers can only outvote the right one.
+    v0, v1 = (data[env_id]["results"] for env_id in CORL_ENVS)
+    for profile, table in v0.items():
+        for tier, rows in table.items():
+            for method in ("Controller alone", "Single expert: o3"):
+                assert v1[profile][tier][method]["accuracy"] == rows[method]["accuracy"]
+            ours, theirs = v1[profile][tier][CONSULT_ALL], rows[CONSULT_ALL]
+            assert ours["avg_cost"] == theirs["avg_cost"]
+            assert ours["accuracy"][0] <= theirs["accuracy"][0]
+    # The best fixed rule is searched per tier, on that tier's env (gated reward) and the
+    # profile's training tasks: the rule each tier froze is that tier's own search.
+    for tier in TIERS:
+        env = make_tier_env({"profile": "math500"}, tier=tier, env_id=V1)
+        search = BestFixedRule(env, n_tasks=CORL_SCALES["smoke"].rule_tasks)
+        assert data[V1]["results"]["math500"][tier][BEST_RULE]["rule"] == search.description
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "corl_tiers.json", "corl_tiers.md", "pareto_corl.png"]  # no temporaries left
+        "corl_tiers.json", "corl_tiers.md", "corl_tiers_ExpertRouting-v1.json",
+        "corl_tiers_ExpertRouting-v1.md", "pareto_corl.png",
+        "pareto_corl_ExpertRouting-v1.png"]  # no temporaries left
+    for env_id in CORL_ENVS:
+        assert (tmp_path / file_names(env_id)[2]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_fixed_consultation_acts_on_a_batch_like_on_single_observations() -> None:

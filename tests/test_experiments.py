@@ -19,7 +19,7 @@ from experiments import common
 REPO = Path(__file__).resolve().parents[1]
 ROUTELLM = REPO.parent / "shared" / "data" / "routellm"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-ENV_NAMES = ("FlightPlanner-v0", "ToolBench-v0")
+ENV_NAMES = ("FlightPlanner-v0", "ToolBench-v0", "FlightPlanner-v1")
 PROFILES = ("alfworld", "sciworld", "appworld")
 
 
@@ -32,7 +32,7 @@ def run_command(*args: str, timeout: float = 300) -> subprocess.CompletedProcess
 
 @pytest.fixture(scope="module")
 def smoke_all(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """One ``python -m experiments all --scale smoke`` (about 20 s on 2 cores)."""
+    """One ``python -m experiments all --scale smoke`` (about 30 s on 2 cores)."""
     out = tmp_path_factory.mktemp("experiments") / "results"
     done = run_command("all", "--scale", "smoke", "--out", str(out))
     assert done.returncode == 0, done.stderr
@@ -61,16 +61,25 @@ def test_all_writes_every_table_and_figure(smoke_all) -> None:
     for env_name in ENV_NAMES:
         text = (out / f"table_{env_name}.md").read_text(encoding="utf-8")
         assert "| Method | Success | CPS |" in text
+        assert "| Best fixed rule (searched on training tasks) |" in text
+        assert ("| One-turn plan+search rule |" in text) == env_name.startswith("FlightPlanner")
         assert "Reproduce with `python -m experiments lora_ppo --scale smoke`." in text
         assert (out / f"table_{env_name}.json").read_text(encoding="utf-8").startswith("{")
         for kind in ("pareto", "learning_curves"):
             assert (out / f"{kind}_{env_name}.png").read_bytes()[:8] == PNG_MAGIC
-    corl = (out / "corl_tiers.md").read_text(encoding="utf-8")
-    assert "| Tier | Method | Accuracy | Accuracy within budget |" in corl
-    assert "| low | LoRA-PPO, one adapter per tier |" in corl
-    assert (out / "pareto_corl.png").read_bytes()[:8] == PNG_MAGIC
+    for version, suffix in (("v0", ""), ("v1", "_ExpertRouting-v1")):
+        corl = (out / f"corl_tiers{suffix}.md").read_text(encoding="utf-8")
+        assert corl.startswith(f"# CORL on cost_envs/ExpertRouting-{version}: ")
+        assert "| Tier | Method | Accuracy | Accuracy within budget |" in corl
+        assert "| low | LoRA-PPO, one adapter per tier |" in corl
+        assert "| high | Consult all experts |" in corl
+        assert "| medium | Best fixed rule (searched on training tasks): " in corl
+        assert (out / f"corl_tiers{suffix}.json").read_text(encoding="utf-8").startswith("{")
+        assert (out / f"pareto_corl{suffix}.png").read_bytes()[:8] == PNG_MAGIC
     bopo = (out / "bopo.md").read_text(encoding="utf-8")
     assert "| Method | Success | Avg cost ($) | CPS ($) |" in bopo
+    assert bopo.count("| Difficulty threshold (fitted, t=") == len(PROFILES)
+    assert bopo.count("| Best fixed rule (searched on training tasks): ") == len(PROFILES)
     for profile in PROFILES:
         assert f"## {profile}" in bopo
         assert (out / f"pareto_bopo_{profile}.png").read_bytes()[:8] == PNG_MAGIC

@@ -1,4 +1,4 @@
-"""CORL's budget-tier controller on ExpertRouting-v0: one policy for every budget tier.
+"""CORL's budget-tier controller on ExpertRouting: one policy for every budget tier.
 
 CORL (arXiv 2511.02755) trains a single controller that sees the query's budget tier
 and is rewarded with its task performance gated by that tier's budget. Here:
@@ -19,6 +19,9 @@ and is rewarded with its task performance gated by that tier's budget. Here:
 
 Observations are read through names: the env's ``observation_layout`` extended with the
 tier slots that :class:`~cost_envs.wrappers.BudgetTier` appends (:func:`tier_layout`).
+
+Every function takes ``env_id``: ``cost_envs/ExpertRouting-v0`` by default, or any env with
+its observation layout and tier budgets (``cost_envs/ExpertRouting-v1``).
 
 Training tasks use task seeds ``TRAIN_TASK_SEED + seed`` and evaluation small seeds, as
 everywhere in :mod:`agents`. The experiment (scales, the tables per profile, the figure)
@@ -54,10 +57,9 @@ ADAPTER_LEARNING_RATE = 1e-3
 
 
 def make_tier_env(env_kwargs: Mapping[str, Any] | None = None, tier: str | None = None,
-                  reward: str = "gated") -> BudgetTier:
-    """``BudgetTier(gym.make("cost_envs/ExpertRouting-v0", **env_kwargs))``."""
-    return BudgetTier(gym.make(EXPERT_ROUTING, **dict(env_kwargs or {})), tier=tier,
-                      reward=reward)
+                  reward: str = "gated", env_id: str = EXPERT_ROUTING) -> BudgetTier:
+    """``BudgetTier(gym.make(env_id, **env_kwargs))`` (default ExpertRouting-v0)."""
+    return BudgetTier(gym.make(env_id, **dict(env_kwargs or {})), tier=tier, reward=reward)
 
 
 def tier_layout(env: gym.Env) -> dict[str, slice]:
@@ -82,10 +84,11 @@ def tier_layout(env: gym.Env) -> dict[str, slice]:
 
 
 def train_shared_ppo(timesteps: int, seed: int = 0, env_kwargs: Mapping[str, Any] | None = None,
-                     verbose: int = 0) -> tuple[AllocatorPolicy, list[dict[str, Any]]]:
+                     verbose: int = 0, env_id: str = EXPERT_ROUTING
+                     ) -> tuple[AllocatorPolicy, list[dict[str, Any]]]:
     """PPO on every tier at once (a tier drawn per query); returns the policy and history."""
     set_random_seed(seed)
-    env = make_tier_env(env_kwargs)
+    env = make_tier_env(env_kwargs, env_id=env_id)
     model = PPO(AllocatorPolicy, env, policy_kwargs={"lora_rank": None}, seed=seed,
                 device="cpu", **PPO_SETTINGS)
     quiet_logger(model, verbose)
@@ -127,6 +130,7 @@ def train_tier_adapters(
     env_kwargs: Mapping[str, Any] | None = None,
     learning_rate: float = ADAPTER_LEARNING_RATE,
     verbose: int = 0,
+    env_id: str = EXPERT_ROUTING,
 ) -> TierAdapters:
     """A LoRA adapter per tier on the frozen encoder of ``shared`` (module docstring)."""
     if shared.lora_rank is not None:
@@ -136,7 +140,7 @@ def train_tier_adapters(
     obs_dim = int(encoder[0].in_features)
     policies: dict[str, AllocatorPolicy] = {}
     history: dict[str, list[dict[str, Any]]] = {}
-    probe = make_tier_env(env_kwargs)
+    probe = make_tier_env(env_kwargs, env_id=env_id)
     layout = tier_layout(probe)
     probe.close()
     # The shared encoder, handed over as tensors: it becomes every tier's frozen base.
@@ -144,7 +148,7 @@ def train_tier_adapters(
     base = (state, {"obs_dim": obs_dim, "hidden_sizes": list(shared.hidden_sizes)})
     for offset, tier in enumerate(TIERS):
         set_random_seed(seed)
-        env = make_tier_env(env_kwargs, tier=tier)
+        env = make_tier_env(env_kwargs, tier=tier, env_id=env_id)
         # cost_coef=0: the gated reward is the whole objective, as for the shared PPO
         # (LoRA-PPO's expected-cost term prices calls nominally, the same in every tier).
         model = LoraGuidedPPO(
@@ -189,10 +193,14 @@ class TierScores:
 
 
 def score_tier(allocator_for: Callable[[gym.Env], Any], tier: str, episodes: int, seed: int,
-               env_kwargs: Mapping[str, Any] | None = None, n_resamples: int = 1000
-               ) -> TierScores:
-    """Run one method on ``episodes`` queries of ``tier`` (task set of ``seed``)."""
-    env = make_tier_env(env_kwargs, tier=tier)
+               env_kwargs: Mapping[str, Any] | None = None, n_resamples: int = 1000,
+               env_id: str = EXPERT_ROUTING) -> TierScores:
+    """Run one method on ``episodes`` queries of ``tier`` (task set of ``seed``).
+
+    ``allocator_for`` is called with the tier's env, ``BudgetTier(..., tier=tier)``, so a
+    rule fitted when it is built is fitted on that tier.
+    """
+    env = make_tier_env(env_kwargs, tier=tier, env_id=env_id)
     budget = env.budgets[tier]
     result = evaluate(allocator_for(env), env, episodes, seed)
     env.close()
@@ -213,8 +221,9 @@ def score_tier(allocator_for: Callable[[gym.Env], Any], tier: str, episodes: int
 
 
 def tier_table(methods: Mapping[str, Callable[[gym.Env], Any]], episodes: int, seed: int = 0,
-               env_kwargs: Mapping[str, Any] | None = None, n_resamples: int = 1000
-               ) -> dict[str, dict[str, TierScores]]:
+               env_kwargs: Mapping[str, Any] | None = None, n_resamples: int = 1000,
+               env_id: str = EXPERT_ROUTING) -> dict[str, dict[str, TierScores]]:
     """``{tier: {method: scores}}`` on the same queries for every method and tier."""
-    return {tier: {name: score_tier(factory, tier, episodes, seed, env_kwargs, n_resamples)
+    return {tier: {name: score_tier(factory, tier, episodes, seed, env_kwargs, n_resamples,
+                                    env_id)
                    for name, factory in methods.items()} for tier in TIERS}
