@@ -5,7 +5,7 @@ its training only if it beats the best rule a careful engineer would write witho
 This module defines that family, searches it on training tasks and freezes the winner as
 an allocator, :class:`BestFixedRule` (``best-rule`` in the CLI and the tables).
 
-**The family.** Two kinds of rule, each reading at most one number:
+**The family.** Three kinds of rule, none of which learns:
 
 1. *Open-loop call patterns* (:class:`agents.baselines.FixedSequence`): the same action at
    turn ``k`` of every task, for the first ``len(patterns)`` turns, then the all-zero
@@ -22,6 +22,13 @@ an allocator, :class:`BestFixedRule` (``best-rule`` in the CLI and the tables).
    actions of a one-agent pool); ``i`` runs over every observation slot that varies on
    the training tasks (visited under those sequences) and ``t`` over up to ``cuts``
    cut points between the slot's observed values (midpoints of distinct quantiles).
+3. *The project's hand-written rules* (:func:`hand_written_rules`): RuleBased, the greedy
+   covering set at coverages 0.5 to 1.0, CapabilityMatch, calling everyone, and the
+   family baselines that fit the env (FlightPlanner's one-turn rule, CORL's consult-all,
+   BoPO's always-small, always-large and cascades). They read the observation in ways
+   one threshold cannot (ToolBench's skill-to-tool table), so a row named "best fixed
+   rule" is never beaten by a rule the project already ships. Randomised and privileged
+   baselines are not rules and are left out.
 
 **The objective** is the mean episode return on the training tasks, the quantity every
 learner in the project maximises, so a rule and a learned policy are compared on the
@@ -41,7 +48,20 @@ import gymnasium as gym
 import numpy as np
 
 from agents.allocator import Allocator
-from agents.baselines import Baseline, FixedSequence, _orchestration_env
+from agents.baselines import (
+    FAMILY_BASELINES,
+    ROUTING_BASELINES,
+    Baseline,
+    CallAll,
+    CapabilityMatch,
+    Cascade,
+    DifficultyThreshold,
+    FixedSequence,
+    GreedyHeuristic,
+    RandomMix,
+    RuleBased,
+    _orchestration_env,
+)
 from agents.seeds import RULE_TASK_SEED
 from cost_envs.config import integer
 
@@ -97,13 +117,24 @@ class ScoredRule:
 
 
 def feature_names(env: gym.Env) -> list[str]:
-    """A name per observation slot, from the env's layout (``obs[i]`` for wrapper slots)."""
+    """A name per observation slot: the env's layout, then the slots wrappers append.
+
+    A wrapper that appends slots names them in ``added_observation_layout`` (BudgetTier's
+    ``tier`` and ``budget_left``); any other slot is ``obs[i]``.
+    """
     size = int(np.prod(env.observation_space.shape))
     names = [f"obs[{i}]" for i in range(size)]
-    for slot, span in _orchestration_env(env).observation_layout.items():
-        width = span.stop - span.start
-        for offset, index in enumerate(range(span.start, min(span.stop, size))):
-            names[index] = slot if width == 1 else f"{slot}[{offset}]"
+    layouts = [_orchestration_env(env).observation_layout]
+    layer = env
+    while isinstance(layer, gym.Wrapper):
+        if hasattr(type(layer), "added_observation_layout"):
+            layouts.append(layer.added_observation_layout)
+        layer = layer.env
+    for layout in layouts:
+        for slot, span in layout.items():
+            width = span.stop - span.start
+            for offset, index in enumerate(range(span.start, min(span.stop, size))):
+                names[index] = slot if width == 1 else f"{slot}[{offset}]"
     return names
 
 
@@ -138,6 +169,24 @@ def candidate_actions(n_agents: int) -> list[np.ndarray]:
             actions.append(action)
     actions.append(np.ones(n_agents, dtype=np.int8))
     return actions
+
+
+def hand_written_rules(env: gym.Env) -> list[tuple[str, Baseline]]:
+    """The project's deterministic, observation-only baselines that fit ``env``, named."""
+    rules: list[tuple[str, Baseline]] = [
+        ("rule", RuleBased(env)), ("capability", CapabilityMatch(env)), ("all", CallAll(env))]
+    rules += [(f"greedy (coverage {c})", GreedyHeuristic(env, c))
+              for c in (0.5, 0.6, 0.7, 0.8, 0.9, 1.0)]
+    family: list[tuple[str, Any]] = [(name, cls) for name, cls in FAMILY_BASELINES.items()]
+    family += [(name, cls) for name, cls in ROUTING_BASELINES.items()
+               if cls not in (RandomMix, DifficultyThreshold, Cascade)]
+    family += [(f"cascade (patience {k})", lambda e, k=k: Cascade(e, k)) for k in (1, 2, 3)]
+    for name, build in family:
+        try:
+            rules.append((name, build(env)))
+        except ValueError:  # a family baseline refuses an env it does not fit
+            continue
+    return rules
 
 
 def training_tasks(env: gym.Env, n: int = 200, seed: int = RULE_TASK_SEED) -> list[Any]:
@@ -243,15 +292,21 @@ class RuleSearch:
                     scored.append(self.score(rule, text)[0])
         return sorted(scored, key=ScoredRule.key)
 
+    def hand_written(self) -> list[ScoredRule]:
+        """The project's hand-written rules that fit the env (:func:`hand_written_rules`)."""
+        return sorted((self.score(rule, f"hand-written: {name}")[0]
+                       for name, rule in hand_written_rules(self.env)), key=ScoredRule.key)
+
     def search(self, beam: int = 3, max_turns: int = 4, top: int = 2,
                cuts: int = 4) -> list[ScoredRule]:
-        """Both kinds of rule, best first (a stable sort: open-loop rules win ties)."""
+        """All three kinds, best first; ties go to open-loop, then hand-written rules."""
         integer(beam, "beam", minimum=1, where="RuleSearch")
         integer(max_turns, "max_turns", minimum=1, where="RuleSearch")
         integer(top, "top", minimum=1, where="RuleSearch")
         integer(cuts, "cuts", minimum=1, where="RuleSearch")
         open_loop = self.open_loop(beam, max_turns)
-        return sorted(open_loop + self.thresholds(open_loop, top, cuts), key=ScoredRule.key)
+        candidates = open_loop + self.hand_written() + self.thresholds(open_loop, top, cuts)
+        return sorted(candidates, key=ScoredRule.key)
 
 
 def _cut_points(values: np.ndarray, cuts: int) -> list[float]:

@@ -46,7 +46,7 @@ class TaskReplay(gym.Wrapper[Any, Any, Any, Any]):
         seed: Seed of the shuffling generator.
 
     Raises:
-        ValueError: If ``tasks`` is empty.
+        ValueError: If ``tasks`` is empty, or ``env`` already has a ``TaskReplay``.
     """
 
     def __init__(self, env: gym.Env, tasks: Sequence[Any], shuffle: bool = False,
@@ -54,6 +54,12 @@ class TaskReplay(gym.Wrapper[Any, Any, Any, Any]):
         super().__init__(env)
         if not tasks:
             raise ValueError("TaskReplay: expected at least one task, got none")
+        layer = env
+        while isinstance(layer, gym.Wrapper):  # the inner replay would overwrite our task
+            if isinstance(layer, TaskReplay):
+                raise ValueError("TaskReplay: env already replays a task list (a TaskReplay "
+                                 "beneath); wrap the env beneath it instead")
+            layer = layer.env
         self.tasks = list(tasks)
         self._shuffle = shuffle
         self._rng = np.random.default_rng(seed)

@@ -128,6 +128,13 @@ class BudgetTier(gym.Wrapper[np.ndarray, Any, np.ndarray, Any], gym.utils.Record
         self._needs_reset = True
 
     @property
+    def added_observation_layout(self) -> dict[str, slice]:
+        """Where the appended slots sit: ``tier`` (one-hot, ``TIERS`` order), ``budget_left``."""
+        size = self.observation_space.shape[0]
+        return {"tier": slice(size - len(TIERS) - 1, size - 1),
+                "budget_left": slice(size - 1, size)}
+
+    @property
     def tier(self) -> str:
         """The current episode's tier."""
         return self._tier
