@@ -231,9 +231,10 @@ class OneTurnPlanSearch(Baseline):
         super().__init__(env)
         layout = self.env.observation_layout
         flags = ("has_quote", "within_budget", "within_hop_limit")
-        strongest = getattr(self.env, "strongest", None)
-        picks = [strongest(role) for role in ("planner", "search")] if strongest else [None]
-        if None in picks or not set(flags) <= set(layout):
+        strongest = getattr(self.env, "strongest", None)  # FlightPlanner's role -> agent
+        picks = ([strongest(role) for role in ("planner", "search")]
+                 if callable(strongest) and set(flags) <= set(layout) else [None])
+        if None in picks:
             raise ValueError(f"OneTurnPlanSearch: {self.env.env_name} has no planner and "
                              "searcher roles to call and no quote to commit; it applies to "
                              "cost_envs/FlightPlanner-v0 and -v1")

@@ -10,7 +10,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-import cost_envs  # noqa: F401
+import cost_envs
 from agents import cli
 from agents.baselines import FAMILY_BASELINES, ROUTING_BASELINES, ConsultAll, DifficultyThreshold
 from agents.evaluation import evaluate
@@ -155,3 +155,25 @@ def _actions(policy, env: gym.Env, seed: int) -> list[np.ndarray]:
 
     played = rollout(policy, env, seed=seed, record_steps=True)
     return list(played.actions)
+
+
+@pytest.mark.parametrize("env_id", cost_envs.ENV_IDS)
+def test_every_family_baseline_builds_or_refuses_every_env_in_one_line(env_id: str) -> None:
+    # A family baseline meets envs it was not written for (the CLI, the best-rule search):
+    # it must build or raise a one-line ValueError, never another error. TraceRouting's
+    # `strongest` is an index, not FlightPlanner's role lookup, and once crashed one-turn.
+    env = gym.make(env_id)
+    built = []
+    for name, cls in {**FAMILY_BASELINES, **ROUTING_BASELINES}.items():
+        try:
+            cls(env)
+        except ValueError as error:
+            assert "\n" not in str(error), name
+        else:
+            built.append(name)
+    expected = {"cost_envs/FlightPlanner-v0": ["one-turn"],
+                "cost_envs/FlightPlanner-v1": ["one-turn"],
+                "cost_envs/ExpertRouting-v0": ["consult-all"],
+                "cost_envs/ExpertRouting-v1": ["consult-all"],
+                "cost_envs/AgenticRouting-v0": list(ROUTING_BASELINES)}
+    assert built == expected.get(env_id, [])

@@ -221,6 +221,13 @@ class AgenticRoutingEnv(OrchestrationEnv[AgenticTask]):
     * ``reward_weights``: :class:`RewardWeights` or a mapping.
     * ``render_mode``: ``None`` or ``"ansi"``.
 
+    ## Fixed rules
+
+    A fixed rule is as good as learning here (issue #10): "the large model when the
+    observed difficulty exceeds a threshold", fitted on training tasks, and the best rule
+    of the family in ``agents/rules.py`` are within the intervals of BoPO and PPO on
+    success and cost per success on all three profiles (``python -m experiments bopo``).
+
     ## Version History
 
     * v0: initial version.

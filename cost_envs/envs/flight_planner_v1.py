@@ -134,6 +134,15 @@ class FlightPlannerV1Env(FlightPlannerEnv):
     * ``reward_weights``: :class:`RewardWeights` or a mapping.
     * ``render_mode``: ``None`` or ``"ansi"``.
 
+    ## Fixed rules
+
+    The new slots do not help a rule that reads one number: the best fixed rule of the
+    family in ``agents/rules.py`` is v0's one-turn rule, 0.978 success at CPS 0.0402 on the
+    evaluation tasks. At the default training budget (20k steps, 3 seeds) PPO does not
+    exploit them yet either (0.973 at CPS 0.0423), so a fixed rule still equals the best
+    learned policy within the intervals. How much a non-clairvoyant policy could gain is
+    the subject of issue #11's planner.
+
     ## Version History
 
     * v1: the observation tracks validation counts by strength and search findings (why:

@@ -158,6 +158,14 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
     * ``reward_weights``: :class:`RewardWeights` or a mapping.
     * ``render_mode``: ``None`` or ``"ansi"``.
 
+    ## Fixed rules
+
+    Learning buys success here, at a price (issue #10). No open-loop call pattern or single
+    threshold comes near the hand-written skill-to-tool table (RuleBased), which is the
+    best fixed rule of the family in ``agents/rules.py`` on training tasks: 0.802 success
+    at CPS 0.0738 on the 400 evaluation tasks, against PPO's 0.892 at 0.0968 (20k steps,
+    3 seeds). PPO is more successful, the rule cheaper per success: neither dominates.
+
     ## Version History
 
     * v0: initial version.

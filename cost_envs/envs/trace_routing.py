@@ -205,6 +205,13 @@ class TraceRoutingEnv(OrchestrationEnv[TraceTask]):
     * ``reward_weights``: :class:`RewardWeights` or a mapping.
     * ``render_mode``: ``None`` or ``"ansi"``.
 
+    ## Fixed rules
+
+    On RouteLLM's GSM8K outcomes the best fixed rule of the family in ``agents/rules.py``,
+    searched on the training split, calls the strong model on every query (the accuracy
+    of calling both); no threshold on one observed feature does better in return. The
+    learned router trades accuracy for cost instead (``python -m experiments traces``).
+
     ## Version History
 
     * v0: initial version.
