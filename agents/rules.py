@@ -21,7 +21,8 @@ an allocator, :class:`BestFixedRule` (``best-rule`` in the CLI and the tables).
    of {all-zero} and the first actions of the ``top`` best open-loop sequences (both
    actions of a one-agent pool); ``i`` runs over every observation slot that varies on
    the training tasks (visited under those sequences) and ``t`` over up to ``cuts``
-   cut points between the slot's observed values (midpoints of distinct quantiles).
+   cut points: the midpoints between its values when it takes at most ``cuts + 1``, else
+   its interior quantiles ``k / (cuts + 1)``.
 3. *The project's hand-written rules* (:func:`hand_written_rules`): RuleBased, the greedy
    covering set at coverages 0.5 to 1.0, CapabilityMatch, calling everyone, and the
    family baselines that fit the env (FlightPlanner's one-turn rule, CORL's consult-all,
@@ -30,11 +31,18 @@ an allocator, :class:`BestFixedRule` (``best-rule`` in the CLI and the tables).
    rule" is never beaten by a rule the project already ships. Randomised and privileged
    baselines are not rules and are left out.
 
-**The objective** is the mean episode return on the training tasks, the quantity every
-learner in the project maximises, so a rule and a learned policy are compared on the
-same objective; ties go to the higher success rate, then to the lower cost, then to the
-rule found first (shorter, open-loop). Every candidate meets the same training tasks, in
-the same order, on the environment as it will be scored (budget wrappers included).
+**The objective** is the mean episode return on the training tasks: the env's reward as
+it is scored (a ``BudgetTier``'s gated reward included), which PPO and the tier adapters
+maximise (BoPO learns on its own shaped reward). Every candidate meets the same training
+tasks, in the same order, on the environment as it will be scored (budget wrappers
+included), and each pass starts from the same seed, so a wrapper's own draws (a tier per
+query) are the same for every candidate.
+
+**Selection.** Ranking ~200 candidates on a few hundred tasks rewards luck: the top rule
+is often a threshold on a noisy feature that beats a plain rule by less than the noise.
+So the frozen rule is the *simplest* candidate whose mean return is within one standard
+error of the best one's (Breiman's one-standard-error rule): open-loop rules by length
+first, then the hand-written rules, then thresholds; among equals, the better score.
 """
 
 from __future__ import annotations
@@ -109,11 +117,21 @@ class ScoredRule:
     mean_return: float
     success: float
     cost: float
-    longest: int
+    #: Standard error of the mean return over the training tasks.
+    stderr: float
+    #: The longest episode the rule played (open-loop rules grow only past shorter ones).
+    max_length: int
+    #: Simplicity rank for the one-standard-error choice: an open-loop rule's length,
+    #: then :data:`HAND_WRITTEN`, then :data:`THRESHOLD`.
+    complexity: int = 0
 
     def key(self) -> tuple[float, float, float]:
         """Sort key, best first: higher return, then higher success, then lower cost."""
         return (-self.mean_return, -self.success, self.cost)
+
+
+#: Complexity ranks of the non-open-loop kinds (open-loop rules rank by their length).
+HAND_WRITTEN, THRESHOLD = 100, 101
 
 
 def feature_names(env: gym.Env) -> list[str]:
@@ -173,18 +191,19 @@ def candidate_actions(n_agents: int) -> list[np.ndarray]:
 
 def hand_written_rules(env: gym.Env) -> list[tuple[str, Baseline]]:
     """The project's deterministic, observation-only baselines that fit ``env``, named."""
-    rules: list[tuple[str, Baseline]] = [
-        ("rule", RuleBased(env)), ("capability", CapabilityMatch(env)), ("all", CallAll(env))]
-    rules += [(f"greedy (coverage {c})", GreedyHeuristic(env, c))
-              for c in (0.5, 0.6, 0.7, 0.8, 0.9, 1.0)]
-    family: list[tuple[str, Any]] = [(name, cls) for name, cls in FAMILY_BASELINES.items()]
+    family: list[tuple[str, Any]] = [("rule", RuleBased), ("capability", CapabilityMatch),
+                                      ("all", CallAll)]
+    family += [(f"greedy (coverage {c})", lambda e, c=c: GreedyHeuristic(e, c))
+               for c in (0.5, 0.6, 0.7, 0.8, 0.9, 1.0)]
+    family += [(name, cls) for name, cls in FAMILY_BASELINES.items()]
     family += [(name, cls) for name, cls in ROUTING_BASELINES.items()
                if cls not in (RandomMix, DifficultyThreshold, Cascade)]
     family += [(f"cascade (patience {k})", lambda e, k=k: Cascade(e, k)) for k in (1, 2, 3)]
+    rules: list[tuple[str, Baseline]] = []
     for name, build in family:
         try:
             rules.append((name, build(env)))
-        except ValueError:  # a family baseline refuses an env it does not fit
+        except ValueError:  # it does not fit (a family baseline elsewhere, greedy's 2**m)
             continue
     return rules
 
@@ -196,8 +215,14 @@ def training_tasks(env: gym.Env, n: int = 200, seed: int = RULE_TASK_SEED) -> li
     unaffected.
     """
     integer(n, "n", minimum=1, where="training_tasks")
+    base = _orchestration_env(env)
+    split = getattr(base, "split", None)  # logged queries: evaluation draws from them too
+    if split is not None and split != "train":
+        raise ValueError(f"training_tasks: {base.env_name} replays the logged queries of "
+                         f"split {split!r}, which evaluation draws from too; fit on the env "
+                         "made with split='train'")
     env.reset(seed=seed)
-    return _orchestration_env(env).sample_tasks(n)
+    return base.sample_tasks(n)
 
 
 class RuleSearch:
@@ -219,22 +244,27 @@ class RuleSearch:
         self.n_agents = _orchestration_env(env).n_agents
         self.names = feature_names(env)
 
-    def score(self, rule: Baseline, description: str,
-              keep_observations: bool = False) -> tuple[ScoredRule, np.ndarray | None]:
+    def score(self, rule: Baseline, description: str, keep_observations: bool = False,
+              complexity: int = 0) -> tuple[ScoredRule, np.ndarray | None]:
         """Play ``rule`` once on every training task; the visited observations if asked."""
         from agents.evaluation import rollout
 
         returns, successes, costs, lengths, seen = [], [], [], [], []
-        for _ in self.tasks:
-            played = rollout(rule, self.replay, record_steps=keep_observations)
+        for index in range(len(self.tasks)):
+            # Re-seed at the start of each pass: wrappers' own draws repeat per candidate.
+            played = rollout(rule, self.replay, seed=0 if index == 0 else None,
+                             record_steps=keep_observations)
             returns.append(played.episode_return)
             successes.append(played.record.success)
             costs.append(played.record.cost)
             lengths.append(played.record.length)
             if keep_observations:
                 seen.append(played.observations)
+        stderr = float(np.std(returns, ddof=1) / np.sqrt(len(returns))) if len(returns) > 1 \
+            else 0.0
         scored = ScoredRule(rule, description, float(np.mean(returns)),
-                            float(np.mean(successes)), float(np.mean(costs)), max(lengths))
+                            float(np.mean(successes)), float(np.mean(costs)), stderr,
+                            max(lengths), complexity)
         return scored, (np.concatenate(seen) if keep_observations else None)
 
     def open_loop(self, beam: int = 3, max_turns: int = 4) -> list[ScoredRule]:
@@ -250,13 +280,14 @@ class RuleSearch:
                         continue  # a trailing all-zero turn repeats the shorter sequence
                     sequence = (*prefix, action)
                     rule = FixedSequence(self.env, sequence)
-                    grown.append((sequence, self.score(rule, self._describe(sequence))[0]))
+                    grown.append((sequence, self.score(rule, self._describe(sequence),
+                                                       complexity=len(sequence))[0]))
             grown.sort(key=lambda pair: pair[1].key())
             scored.extend(candidate for _, candidate in grown)
             # Extending pays only if some episode outlived the sequence.
             frontier = [sequence for sequence, candidate in grown[:beam]
                         if candidate.rule.actions[-1].any()
-                        and candidate.longest > len(sequence)]
+                        and candidate.max_length > len(sequence)]
             if not frontier:
                 break
         return sorted(scored, key=ScoredRule.key)
@@ -269,7 +300,7 @@ class RuleSearch:
         return "open loop: " + ", then ".join(turns)
 
     def thresholds(self, open_loop: Sequence[ScoredRule], top: int = 2,
-                   cuts: int = 4) -> list[ScoredRule]:
+                   cuts: int = 8) -> list[ScoredRule]:
         """Every single-feature threshold rule over the best open-loop rules' actions."""
         leaders = list(open_loop[:top])
         seen = np.concatenate([self.score(r.rule, r.description, True)[1] for r in leaders])
@@ -289,16 +320,16 @@ class RuleSearch:
                     text = (f"threshold: {action_name(self.env, above)} if "
                             f"{self.names[feature]} > {threshold:.4g}, else "
                             f"{action_name(self.env, below)}")
-                    scored.append(self.score(rule, text)[0])
+                    scored.append(self.score(rule, text, complexity=THRESHOLD)[0])
         return sorted(scored, key=ScoredRule.key)
 
     def hand_written(self) -> list[ScoredRule]:
         """The project's hand-written rules that fit the env (:func:`hand_written_rules`)."""
-        return sorted((self.score(rule, f"hand-written: {name}")[0]
+        return sorted((self.score(rule, f"hand-written: {name}", complexity=HAND_WRITTEN)[0]
                        for name, rule in hand_written_rules(self.env)), key=ScoredRule.key)
 
     def search(self, beam: int = 3, max_turns: int = 4, top: int = 2,
-               cuts: int = 4) -> list[ScoredRule]:
+               cuts: int = 8) -> list[ScoredRule]:
         """All three kinds, best first; ties go to open-loop, then hand-written rules."""
         integer(beam, "beam", minimum=1, where="RuleSearch")
         integer(max_turns, "max_turns", minimum=1, where="RuleSearch")
@@ -314,14 +345,29 @@ def _cut_points(values: np.ndarray, cuts: int) -> list[float]:
     distinct = np.unique(values)
     if distinct.size < 2:
         return []
-    if distinct.size > cuts + 1:
-        quantiles = np.quantile(values, np.linspace(0, 1, cuts + 2))
-        distinct = np.unique(quantiles)
+    if distinct.size > cuts + 1:  # many values: the interior quantiles k / (cuts + 1)
+        interior = np.quantile(values, np.linspace(0, 1, cuts + 2)[1:-1])
+        return [float(t) for t in np.unique(interior)]
     return [float(t) for t in (distinct[:-1] + distinct[1:]) / 2]
 
 
+def one_standard_error(ranking: Sequence[ScoredRule]) -> ScoredRule:
+    """The simplest candidate within one standard error of the best mean return.
+
+    ``ranking`` is best first; simplicity is ``complexity`` (module docstring), and among
+    equally simple candidates the better score wins.
+    """
+    if not ranking:
+        raise ValueError("one_standard_error: expected at least one scored rule, got none")
+    floor = ranking[0].mean_return - ranking[0].stderr
+    eligible = [c for c in ranking if c.mean_return >= floor]
+    return min(eligible, key=lambda c: (c.complexity, c.key()))
+
+
 class BestFixedRule(Allocator):
-    """The best rule of the family (module docstring) on training tasks, frozen.
+    """The best rule of the family on training tasks, frozen.
+
+    The choice follows the module docstring's one-standard-error rule.
 
     Building it runs the search on ``env`` as wrapped; then it acts as the winning rule.
 
@@ -338,19 +384,20 @@ class BestFixedRule(Allocator):
         description: One line naming it, e.g. ``"threshold: large if difficulty > 0.35,
             else none"``.
         ranking: Every scored candidate, best first (their training-task scores).
+        chosen: The frozen candidate (:func:`one_standard_error` of ``ranking``).
     """
 
     name = "best-rule"
 
     def __init__(self, env: gym.Env, tasks: Sequence[Any] | None = None, *,
                  n_tasks: int = 200, seed: int | None = None, beam: int = 3,
-                 max_turns: int = 4, top: int = 2, cuts: int = 4) -> None:
+                 max_turns: int = 4, top: int = 2, cuts: int = 8) -> None:
         if tasks is None:
             tasks = training_tasks(env, n_tasks, RULE_TASK_SEED if seed is None else seed)
         self.ranking = RuleSearch(env, tasks).search(beam, max_turns, top, cuts)
-        best = self.ranking[0]
-        self.rule = best.rule
-        self.description = best.description
+        self.chosen = one_standard_error(self.ranking)
+        self.rule = self.chosen.rule
+        self.description = self.chosen.description
 
     @classmethod
     def fit(cls, env: gym.Env, tasks: Sequence[Any]) -> BestFixedRule:

@@ -1,12 +1,16 @@
 """Issue #10's rule search on every registered env: the best fixed rule, and what it scores.
 
 For each env id (default arguments), :class:`agents.rules.BestFixedRule` searches its
-family (open-loop call patterns, single thresholds on one observed feature) on
-``train_tasks`` training tasks drawn from :data:`agents.seeds.RULE_TASK_SEED`, ranks by
-mean episode return, and freezes the winner. The winner and the best open-loop rule are
-then scored on the same ``episodes`` evaluation tasks (task seed 0) as every table of
-the other experiments, with 95% bootstrap intervals over tasks, so the tables' learned
-rows can be set beside them.
+family (open-loop call patterns, single thresholds on one observed feature, the project's
+hand-written rules) on ``train_tasks`` training tasks drawn from
+:data:`agents.seeds.RULE_TASK_SEED`, ranks by mean episode return and freezes the simplest
+rule within one standard error of the top one. That rule, the top-ranked one and the best
+open-loop rule are then scored on ``episodes`` evaluation tasks (task seed 0), with 95%
+bootstrap intervals over tasks. For FlightPlanner and ToolBench these are the tasks of
+``lora_ppo``'s tables; CORL and BoPO score per tier and per profile on their own task
+sets, where their tables carry their own best-rule rows. An env of logged queries
+(TraceRouting, ``split=``) is searched on its train split and scored once on every query
+of its test split, so no query is both fitted and scored.
 
 Outputs, in ``out``: ``rule_search.md`` and ``rule_search.json``, rendered before either
 is written and written all or nothing. The envs are independent, so they run in ``jobs``
@@ -51,28 +55,42 @@ SCALES = {
     "smoke": Scale("smoke", train_tasks=30, episodes=30, resamples=50, beam=2, max_turns=2,
                    cuts=2),
     "default": Scale("default", train_tasks=200, episodes=400, resamples=1000, beam=3,
-                     max_turns=4, cuts=4),
+                     max_turns=4, cuts=8),
 }
 
 
 def _training(candidate: ScoredRule) -> dict[str, Any]:
     return {"rule": candidate.description, "mean_return": candidate.mean_return,
-            "success_rate": candidate.success, "avg_cost": candidate.cost}
+            "stderr": candidate.stderr, "success_rate": candidate.success,
+            "avg_cost": candidate.cost}
+
+
+def _envs(env_id: str) -> tuple[gym.Env, gym.Env]:
+    """The env the search fits on and the one it is scored on (splits for logged queries)."""
+    probe = gym.make(env_id)
+    if getattr(probe.unwrapped, "split", None) is None:
+        return probe, gym.make(env_id)
+    probe.close()
+    return gym.make(env_id, split="train"), gym.make(env_id, split="test")
 
 
 def search_env(env_id: str, scale: Scale) -> dict[str, Any]:
-    """Search one env's rules on training tasks; score the winners on evaluation tasks."""
+    """Search one env's rules on training tasks; score the chosen ones on evaluation tasks."""
     start = time.perf_counter()
-    env = gym.make(env_id)
-    best = BestFixedRule(env, n_tasks=scale.train_tasks, seed=RULE_TASK_SEED,
+    train_env, eval_env = _envs(env_id)
+    best = BestFixedRule(train_env, n_tasks=scale.train_tasks, seed=RULE_TASK_SEED,
                          beam=scale.beam, max_turns=scale.max_turns, cuts=scale.cuts)
     open_loop = next(c for c in best.ranking if isinstance(c.rule, FixedSequence))
+    dataset = getattr(eval_env.unwrapped, "dataset", None)
+    episodes = scale.episodes if dataset is None else dataset.n_queries  # each query once
     rows = {}
-    for key, candidate in (("best", best.ranking[0]), ("open_loop", open_loop)):
-        result = evaluate(candidate.rule, env, scale.episodes, EVAL_TASK_SEED)
+    for key, candidate in (("chosen", best.chosen), ("top", best.ranking[0]),
+                           ("open_loop", open_loop)):
+        result = evaluate(candidate.rule, eval_env, episodes, EVAL_TASK_SEED)
         rows[key] = {"label": candidate.description, "training": _training(candidate),
                      **result.summary(n_resamples=scale.resamples, seed=EVAL_TASK_SEED)}
-    env.close()
+    train_env.close()
+    eval_env.close()
     return {"env_id": env_id, "candidates": len(best.ranking), "rows": rows,
             "seconds": round(time.perf_counter() - start, 1)}
 
@@ -99,24 +117,29 @@ def markdown(report: Mapping[str, Any]) -> str:
         "# The best fixed rule per environment (issue #10's rule search)", "",
         "The family (`agents/rules.py`): open-loop call patterns (the same action at turn "
         f"k of every task, beam search of width {scale['beam']} up to {scale['max_turns']} "
-        "turns) and single thresholds on one observed feature (one action above the "
-        f"threshold, another below; up to {scale['cuts']} cut points per feature). Ranked "
-        f"by mean episode return on {scale['train_tasks']} training tasks (task seed "
-        f"{report['train_seed']}), then frozen and scored on the {scale['episodes']} "
-        f"evaluation tasks of task seed {report['eval_seed']}, the tasks of every other "
-        f"table; 95% intervals over tasks ({scale['resamples']} resamples). Reproduce with "
+        "turns), single thresholds on one observed feature (one action above the "
+        f"threshold, another below; up to {scale['cuts']} cut points per feature) and the "
+        "project's hand-written rules. Ranked by mean episode return on "
+        f"{scale['train_tasks']} training tasks (task seed {report['train_seed']}); the "
+        "frozen rule is the simplest one within one standard error of the top one. Scored "
+        f"on {scale['episodes']} evaluation tasks of task seed {report['eval_seed']} (the "
+        "tasks of `lora_ppo`'s tables for FlightPlanner and ToolBench; TraceRouting: "
+        "searched on its train split, scored on every query of its test split); 95% "
+        f"intervals over tasks ({scale['resamples']} resamples). Reproduce with "
         f"`python -m experiments rules"
         f"{'' if scale['name'] == 'default' else ' --scale ' + scale['name']}`.", ""]
+    names = {"chosen": "frozen rule", "top": "top-ranked", "open_loop": "best open-loop"}
     for entry in report["envs"]:
-        best_row, open_row = entry["rows"]["best"], entry["rows"]["open_loop"]
-        rows = {f"best rule, {best_row['label']}": best_row,
-                f"best open-loop rule, {open_row['label'].removeprefix('open loop: ')}":
-                    open_row}
-        best = entry["rows"]["best"]["training"]
+        rows, seen = {}, set()
+        for key, row in entry["rows"].items():
+            if row["label"] not in seen:  # the top rule is often the frozen one
+                rows[f"{names[key]}: {row['label']}"] = row
+                seen.add(row["label"])
+        chosen, top = entry["rows"]["chosen"]["training"], entry["rows"]["top"]["training"]
         lines += [f"## {entry['env_id']}", "",
-                  f"{entry['candidates']} rules scored; the best on training tasks: mean "
-                  f"return {best['mean_return']:.4f}, success {best['success_rate']:.3f}, "
-                  f"average cost {best['avg_cost']:.4g}.", "", format_table(rows), ""]
+                  f"{entry['candidates']} rules scored on training tasks; top mean return "
+                  f"{top['mean_return']:.4f} (standard error {top['stderr']:.4f}), the frozen "
+                  f"rule's {chosen['mean_return']:.4f}.", "", format_table(rows), ""]
     return "\n".join(lines)
 
 
