@@ -192,8 +192,8 @@ def _evaluate(allocator_for: Callable[[gym.Env], Any], profile: str, tasks: Sequ
 
     The allocator is built on the env as scored, under the budget but beneath the replay
     of the evaluation tasks: a rule fitted when it is built replays its own training tasks
-    on that env (a replay on top of another replays the lower one's tasks) and never
-    meets an evaluation task.
+    on that env (TaskReplay refuses to sit on another replay) and never meets an
+    evaluation task.
     """
     env = make_env(profile, budget)
     allocator = allocator_for(env)

@@ -66,21 +66,19 @@ def tier_layout(env: gym.Env) -> dict[str, slice]:
     """Named slots of a ``BudgetTier`` observation: the env's, then ``tier`` and ``budget_left``.
 
     ``BudgetTier`` appends the tier's one-hot (in ``TIERS`` order) and the remaining budget
-    fraction to the env's observation, so the env's own ``observation_layout`` keeps its
-    positions and the two new slots follow it.
+    fraction to the env's observation and names them (``added_observation_layout``), so
+    the env's own ``observation_layout`` keeps its positions and the two new slots follow.
 
     Raises:
-        ValueError: If ``env``'s observation is not the env's plus those four entries.
+        ValueError: If ``env`` is not a ``BudgetTier`` directly over the env.
     """
     base = env.unwrapped
     size = int(base.observation_space.shape[0])
-    end = size + len(TIERS)
-    if env.observation_space.shape != (end + 1,):
-        raise ValueError(f"tier_layout: expected a BudgetTier observation of {end + 1} "
-                         f"entries over {type(base).__name__}, got shape "
-                         f"{env.observation_space.shape}")
-    return {**base.observation_layout, "tier": slice(size, end),
-            "budget_left": slice(end, end + 1)}
+    if not isinstance(env, BudgetTier) or env.observation_space.shape != (size + len(TIERS) + 1,):
+        raise ValueError(f"tier_layout: expected a BudgetTier observation of "
+                         f"{size + len(TIERS) + 1} entries over {type(base).__name__}, got "
+                         f"{type(env).__name__} with shape {env.observation_space.shape}")
+    return {**base.observation_layout, **env.added_observation_layout}
 
 
 def train_shared_ppo(timesteps: int, seed: int = 0, env_kwargs: Mapping[str, Any] | None = None,
