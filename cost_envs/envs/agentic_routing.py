@@ -225,8 +225,8 @@ class AgenticRoutingEnv(OrchestrationEnv[AgenticTask]):
 
     A fixed rule is as good as learning here (issue #10): "the large model when the
     observed difficulty exceeds a threshold", fitted on training tasks, and the best rule
-    of the family in ``agents/rules.py`` are within the intervals of BoPO and PPO on
-    success and cost per success on all three profiles (``python -m experiments bopo``).
+    of the family in ``agents/rules.py`` have success and cost-per-success intervals that
+    overlap BoPO's and PPO's on all three profiles (``python -m experiments bopo``).
 
     ## Version History
 

@@ -210,6 +210,15 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
     * ``reward_weights``: :class:`RewardWeights` or a mapping.
     * ``render_mode``: ``None`` or ``"ansi"``.
 
+    ## Fixed rules
+
+    Under CORL's budget tiers a fixed rule is as good as the learned controllers (issue
+    #10): in all 4 profiles x 3 tiers, the best rule of the family in ``agents/rules.py``,
+    searched on that tier's training queries, has an accuracy within budget whose interval
+    overlaps those of PPO and the tier adapters (one training seed, 400 queries; the
+    largest gap 0.033 either way). Consulting every expert, a single expert or escalating
+    until two answers agree are the rules to beat.
+
     ## Version History
 
     * v0: initial version.
