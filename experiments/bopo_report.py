@@ -54,6 +54,10 @@ def method_summary(records: Sequence[EpisodeRecord], boundaries: Sequence[Bounda
     plain = [b.normalised(r.cost) for r, b in zip(records, boundaries, strict=True)
              if not b.inverted and b.large_cost != b.small_cost]
     summary["normalised_cost"] = float(np.mean(plain)) if plain else None
+    # BoPO's cost term lam * position(C) is clipped to 0 at or below the cheaper boundary's
+    # cost: on those tasks the cost weight cannot move the reward at all.
+    summary["cost_term_zero"] = float(np.mean(
+        [b.position(r.cost) == 0.0 for r, b in zip(records, boundaries, strict=True)]))
     return summary
 
 
@@ -186,7 +190,9 @@ def markdown(summary: Mapping[str, Any], seconds: float | None = None) -> str:
         f"point estimates with 95% bootstrap intervals over tasks ({sc['resamples']} "
         "resamples). Norm. cost: mean of (C - C_small) / (C_large - C_small) over tasks "
         "without cost inversion. Large steps: share of steps run by the large model. "
-        "Exhausted: episodes the budget cut short.",
+        "Exhausted: episodes the budget cut short. Cost term 0: share of tasks on which "
+        "BoPO's cost term λ·clip((C - C_lo) / (C_hi - C_lo), 0, 1) is 0 for this method's "
+        "cost (at or below the cheaper boundary), so no λ changes its reward there.",
     ]
     if seconds is not None:
         lines += ["", f"Wall time: {seconds:.0f} s with {sc['jobs']} worker process(es)."]
@@ -207,8 +213,8 @@ def markdown(summary: Mapping[str, Any], seconds: float | None = None) -> str:
             f"log-likelihood {before:.3f} -> {after:.3f}.",
             "",
             "| Method | Success | Avg cost ($) | CPS ($) | Norm. cost | Large steps | Success "
-            "easy / hard / intractable | Exhausted |",
-            "|---|---|---|---|---|---|---|---|",
+            "easy / hard / intractable | Exhausted | Cost term 0 |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for m in rep["methods"].values():
             by = m["success_by_stratum"]
@@ -217,7 +223,7 @@ def markdown(summary: Mapping[str, Any], seconds: float | None = None) -> str:
                 f"{_ci(m, 'avg_cost', '.4f')} | {_ci(m, 'cps', '.4f')} | "
                 f"{_opt(m['normalised_cost'], '.2f')} | {m['call_ratio']['large']:.2f} | "
                 + " / ".join(_opt(by[s], ".2f") for s in STRATA)
-                + f" | {m['budget_exceeded']} |")
+                + f" | {m['budget_exceeded']} | {m['cost_term_zero']:.2f} |")
         curves = rep["learning_curves"]
         if curves:
             steps = [point["timesteps"] for point in next(iter(curves.values()))]

@@ -373,3 +373,17 @@ def test_results_are_reported_in_job_order_whatever_order_workers_finish() -> No
     assert list(ordered) == list(profiles) and list(learned) == list(profiles)
     assert all(list(learned[p]) == keys for p in profiles)
     assert learned["alfworld"]["ppo/2"] == "alfworld ppo/2"
+
+
+def test_the_report_counts_the_tasks_where_the_cost_weight_cannot_act() -> None:
+    # BoPO's cost term is lam * clip((C - C_lo) / (C_hi - C_lo), 0, 1): zero at or below
+    # the cheaper boundary's cost, where no lam changes the reward (issue #11).
+    from cost_envs.metrics import EpisodeRecord
+    from experiments.bopo_report import method_summary
+
+    boundary = bopo.Boundary(True, 1.0, 5, True, 3.0, 4)  # C_lo = 1, C_hi = 3
+    costs = [0.5, 1.0, 2.0, 3.5]  # below, at, between, above the boundaries
+    records = [EpisodeRecord(True, 10.0, c, 1.0, np.array([1]), 4) for c in costs]
+    summary = method_summary(records, [boundary] * 4, resamples=10, seed=0)
+    assert summary["cost_term_zero"] == pytest.approx(0.5)
+    assert [boundary.position(c) for c in costs] == [0.0, 0.0, 0.5, 1.0]
