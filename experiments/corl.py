@@ -29,10 +29,10 @@ import numpy as np
 
 from agents.evaluation import value_interval
 from agents.files import write_files_atomic
-from agents.lora.policies import AllocatorPolicy
 from agents.routing.corl import (
     EXPERT_ROUTING,
-    TierAdapters,
+    tier_records,
+    tier_scores,
     tier_table,
     train_shared_ppo,
     train_tier_adapters,
@@ -49,14 +49,16 @@ def _quiet(_message: str) -> None:
 class CorlScale:
     """How much to train and evaluate.
 
+    ``seeds``: training seeds of the learned controllers (each trains both on its own);
     ``rule_tasks``: training tasks on which the best fixed rule is searched, per profile and
-    tier; ``jobs``: worker processes (one env each).
+    tier; ``jobs``: worker processes (one training seed, or one env's fixed rows, each).
     """
 
     ppo_timesteps: int
     adapter_timesteps: int
     episodes: int
     n_resamples: int
+    seeds: int = 5
     rule_tasks: int = 200
     jobs: int = 1
 
@@ -64,7 +66,7 @@ class CorlScale:
 #: No ``full`` scale: ``python -m experiments corl --scale full`` runs ``default``.
 CORL_SCALES = {
     "smoke": CorlScale(ppo_timesteps=1024, adapter_timesteps=512, episodes=30, n_resamples=50,
-                       rule_tasks=5),
+                       seeds=2, rule_tasks=5),
     "default": CorlScale(ppo_timesteps=60_000, adapter_timesteps=15_000, episodes=400,
                          n_resamples=1000, jobs=2),
 }
@@ -84,15 +86,14 @@ BEST_RULE = "Best fixed rule (searched on training tasks)"
 EVERY_PROFILE = ("Controller alone", CONSULT_ALL, BEST_RULE)
 
 
-def corl_methods(shared: AllocatorPolicy, adapters: TierAdapters, n_experts: int,
-                 expert_names: list[str], rule_tasks: int = 200
-                 ) -> dict[str, Callable[[gym.Env], Any]]:
-    """Table rows: the fixed references and the learned controllers.
+def fixed_methods(expert_names: list[str], rule_tasks: int = 200
+                  ) -> dict[str, Callable[[gym.Env], Any]]:
+    """The fixed reference rows, each a factory called with the tier's env.
 
-    The references: the controller alone, each single expert, all experts, the escalation
-    rule, the best fixed rule and the oracle. Each factory is called with the tier's env
-    (``tier_table``), so the best fixed rule is searched per tier, on ``rule_tasks``
-    training tasks of the profile (their own seed range), for the most gated reward.
+    The controller alone, each single expert, all experts, the escalation rule, the best
+    fixed rule and the oracle. ``tier_table`` calls each with the tier's env, so the best
+    fixed rule is searched per tier, on ``rule_tasks`` training tasks of the profile
+    (their own seed range), for the most gated reward.
     """
     from agents.baselines import ConsultAll, CostOptOracle, FixedConsultation, RuleBased
     from agents.rules import BestFixedRule
@@ -105,91 +106,153 @@ def corl_methods(shared: AllocatorPolicy, adapters: TierAdapters, n_experts: int
     methods["Escalate until agreement (rule)"] = RuleBased
     methods[BEST_RULE] = partial(BestFixedRule, n_tasks=rule_tasks)
     methods["Oracle (privileged, ignores the tier)"] = CostOptOracle
-    methods["PPO, one policy for all tiers"] = _policy_allocator(shared)
-    methods["LoRA-PPO, one adapter per tier"] = _policy_allocator(adapters)
     return methods
 
 
 LEARNED = ("PPO, one policy for all tiers", "LoRA-PPO, one adapter per tier")
+#: The evaluation queries: task seed 0 of each profile and tier, for every method.
+EVAL_SEED = 0
 
 
-def run_corl(scale: str = "default", seed: int = 0,
-             log: Callable[[str], None] = _quiet, env_id: str = EXPERT_ROUTING
-             ) -> dict[str, Any]:
-    """Train both variants on ``env_id`` and score every method per profile and tier.
-
-    Args:
-        scale: A key of :data:`CORL_SCALES`.
-        seed: Training seed.
-        log: Progress printer (one line per stage).
-        env_id: The expert-routing env (default ExpertRouting-v0).
-
-    Returns:
-        The report, JSON-ready. A method built with a ``description`` (a rule searched
-        when it is built, per tier) has it as ``rule`` in its tier's entry.
-
-    Raises:
-        ValueError: For an unknown scale.
-    """
+def _check_scale(scale: str) -> CorlScale:
     if scale not in CORL_SCALES:
         raise ValueError(f"scale: expected one of {list(CORL_SCALES)}, got {scale!r}")
-    settings = CORL_SCALES[scale]
-    name = env_id.split("/")[-1]
-    shared, shared_history = train_shared_ppo(settings.ppo_timesteps, seed, env_id=env_id)
-    log(f"corl: {name}: shared PPO trained ({settings.ppo_timesteps} steps)")
+    return CORL_SCALES[scale]
+
+
+def learned_runs(scale: str, seed: int, env_id: str = EXPERT_ROUTING) -> dict[str, Any]:
+    """Train one seed's two controllers; their episodes on every profile and tier.
+
+    Returns ``{"seed", "curve", "runs"}``, ``runs[(profile, tier, method)]`` an
+    :class:`~agents.evaluation.EvaluationResult` on the evaluation queries.
+    """
+    settings = _check_scale(scale)
+    shared, curve = train_shared_ppo(settings.ppo_timesteps, seed, env_id=env_id)
     adapters = train_tier_adapters(shared, settings.adapter_timesteps, seed, env_id=env_id)
-    log(f"corl: {name}: tier adapters trained ({settings.adapter_timesteps} steps each)")
+    rows = dict(zip(LEARNED, (_policy_allocator(shared), _policy_allocator(adapters)),
+                    strict=True))
+    runs = {(profile, tier, method): tier_records(factory, tier, settings.episodes, EVAL_SEED,
+                                                  {"profile": profile}, env_id)
+            for profile in PROFILES_EVALUATED for tier in TIERS
+            for method, factory in rows.items()}
+    return {"seed": seed, "curve": [dict(point) for point in curve], "runs": runs}
+
+
+def fixed_rows(scale: str, env_id: str = EXPERT_ROUTING) -> dict[str, Any]:
+    """Every fixed row's scores per profile and tier (JSON-ready), on the evaluation queries.
+
+    A method built with a ``description`` (a rule searched when it is built, per tier) has
+    it as ``rule`` in its tier's entry.
+    """
+    settings = _check_scale(scale)
     probe = gym.make(env_id)
     names = list(probe.unwrapped.pool.names)
-    budgets = dict(probe.unwrapped.tier_budgets)
     probe.close()
-    methods = corl_methods(shared, adapters, len(names), names, settings.rule_tasks)
+    methods = fixed_methods(names, settings.rule_tasks)
     results = {}
     for profile in PROFILES_EVALUATED:
         built: dict[Any, Any] = {}
         recorded = {m: recording(factory, built, lambda env, m=m: (m, env.tier))
                     for m, factory in methods.items()}
-        table = tier_table(recorded, settings.episodes, seed=0, env_kwargs={"profile": profile},
+        table = tier_table(recorded, settings.episodes, seed=EVAL_SEED,
+                           env_kwargs={"profile": profile},
                            n_resamples=settings.n_resamples, env_id=env_id)
         results[profile] = {tier: {m: {**s.as_dict(), **described(built[m, tier])}
                                    for m, s in rows.items()}
                             for tier, rows in table.items()}
-        log(f"corl: {name}: profile {profile} scored ({len(methods)} methods x "
-            f"{len(TIERS)} tiers)")
+    return results
+
+
+def assemble(env_id: str, scale: str, fixed: Mapping[str, Any],
+             learned: list[dict[str, Any]]) -> dict[str, Any]:
+    """The report of one env: fixed rows, then the learned rows pooled over their seeds."""
+    settings = _check_scale(scale)
+    probe = gym.make(env_id)
+    names = list(probe.unwrapped.pool.names)
+    budgets = dict(probe.unwrapped.tier_budgets)
+    probe.close()
+    learned = sorted(learned, key=lambda run: run["seed"])
+    results = {}
+    for profile, table in fixed.items():
+        results[profile] = {}
+        for tier, rows in table.items():
+            results[profile][tier] = dict(rows)
+            for method in LEARNED:
+                runs = [run["runs"][profile, tier, method] for run in learned]
+                scores = tier_scores(runs, budgets[tier], settings.n_resamples, EVAL_SEED)
+                per_seed = [float(np.mean([r.success and r.cost <= budgets[tier]
+                                           for r in run.records])) for run in runs]
+                results[profile][tier][method] = {
+                    **scores.as_dict(), "seeds": len(runs),
+                    "accuracy_within_budget_per_seed": per_seed}
     settings_used = {k: v for k, v in settings.__dict__.items() if k != "jobs"}  # any jobs
-    return {"env_id": env_id, "scale": scale, "seed": seed, "settings": settings_used,
-            "budgets": budgets, "experts": names, "results": results,
-            "training_curve": [{k: v for k, v in point.items()} for point in shared_history]}
+    return {"env_id": env_id, "scale": scale, "seeds": [run["seed"] for run in learned],
+            "settings": settings_used, "budgets": budgets, "experts": names,
+            "results": results, "training_curves": [run["curve"] for run in learned]}
 
 
-def _run_env(scale: str, seed: int, env_id: str) -> dict[str, Any]:
-    """:func:`run_corl` in a worker process: one torch thread, no progress lines."""
+def run_corl(scale: str = "default", seed: int = 0,
+             log: Callable[[str], None] = _quiet, env_id: str = EXPERT_ROUTING
+             ) -> dict[str, Any]:
+    """Train the scale's seeds (``seed``, ``seed + 1``, ...) on ``env_id`` and score all.
+
+    Every method meets the same queries per profile and tier; the learned rows pool their
+    seeds (intervals: two-level bootstrap over seeds and queries), the fixed rows are
+    scored once (intervals over queries).
+
+    Raises:
+        ValueError: For an unknown scale.
+    """
+    settings = _check_scale(scale)
+    name = env_id.split("/")[-1]
+    fixed = fixed_rows(scale, env_id)
+    log(f"corl: {name}: fixed rows scored")
+    learned = []
+    for offset in range(settings.seeds):
+        learned.append(learned_runs(scale, seed + offset, env_id))
+        log(f"corl: {name}: seed {seed + offset} trained and scored")
+    return assemble(env_id, scale, fixed, learned)
+
+
+def _job(kind: str, scale: str, env_id: str, seed: int) -> dict[str, Any]:
+    """One unit of work in a worker process (one torch thread): fixed rows or one seed."""
     from agents.lora.training import configure_torch_threads
 
     configure_torch_threads()
-    return run_corl(scale, seed, env_id=env_id)
+    if kind == "fixed":
+        return fixed_rows(scale, env_id)
+    return learned_runs(scale, seed, env_id)
 
 
 def run_envs(scale: str = "default", seed: int = 0, envs: tuple[str, ...] = CORL_ENVS,
              log: Callable[[str], None] = _quiet, jobs: int | None = None
              ) -> dict[str, dict[str, Any]]:
-    """:func:`run_corl` on each env, in ``jobs`` worker processes (default: the scale's).
+    """:func:`run_corl` on each env, its seeds and fixed rows spread over ``jobs`` workers.
+
+    The result does not depend on ``jobs``: every unit is seeded on its own.
 
     Returns:
         Env id -> report, in the order of ``envs`` whatever order the workers finish in.
     """
-    if scale not in CORL_SCALES:
-        raise ValueError(f"scale: expected one of {list(CORL_SCALES)}, got {scale!r}")
-    workers = min(len(envs), jobs or CORL_SCALES[scale].jobs)
+    settings = _check_scale(scale)
+    workers = jobs or settings.jobs
     if workers <= 1:
         return {env_id: run_corl(scale, seed, log, env_id) for env_id in envs}
+    units = [(env_id, "fixed", seed) for env_id in envs]
+    units += [(env_id, "learned", seed + k) for env_id in envs for k in range(settings.seeds)]
     with spawn_pool(workers) as pool:
-        futures = {env_id: pool.submit(_run_env, scale, seed, env_id) for env_id in envs}
-        reports = {}
-        for env_id, future in futures.items():
-            reports[env_id] = future.result()
-            log(f"corl: {env_id.split('/')[-1]}: trained and scored in a worker")
-    return reports
+        futures = [(unit, pool.submit(_job, unit[1], scale, unit[0], unit[2]))
+                   for unit in units]
+        done: dict[tuple[str, str, int], Any] = {}
+        for unit, future in futures:
+            done[unit] = future.result()
+            log(f"corl: {unit[0].split('/')[-1]}: "
+                + ("fixed rows scored" if unit[1] == "fixed" else f"seed {unit[2]} trained "
+                   "and scored") + " in a worker")
+    return {env_id: assemble(env_id, scale, done[env_id, "fixed", seed],
+                             [v for (e, kind, _), v in done.items()
+                              if e == env_id and kind == "learned"])
+            for env_id in envs}
 
 
 def best_single_expert(rows: Mapping[str, Any]) -> str:
@@ -210,11 +273,14 @@ def corl_markdown(report: Mapping[str, Any]) -> str:
     lines = [
         f"# CORL on {report['env_id']}: one controller for three budget tiers",
         "",
-        f"Scale `{report['scale']}`, training seed {report['seed']}: "
-        f"PPO {report['settings']['ppo_timesteps']} steps over all tiers, then "
+        f"Scale `{report['scale']}`, training seeds "
+        f"{', '.join(map(str, report['seeds']))}: each trains PPO "
+        f"{report['settings']['ppo_timesteps']} steps over all tiers, then "
         f"{report['settings']['adapter_timesteps']} steps per tier adapter; "
         f"{report['settings']['episodes']} evaluation queries per profile and tier, the same "
-        "for every method; 95% bootstrap intervals over queries. Budgets per query: "
+        "for every method. 95% intervals: for the learned rows the value pools the seeds "
+        "and the interval is a two-level bootstrap over seeds and queries; for the fixed "
+        "rows, over queries. Budgets per query: "
         + ", ".join(f"{t} ${b:g}" for t, b in budgets.items()) + ".",
         "",
         "*Accuracy within budget* is CORL's gated metric (a right answer that cost more "

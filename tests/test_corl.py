@@ -23,15 +23,18 @@ from agents.routing.corl import (
 )
 from agents.rules import BestFixedRule
 from cost_envs.envs.expert_routing import CONTROLLER
+from cost_envs.metrics import bootstrap_mean_ci
 from cost_envs.wrappers import TIERS
 from experiments.corl import (
     BEST_RULE,
     CONSULT_ALL,
     CORL_ENVS,
     CORL_SCALES,
+    LEARNED,
     file_names,
     report,
     run_corl,
+    run_envs,
 )
 
 
@@ -185,6 +188,29 @@ def test_score_tier_gates_accuracy_by_the_budget() -> None:
     assert scores.calls_per_query == {"gpt-4.1-nano": 0.0, "gpt-4.1": 0.0, "o3": 1.0}
 
 
+def test_a_two_level_interval_covers_the_spread_between_seeds() -> None:
+    rng = np.random.default_rng(0)
+    same = (rng.random(300) < 0.7).astype(float)
+    spread = np.stack([(rng.random(300) < p).astype(float) for p in (0.5, 0.7, 0.9)])
+    point, low, high = bootstrap_mean_ci(spread, n_resamples=500)
+    assert point == pytest.approx(spread.mean())
+    _, low_one, high_one = bootstrap_mean_ci(spread.reshape(-1), n_resamples=500)
+    assert high - low > 2 * (high_one - low_one)  # seeds disagree: the interval says so
+    _, low_same, high_same = bootstrap_mean_ci(np.stack([same] * 3), n_resamples=500)
+    _, low_flat, high_flat = bootstrap_mean_ci(same, n_resamples=500)
+    assert high_same - low_same == pytest.approx(high_flat - low_flat, abs=0.02)
+    with pytest.raises(ValueError, match="2-D"):
+        bootstrap_mean_ci(np.zeros((2, 2, 2)))
+
+
+def test_the_report_does_not_depend_on_the_number_of_workers() -> None:
+    torch.set_num_threads(1)
+    env_id = "cost_envs/ExpertRouting-v0"
+    alone = run_corl("smoke", env_id=env_id)
+    spread = run_envs("smoke", envs=(env_id,), jobs=2)[env_id]
+    assert json.dumps(alone, sort_keys=True) == json.dumps(spread, sort_keys=True)
+
+
 def test_run_corl_rejects_an_unknown_scale() -> None:
     with pytest.raises(ValueError, match="scale"):
         run_corl("huge")
@@ -220,6 +246,17 @@ def test_report_writes_tables_json_and_figure_for_v0_and_v1(tmp_path) -> None:
                 searched = rows[BEST_RULE]["rule"]
                 assert f"| {tier} | {BEST_RULE}: {searched} |" in pages[env_id]
         assert "Does the expert-call ratio rise with the tier?" in pages[env_id]
+        # The learned rows pool the scale's training seeds (issue #11: intervals over
+        # seeds and queries); their value is the mean of the seeds' values.
+        assert result["seeds"] == list(range(CORL_SCALES["smoke"].seeds)) == [0, 1]
+        assert len(result["training_curves"]) == 2
+        for table in result["results"].values():
+            for rows in table.values():
+                for method in LEARNED:
+                    entry = rows[method]
+                    assert entry["seeds"] == 2
+                    assert entry["accuracy_within_budget"][0] == pytest.approx(
+                        np.mean(entry["accuracy_within_budget_per_seed"]))
     # Same questions and luck on v0 and v1: one model's answer scores the same; with every
     # expert's vote, v1's coinciding wrong answers can only outvote the right one.
     v0, v1 = (data[env_id]["results"] for env_id in CORL_ENVS)

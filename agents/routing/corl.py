@@ -30,7 +30,7 @@ is ``experiments/corl.py`` in the repository.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,7 +42,7 @@ from stable_baselines3.common.utils import set_random_seed
 import cost_envs  # noqa: F401  (registers the envs)
 from agents.allocator import Allocator
 from agents.callbacks import CostMetricsCallback
-from agents.evaluation import evaluate
+from agents.evaluation import EvaluationResult, evaluate
 from agents.lora.lora_ppo import LoraGuidedPPO
 from agents.lora.policies import AllocatorPolicy
 from agents.lora.training import PPO_SETTINGS, quiet_logger
@@ -190,32 +190,61 @@ class TierScores:
                 "budget_exceeded": self.budget_exceeded}
 
 
-def score_tier(allocator_for: Callable[[gym.Env], Any], tier: str, episodes: int, seed: int,
-               env_kwargs: Mapping[str, Any] | None = None, n_resamples: int = 1000,
-               env_id: str = EXPERT_ROUTING) -> TierScores:
-    """Run one method on ``episodes`` queries of ``tier`` (task set of ``seed``).
+def tier_records(allocator_for: Callable[[gym.Env], Any], tier: str, episodes: int,
+                 seed: int, env_kwargs: Mapping[str, Any] | None = None,
+                 env_id: str = EXPERT_ROUTING) -> EvaluationResult:
+    """One method's episodes on ``episodes`` queries of ``tier`` (task set of ``seed``).
 
     ``allocator_for`` is called with the tier's env, ``BudgetTier(..., tier=tier)``, so a
     rule fitted when it is built is fitted on that tier.
     """
     env = make_tier_env(env_kwargs, tier=tier, env_id=env_id)
-    budget = env.budgets[tier]
-    result = evaluate(allocator_for(env), env, episodes, seed)
-    env.close()
-    records, names = result.records, result.agent_names
-    success = np.array([r.success for r in records], dtype=float)
-    cost = np.array([r.cost for r in records])
+    try:
+        return evaluate(allocator_for(env), env, episodes, seed)
+    finally:
+        env.close()
+
+
+def tier_scores(runs: Sequence[EvaluationResult], budget: float, n_resamples: int = 1000,
+                seed: int = 0) -> TierScores:
+    """Scores of one method on one tier from its runs on the same queries.
+
+    One run (a fixed rule, or one training seed): intervals over queries. Several runs
+    (training seeds): the value pools them and the interval is the two-level bootstrap over
+    runs and queries of :func:`~cost_envs.metrics.bootstrap_mean_ci`.
+    """
+    if not runs:
+        raise ValueError("tier_scores: expected at least one run, got none")
+    names = runs[0].agent_names
+    success = np.array([[r.success for r in run.records] for run in runs], dtype=float)
+    cost = np.array([[r.cost for r in run.records] for run in runs])
     within = success * (cost <= budget)
-    consulted = np.array([r.calls.sum() > 0 for r in records], dtype=float)
-    calls = np.stack([r.calls for r in records]).mean(axis=0)
+    consulted = np.array([[r.calls.sum() > 0 for r in run.records] for run in runs],
+                         dtype=float)
+    calls = np.stack([r.calls for run in runs for r in run.records]).mean(axis=0)
+    # One run keeps the one-level bootstrap (and its numbers) of a single evaluation.
+    shape = (lambda a: a[0]) if len(runs) == 1 else (lambda a: a)
     return TierScores(
-        accuracy=bootstrap_mean_ci(success, n_resamples=n_resamples, seed=seed),
-        accuracy_within_budget=bootstrap_mean_ci(within, n_resamples=n_resamples, seed=seed + 1),
-        avg_cost=bootstrap_mean_ci(cost, n_resamples=n_resamples, seed=seed + 2),
-        expert_call_ratio=bootstrap_mean_ci(consulted, n_resamples=n_resamples, seed=seed + 3),
+        accuracy=bootstrap_mean_ci(shape(success), n_resamples=n_resamples, seed=seed),
+        accuracy_within_budget=bootstrap_mean_ci(shape(within), n_resamples=n_resamples,
+                                                 seed=seed + 1),
+        avg_cost=bootstrap_mean_ci(shape(cost), n_resamples=n_resamples, seed=seed + 2),
+        expert_call_ratio=bootstrap_mean_ci(shape(consulted), n_resamples=n_resamples,
+                                            seed=seed + 3),
         calls_per_query={n: float(c) for n, c in zip(names, calls, strict=True)},
         budget_exceeded=float(np.mean(cost > budget)),
     )
+
+
+def score_tier(allocator_for: Callable[[gym.Env], Any], tier: str, episodes: int, seed: int,
+               env_kwargs: Mapping[str, Any] | None = None, n_resamples: int = 1000,
+               env_id: str = EXPERT_ROUTING) -> TierScores:
+    """Run one method on ``episodes`` queries of ``tier`` and score it (one run)."""
+    probe = make_tier_env(env_kwargs, tier=tier, env_id=env_id)
+    budget = probe.budgets[tier]
+    probe.close()
+    result = tier_records(allocator_for, tier, episodes, seed, env_kwargs, env_id)
+    return tier_scores([result], budget, n_resamples, seed)
 
 
 def tier_table(methods: Mapping[str, Callable[[gym.Env], Any]], episodes: int, seed: int = 0,

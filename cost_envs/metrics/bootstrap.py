@@ -209,21 +209,36 @@ def bootstrap_mean_ci(
     """The mean of per-item ``values`` with its percentile-bootstrap interval.
 
     For per-query quantities outside :class:`EpisodeRecord` (accuracy within a budget,
-    whether an expert was consulted ...). Returns ``(mean, low, high)`` with the interval
-    widened, if need be, to contain the mean (see :func:`interval_around`).
+    whether an expert was consulted ...). A 1-D array is one run's items: the items are
+    resampled. A 2-D array ``values[s, j]`` is run (training seed) ``s`` on item ``j``, every
+    run on the same items: each resample draws runs and, independently, items with
+    replacement (the same item draw for every drawn run), as
+    :func:`bootstrap_cis_over_runs` does, so the interval covers the spread between seeds
+    and the sampling of items; the value is the mean over all runs and items. Returns
+    ``(mean, low, high)`` with the interval widened, if need be, to contain the mean (see
+    :func:`interval_around`).
 
     Raises:
-        ValueError: On no values, non-finite values or invalid arguments.
+        ValueError: On no values, non-finite values, more than 2 dimensions or invalid
+            arguments.
     """
     array = np.asarray(values, dtype=np.float64)
-    if array.ndim != 1 or array.size == 0 or not np.isfinite(array).all():
-        raise ValueError(f"bootstrap_mean_ci: expected a non-empty 1-D array of finite "
-                         f"numbers, got shape {array.shape}")
+    if array.ndim not in (1, 2) or array.size == 0 or not np.isfinite(array).all():
+        raise ValueError(f"bootstrap_mean_ci: expected a non-empty 1-D (items) or 2-D (runs "
+                         f"x items) array of finite numbers, got shape {array.shape}")
     check_bootstrap_args(n_resamples, confidence)
     rng = np.random.default_rng(seed)
-    n = array.size
-    means = [array[rng.integers(0, n, size=(size, n))].mean(axis=1)
-             for size in resample_blocks(n_resamples, n)]
+    if array.ndim == 1:
+        n = array.size
+        means = [array[rng.integers(0, n, size=(size, n))].mean(axis=1)
+                 for size in resample_blocks(n_resamples, n)]
+    else:
+        n_runs, n = array.shape
+        means = []
+        for size in resample_blocks(n_resamples, n_runs * n):
+            runs = rng.integers(0, n_runs, size=(size, n_runs))
+            items = rng.integers(0, n, size=(size, n))
+            means.append(array[runs[:, :, None], items[:, None, :]].mean(axis=(1, 2)))
     low, high = percentile_interval(means, confidence)
     point = float(array.mean())
     low, high = interval_around(point, (low, high))
