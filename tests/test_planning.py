@@ -201,3 +201,15 @@ def test_planner_follows_one_env_and_needs_a_task():
     obs, _ = env.reset(seed=0)
     with pytest.raises(ValueError, match="single environment"):
         planner.predict(np.stack([obs, obs]))
+
+
+def test_lora_ppo_tables_have_the_planner_row_on_toolbench_only():
+    from experiments import lora_ppo
+
+    for env_id in lora_ppo.ENVS:
+        rows = lora_ppo.baseline_rows(env_id)
+        if "ToolBench" in env_id:
+            assert rows["planner"] == ("Planner (knows the task, not the luck)",
+                                       ExpectimaxPlanner)
+        else:
+            assert "planner" not in rows
