@@ -11,6 +11,11 @@ current stage, so the expected return from a point depends on (turn, stage) alon
 exact expectimax over those few states (at most 5 x 4) and all ``2**m`` joint actions
 gives the optimal policy under that knowledge. The answer's F1, random given the tool
 that composes it, enters through its exact distribution (:class:`AnswerModel`).
+
+The other envs are not covered yet: on FlightPlanner the route a planner proposed is luck
+that the observation reveals only in part (a broken route looks like the optimal one), so
+a planner there must track a belief over it and sample the luck the observed history
+allows, not just re-draw it.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import gymnasium as gym
 import numpy as np
 
 from agents.baselines import Baseline
+from cost_envs.core import MAX_ORACLE_AGENTS
 from cost_envs.envs.toolbench import MAX_STAGES, MAX_TURNS, ToolBenchEnv, ToolTask
 
 
@@ -217,6 +223,12 @@ class ExpectimaxPlanner(Baseline):
     turn failed changes nothing ahead. It answers early (the all-zero action) when no call
     is worth its price. It ignores budgets set by wrappers.
 
+    On the 400 evaluation tasks of task seed 0 (default weights) it succeeds on 351
+    (0.878) at CPS 0.0625 with a mean return of 0.969, against RuleBased's 0.802, 0.0738
+    and 0.865 and the hindsight oracle's 0.938, 0.0201 and 1.207; its mean expected return
+    over those tasks, 0.9401, equals the mean over 50 fresh draws of each task's luck,
+    0.9405 (standard error 0.0033).
+
     Args:
         env: A ToolBench env (``cost_envs/ToolBench-v0``, any pool of at most 16 tools),
             possibly wrapped; the planner reads the task of this env.
@@ -231,6 +243,9 @@ class ExpectimaxPlanner(Baseline):
             raise ValueError(f"ExpectimaxPlanner: needs ToolBench's generative model (luck "
                              f"independent per turn and tool); it applies to "
                              f"cost_envs/ToolBench-v0, not {self.env.env_name}")
+        if self.env.n_agents > MAX_ORACLE_AGENTS:
+            raise ValueError(f"ExpectimaxPlanner: enumerates all 2**m joint actions, so pools "
+                             f"of at most {MAX_ORACLE_AGENTS} tools; got m={self.env.n_agents}")
         layout = self.env.observation_layout
         self._turns_left = layout["turns_left"].start
         self._stages_left = layout["stages_left"].start

@@ -213,3 +213,16 @@ def test_lora_ppo_tables_have_the_planner_row_on_toolbench_only():
                                        ExpectimaxPlanner)
         else:
             assert "planner" not in rows
+
+
+def test_planner_refuses_a_pool_too_large_to_enumerate():
+    from dataclasses import replace as renamed
+
+    from cost_envs.envs.toolbench import TOOLBENCH_CATALOGUE
+    from cost_envs.pool import AgentPool
+
+    tools = TOOLBENCH_CATALOGUE.agents[:9]
+    pool = AgentPool(tuple(renamed(a, name=f"{a.name}_{k}") for k in range(2) for a in tools),
+                     TOOLBENCH_CATALOGUE.skills)
+    with pytest.raises(ValueError, match="at most 16 tools; got m=18"):
+        ExpectimaxPlanner(gym.make(TOOLBENCH, pool=pool))
