@@ -104,7 +104,7 @@ def test_expected_return_equals_the_monte_carlo_mean_of_its_own_policy():
     planner = ExpectimaxPlanner(env)
     rng = np.random.default_rng(11)
     gaps = []
-    for task in tasks[:4]:
+    for task in [next(t for t in tasks if t.n_stages == k) for k in (2, 3, 4)]:
         env.reset(options={"task": task})
         expected = planner.expected_return()
         returns = np.array([
