@@ -208,7 +208,7 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
     3 seeds). PPO is more successful, the rule cheaper per success: neither dominates.
     What is reachable without the luck (issue #11): ``agents.planning.ExpectimaxPlanner``,
     which knows each task's parameters but not its luck and maximises the expected Eq. 1
-    return exactly, reaches 0.878 at CPS 0.0625, a mean return of 0.969 against the rule's
+    return exactly, reaches 0.8775 at CPS 0.0625, a mean return of 0.969 against the rule's
     0.865; the task's ``topic`` and :func:`with_fresh_luck` exist for it.
 
     ## Version History
