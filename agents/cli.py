@@ -50,6 +50,7 @@ import cost_envs
 from agents.baselines import BASELINES, FAMILY_BASELINES, ROUTING_BASELINES
 from agents.evaluation import compare, evaluate, format_table
 from agents.lora import BASES, METHODS
+from agents.planning import PLANNERS
 from agents.rules import BestFixedRule, fitted
 
 #: Methods of ``evaluate`` by default: the paper's baselines plus the greedy heuristic.
@@ -95,10 +96,10 @@ def _env_id(text: str) -> str:
 
 
 #: Every method ``evaluate --methods`` accepts: the paper's baselines, BoPO's small/large
-#: routing baselines, the family baselines (these refuse envs they do not fit) and the
-#: best fixed rule. Those with a ``fit`` classmethod are fitted on ``--fit-tasks``
-#: training tasks before they are scored.
-EVALUATE_METHODS = {**BASELINES, **ROUTING_BASELINES, **FAMILY_BASELINES,
+#: routing baselines, the family baselines, the planners of :mod:`agents.planning` (these
+#: two refuse envs they do not fit) and the best fixed rule. Those with a ``fit``
+#: classmethod are fitted on ``--fit-tasks`` training tasks before they are scored.
+EVALUATE_METHODS = {**BASELINES, **ROUTING_BASELINES, **FAMILY_BASELINES, **PLANNERS,
                     BestFixedRule.name: BestFixedRule}
 #: Methods that apply to every env, so the CLI need not build them on a probe first.
 _UNIVERSAL = {*BASELINES, BestFixedRule.name}

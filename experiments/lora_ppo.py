@@ -6,7 +6,8 @@ same tasks and dynamics, a 25-slot observation); every learned row runs on each 
 baselines, two references (the greedy label source, call-all), the best fixed rule
 (:class:`agents.rules.BestFixedRule`, searched on ``rule_tasks`` training tasks of its own
 seed range, then frozen) and the rows of :data:`FAMILY_ROWS` on the envs they apply to
-(FlightPlanner's one-turn plan+search rule).
+(FlightPlanner's one-turn plan+search rule; on ToolBench the achievable reference,
+:class:`agents.planning.ExpectimaxPlanner`, which knows the task but not the luck).
 For each env, every method is scored on the same ``episodes`` tasks (task seed
 ``eval_seed``). The learned methods are trained ``seeds`` times (training seeds
 0..seeds-1, on tasks disjoint from the evaluation set, see :mod:`agents.lora.training`);
@@ -42,6 +43,7 @@ from agents.evaluation import compare, evaluate, format_table
 from agents.files import write_files_atomic
 from agents.lora.supervised import SupervisedConfig
 from agents.lora.training import configure_torch_threads, train
+from agents.planning import PLANNERS
 from agents.rules import BestFixedRule
 from cost_envs.config import integer
 from cost_envs.metrics import (
@@ -68,6 +70,8 @@ BASELINE_ROWS = {
     "greedy": "Greedy heuristic (label source)",
     "all": "Call all (reference)",
 }
+#: Rows that read hidden env state (kept off the non-privileged Pareto front).
+PRIVILEGED_ROWS = ("oracle", "planner")
 #: Rules searched on training tasks when they are built, then frozen: key -> table label.
 SEARCHED_ROWS = {"best-rule": "Best fixed rule (searched on training tasks)"}
 
@@ -85,6 +89,8 @@ class FamilyRow:
 FAMILY_ROWS = {
     "one-turn": FamilyRow("One-turn plan+search rule", FAMILY_BASELINES["one-turn"],
                           ("cost_envs/FlightPlanner-v0", "cost_envs/FlightPlanner-v1")),
+    "planner": FamilyRow("Planner (knows the task, not the luck)", PLANNERS["planner"],
+                         ("cost_envs/ToolBench-v0",)),
 }
 
 
@@ -355,9 +361,11 @@ def pareto_figure(report: Mapping[str, Any]) -> bytes:
         axis.errorbar(x, y, xerr=xerr, yerr=yerr, fmt=markers[index % len(markers)],
                       color=colours[index % len(colours)], markerfacecolor="none",
                       markersize=5 + 1.2 * index, capsize=3, label=entry["label"])
-    # The front of what a policy can reach: the privileged oracle is left out of it.
+    # The front of what a policy can reach from the observation: the privileged rows (the
+    # hindsight oracle, the planner that knows the task's parameters) are left out of it.
     front = pareto_front({key: (entry["success_rate"], entry["avg_cost"])
-                          for key, entry in report["methods"].items() if key != "oracle"})
+                          for key, entry in report["methods"].items()
+                          if key not in PRIVILEGED_ROWS})
     axis.plot([cost for _, cost in front.values()], [success for success, _ in front.values()],
               "k--", linewidth=0.8, label="Pareto front (non-privileged)")
     axis.set_xscale("log")

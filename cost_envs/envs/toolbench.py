@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -65,6 +65,15 @@ class ToolTask:
         hallucination_rate: Per turn, the scale of the composer's spurious tokens.
         hallucination_tokens: Per turn, the spurious tokens the composer would emit, drawn
             from the task's topic vocabulary (which contains the reference tokens).
+        topic: The topic vocabulary, ``3 L`` tokens: the ``L`` reference tokens followed by
+            ``2 L`` distractors; spurious token ``j`` of turn ``t`` is
+            ``topic[floor(v * 3 L)]`` for a uniform ``v``. A parameter of the task, not
+            luck; ``None`` for a task built by hand without it (it then cannot be
+            re-drawn by :func:`with_fresh_luck` nor planned by ``agents.planning``).
+
+    ``luck``, ``recall_luck``, ``hallucination_rate`` and ``hallucination_tokens`` are the
+    task's luck; the rest (stage skills and difficulties, the reference, the topic) are
+    its hidden parameters.
     """
 
     stage_skill: np.ndarray
@@ -74,6 +83,7 @@ class ToolTask:
     recall_luck: np.ndarray
     hallucination_rate: np.ndarray
     hallucination_tokens: np.ndarray
+    topic: np.ndarray | None = None
 
     @property
     def n_stages(self) -> int:
@@ -84,6 +94,37 @@ class ToolTask:
     def horizon(self) -> int:
         """Turns available: one per stage plus one spare."""
         return len(self.stage_skill) + 1
+
+
+def with_fresh_luck(task: ToolTask, rng: np.random.Generator) -> ToolTask:
+    """The same task with all of its luck drawn again from ``rng``, its parameters kept.
+
+    Stage skills and difficulties, the reference and the topic are shared with ``task``;
+    every tool's luck at every turn, the recall luck of every reference token, the
+    hallucination rate and the spurious tokens of every turn are drawn afresh from the
+    distributions the env draws them from (uniforms; spurious tokens uniform over the
+    topic's ``3 L`` positions). Replay the result with ``reset(options={"task": ...})``:
+    averaging over such draws is averaging over the luck for fixed hidden parameters,
+    which is how ``agents.planning``'s expected returns are checked. The env never calls
+    this, so its task stream and dynamics are unchanged.
+
+    Raises:
+        ValueError: If ``task`` has no topic (built by hand without one).
+    """
+    if task.topic is None:
+        raise ValueError("with_fresh_luck: the task has no topic vocabulary (built without "
+                         "one), so its spurious tokens cannot be drawn again")
+    turns, m = task.luck.shape
+    size = len(task.reference)
+    luck = rng.random((turns, m))
+    recall_luck = rng.random((turns, size))
+    hallucination_rate = rng.random(turns)
+    pick = (rng.random((turns, MAX_ANSWER_TOKENS)) * (3 * size)).astype(np.int64)
+    spurious = task.topic[pick]
+    for array in (luck, recall_luck, hallucination_rate, spurious):
+        array.flags.writeable = False
+    return replace(task, luck=luck, recall_luck=recall_luck,
+                   hallucination_rate=hallucination_rate, hallucination_tokens=spurious)
 
 
 class _Tables(NamedTuple):
@@ -165,6 +206,10 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
     best fixed rule of the family in ``agents/rules.py`` on training tasks: 0.802 success
     at CPS 0.0738 on the 400 evaluation tasks, against PPO's 0.892 at 0.0968 (20k steps,
     3 seeds). PPO is more successful, the rule cheaper per success: neither dominates.
+    What is reachable without the luck (issue #11): ``agents.planning.ExpectimaxPlanner``,
+    which knows each task's parameters but not its luck and maximises the expected Eq. 1
+    return exactly, reaches 0.8775 at CPS 0.0625, a mean return of 0.969 against the rule's
+    0.865; the task's ``topic`` and :func:`with_fresh_luck` exist for it.
 
     ## Version History
 
@@ -240,6 +285,8 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
         hit_lists = hits.tolist()  # one bulk conversion, sliced per task below
         block = []
         for b, (k, size) in enumerate(zip(n_stages.tolist(), length.tolist(), strict=True)):
+            topic = np.concatenate((reference[b, :size], distractors[b, : 2 * size]))
+            topic.flags.writeable = False
             task = ToolTask(
                 stage_skill=skill[b, :k],
                 stage_difficulty=difficulty[b, :k],
@@ -248,6 +295,7 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
                 recall_luck=recall_luck[b, : k + 1, :size],
                 hallucination_rate=hallucination_rate[b, : k + 1],
                 hallucination_tokens=spurious[b, : k + 1],
+                topic=topic,
             )
             task_hits = [per_turn[:k] for per_turn in hit_lists[b][: k + 1]]
             block.append((task, _Tables(task_hits, rows[b, : k + 1])))
