@@ -28,6 +28,11 @@ passed to ``ray.init(address=...)``, with this package shipped to the workers
 run at once either way. Ray Tune's own files go to a temporary directory, never the
 repository.
 
+**Reproducibility.** Each trial's score is a function of its configuration (fixed training
+seeds and validation tasks, one torch thread), but with ``jobs`` > 1 which trials Optuna
+has seen when it suggests the next one depends on which finished first, so two runs of a
+sweep can try different configurations after the first ``jobs``.
+
 **Outputs.** One YAML file per (method, env), ``<method>_<Env>.yaml`` in ``out``
 (default ``experiments/tuned/``): the chosen configuration, the paper's, the search space
 with the reason for each range, the budget, the task seeds, every trial, the wall time
