@@ -73,7 +73,7 @@ def test_validation_seeds_are_disjoint_from_training_and_evaluation(smoke) -> No
     assert VALIDATION_TASK_SEED not in (*seeds["training"], EVAL_TASK_SEED)
 
 
-def test_the_sweep_leaves_no_ray_process_and_no_files_behind(smoke) -> None:
+def test_the_sweep_leaves_no_files_in_the_repository_or_out(smoke) -> None:
     _, _, out = smoke
     assert not [path for path in out.iterdir() if path.name.startswith(".")]
     assert not (REPO / "ray_results").exists()
