@@ -5,13 +5,13 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint reproduce benchmark clean
+.PHONY: install test lint reproduce tune benchmark clean
 
 install: $(STAMP)
 
 $(STAMP): setup.cfg pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,plot,tensorboard]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,plot,tensorboard,tune]'
 	touch $(STAMP)
 
 lint: install
@@ -22,6 +22,11 @@ test: lint
 
 reproduce: install
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m experiments all
+
+# The equal-budget tuning sweeps on a one-machine Ray cluster; writes experiments/tuned/.
+# On an existing cluster: $(BIN)/python -m experiments tune --address auto (or ray://HOST:10001).
+tune: install
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m experiments tune
 
 benchmark: install
 	$(BIN)/python benchmarks/throughput.py --output benchmarks/results/throughput.md

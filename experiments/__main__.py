@@ -5,6 +5,11 @@ five, in that order). Each writes its tables, JSON and figures into ``--out`` (a
 experiment's files or none of them), and ``all`` also records the wall time of corl,
 bopo and traces in ``routing.md``. ``--out`` is checked writable before any work starts.
 Progress lines go to stderr as the work goes.
+
+``tune`` (not part of ``all``) runs the equal-budget sweeps of :mod:`experiments.tune` on
+Ray Tune, locally or on the cluster at ``--address``, and writes the chosen
+configurations into ``--out`` (default ``experiments/tuned``). It needs the ``tune``
+extra (``pip install -e '.[tune]'``).
 """
 
 from __future__ import annotations
@@ -22,11 +27,15 @@ from experiments.common import check_writable, machine
 PROG = "python -m experiments"
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "benchmarks" / "results"
+#: Where ``tune`` writes the chosen configurations (``experiments.tune.TUNED_DIR``).
+TUNED_DIR = REPO / "experiments" / "tuned"
 #: The RouteLLM evaluation CSVs live beside the repository, never inside it.
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "routellm"
 EXPERIMENTS = ("lora_ppo", "corl", "bopo", "traces", "rules")
 #: The routing experiments whose wall times ``routing.md`` records.
 ROUTING = ("corl", "bopo", "traces")
+#: Run on request only, never by ``all``.
+ON_REQUEST = ("tune",)
 SCALES = ("smoke", "default", "full")
 EPILOG = """\
 scales:
@@ -34,6 +43,9 @@ scales:
   default  what `make reproduce` runs: about 7 minutes for `all` on 2 cores
   full     lora_ppo at the paper's scale (200k steps x 5 seeds); corl, bopo,
            traces and rules have no larger scale and run `default`
+tune (not part of all): equal-budget sweeps on Ray Tune + Optuna, written to
+  experiments/tuned; smoke 2 trials x 2048 steps, default 12 x 20480, full 32 x 3 x 61440;
+  --address auto or ray://HOST:10001 runs them on an existing Ray cluster
 """
 
 
@@ -60,16 +72,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="Run the papers' experiments and write their "
                      "tables, JSON and figures into --out.",
                      epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("experiment", choices=(*EXPERIMENTS, "all"),
-                        help="what to run; all: lora_ppo, corl, bopo, traces, rules in that order")
+    parser.add_argument("experiment", choices=(*EXPERIMENTS, "all", *ON_REQUEST),
+                        help="what to run; all: lora_ppo, corl, bopo, traces, rules in that "
+                             "order; tune: the tuning sweeps")
     parser.add_argument("--scale", choices=SCALES, default="default",
                         help="how much work (see below; default: default)")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
+    parser.add_argument("--out", type=Path, default=None,
                         help="output directory, created if needed (default: "
-                             "benchmarks/results in the repository)")
+                             "benchmarks/results in the repository; tune: experiments/tuned)")
     parser.add_argument("--jobs", type=_positive_int, default=None,
-                        help="worker processes of lora_ppo, corl and bopo (default: 2; "
-                             "corl and bopo smoke: 1)")
+                        help="worker processes of lora_ppo, corl and bopo, concurrent "
+                             "trials of tune (default: 2; corl and bopo smoke: 1)")
+    parser.add_argument("--address", default=None,
+                        help="tune only: the Ray cluster to run on, passed to "
+                             "ray.init(address=...), e.g. auto or ray://HOST:10001 "
+                             "(default: start Ray on this machine)")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA,
                         help="the RouteLLM folder of traces, read in place (default: "
                              "../shared/data/routellm beside the repository); traces is "
@@ -126,9 +143,17 @@ def _run_rules(args: argparse.Namespace, log: Callable[[str], None]) -> None:
     rules.report(args.out, _routing_scale(args.scale), jobs=args.jobs or 2, log=log)
 
 
+def _run_tune(args: argparse.Namespace, log: Callable[[str], None]) -> None:
+    from experiments import tune
+
+    for path in tune.report(args.out, args.scale, address=args.address, jobs=args.jobs or 2,
+                            log=log):
+        log(f"tune: wrote {path}")
+
+
 RUNNERS: dict[str, Callable[[argparse.Namespace, Callable[[str], None]], None]] = {
     "lora_ppo": _run_lora_ppo, "corl": _run_corl, "bopo": _run_bopo, "traces": _run_traces,
-    "rules": _run_rules}
+    "rules": _run_rules, "tune": _run_tune}
 
 
 def routing_record(scale: str, timings: Sequence[tuple[str, str]]) -> str:
@@ -154,7 +179,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> None:
             log(f"traces: {reason}")
             timings.append((name, reason))
             continue
-        scale = args.scale if name == "lora_ppo" else _routing_scale(args.scale)
+        scale = args.scale if name in ("lora_ppo", "tune") else _routing_scale(args.scale)
         log(f"{name}: started at scale {scale}")
         start = time.perf_counter()
         RUNNERS[name](args, log)
@@ -171,6 +196,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse the arguments, check ``--out``, run; returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.address is not None and args.experiment != "tune":
+        parser.error("--address: only tune runs on Ray")
+    if args.out is None:
+        args.out = TUNED_DIR if args.experiment == "tune" else DEFAULT_OUT
     try:
         args.out = check_writable(args.out)
     except ValueError as error:

@@ -58,6 +58,17 @@ def test_package_import_loads_no_torch(package: str) -> None:
     assert _run(code).strip() == "[]"
 
 
+def test_no_module_loads_the_tune_extra() -> None:
+    # Ray, Optuna and rliable are an optional extra: every module imports without them.
+    modules = [name for package in PACKAGES for name in _modules(package)]
+    code = ("import importlib, sys\n"
+            f"for name in {modules!r}:\n"
+            "    importlib.import_module(name)\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules} & "
+            "{'ray', 'optuna', 'rliable', 'arch'}))")
+    assert _run(code).strip() == "[]"
+
+
 def test_cost_envs_modules_load_no_torch() -> None:
     # Every module of the env package, not only its __init__: none may need torch.
     modules = _modules("cost_envs")

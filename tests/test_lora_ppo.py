@@ -173,3 +173,11 @@ def test_train_rejects_bad_arguments(kwargs: dict, named: str) -> None:
     arguments = {"env_id": ENV_ID, "method": "lora", "timesteps": 1, "seed": 0, **kwargs}
     with pytest.raises(ValueError, match=named):
         training.train(**arguments)
+
+
+def test_train_applies_ppo_overrides_and_refuses_unknown_ones() -> None:
+    trained = training.train(ENV_ID, "ppo", timesteps=1, ppo={"n_steps": 128,
+                                                             "learning_rate": 1e-3})
+    assert trained.timesteps == 128  # one whole rollout of the overridden length
+    with pytest.raises(ValueError, match=r"ppo: unknown settings \['n_step'\]"):
+        training.train(ENV_ID, "ppo", timesteps=1, ppo={"n_step": 128})

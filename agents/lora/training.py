@@ -53,6 +53,10 @@ from cost_envs.config import integer
 #: PPO settings shared by ``ppo`` and ``lora-ppo`` (the paper's A.4).
 PPO_SETTINGS: dict[str, Any] = {"n_steps": 512, "batch_size": 64, "gae_lambda": 0.95,
                                 "clip_range": 0.2, "ent_coef": 0.01, "vf_coef": 0.5}
+#: What ``train(ppo=...)`` may override (a tuning sweep's search space): SB3 ``PPO``
+#: arguments. Anything else is an error, never ignored.
+PPO_OVERRIDES = frozenset({*PPO_SETTINGS, "learning_rate", "gamma", "n_epochs",
+                           "max_grad_norm"})
 
 
 @dataclass
@@ -116,6 +120,7 @@ def train(
     tensorboard_log: str | Path | None = None,
     progress_bar: bool = False,
     verbose: int = 0,
+    ppo: Mapping[str, Any] | None = None,
 ) -> TrainedAllocator:
     """Train ``method`` on ``env_id`` (module docstring) and return the allocator.
 
@@ -130,11 +135,14 @@ def train(
         tensorboard_log: SB3 ``tensorboard_log`` directory (needs ``tensorboard``).
         progress_bar: Show SB3's progress bar.
         verbose: SB3 verbosity.
+        ppo: Overrides of :data:`PPO_SETTINGS` and the learning rate for ``ppo`` and
+            ``lora-ppo`` (keys of :data:`PPO_OVERRIDES`); ``None`` keeps the paper's.
     """
     if method not in METHODS:
         raise ValueError(f"method: expected one of {list(METHODS)}, got {method!r}")
     integer(timesteps, "timesteps", minimum=1)
     integer(seed, "seed", minimum=0)
+    settings = _ppo_settings(ppo)
     kwargs = _json_env_kwargs(env_kwargs or {})
     base_path = _base_path(env_id, base) if method != "ppo" else None
     set_random_seed(seed)
@@ -146,7 +154,7 @@ def train(
               None if tensorboard_log is None else str(tensorboard_log)}
     if method == "ppo":
         model = PPO(AllocatorPolicy, env, policy_kwargs={"lora_rank": None},
-                    **PPO_SETTINGS, **common)
+                    **settings, **common)
     else:
         policy = policy_for(env, base=base_path)
         traces = greedy_traces(env, supervised.episodes, seed=TRACE_TASK_SEED + seed,
@@ -155,7 +163,7 @@ def train(
         if method == "lora":
             env.close()
             return TrainedAllocator(policy, env_id, kwargs, method, seed, 0, base)
-        model = LoraGuidedPPO.from_supervised(policy, env, **PPO_SETTINGS, **common)
+        model = LoraGuidedPPO.from_supervised(policy, env, **settings, **common)
     if tensorboard_log is None:
         quiet_logger(model, verbose)
     model.get_env().seed(TRAIN_TASK_SEED + seed)
@@ -164,6 +172,15 @@ def train(
     # SB3 finishes the rollout it is in, so the steps taken can exceed ``timesteps``.
     return TrainedAllocator(model.policy, env_id, kwargs, method, seed, model.num_timesteps,
                             base if method != "ppo" else None, callback.history)
+
+
+def _ppo_settings(overrides: Mapping[str, Any] | None) -> dict[str, Any]:
+    """:data:`PPO_SETTINGS` with ``overrides`` (keys of :data:`PPO_OVERRIDES`) applied."""
+    unknown = sorted(set(overrides or {}) - PPO_OVERRIDES)
+    if unknown:
+        raise ValueError(f"ppo: unknown settings {unknown}; expected some of "
+                         f"{sorted(PPO_OVERRIDES)}")
+    return {**PPO_SETTINGS, **(overrides or {})}
 
 
 def quiet_logger(model: Any, verbose: int = 0) -> None:

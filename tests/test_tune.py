@@ -1,0 +1,131 @@
+"""``python -m experiments tune``: a real two-trial sweep on Ray Tune + Optuna, --address."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from agents.seeds import EVAL_TASK_SEED, TRAIN_TASK_SEED, VALIDATION_TASK_SEED
+from experiments import __main__ as command
+from experiments import tune
+
+REPO = Path(__file__).resolve().parents[1]
+CLUSTER = "ray://HOST:10001"
+
+if not os.environ.get("CI"):  # CI installs the tune extra (make install): never skip there
+    pytest.importorskip("ray.tune.search.optuna", reason="needs the tune extra")
+    pytest.importorskip("optuna", reason="needs the tune extra")
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str, Path]:
+    """One ``python -m experiments tune --scale smoke`` in its own process (about 30 s)."""
+    out = tmp_path_factory.mktemp("tuned")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "experiments", "tune", "--scale", "smoke",
+                           "--out", str(out)], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert [path.name for path in out.iterdir()] == ["ppo_ToolBench-v0.yaml"]
+    text = (out / "ppo_ToolBench-v0.yaml").read_text(encoding="utf-8")
+    return yaml.safe_load(text), done.stderr, out
+
+
+def test_the_smoke_sweep_records_every_trial_within_the_budget(smoke) -> None:
+    record, progress, _ = smoke
+    budget = tune.BUDGETS["smoke"]
+    assert record["budget"] == {"trials": 2, "timesteps": budget.timesteps, "seeds": 1,
+                                "episodes": budget.episodes,
+                                "env_steps_total": 2 * budget.timesteps}
+    trials = record["trials"]
+    assert [trial["trial"] for trial in trials] == [0, 1]
+    assert trials[0]["config"] == record["paper"] == dict(tune.METHODS["ppo"].paper)
+    assert all(trial["timesteps"] == budget.timesteps for trial in trials)  # equal budget
+    assert all(-10 < trial["score"] < 10 and 0 <= trial["success_rate"] <= 1
+               for trial in trials)
+    best = max(trials, key=lambda trial: trial["score"])
+    assert record["chosen"] == best["config"] and record["chosen_trial"] == best["trial"]
+    assert record["wall_time_seconds"] > 0 and record["where"] == "local"
+    assert "tune: wrote" in progress and progress.rstrip().endswith("tune: finished")
+
+
+def test_every_trial_lies_in_the_documented_space(smoke) -> None:
+    record, _, _ = smoke
+    space = {param.name: param for param in tune.METHODS["ppo"].space}
+    assert set(record["search_space"]) == set(space)
+    assert all(param["why"] for param in record["search_space"].values())
+    for trial in record["trials"]:
+        assert set(trial["config"]) == set(space)
+        assert all(space[name].contains(value) for name, value in trial["config"].items())
+
+
+def test_validation_seeds_are_disjoint_from_training_and_evaluation(smoke) -> None:
+    record, _, _ = smoke
+    seeds = record["task_seeds"]
+    assert seeds == {"training": [TRAIN_TASK_SEED], "validation": VALIDATION_TASK_SEED,
+                     "evaluation": EVAL_TASK_SEED}
+    assert VALIDATION_TASK_SEED not in (*seeds["training"], EVAL_TASK_SEED)
+
+
+def test_the_sweep_leaves_no_files_in_the_repository_or_out(smoke) -> None:
+    _, _, out = smoke
+    assert not [path for path in out.iterdir() if path.name.startswith(".")]
+    assert not (REPO / "ray_results").exists()
+    assert not list(REPO.glob("**/run_trial_*"))
+
+
+def test_address_defaults_to_local_and_parses_both_cluster_forms() -> None:
+    parser = command.build_parser()
+    assert parser.parse_args(["tune"]).address is None
+    for address in ("auto", CLUSTER):
+        assert parser.parse_args(["tune", "--address", address]).address == address
+
+
+def test_address_is_refused_outside_tune(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        command.main(["corl", "--address", "auto"])
+    assert exit_info.value.code == 2
+    assert "--address: only tune runs on Ray" in capsys.readouterr().err
+
+
+class _ConnectedError(Exception):
+    """Raised by the fake ``ray.init``: the test stops at the connection."""
+
+
+@pytest.mark.parametrize("address", [None, "auto", CLUSTER])
+def test_the_address_reaches_ray_init_unchanged(address: str | None, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    import ray
+
+    calls: list[dict[str, Any]] = []
+
+    def fake_init(**kwargs: Any) -> None:
+        calls.append(kwargs)
+        raise _ConnectedError
+
+    monkeypatch.setattr(ray, "init", fake_init)
+    argv = ["tune", "--out", str(tmp_path)] + ([] if address is None else
+                                              ["--address", address])
+    with pytest.raises(_ConnectedError):
+        command.main(argv)
+    [kwargs] = calls
+    if address is None:  # a one-machine cluster sized by --jobs, no dashboard
+        assert kwargs == {"num_cpus": 2, "include_dashboard": False, "log_to_driver": False}
+    else:  # the address as given; only this package is shipped along
+        assert kwargs == {"address": address, "runtime_env": {
+            "py_modules": [str(REPO / "experiments")]}}
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_a_bad_search_space_or_paper_point_is_refused() -> None:
+    with pytest.raises(ValueError, match="low < high"):
+        tune.Param("lr", "log", 0.0, 1.0)
+    with pytest.raises(ValueError, match="outside the space"):
+        tune.Method("PPO", tune.PPO_SPACE, {**tune.METHODS["ppo"].paper, "n_steps": 3},
+                    tune.fit_ppo)
