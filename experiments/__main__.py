@@ -40,7 +40,7 @@ SCALES = ("smoke", "default", "full")
 EPILOG = """\
 scales:
   smoke    seconds per experiment: plumbing for the tests, not a result
-  default  what `make reproduce` runs: about 7 minutes for `all` on 2 cores
+  default  what `make reproduce` runs: about 12 minutes for `all` on 2 cores
   full     lora_ppo at the paper's scale (200k steps x 5 seeds); corl, bopo,
            traces and rules have no larger scale and run `default`
 tune (not part of all): equal-budget sweeps on Ray Tune + Optuna, written to
