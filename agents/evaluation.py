@@ -88,7 +88,8 @@ class EvaluationResult:
         return out
 
 
-def _agent_names(env: gym.Env) -> tuple[str, ...]:
+def agent_names(env: gym.Env) -> tuple[str, ...]:
+    """The pool's agent names, or ``agent_i`` for an env without a pool."""
     pool = getattr(env.unwrapped, "pool", None)
     if pool is not None:
         return tuple(pool.names)
@@ -282,7 +283,7 @@ def evaluate(
         run_episode(allocator, env, seed if i == 0 else None, deterministic)
         for i in range(episodes)
     )
-    return EvaluationResult(records=records, agent_names=_agent_names(env), seed=seed)
+    return EvaluationResult(records=records, agent_names=agent_names(env), seed=seed)
 
 
 def _build(method: Any, env: gym.Env, name: str) -> Any:

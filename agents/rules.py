@@ -162,9 +162,9 @@ def action_name(env: gym.Env, action: np.ndarray) -> str:
     Where the all-zero action runs the env's default model (``zero_action_fallback``) it
     is ``default`` instead.
     """
-    from agents.evaluation import _agent_names
+    from agents.evaluation import agent_names
 
-    names = _agent_names(env)
+    names = agent_names(env)
     called = [names[i] for i in np.flatnonzero(action)]
     if called:
         return "+".join(called)
@@ -341,7 +341,7 @@ class RuleSearch:
 
 
 def _cut_points(values: np.ndarray, cuts: int) -> list[float]:
-    """Up to ``cuts`` thresholds between the distinct values a feature took."""
+    """Up to ``cuts`` thresholds: midpoints between a feature's values, or its quantiles."""
     distinct = np.unique(values)
     if distinct.size < 2:
         return []

@@ -70,11 +70,7 @@ from experiments.bopo_report import (
     method_summary,
     pareto_figure,
 )
-from experiments.common import described, recording, spawn_pool
-
-
-def _quiet(_message: str) -> None:
-    """The default progress printer: says nothing."""
+from experiments.common import described, quiet, recording, spawn_pool
 
 
 # ------------------------------------------------------------------- the scale
@@ -352,7 +348,7 @@ def _learn_jobs(prepared: Prepared, sc: BopoScale, seed: int) -> list[LearnJob]:
 
 
 def run_all(scale: str | BopoScale = "default", profiles: Sequence[str] = PROFILE_NAMES,
-            seed: int = 0, log: Callable[[str], None] = _quiet
+            seed: int = 0, log: Callable[[str], None] = quiet
             ) -> tuple[dict[str, Prepared], dict[str, dict[str, LearnResult]]]:
     """Prepare every profile and train every router; returns what each produced."""
     sc = _scale(scale)
@@ -446,7 +442,7 @@ def summarise(prepared: Mapping[str, Prepared],
 
 
 def report(out_dir: Path, scale: str | BopoScale = "default", seed: int = 0,
-           log: Callable[[str], None] = _quiet, jobs: int | None = None) -> str:
+           log: Callable[[str], None] = quiet, jobs: int | None = None) -> str:
     """Run BoPO against its baselines on the three profiles and write the results.
 
     Writes ``bopo.md``, ``bopo.json`` and ``pareto_bopo_<profile>.png`` into ``out_dir``,

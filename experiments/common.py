@@ -4,6 +4,7 @@
 * :func:`figure_png`: a matplotlib figure as PNG bytes (render first, write later);
 * :func:`machine`: a one-line description of the machine, for wall-time records;
 * :func:`check_writable`: an output directory checked before any work starts;
+* :func:`quiet`: the progress printer that says nothing;
 * :func:`recording` and :func:`described`: keep the allocators a factory builds, and what
   a searched or fitted rule says it is (its ``description``), for the reports.
 """
@@ -67,6 +68,10 @@ def machine() -> str:
     """The machine in one line: system, architecture, logical CPUs, Python version."""
     return (f"{platform.system()} {platform.machine()}, {os.cpu_count()} logical CPUs, "
             f"Python {platform.python_version()}")
+
+
+def quiet(_message: str) -> None:
+    """The default progress printer of the experiments: says nothing."""
 
 
 def check_writable(directory: str | Path) -> Path:

@@ -38,11 +38,7 @@ from agents.routing.corl import (
     train_tier_adapters,
 )
 from cost_envs.wrappers import TIERS
-from experiments.common import described, figure_png, recording, spawn_pool
-
-
-def _quiet(_message: str) -> None:
-    """The default progress printer: says nothing."""
+from experiments.common import described, figure_png, quiet, recording, spawn_pool
 
 
 @dataclass(frozen=True)
@@ -180,11 +176,7 @@ def assemble(env_id: str, scale: str, fixed: Mapping[str, Any],
             for method in LEARNED:
                 runs = [run["runs"][profile, tier, method] for run in learned]
                 scores = tier_scores(runs, budgets[tier], settings.n_resamples, EVAL_SEED)
-                per_seed = [float(np.mean([r.success and r.cost <= budgets[tier]
-                                           for r in run.records])) for run in runs]
-                results[profile][tier][method] = {
-                    **scores.as_dict(), "seeds": len(runs),
-                    "accuracy_within_budget_per_seed": per_seed}
+                results[profile][tier][method] = {**scores.as_dict(), "seeds": len(runs)}
     settings_used = {k: v for k, v in settings.__dict__.items() if k != "jobs"}  # any jobs
     return {"env_id": env_id, "scale": scale, "seeds": [run["seed"] for run in learned],
             "settings": settings_used, "budgets": budgets, "experts": names,
@@ -192,7 +184,7 @@ def assemble(env_id: str, scale: str, fixed: Mapping[str, Any],
 
 
 def run_corl(scale: str = "default", seed: int = 0,
-             log: Callable[[str], None] = _quiet, env_id: str = EXPERT_ROUTING
+             log: Callable[[str], None] = quiet, env_id: str = EXPERT_ROUTING
              ) -> dict[str, Any]:
     """Train the scale's seeds (``seed``, ``seed + 1``, ...) on ``env_id`` and score all.
 
@@ -225,7 +217,7 @@ def _job(kind: str, scale: str, env_id: str, seed: int) -> dict[str, Any]:
 
 
 def run_envs(scale: str = "default", seed: int = 0, envs: tuple[str, ...] = CORL_ENVS,
-             log: Callable[[str], None] = _quiet, jobs: int | None = None
+             log: Callable[[str], None] = quiet, jobs: int | None = None
              ) -> dict[str, dict[str, Any]]:
     """:func:`run_corl` on each env, its seeds and fixed rows spread over ``jobs`` workers.
 
@@ -390,7 +382,7 @@ def file_names(env_id: str) -> tuple[str, str, str]:
 
 
 def report(out_dir: Path, scale: str = "default", seed: int = 0,
-           log: Callable[[str], None] = _quiet, envs: tuple[str, ...] = CORL_ENVS,
+           log: Callable[[str], None] = quiet, envs: tuple[str, ...] = CORL_ENVS,
            jobs: int | None = None) -> dict[str, str]:
     """Run :func:`run_corl` on each env and write its tables, JSON and figure.
 

@@ -256,7 +256,8 @@ def test_report_writes_tables_json_and_figure_for_v0_and_v1(tmp_path) -> None:
                     entry = rows[method]
                     assert entry["seeds"] == 2
                     assert entry["accuracy_within_budget"][0] == pytest.approx(
-                        np.mean(entry["accuracy_within_budget_per_seed"]))
+                        np.mean(entry["accuracy_within_budget_per_run"]))
+                    assert len(entry["accuracy_within_budget_per_run"]) == 2
     # Same questions and luck on v0 and v1: one model's answer scores the same; with every
     # expert's vote, v1's coinciding wrong answers can only outvote the right one.
     v0, v1 = (data[env_id]["results"] for env_id in CORL_ENVS)

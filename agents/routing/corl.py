@@ -179,6 +179,8 @@ class TierScores:
     expert_call_ratio: tuple[float, float, float]
     calls_per_query: dict[str, float]
     budget_exceeded: float
+    #: Accuracy within budget of each run (training seed) the scores pool.
+    accuracy_within_budget_per_run: tuple[float, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready."""
@@ -187,7 +189,8 @@ class TierScores:
                 "avg_cost": list(self.avg_cost),
                 "expert_call_ratio": list(self.expert_call_ratio),
                 "calls_per_query": dict(self.calls_per_query),
-                "budget_exceeded": self.budget_exceeded}
+                "budget_exceeded": self.budget_exceeded,
+                "accuracy_within_budget_per_run": list(self.accuracy_within_budget_per_run)}
 
 
 def tier_records(allocator_for: Callable[[gym.Env], Any], tier: str, episodes: int,
@@ -233,6 +236,7 @@ def tier_scores(runs: Sequence[EvaluationResult], budget: float, n_resamples: in
                                             seed=seed + 3),
         calls_per_query={n: float(c) for n, c in zip(names, calls, strict=True)},
         budget_exceeded=float(np.mean(cost > budget)),
+        accuracy_within_budget_per_run=tuple(float(v) for v in within.mean(axis=1)),
     )
 
 
