@@ -43,7 +43,7 @@ from agents.evaluation import compare, evaluate, format_table
 from agents.files import write_files_atomic
 from agents.lora.supervised import SupervisedConfig
 from agents.lora.training import configure_torch_threads, train
-from agents.planning import PLANNERS
+from agents.planning import planner
 from agents.rules import BestFixedRule
 from cost_envs.config import integer
 from cost_envs.metrics import (
@@ -89,7 +89,7 @@ class FamilyRow:
 FAMILY_ROWS = {
     "one-turn": FamilyRow("One-turn plan+search rule", FAMILY_BASELINES["one-turn"],
                           ("cost_envs/FlightPlanner-v0", "cost_envs/FlightPlanner-v1")),
-    "planner": FamilyRow("Planner (knows the task, not the luck)", PLANNERS["planner"],
+    "planner": FamilyRow("Planner (knows the task, not the luck)", planner,
                          ("cost_envs/ToolBench-v0",)),
 }
 

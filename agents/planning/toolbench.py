@@ -1,21 +1,10 @@
-"""The achievable reference: a planner that knows the task but not its luck (issue #11).
-
-The hindsight oracle (:class:`agents.baselines.CostOptOracle`) sees every agent's luck at
-every turn, so it bounds what no policy can reach. The reference here is reachable: a
-model-based planner that knows the env's generative model and the current task's hidden
-parameters, but not the luck that decides each call's outcome, and plays the policy of
-the highest *expected* return.
+"""ToolBench's planner: exact expectimax over (turn, stage), blind to the luck.
 
 On ToolBench-v0 the luck is independent per (turn, tool) and every turn advances only the
 current stage, so the expected return from a point depends on (turn, stage) alone and an
 exact expectimax over those few states (at most 5 x 4) and all ``2**m`` joint actions
 gives the optimal policy under that knowledge. The answer's F1, random given the tool
 that composes it, enters through its exact distribution (:class:`AnswerModel`).
-
-The other envs are not covered yet: on FlightPlanner the route a planner proposed is luck
-that the observation reveals only in part (a broken route looks like the optimal one), so
-a planner there must track a belief over it and sample the luck the observed history
-allows, not just re-draw it.
 """
 
 from __future__ import annotations
@@ -289,6 +278,3 @@ class ExpectimaxPlanner(Baseline):
                              "observation")
         return self.act(observation), state
 
-
-#: CLI names -> planners, each constructed as ``cls(env)`` (refusing envs they do not fit).
-PLANNERS: dict[str, type[Baseline]] = {ExpectimaxPlanner.name: ExpectimaxPlanner}

@@ -1,0 +1,48 @@
+"""The achievable reference: planners that know the task but not its luck (issue #11).
+
+The hindsight oracle (:class:`agents.baselines.CostOptOracle`) sees every agent's luck at
+every turn, so it bounds what no policy can reach. The reference here is reachable: a
+model-based planner that knows the env's generative model and the current task's hidden
+parameters, but not the luck that decides each call's outcome, and plays the policy of
+the highest *expected* return. Each env family has its own module, because what is exact
+and what must be sampled depends on its generative model; :func:`planner` picks the one
+that fits an env.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+
+from agents.baselines import Baseline
+from agents.planning.toolbench import AnswerModel, ExpectimaxPlanner, plan_toolbench
+from cost_envs.envs.toolbench import ToolBenchEnv
+
+__all__ = ["PLANNERS", "AnswerModel", "ExpectimaxPlanner", "plan_toolbench", "planner"]
+
+#: Env class -> its planner; :func:`planner` takes the first entry the env is an instance
+#: of, so a subclass (a v1 env) listed before its parent gets its own planner.
+PLANNER_FOR_ENV: tuple[tuple[type, type[Baseline]], ...] = (
+    (ToolBenchEnv, ExpectimaxPlanner),
+)
+
+
+def planner(env: gym.Env, **kwargs: Any) -> Baseline:
+    """The planner of ``env``'s family, built on ``env`` (wrapped or not).
+
+    Raises:
+        ValueError: If no planner models ``env``'s family.
+    """
+    inner = env.unwrapped
+    for env_class, planner_class in PLANNER_FOR_ENV:
+        if isinstance(inner, env_class):
+            return planner_class(env, **kwargs)
+    modelled = ", ".join(env_class.__name__ for env_class, _ in PLANNER_FOR_ENV)
+    raise ValueError(f"planner: no planner models {type(inner).__name__}; there is one for "
+                     f"{modelled}")
+
+
+#: CLI names -> planner factories, each called as ``factory(env)`` (refusing envs they do
+#: not fit).
+PLANNERS: dict[str, Any] = {"planner": planner}
