@@ -29,6 +29,7 @@ from cost_envs.metrics import (
     HEADLINE_METRICS,
     EpisodeRecord,
     bootstrap_cis,
+    bootstrap_mean_ci,
     interval_around,
     summarize,
 )
@@ -60,11 +61,15 @@ class EvaluationResult:
         records: One :class:`EpisodeRecord` per episode, in task order.
         agent_names: Names of the pool's agents, in action order (keys of ``call_ratio``).
         seed: Seed of the task set.
+        returns: Each episode's return (the sum of its rewards: Eq. 1 under the env's
+            reward weights, or a wrapper's reward), in task order; empty when built from
+            records alone.
     """
 
     records: tuple[EpisodeRecord, ...]
     agent_names: tuple[str, ...]
     seed: int
+    returns: tuple[float, ...] = ()
 
     def summary(self, n_resamples: int = 1000, seed: int = 0) -> dict[str, Any]:
         """Point metrics with 95% percentile-bootstrap intervals, as plain JSON values.
@@ -77,7 +82,8 @@ class EvaluationResult:
             ``success_rate``, ``cps``, ``flops_per_success``, ``avg_quality``,
             ``avg_cost``, each with ``<key>_ci`` = ``[low, high]``; ``call_ratio``
             (agent name -> fraction of steps it was called in); ``budget_exceeded``
-            and ``episodes``.
+            and ``episodes``; with :attr:`returns`, also ``episode_return`` (their mean)
+            and its ``episode_return_ci``.
         """
         out = summarize(self.records)
         out["call_ratio"] = dict(zip(self.agent_names, out["call_ratio"], strict=True))
@@ -85,6 +91,10 @@ class EvaluationResult:
                                   seed=seed)
         for key, interval in zip(HEADLINE_METRICS, intervals, strict=True):
             out[f"{key}_ci"] = interval_around(out[key], interval)
+        if self.returns:
+            mean, low, high = bootstrap_mean_ci(self.returns, n_resamples=n_resamples,
+                                                seed=seed)
+            out["episode_return"], out["episode_return_ci"] = mean, [low, high]
         return out
 
 
@@ -279,11 +289,11 @@ def evaluate(
     if env_kwargs:
         raise ValueError("env_kwargs: only used when env is an id string")
     _check_binding(allocator, env)
-    records = tuple(
-        run_episode(allocator, env, seed if i == 0 else None, deterministic)
-        for i in range(episodes)
-    )
-    return EvaluationResult(records=records, agent_names=agent_names(env), seed=seed)
+    played = [rollout(allocator, env, seed if i == 0 else None, deterministic=deterministic)
+              for i in range(episodes)]
+    return EvaluationResult(records=tuple(episode.record for episode in played),
+                            agent_names=agent_names(env), seed=seed,
+                            returns=tuple(episode.episode_return for episode in played))
 
 
 def _build(method: Any, env: gym.Env, name: str) -> Any:

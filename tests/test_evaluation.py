@@ -6,7 +6,7 @@ import pytest
 
 import cost_envs
 from agents.baselines import BASELINES, CallAll, CostOptOracle, RandomAllocator, RuleBased
-from agents.evaluation import compare, evaluate, format_table
+from agents.evaluation import compare, evaluate, format_table, rollout
 from cost_envs.metrics import HEADLINE_METRICS
 
 ENV_IDS = list(cost_envs.ENV_IDS)
@@ -237,3 +237,15 @@ def test_format_table():
     ]
     with pytest.raises(ValueError, match="at least one"):
         format_table({})
+
+
+def test_summary_reports_the_mean_episode_return_of_the_same_tasks():
+    env = gym.make("cost_envs/ToolBench-v0")
+    result = evaluate(RuleBased(env), env, episodes=25, seed=3)
+    again = [rollout(RuleBased(env), env, seed=3 if i == 0 else None).episode_return
+             for i in range(25)]
+    summary = result.summary(n_resamples=200)
+    assert result.returns == tuple(again)
+    assert summary["episode_return"] == pytest.approx(np.mean(again))
+    low, high = summary["episode_return_ci"]
+    assert low < summary["episode_return"] < high

@@ -193,3 +193,47 @@ def test_metrics_module_does_not_import_torch():
 
     code = "import sys, cost_envs.metrics; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ------------------------------------------------------------------ share of the gap closed
+def test_gap_closed_is_zero_at_the_rule_one_at_the_reference_and_nan_without_a_gap():
+    from cost_envs.metrics import gap_closed
+
+    assert gap_closed(0.8, 0.8, 1.0) == 0.0
+    assert gap_closed(1.0, 0.8, 1.0) == 1.0
+    assert gap_closed(0.7, 0.8, 1.0) == pytest.approx(-0.5)
+    assert math.isnan(gap_closed(0.9, 1.0, 1.0)) and math.isnan(gap_closed(0.9, 1.0, 0.9))
+    with pytest.raises(ValueError, match="reference"):
+        gap_closed(0.5, 0.1, math.inf)
+
+
+def test_gap_closed_interval_keeps_the_pairing_of_the_shared_tasks():
+    from cost_envs.metrics import bootstrap_gap_closed
+
+    rng = np.random.default_rng(0)
+    rule = rng.normal(0.5, 1.0, 300)  # tasks differ a lot ...
+    reference = rule + 0.4
+    method = rule + 0.1  # ... but the method sits a quarter of the way up on every one
+    share, low, high = bootstrap_gap_closed(method, rule, reference, n_resamples=500)
+    assert share == pytest.approx(0.25) and high - low < 1e-9
+    # Unpaired draws would see the task spread (sd 1.0 / sqrt(300) against a gap of 0.4).
+    noisy = rule + 0.1 + rng.normal(0.0, 0.2, 300)
+    _, low, high = bootstrap_gap_closed(noisy, rule, reference, n_resamples=500)
+    assert 0.0 < high - low < 0.2
+
+
+def test_gap_closed_interval_covers_the_spread_between_seeds():
+    from cost_envs.metrics import bootstrap_gap_closed
+
+    rng = np.random.default_rng(1)
+    rule = rng.normal(0.5, 0.3, 200)
+    reference = rule + 0.5
+    same = np.stack([rule + 0.25] * 5)
+    spread = rule[None, :] + np.array([0.05, 0.15, 0.25, 0.35, 0.45])[:, None]
+    narrow = bootstrap_gap_closed(same, rule, reference, n_resamples=500)
+    wide = bootstrap_gap_closed(spread, rule, reference, n_resamples=500)
+    assert narrow[0] == pytest.approx(0.5) == wide[0]
+    assert wide[2] - wide[1] > 0.2 > narrow[2] - narrow[1]
+    assert all(math.isnan(v) for v in bootstrap_gap_closed(same, rule, rule)[1:])
+    with pytest.raises(ValueError, match="reference must be finite per-task values"):
+        bootstrap_gap_closed(same, rule, reference[:-1])

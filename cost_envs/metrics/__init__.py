@@ -2,7 +2,8 @@
 
 * :mod:`cost_envs.metrics.episodes`: :class:`EpisodeRecord` and the headline metrics
   (success rate, CPS, FLOPs per success, quality, cost, call ratio), the Pareto front and
-  the gap to the oracle;
+  the gap to the oracle and
+  the share of the rule-to-planner gap a method closes;
 * :mod:`cost_envs.metrics.bootstrap`: the one bootstrap engine (intervals over episodes,
   over training runs and tasks, of a mean);
 * :mod:`cost_envs.metrics.routing`: routing on logged outcomes (PGR, APGR, CPT).
@@ -12,6 +13,7 @@ from cost_envs.metrics.bootstrap import (
     bootstrap_ci,
     bootstrap_cis,
     bootstrap_cis_over_runs,
+    bootstrap_gap_closed,
     bootstrap_mean_ci,
     interval_around,
 )
@@ -24,6 +26,7 @@ from cost_envs.metrics.episodes import (
     call_ratio,
     cps,
     flops_per_success,
+    gap_closed,
     oracle_gap,
     pareto_front,
     success_rate,
@@ -38,11 +41,13 @@ __all__ = [
     "bootstrap_ci",
     "bootstrap_cis",
     "bootstrap_cis_over_runs",
+    "bootstrap_gap_closed",
     "bootstrap_mean_ci",
     "budget_exceeded",
     "call_ratio",
     "cps",
     "flops_per_success",
+    "gap_closed",
     "interval_around",
     "oracle_gap",
     "pareto_front",

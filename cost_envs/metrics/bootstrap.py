@@ -11,13 +11,16 @@ by ``seed``, and :func:`percentile_interval` turns the resampled values into an
   headline metrics recomputed on each resample (ratio statistics such as CPS as ratios of
   resampled sums, never as means of per-episode ratios);
 * :func:`bootstrap_cis_over_runs`: a two-level bootstrap over training seeds and tasks;
-* :func:`bootstrap_mean_ci`: the mean of per-item values.
+* :func:`bootstrap_mean_ci`: the mean of per-item values;
+* :func:`bootstrap_gap_closed`: the share of the gap between a fixed rule and a reference
+  that a method closes, paired over tasks.
 
 Only numpy is used.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -25,7 +28,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from cost_envs.config import integer, number
-from cost_envs.metrics.episodes import HEADLINE_METRICS, EpisodeRecord, _records
+from cost_envs.metrics.episodes import HEADLINE_METRICS, EpisodeRecord, _records, gap_closed
 
 #: Largest resample block (resamples x items) held in memory at once by the bootstrap.
 BLOCK_CELLS = 1 << 22
@@ -297,3 +300,71 @@ def bootstrap_cis_over_runs(
         for out, statistic in zip(values, statistics, strict=True):
             out.append(_resampled_statistic(statistic, columns, index))
     return [percentile_interval(out, confidence) for out in values]
+
+
+def _per_task_returns(values: Any, what: str, n_tasks: int | None = None) -> np.ndarray:
+    array = np.asarray(values, dtype=np.float64)
+    if array.ndim == 1:
+        array = array[None, :]
+    if (array.ndim != 2 or array.size == 0 or not np.isfinite(array).all()
+            or (n_tasks is not None and array.shape[1] != n_tasks)):
+        expected = "tasks" if n_tasks is None else f"{n_tasks} tasks"
+        raise ValueError(f"bootstrap_gap_closed: {what} must be finite per-task values (runs "
+                         f"x {expected}), got shape {np.shape(values)}")
+    return array
+
+
+def bootstrap_gap_closed(
+    method: Sequence[float] | np.ndarray,
+    rule: Sequence[float] | np.ndarray,
+    reference: Sequence[float] | np.ndarray,
+    *,
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """The share of the rule-to-reference gap a method closes, with its interval.
+
+    ``method[s, j]`` (or a 1-D ``method[j]`` for one run) is run ``s``'s score on task
+    ``j``; ``rule[j]`` and ``reference[j]`` are the fixed rule's and the reference's (the
+    planner's) scores on the same tasks. The point is :func:`gap_closed` of the three
+    means. Each resample draws runs and, independently, tasks with replacement, and uses
+    the same task draw for the rule and the reference, so the interval keeps the pairing
+    of the shared tasks and covers the spread between seeds. Resamples whose gap is not
+    positive are dropped from the interval (they cannot be scaled); if more than
+    ``1 - confidence`` of them are, the interval is ``(nan, nan)``: the data cannot tell
+    the reference from the rule.
+
+    Returns:
+        ``(share, low, high)``; ``share`` is ``nan`` when the reference does not beat the
+        rule on the means.
+
+    Raises:
+        ValueError: On non-finite values, tasks of different lengths or invalid arguments.
+    """
+    runs = _per_task_returns(method, "method")
+    n_tasks = runs.shape[1]
+    rule_values = _per_task_returns(rule, "rule", n_tasks)[0]
+    reference_values = _per_task_returns(reference, "reference", n_tasks)[0]
+    check_bootstrap_args(n_resamples, confidence)
+    point = gap_closed(float(runs.mean()), float(rule_values.mean()),
+                       float(reference_values.mean()))
+    rng = np.random.default_rng(seed)
+    n_runs = runs.shape[0]
+    shares = []
+    for size in resample_blocks(n_resamples, (n_runs + 2) * n_tasks):
+        chosen = rng.integers(0, n_runs, size=(size, n_runs))
+        tasks = rng.integers(0, n_tasks, size=(size, n_tasks))
+        value = runs[chosen[:, :, None], tasks[:, None, :]].mean(axis=(1, 2))
+        base, top = rule_values[tasks].mean(axis=1), reference_values[tasks].mean(axis=1)
+        gap = top - base
+        shares.append(np.where(gap > 0, (value - base) / np.where(gap > 0, gap, 1.0), np.nan))
+    drawn = np.concatenate(shares)
+    kept = drawn[np.isfinite(drawn)]
+    if kept.size < confidence * drawn.size or kept.size == 0:
+        return point, math.nan, math.nan
+    low, high = percentile_interval(kept, confidence)
+    if math.isnan(point):
+        return point, low, high
+    low, high = interval_around(point, (low, high))
+    return point, low, high

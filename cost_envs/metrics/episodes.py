@@ -249,3 +249,22 @@ def oracle_gap(cps: float, oracle_cps: float) -> float:
     if oracle_cps == 0:
         return 1.0 if cps == 0 else math.inf
     return cps / oracle_cps
+
+
+def gap_closed(value: float, rule: float, reference: float) -> float:
+    """The share of the gap from a fixed rule up to a reference that ``value`` closes.
+
+    ``(value - rule) / (reference - rule)`` on one score where higher is better (the
+    mean episode return): 0 is no better than the rule, 1 as good as the reference (the
+    planner, which knows the task but not its luck), below 0 worse than the rule, above
+    1 better than the reference. ``nan`` when the reference does not beat the rule (no
+    gap to close).
+
+    Raises:
+        ValueError: If a value is not finite.
+    """
+    for name, given in (("value", value), ("rule", rule), ("reference", reference)):
+        number(given, name, where="gap_closed")
+    if reference <= rule:
+        return math.nan
+    return (value - rule) / (reference - rule)
