@@ -1,9 +1,11 @@
 """Run the papers' experiments from a checkout: ``python -m experiments EXPERIMENT``.
 
 ``EXPERIMENT`` is ``lora_ppo``, ``corl``, ``bopo``, ``traces``, ``rules`` or ``all`` (those
-five, in that order). Each writes its tables, JSON and figures into ``--out`` (all of one
-experiment's files or none of them), and ``all`` also records the wall time of corl,
-bopo and traces in ``routing.md``. ``--out`` is checked writable before any work starts.
+five, in that order); ``aggregates`` reads their JSON files in ``--out`` and pools each
+experiment's envs and profiles (:mod:`experiments.aggregates`). Each writes its tables,
+JSON and figures into ``--out`` (all of one experiment's files or none of them), and
+``all`` also records the wall time of corl, bopo and traces in ``routing.md``. ``--out``
+is checked writable before any work starts.
 Progress lines go to stderr as the work goes.
 
 ``tune`` (not part of ``all``) runs the equal-budget sweeps of :mod:`experiments.tune` on
@@ -35,7 +37,7 @@ EXPERIMENTS = ("lora_ppo", "corl", "bopo", "traces", "rules")
 #: The routing experiments whose wall times ``routing.md`` records.
 ROUTING = ("corl", "bopo", "traces")
 #: Run on request only, never by ``all``.
-ON_REQUEST = ("tune",)
+ON_REQUEST = ("tune", "aggregates")
 SCALES = ("smoke", "default", "full")
 EPILOG = """\
 scales:
@@ -74,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
                      epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("experiment", choices=(*EXPERIMENTS, "all", *ON_REQUEST),
                         help="what to run; all: lora_ppo, corl, bopo, traces, rules in that "
-                             "order; tune: the tuning sweeps")
+                             "order; aggregates: pool their JSON; tune: the tuning sweeps")
     parser.add_argument("--scale", choices=SCALES, default="default",
                         help="how much work (see below; default: default)")
     parser.add_argument("--out", type=Path, default=None,
@@ -143,6 +145,13 @@ def _run_rules(args: argparse.Namespace, log: Callable[[str], None]) -> None:
     rules.report(args.out, _routing_scale(args.scale), jobs=args.jobs or 2, log=log)
 
 
+def _run_aggregates(args: argparse.Namespace, log: Callable[[str], None]) -> None:
+    from experiments import aggregates
+
+    for path in aggregates.report(args.out, log=log):
+        log(f"aggregates: wrote {path}")
+
+
 def _run_tune(args: argparse.Namespace, log: Callable[[str], None]) -> None:
     from experiments import tune
 
@@ -153,7 +162,7 @@ def _run_tune(args: argparse.Namespace, log: Callable[[str], None]) -> None:
 
 RUNNERS: dict[str, Callable[[argparse.Namespace, Callable[[str], None]], None]] = {
     "lora_ppo": _run_lora_ppo, "corl": _run_corl, "bopo": _run_bopo, "traces": _run_traces,
-    "rules": _run_rules, "tune": _run_tune}
+    "rules": _run_rules, "aggregates": _run_aggregates, "tune": _run_tune}
 
 
 def routing_record(scale: str, timings: Sequence[tuple[str, str]]) -> str:
@@ -211,6 +220,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted; the running experiment wrote nothing", file=sys.stderr)
         return 130
+    except ValueError as error:  # bad input (e.g. nothing to aggregate): one line, no trace
+        print(f"{PROG}: error: {error}", file=sys.stderr)
+        return 2
     log(f"{args.experiment}: finished")
     return 0
 
