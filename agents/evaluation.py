@@ -310,15 +310,17 @@ def _build(method: Any, env: gym.Env, name: str) -> Any:
     )
 
 
-def compare(
+def evaluate_each(
     methods: Mapping[str, Any],
     env_id: str,
     episodes: int = 400,
     seed: int = 0,
     env_kwargs: Mapping[str, Any] | None = None,
-    n_resamples: int = 1000,
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, EvaluationResult]:
     """Evaluate several methods on the same task set, each on a freshly made env.
+
+    :func:`compare` summarises what this returns; use this one when the episodes
+    themselves are needed (paired comparisons, the share of a gap closed).
 
     Args:
         methods: Name -> allocator, or name -> factory taking the env and returning an
@@ -328,10 +330,9 @@ def compare(
         episodes: Episodes per method.
         seed: Seed of the task set, shared by all methods.
         env_kwargs: Keyword arguments for ``gym.make``.
-        n_resamples: Bootstrap resamples for the intervals.
 
     Returns:
-        Name -> :meth:`EvaluationResult.summary`, in the order of ``methods``.
+        Name -> :class:`EvaluationResult`, in the order of ``methods``.
     """
     if not methods:
         raise ValueError("compare: expected at least one method, got none")
@@ -340,12 +341,36 @@ def compare(
     for name, method in methods.items():
         env = gym.make(env_id, **dict(env_kwargs or {}))
         try:
-            allocator = _build(method, env, name)
-            result = evaluate(allocator, env, episodes, seed)
+            results[name] = evaluate(_build(method, env, name), env, episodes, seed)
         finally:
             env.close()
-        results[name] = result.summary(n_resamples=n_resamples, seed=seed)
     return results
+
+
+def compare(
+    methods: Mapping[str, Any],
+    env_id: str,
+    episodes: int = 400,
+    seed: int = 0,
+    env_kwargs: Mapping[str, Any] | None = None,
+    n_resamples: int = 1000,
+) -> dict[str, dict[str, Any]]:
+    """Evaluate several methods on the same task set and summarise each.
+
+    Args:
+        methods: As :func:`evaluate_each`'s.
+        env_id: Registered environment id.
+        episodes: Episodes per method.
+        seed: Seed of the task set, shared by all methods.
+        env_kwargs: Keyword arguments for ``gym.make``.
+        n_resamples: Bootstrap resamples for the intervals.
+
+    Returns:
+        Name -> :meth:`EvaluationResult.summary`, in the order of ``methods``.
+    """
+    results = evaluate_each(methods, env_id, episodes, seed, env_kwargs)
+    return {name: result.summary(n_resamples=n_resamples, seed=seed)
+            for name, result in results.items()}
 
 
 def value_interval(value: float, low: float, high: float, fmt: str = ".3f") -> str:

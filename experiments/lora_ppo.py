@@ -29,7 +29,6 @@ env's fixed rows are scored in the same pool, beside them.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -39,8 +38,7 @@ from typing import Any
 import numpy as np
 
 from agents.baselines import BASELINES, FAMILY_BASELINES
-from agents.evaluation import compare, evaluate, format_table
-from agents.files import write_files_atomic
+from agents.evaluation import evaluate, evaluate_each
 from agents.lora.supervised import SupervisedConfig
 from agents.lora.training import configure_torch_threads, train
 from agents.planning import planner
@@ -50,11 +48,12 @@ from cost_envs.metrics import (
     HEADLINE_METRICS,
     EpisodeRecord,
     bootstrap_cis_over_runs,
+    bootstrap_mean_ci,
     interval_around,
-    pareto_front,
     summarize,
 )
-from experiments.common import described, figure_png, recording, spawn_pool
+from experiments import gaps
+from experiments.common import described, recording, spawn_pool
 
 #: The paper's two environments.
 PAPER_ENVS = ("cost_envs/FlightPlanner-v0", "cost_envs/ToolBench-v0")
@@ -178,12 +177,13 @@ class Job:
 
 @dataclass(frozen=True)
 class JobResult:
-    """What a worker sends back: the evaluation episodes and the learning curve."""
+    """What a worker sends back: the evaluation episodes, their returns, the learning curve."""
 
     job: Job
     records: tuple[EpisodeRecord, ...]
     agent_names: tuple[str, ...]
     history: list[dict[str, Any]]
+    returns: tuple[float, ...]
 
 
 def run_job(job: Job) -> JobResult:
@@ -193,27 +193,63 @@ def run_job(job: Job) -> JobResult:
     trained = train(job.env_id, row.method, job.scale.timesteps, seed=job.seed, base=row.base,
                     supervised=job.scale.supervised)
     result = evaluate(trained, job.env_id, episodes=job.scale.episodes, seed=job.eval_seed)
-    return JobResult(job, result.records, result.agent_names, trained.history)
+    return JobResult(job, result.records, result.agent_names, trained.history, result.returns)
 
 
-def score_baselines(env_id: str, scale: Scale, eval_seed: int) -> dict[str, dict[str, Any]]:
-    """Every fixed row of ``env_id``'s table on the shared tasks, as table entries.
+@dataclass(frozen=True)
+class FixedRows:
+    """An env's fixed rows: table entries, and each row's per-episode returns."""
+
+    entries: dict[str, dict[str, Any]]
+    returns: dict[str, tuple[float, ...]]
+
+
+def score_baselines(env_id: str, scale: Scale, eval_seed: int) -> FixedRows:
+    """Every fixed row of ``env_id``'s table on the shared tasks.
 
     A rule searched when it is built (the best fixed rule) is searched here, on the env it
     is scored on, and its entry says which rule it froze (``rule``).
     """
     fixed = baseline_rows(env_id, scale.rule_tasks)
     built: dict[str, Any] = {}
-    summaries = compare({key: recording(factory, built, key)
-                         for key, (_, factory) in fixed.items()}, env_id,
-                        episodes=scale.episodes, seed=eval_seed, n_resamples=scale.resamples)
-    return {key: {"label": fixed[key][0], "seeds": 1, **summary, **described(built[key])}
-            for key, summary in summaries.items()}
+    results = evaluate_each({key: recording(factory, built, key)
+                             for key, (_, factory) in fixed.items()}, env_id,
+                            episodes=scale.episodes, seed=eval_seed)
+    entries = {key: {"label": fixed[key][0], "seeds": 1,
+                     **result.summary(n_resamples=scale.resamples, seed=eval_seed),
+                     **described(built[key])}
+               for key, result in results.items()}
+    return FixedRows(entries, {key: result.returns for key, result in results.items()})
+
+
+def gap_block(env_id: str, fixed: FixedRows, learned: Mapping[str, Sequence[JobResult]],
+              resamples: int, seed: int) -> dict[str, Any] | None:
+    """The ``gap_closed`` block of ``env_id``'s report (:mod:`experiments.gaps`).
+
+    The score is each episode's Eq. 1 return, what every learned row maximises. The rule
+    end of the gap is the non-privileged fixed row with the highest mean return on these
+    very tasks (chosen on the evaluation tasks, which favours the rules: a conservative
+    choice for the learners) and the other end the planner. ``None`` where the env has no
+    planner row.
+    """
+    if "planner" not in fixed.returns:
+        return None
+    rules = {key: returns for key, returns in fixed.returns.items()
+             if key not in PRIVILEGED_ROWS}
+    rule = max(rules, key=lambda key: (float(np.mean(rules[key])), key))
+    methods = {key: (LEARNED_ROWS[key].label, [result.returns for result in runs])
+               for key, runs in learned.items()}
+    entry = gaps.task_entry(rules[rule], fixed.returns["planner"], methods,
+                            n_resamples=resamples, seed=seed)
+    entry["rule_row"] = fixed.entries[rule]["label"]
+    return gaps.block("lora_ppo", "mean Eq. 1 episode return",
+                      "the best fixed row of each table (rule_row)",
+                      fixed.entries["planner"]["label"], {env_id.split("/")[-1]: entry})
 
 
 def _run_all(jobs: Sequence[Job], workers: int, log: Any = print,
              baselines: Sequence[tuple[str, Scale, int]] = ()
-             ) -> tuple[list[JobResult], dict[str, dict[str, dict[str, Any]]]]:
+             ) -> tuple[list[JobResult], dict[str, FixedRows]]:
     """Every job's result in the order of ``jobs``, and each env's fixed rows.
 
     ``baselines`` holds ``(env_id, scale, eval_seed)`` per env; its rows come back as env
@@ -228,9 +264,9 @@ def _run_all(jobs: Sequence[Job], workers: int, log: Any = print,
         log(f"lora_ppo: {job.env_id.split('/')[-1]} {job.key} seed {job.seed} trained and "
             f"scored ({len(results)}/{len(jobs)})")
 
-    def scored(env_id: str, entries: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        log(f"lora_ppo: {env_id.split('/')[-1]} fixed rows scored ({len(entries)})")
-        return entries
+    def scored(env_id: str, rows: FixedRows) -> FixedRows:
+        log(f"lora_ppo: {env_id.split('/')[-1]} fixed rows scored ({len(rows.entries)})")
+        return rows
 
     if workers <= 1:
         for job in jobs:
@@ -245,15 +281,20 @@ def _run_all(jobs: Sequence[Job], workers: int, log: Any = print,
 
 
 def _learned_summary(runs: Sequence[Sequence[EpisodeRecord]], agent_names: Sequence[str],
-                     resamples: int, seed: int) -> dict[str, Any]:
+                     resamples: int, seed: int,
+                     returns: Sequence[Sequence[float]]) -> dict[str, Any]:
     pooled = [record for run in runs for record in run]
     summary = summarize(pooled)
     summary["call_ratio"] = dict(zip(agent_names, summary["call_ratio"], strict=True))
     intervals = bootstrap_cis_over_runs(runs, HEADLINE_METRICS, n_resamples=resamples, seed=seed)
     for key, interval in zip(HEADLINE_METRICS, intervals, strict=True):
         summary[f"{key}_ci"] = interval_around(summary[key], interval)
+    mean, low, high = bootstrap_mean_ci(np.asarray(returns), n_resamples=resamples, seed=seed)
+    summary["episode_return"], summary["episode_return_ci"] = mean, [low, high]
     per_seed = [summarize(run) for run in runs]
-    summary["per_seed"] = [{key: seed[key] for key in HEADLINE_METRICS} for seed in per_seed]
+    summary["per_seed"] = [{**{key: one[key] for key in HEADLINE_METRICS},
+                            "episode_return": float(np.mean(run_returns))}
+                           for one, run_returns in zip(per_seed, returns, strict=True)]
     return summary
 
 
@@ -282,17 +323,21 @@ def reproduce(
     results, fixed = _run_all(grid, jobs, log, [(env_id, scale, eval_seed) for env_id in envs])
     reports = {}
     for env_id in envs:
-        methods: dict[str, dict[str, Any]] = dict(fixed[env_id])
-        curves = {}
+        methods: dict[str, dict[str, Any]] = dict(fixed[env_id].entries)
+        curves, learned = {}, {}
         for key in rows:
             done = sorted((r for r in results if r.job.env_id == env_id and r.job.key == key),
                           key=lambda r: r.job.seed)
             summary = _learned_summary([r.records for r in done], done[0].agent_names,
-                                       scale.resamples, eval_seed)
+                                       scale.resamples, eval_seed, [r.returns for r in done])
             methods[key] = {"label": LEARNED_ROWS[key].label, "seeds": len(done), **summary}
             curves[key] = [r.history for r in done]
+            learned[key] = done
         reports[env_id] = {"env_id": env_id, "scale": asdict(scale), "eval_seed": eval_seed,
                            "methods": methods, "learning_curves": curves}
+        block = gap_block(env_id, fixed[env_id], learned, scale.resamples, eval_seed)
+        if block is not None:
+            reports[env_id]["gap_closed"] = block
     return reports
 
 
@@ -310,124 +355,6 @@ def report(out: Path, scale: str = "default", jobs: int = 2, log: Any = print) -
     """
     if scale not in SCALES:
         raise ValueError(f"scale: expected one of {list(SCALES)}, got {scale!r}")
+    from experiments.lora_ppo_report import write_reports  # it imports this module
+
     return write_reports(reproduce(SCALES[scale], jobs=jobs, log=log), out)
-
-
-# ------------------------------------------------------------------------ output
-def markdown_table(report: Mapping[str, Any]) -> str:
-    """The report's Markdown page: what was run, then the table."""
-    scale = report["scale"]
-    rows = {entry["label"]: entry for entry in report["methods"].values()}
-    rules = "".join(f"\n{entry['label']}: {entry['rule']}.\n"
-                    for entry in report["methods"].values() if "rule" in entry)
-    other = ("" if report["env_id"] in PAPER_ENVS else
-             f"{report['env_id']} is not one of the paper's envs: the same methods, run on it "
-             "as on them. ")
-    return (
-        f"# LoRA-Guided PPO paper, Tables 1-2: {report['env_id']}\n\n"
-        f"{other}Scale `{scale['name']}`: learned methods trained with {scale['seeds']} seeds x "
-        f"{scale['timesteps']} environment steps; every method scored on the same "
-        f"{scale['episodes']} tasks (task seed {report['eval_seed']}). 95% intervals: "
-        "two-level bootstrap over training seeds and tasks for learned methods, over tasks "
-        f"for the fixed baselines ({scale['resamples']} resamples). Reproduce with "
-        f"`python -m experiments lora_ppo"
-        f"{'' if scale['name'] == 'default' else ' --scale ' + scale['name']}`.\n\n"
-        f"{format_table(rows)}\n{rules}"
-    )
-
-
-def json_report(report: Mapping[str, Any]) -> str:
-    """The report as JSON text (learning curves included)."""
-    return json.dumps(report, indent=2) + "\n"
-
-
-def pareto_figure(report: Mapping[str, Any]) -> bytes:
-    """Success vs average cost, one point per method with its 95% interval bars (PNG)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axis = plt.subplots(figsize=(9, 5))
-    colours = plt.get_cmap("tab20").colors
-    markers = "osD^vP*Xh<>p"
-    for index, entry in enumerate(report["methods"].values()):
-        x, y = entry["avg_cost"], entry["success_rate"]
-        xerr = [[max(0.0, x - entry["avg_cost_ci"][0])], [max(0.0, entry["avg_cost_ci"][1] - x)]]
-        yerr = [[max(0.0, y - entry["success_rate_ci"][0])],
-                [max(0.0, entry["success_rate_ci"][1] - y)]]
-        # Hollow markers, later rows larger: methods with identical results (the LoRA
-        # rows often land on the greedy teacher) show as concentric shapes, not one.
-        axis.errorbar(x, y, xerr=xerr, yerr=yerr, fmt=markers[index % len(markers)],
-                      color=colours[index % len(colours)], markerfacecolor="none",
-                      markersize=5 + 1.2 * index, capsize=3, label=entry["label"])
-    # The front of what a policy can reach from the observation: the privileged rows (the
-    # hindsight oracle, the planner that knows the task's parameters) are left out of it.
-    front = pareto_front({key: (entry["success_rate"], entry["avg_cost"])
-                          for key, entry in report["methods"].items()
-                          if key not in PRIVILEGED_ROWS})
-    axis.plot([cost for _, cost in front.values()], [success for success, _ in front.values()],
-              "k--", linewidth=0.8, label="Pareto front (non-privileged)")
-    axis.set_xscale("log")
-    axis.set_xlabel("average cost per task ($, log scale)")
-    axis.set_ylabel("success rate")
-    axis.set_title(f"{report['env_id']}: success vs cost (95% intervals)")
-    axis.grid(True, alpha=0.3)
-    axis.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    figure.tight_layout()
-    png = figure_png(figure)
-    plt.close(figure)
-    return png
-
-
-def learning_curves_figure(report: Mapping[str, Any],
-                           keys: Sequence[str] = ("ppo", "lora-ppo")) -> bytes:
-    """CPS and success vs environment steps: mean over seeds, shaded over the seeds' range."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for key in keys:
-        histories = [h for h in report["learning_curves"].get(key, []) if h]
-        if not histories:
-            continue
-        length = min(len(h) for h in histories)
-        steps = np.array([point["timesteps"] for point in histories[0][:length]])
-        for axis, metric in zip(axes, ("cost/cps", "rollout/success_rate"), strict=True):
-            values = np.array([[point[metric] for point in h[:length]] for h in histories])
-            axis.plot(steps, values.mean(axis=0), label=report["methods"][key]["label"])
-            axis.fill_between(steps, values.min(axis=0), values.max(axis=0), alpha=0.2)
-    for axis, title in zip(axes, ("CPS (last 100 training episodes)",
-                                  "success rate (last 100 training episodes)"), strict=True):
-        axis.set_xlabel("environment steps")
-        axis.set_title(title, fontsize=10)
-        axis.grid(True, alpha=0.3)
-        axis.legend(fontsize=8)
-    axes[0].set_yscale("log")
-    figure.suptitle(f"{report['env_id']}: training curves, mean and range over seeds")
-    figure.tight_layout()
-    png = figure_png(figure)
-    plt.close(figure)
-    return png
-
-
-def render_reports(reports: Mapping[str, Mapping[str, Any]]) -> dict[str, str | bytes]:
-    """File name -> content of every table, JSON file and figure."""
-    files: dict[str, str | bytes] = {}
-    for env_id, report in reports.items():
-        name = env_id.split("/")[-1]
-        files[f"table_{name}.md"] = markdown_table(report)
-        files[f"table_{name}.json"] = json_report(report)
-        files[f"pareto_{name}.png"] = pareto_figure(report)
-        files[f"learning_curves_{name}.png"] = learning_curves_figure(report)
-    return files
-
-
-def write_reports(reports: Mapping[str, Mapping[str, Any]], out: Path) -> list[Path]:
-    """Render everything, then write all files or none; returns the paths.
-
-    Rendering first means a failing figure leaves every old file in place.
-    """
-    return write_files_atomic(out, render_reports(reports))

@@ -14,6 +14,7 @@ import torch
 from agents.rules import BestFixedRule
 from cost_envs.metrics import HEADLINE_METRICS
 from experiments import lora_ppo as rep
+from experiments import lora_ppo_report as out_files
 from experiments.__main__ import main
 
 ENV_NAMES = {env_id: env_id.split("/")[-1] for env_id in rep.ENVS}
@@ -67,7 +68,7 @@ def written(smoke):
 
 def load_table(smoke, env_id):
     """The env's report as the JSON file holds it (same text: see the write test)."""
-    return json.loads(rep.json_report(smoke["reports"][env_id]))
+    return json.loads(out_files.json_report(smoke["reports"][env_id]))
 
 
 def pool_names(env_id):
@@ -206,10 +207,11 @@ def test_learning_curves_have_the_timesteps(smoke):
 def test_markdown_tables_list_every_row(smoke, written):
     for env_id, name in ENV_NAMES.items():
         text = (written / f"table_{name}.md").read_text()
-        assert text == rep.markdown_table(smoke["reports"][env_id])
+        assert text == out_files.markdown_table(smoke["reports"][env_id])
         assert text.startswith(f"# LoRA-Guided PPO paper, Tables 1-2: {env_id}\n")
         assert "Reproduce with `python -m experiments lora_ppo --scale smoke`." in text
-        rows = [line for line in text.splitlines() if line.startswith("| ")]
+        headline = text.split("## Return and the share of the gap closed", 1)[0]
+        rows = [line for line in headline.splitlines() if line.startswith("| ")]
         assert rows[0].startswith("| Method | Success | CPS |")
         labels = [row.split("|")[1].strip() for row in rows[1:]]
         assert labels == [*(label for label, _ in rep.baseline_rows(env_id).values()),
@@ -227,7 +229,7 @@ def test_figures_are_pngs_of_the_figure_size(written):
 
 
 def test_write_reports_writes_what_the_command_wrote(smoke, written, tmp_path):
-    paths = rep.write_reports(smoke["reports"], tmp_path)
+    paths = out_files.write_reports(smoke["reports"], tmp_path)
     assert sorted(path.name for path in paths) == sorted(FILE_NAMES)
     assert {path.name for path in tmp_path.iterdir()} == FILE_NAMES
     for env_id, name in ENV_NAMES.items():
@@ -235,7 +237,7 @@ def test_write_reports_writes_what_the_command_wrote(smoke, written, tmp_path):
             ours = (tmp_path / f"table_{name}{suffix}").read_text()
             assert ours == (written / f"table_{name}{suffix}").read_text()
         assert json.loads((tmp_path / f"table_{name}.json").read_text()) == json.loads(
-            rep.json_report(smoke["reports"][env_id]))
+            out_files.json_report(smoke["reports"][env_id]))
         for kind in ("pareto", "learning_curves"):
             assert (tmp_path / f"{kind}_{name}.png").read_bytes()[:8] == PNG_MAGIC
 
@@ -283,7 +285,7 @@ def test_a_failed_figure_leaves_previous_results_untouched(smoke, tmp_path, monk
 
     # The computed reports are replayed: only the writing step runs again.
     monkeypatch.setattr(rep, "reproduce", lambda scale, **kwargs: smoke["reports"])
-    monkeypatch.setattr(rep, "pareto_figure", boom)
+    monkeypatch.setattr(out_files, "pareto_figure", boom)
     with pytest.raises(RuntimeError, match="simulated plotting failure"):
         main(["lora_ppo", "--scale", "smoke", "--jobs", "1", "--out", str(out)])
     assert {path.name: path.read_text() for path in out.iterdir()} == previous
@@ -305,3 +307,39 @@ def test_worker_processes_give_the_same_results_as_one_process():
 def test_scale_rejects_bad_values():
     with pytest.raises(ValueError, match=r"Scale\.seeds: expected an int >= 1, got 0"):
         rep.Scale("bad", timesteps=1, seeds=0, episodes=1, resamples=1)
+
+
+# ------------------------------------------------------ the share of the gap closed
+def test_gap_closed_runs_from_the_best_fixed_row_to_the_planner(smoke):
+    for env_id, report in smoke["reports"].items():
+        methods = report["methods"]
+        if "planner" not in methods:
+            assert "gap_closed" not in report, env_id
+            continue
+        block = report["gap_closed"]
+        assert block["experiment"] == "lora_ppo"
+        (task,) = block["tasks"].values()
+        fixed = {key: entry["episode_return"] for key, entry in methods.items()
+                 if key not in rep.LEARNED_ROWS and key not in rep.PRIVILEGED_ROWS}
+        best = max(fixed, key=fixed.get)
+        assert task["rule"] == pytest.approx(fixed[best])
+        assert task["rule_row"] == methods[best]["label"]
+        assert task["reference"] == pytest.approx(methods["planner"]["episode_return"])
+        assert set(task["methods"]) == set(rep.LEARNED_ROWS)
+        gap = task["reference"] - task["rule"]
+        for key, share in task["methods"].items():
+            seeds = [one["episode_return"] for one in methods[key]["per_seed"]]
+            assert len(seeds) == SMOKE.seeds
+            assert methods[key]["episode_return"] == pytest.approx(sum(seeds) / len(seeds))
+            expected = [(value - task["rule"]) / gap for value in seeds]
+            assert share["per_seed"] == pytest.approx(expected)
+
+
+def test_every_table_states_each_rows_return(smoke):
+    for report in smoke["reports"].values():
+        text = out_files.markdown_table(report)
+        section = text.split("## Return and the share of the gap closed", 1)[1]
+        for entry in report["methods"].values():
+            assert f"| {entry['label']} | {entry['episode_return']:.3f} " in section
+        if "gap_closed" not in report:
+            assert "has no planner" in section
