@@ -70,6 +70,24 @@ def test_learning_moves_only_adapters_and_value_head(env_id: str) -> None:
     assert trainable == {id(p) for _, p in groups["adapter"] + groups["value"]}
 
 
+def test_action_lr_scale_trains_the_action_head_and_never_the_base() -> None:
+    env = gym.make(ENV_ID)
+    supervised, _ = _supervised(env)
+    model = LoraGuidedPPO.from_supervised(supervised, env, learning_rate=1e-4,
+                                          action_lr_scale=2.0, seed=0, **TINY_PPO)
+    before = _snapshot(model.policy)
+    model.learn(256)
+    groups = model.policy.parameter_groups()
+    for name, param in groups["adapter"] + groups["value"] + groups["action"]:
+        assert not torch.equal(param, before[name]), f"{name} did not train"
+    for name, param in groups["base"]:
+        assert torch.equal(param, before[name]), f"frozen {name} changed"
+    rates = {group["name"]: group["lr"] for group in model.policy.optimizer.param_groups}
+    assert rates == pytest.approx({"adapter": 1e-4, "value": 6e-4, "action": 2e-4})
+    with pytest.raises(ValueError, match="action_lr_scale"):
+        LoraGuidedPPO.from_supervised(supervised, env, action_lr_scale=0.0, **TINY_PPO)
+
+
 def test_from_supervised_copies_every_tensor() -> None:
     env = gym.make(ENV_ID)
     supervised, _ = _supervised(env)

@@ -23,29 +23,43 @@ if not os.environ.get("CI"):  # CI installs the tune extra (make install): never
     pytest.importorskip("optuna", reason="needs the tune extra")
 
 
+FILES = {method: tune.file_name(method, env_id) for method, env_id in tune.SWEEPS}
+
+
 @pytest.fixture(scope="module")
-def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str, Path]:
-    """One ``python -m experiments tune --scale smoke`` in its own process (about 30 s)."""
+def sweeps(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str, Path]:
+    """One ``python -m experiments tune --scale smoke`` in its own process (about 45 s).
+
+    Returns every sweep's record by method, the progress and the output directory.
+    """
     out = tmp_path_factory.mktemp("tuned")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     done = subprocess.run([sys.executable, "-m", "experiments", "tune", "--scale", "smoke",
                            "--out", str(out)], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert [path.name for path in out.iterdir()] == ["ppo_ToolBench-v0.yaml"]
-    text = (out / "ppo_ToolBench-v0.yaml").read_text(encoding="utf-8")
-    return yaml.safe_load(text), done.stderr, out
+    assert sorted(path.name for path in out.iterdir()) == sorted(FILES.values())
+    records = {method: yaml.safe_load((out / name).read_text(encoding="utf-8"))
+               for method, name in FILES.items()}
+    return records, done.stderr, out
+
+
+@pytest.fixture(scope="module", params=sorted(FILES))
+def smoke(request: pytest.FixtureRequest, sweeps) -> tuple[dict[str, Any], str, Path, str]:
+    """One method's sweep of the smoke run: its record, the progress, out, the method."""
+    records, progress, out = sweeps
+    return records[request.param], progress, out, request.param
 
 
 def test_the_smoke_sweep_records_every_trial_within_the_budget(smoke) -> None:
-    record, progress, _ = smoke
+    record, progress, _, method = smoke
     budget = tune.BUDGETS["smoke"]
     assert record["budget"] == {"trials": 2, "timesteps": budget.timesteps, "seeds": 1,
                                 "episodes": budget.episodes,
                                 "env_steps_total": 2 * budget.timesteps}
     trials = record["trials"]
     assert [trial["trial"] for trial in trials] == [0, 1]
-    assert trials[0]["config"] == record["paper"] == dict(tune.METHODS["ppo"].paper)
+    assert trials[0]["config"] == record["paper"] == dict(tune.METHODS[method].paper)
     assert all(trial["timesteps"] == budget.timesteps for trial in trials)  # equal budget
     assert all(-10 < trial["score"] < 10 and 0 <= trial["success_rate"] <= 1
                for trial in trials)
@@ -56,8 +70,8 @@ def test_the_smoke_sweep_records_every_trial_within_the_budget(smoke) -> None:
 
 
 def test_every_trial_lies_in_the_documented_space(smoke) -> None:
-    record, _, _ = smoke
-    space = {param.name: param for param in tune.METHODS["ppo"].space}
+    record, _, _, method = smoke
+    space = {param.name: param for param in tune.METHODS[method].space}
     assert set(record["search_space"]) == set(space)
     assert all(param["why"] for param in record["search_space"].values())
     for trial in record["trials"]:
@@ -66,15 +80,15 @@ def test_every_trial_lies_in_the_documented_space(smoke) -> None:
 
 
 def test_validation_seeds_are_disjoint_from_training_and_evaluation(smoke) -> None:
-    record, _, _ = smoke
+    record, _, _, _ = smoke
     seeds = record["task_seeds"]
     assert seeds == {"training": [TRAIN_TASK_SEED], "validation": VALIDATION_TASK_SEED,
                      "evaluation": EVAL_TASK_SEED}
     assert VALIDATION_TASK_SEED not in (*seeds["training"], EVAL_TASK_SEED)
 
 
-def test_the_sweep_leaves_no_files_in_the_repository_or_out(smoke) -> None:
-    _, _, out = smoke
+def test_the_sweep_leaves_no_files_in_the_repository_or_out(sweeps) -> None:
+    _, _, out = sweeps
     assert not [path for path in out.iterdir() if path.name.startswith(".")]
     assert not (REPO / "ray_results").exists()
     assert not list(REPO.glob("**/run_trial_*"))
@@ -129,3 +143,26 @@ def test_a_bad_search_space_or_paper_point_is_refused() -> None:
     with pytest.raises(ValueError, match="outside the space"):
         tune.Method("PPO", tune.PPO_SPACE, {**tune.METHODS["ppo"].paper, "n_steps": 3},
                     tune.fit_ppo)
+
+
+def test_lora_ppo_configurations_reach_training_as_given(monkeypatch) -> None:
+    calls: list[dict[str, Any]] = []
+
+    class Trained:
+        timesteps = 7
+
+    def fake_train(env_id: str, method: str, timesteps: int, **kwargs: Any) -> Trained:
+        calls.append({"method": method, **kwargs})
+        return Trained()
+
+    monkeypatch.setattr(tune, "train", fake_train)
+    paper = dict(tune.METHODS["lora-ppo"].paper)
+    tune.fit_lora_ppo("cost_envs/ToolBench-v0", paper, 100, 3)
+    moved = {**paper, "supervised_epochs": 2, "action_head": "trained", "learning_rate": 1e-3}
+    tune.fit_lora_ppo("cost_envs/ToolBench-v0", moved, 100, 3)
+    first, second = calls
+    assert first["method"] == "lora-ppo" and first["seed"] == 3
+    assert first["supervised"].epochs == 20 and "action_lr_scale" not in first["ppo"]
+    assert first["ppo"] == {"learning_rate": 5e-5, "cost_coef": 0.05, "ent_coef": 0.01}
+    assert second["supervised"].epochs == 2 and second["ppo"]["action_lr_scale"] == 1.0
+    assert second["ppo"]["learning_rate"] == 1e-3

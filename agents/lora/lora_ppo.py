@@ -6,7 +6,9 @@ What differs from SB3's PPO, and nothing else:
   head (groups ``adapter`` and ``value`` of :class:`~agents.lora.policies.AllocatorPolicy`).
   The frozen base and the action head learned in the supervised stage stay fixed, so the
   policy can only move within the span of the adapters. The optimizer holds those tensors
-  and no others (checked at setup).
+  and no others (checked at setup). Beyond the paper, ``action_lr_scale`` also trains the
+  action head (issue #11: with a frozen head and a saturated warm start the paper's
+  configuration cannot leave its teacher); the base stays frozen either way.
 * **Learning rates.** The adapter uses ``learning_rate`` (5e-5, the paper's A.4); the value
   head, trained from the supervised fit rather than from a pretrained model, uses
   ``learning_rate * value_lr_scale``.
@@ -45,6 +47,8 @@ class LoraGuidedPPO(PPO):
         cost_coef: ``lambda_c`` of the expected-cost term.
         learning_rate: Adapter learning rate.
         value_lr_scale: Value-head learning rate over the adapter's.
+        action_lr_scale: ``None`` (the paper's) keeps the supervised action head frozen;
+            a positive number trains it too, at that multiple of the adapter's rate.
         **kwargs: Everything else of SB3's ``PPO``.
     """
 
@@ -55,6 +59,7 @@ class LoraGuidedPPO(PPO):
         cost_coef: float = 0.05,
         learning_rate: float = 5e-5,
         value_lr_scale: float = 6.0,
+        action_lr_scale: float | None = None,
         n_steps: int = 512,
         batch_size: int = 64,
         gae_lambda: float = 0.95,
@@ -66,6 +71,9 @@ class LoraGuidedPPO(PPO):
         self.cost_coef = number(cost_coef, "cost_coef", minimum=0)
         self.value_lr_scale = number(value_lr_scale, "value_lr_scale", minimum=0,
                                      inclusive=False)
+        self.action_lr_scale = (None if action_lr_scale is None else
+                                number(action_lr_scale, "action_lr_scale", minimum=0,
+                                       inclusive=False))
         super().__init__(policy, env, learning_rate=learning_rate, n_steps=n_steps,
                          batch_size=batch_size, gae_lambda=gae_lambda, clip_range=clip_range,
                          ent_coef=ent_coef, vf_coef=vf_coef, **kwargs)
@@ -75,7 +83,10 @@ class LoraGuidedPPO(PPO):
         if not isinstance(self.policy, AllocatorPolicy) or self.policy.lora_rank is None:
             raise ValueError("LoraGuidedPPO needs an AllocatorPolicy with LoRA adapters "
                              f"(lora_rank set), got {type(self.policy).__name__}")
-        self.policy.train_only({"adapter": 1.0, "value": self.value_lr_scale})
+        groups = {"adapter": 1.0, "value": self.value_lr_scale}
+        if self.action_lr_scale is not None:
+            groups["action"] = self.action_lr_scale
+        self.policy.train_only(groups)
         pool = self.get_env().get_attr("pool")[0]
         self._relative_costs = torch.as_tensor(relative_prices(pool.costs))
 

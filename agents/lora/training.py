@@ -57,6 +57,9 @@ PPO_SETTINGS: dict[str, Any] = {"n_steps": 512, "batch_size": 64, "gae_lambda": 
 #: arguments. Anything else is an error, never ignored.
 PPO_OVERRIDES = frozenset({*PPO_SETTINGS, "learning_rate", "gamma", "n_epochs",
                            "max_grad_norm"})
+#: What ``train(ppo=...)`` may also override for ``lora-ppo``: the arguments of
+#: :class:`agents.lora.lora_ppo.LoraGuidedPPO` that plain PPO does not have.
+LORA_PPO_OVERRIDES = frozenset({"cost_coef", "value_lr_scale", "action_lr_scale"})
 
 
 @dataclass
@@ -136,13 +139,14 @@ def train(
         progress_bar: Show SB3's progress bar.
         verbose: SB3 verbosity.
         ppo: Overrides of :data:`PPO_SETTINGS` and the learning rate for ``ppo`` and
-            ``lora-ppo`` (keys of :data:`PPO_OVERRIDES`); ``None`` keeps the paper's.
+            ``lora-ppo`` (keys of :data:`PPO_OVERRIDES`, and for ``lora-ppo`` those of
+            :data:`LORA_PPO_OVERRIDES`); ``None`` keeps the paper's.
     """
     if method not in METHODS:
         raise ValueError(f"method: expected one of {list(METHODS)}, got {method!r}")
     integer(timesteps, "timesteps", minimum=1)
     integer(seed, "seed", minimum=0)
-    settings = _ppo_settings(ppo)
+    settings = _ppo_settings(ppo, method)
     kwargs = _json_env_kwargs(env_kwargs or {})
     base_path = _base_path(env_id, base) if method != "ppo" else None
     set_random_seed(seed)
@@ -174,12 +178,13 @@ def train(
                             base if method != "ppo" else None, callback.history)
 
 
-def _ppo_settings(overrides: Mapping[str, Any] | None) -> dict[str, Any]:
-    """:data:`PPO_SETTINGS` with ``overrides`` (keys of :data:`PPO_OVERRIDES`) applied."""
-    unknown = sorted(set(overrides or {}) - PPO_OVERRIDES)
+def _ppo_settings(overrides: Mapping[str, Any] | None, method: str) -> dict[str, Any]:
+    """:data:`PPO_SETTINGS` with ``overrides`` applied (keys ``method`` accepts)."""
+    allowed = PPO_OVERRIDES | (LORA_PPO_OVERRIDES if method == "lora-ppo" else frozenset())
+    unknown = sorted(set(overrides or {}) - allowed)
     if unknown:
-        raise ValueError(f"ppo: unknown settings {unknown}; expected some of "
-                         f"{sorted(PPO_OVERRIDES)}")
+        raise ValueError(f"ppo: unknown settings {unknown} for {method}; expected some of "
+                         f"{sorted(allowed)}")
     return {**PPO_SETTINGS, **(overrides or {})}
 
 
