@@ -75,11 +75,13 @@ def _budget(profile: str, n: int = 100) -> float:
     return float(np.quantile(costs, BUDGET_QUANTILE))
 
 
-@pytest.mark.parametrize("budgeted", [False, True])
-def test_expected_return_equals_the_monte_carlo_mean_of_its_own_policy(budgeted):
-    gaps = []
+@pytest.mark.parametrize("on_exceed", [None, "mask", "truncate"])
+def test_expected_return_equals_the_monte_carlo_mean_of_its_own_policy(on_exceed):
+    gaps, cut = [], 0
     for profile in PROFILES:
-        env = make_env(profile, _budget(profile) if budgeted else None)
+        env = gym.make(AGENTIC, profile=profile)
+        if on_exceed is not None:  # tighter than BoPO's, so that it binds
+            env = HardBudget(env, 0.6 * _budget(profile), on_exceed=on_exceed)
         agent = AgenticPlanner(env)
         rng = np.random.default_rng(11)
         # the task whose return varies most with the luck: the hardest to get right
@@ -92,13 +94,16 @@ def test_expected_return_equals_the_monte_carlo_mean_of_its_own_policy(budgeted)
         task = tasks[int(np.argmax(spread))]
         env.reset(options={"task": task})
         expected = agent.expected_return()
-        returns = np.array([rollout(agent, env, options={"task": with_fresh_luck(task, rng)}
-                                    ).episode_return for _ in range(2500)])
+        runs = [rollout(agent, env, options={"task": with_fresh_luck(task, rng)})
+                for _ in range(2500)]
+        returns = np.array([run.episode_return for run in runs])
+        cut += sum(run.record.budget_exceeded for run in runs)
         error = returns.std() / np.sqrt(len(returns))
         assert returns.std() > 0.1  # a task where the luck matters
         assert abs(returns.mean() - expected) < 4 * error, (profile, expected, returns.mean())
         gaps.append((returns.mean() - expected) / error)
     assert abs(np.sum(gaps)) / np.sqrt(len(gaps)) < 3  # pooled over the profiles
+    assert (cut > 0) == (on_exceed is not None)  # the budget's cuts are in the expectation
 
 
 def test_a_budget_that_never_binds_changes_nothing_and_a_tight_one_lowers_the_value():
