@@ -34,8 +34,9 @@ from agents.baselines import (
     DifficultyThreshold,
     RandomMix,
 )
-from agents.evaluation import evaluate
+from agents.evaluation import EvaluationResult, evaluate
 from agents.files import write_files_atomic
+from agents.planning import AgenticPlanner
 from agents.routing.bopo import (
     BUDGET_QUANTILE,
     LEARNING_RATE,
@@ -62,6 +63,7 @@ from agents.seeds import BOPO_TRAIN_TASK_SEED, EVAL_TASK_SEED
 from cost_envs.envs.agentic_routing import PROFILE_NAMES
 from cost_envs.metrics import EpisodeRecord, summarize
 from cost_envs.wrappers import TaskReplay
+from experiments.bopo_gaps import gap_block
 from experiments.bopo_report import (
     RIVALS,
     compare_frontiers,
@@ -149,6 +151,8 @@ class Prepared:
     sft_log_likelihood: tuple[float, float]
     sft_state: dict[str, Any]
     records: dict[str, tuple[EpisodeRecord, ...]] = field(default_factory=dict)
+    #: Method key -> each evaluation episode's return (Eq. 1), in task order.
+    returns: dict[str, tuple[float, ...]] = field(default_factory=dict)
     #: Method key -> what its fitting found, for its report entry (label, threshold, rule).
     fitted: dict[str, dict[str, Any]] = field(default_factory=dict)
     seconds: float = 0.0
@@ -183,7 +187,7 @@ TRAINED_RULES: dict[str, Callable[[gym.Env, Sequence[Any]], Any]] = {
 
 
 def _evaluate(allocator_for: Callable[[gym.Env], Any], profile: str, tasks: Sequence[Any],
-              budget: float) -> tuple[EpisodeRecord, ...]:
+              budget: float) -> EvaluationResult:
     """Every evaluation task once, in order, under the budget.
 
     The allocator is built on the env as scored, under the budget but beneath the replay
@@ -196,7 +200,7 @@ def _evaluate(allocator_for: Callable[[gym.Env], Any], profile: str, tasks: Sequ
     replay = TaskReplay(env, tasks)
     result = evaluate(allocator, replay, episodes=len(tasks), seed=EVAL_TASK_SEED)
     replay.close()
-    return result.records
+    return result
 
 
 def _vec_env(profile: str, tasks: Sequence[Any], budget: float, n_envs: int, seed: int,
@@ -244,6 +248,7 @@ def prepare_profile(profile: str, scale: str | BopoScale = "default", seed: int 
                         {k: v.clone() for k, v in model.policy.state_dict().items()})
     methods: dict[str, Callable[[gym.Env], Any]] = {
         "always-small": AlwaysSmall, "always-large": AlwaysLarge, "oracle": CostOptOracle,
+        "planner": AgenticPlanner,
         "sft": lambda e: MaskedRouter(weights, e),
     }
     for p in sc.random_ps:
@@ -254,7 +259,8 @@ def prepare_profile(profile: str, scale: str | BopoScale = "default", seed: int 
     for key, fit in TRAINED_RULES.items():
         methods[key] = recording(lambda e, fit=fit: fit(e, train_tasks), built, key)
     for name, factory in methods.items():
-        prepared.records[name] = _evaluate(factory, profile, eval_tasks, budget)
+        result = _evaluate(factory, profile, eval_tasks, budget)
+        prepared.records[name], prepared.returns[name] = result.records, result.returns
     for key, rule in built.items():  # what each fit found, in its label and its entry
         found = prepared.fitted[key] = described(rule)
         if isinstance(rule, DifficultyThreshold):
@@ -275,6 +281,7 @@ class LearnResult:
     Attributes:
         job: What was trained.
         records: Evaluation episodes of the final policy.
+        returns: Their returns (Eq. 1), in task order.
         curve: ``timesteps``, ``success_rate``, ``avg_cost`` and ``cps`` of the policy on
             the evaluation tasks at each of the scale's checkpoints (0 = before RL).
         seconds: Wall time of the job.
@@ -282,6 +289,7 @@ class LearnResult:
 
     job: LearnJob
     records: tuple[EpisodeRecord, ...]
+    returns: tuple[float, ...]
     curve: tuple[dict[str, float], ...]
     seconds: float
 
@@ -322,18 +330,19 @@ def run_learning_job(job: LearnJob) -> LearnResult:
     if job.sft_state is not None:
         model.policy.load_state_dict(job.sft_state)
     curve = []
-    records: tuple[EpisodeRecord, ...] = ()
+    result = EvaluationResult((), ("large",), EVAL_TASK_SEED)
     for checkpoint in sorted({*(c for c in sc.checkpoints if c < sc.timesteps), sc.timesteps}):
         if checkpoint > model.num_timesteps:
             model.learn(checkpoint - model.num_timesteps, reset_num_timesteps=False)
         weights = policy_weights(model.policy)
-        records = _evaluate(lambda e, w=weights: MaskedRouter(w, e), job.profile, eval_tasks,
-                            job.budget)
-        point = summarize(records)
+        result = _evaluate(lambda e, w=weights: MaskedRouter(w, e), job.profile, eval_tasks,
+                           job.budget)
+        point = summarize(result.records)
         curve.append({"timesteps": model.num_timesteps,
                       **{k: point[k] for k in ("success_rate", "avg_cost", "cps")}})
     vec.close()
-    return LearnResult(job, records, tuple(curve), time.perf_counter() - start)
+    return LearnResult(job, result.records, result.returns, tuple(curve),
+                       time.perf_counter() - start)
 
 
 # ----------------------------------------------------------------------- the runs
@@ -406,20 +415,23 @@ def summarise(prepared: Mapping[str, Prepared],
     """The report's data, as JSON values.
 
     Per profile: the taxonomy, the budget, every method's metrics, the learning curves and
-    the frontier outcomes.
+    the frontier outcomes; and the ``gap_closed`` block (:mod:`experiments.bopo_gaps`).
     """
     out: dict[str, Any] = {"scale": asdict(sc), "eval_task_seed": EVAL_TASK_SEED,
                            "train_task_seed": BOPO_TRAIN_TASK_SEED + seed, "profiles": {}}
+    returns: dict[str, dict[str, tuple[float, ...]]] = {}
     for profile, prep in prepared.items():
         records = {**prep.records, **{k: r.records for k, r in learned[profile].items()}}
+        returns[profile] = {**prep.returns, **{k: r.returns for k, r in learned[profile].items()}}
         order = (["always-small", "always-large"]
                  + [k for k in records if k.startswith("random-mix/")]
                  + [k for k in records if k.startswith("cascade/")]
                  + [k for k in TRAINED_RULES if k in records]
                  + ["sft"] + [k for k in records if k.startswith("ppo/")]
-                 + [k for k in records if k.startswith("bopo/")] + ["oracle"])
+                 + [k for k in records if k.startswith("bopo/")] + ["planner", "oracle"])
         methods = {k: {"label": label(k),
-                       **method_summary(records[k], prep.eval_boundaries, sc.resamples, seed),
+                       **method_summary(records[k], prep.eval_boundaries, sc.resamples, seed,
+                                        returns[profile][k]),
                        **prep.fitted.get(k, {})}
                    for k in order}
         points = {k: (m["success_rate"], m["avg_cost"]) for k, m in methods.items()}
@@ -438,6 +450,7 @@ def summarise(prepared: Mapping[str, Prepared],
             "frontiers": {rival: compare_frontiers(points, rival, records, sc.resamples, seed)
                           for rival in RIVALS},
         }
+    out["gap_closed"] = gap_block(returns, sc.resamples, seed)
     return out
 
 

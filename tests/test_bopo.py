@@ -17,6 +17,7 @@ from agents.routing import bopo, bopo_sft
 from agents.rules import BestFixedRule
 from cost_envs.wrappers import HardBudget, TaskReplay
 from experiments import bopo as bopo_experiment
+from experiments import gaps
 
 torch.set_num_threads(1)
 PROFILE = "sciworld"
@@ -263,9 +264,9 @@ def test_report_smoke_writes_everything(tmp_path) -> None:
     rep = data["profiles"]["appworld"]
     assert set(rep["strata_eval"]) == {"easy", "hard", "intractable"}
     methods = rep["methods"]
-    assert set(methods) == {"always-small", "always-large", "oracle", "sft", "bopo/0.5",
-                            "ppo/0.5", "cascade/1", "random-mix/0.5", "difficulty-threshold",
-                            "best-rule"}
+    assert set(methods) == {"always-small", "always-large", "oracle", "planner", "sft",
+                            "bopo/0.5", "ppo/0.5", "cascade/1", "random-mix/0.5",
+                            "difficulty-threshold", "best-rule"}
     assert methods["always-small"]["call_ratio"]["large"] == 0.0
     assert methods["always-large"]["call_ratio"]["large"] > 0.5  # unless the budget masks it
     for profile_report in data["profiles"].values():
@@ -293,8 +294,60 @@ def test_report_smoke_writes_everything(tmp_path) -> None:
     curve = rep["learning_curves"]["bopo/0.5"]
     assert [p["timesteps"] for p in curve] == [0, data["scale"]["timesteps"]]
     assert curve[0]["success_rate"] == methods["sft"]["success_rate"]  # step 0 is the SFT
+    _check_gap_block(data, text)
     with pytest.raises(ValueError, match="scale"):
         bopo_experiment.report(tmp_path, "huge")
+
+
+def _check_gap_block(data: dict, text: str) -> None:
+    """The gap_closed block: the better rule, the planner, every learned router's share."""
+    from experiments import aggregates
+    from experiments.bopo_gaps import RULES
+
+    block = data["gap_closed"]
+    assert list(block["tasks"]) == list(data["profiles"])
+    assert aggregates.score_matrices([{**block, "file": "bopo.json"}])  # the reader takes it
+    for profile, entry in block["tasks"].items():
+        methods = data["profiles"][profile]["methods"]
+        means = {k: methods[k]["episode_return"] for k in RULES}
+        assert entry["rule_method"] == max(RULES, key=means.get)
+        assert entry["rule"] == pytest.approx(max(means.values()))
+        assert entry["reference"] == pytest.approx(methods["planner"]["episode_return"])
+        assert set(entry["methods"]) == {"sft", "bopo/0.5", "ppo/0.5"}
+        for key, share in entry["methods"].items():
+            assert len(share["per_seed"]) == 1
+            gap = entry["reference"] - entry["rule"]
+            if gap > 0:
+                expected = (methods[key]["episode_return"] - entry["rule"]) / gap
+                assert share["share"][0] == pytest.approx(expected)
+                assert f"| {gaps.share_cell(share)} |" in text
+            else:
+                assert share["share"][0] is None
+    assert "| Return | Gap closed |" in text
+
+
+def test_gap_block_starts_from_the_better_rule_and_scores_learned_routers_only() -> None:
+    from experiments.bopo_gaps import gap_block
+
+    rng = np.random.default_rng(0)
+    rule = rng.normal(0.5, 0.2, 50)
+    returns = {"difficulty-threshold": rule, "best-rule": rule - 0.1, "planner": rule + 0.4,
+               "oracle": rule + 1.0, "always-small": rule - 0.5, "sft": rule + 0.1,
+               "bopo/0.4": rule + 0.3, "ppo/1": rule - 0.2}
+    flat = {**returns, "planner": rule - 0.05}  # the planner below the rule: no gap
+    block = gap_block({"alfworld": returns, "appworld": flat}, resamples=100)
+    entry = block["tasks"]["alfworld"]
+    assert entry["rule_method"] == "difficulty-threshold"
+    assert set(entry["methods"]) == {"sft", "bopo/0.4", "ppo/1"}  # no fixed row
+    shares = {k: v["share"][0] for k, v in entry["methods"].items()}
+    assert shares == pytest.approx({"sft": 0.25, "bopo/0.4": 0.75, "ppo/1": -0.5})
+    low, high = entry["methods"]["bopo/0.4"]["share"][1:]
+    assert low < 0.75 < high
+    assert all(v["share"][0] is None for v in block["tasks"]["appworld"]["methods"].values())
+    swapped = gap_block({"alfworld": {**returns, "best-rule": rule + 0.2}}, resamples=10)
+    assert swapped["tasks"]["alfworld"]["rule_method"] == "best-rule"
+    with pytest.raises(ValueError, match="planner"):
+        gap_block({"alfworld": {k: v for k, v in returns.items() if k != "planner"}})
 
 
 def test_paired_success_difference_is_the_shared_bootstrap_of_the_mean() -> None:

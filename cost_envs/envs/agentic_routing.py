@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -47,8 +47,6 @@ DEFAULT_SMALL = "Qwen/Qwen2.5-7B-Instruct"
 DEFAULT_LARGE = "gpt-4.1"
 
 
-
-
 def success_probability(difficulty: np.ndarray | float, curve: tuple[float, float]
                         ) -> np.ndarray:
     """Per-turn chance that a model with ``curve = (a, b)`` clears a step of ``difficulty``."""
@@ -68,8 +66,8 @@ class AgenticTask:
             ``d + N(0, 0.12) > 0.45``.
         luck: ``(horizon,)`` the luck ``u_t`` of each turn, shared by both models: the
             model run at turn ``t`` clears its step iff ``u_t < p_model(d)``.
-        harm_luck: ``(horizon,)``: a failed step at turn ``t`` is harmful (adds recovery
-            steps) iff ``harm_luck[t] < harm_model``.
+        harm_luck: ``(horizon,)`` the harm luck ``w_t``: a failed step at turn ``t``
+            is harmful (adds recovery steps) iff ``harm_luck[t] < harm_model``.
         input_tokens: Tokens read per step on this task.
         output_tokens: Tokens written per step on this task.
     """
@@ -92,6 +90,20 @@ class AgenticTask:
     def horizon(self) -> int:
         """Steps available."""
         return len(self.luck)
+
+
+def with_fresh_luck(task: AgenticTask, rng: np.random.Generator) -> AgenticTask:
+    """The same task with its luck (``luck``, ``harm_luck``) drawn again from ``rng``.
+
+    The rest (difficulties, observed signals and tags, token counts) is shared with
+    ``task``. Averaging over such draws replayed with ``reset(options={"task": ...})`` is
+    averaging over the luck for fixed hidden parameters, which is how
+    ``agents.planning``'s expected returns are checked. The env never calls this, so its
+    task stream and dynamics are unchanged.
+    """
+    luck, harm_luck = rng.random(task.horizon), rng.random(task.horizon)
+    luck.flags.writeable = harm_luck.flags.writeable = False
+    return replace(task, luck=luck, harm_luck=harm_luck)
 
 
 class _Tables(NamedTuple):

@@ -1,0 +1,76 @@
+"""BoPO's ``gap_closed`` block: how much of the rule-to-planner gap each router closes.
+
+One task per profile. The score is each episode's return under the env's own reward
+(Eq. 1 with the env's weights, budget cuts included), the same for every row; the rule is
+the best fixed rule of the profile's table, the fitted difficulty threshold or the rule
+searched on training tasks, whichever has the higher mean return on the evaluation tasks
+(the choice is recorded as ``rule_method``); the reference is the planner that knows the
+task but not its luck (:class:`agents.planning.AgenticPlanner`). The learned methods are
+the SFT warm start and every BoPO and PPO cost weight, each trained with one seed; their
+shares are :func:`experiments.gaps.task_entry`'s.
+
+BoPO and PPO do not train on this score: they maximise their own cost-weighted rewards
+(``BoPOReward``, ``CostPenaltyReward``), so a share below 1 also measures how far their
+objectives are from Eq. 1's trade between success and money.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from experiments import gaps
+from experiments.bopo_report import label
+
+EXPERIMENT = "BoPO on AgenticRouting-v0"
+#: The fixed rules the gap starts from (the better of the two on each profile).
+RULES = ("difficulty-threshold", "best-rule")
+REFERENCE = "planner"
+#: Learned methods: the SFT warm start and the RL routers (``bopo/<lam>``, ``ppo/<lam>``).
+LEARNED_FAMILIES = ("sft", "bopo", "ppo")
+
+
+def is_learned(key: str) -> bool:
+    """Whether the method ``key`` (``sft``, ``bopo/0.4``, ...) was trained."""
+    return key.split("/")[0] in LEARNED_FAMILIES
+
+
+def best_rule(returns: Mapping[str, Sequence[float]]) -> str:
+    """The key of the rule of :data:`RULES` with the higher mean return (the first on ties).
+
+    Raises:
+        ValueError: If ``returns`` holds none of the rules.
+    """
+    present = [key for key in RULES if key in returns]
+    if not present:
+        raise ValueError(f"bopo gap_closed: expected returns of one of {list(RULES)}, got "
+                         f"{sorted(returns)}")
+    return max(present, key=lambda key: (float(np.mean(returns[key])), -present.index(key)))
+
+
+def profile_entry(returns: Mapping[str, Sequence[float]], resamples: int = 1000,
+                  seed: int = 0) -> dict[str, Any]:
+    """One profile's task entry from each method's per-episode returns (same task order)."""
+    if REFERENCE not in returns:
+        raise ValueError(f"bopo gap_closed: expected the planner's returns ({REFERENCE!r}), "
+                         f"got {sorted(returns)}")
+    rule = best_rule(returns)
+    learned = {key: (label(key), [returns[key]]) for key in returns if is_learned(key)}
+    entry = gaps.task_entry(returns[rule], returns[REFERENCE], learned, resamples, seed)
+    return {"rule_method": rule, "rule_label": label(rule), **entry}
+
+
+def gap_block(returns: Mapping[str, Mapping[str, Sequence[float]]], resamples: int = 1000,
+              seed: int = 0) -> dict[str, Any]:
+    """The block of ``bopo.json``: ``returns[profile][method]`` are per-episode returns."""
+    return gaps.block(
+        EXPERIMENT,
+        score="episode return (Eq. 1, the env's reward weights, under the per-task budget)",
+        rule="the best fixed rule of the profile (fitted difficulty threshold or searched "
+             "rule, the higher mean return; see rule_method)",
+        reference="Planner (knows the task, not the luck)",
+        tasks={profile: profile_entry(by_method, resamples, seed)
+               for profile, by_method in returns.items()})
+
