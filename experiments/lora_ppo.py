@@ -14,6 +14,12 @@ For each env, every method is scored on the same ``episodes`` tasks (task seed
 their point values pool the episodes of all seeds and their 95% intervals come from a
 two-level bootstrap over seeds and tasks (:func:`cost_envs.metrics.bootstrap_cis_over_runs`).
 The fixed baselines are deterministic given the tasks, so their intervals are over tasks.
+Learned rows use the paper's A.4 configuration, except the rows marked tuned, which use
+the configuration the equal-budget sweep chose for the env on validation tasks
+(:mod:`experiments.tune`; only on envs with a committed sweep). Every table also gives
+each row's mean Eq. 1 return and, where the env has a planner, the share of the gap
+between the best fixed row and the planner that each learned row closes (its JSON's
+``gap_closed`` block, :mod:`experiments.gaps`).
 
 Outputs, in ``out``: ``table_<Env>.md`` and ``.json`` per env (``<Env>`` the id without
 its namespace, e.g. ``table_FlightPlanner-v1.md``), ``pareto_<Env>.png``
@@ -52,7 +58,7 @@ from cost_envs.metrics import (
     interval_around,
     summarize,
 )
-from experiments import gaps
+from experiments import gaps, tune
 from experiments.common import described, recording, spawn_pool
 
 #: The paper's two environments.
@@ -107,11 +113,24 @@ def baseline_rows(env_id: str, rule_tasks: int = 200) -> dict[str, tuple[str, An
 
 @dataclass(frozen=True)
 class LearnedRow:
-    """A learned method in the table: training method, base, label."""
+    """A learned method in the table: training method, base, label, configuration.
+
+    ``tuned``: trained with the configuration the equal-budget sweep chose for the env
+    (:func:`experiments.tune.chosen`, committed under ``experiments/tuned/``) instead of
+    the paper's A.4; such a row is in the tables of the envs that have one only.
+    """
 
     method: str
     base: str
     label: str
+    tuned: bool = False
+
+    def arguments(self, env_id: str, supervised: SupervisedConfig) -> dict[str, Any] | None:
+        """``train``'s configuration arguments on ``env_id``; ``None``: no row there."""
+        if not self.tuned:
+            return {"supervised": supervised}
+        config = tune.chosen(self.method, env_id)
+        return None if config is None else tune.TRAIN_ARGUMENTS[self.method](config, supervised)
 
 
 LEARNED_ROWS = {
@@ -121,6 +140,9 @@ LEARNED_ROWS = {
     "lora/random-base": LearnedRow("lora", "random", "LoRA supervised, random base (ablation)"),
     "lora-ppo/random-base": LearnedRow("lora-ppo", "random",
                                        "LoRA-Guided PPO, random base (ablation)"),
+    "ppo/tuned": LearnedRow("ppo", "pretrained", "PPO, tuned", tuned=True),
+    "lora-ppo/tuned": LearnedRow("lora-ppo", "pretrained", "LoRA-Guided PPO, tuned",
+                                 tuned=True),
 }
 #: The paper's seven methods (the other rows are references and ablations).
 PAPER_METHODS = ("random", "capability", "rule", "oracle", "lora", "ppo", "lora-ppo")
@@ -186,12 +208,21 @@ class JobResult:
     returns: tuple[float, ...]
 
 
+def rows_on(env_id: str, rows: Sequence[str], scale: Scale) -> list[str]:
+    """The learned rows of ``rows`` that ``env_id``'s table has (tuned ones need a config)."""
+    return [key for key in rows
+            if LEARNED_ROWS[key].arguments(env_id, scale.supervised) is not None]
+
+
 def run_job(job: Job) -> JobResult:
     """Train one learned method with one seed and evaluate it on the shared task set."""
     configure_torch_threads()
     row = LEARNED_ROWS[job.key]
+    arguments = row.arguments(job.env_id, job.scale.supervised)
+    if arguments is None:
+        raise ValueError(f"lora_ppo: {job.key} has no tuned configuration for {job.env_id}")
     trained = train(job.env_id, row.method, job.scale.timesteps, seed=job.seed, base=row.base,
-                    supervised=job.scale.supervised)
+                    **arguments)
     result = evaluate(trained, job.env_id, episodes=job.scale.episodes, seed=job.eval_seed)
     return JobResult(job, result.records, result.agent_names, trained.history, result.returns)
 
@@ -317,7 +348,8 @@ def reproduce(
         log: Progress printer.
     """
     grid = [Job(env_id, key, seed, scale, eval_seed)
-            for env_id in envs for key in rows for seed in range(scale.seeds)]
+            for env_id in envs for key in rows_on(env_id, rows, scale)
+            for seed in range(scale.seeds)]
     log(f"lora_ppo: training {len(grid)} runs ({scale.name}: {scale.timesteps} steps x "
         f"{scale.seeds} seeds) in {jobs} process(es)")
     results, fixed = _run_all(grid, jobs, log, [(env_id, scale, eval_seed) for env_id in envs])
@@ -325,7 +357,7 @@ def reproduce(
     for env_id in envs:
         methods: dict[str, dict[str, Any]] = dict(fixed[env_id].entries)
         curves, learned = {}, {}
-        for key in rows:
+        for key in rows_on(env_id, rows, scale):
             done = sorted((r for r in results if r.job.env_id == env_id and r.job.key == key),
                           key=lambda r: r.job.seed)
             summary = _learned_summary([r.records for r in done], done[0].agent_names,

@@ -33,7 +33,9 @@ def markdown_table(report: Mapping[str, Any]) -> str:
     return (
         f"# LoRA-Guided PPO paper, Tables 1-2: {report['env_id']}\n\n"
         f"{other}Scale `{scale['name']}`: learned methods trained with {scale['seeds']} seeds x "
-        f"{scale['timesteps']} environment steps; every method scored on the same "
+        f"{scale['timesteps']} environment steps, with the paper's A.4 configuration "
+        "except the rows marked tuned (the configuration the equal-budget sweep chose on "
+        "validation tasks, `experiments/tuned/`); every method scored on the same "
         f"{scale['episodes']} tasks (task seed {report['eval_seed']}). 95% intervals: "
         "two-level bootstrap over training seeds and tasks for learned methods, over tasks "
         f"for the fixed baselines ({scale['resamples']} resamples). Reproduce with "

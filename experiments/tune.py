@@ -50,7 +50,7 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -159,10 +159,20 @@ class Method:
             raise ValueError(f"{self.label}: the paper's point lies outside the space: {outside}")
 
 
+def ppo_arguments(config: Mapping[str, Any],
+                  supervised: SupervisedConfig | None = None) -> dict[str, Any]:
+    """A configuration of :data:`PPO_SPACE` as :func:`agents.lora.training.train`'s arguments.
+
+    ``supervised`` is unused (PPO has no supervised stage); it keeps the signature of
+    every method's argument builder (:data:`TRAIN_ARGUMENTS`).
+    """
+    return {"ppo": dict(config)}
+
+
 def fit_ppo(env_id: str, config: Mapping[str, Any], timesteps: int,
             seed: int) -> tuple[Any, int]:
     """PPO from scratch (:func:`agents.lora.training.train`) with ``config`` applied."""
-    trained = train(env_id, "ppo", timesteps, seed=seed, ppo=config)
+    trained = train(env_id, "ppo", timesteps, seed=seed, **ppo_arguments(config))
     return trained, trained.timesteps
 
 
@@ -186,24 +196,24 @@ PPO_SPACE = (
           why="PPO's usual values around the paper's 0.2"),
 )
 
-def lora_ppo_settings(config: Mapping[str, Any]) -> tuple[SupervisedConfig, dict[str, Any]]:
-    """A LoRA-guided PPO configuration of :data:`LORA_PPO_SPACE` as ``train``'s arguments.
+def lora_ppo_arguments(config: Mapping[str, Any],
+                       supervised: SupervisedConfig | None = None) -> dict[str, Any]:
+    """A configuration of :data:`LORA_PPO_SPACE` as :func:`agents.lora.training.train`'s arguments.
 
-    Returns the supervised stage's settings and the ``ppo`` overrides.
+    ``supervised`` is the supervised stage the configuration's epochs are set in (default
+    :class:`SupervisedConfig`: the paper's); the rest goes to ``ppo``.
     """
-    supervised = SupervisedConfig(epochs=int(config["supervised_epochs"]))
+    stage = replace(supervised or SupervisedConfig(), epochs=int(config["supervised_epochs"]))
     overrides = {key: config[key] for key in ("learning_rate", "cost_coef", "ent_coef")}
     if config["action_head"] == "trained":
         overrides["action_lr_scale"] = 1.0
-    return supervised, overrides
+    return {"supervised": stage, "ppo": overrides}
 
 
 def fit_lora_ppo(env_id: str, config: Mapping[str, Any], timesteps: int,
                  seed: int) -> tuple[Any, int]:
     """LoRA-guided PPO from its supervised warm start, ``config`` applied."""
-    supervised, overrides = lora_ppo_settings(config)
-    trained = train(env_id, "lora-ppo", timesteps, seed=seed, supervised=supervised,
-                    ppo=overrides)
+    trained = train(env_id, "lora-ppo", timesteps, seed=seed, **lora_ppo_arguments(config))
     return trained, trained.timesteps
 
 
@@ -240,6 +250,9 @@ METHODS: dict[str, Method] = {
                         "ent_coef": PPO_SETTINGS["ent_coef"]},
                        fit_lora_ppo),
 }
+#: Method -> how one of its configurations becomes ``train``'s arguments.
+TRAIN_ARGUMENTS: dict[str, Callable[..., dict[str, Any]]] = {
+    "ppo": ppo_arguments, "lora-ppo": lora_ppo_arguments}
 #: The sweeps ``python -m experiments tune`` runs: (method, env id).
 SWEEPS: tuple[tuple[str, str], ...] = (("ppo", "cost_envs/ToolBench-v0"),
                                        ("lora-ppo", "cost_envs/ToolBench-v0"))
@@ -401,6 +414,26 @@ class _PlainDumper(yaml.SafeDumper):
 def file_name(method: str, env_id: str) -> str:
     """``<method>_<Env>.yaml``, e.g. ``ppo_ToolBench-v0.yaml``."""
     return f"{method}_{env_id.split('/')[-1]}.yaml"
+
+
+def chosen(method: str, env_id: str, directory: Path = TUNED_DIR) -> dict[str, Any] | None:
+    """The committed sweep's chosen configuration of ``method`` on ``env_id``, or ``None``.
+
+    Raises:
+        ValueError: If the file exists but is not a sweep of that method and env, or its
+            configuration does not match the method's search space.
+    """
+    path = directory / file_name(method, env_id)
+    if not path.exists():
+        return None
+    record = yaml.safe_load(path.read_text(encoding="utf-8"))
+    names = {param.name for param in METHODS[method].space}
+    if (not isinstance(record, dict) or record.get("method") != method
+            or record.get("env_id") != env_id or not isinstance(record.get("chosen"), dict)
+            or set(record["chosen"]) != names):
+        raise ValueError(f"{path}: expected the tuned {method} on {env_id} with a `chosen` "
+                         f"configuration of {sorted(names)}")
+    return dict(record["chosen"])
 
 
 def report(out: Path, scale: str = "default", address: str | None = None, jobs: int = 2,

@@ -25,6 +25,8 @@ ABLATIONS = ("lora/random-base", "lora-ppo/random-base")
 RL_ROWS = [key for key, row in rep.LEARNED_ROWS.items() if row.method != "lora"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SMOKE = rep.SCALES["smoke"]
+#: Env id -> its learned rows (tuned rows where a tuned configuration is committed).
+ROWS = {env_id: rep.rows_on(env_id, list(rep.LEARNED_ROWS), SMOKE) for env_id in rep.ENVS}
 
 
 @pytest.fixture(scope="session")
@@ -93,8 +95,8 @@ def test_command_runs_the_smoke_scale_with_one_job(smoke, written):
     for name in sorted(FILE_NAMES):
         assert f"lora_ppo: wrote {written / name}" in smoke["progress"]
     # a progress line per training run, as each one finishes
-    assert smoke["progress"].count(" trained and scored (") == 2 * len(rep.ENVS) * len(
-        rep.LEARNED_ROWS)
+    assert smoke["progress"].count(" trained and scored (") == 2 * sum(
+        len(rows) for rows in ROWS.values())
 
 
 def test_command_writes_exactly_the_tables_and_figures(written):
@@ -112,7 +114,7 @@ def test_json_tables_have_every_method_with_intervals(smoke):
         assert table["scale"]["seeds"] == 2
         assert table["scale"]["timesteps"] == SMOKE.timesteps
         methods = table["methods"]
-        assert list(methods) == [*rep.baseline_rows(env_id), *rep.LEARNED_ROWS]
+        assert list(methods) == [*rep.baseline_rows(env_id), *ROWS[env_id]]
         assert set(rep.PAPER_METHODS) | set(ABLATIONS) <= set(methods)
         for key, entry in methods.items():
             for metric in HEADLINE_METRICS:
@@ -173,9 +175,9 @@ def test_every_table_has_the_best_fixed_rule_searched_on_training_tasks(smoke, w
 def test_learned_rows_pool_both_seeds(smoke):
     for env_id in rep.ENVS:
         methods = load_table(smoke, env_id)["methods"]
-        for key, row in rep.LEARNED_ROWS.items():
+        for key in ROWS[env_id]:
             entry = methods[key]
-            assert entry["label"] == row.label
+            assert entry["label"] == rep.LEARNED_ROWS[key].label
             assert entry["seeds"] == 2
             assert entry["episodes"] == 2 * SMOKE.episodes
             assert len(entry["per_seed"]) == 2
@@ -190,15 +192,19 @@ def test_learned_rows_pool_both_seeds(smoke):
 def test_learning_curves_have_the_timesteps(smoke):
     for env_id in rep.ENVS:
         curves = load_table(smoke, env_id)["learning_curves"]
-        assert list(curves) == list(rep.LEARNED_ROWS)
+        assert list(curves) == ROWS[env_id]
         for key, histories in curves.items():
             assert len(histories) == 2
             if key not in RL_ROWS:  # supervised only: no RL, no curve
                 assert histories == [[], []]
                 continue
             for history in histories:
-                # One 512-step rollout per run at smoke scale.
-                assert [point["timesteps"] for point in history] == [SMOKE.timesteps]
+                # One point per rollout: one 512-step rollout per run at smoke scale
+                # with the paper's settings, 512 / n_steps with a tuned configuration.
+                arguments = rep.LEARNED_ROWS[key].arguments(env_id, SMOKE.supervised)
+                n_steps = arguments.get("ppo", {}).get("n_steps", 512)
+                assert [point["timesteps"] for point in history] == list(
+                    range(n_steps, SMOKE.timesteps + 1, n_steps))
                 for point in history:
                     assert math.isfinite(point["cost/cps"])
                     assert 0.0 <= point["rollout/success_rate"] <= 1.0
@@ -215,7 +221,7 @@ def test_markdown_tables_list_every_row(smoke, written):
         assert rows[0].startswith("| Method | Success | CPS |")
         labels = [row.split("|")[1].strip() for row in rows[1:]]
         assert labels == [*(label for label, _ in rep.baseline_rows(env_id).values()),
-                          *(row.label for row in rep.LEARNED_ROWS.values())]
+                          *(rep.LEARNED_ROWS[key].label for key in ROWS[env_id])]
 
 
 def test_figures_are_pngs_of_the_figure_size(written):
@@ -325,7 +331,7 @@ def test_gap_closed_runs_from_the_best_fixed_row_to_the_planner(smoke):
         assert task["rule"] == pytest.approx(fixed[best])
         assert task["rule_row"] == methods[best]["label"]
         assert task["reference"] == pytest.approx(methods["planner"]["episode_return"])
-        assert set(task["methods"]) == set(rep.LEARNED_ROWS)
+        assert set(task["methods"]) == set(ROWS[env_id])
         gap = task["reference"] - task["rule"]
         for key, share in task["methods"].items():
             seeds = [one["episode_return"] for one in methods[key]["per_seed"]]
@@ -343,3 +349,22 @@ def test_every_table_states_each_rows_return(smoke):
             assert f"| {entry['label']} | {entry['episode_return']:.3f} " in section
         if "gap_closed" not in report:
             assert "has no planner" in section
+
+
+def test_tuned_rows_train_with_the_committed_configuration(monkeypatch):
+    tuned = {"learning_rate": 1e-3, "supervised_epochs": 2, "action_head": "trained",
+             "cost_coef": 0.0, "ent_coef": 0.001}
+    monkeypatch.setattr(rep.tune, "chosen", lambda method, env_id: (
+        tuned if (method, env_id) == ("lora-ppo", "cost_envs/ToolBench-v0") else None))
+    assert "lora-ppo/tuned" in rep.rows_on("cost_envs/ToolBench-v0", list(rep.LEARNED_ROWS),
+                                           SMOKE)
+    assert not {"lora-ppo/tuned", "ppo/tuned"} & set(
+        rep.rows_on("cost_envs/FlightPlanner-v0", list(rep.LEARNED_ROWS), SMOKE))
+    arguments = rep.LEARNED_ROWS["lora-ppo/tuned"].arguments("cost_envs/ToolBench-v0",
+                                                             SMOKE.supervised)
+    assert arguments["supervised"].epochs == 2  # the tuned warm start ...
+    assert arguments["supervised"].episodes == SMOKE.supervised.episodes  # ... at the scale's size
+    assert arguments["ppo"] == {"learning_rate": 1e-3, "cost_coef": 0.0, "ent_coef": 0.001,
+                                "action_lr_scale": 1.0}
+    paper = rep.LEARNED_ROWS["lora-ppo"].arguments("cost_envs/ToolBench-v0", SMOKE.supervised)
+    assert paper == {"supervised": SMOKE.supervised}

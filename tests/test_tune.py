@@ -162,7 +162,25 @@ def test_lora_ppo_configurations_reach_training_as_given(monkeypatch) -> None:
     tune.fit_lora_ppo("cost_envs/ToolBench-v0", moved, 100, 3)
     first, second = calls
     assert first["method"] == "lora-ppo" and first["seed"] == 3
-    assert first["supervised"].epochs == 20 and "action_lr_scale" not in first["ppo"]
+    assert first["supervised"] == tune.SupervisedConfig()  # the paper's warm start
+    assert "action_lr_scale" not in first["ppo"]
     assert first["ppo"] == {"learning_rate": 5e-5, "cost_coef": 0.05, "ent_coef": 0.01}
     assert second["supervised"].epochs == 2 and second["ppo"]["action_lr_scale"] == 1.0
     assert second["ppo"]["learning_rate"] == 1e-3
+
+
+def test_chosen_reads_the_committed_configuration_and_refuses_a_wrong_file(tmp_path) -> None:
+    assert tune.chosen("lora-ppo", "cost_envs/Nowhere-v0", tmp_path) is None
+    config = dict(tune.METHODS["ppo"].paper)
+    path = tmp_path / tune.file_name("ppo", "cost_envs/ToolBench-v0")
+    path.write_text(yaml.safe_dump({"method": "ppo", "env_id": "cost_envs/ToolBench-v0",
+                                    "chosen": config}))
+    assert tune.chosen("ppo", "cost_envs/ToolBench-v0", tmp_path) == config
+    path.write_text(yaml.safe_dump({"method": "ppo", "env_id": "cost_envs/ToolBench-v0",
+                                    "chosen": {"learning_rate": 1e-3}}))
+    with pytest.raises(ValueError, match="expected the tuned ppo on cost_envs/ToolBench-v0"):
+        tune.chosen("ppo", "cost_envs/ToolBench-v0", tmp_path)
+    for method, env_id in tune.SWEEPS:  # the committed files are readable
+        committed = tune.chosen(method, env_id)
+        assert committed is None or set(committed) == {p.name for p in
+                                                        tune.METHODS[method].space}
