@@ -36,11 +36,12 @@ env's fixed rows are scored in the same pool, beside them.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
 from agents.baselines import BASELINES, FAMILY_BASELINES
@@ -118,19 +119,38 @@ class LearnedRow:
     ``tuned``: trained with the configuration the equal-budget sweep chose for the env
     (:func:`experiments.tune.chosen`, committed under ``experiments/tuned/``) instead of
     the paper's A.4; such a row is in the tables of the envs that have one only.
+    ``teacher``: whose traces the supervised stage imitates (:data:`TEACHERS`); a row
+    taught by the planner is in the tables of the paper's envs that have a planner only.
     """
 
     method: str
     base: str
     label: str
     tuned: bool = False
+    teacher: str = "greedy"
 
     def arguments(self, env_id: str, supervised: SupervisedConfig) -> dict[str, Any] | None:
         """``train``'s configuration arguments on ``env_id``; ``None``: no row there."""
+        if self.teacher != "greedy":
+            if env_id not in PAPER_ENVS or not has_planner(env_id):
+                return None
+            supervised = replace(supervised, teacher=self.teacher)
         if not self.tuned:
             return {"supervised": supervised}
         config = tune.chosen(self.method, env_id)
         return None if config is None else tune.TRAIN_ARGUMENTS[self.method](config, supervised)
+
+
+def has_planner(env_id: str) -> bool:
+    """Whether a planner of :mod:`agents.planning` models ``env_id``'s family."""
+    env = gym.make(env_id)
+    try:
+        planner(env)
+    except ValueError:
+        return False
+    finally:
+        env.close()
+    return True
 
 
 LEARNED_ROWS = {
@@ -140,6 +160,10 @@ LEARNED_ROWS = {
     "lora/random-base": LearnedRow("lora", "random", "LoRA supervised, random base (ablation)"),
     "lora-ppo/random-base": LearnedRow("lora-ppo", "random",
                                        "LoRA-Guided PPO, random base (ablation)"),
+    "lora/planner": LearnedRow("lora", "pretrained", "LoRA supervised, planner teacher",
+                               teacher="planner"),
+    "lora-ppo/planner": LearnedRow("lora-ppo", "pretrained",
+                                   "LoRA-Guided PPO, planner teacher", teacher="planner"),
     "ppo/tuned": LearnedRow("ppo", "pretrained", "PPO, tuned", tuned=True),
     "lora-ppo/tuned": LearnedRow("lora-ppo", "pretrained", "LoRA-Guided PPO, tuned",
                                  tuned=True),

@@ -368,3 +368,17 @@ def test_tuned_rows_train_with_the_committed_configuration(monkeypatch):
                                 "action_lr_scale": 1.0}
     paper = rep.LEARNED_ROWS["lora-ppo"].arguments("cost_envs/ToolBench-v0", SMOKE.supervised)
     assert paper == {"supervised": SMOKE.supervised}
+
+
+def test_planner_taught_rows_are_on_the_paper_envs_with_a_planner(smoke):
+    assert "lora-ppo/planner" in ROWS["cost_envs/ToolBench-v0"]
+    for env_id, rows in ROWS.items():
+        expected = env_id in rep.PAPER_ENVS and rep.has_planner(env_id)
+        assert ("lora/planner" in rows) == ("lora-ppo/planner" in rows) == expected, env_id
+        if expected:
+            arguments = rep.LEARNED_ROWS["lora-ppo/planner"].arguments(env_id, SMOKE.supervised)
+            assert arguments["supervised"].teacher == "planner"
+            assert arguments["supervised"].episodes == SMOKE.supervised.episodes
+            # a different teacher is a different warm start: the rows differ
+            table = load_table(smoke, env_id)["methods"]
+            assert table["lora/planner"]["per_seed"] != table["lora"]["per_seed"]

@@ -361,3 +361,37 @@ def test_relative_costs_of_a_free_pool_are_zero():
     relative = relative_costs(gym.make(FLIGHT, pool=free))
     np.testing.assert_array_equal(relative, np.zeros(len(preset)))
     assert np.all(np.isfinite(relative))
+
+
+# ------------------------------------------------------------------ the planner teacher
+def test_planner_teacher_labels_are_the_planners_actions_on_its_own_trajectories():
+    from agents.evaluation import rollout
+    from agents.lora.supervised import traces_for
+    from agents.planning import planner
+
+    env = gym.make(TOOLBENCH)
+    config = SupervisedConfig(episodes=6, teacher="planner")
+    traces = traces_for(env, config, seed=17)
+    # the same tasks played again by a fresh planner: the same observations and actions
+    fresh = planner(env)
+    played = [rollout(fresh, env, seed=17 if i == 0 else None, record_steps=True)
+              for i in range(6)]
+    np.testing.assert_array_equal(
+        traces.observations, np.concatenate([p.observations for p in played]))
+    np.testing.assert_array_equal(traces.labels,
+                                  np.concatenate([p.actions for p in played]).astype(np.float32))
+    # ... and they are not the greedy heuristic's labels on those observations
+    greedy = traces_for(env, SupervisedConfig(episodes=6), seed=17)
+    assert not np.array_equal(greedy.labels, traces.labels[: len(greedy.labels)])
+    env.close()
+
+
+def test_planner_teacher_is_refused_where_no_planner_models_the_env():
+    env = gym.make("cost_envs/TraceRouting-v0")
+    from agents.lora.supervised import traces_for
+
+    with pytest.raises(ValueError, match="planner: no planner models TraceRoutingEnv"):
+        traces_for(env, SupervisedConfig(episodes=2, teacher="planner"), seed=0)
+    with pytest.raises(ValueError, match="SupervisedConfig.teacher: expected one of "
+                                         r"\['greedy', 'planner'\], got 'oracle'"):
+        SupervisedConfig(teacher="oracle")

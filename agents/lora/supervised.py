@@ -1,7 +1,10 @@
 """The supervised LoRA allocator: imitate the greedy heuristic with the paper's cost-aware loss.
 
 Labels ``y_t`` are the agent sets :class:`agents.baselines.GreedyHeuristic` calls along its
-own trajectories (the cheapest set of agents whose capabilities cover the task). The
+own trajectories (the cheapest set of agents whose capabilities cover the task). Beyond
+the paper, the teacher can be the env family's planner instead (``teacher="planner"``,
+:mod:`agents.planning`: it knows the task's parameters but not the luck, so its labels are
+decisions a policy could learn to approximate from what it observes). The
 policy's call probabilities ``p_t = sigmoid(action_net(encoder(o_t)))`` are fitted with
 
     L_sup = BCE(p_t, y_t) + lambda_1 * ||p_t||_1 + lambda_c * sum_i c_i p_{t,i}
@@ -51,10 +54,15 @@ def greedy_traces(
     env: gym.Env, episodes: int, seed: int, threshold: float = 0.7, gamma: float = 0.99
 ) -> Traces:
     """Roll out :class:`GreedyHeuristic` on ``episodes`` tasks of ``env`` (task seed ``seed``)."""
-    heuristic = GreedyHeuristic(env, threshold=threshold)
+    return teacher_traces(GreedyHeuristic(env, threshold=threshold), env, episodes, seed, gamma)
+
+
+def teacher_traces(teacher: Any, env: gym.Env, episodes: int, seed: int,
+                   gamma: float = 0.99) -> Traces:
+    """Roll out ``teacher`` (an allocator built on ``env``) on ``episodes`` tasks of ``seed``."""
     observations, labels, returns = [], [], []
     for episode in range(episodes):
-        played = rollout(heuristic, env, seed=seed if episode == 0 else None,
+        played = rollout(teacher, env, seed=seed if episode == 0 else None,
                          record_steps=True)
         observations.append(played.observations)
         labels.append(played.actions)
@@ -120,6 +128,8 @@ class SupervisedConfig:
         rho: Target call fraction; ``None`` takes the labels' mean.
         threshold: GreedyHeuristic's coverage threshold.
         gamma: Discount of the returns the value head is fitted to.
+        teacher: Whose actions are the labels: ``greedy`` (the paper's
+            :class:`GreedyHeuristic`) or ``planner`` (the env family's planner).
     """
 
     episodes: int = 1500
@@ -132,11 +142,15 @@ class SupervisedConfig:
     rho: float | None = None
     threshold: float = 0.7
     gamma: float = 0.99
+    teacher: str = "greedy"
 
     def __post_init__(self) -> None:
+        if self.teacher not in TEACHERS:
+            raise ValueError(f"SupervisedConfig.teacher: expected one of {list(TEACHERS)}, "
+                             f"got {self.teacher!r}")
         for field in fields(self):
             value = getattr(self, field.name)
-            if field.name == "rho" and value is None:
+            if field.name == "teacher" or (field.name == "rho" and value is None):
                 continue
             if field.name in _COUNTS:
                 integer(value, f"SupervisedConfig.{field.name}", minimum=1)
@@ -147,6 +161,22 @@ class SupervisedConfig:
 
 
 _COUNTS = ("episodes", "epochs", "batch_size")
+#: The supervised stage's teachers (:attr:`SupervisedConfig.teacher`).
+TEACHERS = ("greedy", "planner")
+
+
+def traces_for(env: gym.Env, config: SupervisedConfig, seed: int) -> Traces:
+    """The supervised stage's traces: ``config.episodes`` of its teacher on ``seed``'s tasks.
+
+    Raises:
+        ValueError: For the planner teacher on an env no planner models.
+    """
+    if config.teacher == "greedy":
+        return greedy_traces(env, config.episodes, seed=seed, threshold=config.threshold,
+                             gamma=config.gamma)
+    from agents.planning import planner  # the planners import the baselines, not this
+
+    return teacher_traces(planner(env), env, config.episodes, seed, config.gamma)
 _RANGES = {"learning_rate": (0.0, math.inf, True), "rho": (0.0, 1.0, False),
            "threshold": (0.0, 1.0, True), "gamma": (0.0, 1.0, False)}
 

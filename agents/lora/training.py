@@ -42,9 +42,9 @@ from agents.lora.policies import AllocatorPolicy
 from agents.lora.pretrain import pretrained_base_path
 from agents.lora.supervised import (
     SupervisedConfig,
-    greedy_traces,
     policy_for,
     relative_costs,
+    traces_for,
     train_supervised,
 )
 from agents.seeds import TRACE_TASK_SEED, TRAIN_TASK_SEED
@@ -161,8 +161,7 @@ def train(
                     **settings, **common)
     else:
         policy = policy_for(env, base=base_path)
-        traces = greedy_traces(env, supervised.episodes, seed=TRACE_TASK_SEED + seed,
-                               threshold=supervised.threshold, gamma=supervised.gamma)
+        traces = traces_for(env, supervised, seed=TRACE_TASK_SEED + seed)
         train_supervised(policy, traces, relative_costs(env), supervised, seed=seed)
         if method == "lora":
             env.close()
