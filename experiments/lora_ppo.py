@@ -164,6 +164,7 @@ LEARNED_ROWS = {
                                teacher="planner"),
     "lora-ppo/planner": LearnedRow("lora-ppo", "pretrained",
                                    "LoRA-Guided PPO, planner teacher", teacher="planner"),
+    "lora/tuned": LearnedRow("lora", "pretrained", "LoRA supervised, tuned", tuned=True),
     "ppo/tuned": LearnedRow("ppo", "pretrained", "PPO, tuned", tuned=True),
     "lora-ppo/tuned": LearnedRow("lora-ppo", "pretrained", "LoRA-Guided PPO, tuned",
                                  tuned=True),

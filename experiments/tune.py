@@ -238,6 +238,34 @@ LORA_PPO_SPACE = (
           why="as in PPO's space: around the paper's 0.01"),
 )
 
+def lora_arguments(config: Mapping[str, Any],
+                   supervised: SupervisedConfig | None = None) -> dict[str, Any]:
+    """A configuration of :data:`LORA_SPACE` as :func:`agents.lora.training.train`'s arguments."""
+    return {"supervised": replace(supervised or SupervisedConfig(), **config)}
+
+
+def fit_lora(env_id: str, config: Mapping[str, Any], timesteps: int,
+             seed: int) -> tuple[Any, int]:
+    """The supervised LoRA allocator with ``config``; it takes no RL steps (returns 0)."""
+    trained = train(env_id, "lora", timesteps, seed=seed, **lora_arguments(config))
+    return trained, trained.timesteps
+
+
+#: LoRA supervised's space: the supervised stage's settings. It takes no RL steps, so its
+#: budget is the trials alone; its traces (``SupervisedConfig.episodes`` teacher episodes,
+#: the same in every trial) are what LoRA-guided PPO starts from too.
+LORA_SPACE = (
+    Param("learning_rate", "log", 3e-4, 3e-2,
+          why="a decade either side of the default 3e-3 (Adam on the adapter and heads)"),
+    Param("epochs", "choice", choices=(2, 5, 20, 50),
+          why="from a warm start that barely fits the labels to one that saturates them"),
+    Param("threshold", "uniform", 0.3, 0.95,
+          why="the greedy teacher's coverage threshold (default 0.7): it decides how many "
+              "agents the labels call, so it sets the imitated policy's success and cost"),
+    Param("lambda_c", "log", 1e-3, 1e-1,
+          why="the expected-cost weight a decade either side of the default 1e-2"),
+)
+
 METHODS: dict[str, Method] = {
     "ppo": Method("PPO", PPO_SPACE,
                   {"learning_rate": 3e-4, **{key: PPO_SETTINGS[key] for key in
@@ -249,13 +277,18 @@ METHODS: dict[str, Method] = {
                         "action_head": "frozen", "cost_coef": 0.05,
                         "ent_coef": PPO_SETTINGS["ent_coef"]},
                        fit_lora_ppo),
+    "lora": Method("LoRA supervised", LORA_SPACE,
+                   {key: getattr(SupervisedConfig(), key)
+                    for key in ("learning_rate", "epochs", "threshold", "lambda_c")},
+                   fit_lora),
 }
 #: Method -> how one of its configurations becomes ``train``'s arguments.
 TRAIN_ARGUMENTS: dict[str, Callable[..., dict[str, Any]]] = {
-    "ppo": ppo_arguments, "lora-ppo": lora_ppo_arguments}
+    "ppo": ppo_arguments, "lora-ppo": lora_ppo_arguments, "lora": lora_arguments}
 #: The sweeps ``python -m experiments tune`` runs: (method, env id).
 SWEEPS: tuple[tuple[str, str], ...] = (("ppo", "cost_envs/ToolBench-v0"),
-                                       ("lora-ppo", "cost_envs/ToolBench-v0"))
+                                       ("lora-ppo", "cost_envs/ToolBench-v0"),
+                                       ("lora", "cost_envs/ToolBench-v0"))
 
 
 @dataclass(frozen=True)
