@@ -54,6 +54,14 @@ def test_all_runs_the_five_experiments_in_order_with_progress(smoke_all) -> None
     assert progress.rstrip().endswith("all: finished")
 
 
+def test_all_ends_with_the_aggregates_of_its_tables_or_says_why_not(smoke_all) -> None:
+    out, progress = smoke_all
+    after_tables = progress.split("wrote " + str(out / "routing.md"), 1)[1]
+    written = "aggregates: wrote" in after_tables
+    assert written or "aggregates: skipped: " in after_tables
+    assert written == (out / "aggregates.md").exists() == (out / "aggregates.json").exists()
+
+
 def test_all_writes_every_table_and_figure(smoke_all) -> None:
     out, _ = smoke_all
     names = {p.name for p in out.iterdir()}
