@@ -199,6 +199,14 @@ class ExpertPlanner(Baseline):
     budget under ``BudgetTier``, Eq. 1 without it. Under a gated tier a consultation
     that cannot end within the budget is worth nothing and is not expanded.
 
+    On CORL's evaluation queries (400 per profile and tier, task seed 0) its accuracy
+    within budget is at or above the best fixed row of every one of the 24 (env, profile,
+    tier) tables, by 0 to 0.075, and below the hindsight oracle's by 0 to 0.38 (the
+    oracle sees which answers will be right). Mixed profile, low / medium / high tier:
+    0.640 / 0.805 / 0.930 on v0 (best fixed row 0.588 / 0.787 / 0.900, oracle 0.685 /
+    0.950 / 0.983) and 0.670 / 0.772 / 0.930 on v1 (0.610 / 0.752 / 0.910; 0.710 / 0.948 /
+    0.985). It takes 2 ms per question on average (7 ms at most, v1's high tier).
+
     Args:
         env: ``cost_envs/ExpertRouting-v0`` or ``-v1`` (any experts, prices and rounds, at
             most :data:`MAX_STATES` answer states), possibly inside ``BudgetTier``; no
