@@ -3,11 +3,14 @@
 :func:`run_corl` trains both variants of :mod:`agents.routing.corl` (the shared PPO
 policy and one LoRA adapter per tier on its frozen encoder) on one env and scores them
 with the reference rows (the controller alone, each single expert, consulting every
-expert, the escalation rule, the best fixed rule searched per tier on training tasks and
-the privileged oracle) per profile and tier, on the same
-queries for every method (:func:`agents.routing.corl.tier_table`). :func:`report` does
-that for each env of :data:`CORL_ENVS` (in worker processes when the scale says so) and
-writes, per env, the tables, the JSON and the figure: ``corl_tiers.md``,
+expert, the escalation rule, the best fixed rule searched per tier on training tasks, the
+privileged oracle and the privileged planner that knows each question but not its luck)
+per profile and tier, on the same queries for every method
+(:func:`agents.routing.corl.tier_records`). Each env's JSON carries a ``gap_closed``
+block (:mod:`experiments.gaps`): per (profile, tier), the share of the gap from the best
+fixed row to the planner that each learned row closes. :func:`report` does that for each
+env of :data:`CORL_ENVS` (in worker processes when the scale says so) and writes, per env,
+the tables and figure (:mod:`experiments.corl_report`) and the JSON: ``corl_tiers.md``,
 ``corl_tiers.json`` and ``pareto_corl.png`` for ExpertRouting-v0,
 ``corl_tiers_ExpertRouting-v1.md``, ``.json`` and ``pareto_corl_ExpertRouting-v1.png`` for
 v1 (:func:`file_names`), all rendered before any is written and written all together
@@ -16,7 +19,6 @@ v1 (:func:`file_names`), all rendered before any is written and written all toge
 
 from __future__ import annotations
 
-import itertools
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -25,20 +27,32 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 
-from agents.evaluation import value_interval
 from agents.files import write_files_atomic
 from agents.routing.corl import (
     EXPERT_ROUTING,
     tier_records,
     tier_scores,
-    tier_table,
     train_shared_ppo,
     train_tier_adapters,
+    within_budget,
 )
 from cost_envs.wrappers import TIERS
-from experiments.common import described, figure_png, quiet, recording, spawn_pool
+from experiments import gaps
+from experiments.common import described, quiet, recording, spawn_pool
+from experiments.corl_report import (  # noqa: F401  (the row labels, importable from here)
+    BEST_RULE,
+    CONSULT_ALL,
+    EVERY_PROFILE,
+    LEARNED,
+    LEARNED_KEYS,
+    ORACLE,
+    PLANNER,
+    PRIVILEGED,
+    corl_figure,
+    corl_markdown,
+    task_name,
+)
 
 
 @dataclass(frozen=True)
@@ -76,22 +90,18 @@ def _policy_allocator(policy: Any) -> Callable[[gym.Env], Any]:
     return lambda env: policy
 
 
-CONSULT_ALL = "Consult all experts"
-BEST_RULE = "Best fixed rule (searched on training tasks)"
-#: Fixed rows shown in every profile's table, not only the mixed profile's.
-EVERY_PROFILE = ("Controller alone", CONSULT_ALL, BEST_RULE)
-
-
 def fixed_methods(expert_names: list[str], rule_tasks: int = 200
                   ) -> dict[str, Callable[[gym.Env], Any]]:
     """The fixed reference rows, each a factory called with the tier's env.
 
     The controller alone, each single expert, all experts, the escalation rule, the best
-    fixed rule and the oracle. ``tier_table`` calls each with the tier's env, so the best
+    fixed rule, the oracle and the planner. Each is called with the tier's env, so the best
     fixed rule is searched per tier, on ``rule_tasks`` training tasks of the profile
-    (their own seed range), for the most gated reward.
+    (their own seed range), for the most gated reward, and the planner plans for the
+    tier's budget.
     """
     from agents.baselines import ConsultAll, CostOptOracle, FixedConsultation, RuleBased
+    from agents.planning import planner
     from agents.rules import BestFixedRule
 
     methods: dict[str, Callable[[gym.Env], Any]] = {
@@ -101,11 +111,11 @@ def fixed_methods(expert_names: list[str], rule_tasks: int = 200
     methods[CONSULT_ALL] = ConsultAll
     methods["Escalate until agreement (rule)"] = RuleBased
     methods[BEST_RULE] = partial(BestFixedRule, n_tasks=rule_tasks)
-    methods["Oracle (privileged, ignores the tier)"] = CostOptOracle
+    methods[ORACLE] = CostOptOracle
+    methods[PLANNER] = planner
     return methods
 
 
-LEARNED = ("PPO, one policy for all tiers", "LoRA-PPO, one adapter per tier")
 #: The evaluation queries: task seed 0 of each profile and tier, for every method.
 EVAL_SEED = 0
 
@@ -134,53 +144,94 @@ def learned_runs(scale: str, seed: int, env_id: str = EXPERT_ROUTING) -> dict[st
     return {"seed": seed, "curve": [dict(point) for point in curve], "runs": runs}
 
 
-def fixed_rows(scale: str, env_id: str = EXPERT_ROUTING) -> dict[str, Any]:
-    """Every fixed row's scores per profile and tier (JSON-ready), on the evaluation queries.
+def best_fixed_row(rows: Mapping[str, Any]) -> str:
+    """The rule of the gap: the non-privileged fixed row of the highest accuracy within budget.
 
-    A method built with a ``description`` (a rule searched when it is built, per tier) has
-    it as ``rule`` in its tier's entry.
+    Chosen on the evaluation queries themselves (which favours the rule, so the learned
+    rows' shares are if anything understated); ties go to the cheaper row, then to the
+    first in table order.
+    """
+    fixed = [m for m in rows if m not in PRIVILEGED and m not in LEARNED]
+    return max(fixed, key=lambda m: (rows[m]["accuracy_within_budget"][0],
+                                     -rows[m]["avg_cost"][0]))
+
+
+def fixed_rows(scale: str, env_id: str = EXPERT_ROUTING) -> dict[str, Any]:
+    """Every fixed row's scores per profile and tier, on the evaluation queries.
+
+    Returns ``{"tables": {profile: {tier: {method: scores}}}, "gap": {profile: {tier:
+    {"rule", "rule_scores", "reference_scores"}}}}``: the JSON-ready scores (a method built
+    with a ``description``, a rule searched per tier, has it as ``rule``), and per table
+    the best fixed row (:func:`best_fixed_row`) with its and the planner's accuracy within
+    budget on each query, for the ``gap_closed`` block.
     """
     settings = _check_scale(scale)
     probe = gym.make(env_id)
     names = list(probe.unwrapped.pool.names)
+    budgets = dict(probe.unwrapped.tier_budgets)
     probe.close()
     methods = fixed_methods(names, settings.rule_tasks)
-    results = {}
+    tables: dict[str, Any] = {}
+    gap: dict[str, Any] = {}
     for profile in PROFILES_EVALUATED:
-        built: dict[Any, Any] = {}
-        recorded = {m: recording(factory, built, lambda env, m=m: (m, env.tier))
-                    for m, factory in methods.items()}
-        table = tier_table(recorded, settings.episodes, seed=EVAL_SEED,
-                           env_kwargs={"profile": profile},
-                           n_resamples=settings.n_resamples, env_id=env_id)
-        results[profile] = {tier: {m: {**s.as_dict(), **described(built[m, tier])}
-                                   for m, s in rows.items()}
-                            for tier, rows in table.items()}
-    return results
+        tables[profile], gap[profile] = {}, {}
+        for tier in TIERS:
+            rows, per_query = {}, {}
+            for method, factory in methods.items():
+                built: dict[Any, Any] = {}
+                run = tier_records(recording(factory, built, method), tier, settings.episodes,
+                                   EVAL_SEED, {"profile": profile}, env_id)
+                scores = tier_scores([run], budgets[tier], settings.n_resamples, EVAL_SEED)
+                rows[method] = {**scores.as_dict(), **described(built[method])}
+                per_query[method] = within_budget(run, budgets[tier]).tolist()
+            rule = best_fixed_row(rows)
+            tables[profile][tier] = rows
+            gap[profile][tier] = {"rule": rule, "rule_scores": per_query[rule],
+                                  "reference_scores": per_query[PLANNER]}
+    return {"tables": tables, "gap": gap}
+
+
+#: What the ``gap_closed`` block calls its rule.
+GAP_RULE = ("the best fixed row of the (profile, tier) table: the non-privileged fixed row "
+            "of the highest accuracy within budget on the same queries (each task's "
+            "rule_label names it)")
 
 
 def assemble(env_id: str, scale: str, fixed: Mapping[str, Any],
              learned: list[dict[str, Any]]) -> dict[str, Any]:
-    """The report of one env: fixed rows, then the learned rows pooled over their seeds."""
+    """The report of one env: fixed rows, learned rows pooled over seeds, the gap closed.
+
+    The ``gap_closed`` block (:mod:`experiments.gaps`) has one task per profile and tier.
+    """
     settings = _check_scale(scale)
     probe = gym.make(env_id)
     names = list(probe.unwrapped.pool.names)
     budgets = dict(probe.unwrapped.tier_budgets)
     probe.close()
     learned = sorted(learned, key=lambda run: run["seed"])
-    results = {}
-    for profile, table in fixed.items():
+    results: dict[str, Any] = {}
+    tasks = {}
+    for profile, table in fixed["tables"].items():
         results[profile] = {}
         for tier, rows in table.items():
             results[profile][tier] = dict(rows)
+            per_seed = {}
             for method in LEARNED:
                 runs = [run["runs"][profile, tier, method] for run in learned]
                 scores = tier_scores(runs, budgets[tier], settings.n_resamples, EVAL_SEED)
                 results[profile][tier][method] = {**scores.as_dict(), "seeds": len(runs)}
+                per_seed[LEARNED_KEYS[method]] = (
+                    method, [within_budget(run, budgets[tier]) for run in runs])
+            gap = fixed["gap"][profile][tier]
+            entry = gaps.task_entry(gap["rule_scores"], gap["reference_scores"], per_seed,
+                                    settings.n_resamples, EVAL_SEED)
+            tasks[task_name(env_id, profile, tier)] = {**entry, "rule_label": gap["rule"]}
     settings_used = {k: v for k, v in settings.__dict__.items() if k != "jobs"}  # any jobs
     return {"env_id": env_id, "scale": scale, "seeds": [run["seed"] for run in learned],
             "settings": settings_used, "budgets": budgets, "experts": names,
-            "results": results, "training_curves": [run["curve"] for run in learned]}
+            "results": results, "training_curves": [run["curve"] for run in learned],
+            "gap_closed": gaps.block("corl", "accuracy within the tier's budget per query",
+                                     GAP_RULE, PLANNER, tasks)}
 
 
 def run_corl(scale: str = "default", seed: int = 0,
@@ -245,130 +296,6 @@ def run_envs(scale: str = "default", seed: int = 0, envs: tuple[str, ...] = CORL
                              [v for (e, kind, _), v in done.items()
                               if e == env_id and kind == "learned"])
             for env_id in envs}
-
-
-def best_single_expert(rows: Mapping[str, Any]) -> str:
-    """The single-expert row with the highest accuracy within budget (ties: the cheaper)."""
-    singles = [m for m in rows if m.startswith("Single expert: ")]
-    return max(singles, key=lambda m: (rows[m]["accuracy_within_budget"][0],
-                                       -rows[m]["avg_cost"][0]))
-
-
-def _cell(value: list[float], fmt: str) -> str:
-    return value_interval(*value, fmt=fmt)
-
-
-def corl_markdown(report: Mapping[str, Any]) -> str:
-    """The per-tier tables (mixed profile in full, then the learned rows per profile)."""
-    names = report["experts"]
-    budgets = report["budgets"]
-    lines = [
-        f"# CORL on {report['env_id']}: one controller for three budget tiers",
-        "",
-        f"Scale `{report['scale']}`, training seeds "
-        f"{', '.join(map(str, report['seeds']))}: each trains PPO "
-        f"{report['settings']['ppo_timesteps']} steps over all tiers, then "
-        f"{report['settings']['adapter_timesteps']} steps per tier adapter; "
-        f"{report['settings']['episodes']} evaluation queries per profile and tier, the same "
-        "for every method. 95% intervals: for the learned rows the value pools the seeds "
-        "and the interval is a two-level bootstrap over seeds and queries; for the fixed "
-        "rows, over queries. Budgets per query: "
-        + ", ".join(f"{t} ${b:g}" for t, b in budgets.items()) + ".",
-        "",
-        "*Accuracy within budget* is CORL's gated metric (a right answer that cost more "
-        "than the tier's budget counts as wrong); the *expert-call ratio* is the share of "
-        "queries on which at least one expert was consulted; calls/query counts each "
-        f"expert's calls ({' / '.join(names)}). Consult all experts: every expert in the "
-        "first round, then answer. Profiles other than `mixed` show the learned rows, the "
-        "best single expert and the rows that need no expert choice.",
-        "",
-    ]
-    for profile, table in report["results"].items():
-        lines += [f"## Profile `{profile}`", "",
-                  "| Tier | Method | Accuracy | Accuracy within budget | Avg cost ($) "
-                  "| Expert-call ratio | Calls/query | Over budget |",
-                  "|---|---|---|---|---|---|---|---|"]
-        for tier, rows in table.items():
-            best = best_single_expert(rows)
-            for method, s in rows.items():
-                if profile != "mixed" and not (method in LEARNED or method == best
-                                               or method in EVERY_PROFILE):
-                    continue
-                label = f"{method} (best single expert)" if method == best else method
-                if "rule" in s:
-                    label += f": {s['rule']}"
-                calls = " / ".join(f"{s['calls_per_query'][n]:.2f}" for n in names)
-                lines.append(
-                    f"| {tier} | {label} | {_cell(s['accuracy'], '.3f')} | "
-                    f"{_cell(s['accuracy_within_budget'], '.3f')} | "
-                    f"{_cell(s['avg_cost'], '.4f')} | {_cell(s['expert_call_ratio'], '.2f')} | "
-                    f"{calls} | {s['budget_exceeded']:.2f} |")
-        lines.append("")
-    mixed = report["results"]["mixed"]
-    fixed = [m for m in EVERY_PROFILE[1:] if m in mixed[TIERS[0]]]
-    lines += ["## Learned controllers against the fixed references",
-              "", "Accuracy within budget, mixed profile; the best single expert is the one "
-              "with the highest accuracy within that tier's budget.", "",
-              "| Tier | Controller alone | Best single expert | " + " | ".join(fixed)
-              + " | PPO | LoRA-PPO |", "|---|---|---|" + "---|" * len(fixed) + "---|---|"]
-    for tier, rows in mixed.items():
-        best = best_single_expert(rows)
-        cells = [_cell(rows[m]["accuracy_within_budget"], ".3f")
-                 for m in ("Controller alone", best, *fixed, *LEARNED)]
-        cells[1] += f" ({best.removeprefix('Single expert: ')})"
-        lines.append(f"| {tier} | " + " | ".join(cells) + " |")
-    lines += ["", "## Does the expert-call ratio rise with the tier?", ""]
-    for profile, table in report["results"].items():
-        for method in LEARNED:
-            ratios = [table[t][method]["expert_call_ratio"][0] for t in TIERS]
-            calls = [sum(table[t][method]["calls_per_query"].values()) for t in TIERS]
-            costs = [table[t][method]["avg_cost"][0] for t in TIERS]
-            rising = all(a <= b for a, b in itertools.pairwise(ratios))
-            lines.append(
-                f"- `{profile}`, {method}: ratio {' -> '.join(f'{r:.2f}' for r in ratios)}, "
-                f"calls/query {' -> '.join(f'{c:.2f}' for c in calls)}, cost "
-                f"{' -> '.join(f'${c:.4f}' for c in costs)}: "
-                f"{'rises (never falls)' if rising else 'does NOT rise monotonically'}.")
-    return "\n".join(lines) + "\n"
-
-
-def corl_figure(report: Mapping[str, Any]) -> bytes:
-    """Accuracy within budget vs average cost per profile; colour = tier (PNG)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    profiles = list(report["results"])
-    figure, axes = plt.subplots(1, len(profiles), figsize=(4.2 * len(profiles), 4.2))
-    colours = {"low": "tab:green", "medium": "tab:orange", "high": "tab:red"}
-    markers = "osD^vP*Xh<>p"
-    for axis, profile in zip(np.atleast_1d(axes), profiles, strict=True):
-        for tier, rows in report["results"][profile].items():
-            for index, (method, s) in enumerate(rows.items()):
-                axis.errorbar(
-                    s["avg_cost"][0], s["accuracy_within_budget"][0],
-                    yerr=[[s["accuracy_within_budget"][0] - s["accuracy_within_budget"][1]],
-                          [s["accuracy_within_budget"][2] - s["accuracy_within_budget"][0]]],
-                    fmt=markers[index % len(markers)], color=colours[tier],
-                    markerfacecolor=colours[tier] if method in LEARNED else "none",
-                    markersize=7 if method in LEARNED else 5, capsize=2,
-                    label=method if tier == "high" else None)
-            axis.axvline(report["budgets"][tier], color=colours[tier], linestyle=":",
-                         linewidth=0.8)
-        axis.set_xscale("log")
-        axis.set_title(f"profile {profile}", fontsize=10)
-        axis.set_xlabel("average cost per query ($, log)")
-        axis.grid(True, alpha=0.3)
-    np.atleast_1d(axes)[0].set_ylabel("accuracy within budget")
-    handles, labels = np.atleast_1d(axes)[0].get_legend_handles_labels()
-    figure.legend(handles, labels, fontsize=7, loc="lower center", ncol=4)
-    figure.suptitle(f"{report['env_id']}: colour = tier (green low, orange medium, red "
-                    "high); dotted = tier budget; filled = learned", fontsize=10)
-    figure.tight_layout(rect=(0, 0.12, 1, 1))
-    png = figure_png(figure)
-    plt.close(figure)
-    return png
 
 
 def file_names(env_id: str) -> tuple[str, str, str]:

@@ -4,6 +4,7 @@ adapters, per-tier scoring, the experiment's report."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import gymnasium as gym
 import numpy as np
@@ -12,30 +13,39 @@ import torch
 
 import cost_envs
 from agents.baselines import FixedConsultation
-from agents.evaluation import run_episode
+from agents.evaluation import EvaluationResult, run_episode
 from agents.routing.corl import (
     TierAdapters,
     make_tier_env,
     score_tier,
     tier_layout,
+    tier_scores,
     train_shared_ppo,
     train_tier_adapters,
 )
 from agents.rules import BestFixedRule
 from cost_envs.envs.expert_routing import CONTROLLER
-from cost_envs.metrics import bootstrap_mean_ci
+from cost_envs.metrics import EpisodeRecord, bootstrap_mean_ci
 from cost_envs.wrappers import TIERS
+from experiments import corl
 from experiments.corl import (
     BEST_RULE,
     CONSULT_ALL,
     CORL_ENVS,
     CORL_SCALES,
     LEARNED,
+    LEARNED_KEYS,
+    ORACLE,
+    PLANNER,
+    assemble,
+    best_fixed_row,
+    corl_markdown,
     file_names,
     report,
     run_corl,
     run_envs,
 )
+from experiments.gaps import share_cell
 
 
 class Constant:
@@ -246,6 +256,21 @@ def test_report_writes_tables_json_and_figure_for_v0_and_v1(tmp_path) -> None:
                 searched = rows[BEST_RULE]["rule"]
                 assert f"| {tier} | {BEST_RULE}: {searched} |" in pages[env_id]
         assert "Does the expert-call ratio rise with the tier?" in pages[env_id]
+        # the planner in every table, under the oracle; one gap_closed task per table
+        name = env_id.split("/")[-1]
+        tasks = result["gap_closed"]["tasks"]
+        assert sorted(tasks) == sorted(f"{name}/{p}/{t}" for p in result["results"]
+                                       for t in TIERS)
+        for profile, table in result["results"].items():
+            for tier, rows in table.items():
+                assert f"| {tier} | {PLANNER} |" in pages[env_id]
+                assert (rows[PLANNER]["accuracy_within_budget"][0]
+                        <= rows[ORACLE]["accuracy_within_budget"][0])
+                entry = tasks[f"{name}/{profile}/{tier}"]
+                assert entry["rule_label"] == best_fixed_row(rows)
+                assert entry["reference"] == rows[PLANNER]["accuracy_within_budget"][0]
+                assert set(entry["methods"]) == {"ppo", "lora-ppo"}
+                assert all(len(m["per_seed"]) == 2 for m in entry["methods"].values())
         # The learned rows pool the scale's training seeds (issue #11: intervals over
         # seeds and queries); their value is the mean of the seeds' values.
         assert result["seeds"] == list(range(CORL_SCALES["smoke"].seeds)) == [0, 1]
@@ -292,3 +317,90 @@ def test_fixed_consultation_acts_on_a_batch_like_on_single_observations() -> Non
     np.testing.assert_array_equal(batch, np.stack(single))
     np.testing.assert_array_equal(single[0], [0, 1, 0])  # first round: the fixed experts
     np.testing.assert_array_equal(single[1], [0, 0, 0])  # then answer
+
+
+# ------------------------------------------------------------ the gap closed (issue #11)
+def _run(within: list[int], over: list[int] | None = None) -> EvaluationResult:
+    """Synthetic episodes: right where ``within`` is 1; ``over`` marks right but too dear."""
+    over = over or [0] * len(within)
+    records = tuple(EpisodeRecord(success=bool(w or o), quality=10.0 * bool(w or o),
+                                  cost=1.0 if o else 0.001, flops=0.0,
+                                  calls=np.array([1, 0, 0]), length=2)
+                    for w, o in zip(within, over, strict=True))
+    return EvaluationResult(records, ("gpt-4.1-nano", "gpt-4.1", "o3"), 0)
+
+
+def _row(within: list[int], cost: float = 0.001) -> dict:
+    run = _run(within)
+    run = EvaluationResult(tuple(replace(r, cost=cost) for r in run.records),
+                           run.agent_names, 0)
+    return tier_scores([run], 0.0015, n_resamples=50).as_dict()
+
+
+def test_best_fixed_row_is_the_best_non_privileged_row_and_the_cheaper_on_ties() -> None:
+    rows = {"Controller alone": _row([1, 0, 0, 0]),
+            "Single expert: o3": _row([1, 1, 0, 0], 0.0012),
+            CONSULT_ALL: _row([1, 1, 0, 0]), ORACLE: _row([1, 1, 1, 1]),
+            PLANNER: _row([1, 1, 1, 0]), LEARNED[0]: _row([1, 1, 1, 1])}
+    assert best_fixed_row(rows) == CONSULT_ALL  # as good as o3 alone, cheaper
+
+
+def test_gap_closed_block_puts_learned_rows_between_the_best_fixed_row_and_the_planner(
+        tmp_path) -> None:
+    from experiments import aggregates
+
+    n = 8
+    rule, planner_scores = [1, 1, 0, 0, 0, 0, 0, 0], [1, 1, 1, 1, 0, 0, 0, 0]
+    fixed_run = {"Controller alone": _row(rule), "Single expert: o3": _row([0] * n),
+                 PLANNER: _row(planner_scores), ORACLE: _row([1] * n)}
+    tables = {"mixed": {tier: dict(fixed_run) for tier in TIERS}}
+    gap = {"mixed": {tier: {"rule": "Controller alone", "rule_scores": rule,
+                            "reference_scores": rule if tier == "high" else planner_scores}
+                     for tier in TIERS}}
+    # seed 0 closes half the gap; seed 1 matches the planner's accuracy but two of its
+    # right answers cost more than the budget, so it closes none
+    seeds = [_run([1, 1, 1, 0, 0, 0, 0, 0]), _run([1, 1, 0, 0, 0, 0, 0, 0],
+                                                 over=[0, 0, 1, 1, 0, 0, 0, 0])]
+    learned = [{"seed": s, "curve": [], "runs": {("mixed", tier, method): run
+                                                 for tier in TIERS for method in LEARNED}}
+               for s, run in enumerate(seeds)]
+    result = assemble("cost_envs/ExpertRouting-v0", "smoke", {"tables": tables, "gap": gap},
+                      learned)
+    block = result["gap_closed"]
+    assert block["experiment"] == "corl" and block["reference"] == PLANNER
+    low = block["tasks"]["ExpertRouting-v0/mixed/low"]
+    assert (low["rule"], low["reference"], low["rule_label"]) == (0.25, 0.5, "Controller alone")
+    for label, key in LEARNED_KEYS.items():
+        entry = low["methods"][key]
+        assert entry["label"] == label
+        assert entry["per_seed"] == pytest.approx([0.5, 0.0])
+        assert entry["share"][0] == pytest.approx(0.25)
+    high = block["tasks"]["ExpertRouting-v0/mixed/high"]
+    assert high["methods"]["ppo"]["share"][0] is None  # the planner is not above the rule
+    page = corl_markdown(result)
+    assert "| low | Controller alone | " in page and page.count("| 0 (rule) |") == 3
+    assert page.count("| 1 (reference) |") == 3
+    assert f"| {share_cell(low['methods']['ppo'])} |" in page
+    assert "| n/a |" in page
+    # the aggregates read the block: the tier without a gap is left out
+    (tmp_path / "corl_tiers.json").write_text(json.dumps(result))
+    matrices = aggregates.score_matrices(aggregates.read_blocks(tmp_path))["corl"]
+    assert matrices["without_gap"] == ["ExpertRouting-v0/mixed/high"]
+    np.testing.assert_allclose(matrices["matrices"]["ppo"], [[0.5, 0.5], [0.0, 0.0]])
+
+
+def test_fixed_rows_score_the_planner_in_every_table_under_the_oracle(monkeypatch) -> None:
+    monkeypatch.setattr(corl, "PROFILES_EVALUATED", ("math500",))
+    monkeypatch.setitem(corl.CORL_SCALES, "tiny",
+                        corl.CorlScale(ppo_timesteps=0, adapter_timesteps=0, episodes=12,
+                                       n_resamples=20, seeds=1, rule_tasks=3))
+    fixed = corl.fixed_rows("tiny", V1)
+    for tier in TIERS:
+        rows, gap = fixed["tables"]["math500"][tier], fixed["gap"]["math500"][tier]
+        assert gap["rule"] == best_fixed_row(rows) and gap["rule"] not in (PLANNER, ORACLE)
+        assert np.mean(gap["rule_scores"]) == rows[gap["rule"]]["accuracy_within_budget"][0]
+        assert np.mean(gap["reference_scores"]) == rows[PLANNER]["accuracy_within_budget"][0]
+        assert len(gap["reference_scores"]) == 12
+        planner_score = rows[PLANNER]["accuracy_within_budget"][0]
+        assert planner_score <= rows[ORACLE]["accuracy_within_budget"][0]
+        assert rows[PLANNER]["budget_exceeded"] == 0.0  # it never plans past the budget

@@ -208,6 +208,11 @@ def tier_records(allocator_for: Callable[[gym.Env], Any], tier: str, episodes: i
         env.close()
 
 
+def within_budget(run: EvaluationResult, budget: float) -> np.ndarray:
+    """Per query, 1.0 if the answer was right and cost at most ``budget`` (CORL's gated score)."""
+    return np.array([float(r.success and r.cost <= budget) for r in run.records])
+
+
 def tier_scores(runs: Sequence[EvaluationResult], budget: float, n_resamples: int = 1000,
                 seed: int = 0) -> TierScores:
     """Scores of one method on one tier from its runs on the same queries.
@@ -221,7 +226,7 @@ def tier_scores(runs: Sequence[EvaluationResult], budget: float, n_resamples: in
     names = runs[0].agent_names
     success = np.array([[r.success for r in run.records] for run in runs], dtype=float)
     cost = np.array([[r.cost for r in run.records] for run in runs])
-    within = success * (cost <= budget)
+    within = np.stack([within_budget(run, budget) for run in runs])
     consulted = np.array([[r.calls.sum() > 0 for r in run.records] for run in runs],
                          dtype=float)
     calls = np.stack([r.calls for run in runs for r in run.records]).mean(axis=0)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 from gymnasium import spaces
@@ -110,7 +110,15 @@ class ExpertTask:
         prompt_tokens: Tokens of the question.
         token_factors: ``(m + 1,)`` log-normal factors of the experts' and (last) the
             controller's token counts on this question.
+
+    ``controller_luck`` and ``luck`` are the question's luck (``luck_fields``): uniform
+    draws that decide whether each answer is right. The rest are its parameters: the
+    difficulty fixes every model's accuracy, and the difficulty, prompt tokens and token
+    factors fix every call's price. :func:`with_fresh_luck` redraws only the luck.
     """
+
+    #: The fields that are luck, each uniform on [0, 1) (a subclass adds its own).
+    luck_fields: ClassVar[tuple[str, ...]] = ("controller_luck", "luck")
 
     profile: int
     difficulty: float
@@ -119,6 +127,29 @@ class ExpertTask:
     luck: np.ndarray
     prompt_tokens: float
     token_factors: np.ndarray
+
+
+def with_fresh_luck(task: ExpertTask, rng: np.random.Generator) -> ExpertTask:
+    """The same question with all of its luck drawn again from ``rng``, its parameters kept.
+
+    Every field named in ``task.luck_fields`` (v0: the controller's and each round's and
+    expert's luck; v1 adds which wrong answer each model gives) is drawn afresh, uniform
+    on [0, 1) like the env draws it, with its shape; the difficulty, prompt, token factors
+    (and v1's distractors and attraction) are shared with ``task``. Replay the result with
+    ``reset(options={"task": ...})``: averaging over such draws is averaging over the luck
+    for fixed parameters, which is how ``agents.planning``'s expected scores are checked.
+    The env never calls this, so its task stream and dynamics are unchanged.
+    """
+    fresh: dict[str, Any] = {}
+    for name in task.luck_fields:
+        old = getattr(task, name)
+        if isinstance(old, np.ndarray):
+            new = rng.random(old.shape)
+            new.flags.writeable = False
+            fresh[name] = new
+        else:
+            fresh[name] = float(rng.random())
+    return replace(task, **fresh)
 
 
 class _Tables(NamedTuple):

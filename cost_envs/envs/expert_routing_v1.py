@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 
@@ -53,7 +53,13 @@ class ExpertTaskV1(ExpertTask):
             this lies in ``q * [c_{k-1}, c_k)`` (``c`` the cumulative shares), else a
             wrong answer of its own.
         slips: ``(max_rounds, m)``: the same for expert ``i`` consulted in round ``t``.
+
+    The slips are luck, like v0's luck fields; the attraction and the distractors'
+    shares are parameters of the question.
     """
+
+    luck_fields: ClassVar[tuple[str, ...]] = (*ExpertTask.luck_fields, "controller_slip",
+                                              "slips")
 
     attraction: float
     distractor_shares: tuple[float, ...]

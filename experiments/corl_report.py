@@ -1,0 +1,190 @@
+"""CORL's report pages: the per-tier tables (with the share of the gap closed) and the figure.
+
+:mod:`experiments.corl` runs the experiment and writes these; the row labels live here so
+that both modules name rows the same way. The ``gap closed`` column reads the report's
+``gap_closed`` block (:mod:`experiments.gaps`): 0 is the best fixed row of the (profile,
+tier) table, 1 the planner that knows the question but not its luck.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from agents.evaluation import value_interval
+from cost_envs.wrappers import TIERS
+from experiments.common import figure_png
+from experiments.gaps import share_cell
+
+CONSULT_ALL = "Consult all experts"
+BEST_RULE = "Best fixed rule (searched on training tasks)"
+ORACLE = "Oracle (privileged, ignores the tier)"
+PLANNER = "Planner (knows the task, not the luck)"
+#: Rows that read the hidden question: never the rule of the gap, off the learned rows' axis.
+PRIVILEGED = (ORACLE, PLANNER)
+#: Fixed rows shown in every profile's table, not only the mixed profile's.
+EVERY_PROFILE = ("Controller alone", CONSULT_ALL, BEST_RULE, PLANNER)
+LEARNED = ("PPO, one policy for all tiers", "LoRA-PPO, one adapter per tier")
+#: Keys of the learned rows in the ``gap_closed`` block.
+LEARNED_KEYS = dict(zip(LEARNED, ("ppo", "lora-ppo"), strict=True))
+
+
+def task_name(env_id: str, profile: str, tier: str) -> str:
+    """A (profile, tier) table's task name in the ``gap_closed`` block: env/profile/tier."""
+    return f"{env_id.split('/')[-1]}/{profile}/{tier}"
+
+
+def _gap_cell(report: Mapping[str, Any], profile: str, tier: str, method: str) -> str:
+    """The row's share of the gap closed: 0 for the rule, 1 for the planner, a learned share."""
+    task = report["gap_closed"]["tasks"][task_name(report["env_id"], profile, tier)]
+    if method == task["rule_label"]:
+        return "0 (rule)"
+    if method == PLANNER:
+        return "1 (reference)"
+    if method in LEARNED_KEYS:
+        return share_cell(task["methods"][LEARNED_KEYS[method]])
+    return ""
+
+
+def best_single_expert(rows: Mapping[str, Any]) -> str:
+    """The single-expert row with the highest accuracy within budget (ties: the cheaper)."""
+    singles = [m for m in rows if m.startswith("Single expert: ")]
+    return max(singles, key=lambda m: (rows[m]["accuracy_within_budget"][0],
+                                       -rows[m]["avg_cost"][0]))
+
+
+def _cell(value: list[float], fmt: str) -> str:
+    return value_interval(*value, fmt=fmt)
+
+
+def corl_markdown(report: Mapping[str, Any]) -> str:
+    """The per-tier tables (mixed profile in full, then the learned rows per profile)."""
+    names = report["experts"]
+    budgets = report["budgets"]
+    lines = [
+        f"# CORL on {report['env_id']}: one controller for three budget tiers",
+        "",
+        f"Scale `{report['scale']}`, training seeds "
+        f"{', '.join(map(str, report['seeds']))}: each trains PPO "
+        f"{report['settings']['ppo_timesteps']} steps over all tiers, then "
+        f"{report['settings']['adapter_timesteps']} steps per tier adapter; "
+        f"{report['settings']['episodes']} evaluation queries per profile and tier, the same "
+        "for every method. 95% intervals: for the learned rows the value pools the seeds "
+        "and the interval is a two-level bootstrap over seeds and queries; for the fixed "
+        "rows, over queries. Budgets per query: "
+        + ", ".join(f"{t} ${b:g}" for t, b in budgets.items()) + ".",
+        "",
+        "*Accuracy within budget* is CORL's gated metric (a right answer that cost more "
+        "than the tier's budget counts as wrong); the *expert-call ratio* is the share of "
+        "queries on which at least one expert was consulted; calls/query counts each "
+        f"expert's calls ({' / '.join(names)}). Consult all experts: every expert in the "
+        "first round, then answer. Profiles other than `mixed` show the learned rows, the "
+        "best single expert, the rows that need no expert choice and the rule of the gap.",
+        "",
+        f"*{PLANNER}* is the achievable reference (`agents/planning/expert.py`): it knows "
+        "each question's difficulty, prices and (v1) distractors, not the luck that decides "
+        "each answer, and plays the exact expectimax policy for accuracy within the tier's "
+        "budget. *Gap closed* places a learned row between the best fixed row of its table "
+        "(0: the non-privileged fixed row of the highest accuracy within budget on these "
+        "queries, marked *rule*) and the planner (1), paired over the queries and "
+        "resampling seeds (`experiments/gaps.py`); `n/a` where the planner is not above "
+        "the rule.",
+        "",
+    ]
+    for profile, table in report["results"].items():
+        lines += [f"## Profile `{profile}`", "",
+                  "| Tier | Method | Accuracy | Accuracy within budget | Avg cost ($) "
+                  "| Expert-call ratio | Calls/query | Over budget | Gap closed |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for tier, rows in table.items():
+            best = best_single_expert(rows)
+            for method, s in rows.items():
+                gap = _gap_cell(report, profile, tier, method)
+                if profile != "mixed" and not (method in LEARNED or method == best
+                                               or method in EVERY_PROFILE or gap):
+                    continue
+                label = f"{method} (best single expert)" if method == best else method
+                if "rule" in s:
+                    label += f": {s['rule']}"
+                calls = " / ".join(f"{s['calls_per_query'][n]:.2f}" for n in names)
+                lines.append(
+                    f"| {tier} | {label} | {_cell(s['accuracy'], '.3f')} | "
+                    f"{_cell(s['accuracy_within_budget'], '.3f')} | "
+                    f"{_cell(s['avg_cost'], '.4f')} | {_cell(s['expert_call_ratio'], '.2f')} | "
+                    f"{calls} | {s['budget_exceeded']:.2f} | {gap} |")
+        lines.append("")
+    mixed = report["results"]["mixed"]
+    fixed = [m for m in EVERY_PROFILE[1:] if m in mixed[TIERS[0]]]
+    lines += ["## Learned controllers against the fixed references",
+              "", "Accuracy within budget, mixed profile; the best single expert is the one "
+              "with the highest accuracy within that tier's budget; the rule is the best "
+              "fixed row, the zero of the gap closed.", "",
+              "| Tier | Controller alone | Best single expert | " + " | ".join(fixed)
+              + " | PPO | LoRA-PPO | Rule | Gap closed: PPO | Gap closed: LoRA-PPO |",
+              "|---|---|---|" + "---|" * len(fixed) + "---|---|---|---|---|"]
+    for tier, rows in mixed.items():
+        best = best_single_expert(rows)
+        cells = [_cell(rows[m]["accuracy_within_budget"], ".3f")
+                 for m in ("Controller alone", best, *fixed, *LEARNED)]
+        cells[1] += f" ({best.removeprefix('Single expert: ')})"
+        task = report["gap_closed"]["tasks"][task_name(report["env_id"], "mixed", tier)]
+        cells.append(task["rule_label"])
+        cells += [_gap_cell(report, "mixed", tier, m) for m in LEARNED]
+        lines.append(f"| {tier} | " + " | ".join(cells) + " |")
+    lines += ["", "## Does the expert-call ratio rise with the tier?", ""]
+    for profile, table in report["results"].items():
+        for method in LEARNED:
+            ratios = [table[t][method]["expert_call_ratio"][0] for t in TIERS]
+            calls = [sum(table[t][method]["calls_per_query"].values()) for t in TIERS]
+            costs = [table[t][method]["avg_cost"][0] for t in TIERS]
+            rising = all(a <= b for a, b in itertools.pairwise(ratios))
+            lines.append(
+                f"- `{profile}`, {method}: ratio {' -> '.join(f'{r:.2f}' for r in ratios)}, "
+                f"calls/query {' -> '.join(f'{c:.2f}' for c in calls)}, cost "
+                f"{' -> '.join(f'${c:.4f}' for c in costs)}: "
+                f"{'rises (never falls)' if rising else 'does NOT rise monotonically'}.")
+    return "\n".join(lines) + "\n"
+
+
+def corl_figure(report: Mapping[str, Any]) -> bytes:
+    """Accuracy within budget vs average cost per profile; colour = tier (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    profiles = list(report["results"])
+    figure, axes = plt.subplots(1, len(profiles), figsize=(4.2 * len(profiles), 4.2))
+    colours = {"low": "tab:green", "medium": "tab:orange", "high": "tab:red"}
+    markers = "osD^vP*Xh<>p"
+    for axis, profile in zip(np.atleast_1d(axes), profiles, strict=True):
+        for tier, rows in report["results"][profile].items():
+            for index, (method, s) in enumerate(rows.items()):
+                axis.errorbar(
+                    s["avg_cost"][0], s["accuracy_within_budget"][0],
+                    yerr=[[s["accuracy_within_budget"][0] - s["accuracy_within_budget"][1]],
+                          [s["accuracy_within_budget"][2] - s["accuracy_within_budget"][0]]],
+                    fmt=markers[index % len(markers)], color=colours[tier],
+                    markerfacecolor=colours[tier] if method in LEARNED else "none",
+                    markersize=7 if method in LEARNED else 5, capsize=2,
+                    label=method if tier == "high" else None)
+            axis.axvline(report["budgets"][tier], color=colours[tier], linestyle=":",
+                         linewidth=0.8)
+        axis.set_xscale("log")
+        axis.set_title(f"profile {profile}", fontsize=10)
+        axis.set_xlabel("average cost per query ($, log)")
+        axis.grid(True, alpha=0.3)
+    np.atleast_1d(axes)[0].set_ylabel("accuracy within budget")
+    handles, labels = np.atleast_1d(axes)[0].get_legend_handles_labels()
+    figure.legend(handles, labels, fontsize=7, loc="lower center", ncol=4)
+    figure.suptitle(f"{report['env_id']}: colour = tier (green low, orange medium, red "
+                    "high); dotted = tier budget; filled = learned", fontsize=10)
+    figure.tight_layout(rect=(0, 0.12, 1, 1))
+    png = figure_png(figure)
+    plt.close(figure)
+    return png
+
+
