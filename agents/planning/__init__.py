@@ -16,15 +16,19 @@ from typing import Any
 import gymnasium as gym
 
 from agents.baselines import Baseline
+from agents.planning.flight import FlightPlanner
 from agents.planning.toolbench import AnswerModel, ExpectimaxPlanner, plan_toolbench
+from cost_envs.envs.flight_planner import FlightPlannerEnv
 from cost_envs.envs.toolbench import ToolBenchEnv
 
-__all__ = ["PLANNERS", "AnswerModel", "ExpectimaxPlanner", "plan_toolbench", "planner"]
+__all__ = ["PLANNERS", "AnswerModel", "ExpectimaxPlanner", "FlightPlanner", "plan_toolbench",
+           "planner"]
 
 #: Env class -> its planner; :func:`planner` takes the first entry the env is an instance
 #: of, so a subclass (a v1 env) listed before its parent gets its own planner.
 PLANNER_FOR_ENV: tuple[tuple[type, type[Baseline]], ...] = (
     (ToolBenchEnv, ExpectimaxPlanner),
+    (FlightPlannerEnv, FlightPlanner),  # v0 and v1: v1 keeps v0's slots in place
 )
 
 

@@ -104,6 +104,22 @@ class Seen:
     dropped: bool
 
 
+def read_observation(env: FlightPlannerEnv, observation: np.ndarray, model: FlightModel
+                     ) -> tuple[int, Seen]:
+    """The turn and what the plan shows, from v0's slots of ``observation``."""
+    layout = env.observation_layout
+    at = {name: float(observation[layout[name].start]) for name in (
+        "turns_left", "has_plan", "plan_hops", "has_quote", "quote_ratio",
+        "dropped_last_turn")}
+    turn = MAX_TURNS - round(at["turns_left"] * MAX_TURNS)
+    ratio = at["quote_ratio"] if at["has_quote"] > 0.5 else 0.0
+    seen = Seen(has_plan=at["has_plan"] > 0.5,
+                hops=round(at["plan_hops"] * (model.hop_limit + 2)),
+                quote=ratio * 2.0 * model.budget, capped=ratio >= 1.0, ratio=ratio,
+                dropped=at["dropped_last_turn"] > 0.5)
+    return turn, seen
+
+
 class Belief:
     """The posterior over (plan's route label, broken price multiplier) given the episode.
 
@@ -208,15 +224,22 @@ def simulate(model: FlightModel, pool: _Pool, alpha_beta: tuple[float, float], t
              quote: float, luck: np.ndarray, fare_luck: np.ndarray) -> np.ndarray:
     """Returns from ``turn`` on: ``first`` action, then a one-turn rule, on sampled scenarios.
 
+    The env's dynamics restated over arrays (``FlightPlannerEnv._advance`` steps one
+    episode at a time; here every candidate, rule and scenario steps at once).
+
     Args:
+        model: The task's parameters.
+        pool: The pool's strengths, roles and per-call penalties.
+        alpha_beta: Eq. 1's success and quality weights.
+        turn: The turn to start from.
         first: ``(A, m)`` bool, the candidate actions at ``turn``.
         bases: ``(P, m)`` bool, each one-turn rule's plan-and-search action; the rule
             commits once a quote within the budget and the hop limit stands.
-        route, multiplier: ``(N,)`` the plan's route label and the grid index of the
-            broken price multiplier in each scenario.
+        route: ``(N,)`` the plan's route label in each scenario.
+        multiplier: ``(N,)`` the grid index of the broken price multiplier.
         quote: The kept quote now (0 if none).
-        luck, fare_luck: ``(N, MAX_TURNS, m)`` each scenario's luck (only turns from
-            ``turn`` on are read).
+        luck: ``(N, MAX_TURNS, m)`` each scenario's ``u`` (turns from ``turn`` on).
+        fare_luck: ``(N, MAX_TURNS, m)`` each scenario's ``w``.
 
     Returns:
         ``(A, P, N)`` episode return from ``turn`` on (the env's Eq. 1 weights).
@@ -336,23 +359,10 @@ class FlightPlanner(Baseline):
         self.bases = np.zeros((len(pairs), self.n_agents), dtype=bool)
         for row, pair in enumerate(pairs):
             self.bases[row, list(pair)] = True
-        self._layout = {name: self.env.observation_layout[name].start for name in (
-            "turns_left", "has_plan", "plan_hops", "has_quote", "quote_ratio",
-            "dropped_last_turn")}
+        self._turns_left = self.env.observation_layout["turns_left"].start
         self.belief: Belief | None = None
         self._task: FlightTask | None = None
         self._last: tuple[int, list[int]] | None = None
-
-    def _read(self, observation: np.ndarray, model: FlightModel) -> tuple[int, Seen]:
-        at = {name: float(observation[i]) for name, i in self._layout.items()}
-        turn = MAX_TURNS - round(at["turns_left"] * MAX_TURNS)
-        quoted = at["has_quote"] > 0.5
-        ratio = at["quote_ratio"] if quoted else 0.0
-        seen = Seen(has_plan=at["has_plan"] > 0.5,
-                    hops=round(at["plan_hops"] * (model.hop_limit + 2)),
-                    quote=ratio * 2.0 * model.budget, capped=ratio >= 1.0, ratio=ratio,
-                    dropped=at["dropped_last_turn"] > 0.5)
-        return turn, seen
 
     def _follow(self, observation: np.ndarray) -> tuple[int, Seen]:
         """Bring the belief up to the observed turn (a new one at each episode's start)."""
@@ -361,7 +371,7 @@ class FlightPlanner(Baseline):
             raise ValueError("FlightPlanner: the env has no task yet; reset it first")
         if task is not self._task or self.belief is None:
             self._task, self.belief, self._last = task, Belief(FlightModel.of(task)), None
-        turn, seen = self._read(observation, self.belief.model)
+        turn, seen = read_observation(self.env, observation, self.belief.model)
         if turn == 0:
             self.belief, self._last = Belief(self.belief.model), None
         elif self._last is not None and self._last[0] == turn - 1:
@@ -399,9 +409,17 @@ class FlightPlanner(Baseline):
         """The first action of the best (action, one-turn rule) pair."""
         candidates, values = self.action_values(observation)
         best = int(np.argmax(values.mean(axis=2).max(axis=1)))  # first: the cheapest
-        turn = MAX_TURNS - round(float(observation[self._layout["turns_left"]]) * MAX_TURNS)
-        self._last = (turn, np.flatnonzero(candidates[best]).tolist())
+        turn = MAX_TURNS - round(float(observation[self._turns_left]) * MAX_TURNS)
+        self.played(turn, candidates[best])
         return candidates[best].copy()
+
+    def played(self, turn: int, action: np.ndarray) -> None:
+        """Note the action played at ``turn``: the next observation is read against it.
+
+        :meth:`act` calls this; call it yourself to let the planner follow an episode
+        in which another policy chose the action.
+        """
+        self._last = (int(turn), np.flatnonzero(np.asarray(action)).tolist())
 
     def predict(self, observation: np.ndarray, state: Any = None,
                 episode_start: np.ndarray | None = None, deterministic: bool = True
