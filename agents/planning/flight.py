@@ -364,8 +364,12 @@ class FlightPlanner(Baseline):
         self._task: FlightTask | None = None
         self._last: tuple[int, list[int]] | None = None
 
-    def _follow(self, observation: np.ndarray) -> tuple[int, Seen]:
-        """Bring the belief up to the observed turn (a new one at each episode's start)."""
+    def follow(self, observation: np.ndarray) -> tuple[int, Seen]:
+        """Bring the belief up to the observed turn (a new one at each episode's start).
+
+        :meth:`action_values` calls this; with :meth:`played`, it lets the planner follow
+        an episode whose actions another policy chose. Returns the turn and what it saw.
+        """
         task = self.env.task
         if task is None:
             raise ValueError("FlightPlanner: the env has no task yet; reset it first")
@@ -388,7 +392,7 @@ class FlightPlanner(Baseline):
         Score ``[a, p, n]`` is the return of candidate ``a`` then one-turn rule ``p``
         (:attr:`bases`) in scenario ``n``: its mean estimates that pair's expected return.
         """
-        turn, seen = self._follow(observation)
+        turn, seen = self.follow(observation)
         belief = self.belief
         assert belief is not None
         model = belief.model
