@@ -62,6 +62,9 @@ class FlightTask:
         luck: ``(MAX_TURNS, m)`` uniforms: a planner's proposal, a searcher's or
             validator's detection of a bad plan.
         fare_luck: ``(MAX_TURNS, m)`` uniforms: how far above the best fare a search lands.
+
+    ``luck``, ``fare_luck`` and the broken route's price draw (``route_price[2]``) are the
+    task's luck, which :func:`with_fresh_luck` redraws; the rest are its parameters.
     """
 
     fares: np.ndarray
