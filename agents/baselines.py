@@ -223,11 +223,17 @@ class OneTurnPlanSearch(Baseline):
     ``within_budget`` and ``within_hop_limit``, and never validates. Issue #10 found it
     beats PPO and LoRA-guided PPO on FlightPlanner-v0 on both success and cost per success
     (0.978 at CPS 0.0402 on the 400 evaluation tasks of seed 0).
+
+    Args:
+        env: A FlightPlanner env.
+        planner, searcher: The agents to call instead of the strongest of each role (the
+            FlightPlanner planner plays this rule with every pair as its continuation).
     """
 
     name = "one-turn"
 
-    def __init__(self, env: gym.Env) -> None:
+    def __init__(self, env: gym.Env, planner: int | None = None,
+                 searcher: int | None = None) -> None:
         super().__init__(env)
         layout = self.env.observation_layout
         flags = ("has_quote", "within_budget", "within_hop_limit")
@@ -238,6 +244,13 @@ class OneTurnPlanSearch(Baseline):
             raise ValueError(f"OneTurnPlanSearch: {self.env.env_name} has no planner and "
                              "searcher roles to call and no quote to commit; it applies to "
                              "cost_envs/FlightPlanner-v0 and -v1")
+        for k, (role, pick) in enumerate(zip(("planner", "search"), (planner, searcher),
+                                             strict=True)):
+            if pick is not None:
+                if not (0 <= pick < self.n_agents and self.env.pool.roles[pick] == role):
+                    raise ValueError(f"OneTurnPlanSearch: agent {pick!r} is not a {role!r} "
+                                     f"agent of {self.env.env_name}")
+                picks[k] = pick
         self._plan_and_search = np.zeros(self.n_agents, dtype=np.int8)
         self._plan_and_search[picks] = 1
         self._flags = [layout[flag].start for flag in flags]

@@ -96,7 +96,8 @@ FAMILY_ROWS = {
     "one-turn": FamilyRow("One-turn plan+search rule", FAMILY_BASELINES["one-turn"],
                           ("cost_envs/FlightPlanner-v0", "cost_envs/FlightPlanner-v1")),
     "planner": FamilyRow("Planner (knows the task, not the luck)", planner,
-                         ("cost_envs/ToolBench-v0",)),
+                         ("cost_envs/ToolBench-v0",
+                          "cost_envs/FlightPlanner-v0", "cost_envs/FlightPlanner-v1")),
 }
 
 

@@ -18,13 +18,15 @@ import gymnasium as gym
 from agents.baselines import Baseline
 from agents.planning.agentic import AgenticPlanner, plan_agentic
 from agents.planning.expert import ExpertPlanner
+from agents.planning.flight import FlightPlanner
 from agents.planning.toolbench import AnswerModel, ExpectimaxPlanner, plan_toolbench
 from cost_envs.envs.agentic_routing import AgenticRoutingEnv
 from cost_envs.envs.expert_routing import ExpertRoutingEnv
+from cost_envs.envs.flight_planner import FlightPlannerEnv
 from cost_envs.envs.toolbench import ToolBenchEnv
 
 __all__ = ["PLANNERS", "AgenticPlanner", "AnswerModel", "ExpectimaxPlanner", "ExpertPlanner",
-           "plan_agentic", "plan_toolbench", "planner"]
+           "FlightPlanner", "plan_agentic", "plan_toolbench", "planner"]
 
 #: Env class -> its planner; :func:`planner` takes the first entry the env is an instance
 #: of, so a subclass (a v1 env) listed before its parent gets its own planner.
@@ -32,6 +34,7 @@ PLANNER_FOR_ENV: tuple[tuple[type, type[Baseline]], ...] = (
     (ToolBenchEnv, ExpectimaxPlanner),
     (AgenticRoutingEnv, AgenticPlanner),
     (ExpertRoutingEnv, ExpertPlanner),  # v0 and v1 (a subclass): one model covers both
+    (FlightPlannerEnv, FlightPlanner),  # v0 and v1: v1 keeps v0's slots in place
 )
 
 

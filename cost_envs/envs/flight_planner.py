@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -24,6 +24,7 @@ SEARCH_MARKUP = 0.5  # a searcher of strength s pays up to 50% * (1 - s) above t
 ROUTE_NAMES = ("optimal", "detour", "broken")
 DETOUR_SHARE = 0.6  # of a planner's unlucky proposals; the rest are broken routes
 SEARCH_NOTICE = 0.5  # a searcher notices a missing leg with probability 0.5 * strength
+BROKEN_PRICE = (0.9, 1.1)  # a broken route costs P_opt * U(0.9, 1.1)
 NO_ROUTE = -1
 #: Why the plan was dropped this turn, as :meth:`FlightPlannerEnv._advance` reports it.
 NO_DROP, SEARCH_DROP, VALIDATOR_DROP = 0, 1, 2
@@ -61,6 +62,9 @@ class FlightTask:
         luck: ``(MAX_TURNS, m)`` uniforms: a planner's proposal, a searcher's or
             validator's detection of a bad plan.
         fare_luck: ``(MAX_TURNS, m)`` uniforms: how far above the best fare a search lands.
+
+    ``luck``, ``fare_luck`` and the broken route's price draw (``route_price[2]``) are the
+    task's luck, which :func:`with_fresh_luck` redraws; the rest are its parameters.
     """
 
     fares: np.ndarray
@@ -79,6 +83,27 @@ class FlightTask:
     def mean_fare(self) -> float:
         """Average fare of the legs that exist."""
         return float(_mean_fare(self.fares))
+
+
+def with_fresh_luck(task: FlightTask, rng: np.random.Generator) -> FlightTask:
+    """The same task with its luck drawn again from ``rng``, its parameters kept.
+
+    The luck is what decides each call's outcome: every agent's ``luck`` and
+    ``fare_luck`` at every turn, and the broken route's price draw (``P_opt * U(0.9,
+    1.1)``, the fare a search quotes on it). The network, the origin and destination, the
+    budget and the optimal and detour routes are shared with ``task``. Replay the result
+    with ``reset(options={"task": ...})``: averaging over such draws is averaging over the
+    luck for fixed parameters, which is how ``agents.planning``'s value estimates are
+    checked. The env never calls this, so its task stream and dynamics are unchanged.
+    """
+    turns, m = task.luck.shape
+    luck = rng.random((turns, m))
+    fare_luck = rng.random((turns, m))
+    route_price = task.route_price.copy()
+    route_price[2] = route_price[0] * rng.uniform(*BROKEN_PRICE)
+    for array in (luck, fare_luck, route_price):
+        array.flags.writeable = False
+    return replace(task, luck=luck, fare_luck=fare_luck, route_price=route_price)
 
 
 def _cheapest_walks_from(fares: np.ndarray, origin: np.ndarray, max_hops: int) -> np.ndarray:
@@ -273,7 +298,7 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
         candidates = ((first == 2) | (first == 3)) & ~np.eye(size, dtype=bool)
         pick = rng.random((n, size, size)) * candidates
         slack = rng.uniform(0.03, 0.35, n)
-        broken_price = rng.uniform(0.9, 1.1, n)
+        broken_price = rng.uniform(*BROKEN_PRICE, n)
         luck = rng.random((n, MAX_TURNS, m))
         fare_luck = rng.random((n, MAX_TURNS, m))
         # Everything below is vectorised over the block; the loop only slices.
