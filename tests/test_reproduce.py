@@ -370,10 +370,10 @@ def test_tuned_rows_train_with_the_committed_configuration(monkeypatch):
     assert paper == {"supervised": SMOKE.supervised}
 
 
-def test_planner_taught_rows_are_on_the_paper_envs_with_a_planner(smoke):
+def test_planner_taught_rows_are_where_they_are_listed_and_a_planner_exists(smoke):
     assert "lora-ppo/planner" in ROWS["cost_envs/ToolBench-v0"]
     for env_id, rows in ROWS.items():
-        expected = env_id in rep.PAPER_ENVS and rep.has_planner(env_id)
+        expected = env_id in rep.PLANNER_TAUGHT_ENVS and rep.has_planner(env_id)
         assert ("lora/planner" in rows) == ("lora-ppo/planner" in rows) == expected, env_id
         if expected:
             arguments = rep.LEARNED_ROWS["lora-ppo/planner"].arguments(env_id, SMOKE.supervised)
