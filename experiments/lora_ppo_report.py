@@ -117,33 +117,56 @@ def pareto_figure(report: Mapping[str, Any]) -> bytes:
     return png
 
 
+#: The RL rows whose training curves are drawn, where the table has them.
+CURVE_ROWS = ("ppo", "lora-ppo", "ppo/tuned", "lora-ppo/tuned", "lora-ppo/planner")
+#: Fixed rows drawn as dashed reference lines (their evaluation figures), where present.
+REFERENCE_ROWS = ("best-rule", "planner")
+
+
 def learning_curves_figure(report: Mapping[str, Any],
-                           keys: Sequence[str] = ("ppo", "lora-ppo")) -> bytes:
-    """CPS and success vs environment steps: mean over seeds, shaded over the seeds' range."""
+                           keys: Sequence[str] = CURVE_ROWS) -> bytes:
+    """CPS and success vs environment steps: mean over seeds, shaded over the seeds' range.
+
+    The best fixed rule and the planner are dashed horizontal lines at their evaluation
+    values, so a curve's distance from them shows what is left at the default budget (the
+    curves are training episodes, the lines evaluation tasks: a guide, not a paired test).
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(1, 2, figsize=(10, 4))
+    figure, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    metrics = (("cost/cps", "cps"), ("rollout/success_rate", "success_rate"))
+    seeds = set()
     for key in keys:
         histories = [h for h in report["learning_curves"].get(key, []) if h]
         if not histories:
             continue
+        seeds.add(len(histories))
         length = min(len(h) for h in histories)
         steps = np.array([point["timesteps"] for point in histories[0][:length]])
-        for axis, metric in zip(axes, ("cost/cps", "rollout/success_rate"), strict=True):
+        for axis, (metric, _) in zip(axes, metrics, strict=True):
             values = np.array([[point[metric] for point in h[:length]] for h in histories])
             axis.plot(steps, values.mean(axis=0), label=report["methods"][key]["label"])
             axis.fill_between(steps, values.min(axis=0), values.max(axis=0), alpha=0.2)
+    for key, style in zip(REFERENCE_ROWS, ("k--", "k:"), strict=True):
+        entry = report["methods"].get(key)
+        if entry is None:
+            continue
+        for axis, (_, summary_key) in zip(axes, metrics, strict=True):
+            axis.axhline(entry[summary_key], color="k",
+                         linestyle=style[1:], linewidth=1,
+                         label=f"{entry['label']} (evaluation)")
     for axis, title in zip(axes, ("CPS (last 100 training episodes)",
                                   "success rate (last 100 training episodes)"), strict=True):
         axis.set_xlabel("environment steps")
         axis.set_title(title, fontsize=10)
         axis.grid(True, alpha=0.3)
-        axis.legend(fontsize=8)
+    axes[1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     axes[0].set_yscale("log")
-    figure.suptitle(f"{report['env_id']}: training curves, mean and range over seeds")
+    count = "/".join(str(n) for n in sorted(seeds)) or "no"
+    figure.suptitle(f"{report['env_id']}: training curves, mean and range over {count} seeds")
     figure.tight_layout()
     png = figure_png(figure)
     plt.close(figure)
