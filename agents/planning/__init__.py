@@ -15,8 +15,8 @@ from typing import Any
 
 import gymnasium as gym
 
-from agents.baselines import Baseline
 from agents.planning.agentic import AgenticPlanner, plan_agentic
+from agents.planning.common import Planner
 from agents.planning.expert import ExpertPlanner
 from agents.planning.flight import FlightPlanner
 from agents.planning.toolbench import AnswerModel, ExpectimaxPlanner, plan_toolbench
@@ -26,11 +26,11 @@ from cost_envs.envs.flight_planner import FlightPlannerEnv
 from cost_envs.envs.toolbench import ToolBenchEnv
 
 __all__ = ["PLANNERS", "AgenticPlanner", "AnswerModel", "ExpectimaxPlanner", "ExpertPlanner",
-           "FlightPlanner", "plan_agentic", "plan_toolbench", "planner"]
+           "FlightPlanner", "Planner", "plan_agentic", "plan_toolbench", "planner"]
 
 #: Env class -> its planner; :func:`planner` takes the first entry the env is an instance
 #: of, so a subclass (a v1 env) listed before its parent gets its own planner.
-PLANNER_FOR_ENV: tuple[tuple[type, type[Baseline]], ...] = (
+PLANNER_FOR_ENV: tuple[tuple[type, type[Planner]], ...] = (
     (ToolBenchEnv, ExpectimaxPlanner),
     (AgenticRoutingEnv, AgenticPlanner),
     (ExpertRoutingEnv, ExpertPlanner),  # v0 and v1 (a subclass): one model covers both
@@ -38,7 +38,7 @@ PLANNER_FOR_ENV: tuple[tuple[type, type[Baseline]], ...] = (
 )
 
 
-def planner(env: gym.Env, **kwargs: Any) -> Baseline:
+def planner(env: gym.Env, **kwargs: Any) -> Planner:
     """The planner of ``env``'s family, built on ``env`` (wrapped or not).
 
     Raises:

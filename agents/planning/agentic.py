@@ -20,7 +20,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from agents.baselines import Baseline
+from agents.planning.common import Planner
 from cost_envs.envs.agentic_profiles import MAX_HORIZON, MAX_RECOVERY
 from cost_envs.envs.agentic_routing import (
     LARGE_CURVE,
@@ -31,6 +31,7 @@ from cost_envs.envs.agentic_routing import (
     success_probability,
 )
 from cost_envs.wrappers import HardBudget
+from cost_envs.wrappers.chain import find_wrapper
 
 #: The models, in the order of the plan's value tables (action bit 0 = small, 1 = large).
 MODELS = ("small", "large")
@@ -124,16 +125,7 @@ def plan_agentic(env: AgenticRoutingEnv, task: AgenticTask, small_cost: float,
     return AgenticPlan(values, large, small_cost, large_cost)
 
 
-def _budget_wrapper(env: gym.Env) -> HardBudget | None:
-    """The outermost ``HardBudget`` in ``env``'s wrapper chain, if any."""
-    while isinstance(env, gym.Wrapper):
-        if isinstance(env, HardBudget):
-            return env
-        env = env.env
-    return None
-
-
-class AgenticPlanner(Baseline):
+class AgenticPlanner(Planner):
     """Privileged: the best router for a player who knows the task but not its luck.
 
     **What it knows.** The env's generative model (its docstring's, in code: per-turn
@@ -177,7 +169,6 @@ class AgenticPlanner(Baseline):
     """
 
     name = "planner"
-    privileged = True
 
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)
@@ -185,7 +176,7 @@ class AgenticPlanner(Baseline):
             raise ValueError(f"AgenticPlanner: needs AgenticRouting's generative model (luck "
                              f"independent per turn); it applies to "
                              f"cost_envs/AgenticRouting-v0, not {self.env.env_name}")
-        self._budget = _budget_wrapper(env)
+        self._budget = find_wrapper(env, HardBudget)
         layout = self.env.observation_layout
         self._turns_left = layout["turns_left"].start
         self._progress = layout["progress"].start
@@ -231,11 +222,3 @@ class AgenticPlanner(Baseline):
                              "the env's current task")
         return np.array([plan.large[turn, done, pending, n_large]], dtype=np.int8)
 
-    def predict(self, observation: np.ndarray, state: Any = None,
-                episode_start: np.ndarray | None = None, deterministic: bool = True
-                ) -> tuple[np.ndarray, Any]:
-        """Single observations only: the planner follows one environment."""
-        if np.ndim(observation) != 1:
-            raise ValueError("AgenticPlanner follows a single environment; pass one "
-                             "observation")
-        return self.act(observation), state

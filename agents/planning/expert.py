@@ -24,10 +24,11 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from agents.baselines import Baseline
+from agents.planning.common import Planner
 from cost_envs.envs.expert_routing import ExpertRoutingEnv
 from cost_envs.envs.expert_routing_v1 import ExpertRoutingV1Env
 from cost_envs.wrappers import TIERS, BudgetTier
+from cost_envs.wrappers.chain import find_wrapper
 
 #: Largest number of answer states the planner enumerates (3 experts and 3 distractors
 #: need 1080; 5 experts and 3 distractors would need 38880).
@@ -168,7 +169,7 @@ class Objective:
         return self.gain * success
 
 
-class ExpertPlanner(Baseline):
+class ExpertPlanner(Planner):
     """Privileged: the best policy for a controller that knows the question but not its luck.
 
     **What it knows.** The env's generative model (its docstrings', in code: accuracy
@@ -214,7 +215,6 @@ class ExpertPlanner(Baseline):
     """
 
     name = "planner"
-    privileged = True
 
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)
@@ -231,7 +231,7 @@ class ExpertPlanner(Baseline):
         if states > MAX_STATES:
             raise ValueError(f"ExpertPlanner: enumerates the answer states, at most "
                              f"{MAX_STATES}; {self.m} experts need {states}")
-        self.tiers = _budget_tier(env)
+        self.tiers = find_wrapper(env, BudgetTier)
         self.objective = _objective(base, self.tiers)
         layout = base.observation_layout
         self._slots = np.r_[tuple(layout[k] for k in (
@@ -291,21 +291,6 @@ class ExpertPlanner(Baseline):
         self._turn, self._belief, self._action = turn, belief, int(pick[0])
         return episode.actions[self._action].copy()
 
-    def predict(self, observation: np.ndarray, state: Any = None,
-                episode_start: np.ndarray | None = None, deterministic: bool = True
-                ) -> tuple[np.ndarray, Any]:
-        """Single observations only: the planner follows one environment."""
-        if np.ndim(observation) != 1:
-            raise ValueError("ExpertPlanner follows a single environment; pass one observation")
-        return self.act(observation), state
-
-
-def _budget_tier(env: gym.Env) -> BudgetTier | None:
-    while isinstance(env, gym.Wrapper):
-        if isinstance(env, BudgetTier):
-            return env
-        env = env.env
-    return None
 
 
 def _objective(base: ExpertRoutingEnv, tiers: BudgetTier | None,

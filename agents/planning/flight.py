@@ -15,12 +15,11 @@ Monte-Carlo draws of the hidden route and of the luck to come (common random num
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-from agents.baselines import Baseline
+from agents.planning.common import Planner
 from cost_envs.envs.flight_planner import (
     BROKEN_PRICE,
     DETOUR_SHARE,
@@ -300,7 +299,7 @@ def simulate(model: FlightModel, pool: _Pool, alpha_beta: tuple[float, float], t
     return total.reshape(shape)
 
 
-class FlightPlanner(Baseline):
+class FlightPlanner(Planner):
     """Privileged: a belief-tracking rollout planner that knows the task but not its luck.
 
     **What it knows.** The env's generative model (its docstring's, in code: proposal
@@ -356,7 +355,6 @@ class FlightPlanner(Baseline):
     """
 
     name = "planner"
-    privileged = True
 
     def __init__(self, env: gym.Env, samples: int = 32, seed: int = 0) -> None:
         super().__init__(env)
@@ -442,10 +440,3 @@ class FlightPlanner(Baseline):
         """
         self._last = (int(turn), np.flatnonzero(np.asarray(action)).tolist())
 
-    def predict(self, observation: np.ndarray, state: Any = None,
-                episode_start: np.ndarray | None = None, deterministic: bool = True
-                ) -> tuple[np.ndarray, Any]:
-        """Single observations only: the planner follows one environment."""
-        if np.ndim(observation) != 1:
-            raise ValueError("FlightPlanner follows a single environment; pass one observation")
-        return self.act(observation), state

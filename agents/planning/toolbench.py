@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-from agents.baselines import Baseline
+from agents.planning.common import Planner
 from cost_envs.core import MAX_ORACLE_AGENTS
 from cost_envs.envs.toolbench import MAX_STAGES, MAX_TURNS, ToolBenchEnv, ToolTask
 
@@ -187,7 +186,7 @@ def plan_toolbench(env: ToolBenchEnv, task: ToolTask) -> ToolBenchPlan:
     return ToolBenchPlan(values, actions, answer)
 
 
-class ExpectimaxPlanner(Baseline):
+class ExpectimaxPlanner(Planner):
     """Privileged: the best policy for a player who knows the task but not its luck.
 
     **What it knows.** The env's generative model (its docstring's, in code: clearing
@@ -224,7 +223,6 @@ class ExpectimaxPlanner(Baseline):
     """
 
     name = "planner"
-    privileged = True
 
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)
@@ -269,12 +267,4 @@ class ExpectimaxPlanner(Baseline):
                              " is not a decision point of the env's current task")
         return plan.actions[turn, stage].copy()
 
-    def predict(self, observation: np.ndarray, state: Any = None,
-                episode_start: np.ndarray | None = None, deterministic: bool = True
-                ) -> tuple[np.ndarray, Any]:
-        """Single observations only: the planner follows one environment."""
-        if np.ndim(observation) != 1:
-            raise ValueError("ExpectimaxPlanner follows a single environment; pass one "
-                             "observation")
-        return self.act(observation), state
 

@@ -13,6 +13,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from cost_envs.wrappers.chain import find_wrapper
+
 
 class TaskReplay(gym.Wrapper[Any, Any, Any, Any]):
     """Every ``reset`` replays the next task of a fixed list (in order, or shuffled).
@@ -54,12 +56,9 @@ class TaskReplay(gym.Wrapper[Any, Any, Any, Any]):
         super().__init__(env)
         if not tasks:
             raise ValueError("TaskReplay: expected at least one task, got none")
-        layer = env
-        while isinstance(layer, gym.Wrapper):  # the inner replay would overwrite our task
-            if isinstance(layer, TaskReplay):
-                raise ValueError("TaskReplay: env already replays a task list (a TaskReplay "
-                                 "beneath); wrap the env beneath it instead")
-            layer = layer.env
+        if find_wrapper(env, TaskReplay) is not None:  # it would overwrite our task
+            raise ValueError("TaskReplay: env already replays a task list (a TaskReplay "
+                             "beneath); wrap the env beneath it instead")
         self.tasks = list(tasks)
         self._shuffle = shuffle
         self._rng = np.random.default_rng(seed)

@@ -13,6 +13,7 @@ from gymnasium.error import ResetNeeded
 
 from cost_envs.config import number
 from cost_envs.wrappers.budget import HardBudget
+from cost_envs.wrappers.chain import find_wrapper
 
 TIERS = ("low", "medium", "high")
 REWARD_MODES = ("gated", "soft")
@@ -118,7 +119,7 @@ class BudgetTier(gym.Wrapper[np.ndarray, Any, np.ndarray, Any], gym.utils.Record
             dtype=space.dtype,
         )
         self._dtype = space.dtype
-        self._hard_budget = _hard_budget_beneath(env)
+        self._hard_budget = find_wrapper(env, HardBudget)
         self._ledger = env.unwrapped
         if not hasattr(self._ledger, "episode_cost"):
             raise ValueError(f"BudgetTier: expected a cost-envs environment (with an "
@@ -210,15 +211,6 @@ class BudgetTier(gym.Wrapper[np.ndarray, Any, np.ndarray, Any], gym.utils.Record
         extra[TIERS.index(self._tier)] = 1.0
         extra[-1] = max(0.0, 1.0 - self._spent / self.budget)
         return np.concatenate([np.asarray(obs, dtype=self._dtype), extra])
-
-
-def _hard_budget_beneath(env: gym.Env) -> HardBudget | None:
-    """The ``HardBudget`` beneath this wrapper, if one is there."""
-    while isinstance(env, gym.Wrapper):
-        if isinstance(env, HardBudget):
-            return env
-        env = env.env
-    return None
 
 
 def _check_budgets(budgets: Mapping[str, float]) -> dict[str, float]:
