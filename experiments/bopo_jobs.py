@@ -125,7 +125,7 @@ SCALES = {
     # What the benchmark runs: all three profiles, 5 seeds, in about 4 minutes on 2 cores.
     "default": BopoScale("default", n_train=400, n_eval=400, timesteps=32_768,
                          bopo_lams=(0.5,), ppo_lams=(0.25, 1.0), seeds=5,
-                         scan_lams=(0.1, 0.95), linear_lams=(1.0, 4.0), scan_seeds=3),
+                         scan_lams=(0.1, 0.95), linear_lams=(1.0, 8.0, 64.0), scan_seeds=3),
 }
 
 
