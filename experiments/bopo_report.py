@@ -60,6 +60,9 @@ def _pooled(runs: Sequence[Sequence[EpisodeRecord]], returns: Sequence[Sequence[
     """Point metrics of all runs' episodes, two-level intervals over runs and tasks."""
     out = summarize([r for run in runs for r in run])
     out["call_ratio"] = dict(zip(("large",), out["call_ratio"], strict=True))
+    # per seed, as for a fixed row: the evaluation tasks, the budget cuts (mean over seeds)
+    out["episodes"] = len(runs[0])
+    out["budget_exceeded"] = out["budget_exceeded"] / len(runs)
     intervals = bootstrap_cis_over_runs(runs, HEADLINE_METRICS, n_resamples=resamples,
                                         seed=seed)
     for key, interval in zip(HEADLINE_METRICS, intervals, strict=True):
@@ -255,7 +258,7 @@ def markdown(summary: Mapping[str, Any], seconds: float | None = None) -> str:
         "bopo.json. BoPO's rows use the paper's reward (\"as in the paper\"); the λ scan "
         "below adds a variant. Norm. cost: mean of (C - C_small) / (C_large - C_small) over tasks "
         "without cost inversion. Large steps: share of steps run by the large model. "
-        "Exhausted: episodes the budget cut short. Cost term 0: share of tasks on which "
+        "Exhausted: episodes the budget cut short (learned rows: mean over seeds). Cost term 0: share of tasks on which "
         "BoPO's cost term λ·clip((C - C_lo) / (C_hi - C_lo), 0, 1) is 0 for this method's "
         "cost (at or below the cheaper boundary), so no λ changes its reward there. "
         "Return: mean episode return under the env's own reward (Eq. 1, its default "
@@ -295,7 +298,7 @@ def markdown(summary: Mapping[str, Any], seconds: float | None = None) -> str:
                 f"{_ci(m, 'avg_cost', '.4f')} | {_ci(m, 'cps', '.4f')} | "
                 f"{_opt(m['normalised_cost'], '.2f')} | {m['call_ratio']['large']:.2f} | "
                 + " / ".join(_opt(by[s], ".2f") for s in STRATA)
-                + f" | {m['budget_exceeded']} | {m['cost_term_zero']:.2f} | "
+                + f" | {m['budget_exceeded']:g} | {m['cost_term_zero']:.2f} | "
                 + (_ci(m, "episode_return", ".3f") if "episode_return" in m else "-")
                 + f" | {_gap_cell(gap, key)} |")
         if gap is not None:

@@ -482,6 +482,6 @@ def test_the_report_counts_the_tasks_where_the_cost_weight_cannot_act() -> None:
     boundary = bopo.Boundary(True, 1.0, 5, True, 3.0, 4)  # C_lo = 1, C_hi = 3
     costs = [0.5, 1.0, 2.0, 3.5]  # below, at, between, above the boundaries
     records = [EpisodeRecord(True, 10.0, c, 1.0, np.array([1]), 4) for c in costs]
-    summary = method_summary(records, [boundary] * 4, resamples=10, seed=0)
+    summary = method_summary([records], [boundary] * 4, resamples=10, seed=0)
     assert summary["cost_term_zero"] == pytest.approx(0.5)
     assert [boundary.position(c) for c in costs] == [0.0, 0.0, 0.5, 1.0]
