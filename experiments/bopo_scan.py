@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from cost_envs.metrics import EpisodeRecord, bootstrap_mean_ci
+from cost_envs.metrics import EpisodeRecord, bootstrap_mean_ci, call_ratio
 
 #: The rule every scan row is compared with.
 RULE = "difficulty-threshold"
@@ -51,6 +51,9 @@ def _row(runs: Sequence[Run], resamples: int, seed: int) -> dict[str, Any]:
         values = _matrix(runs, quantity)
         out[quantity] = _interval(values, resamples, seed)
         out[f"{quantity}_per_seed"] = [float(v) for v in values.mean(axis=1)]
+    # what the policy does, not only how it ends: the share of steps on the large model
+    out["large_steps_per_seed"] = [float(call_ratio(records)[0]) for records, _ in runs]
+    out["large_steps"] = float(call_ratio([r for records, _ in runs for r in records])[0])
     return out
 
 
@@ -128,21 +131,23 @@ def scan_markdown(block: Mapping[str, Any], labels: Mapping[str, str]) -> list[s
         "(C_hi - C_lo), 0, 1) with λ < 1; *linear* (not in the paper): λ·(C - C_lo) / "
         "(C_hi - C_lo), unclipped, any λ >= 0. Values pool the seeds: the mean over seeds "
         "and tasks, with a 95% two-level bootstrap interval over seeds and tasks. vs rule: "
-        "the row minus the fitted difficulty threshold, paired over tasks.",
+        "the row minus the fitted difficulty threshold, paired over tasks. Large steps: "
+        "share of steps on the large model (pooled).",
         "",
-        "| Cost term | λ | Success | Avg cost ($) | Return | Success vs rule | Cost vs rule |",
-        "|---|---|---|---|---|---|---|",
+        "| Cost term | λ | Success | Avg cost ($) | Return | Large steps | Success vs rule | "
+        "Cost vs rule |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for row in block["rows"].values():
         lines.append(
             f"| {row['cost_term']} | {row['lam']:g} | {_cell(row['success_rate'], '.3f')} | "
             f"{_cell(row['avg_cost'], '.4f')} | {_cell(row['episode_return'], '.3f')} | "
-            f"{_cell(row['vs_rule']['success_rate'], '+.3f')} | "
+            f"{row['large_steps']:.3f} | {_cell(row['vs_rule']['success_rate'], '+.3f')} | "
             f"{_cell(row['vs_rule']['avg_cost'], '+.4f')} |")
     rule = block["rule"]
     lines.append(f"| {labels.get(rule['key'], rule['key'])} | - | "
                  f"{_cell(rule['success_rate'], '.3f')} | {_cell(rule['avg_cost'], '.4f')} | "
-                 f"{_cell(rule['episode_return'], '.3f')} | - | - |")
+                 f"{_cell(rule['episode_return'], '.3f')} | {rule['large_steps']:.3f} | - | - |")
     for term, spread in block["spread"].items():
         low, high = (block["rows"][k]["lam"] for k in (spread["from"], spread["to"]))
         lines += ["", f"**{term}**: λ = {high:g} minus λ = {low:g}, paired over seeds and "

@@ -93,6 +93,8 @@ def test_the_scan_block_pairs_its_spreads_over_seeds_and_tasks() -> None:
     row = block["rows"]["bopo-linear/8"]
     assert row["cost_term"] == "linear" and row["lam"] == 8.0
     assert row["avg_cost_per_seed"] == pytest.approx([1.5, 1.0])
+    # one large call in 4 steps per episode
+    assert row["large_steps"] == 0.25 and block["rule"]["large_steps"] == 0.25
     assert row["vs_rule"]["avg_cost"][0] == pytest.approx(1.25 - 1.8)
     assert block["rows"]["bopo/0.1"]["vs_rule"]["success_rate"][0] == pytest.approx(0.0)
     with pytest.raises(ValueError, match="difficulty-threshold"):
