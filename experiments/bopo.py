@@ -291,8 +291,10 @@ def _warm_entry(warm: Sequence[WarmStart]) -> dict[str, Any]:
 def _curves(runs: Sequence[LearnResult]) -> dict[str, Any]:
     """A row's learning curve: the mean over seeds at each checkpoint, and each seed's."""
     per_seed = [list(r.curve) for r in runs]
-    mean = [{k: float(sum(c[i][k] for c in per_seed) / len(per_seed)) for k in per_seed[0][i]}
-            for i in range(len(per_seed[0]))]
+    mean = [{"timesteps": point["timesteps"],
+             **{k: float(sum(c[i][k] for c in per_seed) / len(per_seed))
+                for k in point if k != "timesteps"}}
+            for i, point in enumerate(per_seed[0])]
     return {"mean": mean, "per_seed": per_seed}
 
 

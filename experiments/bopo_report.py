@@ -322,7 +322,9 @@ def markdown(summary: Mapping[str, Any], seconds: float | None = None) -> str:
             outcomes.append(_frontier_sentence(profile, comp))
             lines += ["", outcomes[-1]]
     if "lambda_scan" in summary:
-        lines += scan_markdown(summary["lambda_scan"], {k: label(k) for k in LABELS})
+        scan = summary["lambda_scan"]
+        methods = summary["profiles"][scan["profile"]]["methods"]
+        lines += scan_markdown(scan, {k: m["label"] for k, m in methods.items()})
     lines += ["", "## Outcome", "", *(f"* {s}" for s in outcomes), "",
               "Dominance is judged on point estimates; a paired interval that contains 0 means "
               "the ordering of those two points is not resolved by these seeds and "

@@ -47,6 +47,9 @@ long-horizon agent task to a small or a large model. Its ingredients, as impleme
    failure). The reference enters as this per-task shift of the return; SB3 then
    computes GAE advantages against its critic as usual, and the critic sees the task
    only through the observation, so the shift is not an exact per-task baseline.
+   Beside this cost term, as in the paper, :class:`BoPOReward` offers a variant that is
+   not the paper's, ``cost_term="linear"`` (unclipped, any ``lam >= 0``; see
+   :data:`COST_TERMS` for why).
 7. **Strict budgets at inference.** Every method (baselines included) is evaluated under
    ``HardBudget(on_exceed="mask")`` with one per-task budget per profile (the 90th
    percentile of always-large's cost on the training tasks): a large step that does not
@@ -57,10 +60,11 @@ long-horizon agent task to a small or a large model. Its ingredients, as impleme
 Training details, shared by BoPO and PPO: ``MaskablePPO("MlpPolicy")`` with separate
 64-64 tanh policy and value MLPs, Adam at ``LEARNING_RATE`` (1e-3), 8 training envs
 (each replaying the training tasks in its own shuffled order) x 256 steps per rollout,
-minibatch 256, 5 epochs, ``gamma = 1``, GAE 0.95, clip 0.2, entropy 0.01, one training
-seed. An episode the budget cuts short is final for the learner (reported as terminated
-by the reward wrappers, so no value is bootstrapped past it). Each run is also scored at
-the scale's checkpoints (its learning curve; step 0 of BoPO is the SFT policy).
+minibatch 256, 5 epochs, ``gamma = 1``, GAE 0.95, clip 0.2, entropy 0.01 (the experiment
+trains 5 seeds, each on its own training-task draw and SFT warm start). An episode the
+budget cuts short is final for the learner (reported as terminated by the reward
+wrappers, so no value is bootstrapped past it). Each run is also scored at the scale's
+checkpoints (its learning curve; step 0 of BoPO is the SFT policy).
 
 The baselines are :data:`agents.baselines.ROUTING_BASELINES` (AlwaysSmall, AlwaysLarge,
 RandomMix at several ``p``, Cascade at several patiences), the privileged hindsight oracle,
@@ -75,8 +79,10 @@ network. The experiment (scales, training runs, the comparison on the three prof
 its report ``bopo.md``) is ``experiments/bopo.py`` in the repository, not part of the
 installed package. There, every method is scored on the same evaluation tasks (drawn
 with task seed ``EVAL_TASK_SEED``; training tasks use ``BOPO_TRAIN_TASK_SEED``), with 95%
-percentile-bootstrap intervals over those tasks; frontier points vary ``lam`` for BoPO
-and PPO, ``p`` for RandomMix and the patience for Cascade.
+percentile-bootstrap intervals over those tasks (over seeds and tasks for the learned
+routers); frontier points vary ``lam`` for PPO, ``p`` for RandomMix and the patience for
+Cascade, and a λ scan trains BoPO at several ``lam`` with both cost terms
+(:data:`COST_TERMS`).
 """
 
 from __future__ import annotations
