@@ -6,8 +6,9 @@ the best fixed rule of the profile's table, the fitted difficulty threshold or t
 searched on training tasks, whichever has the higher mean return on the evaluation tasks
 (the choice is recorded as ``rule_method``); the reference is the planner that knows the
 task but not its luck (:class:`agents.planning.AgenticPlanner`). The learned methods are
-the SFT warm start and every BoPO and PPO cost weight, each trained with one seed; their
-shares are :func:`experiments.gaps.task_entry`'s.
+the SFT warm start and every BoPO and PPO cost weight of the table, each with every
+training seed's per-episode returns; their shares are :func:`experiments.gaps.task_entry`'s
+(paired over the episodes, resampling seeds; ``per_seed`` holds each seed's share).
 
 BoPO and PPO do not train on this score: they maximise their own cost-weighted rewards
 (``BoPOReward``, ``CostPenaltyReward``), so a share below 1 also measures how far their
@@ -37,8 +38,11 @@ def is_learned(key: str) -> bool:
     return key.split("/")[0] in LEARNED_FAMILIES
 
 
-def best_rule(returns: Mapping[str, Sequence[float]]) -> str:
+def best_rule(returns: Mapping[str, Sequence[Sequence[float]]]) -> str:
     """The key of the rule of :data:`RULES` with the higher mean return (the first on ties).
+
+    ``returns[key]`` are the runs of ``key`` (one for a fixed rule), each a list of
+    per-episode returns.
 
     Raises:
         ValueError: If ``returns`` holds none of the rules.
@@ -50,21 +54,34 @@ def best_rule(returns: Mapping[str, Sequence[float]]) -> str:
     return max(present, key=lambda key: (float(np.mean(returns[key])), -present.index(key)))
 
 
-def profile_entry(returns: Mapping[str, Sequence[float]], resamples: int = 1000,
+def profile_entry(returns: Mapping[str, Sequence[Sequence[float]]], resamples: int = 1000,
                   seed: int = 0) -> dict[str, Any]:
-    """One profile's task entry from each method's per-episode returns (same task order)."""
+    """One profile's task entry: ``returns[key][s][j]``, run ``s`` of ``key`` on episode ``j``.
+
+    A fixed row has one run; a learned row one per training seed; every run is on the
+    same tasks in the same order.
+    """
     if REFERENCE not in returns:
         raise ValueError(f"bopo gap_closed: expected the planner's returns ({REFERENCE!r}), "
                          f"got {sorted(returns)}")
     rule = best_rule(returns)
-    learned = {key: (label(key), [returns[key]]) for key in returns if is_learned(key)}
-    entry = gaps.task_entry(returns[rule], returns[REFERENCE], learned, resamples, seed)
+    learned = {key: (label(key), returns[key]) for key in returns if is_learned(key)}
+    entry = gaps.task_entry(_single(returns, rule), _single(returns, REFERENCE), learned,
+                            resamples, seed)
     return {"rule_method": rule, "rule_label": label(rule), **entry}
 
 
-def gap_block(returns: Mapping[str, Mapping[str, Sequence[float]]], resamples: int = 1000,
-              seed: int = 0) -> dict[str, Any]:
-    """The block of ``bopo.json``: ``returns[profile][method]`` are per-episode returns."""
+def _single(returns: Mapping[str, Sequence[Sequence[float]]], key: str) -> Sequence[float]:
+    """The one run of a fixed row."""
+    if len(returns[key]) != 1:
+        raise ValueError(f"bopo gap_closed: expected one run of the fixed row {key!r}, got "
+                         f"{len(returns[key])}")
+    return returns[key][0]
+
+
+def gap_block(returns: Mapping[str, Mapping[str, Sequence[Sequence[float]]]],
+              resamples: int = 1000, seed: int = 0) -> dict[str, Any]:
+    """The block of ``bopo.json``: ``returns[profile][method]`` are its runs' returns."""
     return gaps.block(
         EXPERIMENT,
         score="episode return (Eq. 1, the env's reward weights, under the per-task budget)",

@@ -19,14 +19,24 @@ import numpy as np
 from agents.evaluation import EvaluationResult, value_interval
 from agents.routing.bopo import BUDGET_QUANTILE, NET_ARCH, STRATA, Boundary
 from agents.seeds import EVAL_TASK_SEED
-from cost_envs.metrics import EpisodeRecord, bootstrap_mean_ci, pareto_front
+from cost_envs.metrics import (
+    HEADLINE_METRICS,
+    EpisodeRecord,
+    bootstrap_cis_over_runs,
+    bootstrap_mean_ci,
+    interval_around,
+    pareto_front,
+    summarize,
+)
 from experiments import gaps
+from experiments.bopo_scan import scan_markdown
 from experiments.common import figure_png
 
 # ---------------------------------------------------------------------- scoring
 LABELS = {"always-small": "AlwaysSmall", "always-large": "AlwaysLarge",
           "oracle": "Oracle (privileged)", "planner": "Planner (knows the task, not the luck)",
-          "sft": "SFT warm start only", "bopo": "BoPO",
+          "sft": "SFT warm start only", "bopo": "BoPO, as in the paper",
+          "bopo-linear": "BoPO, linear cost term (not in the paper)",
           "ppo": "PPO (vanilla)", "random-mix": "RandomMix", "cascade": "Cascade",
           "difficulty-threshold": "Difficulty threshold",
           "best-rule": "Best fixed rule (searched on training tasks)"}
@@ -40,30 +50,62 @@ def label(key: str) -> str:
     name = LABELS.get(family, family)
     if not value:
         return name
-    knob = {"bopo": "λ", "ppo": "λ", "random-mix": "p", "cascade": "patience"}[family]
+    knob = {"bopo": "λ", "bopo-linear": "λ", "ppo": "λ", "random-mix": "p",
+            "cascade": "patience"}[family]
     return f"{name} ({knob}={value})"
 
 
-def method_summary(records: Sequence[EpisodeRecord], boundaries: Sequence[Boundary],
-                   resamples: int, seed: int, returns: Sequence[float] = ()
+def _pooled(runs: Sequence[Sequence[EpisodeRecord]], returns: Sequence[Sequence[float]],
+            resamples: int, seed: int) -> dict[str, Any]:
+    """Point metrics of all runs' episodes, two-level intervals over runs and tasks."""
+    out = summarize([r for run in runs for r in run])
+    out["call_ratio"] = dict(zip(("large",), out["call_ratio"], strict=True))
+    # per seed, as for a fixed row: the evaluation tasks, the budget cuts (mean over seeds)
+    out["episodes"] = len(runs[0])
+    out["budget_exceeded"] = out["budget_exceeded"] / len(runs)
+    intervals = bootstrap_cis_over_runs(runs, HEADLINE_METRICS, n_resamples=resamples,
+                                        seed=seed)
+    for key, interval in zip(HEADLINE_METRICS, intervals, strict=True):
+        out[f"{key}_ci"] = interval_around(out[key], interval)
+    per_seed = {"success_rate": [float(np.mean([r.success for r in run])) for run in runs],
+                "avg_cost": [float(np.mean([r.cost for r in run])) for run in runs]}
+    if returns:
+        mean, low, high = bootstrap_mean_ci(np.asarray(returns, dtype=np.float64),
+                                            n_resamples=resamples, seed=seed)
+        out["episode_return"], out["episode_return_ci"] = mean, [low, high]
+        per_seed["episode_return"] = [float(np.mean(g)) for g in returns]
+    out["per_seed"] = per_seed
+    return out
+
+
+def method_summary(runs: Sequence[Sequence[EpisodeRecord]], boundaries: Sequence[Boundary],
+                   resamples: int, seed: int, returns: Sequence[Sequence[float]] = ()
                    ) -> dict[str, Any]:
     """One method's metrics with intervals, success per stratum and normalised cost.
 
-    With the episodes' ``returns``, also their mean ``episode_return`` and its interval.
+    ``runs[s]`` are training seed ``s``'s evaluation episodes (one run for a fixed row),
+    ``returns[s]`` their returns (then also the mean ``episode_return`` and its interval).
+    One run: 95% percentile-bootstrap intervals over tasks. Several: the metrics of the
+    pooled episodes (the mean over seeds: every run has the same tasks), with two-level
+    intervals over seeds and tasks (:func:`cost_envs.metrics.bootstrap_cis_over_runs`),
+    and each seed's ``per_seed`` values.
     """
-    summary = EvaluationResult(tuple(records), ("large",), EVAL_TASK_SEED,
-                               tuple(returns)).summary(n_resamples=resamples, seed=seed)
-    by = {s: [r.success for r, b in zip(records, boundaries, strict=True) if b.stratum == s]
-          for s in STRATA}
+    if len(runs) == 1:
+        summary = EvaluationResult(tuple(runs[0]), ("large",), EVAL_TASK_SEED,
+                                   tuple(returns[0]) if returns else ()
+                                   ).summary(n_resamples=resamples, seed=seed)
+    else:
+        summary = _pooled(runs, returns, resamples, seed)
+    pairs = [(r, b) for run in runs for r, b in zip(run, boundaries, strict=True)]
+    by = {s: [r.success for r, b in pairs if b.stratum == s] for s in STRATA}
     summary["success_by_stratum"] = {s: (float(np.mean(v)) if v else None)
                                      for s, v in by.items()}
-    plain = [b.normalised(r.cost) for r, b in zip(records, boundaries, strict=True)
+    plain = [b.normalised(r.cost) for r, b in pairs
              if not b.inverted and b.large_cost != b.small_cost]
     summary["normalised_cost"] = float(np.mean(plain)) if plain else None
     # BoPO's cost term lam * position(C) is clipped to 0 at or below the cheaper boundary's
     # cost: on those tasks the cost weight cannot move the reward at all.
-    summary["cost_term_zero"] = float(np.mean(
-        [b.position(r.cost) == 0.0 for r, b in zip(records, boundaries, strict=True)]))
+    summary["cost_term_zero"] = float(np.mean([b.position(r.cost) == 0.0 for r, b in pairs]))
     return summary
 
 
@@ -73,31 +115,38 @@ def frontier_coverage(ours: Mapping[str, tuple[float, float]],
     return sum(any(s >= ts and c <= tc for s, c in ours.values()) for ts, tc in theirs.values())
 
 
-def paired_success_difference(a: Sequence[EpisodeRecord], b: Sequence[EpisodeRecord],
-                              resamples: int = 1000, seed: int = 0, confidence: float = 0.95
+def paired_success_difference(a: Sequence[Sequence[EpisodeRecord]],
+                              b: Sequence[Sequence[EpisodeRecord]], resamples: int = 1000,
+                              seed: int = 0, confidence: float = 0.95
                               ) -> tuple[float, float, float]:
     """Success rate of ``a`` minus ``b`` on the same tasks, with a paired bootstrap interval.
 
-    Both record lists follow the same task order; each resample draws tasks with
-    replacement and takes both methods' episodes on them: the percentile bootstrap of
-    the mean per-task difference (:func:`cost_envs.metrics.bootstrap_mean_ci`).
+    ``a[s]`` and ``b[s]`` are runs (training seeds) on the same tasks in the same order; a
+    single run of ``b`` (a fixed row) is compared with every run of ``a``, otherwise run
+    ``s`` with run ``s`` (the same seed, so the same training draw). The interval is
+    :func:`cost_envs.metrics.bootstrap_mean_ci` of the per-task differences: over tasks
+    for one run, two-level over seeds and tasks for several.
 
     Returns:
         ``(difference, low, high)``.
 
     Raises:
-        ValueError: On record lists of different lengths or empty ones, or invalid
-            bootstrap arguments.
+        ValueError: On runs of different lengths or empty ones, other run counts, or
+            invalid bootstrap arguments.
     """
-    if len(a) != len(b) or not a:
-        raise ValueError("paired_success_difference: expected two equally long, non-empty "
-                         "evaluations of the same tasks")
-    diff = np.array([x.success for x in a], float) - np.array([y.success for y in b], float)
-    return bootstrap_mean_ci(diff, n_resamples=resamples, confidence=confidence, seed=seed)
+    left = [[float(x.success) for x in run] for run in a]
+    right = [[float(y.success) for y in run] for run in b]
+    lengths = {len(run) for run in left + right}
+    if len(lengths) != 1 or 0 in lengths or len(right) not in (1, len(left)):
+        raise ValueError("paired_success_difference: expected equally long, non-empty "
+                         "evaluations of the same tasks, and one run of b or one per run of a")
+    diff = np.array(left) - np.array(right)
+    return bootstrap_mean_ci(diff if len(diff) > 1 else diff[0], n_resamples=resamples,
+                             confidence=confidence, seed=seed)
 
 
 def compare_frontiers(points: Mapping[str, tuple[float, float]], rival: str,
-                      records: Mapping[str, Sequence[EpisodeRecord]] | None = None,
+                      records: Mapping[str, Sequence[Sequence[EpisodeRecord]]] | None = None,
                       resamples: int = 1000, seed: int = 0) -> dict[str, Any]:
     """BoPO's frontier against ``rival``'s (keys ``bopo/...`` and ``<rival>/...``).
 
@@ -105,8 +154,9 @@ def compare_frontiers(points: Mapping[str, tuple[float, float]], rival: str,
     point, and not the other way round), ``is dominated by``, ``ties with`` or
     ``crosses``, on point estimates. ``matched`` pairs each BoPO frontier point with the
     rival's most successful point that costs no more (or, when none is as cheap, the
-    rival's cheapest point) and, given ``records``, the paired bootstrap interval of
-    BoPO's success minus that point's, which says whether the ordering is resolved.
+    rival's cheapest point) and, given ``records`` (key -> its runs), the paired bootstrap
+    interval of BoPO's success minus that point's (:func:`paired_success_difference`),
+    which says whether the ordering is resolved.
     """
     rival_points = {k: v for k, v in points.items() if k.startswith(f"{rival}/")}
     bopo = pareto_front({k: v for k, v in points.items() if k.startswith("bopo/")})
@@ -180,8 +230,8 @@ def _frontier_sentence(profile: str, comp: Mapping[str, Any]) -> str:
         f"{len(comp['rival_front'])} {name} frontier points, {name} "
         f"{comp['bopo_points_dominated']} of {len(comp['bopo_front'])} BoPO points). "
         f"Success of each BoPO frontier point minus that of the best {name} point costing "
-        f"no more, with 95% paired bootstrap intervals over tasks (BoPO resolved better at "
-        f"{better} of {compared} such comparisons, worse at {worse}, unresolved at "
+        f"no more, with 95% paired bootstrap intervals over seeds and tasks (BoPO resolved "
+        f"better at {better} of {compared} such comparisons, worse at {worse}, unresolved at "
         f"{unresolved}): " + "; ".join(pairs) + "."
     )
 
@@ -195,21 +245,28 @@ def markdown(summary: Mapping[str, Any], seconds: float | None = None) -> str:
         f"Scale `{sc['name']}`: {sc['n_train']} training tasks and {sc['n_eval']} evaluation "
         f"tasks per profile (task seeds {summary['train_task_seed']} and "
         f"{summary['eval_task_seed']}); every learned router is MaskablePPO with "
-        f"{list(NET_ARCH)} policy and value MLPs trained for {sc['timesteps']} steps "
-        "(seed 0). Every method is scored on the same evaluation tasks under "
+        f"{list(NET_ARCH)} policy and value MLPs trained for {sc['timesteps']} steps, "
+        f"with training seeds {', '.join(map(str, summary['seeds']))}, each on its own "
+        "training-task draw, boundaries and SFT warm start (the fixed rules are fitted on "
+        "the first seed's draw, which also sets the budget). Every method is scored on the "
+        "same evaluation tasks under "
         "`HardBudget(on_exceed=\"mask\")` with the profile's per-task budget (the "
-        f"{BUDGET_QUANTILE:.0%} quantile of always-large's training cost). Values are "
+        f"{BUDGET_QUANTILE:.0%} quantile of always-large's training cost). Fixed rows: "
         f"point estimates with 95% bootstrap intervals over tasks ({sc['resamples']} "
-        "resamples). Norm. cost: mean of (C - C_small) / (C_large - C_small) over tasks "
-        "without cost inversion. Large steps: share of steps run by the large model. "
-        "Exhausted: episodes the budget cut short. Cost term 0: share of tasks on which "
-        "BoPO's cost term λ·clip((C - C_lo) / (C_hi - C_lo), 0, 1) is 0 for this method's "
-        "cost (at or below the cheaper boundary), so no λ changes its reward there. "
+        "resamples). Learned rows (SFT, PPO, BoPO): the mean over seeds and tasks with a "
+        "95% two-level bootstrap interval over seeds and tasks; each seed's values are in "
+        "bopo.json. BoPO's rows use the paper's reward (\"as in the paper\"); the λ scan "
+        "below adds a variant. Norm. cost: mean of (C - C_small) / (C_large - C_small) over "
+        "tasks without cost inversion. Large steps: share of steps run by the large model. "
+        "Exhausted: episodes the budget cut short (learned rows: mean over seeds). Cost "
+        "term 0: share of tasks on which BoPO's cost term λ·clip((C - C_lo) / (C_hi - "
+        "C_lo), 0, 1) is 0 for this method's cost (at or below the cheaper boundary), so "
+        "no λ changes its reward there. "
         "Return: mean episode return under the env's own reward (Eq. 1, its default "
         "weights, budget cuts included). Gap closed: the share of the gap in mean return "
         "between the profile's best fixed rule (0; named under its table) and the planner "
         "that knows the task's hidden parameters but not its luck (1) that a learned router "
-        "closes, with a 95% bootstrap interval over tasks (one training seed). The planner "
+        "closes, with a 95% bootstrap interval over seeds and tasks. The planner "
         "and the oracle read hidden state and are on no frontier.",
     ]
     if seconds is not None:
@@ -227,7 +284,7 @@ def markdown(summary: Mapping[str, Any], seconds: float | None = None) -> str:
             f"{rep['inversion_share_eval']:.1%} of evaluation tasks, "
             f"{rep['inversion_share_train']:.1%} of training tasks. SFT data: "
             + ", ".join(f"{n} {s}" for s, n in rep["sft"]["trajectories"].items())
-            + f" trajectories ({rep['sft']['steps']} steps); demonstrated-action "
+            + f" trajectories ({rep['sft']['steps']} steps, first seed); demonstrated-action "
             f"log-likelihood {before:.3f} -> {after:.3f}.",
             "",
             "| Method | Success | Avg cost ($) | CPS ($) | Norm. cost | Large steps | Success "
@@ -242,7 +299,7 @@ def markdown(summary: Mapping[str, Any], seconds: float | None = None) -> str:
                 f"{_ci(m, 'avg_cost', '.4f')} | {_ci(m, 'cps', '.4f')} | "
                 f"{_opt(m['normalised_cost'], '.2f')} | {m['call_ratio']['large']:.2f} | "
                 + " / ".join(_opt(by[s], ".2f") for s in STRATA)
-                + f" | {m['budget_exceeded']} | {m['cost_term_zero']:.2f} | "
+                + f" | {m['budget_exceeded']:g} | {m['cost_term_zero']:.2f} | "
                 + (_ci(m, "episode_return", ".3f") if "episode_return" in m else "-")
                 + f" | {_gap_cell(gap, key)} |")
         if gap is not None:
@@ -252,21 +309,26 @@ def markdown(summary: Mapping[str, Any], seconds: float | None = None) -> str:
                       f"({gap['reference']:.3f})."]
         curves = rep["learning_curves"]
         if curves:
-            steps = [point["timesteps"] for point in next(iter(curves.values()))]
-            lines += ["", "Learning curves (evaluation tasks, same budget): success / "
-                      "average cost after each number of RL steps.", "",
+            steps = [point["timesteps"] for point in next(iter(curves.values()))["mean"]]
+            lines += ["", "Learning curves (evaluation tasks, same budget, mean over seeds): "
+                      "success / average cost after each number of RL steps.", "",
                       "| Router | " + " | ".join(f"{n} steps" for n in steps) + " |",
                       "|---|" + "---|" * len(steps)]
             for key, curve in curves.items():
                 lines.append(f"| {label(key)} | " + " | ".join(
-                    f"{p['success_rate']:.3f} / {p['avg_cost']:.4f}" for p in curve) + " |")
+                    f"{p['success_rate']:.3f} / {p['avg_cost']:.4f}" for p in curve["mean"])
+                    + " |")
         for comp in rep["frontiers"].values():
             outcomes.append(_frontier_sentence(profile, comp))
             lines += ["", outcomes[-1]]
+    if "lambda_scan" in summary:
+        scan = summary["lambda_scan"]
+        methods = summary["profiles"][scan["profile"]]["methods"]
+        lines += scan_markdown(scan, {k: m["label"] for k, m in methods.items()})
     lines += ["", "## Outcome", "", *(f"* {s}" for s in outcomes), "",
               "Dominance is judged on point estimates; a paired interval that contains 0 means "
-              "the ordering of those two points is not resolved by these evaluation tasks "
-              "(one training seed per point).", ""]
+              "the ordering of those two points is not resolved by these seeds and "
+              "evaluation tasks.", ""]
     return "\n".join(lines)
 
 

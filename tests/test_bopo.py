@@ -267,6 +267,24 @@ def test_report_smoke_writes_everything(tmp_path) -> None:
     assert set(methods) == {"always-small", "always-large", "oracle", "planner", "sft",
                             "bopo/0.5", "ppo/0.5", "cascade/1", "random-mix/0.5",
                             "difficulty-threshold", "best-rule"}
+    assert methods["bopo/0.5"]["label"] == "BoPO, as in the paper (λ=0.5)"
+    seeds_used = data["seeds"]
+    assert seeds_used == [0, 1]
+    for key in ("sft", "bopo/0.5", "ppo/0.5"):  # learned rows pool the seeds
+        assert methods[key]["seeds"] == seeds_used
+        per_seed = methods[key]["per_seed"]
+        assert len(per_seed["success_rate"]) == 2
+        assert methods[key]["success_rate"] == pytest.approx(np.mean(per_seed["success_rate"]))
+        assert methods[key]["episode_return"] == pytest.approx(
+            np.mean(per_seed["episode_return"]))
+    scan = data["lambda_scan"]
+    assert scan["profile"] == "appworld" and scan["seeds"] == seeds_used
+    assert list(scan["rows"]) == ["bopo/0.5", "bopo/0.9", "bopo-linear/2", "bopo-linear/8"]
+    # a scan row that is also a table row is the same runs
+    assert scan["rows"]["bopo/0.5"]["success_rate"][0] == pytest.approx(
+        methods["bopo/0.5"]["success_rate"])
+    assert set(scan["spread"]) == {"clipped", "linear"}
+    assert "## λ scan (appworld)" in text and "| linear | 8 |" in text
     assert methods["always-small"]["call_ratio"]["large"] == 0.0
     assert methods["always-large"]["call_ratio"]["large"] > 0.5  # unless the budget masks it
     for profile_report in data["profiles"].values():
@@ -292,8 +310,10 @@ def test_report_smoke_writes_everything(tmp_path) -> None:
         assert f"| {best['label']} |" in text
     assert set(rep["frontiers"]) == {"ppo", "cascade"}
     curve = rep["learning_curves"]["bopo/0.5"]
-    assert [p["timesteps"] for p in curve] == [0, data["scale"]["timesteps"]]
-    assert curve[0]["success_rate"] == methods["sft"]["success_rate"]  # step 0 is the SFT
+    assert [p["timesteps"] for p in curve["mean"]] == [0, data["scale"]["timesteps"]]
+    # step 0 is the SFT, seed by seed
+    assert [c[0]["success_rate"] for c in curve["per_seed"]] \
+        == methods["sft"]["per_seed"]["success_rate"]
     _check_gap_block(data, text)
     with pytest.raises(ValueError, match="scale"):
         bopo_experiment.report(tmp_path, "huge")
@@ -315,11 +335,14 @@ def _check_gap_block(data: dict, text: str) -> None:
         assert entry["reference"] == pytest.approx(methods["planner"]["episode_return"])
         assert set(entry["methods"]) == {"sft", "bopo/0.5", "ppo/0.5"}
         for key, share in entry["methods"].items():
-            assert len(share["per_seed"]) == 1
+            assert len(share["per_seed"]) == len(data["seeds"])
             gap = entry["reference"] - entry["rule"]
             if gap > 0:
                 expected = (methods[key]["episode_return"] - entry["rule"]) / gap
                 assert share["share"][0] == pytest.approx(expected)
+                assert share["per_seed"] == pytest.approx(
+                    [(g - entry["rule"]) / gap
+                     for g in methods[key]["per_seed"]["episode_return"]])
                 assert f"| {gaps.share_cell(share)} |" in text
             else:
                 assert share["share"][0] is None
@@ -331,20 +354,23 @@ def test_gap_block_starts_from_the_better_rule_and_scores_learned_routers_only()
 
     rng = np.random.default_rng(0)
     rule = rng.normal(0.5, 0.2, 50)
-    returns = {"difficulty-threshold": rule, "best-rule": rule - 0.1, "planner": rule + 0.4,
-               "oracle": rule + 1.0, "always-small": rule - 0.5, "sft": rule + 0.1,
-               "bopo/0.4": rule + 0.3, "ppo/1": rule - 0.2}
-    flat = {**returns, "planner": rule - 0.05}  # the planner below the rule: no gap
+    returns = {k: [v] for k, v in {
+        "difficulty-threshold": rule, "best-rule": rule - 0.1, "planner": rule + 0.4,
+        "oracle": rule + 1.0, "always-small": rule - 0.5, "sft": rule + 0.1,
+        "ppo/1": rule - 0.2}.items()}
+    returns["bopo/0.4"] = [rule + 0.2, rule + 0.4]  # two seeds: shares 0.5 and 1.0
+    flat = {**returns, "planner": [rule - 0.05]}  # the planner below the rule: no gap
     block = gap_block({"alfworld": returns, "appworld": flat}, resamples=100)
     entry = block["tasks"]["alfworld"]
     assert entry["rule_method"] == "difficulty-threshold"
     assert set(entry["methods"]) == {"sft", "bopo/0.4", "ppo/1"}  # no fixed row
     shares = {k: v["share"][0] for k, v in entry["methods"].items()}
     assert shares == pytest.approx({"sft": 0.25, "bopo/0.4": 0.75, "ppo/1": -0.5})
+    assert entry["methods"]["bopo/0.4"]["per_seed"] == pytest.approx([0.5, 1.0])
     low, high = entry["methods"]["bopo/0.4"]["share"][1:]
     assert low < 0.75 < high
     assert all(v["share"][0] is None for v in block["tasks"]["appworld"]["methods"].values())
-    swapped = gap_block({"alfworld": {**returns, "best-rule": rule + 0.2}}, resamples=10)
+    swapped = gap_block({"alfworld": {**returns, "best-rule": [rule + 0.2]}}, resamples=10)
     assert swapped["tasks"]["alfworld"]["rule_method"] == "best-rule"
     with pytest.raises(ValueError, match="planner"):
         gap_block({"alfworld": {k: v for k, v in returns.items() if k != "planner"}})
@@ -362,18 +388,26 @@ def test_paired_success_difference_is_the_shared_bootstrap_of_the_mean() -> None
 
     a, b = records(0.7), records(0.5)
     diff = np.array([x.success for x in a], float) - np.array([y.success for y in b], float)
-    point, low, high = paired_success_difference(a, b, resamples=400, seed=5)
+    point, low, high = paired_success_difference([a], [b], resamples=400, seed=5)
     assert (point, low, high) == bootstrap_mean_ci(diff, n_resamples=400, confidence=0.95, seed=5)
     # the same numbers as the former hand-written bootstrap (one block of draws)
     means = diff[np.random.default_rng(5).integers(0, 120, (400, 120))].mean(axis=1)
     np.testing.assert_allclose((low, high), np.quantile(means, [0.025, 0.975]), atol=1e-12)
-    narrow = paired_success_difference(a, b, resamples=400, seed=5, confidence=0.5)
+    narrow = paired_success_difference([a], [b], resamples=400, seed=5, confidence=0.5)
     assert low <= narrow[1] <= narrow[2] <= high
     for bad in (0, -3):
         with pytest.raises(ValueError):
-            paired_success_difference(a, b, resamples=bad)
+            paired_success_difference([a], [b], resamples=bad)
     with pytest.raises(ValueError, match="equally long"):
-        paired_success_difference(a, b[:-1])
+        paired_success_difference([a], [b[:-1]])
+    # Two seeds of a against one run of b: b is compared with each seed, two-level.
+    c = records(0.7)
+    two = (np.array([[x.success for x in run] for run in (a, c)], float)
+           - np.array([y.success for y in b], float))  # a - b and c - b, seed by seed
+    assert paired_success_difference([a, c], [b], resamples=400, seed=5) \
+        == bootstrap_mean_ci(two, n_resamples=400, seed=5)
+    with pytest.raises(ValueError, match="one run of b"):
+        paired_success_difference([a, c], [b, b, b])
 
 
 def test_the_method_module_holds_no_experiment() -> None:
@@ -415,17 +449,28 @@ def test_task_replay_visits_the_list_in_order_or_shuffled(tasks) -> None:
 
 def test_results_are_reported_in_job_order_whatever_order_workers_finish() -> None:
     # Two workers finish in an order the machine's load decides; the report must not.
+    from experiments.bopo_jobs import WarmStart
+
     sc = bopo_experiment.BopoScale("order", n_train=8, n_eval=4, timesteps=16,
-                                   bopo_lams=(0.1, 0.4), ppo_lams=(0.5, 2.0), samples=1,
-                                   sft_epochs=1, n_envs=1, resamples=10, jobs=2)
+                                   bopo_lams=(0.1, 0.4), ppo_lams=(0.5, 2.0), seeds=2,
+                                   scan_profile="alfworld", linear_lams=(3.0,), scan_seeds=1)
     profiles = ("sciworld", "alfworld")
-    prepared = {p: bopo_experiment.prepare_profile(p, sc) for p in reversed(profiles)}
+
+    def warm(profile: str, seed: int) -> WarmStart:
+        return WarmStart(profile, seed, 1.0, [], {}, 0, [], (0.0, 0.0), {}, (), ())
+
+    warms = {p: {s: warm(p, s) for s in (1, 0)} for p in reversed(profiles)}
     keys = ["bopo/0.1", "bopo/0.4", "ppo/0.5", "ppo/2"]
-    finished = {p: {key: f"{p} {key}" for key in reversed(keys)} for p in profiles}
-    ordered, learned = bopo_experiment.in_job_order(prepared, finished, profiles, sc, 0)
-    assert list(ordered) == list(profiles) and list(learned) == list(profiles)
-    assert all(list(learned[p]) == keys for p in profiles)
-    assert learned["alfworld"]["ppo/2"] == "alfworld ppo/2"
+    finished = {p: {(key, s): f"{p} {key} {s}" for key in reversed([*keys, "bopo-linear/3"])
+                    for s in (1, 0)} for p in profiles}
+    prepared = {p: p for p in reversed(profiles)}
+    results = bopo_experiment.in_job_order(prepared, warms, finished, profiles, sc, 0)
+    assert list(results.prepared) == list(profiles) and list(results.learned) == list(profiles)
+    assert list(results.learned["sciworld"]) == keys
+    assert list(results.learned["alfworld"]) == [*keys, "bopo-linear/3"]  # the scan's
+    assert results.learned["alfworld"]["ppo/2"] == ["alfworld ppo/2 0", "alfworld ppo/2 1"]
+    assert results.learned["alfworld"]["bopo-linear/3"] == ["alfworld bopo-linear/3 0"]
+    assert [w.seed for w in results.warm["sciworld"]] == [0, 1]
 
 
 def test_the_report_counts_the_tasks_where_the_cost_weight_cannot_act() -> None:
@@ -437,6 +482,6 @@ def test_the_report_counts_the_tasks_where_the_cost_weight_cannot_act() -> None:
     boundary = bopo.Boundary(True, 1.0, 5, True, 3.0, 4)  # C_lo = 1, C_hi = 3
     costs = [0.5, 1.0, 2.0, 3.5]  # below, at, between, above the boundaries
     records = [EpisodeRecord(True, 10.0, c, 1.0, np.array([1]), 4) for c in costs]
-    summary = method_summary(records, [boundary] * 4, resamples=10, seed=0)
+    summary = method_summary([records], [boundary] * 4, resamples=10, seed=0)
     assert summary["cost_term_zero"] == pytest.approx(0.5)
     assert [boundary.position(c) for c in costs] == [0.0, 0.0, 0.5, 1.0]

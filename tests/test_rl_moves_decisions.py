@@ -104,15 +104,16 @@ def test_bopo_changes_decisions_of_its_sft_warm_start(learning_rate, moves) -> N
     from agents.routing.bopo import BoPOReward, draw_tasks
     from agents.routing.bopo_sft import MaskedRouter, build_model, policy_weights
     from agents.seeds import BOPO_TRAIN_TASK_SEED
-    from experiments.bopo import _vec_env, prepare_profile
+    from experiments.bopo import profile_budget
+    from experiments.bopo_jobs import SCALES, vec_env, warm_start
 
-    prepared = prepare_profile("sciworld", "smoke")
+    budget = profile_budget("sciworld", "smoke")
+    warm = warm_start("sciworld", SCALES["smoke"], 0, budget)
     tasks = draw_tasks("sciworld", 24, BOPO_TRAIN_TASK_SEED)
-    boundaries = list(prepared.train_boundaries)
-    vec = _vec_env("sciworld", tasks, prepared.budget, 2, 0,
-                   lambda e: BoPOReward(e, boundaries, 0.5))
+    boundaries = list(warm.train_boundaries)
+    vec = vec_env("sciworld", tasks, budget, 2, 0, lambda e: BoPOReward(e, boundaries, 0.5))
     model = build_model(vec, seed=0, learning_rate=learning_rate, n_steps=64, batch_size=64)
-    model.policy.load_state_dict(prepared.sft_state)
+    model.policy.load_state_dict(warm.sft_state)
     env = gym.make("cost_envs/AgenticRouting-v0", profile="sciworld")
     observations = np.stack([env.reset(seed=s)[0] for s in range(200)])
     before = MaskedRouter(policy_weights(model.policy), env)

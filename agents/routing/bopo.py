@@ -47,6 +47,9 @@ long-horizon agent task to a small or a large model. Its ingredients, as impleme
    failure). The reference enters as this per-task shift of the return; SB3 then
    computes GAE advantages against its critic as usual, and the critic sees the task
    only through the observation, so the shift is not an exact per-task baseline.
+   Beside this cost term, as in the paper, :class:`BoPOReward` offers a variant that is
+   not the paper's, ``cost_term="linear"`` (unclipped, any ``lam >= 0``; see
+   :data:`COST_TERMS` for why).
 7. **Strict budgets at inference.** Every method (baselines included) is evaluated under
    ``HardBudget(on_exceed="mask")`` with one per-task budget per profile (the 90th
    percentile of always-large's cost on the training tasks): a large step that does not
@@ -57,10 +60,11 @@ long-horizon agent task to a small or a large model. Its ingredients, as impleme
 Training details, shared by BoPO and PPO: ``MaskablePPO("MlpPolicy")`` with separate
 64-64 tanh policy and value MLPs, Adam at ``LEARNING_RATE`` (1e-3), 8 training envs
 (each replaying the training tasks in its own shuffled order) x 256 steps per rollout,
-minibatch 256, 5 epochs, ``gamma = 1``, GAE 0.95, clip 0.2, entropy 0.01, one training
-seed. An episode the budget cuts short is final for the learner (reported as terminated
-by the reward wrappers, so no value is bootstrapped past it). Each run is also scored at
-the scale's checkpoints (its learning curve; step 0 of BoPO is the SFT policy).
+minibatch 256, 5 epochs, ``gamma = 1``, GAE 0.95, clip 0.2, entropy 0.01 (the experiment
+trains 5 seeds, each on its own training-task draw and SFT warm start). An episode the
+budget cuts short is final for the learner (reported as terminated by the reward
+wrappers, so no value is bootstrapped past it). Each run is also scored at the scale's
+checkpoints (its learning curve; step 0 of BoPO is the SFT policy).
 
 The baselines are :data:`agents.baselines.ROUTING_BASELINES` (AlwaysSmall, AlwaysLarge,
 RandomMix at several ``p``, Cascade at several patiences), the privileged hindsight oracle,
@@ -75,8 +79,10 @@ network. The experiment (scales, training runs, the comparison on the three prof
 its report ``bopo.md``) is ``experiments/bopo.py`` in the repository, not part of the
 installed package. There, every method is scored on the same evaluation tasks (drawn
 with task seed ``EVAL_TASK_SEED``; training tasks use ``BOPO_TRAIN_TASK_SEED``), with 95%
-percentile-bootstrap intervals over those tasks; frontier points vary ``lam`` for BoPO
-and PPO, ``p`` for RandomMix and the patience for Cascade.
+percentile-bootstrap intervals over those tasks (over seeds and tasks for the learned
+routers); frontier points vary ``lam`` for PPO, ``p`` for RandomMix and the patience for
+Cascade, and a λ scan trains BoPO at several ``lam`` with both cost terms
+(:data:`COST_TERMS`).
 """
 
 from __future__ import annotations
@@ -219,15 +225,23 @@ class Boundary:
         """:func:`normalised_cost` of ``cost`` on this task."""
         return normalised_cost(cost, self.small_cost, self.large_cost)
 
+    def offset(self, cost: float) -> float:
+        """``(C - C_lo) / (C_hi - C_lo)``, unclipped: below 0 under the cheaper boundary.
+
+        When both boundaries cost the same the ratio is undefined: 0 at or below their
+        cost, 1 above it (a step, as in :meth:`position`).
+        """
+        low, high = sorted((self.small_cost, self.large_cost))
+        if high <= low:
+            return 0.0 if cost <= low else 1.0
+        return (cost - low) / (high - low)
+
     def position(self, cost: float) -> float:
         """``clip((C - C_lo) / (C_hi - C_lo), 0, 1)``: 0 at the cheaper boundary, 1 at the dearer.
 
         Equal to :meth:`normalised` (clipped) unless the task is inverted.
         """
-        low, high = sorted((self.small_cost, self.large_cost))
-        if high <= low:
-            return 0.0 if cost <= low else 1.0
-        return min(1.0, max(0.0, (cost - low) / (high - low)))
+        return min(1.0, max(0.0, self.offset(cost)))
 
     @classmethod
     def from_trajectories(cls, small: Trajectory, large: Trajectory) -> Boundary:
@@ -263,25 +277,52 @@ def inversion_share(boundaries: Sequence[Boundary]) -> float:
 
 
 # --------------------------------------------------------------------- rewards
-def _check_lam(lam: float) -> float:
+#: BoPO's cost terms. ``clipped``, as in the paper: ``lam * position(C)``, the cost's
+#: position between the boundaries clipped to [0, 1], with ``0 <= lam < 1``. ``linear``,
+#: a variant that is not the paper's: ``lam * offset(C)``, unclipped (a trajectory cheaper
+#: than the cheaper boundary earns a bonus, one dearer than the dearer boundary pays
+#: more), with any ``lam >= 0`` (from 1 up, a success can be worth less than its cost).
+#: Why a variant: under ``clipped`` every success outranks every failure and, among
+#: equal outcomes, the cheaper ranks higher, for every lam in (0, 1); lam only weighs a
+#: risk of failure against a share of the boundaries' cost gap, and not at all below
+#: the cheaper boundary.
+COST_TERMS = ("clipped", "linear")
+
+
+def _check_cost_term(cost_term: str) -> str:
+    if cost_term not in COST_TERMS:
+        raise ValueError(f"cost_term: expected one of {list(COST_TERMS)}, got {cost_term!r}")
+    return cost_term
+
+
+def _check_lam(lam: float, cost_term: str = "clipped") -> float:
+    if _check_cost_term(cost_term) == "linear":
+        return number(lam, "lam", minimum=0)
     # lam < 1: a success must outweigh its cost
     return number(lam, "lam", minimum=0, maximum=1, inclusive=(True, False))
 
 
-def bopo_reward(success: bool, cost: float, boundary: Boundary, lam: float) -> float:
-    """Boundary-relative episode reward ``S - lam * position(C)``."""
-    return float(success) - _check_lam(lam) * boundary.position(cost)
+def bopo_reward(success: bool, cost: float, boundary: Boundary, lam: float,
+                cost_term: str = "clipped") -> float:
+    """Boundary-relative episode reward ``S - lam * position(C)`` (``offset`` if linear)."""
+    lam = _check_lam(lam, cost_term)
+    term = boundary.position(cost) if cost_term == "clipped" else boundary.offset(cost)
+    return float(success) - lam * term
 
 
-def reference_reward(boundary: Boundary, lam: float) -> float:
+def reference_reward(boundary: Boundary, lam: float, cost_term: str = "clipped") -> float:
     """The better boundary policy's :func:`bopo_reward` on the task."""
-    return max(bopo_reward(boundary.small_success, boundary.small_cost, boundary, lam),
-               bopo_reward(boundary.large_success, boundary.large_cost, boundary, lam))
+    return max(bopo_reward(boundary.small_success, boundary.small_cost, boundary, lam,
+                           cost_term),
+               bopo_reward(boundary.large_success, boundary.large_cost, boundary, lam,
+                           cost_term))
 
 
-def guided_reward(success: bool, cost: float, boundary: Boundary, lam: float) -> float:
+def guided_reward(success: bool, cost: float, boundary: Boundary, lam: float,
+                  cost_term: str = "clipped") -> float:
     """Reference-guided reward: :func:`bopo_reward` minus :func:`reference_reward`."""
-    return bopo_reward(success, cost, boundary, lam) - reference_reward(boundary, lam)
+    return (bopo_reward(success, cost, boundary, lam, cost_term)
+            - reference_reward(boundary, lam, cost_term))
 
 
 class _BudgetCutIsFinal(gym.Wrapper[Any, Any, Any, Any]):
@@ -306,13 +347,17 @@ class BoPOReward(_BudgetCutIsFinal):
         env: A :class:`~cost_envs.wrappers.TaskReplay` stack (its ``task_index`` names
             the boundary).
         boundaries: One :class:`Boundary` per task of the replay list.
-        lam: Cost weight in ``[0, 1)``.
+        lam: Cost weight: in ``[0, 1)`` for the paper's ``clipped`` cost term, ``>= 0``
+            for ``linear``.
+        cost_term: One of :data:`COST_TERMS`; ``clipped`` is the paper's.
     """
 
-    def __init__(self, env: gym.Env, boundaries: Sequence[Boundary], lam: float) -> None:
+    def __init__(self, env: gym.Env, boundaries: Sequence[Boundary], lam: float,
+                 cost_term: str = "clipped") -> None:
         super().__init__(env)
         self.boundaries = list(boundaries)
-        self.lam = _check_lam(lam)
+        self.cost_term = _check_cost_term(cost_term)
+        self.lam = _check_lam(lam, cost_term)
 
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         """Step; the reward is paid when the episode ends (terminated or truncated).
@@ -324,7 +369,7 @@ class BoPOReward(_BudgetCutIsFinal):
         if terminated or truncated:
             boundary = self.boundaries[self.env.get_wrapper_attr("task_index")]
             reward = guided_reward(bool(info.get("success", False)), info["episode_cost"],
-                                   boundary, self.lam)
+                                   boundary, self.lam, self.cost_term)
         return obs, reward, terminated, truncated, info
 
 
