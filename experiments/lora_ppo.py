@@ -61,6 +61,7 @@ from cost_envs.metrics import (
 )
 from experiments import gaps, tune
 from experiments.common import described, recording, spawn_pool
+from experiments.tune_methods import TRAIN_ARGUMENTS
 
 #: The paper's two environments.
 PAPER_ENVS = ("cost_envs/FlightPlanner-v0", "cost_envs/ToolBench-v0")
@@ -143,7 +144,7 @@ class LearnedRow:
         if not self.tuned:
             return {"supervised": supervised}
         config = tune.chosen(self.method, env_id)
-        return None if config is None else tune.TRAIN_ARGUMENTS[self.method](config, supervised)
+        return None if config is None else TRAIN_ARGUMENTS[self.method](config, supervised)
 
 
 def has_planner(env_id: str) -> bool:

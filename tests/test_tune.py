@@ -14,6 +14,7 @@ import yaml
 from agents.seeds import EVAL_TASK_SEED, TRAIN_TASK_SEED, VALIDATION_TASK_SEED
 from experiments import __main__ as command
 from experiments import tune
+from experiments import tune_methods as methods
 
 REPO = Path(__file__).resolve().parents[1]
 CLUSTER = "ray://HOST:10001"
@@ -23,7 +24,7 @@ if not os.environ.get("CI"):  # CI installs the tune extra (make install): never
     pytest.importorskip("optuna", reason="needs the tune extra")
 
 
-FILES = {method: tune.file_name(method, env_id) for method, env_id in tune.SWEEPS}
+FILES = {method: tune.file_name(method, env_id) for method, env_id in methods.SWEEPS}
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +60,7 @@ def test_the_smoke_sweep_records_every_trial_within_the_budget(smoke) -> None:
                                 "env_steps_total": 2 * budget.timesteps}
     trials = record["trials"]
     assert [trial["trial"] for trial in trials] == [0, 1]
-    assert trials[0]["config"] == record["paper"] == dict(tune.METHODS[method].paper)
+    assert trials[0]["config"] == record["paper"] == dict(methods.METHODS[method].paper)
     # equal budget: every RL trial takes the budget's steps; supervised LoRA takes none
     steps = 0 if method == "lora" else budget.timesteps
     assert all(trial["timesteps"] == steps for trial in trials)
@@ -73,7 +74,7 @@ def test_the_smoke_sweep_records_every_trial_within_the_budget(smoke) -> None:
 
 def test_every_trial_lies_in_the_documented_space(smoke) -> None:
     record, _, _, method = smoke
-    space = {param.name: param for param in tune.METHODS[method].space}
+    space = {param.name: param for param in methods.METHODS[method].space}
     assert set(record["search_space"]) == set(space)
     assert all(param["why"] for param in record["search_space"].values())
     for trial in record["trials"]:
@@ -141,10 +142,10 @@ def test_the_address_reaches_ray_init_unchanged(address: str | None, tmp_path: P
 
 def test_a_bad_search_space_or_paper_point_is_refused() -> None:
     with pytest.raises(ValueError, match="low < high"):
-        tune.Param("lr", "log", 0.0, 1.0)
+        methods.Param("lr", "log", 0.0, 1.0)
     with pytest.raises(ValueError, match="outside the space"):
-        tune.Method("PPO", tune.PPO_SPACE, {**tune.METHODS["ppo"].paper, "n_steps": 3},
-                    tune.fit_ppo)
+        methods.Method("PPO", methods.PPO_SPACE, {**methods.METHODS["ppo"].paper, "n_steps": 3},
+                    methods.fit_ppo)
 
 
 def test_lora_ppo_configurations_reach_training_as_given(monkeypatch) -> None:
@@ -157,14 +158,14 @@ def test_lora_ppo_configurations_reach_training_as_given(monkeypatch) -> None:
         calls.append({"method": method, **kwargs})
         return Trained()
 
-    monkeypatch.setattr(tune, "train", fake_train)
-    paper = dict(tune.METHODS["lora-ppo"].paper)
-    tune.fit_lora_ppo("cost_envs/ToolBench-v0", paper, 100, 3)
+    monkeypatch.setattr(methods, "train", fake_train)
+    paper = dict(methods.METHODS["lora-ppo"].paper)
+    methods.fit_lora_ppo("cost_envs/ToolBench-v0", paper, 100, 3)
     moved = {**paper, "supervised_epochs": 2, "action_head": "trained", "learning_rate": 1e-3}
-    tune.fit_lora_ppo("cost_envs/ToolBench-v0", moved, 100, 3)
+    methods.fit_lora_ppo("cost_envs/ToolBench-v0", moved, 100, 3)
     first, second = calls
     assert first["method"] == "lora-ppo" and first["seed"] == 3
-    assert first["supervised"] == tune.SupervisedConfig()  # the paper's warm start
+    assert first["supervised"] == methods.SupervisedConfig()  # the paper's warm start
     assert "action_lr_scale" not in first["ppo"]
     assert first["ppo"] == {"learning_rate": 5e-5, "cost_coef": 0.05, "ent_coef": 0.01}
     assert second["supervised"].epochs == 2 and second["ppo"]["action_lr_scale"] == 1.0
@@ -173,7 +174,7 @@ def test_lora_ppo_configurations_reach_training_as_given(monkeypatch) -> None:
 
 def test_chosen_reads_the_committed_configuration_and_refuses_a_wrong_file(tmp_path) -> None:
     assert tune.chosen("lora-ppo", "cost_envs/Nowhere-v0", tmp_path) is None
-    config = dict(tune.METHODS["ppo"].paper)
+    config = dict(methods.METHODS["ppo"].paper)
     path = tmp_path / tune.file_name("ppo", "cost_envs/ToolBench-v0")
     path.write_text(yaml.safe_dump({"method": "ppo", "env_id": "cost_envs/ToolBench-v0",
                                     "chosen": config}))
@@ -182,7 +183,7 @@ def test_chosen_reads_the_committed_configuration_and_refuses_a_wrong_file(tmp_p
                                     "chosen": {"learning_rate": 1e-3}}))
     with pytest.raises(ValueError, match="expected the tuned ppo on cost_envs/ToolBench-v0"):
         tune.chosen("ppo", "cost_envs/ToolBench-v0", tmp_path)
-    for method, env_id in tune.SWEEPS:  # the committed files are readable
+    for method, env_id in methods.SWEEPS:  # the committed files are readable
         committed = tune.chosen(method, env_id)
         assert committed is None or set(committed) == {p.name for p in
-                                                        tune.METHODS[method].space}
+                                                        methods.METHODS[method].space}
