@@ -82,7 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="how much work (see below; default: default)")
     parser.add_argument("--out", type=Path, default=None,
                         help="output directory, created if needed (default: "
-                             "benchmarks/results in the repository; tune: experiments/tuned)")
+                             "benchmarks/results in the repository, benchmarks/results/full "
+                             "at the full scale; tune: experiments/tuned)")
     parser.add_argument("--jobs", type=_positive_int, default=None,
                         help="worker processes of lora_ppo, corl and bopo, concurrent "
                              "trials of tune (default: 2; corl and bopo smoke: 1)")
@@ -215,6 +216,13 @@ def _aggregate_after_all(args: argparse.Namespace, log: Callable[[str], None]) -
         log(f"aggregates: skipped: {error}")
 
 
+def default_out(experiment: str, scale: str) -> Path:
+    """Where results go without ``--out``: the full scale's apart from the default's."""
+    if experiment == "tune":
+        return TUNED_DIR
+    return DEFAULT_OUT / "full" if scale == "full" else DEFAULT_OUT
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse the arguments, check ``--out``, run; returns the exit code."""
     parser = build_parser()
@@ -222,7 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.address is not None and args.experiment != "tune":
         parser.error("--address: only tune runs on Ray")
     if args.out is None:
-        args.out = TUNED_DIR if args.experiment == "tune" else DEFAULT_OUT
+        args.out = default_out(args.experiment, args.scale)
     try:
         args.out = check_writable(args.out)
     except ValueError as error:

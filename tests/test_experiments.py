@@ -281,3 +281,10 @@ def test_the_installed_packages_never_import_the_experiments() -> None:
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
                           text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_full_scale_results_go_apart_from_the_default_ones() -> None:
+    assert command.default_out("lora_ppo", "default") == command.DEFAULT_OUT
+    assert command.default_out("lora_ppo", "full") == command.DEFAULT_OUT / "full"
+    assert command.default_out("all", "full") == command.DEFAULT_OUT / "full"
+    assert command.default_out("tune", "full") == command.TUNED_DIR
