@@ -132,3 +132,20 @@ def assert_same_trajectory(a: Trajectory, b: Trajectory) -> None:
         assert data_equivalence(x, y, exact=True), f"reset {i} differs: {x} != {y}"
     for i, (x, y) in enumerate(zip(a.steps, b.steps, strict=True)):
         assert data_equivalence(x, y, exact=True), f"step {i} differs:\n{x}\n!=\n{y}"
+
+
+def diverges_only_on_what_it_sees(agent: Any, env: gym.Env, task: Any, fresh: Any) -> bool:
+    """Play ``task`` and ``fresh`` (the same task, its luck redrawn) with a planner.
+
+    Asserts that the planner acts alike while the two episodes look alike (it cannot read
+    the luck) and returns whether the episodes came apart at all (the luck mattered).
+    """
+    from agents.evaluation import rollout
+
+    runs = [rollout(agent, env, options={"task": t}, record_steps=True) for t in (task, fresh)]
+    same = 0
+    while (same < min(len(r.actions) for r in runs)
+           and np.array_equal(runs[0].observations[same], runs[1].observations[same])):
+        np.testing.assert_array_equal(runs[0].actions[same], runs[1].actions[same])
+        same += 1
+    return same < max(len(r.actions) for r in runs)
