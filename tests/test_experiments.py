@@ -86,8 +86,10 @@ def test_all_writes_every_table_and_figure(smoke_all) -> None:
         assert (out / f"pareto_corl{suffix}.png").read_bytes()[:8] == PNG_MAGIC
     bopo = (out / "bopo.md").read_text(encoding="utf-8")
     assert "| Method | Success | Avg cost ($) | CPS ($) |" in bopo
-    assert bopo.count("| Difficulty threshold (fitted, t=") == len(PROFILES)
-    assert bopo.count("| Best fixed rule (searched on training tasks): ") == len(PROFILES)
+    profiles, scan = bopo.split("\n## λ scan", 1)  # the scan names the rule once more
+    assert profiles.count("| Difficulty threshold (fitted, t=") == len(PROFILES)
+    assert profiles.count("| Best fixed rule (searched on training tasks): ") == len(PROFILES)
+    assert scan.count("| Difficulty threshold (fitted, t=") == 1
     for profile in PROFILES:
         assert f"## {profile}" in bopo
         assert (out / f"pareto_bopo_{profile}.png").read_bytes()[:8] == PNG_MAGIC

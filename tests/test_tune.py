@@ -29,7 +29,7 @@ FILES = {method: tune.file_name(method, env_id) for method, env_id in methods.SW
 
 @pytest.fixture(scope="module")
 def sweeps(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str, Path]:
-    """One ``python -m experiments tune --scale smoke`` in its own process (about 45 s).
+    """One ``python -m experiments tune --scale smoke`` in its own process (about 60 s).
 
     Returns every sweep's record by method, the progress and the output directory.
     """
@@ -37,7 +37,7 @@ def sweeps(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], st
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     done = subprocess.run([sys.executable, "-m", "experiments", "tune", "--scale", "smoke",
                            "--out", str(out)], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     assert sorted(path.name for path in out.iterdir()) == sorted(FILES.values())
     records = {method: yaml.safe_load((out / name).read_text(encoding="utf-8"))
