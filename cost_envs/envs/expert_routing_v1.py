@@ -174,11 +174,10 @@ class ExpertRoutingV1Env(ExpertRoutingEnv):
 
     ## Fixed rules
 
-    Coinciding wrong answers make agreement a weaker signal, but a fixed rule still matches
-    the learned controllers in 10 of the 12 profile-tiers (overlapping intervals of the
-    accuracy within budget, one training seed; issue #10). The rule is ahead on GSM8K's
-    high tier (1.000 against 0.973), the controllers on AIME's low tier (0.207 against the
-    searched rule's 0.140, where GPT-4.1-nano alone reaches 0.205).
+    Coinciding wrong answers make agreement a weaker signal, but a fixed rule still
+    matches the learned controllers in most profile-tiers (5 seeds; issues #10, #11): they
+    are ahead on the mixed profile's low tier and behind on AIME's medium tier, where
+    GPT-4.1 alone is the best fixed row.
 
     ## Version History
 

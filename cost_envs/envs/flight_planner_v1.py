@@ -138,10 +138,10 @@ class FlightPlannerV1Env(FlightPlannerEnv):
 
     The new slots do not help a rule that reads one number: the best fixed rule of the
     family in ``agents/rules.py`` is v0's one-turn rule, 0.978 success at CPS 0.0402 on the
-    evaluation tasks. At the default training budget (20k steps, 3 seeds) PPO does not
-    exploit them yet either (0.973 at CPS 0.0423), so a fixed rule still equals the best
-    learned policy within the intervals. How much a non-clairvoyant policy could gain is
-    the subject of issue #11's planner.
+    evaluation tasks. At the default training budget (20k steps, 5 seeds) PPO does not
+    exploit them either (0.975 at CPS 0.0431; its return is below the rule's, paired over
+    tasks), while the planner that plays v1 as v0 with a belief about the route reaches
+    0.995 at CPS 0.0317 (issue #11).
 
     ## Version History
 

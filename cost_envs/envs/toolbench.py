@@ -201,15 +201,16 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
 
     ## Fixed rules
 
-    Learning buys success here, at a price (issue #10). No open-loop call pattern or single
-    threshold comes near the hand-written skill-to-tool table (RuleBased), which is the
-    best fixed rule of the family in ``agents/rules.py`` on training tasks: 0.802 success
-    at CPS 0.0738 on the 400 evaluation tasks, against PPO's 0.892 at 0.0968 (20k steps,
-    3 seeds). PPO is more successful, the rule cheaper per success: neither dominates.
-    What is reachable without the luck (issue #11): ``agents.planning.ExpectimaxPlanner``,
-    which knows each task's parameters but not its luck and maximises the expected Eq. 1
-    return exactly, reaches 0.8775 at CPS 0.0625, a mean return of 0.969 against the rule's
-    0.865; the task's ``topic`` and :func:`with_fresh_luck` exist for it.
+    Learning beats the rule here only when it is taught well (issues #10, #11). No
+    open-loop call pattern or single threshold comes near the hand-written skill-to-tool
+    table (RuleBased), the best fixed rule of the family in ``agents/rules.py``: 0.802
+    success at CPS 0.0738 and a mean Eq. 1 return of 0.865 on the 400 evaluation tasks.
+    PPO (20k steps, 5 seeds) is more successful (0.893) but dearer per success (0.0969),
+    and below the rule on return. ``agents.planning.ExpectimaxPlanner``, which knows each
+    task's parameters but not its luck and maximises the expected Eq. 1 return exactly,
+    reaches 0.877 at CPS 0.0625, return 0.969; a LoRA allocator trained to imitate it from
+    the observation alone closes 0.80 of the rule-to-planner gap. The task's ``topic`` and
+    :func:`with_fresh_luck` exist for the planner.
 
     ## Version History
 
