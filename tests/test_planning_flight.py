@@ -278,3 +278,17 @@ def test_the_one_turn_rule_refuses_an_agent_of_the_wrong_role():
     with pytest.raises(ValueError, match="agent 2 is not a 'planner' agent"):
         OneTurnPlanSearch(gym.make(V0), planner=BASIC)
 
+
+
+def test_a_quote_just_off_the_price_grid_does_not_stop_the_planner():
+    # Seed 0's task 530: an earlier quote pins the broken route's price draw to one grid
+    # point, and a later quote falls just outside that point's support; the planner must
+    # go on (ignoring that quote for the turn), not raise.
+    env = gym.make("cost_envs/FlightPlanner-v0")
+    env.reset(seed=0)
+    for _ in range(530):
+        env.reset()
+    task = env.unwrapped.task
+    agent = FlightPlanner(env)
+    played = rollout(agent, env, options={"task": task}, record_steps=True)
+    assert len(played.actions) >= 4  # it reached the turn that used to raise (turn 3)

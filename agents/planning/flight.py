@@ -161,6 +161,7 @@ class Belief:
             notice[BRK] = 1.0 - np.prod(1.0 - SEARCH_NOTICE * searchers)
         over_limit = (model.hops > model.hop_limit)[:, None]
         likelihood = np.ones_like(w)
+        quote_law = np.ones_like(w)  # the quote's factor, kept apart (see below)
         if seen.dropped:
             if len(searchers) and not 0 < q0 <= model.budget:
                 over_budget = _markup_laws(model.budget / scale, spread)[0]
@@ -183,17 +184,24 @@ class Belief:
                     fresh = _markup_laws(seen.quote / scale, spread)[1] / scale
                 else:
                     fresh = _markup_laws(q0 / scale, spread)[0]
-                likelihood *= fresh
+                quote_law = fresh
             if len(validators):
                 bad = over_limit | (seen.quote > model.budget)
                 bad = np.broadcast_to(bad, w.shape).copy()
                 bad[BRK] = True
                 likelihood *= np.where(bad, 1.0 - catch, 1.0)
-        posterior = w * likelihood
+        posterior = w * likelihood * quote_law
+        if not posterior.sum() > 0:
+            # The broken route's price draw is held on a grid, so a belief that an earlier
+            # quote pinned to one grid point can find a later quote (another searcher, more
+            # fare inflation) just outside that point's support, though the true draw,
+            # between grid points, allows it. The quote then says nothing this turn; every
+            # other check still counts. (Seed 0's task 530 of FlightPlanner-v0 does this.)
+            posterior = w * likelihood
         if seen.dropped:
             posterior = np.vstack([posterior.sum(axis=0)[None], np.zeros((3, len(GRID)))])
         total = posterior.sum()
-        if not total > 0:  # only a quote at the float32 edge of its support gets here
+        if not total > 0:  # what was seen is impossible whatever the quote says
             raise ValueError(f"Belief: turn {turn}'s observation has probability 0 under the "
                              "model; was the planner given another env's observations?")
         self.weights = posterior / total
