@@ -52,18 +52,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 import yaml
 
-from agents.evaluation import rollout
 from agents.files import write_files_atomic
 from agents.lora.training import configure_torch_threads
-from agents.seeds import EVAL_TASK_SEED, TRAIN_TASK_SEED, VALIDATION_TASK_SEED
 from cost_envs.config import integer
-from cost_envs.metrics import summarize
 from experiments.common import machine
 from experiments.tune_methods import METHODS, SWEEPS
+from experiments.tune_space import validate  # noqa: F401  (the default score, importable here)
 
 #: Where the chosen configurations are committed.
 TUNED_DIR = Path(__file__).resolve().parent / "tuned"
@@ -97,18 +94,6 @@ BUDGETS = {
 }
 
 
-def validate(allocator: Any, env_id: str, episodes: int) -> tuple[float, dict[str, Any]]:
-    """Mean episode return and the point metrics on the validation tasks."""
-    env = gym.make(env_id)
-    try:
-        played = [rollout(allocator, env, VALIDATION_TASK_SEED if i == 0 else None)
-                  for i in range(episodes)]
-    finally:
-        env.close()
-    metrics = summarize([episode.record for episode in played])
-    return float(np.mean([episode.episode_return for episode in played])), metrics
-
-
 def run_trial(config: Mapping[str, Any], *, method: str, env_id: str, budget: Budget) -> None:
     """One trial (run in a Ray worker): train ``budget.seeds`` times, report the score."""
     from ray import tune
@@ -117,8 +102,9 @@ def run_trial(config: Mapping[str, Any], *, method: str, env_id: str, budget: Bu
     start = time.perf_counter()
     scores, successes, costs, steps = [], [], [], 0
     for seed in range(budget.seeds):
-        allocator, taken = METHODS[method].fit(env_id, config, budget.timesteps, seed)
-        score, metrics = validate(allocator, env_id, budget.episodes)
+        spec = METHODS[method]
+        allocator, taken = spec.fit(env_id, config, budget.timesteps, seed)
+        score, metrics = spec.score(allocator, env_id, budget.episodes)
         scores.append(score)
         successes.append(metrics["success_rate"])
         costs.append(metrics["cps"])
@@ -188,11 +174,11 @@ def sweep(env_id: str, method: str, budget: Budget, jobs: int = 2, seed: int = 0
         "env_id": env_id, "method": method, "label": spec.label,
         "chosen": dict(best["config"]), "chosen_trial": best["trial"],
         "paper": dict(spec.paper), "paper_trial": 0,
-        "score": "mean Eq. 1 episode return on the validation tasks (higher is better)",
+        "score": spec.score_label,
         "budget": {**asdict(budget), "env_steps_total": budget.trials * budget.seeds
                    * budget.timesteps},
-        "task_seeds": {"training": [TRAIN_TASK_SEED + s for s in range(budget.seeds)],
-                       "validation": VALIDATION_TASK_SEED, "evaluation": EVAL_TASK_SEED},
+        **({"setting": dict(spec.setting)} if spec.setting else {}),
+        "task_seeds": spec.seeds(budget.seeds),
         "search": {"algorithm": "Optuna TPE (ray.tune.search.optuna.OptunaSearch)",
                    "seed": seed, "first_trial": "the paper's configuration",
                    "concurrent_trials": jobs},
