@@ -1,16 +1,22 @@
 """The tunable methods of :mod:`experiments.tune`: search spaces, the papers' points, fits.
 
-Each :class:`Method` is a documented search space (:class:`Param`, each with why), the
-paper's configuration (always a sweep's first trial) and a ``fit(env_id, config,
-timesteps, seed)`` that trains one allocator; :data:`TRAIN_ARGUMENTS` turns a chosen
-configuration into :func:`agents.lora.training.train`'s arguments, which is how
-``python -m experiments lora_ppo``'s tuned rows train. :data:`SWEEPS` lists the sweeps
-``python -m experiments tune`` runs.
+Each :class:`~experiments.tune_space.Method` is a documented search space
+(:class:`~experiments.tune_space.Param`, each with why), the paper's configuration (always
+a sweep's first trial), a ``fit(env_id, config, timesteps, seed)`` that trains one
+allocator and a ``score`` on validation tasks. This module holds the LoRA paper's three
+(PPO, LoRA-guided PPO, LoRA supervised, on ToolBench-v0) and the registry: :data:`METHODS`
+adds CORL's (:mod:`experiments.tune_corl`) and BoPO's (:mod:`experiments.tune_bopo`).
+:data:`TRAIN_ARGUMENTS` turns a chosen configuration into
+:func:`agents.lora.training.train`'s arguments, which is how ``python -m experiments
+lora_ppo``'s tuned rows train. :data:`SWEEPS` lists the sweeps ``python -m experiments
+tune`` runs.
 
-**Adding a method** (CORL, BoPO): a :class:`Method` in :data:`METHODS` with its space, the
-paper's point and a module-level ``fit`` (Ray ships it to the workers by reference); its
-argument builder in :data:`TRAIN_ARGUMENTS` if an experiment trains its tuned
-configuration; then a (method, env) pair in :data:`SWEEPS`.
+**Adding a method**: a :class:`~experiments.tune_space.Method` in :data:`METHODS` with its
+space, the paper's point, a module-level ``fit`` (Ray ships it to the workers by
+reference) and, if its experiment scores otherwise than by the Eq. 1 return, its
+``score``, ``score_label`` and task ``seeds``; its argument builder in
+:data:`TRAIN_ARGUMENTS` if an experiment trains its tuned configuration; then a (method,
+env) pair in :data:`SWEEPS`. Its module stays apart when it is more than a space and a fit.
 """
 
 from __future__ import annotations
