@@ -64,7 +64,6 @@ from agents.lora.training import configure_torch_threads
 from cost_envs.config import integer
 from experiments.common import machine
 from experiments.tune_methods import METHODS, SWEEPS
-from experiments.tune_space import validate  # noqa: F401  (the default score, importable here)
 
 #: Where the chosen configurations are committed.
 TUNED_DIR = Path(__file__).resolve().parent / "tuned"

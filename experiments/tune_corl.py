@@ -41,7 +41,7 @@ from agents.routing.corl import (
     train_tier_adapters,
     within_budget,
 )
-from agents.seeds import EVAL_TASK_SEED, TRAIN_TASK_SEED, VALIDATION_TASK_SEED
+from agents.seeds import TRAIN_TASK_SEED, VALIDATION_TASK_SEED
 from cost_envs.metrics import summarize
 from cost_envs.wrappers import TIERS
 from experiments.corl import CORL_SCALES, EVAL_SEED
@@ -142,23 +142,25 @@ ADAPTER_SPACE = (
               f"shared stage, or with more steps where each tier's gate differs"),
 )
 
+#: How ``corl-adapters`` splits the budget's steps ``T`` (the results file's ``setting``).
+STEPS = (f"the shared stage T - 3t at the experiment's PPO settings, then t per tier "
+         f"adapter; 3t is adapter_share of T in whole {ROLLOUT}-step rollouts, at least one "
+         f"each (experiments.tune_corl.split_steps)")
+
+
 def corl_methods() -> dict[str, Method]:
     """CORL's two methods: ``corl-ppo`` and ``corl-adapters`` (module docstring)."""
     common = {"score": score_tiers, "score_label": TIER_SCORE, "seeds": corl_task_seeds}
+    where = {"training": "BudgetTier over the env, a tier drawn per query, the gated reward",
+             "validation": "each tier's queries of the env's default (mixed) profile"}
     return {
         "corl-ppo": Method("CORL shared PPO", PPO_SPACE, dict(PPO_PAPER), fit_corl_ppo,
-                           setting={"env_wrapper": "BudgetTier, a tier drawn per query, "
-                                                   "gated reward",
-                                    "evaluation_task_seed": EVAL_TASK_SEED}, **common),
+                           setting=where, **common),
         "corl-adapters": Method(
             "CORL per-tier adapters", ADAPTER_SPACE,
             {"learning_rate": ADAPTER_LEARNING_RATE, "ent_coef": PPO_SETTINGS["ent_coef"],
              "adapter_share": EXPERIMENT_SHARE}, fit_corl_adapters,
-            setting={"steps": f"the shared stage T - 3t at the experiment's PPO settings, "
-                              f"then t per tier adapter; 3t is adapter_share of T in whole "
-                              f"{ROLLOUT}-step rollouts, at least one each "
-                              f"(experiments.tune_corl.split_steps)",
-                     "shared_stage": dict(PPO_PAPER)}, **common),
+            setting={**where, "steps": STEPS, "shared_stage": dict(PPO_PAPER)}, **common),
     }
 
 
