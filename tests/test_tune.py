@@ -34,7 +34,7 @@ FILES = {method: tune.file_name(method, env_id) for method, env_id in methods.SW
 
 @pytest.fixture(scope="module")
 def sweeps(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str, Path]:
-    """One ``python -m experiments tune --scale smoke`` in its own process (about 70 s).
+    """One ``python -m experiments tune --scale smoke`` in its own process (47 s quiet).
 
     Returns every sweep's record by method, the progress and the output directory.
     """
