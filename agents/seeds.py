@@ -27,4 +27,8 @@ RULE_TASK_SEED = 40_000
 #: method is scored on the task stream of this one reset seed, never on an evaluation,
 #: training, trace, pretraining or rule task. 10_000 past the last range above, so no
 #: range meets it at any scale the project runs (seeds < 1000, tiers add at most 300).
+#: On ToolBench it is the first reset seed of the validation episodes; CORL's sweeps play
+#: each tier's validation queries from it; BoPO's draw their validation tasks with it
+#: (``draw_tasks(profile, n, VALIDATION_TASK_SEED)``), apart from BoPO's training draws
+#: (``BOPO_TRAIN_TASK_SEED + seed``) and evaluation draw (``EVAL_TASK_SEED``).
 VALIDATION_TASK_SEED = 50_000

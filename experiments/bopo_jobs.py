@@ -17,8 +17,8 @@ Every unit is scored on the profile's evaluation tasks under the profile's one b
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
@@ -144,6 +144,11 @@ def budget_of(boundaries: Sequence[Boundary]) -> float:
     return float(np.quantile([b.large_cost for b in boundaries], BUDGET_QUANTILE))
 
 
+def cost_scale(boundaries: Sequence[Boundary]) -> float:
+    """Vanilla PPO's cost scale: always-large's mean cost on the training tasks."""
+    return float(np.mean([b.large_cost for b in boundaries]))
+
+
 def training_draw(profile: str, sc: BopoScale, seed: int
                   ) -> tuple[list[Any], list[tuple[Trajectory, Trajectory]]]:
     """Seed ``seed``'s training tasks and their boundary trajectories (no budget)."""
@@ -199,8 +204,13 @@ class WarmStart:
     seconds: float = 0.0
 
 
-def warm_start(profile: str, sc: BopoScale, seed: int, budget: float) -> WarmStart:
-    """Seed ``seed``'s training draw, boundaries, SFT data and warm start; the SFT row."""
+def warm_start(profile: str, sc: BopoScale, seed: int, budget: float,
+               scored: bool = True) -> WarmStart:
+    """Seed ``seed``'s training draw, boundaries, SFT data and warm start; the SFT row.
+
+    ``scored=False`` skips the SFT row's evaluation (``records`` and ``returns`` stay
+    empty): a tuning trial (:mod:`experiments.tune_bopo`) never meets an evaluation task.
+    """
     from stable_baselines3.common.utils import set_random_seed
 
     from agents.lora.training import configure_torch_threads
@@ -219,9 +229,10 @@ def warm_start(profile: str, sc: BopoScale, seed: int, budget: float) -> WarmSta
     after = demonstration_log_likelihood(model.policy, data)
     weights = policy_weights(model.policy)
     vec.close()
-    result = evaluate_on(lambda e: MaskedRouter(weights, e), profile,
-                         draw_tasks(profile, sc.n_eval, EVAL_TASK_SEED), budget)
-    return WarmStart(profile, seed, float(np.mean([b.large_cost for b in train_b])), train_b,
+    result = (evaluate_on(lambda e: MaskedRouter(weights, e), profile,
+                          draw_tasks(profile, sc.n_eval, EVAL_TASK_SEED), budget)
+              if scored else EvaluationResult((), ("large",), EVAL_TASK_SEED))
+    return WarmStart(profile, seed, cost_scale(train_b), train_b,
                      data.counts(), len(data.actions), losses, (before, after),
                      {k: v.clone() for k, v in model.policy.state_dict().items()},
                      result.records, result.returns, time.perf_counter() - start)
@@ -242,6 +253,9 @@ class LearnJob:
     sft_state: dict[str, Any] | None
     seed: int = 0
     curve: bool = True
+    #: Overrides of :func:`~agents.routing.bopo_sft.build_model`'s settings (the learning
+    #: rate, ``ent_coef``, ...): a tuning trial's configuration; empty keeps the experiment's.
+    ppo: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -285,29 +299,42 @@ def _reward(job: LearnJob) -> Callable[[gym.Env], gym.Env]:
     return lambda e: BoPOReward(e, boundaries, job.lam, term)
 
 
+def learner(job: LearnJob) -> Any:
+    """The job's MaskablePPO on its training envs, before any RL step.
+
+    From the SFT weights for BoPO (``job.sft_state``), from scratch for vanilla PPO; the
+    rollout is ``n_envs`` x ``min(256, timesteps // n_envs)`` steps (at least 16 per env).
+    """
+    from stable_baselines3.common.utils import set_random_seed
+
+    sc = job.scale
+    reward = _reward(job)
+    train_tasks = draw_tasks(job.profile, sc.n_train, BOPO_TRAIN_TASK_SEED + job.seed)
+    set_random_seed(job.seed)
+    n_steps = max(16, min(256, sc.timesteps // sc.n_envs))
+    vec = vec_env(job.profile, train_tasks, job.budget, sc.n_envs, job.seed, reward)
+    settings = {"learning_rate": LEARNING_RATE,
+                "batch_size": min(256, n_steps * sc.n_envs), **job.ppo}
+    model = build_model(vec, seed=job.seed, n_steps=n_steps, **settings)
+    if job.sft_state is not None:
+        model.policy.load_state_dict(job.sft_state)
+    return model
+
+
 def run_learning_job(job: LearnJob) -> LearnResult:
     """Train one router (BoPO from the SFT weights, or vanilla PPO) and evaluate it.
 
     With ``job.curve`` the policy is also scored at each of ``scale.checkpoints`` (its
     learning curve); the final evaluation is the one at ``scale.timesteps``.
     """
-    from stable_baselines3.common.utils import set_random_seed
-
     from agents.lora.training import configure_torch_threads
 
     configure_torch_threads()
     start = time.perf_counter()
     sc = job.scale
-    reward = _reward(job)
-    train_tasks = draw_tasks(job.profile, sc.n_train, BOPO_TRAIN_TASK_SEED + job.seed)
     eval_tasks = draw_tasks(job.profile, sc.n_eval, EVAL_TASK_SEED)
-    set_random_seed(job.seed)
-    n_steps = max(16, min(256, sc.timesteps // sc.n_envs))
-    vec = vec_env(job.profile, train_tasks, job.budget, sc.n_envs, job.seed, reward)
-    model = build_model(vec, seed=job.seed, learning_rate=LEARNING_RATE, n_steps=n_steps,
-                        batch_size=min(256, n_steps * sc.n_envs))
-    if job.sft_state is not None:
-        model.policy.load_state_dict(job.sft_state)
+    model = learner(job)
+    vec = model.get_env()
     curve = []
     result = EvaluationResult((), ("large",), EVAL_TASK_SEED)
     points = sc.checkpoints if job.curve else ()

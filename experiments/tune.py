@@ -9,17 +9,20 @@ never chosen over the paper's without having beaten it on the same tasks.
 **Equal budget.** Every method gets the same :class:`Budget` at a scale: the same number of
 trials, and in every trial the same number of training runs (seeds ``0..seeds-1``, the
 same seeds in every trial, so trials differ by configuration only) of the same number of
-environment steps. The steps a trial actually took are recorded beside it (SB3 completes
-its last rollout; the PPO space's rollout lengths all divide the budget's steps).
+environment steps (a method of two stages splits them, as its ``setting`` says). The
+steps a trial actually took are recorded beside it (SB3 completes its last rollout; every
+space's rollout lengths divide the budget's steps).
 
 **Validation.** Trials train on training tasks (task seeds ``TRAIN_TASK_SEED + seed``, as
-:func:`agents.lora.training.train` draws them) and are scored on ``budget.episodes``
-validation tasks, the task stream of ``VALIDATION_TASK_SEED`` (:mod:`agents.seeds`),
-disjoint from training and from evaluation (``EVAL_TASK_SEED``). Every trial meets the
-same validation tasks. **The score** is the mean Eq. 1 episode return over the validation
-tasks and the trial's training runs: the objective PPO itself maximises, which weighs
-success against cost with the env's own reward weights; success rate and CPS are recorded
-beside it.
+:func:`agents.lora.training.train` draws them; each method's own are in its results file)
+and are scored on ``budget.episodes`` validation tasks, from ``VALIDATION_TASK_SEED``
+(:mod:`agents.seeds`), disjoint from training and from evaluation (``EVAL_TASK_SEED``).
+Every trial of a sweep meets the same validation tasks. **The score** is the method's
+own (:attr:`experiments.tune_space.Method.score`), averaged over the trial's training
+runs: by default the mean Eq. 1 episode return, the objective PPO itself maximises,
+which weighs success against cost with the env's own reward weights; CORL's sweeps score
+accuracy within each tier's budget averaged over the tiers, BoPO's the Eq. 1 return under
+the experiment's per-task budget. Success rate and CPS are recorded beside it.
 
 **Where it runs.** ``address=None`` starts a one-machine Ray cluster (``ray.init`` with
 ``jobs`` CPUs and no dashboard); ``--address auto`` or ``--address ray://HOST:10001`` is
@@ -39,8 +42,9 @@ with the reason for each range, the budget, the task seeds, every trial, the wal
 and the machine. Written all or nothing (:func:`agents.files.write_files_atomic`) after
 every sweep has finished.
 
-**The methods** (their search spaces, the papers' points, how each trains) live in
-:mod:`experiments.tune_methods`, which says how to add one.
+**The methods** (their search spaces, the papers' points, how each trains and is scored)
+are registered in :mod:`experiments.tune_methods`, which says how to add one; CORL's and
+BoPO's live in :mod:`experiments.tune_corl` and :mod:`experiments.tune_bopo`.
 """
 
 from __future__ import annotations
@@ -52,16 +56,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 import yaml
 
-from agents.evaluation import rollout
 from agents.files import write_files_atomic
 from agents.lora.training import configure_torch_threads
-from agents.seeds import EVAL_TASK_SEED, TRAIN_TASK_SEED, VALIDATION_TASK_SEED
 from cost_envs.config import integer
-from cost_envs.metrics import summarize
 from experiments.common import machine
 from experiments.tune_methods import METHODS, SWEEPS
 
@@ -97,18 +97,6 @@ BUDGETS = {
 }
 
 
-def validate(allocator: Any, env_id: str, episodes: int) -> tuple[float, dict[str, Any]]:
-    """Mean episode return and the point metrics on the validation tasks."""
-    env = gym.make(env_id)
-    try:
-        played = [rollout(allocator, env, VALIDATION_TASK_SEED if i == 0 else None)
-                  for i in range(episodes)]
-    finally:
-        env.close()
-    metrics = summarize([episode.record for episode in played])
-    return float(np.mean([episode.episode_return for episode in played])), metrics
-
-
 def run_trial(config: Mapping[str, Any], *, method: str, env_id: str, budget: Budget) -> None:
     """One trial (run in a Ray worker): train ``budget.seeds`` times, report the score."""
     from ray import tune
@@ -117,8 +105,9 @@ def run_trial(config: Mapping[str, Any], *, method: str, env_id: str, budget: Bu
     start = time.perf_counter()
     scores, successes, costs, steps = [], [], [], 0
     for seed in range(budget.seeds):
-        allocator, taken = METHODS[method].fit(env_id, config, budget.timesteps, seed)
-        score, metrics = validate(allocator, env_id, budget.episodes)
+        spec = METHODS[method]
+        allocator, taken = spec.fit(env_id, config, budget.timesteps, seed)
+        score, metrics = spec.score(allocator, env_id, budget.episodes)
         scores.append(score)
         successes.append(metrics["success_rate"])
         costs.append(metrics["cps"])
@@ -188,11 +177,11 @@ def sweep(env_id: str, method: str, budget: Budget, jobs: int = 2, seed: int = 0
         "env_id": env_id, "method": method, "label": spec.label,
         "chosen": dict(best["config"]), "chosen_trial": best["trial"],
         "paper": dict(spec.paper), "paper_trial": 0,
-        "score": "mean Eq. 1 episode return on the validation tasks (higher is better)",
+        "score": spec.score_label,
         "budget": {**asdict(budget), "env_steps_total": budget.trials * budget.seeds
                    * budget.timesteps},
-        "task_seeds": {"training": [TRAIN_TASK_SEED + s for s in range(budget.seeds)],
-                       "validation": VALIDATION_TASK_SEED, "evaluation": EVAL_TASK_SEED},
+        **({"setting": dict(spec.setting)} if spec.setting else {}),
+        "task_seeds": spec.seeds(budget.seeds),
         "search": {"algorithm": "Optuna TPE (ray.tune.search.optuna.OptunaSearch)",
                    "seed": seed, "first_trial": "the paper's configuration",
                    "concurrent_trials": jobs},

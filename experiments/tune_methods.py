@@ -1,113 +1,36 @@
 """The tunable methods of :mod:`experiments.tune`: search spaces, the papers' points, fits.
 
-Each :class:`Method` is a documented search space (:class:`Param`, each with why), the
-paper's configuration (always a sweep's first trial) and a ``fit(env_id, config,
-timesteps, seed)`` that trains one allocator; :data:`TRAIN_ARGUMENTS` turns a chosen
-configuration into :func:`agents.lora.training.train`'s arguments, which is how
-``python -m experiments lora_ppo``'s tuned rows train. :data:`SWEEPS` lists the sweeps
-``python -m experiments tune`` runs.
+Each :class:`~experiments.tune_space.Method` is a documented search space
+(:class:`~experiments.tune_space.Param`, each with why), the paper's configuration (always
+a sweep's first trial), a ``fit(env_id, config, timesteps, seed)`` that trains one
+allocator and a ``score`` on validation tasks. This module holds the LoRA paper's three
+(PPO, LoRA-guided PPO, LoRA supervised, on ToolBench-v0) and the registry: :data:`METHODS`
+adds CORL's (:mod:`experiments.tune_corl`) and BoPO's (:mod:`experiments.tune_bopo`).
+:data:`TRAIN_ARGUMENTS` turns a chosen configuration into
+:func:`agents.lora.training.train`'s arguments, which is how ``python -m experiments
+lora_ppo``'s tuned rows train. :data:`SWEEPS` lists the sweeps ``python -m experiments
+tune`` runs.
 
-**Adding a method** (CORL, BoPO): a :class:`Method` in :data:`METHODS` with its space, the
-paper's point and a module-level ``fit`` (Ray ships it to the workers by reference); its
-argument builder in :data:`TRAIN_ARGUMENTS` if an experiment trains its tuned
-configuration; then a (method, env) pair in :data:`SWEEPS`.
+**Adding a method**: a :class:`~experiments.tune_space.Method` in :data:`METHODS` with its
+space, the paper's point, a module-level ``fit`` (Ray ships it to the workers by
+reference) and, if its experiment scores otherwise than by the Eq. 1 return, its
+``score``, ``score_label`` and task ``seeds``; its argument builder in
+:data:`TRAIN_ARGUMENTS` if an experiment trains its tuned configuration; then a (method,
+env) pair in :data:`SWEEPS`. Its module stays apart when it is more than a space and a fit.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from agents.lora.supervised import SupervisedConfig
 from agents.lora.training import PPO_SETTINGS, train
-
-KINDS = ("log", "uniform", "int", "choice")
-
-
-@dataclass(frozen=True)
-class Param:
-    """One searched hyperparameter: its range and why that range.
-
-    Attributes:
-        name: The keyword the method's ``fit`` reads.
-        kind: ``log`` (log-uniform float), ``uniform`` (float), ``int`` or ``choice``.
-        low, high: Bounds of ``log``, ``uniform`` and ``int`` (inclusive).
-        choices: The values of ``choice``.
-        why: Why this range (written into the results file).
-    """
-
-    name: str
-    kind: str
-    low: float | None = None
-    high: float | None = None
-    choices: tuple[Any, ...] = ()
-    why: str = ""
-
-    def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"Param {self.name}: kind must be one of {KINDS}, got {self.kind!r}")
-        if self.kind == "choice":
-            if not self.choices or self.low is not None or self.high is not None:
-                raise ValueError(f"Param {self.name}: a choice has choices and no bounds")
-        elif (self.choices or self.low is None or self.high is None
-              or not self.low < self.high or (self.kind == "log" and self.low <= 0)):
-            raise ValueError(f"Param {self.name}: expected bounds low < high (> 0 for log)")
-
-    def distribution(self) -> Any:
-        """The Optuna distribution (imports optuna: call only inside a sweep)."""
-        from optuna import distributions
-
-        if self.kind == "choice":
-            return distributions.CategoricalDistribution(list(self.choices))
-        if self.kind == "int":
-            return distributions.IntDistribution(int(self.low), int(self.high))  # type: ignore[arg-type]
-        return distributions.FloatDistribution(self.low, self.high, log=self.kind == "log")  # type: ignore[arg-type]
-
-    def contains(self, value: Any) -> bool:
-        """Whether ``value`` lies in this range."""
-        if self.kind == "choice":
-            return value in self.choices
-        if self.kind == "int" and value != int(value):
-            return False
-        return self.low <= value <= self.high  # type: ignore[operator]
-
-    def describe(self) -> dict[str, Any]:
-        """The range and its reason, as plain values (the results file's search space)."""
-        bounds = ({"choices": list(self.choices)} if self.kind == "choice"
-                  else {"low": self.low, "high": self.high})
-        return {"kind": self.kind, **bounds, "why": self.why}
-
-
-#: A trained allocator and the environment steps its training took.
-Fit = Callable[[str, Mapping[str, Any], int, int], tuple[Any, int]]
-
-
-@dataclass(frozen=True)
-class Method:
-    """A tunable learned method: its search space, the paper's point, how to train it.
-
-    Attributes:
-        label: Human name.
-        space: The searched hyperparameters.
-        paper: The paper's configuration (one value per parameter of ``space``), run as
-            the first trial.
-        fit: ``(env_id, config, timesteps, seed) -> (allocator, steps taken)``; must be a
-            module-level function (Ray ships it to the workers by reference).
-    """
-
-    label: str
-    space: tuple[Param, ...]
-    paper: Mapping[str, Any]
-    fit: Fit
-
-    def __post_init__(self) -> None:
-        names = [param.name for param in self.space]
-        if sorted(names) != sorted(self.paper) or len(set(names)) != len(names):
-            raise ValueError(f"{self.label}: the paper's point must set exactly {names}")
-        outside = [p.name for p in self.space if not p.contains(self.paper[p.name])]
-        if outside:
-            raise ValueError(f"{self.label}: the paper's point lies outside the space: {outside}")
+from agents.routing.bopo import ENV_ID as BOPO_ENV
+from experiments.tune_bopo import BOPO_METHODS
+from experiments.tune_corl import CORL_ENV, corl_methods
+from experiments.tune_space import PPO_PAPER, PPO_SPACE, Method, Param
 
 
 def ppo_arguments(config: Mapping[str, Any],
@@ -126,26 +49,6 @@ def fit_ppo(env_id: str, config: Mapping[str, Any], timesteps: int,
     trained = train(env_id, "ppo", timesteps, seed=seed, **ppo_arguments(config))
     return trained, trained.timesteps
 
-
-#: PPO's space: the settings that decide how far a short budget gets. GAE lambda (0.95)
-#: and the value weight (0.5) stay at the paper's A.4; with 3-7 step episodes they matter
-#: little, and each extra dimension thins a dozen trials further.
-PPO_SPACE = (
-    Param("learning_rate", "log", 1e-5, 3e-3,
-          why="a decade below to a decade above SB3's 3e-4 (the paper's PPO), log-uniform: "
-              "the rate is a scale"),
-    Param("n_steps", "choice", choices=(256, 512, 1024, 2048),
-          why="the paper's 512, halved and doubled twice: shorter rollouts give more "
-              "updates in a short budget, longer ones steadier gradients; each divides "
-              "the budget's steps, so every trial takes exactly them"),
-    Param("batch_size", "choice", choices=(32, 64, 128),
-          why="the paper's 64, halved and doubled; each divides every n_steps"),
-    Param("ent_coef", "log", 1e-4, 5e-2,
-          why="around the paper's 0.01: MultiBinary(m) exploration collapses to a fixed "
-              "call pattern without it, and a large bonus keeps calls random"),
-    Param("clip_range", "choice", choices=(0.1, 0.2, 0.3),
-          why="PPO's usual values around the paper's 0.2"),
-)
 
 def lora_ppo_arguments(config: Mapping[str, Any],
                        supervised: SupervisedConfig | None = None) -> dict[str, Any]:
@@ -218,11 +121,7 @@ LORA_SPACE = (
 )
 
 METHODS: dict[str, Method] = {
-    "ppo": Method("PPO", PPO_SPACE,
-                  {"learning_rate": 3e-4, **{key: PPO_SETTINGS[key] for key in
-                                            ("n_steps", "batch_size", "ent_coef",
-                                             "clip_range")}},
-                  fit_ppo),
+    "ppo": Method("PPO", PPO_SPACE, dict(PPO_PAPER), fit_ppo),
     "lora-ppo": Method("LoRA-Guided PPO", LORA_PPO_SPACE,
                        {"learning_rate": 5e-5, "supervised_epochs": SupervisedConfig().epochs,
                         "action_head": "frozen", "cost_coef": 0.05,
@@ -232,6 +131,8 @@ METHODS: dict[str, Method] = {
                    {key: getattr(SupervisedConfig(), key)
                     for key in ("learning_rate", "epochs", "threshold", "lambda_c")},
                    fit_lora),
+    **corl_methods(),
+    **BOPO_METHODS,
 }
 #: Method -> how one of its configurations becomes ``train``'s arguments.
 TRAIN_ARGUMENTS: dict[str, Callable[..., dict[str, Any]]] = {
@@ -239,4 +140,6 @@ TRAIN_ARGUMENTS: dict[str, Callable[..., dict[str, Any]]] = {
 #: The sweeps ``python -m experiments tune`` runs: (method, env id).
 SWEEPS: tuple[tuple[str, str], ...] = (("ppo", "cost_envs/ToolBench-v0"),
                                        ("lora-ppo", "cost_envs/ToolBench-v0"),
-                                       ("lora", "cost_envs/ToolBench-v0"))
+                                       ("lora", "cost_envs/ToolBench-v0"),
+                                       ("corl-ppo", CORL_ENV), ("corl-adapters", CORL_ENV),
+                                       ("bopo", BOPO_ENV), ("bopo-ppo", BOPO_ENV))

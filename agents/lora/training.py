@@ -146,7 +146,7 @@ def train(
         raise ValueError(f"method: expected one of {list(METHODS)}, got {method!r}")
     integer(timesteps, "timesteps", minimum=1)
     integer(seed, "seed", minimum=0)
-    settings = _ppo_settings(ppo, method)
+    settings = ppo_settings(ppo, method)
     kwargs = _json_env_kwargs(env_kwargs or {})
     base_path = _base_path(env_id, base) if method != "ppo" else None
     set_random_seed(seed)
@@ -177,7 +177,7 @@ def train(
                             base if method != "ppo" else None, callback.history)
 
 
-def _ppo_settings(overrides: Mapping[str, Any] | None, method: str) -> dict[str, Any]:
+def ppo_settings(overrides: Mapping[str, Any] | None, method: str) -> dict[str, Any]:
     """:data:`PPO_SETTINGS` with ``overrides`` applied (keys ``method`` accepts)."""
     allowed = PPO_OVERRIDES | (LORA_PPO_OVERRIDES if method == "lora-ppo" else frozenset())
     unknown = sorted(set(overrides or {}) - allowed)

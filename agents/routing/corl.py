@@ -45,7 +45,7 @@ from agents.callbacks import CostMetricsCallback
 from agents.evaluation import EvaluationResult, evaluate
 from agents.lora.lora_ppo import LoraGuidedPPO
 from agents.lora.policies import AllocatorPolicy
-from agents.lora.training import PPO_SETTINGS, quiet_logger
+from agents.lora.training import ppo_settings, quiet_logger
 from agents.seeds import TRAIN_TASK_SEED
 from cost_envs.metrics import bootstrap_mean_ci
 from cost_envs.wrappers import TIERS, BudgetTier
@@ -82,13 +82,19 @@ def tier_layout(env: gym.Env) -> dict[str, slice]:
 
 
 def train_shared_ppo(timesteps: int, seed: int = 0, env_kwargs: Mapping[str, Any] | None = None,
-                     verbose: int = 0, env_id: str = EXPERT_ROUTING
+                     verbose: int = 0, env_id: str = EXPERT_ROUTING,
+                     ppo: Mapping[str, Any] | None = None
                      ) -> tuple[AllocatorPolicy, list[dict[str, Any]]]:
-    """PPO on every tier at once (a tier drawn per query); returns the policy and history."""
+    """PPO on every tier at once (a tier drawn per query); returns the policy and history.
+
+    ``ppo`` overrides :data:`PPO_SETTINGS` and SB3's learning rate (a tuning sweep's
+    configuration, :mod:`experiments.tune_corl`); ``None`` keeps the experiment's.
+    """
+    settings = ppo_settings(ppo, "ppo")
     set_random_seed(seed)
     env = make_tier_env(env_kwargs, env_id=env_id)
     model = PPO(AllocatorPolicy, env, policy_kwargs={"lora_rank": None}, seed=seed,
-                device="cpu", **PPO_SETTINGS)
+                device="cpu", **settings)
     quiet_logger(model, verbose)
     model.get_env().seed(TRAIN_TASK_SEED + seed)
     callback = CostMetricsCallback()
@@ -129,8 +135,17 @@ def train_tier_adapters(
     learning_rate: float = ADAPTER_LEARNING_RATE,
     verbose: int = 0,
     env_id: str = EXPERT_ROUTING,
+    ppo: Mapping[str, Any] | None = None,
 ) -> TierAdapters:
-    """A LoRA adapter per tier on the frozen encoder of ``shared`` (module docstring)."""
+    """A LoRA adapter per tier on the frozen encoder of ``shared`` (module docstring).
+
+    ``timesteps`` is each tier's; ``ppo`` overrides :data:`PPO_SETTINGS` (not the
+    learning rate, which is ``learning_rate``), as in :func:`train_shared_ppo`.
+    """
+    settings = ppo_settings(ppo, "ppo")
+    if "learning_rate" in settings:
+        raise ValueError("train_tier_adapters: the adapters' rate is learning_rate, not "
+                         "ppo['learning_rate']")
     if shared.lora_rank is not None:
         raise ValueError("train_tier_adapters: expected the plain shared PPO policy "
                          "(lora_rank=None) whose encoder becomes the frozen base")
@@ -154,7 +169,7 @@ def train_tier_adapters(
             device="cpu",
             policy_kwargs={"hidden_sizes": shared.hidden_sizes, "lora_rank": 8,
                            "base": base},
-            **PPO_SETTINGS)
+            **settings)
         # Start from the shared policy: its heads, and adapters that add nothing (B=0).
         model.policy.action_net.load_state_dict(shared.action_net.state_dict())
         model.policy.value_net.load_state_dict(shared.value_net.state_dict())
