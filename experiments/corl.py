@@ -47,10 +47,13 @@ from experiments.corl_report import (  # noqa: F401  (the row labels, importable
     LEARNED,
     LEARNED_KEYS,
     ORACLE,
+    PAPER_LEARNED,
     PLANNER,
     PRIVILEGED,
+    TUNED_LEARNED,
     corl_figure,
     corl_markdown,
+    learned_in,
     task_name,
 )
 
@@ -77,7 +80,10 @@ class CorlScale:
 CORL_SCALES = {
     "smoke": CorlScale(ppo_timesteps=1024, adapter_timesteps=512, episodes=30, n_resamples=50,
                        seeds=2, rule_tasks=5),
-    "default": CorlScale(ppo_timesteps=60_000, adapter_timesteps=15_000, episodes=400,
+    # The shared PPO's training success is flat from about 15k steps on (the committed
+    # curves at 60k showed it), so 40k + 3 x 10k leaves room for the tuned rows in
+    # ``make reproduce``'s 15 minutes. Multiples of the 512-step rollout.
+    "default": CorlScale(ppo_timesteps=40_960, adapter_timesteps=10_240, episodes=400,
                          n_resamples=1000, jobs=2),
 }
 PROFILES_EVALUATED = ("mixed", "gsm8k", "math500", "aime")
@@ -126,17 +132,57 @@ def _check_scale(scale: str) -> CorlScale:
     return CORL_SCALES[scale]
 
 
+def tuned_configs(env_id: str) -> dict[str, dict[str, Any]]:
+    """The configurations CORL's sweeps chose on ``env_id``, by tuned row label.
+
+    Read from the committed sweeps (``experiments/tuned/``); empty where the env has none.
+    """
+    from experiments import tune
+
+    configs = {label: tune.chosen(method, env_id)
+               for label, method in zip(TUNED_LEARNED, ("corl-ppo", "corl-adapters"),
+                                        strict=True)}
+    return {label: config for label, config in configs.items() if config is not None}
+
+
+def _tuned_rows(settings: CorlScale, seed: int, env_id: str
+                ) -> dict[str, Callable[[gym.Env], Any]]:
+    """Train the tuned rows on the untuned ones' steps.
+
+    PPO ``ppo_timesteps``; the adapters' two stages ``ppo_timesteps + 3 *
+    adapter_timesteps`` in all, split as the sweep chose
+    (:func:`experiments.tune_corl.split_steps`).
+    """
+    from experiments.tune_corl import fit_corl_adapters, fit_corl_ppo
+
+    configs = tuned_configs(env_id)
+    fits = {TUNED_LEARNED[0]: (fit_corl_ppo, settings.ppo_timesteps),
+            TUNED_LEARNED[1]: (fit_corl_adapters,
+                               settings.ppo_timesteps + len(TIERS) * settings.adapter_timesteps)}
+    rows = {}
+    for label, config in configs.items():
+        fit, steps = fits[label]
+        policy, _ = fit(env_id, config, steps, seed)
+        rows[label] = _policy_allocator(policy)
+    return rows
+
+
 def learned_runs(scale: str, seed: int, env_id: str = EXPERT_ROUTING) -> dict[str, Any]:
-    """Train one seed's two controllers; their episodes on every profile and tier.
+    """Train one seed's controllers; their episodes on every profile and tier.
+
+    The paper's two (shared PPO, then per-tier adapters on it), and where ``env_id`` has
+    committed sweeps (:func:`tuned_configs`) the same two in their tuned configuration.
 
     Returns ``{"seed", "curve", "runs"}``, ``runs[(profile, tier, method)]`` an
-    :class:`~agents.evaluation.EvaluationResult` on the evaluation queries.
+    :class:`~agents.evaluation.EvaluationResult` on the evaluation queries; ``curve`` is
+    the paper PPO's training curve.
     """
     settings = _check_scale(scale)
     shared, curve = train_shared_ppo(settings.ppo_timesteps, seed, env_id=env_id)
     adapters = train_tier_adapters(shared, settings.adapter_timesteps, seed, env_id=env_id)
-    rows = dict(zip(LEARNED, (_policy_allocator(shared), _policy_allocator(adapters)),
+    rows = dict(zip(PAPER_LEARNED, (_policy_allocator(shared), _policy_allocator(adapters)),
                     strict=True))
+    rows.update(_tuned_rows(settings, seed, env_id))
     runs = {(profile, tier, method): tier_records(factory, tier, settings.episodes, EVAL_SEED,
                                                   {"profile": profile}, env_id)
             for profile in PROFILES_EVALUATED for tier in TIERS
@@ -209,6 +255,7 @@ def assemble(env_id: str, scale: str, fixed: Mapping[str, Any],
     budgets = dict(probe.unwrapped.tier_budgets)
     probe.close()
     learned = sorted(learned, key=lambda run: run["seed"])
+    methods = learned_in({method for _, _, method in learned[0]["runs"]})
     results: dict[str, Any] = {}
     tasks = {}
     for profile, table in fixed["tables"].items():
@@ -216,7 +263,7 @@ def assemble(env_id: str, scale: str, fixed: Mapping[str, Any],
         for tier, rows in table.items():
             results[profile][tier] = dict(rows)
             per_seed = {}
-            for method in LEARNED:
+            for method in methods:
                 runs = [run["runs"][profile, tier, method] for run in learned]
                 scores = tier_scores(runs, budgets[tier], settings.n_resamples, EVAL_SEED)
                 results[profile][tier][method] = {**scores.as_dict(), "seeds": len(runs)}
@@ -230,6 +277,7 @@ def assemble(env_id: str, scale: str, fixed: Mapping[str, Any],
     return {"env_id": env_id, "scale": scale, "seeds": [run["seed"] for run in learned],
             "settings": settings_used, "budgets": budgets, "experts": names,
             "results": results, "training_curves": [run["curve"] for run in learned],
+            "tuned": tuned_configs(env_id),
             "gap_closed": gaps.block("corl", "accuracy within the tier's budget per query",
                                      GAP_RULE, PLANNER, tasks)}
 

@@ -9,11 +9,11 @@ CORL's experiment (:mod:`experiments.corl`) has two learned rows, so two methods
   :func:`split_steps` says: the shared stage gets ``T - 3 * t`` steps at the experiment's
   PPO settings, then each tier's LoRA adapter gets ``t`` steps, where ``3 * t`` is the
   configuration's ``adapter_share`` of ``T`` rounded to whole 512-step rollouts (at
-  least one each). The experiment itself spends 60k steps on the shared stage and 3 x 15k
-  on the adapters: a share of 45/105 = 0.43, trial 0's. The space is the adapter stage's
-  (its rate, its entropy bonus) and the split; the shared stage is the ``corl-ppo``
-  sweep's question, and tuning both in one space would thin a dozen trials over twice
-  the dimensions.
+  least one each). The experiment itself spends 40,960 steps on the shared stage and 3 x
+  10,240 on the adapters (60k and 3 x 15k when the sweep ran): a share of 0.43 either
+  way, trial 0's. The space is the adapter stage's (its rate, its entropy bonus) and the
+  split; the shared stage is the ``corl-ppo`` sweep's question, and tuning both in one
+  space would thin a dozen trials over twice the dimensions.
 
 Every trial takes exactly the budget's steps, as a PPO trial does. **The score** is
 CORL's own metric (:func:`score_tiers`): accuracy within the tier's budget
@@ -53,7 +53,7 @@ TIER_SCORE = ("CORL's metric: accuracy within the tier's budget, averaged over t
 #: The rollout both CORL stages use (the experiment's PPO settings): the unit of the split.
 ROLLOUT = int(PPO_SETTINGS["n_steps"])
 _DEFAULT = CORL_SCALES["default"]
-#: The experiment's share of its steps spent on the adapters (3 x 15k of 105k), rounded.
+#: The experiment's share of its steps spent on the adapters (3 x 10,240 of 71,680), rounded.
 EXPERIMENT_SHARE = round(3 * _DEFAULT.adapter_timesteps
                          / (_DEFAULT.ppo_timesteps + 3 * _DEFAULT.adapter_timesteps), 2)
 
@@ -138,8 +138,9 @@ ADAPTER_SPACE = (
     Param("adapter_share", "choice", choices=(0.25, EXPERIMENT_SHARE, 0.6, 0.75),
           why=f"the share of the budget's steps spent on the three adapters, the shared "
               f"stage getting the rest: the experiment's {EXPERIMENT_SHARE} (3 x 15k of "
-              f"105k), a quarter, and more: a short budget may do better with a longer "
-              f"shared stage, or with more steps where each tier's gate differs"),
+              f"105k when the sweep ran, 3 x 10,240 of 71,680 now), a quarter, and more: "
+              f"a short budget may do better with a longer shared stage, or with more "
+              f"steps where each tier's gate differs"),
 )
 
 #: How ``corl-adapters`` splits the budget's steps ``T`` (the results file's ``setting``).

@@ -36,11 +36,13 @@ from experiments.corl import (
     LEARNED,
     LEARNED_KEYS,
     ORACLE,
+    PAPER_LEARNED,
     PLANNER,
     assemble,
     best_fixed_row,
     corl_markdown,
     file_names,
+    learned_in,
     report,
     run_corl,
     run_envs,
@@ -269,7 +271,9 @@ def test_report_writes_tables_json_and_figure_for_v0_and_v1(tmp_path) -> None:
                 entry = tasks[f"{name}/{profile}/{tier}"]
                 assert entry["rule_label"] == best_fixed_row(rows)
                 assert entry["reference"] == rows[PLANNER]["accuracy_within_budget"][0]
-                assert set(entry["methods"]) == {"ppo", "lora-ppo"}
+                # tuned rows where a sweep is committed (v0), not on v1
+                tuned = {"ppo/tuned", "lora-ppo/tuned"} if env_id != V1 else set()
+                assert set(entry["methods"]) == {"ppo", "lora-ppo"} | tuned
                 assert all(len(m["per_seed"]) == 2 for m in entry["methods"].values())
         # The learned rows pool the scale's training seeds (issue #11: intervals over
         # seeds and queries); their value is the mean of the seeds' values.
@@ -277,7 +281,8 @@ def test_report_writes_tables_json_and_figure_for_v0_and_v1(tmp_path) -> None:
         assert len(result["training_curves"]) == 2
         for table in result["results"].values():
             for rows in table.values():
-                for method in LEARNED:
+                assert learned_in(rows) == list(LEARNED if env_id != V1 else PAPER_LEARNED)
+                for method in learned_in(rows):
                     entry = rows[method]
                     assert entry["seeds"] == 2
                     assert entry["accuracy_within_budget"][0] == pytest.approx(
@@ -404,3 +409,31 @@ def test_fixed_rows_score_the_planner_in_every_table_under_the_oracle(monkeypatc
         planner_score = rows[PLANNER]["accuracy_within_budget"][0]
         assert planner_score <= rows[ORACLE]["accuracy_within_budget"][0]
         assert rows[PLANNER]["budget_exceeded"] == 0.0  # it never plans past the budget
+
+
+def test_tuned_rows_train_the_committed_choice_on_the_untuned_rows_steps(monkeypatch) -> None:
+    from experiments import tune, tune_corl
+
+    calls = []
+
+    def fake(name):
+        def fit(env_id, config, timesteps, seed):
+            calls.append((name, env_id, dict(config), timesteps, seed))
+            return Constant([0, 0, 0]), timesteps
+        return fit
+
+    monkeypatch.setattr(tune_corl, "fit_corl_ppo", fake("ppo"))
+    monkeypatch.setattr(tune_corl, "fit_corl_adapters", fake("adapters"))
+    settings = CORL_SCALES["default"]
+    v0 = "cost_envs/ExpertRouting-v0"
+    rows = corl._tuned_rows(settings, 3, v0)
+    assert list(rows) == list(LEARNED[len(PAPER_LEARNED):])
+    assert calls == [
+        ("ppo", v0, tune.chosen("corl-ppo", v0), settings.ppo_timesteps, 3),
+        ("adapters", v0, tune.chosen("corl-adapters", v0),
+         settings.ppo_timesteps + len(TIERS) * settings.adapter_timesteps, 3)]
+    # the tuned configurations differ from the paper's (else the rows would repeat them)
+    assert calls[0][2]["learning_rate"] != 3e-4
+    # v1 has no sweep: no tuned rows, nothing trained
+    calls.clear()
+    assert corl._tuned_rows(settings, 0, V1) == {} and calls == []

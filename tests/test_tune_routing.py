@@ -56,7 +56,7 @@ def test_corl_adapters_split_the_budget_and_train_the_configuration(monkeypatch)
     calls = _fake_corl(monkeypatch)
     paper = dict(METHODS["corl-adapters"].paper)
     assert paper["learning_rate"] == ADAPTER_LEARNING_RATE
-    assert paper["adapter_share"] == pytest.approx(45 / 105, abs=0.005)  # 3 x 15k of 105k
+    assert paper["adapter_share"] == pytest.approx(3 * 10_240 / 71_680, abs=0.005)
     _, steps = tune_corl.fit_corl_adapters(CORL_ENV, paper, 20_480, 1)
     shared, adapters = calls
     assert shared == {"stage": "shared", "timesteps": 11_264, "seed": 1, "env_id": CORL_ENV}
