@@ -40,6 +40,7 @@ from agents.baselines import (
 from agents.files import write_files_atomic
 from agents.planning import AgenticPlanner
 from agents.routing.bopo import (
+    ENV_ID,
     Boundary,
     boundary_rollouts,
     draw_tasks,
@@ -154,6 +155,58 @@ def table_keys(sc: BopoScale) -> list[str]:
             + [f"ppo/{lam:g}" for lam in sc.ppo_lams])
 
 
+#: The table's families that have an equal-budget sweep, and its method name.
+SWEPT = {"bopo": "bopo", "ppo": "bopo-ppo"}
+
+
+def tuned_choices(profile: str) -> dict[str, dict[str, Any]]:
+    """Per swept family, what its sweep chose, if it ran on ``profile``.
+
+    ``{family: {"config", "paper", "same_as_paper"}}`` from the committed files
+    (``experiments/tuned/``); empty for a profile the sweeps did not run on.
+    """
+    from experiments import tune
+    from experiments.tune_bopo import PROFILE
+    from experiments.tune_methods import METHODS as SWEEPS
+
+    if profile != PROFILE:
+        return {}
+    out = {}
+    for family, method in SWEPT.items():
+        config = tune.chosen(method, ENV_ID)
+        if config is not None:
+            paper = dict(SWEEPS[method].paper)
+            out[family] = {"config": config, "paper": paper, "same_as_paper": config == paper}
+    return out
+
+
+def tuned_keys(profile: str) -> list[str]:
+    """The tuned rows of ``profile``'s table: a sweep that chose other than the paper's point.
+
+    A sweep that chose the paper's configuration adds no row: it would train the paper's
+    row again (the report says so).
+    """
+    return [f"{family}/tuned" for family, choice in tuned_choices(profile).items()
+            if not choice["same_as_paper"]]
+
+
+def row_keys(sc: BopoScale, profile: str) -> list[str]:
+    """The learned RL rows of ``profile``'s table: :func:`table_keys`, then the tuned ones."""
+    return table_keys(sc) + tuned_keys(profile)
+
+
+def _tuned_job(family: str, config: Mapping[str, Any], warm: WarmStart,
+               common: Mapping[str, Any]) -> LearnJob:
+    """The job of a tuned row: the sweep's choice, on the table's steps and seeds."""
+    linear = config.get("cost_term") == "linear"
+    method = "bopo-linear" if linear else family
+    lam = float(config["linear_lam" if linear else "lam"])
+    settings = {"learning_rate": float(config["learning_rate"]),
+                "ent_coef": float(config["ent_coef"])}
+    return LearnJob(method=method, lam=lam, ppo=settings, tuned=True,
+                    sft_state=None if family == "ppo" else warm.sft_state, **common)
+
+
 def scan_keys(sc: BopoScale) -> list[str]:
     """The λ scan's rows (scan profile, scan seeds): the paper's reward, then the linear one."""
     lams = sorted({*sc.scan_lams, *sc.bopo_lams})
@@ -170,6 +223,9 @@ def learn_jobs(warm: WarmStart, sc: BopoScale, budget: float, base_seed: int
     jobs = [LearnJob(method=key.split("/")[0], lam=float(key.split("/")[1]),
                      sft_state=None if key.startswith("ppo/") else warm.sft_state, **common)
             for key in table_keys(sc)]
+    choices = tuned_choices(warm.profile)
+    jobs += [_tuned_job(key.split("/")[0], choices[key.split("/")[0]]["config"], warm, common)
+             for key in tuned_keys(warm.profile)]
     if warm.profile == sc.scan_profile and warm.seed < base_seed + sc.scan_seeds:
         jobs += [LearnJob(method=key.split("/")[0], lam=float(key.split("/")[1]),
                           sft_state=warm.sft_state, curve=False, **common)
@@ -269,13 +325,14 @@ def in_job_order(prepared: Mapping[str, Prepared], warm: Mapping[str, Mapping[in
 
 
 # ----------------------------------------------------------------------- the summary
-def _row_order(keys: Sequence[str], sc: BopoScale) -> list[str]:
+def _row_order(keys: Sequence[str], sc: BopoScale, profile: str) -> list[str]:
+    learned = row_keys(sc, profile)
     return (["always-small", "always-large"]
             + [k for k in keys if k.startswith("random-mix/")]
             + [k for k in keys if k.startswith("cascade/")]
             + [k for k in TRAINED_RULES if k in keys]
-            + ["sft"] + [k for k in table_keys(sc) if k.startswith("ppo/")]
-            + [k for k in table_keys(sc) if k.startswith("bopo/")] + ["planner", "oracle"])
+            + ["sft"] + [k for k in learned if k.startswith("ppo/")]
+            + [k for k in learned if k.startswith("bopo/")] + ["planner", "oracle"])
 
 
 def _warm_entry(warm: Sequence[WarmStart]) -> dict[str, Any]:
@@ -312,7 +369,7 @@ def summarise(results: Results, sc: BopoScale, seed: int = 0) -> dict[str, Any]:
                            "profiles": {}}
     returns: dict[str, dict[str, list[Sequence[float]]]] = {}
     for profile, prep in results.prepared.items():
-        order = _row_order(list(prep.records), sc)
+        order = _row_order(list(prep.records), sc, profile)
         runs = {k: results.runs(profile, k) for k in order}
         returns[profile] = {k: [r for _, r in v] for k, v in runs.items()}
         methods = {k: {"label": label(k),
@@ -320,7 +377,7 @@ def summarise(results: Results, sc: BopoScale, seed: int = 0) -> dict[str, Any]:
                                         sc.resamples, seed, returns[profile][k]),
                        **prep.fitted.get(k, {})}
                    for k in order}
-        for k in ["sft", *table_keys(sc)]:
+        for k in ["sft", *row_keys(sc, profile)]:
             methods[k]["seeds"] = seeds
         points = {k: (m["success_rate"], m["avg_cost"]) for k, m in methods.items()}
         records = {k: [rec for rec, _ in v] for k, v in runs.items()}
@@ -334,7 +391,8 @@ def summarise(results: Results, sc: BopoScale, seed: int = 0) -> dict[str, Any]:
             "sft": _warm_entry(results.warm[profile]),
             "methods": methods,
             "learning_curves": {k: _curves(results.learned[profile][k])
-                                for k in table_keys(sc)},
+                                for k in row_keys(sc, profile)},
+            "tuned": tuned_choices(profile),
             "frontiers": {rival: compare_frontiers(points, rival, records, sc.resamples, seed)
                           for rival in RIVALS},
         }

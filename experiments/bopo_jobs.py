@@ -256,10 +256,14 @@ class LearnJob:
     #: Overrides of :func:`~agents.routing.bopo_sft.build_model`'s settings (the learning
     #: rate, ``ent_coef``, ...): a tuning trial's configuration; empty keeps the experiment's.
     ppo: Mapping[str, Any] = field(default_factory=dict)
+    #: A row trained in the configuration its equal-budget sweep chose (``ppo`` above).
+    tuned: bool = False
 
     @property
     def key(self) -> str:
-        """``<method>/<lam>``, the run's key in reports."""
+        """``<method>/<lam>``, the run's key in reports (``<family>/tuned`` when tuned)."""
+        if self.tuned:
+            return f"{self.method.split('-')[0]}/tuned"
         return f"{self.method}/{self.lam:g}"
 
 

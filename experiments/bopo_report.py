@@ -50,6 +50,8 @@ def label(key: str) -> str:
     name = LABELS.get(family, family)
     if not value:
         return name
+    if value == "tuned":
+        return f"{name.removesuffix(', as in the paper')}, tuned"
     knob = {"bopo": "λ", "bopo-linear": "λ", "ppo": "λ", "random-mix": "p",
             "cascade": "patience"}[family]
     return f"{name} ({knob}={value})"
@@ -236,6 +238,31 @@ def _frontier_sentence(profile: str, comp: Mapping[str, Any]) -> str:
     )
 
 
+def _config(config: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
+                     for k, v in config.items())
+
+
+def _tuned_lines(tuned: Mapping[str, Any]) -> list[str]:
+    """What each equal-budget sweep on this profile chose, and the row it gave (if any)."""
+    if not tuned:
+        return []
+    parts = []
+    for family, choice in tuned.items():
+        name = label(family).removesuffix(", as in the paper")
+        if choice["same_as_paper"]:
+            parts.append(f"{name}'s sweep chose the paper's configuration itself "
+                         f"({_config(choice['paper'])}), so its tuned row would be the "
+                         "paper's row and is not trained twice")
+        else:
+            parts.append(f"{name}, tuned: the sweep's choice ({_config(choice['config'])}; "
+                         f"untuned: {_config(choice['paper'])}), on the table's steps and "
+                         "seeds")
+    return ["", "Tuned rows (equal-budget sweeps on this profile, 12 trials of 20,480 steps, "
+            "validation tasks disjoint from these; `experiments/tuned/`): "
+            + "; ".join(parts) + "."]
+
+
 def markdown(summary: Mapping[str, Any], seconds: float | None = None) -> str:
     """The report page: setup, then per profile the taxonomy, the table and the outcome."""
     sc = summary["scale"]
@@ -302,6 +329,7 @@ def markdown(summary: Mapping[str, Any], seconds: float | None = None) -> str:
                 + f" | {m['budget_exceeded']:g} | {m['cost_term_zero']:.2f} | "
                 + (_ci(m, "episode_return", ".3f") if "episode_return" in m else "-")
                 + f" | {_gap_cell(gap, key)} |")
+        lines += _tuned_lines(rep.get("tuned", {}))
         if gap is not None:
             rule = rep["methods"][gap["rule_method"]]["label"]
             lines += ["", f"Gap closed: from {rule} (mean return "

@@ -4,6 +4,7 @@ cost, SFT data, rewards, masks, task replay, the experiment's report."""
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import gymnasium as gym
 import numpy as np
@@ -17,7 +18,7 @@ from agents.routing import bopo, bopo_sft
 from agents.rules import BestFixedRule
 from cost_envs.wrappers import HardBudget, TaskReplay
 from experiments import bopo as bopo_experiment
-from experiments import gaps
+from experiments import bopo_jobs, gaps
 
 torch.set_num_threads(1)
 PROFILE = "sciworld"
@@ -264,13 +265,20 @@ def test_report_smoke_writes_everything(tmp_path) -> None:
     rep = data["profiles"]["appworld"]
     assert set(rep["strata_eval"]) == {"easy", "hard", "intractable"}
     methods = rep["methods"]
+    # vanilla PPO's sweep (on appworld) chose other than the paper's point: a tuned row
+    # there; BoPO's chose the paper's point itself: no second copy of its row
     assert set(methods) == {"always-small", "always-large", "oracle", "planner", "sft",
-                            "bopo/0.5", "ppo/0.5", "cascade/1", "random-mix/0.5",
-                            "difficulty-threshold", "best-rule"}
+                            "bopo/0.5", "ppo/0.5", "ppo/tuned", "cascade/1",
+                            "random-mix/0.5", "difficulty-threshold", "best-rule"}
+    assert "ppo/tuned" not in data["profiles"]["alfworld"]["methods"]
+    assert rep["tuned"]["bopo"]["same_as_paper"] and not rep["tuned"]["ppo"]["same_as_paper"]
+    assert "BoPO's sweep chose the paper's configuration itself" in text
+    assert methods["ppo/tuned"]["label"] == "PPO (vanilla), tuned"
+    assert "ppo/tuned" in data["gap_closed"]["tasks"]["appworld"]["methods"]
     assert methods["bopo/0.5"]["label"] == "BoPO, as in the paper (λ=0.5)"
     seeds_used = data["seeds"]
     assert seeds_used == [0, 1]
-    for key in ("sft", "bopo/0.5", "ppo/0.5"):  # learned rows pool the seeds
+    for key in ("sft", "bopo/0.5", "ppo/0.5", "ppo/tuned"):  # learned rows pool the seeds
         assert methods[key]["seeds"] == seeds_used
         per_seed = methods[key]["per_seed"]
         assert len(per_seed["success_rate"]) == 2
@@ -333,7 +341,8 @@ def _check_gap_block(data: dict, text: str) -> None:
         assert entry["rule_method"] == max(RULES, key=means.get)
         assert entry["rule"] == pytest.approx(max(means.values()))
         assert entry["reference"] == pytest.approx(methods["planner"]["episode_return"])
-        assert set(entry["methods"]) == {"sft", "bopo/0.5", "ppo/0.5"}
+        tuned = {"ppo/tuned"} if profile == "appworld" else set()  # appworld's sweep
+        assert set(entry["methods"]) == {"sft", "bopo/0.5", "ppo/0.5"} | tuned
         for key, share in entry["methods"].items():
             assert len(share["per_seed"]) == len(data["seeds"])
             gap = entry["reference"] - entry["rule"]
@@ -485,3 +494,30 @@ def test_the_report_counts_the_tasks_where_the_cost_weight_cannot_act() -> None:
     summary = method_summary([records], [boundary] * 4, resamples=10, seed=0)
     assert summary["cost_term_zero"] == pytest.approx(0.5)
     assert [boundary.position(c) for c in costs] == [0.0, 0.0, 0.5, 1.0]
+
+
+def test_a_tuned_row_trains_the_sweeps_choice(monkeypatch) -> None:
+    from experiments import tune
+
+    warm = SimpleNamespace(profile="appworld", seed=3, cost_scale=2.0, train_boundaries=[],
+                           sft_state={"w": 1})
+    sc = bopo_jobs.SCALES["smoke"]
+    jobs = {job.key: job for job in bopo_experiment.learn_jobs(warm, sc, 0.5, 0)}
+    chosen = tune.chosen("bopo-ppo", bopo.ENV_ID)
+    job = jobs["ppo/tuned"]
+    assert (job.method, job.lam, job.seed, job.sft_state) == ("ppo", chosen["lam"], 3, None)
+    assert dict(job.ppo) == {"learning_rate": chosen["learning_rate"],
+                             "ent_coef": chosen["ent_coef"]}
+    assert job.scale is sc and job.budget == 0.5  # the table's steps and budget
+    assert jobs["ppo/0.5"].ppo == {} and not jobs["ppo/0.5"].tuned
+    # another profile: the sweeps did not run there, no tuned row
+    other = SimpleNamespace(**{**vars(warm), "profile": "alfworld"})
+    assert not any(job.tuned for job in bopo_experiment.learn_jobs(other, sc, 0.5, 0))
+    # a sweep that chose a linear cost term trains BoPO's linear variant from the warm start
+    monkeypatch.setattr(bopo_experiment, "tuned_choices", lambda profile: {
+        "bopo": {"config": {"cost_term": "linear", "lam": 0.5, "linear_lam": 8.0,
+                            "learning_rate": 1e-3, "ent_coef": 0.02},
+                 "paper": {}, "same_as_paper": False}})
+    tuned = [job for job in bopo_experiment.learn_jobs(warm, sc, 0.5, 0) if job.tuned]
+    assert [(j.key, j.method, j.lam, j.sft_state) for j in tuned] == [
+        ("bopo/tuned", "bopo-linear", 8.0, {"w": 1})]
