@@ -10,7 +10,16 @@ byte-order mark:
 ``<model>_response`` columns with each model's answer text. Input tokens are the prompt's
 tokens, output tokens the response's; without a response column a model's output tokens
 are ``default_output_tokens`` (1: the RouteLLM CSVs without responses are multiple-choice
-evaluations answered with one letter).
+evaluations answered with one letter). A ``group`` or ``subject`` column (at most one) is
+read as each row's group; without one, every row's group is the file's name
+(:func:`file_group`: ``mmlu_anatomy.csv`` gives ``mmlu_anatomy``, ``gsm8k_responses.csv``
+gives ``gsm8k``). Every other column is a model: a column of anything but True/False
+(``dataset``, ``difficulty`` ...) is an error naming the line and the column and saying
+it was read as a model.
+
+**Several files** (a list): combined into one dataset (:mod:`cost_envs.traces.combine`);
+every file must log the same models; each query keeps its group (a generic file without
+groups gets its :func:`file_group`) and its id becomes ``"<file_group>:<id>"``.
 
 **Generic CSV or JSONL** (``format="csv"`` or ``"jsonl"``), one row per (query, model)::
 
@@ -34,6 +43,8 @@ column                    required  meaning
 ``prompt``                no        the query's text (identical on all of its rows);
                                     without it the query's text features are zero
 ``response``              no        the model's answer text
+``group``                 no        the query's group (subject, domain, dataset;
+                                    identical on all of its rows; every query or none)
 ========================  ========  ===================================================
 
 Every query needs exactly one row per model. Unknown columns (with the closest known
