@@ -112,7 +112,7 @@ def test_routellm_subject_column_is_the_group_not_a_model(tmp_path: Path) -> Non
 
 @pytest.mark.parametrize(("text", "line", "column", "message"), [
     ("prompt,group,subject,m1\nq,a,b,True\n", 1, "subject", "a second group column"),
-    ("prompt,dataset,m1\nq,gsm8k,True\n", 2, "dataset", "'dataset' is read as a model"),
+    ("prompt,dataset,m1\nq,gsm8k,True\n", 2, "dataset", "got 'gsm8k' (read as a model"),
     ("prompt,subject,m1\nq,,True\n", 2, "subject", "missing value"),
 ])
 def test_routellm_other_columns_are_clear_errors(tmp_path: Path, text: str, line: int,

@@ -198,8 +198,8 @@ def _correctness(value: str, where: Where, line: int, model: str) -> bool:
     try:
         return as_bool(value, where, line, model)
     except ValueError as err:
-        raise ValueError(f"{err} (a RouteLLM CSV has {_ROUTELLM_COLUMNS}: {model!r} is read as "
-                         "a model)") from None
+        raise ValueError(f"{err} (read as a model: not prompt, group, subject or "
+                         "*_response)") from None
 
 
 def _read_routellm(text: str, where: Where, token_counter: str,
