@@ -183,3 +183,15 @@ def test_real_routerarena_matches_its_readme() -> None:
     assert data.scores.mean(axis=0).round(3).tolist() == [0.523, 0.690]
     assert data.call_costs(None).sum(axis=0).round(3).tolist() == [0.142, 0.038]
     assert (data.input_tokens > 0).all() and data.responses is not None
+
+
+def test_trace_routing_env_replays_logged_costs_without_prices(tmp_path: Path) -> None:
+    import gymnasium as gym
+
+    data = load_routerarena(folder(tmp_path))  # models m1, m2: in no price table
+    env = gym.make("cost_envs/TraceRouting-v0", data=data)
+    env.reset(seed=0)
+    q = env.unwrapped.task.query
+    _, _, _, _, info = env.step(np.array([0, 1], dtype=np.int8))
+    assert info["cost"] == pytest.approx(data.cost[q, 1]) and info["flops"] == 0.0
+    env.close()
