@@ -17,7 +17,7 @@ from agents.routing.routing_eval import (
     threshold_routing,
 )
 from cost_envs.metrics.bootstrap import bootstrap_means, resample_weights
-from cost_envs.metrics.frontier import aiq, frontier
+from cost_envs.metrics.frontier import aiq, bootstrap_aiq, frontier
 from cost_envs.metrics.routing import bootstrap_routing, routing_curve
 from cost_envs.traces import TraceDataset
 
@@ -233,3 +233,22 @@ def test_aiq_is_the_mean_frontier_quality_over_the_cost_range() -> None:
     assert aiq([0.0, 2.0, 1.0], [0.5, 0.9, 0.85]) > 0.7
     with pytest.raises(ValueError, match="low < high"):
         aiq([1.0, 1.0], [0.2, 0.3])
+
+
+def test_bootstrap_aiq_matches_explicit_resamples() -> None:
+    data = dataset(n=60, n_groups=6)
+    q = np.column_stack([data.scores[:, 0], data.scores[:, 1], data.scores[:, 2]])
+    c = np.asarray(data.cost)
+    span = (1.0, 4.5)
+    out = bootstrap_aiq(q, c, span, clusters=data.groups, n_resamples=150, seed=2)
+    codes = data.clusters("group")
+    counts = np.random.default_rng(2).multinomial(6, np.full(6, 1 / 6), size=150)
+    explicit = []
+    for row in counts:
+        idx = np.repeat(np.arange(60), row[codes])
+        explicit.append(aiq(c[idx].mean(axis=0), q[idx].mean(axis=0), span))
+    low, high = np.percentile(explicit, [2.5, 97.5])
+    assert out["value"] == pytest.approx(aiq(c.mean(axis=0), q.mean(axis=0), span))
+    assert out["ci"][0] == pytest.approx(min(low, out["value"]))
+    assert out["ci"][1] == pytest.approx(max(high, out["value"]))
+    assert out["cost_range"] == [1.0, 4.5]

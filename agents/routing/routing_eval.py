@@ -33,8 +33,8 @@ import numpy as np
 
 from cost_envs.config import number, one_of
 from cost_envs.metrics.bootstrap import bootstrap_means
-from cost_envs.metrics.frontier import aiq
-from cost_envs.metrics.routing import DEFAULT_LEVELS, bootstrap_routing, routing_curve
+from cost_envs.metrics.frontier import bootstrap_aiq
+from cost_envs.metrics.routing import DEFAULT_LEVELS, bootstrap_routing, threshold_order
 from cost_envs.prices import default_price_table
 from cost_envs.traces import SPLIT_BY, TraceDataset
 
@@ -227,8 +227,9 @@ def curve_metrics(
             weak to all strong).
 
     Returns:
-        :func:`~cost_envs.metrics.routing.bootstrap_routing`'s entries, each with an
-        ``"aiq"`` point value (accuracy against cost per query, on the range).
+        :func:`~cost_envs.metrics.routing.bootstrap_routing`'s entries, each with
+        ``"aiq"``: ``{"value", "ci", "cost_range"}`` (accuracy against cost per query,
+        :func:`~cost_envs.metrics.frontier.bootstrap_aiq`, resampled as the others).
     """
     iw, is_ = data.model_index(weak), data.model_index(strong)
     w, s = data.correct[:, iw], data.correct[:, is_]
@@ -237,11 +238,33 @@ def curve_metrics(
                             confidence=confidence, seed=seed, reference=reference,
                             clusters=resample_clusters(data, split_by))
     ends = sorted((float(c[:, iw].mean()), float(c[:, is_].mean())))
-    span = ends if cost_range is None else cost_range
+    span = ends if cost_range is None else [float(v) for v in cost_range]
+    clusters = resample_clusters(data, split_by)
     for name, scores in routers.items():
-        x = np.zeros(data.n_queries) if scores is None else scores
-        curve = routing_curve(x, w, s, c[:, iw], c[:, is_])
-        out[name]["aiq"] = {"value": aiq(curve.cost, curve.accuracy, span)
-                            if span[1] > span[0] else float("nan"),
-                            "cost_range": [float(v) for v in span]}
+        strong_at = curve_routing(None if scores is None else np.asarray(scores, np.float64),
+                                  data.n_queries)
+        qualities = np.where(strong_at, s[:, None], w[:, None])
+        point_costs = np.where(strong_at, c[:, is_, None], c[:, iw, None])
+        if span[1] > span[0]:
+            out[name]["aiq"] = bootstrap_aiq(qualities, point_costs, span, clusters=clusters,
+                                             n_resamples=n_resamples, confidence=confidence,
+                                             seed=seed)
+        else:  # both models cost the same on average: no cost range to integrate over
+            out[name]["aiq"] = {"value": float("nan"), "ci": [float("nan")] * 2,
+                                "cost_range": span}
     return out
+
+
+def curve_routing(scores: np.ndarray | None, n: int) -> np.ndarray:
+    """Which queries go strong at each point of a threshold curve: ``(n, points)`` bool.
+
+    Column ``k`` is the routing at the curve's ``k``-th point (0: all weak; last: all
+    strong); ``None`` (random routing) has the two end points only (its curve is the
+    straight line between them).
+    """
+    if scores is None:
+        return np.column_stack([np.zeros(n, bool), np.ones(n, bool)])
+    order, ends = threshold_order(scores)
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(n)
+    return rank[:, None] < np.concatenate([[0], ends])[None, :]

@@ -16,8 +16,9 @@ single model's cost): by default the range is the points' own.
 
 With two models, the threshold sweep of :func:`cost_envs.metrics.routing.routing_curve`
 gives the points (its ``cost`` and ``accuracy``) and APGR and CPT are its readings on
-the strong-call-share axis; AIQ reads the same sweep on the cost axis. Only numpy is
-used.
+the strong-call-share axis; AIQ reads the same sweep on the cost axis.
+:func:`bootstrap_aiq` gives AIQ an interval, resampling queries or clusters of them as
+the bootstrap engine does. Only numpy is used.
 """
 
 from __future__ import annotations
@@ -26,6 +27,15 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
+from cost_envs.metrics.bootstrap import (
+    check_bootstrap_args,
+    cluster_codes,
+    interval_around,
+    percentile_interval,
+    resample_blocks,
+    resample_weights,
+)
 
 
 def _points(costs: Any, qualities: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -103,3 +113,49 @@ def aiq(costs: Any, qualities: Any, cost_range: Sequence[float] | None = None) -
     ys = np.interp(xs, fc, fq)  # flat beyond the best point
     area = np.sum(np.diff(xs) * (ys[1:] + ys[:-1]) / 2.0)  # trapezoids (numpy 1.x lacks trapezoid)
     return float(area / (high - low))
+
+
+def bootstrap_aiq(
+    qualities: Any,
+    costs: Any,
+    cost_range: Sequence[float],
+    *,
+    clusters: Any = None,
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """AIQ of a router's operating points with a percentile-bootstrap interval.
+
+    Args:
+        qualities: ``(n, k)``: the quality of query ``i`` at operating point ``j``.
+        costs: ``(n, k)``: its cost there.
+        cost_range: ``(low, high)``, fixed across resamples (compare routers on one).
+        clusters: Optional cluster label per query: resample clusters, not queries.
+        n_resamples: Bootstrap resamples.
+        confidence: Interval coverage.
+        seed: Seed of the resampling (the same seed and queries give every router the
+            same resamples).
+
+    Returns:
+        ``{"value", "ci", "cost_range"}``.
+    """
+    q = np.asarray(qualities, dtype=np.float64)
+    c = np.asarray(costs, dtype=np.float64)
+    if q.ndim != 2 or q.shape != c.shape or q.size == 0:
+        raise ValueError(f"qualities and costs: expected two (queries, points) arrays of one "
+                         f"shape, got {q.shape} and {c.shape}")
+    check_bootstrap_args(n_resamples, confidence)
+    n = q.shape[0]
+    codes = cluster_codes(clusters, n)
+    span = [float(v) for v in cost_range]
+    point = aiq(c.mean(axis=0), q.mean(axis=0), span)
+    rng = np.random.default_rng(seed)
+    drawn = []
+    for size in resample_blocks(n_resamples, n * q.shape[1]):
+        weights = resample_weights(rng, size, n, codes)
+        total = weights.sum(axis=1, keepdims=True)
+        mean_q, mean_c = (weights @ q) / total, (weights @ c) / total
+        drawn.extend(aiq(mc, mq, span) for mc, mq in zip(mean_c, mean_q, strict=True))
+    low, high = interval_around(point, percentile_interval(np.array(drawn), confidence))
+    return {"value": point, "ci": [low, high], "cost_range": span}

@@ -168,6 +168,16 @@ def _group_ends(sorted_scores: np.ndarray) -> np.ndarray:
     return np.append(change, len(sorted_scores))
 
 
+def threshold_order(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(routing order, curve points) of a router's scores.
+
+    The order sends higher scores to the strong model first (stable on ties); the points
+    are the 1-based counts of queries sent strong where a group of equal scores ends.
+    """
+    order = np.argsort(-scores, kind="stable")
+    return order, _group_ends(scores[order])
+
+
 def routing_curve(
     scores: Any,
     weak_correct: Any,
@@ -190,8 +200,7 @@ def routing_curve(
     w, s = _outcomes(weak_correct, strong_correct)
     n = len(w)
     x = _scores(scores, n)
-    order = np.argsort(-x, kind="stable")
-    ends = _group_ends(x[order])
+    order, ends = threshold_order(x)
     count = np.concatenate([[0], ends])
     strong_part = np.concatenate([[0.0], np.cumsum(s[order])[ends - 1]])
     weak_part = np.concatenate([[0.0], np.cumsum(w[order])[ends - 1]])
@@ -362,8 +371,7 @@ def bootstrap_routing(
             points[name] = {"apgr": 0.5, **{_cpt_key(lv): float(lv) for lv in levels}}
             continue
         x = _scores(scores, n)
-        order = np.argsort(-x, kind="stable")
-        plans[name] = (order, _group_ends(x[order]))
+        plans[name] = threshold_order(x)
         curve = routing_curve(x, w, s)
         try:
             points[name] = {"apgr": curve.apgr,
