@@ -61,6 +61,9 @@ approximation ``ceil(characters / 4)`` (OpenAI's rule of thumb of ~4 characters 
 token). Every model's tokens are counted with that one counter, whatever the model's own
 tokenizer. :attr:`TraceDataset.token_counter` records which counter was used.
 
+**RouterArena** (one JSONL file per model, logged dollar costs) is read by
+:func:`cost_envs.traces.routerarena.load_routerarena`.
+
 **Costs and splits** are :class:`TraceDataset`'s (see :mod:`cost_envs.traces.dataset`).
 
 **Features.** The text features (hashed n-grams, MiniLM embeddings, final-answer markers)
