@@ -13,6 +13,7 @@ from agents.routing.routing_eval import (
     random_routing,
     routing_probabilities,
     score_routing,
+    score_routings,
     single_model,
     threshold_routing,
 )
@@ -252,3 +253,24 @@ def test_bootstrap_aiq_matches_explicit_resamples() -> None:
     assert out["ci"][0] == pytest.approx(min(low, out["value"]))
     assert out["ci"][1] == pytest.approx(max(high, out["value"]))
     assert out["cost_range"] == [1.0, 4.5]
+
+
+def test_score_routings_pairs_routers_on_the_same_resamples() -> None:
+    data = dataset()
+    mid = single_model(data, "mid")
+    share = 0.5
+    routers = {"mid": mid, "random": random_routing(data, "weak", "strong", share)}
+    out = score_routings(data, routers, strong="strong", split_by="group",
+                         reference="random", n_resamples=500, seed=4)
+    alone = score_routing(data, mid, strong="strong", split_by="group", n_resamples=500,
+                          seed=4)
+    assert out["mid"]["accuracy"] == alone["accuracy"]  # the same resamples
+    diff = out["mid"]["minus_random"]["accuracy"]
+    assert diff["value"] == pytest.approx(out["mid"]["accuracy"]["value"]
+                                          - out["random"]["accuracy"]["value"])
+    # paired: the difference's interval is narrower than the two intervals stacked
+    spread = {k: np.diff(out[k]["accuracy"]["ci"])[0] for k in routers}
+    assert np.diff(diff["ci"])[0] < spread["mid"] + spread["random"]
+    assert "minus_random" not in out["random"]
+    with pytest.raises(ValueError, match="reference: 'x' is not one of"):
+        score_routings(data, routers, reference="x")

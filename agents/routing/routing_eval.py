@@ -7,7 +7,9 @@ whose score is then its exact expectation. :func:`score_routing` scores decision
 cap): accuracy, mean score, cost per query, the share of calls to each model and to the
 strong one, with bootstrap intervals over queries, or over groups when the split held
 out whole groups (``split_by="group"``: the cluster bootstrap of
-:func:`cost_envs.metrics.bootstrap.bootstrap_means`).
+:func:`cost_envs.metrics.bootstrap.bootstrap_means`). :func:`score_routings` scores
+several routers on the same resamples, with paired differences against a reference
+(a router minus random routing at its own strong-call share, say).
 
 The baselines, as the routing literature defines them (RouteLLM, RouterBench):
 
@@ -120,24 +122,81 @@ def score_routing(
         "units"}``; ``quality`` is the mean logged score (equal to accuracy for 0/1
         outcomes).
     """
-    p = routing_probabilities(decisions, data.n_queries, data.n_models)
-    c = call_costs(data, costs)
-    columns = {"accuracy": (p * data.correct).sum(axis=1),
-               "quality": (p * data.scores).sum(axis=1),
-               "cost_per_query": (p * c).sum(axis=1)}
+    return score_routings(data, {"_": decisions}, costs, strong=strong, split_by=split_by,
+                          n_resamples=n_resamples, confidence=confidence, seed=seed)["_"]
+
+
+def _columns(data: TraceDataset, p: np.ndarray, c: np.ndarray, strong: str | None
+             ) -> dict[str, np.ndarray]:
+    """Per-query expected outcomes of routing probabilities ``p``."""
+    out = {"accuracy": (p * data.correct).sum(axis=1), "quality": (p * data.scores).sum(axis=1),
+           "cost_per_query": (p * c).sum(axis=1)}
     if strong is not None:
-        columns["strong_share"] = p[:, data.model_index(strong)]
+        out["strong_share"] = p[:, data.model_index(strong)]
+    return out
+
+
+def score_routings(
+    data: TraceDataset,
+    routers: Mapping[str, Any],
+    costs: Any = None,
+    *,
+    strong: str | None = None,
+    split_by: str = "query",
+    reference: str | None = None,
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> dict[str, dict[str, Any]]:
+    """:func:`score_routing` of several routers on the *same* resamples, paired.
+
+    Args:
+        data: The test queries.
+        routers: Name -> decisions (see :func:`routing_probabilities`).
+        costs: ``(n, m)`` cost of each call (default :func:`call_costs`).
+        strong: The strong model's name, for ``strong_share``.
+        split_by: ``"query"`` resamples queries; ``"group"`` whole groups.
+        reference: A router's name: every other router also gets ``"minus_<reference>"``,
+            its metrics minus the reference's, per resample (paired intervals).
+        n_resamples: Bootstrap resamples; 0 for point values only.
+        confidence: Interval coverage.
+        seed: Seed of the resampling.
+
+    Returns:
+        Name -> :func:`score_routing`'s dictionary (plus ``minus_<reference>``).
+    """
+    if not routers:
+        raise ValueError("routers: expected at least one router")
+    if reference is not None and reference not in routers:
+        raise ValueError(f"reference: {reference!r} is not one of {list(routers)}")
+    c = call_costs(data, costs)
+    probs = {name: routing_probabilities(d, data.n_queries, data.n_models)
+             for name, d in routers.items()}
+    per = {name: _columns(data, p, c, strong) for name, p in probs.items()}
+    columns = {(name, None, k): v for name, cols in per.items() for k, v in cols.items()}
+    if reference is not None:
+        columns.update({(name, reference, k): v - per[reference][k]
+                        for name, cols in per.items() if name != reference
+                        for k, v in cols.items()})
     clusters = resample_clusters(data, split_by)
+    keys = list(columns)
     if n_resamples == 0:
-        out: dict[str, Any] = {k: {"value": float(v.mean()), "ci": None}
-                               for k, v in columns.items()}
+        values = {key: {"value": float(v.mean()), "ci": None} for key, v in columns.items()}
     else:
-        out = bootstrap_means(columns, clusters=clusters, n_resamples=n_resamples,
-                              confidence=confidence, seed=seed)
-    out["model_share"] = dict(zip(data.models, p.mean(axis=0).tolist(), strict=True))
-    out["queries"] = data.n_queries
-    out["resampled"] = "queries" if clusters is None else "clusters"
-    out["units"] = data.n_queries if clusters is None else int(clusters.max()) + 1
+        drawn = bootstrap_means({str(i): columns[key] for i, key in enumerate(keys)},
+                                clusters=clusters, n_resamples=n_resamples,
+                                confidence=confidence, seed=seed)
+        values = {key: drawn[str(i)] for i, key in enumerate(keys)}
+    out: dict[str, dict[str, Any]] = {}
+    for name, p in probs.items():
+        entry: dict[str, Any] = {k: values[(name, None, k)] for k in per[name]}
+        if reference is not None and name != reference:
+            entry[f"minus_{reference}"] = {k: values[(name, reference, k)] for k in per[name]}
+        entry["model_share"] = dict(zip(data.models, p.mean(axis=0).tolist(), strict=True))
+        entry["queries"] = data.n_queries
+        entry["resampled"] = "queries" if clusters is None else "clusters"
+        entry["units"] = data.n_queries if clusters is None else int(clusters.max()) + 1
+        out[name] = entry
     return out
 
 
