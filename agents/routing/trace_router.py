@@ -170,11 +170,14 @@ class TraceRouter:
     def cross_validate(
         self, data: TraceDataset, l2_grid: Sequence[float] = (1.0, 10.0, 100.0),
         weight_grid: Sequence[float] = (0.0, 1.0, 4.0), folds: int = 5, seed: int = 0,
+        split_by: str = "query",
     ) -> dict[str, Any]:
         """Choose ``l2`` and ``hashed_weight`` by k-fold APGR on ``data``, then fit on all.
 
-        Folds are drawn by prompt (:meth:`~cost_envs.traces.TraceDataset.prompt_groups`),
-        so identical prompts share a fold; with all prompts distinct, by query.
+        Folds keep clusters whole (:meth:`~cost_envs.traces.TraceDataset.fold_ids`): by
+        prompt (``split_by="query"``: identical prompts share a fold; with all prompts
+        distinct, by query) or by group (``split_by="group"``: each fold holds out whole
+        groups, as a test split by group does).
 
         Returns:
             ``{"l2", "hashed_weight", "cv_apgr": {"l2=...,w=...": mean APGR}}``.
@@ -183,9 +186,8 @@ class TraceRouter:
         y = self.labels(data)
         weak = data.correct[:, data.model_index(self.weak)]
         strong = data.correct[:, data.model_index(self.strong)]
-        # folds by prompt, as the train/test split: a repeated question stays in one fold
-        groups = data.prompt_groups()
-        fold = (np.random.default_rng(seed).permutation(int(groups.max()) + 1) % folds)[groups]
+        # folds as the train/test split: a repeated question (or a group) stays in one fold
+        fold = data.fold_ids(folds, seed, split_by)
         table: dict[str, float] = {}
         best = (-math.inf, self.l2, self.hashed_weight)
         for l2 in l2_grid:

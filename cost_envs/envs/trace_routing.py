@@ -195,6 +195,8 @@ class TraceRoutingEnv(OrchestrationEnv[TraceTask]):
       :meth:`cost_envs.traces.TraceDataset.split_indices`), about ``test_fraction`` of
       the queries in the test split, from a permutation seeded by ``split_seed``
       (default 0, 0.5).
+    * ``split_by``: ``"query"`` (default: by prompt) or ``"group"`` (whole groups of the
+      data's ``groups`` on each side: subjects or domains the test split never saw).
     * ``models``: names of the models to route between (default: all, in data order).
     * ``prices``: a :class:`PriceTable`, its dict form, a path, or ``None`` for the
       packaged table. Every model without a logged cost must be in it.
@@ -225,6 +227,7 @@ class TraceRoutingEnv(OrchestrationEnv[TraceTask]):
         split: str = "all",
         split_seed: int = 0,
         test_fraction: float = 0.5,
+        split_by: str = "query",
         models: Sequence[str] | None = None,
         prices: PriceTable | Mapping[str, Any] | str | Path | None = None,
         features: str = "hashed",
@@ -244,7 +247,7 @@ class TraceRoutingEnv(OrchestrationEnv[TraceTask]):
             raise ValueError(f"{name}: data: expected a TraceDataset, a path or None, "
                              f"got {type(data).__name__}")
         one_of(split, "split", SPLITS, where=name)
-        check_split_args(split_seed, test_fraction)
+        check_split_args(split_seed, test_fraction, split_by)
         boolean(cascade, "cascade", where=name)
         if models is not None:
             full = full.select_models(models)
@@ -257,9 +260,9 @@ class TraceRoutingEnv(OrchestrationEnv[TraceTask]):
         # Strength is training-split accuracy whatever split the episodes use, so the
         # train and test envs of one split agree on which model is the strongest.
         try:
-            train_idx, test_idx = full.split_indices(split_seed, test_fraction)
+            train_idx, test_idx = full.split_indices(split_seed, test_fraction, split_by)
         except ValueError:
-            if split != "all":
+            if split != "all" or (split_by == "group" and full.groups is None):
                 raise
             train_idx = test_idx = np.arange(full.n_queries)
         full_lengths = prompt_length(full)

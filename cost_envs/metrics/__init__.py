@@ -6,7 +6,9 @@
   the share of the rule-to-planner gap a method closes;
 * :mod:`cost_envs.metrics.bootstrap`: the one bootstrap engine (intervals over episodes,
   over training runs and tasks, of a mean);
-* :mod:`cost_envs.metrics.routing`: routing on logged outcomes (PGR, APGR, CPT).
+* :mod:`cost_envs.metrics.routing`: routing on logged outcomes (PGR, APGR, CPT);
+* :mod:`cost_envs.metrics.frontier`: routing over K models (the cost-quality frontier,
+  RouterBench's AIQ).
 """
 
 from cost_envs.metrics.bootstrap import (

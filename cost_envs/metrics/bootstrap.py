@@ -12,6 +12,9 @@ by ``seed``, and :func:`percentile_interval` turns the resampled values into an
   resampled sums, never as means of per-episode ratios);
 * :func:`bootstrap_cis_over_runs`: a two-level bootstrap over training seeds and tasks;
 * :func:`bootstrap_mean_ci`: the mean of per-item values;
+* :func:`bootstrap_means`: means of several per-item columns on the same resamples, by
+  item or by cluster (:func:`resample_weights`: the cluster bootstrap draws whole
+  clusters, for evaluations that held out whole groups);
 * :func:`bootstrap_gap_closed`: the share of the gap between a fixed rule and a reference
   that a method closes, paired over tasks.
 
@@ -21,7 +24,7 @@ Only numpy is used.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -63,6 +66,92 @@ def resample_blocks(n_resamples: int, cells_per_resample: int,
     block = max(1, cells // max(1, cells_per_resample))
     for start in range(0, n_resamples, block):
         yield min(block, n_resamples - start)
+
+
+def cluster_codes(clusters: Any, n: int) -> np.ndarray | None:
+    """Integer codes ``0 .. g-1`` of per-item cluster labels (``None``: every item its own).
+
+    Labels may be any hashable values (a group's name, a prompt's index); codes follow
+    first appearance.
+
+    Raises:
+        ValueError: If ``clusters`` does not have one label per item.
+    """
+    if clusters is None:
+        return None
+    labels = list(clusters)
+    if len(labels) != n:
+        raise ValueError(f"clusters: expected one label per item ({n}), got {len(labels)}")
+    ids: dict[Any, int] = {}
+    return np.fromiter((ids.setdefault(x, len(ids)) for x in labels), np.int64, count=n)
+
+
+def resample_weights(rng: np.random.Generator, size: int, n: int,
+                     clusters: np.ndarray | None = None) -> np.ndarray:
+    """How often each item is drawn in ``size`` resamples: a ``(size, n)`` float array.
+
+    Without ``clusters``, ``n`` items are drawn with replacement (multinomial counts per
+    item). With cluster codes (:func:`cluster_codes`), the *clusters* are drawn with
+    replacement, as many as there are, and each item counts as often as its cluster was
+    drawn: the cluster bootstrap, whose resamples vary in size. It is the right interval
+    when whole clusters (subjects, domains) were held out, because queries of one cluster
+    are not independent draws; resampling them one by one gives intervals too narrow.
+    """
+    if clusters is None:
+        return rng.multinomial(n, np.full(n, 1.0 / n), size=size).astype(np.float64)
+    g = int(clusters.max()) + 1
+    return rng.multinomial(g, np.full(g, 1.0 / g), size=size).astype(np.float64)[:, clusters]
+
+
+def bootstrap_means(
+    columns: Mapping[str, Any],
+    *,
+    clusters: Any = None,
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> dict[str, dict[str, Any]]:
+    """Means of several per-item columns, with intervals on the *same* resamples.
+
+    Args:
+        columns: Name -> one finite value per item (all of one length).
+        clusters: Optional per-item cluster labels: resample clusters, not items
+            (:func:`resample_weights`).
+        n_resamples: Number of bootstrap resamples, >= 1.
+        confidence: Coverage of the interval, in ``(0, 1)``.
+        seed: Seed of the resampling generator.
+
+    Returns:
+        Name -> ``{"value": mean, "ci": [low, high]}``; the interval is widened, if need
+        be, to contain the mean (:func:`interval_around`).
+
+    Raises:
+        ValueError: On no columns, columns of different lengths or non-finite values.
+    """
+    arrays = {k: np.asarray(v, dtype=np.float64) for k, v in columns.items()}
+    lengths = {a.shape for a in arrays.values()}
+    if not arrays or len(lengths) != 1 or len(next(iter(lengths))) != 1:
+        raise ValueError(f"bootstrap_means: expected 1-D columns of one length, got shapes "
+                         f"{sorted(lengths)}")
+    n = next(iter(lengths))[0]
+    for name, a in arrays.items():
+        if n == 0 or not np.isfinite(a).all():
+            raise ValueError(f"bootstrap_means: column {name!r}: expected finite values")
+    check_bootstrap_args(n_resamples, confidence)
+    codes = cluster_codes(clusters, n)
+    stacked = np.stack(list(arrays.values()), axis=1)  # (n, k)
+    rng = np.random.default_rng(seed)
+    means = []
+    for size in resample_blocks(n_resamples, n):
+        weights = resample_weights(rng, size, n, codes)
+        means.append((weights @ stacked) / weights.sum(axis=1, keepdims=True))
+    drawn = np.concatenate(means)
+    out = {}
+    for j, name in enumerate(arrays):
+        point = float(arrays[name].mean())
+        out[name] = {"value": point,
+                     "ci": interval_around(point, percentile_interval(drawn[:, j], confidence))}
+    return out
 
 
 def percentile_interval(values: np.ndarray | Sequence[np.ndarray],

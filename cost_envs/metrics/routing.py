@@ -24,8 +24,9 @@ CPT(x%) exactly ``x``. **The per-query oracle** sends to the strong model exactl
 queries only the strong model gets right (:func:`oracle_scores`): it reaches the best
 accuracy either model allows at the smallest strong-call share (:func:`oracle_point`).
 
-:func:`bootstrap_routing` gives percentile-bootstrap intervals over queries for several
-routers at once, on the *same* resamples, with paired differences against a reference.
+:func:`bootstrap_routing` gives percentile-bootstrap intervals over queries (or over
+clusters of queries, such as held-out subjects) for several routers at once, on the
+*same* resamples, with paired differences against a reference.
 Random routing's expected PGR is its strong-call share on *every* resample too, so its
 resampled values are the exact ones: its intervals are points, and a paired difference
 against it is the other router's interval shifted by the exact value (drawing one random
@@ -45,8 +46,10 @@ from cost_envs.config import number
 from cost_envs.metrics.bootstrap import (
     Interval,
     check_bootstrap_args,
+    cluster_codes,
     percentile_interval,
     resample_blocks,
+    resample_weights,
 )
 
 #: CPT levels reported by default.
@@ -165,6 +168,16 @@ def _group_ends(sorted_scores: np.ndarray) -> np.ndarray:
     return np.append(change, len(sorted_scores))
 
 
+def threshold_order(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(routing order, curve points) of a router's scores.
+
+    The order sends higher scores to the strong model first (stable on ties); the points
+    are the 1-based counts of queries sent strong where a group of equal scores ends.
+    """
+    order = np.argsort(-scores, kind="stable")
+    return order, _group_ends(scores[order])
+
+
 def routing_curve(
     scores: Any,
     weak_correct: Any,
@@ -187,8 +200,7 @@ def routing_curve(
     w, s = _outcomes(weak_correct, strong_correct)
     n = len(w)
     x = _scores(scores, n)
-    order = np.argsort(-x, kind="stable")
-    ends = _group_ends(x[order])
+    order, ends = threshold_order(x)
     count = np.concatenate([[0], ends])
     strong_part = np.concatenate([[0.0], np.cumsum(s[order])[ends - 1]])
     weak_part = np.concatenate([[0.0], np.cumsum(w[order])[ends - 1]])
@@ -265,9 +277,12 @@ def _resampled_metrics(
 ) -> dict[str, np.ndarray]:
     """APGR and CPTs of one router on a block of resamples (``weights``: counts per query).
 
-    ``order`` is the router's routing order, ``ends`` its curve's points.
+    ``order`` is the router's routing order, ``ends`` its curve's points. Shares and
+    accuracies are over each resample's own size (the total weight: ``n`` when queries
+    are resampled, varying when clusters are).
     """
-    b, n = weights.shape
+    b = weights.shape[0]
+    n = weights.sum(axis=1, keepdims=True)
     wt, ws, ss = weights[:, order], w[order], s[order]
     count = np.cumsum(wt, axis=1)[:, ends - 1]
     strong_part = np.cumsum(wt * ss, axis=1)[:, ends - 1]
@@ -277,9 +292,9 @@ def _resampled_metrics(
     share = np.hstack([zeros, count]) / n
     accuracy = (np.hstack([zeros, strong_part]) + total_weak[:, None]
                 - np.hstack([zeros, weak_part])) / n
-    gap = (total_strong - total_weak) / n
+    gap = (total_strong - total_weak) / n[:, 0]
     with np.errstate(divide="ignore", invalid="ignore"):
-        p = (accuracy - (total_weak / n)[:, None]) / gap[:, None]
+        p = (accuracy - (total_weak / n[:, 0])[:, None]) / gap[:, None]
     p[gap <= 0] = np.nan  # PGR undefined on this resample
     out = {"apgr": np.sum(np.diff(share, axis=1) * (p[:, 1:] + p[:, :-1]) / 2.0, axis=1)}
     for level in levels:
@@ -301,11 +316,14 @@ def bootstrap_routing(
     confidence: float = 0.95,
     seed: int = 0,
     reference: str | Sequence[str] | None = None,
+    clusters: Any = None,
 ) -> dict[str, dict[str, Any]]:
-    """APGR and CPT of several routers with percentile-bootstrap intervals over queries.
+    """APGR and CPT of several routers with percentile-bootstrap intervals.
 
-    Every router is scored on the same resamples of the queries, so differences between
-    routers are paired.
+    Every router is scored on the same resamples, so differences between routers are
+    paired. Queries are resampled, or, given ``clusters``, whole clusters are (the
+    cluster bootstrap of :func:`~cost_envs.metrics.bootstrap.resample_weights`: the
+    interval to report when the test split holds out whole groups).
 
     Args:
         routers: Name -> scores (one per query), or ``None`` for random routing, whose
@@ -320,12 +338,16 @@ def bootstrap_routing(
         confidence: Interval coverage.
         reference: Name of a router to difference the others against (router minus
             reference, per resample), a sequence of such names, or ``None``.
+        clusters: Optional cluster label per query (e.g. the test queries' groups):
+            resample clusters instead of queries.
 
     Returns:
         Name -> ``{"apgr": {"value", "ci"}, "cpt_50": {...}, ..., "undefined_resamples"}``;
         for each ``reference``, every other router also has ``"minus_<reference>"`` with
         the paired differences of every metric. ``undefined_resamples`` counts resamples on
         which the strong model was not better (PGR undefined, left out of the intervals).
+        Every entry says what was resampled: ``"resampled"`` is ``"queries"`` or
+        ``"clusters"``, and ``"units"`` how many there were.
     """
     w, s = _outcomes(weak_correct, strong_correct)
     n = len(w)
@@ -337,6 +359,7 @@ def bootstrap_routing(
         if ref not in routers:
             raise ValueError(f"reference: {ref!r} is not one of {list(routers)}")
     check_bootstrap_args(n_resamples, confidence)
+    codes = cluster_codes(clusters, n)
     for level in levels:
         number(level, "levels", minimum=0, maximum=1, inclusive=(False, True))
     keys = ["apgr", *(_cpt_key(level) for level in levels)]
@@ -348,8 +371,7 @@ def bootstrap_routing(
             points[name] = {"apgr": 0.5, **{_cpt_key(lv): float(lv) for lv in levels}}
             continue
         x = _scores(scores, n)
-        order = np.argsort(-x, kind="stable")
-        plans[name] = (order, _group_ends(x[order]))
+        plans[name] = threshold_order(x)
         curve = routing_curve(x, w, s)
         try:
             points[name] = {"apgr": curve.apgr,
@@ -361,7 +383,7 @@ def bootstrap_routing(
         name: {k: [] for k in keys} for name in routers}
     # Resamples as multinomial counts per query (a float matrix, hence the smaller block).
     for size in resample_blocks(n_resamples, n, block_cells=_BLOCK):
-        weights = rng.multinomial(n, np.full(n, 1.0 / n), size=size).astype(np.float64)
+        weights = resample_weights(rng, size, n, codes)
         for name, (order, ends) in plans.items():
             metrics = (_random_metrics(weights, w, s, levels) if order is None or ends is None
                        else _resampled_metrics(weights, order, ends, w, s, levels))
@@ -375,6 +397,8 @@ def bootstrap_routing(
             for key in keys
         }
         entry["undefined_resamples"] = int(np.isnan(stacked[name]["apgr"]).sum())
+        entry["resampled"] = "queries" if codes is None else "clusters"
+        entry["units"] = n if codes is None else int(codes.max()) + 1
         for ref in references:
             if name != ref:
                 entry[f"minus_{ref}"] = {

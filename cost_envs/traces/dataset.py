@@ -11,9 +11,19 @@ include reasoning tokens (the schema logs them together), so a price table's sep
 ``reasoning`` price is not used for logged traces. A logged ``cost`` replaces the tokens
 x price estimate of its call.
 
-**Splits.** :meth:`TraceDataset.split_indices` splits by prompt text: queries with the
-same prompt (RouteLLM's MMLU files repeat a few questions) always land on the same side,
-so a test question is never also a training question.
+A logged cost may cover every call (RouterArena logs the dollars of each call): then no
+price table is needed at all (``call_costs(None)``).
+
+**Groups.** ``groups`` is optional per-query metadata: the subject, domain or dataset a
+query belongs to (``None`` when the data has none). It travels through
+:meth:`~TraceDataset.subset`, :meth:`~TraceDataset.select_models` and
+:meth:`~TraceDataset.split`, and ``split_by="group"`` splits by it.
+
+**Splits.** :meth:`TraceDataset.split_indices` keeps clusters whole
+(:mod:`cost_envs.traces.splits`, the one split mechanism): by default a cluster is a
+prompt text, so queries with the same prompt (RouteLLM's MMLU files repeat a few
+questions) always land on the same side and a test question is never also a training
+question; with ``split_by="group"`` a cluster is a group.
 """
 
 from __future__ import annotations
@@ -25,8 +35,9 @@ from typing import Any
 
 import numpy as np
 
-from cost_envs.config import integer, number
 from cost_envs.prices import PriceTable
+from cost_envs.traces import splits
+from cost_envs.traces.splits import check_split_args
 
 
 # ----------------------------------------------------------------------------- dataset
@@ -55,6 +66,8 @@ class TraceDataset:
         source: Where the data comes from (a path or a description).
         token_counter: How token counts were obtained (``"logged"``, the tiktoken
             encoding, or the approximation :data:`APPROX_COUNTER`).
+        groups: The group of each query (subject, domain, dataset): ``n`` non-empty
+            strings, or ``None`` when the data has no groups.
 
     Raises:
         ValueError: On inconsistent shapes, duplicate names or ids, or values out of range.
@@ -71,6 +84,7 @@ class TraceDataset:
     responses: tuple[tuple[str | None, ...], ...] | None = None
     source: str = "<memory>"
     token_counter: str = "logged"
+    groups: tuple[str, ...] | None = None
     fingerprint: str = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -121,6 +135,11 @@ class TraceDataset:
                     t is None or isinstance(t, str) for r in rows for t in r):
                 raise ValueError(f"{where}: responses: expected {n} rows of {m} strings or None")
             set_(self, "responses", rows)
+        if self.groups is not None:
+            groups = tuple(self.groups)
+            if len(groups) != n or not all(isinstance(g, str) and g for g in groups):
+                raise ValueError(f"{where}: groups: expected {n} non-empty strings or None")
+            set_(self, "groups", groups)
         set_(self, "fingerprint", self._digest())
 
     def _digest(self) -> str:
@@ -135,6 +154,10 @@ class TraceDataset:
             for row in self.responses:
                 for text in row:
                     h.update(b"\x01" if text is None else text.encode("utf-8") + b"\x1f")
+        if self.groups is not None:  # absent groups leave older fingerprints as they were
+            h.update(b"\x02")
+            for text in self.groups:
+                h.update(text.encode("utf-8") + b"\x1f")
         return h.hexdigest()
 
     # ------------------------------------------------------------------ views
@@ -186,6 +209,7 @@ class TraceDataset:
             cost=None if self.cost is None else self.cost[idx],
             responses=None if self.responses is None else tuple(
                 self.responses[i] for i in picked),
+            groups=None if self.groups is None else tuple(self.groups[i] for i in picked),
         )
 
     def select_models(self, names: Sequence[str]) -> TraceDataset:
@@ -210,40 +234,45 @@ class TraceDataset:
                 tuple(row[c] for c in cols) for row in self.responses),
         )
 
-    def split_indices(self, seed: int = 0, test_fraction: float = 0.5
-                      ) -> tuple[np.ndarray, np.ndarray]:
-        """Disjoint (train, test) query indices, each ascending, split by prompt.
+    def split_indices(self, seed: int = 0, test_fraction: float = 0.5,
+                      split_by: str = "query") -> tuple[np.ndarray, np.ndarray]:
+        """Disjoint (train, test) query indices, each ascending, clusters kept whole.
 
-        Queries are grouped by prompt text (:meth:`prompt_groups`): identical prompts are
-        always on the same side, so no test question is also a training question. The
-        groups are put in a seeded random order (``default_rng(seed).permutation`` of the
-        groups) and the test split takes the leading groups whose query count comes
-        closest to ``round(n * test_fraction)`` (the first such prefix; both splits
-        non-empty). When every prompt is distinct, every group is one query and this is
-        the plain split by query: the first ``round(n * test_fraction)`` queries of
-        ``default_rng(seed).permutation(n)``.
+        ``split_by="query"`` (default): queries are clustered by prompt text
+        (:meth:`prompt_groups`): identical prompts are always on the same side, so no
+        test question is also a training question. ``split_by="group"``: clustered by
+        ``groups``, so no test group is seen in training. The clusters are put in a
+        seeded random order (``default_rng(seed).permutation`` of the clusters) and the
+        test split takes the leading clusters whose query count comes closest to
+        ``round(n * test_fraction)`` (the first such prefix; both splits non-empty;
+        :func:`cost_envs.traces.splits.split_clusters`). When every prompt is distinct,
+        the split by query is the plain one: the first ``round(n * test_fraction)``
+        queries of ``default_rng(seed).permutation(n)``.
 
         Raises:
-            ValueError: On invalid arguments, or when a split would be empty.
+            ValueError: On invalid arguments, when a split would be empty, or for
+                ``split_by="group"`` without groups.
         """
-        check_split_args(seed, test_fraction)
-        n = self.n_queries
-        n_test = round(n * test_fraction)
-        if not 0 < n_test < n:
-            raise ValueError(f"test_fraction={test_fraction!r} leaves an empty split of "
-                             f"{n} queries")
-        group = self.prompt_groups()
-        n_groups = int(group.max()) + 1
-        if n_groups < 2:
-            raise ValueError(f"{self.source}: all {n} queries share one prompt; a split by "
-                             "prompt would leave one side empty")
-        order = np.random.default_rng(seed).permutation(n_groups)
-        sizes = np.bincount(group, minlength=n_groups)[order]
-        taken = np.cumsum(sizes)[:-1]  # queries in the first 1 .. n_groups-1 groups
-        # every prompt distinct: taken is 1 .. n-1, so this is order[:n_test]
-        test_groups = order[: int(np.argmin(np.abs(taken - n_test))) + 1]
-        test = np.isin(group, test_groups)
-        return np.flatnonzero(~test), np.flatnonzero(test)
+        check_split_args(seed, test_fraction, split_by)
+        what = "one prompt" if split_by == "query" else "one group"
+        try:
+            return splits.split_clusters(self.clusters(split_by), seed, test_fraction, what)
+        except ValueError as err:
+            raise ValueError(f"{self.source}: {err}") from None
+
+    def clusters(self, split_by: str = "query") -> np.ndarray:
+        """What a split keeps together, one int64 per query (:func:`splits.clusters`).
+
+        ``"query"``: :meth:`prompt_groups`; ``"group"``: the codes of ``groups``.
+        """
+        return splits.clusters(self, split_by)
+
+    def fold_ids(self, folds: int = 5, seed: int = 0, split_by: str = "query") -> np.ndarray:
+        """The cross-validation fold of each query, clusters kept whole.
+
+        See :func:`cost_envs.traces.splits.fold_ids`.
+        """
+        return splits.fold_ids(self.clusters(split_by), folds, seed)
 
     def prompt_groups(self) -> np.ndarray:
         """Group index of each query, ``(n,)`` int64: equal prompts share a group.
@@ -265,10 +294,10 @@ class TraceDataset:
                 fresh += 1
         return out
 
-    def split(self, seed: int = 0, test_fraction: float = 0.5
+    def split(self, seed: int = 0, test_fraction: float = 0.5, split_by: str = "query"
               ) -> tuple[TraceDataset, TraceDataset]:
-        """(train, test) datasets split by query (see :meth:`split_indices`)."""
-        train, test = self.split_indices(seed, test_fraction)
+        """(train, test) datasets (see :meth:`split_indices`)."""
+        train, test = self.split_indices(seed, test_fraction, split_by)
         return self.subset(train), self.subset(test)
 
     # ------------------------------------------------------------------ prices
@@ -277,8 +306,10 @@ class TraceDataset:
             return list(self.models)
         return [m for j, m in enumerate(self.models) if np.isnan(self.cost[:, j]).any()]
 
-    def call_costs(self, prices: PriceTable) -> np.ndarray:
+    def call_costs(self, prices: PriceTable | None) -> np.ndarray:
         """Money of each call, shape ``(n, m)``: the logged cost, else tokens x price.
+
+        ``prices`` may be ``None`` when every call's cost is logged (RouterArena).
 
         Tokens x price is ``(input_tokens * input + output_tokens * output) / 1e6``: the
         logged output tokens include any reasoning tokens and are all billed at the output
@@ -288,10 +319,16 @@ class TraceDataset:
         Raises:
             ValueError: Naming every model that needs a price the table does not have.
         """
-        prices.require(self._prices_needed(), source=f"{self.source}: price table")
+        needed = self._prices_needed()
+        if prices is None:
+            if needed:
+                raise ValueError(f"{self.source}: prices=None, but the calls of model(s) "
+                                 f"{needed} are not all logged with a cost; pass a price table")
+        else:
+            prices.require(needed, source=f"{self.source}: price table")
         out = np.full((self.n_queries, self.n_models), np.nan)
         for j, name in enumerate(self.models):
-            if name in prices:
+            if prices is not None and name in prices:
                 out[:, j] = prices[name].cost(self.input_tokens[:, j], self.output_tokens[:, j])
         if self.cost is not None:
             out = np.where(np.isnan(self.cost), out, self.cost)
@@ -311,8 +348,3 @@ class TraceDataset:
         out.flags.writeable = False
         return out
 
-
-def check_split_args(seed: Any, test_fraction: Any) -> None:
-    """Raise ``ValueError`` unless ``seed`` is an int >= 0 and ``test_fraction`` in (0, 1)."""
-    integer(seed, "split_seed", minimum=0)
-    number(test_fraction, "test_fraction", minimum=0, maximum=1, inclusive=False)

@@ -10,7 +10,16 @@ byte-order mark:
 ``<model>_response`` columns with each model's answer text. Input tokens are the prompt's
 tokens, output tokens the response's; without a response column a model's output tokens
 are ``default_output_tokens`` (1: the RouteLLM CSVs without responses are multiple-choice
-evaluations answered with one letter).
+evaluations answered with one letter). A ``group`` or ``subject`` column (at most one) is
+read as each row's group; without one, every row's group is the file's name
+(:func:`file_group`: ``mmlu_anatomy.csv`` gives ``mmlu_anatomy``, ``gsm8k_responses.csv``
+gives ``gsm8k``). Every other column is a model: a column of anything but True/False
+(``dataset``, ``difficulty`` ...) is an error naming the line and the column and saying
+it was read as a model.
+
+**Several files** (a list): combined into one dataset (:mod:`cost_envs.traces.combine`);
+every file must log the same models; each query keeps its group (a generic file without
+groups gets its :func:`file_group`) and its id becomes ``"<file_group>:<id>"``.
 
 **Generic CSV or JSONL** (``format="csv"`` or ``"jsonl"``), one row per (query, model)::
 
@@ -34,6 +43,8 @@ column                    required  meaning
 ``prompt``                no        the query's text (identical on all of its rows);
                                     without it the query's text features are zero
 ``response``              no        the model's answer text
+``group``                 no        the query's group (subject, domain, dataset;
+                                    identical on all of its rows; every query or none)
 ========================  ========  ===================================================
 
 Every query needs exactly one row per model. Unknown columns (with the closest known
@@ -50,6 +61,9 @@ approximation ``ceil(characters / 4)`` (OpenAI's rule of thumb of ~4 characters 
 token). Every model's tokens are counted with that one counter, whatever the model's own
 tokenizer. :attr:`TraceDataset.token_counter` records which counter was used.
 
+**RouterArena** (one JSONL file per model, logged dollar costs) is read by
+:func:`cost_envs.traces.routerarena.load_routerarena`.
+
 **Costs and splits** are :class:`TraceDataset`'s (see :mod:`cost_envs.traces.dataset`).
 
 **Features.** The text features (hashed n-grams, MiniLM embeddings, final-answer markers)
@@ -62,50 +76,47 @@ import csv
 import difflib
 import functools
 import io
-import json
-import math
-import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from cost_envs.config import integer, one_of, suggestion
-from cost_envs.config_files import json_loads
+from cost_envs.config import integer, one_of
+from cost_envs.traces.combine import combine_datasets
 from cost_envs.traces.dataset import TraceDataset
-from cost_envs.traces.parsing import (
-    Where,
-    as_bool,
-    as_number,
-    as_tokens,
-    csv_records,
-    missing,
-    shown,
+from cost_envs.traces.generic import (
+    _GENERIC_ONLY,
+    _REQUIRED_COLUMNS,
+    GENERIC_COLUMNS,
+    SCORE_THRESHOLD,
+    dataset_from_records,
+    read_generic_csv,
+    read_jsonl,
+    records_from_dataset,
 )
+from cost_envs.traces.parsing import Where, as_bool, csv_records, shown
 
 #: Formats :func:`load_traces` reads.
 FORMATS = ("routellm", "csv", "jsonl")
-#: Columns of the generic schema, in the order they are documented.
-GENERIC_COLUMNS = ("query_id", "model", "correct", "score", "input_tokens", "output_tokens",
-                   "cost", "prompt", "response")
-#: The generic columns that make a CSV generic (a RouteLLM CSV has ``prompt``, and may
-#: have a model called ``response``).
-_GENERIC_ONLY = tuple(c for c in GENERIC_COLUMNS if c not in ("prompt", "response"))
-_REQUIRED_COLUMNS = ("query_id", "model", "input_tokens", "output_tokens")
 #: Suffix of RouteLLM's response columns.
 RESPONSE_SUFFIX = "_response"
+#: Columns of a RouteLLM CSV read as the query's group rather than as a model.
+GROUP_COLUMNS = ("group", "subject")
+#: Suffix dropped from a file's name to make its group (``gsm8k_responses.csv``: gsm8k).
+FILE_SUFFIX = "_responses"
+_ROUTELLM_COLUMNS = ("a 'prompt' column, an optional 'group' or 'subject' column, one True/False "
+                     "column per model and optional '<model>_response' columns")
+__all__ = ["APPROX_COUNTER", "FORMATS", "GENERIC_COLUMNS", "SCORE_THRESHOLD",
+           "count_tokens", "dataset_from_records", "detect_format", "example_traces",
+           "file_group", "load_traces", "records_from_dataset", "token_counter_name"]
 #: The approximation used when tiktoken is unavailable: characters per token.
 CHARS_PER_TOKEN = 4
 APPROX_COUNTER = f"approx: ceil(characters / {CHARS_PER_TOKEN})"
 TIKTOKEN_ENCODING = "cl100k_base"
 #: Output tokens of a RouteLLM model without a response column (a one-letter answer).
 DEFAULT_OUTPUT_TOKENS = 1
-#: Score at or above which a query counts as correct when only ``score`` is logged.
-SCORE_THRESHOLD = 0.5
-_LINE = re.compile(r"^line \d+: ")
-
 
 
 # ------------------------------------------------------------------------------ tokens
@@ -153,145 +164,28 @@ def count_tokens(texts: Sequence[str], counter: str = "auto") -> tuple[np.ndarra
     return np.array([len(t) for t in batch], dtype=np.int64), name
 
 
-def _build_generic(rows: Iterable[tuple[int, Mapping[str, Any]]], where: Where
-                   ) -> TraceDataset:
-    """A dataset from ``(line, row)`` pairs of the generic schema."""
-    models: dict[str, int] = {}
-    queries: dict[str, dict[str, Any]] = {}  # query id -> {"line", "prompt", "rows"}
-    have_cost = have_response = False
-    for line, row in rows:
-        unknown = [k for k in row if k not in GENERIC_COLUMNS]
-        if unknown:
-            raise _unknown_column(where, line, str(unknown[0]))
-        for column in _REQUIRED_COLUMNS:
-            if column not in row or missing(row[column]):
-                raise where.error(line, column, "missing value (a required column)")
-        if missing(row.get("correct")) and missing(row.get("score")):
-            raise where.error(line, "correct", "missing value: each row needs 'correct' or "
-                              "'score'")
-        qid, model = row["query_id"], row["model"]
-        if isinstance(qid, bool) or not isinstance(qid, (str, int)):
-            raise where.error(line, "query_id", "expected a string or an integer, got "
-                              f"{shown(qid)}")
-        if not isinstance(model, str):
-            raise where.error(line, "model", f"expected a string, got {shown(model)}")
-        qid = str(qid)
-        correct = None if missing(row.get("correct")) else as_bool(
-            row["correct"], where, line, "correct")
-        score = None
-        if not missing(row.get("score")):
-            score = as_number(row["score"], where, line, "score", "a number in [0, 1]",
-                               maximum=1.0)
-        if score is None:
-            score = float(correct)
-        if correct is None:
-            correct = score >= SCORE_THRESHOLD
-        cost = math.nan
-        if not missing(row.get("cost")):
-            cost = as_number(row["cost"], where, line, "cost", "a number >= 0")
-            have_cost = True
-        texts = {}
-        for column in ("prompt", "response"):
-            value = row.get(column)
-            if not missing(value) and not isinstance(value, str):
-                raise where.error(line, column, f"expected a string, got {shown(value)}")
-            texts[column] = None if missing(value) else value
-        have_response = have_response or texts["response"] is not None
-        entry = queries.setdefault(qid, {"line": line, "prompt": None, "rows": {}})
-        if model in entry["rows"]:
-            raise where.error(line, "model", f"duplicate row for query {shown(qid)} and model "
-                              f"{shown(model)} (first on line {entry['rows'][model]['line']})")
-        if texts["prompt"] is not None:
-            if entry["prompt"] is not None and entry["prompt"] != texts["prompt"]:
-                raise where.error(line, "prompt", f"query {shown(qid)} has another prompt on line "
-                                  f"{entry['line']}; a query's rows must share one prompt")
-            entry["prompt"] = texts["prompt"]
-        models.setdefault(model, len(models))
-        entry["rows"][model] = {
-            "line": line, "correct": correct, "score": score, "cost": cost,
-            "input": as_tokens(row["input_tokens"], where, line, "input_tokens"),
-            "output": as_tokens(row["output_tokens"], where, line, "output_tokens"),
-            "response": texts["response"],
-        }
-    if not queries:
-        raise where.error(None, None, "no data rows (the file is empty)")
-    names = list(models)
-    for qid, entry in queries.items():
-        absent = [m for m in names if m not in entry["rows"]]
-        if absent:
-            raise where.error(entry["line"], "model", f"query {shown(qid)} (first seen here) has "
-                              f"no row for model(s) {absent}; every query needs one row per "
-                              f"model {names}")
-    table = [[entry["rows"][m] for m in names] for entry in queries.values()]
+def file_group(path: str | Path) -> str:
+    """The group a file's queries get from its name: the stem, without ``_responses``.
 
-    def grid(key: str) -> list[list[Any]]:
-        return [[cell[key] for cell in row] for row in table]
-
-    return TraceDataset(
-        models=tuple(names),
-        query_ids=tuple(queries),
-        prompts=tuple(entry["prompt"] or "" for entry in queries.values()),
-        scores=grid("score"),
-        correct=grid("correct"),
-        input_tokens=grid("input"),
-        output_tokens=grid("output"),
-        cost=grid("cost") if have_cost else None,
-        responses=tuple(tuple(r) for r in grid("response")) if have_response else None,
-        source=where.source,
-        token_counter="logged",
-    )
+    ``mmlu/mmlu_anatomy.csv``: ``mmlu_anatomy``; ``gsm8k_responses.csv``: ``gsm8k``.
+    """
+    stem = Path(path).stem
+    return stem.removesuffix(FILE_SUFFIX) or stem
 
 
-def _unknown_column(where: Where, line: int, column: str) -> ValueError:
-    return where.error(line, column, f"unknown column{suggestion(column, GENERIC_COLUMNS)} "
-                       f"(the generic schema's columns are {list(GENERIC_COLUMNS)})")
-
-
-def _read_generic_csv(text: str, where: Where) -> TraceDataset:
-    header, header_line, records = csv_records(text, where)
-    unknown = [h for h in header if h not in GENERIC_COLUMNS]
-    if unknown:  # first: a misspelt column is also a missing one, and this names both
-        raise _unknown_column(where, header_line, unknown[0])
-    for column in _REQUIRED_COLUMNS:
-        if column not in header:
-            raise where.error(header_line, column, f"missing column in the header; the generic "
-                              f"schema needs {list(_REQUIRED_COLUMNS)} and 'correct' or "
-                              "'score'")
-    if "correct" not in header and "score" not in header:
-        raise where.error(header_line, "correct", "missing column in the header: the generic "
-                          "schema needs 'correct' or 'score'")
-    return _build_generic(((line, dict(zip(header, fields, strict=True)))
-                           for line, fields in records), where)
-
-
-def _read_jsonl(text: str, where: Where) -> TraceDataset:
-    def rows() -> Iterable[tuple[int, Mapping[str, Any]]]:
-        for line_no, raw in enumerate(text.splitlines(), start=1):
-            if not raw.strip():
-                continue
-            try:
-                row = json_loads(raw)  # strict: a repeated key is an error, not the last
-            except json.JSONDecodeError as err:
-                raise where.error(line_no, None, f"not valid JSON: {err.msg} (character "
-                                  f"{err.colno})") from None
-            except ValueError as err:  # "line 1: key: ..." of the one-line document
-                raise where.error(line_no, None, _LINE.sub("", str(err))) from None
-            if not isinstance(row, dict):
-                raise where.error(line_no, None, f"expected a JSON object, got "
-                                  f"{type(row).__name__}")
-            yield line_no, row
-
-    return _build_generic(rows(), where)
-
-
-def _read_routellm(text: str, where: Where, token_counter: str,
-                   default_output_tokens: int) -> TraceDataset:
-    header, header_line, records = csv_records(text, where)
+def _routellm_columns(header: list[str], header_line: int, where: Where
+                      ) -> tuple[list[str], str | None]:
+    """(model columns, the group column or None) of a RouteLLM header."""
     if "prompt" not in header:
         raise where.error(header_line, "prompt", "missing column in the header (RouteLLM format: "
-                          "'prompt', one True/False column per model, optional "
-                          "'<model>_response')")
-    models = [h for h in header if h != "prompt" and not h.endswith(RESPONSE_SUFFIX)]
+                          f"{_ROUTELLM_COLUMNS})")
+    groups = [h for h in header if h in GROUP_COLUMNS]
+    if len(groups) > 1:
+        raise where.error(header_line, groups[1], f"a second group column besides "
+                          f"{groups[0]!r}; a RouteLLM CSV has at most one of "
+                          f"{list(GROUP_COLUMNS)}")
+    models = [h for h in header if h != "prompt" and h not in GROUP_COLUMNS
+              and not h.endswith(RESPONSE_SUFFIX)]
     if not models:
         raise where.error(header_line, None, "no model columns (expected one True/False column per "
                           "model besides 'prompt')")
@@ -299,15 +193,36 @@ def _read_routellm(text: str, where: Where, token_counter: str,
         if h.endswith(RESPONSE_SUFFIX) and h[: -len(RESPONSE_SUFFIX)] not in models:
             raise where.error(header_line, h, f"response column without its model column "
                               f"{h[: -len(RESPONSE_SUFFIX)]!r}")
+    return models, groups[0] if groups else None
+
+
+def _correctness(value: str, where: Where, line: int, model: str) -> bool:
+    """A model column's True/False; the error says every other column is read as a model."""
+    try:
+        return as_bool(value, where, line, model)
+    except ValueError as err:
+        raise ValueError(f"{err} (read as a model: not prompt, group, subject or "
+                         "*_response)") from None
+
+
+def _read_routellm(text: str, where: Where, token_counter: str,
+                   default_output_tokens: int, group: str) -> TraceDataset:
+    header, header_line, records = csv_records(text, where)
+    models, group_column = _routellm_columns(header, header_line, where)
     if not records:
         raise where.error(None, None, "no data rows (only a header)")
     col = {h: i for i, h in enumerate(header)}
-    prompts, correct = [], []
+    prompts, correct, groups = [], [], []
     # MMLU repeats a few questions: rows, not texts, are queries (and split_indices keeps
     # repeats of one prompt on one side)
     for line, fields in records:
         prompts.append(fields[col["prompt"]])
-        correct.append([as_bool(fields[col[m]], where, line, m) for m in models])
+        correct.append([_correctness(fields[col[m]], where, line, m) for m in models])
+        if group_column is not None:
+            groups.append(fields[col[group_column]].strip())
+            if not groups[-1]:
+                raise where.error(line, group_column, "missing value (a group column needs "
+                                  "a group on every row)")
     n = len(records)
     input_tokens, counter = count_tokens(prompts, token_counter)
     output = np.full((n, len(models)), default_output_tokens, dtype=np.int64)
@@ -333,6 +248,7 @@ def _read_routellm(text: str, where: Where, token_counter: str,
         responses=tuple(tuple(r) for r in responses) if have_response else None,
         source=where.source,
         token_counter=counter,
+        groups=tuple(groups) if group_column is not None else (group,) * n,
     )
 
 
@@ -378,80 +294,66 @@ def detect_format(path: str | Path, text: str | None = None) -> str:
     raise ValueError(
         f"{path}: line 1: the header {shown(first)} is neither a generic trace CSV (columns "
         f"{list(GENERIC_COLUMNS)}: {list(_REQUIRED_COLUMNS)} and 'correct' or 'score' "
-        "required) nor a RouteLLM CSV (a 'prompt' column, one True/False column per model, "
-        "optional '<model>_response' columns); pass format= to choose"
+        f"required) nor a RouteLLM CSV ({_ROUTELLM_COLUMNS}); pass format= to choose"
     )
 
 
 def load_traces(
-    path: str | Path,
+    path: str | Path | Sequence[str | Path],
     format: str | None = None,
     *,
     token_counter: str = "auto",
     default_output_tokens: int = DEFAULT_OUTPUT_TOKENS,
 ) -> TraceDataset:
-    """Read logged outcomes from a RouteLLM CSV, a generic CSV or a JSONL file.
+    """Read logged outcomes from RouteLLM CSVs, generic CSV or JSONL files.
+
+    A list of files is combined into one dataset (:func:`combine_datasets`): every file
+    must log the same models; each query keeps its file's groups (a generic file without
+    a ``group`` column gets :func:`file_group` of its name) and its id becomes
+    ``"<file_group>:<id>"``.
 
     Args:
-        path: The file.
-        format: ``"routellm"``, ``"csv"``, ``"jsonl"`` or ``None`` to detect it
+        path: The file, or a non-empty list of files.
+        format: ``"routellm"``, ``"csv"``, ``"jsonl"`` or ``None`` to detect it per file
             (:func:`detect_format`).
         token_counter: For RouteLLM CSVs (whose tokens are not logged): ``"auto"``,
             ``"tiktoken"`` or ``"approx"`` (see :func:`count_tokens`).
         default_output_tokens: For RouteLLM models without a response column.
 
     Returns:
-        The :class:`TraceDataset`.
+        The :class:`TraceDataset`; a RouteLLM file's queries have the group of their
+        ``group``/``subject`` column, else :func:`file_group` of the file's name.
 
     Raises:
-        ValueError: Naming the file, the line and the column of the first malformed value.
-        FileNotFoundError: If ``path`` does not exist.
+        ValueError: Naming the file, the line and the column of the first malformed value;
+            for a list, naming the file whose models differ from the first file's.
+        FileNotFoundError: If a file does not exist.
     """
-    path = Path(path)
     if format is not None:
         one_of(format, "format", FORMATS)
     integer(default_output_tokens, "default_output_tokens", minimum=0)
     token_counter_name(token_counter)  # validate early
+    if isinstance(path, (str, Path)):
+        return _load_one(Path(path), format, token_counter, default_output_tokens)
+    paths = [Path(p) for p in path]
+    if not paths:
+        raise ValueError("path: expected a file or a non-empty list of files, got []")
+    parts = [_load_one(p, format, token_counter, default_output_tokens) for p in paths]
+    return combine_datasets(parts, [file_group(p) for p in paths])
+
+
+def _load_one(path: Path, format: str | None, token_counter: str,
+              default_output_tokens: int) -> TraceDataset:
     text = _read_text(path)
     where = Where(str(path))
     if not text.strip():
         raise where.error(None, None, "the file is empty")
     fmt = format or detect_format(path, text)
     if fmt == "jsonl":
-        return _read_jsonl(text, where)
+        return read_jsonl(text, where)
     if fmt == "csv":
-        return _read_generic_csv(text, where)
-    return _read_routellm(text, where, token_counter, default_output_tokens)
-
-
-def records_from_dataset(data: TraceDataset) -> list[dict[str, Any]]:
-    """The dataset as generic-schema rows (query-major), e.g. to write a JSONL file."""
-    out = []
-    for i, qid in enumerate(data.query_ids):
-        for j, model in enumerate(data.models):
-            row: dict[str, Any] = {
-                "query_id": qid, "model": model, "correct": bool(data.correct[i, j]),
-                "score": float(data.scores[i, j]),
-                "input_tokens": int(data.input_tokens[i, j]),
-                "output_tokens": int(data.output_tokens[i, j]),
-            }
-            if data.cost is not None and not np.isnan(data.cost[i, j]):
-                row["cost"] = float(data.cost[i, j])
-            if data.prompts[i]:
-                row["prompt"] = data.prompts[i]
-            if data.responses is not None and data.responses[i][j] is not None:
-                row["response"] = data.responses[i][j]
-            out.append(row)
-    return out
-
-
-def dataset_from_records(records: Iterable[Mapping[str, Any]], source: str = "<records>"
-                         ) -> TraceDataset:
-    """A dataset from generic-schema rows (dicts), validated as a JSONL file's would be.
-
-    Errors name ``source`` and the row's 1-based position as its line.
-    """
-    return _build_generic(((i, r) for i, r in enumerate(records, start=1)), Where(source))
+        return read_generic_csv(text, where)
+    return _read_routellm(text, where, token_counter, default_output_tokens, file_group(path))
 
 
 EXAMPLE_TRACES = "data/example_traces.jsonl"
@@ -468,4 +370,4 @@ def example_traces() -> TraceDataset:
     """
     ref = resources.files("cost_envs").joinpath(EXAMPLE_TRACES)
     text = ref.read_text(encoding="utf-8")
-    return _read_jsonl(text, Where(f"cost_envs/{EXAMPLE_TRACES}"))
+    return read_jsonl(text, Where(f"cost_envs/{EXAMPLE_TRACES}"))

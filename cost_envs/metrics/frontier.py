@@ -1,0 +1,161 @@
+"""Routing over K models: the cost-quality frontier and RouterBench's AIQ.
+
+A router over any number of models, run at several operating points (thresholds,
+willingness to pay, ...), gives points (mean cost per query, mean quality). Mixing two
+operating points at random achieves every point on the segment between them, and
+spending more never has to lower quality (the extra can be wasted), so what a router
+*can* achieve is the **non-decreasing upper convex hull** of its points
+(:func:`frontier`): from the cheapest point, up the concave hull to the best point,
+flat beyond it.
+
+**AIQ** (RouterBench, Hu et al. 2024: average improvement in quality) is the area under
+that frontier over a cost range, divided by the range's width: the frontier's mean
+quality across budgets (:func:`aiq`). Below the cheapest point nothing is achievable and
+the frontier counts 0. Compare routers on one range (e.g. the cheapest to the dearest
+single model's cost): by default the range is the points' own.
+
+With two models, the threshold sweep of :func:`cost_envs.metrics.routing.routing_curve`
+gives the points (its ``cost`` and ``accuracy``) and APGR and CPT are its readings on
+the strong-call-share axis; AIQ reads the same sweep on the cost axis.
+:func:`bootstrap_aiq` gives AIQ an interval, resampling queries or clusters of them as
+the bootstrap engine does. Only numpy is used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from cost_envs.metrics.bootstrap import (
+    check_bootstrap_args,
+    cluster_codes,
+    interval_around,
+    percentile_interval,
+    resample_blocks,
+    resample_weights,
+)
+
+
+def _points(costs: Any, qualities: Any) -> tuple[np.ndarray, np.ndarray]:
+    c = np.asarray(costs, dtype=np.float64)
+    q = np.asarray(qualities, dtype=np.float64)
+    if c.ndim != 1 or c.shape != q.shape or c.size == 0:
+        raise ValueError(f"costs and qualities: expected two non-empty 1-d arrays of one "
+                         f"length, got shapes {c.shape} and {q.shape}")
+    if not (np.isfinite(c).all() and np.isfinite(q).all()):
+        raise ValueError("costs and qualities: expected finite numbers")
+    return c, q
+
+
+def _cross(o: np.ndarray, a: np.ndarray, b: np.ndarray) -> float:
+    return float((a[0] - o[0]) * (b[1] - o[1]) - (a[1] - o[1]) * (b[0] - o[0]))
+
+
+def frontier(costs: Any, qualities: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The non-decreasing upper convex hull of (cost, quality) points.
+
+    Returns:
+        ``(cost, quality)`` of the hull's vertices, cost strictly ascending, quality
+        non-decreasing: from the cheapest point (the best of the cheapest, on ties) to
+        the best point (the cheapest of the best). Points on a hull edge are dropped.
+    """
+    c, q = _points(costs, qualities)
+    order = np.lexsort((-q, c))  # by cost, then best quality first
+    pts = np.column_stack([c[order], q[order]])
+    hull: list[np.ndarray] = []
+    for p in pts:
+        if hull and p[0] == hull[-1][0]:
+            continue  # same cost, worse or equal quality
+        while len(hull) >= 2 and _cross(hull[-2], hull[-1], p) >= 0:
+            hull.pop()  # hull[-1] is on or below the segment hull[-2] -> p
+        hull.append(p)
+    array = np.array(hull)
+    best = int(np.argmax(array[:, 1]))  # the first maximum: the cheapest of the best
+    array = array[: best + 1]
+    return array[:, 0], array[:, 1]
+
+
+def frontier_quality(costs: Any, qualities: Any, at: Any) -> np.ndarray:
+    """The frontier's quality at costs ``at`` (0 below its cheapest point, flat beyond)."""
+    fc, fq = frontier(costs, qualities)
+    x = np.asarray(at, dtype=np.float64)
+    return np.where(x < fc[0], 0.0, np.interp(x, fc, fq))
+
+
+def aiq(costs: Any, qualities: Any, cost_range: Sequence[float] | None = None) -> float:
+    """Area under the non-decreasing convex hull of quality against cost, per unit cost.
+
+    Args:
+        costs: Mean cost per query of each operating point.
+        qualities: Mean quality (accuracy or score) of each operating point.
+        cost_range: ``(low, high)`` of the integral, ``low < high``; default the
+            points' own range.
+
+    Returns:
+        ``(1 / (high - low)) * integral of the frontier over [low, high]``.
+
+    Raises:
+        ValueError: On bad points, or a range that is empty (all points at one cost and
+            no range given, or ``high <= low``).
+    """
+    c, q = _points(costs, qualities)
+    low, high = (float(c.min()), float(c.max())) if cost_range is None else map(
+        float, cost_range)
+    if not (np.isfinite(low) and np.isfinite(high) and high > low):
+        raise ValueError(f"cost_range: expected low < high, got ({low!r}, {high!r})")
+    fc, fq = frontier(c, q)
+    start = max(low, float(fc[0]))  # nothing is achievable below the cheapest point
+    if start >= high:
+        return 0.0
+    xs = np.concatenate([[start], fc[(fc > start) & (fc < high)], [high]])
+    ys = np.interp(xs, fc, fq)  # flat beyond the best point
+    area = np.sum(np.diff(xs) * (ys[1:] + ys[:-1]) / 2.0)  # trapezoids (numpy 1.x lacks trapezoid)
+    return float(area / (high - low))
+
+
+def bootstrap_aiq(
+    qualities: Any,
+    costs: Any,
+    cost_range: Sequence[float],
+    *,
+    clusters: Any = None,
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """AIQ of a router's operating points with a percentile-bootstrap interval.
+
+    Args:
+        qualities: ``(n, k)``: the quality of query ``i`` at operating point ``j``.
+        costs: ``(n, k)``: its cost there.
+        cost_range: ``(low, high)``, fixed across resamples (compare routers on one).
+        clusters: Optional cluster label per query: resample clusters, not queries.
+        n_resamples: Bootstrap resamples.
+        confidence: Interval coverage.
+        seed: Seed of the resampling (the same seed and queries give every router the
+            same resamples).
+
+    Returns:
+        ``{"value", "ci", "cost_range"}``.
+    """
+    q = np.asarray(qualities, dtype=np.float64)
+    c = np.asarray(costs, dtype=np.float64)
+    if q.ndim != 2 or q.shape != c.shape or q.size == 0:
+        raise ValueError(f"qualities and costs: expected two (queries, points) arrays of one "
+                         f"shape, got {q.shape} and {c.shape}")
+    check_bootstrap_args(n_resamples, confidence)
+    n = q.shape[0]
+    codes = cluster_codes(clusters, n)
+    span = [float(v) for v in cost_range]
+    point = aiq(c.mean(axis=0), q.mean(axis=0), span)
+    rng = np.random.default_rng(seed)
+    drawn = []
+    for size in resample_blocks(n_resamples, n * q.shape[1]):
+        weights = resample_weights(rng, size, n, codes)
+        total = weights.sum(axis=1, keepdims=True)
+        mean_q, mean_c = (weights @ q) / total, (weights @ c) / total
+        drawn.extend(aiq(mc, mq, span) for mc, mq in zip(mean_c, mean_q, strict=True))
+    low, high = interval_around(point, percentile_interval(np.array(drawn), confidence))
+    return {"value": point, "ci": [low, high], "cost_range": span}
