@@ -92,23 +92,37 @@ class AnswerModel:
         self._succeeds = f1 >= self.threshold
         self._cache: dict[float, tuple[float, float]] = {}
 
-    def spurious_counts(self, q: float) -> np.ndarray:
-        """``P(n_s = k)`` for ``k = 0..L``: ``n_s = round(X h)``, ``X = L (1 - q)``."""
-        span = self.size * (1.0 - q)
-        probs = np.zeros(self.size + 1)
-        if span <= 0:
-            probs[0] = 1.0
-            return probs
+    def spurious_counts(self, q: float | np.ndarray) -> np.ndarray:
+        """``P(n_s = k)`` for ``k = 0..L`` (last axis): ``n_s = round(X h)``, ``X = L (1 - q)``.
+
+        ``q`` may be an array; the result then has its shape plus the last axis.
+        """
+        span = self.size * (1.0 - np.asarray(q, dtype=np.float64))[..., None]
         k = np.arange(self.size + 1)
-        probs[:] = (np.clip(k + 0.5, 0, span) - np.clip(k - 0.5, 0, span)) / span
-        return probs
+        with np.errstate(divide="ignore", invalid="ignore"):
+            probs = (np.clip(k + 0.5, 0, span) - np.clip(k - 0.5, 0, span)) / span
+        return np.where(span > 0, probs, k == 0)
+
+    def recall_weights(self, q: float | np.ndarray) -> np.ndarray:
+        """``p**n_r (1 - p)**(L - n_r)`` for ``n_r = 0..L`` (last axis), ``p = 0.3 + 0.7 q``."""
+        p = np.minimum(1.0, 0.3 + 0.7 * np.asarray(q, dtype=np.float64))[..., None]
+        n_r = np.arange(self.size + 1)
+        return p**n_r * (1.0 - p) ** (self.size - n_r)
+
+    def by_counts(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(success, f1)``, each ``(L+1, L+1)`` over ``(n_s, n_r)``, summed over the overlap.
+
+        ``P(success) = sum spurious_counts(q)[n_s] recall_weights(q)[n_r] success[n_s, n_r]``
+        and likewise ``E[F1]`` with ``f1``: tables of the task alone, whatever ``q``, so
+        tasks of one length can be averaged before ``q`` is known.
+        """
+        return ((self._table * self._succeeds).sum(axis=2),
+                (self._table * self._f1).sum(axis=2))
 
     def distribution(self, q: float) -> np.ndarray:
         """``P(n_s, n_r, overlap)`` for composer strength ``q``, shape ``(L+1,)*3``."""
-        p = min(1.0, 0.3 + 0.7 * q)
-        n_r = np.arange(self.size + 1)
-        recall = p**n_r * (1.0 - p) ** (self.size - n_r)
-        return self.spurious_counts(q)[:, None, None] * recall[None, :, None] * self._table
+        return (self.spurious_counts(q)[:, None, None] * self.recall_weights(q)[None, :, None]
+                * self._table)
 
     def outcome(self, q: float) -> tuple[float, float]:
         """``(P(success), E[F1])`` of an answer composed with strength ``q``."""
