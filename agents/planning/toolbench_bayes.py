@@ -103,21 +103,23 @@ def difficulty_likelihood(values: np.ndarray) -> np.ndarray:
     return np.where(d <= 0.0, _AT_ZERO, np.where(d >= 1.0, _AT_ONE, density))
 
 
-def difficulty_weights(observed: Sequence[float], futures: np.ndarray) -> np.ndarray:
+def difficulty_weights(observed: Sequence[float] | np.ndarray, futures: np.ndarray) -> np.ndarray:
     """Posterior weights of prior draws of the unseen difficulties, given the seen ones.
 
     Args:
-        observed: The difficulties observed so far (at least one).
+        observed: The difficulties observed so far (at least one), ``(s,)``; or a batch of
+            such observations, ``(B, s)``.
         futures: ``(N, f)`` prior draws of the ``f`` unseen stages' difficulties.
 
     Returns:
-        ``(N,)`` weights summing to 1, proportional to ``p(observed | futures[j])``
-        ``= int p(observed | delta) p(futures[j] | delta) p(delta) / p(futures[j])``.
+        ``(N,)`` (or ``(B, N)``) weights summing to 1, proportional to
+        ``p(observed | futures[j]) = int p(observed | delta) p(futures[j] | delta) p(delta)
+        d delta / p(futures[j])``.
     """
-    seen = np.prod(difficulty_likelihood(np.asarray(observed)), axis=0)  # (G,)
+    seen = np.prod(difficulty_likelihood(np.asarray(observed)), axis=-2)  # (..., G)
     unseen = np.prod(difficulty_likelihood(futures), axis=1)  # (N, G)
-    weights = (unseen @ (_PRIOR * seen)) / (unseen @ _PRIOR)
-    return weights / weights.sum()
+    weights = ((seen * _PRIOR) @ unseen.T) / (unseen @ _PRIOR)
+    return weights / weights.sum(axis=-1, keepdims=True)
 
 
 def skill_orders(remaining: Sequence[int]) -> list[tuple[int, ...]]:
