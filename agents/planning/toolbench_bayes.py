@@ -208,6 +208,15 @@ class BayesToolBenchPlanner(Baseline):
     in SB3's recurrent ``state`` (reset by ``episode_start``), so call :meth:`predict`
     and pass its ``state`` back, as :func:`agents.evaluation.rollout` does.
 
+    On the 400 evaluation tasks of task seed 0 (default weights, 1000 particles) it
+    succeeds on 0.880 at CPS 0.0618 with a mean return of 0.974, against the full
+    planner's 0.877, 0.0625 and 0.969 and RuleBased's 0.802, 0.0738 and 0.865. It cannot
+    beat the full planner in expectation; on those tasks' own luck it is 0.006 ahead (paired
+    95% interval [0.001, 0.012]), and over 4 fresh draws of the luck of each of 500 tasks
+    0.001 ahead (standard error 0.002): what the hidden parameters decide, the observation
+    nearly all shows. About 14 ms a step (0.2 s to build); 3000 particles change the
+    mean return on 500 tasks by 0.0004.
+
     Args:
         env: A ToolBench-v0 env (any pool of at most 16 tools), possibly wrapped.
         n_particles: Tasks drawn from the prior (:func:`draw_prior`).
