@@ -32,3 +32,7 @@ RULE_TASK_SEED = 40_000
 #: (``draw_tasks(profile, n, VALIDATION_TASK_SEED)``), apart from BoPO's training draws
 #: (``BOPO_TRAIN_TASK_SEED + seed``) and evaluation draw (``EVAL_TASK_SEED``).
 VALIDATION_TASK_SEED = 50_000
+#: Tasks of the Bayes reference's prior (``agents.planning.toolbench_bayes``): its particles
+#: are drawn from the reset seed ``PRIOR_TASK_SEED + seed``, apart from every range above,
+#: so the prior never holds an evaluation task.
+PRIOR_TASK_SEED = 60_000

@@ -7,6 +7,11 @@ parameters, but not the luck that decides each call's outcome, and plays the pol
 the highest *expected* return. Each env family has its own module, because what is exact
 and what must be sampled depends on its generative model; :func:`planner` picks the one
 that fits an env.
+
+The Bayes reference knows less: the env's generative model and the *prior* over tasks,
+not the current task; it keeps a posterior over the task from what the episode showed and
+acts on it. It reads no hidden state, so it is not privileged (a policy could reach it);
+:func:`bayes_planner` picks the one that fits an env.
 """
 
 from __future__ import annotations
@@ -20,13 +25,15 @@ from agents.planning.common import Planner
 from agents.planning.expert import ExpertPlanner
 from agents.planning.flight import FlightPlanner
 from agents.planning.toolbench import AnswerModel, ExpectimaxPlanner, plan_toolbench
+from agents.planning.toolbench_bayes import BayesToolBenchPlanner
 from cost_envs.envs.agentic_routing import AgenticRoutingEnv
 from cost_envs.envs.expert_routing import ExpertRoutingEnv
 from cost_envs.envs.flight_planner import FlightPlannerEnv
 from cost_envs.envs.toolbench import ToolBenchEnv
 
-__all__ = ["PLANNERS", "AgenticPlanner", "AnswerModel", "ExpectimaxPlanner", "ExpertPlanner",
-           "FlightPlanner", "Planner", "plan_agentic", "plan_toolbench", "planner"]
+__all__ = ["BAYES_PLANNER_FOR_ENV", "PLANNERS", "AgenticPlanner", "AnswerModel",
+           "BayesToolBenchPlanner", "ExpectimaxPlanner", "ExpertPlanner", "FlightPlanner",
+           "Planner", "bayes_planner", "plan_agentic", "plan_toolbench", "planner"]
 
 #: Env class -> its planner; :func:`planner` takes the first entry the env is an instance
 #: of, so a subclass (a v1 env) listed before its parent gets its own planner.
@@ -53,6 +60,28 @@ def planner(env: gym.Env, **kwargs: Any) -> Planner:
                      f"{modelled}")
 
 
+#: Env class -> its Bayes reference (knows the prior, not the task); exact classes, since
+#: a subclass may draw its tasks from another prior.
+BAYES_PLANNER_FOR_ENV: tuple[tuple[type, type[Any]], ...] = (
+    (ToolBenchEnv, BayesToolBenchPlanner),
+)
+
+
+def bayes_planner(env: gym.Env, **kwargs: Any) -> Any:
+    """The Bayes reference of ``env``'s family, built on ``env`` (wrapped or not).
+
+    Raises:
+        ValueError: If no Bayes reference models ``env``'s family and prior.
+    """
+    inner = env.unwrapped
+    for env_class, planner_class in BAYES_PLANNER_FOR_ENV:
+        if type(inner) is env_class:
+            return planner_class(env, **kwargs)
+    modelled = ", ".join(env_class.__name__ for env_class, _ in BAYES_PLANNER_FOR_ENV)
+    raise ValueError(f"bayes_planner: no Bayes reference models {type(inner).__name__}; "
+                     f"there is one for {modelled}")
+
+
 #: CLI names -> planner factories, each called as ``factory(env)`` (refusing envs they do
 #: not fit).
-PLANNERS: dict[str, Any] = {"planner": planner}
+PLANNERS: dict[str, Any] = {"planner": planner, "bayes-planner": bayes_planner}

@@ -92,23 +92,37 @@ class AnswerModel:
         self._succeeds = f1 >= self.threshold
         self._cache: dict[float, tuple[float, float]] = {}
 
-    def spurious_counts(self, q: float) -> np.ndarray:
-        """``P(n_s = k)`` for ``k = 0..L``: ``n_s = round(X h)``, ``X = L (1 - q)``."""
-        span = self.size * (1.0 - q)
-        probs = np.zeros(self.size + 1)
-        if span <= 0:
-            probs[0] = 1.0
-            return probs
+    def spurious_counts(self, q: float | np.ndarray) -> np.ndarray:
+        """``P(n_s = k)`` for ``k = 0..L`` (last axis): ``n_s = round(X h)``, ``X = L (1 - q)``.
+
+        ``q`` may be an array; the result then has its shape plus the last axis.
+        """
+        span = self.size * (1.0 - np.asarray(q, dtype=np.float64))[..., None]
         k = np.arange(self.size + 1)
-        probs[:] = (np.clip(k + 0.5, 0, span) - np.clip(k - 0.5, 0, span)) / span
-        return probs
+        with np.errstate(divide="ignore", invalid="ignore"):
+            probs = (np.clip(k + 0.5, 0, span) - np.clip(k - 0.5, 0, span)) / span
+        return np.where(span > 0, probs, k == 0)
+
+    def recall_weights(self, q: float | np.ndarray) -> np.ndarray:
+        """``p**n_r (1 - p)**(L - n_r)`` for ``n_r = 0..L`` (last axis), ``p = 0.3 + 0.7 q``."""
+        p = np.minimum(1.0, 0.3 + 0.7 * np.asarray(q, dtype=np.float64))[..., None]
+        n_r = np.arange(self.size + 1)
+        return p**n_r * (1.0 - p) ** (self.size - n_r)
+
+    def by_counts(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(success, f1)``, each ``(L+1, L+1)`` over ``(n_s, n_r)``, summed over the overlap.
+
+        ``P(success) = sum spurious_counts(q)[n_s] recall_weights(q)[n_r] success[n_s, n_r]``
+        and likewise ``E[F1]`` with ``f1``: tables of the task alone, whatever ``q``, so
+        tasks of one length can be averaged before ``q`` is known.
+        """
+        return ((self._table * self._succeeds).sum(axis=2),
+                (self._table * self._f1).sum(axis=2))
 
     def distribution(self, q: float) -> np.ndarray:
         """``P(n_s, n_r, overlap)`` for composer strength ``q``, shape ``(L+1,)*3``."""
-        p = min(1.0, 0.3 + 0.7 * q)
-        n_r = np.arange(self.size + 1)
-        recall = p**n_r * (1.0 - p) ** (self.size - n_r)
-        return self.spurious_counts(q)[:, None, None] * recall[None, :, None] * self._table
+        return (self.spurious_counts(q)[:, None, None] * self.recall_weights(q)[None, :, None]
+                * self._table)
 
     def outcome(self, q: float) -> tuple[float, float]:
         """``(P(success), E[F1])`` of an answer composed with strength ``q``."""
@@ -151,39 +165,101 @@ def plan_toolbench(env: ToolBenchEnv, task: ToolTask) -> ToolBenchPlan:
     if task.topic is None:
         raise ValueError("plan_toolbench: the task has no topic vocabulary (built without "
                          "one), so its answer's F1 law is unknown")
-    weights = env.reward_weights
-    caps = env.pool.capabilities
-    table, costs = env.joint_actions_by_cost()
-    calls = table.astype(bool)
-    penalty = weights.lam * costs + weights.gamma * table.sum(axis=1)
-    answer_now = int(np.flatnonzero(table.sum(axis=1) == 0)[0])
     skills, difficulty = task.stage_skill, task.stage_difficulty
-    n_stages, horizon = task.n_stages, task.horizon
-    p_clear = np.stack([caps[:, skills[s]] ** (1.0 + 3.0 * difficulty[s])
-                        for s in range(n_stages)])  # (stages, m)
-    misses = np.stack([np.prod(np.where(calls, 1.0 - p_clear[s], 1.0), axis=1)
-                       for s in range(n_stages)])  # P(no called tool clears stage s)
-    # The last stage: the strongest tool that clears it composes the answer.
-    strength = caps[:, skills[-1]] ** (1.0 + difficulty[-1])
+    strength = env.pool.capabilities[:, skills[-1]] ** (1.0 + difficulty[-1])
     model = AnswerModel(task.reference, task.topic, env.f1_threshold)
     answer = tuple(model.outcome(q) if q > 0 else (0.0, 0.0) for q in strength.tolist())
+    weights = env.reward_weights
     payoff = np.array([weights.alpha * s + weights.beta * 10.0 * f for s, f in answer])
-    order = np.argsort(-strength, kind="stable")  # ties: the lower index, like max()
-    first = calls[:, order] * p_clear[-1, order]  # tool clears, in order of strength
-    before = np.cumprod(1.0 - first, axis=1)
-    before = np.hstack([np.ones((len(table), 1)), before[:, :-1]])
-    answered = (first * before) @ payoff[order]  # E[alpha S + beta Q; cleared]
-    values = np.zeros((horizon + 1, n_stages))
-    actions = np.zeros((horizon, n_stages, env.n_agents), dtype=np.int8)
+    joint = JointActions.of(env)
+    values, best = solve_batch(joint, env.pool.capabilities, skills[None], difficulty[None],
+                               payoff[None])
+    return ToolBenchPlan(values[0], joint.table[best[0]], answer)
+
+
+@dataclass(frozen=True)
+class JointActions:
+    """An env's ``2**m`` joint actions, cheapest first, and what each costs in Eq. 1.
+
+    Attributes:
+        table: ``(A, m)`` int8, :meth:`~cost_envs.core.OrchestrationEnv.joint_actions_by_cost`.
+        calls: ``table`` as booleans.
+        penalty: ``lam * cost + gamma * calls`` of each action.
+        answer_now: The row of the all-zero action (answering now ends the episode).
+    """
+
+    table: np.ndarray
+    calls: np.ndarray
+    penalty: np.ndarray
+    answer_now: int
+
+    @classmethod
+    def of(cls, env: ToolBenchEnv) -> JointActions:
+        """The joint actions of ``env``'s pool under its prices and reward weights."""
+        weights = env.reward_weights
+        table, costs = env.joint_actions_by_cost()
+        penalty = weights.lam * costs + weights.gamma * table.sum(axis=1)
+        return cls(table, table.astype(bool), penalty,
+                   int(np.flatnonzero(table.sum(axis=1) == 0)[0]))
+
+    def misses(self, p_clear: np.ndarray) -> np.ndarray:
+        """``P(no called tool clears)`` of every action, for clearing probabilities ``(..., m)``."""
+        return np.prod(np.where(self.calls, 1.0 - p_clear[..., None, :], 1.0), axis=-1)
+
+    def q_values(self, cleared: np.ndarray, miss: np.ndarray, stay: np.ndarray) -> np.ndarray:
+        """Expected return of each action at one (turn, stage), batched over a leading axis.
+
+        ``cleared``: the expected return of the actions' clearing branch (``(N, A)``);
+        ``miss``: their ``P(no clear)``; ``stay``: the value of the same stage a turn later
+        (``(N,)``). The all-zero action answers now and gets only its (zero) penalty.
+        """
+        q_values = cleared + miss * stay[:, None] - self.penalty
+        q_values[:, self.answer_now] = -self.penalty[self.answer_now]
+        return q_values
+
+
+def solve_batch(joint: JointActions, caps: np.ndarray, skills: np.ndarray,
+                difficulty: np.ndarray, payoff: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Expectimax over (turn, stage) for ``N`` sets of task parameters at once.
+
+    Args:
+        joint: The env's joint actions (:meth:`JointActions.of`).
+        caps: The pool's ``(m, skills)`` capabilities.
+        skills: ``(N, k)`` skill of each stage; every row has the same ``k`` stages and
+            ``k + 1`` turns.
+        difficulty: ``(N, k)`` difficulty of each stage.
+        payoff: ``(N, m)``: ``alpha P(success) + beta 10 E[F1]`` of an answer composed by
+            each tool.
+
+    Returns:
+        ``values`` ``(N, k + 2, k)``, the expected return from (turn, stage) (row ``k + 1``
+        is 0), and ``best`` ``(N, k + 1, k)``, the row of ``joint.table`` to play there
+        (the first of equals: the cheapest).
+    """
+    n, n_stages = skills.shape
+    horizon = n_stages + 1
+    p_clear = np.moveaxis(caps[:, skills], 0, -1) ** (1.0 + 3.0 * difficulty[:, :, None])
+    misses = joint.misses(p_clear)  # (N, stages, A): P(no called tool clears stage s)
+    # The last stage: the strongest tool that clears it composes the answer.
+    strength = np.moveaxis(caps[:, skills[:, -1]], 0, -1) ** (1.0 + difficulty[:, -1:])
+    order = np.argsort(-strength, axis=1, kind="stable")  # ties: the lower index, like max()
+    answered = np.empty((n, len(joint.table)))
+    for row in range(n):  # tool clears, in order of strength; one matrix product per row
+        first = joint.calls[:, order[row]] * p_clear[row, -1, order[row]]
+        before = np.cumprod(1.0 - first, axis=1)
+        before = np.hstack([np.ones((len(first), 1)), before[:, :-1]])
+        answered[row] = (first * before) @ payoff[row, order[row]]  # E[aS + bQ; cleared]
+    values = np.zeros((n, horizon + 1, n_stages))
+    best = np.zeros((n, horizon, n_stages), dtype=np.int64)
+    rows = np.arange(n)
     for t in reversed(range(horizon)):
         for s in range(n_stages):
-            cleared = answered if s == n_stages - 1 else (1.0 - misses[s]) * values[t + 1, s + 1]
-            q_values = cleared + misses[s] * values[t + 1, s] - penalty
-            q_values[answer_now] = -penalty[answer_now]  # answering now ends the episode
-            best = int(np.argmax(q_values))  # the first of equals: the cheapest
-            values[t, s] = q_values[best]
-            actions[t, s] = table[best]
-    return ToolBenchPlan(values, actions, answer)
+            cleared = answered if s == n_stages - 1 else (
+                (1.0 - misses[:, s]) * values[:, t + 1, s + 1, None])
+            q_values = joint.q_values(cleared, misses[:, s], values[:, t + 1, s])
+            best[:, t, s] = np.argmax(q_values, axis=1)
+            values[:, t, s] = q_values[rows, best[:, t, s]]
+    return values, best
 
 
 class ExpectimaxPlanner(Planner):
