@@ -48,7 +48,7 @@ from agents.baselines import BASELINES, FAMILY_BASELINES
 from agents.evaluation import evaluate, evaluate_each
 from agents.lora.supervised import SupervisedConfig
 from agents.lora.training import configure_torch_threads, train
-from agents.planning import planner
+from agents.planning import bayes_planner, planner
 from agents.rules import BestFixedRule
 from cost_envs.config import integer
 from cost_envs.metrics import (
@@ -79,6 +79,10 @@ BASELINE_ROWS = {
 }
 #: Rows that read hidden env state (kept off the non-privileged Pareto front).
 PRIVILEGED_ROWS = ("oracle", "planner")
+#: Non-privileged references that are not rules: the Bayes planner, which knows the task
+#: prior but not the task (:mod:`agents.planning.toolbench_bayes`). On the front, but
+#: never the rule end of the gap (it would leave no gap where it matches the planner).
+REFERENCE_ROWS = ("bayes-planner",)
 #: Rules searched on training tasks when they are built, then frozen: key -> table label.
 SEARCHED_ROWS = {"best-rule": "Best fixed rule (searched on training tasks)"}
 
@@ -99,6 +103,8 @@ FAMILY_ROWS = {
     "planner": FamilyRow("Planner (knows the task, not the luck)", planner,
                          ("cost_envs/ToolBench-v0",
                           "cost_envs/FlightPlanner-v0", "cost_envs/FlightPlanner-v1")),
+    "bayes-planner": FamilyRow("Bayes reference (knows the prior, not the task)",
+                               bayes_planner, ("cost_envs/ToolBench-v0",)),
 }
 
 
@@ -301,13 +307,14 @@ def gap_block(env_id: str, fixed: FixedRows, learned: Mapping[str, Sequence[JobR
     The score is each episode's Eq. 1 return, what every learned row maximises. The rule
     end of the gap is the non-privileged fixed row with the highest mean return on these
     very tasks (chosen on the evaluation tasks, which favours the rules: a conservative
-    choice for the learners) and the other end the planner. ``None`` where the env has no
+    choice for the learners; the Bayes reference is not a rule, :data:`REFERENCE_ROWS`)
+    and the other end the planner. ``None`` where the env has no
     planner row.
     """
     if "planner" not in fixed.returns:
         return None
     rules = {key: returns for key, returns in fixed.returns.items()
-             if key not in PRIVILEGED_ROWS}
+             if key not in PRIVILEGED_ROWS and key not in REFERENCE_ROWS}
     rule = max(rules, key=lambda key: (float(np.mean(rules[key])), key))
     methods = {key: (LEARNED_ROWS[key].label, [result.returns for result in runs])
                for key, runs in learned.items()}
