@@ -74,6 +74,8 @@ ROLES = ("router", "random", "weak", "strong", "oracle")
 METRICS = (("accuracy", "Accuracy"), ("cost_per_query", "Cost/query"),
            ("strong_share", "Strong share"), ("apgr", "APGR"), ("cpt_50", "CPT(50%)"),
            ("cpt_80", "CPT(80%)"), ("aiq", "AIQ"))
+#: Below this many test groups, the table says its cluster intervals are not reliable.
+FEW_GROUPS = 10
 _POINT_METRICS = ("accuracy", "cost_per_query", "strong_share")
 _CURVE_METRICS = ("apgr", "cpt_50", "cpt_80", "aiq")
 
@@ -210,7 +212,10 @@ def load_data(args: argparse.Namespace) -> TraceDataset:
         return load_traces(paths[0] if len(paths) == 1 else paths,
                            format=_format(paths, args.format))
     except (ValueError, OSError) as error:
-        _fail(args, error)
+        hint = ""
+        if args.format is None and "'global_index'" in str(error):
+            hint = " (RouterArena's cached_results? pass --format routerarena)"
+        _fail(args, f"{error}{hint}")
 
 
 def two_models(args: argparse.Namespace, data: TraceDataset, weak: str, strong: str
@@ -272,7 +277,11 @@ def route_report(test: TraceDataset, scores: np.ndarray, threshold: float, weak:
     minus = {k: points["router"]["minus_random"][k] for k in _POINT_METRICS}
     paired = curves["router"]["minus_random"]  # APGR and CPT; curve_metrics pairs no AIQ
     minus.update({k: paired.get(k) for k in _CURVE_METRICS})
+    if s.mean() <= w.mean():  # gains over the weak model are undefined (random's 0.5 too)
+        for row in (*rows.values(), minus):
+            row.update(dict.fromkeys(("apgr", "cpt_50", "cpt_80")))
     return {"queries": test.n_queries, "resampled": points["router"]["resampled"],
+            "strong_better": bool(s.mean() > w.mean()),
             "units": points["router"]["units"], "n_resamples": n_resamples, "seed": seed,
             "threshold": threshold, "rows": rows, "router_minus_random": minus}
 
@@ -305,6 +314,12 @@ def format_report(report: dict[str, Any], labels: dict[str, str]) -> str:
     unit = "queries" if report["resampled"] == "queries" else "groups"
     lines.append(f"\n{report['queries']} test queries; 95% intervals: {report['n_resamples']} "
                  f"bootstrap resamples of the {report['units']} {unit} (seed {report['seed']})")
+    if not report["strong_better"]:
+        lines.append("note: the strong model is not more accurate on these queries, so APGR "
+                     "and CPT (gains over the weak model) are undefined")
+    if unit == "groups" and report["units"] < FEW_GROUPS:
+        lines.append(f"note: only {report['units']} groups; intervals that resample so few "
+                     "are not reliable")
     return "\n".join(lines)
 
 
