@@ -286,6 +286,16 @@ def route_report(test: TraceDataset, scores: np.ndarray, threshold: float, weak:
             "threshold": threshold, "rows": rows, "router_minus_random": minus}
 
 
+def _report(args: argparse.Namespace, test: TraceDataset, scores: np.ndarray,
+            threshold: float, weak: str, strong: str, costs: np.ndarray) -> dict[str, Any]:
+    """:func:`route_report` with the command's options; exits on a ``ValueError``."""
+    try:
+        return route_report(test, scores, threshold, weak, strong, costs,
+                            split_by=args.split_by, n_resamples=args.resamples, seed=args.seed)
+    except ValueError as error:  # --split-by group on logs without groups, say
+        _fail(args, error)
+
+
 def _labels(weak: str, strong: str, router: str, share: float) -> dict[str, str]:
     return {"router": router, "random": f"random at {share:.1%} strong",
             "weak": f"only {weak}", "strong": f"only {strong}", "oracle": "oracle (per query)"}
@@ -383,9 +393,8 @@ def run_train(args: argparse.Namespace) -> int:
     train, test = data.subset(train_idx), data.subset(test_idx)
     router = ROUTERS[args.router](args.weak, args.strong).fit(train)
     calibration, cal_facts = _calibrate(args, router.scores(train), costs[train_idx])
-    report = route_report(test, router.scores(test), calibration.threshold, args.weak,
-                          args.strong, costs[test_idx], split_by=args.split_by,
-                          n_resamples=args.resamples, seed=args.seed)
+    report = _report(args, test, router.scores(test), calibration.threshold, args.weak,
+                     args.strong, costs[test_idx])
     split = {"split_by": args.split_by, "seed": args.seed, "test_fraction": args.test_fraction,
              "train_queries": train.n_queries, "test_queries": test.n_queries,
              "train_fingerprint": train.fingerprint, "test_fingerprint": test.fingerprint}
@@ -427,8 +436,7 @@ def run_score(args: argparse.Namespace) -> int:
         scores = np.asarray(saved.router.scores(data), dtype=np.float64)
     except ValueError as error:
         _fail(args, error)
-    report = route_report(data, scores, saved.threshold, saved.weak, saved.strong, costs,
-                          split_by=args.split_by, n_resamples=args.resamples, seed=args.seed)
+    report = _report(args, data, scores, saved.threshold, saved.weak, saved.strong, costs)
     training = saved.meta.get("training", {})
     seen = data.fingerprint in (training.get("fingerprint"), training.get("train_fingerprint"))
     out = {"command": "score", "router": saved.name, "router_path": str(args.router),

@@ -226,6 +226,27 @@ def test_bad_inputs_exit_2_with_one_line(logs, tmp_path, capsys):
           "nothing.json", "no such file")
 
 
+def test_calls_without_a_logged_cost_are_priced_by_the_table(tmp_path, capsys):
+    rows = [{k: v for k, v in r.items() if k != "cost"} for r in crafted_rows(40)]
+    logs = write_jsonl(tmp_path / "untimed.jsonl", rows)
+    fails(capsys, ["route", *train_args(logs, tmp_path / "r")], "--prices", "'small'")
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("currency: USD\nunit: per_million_tokens\nmodels:\n" + "".join(
+        f"  - {{name: {m}, input: {p}, output: {p}, source: test, date: 2025-01-01}}\n"
+        for m, p in ((WEAK, 1.0), (STRONG, 20.0), ("mid", 5.0))))
+    out = route(capsys, *train_args(logs, tmp_path / "r", "--prices", str(prices)))
+    data = load_traces(logs)
+    _, te = data.split_indices(0, 0.5, "query")
+    tokens = data.input_tokens[te, 0] + data.output_tokens[te, 0]
+    assert out["test"]["rows"]["weak"]["cost_per_query"]["value"] == pytest.approx(
+        tokens.mean() * 1.0 / 1e6)
+    assert out["data"]["prices"] == str(prices)
+    ungrouped = write_jsonl(tmp_path / "ungrouped.jsonl",
+                            [{k: v for k, v in r.items() if k != "group"} for r in rows])
+    fails(capsys, ["route", "score", "--router", str(tmp_path / "r"), "--data", str(ungrouped),
+                   "--prices", str(prices), "--split-by", "group"], "split_by='group'")
+
+
 @pytest.fixture
 def saved(logs, tmp_path, capsys) -> Path:
     route(capsys, *train_args(logs, tmp_path / "r"))
