@@ -118,7 +118,7 @@ def _cost(text: str) -> float:
 
 
 # ---------------------------------------------------------------------- arguments
-def _add_data(parser: argparse.ArgumentParser, seed_help: str) -> None:
+def _add_data(parser: argparse.ArgumentParser, seed_help: str, split_help: str) -> None:
     from agents.cli import _positive_int, _seed
 
     parser.add_argument("--data", type=Path, nargs="+", required=True, metavar="FILE_OR_DIR",
@@ -128,9 +128,8 @@ def _add_data(parser: argparse.ArgumentParser, seed_help: str) -> None:
                              "or routerarena (cached_results JSONL, one file per model); "
                              "default: detected per file (not routerarena)")
     parser.add_argument("--split-by", choices=SPLIT_BY, default="query",
-                        help="the bootstrap's (and train's split's) unit: query (identical "
-                             "prompts together) or group (whole groups) (default query)")
-    parser.add_argument("--prices", type=Path, default=None,
+                        help=split_help + " (default query)")
+    parser.add_argument("--prices", type=Path, default=None, metavar="FILE",
                         help="price table (YAML/JSON) for calls without a logged cost "
                              "(default: the packaged table)")
     parser.add_argument("--seed", type=_seed, default=0, help=seed_help)
@@ -146,7 +145,9 @@ def add_route(parser: argparse.ArgumentParser) -> None:
     train = sub.add_parser("train", help="train, calibrate, test and save a router",
                            description="Train a router on logs, set its threshold on the "
                                        "training split, score it on the test split, save it.")
-    _add_data(train, "seed of the split and of the bootstrap (default 0)")
+    _add_data(train, "seed of the split and of the bootstrap (default 0)",
+              "what the split keeps whole and the bootstrap resamples: query (a prompt's "
+              "repeats together) or group (no test group seen in training)")
     train.add_argument("--weak", required=True, help="the weak (cheap) model's name")
     train.add_argument("--strong", required=True, help="the strong model's name")
     train.add_argument("--router", choices=tuple(ROUTERS), default="logistic",
@@ -167,7 +168,9 @@ def add_route(parser: argparse.ArgumentParser) -> None:
     score.add_argument("--router", type=Path, required=True, metavar="PATH",
                        help="a router saved by `cost-envs route train` (PATH.json + "
                             "PATH.safetensors)")
-    _add_data(score, "seed of the bootstrap (default 0)")
+    _add_data(score, "seed of the bootstrap (default 0)",
+              "what the bootstrap resamples: query or group (for logs of groups the "
+              "router never saw)")
     score.set_defaults(route_run=run_score)
 
 
