@@ -325,7 +325,7 @@ def format_report(report: dict[str, Any], labels: dict[str, str]) -> str:
         lines.append("| " + " | ".join([label, *(_cell(row.get(k), k) for k, _ in METRICS)])
                      + " |")
     unit = "queries" if report["resampled"] == "queries" else "groups"
-    lines.append(f"\n{report['queries']} test queries; 95% intervals: {report['n_resamples']} "
+    lines.append(f"\n{report['queries']} queries scored; 95% intervals: {report['n_resamples']} "
                  f"bootstrap resamples of the {report['units']} {unit} (seed {report['seed']})")
     if not report["strong_better"]:
         lines.append("note: the strong model is not more accurate on these queries, so APGR "
