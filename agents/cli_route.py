@@ -39,6 +39,7 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -87,34 +88,24 @@ def _fail(args: argparse.Namespace, message: Any) -> NoReturn:
     raise SystemExit(EXIT_INPUT)
 
 
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}")
-    return value
+def _float_type(accept: Callable[[float], bool], expected: str) -> Callable[[str], float]:
+    """An argparse type for floats ``accept`` takes; ``expected`` names them in errors."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and accept(value)):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return value
+
+    return parse
 
 
-def _share(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"expected a share in [0, 1], got {text!r}")
-    return value
-
-
-def _cost(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"expected a cost per query >= 0, got {text!r}")
-    return value
+_fraction = _float_type(lambda v: 0 < v < 1, "a number in (0, 1)")
+_share = _float_type(lambda v: 0 <= v <= 1, "a share in [0, 1]")
+_cost = _float_type(lambda v: v >= 0, "a cost per query >= 0")
 
 
 # ---------------------------------------------------------------------- arguments

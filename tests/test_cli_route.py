@@ -167,6 +167,15 @@ def test_target_cost_keeps_the_training_cost_within_it(logs, tmp_path, capsys):
           "--target-cost", "cheapest")
 
 
+def test_a_zero_share_saves_no_threshold_and_routes_all_weak(logs, tmp_path, capsys):
+    out = route(capsys, *train_args(logs, tmp_path / "r", "--target-share", "0"))
+    assert out["threshold"] is None
+    assert json.loads(router_files(tmp_path / "r")[0].read_text())["threshold"] is None
+    assert load_router(tmp_path / "r").threshold == float("inf")
+    scored = route(capsys, "score", "--router", str(tmp_path / "r"), "--data", str(logs))
+    assert scored["test"]["rows"]["router"]["strong_share"]["value"] == 0.0
+
+
 def test_the_table_shows_every_row_and_metric(logs, tmp_path, capsys):
     assert cli.main(["route", *train_args(logs, tmp_path / "r"), "--resamples", "50"]) == 0
     text = capsys.readouterr().out
@@ -245,6 +254,21 @@ def test_calls_without_a_logged_cost_are_priced_by_the_table(tmp_path, capsys):
                             [{k: v for k, v in r.items() if k != "group"} for r in rows])
     fails(capsys, ["route", "score", "--router", str(tmp_path / "r"), "--data", str(ungrouped),
                    "--prices", str(prices), "--split-by", "group"], "split_by='group'")
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--test-fraction", "1"], "expected a number in (0, 1)"),
+    (["--target-share", "1.5"], "expected a share in [0, 1]"),
+    (["--target-cost", "nan"], "expected a cost per query >= 0"),
+    (["--target-share", "0.3", "--target-cost", "1"], "not allowed with argument"),
+    (["--router", "forest"], "invalid choice: 'forest'"),
+])
+def test_bad_options_are_usage_errors(logs, tmp_path, capsys, extra, message):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["route", *train_args(logs, tmp_path / "r", *extra)])
+    assert info.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not router_files(tmp_path / "r")[0].exists()
 
 
 @pytest.fixture
