@@ -312,6 +312,8 @@ def test_weights_of_another_save_and_bad_states_are_refused(saved, logs, tmp_pat
         _score_fails(capsys, saved, logs, name)
     json_path.write_text(json.dumps({**doc, "state": {**doc["state"], "n_features": 64}}))
     _score_fails(capsys, saved, logs, "coef")
+    json_path.write_text(json.dumps({**doc, "state": {**doc["state"], "weak": "mid"}}))
+    _score_fails(capsys, saved, logs, "'mid'")
     os.remove(weights)
     _score_fails(capsys, saved, logs, "no such file")
 

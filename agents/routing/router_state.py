@@ -285,9 +285,13 @@ def load_router(path: str | Path) -> SavedRouter:
     overlap = sorted(set(arrays) & set(doc["state"]))
     if overlap:
         raise ValueError(f"{json_path}: state keys {overlap} are also arrays")
+    for key in ("weak", "strong"):
+        if doc["state"].get(key, doc[key]) != doc[key]:
+            raise ValueError(f"{json_path}: state: {key} {doc['state'][key]!r} is not the "
+                             f"file's {doc[key]!r}")
     try:
         router = ROUTERS[doc["router"]].from_state({**doc["state"], **arrays})
-    except ValueError as error:
+    except (ValueError, TypeError, KeyError) as error:  # a crafted state
         raise ValueError(f"{json_path}: {error}") from None
     threshold = math.inf if doc["threshold"] is None else float(doc["threshold"])
     return SavedRouter(doc["router"], router, doc["weak"], doc["strong"], threshold, doc)
