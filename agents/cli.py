@@ -8,6 +8,11 @@ Subcommands::
     cost-envs train --env ID --method ppo|lora|lora-ppo --timesteps N --seed S --out DIR
                     [--base pretrained|random] [--pool FILE] [--tensorboard DIR]
     cost-envs pretrain --env ID --out PATH [--seed S]
+    cost-envs route train --data FILE... --weak M --strong M --save PATH [...]
+    cost-envs route score --router PATH --data FILE... [...]
+
+``route`` (train a router on your logged outcomes, save it, score it) lives in
+:mod:`agents.cli_route`.
 
 The paper's experiments are not a subcommand: they live in ``experiments/`` beside the
 installed packages and run with ``python -m experiments all`` (``make reproduce``).
@@ -23,6 +28,8 @@ what                                                      exit status
 a usage error (unknown env id or method, a bad number),   2
   naming the valid choices, as argparse does
 a bad input file or output path (``--model``, ``--out``)  1
+a bad input to ``route`` (logs, a model name, a saved      2
+  router, ``--save``)
 an operating-system error (a full disk, no permission)    1
 stdout closed early (``cost-envs list | head -1``)        141
 Ctrl-C                                                    130
@@ -48,6 +55,7 @@ import gymnasium as gym
 
 import cost_envs
 from agents.baselines import BASELINES, FAMILY_BASELINES, ROUTING_BASELINES
+from agents.cli_route import add_route, run_route
 from agents.evaluation import compare, evaluate, format_table
 from agents.lora import BASES, METHODS
 from agents.planning import PLANNERS
@@ -345,6 +353,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("evaluate", "evaluate baselines on one environment", _add_evaluate, _run_evaluate),
     Command("train", "train a learned allocator and save it", _add_train, _run_train),
     Command("pretrain", "pretrain a frozen base encoder", _add_pretrain, _run_pretrain),
+    Command("route", "train, save and score a weak/strong router on logged outcomes",
+            add_route, run_route),
 )
 
 

@@ -1,0 +1,368 @@
+"""``cost-envs route``: train -> save -> score on crafted logs, its errors, its saved files."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import agents
+from agents import cli
+from agents.cli_route import EXIT_INPUT
+from agents.routing.calibration import calibrate_cost, calibrate_share
+from agents.routing.router_state import load_router, router_files
+from agents.routing.routing_eval import (
+    curve_metrics,
+    oracle_routing,
+    random_routing,
+    score_routings,
+    single_model,
+)
+from agents.routing.trace_router import TraceRouter
+from cost_envs.metrics.routing import oracle_scores, routing_curve
+from cost_envs.traces import load_routerarena, load_traces, records_from_dataset
+
+ROOT = Path(agents.__file__).resolve().parents[1]
+WEAK, STRONG = "small", "large"
+RESAMPLES = "200"
+WORDS = ("apples", "trains", "percent", "fraction", "speed", "area", "ages", "coins")
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def crafted_rows(n: int = 120, seed: int = 0, models: tuple[str, ...] = (WEAK, STRONG, "mid")
+                 ) -> list[dict]:
+    """Generic rows: the weak model fails on queries mentioning some words (learnable)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(n):
+        words = rng.choice(WORDS, size=3)
+        hard = bool({"percent", "fraction"} & set(words))
+        prompt = f"Question {i}: " + " ".join(words) + " " + "x " * int(rng.integers(1, 30))
+        ok = {WEAK: (not hard) and rng.random() < 0.9, STRONG: rng.random() < 0.9,
+              "mid": rng.random() < 0.7}
+        for model in models:
+            tokens = int(rng.integers(20, 200))
+            rows.append({"query_id": f"q{i}", "model": model, "correct": bool(ok[model]),
+                         "input_tokens": 40, "output_tokens": tokens,
+                         "cost": tokens * (1e-6 if model == WEAK else 2e-5),
+                         "prompt": prompt, "group": f"g{i % 8}"})
+    return rows
+
+
+@pytest.fixture
+def logs(tmp_path) -> Path:
+    return write_jsonl(tmp_path / "logs.jsonl", crafted_rows())
+
+
+def route(capsys, *argv: str) -> dict:
+    """``cost-envs route ARGV --json`` in process: its JSON output."""
+    assert cli.main(["route", *argv, "--json", "--resamples", RESAMPLES]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def train_args(data: Path, save: Path, *extra: str) -> list[str]:
+    return ["train", "--data", str(data), "--weak", WEAK, "--strong", STRONG,
+            "--save", str(save), *extra]
+
+
+def fails(capsys, argv: list[str], *names: str) -> str:
+    """``cost-envs ARGV`` exits with :data:`EXIT_INPUT` and one line naming ``names``."""
+    with pytest.raises(SystemExit) as info:
+        cli.main(argv)
+    assert info.value.code == EXIT_INPUT
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    for name in names:
+        assert name in err, (name, err)
+    return err
+
+
+# ------------------------------------------------------------------ train and score
+@pytest.mark.parametrize("split_by", ["query", "group"])
+def test_train_gives_the_in_process_numbers(logs, tmp_path, capsys, split_by):
+    out = route(capsys, *train_args(logs, tmp_path / "r", "--split-by", split_by,
+                                    "--seed", "3"))
+    data = load_traces(logs).select_models([WEAK, STRONG])
+    costs = np.asarray(data.call_costs(None))
+    tr, te = data.split_indices(3, 0.5, split_by)
+    train, test = data.subset(tr), data.subset(te)
+    router = TraceRouter(WEAK, STRONG).fit(train)
+    cal = calibrate_share(router.scores(train), 0.5, costs[tr, 0], costs[tr, 1])
+    assert out["threshold"] == cal.threshold
+    assert out["calibration"]["train_strong_share"] == cal.strong_share
+    scores = router.scores(test)
+    strong = scores >= cal.threshold
+    rows = out["test"]["rows"]
+    assert rows["router"]["accuracy"]["value"] == pytest.approx(
+        np.where(strong, test.correct[:, 1], test.correct[:, 0]).mean(), abs=1e-12)
+    assert rows["router"]["cost_per_query"]["value"] == pytest.approx(
+        np.where(strong, costs[te, 1], costs[te, 0]).mean(), abs=1e-15)
+    assert rows["router"]["strong_share"]["value"] == pytest.approx(strong.mean())
+    assert rows["weak"]["accuracy"]["value"] == pytest.approx(test.correct[:, 0].mean())
+    # the intervals are the library's on the same resamples
+    decisions = strong.astype(np.int64)
+    expected = score_routings(
+        test, {"router": decisions, "random": random_routing(test, WEAK, STRONG, strong.mean()),
+               "weak": single_model(test, WEAK), "strong": single_model(test, STRONG),
+               "oracle": oracle_routing(test, costs[te])},
+        costs[te], strong=STRONG, split_by=split_by, reference="random", n_resamples=200,
+        seed=3)
+    curves = curve_metrics(test, {"router": scores, "random": None,
+                                  "oracle": oracle_scores(test.correct[:, 0], test.correct[:, 1])},
+                           WEAK, STRONG, costs[te], split_by=split_by, n_resamples=200, seed=3,
+                           reference="random")
+    for role in ("router", "random", "oracle"):
+        assert rows[role]["accuracy"]["ci"] == pytest.approx(expected[role]["accuracy"]["ci"])
+        assert rows[role]["aiq"]["value"] == pytest.approx(curves[role]["aiq"]["value"])
+        assert rows[role]["aiq"]["ci"] == pytest.approx(curves[role]["aiq"]["ci"])
+    apgr = routing_curve(scores, test.correct[:, 0], test.correct[:, 1]).apgr
+    assert rows["router"]["apgr"]["value"] == pytest.approx(apgr)
+    assert rows["router"]["apgr"]["ci"] == pytest.approx(curves["router"]["apgr"]["ci"])
+    assert out["test"]["router_minus_random"]["accuracy"]["value"] == pytest.approx(
+        expected["router"]["minus_random"]["accuracy"]["value"])
+    assert out["test"]["resampled"] == ("clusters" if split_by == "group" else "queries")
+    assert out["split"]["test_queries"] == test.n_queries
+
+
+def test_score_of_the_saved_router_repeats_the_test_numbers(logs, tmp_path, capsys):
+    trained = route(capsys, *train_args(logs, tmp_path / "r", "--split-by", "group"))
+    data = load_traces(logs).select_models([WEAK, STRONG])
+    _, te = data.split_indices(0, 0.5, "group")
+    held_out = write_jsonl(tmp_path / "held_out.jsonl", records_from_dataset(data.subset(te)))
+    scored = route(capsys, "score", "--router", str(tmp_path / "r"), "--data", str(held_out),
+                   "--split-by", "group")
+    assert scored["test"] == trained["test"]  # every value and interval, bit for bit
+    assert scored["trained_on_these_queries"] is False
+    again = route(capsys, "score", "--router", str(tmp_path / "r.json"), "--data", str(logs))
+    assert again["trained_on_these_queries"] is True
+    assert again["test"]["queries"] == data.n_queries  # every query once
+
+
+def test_target_cost_keeps_the_training_cost_within_it(logs, tmp_path, capsys):
+    data = load_traces(logs).select_models([WEAK, STRONG])
+    costs = np.asarray(data.call_costs(None))
+    target = float(costs.mean())  # between all weak and all strong
+    out = route(capsys, *train_args(logs, tmp_path / "r", "--target-cost", str(target)))
+    tr, _ = data.split_indices(0, 0.5, "query")
+    router = TraceRouter(WEAK, STRONG).fit(data.subset(tr))
+    cal = calibrate_cost(router.scores(data.subset(tr)), costs[tr, 0], costs[tr, 1], target)
+    assert out["calibration"]["target"] == "cost_per_query"
+    assert out["threshold"] == cal.threshold
+    assert out["calibration"]["train_cost_per_query"] <= target
+    assert 0 < out["calibration"]["train_strong_share"] < 1
+    assert load_router(tmp_path / "r").threshold == cal.threshold
+    fails(capsys, ["route", *train_args(logs, tmp_path / "s", "--target-cost", "0")],
+          "--target-cost", "cheapest")
+
+
+def test_a_zero_share_saves_no_threshold_and_routes_all_weak(logs, tmp_path, capsys):
+    out = route(capsys, *train_args(logs, tmp_path / "r", "--target-share", "0"))
+    assert out["threshold"] is None
+    assert json.loads(router_files(tmp_path / "r")[0].read_text())["threshold"] is None
+    assert load_router(tmp_path / "r").threshold == float("inf")
+    scored = route(capsys, "score", "--router", str(tmp_path / "r"), "--data", str(logs))
+    assert scored["test"]["rows"]["router"]["strong_share"]["value"] == 0.0
+
+
+def test_the_table_shows_every_row_and_metric(logs, tmp_path, capsys):
+    assert cli.main(["route", *train_args(logs, tmp_path / "r"), "--resamples", "50"]) == 0
+    text = capsys.readouterr().out
+    for title in ("Accuracy", "Cost/query", "Strong share", "APGR", "CPT(50%)", "CPT(80%)",
+                  "AIQ", "logistic", "random at", f"only {WEAK}", f"only {STRONG}", "oracle",
+                  "logistic - random (paired)", "saved to"):
+        assert title in text, title
+    out = route(capsys, *train_args(logs, tmp_path / "r"))
+    router_line = next(line for line in text.splitlines() if line.startswith("| logistic |"))
+    assert f"{out['test']['rows']['router']['accuracy']['value']:.3f}" in router_line
+
+
+def test_a_folder_of_routerarena_files_uses_their_logged_costs(tmp_path, capsys):
+    folder = tmp_path / "arena"
+    folder.mkdir()
+    rng = np.random.default_rng(1)
+    for model, price in ((WEAK, 1e-6), (STRONG, 3e-5)):
+        write_jsonl(folder / f"{model}.jsonl", [
+            {"global_index": f"D{i % 6}_{i}", "question": f"q {i} " + "w " * (i % 13),
+             "llm_selected": model,
+             "token_usage": {"input_tokens": 10, "output_tokens": 5 + i},
+             "evaluation_result": {"score": float(rng.random() < (0.9 if model == STRONG
+                                                                 else 0.5)),
+                                   "inference_cost": price * (5 + i)}} for i in range(60)])
+    out = route(capsys, "train", "--data", str(folder), "--format", "routerarena",
+                "--weak", WEAK, "--strong", STRONG, "--split-by", "group",
+                "--save", str(tmp_path / "r"))
+    data = load_routerarena(folder)
+    _, te = data.split_indices(0, 0.5, "group")
+    logged = data.cost[te][:, data.model_index(STRONG)]
+    assert out["test"]["rows"]["strong"]["cost_per_query"]["value"] == pytest.approx(
+        logged.mean())
+    fails(capsys, ["route", "train", "--data", str(folder), "--weak", WEAK, "--strong", STRONG,
+                   "--save", str(tmp_path / "s")], "global_index", "--format routerarena")
+
+
+# ------------------------------------------------------------------------ errors
+def test_bad_inputs_exit_2_with_one_line(logs, tmp_path, capsys):
+    save = str(tmp_path / "r")
+    fails(capsys, ["route", *train_args(tmp_path / "absent.csv", tmp_path / "r")],
+          "absent.csv", "no such file")
+    fails(capsys, ["route", "train", "--data", str(logs), "--weak", "gpt-9", "--strong", STRONG,
+                   "--save", save], "'gpt-9'", "not in the logs", "'small'")
+    fails(capsys, ["route", "train", "--data", str(logs), "--weak", WEAK, "--strong", WEAK,
+                   "--save", save], "both")
+    rows = crafted_rows(20)
+    rows[5]["input_tokens"] = "many"  # line 6 of the file
+    bad = write_jsonl(tmp_path / "bad.jsonl", rows)
+    fails(capsys, ["route", *train_args(bad, tmp_path / "r")], "bad.jsonl", "line 6",
+          "input_tokens")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    fails(capsys, ["route", *train_args(empty, tmp_path / "r")], "empty", "folder without")
+    (tmp_path / "file").write_text("x")
+    fails(capsys, ["route", *train_args(logs, tmp_path / "file" / "r")], "--save")
+    fails(capsys, ["route", "score", "--router", str(tmp_path / "nothing"), "--data", str(logs)],
+          "nothing.json", "no such file")
+
+
+def test_calls_without_a_logged_cost_are_priced_by_the_table(tmp_path, capsys):
+    rows = [{k: v for k, v in r.items() if k != "cost"} for r in crafted_rows(40)]
+    logs = write_jsonl(tmp_path / "untimed.jsonl", rows)
+    fails(capsys, ["route", *train_args(logs, tmp_path / "r")], "--prices", "'small'")
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("currency: USD\nunit: per_million_tokens\nmodels:\n" + "".join(
+        f"  - {{name: {m}, input: {p}, output: {p}, source: test, date: 2025-01-01}}\n"
+        for m, p in ((WEAK, 1.0), (STRONG, 20.0), ("mid", 5.0))))
+    out = route(capsys, *train_args(logs, tmp_path / "r", "--prices", str(prices)))
+    data = load_traces(logs)
+    _, te = data.split_indices(0, 0.5, "query")
+    tokens = data.input_tokens[te, 0] + data.output_tokens[te, 0]
+    assert out["test"]["rows"]["weak"]["cost_per_query"]["value"] == pytest.approx(
+        tokens.mean() * 1.0 / 1e6)
+    assert out["data"]["prices"] == str(prices)
+    ungrouped = write_jsonl(tmp_path / "ungrouped.jsonl",
+                            [{k: v for k, v in r.items() if k != "group"} for r in rows])
+    fails(capsys, ["route", "score", "--router", str(tmp_path / "r"), "--data", str(ungrouped),
+                   "--prices", str(prices), "--split-by", "group"], "split_by='group'")
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--test-fraction", "1"], "expected a number in (0, 1)"),
+    (["--target-share", "1.5"], "expected a share in [0, 1]"),
+    (["--target-cost", "nan"], "expected a cost per query >= 0"),
+    (["--target-share", "0.3", "--target-cost", "1"], "not allowed with argument"),
+    (["--router", "forest"], "invalid choice: 'forest'"),
+])
+def test_bad_options_are_usage_errors(logs, tmp_path, capsys, extra, message):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["route", *train_args(logs, tmp_path / "r", *extra)])
+    assert info.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not router_files(tmp_path / "r")[0].exists()
+
+
+@pytest.fixture
+def saved(logs, tmp_path, capsys) -> Path:
+    route(capsys, *train_args(logs, tmp_path / "r"))
+    return tmp_path / "r"
+
+
+def _score_fails(capsys, path: Path, logs: Path, *names: str) -> None:
+    fails(capsys, ["route", "score", "--router", str(path), "--data", str(logs)],
+          "cannot load the router", *names)
+
+
+@pytest.mark.parametrize("content", [b"", b"not json", b'{"a": 1}', b"[1, 2]",
+                                     b"\x80\x04\x95 a pickle"])
+def test_a_corrupted_or_foreign_json_file_is_refused(saved, logs, capsys, content):
+    json_path, _ = router_files(saved)
+    json_path.write_bytes(content)
+    _score_fails(capsys, saved, logs, str(json_path))
+
+
+@pytest.mark.parametrize("content", [b"", b"\x08" + b"\0" * 7 + b"{}", b"PK\x03\x04 zip"])
+def test_a_corrupted_weights_file_is_refused(saved, logs, capsys, content):
+    _, weights = router_files(saved)
+    weights.write_bytes(content)
+    _score_fails(capsys, saved, logs, str(weights), "arrays_sha256")
+
+
+def test_weights_of_another_save_and_bad_states_are_refused(saved, logs, tmp_path, capsys):
+    other = write_jsonl(tmp_path / "other.jsonl", crafted_rows(seed=5))
+    route(capsys, *train_args(other, tmp_path / "o"))
+    _, weights = router_files(saved)
+    shutil.copy(router_files(tmp_path / "o")[1], weights)
+    _score_fails(capsys, saved, logs, "does not match its JSON")
+    shutil.copy(router_files(tmp_path / "o")[1], weights)
+    json_path = router_files(saved)[0]
+    doc = json.loads(router_files(tmp_path / "o")[0].read_text())
+    for key, value, name in (("router", "forest", "'forest'"), ("version", 99, "version 99"),
+                             ("threshold", "high", "threshold")):
+        json_path.write_text(json.dumps({**doc, key: value}))
+        _score_fails(capsys, saved, logs, name)
+    json_path.write_text(json.dumps({**doc, "state": {**doc["state"], "n_features": 64}}))
+    _score_fails(capsys, saved, logs, "coef")
+    json_path.write_text(json.dumps({**doc, "state": {**doc["state"], "weak": "mid"}}))
+    _score_fails(capsys, saved, logs, "'mid'")
+    os.remove(weights)
+    _score_fails(capsys, saved, logs, "no such file")
+
+
+def test_the_saved_files_hold_no_pickle_and_load_without_it(saved, logs, monkeypatch, capsys):
+    json_path, weights = router_files(saved)
+    doc = json.loads(json_path.read_text())  # plain JSON
+    raw = weights.read_bytes()
+    (size,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + size])  # a safetensors header: float64 arrays only
+    assert {v["dtype"] for k, v in header.items() if k != "__metadata__"} == {"F64"}
+    assert set(doc["arrays"]) == set(header) - {"__metadata__"}
+    assert b"\x80\x04" not in raw[:16] and not json_path.read_bytes().startswith(b"\x80")
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("pickle used")
+
+    for name in ("load", "loads", "Unpickler"):
+        monkeypatch.setattr(pickle, name, refuse)
+    monkeypatch.setattr(np, "load", refuse)
+    reloaded = load_router(saved)
+    data = load_traces(logs)
+    assert np.isfinite(reloaded.router.scores(data)).all()
+    route(capsys, "score", "--router", str(saved), "--data", str(logs))
+
+
+def test_errors_show_no_traceback_in_a_real_process(logs, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "agents.cli", "route", "score", "--router",
+                           str(tmp_path / "x"), "--data", str(logs)], capture_output=True,
+                          text=True, env=env, timeout=120, check=False)
+    assert done.returncode == EXIT_INPUT
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+
+
+# ---------------------------------------------------------------------- real data
+GSM8K = Path("/work/shared/data/routellm/gsm8k_responses.csv")
+
+
+@pytest.mark.skipif(not GSM8K.is_file(), reason=f"RouteLLM's GSM8K outcomes are not at {GSM8K}")
+def test_gsm8k_round_trip_and_the_router_beats_random(tmp_path, capsys):
+    weak, strong = "mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview"
+    trained = route(capsys, "train", "--data", str(GSM8K), "--weak", weak, "--strong", strong,
+                    "--save", str(tmp_path / "g"))
+    data = load_traces(GSM8K).select_models([weak, strong])
+    _, te = data.split_indices(0, 0.5, "query")
+    held_out = write_jsonl(tmp_path / "test.jsonl", records_from_dataset(data.subset(te)))
+    scored = route(capsys, "score", "--router", str(tmp_path / "g"), "--data", str(held_out))
+    assert scored["test"] == trained["test"]
+    rows = trained["test"]["rows"]
+    assert abs(rows["router"]["strong_share"]["value"] - 0.5) < 0.1  # calibrated on train
+    assert rows["router"]["accuracy"]["value"] > rows["random"]["accuracy"]["value"]
