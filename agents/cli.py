@@ -27,9 +27,9 @@ what                                                      exit status
 ========================================================  ===========
 a usage error (unknown env id or method, a bad number),   2
   naming the valid choices, as argparse does
-a bad input file or output path (``--model``, ``--out``)  1
-a bad input to ``route`` (logs, a model name, a saved      2
-  router, ``--save``)
+a bad input file or output path (``--model``, ``--out``;  1
+  ``route``'s logs, saved router and ``--save``)
+a model ``route`` does not find in the logs               2
 an operating-system error (a full disk, no permission)    1
 stdout closed early (``cost-envs list | head -1``)        141
 Ctrl-C                                                    130

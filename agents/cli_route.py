@@ -28,9 +28,10 @@ from random routing; ``--json`` prints the same as one JSON object.
 
 Costs are the logged ones where logged, else tokens x the packaged price table (or
 ``--prices FILE``). A bad input ends the command with one line on stderr and status
-:data:`EXIT_INPUT` (2): a missing file, a malformed row (the loaders' message names the
-file, the line and the column), a model not in the logs, a saved router that is corrupted
-or not one.
+:data:`EXIT_INPUT` (1, as for the other subcommands' input files): a missing file, a
+malformed row (the loaders' message names the file, the line and the column), a saved
+router that is corrupted or not one, an unwritable ``--save``; a model not in the logs is
+a usage error (:data:`EXIT_USAGE`, 2, naming the models the logs have).
 """
 
 from __future__ import annotations
@@ -65,7 +66,9 @@ from cost_envs.prices import coerce_prices
 from cost_envs.traces import SPLIT_BY, TraceDataset, load_routerarena, load_traces
 
 #: Exit status of a bad input (file, model name, saved router), as for a usage error.
-EXIT_INPUT = 2
+EXIT_INPUT = 1
+#: A model name the logs do not have is a usage error, as an unknown env id is.
+EXIT_USAGE = 2
 #: ``--format`` choices; ``generic`` is the generic CSV/JSONL schema.
 DATA_FORMATS = ("routellm", "generic", "routerarena")
 #: Suffixes a folder's trace files have (RouterArena: ``.jsonl`` only).
@@ -81,11 +84,11 @@ _POINT_METRICS = ("accuracy", "cost_per_query", "strong_share")
 _CURVE_METRICS = ("apgr", "cpt_50", "cpt_80", "aiq")
 
 
-def _fail(args: argparse.Namespace, message: Any) -> NoReturn:
-    """One line on stderr and :data:`EXIT_INPUT`."""
+def _fail(args: argparse.Namespace, message: Any, status: int = EXIT_INPUT) -> NoReturn:
+    """One line on stderr and ``status`` (:data:`EXIT_INPUT` unless said otherwise)."""
     text = " ".join(str(message).split("\n"))
     print(f"cost-envs route {args.route_command}: {text}", file=sys.stderr)
-    raise SystemExit(EXIT_INPUT)
+    raise SystemExit(status)
 
 
 def _float_type(accept: Callable[[float], bool], expected: str) -> Callable[[str], float]:
@@ -212,15 +215,19 @@ def load_data(args: argparse.Namespace) -> TraceDataset:
         _fail(args, f"{error}{hint}")
 
 
-def two_models(args: argparse.Namespace, data: TraceDataset, weak: str, strong: str
-               ) -> TraceDataset:
-    """``data`` with only ``weak`` and ``strong`` (exits naming a model not in the logs)."""
+def two_models(args: argparse.Namespace, data: TraceDataset, weak: str, strong: str,
+               status: int = EXIT_USAGE) -> TraceDataset:
+    """``data`` with only ``weak`` and ``strong`` (exits naming a model not in the logs).
+
+    ``status``: :data:`EXIT_USAGE` for names the user typed (``train``),
+    :data:`EXIT_INPUT` for a saved router's (``score``: the logs do not fit it).
+    """
     for flag, name in (("weak", weak), ("strong", strong)):
         if name not in data.models:
             _fail(args, f"{flag} model {name!r} is not in the logs {data.source}; they have "
-                        f"{list(data.models)}")
+                        f"{list(data.models)}", status)
     if weak == strong:
-        _fail(args, f"--weak and --strong are both {weak!r}; expected two models")
+        _fail(args, f"--weak and --strong are both {weak!r}; expected two models", status)
     return data.select_models([weak, strong])
 
 
@@ -424,7 +431,7 @@ def run_score(args: argparse.Namespace) -> int:
         saved = load_router(args.router)
     except (ValueError, OSError) as error:
         _fail(args, f"cannot load the router: {error}")
-    data = two_models(args, load_data(args), saved.weak, saved.strong)
+    data = two_models(args, load_data(args), saved.weak, saved.strong, EXIT_INPUT)
     costs = call_costs(args, data)
     try:
         scores = np.asarray(saved.router.scores(data), dtype=np.float64)

@@ -4,7 +4,6 @@ cost, SFT data, rewards, masks, task replay, the experiment's report."""
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import gymnasium as gym
 import numpy as np
@@ -18,7 +17,7 @@ from agents.routing import bopo, bopo_sft
 from agents.rules import BestFixedRule
 from cost_envs.wrappers import HardBudget, TaskReplay
 from experiments import bopo as bopo_experiment
-from experiments import bopo_jobs, gaps
+from experiments import gaps
 
 torch.set_num_threads(1)
 PROFILE = "sciworld"
@@ -495,29 +494,3 @@ def test_the_report_counts_the_tasks_where_the_cost_weight_cannot_act() -> None:
     assert summary["cost_term_zero"] == pytest.approx(0.5)
     assert [boundary.position(c) for c in costs] == [0.0, 0.0, 0.5, 1.0]
 
-
-def test_a_tuned_row_trains_the_sweeps_choice(monkeypatch) -> None:
-    from experiments import tune
-
-    warm = SimpleNamespace(profile="appworld", seed=3, cost_scale=2.0, train_boundaries=[],
-                           sft_state={"w": 1})
-    sc = bopo_jobs.SCALES["smoke"]
-    jobs = {job.key: job for job in bopo_experiment.learn_jobs(warm, sc, 0.5, 0)}
-    chosen = tune.chosen("bopo-ppo", bopo.ENV_ID)
-    job = jobs["ppo/tuned"]
-    assert (job.method, job.lam, job.seed, job.sft_state) == ("ppo", chosen["lam"], 3, None)
-    assert dict(job.ppo) == {"learning_rate": chosen["learning_rate"],
-                             "ent_coef": chosen["ent_coef"]}
-    assert job.scale is sc and job.budget == 0.5  # the table's steps and budget
-    assert jobs["ppo/0.5"].ppo == {} and not jobs["ppo/0.5"].tuned
-    # another profile: the sweeps did not run there, no tuned row
-    other = SimpleNamespace(**{**vars(warm), "profile": "alfworld"})
-    assert not any(job.tuned for job in bopo_experiment.learn_jobs(other, sc, 0.5, 0))
-    # a sweep that chose a linear cost term trains BoPO's linear variant from the warm start
-    monkeypatch.setattr(bopo_experiment, "tuned_choices", lambda profile: {
-        "bopo": {"config": {"cost_term": "linear", "lam": 0.5, "linear_lam": 8.0,
-                            "learning_rate": 1e-3, "ent_coef": 0.02},
-                 "paper": {}, "same_as_paper": False}})
-    tuned = [job for job in bopo_experiment.learn_jobs(warm, sc, 0.5, 0) if job.tuned]
-    assert [(j.key, j.method, j.lam, j.sft_state) for j in tuned] == [
-        ("bopo/tuned", "bopo-linear", 8.0, {"w": 1})]

@@ -16,7 +16,7 @@ import pytest
 
 import agents
 from agents import cli
-from agents.cli_route import EXIT_INPUT
+from agents.cli_route import EXIT_INPUT, EXIT_USAGE
 from agents.routing.calibration import calibrate_cost, calibrate_share
 from agents.routing.router_state import load_router, router_files
 from agents.routing.routing_eval import (
@@ -77,11 +77,11 @@ def train_args(data: Path, save: Path, *extra: str) -> list[str]:
             "--save", str(save), *extra]
 
 
-def fails(capsys, argv: list[str], *names: str) -> str:
-    """``cost-envs ARGV`` exits with :data:`EXIT_INPUT` and one line naming ``names``."""
+def fails(capsys, argv: list[str], *names: str, status: int = EXIT_INPUT) -> str:
+    """``cost-envs ARGV`` exits with ``status`` and one line naming ``names``."""
     with pytest.raises(SystemExit) as info:
         cli.main(argv)
-    assert info.value.code == EXIT_INPUT
+    assert info.value.code == status
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     for name in names:
@@ -213,14 +213,14 @@ def test_a_folder_of_routerarena_files_uses_their_logged_costs(tmp_path, capsys)
 
 
 # ------------------------------------------------------------------------ errors
-def test_bad_inputs_exit_2_with_one_line(logs, tmp_path, capsys):
+def test_bad_inputs_exit_with_one_line(logs, tmp_path, capsys):
     save = str(tmp_path / "r")
     fails(capsys, ["route", *train_args(tmp_path / "absent.csv", tmp_path / "r")],
           "absent.csv", "no such file")
     fails(capsys, ["route", "train", "--data", str(logs), "--weak", "gpt-9", "--strong", STRONG,
-                   "--save", save], "'gpt-9'", "not in the logs", "'small'")
+                   "--save", save], "'gpt-9'", "not in the logs", "'small'", status=EXIT_USAGE)
     fails(capsys, ["route", "train", "--data", str(logs), "--weak", WEAK, "--strong", WEAK,
-                   "--save", save], "both")
+                   "--save", save], "both", status=EXIT_USAGE)
     rows = crafted_rows(20)
     rows[5]["input_tokens"] = "many"  # line 6 of the file
     bad = write_jsonl(tmp_path / "bad.jsonl", rows)
