@@ -39,7 +39,7 @@ from agents.routing.routing_eval import (
     score_routings,
     single_model,
 )
-from agents.routing.solvers import backend_name
+from agents.routing.solvers import solver_name
 from cost_envs.traces import TraceDataset
 
 #: Strong-call share the thresholds are calibrated for, on training scores.
@@ -187,7 +187,7 @@ def evaluate(data: TraceDataset, protocol: Protocol, n_resamples: int, seed: int
     out: dict[str, Any] = {
         "source": data.source, "protocol": protocol.label, "split_by": protocol.split_by,
         "folds": protocol.folds, "weak": weak, "strong": strong, "queries": data.n_queries,
-        "held_out": test.n_queries, "target_share": TARGET_SHARE, "solver": backend_name(),
+        "held_out": test.n_queries, "target_share": TARGET_SHARE, "solver": solver_name(),
         "groups": None if test.groups is None else len(set(test.groups)),
         "pgr_defined": bool(test.accuracy[is_] > test.accuracy[iw]),
         "embeddings": "run" if embeddings else f"skipped: {skip}",

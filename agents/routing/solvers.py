@@ -1,65 +1,34 @@
 """The numerical cores of the learned routers: L2 logistic regression and nearest neighbours.
 
-Both run on scikit-learn (a dependency of the package, imported only when a router is
-fitted or a neighbour is looked up) with a numpy implementation of the *same* problem as
-the fallback where scikit-learn is not installed:
+Both run on scikit-learn, imported only when a router is fitted or a neighbour is looked
+up (a loaded logistic router scores with numpy alone):
 
 * :func:`fit_logistic`: ``min_w sum_i logloss_i + (l2 / 2) * |w|^2``, the intercept not
   penalised: :class:`sklearn.linear_model.LogisticRegression` with ``C = 1 / l2`` (its
-  objective is ``C * sum_i logloss_i + |w|^2 / 2``, the same minimiser), or Newton's
-  method in numpy. The problem is strictly convex, so both give the same weights up to
-  the solvers' tolerance. :func:`logistic_scores` is the one way scores are read from
-  the weights (a fitted router and a loaded one score identically, without scikit-learn);
+  objective is ``C * sum_i logloss_i + |w|^2 / 2``, the same minimiser; the tests check
+  the gradient of ours vanishes at its solution). :func:`logistic_scores` is the one way
+  scores are read from the weights, so a fitted router and a loaded one score alike;
 * :func:`neighbour_share`: for each query, the share of its ``k`` nearest training
-  points (Euclidean) whose label is 1: :class:`sklearn.neighbors.NearestNeighbors`
-  (brute force), or the same brute force in numpy. Equal distances may break ties
-  differently between the two.
+  points (Euclidean) whose label is 1: :class:`sklearn.neighbors.NearestNeighbors`,
+  brute force (exact; equal distances keep scikit-learn's order).
 
-``backend`` is ``"sklearn"``, ``"numpy"`` or ``None`` (scikit-learn when it imports).
-:func:`backend_name` says which one a call used, for reports.
+:func:`solver_name` names the library and its version, for reports.
 """
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Any
 
 import numpy as np
 
-from cost_envs.config import integer, number, one_of
+from cost_envs.config import integer, number
 
-BACKENDS = ("sklearn", "numpy")
-SKLEARN_MISSING = ("scikit-learn is not installed (it is a dependency of cost-envs: "
-                   "pip install scikit-learn)")
 #: Logits are clipped to this magnitude before the sigmoid (probabilities in (0, 1)).
 LOGIT_CLIP = 30.0
 
 
-def sklearn_available() -> bool:
-    """Whether scikit-learn can be imported."""
-    return importlib.util.find_spec("sklearn") is not None
-
-
-def resolve_backend(backend: str | None) -> str:
-    """``backend`` itself, or for ``None`` scikit-learn when installed, else numpy.
-
-    Raises:
-        ValueError: For a name not in :data:`BACKENDS`.
-        ImportError: For ``"sklearn"`` when scikit-learn is not installed.
-    """
-    if backend is None:
-        return "sklearn" if sklearn_available() else "numpy"
-    one_of(backend, "backend", BACKENDS)
-    if backend == "sklearn" and not sklearn_available():
-        raise ImportError(SKLEARN_MISSING)
-    return backend
-
-
-def backend_name(backend: str | None = None) -> str:
-    """What :func:`resolve_backend` picks, with scikit-learn's version (for reports)."""
-    chosen = resolve_backend(backend)
-    if chosen == "numpy":
-        return "numpy"
+def solver_name() -> str:
+    """The solvers' library and version (for reports)."""
     import sklearn
 
     return f"scikit-learn {sklearn.__version__}"
@@ -75,8 +44,8 @@ def _xy(x: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
-def fit_logistic(x: Any, y: Any, l2: float, backend: str | None = None,
-                 tol: float = 1e-8, max_iter: int = 1000) -> tuple[np.ndarray, float]:
+def fit_logistic(x: Any, y: Any, l2: float, tol: float = 1e-8, max_iter: int = 1000
+                 ) -> tuple[np.ndarray, float]:
     """L2-regularised logistic regression (intercept not penalised): ``(coef, intercept)``.
 
     Labels of one class only give zero weights and the intercept at the clip
@@ -86,7 +55,6 @@ def fit_logistic(x: Any, y: Any, l2: float, backend: str | None = None,
         x: Features ``(n, d)``.
         y: 0/1 labels ``(n,)``.
         l2: Penalty on the squared weights, > 0.
-        backend: ``"sklearn"``, ``"numpy"`` or ``None`` (see :func:`resolve_backend`).
         tol: Solver tolerance.
         max_iter: Solver iterations at most.
     """
@@ -95,30 +63,10 @@ def fit_logistic(x: Any, y: Any, l2: float, backend: str | None = None,
     x, y = _xy(x, y)
     if y.min() == y.max():
         return np.zeros(x.shape[1]), LOGIT_CLIP if y[0] == 1 else -LOGIT_CLIP
-    if resolve_backend(backend) == "numpy":
-        return _newton(x, y, float(l2), tol, max_iter)
     from sklearn.linear_model import LogisticRegression
 
     model = LogisticRegression(C=1.0 / l2, tol=tol, max_iter=max_iter).fit(x, y)
     return model.coef_[0].astype(np.float64), float(model.intercept_[0])
-
-
-def _newton(x: np.ndarray, y: np.ndarray, l2: float, tol: float, max_iter: int
-            ) -> tuple[np.ndarray, float]:
-    """Newton's method on the same objective as :func:`fit_logistic`."""
-    xb = np.hstack([x, np.ones((len(x), 1))])
-    penalty = np.full(xb.shape[1], l2)
-    penalty[-1] = 0.0
-    w = np.zeros(xb.shape[1])
-    for _ in range(max_iter):
-        p = 1.0 / (1.0 + np.exp(-np.clip(xb @ w, -LOGIT_CLIP, LOGIT_CLIP)))
-        grad = xb.T @ (p - y) + penalty * w
-        hess = (xb.T * (p * (1 - p))) @ xb + np.diag(penalty + 1e-9)
-        step = np.linalg.solve(hess, grad)
-        w -= step
-        if np.abs(step).max() < tol:
-            break
-    return w[:-1], float(w[-1])
 
 
 def logistic_scores(x: Any, coef: np.ndarray, intercept: float) -> np.ndarray:
@@ -127,8 +75,7 @@ def logistic_scores(x: Any, coef: np.ndarray, intercept: float) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-np.clip(z, -LOGIT_CLIP, LOGIT_CLIP)))
 
 
-def neighbour_share(train_x: Any, train_y: Any, x: Any, k: int,
-                    backend: str | None = None) -> np.ndarray:
+def neighbour_share(train_x: Any, train_y: Any, x: Any, k: int) -> np.ndarray:
     """Share of label 1 among each row's ``k`` nearest training rows (Euclidean).
 
     ``k`` larger than the training set uses all of it.
@@ -138,7 +85,6 @@ def neighbour_share(train_x: Any, train_y: Any, x: Any, k: int,
         train_y: Their 0/1 labels ``(n,)``.
         x: Features of the queries to score ``(q, d)``.
         k: Neighbours, >= 1.
-        backend: ``"sklearn"``, ``"numpy"`` or ``None`` (see :func:`resolve_backend`).
     """
     integer(k, "k", minimum=1)
     train_x, train_y = _xy(train_x, train_y)
@@ -146,13 +92,8 @@ def neighbour_share(train_x: Any, train_y: Any, x: Any, k: int,
     if x.ndim != 2 or x.shape[1] != train_x.shape[1]:
         raise ValueError(f"x: expected (q, {train_x.shape[1]}) features, got {x.shape}")
     k = min(k, len(train_x))
-    if resolve_backend(backend) == "sklearn":
-        from sklearn.neighbors import NearestNeighbors
+    from sklearn.neighbors import NearestNeighbors
 
-        nn = NearestNeighbors(n_neighbors=k, algorithm="brute").fit(train_x)
-        index = nn.kneighbors(x, return_distance=False)
-    else:
-        d2 = ((x ** 2).sum(axis=1)[:, None] - 2.0 * x @ train_x.T
-              + (train_x ** 2).sum(axis=1)[None, :])
-        index = np.argsort(d2, axis=1, kind="stable")[:, :k]
+    nn = NearestNeighbors(n_neighbors=k, algorithm="brute").fit(train_x)
+    index = nn.kneighbors(x, return_distance=False)
     return train_y[index].mean(axis=1)

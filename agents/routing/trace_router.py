@@ -81,20 +81,19 @@ class LogisticRegression:
         l2: Penalty on the squared weights, > 0.
         max_iter: Solver iterations at most.
         tol: Solver tolerance.
-        backend: ``"sklearn"``, ``"numpy"`` or ``None`` (scikit-learn when installed).
     """
 
     def __init__(self, l2: float = 10.0, max_iter: int = 1000, tol: float = 1e-8,
-                 backend: str | None = None) -> None:
+                 ) -> None:
         number(l2, "l2", minimum=0, inclusive=False)
         integer(max_iter, "max_iter", minimum=1)
-        self.l2, self.max_iter, self.tol, self.backend = float(l2), max_iter, tol, backend
+        self.l2, self.max_iter, self.tol = float(l2), max_iter, tol
         #: The weights, then the intercept (``(d + 1,)``), once fitted.
         self.coef_: np.ndarray | None = None
 
     def fit(self, x: np.ndarray, y: np.ndarray) -> LogisticRegression:
         """Fit to features ``x`` ``(n, d)`` and 0/1 labels ``y`` ``(n,)``."""
-        coef, intercept = fit_logistic(x, y, self.l2, self.backend, self.tol, self.max_iter)
+        coef, intercept = fit_logistic(x, y, self.l2, self.tol, self.max_iter)
         self.coef_ = np.append(coef, intercept)
         return self
 
