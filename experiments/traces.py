@@ -4,9 +4,14 @@
 into train and test halves (:meth:`cost_envs.traces.TraceDataset.split_indices`), the
 routers fitted on train, and the learned, cascade, random and per-query-oracle routers
 scored on test with 95% bootstrap intervals over test queries; also the four MMLU
-subjects, and the baselines on the TraceRouting-v0 test split. Token counts are pinned to
-the documented approximation (:data:`cost_envs.traces.APPROX_COUNTER`), so the numbers do
-not depend on whether tiktoken happens to be installed. Everything is computed and
+subjects, and the baselines on the TraceRouting-v0 test split. Then the held-out
+evaluations of :mod:`experiments.traces_heldout`: every router of
+:data:`agents.routing.routers.ROUTERS` calibrated on training data for a 50% strong-call
+share, on GSM8K's test half, on MMLU subjects and on RouterArena domains never seen in
+training (intervals resampling whole groups), against random routing at the same share.
+Token counts are pinned to the documented approximation
+(:data:`cost_envs.traces.APPROX_COUNTER`), so the numbers do not depend on whether
+tiktoken happens to be installed. Everything is computed and
 rendered (the Markdown, the JSON and the PNG's bytes, by :mod:`experiments.traces_report`)
 before anything is written, and the three files are written all or nothing.
 """
@@ -45,22 +50,17 @@ from cost_envs.metrics.routing import (
     routing_curve,
 )
 from cost_envs.prices import default_price_table
-from cost_envs.traces import TraceDataset, load_traces
+from cost_envs.traces import TraceDataset, load_routerarena, load_traces
+from experiments.traces_heldout import PROTOCOLS, by_cost, evaluate, has_answers
 from experiments.traces_report import figure, json_ready, markdown
 
 SCALES = ("smoke", "default")
 GSM8K = "gsm8k_responses.csv"
 MMLU_DIR = "mmlu"
+#: RouterArena's folder, beside the RouteLLM one by default.
+ROUTERARENA_DIR = "routerarena"
 #: Token counter of the report: the documented approximation, whatever is installed.
 TOKEN_COUNTER = "approx"
-
-
-def _by_cost(data: TraceDataset, costs: np.ndarray) -> tuple[str, str]:
-    """(weak, strong): the cheaper and the dearer of a two-model dataset."""
-    if data.n_models != 2:
-        raise ValueError(f"{data.source}: expected two models, got {list(data.models)}")
-    order = np.argsort(costs.mean(axis=0))
-    return data.models[order[0]], data.models[order[1]]
 
 
 def _curve_json(curve: Any) -> dict[str, list[float]]:
@@ -71,12 +71,6 @@ def _curve_json(curve: Any) -> dict[str, list[float]]:
 def _cost_at(curve: Any, share: float) -> float:
     """Mean cost per query where the curve reaches ``share`` (linear between points)."""
     return float(np.interp(share, curve.strong_share, curve.cost))
-
-
-def _has_answers(data: TraceDataset, model: str) -> bool:
-    """Whether the data logs answer texts of ``model`` (what a cascade reads)."""
-    j = data.model_index(model)
-    return data.responses is not None and any(row[j] for row in data.responses)
 
 
 def _fit(router: TraceRouter, train: TraceDataset, cv: bool) -> dict[str, float]:
@@ -95,7 +89,7 @@ def _experiment(data: TraceDataset, n_resamples: int, seed: int, cv: bool,
     """
     table = default_price_table()
     costs = data.call_costs(table)
-    weak, strong = _by_cost(data, costs)
+    weak, strong = by_cost(data, costs)
     train, test = data.split(seed=0, test_fraction=0.5)
     iw, is_ = data.model_index(weak), data.model_index(strong)
     w, s = test.correct[:, iw], test.correct[:, is_]
@@ -129,7 +123,7 @@ def _experiment(data: TraceDataset, n_resamples: int, seed: int, cv: bool,
         "random": random_routing_curve(w, s, wc, sc),
         "oracle": routing_curve(routers["oracle"], w, s, wc, sc),
     }
-    if _has_answers(data, weak):
+    if has_answers(data, weak):
         cascade = CascadeRouter(weak, strong)
         cascade_chosen = _fit(cascade, train, cv)
         routers["cascade"] = cascade.scores(test)
@@ -168,9 +162,9 @@ def _split_robustness(data: TraceDataset, seeds: Sequence[int]) -> list[dict[str
     Fixed hyperparameters (each router's defaults), fitted on each split's train half.
     """
     costs = data.call_costs(default_price_table())
-    weak, strong = _by_cost(data, costs)
+    weak, strong = by_cost(data, costs)
     routers = {"": TraceRouter(weak, strong)}
-    if _has_answers(data, weak):
+    if has_answers(data, weak):
         routers["cascade_"] = CascadeRouter(weak, strong)
     # a router's raw inputs are per query: computed once, indexed per split (cross_validate)
     raw = {prefix: router._raw(data) for prefix, router in routers.items()}
@@ -249,17 +243,43 @@ def _env_cascade_check(data: TraceDataset) -> dict[str, Any]:
             "apgr": curve.apgr, "cpt_50": curve.cpt(0.5), "cpt_80": curve.cpt(0.8)}
 
 
-def report(out_dir: Path, scale: str, data_dir: Path) -> str:
+def _heldout(data_dir: Path, arena_dir: Path, n_resamples: int) -> dict[str, Any]:
+    """The held-out evaluations (:mod:`experiments.traces_heldout`) of every dataset found.
+
+    A dataset whose files are absent is ``{"skipped": reason}``.
+    """
+    loaders = {
+        "gsm8k": (data_dir / GSM8K, lambda: load_traces(data_dir / GSM8K,
+                                                        token_counter=TOKEN_COUNTER)),
+        "mmlu": (data_dir / MMLU_DIR, lambda: load_traces(
+            sorted((data_dir / MMLU_DIR).glob("mmlu_*.csv")), token_counter=TOKEN_COUNTER)),
+        "routerarena": (arena_dir, lambda: load_routerarena(arena_dir)),
+    }
+    out: dict[str, Any] = {}
+    for name, (path, load) in loaders.items():
+        if not path.exists():
+            out[name] = {"skipped": f"{path} not found"}
+            continue
+        out[name] = evaluate(load(), PROTOCOLS[name], n_resamples)
+    return out
+
+
+def report(out_dir: Path, scale: str, data_dir: Path, arena_dir: Path | None = None) -> str:
     """Run the GSM8K routing experiment and write ``trace_routing.{md,json,png}``.
 
     Args:
         out_dir: Where to write the three files (created if needed).
-        scale: ``"smoke"`` (GSM8K only, 200 resamples, fixed hyperparameters: a few
-            seconds) or ``"default"`` (2,000 resamples, hyperparameters by CV on train,
-            five other splits, the MMLU subjects, the env baselines and the check of the
-            env's cascade observation: well under a minute). Both include the cascade
-            routers when the data logs the weak model's answers (GSM8K does).
+        scale: ``"smoke"`` (GSM8K's table with 200 resamples and fixed hyperparameters,
+            the held-out evaluations with 200) or ``"default"`` (2,000 resamples,
+            hyperparameters by CV on train, five other splits, the MMLU subjects, the env
+            baselines and the check of the env's cascade observation, the held-out
+            evaluations with 1,000: under a minute on one core). Both include the cascade
+            routers when the data logs the weak model's answers (GSM8K does), and the
+            held-out evaluations of :mod:`experiments.traces_heldout` (GSM8K by query,
+            the MMLU subjects and RouterArena's domains by group).
         data_dir: The RouteLLM folder (``gsm8k_responses.csv`` and ``mmlu/``).
+        arena_dir: RouterArena's folder (default ``data_dir.parent / "routerarena"``);
+            its held-out section is skipped when it is absent.
 
     Returns:
         The Markdown text.
@@ -271,6 +291,7 @@ def report(out_dir: Path, scale: str, data_dir: Path) -> str:
     if scale not in SCALES:
         raise ValueError(f"scale: expected one of {list(SCALES)}, got {scale!r}")
     out_dir, data_dir = Path(out_dir), Path(data_dir)
+    arena_dir = data_dir.parent / ROUTERARENA_DIR if arena_dir is None else Path(arena_dir)
     gsm_path = data_dir / GSM8K
     if not gsm_path.is_file():
         raise FileNotFoundError(f"{gsm_path} not found: the RouteLLM data lives outside the "
@@ -287,9 +308,12 @@ def report(out_dir: Path, scale: str, data_dir: Path) -> str:
         for path in sorted((data_dir / MMLU_DIR).glob("mmlu_*.csv"))]
     env_rows = None if smoke else _env_table(data)
     env_cascade = None if smoke else _env_cascade_check(data)
+    heldout = _heldout(data_dir, arena_dir, 200 if smoke else 1000)
     seconds = time.perf_counter() - start
-    text = markdown(gsm, mmlu, robustness, env_rows, scale, n_resamples, seconds, env_cascade)
+    text = markdown(gsm, mmlu, robustness, env_rows, scale, n_resamples, seconds, env_cascade,
+                    heldout)
     payload = json_ready({"scale": scale, "n_resamples": n_resamples, "seconds": seconds,
+                           "heldout": heldout,
                            "gsm8k": gsm, "gsm8k_other_splits": robustness, "mmlu": mmlu,
                            "trace_routing_env": env_rows,
                            "trace_routing_env_cascade_check": env_cascade})

@@ -19,6 +19,7 @@ from agents.evaluation import value_interval
 from agents.routing.router_features import ANSWER_STATISTICS, STATISTICS
 from cost_envs.prices import default_price_table
 from experiments.common import figure_png
+from experiments.traces_heldout import markdown as heldout_markdown
 
 
 def _fmt(entry: Mapping[str, Any], digits: int = 3) -> str:
@@ -126,8 +127,12 @@ def _cascade_lines(gsm: Mapping[str, Any]) -> list[str]:
 def markdown(gsm: Mapping[str, Any], mmlu: Sequence[Mapping[str, Any]],
              robustness: Sequence[Mapping[str, float]], env_rows: Mapping[str, Any] | None,
              scale: str, n_resamples: int, seconds: float,
-             env_cascade: Mapping[str, Any] | None = None) -> str:
-    """The report page: GSM8K's routers, the cascade, other splits, MMLU, the env, caveats."""
+             env_cascade: Mapping[str, Any] | None = None,
+             heldout: Mapping[str, Any] | None = None) -> str:
+    """The report page: GSM8K's routers, the cascade, other splits, MMLU, the env, caveats.
+
+    The held-out section (``heldout``) is :func:`experiments.traces_heldout.markdown`'s.
+    """
     table = default_price_table()
     m = gsm["metrics"]
     lines = [
@@ -272,6 +277,8 @@ def markdown(gsm: Mapping[str, Any], mmlu: Sequence[Mapping[str, Any]],
             f"the prompt-only learned router: {m['learned']['apgr']['value']:.3f} and "
             f"{m['learned']['cpt_80']['value']:.3f}): {closer}.",
         ]
+    if heldout:
+        lines += _heldout_lines(heldout)
     lines += [
         "",
         "## Caveats",
@@ -296,6 +303,32 @@ def markdown(gsm: Mapping[str, Any], mmlu: Sequence[Mapping[str, Any]],
         "",
     ]
     return "\n".join(lines)
+
+
+#: Titles of the held-out sections, in the page's order.
+HELDOUT_TITLES = {"gsm8k": "GSM8K, held-out queries",
+                  "mmlu": "MMLU, held-out subjects (only 4 subjects: 4 groups)",
+                  "routerarena": "RouterArena, held-out domains"}
+
+
+def _heldout_lines(heldout: Mapping[str, Any]) -> list[str]:
+    """The held-out section: one table per dataset, or why it was skipped."""
+    lines = ["", "## Calibrated routers on held-out queries and groups", "",
+             "Every router fitted on training data only, its threshold calibrated on the "
+             "training scores for a 50% strong-call share, scored on queries (or whole "
+             "groups) it never saw, against random routing at the strong-call share it "
+             "reached on test. With group splits every held-out query is pooled out of "
+             "fold, and the intervals resample whole groups: with MMLU's 4 subjects that "
+             "is only 4 units, so those intervals are crude and wide."]
+    for name, title in HELDOUT_TITLES.items():
+        result = heldout.get(name)
+        if result is None:
+            continue
+        if "skipped" in result:
+            lines += ["", f"### {title}", "", f"Skipped: {result['skipped']}."]
+        else:
+            lines += heldout_markdown(title, result)
+    return lines
 
 
 def json_ready(value: Any) -> Any:

@@ -33,9 +33,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -46,69 +46,81 @@ from agents.routing.router_features import (
     text_statistics,
     weak_answers,
 )
-from cost_envs.config import integer, number
+from agents.routing.solvers import fit_logistic, logistic_scores
+from cost_envs.config import integer, number, one_of
 from cost_envs.envs.trace_routing import TraceTask
 from cost_envs.metrics.routing import RoutingCurve, routing_curve
 from cost_envs.traces import TraceDataset
-from cost_envs.traces.features import hashed_features
+from cost_envs.traces.features import hashed_features, minilm_features
+
+#: A router's word features: hashed n-grams (numpy) or MiniLM sentence embeddings.
+TEXT_FEATURES = ("hashed", "minilm")
+#: Version of :meth:`TraceRouter.to_state`'s layout.
+STATE_FORMAT = 1
+
+
+def _array(arrays: Mapping[str, Any], name: str, ndim: int) -> np.ndarray:
+    """``arrays[name]`` as a float64 array of ``ndim`` dimensions (ValueError otherwise)."""
+    if name not in arrays:
+        raise ValueError(f"arrays: missing {name!r}; got {sorted(arrays)}")
+    out = np.asarray(arrays[name], dtype=np.float64)
+    if out.ndim != ndim or not np.isfinite(out).all():
+        raise ValueError(f"arrays: {name!r}: expected finite numbers in {ndim} dimension(s), "
+                         f"got shape {out.shape}")
+    return out
 
 
 class LogisticRegression:
-    """L2-regularised logistic regression (intercept not penalised), Newton's method.
+    """L2-regularised logistic regression (intercept not penalised).
+
+    Fitted by :func:`agents.routing.solvers.fit_logistic` (scikit-learn's
+    ``LogisticRegression(C=1/l2)``, or the same problem by Newton's method in numpy where
+    scikit-learn is not installed); scored by :func:`~agents.routing.solvers.logistic_scores`.
 
     Args:
         l2: Penalty on the squared weights, > 0.
-        max_iter: Newton steps at most.
-        tol: Stop when the largest step is below this.
+        max_iter: Solver iterations at most.
+        tol: Solver tolerance.
     """
 
-    def __init__(self, l2: float = 10.0, max_iter: int = 50, tol: float = 1e-8) -> None:
+    def __init__(self, l2: float = 10.0, max_iter: int = 1000, tol: float = 1e-8,
+                 ) -> None:
         number(l2, "l2", minimum=0, inclusive=False)
         integer(max_iter, "max_iter", minimum=1)
         self.l2, self.max_iter, self.tol = float(l2), max_iter, tol
+        #: The weights, then the intercept (``(d + 1,)``), once fitted.
         self.coef_: np.ndarray | None = None
 
     def fit(self, x: np.ndarray, y: np.ndarray) -> LogisticRegression:
         """Fit to features ``x`` ``(n, d)`` and 0/1 labels ``y`` ``(n,)``."""
-        x = np.asarray(x, dtype=np.float64)
-        y = np.asarray(y, dtype=np.float64)
-        if x.ndim != 2 or y.shape != (len(x),) or len(x) == 0:
-            raise ValueError(f"fit: expected x (n, d) and y (n,), got {x.shape} and {y.shape}")
-        xb = np.hstack([x, np.ones((len(x), 1))])
-        d = xb.shape[1]
-        penalty = np.full(d, self.l2)
-        penalty[-1] = 0.0
-        w = np.zeros(d)
-        for _ in range(self.max_iter):
-            p = 1.0 / (1.0 + np.exp(-np.clip(xb @ w, -30, 30)))
-            grad = xb.T @ (p - y) + penalty * w
-            hess = (xb.T * (p * (1 - p))) @ xb + np.diag(penalty + 1e-9)
-            step = np.linalg.solve(hess, grad)
-            w -= step
-            if np.abs(step).max() < self.tol:
-                break
-        self.coef_ = w
+        coef, intercept = fit_logistic(x, y, self.l2, self.tol, self.max_iter)
+        self.coef_ = np.append(coef, intercept)
         return self
 
     def predict_proba(self, x: np.ndarray) -> np.ndarray:
         """Probability of label 1 for each row of ``x``."""
         if self.coef_ is None:
             raise ValueError("predict_proba: call fit first")
-        z = np.asarray(x, dtype=np.float64) @ self.coef_[:-1] + self.coef_[-1]
-        return 1.0 / (1.0 + np.exp(-np.clip(z, -30, 30)))
+        return logistic_scores(x, self.coef_[:-1], float(self.coef_[-1]))
 
 
 @dataclass
 class TraceRouter:
     """Scores queries by the predicted probability that the weak model answers wrongly.
 
+    The ``"logistic"`` router of :data:`agents.routing.routers.ROUTERS` (its state
+    contract is documented there).
+
     Args:
         weak: Name of the weak (cheap) model.
         strong: Name of the strong (expensive) model.
         n_features: Hashed n-gram features.
         l2: Logistic regression penalty.
-        hashed_weight: Scale of the hashed features relative to the standardised
-            statistics (0 ignores the words).
+        hashed_weight: Scale of the text features (hashed n-grams or embeddings)
+            relative to the standardised statistics (0 ignores the words).
+        text_features: ``"hashed"`` (word n-grams, numpy) or ``"minilm"`` (all-MiniLM-L6-v2
+            sentence embeddings from the ``embeddings`` extra, 384 dimensions; then
+            ``n_features`` is unused).
     """
 
     weak: str
@@ -116,17 +128,28 @@ class TraceRouter:
     n_features: int = 512
     l2: float = 10.0
     hashed_weight: float = 1.0
+    text_features: str = "hashed"
+
+    #: Name in :data:`agents.routing.routers.ROUTERS` and in a saved state.
+    kind: ClassVar[str] = "logistic"
 
     def __post_init__(self) -> None:
         integer(self.n_features, "n_features", minimum=1)
         number(self.l2, "l2", minimum=0, inclusive=False)
         number(self.hashed_weight, "hashed_weight", minimum=0)
+        one_of(self.text_features, "text_features", TEXT_FEATURES)
         self._mean: np.ndarray | None = None
         self._std: np.ndarray | None = None
         self._model: LogisticRegression | None = None
 
+    def _text(self, texts: Sequence[str]) -> np.ndarray:
+        """The texts' word features: hashed n-grams or sentence embeddings."""
+        if self.text_features == "minilm":
+            return minilm_features(texts).astype(np.float64)
+        return hashed_features(texts, self.n_features)
+
     def _raw(self, data: TraceDataset) -> tuple[np.ndarray, np.ndarray]:
-        return text_statistics(data.prompts), hashed_features(data.prompts, self.n_features)
+        return text_statistics(data.prompts), self._text(data.prompts)
 
     def _design(self, stats: np.ndarray, hashed: np.ndarray) -> np.ndarray:
         assert self._mean is not None and self._std is not None
@@ -153,19 +176,72 @@ class TraceRouter:
         self._mean = stats.mean(axis=0)
         std = stats.std(axis=0)
         self._std = np.where(std > 0, std, 1.0)
-        self._model = LogisticRegression(self.l2).fit(self._design(stats, hashed), y)
+        self._fit_model(self._design(stats, hashed), np.asarray(y, dtype=np.float64))
         return self
+
+    def _fit_model(self, x: np.ndarray, y: np.ndarray) -> None:
+        """Fit the model on the design matrix (the one step a subclass replaces)."""
+        self._model = LogisticRegression(self.l2).fit(x, y)
+
+    def _score_model(self, x: np.ndarray) -> np.ndarray:
+        """Scores of design-matrix rows."""
+        assert self._model is not None
+        return self._model.predict_proba(x)
 
     def scores(self, data: TraceDataset) -> np.ndarray:
         """Router scores of ``data``'s queries (higher: send to the strong model)."""
-        if self._model is None:
+        if self._mean is None:
             raise ValueError("scores: call fit first")
         return self._scores_raw(*self._raw(data))
 
     def _scores_raw(self, stats: np.ndarray, hashed: np.ndarray) -> np.ndarray:
         """Scores from raw inputs (:meth:`_raw`'s, rows of any queries)."""
-        assert self._model is not None
-        return self._model.predict_proba(self._design(stats, hashed))
+        return self._score_model(self._design(stats, hashed))
+
+    # ------------------------------------------------------------------ state
+    def _model_arrays(self) -> dict[str, np.ndarray]:
+        assert self._model is not None and self._model.coef_ is not None
+        return {"coef": self._model.coef_}
+
+    def _load_model_arrays(self, arrays: Mapping[str, np.ndarray]) -> None:
+        self._model = LogisticRegression(self.l2)
+        self._model.coef_ = _array(arrays, "coef", 1)
+
+    def to_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """The fitted router as ``(config, arrays)``: JSON values and float64 arrays.
+
+        See :mod:`agents.routing.routers` for the contract.
+        """
+        if self._mean is None or self._std is None:
+            raise ValueError("to_state: call fit first")
+        config = {"router": self.kind, "format": STATE_FORMAT, **dataclasses.asdict(self)}
+        arrays = {"mean": self._mean, "std": self._std, **self._model_arrays()}
+        return config, {k: np.ascontiguousarray(v, dtype=np.float64) for k, v in arrays.items()}
+
+    @classmethod
+    def from_state(cls, config: Mapping[str, Any], arrays: Mapping[str, Any]) -> TraceRouter:
+        """The router :meth:`to_state` saved (it scores exactly as the saved one did).
+
+        Raises:
+            ValueError: When ``config`` is another router's or format, has unknown or
+                missing keys, or an array is missing or of the wrong shape.
+        """
+        if config.get("router") != cls.kind or config.get("format") != STATE_FORMAT:
+            raise ValueError(f"config: expected router={cls.kind!r}, format={STATE_FORMAT}, "
+                             f"got router={config.get('router')!r}, "
+                             f"format={config.get('format')!r}")
+        names = {f.name for f in dataclasses.fields(cls)}
+        given = set(config) - {"router", "format"}
+        if given != names:
+            raise ValueError(f"config: expected keys {sorted(names)}, got unknown "
+                             f"{sorted(given - names)} and missing {sorted(names - given)}")
+        router = cls(**{k: config[k] for k in names})
+        router._mean, router._std = _array(arrays, "mean", 1), _array(arrays, "std", 1)
+        if router._mean.shape != router._std.shape:
+            raise ValueError(f"arrays: 'mean' and 'std' differ in shape: "
+                             f"{router._mean.shape} and {router._std.shape}")
+        router._load_model_arrays(arrays)
+        return router
 
     def cross_validate(
         self, data: TraceDataset, l2_grid: Sequence[float] = (1.0, 10.0, 100.0),
@@ -233,13 +309,13 @@ class CascadeRouter(TraceRouter):
     """
 
     n_features: int = 256
+    kind: ClassVar[str] = "cascade"
 
     def _raw(self, data: TraceDataset) -> tuple[np.ndarray, np.ndarray]:
         answers = weak_answers(data, self.weak)
         stats = np.hstack([text_statistics(data.prompts),
                            answer_statistics(answers, data.prompts)])
-        hashed = np.hstack([hashed_features(answers, self.n_features),
-                            hashed_features(data.prompts, self.n_features)])
+        hashed = np.hstack([self._text(answers), self._text(data.prompts)])
         return stats, hashed
 
 

