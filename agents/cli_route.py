@@ -47,12 +47,8 @@ from typing import Any, NoReturn
 import numpy as np
 
 from agents.routing.calibration import Calibration, calibrate_cost, calibrate_share
-from agents.routing.router_state import (
-    ROUTERS,
-    check_router_writable,
-    load_router,
-    save_router,
-)
+from agents.routing.router_state import check_router_writable, load_router, save_router
+from agents.routing.routers import ROUTERS
 from agents.routing.routing_eval import (
     curve_metrics,
     oracle_routing,
@@ -145,7 +141,9 @@ def add_route(parser: argparse.ArgumentParser) -> None:
     train.add_argument("--weak", required=True, help="the weak (cheap) model's name")
     train.add_argument("--strong", required=True, help="the strong model's name")
     train.add_argument("--router", choices=tuple(ROUTERS), default="logistic",
-                       help="the router (default logistic)")
+                       help="the router (default logistic; knn: nearest neighbours on the "
+                            "same features; cascade: also reads the weak model's logged "
+                            "answer, so the logs need its responses)")
     train.add_argument("--test-fraction", type=_fraction, default=0.5,
                        help="share of the queries held out for the test (default 0.5)")
     target = train.add_mutually_exclusive_group()
@@ -392,7 +390,10 @@ def run_train(args: argparse.Namespace) -> int:
     except ValueError as error:
         _fail(args, error)
     train, test = data.subset(train_idx), data.subset(test_idx)
-    router = ROUTERS[args.router](args.weak, args.strong).fit(train)
+    try:  # the cascade needs the weak model's logged answers
+        router = ROUTERS[args.router](args.weak, args.strong).fit(train)
+    except ValueError as error:
+        _fail(args, f"--router {args.router}: {error}")
     calibration, cal_facts = _calibrate(args, router.scores(train), costs[train_idx])
     report = _report(args, test, router.scores(test), calibration.threshold, args.weak,
                      args.strong, costs[test_idx])

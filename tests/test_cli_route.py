@@ -136,8 +136,11 @@ def test_train_gives_the_in_process_numbers(logs, tmp_path, capsys, split_by):
     assert out["split"]["test_queries"] == test.n_queries
 
 
-def test_score_of_the_saved_router_repeats_the_test_numbers(logs, tmp_path, capsys):
-    trained = route(capsys, *train_args(logs, tmp_path / "r", "--split-by", "group"))
+@pytest.mark.parametrize("router", ["logistic", "knn"])
+def test_score_of_the_saved_router_repeats_the_test_numbers(logs, tmp_path, capsys, router):
+    trained = route(capsys, *train_args(logs, tmp_path / "r", "--split-by", "group",
+                                        "--router", router))
+    assert trained["router"] == router and load_router(tmp_path / "r").name == router
     data = load_traces(logs).select_models([WEAK, STRONG])
     _, te = data.split_indices(0, 0.5, "group")
     held_out = write_jsonl(tmp_path / "held_out.jsonl", records_from_dataset(data.subset(te)))
@@ -366,3 +369,10 @@ def test_gsm8k_round_trip_and_the_router_beats_random(tmp_path, capsys):
     rows = trained["test"]["rows"]
     assert abs(rows["router"]["strong_share"]["value"] - 0.5) < 0.1  # calibrated on train
     assert rows["router"]["accuracy"]["value"] > rows["random"]["accuracy"]["value"]
+
+
+def test_the_cascade_needs_the_weak_models_answers(logs, tmp_path, capsys):
+    # the crafted logs carry no responses: a one-line error naming the router, no file
+    fails(capsys, ["route", *train_args(logs, tmp_path / "r", "--router", "cascade")],
+          "--router cascade")
+    assert not router_files(tmp_path / "r")[0].exists()

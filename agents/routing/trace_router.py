@@ -42,6 +42,8 @@ import numpy as np
 
 from agents.allocator import Allocator
 from agents.routing.router_features import (
+    ANSWER_STATISTICS,
+    STATISTICS,
     answer_statistics,
     text_statistics,
     weak_answers,
@@ -51,7 +53,7 @@ from cost_envs.config import integer, number, one_of
 from cost_envs.envs.trace_routing import TraceTask
 from cost_envs.metrics.routing import RoutingCurve, routing_curve
 from cost_envs.traces import TraceDataset
-from cost_envs.traces.features import hashed_features, minilm_features
+from cost_envs.traces.features import MINILM_DIM, hashed_features, minilm_features
 
 #: A router's word features: hashed n-grams (numpy) or MiniLM sentence embeddings.
 TEXT_FEATURES = ("hashed", "minilm")
@@ -206,6 +208,19 @@ class TraceRouter:
     def _load_model_arrays(self, arrays: Mapping[str, np.ndarray]) -> None:
         self._model = LogisticRegression(self.l2)
         self._model.coef_ = _array(arrays, "coef", 1)
+        width = sum(self._widths()) + 1
+        if self._model.coef_.shape != (width,):
+            raise ValueError(f"arrays: 'coef': expected {width} weights (statistics, text "
+                             f"features, intercept) for this config, got "
+                             f"{self._model.coef_.shape[0]}")
+
+    def _widths(self) -> tuple[int, int]:
+        """Columns of the design: (statistics, text features), as this config builds it."""
+        return len(STATISTICS), self._text_width()
+
+    def _text_width(self) -> int:
+        """Columns of one text's features: ``n_features`` hashed, or MiniLM's 384."""
+        return MINILM_DIM if self.text_features == "minilm" else self.n_features
 
     def to_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """The fitted router as ``(config, arrays)``: JSON values and float64 arrays.
@@ -237,9 +252,10 @@ class TraceRouter:
                              f"{sorted(given - names)} and missing {sorted(names - given)}")
         router = cls(**{k: config[k] for k in names})
         router._mean, router._std = _array(arrays, "mean", 1), _array(arrays, "std", 1)
-        if router._mean.shape != router._std.shape:
-            raise ValueError(f"arrays: 'mean' and 'std' differ in shape: "
-                             f"{router._mean.shape} and {router._std.shape}")
+        statistics = router._widths()[0]
+        if router._mean.shape != (statistics,) or router._std.shape != (statistics,):
+            raise ValueError(f"arrays: 'mean' and 'std': expected {statistics} statistics "
+                             f"each, got {router._mean.shape} and {router._std.shape}")
         router._load_model_arrays(arrays)
         return router
 
@@ -310,6 +326,9 @@ class CascadeRouter(TraceRouter):
 
     n_features: int = 256
     kind: ClassVar[str] = "cascade"
+
+    def _widths(self) -> tuple[int, int]:
+        return len(STATISTICS) + len(ANSWER_STATISTICS), 2 * self._text_width()
 
     def _raw(self, data: TraceDataset) -> tuple[np.ndarray, np.ndarray]:
         answers = weak_answers(data, self.weak)
