@@ -16,8 +16,9 @@ et al., 2021, "Deep RL at the edge of the statistical precipice"):
 Shares put every task on one scale: 0 is the best fixed rule, 1 the planner that knows the
 task but not its luck. A task where the planner does not beat the rule has no gap and is
 left out of its experiment's aggregates; the report lists such tasks. Methods are compared
-only on the tasks every one of them has. Different experiments' methods are not pooled:
-their tasks, rules and planners differ.
+only on the tasks every one of them has; a method trained on some of the tasks only (a
+tuned row, where a sweep ran) is named in the report, not pooled. Different experiments'
+methods are not pooled: their tasks, rules and planners differ.
 
 The IQM and the mean and their intervals are rliable's (``get_interval_estimates``). The
 probability of improvement is rliable's estimator (``metrics.probability_of_improvement``:
@@ -86,8 +87,13 @@ def score_matrices(blocks: Sequence[Mapping[str, Any]]
         tasks = group["tasks"]
         without_gap = [t for t, v in tasks.items() if v["reference"] <= v["rule"]]
         kept = [t for t in tasks if t not in without_gap]
-        methods = [m for m in dict.fromkeys(m for t in kept for m in tasks[t]["methods"])
-                   if all(m in tasks[t]["methods"] for t in kept)]
+        every = dict.fromkeys(m for t in kept for m in tasks[t]["methods"])
+        methods = [m for m in every if all(m in tasks[t]["methods"] for t in kept)]
+        # e.g. tuned rows, trained only where a sweep ran: named, not pooled
+        partial = {next(tasks[t]["methods"][m]["label"] for t in kept
+                        if m in tasks[t]["methods"]):
+                   [t for t in kept if m in tasks[t]["methods"]]
+                   for m in every if m not in methods}
         matrices, labels = {}, {}
         for method in methods:
             columns = [tasks[t]["methods"][method]["per_seed"] for t in kept]
@@ -97,7 +103,7 @@ def score_matrices(blocks: Sequence[Mapping[str, Any]]
             matrices[method] = np.array(columns, dtype=np.float64).T  # seeds x tasks
             labels[method] = tasks[kept[0]]["methods"][method]["label"]
         out[experiment] = {**{k: group[k] for k in ("score", "rule", "reference", "files")},
-                           "tasks": kept, "without_gap": without_gap,
+                           "tasks": kept, "without_gap": without_gap, "partial": partial,
                            "labels": labels, "matrices": matrices}
     return out
 
@@ -137,10 +143,19 @@ def aggregate(matrices: Mapping[str, np.ndarray], reps: int = REPS) -> dict[str,
     def iqm_and_mean(scores: np.ndarray) -> np.ndarray:
         return np.array([metrics.aggregate_iqm(scores), metrics.aggregate_mean(scores)])
 
-    with warnings.catch_warnings():  # arch warns about rliable's RandomState argument
-        warnings.simplefilter("ignore", FutureWarning)
-        points, intervals = rly.get_interval_estimates(
-            dict(matrices), iqm_and_mean, reps=reps, random_state=np.random.RandomState(0))
+    # rliable's StratifiedBootstrap draws its resamples with numpy's *global* generator
+    # (np.random.choice in update_indices) whatever random_state says, so the intervals
+    # moved with whatever ran before in the process: seed it here, and put it back after.
+    global_state = np.random.get_state()
+    np.random.seed(0)
+    try:
+        with warnings.catch_warnings():  # arch warns about rliable's RandomState argument
+            warnings.simplefilter("ignore", FutureWarning)
+            points, intervals = rly.get_interval_estimates(
+                dict(matrices), iqm_and_mean, reps=reps,
+                random_state=np.random.RandomState(0))
+    finally:
+        np.random.set_state(global_state)
     summary = {m: {"runs": int(matrices[m].shape[0]),
                    "iqm": [float(points[m][0]), *map(float, intervals[m][:, 0])],
                    "mean": [float(points[m][1]), *map(float, intervals[m][:, 1])]}
@@ -170,7 +185,12 @@ def render(report: Mapping[str, Any]) -> str:
                   f"Score: {result['score']}; 0 = {result['rule']}, 1 = {result['reference']}. "
                   f"Tasks ({len(result['tasks'])}): {', '.join(result['tasks'])}."
                   + (f" Left out, the planner not above the rule: "
-                     f"{', '.join(result['without_gap'])}." if result["without_gap"] else ""),
+                     f"{', '.join(result['without_gap'])}." if result["without_gap"] else "")
+                  + (" Left out, trained on some of these tasks only (their shares are in "
+                     "their experiment's tables): " + "; ".join(
+                         f"{label} ({len(have)} of {len(result['tasks'])})"
+                         for label, have in result["partial"].items()) + "."
+                     if result.get("partial") else ""),
                   "", "| Method | Seeds | IQM | Mean |", "|---|---|---|---|"]
         for method, values in result["methods"].items():
             lines.append(f"| {result['labels'][method]} | {values['runs']} | "
@@ -199,7 +219,7 @@ def build(results: Path, reps: int = REPS) -> dict[str, Any]:
         aggregated = aggregate(group["matrices"], reps)
         experiments[experiment] = {
             **{k: group[k] for k in ("score", "rule", "reference", "files", "tasks",
-                                     "without_gap", "labels")},
+                                     "without_gap", "partial", "labels")},
             **aggregated}
     return {"rliable": version("rliable"), "reps": reps, "experiments": experiments}
 

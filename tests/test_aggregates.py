@@ -75,6 +75,21 @@ def test_methods_are_compared_on_the_tasks_they_share_only(tmp_path):
     groups = aggregates.score_matrices(aggregates.read_blocks(tmp_path))
     assert list(groups["corl"]["matrices"]) == ["a"]
     assert groups["corl"]["matrices"]["a"].shape == (5, 2)
+    assert groups["corl"]["partial"] == {"B": ["t1"]}  # named, not pooled
+    aggregates.report(tmp_path, reps=200)
+    assert "trained on some of these tasks only" in (tmp_path / "aggregates.md").read_text()
+    assert "B (1 of 2)" in (tmp_path / "aggregates.md").read_text()
+
+
+def test_the_intervals_do_not_depend_on_numpys_global_generator(tmp_path):
+    rng = np.random.default_rng(3)
+    matrices = {"a": rng.normal(0.2, 0.3, (5, 4)), "b": rng.normal(0.0, 0.3, (5, 4))}
+    np.random.seed(1)
+    first = aggregates.aggregate(matrices, reps=300)
+    np.random.seed(2)
+    before = np.random.get_state()[1].copy()
+    assert aggregates.aggregate(matrices, reps=300) == first
+    assert (np.random.get_state()[1] == before).all()  # and leaves it as it found it
 
 
 def test_bad_blocks_are_refused_in_one_line(tmp_path):
