@@ -5,13 +5,13 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint reproduce tune benchmark clean
+.PHONY: install test lint reproduce tune benchmark dist clean
 
 install: $(STAMP)
 
 $(STAMP): setup.cfg pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,plot,tensorboard,tune]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[agents,dev,plot,tensorboard,tune]'
 	touch $(STAMP)
 
 lint: install
@@ -32,5 +32,12 @@ benchmark: install
 	$(BIN)/python benchmarks/throughput.py --output benchmarks/results/throughput.md
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python benchmarks/allocators.py --output benchmarks/results/allocators.md
 
+# The wheel and the sdist in dist/ (the wheel is built from the sdist, so the sdist is
+# known to hold what the wheel needs). `pip install dist/cost_envs-*.whl` gives the envs
+# only (Gymnasium, NumPy, PyYAML); add the agents extra for torch and SB3.
+dist: install
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
+
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build dist *.egg-info

