@@ -37,7 +37,8 @@ HEAVY = {"torch", "stable-baselines3", "sb3-contrib", "peft", "safetensors", "sc
 #: pip's output when it could not reach the index (as opposed to a resolution error).
 NETWORK_ERROR = re.compile(r"NewConnectionError|Max retries exceeded|Temporary failure in name "
                            r"resolution|Network is unreachable|ConnectTimeout|ReadTimeout|"
-                           r"Connection refused|ProxyError|Could not fetch URL", re.IGNORECASE)
+                           r"Connection refused|connection broken|ProxyError|Could not fetch URL",
+                           re.IGNORECASE)
 
 # Run in the fresh venv (python -I: neither PYTHONPATH nor the working directory is seen).
 PROBE = """
