@@ -10,6 +10,7 @@ fresh-venv test is skipped, saying so; any other failure fails it.
 
 from __future__ import annotations
 
+import ast
 import configparser
 import json
 import os
@@ -34,6 +35,10 @@ ENV_ONLY = {"cost-envs", "gymnasium", "numpy", "pyyaml", "cloudpickle", "farama-
             "typing-extensions", "pip", "setuptools"}
 HEAVY = {"torch", "stable-baselines3", "sb3-contrib", "peft", "safetensors", "scikit-learn",
          "transformers", "tqdm", "rich"}
+#: What cost_envs may import: its install_requires' modules, and, inside the function that
+#: needs it, an optional package it can do without (named in its error or its fallback).
+ENV_IMPORTS = {"cost_envs", "gymnasium", "numpy", "yaml"}
+ENV_OPTIONAL_IMPORTS = {*EXTRA_MODULES["embeddings"], "tiktoken"}
 #: pip's output when it could not reach the index (as opposed to a resolution error).
 NETWORK_ERROR = re.compile(r"NewConnectionError|Max retries exceeded|Temporary failure in name "
                            r"resolution|Network is unreachable|ConnectTimeout|ReadTimeout|"
@@ -43,8 +48,12 @@ NETWORK_ERROR = re.compile(r"NewConnectionError|Max retries exceeded|Temporary f
 # Run in the fresh venv (python -I: neither PYTHONPATH nor the working directory is seen).
 PROBE = """
 import importlib.metadata as md, importlib.util, json
-import gymnasium as gym
+import gymnasium as gym, pkgutil, importlib
 import cost_envs
+modules = [cost_envs.__name__] + [m.name for m in pkgutil.walk_packages(cost_envs.__path__,
+                                                                         "cost_envs.")]
+for name in modules:
+    importlib.import_module(name)
 steps = {}
 for env_id in cost_envs.ENV_IDS:
     env = gym.make(env_id)
@@ -59,7 +68,7 @@ try:
 except ImportError as err:
     agents_error = str(err)
 print(json.dumps({
-    "steps": steps, "agents_error": agents_error,
+    "modules": modules, "steps": steps, "agents_error": agents_error,
     "torch": importlib.util.find_spec("torch") is not None,
     "cost_envs": cost_envs.__file__,
     "dists": sorted(d.metadata["Name"] for d in md.distributions()),
@@ -185,6 +194,7 @@ def test_the_wheel_installs_the_envs_without_torch_into_a_fresh_venv(
     assert not seen["torch"]
     import cost_envs
 
+    assert len(seen["modules"]) == len(list((ROOT / "cost_envs").rglob("*.py")))
     assert set(seen["steps"]) == set(cost_envs.ENV_IDS)
     for keys in seen["steps"].values():
         assert {"cost", "flops", "calls"} <= set(keys)
@@ -234,3 +244,34 @@ def test_require_extra_names_the_missing_modules_and_the_install_line(
         import_extra("peft", "agents", "LoRA")
     with pytest.raises(ValueError, match=r"extra: expected one of .*, got 'agent'"):
         require_extra("agent", "x")
+
+
+def _third_party_imports(path: Path) -> tuple[set[str], set[str]]:
+    """Top-level names of the non-stdlib modules ``path`` imports: (at import time, anywhere)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    functions = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+    deferred = {id(node) for func in ast.walk(tree) if isinstance(func, functions)
+                for node in ast.walk(func)}
+    at_import, anywhere = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = {node.module.split(".")[0]}
+        else:
+            continue
+        names -= set(sys.stdlib_module_names) | {"__future__"}
+        anywhere |= names
+        if id(node) not in deferred:
+            at_import |= names
+    return at_import, anywhere
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "cost_envs").rglob("*.py")),
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_cost_envs_imports_only_the_env_dependencies(path: Path) -> None:
+    at_import, anywhere = _third_party_imports(path)
+    assert at_import <= ENV_IMPORTS, f"imports {sorted(at_import - ENV_IMPORTS)} at import time"
+    assert anywhere <= ENV_IMPORTS | ENV_OPTIONAL_IMPORTS, (
+        f"imports {sorted(anywhere - ENV_IMPORTS - ENV_OPTIONAL_IMPORTS)}")
+    assert not anywhere & set(EXTRA_MODULES["agents"])
