@@ -354,6 +354,7 @@ def _add_pretrain(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, required=True,
                         help="output path; writes PATH.safetensors and PATH.json")
     parser.add_argument("--seed", type=_seed, default=0, help="seed (default 0)")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
 
 
 def _run_pretrain(args: argparse.Namespace) -> int:
@@ -366,7 +367,7 @@ def _run_pretrain(args: argparse.Namespace) -> int:
         raise SystemExit(f"cost-envs pretrain: --out: {error}") from None
     configure_torch_threads()
     try:
-        state, config = pretrain_base(args.env, seed=args.seed)
+        state, config = pretrain_base(args.env, seed=args.seed, progress=not args.no_progress)
     except ValueError as error:
         raise SystemExit(f"cost-envs pretrain: {error}") from None
     try:

@@ -136,7 +136,8 @@ def train(
         env_kwargs: ``gym.make`` keyword arguments, e.g. ``{"pool": "my_pool.yaml"}``.
         supervised: Supervised-stage settings (default :class:`SupervisedConfig`).
         tensorboard_log: SB3 ``tensorboard_log`` directory (needs ``tensorboard``).
-        progress_bar: Show SB3's progress bar.
+        progress_bar: Show SB3's progress bar, and bars of the supervised stage (on a
+            terminal only, :mod:`agents.progress`).
         verbose: SB3 verbosity.
         ppo: Overrides of :data:`PPO_SETTINGS` and the learning rate for ``ppo`` and
             ``lora-ppo`` (keys of :data:`PPO_OVERRIDES`, and for ``lora-ppo`` those of
@@ -161,8 +162,10 @@ def train(
                     **settings, **common)
     else:
         policy = policy_for(env, base=base_path)
-        traces = traces_for(env, supervised, seed=TRACE_TASK_SEED + seed)
-        train_supervised(policy, traces, relative_costs(env), supervised, seed=seed)
+        traces = traces_for(env, supervised, seed=TRACE_TASK_SEED + seed,
+                            progress=progress_bar)
+        train_supervised(policy, traces, relative_costs(env), supervised, seed=seed,
+                         progress=progress_bar)
         if method == "lora":
             env.close()
             return TrainedAllocator(policy, env_id, kwargs, method, seed, 0, base)
