@@ -236,9 +236,8 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
     * ``experts``: names of default experts or :class:`ModelProfile` objects/dicts
       (default GPT-4.1-nano, GPT-4.1, o3), in action order.
     * ``prices``: a :class:`cost_envs.prices.PriceTable`, its dict form or a file path;
-      default the packaged table. A dict or file lists only the models whose prices it
-      changes (it is merged onto the packaged table); the result must price the controller
-      and every expert.
+      default the packaged table, onto which a dict or file is merged. It must price the
+      controller and every expert.
     * ``max_rounds``: consultation rounds per question (1-8, default 3).
     * ``reward_weights``: :class:`RewardWeights` or a mapping.
     * ``render_mode``: ``None`` or ``"ansi"``.
