@@ -5,14 +5,19 @@ Subcommands::
     cost-envs list                       registered environment ids, one per line
     cost-envs evaluate --env ID [--methods random,rule,...] [--model DIR [--trust-pickle]]
                        [--episodes N] [--seed S] [--fit-tasks N] [--json]
-    cost-envs train --env ID --method ppo|lora|lora-ppo --timesteps N --seed S --out DIR
-                    [--base pretrained|random] [--pool FILE] [--tensorboard DIR]
+                       [--pool FILE] [--prices FILE] [--env-kwargs MAPPING]
+    cost-envs train --env ID --method ppo|lora|lora-ppo --out DIR [--config FILE]
+                    [--timesteps N] [--seed S] [--base pretrained|random]
+                    [--pool FILE] [--prices FILE] [--env-kwargs MAPPING] [--tensorboard DIR]
     cost-envs pretrain --env ID --out PATH [--seed S]
     cost-envs route train --data FILE... --weak M --strong M --save PATH [...]
     cost-envs route score --router PATH --data FILE... [...]
 
 ``route`` (train a router on your logged outcomes, save it, score it) lives in
-:mod:`agents.cli_route`.
+:mod:`agents.cli_route`; the env arguments ``train`` and ``evaluate`` share (``--pool``,
+``--prices``, ``--env-kwargs``) in :mod:`agents.cli_env`; ``train --config`` (SB3
+hyperparameters and training settings in a JSON/YAML file; flags override it) in
+:mod:`agents.cli_config`.
 
 The paper's experiments are not a subcommand: they live in ``experiments/`` beside the
 installed packages and run with ``python -m experiments all`` (``make reproduce``).
@@ -28,7 +33,9 @@ what                                                      exit status
 a usage error (unknown env id or method, a bad number),   2
   naming the valid choices, as argparse does
 a bad input file or output path (``--model``, ``--out``;  1
-  ``route``'s logs, saved router and ``--save``)
+  ``route``'s logs, saved router and ``--save``), a bad
+  key or value of ``--config`` or of the env arguments
+  (unreadable ``--env-kwargs`` text is a usage error)
 a model ``route`` does not find in the logs               2
 an operating-system error (a full disk, no permission)    1
 stdout closed early (``cost-envs list | head -1``)        141
@@ -55,6 +62,8 @@ import gymnasium as gym
 
 import cost_envs
 from agents.baselines import BASELINES, FAMILY_BASELINES, ROUTING_BASELINES
+from agents.cli_config import read_train_config
+from agents.cli_env import add_env_arguments, check_env_kwargs, merged_env_kwargs
 from agents.cli_route import add_route, run_route
 from agents.evaluation import compare, evaluate, format_table
 from agents.lora import BASES, METHODS
@@ -170,6 +179,7 @@ def _add_evaluate(parser: argparse.ArgumentParser) -> None:
                              "fitted, drawn from a seed range no evaluation uses (default 200)")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object keyed by method instead of a table")
+    add_env_arguments(parser)
 
 
 def _load_model(args: argparse.Namespace) -> tuple[str, Any, dict[str, Any]]:
@@ -197,6 +207,19 @@ def _load_model(args: argparse.Namespace) -> tuple[str, Any, dict[str, Any]]:
                 f"cost-envs evaluate: {args.model} acts on {model.observation_space} -> "
                 f"{model.action_space}, but {args.env} has {spaces[0]} -> {spaces[1]}")
     return getattr(model, "method", "model"), model, dict(getattr(model, "env_kwargs", {}))
+
+
+def _check_model_fits(model: Any, env_id: str, env_kwargs: dict[str, Any], model_path: Path
+                      ) -> None:
+    """Exit with one line if env arguments give the model an env of other spaces."""
+    policy = getattr(model, "policy", model)
+    spaces = (getattr(policy, "observation_space", None), getattr(policy, "action_space", None))
+    env = gym.make(env_id, **env_kwargs)
+    mine = (env.observation_space, env.action_space)
+    env.close()
+    if None not in spaces and spaces != mine:
+        raise SystemExit(f"cost-envs evaluate: {model_path} acts on {spaces[0]} -> {spaces[1]}, "
+                         f"but {env_id} with these env arguments has {mine[0]} -> {mine[1]}")
 
 
 def _check_methods_apply(methods: Sequence[str], env_id: str, env_kwargs: dict[str, Any]) -> None:
@@ -231,11 +254,15 @@ def _run_evaluate(args: argparse.Namespace) -> int:
         raise SystemExit("cost-envs evaluate: --trust-pickle only applies with --model")
     methods = args.methods if args.methods is not None else (
         () if args.model is not None else DEFAULT_METHODS)
-    env_kwargs: dict[str, Any] = {}
-    model_row = None
-    if args.model is not None:
-        model_row = _load_model(args)
-        env_kwargs = model_row[2]
+    model_row = _load_model(args) if args.model is not None else None
+    env_kwargs = merged_env_kwargs(args, model_row[2] if model_row is not None else None)
+    if env_kwargs != (model_row[2] if model_row is not None else {}):
+        try:
+            check_env_kwargs(args.env, env_kwargs)
+        except ValueError as error:
+            raise SystemExit(f"cost-envs evaluate: {error}") from None
+        if model_row is not None:
+            _check_model_fits(model_row[1], args.env, env_kwargs, args.model)
     _check_methods_apply(methods, args.env, env_kwargs)
     results: dict[str, dict[str, Any]] = {}
     if methods:
@@ -261,15 +288,18 @@ def _add_train(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--method", choices=METHODS, required=True,
                         help="ppo: PPO from scratch; lora: supervised LoRA allocator; "
                              "lora-ppo: LoRA-guided PPO warm-started from lora")
-    parser.add_argument("--timesteps", type=_positive_int, default=20_000,
+    parser.add_argument("--config", type=Path, default=None,
+                        help="JSON/YAML file of SB3 hyperparameters (learning_rate, n_steps, "
+                             "...), timesteps, seed, base, env_kwargs and supervised; the "
+                             "flags override it")
+    parser.add_argument("--timesteps", type=_positive_int, default=None,
                         help="RL environment steps (ppo, lora-ppo; default 20000)")
-    parser.add_argument("--seed", type=_seed, default=0, help="training seed (default 0)")
+    parser.add_argument("--seed", type=_seed, default=None, help="training seed (default 0)")
     parser.add_argument("--out", type=Path, required=True,
                         help="model directory to write (model.safetensors + config.json)")
-    parser.add_argument("--base", choices=BASES, default="pretrained",
+    parser.add_argument("--base", choices=BASES, default=None,
                         help="frozen base of the LoRA encoder (default pretrained)")
-    parser.add_argument("--pool", type=Path, default=None,
-                        help="JSON/YAML agent pool file replacing the env's preset pool")
+    add_env_arguments(parser)
     parser.add_argument("--tensorboard", type=Path, default=None,
                         help="TensorBoard log directory (needs the tensorboard package)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
@@ -282,19 +312,28 @@ def _run_train(args: argparse.Namespace) -> int:
     if args.tensorboard is not None and importlib.util.find_spec("tensorboard") is None:
         raise SystemExit("cost-envs train: --tensorboard needs the tensorboard package "
                          "(pip install 'cost-envs[tensorboard]')")
-    if args.method == "ppo" and args.base != "pretrained":
+    try:  # the file, then the flags over it; all checked before any work
+        settings = read_train_config(args.config, args.method)
+        env_kwargs = merged_env_kwargs(args, settings.env_kwargs)
+        check_env_kwargs(args.env, env_kwargs)
+    except (ValueError, FileNotFoundError) as error:
+        raise SystemExit(f"cost-envs train: {error}") from None
+    base = args.base if args.base is not None else settings.base
+    if args.method == "ppo" and base != "pretrained":
         raise SystemExit("cost-envs train: --base applies to the LoRA methods; ppo trains "
                          "its whole encoder from scratch")
     try:  # before training, so a bad --out does not throw the trained model away
         check_writable(args.out)
     except ValueError as error:
         raise SystemExit(f"cost-envs train: --out: {error}") from None
-    env_kwargs = {} if args.pool is None else {"pool": str(args.pool)}
+    extra = {} if settings.supervised is None else {"supervised": settings.supervised}
     try:
         configure_torch_threads()
-        trained = train(args.env, args.method, args.timesteps, seed=args.seed, base=args.base,
+        trained = train(args.env, args.method,
+                        args.timesteps if args.timesteps is not None else settings.timesteps,
+                        seed=args.seed if args.seed is not None else settings.seed, base=base,
                         env_kwargs=env_kwargs, tensorboard_log=args.tensorboard,
-                        progress_bar=not args.no_progress)
+                        progress_bar=not args.no_progress, ppo=settings.ppo, **extra)
     except (ValueError, FileNotFoundError) as error:
         raise SystemExit(f"cost-envs train: {error}") from None
     try:
@@ -315,6 +354,7 @@ def _add_pretrain(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, required=True,
                         help="output path; writes PATH.safetensors and PATH.json")
     parser.add_argument("--seed", type=_seed, default=0, help="seed (default 0)")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
 
 
 def _run_pretrain(args: argparse.Namespace) -> int:
@@ -327,7 +367,7 @@ def _run_pretrain(args: argparse.Namespace) -> int:
         raise SystemExit(f"cost-envs pretrain: --out: {error}") from None
     configure_torch_threads()
     try:
-        state, config = pretrain_base(args.env, seed=args.seed)
+        state, config = pretrain_base(args.env, seed=args.seed, progress=not args.no_progress)
     except ValueError as error:
         raise SystemExit(f"cost-envs pretrain: {error}") from None
     try:

@@ -18,6 +18,13 @@ models they use; users pass their own table as a dict, a JSON file or a YAML fil
 
 Unknown keys, missing sources or dates, negative or non-finite prices and duplicate names
 are errors naming the file and the entry.
+
+A user table (a dict or a file) is merged onto the packaged one by :func:`coerce_prices`:
+it lists only the models whose prices it changes or adds, each entry complete (its own
+source and date, since a new price needs its own). A :class:`PriceTable` object passed
+as it is stays exactly that table, and so does a table in another currency than the
+packaged one's (mixing currencies in one table would be wrong): every model an env uses
+must then be in it.
 """
 
 from __future__ import annotations
@@ -166,6 +173,23 @@ class PriceTable:
             raise ValueError(f"{source}: no price for model(s) {missing}; the {self.label} "
                              f"has {list(self.names)}")
 
+    def over(self, base: PriceTable) -> PriceTable:
+        """This table merged onto ``base``: its models replace base's of the same name.
+
+        Base's models keep their order, each replaced whole (no field is inherited: a new
+        price carries its own source and date); models only this table has come after.
+        The result keeps this table's ``source``, so errors name the user's file.
+
+        Raises:
+            ValueError: The two tables are in different currencies.
+        """
+        if self.currency != base.currency:
+            raise ValueError(f"{self.label}: currency {self.currency!r} differs from "
+                             f"{base.currency!r} of the table it would be merged onto")
+        mine = {m.name: m for m in self.models}
+        merged = [mine.pop(m.name, m) for m in base.models]
+        return PriceTable((*merged, *mine.values()), self.currency, source=self.source)
+
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: str = "<dict>",
                   file: str = "") -> PriceTable:
@@ -215,15 +239,27 @@ def default_price_table() -> PriceTable:
 
 
 def coerce_prices(prices: PriceTable | Mapping[str, Any] | str | Path | None) -> PriceTable:
-    """Accept a table, its dict form, a path to a table file, or ``None`` for the default."""
+    """Accept a table, its dict form, a path to a table file, or ``None`` for the default.
+
+    A dict or a file is a user table: it is validated alone (errors name the file, the
+    entry and the field) and then merged onto the packaged table (:meth:`PriceTable.over`),
+    so it need list only the models it changes. A :class:`PriceTable` is used as it is,
+    and a user table in another currency than the packaged one is not merged.
+    """
     if prices is None:
         return default_price_table()
     if isinstance(prices, PriceTable):
         return prices
     if isinstance(prices, Mapping):
-        return PriceTable.from_dict(prices)
+        return _onto_default(PriceTable.from_dict(prices))
     if isinstance(prices, (str, Path)):
-        return PriceTable.from_file(prices)
+        return _onto_default(PriceTable.from_file(prices))
     raise ValueError(
         f"prices: expected a PriceTable, a mapping, a file path or None, got {prices!r}"
     )
+
+
+def _onto_default(table: PriceTable) -> PriceTable:
+    """``table`` merged onto the packaged table, or alone if its currency differs."""
+    base = default_price_table()
+    return table.over(base) if table.currency == base.currency else table

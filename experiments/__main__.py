@@ -5,7 +5,9 @@ five, in that order); ``aggregates`` reads their JSON files in ``--out`` and poo
 experiment's envs and profiles (:mod:`experiments.aggregates`). Each writes its tables,
 JSON and figures into ``--out`` (all of one experiment's files or none of them), and
 ``all`` also records the wall time of corl, bopo and traces in ``routing.md``. ``--out``
-is checked writable before any work starts.
+is checked writable before any work starts. Without ``--out`` a smoke run writes into
+``benchmarks/results/smoke`` (``tune``: ``benchmarks/results/smoke/tuned``), which git
+ignores: its numbers are plumbing, never results.
 Progress lines go to stderr as the work goes.
 
 ``tune`` (not part of ``all``) runs the equal-budget sweeps of :mod:`experiments.tune` on
@@ -29,6 +31,9 @@ from experiments.common import check_writable, machine
 PROG = "python -m experiments"
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "benchmarks" / "results"
+#: Where a smoke run writes without ``--out``: git-ignored, so plumbing numbers never
+#: replace the committed results (writing those at smoke scale takes an explicit --out).
+SMOKE_OUT = DEFAULT_OUT / "smoke"
 #: Where ``tune`` writes the chosen configurations (``experiments.tune.TUNED_DIR``).
 TUNED_DIR = REPO / "experiments" / "tuned"
 #: The RouteLLM evaluation CSVs live beside the repository, never inside it.
@@ -83,7 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, default=None,
                         help="output directory, created if needed (default: "
                              "benchmarks/results in the repository, benchmarks/results/full "
-                             "at the full scale; tune: experiments/tuned)")
+                             "at the full scale, the git-ignored benchmarks/results/smoke at "
+                             "the smoke scale; tune: experiments/tuned, at smoke "
+                             "benchmarks/results/smoke/tuned)")
     parser.add_argument("--jobs", type=_positive_int, default=None,
                         help="worker processes of lora_ppo, corl and bopo, concurrent "
                              "trials of tune (default: 2; corl and bopo smoke: 1)")
@@ -217,7 +224,9 @@ def _aggregate_after_all(args: argparse.Namespace, log: Callable[[str], None]) -
 
 
 def default_out(experiment: str, scale: str) -> Path:
-    """Where results go without ``--out``: the full scale's apart from the default's."""
+    """Where results go without ``--out``: each scale apart, smoke's where git ignores it."""
+    if scale == "smoke":
+        return SMOKE_OUT / "tuned" if experiment == "tune" else SMOKE_OUT
     if experiment == "tune":
         return TUNED_DIR
     return DEFAULT_OUT / "full" if scale == "full" else DEFAULT_OUT

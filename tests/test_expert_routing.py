@@ -350,8 +350,9 @@ def test_doubled_price_table_doubles_every_cost(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("missing", [CONTROLLER, "gpt-4.1", "o3"])
 def test_table_without_a_needed_model_is_refused_naming_it(missing: str) -> None:
-    table = scaled_table(1.0)
-    table["models"] = [m for m in table["models"] if m["name"] != missing]
+    data = scaled_table(1.0)
+    data["models"] = [m for m in data["models"] if m["name"] != missing]
+    table = PriceTable.from_dict(data)  # an object is used as it is, not merged
     with pytest.raises(ValueError, match="ExpertRouting-v0: prices") as excinfo:
         ExpertRoutingEnv(prices=table)
     assert f"[{missing!r}]" in str(excinfo.value)

@@ -13,7 +13,7 @@ import yaml
 import cost_envs  # noqa: F401  (registers the envs)
 from cost_envs import AgentPool
 from cost_envs.envs.agentic_routing import AgenticRoutingEnv
-from cost_envs.envs.expert_routing import ExpertRoutingEnv
+from cost_envs.envs.expert_routing import ExpertRoutingEnv, ModelProfile
 from cost_envs.envs.toolbench import toolbench_pool
 from cost_envs.prices import PriceTable, default_price_table
 from cost_envs.traces import detect_format, load_traces
@@ -110,25 +110,32 @@ def test_unknown_key_suggests_the_known_one() -> None:
 
 
 # ------------------------------------------------------------------ envs keep the file name
-def write_prices_without(tmp_path: Path, model: str) -> Path:
+def write_prices_without(tmp_path: Path, model: str, currency: str = "USD") -> Path:
     data = price_dict()
+    data["currency"] = currency
     data["models"] = [m for m in data["models"] if m["name"] != model]
     path = tmp_path / "my_prices.yaml"
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
     return path
 
 
+# A user table is merged onto the shipped one, so a model is missing only when neither has
+# it: a model of the user's own, or any model with a table in another currency (not merged).
 def test_price_table_file_missing_a_model_is_named_by_expert_routing(tmp_path: Path) -> None:
     path = write_prices_without(tmp_path, "o3")
-    raises_naming(lambda: ExpertRoutingEnv(prices=path), "ExpertRouting-v0: prices",
-                  "['o3']", str(path))
-    raises_naming(lambda: gym.make("cost_envs/ExpertRouting-v0", prices=str(path)), str(path))
+    assert ExpertRoutingEnv(prices=path).price_table["o3"] == default_price_table()["o3"]
+    stranger = ModelProfile("gpt-5", skill=0.9, sharpness=5.0, trust=2.0, output_tokens=300)
+    raises_naming(lambda: ExpertRoutingEnv(prices=path, experts=["o3", stranger]),
+                  "ExpertRouting-v0: prices", "['gpt-5']", str(path))
+    path = write_prices_without(tmp_path, "o3", currency="EUR")
+    raises_naming(lambda: gym.make("cost_envs/ExpertRouting-v0", prices=str(path)), str(path),
+                  "['o3']")
 
 
 def test_price_table_file_missing_a_model_is_named_by_agentic_routing(tmp_path: Path) -> None:
     path = write_prices_without(tmp_path, "gpt-4.1")
-    raises_naming(lambda: AgenticRoutingEnv(prices=path), "AgenticRouting-v0",
-                  "['gpt-4.1']", str(path))
+    raises_naming(lambda: AgenticRoutingEnv(prices=path, large="my-large"), "AgenticRouting-v0",
+                  "['my-large']", str(path))
 
 
 def test_price_table_file_the_large_model_undercuts_is_named(tmp_path: Path) -> None:
@@ -139,7 +146,7 @@ def test_price_table_file_the_large_model_undercuts_is_named(tmp_path: Path) -> 
 
 
 def test_price_table_file_missing_a_model_is_named_by_trace_routing(tmp_path: Path) -> None:
-    path = write_prices_without(tmp_path, "gpt-4.1-nano")
+    path = write_prices_without(tmp_path, "gpt-4.1-nano", currency="EUR")
     raises_naming(lambda: gym.make("cost_envs/TraceRouting-v0", prices=path),
                   "TraceRouting-v0", "['gpt-4.1-nano']", str(path))
 

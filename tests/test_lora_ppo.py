@@ -197,5 +197,6 @@ def test_train_applies_ppo_overrides_and_refuses_unknown_ones() -> None:
     trained = training.train(ENV_ID, "ppo", timesteps=1, ppo={"n_steps": 128,
                                                              "learning_rate": 1e-3})
     assert trained.timesteps == 128  # one whole rollout of the overridden length
-    with pytest.raises(ValueError, match=r"ppo: unknown settings \['n_step'\]"):
+    with pytest.raises(ValueError, match=r"ppo: unknown hyperparameter\(s\) \['n_step'\] "
+                       r"for ppo; valid: .*'n_steps'"):
         training.train(ENV_ID, "ppo", timesteps=1, ppo={"n_step": 128})

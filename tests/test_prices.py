@@ -350,13 +350,47 @@ def test_wrong_suffix(tmp_path: Path, name: str) -> None:
 # ------------------------------------------------------------------------ coerce_prices
 def test_coerce_prices_accepts_every_documented_form(tmp_path: Path) -> None:
     data = table_dict()
-    expected = PriceTable.from_dict(data)
-    assert coerce_prices(expected) is expected
-    assert coerce_prices(data) == expected
+    table = PriceTable.from_dict(data)
+    assert coerce_prices(table) is table  # an object is used exactly as it is
+    merged = table.over(default_price_table())
+    assert coerce_prices(data) == merged
     path = write_table(tmp_path / "p.yaml", data)
-    assert coerce_prices(path) == expected
-    assert coerce_prices(str(path)) == expected
+    assert coerce_prices(path) == merged
+    assert coerce_prices(str(path)) == merged
     assert coerce_prices(None) == default_price_table()
+
+
+# ----------------------------------------------------- user tables merge onto the shipped
+def test_a_user_table_overrides_only_the_models_it_lists(tmp_path: Path) -> None:
+    shipped = default_price_table()
+    path = write_table(tmp_path / "mine.yaml", {"models": [
+        {"name": "o3", "input": 1.0, "output": 4.0, "source": "mine", "date": "2026-01-01"},
+        {"name": "my-model", "input": 0.5, "output": 0.5, "source": "mine",
+         "date": "2026-01-01"}]})
+    merged = coerce_prices(path)
+    assert merged.names == (*shipped.names, "my-model")  # shipped order, new ones after
+    assert (merged["o3"].input, merged["o3"].output, merged["o3"].reasoning) == (1.0, 4.0, None)
+    assert merged["o3"].reasoning_price == 4.0  # replaced whole: nothing inherited
+    for name in shipped.names:
+        if name != "o3":
+            assert merged[name] == shipped[name]
+    assert merged.source == str(path)  # errors about the merged table name the user's file
+
+
+def test_a_bad_entry_of_a_partial_table_names_file_model_and_field(tmp_path: Path) -> None:
+    path = write_table(tmp_path / "mine.yaml", {"models": [
+        {"name": "o3", "input": -2.0, "output": 8.0, "source": "s", "date": "2026-01-01"}]})
+    with pytest.raises(ValueError, match=re.escape(f"{path}: models[0]: model 'o3': input")):
+        coerce_prices(path)
+
+
+def test_a_table_in_another_currency_is_not_merged() -> None:
+    data = table_dict()
+    data["currency"] = "EUR"
+    table = coerce_prices(data)
+    assert table.names == ("small", "large", "reasoner")
+    with pytest.raises(ValueError, match="currency 'EUR' differs from 'USD'"):
+        PriceTable.from_dict(data).over(default_price_table())
 
 
 @pytest.mark.parametrize("value", [42, 1.5, ["small"], ("a",), b"prices.yaml", object()])

@@ -17,7 +17,7 @@ import pytest
 import cost_envs
 from cost_envs.envs import trace_routing
 from cost_envs.envs.trace_routing import TraceRoutingEnv, TraceTask
-from cost_envs.prices import default_price_table
+from cost_envs.prices import PriceTable, default_price_table
 from cost_envs.traces import (
     TraceDataset,
     dataset_from_records,
@@ -311,8 +311,9 @@ def test_minilm_features_in_the_observation(monkeypatch: pytest.MonkeyPatch) -> 
         ({"cascade": "yes"}, "cascade: expected True or False, got 'yes'"),
         ({"data": 42}, "data: expected a TraceDataset, a path or None, got int"),
         ({"models": ["o3", "gpt-5"]}, r"models: \['gpt-5'\] not in the data"),
-        ({"prices": {"models": [{"name": "o3", "input": 1, "output": 1, "source": "s",
-                                 "date": "2025-01-01"}]}},
+        ({"prices": PriceTable.from_dict(  # a table object is not merged onto the shipped
+            {"models": [{"name": "o3", "input": 1, "output": 1, "source": "s",
+                         "date": "2025-01-01"}]})},
          r"no price for model\(s\) \['gpt-4.1-nano', 'gpt-4.1'\]"),
     ],
 )

