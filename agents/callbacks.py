@@ -23,8 +23,9 @@ They go through ``self.logger``, so they land in TensorBoard, CSV and stdout bes
 own keys, except ``rollout/success_rate`` when SB3 logs it itself: every cost-envs env
 puts ``is_success`` in its final info, so SB3 computes it over the model's
 ``stats_window_size`` (100, like ``window``'s default) and one writer owns the key; with
-another ``window`` the logger's value is SB3's and the callback's is in the history. The same values are appended to :attr:`CostMetricsCallback.history` with the
-step count, which is what the learning-curve figures plot.
+another ``window`` the logger's value is SB3's and the callback's is in the history.
+The same values are appended to :attr:`CostMetricsCallback.history` with the step count,
+which is what the learning-curve figures plot.
 """
 
 from __future__ import annotations
