@@ -238,12 +238,8 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
     * ``prices``: a :class:`cost_envs.prices.PriceTable`, its dict form or a file path;
       default the packaged table. It must price the controller and every expert.
     * ``max_rounds``: consultation rounds per question (1-8, default 3).
-    * ``reward_weights``: :class:`RewardWeights` or a mapping.
-    * ``render_mode``: ``None`` or ``"ansi"``.
-    * ``budget``, ``on_exceed`` (``gym.make`` arguments): a per-episode spend cap,
-      :class:`~cost_envs.wrappers.HardBudget` built inside the env ``gym.make`` returns so
-      that a ``Monitor`` stacked on it (SB3's ``make_vec_env``, rl-zoo3) sees every
-      episode: ``gym.make("cost_envs/ExpertRouting-v0", budget=0.015, on_exceed="truncate")``.
+    * ``reward_weights``: :class:`RewardWeights` or a mapping; ``render_mode``: ``"ansi"``.
+    * ``budget``, ``on_exceed``: HardBudget built by ``gym.make`` (:mod:`cost_envs.registration`).
 
     ## Fixed rules
 

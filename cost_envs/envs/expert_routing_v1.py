@@ -172,10 +172,7 @@ class ExpertRoutingV1Env(ExpertRoutingEnv):
     v0's: ``profile``, ``experts``, ``prices``, ``max_rounds``, ``reward_weights``,
     ``render_mode``.
 
-    * ``budget``, ``on_exceed`` (``gym.make`` arguments): a per-episode spend cap,
-      :class:`~cost_envs.wrappers.HardBudget` built inside the env ``gym.make`` returns so
-      that a ``Monitor`` stacked on it (SB3's ``make_vec_env``, rl-zoo3) sees every
-      episode: ``gym.make("cost_envs/ExpertRouting-v1", budget=0.015, on_exceed="truncate")``.
+    * ``budget``, ``on_exceed``: HardBudget built by ``gym.make`` (:mod:`cost_envs.registration`).
 
     ## Fixed rules
 

@@ -133,10 +133,7 @@ class FlightPlannerV1Env(FlightPlannerEnv):
       or a JSON/YAML path. Default: :func:`flight_planner_pool`.
     * ``reward_weights``: :class:`RewardWeights` or a mapping.
     * ``render_mode``: ``None`` or ``"ansi"``.
-    * ``budget``, ``on_exceed`` (``gym.make`` arguments): a per-episode spend cap,
-      :class:`~cost_envs.wrappers.HardBudget` built inside the env ``gym.make`` returns so
-      that a ``Monitor`` stacked on it (SB3's ``make_vec_env``, rl-zoo3) sees every
-      episode: ``gym.make("cost_envs/FlightPlanner-v1", budget=0.1, on_exceed="truncate")``.
+    * ``budget``, ``on_exceed``: HardBudget built by ``gym.make`` (:mod:`cost_envs.registration`).
 
     ## Fixed rules
 

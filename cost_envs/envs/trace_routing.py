@@ -206,10 +206,7 @@ class TraceRoutingEnv(OrchestrationEnv[TraceTask]):
     * ``cascade``: two-step episodes revealing the cheapest called model's answer.
     * ``reward_weights``: :class:`RewardWeights` or a mapping.
     * ``render_mode``: ``None`` or ``"ansi"``.
-    * ``budget``, ``on_exceed`` (``gym.make`` arguments): a per-episode spend cap,
-      :class:`~cost_envs.wrappers.HardBudget` built inside the env ``gym.make`` returns so
-      that a ``Monitor`` stacked on it (SB3's ``make_vec_env``, rl-zoo3) sees every
-      episode: ``gym.make("cost_envs/TraceRouting-v0", budget=0.002, on_exceed="truncate")``.
+    * ``budget``, ``on_exceed``: HardBudget built by ``gym.make`` (:mod:`cost_envs.registration`).
 
     ## Fixed rules
 
