@@ -55,7 +55,10 @@ class HardBudget(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArg
     that the hard cap follows each episode's tier.
 
     The wrapper must sit directly on the env whose ``pool`` prices the action (or on
-    wrappers that do not change actions or costs).
+    wrappers that do not change actions or costs). ``gym.make(id, budget=...,
+    on_exceed=...)`` builds it there, inside the made env, so that wrappers stacked on top
+    (SB3's ``Monitor`` in ``make_vec_env``, rl-zoo3's) see the episodes it cuts short;
+    ``make_vec_env(..., wrapper_class=HardBudget)`` would put it above the ``Monitor``.
 
     Example:
         >>> import gymnasium as gym
