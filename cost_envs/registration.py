@@ -3,10 +3,14 @@
 Every id is registered with an :class:`EnvFactory` as its entry point (a string such as
 ``"cost_envs.registration:make_ToolBench_v0"``, so the spec stays serialisable). Without a
 budget the factory builds exactly the env class, so ``gym.make(id)`` is the env it always
-was. With one, the budget wrapper is built *inside* the env ``gym.make`` returns::
+was. With one, the budget wrapper is built *inside* the env ``gym.make`` returns:
 
-    env = gym.make("cost_envs/ToolBench-v0", budget=0.2, on_exceed="truncate")
-    # PassiveEnvChecker -> OrderEnforcing -> HardBudget -> ToolBenchEnv
+    >>> import gymnasium as gym
+    >>> import cost_envs
+    >>> gym.make("cost_envs/ToolBench-v0", budget=0.2, on_exceed="truncate")
+    <OrderEnforcing<PassiveEnvChecker<HardBudget<ToolBenchEnv<cost_envs/ToolBench-v0>>>>>
+    >>> gym.make("cost_envs/ToolBench-v0")
+    <OrderEnforcing<PassiveEnvChecker<ToolBenchEnv<cost_envs/ToolBench-v0>>>>
 
 Why inside: anything a user or library stacks on the made env then sees every episode
 end, including those the budget cuts short. SB3's ``make_vec_env(id, env_kwargs=...)``
