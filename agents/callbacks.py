@@ -20,8 +20,12 @@ key                             value
 ==============================  ===================================================
 
 They go through ``self.logger``, so they land in TensorBoard, CSV and stdout beside SB3's
-own keys. The same values are appended to :attr:`CostMetricsCallback.history` with the
-step count, which is what the learning-curve figures plot.
+own keys, except ``rollout/success_rate`` when SB3 logs it itself: every cost-envs env
+puts ``is_success`` in its final info, so SB3 computes it over the model's
+``stats_window_size`` (100, like ``window``'s default) and one writer owns the key; with
+another ``window`` the logger's value is SB3's and the callback's is in the history.
+The same values are appended to :attr:`CostMetricsCallback.history` with the step count,
+which is what the learning-curve figures plot.
 """
 
 from __future__ import annotations
@@ -96,6 +100,8 @@ class CostMetricsCallback(BaseCallback):
         }
         for name, ratio in zip(self.agent_names, summary["call_ratio"], strict=True):
             values[f"cost/call_ratio/{name}"] = float(ratio)
+        sb3_logs_success = len(self.model.ep_success_buffer) > 0  # from info["is_success"]
         for key, value in values.items():
-            self.logger.record(key, value)
+            if not (key == "rollout/success_rate" and sb3_logs_success):
+                self.logger.record(key, value)
         self.history.append({"timesteps": self.num_timesteps, **values})

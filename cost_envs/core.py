@@ -365,6 +365,9 @@ class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
     def _final_info(self, outcome: Outcome) -> dict[str, Any]:
         return {
             "success": bool(outcome.success),
+            # SB3's own success logging (the success rate in its logger, rl-zoo3's
+            # evaluation) reads this key at episode ends; every final info has it.
+            "is_success": bool(outcome.success),
             "quality": float(outcome.quality),
             "episode_cost": self._episode_cost,
             "episode_flops": self._episode_flops,

@@ -7,7 +7,7 @@ import importlib
 
 import pytest
 
-MODULES = ["cost_envs.wrappers.budget", "cost_envs.wrappers.limits"]
+MODULES = ["cost_envs.wrappers.budget", "cost_envs.wrappers.limits", "cost_envs.registration"]
 
 
 @pytest.mark.parametrize("name", MODULES)

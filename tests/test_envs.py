@@ -26,13 +26,14 @@ from conftest import (
     random_actions,
     run_episodes,
 )
+from gymnasium.envs.registration import load_env_creator
 from gymnasium.error import ResetNeeded
 from gymnasium.utils.env_checker import check_env as gym_check_env
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 import cost_envs
 
-FINAL_KEYS = {"success", "quality", "episode_cost", "episode_flops"}
+FINAL_KEYS = {"success", "is_success", "quality", "episode_cost", "episode_flops"}
 
 
 def n_agents(env: gym.Env) -> int:
@@ -70,7 +71,11 @@ def relevant(record: list[warnings.WarningMessage]) -> list[str]:
 # ----------------------------------------------------------------------------- checkers
 def test_ids_are_namespaced_and_versioned(env_id: str) -> None:
     assert re.fullmatch(r"cost_envs/[A-Z][A-Za-z0-9]*-v\d+", env_id)
-    assert gym.spec(env_id).entry_point == cost_envs.ENV_IDS[env_id]
+    # the entry point is the id's factory (budgets as a gym.make argument), building the
+    # env class ENV_IDS names
+    factory = load_env_creator(gym.spec(env_id).entry_point)
+    assert factory.env_class is load_env_creator(cost_envs.ENV_IDS[env_id])
+    assert type(gym.make(env_id).unwrapped) is factory.env_class
 
 
 def test_gymnasium_check_env(env_id: str) -> None:
@@ -183,6 +188,7 @@ def test_info_contract(env_id: str) -> None:
                 expected = weights(False, 0.0, info["cost"], int(action.sum()))
             else:
                 assert type(info["success"]) is bool
+                assert info["is_success"] is info["success"]  # SB3's success logging key
                 assert type(info["quality"]) is float and 0.0 <= info["quality"] <= 10.0
                 assert info["episode_cost"] == pytest.approx(math.fsum(step_costs), rel=1e-12)
                 assert info["episode_flops"] == pytest.approx(math.fsum(step_flops), rel=1e-12)

@@ -251,7 +251,10 @@ def test_env_kwargs_must_be_arguments_of_the_env(saved, tmp_path):
 
 
 def test_env_arguments_are_read_from_the_registered_constructor():
-    assert env_arguments(FLIGHT) == {"pool", "reward_weights", "render_mode"}
+    # budget and on_exceed: the registered factory's (cost_envs.registration), env arguments
+    # like the class's own, so a model trained under a budget records it
+    assert env_arguments(FLIGHT) == {"pool", "reward_weights", "render_mode", "budget",
+                                     "on_exceed"}
     assert "pool_size" in env_arguments("cost_envs/ToolBench-v0")
     assert "render_mode" in GYM_MAKE_OPTIONS  # an argument, but the viewer's, not a model's
 

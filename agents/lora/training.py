@@ -22,7 +22,8 @@ for the adapter.
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,10 @@ from cost_envs.config import integer
 #: PPO settings shared by ``ppo`` and ``lora-ppo`` (the paper's A.4).
 PPO_SETTINGS: dict[str, Any] = {"n_steps": 512, "batch_size": 64, "gae_lambda": 0.95,
                                 "clip_range": 0.2, "ent_coef": 0.01, "vf_coef": 0.5}
+#: Torch threads :func:`train` uses by default: the networks are a few 64-wide layers and
+#: batches of 64, where one thread is fastest (issue #13: torch's default of one thread per
+#: core trained 4-12x slower on 2 cores); parallel runs go in separate processes instead.
+DEFAULT_TORCH_THREADS = 1
 #: What ``train(ppo=...)`` may override: SB3 ``PPO``'s hyperparameters, read from its
 #: signature (:mod:`agents.lora.ppo_args`). Anything else is an error, never ignored.
 PPO_OVERRIDES = frozenset(PPO_ARGUMENTS)
@@ -124,6 +129,7 @@ def train(
     progress_bar: bool = False,
     verbose: int = 0,
     ppo: Mapping[str, Any] | None = None,
+    torch_threads: int | None = DEFAULT_TORCH_THREADS,
 ) -> TrainedAllocator:
     """Train ``method`` on ``env_id`` (module docstring) and return the allocator.
 
@@ -142,42 +148,49 @@ def train(
         ppo: Overrides of :data:`PPO_SETTINGS` and the learning rate for ``ppo`` and
             ``lora-ppo`` (keys of :data:`PPO_OVERRIDES`, and for ``lora-ppo`` those of
             :data:`LORA_PPO_OVERRIDES`); ``None`` keeps the paper's.
+        torch_threads: Torch's intra-op threads while training, restored afterwards.
+            Default 1 (:data:`DEFAULT_TORCH_THREADS`): these networks are so small that
+            torch's default (one thread per core) spends more time synchronising threads
+            than computing. ``None`` leaves torch's setting alone.
     """
     if method not in METHODS:
         raise ValueError(f"method: expected one of {list(METHODS)}, got {method!r}")
     integer(timesteps, "timesteps", minimum=1)
     integer(seed, "seed", minimum=0)
+    if torch_threads is not None:
+        integer(torch_threads, "torch_threads", minimum=1)
     settings = ppo_settings(ppo, method)
     kwargs = _json_env_kwargs(env_kwargs or {})
     base_path = _base_path(env_id, base) if method != "ppo" else None
-    set_random_seed(seed)
-    env = gym.make(env_id, **kwargs)
-    callback = CostMetricsCallback()
-    learn = {"callback": callback, "progress_bar": progress_bar,
-             "tb_log_name": method}
-    common = {"device": "cpu", "verbose": verbose, "tensorboard_log":
-              None if tensorboard_log is None else str(tensorboard_log)}
-    if method == "ppo":
-        model = PPO(AllocatorPolicy, env, policy_kwargs={"lora_rank": None},
-                    **settings, **common)
-    else:
-        policy = policy_for(env, base=base_path)
-        traces = traces_for(env, supervised, seed=TRACE_TASK_SEED + seed,
-                            progress=progress_bar)
-        train_supervised(policy, traces, relative_costs(env), supervised, seed=seed,
-                         progress=progress_bar)
-        if method == "lora":
-            env.close()
-            return TrainedAllocator(policy, env_id, kwargs, method, seed, 0, base)
-        model = LoraGuidedPPO.from_supervised(policy, env, **settings, **common)
-    if tensorboard_log is None:
-        quiet_logger(model, verbose)
-    model.get_env().seed(TRAIN_TASK_SEED + seed)
-    model.learn(timesteps, **learn)
-    env.close()
-    # SB3 finishes the rollout it is in, so the steps taken can exceed ``timesteps``.
-    return TrainedAllocator(model.policy, env_id, kwargs, method, seed, model.num_timesteps,
-                            base if method != "ppo" else None, callback.history)
+    with threads(torch_threads):
+        set_random_seed(seed)
+        env = gym.make(env_id, **kwargs)
+        callback = CostMetricsCallback()
+        learn = {"callback": callback, "progress_bar": progress_bar,
+                 "tb_log_name": method}
+        common = {"device": "cpu", "verbose": verbose, "tensorboard_log":
+                  None if tensorboard_log is None else str(tensorboard_log)}
+        if method == "ppo":
+            model = PPO(AllocatorPolicy, env, policy_kwargs={"lora_rank": None},
+                        **settings, **common)
+        else:
+            policy = policy_for(env, base=base_path)
+            traces = traces_for(env, supervised, seed=TRACE_TASK_SEED + seed,
+                                progress=progress_bar)
+            train_supervised(policy, traces, relative_costs(env), supervised, seed=seed,
+                             progress=progress_bar)
+            if method == "lora":
+                env.close()
+                return TrainedAllocator(policy, env_id, kwargs, method, seed, 0, base)
+            model = LoraGuidedPPO.from_supervised(policy, env, **settings, **common)
+        if tensorboard_log is None:
+            quiet_logger(model, verbose)
+        model.get_env().seed(TRAIN_TASK_SEED + seed)
+        model.learn(timesteps, **learn)
+        env.close()
+        # SB3 finishes the rollout it is in, so the steps taken can exceed ``timesteps``.
+        return TrainedAllocator(model.policy, env_id, kwargs, method, seed, model.num_timesteps,
+                                base if method != "ppo" else None, callback.history)
 
 
 def ppo_settings(overrides: Mapping[str, Any] | None, method: str) -> dict[str, Any]:
@@ -201,5 +214,19 @@ def quiet_logger(model: Any, verbose: int = 0) -> None:
 
 
 def configure_torch_threads() -> None:
-    """One torch thread: on 2 cores, runs go in parallel processes instead."""
-    torch.set_num_threads(1)
+    """:data:`DEFAULT_TORCH_THREADS` for the whole process (the CLI's and experiments')."""
+    torch.set_num_threads(DEFAULT_TORCH_THREADS)
+
+
+@contextmanager
+def threads(n: int | None) -> Iterator[None]:
+    """Torch's intra-op thread count set to ``n`` inside the block (``None``: unchanged)."""
+    if n is None:
+        yield
+        return
+    previous = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)

@@ -233,6 +233,7 @@ class AgenticRoutingEnv(OrchestrationEnv[AgenticTask]):
       reasoning model (``o3``) as ``large`` is billed as if it did not reason.
     * ``reward_weights``: :class:`RewardWeights` or a mapping.
     * ``render_mode``: ``None`` or ``"ansi"``.
+    * ``budget``, ``on_exceed``: HardBudget built by ``gym.make`` (:mod:`cost_envs.registration`).
 
     ## Fixed rules
 

@@ -238,8 +238,8 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
     * ``prices``: a :class:`cost_envs.prices.PriceTable`, its dict form or a file path
       (merged onto the packaged table, the default); must price the controller and experts.
     * ``max_rounds``: consultation rounds per question (1-8, default 3).
-    * ``reward_weights``: :class:`RewardWeights` or a mapping.
-    * ``render_mode``: ``None`` or ``"ansi"``.
+    * ``reward_weights``: :class:`RewardWeights` or a mapping; ``render_mode``: ``"ansi"``.
+    * ``budget``, ``on_exceed``: HardBudget built by ``gym.make`` (:mod:`cost_envs.registration`).
 
     ## Fixed rules
 

@@ -172,6 +172,8 @@ class ExpertRoutingV1Env(ExpertRoutingEnv):
     v0's: ``profile``, ``experts``, ``prices``, ``max_rounds``, ``reward_weights``,
     ``render_mode``.
 
+    * ``budget``, ``on_exceed``: HardBudget built by ``gym.make`` (:mod:`cost_envs.registration`).
+
     ## Fixed rules
 
     Coinciding wrong answers make agreement a weaker signal, but a fixed rule still

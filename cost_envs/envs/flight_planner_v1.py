@@ -133,6 +133,7 @@ class FlightPlannerV1Env(FlightPlannerEnv):
       or a JSON/YAML path. Default: :func:`flight_planner_pool`.
     * ``reward_weights``: :class:`RewardWeights` or a mapping.
     * ``render_mode``: ``None`` or ``"ansi"``.
+    * ``budget``, ``on_exceed``: HardBudget built by ``gym.make`` (:mod:`cost_envs.registration`).
 
     ## Fixed rules
 

@@ -203,6 +203,7 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
     * ``f1_threshold``: answer F1 needed for success (default 0.6).
     * ``reward_weights``: :class:`RewardWeights` or a mapping.
     * ``render_mode``: ``None`` or ``"ansi"``.
+    * ``budget``, ``on_exceed``: HardBudget built by ``gym.make`` (:mod:`cost_envs.registration`).
 
     ## Fixed rules
 

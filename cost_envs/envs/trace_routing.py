@@ -207,6 +207,7 @@ class TraceRoutingEnv(OrchestrationEnv[TraceTask]):
     * ``cascade``: two-step episodes revealing the cheapest called model's answer.
     * ``reward_weights``: :class:`RewardWeights` or a mapping.
     * ``render_mode``: ``None`` or ``"ansi"``.
+    * ``budget``, ``on_exceed``: HardBudget built by ``gym.make`` (:mod:`cost_envs.registration`).
 
     ## Fixed rules
 

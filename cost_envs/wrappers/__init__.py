@@ -2,7 +2,9 @@
 
 Put ``HardBudget`` and ``StepLimit`` directly on the environment, below accounting
 wrappers such as ``CostAccounting``: a budget truncation does not step the wrappers
-beneath it, so they would not see the episode end.
+beneath it, so they would not see the episode end. ``gym.make(id, budget=...,
+on_exceed=...)`` builds ``HardBudget`` in that place, inside the made env
+(:mod:`cost_envs.registration`).
 """
 
 from cost_envs.wrappers.accounting import CostAccounting

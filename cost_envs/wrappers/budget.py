@@ -55,7 +55,10 @@ class HardBudget(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArg
     that the hard cap follows each episode's tier.
 
     The wrapper must sit directly on the env whose ``pool`` prices the action (or on
-    wrappers that do not change actions or costs).
+    wrappers that do not change actions or costs). ``gym.make(id, budget=...,
+    on_exceed=...)`` builds it there, inside the made env, so that wrappers stacked on top
+    (SB3's ``Monitor`` in ``make_vec_env``, rl-zoo3's) see the episodes it cuts short;
+    ``make_vec_env(..., wrapper_class=HardBudget)`` would put it above the ``Monitor``.
 
     Example:
         >>> import gymnasium as gym
@@ -90,12 +93,7 @@ class HardBudget(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArg
     """
 
     def __init__(self, env: gym.Env[Any, Any], budget: float, on_exceed: str = "mask") -> None:
-        _check_budget(budget, "budget")
-        if on_exceed not in ON_EXCEED_MODES:
-            raise ValueError(
-                f"HardBudget: on_exceed: expected one of {list(ON_EXCEED_MODES)}, "
-                f"got {on_exceed!r}"
-            )
+        check_budget_args(budget, on_exceed)
         gym.utils.RecordConstructorArgs.__init__(self, budget=budget, on_exceed=on_exceed)
         gym.Wrapper.__init__(self, env)
         base = env.unwrapped
@@ -265,3 +263,17 @@ def _copy(obs: Any) -> Any:
 
 def _check_budget(budget: Any, what: str) -> None:
     number(budget, what, minimum=0, where="HardBudget")
+
+
+def check_budget_args(budget: Any, on_exceed: Any) -> None:
+    """Check :class:`HardBudget`'s arguments without building it (``gym.make`` checks early).
+
+    Raises:
+        ValueError: ``budget`` is not a finite number >= 0, or ``on_exceed`` is not one of
+            :data:`ON_EXCEED_MODES`; the message names the bad value.
+    """
+    _check_budget(budget, "budget")
+    if on_exceed not in ON_EXCEED_MODES:
+        raise ValueError(
+            f"HardBudget: on_exceed: expected one of {list(ON_EXCEED_MODES)}, got {on_exceed!r}"
+        )

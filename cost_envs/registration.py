@@ -1,0 +1,129 @@
+"""Registration: every id's entry point, with budgets as a ``gym.make`` argument.
+
+Every id is registered with an :class:`EnvFactory` as its entry point (a string such as
+``"cost_envs.registration:make_ToolBench_v0"``, so the spec stays serialisable). Without a
+budget the factory builds exactly the env class, so ``gym.make(id)`` is the env it always
+was. With one, the budget wrapper is built *inside* the env ``gym.make`` returns:
+
+    >>> import gymnasium as gym
+    >>> import cost_envs
+    >>> gym.make("cost_envs/ToolBench-v0", budget=0.2, on_exceed="truncate")
+    <OrderEnforcing<PassiveEnvChecker<HardBudget<ToolBenchEnv<cost_envs/ToolBench-v0>>>>>
+    >>> gym.make("cost_envs/ToolBench-v0")
+    <OrderEnforcing<PassiveEnvChecker<ToolBenchEnv<cost_envs/ToolBench-v0>>>>
+
+Why inside: anything a user or library stacks on the made env then sees every episode
+end, including those the budget cuts short. SB3's ``make_vec_env(id, env_kwargs=...)``
+and rl-zoo3 put their ``Monitor`` directly on the made env, above the budget, so
+``ep_rew_mean``, the monitor CSVs and the success rate count budget-truncated episodes.
+``make_vec_env(..., wrapper_class=HardBudget)`` instead puts the budget above the
+``Monitor``, which then never sees the episodes the budget ends.
+
+The budget is part of the spec's ``kwargs`` and the wrapper part of its
+``additional_wrappers`` (Gymnasium's "entry points can add their own wrappers"), so
+``gym.make(env.spec)`` rebuilds the same stack once, and ``env_arguments`` style
+introspection (``inspect.signature`` of the entry point) lists ``budget`` and
+``on_exceed`` beside the env class's own arguments.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any
+
+import gymnasium as gym
+from gymnasium.envs.registration import load_env_creator, register, registry
+
+from cost_envs.wrappers.budget import HardBudget, check_budget_args
+
+#: Registered ids and their env classes; tests are generated from this registry.
+ENV_IDS = {
+    "cost_envs/FlightPlanner-v0": "cost_envs.envs.flight_planner:FlightPlannerEnv",
+    "cost_envs/FlightPlanner-v1": "cost_envs.envs.flight_planner_v1:FlightPlannerV1Env",
+    "cost_envs/ToolBench-v0": "cost_envs.envs.toolbench:ToolBenchEnv",
+    "cost_envs/ExpertRouting-v0": "cost_envs.envs.expert_routing:ExpertRoutingEnv",
+    "cost_envs/ExpertRouting-v1": "cost_envs.envs.expert_routing_v1:ExpertRoutingV1Env",
+    "cost_envs/AgenticRouting-v0": "cost_envs.envs.agentic_routing:AgenticRoutingEnv",
+    "cost_envs/TraceRouting-v0": "cost_envs.envs.trace_routing:TraceRoutingEnv",
+}
+
+#: The ``gym.make`` arguments the factory takes itself; everything else goes to the env.
+BUDGET_ARGUMENTS = ("budget", "on_exceed")
+
+
+class EnvFactory:
+    """The entry point of one id: the env class, under ``HardBudget`` when a budget is given.
+
+    Args:
+        target: The env class as ``"module:Class"`` (imported on first use).
+    """
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+
+    @functools.cached_property
+    def env_class(self) -> type[gym.Env[Any, Any]]:
+        """The env class this factory builds."""
+        return load_env_creator(self.target)  # type: ignore[return-value]
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The env class's metadata: ``gym.make`` reads it to check ``render_mode``."""
+        return self.env_class.metadata
+
+    @property
+    def __signature__(self) -> inspect.Signature:
+        """The env class's arguments plus the keyword-only ``budget`` and ``on_exceed``."""
+        parameters = list(inspect.signature(self.env_class).parameters.values())
+        extra = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None)
+                 for name in BUDGET_ARGUMENTS]
+        at = next((i for i, p in enumerate(parameters)
+                   if p.kind is inspect.Parameter.VAR_KEYWORD), len(parameters))
+        return inspect.Signature(parameters[:at] + extra + parameters[at:])
+
+    def __call__(self, *, budget: float | None = None, on_exceed: str | None = None,
+                 **kwargs: Any) -> gym.Env[Any, Any]:
+        """Build the env; wrap it in ``HardBudget(budget, on_exceed)`` when ``budget`` is set.
+
+        Args:
+            budget: Money an episode may spend (finite, ``>= 0``); ``None``: no budget.
+            on_exceed: ``"mask"`` (the default under a budget) or ``"truncate"``, see
+                :class:`~cost_envs.wrappers.HardBudget`; only with ``budget``.
+            **kwargs: The env class's own arguments.
+
+        Returns:
+            The env, or ``HardBudget`` around it.
+
+        Raises:
+            ValueError: A bad ``budget`` or ``on_exceed`` (checked before the env is
+                built), or ``on_exceed`` without ``budget``.
+        """
+        if budget is None:
+            if on_exceed is not None:
+                raise ValueError(f"{self.target}: on_exceed={on_exceed!r} needs a budget; "
+                                 "expected budget=<money per episode> beside it")
+            return self.env_class(**kwargs)
+        mode = "mask" if on_exceed is None else on_exceed
+        check_budget_args(budget, mode)
+        return HardBudget(self.env_class(**kwargs), budget=budget, on_exceed=mode)
+
+    def __repr__(self) -> str:
+        return f"EnvFactory({self.target!r})"
+
+
+def factory_name(env_id: str) -> str:
+    """The module attribute holding ``env_id``'s factory: ``make_ToolBench_v0``."""
+    return "make_" + env_id.split("/")[-1].replace("-", "_")
+
+
+#: One factory per id, also module attributes so that entry points are plain strings.
+FACTORIES = {env_id: EnvFactory(target) for env_id, target in ENV_IDS.items()}
+globals().update({factory_name(env_id): factory for env_id, factory in FACTORIES.items()})
+
+
+def register_envs() -> None:
+    """Register every id (idempotent: re-imports and reloads are harmless)."""
+    for env_id in ENV_IDS:
+        if env_id not in registry:
+            register(id=env_id, entry_point=f"{__name__}:{factory_name(env_id)}")
