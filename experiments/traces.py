@@ -243,10 +243,12 @@ def _env_cascade_check(data: TraceDataset) -> dict[str, Any]:
             "apgr": curve.apgr, "cpt_50": curve.cpt(0.5), "cpt_80": curve.cpt(0.8)}
 
 
-def _heldout(data_dir: Path, arena_dir: Path, n_resamples: int) -> dict[str, Any]:
+def heldout(data_dir: Path, arena_dir: Path, n_resamples: int, embeddings: bool = False
+            ) -> dict[str, Any]:
     """The held-out evaluations (:mod:`experiments.traces_heldout`) of every dataset found.
 
-    A dataset whose files are absent is ``{"skipped": reason}``.
+    A dataset whose files are absent is ``{"skipped": reason}``. ``embeddings`` adds the
+    MiniLM routers (the ``embeddings`` extra; ``benchmarks/routing_embeddings.py``).
     """
     loaders = {
         "gsm8k": (data_dir / GSM8K, lambda: load_traces(data_dir / GSM8K,
@@ -260,7 +262,7 @@ def _heldout(data_dir: Path, arena_dir: Path, n_resamples: int) -> dict[str, Any
         if not path.exists():
             out[name] = {"skipped": f"{path} not found"}
             continue
-        out[name] = evaluate(load(), PROTOCOLS[name], n_resamples)
+        out[name] = evaluate(load(), PROTOCOLS[name], n_resamples, embeddings=embeddings)
     return out
 
 
@@ -308,12 +310,12 @@ def report(out_dir: Path, scale: str, data_dir: Path, arena_dir: Path | None = N
         for path in sorted((data_dir / MMLU_DIR).glob("mmlu_*.csv"))]
     env_rows = None if smoke else _env_table(data)
     env_cascade = None if smoke else _env_cascade_check(data)
-    heldout = _heldout(data_dir, arena_dir, 200 if smoke else 1000)
+    held_out = heldout(data_dir, arena_dir, 200 if smoke else 1000)
     seconds = time.perf_counter() - start
     text = markdown(gsm, mmlu, robustness, env_rows, scale, n_resamples, seconds, env_cascade,
-                    heldout)
+                    held_out)
     payload = json_ready({"scale": scale, "n_resamples": n_resamples, "seconds": seconds,
-                           "heldout": heldout,
+                           "heldout": held_out,
                            "gsm8k": gsm, "gsm8k_other_splits": robustness, "mmlu": mmlu,
                            "trace_routing_env": env_rows,
                            "trace_routing_env_cascade_check": env_cascade})

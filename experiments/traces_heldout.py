@@ -4,10 +4,12 @@ For each dataset (:data:`PROTOCOLS`): GSM8K split by query (one seeded half spli
 shipped MMLU subjects held out one at a time (leave-one-subject-out: 4 folds by group),
 RouterArena's domains held out in 5 folds by group. In every fold each router of
 :data:`agents.routing.routers.ROUTERS` (logistic, kNN, the cascade where the weak
-model's answers are logged, and their MiniLM variants when the ``embeddings`` extra is
-installed) is fitted on the training queries, its threshold calibrated on the *training*
-scores for a strong-call share of :data:`TARGET_SHARE`
-(:func:`agents.routing.calibration.calibrate_share`), and the held-out queries routed.
+model's answers are logged, and with ``embeddings=True`` their MiniLM variants: the
+``embeddings`` extra, compared by ``benchmarks/routing_embeddings.py``, not by the
+report, whose numbers must not depend on an optional package) is fitted on the training
+queries, its threshold calibrated on the *training* scores for a strong-call share of
+:data:`TARGET_SHARE` (:func:`agents.routing.calibration.calibrate_share`), and the
+held-out queries routed.
 The out-of-fold decisions and scores are pooled (every query held out exactly once) and
 scored exactly (:func:`agents.routing.routing_eval.score_routings`): accuracy, cost and
 the test share reached, against random routing at that same share (exact, paired
@@ -156,7 +158,7 @@ def _fold_table(data: TraceDataset, splits: list[tuple[np.ndarray, np.ndarray]],
 
 
 def evaluate(data: TraceDataset, protocol: Protocol, n_resamples: int, seed: int = 0,
-             embeddings: bool | None = None) -> dict[str, Any]:
+             embeddings: bool = False) -> dict[str, Any]:
     """Every router of :func:`router_specs` held out and scored as the module doc says.
 
     Args:
@@ -164,7 +166,10 @@ def evaluate(data: TraceDataset, protocol: Protocol, n_resamples: int, seed: int
         protocol: The split.
         n_resamples: Bootstrap resamples of every interval.
         seed: Seed of the resampling.
-        embeddings: Run the MiniLM routers; ``None``: when the extra is installed.
+        embeddings: Also run the MiniLM routers (needs the ``embeddings`` extra).
+
+    Raises:
+        ValueError: With ``embeddings`` but without the extra (the reason in one line).
 
     Returns:
         A JSON-able dict: the split, the models, ``"resampled"`` and ``"units"`` (what
@@ -173,7 +178,8 @@ def evaluate(data: TraceDataset, protocol: Protocol, n_resamples: int, seed: int
         metrics with ``minus_random``, the verdict), ``"folds"``.
     """
     skip = embeddings_skip_reason()
-    embeddings = skip is None if embeddings is None else embeddings
+    if embeddings and skip is not None:
+        raise ValueError(f"embeddings: {skip}")
     weak, strong = by_cost(data, call_costs(data))
     splits = splits_of(data, protocol)
     held = np.sort(np.concatenate([test for _, test in splits]))
@@ -190,7 +196,8 @@ def evaluate(data: TraceDataset, protocol: Protocol, n_resamples: int, seed: int
         "held_out": test.n_queries, "target_share": TARGET_SHARE, "solver": solver_name(),
         "groups": None if test.groups is None else len(set(test.groups)),
         "pgr_defined": bool(test.accuracy[is_] > test.accuracy[iw]),
-        "embeddings": "run" if embeddings else f"skipped: {skip}",
+        "embeddings": "run" if embeddings else ("not run here (benchmarks/"
+                                                "routing_embeddings.py compares them)"),
         "baselines": score_routings(test, base, c, strong=strong, **kw),
         "fold_table": _fold_table(data, splits, weak, strong), "routers": {},
     }

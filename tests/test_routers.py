@@ -158,3 +158,16 @@ def test_verdict_reads_the_interval() -> None:
     assert verdict({"value": 0.1, "ci": [0.01, 0.2]}) == "beats random"
     assert verdict({"value": -0.1, "ci": [-0.2, -0.01]}) == "worse than random"
     assert verdict({"value": 0.1, "ci": [-0.01, 0.2]}) == "cannot be told apart from random"
+
+
+def test_the_report_runs_minilm_only_when_asked_and_says_why_it_cannot(monkeypatch) -> None:
+    from experiments import traces_heldout
+
+    data = dataset(120, n_groups=6)
+    protocol = Protocol("group", 3, "3 folds by group")
+    plain = evaluate(data, protocol, n_resamples=20)  # the default: never the optional extra
+    assert not any("minilm" in name for name in plain["routers"])
+    assert plain["embeddings"].startswith("not run here")
+    monkeypatch.setattr(traces_heldout, "embeddings_skip_reason", lambda: "not installed")
+    with pytest.raises(ValueError, match="embeddings: not installed"):
+        evaluate(data, protocol, n_resamples=20, embeddings=True)
