@@ -225,8 +225,7 @@ class AgenticRoutingEnv(OrchestrationEnv[AgenticTask]):
     * ``profile``: ``"alfworld"`` (default), ``"sciworld"``, ``"appworld"``, or a
       :class:`RoutingProfile` (or its dict form) for a benchmark of your own.
     * ``prices``: a :class:`~cost_envs.prices.PriceTable`, its dict form or a JSON/YAML
-      path; default the packaged table. A dict or file is merged onto the packaged table,
-      so it lists only the models whose prices it changes.
+      path, merged onto the packaged table (list only the models you change).
     * ``small``, ``large``: model names in the price table (default
       ``Qwen/Qwen2.5-7B-Instruct`` and ``gpt-4.1``). Steps are billed as the profile's
       input and output tokens only: this env models no hidden reasoning tokens, so a
