@@ -24,6 +24,7 @@ resamples, with paired differences. Only numpy is used.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -209,7 +210,7 @@ def bootstrap_aiqs(
         weights = resample_weights(rng, size, n, codes)
         total = weights.sum(axis=1, keepdims=True)
         mean_q, mean_c = (weights @ q_all) / total, (weights @ c_all) / total
-        for k, (a, b) in enumerate(zip(ends[:-1], ends[1:], strict=True)):
+        for k, (a, b) in enumerate(itertools.pairwise(ends)):
             drawn[k].extend(aiq(mc[a:b], mq[a:b], span)
                             for mc, mq in zip(mean_c, mean_q, strict=True))
     values = {name: np.array(d) for name, d in zip(points, drawn, strict=True)}
