@@ -16,10 +16,10 @@ training queries: a call's own cost is not known before it is made (its output t
 are not), so the router prices each model at its expected cost. ``cost_scale`` is the
 dearest model's, so ``lam`` is the accuracy the router gives up to save the dearest
 model's cost: ``lam = 0`` sends each query to the model most likely right, a large
-``lam`` everything to the cheapest. For a query, the chosen model's cost never rises
-with ``lam``, so sweeping ``lam`` (:meth:`MultiRouter.lams` gives the exact points where
-some decision changes) traces a cost-quality curve; :func:`sweep_metrics` reads its AIQ
-(RouterBench's area under the non-decreasing convex hull,
+``lam`` everything to the cheapest. For a query, the chosen model's price (its mean
+cost) never rises with ``lam``, so sweeping ``lam`` (:meth:`MultiRouter.lams` gives
+the exact points where some decision changes) traces a cost-quality curve;
+:func:`sweep_metrics` reads its AIQ (RouterBench's area under the non-decreasing convex hull,
 :func:`cost_envs.metrics.frontier.bootstrap_aiqs`) with intervals over queries, or over
 groups when the split held out groups, paired with the single models' own frontier
 (what random routing between them reaches: a K-model router earns its keep above it).
