@@ -22,6 +22,7 @@ import gymnasium as gym
 import numpy as np
 
 from agents.allocator import Allocator
+from agents.routing.random_router import RandomRouter
 from cost_envs.config import integer, number, probability
 from cost_envs.core import OrchestrationEnv
 
@@ -46,7 +47,11 @@ class Baseline(Allocator):
 
 
 class RandomAllocator(Baseline):
-    """Uniform over subsets: each agent called with probability 1/2, independently."""
+    """Uniform over subsets: each agent called with probability 1/2, independently.
+
+    On TraceRouting-v0 the routing literature's random router (exactly one model per
+    query) is ``random-router`` (:class:`agents.routing.random_router.RandomRouter`).
+    """
 
     name = "random"
 
@@ -472,6 +477,7 @@ ROUTING_BASELINES: dict[str, type[RoutingBaseline]] = {
     cls.name: cls for cls in (AlwaysSmall, AlwaysLarge, RandomMix, Cascade, DifficultyThreshold)
 }
 #: Baselines that apply to one env family only, each constructed as ``cls(env)`` (it
-#: raises ``ValueError`` naming what it needs on any other env).
-FAMILY_BASELINES: dict[str, type[Baseline]] = {
-    cls.name: cls for cls in (ConsultAll, OneTurnPlanSearch)}
+#: raises ``ValueError`` naming what it needs on any other env). TraceRouting-v0's
+#: random router (one model per query) is :mod:`agents.routing.random_router`'s.
+FAMILY_BASELINES: dict[str, type[Allocator]] = {
+    cls.name: cls for cls in (ConsultAll, OneTurnPlanSearch, RandomRouter)}

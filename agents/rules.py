@@ -70,6 +70,7 @@ from agents.baselines import (
     RuleBased,
     _orchestration_env,
 )
+from agents.routing.random_router import RandomRouter
 from agents.seeds import RULE_TASK_SEED
 from cost_envs.config import integer
 
@@ -195,7 +196,8 @@ def hand_written_rules(env: gym.Env) -> list[tuple[str, Baseline]]:
                                       ("all", CallAll)]
     family += [(f"greedy (coverage {c})", lambda e, c=c: GreedyHeuristic(e, c))
                for c in (0.5, 0.6, 0.7, 0.8, 0.9, 1.0)]
-    family += [(name, cls) for name, cls in FAMILY_BASELINES.items()]
+    family += [(name, cls) for name, cls in FAMILY_BASELINES.items()
+               if cls is not RandomRouter]  # random, not a fixed rule
     family += [(name, cls) for name, cls in ROUTING_BASELINES.items()
                if cls not in (RandomMix, DifficultyThreshold, Cascade)]
     family += [(f"cascade (patience {k})", lambda e, k=k: Cascade(e, k)) for k in (1, 2, 3)]

@@ -175,5 +175,6 @@ def test_every_family_baseline_builds_or_refuses_every_env_in_one_line(env_id: s
                 "cost_envs/FlightPlanner-v1": ["one-turn"],
                 "cost_envs/ExpertRouting-v0": ["consult-all"],
                 "cost_envs/ExpertRouting-v1": ["consult-all"],
-                "cost_envs/AgenticRouting-v0": list(ROUTING_BASELINES)}
+                "cost_envs/AgenticRouting-v0": list(ROUTING_BASELINES),
+                "cost_envs/TraceRouting-v0": ["random-router"]}
     assert built == expected.get(env_id, [])

@@ -216,6 +216,11 @@ class TraceRoutingEnv(OrchestrationEnv[TraceTask]):
     of calling both); no threshold on one observed feature does better in return. The
     learned router trades accuracy for cost instead (``python -m experiments traces``).
 
+    Random routing as the routing literature means it (one model per query, at random)
+    is ``agents``' ``random-router`` baseline; the env-generic ``random`` baseline calls
+    each model with probability 1/2, so with two models a quarter of its episodes call
+    nobody and fail at no cost.
+
     ## Version History
 
     * v0: initial version.

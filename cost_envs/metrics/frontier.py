@@ -18,12 +18,14 @@ With two models, the threshold sweep of :func:`cost_envs.metrics.routing.routing
 gives the points (its ``cost`` and ``accuracy``) and APGR and CPT are its readings on
 the strong-call-share axis; AIQ reads the same sweep on the cost axis.
 :func:`bootstrap_aiq` gives AIQ an interval, resampling queries or clusters of them as
-the bootstrap engine does. Only numpy is used.
+the bootstrap engine does; :func:`bootstrap_aiqs` scores several routers on the same
+resamples, with paired differences. Only numpy is used.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -140,22 +142,88 @@ def bootstrap_aiq(
     Returns:
         ``{"value", "ci", "cost_range"}``.
     """
+    return bootstrap_aiqs({"_": (qualities, costs)}, cost_range, clusters=clusters,
+                          n_resamples=n_resamples, confidence=confidence, seed=seed)["_"]
+
+
+def _aiq_points(name: str, points: Any) -> tuple[np.ndarray, np.ndarray]:
+    try:
+        qualities, costs = points
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: expected a (qualities, costs) pair") from None
     q = np.asarray(qualities, dtype=np.float64)
     c = np.asarray(costs, dtype=np.float64)
     if q.ndim != 2 or q.shape != c.shape or q.size == 0:
         raise ValueError(f"qualities and costs: expected two (queries, points) arrays of one "
                          f"shape, got {q.shape} and {c.shape}")
+    return q, c
+
+
+def bootstrap_aiqs(
+    routers: Mapping[str, Any],
+    cost_range: Sequence[float],
+    *,
+    clusters: Any = None,
+    reference: str | None = None,
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> dict[str, dict[str, Any]]:
+    """AIQ of several routers on the *same* resamples, with paired differences.
+
+    Routers over K models compared on one query set: their operating points may differ
+    in number (a threshold sweep, a willingness-to-pay sweep, the K single models), but
+    each resample draws the same queries (or clusters) for all of them, so the interval
+    of a difference (``minus_<reference>``) is the paired one, narrower than the two
+    intervals side by side suggest.
+
+    Args:
+        routers: Name -> ``(qualities, costs)``, each ``(n, k_name)``: query ``i``'s
+            quality and cost at the router's operating point ``j`` (one ``n`` for all).
+        cost_range: ``(low, high)``, fixed across resamples.
+        clusters: Optional cluster label per query: resample clusters, not queries.
+        reference: A router's name: every other router also gets
+            ``"minus_<reference>"``: ``{"value", "ci"}`` of its AIQ minus the reference's.
+        n_resamples: Bootstrap resamples.
+        confidence: Interval coverage.
+        seed: Seed of the resampling.
+
+    Returns:
+        Name -> ``{"value", "ci", "cost_range"}`` (plus ``minus_<reference>``).
+    """
+    points = {name: _aiq_points(name, p) for name, p in routers.items()}
+    if not points or len({q.shape[0] for q, _ in points.values()}) != 1:
+        raise ValueError(f"routers: expected at least one, all on the same queries; got "
+                         f"{ {k: q.shape[0] for k, (q, _) in points.items()} }")
+    if reference is not None and reference not in points:
+        raise ValueError(f"reference: {reference!r} is not one of {list(points)}")
     check_bootstrap_args(n_resamples, confidence)
-    n = q.shape[0]
+    n = next(iter(points.values()))[0].shape[0]
     codes = cluster_codes(clusters, n)
     span = [float(v) for v in cost_range]
-    point = aiq(c.mean(axis=0), q.mean(axis=0), span)
+    q_all = np.hstack([q for q, _ in points.values()])
+    c_all = np.hstack([c for _, c in points.values()])
+    ends = np.cumsum([0] + [q.shape[1] for q, _ in points.values()])
     rng = np.random.default_rng(seed)
-    drawn = []
-    for size in resample_blocks(n_resamples, n * q.shape[1]):
+    drawn: list[list[float]] = [[] for _ in points]
+    for size in resample_blocks(n_resamples, q_all.size):
         weights = resample_weights(rng, size, n, codes)
         total = weights.sum(axis=1, keepdims=True)
-        mean_q, mean_c = (weights @ q) / total, (weights @ c) / total
-        drawn.extend(aiq(mc, mq, span) for mc, mq in zip(mean_c, mean_q, strict=True))
-    low, high = interval_around(point, percentile_interval(np.array(drawn), confidence))
-    return {"value": point, "ci": [low, high], "cost_range": span}
+        mean_q, mean_c = (weights @ q_all) / total, (weights @ c_all) / total
+        for k, (a, b) in enumerate(itertools.pairwise(ends)):
+            drawn[k].extend(aiq(mc[a:b], mq[a:b], span)
+                            for mc, mq in zip(mean_c, mean_q, strict=True))
+    values = {name: np.array(d) for name, d in zip(points, drawn, strict=True)}
+    out: dict[str, dict[str, Any]] = {}
+    for name, (q, c) in points.items():
+        point = aiq(c.mean(axis=0), q.mean(axis=0), span)
+        ci = interval_around(point, percentile_interval(values[name], confidence))
+        out[name] = {"value": point, "ci": ci, "cost_range": span}
+    if reference is not None:
+        for name in points:
+            if name != reference:
+                diff = out[name]["value"] - out[reference]["value"]
+                ci = percentile_interval(values[name] - values[reference], confidence)
+                out[name][f"minus_{reference}"] = {"value": diff,
+                                                   "ci": interval_around(diff, ci)}
+    return out
