@@ -85,23 +85,37 @@ def seed_label(label: str, seeds: int | Sequence[Any] | None) -> str:
     return f"{label} ({count} seed{'' if count == 1 else 's'})"
 
 
-def _unit(points: Mapping[str, tuple[float, float]],
-          log_x: bool) -> dict[str, tuple[float, float]]:
-    """Points scaled to the unit square of their span (x in log10 where ``log_x``)."""
-    xs = {k: math.log10(x) if log_x else x for k, (x, _) in points.items()}
+def _x(value: float, log_x: bool) -> float:
+    return math.log10(value) if log_x else value
+
+
+def _x_span(points: Mapping[str, tuple[float, float]], log_x: bool,
+            x_range: tuple[float, float] | None) -> float:
+    """The width the x axis will show (log10 units where ``log_x``): ``x_range``, else the data's."""
+    xs = [_x(x, log_x) for x, _ in points.values()]
+    low, high = (min(xs), max(xs)) if x_range is None else (_x(x_range[0], log_x),
+                                                            _x(x_range[1], log_x))
+    return (high - low) or 1.0
+
+
+def _unit(points: Mapping[str, tuple[float, float]], log_x: bool,
+          x_range: tuple[float, float] | None) -> dict[str, tuple[float, float]]:
+    """Points scaled to shares of the axes' spans (x in log10 where ``log_x``)."""
+    x_span = _x_span(points, log_x, x_range)
     ys = {k: y for k, (_, y) in points.items()}
-    x_span = (max(xs.values()) - min(xs.values())) or 1.0
     y_span = (max(ys.values()) - min(ys.values())) or 1.0
-    return {k: (xs[k] / x_span, ys[k] / y_span) for k in points}
+    return {k: (_x(x, log_x) / x_span, ys[k] / y_span) for k, (x, _) in points.items()}
 
 
 def overlap_groups(points: Mapping[str, tuple[float, float]], log_x: bool = False,
-                   tolerance: tuple[float, float] = OVERLAP) -> list[list[str]]:
+                   tolerance: tuple[float, float] = OVERLAP,
+                   x_range: tuple[float, float] | None = None) -> list[list[str]]:
     """Keys whose markers would sit on one another (groups of two or more, input order).
 
     Two points overlap when both coordinates differ by less than ``tolerance`` of the
-    data's span; a group is closed under overlap (single linkage), so a chain of
-    near-identical results stays one group.
+    axes' spans (x: ``x_range`` when the axis will show more than the data, such as a
+    budget line; y: the data's); a group is closed under overlap (single linkage), so a
+    chain of near-identical results stays one group.
 
     Raises:
         ValueError: A tolerance that is not positive.
@@ -110,7 +124,7 @@ def overlap_groups(points: Mapping[str, tuple[float, float]], log_x: bool = Fals
         raise ValueError(f"overlap_groups: expected positive tolerances, got {tolerance!r}")
     if not points:
         return []
-    unit = _unit(points, log_x)
+    unit = _unit(points, log_x, x_range)
     keys = list(points)
     parent = {k: k for k in keys}
 
@@ -131,7 +145,8 @@ def overlap_groups(points: Mapping[str, tuple[float, float]], log_x: bool = Fals
 
 
 def spread(points: Mapping[str, tuple[float, float]], groups: Sequence[Sequence[str]],
-           log_x: bool = False, step: float = 0.03) -> dict[str, tuple[float, float]]:
+           log_x: bool = False, step: float = 0.025,
+           x_range: tuple[float, float] | None = None) -> dict[str, tuple[float, float]]:
     """Where to draw each point: a group's members side by side, ``step`` of the x span apart.
 
     The members keep their own y and are centred on their mean x, so every marker shows
@@ -141,11 +156,9 @@ def spread(points: Mapping[str, tuple[float, float]], groups: Sequence[Sequence[
     drawn = dict(points)
     if not points:
         return drawn
-    xs = [math.log10(x) if log_x else x for x, _ in points.values()]
-    span = (max(xs) - min(xs)) or 1.0
+    span = _x_span(points, log_x, x_range)
     for members in groups:
-        centre = sum(math.log10(points[k][0]) if log_x else points[k][0]
-                     for k in members) / len(members)
+        centre = sum(_x(points[k][0], log_x) for k in members) / len(members)
         for index, key in enumerate(members):
             x = centre + (index - (len(members) - 1) / 2) * step * span
             drawn[key] = (10 ** x if log_x else x, points[key][1])
@@ -159,14 +172,19 @@ def group_tags(groups: Sequence[Sequence[str]]) -> dict[str, str]:
             for key in members}
 
 
-def group_note(groups: Sequence[Sequence[str]], labels: Mapping[str, str],
-               width: int = 150) -> str:
-    """One line per group listing its methods, e.g. ``"[A] overlapping: X; Y; Z"``, wrapped."""
+def group_note(groups: Sequence[Sequence[str]], labels: Mapping[str, str], width: int = 150,
+               where: str = "", explain: bool = True) -> str:
+    """One line per group listing its methods, e.g. ``"[A] overlapping: X; Y; Z"``, wrapped.
+
+    ``where`` prefixes each line (a panel's name); ``explain`` adds the line that says the
+    markers were moved apart.
+    """
     tags = group_tags(groups)
-    lines = [f"[{tags[members[0]]}] overlapping: " + "; ".join(labels[k] for k in members)
+    lines = [f"{where}[{tags[members[0]]}] overlapping: " + "; ".join(labels[k] for k in members)
              for members in groups]
-    if not lines:
-        return ""
+    if not lines or not explain:
+        return "\n".join(textwrap.fill(line, width, subsequent_indent="      ")
+                         for line in lines)
     lines.append("Markers that would overlap are drawn side by side around their mean cost "
                  "(each keeps its own success and interval width).")
     return "\n".join(textwrap.fill(line, width, subsequent_indent="      ") for line in lines)
@@ -183,16 +201,40 @@ def tag_points(axis: Any, groups: Sequence[Sequence[str]],
                       textcoords="offset points", ha="center", fontsize=8, weight="bold")
 
 
-def reference_lines(axis: Any, references: Sequence[tuple[str, float]]) -> None:
+def reference_lines(axis: Any, references: Sequence[tuple[str, float]],
+                    merge: float = 0.015) -> None:
     """Thin grey horizontal lines at the references' values, named at the left edge.
 
     Each reference is ``(name, y)``: the rule, the planner and the oracle on a plot of
     success, so every method reads against them without searching for their points.
+    References closer than ``merge`` share one name (``"planner / rule"``), so the names
+    never print over one another.
     """
     styles = ("--", ":", "-.")
-    for index, (name, y) in enumerate(references):
+    for index, (_, y) in enumerate(references):
         axis.axhline(y, color="0.45", linestyle=styles[index % len(styles)], linewidth=0.8,
                      zorder=0)
-        axis.annotate(name, (0.0, y), xycoords=("axes fraction", "data"), xytext=(3, 2),
+    clusters: list[list[tuple[str, float]]] = []
+    for name, y in sorted(references, key=lambda reference: reference[1]):
+        if clusters and y - clusters[-1][-1][1] < merge:
+            clusters[-1].append((name, y))
+        else:
+            clusters.append([(name, y)])
+    for cluster in clusters:
+        axis.annotate(" / ".join(name for name, _ in cluster), (0.0, cluster[-1][1]),
+                      xycoords=("axes fraction", "data"), xytext=(3, 2),
                       textcoords="offset points", ha="left", va="bottom", fontsize=7,
                       color="0.3")
+
+
+def log_ticks(axis: Any) -> None:
+    """Log-scale x ticks at 1, 2 and 5 per decade, labelled plainly, minor ticks unlabelled.
+
+    A panel spanning less than a decade otherwise labels every minor tick in
+    scientific notation, and the labels run into one another.
+    """
+    from matplotlib.ticker import LogLocator, NullFormatter, StrMethodFormatter
+
+    axis.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    axis.xaxis.set_major_formatter(StrMethodFormatter("{x:g}"))
+    axis.xaxis.set_minor_formatter(NullFormatter())
