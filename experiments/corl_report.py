@@ -12,8 +12,6 @@ import itertools
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
 from agents.evaluation import value_interval
 from cost_envs.wrappers import TIERS
 from experiments.figures import (

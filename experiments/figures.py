@@ -40,7 +40,7 @@ class Rendered(NamedTuple):
 
 
 def pyplot() -> Any:
-    """matplotlib's pyplot on the Agg backend (figures go to bytes, never to a window)."""
+    """Matplotlib's pyplot on the Agg backend (figures go to bytes, never to a window)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -91,7 +91,7 @@ def _x(value: float, log_x: bool) -> float:
 
 def _x_span(points: Mapping[str, tuple[float, float]], log_x: bool,
             x_range: tuple[float, float] | None) -> float:
-    """The width the x axis will show (log10 units where ``log_x``): ``x_range``, else the data's."""
+    """The x axis's width (log10 units where ``log_x``): ``x_range``, else the data's."""
     xs = [_x(x, log_x) for x, _ in points.values()]
     low, high = (min(xs), max(xs)) if x_range is None else (_x(x_range[0], log_x),
                                                             _x(x_range[1], log_x))
