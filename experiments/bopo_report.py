@@ -382,7 +382,12 @@ REFERENCES = {"best-rule": "best fixed rule", "planner": "planner", "oracle": "o
 
 
 def pareto_figure(profile: str, rep: Mapping[str, Any]) -> Rendered:
-    """Success vs average cost per method for one profile, with 95% interval bars.
+    """:func:`draw_pareto`'s figure as PNG and SVG bytes."""
+    return render(draw_pareto(profile, rep), dpi=110)
+
+
+def draw_pareto(profile: str, rep: Mapping[str, Any]) -> Any:
+    """Success vs average cost per method for one profile, with 95% intervals (a Figure).
 
     Every method has its own marker (hollow: fixed rows, filled: learned rows, with their
     seed count) and its family's colour, a sweep's points joined by a line; the per-task
@@ -436,4 +441,4 @@ def pareto_figure(profile: str, rep: Mapping[str, Any]) -> Rendered:
     if note:
         figure.text(0.01, 0.01, note, fontsize=7, ha="left", va="bottom")
     figure.tight_layout(rect=(0, (0.2 + 0.13 * lines) / height if note else 0, 1, 1))
-    return render(figure, dpi=110)
+    return figure

@@ -255,7 +255,12 @@ def _panel(axis: Any, report: Mapping[str, Any], profile: str, tier: str,
 
 
 def corl_figure(report: Mapping[str, Any]) -> Rendered:
-    """Accuracy within budget vs average cost: one panel per (profile, tier).
+    """:func:`draw_corl`'s figure as PNG and SVG bytes."""
+    return render(draw_corl(report), dpi=100)
+
+
+def draw_corl(report: Mapping[str, Any]) -> Any:
+    """Accuracy within budget vs average cost: one panel per (profile, tier) (a Figure).
 
     Each panel draws the learned rows (filled, with their seed count), the best single
     expert, the rule and the planner, each method with its own marker and colour across
@@ -297,4 +302,4 @@ def corl_figure(report: Mapping[str, Any]) -> Rendered:
     figure.suptitle(f"{report['env_id']}: accuracy within budget vs cost (95% intervals; "
                     "filled = learned, hollow = fixed)", fontsize=11)
     figure.tight_layout(rect=(0, (bottom + legend_height) / figure.get_figheight(), 1, 1))
-    return render(figure, dpi=100)
+    return figure

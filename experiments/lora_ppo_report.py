@@ -109,7 +109,12 @@ REFERENCE_NAMES = {"best-rule": "best fixed rule", "planner": "planner",
 
 
 def pareto_figure(report: Mapping[str, Any]) -> Rendered:
-    """Success vs average cost, one marker per method with its 95% interval bars.
+    """:func:`draw_pareto`'s figure as PNG and SVG bytes."""
+    return render(draw_pareto(report))
+
+
+def draw_pareto(report: Mapping[str, Any]) -> Any:
+    """Success vs average cost, one marker per method with its 95% interval bars (a Figure).
 
     Every method has its own marker (hollow: fixed rows, filled: learned rows, with their
     seed count); methods on one point are drawn side by side and listed together under
@@ -155,7 +160,7 @@ def pareto_figure(report: Mapping[str, Any]) -> Rendered:
     if note:
         figure.text(0.01, 0.01, note, fontsize=7, ha="left", va="bottom")
     figure.tight_layout(rect=(0, (0.2 + 0.13 * lines) / height if note else 0, 1, 1))
-    return render(figure)
+    return figure
 
 
 #: The RL rows whose training curves are drawn, where the table has them.
@@ -166,6 +171,11 @@ REFERENCE_ROWS = tuple(REFERENCE_NAMES)
 
 def learning_curves_figure(report: Mapping[str, Any],
                            keys: Sequence[str] = CURVE_ROWS) -> Rendered:
+    """:func:`draw_learning_curves`'s figure as PNG and SVG bytes."""
+    return render(draw_learning_curves(report, keys))
+
+
+def draw_learning_curves(report: Mapping[str, Any], keys: Sequence[str] = CURVE_ROWS) -> Any:
     """CPS and success vs environment steps: mean over seeds, shaded over the seeds' range.
 
     Each curve's label carries its seed count. The best fixed rule, the planner and the
@@ -206,7 +216,7 @@ def learning_curves_figure(report: Mapping[str, Any],
     count = "/".join(str(n) for n in sorted(seeds)) or "no"
     figure.suptitle(f"{report['env_id']}: training curves, mean and range over {count} seeds")
     figure.tight_layout()
-    return render(figure)
+    return figure
 
 
 def render_reports(reports: Mapping[str, Mapping[str, Any]]) -> dict[str, str | bytes]:

@@ -27,7 +27,12 @@ def _fmt(entry: Mapping[str, Any], digits: int = 3) -> str:
 
 
 def figure(result: Mapping[str, Any]) -> Rendered:
-    """The GSM8K frontier (accuracy vs strong-call share and vs cost), PNG and SVG bytes."""
+    """:func:`draw_frontier`'s figure as PNG and SVG bytes."""
+    return render(draw_frontier(result), dpi=110)
+
+
+def draw_frontier(result: Mapping[str, Any]) -> Any:
+    """The GSM8K frontier (accuracy vs strong-call share and vs cost), a Figure."""
     plt = pyplot()
     curves = result["_curves"]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
@@ -63,7 +68,7 @@ def figure(result: Mapping[str, Any]) -> Rendered:
     fig.suptitle(f"Routing {result['weak']} vs {result['strong']} on GSM8K "
                  f"({result['test']} test queries)")
     fig.tight_layout()
-    return render(fig, dpi=110)
+    return fig
 
 
 def _verdict(diff: Mapping[str, Any], other: str) -> str:
