@@ -182,12 +182,11 @@ def group_note(groups: Sequence[Sequence[str]], labels: Mapping[str, str], width
     tags = group_tags(groups)
     lines = [f"{where}[{tags[members[0]]}] overlapping: " + "; ".join(labels[k] for k in members)
              for members in groups]
-    if not lines or not explain:
-        return "\n".join(textwrap.fill(line, width, subsequent_indent="      ")
-                         for line in lines)
-    lines.append("Markers that would overlap are drawn side by side around their mean cost "
-                 "(each keeps its own success and interval width).")
-    return "\n".join(textwrap.fill(line, width, subsequent_indent="      ") for line in lines)
+    if lines and explain:
+        lines.append("Markers that would overlap are drawn side by side around their mean "
+                     "cost (each keeps its own success and interval width).")
+    return "\n".join(textwrap.fill(line, width, subsequent_indent="      ",
+                                   break_on_hyphens=False) for line in lines)
 
 
 def tag_points(axis: Any, groups: Sequence[Sequence[str]],
