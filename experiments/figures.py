@@ -190,9 +190,14 @@ def group_note(groups: Sequence[Sequence[str]], labels: Mapping[str, str], width
 
 
 def tag_points(axis: Any, groups: Sequence[Sequence[str]],
-               drawn: Mapping[str, tuple[float, float]]) -> None:
-    """Write each group's letter above its markers, so the note below names them."""
-    tags = group_tags(groups)
+               drawn: Mapping[str, tuple[float, float]],
+               tags: Mapping[str, str] | None = None) -> None:
+    """Write each group's letter above its markers, so the note below names them.
+
+    ``tags`` are the letters of the whole figure (:func:`group_tags`) when ``groups`` is
+    only the part one panel shows.
+    """
+    tags = group_tags(groups) if tags is None else tags
     for members in groups:
         x = sorted(drawn[k][0] for k in members)[len(members) // 2]
         y = max(drawn[k][1] for k in members)
@@ -201,21 +206,23 @@ def tag_points(axis: Any, groups: Sequence[Sequence[str]],
 
 
 def reference_lines(axis: Any, references: Sequence[tuple[str, float]],
-                    merge: float = 0.015) -> None:
+                    merge: float = 0.04) -> None:
     """Thin grey horizontal lines at the references' values, named at the left edge.
 
     Each reference is ``(name, y)``: the rule, the planner and the oracle on a plot of
     success, so every method reads against them without searching for their points.
-    References closer than ``merge`` share one name (``"planner / rule"``), so the names
-    never print over one another.
+    References closer than ``merge`` of the y axis's span share one name
+    (``"planner / rule"``), so the names never print over one another; call it after the
+    points are drawn, when the span is known.
     """
+    low, high = axis.get_ylim()
     styles = ("--", ":", "-.")
     for index, (_, y) in enumerate(references):
         axis.axhline(y, color="0.45", linestyle=styles[index % len(styles)], linewidth=0.8,
                      zorder=0)
     clusters: list[list[tuple[str, float]]] = []
     for name, y in sorted(references, key=lambda reference: reference[1]):
-        if clusters and y - clusters[-1][-1][1] < merge:
+        if clusters and y - clusters[-1][-1][1] < merge * (high - low):
             clusters[-1].append((name, y))
         else:
             clusters.append([(name, y)])

@@ -23,6 +23,7 @@ from experiments.figures import (
     figure_files,
     group_note,
     group_tags,
+    log_ticks,
     marker,
     overlap_groups,
     pyplot,
@@ -113,25 +114,28 @@ def pareto_figure(report: Mapping[str, Any]) -> Rendered:
     return render(draw_pareto(report))
 
 
-def draw_pareto(report: Mapping[str, Any]) -> Any:
-    """Success vs average cost, one marker per method with its 95% interval bars (a Figure).
+def zoom_keys(methods: Mapping[str, Any], margin: float = 0.05) -> list[str]:
+    """The rows a zoom panel shows: success within ``margin`` below the best fixed rule.
 
-    Every method has its own marker (hollow: fixed rows, filled: learned rows, with their
-    seed count); methods on one point are drawn side by side and listed together under
-    the plot; the rule, the planner and the oracle are labelled horizontal lines.
+    Empty (no zoom) without a best-rule row, when fewer than four rows are that close, or
+    when they already fill more than 40% of the success axis.
     """
-    plt = pyplot()
-    methods = report["methods"]
-    points = {key: (entry["avg_cost"], entry["success_rate"]) for key, entry in methods.items()}
-    groups = overlap_groups(points, log_x=True)
-    drawn, tags = spread(points, groups, log_x=True), group_tags(groups)
-    labels = {key: _legend_label(entry) for key, entry in methods.items()}
-    note = group_note(groups, labels, width=170)
-    lines = note.count("\n") + 1 if note else 0
-    height = 5.0 + 0.13 * lines
-    figure, axis = plt.subplots(figsize=(10, height))
-    colours = plt.get_cmap("tab20").colors
+    if "best-rule" not in methods:
+        return []
+    floor = methods["best-rule"]["success_rate"] - margin
+    keys = [key for key, entry in methods.items() if entry["success_rate"] >= floor]
+    successes = [entry["success_rate"] for entry in methods.values()]
+    window = max(successes) - floor
+    return keys if len(keys) >= 4 and window < 0.4 * (max(successes) - min(successes)) else []
+
+
+def _draw_methods(axis: Any, methods: Mapping[str, Any], keys: Sequence[str],
+                  drawn: Mapping[str, tuple[float, float]], labels: Mapping[str, str]) -> None:
+    """One errorbar per method of ``keys``, its marker and colour fixed by its row index."""
+    colours = pyplot().get_cmap("tab20").colors
     for index, (key, entry) in enumerate(methods.items()):
+        if key not in keys:
+            continue
         (x, y), shift = drawn[key], drawn[key][0] / entry["avg_cost"]
         low, high = (bound * shift for bound in entry["avg_cost_ci"])
         xerr = [[max(0.0, x - low)], [max(0.0, high - x)]]
@@ -140,23 +144,70 @@ def draw_pareto(report: Mapping[str, Any]) -> Any:
         colour = colours[index % len(colours)]
         axis.errorbar(x, y, xerr=xerr, yerr=yerr, fmt=marker(index), color=colour,
                       markerfacecolor=colour if "per_seed" in entry else "none",
-                      markersize=7, capsize=3, elinewidth=0.8,
-                      label=labels[key] + (f" [{tags[key]}]" if key in tags else ""))
-    tag_points(axis, groups, drawn)
-    reference_lines(axis, _references(methods, "success_rate"))
+                      markersize=7, capsize=3, elinewidth=0.8, label=labels[key])
+
+
+def _zoom_limits(axis: Any, methods: Mapping[str, Any], keys: Sequence[str],
+                 drawn: Mapping[str, tuple[float, float]]) -> None:
+    """Fit the zoom panel to its rows (points and intervals), then freeze the limits."""
+    xs = [drawn[k][0] * methods[k]["avg_cost_ci"][i] / methods[k]["avg_cost"]
+          for k in keys for i in (0, 1)]
+    ys = [methods[k]["success_rate_ci"][i] for k in keys for i in (0, 1)]
+    axis.set_xlim(min(xs) / 1.15, max(xs) * 1.15)
+    axis.set_ylim(min(ys) - 0.01, min(1.02, max(ys) + 0.015))
+    axis.set_autoscale_on(False)
+
+
+def draw_pareto(report: Mapping[str, Any]) -> Any:
+    """Success vs average cost, one marker per method with its 95% interval bars (a Figure).
+
+    Every method has its own marker (hollow: fixed rows, filled: learned rows, with their
+    seed count); methods on one point are drawn side by side and listed together under
+    the plot; the rule, the planner and the oracle are labelled horizontal lines. Where
+    the rows that compete with the best fixed rule crowd into a thin band
+    (:func:`zoom_keys`), a second panel shows that band magnified.
+    """
+    plt = pyplot()
+    methods = report["methods"]
+    points = {key: (entry["avg_cost"], entry["success_rate"]) for key, entry in methods.items()}
+    groups = overlap_groups(points, log_x=True)
+    drawn, tags = spread(points, groups, log_x=True), group_tags(groups)
+    labels = {key: _legend_label(entry) + (f" [{tags[key]}]" if key in tags else "")
+              for key, entry in methods.items()}
+    note = group_note(groups, {key: _legend_label(e) for key, e in methods.items()}, width=200)
+    lines = note.count("\n") + 1 if note else 0
+    height = 5.0 + 0.13 * lines
+    zoom = zoom_keys(methods)
+    figure, axes = plt.subplots(1, 2 if zoom else 1, figsize=(15 if zoom else 10, height),
+                                squeeze=False)
+    panels = [(axes[0][0], list(methods))] + ([(axes[0][1], zoom)] if zoom else [])
     # The front of what a policy can reach from the observation: the privileged rows (the
     # hindsight oracle, the planner that knows the task's parameters) are left out of it.
     front = pareto_front({key: points[key][::-1] for key in methods
                           if key not in PRIVILEGED_ROWS})
-    axis.plot([cost for _, cost in front.values()], [success for success, _ in front.values()],
-              "k--", linewidth=0.8, label="Pareto front (non-privileged)")
-    axis.set_xscale("log")
-    axis.set_xlabel("average cost per task ($, log scale)")
-    axis.set_ylabel("success rate")
-    axis.set_title(f"{report['env_id']}: success vs cost (95% intervals; hollow = fixed, "
-                   "filled = learned)", fontsize=10)
-    axis.grid(True, alpha=0.3)
-    axis.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    for axis, keys in panels:
+        _draw_methods(axis, methods, keys, drawn, labels)
+        axis.set_xscale("log")
+        if axis is not axes[0][0]:
+            _zoom_limits(axis, methods, keys, drawn)
+        tag_points(axis, [g for g in groups if set(g) <= set(keys)], drawn, tags)
+        log_ticks(axis)
+        reference_lines(axis, _references(methods, "success_rate"))
+        axis.plot([cost for _, cost in front.values()],
+                  [success for success, _ in front.values()], "k--", linewidth=0.8,
+                  label="Pareto front (non-privileged)")
+        axis.set_xlabel("average cost per task ($, log scale)")
+        axis.grid(True, alpha=0.3)
+    axes[0][0].set_ylabel("success rate")
+    figure.suptitle(f"{report['env_id']}: success vs cost (95% intervals; hollow = fixed, "
+                    "filled = learned)", fontsize=11)
+    if zoom:
+        axes[0][0].set_title("every method", fontsize=10)
+        axes[0][1].set_title("zoom: success at least the best fixed rule's - 0.05",
+                             fontsize=10)
+    # every method is in the full panel: its handles make the legend, right of the last panel
+    axes[0][-1].legend(*axes[0][0].get_legend_handles_labels(), fontsize=7, loc="center left",
+                       bbox_to_anchor=(1.01, 0.5))
     if note:
         figure.text(0.01, 0.01, note, fontsize=7, ha="left", va="bottom")
     figure.tight_layout(rect=(0, (0.2 + 0.13 * lines) / height if note else 0, 1, 1))

@@ -208,3 +208,19 @@ def test_seed_label_counts_lists_and_ints() -> None:
     assert figures.seed_label("PPO", [0, 1, 2]) == "PPO (3 seeds)"
     assert figures.seed_label("PPO", 1) == "PPO (1 seed)"
     assert figures.seed_label("Rule", None) == "Rule"
+
+
+def test_a_zoom_panel_magnifies_the_rows_close_to_the_best_rule(toolbench):
+    keys = lora_ppo_report.zoom_keys(toolbench["methods"])
+    floor = toolbench["methods"]["best-rule"]["success_rate"] - 0.05
+    assert "best-rule" in keys and "random" not in keys
+    assert all(toolbench["methods"][k]["success_rate"] >= floor for k in keys)
+    plt = figures.pyplot()
+    figure = lora_ppo_report.draw_pareto(toolbench)
+    full, zoom = figure.axes
+    assert {c.get_label().split(" [")[0] for c in zoom.containers} == {
+        lora_ppo_report._legend_label(toolbench["methods"][k]) for k in keys}
+    assert zoom.get_ylim()[1] - zoom.get_ylim()[0] < 0.5 * (full.get_ylim()[1] - full.get_ylim()[0])
+    plt.close(figure)
+    without_rule = {k: v for k, v in toolbench["methods"].items() if k != "best-rule"}
+    assert lora_ppo_report.zoom_keys(without_rule) == []
