@@ -11,7 +11,7 @@ and SFT warm start (:func:`experiments.bopo_jobs.warm_start`), from which
 (:mod:`experiments.bopo_scan`). :func:`run_all` runs all of it, in worker processes when
 the scale says so (every unit seeded on its own: the result does not depend on the number
 of workers), and :func:`report` writes ``bopo.md``, ``bopo.json`` and
-``pareto_bopo_<profile>.png`` (rendered by :mod:`experiments.bopo_report`), all rendered
+``pareto_bopo_<profile>.png`` / ``.svg`` (rendered by :mod:`experiments.bopo_report`), all rendered
 before any is written and written all together. A learned row pools its seeds: its value
 is the mean over seeds and tasks, its interval a two-level bootstrap over both.
 """
@@ -76,6 +76,7 @@ from experiments.bopo_report import (
 )
 from experiments.bopo_scan import scan_block
 from experiments.common import described, quiet, recording, spawn_pool
+from experiments.figures import figure_files
 
 __all__ = ["SCALES", "BopoScale", "Prepared", "Results", "prepare_profile", "report",
            "run_all", "summarise"]
@@ -410,7 +411,8 @@ def report(out_dir: Path, scale: str | BopoScale = "default", seed: int = 0,
            log: Callable[[str], None] = quiet, jobs: int | None = None) -> str:
     """Run BoPO against its baselines on the three profiles and write the results.
 
-    Writes ``bopo.md``, ``bopo.json`` and ``pareto_bopo_<profile>.png`` into ``out_dir``,
+    Writes ``bopo.md``, ``bopo.json`` and ``pareto_bopo_<profile>.png`` / ``.svg`` into
+    ``out_dir``,
     all or nothing, after everything is computed and rendered
     (:func:`agents.files.write_files_atomic`).
 
@@ -439,6 +441,6 @@ def report(out_dir: Path, scale: str | BopoScale = "default", seed: int = 0,
     files: dict[str, str | bytes] = {"bopo.md": text,
                                      "bopo.json": json.dumps(summary, indent=2) + "\n"}
     for profile, rep in summary["profiles"].items():
-        files[f"pareto_bopo_{profile}.png"] = pareto_figure(profile, rep)
+        files |= figure_files(f"pareto_bopo_{profile}", pareto_figure(profile, rep))
     write_files_atomic(out_dir, files)
     return text

@@ -30,7 +30,19 @@ from cost_envs.metrics import (
 )
 from experiments import gaps
 from experiments.bopo_scan import scan_markdown
-from experiments.common import figure_png
+from experiments.figures import (
+    Rendered,
+    group_note,
+    group_tags,
+    marker,
+    overlap_groups,
+    pyplot,
+    reference_lines,
+    render,
+    seed_label,
+    spread,
+    tag_points,
+)
 
 # ---------------------------------------------------------------------- scoring
 LABELS = {"always-small": "AlwaysSmall", "always-large": "AlwaysLarge",
@@ -360,42 +372,73 @@ def markdown(summary: Mapping[str, Any], seconds: float | None = None) -> str:
     return "\n".join(lines)
 
 
-def pareto_figure(profile: str, rep: Mapping[str, Any]) -> bytes:
-    """Success vs average cost per method for one profile, with 95% interval bars (PNG)."""
-    import matplotlib
+#: Each family's colour in the Pareto figures (a sweep's points share it and a line).
+COLOURS = {"bopo": "tab:red", "bopo-linear": "darkred", "ppo": "tab:blue",
+           "cascade": "tab:green", "random-mix": "tab:gray", "always-small": "black",
+           "always-large": "saddlebrown", "sft": "tab:orange", "oracle": "tab:purple",
+           "planner": "tab:pink", "difficulty-threshold": "tab:brown", "best-rule": "tab:olive"}
+#: The rows drawn as reference lines and their short names on the lines.
+REFERENCES = {"best-rule": "best fixed rule", "planner": "planner", "oracle": "oracle"}
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    figure, axis = plt.subplots(figsize=(8, 5))
-    styles = {"bopo": ("tab:red", "o"), "ppo": ("tab:blue", "s"), "cascade": ("tab:green", "^"),
-              "random-mix": ("tab:gray", "v"), "always-small": ("black", "<"),
-              "always-large": ("black", ">"), "sft": ("tab:orange", "D"),
-              "oracle": ("tab:purple", "*"), "planner": ("tab:pink", "*"),
-              "difficulty-threshold": ("tab:brown", "P"),
-              "best-rule": ("tab:olive", "X")}
+def pareto_figure(profile: str, rep: Mapping[str, Any]) -> Rendered:
+    """:func:`draw_pareto`'s figure as PNG and SVG bytes."""
+    return render(draw_pareto(profile, rep), dpi=110)
+
+
+def draw_pareto(profile: str, rep: Mapping[str, Any]) -> Any:
+    """Success vs average cost per method for one profile, with 95% intervals (a Figure).
+
+    Every method has its own marker (hollow: fixed rows, filled: learned rows, with their
+    seed count) and its family's colour, a sweep's points joined by a line; the per-task
+    budget is a vertical line and the rule, the planner and the oracle horizontal ones.
+    Methods whose markers would overlap are drawn side by side and listed under the plot.
+    """
+    plt = pyplot()
+    methods = rep["methods"]
+    points = {key: (m["avg_cost"], m["success_rate"]) for key, m in methods.items()}
+    costs = [x for x, _ in points.values()]
+    x_range = (min(costs), max(*costs, rep["budget"]))  # the budget line widens the axis
+    groups = overlap_groups(points, x_range=x_range)
+    drawn, tags = spread(points, groups, x_range=x_range), group_tags(groups)
+    labels = {key: seed_label(m["label"], m.get("seeds")) for key, m in methods.items()}
+    note = group_note(groups, labels, width=150)
+    lines = note.count("\n") + 1 if note else 0
+    height = 5.0 + 0.13 * lines
+    figure, axis = plt.subplots(figsize=(10, height))
     families: dict[str, list[tuple[float, float]]] = {}
-    for key, m in rep["methods"].items():
+    for index, (key, m) in enumerate(methods.items()):
         family = key.split("/")[0]
-        colour, marker = styles[family]
-        x, y = m["avg_cost"], m["success_rate"]
-        xerr = [[max(0.0, x - m["avg_cost_ci"][0])], [max(0.0, m["avg_cost_ci"][1] - x)]]
+        colour = COLOURS.get(family, "tab:cyan")
+        (x, y), shift = drawn[key], drawn[key][0] - m["avg_cost"]
+        xerr = [[max(0.0, x - m["avg_cost_ci"][0] - shift)],
+                [max(0.0, m["avg_cost_ci"][1] + shift - x)]]
         yerr = [[max(0.0, y - m["success_rate_ci"][0])], [max(0.0, m["success_rate_ci"][1] - y)]]
-        axis.errorbar(x, y, xerr=xerr, yerr=yerr, fmt=marker, color=colour, capsize=2,
-                      markersize=7, label=LABELS[family] if family not in families else None)
-        families.setdefault(family, []).append((x, y))
-    for family in ("bopo", "ppo", "cascade", "random-mix"):
+        axis.errorbar(x, y, xerr=xerr, yerr=yerr, fmt=marker(index), color=colour, capsize=2,
+                      markerfacecolor=colour if m.get("seeds") is not None else "none",
+                      markersize=7, elinewidth=0.8,
+                      label=labels[key] + (f" [{tags[key]}]" if key in tags else ""))
+        families.setdefault(family, []).append(points[key])
+    for family in ("bopo", "bopo-linear", "ppo", "cascade", "random-mix"):
         pts = sorted(families.get(family, []))
         if len(pts) > 1:
-            axis.plot([p[0] for p in pts], [p[1] for p in pts], "-", color=styles[family][0],
-                      linewidth=0.8)
+            axis.plot([p[0] for p in pts], [p[1] for p in pts], "-", color=COLOURS[family],
+                      linewidth=0.8, zorder=0)
+    tag_points(axis, groups, drawn)
+    reference_lines(axis, [(name, methods[key]["success_rate"])
+                           for key, name in REFERENCES.items() if key in methods])
+    axis.axvline(rep["budget"], color="tab:red", linestyle=":", linewidth=1.2)
+    axis.annotate(f"per-task budget ${rep['budget']:.3f}", (rep["budget"], 0.5),
+                  xycoords=("data", "axes fraction"), xytext=(-4, 0),
+                  textcoords="offset points", rotation=90, ha="right", va="center",
+                  fontsize=8, color="tab:red")
     axis.set_xlabel("average cost per task ($)")
     axis.set_ylabel("success rate")
-    axis.set_title(f"AgenticRouting-v0 / {profile}: success vs cost (95% intervals, "
-                   f"budget ${rep['budget']:.3f})")
+    axis.set_title(f"AgenticRouting-v0 / {profile}: success vs cost (95% intervals; hollow = "
+                   "fixed, filled = learned)", fontsize=10)
     axis.grid(True, alpha=0.3)
-    axis.legend(fontsize=8, loc="lower right")
-    figure.tight_layout()
-    png = figure_png(figure, dpi=110)
-    plt.close(figure)
-    return png
+    axis.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    if note:
+        figure.text(0.01, 0.01, note, fontsize=7, ha="left", va="bottom")
+    figure.tight_layout(rect=(0, (0.2 + 0.13 * lines) / height if note else 0, 1, 1))
+    return figure

@@ -1,7 +1,6 @@
 """Plumbing shared by the experiments: worker pools, figures, the machine and output files.
 
 * :func:`spawn_pool`: worker processes for independent training runs;
-* :func:`figure_png`: a matplotlib figure as PNG bytes (render first, write later);
 * :func:`machine`: a one-line description of the machine, for wall-time records;
 * :func:`check_writable`: an output directory checked before any work starts;
 * :func:`quiet`: the progress printer that says nothing;
@@ -11,7 +10,6 @@
 
 from __future__ import annotations
 
-import io
 import multiprocessing
 import os
 import platform
@@ -55,13 +53,6 @@ def described(allocator: Any) -> dict[str, str]:
     """``{"rule": allocator.description}`` for a searched or fitted rule, else ``{}``."""
     description = getattr(allocator, "description", None)
     return {} if description is None else {"rule": str(description)}
-
-
-def figure_png(figure: object, dpi: int = 120) -> bytes:
-    """A matplotlib figure rendered to PNG bytes (render first, write with the rest)."""
-    buffer = io.BytesIO()
-    figure.savefig(buffer, dpi=dpi, format="png")  # type: ignore[attr-defined]
-    return buffer.getvalue()
 
 
 def machine() -> str:

@@ -11,9 +11,9 @@ block (:mod:`experiments.gaps`): per (profile, tier), the share of the gap from 
 fixed row to the planner that each learned row closes. :func:`report` does that for each
 env of :data:`CORL_ENVS` (in worker processes when the scale says so) and writes, per env,
 the tables and figure (:mod:`experiments.corl_report`) and the JSON: ``corl_tiers.md``,
-``corl_tiers.json`` and ``pareto_corl.png`` for ExpertRouting-v0,
-``corl_tiers_ExpertRouting-v1.md``, ``.json`` and ``pareto_corl_ExpertRouting-v1.png`` for
-v1 (:func:`file_names`), all rendered before any is written and written all together
+``corl_tiers.json`` and ``pareto_corl.png`` / ``.svg`` for ExpertRouting-v0,
+``corl_tiers_ExpertRouting-v1.md``, ``.json`` and ``pareto_corl_ExpertRouting-v1.png`` /
+``.svg`` for v1 (:func:`file_names`), all rendered before any is written and written all together
 (:func:`agents.files.write_files_atomic`).
 """
 
@@ -56,6 +56,7 @@ from experiments.corl_report import (  # noqa: F401  (the row labels, importable
     learned_in,
     task_name,
 )
+from experiments.figures import figure_files
 
 
 @dataclass(frozen=True)
@@ -347,13 +348,14 @@ def run_envs(scale: str = "default", seed: int = 0, envs: tuple[str, ...] = CORL
 
 
 def file_names(env_id: str) -> tuple[str, str, str]:
-    """The Markdown, JSON and figure of ``env_id``'s report.
+    """The Markdown and JSON names and the figure's stem of ``env_id``'s report.
 
     ExpertRouting-v0 keeps the names it always had (``corl_tiers.md``, ``corl_tiers.json``,
-    ``pareto_corl.png``); another env's carry its name (``corl_tiers_ExpertRouting-v1.md``).
+    ``pareto_corl`` .png and .svg); another env's carry its name
+    (``corl_tiers_ExpertRouting-v1.md``).
     """
     suffix = "" if env_id == EXPERT_ROUTING else f"_{env_id.split('/')[-1]}"
-    return f"corl_tiers{suffix}.md", f"corl_tiers{suffix}.json", f"pareto_corl{suffix}.png"
+    return f"corl_tiers{suffix}.md", f"corl_tiers{suffix}.json", f"pareto_corl{suffix}"
 
 
 def report(out_dir: Path, scale: str = "default", seed: int = 0,
@@ -380,9 +382,9 @@ def report(out_dir: Path, scale: str = "default", seed: int = 0,
     files: dict[str, str | bytes] = {}
     pages = {}
     for env_id, result in results.items():
-        markdown_name, json_name, figure_name = file_names(env_id)
+        markdown_name, json_name, figure_stem = file_names(env_id)
         pages[env_id] = files[markdown_name] = corl_markdown(result)
         files[json_name] = json.dumps(result, indent=2) + "\n"
-        files[figure_name] = corl_figure(result)
+        files |= figure_files(figure_stem, corl_figure(result))
     write_files_atomic(out_dir, files)
     return pages

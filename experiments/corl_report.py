@@ -12,11 +12,21 @@ import itertools
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
 from agents.evaluation import value_interval
 from cost_envs.wrappers import TIERS
-from experiments.common import figure_png
+from experiments.figures import (
+    Rendered,
+    group_note,
+    log_ticks,
+    marker,
+    overlap_groups,
+    pyplot,
+    reference_lines,
+    render,
+    seed_label,
+    spread,
+    tag_points,
+)
 from experiments.gaps import share_cell
 
 CONSULT_ALL = "Consult all experts"
@@ -185,42 +195,111 @@ def corl_markdown(report: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def corl_figure(report: Mapping[str, Any]) -> bytes:
-    """Accuracy within budget vs average cost per profile; colour = tier (PNG)."""
-    import matplotlib
+def panel_rows(report: Mapping[str, Any], profile: str, tier: str) -> list[str]:
+    """The rows one panel of :func:`corl_figure` draws, in the table's order.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    The learned rows, the best single expert, the rule of the gap (the best fixed row of
+    that table) and the planner: the comparison the gap closed measures, without the
+    fixed rows that neither set the rule nor come close.
+    """
+    rows = report["results"][profile][tier]
+    rule = report["gap_closed"]["tasks"][task_name(report["env_id"], profile, tier)]["rule_label"]
+    keep = {*learned_in(rows), best_single_expert(rows), rule, PLANNER}
+    return [method for method in rows if method in keep]
 
+
+def _figure_methods(report: Mapping[str, Any]) -> list[str]:
+    """Every method some panel draws, in the first table's order (one marker each)."""
+    drawn = {m for profile, table in report["results"].items() for tier in table
+             for m in panel_rows(report, profile, tier)}
+    order = list(dict.fromkeys(m for table in report["results"].values()
+                               for rows in table.values() for m in rows))
+    return [method for method in order if method in drawn]
+
+
+def _panel(axis: Any, report: Mapping[str, Any], profile: str, tier: str,
+           styles: Mapping[str, tuple[str, Any, str]]) -> list[list[str]]:
+    """Draw one (profile, tier) panel; returns its groups of overlapping methods."""
+    rows = report["results"][profile][tier]
+    methods = panel_rows(report, profile, tier)
+    points = {m: (rows[m]["avg_cost"][0], rows[m]["accuracy_within_budget"][0])
+              for m in methods}
+    budget = report["budgets"][tier]
+    costs = [x for x, _ in points.values()]
+    right = max(*costs, budget * 1.5)
+    x_range = (min(*costs, right / 2.5), right)  # as the axis will show it (below)
+    groups = overlap_groups(points, log_x=True, tolerance=(0.03, 0.04), x_range=x_range)
+    drawn = spread(points, groups, log_x=True, step=0.05, x_range=x_range)
+    for method in methods:
+        mark, colour, label = styles[method]
+        value, low, high = rows[method]["accuracy_within_budget"]
+        axis.errorbar(*drawn[method], yerr=[[value - low], [high - value]], fmt=mark,
+                      color=colour, markerfacecolor=colour if method in LEARNED else "none",
+                      markersize=6, capsize=2, elinewidth=0.8, label=label)
+    tag_points(axis, groups, drawn)
+    oracle = rows.get(ORACLE)
+    rule = report["gap_closed"]["tasks"][task_name(report["env_id"], profile, tier)]["rule_label"]
+    reference_lines(axis, [("rule", rows[rule]["accuracy_within_budget"][0]),
+                           ("planner", rows[PLANNER]["accuracy_within_budget"][0])]
+                    + ([("oracle", oracle["accuracy_within_budget"][0])] if oracle else []))
+    axis.axvline(budget, color="tab:red", linestyle=":", linewidth=1)
+    axis.set_xscale("log")
+    left, right = axis.get_xlim()
+    right = max(right, budget * 1.5)
+    axis.set_xlim(min(left, right / 2.5), right)  # at least two of the 1-2-5 ticks
+    log_ticks(axis)
+    axis.margins(y=0.15)
+    axis.set_title(f"{profile}, {tier} tier (budget ${budget:g}, dotted red)", fontsize=9)
+    axis.grid(True, alpha=0.3)
+    return groups
+
+
+def corl_figure(report: Mapping[str, Any]) -> Rendered:
+    """:func:`draw_corl`'s figure as PNG and SVG bytes."""
+    return render(draw_corl(report), dpi=100)
+
+
+def draw_corl(report: Mapping[str, Any]) -> Any:
+    """Accuracy within budget vs average cost: one panel per (profile, tier) (a Figure).
+
+    Each panel draws the learned rows (filled, with their seed count), the best single
+    expert, the rule and the planner, each method with its own marker and colour across
+    the figure; the tier's budget is a vertical line and the rule, the planner and the
+    oracle horizontal ones. Methods whose markers would overlap are drawn side by side,
+    tagged, and listed under the plot.
+    """
+    plt = pyplot()
     profiles = list(report["results"])
-    figure, axes = plt.subplots(1, len(profiles), figsize=(4.2 * len(profiles), 4.2))
-    colours = {"low": "tab:green", "medium": "tab:orange", "high": "tab:red"}
-    markers = "osD^vP*Xh<>p"
-    for axis, profile in zip(np.atleast_1d(axes), profiles, strict=True):
-        for tier, rows in report["results"][profile].items():
-            for index, (method, s) in enumerate(rows.items()):
-                axis.errorbar(
-                    s["avg_cost"][0], s["accuracy_within_budget"][0],
-                    yerr=[[s["accuracy_within_budget"][0] - s["accuracy_within_budget"][1]],
-                          [s["accuracy_within_budget"][2] - s["accuracy_within_budget"][0]]],
-                    fmt=markers[index % len(markers)], color=colours[tier],
-                    markerfacecolor=colours[tier] if method in LEARNED else "none",
-                    markersize=7 if method in LEARNED else 5, capsize=2,
-                    label=method if tier == "high" else None)
-            axis.axvline(report["budgets"][tier], color=colours[tier], linestyle=":",
-                         linewidth=0.8)
-        axis.set_xscale("log")
-        axis.set_title(f"profile {profile}", fontsize=10)
+    methods = _figure_methods(report)
+    colours = plt.get_cmap("tab10").colors
+    seeds = len(report["seeds"])
+    styles = {m: (marker(i), colours[i % len(colours)],
+                  seed_label(m, seeds) if m in LEARNED else m) for i, m in enumerate(methods)}
+    notes = []
+    figure, axes = plt.subplots(len(profiles), len(TIERS), squeeze=False,
+                                figsize=(4.0 * len(TIERS), 2.8 * len(profiles)))
+    for row, profile in zip(axes, profiles, strict=True):
+        for axis, tier in zip(row, TIERS, strict=True):
+            groups = _panel(axis, report, profile, tier, styles)
+            if groups:
+                notes.append(group_note(groups, {m: styles[m][2] for m in methods},
+                                        width=190, where=f"{profile}, {tier} ", explain=False))
+        row[0].set_ylabel("accuracy within budget")
+    for axis in axes[-1]:
         axis.set_xlabel("average cost per query ($, log)")
-        axis.grid(True, alpha=0.3)
-    np.atleast_1d(axes)[0].set_ylabel("accuracy within budget")
-    handles, labels = np.atleast_1d(axes)[0].get_legend_handles_labels()
-    figure.legend(handles, labels, fontsize=7, loc="lower center", ncol=4)
-    figure.suptitle(f"{report['env_id']}: colour = tier (green low, orange medium, red "
-                    "high); dotted = tier budget; filled = learned", fontsize=10)
-    figure.tight_layout(rect=(0, 0.12, 1, 1))
-    png = figure_png(figure)
-    plt.close(figure)
-    return png
-
-
+    handles = {label: handle for axis in axes.flat
+               for handle, label in zip(*axis.get_legend_handles_labels(), strict=True)}
+    ordered = [styles[m][2] for m in methods]
+    notes.append("Markers that would overlap are drawn side by side around their mean cost.")
+    text = "\n".join(notes)
+    bottom = 0.25 + 0.12 * (text.count("\n") + 1)  # inches for the notes
+    legend_height = 0.2 + 0.17 * -(-len(methods) // 3)
+    figure.set_figheight(figure.get_figheight() + bottom + legend_height)
+    figure.text(0.01, 0.005, text, fontsize=7, ha="left", va="bottom")
+    figure.legend([handles[label] for label in ordered], ordered, fontsize=8,
+                  loc="lower center", ncol=3,
+                  bbox_to_anchor=(0.5, bottom / figure.get_figheight()))
+    figure.suptitle(f"{report['env_id']}: accuracy within budget vs cost (95% intervals; "
+                    "filled = learned, hollow = fixed)", fontsize=11)
+    figure.tight_layout(rect=(0, (bottom + legend_height) / figure.get_figheight(), 1, 1))
+    return figure

@@ -22,10 +22,10 @@ between the best fixed row and the planner that each learned row closes (its JSO
 ``gap_closed`` block, :mod:`experiments.gaps`).
 
 Outputs, in ``out``: ``table_<Env>.md`` and ``.json`` per env (``<Env>`` the id without
-its namespace, e.g. ``table_FlightPlanner-v1.md``), ``pareto_<Env>.png``
-(success vs average cost with interval bars) and ``learning_curves_<Env>.png`` (CPS and
-success against environment steps, PPO vs LoRA-guided PPO, mean over seeds with the
-seeds' range). Everything is computed and rendered before anything is written, and the
+its namespace, e.g. ``table_FlightPlanner-v1.md``), ``pareto_<Env>.png`` and ``.svg``
+(success vs average cost with interval bars) and ``learning_curves_<Env>.png`` and ``.svg``
+(CPS and success against environment steps, PPO vs LoRA-guided PPO, mean over seeds with
+the seeds' range). Everything is computed and rendered before anything is written, and the
 files are written all or nothing (:func:`agents.files.write_files_atomic`).
 
 Training runs are independent, so they run in ``jobs`` worker processes, each with one

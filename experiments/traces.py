@@ -51,6 +51,7 @@ from cost_envs.metrics.routing import (
 )
 from cost_envs.prices import default_price_table
 from cost_envs.traces import TraceDataset, load_routerarena, load_traces
+from experiments.figures import figure_files
 from experiments.traces_heldout import PROTOCOLS, by_cost, evaluate, has_answers
 from experiments.traces_report import figure, json_ready, markdown
 
@@ -267,7 +268,7 @@ def heldout(data_dir: Path, arena_dir: Path, n_resamples: int, embeddings: bool 
 
 
 def report(out_dir: Path, scale: str, data_dir: Path, arena_dir: Path | None = None) -> str:
-    """Run the GSM8K routing experiment and write ``trace_routing.{md,json,png}``.
+    """Run the GSM8K routing experiment and write ``trace_routing.{md,json,png,svg}``.
 
     Args:
         out_dir: Where to write the three files (created if needed).
@@ -321,7 +322,7 @@ def report(out_dir: Path, scale: str, data_dir: Path, arena_dir: Path | None = N
                            "trace_routing_env_cascade_check": env_cascade})
     # render everything first, so a rendering error leaves the old files untouched
     files: dict[str, str | bytes] = {
-        "trace_routing.png": figure(gsm),
+        **figure_files("trace_routing", figure(gsm)),
         "trace_routing.json": json.dumps(payload, indent=1) + "\n",
         "trace_routing.md": text,
     }

@@ -1,7 +1,7 @@
 """The GSM8K routing report's rendering: the Markdown page, the frontier figure, JSON values.
 
 Pure functions of the numbers :mod:`experiments.traces` computes: :func:`markdown` (the
-page ``trace_routing.md``), :func:`figure` (the PNG's bytes) and :func:`json_ready`
+page ``trace_routing.md``), :func:`figure` (the PNG's and SVG's bytes) and :func:`json_ready`
 (values for ``trace_routing.json``: keys starting with ``_`` dropped, non-finite floats
 as ``null``).
 """
@@ -18,7 +18,7 @@ import numpy as np
 from agents.evaluation import value_interval
 from agents.routing.router_features import ANSWER_STATISTICS, STATISTICS
 from cost_envs.prices import default_price_table
-from experiments.common import figure_png
+from experiments.figures import Rendered, pyplot, render
 from experiments.traces_heldout import markdown as heldout_markdown
 
 
@@ -26,13 +26,14 @@ def _fmt(entry: Mapping[str, Any], digits: int = 3) -> str:
     return value_interval(entry["value"], *entry["ci"], fmt=f".{digits}f")
 
 
-def figure(result: Mapping[str, Any]) -> bytes:
-    """The GSM8K frontier (accuracy vs strong-call share and vs cost), PNG bytes."""
-    import matplotlib
+def figure(result: Mapping[str, Any]) -> Rendered:
+    """:func:`draw_frontier`'s figure as PNG and SVG bytes."""
+    return render(draw_frontier(result), dpi=110)
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
+def draw_frontier(result: Mapping[str, Any]) -> Any:
+    """The GSM8K frontier (accuracy vs strong-call share and vs cost), a Figure."""
+    plt = pyplot()
     curves = result["_curves"]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     styles = {"learned": ("C0", "-", "learned router"),
@@ -67,9 +68,7 @@ def figure(result: Mapping[str, Any]) -> bytes:
     fig.suptitle(f"Routing {result['weak']} vs {result['strong']} on GSM8K "
                  f"({result['test']} test queries)")
     fig.tight_layout()
-    png = figure_png(fig, dpi=110)
-    plt.close(fig)
-    return png
+    return fig
 
 
 def _verdict(diff: Mapping[str, Any], other: str) -> str:

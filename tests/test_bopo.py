@@ -257,6 +257,7 @@ def test_report_smoke_writes_everything(tmp_path) -> None:
     text = bopo_experiment.report(tmp_path, "smoke")
     for profile in ("alfworld", "sciworld", "appworld"):
         assert (tmp_path / f"pareto_bopo_{profile}.png").read_bytes()[:4] == b"\x89PNG"
+        assert (tmp_path / f"pareto_bopo_{profile}.svg").read_bytes().startswith(b"<?xml")
         assert f"## {profile}" in text
         assert f"{profile}: BoPO's frontier" in text
     assert (tmp_path / "bopo.md").read_text(encoding="utf-8") == text

@@ -306,10 +306,12 @@ def test_report_writes_tables_json_and_figure_for_v0_and_v1(tmp_path) -> None:
         assert data[V1]["results"]["math500"][tier][BEST_RULE]["rule"] == search.description
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "corl_tiers.json", "corl_tiers.md", "corl_tiers_ExpertRouting-v1.json",
-        "corl_tiers_ExpertRouting-v1.md", "pareto_corl.png",
-        "pareto_corl_ExpertRouting-v1.png"]  # no temporaries left
+        "corl_tiers_ExpertRouting-v1.md", "pareto_corl.png", "pareto_corl.svg",
+        "pareto_corl_ExpertRouting-v1.png", "pareto_corl_ExpertRouting-v1.svg"]  # no temporaries
     for env_id in CORL_ENVS:
-        assert (tmp_path / file_names(env_id)[2]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        stem = tmp_path / file_names(env_id)[2]
+        assert stem.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert stem.with_suffix(".svg").read_bytes().startswith(b"<?xml")
 
 
 def test_fixed_consultation_acts_on_a_batch_like_on_single_observations() -> None:

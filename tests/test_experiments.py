@@ -75,6 +75,7 @@ def test_all_writes_every_table_and_figure(smoke_all) -> None:
         assert (out / f"table_{env_name}.json").read_text(encoding="utf-8").startswith("{")
         for kind in ("pareto", "learning_curves"):
             assert (out / f"{kind}_{env_name}.png").read_bytes()[:8] == PNG_MAGIC
+            assert (out / f"{kind}_{env_name}.svg").read_bytes().startswith(b"<?xml")
     for version, suffix in (("v0", ""), ("v1", "_ExpertRouting-v1")):
         corl = (out / f"corl_tiers{suffix}.md").read_text(encoding="utf-8")
         assert corl.startswith(f"# CORL on cost_envs/ExpertRouting-{version}: ")
@@ -84,6 +85,7 @@ def test_all_writes_every_table_and_figure(smoke_all) -> None:
         assert "| medium | Best fixed rule (searched on training tasks): " in corl
         assert (out / f"corl_tiers{suffix}.json").read_text(encoding="utf-8").startswith("{")
         assert (out / f"pareto_corl{suffix}.png").read_bytes()[:8] == PNG_MAGIC
+        assert (out / f"pareto_corl{suffix}.svg").read_bytes().startswith(b"<?xml")
     bopo = (out / "bopo.md").read_text(encoding="utf-8")
     assert "| Method | Success | Avg cost ($) | CPS ($) |" in bopo
     profiles, scan = bopo.split("\n## λ scan", 1)  # the scan names the rule once more
@@ -93,10 +95,12 @@ def test_all_writes_every_table_and_figure(smoke_all) -> None:
     for profile in PROFILES:
         assert f"## {profile}" in bopo
         assert (out / f"pareto_bopo_{profile}.png").read_bytes()[:8] == PNG_MAGIC
+        assert (out / f"pareto_bopo_{profile}.svg").read_bytes().startswith(b"<?xml")
     if ROUTELLM.is_dir():
         traces = (out / "trace_routing.md").read_text(encoding="utf-8")
         assert "| Router | APGR | CPT(50%) | CPT(80%) |" in traces
         assert (out / "trace_routing.png").read_bytes()[:8] == PNG_MAGIC
+        assert (out / "trace_routing.svg").read_bytes().startswith(b"<?xml")
     assert "## cost_envs/FlightPlanner-v1" in (out / "rule_search.md").read_text(encoding="utf-8")
     for path in out.iterdir():  # shareable like any result file
         assert stat.S_IMODE(path.stat().st_mode) == 0o644, path

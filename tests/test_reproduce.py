@@ -20,7 +20,9 @@ from experiments.__main__ import main
 ENV_NAMES = {env_id: env_id.split("/")[-1] for env_id in rep.ENVS}
 FILE_NAMES = {f"{kind}_{name}.{ext}" for name in ENV_NAMES.values()
               for kind, ext in (("table", "md"), ("table", "json"), ("pareto", "png"),
-                                ("learning_curves", "png"))}
+                                ("pareto", "svg"), ("learning_curves", "png"),
+                                ("learning_curves", "svg"))}
+SVG_START = b"<?xml"
 ABLATIONS = ("lora/random-base", "lora-ppo/random-base")
 RL_ROWS = [key for key, row in rep.LEARNED_ROWS.items() if row.method != "lora"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -247,6 +249,10 @@ def test_write_reports_writes_what_the_command_wrote(smoke, written, tmp_path):
             out_files.json_report(smoke["reports"][env_id]))
         for kind in ("pareto", "learning_curves"):
             assert (tmp_path / f"{kind}_{name}.png").read_bytes()[:8] == PNG_MAGIC
+            assert (tmp_path / f"{kind}_{name}.svg").read_bytes().startswith(SVG_START)
+            for suffix in (".png", ".svg"):  # a second render writes the same bytes
+                ours = (tmp_path / f"{kind}_{name}{suffix}").read_bytes()
+                assert ours == (written / f"{kind}_{name}{suffix}").read_bytes()
 
 
 def test_an_unknown_scale_fails_before_any_work(tmp_path, monkeypatch, capsys):

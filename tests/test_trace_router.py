@@ -185,7 +185,7 @@ def test_a_rendering_failure_writes_nothing(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.undo()
     text = report(out, "smoke", data_dir)
     assert sorted(p.name for p in out.iterdir()) == [
-        "trace_routing.json", "trace_routing.md", "trace_routing.png"]
+        "trace_routing.json", "trace_routing.md", "trace_routing.png", "trace_routing.svg"]
     assert (out / "trace_routing.md").read_text(encoding="utf-8") == text
     assert (out / "trace_routing.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
