@@ -171,3 +171,25 @@ def test_the_report_runs_minilm_only_when_asked_and_says_why_it_cannot(monkeypat
     monkeypatch.setattr(traces_heldout, "embeddings_skip_reason", lambda: "not installed")
     with pytest.raises(ValueError, match="embeddings: not installed"):
         evaluate(data, protocol, n_resamples=20, embeddings=True)
+
+
+def test_minilm_features_are_embedded_once_per_text(monkeypatch) -> None:
+    from agents.routing import trace_router
+
+    embedded: list[str] = []
+
+    def fake(texts):
+        embedded.extend(texts)
+        return np.array([[len(t) % 7, t.count(" ")] + [0.0] * 382 for t in texts],
+                        dtype=np.float32)
+
+    monkeypatch.setattr(trace_router, "minilm_features", fake)
+    monkeypatch.setattr(trace_router, "_MINILM_CACHE", {})
+    data = dataset(60)
+    train, test = data.split(seed=0)
+    first = TraceRouter(WEAK, STRONG, text_features="minilm").fit(train).scores(test)
+    calls = len(embedded)
+    assert calls == len(set(data.prompts))  # every distinct prompt once
+    again = TraceRouter(WEAK, STRONG, text_features="minilm").fit(train).scores(test)
+    assert len(embedded) == calls  # a second router on the same prompts embeds nothing
+    np.testing.assert_array_equal(first, again)

@@ -106,6 +106,21 @@ class LogisticRegression:
         return logistic_scores(x, self.coef_[:-1], float(self.coef_[-1]))
 
 
+#: MiniLM embeddings by text, for the process: cross-validation and held-out folds fit and
+#: score routers on the same prompts many times, and embedding is the slow part (hashing
+#: is cheap, so hashed features are not cached). Deterministic, so caching changes nothing.
+_MINILM_CACHE: dict[str, np.ndarray] = {}
+
+
+def _embedded(texts: Sequence[str]) -> np.ndarray:
+    """:func:`minilm_features` of ``texts``, each text embedded once per process."""
+    missing = list(dict.fromkeys(t for t in texts if t not in _MINILM_CACHE))
+    if missing:
+        _MINILM_CACHE.update(zip(missing, minilm_features(missing).astype(np.float64),
+                                 strict=True))
+    return np.array([_MINILM_CACHE[t] for t in texts]).reshape(len(texts), MINILM_DIM)
+
+
 @dataclass
 class TraceRouter:
     """Scores queries by the predicted probability that the weak model answers wrongly.
@@ -147,7 +162,7 @@ class TraceRouter:
     def _text(self, texts: Sequence[str]) -> np.ndarray:
         """The texts' word features: hashed n-grams or sentence embeddings."""
         if self.text_features == "minilm":
-            return minilm_features(texts).astype(np.float64)
+            return _embedded(texts)
         return hashed_features(texts, self.n_features)
 
     def _raw(self, data: TraceDataset) -> tuple[np.ndarray, np.ndarray]:
