@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import importlib.util
 import json
 import os
 import sys
@@ -69,6 +68,7 @@ from agents.evaluation import compare, evaluate, format_table
 from agents.lora import BASES, METHODS
 from agents.planning import PLANNERS
 from agents.rules import BestFixedRule, fitted
+from cost_envs.extras import EXTRA_MODULES, install_hint, missing_modules
 
 #: Methods of ``evaluate`` by default: the paper's baselines plus the greedy heuristic.
 DEFAULT_METHODS = ("random", "capability", "rule", "oracle", "greedy")
@@ -309,9 +309,9 @@ def _run_train(args: argparse.Namespace) -> int:
     from agents.lora.checkpoints import check_writable, save_allocator
     from agents.lora.training import configure_torch_threads, train
 
-    if args.tensorboard is not None and importlib.util.find_spec("tensorboard") is None:
+    if args.tensorboard is not None and missing_modules(EXTRA_MODULES["tensorboard"]):
         raise SystemExit("cost-envs train: --tensorboard needs the tensorboard package "
-                         "(pip install 'cost-envs[tensorboard]')")
+                         f"({install_hint('tensorboard')})")
     try:  # the file, then the flags over it; all checked before any work
         settings = read_train_config(args.config, args.method)
         env_kwargs = merged_env_kwargs(args, settings.env_kwargs)

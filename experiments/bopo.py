@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, as_completed
 from dataclasses import asdict, dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -160,6 +161,7 @@ def table_keys(sc: BopoScale) -> list[str]:
 SWEPT = {"bopo": "bopo", "ppo": "bopo-ppo"}
 
 
+@cache  # the committed files, read once per process (learn_jobs asks per seed)
 def tuned_choices(profile: str) -> dict[str, dict[str, Any]]:
     """Per swept family, what its sweep chose, if it ran on ``profile``.
 

