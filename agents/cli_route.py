@@ -39,15 +39,34 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import numpy as np
 
+from agents.cli_route_data import (
+    DATA_FORMATS,
+    EXIT_INPUT,
+    EXIT_USAGE,
+    call_costs,
+    cv_lines,
+    cv_settings,
+    data_facts,
+    fail,
+    load_data,
+    split_data,
+    split_facts,
+    two_models,
+)
 from agents.routing.calibration import Calibration, calibrate_cost, calibrate_share
-from agents.routing.router_state import check_router_writable, load_router, save_router
+from agents.routing.multi_router import MULTI_ROUTERS
+from agents.routing.router_state import (
+    SavedMultiRouter,
+    check_router_writable,
+    load_router,
+    save_router,
+)
 from agents.routing.routers import ROUTERS
 from agents.routing.routing_eval import (
     curve_metrics,
@@ -58,17 +77,8 @@ from agents.routing.routing_eval import (
     threshold_routing,
 )
 from cost_envs.metrics.routing import oracle_scores
-from cost_envs.prices import coerce_prices
-from cost_envs.traces import SPLIT_BY, TraceDataset, load_routerarena, load_traces
+from cost_envs.traces import SPLIT_BY, TraceDataset
 
-#: Exit status of a bad input (file, model name, saved router), as for a usage error.
-EXIT_INPUT = 1
-#: A model name the logs do not have is a usage error, as an unknown env id is.
-EXIT_USAGE = 2
-#: ``--format`` choices; ``generic`` is the generic CSV/JSONL schema.
-DATA_FORMATS = ("routellm", "generic", "routerarena")
-#: Suffixes a folder's trace files have (RouterArena: ``.jsonl`` only).
-TRACE_SUFFIXES = (".csv", ".jsonl", ".ndjson")
 #: The table's rows (JSON keys) and metrics (JSON keys, column titles).
 ROLES = ("router", "random", "weak", "strong", "oracle")
 METRICS = (("accuracy", "Accuracy"), ("cost_per_query", "Cost/query"),
@@ -78,13 +88,6 @@ METRICS = (("accuracy", "Accuracy"), ("cost_per_query", "Cost/query"),
 FEW_GROUPS = 10
 _POINT_METRICS = ("accuracy", "cost_per_query", "strong_share")
 _CURVE_METRICS = ("apgr", "cpt_50", "cpt_80", "aiq")
-
-
-def _fail(args: argparse.Namespace, message: Any, status: int = EXIT_INPUT) -> NoReturn:
-    """One line on stderr and ``status`` (:data:`EXIT_INPUT` unless said otherwise)."""
-    text = " ".join(str(message).split("\n"))
-    print(f"cost-envs route {args.route_command}: {text}", file=sys.stderr)
-    raise SystemExit(status)
 
 
 def _float_type(accept: Callable[[float], bool], expected: str) -> Callable[[str], float]:
@@ -131,6 +134,8 @@ def _add_data(parser: argparse.ArgumentParser, seed_help: str, split_help: str) 
 
 def add_route(parser: argparse.ArgumentParser) -> None:
     """``route``'s two actions, ``train`` and ``score``."""
+    from agents.cli import _int_at_least
+
     sub = parser.add_subparsers(dest="route_command", required=True, metavar="ACTION")
     train = sub.add_parser("train", help="train, calibrate, test and save a router",
                            description="Train a router on logs, set its threshold on the "
@@ -138,19 +143,32 @@ def add_route(parser: argparse.ArgumentParser) -> None:
     _add_data(train, "seed of the split and of the bootstrap (default 0)",
               "what the split keeps whole and the bootstrap resamples: query (a prompt's "
               "repeats together) or group (no test group seen in training)")
-    train.add_argument("--weak", required=True, help="the weak (cheap) model's name")
-    train.add_argument("--strong", required=True, help="the strong model's name")
-    train.add_argument("--router", choices=tuple(ROUTERS), default="logistic",
-                       help="the router (default logistic; knn: nearest neighbours on the "
-                            "same features; cascade: also reads the weak model's logged "
-                            "answer, so the logs need its responses)")
+    train.add_argument("--weak", default=None, help="the weak (cheap) model's name")
+    train.add_argument("--strong", default=None, help="the strong model's name")
+    train.add_argument("--models", nargs="+", default=None, metavar="MODEL",
+                       help="a K-model router's models (default: all the logs have)")
+    train.add_argument("--router", choices=(*ROUTERS, *MULTI_ROUTERS), default=None,
+                       help="the router (default logistic with --weak/--strong, "
+                            "multi-logistic for logs of more than two models; knn: nearest "
+                            "neighbours on the same features; cascade: also reads the weak "
+                            "model's logged answer, so the logs need its responses; "
+                            "multi-logistic: any number of models, one correctness model "
+                            "each, traded against cost by lam)")
+    train.add_argument("--cv", type=_int_at_least(2, "a number of folds >= 2"), default=None,
+                       metavar="K",
+                       help="choose the router's l2 (kNN: k) by K folds of the training "
+                            "split, kept whole as --split-by says (default: no CV, the "
+                            "router's defaults)")
     train.add_argument("--test-fraction", type=_fraction, default=0.5,
                        help="share of the queries held out for the test (default 0.5)")
     target = train.add_mutually_exclusive_group()
     target.add_argument("--target-share", type=_share, default=None,
-                        help="calibrate for this share of strong calls on training (default 0.5)")
+                        help="calibrate for this share of strong calls on training (default "
+                             "0.5; two-model routers)")
     target.add_argument("--target-cost", type=_cost, default=None,
-                        help="calibrate for at most this mean cost per query on training")
+                        help="calibrate for at most this mean cost per query on training "
+                             "(K-model default: halfway between the cheapest and the dearest "
+                             "model's)")
     train.add_argument("--save", type=Path, required=True, metavar="PATH",
                        help="writes PATH.json and PATH.safetensors")
     train.set_defaults(route_run=run_train)
@@ -169,80 +187,6 @@ def add_route(parser: argparse.ArgumentParser) -> None:
 def run_route(args: argparse.Namespace) -> int:
     """Run ``route train`` or ``route score``."""
     return args.route_run(args)
-
-
-# --------------------------------------------------------------------------- data
-def _expand(args: argparse.Namespace) -> list[Path]:
-    suffixes = (".jsonl",) if args.format == "routerarena" else TRACE_SUFFIXES
-    paths: list[Path] = []
-    for path in args.data:
-        if path.is_dir():
-            found = sorted(p for p in path.iterdir() if p.suffix.lower() in suffixes)
-            if not found:
-                _fail(args, f"{path}: a folder without {'/'.join(suffixes)} files")
-            paths.extend(found)
-        elif not path.is_file():
-            _fail(args, f"{path}: no such file or folder")
-        else:
-            paths.append(path)
-    return paths
-
-
-def _format(paths: list[Path], choice: str | None) -> str | None:
-    """``load_traces``' format for ``--format`` (generic: csv or jsonl by suffix)."""
-    if choice != "generic":
-        return choice
-    suffixes = {p.suffix.lower() for p in paths}
-    if suffixes <= {".jsonl", ".ndjson"}:
-        return "jsonl"
-    return "csv" if suffixes == {".csv"} else None
-
-
-def load_data(args: argparse.Namespace) -> TraceDataset:
-    """The logs of ``--data`` (exits :data:`EXIT_INPUT` naming the bad file)."""
-    paths = _expand(args)
-    try:
-        if args.format == "routerarena":
-            return load_routerarena(paths[0] if len(paths) == 1 else paths)
-        return load_traces(paths[0] if len(paths) == 1 else paths,
-                           format=_format(paths, args.format))
-    except (ValueError, OSError) as error:
-        hint = ""
-        if args.format is None and "'global_index'" in str(error):
-            hint = " (RouterArena's cached_results? pass --format routerarena)"
-        _fail(args, f"{error}{hint}")
-
-
-def two_models(args: argparse.Namespace, data: TraceDataset, weak: str, strong: str,
-               status: int = EXIT_USAGE) -> TraceDataset:
-    """``data`` with only ``weak`` and ``strong`` (exits naming a model not in the logs).
-
-    ``status``: :data:`EXIT_USAGE` for names the user typed (``train``),
-    :data:`EXIT_INPUT` for a saved router's (``score``: the logs do not fit it).
-    """
-    for flag, name in (("weak", weak), ("strong", strong)):
-        if name not in data.models:
-            _fail(args, f"{flag} model {name!r} is not in the logs {data.source}; they have "
-                        f"{list(data.models)}", status)
-    if weak == strong:
-        _fail(args, f"--weak and --strong are both {weak!r}; expected two models", status)
-    return data.select_models([weak, strong])
-
-
-def call_costs(args: argparse.Namespace, data: TraceDataset) -> np.ndarray:
-    """Each call's cost: logged, else tokens x ``--prices`` (default the packaged table)."""
-    try:
-        return np.asarray(data.call_costs(coerce_prices(args.prices)))
-    except (ValueError, OSError) as error:
-        _fail(args, f"{error} (--prices FILE prices the models)")
-
-
-def data_facts(data: TraceDataset, args: argparse.Namespace) -> dict[str, Any]:
-    """What identifies the logs: source, fingerprint, size, groups, pricing."""
-    return {"source": data.source, "fingerprint": data.fingerprint, "queries": data.n_queries,
-            "groups": None if data.groups is None else len(set(data.groups)),
-            "models": list(data.models), "token_counter": data.token_counter,
-            "prices": "packaged" if args.prices is None else str(args.prices)}
 
 
 # ------------------------------------------------------------------------- report
@@ -292,7 +236,7 @@ def _report(args: argparse.Namespace, test: TraceDataset, scores: np.ndarray,
         return route_report(test, scores, threshold, weak, strong, costs,
                             split_by=args.split_by, n_resamples=args.resamples, seed=args.seed)
     except ValueError as error:  # --split-by group on logs without groups, say
-        _fail(args, error)
+        fail(args, error)
 
 
 def _labels(weak: str, strong: str, router: str, share: float) -> dict[str, str]:
@@ -367,7 +311,7 @@ def _calibrate(args: argparse.Namespace, scores: np.ndarray, costs: np.ndarray
         try:
             cal = calibrate_cost(scores, costs[:, 0], costs[:, 1], args.target_cost)
         except ValueError as error:
-            _fail(args, f"--target-cost: {error}")
+            fail(args, f"--target-cost: {error}")
         target = {"target": "cost_per_query", "value": args.target_cost}
     else:
         share = 0.5 if args.target_share is None else args.target_share
@@ -382,33 +326,41 @@ def run_train(args: argparse.Namespace) -> int:
     try:  # before any work, so a bad --save fails at once
         check_router_writable(args.save)
     except ValueError as error:
-        _fail(args, f"--save: {error}")
-    data = two_models(args, load_data(args), args.weak, args.strong)
+        fail(args, f"--save: {error}")
+    data = load_data(args)
+    if args.router in MULTI_ROUTERS or (args.router is None and args.weak is None
+                                        and args.strong is None and data.n_models > 2):
+        from agents.cli_route_multi import run_train_multi
+
+        return run_train_multi(args, data)
+    args.router = args.router or "logistic"
+    if args.weak is None or args.strong is None or args.models is not None:
+        fail(args, f"a two-model router takes --weak and --strong (not --models); the logs "
+                    f"have {list(data.models)} (for more than two: --router multi-logistic)",
+              EXIT_USAGE)
+    data = two_models(args, data, args.weak, args.strong)
     costs = call_costs(args, data)
-    try:
-        train_idx, test_idx = data.split_indices(args.seed, args.test_fraction, args.split_by)
-    except ValueError as error:
-        _fail(args, error)
-    train, test = data.subset(train_idx), data.subset(test_idx)
+    train, test, train_idx, test_idx = split_data(args, data)
+    settings, cv = cv_settings(args, train, costs[train_idx], weak=args.weak,
+                               strong=args.strong)
     try:  # the cascade needs the weak model's logged answers
-        router = ROUTERS[args.router](args.weak, args.strong).fit(train)
+        router = ROUTERS[args.router](args.weak, args.strong, **settings).fit(train)
     except ValueError as error:
-        _fail(args, f"--router {args.router}: {error}")
+        fail(args, f"--router {args.router}: {error}")
     calibration, cal_facts = _calibrate(args, router.scores(train), costs[train_idx])
     report = _report(args, test, router.scores(test), calibration.threshold, args.weak,
                      args.strong, costs[test_idx])
-    split = {"split_by": args.split_by, "seed": args.seed, "test_fraction": args.test_fraction,
-             "train_queries": train.n_queries, "test_queries": test.n_queries,
-             "train_fingerprint": train.fingerprint, "test_fingerprint": test.fingerprint}
-    meta = {"calibration": cal_facts, "training": {**data_facts(data, args), **split}}
+    split = split_facts(args, train, test)
+    meta = {"calibration": cal_facts, "cv": cv,
+            "training": {**data_facts(data, args), **split}}
     try:
         files = save_router(args.save, args.router, router, args.weak, args.strong,
                             calibration.threshold, _clean(meta))
     except (OSError, ValueError) as error:
-        _fail(args, f"could not save to {args.save}: {error}")
+        fail(args, f"could not save to {args.save}: {error}")
     out = {"command": "train", "router": args.router, "weak": args.weak, "strong": args.strong,
            "threshold": calibration.threshold, "calibration": cal_facts,
-           "data": data_facts(data, args), "split": split, "test": report,
+           "cv": cv, "data": data_facts(data, args), "split": split, "test": report,
            "saved": [str(f) for f in files]}
     target = (f"{cal_facts['value']:.1%} strong calls" if cal_facts["target"] == "strong_share"
               else f"cost per query <= {cal_facts['value']:.4g}")
@@ -419,7 +371,7 @@ def run_train(args: argparse.Namespace) -> int:
         f"{args.router} router; threshold {_threshold_text(calibration.threshold)}, calibrated "
         f"on training for {target} (training: {calibration.strong_share:.1%} strong, cost per "
         f"query {calibration.cost_per_query:.4g})",
-        f"saved to {files[0]} and {files[1]}"]
+        *cv_lines(cv), f"saved to {files[0]} and {files[1]}"]
     share = report["rows"]["router"]["strong_share"]["value"]
     _print(args, out, heading, _labels(args.weak, args.strong, args.router, share))
     return 0
@@ -431,13 +383,17 @@ def run_score(args: argparse.Namespace) -> int:
     try:
         saved = load_router(args.router)
     except (ValueError, OSError) as error:
-        _fail(args, f"cannot load the router: {error}")
+        fail(args, f"cannot load the router: {error}")
+    if isinstance(saved, SavedMultiRouter):
+        from agents.cli_route_multi import run_score_multi
+
+        return run_score_multi(args, saved, load_data(args))
     data = two_models(args, load_data(args), saved.weak, saved.strong, EXIT_INPUT)
     costs = call_costs(args, data)
     try:
         scores = np.asarray(saved.router.scores(data), dtype=np.float64)
     except ValueError as error:
-        _fail(args, error)
+        fail(args, error)
     report = _report(args, data, scores, saved.threshold, saved.weak, saved.strong, costs)
     training = saved.meta.get("training", {})
     seen = data.fingerprint in (training.get("fingerprint"), training.get("train_fingerprint"))

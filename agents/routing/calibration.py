@@ -12,6 +12,10 @@ threshold from the *training* queries' scores, so the test queries are never loo
   training cost stays within the target, read off the training threshold curve
   (:func:`cost_envs.metrics.routing.routing_curve`, which keeps tied scores together).
 
+For a K-model router (:mod:`agents.routing.multi_router`) the operating point is ``lam``
+instead of a threshold: :func:`calibrate_lam` takes the smallest ``lam`` of its training
+sweep whose mean training cost per query is within a target.
+
 On the test queries the share and the cost land near the targets, not on them: how near
 is what a test split measures.
 """
@@ -120,3 +124,66 @@ def calibrate_cost(train_scores: Any, weak_cost: Any, strong_cost: Any,
     k = round(curve.strong_share[within[-1]] * len(x))  # strong calls at that point
     threshold = float("inf") if k == 0 else float(np.sort(x)[::-1][k - 1])
     return Calibration(threshold, k / len(x), float(curve.cost[within[-1]]))
+
+
+@dataclass(frozen=True)
+class LamCalibration:
+    """A K-model router's ``lam`` and what it gives on the training queries.
+
+    Attributes:
+        lam: The operating point (:meth:`agents.routing.multi_router.MultiRouter.route`).
+        cost_per_query: Mean training cost per query at ``lam``.
+        model_share: Share of training queries sent to each column of the costs.
+    """
+
+    lam: float
+    cost_per_query: float
+    model_share: tuple[float, ...]
+
+
+def calibrate_lam(lams: Any, train_decisions: Any, train_costs: Any,
+                  target: float) -> LamCalibration:
+    """The smallest ``lam`` whose mean training cost per query is <= ``target``.
+
+    A K-model router (:class:`~agents.routing.multi_router.MultiRouter`) trades predicted
+    correctness against cost by ``lam``: 0 sends each query to the model most likely
+    right, and a larger ``lam`` never moves a query to a dearer-priced model. Of the
+    training sweep's operating points within the target (up to a relative 1e-12), the
+    smallest ``lam`` is the one that gives up the least predicted correctness; only
+    training queries are read.
+
+    Args:
+        lams: ``(points,)`` the sweep's ``lam`` values, ascending
+            (:meth:`~agents.routing.multi_router.MultiRouter.lams` of the training data).
+        train_decisions: ``(n, points)`` the column of ``train_costs`` each training query
+            goes to at each point (:meth:`~agents.routing.multi_router.MultiRouter.sweep`).
+        train_costs: ``(n, m)`` cost of each call on the training queries.
+        target: Mean cost per query to stay within, >= 0.
+
+    Raises:
+        ValueError: On misshapen inputs, or if no point keeps the training cost within
+            ``target`` (naming the cheapest the sweep reaches).
+    """
+    number(target, "target", minimum=0)
+    grid = np.asarray(lams, dtype=np.float64)
+    d = np.asarray(train_decisions)
+    c = np.asarray(train_costs, dtype=np.float64)
+    if (grid.ndim != 1 or grid.size == 0 or not np.isfinite(grid).all()
+            or (np.diff(grid) < 0).any()):
+        raise ValueError(f"lams: expected a non-empty ascending 1-d array of finite numbers, "
+                         f"got shape {grid.shape}")
+    if c.ndim != 2 or c.shape[0] == 0 or not np.isfinite(c).all():
+        raise ValueError(f"train_costs: expected a non-empty (n, m) array of finite numbers, "
+                         f"got shape {c.shape}")
+    if (d.shape != (c.shape[0], grid.size) or not np.issubdtype(d.dtype, np.integer)
+            or d.min() < 0 or d.max() >= c.shape[1]):
+        raise ValueError(f"train_decisions: expected ({c.shape[0]}, {grid.size}) column "
+                         f"indices in [0, {c.shape[1]}), got {d.dtype} {d.shape}")
+    cost = c[np.arange(c.shape[0])[:, None], d].mean(axis=0)
+    within = np.flatnonzero(cost <= target * (1 + 1e-12))
+    if within.size == 0:
+        raise ValueError(f"target={target!r}: no lam keeps the mean training cost per query "
+                         f"within it; the cheapest is {cost.min():.6g}")
+    k = int(within[0])
+    share = np.bincount(d[:, k], minlength=c.shape[1]) / c.shape[0]
+    return LamCalibration(float(grid[k]), float(cost[k]), tuple(share.tolist()))

@@ -117,15 +117,19 @@ class MultiRouter:
             raise ValueError(f"models: expected at least two to route between, got "
                              f"{list(self.models)}")
         cols = self._columns(data)
-        cost = call_costs(data, costs)[:, cols].mean(axis=0)
+        return self._fit_raw(*self._reader()._raw(data), data.correct[:, cols],
+                             call_costs(data, costs)[:, cols])
+
+    def _fit_raw(self, stats: np.ndarray, text: np.ndarray, correct: np.ndarray,
+                 costs: np.ndarray) -> MultiRouter:
+        """Fit on raw inputs (:meth:`TraceRouter._raw`'s) and the models' columns."""
         reader = self._reader()
-        stats, text = reader._raw(data)
         reader._standardise_on(stats)
         self._mean, self._std = reader._mean, reader._std
         x = reader._design(stats, text)
-        coef = [np.append(*fit_logistic(x, data.correct[:, j].astype(np.float64), self.l2))
-                for j in cols]
-        self._coef, self._cost = np.array(coef), cost
+        coef = [np.append(*fit_logistic(x, correct[:, j].astype(np.float64), self.l2))
+                for j in range(correct.shape[1])]
+        self._coef, self._cost = np.array(coef), costs.mean(axis=0)
         return self
 
     def _fitted(self) -> tuple[np.ndarray, np.ndarray]:
@@ -143,9 +147,12 @@ class MultiRouter:
 
         Read from the prompts only (no outcomes); columns in :attr:`models` order.
         """
+        return self._correctness_raw(*self._reader()._raw(data))
+
+    def _correctness_raw(self, stats: np.ndarray, text: np.ndarray) -> np.ndarray:
+        """:meth:`correctness` from raw inputs."""
         coef, _ = self._fitted()
-        reader = self._reader()
-        x = reader._design(*reader._raw(data))
+        x = self._reader()._design(stats, text)
         return np.column_stack([logistic_scores(x, w[:-1], float(w[-1])) for w in coef])
 
     def _unit_costs(self) -> np.ndarray:
@@ -180,7 +187,11 @@ class MultiRouter:
         ``max_points`` values are thinned evenly (by rank), keeping 0 and the largest.
         """
         integer(max_points, "max_points", minimum=2)
-        p, unit = self.correctness(data), self._unit_costs()
+        return self._lams(self.correctness(data), max_points)
+
+    def _lams(self, p: np.ndarray, max_points: int = 200) -> np.ndarray:
+        """:meth:`lams` from predicted correctness ``p``."""
+        unit = self._unit_costs()
         dp = p[:, :, None] - p[:, None, :]
         dc = np.broadcast_to(unit[:, None] - unit[None, :], dp.shape)
         mask = (dc > 0) & (dp > 0)
@@ -192,11 +203,16 @@ class MultiRouter:
 
     def sweep(self, data: TraceDataset, lams: Sequence[float] | None = None) -> np.ndarray:
         """Decisions at each ``lam`` (default :meth:`lams`): ``(n, points)`` data columns."""
-        grid = self.lams(data) if lams is None else np.asarray(lams, dtype=np.float64)
+        return self._sweep(self.correctness(data), self._columns(data), lams)
+
+    def _sweep(self, p: np.ndarray, cols: np.ndarray, lams: Sequence[float] | None = None
+               ) -> np.ndarray:
+        """:meth:`sweep` from predicted correctness ``p`` and the models' data columns."""
+        grid = self._lams(p) if lams is None else np.asarray(lams, dtype=np.float64)
         if grid.ndim != 1 or grid.size == 0 or not (np.isfinite(grid).all() and
                                                     (grid >= 0).all()):
             raise ValueError(f"lams: expected a non-empty list of numbers >= 0, got {lams!r}")
-        return self._route(self.correctness(data), grid, self._columns(data))
+        return self._route(p, grid, cols)
 
     # ------------------------------------------------------------------ state
     def to_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

@@ -11,6 +11,12 @@ threshold and what it was calibrated for, the state's config, a digest of the
 safetensors bytes (so a weights file from another save is refused), and the training data's
 fingerprint and split. :func:`load_router` reads them with ``safetensors.numpy`` and a
 strict JSON parser only: nothing is ever unpickled.
+
+**K-model routers** (:data:`agents.routing.multi_router.MULTI_ROUTERS`) are saved by
+:func:`save_multi_router` in the same two files and format, with ``"models"`` (the
+list routed between) and ``"lam"`` (the operating point) where a two-model file has
+``"weak"``, ``"strong"`` and ``"threshold"``; :func:`load_router` reads either and
+returns a :class:`SavedRouter` or a :class:`SavedMultiRouter`.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import numpy as np
 
 import cost_envs
 from agents.files import check_creatable, write_files_atomic
+from agents.routing.multi_router import MULTI_ROUTERS
 from agents.routing.routers import ROUTERS
 from cost_envs.config_files import json_loads
 
@@ -72,6 +79,55 @@ class SavedRouter:
     meta: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class SavedMultiRouter:
+    """A fitted K-model router and what its JSON file records.
+
+    Attributes:
+        name: The router's name in :data:`MULTI_ROUTERS`.
+        router: The fitted router.
+        models: The models it routes between, in its order.
+        lam: Its operating point.
+        meta: The whole JSON document (calibration, training data, versions).
+    """
+
+    name: str
+    router: Any
+    models: tuple[str, ...]
+    lam: float
+    meta: dict[str, Any]
+
+
+def _write(path: str | Path, router: Any, head: dict[str, Any], meta: dict[str, Any]
+           ) -> tuple[Path, Path]:
+    """The two files of any router: ``head`` and ``meta`` in the JSON beside its state."""
+    from safetensors.numpy import save
+
+    config, arrays = router.to_state()
+    weights = save({k: np.ascontiguousarray(v, dtype=np.float64) for k, v in arrays.items()})
+    doc = {"format": FILE_FORMAT, "version": FILE_VERSION, "cost_envs": cost_envs.__version__,
+           **head, **meta, "state": config,
+           "arrays": {k: list(v.shape) for k, v in arrays.items()},
+           "arrays_sha256": hashlib.sha256(weights).hexdigest()}
+    text = json.dumps(doc, indent=2, allow_nan=False) + "\n"
+    json_path, weights_path = router_files(path)
+    write_files_atomic(json_path.parent, {json_path.name: text, weights_path.name: weights})
+    return json_path, weights_path
+
+
+def save_multi_router(path: str | Path, name: str, router: Any, lam: float,
+                      meta: dict[str, Any]) -> tuple[Path, Path]:
+    """Write a K-model ``router`` at ``lam`` as ``<path>.json`` + ``<path>.safetensors``.
+
+    As :func:`save_router`, with the router's models and ``lam`` (a finite number >= 0)
+    where a two-model file has weak, strong and threshold.
+    """
+    if not (isinstance(lam, (int, float)) and math.isfinite(lam) and lam >= 0):
+        raise ValueError(f"lam: expected a finite number >= 0, got {lam!r}")
+    return _write(path, router, {"router": name, "models": list(router.models),
+                                 "lam": float(lam)}, meta)
+
+
 def save_router(path: str | Path, name: str, router: Any, weak: str, strong: str,
                 threshold: float, meta: dict[str, Any]) -> tuple[Path, Path]:
     """Write ``router`` as ``<path>.json`` + ``<path>.safetensors``, atomically.
@@ -88,20 +144,9 @@ def save_router(path: str | Path, name: str, router: Any, weak: str, strong: str
     Returns:
         The two paths written.
     """
-    from safetensors.numpy import save
-
-    config, arrays = router.to_state()
-    weights = save({k: np.ascontiguousarray(v, dtype=np.float64) for k, v in arrays.items()})
-    doc = {"format": FILE_FORMAT, "version": FILE_VERSION, "cost_envs": cost_envs.__version__,
-           "router": name, "weak": weak, "strong": strong,
-           "threshold": None if math.isinf(threshold) else float(threshold), **meta,
-           "state": config,
-           "arrays": {k: list(v.shape) for k, v in arrays.items()},
-           "arrays_sha256": hashlib.sha256(weights).hexdigest()}
-    text = json.dumps(doc, indent=2, allow_nan=False) + "\n"
-    json_path, weights_path = router_files(path)
-    write_files_atomic(json_path.parent, {json_path.name: text, weights_path.name: weights})
-    return json_path, weights_path
+    return _write(path, router, {"router": name, "weak": weak, "strong": strong,
+                                 "threshold": None if math.isinf(threshold)
+                                 else float(threshold)}, meta)
 
 
 def _document(json_path: Path) -> dict[str, Any]:
@@ -117,11 +162,19 @@ def _document(json_path: Path) -> dict[str, Any]:
     if doc.get("version") != FILE_VERSION:
         raise ValueError(f"{json_path}: router file version {doc.get('version')!r}; this "
                          f"cost-envs reads version {FILE_VERSION}")
-    for key, kind in (("router", str), ("weak", str), ("strong", str), ("state", dict),
-                      ("arrays", dict), ("arrays_sha256", str)):
+    multi = doc.get("router") in MULTI_ROUTERS
+    head = (("models", list),) if multi else (("weak", str), ("strong", str))
+    for key, kind in (("router", str), *head, ("state", dict), ("arrays", dict),
+                      ("arrays_sha256", str)):
         if not isinstance(doc.get(key), kind):
             raise ValueError(f"{json_path}: {key}: expected a {kind.__name__}, got "
                              f"{doc.get(key)!r}")
+    if multi:
+        lam = doc.get("lam")
+        if (isinstance(lam, bool) or not isinstance(lam, (int, float))
+                or not math.isfinite(lam) or lam < 0):
+            raise ValueError(f"{json_path}: lam: expected a number >= 0, got {lam!r}")
+        return doc
     threshold = doc.get("threshold")
     if threshold is not None and (isinstance(threshold, bool)
                                   or not isinstance(threshold, (int, float))):
@@ -149,12 +202,26 @@ def _arrays(weights_path: Path, doc: dict[str, Any]) -> dict[str, np.ndarray]:
     return arrays
 
 
-def load_router(path: str | Path) -> SavedRouter:
+def _load_multi(json_path: Path, doc: dict[str, Any], arrays: dict[str, np.ndarray]
+                ) -> SavedMultiRouter:
+    for key in ("router", "models"):
+        if doc["state"].get(key) != doc[key]:
+            raise ValueError(f"{json_path}: state: {key} {doc['state'].get(key)!r} is not "
+                             f"the file's {doc[key]!r}")
+    try:
+        router = MULTI_ROUTERS[doc["router"]].from_state(doc["state"], arrays)
+    except (ValueError, TypeError, KeyError) as error:  # a crafted state
+        raise ValueError(f"{json_path}: {error}") from None
+    return SavedMultiRouter(doc["router"], router, router.models, float(doc["lam"]), doc)
+
+
+def load_router(path: str | Path) -> SavedRouter | SavedMultiRouter:
     """Read a router :func:`save_router` wrote (``path`` with or without a suffix).
 
     Raises:
         FileNotFoundError: If either file is missing.
-        ValueError: One line naming the file, on anything that is not such a router: a
+        ValueError: One line naming the file, on anything that is not such a router (two-
+            or K-model, :class:`SavedRouter` or :class:`SavedMultiRouter`): a
             foreign or corrupted JSON or safetensors file, a weights file from another
             save, an unknown router name or a state its class refuses.
     """
@@ -165,8 +232,11 @@ def load_router(path: str | Path) -> SavedRouter:
                                     f"{json_path.name} and {weights_path.name})")
     doc = _document(json_path)
     arrays = _arrays(weights_path, doc)
+    if doc["router"] in MULTI_ROUTERS:
+        return _load_multi(json_path, doc, arrays)
     if doc["router"] not in ROUTERS:
-        raise ValueError(f"{json_path}: router {doc['router']!r} is not one of {list(ROUTERS)}")
+        raise ValueError(f"{json_path}: router {doc['router']!r} is not one of "
+                         f"{[*ROUTERS, *MULTI_ROUTERS]}")
     for key in ("router", "weak", "strong"):
         if doc["state"].get(key, doc[key]) != doc[key]:
             raise ValueError(f"{json_path}: state: {key} {doc['state'][key]!r} is not the "
