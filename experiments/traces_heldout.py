@@ -18,7 +18,11 @@ CPT(50%), CPT(80%) and AIQ (:func:`~agents.routing.routing_eval.curve_metrics`).
 Intervals resample whole groups when the split is by group (the JSON says
 ``"resampled": "clusters"`` and how many). Weak and strong are the cheaper and the dearer
 model; where the dearer is not the more accurate, PGR (so APGR and CPT) is undefined and
-the report says so. Nothing is tuned: every router runs with its defaults.
+the report says so. Nothing is tuned on the shipped subjects or domains: the plain rows
+run with each router's defaults, and the ``(cv)`` rows choose their setting (``l2``;
+kNN's ``k``) by :data:`CV_FOLDS` folds of each *training* fold
+(:func:`agents.routing.router_cv.cross_validate`: nested, folds of whole groups when the
+protocol holds out groups), so the held-out queries never inform a choice.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from agents.routing.calibration import calibrate_share
+from agents.routing.router_cv import cross_validate
 from agents.routing.routers import make_router
 from agents.routing.routing_eval import (
     call_costs,
@@ -46,6 +51,11 @@ from cost_envs.traces import TraceDataset
 
 #: Strong-call share the thresholds are calibrated for, on training scores.
 TARGET_SHARE = 0.5
+#: Inner folds of the ``(cv)`` rows' choice, in each training fold (fewer when the
+#: training fold has fewer groups: MMLU's leave-one-subject-out leaves three).
+CV_FOLDS = 5
+#: The routers that also get a ``(cv)`` row.
+CV_ROUTERS = ("logistic", "knn")
 
 
 @dataclass(frozen=True)
@@ -96,6 +106,8 @@ def router_specs(data: TraceDataset, weak: str, embeddings: bool
                                                     "knn": ("knn", {})}
     if has_answers(data, weak):
         specs["cascade"] = ("cascade", {})
+    for kind in CV_ROUTERS:  # the setting chosen inside each training fold
+        specs[f"{kind} (cv)"] = (kind, {"cv": CV_FOLDS})
     if embeddings:
         specs["logistic (minilm)"] = ("logistic", {"text_features": "minilm"})
         specs["knn (minilm)"] = ("knn", {"text_features": "minilm"})
@@ -112,9 +124,13 @@ def splits_of(data: TraceDataset, protocol: Protocol) -> list[tuple[np.ndarray, 
 
 
 def _out_of_fold(data: TraceDataset, splits: list[tuple[np.ndarray, np.ndarray]],
-                 kind: str, settings: Mapping[str, Any], weak: str, strong: str
+                 kind: str, settings: Mapping[str, Any], weak: str, strong: str,
+                 split_by: str = "query", chosen: list[dict[str, Any]] | None = None,
                  ) -> tuple[np.ndarray, np.ndarray, list[float]]:
     """Held-out scores and calibrated strong calls of every query, in index order.
+
+    ``settings["cv"]`` (folds) chooses the router's setting on each training fold only
+    (folds kept whole by ``split_by``); each choice is appended to ``chosen``.
 
     Returns:
         (scores, strong calls) over the held-out queries (ascending indices) and the
@@ -123,12 +139,26 @@ def _out_of_fold(data: TraceDataset, splits: list[tuple[np.ndarray, np.ndarray]]
     scores = np.full(data.n_queries, np.nan)
     calls = np.zeros(data.n_queries, dtype=bool)
     train_shares = []
+    fixed = {k: v for k, v in settings.items() if k != "cv"}
+    # a router's inputs are per query (deterministic): computed once, indexed per fold
+    probe = make_router(kind, weak, strong, **fixed)
+    stats, text = probe._raw(data)
+    labels = probe.labels(data)
     for train, test in splits:
-        train_data = data.subset(train)
-        router = make_router(kind, weak, strong, **settings).fit(train_data)
-        calibration = calibrate_share(router.scores(train_data), TARGET_SHARE)
+        tuned = dict(fixed)
+        if "cv" in settings:  # nested: only this training fold is read
+            choice = cross_validate(kind, data.subset(train), weak=weak, strong=strong,
+                                    settings=fixed, folds=settings["cv"], split_by=split_by,
+                                    raw=(stats[train], text[train]))
+            tuned.update(choice.settings())
+            if chosen is not None:
+                chosen.append(choice.as_json())
+        router = make_router(kind, weak, strong, **tuned)._fit_raw(
+            stats[train], text[train], labels[train])
+        calibration = calibrate_share(router._scores_raw(stats[train], text[train]),
+                                      TARGET_SHARE)
         train_shares.append(calibration.strong_share)
-        scores[test] = router.scores(data.subset(test))
+        scores[test] = router._scores_raw(stats[test], text[test])
         calls[test] = scores[test] >= calibration.threshold
     held = np.sort(np.concatenate([test for _, test in splits]))
     return scores[held], calls[held], train_shares
@@ -204,7 +234,9 @@ def evaluate(data: TraceDataset, protocol: Protocol, n_resamples: int, seed: int
     first = out["baselines"]["oracle"]
     out["resampled"], out["units"] = first["resampled"], first["units"]
     for name, (kind, settings) in router_specs(data, weak, embeddings).items():
-        scores, calls, train_shares = _out_of_fold(data, splits, kind, settings, weak, strong)
+        chosen: list[dict[str, Any]] = []
+        scores, calls, train_shares = _out_of_fold(data, splits, kind, settings, weak, strong,
+                                                   protocol.split_by, chosen)
         # a cascade pays the weak call on every query: an escalation costs both calls
         costs = c.copy()
         if kind == "cascade":
@@ -221,6 +253,8 @@ def evaluate(data: TraceDataset, protocol: Protocol, n_resamples: int, seed: int
             "curve": curve[name], "random_curve": curve["random"],
             "verdict": verdict(point[name]["minus_random"]["accuracy"]),
         }
+        if chosen:
+            out["routers"][name]["cv"] = chosen
     return out
 
 
@@ -270,6 +304,17 @@ def markdown(title: str, result: Mapping[str, Any]) -> list[str]:
                          f"{'groups' if r['split_by'] == 'group' else 'queries'} (accuracy "
                          f"minus random {_fmt(e['point']['minus_random']['accuracy'])})."
                          for name, e in r["routers"].items())]
+    tuned = [(name, e["cv"]) for name, e in r["routers"].items() if e.get("cv")]
+    if tuned:
+        lines += ["", "The `(cv)` rows chose their setting in each training fold, by "
+                  "mean validation AIQ over inner folds of that training fold only ("
+                  + ", ".join(f"{len(c)} training fold{'s' * (len(c) > 1)}, "
+                              f"{'/'.join(str(x['folds']) for x in c)} inner folds by "
+                              f"{c[0]['split_by']}" for _, c in tuned[:1])
+                  + "): " + "; ".join(
+                      f"**{name}** {c[0]['setting']} = "
+                      + ", ".join(f"{x['value']:g}" for x in c) for name, c in tuned)
+                  + "."]
     if not r["pgr_defined"]:
         lines += ["", f"APGR and CPT are undefined here: on the held-out queries "
                   f"`{r['strong']}` is not more accurate than `{r['weak']}`, so there is no "

@@ -126,7 +126,13 @@ def test_heldout_evaluation_by_group_resamples_groups() -> None:
                       embeddings=False)
     assert result["resampled"] == "clusters" and result["units"] == 8
     assert result["held_out"] == data.n_queries and result["groups"] == 8
-    assert sorted(result["routers"]) == ["cascade", "knn", "logistic"]
+    assert sorted(result["routers"]) == ["cascade", "knn", "knn (cv)", "logistic",
+                                         "logistic (cv)"]
+    # a (cv) row chose its setting once per training fold, on inner folds of whole groups
+    for name, setting in (("logistic (cv)", "l2"), ("knn (cv)", "k")):
+        chosen = result["routers"][name]["cv"]
+        assert len(chosen) == 4 and {c["setting"] for c in chosen} == {setting}
+        assert {c["split_by"] for c in chosen} == {"group"} and {c["folds"] for c in chosen} == {5}
     groups = [g for fold in result["fold_table"] for g in fold["groups"]]
     assert sorted(groups) == sorted({f"g{i}" for i in range(8)})  # each held out once
     for entry in result["routers"].values():

@@ -122,6 +122,7 @@ def cross_validate(
     folds: int = 5,
     split_by: str = "group",
     seed: int = 0,
+    raw: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> CVChoice:
     """Choose ``kind``'s :data:`CV_GRIDS` setting by folds of ``train`` (training data only).
 
@@ -138,6 +139,9 @@ def cross_validate(
         folds: Folds asked for; at most one per cluster is used (at least 2).
         split_by: ``"group"`` (folds of whole groups) or ``"query"`` (of prompts).
         seed: Seed of the fold assignment.
+        raw: The router's raw inputs of ``train``'s queries (``router._raw(train)``), when
+            the caller has them (a nested evaluation computes them once for all folds);
+            computed here otherwise.
 
     Raises:
         ValueError: On an unknown router, a bad ``folds`` or ``split_by``, or fewer than
@@ -169,11 +173,15 @@ def cross_validate(
     # a router's inputs are per query: computed once, indexed per fold
     if multi:
         cols = router._columns(train)
-        raw = router._reader()._raw(train)
+        raw = router._reader()._raw(train) if raw is None else raw
         target = train.correct[:, cols]
     else:
         train.model_index(strong or ""), train.model_index(weak or "")  # both must exist
-        raw, target = router._raw(train), router.labels(train)
+        raw = router._raw(train) if raw is None else raw
+        target = router.labels(train)
+    if len(raw[0]) != train.n_queries or len(raw[1]) != train.n_queries:
+        raise ValueError(f"raw: expected the inputs of {train.n_queries} queries, got "
+                         f"{len(raw[0])} and {len(raw[1])} rows")
     table: dict[str, float] = {}
     for value in grid:
         router = build(value)
