@@ -8,7 +8,9 @@ subjects, and the baselines on the TraceRouting-v0 test split. Then the held-out
 evaluations of :mod:`experiments.traces_heldout`: every router of
 :data:`agents.routing.routers.ROUTERS` calibrated on training data for a 50% strong-call
 share, on GSM8K's test half, on MMLU subjects and on RouterArena domains never seen in
-training (intervals resampling whole groups), against random routing at the same share.
+training (intervals resampling whole groups), against random routing at the same share,
+with rows whose ``l2`` (kNN: ``k``) is chosen inside each training fold; and the K-model
+router (:mod:`experiments.traces_multi`) held out the same way.
 Token counts are pinned to the documented approximation
 (:data:`cost_envs.traces.APPROX_COUNTER`), so the numbers do not depend on whether
 tiktoken happens to be installed. Everything is computed and
@@ -53,6 +55,7 @@ from cost_envs.prices import default_price_table
 from cost_envs.traces import TraceDataset, load_routerarena, load_traces
 from experiments.figures import figure_files
 from experiments.traces_heldout import PROTOCOLS, by_cost, evaluate, has_answers
+from experiments.traces_multi import evaluate_multi
 from experiments.traces_report import figure, json_ready, markdown
 
 SCALES = ("smoke", "default")
@@ -190,6 +193,7 @@ def _env_table(data: TraceDataset) -> dict[str, dict[str, Any]]:
     """Baselines and the learned policy on the TraceRouting-v0 test split, one epoch."""
     from agents.baselines import BASELINES
     from agents.evaluation import compare
+    from agents.routing.random_router import RandomRouter
     from agents.rules import BestFixedRule
 
     train_env = gym.make("cost_envs/TraceRouting-v0", data=data, split="train")
@@ -200,6 +204,8 @@ def _env_table(data: TraceDataset) -> dict[str, dict[str, Any]]:
     episodes = test_env.unwrapped.dataset.n_queries  # one block: every test query once
     methods: dict[str, Any] = {name: BASELINES[name] for name in
                                ("oracle", "capability", "rule", "random", "all")}
+    # the literature's random router: exactly one model per query, uniformly
+    methods[RandomRouter.name] = RandomRouter
 
     def learned(env: gym.Env) -> RouterPolicy:
         clone = RouterPolicy(env, threshold=policy.threshold)
@@ -244,12 +250,14 @@ def _env_cascade_check(data: TraceDataset) -> dict[str, Any]:
             "apgr": curve.apgr, "cpt_50": curve.cpt(0.5), "cpt_80": curve.cpt(0.8)}
 
 
-def heldout(data_dir: Path, arena_dir: Path, n_resamples: int, embeddings: bool = False
-            ) -> dict[str, Any]:
+def heldout(data_dir: Path, arena_dir: Path, n_resamples: int, embeddings: bool = False,
+            k_model: bool = True) -> dict[str, Any]:
     """The held-out evaluations (:mod:`experiments.traces_heldout`) of every dataset found.
 
     A dataset whose files are absent is ``{"skipped": reason}``. ``embeddings`` adds the
-    MiniLM routers (the ``embeddings`` extra; ``benchmarks/routing_embeddings.py``).
+    MiniLM routers (the ``embeddings`` extra; ``benchmarks/routing_embeddings.py``);
+    ``k_model`` adds each dataset's ``"k_model"`` entry, the K-model router held out the
+    same way (:func:`experiments.traces_multi.evaluate_multi`).
     """
     loaders = {
         "gsm8k": (data_dir / GSM8K, lambda: load_traces(data_dir / GSM8K,
@@ -263,7 +271,10 @@ def heldout(data_dir: Path, arena_dir: Path, n_resamples: int, embeddings: bool 
         if not path.exists():
             out[name] = {"skipped": f"{path} not found"}
             continue
-        out[name] = evaluate(load(), PROTOCOLS[name], n_resamples, embeddings=embeddings)
+        data = load()
+        out[name] = evaluate(data, PROTOCOLS[name], n_resamples, embeddings=embeddings)
+        if k_model:
+            out[name]["k_model"] = evaluate_multi(data, PROTOCOLS[name], n_resamples)
     return out
 
 

@@ -20,6 +20,7 @@ from agents.routing.router_features import ANSWER_STATISTICS, STATISTICS
 from cost_envs.prices import default_price_table
 from experiments.figures import Rendered, pyplot, render
 from experiments.traces_heldout import markdown as heldout_markdown
+from experiments.traces_multi import markdown as multi_markdown
 
 
 def _fmt(entry: Mapping[str, Any], digits: int = 3) -> str:
@@ -248,7 +249,11 @@ def markdown(gsm: Mapping[str, Any], mmlu: Sequence[Mapping[str, Any]],
         lines += ["", "## TraceRouting-v0 on the GSM8K test split", "",
                   "Every test query once (seed 0), baselines of `agents.baselines` and the "
                   "learned router acting on the env's own observations (64 hashed features "
-                  "and the prompt length; threshold: the training split's median score).", "",
+                  "and the prompt length; threshold: the training split's median score). "
+                  "`random` is the env-generic baseline (each model called with probability "
+                  "1/2, independently: a quarter of the queries call nobody); "
+                  "`random-router` is the routing literature's random router (exactly one "
+                  "model per query, uniformly).", "",
                   "| Method | success | mean cost per query | CPS |", "|---|---|---|---|"]
         for name, row in env_rows.items():
             lines.append(f"| {name} | "
@@ -309,6 +314,10 @@ HELDOUT_TITLES = {"gsm8k": "GSM8K, held-out queries",
                   "mmlu": "MMLU, held-out subjects (only 4 subjects: 4 groups)",
                   "routerarena": "RouterArena, held-out domains"}
 
+#: Row titles of the K-model block.
+K_MODEL_TITLES = {"gsm8k": "GSM8K queries", "mmlu": "MMLU subjects",
+                  "routerarena": "RouterArena domains"}
+
 
 def _heldout_lines(heldout: Mapping[str, Any]) -> list[str]:
     """The held-out section: one table per dataset, or why it was skipped."""
@@ -327,6 +336,11 @@ def _heldout_lines(heldout: Mapping[str, Any]) -> list[str]:
             lines += ["", f"### {title}", "", f"Skipped: {result['skipped']}."]
         else:
             lines += heldout_markdown(title, result)
+    k_model = {title: heldout[name].get("k_model", heldout[name])
+               for name, title in K_MODEL_TITLES.items() if name in heldout
+               and ("k_model" in heldout[name] or "skipped" in heldout[name])}
+    if any("skipped" not in r for r in k_model.values()):
+        lines += multi_markdown(k_model)
     return lines
 
 

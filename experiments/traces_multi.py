@@ -1,0 +1,157 @@
+"""The routing report's K-model block: :class:`~agents.routing.multi_router.MultiRouter` held out.
+
+On each real dataset, split as :mod:`experiments.traces_heldout` splits it (GSM8K by
+query, MMLU leave-one-subject-out, RouterArena 5 folds by domain), a
+:class:`~agents.routing.multi_router.MultiRouter` over all the logged models is fitted on
+each training fold, with its ``l2`` at the default (``multi-logistic``) or chosen on inner
+folds of that training fold only (``multi-logistic (cv)``,
+:func:`agents.routing.router_cv.cross_validate`). Its operating points are fixed on the
+training fold too: for each target cost per query of :data:`TARGETS` (fractions of the
+way from the cheapest to the dearest model's mean training cost) ``lam`` is calibrated
+on the training queries (:func:`agents.routing.calibration.calibrate_lam`) and the
+held-out queries are routed at it. The pooled out-of-fold decisions (every query held
+out once) give:
+
+* the AIQ of those operating points against the single models' frontier (what random
+  routing between the models reaches), paired
+  (:func:`agents.routing.multi_router.sweep_metrics`);
+* at the halfway target (``route train``'s default), accuracy and cost beside random
+  routing on the single models' frontier at the router's own held-out cost per query
+  (:func:`agents.routing.routing_eval.hull_routing`, exact), paired.
+
+Intervals resample whole groups when the split is by group. **No shipped log has more
+than two models**, so here a K-model router chooses between two: its AIQ is compared
+with the straight line between them. A three-model set built by joining logs of different
+queries would pair outcomes no model produced on one query, so none is made.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from agents.routing.calibration import calibrate_lam
+from agents.routing.multi_router import SINGLE_MODELS, MultiRouter, sweep_metrics
+from agents.routing.router_cv import cross_validate
+from agents.routing.routing_eval import call_costs, hull_routing, score_routings
+from cost_envs.traces import TraceDataset
+from experiments.traces_heldout import CV_FOLDS, Protocol, _fmt, splits_of, verdict
+
+#: Target costs per query, as fractions from the cheapest to the dearest model's mean
+#: training cost; each is calibrated to a ``lam`` on the training fold.
+TARGETS = tuple(np.round(np.linspace(0.0, 1.0, 21), 2).tolist())
+#: The target of the single operating point reported (``route train``'s default).
+HALFWAY = 0.5
+#: The two K-model rows: name -> inner CV folds (``None``: the default ``l2``).
+MULTI_ROWS: dict[str, int | None] = {"multi-logistic": None, "multi-logistic (cv)": CV_FOLDS}
+
+
+def _out_of_fold(data: TraceDataset, splits: list[tuple[np.ndarray, np.ndarray]],
+                 costs: np.ndarray, cv: int | None, split_by: str
+                 ) -> tuple[np.ndarray, list[dict[str, Any]], list[float]]:
+    """``(n, len(TARGETS))`` held-out decisions, each fold's CV choice and halfway lam."""
+    decisions = np.zeros((data.n_queries, len(TARGETS)), dtype=np.int64)
+    probe = MultiRouter(data.models)
+    stats, text = probe._reader()._raw(data)  # per query: computed once
+    chosen: list[dict[str, Any]] = []
+    lams: list[float] = []
+    cols = np.arange(data.n_models)
+    for train, test in splits:
+        settings: dict[str, Any] = {}
+        if cv is not None:  # nested: only this training fold is read
+            choice = cross_validate("multi-logistic", data.subset(train), costs=costs[train],
+                                    folds=cv, split_by=split_by,
+                                    raw=(stats[train], text[train]))
+            settings = choice.settings()
+            chosen.append(choice.as_json())
+        router = MultiRouter(data.models, **settings)._fit_raw(
+            stats[train], text[train], data.correct[train], costs[train])
+        p_train = router._correctness_raw(stats[train], text[train])
+        grid = router._lams(p_train)
+        swept = router._sweep(p_train, cols, grid)
+        mean = costs[train].mean(axis=0)
+        fold_lams = [calibrate_lam(grid, swept, costs[train],
+                                   float(mean.min() + f * (mean.max() - mean.min()))).lam
+                     for f in TARGETS]
+        lams.append(fold_lams[TARGETS.index(HALFWAY)])
+        decisions[test] = router._route(router._correctness_raw(stats[test], text[test]),
+                                        np.array(fold_lams), cols)
+    return decisions, chosen, lams
+
+
+def evaluate_multi(data: TraceDataset, protocol: Protocol, n_resamples: int, seed: int = 0
+                   ) -> dict[str, Any]:
+    """The K-model rows on ``data``, held out as ``protocol`` says (see the module doc).
+
+    Returns:
+        A JSON-able dict: the models, the split, ``"resampled"``/``"units"``, and per row
+        ``"aiq"`` (with ``minus_single models``), ``"halfway"`` (accuracy, cost, model
+        shares, ``minus_frontier``), the verdict, each fold's halfway ``lam`` and CV choice.
+    """
+    splits = splits_of(data, protocol)
+    c = call_costs(data)
+    held = np.sort(np.concatenate([test for _, test in splits]))
+    test = data.subset(held)
+    kw = {"split_by": protocol.split_by, "n_resamples": n_resamples, "seed": seed}
+    out: dict[str, Any] = {
+        "source": data.source, "models": list(data.models), "protocol": protocol.label,
+        "split_by": protocol.split_by, "held_out": test.n_queries,
+        "targets": list(TARGETS), "halfway": HALFWAY, "rows": {},
+    }
+    for name, cv in MULTI_ROWS.items():
+        decisions, chosen, lams = _out_of_fold(data, splits, c, cv, protocol.split_by)
+        d = decisions[held]
+        curves = sweep_metrics(test, {name: d}, c[held], **kw)
+        at = d[:, TARGETS.index(HALFWAY)]
+        budget = float(c[held][np.arange(test.n_queries), at].mean())
+        points = score_routings(test, {name: at, "frontier": hull_routing(test, budget,
+                                                                          c[held])},
+                                c[held], reference="frontier", **kw)
+        out["rows"][name] = {
+            "aiq": curves[name], "single_models_aiq": curves[SINGLE_MODELS],
+            "halfway": points[name], "frontier": points["frontier"],
+            "verdict": verdict(curves[name][f"minus_{SINGLE_MODELS}"]),
+            "halfway_lam": lams, **({"cv": chosen} if chosen else {}),
+        }
+        out["resampled"], out["units"] = points[name]["resampled"], points[name]["units"]
+    return out
+
+
+def markdown(results: Mapping[str, Any]) -> list[str]:
+    """The K-model block's Markdown lines (one table over the datasets run)."""
+    lines = ["", "## Routing over K models: MultiRouter on held-out queries and groups", "",
+             "One correctness model per logged model, routed by `argmax p_j - lam * cost_j / "
+             "cost_max` (`agents/routing/multi_router.py`). **No shipped log has more than "
+             "two models**, so the K-model router chooses between two here, and its AIQ is "
+             "compared with the straight line between them (the single models' frontier, "
+             "which random routing reaches). Joining logs of different queries into a "
+             "three-model set would invent outcomes, so none is made. Splits as above; each "
+             f"`lam` calibrated on the training fold for {len(TARGETS)} target costs per "
+             "query (0% to 100% of the way from the cheapest to the dearest model's mean "
+             "training cost); the halfway point is `cost-envs route train`'s default. The "
+             "(cv) row chooses `l2` on inner folds of each training fold.", "",
+             "| Data (held out) | Router | AIQ | AIQ - single models (paired) | halfway: "
+             "accuracy | cost / 1k queries | accuracy - frontier at that cost (paired) |",
+             "|---|---|---|---|---|---|---|"]
+    verdicts = []
+    for title, r in results.items():
+        if "skipped" in r:
+            lines.append(f"| {title} | skipped: {r['skipped']} | | | | | |")
+            continue
+        for name, e in r["rows"].items():
+            h = e["halfway"]
+            lines.append(
+                f"| {title} ({r['held_out']} queries, {r['units']} "
+                f"{'groups' if r['resampled'] == 'clusters' else 'queries'} resampled) | "
+                f"{name} | {_fmt(e['aiq'])} | {_fmt(e['aiq'][f'minus_{SINGLE_MODELS}'])} | "
+                f"{_fmt(h['accuracy'])} | {_fmt(h['cost_per_query'], 1000, 4)} | "
+                f"{_fmt(h['minus_frontier']['accuracy'])} |")
+            reads = e["verdict"].replace("random", "the single models")
+            verdicts.append(f"{title}, {name}: AIQ {reads}")
+            if e.get("cv"):
+                values = ", ".join(f"{x['value']:g}" for x in e["cv"])
+                verdicts[-1] += f" (l2 chosen per training fold: {values})"
+    lines += ["", "; ".join(verdicts) + "."]
+    return lines
