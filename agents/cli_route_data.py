@@ -18,6 +18,7 @@ import numpy as np
 from agents.routing.router_cv import cross_validate
 from cost_envs.prices import coerce_prices
 from cost_envs.traces import TraceDataset, load_routerarena, load_traces
+from cost_envs.traces.readers import TRACE_SUFFIXES
 
 #: Exit status of a bad input (file, model name, saved router), as for a usage error.
 EXIT_INPUT = 1
@@ -25,8 +26,6 @@ EXIT_INPUT = 1
 EXIT_USAGE = 2
 #: ``--format`` choices; ``generic`` is the generic CSV/JSONL schema.
 DATA_FORMATS = ("routellm", "generic", "routerarena")
-#: Suffixes a folder's trace files have (RouterArena: ``.jsonl`` only).
-TRACE_SUFFIXES = (".csv", ".jsonl", ".ndjson")
 
 
 def fail(args: argparse.Namespace, message: Any, status: int = EXIT_INPUT) -> NoReturn:

@@ -76,6 +76,7 @@ import csv
 import difflib
 import functools
 import io
+import json
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
@@ -97,9 +98,12 @@ from cost_envs.traces.generic import (
     records_from_dataset,
 )
 from cost_envs.traces.parsing import Where, as_bool, csv_records, shown
+from cost_envs.traces.routerarena import load_routerarena
 
 #: Formats :func:`load_traces` reads.
 FORMATS = ("routellm", "csv", "jsonl")
+#: Suffixes of the trace files a folder stands for.
+TRACE_SUFFIXES = (".csv", ".jsonl", ".ndjson")
 #: Suffix of RouteLLM's response columns.
 RESPONSE_SUFFIX = "_response"
 #: Columns of a RouteLLM CSV read as the query's group rather than as a model.
@@ -313,7 +317,10 @@ def load_traces(
     ``"<file_group>:<id>"``.
 
     Args:
-        path: The file, or a non-empty list of files.
+        path: The file, a non-empty list of files, or a folder: its trace files
+            (:func:`folder_files`), or with ``format=None`` RouterArena's cached results
+            when it holds them (:func:`is_routerarena_folder`:
+            :func:`~cost_envs.traces.routerarena.load_routerarena`, logged costs).
         format: ``"routellm"``, ``"csv"``, ``"jsonl"`` or ``None`` to detect it per file
             (:func:`detect_format`).
         token_counter: For RouteLLM CSVs (whose tokens are not logged): ``"auto"``,
@@ -333,6 +340,10 @@ def load_traces(
         one_of(format, "format", FORMATS)
     integer(default_output_tokens, "default_output_tokens", minimum=0)
     token_counter_name(token_counter)  # validate early
+    if isinstance(path, (str, Path)) and Path(path).is_dir():
+        if format is None and is_routerarena_folder(path):
+            return load_routerarena(path)
+        path = folder_files(path)
     if isinstance(path, (str, Path)):
         return _load_one(Path(path), format, token_counter, default_output_tokens)
     paths = [Path(p) for p in path]
@@ -340,6 +351,36 @@ def load_traces(
         raise ValueError("path: expected a file or a non-empty list of files, got []")
     parts = [_load_one(p, format, token_counter, default_output_tokens) for p in paths]
     return combine_datasets(parts, [file_group(p) for p in paths])
+
+
+def folder_files(folder: str | Path) -> list[Path]:
+    """A folder's trace files (suffixes :data:`TRACE_SUFFIXES`), sorted by name.
+
+    Raises:
+        ValueError: If it has none.
+    """
+    found = sorted(p for p in Path(folder).iterdir()
+                   if p.is_file() and p.suffix.lower() in TRACE_SUFFIXES)
+    if not found:
+        raise ValueError(f"{folder}: a folder without {'/'.join(TRACE_SUFFIXES)} files")
+    return found
+
+
+def is_routerarena_folder(folder: str | Path) -> bool:
+    """Whether a folder holds RouterArena's cached results.
+
+    Read from its first ``.jsonl`` file's first record: RouterArena's has a
+    ``global_index`` field, which the generic schema does not have.
+    """
+    for file in sorted(Path(folder).glob("*.jsonl")):
+        with file.open(encoding="utf-8-sig", errors="replace") as handle:
+            first = next((line for line in handle if line.strip()), "")
+        try:
+            record = json.loads(first)
+        except ValueError:
+            return False
+        return isinstance(record, dict) and "global_index" in record
+    return False
 
 
 def _load_one(path: Path, format: str | None, token_counter: str,
