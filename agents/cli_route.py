@@ -4,7 +4,7 @@
 
     cost-envs route train --data FILE_OR_DIR [FILE ...] --weak MODEL --strong MODEL --save PATH
                           [--format routellm|generic|routerarena] [--router logistic]
-                          [--split-by query|group] [--test-fraction 0.5] [--seed 0]
+                          [--cv K] [--split-by query|group] [--test-fraction 0.5] [--seed 0]
                           [--target-share 0.5 | --target-cost X] [--prices FILE]
                           [--resamples 1000] [--json]
     cost-envs route score --router PATH --data FILE_OR_DIR [FILE ...]
@@ -19,6 +19,10 @@ part only (:mod:`agents.routing.calibration`: a target strong-call share, defaul
 a target cost per query), scores the test part and saves the router
 (:func:`agents.routing.router_state.save_router`: ``PATH.json`` + ``PATH.safetensors``).
 ``score`` scores a saved router, at its saved threshold, on every query of other logs.
+``--cv K`` chooses the router's ``l2`` (kNN: ``k``) by K folds of the training part
+(:func:`agents.routing.router_cv.cross_validate`). Logs of more than two models without
+``--weak``/``--strong``, or ``--router multi-logistic``, train a K-model router instead
+(:mod:`agents.cli_route_multi`), and ``score`` reads either kind of saved router.
 
 Both print a Markdown table (accuracy, cost per query, strong-call share, APGR, CPT(50%),
 CPT(80%), AIQ, each with its 95% bootstrap interval over queries, or over groups with
