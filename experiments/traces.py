@@ -21,6 +21,7 @@ before anything is written, and the three files are written all or nothing.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -324,8 +325,9 @@ def report(out_dir: Path, scale: str, data_dir: Path, arena_dir: Path | None = N
     env_cascade = None if smoke else _env_cascade_check(data)
     held_out = heldout(data_dir, arena_dir, 200 if smoke else 1000)
     seconds = time.perf_counter() - start
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     text = markdown(gsm, mmlu, robustness, env_rows, scale, n_resamples, seconds, env_cascade,
-                    held_out)
+                    held_out, load)
     payload = json_ready({"scale": scale, "n_resamples": n_resamples, "seconds": seconds,
                            "heldout": held_out,
                            "gsm8k": gsm, "gsm8k_other_splits": robustness, "mmlu": mmlu,
