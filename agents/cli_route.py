@@ -21,7 +21,8 @@ a target cost per query), scores the test part and saves the router
 ``score`` scores a saved router, at its saved threshold, on every query of other logs.
 ``--cv K`` chooses the router's ``l2`` (kNN: ``k``) by K folds of the training part
 (:func:`agents.routing.router_cv.cross_validate`). Logs of more than two models without
-``--weak``/``--strong``, or ``--router multi-logistic``, train a K-model router instead
+``--weak``/``--strong``, ``--models``, or ``--router multi-logistic`` train a K-model
+router instead
 (:mod:`agents.cli_route_multi`), and ``score`` reads either kind of saved router.
 
 Both print a Markdown table (accuracy, cost per query, strong-call share, APGR, CPT(50%),
@@ -333,7 +334,8 @@ def run_train(args: argparse.Namespace) -> int:
         fail(args, f"--save: {error}")
     data = load_data(args)
     if args.router in MULTI_ROUTERS or (args.router is None and args.weak is None
-                                        and args.strong is None and data.n_models > 2):
+                                        and args.strong is None
+                                        and (data.n_models > 2 or args.models is not None)):
         from agents.cli_route_multi import run_train_multi
 
         return run_train_multi(args, data)

@@ -1,13 +1,14 @@
 """``cost-envs route`` for K-model routers: train, calibrate ``lam``, score, save.
 
 ``route train`` comes here with ``--router multi-logistic``, or without ``--weak`` and
-``--strong`` on logs of more than two models; ``route score`` with a saved K-model
-router. The router is :class:`agents.routing.multi_router.MultiRouter` over ``--models``
-(default all the logs have); ``--cv K`` chooses its ``l2`` on folds of the training
-split (:func:`agents.routing.router_cv.cross_validate`); its ``lam`` is calibrated on
-the training split only for ``--target-cost`` (default halfway between the cheapest and
-the dearest model's mean training cost; :func:`agents.routing.calibration.calibrate_lam`)
-and it is saved by :func:`agents.routing.router_state.save_multi_router`.
+``--strong`` with ``--models`` or on logs of more than two models; ``route score`` with
+a saved K-model router. The router is :class:`agents.routing.multi_router.MultiRouter`
+over ``--models`` (default all the logs have); ``--cv K`` chooses its ``l2`` on folds of
+the training split (:func:`agents.routing.router_cv.cross_validate`); its ``lam`` is
+calibrated on the training split only for ``--target-cost`` (default halfway between the
+cheapest and the dearest model's mean training cost;
+:func:`agents.routing.calibration.calibrate_lam`) and it is saved by
+:func:`agents.routing.router_state.save_multi_router`.
 
 The table (every test query once, 95% bootstrap intervals over queries or groups):
 the router at its ``lam``; random routing on the single models' frontier at the

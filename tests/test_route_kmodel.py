@@ -263,3 +263,26 @@ def test_a_saved_k_model_router_needs_its_models_in_the_logs(logs, tmp_path, cap
     two = write(tmp_path / "two.jsonl", [r for r in rows() if r["model"] != "mid"])
     fails(capsys, ["route", "score", "--router", str(tmp_path / "r"), "--data", str(two)],
           "model 'mid' is not in the logs", status=EXIT_INPUT)
+
+
+ROUTERARENA = Path(__file__).resolve().parents[2] / "shared" / "data" / "routerarena"
+
+
+def test_a_k_model_router_on_routerarenas_two_models(tmp_path, capsys) -> None:
+    """The real logs have two models: ``--models`` (or ``--router multi-logistic``) routes
+    between them as a K-model router, and the saved router routes the test queries as
+    the printed test block says."""
+    if not ROUTERARENA.is_dir():
+        pytest.skip(f"{ROUTERARENA} not found: the real logs live outside the repository")
+    models = ["gemini-2.0-flash-001", "claude-3-haiku-20240307"]
+    out = route(capsys, "train", "--data", str(ROUTERARENA), "--format", "routerarena",
+                "--models", *models, "--split-by", "group", "--save", str(tmp_path / "r"))
+    assert out["router"] == "multi-logistic" and out["models"] == models
+    assert out["test"]["resampled"] == "clusters"
+    saved = load_router(tmp_path / "r")
+    assert isinstance(saved, SavedMultiRouter) and list(saved.models) == models
+    data = load_traces(ROUTERARENA).select_models(models)
+    test = data.subset(data.split_indices(0, 0.5, "group")[1])
+    d = saved.router.route(test, saved.lam)
+    assert out["test"]["rows"]["router"]["accuracy"]["value"] == pytest.approx(
+        test.correct[np.arange(len(d)), d].mean())
