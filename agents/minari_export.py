@@ -37,6 +37,7 @@ from cost_envs.minari_io import (
     check_dataset_id,
     datasets_root,
     default_dataset_id,
+    require_minari,
     write_dataset,
 )
 
@@ -111,6 +112,7 @@ def export_rollouts(
         ValueError: One line, before anything is written: a bad id, count or seed, no
             directory, an existing dataset, a policy that is not one.
     """
+    require_minari()
     integer(episodes, "episodes", minimum=1)
     integer(seed, "seed", minimum=0)
     if dataset_id is not None:
@@ -158,6 +160,7 @@ def export_supervised(
     Returns:
         The dataset's directory.
     """
+    require_minari()
     from agents.lora.supervised import SupervisedConfig, teacher_for  # loads torch
 
     config = SupervisedConfig() if config is None else config

@@ -57,6 +57,8 @@ from cost_envs.extras import import_extra, require_extra
 DATASETS_PATH_VARIABLE = "MINARI_DATASETS_PATH"
 #: ``namespace/name-vN`` with at least one namespace, as Minari parses dataset ids.
 DATASET_ID = re.compile(r"^(?P<namespace>[-_\w][-_\w/]*[-_\w]+)/(?P<name>[-_\w]+?)-v(\d+)$")
+#: What needs the extra, in its ImportError.
+WHAT = "exporting a Minari dataset"
 #: Minari's storage backend used here (pyarrow; no HDF5 needed).
 DATA_FORMAT = "arrow"
 
@@ -273,10 +275,18 @@ def _size_measured_once(minari: Any) -> Iterator[None]:
         storage.get_size = measure
 
 
+def require_minari() -> None:
+    """Raise the one-line ``ImportError`` naming the ``minari`` extra if it is missing.
+
+    The exporters call it first, before playing any episode.
+    """
+    require_extra("minari", WHAT)  # minari and its Arrow backend, pyarrow
+
+
 def _minari() -> Any:
     """The ``minari`` module, or the one-line ``ImportError`` naming the extra."""
-    require_extra("minari", "Minari datasets")  # minari and its Arrow backend, pyarrow
-    return import_extra("minari", "minari", "Minari datasets")
+    require_minari()
+    return import_extra("minari", "minari", WHAT)
 
 
 def check_recoverable(env: gym.Env) -> None:

@@ -29,6 +29,7 @@ from cost_envs.minari_io import (
     check_dataset_id,
     datasets_root,
     default_dataset_id,
+    require_minari,
     write_dataset,
 )
 
@@ -102,6 +103,7 @@ def export_traces(
         ValueError: One line, before anything is written (see
             :func:`cost_envs.minari_io.write_dataset`).
     """
+    require_minari()
     dataset_id = check_dataset_id(dataset_id or default_dataset_id(ENV_ID, DEFAULT_NAME))
     datasets_root(out)  # no directory is an error before the env is built
     kwargs = dict(env_kwargs or {})
