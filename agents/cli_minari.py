@@ -3,6 +3,7 @@
 ::
 
     cost-envs export-minari --env ID --policy NAME [--episodes 100] [--seed 0] [--out DIR]
+    cost-envs export-minari --env ID --model DIR [--episodes 100] [--seed 0]
     cost-envs export-minari --env ID --supervised greedy|planner [--episodes 1500] [--seed 0]
     cost-envs export-minari --env TraceRouting-v0 --logged [--data FILE]
         [--dataset-id NAMESPACE/NAME-vN] [--fit-tasks 200] [--pool FILE] [--prices FILE]
@@ -10,7 +11,9 @@
 
 ``--policy`` plays any method ``evaluate`` accepts (a baseline, a planner, the best
 fixed rule, fitted first on ``--fit-tasks`` training tasks) on the task set of ``--seed``
-(:func:`agents.minari_export.export_rollouts`); ``--supervised`` writes the LoRA
+(:func:`agents.minari_export.export_rollouts`), and ``--model`` a model directory
+written by ``cost-envs train`` (safetensors, never unpickled) on the env arguments it
+was trained with, flags over them; ``--supervised`` writes the LoRA
 supervised stage's teacher episodes for training seed ``--seed``
 (:func:`agents.minari_export.export_supervised`); ``--logged`` writes every logged
 (query, model) outcome of a trace file (:func:`cost_envs.traces.minari_export.export_traces`).
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from agents.cli_env import add_env_arguments, check_env_kwargs, merged_env_kwargs
 from cost_envs.extras import install_hint, missing_modules
@@ -44,6 +48,8 @@ def add_export_minari(parser: argparse.ArgumentParser) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--policy", choices=list(EVALUATE_METHODS), metavar="NAME",
                         help=f"the method to roll out, one of: {', '.join(EVALUATE_METHODS)}")
+    source.add_argument("--model", type=Path, default=None, metavar="DIR",
+                        help="a model directory from `cost-envs train`")
     source.add_argument("--supervised", choices=("greedy", "planner"),
                         help="the LoRA supervised stage's teacher episodes")
     source.add_argument("--logged", action="store_true",
@@ -74,6 +80,16 @@ def _check_combination(args: argparse.Namespace) -> None:
         raise ValueError("--data: only with --logged (else pass data in --env-kwargs)")
 
 
+def _load_model(path: Path, env_id: str) -> Any:
+    """A saved cost-envs model trained on ``env_id`` (``ValueError`` in one line if not)."""
+    from agents.lora.checkpoints import load_allocator
+
+    model = load_allocator(path)  # a model directory only: an SB3 .zip is refused
+    if model.env_id != env_id:
+        raise ValueError(f"--model: {path} was trained on {model.env_id}, not {env_id}")
+    return model
+
+
 def run_export_minari(args: argparse.Namespace) -> int:
     """Write the dataset; one line on stderr and status 1 on a bad input."""
     if missing_modules(("minari", "pyarrow")):
@@ -90,7 +106,8 @@ def run_export_minari(args: argparse.Namespace) -> int:
         if args.dataset_id is not None:
             check_dataset_id(args.dataset_id)
         root = datasets_root(args.out)
-        env_kwargs = merged_env_kwargs(args)
+        model = _load_model(args.model, args.env) if args.model is not None else None
+        env_kwargs = merged_env_kwargs(args, None if model is None else model.env_kwargs)
         if env_kwargs:
             check_env_kwargs(args.env, env_kwargs)
         common = {"out": args.out, "dataset_id": args.dataset_id, "env_kwargs": env_kwargs}
@@ -105,10 +122,14 @@ def run_export_minari(args: argparse.Namespace) -> int:
             path = export_supervised(args.env, seed=args.seed, config=config,
                                      progress=not args.no_progress, **common)
         else:
-            cls = EVALUATE_METHODS[args.policy]
-            policy = fitted(cls, args.fit_tasks) if hasattr(cls, "fit") else cls
+            if model is not None:
+                policy, name = model, model.method
+            else:
+                cls = EVALUATE_METHODS[args.policy]
+                policy = fitted(cls, args.fit_tasks) if hasattr(cls, "fit") else cls
+                name = args.policy
             path = export_rollouts(args.env, policy, args.episodes or DEFAULT_EPISODES,
-                                   seed=args.seed, name=args.policy,
+                                   seed=args.seed, name=name,
                                    progress=not args.no_progress, **common)
     except (ValueError, FileNotFoundError) as error:
         raise SystemExit(f"cost-envs export-minari: {' '.join(str(error).split())}") from None

@@ -326,3 +326,42 @@ def test_cost_envs_and_the_exporters_import_without_minari() -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == ("exporting a Minari dataset needs the 'minari' extra "
                                    "(missing: minari): pip install 'cost-envs[minari]'")
+
+
+@needs_minari
+def test_the_cli_exports_a_trained_model_the_supervised_data_and_logged_traces(
+        datasets: Path, tmp_path: Path) -> None:
+    import minari
+
+    from agents.lora.checkpoints import load_allocator, save_allocator
+    from agents.lora.supervised import SupervisedConfig
+    from agents.lora.training import train
+
+    kwargs = {"budget": 0.3}
+    trained = train("cost_envs/ToolBench-v0", "lora", 1, seed=2, env_kwargs=kwargs,
+                    supervised=SupervisedConfig(episodes=5, epochs=1))
+    model_dir = save_allocator(trained, tmp_path / "model")
+    # no --out: MINARI_DATASETS_PATH (the fixture's) is the directory
+    for args in (("--env", "ToolBench-v0", "--model", str(model_dir), "--episodes", "4",
+                  "--seed", "5"),
+                 ("--env", "ToolBench-v0", "--supervised", "greedy", "--episodes", "3"),
+                 ("--env", "TraceRouting-v0", "--logged", "--env-kwargs", '{"split": "test"}')):
+        done = _cli(*args, "--no-progress", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+    assert sorted(minari.list_local_datasets()) == [
+        "cost_envs/ToolBench-v0/lora-v0", "cost_envs/ToolBench-v0/supervised-greedy-v0",
+        "cost_envs/TraceRouting-v0/logged-v0"]
+    dataset = minari.load_dataset("cost_envs/ToolBench-v0/lora-v0")
+    assert dataset.recover_environment().spec.kwargs == kwargs  # the model's env arguments
+    reference = _play("cost_envs/ToolBench-v0", lambda env: load_allocator(model_dir), 4, 5,
+                      **kwargs)
+    for episode, ref in zip(dataset.iterate_episodes(), reference, strict=True):
+        assert np.array_equal(episode.observations, np.stack(ref["obs"]))
+        assert np.array_equal(episode.actions, np.stack(ref["actions"]).astype(np.int8))
+    logged = minari.load_dataset("cost_envs/TraceRouting-v0/logged-v0")
+    test_env = gym.make("cost_envs/TraceRouting-v0", split="test")
+    assert logged.total_episodes == test_env.unwrapped.dataset.n_queries * 3
+    done = _cli("--env", "FlightPlanner-v0", "--model", str(model_dir), cwd=tmp_path)
+    assert done.returncode == 1
+    assert done.stderr == (f"cost-envs export-minari: --model: {model_dir} was trained on "
+                           "cost_envs/ToolBench-v0, not cost_envs/FlightPlanner-v0\n")
