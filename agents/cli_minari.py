@@ -108,6 +108,9 @@ def run_export_minari(args: argparse.Namespace) -> int:
         root = datasets_root(args.out)
         model = _load_model(args.model, args.env) if args.model is not None else None
         env_kwargs = merged_env_kwargs(args, None if model is None else model.env_kwargs)
+        for key in ("pool", "prices"):  # stored in the dataset: remade from any directory
+            if getattr(args, key) is not None:
+                env_kwargs[key] = str(getattr(args, key).absolute())
         if env_kwargs:
             check_env_kwargs(args.env, env_kwargs)
         common = {"out": args.out, "dataset_id": args.dataset_id, "env_kwargs": env_kwargs}
