@@ -35,6 +35,7 @@ from cost_envs.config import integer
 from cost_envs.minari_io import (
     EpisodeRecorder,
     check_dataset_id,
+    check_new_dataset,
     datasets_root,
     default_dataset_id,
     require_minari,
@@ -122,7 +123,8 @@ def export_rollouts(
     try:
         allocator = build_allocator(policy, env, name or "policy")
         label = name or type(allocator).__name__
-        dataset_id = check_dataset_id(dataset_id or default_dataset_id(env_id, label))
+        dataset_id = dataset_id or default_dataset_id(env_id, label)
+        check_new_dataset(dataset_id, out)  # before the episodes are played
         recorded = record_rollouts(allocator, env, episodes, seed, deterministic, progress)
         return write_dataset(dataset_id, recorded, env, out, algorithm_name=label,
                              description=f"{episodes} episodes of {label} on "
@@ -169,8 +171,8 @@ def export_supervised(
                          f"{type(config).__name__}")
     integer(seed, "seed", minimum=0)
     label = f"supervised-{config.teacher}"
-    dataset_id = check_dataset_id(dataset_id or default_dataset_id(env_id, label))
-    datasets_root(out)
+    dataset_id = dataset_id or default_dataset_id(env_id, label)
+    check_new_dataset(dataset_id, out)
     env = _made(env_id, env_kwargs)
     try:
         teacher = teacher_for(env, config)

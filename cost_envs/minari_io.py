@@ -85,6 +85,21 @@ def check_dataset_id(dataset_id: Any) -> str:
     return dataset_id
 
 
+def check_new_dataset(dataset_id: Any, out: str | os.PathLike[str] | None) -> Path:
+    """The directory ``dataset_id`` would be written to, checked to be free.
+
+    Raises:
+        ValueError: A bad id, no directory (:func:`datasets_root`), or a dataset of
+            that id already there.
+    """
+    check_dataset_id(dataset_id)
+    root = datasets_root(out)
+    if (root / dataset_id).exists():
+        raise ValueError(f"dataset_id: {dataset_id!r} already exists in {root}; remove it or "
+                         "choose another name or version")
+    return root / dataset_id
+
+
 def datasets_root(out: str | os.PathLike[str] | None) -> Path:
     """The directory datasets are written to: ``out``, else ``$MINARI_DATASETS_PATH``.
 
@@ -196,7 +211,6 @@ def _kind(key: str, value: Any) -> tuple[str, Any]:
 def _info_schema(recorders: Sequence[EpisodeRecorder]) -> dict[str, tuple[str, Any]]:
     """Every info key of every entry, with the one kind it is stored as."""
     schema: dict[str, tuple[str, Any]] = {}
-    complete: dict[str, bool] = {}
     for recorder in recorders:
         for info in recorder.infos:
             for key, value in info.items():
@@ -211,10 +225,9 @@ def _info_schema(recorders: Sequence[EpisodeRecorder]) -> dict[str, tuple[str, A
                 if kind[0] == "array" and known[1].shape != kind[1].shape:
                     raise ValueError(f"info[{key!r}]: arrays of shapes {known[1].shape} and "
                                      f"{kind[1].shape}; expected one shape")
-        for key in schema:
-            complete[key] = complete.get(key, True) and all(key in i for i in recorder.infos)
-    # an integer missing somewhere needs NaN: store it as a float
-    return {key: ("float", None) if kind[0] == "int" and not complete[key] else kind
+    # an integer missing somewhere (in any episode) needs NaN there: store it as a float
+    return {key: ("float", None) if kind[0] == "int" and not all(
+                key in info for recorder in recorders for info in recorder.infos) else kind
             for key, kind in schema.items()}
 
 
@@ -336,12 +349,8 @@ def write_dataset(
             spec cannot be stored, an info value Minari cannot store.
         ImportError: Without the ``minari`` extra (naming ``pip install``).
     """
-    check_dataset_id(dataset_id)
+    final = check_new_dataset(dataset_id, out)
     root = datasets_root(out)
-    final = root / dataset_id
-    if final.exists():
-        raise ValueError(f"dataset_id: {dataset_id!r} already exists in {root}; remove it or "
-                         "choose another name or version")
     if not episodes:
         raise ValueError("episodes: expected at least one episode, got none")
     for index, episode in enumerate(episodes):

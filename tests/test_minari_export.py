@@ -365,3 +365,35 @@ def test_the_cli_exports_a_trained_model_the_supervised_data_and_logged_traces(
     assert done.returncode == 1
     assert done.stderr == (f"cost-envs export-minari: --model: {model_dir} was trained on "
                            "cost_envs/ToolBench-v0, not cost_envs/FlightPlanner-v0\n")
+
+
+@needs_minari
+def test_info_keys_some_steps_or_episodes_lack_are_filled_as_documented(datasets: Path) -> None:
+    from agents.evaluation import rollout
+    from cost_envs.minari_io import load_dataset
+
+    env = gym.make("cost_envs/ToolBench-v0")
+    recorders = [EpisodeRecorder(seed=0), EpisodeRecorder(seed=1)]
+    rollout(RuleBased(env), env, seed=0, observer=recorders[0])
+    for info in recorders[0].infos:  # an int key only the first episode has, at every entry
+        info["retries"] = 3
+    obs, info = env.reset(seed=1)
+    recorders[1].reset(obs, info)
+    allocator, done = RuleBased(env), False
+    while not done:
+        action, _ = allocator.predict(obs)
+        obs, reward, terminated, truncated, info = env.step(action)
+        done = terminated or truncated
+        if done:  # a nested mapping (a wrapper's summary), at the last step only
+            info = {**info, "_flat_probe": {"r": 1.5}}
+        recorders[1].step(action, obs, reward, terminated, truncated, info)
+    write_dataset("tests/fill-v0", recorders, env, algorithm_name="rule-based")
+    first, second = load_dataset("tests/fill-v0").iterate_episodes()
+    assert first.infos["retries"].tolist() == [3.0] * len(first.infos["cost"])
+    assert np.isnan(second.infos["retries"]).all()
+    assert np.isnan(first.infos["_flat_probe.r"]).all()
+    assert second.infos["_flat_probe.r"][-1] == 1.5
+    assert np.isnan(second.infos["_flat_probe.r"][:-1]).all()
+    assert first.infos["success"][:-1].tolist() == [False] * len(first.actions)  # T + 1 entries
+    assert np.isnan(first.infos["cost"][0])  # reset's info has no cost
+    assert not first.infos["calls"][0].any()

@@ -26,8 +26,7 @@ import numpy as np
 from cost_envs.envs.trace_routing import TraceRoutingEnv, TraceTask
 from cost_envs.minari_io import (
     EpisodeRecorder,
-    check_dataset_id,
-    datasets_root,
+    check_new_dataset,
     default_dataset_id,
     require_minari,
     write_dataset,
@@ -104,8 +103,8 @@ def export_traces(
             :func:`cost_envs.minari_io.write_dataset`).
     """
     require_minari()
-    dataset_id = check_dataset_id(dataset_id or default_dataset_id(ENV_ID, DEFAULT_NAME))
-    datasets_root(out)  # no directory is an error before the env is built
+    dataset_id = dataset_id or default_dataset_id(ENV_ID, DEFAULT_NAME)
+    check_new_dataset(dataset_id, out)  # before the env is built and the episodes played
     kwargs = dict(env_kwargs or {})
     if "data" in kwargs:
         raise ValueError("env_kwargs: pass the trace file as data=..., not in env_kwargs")
