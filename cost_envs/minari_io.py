@@ -126,7 +126,9 @@ class EpisodeRecorder:
     """Collects one episode's ``reset`` and ``step`` results as a Minari episode.
 
     Call :meth:`reset` with what ``env.reset`` returned, then :meth:`step` with each
-    action and what ``env.step`` returned. :meth:`episode` gives the arrays.
+    action and what ``env.step`` returned (or pass the recorder as
+    :func:`agents.evaluation.rollout`'s ``observer``); :func:`write_dataset` writes the
+    finished recorders.
 
     Args:
         action_dtype: The action space's dtype; actions are stored cast to it (SB3's
@@ -360,7 +362,8 @@ def write_dataset(
     check_recoverable(env)
     schema = _info_schema(episodes)
     minari = _minari()
-    # attributes, not import statements: cost_envs names no optional package at import
+    # attributes, not import statements: cost_envs's modules name no optional package in
+    # an import statement (tests/test_packaging.py), the extra is looked up when used
     EpisodeBuffer = minari.data_collector.EpisodeBuffer  # noqa: N806
     namespaces = minari.namespace
 
