@@ -136,13 +136,17 @@ def _check_traces(dataset, data, env_kwargs: dict) -> None:
     meta = list(dataset.storage.get_episode_metadata(range(n * m)))
     assert [(e["query_id"], e["model"]) for e in meta] == [
         (q, model) for q in data.query_ids for model in data.models]
+    cascade = env_kwargs.get("cascade", False)
     for index, episode in enumerate(dataset.iterate_episodes()):
         q, j = divmod(index, m)
-        assert episode.actions.tolist() == [[int(k == j) for k in range(m)]]
-        assert episode.terminations.tolist() == [True]
+        call = [int(k == j) for k in range(m)]
+        # with the cascade, the answer bought is accepted by the all-zero action
+        assert episode.actions.tolist() == ([call, [0] * m] if cascade else [call])
+        assert episode.terminations.tolist() == ([False, True] if cascade else [True])
         assert bool(episode.infos["success"][-1]) == bool(data.correct[q, j])
         assert episode.infos["quality"][-1] == 10.0 * data.scores[q, j]
-        assert episode.infos["cost"][-1] == costs[q, j]
+        assert episode.infos["cost"][1] == costs[q, j]  # billed at the first step
+        assert episode.infos["episode_cost"][-1] == costs[q, j]  # the one call bought
 
 
 @needs_minari
@@ -155,6 +159,11 @@ def test_the_packaged_traces_round_trip_their_logged_outcomes(datasets: Path) ->
     export_traces()
     dataset = minari.load_dataset("cost_envs/TraceRouting-v0/logged-v0")
     _check_traces(dataset, example_traces(), {})
+    cascade = {"cascade": True, "split": "test"}
+    export_traces(env_kwargs=cascade, dataset_id="cost_envs/TraceRouting-v0/cascade-v0")
+    test_split = gym.make("cost_envs/TraceRouting-v0", split="test").unwrapped.dataset
+    _check_traces(minari.load_dataset("cost_envs/TraceRouting-v0/cascade-v0"), test_split,
+                  cascade)
 
 
 @needs_minari
