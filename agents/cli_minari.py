@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.cli_env import add_env_arguments, check_env_kwargs, merged_env_kwargs
-from cost_envs.extras import install_hint, missing_modules
+from cost_envs.extras import EXTRA_MODULES, install_hint, missing_modules
 
 #: The envs ``--logged`` applies to.
 TRACE_ENV = "cost_envs/TraceRouting-v0"
@@ -92,7 +92,7 @@ def _load_model(path: Path, env_id: str) -> Any:
 
 def run_export_minari(args: argparse.Namespace) -> int:
     """Write the dataset; one line on stderr and status 1 on a bad input."""
-    if missing_modules(("minari", "pyarrow")):
+    if missing_modules(EXTRA_MODULES["minari"]):
         raise SystemExit("cost-envs export-minari: needs the minari extra "
                          f"({install_hint('minari')})")
     from agents.cli import EVALUATE_METHODS

@@ -34,7 +34,6 @@ from agents.seeds import TRACE_TASK_SEED
 from cost_envs.config import integer
 from cost_envs.minari_io import (
     EpisodeRecorder,
-    check_dataset_id,
     check_new_dataset,
     datasets_root,
     default_dataset_id,
@@ -116,8 +115,10 @@ def export_rollouts(
     require_minari()
     integer(episodes, "episodes", minimum=1)
     integer(seed, "seed", minimum=0)
-    if dataset_id is not None:
-        check_dataset_id(dataset_id)
+    if dataset_id is None and name is not None:
+        dataset_id = default_dataset_id(env_id, name)
+    if dataset_id is not None:  # before a fitted policy is fitted
+        check_new_dataset(dataset_id, out)
     datasets_root(out)
     env = _made(env_id, env_kwargs)
     try:
