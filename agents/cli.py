@@ -12,9 +12,11 @@ Subcommands::
     cost-envs pretrain --env ID --out PATH [--seed S]
     cost-envs route train --data FILE... --weak M --strong M --save PATH [...]
     cost-envs route score --router PATH --data FILE... [...]
+    cost-envs export-minari --env ID --policy NAME|--supervised T|--logged [--out DIR] [...]
 
 ``route`` (train a router on your logged outcomes, save it, score it) lives in
-:mod:`agents.cli_route`; the env arguments ``train`` and ``evaluate`` share (``--pool``,
+:mod:`agents.cli_route`; ``export-minari`` (offline-RL datasets) in
+:mod:`agents.cli_minari`; the env arguments ``train`` and ``evaluate`` share (``--pool``,
 ``--prices``, ``--env-kwargs``) in :mod:`agents.cli_env`; ``train --config`` (SB3
 hyperparameters and training settings in a JSON/YAML file; flags override it) in
 :mod:`agents.cli_config`.
@@ -63,6 +65,7 @@ import cost_envs
 from agents.baselines import BASELINES, FAMILY_BASELINES, ROUTING_BASELINES
 from agents.cli_config import read_train_config
 from agents.cli_env import add_env_arguments, check_env_kwargs, merged_env_kwargs
+from agents.cli_minari import add_export_minari, run_export_minari
 from agents.cli_route import add_route, run_route
 from agents.evaluation import compare, evaluate, format_table
 from agents.lora import BASES, METHODS
@@ -395,6 +398,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("pretrain", "pretrain a frozen base encoder", _add_pretrain, _run_pretrain),
     Command("route", "train, save and score a weak/strong router on logged outcomes",
             add_route, run_route),
+    Command("export-minari", "write episodes as a Minari dataset for offline RL",
+            add_export_minari, run_export_minari),
 )
 
 

@@ -106,7 +106,7 @@ def agent_names(env: gym.Env) -> tuple[str, ...]:
     return tuple(f"agent_{i}" for i in range(int(np.prod(env.action_space.shape))))
 
 
-def _check_binding(allocator: Any, env: gym.Env) -> None:
+def check_binding(allocator: Any, env: gym.Env) -> None:
     """Refuse a privileged allocator bound to another env: it would read the wrong task."""
     bound = getattr(allocator, "env", None)
     if getattr(allocator, "privileged", False) and bound is not env.unwrapped:
@@ -171,6 +171,7 @@ def rollout(
     options: dict[str, Any] | None = None,
     deterministic: bool = True,
     record_steps: bool = False,
+    observer: Any = None,
 ) -> Rollout:
     """Play one episode of ``allocator`` on ``env``: the project's one rollout loop.
 
@@ -186,12 +187,18 @@ def rollout(
         options: Passed to ``env.reset`` (e.g. ``{"task": task}`` replays a task).
         deterministic: Passed to ``predict``.
         record_steps: Also keep every observation, action and reward.
+        observer: Told of ``reset`` and of every step, as they happen:
+            ``observer.reset(obs, info)`` and ``observer.step(action, obs, reward,
+            terminated, truncated, info)`` (a :class:`cost_envs.minari_io.EpisodeRecorder`
+            keeps the episode for a Minari dataset).
 
     Raises:
         ValueError: If the env ends an episode by termination without the ``success``
             info key of the cost-envs contract.
     """
-    obs, _ = env.reset(seed=seed, options=options)
+    obs, reset_info = env.reset(seed=seed, options=options)
+    if observer is not None:
+        observer.reset(obs, reset_info)
     state: Any = None
     start = np.array([True])
     calls = np.zeros(0, dtype=np.int64)
@@ -211,6 +218,8 @@ def rollout(
             observations.append(obs)
             actions.append(action)
         obs, reward, terminated, truncated, info = env.step(action)
+        if observer is not None:
+            observer.step(action, obs, reward, terminated, truncated, info)
         length += 1
         episode_return += float(reward)
         if record_steps:
@@ -288,7 +297,7 @@ def evaluate(
             made.close()
     if env_kwargs:
         raise ValueError("env_kwargs: only used when env is an id string")
-    _check_binding(allocator, env)
+    check_binding(allocator, env)
     played = [rollout(allocator, env, seed if i == 0 else None, deterministic=deterministic)
               for i in range(episodes)]
     return EvaluationResult(records=tuple(episode.record for episode in played),
@@ -296,7 +305,7 @@ def evaluate(
                             returns=tuple(episode.episode_return for episode in played))
 
 
-def _build(method: Any, env: gym.Env, name: str) -> Any:
+def build_allocator(method: Any, env: gym.Env, name: str) -> Any:
     """An allocator from ``method``: classes and plain callables are factories."""
     if isinstance(method, type):
         return method(env)
@@ -341,7 +350,7 @@ def evaluate_each(
     for name, method in methods.items():
         env = gym.make(env_id, **dict(env_kwargs or {}))
         try:
-            results[name] = evaluate(_build(method, env, name), env, episodes, seed)
+            results[name] = evaluate(build_allocator(method, env, name), env, episodes, seed)
         finally:
             env.close()
     return results

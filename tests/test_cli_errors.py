@@ -217,5 +217,6 @@ def test_reproduce_is_no_longer_a_subcommand(capsys):
     assert info.value.code == 2
     assert "invalid choice: 'reproduce'" in capsys.readouterr().err
     assert [command.name for command in cli.COMMANDS] == ["list", "evaluate", "train",
-                                                          "pretrain", "route"]
+                                                          "pretrain", "route",
+                                                          "export-minari"]
     assert "python -m experiments" in cli.__doc__

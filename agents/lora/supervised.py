@@ -190,13 +190,23 @@ def traces_for(env: gym.Env, config: SupervisedConfig, seed: int,
     Raises:
         ValueError: For the planner teacher on an env no planner models.
     """
+    return teacher_traces(teacher_for(env, config), env, config.episodes, seed, config.gamma,
+                          progress=progress)
+
+
+def teacher_for(env: gym.Env, config: SupervisedConfig) -> Any:
+    """The allocator whose actions are ``config``'s labels, built on ``env``.
+
+    :class:`GreedyHeuristic` at ``config.threshold``, or the env family's planner.
+
+    Raises:
+        ValueError: For the planner teacher on an env no planner models.
+    """
     if config.teacher == "greedy":
-        return greedy_traces(env, config.episodes, seed=seed, threshold=config.threshold,
-                             gamma=config.gamma, progress=progress)
+        return GreedyHeuristic(env, threshold=config.threshold)
     from agents.planning import planner  # the planners import the baselines, not this
 
-    return teacher_traces(planner(env), env, config.episodes, seed, config.gamma,
-                          progress=progress)
+    return planner(env)
 _RANGES = {"learning_rate": (0.0, math.inf, True), "rho": (0.0, 1.0, False),
            "threshold": (0.0, 1.0, True), "gamma": (0.0, 1.0, False)}
 
