@@ -2,8 +2,8 @@
 
 :func:`run_episode` plays one episode with a joint policy and returns a :class:`TenantRun`,
 which reads every metric from the tenants' infos (the env's ledger): nothing is added up
-twice. Tasks the horizon cut (``task_cut``) are not completed tasks: they count in the
-spend, never in throughput, latency or successes.
+twice. Tasks the horizon cut (``task_cut``) are not finished tasks: they count in the spend,
+never in throughput, latency or successes.
 """
 
 from __future__ import annotations
@@ -80,12 +80,13 @@ class TenantRun:
         """The headline numbers of the episode.
 
         Returns:
-            ``throughput`` (completed tasks per step, all tenants), ``success_rate`` (of
-            completed tasks), ``latency`` (mean steps per completed task, waits included;
-            NaN when none completed), ``spend_per_tenant`` (mean), ``fairness`` (Jain's
-            index over the tenants' completed tasks), ``org_cps`` (total spend per
-            success, over at least one), ``wait_share`` (share of tenant-steps spent
-            waiting).
+            ``throughput`` (successful tasks per step, all tenants: a task that fails
+            fast is not work done), ``finished_per_step`` (tasks ended, success or not),
+            ``success_rate`` (of finished tasks), ``latency`` (mean steps per finished
+            task, waits included; NaN when none finished), ``spend_per_tenant`` (mean),
+            ``fairness`` (Jain's index over the tenants' successful tasks), ``org_cps``
+            (total spend per success, over at least one), ``wait_share`` (share of
+            tenant-steps spent waiting).
         """
         completed = sum(self.completed.values())
         successes = sum(self.successes.values())
@@ -93,11 +94,12 @@ class TenantRun:
         steps = max(1, self.steps)
         n = len(self.tenants)
         return {
-            "throughput": completed / steps,
+            "throughput": successes / steps,
+            "finished_per_step": completed / steps,
             "success_rate": successes / completed if completed else 0.0,
             "latency": float(np.mean(self.task_steps)) if self.task_steps else float("nan"),
             "spend_per_tenant": spend / n,
-            "fairness": jain_index([self.completed[a] for a in self.tenants]),
+            "fairness": jain_index([self.successes[a] for a in self.tenants]),
             "org_cps": spend / max(1, successes),
             "wait_share": sum(self.waits.values()) / (steps * n),
         }

@@ -74,7 +74,9 @@ class MultiTenantEnv(_parallel_base()):  # type: ignore[misc]
 
     Per tenant, the base env's ``MultiBinary(m)`` over the shared pool (bit i = call model
     i). Every live tenant must be given an action; a malformed one raises ``ValueError``
-    naming the tenant and the expected space.
+    naming the tenant and the expected space. ``None`` holds: the tenant waits this step by
+    choice (exactly as if its calls had found no slot), which lets a central scheduler
+    defer a tenant.
 
     ## Observation Space
 
@@ -238,16 +240,19 @@ class MultiTenantEnv(_parallel_base()):  # type: ignore[misc]
         for j in range(n):
             agent = self.possible_agents[(start + j) % n]
             env = self.tenant_envs[agent]
-            calls, called = requests[agent]
-            base_cost, _ = env.price(called)
-            surcharge = ledger.surcharge(called, self._base_costs[agent])
-            price = base_cost + surcharge
+            request = requests[agent]
             self._task_steps[agent] += 1
-            if not ledger.admits(called, price):
+            if request is not None:
+                calls, called = request
+                base_cost, _ = env.price(called)
+                surcharge = ledger.surcharge(called, self._base_costs[agent])
+                price = base_cost + surcharge
+            if request is None or not ledger.admits(called, price):
                 self._waited[agent] = True
                 self._task_waits[agent] += 1
                 rewards[agent] = 0.0
-                infos[agent] = {"cost": 0.0, "flops": 0.0, "calls": np.zeros_like(calls),
+                infos[agent] = {"cost": 0.0, "flops": 0.0,
+                                "calls": np.zeros(self.n_models, dtype=np.int8),
                                 "waited": True, "surcharge": 0.0}
                 continue
             ledger.admit(called, price)
@@ -287,7 +292,8 @@ class MultiTenantEnv(_parallel_base()):  # type: ignore[misc]
         info["task_waits"] = self._task_waits[agent]
         info["task_cut"] = cut
 
-    def _validate(self, actions: Mapping[str, Any]) -> dict[str, tuple[np.ndarray, list[int]]]:
+    def _validate(self, actions: Mapping[str, Any]
+                  ) -> dict[str, tuple[np.ndarray, list[int]] | None]:
         name = self.metadata["name"]
         if not isinstance(actions, Mapping):
             raise ValueError(f"{name}: actions: expected a dict from tenant to action, got "
@@ -300,6 +306,9 @@ class MultiTenantEnv(_parallel_base()):  # type: ignore[misc]
         requests = {}
         for agent in self.agents:
             env = self.tenant_envs[agent]
+            if actions[agent] is None:  # the tenant holds: it waits by choice
+                requests[agent] = None
+                continue
             try:
                 calls = env.validate_action(actions[agent])
             except ValueError:
