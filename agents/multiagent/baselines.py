@@ -34,9 +34,9 @@ from cost_envs.multiagent import MultiTenantEnv
 AllocatorFactory = Callable[[gym.Env], Any]
 
 
-def best_rule(env: gym.Env) -> BestFixedRule:
-    """The base env's best fixed rule, fitted on its training tasks (the default factory)."""
-    return BestFixedRule(env, n_tasks=100)
+def best_rule(env: gym.Env, n_tasks: int = 100) -> BestFixedRule:
+    """The base env's best fixed rule, fitted on ``n_tasks`` training tasks (the default)."""
+    return BestFixedRule(env, n_tasks=n_tasks)
 
 
 class IndependentTenants:
