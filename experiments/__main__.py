@@ -53,6 +53,9 @@ scales:
   default  what `make reproduce` runs: about 12 minutes for `all` on 2 cores
   full     lora_ppo at the paper's scale (200k steps x 5 seeds); corl, bopo,
            traces and rules have no larger scale and run `default`
+multitenant (not part of all): tenants x capacity on one pool; default ~2 minutes
+  (rules and the central scheduler), full adds shared-parameter PPO (3 capacities x
+  5 seeds x 40k tenant-steps, --jobs processes) into multitenant_full.*
 tune (not part of all): equal-budget sweeps on Ray Tune + Optuna, written to
   experiments/tuned; smoke 2 trials x 2048 steps, default 12 x 20480, full 32 x 3 x 61440;
   --address auto or ray://HOST:10001 runs them on an existing Ray cluster
@@ -167,7 +170,7 @@ def _run_aggregates(args: argparse.Namespace, log: Callable[[str], None]) -> Non
 def _run_multitenant(args: argparse.Namespace, log: Callable[[str], None]) -> None:
     from experiments import multitenant
 
-    for path in multitenant.report(args.out, _routing_scale(args.scale), log=log):
+    for path in multitenant.report(args.out, args.scale, log=log, jobs=args.jobs or 2):
         log(f"multitenant: wrote {path}")
 
 

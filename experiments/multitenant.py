@@ -11,11 +11,17 @@ on training tasks) for every tenant:
 * ``scheduler``: the central scheduler admits whole proposals by expected value per
   dollar, the rest hold a step (:class:`agents.multiagent.CentralScheduler`).
 
-Each cell is 5 seeds (episode seeds; the policies are fixed rules, so the seeds are the
-tasks and their luck), each one episode of :data:`STEPS` steps; every metric is the mean
-over seeds with a 95% percentile-bootstrap interval over the seeds
-(:func:`cost_envs.metrics.bootstrap.bootstrap_mean_ci`). A shared-state learned policy
-(shared-parameter PPO through SuperSuit) is not part of this sweep yet.
+At the ``full`` scale a third, learned one:
+
+* ``shared-ppo``: one PPO policy shared by every tenant, reading the shared state too
+  (:func:`agents.multiagent.training.train_shared`), trained per capacity and seed with
+  :data:`TRAIN_TENANTS` tenants on training tasks (``TRAIN_TASK_SEED + seed``), then
+  evaluated at every number of tenants.
+
+Each cell is 5 seeds, each one episode of :data:`STEPS` steps on the tasks of episode
+seed ``s`` (for ``shared-ppo``, the policy of training seed ``s`` on them); every metric
+is the mean over seeds with a 95% percentile-bootstrap interval over the seeds
+(:func:`cost_envs.metrics.bootstrap.bootstrap_mean_ci`).
 """
 
 from __future__ import annotations
@@ -47,10 +53,64 @@ SCALES: dict[str, dict[str, Any]] = {
     "default": {"tenants": (1, 2, 4, 8, 16), "capacities": (1, 2, 4), "seeds": 5,
                 "steps": STEPS, "rule_tasks": 100},
 }
+#: ``full``: the default sweep plus shared-parameter PPO (tenant-steps of training each).
+SCALES["full"] = {**SCALES["default"], "ppo_timesteps": 40_000}
+#: Tenants the shared policy trains with, and its PPO overrides (more updates per step
+#: than the single-agent n_steps=512 with 8 tenants per rollout).
+TRAIN_TENANTS = 8
+PPO_OVERRIDES = {"n_steps": 128}
 STEM = "multitenant"
 
 
-def run(scale: str = "default", log: Callable[[str], None] = print) -> dict[str, Any]:
+def _env_kwargs(capacity: int, steps: int) -> dict[str, Any]:
+    return {"capacity": capacity, "org_budget": ORG_BUDGET, "budget_window": BUDGET_WINDOW,
+            "price_slope": PRICE_SLOPE, "max_steps": steps}
+
+
+def _train_and_score(job: tuple[int, int, int, int, tuple[int, ...]]
+                     ) -> dict[int, dict[str, float]]:
+    """Train one shared policy, score it at every number of tenants (a worker's job).
+
+    The policy stays in the worker (torch tensors do not cross processes); the metrics
+    of its episode on seed ``seed`` at each number of tenants come back.
+    """
+    from agents.multiagent.training import train_shared
+
+    capacity, seed, steps, timesteps, tenant_counts = job
+    policy = train_shared(ENV_ID, timesteps, seed=seed, ppo=PPO_OVERRIDES,
+                          env_kwargs={"n_tenants": TRAIN_TENANTS,
+                                      **_env_kwargs(capacity, steps)})
+    return {n: run_episode(parallel_env(ENV_ID, n_tenants=n, **_env_kwargs(capacity, steps)),
+                           policy, seed=seed).metrics() for n in tenant_counts}
+
+
+def _shared_scores(config: dict[str, Any], jobs: int, log: Callable[[str], None]
+                   ) -> dict[tuple[int, int], dict[int, dict[str, float]]]:
+    """(capacity, seed) -> {tenants: metrics} of the shared policy, in ``jobs`` processes."""
+    from experiments.common import spawn_pool
+
+    work = [(c, s, config["steps"], config["ppo_timesteps"], tuple(config["tenants"]))
+            for c in config["capacities"] for s in range(config["seeds"])]
+    with spawn_pool(jobs) as pool:
+        scores = dict(zip([(c, s) for c, s, *_ in work], pool.map(_train_and_score, work),
+                          strict=True))
+    log(f"multitenant: trained and scored {len(scores)} shared policies")
+    return scores
+
+
+def _row(name: str, capacity: int, tenants: int, runs: list[dict[str, float]]
+         ) -> dict[str, Any]:
+    row: dict[str, Any] = {"method": name, "capacity": capacity, "tenants": tenants,
+                           "seeds": len(runs)}
+    for metric in METRICS:
+        values = [r[metric] for r in runs if np.isfinite(r[metric])]
+        # None (JSON null) when no task finished in any seed (latency)
+        row[metric] = list(bootstrap_mean_ci(values)) if values else None
+    return row
+
+
+def run(scale: str = "default", log: Callable[[str], None] = print,
+        jobs: int = 2) -> dict[str, Any]:
     """Every (method, capacity, tenants) cell over the scale's seeds.
 
     Returns:
@@ -65,23 +125,21 @@ def run(scale: str = "default", log: Callable[[str], None] = print) -> dict[str,
     config = SCALES[scale]
     rule = best_rule(gym.make(ENV_ID.replace("MultiTenant", "")), config["rule_tasks"])
     log(f"multitenant: every tenant's rule: {rule.description}")
+    shared = _shared_scores(config, jobs, log) if "ppo_timesteps" in config else {}
     rows = []
     for capacity in config["capacities"]:
         for tenants in config["tenants"]:
-            env = parallel_env(ENV_ID, n_tenants=tenants, capacity=capacity,
-                               org_budget=ORG_BUDGET, budget_window=BUDGET_WINDOW,
-                               price_slope=PRICE_SLOPE, max_steps=config["steps"])
+            env = parallel_env(ENV_ID, n_tenants=tenants,
+                               **_env_kwargs(capacity, config["steps"]))
             for name, cls in METHODS.items():
                 policy = cls(env, lambda _env: rule)
-                runs = [run_episode(env, policy, seed=seed).metrics()
-                        for seed in range(config["seeds"])]
-                row: dict[str, Any] = {"method": name, "capacity": capacity,
-                                       "tenants": tenants, "seeds": config["seeds"]}
-                for metric in METRICS:
-                    values = [r[metric] for r in runs if np.isfinite(r[metric])]
-                    # None (JSON null) when no task finished in any seed (latency)
-                    row[metric] = list(bootstrap_mean_ci(values)) if values else None
-                rows.append(row)
+                rows.append(_row(name, capacity, tenants,
+                                 [run_episode(env, policy, seed=seed).metrics()
+                                  for seed in range(config["seeds"])]))
+            if shared:
+                rows.append(_row("shared-ppo", capacity, tenants,
+                                 [shared[capacity, seed][tenants]
+                                  for seed in range(config["seeds"])]))
             log(f"multitenant: capacity {capacity}, {tenants} tenants done")
     return {"config": {"env": ENV_ID, "org_budget": ORG_BUDGET,
                        "budget_window": BUDGET_WINDOW, "price_slope": PRICE_SLOPE,
@@ -102,7 +160,9 @@ def markdown(result: dict[str, Any]) -> str:
     lines = [
         f"# Many tenants on one pool ({config['env']})",
         "",
-        f"Every tenant runs the base env's best fixed rule ({config['rule']}). Organisation "
+        f"independent and scheduler: every tenant runs the base env's best fixed rule "
+        f"({config['rule']}); shared-ppo (full scale only): one PPO policy for all "
+        f"tenants, trained with {TRAIN_TENANTS} tenants. Organisation "
         f"budget {config['org_budget']} per {config['budget_window']} steps, surge price "
         f"slope {config['price_slope']}, {config['steps']} steps per episode, "
         f"{config['seeds']} seeds per cell; mean [95% bootstrap interval over seeds]. "
@@ -141,7 +201,7 @@ def figure(result: dict[str, Any]) -> Any:
             mean, low, high = (np.array([r[metric][i] for r in cells]) for i in range(3))
             axis.errorbar(x * (1 + 0.03 * (k - len(keys) / 2)), mean,
                           yerr=[mean - low, high - mean], marker=marker(k), capsize=3,
-                          linestyle="-" if method == "scheduler" else "--",
+                          linestyle={"independent": "--", "scheduler": "-"}.get(method, ":"),
                           label=f"{method}, capacity {capacity}")
     for axis, label in zip(axes, ("successful tasks per step", "steps per finished task"),
                            strict=True):
@@ -156,14 +216,20 @@ def figure(result: dict[str, Any]) -> Any:
     return fig
 
 
-def report(out: Any, scale: str = "default", log: Callable[[str], None] = print) -> list[Any]:
-    """Run the sweep; write ``multitenant.md``, ``.json``, ``.png`` and ``.svg`` into ``out``."""
+def report(out: Any, scale: str = "default", log: Callable[[str], None] = print,
+           jobs: int = 2) -> list[Any]:
+    """Run the sweep; write ``multitenant.md``, ``.json``, ``.png``, ``.svg`` into ``out``.
+
+    At the ``full`` scale the files are ``multitenant_full.*``.
+    """
     from experiments.figures import figure_files, render
 
-    result = run(scale, log=log)
+    result = run(scale, log=log, jobs=jobs)
+    # the full scale's files sit beside the default's (benchmarks/results/multitenant_full.*)
+    stem = f"{STEM}_full" if scale == "full" else STEM
     files: dict[str, Any] = {
-        f"{STEM}.md": markdown(result),
-        f"{STEM}.json": json.dumps(result, indent=2, sort_keys=True) + "\n",
-        **figure_files(STEM, render(figure(result))),
+        f"{stem}.md": markdown(result),
+        f"{stem}.json": json.dumps(result, indent=2, sort_keys=True) + "\n",
+        **figure_files(stem, render(figure(result))),
     }
     return write_files_atomic(out, files)

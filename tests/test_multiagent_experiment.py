@@ -37,5 +37,14 @@ def test_the_smoke_sweep_writes_its_table_json_and_figure(tmp_path: Path) -> Non
 
 
 def test_an_unknown_scale_is_an_error() -> None:
-    with pytest.raises(ValueError, match=r"scale: expected one of \['smoke', 'default'\]"):
+    with pytest.raises(ValueError, match=r"scale: expected one of \['smoke', 'default', 'full'\]"):
         multitenant.run("huge")
+
+
+def test_the_full_scale_adds_the_shared_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+    tiny = {**multitenant.SCALES["smoke"], "tenants": (2,), "ppo_timesteps": 64}
+    monkeypatch.setitem(multitenant.SCALES, "tiny", tiny)
+    result = multitenant.run("tiny", log=lambda _: None, jobs=1)
+    methods = [r["method"] for r in result["rows"]]
+    assert methods == ["independent", "scheduler", "shared-ppo"]
+    assert result["rows"][-1]["seeds"] == tiny["seeds"]
