@@ -282,3 +282,12 @@ def test_shared_limits_accept_one_capacity_per_model() -> None:
     assert limits.capacities(3) == [1.0, 2.0, 3.0]
     par = MultiTenantEnv("cost_envs/ExpertRouting-v0", 2, capacity=(1, 1, 1))
     assert par.ledger.capacity == [1.0, 1.0, 1.0]
+
+
+def test_the_package_docstring_example_runs() -> None:
+    import doctest
+
+    import cost_envs.multiagent
+
+    result = doctest.testmod(cost_envs.multiagent, optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0
