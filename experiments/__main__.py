@@ -211,7 +211,8 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> None:
             log(f"traces: {reason}")
             timings.append((name, reason))
             continue
-        scale = args.scale if name in ("lora_ppo", "tune") else _routing_scale(args.scale)
+        own_scales = ("lora_ppo", "tune", "multitenant")  # the others run default at full
+        scale = args.scale if name in own_scales else _routing_scale(args.scale)
         log(f"{name}: started at scale {scale}")
         start = time.perf_counter()
         RUNNERS[name](args, log)
