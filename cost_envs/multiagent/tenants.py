@@ -284,7 +284,9 @@ class MultiTenantEnv(_parallel_base()):  # type: ignore[misc]
         observations = self._observations()
         terminations = dict.fromkeys(self.possible_agents, False)
         truncations = dict.fromkeys(self.possible_agents, last)
-        return observations, rewards, terminations, truncations, infos
+        order = self.possible_agents  # the tenants' order, not this step's admission order
+        return (observations, {a: rewards[a] for a in order}, terminations, truncations,
+                {a: infos[a] for a in order})
 
     def _finish_task(self, agent: str, info: dict[str, Any], *, cut: bool) -> None:
         info["episode_cost"] = self._task_cost[agent]
