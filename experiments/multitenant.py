@@ -143,7 +143,7 @@ def run(scale: str = "default", log: Callable[[str], None] = print,
             log(f"multitenant: capacity {capacity}, {tenants} tenants done")
     return {"config": {"env": ENV_ID, "org_budget": ORG_BUDGET,
                        "budget_window": BUDGET_WINDOW, "price_slope": PRICE_SLOPE,
-                       "rule": rule.description, **{k: v for k, v in config.items()}},
+                       "rule": rule.description, **config},
             "machine": machine(), "rows": rows}
 
 
