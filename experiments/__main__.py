@@ -14,6 +14,9 @@ Progress lines go to stderr as the work goes.
 Ray Tune, locally or on the cluster at ``--address``, and writes the chosen
 configurations into ``--out`` (default ``experiments/tuned``). It needs the ``tune``
 extra (``pip install -e '.[tune]'``).
+
+``multitenant`` (not part of ``all``) sweeps tenants x capacity on the multi-tenant env
+(:mod:`experiments.multitenant`, issue #14; the ``multiagent`` extra).
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ EXPERIMENTS = ("lora_ppo", "corl", "bopo", "traces", "rules")
 #: The routing experiments whose wall times ``routing.md`` records.
 ROUTING = ("corl", "bopo", "traces")
 #: Run on request only, never by ``all`` (which ends with the aggregates of its tables).
-ON_REQUEST = ("tune", "aggregates")
+ON_REQUEST = ("tune", "aggregates", "multitenant")
 SCALES = ("smoke", "default", "full")
 EPILOG = """\
 scales:
@@ -50,6 +53,9 @@ scales:
   default  what `make reproduce` runs: about 12 minutes for `all` on 2 cores
   full     lora_ppo at the paper's scale (200k steps x 5 seeds); corl, bopo,
            traces and rules have no larger scale and run `default`
+multitenant (not part of all): tenants x capacity on one pool; default ~2 minutes
+  (rules and the central scheduler), full adds shared-parameter PPO (3 capacities x
+  5 seeds x 40k tenant-steps, --jobs processes) into multitenant_full.*
 tune (not part of all): equal-budget sweeps on Ray Tune + Optuna, written to
   experiments/tuned; smoke 2 trials x 2048 steps, default 12 x 20480, full 32 x 3 x 61440;
   --address auto or ray://HOST:10001 runs them on an existing Ray cluster
@@ -82,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("experiment", choices=(*EXPERIMENTS, "all", *ON_REQUEST),
                         help="what to run; all: lora_ppo, corl, bopo, traces, rules in that "
                              "order, then aggregates; aggregates: pool their JSON; tune: the "
-                             "tuning sweeps")
+                             "tuning sweeps; multitenant: tenants x capacity on one pool")
     parser.add_argument("--scale", choices=SCALES, default="default",
                         help="how much work (see below; default: default)")
     parser.add_argument("--out", type=Path, default=None,
@@ -161,6 +167,13 @@ def _run_aggregates(args: argparse.Namespace, log: Callable[[str], None]) -> Non
         log(f"aggregates: wrote {path}")
 
 
+def _run_multitenant(args: argparse.Namespace, log: Callable[[str], None]) -> None:
+    from experiments import multitenant
+
+    for path in multitenant.report(args.out, args.scale, log=log, jobs=args.jobs or 2):
+        log(f"multitenant: wrote {path}")
+
+
 def _run_tune(args: argparse.Namespace, log: Callable[[str], None]) -> None:
     from experiments import tune
 
@@ -171,7 +184,8 @@ def _run_tune(args: argparse.Namespace, log: Callable[[str], None]) -> None:
 
 RUNNERS: dict[str, Callable[[argparse.Namespace, Callable[[str], None]], None]] = {
     "lora_ppo": _run_lora_ppo, "corl": _run_corl, "bopo": _run_bopo, "traces": _run_traces,
-    "rules": _run_rules, "aggregates": _run_aggregates, "tune": _run_tune}
+    "rules": _run_rules, "aggregates": _run_aggregates, "tune": _run_tune,
+    "multitenant": _run_multitenant}
 
 
 def routing_record(scale: str, timings: Sequence[tuple[str, str]]) -> str:
@@ -197,7 +211,8 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> None:
             log(f"traces: {reason}")
             timings.append((name, reason))
             continue
-        scale = args.scale if name in ("lora_ppo", "tune") else _routing_scale(args.scale)
+        own_scales = ("lora_ppo", "tune", "multitenant")  # the others run default at full
+        scale = args.scale if name in own_scales else _routing_scale(args.scale)
         log(f"{name}: started at scale {scale}")
         start = time.perf_counter()
         RUNNERS[name](args, log)

@@ -1,0 +1,52 @@
+"""Shared-parameter PPO through SuperSuit: the vector env of tenants and a short training."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("supersuit")
+
+from agents.multiagent.training import SharedPolicy, tenant_vec_env, train_shared
+from cost_envs.multiagent import parallel_env, run_episode
+
+ENV = "cost_envs/MultiTenantAgenticRouting-v0"
+KWARGS = {"n_tenants": 3, "capacity": 1, "max_steps": 20}
+
+
+def test_the_vector_env_has_one_sub_env_per_tenant_and_takes_sb3_float_actions() -> None:
+    vec = tenant_vec_env(ENV, n_envs=2, **KWARGS)
+    assert vec.num_envs == 6 and len(vec.tenant_envs) == 2
+    vec.seed(5)
+    first = vec.reset()
+    vec.seed(5)
+    again = vec.reset()
+    assert np.array_equal(first, again)  # the kept seed reaches every copy
+    assert not np.array_equal(first[:3], first[3:])  # copy i is seeded seed + i
+    copy0 = vec.tenant_envs[0]
+    obs, _, _, infos = vec.step(np.ones((6, 1), dtype=np.float32))
+    assert obs.shape == (6, copy0.observation_space("tenant_0").shape[0])
+    # capacity 1: in each copy one tenant ran the large model, the two others waited
+    assert sorted(info["waited"] for info in infos) == [False, False, True, True, True, True]
+    vec.close()
+
+
+def test_a_short_training_gives_a_joint_policy_and_is_seeded() -> None:
+    policy = train_shared(ENV, 256, seed=1, env_kwargs=KWARGS, ppo={"n_steps": 32})
+    again = train_shared(ENV, 256, seed=1, env_kwargs=KWARGS, ppo={"n_steps": 32})
+    assert isinstance(policy, SharedPolicy) and policy.timesteps >= 256
+    for a, b in zip(policy.policy.parameters(), again.policy.parameters(), strict=True):
+        assert np.array_equal(a.detach().numpy(), b.detach().numpy())
+    env = parallel_env(ENV, **KWARGS)
+    metrics = run_episode(env, policy, seed=0).metrics()
+    assert 0 <= metrics["wait_share"] <= 1
+    observations, _ = env.reset(seed=0)
+    actions = policy(observations)
+    assert set(actions) == set(env.agents) and all(a.dtype == np.int8 for a in actions.values())
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="n_envs: expected an int >= 1, got 0"):
+        tenant_vec_env(ENV, n_envs=0)
+    with pytest.raises(ValueError, match="timesteps: expected an int >= 1, got 0"):
+        train_shared(ENV, 0)
