@@ -69,7 +69,10 @@ class ModelProfile:
 
     def accuracy(self, difficulty: np.ndarray | float) -> np.ndarray:
         """Chance of a right answer at ``difficulty``."""
-        return 1.0 / (1.0 + np.exp(-self.sharpness * (self.skill - np.asarray(difficulty))))
+        # A float skips np.asarray: the same float64 operations at a third of the cost
+        # (every question drawn computes four of these).
+        d = difficulty if isinstance(difficulty, float) else np.asarray(difficulty)
+        return 1.0 / (1.0 + np.exp(-self.sharpness * (self.skill - d)))
 
     @classmethod
     def coerce(cls, value: ModelProfile | Mapping[str, Any] | str) -> ModelProfile:
@@ -156,6 +159,15 @@ class _Tables(NamedTuple):
     hits: list  # hits[t][i]: expert i is right when consulted in round t
     controller_right: bool
     prices: Prices
+    static_obs: np.ndarray  # the observation's slots fixed for the question
+
+
+#: The two ways an episode ends (immutable, so shared rather than built at every answer).
+_RIGHT_ANSWER = Outcome(True, 10.0)
+_WRONG_ANSWER = Outcome(False, 0.0)
+#: Entries of the per-env caches of votes and observation slots before they are cleared
+#: (a pool of m experts has 3**m states per turn; only the visited ones are kept).
+_CACHE_LIMIT = 1 << 16
 
 
 class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
@@ -305,6 +317,11 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
         self.observation_space = spaces.Box(0.0, 1.0, shape=(10 + 2 * m,), dtype=np.float32)
         self._trust = [e.trust for e in self.experts]
         self.tier_budgets = dict(TIER_BUDGETS)
+        # The vote and the observation's per-step slots are pure functions of the state
+        # and of how the controller answered: computed once per env, not at every step.
+        self._votes: dict[tuple, tuple[bool, int, float, float]] = {}
+        self._slots: dict[tuple, np.ndarray] = {}
+        self._slots_at = slice(4, 7 + 2 * m)  # rounds_left .. support
 
     def _nominal_pool(self) -> AgentPool:
         """The experts at their mean price over the profile (the agent pool's nominal cost)."""
@@ -373,17 +390,16 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
     def _tables(self, task: ExpertTask) -> _Tables:
         d = task.difficulty
         accuracy = [float(e.accuracy(d)) for e in self.experts]
-        hits = [[bool(u < p) for u, p in zip(row, accuracy, strict=True)]
+        hits = [[u < p for u, p in zip(row, accuracy, strict=True)]  # floats: bools
                 for row in task.luck.tolist()]
         m = self.n_agents
-        calls = [self._call_price(j, d, task.prompt_tokens, float(task.token_factors[j]))
-                 for j in range(m)]
-        step_cost, step_flops = self._controller_round_price(
-            d, task.prompt_tokens, float(task.token_factors[m]))
+        factors = task.token_factors.tolist()
+        calls = [self._call_price(j, d, task.prompt_tokens, factors[j]) for j in range(m)]
+        step_cost, step_flops = self._controller_round_price(d, task.prompt_tokens, factors[m])
         prices = Prices(np.array([c for c, _ in calls]), np.array([f for _, f in calls]),
                         step_cost, step_flops)
         right = bool(task.controller_luck < float(CONTROLLER.accuracy(d)))
-        return _Tables(hits, right, prices)
+        return _Tables(hits, right, prices, self._static_observation(task))
 
     def _check_task(self, task: ExpertTask) -> None:
         super()._check_task(task)
@@ -398,7 +414,8 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
     def _initial_state(self, task: ExpertTask, tables: _Tables) -> State:
         self._hits = tables.hits
         self._controller_right = tables.controller_right
-        self._static_obs = self._static_observation(task)
+        self._voter = tables.controller_right  # what the vote depends on besides the state
+        self._static_obs = tables.static_obs
         return (-1,) * self.n_agents  # per expert: -1 not consulted, 0 wrong, 1 right
 
     def _transition(self, turn: int, state: State, called: list[int]
@@ -411,10 +428,19 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
             state = tuple(status)
             if turn + 1 < self.max_rounds:
                 return state, None
-        right = self._vote(state)[0]
-        return state, Outcome(right, 10.0 if right else 0.0)
+        return state, _RIGHT_ANSWER if self._vote(state)[0] else _WRONG_ANSWER
 
     def _vote(self, state: State) -> tuple[bool, int, float, float]:
+        """:meth:`_count_votes` of ``state``, cached per (controller's answer, state)."""
+        key = (self._voter, state)
+        vote = self._votes.get(key)
+        if vote is None:
+            if len(self._votes) >= _CACHE_LIMIT:
+                self._votes.clear()
+            vote = self._votes[key] = self._count_votes(state)
+        return vote
+
+    def _count_votes(self, state: State) -> tuple[bool, int, float, float]:
         """The weighted vote: (leading answer right, leading wrong source, its weight, total).
 
         Right answers pool their trust; each wrong answer stands alone. The leading wrong
@@ -440,26 +466,41 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
         return right, best_source, leading, total
 
     def _static_observation(self, task: ExpertTask) -> np.ndarray:
+        """The slots fixed for the question (the others are 0), read-only."""
         obs = np.zeros(self.observation_space.shape, dtype=np.float32)
         layout = self.observation_layout
         obs[layout["profile"]][task.profile] = 1.0
         obs[layout["difficulty"]] = task.difficulty_estimate
         band = min(int(task.difficulty_estimate * 3), 2)
         obs[layout["task_embedding"]][band] = 1.0
+        obs.flags.writeable = False
         return obs
 
     def _observe(self, turn: int, state: State) -> np.ndarray:
         obs = self._static_obs.copy()
+        key = (turn, self._voter, state)
+        slots = self._slots.get(key)
+        if slots is None:
+            if len(self._slots) >= _CACHE_LIMIT:
+                self._slots.clear()
+            slots = self._slots[key] = self._dynamic_slots(turn, state)
+        obs[self._slots_at] = slots
+        return obs
+
+    def _dynamic_slots(self, turn: int, state: State) -> np.ndarray:
+        """The slots from ``rounds_left`` to ``support`` at ``turn`` in ``state``."""
         m = self.n_agents
+        slots = np.zeros(3 + 2 * m, dtype=np.float32)
         right, source, leading, total = self._vote(state)
-        obs[4] = (self.max_rounds - turn) / self.max_rounds
+        slots[0] = (self.max_rounds - turn) / self.max_rounds
         for i, s in enumerate(state):
             if s >= 0:
-                obs[5 + i] = 1.0
-                obs[5 + m + i] = float(s == 1 if right else source == i)
-        obs[5 + 2 * m] = float(self._controller_right if right else source == -1)
-        obs[6 + 2 * m] = leading / total
-        return obs
+                slots[1 + i] = 1.0
+                slots[1 + m + i] = float(s == 1 if right else source == i)
+        slots[1 + 2 * m] = float(self._controller_right if right else source == -1)
+        slots[2 + 2 * m] = leading / total
+        slots.flags.writeable = False
+        return slots
 
     # ------------------------------------------------------------- helpers
     def rule_based_action(self, observation: np.ndarray) -> np.ndarray:

@@ -8,7 +8,13 @@ from typing import ClassVar, NamedTuple
 import numpy as np
 
 from cost_envs.core import Outcome, Prices, State
-from cost_envs.envs.expert_routing import PROFILE_NAMES, ExpertRoutingEnv, ExpertTask
+from cost_envs.envs.expert_routing import (
+    _RIGHT_ANSWER,
+    _WRONG_ANSWER,
+    PROFILE_NAMES,
+    ExpertRoutingEnv,
+    ExpertTask,
+)
 
 #: Shares of the attractive wrong answers ("distractors") of a question with 1, 2 or 3 of
 #: them: the first is the most attractive (a Zipf-like fall-off).
@@ -71,6 +77,7 @@ class _TablesV1(NamedTuple):
     answers: list  # answers[t][i]: expert i's answer code when consulted in round t
     controller_answer: int
     prices: Prices
+    static_obs: np.ndarray  # the observation's slots fixed for the question
 
 
 def wrong_answer(slip: float, attraction: float, shares: tuple[float, ...], own: int) -> int:
@@ -227,7 +234,7 @@ class ExpertRoutingV1Env(ExpertRoutingEnv):
         ]
         own = RIGHT if base.controller_right else wrong_answer(
             task.controller_slip, q, shares, OWN_WRONG)  # type: ignore[attr-defined]
-        return _TablesV1(answers, own, base.prices)
+        return _TablesV1(answers, own, base.prices, base.static_obs)
 
     def _check_task(self, task: ExpertTask) -> None:
         super()._check_task(task)
@@ -241,7 +248,8 @@ class ExpertRoutingV1Env(ExpertRoutingEnv):
         self._answers = tables.answers
         self._controller_answer = tables.controller_answer
         self._controller_right = tables.controller_answer == RIGHT
-        self._static_obs = self._static_observation(task)
+        self._voter = tables.controller_answer  # what the vote depends on besides the state
+        self._static_obs = tables.static_obs
         return (NOT_CONSULTED,) * self.n_agents  # per expert: its latest answer code
 
     def _transition(self, turn: int, state: State, called: list[int]
@@ -254,10 +262,9 @@ class ExpertRoutingV1Env(ExpertRoutingEnv):
             state = tuple(status)
             if turn + 1 < self.max_rounds:
                 return state, None
-        right = self._vote(state)[0]
-        return state, Outcome(right, 10.0 if right else 0.0)
+        return state, _RIGHT_ANSWER if self._vote(state)[0] else _WRONG_ANSWER
 
-    def _vote(self, state: State) -> tuple[bool, int, float, float]:  # type: ignore[override]
+    def _count_votes(self, state: State) -> tuple[bool, int, float, float]:
         """The weighted vote over answers: (leading answer right, its code, its weight, total).
 
         Each answer pools the trust of its sources; ties go to the controller's answer,
@@ -277,18 +284,19 @@ class ExpertRoutingV1Env(ExpertRoutingEnv):
         lead = max(weights, key=lambda a: (weights[a], a == own_answer, a != RIGHT, -first[a]))
         return lead == RIGHT, lead, weights[lead], total
 
-    def _observe(self, turn: int, state: State) -> np.ndarray:
-        obs = self._static_obs.copy()
+    def _dynamic_slots(self, turn: int, state: State) -> np.ndarray:
         m = self.n_agents
+        slots = np.zeros(3 + 2 * m, dtype=np.float32)
         _, lead, leading, total = self._vote(state)
-        obs[4] = (self.max_rounds - turn) / self.max_rounds
+        slots[0] = (self.max_rounds - turn) / self.max_rounds
         for i, answer in enumerate(state):
             if answer >= 0:
-                obs[5 + i] = 1.0
-                obs[5 + m + i] = float(answer == lead)
-        obs[5 + 2 * m] = float(self._controller_answer == lead)
-        obs[6 + 2 * m] = leading / total
-        return obs
+                slots[1 + i] = 1.0
+                slots[1 + m + i] = float(answer == lead)
+        slots[1 + 2 * m] = float(self._controller_answer == lead)
+        slots[2 + 2 * m] = leading / total
+        slots.flags.writeable = False
+        return slots
 
     # ------------------------------------------------------------- helpers
     @property
