@@ -438,13 +438,17 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
         return Outcome(True, 10.0 * (0.7 * slack + 0.3 * hop_optimality))
 
     def _observe(self, turn: int, state: State) -> np.ndarray:
+        # A Python list and one conversion: much cheaper than item-by-item numpy writes.
+        return np.array(self._observation_values(turn, state), dtype=np.float32)
+
+    def _observation_values(self, turn: int, state: State) -> list[Any]:
+        """The observation's 15 values (v1 appends its own before the one conversion)."""
         task = self._task
         route, p_strength, quote, validated, dropped = state
         limit, budget = task.hop_limit, task.budget
         head = [(MAX_TURNS - turn) / MAX_TURNS, task.shortest_hops / limit, self._budget]
         if route == NO_ROUTE:  # need a plan
-            return np.array([*head, 0, 0, 0, 0, 0, 0, 0, validated, dropped, 1, 0, 0],
-                            dtype=np.float32)
+            return [*head, 0, 0, 0, 0, 0, 0, 0, validated, dropped, 1, 0, 0]
         hops = self._route_hops[route]
         quoted = quote > 0
         visibly_bad = hops > limit or quote > budget
@@ -452,13 +456,9 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
             (1, 0, 0) if visibly_bad else (0, 1, 0) if not quoted
             else (0, 0, 1) if not validated and self._has_validator else (0, 0, 0)
         )
-        # A Python list and one conversion: much cheaper than item-by-item numpy writes.
-        return np.array(
-            [*head, 1, hops / (limit + 2), hops <= limit, p_strength, quoted,
-             min(quote / budget, 2.0) / 2, quoted and quote <= budget, validated, dropped,
-             *need],
-            dtype=np.float32,
-        )
+        return [*head, 1, hops / (limit + 2), hops <= limit, p_strength, quoted,
+                min(quote / budget, 2.0) / 2, quoted and quote <= budget, validated, dropped,
+                *need]
 
     # ------------------------------------------------------------- helpers
     def rule_based_action(self, observation: np.ndarray) -> np.ndarray:

@@ -219,17 +219,19 @@ class FlightPlannerV1Env(FlightPlannerEnv):
         return FlightPlannerEnv._transition(self, turn, state, called)
 
     def _observe(self, turn: int, state: State) -> np.ndarray:
-        head = super()._observe(turn, state[:5])
+        values = self._observation_values(turn, state[:5])
         weak_p, strong_p, weak_q, strong_q, survival, cause, proposed, s_drops, v_drops = (
             state[5:])
         t = MAX_TURNS
-        tail = np.array(
-            [min(weak_p, t) / t, min(strong_p, t) / t, min(weak_q, t) / t,
-             min(strong_q, t) / t, survival, cause == SEARCH_DROP, cause == VALIDATOR_DROP,
-             min(proposed, t) / t, min(s_drops, t) / t, min(v_drops, t) / t],
-            dtype=np.float32,
-        )
-        return np.concatenate((head, tail))
+        # counts capped at t, written out rather than min(): this runs at every step
+        values += [
+            (weak_p if weak_p < t else t) / t, (strong_p if strong_p < t else t) / t,
+            (weak_q if weak_q < t else t) / t, (strong_q if strong_q < t else t) / t,
+            survival, cause == SEARCH_DROP, cause == VALIDATOR_DROP,
+            (proposed if proposed < t else t) / t, (s_drops if s_drops < t else t) / t,
+            (v_drops if v_drops < t else t) / t,
+        ]
+        return np.array(values, dtype=np.float32)  # one conversion for all 25 slots
 
     def _describe(self) -> str:
         task = self._task
