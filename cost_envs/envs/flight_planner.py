@@ -273,6 +273,22 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
         self._strength_list: list[float] = self._strength.tolist()
         self._has_validator = "validator" in pool.roles
         self.observation_space = spaces.Box(0.0, 1.0, shape=(15,), dtype=np.float32)
+        self._by_role: dict[tuple[int, ...], tuple[int, list[int], list[int]]] = {}
+
+    def _split_by_role(self, called: list[int]) -> tuple[int, list[int], list[int]]:
+        """The strongest called planner (-1 if none), the called searchers and validators.
+
+        Cached per call set (at most ``2**m``): ``step`` needs it at every turn.
+        """
+        key = tuple(called)
+        split = self._by_role.get(key)
+        if split is None:
+            role, strength = self._role_list, self._strength_list
+            planners = [i for i in called if role[i] == 0]
+            lead = max(planners, key=strength.__getitem__) if planners else -1
+            split = self._by_role[key] = (lead, [i for i in called if role[i] == 1],
+                                          [i for i in called if role[i] == 2])
+        return split
 
     # ------------------------------------------------------------------ tasks
     def _generate_block(
@@ -386,13 +402,10 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
                 return ((route, p_strength, quote, validated, 0), self._commit(route, quote),
                         NO_DROP)
         else:
-            role, strength, detects = self._role_list, self._strength_list, self._detects[turn]
-            planners = [i for i in called if role[i] == 0]
-            if planners:  # the strongest called planner's proposal replaces the plan
-                lead = max(planners, key=strength.__getitem__)
-                route, p_strength = self._proposal[turn][lead], strength[lead]
+            lead, searchers, validators = self._split_by_role(called)
+            if lead >= 0:  # the strongest called planner's proposal replaces the plan
+                route, p_strength = self._proposal[turn][lead], self._strength_list[lead]
                 quote, validated = 0.0, 0
-            searchers = [i for i in called if role[i] == 1]
             if route != NO_ROUTE and searchers:
                 notices = self._notices[turn]
                 if self._is_broken(route) and any(notices[i] for i in searchers):
@@ -400,14 +413,13 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
                     cause = SEARCH_DROP
                 else:
                     markup = self._markup[turn]
-                    best = self._task.route_price[route] * min(markup[i] for i in searchers)
+                    best = self._task.route_price[route] * min(map(markup.__getitem__, searchers))
                     if quote == 0 or best < quote:
                         quote, validated = float(best), 0
-            validators = [i for i in called if role[i] == 2]
             if route != NO_ROUTE and validators:
                 if self._feasible(route, quote):
                     validated = 1
-                elif any(detects[i] for i in validators):
+                elif any(map(self._detects[turn].__getitem__, validators)):
                     route, p_strength, quote, validated, dropped = NO_ROUTE, 0.0, 0.0, 0, 1
                     cause = VALIDATOR_DROP
                 else:

@@ -217,12 +217,11 @@ class FlightPlannerV1Env(FlightPlannerEnv):
         multiply: ``1 - 0.5 s`` of each searcher, then ``1 - s`` of each validator, each
         by index (the order fixes the product to the last bit).
         """
-        role, strength, strong = self._role_list, self._strength_list, self._is_strong
-        searchers = [i for i in called if role[i] == 1]
-        validators = [i for i in called if role[i] == 2]
+        strength, strong = self._strength_list, self._is_strong
+        lead, searchers, validators = self._split_by_role(list(called))
         factors = ([1.0 - SEARCH_NOTICE * strength[i] for i in searchers]
                    + [1.0 - strength[i] for i in validators])
-        return (any(role[i] == 0 for i in called),
+        return (lead >= 0,
                 sum(not strong[i] for i in searchers), sum(strong[i] for i in searchers),
                 sum(not strong[i] for i in validators), sum(strong[i] for i in validators),
                 tuple(factors))
