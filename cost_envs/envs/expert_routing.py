@@ -340,16 +340,23 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
                                     tuple(float(expert.accuracy(c)) for c in BAND_CENTRES)))
         return AgentPool(tuple(agents), BANDS)
 
-    def _call_price(self, j: int, d: float, prompt: float, factor: float) -> tuple[float, float]:
-        """Money and FLOPs of one call of expert ``j`` on a question of difficulty ``d``."""
+    def _call_price(self, j: int, d: Any, prompt: Any, factor: Any, growth: Any = None
+                    ) -> tuple[Any, Any]:
+        """Money and FLOPs of one call of expert ``j`` on a question of difficulty ``d``.
+
+        ``d``, ``prompt`` and ``factor`` may be arrays over a block of questions; then
+        ``growth``, ``exp(3 d)`` of each (``math.exp``, as for one question), is given.
+        """
         expert, price = self.experts[j], self._model_prices[j]
+        if growth is None:
+            growth = math.exp(3.0 * d)
         read = prompt + SYSTEM_TOKENS
         write = expert.output_tokens * (1.0 + 2.0 * d) * factor
-        reason = expert.reasoning_tokens * math.exp(3.0 * d) * factor
+        reason = expert.reasoning_tokens * growth * factor
         return price.cost(read, write, reason), price.flops(read + write + reason)
 
-    def _controller_round_price(self, d: float, prompt: float, factor: float
-                                ) -> tuple[float, float]:
+    def _controller_round_price(self, d: Any, prompt: Any, factor: Any) -> tuple[Any, Any]:
+        """Money and FLOPs of the controller's own round (floats or arrays, as above)."""
         read = prompt + SYSTEM_TOKENS + CONTROLLER_READ_TOKENS
         write = CONTROLLER.output_tokens * (1.0 + 2.0 * d) * factor
         return (self._controller_price.cost(read, write),
@@ -358,10 +365,15 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
     # ------------------------------------------------------------------ tasks
     def _generate_block(self, rng: np.random.Generator, n: int
                         ) -> list[tuple[ExpertTask, _Tables]]:
-        return [(task, self._tables(task)) for task in self._draw_block(rng, n)]
+        tasks = self._draw_block(rng, n)
+        return list(zip(tasks, self._block_tables(tasks), strict=True))
+
+    def _draw_more(self, rng: np.random.Generator, n: int) -> dict[str, list[Any]]:
+        """A subclass's own fields of ``n`` questions, drawn after v0's (none here)."""
+        return {}
 
     def _draw_block(self, rng: np.random.Generator, n: int) -> list[ExpertTask]:
-        """``n`` questions drawn from ``rng`` (a subclass may draw more for each after)."""
+        """``n`` questions drawn from ``rng``, then :meth:`_draw_more`'s fields for each."""
         m = self.n_agents
         if self.profile == "mixed":
             profile = rng.integers(0, len(PROFILE_NAMES), n)
@@ -377,29 +389,45 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
         factors = rng.lognormal(-TOKEN_SPREAD**2 / 2, TOKEN_SPREAD, (n, m + 1))
         luck.flags.writeable = False
         factors.flags.writeable = False
-        return [ExpertTask(
-            profile=int(profile[b]),
-            difficulty=float(difficulty[b]),
-            difficulty_estimate=float(estimate[b]),
-            controller_luck=float(controller_luck[b]),
-            luck=luck[b],
-            prompt_tokens=float(prompt[b]),
-            token_factors=factors[b],
-        ) for b in range(n)]
+        more = self._draw_more(rng, n)
+        return [self.task_type(
+            profile=p, difficulty=d, difficulty_estimate=e, controller_luck=c, luck=luck[b],
+            prompt_tokens=t, token_factors=factors[b],
+            **{name: values[b] for name, values in more.items()},
+        ) for b, (p, d, e, c, t) in enumerate(zip(
+            profile.tolist(), difficulty.tolist(), estimate.tolist(), controller_luck.tolist(),
+            prompt.tolist(), strict=True))]
 
     def _tables(self, task: ExpertTask) -> _Tables:
-        d = task.difficulty
-        accuracy = [float(e.accuracy(d)) for e in self.experts]
-        hits = [[u < p for u, p in zip(row, accuracy, strict=True)]  # floats: bools
-                for row in task.luck.tolist()]
-        m = self.n_agents
-        factors = task.token_factors.tolist()
-        calls = [self._call_price(j, d, task.prompt_tokens, factors[j]) for j in range(m)]
-        step_cost, step_flops = self._controller_round_price(d, task.prompt_tokens, factors[m])
-        prices = Prices(np.array([c for c, _ in calls]), np.array([f for _, f in calls]),
-                        step_cost, step_flops)
-        right = bool(task.controller_luck < float(CONTROLLER.accuracy(d)))
-        return _Tables(hits, right, prices, self._static_observation(task))
+        return self._block_tables([task])[0]
+
+    def _block_tables(self, tasks: list[ExpertTask]) -> list[_Tables]:
+        """The tables of ``tasks`` (a drawn block, or one replayed task), vectorised.
+
+        Elementwise float64 arithmetic is the same in numpy as in Python, operation for
+        operation, so the prices are those of :meth:`_call_price` on each question to the
+        last bit; the exponentials stay per question (``ModelProfile.accuracy`` and
+        ``math.exp``), whose vectorised forms may round differently.
+        """
+        n, m = len(tasks), self.n_agents
+        difficulties = [task.difficulty for task in tasks]
+        accuracy = np.array([[float(e.accuracy(x)) for e in self.experts]
+                             for x in difficulties]).reshape(n, m)
+        hits = (np.stack([task.luck for task in tasks]) < accuracy[:, None, :]).tolist()
+        right = [task.controller_luck < float(CONTROLLER.accuracy(x))
+                 for task, x in zip(tasks, difficulties, strict=True)]
+        d = np.array(difficulties)
+        prompt = np.array([task.prompt_tokens for task in tasks])
+        factors = np.stack([task.token_factors for task in tasks])
+        growth = np.array([math.exp(3.0 * x) for x in difficulties])
+        costs, flops = np.empty((n, m)), np.empty((n, m))
+        for j in range(m):
+            costs[:, j], flops[:, j] = self._call_price(j, d, prompt, factors[:, j], growth)
+        step_costs, step_flops = self._controller_round_price(d, prompt, factors[:, m])
+        static = self._static_observations(tasks)
+        return [_Tables(hits[b], right[b], Prices(costs[b], flops[b], cost, flop), static[b])
+                for b, (cost, flop) in enumerate(zip(step_costs.tolist(), step_flops.tolist(),
+                                                     strict=True))]
 
     def _check_task(self, task: ExpertTask) -> None:
         super()._check_task(task)
@@ -465,14 +493,16 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
         leading = right_weight if right else best_wrong
         return right, best_source, leading, total
 
-    def _static_observation(self, task: ExpertTask) -> np.ndarray:
-        """The slots fixed for the question (the others are 0), read-only."""
-        obs = np.zeros(self.observation_space.shape, dtype=np.float32)
-        layout = self.observation_layout
-        obs[layout["profile"]][task.profile] = 1.0
-        obs[layout["difficulty"]] = task.difficulty_estimate
-        band = min(int(task.difficulty_estimate * 3), 2)
-        obs[layout["task_embedding"]][band] = 1.0
+    def _static_observations(self, tasks: list[ExpertTask]) -> np.ndarray:
+        """The slots fixed for each question (the others are 0), read-only ``(n, d)``."""
+        n, layout = len(tasks), self.observation_layout
+        obs = np.zeros((n, *self.observation_space.shape), dtype=np.float32)
+        rows = np.arange(n)
+        estimate = np.array([task.difficulty_estimate for task in tasks])
+        obs[rows, layout["profile"].start + np.array([task.profile for task in tasks])] = 1.0
+        obs[:, layout["difficulty"].start] = estimate
+        band = np.minimum((estimate * 3).astype(np.int64), 2)  # int() of each: truncation
+        obs[rows, layout["task_embedding"].start + band] = 1.0
         obs.flags.writeable = False
         return obs
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import ClassVar, NamedTuple
+from dataclasses import dataclass
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
@@ -201,30 +201,27 @@ class ExpertRoutingV1Env(ExpertRoutingEnv):
     env_label = "ExpertRouting-v1"
 
     # ------------------------------------------------------------------ tasks
-    def _generate_block(self, rng: np.random.Generator, n: int
-                        ) -> list[tuple[ExpertTaskV1, _TablesV1]]:
-        base = self._draw_block(rng, n)  # v0's draws first: the same questions and luck
+    def _draw_more(self, rng: np.random.Generator, n: int) -> dict[str, list[Any]]:
+        # drawn after v0's draws: the same questions and luck as v0 for the same seed
         m = self.n_agents
         n_distractors = rng.integers(1, len(DISTRACTOR_SHARES) + 1, n)
         attraction = rng.beta(*ATTRACTION_BETA, n)
         controller_slip = rng.random(n)
         slips = rng.random((n, self.max_rounds, m))
         slips.flags.writeable = False
-        names = [f.name for f in fields(ExpertTask)]
-        block = []
-        for b, question in enumerate(base):
-            task = ExpertTaskV1(
-                **{name: getattr(question, name) for name in names},
-                attraction=float(attraction[b]),
-                distractor_shares=DISTRACTOR_SHARES[int(n_distractors[b])],
-                controller_slip=float(controller_slip[b]),
-                slips=slips[b],
-            )
-            block.append((task, self._tables(task)))
-        return block
+        return {
+            "attraction": attraction.tolist(),
+            "distractor_shares": [DISTRACTOR_SHARES[k] for k in n_distractors.tolist()],
+            "controller_slip": controller_slip.tolist(),
+            "slips": list(slips),
+        }
 
-    def _tables(self, task: ExpertTask) -> _TablesV1:
-        base = super()._tables(task)
+    def _block_tables(self, tasks: list[ExpertTask]) -> list[_TablesV1]:  # type: ignore[override]
+        return [self._answer_tables(task, base)
+                for task, base in zip(tasks, super()._block_tables(tasks), strict=True)]
+
+    def _answer_tables(self, task: ExpertTask, base: Any) -> _TablesV1:
+        """v0's tables of ``task`` with each right or wrong answer turned into its code."""
         q, shares = task.attraction, task.distractor_shares  # type: ignore[attr-defined]
         answers = [
             [RIGHT if hit else wrong_answer(slip, q, shares, OTHER_WRONG + i)
