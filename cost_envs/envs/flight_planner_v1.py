@@ -43,6 +43,8 @@ _NEW_SLOTS = (
 )
 # v1's state: v0's five fields, then these counters of what the allocator has seen
 _FRESH_PLAN = (0, 0, 0, 0, 1.0)  # weak/strong passes, weak/strong quotes, broken survival
+#: Cached observation tails kept before the cache is cleared (only visited ones are kept).
+_TAIL_CACHE_LIMIT = 1 << 16
 
 
 class FlightPlannerV1Env(FlightPlannerEnv):
@@ -171,6 +173,7 @@ class FlightPlannerV1Env(FlightPlannerEnv):
         super().__init__(pool, reward_weights, render_mode)
         self._is_strong: list[bool] = (self._strength >= STRONG).tolist()
         self._evidence: dict[tuple[int, ...], tuple] = {}  # at most 2**m call sets
+        self._tails: dict[State, list[Any]] = {}
         self.observation_space = spaces.Box(
             0.0, 1.0, shape=(_V0_SLOTS + len(_NEW_SLOTS),), dtype=np.float32
         )
@@ -239,18 +242,23 @@ class FlightPlannerV1Env(FlightPlannerEnv):
 
     def _observe(self, turn: int, state: State) -> np.ndarray:
         values = self._observation_values(turn, state[:5])
-        weak_p, strong_p, weak_q, strong_q, survival, cause, proposed, s_drops, v_drops = (
-            state[5:])
-        t = MAX_TURNS
-        # counts capped at t, written out rather than min(): this runs at every step
-        values += [
-            (weak_p if weak_p < t else t) / t, (strong_p if strong_p < t else t) / t,
-            (weak_q if weak_q < t else t) / t, (strong_q if strong_q < t else t) / t,
-            survival, cause == SEARCH_DROP, cause == VALIDATOR_DROP,
-            (proposed if proposed < t else t) / t, (s_drops if s_drops < t else t) / t,
-            (v_drops if v_drops < t else t) / t,
-        ]
+        counts = state[5:]
+        tail = self._tails.get(counts)
+        if tail is None:
+            if len(self._tails) >= _TAIL_CACHE_LIMIT:
+                self._tails.clear()
+            tail = self._tails[counts] = self._tail_values(counts)
+        values += tail
         return np.array(values, dtype=np.float32)  # one conversion for all 25 slots
+
+    @staticmethod
+    def _tail_values(counts: State) -> list[Any]:
+        """The 10 slots v1 adds, from the state's counters (they repeat: cached)."""
+        weak_p, strong_p, weak_q, strong_q, survival, cause, proposed, s_drops, v_drops = counts
+        t = MAX_TURNS
+        return [min(weak_p, t) / t, min(strong_p, t) / t, min(weak_q, t) / t,
+                min(strong_q, t) / t, survival, cause == SEARCH_DROP, cause == VALIDATOR_DROP,
+                min(proposed, t) / t, min(s_drops, t) / t, min(v_drops, t) / t]
 
     def _describe(self) -> str:
         task = self._task
