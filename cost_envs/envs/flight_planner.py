@@ -378,6 +378,7 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
     def _initial_state(self, task: FlightTask, tables: _Tables) -> State:
         self._proposal, self._notices, self._detects, self._markup, self._budget = tables
         self._route_hops = task.route_hops.tolist()
+        self._route_connected = task.route_connected.tolist()  # lists: step reads them
         # state: route, planner strength, quote (0 = none), validated, dropped this turn
         return (NO_ROUTE, 0.0, 0.0, 0, 0)
 
@@ -431,13 +432,13 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
         return state, None, cause
 
     def _is_broken(self, route: int) -> bool:
-        return not self._task.route_connected[route]
+        return not self._route_connected[route]
 
     def _feasible(self, route: int, quote: float) -> bool:
         task = self._task
         return bool(
-            task.route_connected[route]
-            and task.route_hops[route] <= task.hop_limit
+            self._route_connected[route]
+            and self._route_hops[route] <= task.hop_limit
             and quote <= task.budget
         )
 
