@@ -112,3 +112,35 @@ def test_every_registered_id_is_covered() -> None:
 def test_trajectories_are_those_recorded_before_the_speed_ups(case) -> None:
     env_id, kwargs = case
     assert trajectory_digest(env_id, dict(kwargs)) == CASES[case]
+
+
+def test_block_wrong_answers_follow_the_running_sum_rule() -> None:
+    # ExpertRouting-v1 draws answer codes for a whole block at once; each must be the
+    # code the documented rule gives one slip: distractor k iff the slip is below the
+    # running sum attraction * (p_1 + ... + p_k), else the model's own wrong answer.
+    from cost_envs.envs.expert_routing_v1 import DISTRACTOR_SHARES, wrong_answer, wrong_answers
+
+    def one(slip: float, attraction: float, shares: tuple[float, ...], own: int) -> int:
+        cumulative = 0.0
+        for k, share in enumerate(shares, start=1):
+            cumulative += attraction * share
+            if slip < cumulative:
+                return k
+        return own
+
+    rng = np.random.default_rng(3)
+    n = 400
+    shares = [DISTRACTOR_SHARES[int(k)] for k in rng.integers(1, 4, n)]
+    attraction = rng.beta(2.0, 2.0, n)
+    slips = rng.random((n, 2, 3))
+    slips[:, 0, 0] = [q * s[0] for q, s in zip(attraction, shares, strict=True)]  # on a bound
+    codes = wrong_answers(slips, attraction.tolist(), shares, 100 + np.arange(3))
+    assert codes.shape == slips.shape
+    seen = set()
+    for b, t, i in np.ndindex(*slips.shape):
+        expected = one(float(slips[b, t, i]), float(attraction[b]), shares[b], 100 + i)
+        assert codes[b, t, i] == expected
+        assert wrong_answer(float(slips[b, t, i]), float(attraction[b]), shares[b],
+                            100 + i) == expected
+        seen.add(expected)
+    assert {1, 2, 3, 100, 101, 102} <= seen  # every distractor and every own answer occurs

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
 
@@ -81,13 +82,28 @@ class _TablesV1(NamedTuple):
 
 
 def wrong_answer(slip: float, attraction: float, shares: tuple[float, ...], own: int) -> int:
-    """The answer code of a wrong model: a distractor ``1..K`` or its own code ``own``."""
-    cumulative = 0.0
-    for k, share in enumerate(shares, start=1):
-        cumulative += attraction * share
-        if slip < cumulative:
-            return k
-    return own
+    """The answer code of a wrong model: a distractor ``1..K`` or its own code ``own``.
+
+    Distractor ``k`` iff ``slip`` is below ``attraction * (p_1 + ... + p_k)`` (the sums
+    taken in order) and not below the previous one.
+    """
+    return int(wrong_answers(np.array([slip]), [attraction], [shares], own)[0])
+
+
+def wrong_answers(slips: np.ndarray, attraction: Sequence[float],
+                  shares: Sequence[tuple[float, ...]], own: Any) -> np.ndarray:
+    """:func:`wrong_answer` of a block of questions at once, int64 of ``slips``' shape.
+
+    ``slips`` has the questions on its first axis; ``attraction`` and ``shares`` give
+    each question's; ``own`` is a code or an array that broadcasts against ``slips``.
+    """
+    width = max(map(len, shares))
+    # a missing distractor adds 0 to the sums
+    padded = np.array([(*question, *(0.0,) * (width - len(question))) for question in shares])
+    # accumulate adds in order, one term at a time, like a running sum over k
+    cumulative = np.cumsum(np.asarray(attraction, dtype=np.float64)[:, None] * padded, axis=1)
+    below = slips[..., None] < cumulative.reshape(len(shares), *(1,) * (slips.ndim - 1), width)
+    return np.where(below.any(axis=-1), below.argmax(axis=-1) + 1, own)
 
 
 class ExpertRoutingV1Env(ExpertRoutingEnv):
@@ -217,21 +233,20 @@ class ExpertRoutingV1Env(ExpertRoutingEnv):
         }
 
     def _block_tables(self, tasks: list[ExpertTask]) -> list[_TablesV1]:  # type: ignore[override]
-        return [self._answer_tables(task, base)
-                for task, base in zip(tasks, super()._block_tables(tasks), strict=True)]
-
-    def _answer_tables(self, task: ExpertTask, base: Any) -> _TablesV1:
-        """v0's tables of ``task`` with each right or wrong answer turned into its code."""
-        q, shares = task.attraction, task.distractor_shares  # type: ignore[attr-defined]
-        answers = [
-            [RIGHT if hit else wrong_answer(slip, q, shares, OTHER_WRONG + i)
-             for i, (hit, slip) in enumerate(zip(hits, row, strict=True))]
-            for hits, row in zip(base.hits, task.slips.tolist(),  # type: ignore[attr-defined]
-                                 strict=True)
-        ]
-        own = RIGHT if base.controller_right else wrong_answer(
-            task.controller_slip, q, shares, OWN_WRONG)  # type: ignore[attr-defined]
-        return _TablesV1(answers, own, base.prices, base.static_obs)
+        """v0's tables with each right or wrong answer turned into its code."""
+        bases = super()._block_tables(tasks)
+        v1: list[ExpertTaskV1] = tasks  # type: ignore[assignment]
+        q = [task.attraction for task in v1]
+        shares = [task.distractor_shares for task in v1]
+        hits = np.array([base.hits for base in bases], dtype=bool)
+        wrong = wrong_answers(np.stack([task.slips for task in v1]), q, shares,
+                              OTHER_WRONG + np.arange(self.n_agents))
+        answers = np.where(hits, RIGHT, wrong).tolist()
+        right = np.array([base.controller_right for base in bases], dtype=bool)
+        own = np.where(right, RIGHT, wrong_answers(
+            np.array([task.controller_slip for task in v1]), q, shares, OWN_WRONG)).tolist()
+        return [_TablesV1(answers[b], own[b], base.prices, base.static_obs)
+                for b, base in enumerate(bases)]
 
     def _check_task(self, task: ExpertTask) -> None:
         super()._check_task(task)
