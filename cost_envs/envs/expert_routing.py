@@ -402,8 +402,17 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
         return self._block_tables([task])[0]
 
     def _block_tables(self, tasks: list[ExpertTask]) -> list[_Tables]:
-        """The tables of ``tasks`` (a drawn block, or one replayed task), vectorised.
+        """The tables of ``tasks`` (a drawn block, or one replayed task)."""
+        hits, right, prices, static = self._block_arrays(tasks)
+        return [_Tables(h, r, p, o) for h, r, p, o in zip(
+            hits.tolist(), right, prices, static, strict=True)]
 
+    def _block_arrays(self, tasks: list[ExpertTask]
+                      ) -> tuple[np.ndarray, list[bool], list[Prices], np.ndarray]:
+        """What the tables hold, vectorised over ``tasks``.
+
+        Returns which expert is right in which round ``(n, rounds, m)``, whether the
+        controller is, each question's :class:`Prices` and its fixed observation slots.
         Elementwise float64 arithmetic is the same in numpy as in Python, operation for
         operation, so the prices are those of :meth:`_call_price` on each question to the
         last bit; the exponentials stay per question (``ModelProfile.accuracy`` and
@@ -413,7 +422,7 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
         difficulties = [task.difficulty for task in tasks]
         accuracy = np.array([[float(e.accuracy(x)) for e in self.experts]
                              for x in difficulties]).reshape(n, m)
-        hits = (np.stack([task.luck for task in tasks]) < accuracy[:, None, :]).tolist()
+        hits = np.stack([task.luck for task in tasks]) < accuracy[:, None, :]
         right = [task.controller_luck < float(CONTROLLER.accuracy(x))
                  for task, x in zip(tasks, difficulties, strict=True)]
         d = np.array(difficulties)
@@ -424,10 +433,9 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
         for j in range(m):
             costs[:, j], flops[:, j] = self._call_price(j, d, prompt, factors[:, j], growth)
         step_costs, step_flops = self._controller_round_price(d, prompt, factors[:, m])
-        static = self._static_observations(tasks)
-        return [_Tables(hits[b], right[b], Prices(costs[b], flops[b], cost, flop), static[b])
-                for b, (cost, flop) in enumerate(zip(step_costs.tolist(), step_flops.tolist(),
-                                                     strict=True))]
+        prices = [Prices(*row) for row in zip(costs, flops, step_costs.tolist(),
+                                              step_flops.tolist(), strict=True)]
+        return hits, right, prices, self._static_observations(tasks)
 
     def _check_task(self, task: ExpertTask) -> None:
         super()._check_task(task)

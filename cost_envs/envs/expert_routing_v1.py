@@ -234,19 +234,17 @@ class ExpertRoutingV1Env(ExpertRoutingEnv):
 
     def _block_tables(self, tasks: list[ExpertTask]) -> list[_TablesV1]:  # type: ignore[override]
         """v0's tables with each right or wrong answer turned into its code."""
-        bases = super()._block_tables(tasks)
+        hits, right, prices, static = self._block_arrays(tasks)
         v1: list[ExpertTaskV1] = tasks  # type: ignore[assignment]
         q = [task.attraction for task in v1]
         shares = [task.distractor_shares for task in v1]
-        hits = np.array([base.hits for base in bases], dtype=bool)
         wrong = wrong_answers(np.stack([task.slips for task in v1]), q, shares,
                               OTHER_WRONG + np.arange(self.n_agents))
         answers = np.where(hits, RIGHT, wrong).tolist()
-        right = np.array([base.controller_right for base in bases], dtype=bool)
         own = np.where(right, RIGHT, wrong_answers(
             np.array([task.controller_slip for task in v1]), q, shares, OWN_WRONG)).tolist()
-        return [_TablesV1(answers[b], own[b], base.prices, base.static_obs)
-                for b, base in enumerate(bases)]
+        return [_TablesV1(a, o, p, obs)
+                for a, o, p, obs in zip(answers, own, prices, static, strict=True)]
 
     def _check_task(self, task: ExpertTask) -> None:
         super()._check_task(task)
