@@ -1,7 +1,7 @@
 """Every env's trajectories, bit for bit, as they were before the step path was sped up.
 
-Issue #15 removed per-step Python overhead from the shared step path (``core.py``) and
-from ExpertRouting, TraceRouting and FlightPlanner-v1. The digests below were recorded
+Issue #15 removed per-step Python overhead from the shared step and reset path
+(``core.py``), ExpertRouting v0/v1 and FlightPlanner v0/v1. The digests below were recorded
 from the code before those changes: a sha256 over everything ``reset`` and ``step``
 return (observation bytes and dtype, reward, flags, every info key with its value's type
 and bytes) over seeded random actions of every accepted dtype, with replayed tasks, the
