@@ -46,6 +46,7 @@ State = tuple
 
 #: Largest pool the exact oracle enumerates (2**16 joint actions per turn).
 MAX_ORACLE_AGENTS = 16
+_INF = float("inf")
 
 
 class UnsupportedRenderModeError(ValueError, TypeError):
@@ -243,12 +244,12 @@ class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
         super().reset(seed=seed)
         if seed is not None:
             self._task_queue = []  # the new seed defines the task stream from here on
-        options = options or {}
-        unknown = sorted(set(options) - {"task"})
-        if unknown:
-            raise ValueError(f"{self.env_name}: unknown reset option(s) {unknown}; "
-                             "expected only 'task'")
-        if "task" in options:
+        if options:  # most resets have none: skip building sets on the hot path
+            unknown = sorted(set(options) - {"task"})
+            if unknown:
+                raise ValueError(f"{self.env_name}: unknown reset option(s) {unknown}; "
+                                 "expected only 'task'")
+        if options and "task" in options:
             task = options["task"]
             if not isinstance(task, self.task_type):
                 raise ValueError(
@@ -279,17 +280,22 @@ class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
         flops = np.asarray(prices.call_flops, dtype=np.float64)
         if costs.shape != (self.n_agents,) or flops.shape != (self.n_agents,):
             raise ValueError(f"{self.env_name}: task prices must have shape ({self.n_agents},)")
-        steps = np.array([prices.step_cost, prices.step_flops], dtype=np.float64)
-        for what, values in (("call_costs", costs), ("call_flops", flops),
-                             ("step_cost/step_flops", steps)):
-            if not (np.isfinite(values).all() and (values >= 0).all()):
-                raise ValueError(f"{self.env_name}: task prices: {what} must be finite and "
-                                 f">= 0, got {values.tolist()}")
+        cost_list, flops_list = costs.tolist(), flops.tolist()
+        step_cost, step_flops = float(prices.step_cost), float(prices.step_flops)
+        # This runs at every reset (every step of a one-step env): Python comparisons on
+        # these few floats cost a tenth of numpy's isfinite/all. NaN and inf fail them too.
+        if not all(0.0 <= v < _INF for v in (*cost_list, *flops_list, step_cost, step_flops)):
+            steps = [step_cost, step_flops]
+            for what, values in (("call_costs", cost_list), ("call_flops", flops_list),
+                                 ("step_cost/step_flops", steps)):
+                if not all(0.0 <= v < _INF for v in values):
+                    raise ValueError(f"{self.env_name}: task prices: {what} must be finite "
+                                     f"and >= 0, got {values}")
         self._costs = costs
-        self._cost_list = costs.tolist()
-        self._flops_list = flops.tolist()
-        self._step_cost = float(prices.step_cost)
-        self._step_flops = float(prices.step_flops)
+        self._cost_list = cost_list
+        self._flops_list = flops_list
+        self._step_cost = step_cost
+        self._step_flops = step_flops
         self._sorted_actions = None  # the cheapest-first order depends on the prices
 
     def step(

@@ -69,7 +69,10 @@ class ModelProfile:
 
     def accuracy(self, difficulty: np.ndarray | float) -> np.ndarray:
         """Chance of a right answer at ``difficulty``."""
-        return 1.0 / (1.0 + np.exp(-self.sharpness * (self.skill - np.asarray(difficulty))))
+        # A float skips np.asarray: the same float64 operations at a third of the cost
+        # (every question drawn computes four of these).
+        d = difficulty if isinstance(difficulty, float) else np.asarray(difficulty)
+        return 1.0 / (1.0 + np.exp(-self.sharpness * (self.skill - d)))
 
     @classmethod
     def coerce(cls, value: ModelProfile | Mapping[str, Any] | str) -> ModelProfile:
@@ -156,6 +159,15 @@ class _Tables(NamedTuple):
     hits: list  # hits[t][i]: expert i is right when consulted in round t
     controller_right: bool
     prices: Prices
+    static_obs: np.ndarray  # the observation's slots fixed for the question
+
+
+#: The two ways an episode ends (immutable, so shared rather than built at every answer).
+_RIGHT_ANSWER = Outcome(True, 10.0)
+_WRONG_ANSWER = Outcome(False, 0.0)
+#: Entries of the per-env caches of votes and observation slots before they are cleared
+#: (a pool of m experts has 3**m states per turn; only the visited ones are kept).
+_CACHE_LIMIT = 1 << 16
 
 
 class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
@@ -305,6 +317,11 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
         self.observation_space = spaces.Box(0.0, 1.0, shape=(10 + 2 * m,), dtype=np.float32)
         self._trust = [e.trust for e in self.experts]
         self.tier_budgets = dict(TIER_BUDGETS)
+        # The vote and the observation's per-step slots are pure functions of the state
+        # and of how the controller answered: computed once per env, not at every step.
+        self._votes: dict[tuple, tuple[bool, int, float, float]] = {}
+        self._slots: dict[tuple, np.ndarray] = {}
+        self._slots_at = slice(4, 7 + 2 * m)  # rounds_left .. support
 
     def _nominal_pool(self) -> AgentPool:
         """The experts at their mean price over the profile (the agent pool's nominal cost)."""
@@ -323,16 +340,23 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
                                     tuple(float(expert.accuracy(c)) for c in BAND_CENTRES)))
         return AgentPool(tuple(agents), BANDS)
 
-    def _call_price(self, j: int, d: float, prompt: float, factor: float) -> tuple[float, float]:
-        """Money and FLOPs of one call of expert ``j`` on a question of difficulty ``d``."""
+    def _call_price(self, j: int, d: Any, prompt: Any, factor: Any, growth: Any = None
+                    ) -> tuple[Any, Any]:
+        """Money and FLOPs of one call of expert ``j`` on a question of difficulty ``d``.
+
+        ``d``, ``prompt`` and ``factor`` may be arrays over a block of questions; then
+        ``growth``, ``exp(3 d)`` of each (``math.exp``, as for one question), is given.
+        """
         expert, price = self.experts[j], self._model_prices[j]
+        if growth is None:
+            growth = math.exp(3.0 * d)
         read = prompt + SYSTEM_TOKENS
         write = expert.output_tokens * (1.0 + 2.0 * d) * factor
-        reason = expert.reasoning_tokens * math.exp(3.0 * d) * factor
+        reason = expert.reasoning_tokens * growth * factor
         return price.cost(read, write, reason), price.flops(read + write + reason)
 
-    def _controller_round_price(self, d: float, prompt: float, factor: float
-                                ) -> tuple[float, float]:
+    def _controller_round_price(self, d: Any, prompt: Any, factor: Any) -> tuple[Any, Any]:
+        """Money and FLOPs of the controller's own round (floats or arrays, as above)."""
         read = prompt + SYSTEM_TOKENS + CONTROLLER_READ_TOKENS
         write = CONTROLLER.output_tokens * (1.0 + 2.0 * d) * factor
         return (self._controller_price.cost(read, write),
@@ -341,10 +365,15 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
     # ------------------------------------------------------------------ tasks
     def _generate_block(self, rng: np.random.Generator, n: int
                         ) -> list[tuple[ExpertTask, _Tables]]:
-        return [(task, self._tables(task)) for task in self._draw_block(rng, n)]
+        tasks = self._draw_block(rng, n)
+        return list(zip(tasks, self._block_tables(tasks), strict=True))
+
+    def _draw_more(self, rng: np.random.Generator, n: int) -> dict[str, list[Any]]:
+        """A subclass's own fields of ``n`` questions, drawn after v0's (none here)."""
+        return {}
 
     def _draw_block(self, rng: np.random.Generator, n: int) -> list[ExpertTask]:
-        """``n`` questions drawn from ``rng`` (a subclass may draw more for each after)."""
+        """``n`` questions drawn from ``rng``, then :meth:`_draw_more`'s fields for each."""
         m = self.n_agents
         if self.profile == "mixed":
             profile = rng.integers(0, len(PROFILE_NAMES), n)
@@ -360,30 +389,53 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
         factors = rng.lognormal(-TOKEN_SPREAD**2 / 2, TOKEN_SPREAD, (n, m + 1))
         luck.flags.writeable = False
         factors.flags.writeable = False
-        return [ExpertTask(
-            profile=int(profile[b]),
-            difficulty=float(difficulty[b]),
-            difficulty_estimate=float(estimate[b]),
-            controller_luck=float(controller_luck[b]),
-            luck=luck[b],
-            prompt_tokens=float(prompt[b]),
-            token_factors=factors[b],
-        ) for b in range(n)]
+        more = self._draw_more(rng, n)
+        return [self.task_type(
+            profile=p, difficulty=d, difficulty_estimate=e, controller_luck=c, luck=luck[b],
+            prompt_tokens=t, token_factors=factors[b],
+            **{name: values[b] for name, values in more.items()},
+        ) for b, (p, d, e, c, t) in enumerate(zip(
+            profile.tolist(), difficulty.tolist(), estimate.tolist(), controller_luck.tolist(),
+            prompt.tolist(), strict=True))]
 
     def _tables(self, task: ExpertTask) -> _Tables:
-        d = task.difficulty
-        accuracy = [float(e.accuracy(d)) for e in self.experts]
-        hits = [[bool(u < p) for u, p in zip(row, accuracy, strict=True)]
-                for row in task.luck.tolist()]
-        m = self.n_agents
-        calls = [self._call_price(j, d, task.prompt_tokens, float(task.token_factors[j]))
-                 for j in range(m)]
-        step_cost, step_flops = self._controller_round_price(
-            d, task.prompt_tokens, float(task.token_factors[m]))
-        prices = Prices(np.array([c for c, _ in calls]), np.array([f for _, f in calls]),
-                        step_cost, step_flops)
-        right = bool(task.controller_luck < float(CONTROLLER.accuracy(d)))
-        return _Tables(hits, right, prices)
+        return self._block_tables([task])[0]
+
+    def _block_tables(self, tasks: list[ExpertTask]) -> list[_Tables]:
+        """The tables of ``tasks`` (a drawn block, or one replayed task)."""
+        hits, right, prices, static = self._block_arrays(tasks)
+        return [_Tables(h, r, p, o) for h, r, p, o in zip(
+            hits.tolist(), right, prices, static, strict=True)]
+
+    def _block_arrays(self, tasks: list[ExpertTask]
+                      ) -> tuple[np.ndarray, list[bool], list[Prices], np.ndarray]:
+        """What the tables hold, vectorised over ``tasks``.
+
+        Returns which expert is right in which round ``(n, rounds, m)``, whether the
+        controller is, each question's :class:`Prices` and its fixed observation slots.
+        Elementwise float64 arithmetic is the same in numpy as in Python, operation for
+        operation, so the prices are those of :meth:`_call_price` on each question to the
+        last bit; the exponentials stay per question (``ModelProfile.accuracy`` and
+        ``math.exp``), whose vectorised forms may round differently.
+        """
+        n, m = len(tasks), self.n_agents
+        difficulties = [task.difficulty for task in tasks]
+        accuracy = np.array([[float(e.accuracy(x)) for e in self.experts]
+                             for x in difficulties]).reshape(n, m)
+        hits = np.stack([task.luck for task in tasks]) < accuracy[:, None, :]
+        right = [task.controller_luck < float(CONTROLLER.accuracy(x))
+                 for task, x in zip(tasks, difficulties, strict=True)]
+        d = np.array(difficulties)
+        prompt = np.array([task.prompt_tokens for task in tasks])
+        factors = np.stack([task.token_factors for task in tasks])
+        growth = np.array([math.exp(3.0 * x) for x in difficulties])
+        costs, flops = np.empty((n, m)), np.empty((n, m))
+        for j in range(m):
+            costs[:, j], flops[:, j] = self._call_price(j, d, prompt, factors[:, j], growth)
+        step_costs, step_flops = self._controller_round_price(d, prompt, factors[:, m])
+        prices = [Prices(*row) for row in zip(costs, flops, step_costs.tolist(),
+                                              step_flops.tolist(), strict=True)]
+        return hits, right, prices, self._static_observations(tasks)
 
     def _check_task(self, task: ExpertTask) -> None:
         super()._check_task(task)
@@ -398,7 +450,8 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
     def _initial_state(self, task: ExpertTask, tables: _Tables) -> State:
         self._hits = tables.hits
         self._controller_right = tables.controller_right
-        self._static_obs = self._static_observation(task)
+        self._voter = tables.controller_right  # what the vote depends on besides the state
+        self._static_obs = tables.static_obs
         return (-1,) * self.n_agents  # per expert: -1 not consulted, 0 wrong, 1 right
 
     def _transition(self, turn: int, state: State, called: list[int]
@@ -411,10 +464,19 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
             state = tuple(status)
             if turn + 1 < self.max_rounds:
                 return state, None
-        right = self._vote(state)[0]
-        return state, Outcome(right, 10.0 if right else 0.0)
+        return state, _RIGHT_ANSWER if self._vote(state)[0] else _WRONG_ANSWER
 
     def _vote(self, state: State) -> tuple[bool, int, float, float]:
+        """:meth:`_count_votes` of ``state``, cached per (controller's answer, state)."""
+        key = (self._voter, state)
+        vote = self._votes.get(key)
+        if vote is None:
+            if len(self._votes) >= _CACHE_LIMIT:
+                self._votes.clear()
+            vote = self._votes[key] = self._count_votes(state)
+        return vote
+
+    def _count_votes(self, state: State) -> tuple[bool, int, float, float]:
         """The weighted vote: (leading answer right, leading wrong source, its weight, total).
 
         Right answers pool their trust; each wrong answer stands alone. The leading wrong
@@ -439,27 +501,44 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
         leading = right_weight if right else best_wrong
         return right, best_source, leading, total
 
-    def _static_observation(self, task: ExpertTask) -> np.ndarray:
-        obs = np.zeros(self.observation_space.shape, dtype=np.float32)
-        layout = self.observation_layout
-        obs[layout["profile"]][task.profile] = 1.0
-        obs[layout["difficulty"]] = task.difficulty_estimate
-        band = min(int(task.difficulty_estimate * 3), 2)
-        obs[layout["task_embedding"]][band] = 1.0
+    def _static_observations(self, tasks: list[ExpertTask]) -> np.ndarray:
+        """The slots fixed for each question (the others are 0), read-only ``(n, d)``."""
+        n, layout = len(tasks), self.observation_layout
+        obs = np.zeros((n, *self.observation_space.shape), dtype=np.float32)
+        rows = np.arange(n)
+        estimate = np.array([task.difficulty_estimate for task in tasks])
+        obs[rows, layout["profile"].start + np.array([task.profile for task in tasks])] = 1.0
+        obs[:, layout["difficulty"].start] = estimate
+        band = np.minimum((estimate * 3).astype(np.int64), 2)  # int() of each: truncation
+        obs[rows, layout["task_embedding"].start + band] = 1.0
+        obs.flags.writeable = False
         return obs
 
     def _observe(self, turn: int, state: State) -> np.ndarray:
         obs = self._static_obs.copy()
+        key = (turn, self._voter, state)
+        slots = self._slots.get(key)
+        if slots is None:
+            if len(self._slots) >= _CACHE_LIMIT:
+                self._slots.clear()
+            slots = self._slots[key] = self._dynamic_slots(turn, state)
+        obs[self._slots_at] = slots
+        return obs
+
+    def _dynamic_slots(self, turn: int, state: State) -> np.ndarray:
+        """The slots from ``rounds_left`` to ``support`` at ``turn`` in ``state``."""
         m = self.n_agents
+        slots = np.zeros(3 + 2 * m, dtype=np.float32)
         right, source, leading, total = self._vote(state)
-        obs[4] = (self.max_rounds - turn) / self.max_rounds
+        slots[0] = (self.max_rounds - turn) / self.max_rounds
         for i, s in enumerate(state):
             if s >= 0:
-                obs[5 + i] = 1.0
-                obs[5 + m + i] = float(s == 1 if right else source == i)
-        obs[5 + 2 * m] = float(self._controller_right if right else source == -1)
-        obs[6 + 2 * m] = leading / total
-        return obs
+                slots[1 + i] = 1.0
+                slots[1 + m + i] = float(s == 1 if right else source == i)
+        slots[1 + 2 * m] = float(self._controller_right if right else source == -1)
+        slots[2 + 2 * m] = leading / total
+        slots.flags.writeable = False
+        return slots
 
     # ------------------------------------------------------------- helpers
     def rule_based_action(self, observation: np.ndarray) -> np.ndarray:

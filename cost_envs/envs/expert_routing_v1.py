@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import ClassVar, NamedTuple
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
 from cost_envs.core import Outcome, Prices, State
-from cost_envs.envs.expert_routing import PROFILE_NAMES, ExpertRoutingEnv, ExpertTask
+from cost_envs.envs.expert_routing import (
+    _RIGHT_ANSWER,
+    _WRONG_ANSWER,
+    PROFILE_NAMES,
+    ExpertRoutingEnv,
+    ExpertTask,
+)
 
 #: Shares of the attractive wrong answers ("distractors") of a question with 1, 2 or 3 of
 #: them: the first is the most attractive (a Zipf-like fall-off).
@@ -71,16 +78,32 @@ class _TablesV1(NamedTuple):
     answers: list  # answers[t][i]: expert i's answer code when consulted in round t
     controller_answer: int
     prices: Prices
+    static_obs: np.ndarray  # the observation's slots fixed for the question
 
 
 def wrong_answer(slip: float, attraction: float, shares: tuple[float, ...], own: int) -> int:
-    """The answer code of a wrong model: a distractor ``1..K`` or its own code ``own``."""
-    cumulative = 0.0
-    for k, share in enumerate(shares, start=1):
-        cumulative += attraction * share
-        if slip < cumulative:
-            return k
-    return own
+    """The answer code of a wrong model: a distractor ``1..K`` or its own code ``own``.
+
+    Distractor ``k`` iff ``slip`` is below ``attraction * (p_1 + ... + p_k)`` (the sums
+    taken in order) and not below the previous one.
+    """
+    return int(wrong_answers(np.array([slip]), [attraction], [shares], own)[0])
+
+
+def wrong_answers(slips: np.ndarray, attraction: Sequence[float],
+                  shares: Sequence[tuple[float, ...]], own: Any) -> np.ndarray:
+    """:func:`wrong_answer` of a block of questions at once, int64 of ``slips``' shape.
+
+    ``slips`` has the questions on its first axis; ``attraction`` and ``shares`` give
+    each question's; ``own`` is a code or an array that broadcasts against ``slips``.
+    """
+    width = max(map(len, shares))
+    # a missing distractor adds 0 to the sums
+    padded = np.array([(*question, *(0.0,) * (width - len(question))) for question in shares])
+    # accumulate adds in order, one term at a time, like a running sum over k
+    cumulative = np.cumsum(np.asarray(attraction, dtype=np.float64)[:, None] * padded, axis=1)
+    below = slips[..., None] < cumulative.reshape(len(shares), *(1,) * (slips.ndim - 1), width)
+    return np.where(below.any(axis=-1), below.argmax(axis=-1) + 1, own)
 
 
 class ExpertRoutingV1Env(ExpertRoutingEnv):
@@ -194,40 +217,34 @@ class ExpertRoutingV1Env(ExpertRoutingEnv):
     env_label = "ExpertRouting-v1"
 
     # ------------------------------------------------------------------ tasks
-    def _generate_block(self, rng: np.random.Generator, n: int
-                        ) -> list[tuple[ExpertTaskV1, _TablesV1]]:
-        base = self._draw_block(rng, n)  # v0's draws first: the same questions and luck
+    def _draw_more(self, rng: np.random.Generator, n: int) -> dict[str, list[Any]]:
+        # drawn after v0's draws: the same questions and luck as v0 for the same seed
         m = self.n_agents
         n_distractors = rng.integers(1, len(DISTRACTOR_SHARES) + 1, n)
         attraction = rng.beta(*ATTRACTION_BETA, n)
         controller_slip = rng.random(n)
         slips = rng.random((n, self.max_rounds, m))
         slips.flags.writeable = False
-        names = [f.name for f in fields(ExpertTask)]
-        block = []
-        for b, question in enumerate(base):
-            task = ExpertTaskV1(
-                **{name: getattr(question, name) for name in names},
-                attraction=float(attraction[b]),
-                distractor_shares=DISTRACTOR_SHARES[int(n_distractors[b])],
-                controller_slip=float(controller_slip[b]),
-                slips=slips[b],
-            )
-            block.append((task, self._tables(task)))
-        return block
+        return {
+            "attraction": attraction.tolist(),
+            "distractor_shares": [DISTRACTOR_SHARES[k] for k in n_distractors.tolist()],
+            "controller_slip": controller_slip.tolist(),
+            "slips": list(slips),
+        }
 
-    def _tables(self, task: ExpertTask) -> _TablesV1:
-        base = super()._tables(task)
-        q, shares = task.attraction, task.distractor_shares  # type: ignore[attr-defined]
-        answers = [
-            [RIGHT if hit else wrong_answer(slip, q, shares, OTHER_WRONG + i)
-             for i, (hit, slip) in enumerate(zip(hits, row, strict=True))]
-            for hits, row in zip(base.hits, task.slips.tolist(),  # type: ignore[attr-defined]
-                                 strict=True)
-        ]
-        own = RIGHT if base.controller_right else wrong_answer(
-            task.controller_slip, q, shares, OWN_WRONG)  # type: ignore[attr-defined]
-        return _TablesV1(answers, own, base.prices)
+    def _block_tables(self, tasks: list[ExpertTask]) -> list[_TablesV1]:  # type: ignore[override]
+        """v0's tables with each right or wrong answer turned into its code."""
+        hits, right, prices, static = self._block_arrays(tasks)
+        v1: list[ExpertTaskV1] = tasks  # type: ignore[assignment]
+        q = [task.attraction for task in v1]
+        shares = [task.distractor_shares for task in v1]
+        wrong = wrong_answers(np.stack([task.slips for task in v1]), q, shares,
+                              OTHER_WRONG + np.arange(self.n_agents))
+        answers = np.where(hits, RIGHT, wrong).tolist()
+        own = np.where(right, RIGHT, wrong_answers(
+            np.array([task.controller_slip for task in v1]), q, shares, OWN_WRONG)).tolist()
+        return [_TablesV1(a, o, p, obs)
+                for a, o, p, obs in zip(answers, own, prices, static, strict=True)]
 
     def _check_task(self, task: ExpertTask) -> None:
         super()._check_task(task)
@@ -241,7 +258,8 @@ class ExpertRoutingV1Env(ExpertRoutingEnv):
         self._answers = tables.answers
         self._controller_answer = tables.controller_answer
         self._controller_right = tables.controller_answer == RIGHT
-        self._static_obs = self._static_observation(task)
+        self._voter = tables.controller_answer  # what the vote depends on besides the state
+        self._static_obs = tables.static_obs
         return (NOT_CONSULTED,) * self.n_agents  # per expert: its latest answer code
 
     def _transition(self, turn: int, state: State, called: list[int]
@@ -254,10 +272,9 @@ class ExpertRoutingV1Env(ExpertRoutingEnv):
             state = tuple(status)
             if turn + 1 < self.max_rounds:
                 return state, None
-        right = self._vote(state)[0]
-        return state, Outcome(right, 10.0 if right else 0.0)
+        return state, _RIGHT_ANSWER if self._vote(state)[0] else _WRONG_ANSWER
 
-    def _vote(self, state: State) -> tuple[bool, int, float, float]:  # type: ignore[override]
+    def _count_votes(self, state: State) -> tuple[bool, int, float, float]:
         """The weighted vote over answers: (leading answer right, its code, its weight, total).
 
         Each answer pools the trust of its sources; ties go to the controller's answer,
@@ -277,18 +294,19 @@ class ExpertRoutingV1Env(ExpertRoutingEnv):
         lead = max(weights, key=lambda a: (weights[a], a == own_answer, a != RIGHT, -first[a]))
         return lead == RIGHT, lead, weights[lead], total
 
-    def _observe(self, turn: int, state: State) -> np.ndarray:
-        obs = self._static_obs.copy()
+    def _dynamic_slots(self, turn: int, state: State) -> np.ndarray:
         m = self.n_agents
+        slots = np.zeros(3 + 2 * m, dtype=np.float32)
         _, lead, leading, total = self._vote(state)
-        obs[4] = (self.max_rounds - turn) / self.max_rounds
+        slots[0] = (self.max_rounds - turn) / self.max_rounds
         for i, answer in enumerate(state):
             if answer >= 0:
-                obs[5 + i] = 1.0
-                obs[5 + m + i] = float(answer == lead)
-        obs[5 + 2 * m] = float(self._controller_answer == lead)
-        obs[6 + 2 * m] = leading / total
-        return obs
+                slots[1 + i] = 1.0
+                slots[1 + m + i] = float(answer == lead)
+        slots[1 + 2 * m] = float(self._controller_answer == lead)
+        slots[2 + 2 * m] = leading / total
+        slots.flags.writeable = False
+        return slots
 
     # ------------------------------------------------------------- helpers
     @property

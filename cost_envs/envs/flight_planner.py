@@ -273,6 +273,22 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
         self._strength_list: list[float] = self._strength.tolist()
         self._has_validator = "validator" in pool.roles
         self.observation_space = spaces.Box(0.0, 1.0, shape=(15,), dtype=np.float32)
+        self._by_role: dict[tuple[int, ...], tuple[int, list[int], list[int]]] = {}
+
+    def _split_by_role(self, called: list[int]) -> tuple[int, list[int], list[int]]:
+        """The strongest called planner (-1 if none), the called searchers and validators.
+
+        Cached per call set (at most ``2**m``): ``step`` needs it at every turn.
+        """
+        key = tuple(called)
+        split = self._by_role.get(key)
+        if split is None:
+            role, strength = self._role_list, self._strength_list
+            planners = [i for i in called if role[i] == 0]
+            lead = max(planners, key=strength.__getitem__) if planners else -1
+            split = self._by_role[key] = (lead, [i for i in called if role[i] == 1],
+                                          [i for i in called if role[i] == 2])
+        return split
 
     # ------------------------------------------------------------------ tasks
     def _generate_block(
@@ -362,6 +378,7 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
     def _initial_state(self, task: FlightTask, tables: _Tables) -> State:
         self._proposal, self._notices, self._detects, self._markup, self._budget = tables
         self._route_hops = task.route_hops.tolist()
+        self._route_connected = task.route_connected.tolist()  # lists: step reads them
         # state: route, planner strength, quote (0 = none), validated, dropped this turn
         return (NO_ROUTE, 0.0, 0.0, 0, 0)
 
@@ -386,13 +403,10 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
                 return ((route, p_strength, quote, validated, 0), self._commit(route, quote),
                         NO_DROP)
         else:
-            role, strength, detects = self._role_list, self._strength_list, self._detects[turn]
-            planners = [i for i in called if role[i] == 0]
-            if planners:  # the strongest called planner's proposal replaces the plan
-                lead = max(planners, key=strength.__getitem__)
-                route, p_strength = self._proposal[turn][lead], strength[lead]
+            lead, searchers, validators = self._split_by_role(called)
+            if lead >= 0:  # the strongest called planner's proposal replaces the plan
+                route, p_strength = self._proposal[turn][lead], self._strength_list[lead]
                 quote, validated = 0.0, 0
-            searchers = [i for i in called if role[i] == 1]
             if route != NO_ROUTE and searchers:
                 notices = self._notices[turn]
                 if self._is_broken(route) and any(notices[i] for i in searchers):
@@ -400,14 +414,13 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
                     cause = SEARCH_DROP
                 else:
                     markup = self._markup[turn]
-                    best = self._task.route_price[route] * min(markup[i] for i in searchers)
+                    best = self._task.route_price[route] * min(map(markup.__getitem__, searchers))
                     if quote == 0 or best < quote:
                         quote, validated = float(best), 0
-            validators = [i for i in called if role[i] == 2]
             if route != NO_ROUTE and validators:
                 if self._feasible(route, quote):
                     validated = 1
-                elif any(detects[i] for i in validators):
+                elif any(map(self._detects[turn].__getitem__, validators)):
                     route, p_strength, quote, validated, dropped = NO_ROUTE, 0.0, 0.0, 0, 1
                     cause = VALIDATOR_DROP
                 else:
@@ -419,13 +432,13 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
         return state, None, cause
 
     def _is_broken(self, route: int) -> bool:
-        return not self._task.route_connected[route]
+        return not self._route_connected[route]
 
     def _feasible(self, route: int, quote: float) -> bool:
         task = self._task
         return bool(
-            task.route_connected[route]
-            and task.route_hops[route] <= task.hop_limit
+            self._route_connected[route]
+            and self._route_hops[route] <= task.hop_limit
             and quote <= task.budget
         )
 
@@ -438,13 +451,17 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
         return Outcome(True, 10.0 * (0.7 * slack + 0.3 * hop_optimality))
 
     def _observe(self, turn: int, state: State) -> np.ndarray:
+        # A Python list and one conversion: much cheaper than item-by-item numpy writes.
+        return np.array(self._observation_values(turn, state), dtype=np.float32)
+
+    def _observation_values(self, turn: int, state: State) -> list[Any]:
+        """The observation's 15 values (v1 appends its own before the one conversion)."""
         task = self._task
         route, p_strength, quote, validated, dropped = state
         limit, budget = task.hop_limit, task.budget
         head = [(MAX_TURNS - turn) / MAX_TURNS, task.shortest_hops / limit, self._budget]
         if route == NO_ROUTE:  # need a plan
-            return np.array([*head, 0, 0, 0, 0, 0, 0, 0, validated, dropped, 1, 0, 0],
-                            dtype=np.float32)
+            return [*head, 0, 0, 0, 0, 0, 0, 0, validated, dropped, 1, 0, 0]
         hops = self._route_hops[route]
         quoted = quote > 0
         visibly_bad = hops > limit or quote > budget
@@ -452,13 +469,9 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
             (1, 0, 0) if visibly_bad else (0, 1, 0) if not quoted
             else (0, 0, 1) if not validated and self._has_validator else (0, 0, 0)
         )
-        # A Python list and one conversion: much cheaper than item-by-item numpy writes.
-        return np.array(
-            [*head, 1, hops / (limit + 2), hops <= limit, p_strength, quoted,
-             min(quote / budget, 2.0) / 2, quoted and quote <= budget, validated, dropped,
-             *need],
-            dtype=np.float32,
-        )
+        return [*head, 1, hops / (limit + 2), hops <= limit, p_strength, quoted,
+                min(quote / budget, 2.0) / 2, quoted and quote <= budget, validated, dropped,
+                *need]
 
     # ------------------------------------------------------------- helpers
     def rule_based_action(self, observation: np.ndarray) -> np.ndarray:

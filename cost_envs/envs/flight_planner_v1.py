@@ -43,6 +43,8 @@ _NEW_SLOTS = (
 )
 # v1's state: v0's five fields, then these counters of what the allocator has seen
 _FRESH_PLAN = (0, 0, 0, 0, 1.0)  # weak/strong passes, weak/strong quotes, broken survival
+#: Cached observation tails kept before the cache is cleared (only visited ones are kept).
+_TAIL_CACHE_LIMIT = 1 << 16
 
 
 class FlightPlannerV1Env(FlightPlannerEnv):
@@ -170,6 +172,8 @@ class FlightPlannerV1Env(FlightPlannerEnv):
     ) -> None:
         super().__init__(pool, reward_weights, render_mode)
         self._is_strong: list[bool] = (self._strength >= STRONG).tolist()
+        self._evidence: dict[tuple[int, ...], tuple] = {}  # at most 2**m call sets
+        self._tails: dict[State, list[Any]] = {}
         self.observation_space = spaces.Box(
             0.0, 1.0, shape=(_V0_SLOTS + len(_NEW_SLOTS),), dtype=np.float32
         )
@@ -185,8 +189,12 @@ class FlightPlannerV1Env(FlightPlannerEnv):
         base, outcome, cause = self._advance(turn, state[:5], called)
         weak_p, strong_p, weak_q, strong_q, survival, _, proposed, s_drops, v_drops = state[5:]
         if called:
-            role, strength, strong = self._role_list, self._strength_list, self._is_strong
-            if any(role[i] == 0 for i in called):  # a new plan: its evidence starts afresh
+            key = tuple(called)
+            evidence = self._evidence.get(key)
+            if evidence is None:
+                evidence = self._evidence[key] = self._evidence_of(key)
+            planner, more_weak_q, more_strong_q, more_weak_p, more_strong_p, factors = evidence
+            if planner:  # a new plan: its evidence starts afresh
                 weak_p, strong_p, weak_q, strong_q, survival = _FRESH_PLAN
                 proposed += 1
             if cause != NO_DROP:  # v0 dropped the plan this turn
@@ -194,18 +202,32 @@ class FlightPlannerV1Env(FlightPlannerEnv):
                 v_drops += cause == VALIDATOR_DROP
                 weak_p, strong_p, weak_q, strong_q, survival = _FRESH_PLAN
             elif base[0] != NO_ROUTE:  # the plan survived every check it met this turn
-                for i in called:
-                    if role[i] == 1:
-                        strong_q, weak_q = (strong_q + 1, weak_q) if strong[i] else (
-                            strong_q, weak_q + 1)
-                        survival *= 1.0 - SEARCH_NOTICE * strength[i]
-                for i in called:
-                    if role[i] == 2:
-                        strong_p, weak_p = (strong_p + 1, weak_p) if strong[i] else (
-                            strong_p, weak_p + 1)
-                        survival *= 1.0 - strength[i]
+                weak_q += more_weak_q
+                strong_q += more_strong_q
+                weak_p += more_weak_p
+                strong_p += more_strong_p
+                for factor in factors:
+                    survival *= factor
         return (*base, weak_p, strong_p, weak_q, strong_q, survival, cause, proposed,
                 s_drops, v_drops), outcome
+
+    def _evidence_of(self, called: tuple[int, ...]) -> tuple[bool, int, int, int, int,
+                                                             tuple[float, ...]]:
+        """What calling ``called`` tells about a plan that survives it (cached per call set).
+
+        Whether a planner was called; the weak and strong searches, the weak and strong
+        validator passes; and the factors of ``broken_survival`` in the order they
+        multiply: ``1 - 0.5 s`` of each searcher, then ``1 - s`` of each validator, each
+        by index (the order fixes the product to the last bit).
+        """
+        strength, strong = self._strength_list, self._is_strong
+        lead, searchers, validators = self._split_by_role(list(called))
+        factors = ([1.0 - SEARCH_NOTICE * strength[i] for i in searchers]
+                   + [1.0 - strength[i] for i in validators])
+        return (lead >= 0,
+                sum(not strong[i] for i in searchers), sum(strong[i] for i in searchers),
+                sum(not strong[i] for i in validators), sum(strong[i] for i in validators),
+                tuple(factors))
 
     def _search_state(self) -> State:
         # The oracle searches v0's part of the state: the counters v1 adds never change an
@@ -219,17 +241,24 @@ class FlightPlannerV1Env(FlightPlannerEnv):
         return FlightPlannerEnv._transition(self, turn, state, called)
 
     def _observe(self, turn: int, state: State) -> np.ndarray:
-        head = super()._observe(turn, state[:5])
-        weak_p, strong_p, weak_q, strong_q, survival, cause, proposed, s_drops, v_drops = (
-            state[5:])
+        values = self._observation_values(turn, state[:5])
+        counts = state[5:]
+        tail = self._tails.get(counts)
+        if tail is None:
+            if len(self._tails) >= _TAIL_CACHE_LIMIT:
+                self._tails.clear()
+            tail = self._tails[counts] = self._tail_values(counts)
+        values += tail
+        return np.array(values, dtype=np.float32)  # one conversion for all 25 slots
+
+    @staticmethod
+    def _tail_values(counts: State) -> list[Any]:
+        """The 10 slots v1 adds, from the state's counters (they repeat: cached)."""
+        weak_p, strong_p, weak_q, strong_q, survival, cause, proposed, s_drops, v_drops = counts
         t = MAX_TURNS
-        tail = np.array(
-            [min(weak_p, t) / t, min(strong_p, t) / t, min(weak_q, t) / t,
-             min(strong_q, t) / t, survival, cause == SEARCH_DROP, cause == VALIDATOR_DROP,
-             min(proposed, t) / t, min(s_drops, t) / t, min(v_drops, t) / t],
-            dtype=np.float32,
-        )
-        return np.concatenate((head, tail))
+        return [min(weak_p, t) / t, min(strong_p, t) / t, min(weak_q, t) / t,
+                min(strong_q, t) / t, survival, cause == SEARCH_DROP, cause == VALIDATOR_DROP,
+                min(proposed, t) / t, min(s_drops, t) / t, min(v_drops, t) / t]
 
     def _describe(self) -> str:
         task = self._task
