@@ -132,6 +132,42 @@ def with_fresh_luck(task: ToolTask, rng: np.random.Generator) -> ToolTask:
                    hallucination_rate=hallucination_rate, hallucination_tokens=spurious)
 
 
+class ToolBlock(NamedTuple):
+    """The raw draws of a block of ``n`` ToolBench tasks, padded (see ``ToolBenchEnv.draw_block``).
+
+    Shapes: ``n_stages``, ``length`` ``(n,)``; ``skill``, ``difficulty`` ``(n, 4)``;
+    ``luck`` ``(n, 5, m)``; ``reference`` ``(n, 20)``; ``distractors`` ``(n, 40)``;
+    ``pick``, ``recall_luck`` ``(n, 5, 20)`` (``pick``: each spurious token's position in
+    the topic); ``hallucination_rate`` ``(n, 5)``. Entries past a task's stage count or
+    answer length are drawn but unused.
+    """
+
+    n_stages: np.ndarray
+    skill: np.ndarray
+    difficulty: np.ndarray
+    luck: np.ndarray
+    length: np.ndarray
+    reference: np.ndarray
+    distractors: np.ndarray
+    pick: np.ndarray
+    recall_luck: np.ndarray
+    hallucination_rate: np.ndarray
+
+
+def spurious_tokens(reference: np.ndarray, distractors: np.ndarray, pick: np.ndarray,
+                    length: np.ndarray) -> np.ndarray:
+    """The spurious tokens ``topic[pick]`` of a block of tasks, shape ``pick.shape``.
+
+    The topic of a task is its ``L`` reference tokens followed by ``2 L`` distractors.
+    """
+    n = len(pick)
+    flat = pick.reshape(n, -1)
+    from_reference = np.take_along_axis(reference, np.minimum(flat, MAX_ANSWER_TOKENS - 1), 1)
+    from_distractors = np.take_along_axis(distractors, np.maximum(flat - length[:, None], 0), 1)
+    return np.where(flat < length[:, None], from_reference, from_distractors).reshape(
+        pick.shape)
+
+
 class _Tables(NamedTuple):
     hits: list  # hits[t][s][i] as nested lists: indexing them is the hot path of step
     observation_rows: np.ndarray
@@ -261,9 +297,13 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
         self.observation_space = spaces.Box(0.0, 1.0, shape=(17,), dtype=np.float32)
 
     # ------------------------------------------------------------------ tasks
-    def _generate_block(
-        self, rng: np.random.Generator, n: int
-    ) -> list[tuple[ToolTask, _Tables]]:
+    def draw_block(self, rng: np.random.Generator, n: int) -> ToolBlock:
+        """The raw draws of ``n`` tasks from ``rng``, padded to the longest task.
+
+        The one place ToolBench's tasks are drawn: ``reset`` (through
+        :meth:`_generate_block`) and the batched env (:mod:`cost_envs.vector.toolbench`)
+        both consume ``rng`` through it, which is what makes their tasks the same.
+        """
         m = self.n_agents
         n_stages = rng.choice(np.arange(2, MAX_STAGES + 1), p=(0.35, 0.40, 0.25), size=n)
         skill = np.asarray(STAGE_SKILLS)[rng.integers(0, len(STAGE_SKILLS), (n, MAX_STAGES))]
@@ -281,17 +321,21 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
         topic_pick = rng.random((n, MAX_TURNS, MAX_ANSWER_TOKENS))
         recall_luck = rng.random((n, MAX_TURNS, MAX_ANSWER_TOKENS))
         hallucination_rate = rng.random((n, MAX_TURNS))
-        hits, rows = self._block_tables(skill, difficulty, luck, n_stages)
-        for array in (skill, difficulty, luck, reference, recall_luck, hallucination_rate):
-            array.flags.writeable = False  # tasks are views into these blocks
         # Spurious token j of turn t is topic[floor(pick * 3L)], where the topic is the L
         # reference tokens followed by 2L distractors; vectorised over the block.
         pick = (topic_pick * (3 * length)[:, None, None]).astype(np.int64)
-        flat = pick.reshape(n, -1)
-        from_reference = np.take_along_axis(reference, np.minimum(flat, MAX_ANSWER_TOKENS - 1), 1)
-        from_distractors = np.take_along_axis(distractors, np.maximum(flat - length[:, None], 0), 1)
-        spurious = np.where(flat < length[:, None], from_reference, from_distractors).reshape(
-            pick.shape)
+        return ToolBlock(n_stages, skill, difficulty, luck, length, reference, distractors,
+                         pick, recall_luck, hallucination_rate)
+
+    def _generate_block(
+        self, rng: np.random.Generator, n: int
+    ) -> list[tuple[ToolTask, _Tables]]:
+        (n_stages, skill, difficulty, luck, length, reference, distractors, pick,
+         recall_luck, hallucination_rate) = self.draw_block(rng, n)
+        hits, rows = self._block_tables(skill, difficulty, luck, n_stages)
+        for array in (skill, difficulty, luck, reference, recall_luck, hallucination_rate):
+            array.flags.writeable = False  # tasks are views into these blocks
+        spurious = spurious_tokens(reference, distractors, pick, length)
         spurious.flags.writeable = False
         hit_lists = hits.tolist()  # one bulk conversion, sliced per task below
         block = []
