@@ -168,6 +168,43 @@ def spurious_tokens(reference: np.ndarray, distractors: np.ndarray, pick: np.nda
         pick.shape)
 
 
+def clear_probability(capabilities: np.ndarray, skill: np.ndarray,
+                      difficulty: np.ndarray) -> np.ndarray:
+    """``p[b, s, i] = cap[i, skill] ** (1 + 3 d)``, the chance tool i clears stage s of task b.
+
+    The tool clears it when its luck at that turn is below ``p``. Shapes: ``skill``,
+    ``difficulty`` ``(n, S)``; out ``(n, S, m)``.
+    """
+    caps = np.moveaxis(capabilities[:, skill], 0, -1)  # (n, S, m)
+    return caps ** (1.0 + 3.0 * difficulty[:, :, None])
+
+
+#: ``_SUFFIX[s, s']`` is 1 when stage s' >= s: counts over the remaining stages, as a matmul
+#: (exact: sums of a few 0/1 values in float32).
+_SUFFIX = np.triu(np.ones((MAX_STAGES, MAX_STAGES), dtype=np.float32))
+
+
+def observation_rows(skill: np.ndarray, difficulty: np.ndarray,
+                     n_stages: np.ndarray) -> np.ndarray:
+    """``rows[b, s]``: task b's observation at stage s but for the turn and failure entries.
+
+    Shapes: ``skill``, ``difficulty`` ``(n, 4)`` (padded), ``n_stages`` ``(n,)``; out
+    ``(n, 5, 17)`` float32 (stage 4: all stages cleared).
+    """
+    n = len(skill)
+    stages = np.arange(MAX_STAGES + 1)
+    valid = stages[None, :MAX_STAGES] < n_stages[:, None]  # (n, S)
+    one_hot = np.eye(len(SKILLS), dtype=np.float32)[skill] * valid[:, :, None]
+    rows = np.zeros((n, MAX_STAGES + 1, 17), dtype=np.float32)
+    rows[:, :MAX_STAGES, 4] = difficulty * valid
+    rows[:, :MAX_STAGES, 5:11] = one_hot
+    # counts of each skill over stages s.. (a sum over the remaining stages)
+    rows[:, :MAX_STAGES, 11:17] = (_SUFFIX @ one_hot) / MAX_STAGES
+    rows[:, :, 1] = np.maximum(n_stages[:, None] - stages, 0) / MAX_STAGES
+    rows[:, :, 2] = np.minimum(stages / n_stages[:, None], 1.0)
+    return rows
+
+
 class _Tables(NamedTuple):
     hits: list  # hits[t][s][i] as nested lists: indexing them is the hot path of step
     observation_rows: np.ndarray
@@ -374,21 +411,9 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
         Returns ``hits[b, t, s, i]`` (tool i clears stage s if called at turn t) and
         ``rows[b, s]``, the observation at stage s but for the turn and failure entries.
         """
-        n = len(skill)
-        caps = np.moveaxis(self.pool.capabilities[:, skill], 0, -1)  # (n, S, m)
-        p_clear = caps ** (1.0 + 3.0 * difficulty[:, :, None])
-        hits = luck[:, :, None, :] < p_clear[:, None, :, :]
-        stages = np.arange(MAX_STAGES + 1)
-        valid = stages[None, :MAX_STAGES] < n_stages[:, None]  # (n, S)
-        one_hot = np.eye(len(SKILLS), dtype=np.float32)[skill] * valid[:, :, None]
-        rows = np.zeros((n, MAX_STAGES + 1, 17), dtype=np.float32)
-        rows[:, :MAX_STAGES, 4] = difficulty * valid
-        rows[:, :MAX_STAGES, 5:11] = one_hot
-        # counts of each skill over stages s.. (reverse cumulative sum over stages)
-        rows[:, :MAX_STAGES, 11:17] = np.cumsum(one_hot[:, ::-1], axis=1)[:, ::-1] / MAX_STAGES
-        rows[:, :, 1] = np.maximum(n_stages[:, None] - stages, 0) / MAX_STAGES
-        rows[:, :, 2] = np.minimum(stages / n_stages[:, None], 1.0)
-        return hits, rows
+        hits = luck[:, :, None, :] < clear_probability(self.pool.capabilities, skill,
+                                                       difficulty)[:, None, :, :]
+        return hits, observation_rows(skill, difficulty, n_stages)
 
     # ------------------------------------------------------------- dynamics
     def _initial_state(self, task: ToolTask, tables: _Tables) -> State:

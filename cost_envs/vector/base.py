@@ -39,7 +39,7 @@ from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from cost_envs.core import OrchestrationEnv
+from cost_envs.core import MAX_ORACLE_AGENTS, OrchestrationEnv
 from cost_envs.vector.info import VectorInfo
 
 FINAL_KEYS = ("success", "is_success", "quality", "episode_cost", "episode_flops")
@@ -69,11 +69,12 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
     A family module sets ``env_class`` and implements four hooks, each over the sub-envs
     ``idx`` (an int array) only:
 
-    * ``_draw(rng, n)``: ``n`` tasks' raw draws as a tuple of arrays with leading axis
-      ``n``, consuming ``rng`` exactly as the single env's reset does (through its
-      ``draw_block``); stored per sub-env as its queue.
-    * ``_start(idx, fields)``: start a task in each sub-env of ``idx``; ``fields`` are
-      ``_draw``'s arrays for those tasks (leading axis ``len(idx)``).
+    * ``_draw(rng, n)``: ``n`` tasks' raw draws as a (named) tuple of arrays with leading
+      axis ``n``, consuming ``rng`` exactly as the single env's reset does (through its
+      ``draw_block``). Sub-env ``i``'s queue is rows ``i * task_block ...`` of
+      ``self.blocks`` (the same tuple, every sub-env's rows stacked).
+    * ``_start(idx, rows)``: start a task in each sub-env of ``idx``: ``rows`` are the
+      tasks' rows of ``self.blocks`` (also kept in ``self._task`` for the episode).
     * ``_transition(idx, calls)``: one turn with ``calls`` (``(len(idx), m)`` int8) at turn
       ``self._turn[idx]``; returns ``(ended, success, quality)`` arrays.
     * ``_observe(idx)``: the observations, shape ``(len(idx), *obs_shape)``.
@@ -85,6 +86,11 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
     """
 
     env_class: type[OrchestrationEnv[Any]]
+    #: True when calls cost the pool's prices in every episode (the single env's
+    #: ``_task_prices`` is ``None``); a family whose prices depend on the task sets it
+    #: False and writes ``_call_costs``, ``_call_flops``, ``_step_cost``, ``_step_flops``
+    #: in ``_start``.
+    fixed_prices: bool = True
 
     def __init__(self, num_envs: int, *,
                  autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
@@ -106,7 +112,8 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         self.observation_space = batch_space(self.single_observation_space, n)
         self.task_block = self.single_env.task_block
         self._rngs: list[np.random.Generator | None] = [None] * n
-        self._blocks: list[np.ndarray] | None = None
+        self.blocks: Any = None
+        self._task = np.zeros(n, dtype=np.int64)  # the current task's row of self.blocks
         self._queued = np.zeros(n, dtype=np.int64)  # next task of each sub-env's block
         self._queued[:] = self.task_block  # empty: the first reset draws a block
         self._turn = np.zeros(n, dtype=np.int64)
@@ -116,6 +123,7 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         self._call_flops = np.tile(self.single_env.pool.flops, (n, 1))
         self._step_cost = np.zeros(n)
         self._step_flops = np.zeros(n)
+        self._price_table = self._prices_by_code() if self.fixed_prices else None
         self._obs = np.zeros(self.observation_space.shape, self.observation_space.dtype)
         self._ended = np.zeros(n, dtype=np.bool_)
         self._started = False
@@ -125,7 +133,7 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
     def _draw(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, ...]:
         raise NotImplementedError
 
-    def _start(self, idx: np.ndarray, fields: tuple[np.ndarray, ...]) -> None:
+    def _start(self, idx: np.ndarray, rows: np.ndarray) -> None:
         raise NotImplementedError
 
     def _transition(self, idx: np.ndarray,
@@ -215,9 +223,10 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
             return
         for i in idx[self._queued[idx] == self.task_block].tolist():
             self._refill(i)
-        at = self._queued[idx]
+        rows = idx * self.task_block + self._queued[idx]
         self._queued[idx] += 1
-        self._start(idx, tuple(block[idx, at] for block in self._blocks))
+        self._task[idx] = rows
+        self._start(idx, rows)
         self._turn[idx] = 0
         self._episode_cost[idx] = 0.0
         self._episode_flops[idx] = 0.0
@@ -230,11 +239,13 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         """Draw sub-env ``i``'s next block of tasks from its own generator."""
         if self._rngs[i] is None:
             self._rngs[i], _ = seeding.np_random()  # as a single env's unseeded np_random
-        draws = self._draw(self._rngs[i], self.task_block)
-        if self._blocks is None:
-            self._blocks = [np.zeros((self.num_envs, *a.shape), a.dtype) for a in draws]
-        for block, values in zip(self._blocks, draws, strict=True):
-            block[i] = values
+        size = self.task_block
+        draws = self._draw(self._rngs[i], size)
+        if self.blocks is None:
+            empty = [np.zeros((self.num_envs * size, *a.shape[1:]), a.dtype) for a in draws]
+            self.blocks = draws._make(empty) if hasattr(draws, "_make") else tuple(empty)
+        for block, values in zip(self.blocks, draws, strict=True):
+            block[i * size:(i + 1) * size] = values
         self._queued[i] = 0
 
     # ----------------------------------------------------------------- step
@@ -249,15 +260,33 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
             f"MultiBinary({shape}), an array of shape {shape} holding only 0 and 1 (row j is "
             f"sub-env j's action, bit i calls agent {list(self.single_env.pool.names)}[i])")
 
+    def _prices_by_code(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """Money and FLOPs of every joint action, priced once by the single env's ``price``.
+
+        Indexed by the action's code ``sum_i bit_i 2**i``; ``None`` for pools too large to
+        tabulate (more than ``MAX_ORACLE_AGENTS`` agents).
+        """
+        m = self.n_agents
+        if m > MAX_ORACLE_AGENTS:
+            return None
+        priced = [self.single_env.price([i for i in range(m) if code >> i & 1])
+                  for code in range(2**m)]
+        cost, flops = (np.array(column) for column in zip(*priced, strict=True))
+        return cost, flops, 1 << np.arange(m, dtype=np.int64)
+
     def price(self, idx: np.ndarray, calls: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Money and FLOPs of ``calls`` in sub-envs ``idx``: the single env's ``price``.
 
         Summed agent by agent in index order from the step cost, as the single env does,
         so the totals agree with it (and with a budget's check) to the last bit.
         """
+        called = calls != 0
+        if self._price_table is not None:
+            cost_of, flops_of, bit = self._price_table
+            code = (called * bit).sum(axis=1)
+            return cost_of[code], flops_of[code]
         cost, flops = self._step_cost[idx], self._step_flops[idx]
         costs, flops_per = self._call_costs[idx], self._call_flops[idx]
-        called = calls != 0
         for i in range(self.n_agents):
             cost = cost + np.where(called[:, i], costs[:, i], 0.0)
             flops = flops + np.where(called[:, i], flops_per[:, i], 0.0)
@@ -373,7 +402,7 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
 
     def close_extras(self, **kwargs: Any) -> None:
         """Release the task queues."""
-        self._blocks = None
+        self.blocks = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.env_name}, num_envs={self.num_envs})"

@@ -1,12 +1,13 @@
 """ToolBench-v0 batched: every sub-env's turn as array operations.
 
 The single env's dynamics (:class:`~cost_envs.envs.toolbench.ToolBenchEnv`), over the rows
-of the sub-envs that step: a called tool clears the current stage when its precomputed hit
-(``_block_tables``, the single env's own) is set; clearing the last stage composes the
+of the sub-envs that step, with the single env's own helpers (``clear_probability``,
+``observation_rows``, ``spurious_tokens``): a called tool clears the current stage when
+its luck at this turn is below its clear probability; clearing the last stage composes the
 answer with the strongest tool that cleared it, and the answer's multiset token F1 is
-counted with array comparisons (each predicted token counts when its rank among equal
-predicted tokens is below its count in the reference, which is ``token_f1``'s
-``Counter`` intersection).
+counted with array comparisons (the reference's r-th copy of a token is matched when the
+answer holds more than r copies, which is ``token_f1``'s ``Counter`` intersection). The
+tasks' draws stay in the queue (``self.blocks``) and are read at the turn they are needed.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from cost_envs.envs.toolbench import (
     MAX_STAGES,
     MAX_TURNS,
     ToolBenchEnv,
+    ToolBlock,
+    clear_probability,
+    observation_rows,
     spurious_tokens,
 )
 from cost_envs.vector.base import BatchedOrchestrationEnv
@@ -55,26 +59,22 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         self._stage = np.zeros(n, dtype=np.int64)
         self._failed = np.zeros(n, dtype=np.int64)
         self._n_stages = np.zeros(n, dtype=np.int64)
-        self._hits = np.zeros((n, MAX_TURNS, MAX_STAGES, m), dtype=np.bool_)
+        self._p_clear = np.zeros((n, MAX_STAGES, m))
         self._rows = np.zeros((n, MAX_STAGES + 1, 17), dtype=np.float32)
         self._strength = np.zeros((n, m))  # composer strength q of each tool
-        self._length = np.zeros(n, dtype=np.int64)
-        self._reference = np.zeros((n, MAX_ANSWER_TOKENS), dtype=_TOKEN)
-        self._recall_luck = np.zeros((n, MAX_TURNS, MAX_ANSWER_TOKENS))
-        self._hallucination = np.zeros((n, MAX_TURNS))
-        self._spurious = np.zeros((n, MAX_TURNS, MAX_ANSWER_TOKENS), dtype=_TOKEN)
 
-    def _draw(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, ...]:
+    def _draw(self, rng: np.random.Generator, n: int) -> ToolBlock:
         block = self.single_env.draw_block(rng, n)
         return block._replace(reference=block.reference.astype(_TOKEN),
                               distractors=block.distractors.astype(_TOKEN),
                               pick=block.pick.astype(_PICK))
 
-    def _start(self, idx: np.ndarray, fields: tuple[np.ndarray, ...]) -> None:
-        (n_stages, skill, difficulty, luck, length, reference, distractors, pick,
-         recall_luck, hallucination) = fields
-        hits, rows = self.single_env._block_tables(skill, difficulty, luck, n_stages)
-        self._hits[idx], self._rows[idx] = hits[:, :, :MAX_STAGES], rows
+    def _start(self, idx: np.ndarray, rows: np.ndarray) -> None:
+        blocks = self.blocks
+        n_stages, skill, difficulty = blocks.n_stages[rows], blocks.skill[rows], (
+            blocks.difficulty[rows])
+        self._p_clear[idx] = clear_probability(self._capabilities, skill, difficulty)
+        self._rows[idx] = observation_rows(skill, difficulty, n_stages)
         last = np.arange(len(idx)), n_stages - 1
         # q = cap ** (1 + d) on the answer stage, as ToolBenchEnv.composer_strength
         caps = self._capabilities[:, skill[last]].T
@@ -82,21 +82,17 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         self._stage[idx] = 0
         self._failed[idx] = 0
         self._n_stages[idx] = n_stages
-        self._length[idx] = length
-        self._reference[idx] = reference
-        self._recall_luck[idx] = recall_luck
-        self._hallucination[idx] = hallucination
-        self._spurious[idx] = spurious_tokens(reference, distractors, pick.astype(np.int64),
-                                              length)
 
     def _transition(self, idx: np.ndarray,
                     calls: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         k = len(idx)
         turn, stage, n_stages = self._turn[idx], self._stage[idx], self._n_stages[idx]
-        rows = np.arange(k)
         called = calls != 0
         answered = ~called.any(axis=1)  # all-zero action: answer now, a failure
-        cleared_by = called & self._hits[idx, turn, np.minimum(stage, MAX_STAGES - 1)]
+        # the single env's hit table (_block_tables), row (turn, stage) alone
+        hits = (self.blocks.luck[self._task[idx], turn]
+                < self._p_clear[idx, np.minimum(stage, MAX_STAGES - 1)])
+        cleared_by = called & hits
         cleared = cleared_by.any(axis=1)
         stage = stage + cleared
         complete = cleared & (stage == n_stages)
@@ -106,7 +102,7 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         success = np.zeros(k, dtype=np.bool_)
         quality = np.zeros(k)
         if complete.any():
-            at = rows[complete]
+            at = complete.nonzero()[0]
             f1 = self._answer_f1(idx[at], turn[at], cleared_by[at])
             success[at] = f1 >= self.f1_threshold
             quality[at] = 10.0 * f1
@@ -115,27 +111,27 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
     def _answer_f1(self, idx: np.ndarray, turn: np.ndarray,
                    cleared_by: np.ndarray) -> np.ndarray:
         """Token F1 of the answers the strongest clearing tools compose (``token_f1``)."""
-        k = len(idx)
-        rows = np.arange(k)
+        blocks, task = self.blocks, self._task[idx]
         strength = np.where(cleared_by, self._strength[idx], -np.inf)
-        q = strength[rows, np.argmax(strength, axis=1)]  # argmax: the first strongest, as max
-        length = self._length[idx]
+        q = strength[np.arange(len(idx)), np.argmax(strength, axis=1)]  # the first strongest
+        length = blocks.length[task]
         positions = np.arange(MAX_ANSWER_TOKENS)
-        reference = self._reference[idx]
+        reference = blocks.reference[task]
         in_reference = positions < length[:, None]
-        recalled = in_reference & (self._recall_luck[idx, turn] < 0.3 + 0.7 * q[:, None])
-        n_spurious = np.rint(length * (1.0 - q) * self._hallucination[idx, turn])
-        spurious = positions < n_spurious[:, None]
-        predicted = np.concatenate((reference, self._spurious[idx, turn]), axis=1)
-        in_prediction = np.concatenate((recalled, spurious), axis=1)
-        # a predicted token counts when fewer equal tokens precede it in the prediction
-        # than the reference holds: the multiset intersection of Counter(pred) & Counter(ref)
-        same = (predicted[:, :, None] == predicted[:, None, :]) & in_prediction[:, None, :]
+        recalled = in_reference & (blocks.recall_luck[task, turn] < 0.3 + 0.7 * q[:, None])
+        n_spurious = np.rint(length * (1.0 - q) * blocks.hallucination_rate[task, turn])
+        spurious = spurious_tokens(reference, blocks.distractors[task],
+                                   blocks.pick[task, turn].astype(np.int64), length)
+        in_spurious = positions < n_spurious[:, None]
+        # Counter(pred) & Counter(ref): the reference's r-th copy of a token (r counted
+        # from 0 along the reference) is matched when the answer holds more than r copies
+        same = reference[:, :, None] == reference[:, None, :]
         rank = np.tril(same, k=-1).sum(axis=2)
-        in_ref = ((predicted[:, :, None] == reference[:, None, :])
-                  & in_reference[:, None, :]).sum(axis=2)
-        overlap = (in_prediction & (rank < in_ref)).sum(axis=1)
-        n_predicted = in_prediction.sum(axis=1)
+        copies = (np.matmul(same.astype(np.float32), recalled[:, :, None].astype(np.float32))
+                  + np.matmul((reference[:, :, None] == spurious[:, None, :]).astype(np.float32),
+                              in_spurious[:, :, None].astype(np.float32)))[:, :, 0]
+        overlap = (in_reference & (rank < copies)).sum(axis=1)
+        n_predicted = recalled.sum(axis=1) + n_spurious.astype(np.int64)
         precision = overlap / np.maximum(n_predicted, 1)
         recall = overlap / length
         with np.errstate(invalid="ignore", divide="ignore"):
