@@ -272,7 +272,8 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         priced = [self.single_env.price([i for i in range(m) if code >> i & 1])
                   for code in range(2**m)]
         cost, flops = (np.array(column) for column in zip(*priced, strict=True))
-        return cost, flops, 1 << np.arange(m, dtype=np.int64)
+        # codes by a float32 matmul: exact (at most 2**16) and far faster than an int sum
+        return cost, flops, (1 << np.arange(m)).astype(np.float32)
 
     def price(self, idx: np.ndarray, calls: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Money and FLOPs of ``calls`` in sub-envs ``idx``: the single env's ``price``.
@@ -283,7 +284,7 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         called = calls != 0
         if self._price_table is not None:
             cost_of, flops_of, bit = self._price_table
-            code = (called * bit).sum(axis=1)
+            code = (called.astype(np.float32) @ bit).astype(np.int64)
             return cost_of[code], flops_of[code]
         cost, flops = self._step_cost[idx], self._step_flops[idx]
         costs, flops_per = self._call_costs[idx], self._call_flops[idx]
@@ -406,6 +407,11 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.env_name}, num_envs={self.num_envs})"
+
+
+def any_per_row(mask: np.ndarray) -> np.ndarray:
+    """``mask.any(axis=1)`` for a 2-D boolean array, by a matmul (several times faster)."""
+    return (mask.astype(np.float32) @ np.ones(mask.shape[1], dtype=np.float32)) > 0
 
 
 def _read_only(array: np.ndarray) -> np.ndarray:
