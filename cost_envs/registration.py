@@ -51,6 +51,7 @@ ENV_IDS = {
 #: Ids with a native batched env (:mod:`cost_envs.vector`), registered as their
 #: ``vector_entry_point``; ``gym.make_vec`` uses ``SyncVectorEnv`` for the others.
 VECTOR_IDS = {
+    "cost_envs/AgenticRouting-v0": "cost_envs.vector.agentic_routing:AgenticRoutingVectorEnv",
     "cost_envs/ToolBench-v0": "cost_envs.vector.toolbench:ToolBenchVectorEnv",
 }
 

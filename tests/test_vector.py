@@ -21,8 +21,8 @@ from cost_envs.registration import VECTOR_IDS
 from cost_envs.vector import BatchedOrchestrationEnv, VectorHardBudget
 
 N = 6
-#: Steps enough for every sub-env to finish its first block of 64 tasks and draw another.
-STEPS = 320
+#: Most steps a comparison runs; it stops once every sub-env has drawn a second task block.
+MAX_STEPS = 4000
 #: Budgets per sub-env: some cut almost every episode, some never bind.
 BUDGETS = [0.0, 0.004, 0.015, 0.04, 0.1, 10.0]
 WRAPPERS = {"none": None, "mask": "mask", "truncate": "truncate"}
@@ -66,20 +66,28 @@ def actions(rng: np.random.Generator, m: int) -> np.ndarray:
     return a
 
 
-def pair(env_id: str, wrapper: str, mode: AutoresetMode) -> tuple[Any, Any]:
+def pair(env_id: str, wrapper: str, mode: AutoresetMode,
+         **kwargs: Any) -> tuple[Any, Any]:
     """The batched env and SyncVectorEnv over N single envs, the same budgets each."""
     on_exceed = WRAPPERS[wrapper]
     budget = {} if on_exceed is None else {"on_exceed": on_exceed}
 
     def single(i: int) -> Any:
-        return lambda: gym.make(env_id, **({} if not budget else {**budget,
-                                                                  "budget": BUDGETS[i]}))
+        return lambda: gym.make(env_id, **kwargs, **({} if not budget else {
+            **budget, "budget": BUDGETS[i]}))
 
     sync = SyncVectorEnv([single(i) for i in range(N)], autoreset_mode=mode)
     native = gym.make_vec(env_id, num_envs=N, vectorization_mode="vector_entry_point",
-                          autoreset_mode=mode, **({} if not budget else {
+                          autoreset_mode=mode, **kwargs, **({} if not budget else {
                               **budget, "budget": np.array(BUDGETS)}))
     return native, sync
+
+
+#: Arguments other than the defaults, compared too (other pools, profiles, thresholds).
+VARIANTS = {
+    "cost_envs/ToolBench-v0": [{"pool_size": 12}, {"pool_size": 3, "f1_threshold": 0.3}],
+    "cost_envs/AgenticRouting-v0": [{"profile": "sciworld"}, {"profile": "appworld"}],
+}
 
 
 @pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
@@ -88,21 +96,39 @@ def pair(env_id: str, wrapper: str, mode: AutoresetMode) -> tuple[Any, Any]:
 def test_same_trajectories_as_sync_vector_env(env_id: str, wrapper: str,
                                               mode: AutoresetMode) -> None:
     needs_vector(env_id)
-    native, sync = pair(env_id, wrapper, mode)
+    compare(*pair(env_id, wrapper, mode), mode, wrapper)
+
+
+@pytest.mark.parametrize("env_id", sorted(VARIANTS))
+def test_same_trajectories_with_other_arguments(env_id: str) -> None:
+    assert env_id in VECTOR_IDS
+    for kwargs in VARIANTS[env_id]:
+        compare(*pair(env_id, "mask", AutoresetMode.NEXT_STEP, **kwargs),
+                AutoresetMode.NEXT_STEP, "mask")
+
+
+def compare(native: Any, sync: Any, mode: AutoresetMode, wrapper: str) -> None:
+    """Step both with the same random actions until every sub-env drew a second block."""
     assert native.metadata["autoreset_mode"] == mode
     m = native.single_action_space.n
     rng = np.random.default_rng(7)
     assert_identical(native.reset(seed=11), sync.reset(seed=11), "reset")
-    ends = 0
-    for t in range(STEPS):
+    # every sub-env must finish a block of tasks and start on the next (a second draw
+    # from its generator), counting from the re-seed at step 100
+    block = native.unwrapped.task_block
+    ends = np.zeros(N, dtype=int)
+    for t in range(MAX_STEPS):
         a = actions(rng, m)
         ours, theirs = native.step(a), sync.step(a)
         assert_identical(ours, theirs, f"step {t}")
-        ends += int((theirs[2] | theirs[3]).sum())
-        if t == STEPS // 2:  # re-seed some sub-envs mid-run, leave the others running
+        ends += theirs[2] | theirs[3]
+        if t == 100:  # re-seed some sub-envs mid-run, leave the others running
             seeds = [None, 5, None, 99, None, 3]
             assert_identical(native.reset(seed=seeds), sync.reset(seed=seeds), "re-seed")
-    assert ends > 64 * N / 2  # crossed into second task blocks
+            ends[:] = 0
+        if t > 100 and ends.min() > block + 1:
+            break
+    assert ends.min() > block + 1, f"only {ends.min()} episodes in some sub-env"
     if wrapper != "none":
         assert_identical(native.action_masks(),
                          np.stack(sync.call("action_masks")), "action_masks")
