@@ -52,6 +52,7 @@ ENV_IDS = {
 #: ``vector_entry_point``; ``gym.make_vec`` uses ``SyncVectorEnv`` for the others.
 VECTOR_IDS = {
     "cost_envs/AgenticRouting-v0": "cost_envs.vector.agentic_routing:AgenticRoutingVectorEnv",
+    "cost_envs/FlightPlanner-v0": "cost_envs.vector.flight_planner:FlightPlannerVectorEnv",
     "cost_envs/ToolBench-v0": "cost_envs.vector.toolbench:ToolBenchVectorEnv",
 }
 
