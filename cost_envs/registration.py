@@ -53,6 +53,7 @@ ENV_IDS = {
 VECTOR_IDS = {
     "cost_envs/AgenticRouting-v0": "cost_envs.vector.agentic_routing:AgenticRoutingVectorEnv",
     "cost_envs/FlightPlanner-v0": "cost_envs.vector.flight_planner:FlightPlannerVectorEnv",
+    "cost_envs/FlightPlanner-v1": "cost_envs.vector.flight_planner:FlightPlannerV1VectorEnv",
     "cost_envs/ToolBench-v0": "cost_envs.vector.toolbench:ToolBenchVectorEnv",
 }
 

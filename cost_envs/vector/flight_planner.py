@@ -15,7 +15,16 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from cost_envs.envs.flight_planner import MAX_TURNS, NO_ROUTE, FlightPlannerEnv
+from cost_envs.envs.flight_planner import (
+    MAX_TURNS,
+    NO_DROP,
+    NO_ROUTE,
+    SEARCH_DROP,
+    SEARCH_NOTICE,
+    VALIDATOR_DROP,
+    FlightPlannerEnv,
+)
+from cost_envs.envs.flight_planner_v1 import STRONG, FlightPlannerV1Env
 from cost_envs.vector.base import BatchedOrchestrationEnv, any_per_row
 
 #: ``route_connected`` of every task: the optimal and the detour route exist, the broken
@@ -106,6 +115,11 @@ class FlightPlannerVectorEnv(BatchedOrchestrationEnv):
 
     def _transition(self, idx: np.ndarray,
                     calls: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        ended, success, quality, _ = self._advance(idx, calls)
+        return ended, success, quality
+
+    def _advance(self, idx: np.ndarray, calls: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The transition, plus why the plan was dropped (``*_DROP``), as ``_advance``."""
         k = len(idx)
         turn, task = self._turn[idx], self._task[idx]
         route, p_strength, quote = self._route[idx], self._p_strength[idx], self._quote[idx]
@@ -146,7 +160,8 @@ class FlightPlannerVectorEnv(BatchedOrchestrationEnv):
         quality = np.where(success, quality, 0.0)
         self._route[idx], self._p_strength[idx], self._quote[idx] = route, p_strength, quote
         self._validated[idx], self._dropped[idx] = validated, dropped
-        return ended, success, quality
+        cause = np.where(drop, SEARCH_DROP, np.where(caught, VALIDATOR_DROP, NO_DROP))
+        return ended, success, quality, cause
 
     def _observe(self, idx: np.ndarray) -> np.ndarray:
         blocks, task = self.blocks, self._task[idx]
@@ -173,6 +188,64 @@ class FlightPlannerVectorEnv(BatchedOrchestrationEnv):
         need = np.stack([~planned | visibly_bad, planned & search, planned & validate], axis=1)
         obs[:, 12:15] = need
         return obs
+
+
+class FlightPlannerV1VectorEnv(FlightPlannerVectorEnv):
+    """``num_envs`` FlightPlanner-v1 envs: v0's batched dynamics, v1's counters and view.
+
+    As ``FlightPlannerV1Env._transition``: a called planner starts the plan's evidence
+    afresh; a drop counts by its cause; a plan that survives counts each called searcher's
+    quote and validator's pass (weak or strong) and multiplies the broken-route survival
+    by each one's miss chance, searchers then validators, in index order.
+    """
+
+    env_class = FlightPlannerV1Env
+    single_env: FlightPlannerV1Env
+
+    def __init__(self, num_envs: int, **kwargs: Any) -> None:
+        super().__init__(num_envs, **kwargs)
+        n = self.num_envs
+        # weak/strong passes, weak/strong quotes, drop cause, proposals, drops by kind
+        self._counts = np.zeros((n, 8), dtype=np.int64)
+        self._survival = np.ones(n)
+        self._strong = self._strength >= STRONG
+
+    def _start(self, idx: np.ndarray, rows: np.ndarray) -> None:
+        super()._start(idx, rows)
+        self._counts[idx] = 0
+        self._survival[idx] = 1.0
+
+    def _transition(self, idx: np.ndarray,
+                    calls: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        ended, success, quality, cause = self._advance(idx, calls)
+        counts, survival = self._counts[idx], self._survival[idx]
+        called = calls != 0
+        fresh = any_per_row(called & self._planner) | (cause != NO_DROP)
+        counts[:, 5] += any_per_row(called & self._planner)
+        counts[:, 6] += cause == SEARCH_DROP
+        counts[:, 7] += cause == VALIDATOR_DROP
+        counts[fresh, :4] = 0
+        survival = np.where(fresh, 1.0, survival)
+        kept = (cause == NO_DROP) & (self._route[idx] != NO_ROUTE)
+        for role, (weak, strong), miss in ((self._searcher, (2, 3), SEARCH_NOTICE),
+                                           (self._validator, (0, 1), 1.0)):
+            for i in np.flatnonzero(role).tolist():
+                hit = kept & called[:, i]
+                counts[:, strong if self._strong[i] else weak] += hit
+                survival = np.where(hit, survival * (1.0 - miss * self._strength[i]), survival)
+        counts[:, 4] = cause
+        self._counts[idx], self._survival[idx] = counts, survival
+        return ended, success, quality
+
+    def _observe(self, idx: np.ndarray) -> np.ndarray:
+        counts, t = self._counts[idx], MAX_TURNS
+        tail = np.stack([np.minimum(counts[:, 0], t) / t, np.minimum(counts[:, 1], t) / t,
+                         np.minimum(counts[:, 2], t) / t, np.minimum(counts[:, 3], t) / t,
+                         self._survival[idx], counts[:, 4] == SEARCH_DROP,
+                         counts[:, 4] == VALIDATOR_DROP, np.minimum(counts[:, 5], t) / t,
+                         np.minimum(counts[:, 6], t) / t, np.minimum(counts[:, 7], t) / t],
+                        axis=1).astype(np.float32)
+        return np.concatenate((super()._observe(idx), tail), axis=1)
 
 
 def _dropped(drop: np.ndarray, route: np.ndarray, p_strength: np.ndarray, quote: np.ndarray,
