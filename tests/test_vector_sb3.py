@@ -87,3 +87,12 @@ def test_needs_same_step_autoreset() -> None:
     venv = make_batched_vec_env(ENV_ID, 2, monitor=False)
     with pytest.raises(ValueError, match="set_attr"):
         venv.set_attr("x", 1, indices=[0])
+
+
+def test_module_example_runs() -> None:
+    import doctest
+
+    import agents.vec_env
+
+    result = doctest.testmod(agents.vec_env, optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0
