@@ -19,6 +19,10 @@ Three measurements, each a ratio within one run:
    hyperparameters and seed, one torch thread.
 3. Scaling: sub-env steps per second of the native env at N = 1, 16, 256, 1024, 4096.
 
+Beside each ratio: the mean episode length under random actions and what the single
+env's ``draw_block`` costs per task; every sub-env pays that draw on its own generator
+(one block of 64 tasks at a time), which bounds the batched env's speed.
+
 ``--quick`` (N = 32, a few batches, a short PPO run) checks the script, not the speed.
 """
 
@@ -62,13 +66,31 @@ def _actions(env: Any, steps: int, seed: int = 0) -> list[np.ndarray]:
     return [rng.integers(0, 2, shape).astype(np.int8) for _ in range(steps)]
 
 
-def _rate(env: Any, actions: list[np.ndarray]) -> float:
-    """Sub-env steps per second over ``actions`` (the reset before the clock)."""
+def _rate(env: Any, actions: list[np.ndarray], ends: list[int] | None = None) -> float:
+    """Sub-env steps per second over ``actions`` (the reset before the clock).
+
+    Appends the number of episode ends to ``ends`` when given.
+    """
     env.reset(seed=0)
+    done = 0
     start = time.perf_counter()
     for action in actions:
-        env.step(action)
-    return env.num_envs * len(actions) / (time.perf_counter() - start)
+        _, _, terminated, truncated, _ = env.step(action)
+        done += int((terminated | truncated).sum())
+    rate = env.num_envs * len(actions) / (time.perf_counter() - start)
+    if ends is not None:
+        ends.append(done)
+    return rate
+
+
+def draw_cost(env_id: str, blocks: int = 30) -> float:
+    """Microseconds per task of the single env's ``draw_block`` (blocks of 64, as reset)."""
+    env = gym.make_vec(env_id, num_envs=1, vectorization_mode="vector_entry_point")
+    single, rng = env.unwrapped.single_env, np.random.default_rng(0)
+    start = time.perf_counter()
+    for _ in range(blocks):
+        single.draw_block(rng, single.task_block)
+    return 1e6 * (time.perf_counter() - start) / (blocks * single.task_block)
 
 
 def native_vs_sync(env_id: str, num_envs: int, steps: int,
@@ -78,11 +100,15 @@ def native_vs_sync(env_id: str, num_envs: int, steps: int,
             for mode in ("vector_entry_point", "sync")}
     actions = _actions(envs["sync"], steps)
     rates: dict[str, list[float]] = {mode: [] for mode in envs}
+    ends: list[int] = []
     for round_ in range(repeats):
         for mode in (list(envs) if round_ % 2 == 0 else list(envs)[::-1]):
-            rates[mode].append(_rate(envs[mode], actions))
+            rates[mode].append(_rate(envs[mode], actions,
+                                     ends if mode == "vector_entry_point" else None))
     for env in envs.values():
         env.close()
+    rates["steps_per_episode"] = [num_envs * steps / max(1, ends[0])]
+    rates["draw_us_per_task"] = [draw_cost(env_id)]
     return rates
 
 
@@ -139,18 +165,21 @@ def report(pairs: dict[str, dict[str, list[float]]], ppo: dict[str, list[float]]
         "",
         f"Machine: {_machine()}",
         "",
-        f"| env | native steps/s | SyncVectorEnv steps/s | ratio | >= {TARGET_RATIO:.0f}x |",
-        "| --- | ---: | ---: | ---: | :---: |",
+        f"| env | native steps/s | SyncVectorEnv steps/s | ratio | >= {TARGET_RATIO:.0f}x "
+        "| steps per episode | task draw, µs per task |",
+        "| --- | ---: | ---: | ---: | :---: | ---: | ---: |",
     ]
     for env_id in sorted(cost_envs.ENV_IDS):
         if env_id not in pairs:
-            lines.append(f"| {env_id} | no batched env yet | | | |")
+            lines.append(f"| {env_id} | no batched env yet | | | | | |")
             continue
         rates = pairs[env_id]
         ratio = _median_ratio(rates["vector_entry_point"], rates["sync"])
         meets = "yes" if ratio >= TARGET_RATIO else "**no**"
         lines.append(f"| {env_id} | {max(rates['vector_entry_point']):,.0f} | "
-                     f"{max(rates['sync']):,.0f} | {ratio:.1f} | {meets} |")
+                     f"{max(rates['sync']):,.0f} | {ratio:.1f} | {meets} | "
+                     f"{rates['steps_per_episode'][0]:.1f} | "
+                     f"{rates['draw_us_per_task'][0]:.1f} |")
     ratio = _median_ratio(ppo["native"], ppo["DummyVecEnv"])
     kwargs = ", ".join(f"{k}={v}" for k, v in PPO_KWARGS.items())
     lines += [
