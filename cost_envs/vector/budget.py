@@ -52,8 +52,8 @@ class VectorHardBudget(VectorWrapper):
                             f"batched env, unwrapped), got {type(env).__name__}")
         super().__init__(env)
         self._base = env
+        check_budget_args(0.0, on_exceed)  # on_exceed only: the budgets are checked below
         budgets = self._budgets(budget, "budget")
-        check_budget_args(float(budgets[0]), on_exceed)
         self._budget = budgets.copy()
         self._next_budget = budgets
         self._on_exceed = on_exceed
@@ -110,7 +110,6 @@ class VectorHardBudget(VectorWrapper):
         """The calls to run and the sub-envs to cut short (``HardBudget.step``'s check)."""
         base = self._base
         spent, budget = base.episode_cost, self._budget
-        over = np.zeros(base.num_envs, dtype=np.bool_)
         cost, _ = base.price(np.arange(base.num_envs), calls)
         over = stepping & (spent + cost > budget)
         if not over.any():
