@@ -48,6 +48,15 @@ ENV_IDS = {
     "cost_envs/TraceRouting-v0": "cost_envs.envs.trace_routing:TraceRoutingEnv",
 }
 
+#: Ids with a native batched env (:mod:`cost_envs.vector`), registered as their
+#: ``vector_entry_point``; ``gym.make_vec`` uses ``SyncVectorEnv`` for the others.
+VECTOR_IDS = {
+    "cost_envs/AgenticRouting-v0": "cost_envs.vector.agentic_routing:AgenticRoutingVectorEnv",
+    "cost_envs/FlightPlanner-v0": "cost_envs.vector.flight_planner:FlightPlannerVectorEnv",
+    "cost_envs/FlightPlanner-v1": "cost_envs.vector.flight_planner:FlightPlannerV1VectorEnv",
+    "cost_envs/ToolBench-v0": "cost_envs.vector.toolbench:ToolBenchVectorEnv",
+}
+
 #: The ``gym.make`` arguments the factory takes itself; everything else goes to the env.
 BUDGET_ARGUMENTS = ("budget", "on_exceed")
 
@@ -112,6 +121,40 @@ class EnvFactory:
         return f"EnvFactory({self.target!r})"
 
 
+class VectorEnvFactory(EnvFactory):
+    """The ``vector_entry_point`` of one id: the batched env, under ``VectorHardBudget``.
+
+    ``gym.make_vec(id, num_envs, vectorization_mode="vector_entry_point", budget=...,
+    on_exceed=..., autoreset_mode=..., **env_kwargs)`` calls it with ``num_envs`` and
+    every other argument.
+
+    Args:
+        target: The batched env class as ``"module:Class"`` (imported on first use).
+    """
+
+    def __call__(self, *, budget: Any = None, on_exceed: str | None = None,  # type: ignore[override]
+                 **kwargs: Any) -> Any:
+        """Build the batched env; wrap it in ``VectorHardBudget`` when ``budget`` is set.
+
+        Args:
+            budget: Money per episode, one number or one per sub-env; ``None``: no budget.
+            on_exceed: ``"mask"`` (the default under a budget) or ``"truncate"``.
+            **kwargs: ``num_envs``, ``autoreset_mode`` and the env class's own arguments.
+
+        Raises:
+            ValueError: ``on_exceed`` without ``budget``, or a bad argument.
+        """
+        if budget is None:
+            if on_exceed is not None:
+                raise ValueError(f"{self.target}: on_exceed={on_exceed!r} needs a budget; "
+                                 "expected budget=<money per episode> beside it")
+            return self.env_class(**kwargs)
+        from cost_envs.vector.budget import VectorHardBudget
+
+        env = self.env_class(**kwargs)
+        return VectorHardBudget(env, budget, "mask" if on_exceed is None else on_exceed)
+
+
 def factory_name(env_id: str) -> str:
     """The module attribute holding ``env_id``'s factory: ``make_ToolBench_v0``."""
     return "make_" + env_id.split("/")[-1].replace("-", "_")
@@ -120,10 +163,17 @@ def factory_name(env_id: str) -> str:
 #: One factory per id, also module attributes so that entry points are plain strings.
 FACTORIES = {env_id: EnvFactory(target) for env_id, target in ENV_IDS.items()}
 globals().update({factory_name(env_id): factory for env_id, factory in FACTORIES.items()})
+#: One batched factory per id of :data:`VECTOR_IDS`: ``make_vec_ToolBench_v0`` ...
+VECTOR_FACTORIES = {env_id: VectorEnvFactory(target) for env_id, target in VECTOR_IDS.items()}
+globals().update({factory_name(env_id).replace("make_", "make_vec_", 1): factory
+                  for env_id, factory in VECTOR_FACTORIES.items()})
 
 
 def register_envs() -> None:
     """Register every id (idempotent: re-imports and reloads are harmless)."""
     for env_id in ENV_IDS:
         if env_id not in registry:
-            register(id=env_id, entry_point=f"{__name__}:{factory_name(env_id)}")
+            vector = (f"{__name__}:{factory_name(env_id).replace('make_', 'make_vec_', 1)}"
+                      if env_id in VECTOR_IDS else None)
+            register(id=env_id, entry_point=f"{__name__}:{factory_name(env_id)}",
+                     vector_entry_point=vector)

@@ -342,9 +342,8 @@ class AgenticRoutingEnv(OrchestrationEnv[AgenticTask]):
                 )
 
     # ------------------------------------------------------------------ tasks
-    def _generate_block(
-        self, rng: np.random.Generator, n: int
-    ) -> list[tuple[AgenticTask, _Tables]]:
+    def draw_block(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, ...]:
+        """``n`` tasks' arrays, padded: the one draw of ``reset`` and of the batched env."""
         prof = self.profile
         k_max, horizon = prof.max_subgoals, prof.horizon
         n_sub = rng.integers(prof.min_subgoals, k_max + 1, n)
@@ -363,24 +362,20 @@ class AgenticRoutingEnv(OrchestrationEnv[AgenticTask]):
         luck = rng.random((n, horizon))
         harm_luck = rng.random((n, horizon))
         tokens = np.clip(np.exp(rng.normal(0.0, TOKEN_SPREAD, (n, 2))), *TOKEN_FACTOR_RANGE)
-        input_tokens = np.round(prof.input_tokens * tokens[:, 0])
-        output_tokens = np.round(prof.output_tokens * tokens[:, 1])
+        return (n_sub, difficulty, signal, reasoning, luck, harm_luck,
+                np.round(prof.input_tokens * tokens[:, 0]),
+                np.round(prof.output_tokens * tokens[:, 1]))
+
+    def _generate_block(self, rng: np.random.Generator, n: int
+                        ) -> list[tuple[AgenticTask, _Tables]]:
+        (n_sub, difficulty, signal, reasoning, luck, harm_luck, input_tokens,
+         output_tokens) = self.draw_block(rng, n)
         for array in (difficulty, signal, reasoning, luck, harm_luck):
             array.flags.writeable = False  # tasks are views into these blocks
-        block = []
-        for b, k in enumerate(n_sub.tolist()):
-            task = AgenticTask(
-                profile=prof.name,
-                difficulty=difficulty[b, :k],
-                signal=signal[b, :k],
-                reasoning=reasoning[b, :k],
-                luck=luck[b],
-                harm_luck=harm_luck[b],
-                input_tokens=float(input_tokens[b]),
-                output_tokens=float(output_tokens[b]),
-            )
-            block.append((task, self._tables(task)))
-        return block
+        return [(task, self._tables(task)) for task in (
+            AgenticTask(self.profile.name, difficulty[b, :k], signal[b, :k], reasoning[b, :k],
+                        luck[b], harm_luck[b], float(input_tokens[b]), float(output_tokens[b]))
+            for b, k in enumerate(n_sub.tolist()))]
 
     def _check_task(self, task: AgenticTask) -> None:
         if task.profile != self.profile.name or task.horizon != self.profile.horizon:
@@ -396,23 +391,27 @@ class AgenticRoutingEnv(OrchestrationEnv[AgenticTask]):
         prices = Prices(np.array([large_cost - small_cost]), np.array([large_flops - small_flops]),
                         step_cost=small_cost, step_flops=small_flops)
         k = task.n_subgoals
-        rows = np.zeros((k + 1, _OBS_DIM), dtype=np.float32)
-        done = np.arange(k + 1)
-        rows[:, _PROGRESS] = done / k
-        rows[:, _LEFT] = (k - done) / MAX_SUBGOALS
-        rows[:k, _DIFF] = task.signal
-        rows[:k, _TAG] = task.reasoning
+        rows = self.observation_rows(np.array([k]), task.signal[None], task.reasoning[None],
+                                     np.array([small_cost]), np.array([large_cost]))[0]
+        return _Tables(success_probability(task.difficulty, SMALL_CURVE).tolist(),
+                       success_probability(task.difficulty, LARGE_CURVE).tolist(),
+                       task.luck.tolist(), task.harm_luck.tolist(), rows, prices)
+
+    def observation_rows(self, n_subgoals: np.ndarray, signal: np.ndarray,
+                         reasoning: np.ndarray, small_cost: np.ndarray,
+                         large_cost: np.ndarray) -> np.ndarray:
+        """``rows[b, j]``, shape ``(n, W + 1, obs)``: task b at j subgoals done, bar turns."""
+        width = signal.shape[1]
+        rows = np.zeros((len(n_subgoals), width + 1, _OBS_DIM), dtype=np.float32)
+        done, k = np.arange(width + 1), n_subgoals[:, None]
+        rows[:, :, _PROGRESS], rows[:, :, _LEFT] = done / k, (k - done) / MAX_SUBGOALS
+        valid = done[:width] < k  # padded columns past a task's subgoals stay 0
+        rows[:, :width, _DIFF], rows[:, :width, _TAG] = signal * valid, reasoning * valid
         large_step = small_cost + (large_cost - small_cost)
-        rows[:, _RATIO] = small_cost / large_step if large_step > 0 else 1.0
-        rows[:, 10:] = self._one_hot
-        return _Tables(
-            p_small=success_probability(task.difficulty, SMALL_CURVE).tolist(),
-            p_large=success_probability(task.difficulty, LARGE_CURVE).tolist(),
-            luck=task.luck.tolist(),
-            harm_luck=task.harm_luck.tolist(),
-            rows=rows,
-            prices=prices,
-        )
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rows[:, :, _RATIO] = np.where(large_step > 0, small_cost / large_step, 1.0)[:, None]
+        rows[:, :, 10:] = self._one_hot
+        return rows
 
     def _task_prices(self, task: AgenticTask, tables: _Tables) -> Prices:
         return tables.prices

@@ -294,14 +294,36 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
     def _generate_block(
         self, rng: np.random.Generator, n: int
     ) -> list[tuple[FlightTask, _Tables]]:
-        block: list[tuple[FlightTask, _Tables]] = []
-        while len(block) < n:  # rejection sampling: keep networks with a 2- or 3-leg trip
-            block.extend(self._draw_networks(rng, n - len(block)))
+        (fares, origin, destination, h_star, budget, route_hops, route_price, luck, fare_luck,
+         level) = self.draw_block(rng, n)
+        proposal, notices, detects, markup = self._block_tables(luck, fare_luck)
+        connected = np.array([True, True, False])
+        for array in (fares, route_hops, route_price, connected, luck, fare_luck):
+            array.flags.writeable = False  # tasks are views into these blocks
+        # one bulk conversion to Python scalars/lists, not one per task
+        scalars = zip(origin.tolist(), destination.tolist(), h_star.tolist(), budget.tolist(),
+                      proposal.tolist(), notices.tolist(), detects.tolist(), markup.tolist(),
+                      level.tolist(), strict=True)
+        block = []
+        for b, (o, d, h, cap, prop, note, det, mark, lev) in enumerate(scalars):
+            task = FlightTask(
+                fares=fares[b], origin=o, destination=d, shortest_hops=h, hop_limit=h + 1,
+                budget=cap, route_hops=route_hops[b], route_price=route_price[b],
+                route_connected=connected, luck=luck[b], fare_luck=fare_luck[b],
+            )
+            block.append((task, _Tables(prop, note, det, mark, lev)))
         return block
 
-    def _draw_networks(
-        self, rng: np.random.Generator, n: int
-    ) -> list[tuple[FlightTask, _Tables]]:
+    def draw_block(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, ...]:
+        """``n`` tasks as ``_draw_networks``' arrays: the one draw, of reset and the batched env."""
+        parts: list[tuple[np.ndarray, ...]] = []
+        while (drawn := sum(len(part[0]) for part in parts)) < n:  # rejection sampling
+            parts.append(self._draw_networks(rng, n - drawn))
+        return tuple(np.concatenate(column) for column in zip(*parts, strict=True))
+
+    def _draw_networks(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, ...]:
+        # (fares, origin, destination, shortest_hops, budget, route_hops, route_price, luck,
+        # fare_luck, budget_level) of the networks of n drawn that have a 2- or 3-leg trip
         size, m = N_AIRPORTS, self.n_agents
         xy = rng.random((n, size, 2))
         distance = np.linalg.norm(xy[:, :, None, :] - xy[:, None, :, :], axis=-1)
@@ -337,23 +359,8 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
         route_price = np.stack([p_opt, prices[rows, detour], p_opt * broken_price[keep]], axis=1)
         budget = p_opt * (1.0 + slack[keep])
         level = _budget_level(budget, _mean_fare(fares[keep]), h_star)
-        connected = np.array([True, True, False])
-        proposal, notices, detects, markup = self._block_tables(luck[keep], fare_luck[keep])
-        for array in (fares, route_hops, route_price, connected, luck, fare_luck):
-            array.flags.writeable = False  # tasks are views into these blocks
-        # one bulk conversion to Python scalars/lists, not one per task
-        scalars = zip(keep.tolist(), origin.tolist(), destination.tolist(), h_star.tolist(),
-                      budget.tolist(), proposal.tolist(), notices.tolist(), detects.tolist(),
-                      markup.tolist(), level.tolist(), strict=True)
-        block = []
-        for r, (b, o, d, h, cap, prop, note, det, mark, lev) in enumerate(scalars):
-            task = FlightTask(
-                fares=fares[b], origin=o, destination=d, shortest_hops=h, hop_limit=h + 1,
-                budget=cap, route_hops=route_hops[r], route_price=route_price[r],
-                route_connected=connected, luck=luck[b], fare_luck=fare_luck[b],
-            )
-            block.append((task, _Tables(prop, note, det, mark, lev)))
-        return block
+        return (fares[keep], origin, destination, h_star, budget, route_hops, route_price,
+                luck[keep], fare_luck[keep], level)
 
     def _tables(self, task: FlightTask) -> _Tables:
         tables = self._block_tables(task.luck[None], task.fare_luck[None])

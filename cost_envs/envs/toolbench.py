@@ -132,6 +132,79 @@ def with_fresh_luck(task: ToolTask, rng: np.random.Generator) -> ToolTask:
                    hallucination_rate=hallucination_rate, hallucination_tokens=spurious)
 
 
+class ToolBlock(NamedTuple):
+    """The raw draws of a block of ``n`` ToolBench tasks, padded (see ``ToolBenchEnv.draw_block``).
+
+    Shapes: ``n_stages``, ``length`` ``(n,)``; ``skill``, ``difficulty`` ``(n, 4)``;
+    ``luck`` ``(n, 5, m)``; ``reference`` ``(n, 20)``; ``distractors`` ``(n, 40)``;
+    ``pick``, ``recall_luck`` ``(n, 5, 20)`` (``pick``: each spurious token's position in
+    the topic); ``hallucination_rate`` ``(n, 5)``. Entries past a task's stage count or
+    answer length are drawn but unused.
+    """
+
+    n_stages: np.ndarray
+    skill: np.ndarray
+    difficulty: np.ndarray
+    luck: np.ndarray
+    length: np.ndarray
+    reference: np.ndarray
+    distractors: np.ndarray
+    pick: np.ndarray
+    recall_luck: np.ndarray
+    hallucination_rate: np.ndarray
+
+
+def spurious_tokens(reference: np.ndarray, distractors: np.ndarray, pick: np.ndarray,
+                    length: np.ndarray) -> np.ndarray:
+    """The spurious tokens ``topic[pick]`` of a block of tasks, shape ``pick.shape``.
+
+    The topic of a task is its ``L`` reference tokens followed by ``2 L`` distractors.
+    """
+    n = len(pick)
+    flat = pick.reshape(n, -1)
+    from_reference = np.take_along_axis(reference, np.minimum(flat, MAX_ANSWER_TOKENS - 1), 1)
+    from_distractors = np.take_along_axis(distractors, np.maximum(flat - length[:, None], 0), 1)
+    return np.where(flat < length[:, None], from_reference, from_distractors).reshape(
+        pick.shape)
+
+
+def clear_probability(capabilities: np.ndarray, skill: np.ndarray,
+                      difficulty: np.ndarray) -> np.ndarray:
+    """``p[b, s, i] = cap[i, skill] ** (1 + 3 d)``, the chance tool i clears stage s of task b.
+
+    The tool clears it when its luck at that turn is below ``p``. Shapes: ``skill``,
+    ``difficulty`` ``(n, S)``; out ``(n, S, m)``.
+    """
+    caps = np.moveaxis(capabilities[:, skill], 0, -1)  # (n, S, m)
+    return caps ** (1.0 + 3.0 * difficulty[:, :, None])
+
+
+#: ``_SUFFIX[s, s']`` is 1 when stage s' >= s: counts over the remaining stages, as a matmul
+#: (exact: sums of a few 0/1 values in float32).
+_SUFFIX = np.triu(np.ones((MAX_STAGES, MAX_STAGES), dtype=np.float32))
+
+
+def observation_rows(skill: np.ndarray, difficulty: np.ndarray,
+                     n_stages: np.ndarray) -> np.ndarray:
+    """``rows[b, s]``: task b's observation at stage s but for the turn and failure entries.
+
+    Shapes: ``skill``, ``difficulty`` ``(n, 4)`` (padded), ``n_stages`` ``(n,)``; out
+    ``(n, 5, 17)`` float32 (stage 4: all stages cleared).
+    """
+    n = len(skill)
+    stages = np.arange(MAX_STAGES + 1)
+    valid = stages[None, :MAX_STAGES] < n_stages[:, None]  # (n, S)
+    one_hot = np.eye(len(SKILLS), dtype=np.float32)[skill] * valid[:, :, None]
+    rows = np.zeros((n, MAX_STAGES + 1, 17), dtype=np.float32)
+    rows[:, :MAX_STAGES, 4] = difficulty * valid
+    rows[:, :MAX_STAGES, 5:11] = one_hot
+    # counts of each skill over stages s.. (a sum over the remaining stages)
+    rows[:, :MAX_STAGES, 11:17] = (_SUFFIX @ one_hot) / MAX_STAGES
+    rows[:, :, 1] = np.maximum(n_stages[:, None] - stages, 0) / MAX_STAGES
+    rows[:, :, 2] = np.minimum(stages / n_stages[:, None], 1.0)
+    return rows
+
+
 class _Tables(NamedTuple):
     hits: list  # hits[t][s][i] as nested lists: indexing them is the hot path of step
     observation_rows: np.ndarray
@@ -261,9 +334,13 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
         self.observation_space = spaces.Box(0.0, 1.0, shape=(17,), dtype=np.float32)
 
     # ------------------------------------------------------------------ tasks
-    def _generate_block(
-        self, rng: np.random.Generator, n: int
-    ) -> list[tuple[ToolTask, _Tables]]:
+    def draw_block(self, rng: np.random.Generator, n: int) -> ToolBlock:
+        """The raw draws of ``n`` tasks from ``rng``, padded to the longest task.
+
+        The one place ToolBench's tasks are drawn: ``reset`` (through
+        :meth:`_generate_block`) and the batched env (:mod:`cost_envs.vector.toolbench`)
+        both consume ``rng`` through it, which is what makes their tasks the same.
+        """
         m = self.n_agents
         n_stages = rng.choice(np.arange(2, MAX_STAGES + 1), p=(0.35, 0.40, 0.25), size=n)
         skill = np.asarray(STAGE_SKILLS)[rng.integers(0, len(STAGE_SKILLS), (n, MAX_STAGES))]
@@ -281,17 +358,21 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
         topic_pick = rng.random((n, MAX_TURNS, MAX_ANSWER_TOKENS))
         recall_luck = rng.random((n, MAX_TURNS, MAX_ANSWER_TOKENS))
         hallucination_rate = rng.random((n, MAX_TURNS))
-        hits, rows = self._block_tables(skill, difficulty, luck, n_stages)
-        for array in (skill, difficulty, luck, reference, recall_luck, hallucination_rate):
-            array.flags.writeable = False  # tasks are views into these blocks
         # Spurious token j of turn t is topic[floor(pick * 3L)], where the topic is the L
         # reference tokens followed by 2L distractors; vectorised over the block.
         pick = (topic_pick * (3 * length)[:, None, None]).astype(np.int64)
-        flat = pick.reshape(n, -1)
-        from_reference = np.take_along_axis(reference, np.minimum(flat, MAX_ANSWER_TOKENS - 1), 1)
-        from_distractors = np.take_along_axis(distractors, np.maximum(flat - length[:, None], 0), 1)
-        spurious = np.where(flat < length[:, None], from_reference, from_distractors).reshape(
-            pick.shape)
+        return ToolBlock(n_stages, skill, difficulty, luck, length, reference, distractors,
+                         pick, recall_luck, hallucination_rate)
+
+    def _generate_block(
+        self, rng: np.random.Generator, n: int
+    ) -> list[tuple[ToolTask, _Tables]]:
+        (n_stages, skill, difficulty, luck, length, reference, distractors, pick,
+         recall_luck, hallucination_rate) = self.draw_block(rng, n)
+        hits, rows = self._block_tables(skill, difficulty, luck, n_stages)
+        for array in (skill, difficulty, luck, reference, recall_luck, hallucination_rate):
+            array.flags.writeable = False  # tasks are views into these blocks
+        spurious = spurious_tokens(reference, distractors, pick, length)
         spurious.flags.writeable = False
         hit_lists = hits.tolist()  # one bulk conversion, sliced per task below
         block = []
@@ -330,21 +411,9 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
         Returns ``hits[b, t, s, i]`` (tool i clears stage s if called at turn t) and
         ``rows[b, s]``, the observation at stage s but for the turn and failure entries.
         """
-        n = len(skill)
-        caps = np.moveaxis(self.pool.capabilities[:, skill], 0, -1)  # (n, S, m)
-        p_clear = caps ** (1.0 + 3.0 * difficulty[:, :, None])
-        hits = luck[:, :, None, :] < p_clear[:, None, :, :]
-        stages = np.arange(MAX_STAGES + 1)
-        valid = stages[None, :MAX_STAGES] < n_stages[:, None]  # (n, S)
-        one_hot = np.eye(len(SKILLS), dtype=np.float32)[skill] * valid[:, :, None]
-        rows = np.zeros((n, MAX_STAGES + 1, 17), dtype=np.float32)
-        rows[:, :MAX_STAGES, 4] = difficulty * valid
-        rows[:, :MAX_STAGES, 5:11] = one_hot
-        # counts of each skill over stages s.. (reverse cumulative sum over stages)
-        rows[:, :MAX_STAGES, 11:17] = np.cumsum(one_hot[:, ::-1], axis=1)[:, ::-1] / MAX_STAGES
-        rows[:, :, 1] = np.maximum(n_stages[:, None] - stages, 0) / MAX_STAGES
-        rows[:, :, 2] = np.minimum(stages / n_stages[:, None], 1.0)
-        return hits, rows
+        hits = luck[:, :, None, :] < clear_probability(self.pool.capabilities, skill,
+                                                       difficulty)[:, None, :, :]
+        return hits, observation_rows(skill, difficulty, n_stages)
 
     # ------------------------------------------------------------- dynamics
     def _initial_state(self, task: ToolTask, tables: _Tables) -> State:

@@ -1,0 +1,145 @@
+"""AgenticRouting-v0 batched: every sub-env's step (small or large model) as array operations.
+
+The single env's dynamics (:class:`~cost_envs.envs.agentic_routing.AgenticRoutingEnv`) over
+the rows of the sub-envs that step: the turn's luck against the chosen model's chance on
+the current subgoal (or on a recovery step), harmful failures adding recovery steps, the
+observation from the single env's own ``observation_rows``. Prices depend on each task's
+token counts, priced by the single env's ``_step_prices`` on whole columns.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from cost_envs.envs.agentic_profiles import MAX_HORIZON, MAX_RECOVERY
+from cost_envs.envs.agentic_routing import (
+    _DIFF,
+    _FAILED,
+    _FAILS,
+    _REC,
+    _SLACK,
+    _TAG,
+    _TURNS,
+    FAILURE_CAP,
+    LARGE_CURVE,
+    RECOVERY_DIFFICULTY,
+    SMALL_CURVE,
+    AgenticRoutingEnv,
+    success_probability,
+)
+from cost_envs.vector.base import BatchedOrchestrationEnv
+
+
+class AgenticBlock(NamedTuple):
+    """``AgenticRoutingEnv.draw_block``'s arrays, named (subgoal columns padded)."""
+
+    n_subgoals: np.ndarray
+    difficulty: np.ndarray
+    signal: np.ndarray
+    reasoning: np.ndarray
+    luck: np.ndarray
+    harm_luck: np.ndarray
+    input_tokens: np.ndarray
+    output_tokens: np.ndarray
+
+
+class AgenticRoutingVectorEnv(BatchedOrchestrationEnv):
+    """``num_envs`` AgenticRouting-v0 envs stepped together with numpy.
+
+    Same spaces per sub-env, same arguments, same trajectories as
+    ``gym.make("cost_envs/AgenticRouting-v0", **kwargs)`` seeded alike (see
+    :mod:`cost_envs.vector.base` for seeding, autoreset and ``info``).
+
+    Args:
+        num_envs: Number of sub-envs.
+        autoreset_mode: ``gymnasium.vector.AutoresetMode`` (default ``NEXT_STEP``).
+        **env_kwargs: ``AgenticRoutingEnv``'s arguments (``profile``, ``prices``,
+            ``small``, ``large``, ``reward_weights``).
+    """
+
+    env_class = AgenticRoutingEnv
+    single_env: AgenticRoutingEnv
+    fixed_prices = False  # each task's token counts set its prices
+
+    def __init__(self, num_envs: int, **kwargs: Any) -> None:
+        super().__init__(num_envs, **kwargs)
+        n = self.num_envs
+        profile = self.single_env.profile
+        self._horizon = profile.horizon
+        self._width = profile.max_subgoals
+        self._recovery_steps = profile.recovery_steps
+        self._harm = (profile.harm_small, profile.harm_large)
+        self._recovery_chance = (self.single_env._rec_small, self.single_env._rec_large)
+        self._done = np.zeros(n, dtype=np.int64)
+        self._recovering = np.zeros(n, dtype=np.int64)
+        self._fails = np.zeros(n, dtype=np.int64)
+        self._k = np.ones(n, dtype=np.int64)
+        self._p_small = np.zeros((n, self._width))
+        self._p_large = np.zeros((n, self._width))
+        self._rows = np.zeros((n, self._width + 1, self.single_observation_space.shape[0]),
+                              dtype=np.float32)
+
+    def _draw(self, rng: np.random.Generator, n: int) -> AgenticBlock:
+        return AgenticBlock(*self.single_env.draw_block(rng, n))
+
+    def _start(self, idx: np.ndarray, rows: np.ndarray) -> None:
+        blocks = self.blocks
+        k, difficulty = blocks.n_subgoals[rows], blocks.difficulty[rows]
+        (small_cost, small_flops), (large_cost, large_flops) = self.single_env._step_prices(
+            blocks.input_tokens[rows], blocks.output_tokens[rows])
+        self._call_costs[idx, 0] = large_cost - small_cost
+        self._call_flops[idx, 0] = large_flops - small_flops
+        self._step_cost[idx], self._step_flops[idx] = small_cost, small_flops
+        self._rows[idx] = self.single_env.observation_rows(
+            k, blocks.signal[rows], blocks.reasoning[rows], small_cost, large_cost)
+        self._p_small[idx] = success_probability(difficulty, SMALL_CURVE)
+        self._p_large[idx] = success_probability(difficulty, LARGE_CURVE)
+        self._k[idx] = k
+        self._done[idx] = 0
+        self._recovering[idx] = 0
+        self._fails[idx] = 0
+
+    def _transition(self, idx: np.ndarray,
+                    calls: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        turn, task = self._turn[idx], self._task[idx]
+        done, recovering, fails, k = (self._done[idx], self._recovering[idx], self._fails[idx],
+                                      self._k[idx])
+        large = calls[:, 0] != 0
+        u = self.blocks.luck[task, turn]
+        at = np.minimum(done, self._width - 1)
+        chance = np.where(large, self._p_large[idx, at], self._p_small[idx, at])
+        small_rec, large_rec = self._recovery_chance
+        in_recovery = recovering > 0
+        cleared = np.where(in_recovery, u < np.where(large, large_rec, small_rec), u < chance)
+        recovering = recovering - (cleared & in_recovery)
+        done = done + (cleared & ~in_recovery)
+        fails = np.where(cleared, 0, np.minimum(fails + 1, FAILURE_CAP))
+        harm = np.where(large, self._harm[1], self._harm[0])
+        harmful = ~cleared & ~in_recovery & (self.blocks.harm_luck[task, turn] < harm)
+        recovering = np.where(harmful, np.minimum(recovering + self._recovery_steps,
+                                                  MAX_RECOVERY), recovering)
+        complete = cleared & ~in_recovery & (done == k)
+        out_of_turns = ~complete & (turn + 1 >= self._horizon)
+        self._done[idx] = done
+        self._recovering[idx] = np.where(complete, 0, recovering)
+        self._fails[idx] = fails
+        quality = np.where(complete, 10.0, 10.0 * done / k)
+        return complete | out_of_turns, complete, np.where(complete | out_of_turns, quality, 0.0)
+
+    def _observe(self, idx: np.ndarray) -> np.ndarray:
+        done, recovering, fails = self._done[idx], self._recovering[idx], self._fails[idx]
+        obs = self._rows[idx, done]
+        turns_left = self._horizon - self._turn[idx]
+        obs[:, _TURNS] = turns_left / MAX_HORIZON
+        slack = turns_left - (self._k[idx] - done) - recovering
+        obs[:, _SLACK] = np.where(slack > 0, slack / MAX_HORIZON, 0.0)
+        rec = recovering > 0
+        obs[rec, _DIFF] = RECOVERY_DIFFICULTY
+        obs[rec, _TAG] = 0.0
+        obs[rec, _REC] = recovering[rec] / MAX_RECOVERY
+        failing = fails > 0
+        obs[failing, _FAILED] = 1.0
+        obs[failing, _FAILS] = fails[failing] / FAILURE_CAP
+        return obs

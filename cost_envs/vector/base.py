@@ -1,0 +1,420 @@
+"""BatchedOrchestrationEnv: N sub-envs of one orchestration env stepped as numpy arrays.
+
+What every batched env shares lives here: seeding (each sub-env has its own generator,
+seeded exactly as a single env's ``reset(seed=...)`` seeds ``np_random``), the task queue
+(each sub-env draws its tasks in blocks through the single env's own ``draw_block``, so
+sub-env ``i`` sees the tasks a single env seeded like it would), action validation,
+pricing, the cost/FLOPs ledger, Eq. 1, autoreset and the ``info`` dict. A family module
+supplies the batched transition (see the hooks below); :mod:`cost_envs.vector.budget`
+adds per-sub-env budgets through :meth:`BatchedOrchestrationEnv.attach_budget`.
+
+**Equivalence.** With the same seeds and actions, a batched env returns what
+``gym.make_vec(id, num_envs, vectorization_mode="sync")`` (``SyncVectorEnv`` over single
+envs) returns, bit for bit: observations, rewards, flags and ``info`` with its ``_key``
+masks (``tests/test_vector.py`` checks it for every id with a batched implementation).
+Every float is computed by the same operations in the same order as the single env's
+(prices summed agent by agent in index order, Eq. 1 term by term).
+
+**Autoreset** follows Gymnasium 1.x (``gymnasium.vector.AutoresetMode``), chosen with
+``autoreset_mode`` and stated in ``metadata["autoreset_mode"]``:
+
+* ``NEXT_STEP`` (the default, as ``SyncVectorEnv``'s): a sub-env whose episode ended is
+  reset by the next ``step``, which ignores its action and returns its first observation,
+  reward 0, both flags False and no info keys for it.
+* ``SAME_STEP``: the sub-env is reset within the step that ended its episode; the returned
+  observation is the new episode's first, the last one is in ``info["final_obs"]`` and the
+  step's info in ``info["final_info"]`` (each with its mask).
+* ``DISABLED``: no autoreset; reset ended sub-envs with
+  ``reset(options={"reset_mask": mask})``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from gymnasium.error import ResetNeeded
+from gymnasium.utils import seeding
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from cost_envs.core import MAX_ORACLE_AGENTS, OrchestrationEnv
+from cost_envs.vector.info import VectorInfo
+
+FINAL_KEYS = ("success", "is_success", "quality", "episode_cost", "episode_flops")
+
+
+def check_num_envs(num_envs: Any, where: str) -> int:
+    """``num_envs`` as an int >= 1, else a one-line ``ValueError`` naming it."""
+    if isinstance(num_envs, bool) or not isinstance(num_envs, int | np.integer) or num_envs < 1:
+        raise ValueError(f"{where}: num_envs: expected an int >= 1, got {num_envs!r}")
+    return int(num_envs)
+
+
+def coerce_autoreset(mode: Any, where: str) -> AutoresetMode:
+    """An :class:`AutoresetMode` or its value (``"NextStep"``, ``"SameStep"``, ``"Disabled"``)."""
+    if isinstance(mode, AutoresetMode):
+        return mode
+    try:
+        return AutoresetMode(mode)
+    except ValueError:
+        raise ValueError(f"{where}: autoreset_mode: expected one of "
+                         f"{[m.value for m in AutoresetMode]}, got {mode!r}") from None
+
+
+class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
+    """Base class of the batched envs: ``num_envs`` sub-envs of ``env_class``.
+
+    A family module sets ``env_class`` and implements four hooks, each over the sub-envs
+    ``idx`` (an int array) only:
+
+    * ``_draw(rng, n)``: ``n`` tasks' raw draws as a (named) tuple of arrays with leading
+      axis ``n``, consuming ``rng`` exactly as the single env's reset does (through its
+      ``draw_block``). Sub-env ``i``'s queue is rows ``i * task_block ...`` of
+      ``self.blocks`` (the same tuple, every sub-env's rows stacked).
+    * ``_start(idx, rows)``: start a task in each sub-env of ``idx``: ``rows`` are the
+      tasks' rows of ``self.blocks`` (also kept in ``self._task`` for the episode).
+    * ``_transition(idx, calls)``: one turn with ``calls`` (``(len(idx), m)`` int8) at turn
+      ``self._turn[idx]``; returns ``(ended, success, quality)`` arrays.
+    * ``_observe(idx)``: the observations, shape ``(len(idx), *obs_shape)``.
+
+    Args:
+        num_envs: Number of sub-envs.
+        autoreset_mode: An :class:`~gymnasium.vector.AutoresetMode` (or its value).
+        **env_kwargs: The single env's arguments (checked by building one).
+    """
+
+    env_class: type[OrchestrationEnv[Any]]
+    #: True when calls cost the pool's prices in every episode (the single env's
+    #: ``_task_prices`` is ``None``); a family whose prices depend on the task sets it
+    #: False and writes ``_call_costs``, ``_call_flops``, ``_step_cost``, ``_step_flops``
+    #: in ``_start``.
+    fixed_prices: bool = True
+
+    def __init__(self, num_envs: int, *,
+                 autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
+                 **env_kwargs: Any) -> None:
+        name = type(self).__name__
+        self.num_envs = check_num_envs(num_envs, name)
+        self.autoreset_mode = coerce_autoreset(autoreset_mode, name)
+        # The single env checks the arguments and is the one home of the pool, the
+        # reward weights, the spaces and the task draw.
+        self.single_env = self.env_class(**env_kwargs)
+        self.metadata = {"autoreset_mode": self.autoreset_mode, "render_modes": []}
+        self.render_mode = None
+        n, m = self.num_envs, self.single_env.n_agents
+        self.n_agents = m
+        self.reward_weights = self.single_env.reward_weights
+        self.single_action_space = self.single_env.action_space
+        self.action_space = batch_space(self.single_action_space, n)
+        self.single_observation_space = self.single_env.observation_space
+        self.observation_space = batch_space(self.single_observation_space, n)
+        self.task_block = self.single_env.task_block
+        self._rngs: list[np.random.Generator | None] = [None] * n
+        self.blocks: Any = None
+        self._task = np.zeros(n, dtype=np.int64)  # the current task's row of self.blocks
+        self._queued = np.zeros(n, dtype=np.int64)  # next task of each sub-env's block
+        self._queued[:] = self.task_block  # empty: the first reset draws a block
+        self._turn = np.zeros(n, dtype=np.int64)
+        self._episode_cost = np.zeros(n)
+        self._episode_flops = np.zeros(n)
+        self._call_costs = np.tile(self.single_env.pool.costs, (n, 1))
+        self._call_flops = np.tile(self.single_env.pool.flops, (n, 1))
+        self._step_cost = np.zeros(n)
+        self._step_flops = np.zeros(n)
+        self._price_table = self._prices_by_code() if self.fixed_prices else None
+        self._obs = np.zeros(self.observation_space.shape, self.observation_space.dtype)
+        self._ended = np.zeros(n, dtype=np.bool_)
+        self._started = False
+        self._budget: Any = None
+
+    # ------------------------------------------------------------------ hooks
+    def _draw(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, ...]:
+        raise NotImplementedError
+
+    def _start(self, idx: np.ndarray, rows: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def _transition(self, idx: np.ndarray,
+                    calls: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+    def _observe(self, idx: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    # ----------------------------------------------------------- properties
+    @property
+    def env_name(self) -> str:
+        """The registered id when made through ``gym.make_vec``, else the class name."""
+        return self.spec.id if self.spec is not None else type(self).__name__
+
+    @property
+    def episode_cost(self) -> np.ndarray:
+        """Each sub-env's spend in its current episode (a read-only view of the ledger)."""
+        return _read_only(self._episode_cost)
+
+    @property
+    def episode_flops(self) -> np.ndarray:
+        """Each sub-env's FLOPs in its current episode (a read-only view)."""
+        return _read_only(self._episode_flops)
+
+    @property
+    def call_costs(self) -> np.ndarray:
+        """Money per call of each agent in each sub-env's episode, ``(num_envs, m)``."""
+        return _read_only(self._call_costs)
+
+    @property
+    def step_cost(self) -> np.ndarray:
+        """Money every step of each sub-env's episode costs whatever the action."""
+        return _read_only(self._step_cost)
+
+    @property
+    def turn(self) -> np.ndarray:
+        """Steps taken in each sub-env's current episode."""
+        return _read_only(self._turn)
+
+    # ---------------------------------------------------------------- reset
+    def reset(self, *, seed: int | Sequence[int | None] | None = None,
+              options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+        """Reset every sub-env (or those of ``options["reset_mask"]``), as ``SyncVectorEnv``.
+
+        Args:
+            seed: ``None``; an int ``s`` (sub-env ``i`` gets ``s + i``); or one seed (or
+                ``None``) per sub-env. A seeded sub-env draws its tasks afresh from it.
+            options: Only ``{"reset_mask": bool array (num_envs,)}``: reset those alone.
+
+        Returns:
+            The observations and an empty info (single envs' reset infos are empty).
+        """
+        n = self.num_envs
+        if seed is None:
+            seeds: list[int | None] = [None] * n
+        elif isinstance(seed, int | np.integer) and not isinstance(seed, bool):
+            seeds = [int(seed) + i for i in range(n)]
+        elif isinstance(seed, Sequence) and len(seed) == n:
+            seeds = list(seed)
+        else:
+            raise ValueError(f"{self.env_name}: seed: expected None, an int or {n} seeds, "
+                             f"got {seed!r}")
+        options = dict(options or {})
+        mask = options.pop("reset_mask", None)
+        if options:
+            raise ValueError(f"{self.env_name}: unknown reset option(s) {sorted(options)}; "
+                             "expected only 'reset_mask' (replay a task with the single env)")
+        if mask is None:
+            mask = np.ones(n, dtype=np.bool_)
+        elif not (isinstance(mask, np.ndarray) and mask.dtype == np.bool_
+                  and mask.shape == (n,) and mask.any()):
+            raise ValueError(f"{self.env_name}: options['reset_mask']: expected a bool array "
+                             f"of shape ({n},) with a True, got {mask!r}")
+        idx = mask.nonzero()[0]
+        for i in idx.tolist():
+            if seeds[i] is not None:
+                self._rngs[i], _ = seeding.np_random(seeds[i])
+                self._queued[i] = self.task_block  # the new seed defines the tasks from here
+        self._begin(idx)
+        self._started = True
+        return self._obs.copy(), {}
+
+    def _begin(self, idx: np.ndarray) -> None:
+        """Start the next task of each sub-env of ``idx``."""
+        if len(idx) == 0:
+            return
+        for i in idx[self._queued[idx] == self.task_block].tolist():
+            self._refill(i)
+        rows = idx * self.task_block + self._queued[idx]
+        self._queued[idx] += 1
+        self._task[idx] = rows
+        self._start(idx, rows)
+        self._turn[idx] = 0
+        self._episode_cost[idx] = 0.0
+        self._episode_flops[idx] = 0.0
+        self._ended[idx] = False
+        self._obs[idx] = self._observe(idx)
+        if self._budget is not None:
+            self._budget.on_reset(idx)
+
+    def _refill(self, i: int) -> None:
+        """Draw sub-env ``i``'s next block of tasks from its own generator."""
+        if self._rngs[i] is None:
+            self._rngs[i], _ = seeding.np_random()  # as a single env's unseeded np_random
+        size = self.task_block
+        draws = self._draw(self._rngs[i], size)
+        if self.blocks is None:
+            empty = [np.zeros((self.num_envs * size, *a.shape[1:]), a.dtype) for a in draws]
+            self.blocks = draws._make(empty) if hasattr(draws, "_make") else tuple(empty)
+        for block, values in zip(self.blocks, draws, strict=True):
+            block[i * size:(i + 1) * size] = values
+        self._queued[i] = 0
+
+    # ----------------------------------------------------------------- step
+    def validate_actions(self, actions: Any) -> np.ndarray:
+        """``actions`` as a fresh ``(num_envs, m)`` int8 0/1 array, or a ``ValueError``."""
+        a = np.asarray(actions) if not isinstance(actions, np.ndarray) else actions
+        shape = (self.num_envs, self.n_agents)
+        if a.shape == shape and a.dtype.kind in "biuf" and ((a == 0) | (a == 1)).all():
+            return a.astype(np.int8)
+        raise ValueError(
+            f"{self.env_name}: invalid actions of shape {np.shape(a)}: expected an element of "
+            f"MultiBinary({shape}), an array of shape {shape} holding only 0 and 1 (row j is "
+            f"sub-env j's action, bit i calls agent {list(self.single_env.pool.names)}[i])")
+
+    def _prices_by_code(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """Money and FLOPs of every joint action, priced once by the single env's ``price``.
+
+        Indexed by the action's code ``sum_i bit_i 2**i``; ``None`` for pools too large to
+        tabulate (more than ``MAX_ORACLE_AGENTS`` agents).
+        """
+        m = self.n_agents
+        if m > MAX_ORACLE_AGENTS:
+            return None
+        priced = [self.single_env.price([i for i in range(m) if code >> i & 1])
+                  for code in range(2**m)]
+        cost, flops = (np.array(column) for column in zip(*priced, strict=True))
+        # codes by a float32 matmul: exact (at most 2**16) and far faster than an int sum
+        return cost, flops, (1 << np.arange(m)).astype(np.float32)
+
+    def price(self, idx: np.ndarray, calls: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Money and FLOPs of ``calls`` in sub-envs ``idx``: the single env's ``price``.
+
+        Summed agent by agent in index order from the step cost, as the single env does,
+        so the totals agree with it (and with a budget's check) to the last bit.
+        """
+        called = calls != 0
+        if self._price_table is not None:
+            cost_of, flops_of, bit = self._price_table
+            code = (called.astype(np.float32) @ bit).astype(np.int64)
+            return cost_of[code], flops_of[code]
+        cost, flops = self._step_cost[idx], self._step_flops[idx]
+        costs, flops_per = self._call_costs[idx], self._call_flops[idx]
+        for i in range(self.n_agents):
+            cost = cost + np.where(called[:, i], costs[:, i], 0.0)
+            flops = flops + np.where(called[:, i], flops_per[:, i], 0.0)
+        return cost, flops
+
+    def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                          dict[str, Any]]:
+        """Step every sub-env (autoresetting as ``autoreset_mode`` says).
+
+        Args:
+            actions: ``(num_envs, m)`` 0/1 array, row ``j`` the action of sub-env ``j``.
+
+        Returns:
+            ``(observations, rewards, terminations, truncations, info)``.
+
+        Raises:
+            ResetNeeded: Before the first ``reset``, or (``DISABLED``) stepping an ended
+                sub-env.
+            ValueError: If ``actions`` is not an element of the batched action space.
+        """
+        if not self._started:
+            raise ResetNeeded(f"{self.env_name}: call reset() before step()")
+        n = self.num_envs
+        calls = self.validate_actions(actions)
+        if self.autoreset_mode == AutoresetMode.DISABLED and self._ended.any():
+            raise ResetNeeded(
+                f"{self.env_name}: sub-envs {self._ended.nonzero()[0].tolist()} ended; reset "
+                "them with reset(options={'reset_mask': ...}) (autoreset is disabled)")
+        resetting = (self._ended.copy() if self.autoreset_mode == AutoresetMode.NEXT_STEP
+                     else np.zeros(n, dtype=np.bool_))
+        stepping = ~resetting
+        cut = np.zeros(n, dtype=np.bool_)
+        if self._budget is not None:
+            calls, cut = self._budget.before_step(calls, stepping)
+        run = stepping & ~cut
+        idx = run.nonzero()[0]
+        rewards = np.zeros(n)
+        terminated = np.zeros(n, dtype=np.bool_)
+        info = VectorInfo(n)
+        step_calls = calls[idx]
+        cost, flops = self.price(idx, step_calls)
+        ended, success, quality = self._transition(idx, step_calls)
+        self._turn[idx] += 1
+        self._episode_cost[idx] += cost
+        self._episode_flops[idx] += flops
+        w = self.reward_weights
+        # Eq. 1 term by term, as RewardWeights.__call__ evaluates it for one step
+        rewards[idx] = (w.alpha * success.astype(np.float64) + w.beta * quality
+                        - w.lam * cost - w.gamma * step_calls.sum(axis=1, dtype=np.int64))
+        terminated[idx] = ended
+        self._obs[idx] = self._observe(idx)
+        info.set("cost", idx, cost, np.float64)
+        info.set("flops", idx, flops, np.float64)
+        info.set("calls", idx, step_calls, np.int8)
+        self._final_info(info, idx[ended], success[ended], quality[ended])
+        if cut.any():  # ended by the budget without stepping: nothing spent
+            info.set("cost", cut, 0.0, np.float64)
+            info.set("flops", cut, 0.0, np.float64)
+            info.set("calls", cut, np.zeros((1, self.n_agents), np.int8), np.int8)
+            self._final_info(info, cut.nonzero()[0], np.zeros(cut.sum(), np.bool_),
+                             np.zeros(cut.sum()))
+        if self._budget is not None:
+            self._budget.after_step(info, stepping, cut)
+        done = terminated | cut
+        return self._autoreset(resetting, done, rewards, terminated, cut, info)
+
+    def _final_info(self, info: VectorInfo, idx: np.ndarray, success: np.ndarray,
+                    quality: np.ndarray) -> None:
+        """The last step's keys (core.py's ``_final_info``) for the sub-envs ``idx``."""
+        if len(idx) == 0:
+            return
+        info.set("success", idx, success, np.bool_)
+        info.set("is_success", idx, success, np.bool_)
+        info.set("quality", idx, quality, np.float64)
+        info.set("episode_cost", idx, self._episode_cost[idx], np.float64)
+        info.set("episode_flops", idx, self._episode_flops[idx], np.float64)
+
+    def _autoreset(self, resetting: np.ndarray, done: np.ndarray, rewards: np.ndarray,
+                   terminated: np.ndarray, truncated: np.ndarray, info: VectorInfo,
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Reset whom ``autoreset_mode`` says, and return the step's 5-tuple."""
+        extra: dict[str, Any] = {}
+        if self.autoreset_mode == AutoresetMode.NEXT_STEP:
+            self._begin(resetting.nonzero()[0])
+            self._ended = done
+        elif self.autoreset_mode == AutoresetMode.SAME_STEP and done.any():
+            final_obs = np.full(self.num_envs, None, dtype=object)
+            for i in done.nonzero()[0].tolist():
+                final_obs[i] = self._obs[i].copy()
+            extra = {"final_obs": final_obs, "_final_obs": done.copy(),
+                     "final_info": info.subset(done), "_final_info": done.copy()}
+            info.drop(done)  # the reset's (empty) info replaces the step's, as in SyncVectorEnv
+            self._begin(done.nonzero()[0])
+        else:
+            self._ended = done
+        out = info.as_dict()
+        out.update(extra)
+        return self._obs.copy(), rewards, terminated, truncated.copy(), out
+
+    def attach_budget(self, budget: Any) -> None:
+        """Let a :class:`~cost_envs.vector.budget.VectorHardBudget` filter each step.
+
+        ``budget.before_step(calls, stepping)`` returns the calls to run and the sub-envs
+        to cut short; ``budget.after_step(info, stepping, cut)`` adds its info keys before
+        any autoreset; ``budget.on_reset(idx)`` hears of every sub-env reset.
+
+        Raises:
+            ValueError: If a budget is already attached.
+        """
+        if self._budget is not None:
+            raise ValueError(f"{self.env_name}: a budget is already attached; expected one")
+        self._budget = budget
+
+    def close_extras(self, **kwargs: Any) -> None:
+        """Release the task queues."""
+        self.blocks = None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.env_name}, num_envs={self.num_envs})"
+
+
+def any_per_row(mask: np.ndarray) -> np.ndarray:
+    """``mask.any(axis=1)`` for a 2-D boolean array, by a matmul (several times faster)."""
+    return (mask.astype(np.float32) @ np.ones(mask.shape[1], dtype=np.float32)) > 0
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    view = array.view()
+    view.flags.writeable = False
+    return view

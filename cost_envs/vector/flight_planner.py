@@ -1,0 +1,256 @@
+"""FlightPlanner-v0 batched: planner, search and validator calls as array operations.
+
+The single env's ``_advance`` (:class:`~cost_envs.envs.flight_planner.FlightPlannerEnv`)
+over the rows of the sub-envs that step, with the per-(turn, agent) outcomes of the single
+env's own ``_block_tables``: the strongest called planner's proposal replaces the plan, a
+searcher that notices a missing leg drops a broken plan and otherwise the cheapest called
+searcher's quote is kept when it is the first or a lower one, a validator passes a
+feasible plan and drops an infeasible one it detects. The all-zero action commits a
+quoted plan; the last turn commits whatever is quoted.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from cost_envs.envs.flight_planner import (
+    MAX_TURNS,
+    NO_DROP,
+    NO_ROUTE,
+    SEARCH_DROP,
+    SEARCH_NOTICE,
+    VALIDATOR_DROP,
+    FlightPlannerEnv,
+)
+from cost_envs.envs.flight_planner_v1 import STRONG, FlightPlannerV1Env
+from cost_envs.vector.base import BatchedOrchestrationEnv, any_per_row
+
+#: ``route_connected`` of every task: the optimal and the detour route exist, the broken
+#: route misses a leg.
+_CONNECTED = np.array([True, True, False])
+
+
+class FlightBlock(NamedTuple):
+    """``FlightPlannerEnv.draw_block``'s arrays, named."""
+
+    fares: np.ndarray
+    origin: np.ndarray
+    destination: np.ndarray
+    shortest_hops: np.ndarray
+    budget: np.ndarray
+    route_hops: np.ndarray
+    route_price: np.ndarray
+    luck: np.ndarray
+    fare_luck: np.ndarray
+    budget_level: np.ndarray
+
+
+class FlightPlannerVectorEnv(BatchedOrchestrationEnv):
+    """``num_envs`` FlightPlanner-v0 envs stepped together with numpy.
+
+    Same spaces per sub-env, same arguments, same trajectories as
+    ``gym.make("cost_envs/FlightPlanner-v0", **kwargs)`` seeded alike (see
+    :mod:`cost_envs.vector.base` for seeding, autoreset and ``info``).
+
+    Args:
+        num_envs: Number of sub-envs.
+        autoreset_mode: ``gymnasium.vector.AutoresetMode`` (default ``NEXT_STEP``).
+        **env_kwargs: ``FlightPlannerEnv``'s arguments (``pool``, ``reward_weights``).
+    """
+
+    env_class = FlightPlannerEnv
+    single_env: FlightPlannerEnv
+
+    def __init__(self, num_envs: int, **kwargs: Any) -> None:
+        super().__init__(num_envs, **kwargs)
+        n, m = self.num_envs, self.n_agents
+        single = self.single_env
+        role = np.array(single._role_list)
+        self._planner, self._searcher, self._validator = (role == r for r in range(3))
+        self._strength = single._strength
+        self._has_validator = single._has_validator
+        self._route = np.full(n, NO_ROUTE, dtype=np.int64)
+        self._p_strength = np.zeros(n)
+        self._quote = np.zeros(n)
+        self._validated = np.zeros(n, dtype=np.int64)
+        self._dropped = np.zeros(n, dtype=np.int64)
+        self._proposal = np.zeros((n, MAX_TURNS, m), dtype=np.int64)
+        self._notices = np.zeros((n, MAX_TURNS, m), dtype=np.bool_)
+        self._detects = np.zeros((n, MAX_TURNS, m), dtype=np.bool_)
+        self._markup = np.zeros((n, MAX_TURNS, m))
+
+    def _draw(self, rng: np.random.Generator, n: int) -> FlightBlock:
+        return FlightBlock(*self.single_env.draw_block(rng, n))
+
+    def _start(self, idx: np.ndarray, rows: np.ndarray) -> None:
+        tables = self.single_env._block_tables(self.blocks.luck[rows],
+                                               self.blocks.fare_luck[rows])
+        self._proposal[idx], self._notices[idx], self._detects[idx], self._markup[idx] = tables
+        self._route[idx] = NO_ROUTE
+        self._p_strength[idx] = 0.0
+        self._quote[idx] = 0.0
+        self._validated[idx] = 0
+        self._dropped[idx] = 0
+
+    def _feasible(self, task: np.ndarray, route: np.ndarray, quote: np.ndarray) -> np.ndarray:
+        """``FlightPlannerEnv._feasible`` row by row (``route`` must not be ``NO_ROUTE``)."""
+        blocks = self.blocks
+        return (_CONNECTED[route]
+                & (blocks.route_hops[task, route] <= blocks.shortest_hops[task] + 1)
+                & (quote <= blocks.budget[task]))
+
+    def _commit(self, task: np.ndarray, route: np.ndarray,
+                price: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``FlightPlannerEnv._commit`` row by row: success and quality."""
+        blocks = self.blocks
+        safe = np.maximum(route, 0)
+        ok = (route != NO_ROUTE) & self._feasible(task, safe, price)
+        budget = blocks.budget[task]
+        slack = np.minimum(np.maximum((budget - price) / budget, 0.0), 1.0)
+        hop_optimality = np.minimum(blocks.shortest_hops[task] / blocks.route_hops[task, safe],
+                                    1.0)
+        return ok, np.where(ok, 10.0 * (0.7 * slack + 0.3 * hop_optimality), 0.0)
+
+    def _transition(self, idx: np.ndarray,
+                    calls: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        ended, success, quality, _ = self._advance(idx, calls)
+        return ended, success, quality
+
+    def _advance(self, idx: np.ndarray, calls: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The transition, plus why the plan was dropped (``*_DROP``), as ``_advance``."""
+        k = len(idx)
+        turn, task = self._turn[idx], self._task[idx]
+        route, p_strength, quote = self._route[idx], self._p_strength[idx], self._quote[idx]
+        validated, dropped = self._validated[idx], np.zeros(k, dtype=np.int64)
+        called = calls != 0
+        acting = any_per_row(called)
+        committing = ~acting & (quote > 0)
+        # the strongest called planner (the first of equals, as max) proposes a new plan
+        planners = called & self._planner
+        planning = any_per_row(planners)
+        lead = np.argmax(np.where(planners, self._strength, -np.inf), axis=1)
+        route = np.where(planning, self._proposal[idx, turn, lead], route)
+        p_strength = np.where(planning, self._strength[lead], p_strength)
+        quote = np.where(planning, 0.0, quote)
+        validated = np.where(planning, 0, validated)
+        searchers = called & self._searcher
+        searching = any_per_row(searchers) & (route != NO_ROUTE)
+        noticed = any_per_row(searchers & self._notices[idx, turn])
+        drop = searching & (route == 2) & noticed  # a broken plan's missing leg noticed
+        markup = np.where(searchers, self._markup[idx, turn], np.inf).min(axis=1)
+        best = self.blocks.route_price[task, np.maximum(route, 0)] * markup
+        better = searching & ~drop & ((quote == 0) | (best < quote))
+        quote = np.where(better, best, quote)
+        validated = np.where(better, 0, validated)
+        route, p_strength, quote, validated, dropped = _dropped(
+            drop, route, p_strength, quote, validated, dropped)
+        validators = called & self._validator
+        checking = any_per_row(validators) & (route != NO_ROUTE)
+        feasible = self._feasible(task, np.maximum(route, 0), quote)
+        caught = checking & ~feasible & any_per_row(validators & self._detects[idx, turn])
+        validated = np.where(checking & ~caught, 1, validated)  # weak validators wave through
+        route, p_strength, quote, validated, dropped = _dropped(
+            caught, route, p_strength, quote, validated, dropped)
+        last = turn + 1 >= MAX_TURNS
+        ended = committing | last
+        success, quality = self._commit(task, route, quote)
+        success &= ended & (quote > 0)
+        quality = np.where(success, quality, 0.0)
+        self._route[idx], self._p_strength[idx], self._quote[idx] = route, p_strength, quote
+        self._validated[idx], self._dropped[idx] = validated, dropped
+        cause = np.where(drop, SEARCH_DROP, np.where(caught, VALIDATOR_DROP, NO_DROP))
+        return ended, success, quality, cause
+
+    def _observe(self, idx: np.ndarray) -> np.ndarray:
+        blocks, task = self.blocks, self._task[idx]
+        route, quote = self._route[idx], self._quote[idx]
+        validated = self._validated[idx]
+        h_star = blocks.shortest_hops[task]
+        limit, budget = h_star + 1, blocks.budget[task]
+        obs = np.zeros((len(idx), 15), dtype=np.float32)
+        obs[:, 0] = (MAX_TURNS - self._turn[idx]) / MAX_TURNS
+        obs[:, 1] = h_star / limit
+        obs[:, 2] = blocks.budget_level[task]
+        obs[:, 10] = validated
+        obs[:, 11] = self._dropped[idx]
+        planned = route != NO_ROUTE
+        hops = blocks.route_hops[task, np.maximum(route, 0)]
+        quoted = quote > 0
+        visibly_bad = (hops > limit) | (quote > budget)
+        plan = np.stack([np.ones(len(idx)), hops / (limit + 2), hops <= limit,
+                         self._p_strength[idx], quoted, np.minimum(quote / budget, 2.0) / 2,
+                         quoted & (quote <= budget)], axis=1)
+        obs[:, 3:10] = np.where(planned[:, None], plan, 0.0)
+        search = ~visibly_bad & ~quoted
+        validate = ~visibly_bad & quoted & (validated == 0) & self._has_validator
+        need = np.stack([~planned | visibly_bad, planned & search, planned & validate], axis=1)
+        obs[:, 12:15] = need
+        return obs
+
+
+class FlightPlannerV1VectorEnv(FlightPlannerVectorEnv):
+    """``num_envs`` FlightPlanner-v1 envs: v0's batched dynamics, v1's counters and view.
+
+    As ``FlightPlannerV1Env._transition``: a called planner starts the plan's evidence
+    afresh; a drop counts by its cause; a plan that survives counts each called searcher's
+    quote and validator's pass (weak or strong) and multiplies the broken-route survival
+    by each one's miss chance, searchers then validators, in index order.
+    """
+
+    env_class = FlightPlannerV1Env
+    single_env: FlightPlannerV1Env
+
+    def __init__(self, num_envs: int, **kwargs: Any) -> None:
+        super().__init__(num_envs, **kwargs)
+        n = self.num_envs
+        # weak/strong passes, weak/strong quotes, drop cause, proposals, drops by kind
+        self._counts = np.zeros((n, 8), dtype=np.int64)
+        self._survival = np.ones(n)
+        self._strong = self._strength >= STRONG
+
+    def _start(self, idx: np.ndarray, rows: np.ndarray) -> None:
+        super()._start(idx, rows)
+        self._counts[idx] = 0
+        self._survival[idx] = 1.0
+
+    def _transition(self, idx: np.ndarray,
+                    calls: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        ended, success, quality, cause = self._advance(idx, calls)
+        counts, survival = self._counts[idx], self._survival[idx]
+        called = calls != 0
+        fresh = any_per_row(called & self._planner) | (cause != NO_DROP)
+        counts[:, 5] += any_per_row(called & self._planner)
+        counts[:, 6] += cause == SEARCH_DROP
+        counts[:, 7] += cause == VALIDATOR_DROP
+        counts[fresh, :4] = 0
+        survival = np.where(fresh, 1.0, survival)
+        kept = (cause == NO_DROP) & (self._route[idx] != NO_ROUTE)
+        for role, (weak, strong), miss in ((self._searcher, (2, 3), SEARCH_NOTICE),
+                                           (self._validator, (0, 1), 1.0)):
+            for i in np.flatnonzero(role).tolist():
+                hit = kept & called[:, i]
+                counts[:, strong if self._strong[i] else weak] += hit
+                survival = np.where(hit, survival * (1.0 - miss * self._strength[i]), survival)
+        counts[:, 4] = cause
+        self._counts[idx], self._survival[idx] = counts, survival
+        return ended, success, quality
+
+    def _observe(self, idx: np.ndarray) -> np.ndarray:
+        counts, t = self._counts[idx], MAX_TURNS
+        tail = np.stack([np.minimum(counts[:, 0], t) / t, np.minimum(counts[:, 1], t) / t,
+                         np.minimum(counts[:, 2], t) / t, np.minimum(counts[:, 3], t) / t,
+                         self._survival[idx], counts[:, 4] == SEARCH_DROP,
+                         counts[:, 4] == VALIDATOR_DROP, np.minimum(counts[:, 5], t) / t,
+                         np.minimum(counts[:, 6], t) / t, np.minimum(counts[:, 7], t) / t],
+                        axis=1).astype(np.float32)
+        return np.concatenate((super()._observe(idx), tail), axis=1)
+
+
+def _dropped(drop: np.ndarray, route: np.ndarray, p_strength: np.ndarray, quote: np.ndarray,
+             validated: np.ndarray, dropped: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The state after dropping the plan where ``drop``: no route, no quote, dropped."""
+    return (np.where(drop, NO_ROUTE, route), np.where(drop, 0.0, p_strength),
+            np.where(drop, 0.0, quote), np.where(drop, 0, validated),
+            np.where(drop, 1, dropped))
