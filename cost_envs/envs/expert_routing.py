@@ -23,8 +23,11 @@ from cost_envs.envs.expert_routing_tables import (
     SYSTEM_TOKENS,
     TIER_BUDGETS,
     TOKEN_SPREAD,
+    BlockArrays,
+    ExpertBlock,
     ExpertTask,
     ModelProfile,
+    block_prices,
     with_fresh_luck,
 )
 from cost_envs.pool import AgentPool, AgentSpec
@@ -32,22 +35,10 @@ from cost_envs.prices import PriceTable, coerce_prices
 from cost_envs.reward import RewardWeights
 
 #: The generative model's names, importable from here as before the split.
-__all__ = [
-    "BANDS",
-    "BAND_CENTRES",
-    "CONTROLLER",
-    "CONTROLLER_READ_TOKENS",
-    "DEFAULT_EXPERTS",
-    "PROFILES",
-    "PROFILE_NAMES",
-    "SYSTEM_TOKENS",
-    "TIER_BUDGETS",
-    "TOKEN_SPREAD",
-    "ExpertRoutingEnv",
-    "ExpertTask",
-    "ModelProfile",
-    "with_fresh_luck",
-]
+__all__ = ["BANDS", "BAND_CENTRES", "CONTROLLER", "CONTROLLER_READ_TOKENS",
+           "DEFAULT_EXPERTS", "PROFILES", "PROFILE_NAMES", "SYSTEM_TOKENS",
+           "TIER_BUDGETS", "TOKEN_SPREAD", "ExpertRoutingEnv", "ExpertTask",
+           "ModelProfile", "with_fresh_luck"]
 
 
 class _Tables(NamedTuple):
@@ -163,6 +154,8 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
     """
 
     task_type = ExpertTask
+    #: The arrays :meth:`draw_block` returns (a subclass with arrays of its own sets its own).
+    block_type: type = ExpertBlock
     #: Name in error messages (a subclass with its own id sets its own).
     env_label = "ExpertRouting-v0"
 
@@ -258,17 +251,12 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
                 self._controller_price.flops(read + write))
 
     # ------------------------------------------------------------------ tasks
-    def _generate_block(self, rng: np.random.Generator, n: int
-                        ) -> list[tuple[ExpertTask, _Tables]]:
-        tasks = self._draw_block(rng, n)
-        return list(zip(tasks, self._block_tables(tasks), strict=True))
+    def draw_block(self, rng: np.random.Generator, n: int) -> ExpertBlock:
+        """``n`` questions' arrays from ``rng``: the one draw of ``reset`` and of the batched env.
 
-    def _draw_more(self, rng: np.random.Generator, n: int) -> dict[str, list[Any]]:
-        """A subclass's own fields of ``n`` questions, drawn after v0's (none here)."""
-        return {}
-
-    def _draw_block(self, rng: np.random.Generator, n: int) -> list[ExpertTask]:
-        """``n`` questions drawn from ``rng``, then :meth:`_draw_more`'s fields for each."""
+        A subclass's own arrays (:meth:`_draw_more`) are drawn after v0's, so its questions
+        and luck are v0's for the same generator.
+        """
         m = self.n_agents
         if self.profile == "mixed":
             profile = rng.integers(0, len(PROFILE_NAMES), n)
@@ -282,55 +270,89 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
         mean_prompt = np.array([PROFILES[p][2] for p in PROFILE_NAMES])[profile]
         prompt = np.round(mean_prompt * rng.lognormal(-0.3**2 / 2, 0.3, n))  # mean 1
         factors = rng.lognormal(-TOKEN_SPREAD**2 / 2, TOKEN_SPREAD, (n, m + 1))
-        luck.flags.writeable = False
+        luck.flags.writeable = False  # tasks are views into these blocks
         factors.flags.writeable = False
-        more = self._draw_more(rng, n)
+        return self.block_type(profile, difficulty, estimate, controller_luck, luck, prompt,
+                               factors, *self._draw_more(rng, n))
+
+    def _draw_more(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, ...]:
+        """A subclass's own arrays of ``n`` questions, drawn after v0's (none here)."""
+        return ()
+
+    def _more_fields(self, block: Any) -> dict[str, list[Any]]:
+        """A subclass's own task fields of each question of ``block`` (none here)."""
+        return {}
+
+    def _more_arrays(self, tasks: list[Any]) -> tuple[np.ndarray, ...]:
+        """A subclass's own block arrays of ``tasks`` (:meth:`_draw_more`'s; none here)."""
+        return ()
+
+    def _generate_block(self, rng: np.random.Generator, n: int
+                        ) -> list[tuple[ExpertTask, _Tables]]:
+        block = self.draw_block(rng, n)
+        return list(zip(self._tasks_of(block), self._block_tables(block), strict=True))
+
+    def _tasks_of(self, block: ExpertBlock) -> list[ExpertTask]:
+        """The questions of ``block`` as tasks (their luck and factors views of its arrays)."""
+        more = self._more_fields(block)
+        luck, factors = block.luck, block.factors
         return [self.task_type(
             profile=p, difficulty=d, difficulty_estimate=e, controller_luck=c, luck=luck[b],
             prompt_tokens=t, token_factors=factors[b],
             **{name: values[b] for name, values in more.items()},
         ) for b, (p, d, e, c, t) in enumerate(zip(
-            profile.tolist(), difficulty.tolist(), estimate.tolist(), controller_luck.tolist(),
-            prompt.tolist(), strict=True))]
+            block.profile.tolist(), block.difficulty.tolist(), block.estimate.tolist(),
+            block.controller_luck.tolist(), block.prompt.tolist(), strict=True))]
+
+    def _block_of(self, tasks: list[ExpertTask]) -> ExpertBlock:
+        """The block arrays of ``tasks`` (a replayed task), as :meth:`draw_block` gives them."""
+        return self.block_type(
+            np.array([task.profile for task in tasks]),
+            np.array([task.difficulty for task in tasks]),
+            np.array([task.difficulty_estimate for task in tasks]),
+            np.array([task.controller_luck for task in tasks]),
+            np.stack([task.luck for task in tasks]),
+            np.array([task.prompt_tokens for task in tasks]),
+            np.stack([task.token_factors for task in tasks]),
+            *self._more_arrays(tasks))
 
     def _tables(self, task: ExpertTask) -> _Tables:
-        return self._block_tables([task])[0]
+        return self._block_tables(self._block_of([task]))[0]
 
-    def _block_tables(self, tasks: list[ExpertTask]) -> list[_Tables]:
-        """The tables of ``tasks`` (a drawn block, or one replayed task)."""
-        hits, right, prices, static = self._block_arrays(tasks)
+    def _block_tables(self, block: ExpertBlock) -> list[_Tables]:
+        """The tables of the questions of ``block`` (a drawn block, or one replayed task)."""
+        arrays = self.block_arrays(block)
         return [_Tables(h, r, p, o) for h, r, p, o in zip(
-            hits.tolist(), right, prices, static, strict=True)]
+            arrays.hits.tolist(), arrays.controller_right.tolist(), block_prices(arrays),
+            arrays.static_obs, strict=True)]
 
-    def _block_arrays(self, tasks: list[ExpertTask]
-                      ) -> tuple[np.ndarray, list[bool], list[Prices], np.ndarray]:
-        """What the tables hold, vectorised over ``tasks``.
+    def block_arrays(self, block: ExpertBlock) -> BlockArrays:
+        """What the tables hold, vectorised over the questions of ``block``.
 
-        Returns which expert is right in which round ``(n, rounds, m)``, whether the
-        controller is, each question's :class:`Prices` and its fixed observation slots.
+        Which expert is right in which round, whether the controller is, each call's and
+        round's price and the fixed observation slots: the single env's tables and the
+        batched env's (:mod:`cost_envs.vector.expert_routing`) queue both come from here.
         Elementwise float64 arithmetic is the same in numpy as in Python, operation for
         operation, so the prices are those of :meth:`_call_price` on each question to the
         last bit; the exponentials stay per question (``ModelProfile.accuracy`` and
-        ``math.exp``), whose vectorised forms may round differently.
+        ``math.exp`` on floats), whose vectorised forms may round differently.
         """
-        n, m = len(tasks), self.n_agents
-        difficulties = [task.difficulty for task in tasks]
+        m = self.n_agents
+        difficulties = block.difficulty.tolist()
+        n = len(difficulties)
         accuracy = np.array([[float(e.accuracy(x)) for e in self.experts]
                              for x in difficulties]).reshape(n, m)
-        hits = np.stack([task.luck for task in tasks]) < accuracy[:, None, :]
-        right = [task.controller_luck < float(CONTROLLER.accuracy(x))
-                 for task, x in zip(tasks, difficulties, strict=True)]
-        d = np.array(difficulties)
-        prompt = np.array([task.prompt_tokens for task in tasks])
-        factors = np.stack([task.token_factors for task in tasks])
+        hits = block.luck < accuracy[:, None, :]
+        right = block.controller_luck < np.array(
+            [float(CONTROLLER.accuracy(x)) for x in difficulties])
+        d, prompt, factors = block.difficulty, block.prompt, block.factors
         growth = np.array([math.exp(3.0 * x) for x in difficulties])
         costs, flops = np.empty((n, m)), np.empty((n, m))
         for j in range(m):
             costs[:, j], flops[:, j] = self._call_price(j, d, prompt, factors[:, j], growth)
         step_costs, step_flops = self._controller_round_price(d, prompt, factors[:, m])
-        prices = [Prices(*row) for row in zip(costs, flops, step_costs.tolist(),
-                                              step_flops.tolist(), strict=True)]
-        return hits, right, prices, self._static_observations(tasks)
+        return BlockArrays(hits, right, costs, flops, step_costs, step_flops,
+                           self._static_observations(block))
 
     def _check_task(self, task: ExpertTask) -> None:
         super()._check_task(task)
@@ -396,13 +418,13 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
         leading = right_weight if right else best_wrong
         return right, best_source, leading, total
 
-    def _static_observations(self, tasks: list[ExpertTask]) -> np.ndarray:
+    def _static_observations(self, block: ExpertBlock) -> np.ndarray:
         """The slots fixed for each question (the others are 0), read-only ``(n, d)``."""
-        n, layout = len(tasks), self.observation_layout
+        n, layout = len(block.estimate), self.observation_layout
         obs = np.zeros((n, *self.observation_space.shape), dtype=np.float32)
         rows = np.arange(n)
-        estimate = np.array([task.difficulty_estimate for task in tasks])
-        obs[rows, layout["profile"].start + np.array([task.profile for task in tasks])] = 1.0
+        estimate = block.estimate
+        obs[rows, layout["profile"].start + block.profile] = 1.0
         obs[:, layout["difficulty"].start] = estimate
         band = np.minimum((estimate * 3).astype(np.int64), 2)  # int() of each: truncation
         obs[rows, layout["task_embedding"].start + band] = 1.0

@@ -3,18 +3,20 @@
 The tables :class:`~cost_envs.envs.expert_routing.ExpertRoutingEnv` draws its questions
 from (see its docstring for what they mean and where they come from): the benchmark
 profiles, the controller's and experts' accuracy curves and token counts, the tiers'
-budgets, and :class:`ExpertTask`, one drawn question with all of its luck.
+budgets, :class:`ExpertTask`, one drawn question with all of its luck, and the arrays of
+a block of questions (:class:`ExpertBlock`) and of their tables (:class:`BlockArrays`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
 from cost_envs.config import coerce_config, number, text
+from cost_envs.core import Prices
 
 #: Benchmark profiles: difficulty ~ Beta(a, b) and prompt length in tokens (mean).
 PROFILES: dict[str, tuple[float, float, float]] = {
@@ -152,3 +154,34 @@ def with_fresh_luck(task: ExpertTask, rng: np.random.Generator) -> ExpertTask:
         else:
             fresh[name] = float(rng.random())
     return replace(task, **fresh)
+
+
+class ExpertBlock(NamedTuple):
+    """A block of questions as arrays (:meth:`ExpertRoutingEnv.draw_block`), question first."""
+
+    profile: np.ndarray  # (n,) index into PROFILE_NAMES
+    difficulty: np.ndarray
+    estimate: np.ndarray  # the perceived difficulty
+    controller_luck: np.ndarray
+    luck: np.ndarray  # (n, max_rounds, m)
+    prompt: np.ndarray  # prompt tokens
+    factors: np.ndarray  # (n, m + 1) token factors, the controller's last
+
+
+class BlockArrays(NamedTuple):
+    """What a block's tables hold, as arrays (:meth:`ExpertRoutingEnv.block_arrays`)."""
+
+    hits: np.ndarray  # (n, max_rounds, m): expert i consulted in round t is right
+    controller_right: np.ndarray  # (n,)
+    call_costs: np.ndarray  # (n, m)
+    call_flops: np.ndarray  # (n, m)
+    step_cost: np.ndarray  # (n,): the controller's round
+    step_flops: np.ndarray
+    static_obs: np.ndarray  # (n, d) read-only: the observation's slots fixed per question
+
+
+def block_prices(arrays: BlockArrays) -> list[Prices]:
+    """Each question's :class:`Prices` (its rows of ``arrays``)."""
+    return [Prices(*row) for row in zip(arrays.call_costs, arrays.call_flops,
+                                        arrays.step_cost.tolist(), arrays.step_flops.tolist(),
+                                        strict=True)]
