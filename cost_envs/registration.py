@@ -57,6 +57,7 @@ VECTOR_IDS = {
     "cost_envs/FlightPlanner-v0": "cost_envs.vector.flight_planner:FlightPlannerVectorEnv",
     "cost_envs/FlightPlanner-v1": "cost_envs.vector.flight_planner:FlightPlannerV1VectorEnv",
     "cost_envs/ToolBench-v0": "cost_envs.vector.toolbench:ToolBenchVectorEnv",
+    "cost_envs/TraceRouting-v0": "cost_envs.vector.trace_routing:TraceRoutingVectorEnv",
 }
 
 #: The ``gym.make`` arguments the factory takes itself; everything else goes to the env.

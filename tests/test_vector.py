@@ -99,6 +99,8 @@ VARIANTS = {
                                    {"experts": TIED_EXPERTS}],
     "cost_envs/ExpertRouting-v1": [{"profile": "math500", "max_rounds": 4},
                                    {"experts": TIED_EXPERTS}],
+    "cost_envs/TraceRouting-v0": [{"cascade": True}, {"split": "test", "cascade": True},
+                                  {"models": ["o3", "gpt-4.1-nano"], "split": "train"}],
 }
 
 
@@ -238,3 +240,10 @@ def test_budget_follows_set_budget_per_sub_env() -> None:
     _, _, _, truncated, info = env.step(np.ones((2, 8)))
     assert truncated.tolist() == [True, False] and info["cost"][1] > 0
     assert env.remaining_budget[1] == 5.0 - info["cost"][1]
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
+@pytest.mark.parametrize("wrapper", list(WRAPPERS))
+def test_trace_routing_cascade_in_every_mode(wrapper: str, mode: AutoresetMode) -> None:
+    """The cascade's two-step episodes (escalate or accept) under every wrapper and mode."""
+    compare(*pair("cost_envs/TraceRouting-v0", wrapper, mode, cascade=True), mode, wrapper)
