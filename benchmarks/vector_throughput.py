@@ -19,9 +19,11 @@ Three measurements, each a ratio within one run:
    hyperparameters and seed, one torch thread.
 3. Scaling: sub-env steps per second of the native env at N = 1, 16, 256, 1024, 4096.
 
-Beside each ratio: the mean episode length under random actions and what the single
-env's ``draw_block`` costs per task; every sub-env pays that draw on its own generator
-(one block of 64 tasks at a time), which bounds the batched env's speed.
+Beside each ratio: the mean episode length under random actions and what filling the
+queue costs per task (the single env's ``draw_block``, and for ExpertRouting the
+questions' tables, computed per question as the single env does); every sub-env pays
+that on its own generator (one block of ``task_block`` tasks at a time), which bounds the
+batched env's speed.
 
 ``--quick`` (N = 32, a few batches, a short PPO run) checks the script, not the speed.
 """
@@ -84,19 +86,22 @@ def _rate(env: Any, actions: list[np.ndarray], ends: list[int] | None = None) ->
 
 
 def draw_cost(env_id: str, blocks: int = 10, repeats: int = 5) -> float:
-    """Microseconds per task of the single env's ``draw_block`` (blocks of 64, as reset).
+    """Microseconds per task of filling a sub-env's queue (a block of ``task_block``, as reset).
 
-    The best of ``repeats`` timings of ``blocks`` blocks: other jobs only ever add time.
+    What the batched env's ``_draw`` does per block: the single env's ``draw_block`` and,
+    where the queue holds the tasks' tables (ExpertRouting: who is right, prices and
+    observation slots, per question), the single env's computation of them. The best of
+    ``repeats`` timings of ``blocks`` blocks: other jobs only ever add time.
     """
     env = gym.make_vec(env_id, num_envs=1, vectorization_mode="vector_entry_point")
-    single, rng = env.unwrapped.single_env, np.random.default_rng(0)
+    batched, rng = env.unwrapped, np.random.default_rng(0)
     best = np.inf
     for _ in range(repeats):
         start = time.perf_counter()
         for _ in range(blocks):
-            single.draw_block(rng, single.task_block)
+            batched._draw(rng, batched.task_block)
         best = min(best, time.perf_counter() - start)
-    return 1e6 * best / (blocks * single.task_block)
+    return 1e6 * best / (blocks * batched.task_block)
 
 
 def native_vs_sync(env_id: str, num_envs: int, steps: int,

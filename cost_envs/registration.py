@@ -52,9 +52,12 @@ ENV_IDS = {
 #: ``vector_entry_point``; ``gym.make_vec`` uses ``SyncVectorEnv`` for the others.
 VECTOR_IDS = {
     "cost_envs/AgenticRouting-v0": "cost_envs.vector.agentic_routing:AgenticRoutingVectorEnv",
+    "cost_envs/ExpertRouting-v0": "cost_envs.vector.expert_routing:ExpertRoutingVectorEnv",
+    "cost_envs/ExpertRouting-v1": "cost_envs.vector.expert_routing:ExpertRoutingV1VectorEnv",
     "cost_envs/FlightPlanner-v0": "cost_envs.vector.flight_planner:FlightPlannerVectorEnv",
     "cost_envs/FlightPlanner-v1": "cost_envs.vector.flight_planner:FlightPlannerV1VectorEnv",
     "cost_envs/ToolBench-v0": "cost_envs.vector.toolbench:ToolBenchVectorEnv",
+    "cost_envs/TraceRouting-v0": "cost_envs.vector.trace_routing:TraceRoutingVectorEnv",
 }
 
 #: The ``gym.make`` arguments the factory takes itself; everything else goes to the env.

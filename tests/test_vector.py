@@ -83,10 +83,24 @@ def pair(env_id: str, wrapper: str, mode: AutoresetMode,
     return native, sync
 
 
+#: Four experts trusted as much as the controller: votes tie (every tie-breaking rule runs).
+TIED_EXPERTS = [{"name": name, "skill": skill, "sharpness": 6.0, "trust": 1.0,
+                 "output_tokens": 400.0}
+                for name, skill in (("gpt-4.1-nano", 0.4), ("gpt-4.1", 0.5), ("o3", 0.6),
+                                    ("mistralai/Mixtral-8x7B-Instruct-v0.1", 0.45))]
+
 #: Arguments other than the defaults, compared too (other pools, profiles, thresholds).
 VARIANTS = {
     "cost_envs/ToolBench-v0": [{"pool_size": 12}, {"pool_size": 3, "f1_threshold": 0.3}],
     "cost_envs/AgenticRouting-v0": [{"profile": "sciworld"}, {"profile": "appworld"}],
+    "cost_envs/ExpertRouting-v0": [{"profile": "aime", "max_rounds": 5},
+                                   {"profile": "gsm8k", "max_rounds": 1},
+                                   {"experts": ["o3", "gpt-4.1-nano"]},
+                                   {"experts": TIED_EXPERTS}],
+    "cost_envs/ExpertRouting-v1": [{"profile": "math500", "max_rounds": 4},
+                                   {"experts": TIED_EXPERTS}],
+    "cost_envs/TraceRouting-v0": [{"cascade": True}, {"split": "test", "cascade": True},
+                                  {"models": ["o3", "gpt-4.1-nano"], "split": "train"}],
 }
 
 
@@ -226,3 +240,10 @@ def test_budget_follows_set_budget_per_sub_env() -> None:
     _, _, _, truncated, info = env.step(np.ones((2, 8)))
     assert truncated.tolist() == [True, False] and info["cost"][1] > 0
     assert env.remaining_budget[1] == 5.0 - info["cost"][1]
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
+@pytest.mark.parametrize("wrapper", list(WRAPPERS))
+def test_trace_routing_cascade_in_every_mode(wrapper: str, mode: AutoresetMode) -> None:
+    """The cascade's two-step episodes (escalate or accept) under every wrapper and mode."""
+    compare(*pair("cost_envs/TraceRouting-v0", wrapper, mode, cascade=True), mode, wrapper)

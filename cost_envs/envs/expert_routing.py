@@ -4,155 +4,41 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 from gymnasium import spaces
 
-from cost_envs.config import coerce_config, integer, number, one_of, text
+from cost_envs.config import integer, one_of
 from cost_envs.core import OrchestrationEnv, Outcome, Prices, State
+from cost_envs.envs.expert_routing_tables import (
+    BAND_CENTRES,
+    BANDS,
+    CONTROLLER,
+    CONTROLLER_READ_TOKENS,
+    DEFAULT_EXPERTS,
+    PROFILE_NAMES,
+    PROFILES,
+    SYSTEM_TOKENS,
+    TIER_BUDGETS,
+    TOKEN_SPREAD,
+    BlockArrays,
+    ExpertBlock,
+    ExpertTask,
+    ModelProfile,
+    block_prices,
+    with_fresh_luck,
+)
 from cost_envs.pool import AgentPool, AgentSpec
 from cost_envs.prices import PriceTable, coerce_prices
 from cost_envs.reward import RewardWeights
 
-#: Benchmark profiles: difficulty ~ Beta(a, b) and prompt length in tokens (mean).
-PROFILES: dict[str, tuple[float, float, float]] = {
-    "gsm8k": (1.5, 8.0, 110.0),
-    "math500": (2.5, 4.0, 150.0),
-    "aime": (8.0, 2.5, 220.0),
-}
-PROFILE_NAMES = tuple(PROFILES)
-#: Difficulty bands, the pool's skills; capabilities are accuracies at the band centres.
-BANDS = ("easy", "medium", "hard")
-BAND_CENTRES = (1 / 6, 1 / 2, 5 / 6)
-#: Tokens of instructions and context around the question, for every call.
-SYSTEM_TOKENS = 150.0
-#: Tokens the controller reads per round besides the question (the experts' answers).
-CONTROLLER_READ_TOKENS = 400.0
-#: Log-normal spread of each model's token counts around their mean, per task.
-TOKEN_SPREAD = 0.25
-
-
-@dataclass(frozen=True)
-class ModelProfile:
-    """How one model (the controller or an expert) answers and what it writes.
-
-    Accuracy on a question of difficulty ``d`` is ``sigmoid(sharpness * (skill - d))``;
-    output tokens are ``output_tokens * (1 + 2d)`` and reasoning tokens
-    ``reasoning_tokens * exp(3d)``, each times a per-task log-normal factor.
-
-    Args:
-        name: The model's name in the price table.
-        skill: Difficulty at which the model is right half of the time.
-        sharpness: How fast its accuracy falls around ``skill``.
-        trust: Weight the controller gives its answers when answers disagree.
-        output_tokens: Mean visible output tokens on a question of difficulty 0.
-        reasoning_tokens: Mean hidden reasoning tokens at difficulty 0 (billed).
-    """
-
-    name: str
-    skill: float
-    sharpness: float
-    trust: float
-    output_tokens: float
-    reasoning_tokens: float = 0.0
-
-    def __post_init__(self) -> None:
-        text(self.name, "model name")
-        where = f"model {self.name!r}"
-        for f in fields(self)[1:]:
-            positive = f.name in ("trust", "sharpness")  # a weight and a slope: 0 is no model
-            object.__setattr__(self, f.name, number(getattr(self, f.name), f.name, minimum=0,
-                                                    inclusive=not positive, where=where))
-
-    def accuracy(self, difficulty: np.ndarray | float) -> np.ndarray:
-        """Chance of a right answer at ``difficulty``."""
-        # A float skips np.asarray: the same float64 operations at a third of the cost
-        # (every question drawn computes four of these).
-        d = difficulty if isinstance(difficulty, float) else np.asarray(difficulty)
-        return 1.0 / (1.0 + np.exp(-self.sharpness * (self.skill - d)))
-
-    @classmethod
-    def coerce(cls, value: ModelProfile | Mapping[str, Any] | str) -> ModelProfile:
-        """A profile, its dict form, or the name of a default expert."""
-        return coerce_config(cls, value, DEFAULT_EXPERTS, "experts")
-
-
-# Curves fitted so that the mean accuracy over each profile's difficulty distribution is
-# close to published results of each model (GSM8K / MATH500 / AIME 2024), as listed in
-# the class docstring; token counts follow the models' typical answer lengths.
-CONTROLLER = ModelProfile("Qwen/Qwen2.5-7B-Instruct", skill=0.53, sharpness=10.6, trust=1.0,
-                          output_tokens=350.0)
-DEFAULT_EXPERTS: dict[str, ModelProfile] = {
-    "gpt-4.1-nano": ModelProfile("gpt-4.1-nano", 0.59, 5.6, trust=1.2, output_tokens=400.0),
-    "gpt-4.1": ModelProfile("gpt-4.1", 0.75, 5.2, trust=1.6, output_tokens=450.0),
-    "o3": ModelProfile("o3", 1.47, 3.2, trust=2.5, output_tokens=250.0,
-                       reasoning_tokens=1200.0),
-}
-
-#: Per-query budgets of the tiers (USD), used by ``BudgetTier`` unless given its own:
-#: low affords the controller and GPT-4.1-nano, medium a GPT-4.1 answer, high o3 on
-#: hard questions, at the packaged prices. They are fixed amounts: with a price table of
-#: your own, pass ``BudgetTier(env, budgets={...})`` to match it.
-TIER_BUDGETS = {"low": 0.0015, "medium": 0.015, "high": 0.15}
-
-
-@dataclass(frozen=True, eq=False)
-class ExpertTask:
-    """One question with all of its randomness (privileged).
-
-    Attributes:
-        profile: Index into ``PROFILE_NAMES``.
-        difficulty: True difficulty in ``[0, 1]``.
-        difficulty_estimate: What the controller perceives, ``clip(d + N(0, 0.1))``.
-        controller_luck: The controller is right iff this is below its accuracy.
-        luck: ``(max_rounds, m)``: expert ``i`` consulted in round ``t`` is right iff
-            ``luck[t, i]`` is below its accuracy (each consultation is a fresh sample).
-        prompt_tokens: Tokens of the question.
-        token_factors: ``(m + 1,)`` log-normal factors of the experts' and (last) the
-            controller's token counts on this question.
-
-    ``controller_luck`` and ``luck`` are the question's luck (``luck_fields``): uniform
-    draws that decide whether each answer is right. The rest are its parameters: the
-    difficulty fixes every model's accuracy, and the difficulty, prompt tokens and token
-    factors fix every call's price. :func:`with_fresh_luck` redraws only the luck.
-    """
-
-    #: The fields that are luck, each uniform on [0, 1) (a subclass adds its own).
-    luck_fields: ClassVar[tuple[str, ...]] = ("controller_luck", "luck")
-
-    profile: int
-    difficulty: float
-    difficulty_estimate: float
-    controller_luck: float
-    luck: np.ndarray
-    prompt_tokens: float
-    token_factors: np.ndarray
-
-
-def with_fresh_luck(task: ExpertTask, rng: np.random.Generator) -> ExpertTask:
-    """The same question with all of its luck drawn again from ``rng``, its parameters kept.
-
-    Every field named in ``task.luck_fields`` (v0: the controller's and each round's and
-    expert's luck; v1 adds which wrong answer each model gives) is drawn afresh, uniform
-    on [0, 1) like the env draws it, with its shape; the difficulty, prompt, token factors
-    (and v1's distractors and attraction) are shared with ``task``. Replay the result with
-    ``reset(options={"task": ...})``: averaging over such draws is averaging over the luck
-    for fixed parameters, which is how ``agents.planning``'s expected scores are checked.
-    The env never calls this, so its task stream and dynamics are unchanged.
-    """
-    fresh: dict[str, Any] = {}
-    for name in task.luck_fields:
-        old = getattr(task, name)
-        if isinstance(old, np.ndarray):
-            new = rng.random(old.shape)
-            new.flags.writeable = False
-            fresh[name] = new
-        else:
-            fresh[name] = float(rng.random())
-    return replace(task, **fresh)
+#: The generative model's names, importable from here as before the split.
+__all__ = ["BANDS", "BAND_CENTRES", "CONTROLLER", "CONTROLLER_READ_TOKENS",
+           "DEFAULT_EXPERTS", "PROFILES", "PROFILE_NAMES", "SYSTEM_TOKENS",
+           "TIER_BUDGETS", "TOKEN_SPREAD", "ExpertRoutingEnv", "ExpertTask",
+           "ModelProfile", "with_fresh_luck"]
 
 
 class _Tables(NamedTuple):
@@ -268,6 +154,8 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
     """
 
     task_type = ExpertTask
+    #: The arrays :meth:`draw_block` returns (a subclass with arrays of its own sets its own).
+    block_type: type = ExpertBlock
     #: Name in error messages (a subclass with its own id sets its own).
     env_label = "ExpertRouting-v0"
 
@@ -363,17 +251,12 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
                 self._controller_price.flops(read + write))
 
     # ------------------------------------------------------------------ tasks
-    def _generate_block(self, rng: np.random.Generator, n: int
-                        ) -> list[tuple[ExpertTask, _Tables]]:
-        tasks = self._draw_block(rng, n)
-        return list(zip(tasks, self._block_tables(tasks), strict=True))
+    def draw_block(self, rng: np.random.Generator, n: int) -> ExpertBlock:
+        """``n`` questions' arrays from ``rng``: the one draw of ``reset`` and of the batched env.
 
-    def _draw_more(self, rng: np.random.Generator, n: int) -> dict[str, list[Any]]:
-        """A subclass's own fields of ``n`` questions, drawn after v0's (none here)."""
-        return {}
-
-    def _draw_block(self, rng: np.random.Generator, n: int) -> list[ExpertTask]:
-        """``n`` questions drawn from ``rng``, then :meth:`_draw_more`'s fields for each."""
+        A subclass's own arrays (:meth:`_draw_more`) are drawn after v0's, so its questions
+        and luck are v0's for the same generator.
+        """
         m = self.n_agents
         if self.profile == "mixed":
             profile = rng.integers(0, len(PROFILE_NAMES), n)
@@ -387,55 +270,89 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
         mean_prompt = np.array([PROFILES[p][2] for p in PROFILE_NAMES])[profile]
         prompt = np.round(mean_prompt * rng.lognormal(-0.3**2 / 2, 0.3, n))  # mean 1
         factors = rng.lognormal(-TOKEN_SPREAD**2 / 2, TOKEN_SPREAD, (n, m + 1))
-        luck.flags.writeable = False
+        luck.flags.writeable = False  # tasks are views into these blocks
         factors.flags.writeable = False
-        more = self._draw_more(rng, n)
+        return self.block_type(profile, difficulty, estimate, controller_luck, luck, prompt,
+                               factors, *self._draw_more(rng, n))
+
+    def _draw_more(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, ...]:
+        """A subclass's own arrays of ``n`` questions, drawn after v0's (none here)."""
+        return ()
+
+    def _more_fields(self, block: Any) -> dict[str, list[Any]]:
+        """A subclass's own task fields of each question of ``block`` (none here)."""
+        return {}
+
+    def _more_arrays(self, tasks: list[Any]) -> tuple[np.ndarray, ...]:
+        """A subclass's own block arrays of ``tasks`` (:meth:`_draw_more`'s; none here)."""
+        return ()
+
+    def _generate_block(self, rng: np.random.Generator, n: int
+                        ) -> list[tuple[ExpertTask, _Tables]]:
+        block = self.draw_block(rng, n)
+        return list(zip(self._tasks_of(block), self._block_tables(block), strict=True))
+
+    def _tasks_of(self, block: ExpertBlock) -> list[ExpertTask]:
+        """The questions of ``block`` as tasks (their luck and factors views of its arrays)."""
+        more = self._more_fields(block)
+        luck, factors = block.luck, block.factors
         return [self.task_type(
             profile=p, difficulty=d, difficulty_estimate=e, controller_luck=c, luck=luck[b],
             prompt_tokens=t, token_factors=factors[b],
             **{name: values[b] for name, values in more.items()},
         ) for b, (p, d, e, c, t) in enumerate(zip(
-            profile.tolist(), difficulty.tolist(), estimate.tolist(), controller_luck.tolist(),
-            prompt.tolist(), strict=True))]
+            block.profile.tolist(), block.difficulty.tolist(), block.estimate.tolist(),
+            block.controller_luck.tolist(), block.prompt.tolist(), strict=True))]
+
+    def _block_of(self, tasks: list[ExpertTask]) -> ExpertBlock:
+        """The block arrays of ``tasks`` (a replayed task), as :meth:`draw_block` gives them."""
+        return self.block_type(
+            np.array([task.profile for task in tasks]),
+            np.array([task.difficulty for task in tasks]),
+            np.array([task.difficulty_estimate for task in tasks]),
+            np.array([task.controller_luck for task in tasks]),
+            np.stack([task.luck for task in tasks]),
+            np.array([task.prompt_tokens for task in tasks]),
+            np.stack([task.token_factors for task in tasks]),
+            *self._more_arrays(tasks))
 
     def _tables(self, task: ExpertTask) -> _Tables:
-        return self._block_tables([task])[0]
+        return self._block_tables(self._block_of([task]))[0]
 
-    def _block_tables(self, tasks: list[ExpertTask]) -> list[_Tables]:
-        """The tables of ``tasks`` (a drawn block, or one replayed task)."""
-        hits, right, prices, static = self._block_arrays(tasks)
+    def _block_tables(self, block: ExpertBlock) -> list[_Tables]:
+        """The tables of the questions of ``block`` (a drawn block, or one replayed task)."""
+        arrays = self.block_arrays(block)
         return [_Tables(h, r, p, o) for h, r, p, o in zip(
-            hits.tolist(), right, prices, static, strict=True)]
+            arrays.hits.tolist(), arrays.controller_right.tolist(), block_prices(arrays),
+            arrays.static_obs, strict=True)]
 
-    def _block_arrays(self, tasks: list[ExpertTask]
-                      ) -> tuple[np.ndarray, list[bool], list[Prices], np.ndarray]:
-        """What the tables hold, vectorised over ``tasks``.
+    def block_arrays(self, block: ExpertBlock) -> BlockArrays:
+        """What the tables hold, vectorised over the questions of ``block``.
 
-        Returns which expert is right in which round ``(n, rounds, m)``, whether the
-        controller is, each question's :class:`Prices` and its fixed observation slots.
+        Which expert is right in which round, whether the controller is, each call's and
+        round's price and the fixed observation slots: the single env's tables and the
+        batched env's (:mod:`cost_envs.vector.expert_routing`) queue both come from here.
         Elementwise float64 arithmetic is the same in numpy as in Python, operation for
         operation, so the prices are those of :meth:`_call_price` on each question to the
         last bit; the exponentials stay per question (``ModelProfile.accuracy`` and
-        ``math.exp``), whose vectorised forms may round differently.
+        ``math.exp`` on floats), whose vectorised forms may round differently.
         """
-        n, m = len(tasks), self.n_agents
-        difficulties = [task.difficulty for task in tasks]
+        m = self.n_agents
+        difficulties = block.difficulty.tolist()
+        n = len(difficulties)
         accuracy = np.array([[float(e.accuracy(x)) for e in self.experts]
                              for x in difficulties]).reshape(n, m)
-        hits = np.stack([task.luck for task in tasks]) < accuracy[:, None, :]
-        right = [task.controller_luck < float(CONTROLLER.accuracy(x))
-                 for task, x in zip(tasks, difficulties, strict=True)]
-        d = np.array(difficulties)
-        prompt = np.array([task.prompt_tokens for task in tasks])
-        factors = np.stack([task.token_factors for task in tasks])
+        hits = block.luck < accuracy[:, None, :]
+        right = block.controller_luck < np.array(
+            [float(CONTROLLER.accuracy(x)) for x in difficulties])
+        d, prompt, factors = block.difficulty, block.prompt, block.factors
         growth = np.array([math.exp(3.0 * x) for x in difficulties])
         costs, flops = np.empty((n, m)), np.empty((n, m))
         for j in range(m):
             costs[:, j], flops[:, j] = self._call_price(j, d, prompt, factors[:, j], growth)
         step_costs, step_flops = self._controller_round_price(d, prompt, factors[:, m])
-        prices = [Prices(*row) for row in zip(costs, flops, step_costs.tolist(),
-                                              step_flops.tolist(), strict=True)]
-        return hits, right, prices, self._static_observations(tasks)
+        return BlockArrays(hits, right, costs, flops, step_costs, step_flops,
+                           self._static_observations(block))
 
     def _check_task(self, task: ExpertTask) -> None:
         super()._check_task(task)
@@ -501,13 +418,13 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
         leading = right_weight if right else best_wrong
         return right, best_source, leading, total
 
-    def _static_observations(self, tasks: list[ExpertTask]) -> np.ndarray:
+    def _static_observations(self, block: ExpertBlock) -> np.ndarray:
         """The slots fixed for each question (the others are 0), read-only ``(n, d)``."""
-        n, layout = len(tasks), self.observation_layout
+        n, layout = len(block.estimate), self.observation_layout
         obs = np.zeros((n, *self.observation_space.shape), dtype=np.float32)
         rows = np.arange(n)
-        estimate = np.array([task.difficulty_estimate for task in tasks])
-        obs[rows, layout["profile"].start + np.array([task.profile for task in tasks])] = 1.0
+        estimate = block.estimate
+        obs[rows, layout["profile"].start + block.profile] = 1.0
         obs[:, layout["difficulty"].start] = estimate
         band = np.minimum((estimate * 3).astype(np.int64), 2)  # int() of each: truncation
         obs[rows, layout["task_embedding"].start + band] = 1.0

@@ -16,6 +16,7 @@ from cost_envs.envs.expert_routing import (
     ExpertRoutingEnv,
     ExpertTask,
 )
+from cost_envs.envs.expert_routing_tables import BlockArrays, block_prices
 
 #: Shares of the attractive wrong answers ("distractors") of a question with 1, 2 or 3 of
 #: them: the first is the most attractive (a Zipf-like fall-off).
@@ -74,6 +75,23 @@ class ExpertTaskV1(ExpertTask):
     slips: np.ndarray
 
 
+class ExpertBlockV1(NamedTuple):
+    """:class:`ExpertBlock`'s arrays and v1's own (:meth:`ExpertRoutingV1Env.draw_block`)."""
+
+    profile: np.ndarray
+    difficulty: np.ndarray
+    estimate: np.ndarray
+    controller_luck: np.ndarray
+    luck: np.ndarray
+    prompt: np.ndarray
+    factors: np.ndarray
+    n_distractors: np.ndarray  # (n,) 1..3
+    shares: np.ndarray  # (n, K) the distractors' shares, padded with 0
+    attraction: np.ndarray
+    controller_slip: np.ndarray
+    slips: np.ndarray  # (n, max_rounds, m)
+
+
 class _TablesV1(NamedTuple):
     answers: list  # answers[t][i]: expert i's answer code when consulted in round t
     controller_answer: int
@@ -90,19 +108,29 @@ def wrong_answer(slip: float, attraction: float, shares: tuple[float, ...], own:
     return int(wrong_answers(np.array([slip]), [attraction], [shares], own)[0])
 
 
-def wrong_answers(slips: np.ndarray, attraction: Sequence[float],
-                  shares: Sequence[tuple[float, ...]], own: Any) -> np.ndarray:
+def pad_shares(shares: Sequence[tuple[float, ...]]) -> np.ndarray:
+    """Questions' distractor shares as rows padded with 0 (a missing distractor adds 0)."""
+    width = max(map(len, shares))
+    return np.array([(*question, *(0.0,) * (width - len(question))) for question in shares])
+
+
+#: ``DISTRACTOR_SHARES[k]`` padded, row ``k - 1``: a drawn block's shares by indexing.
+_PADDED_SHARES = pad_shares([DISTRACTOR_SHARES[k] for k in sorted(DISTRACTOR_SHARES)])
+
+
+def wrong_answers(slips: np.ndarray, attraction: Sequence[float] | np.ndarray,
+                  shares: Sequence[tuple[float, ...]] | np.ndarray, own: Any) -> np.ndarray:
     """:func:`wrong_answer` of a block of questions at once, int64 of ``slips``' shape.
 
     ``slips`` has the questions on its first axis; ``attraction`` and ``shares`` give
-    each question's; ``own`` is a code or an array that broadcasts against ``slips``.
+    each question's (``shares`` as tuples or as :func:`pad_shares`' rows, the same codes);
+    ``own`` is a code or an array that broadcasts against ``slips``.
     """
-    width = max(map(len, shares))
-    # a missing distractor adds 0 to the sums
-    padded = np.array([(*question, *(0.0,) * (width - len(question))) for question in shares])
+    padded = shares if isinstance(shares, np.ndarray) else pad_shares(shares)
     # accumulate adds in order, one term at a time, like a running sum over k
     cumulative = np.cumsum(np.asarray(attraction, dtype=np.float64)[:, None] * padded, axis=1)
-    below = slips[..., None] < cumulative.reshape(len(shares), *(1,) * (slips.ndim - 1), width)
+    below = slips[..., None] < cumulative.reshape(len(padded), *(1,) * (slips.ndim - 1),
+                                                  padded.shape[1])
     return np.where(below.any(axis=-1), below.argmax(axis=-1) + 1, own)
 
 
@@ -214,10 +242,11 @@ class ExpertRoutingV1Env(ExpertRoutingEnv):
     """
 
     task_type = ExpertTaskV1
+    block_type = ExpertBlockV1
     env_label = "ExpertRouting-v1"
 
     # ------------------------------------------------------------------ tasks
-    def _draw_more(self, rng: np.random.Generator, n: int) -> dict[str, list[Any]]:
+    def _draw_more(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, ...]:
         # drawn after v0's draws: the same questions and luck as v0 for the same seed
         m = self.n_agents
         n_distractors = rng.integers(1, len(DISTRACTOR_SHARES) + 1, n)
@@ -225,26 +254,43 @@ class ExpertRoutingV1Env(ExpertRoutingEnv):
         controller_slip = rng.random(n)
         slips = rng.random((n, self.max_rounds, m))
         slips.flags.writeable = False
+        return (n_distractors, _PADDED_SHARES[n_distractors - 1], attraction, controller_slip,
+                slips)
+
+    def _more_fields(self, block: ExpertBlockV1) -> dict[str, list[Any]]:  # type: ignore[override]
         return {
-            "attraction": attraction.tolist(),
-            "distractor_shares": [DISTRACTOR_SHARES[k] for k in n_distractors.tolist()],
-            "controller_slip": controller_slip.tolist(),
-            "slips": list(slips),
+            "attraction": block.attraction.tolist(),
+            "distractor_shares": [DISTRACTOR_SHARES[k] for k in block.n_distractors.tolist()],
+            "controller_slip": block.controller_slip.tolist(),
+            "slips": list(block.slips),
         }
 
-    def _block_tables(self, tasks: list[ExpertTask]) -> list[_TablesV1]:  # type: ignore[override]
-        """v0's tables with each right or wrong answer turned into its code."""
-        hits, right, prices, static = self._block_arrays(tasks)
-        v1: list[ExpertTaskV1] = tasks  # type: ignore[assignment]
-        q = [task.attraction for task in v1]
-        shares = [task.distractor_shares for task in v1]
-        wrong = wrong_answers(np.stack([task.slips for task in v1]), q, shares,
+    def _more_arrays(self, tasks: list[Any]) -> tuple[np.ndarray, ...]:
+        shares = [task.distractor_shares for task in tasks]
+        return (np.array([len(s) for s in shares]), pad_shares(shares),
+                np.array([task.attraction for task in tasks]),
+                np.array([task.controller_slip for task in tasks]),
+                np.stack([task.slips for task in tasks]))
+
+    def answer_codes(self, block: ExpertBlockV1, arrays: BlockArrays
+                     ) -> tuple[np.ndarray, np.ndarray]:
+        """v0's hits turned into answer codes: ``(n, max_rounds, m)`` and the controller's ``(n,)``.
+
+        The one home of v1's answers, for the single env's tables and the batched env's.
+        """
+        wrong = wrong_answers(block.slips, block.attraction, block.shares,
                               OTHER_WRONG + np.arange(self.n_agents))
-        answers = np.where(hits, RIGHT, wrong).tolist()
-        own = np.where(right, RIGHT, wrong_answers(
-            np.array([task.controller_slip for task in v1]), q, shares, OWN_WRONG)).tolist()
-        return [_TablesV1(a, o, p, obs)
-                for a, o, p, obs in zip(answers, own, prices, static, strict=True)]
+        own = wrong_answers(block.controller_slip, block.attraction, block.shares, OWN_WRONG)
+        return (np.where(arrays.hits, RIGHT, wrong),
+                np.where(arrays.controller_right, RIGHT, own))
+
+    def _block_tables(self, block: ExpertBlockV1) -> list[_TablesV1]:  # type: ignore[override]
+        """v0's tables with each right or wrong answer turned into its code."""
+        arrays = self.block_arrays(block)
+        answers, own = self.answer_codes(block, arrays)
+        return [_TablesV1(a, o, p, obs) for a, o, p, obs in zip(
+            answers.tolist(), own.tolist(), block_prices(arrays), arrays.static_obs,
+            strict=True)]
 
     def _check_task(self, task: ExpertTask) -> None:
         super()._check_task(task)

@@ -340,13 +340,21 @@ class TraceRoutingEnv(OrchestrationEnv[TraceTask]):
         return TraceTask(query, self.dataset.query_ids[query], self.n_agents,
                          self.dataset.fingerprint)
 
+    def draw_block(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """``n`` queries' indices: the one draw of ``reset`` and of the batched env.
+
+        Without replacement within each run of ``min(n, 4096)`` (one permutation each).
+        """
+        total = self.dataset.n_queries
+        parts, drawn = [], 0
+        while drawn < n:
+            parts.append(rng.permutation(total)[: min(n - drawn, MAX_TASK_BLOCK)])
+            drawn += len(parts[-1])
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
     def _generate_block(self, rng: np.random.Generator, n: int
                         ) -> list[tuple[TraceTask, int]]:
-        total = self.dataset.n_queries
-        picks: list[int] = []
-        while len(picks) < n:  # without replacement within each block of min(n, 4096)
-            picks.extend(rng.permutation(total)[: min(n - len(picks), MAX_TASK_BLOCK)].tolist())
-        return [(self._make_task(q), q) for q in picks]
+        return [(self._make_task(q), q) for q in self.draw_block(rng, n).tolist()]
 
     def _tables(self, task: TraceTask) -> int:
         return task.query

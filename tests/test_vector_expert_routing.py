@@ -1,0 +1,66 @@
+"""The batched ExpertRouting vote against the single envs' ``_count_votes``, state by state.
+
+``tests/test_vector.py`` compares whole trajectories; ties between pools of equal weight
+(the controller's answer, then a wrong answer over the right one, then the lower index)
+are rare there, so here every state of a four-expert pool with equal trusts is voted by
+both, for every answer of the controller.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from test_vector import TIED_EXPERTS
+
+import cost_envs  # noqa: F401  (registers the ids)
+from cost_envs.envs.expert_routing_v1 import NOT_CONSULTED, OTHER_WRONG, OWN_WRONG, RIGHT
+
+EXPERTS = {"tied": TIED_EXPERTS, "default": None}
+
+
+def batched(env_id: str, experts: list | None):
+    kwargs = {} if experts is None else {"experts": experts}
+    return gym.make_vec(env_id, num_envs=1, vectorization_mode="vector_entry_point",
+                        **kwargs).unwrapped
+
+
+@pytest.mark.parametrize("experts", list(EXPERTS))
+def test_v1_vote_is_the_single_envs_in_every_state(experts: str) -> None:
+    env = batched("cost_envs/ExpertRouting-v1", EXPERTS[experts])
+    single, m = env.single_env, env.n_agents
+    # each expert: not consulted, right, a distractor or a wrong answer of its own
+    choices = (NOT_CONSULTED, RIGHT, 1, 2, 3, OTHER_WRONG)
+    states = np.array(list(itertools.product(choices, repeat=m)))
+    states = np.where(states == OTHER_WRONG, OTHER_WRONG + np.arange(m), states)
+    for own in (RIGHT, 1, 2, 3, OWN_WRONG):
+        lead, weight, total = env._vote(states, np.full(len(states), own))
+        single._controller_answer = own
+        single._controller_right = own == RIGHT
+        expected = [single._count_votes(tuple(s)) for s in states.tolist()]
+        assert lead.tolist() == [e[1] for e in expected]
+        assert weight.tolist() == [e[2] for e in expected]
+        assert total.tolist() == [e[3] for e in expected]
+
+
+@pytest.mark.parametrize("experts", list(EXPERTS))
+def test_v0_vote_is_the_single_envs_in_every_state(experts: str) -> None:
+    env = batched("cost_envs/ExpertRouting-v0", EXPERTS[experts])
+    single, m = env.single_env, env.n_agents
+    states = np.array(list(itertools.product((-1, 0, 1), repeat=m)))
+    codes = np.where(states == 1, RIGHT, np.where(states == 0, OTHER_WRONG + np.arange(m),
+                                                  NOT_CONSULTED))
+    for right in (True, False):
+        own = np.full(len(states), RIGHT if right else OWN_WRONG)
+        lead, weight, total = env._vote(codes, own)
+        single._controller_right = right
+        expected = [single._count_votes(tuple(s)) for s in states.tolist()]
+        assert (lead == RIGHT).tolist() == [e[0] for e in expected]
+        # v0's leading wrong source: -1 the controller, i expert i
+        wrong = [e[1] for e in expected if not e[0]]
+        got = lead[lead != RIGHT]
+        assert np.where(got == OWN_WRONG, -1, got - OTHER_WRONG).tolist() == wrong
+        assert weight.tolist() == [e[2] for e in expected]
+        assert total.tolist() == [e[3] for e in expected]
