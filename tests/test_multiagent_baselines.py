@@ -90,3 +90,13 @@ def test_baselines_run_through_run_episode() -> None:
     for policy in (IndependentTenants(par, RuleBased), CentralScheduler(par, RuleBased)):
         metrics = run_episode(par, policy, seed=0).metrics()
         assert metrics["finished_per_step"] > 0 and 0 < metrics["fairness"] <= 1
+
+
+@pytest.mark.parametrize("policy_class", [IndependentTenants, CentralScheduler])
+def test_the_rule_is_fitted_on_the_tenants_own_pool(policy_class: type) -> None:
+    # a 4-model pool: a rule fitted on the default 8-model ToolBench would call model 6
+    par = parallel_env("cost_envs/MultiTenantToolBench-v0", n_tenants=2, max_steps=6,
+                       env_kwargs={"pool_size": 4})
+    policy = policy_class(par)
+    run = run_episode(par, policy, seed=0)  # raised on the 8-bit actions before
+    assert run.steps == 6 and sum(run.completed.values()) > 0

@@ -42,9 +42,10 @@ def best_rule(env: gym.Env, n_tasks: int = 100) -> BestFixedRule:
 class IndependentTenants:
     """Every tenant runs the single-agent rule on its own observation, ignoring the rest.
 
-    The rule is fitted once, on a separate env of the base id (fitting re-seeds the env
-    it runs on), and shared by the tenants: rules are memoryless or count their steps in
-    the per-tenant ``state`` this class keeps. A step the tenant waited does not count.
+    The rule is fitted once, on a separate env of the base id made with the tenants'
+    ``env_kwargs`` (their pool and prices; fitting re-seeds the env it runs on), and
+    shared by the tenants: rules are memoryless or count their steps in the per-tenant
+    ``state`` this class keeps. A step the tenant waited does not count.
 
     Args:
         env: The multi-tenant env the policy will act in.
@@ -56,7 +57,7 @@ class IndependentTenants:
     def __init__(self, env: MultiTenantEnv, make_allocator: AllocatorFactory = best_rule
                  ) -> None:
         self.env = env
-        self.allocator = make_allocator(gym.make(env.base))
+        self.allocator = make_allocator(gym.make(env.base, **env.env_kwargs))
         self.own = env.observation_layout["own"]
         self.tenants = list(env.possible_agents)
         self.reset()

@@ -146,10 +146,13 @@ class MultiTenantEnv(_parallel_base()):  # type: ignore[misc]
         kwargs = dict(env_kwargs or {})
         reject_unknown(kwargs, [p for p in _env_arguments(base) if p != "render_mode"],
                        f"{where}: env_kwargs")
+        #: The base env's arguments (a copy): what a policy fitted on a separate env of
+        #: ``base`` must be given to see the tenants' pool and prices.
+        self.env_kwargs: dict[str, Any] = kwargs
         self.possible_agents = [f"tenant_{k}" for k in range(self.n_tenants)]
         self.agents: list[str] = []
         self.tenant_envs: dict[str, OrchestrationEnv] = {
-            agent: _make_base(base, kwargs) for agent in self.possible_agents}
+            agent: _make_base(base, dict(kwargs)) for agent in self.possible_agents}
         first = self.tenant_envs[self.possible_agents[0]]
         self.n_models = first.n_agents
         self.pool = first.pool
