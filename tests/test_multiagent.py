@@ -291,3 +291,15 @@ def test_the_package_docstring_example_runs() -> None:
 
     result = doctest.testmod(cost_envs.multiagent, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_ansi_render_needs_a_reset_and_names_every_tenant() -> None:
+    import gymnasium as gym
+
+    par = parallel_env("cost_envs/MultiTenantToolBench-v0", n_tenants=2, render_mode="ansi")
+    with pytest.raises(gym.error.ResetNeeded, match=r"reset\(\) before render\(\)"):
+        par.render()
+    par.reset(seed=0)
+    par.step({a: np.zeros(par.n_models, dtype=np.int8) for a in par.agents})
+    text = par.render()
+    assert "step 1" in text and "tenant_0" in text and "tenant_1" in text

@@ -335,6 +335,9 @@ class MultiTenantEnv(_parallel_base()):  # type: ignore[misc]
         """Text summary of the step (``render_mode="ansi"``)."""
         if self.render_mode != "ansi":
             return None
+        if not hasattr(self, "_task_steps"):  # the per-task counters start at reset
+            raise gym.error.ResetNeeded(f"{self.metadata['name']}: call reset() before "
+                                        "render()")
         ledger = self.ledger
         lines = [f"{self.metadata['name']} on {self.base} step {self._steps}: window spend "
                  f"{ledger.window_spent:.4f}, load {[round(x, 2) for x in ledger.load]}"]
