@@ -253,14 +253,20 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         """``actions`` as a fresh ``(num_envs, m)`` int8 0/1 array, or a ``ValueError``."""
         a = np.asarray(actions) if not isinstance(actions, np.ndarray) else actions
         shape = (self.num_envs, self.n_agents)
-        if a.shape == shape and a.dtype.kind in "biuf" and ((a == 0) | (a == 1)).all():
-            return a.astype(np.int8)
+        if a.shape == shape:
+            if a.dtype.itemsize == 1 and a.dtype.kind in "biu":
+                # one byte a value: 0/1 exactly when no byte exceeds 1 read unsigned
+                # (-1 reads 255); one reduction instead of two comparisons and an all
+                if a.view(np.uint8).max() <= 1:
+                    return a.astype(np.int8)
+            elif a.dtype.kind in "biuf" and ((a == 0) | (a == 1)).all():
+                return a.astype(np.int8)
         raise ValueError(
             f"{self.env_name}: invalid actions of shape {np.shape(a)}: expected an element of "
             f"MultiBinary({shape}), an array of shape {shape} holding only 0 and 1 (row j is "
             f"sub-env j's action, bit i calls agent {list(self.single_env.pool.names)}[i])")
 
-    def _prices_by_code(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    def _prices_by_code(self) -> tuple[np.ndarray, np.ndarray] | None:
         """Money and FLOPs of every joint action, priced once by the single env's ``price``.
 
         Indexed by the action's code ``sum_i bit_i 2**i``; ``None`` for pools too large to
@@ -272,8 +278,18 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         priced = [self.single_env.price([i for i in range(m) if code >> i & 1])
                   for code in range(2**m)]
         cost, flops = (np.array(column) for column in zip(*priced, strict=True))
-        # codes by a float32 matmul: exact (at most 2**16) and far faster than an int sum
-        return cost, flops, (1 << np.arange(m)).astype(np.float32)
+        return cost, flops
+
+    def action_codes(self, called: np.ndarray) -> np.ndarray:
+        """Each row's joint-action code ``sum_i bit_i 2**i`` of a boolean ``(k, m)`` array.
+
+        For ``m <= 8`` one ``packbits`` (the code is the row's byte, little-endian bits);
+        above, a float32 matmul (exact up to ``2**24``). Requires ``m <= MAX_ORACLE_AGENTS``.
+        """
+        if self.n_agents <= 8:
+            return np.packbits(called, axis=1, bitorder="little")[:, 0]
+        bit = (1 << np.arange(self.n_agents)).astype(np.float32)
+        return (called.astype(np.float32) @ bit).astype(np.int64)
 
     def price(self, idx: np.ndarray, calls: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Money and FLOPs of ``calls`` in sub-envs ``idx``: the single env's ``price``.
@@ -283,8 +299,8 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         """
         called = calls != 0
         if self._price_table is not None:
-            cost_of, flops_of, bit = self._price_table
-            code = (called.astype(np.float32) @ bit).astype(np.int64)
+            cost_of, flops_of = self._price_table
+            code = self.action_codes(called)
             return cost_of[code], flops_of[code]
         cost, flops = self._step_cost[idx], self._step_flops[idx]
         costs, flops_per = self._call_costs[idx], self._call_flops[idx]
@@ -339,9 +355,9 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
                         - w.lam * cost - w.gamma * step_calls.sum(axis=1, dtype=np.int64))
         terminated[idx] = ended
         self._obs[idx] = self._observe(idx)
-        info.set("cost", idx, cost, np.float64)
-        info.set("flops", idx, flops, np.float64)
-        info.set("calls", idx, step_calls, np.int8)
+        info.set("cost", idx, cost, np.float64, mask=run)
+        info.set("flops", idx, flops, np.float64, mask=run)
+        info.set("calls", idx, step_calls, np.int8, mask=run)
         self._final_info(info, idx[ended], success[ended], quality[ended])
         if cut.any():  # ended by the budget without stepping: nothing spent
             info.set("cost", cut, 0.0, np.float64)
@@ -359,11 +375,13 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         """The last step's keys (core.py's ``_final_info``) for the sub-envs ``idx``."""
         if len(idx) == 0:
             return
-        info.set("success", idx, success, np.bool_)
-        info.set("is_success", idx, success, np.bool_)
-        info.set("quality", idx, quality, np.float64)
-        info.set("episode_cost", idx, self._episode_cost[idx], np.float64)
-        info.set("episode_flops", idx, self._episode_flops[idx], np.float64)
+        mask = np.zeros(self.num_envs, dtype=np.bool_)
+        mask[idx] = True
+        info.set("success", idx, success, np.bool_, mask=mask)
+        info.set("is_success", idx, success, np.bool_, mask=mask)
+        info.set("quality", idx, quality, np.float64, mask=mask)
+        info.set("episode_cost", idx, self._episode_cost[idx], np.float64, mask=mask)
+        info.set("episode_flops", idx, self._episode_flops[idx], np.float64, mask=mask)
 
     def _autoreset(self, resetting: np.ndarray, done: np.ndarray, rewards: np.ndarray,
                    terminated: np.ndarray, truncated: np.ndarray, info: VectorInfo,
