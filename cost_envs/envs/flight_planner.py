@@ -303,17 +303,20 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
         return _Tables(*(table[0].tolist() for table in tables), float(level))
 
     def _block_tables(
-        self, luck: np.ndarray, fare_luck: np.ndarray
+        self, luck: np.ndarray, fare_luck: np.ndarray, turns: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per (task, turn, agent) outcomes, vectorised over a block of tasks.
 
         Returns the planner's proposal, whether a searcher notices a missing leg, whether a
-        validator catches a bad plan, and the fare markup of a search.
+        validator catches a bad plan, and the fare markup of a search. Element by element:
+        given ``turns`` (the turn of each row, shaped to broadcast, e.g. ``(k, 1)``), the
+        arrays may hold one turn of each task (``(k, m)``), as the batched env reads them.
         """
         s = self._strength
         rest = (luck - s) / np.maximum(1.0 - s, 1e-12)  # position within the unlucky share
         proposal = np.select([luck < s, rest < DETOUR_SHARE], [0, 1], default=2)
-        turns = np.arange(MAX_TURNS)[:, None]
+        if turns is None:
+            turns = np.arange(MAX_TURNS)[:, None]
         markup = (1.0 + FARE_INFLATION * turns) * (1.0 + SEARCH_MARKUP * (1 - s) * fare_luck)
         return proposal, luck < SEARCH_NOTICE * s, luck < s, markup
 

@@ -77,7 +77,8 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
       tasks' rows of ``self.blocks`` (also kept in ``self._task`` for the episode).
     * ``_transition(idx, calls)``: one turn with ``calls`` (``(len(idx), m)`` int8) at turn
       ``self._turn[idx]``; returns ``(ended, success, quality)`` arrays.
-    * ``_observe(idx)``: the observations, shape ``(len(idx), *obs_shape)``.
+    * ``_observe(idx)``: the observations, shape ``(len(idx), *obs_shape)`` (with
+      ``observe_all``, ``idx`` may also be ``slice(None)``: every sub-env).
 
     Args:
         num_envs: Number of sub-envs.
@@ -91,6 +92,10 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
     #: False and writes ``_call_costs``, ``_call_flops``, ``_step_cost``, ``_step_flops``
     #: in ``_start``.
     fixed_prices: bool = True
+    #: True when ``_observe`` also takes ``slice(None)`` (every sub-env, no gathers): the
+    #: step then observes every sub-env at once. Valid because an observation is a pure
+    #: function of its sub-env's state, which a sub-env that did not step keeps.
+    observe_all: bool = False
 
     def __init__(self, num_envs: int, *,
                  autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
@@ -354,7 +359,10 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         rewards[idx] = (w.alpha * success.astype(np.float64) + w.beta * quality
                         - w.lam * cost - w.gamma * step_calls.sum(axis=1, dtype=np.int64))
         terminated[idx] = ended
-        self._obs[idx] = self._observe(idx)
+        if self.observe_all:
+            self._obs[:] = self._observe(slice(None))
+        else:
+            self._obs[idx] = self._observe(idx)
         info.set("cost", idx, cost, np.float64, mask=run)
         info.set("flops", idx, flops, np.float64, mask=run)
         info.set("calls", idx, step_calls, np.int8, mask=run)
