@@ -314,7 +314,7 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
         """
         s = self._strength
         rest = (luck - s) / np.maximum(1.0 - s, 1e-12)  # position within the unlucky share
-        proposal = np.select([luck < s, rest < DETOUR_SHARE], [0, 1], default=2)
+        proposal = np.where(luck < s, 0, np.where(rest < DETOUR_SHARE, 1, 2))
         if turns is None:
             turns = np.arange(MAX_TURNS)[:, None]
         markup = (1.0 + FARE_INFLATION * turns) * (1.0 + SEARCH_MARKUP * (1 - s) * fare_luck)

@@ -90,6 +90,11 @@ class FlightPlannerVectorEnv(BatchedOrchestrationEnv):
         self._level = np.zeros(n)
         self._hops_of = np.ones((n, 3), dtype=np.int64)
         self._price_of = np.zeros((n, 3))
+        # the task's luck, (turn, agent) rows of each sub-env: read a row a step from here
+        # (small, cache-resident) rather than from the queue
+        self._luck = np.zeros((n * MAX_TURNS, self.n_agents))
+        self._fare_luck = np.zeros((n * MAX_TURNS, self.n_agents))
+        self._width = self.single_observation_space.shape[0]
 
     def _draw(self, rng: np.random.Generator, n: int) -> FlightBlock:
         return FlightBlock(*self.single_env.draw_block(rng, n))
@@ -101,6 +106,9 @@ class FlightPlannerVectorEnv(BatchedOrchestrationEnv):
         self._level[idx] = blocks.budget_level[rows]
         self._hops_of[idx] = blocks.route_hops[rows]
         self._price_of[idx] = blocks.route_price[rows]
+        m = self.n_agents
+        self._luck.reshape(-1, MAX_TURNS, m)[idx] = blocks.luck[rows]
+        self._fare_luck.reshape(-1, MAX_TURNS, m)[idx] = blocks.fare_luck[rows]
         self._route[idx] = NO_ROUTE
         self._p_strength[idx] = 0.0
         self._quote[idx] = 0.0
@@ -130,12 +138,13 @@ class FlightPlannerVectorEnv(BatchedOrchestrationEnv):
     def _advance(self, idx: np.ndarray, calls: np.ndarray) -> tuple[np.ndarray, ...]:
         """The transition, plus why the plan was dropped (``*_DROP``), as ``_advance``."""
         k = len(idx)
-        turn, task = self._turn[idx], self._task[idx]
+        turn = self._turn[idx]
         route, p_strength, quote = self._route[idx], self._p_strength[idx], self._quote[idx]
         validated, dropped = self._validated[idx], np.zeros(k, dtype=np.int64)
         # the single env's tables (_block_tables), this turn's row of each task alone
+        at = idx * MAX_TURNS + turn
         proposal, notices, detects, markups = self.single_env._block_tables(
-            self.blocks.luck[task, turn], self.blocks.fare_luck[task, turn], turn[:, None])
+            self._luck.take(at, axis=0), self._fare_luck.take(at, axis=0), turn[:, None])
         called = calls != 0
         code = self.action_codes(called)
         committing = (code == 0) & (quote > 0)
@@ -181,7 +190,7 @@ class FlightPlannerVectorEnv(BatchedOrchestrationEnv):
         validated = self._validated[idx]
         h_star = self._h_star[idx]
         limit, budget = h_star + 1, self._task_budget[idx]
-        obs = np.zeros((len(rows), 15), dtype=np.float32)
+        obs = np.zeros((len(rows), self._width), dtype=np.float32)  # v1 fills the rest
         obs[:, 0] = (MAX_TURNS - self._turn[idx]) / MAX_TURNS
         obs[:, 1] = h_star / limit
         obs[:, 2] = self._level[idx]
@@ -255,14 +264,14 @@ class FlightPlannerV1VectorEnv(FlightPlannerVectorEnv):
         return ended, success, quality
 
     def _observe(self, idx: np.ndarray) -> np.ndarray:
+        obs = super()._observe(idx)  # v0's 15 columns, then v1's, written in place
         counts, t = self._counts[idx], MAX_TURNS
-        tail = np.stack([np.minimum(counts[:, 0], t) / t, np.minimum(counts[:, 1], t) / t,
-                         np.minimum(counts[:, 2], t) / t, np.minimum(counts[:, 3], t) / t,
-                         self._survival[idx], counts[:, 4] == SEARCH_DROP,
-                         counts[:, 4] == VALIDATOR_DROP, np.minimum(counts[:, 5], t) / t,
-                         np.minimum(counts[:, 6], t) / t, np.minimum(counts[:, 7], t) / t],
-                        axis=1).astype(np.float32)
-        return np.concatenate((super()._observe(idx), tail), axis=1)
+        obs[:, 15:19] = np.minimum(counts[:, :4], t) / t
+        obs[:, 19] = self._survival[idx]
+        obs[:, 20] = counts[:, 4] == SEARCH_DROP
+        obs[:, 21] = counts[:, 4] == VALIDATOR_DROP
+        obs[:, 22:25] = np.minimum(counts[:, 5:8], t) / t
+        return obs
 
 
 def _dropped(drop: np.ndarray, route: np.ndarray, p_strength: np.ndarray, quote: np.ndarray,
