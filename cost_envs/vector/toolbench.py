@@ -53,6 +53,7 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
 
     env_class = ToolBenchEnv
     single_env: ToolBenchEnv
+    observe_all = True
 
     def __init__(self, num_envs: int, **kwargs: Any) -> None:
         super().__init__(num_envs, **kwargs)
@@ -65,6 +66,10 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         self._p_clear = np.zeros((n, MAX_STAGES, m))
         self._rows = np.zeros((n, MAX_STAGES + 1, 17), dtype=np.float32)
         self._strength = np.zeros((n, m))  # composer strength q of each tool
+        # the task's luck, (turn, tool) rows of each sub-env: read a row a step from here
+        # (small, cache-resident) rather than from the queue
+        self._luck = np.zeros((n * MAX_TURNS, m))
+        self._all = np.arange(n)
 
     def _draw(self, rng: np.random.Generator, n: int) -> ToolBlock:
         block = self.single_env.draw_block(rng, n)
@@ -85,6 +90,7 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         self._stage[idx] = 0
         self._failed[idx] = 0
         self._n_stages[idx] = n_stages
+        self._luck.reshape(-1, MAX_TURNS, self.n_agents)[idx] = blocks.luck[rows]
 
     def _transition(self, idx: np.ndarray,
                     calls: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -93,7 +99,7 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         called = calls != 0
         answered = ~any_per_row(called)  # all-zero action: answer now, a failure
         # the single env's hit table (_block_tables), row (turn, stage) alone
-        hits = (self.blocks.luck[self._task[idx], turn]
+        hits = (self._luck.take(idx * MAX_TURNS + turn, axis=0)
                 < self._p_clear[idx, np.minimum(stage, MAX_STAGES - 1)])
         cleared_by = called & hits
         cleared = any_per_row(cleared_by)
@@ -142,8 +148,8 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
             f1 = 2 * precision * recall / (precision + recall)
         return np.where(overlap == 0, 0.0, f1)
 
-    def _observe(self, idx: np.ndarray) -> np.ndarray:
-        obs = self._rows[idx, self._stage[idx]]
+    def _observe(self, idx: np.ndarray | slice) -> np.ndarray:
+        obs = self._rows[self._all if isinstance(idx, slice) else idx, self._stage[idx]]
         obs[:, 0] = (self._n_stages[idx] + 1 - self._turn[idx]) / MAX_TURNS
         obs[:, 3] = self._failed[idx]
         return obs
