@@ -62,6 +62,7 @@ class AgenticRoutingVectorEnv(BatchedOrchestrationEnv):
     env_class = AgenticRoutingEnv
     single_env: AgenticRoutingEnv
     fixed_prices = False  # each task's token counts set its prices
+    observe_all = True
 
     def __init__(self, num_envs: int, **kwargs: Any) -> None:
         super().__init__(num_envs, **kwargs)
@@ -80,6 +81,11 @@ class AgenticRoutingVectorEnv(BatchedOrchestrationEnv):
         self._p_large = np.zeros((n, self._width))
         self._rows = np.zeros((n, self._width + 1, self.single_observation_space.shape[0]),
                               dtype=np.float32)
+        # the task's luck of each turn, per sub-env: read an entry a step from here
+        # (small, cache-resident) rather than from the queue
+        self._luck = np.zeros(n * self._horizon)
+        self._harm_luck = np.zeros(n * self._horizon)
+        self._all = np.arange(n)
 
     def _draw(self, rng: np.random.Generator, n: int) -> AgenticBlock:
         return AgenticBlock(*self.single_env.draw_block(rng, n))
@@ -100,14 +106,17 @@ class AgenticRoutingVectorEnv(BatchedOrchestrationEnv):
         self._done[idx] = 0
         self._recovering[idx] = 0
         self._fails[idx] = 0
+        self._luck.reshape(-1, self._horizon)[idx] = blocks.luck[rows]
+        self._harm_luck.reshape(-1, self._horizon)[idx] = blocks.harm_luck[rows]
 
     def _transition(self, idx: np.ndarray,
                     calls: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        turn, task = self._turn[idx], self._task[idx]
+        turn = self._turn[idx]
+        at_turn = idx * self._horizon + turn
         done, recovering, fails, k = (self._done[idx], self._recovering[idx], self._fails[idx],
                                       self._k[idx])
         large = calls[:, 0] != 0
-        u = self.blocks.luck[task, turn]
+        u = self._luck.take(at_turn)
         at = np.minimum(done, self._width - 1)
         chance = np.where(large, self._p_large[idx, at], self._p_small[idx, at])
         small_rec, large_rec = self._recovery_chance
@@ -117,7 +126,7 @@ class AgenticRoutingVectorEnv(BatchedOrchestrationEnv):
         done = done + (cleared & ~in_recovery)
         fails = np.where(cleared, 0, np.minimum(fails + 1, FAILURE_CAP))
         harm = np.where(large, self._harm[1], self._harm[0])
-        harmful = ~cleared & ~in_recovery & (self.blocks.harm_luck[task, turn] < harm)
+        harmful = ~cleared & ~in_recovery & (self._harm_luck.take(at_turn) < harm)
         recovering = np.where(harmful, np.minimum(recovering + self._recovery_steps,
                                                   MAX_RECOVERY), recovering)
         complete = cleared & ~in_recovery & (done == k)
@@ -128,9 +137,9 @@ class AgenticRoutingVectorEnv(BatchedOrchestrationEnv):
         quality = np.where(complete, 10.0, 10.0 * done / k)
         return complete | out_of_turns, complete, np.where(complete | out_of_turns, quality, 0.0)
 
-    def _observe(self, idx: np.ndarray) -> np.ndarray:
+    def _observe(self, idx: np.ndarray | slice) -> np.ndarray:
         done, recovering, fails = self._done[idx], self._recovering[idx], self._fails[idx]
-        obs = self._rows[idx, done]
+        obs = self._rows[self._all if isinstance(idx, slice) else idx, done]
         turns_left = self._horizon - self._turn[idx]
         obs[:, _TURNS] = turns_left / MAX_HORIZON
         slack = turns_left - (self._k[idx] - done) - recovering
