@@ -128,6 +128,16 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         self._call_flops = np.tile(self.single_env.pool.flops, (n, 1))
         self._step_cost = np.zeros(n)
         self._step_flops = np.zeros(n)
+        # joint-action codes (action_codes) and the number of calls of each code
+        self._bits: np.ndarray | None = None
+        self._calls_by_code: np.ndarray | None = None
+        if m <= MAX_ORACLE_AGENTS:
+            self._bits = (1 << np.arange(m)).astype(np.float32)
+            self._calls_by_code = np.zeros(1, dtype=np.int64)
+            for _ in range(m):  # popcount of 0 .. 2**m - 1
+                self._calls_by_code = np.concatenate((self._calls_by_code, self._calls_by_code + 1))
+        #: the stepping sub-envs' action codes in the current step (None for m > 16)
+        self._step_codes: np.ndarray | None = None
         self._price_table = self._prices_by_code() if self.fixed_prices else None
         self._obs = np.zeros(self.observation_space.shape, self.observation_space.dtype)
         self._ended = np.zeros(n, dtype=np.bool_)
@@ -285,28 +295,27 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         cost, flops = (np.array(column) for column in zip(*priced, strict=True))
         return cost, flops
 
-    def action_codes(self, called: np.ndarray) -> np.ndarray:
-        """Each row's joint-action code ``sum_i bit_i 2**i`` of a boolean ``(k, m)`` array.
+    def action_codes(self, calls: np.ndarray) -> np.ndarray:
+        """Each row's joint-action code ``sum_i bit_i 2**i`` of a 0/1 (or boolean) ``(k, m)`` array.
 
-        For ``m <= 8`` one ``packbits`` (the code is the row's byte, little-endian bits);
-        above, a float32 matmul (exact up to ``2**24``). Requires ``m <= MAX_ORACLE_AGENTS``.
+        A float32 matmul (exact: codes below ``2**MAX_ORACLE_AGENTS``), several times faster
+        than ``packbits`` or an integer sum. Requires ``m <= MAX_ORACLE_AGENTS``.
         """
-        if self.n_agents <= 8:
-            return np.packbits(called, axis=1, bitorder="little")[:, 0]
-        bit = (1 << np.arange(self.n_agents)).astype(np.float32)
-        return (called.astype(np.float32) @ bit).astype(np.int64)
+        return (calls.astype(np.float32) @ self._bits).astype(np.int64)
 
-    def price(self, idx: np.ndarray, calls: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def price(self, idx: np.ndarray, calls: np.ndarray,
+              codes: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Money and FLOPs of ``calls`` in sub-envs ``idx``: the single env's ``price``.
 
         Summed agent by agent in index order from the step cost, as the single env does,
-        so the totals agree with it (and with a budget's check) to the last bit.
+        so the totals agree with it (and with a budget's check) to the last bit. ``codes``:
+        the calls' :meth:`action_codes`, when the caller has them.
         """
-        called = calls != 0
         if self._price_table is not None:
             cost_of, flops_of = self._price_table
-            code = self.action_codes(called)
+            code = self.action_codes(calls) if codes is None else codes
             return cost_of[code], flops_of[code]
+        called = calls != 0
         cost, flops = self._step_cost[idx], self._step_flops[idx]
         costs, flops_per = self._call_costs[idx], self._call_flops[idx]
         for i in range(self.n_agents):
@@ -349,15 +358,19 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         terminated = np.zeros(n, dtype=np.bool_)
         info = VectorInfo(n)
         step_calls = calls[idx]
-        cost, flops = self.price(idx, step_calls)
+        codes = self._step_codes = (None if self._bits is None
+                                    else self.action_codes(step_calls))
+        cost, flops = self.price(idx, step_calls, codes)
         ended, success, quality = self._transition(idx, step_calls)
         self._turn[idx] += 1
         self._episode_cost[idx] += cost
         self._episode_flops[idx] += flops
         w = self.reward_weights
         # Eq. 1 term by term, as RewardWeights.__call__ evaluates it for one step
+        n_calls = (step_calls.sum(axis=1, dtype=np.int64) if codes is None
+                   else self._calls_by_code[codes])
         rewards[idx] = (w.alpha * success.astype(np.float64) + w.beta * quality
-                        - w.lam * cost - w.gamma * step_calls.sum(axis=1, dtype=np.int64))
+                        - w.lam * cost - w.gamma * n_calls)
         terminated[idx] = ended
         if self.observe_all:
             self._obs[:] = self._observe(slice(None))

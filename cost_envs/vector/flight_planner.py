@@ -71,7 +71,7 @@ class FlightPlannerVectorEnv(BatchedOrchestrationEnv):
         single = self.single_env
         role = np.array(single._role_list)
         self._planner, self._searcher, self._validator = (role == r for r in range(3))
-        # each role's agents as bits of the joint-action code (action_codes)
+        # each role's agents as bits of the joint-action code (the base's _step_codes)
         self._planner_bits, self._searcher_bits, self._validator_bits = (
             int((mask * (1 << np.arange(self.n_agents))).sum())
             for mask in (self._planner, self._searcher, self._validator))
@@ -146,18 +146,26 @@ class FlightPlannerVectorEnv(BatchedOrchestrationEnv):
         proposal, notices, detects, markups = self.single_env._block_tables(
             self._luck.take(at, axis=0), self._fare_luck.take(at, axis=0), turn[:, None])
         called = calls != 0
-        code = self.action_codes(called)
-        committing = (code == 0) & (quote > 0)
+        code = self._step_codes  # the base's codes of these calls (None above 16 agents)
+        if code is None:
+            acting = any_per_row(called)
+            roles_called = [any_per_row(called & role) for role in
+                            (self._planner, self._searcher, self._validator)]
+        else:
+            acting = code != 0
+            roles_called = [(code & bits) != 0 for bits in
+                            (self._planner_bits, self._searcher_bits, self._validator_bits)]
+        committing = ~acting & (quote > 0)
         # the strongest called planner (the first of equals, as max) proposes a new plan
         planners = called & self._planner
-        planning = (code & self._planner_bits) != 0
+        planning = roles_called[0]
         lead = np.argmax(np.where(planners, self._strength, -np.inf), axis=1)
         route = np.where(planning, proposal[np.arange(k), lead], route)
         p_strength = np.where(planning, self._strength[lead], p_strength)
         quote = np.where(planning, 0.0, quote)
         validated = np.where(planning, 0, validated)
         searchers = called & self._searcher
-        searching = ((code & self._searcher_bits) != 0) & (route != NO_ROUTE)
+        searching = roles_called[1] & (route != NO_ROUTE)
         noticed = any_per_row(searchers & notices)
         drop = searching & (route == 2) & noticed  # a broken plan's missing leg noticed
         markup = np.where(searchers, markups, np.inf).min(axis=1)
@@ -168,7 +176,7 @@ class FlightPlannerVectorEnv(BatchedOrchestrationEnv):
         route, p_strength, quote, validated, dropped = _dropped(
             drop, route, p_strength, quote, validated, dropped)
         validators = called & self._validator
-        checking = ((code & self._validator_bits) != 0) & (route != NO_ROUTE)
+        checking = roles_called[2] & (route != NO_ROUTE)
         feasible = self._feasible(idx, np.maximum(route, 0), quote)
         caught = checking & ~feasible & any_per_row(validators & detects)
         validated = np.where(checking & ~caught, 1, validated)  # weak validators wave through

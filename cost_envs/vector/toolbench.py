@@ -97,7 +97,8 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         k = len(idx)
         turn, stage, n_stages = self._turn[idx], self._stage[idx], self._n_stages[idx]
         called = calls != 0
-        answered = ~any_per_row(called)  # all-zero action: answer now, a failure
+        # all-zero action: answer now, a failure
+        answered = ~any_per_row(called) if self._step_codes is None else self._step_codes == 0
         # the single env's hit table (_block_tables), row (turn, stage) alone
         hits = (self._luck.take(idx * MAX_TURNS + turn, axis=0)
                 < self._p_clear[idx, np.minimum(stage, MAX_STAGES - 1)])
