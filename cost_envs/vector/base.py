@@ -378,7 +378,7 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
             self._obs[idx] = self._observe(idx)
         info.set("cost", idx, cost, np.float64, mask=run)
         info.set("flops", idx, flops, np.float64, mask=run)
-        info.set("calls", idx, step_calls, np.int8, mask=run)
+        info.put("calls", calls * run[:, None], run.copy())  # int8, zero where not run
         self._final_info(info, idx[ended], success[ended], quality[ended])
         if cut.any():  # ended by the budget without stepping: nothing spent
             info.set("cost", cut, 0.0, np.float64)

@@ -52,6 +52,10 @@ class VectorInfo:
             entry[0][rows] = values
         entry[1][rows] = True
 
+    def put(self, key: str, column: np.ndarray, mask: np.ndarray) -> None:
+        """A new key's whole column (zero where ``mask`` is False) and its mask, as given."""
+        self.columns[key] = (column, mask)
+
     def drop(self, rows: np.ndarray) -> None:
         """Forget what sub-envs ``rows`` (a boolean mask) reported, as if they had not."""
         for column, mask in self.columns.values():
