@@ -122,8 +122,8 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
                    cleared_by: np.ndarray) -> np.ndarray:
         """Token F1 of the answers the strongest clearing tools compose (``token_f1``)."""
         blocks, task = self.blocks, self._task[idx]
-        strength = np.where(cleared_by, self._strength[idx], -np.inf)
-        q = strength[np.arange(len(idx)), np.argmax(strength, axis=1)]  # the first strongest
+        # the strongest clearing tool's q (the first of equals: the same value)
+        q = np.where(cleared_by, self._strength[idx], -np.inf).max(axis=1)
         length = blocks.length[task]
         positions = np.arange(MAX_ANSWER_TOKENS)
         reference = blocks.reference[task]
