@@ -232,8 +232,8 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         self._started = True
         return self._obs.copy(), {}
 
-    def _begin(self, idx: np.ndarray) -> None:
-        """Start the next task of each sub-env of ``idx``."""
+    def _begin(self, idx: np.ndarray, observe: bool = True) -> None:
+        """Start the next task of each sub-env of ``idx`` (and observe it if ``observe``)."""
         if len(idx) == 0:
             return
         for i in idx[self._queued[idx] == self.task_block].tolist():
@@ -246,7 +246,8 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         self._episode_cost[idx] = 0.0
         self._episode_flops[idx] = 0.0
         self._ended[idx] = False
-        self._obs[idx] = self._observe(idx)
+        if observe:
+            self._obs[idx] = self._observe(idx)
         if self._budget is not None:
             self._budget.on_reset(idx)
 
@@ -354,6 +355,11 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
             calls, cut = self._budget.before_step(calls, stepping)
         run = stepping & ~cut
         idx = run.nonzero()[0]
+        # NEXT_STEP with observe_all: start the resetting sub-envs' next episodes now (they
+        # do not step), so that the step's one observation of every sub-env covers them
+        begun = self.observe_all and self.autoreset_mode == AutoresetMode.NEXT_STEP
+        if begun:
+            self._begin(resetting.nonzero()[0], observe=False)
         rewards = np.zeros(n)
         terminated = np.zeros(n, dtype=np.bool_)
         info = VectorInfo(n)
@@ -389,7 +395,7 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         if self._budget is not None:
             self._budget.after_step(info, stepping, cut)
         done = terminated | cut
-        return self._autoreset(resetting, done, rewards, terminated, cut, info)
+        return self._autoreset(resetting, done, rewards, terminated, cut, info, begun)
 
     def _final_info(self, info: VectorInfo, idx: np.ndarray, success: np.ndarray,
                     quality: np.ndarray) -> None:
@@ -406,11 +412,13 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
 
     def _autoreset(self, resetting: np.ndarray, done: np.ndarray, rewards: np.ndarray,
                    terminated: np.ndarray, truncated: np.ndarray, info: VectorInfo,
+                   begun: bool = False,
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        """Reset whom ``autoreset_mode`` says, and return the step's 5-tuple."""
+        """Reset whom ``autoreset_mode`` says (unless ``begun`` already), return the 5-tuple."""
         extra: dict[str, Any] = {}
         if self.autoreset_mode == AutoresetMode.NEXT_STEP:
-            self._begin(resetting.nonzero()[0])
+            if not begun:
+                self._begin(resetting.nonzero()[0])
             self._ended = done
         elif self.autoreset_mode == AutoresetMode.SAME_STEP and done.any():
             final_obs = np.full(self.num_envs, None, dtype=object)
