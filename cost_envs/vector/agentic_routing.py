@@ -29,7 +29,7 @@ from cost_envs.envs.agentic_routing import (
     AgenticRoutingEnv,
     success_probability,
 )
-from cost_envs.vector.base import BatchedOrchestrationEnv
+from cost_envs.vector.base import BatchedOrchestrationEnv, pick
 
 
 class AgenticBlock(NamedTuple):
@@ -81,10 +81,6 @@ class AgenticRoutingVectorEnv(BatchedOrchestrationEnv):
         self._p_large = np.zeros((n, self._width))
         self._rows = np.zeros((n, self._width + 1, self.single_observation_space.shape[0]),
                               dtype=np.float32)
-        # the task's luck of each turn, per sub-env: read an entry a step from here
-        # (small, cache-resident) rather than from the queue
-        self._luck = np.zeros(n * self._horizon)
-        self._harm_luck = np.zeros(n * self._horizon)
         self._all = np.arange(n)
 
     def _draw(self, rng: np.random.Generator, n: int) -> AgenticBlock:
@@ -106,17 +102,15 @@ class AgenticRoutingVectorEnv(BatchedOrchestrationEnv):
         self._done[idx] = 0
         self._recovering[idx] = 0
         self._fails[idx] = 0
-        self._luck.reshape(-1, self._horizon)[idx] = blocks.luck[rows]
-        self._harm_luck.reshape(-1, self._horizon)[idx] = blocks.harm_luck[rows]
 
     def _transition(self, idx: np.ndarray,
                     calls: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        turn = self._turn[idx]
-        at_turn = idx * self._horizon + turn
+        # read from the queue: copying a task's luck (up to 50 turns) at start costs more
+        turn, task = self._turn[idx], self._task[idx]
         done, recovering, fails, k = (self._done[idx], self._recovering[idx], self._fails[idx],
                                       self._k[idx])
         large = calls[:, 0] != 0
-        u = self._luck.take(at_turn)
+        u = self.blocks.luck[task, turn]
         at = np.minimum(done, self._width - 1)
         chance = np.where(large, self._p_large[idx, at], self._p_small[idx, at])
         small_rec, large_rec = self._recovery_chance
@@ -126,7 +120,7 @@ class AgenticRoutingVectorEnv(BatchedOrchestrationEnv):
         done = done + (cleared & ~in_recovery)
         fails = np.where(cleared, 0, np.minimum(fails + 1, FAILURE_CAP))
         harm = np.where(large, self._harm[1], self._harm[0])
-        harmful = ~cleared & ~in_recovery & (self._harm_luck.take(at_turn) < harm)
+        harmful = ~cleared & ~in_recovery & (self.blocks.harm_luck[task, turn] < harm)
         recovering = np.where(harmful, np.minimum(recovering + self._recovery_steps,
                                                   MAX_RECOVERY), recovering)
         complete = cleared & ~in_recovery & (done == k)
@@ -139,16 +133,17 @@ class AgenticRoutingVectorEnv(BatchedOrchestrationEnv):
 
     def _observe(self, idx: np.ndarray | slice) -> np.ndarray:
         done, recovering, fails = self._done[idx], self._recovering[idx], self._fails[idx]
-        obs = self._rows[self._all if isinstance(idx, slice) else idx, done]
+        obs = pick(self._rows, self._all if isinstance(idx, slice) else idx, done)
         turns_left = self._horizon - self._turn[idx]
         obs[:, _TURNS] = turns_left / MAX_HORIZON
         slack = turns_left - (self._k[idx] - done) - recovering
         obs[:, _SLACK] = np.where(slack > 0, slack / MAX_HORIZON, 0.0)
+        # masked column writes (copyto's where: no boolean gathers and scatters)
         rec = recovering > 0
-        obs[rec, _DIFF] = RECOVERY_DIFFICULTY
-        obs[rec, _TAG] = 0.0
-        obs[rec, _REC] = recovering[rec] / MAX_RECOVERY
+        np.copyto(obs[:, _DIFF], RECOVERY_DIFFICULTY, where=rec)
+        np.copyto(obs[:, _TAG], 0.0, where=rec)
+        np.copyto(obs[:, _REC], recovering / MAX_RECOVERY, where=rec)
         failing = fails > 0
-        obs[failing, _FAILED] = 1.0
-        obs[failing, _FAILS] = fails[failing] / FAILURE_CAP
+        np.copyto(obs[:, _FAILED], 1.0, where=failing)
+        np.copyto(obs[:, _FAILS], fails / FAILURE_CAP, where=failing)
         return obs

@@ -461,6 +461,15 @@ def any_per_row(mask: np.ndarray) -> np.ndarray:
     return (mask.astype(np.float32) @ np.ones(mask.shape[1], dtype=np.float32)) > 0
 
 
+def pick(table: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """``table[rows, cols]`` for a C-contiguous ``table``, by one ``take`` on the flat table.
+
+    Several times faster than numpy's two-array indexing; the same values.
+    """
+    flat = table.reshape(table.shape[0] * table.shape[1], *table.shape[2:])
+    return flat.take(rows * table.shape[1] + cols, axis=0)
+
+
 def _read_only(array: np.ndarray) -> np.ndarray:
     view = array.view()
     view.flags.writeable = False

@@ -25,7 +25,7 @@ from cost_envs.envs.flight_planner import (
     FlightPlannerEnv,
 )
 from cost_envs.envs.flight_planner_v1 import STRONG, FlightPlannerV1Env
-from cost_envs.vector.base import BatchedOrchestrationEnv, any_per_row
+from cost_envs.vector.base import BatchedOrchestrationEnv, any_per_row, pick
 
 #: ``route_connected`` of every task: the optimal and the detour route exist, the broken
 #: route misses a leg.
@@ -117,7 +117,7 @@ class FlightPlannerVectorEnv(BatchedOrchestrationEnv):
 
     def _feasible(self, idx: np.ndarray, route: np.ndarray, quote: np.ndarray) -> np.ndarray:
         """``FlightPlannerEnv._feasible`` row by row (``route`` must not be ``NO_ROUTE``)."""
-        return (_CONNECTED[route] & (self._hops_of[idx, route] <= self._h_star[idx] + 1)
+        return (_CONNECTED[route] & (pick(self._hops_of, idx, route) <= self._h_star[idx] + 1)
                 & (quote <= self._task_budget[idx]))
 
     def _commit(self, idx: np.ndarray, route: np.ndarray,
@@ -127,7 +127,7 @@ class FlightPlannerVectorEnv(BatchedOrchestrationEnv):
         ok = (route != NO_ROUTE) & self._feasible(idx, safe, price)
         budget = self._task_budget[idx]
         slack = np.minimum(np.maximum((budget - price) / budget, 0.0), 1.0)
-        hop_optimality = np.minimum(self._h_star[idx] / self._hops_of[idx, safe], 1.0)
+        hop_optimality = np.minimum(self._h_star[idx] / pick(self._hops_of, idx, safe), 1.0)
         return ok, np.where(ok, 10.0 * (0.7 * slack + 0.3 * hop_optimality), 0.0)
 
     def _transition(self, idx: np.ndarray,
@@ -160,7 +160,7 @@ class FlightPlannerVectorEnv(BatchedOrchestrationEnv):
         planners = called & self._planner
         planning = roles_called[0]
         lead = np.argmax(np.where(planners, self._strength, -np.inf), axis=1)
-        route = np.where(planning, proposal[np.arange(k), lead], route)
+        route = np.where(planning, pick(proposal, np.arange(k), lead), route)
         p_strength = np.where(planning, self._strength[lead], p_strength)
         quote = np.where(planning, 0.0, quote)
         validated = np.where(planning, 0, validated)
@@ -169,7 +169,7 @@ class FlightPlannerVectorEnv(BatchedOrchestrationEnv):
         noticed = any_per_row(searchers & notices)
         drop = searching & (route == 2) & noticed  # a broken plan's missing leg noticed
         markup = np.where(searchers, markups, np.inf).min(axis=1)
-        best = self._price_of[idx, np.maximum(route, 0)] * markup
+        best = pick(self._price_of, idx, np.maximum(route, 0)) * markup
         better = searching & ~drop & ((quote == 0) | (best < quote))
         quote = np.where(better, best, quote)
         validated = np.where(better, 0, validated)
@@ -205,7 +205,7 @@ class FlightPlannerVectorEnv(BatchedOrchestrationEnv):
         obs[:, 10] = validated
         obs[:, 11] = self._dropped[idx]
         planned = route != NO_ROUTE
-        hops = self._hops_of[rows, np.maximum(route, 0)]
+        hops = pick(self._hops_of, rows, np.maximum(route, 0))
         quoted = quote > 0
         visibly_bad = (hops > limit) | (quote > budget)
         # the plan's facts, zero without a plan (column by column: no stacked copy)

@@ -26,7 +26,7 @@ from cost_envs.envs.toolbench import (
     observation_rows,
     spurious_tokens,
 )
-from cost_envs.vector.base import BatchedOrchestrationEnv, any_per_row
+from cost_envs.vector.base import BatchedOrchestrationEnv, any_per_row, pick
 
 #: The queue stores tokens in 16 bits and topic positions in 8 (vocabulary 5000, 60
 #: positions): a sub-env's block of 64 tasks then takes about 95 kB instead of 160.
@@ -101,7 +101,7 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         answered = ~any_per_row(called) if self._step_codes is None else self._step_codes == 0
         # the single env's hit table (_block_tables), row (turn, stage) alone
         hits = (self._luck.take(idx * MAX_TURNS + turn, axis=0)
-                < self._p_clear[idx, np.minimum(stage, MAX_STAGES - 1)])
+                < pick(self._p_clear, idx, np.minimum(stage, MAX_STAGES - 1)))
         cleared_by = called & hits
         cleared = any_per_row(cleared_by)
         stage = stage + cleared
@@ -150,7 +150,7 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         return np.where(overlap == 0, 0.0, f1)
 
     def _observe(self, idx: np.ndarray | slice) -> np.ndarray:
-        obs = self._rows[self._all if isinstance(idx, slice) else idx, self._stage[idx]]
+        obs = pick(self._rows, self._all if isinstance(idx, slice) else idx, self._stage[idx])
         obs[:, 0] = (self._n_stages[idx] + 1 - self._turn[idx]) / MAX_TURNS
         obs[:, 3] = self._failed[idx]
         return obs
