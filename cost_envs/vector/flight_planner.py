@@ -76,6 +76,14 @@ class FlightPlannerVectorEnv(BatchedOrchestrationEnv):
             int((mask * (1 << np.arange(self.n_agents))).sum())
             for mask in (self._planner, self._searcher, self._validator))
         self._strength = single._strength
+        # the strongest called planner of every joint-action code (argmax's first of
+        # equals; 0 without a planner, as argmax of a row of -inf), when codes exist
+        self._lead_of: np.ndarray | None = None
+        if self._bits is not None:
+            codes = np.arange(2**self.n_agents)
+            called = (codes[:, None] >> np.arange(self.n_agents)) & 1 != 0
+            self._lead_of = np.argmax(np.where(called & self._planner, self._strength,
+                                               -np.inf), axis=1)
         self._has_validator = single._has_validator
         self._all = np.arange(n)
         self._route = np.full(n, NO_ROUTE, dtype=np.int64)
@@ -159,7 +167,8 @@ class FlightPlannerVectorEnv(BatchedOrchestrationEnv):
         # the strongest called planner (the first of equals, as max) proposes a new plan
         planners = called & self._planner
         planning = roles_called[0]
-        lead = np.argmax(np.where(planners, self._strength, -np.inf), axis=1)
+        lead = (np.argmax(np.where(planners, self._strength, -np.inf), axis=1)
+                if self._lead_of is None else self._lead_of[code])
         route = np.where(planning, pick(proposal, np.arange(k), lead), route)
         p_strength = np.where(planning, self._strength[lead], p_strength)
         quote = np.where(planning, 0.0, quote)
@@ -184,9 +193,13 @@ class FlightPlannerVectorEnv(BatchedOrchestrationEnv):
             caught, route, p_strength, quote, validated, dropped)
         last = turn + 1 >= MAX_TURNS
         ended = committing | last
-        success, quality = self._commit(idx, route, quote)
-        success &= ended & (quote > 0)
-        quality = np.where(success, quality, 0.0)
+        # commit the ending sub-envs' plans (only theirs: the others' are not scored)
+        success, quality = np.zeros(k, dtype=np.bool_), np.zeros(k)
+        at = ended.nonzero()[0]
+        if len(at):
+            ok, score = self._commit(idx[at], route[at], quote[at])
+            ok &= quote[at] > 0
+            success[at], quality[at] = ok, np.where(ok, score, 0.0)
         self._route[idx], self._p_strength[idx], self._quote[idx] = route, p_strength, quote
         self._validated[idx], self._dropped[idx] = validated, dropped
         cause = np.where(drop, SEARCH_DROP, np.where(caught, VALIDATOR_DROP, NO_DROP))
@@ -254,8 +267,10 @@ class FlightPlannerV1VectorEnv(FlightPlannerVectorEnv):
         ended, success, quality, cause = self._advance(idx, calls)
         counts, survival = self._counts[idx], self._survival[idx]
         called = calls != 0
-        fresh = any_per_row(called & self._planner) | (cause != NO_DROP)
-        counts[:, 5] += any_per_row(called & self._planner)
+        planning = (any_per_row(called & self._planner) if self._step_codes is None
+                    else (self._step_codes & self._planner_bits) != 0)
+        fresh = planning | (cause != NO_DROP)
+        counts[:, 5] += planning
         counts[:, 6] += cause == SEARCH_DROP
         counts[:, 7] += cause == VALIDATOR_DROP
         counts[fresh, :4] = 0
