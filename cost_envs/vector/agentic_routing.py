@@ -88,14 +88,15 @@ class AgenticRoutingVectorEnv(BatchedOrchestrationEnv):
 
     def _start(self, idx: np.ndarray, rows: np.ndarray) -> None:
         blocks = self.blocks
-        k, difficulty = blocks.n_subgoals[rows], blocks.difficulty[rows]
+        k, difficulty = blocks.n_subgoals[rows], blocks.difficulty.take(rows, axis=0)
         (small_cost, small_flops), (large_cost, large_flops) = self.single_env._step_prices(
             blocks.input_tokens[rows], blocks.output_tokens[rows])
         self._call_costs[idx, 0] = large_cost - small_cost
         self._call_flops[idx, 0] = large_flops - small_flops
         self._step_cost[idx], self._step_flops[idx] = small_cost, small_flops
         self._rows[idx] = self.single_env.observation_rows(
-            k, blocks.signal[rows], blocks.reasoning[rows], small_cost, large_cost)
+            k, blocks.signal.take(rows, axis=0), blocks.reasoning.take(rows, axis=0),
+            small_cost, large_cost)
         self._p_small[idx] = success_probability(difficulty, SMALL_CURVE)
         self._p_large[idx] = success_probability(difficulty, LARGE_CURVE)
         self._k[idx] = k
@@ -110,7 +111,7 @@ class AgenticRoutingVectorEnv(BatchedOrchestrationEnv):
         done, recovering, fails, k = (self._done[idx], self._recovering[idx], self._fails[idx],
                                       self._k[idx])
         large = calls[:, 0] != 0
-        u = self.blocks.luck[task, turn]
+        u = pick(self.blocks.luck, task, turn)
         at = np.minimum(done, self._width - 1)
         chance = np.where(large, self._p_large[idx, at], self._p_small[idx, at])
         small_rec, large_rec = self._recovery_chance
@@ -120,7 +121,7 @@ class AgenticRoutingVectorEnv(BatchedOrchestrationEnv):
         done = done + (cleared & ~in_recovery)
         fails = np.where(cleared, 0, np.minimum(fails + 1, FAILURE_CAP))
         harm = np.where(large, self._harm[1], self._harm[0])
-        harmful = ~cleared & ~in_recovery & (self.blocks.harm_luck[task, turn] < harm)
+        harmful = ~cleared & ~in_recovery & (pick(self.blocks.harm_luck, task, turn) < harm)
         recovering = np.where(harmful, np.minimum(recovering + self._recovery_steps,
                                                   MAX_RECOVERY), recovering)
         complete = cleared & ~in_recovery & (done == k)

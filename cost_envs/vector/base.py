@@ -318,7 +318,8 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
             return cost_of[code], flops_of[code]
         called = calls != 0
         cost, flops = self._step_cost[idx], self._step_flops[idx]
-        costs, flops_per = self._call_costs[idx], self._call_flops[idx]
+        costs = self._call_costs.take(idx, axis=0)
+        flops_per = self._call_flops.take(idx, axis=0)
         for i in range(self.n_agents):
             cost = cost + np.where(called[:, i], costs[:, i], 0.0)
             flops = flops + np.where(called[:, i], flops_per[:, i], 0.0)
@@ -363,7 +364,7 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         rewards = np.zeros(n)
         terminated = np.zeros(n, dtype=np.bool_)
         info = VectorInfo(n)
-        step_calls = calls[idx]
+        step_calls = calls.take(idx, axis=0)  # take: faster than calls[idx]
         codes = self._step_codes = (None if self._bits is None
                                     else self.action_codes(step_calls))
         cost, flops = self.price(idx, step_calls, codes)

@@ -112,11 +112,11 @@ class FlightPlannerVectorEnv(BatchedOrchestrationEnv):
         self._h_star[idx] = blocks.shortest_hops[rows]
         self._task_budget[idx] = blocks.budget[rows]
         self._level[idx] = blocks.budget_level[rows]
-        self._hops_of[idx] = blocks.route_hops[rows]
-        self._price_of[idx] = blocks.route_price[rows]
+        self._hops_of[idx] = blocks.route_hops.take(rows, axis=0)
+        self._price_of[idx] = blocks.route_price.take(rows, axis=0)
         m = self.n_agents
-        self._luck.reshape(-1, MAX_TURNS, m)[idx] = blocks.luck[rows]
-        self._fare_luck.reshape(-1, MAX_TURNS, m)[idx] = blocks.fare_luck[rows]
+        self._luck.reshape(-1, MAX_TURNS, m)[idx] = blocks.luck.take(rows, axis=0)
+        self._fare_luck.reshape(-1, MAX_TURNS, m)[idx] = blocks.fare_luck.take(rows, axis=0)
         self._route[idx] = NO_ROUTE
         self._p_strength[idx] = 0.0
         self._quote[idx] = 0.0
@@ -265,7 +265,7 @@ class FlightPlannerV1VectorEnv(FlightPlannerVectorEnv):
     def _transition(self, idx: np.ndarray,
                     calls: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         ended, success, quality, cause = self._advance(idx, calls)
-        counts, survival = self._counts[idx], self._survival[idx]
+        counts, survival = self._counts.take(idx, axis=0), self._survival[idx]
         called = calls != 0
         planning = (any_per_row(called & self._planner) if self._step_codes is None
                     else (self._step_codes & self._planner_bits) != 0)

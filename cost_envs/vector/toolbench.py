@@ -79,8 +79,8 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
 
     def _start(self, idx: np.ndarray, rows: np.ndarray) -> None:
         blocks = self.blocks
-        n_stages, skill, difficulty = blocks.n_stages[rows], blocks.skill[rows], (
-            blocks.difficulty[rows])
+        n_stages, skill, difficulty = blocks.n_stages[rows], blocks.skill.take(rows, axis=0), (
+            blocks.difficulty.take(rows, axis=0))
         self._p_clear[idx] = clear_probability(self._capabilities, skill, difficulty)
         self._rows[idx] = observation_rows(skill, difficulty, n_stages)
         last = np.arange(len(idx)), n_stages - 1
@@ -90,7 +90,7 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         self._stage[idx] = 0
         self._failed[idx] = 0
         self._n_stages[idx] = n_stages
-        self._luck.reshape(-1, MAX_TURNS, self.n_agents)[idx] = blocks.luck[rows]
+        self._luck.reshape(-1, MAX_TURNS, self.n_agents)[idx] = blocks.luck.take(rows, axis=0)
 
     def _transition(self, idx: np.ndarray,
                     calls: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -123,15 +123,15 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         """Token F1 of the answers the strongest clearing tools compose (``token_f1``)."""
         blocks, task = self.blocks, self._task[idx]
         # the strongest clearing tool's q (the first of equals: the same value)
-        q = np.where(cleared_by, self._strength[idx], -np.inf).max(axis=1)
+        q = np.where(cleared_by, self._strength.take(idx, axis=0), -np.inf).max(axis=1)
         length = blocks.length[task]
         positions = np.arange(MAX_ANSWER_TOKENS)
-        reference = blocks.reference[task]
+        reference = blocks.reference.take(task, axis=0)
         in_reference = positions < length[:, None]
-        recalled = in_reference & (blocks.recall_luck[task, turn] < 0.3 + 0.7 * q[:, None])
-        n_spurious = np.rint(length * (1.0 - q) * blocks.hallucination_rate[task, turn])
-        spurious = spurious_tokens(reference, blocks.distractors[task],
-                                   blocks.pick[task, turn].astype(np.int64), length)
+        recalled = in_reference & (pick(blocks.recall_luck, task, turn) < 0.3 + 0.7 * q[:, None])
+        n_spurious = np.rint(length * (1.0 - q) * pick(blocks.hallucination_rate, task, turn))
+        spurious = spurious_tokens(reference, blocks.distractors.take(task, axis=0),
+                                   pick(blocks.pick, task, turn).astype(np.int64), length)
         in_spurious = positions < n_spurious[:, None]
         # Counter(pred) & Counter(ref): the reference's r-th copy of a token (r counted
         # from 0 along the reference) is matched when the answer holds more than r copies.
