@@ -80,6 +80,10 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
     * ``_observe(idx)``: the observations, shape ``(len(idx), *obs_shape)`` (with
       ``observe_all``, ``idx`` may also be ``slice(None)``: every sub-env).
 
+    For the hooks' speed (all optional): ``observe_all``; ``self._step_codes``, the
+    stepping sub-envs' joint-action codes (:meth:`action_codes`) in the current step
+    (``None`` above ``MAX_ORACLE_AGENTS`` agents); :func:`pick` for ``table[rows, cols]``.
+
     Args:
         num_envs: Number of sub-envs.
         autoreset_mode: An :class:`~gymnasium.vector.AutoresetMode` (or its value).
@@ -282,7 +286,7 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
             f"MultiBinary({shape}), an array of shape {shape} holding only 0 and 1 (row j is "
             f"sub-env j's action, bit i calls agent {list(self.single_env.pool.names)}[i])")
 
-    def _prices_by_code(self) -> tuple[np.ndarray, np.ndarray] | None:
+    def _prices_by_code(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """Money and FLOPs of every joint action, priced once by the single env's ``price``.
 
         Indexed by the action's code ``sum_i bit_i 2**i``; ``None`` for pools too large to
@@ -294,7 +298,7 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         priced = [self.single_env.price([i for i in range(m) if code >> i & 1])
                   for code in range(2**m)]
         cost, flops = (np.array(column) for column in zip(*priced, strict=True))
-        return cost, flops
+        return cost, flops, self._bits  # type: ignore[return-value]
 
     def action_codes(self, calls: np.ndarray) -> np.ndarray:
         """Each row's joint-action code ``sum_i bit_i 2**i`` of a 0/1 (or boolean) ``(k, m)`` array.
@@ -313,7 +317,7 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         the calls' :meth:`action_codes`, when the caller has them.
         """
         if self._price_table is not None:
-            cost_of, flops_of = self._price_table
+            cost_of, flops_of, _ = self._price_table
             code = self.action_codes(calls) if codes is None else codes
             return cost_of[code], flops_of[code]
         called = calls != 0
