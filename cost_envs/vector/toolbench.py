@@ -64,7 +64,6 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         self._n_stages = np.zeros(n, dtype=np.int64)
         self._p_clear = np.zeros((n, MAX_STAGES, m))
         self._rows = np.zeros((n, MAX_STAGES + 1, 17), dtype=np.float32)
-        self._strength = np.zeros((n, m))  # composer strength q of each tool
         # the task's luck, (turn, tool) rows of each sub-env: read a row a step from here
         # (small, cache-resident) rather than from the queue
         self._luck = np.zeros((n * MAX_TURNS, m))
@@ -82,10 +81,6 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
             blocks.difficulty.take(rows, axis=0))
         self._p_clear[idx] = clear_probability(self._capabilities, skill, difficulty)
         self._rows[idx] = observation_rows(skill, difficulty, n_stages)
-        last = np.arange(len(idx)), n_stages - 1
-        # q = cap ** (1 + d) on the answer stage, as ToolBenchEnv.composer_strength
-        caps = self._capabilities[:, skill[last]].T
-        self._strength[idx] = caps ** (1.0 + difficulty[last])[:, None]
         self._stage[idx] = 0
         self._failed[idx] = 0
         self._n_stages[idx] = n_stages
@@ -121,9 +116,14 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
                    cleared_by: np.ndarray) -> np.ndarray:
         """Token F1 of the answers the strongest clearing tools compose (``token_f1``)."""
         blocks, task = self.blocks, self._task[idx]
-        # the strongest clearing tool's q (the first of equals: the same value)
-        q = np.where(cleared_by, self._strength.take(idx, axis=0), -np.inf).max(axis=1)
         length = blocks.length[task]
+        # q = cap ** (1 + d) on the answer stage, as ToolBenchEnv.composer_strength (here,
+        # for the answered tasks alone), of the strongest clearing tool (the first of equals:
+        # the same value)
+        last = blocks.n_stages[task] - 1
+        caps = self._capabilities[:, pick(blocks.skill, task, last)].T
+        strength = caps ** (1.0 + pick(blocks.difficulty, task, last))[:, None]
+        q = np.where(cleared_by, strength, -np.inf).max(axis=1)
         positions = np.arange(MAX_ANSWER_TOKENS)
         reference = blocks.reference.take(task, axis=0)
         in_reference = positions < length[:, None]
