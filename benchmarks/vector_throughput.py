@@ -9,21 +9,25 @@ Three measurements, each a ratio within one run:
    ``gym.make_vec(id, N, vectorization_mode="vector_entry_point")`` over those of
    ``vectorization_mode="sync"`` (``SyncVectorEnv`` of N single envs), N = 1024: both
    reset with the same seed (not timed), then run the same ``S`` batches of random
-   actions, drawn before the clock starts. ``S`` = 256 batches cross every sub-env's
-   first block of 64 tasks, so drawing tasks is part of the time, as in a long run.
-   Rounds alternate the two (best round each; the ratio is the median over rounds of
-   the ratio within a round). The issue's target is >= 30x.
+   actions, drawn before the clock starts. Both draw each sub-env's first block of tasks
+   in that reset (64; TraceRouting-v0 a permutation of its queries). ``S`` = 256 batches
+   use fewer than 64 tasks per sub-env at 4.6 to 11.7 steps per episode, so there the
+   timed window draws no tasks and the ratio is that of stepping; ExpertRouting's
+   episodes (3.6 steps) use about 71, so each of its sub-envs draws one more block inside
+   the window, in both modes. Rounds alternate the two (best round each; the ratio is the
+   median over rounds of the ratio within a round). The issue's target is >= 30x.
 2. SB3 PPO training steps per second on ToolBench-v0: ``PPO("MlpPolicy")`` on the native
    batched env with 16 sub-envs (``agents.vec_env.make_batched_vec_env``) over the same on
    SB3's ``make_vec_env`` (``DummyVecEnv`` of 16 single envs, a ``Monitor`` each), same
    hyperparameters and seed, one torch thread.
 3. Scaling: sub-env steps per second of the native env at N = 1, 16, 256, 1024, 4096.
 
-Beside each ratio: the mean episode length under random actions and what filling the
-queue costs per task (the single env's ``draw_block``, and for ExpertRouting the
-questions' tables, computed per question as the single env does); every sub-env pays
-that on its own generator (one block of ``task_block`` tasks at a time), which bounds the
-batched env's speed.
+Beside each ratio: the mean episode length under random actions and what filling a
+sub-env's queue costs per task (the single env's ``draw_block``, and for ExpertRouting the
+questions' tables, computed per question as the single env does). In a long run every
+sub-env also pays that on its own generator (one block of ``task_block`` tasks at a
+time), in both modes: per sub-env step, the draw's cost over the episode length, which the
+table's two last columns give.
 
 ``--quick`` (N = 32, a few batches, a short PPO run) checks the script, not the speed.
 """
@@ -172,7 +176,12 @@ def report(pairs: dict[str, dict[str, list[float]]], ppo: dict[str, list[float]]
         f"\"vector_entry_point\")`) against `SyncVectorEnv` of {num_envs} single envs "
         f"(`vectorization_mode=\"sync\"`): {steps} batches of random actions after a "
         f"seeded reset, {repeats} alternating rounds; rates are sub-env steps/s (best "
-        "round), the ratio the median over rounds of the ratio within a round.",
+        "round), the ratio the median over rounds of the ratio within a round. The reset "
+        "(not timed) draws each sub-env's first block of tasks (64; TraceRouting-v0 a "
+        "permutation of its queries); the timed batches draw another only where they use "
+        "more tasks than a block (steps over steps per episode), in both modes: here "
+        "ExpertRouting only. A long run adds the draw, µs per task over steps per "
+        "episode, to each sub-env step in both modes.",
         "",
         f"Machine: {_machine()}",
         "",

@@ -11,20 +11,23 @@ import numpy as np
 from gymnasium import spaces
 
 from cost_envs.core import OrchestrationEnv, Outcome, State
+from cost_envs.envs.flight_networks import (
+    BROKEN_PRICE,
+    budget_level,
+    draw_block,
+    mean_fare,
+)
 from cost_envs.pool import AgentPool, AgentSpec, coerce_pool
 from cost_envs.reward import RewardWeights
 
 SKILLS = ("planning", "search", "validation")
 ROLES = ("planner", "search", "validator")
-N_AIRPORTS = 9
-EDGE_PROBABILITY = 0.32
 MAX_TURNS = 7
 FARE_INFLATION = 0.02  # fares found at turn t cost (1 + 0.02 t) times more
 SEARCH_MARKUP = 0.5  # a searcher of strength s pays up to 50% * (1 - s) above the best fare
 ROUTE_NAMES = ("optimal", "detour", "broken")
 DETOUR_SHARE = 0.6  # of a planner's unlucky proposals; the rest are broken routes
 SEARCH_NOTICE = 0.5  # a searcher notices a missing leg with probability 0.5 * strength
-BROKEN_PRICE = (0.9, 1.1)  # a broken route costs P_opt * U(0.9, 1.1)
 NO_ROUTE = -1
 #: Why the plan was dropped this turn, as :meth:`FlightPlannerEnv._advance` reports it.
 NO_DROP, SEARCH_DROP, VALIDATOR_DROP = 0, 1, 2
@@ -82,7 +85,7 @@ class FlightTask:
     @property
     def mean_fare(self) -> float:
         """Average fare of the legs that exist."""
-        return float(_mean_fare(self.fares))
+        return float(mean_fare(self.fares))
 
 
 def with_fresh_luck(task: FlightTask, rng: np.random.Generator) -> FlightTask:
@@ -104,30 +107,6 @@ def with_fresh_luck(task: FlightTask, rng: np.random.Generator) -> FlightTask:
     for array in (luck, fare_luck, route_price):
         array.flags.writeable = False
     return replace(task, luck=luck, fare_luck=fare_luck, route_price=route_price)
-
-
-def _cheapest_walks_from(fares: np.ndarray, origin: np.ndarray, max_hops: int) -> np.ndarray:
-    """``best[b, k, j]``: cheapest walk of exactly ``k`` legs from ``origin[b]`` to ``j``.
-
-    Min-plus products of the origin's row with the fare matrix (Bellman-Ford by hop count).
-    """
-    n, size = fares.shape[0], fares.shape[1]
-    best = np.full((n, max_hops + 1, size), np.inf)
-    best[np.arange(n), 0, origin] = 0.0
-    for k in range(1, max_hops + 1):
-        best[:, k] = np.min(best[:, k - 1, :, None] + fares, axis=1)
-    return best
-
-
-def _mean_fare(fares: np.ndarray) -> np.ndarray:
-    """Average finite fare over the last two axes (one formula for blocks and single tasks)."""
-    finite = np.isfinite(fares)
-    return np.where(finite, fares, 0.0).sum(axis=(-2, -1)) / finite.sum(axis=(-2, -1))
-
-
-def _budget_level(budget: Any, mean_fare: Any, shortest_hops: Any) -> Any:
-    """The budget relative to a typical fare for the trip, a visible hint of its slack."""
-    return np.minimum(budget / (mean_fare * shortest_hops), 2.0) / 2
 
 
 class _Tables(NamedTuple):
@@ -315,70 +294,29 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
         return block
 
     def draw_block(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, ...]:
-        """``n`` tasks as ``_draw_networks``' arrays: the one draw, of reset and the batched env."""
-        parts: list[tuple[np.ndarray, ...]] = []
-        while (drawn := sum(len(part[0]) for part in parts)) < n:  # rejection sampling
-            parts.append(self._draw_networks(rng, n - drawn))
-        return tuple(np.concatenate(column) for column in zip(*parts, strict=True))
-
-    def _draw_networks(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, ...]:
-        # (fares, origin, destination, shortest_hops, budget, route_hops, route_price, luck,
-        # fare_luck, budget_level) of the networks of n drawn that have a 2- or 3-leg trip
-        size, m = N_AIRPORTS, self.n_agents
-        xy = rng.random((n, size, 2))
-        distance = np.linalg.norm(xy[:, :, None, :] - xy[:, None, :, :], axis=-1)
-        legs = rng.random((n, size, size)) < EDGE_PROBABILITY
-        legs[:, np.arange(size), np.arange(size)] = False
-        fares = np.where(legs, 60.0 + 300.0 * distance * rng.uniform(0.8, 1.3, legs.shape),
-                         np.inf)
-        # h*(i, j) for every pair by breadth-first search (boolean matrix powers)
-        first = np.where(legs, 1, 99)
-        frontier = legs.astype(np.int64)
-        for hops in (2, 3):
-            frontier = np.minimum(frontier @ legs.astype(np.int64), 1)
-            first = np.where((first == 99) & (frontier > 0), hops, first)
-        candidates = ((first == 2) | (first == 3)) & ~np.eye(size, dtype=bool)
-        pick = rng.random((n, size, size)) * candidates
-        slack = rng.uniform(0.03, 0.35, n)
-        broken_price = rng.uniform(*BROKEN_PRICE, n)
-        luck = rng.random((n, MAX_TURNS, m))
-        fare_luck = rng.random((n, MAX_TURNS, m))
-        # Everything below is vectorised over the block; the loop only slices.
-        keep = np.flatnonzero(candidates.any(axis=(1, 2)))
-        origin, destination = np.divmod(pick[keep].reshape(len(keep), -1).argmax(axis=1), size)
-        h_star = first[keep, origin, destination]
-        walks = _cheapest_walks_from(fares[keep], origin, max_hops=6)
-        rows = np.arange(len(keep))
-        prices = walks[rows, :, destination]  # (kept, k): cheapest walk of exactly k legs
-        within = np.where(np.arange(prices.shape[1]) <= h_star[:, None] + 1, prices, np.inf)
-        h_opt = within.argmin(axis=1)
-        p_opt = prices[rows, h_opt]
-        detour = np.where(np.isfinite(prices[rows, h_opt + 1]), h_opt + 1,
-                          np.where(np.isfinite(prices[rows, h_opt + 2]), h_opt + 2, h_opt))
-        route_hops = np.stack([h_opt, detour, h_opt], axis=1)
-        route_price = np.stack([p_opt, prices[rows, detour], p_opt * broken_price[keep]], axis=1)
-        budget = p_opt * (1.0 + slack[keep])
-        level = _budget_level(budget, _mean_fare(fares[keep]), h_star)
-        return (fares[keep], origin, destination, h_star, budget, route_hops, route_price,
-                luck[keep], fare_luck[keep], level)
+        """``n`` tasks as ``flight_networks.draw_networks``' arrays (reset's, the batched env's)."""
+        return draw_block(rng, n, MAX_TURNS, self.n_agents)
 
     def _tables(self, task: FlightTask) -> _Tables:
         tables = self._block_tables(task.luck[None], task.fare_luck[None])
-        level = _budget_level(task.budget, _mean_fare(task.fares), task.shortest_hops)
+        level = budget_level(task.budget, mean_fare(task.fares), task.shortest_hops)
         return _Tables(*(table[0].tolist() for table in tables), float(level))
 
     def _block_tables(
-        self, luck: np.ndarray, fare_luck: np.ndarray
+        self, luck: np.ndarray, fare_luck: np.ndarray, turns: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per (task, turn, agent) outcomes, vectorised over a block of tasks.
 
         Returns the planner's proposal, whether a searcher notices a missing leg, whether a
-        validator catches a bad plan, and the fare markup of a search.
+        validator catches a bad plan, and the fare markup of a search. Element by element:
+        given ``turns`` (the turn of each row, shaped to broadcast, e.g. ``(k, 1)``), the
+        arrays may hold one turn of each task (``(k, m)``), as the batched env reads them.
         """
         s = self._strength
         rest = (luck - s) / np.maximum(1.0 - s, 1e-12)  # position within the unlucky share
-        proposal = np.select([luck < s, rest < DETOUR_SHARE], [0, 1], default=2)
-        turns = np.arange(MAX_TURNS)[:, None]
+        proposal = np.where(luck < s, 0, np.where(rest < DETOUR_SHARE, 1, 2))
+        if turns is None:
+            turns = np.arange(MAX_TURNS)[:, None]
         markup = (1.0 + FARE_INFLATION * turns) * (1.0 + SEARCH_MARKUP * (1 - s) * fare_luck)
         return proposal, luck < SEARCH_NOTICE * s, luck < s, markup
 

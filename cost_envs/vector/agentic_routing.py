@@ -29,7 +29,7 @@ from cost_envs.envs.agentic_routing import (
     AgenticRoutingEnv,
     success_probability,
 )
-from cost_envs.vector.base import BatchedOrchestrationEnv
+from cost_envs.vector.base import BatchedOrchestrationEnv, pick
 
 
 class AgenticBlock(NamedTuple):
@@ -62,6 +62,7 @@ class AgenticRoutingVectorEnv(BatchedOrchestrationEnv):
     env_class = AgenticRoutingEnv
     single_env: AgenticRoutingEnv
     fixed_prices = False  # each task's token counts set its prices
+    observe_all = True
 
     def __init__(self, num_envs: int, **kwargs: Any) -> None:
         super().__init__(num_envs, **kwargs)
@@ -80,20 +81,22 @@ class AgenticRoutingVectorEnv(BatchedOrchestrationEnv):
         self._p_large = np.zeros((n, self._width))
         self._rows = np.zeros((n, self._width + 1, self.single_observation_space.shape[0]),
                               dtype=np.float32)
+        self._all = np.arange(n)
 
     def _draw(self, rng: np.random.Generator, n: int) -> AgenticBlock:
         return AgenticBlock(*self.single_env.draw_block(rng, n))
 
     def _start(self, idx: np.ndarray, rows: np.ndarray) -> None:
         blocks = self.blocks
-        k, difficulty = blocks.n_subgoals[rows], blocks.difficulty[rows]
+        k, difficulty = blocks.n_subgoals[rows], blocks.difficulty.take(rows, axis=0)
         (small_cost, small_flops), (large_cost, large_flops) = self.single_env._step_prices(
             blocks.input_tokens[rows], blocks.output_tokens[rows])
         self._call_costs[idx, 0] = large_cost - small_cost
         self._call_flops[idx, 0] = large_flops - small_flops
         self._step_cost[idx], self._step_flops[idx] = small_cost, small_flops
         self._rows[idx] = self.single_env.observation_rows(
-            k, blocks.signal[rows], blocks.reasoning[rows], small_cost, large_cost)
+            k, blocks.signal.take(rows, axis=0), blocks.reasoning.take(rows, axis=0),
+            small_cost, large_cost)
         self._p_small[idx] = success_probability(difficulty, SMALL_CURVE)
         self._p_large[idx] = success_probability(difficulty, LARGE_CURVE)
         self._k[idx] = k
@@ -103,11 +106,12 @@ class AgenticRoutingVectorEnv(BatchedOrchestrationEnv):
 
     def _transition(self, idx: np.ndarray,
                     calls: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        # read from the queue: copying a task's luck (up to 50 turns) at start costs more
         turn, task = self._turn[idx], self._task[idx]
         done, recovering, fails, k = (self._done[idx], self._recovering[idx], self._fails[idx],
                                       self._k[idx])
         large = calls[:, 0] != 0
-        u = self.blocks.luck[task, turn]
+        u = pick(self.blocks.luck, task, turn)
         at = np.minimum(done, self._width - 1)
         chance = np.where(large, self._p_large[idx, at], self._p_small[idx, at])
         small_rec, large_rec = self._recovery_chance
@@ -117,7 +121,7 @@ class AgenticRoutingVectorEnv(BatchedOrchestrationEnv):
         done = done + (cleared & ~in_recovery)
         fails = np.where(cleared, 0, np.minimum(fails + 1, FAILURE_CAP))
         harm = np.where(large, self._harm[1], self._harm[0])
-        harmful = ~cleared & ~in_recovery & (self.blocks.harm_luck[task, turn] < harm)
+        harmful = ~cleared & ~in_recovery & (pick(self.blocks.harm_luck, task, turn) < harm)
         recovering = np.where(harmful, np.minimum(recovering + self._recovery_steps,
                                                   MAX_RECOVERY), recovering)
         complete = cleared & ~in_recovery & (done == k)
@@ -128,18 +132,19 @@ class AgenticRoutingVectorEnv(BatchedOrchestrationEnv):
         quality = np.where(complete, 10.0, 10.0 * done / k)
         return complete | out_of_turns, complete, np.where(complete | out_of_turns, quality, 0.0)
 
-    def _observe(self, idx: np.ndarray) -> np.ndarray:
+    def _observe(self, idx: np.ndarray | slice) -> np.ndarray:
         done, recovering, fails = self._done[idx], self._recovering[idx], self._fails[idx]
-        obs = self._rows[idx, done]
+        obs = pick(self._rows, self._all if isinstance(idx, slice) else idx, done)
         turns_left = self._horizon - self._turn[idx]
         obs[:, _TURNS] = turns_left / MAX_HORIZON
         slack = turns_left - (self._k[idx] - done) - recovering
         obs[:, _SLACK] = np.where(slack > 0, slack / MAX_HORIZON, 0.0)
+        # masked column writes (copyto's where: no boolean gathers and scatters)
         rec = recovering > 0
-        obs[rec, _DIFF] = RECOVERY_DIFFICULTY
-        obs[rec, _TAG] = 0.0
-        obs[rec, _REC] = recovering[rec] / MAX_RECOVERY
+        np.copyto(obs[:, _DIFF], RECOVERY_DIFFICULTY, where=rec)
+        np.copyto(obs[:, _TAG], 0.0, where=rec)
+        np.copyto(obs[:, _REC], recovering / MAX_RECOVERY, where=rec)
         failing = fails > 0
-        obs[failing, _FAILED] = 1.0
-        obs[failing, _FAILS] = fails[failing] / FAILURE_CAP
+        np.copyto(obs[:, _FAILED], 1.0, where=failing)
+        np.copyto(obs[:, _FAILS], fails / FAILURE_CAP, where=failing)
         return obs

@@ -25,7 +25,7 @@ from cost_envs.envs.flight_planner import (
     FlightPlannerEnv,
 )
 from cost_envs.envs.flight_planner_v1 import STRONG, FlightPlannerV1Env
-from cost_envs.vector.base import BatchedOrchestrationEnv, any_per_row
+from cost_envs.vector.base import BatchedOrchestrationEnv, any_per_row, pick
 
 #: ``route_connected`` of every task: the optimal and the detour route exist, the broken
 #: route misses a leg.
@@ -63,54 +63,79 @@ class FlightPlannerVectorEnv(BatchedOrchestrationEnv):
     env_class = FlightPlannerEnv
     single_env: FlightPlannerEnv
 
+    observe_all = True
+
     def __init__(self, num_envs: int, **kwargs: Any) -> None:
         super().__init__(num_envs, **kwargs)
-        n, m = self.num_envs, self.n_agents
+        n = self.num_envs
         single = self.single_env
         role = np.array(single._role_list)
         self._planner, self._searcher, self._validator = (role == r for r in range(3))
+        # each role's agents as bits of the joint-action code (the base's _step_codes)
+        self._planner_bits, self._searcher_bits, self._validator_bits = (
+            int((mask * (1 << np.arange(self.n_agents))).sum())
+            for mask in (self._planner, self._searcher, self._validator))
         self._strength = single._strength
+        # the strongest called planner of every joint-action code (argmax's first of
+        # equals; 0 without a planner, as argmax of a row of -inf), when codes exist
+        self._lead_of: np.ndarray | None = None
+        if self._bits is not None:
+            codes = np.arange(2**self.n_agents)
+            called = (codes[:, None] >> np.arange(self.n_agents)) & 1 != 0
+            self._lead_of = np.argmax(np.where(called & self._planner, self._strength,
+                                               -np.inf), axis=1)
         self._has_validator = single._has_validator
+        self._all = np.arange(n)
         self._route = np.full(n, NO_ROUTE, dtype=np.int64)
         self._p_strength = np.zeros(n)
         self._quote = np.zeros(n)
         self._validated = np.zeros(n, dtype=np.int64)
         self._dropped = np.zeros(n, dtype=np.int64)
-        self._proposal = np.zeros((n, MAX_TURNS, m), dtype=np.int64)
-        self._notices = np.zeros((n, MAX_TURNS, m), dtype=np.bool_)
-        self._detects = np.zeros((n, MAX_TURNS, m), dtype=np.bool_)
-        self._markup = np.zeros((n, MAX_TURNS, m))
+        # the current task's parameters, per sub-env (read every step without a gather
+        # through the queue)
+        self._h_star = np.zeros(n, dtype=np.int64)
+        self._task_budget = np.ones(n)
+        self._level = np.zeros(n)
+        self._hops_of = np.ones((n, 3), dtype=np.int64)
+        self._price_of = np.zeros((n, 3))
+        # the task's luck, (turn, agent) rows of each sub-env: read a row a step from here
+        # (small, cache-resident) rather than from the queue
+        self._luck = np.zeros((n * MAX_TURNS, self.n_agents))
+        self._fare_luck = np.zeros((n * MAX_TURNS, self.n_agents))
+        self._width = self.single_observation_space.shape[0]
 
     def _draw(self, rng: np.random.Generator, n: int) -> FlightBlock:
         return FlightBlock(*self.single_env.draw_block(rng, n))
 
     def _start(self, idx: np.ndarray, rows: np.ndarray) -> None:
-        tables = self.single_env._block_tables(self.blocks.luck[rows],
-                                               self.blocks.fare_luck[rows])
-        self._proposal[idx], self._notices[idx], self._detects[idx], self._markup[idx] = tables
+        blocks = self.blocks
+        self._h_star[idx] = blocks.shortest_hops[rows]
+        self._task_budget[idx] = blocks.budget[rows]
+        self._level[idx] = blocks.budget_level[rows]
+        self._hops_of[idx] = blocks.route_hops.take(rows, axis=0)
+        self._price_of[idx] = blocks.route_price.take(rows, axis=0)
+        m = self.n_agents
+        self._luck.reshape(-1, MAX_TURNS, m)[idx] = blocks.luck.take(rows, axis=0)
+        self._fare_luck.reshape(-1, MAX_TURNS, m)[idx] = blocks.fare_luck.take(rows, axis=0)
         self._route[idx] = NO_ROUTE
         self._p_strength[idx] = 0.0
         self._quote[idx] = 0.0
         self._validated[idx] = 0
         self._dropped[idx] = 0
 
-    def _feasible(self, task: np.ndarray, route: np.ndarray, quote: np.ndarray) -> np.ndarray:
+    def _feasible(self, idx: np.ndarray, route: np.ndarray, quote: np.ndarray) -> np.ndarray:
         """``FlightPlannerEnv._feasible`` row by row (``route`` must not be ``NO_ROUTE``)."""
-        blocks = self.blocks
-        return (_CONNECTED[route]
-                & (blocks.route_hops[task, route] <= blocks.shortest_hops[task] + 1)
-                & (quote <= blocks.budget[task]))
+        return (_CONNECTED[route] & (pick(self._hops_of, idx, route) <= self._h_star[idx] + 1)
+                & (quote <= self._task_budget[idx]))
 
-    def _commit(self, task: np.ndarray, route: np.ndarray,
+    def _commit(self, idx: np.ndarray, route: np.ndarray,
                 price: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``FlightPlannerEnv._commit`` row by row: success and quality."""
-        blocks = self.blocks
         safe = np.maximum(route, 0)
-        ok = (route != NO_ROUTE) & self._feasible(task, safe, price)
-        budget = blocks.budget[task]
+        ok = (route != NO_ROUTE) & self._feasible(idx, safe, price)
+        budget = self._task_budget[idx]
         slack = np.minimum(np.maximum((budget - price) / budget, 0.0), 1.0)
-        hop_optimality = np.minimum(blocks.shortest_hops[task] / blocks.route_hops[task, safe],
-                                    1.0)
+        hop_optimality = np.minimum(self._h_star[idx] / pick(self._hops_of, idx, safe), 1.0)
         return ok, np.where(ok, 10.0 * (0.7 * slack + 0.3 * hop_optimality), 0.0)
 
     def _transition(self, idx: np.ndarray,
@@ -121,72 +146,94 @@ class FlightPlannerVectorEnv(BatchedOrchestrationEnv):
     def _advance(self, idx: np.ndarray, calls: np.ndarray) -> tuple[np.ndarray, ...]:
         """The transition, plus why the plan was dropped (``*_DROP``), as ``_advance``."""
         k = len(idx)
-        turn, task = self._turn[idx], self._task[idx]
+        turn = self._turn[idx]
         route, p_strength, quote = self._route[idx], self._p_strength[idx], self._quote[idx]
         validated, dropped = self._validated[idx], np.zeros(k, dtype=np.int64)
+        # the single env's tables (_block_tables), this turn's row of each task alone
+        at = idx * MAX_TURNS + turn
+        proposal, notices, detects, markups = self.single_env._block_tables(
+            self._luck.take(at, axis=0), self._fare_luck.take(at, axis=0), turn[:, None])
         called = calls != 0
-        acting = any_per_row(called)
+        code = self._step_codes  # the base's codes of these calls (None above 16 agents)
+        if code is None:
+            acting = any_per_row(called)
+            roles_called = [any_per_row(called & role) for role in
+                            (self._planner, self._searcher, self._validator)]
+        else:
+            acting = code != 0
+            roles_called = [(code & bits) != 0 for bits in
+                            (self._planner_bits, self._searcher_bits, self._validator_bits)]
         committing = ~acting & (quote > 0)
         # the strongest called planner (the first of equals, as max) proposes a new plan
         planners = called & self._planner
-        planning = any_per_row(planners)
-        lead = np.argmax(np.where(planners, self._strength, -np.inf), axis=1)
-        route = np.where(planning, self._proposal[idx, turn, lead], route)
+        planning = roles_called[0]
+        lead = (np.argmax(np.where(planners, self._strength, -np.inf), axis=1)
+                if self._lead_of is None else self._lead_of[code])
+        route = np.where(planning, pick(proposal, np.arange(k), lead), route)
         p_strength = np.where(planning, self._strength[lead], p_strength)
         quote = np.where(planning, 0.0, quote)
         validated = np.where(planning, 0, validated)
         searchers = called & self._searcher
-        searching = any_per_row(searchers) & (route != NO_ROUTE)
-        noticed = any_per_row(searchers & self._notices[idx, turn])
+        searching = roles_called[1] & (route != NO_ROUTE)
+        noticed = any_per_row(searchers & notices)
         drop = searching & (route == 2) & noticed  # a broken plan's missing leg noticed
-        markup = np.where(searchers, self._markup[idx, turn], np.inf).min(axis=1)
-        best = self.blocks.route_price[task, np.maximum(route, 0)] * markup
+        markup = np.where(searchers, markups, np.inf).min(axis=1)
+        best = pick(self._price_of, idx, np.maximum(route, 0)) * markup
         better = searching & ~drop & ((quote == 0) | (best < quote))
         quote = np.where(better, best, quote)
         validated = np.where(better, 0, validated)
         route, p_strength, quote, validated, dropped = _dropped(
             drop, route, p_strength, quote, validated, dropped)
         validators = called & self._validator
-        checking = any_per_row(validators) & (route != NO_ROUTE)
-        feasible = self._feasible(task, np.maximum(route, 0), quote)
-        caught = checking & ~feasible & any_per_row(validators & self._detects[idx, turn])
+        checking = roles_called[2] & (route != NO_ROUTE)
+        feasible = self._feasible(idx, np.maximum(route, 0), quote)
+        caught = checking & ~feasible & any_per_row(validators & detects)
         validated = np.where(checking & ~caught, 1, validated)  # weak validators wave through
         route, p_strength, quote, validated, dropped = _dropped(
             caught, route, p_strength, quote, validated, dropped)
         last = turn + 1 >= MAX_TURNS
         ended = committing | last
-        success, quality = self._commit(task, route, quote)
-        success &= ended & (quote > 0)
-        quality = np.where(success, quality, 0.0)
+        # commit the ending sub-envs' plans (only theirs: the others' are not scored)
+        success, quality = np.zeros(k, dtype=np.bool_), np.zeros(k)
+        at = ended.nonzero()[0]
+        if len(at):
+            ok, score = self._commit(idx[at], route[at], quote[at])
+            ok &= quote[at] > 0
+            success[at], quality[at] = ok, np.where(ok, score, 0.0)
         self._route[idx], self._p_strength[idx], self._quote[idx] = route, p_strength, quote
         self._validated[idx], self._dropped[idx] = validated, dropped
         cause = np.where(drop, SEARCH_DROP, np.where(caught, VALIDATOR_DROP, NO_DROP))
         return ended, success, quality, cause
 
-    def _observe(self, idx: np.ndarray) -> np.ndarray:
-        blocks, task = self.blocks, self._task[idx]
+    def _observe(self, idx: np.ndarray | slice) -> np.ndarray:
+        rows = self._all if isinstance(idx, slice) else idx
         route, quote = self._route[idx], self._quote[idx]
         validated = self._validated[idx]
-        h_star = blocks.shortest_hops[task]
-        limit, budget = h_star + 1, blocks.budget[task]
-        obs = np.zeros((len(idx), 15), dtype=np.float32)
+        h_star = self._h_star[idx]
+        limit, budget = h_star + 1, self._task_budget[idx]
+        obs = np.zeros((len(rows), self._width), dtype=np.float32)  # v1 fills the rest
         obs[:, 0] = (MAX_TURNS - self._turn[idx]) / MAX_TURNS
         obs[:, 1] = h_star / limit
-        obs[:, 2] = blocks.budget_level[task]
+        obs[:, 2] = self._level[idx]
         obs[:, 10] = validated
         obs[:, 11] = self._dropped[idx]
         planned = route != NO_ROUTE
-        hops = blocks.route_hops[task, np.maximum(route, 0)]
+        hops = pick(self._hops_of, rows, np.maximum(route, 0))
         quoted = quote > 0
         visibly_bad = (hops > limit) | (quote > budget)
-        plan = np.stack([np.ones(len(idx)), hops / (limit + 2), hops <= limit,
-                         self._p_strength[idx], quoted, np.minimum(quote / budget, 2.0) / 2,
-                         quoted & (quote <= budget)], axis=1)
-        obs[:, 3:10] = np.where(planned[:, None], plan, 0.0)
+        # the plan's facts, zero without a plan (column by column: no stacked copy)
+        obs[:, 3] = planned
+        obs[:, 4] = np.where(planned, hops / (limit + 2), 0.0)
+        obs[:, 5] = planned & (hops <= limit)
+        obs[:, 6] = np.where(planned, self._p_strength[idx], 0.0)
+        obs[:, 7] = planned & quoted
+        obs[:, 8] = np.where(planned, np.minimum(quote / budget, 2.0) / 2, 0.0)
+        obs[:, 9] = planned & quoted & (quote <= budget)
         search = ~visibly_bad & ~quoted
         validate = ~visibly_bad & quoted & (validated == 0) & self._has_validator
-        need = np.stack([~planned | visibly_bad, planned & search, planned & validate], axis=1)
-        obs[:, 12:15] = need
+        obs[:, 12] = ~planned | visibly_bad
+        obs[:, 13] = planned & search
+        obs[:, 14] = planned & validate
         return obs
 
 
@@ -218,10 +265,12 @@ class FlightPlannerV1VectorEnv(FlightPlannerVectorEnv):
     def _transition(self, idx: np.ndarray,
                     calls: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         ended, success, quality, cause = self._advance(idx, calls)
-        counts, survival = self._counts[idx], self._survival[idx]
+        counts, survival = self._counts.take(idx, axis=0), self._survival[idx]
         called = calls != 0
-        fresh = any_per_row(called & self._planner) | (cause != NO_DROP)
-        counts[:, 5] += any_per_row(called & self._planner)
+        planning = (any_per_row(called & self._planner) if self._step_codes is None
+                    else (self._step_codes & self._planner_bits) != 0)
+        fresh = planning | (cause != NO_DROP)
+        counts[:, 5] += planning
         counts[:, 6] += cause == SEARCH_DROP
         counts[:, 7] += cause == VALIDATOR_DROP
         counts[fresh, :4] = 0
@@ -238,14 +287,14 @@ class FlightPlannerV1VectorEnv(FlightPlannerVectorEnv):
         return ended, success, quality
 
     def _observe(self, idx: np.ndarray) -> np.ndarray:
+        obs = super()._observe(idx)  # v0's 15 columns, then v1's, written in place
         counts, t = self._counts[idx], MAX_TURNS
-        tail = np.stack([np.minimum(counts[:, 0], t) / t, np.minimum(counts[:, 1], t) / t,
-                         np.minimum(counts[:, 2], t) / t, np.minimum(counts[:, 3], t) / t,
-                         self._survival[idx], counts[:, 4] == SEARCH_DROP,
-                         counts[:, 4] == VALIDATOR_DROP, np.minimum(counts[:, 5], t) / t,
-                         np.minimum(counts[:, 6], t) / t, np.minimum(counts[:, 7], t) / t],
-                        axis=1).astype(np.float32)
-        return np.concatenate((super()._observe(idx), tail), axis=1)
+        obs[:, 15:19] = np.minimum(counts[:, :4], t) / t
+        obs[:, 19] = self._survival[idx]
+        obs[:, 20] = counts[:, 4] == SEARCH_DROP
+        obs[:, 21] = counts[:, 4] == VALIDATOR_DROP
+        obs[:, 22:25] = np.minimum(counts[:, 5:8], t) / t
+        return obs
 
 
 def _dropped(drop: np.ndarray, route: np.ndarray, p_strength: np.ndarray, quote: np.ndarray,

@@ -26,7 +26,8 @@ class VectorInfo:
         self.num_envs = num_envs
         self.columns: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
-    def set(self, key: str, rows: np.ndarray, values: Any, dtype: Any) -> None:
+    def set(self, key: str, rows: np.ndarray, values: Any, dtype: Any,
+            mask: np.ndarray | None = None) -> None:
         """Sub-envs ``rows`` (indices or a boolean mask) report ``key`` with ``values``.
 
         Args:
@@ -34,15 +35,26 @@ class VectorInfo:
             rows: Which sub-envs report it.
             values: Their values (broadcast), a row each for array-valued keys.
             dtype: The column's dtype (``float64`` for a Python float, ``bool`` ...).
+            mask: ``rows`` as a boolean mask, when the caller has it: a new key's mask is
+                then a copy of it rather than built by scattering ``rows``.
         """
         values = np.asarray(values)
-        if key not in self.columns:
+        entry = self.columns.get(key)
+        if entry is None:
             shape = (self.num_envs, *values.shape[1:]) if values.ndim > 1 else (self.num_envs,)
-            self.columns[key] = (np.zeros(shape, dtype=dtype),
-                                 np.zeros(self.num_envs, dtype=np.bool_))
-        column, mask = self.columns[key]
-        column[rows] = values
-        mask[rows] = True
+            column = np.zeros(shape, dtype=dtype)
+            column[rows] = values
+            if mask is not None:
+                self.columns[key] = (column, mask.copy())
+                return
+            entry = self.columns[key] = (column, np.zeros(self.num_envs, dtype=np.bool_))
+        else:
+            entry[0][rows] = values
+        entry[1][rows] = True
+
+    def put(self, key: str, column: np.ndarray, mask: np.ndarray) -> None:
+        """A new key's whole column (zero where ``mask`` is False) and its mask, as given."""
+        self.columns[key] = (column, mask)
 
     def drop(self, rows: np.ndarray) -> None:
         """Forget what sub-envs ``rows`` (a boolean mask) reported, as if they had not."""

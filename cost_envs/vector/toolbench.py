@@ -26,15 +26,14 @@ from cost_envs.envs.toolbench import (
     observation_rows,
     spurious_tokens,
 )
-from cost_envs.vector.base import BatchedOrchestrationEnv, any_per_row
+from cost_envs.vector.base import BatchedOrchestrationEnv, any_per_row, pick
 
 #: The queue stores tokens in 16 bits and topic positions in 8 (vocabulary 5000, 60
 #: positions): a sub-env's block of 64 tasks then takes about 95 kB instead of 160.
 _TOKEN = np.int16
 _PICK = np.int8
-#: ``_EARLIER[l, l']``: position l' comes before l; and a column of ones, for sums as matmuls.
+#: ``_EARLIER[l, l']``: position l' comes before l.
 _EARLIER = np.tri(MAX_ANSWER_TOKENS, k=-1, dtype=np.float32)
-_ONES = np.ones(MAX_ANSWER_TOKENS, dtype=np.float32)
 
 
 class ToolBenchVectorEnv(BatchedOrchestrationEnv):
@@ -53,6 +52,7 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
 
     env_class = ToolBenchEnv
     single_env: ToolBenchEnv
+    observe_all = True
 
     def __init__(self, num_envs: int, **kwargs: Any) -> None:
         super().__init__(num_envs, **kwargs)
@@ -64,7 +64,10 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         self._n_stages = np.zeros(n, dtype=np.int64)
         self._p_clear = np.zeros((n, MAX_STAGES, m))
         self._rows = np.zeros((n, MAX_STAGES + 1, 17), dtype=np.float32)
-        self._strength = np.zeros((n, m))  # composer strength q of each tool
+        # the task's luck, (turn, tool) rows of each sub-env: read a row a step from here
+        # (small, cache-resident) rather than from the queue
+        self._luck = np.zeros((n * MAX_TURNS, m))
+        self._all = np.arange(n)
 
     def _draw(self, rng: np.random.Generator, n: int) -> ToolBlock:
         block = self.single_env.draw_block(rng, n)
@@ -74,27 +77,25 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
 
     def _start(self, idx: np.ndarray, rows: np.ndarray) -> None:
         blocks = self.blocks
-        n_stages, skill, difficulty = blocks.n_stages[rows], blocks.skill[rows], (
-            blocks.difficulty[rows])
+        n_stages, skill, difficulty = blocks.n_stages[rows], blocks.skill.take(rows, axis=0), (
+            blocks.difficulty.take(rows, axis=0))
         self._p_clear[idx] = clear_probability(self._capabilities, skill, difficulty)
         self._rows[idx] = observation_rows(skill, difficulty, n_stages)
-        last = np.arange(len(idx)), n_stages - 1
-        # q = cap ** (1 + d) on the answer stage, as ToolBenchEnv.composer_strength
-        caps = self._capabilities[:, skill[last]].T
-        self._strength[idx] = caps ** (1.0 + difficulty[last])[:, None]
         self._stage[idx] = 0
         self._failed[idx] = 0
         self._n_stages[idx] = n_stages
+        self._luck.reshape(-1, MAX_TURNS, self.n_agents)[idx] = blocks.luck.take(rows, axis=0)
 
     def _transition(self, idx: np.ndarray,
                     calls: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         k = len(idx)
         turn, stage, n_stages = self._turn[idx], self._stage[idx], self._n_stages[idx]
         called = calls != 0
-        answered = ~any_per_row(called)  # all-zero action: answer now, a failure
+        # all-zero action: answer now, a failure
+        answered = ~any_per_row(called) if self._step_codes is None else self._step_codes == 0
         # the single env's hit table (_block_tables), row (turn, stage) alone
-        hits = (self.blocks.luck[self._task[idx], turn]
-                < self._p_clear[idx, np.minimum(stage, MAX_STAGES - 1)])
+        hits = (self._luck.take(idx * MAX_TURNS + turn, axis=0)
+                < pick(self._p_clear, idx, np.minimum(stage, MAX_STAGES - 1)))
         cleared_by = called & hits
         cleared = any_per_row(cleared_by)
         stage = stage + cleared
@@ -115,22 +116,27 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
                    cleared_by: np.ndarray) -> np.ndarray:
         """Token F1 of the answers the strongest clearing tools compose (``token_f1``)."""
         blocks, task = self.blocks, self._task[idx]
-        strength = np.where(cleared_by, self._strength[idx], -np.inf)
-        q = strength[np.arange(len(idx)), np.argmax(strength, axis=1)]  # the first strongest
         length = blocks.length[task]
+        # q = cap ** (1 + d) on the answer stage, as ToolBenchEnv.composer_strength (here,
+        # for the answered tasks alone), of the strongest clearing tool (the first of equals:
+        # the same value)
+        last = blocks.n_stages[task] - 1
+        caps = self._capabilities[:, pick(blocks.skill, task, last)].T
+        strength = caps ** (1.0 + pick(blocks.difficulty, task, last))[:, None]
+        q = np.where(cleared_by, strength, -np.inf).max(axis=1)
         positions = np.arange(MAX_ANSWER_TOKENS)
-        reference = blocks.reference[task]
+        reference = blocks.reference.take(task, axis=0)
         in_reference = positions < length[:, None]
-        recalled = in_reference & (blocks.recall_luck[task, turn] < 0.3 + 0.7 * q[:, None])
-        n_spurious = np.rint(length * (1.0 - q) * blocks.hallucination_rate[task, turn])
-        spurious = spurious_tokens(reference, blocks.distractors[task],
-                                   blocks.pick[task, turn].astype(np.int64), length)
+        recalled = in_reference & (pick(blocks.recall_luck, task, turn) < 0.3 + 0.7 * q[:, None])
+        n_spurious = np.rint(length * (1.0 - q) * pick(blocks.hallucination_rate, task, turn))
+        spurious = spurious_tokens(reference, blocks.distractors.take(task, axis=0),
+                                   pick(blocks.pick, task, turn).astype(np.int64), length)
         in_spurious = positions < n_spurious[:, None]
         # Counter(pred) & Counter(ref): the reference's r-th copy of a token (r counted
         # from 0 along the reference) is matched when the answer holds more than r copies.
-        # Counts as float32 matmuls (exact: at most 40), much faster than boolean sums.
+        # Counts in float32 (exact: at most 40), much faster than boolean sums.
         same = (reference[:, :, None] == reference[:, None, :]).astype(np.float32)
-        rank = (same * _EARLIER) @ _ONES
+        rank = np.einsum("bij,ij->bi", same, _EARLIER)  # earlier copies of each token
         copies = (same @ recalled[:, :, None].astype(np.float32)
                   + (reference[:, :, None] == spurious[:, None, :]).astype(np.float32)
                   @ in_spurious[:, :, None].astype(np.float32))[:, :, 0]
@@ -142,8 +148,8 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
             f1 = 2 * precision * recall / (precision + recall)
         return np.where(overlap == 0, 0.0, f1)
 
-    def _observe(self, idx: np.ndarray) -> np.ndarray:
-        obs = self._rows[idx, self._stage[idx]]
+    def _observe(self, idx: np.ndarray | slice) -> np.ndarray:
+        obs = pick(self._rows, self._all if isinstance(idx, slice) else idx, self._stage[idx])
         obs[:, 0] = (self._n_stages[idx] + 1 - self._turn[idx]) / MAX_TURNS
         obs[:, 3] = self._failed[idx]
         return obs
