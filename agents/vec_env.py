@@ -93,6 +93,11 @@ class BatchedVecEnv(VecEnv):
             return [indices]
         return list(indices)
 
+    def _every_sub_env(self, what: str, indices: VecEnvIndices) -> None:
+        if self._indices(indices) != list(range(self.num_envs)):
+            raise ValueError(f"BatchedVecEnv: {what} acts on the batched env, for every "
+                             f"sub-env at once; got indices={indices!r}, expected None")
+
     def _rows(self, value: Any, indices: VecEnvIndices) -> list[Any]:
         rows = self._indices(indices)
         if isinstance(value, np.ndarray) and value.ndim >= 1 and len(value) == self.num_envs:
@@ -109,14 +114,19 @@ class BatchedVecEnv(VecEnv):
         Raises:
             ValueError: If ``indices`` selects fewer than every sub-env.
         """
-        if self._indices(indices) != list(range(self.num_envs)):
-            raise ValueError(f"BatchedVecEnv: set_attr({attr_name!r}) sets the batched env, "
-                             f"for every sub-env; got indices={indices!r}")
+        self._every_sub_env(f"set_attr({attr_name!r})", indices)
         setattr(self.env, attr_name, value)
 
     def env_method(self, method_name: str, *method_args: Any, indices: VecEnvIndices = None,
                    **method_kwargs: Any) -> list[Any]:
-        """Call the batched env's method once; each sub-env gets its row of the result."""
+        """Call the batched env's method once; each sub-env gets its row of the result.
+
+        Raises:
+            ValueError: If ``indices`` selects fewer than every sub-env: the method runs
+                once on the batched env, so it would act on the others too (a
+                ``set_budget`` meant for sub-env 0 would set every budget).
+        """
+        self._every_sub_env(f"env_method({method_name!r})", indices)
         result = getattr(self.env, method_name)(*method_args, **method_kwargs)
         return self._rows(result, indices)
 

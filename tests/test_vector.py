@@ -215,6 +215,8 @@ def test_bad_arguments_are_one_line_errors() -> None:
         make("cost_envs/ToolBench-v0", 2, "vector_entry_point", budget=[1.0, 2.0, 3.0])
     with pytest.raises(ValueError, match="budget"):
         make("cost_envs/ToolBench-v0", 2, "vector_entry_point", budget=[1.0, -1.0])
+    with pytest.raises(ValueError, match="render_mode='ansi' is not supported"):
+        make("cost_envs/ToolBench-v0", 2, "vector_entry_point", render_mode="ansi")
     env = make("cost_envs/ToolBench-v0", 2, "vector_entry_point")
     with pytest.raises(ResetNeeded):
         env.step(np.zeros((2, 8)))

@@ -107,6 +107,12 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         name = type(self).__name__
         self.num_envs = check_num_envs(num_envs, name)
         self.autoreset_mode = coerce_autoreset(autoreset_mode, name)
+        if env_kwargs.get("render_mode") is not None:
+            # Nothing here renders; accepting the mode would hand it to the single env
+            # only and leave render() failing later.
+            raise ValueError(f"{name}: render_mode={env_kwargs['render_mode']!r} is not "
+                             "supported by a batched env; expected None (use "
+                             "vectorization_mode='sync' to render sub-envs)")
         # The single env checks the arguments and is the one home of the pool, the
         # reward weights, the spaces and the task draw.
         self.single_env = self.env_class(**env_kwargs)
