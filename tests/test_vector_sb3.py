@@ -89,7 +89,7 @@ def test_needs_same_step_autoreset() -> None:
         venv.set_attr("x", 1, indices=[0])
     # A method runs once on the batched env: meant for sub-env 0, it would act on both.
     budgeted = make_batched_vec_env(ENV_ID, 2, monitor=False, budget=0.05)
-    with pytest.raises(ValueError, match="env_method\\('set_budget'\\).*indices=\\[0\\]"):
+    with pytest.raises(ValueError, match=r"env_method\('set_budget'\).*indices=\[0\]"):
         budgeted.env_method("set_budget", 0.01, indices=[0])
     assert budgeted.get_attr("budget") == [0.05, 0.05]
     assert len(budgeted.env_method("action_masks")) == 2
