@@ -35,7 +35,6 @@ table's two last columns give.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 import time
 from collections.abc import Callable
@@ -48,6 +47,9 @@ import numpy as np
 import cost_envs
 from cost_envs.registration import VECTOR_IDS
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from throughput import machine  # the one home of the machine line
+
 SCALING = (1, 16, 256, 1024, 4096)
 TARGET_RATIO = 30.0
 PPO_ENV = "cost_envs/ToolBench-v0"
@@ -55,15 +57,6 @@ PPO_ENVS = 16
 #: PPO's settings, the same for both vector envs (rollouts of 16 x 128 steps).
 PPO_KWARGS = {"n_steps": 128, "batch_size": 256, "n_epochs": 4, "seed": 0}
 QUICK = {"num_envs": 32, "steps": 64, "repeats": 1, "ppo_steps": 2048, "scaling": (1, 16)}
-
-
-def _machine() -> str:
-    """The machine line of ``benchmarks/throughput.py`` (its one home)."""
-    path = Path(__file__).resolve().with_name("throughput.py")
-    spec = importlib.util.spec_from_file_location("throughput_benchmark", path)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module.machine()
 
 
 def _actions(env: Any, steps: int, seed: int = 0) -> list[np.ndarray]:
@@ -183,7 +176,7 @@ def report(pairs: dict[str, dict[str, list[float]]], ppo: dict[str, list[float]]
         "ExpertRouting only. A long run adds the draw, µs per task over steps per "
         "episode, to each sub-env step in both modes.",
         "",
-        f"Machine: {_machine()}",
+        f"Machine: {machine()}",
         "",
         f"| env | native steps/s | SyncVectorEnv steps/s | ratio | >= {TARGET_RATIO:.0f}x "
         "| steps per episode | task draw, µs per task |",
