@@ -27,6 +27,7 @@ from cost_envs.envs.expert_routing_tables import (
     ExpertBlock,
     ExpertTask,
     ModelProfile,
+    accuracies,
     block_prices,
     with_fresh_luck,
 )
@@ -334,19 +335,18 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
         batched env's (:mod:`cost_envs.vector.expert_routing`) queue both come from here.
         Elementwise float64 arithmetic is the same in numpy as in Python, operation for
         operation, so the prices are those of :meth:`_call_price` on each question to the
-        last bit; the exponentials stay per question (``ModelProfile.accuracy`` and
-        ``math.exp`` on floats), whose vectorised forms may round differently.
+        last bit. The accuracy curves are numpy's ``exp`` as for one question
+        (:func:`accuracies`); o3's reasoning growth stays ``math.exp`` per question, as
+        :meth:`_call_price` computes it, since numpy's vectorised ``exp`` may round
+        differently from the C library's on some CPUs (AVX-512).
         """
         m = self.n_agents
-        difficulties = block.difficulty.tolist()
-        n = len(difficulties)
-        accuracy = np.array([[float(e.accuracy(x)) for e in self.experts]
-                             for x in difficulties]).reshape(n, m)
-        hits = block.luck < accuracy[:, None, :]
-        right = block.controller_luck < np.array(
-            [float(CONTROLLER.accuracy(x)) for x in difficulties])
         d, prompt, factors = block.difficulty, block.prompt, block.factors
-        growth = np.array([math.exp(3.0 * x) for x in difficulties])
+        n = len(d)
+        accuracy = accuracies((*self.experts, CONTROLLER), d)  # the controller's last
+        hits = block.luck < accuracy[:, None, :m]
+        right = block.controller_luck < accuracy[:, m]
+        growth = np.array([math.exp(3.0 * x) for x in d.tolist()])
         costs, flops = np.empty((n, m)), np.empty((n, m))
         for j in range(m):
             costs[:, j], flops[:, j] = self._call_price(j, d, prompt, factors[:, j], growth)

@@ -9,7 +9,7 @@ a block of questions (:class:`ExpertBlock`) and of their tables (:class:`BlockAr
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any, ClassVar, NamedTuple
 
@@ -79,6 +79,18 @@ class ModelProfile:
     def coerce(cls, value: ModelProfile | Mapping[str, Any] | str) -> ModelProfile:
         """A profile, its dict form, or the name of a default expert."""
         return coerce_config(cls, value, DEFAULT_EXPERTS, "experts")
+
+
+def accuracies(models: Sequence[ModelProfile], difficulty: np.ndarray) -> np.ndarray:
+    """``(n, len(models))``: :meth:`ModelProfile.accuracy` of each model at each difficulty.
+
+    The same float64 operations as ``accuracy`` on one float, elementwise, so the same
+    bits: numpy runs one ``exp`` loop on an array whatever its length, a float included
+    (a block's 4 n curves in one call instead of 4 n Python calls).
+    """
+    skill = np.array([model.skill for model in models])
+    sharpness = np.array([model.sharpness for model in models])
+    return 1.0 / (1.0 + np.exp(-sharpness * (skill - difficulty[:, None])))
 
 
 # Curves fitted so that the mean accuracy over each profile's difficulty distribution is

@@ -72,7 +72,10 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
     * ``_draw(rng, n)``: ``n`` tasks' raw draws as a (named) tuple of arrays with leading
       axis ``n``, consuming ``rng`` exactly as the single env's reset does (through its
       ``draw_block``). Sub-env ``i``'s queue is rows ``i * task_block ...`` of
-      ``self.blocks`` (the same tuple, every sub-env's rows stacked).
+      ``self.blocks`` (the same tuple, every sub-env's rows stacked). Optionally
+      ``_derive(draws)``: what the queue holds, computed from ``_draw``'s arrays of every
+      sub-env drawing in this step stacked (so per-task work beyond the generator's runs
+      once per step, not once per sub-env); without it the queue holds ``_draw``'s.
     * ``_start(idx, rows)``: start a task in each sub-env of ``idx``: ``rows`` are the
       tasks' rows of ``self.blocks`` (also kept in ``self._task`` for the episode).
     * ``_transition(idx, calls)``: one turn with ``calls`` (``(len(idx), m)`` int8) at turn
@@ -157,6 +160,10 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
     # ------------------------------------------------------------------ hooks
     def _draw(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, ...]:
         raise NotImplementedError
+
+    def _derive(self, draws: Any) -> Any:
+        """The queued arrays of ``draws`` (``_draw``'s of several sub-envs, stacked)."""
+        return draws
 
     def _start(self, idx: np.ndarray, rows: np.ndarray) -> None:
         raise NotImplementedError
@@ -246,8 +253,9 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         """Start the next task of each sub-env of ``idx`` (and observe it if ``observe``)."""
         if len(idx) == 0:
             return
-        for i in idx[self._queued[idx] == self.task_block].tolist():
-            self._refill(i)
+        empty = idx[self._queued[idx] == self.task_block]
+        if len(empty):
+            self._refill(empty.tolist())
         rows = idx * self.task_block + self._queued[idx]
         self._queued[idx] += 1
         self._task[idx] = rows
@@ -261,18 +269,30 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         if self._budget is not None:
             self._budget.on_reset(idx)
 
-    def _refill(self, i: int) -> None:
-        """Draw sub-env ``i``'s next block of tasks from its own generator."""
-        if self._rngs[i] is None:
-            self._rngs[i], _ = seeding.np_random()  # as a single env's unseeded np_random
+    def _refill(self, ids: list[int]) -> None:
+        """Draw the next block of tasks of each sub-env of ``ids``, each from its own generator."""
         size = self.task_block
-        draws = self._draw(self._rngs[i], size)
-        if self.blocks is None:
-            empty = [np.zeros((self.num_envs * size, *a.shape[1:]), a.dtype) for a in draws]
-            self.blocks = draws._make(empty) if hasattr(draws, "_make") else tuple(empty)
-        for block, values in zip(self.blocks, draws, strict=True):
-            block[i * size:(i + 1) * size] = values
-        self._queued[i] = 0
+        drawn = []
+        for i in ids:
+            if self._rngs[i] is None:
+                self._rngs[i], _ = seeding.np_random()  # as a single env's unseeded np_random
+            drawn.append(self._draw(self._rngs[i], size))
+        if type(self)._derive is BatchedOrchestrationEnv._derive:
+            queued = [(i, draws, 0) for i, draws in zip(ids, drawn, strict=True)]
+        else:  # one _derive over every block drawn now
+            stacked = drawn[0] if len(drawn) == 1 else drawn[0]._make(
+                np.concatenate(arrays) for arrays in zip(*drawn, strict=True))
+            derived = self._derive(stacked)
+            queued = [(i, derived, j * size) for j, i in enumerate(ids)]
+        for i, values, at in queued:
+            if self.blocks is None:
+                empty = [np.zeros((self.num_envs * size, *a.shape[1:]), a.dtype)
+                         for a in values]
+                self.blocks = (values._make(empty) if hasattr(values, "_make")
+                               else tuple(empty))
+            for block, value in zip(self.blocks, values, strict=True):
+                block[i * size:(i + 1) * size] = value[at:at + size]
+            self._queued[i] = 0
 
     # ----------------------------------------------------------------- step
     def validate_actions(self, actions: Any) -> np.ndarray:

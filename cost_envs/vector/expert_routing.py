@@ -5,10 +5,10 @@ The single envs' dynamics (:class:`~cost_envs.envs.expert_routing.ExpertRoutingE
 sub-envs that step. Each sub-env's queue holds its questions' tables as the single env
 computes them, with its own ``draw_block`` and ``block_arrays`` (and v1's
 ``answer_codes``): who is right in which round, every call's and round's price, the fixed
-observation slots. The exponentials of the accuracy curves and of o3's reasoning tokens
-are evaluated there per question on Python floats, as for one env, never as numpy's
-vectorised ``exp`` (which may round differently on some CPUs), so the batched env holds
-the same bits on any machine.
+observation slots. ``block_arrays`` runs once per step over the blocks of every sub-env
+that draws in it (elementwise, so each question gets the bits it gets alone); it is also
+the single env's, so the exponentials are the same calls in both (numpy's ``exp`` for the
+accuracy curves, ``math.exp`` per question for o3's reasoning tokens), on any machine.
 
 **One vote for both versions.** Every answer is a code (v1's: 0 right, 1..3 a
 distractor, ``OWN_WRONG`` / ``OTHER_WRONG + i`` a wrong answer of its own); v0's answers
@@ -28,20 +28,27 @@ import numpy as np
 from cost_envs.envs.expert_routing import ExpertBlock, ExpertRoutingEnv
 from cost_envs.envs.expert_routing_tables import BlockArrays
 from cost_envs.envs.expert_routing_v1 import (
+    DISTRACTOR_SHARES,
     NOT_CONSULTED,
     OTHER_WRONG,
     OWN_WRONG,
     RIGHT,
     ExpertRoutingV1Env,
 )
-from cost_envs.vector.base import BatchedOrchestrationEnv, any_per_row
+from cost_envs.vector.base import BatchedOrchestrationEnv, any_per_row, pick
+
+#: The vote and observation slots are tabulated over every state (the controller's answer
+#: times each expert's latest) up to this many states: 1,080 for v1's three default
+#: experts; larger pools vote row by row at each step (:meth:`ExpertRoutingVectorEnv._vote`).
+MAX_VOTE_STATES = 2**15
 
 
 class ExpertRows(NamedTuple):
     """A block of questions' tables as the batched env queues them."""
 
-    answers: np.ndarray  # (n, max_rounds, m) answer code of expert i consulted in round t
-    controller_answer: np.ndarray  # (n,)
+    answers: np.ndarray  # (n, max_rounds, m) float32 symbol of expert i in round t
+    controller_state: np.ndarray  # (n,) float32: the controller's symbol times A ** m
+    controller_answer: np.ndarray  # (n,) its answer code
     call_costs: np.ndarray
     call_flops: np.ndarray
     step_cost: np.ndarray
@@ -56,6 +63,14 @@ class ExpertRoutingVectorEnv(BatchedOrchestrationEnv):
     ``gym.make("cost_envs/ExpertRouting-v0", **kwargs)`` seeded alike (see
     :mod:`cost_envs.vector.base` for seeding, autoreset and ``info``).
 
+    **States as numbers.** An expert's latest answer is one of ``A = D + 3`` symbols (0 not
+    consulted, 1 right, ``2 .. D + 1`` a distractor, ``D + 2`` a wrong answer of its own;
+    v0 has no distractor, ``D = 0``), the controller's one of ``D + 2`` (right, a
+    distractor, its own wrong answer). A sub-env's state is the number
+    ``controller * A**m + sum_i symbol_i * A**i``; for pools of up to ``MAX_VOTE_STATES``
+    states the vote's outcome and the observation slots it sets are tables over these
+    numbers, computed once by :meth:`_vote`, so a step reads them instead of voting.
+
     Args:
         num_envs: Number of sub-envs.
         autoreset_mode: ``gymnasium.vector.AutoresetMode`` (default ``NEXT_STEP``).
@@ -66,6 +81,9 @@ class ExpertRoutingVectorEnv(BatchedOrchestrationEnv):
     env_class: type[ExpertRoutingEnv] = ExpertRoutingEnv
     single_env: ExpertRoutingEnv
     fixed_prices = False  # each question's difficulty and tokens set its prices
+    observe_all = True
+    #: Distractor answer codes ``1 .. n_distractors`` (v0: none).
+    n_distractors = 0
 
     def __init__(self, num_envs: int, **kwargs: Any) -> None:
         super().__init__(num_envs, **kwargs)
@@ -75,8 +93,25 @@ class ExpertRoutingVectorEnv(BatchedOrchestrationEnv):
         self._own_trust = float(single.controller.trust)
         self._trust = [float(t) for t in single._trust]
         self._slots_at = single._slots_at.start  # rounds_left, then consulted ... support
-        self._codes = np.full((n, m), NOT_CONSULTED, dtype=np.int64)
+        d = self.n_distractors
+        size = self._alphabet = d + 3
+        # symbol -> answer code: of expert i (row i), of the controller
+        self._code_of = np.array([[NOT_CONSULTED, RIGHT, *range(1, d + 1), OTHER_WRONG + i]
+                                  for i in range(m)])
+        self._own_code_of = np.array([RIGHT, *range(1, d + 1), OWN_WRONG])
+        self._sym = np.zeros((n, m), dtype=np.float32)
         self._own = np.zeros(n, dtype=np.int64)
+        self._base = np.zeros(n, dtype=np.float32)
+        self._state = np.zeros(n, dtype=np.int64)
+        self._powers = (size ** np.arange(m)).astype(np.float32)
+        self._right_table: np.ndarray | None = None
+        self._slot_table: np.ndarray | None = None
+        n_states = (d + 2) * size**m
+        if n_states <= MAX_VOTE_STATES:  # float32 state numbers are exact below 2**24
+            states = np.arange(n_states)
+            symbols = states[:, None] // size ** np.arange(m) % size
+            self._right_table, self._slot_table = self._vote_slots(
+                self._codes(symbols), self._own_code_of[states // size**m])
 
     def _answer_codes(self, block: ExpertBlock, arrays: BlockArrays
                       ) -> tuple[np.ndarray, np.ndarray]:
@@ -85,12 +120,23 @@ class ExpertRoutingVectorEnv(BatchedOrchestrationEnv):
         return (np.where(arrays.hits, RIGHT, wrong),
                 np.where(arrays.controller_right, RIGHT, OWN_WRONG))
 
-    def _draw(self, rng: np.random.Generator, n: int) -> ExpertRows:
-        block = self.single_env.draw_block(rng, n)
+    def _codes(self, symbols: np.ndarray) -> np.ndarray:
+        """The experts' answer codes of ``(k, m)`` symbols."""
+        return self._code_of[np.arange(self.n_agents), symbols.astype(np.int64)]
+
+    def _draw(self, rng: np.random.Generator, n: int) -> ExpertBlock:
+        return self.single_env.draw_block(rng, n)
+
+    def _derive(self, block: ExpertBlock) -> ExpertRows:
         arrays = self.single_env.block_arrays(block)
         answers, own = self._answer_codes(block, arrays)
-        return ExpertRows(answers.astype(np.int16), own, arrays.call_costs, arrays.call_flops,
-                          arrays.step_cost, arrays.step_flops, arrays.static_obs)
+        # code -> symbol: right 0 -> 1, distractor c -> c + 1, an expert's own wrong -> A - 1
+        symbols = np.where(answers >= OTHER_WRONG, self._alphabet - 1, answers + 1)
+        own_symbol = np.where(own == OWN_WRONG, self.n_distractors + 1, own)
+        return ExpertRows(symbols.astype(np.float32),
+                          (own_symbol * self._alphabet**self.n_agents).astype(np.float32),
+                          own, arrays.call_costs, arrays.call_flops, arrays.step_cost,
+                          arrays.step_flops, arrays.static_obs)
 
     def _start(self, idx: np.ndarray, rows: np.ndarray) -> None:
         blocks = self.blocks
@@ -98,7 +144,9 @@ class ExpertRoutingVectorEnv(BatchedOrchestrationEnv):
         self._call_flops[idx] = blocks.call_flops[rows]
         self._step_cost[idx] = blocks.step_cost[rows]
         self._step_flops[idx] = blocks.step_flops[rows]
-        self._codes[idx] = NOT_CONSULTED
+        self._sym[idx] = 0.0  # no expert consulted
+        self._base[idx] = base = blocks.controller_state[rows]
+        self._state[idx] = base.astype(np.int64)
         self._own[idx] = blocks.controller_answer[rows]
 
     def _transition(self, idx: np.ndarray,
@@ -106,16 +154,39 @@ class ExpertRoutingVectorEnv(BatchedOrchestrationEnv):
         turn = self._turn[idx]
         called = calls != 0
         # turn < max_rounds while an episode runs: the last round ends it
-        answers = self.blocks.answers[self._task[idx], np.minimum(turn, self.max_rounds - 1)]
-        codes = np.where(called, answers, self._codes[idx])
-        self._codes[idx] = codes
-        ended = ~any_per_row(called) | (turn + 1 >= self.max_rounds)
-        success = np.zeros(len(idx), dtype=np.bool_)
-        if ended.any():
-            at = ended.nonzero()[0]
-            lead, _, _ = self._vote(codes[at], self._own[idx[at]])
-            success[at] = lead == RIGHT
+        answers = pick(self.blocks.answers, self._task[idx],
+                       np.minimum(turn, self.max_rounds - 1))
+        symbols = np.where(called, answers, self._sym.take(idx, axis=0))
+        self._sym[idx] = symbols
+        answered = ~any_per_row(called) if self._step_codes is None else self._step_codes == 0
+        ended = answered | (turn + 1 >= self.max_rounds)
+        if self._right_table is not None:
+            state = (self._base.take(idx) + symbols @ self._powers).astype(np.int64)
+            self._state[idx] = state
+            success = ended & self._right_table.take(state)
+        else:
+            success = np.zeros(len(idx), dtype=np.bool_)
+            if ended.any():
+                at = ended.nonzero()[0]
+                success[at], _ = self._vote_slots(self._codes(symbols[at]),
+                                                  self._own[idx[at]])
         return ended, success, np.where(success, 10.0, 0.0)
+
+    def _vote_slots(self, codes: np.ndarray, own: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Whether each row's vote is right, and its slots from ``consulted`` to ``support``.
+
+        ``codes`` ``(k, m)`` the experts' latest answers, ``own`` the controller's; slots
+        ``(k, 2 m + 2)`` float32 as the single env's ``_dynamic_slots`` sets them.
+        """
+        m = self.n_agents
+        lead, weight, total = self._vote(codes, own)
+        consulted = codes >= 0
+        slots = np.empty((len(codes), 2 * m + 2), dtype=np.float32)
+        slots[:, :m] = consulted
+        slots[:, m:2 * m] = consulted & (codes == lead[:, None])
+        slots[:, 2 * m] = own == lead
+        slots[:, 2 * m + 1] = weight / total
+        return lead == RIGHT, slots
 
     def _vote(self, codes: np.ndarray, own: np.ndarray
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -151,18 +222,15 @@ class ExpertRoutingVectorEnv(BatchedOrchestrationEnv):
             lead_wrong = np.where(better, wrong, lead_wrong)
         return lead, weight, total
 
-    def _observe(self, idx: np.ndarray) -> np.ndarray:
-        m, rounds = self.n_agents, self.max_rounds
-        codes, own = self._codes[idx], self._own[idx]
-        lead, weight, total = self._vote(codes, own)
-        obs = self.blocks.static_obs[self._task[idx]]
-        at = self._slots_at
-        consulted = codes >= 0
+    def _observe(self, idx: np.ndarray | slice) -> np.ndarray:
+        m, rounds, at = self.n_agents, self.max_rounds, self._slots_at
+        obs = self.blocks.static_obs.take(self._task[idx], axis=0)
         obs[:, at] = (rounds - self._turn[idx]) / rounds
-        obs[:, at + 1:at + 1 + m] = consulted
-        obs[:, at + 1 + m:at + 1 + 2 * m] = consulted & (codes == lead[:, None])
-        obs[:, at + 1 + 2 * m] = own == lead
-        obs[:, at + 2 + 2 * m] = weight / total
+        if self._slot_table is not None:
+            obs[:, at + 1:at + 3 + 2 * m] = self._slot_table.take(self._state[idx], axis=0)
+        else:
+            _, obs[:, at + 1:at + 3 + 2 * m] = self._vote_slots(self._codes(self._sym[idx]),
+                                                                self._own[idx])
         return obs
 
 
@@ -176,6 +244,7 @@ class ExpertRoutingV1VectorEnv(ExpertRoutingVectorEnv):
 
     env_class = ExpertRoutingV1Env
     single_env: ExpertRoutingV1Env
+    n_distractors = max(DISTRACTOR_SHARES)
 
     def _answer_codes(self, block: ExpertBlock, arrays: BlockArrays
                       ) -> tuple[np.ndarray, np.ndarray]:
