@@ -23,11 +23,12 @@ Three measurements, each a ratio within one run:
 3. Scaling: sub-env steps per second of the native env at N = 1, 16, 256, 1024, 4096.
 
 Beside each ratio: the mean episode length under random actions and what filling a
-sub-env's queue costs per task (the single env's ``draw_block``, and for ExpertRouting the
-questions' tables, computed per question as the single env does). In a long run every
-sub-env also pays that on its own generator (one block of ``task_block`` tasks at a
-time), in both modes: per sub-env step, the draw's cost over the episode length, which the
-table's two last columns give.
+sub-env's queue costs per task, one sub-env alone (the single env's ``draw_block``, and for
+ExpertRouting the questions' tables by the single env's ``block_arrays``). In a long run
+every sub-env also draws on its own generator (one block of ``task_block`` tasks at a
+time), in both modes: per sub-env step, about the draw's cost over the episode length,
+which the table's two last columns give (the batched env computes the tables of all the
+blocks drawn in a step at once, for less).
 
 ``--quick`` (N = 32, a few batches, a short PPO run) checks the script, not the speed.
 """
@@ -85,10 +86,12 @@ def _rate(env: Any, actions: list[np.ndarray], ends: list[int] | None = None) ->
 def draw_cost(env_id: str, blocks: int = 10, repeats: int = 5) -> float:
     """Microseconds per task of filling a sub-env's queue (a block of ``task_block``, as reset).
 
-    What the batched env's ``_draw`` does per block: the single env's ``draw_block`` and,
-    where the queue holds the tasks' tables (ExpertRouting: who is right, prices and
-    observation slots, per question), the single env's computation of them. The best of
-    ``repeats`` timings of ``blocks`` blocks: other jobs only ever add time.
+    What the batched env does per block, one sub-env at a time: its ``_draw`` (the single
+    env's ``draw_block``) and, where the queue holds the tasks' tables, its ``_derive``
+    (ExpertRouting: who is right, prices and observation slots, by the single env's
+    ``block_arrays``; a step derives the blocks of every sub-env drawing in it at once,
+    which costs less per block). The best of ``repeats`` timings of ``blocks`` blocks:
+    other jobs only ever add time.
     """
     env = gym.make_vec(env_id, num_envs=1, vectorization_mode="vector_entry_point")
     batched, rng = env.unwrapped, np.random.default_rng(0)
@@ -96,7 +99,7 @@ def draw_cost(env_id: str, blocks: int = 10, repeats: int = 5) -> float:
     for _ in range(repeats):
         start = time.perf_counter()
         for _ in range(blocks):
-            batched._draw(rng, batched.task_block)
+            batched._derive(batched._draw(rng, batched.task_block))
         best = min(best, time.perf_counter() - start)
     return 1e6 * best / (blocks * batched.task_block)
 

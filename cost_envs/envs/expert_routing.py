@@ -41,6 +41,9 @@ __all__ = ["BANDS", "BAND_CENTRES", "CONTROLLER", "CONTROLLER_READ_TOKENS",
            "TIER_BUDGETS", "TOKEN_SPREAD", "ExpertRoutingEnv", "ExpertTask",
            "ModelProfile", "with_fresh_luck"]
 
+#: Each profile's Beta(a, b) of the difficulty and mean prompt tokens, by profile index.
+_BETA_A, _BETA_B, _MEAN_PROMPT = np.array([PROFILES[p] for p in PROFILE_NAMES]).T.copy()
+
 
 class _Tables(NamedTuple):
     hits: list  # hits[t][i]: expert i is right when consulted in round t
@@ -263,13 +266,13 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
             profile = rng.integers(0, len(PROFILE_NAMES), n)
         else:
             profile = np.full(n, PROFILE_NAMES.index(self.profile))
-        ab = np.array([PROFILES[p][:2] for p in PROFILE_NAMES])[profile]
-        difficulty = rng.beta(ab[:, 0], ab[:, 1])
-        estimate = np.clip(difficulty + rng.normal(0.0, 0.1, n), 0.0, 1.0)
+        difficulty = rng.beta(_BETA_A.take(profile), _BETA_B.take(profile))
+        estimate = difficulty + rng.normal(0.0, 0.1, n)
+        np.minimum(np.maximum(estimate, 0.0, out=estimate), 1.0, out=estimate)  # np.clip
         controller_luck = rng.random(n)
         luck = rng.random((n, self.max_rounds, m))
-        mean_prompt = np.array([PROFILES[p][2] for p in PROFILE_NAMES])[profile]
-        prompt = np.round(mean_prompt * rng.lognormal(-0.3**2 / 2, 0.3, n))  # mean 1
+        # np.rint is np.round's rounding to integers (half to even), without its wrapper
+        prompt = np.rint(_MEAN_PROMPT.take(profile) * rng.lognormal(-0.3**2 / 2, 0.3, n))
         factors = rng.lognormal(-TOKEN_SPREAD**2 / 2, TOKEN_SPREAD, (n, m + 1))
         luck.flags.writeable = False  # tasks are views into these blocks
         factors.flags.writeable = False

@@ -127,11 +127,17 @@ def wrong_answers(slips: np.ndarray, attraction: Sequence[float] | np.ndarray,
     ``own`` is a code or an array that broadcasts against ``slips``.
     """
     padded = shares if isinstance(shares, np.ndarray) else pad_shares(shares)
-    # accumulate adds in order, one term at a time, like a running sum over k
-    cumulative = np.cumsum(np.asarray(attraction, dtype=np.float64)[:, None] * padded, axis=1)
-    below = slips[..., None] < cumulative.reshape(len(padded), *(1,) * (slips.ndim - 1),
-                                                  padded.shape[1])
-    return np.where(below.any(axis=-1), below.argmax(axis=-1) + 1, own)
+    # the running sum over k, one term at a time in order (np.cumsum's additions, without
+    # its cost on a short axis)
+    cumulative = np.asarray(attraction, dtype=np.float64)[:, None] * padded
+    for k in range(1, padded.shape[1]):
+        cumulative[:, k] += cumulative[:, k - 1]
+    per_question = (len(padded), *(1,) * (slips.ndim - 1))
+    # the first k whose threshold the slip is below, choosing from the last k down
+    code = np.where(slips < cumulative[:, -1].reshape(per_question), padded.shape[1], own)
+    for k in range(padded.shape[1] - 2, -1, -1):
+        code = np.where(slips < cumulative[:, k].reshape(per_question), k + 1, code)
+    return code
 
 
 class ExpertRoutingV1Env(ExpertRoutingEnv):

@@ -137,10 +137,16 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         self._turn = np.zeros(n, dtype=np.int64)
         self._episode_cost = np.zeros(n)
         self._episode_flops = np.zeros(n)
-        self._call_costs = np.tile(self.single_env.pool.costs, (n, 1))
-        self._call_flops = np.tile(self.single_env.pool.flops, (n, 1))
-        self._step_cost = np.zeros(n)
-        self._step_flops = np.zeros(n)
+        # A row per sub-env: its calls' money (m), their FLOPs (m), the step's money and
+        # FLOPs; the four named views below are its columns, so a family whose prices
+        # depend on the task can also write a task's prices with one row assignment.
+        self._prices = np.zeros((n, 2 * m + 2))
+        self._call_costs = self._prices[:, :m]
+        self._call_flops = self._prices[:, m:2 * m]
+        self._step_cost = self._prices[:, 2 * m]
+        self._step_flops = self._prices[:, 2 * m + 1]
+        self._call_costs[:] = self.single_env.pool.costs
+        self._call_flops[:] = self.single_env.pool.flops
         # joint-action codes (action_codes) and the number of calls of each code
         self._bits: np.ndarray | None = None
         self._calls_by_code: np.ndarray | None = None
@@ -347,12 +353,12 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
             code = self.action_codes(calls) if codes is None else codes
             return cost_of[code], flops_of[code]
         called = calls != 0
-        cost, flops = self._step_cost[idx], self._step_flops[idx]
-        costs = self._call_costs.take(idx, axis=0)
-        flops_per = self._call_flops.take(idx, axis=0)
-        for i in range(self.n_agents):
-            cost = cost + np.where(called[:, i], costs[:, i], 0.0)
-            flops = flops + np.where(called[:, i], flops_per[:, i], 0.0)
+        m = self.n_agents
+        prices = self._prices.take(idx, axis=0)
+        cost, flops = prices[:, 2 * m], prices[:, 2 * m + 1]
+        for i in range(m):
+            cost = cost + np.where(called[:, i], prices[:, i], 0.0)
+            flops = flops + np.where(called[:, i], prices[:, m + i], 0.0)
         return cost, flops
 
     def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,

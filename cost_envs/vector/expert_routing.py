@@ -49,10 +49,7 @@ class ExpertRows(NamedTuple):
     answers: np.ndarray  # (n, max_rounds, m) float32 symbol of expert i in round t
     controller_state: np.ndarray  # (n,) float32: the controller's symbol times A ** m
     controller_answer: np.ndarray  # (n,) its answer code
-    call_costs: np.ndarray
-    call_flops: np.ndarray
-    step_cost: np.ndarray
-    step_flops: np.ndarray
+    prices: np.ndarray  # (n, 2 m + 2) a row of the base's ``_prices``
     static_obs: np.ndarray  # (n, d) float32
 
 
@@ -135,19 +132,17 @@ class ExpertRoutingVectorEnv(BatchedOrchestrationEnv):
         own_symbol = np.where(own == OWN_WRONG, self.n_distractors + 1, own)
         return ExpertRows(symbols.astype(np.float32),
                           (own_symbol * self._alphabet**self.n_agents).astype(np.float32),
-                          own, arrays.call_costs, arrays.call_flops, arrays.step_cost,
-                          arrays.step_flops, arrays.static_obs)
+                          own, np.column_stack((arrays.call_costs, arrays.call_flops,
+                                                arrays.step_cost, arrays.step_flops)),
+                          arrays.static_obs)
 
     def _start(self, idx: np.ndarray, rows: np.ndarray) -> None:
         blocks = self.blocks
-        self._call_costs[idx] = blocks.call_costs[rows]
-        self._call_flops[idx] = blocks.call_flops[rows]
-        self._step_cost[idx] = blocks.step_cost[rows]
-        self._step_flops[idx] = blocks.step_flops[rows]
+        self._prices[idx] = blocks.prices.take(rows, axis=0)
         self._sym[idx] = 0.0  # no expert consulted
-        self._base[idx] = base = blocks.controller_state[rows]
+        self._base[idx] = base = blocks.controller_state.take(rows)
         self._state[idx] = base.astype(np.int64)
-        self._own[idx] = blocks.controller_answer[rows]
+        self._own[idx] = blocks.controller_answer.take(rows)
 
     def _transition(self, idx: np.ndarray,
                     calls: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
