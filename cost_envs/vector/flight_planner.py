@@ -71,6 +71,7 @@ class FlightPlannerVectorEnv(BatchedOrchestrationEnv):
         single = self.single_env
         role = np.array(single._role_list)
         self._planner, self._searcher, self._validator = (role == r for r in range(3))
+        self._searcher_columns = self._searcher.nonzero()[0].tolist()
         # each role's agents as bits of the joint-action code (the base's _step_codes)
         self._planner_bits, self._searcher_bits, self._validator_bits = (
             int((mask * (1 << np.arange(self.n_agents))).sum())
@@ -177,7 +178,11 @@ class FlightPlannerVectorEnv(BatchedOrchestrationEnv):
         searching = roles_called[1] & (route != NO_ROUTE)
         noticed = any_per_row(searchers & notices)
         drop = searching & (route == 2) & noticed  # a broken plan's missing leg noticed
-        markup = np.where(searchers, markups, np.inf).min(axis=1)
+        # the cheapest called searcher's markup: a running minimum over the searchers'
+        # columns (min is exact; a row min over a short axis costs several times more)
+        markup = np.full(k, np.inf)
+        for i in self._searcher_columns:
+            markup = np.minimum(markup, np.where(called[:, i], markups[:, i], np.inf))
         best = pick(self._price_of, idx, np.maximum(route, 0)) * markup
         better = searching & ~drop & ((quote == 0) | (best < quote))
         quote = np.where(better, best, quote)
