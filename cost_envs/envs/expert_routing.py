@@ -338,10 +338,10 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
         batched env's (:mod:`cost_envs.vector.expert_routing`) queue both come from here.
         Elementwise float64 arithmetic is the same in numpy as in Python, operation for
         operation, so the prices are those of :meth:`_call_price` on each question to the
-        last bit. The accuracy curves are numpy's ``exp`` as for one question
+        last bit. The accuracy curves are one numpy ``exp`` over the block
         (:func:`accuracies`); o3's reasoning growth stays ``math.exp`` per question, as
-        :meth:`_call_price` computes it, since numpy's vectorised ``exp`` may round
-        differently from the C library's on some CPUs (AVX-512).
+        :meth:`_call_price` computes it for one question, since numpy's vectorised
+        ``exp`` may round differently from the C library's on some CPUs (AVX-512).
         """
         m = self.n_agents
         d, prompt, factors = block.difficulty, block.prompt, block.factors

@@ -84,9 +84,10 @@ class ModelProfile:
 def accuracies(models: Sequence[ModelProfile], difficulty: np.ndarray) -> np.ndarray:
     """``(n, len(models))``: :meth:`ModelProfile.accuracy` of each model at each difficulty.
 
-    The same float64 operations as ``accuracy`` on one float, elementwise, so the same
-    bits: numpy runs one ``exp`` loop on an array whatever its length, a float included
-    (a block's 4 n curves in one call instead of 4 n Python calls).
+    ``accuracy``'s float64 operations elementwise: one numpy call for a block's curves
+    instead of one Python call per model and question. The single env's tables and the
+    batched env's queue both come from here, so they hold the same bits whatever numpy's
+    ``exp`` does on the CPU (its loop computes each element alone, whatever the length).
     """
     skill = np.array([model.skill for model in models])
     sharpness = np.array([model.sharpness for model in models])

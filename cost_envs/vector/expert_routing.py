@@ -47,7 +47,7 @@ class ExpertRows(NamedTuple):
     """A block of questions' tables as the batched env queues them."""
 
     answers: np.ndarray  # (n, max_rounds, m) float32 symbol of expert i in round t
-    controller_state: np.ndarray  # (n,) float32: the controller's symbol times A ** m
+    controller_state: np.ndarray  # (n,) float32: the controller's symbol times A ** m (or 0)
     controller_answer: np.ndarray  # (n,) its answer code
     prices: np.ndarray  # (n, 2 m + 2) a row of the base's ``_prices``
     static_obs: np.ndarray  # (n, d) float32
@@ -100,11 +100,15 @@ class ExpertRoutingVectorEnv(BatchedOrchestrationEnv):
         self._own = np.zeros(n, dtype=np.int64)
         self._base = np.zeros(n, dtype=np.float32)
         self._state = np.zeros(n, dtype=np.int64)
-        self._powers = (size ** np.arange(m)).astype(np.float32)
         self._right_table: np.ndarray | None = None
         self._slot_table: np.ndarray | None = None
         n_states = (d + 2) * size**m
-        if n_states <= MAX_VOTE_STATES:  # float32 state numbers are exact below 2**24
+        # state numbers only where tabulated: float32 holds them exactly below 2**24, and
+        # A**m of a large pool would overflow any integer type
+        self._state_unit = size**m if n_states <= MAX_VOTE_STATES else 0
+        self._powers = (size ** np.arange(m) if self._state_unit else np.zeros(m)
+                        ).astype(np.float32)
+        if self._state_unit:
             states = np.arange(n_states)
             symbols = states[:, None] // size ** np.arange(m) % size
             self._right_table, self._slot_table = self._vote_slots(
@@ -131,7 +135,7 @@ class ExpertRoutingVectorEnv(BatchedOrchestrationEnv):
         symbols = np.where(answers >= OTHER_WRONG, self._alphabet - 1, answers + 1)
         own_symbol = np.where(own == OWN_WRONG, self.n_distractors + 1, own)
         return ExpertRows(symbols.astype(np.float32),
-                          (own_symbol * self._alphabet**self.n_agents).astype(np.float32),
+                          (own_symbol * self._state_unit).astype(np.float32),
                           own, np.column_stack((arrays.call_costs, arrays.call_flops,
                                                 arrays.step_cost, arrays.step_flops)),
                           arrays.static_obs)
