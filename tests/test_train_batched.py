@@ -204,3 +204,12 @@ def test_cli_bad_n_envs_key(tmp_path: Path, bad: Any) -> None:
     assert message.startswith("cost-envs train: ") and "train.yaml" in message
     assert f"n_envs: expected an int >= 1, got {bad!r}" in message
     assert not (tmp_path / "model").exists()
+
+
+def test_cli_gym_make_option_fails_before_training(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as info:
+        train_cli(tmp_path, "--env-kwargs", "{max_episode_steps: 3}")
+    message = info.value.code
+    assert isinstance(message, str) and "\n" not in message
+    assert message.startswith("cost-envs train: env_kwargs: 'max_episode_steps'")
+    assert not (tmp_path / "model").exists()
