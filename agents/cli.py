@@ -7,7 +7,7 @@ Subcommands::
                        [--episodes N] [--seed S] [--fit-tasks N] [--json]
                        [--pool FILE] [--prices FILE] [--env-kwargs MAPPING]
     cost-envs train --env ID --method ppo|lora|lora-ppo --out DIR [--config FILE]
-                    [--timesteps N] [--seed S] [--base pretrained|random]
+                    [--timesteps N] [--seed S] [--n-envs N] [--base pretrained|random]
                     [--pool FILE] [--prices FILE] [--env-kwargs MAPPING] [--tensorboard DIR]
     cost-envs pretrain --env ID --out PATH [--seed S]
     cost-envs route train --data FILE... --weak M --strong M --save PATH [...]
@@ -293,11 +293,14 @@ def _add_train(parser: argparse.ArgumentParser) -> None:
                              "lora-ppo: LoRA-guided PPO warm-started from lora")
     parser.add_argument("--config", type=Path, default=None,
                         help="JSON/YAML file of SB3 hyperparameters (learning_rate, n_steps, "
-                             "...), timesteps, seed, base, env_kwargs and supervised; the "
-                             "flags override it")
+                             "...), timesteps, seed, n_envs, base, env_kwargs and supervised; "
+                             "the flags override it")
     parser.add_argument("--timesteps", type=_positive_int, default=None,
                         help="RL environment steps (ppo, lora-ppo; default 20000)")
     parser.add_argument("--seed", type=_seed, default=None, help="training seed (default 0)")
+    parser.add_argument("--n-envs", type=_positive_int, default=None,
+                        help="sub-envs of the batched env the RL stage steps at once (ppo, "
+                             "lora-ppo; default 1); n_steps counts steps per sub-env")
     parser.add_argument("--out", type=Path, required=True,
                         help="model directory to write (model.safetensors + config.json)")
     parser.add_argument("--base", choices=BASES, default=None,
@@ -335,6 +338,7 @@ def _run_train(args: argparse.Namespace) -> int:
         trained = train(args.env, args.method,
                         args.timesteps if args.timesteps is not None else settings.timesteps,
                         seed=args.seed if args.seed is not None else settings.seed, base=base,
+                        n_envs=args.n_envs if args.n_envs is not None else settings.n_envs,
                         env_kwargs=env_kwargs, tensorboard_log=args.tensorboard,
                         progress_bar=not args.no_progress, ppo=settings.ppo, **extra)
     except (ValueError, FileNotFoundError) as error:

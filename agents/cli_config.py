@@ -6,16 +6,17 @@ rl-zoo3's files (the keys of SB3's ``PPO`` signature, and for ``lora-ppo`` also
 
     timesteps: 20000          # RL steps (ppo, lora-ppo)
     seed: 0
+    n_envs: 8                 # sub-envs the RL stage steps at once (batched env; default 1)
     base: pretrained          # or random (lora, lora-ppo)
     env_kwargs: {pool: my_pool.yaml}   # gym.make arguments
     supervised: {epochs: 10}  # the supervised stage of lora and lora-ppo (SupervisedConfig)
     learning_rate: 1.0e-4     # SB3 hyperparameters (ppo, lora-ppo)
     n_steps: 256
 
-Command-line flags override the file: ``--timesteps``, ``--seed`` and ``--base`` replace
-its values, and ``--env-kwargs``, ``--pool`` and ``--prices`` replace its env kwargs key
-by key. An unknown key is a one-line error naming it and the valid keys; so is a bad
-value, before any training starts.
+Command-line flags override the file: ``--timesteps``, ``--seed``, ``--n-envs`` and
+``--base`` replace its values, and ``--env-kwargs``, ``--pool`` and ``--prices`` replace
+its env kwargs key by key. An unknown key is a one-line error naming it and the valid
+keys; so is a bad value, before any training starts.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from cost_envs.config import coerce_config, integer, one_of, suggestion
 from cost_envs.config_files import read_config_file
 
 #: Training settings a config file may hold beside the SB3 hyperparameters.
-TRAIN_KEYS = ("timesteps", "seed", "base", "env_kwargs", "supervised")
+TRAIN_KEYS = ("timesteps", "seed", "n_envs", "base", "env_kwargs", "supervised")
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class TrainSettings:
     Attributes:
         timesteps: RL environment steps.
         seed: Training seed.
+        n_envs: Sub-envs of the RL stage (``train(n_envs=...)``).
         base: Frozen base of the LoRA encoder.
         env_kwargs: ``gym.make`` arguments from the file (flags are merged later).
         ppo: SB3 hyperparameters (``train(ppo=...)``), checked against the signature.
@@ -48,6 +50,7 @@ class TrainSettings:
 
     timesteps: int = 20_000
     seed: int = 0
+    n_envs: int = 1
     base: str = "pretrained"
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     ppo: dict[str, Any] = field(default_factory=dict)
@@ -83,6 +86,8 @@ def read_train_config(path: Path | None, method: str) -> TrainSettings:
         timesteps=integer(data.get("timesteps", defaults.timesteps), "timesteps", minimum=1,
                           where=str(path)),
         seed=integer(data.get("seed", defaults.seed), "seed", minimum=0, where=str(path)),
+        n_envs=integer(data.get("n_envs", defaults.n_envs), "n_envs", minimum=1,
+                       where=str(path)),
         base=one_of(data.get("base", defaults.base), "base", BASES, where=str(path)),
         env_kwargs=_mapping(data.get("env_kwargs", {}), path, "env_kwargs"),
         ppo=check_hyperparameters(ppo, method, where=str(path)),

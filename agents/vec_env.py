@@ -25,6 +25,11 @@ from gymnasium.vector import AutoresetMode
 from stable_baselines3.common.vec_env import VecEnv, VecMonitor
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvStepReturn
 
+#: Attributes :meth:`BatchedVecEnv.get_attr` reads from the single env a batched env is
+#: built from (``single_env``) when the batched env has none: fixed at construction and
+#: the same for every sub-env.
+SHARED_ATTRIBUTES = ("pool", "profile")
+
 
 class BatchedVecEnv(VecEnv):
     """SB3's ``VecEnv`` over a ``gymnasium.vector.VectorEnv`` that autoresets in ``SAME_STEP``.
@@ -105,8 +110,36 @@ class BatchedVecEnv(VecEnv):
         return [value for _ in rows]
 
     def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
-        """The batched env's attribute: sub-env ``i``'s row, or the same value for each."""
-        return self._rows(getattr(self.env, attr_name), indices)
+        """The batched env's attribute: sub-env ``i``'s row, or the same value for each.
+
+        Looked up on each wrapper down to the batched env (Gymnasium's vector wrappers do
+        not forward attributes), then for :data:`SHARED_ATTRIBUTES` on the single env the
+        batched env was built from: ``get_attr("pool")`` is what a ``DummyVecEnv`` of single
+        envs answers, which ``CostMetricsCallback`` and ``LoraGuidedPPO`` read.
+
+        Raises:
+            AttributeError: If no layer has ``attr_name`` (as ``DummyVecEnv`` would).
+        """
+        return self._rows(self._attribute(attr_name), indices)
+
+    def _attribute(self, name: str) -> Any:
+        layer: Any = self.env
+        while True:
+            try:
+                return getattr(layer, name)
+            except AttributeError:
+                pass
+            if not hasattr(layer, "env") or layer is layer.unwrapped:
+                break
+            layer = layer.env
+        # Only configuration every sub-env shares: the template is never stepped, so its
+        # per-task state (``task``, ``call_flops`` under drawn prices ...) is no sub-env's.
+        template = getattr(self.env.unwrapped, "single_env", None)
+        if name in SHARED_ATTRIBUTES and template is not None:
+            return getattr(template, name)
+        raise AttributeError(f"BatchedVecEnv: {type(self.env.unwrapped).__name__} has no "
+                             f"attribute {name!r} (a sub-env's configuration is read from its "
+                             f"single env only for {list(SHARED_ATTRIBUTES)})")
 
     def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
         """Set an attribute of the batched env (all sub-envs at once only).
@@ -182,4 +215,4 @@ def make_batched_vec_env(env_id: str, n_envs: int, seed: int | None = None,
     return VecMonitor(venv) if monitor else venv
 
 
-__all__ = ["BatchedVecEnv", "make_batched_vec_env", "split_info"]
+__all__ = ["SHARED_ATTRIBUTES", "BatchedVecEnv", "make_batched_vec_env", "split_info"]

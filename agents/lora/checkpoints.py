@@ -62,7 +62,7 @@ _ADAPTER_FILES = ("adapter.safetensors", "adapter_config.json")
 _ARCHITECTURE_KEYS = {"hidden_sizes", "lora_rank", "lora_alpha"}
 #: Keys of each config: required first, then optional ones.
 _MODEL_KEYS = (("format", "version", "env_id", "env_kwargs", "method", "architecture"),
-               ("cost_envs_version", "seed", "timesteps", "base", "history"))
+               ("cost_envs_version", "seed", "timesteps", "base", "history", "n_envs"))
 _ADAPTER_KEYS = (("format", "version", "architecture", "n_agents", "base_sha256"), ("groups",))
 #: The parameter groups an adapter file holds: everything but the frozen base.
 _ADAPTER_GROUPS = tuple(group for group in PARAMETER_GROUPS if group != "base")
@@ -198,6 +198,8 @@ def _check_model_config(config: dict[str, Any], source: Path) -> None:
     for key in ("seed", "timesteps"):
         if key in config:
             integer(config[key], key, minimum=0, where=str(source))
+    if "n_envs" in config:  # absent from models saved before training recorded it
+        integer(config["n_envs"], "n_envs", minimum=1, where=str(source))
     if config.get("base") is not None and config["base"] not in BASES:
         raise ValueError(f"{source}: base: expected null or one of {list(BASES)}, "
                          f"got {config['base']!r}")
@@ -265,6 +267,7 @@ def save_allocator(allocator: TrainedAllocator, directory: str | Path) -> Path:
         "method": allocator.method,
         "seed": allocator.seed,
         "timesteps": allocator.timesteps,
+        "n_envs": allocator.n_envs,
         "base": allocator.base,
         "architecture": policy.architecture(),
         "history": allocator.history,
@@ -326,7 +329,8 @@ def load_allocator(path: str | Path, trust_pickle: bool = False) -> Any:
     policy.set_training_mode(False)
     return TrainedAllocator(policy, config["env_id"], config["env_kwargs"], config["method"],
                             config.get("seed", 0), config.get("timesteps", 0),
-                            config.get("base"), list(config.get("history", [])))
+                            config.get("base"), list(config.get("history", [])),
+                            config.get("n_envs", 1))
 
 
 def _load_tensors(model: torch.nn.Module, state: Mapping[str, torch.Tensor], source: Path,

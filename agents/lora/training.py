@@ -8,10 +8,21 @@ method         what is trained
 ``lora-ppo``   ``lora``, then LoRA-guided PPO (:mod:`agents.lora.lora_ppo`) from it
 =============  =====================================================================
 
-Seeds. ``seed`` fixes the network initialisation and the training tasks. Training tasks
-are drawn with task seed ``TRAIN_TASK_SEED + seed`` and the supervised traces with
-``TRACE_TASK_SEED + seed``, never with the small seeds evaluation uses, so no method is
-scored on a task it trained on.
+Environments. The RL stage (``ppo``, and ``lora-ppo``'s PPO) steps ``n_envs`` sub-envs of
+the id's native batched env (:func:`agents.vec_env.make_batched_vec_env`, one numpy env,
+no per-sub-env Python loop); the supervised stage plays one ``gym.make`` env. With
+``n_envs=1`` the batched env trains bit for bit the model a ``gym.make`` env under SB3's
+own ``DummyVecEnv`` trains (same weights, same history; ``tests/test_train_batched.py``),
+so one code path serves every ``n_envs``.
+
+Seeds. ``seed`` fixes the network initialisation and the training tasks. Sub-env ``i``
+draws its training tasks from task seed ``TRAIN_TASK_SEED + seed + i`` (SB3's ``seed +
+i``) and the supervised traces come from ``TRACE_TASK_SEED + seed``. Evaluation resets
+with the small seeds (``EVAL_TASK_SEED`` onwards), far below ``TRAIN_TASK_SEED``, so no
+method is scored on a task it trained on; training stays below the trace range while
+``seed + n_envs <= TRACE_TASK_SEED - TRAIN_TASK_SEED`` (10 000). Runs with neighbouring
+seeds share sub-env streams (seed ``s``'s sub-env 1 is seed ``s + 1``'s sub-env 0) as
+every SB3 ``make_vec_env(seed=...)`` does; with ``n_envs=1`` their tasks are disjoint.
 
 PPO hyperparameters are shared by ``ppo`` and ``lora-ppo`` where the paper's A.4 fixes
 them (clip 0.2, entropy 0.01, value 0.5, GAE 0.95, 512 steps per rollout, minibatch 64);
@@ -50,6 +61,7 @@ from agents.lora.supervised import (
     train_supervised,
 )
 from agents.seeds import TRACE_TASK_SEED, TRAIN_TASK_SEED
+from agents.vec_env import make_batched_vec_env
 from cost_envs.config import integer
 
 #: PPO settings shared by ``ppo`` and ``lora-ppo`` (the paper's A.4).
@@ -81,6 +93,8 @@ class TrainedAllocator:
             its last rollout, so this is ``timesteps`` rounded up to whole rollouts.
         base: ``pretrained`` or ``random`` (``None`` for ``ppo``'s trainable encoder).
         history: The training callback's history (learning curves).
+        n_envs: Sub-envs the RL stage stepped (1 for ``lora``, and for models saved before
+            it was recorded).
     """
 
     policy: AllocatorPolicy
@@ -91,6 +105,7 @@ class TrainedAllocator:
     timesteps: int
     base: str | None
     history: list[dict[str, Any]] = field(default_factory=list)
+    n_envs: int = 1
 
     def predict(
         self,
@@ -130,13 +145,14 @@ def train(
     verbose: int = 0,
     ppo: Mapping[str, Any] | None = None,
     torch_threads: int | None = DEFAULT_TORCH_THREADS,
+    n_envs: int = 1,
 ) -> TrainedAllocator:
     """Train ``method`` on ``env_id`` (module docstring) and return the allocator.
 
     Args:
         env_id: A registered cost-envs id.
         method: One of :data:`METHODS`.
-        timesteps: RL environment steps (ignored by ``lora``), >= 1.
+        timesteps: RL environment steps over all sub-envs (ignored by ``lora``), >= 1.
         seed: Training seed, >= 0.
         base: ``pretrained`` (the shipped base) or ``random`` (the ablation); LoRA only.
         env_kwargs: ``gym.make`` keyword arguments, e.g. ``{"pool": "my_pool.yaml"}``.
@@ -152,18 +168,32 @@ def train(
             Default 1 (:data:`DEFAULT_TORCH_THREADS`): these networks are so small that
             torch's default (one thread per core) spends more time synchronising threads
             than computing. ``None`` leaves torch's setting alone.
+        n_envs: Sub-envs of the batched env the RL stage steps at once, >= 1 (module
+            docstring; ignored by ``lora``). ``n_steps`` stays SB3's per-sub-env count: a
+            rollout is ``n_envs * n_steps`` steps, so ``timesteps`` is rounded up to a
+            multiple of it and ``batch_size`` splits the bigger rollout.
+
+    Raises:
+        ValueError: One line naming a bad argument, a ``gym.make`` option in
+            ``env_kwargs`` (``max_episode_steps`` ...: the batched env takes the env's
+            own arguments, ``budget`` and ``on_exceed`` only), or a value the env refuses.
     """
     if method not in METHODS:
         raise ValueError(f"method: expected one of {list(METHODS)}, got {method!r}")
     integer(timesteps, "timesteps", minimum=1)
     integer(seed, "seed", minimum=0)
+    integer(n_envs, "n_envs", minimum=1)
     if torch_threads is not None:
         integer(torch_threads, "torch_threads", minimum=1)
     settings = ppo_settings(ppo, method)
     kwargs = _json_env_kwargs(env_kwargs or {})
+    if method != "lora":
+        _check_batched_kwargs(kwargs)
     base_path = _base_path(env_id, base) if method != "ppo" else None
     with threads(torch_threads):
         set_random_seed(seed)
+        # The supervised stage's env, and for every method the check of env_kwargs with
+        # gym.make's own messages (a budget the single env refuses is refused here).
         env = gym.make(env_id, **kwargs)
         callback = CostMetricsCallback()
         learn = {"callback": callback, "progress_bar": progress_bar,
@@ -171,8 +201,8 @@ def train(
         common = {"device": "cpu", "verbose": verbose, "tensorboard_log":
                   None if tensorboard_log is None else str(tensorboard_log)}
         if method == "ppo":
-            model = PPO(AllocatorPolicy, env, policy_kwargs={"lora_rank": None},
-                        **settings, **common)
+            model = PPO(AllocatorPolicy, make_batched_vec_env(env_id, n_envs, **kwargs),
+                        policy_kwargs={"lora_rank": None}, **settings, **common)
         else:
             policy = policy_for(env, base=base_path)
             traces = traces_for(env, supervised, seed=TRACE_TASK_SEED + seed,
@@ -182,15 +212,28 @@ def train(
             if method == "lora":
                 env.close()
                 return TrainedAllocator(policy, env_id, kwargs, method, seed, 0, base)
-            model = LoraGuidedPPO.from_supervised(policy, env, **settings, **common)
+            model = LoraGuidedPPO.from_supervised(
+                policy, make_batched_vec_env(env_id, n_envs, **kwargs), **settings, **common)
         if tensorboard_log is None:
             quiet_logger(model, verbose)
         model.get_env().seed(TRAIN_TASK_SEED + seed)
         model.learn(timesteps, **learn)
         env.close()
+        model.get_env().close()
         # SB3 finishes the rollout it is in, so the steps taken can exceed ``timesteps``.
         return TrainedAllocator(model.policy, env_id, kwargs, method, seed, model.num_timesteps,
-                                base if method != "ppo" else None, callback.history)
+                                base if method != "ppo" else None, callback.history, n_envs)
+
+
+def _check_batched_kwargs(kwargs: Mapping[str, Any]) -> None:
+    """Refuse ``gym.make`` options: the batched env of the RL stage takes none of them."""
+    from agents.lora.checkpoints import GYM_MAKE_OPTIONS  # it imports this module
+
+    for key in kwargs:
+        if key in GYM_MAKE_OPTIONS:
+            raise ValueError(f"env_kwargs: {key!r} is a gym.make option, not an argument of "
+                             "the env; training steps the batched env, which takes the env's "
+                             "own arguments, budget and on_exceed only")
 
 
 def ppo_settings(overrides: Mapping[str, Any] | None, method: str) -> dict[str, Any]:
