@@ -29,7 +29,8 @@ from cost_envs.envs.agentic_routing import (
     AgenticRoutingEnv,
     success_probability,
 )
-from cost_envs.vector.base import BatchedOrchestrationEnv, pick
+from cost_envs.vector.array_ops import pick
+from cost_envs.vector.base import BatchedOrchestrationEnv
 
 
 class AgenticBlock(NamedTuple):

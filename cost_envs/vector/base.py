@@ -40,6 +40,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from cost_envs.core import MAX_ORACLE_AGENTS, OrchestrationEnv
+from cost_envs.vector.array_ops import read_only
 from cost_envs.vector.info import VectorInfo
 
 FINAL_KEYS = ("success", "is_success", "quality", "episode_cost", "episode_flops")
@@ -85,7 +86,7 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
 
     For the hooks' speed (all optional): ``observe_all``; ``self._step_codes``, the
     stepping sub-envs' joint-action codes (:meth:`action_codes`) in the current step
-    (``None`` above ``MAX_ORACLE_AGENTS`` agents); :func:`pick` for ``table[rows, cols]``.
+    (``None`` above ``MAX_ORACLE_AGENTS`` agents); :mod:`cost_envs.vector.array_ops`.
 
     Args:
         num_envs: Number of sub-envs.
@@ -190,27 +191,27 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
     @property
     def episode_cost(self) -> np.ndarray:
         """Each sub-env's spend in its current episode (a read-only view of the ledger)."""
-        return _read_only(self._episode_cost)
+        return read_only(self._episode_cost)
 
     @property
     def episode_flops(self) -> np.ndarray:
         """Each sub-env's FLOPs in its current episode (a read-only view)."""
-        return _read_only(self._episode_flops)
+        return read_only(self._episode_flops)
 
     @property
     def call_costs(self) -> np.ndarray:
         """Money per call of each agent in each sub-env's episode, ``(num_envs, m)``."""
-        return _read_only(self._call_costs)
+        return read_only(self._call_costs)
 
     @property
     def step_cost(self) -> np.ndarray:
         """Money every step of each sub-env's episode costs whatever the action."""
-        return _read_only(self._step_cost)
+        return read_only(self._step_cost)
 
     @property
     def turn(self) -> np.ndarray:
         """Steps taken in each sub-env's current episode."""
-        return _read_only(self._turn)
+        return read_only(self._turn)
 
     # ---------------------------------------------------------------- reset
     def reset(self, *, seed: int | Sequence[int | None] | None = None,
@@ -491,23 +492,3 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.env_name}, num_envs={self.num_envs})"
-
-
-def any_per_row(mask: np.ndarray) -> np.ndarray:
-    """``mask.any(axis=1)`` for a 2-D boolean array, by a matmul (several times faster)."""
-    return (mask.astype(np.float32) @ np.ones(mask.shape[1], dtype=np.float32)) > 0
-
-
-def pick(table: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
-    """``table[rows, cols]`` for a C-contiguous ``table``, by one ``take`` on the flat table.
-
-    Several times faster than numpy's two-array indexing; the same values.
-    """
-    flat = table.reshape(table.shape[0] * table.shape[1], *table.shape[2:])
-    return flat.take(rows * table.shape[1] + cols, axis=0)
-
-
-def _read_only(array: np.ndarray) -> np.ndarray:
-    view = array.view()
-    view.flags.writeable = False
-    return view

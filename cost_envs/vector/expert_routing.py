@@ -35,7 +35,8 @@ from cost_envs.envs.expert_routing_v1 import (
     RIGHT,
     ExpertRoutingV1Env,
 )
-from cost_envs.vector.base import BatchedOrchestrationEnv, any_per_row, pick
+from cost_envs.vector.array_ops import any_per_row, pick
+from cost_envs.vector.base import BatchedOrchestrationEnv
 
 #: The vote and observation slots are tabulated over every state (the controller's answer
 #: times each expert's latest) up to this many states: 1,080 for v1's three default

@@ -25,7 +25,8 @@ from cost_envs.envs.flight_planner import (
     FlightPlannerEnv,
 )
 from cost_envs.envs.flight_planner_v1 import STRONG, FlightPlannerV1Env
-from cost_envs.vector.base import BatchedOrchestrationEnv, any_per_row, pick
+from cost_envs.vector.array_ops import any_per_row, pick
+from cost_envs.vector.base import BatchedOrchestrationEnv
 
 #: ``route_connected`` of every task: the optimal and the detour route exist, the broken
 #: route misses a leg.

@@ -26,7 +26,8 @@ from cost_envs.envs.toolbench import (
     observation_rows,
     spurious_tokens,
 )
-from cost_envs.vector.base import BatchedOrchestrationEnv, any_per_row, pick
+from cost_envs.vector.array_ops import any_per_row, pick
+from cost_envs.vector.base import BatchedOrchestrationEnv
 
 #: The queue stores tokens in 16 bits and topic positions in 8 (vocabulary 5000, 60
 #: positions): a sub-env's block of 64 tasks then takes about 95 kB instead of 160.

@@ -17,7 +17,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from cost_envs.envs.trace_routing import TraceRoutingEnv
-from cost_envs.vector.base import BatchedOrchestrationEnv, any_per_row
+from cost_envs.vector.array_ops import any_per_row
+from cost_envs.vector.base import BatchedOrchestrationEnv
 
 
 class TraceBlock(NamedTuple):
