@@ -7,6 +7,8 @@ seed range is a task set. Evaluation uses the small seeds; every other use start
 own offset, far enough apart that the ranges never meet at the scales the project runs.
 """
 
+import numpy as np
+
 #: Evaluation task sets: ``EVAL_TASK_SEED`` is the first reset seed of every evaluation.
 EVAL_TASK_SEED = 0
 #: RL training tasks of the LoRA paper's methods and CORL: ``TRAIN_TASK_SEED + seed``
@@ -36,3 +38,20 @@ VALIDATION_TASK_SEED = 50_000
 #: are drawn from the reset seed ``PRIOR_TASK_SEED + seed``, apart from every range above,
 #: so the prior never holds an evaluation task.
 PRIOR_TASK_SEED = 60_000
+#: Training tasks of the RL stage's sub-envs after the first when it steps several at once
+#: (:func:`train_task_seeds`): past every range above.
+SUB_ENV_TASK_SEED = 100_000
+
+
+def train_task_seeds(seed: int, n_envs: int) -> list[int]:
+    """Reset seeds of ``n_envs`` training sub-envs for training seed ``seed``.
+
+    Sub-env 0 plays ``TRAIN_TASK_SEED + seed``, the stream of a run with one env. Sub-envs
+    1, 2, ... play ``SUB_ENV_TASK_SEED`` plus 32-bit words of ``SeedSequence(TRAIN_TASK_SEED
+    + seed)``: unlike SB3's ``seed + i``, under which seed ``s``'s sub-env 1 replays seed
+    ``s + 1``'s sub-env 0, runs with different seeds share no stream (a collision of two
+    random words has chance about ``n_envs**2 / 2**32`` per pair of runs).
+    """
+    first = TRAIN_TASK_SEED + seed
+    more = np.random.SeedSequence(first).generate_state(n_envs - 1, np.uint32)
+    return [first, *(SUB_ENV_TASK_SEED + int(word) for word in more)]

@@ -17,6 +17,7 @@ dict per sub-env, the same keys a ``DummyVecEnv`` of single envs reports, so
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -68,6 +69,17 @@ class BatchedVecEnv(VecEnv):
         self._reset_seeds()
         self._reset_options()
         return obs
+
+    def seed_each(self, seeds: Sequence[int | None]) -> None:
+        """One seed per sub-env for the next :meth:`reset` (``seed(s)`` gives ``s + i``).
+
+        Raises:
+            ValueError: If ``seeds`` does not hold one entry per sub-env.
+        """
+        if len(seeds) != self.num_envs:
+            raise ValueError(f"BatchedVecEnv.seed_each: expected {self.num_envs} seeds, "
+                             f"got {len(seeds)}")
+        self._seeds = list(seeds)
 
     def step_async(self, actions: np.ndarray) -> None:
         """Remember the actions; :meth:`step_wait` runs them."""

@@ -2,7 +2,7 @@
 
 With one sub-env the batched env must train bit for bit what a ``gym.make`` env under SB3's
 own ``DummyVecEnv`` trains (the path ``train`` took before it stepped batched envs); with
-more, every sub-env plays its own tasks from ``TRAIN_TASK_SEED + seed + i``.
+more, every sub-env plays its own tasks (``agents.seeds.train_task_seeds``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import agents.lora.training as training
 from agents import cli
 from agents.lora.checkpoints import load_allocator, save_allocator
 from agents.lora.supervised import SupervisedConfig
-from agents.seeds import TRAIN_TASK_SEED
+from agents.seeds import SUB_ENV_TASK_SEED, TRAIN_TASK_SEED, train_task_seeds
 from agents.vec_env import make_batched_vec_env
 
 TOOLBENCH = "cost_envs/ToolBench-v0"
@@ -106,8 +106,10 @@ def test_four_sub_envs_each_play_their_own_tasks(monkeypatch: pytest.MonkeyPatch
     observations = np.stack(recorder.observations)  # (1 + steps, sub-env, features)
     assert observations.shape[:2] == (1 + 128, 4)
     single = gym.make(TOOLBENCH)
-    for i in range(4):  # sub-env i starts on the task of reset seed TRAIN_TASK_SEED + 5 + i
-        first, _ = single.reset(seed=TRAIN_TASK_SEED + 5 + i)
+    seeds = train_task_seeds(5, 4)
+    assert seeds[0] == TRAIN_TASK_SEED + 5  # sub-env 0 plays a one-env run's stream
+    for i in range(4):  # sub-env i starts on the task of its reset seed
+        first, _ = single.reset(seed=seeds[i])
         np.testing.assert_array_equal(observations[0, i], first)
     for i in range(1, 4):  # and plays its own stream, never a copy of sub-env 0's
         assert not np.array_equal(observations[:, i], observations[:, 0])
@@ -213,3 +215,13 @@ def test_cli_gym_make_option_fails_before_training(tmp_path: Path) -> None:
     assert isinstance(message, str) and "\n" not in message
     assert message.startswith("cost-envs train: env_kwargs: 'max_episode_steps'")
     assert not (tmp_path / "model").exists()
+
+
+def test_runs_with_other_seeds_share_no_sub_env_stream() -> None:
+    """SB3's ``seed + i`` would give seed 1's sub-env 1 the stream of seed 2's sub-env 0."""
+    runs = [train_task_seeds(seed, 16) for seed in range(50)]
+    every = [s for run in runs for s in run]
+    assert len(set(every)) == len(every)
+    assert all(run[0] == TRAIN_TASK_SEED + seed for seed, run in enumerate(runs))
+    assert all(s >= SUB_ENV_TASK_SEED for run in runs for s in run[1:])
+    assert train_task_seeds(3, 1) == [TRAIN_TASK_SEED + 3]

@@ -15,14 +15,13 @@ no per-sub-env Python loop); the supervised stage plays one ``gym.make`` env. Wi
 own ``DummyVecEnv`` trains (same weights, same history; ``tests/test_train_batched.py``),
 so one code path serves every ``n_envs``.
 
-Seeds. ``seed`` fixes the network initialisation and the training tasks. Sub-env ``i``
-draws its training tasks from task seed ``TRAIN_TASK_SEED + seed + i`` (SB3's ``seed +
-i``) and the supervised traces come from ``TRACE_TASK_SEED + seed``. Evaluation resets
-with the small seeds (``EVAL_TASK_SEED`` onwards), far below ``TRAIN_TASK_SEED``, so no
-method is scored on a task it trained on; training stays below the trace range while
-``seed + n_envs <= TRACE_TASK_SEED - TRAIN_TASK_SEED`` (10 000). Runs with neighbouring
-seeds share sub-env streams (seed ``s``'s sub-env 1 is seed ``s + 1``'s sub-env 0) as
-every SB3 ``make_vec_env(seed=...)`` does; with ``n_envs=1`` their tasks are disjoint.
+Seeds. ``seed`` fixes the network initialisation and the training tasks. Sub-env 0
+draws its training tasks from task seed ``TRAIN_TASK_SEED + seed``, the others from
+seeds of their own past every other range (:func:`agents.seeds.train_task_seeds`: runs
+with different seeds share no sub-env's stream, as they would under SB3's ``seed + i``),
+and the supervised traces come from ``TRACE_TASK_SEED + seed``. Evaluation resets with
+the small seeds (``EVAL_TASK_SEED`` onwards), far below ``TRAIN_TASK_SEED``, so no
+method is scored on a task it trained on.
 
 PPO hyperparameters are shared by ``ppo`` and ``lora-ppo`` where the paper's A.4 fixes
 them (clip 0.2, entropy 0.01, value 0.5, GAE 0.95, 512 steps per rollout, minibatch 64);
@@ -60,7 +59,7 @@ from agents.lora.supervised import (
     traces_for,
     train_supervised,
 )
-from agents.seeds import TRACE_TASK_SEED, TRAIN_TASK_SEED
+from agents.seeds import TRACE_TASK_SEED, train_task_seeds
 from agents.vec_env import make_batched_vec_env
 from cost_envs.config import integer
 
@@ -216,7 +215,11 @@ def train(
                 policy, make_batched_vec_env(env_id, n_envs, **kwargs), **settings, **common)
         if tensorboard_log is None:
             quiet_logger(model, verbose)
-        model.get_env().seed(TRAIN_TASK_SEED + seed)
+        seeds = train_task_seeds(seed, n_envs)
+        if n_envs == 1:  # SB3's own call, which any VecEnv takes
+            model.get_env().seed(seeds[0])
+        else:
+            model.get_env().unwrapped.seed_each(seeds)
         model.learn(timesteps, **learn)
         env.close()
         model.get_env().close()
