@@ -31,7 +31,8 @@ class SmokeAll:
     """What ``python -m experiments all --scale smoke`` did: its files, progress and reports.
 
     ``reports`` maps an experiment (``corl``, ``bopo``, ``traces``, ``rules``) to how its
-    ``report`` was called (``args``, ``kwargs``) and what it ``returned``.
+    ``report`` was called (``args``, ``kwargs``) and what it ``returned``; ``lora_ppo`` to
+    the same of ``experiments.lora_ppo.reproduce`` (the computed reports, before writing).
     """
 
     status: int
@@ -44,14 +45,15 @@ class SmokeAll:
 def smoke_all(tmp_path_factory: pytest.TempPathFactory) -> SmokeAll:
     """One ``python -m experiments all --scale smoke`` (its ``main``, in this process).
 
-    Shared by the session: tests/test_experiments.py checks the command, and the corl, bopo,
-    traces and rules tests check the reports it wrote rather than computing the same smoke
-    reports again. A spy on each experiment's ``report`` keeps its arguments and return.
+    Shared by the session: tests/test_experiments.py checks the command, and the lora_ppo,
+    corl, bopo, traces and rules tests check the reports it wrote rather than computing the
+    same smoke reports again. A spy on each experiment's ``report`` (lora_ppo's
+    ``reproduce``) keeps its arguments and return.
     """
     import contextlib
     import io
 
-    from experiments import bopo, corl, rules, traces
+    from experiments import bopo, corl, lora_ppo, rules, traces
     from experiments.__main__ import main
 
     out = tmp_path_factory.mktemp("experiments") / "results"
@@ -69,6 +71,7 @@ def smoke_all(tmp_path_factory: pytest.TempPathFactory) -> SmokeAll:
         for name, module in (("corl", corl), ("bopo", bopo), ("traces", traces),
                              ("rules", rules)):
             patch.setattr(module, "report", spy(name, module.report))
+        patch.setattr(lora_ppo, "reproduce", spy("lora_ppo", lora_ppo.reproduce))
         status = main(["all", "--scale", "smoke", "--out", str(out)])
     assert status == 0, progress.getvalue()
     return SmokeAll(status, out, progress.getvalue(), reports)
