@@ -254,12 +254,9 @@ def test_hard_budget_is_what_the_allocators_see() -> None:
 
 
 def test_report_smoke_writes_everything(smoke_all) -> None:
-    # the smoke report the session's ``experiments all --scale smoke`` wrote (conftest.py),
-    # rather than the same report computed again: what it returned and wrote
-    call = smoke_all.reports["bopo"]
-    tmp_path, scale = call["args"]
+    call = smoke_all.reports["bopo"]  # what the session's `experiments all` ran (conftest)
+    (tmp_path, scale), text = call["args"], call["returned"]
     assert scale == "smoke" and call["kwargs"]["jobs"] is None
-    text = call["returned"]
     for profile in ("alfworld", "sciworld", "appworld"):
         assert (tmp_path / f"pareto_bopo_{profile}.png").read_bytes()[:4] == b"\x89PNG"
         assert (tmp_path / f"pareto_bopo_{profile}.svg").read_bytes().startswith(b"<?xml")
