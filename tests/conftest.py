@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -23,6 +24,57 @@ ENV_IDS = sorted(cost_envs.ENV_IDS)
 @pytest.fixture(params=ENV_IDS)
 def env_id(request: pytest.FixtureRequest) -> str:
     return request.param
+
+
+@dataclass
+class SmokeAll:
+    """What ``python -m experiments all --scale smoke`` did: its files, progress and reports.
+
+    ``reports`` maps an experiment (``corl``, ``bopo``, ``traces``, ``rules``) to how its
+    ``report`` was called (``args``, ``kwargs``) and what it ``returned``; ``lora_ppo`` to
+    the same of ``experiments.lora_ppo.reproduce`` (the computed reports, before writing).
+    """
+
+    status: int
+    out: Path
+    progress: str
+    reports: dict[str, dict[str, Any]]
+
+
+@pytest.fixture(scope="session")
+def smoke_all(tmp_path_factory: pytest.TempPathFactory) -> SmokeAll:
+    """One ``python -m experiments all --scale smoke`` (its ``main``, in this process).
+
+    Shared by the session: tests/test_experiments.py checks the command, and the lora_ppo,
+    corl, bopo, traces and rules tests check the reports it wrote rather than computing the
+    same smoke reports again. A spy on each experiment's ``report`` (lora_ppo's
+    ``reproduce``) keeps its arguments and return.
+    """
+    import contextlib
+    import io
+
+    from experiments import bopo, corl, lora_ppo, rules, traces
+    from experiments.__main__ import main
+
+    out = tmp_path_factory.mktemp("experiments") / "results"
+    reports: dict[str, dict[str, Any]] = {}
+
+    def spy(name: str, real: Callable[..., Any]) -> Callable[..., Any]:
+        def report(*args: Any, **kwargs: Any) -> Any:
+            returned = real(*args, **kwargs)
+            reports[name] = {"args": args, "kwargs": kwargs, "returned": returned}
+            return returned
+        return report
+
+    progress = io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stderr(progress):
+        for name, module in (("corl", corl), ("bopo", bopo), ("traces", traces),
+                             ("rules", rules)):
+            patch.setattr(module, "report", spy(name, module.report))
+        patch.setattr(lora_ppo, "reproduce", spy("lora_ppo", lora_ppo.reproduce))
+        status = main(["all", "--scale", "smoke", "--out", str(out)])
+    assert status == 0, progress.getvalue()
+    return SmokeAll(status, out, progress.getvalue(), reports)
 
 
 def make(env_id: str, **kwargs: Any) -> gym.Env:

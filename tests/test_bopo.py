@@ -253,8 +253,10 @@ def test_hard_budget_is_what_the_allocators_see() -> None:
     assert router.predict(env.observation_space.sample())[0].tolist() == [0]
 
 
-def test_report_smoke_writes_everything(tmp_path) -> None:
-    text = bopo_experiment.report(tmp_path, "smoke")
+def test_report_smoke_writes_everything(smoke_all) -> None:
+    call = smoke_all.reports["bopo"]  # what the session's `experiments all` ran (conftest)
+    (tmp_path, scale), text = call["args"], call["returned"]
+    assert scale == "smoke" and call["kwargs"]["jobs"] is None
     for profile in ("alfworld", "sciworld", "appworld"):
         assert (tmp_path / f"pareto_bopo_{profile}.png").read_bytes()[:4] == b"\x89PNG"
         assert (tmp_path / f"pareto_bopo_{profile}.svg").read_bytes().startswith(b"<?xml")

@@ -30,17 +30,13 @@ def run_command(*args: str, timeout: float = 300) -> subprocess.CompletedProcess
                           capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.fixture(scope="module")
-def smoke_all(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """One ``python -m experiments all --scale smoke`` (about 30 s on 2 cores)."""
-    out = tmp_path_factory.mktemp("experiments") / "results"
-    done = run_command("all", "--scale", "smoke", "--out", str(out))
-    assert done.returncode == 0, done.stderr
-    return out, done.stderr
+# smoke_all (tests/conftest.py): one ``python -m experiments all --scale smoke`` per session,
+# shared with the corl, bopo, traces and rules tests, which read the reports it wrote.
 
 
 def test_all_runs_the_five_experiments_in_order_with_progress(smoke_all) -> None:
-    _, progress = smoke_all
+    assert smoke_all.status == 0
+    progress = smoke_all.progress
     lines = progress.splitlines()
     assert all(re.match(r"\[ *\d+ s\] ", line) for line in lines), lines  # timestamped
     starts = [line.split("] ")[1].split(":")[0] for line in lines if ": started at" in line]
@@ -55,7 +51,7 @@ def test_all_runs_the_five_experiments_in_order_with_progress(smoke_all) -> None
 
 
 def test_all_ends_with_the_aggregates_of_its_tables_or_says_why_not(smoke_all) -> None:
-    out, progress = smoke_all
+    out, progress = smoke_all.out, smoke_all.progress
     after_tables = progress.split("wrote " + str(out / "routing.md"), 1)[1]
     written = "aggregates: wrote" in after_tables
     assert written or "aggregates: skipped: " in after_tables
@@ -63,7 +59,7 @@ def test_all_ends_with_the_aggregates_of_its_tables_or_says_why_not(smoke_all) -
 
 
 def test_all_writes_every_table_and_figure(smoke_all) -> None:
-    out, _ = smoke_all
+    out = smoke_all.out
     names = {p.name for p in out.iterdir()}
     assert not [n for n in names if n.startswith(".")]  # no temporaries or backups left
     for env_name in ENV_NAMES:
@@ -107,7 +103,7 @@ def test_all_writes_every_table_and_figure(smoke_all) -> None:
 
 
 def test_all_records_the_routing_wall_times_in_the_old_format(smoke_all) -> None:
-    out, _ = smoke_all
+    out = smoke_all.out
     lines = (out / "routing.md").read_text(encoding="utf-8").splitlines()
     assert lines[:2] == ["# Budget-aware routing benchmarks (issue #4)", ""]
     assert re.fullmatch(r"`python -m experiments all --scale smoke` on \S+ \S+, \d+ logical "

@@ -38,14 +38,26 @@ def _run(code: str) -> str:
     return result.stdout
 
 
-def test_every_module_imports_in_a_fresh_process() -> None:
+@pytest.fixture(scope="module")
+def every_module_imported() -> dict[str, object]:
+    """Import every module of the three packages in one fresh process; what it saw.
+
+    ``imported``: how many modules imported; ``extras``: which top-level packages of the
+    tune extra were loaded by then. Both tests below read this one process.
+    """
     modules = [name for package in PACKAGES for name in _modules(package)]
     assert "experiments.lora_ppo" in modules and "agents.lora.checkpoints" in modules
-    code = ("import importlib, json\n"
+    code = ("import importlib, json, sys\n"
             f"for name in {modules!r}:\n"
             "    importlib.import_module(name)\n"
-            "print(json.dumps(len(" + repr(modules) + ")))")
-    assert json.loads(_run(code)) == len(modules)
+            "print(json.dumps({'imported': len(" + repr(modules) + "), 'extras': "
+            "sorted({m.split('.')[0] for m in sys.modules} & "
+            "{'ray', 'optuna', 'rliable', 'arch'})}))")
+    return {"modules": modules, **json.loads(_run(code))}
+
+
+def test_every_module_imports_in_a_fresh_process(every_module_imported) -> None:
+    assert every_module_imported["imported"] == len(every_module_imported["modules"])
 
 
 @pytest.mark.parametrize("package", ["cost_envs", "agents", "agents.routing", "agents.lora"])
@@ -58,15 +70,9 @@ def test_package_import_loads_no_torch(package: str) -> None:
     assert _run(code).strip() == "[]"
 
 
-def test_no_module_loads_the_tune_extra() -> None:
+def test_no_module_loads_the_tune_extra(every_module_imported) -> None:
     # Ray, Optuna and rliable are an optional extra: every module imports without them.
-    modules = [name for package in PACKAGES for name in _modules(package)]
-    code = ("import importlib, sys\n"
-            f"for name in {modules!r}:\n"
-            "    importlib.import_module(name)\n"
-            "print(sorted({m.split('.')[0] for m in sys.modules} & "
-            "{'ray', 'optuna', 'rliable', 'arch'}))")
-    assert _run(code).strip() == "[]"
+    assert every_module_imported["extras"] == []
 
 
 def test_cost_envs_modules_load_no_torch() -> None:

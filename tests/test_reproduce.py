@@ -1,7 +1,5 @@
 """The LoRA-Guided PPO paper's tables (experiments.lora_ppo) through ``python -m experiments``."""
 
-import contextlib
-import io
 import json
 import math
 import stat
@@ -9,7 +7,6 @@ import struct
 
 import gymnasium as gym
 import pytest
-import torch
 
 from agents.rules import BestFixedRule
 from cost_envs.metrics import HEADLINE_METRICS
@@ -32,41 +29,22 @@ ROWS = {env_id: rep.rows_on(env_id, list(rep.LEARNED_ROWS), SMOKE) for env_id in
 
 
 @pytest.fixture(scope="session")
-def smoke(tmp_path_factory):
-    """One smoke run of ``python -m experiments lora_ppo``; a spy keeps the reports.
+def smoke(smoke_all):
+    """The smoke run of ``lora_ppo`` inside the session's ``experiments all --scale smoke``.
 
-    Runs once per session: it trains 30 small models (about 10 s). An exception from the
-    command is kept rather than raised, so the tests of the computed reports still run and
-    only the tests of what was written report it.
+    ``all`` (tests/conftest.py, shared with the other experiments' tests) runs it as
+    ``python -m experiments lora_ppo --scale smoke`` does, in its two worker processes; a
+    spy kept what ``reproduce`` computed (30 small models), so it is not trained again.
     """
-    torch.set_num_threads(1)
-    out = tmp_path_factory.mktemp("reproduce") / "results"
-    calls = []
-    real = rep.reproduce
-
-    def spy(scale, **kwargs):
-        reports = real(scale, **kwargs)
-        calls.append({"scale": scale, "kwargs": kwargs, "reports": reports})
-        return reports
-
-    progress = io.StringIO()
-    status = error = None
-    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stderr(progress):
-        patch.setattr(rep, "reproduce", spy)
-        try:
-            status = main(["lora_ppo", "--scale", "smoke", "--jobs", "1", "--out", str(out)])
-        except Exception as exc:  # reported by the tests that need the files
-            error = exc
-    assert len(calls) == 1
-    return {"status": status, "error": error, "out": out, "progress": progress.getvalue(),
-            **calls[0]}
+    call = smoke_all.reports["lora_ppo"]
+    [scale] = call["args"]
+    return {"status": smoke_all.status, "out": smoke_all.out, "progress": smoke_all.progress,
+            "scale": scale, "kwargs": call["kwargs"], "reports": call["returned"]}
 
 
 @pytest.fixture(scope="session")
 def written(smoke):
-    """The output directory of the CLI run, once it has finished without an error."""
-    if smoke["error"] is not None:
-        raise AssertionError(f"python -m experiments lora_ppo failed: {smoke['error']!r}")
+    """The output directory of the CLI run (it has finished: ``smoke_all`` checks)."""
     return smoke["out"]
 
 
@@ -89,21 +67,40 @@ def png_size(path):
     return struct.unpack(">II", data[16:24])
 
 
-def test_command_runs_the_smoke_scale_with_one_job(smoke, written):
+def test_command_runs_the_smoke_scale_in_its_worker_processes(smoke, written):
     assert smoke["status"] == 0
     assert smoke["scale"] == SMOKE
-    assert smoke["kwargs"]["jobs"] == 1
+    assert smoke["kwargs"]["jobs"] == 2  # the default of --jobs
     assert list(smoke["reports"]) == list(rep.ENVS)
     for name in sorted(FILE_NAMES):
         assert f"lora_ppo: wrote {written / name}" in smoke["progress"]
     # a progress line per training run, as each one finishes
-    assert smoke["progress"].count(" trained and scored (") == 2 * sum(
+    lines = [line for line in smoke["progress"].splitlines() if "] lora_ppo: " in line]
+    assert sum(" trained and scored (" in line for line in lines) == 2 * sum(
         len(rows) for rows in ROWS.values())
 
 
+def test_command_passes_jobs_to_reproduce(tmp_path, monkeypatch):
+    calls = []
+
+    def stop(scale, **kwargs):
+        calls.append((scale, kwargs["jobs"]))
+        raise RuntimeError("stopped before training")
+
+    monkeypatch.setattr(rep, "reproduce", stop)
+    for jobs in ("1", "3"):
+        with pytest.raises(RuntimeError, match="stopped before training"):
+            main(["lora_ppo", "--scale", "smoke", "--jobs", jobs, "--out", str(tmp_path)])
+    assert calls == [(SMOKE, 1), (SMOKE, 3)]
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_command_writes_exactly_the_tables_and_figures(written):
-    paths = list(written.iterdir())
-    assert {path.name for path in paths} == FILE_NAMES  # no temporary files left behind
+    # the other experiments of ``all`` write into the same directory: every other file is
+    # theirs (no name of a lora_ppo env in it), so no temporary of lora_ppo's is left behind
+    paths = [path for path in written.iterdir()
+             if path.name in FILE_NAMES or any(env in path.name for env in ENV_NAMES.values())]
+    assert {path.name for path in paths} == FILE_NAMES
     for path in paths:  # shareable like any result file, not mkstemp's 0600
         assert stat.S_IMODE(path.stat().st_mode) == 0o644
 

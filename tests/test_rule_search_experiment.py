@@ -14,10 +14,15 @@ from experiments import rules
 
 
 @pytest.fixture(scope="module")
-def smoke(tmp_path_factory) -> tuple[list[Path], dict]:
-    out = tmp_path_factory.mktemp("rules")
-    written = rules.report(out, "smoke", jobs=1, log=lambda line: None)
-    return written, json.loads((out / "rule_search.json").read_text())
+def smoke(smoke_all) -> tuple[list[Path], dict]:
+    """The smoke report the session's ``experiments all --scale smoke`` wrote (conftest.py).
+
+    ``all`` searches in its two worker processes; the same report is not computed again.
+    """
+    call = smoke_all.reports["rules"]
+    out, scale = call["args"]
+    assert scale == "smoke" and call["kwargs"]["jobs"] == 2
+    return call["returned"], json.loads((out / "rule_search.json").read_text())
 
 
 def test_every_registered_env_is_searched_and_written(smoke) -> None:

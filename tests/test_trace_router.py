@@ -191,11 +191,18 @@ def test_a_rendering_failure_writes_nothing(tmp_path: Path, monkeypatch: pytest.
 
 
 @pytest.fixture(scope="module")
-def smoke_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+def smoke_report(smoke_all) -> tuple[Path, str]:
+    """The smoke report the session's ``experiments all --scale smoke`` wrote (conftest.py).
+
+    ``all`` reads the RouteLLM data where this module does; the same report is not
+    computed again.
+    """
     if not (ROUTELLM / "gsm8k_responses.csv").is_file():
         pytest.skip(NO_DATA)
-    out = tmp_path_factory.mktemp("trace_routing")
-    return out, report(out, "smoke", ROUTELLM)
+    call = smoke_all.reports["traces"]
+    out, scale, data_dir = call["args"]
+    assert scale == "smoke" and data_dir.resolve() == ROUTELLM.resolve()
+    return out, call["returned"]
 
 
 def test_smoke_report_on_gsm8k_beats_random_routing_on_cpt80(
