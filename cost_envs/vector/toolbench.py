@@ -2,12 +2,13 @@
 
 The single env's dynamics (:class:`~cost_envs.envs.toolbench.ToolBenchEnv`), over the rows
 of the sub-envs that step, with the single env's own helpers (``clear_probability``,
-``observation_rows``, ``spurious_tokens``): a called tool clears the current stage when
-its luck at this turn is below its clear probability; clearing the last stage composes the
-answer with the strongest tool that cleared it, and the answer's multiset token F1 is
-counted with array comparisons (the reference's r-th copy of a token is matched when the
-answer holds more than r copies, which is ``token_f1``'s ``Counter`` intersection). The
-tasks' draws stay in the queue (``self.blocks``) and are read at the turn they are needed.
+``observation_rows``, ``spurious_tokens`` of :mod:`cost_envs.envs.toolbench_tables`): a
+called tool clears the current stage when its luck at this turn is below its clear
+probability; clearing the last stage composes the answer with the strongest tool that
+cleared it, and the answer's multiset token F1 is counted with array comparisons (the
+reference's r-th copy of a token is matched when the answer holds more than r copies,
+which is ``token_f1``'s ``Counter`` intersection). The tasks' draws stay in the queue
+(``self.blocks``) and are read at the turn they are needed.
 """
 
 from __future__ import annotations
@@ -16,12 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from cost_envs.envs.toolbench import (
+from cost_envs.envs.toolbench import MAX_TURNS, ToolBenchEnv, ToolBlock
+from cost_envs.envs.toolbench_tables import (
     MAX_ANSWER_TOKENS,
     MAX_STAGES,
-    MAX_TURNS,
-    ToolBenchEnv,
-    ToolBlock,
     clear_probability,
     observation_rows,
     spurious_tokens,
@@ -32,8 +31,18 @@ from cost_envs.vector.base import BatchedOrchestrationEnv, any_per_row, pick
 #: positions): a sub-env's block of 64 tasks then takes about 95 kB instead of 160.
 _TOKEN = np.int16
 _PICK = np.int8
-#: ``_EARLIER[l, l']``: position l' comes before l.
-_EARLIER = np.tri(MAX_ANSWER_TOKENS, k=-1, dtype=np.float32)
+_POSITIONS = np.arange(MAX_ANSWER_TOKENS)
+#: Columns of the answer comparison (``_answer_f1``): the answer's 20 recalled-reference
+#: and 20 spurious slots, then the reference itself and 4 pad columns (64 bytes a row).
+#: ``_COMPARE[i, j]`` keeps a column for reference token i: every answer slot, and the
+#: reference's positions before i (its earlier copies); ``_WEIGHT`` counts the answer's
+#: copies minus the earlier ones.
+_COMPARE = np.concatenate([np.ones((MAX_ANSWER_TOKENS, 2 * MAX_ANSWER_TOKENS), np.bool_),
+                           np.tri(MAX_ANSWER_TOKENS, k=-1, dtype=np.bool_),
+                           np.zeros((MAX_ANSWER_TOKENS, 4), np.bool_)], axis=1)
+_WEIGHT = np.concatenate([np.ones(2 * MAX_ANSWER_TOKENS), -np.ones(MAX_ANSWER_TOKENS),
+                          np.zeros(4)]).astype(np.float32)
+_ONES = np.ones(MAX_ANSWER_TOKENS, dtype=np.float32)
 
 
 class ToolBenchVectorEnv(BatchedOrchestrationEnv):
@@ -59,6 +68,7 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         n, m = self.num_envs, self.n_agents
         self.f1_threshold = self.single_env.f1_threshold
         self._capabilities = self.single_env.pool.capabilities  # (m, skills)
+        self._capabilities_by_skill = np.ascontiguousarray(self._capabilities.T)
         self._stage = np.zeros(n, dtype=np.int64)
         self._failed = np.zeros(n, dtype=np.int64)
         self._n_stages = np.zeros(n, dtype=np.int64)
@@ -77,9 +87,9 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
 
     def _start(self, idx: np.ndarray, rows: np.ndarray) -> None:
         blocks = self.blocks
-        n_stages, skill, difficulty = blocks.n_stages[rows], blocks.skill.take(rows, axis=0), (
+        n_stages, skill, difficulty = blocks.n_stages.take(rows), blocks.skill.take(rows, axis=0), (
             blocks.difficulty.take(rows, axis=0))
-        self._p_clear[idx] = clear_probability(self._capabilities, skill, difficulty)
+        self._p_clear[idx] = clear_probability(self._capabilities, skill, difficulty, n_stages)
         self._rows[idx] = observation_rows(skill, difficulty, n_stages)
         self._stage[idx] = 0
         self._failed[idx] = 0
@@ -116,32 +126,40 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
                    cleared_by: np.ndarray) -> np.ndarray:
         """Token F1 of the answers the strongest clearing tools compose (``token_f1``)."""
         blocks, task = self.blocks, self._task[idx]
-        length = blocks.length[task]
+        k = len(task)
+        length = blocks.length.take(task)
         # q = cap ** (1 + d) on the answer stage, as ToolBenchEnv.composer_strength (here,
         # for the answered tasks alone), of the strongest clearing tool (the first of equals:
         # the same value)
-        last = blocks.n_stages[task] - 1
-        caps = self._capabilities[:, pick(blocks.skill, task, last)].T
-        strength = caps ** (1.0 + pick(blocks.difficulty, task, last))[:, None]
+        last = task * MAX_STAGES + blocks.n_stages.take(task) - 1
+        caps = self._capabilities_by_skill.take(blocks.skill.reshape(-1).take(last), axis=0)
+        strength = caps ** (1.0 + blocks.difficulty.reshape(-1).take(last))[:, None]
         q = np.where(cleared_by, strength, -np.inf).max(axis=1)
-        positions = np.arange(MAX_ANSWER_TOKENS)
+        at = task * MAX_TURNS + turn  # the (task, turn) row of the per-turn draws
         reference = blocks.reference.take(task, axis=0)
-        in_reference = positions < length[:, None]
-        recalled = in_reference & (pick(blocks.recall_luck, task, turn) < 0.3 + 0.7 * q[:, None])
-        n_spurious = np.rint(length * (1.0 - q) * pick(blocks.hallucination_rate, task, turn))
+        in_reference = length[:, None] > _POSITIONS
+        recall_luck = blocks.recall_luck.reshape(-1, MAX_ANSWER_TOKENS).take(at, axis=0)
+        recalled = in_reference & (recall_luck < 0.3 + 0.7 * q[:, None])
+        n_spurious = np.rint(length * (1.0 - q) * blocks.hallucination_rate.reshape(-1).take(at))
         spurious = spurious_tokens(reference, blocks.distractors.take(task, axis=0),
-                                   pick(blocks.pick, task, turn).astype(np.int64), length)
-        in_spurious = positions < n_spurious[:, None]
+                                   blocks.pick.reshape(-1, MAX_ANSWER_TOKENS).take(at, axis=0),
+                                   length)
         # Counter(pred) & Counter(ref): the reference's r-th copy of a token (r counted
         # from 0 along the reference) is matched when the answer holds more than r copies.
-        # Counts in float32 (exact: at most 40), much faster than boolean sums.
-        same = (reference[:, :, None] == reference[:, None, :]).astype(np.float32)
-        rank = np.einsum("bij,ij->bi", same, _EARLIER)  # earlier copies of each token
-        copies = (same @ recalled[:, :, None].astype(np.float32)
-                  + (reference[:, :, None] == spurious[:, None, :]).astype(np.float32)
-                  @ in_spurious[:, :, None].astype(np.float32))[:, :, 0]
-        overlap = (in_reference & (rank < copies)).sum(axis=1)
-        n_predicted = recalled.sum(axis=1) + n_spurious.astype(np.int64)
+        # One comparison of each reference token with the answer (tokens left out of it
+        # are -1, no token) and with the reference; the counts in float32 (exact).
+        compared = np.full((k, 64), -1, dtype=reference.dtype)
+        compared[:, :MAX_ANSWER_TOKENS] = np.where(recalled, reference, -1)
+        compared[:, MAX_ANSWER_TOKENS:2 * MAX_ANSWER_TOKENS] = np.where(
+            n_spurious[:, None] > _POSITIONS, spurious, -1)
+        compared[:, 2 * MAX_ANSWER_TOKENS:3 * MAX_ANSWER_TOKENS] = reference
+        same = reference[:, :, None] == compared[:, None, :]
+        same &= _COMPARE
+        copies_over_rank = (same.astype(np.float32).reshape(-1, 64) @ _WEIGHT).reshape(k, -1)
+        matched = in_reference & (copies_over_rank > 0)
+        overlap = (matched.astype(np.float32) @ _ONES).astype(np.int64)
+        n_predicted = (recalled.astype(np.float32) @ _ONES).astype(np.int64) + (
+            n_spurious.astype(np.int64))
         precision = overlap / np.maximum(n_predicted, 1)
         recall = overlap / length
         with np.errstate(invalid="ignore", divide="ignore"):

@@ -1,0 +1,102 @@
+"""ToolBench-v0's dynamics as arrays over a block of tasks, for the single and batched envs.
+
+:class:`~cost_envs.envs.toolbench.ToolBenchEnv` builds each task's tables with them and
+:class:`~cost_envs.vector.toolbench.ToolBenchVectorEnv` calls them on the tasks its
+sub-envs start (one home for each mechanism): the tasks' spurious tokens, the chance that a
+tool clears a stage, and the observation rows of every stage.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+SKILLS = ("retrieval", "math", "web", "code", "reasoning", "writing")
+MAX_STAGES = 4
+MAX_ANSWER_TOKENS = 20
+
+_STAGES = np.arange(MAX_STAGES)
+
+
+def spurious_tokens(reference: np.ndarray, distractors: np.ndarray, pick: np.ndarray,
+                    length: np.ndarray) -> np.ndarray:
+    """The spurious tokens ``topic[pick]`` of a block of tasks, shape ``pick.shape``.
+
+    The topic of a task is its ``L`` reference tokens followed by ``2 L`` distractors:
+    topic position ``p`` is column ``p`` of ``[reference | distractors]`` when ``p < L``,
+    else column ``p + 20 - L`` (distractor ``p - L``); one ``take`` on that flat table.
+    """
+    n = len(pick)
+    flat = pick.reshape(n, -1)
+    short = length[:, None]
+    table = np.concatenate((reference, distractors), axis=1)
+    column = flat + np.where(flat < short, 0, MAX_ANSWER_TOKENS - short)
+    column += np.arange(0, table.size, table.shape[1])[:, None]
+    return table.reshape(-1).take(column).reshape(pick.shape)
+
+
+def clear_probability(capabilities: np.ndarray, skill: np.ndarray, difficulty: np.ndarray,
+                      n_stages: np.ndarray) -> np.ndarray:
+    """``p[b, s, i] = cap[i, skill] ** (1 + 3 d)``, the chance tool i clears stage s of task b.
+
+    The tool clears it when its luck at that turn is below ``p``. Shapes: ``skill``,
+    ``difficulty`` ``(n, S)`` (padded), ``n_stages`` ``(n,)``; out ``(n, S, m)``. The power
+    (most of the cost) is taken only where it matters: on a task's own stages (padding,
+    never reached, gets 0) and for nonzero capabilities (``0 ** y = 0`` for ``y > 0``, as
+    every difficulty in [0, 1] gives): about a third of the entries for the preset pools.
+    """
+    n, n_cols = skill.shape
+    m = len(capabilities)
+    caps = np.ascontiguousarray(capabilities.T).take(skill.reshape(-1), axis=0)  # (n S, m)
+    exponent = 1.0 + 3.0 * difficulty.reshape(-1)
+    need = caps > 0
+    need |= (exponent <= 0)[:, None]  # a task built by hand may have any difficulty
+    need &= (_STAGES[:n_cols] < n_stages[:, None]).reshape(-1, 1)
+    at = np.flatnonzero(need)
+    p = np.zeros(n * n_cols * m)
+    p[at] = caps.reshape(-1).take(at) ** exponent.take(at // m)
+    return p.reshape(n, n_cols, m)
+
+
+def _row_tables() -> tuple[np.ndarray, np.ndarray]:
+    """A task's ``(5, 17)`` rows (flattened) for ``observation_rows``: by stage count, by skill.
+
+    ``[k]``: columns 1 (stages left / 4) and 2 (fraction cleared) of a task of ``k`` stages;
+    ``[s * 6 + j]``: what stage s needing skill j adds, its one-hot in row s and a quarter
+    in the ``remaining_skills`` count of rows 0..s.
+    """
+    stages, n_skills = np.arange(MAX_STAGES + 1), len(SKILLS)
+    by_count = np.zeros((MAX_STAGES + 1, MAX_STAGES + 1, 17), dtype=np.float32)
+    by_count[:, :, 1] = np.maximum(stages[:, None] - stages, 0) / MAX_STAGES
+    with np.errstate(invalid="ignore", divide="ignore"):  # k = 0: no drawn task has it
+        by_count[:, :, 2] = np.minimum(stages / stages[:, None], 1.0)
+    by_skill = np.zeros((MAX_STAGES, n_skills, MAX_STAGES + 1, 17), dtype=np.float32)
+    for s, j in np.ndindex(MAX_STAGES, n_skills):
+        by_skill[s, j, s, 5 + j] = 1.0
+        by_skill[s, j, : s + 1, 11 + j] = 1.0 / MAX_STAGES
+    return by_count.reshape(MAX_STAGES + 1, -1), by_skill.reshape(MAX_STAGES * n_skills, -1)
+
+
+_BY_COUNT, _BY_SKILL = _row_tables()
+_ONE_HOT = np.eye(len(SKILLS), dtype=np.float32)
+
+
+def observation_rows(skill: np.ndarray, difficulty: np.ndarray,
+                     n_stages: np.ndarray) -> np.ndarray:
+    """``rows[b, s]``: task b's observation at stage s but for the turn and failure entries.
+
+    Shapes: ``skill``, ``difficulty`` ``(n, 4)`` (padded), ``n_stages`` ``(n,)``; out
+    ``(n, 5, 17)`` float32 (stage 4: all stages cleared).
+
+    The skill entries are a linear map of the one-hot of each real stage's skill (a float32
+    matmul, exact: each entry sums at most four quarters, the counts over 4 of the skills
+    of the remaining stages), plus the columns that depend on the stage count alone.
+    """
+    n = len(skill)
+    valid = n_stages[:, None] > _STAGES  # (n, S)
+    one_hot = _ONE_HOT.take(skill.reshape(-1), axis=0).reshape(n, -1)
+    one_hot *= valid.repeat(len(SKILLS), axis=1)
+    rows = one_hot @ _BY_SKILL
+    rows += _BY_COUNT.take(n_stages, axis=0)
+    rows = rows.reshape(n, MAX_STAGES + 1, 17)
+    rows[:, :MAX_STAGES, 4] = difficulty * valid
+    return rows
