@@ -17,6 +17,10 @@ MAX_ANSWER_TOKENS = 20
 _STAGES = np.arange(MAX_STAGES)
 
 
+def _with_zero_row(table: np.ndarray) -> np.ndarray:
+    return np.concatenate((table, np.zeros((1, table.shape[1]), table.dtype)))
+
+
 def spurious_tokens(reference: np.ndarray, distractors: np.ndarray, pick: np.ndarray,
                     length: np.ndarray) -> np.ndarray:
     """The spurious tokens ``topic[pick]`` of a block of tasks, shape ``pick.shape``.
@@ -46,11 +50,15 @@ def clear_probability(capabilities: np.ndarray, skill: np.ndarray, difficulty: n
     """
     n, n_cols = skill.shape
     m = len(capabilities)
-    caps = np.ascontiguousarray(capabilities.T).take(skill.reshape(-1), axis=0)  # (n S, m)
+    real = n_stages[:, None] > _STAGES[:n_cols]
+    # a padded stage reads the zero row past the skills (``% 6``: a negative skill wraps,
+    # as indexing by it does)
+    caps = _with_zero_row(capabilities.T).take(
+        np.where(real, skill % len(SKILLS), len(SKILLS)).reshape(-1), axis=0)  # (n S, m)
     exponent = 1.0 + 3.0 * difficulty.reshape(-1)
     need = caps > 0
-    need |= (exponent <= 0)[:, None]  # a task built by hand may have any difficulty
-    need &= (_STAGES[:n_cols] < n_stages[:, None]).reshape(-1, 1)
+    if (exponent <= 0).any():  # a task built by hand may have any difficulty
+        need |= ((exponent <= 0) & real.reshape(-1))[:, None]
     at = np.flatnonzero(need)
     p = np.zeros(n * n_cols * m)
     p[at] = caps.reshape(-1).take(at) ** exponent.take(at // m)
@@ -77,7 +85,7 @@ def _row_tables() -> tuple[np.ndarray, np.ndarray]:
 
 
 _BY_COUNT, _BY_SKILL = _row_tables()
-_ONE_HOT = np.eye(len(SKILLS), dtype=np.float32)
+_ONE_HOT = np.eye(len(SKILLS) + 1, len(SKILLS), dtype=np.float32)  # and a zero row
 
 
 def observation_rows(skill: np.ndarray, difficulty: np.ndarray,
@@ -93,9 +101,10 @@ def observation_rows(skill: np.ndarray, difficulty: np.ndarray,
     """
     n = len(skill)
     valid = n_stages[:, None] > _STAGES  # (n, S)
-    one_hot = _ONE_HOT.take(skill.reshape(-1), axis=0).reshape(n, -1)
-    one_hot *= valid.repeat(len(SKILLS), axis=1)
-    rows = one_hot @ _BY_SKILL
+    # a padded stage reads the zero row past the skills (a negative skill wraps, as
+    # indexing by it does)
+    one_hot = _ONE_HOT.take(np.where(valid, skill % len(SKILLS), len(SKILLS)), axis=0)
+    rows = one_hot.reshape(n, -1) @ _BY_SKILL
     rows += _BY_COUNT.take(n_stages, axis=0)
     rows = rows.reshape(n, MAX_STAGES + 1, 17)
     rows[:, :MAX_STAGES, 4] = difficulty * valid
