@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from cost_envs.envs.toolbench import MAX_TURNS, ToolBenchEnv, ToolBlock
+from cost_envs.envs.toolbench import MAX_TURNS, VOCAB, ToolBenchEnv, ToolBlock
 from cost_envs.envs.toolbench_tables import (
     MAX_ANSWER_TOKENS,
     MAX_STAGES,
@@ -32,17 +32,10 @@ from cost_envs.vector.base import BatchedOrchestrationEnv, any_per_row, pick
 _TOKEN = np.int16
 _PICK = np.int8
 _POSITIONS = np.arange(MAX_ANSWER_TOKENS)
-#: Columns of the answer comparison (``_answer_f1``): the answer's 20 recalled-reference
-#: and 20 spurious slots, then the reference itself and 4 pad columns (64 bytes a row).
-#: ``_COMPARE[i, j]`` keeps a column for reference token i: every answer slot, and the
-#: reference's positions before i (its earlier copies); ``_WEIGHT`` counts the answer's
-#: copies minus the earlier ones.
-_COMPARE = np.concatenate([np.ones((MAX_ANSWER_TOKENS, 2 * MAX_ANSWER_TOKENS), np.bool_),
-                           np.tri(MAX_ANSWER_TOKENS, k=-1, dtype=np.bool_),
-                           np.zeros((MAX_ANSWER_TOKENS, 4), np.bool_)], axis=1)
-_WEIGHT = np.concatenate([np.ones(2 * MAX_ANSWER_TOKENS), -np.ones(MAX_ANSWER_TOKENS),
-                          np.zeros(4)]).astype(np.float32)
+_FLOAT_POSITIONS = _POSITIONS.astype(np.float64)  # compared with float counts, no casts
 _ONES = np.ones(MAX_ANSWER_TOKENS, dtype=np.float32)
+#: ``_answer_f1``'s table of token classes: 255 marks a (task, token) not in the reference.
+_NO_CLASS = 255
 
 
 class ToolBenchVectorEnv(BatchedOrchestrationEnv):
@@ -69,14 +62,16 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         self.f1_threshold = self.single_env.f1_threshold
         self._capabilities = self.single_env.pool.capabilities  # (m, skills)
         self._capabilities_by_skill = np.ascontiguousarray(self._capabilities.T)
+        self._classes = np.full(1, _NO_CLASS, dtype=np.uint8)  # grown by _overlap
+        self._class_rows = np.arange(n)[:, None] * MAX_ANSWER_TOKENS
+        self._token_rows = np.arange(n)[:, None] * VOCAB
+        self._position_rows = np.broadcast_to(_POSITIONS.astype(np.uint8),
+                                              (n, MAX_ANSWER_TOKENS)).copy()
         self._stage = np.zeros(n, dtype=np.int64)
         self._failed = np.zeros(n, dtype=np.int64)
         self._n_stages = np.zeros(n, dtype=np.int64)
         self._p_clear = np.zeros((n, MAX_STAGES, m))
         self._rows = np.zeros((n, MAX_STAGES + 1, 17), dtype=np.float32)
-        # the task's luck, (turn, tool) rows of each sub-env: read a row a step from here
-        # (small, cache-resident) rather than from the queue
-        self._luck = np.zeros((n * MAX_TURNS, m))
         self._all = np.arange(n)
 
     def _draw(self, rng: np.random.Generator, n: int) -> ToolBlock:
@@ -94,7 +89,6 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         self._stage[idx] = 0
         self._failed[idx] = 0
         self._n_stages[idx] = n_stages
-        self._luck.reshape(-1, MAX_TURNS, self.n_agents)[idx] = blocks.luck.take(rows, axis=0)
 
     def _transition(self, idx: np.ndarray,
                     calls: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -104,7 +98,8 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         # all-zero action: answer now, a failure
         answered = ~any_per_row(called) if self._step_codes is None else self._step_codes == 0
         # the single env's hit table (_block_tables), row (turn, stage) alone
-        hits = (self._luck.take(idx * MAX_TURNS + turn, axis=0)
+        hits = (self.blocks.luck.reshape(-1, self.n_agents).take(
+                    self._task[idx] * MAX_TURNS + turn, axis=0)
                 < pick(self._p_clear, idx, np.minimum(stage, MAX_STAGES - 1)))
         cleared_by = called & hits
         cleared = any_per_row(cleared_by)
@@ -131,7 +126,7 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         # q = cap ** (1 + d) on the answer stage, as ToolBenchEnv.composer_strength (here,
         # for the answered tasks alone), of the strongest clearing tool (the first of equals:
         # the same value)
-        last = task * MAX_STAGES + blocks.n_stages.take(task) - 1
+        last = task * MAX_STAGES + self._n_stages[idx] - 1
         caps = self._capabilities_by_skill.take(blocks.skill.reshape(-1).take(last), axis=0)
         strength = caps ** (1.0 + blocks.difficulty.reshape(-1).take(last))[:, None]
         q = np.where(cleared_by, strength, -np.inf).max(axis=1)
@@ -144,27 +139,45 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         spurious = spurious_tokens(reference, blocks.distractors.take(task, axis=0),
                                    blocks.pick.reshape(-1, MAX_ANSWER_TOKENS).take(at, axis=0),
                                    length)
-        # Counter(pred) & Counter(ref): the reference's r-th copy of a token (r counted
-        # from 0 along the reference) is matched when the answer holds more than r copies.
-        # One comparison of each reference token with the answer (tokens left out of it
-        # are -1, no token) and with the reference; the counts in float32 (exact).
-        compared = np.full((k, 64), -1, dtype=reference.dtype)
-        compared[:, :MAX_ANSWER_TOKENS] = np.where(recalled, reference, -1)
-        compared[:, MAX_ANSWER_TOKENS:2 * MAX_ANSWER_TOKENS] = np.where(
-            n_spurious[:, None] > _POSITIONS, spurious, -1)
-        compared[:, 2 * MAX_ANSWER_TOKENS:3 * MAX_ANSWER_TOKENS] = reference
-        same = reference[:, :, None] == compared[:, None, :]
-        same &= _COMPARE
-        copies_over_rank = (same.astype(np.float32).reshape(-1, 64) @ _WEIGHT).reshape(k, -1)
-        matched = in_reference & (copies_over_rank > 0)
-        overlap = (matched.astype(np.float32) @ _ONES).astype(np.int64)
+        overlap = self._overlap(reference, in_reference, recalled, spurious,
+                                n_spurious[:, None] > _FLOAT_POSITIONS)
         n_predicted = (recalled.astype(np.float32) @ _ONES).astype(np.int64) + (
             n_spurious.astype(np.int64))
         precision = overlap / np.maximum(n_predicted, 1)
         recall = overlap / length
-        with np.errstate(invalid="ignore", divide="ignore"):
-            f1 = 2 * precision * recall / (precision + recall)
-        return np.where(overlap == 0, 0.0, f1)
+        # 2PR / (P + R) where the overlap is not 0 (P + R = 0 exactly where it is), else 0
+        return np.divide(2 * precision * recall, precision + recall, out=np.zeros(k),
+                         where=overlap != 0)
+
+    def _overlap(self, reference: np.ndarray, in_reference: np.ndarray, recalled: np.ndarray,
+                 spurious: np.ndarray, in_spurious: np.ndarray) -> np.ndarray:
+        """``|Counter(answer) & Counter(reference)|`` of each task, as ``token_f1`` counts.
+
+        The answer is the recalled reference tokens and the spurious ones. The sum over
+        the reference's distinct tokens of min(copies in the reference, copies in the
+        answer): a table maps (task, token) to one position of the token in the task's
+        reference, its class (written for the reference's tokens, read for them and the
+        spurious ones, ``_NO_CLASS`` for a token not in the reference, then reset), and
+        ``bincount`` counts each class's copies.
+        """
+        k, width = reference.shape
+        if len(self._classes) <= k * VOCAB:
+            self._classes = np.full(k * VOCAB + 1, _NO_CLASS, dtype=np.uint8)
+        table, unused = self._classes, len(self._classes) - 1
+        keys = self._token_rows[:k] + reference
+        written = np.where(in_reference, keys, unused)
+        table[written] = self._position_rows[:k]
+        rows = self._class_rows[:k]
+        classes = table.take(keys) + rows
+        spurious_classes = table.take(self._token_rows[:k] + spurious)
+        table[written] = _NO_CLASS
+        in_spurious &= spurious_classes != _NO_CLASS
+        size = k * width
+        n_reference = np.bincount(classes.reshape(-1), in_reference.reshape(-1), size)[:size]
+        n_answer = (np.bincount(classes.reshape(-1), recalled.reshape(-1), size)[:size]
+                    + np.bincount((spurious_classes + rows).reshape(-1),
+                                  in_spurious.reshape(-1), size)[:size])
+        return np.minimum(n_reference, n_answer).reshape(k, width).sum(axis=1).astype(np.int64)
 
     def _observe(self, idx: np.ndarray | slice) -> np.ndarray:
         obs = pick(self._rows, self._all if isinstance(idx, slice) else idx, self._stage[idx])
