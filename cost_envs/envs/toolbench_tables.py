@@ -30,11 +30,11 @@ def spurious_tokens(reference: np.ndarray, distractors: np.ndarray, pick: np.nda
     else column ``p + 20 - L`` (distractor ``p - L``); one ``take`` on that flat table.
     """
     n = len(pick)
-    flat = pick.reshape(n, -1)
+    flat = pick.reshape(n, -1).astype(np.int64, copy=False)  # one dtype: no mixed casts
     short = length[:, None]
     table = np.concatenate((reference, distractors), axis=1)
-    column = flat + np.where(flat < short, 0, MAX_ANSWER_TOKENS - short)
-    column += np.arange(0, table.size, table.shape[1])[:, None]
+    row = np.arange(0, table.size, table.shape[1])[:, None]
+    column = flat + np.where(flat < short, row, row + (MAX_ANSWER_TOKENS - short))
     return table.reshape(-1).take(column).reshape(pick.shape)
 
 

@@ -32,10 +32,10 @@ from cost_envs.vector.base import BatchedOrchestrationEnv, any_per_row, pick
 _TOKEN = np.int16
 _PICK = np.int8
 _POSITIONS = np.arange(MAX_ANSWER_TOKENS)
-_FLOAT_POSITIONS = _POSITIONS.astype(np.float64)  # compared with float counts, no casts
+#: ``_FIRST[r]``: the first r of 20 positions (a task's answer length, its spurious count)
+_FIRST = np.arange(MAX_ANSWER_TOKENS + 1)[:, None] > _POSITIONS
 _ONES = np.ones(MAX_ANSWER_TOKENS, dtype=np.float32)
-#: ``_answer_f1``'s table of token classes: 255 marks a (task, token) not in the reference.
-_NO_CLASS = 255
+_ONES64 = np.ones(MAX_ANSWER_TOKENS)  # counts summed by a matmul (exact: at most 20)
 
 
 class ToolBenchVectorEnv(BatchedOrchestrationEnv):
@@ -62,11 +62,12 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         self.f1_threshold = self.single_env.f1_threshold
         self._capabilities = self.single_env.pool.capabilities  # (m, skills)
         self._capabilities_by_skill = np.ascontiguousarray(self._capabilities.T)
-        self._classes = np.full(1, _NO_CLASS, dtype=np.uint8)  # grown by _overlap
-        self._class_rows = np.arange(n)[:, None] * MAX_ANSWER_TOKENS
+        # _overlap's table of token classes (grown to the tasks of a call), and each task's
+        # class labels: 1 + its row * 20 + a position (0: no class)
+        self._classes = np.zeros(0, dtype=np.min_scalar_type(n * MAX_ANSWER_TOKENS))
+        self._labels = (1 + np.arange(n * MAX_ANSWER_TOKENS)).reshape(n, -1).astype(
+            self._classes.dtype)
         self._token_rows = np.arange(n)[:, None] * VOCAB
-        self._position_rows = np.broadcast_to(_POSITIONS.astype(np.uint8),
-                                              (n, MAX_ANSWER_TOKENS)).copy()
         self._stage = np.zeros(n, dtype=np.int64)
         self._failed = np.zeros(n, dtype=np.int64)
         self._n_stages = np.zeros(n, dtype=np.int64)
@@ -102,12 +103,12 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
                     self._task[idx] * MAX_TURNS + turn, axis=0)
                 < pick(self._p_clear, idx, np.minimum(stage, MAX_STAGES - 1)))
         cleared_by = called & hits
-        cleared = any_per_row(cleared_by)
+        cleared = _any_per_row(cleared_by)
         stage = stage + cleared
         complete = cleared & (stage == n_stages)
-        out_of_turns = ~answered & ~complete & (turn + 1 >= n_stages + 1)
+        out_of_turns = ~answered & ~complete & (turn >= n_stages)  # turn + 1 >= horizon
         self._stage[idx] = stage
-        self._failed[idx] = np.where(answered | cleared, 0, 1)
+        self._failed[idx] = ~(answered | cleared)
         success = np.zeros(k, dtype=np.bool_)
         quality = np.zeros(k)
         if complete.any():
@@ -132,17 +133,17 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         q = np.where(cleared_by, strength, -np.inf).max(axis=1)
         at = task * MAX_TURNS + turn  # the (task, turn) row of the per-turn draws
         reference = blocks.reference.take(task, axis=0)
-        in_reference = length[:, None] > _POSITIONS
+        in_reference = _FIRST.take(length, axis=0)
         recall_luck = blocks.recall_luck.reshape(-1, MAX_ANSWER_TOKENS).take(at, axis=0)
         recalled = in_reference & (recall_luck < 0.3 + 0.7 * q[:, None])
         n_spurious = np.rint(length * (1.0 - q) * blocks.hallucination_rate.reshape(-1).take(at))
         spurious = spurious_tokens(reference, blocks.distractors.take(task, axis=0),
                                    blocks.pick.reshape(-1, MAX_ANSWER_TOKENS).take(at, axis=0),
                                    length)
+        n_spurious = n_spurious.astype(np.int64)
         overlap = self._overlap(reference, in_reference, recalled, spurious,
-                                n_spurious[:, None] > _FLOAT_POSITIONS)
-        n_predicted = (recalled.astype(np.float32) @ _ONES).astype(np.int64) + (
-            n_spurious.astype(np.int64))
+                                _FIRST.take(n_spurious, axis=0))
+        n_predicted = (recalled.astype(np.float32) @ _ONES).astype(np.int64) + n_spurious
         precision = overlap / np.maximum(n_predicted, 1)
         recall = overlap / length
         # 2PR / (P + R) where the overlap is not 0 (P + R = 0 exactly where it is), else 0
@@ -155,32 +156,39 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
 
         The answer is the recalled reference tokens and the spurious ones. The sum over
         the reference's distinct tokens of min(copies in the reference, copies in the
-        answer): a table maps (task, token) to one position of the token in the task's
-        reference, its class (written for the reference's tokens, read for them and the
-        spurious ones, ``_NO_CLASS`` for a token not in the reference, then reset), and
-        ``bincount`` counts each class's copies.
+        answer): a table maps (task, token) to a class label, written at the reference's
+        tokens (one of the positions that hold the token: the same label for all of them),
+        read for the reference's and the spurious tokens (0 for a token not in the
+        reference), then reset; ``bincount`` counts each class's copies (a label written
+        only by a position past the answer length counts no reference copy: min 0).
         """
         k, width = reference.shape
-        if len(self._classes) <= k * VOCAB:
-            self._classes = np.full(k * VOCAB + 1, _NO_CLASS, dtype=np.uint8)
-        table, unused = self._classes, len(self._classes) - 1
+        if len(self._classes) < k * VOCAB:
+            self._classes = np.zeros(k * VOCAB, dtype=self._classes.dtype)
+        table = self._classes
         keys = self._token_rows[:k] + reference
-        written = np.where(in_reference, keys, unused)
-        table[written] = self._position_rows[:k]
-        rows = self._class_rows[:k]
-        classes = table.take(keys) + rows
+        table[keys] = self._labels[:k]
+        classes = table.take(keys)
         spurious_classes = table.take(self._token_rows[:k] + spurious)
-        table[written] = _NO_CLASS
-        in_spurious &= spurious_classes != _NO_CLASS
-        size = k * width
-        n_reference = np.bincount(classes.reshape(-1), in_reference.reshape(-1), size)[:size]
-        n_answer = (np.bincount(classes.reshape(-1), recalled.reshape(-1), size)[:size]
-                    + np.bincount((spurious_classes + rows).reshape(-1),
-                                  in_spurious.reshape(-1), size)[:size])
-        return np.minimum(n_reference, n_answer).reshape(k, width).sum(axis=1).astype(np.int64)
+        table[keys] = 0
+        size = k * width + 1
+        n_reference = np.bincount(classes.reshape(-1), in_reference.reshape(-1), size)
+        n_answer = np.bincount(
+            np.concatenate((classes, spurious_classes), axis=1).reshape(-1),
+            np.concatenate((recalled, in_spurious), axis=1).reshape(-1), size)
+        common = np.minimum(n_reference, n_answer)[1:].reshape(k, width)
+        return (common @ _ONES64).astype(np.int64)
 
     def _observe(self, idx: np.ndarray | slice) -> np.ndarray:
         obs = pick(self._rows, self._all if isinstance(idx, slice) else idx, self._stage[idx])
         obs[:, 0] = (self._n_stages[idx] + 1 - self._turn[idx]) / MAX_TURNS
         obs[:, 3] = self._failed[idx]
         return obs
+
+
+def _any_per_row(mask: np.ndarray) -> np.ndarray:
+    """``mask.any(axis=1)``; a row of 1, 2, 4 or 8 bytes read as one unsigned integer."""
+    width = mask.shape[1]
+    if width in (1, 2, 4, 8) and mask.flags.c_contiguous:
+        return mask.view(f"u{width}")[:, 0] != 0
+    return any_per_row(mask)
