@@ -19,6 +19,7 @@ from cost_envs.envs.toolbench_tables import (
     clear_probability,
     observation_rows,
     spurious_tokens,
+    stage_codes,
 )
 from cost_envs.pool import AgentPool, AgentSpec, coerce_pool
 from cost_envs.reward import RewardWeights
@@ -365,9 +366,10 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
         Returns ``hits[b, t, s, i]`` (tool i clears stage s if called at turn t) and
         ``rows[b, s]``, the observation at stage s but for the turn and failure entries.
         """
-        hits = luck[:, :, None, :] < clear_probability(self.pool.capabilities, skill,
-                                                       difficulty, n_stages)[:, None, :, :]
-        return hits, observation_rows(skill, difficulty, n_stages)
+        codes = stage_codes(skill, n_stages)
+        hits = luck[:, :, None, :] < clear_probability(self.pool.capabilities, codes,
+                                                       difficulty)[:, None, :, :]
+        return hits, observation_rows(codes, difficulty, n_stages)
 
     # ------------------------------------------------------------- dynamics
     def _initial_state(self, task: ToolTask, tables: _Tables) -> State:

@@ -14,11 +14,17 @@ SKILLS = ("retrieval", "math", "web", "code", "reasoning", "writing")
 MAX_STAGES = 4
 MAX_ANSWER_TOKENS = 20
 
-_STAGES = np.arange(MAX_STAGES)
+#: ``_REAL[k, s]``: stage s is one of a task of k stages' own (not padding).
+_REAL = np.arange(MAX_STAGES + 1)[:, None] > np.arange(MAX_STAGES)
 
 
-def _with_zero_row(table: np.ndarray) -> np.ndarray:
-    return np.concatenate((table, np.zeros((1, table.shape[1]), table.dtype)))
+def stage_codes(skill: np.ndarray, n_stages: np.ndarray) -> np.ndarray:
+    """Each stage's skill, 6 on a padded stage (past ``n_stages``): the tables' row index.
+
+    Shapes: ``skill`` ``(n, 4)`` (padded), ``n_stages`` ``(n,)``. A negative skill wraps
+    (``% 6``), as indexing by it does.
+    """
+    return np.where(_REAL.take(n_stages, axis=0), skill % len(SKILLS), len(SKILLS))
 
 
 def spurious_tokens(reference: np.ndarray, distractors: np.ndarray, pick: np.ndarray,
@@ -38,27 +44,24 @@ def spurious_tokens(reference: np.ndarray, distractors: np.ndarray, pick: np.nda
     return table.reshape(-1).take(column).reshape(pick.shape)
 
 
-def clear_probability(capabilities: np.ndarray, skill: np.ndarray, difficulty: np.ndarray,
-                      n_stages: np.ndarray) -> np.ndarray:
+def clear_probability(capabilities: np.ndarray, codes: np.ndarray,
+                      difficulty: np.ndarray) -> np.ndarray:
     """``p[b, s, i] = cap[i, skill] ** (1 + 3 d)``, the chance tool i clears stage s of task b.
 
-    The tool clears it when its luck at that turn is below ``p``. Shapes: ``skill``,
-    ``difficulty`` ``(n, S)`` (padded), ``n_stages`` ``(n,)``; out ``(n, S, m)``. The power
+    The tool clears it when its luck at that turn is below ``p``. Shapes: ``codes`` (of
+    :func:`stage_codes`), ``difficulty`` ``(n, S)`` (padded); out ``(n, S, m)``. The power
     (most of the cost) is taken only where it matters: on a task's own stages (padding,
     never reached, gets 0) and for nonzero capabilities (``0 ** y = 0`` for ``y > 0``, as
     every difficulty in [0, 1] gives): about a third of the entries for the preset pools.
     """
-    n, n_cols = skill.shape
+    n, n_cols = codes.shape
     m = len(capabilities)
-    real = n_stages[:, None] > _STAGES[:n_cols]
-    # a padded stage reads the zero row past the skills (``% 6``: a negative skill wraps,
-    # as indexing by it does)
-    caps = _with_zero_row(capabilities.T).take(
-        np.where(real, skill % len(SKILLS), len(SKILLS)).reshape(-1), axis=0)  # (n S, m)
+    by_code = np.concatenate((capabilities.T, np.zeros((1, m))))  # padding: the zero row
+    caps = by_code.take(codes.reshape(-1), axis=0)  # (n S, m)
     exponent = 1.0 + 3.0 * difficulty.reshape(-1)
     need = caps > 0
-    if (exponent <= 0).any():  # a task built by hand may have any difficulty
-        need |= ((exponent <= 0) & real.reshape(-1))[:, None]
+    if np.fmin.reduce(exponent) <= 0:  # a task built by hand may have any difficulty
+        need |= ((exponent <= 0) & (codes.reshape(-1) < len(SKILLS)))[:, None]
     at = np.flatnonzero(need)
     p = np.zeros(n * n_cols * m)
     p[at] = caps.reshape(-1).take(at) ** exponent.take(at // m)
@@ -88,24 +91,20 @@ _BY_COUNT, _BY_SKILL = _row_tables()
 _ONE_HOT = np.eye(len(SKILLS) + 1, len(SKILLS), dtype=np.float32)  # and a zero row
 
 
-def observation_rows(skill: np.ndarray, difficulty: np.ndarray,
+def observation_rows(codes: np.ndarray, difficulty: np.ndarray,
                      n_stages: np.ndarray) -> np.ndarray:
     """``rows[b, s]``: task b's observation at stage s but for the turn and failure entries.
 
-    Shapes: ``skill``, ``difficulty`` ``(n, 4)`` (padded), ``n_stages`` ``(n,)``; out
-    ``(n, 5, 17)`` float32 (stage 4: all stages cleared).
+    Shapes: ``codes`` (of :func:`stage_codes`), ``difficulty`` ``(n, 4)`` (padded),
+    ``n_stages`` ``(n,)``; out ``(n, 5, 17)`` float32 (stage 4: all stages cleared).
 
     The skill entries are a linear map of the one-hot of each real stage's skill (a float32
     matmul, exact: each entry sums at most four quarters, the counts over 4 of the skills
     of the remaining stages), plus the columns that depend on the stage count alone.
     """
-    n = len(skill)
-    valid = n_stages[:, None] > _STAGES  # (n, S)
-    # a padded stage reads the zero row past the skills (a negative skill wraps, as
-    # indexing by it does)
-    one_hot = _ONE_HOT.take(np.where(valid, skill % len(SKILLS), len(SKILLS)), axis=0)
-    rows = one_hot.reshape(n, -1) @ _BY_SKILL
+    n = len(codes)
+    rows = _ONE_HOT.take(codes, axis=0).reshape(n, -1) @ _BY_SKILL  # padding: a zero row
     rows += _BY_COUNT.take(n_stages, axis=0)
     rows = rows.reshape(n, MAX_STAGES + 1, 17)
-    rows[:, :MAX_STAGES, 4] = difficulty * valid
+    rows[:, :MAX_STAGES, 4] = difficulty * (codes < len(SKILLS))
     return rows

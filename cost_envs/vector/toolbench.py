@@ -24,6 +24,7 @@ from cost_envs.envs.toolbench_tables import (
     clear_probability,
     observation_rows,
     spurious_tokens,
+    stage_codes,
 )
 from cost_envs.vector.base import BatchedOrchestrationEnv, any_per_row, pick
 
@@ -73,7 +74,7 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         self._n_stages = np.zeros(n, dtype=np.int64)
         self._p_clear = np.zeros((n, MAX_STAGES, m))
         self._rows = np.zeros((n, MAX_STAGES + 1, 17), dtype=np.float32)
-        self._all = np.arange(n)
+        self._first_row = np.arange(n) * (MAX_STAGES + 1)  # of each sub-env's rows
 
     def _draw(self, rng: np.random.Generator, n: int) -> ToolBlock:
         block = self.single_env.draw_block(rng, n)
@@ -85,8 +86,9 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         blocks = self.blocks
         n_stages, skill, difficulty = blocks.n_stages.take(rows), blocks.skill.take(rows, axis=0), (
             blocks.difficulty.take(rows, axis=0))
-        self._p_clear[idx] = clear_probability(self._capabilities, skill, difficulty, n_stages)
-        self._rows[idx] = observation_rows(skill, difficulty, n_stages)
+        codes = stage_codes(skill, n_stages)
+        self._p_clear[idx] = clear_probability(self._capabilities, codes, difficulty)
+        self._rows[idx] = observation_rows(codes, difficulty, n_stages)
         self._stage[idx] = 0
         self._failed[idx] = 0
         self._n_stages[idx] = n_stages
@@ -101,7 +103,7 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         # the single env's hit table (_block_tables), row (turn, stage) alone
         hits = (self.blocks.luck.reshape(-1, self.n_agents).take(
                     self._task[idx] * MAX_TURNS + turn, axis=0)
-                < pick(self._p_clear, idx, np.minimum(stage, MAX_STAGES - 1)))
+                < pick(self._p_clear, idx, stage))  # stage < n_stages while it steps
         cleared_by = called & hits
         cleared = _any_per_row(cleared_by)
         stage = stage + cleared
@@ -180,7 +182,8 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         return (common @ _ONES64).astype(np.int64)
 
     def _observe(self, idx: np.ndarray | slice) -> np.ndarray:
-        obs = pick(self._rows, self._all if isinstance(idx, slice) else idx, self._stage[idx])
+        first = self._first_row[idx]
+        obs = self._rows.reshape(-1, self._rows.shape[-1]).take(first + self._stage[idx], axis=0)
         obs[:, 0] = (self._n_stages[idx] + 1 - self._turn[idx]) / MAX_TURNS
         obs[:, 3] = self._failed[idx]
         return obs
