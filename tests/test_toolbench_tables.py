@@ -14,6 +14,7 @@ import pytest
 
 from cost_envs.envs.toolbench import MAX_ANSWER_TOKENS, MAX_STAGES, SKILLS, toolbench_pool
 from cost_envs.envs.toolbench_tables import (
+    capabilities_by_code,
     clear_probability,
     observation_rows,
     spurious_tokens,
@@ -36,7 +37,8 @@ def test_clear_probability_is_the_power_on_real_stages(pool_size: int) -> None:
     skill, difficulty, n_stages = _stages(rng, 500)
     difficulty[:5] = -0.5  # built by hand: exponent < 0, so 0 ** y is inf, not 0
     with np.errstate(divide="ignore"):  # as the single env's own power warns
-        got = clear_probability(capabilities, stage_codes(skill, n_stages), difficulty)
+        got = clear_probability(capabilities_by_code(capabilities),
+                                stage_codes(skill, n_stages), difficulty)
         want = np.moveaxis(capabilities[:, skill], 0, -1) ** (1.0 + 3.0 * difficulty[:, :, None])
     real = np.arange(MAX_STAGES) < n_stages[:, None]
     assert got[real].tobytes() == want[real].tobytes()

@@ -16,6 +16,7 @@ from cost_envs.envs.toolbench_tables import (
     MAX_ANSWER_TOKENS,
     MAX_STAGES,
     SKILLS,
+    capabilities_by_code,
     clear_probability,
     observation_rows,
     spurious_tokens,
@@ -367,8 +368,8 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
         ``rows[b, s]``, the observation at stage s but for the turn and failure entries.
         """
         codes = stage_codes(skill, n_stages)
-        hits = luck[:, :, None, :] < clear_probability(self.pool.capabilities, codes,
-                                                       difficulty)[:, None, :, :]
+        by_code = capabilities_by_code(self.pool.capabilities)
+        hits = luck[:, :, None, :] < clear_probability(by_code, codes, difficulty)[:, None]
         return hits, observation_rows(codes, difficulty, n_stages)
 
     # ------------------------------------------------------------- dynamics

@@ -44,19 +44,24 @@ def spurious_tokens(reference: np.ndarray, distractors: np.ndarray, pick: np.nda
     return table.reshape(-1).take(column).reshape(pick.shape)
 
 
-def clear_probability(capabilities: np.ndarray, codes: np.ndarray,
+def capabilities_by_code(capabilities: np.ndarray) -> np.ndarray:
+    """``(7, m)``: each skill's capabilities of the ``m`` tools, then zeros (padding's code)."""
+    return np.concatenate((capabilities.T, np.zeros((1, len(capabilities)))))
+
+
+def clear_probability(by_code: np.ndarray, codes: np.ndarray,
                       difficulty: np.ndarray) -> np.ndarray:
     """``p[b, s, i] = cap[i, skill] ** (1 + 3 d)``, the chance tool i clears stage s of task b.
 
-    The tool clears it when its luck at that turn is below ``p``. Shapes: ``codes`` (of
-    :func:`stage_codes`), ``difficulty`` ``(n, S)`` (padded); out ``(n, S, m)``. The power
-    (most of the cost) is taken only where it matters: on a task's own stages (padding,
-    never reached, gets 0) and for nonzero capabilities (``0 ** y = 0`` for ``y > 0``, as
-    every difficulty in [0, 1] gives): about a third of the entries for the preset pools.
+    The tool clears it when its luck at that turn is below ``p``. Shapes: ``by_code`` (of
+    :func:`capabilities_by_code`) ``(7, m)``; ``codes`` (of :func:`stage_codes`),
+    ``difficulty`` ``(n, S)`` (padded); out ``(n, S, m)``. The power (most of the cost) is
+    taken only where it matters: on a task's own stages (padding, never reached, gets 0)
+    and for nonzero capabilities (``0 ** y = 0`` for ``y > 0``, as every difficulty in
+    [0, 1] gives): about a third of the entries for the preset pools.
     """
     n, n_cols = codes.shape
-    m = len(capabilities)
-    by_code = np.concatenate((capabilities.T, np.zeros((1, m))))  # padding: the zero row
+    m = by_code.shape[1]
     caps = by_code.take(codes.reshape(-1), axis=0)  # (n S, m)
     exponent = 1.0 + 3.0 * difficulty.reshape(-1)
     need = caps > 0

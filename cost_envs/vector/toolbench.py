@@ -21,6 +21,7 @@ from cost_envs.envs.toolbench import MAX_TURNS, VOCAB, ToolBenchEnv, ToolBlock
 from cost_envs.envs.toolbench_tables import (
     MAX_ANSWER_TOKENS,
     MAX_STAGES,
+    capabilities_by_code,
     clear_probability,
     observation_rows,
     spurious_tokens,
@@ -62,6 +63,7 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         n, m = self.num_envs, self.n_agents
         self.f1_threshold = self.single_env.f1_threshold
         self._capabilities = self.single_env.pool.capabilities  # (m, skills)
+        self._by_code = capabilities_by_code(self._capabilities)
         self._capabilities_by_skill = np.ascontiguousarray(self._capabilities.T)
         # _overlap's table of token classes (grown to the tasks of a call), and each task's
         # class labels: 1 + its row * 20 + a position (0: no class)
@@ -87,7 +89,7 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         n_stages, skill, difficulty = blocks.n_stages.take(rows), blocks.skill.take(rows, axis=0), (
             blocks.difficulty.take(rows, axis=0))
         codes = stage_codes(skill, n_stages)
-        self._p_clear[idx] = clear_probability(self._capabilities, codes, difficulty)
+        self._p_clear[idx] = clear_probability(self._by_code, codes, difficulty)
         self._rows[idx] = observation_rows(codes, difficulty, n_stages)
         self._stage[idx] = 0
         self._failed[idx] = 0
