@@ -5,10 +5,9 @@ of the sub-envs that step, with the single env's own helpers (``clear_probabilit
 ``observation_rows``, ``spurious_tokens`` of :mod:`cost_envs.envs.toolbench_tables`): a
 called tool clears the current stage when its luck at this turn is below its clear
 probability; clearing the last stage composes the answer with the strongest tool that
-cleared it, and the answer's multiset token F1 is counted with array comparisons (the
-reference's r-th copy of a token is matched when the answer holds more than r copies,
-which is ``token_f1``'s ``Counter`` intersection). The tasks' draws stay in the queue
-(``self.blocks``) and are read at the turn they are needed.
+cleared it, and the answer's multiset token F1 counts ``token_f1``'s ``Counter``
+intersection with a table of token classes and ``bincount`` (``_overlap``). The tasks'
+draws stay in the queue (``self.blocks``) and are read at the turn they are needed.
 """
 
 from __future__ import annotations
@@ -63,8 +62,7 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         n, m = self.num_envs, self.n_agents
         self.f1_threshold = self.single_env.f1_threshold
         self._capabilities = self.single_env.pool.capabilities  # (m, skills)
-        self._by_code = capabilities_by_code(self._capabilities)
-        self._capabilities_by_skill = np.ascontiguousarray(self._capabilities.T)
+        self._by_code = capabilities_by_code(self._capabilities)  # row j: skill j's
         # _overlap's table of token classes (grown to the tasks of a call), and each task's
         # class labels: 1 + its row * 20 + a position (0: no class)
         self._classes = np.zeros(0, dtype=np.min_scalar_type(n * MAX_ANSWER_TOKENS))
@@ -107,7 +105,7 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
                     self._task[idx] * MAX_TURNS + turn, axis=0)
                 < pick(self._p_clear, idx, stage))  # stage < n_stages while it steps
         cleared_by = called & hits
-        cleared = _any_per_row(cleared_by)
+        cleared = any_per_row(cleared_by)
         stage = stage + cleared
         complete = cleared & (stage == n_stages)
         out_of_turns = ~answered & ~complete & (turn >= n_stages)  # turn + 1 >= horizon
@@ -132,7 +130,7 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         # for the answered tasks alone), of the strongest clearing tool (the first of equals:
         # the same value)
         last = task * MAX_STAGES + self._n_stages[idx] - 1
-        caps = self._capabilities_by_skill.take(blocks.skill.reshape(-1).take(last), axis=0)
+        caps = self._by_code.take(blocks.skill.reshape(-1).take(last), axis=0)
         strength = caps ** (1.0 + blocks.difficulty.reshape(-1).take(last))[:, None]
         q = np.where(cleared_by, strength, -np.inf).max(axis=1)
         at = task * MAX_TURNS + turn  # the (task, turn) row of the per-turn draws
@@ -190,10 +188,3 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         obs[:, 3] = self._failed[idx]
         return obs
 
-
-def _any_per_row(mask: np.ndarray) -> np.ndarray:
-    """``mask.any(axis=1)``; a row of 1, 2, 4 or 8 bytes read as one unsigned integer."""
-    width = mask.shape[1]
-    if width in (1, 2, 4, 8) and mask.flags.c_contiguous:
-        return mask.view(f"u{width}")[:, 0] != 0
-    return any_per_row(mask)
