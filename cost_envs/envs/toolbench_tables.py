@@ -73,27 +73,32 @@ def clear_probability(by_code: np.ndarray, codes: np.ndarray,
     return p.reshape(n, n_cols, m)
 
 
-def _row_tables() -> tuple[np.ndarray, np.ndarray]:
-    """A task's ``(5, 17)`` rows (flattened) for ``observation_rows``: by stage count, by skill.
+def _row_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A task's ``(5, 17)`` rows (flattened) for ``observation_rows``: by count, by skills.
 
-    ``[k]``: columns 1 (stages left / 4) and 2 (fraction cleared) of a task of ``k`` stages;
-    ``[s * 6 + j]``: what stage s needing skill j adds, its one-hot in row s and a quarter
-    in the ``remaining_skills`` count of rows 0..s.
+    ``[k]``: columns 1 (stages left / 4) and 2 (fraction cleared) of a task of ``k`` stages.
+    Stage s needing skill j adds its one-hot in row s and a quarter in the
+    ``remaining_skills`` count of rows 0..s (code 6, padding, adds nothing); ``[7 c + c']``
+    of the next two tables: what stages 0 and 1 (2 and 3) of codes c and c' add together.
     """
     stages, n_skills = np.arange(MAX_STAGES + 1), len(SKILLS)
     by_count = np.zeros((MAX_STAGES + 1, MAX_STAGES + 1, 17), dtype=np.float32)
     by_count[:, :, 1] = np.maximum(stages[:, None] - stages, 0) / MAX_STAGES
     with np.errstate(invalid="ignore", divide="ignore"):  # k = 0: no drawn task has it
         by_count[:, :, 2] = np.minimum(stages / stages[:, None], 1.0)
-    by_skill = np.zeros((MAX_STAGES, n_skills, MAX_STAGES + 1, 17), dtype=np.float32)
+    by_skill = np.zeros((MAX_STAGES, n_skills + 1, (MAX_STAGES + 1) * 17), dtype=np.float32)
+    view = by_skill.reshape(MAX_STAGES, n_skills + 1, MAX_STAGES + 1, 17)
     for s, j in np.ndindex(MAX_STAGES, n_skills):
-        by_skill[s, j, s, 5 + j] = 1.0
-        by_skill[s, j, : s + 1, 11 + j] = 1.0 / MAX_STAGES
-    return by_count.reshape(MAX_STAGES + 1, -1), by_skill.reshape(MAX_STAGES * n_skills, -1)
+        view[s, j, s, 5 + j] = 1.0
+        view[s, j, : s + 1, 11 + j] = 1.0 / MAX_STAGES
+    first, last = ((by_skill[s][:, None] + by_skill[s + 1][None]).reshape(
+        (n_skills + 1) ** 2, -1) for s in (0, 2))
+    return by_count.reshape(MAX_STAGES + 1, -1), first, last
 
 
-_BY_COUNT, _BY_SKILL = _row_tables()
-_ONE_HOT = np.eye(len(SKILLS) + 1, len(SKILLS), dtype=np.float32)  # and a zero row
+#: (exact sums: a column adds at most four quarters, or holds one 1 or one count entry)
+_BY_COUNT, _BY_FIRST_PAIR, _BY_LAST_PAIR = _row_tables()
+_PAIR = np.array([len(SKILLS) + 1, 1, len(SKILLS) + 1, 1])  # codes (c, c') -> 7 c + c'
 
 
 def observation_rows(codes: np.ndarray, difficulty: np.ndarray,
@@ -103,12 +108,14 @@ def observation_rows(codes: np.ndarray, difficulty: np.ndarray,
     Shapes: ``codes`` (of :func:`stage_codes`), ``difficulty`` ``(n, 4)`` (padded),
     ``n_stages`` ``(n,)``; out ``(n, 5, 17)`` float32 (stage 4: all stages cleared).
 
-    The skill entries are a linear map of the one-hot of each real stage's skill (a float32
-    matmul, exact: each entry sums at most four quarters, the counts over 4 of the skills
-    of the remaining stages), plus the columns that depend on the stage count alone.
+    The rows are sums of table rows: what stages 0 and 1, and 2 and 3, add (their skills'
+    one-hots and quarters of the remaining-skill counts) and the columns that depend on
+    the stage count alone.
     """
     n = len(codes)
-    rows = _ONE_HOT.take(codes, axis=0).reshape(n, -1) @ _BY_SKILL  # padding: a zero row
+    pair = codes * _PAIR
+    rows = _BY_FIRST_PAIR.take(pair[:, 0] + pair[:, 1], axis=0)
+    rows += _BY_LAST_PAIR.take(pair[:, 2] + pair[:, 3], axis=0)
     rows += _BY_COUNT.take(n_stages, axis=0)
     rows = rows.reshape(n, MAX_STAGES + 1, 17)
     rows[:, :MAX_STAGES, 4] = difficulty * (codes < len(SKILLS))
