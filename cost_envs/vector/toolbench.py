@@ -124,7 +124,6 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
                    cleared_by: np.ndarray) -> np.ndarray:
         """Token F1 of the answers the strongest clearing tools compose (``token_f1``)."""
         blocks, task = self.blocks, self._task[idx]
-        k = len(task)
         length = blocks.length.take(task)
         # q = cap ** (1 + d) on the answer stage, as ToolBenchEnv.composer_strength (here,
         # for the answered tasks alone), of the strongest clearing tool (the first of equals:
@@ -139,18 +138,21 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         recall_luck = blocks.recall_luck.reshape(-1, MAX_ANSWER_TOKENS).take(at, axis=0)
         recalled = in_reference & (recall_luck < 0.3 + 0.7 * q[:, None])
         n_spurious = np.rint(length * (1.0 - q) * blocks.hallucination_rate.reshape(-1).take(at))
-        spurious = spurious_tokens(reference, blocks.distractors.take(task, axis=0),
-                                   blocks.pick.reshape(-1, MAX_ANSWER_TOKENS).take(at, axis=0),
-                                   length)
         n_spurious = n_spurious.astype(np.int64)
+        # the spurious tokens up to the most any answer holds (about 7 of 20)
+        width = int(n_spurious.max())
+        pick = blocks.pick.reshape(-1, MAX_ANSWER_TOKENS).take(at, axis=0)[:, :width]
+        spurious = spurious_tokens(reference, blocks.distractors.take(task, axis=0), pick,
+                                   length)
         overlap = self._overlap(reference, in_reference, recalled, spurious,
-                                _FIRST.take(n_spurious, axis=0))
+                                _FIRST.take(n_spurious, axis=0)[:, :width])
         n_predicted = (recalled.astype(np.float32) @ _ONES).astype(np.int64) + n_spurious
         precision = overlap / np.maximum(n_predicted, 1)
         recall = overlap / length
-        # 2PR / (P + R) where the overlap is not 0 (P + R = 0 exactly where it is), else 0
-        return np.divide(2 * precision * recall, precision + recall, out=np.zeros(k),
-                         where=overlap != 0)
+        # 2PR / (P + R) where the overlap is not 0 (P + R = 0 exactly where it is); else
+        # 2PR, which is 0 there
+        f1 = 2 * precision * recall
+        return np.divide(f1, precision + recall, out=f1, where=overlap != 0)
 
     def _overlap(self, reference: np.ndarray, in_reference: np.ndarray, recalled: np.ndarray,
                  spurious: np.ndarray, in_spurious: np.ndarray) -> np.ndarray:
