@@ -12,17 +12,24 @@ from gymnasium import spaces
 
 from cost_envs.config import probability
 from cost_envs.core import OrchestrationEnv, Outcome, State
+from cost_envs.envs.toolbench_tables import (
+    MAX_ANSWER_TOKENS,
+    MAX_STAGES,
+    SKILLS,
+    capabilities_by_code,
+    clear_probability,
+    observation_rows,
+    spurious_tokens,
+    stage_codes,
+)
 from cost_envs.pool import AgentPool, AgentSpec, coerce_pool
 from cost_envs.reward import RewardWeights
 from cost_envs.scoring import token_f1
 
-SKILLS = ("retrieval", "math", "web", "code", "reasoning", "writing")
 #: Skills an intermediate stage can need; the last stage always needs an answer skill.
 STAGE_SKILLS = (0, 1, 2, 3, 4)
 ANSWER_SKILLS = (4, 5)
-MAX_STAGES = 4
 MAX_TURNS = MAX_STAGES + 1
-MAX_ANSWER_TOKENS = 20
 VOCAB = 5000
 #: Task difficulty ``delta ~ Beta(*TASK_DIFFICULTY)``; each stage's difficulty is
 #: ``clip(delta + N(0, STAGE_DIFFICULTY_NOISE), 0, 1)`` (the Bayes reference's likelihood
@@ -152,57 +159,6 @@ class ToolBlock(NamedTuple):
     pick: np.ndarray
     recall_luck: np.ndarray
     hallucination_rate: np.ndarray
-
-
-def spurious_tokens(reference: np.ndarray, distractors: np.ndarray, pick: np.ndarray,
-                    length: np.ndarray) -> np.ndarray:
-    """The spurious tokens ``topic[pick]`` of a block of tasks, shape ``pick.shape``.
-
-    The topic of a task is its ``L`` reference tokens followed by ``2 L`` distractors.
-    """
-    n = len(pick)
-    flat = pick.reshape(n, -1)
-    from_reference = np.take_along_axis(reference, np.minimum(flat, MAX_ANSWER_TOKENS - 1), 1)
-    from_distractors = np.take_along_axis(distractors, np.maximum(flat - length[:, None], 0), 1)
-    return np.where(flat < length[:, None], from_reference, from_distractors).reshape(
-        pick.shape)
-
-
-def clear_probability(capabilities: np.ndarray, skill: np.ndarray,
-                      difficulty: np.ndarray) -> np.ndarray:
-    """``p[b, s, i] = cap[i, skill] ** (1 + 3 d)``, the chance tool i clears stage s of task b.
-
-    The tool clears it when its luck at that turn is below ``p``. Shapes: ``skill``,
-    ``difficulty`` ``(n, S)``; out ``(n, S, m)``.
-    """
-    caps = np.moveaxis(capabilities[:, skill], 0, -1)  # (n, S, m)
-    return caps ** (1.0 + 3.0 * difficulty[:, :, None])
-
-
-#: ``_SUFFIX[s, s']`` is 1 when stage s' >= s: counts over the remaining stages, as a matmul
-#: (exact: sums of a few 0/1 values in float32).
-_SUFFIX = np.triu(np.ones((MAX_STAGES, MAX_STAGES), dtype=np.float32))
-
-
-def observation_rows(skill: np.ndarray, difficulty: np.ndarray,
-                     n_stages: np.ndarray) -> np.ndarray:
-    """``rows[b, s]``: task b's observation at stage s but for the turn and failure entries.
-
-    Shapes: ``skill``, ``difficulty`` ``(n, 4)`` (padded), ``n_stages`` ``(n,)``; out
-    ``(n, 5, 17)`` float32 (stage 4: all stages cleared).
-    """
-    n = len(skill)
-    stages = np.arange(MAX_STAGES + 1)
-    valid = stages[None, :MAX_STAGES] < n_stages[:, None]  # (n, S)
-    one_hot = np.eye(len(SKILLS), dtype=np.float32)[skill] * valid[:, :, None]
-    rows = np.zeros((n, MAX_STAGES + 1, 17), dtype=np.float32)
-    rows[:, :MAX_STAGES, 4] = difficulty * valid
-    rows[:, :MAX_STAGES, 5:11] = one_hot
-    # counts of each skill over stages s.. (a sum over the remaining stages)
-    rows[:, :MAX_STAGES, 11:17] = (_SUFFIX @ one_hot) / MAX_STAGES
-    rows[:, :, 1] = np.maximum(n_stages[:, None] - stages, 0) / MAX_STAGES
-    rows[:, :, 2] = np.minimum(stages / n_stages[:, None], 1.0)
-    return rows
 
 
 class _Tables(NamedTuple):
@@ -411,9 +367,10 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
         Returns ``hits[b, t, s, i]`` (tool i clears stage s if called at turn t) and
         ``rows[b, s]``, the observation at stage s but for the turn and failure entries.
         """
-        hits = luck[:, :, None, :] < clear_probability(self.pool.capabilities, skill,
-                                                       difficulty)[:, None, :, :]
-        return hits, observation_rows(skill, difficulty, n_stages)
+        codes = stage_codes(skill, n_stages)
+        by_code = capabilities_by_code(self.pool.capabilities)
+        hits = luck[:, :, None, :] < clear_probability(by_code, codes, difficulty)[:, None]
+        return hits, observation_rows(codes, difficulty, n_stages)
 
     # ------------------------------------------------------------- dynamics
     def _initial_state(self, task: ToolTask, tables: _Tables) -> State:

@@ -2,12 +2,12 @@
 
 The single env's dynamics (:class:`~cost_envs.envs.toolbench.ToolBenchEnv`), over the rows
 of the sub-envs that step, with the single env's own helpers (``clear_probability``,
-``observation_rows``, ``spurious_tokens``): a called tool clears the current stage when
-its luck at this turn is below its clear probability; clearing the last stage composes the
-answer with the strongest tool that cleared it, and the answer's multiset token F1 is
-counted with array comparisons (the reference's r-th copy of a token is matched when the
-answer holds more than r copies, which is ``token_f1``'s ``Counter`` intersection). The
-tasks' draws stay in the queue (``self.blocks``) and are read at the turn they are needed.
+``observation_rows``, ``spurious_tokens`` of :mod:`cost_envs.envs.toolbench_tables`): a
+called tool clears the current stage when its luck at this turn is below its clear
+probability; clearing the last stage composes the answer with the strongest tool that
+cleared it, and the answer's multiset token F1 counts ``token_f1``'s ``Counter``
+intersection with a table of token classes and ``bincount`` (``_overlap``). The tasks'
+draws stay in the queue (``self.blocks``) and are read at the turn they are needed.
 """
 
 from __future__ import annotations
@@ -16,15 +16,15 @@ from typing import Any
 
 import numpy as np
 
-from cost_envs.envs.toolbench import (
+from cost_envs.envs.toolbench import MAX_TURNS, VOCAB, ToolBenchEnv, ToolBlock
+from cost_envs.envs.toolbench_tables import (
     MAX_ANSWER_TOKENS,
     MAX_STAGES,
-    MAX_TURNS,
-    ToolBenchEnv,
-    ToolBlock,
+    capabilities_by_code,
     clear_probability,
     observation_rows,
     spurious_tokens,
+    stage_codes,
 )
 from cost_envs.vector.array_ops import any_per_row, pick
 from cost_envs.vector.base import BatchedOrchestrationEnv
@@ -33,8 +33,11 @@ from cost_envs.vector.base import BatchedOrchestrationEnv
 #: positions): a sub-env's block of 64 tasks then takes about 95 kB instead of 160.
 _TOKEN = np.int16
 _PICK = np.int8
-#: ``_EARLIER[l, l']``: position l' comes before l.
-_EARLIER = np.tri(MAX_ANSWER_TOKENS, k=-1, dtype=np.float32)
+_POSITIONS = np.arange(MAX_ANSWER_TOKENS)
+#: ``_FIRST[r]``: the first r of 20 positions (a task's answer length, its spurious count)
+_FIRST = np.arange(MAX_ANSWER_TOKENS + 1)[:, None] > _POSITIONS
+_ONES = np.ones(MAX_ANSWER_TOKENS, dtype=np.float32)
+_ONES64 = np.ones(MAX_ANSWER_TOKENS)  # counts summed by a matmul (exact: at most 20)
 
 
 class ToolBenchVectorEnv(BatchedOrchestrationEnv):
@@ -60,15 +63,19 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         n, m = self.num_envs, self.n_agents
         self.f1_threshold = self.single_env.f1_threshold
         self._capabilities = self.single_env.pool.capabilities  # (m, skills)
+        self._by_code = capabilities_by_code(self._capabilities)  # row j: skill j's
+        # _overlap's table of token classes (grown to the tasks of a call), and each task's
+        # class labels: 1 + its row * 20 + a position (0: no class)
+        self._classes = np.zeros(0, dtype=np.min_scalar_type(n * MAX_ANSWER_TOKENS))
+        self._labels = (1 + np.arange(n * MAX_ANSWER_TOKENS)).reshape(n, -1).astype(
+            self._classes.dtype)
+        self._token_rows = np.arange(n)[:, None] * VOCAB
         self._stage = np.zeros(n, dtype=np.int64)
         self._failed = np.zeros(n, dtype=np.int64)
         self._n_stages = np.zeros(n, dtype=np.int64)
         self._p_clear = np.zeros((n, MAX_STAGES, m))
         self._rows = np.zeros((n, MAX_STAGES + 1, 17), dtype=np.float32)
-        # the task's luck, (turn, tool) rows of each sub-env: read a row a step from here
-        # (small, cache-resident) rather than from the queue
-        self._luck = np.zeros((n * MAX_TURNS, m))
-        self._all = np.arange(n)
+        self._first_row = np.arange(n) * (MAX_STAGES + 1)  # of each sub-env's rows
 
     def _draw(self, rng: np.random.Generator, n: int) -> ToolBlock:
         block = self.single_env.draw_block(rng, n)
@@ -78,14 +85,14 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
 
     def _start(self, idx: np.ndarray, rows: np.ndarray) -> None:
         blocks = self.blocks
-        n_stages, skill, difficulty = blocks.n_stages[rows], blocks.skill.take(rows, axis=0), (
+        n_stages, skill, difficulty = blocks.n_stages.take(rows), blocks.skill.take(rows, axis=0), (
             blocks.difficulty.take(rows, axis=0))
-        self._p_clear[idx] = clear_probability(self._capabilities, skill, difficulty)
-        self._rows[idx] = observation_rows(skill, difficulty, n_stages)
+        codes = stage_codes(skill, n_stages)
+        self._p_clear[idx] = clear_probability(self._by_code, codes, difficulty)
+        self._rows[idx] = observation_rows(codes, difficulty, n_stages)
         self._stage[idx] = 0
         self._failed[idx] = 0
         self._n_stages[idx] = n_stages
-        self._luck.reshape(-1, MAX_TURNS, self.n_agents)[idx] = blocks.luck.take(rows, axis=0)
 
     def _transition(self, idx: np.ndarray,
                     calls: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -95,15 +102,16 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         # all-zero action: answer now, a failure
         answered = ~any_per_row(called) if self._step_codes is None else self._step_codes == 0
         # the single env's hit table (_block_tables), row (turn, stage) alone
-        hits = (self._luck.take(idx * MAX_TURNS + turn, axis=0)
-                < pick(self._p_clear, idx, np.minimum(stage, MAX_STAGES - 1)))
+        hits = (self.blocks.luck.reshape(-1, self.n_agents).take(
+                    self._task[idx] * MAX_TURNS + turn, axis=0)
+                < pick(self._p_clear, idx, stage))  # stage < n_stages while it steps
         cleared_by = called & hits
         cleared = any_per_row(cleared_by)
         stage = stage + cleared
         complete = cleared & (stage == n_stages)
-        out_of_turns = ~answered & ~complete & (turn + 1 >= n_stages + 1)
+        out_of_turns = ~answered & ~complete & (turn >= n_stages)  # turn + 1 >= horizon
         self._stage[idx] = stage
-        self._failed[idx] = np.where(answered | cleared, 0, 1)
+        self._failed[idx] = ~(answered | cleared)
         success = np.zeros(k, dtype=np.bool_)
         quality = np.zeros(k)
         if complete.any():
@@ -117,40 +125,69 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
                    cleared_by: np.ndarray) -> np.ndarray:
         """Token F1 of the answers the strongest clearing tools compose (``token_f1``)."""
         blocks, task = self.blocks, self._task[idx]
-        length = blocks.length[task]
+        length = blocks.length.take(task)
         # q = cap ** (1 + d) on the answer stage, as ToolBenchEnv.composer_strength (here,
         # for the answered tasks alone), of the strongest clearing tool (the first of equals:
         # the same value)
-        last = blocks.n_stages[task] - 1
-        caps = self._capabilities[:, pick(blocks.skill, task, last)].T
-        strength = caps ** (1.0 + pick(blocks.difficulty, task, last))[:, None]
+        last = task * MAX_STAGES + self._n_stages[idx] - 1
+        caps = self._by_code.take(blocks.skill.reshape(-1).take(last), axis=0)
+        strength = caps ** (1.0 + blocks.difficulty.reshape(-1).take(last))[:, None]
         q = np.where(cleared_by, strength, -np.inf).max(axis=1)
-        positions = np.arange(MAX_ANSWER_TOKENS)
+        at = task * MAX_TURNS + turn  # the (task, turn) row of the per-turn draws
         reference = blocks.reference.take(task, axis=0)
-        in_reference = positions < length[:, None]
-        recalled = in_reference & (pick(blocks.recall_luck, task, turn) < 0.3 + 0.7 * q[:, None])
-        n_spurious = np.rint(length * (1.0 - q) * pick(blocks.hallucination_rate, task, turn))
-        spurious = spurious_tokens(reference, blocks.distractors.take(task, axis=0),
-                                   pick(blocks.pick, task, turn).astype(np.int64), length)
-        in_spurious = positions < n_spurious[:, None]
-        # Counter(pred) & Counter(ref): the reference's r-th copy of a token (r counted
-        # from 0 along the reference) is matched when the answer holds more than r copies.
-        # Counts in float32 (exact: at most 40), much faster than boolean sums.
-        same = (reference[:, :, None] == reference[:, None, :]).astype(np.float32)
-        rank = np.einsum("bij,ij->bi", same, _EARLIER)  # earlier copies of each token
-        copies = (same @ recalled[:, :, None].astype(np.float32)
-                  + (reference[:, :, None] == spurious[:, None, :]).astype(np.float32)
-                  @ in_spurious[:, :, None].astype(np.float32))[:, :, 0]
-        overlap = (in_reference & (rank < copies)).sum(axis=1)
-        n_predicted = recalled.sum(axis=1) + n_spurious.astype(np.int64)
+        in_reference = _FIRST.take(length, axis=0)
+        recall_luck = blocks.recall_luck.reshape(-1, MAX_ANSWER_TOKENS).take(at, axis=0)
+        recalled = in_reference & (recall_luck < 0.3 + 0.7 * q[:, None])
+        n_spurious = np.rint(length * (1.0 - q) * blocks.hallucination_rate.reshape(-1).take(at))
+        n_spurious = n_spurious.astype(np.int64)
+        # the spurious tokens up to the most any answer holds (about 7 of 20)
+        width = int(n_spurious.max())
+        pick = blocks.pick.reshape(-1, MAX_ANSWER_TOKENS).take(at, axis=0)[:, :width]
+        spurious = spurious_tokens(reference, blocks.distractors.take(task, axis=0), pick,
+                                   length)
+        overlap = self._overlap(reference, in_reference, recalled, spurious,
+                                _FIRST.take(n_spurious, axis=0)[:, :width])
+        n_predicted = (recalled.astype(np.float32) @ _ONES).astype(np.int64) + n_spurious
         precision = overlap / np.maximum(n_predicted, 1)
         recall = overlap / length
-        with np.errstate(invalid="ignore", divide="ignore"):
-            f1 = 2 * precision * recall / (precision + recall)
-        return np.where(overlap == 0, 0.0, f1)
+        # 2PR / (P + R) where the overlap is not 0 (P + R = 0 exactly where it is); else
+        # 2PR, which is 0 there
+        f1 = 2 * precision * recall
+        return np.divide(f1, precision + recall, out=f1, where=overlap != 0)
+
+    def _overlap(self, reference: np.ndarray, in_reference: np.ndarray, recalled: np.ndarray,
+                 spurious: np.ndarray, in_spurious: np.ndarray) -> np.ndarray:
+        """``|Counter(answer) & Counter(reference)|`` of each task, as ``token_f1`` counts.
+
+        The answer is the recalled reference tokens and the spurious ones. The sum over
+        the reference's distinct tokens of min(copies in the reference, copies in the
+        answer): a table maps (task, token) to a class label, written at the reference's
+        tokens (one of the positions that hold the token: the same label for all of them),
+        read for the reference's and the spurious tokens (0 for a token not in the
+        reference), then reset; ``bincount`` counts each class's copies (a label written
+        only by a position past the answer length counts no reference copy: min 0).
+        """
+        k, width = reference.shape
+        if len(self._classes) < k * VOCAB:
+            self._classes = np.zeros(k * VOCAB, dtype=self._classes.dtype)
+        table = self._classes
+        keys = self._token_rows[:k] + reference
+        table[keys] = self._labels[:k]
+        classes = table.take(keys)
+        spurious_classes = table.take(self._token_rows[:k] + spurious)
+        table[keys] = 0
+        size = k * width + 1
+        n_reference = np.bincount(classes.reshape(-1), in_reference.reshape(-1), size)
+        n_answer = np.bincount(
+            np.concatenate((classes, spurious_classes), axis=1).reshape(-1),
+            np.concatenate((recalled, in_spurious), axis=1).reshape(-1), size)
+        common = np.minimum(n_reference, n_answer)[1:].reshape(k, width)
+        return (common @ _ONES64).astype(np.int64)
 
     def _observe(self, idx: np.ndarray | slice) -> np.ndarray:
-        obs = pick(self._rows, self._all if isinstance(idx, slice) else idx, self._stage[idx])
+        first = self._first_row[idx]
+        obs = self._rows.reshape(-1, self._rows.shape[-1]).take(first + self._stage[idx], axis=0)
         obs[:, 0] = (self._n_stages[idx] + 1 - self._turn[idx]) / MAX_TURNS
         obs[:, 3] = self._failed[idx]
         return obs
+
