@@ -20,6 +20,7 @@ from cost_envs.envs.toolbench_tables import (
     spurious_tokens,
     stage_codes,
 )
+from cost_envs.vector import toolbench as toolbench_vector
 from cost_envs.vector.toolbench import ToolBenchVectorEnv
 
 
@@ -78,9 +79,14 @@ def test_spurious_tokens_index_the_topic() -> None:
         assert (got[b] == topic[pick[b]]).all()
 
 
+@pytest.mark.parametrize("chunk", [None, 5])
 @pytest.mark.parametrize("vocabulary", [2, 5, 40, 5000])
-def test_overlap_is_the_multiset_intersection(vocabulary: int) -> None:
+def test_overlap_is_the_multiset_intersection(vocabulary: int, chunk: int | None,
+                                              monkeypatch) -> None:
+    if chunk is not None:  # more tasks than a table holds: counted a chunk at a time
+        monkeypatch.setattr(toolbench_vector, "_OVERLAP_CHUNK", chunk)
     env = ToolBenchVectorEnv(32)
+    assert len(env._labels) == (32 if chunk is None else chunk)
     rng = np.random.default_rng(vocabulary)
     for _ in range(40):
         k = int(rng.integers(1, 33))

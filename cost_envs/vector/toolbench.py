@@ -38,6 +38,8 @@ _POSITIONS = np.arange(MAX_ANSWER_TOKENS)
 _FIRST = np.arange(MAX_ANSWER_TOKENS + 1)[:, None] > _POSITIONS
 _ONES = np.ones(MAX_ANSWER_TOKENS, dtype=np.float32)
 _ONES64 = np.ones(MAX_ANSWER_TOKENS)  # counts summed by a matmul (exact: at most 20)
+#: Tasks whose answer overlap one table holds at once (2 bytes x 5000 tokens each: 20 MB)
+_OVERLAP_CHUNK = 2048
 
 
 class ToolBenchVectorEnv(BatchedOrchestrationEnv):
@@ -64,12 +66,13 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         self.f1_threshold = self.single_env.f1_threshold
         self._capabilities = self.single_env.pool.capabilities  # (m, skills)
         self._by_code = capabilities_by_code(self._capabilities)  # row j: skill j's
-        # _overlap's table of token classes (grown to the tasks of a call), and each task's
-        # class labels: 1 + its row * 20 + a position (0: no class)
-        self._classes = np.zeros(0, dtype=np.min_scalar_type(n * MAX_ANSWER_TOKENS))
-        self._labels = (1 + np.arange(n * MAX_ANSWER_TOKENS)).reshape(n, -1).astype(
+        # _overlap's table of token classes (grown to the tasks of a chunk), and each
+        # task's class labels: 1 + its row in the chunk * 20 + a position (0: no class)
+        chunk = min(n, _OVERLAP_CHUNK)
+        self._classes = np.zeros(0, dtype=np.min_scalar_type(chunk * MAX_ANSWER_TOKENS))
+        self._labels = (1 + np.arange(chunk * MAX_ANSWER_TOKENS)).reshape(chunk, -1).astype(
             self._classes.dtype)
-        self._token_rows = np.arange(n)[:, None] * VOCAB
+        self._token_rows = np.arange(chunk)[:, None] * VOCAB
         self._stage = np.zeros(n, dtype=np.int64)
         self._failed = np.zeros(n, dtype=np.int64)
         self._n_stages = np.zeros(n, dtype=np.int64)
@@ -168,6 +171,11 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         only by a position past the answer length counts no reference copy: min 0).
         """
         k, width = reference.shape
+        if k > _OVERLAP_CHUNK:  # the table takes 5000 entries a task: bound it
+            return np.concatenate([self._overlap(
+                *(a[at:at + _OVERLAP_CHUNK] for a in (reference, in_reference, recalled,
+                                                       spurious, in_spurious)))
+                for at in range(0, k, _OVERLAP_CHUNK)])
         if len(self._classes) < k * VOCAB:
             self._classes = np.zeros(k * VOCAB, dtype=self._classes.dtype)
         table = self._classes
