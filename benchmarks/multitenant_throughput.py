@@ -32,7 +32,7 @@ import cost_envs  # noqa: F401 - registers the single-agent ids
 from cost_envs.multiagent import MULTIAGENT_ENV_IDS, parallel_env
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from throughput import machine
+from throughput import machine, publish
 
 TARGET_RATIO = 0.4
 QUICK = {"steps": 200, "repeats": 1}
@@ -134,12 +134,7 @@ def main(argv: list[str] | None = None) -> int:
                    for env_id in MULTIAGENT_ENV_IDS for setting in SETTINGS}
     except ValueError as error:
         parser.error(str(error))
-    table = report(results, steps, repeats, args.tenants)
-    print(table)
-    if args.output is not None:
-        from agents.files import write_files_atomic
-
-        write_files_atomic(args.output.parent, {args.output.name: table})
+    publish(report(results, steps, repeats, args.tenants), args.output)
     return 0
 
 

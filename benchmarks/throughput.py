@@ -118,6 +118,19 @@ def report(rates: dict[str, list[float]], steps: int, repeats: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def publish(table: str, output: Path | None) -> None:
+    """Print a benchmark's tables and, given ``--output``, write them there all at once.
+
+    The one home of the throughput scripts' output (this one's, ``vector_throughput.py``'s
+    and ``multitenant_throughput.py``'s).
+    """
+    print(table)
+    if output is not None:
+        from agents.files import write_files_atomic
+
+        write_files_atomic(output.parent, {output.name: table})
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=30_000)
@@ -135,12 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         rates = measure(env_ids, steps, repeats)
     except ValueError as error:
         parser.error(str(error))
-    table = report(rates, steps, repeats)
-    print(table)
-    if args.output is not None:
-        from agents.files import write_files_atomic
-
-        write_files_atomic(args.output.parent, {args.output.name: table})
+    publish(report(rates, steps, repeats), args.output)
     relative = ratios(rates)
     below = [e for e in env_ids[1:] if relative[e] < TARGET_RATIO]
     return 1 if args.check and below else 0

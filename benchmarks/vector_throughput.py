@@ -49,7 +49,7 @@ import cost_envs
 from cost_envs.registration import VECTOR_IDS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from throughput import machine  # the one home of the machine line
+from throughput import machine, publish  # the one home of the machine line and output
 
 SCALING = (1, 16, 256, 1024, 4096)
 TARGET_RATIO = 30.0
@@ -243,12 +243,7 @@ def main(argv: list[str] | None = None) -> int:
              for env_id in sorted(VECTOR_IDS)}
     ppo = ppo_rates(ppo_steps, repeats)
     scale = scaling(PPO_ENV, sizes, repeats)
-    table = report(pairs, ppo, scale, num_envs, steps, repeats, ppo_steps)
-    print(table)
-    if args.output is not None:
-        from agents.files import write_files_atomic
-
-        write_files_atomic(args.output.parent, {args.output.name: table})
+    publish(report(pairs, ppo, scale, num_envs, steps, repeats, ppo_steps), args.output)
     return 0
 
 
