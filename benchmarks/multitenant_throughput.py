@@ -32,7 +32,7 @@ import cost_envs  # noqa: F401 - registers the single-agent ids
 from cost_envs.multiagent import MULTIAGENT_ENV_IDS, parallel_env
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from throughput import machine, publish
+from throughput import machine, pass_rate, publish
 
 TARGET_RATIO = 0.4
 QUICK = {"steps": 200, "repeats": 1}
@@ -41,16 +41,6 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "open": {"capacity": None},
     "limited": {"capacity": 2, "org_budget": 1.0, "budget_window": 10, "price_slope": 0.5},
 }
-
-
-def _run_single(env: gym.Env, actions: list[np.ndarray], seed: int) -> float:
-    start = time.perf_counter()
-    env.reset(seed=seed)
-    for action in actions:
-        _, _, terminated, truncated, _ = env.step(action)
-        if terminated or truncated:
-            env.reset()
-    return len(actions) / (time.perf_counter() - start)
 
 
 def _run_multi(env: Any, actions: list[dict[str, np.ndarray]], seed: int) -> float:
@@ -83,7 +73,7 @@ def measure(env_id: str, setting: str, steps: int, repeats: int, tenants: int,
     multi_rates, single_rates = [], []
     for round_ in range(repeats):
         runs = [lambda: multi_rates.append(_run_multi(multi, joint, seed)),
-                lambda: single_rates.append(_run_single(single, alone, seed))]
+                lambda: single_rates.append(pass_rate(single, alone, seed))]
         for run in runs if round_ % 2 == 0 else runs[::-1]:
             run()
     return multi_rates, single_rates

@@ -37,8 +37,9 @@ TARGET_RATIO = 0.4
 QUICK = {"steps": 2_000, "repeats": 1}
 
 
-def _run(env: Any, actions: Sequence[Any], seed: int) -> float:
-    """Steps per second of one pass over ``actions`` (resets included)."""
+def pass_rate(env: Any, actions: Sequence[Any], seed: int) -> float:
+    """Steps per second of one pass over ``actions`` (resets included); also
+    ``multitenant_throughput.py``'s single-agent side."""
     start = time.perf_counter()
     env.reset(seed=seed)  # same seed each repeat: every run does identical work
     for action in actions:
@@ -67,7 +68,7 @@ def measure(env_ids: Sequence[str], steps: int, repeats: int,
     order = list(env_ids)
     for round_ in range(repeats):
         for env_id in order[round_ % len(order):] + order[:round_ % len(order)]:
-            rates[env_id].append(_run(envs[env_id], actions[env_id], seed))
+            rates[env_id].append(pass_rate(envs[env_id], actions[env_id], seed))
     for env in envs.values():
         env.close()
     return rates

@@ -36,7 +36,7 @@ import numpy as np
 from agents.files import write_files_atomic
 from agents.multiagent import CentralScheduler, IndependentTenants, best_rule
 from cost_envs.metrics.bootstrap import bootstrap_mean_ci
-from cost_envs.multiagent import parallel_env, run_episode
+from cost_envs.multiagent import MULTIAGENT_ENV_IDS, parallel_env, run_episode
 from experiments.common import machine
 
 ENV_ID = "cost_envs/MultiTenantToolBench-v0"
@@ -123,7 +123,7 @@ def run(scale: str = "default", log: Callable[[str], None] = print,
     if scale not in SCALES:
         raise ValueError(f"scale: expected one of {list(SCALES)}, got {scale!r}")
     config = SCALES[scale]
-    rule = best_rule(gym.make(ENV_ID.replace("MultiTenant", "")), config["rule_tasks"])
+    rule = best_rule(gym.make(MULTIAGENT_ENV_IDS[ENV_ID]), config["rule_tasks"])
     log(f"multitenant: every tenant's rule: {rule.description}")
     shared = _shared_scores(config, jobs, log) if "ppo_timesteps" in config else {}
     rows = []

@@ -43,8 +43,6 @@ from cost_envs.core import MAX_ORACLE_AGENTS, OrchestrationEnv
 from cost_envs.vector.array_ops import read_only
 from cost_envs.vector.info import VectorInfo
 
-FINAL_KEYS = ("success", "is_success", "quality", "episode_cost", "episode_flops")
-
 
 def check_num_envs(num_envs: Any, where: str) -> int:
     """``num_envs`` as an int >= 1, else a one-line ``ValueError`` naming it."""
@@ -319,7 +317,7 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
             f"MultiBinary({shape}), an array of shape {shape} holding only 0 and 1 (row j is "
             f"sub-env j's action, bit i calls agent {list(self.single_env.pool.names)}[i])")
 
-    def _prices_by_code(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    def _prices_by_code(self) -> tuple[np.ndarray, np.ndarray] | None:
         """Money and FLOPs of every joint action, priced once by the single env's ``price``.
 
         Indexed by the action's code ``sum_i bit_i 2**i``; ``None`` for pools too large to
@@ -331,7 +329,7 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         priced = [self.single_env.price([i for i in range(m) if code >> i & 1])
                   for code in range(2**m)]
         cost, flops = (np.array(column) for column in zip(*priced, strict=True))
-        return cost, flops, self._bits  # type: ignore[return-value]
+        return cost, flops
 
     def action_codes(self, calls: np.ndarray) -> np.ndarray:
         """Each row's joint-action code ``sum_i bit_i 2**i`` of a 0/1 (or boolean) ``(k, m)`` array.
@@ -350,7 +348,7 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         the calls' :meth:`action_codes`, when the caller has them.
         """
         if self._price_table is not None:
-            cost_of, flops_of, _ = self._price_table
+            cost_of, flops_of = self._price_table
             code = self.action_codes(calls) if codes is None else codes
             return cost_of[code], flops_of[code]
         called = calls != 0

@@ -112,9 +112,7 @@ class VectorHardBudget(VectorWrapper):
         spent, budget = base.episode_cost, self._budget
         cost, _ = base.price(np.arange(base.num_envs), calls)
         over = stepping & (spent + cost > budget)
-        if not over.any():
-            return calls, over
-        if self._truncate:
+        if self._truncate or not over.any():  # truncate: cut short, calls as asked
             return calls, over
         idx = over.nonzero()[0]
         kept, fits = self._affordable(idx, calls[idx])

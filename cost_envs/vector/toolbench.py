@@ -64,8 +64,8 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         super().__init__(num_envs, **kwargs)
         n, m = self.num_envs, self.n_agents
         self.f1_threshold = self.single_env.f1_threshold
-        self._capabilities = self.single_env.pool.capabilities  # (m, skills)
-        self._by_code = capabilities_by_code(self._capabilities)  # row j: skill j's
+        # row j: skill j's capabilities of the tools
+        self._by_code = capabilities_by_code(self.single_env.pool.capabilities)
         # _overlap's table of token classes (grown to the tasks of a chunk), and each
         # task's class labels: 1 + its row in the chunk * 20 + a position (0: no class)
         chunk = min(n, _OVERLAP_CHUNK)
