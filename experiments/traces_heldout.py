@@ -306,11 +306,12 @@ def markdown(title: str, result: Mapping[str, Any]) -> list[str]:
                          for name, e in r["routers"].items())]
     tuned = [(name, e["cv"]) for name, e in r["routers"].items() if e.get("cv")]
     if tuned:
+        first = tuned[0][1]  # the first (cv) row's folds describe them (as they did)
         lines += ["", "The `(cv)` rows chose their setting in each training fold, by "
                   "mean validation AIQ over inner folds of that training fold only ("
-                  + ", ".join(f"{len(c)} training fold{'s' * (len(c) > 1)}, "
-                              f"{'/'.join(str(x['folds']) for x in c)} inner folds by "
-                              f"{c[0]['split_by']}" for _, c in tuned[:1])
+                  + f"{len(first)} training fold{'s' * (len(first) > 1)}, "
+                  f"{'/'.join(str(x['folds']) for x in first)} inner folds by "
+                  f"{first[0]['split_by']}"
                   + "): " + "; ".join(
                       f"**{name}** {c[0]['setting']} = "
                       + ", ".join(f"{x['value']:g}" for x in c) for name, c in tuned)

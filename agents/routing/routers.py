@@ -63,7 +63,9 @@ class KNNRouter(TraceRouter):
     :func:`~agents.routing.solvers.neighbour_share` (scikit-learn's brute-force
     ``NearestNeighbors``). Scores are multiples of ``1 / k``, so many queries tie: the
     routing curve and the threshold calibration keep tied queries together. ``l2`` is
-    unused; ``cross_validate`` is the logistic router's and does not apply.
+    unused; ``TraceRouter.cross_validate`` (``l2`` by APGR) is the logistic router's and
+    does not apply, while :func:`agents.routing.router_cv.cross_validate` chooses ``k``
+    (by AIQ).
 
     Args:
         weak: Name of the weak model.
