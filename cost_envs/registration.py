@@ -116,7 +116,10 @@ class EnvFactory:
                 raise ValueError(f"{self.target}: on_exceed={on_exceed!r} needs a budget; "
                                  "expected budget=<money per episode> beside it")
             return self.env_class(**kwargs)
-        mode = "mask" if on_exceed is None else on_exceed
+        return self._budgeted(budget, "mask" if on_exceed is None else on_exceed, kwargs)
+
+    def _budgeted(self, budget: Any, mode: str, kwargs: dict[str, Any]) -> Any:
+        """The env under its budget wrapper (``budget`` and ``mode`` checked first)."""
         check_budget_args(budget, mode)
         return HardBudget(self.env_class(**kwargs), budget=budget, on_exceed=mode)
 
@@ -135,27 +138,15 @@ class VectorEnvFactory(EnvFactory):
         target: The batched env class as ``"module:Class"`` (imported on first use).
     """
 
-    def __call__(self, *, budget: Any = None, on_exceed: str | None = None,  # type: ignore[override]
-                 **kwargs: Any) -> Any:
-        """Build the batched env; wrap it in ``VectorHardBudget`` when ``budget`` is set.
+    def _budgeted(self, budget: Any, mode: str, kwargs: dict[str, Any]) -> Any:
+        """The batched env under ``VectorHardBudget``, which checks ``budget``.
 
-        Args:
-            budget: Money per episode, one number or one per sub-env; ``None``: no budget.
-            on_exceed: ``"mask"`` (the default under a budget) or ``"truncate"``.
-            **kwargs: ``num_envs``, ``autoreset_mode`` and the env class's own arguments.
-
-        Raises:
-            ValueError: ``on_exceed`` without ``budget``, or a bad argument.
+        ``budget`` is one number or one per sub-env; ``kwargs`` hold ``num_envs`` and
+        ``autoreset_mode`` beside the env class's own arguments.
         """
-        if budget is None:
-            if on_exceed is not None:
-                raise ValueError(f"{self.target}: on_exceed={on_exceed!r} needs a budget; "
-                                 "expected budget=<money per episode> beside it")
-            return self.env_class(**kwargs)
         from cost_envs.vector.budget import VectorHardBudget
 
-        env = self.env_class(**kwargs)
-        return VectorHardBudget(env, budget, "mask" if on_exceed is None else on_exceed)
+        return VectorHardBudget(self.env_class(**kwargs), budget, mode)
 
 
 def factory_name(env_id: str) -> str:
@@ -163,12 +154,17 @@ def factory_name(env_id: str) -> str:
     return "make_" + env_id.split("/")[-1].replace("-", "_")
 
 
+def vector_factory_name(env_id: str) -> str:
+    """The module attribute holding ``env_id``'s batched factory: ``make_vec_ToolBench_v0``."""
+    return factory_name(env_id).replace("make_", "make_vec_", 1)
+
+
 #: One factory per id, also module attributes so that entry points are plain strings.
 FACTORIES = {env_id: EnvFactory(target) for env_id, target in ENV_IDS.items()}
 globals().update({factory_name(env_id): factory for env_id, factory in FACTORIES.items()})
 #: One batched factory per id of :data:`VECTOR_IDS`: ``make_vec_ToolBench_v0`` ...
 VECTOR_FACTORIES = {env_id: VectorEnvFactory(target) for env_id, target in VECTOR_IDS.items()}
-globals().update({factory_name(env_id).replace("make_", "make_vec_", 1): factory
+globals().update({vector_factory_name(env_id): factory
                   for env_id, factory in VECTOR_FACTORIES.items()})
 
 
@@ -176,7 +172,7 @@ def register_envs() -> None:
     """Register every id (idempotent: re-imports and reloads are harmless)."""
     for env_id in ENV_IDS:
         if env_id not in registry:
-            vector = (f"{__name__}:{factory_name(env_id).replace('make_', 'make_vec_', 1)}"
+            vector = (f"{__name__}:{vector_factory_name(env_id)}"
                       if env_id in VECTOR_IDS else None)
             register(id=env_id, entry_point=f"{__name__}:{factory_name(env_id)}",
                      vector_entry_point=vector)
