@@ -142,11 +142,14 @@ class FlightPlannerVectorEnv(BatchedOrchestrationEnv):
 
     def _transition(self, idx: np.ndarray,
                     calls: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        ended, success, quality, _ = self._advance(idx, calls)
+        ended, success, quality, _, _ = self._advance(idx, calls)
         return ended, success, quality
 
     def _advance(self, idx: np.ndarray, calls: np.ndarray) -> tuple[np.ndarray, ...]:
-        """The transition, plus why the plan was dropped (``*_DROP``), as ``_advance``."""
+        """The transition, why the plan was dropped (``*_DROP``) and whether a planner ran.
+
+        The single env's ``_advance`` over rows; v1's counters read the last two.
+        """
         k = len(idx)
         turn = self._turn[idx]
         route, p_strength, quote = self._route[idx], self._p_strength[idx], self._quote[idx]
@@ -209,7 +212,7 @@ class FlightPlannerVectorEnv(BatchedOrchestrationEnv):
         self._route[idx], self._p_strength[idx], self._quote[idx] = route, p_strength, quote
         self._validated[idx], self._dropped[idx] = validated, dropped
         cause = np.where(drop, SEARCH_DROP, np.where(caught, VALIDATOR_DROP, NO_DROP))
-        return ended, success, quality, cause
+        return ended, success, quality, cause, planning
 
     def _observe(self, idx: np.ndarray | slice) -> np.ndarray:
         rows = self._all if isinstance(idx, slice) else idx
@@ -270,11 +273,9 @@ class FlightPlannerV1VectorEnv(FlightPlannerVectorEnv):
 
     def _transition(self, idx: np.ndarray,
                     calls: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        ended, success, quality, cause = self._advance(idx, calls)
+        ended, success, quality, cause, planning = self._advance(idx, calls)
         counts, survival = self._counts.take(idx, axis=0), self._survival[idx]
         called = calls != 0
-        planning = (any_per_row(called & self._planner) if self._step_codes is None
-                    else (self._step_codes & self._planner_bits) != 0)
         fresh = planning | (cause != NO_DROP)
         counts[:, 5] += planning
         counts[:, 6] += cause == SEARCH_DROP
