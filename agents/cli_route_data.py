@@ -18,7 +18,7 @@ import numpy as np
 from agents.routing.router_cv import cross_validate
 from cost_envs.prices import coerce_prices
 from cost_envs.traces import TraceDataset, load_routerarena, load_traces
-from cost_envs.traces.readers import TRACE_SUFFIXES
+from cost_envs.traces.readers import TRACE_SUFFIXES, folder_files
 
 #: Exit status of a bad input (file, model name, saved router), as for a usage error.
 EXIT_INPUT = 1
@@ -41,10 +41,10 @@ def _expand(args: argparse.Namespace) -> list[Path]:
     paths: list[Path] = []
     for path in args.data:
         if path.is_dir():
-            found = sorted(p for p in path.iterdir() if p.suffix.lower() in suffixes)
-            if not found:
-                fail(args, f"{path}: a folder without {'/'.join(suffixes)} files")
-            paths.extend(found)
+            try:
+                paths.extend(folder_files(path, suffixes))
+            except ValueError as error:
+                fail(args, error)
         elif not path.is_file():
             fail(args, f"{path}: no such file or folder")
         else:

@@ -353,16 +353,17 @@ def load_traces(
     return combine_datasets(parts, [file_group(p) for p in paths])
 
 
-def folder_files(folder: str | Path) -> list[Path]:
-    """A folder's trace files (suffixes :data:`TRACE_SUFFIXES`), sorted by name.
+def folder_files(folder: str | Path,
+                 suffixes: tuple[str, ...] = TRACE_SUFFIXES) -> list[Path]:
+    """A folder's trace files (``suffixes``, :data:`TRACE_SUFFIXES` by default), by name.
 
     Raises:
         ValueError: If it has none.
     """
     found = sorted(p for p in Path(folder).iterdir()
-                   if p.is_file() and p.suffix.lower() in TRACE_SUFFIXES)
+                   if p.is_file() and p.suffix.lower() in suffixes)
     if not found:
-        raise ValueError(f"{folder}: a folder without {'/'.join(TRACE_SUFFIXES)} files")
+        raise ValueError(f"{folder}: a folder without {'/'.join(suffixes)} files")
     return found
 
 
