@@ -393,5 +393,8 @@ def test_planner_teacher_is_refused_where_no_planner_models_the_env():
     with pytest.raises(ValueError, match="planner: no planner models TraceRoutingEnv"):
         traces_for(env, SupervisedConfig(episodes=2, teacher="planner"), seed=0)
     with pytest.raises(ValueError, match="SupervisedConfig.teacher: expected one of "
-                                         r"\['greedy', 'planner'\], got 'oracle'"):
+                                         r"\['greedy', 'planner', 'bayes'\], got 'oracle'"):
         SupervisedConfig(teacher="oracle")
+    with pytest.raises(ValueError, match="bayes_planner: no Bayes reference models "
+                                         "TraceRoutingEnv"):
+        traces_for(env, SupervisedConfig(episodes=2, teacher="bayes"), seed=0)

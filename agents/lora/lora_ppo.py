@@ -97,7 +97,8 @@ class LoraGuidedPPO(PPO):
         """A model whose policy starts as a copy of ``supervised`` (same architecture)."""
         policy_kwargs = dict(kwargs.pop("policy_kwargs", None) or {})
         policy_kwargs.update(hidden_sizes=supervised.hidden_sizes,
-                             lora_rank=supervised.lora_rank, lora_alpha=supervised.lora_alpha)
+                             lora_rank=supervised.lora_rank, lora_alpha=supervised.lora_alpha,
+                             action_head=supervised.action_head)
         model = cls(AllocatorPolicy, env, policy_kwargs=policy_kwargs, **kwargs)
         model.policy.load_state_dict(supervised.state_dict())
         return model

@@ -46,6 +46,7 @@ from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from torch import nn
 
 from agents.lora.adapters import LoraSettings, adapted_linear, inject_lora, verify_optimizer
+from agents.lora.distributions import ACTION_HEADS, AutoregressiveBernoulliDistribution
 from cost_envs.config import integer, number
 from cost_envs.config_files import read_config_file
 
@@ -261,7 +262,7 @@ class MlpEncoder(BaseFeaturesExtractor):
 
 
 class AllocatorPolicy(ActorCriticPolicy):
-    """Actor-critic for ``MultiBinary(m)``: independent Bernoulli logits per agent, a value head.
+    """Actor-critic for ``MultiBinary(m)``: a Bernoulli logit per agent, a value head.
 
     Args:
         observation_space: A flat ``Box``.
@@ -276,6 +277,9 @@ class AllocatorPolicy(ActorCriticPolicy):
             both give the same network.
         trainable: Group name -> learning-rate multiplier for the groups that train.
             Default: ``adapter``, ``action`` and ``value`` with LoRA, every group without.
+        action_head: ``independent`` (SB3's Bernoulli: one logit per agent, the paper's)
+            or ``autoregressive`` (each agent's logit also sees the earlier agents' bits,
+            :mod:`agents.lora.distributions`; its coupling is in the ``action`` group).
         **kwargs: Passed to ``ActorCriticPolicy`` (not ``net_arch``, the features
             extractor or ``share_features_extractor``: this architecture fixes them).
     """
@@ -290,8 +294,12 @@ class AllocatorPolicy(ActorCriticPolicy):
         lora_alpha: float = 16.0,
         base: BaseSource | None = None,
         trainable: Mapping[str, float] | None = None,
+        action_head: str = "independent",
         **kwargs: Any,
     ) -> None:
+        if action_head not in ACTION_HEADS:
+            raise ValueError(f"action_head: expected one of {list(ACTION_HEADS)}, "
+                             f"got {action_head!r}")
         if not isinstance(action_space, spaces.MultiBinary):
             raise ValueError(f"AllocatorPolicy: expected a MultiBinary action space, "
                              f"got {action_space}")
@@ -310,6 +318,7 @@ class AllocatorPolicy(ActorCriticPolicy):
         self.lora_rank = lora_rank
         self.lora_alpha = float(lora_alpha)
         self.base = base
+        self.action_head = action_head
         self.trainable = _check_groups(trainable if trainable is not None
                                        else dict.fromkeys(default, 1.0))
         super().__init__(
@@ -329,6 +338,8 @@ class AllocatorPolicy(ActorCriticPolicy):
         )
 
     def _build(self, lr_schedule: Any) -> None:
+        if self.action_head == "autoregressive":  # SB3 made a Bernoulli one; the head is ours
+            self.action_dist = AutoregressiveBernoulliDistribution(int(self.action_space.n))
         super()._build(lr_schedule)
         self.learning_rate = float(lr_schedule(1))
         # SB3 just built an optimizer over every parameter; keep only the trainable groups.
@@ -340,7 +351,8 @@ class AllocatorPolicy(ActorCriticPolicy):
                     "share_features_extractor"):
             data.pop(key, None)
         data.update(hidden_sizes=self.hidden_sizes, lora_rank=self.lora_rank,
-                    lora_alpha=self.lora_alpha, base=None, trainable=self.trainable)
+                    lora_alpha=self.lora_alpha, base=None, trainable=self.trainable,
+                    action_head=self.action_head)
         return data
 
     # ----------------------------------------------------------- parameter groups
@@ -387,29 +399,67 @@ class AllocatorPolicy(ActorCriticPolicy):
             group["lr"] = self.learning_rate * group.get("lr_scale", 1.0)
 
     # ------------------------------------------------------------------ outputs
+    def _get_action_dist_from_latent(self, latent_pi: torch.Tensor) -> Any:
+        if self.action_head == "autoregressive":
+            return self.action_dist.proba_distribution(self.action_net(latent_pi),
+                                                       head=self.action_net)
+        return super()._get_action_dist_from_latent(latent_pi)
+
+    def _distribution(self, features: torch.Tensor) -> Any:
+        """A fresh distribution of the features' actions.
+
+        Fresh, not SB3's shared ``self.action_dist``: that one would keep this batch's
+        autograd graph alive (and make the policy impossible to deep-copy).
+        """
+        logits = self.action_net(features)
+        if self.action_head == "autoregressive":
+            return AutoregressiveBernoulliDistribution(self.action_dist.action_dims
+                                                       ).proba_distribution(logits, self.action_net)
+        return BernoulliDistribution(self.action_dist.action_dims).proba_distribution(
+            action_logits=logits)
+
+    def call_probabilities(self, features: torch.Tensor,
+                           actions: torch.Tensor | None = None) -> torch.Tensor:
+        """``p_t``: each agent's call probability, shape ``(batch, m)``.
+
+        With the autoregressive head, agent i's probability given the earlier bits of
+        ``actions`` (teacher forcing: the labels in supervision, the rollout's actions in
+        PPO); without ``actions``, given the bits of the greedy chain.
+        """
+        distribution = self._distribution(features)
+        if self.action_head != "autoregressive":
+            return distribution.distribution.probs
+        if actions is None:
+            actions = distribution.mode()
+        return distribution.conditional_probabilities(actions)
+
     def action_probabilities(self, obs: torch.Tensor) -> torch.Tensor:
-        """``p_t``: the probability of calling each agent, shape ``(batch, m)``."""
-        features = self.extract_features(obs)
-        return torch.sigmoid(self.action_net(features))
+        """``p_t``: the probability of calling each agent, shape ``(batch, m)``.
+
+        With the autoregressive head: along the greedy chain (:meth:`call_probabilities`).
+        """
+        return self.call_probabilities(self.extract_features(obs))
 
     def evaluate_actions_and_probabilities(
         self, obs: torch.Tensor, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``evaluate_actions`` plus ``p_t``, from one forward pass (LoRA-guided PPO's loss)."""
+        """``evaluate_actions`` and ``p_t`` at ``actions``, one forward pass (LoRA-guided PPO)."""
         features = self.extract_features(obs)
-        logits = self.action_net(features)
-        # A fresh distribution object: SB3's shared ``self.action_dist`` would keep this
-        # batch's autograd graph alive (and make the policy impossible to deep-copy).
-        distribution = BernoulliDistribution(self.action_dist.action_dims).proba_distribution(
-            action_logits=logits)
-        values = self.value_net(features)
-        return values, distribution.log_prob(actions), distribution.entropy(), torch.sigmoid(
-            logits)
+        distribution = self._distribution(features)
+        log_prob = distribution.log_prob(actions)
+        if self.action_head == "autoregressive":
+            probs = distribution.conditional_probabilities(actions)
+        else:
+            probs = distribution.distribution.probs
+        return self.value_net(features), log_prob, distribution.entropy(), probs
 
     def architecture(self) -> dict[str, Any]:
         """The constructor arguments that rebuild this network (JSON-ready)."""
-        return {"hidden_sizes": list(self.hidden_sizes), "lora_rank": self.lora_rank,
-                "lora_alpha": self.lora_alpha}
+        architecture = {"hidden_sizes": list(self.hidden_sizes), "lora_rank": self.lora_rank,
+                        "lora_alpha": self.lora_alpha}
+        if self.action_head != "independent":  # absent: the independent head (older files)
+            architecture["action_head"] = self.action_head
+        return architecture
 
 
 def _check_groups(groups: Mapping[str, float]) -> dict[str, float]:

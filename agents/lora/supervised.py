@@ -5,7 +5,8 @@ own trajectories (the cheapest set of agents whose capabilities cover the task).
 the paper, the teacher can be the env family's planner instead (``teacher="planner"``,
 :mod:`agents.planning`: it knows the task's parameters but not the luck, so its labels are
 decisions a policy could learn to approximate from what it observes). The
-policy's call probabilities ``p_t = sigmoid(action_net(encoder(o_t)))`` are fitted with
+policy's call probabilities ``p_t = sigmoid(action_net(encoder(o_t)))`` (with the
+autoregressive head, each agent's given the label's earlier bits) are fitted with
 
     L_sup = BCE(p_t, y_t) + lambda_1 * ||p_t||_1 + lambda_c * sum_i c_i p_{t,i}
             + lambda_cov * ((1/m) sum_i p_{t,i} - rho)^2,
@@ -38,11 +39,12 @@ from cost_envs.config import integer, number
 
 @dataclass(frozen=True)
 class Traces:
-    """Greedy-heuristic trajectories flattened to steps.
+    """A teacher's labels of steps: its own trajectories, or a student's (DAgger).
 
     Attributes:
         observations: ``(n, obs_dim)`` float32.
-        labels: ``(n, m)`` float32 in {0, 1}: the agents the heuristic called.
+        labels: ``(n, m)`` float32 in {0, 1}: the agents the teacher called (or would
+            have called, at a student's state).
         returns: ``(n,)`` float32 discounted return from each step.
     """
 
@@ -87,12 +89,17 @@ def _record_episode(teacher: Any, env: gym.Env, seed: int | None, gamma: float,
     played = rollout(teacher, env, seed=seed, record_steps=True)
     observations.append(played.observations)
     labels.append(played.actions)
+    returns.extend(discounted_returns(played.rewards, gamma).tolist())
+
+
+def discounted_returns(rewards: np.ndarray, gamma: float) -> np.ndarray:
+    """The discounted return from each step of one episode's ``rewards``."""
+    out = np.empty(len(rewards), dtype=np.float64)
     running = 0.0
-    episode_returns = []
-    for reward in reversed(played.rewards.tolist()):
-        running = reward + gamma * running
-        episode_returns.append(running)
-    returns.extend(reversed(episode_returns))
+    for index in range(len(rewards) - 1, -1, -1):
+        running = float(rewards[index]) + gamma * running
+        out[index] = running
+    return out
 
 
 def supervised_loss(
@@ -145,7 +152,13 @@ class SupervisedConfig:
         threshold: GreedyHeuristic's coverage threshold.
         gamma: Discount of the returns the value head is fitted to.
         teacher: Whose actions are the labels: ``greedy`` (the paper's
-            :class:`GreedyHeuristic`) or ``planner`` (the env family's planner).
+            :class:`GreedyHeuristic`), ``planner`` (the env family's planner, which knows
+            the task but not its luck) or ``bayes`` (the family's Bayes reference, which
+            knows the task prior and what the episode showed: not privileged).
+        dagger_rounds: DAgger rounds after the first fit (:mod:`agents.lora.dagger`): the
+            student plays, the teacher labels its states; 0 is plain behaviour cloning.
+            The greedy teacher cannot label states it did not reach, so it takes none.
+        dagger_episodes: Student episodes per DAgger round.
     """
 
     episodes: int = 1500
@@ -159,14 +172,22 @@ class SupervisedConfig:
     threshold: float = 0.7
     gamma: float = 0.99
     teacher: str = "greedy"
+    dagger_rounds: int = 0
+    dagger_episodes: int = 500
 
     def __post_init__(self) -> None:
         if self.teacher not in TEACHERS:
             raise ValueError(f"SupervisedConfig.teacher: expected one of {list(TEACHERS)}, "
                              f"got {self.teacher!r}")
+        integer(self.dagger_rounds, "SupervisedConfig.dagger_rounds", minimum=0)
+        if self.dagger_rounds and self.teacher == "greedy":
+            raise ValueError("SupervisedConfig.dagger_rounds: the greedy teacher labels only "
+                             "its own trajectories; DAgger needs teacher='planner' or 'bayes', "
+                             f"got dagger_rounds={self.dagger_rounds} with teacher='greedy'")
         for field in fields(self):
             value = getattr(self, field.name)
-            if field.name == "teacher" or (field.name == "rho" and value is None):
+            if field.name in ("teacher", "dagger_rounds") or (field.name == "rho"
+                                                              and value is None):
                 continue
             if field.name in _COUNTS:
                 integer(value, f"SupervisedConfig.{field.name}", minimum=1)
@@ -176,9 +197,9 @@ class SupervisedConfig:
                    maximum=None if high == math.inf else high, inclusive=(not low_open, True))
 
 
-_COUNTS = ("episodes", "epochs", "batch_size")
+_COUNTS = ("episodes", "epochs", "batch_size", "dagger_episodes")
 #: The supervised stage's teachers (:attr:`SupervisedConfig.teacher`).
-TEACHERS = ("greedy", "planner")
+TEACHERS = ("greedy", "planner", "bayes")
 
 
 def traces_for(env: gym.Env, config: SupervisedConfig, seed: int,
@@ -197,16 +218,17 @@ def traces_for(env: gym.Env, config: SupervisedConfig, seed: int,
 def teacher_for(env: gym.Env, config: SupervisedConfig) -> Any:
     """The allocator whose actions are ``config``'s labels, built on ``env``.
 
-    :class:`GreedyHeuristic` at ``config.threshold``, or the env family's planner.
+    :class:`GreedyHeuristic` at ``config.threshold``, the env family's planner, or its
+    Bayes reference.
 
     Raises:
-        ValueError: For the planner teacher on an env no planner models.
+        ValueError: For the planner or Bayes teacher on an env no such planner models.
     """
     if config.teacher == "greedy":
         return GreedyHeuristic(env, threshold=config.threshold)
-    from agents.planning import planner  # the planners import the baselines, not this
+    from agents.planning import bayes_planner, planner  # they import the baselines, not this
 
-    return planner(env)
+    return planner(env) if config.teacher == "planner" else bayes_planner(env)
 _RANGES = {"learning_rate": (0.0, math.inf, True), "rho": (0.0, 1.0, False),
            "threshold": (0.0, 1.0, True), "gamma": (0.0, 1.0, False)}
 
@@ -259,7 +281,7 @@ def train_supervised(
         for start in range(0, len(obs), config.batch_size):
             index = order[start:start + config.batch_size]
             features = policy.extract_features(obs[index])
-            probs = torch.sigmoid(policy.action_net(features))
+            probs = policy.call_probabilities(features, labels[index])
             terms = supervised_loss(probs, labels[index], cost, config.lambda_1,
                                     config.lambda_c, config.lambda_cov, rho)
             values = policy.value_net(features.detach()).squeeze(-1)

@@ -47,18 +47,13 @@ from stable_baselines3.common.utils import set_random_seed
 
 import cost_envs
 from agents.callbacks import CostMetricsCallback
-from agents.lora import BASES, METHODS
+from agents.lora import ACTION_HEADS, BASES, METHODS
+from agents.lora.dagger import fit_supervised
 from agents.lora.lora_ppo import LoraGuidedPPO
 from agents.lora.policies import AllocatorPolicy
 from agents.lora.ppo_args import LORA_PPO_ARGUMENTS, PPO_ARGUMENTS, check_hyperparameters
 from agents.lora.pretrain import pretrained_base_path
-from agents.lora.supervised import (
-    SupervisedConfig,
-    policy_for,
-    relative_costs,
-    traces_for,
-    train_supervised,
-)
+from agents.lora.supervised import SupervisedConfig, policy_for
 from agents.seeds import TRACE_TASK_SEED, train_task_seeds
 from agents.vec_env import make_batched_vec_env
 from cost_envs.config import integer
@@ -145,6 +140,7 @@ def train(
     ppo: Mapping[str, Any] | None = None,
     torch_threads: int | None = DEFAULT_TORCH_THREADS,
     n_envs: int = 1,
+    action_head: str = "independent",
 ) -> TrainedAllocator:
     """Train ``method`` on ``env_id`` (module docstring) and return the allocator.
 
@@ -171,6 +167,8 @@ def train(
             docstring; ignored by ``lora``). ``n_steps`` stays SB3's per-sub-env count: a
             rollout is ``n_envs * n_steps`` steps, so ``timesteps`` is rounded up to a
             multiple of it and ``batch_size`` splits the bigger rollout.
+        action_head: The policy's action head (:data:`agents.lora.ACTION_HEADS`):
+            ``independent`` (the paper's) or ``autoregressive``.
 
     Raises:
         ValueError: One line naming a bad argument, a ``gym.make`` option in
@@ -182,6 +180,9 @@ def train(
     integer(timesteps, "timesteps", minimum=1)
     integer(seed, "seed", minimum=0)
     integer(n_envs, "n_envs", minimum=1)
+    if action_head not in ACTION_HEADS:
+        raise ValueError(f"action_head: expected one of {list(ACTION_HEADS)}, "
+                         f"got {action_head!r}")
     if torch_threads is not None:
         integer(torch_threads, "torch_threads", minimum=1)
     settings = ppo_settings(ppo, method)
@@ -201,13 +202,12 @@ def train(
                   None if tensorboard_log is None else str(tensorboard_log)}
         if method == "ppo":
             model = PPO(AllocatorPolicy, make_batched_vec_env(env_id, n_envs, **kwargs),
-                        policy_kwargs={"lora_rank": None}, **settings, **common)
+                        policy_kwargs={"lora_rank": None, "action_head": action_head},
+                        **settings, **common)
         else:
-            policy = policy_for(env, base=base_path)
-            traces = traces_for(env, supervised, seed=TRACE_TASK_SEED + seed,
-                                progress=progress_bar)
-            train_supervised(policy, traces, relative_costs(env), supervised, seed=seed,
-                             progress=progress_bar)
+            policy = policy_for(env, base=base_path, action_head=action_head)
+            fit_supervised(policy, env, supervised, seed=seed,
+                           trace_seed=TRACE_TASK_SEED + seed, progress=progress_bar)
             if method == "lora":
                 env.close()
                 return TrainedAllocator(policy, env_id, kwargs, method, seed, 0, base)
