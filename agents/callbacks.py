@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 
+from agents.evaluation import evaluate
 from cost_envs.config import integer
 from cost_envs.metrics import EpisodeRecord, summarize
 
@@ -105,3 +106,60 @@ class CostMetricsCallback(BaseCallback):
             if not (key == "rollout/success_rate" and sb3_logs_success):
                 self.logger.record(key, value)
         self.history.append({"timesteps": self.num_timesteps, **values})
+
+
+class EvaluateAtSteps(BaseCallback):
+    """Score the policy on a fixed task set at given environment-step counts: learning curves.
+
+    At the start of every rollout (so after the update of the rollout before) whose step
+    count has reached the next entry of ``at_steps``, and once at the end of training,
+    the current policy plays ``episodes`` tasks of task seed ``seed`` deterministically
+    (:func:`agents.evaluation.evaluate`, on a fresh env: training's envs and random
+    streams are not touched, so a run trains the same weights with or without it).
+    :attr:`curve` gets one entry per evaluation: ``timesteps``, ``gradient_steps``
+    (optimizer steps so far: PPO updates, reported beside env steps) and the
+    per-episode ``returns``.
+
+    Args:
+        env_id: The id the policy is scored on.
+        at_steps: Env-step counts to evaluate at (each at the first rollout boundary at or
+            after it).
+        episodes: Evaluation tasks.
+        seed: Their task seed (the tables' evaluation set: 0).
+        env_kwargs: ``gym.make`` arguments of the evaluation env.
+    """
+
+    def __init__(self, env_id: str, at_steps: Any, episodes: int = 400, seed: int = 0,
+                 env_kwargs: dict[str, Any] | None = None) -> None:
+        super().__init__(0)
+        self.env_id = env_id
+        self.at_steps = sorted(integer(step, "at_steps", minimum=0, where="EvaluateAtSteps")
+                               for step in at_steps)
+        self.episodes = integer(episodes, "episodes", minimum=1, where="EvaluateAtSteps")
+        self.seed = integer(seed, "seed", minimum=0, where="EvaluateAtSteps")
+        self.env_kwargs = dict(env_kwargs or {})
+        self.curve: list[dict[str, Any]] = []
+        self._next = 0
+
+    def _on_step(self) -> bool:
+        return True
+
+    def _evaluate(self) -> None:
+        model = self.model
+        batches = max(1, model.n_steps * model.n_envs // model.batch_size)
+        result = evaluate(model.policy, self.env_id, episodes=self.episodes, seed=self.seed,
+                          env_kwargs=self.env_kwargs)
+        self.curve.append({"timesteps": int(self.num_timesteps),
+                           "gradient_steps": int(model._n_updates * batches),
+                           "returns": [float(value) for value in result.returns]})
+
+    def _on_rollout_start(self) -> None:
+        if self._next < len(self.at_steps) and self.num_timesteps >= self.at_steps[self._next]:
+            self._evaluate()
+            while (self._next < len(self.at_steps)
+                   and self.num_timesteps >= self.at_steps[self._next]):
+                self._next += 1
+
+    def _on_training_end(self) -> None:
+        if not self.curve or self.curve[-1]["timesteps"] != self.num_timesteps:
+            self._evaluate()

@@ -128,7 +128,10 @@ class LearnedRow:
     (:func:`experiments.tune.chosen`, committed under ``experiments/tuned/``) instead of
     the paper's A.4; such a row is in the tables of the envs that have one only.
     ``teacher``: whose traces the supervised stage imitates
-    (:data:`agents.lora.supervised.TEACHERS`); a row taught by the planner needs one.
+    (:data:`agents.lora.supervised.TEACHERS`); a row taught by the planner (or the Bayes
+    reference) needs one for the env. ``dagger_rounds``: DAgger rounds after the first fit
+    (:mod:`agents.lora.dagger`; a planner or Bayes teacher only). ``action_head``: the
+    policy's (:data:`agents.lora.ACTION_HEADS`).
     ``envs``: the envs whose tables have the row (``None``: every env).
     """
 
@@ -138,26 +141,31 @@ class LearnedRow:
     tuned: bool = False
     teacher: str = "greedy"
     envs: tuple[str, ...] | None = None
+    dagger_rounds: int = 0
+    action_head: str = "independent"
 
     def arguments(self, env_id: str, supervised: SupervisedConfig) -> dict[str, Any] | None:
         """``train``'s configuration arguments on ``env_id``; ``None``: no row there."""
         if self.envs is not None and env_id not in self.envs:
             return None
         if self.teacher != "greedy":
-            if not has_planner(env_id):
+            if not has_planner(env_id, self.teacher):
                 return None
-            supervised = replace(supervised, teacher=self.teacher)
+            supervised = replace(supervised, teacher=self.teacher,
+                                 dagger_rounds=self.dagger_rounds)
+        head = {} if self.action_head == "independent" else {"action_head": self.action_head}
         if not self.tuned:
-            return {"supervised": supervised}
+            return {"supervised": supervised, **head}
         config = tune.chosen(self.method, env_id)
-        return None if config is None else TRAIN_ARGUMENTS[self.method](config, supervised)
+        return None if config is None else {**TRAIN_ARGUMENTS[self.method](config, supervised),
+                                            **head}
 
 
-def has_planner(env_id: str) -> bool:
-    """Whether a planner of :mod:`agents.planning` models ``env_id``'s family."""
+def has_planner(env_id: str, teacher: str = "planner") -> bool:
+    """Whether ``teacher`` (``planner`` or ``bayes``, :mod:`agents.planning`) models ``env_id``."""
     env = gym.make(env_id)
     try:
-        planner(env)
+        (planner if teacher == "planner" else bayes_planner)(env)
     except ValueError:
         return False
     finally:

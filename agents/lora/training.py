@@ -32,7 +32,7 @@ for the adapter.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +46,7 @@ from stable_baselines3.common.logger import HumanOutputFormat, Logger
 from stable_baselines3.common.utils import set_random_seed
 
 import cost_envs
-from agents.callbacks import CostMetricsCallback
+from agents.callbacks import CostMetricsCallback, EvaluateAtSteps
 from agents.lora import ACTION_HEADS, BASES, METHODS
 from agents.lora.dagger import fit_supervised
 from agents.lora.lora_ppo import LoraGuidedPPO
@@ -89,6 +89,8 @@ class TrainedAllocator:
         history: The training callback's history (learning curves).
         n_envs: Sub-envs the RL stage stepped (1 for ``lora``, and for models saved before
             it was recorded).
+        curve: The evaluations ``train(evaluate_at=...)`` asked for
+            (:class:`agents.callbacks.EvaluateAtSteps`; not saved with the model).
     """
 
     policy: AllocatorPolicy
@@ -100,6 +102,7 @@ class TrainedAllocator:
     base: str | None
     history: list[dict[str, Any]] = field(default_factory=list)
     n_envs: int = 1
+    curve: list[dict[str, Any]] = field(default_factory=list)
 
     def predict(
         self,
@@ -141,6 +144,7 @@ def train(
     torch_threads: int | None = DEFAULT_TORCH_THREADS,
     n_envs: int = 1,
     action_head: str = "independent",
+    evaluate_at: Sequence[int] = (),
 ) -> TrainedAllocator:
     """Train ``method`` on ``env_id`` (module docstring) and return the allocator.
 
@@ -169,6 +173,9 @@ def train(
             multiple of it and ``batch_size`` splits the bigger rollout.
         action_head: The policy's action head (:data:`agents.lora.ACTION_HEADS`):
             ``independent`` (the paper's) or ``autoregressive``.
+        evaluate_at: Env-step counts at which the RL stage's policy is scored on the
+            evaluation tasks (400 of task seed 0, :class:`agents.callbacks.EvaluateAtSteps`),
+            and once at the end: the learning curve in ``curve``. Empty: none.
 
     Raises:
         ValueError: One line naming a bad argument, a ``gym.make`` option in
@@ -196,7 +203,9 @@ def train(
         # gym.make's own messages (a budget the single env refuses is refused here).
         env = gym.make(env_id, **kwargs)
         callback = CostMetricsCallback()
-        learn = {"callback": callback, "progress_bar": progress_bar,
+        scorer = EvaluateAtSteps(env_id, evaluate_at, env_kwargs=kwargs) if evaluate_at else None
+        learn = {"callback": [callback, scorer] if scorer else callback,
+                 "progress_bar": progress_bar,
                  "tb_log_name": method}
         common = {"device": "cpu", "verbose": verbose, "tensorboard_log":
                   None if tensorboard_log is None else str(tensorboard_log)}
@@ -225,7 +234,8 @@ def train(
         model.get_env().close()
         # SB3 finishes the rollout it is in, so the steps taken can exceed ``timesteps``.
         return TrainedAllocator(model.policy, env_id, kwargs, method, seed, model.num_timesteps,
-                                base if method != "ppo" else None, callback.history, n_envs)
+                                base if method != "ppo" else None, callback.history, n_envs,
+                                scorer.curve if scorer else [])
 
 
 def _check_batched_kwargs(kwargs: Mapping[str, Any]) -> None:
