@@ -17,6 +17,10 @@ extra (``pip install -e '.[tune]'``).
 
 ``multitenant`` (not part of ``all``) sweeps tenants x capacity on the multi-tenant env
 (:mod:`experiments.multitenant`, issue #14; the ``multiagent`` extra).
+
+``budgets`` (not part of ``all``) trains the learned rows to where they stop improving,
+scoring each at checkpoints on the tables' evaluation tasks (:mod:`experiments.budgets`,
+issue #23).
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ EXPERIMENTS = ("lora_ppo", "corl", "bopo", "traces", "rules")
 #: The routing experiments whose wall times ``routing.md`` records.
 ROUTING = ("corl", "bopo", "traces")
 #: Run on request only, never by ``all`` (which ends with the aggregates of its tables).
-ON_REQUEST = ("tune", "aggregates", "multitenant")
+ON_REQUEST = ("tune", "aggregates", "multitenant", "budgets")
 SCALES = ("smoke", "default", "full")
 EPILOG = """\
 scales:
@@ -56,6 +60,8 @@ scales:
 multitenant (not part of all): tenants x capacity on one pool; default ~2 minutes
   (rules and the central scheduler), full adds shared-parameter PPO (3 capacities x
   5 seeds x 40k tenant-steps, --jobs processes) into multitenant_full.*
+budgets (not part of all): learning curves of the learned rows to where they stop
+  improving (ToolBench-v0; default 1M steps x 5 seeds x 4 rows, about 2 h on 2 cores)
 tune (not part of all): equal-budget sweeps on Ray Tune + Optuna, written to
   experiments/tuned; smoke 2 trials x 2048 steps, default 12 x 20480, full 32 x 3 x 61440;
   --address auto or ray://HOST:10001 runs them on an existing Ray cluster
@@ -88,7 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("experiment", choices=(*EXPERIMENTS, "all", *ON_REQUEST),
                         help="what to run; all: lora_ppo, corl, bopo, traces, rules in that "
                              "order, then aggregates; aggregates: pool their JSON; tune: the "
-                             "tuning sweeps; multitenant: tenants x capacity on one pool")
+                             "tuning sweeps; multitenant: tenants x capacity on one pool; "
+                             "budgets: learning curves to convergence")
     parser.add_argument("--scale", choices=SCALES, default="default",
                         help="how much work (see below; default: default)")
     parser.add_argument("--out", type=Path, default=None,
@@ -174,6 +181,13 @@ def _run_multitenant(args: argparse.Namespace, log: Callable[[str], None]) -> No
         log(f"multitenant: wrote {path}")
 
 
+def _run_budgets(args: argparse.Namespace, log: Callable[[str], None]) -> None:
+    from experiments import budgets
+
+    for path in budgets.report(args.out, args.scale, jobs=args.jobs or 2, log=log):
+        log(f"budgets: wrote {path}")
+
+
 def _run_tune(args: argparse.Namespace, log: Callable[[str], None]) -> None:
     from experiments import tune
 
@@ -185,7 +199,7 @@ def _run_tune(args: argparse.Namespace, log: Callable[[str], None]) -> None:
 RUNNERS: dict[str, Callable[[argparse.Namespace, Callable[[str], None]], None]] = {
     "lora_ppo": _run_lora_ppo, "corl": _run_corl, "bopo": _run_bopo, "traces": _run_traces,
     "rules": _run_rules, "aggregates": _run_aggregates, "tune": _run_tune,
-    "multitenant": _run_multitenant}
+    "multitenant": _run_multitenant, "budgets": _run_budgets}
 
 
 def routing_record(scale: str, timings: Sequence[tuple[str, str]]) -> str:
@@ -211,7 +225,8 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> None:
             log(f"traces: {reason}")
             timings.append((name, reason))
             continue
-        own_scales = ("lora_ppo", "tune", "multitenant")  # the others run default at full
+        # The others run default at full.
+        own_scales = ("lora_ppo", "tune", "multitenant", "budgets")
         scale = args.scale if name in own_scales else _routing_scale(args.scale)
         log(f"{name}: started at scale {scale}")
         start = time.perf_counter()

@@ -56,9 +56,28 @@ def described(allocator: Any) -> dict[str, str]:
 
 
 def machine() -> str:
-    """The machine in one line: system, architecture, logical CPUs, Python version."""
-    return (f"{platform.system()} {platform.machine()}, {os.cpu_count()} logical CPUs, "
-            f"Python {platform.python_version()}")
+    """The machine in one line: system, CPU model and vector extensions, CPUs, Python.
+
+    Training's floats can differ between CPUs (numpy's and torch's vector kernels), so a
+    results file names the CPU it was made on.
+    """
+    return (f"{platform.system()} {platform.machine()}, {cpu_model()}, {os.cpu_count()} "
+            f"logical CPUs, Python {platform.python_version()}")
+
+
+def cpu_model() -> str:
+    """The CPU's model name and widest x86 vector extension, from ``/proc/cpuinfo`` if any."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or "CPU model unknown"
+    fields = {key.strip(): value.strip() for key, value in
+              (line.split(":", 1) for line in text.splitlines()[:40] if ":" in line)}
+    name = " ".join(fields.get("model name", "").split())
+    flags = set(fields.get("flags", "").split())
+    widest = next((label for flag, label in (("avx512f", "AVX-512"), ("avx2", "AVX2"))
+                   if flag in flags), None)
+    return ", ".join(part for part in (name or "CPU model unknown", widest) if part)
 
 
 def quiet(_message: str) -> None:

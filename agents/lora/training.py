@@ -145,6 +145,7 @@ def train(
     n_envs: int = 1,
     action_head: str = "independent",
     evaluate_at: Sequence[int] = (),
+    eval_episodes: int = 400,
 ) -> TrainedAllocator:
     """Train ``method`` on ``env_id`` (module docstring) and return the allocator.
 
@@ -174,8 +175,10 @@ def train(
         action_head: The policy's action head (:data:`agents.lora.ACTION_HEADS`):
             ``independent`` (the paper's) or ``autoregressive``.
         evaluate_at: Env-step counts at which the RL stage's policy is scored on the
-            evaluation tasks (400 of task seed 0, :class:`agents.callbacks.EvaluateAtSteps`),
-            and once at the end: the learning curve in ``curve``. Empty: none.
+            evaluation tasks (``eval_episodes`` of task seed 0,
+            :class:`agents.callbacks.EvaluateAtSteps`), and once at the end: the learning
+            curve in ``curve``. Empty: none.
+        eval_episodes: Evaluation tasks of the curve (the tables': 400).
 
     Raises:
         ValueError: One line naming a bad argument, a ``gym.make`` option in
@@ -203,7 +206,8 @@ def train(
         # gym.make's own messages (a budget the single env refuses is refused here).
         env = gym.make(env_id, **kwargs)
         callback = CostMetricsCallback()
-        scorer = EvaluateAtSteps(env_id, evaluate_at, env_kwargs=kwargs) if evaluate_at else None
+        scorer = (EvaluateAtSteps(env_id, evaluate_at, eval_episodes, env_kwargs=kwargs)
+                  if evaluate_at else None)
         learn = {"callback": [callback, scorer] if scorer else callback,
                  "progress_bar": progress_bar,
                  "tb_log_name": method}

@@ -1,0 +1,199 @@
+"""Learning curves to where each learned row stops improving (issue #23, converged budgets).
+
+Every row of :data:`BUDGET_ROWS` is trained ``seeds`` times to ``timesteps`` environment
+steps on the env's native batched env (``n_envs`` sub-envs), and its policy is scored on
+the tables' evaluation tasks (``episodes`` tasks of task seed 0, the set every table uses)
+at each of ``checkpoints`` (:class:`agents.callbacks.EvaluateAtSteps`). Each point is the
+mean Eq. 1 return and the share of the gap between the best fixed row and the planner it
+closes, both with 95% intervals over seeds and tasks (a two-level bootstrap, paired over
+the tasks). A row *stops improving* at the first checkpoint from which the paired gain to
+its last checkpoint is not resolved above zero (the interval of last - that point, seeds
+and tasks resampled together, reaches 0): more steps buy nothing the intervals can see.
+
+Outputs in ``out``: ``budgets_<Env>.md`` (the table, the machine, the wall time of each
+row) and ``budgets_<Env>.csv`` (row, seed, timesteps, gradient steps, mean return: the
+curves as a columnar file), written together or not at all.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agents.files import write_files_atomic
+from agents.lora.supervised import SupervisedConfig
+from agents.lora.training import configure_torch_threads, train
+from cost_envs.config import integer
+from cost_envs.metrics import bootstrap_gap_closed, bootstrap_mean_ci
+from experiments.common import machine, spawn_pool
+
+
+@dataclass(frozen=True)
+class BudgetRow:
+    """A learned row: its training method, table label and ``train`` arguments."""
+
+    method: str
+    label: str
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+
+
+#: The Bayes reference as teacher, with two DAgger rounds (:mod:`agents.lora.dagger`).
+BAYES_DAGGER = SupervisedConfig(teacher="bayes", dagger_rounds=2)
+BUDGET_ROWS = {
+    "ppo": BudgetRow("ppo", "PPO"),
+    "ppo/autoregressive": BudgetRow("ppo", "PPO, autoregressive action head",
+                                    {"action_head": "autoregressive"}),
+    "lora-ppo": BudgetRow("lora-ppo", "LoRA-Guided PPO (greedy teacher, as in the paper)"),
+    "lora-ppo/bayes": BudgetRow("lora-ppo", "LoRA-Guided PPO, Bayes teacher + DAgger",
+                                {"supervised": BAYES_DAGGER}),
+}
+#: The envs whose curves are run by default, and their rows.
+BUDGET_ENVS = {"cost_envs/ToolBench-v0": tuple(BUDGET_ROWS)}
+
+
+@dataclass(frozen=True)
+class Scale:
+    """How far and how often: steps per run, seeds, checkpoints, evaluation tasks."""
+
+    name: str
+    timesteps: int
+    seeds: int
+    checkpoints: tuple[int, ...]
+    episodes: int = 400
+    n_envs: int = 16
+    resamples: int = 1000
+
+    def __post_init__(self) -> None:
+        for name in ("timesteps", "seeds", "episodes", "n_envs", "resamples"):
+            integer(getattr(self, name), f"Scale.{name}", minimum=1)
+
+
+SCALES = {
+    "smoke": Scale("smoke", 1024, 2, (0, 512), episodes=20, n_envs=4, resamples=100),
+    "default": Scale("default", 1_000_000, 5,
+                     (0, 25_000, 50_000, 100_000, 200_000, 400_000, 700_000)),
+}
+SCALES["full"] = SCALES["default"]  # the curves are the full scale already
+
+
+@dataclass(frozen=True)
+class Job:
+    """One training run: an env, a row, a seed."""
+
+    env_id: str
+    key: str
+    seed: int
+    scale: Scale
+
+
+def run_job(job: Job) -> dict[str, Any]:
+    """Train one row with one seed, scoring it at every checkpoint; its curve and wall time."""
+    configure_torch_threads()
+    row = BUDGET_ROWS[job.key]
+    start = time.perf_counter()
+    trained = train(job.env_id, row.method, job.scale.timesteps, seed=job.seed,
+                    n_envs=job.scale.n_envs, evaluate_at=job.scale.checkpoints,
+                    eval_episodes=job.scale.episodes, **dict(row.arguments))
+    return {"key": job.key, "seed": job.seed, "curve": trained.curve,
+            "seconds": time.perf_counter() - start}
+
+
+def stops_improving(curve: np.ndarray, resamples: int, seed: int = 0) -> int:
+    """The first checkpoint index from which the gain to the last one is not resolved.
+
+    ``curve[s, c, j]``: seed ``s``'s return on task ``j`` at checkpoint ``c``.
+    """
+    last = curve[:, -1]
+    for index in range(curve.shape[1]):
+        _, low, _ = bootstrap_mean_ci(last - curve[:, index], n_resamples=resamples, seed=seed)
+        if low <= 0:
+            return index
+    return curve.shape[1] - 1
+
+
+def curve_table(env_id: str, results: Sequence[dict[str, Any]], rule: Sequence[float],
+                planner: Sequence[float], scale: Scale) -> tuple[str, str]:
+    """The Markdown table and the CSV of one env's curves."""
+    lines = [f"# Learning curves on {env_id}", "",
+             f"{scale.seeds} seeds x {scale.timesteps} env steps on {scale.n_envs} batched "
+             f"sub-envs; each point scores the policy on the same {len(rule)} evaluation "
+             "tasks (task seed 0). Return: mean Eq. 1 return [95% interval over seeds and "
+             "tasks]; share: of the gap from the best fixed row "
+             f"({np.mean(rule):.3f}) to the planner ({np.mean(planner):.3f}). "
+             "**Stops** marks the first checkpoint from which the gain to the last one is "
+             "not resolved above zero.", "", f"Machine: {machine()}.", ""]
+    rows = io.StringIO()
+    writer = csv.writer(rows, lineterminator="\n")
+    writer.writerow(["row", "seed", "timesteps", "gradient_steps", "mean_return"])
+    for key in dict.fromkeys(result["key"] for result in results):
+        done = sorted((r for r in results if r["key"] == key), key=lambda r: r["seed"])
+        curve = np.array([[entry["returns"] for entry in r["curve"]] for r in done])
+        steps = [entry["timesteps"] for entry in done[0]["curve"]]
+        updates = [entry["gradient_steps"] for entry in done[0]["curve"]]
+        stop = stops_improving(curve, scale.resamples)
+        minutes = np.mean([r["seconds"] for r in done]) / 60
+        lines += [f"## {BUDGET_ROWS[key].label}", "",
+                  f"Wall time per seed: {minutes:.1f} min (mean of {len(done)}).", "",
+                  "| env steps | gradient steps | return | share of the gap |",
+                  "| ---: | ---: | --- | --- |"]
+        for index, (step, update) in enumerate(zip(steps, updates, strict=True)):
+            mean, low, high = bootstrap_mean_ci(curve[:, index], n_resamples=scale.resamples)
+            share = bootstrap_gap_closed(curve[:, index], rule, planner,
+                                         n_resamples=scale.resamples)
+            mark = " **stops**" if index == stop else ""
+            lines.append(f"| {step:,}{mark} | {update:,} | {mean:.3f} [{low:.3f}, {high:.3f}] "
+                         f"| {share[0]:.2f} [{share[1]:.2f}, {share[2]:.2f}] |")
+        lines.append("")
+        for result in done:
+            for entry in result["curve"]:
+                writer.writerow([key, result["seed"], entry["timesteps"],
+                                 entry["gradient_steps"], f"{np.mean(entry['returns']):.6f}"])
+    return "\n".join(lines), rows.getvalue()
+
+
+def reference_returns(env_id: str, episodes: int) -> tuple[list[float], list[float]]:
+    """The best fixed row's and the planner's per-task returns on the evaluation tasks."""
+    from experiments.lora_ppo import SCALES as TABLE_SCALES
+    from experiments.lora_ppo import Scale as TableScale
+    from experiments.lora_ppo import score_baselines
+
+    fixed = score_baselines(env_id, TableScale("budgets", 1, 1, episodes, 100,
+                                               rule_tasks=TABLE_SCALES["default"].rule_tasks),
+                            eval_seed=0)
+    rules = {key: returns for key, returns in fixed.returns.items()
+             if key not in ("oracle", "planner", "bayes-planner")}
+    rule = max(rules, key=lambda key: (float(np.mean(rules[key])), key))
+    return list(rules[rule]), list(fixed.returns["planner"])
+
+
+def report(out: Path, scale: str = "default", jobs: int = 2,
+           envs: Mapping[str, Sequence[str]] | None = None, log: Any = print) -> list[Path]:
+    """Run every (env, row, seed) and write each env's table and CSV; returns the paths."""
+    if scale not in SCALES:
+        raise ValueError(f"scale: expected one of {list(SCALES)}, got {scale!r}")
+    chosen = SCALES[scale]
+    envs = BUDGET_ENVS if envs is None else envs
+    grid = [Job(env_id, key, seed, chosen) for env_id, keys in envs.items()
+            for key in keys for seed in range(chosen.seeds)]
+    log(f"budgets: {len(grid)} runs of {chosen.timesteps} steps in {jobs} process(es)")
+    if jobs <= 1:
+        results = [run_job(job) for job in grid]
+    else:
+        with spawn_pool(jobs) as pool:
+            results = list(pool.map(run_job, grid))
+    files = {}
+    for env_id in envs:
+        rule, planner = reference_returns(env_id, chosen.episodes)
+        mine = [r for job, r in zip(grid, results, strict=True) if job.env_id == env_id]
+        markdown, columns = curve_table(env_id, mine, rule, planner, chosen)
+        name = env_id.split("/")[-1]
+        files[f"budgets_{name}.md"] = markdown
+        files[f"budgets_{name}.csv"] = columns
+    return write_files_atomic(out, files)

@@ -1,0 +1,43 @@
+"""The converged-budget curves: where a row stops improving, and the files they are written to."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import numpy as np
+
+from experiments import budgets
+
+
+def _curve(means: list[float], seeds: int = 5, tasks: int = 300, noise: float = 0.3):
+    rng = np.random.default_rng(0)
+    task_effect = rng.normal(0, noise, tasks)
+    return np.array([[mean + task_effect + rng.normal(0, 0.01, tasks) for mean in means]
+                     for _ in range(seeds)])
+
+
+def test_a_row_stops_where_the_gain_to_the_end_is_no_longer_resolved():
+    # Rises to 0.9 by the third checkpoint, then flat: it stops at index 2.
+    assert budgets.stops_improving(_curve([0.2, 0.6, 0.9, 0.9, 0.9]), 300) == 2
+    # Still rising at the end: the last checkpoint.
+    assert budgets.stops_improving(_curve([0.2, 0.4, 0.6, 0.8]), 300) == 3
+    # Flat from the start.
+    assert budgets.stops_improving(_curve([0.5, 0.5, 0.5]), 300) == 0
+
+
+def test_the_table_and_the_csv_hold_every_checkpoint_of_every_seed():
+    scale = budgets.Scale("test", 2048, 2, (0, 1024), episodes=4, resamples=50)
+    results = [{"key": "ppo", "seed": seed, "seconds": 60.0,
+                "curve": [{"timesteps": step, "gradient_steps": step // 10,
+                           "returns": [0.5 + step / 4096 + seed * 0.01] * 4}
+                          for step in (0, 1024, 2048)]}
+               for seed in (0, 1)]
+    markdown, columns = budgets.curve_table("cost_envs/ToolBench-v0", results,
+                                            [0.5] * 4, [1.0] * 4, scale)
+    rows = list(csv.DictReader(io.StringIO(columns)))
+    assert len(rows) == 6
+    assert {row["seed"] for row in rows} == {"0", "1"}
+    assert float(rows[-1]["mean_return"]) == 0.5 + 0.5 + 0.01
+    assert "| 2,048 **stops** | 204 |" in markdown
+    assert "Machine:" in markdown and "Wall time per seed: 1.0 min" in markdown
