@@ -1,0 +1,137 @@
+"""Each mechanism's tests fail when the mechanism is broken (issue #23, point 6).
+
+An audit broke mechanisms in a copy of the source and their tests still passed. Each
+:class:`Mutation` here is that break, written as explicit text edits: the source packages
+are copied to a temporary directory, the edits are applied to the copy (never to the
+checkout), and the named tests run in a subprocess with the copy first on the path. They
+must fail (pytest's exit status 1: tests ran and failed, not "not found" or "no tests").
+
+An edit whose text is not found exactly once fails loudly, so a refactor of the source
+cannot make a mutation silently vacuous: update the edit to the new code instead.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+#: The packages copied (the tests import all three).
+PACKAGES = ("agents", "cost_envs", "experiments")
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """A break of one mechanism and the tests that must catch it.
+
+    Attributes:
+        name: What is broken (the test id).
+        path: The source file edited, relative to the repository root.
+        edits: ``(old, new)`` text replacements; each ``old`` must occur exactly once.
+        tests: Test node ids (relative to the repository root) that must fail.
+    """
+
+    name: str
+    path: str
+    edits: tuple[tuple[str, str], ...]
+    tests: tuple[str, ...]
+
+    @property
+    def module(self) -> str:
+        """The dotted name of the edited module."""
+        return self.path.removesuffix(".py").replace("/", ".")
+
+
+MUTATIONS = (
+    # The FlightPlanner reads the plan's true route from the env's state (privileged):
+    # every sampled scenario gets the route the plan really is.
+    Mutation(
+        "flight_planner_peeks_at_the_route",
+        "agents/planning/flight.py",
+        (("        route, multiplier = np.divmod(picks, len(GRID))\n",
+          "        route, multiplier = np.divmod(picks, len(GRID))\n"
+          "        true = (NONE, OPT, DET, BRK)[int(self.env._state[0]) + 1]\n"
+          "        route = np.full_like(route, true)\n"),),
+        ("tests/test_planning_flight.py::test_the_planner_cannot_see_which_route_the_plan_is",),
+    ),
+    # The trace router's word features (hashed n-grams) are zeroed: only the text
+    # statistics (length, numbers, sentences, ...) remain.
+    Mutation(
+        "router_without_word_features",
+        "agents/routing/trace_router.py",
+        (("self.hashed_weight * hashed])", "0.0 * hashed])"),),
+        ("tests/test_trace_router.py::test_router_learns_a_visible_difficulty",),
+    ),
+    # HardBudget lets an episode spend up to 1.5x its budget (masking and truncating
+    # only beyond that), while still reporting the budget it was given.
+    Mutation(
+        "hard_budget_overspends_by_half",
+        "cost_envs/wrappers/budget.py",
+        (("if self._spent + cost > self._budget:", "if self._spent + cost > 1.5 * self._budget:"),
+         ("if self._spent + (total + self._cost_list[i]) <= self._budget:",
+          "if self._spent + (total + self._cost_list[i]) <= 1.5 * self._budget:")),
+        ("tests/test_hard_budget.py",),
+    ),
+)
+
+
+def mutated_copy(mutation: Mutation, where: Path) -> Path:
+    """Copy the packages under ``where`` and apply ``mutation`` to the copy; returns it.
+
+    Raises:
+        AssertionError: An edit's text does not occur exactly once in the source.
+    """
+    for package in PACKAGES:
+        shutil.copytree(ROOT / package, where / package,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    target = where / mutation.path
+    text = target.read_text()
+    for old, new in mutation.edits:
+        count = text.count(old)
+        assert count == 1, (f"{mutation.name}: the edit's text occurs {count} times in "
+                            f"{mutation.path} (expected once; update the mutation): {old!r}")
+        text = text.replace(old, new)
+    target.write_text(text)
+    return where
+
+
+def run_mutated(mutation: Mutation, copy: Path) -> subprocess.CompletedProcess[str]:
+    """Run ``mutation.tests`` in a subprocess that imports the packages from ``copy``."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(copy), *filter(None, [os.environ.get("PYTHONPATH", "")])]),
+        OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
+    # The copy must be what the tests import (not the checkout nor an installed package).
+    probe = subprocess.run(
+        [sys.executable, "-c", f"import {mutation.module} as m; print(m.__file__)"],
+        cwd=copy, env=env, capture_output=True, text=True, check=False)
+    assert probe.returncode == 0, probe.stderr
+    assert Path(probe.stdout.strip()) == copy / mutation.path, probe.stdout
+    # cwd is the copy: `python -m` puts the working directory first on sys.path.
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+         "--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml"),
+         *(str(ROOT / test) for test in mutation.tests)],
+        cwd=copy, env=env, capture_output=True, text=True, check=False)
+
+
+@pytest.mark.parametrize("mutation", MUTATIONS, ids=[m.name for m in MUTATIONS])
+def test_the_tests_of_a_mechanism_fail_when_it_is_broken(mutation: Mutation,
+                                                        tmp_path: Path) -> None:
+    result = run_mutated(mutation, mutated_copy(mutation, tmp_path))
+    # 1: tests ran and some failed (2-5 would be an interruption, a usage error or no tests)
+    assert result.returncode == 1, (
+        f"{mutation.name}: expected {list(mutation.tests)} to fail, pytest exited "
+        f"{result.returncode}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+
+
+def test_an_edit_that_no_longer_applies_fails_loudly(tmp_path: Path) -> None:
+    stale = Mutation("stale", MUTATIONS[0].path, (("text that is not in the source", ""),),
+                     MUTATIONS[0].tests)
+    with pytest.raises(AssertionError, match="occurs 0 times"):
+        mutated_copy(stale, tmp_path)
