@@ -60,6 +60,15 @@ MUTATIONS = (
           "        route = np.full_like(route, true)\n"),),
         ("tests/test_planning_flight.py::test_the_planner_cannot_see_which_route_the_plan_is",),
     ),
+    # BudgetTier's one-hot always shows the low tier: only the budget left tells the tiers
+    # apart, and only once a query has spent something.
+    Mutation(
+        "tier_one_hot_held_constant",
+        "cost_envs/wrappers/tiers.py",
+        (("extra[TIERS.index(self._tier)] = 1.0", "extra[0] = 1.0"),),
+        ("tests/test_rl_moves_decisions.py::"
+         "test_a_trained_corl_controller_consults_more_as_only_the_tier_rises",),
+    ),
     # The trace router's word features (hashed n-grams) are zeroed: only the text
     # statistics (length, numbers, sentences, ...) remain.
     Mutation(

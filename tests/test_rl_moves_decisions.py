@@ -139,17 +139,56 @@ class _TierBlind(gym.ObservationWrapper):
         return out
 
 
-def _per_tier(policy, env: gym.Env) -> dict[str, tuple[float, float]]:
-    """Mean calls and cost per query on the same 200 queries, only the tier changing."""
+class _ShownTier(gym.ObservationWrapper):
+    """Shows the one-hot of ``tier`` whatever the episode's tier (its budget left stays)."""
+
+    def __init__(self, env: gym.Env, layout, tier: str) -> None:
+        from cost_envs.wrappers import TIERS
+
+        super().__init__(env)
+        self._one_hot, self._shown = layout["tier"], np.eye(len(TIERS))[TIERS.index(tier)]
+
+    def observation(self, observation: np.ndarray) -> np.ndarray:
+        out = observation.copy()
+        out[self._one_hot] = self._shown
+        return out
+
+
+def _per_tier(policy, env: gym.Env, shown=None) -> dict[str, tuple[float, float]]:
+    """Mean calls and cost per query on the same 200 queries, only the tier changing.
+
+    With ``shown`` (a function of the tier returning the env to play), only the one-hot
+    changes: every episode is played at the medium tier (its budget left, its gate).
+    """
     from cost_envs.wrappers import TIERS
 
     out = {}
     for tier in TIERS:
-        records = [rollout(policy, env, seed=s, options={"tier": tier}).record
+        played = env if shown is None else shown(tier)
+        records = [rollout(policy, played, seed=s,
+                           options={"tier": tier if shown is None else "medium"}).record
                    for s in range(200)]
         out[tier] = (float(np.mean([r.calls.sum() for r in records])),
                      float(np.mean([r.cost for r in records])))
     return out
+
+
+def _first_calls(policy, env: gym.Env, layout) -> dict[str, tuple[float, float]]:
+    """Mean calls at the first decision of the same 200 queries, per tier.
+
+    Nothing is spent before it, so the budget left is 1 in every tier and the one-hot is
+    the only part of the observation that changes with the tier (checked).
+    """
+    from cost_envs.wrappers import TIERS
+
+    observations = {tier: np.stack([env.reset(seed=s, options={"tier": tier})[0]
+                                    for s in range(200)]) for tier in TIERS}
+    rest = [np.delete(o, np.r_[layout["tier"]], axis=1) for o in observations.values()]
+    for other in rest[1:]:
+        np.testing.assert_array_equal(other, rest[0])
+    calls = {tier: float(_decisions(policy, o).sum(axis=1).mean())
+             for tier, o in observations.items()}
+    return {tier: (n, n) for tier, n in calls.items()}  # _rises reads (calls, cost)
 
 
 def _rises(scores: dict[str, tuple[float, float]]) -> bool:
@@ -163,7 +202,15 @@ def test_a_trained_corl_controller_consults_more_as_only_the_tier_rises() -> Non
 
     shared, _ = train_shared_ppo(10_000, seed=0)
     env = make_tier_env()
+    layout = tier_layout(env)
     # measured: 0.0 / 1.3 / 2.5 calls and $0.0004 / $0.0014 / $0.058 per query
     assert _rises(_per_tier(shared, env))
     # the control: the same controller, blind to the tier, cannot rise with it
-    assert not _rises(_per_tier(shared, _TierBlind(env, tier_layout(env))))
+    assert not _rises(_per_tier(shared, _TierBlind(env, layout)))
+    # The budget left also tells the tiers apart once a query has spent something; the
+    # one-hot alone must switch the behaviour. At the first decision it is the only
+    # difference (measured: 0.0 / 0.55 / 2.2 calls) ...
+    assert _rises(_first_calls(shared, env, layout))
+    # ... and showing only another one-hot, every query played at the medium tier,
+    # moves whole episodes (measured: 0.0 / 1.3 / 2.5 calls)
+    assert _rises(_per_tier(shared, env, lambda tier: _ShownTier(env, layout, tier)))
