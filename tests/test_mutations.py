@@ -34,7 +34,8 @@ class Mutation:
         name: What is broken (the test id).
         path: The source file edited, relative to the repository root.
         edits: ``(old, new)`` text replacements; each ``old`` must occur exactly once.
-        tests: Test node ids (relative to the repository root) that must fail.
+        tests: Test node ids (relative to the repository root) that must each fail; an id
+            without parameters fails when any of its parameters does.
     """
 
     name: str
@@ -47,6 +48,12 @@ class Mutation:
         """The dotted name of the edited module."""
         return self.path.removesuffix(".py").replace("/", ".")
 
+
+#: The "RL changes decisions" tests that train an allocator until it improves.
+RL_DECISIONS = tuple(
+    f"tests/test_rl_moves_decisions.py::{name}" for name in (
+        "test_ppo_changes_decisions_of_its_initial_policy[0.0003-True]",
+        "test_lora_guided_ppo_changes_decisions_of_its_warm_start[0.001-True]"))
 
 MUTATIONS = (
     # The FlightPlanner reads the plan's true route from the env's state (privileged):
@@ -69,6 +76,28 @@ MUTATIONS = (
         ("tests/test_rl_moves_decisions.py::"
          "test_a_trained_corl_controller_consults_more_as_only_the_tier_rises",),
     ),
+    # Only the critic trains: the allocator's action distribution carries no gradient
+    # (SB3's PPO path and LoRA-guided PPO's), so its decisions move only as the value loss
+    # drags the shared encoder (or the adapters) along.
+    Mutation(
+        "allocator_trains_only_its_critic",
+        "agents/lora/policies.py",
+        (("        logits = self.action_net(features)\n",
+          "        logits = self.action_net(features).detach()\n"),
+         ("    def architecture(self) -> dict[str, Any]:\n",
+          "    def _get_action_dist_from_latent(self, latent_pi):\n"
+          "        with torch.no_grad():\n"
+          "            return super()._get_action_dist_from_latent(latent_pi)\n\n"
+          "    def architecture(self) -> dict[str, Any]:\n")),
+        RL_DECISIONS,
+    ),
+    # The allocator is blind to its input: its encoder sees zeros.
+    Mutation(
+        "allocator_blind_to_its_input",
+        "agents/lora/policies.py",
+        (("        hidden = observations\n", "        hidden = observations * 0.0\n"),),
+        RL_DECISIONS,
+    ),
     # The trace router's word features (hashed n-grams) are zeroed: only the text
     # statistics (length, numbers, sentences, ...) remain.
     Mutation(
@@ -85,7 +114,7 @@ MUTATIONS = (
         (("if self._spent + cost > self._budget:", "if self._spent + cost > 1.5 * self._budget:"),
          ("if self._spent + (total + self._cost_list[i]) <= self._budget:",
           "if self._spent + (total + self._cost_list[i]) <= 1.5 * self._budget:")),
-        ("tests/test_hard_budget.py",),
+        ("tests/test_hard_budget.py::test_hard_budget_never_lets_the_ledger_pass_the_budget",),
     ),
 )
 
@@ -123,7 +152,7 @@ def run_mutated(mutation: Mutation, copy: Path) -> subprocess.CompletedProcess[s
     assert Path(probe.stdout.strip()) == copy / mutation.path, probe.stdout
     # cwd is the copy: `python -m` puts the working directory first on sys.path.
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+        [sys.executable, "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider",
          "--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml"),
          *(str(ROOT / test) for test in mutation.tests)],
         cwd=copy, env=env, capture_output=True, text=True, check=False)
@@ -133,10 +162,14 @@ def run_mutated(mutation: Mutation, copy: Path) -> subprocess.CompletedProcess[s
 def test_the_tests_of_a_mechanism_fail_when_it_is_broken(mutation: Mutation,
                                                         tmp_path: Path) -> None:
     result = run_mutated(mutation, mutated_copy(mutation, tmp_path))
+    output = f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     # 1: tests ran and some failed (2-5 would be an interruption, a usage error or no tests)
     assert result.returncode == 1, (
         f"{mutation.name}: expected {list(mutation.tests)} to fail, pytest exited "
-        f"{result.returncode}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+        f"{result.returncode}\n{output}")
+    failed = [line for line in result.stdout.splitlines() if line.startswith("FAILED ")]
+    for test in mutation.tests:  # each named test (any of its parameters) failed
+        assert any(test in line for line in failed), f"{mutation.name}: {test} passed\n{output}"
 
 
 def test_an_edit_that_no_longer_applies_fails_loudly(tmp_path: Path) -> None:
