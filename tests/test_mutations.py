@@ -36,12 +36,14 @@ class Mutation:
         edits: ``(old, new)`` text replacements; each ``old`` must occur exactly once.
         tests: Test node ids (relative to the repository root) that must each fail; an id
             without parameters fails when any of its parameters does.
+        slow: The tests train a policy (tens of seconds): marked ``slow``.
     """
 
     name: str
     path: str
     edits: tuple[tuple[str, str], ...]
     tests: tuple[str, ...]
+    slow: bool = False
 
     @property
     def module(self) -> str:
@@ -53,7 +55,11 @@ class Mutation:
 RL_DECISIONS = tuple(
     f"tests/test_rl_moves_decisions.py::{name}" for name in (
         "test_ppo_changes_decisions_of_its_initial_policy[0.0003-True]",
-        "test_lora_guided_ppo_changes_decisions_of_its_warm_start[0.001-True]"))
+        "test_lora_guided_ppo_changes_decisions_of_its_warm_start[0.001-True]",
+        "test_corl_tier_adapters_change_decisions_of_the_shared_policy"))
+
+BOPO_DECISIONS = ("tests/test_rl_moves_decisions.py::"
+                  "test_bopo_changes_decisions_of_its_sft_warm_start[0.001-True]")
 
 MUTATIONS = (
     # The FlightPlanner reads the plan's true route from the env's state (privileged):
@@ -75,6 +81,7 @@ MUTATIONS = (
         (("extra[TIERS.index(self._tier)] = 1.0", "extra[0] = 1.0"),),
         ("tests/test_rl_moves_decisions.py::"
          "test_a_trained_corl_controller_consults_more_as_only_the_tier_rises",),
+        slow=True,
     ),
     # Only the critic trains: the allocator's action distribution carries no gradient
     # (SB3's PPO path and LoRA-guided PPO's), so its decisions move only as the value loss
@@ -90,6 +97,7 @@ MUTATIONS = (
           "            return super()._get_action_dist_from_latent(latent_pi)\n\n"
           "    def architecture(self) -> dict[str, Any]:\n")),
         RL_DECISIONS,
+        slow=True,
     ),
     # The allocator is blind to its input: its encoder sees zeros.
     Mutation(
@@ -97,6 +105,29 @@ MUTATIONS = (
         "agents/lora/policies.py",
         (("        hidden = observations\n", "        hidden = observations * 0.0\n"),),
         RL_DECISIONS,
+        slow=True,
+    ),
+    # BoPO's RL stage trains only the critic: the optimizer holds the value network only.
+    Mutation(
+        "bopo_trains_only_its_critic",
+        "agents/routing/bopo_sft.py",
+        (("    quiet_logger(model)\n    return model\n",
+          "    quiet_logger(model)\n"
+          "    model.policy.optimizer = type(model.policy.optimizer)(\n"
+          "        [p for n, p in model.policy.named_parameters() if 'value' in n],\n"
+          "        lr=learning_rate)\n"
+          "    return model\n"),),
+        (BOPO_DECISIONS,),
+        slow=True,
+    ),
+    # BoPO's router (the trained policy as an allocator) is blind to its input.
+    Mutation(
+        "bopo_router_blind_to_its_input",
+        "agents/routing/bopo_sft.py",
+        (("        hidden = np.asarray(observation, dtype=np.float64)\n",
+          "        hidden = 0.0 * np.asarray(observation, dtype=np.float64)\n"),),
+        (BOPO_DECISIONS,),
+        slow=True,
     ),
     # The trace router's word features (hashed n-grams) are zeroed: only the text
     # statistics (length, numbers, sentences, ...) remain.
@@ -158,7 +189,8 @@ def run_mutated(mutation: Mutation, copy: Path) -> subprocess.CompletedProcess[s
         cwd=copy, env=env, capture_output=True, text=True, check=False)
 
 
-@pytest.mark.parametrize("mutation", MUTATIONS, ids=[m.name for m in MUTATIONS])
+@pytest.mark.parametrize("mutation", [
+    pytest.param(m, id=m.name, marks=[pytest.mark.slow] if m.slow else []) for m in MUTATIONS])
 def test_the_tests_of_a_mechanism_fail_when_it_is_broken(mutation: Mutation,
                                                         tmp_path: Path) -> None:
     result = run_mutated(mutation, mutated_copy(mutation, tmp_path))
