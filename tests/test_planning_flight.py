@@ -7,6 +7,7 @@ from dataclasses import replace
 import gymnasium as gym
 import numpy as np
 import pytest
+from conftest import diverges_only_on_what_it_sees
 
 import cost_envs
 from agents.baselines import CostOptOracle, OneTurnPlanSearch, RuleBased
@@ -227,6 +228,51 @@ def test_on_v1_it_plays_as_on_v0():
     for v0, v1 in zip(runs[V0], runs[V1], strict=True):
         np.testing.assert_array_equal(np.array(v0.actions), np.array(v1.actions))
         assert v0.episode_return == v1.episode_return
+
+
+# ------------------------------------------------------------------ blind to the luck
+def test_other_luck_changes_its_actions_only_through_observed_outcomes():
+    env, tasks = _tasks(40, seed=5)
+    agent = FlightPlanner(env, samples=8)
+    rng = np.random.default_rng(11)
+    diverged = sum(diverges_only_on_what_it_sees(agent, env, task, with_fresh_luck(task, rng))
+                   for task in tasks)
+    assert diverged > 0  # the luck did change some outcomes
+
+
+def _good_and_broken(task):
+    """Two lucks of ``task`` that look alike to the end: every proposal optimal, or broken.
+
+    The broken route is priced as the optimum (the same quotes under the same fare luck)
+    and no searcher or validator ever notices it, so every observation agrees; only the
+    committed plan's success tells the two apart.
+    """
+    route_price = task.route_price.copy()
+    route_price[2] = route_price[0]
+    broken = np.full_like(task.luck, 0.999)  # proposals broken, no check catches them
+    good = broken.copy()
+    good[:, [SMALL_PLANNER, LARGE_PLANNER]] = 0.0  # proposals optimal
+    return [replace(task, luck=luck, route_price=route_price) for luck in (good, broken)]
+
+
+def test_the_planner_cannot_see_which_route_the_plan_is():
+    # Fresh luck changes the quotes at once, so it cannot compare a planner across plans
+    # that look alike; these pairs do. A planner reading the plan's true route (the env's
+    # state) would commit the good plan and re-plan or check the broken one.
+    env, tasks = _tasks(20, seed=5)
+    agent = FlightPlanner(env, samples=8)
+    told_apart = 0
+    for task in tasks:
+        runs = [rollout(agent, env, options={"task": t}, record_steps=True)
+                for t in _good_and_broken(task)]
+        good, broken = runs
+        for step in range(min(len(good.actions), len(broken.actions))):
+            np.testing.assert_array_equal(good.observations[step], broken.observations[step])
+            np.testing.assert_array_equal(good.actions[step], broken.actions[step],
+                                          err_msg=f"step {step}: it acted on the hidden route")
+        assert len(good.actions) == len(broken.actions)
+        told_apart += good.record.success and not broken.record.success
+    assert told_apart >= 15  # the hidden route decided the outcome
 
 
 # ------------------------------------------------------------------------ determinism

@@ -68,12 +68,14 @@ def test_text_statistics() -> None:
 
 def test_router_learns_a_visible_difficulty() -> None:
     # the weak model fails the "tricky" questions (and 10% of the rest), the strong one
-    # never: a router that reads the word reaches PGR 1 at a 40-50% strong-call share
+    # never: a router that reads the word reaches PGR 1 at a 40-50% strong-call share.
+    # "tricky" and "simple" have the same length, so only the word features (hashed
+    # n-grams) tell them apart: the text statistics (length, numbers, ...) cannot.
     rng = np.random.default_rng(0)
     records = []
     for q in range(400):
         tricky = rng.random() < 0.45
-        prompt = f"question {q} is {'tricky' if tricky else 'plain'} about {rng.integers(9)}"
+        prompt = f"question {q} is {'tricky' if tricky else 'simple'} about {rng.integers(9)}"
         weak_ok = not tricky and rng.random() > 0.1
         for model, ok in (("weak", weak_ok), ("strong", True)):
             records.append({"query_id": q, "model": model, "correct": ok, "prompt": prompt,
