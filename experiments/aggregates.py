@@ -67,8 +67,8 @@ FILES = ("aggregates.md", "aggregates.json")
 #: Envs whose tasks are another env's: ``{older: newer}``. FlightPlanner-v1 is v0's tasks,
 #: outcomes and costs with a richer observation; ExpertRouting-v1 draws v0's questions
 #: and luck first and its distractors after. An experiment holding both keeps the newer
-#: version's task (the one issue #23's goals are set on, and the harder env) and leaves
-#: the older one out, whatever either's gap: choosing by the result would bias the pool.
+#: version's task (the harder env, the one the project's goals name) and leaves the older
+#: one out, whatever either's gap: choosing the version by its result would bias the pool.
 SAME_TASKS = {"FlightPlanner-v0": "FlightPlanner-v1", "ExpertRouting-v0": "ExpertRouting-v1"}
 #: Why an experiment written before the blocks carried per-episode scores is not pooled.
 NO_EPISODES = ("its gap_closed blocks have no per-episode scores (written before issue #23): "
@@ -116,19 +116,20 @@ def _episodes(experiment: str, task: str, entry: Mapping[str, Any],
             episodes and the method's ``per_seed``.
     """
     rule = decode_scores(entry["rule_scores"])
-    rows = {"reference_scores": (decode_scores(entry["reference_scores"]), (rule.size,))}
+    reference = decode_scores(entry["reference_scores"])
+    if reference.size != rule.size:
+        raise ValueError(f"aggregates: {experiment} {task}: {reference.size} reference scores "
+                         f"for {rule.size} rule scores, expected one per episode")
+    runs = {}
     for method in methods:
-        texts = entry["methods"][method]["seed_scores"]
-        seeds = [decode_scores(text) for text in texts]
-        rows[f"{method} seed_scores"] = (
-            np.array(seeds) if len({s.size for s in seeds}) == 1 else np.array(texts),
-            (len(entry["methods"][method]["per_seed"]), rule.size))
-    for name, (values, shape) in rows.items():
-        if values.shape != shape:
-            raise ValueError(f"aggregates: {experiment} {task}: {name} has shape "
-                             f"{values.shape}, expected {shape} (seeds x the rule's episodes)")
-    return {"rule": rule, "reference": rows["reference_scores"][0],
-            "methods": {m: rows[f"{m} seed_scores"][0] for m in methods}}
+        seeds = [decode_scores(text) for text in entry["methods"][method]["seed_scores"]]
+        expected = len(entry["methods"][method]["per_seed"])
+        if len(seeds) != expected or {s.size for s in seeds} != {rule.size}:
+            raise ValueError(f"aggregates: {experiment} {task}: {method} has seed_scores of "
+                             f"{sorted({s.size for s in seeds})} episodes for {len(seeds)} "
+                             f"seeds, expected {rule.size} episodes for {expected} seeds")
+        runs[method] = np.array(seeds)
+    return {"rule": rule, "reference": reference, "methods": runs}
 
 
 def score_matrices(blocks: Sequence[Mapping[str, Any]], reps: int = REPS

@@ -215,8 +215,8 @@ def test_bad_blocks_are_refused_in_one_line(tmp_path):
     short["methods"]["m"]["seed_scores"][2] = "0.5 0.5"
     (tmp_path / "b.json").write_text(json.dumps({"gap_closed": gaps.block(
         "e", "return", "rule", "planner", {"u": short})}))
-    with pytest.raises(ValueError, match=r"e u: m seed_scores has shape \(5,\), expected "
-                                         r"\(5, 120\)"):
+    with pytest.raises(ValueError, match=r"e u: m has seed_scores of \[2, 120\] episodes for "
+                                         r"5 seeds, expected 120 episodes for 5 seeds"):
         aggregates.score_matrices(aggregates.read_blocks(tmp_path))
     short["methods"]["m"]["seed_scores"][2] = "0.5 x"
     (tmp_path / "b.json").write_text(json.dumps({"gap_closed": gaps.block(
