@@ -72,7 +72,7 @@ FILES = ("aggregates.md", "aggregates.json")
 SAME_TASKS = {"FlightPlanner-v0": "FlightPlanner-v1", "ExpertRouting-v0": "ExpertRouting-v1"}
 #: Why an experiment written before the blocks carried per-episode scores is not pooled.
 NO_EPISODES = ("its gap_closed blocks have no per-episode scores (written before issue #23): "
-               "rerun the experiment ({files})")
+               "rerun the experiment ({files}).")
 
 
 def read_blocks(results: Path) -> list[dict[str, Any]]:
@@ -279,8 +279,8 @@ def _left_out(result: Mapping[str, Any]) -> str:
     """The sentences naming the tasks and methods an experiment's aggregates leave out."""
     text = ""
     if result["same_tasks"]:
-        text += (" Left out, the same questions and luck as a newer version's task pooled "
-                 "here (pooling both would count them twice): " + ", ".join(
+        text += (" Left out, the same questions and luck as a newer version's task of this "
+                 "experiment (pooling both would count them twice): " + ", ".join(
                      f"{old} (as {new})" for old, new in result["same_tasks"].items()) + ".")
     if result["without_gap"]:
         text += f" Left out, the planner not above the rule: {', '.join(result['without_gap'])}."
@@ -314,7 +314,7 @@ def render(report: Mapping[str, Any]) -> str:
              "out. Written by `python -m experiments aggregates` from the JSON files beside "
              "this one.", ""]
     for experiment, reason in report.get("not_aggregated", {}).items():
-        lines += [f"## {experiment}", "", f"Not aggregated: {reason}.", ""]
+        lines += [f"## {experiment}", "", f"Not aggregated: {reason}", ""]
     for experiment, result in report["experiments"].items():
         lines += [f"## {experiment}", "",
                   f"Score: {result['score']}; 0 = {result['rule']}, 1 = {result['reference']}. "
@@ -350,7 +350,7 @@ def build(results: Path, reps: int = REPS) -> dict[str, Any]:
             skipped[experiment] = NO_EPISODES.format(files=", ".join(group["missing_scores"]))
             continue
         if not group["matrices"]:
-            skipped[experiment] = ("no learned method on a task whose gap is resolved"
+            skipped[experiment] = ("no learned method on a task whose gap is resolved."
                                    + _left_out({**group, "replicates_dropped": 0}))
             continue
         experiments[experiment] = {

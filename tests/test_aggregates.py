@@ -165,8 +165,8 @@ def test_a_v0_v1_pair_that_shares_its_tasks_is_counted_once_as_the_newer_version
     assert corl["same_tasks"] == {"ExpertRouting-v0/mixed/low": "ExpertRouting-v1/mixed/low"}
     assert corl["unresolved_gap"] == ["ExpertRouting-v1/mixed/low"]
     aggregates.report(tmp_path, reps=200)
-    assert "same questions and luck as a newer version's task pooled here (pooling both would " \
-           "count them twice): FlightPlanner-v0 (as FlightPlanner-v1)." \
+    assert "same questions and luck as a newer version's task of this experiment (pooling " \
+           "both would count them twice): FlightPlanner-v0 (as FlightPlanner-v1)." \
            in (tmp_path / "aggregates.md").read_text()
 
 
@@ -179,7 +179,7 @@ def test_an_experiment_without_per_episode_scores_is_named_not_pooled(tmp_path):
             del method["seed_scores"]
     (tmp_path / "corl_tiers.json").write_text(json.dumps({"gap_closed": old}))
     with pytest.raises(ValueError, match=r"nothing to pool: corl: .* rerun the experiment "
-                                         r"\(corl_tiers.json\)$"):
+                                         r"\(corl_tiers.json\)\.$"):
         aggregates.report(tmp_path, reps=200)
     _write(tmp_path, "table_a.json", "lora_ppo", {"A": _task(rng, {"m": 0.1})})
     aggregates.report(tmp_path, reps=200)
