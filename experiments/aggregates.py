@@ -20,10 +20,9 @@ and every run of every method: the rows stay paired on the same episodes) and, w
 each table, each method's seeds (rliable's stratified bootstrap); every share is then
 recomputed against the rule and the planner on the drawn episodes. Resampling seeds only,
 on a fixed evaluation set, gave a method whose seeds agree (LoRA supervised: every seed
-the greedy teacher's copy) a zero-width interval. A replicate in which some table's
-drawn planner is not above its drawn rule cannot scale that table and is dropped; with
-more than 5% dropped the interval is ``n/a``. The probability of improvement compares
-scores on the same drawn episodes (order-preserving on each table, so it needs no gap).
+the greedy teacher's copy) a zero-width interval. A table's draw in which the planner is
+not above the rule cannot scale its shares; as the per-table interval drops it, it is
+drawn again (the JSON counts these, ``redrawn``).
 
 **What is pooled.** Shares put every task on one scale: 0 is the best fixed rule, 1 the
 planner that knows the task but not its luck. Left out of an experiment's aggregates, and
@@ -193,26 +192,44 @@ def score_matrices(blocks: Sequence[Mapping[str, Any]], reps: int = REPS
 
 
 def resample(episodes: Mapping[str, Mapping[str, Any]], methods: Sequence[str],
-             reps: int = REPS, seed: int = 0) -> tuple[dict[str, np.ndarray], np.ndarray,
-                                                       np.ndarray]:
+             reps: int = REPS, seed: int = 0
+             ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, dict[str, int]]:
     """Bootstrap replicates of every method's per-seed mean score on every task.
 
     ``episodes[task]`` is :func:`score_matrices`' entry (rule, reference, and each method's
     seeds x episodes). Each replicate draws each task's episodes with replacement, once
     for all rows, and each method's seeds within each task (independently per method).
+    A task's draw in which the reference is not above the rule cannot scale its shares
+    and is drawn again: each task's draws are those :func:`~cost_envs.metrics.
+    bootstrap_gap_closed` keeps for its table.
 
     Returns:
-        ``(scores, rule, gap)``: ``scores[method]`` is replicates x seeds x tasks, ``rule``
-        and ``gap`` (reference minus rule) are replicates x tasks, all on the drawn episodes.
+        ``(scores, rule, gap, redrawn)``: ``scores[method]`` is replicates x seeds x tasks,
+        ``rule`` and ``gap`` (reference minus rule) are replicates x tasks, all on the drawn
+        episodes; ``redrawn[task]`` counts the draws made again.
+
+    Raises:
+        ValueError: If more than 5% of a task's draws have no gap (its gap is not resolved).
     """
     rng = np.random.default_rng(seed)
     n_tasks = len(episodes)
     rule, gap = np.empty((reps, n_tasks)), np.empty((reps, n_tasks))
     scores = {m: np.empty((reps, next(iter(episodes.values()))["methods"][m].shape[0],
                            n_tasks)) for m in methods}
-    for t, data in enumerate(episodes.values()):
-        n = data["rule"].size
+    redrawn = {}
+    for t, (task, data) in enumerate(episodes.items()):
+        n, difference = data["rule"].size, data["reference"] - data["rule"]
         weights = resample_weights(rng, reps, n) / n  # each row: one draw of the episodes
+        bad = np.flatnonzero(weights @ difference <= 0)
+        if bad.size > (1 - CONFIDENCE) * reps:
+            raise ValueError(f"aggregates: {task}: the reference is not above the rule in "
+                             f"{bad.size} of {reps} draws of the episodes: its gap is not "
+                             "resolved")
+        redrawn[task] = int(bad.size)
+        while bad.size:
+            weights[bad] = resample_weights(rng, bad.size, n) / n
+            bad = bad[weights[bad] @ difference <= 0]
+            redrawn[task] += int(bad.size)
         rule[:, t] = weights @ data["rule"]
         gap[:, t] = weights @ data["reference"] - rule[:, t]
         for method in methods:
@@ -220,7 +237,7 @@ def resample(episodes: Mapping[str, Mapping[str, Any]], methods: Sequence[str],
             means = weights @ runs.T  # replicates x seeds, every seed on the same draw
             chosen = rng.integers(0, runs.shape[0], size=means.shape)
             scores[method][:, :, t] = np.take_along_axis(means, chosen, axis=1)
-    return scores, rule, gap
+    return scores, rule, gap, redrawn
 
 
 def _improvement(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -230,10 +247,8 @@ def _improvement(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return (wins + 0.5 * ties).mean(axis=-1)
 
 
-def _estimate(point: float, drawn: np.ndarray, reps: int) -> list[float | None]:
-    """``[point, low, high]``; the interval is ``None`` when over 5% of replicates dropped."""
-    if drawn.size < CONFIDENCE * reps or drawn.size == 0:
-        return [point, None, None]
+def _estimate(point: float, drawn: np.ndarray) -> list[float]:
+    """``[point, low, high]``: the percentile interval of the replicates ``drawn``."""
     tail = (1 - CONFIDENCE) / 2
     low, high = np.quantile(drawn, [tail, 1 - tail])
     return [point, float(low), float(high)]
@@ -250,28 +265,25 @@ def aggregate(matrices: Mapping[str, np.ndarray], episodes: Mapping[str, Mapping
     from scipy.stats import trim_mean
 
     methods = list(matrices)
-    scores, rule, gap = resample(episodes, methods, reps, seed)
-    kept = (gap > 0).all(axis=1)  # a replicate must be able to scale every task
+    scores, rule, gap, redrawn = resample(episodes, methods, reps, seed)
     summary = {}
     for method in methods:
-        shares = ((scores[method][kept] - rule[kept, None, :]) / gap[kept, None, :]
-                  ).reshape(int(kept.sum()), -1)
+        shares = ((scores[method] - rule[:, None, :]) / gap[:, None, :]).reshape(reps, -1)
         summary[method] = {
             "runs": int(matrices[method].shape[0]),
             "iqm": _estimate(float(metrics.aggregate_iqm(matrices[method])),
-                             trim_mean(shares, 0.25, axis=1), reps),
+                             trim_mean(shares, 0.25, axis=1)),
             "mean": _estimate(float(metrics.aggregate_mean(matrices[method])),
-                              shares.mean(axis=1), reps)}
+                              shares.mean(axis=1))}
+    # P(X > Y) per task is the same on scores as on shares (one rule and gap per draw)
     improvement = {f"{x} > {y}": _estimate(
         float(metrics.probability_of_improvement(matrices[x], matrices[y])),
-        _improvement(scores[x], scores[y]), reps) for x in methods for y in methods if x != y}
+        _improvement(scores[x], scores[y])) for x in methods for y in methods if x != y}
     return {"methods": summary, "probability_of_improvement": improvement,
-            "replicates_dropped": int(reps - kept.sum())}
+            "redrawn": redrawn}
 
 
-def _cell(values: Sequence[float | None]) -> str:
-    if values[1] is None:
-        return f"{values[0]:.2f} [n/a]"
+def _cell(values: Sequence[float]) -> str:
     return f"{values[0]:.2f} [{values[1]:.2f}, {values[2]:.2f}]"
 
 
@@ -293,9 +305,6 @@ def _left_out(result: Mapping[str, Any]) -> str:
                  "experiment's tables): " + "; ".join(
                      f"{label} ({len(have)} of {len(result['tasks'])})"
                      for label, have in result["partial"].items()) + ".")
-    if result["replicates_dropped"]:
-        text += (f" {result['replicates_dropped']} of {result['reps']} bootstrap replicates "
-                 "dropped: in them some task's drawn planner was not above its drawn rule.")
     return text
 
 
@@ -319,7 +328,7 @@ def render(report: Mapping[str, Any]) -> str:
         lines += [f"## {experiment}", "",
                   f"Score: {result['score']}; 0 = {result['rule']}, 1 = {result['reference']}. "
                   f"Tasks ({len(result['tasks'])}): {', '.join(result['tasks'])}."
-                  + _left_out({**result, "reps": report["reps"]}),
+                  + _left_out(result),
                   "", "| Method | Seeds | IQM | Mean |", "|---|---|---|---|"]
         for method, values in result["methods"].items():
             lines.append(f"| {result['labels'][method]} | {values['runs']} | "
@@ -351,7 +360,7 @@ def build(results: Path, reps: int = REPS) -> dict[str, Any]:
             continue
         if not group["matrices"]:
             skipped[experiment] = ("no learned method on a task whose gap is resolved."
-                                   + _left_out({**group, "replicates_dropped": 0}))
+                                   + _left_out(group))
             continue
         experiments[experiment] = {
             **{k: group[k] for k in ("score", "rule", "reference", "files", "tasks",

@@ -73,7 +73,7 @@ def test_without_task_noise_the_intervals_are_rliables_stratified_bootstrap():
     improvement = ours["probability_of_improvement"]["x > y"]
     assert improvement[0] == pytest.approx(float(point["xy"]), abs=1e-12)
     assert improvement[1:] == pytest.approx(interval["xy"][:, 0], abs=0.04)
-    assert ours["replicates_dropped"] == 0
+    assert set(ours["redrawn"].values()) == {0}
 
 
 def _noisy_task(rng: np.random.Generator, seed_spread: float, n: int = 150) -> dict:
@@ -104,6 +104,29 @@ def test_one_tables_mean_interval_is_its_per_table_gap_closed_interval():
         "methods"]["m"]["mean"]
     assert mean[0] == pytest.approx(entry["methods"]["m"]["share"][0])
     assert mean[1:] == pytest.approx(entry["methods"]["m"]["share"][1:], abs=0.02)
+
+
+def test_draws_without_a_gap_are_drawn_again_as_the_per_table_interval_drops_them():
+    rng = np.random.default_rng(5)
+    rule = rng.normal(0.5, 0.3, 150)
+    reference = rule + 0.1 + rng.normal(0, 0.45, 150)  # resolved, but a few draws have no gap
+    runs = rule[None] + 0.05 + rng.normal(0, 0.05, (5, 1)) + rng.normal(0, 0.2, (5, 150))
+    entry = gaps.task_entry(rule, reference, {"m": ("M", runs)}, n_resamples=4000)
+    group = _group({"t": entry})
+    _, _, gap, redrawn = aggregates.resample(group["episodes"], ["m"], reps=4000)
+    assert redrawn["t"] > 0 and (gap > 0).all()
+    result = aggregates.aggregate(group["matrices"], group["episodes"], reps=4000)
+    assert result["redrawn"] == redrawn
+    _, low, high = entry["methods"]["m"]["share"]  # wide: the gap is near 0 in some draws
+    assert result["methods"]["m"]["mean"][1:] == pytest.approx([low, high],
+                                                               abs=0.1 * (high - low))
+    unresolved = _unresolved(rng)
+    episodes = {"u": {"rule": gaps.decode_scores(unresolved["rule_scores"]),
+                      "reference": gaps.decode_scores(unresolved["reference_scores"]),
+                      "methods": {}}}
+    with pytest.raises(ValueError, match=r"aggregates: u: the reference is not above the rule "
+                                         r"in \d+ of 500 draws of the episodes"):
+        aggregates.resample(episodes, [], reps=500)
 
 
 def test_report_ranks_the_method_that_closes_more_of_the_gap(tmp_path):
