@@ -38,9 +38,10 @@ not pooled: their tasks, rules and planners differ. An experiment whose blocks p
 per-episode scores is not aggregated; the report says to rerun it.
 
 The points are rliable's ``aggregate_iqm``, ``aggregate_mean`` and
-``probability_of_improvement`` (the tests check ours agree); the bootstrap is vectorised
-here. ``rliable`` comes with the ``tune`` extra; without it this says so in one line. The
-intervals are seeded, so a rerun on the same inputs writes the same files.
+``probability_of_improvement``; the bootstrap is ours, vectorised (the tests check that
+without task noise its intervals are rliable's stratified bootstrap's). ``rliable`` comes
+with the ``tune`` extra; without it this says so in one line. The intervals are seeded, so
+a rerun on the same inputs writes the same files.
 """
 
 from __future__ import annotations
