@@ -390,7 +390,7 @@ def report(out: Path, results: Path | None = None, reps: int = REPS,
         if not built["not_aggregated"]:
             raise ValueError(f"aggregates: no JSON file in {results or out} has a gap_closed "
                              "block; run the experiments first")
-        raise ValueError("aggregates: nothing to pool: " + "; ".join(
+        raise ValueError("aggregates: nothing to pool. " + " ".join(
             f"{name}: {why}" for name, why in built["not_aggregated"].items()))
     log(f"aggregates: {', '.join(built['experiments'])}")
     return write_files_atomic(out, {"aggregates.md": render(built),

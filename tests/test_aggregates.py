@@ -201,7 +201,7 @@ def test_an_experiment_without_per_episode_scores_is_named_not_pooled(tmp_path):
         for method in entry["methods"].values():
             del method["seed_scores"]
     (tmp_path / "corl_tiers.json").write_text(json.dumps({"gap_closed": old}))
-    with pytest.raises(ValueError, match=r"nothing to pool: corl: .* rerun the experiment "
+    with pytest.raises(ValueError, match=r"nothing to pool\. corl: its .* rerun the experiment "
                                          r"\(corl_tiers.json\)\.$"):
         aggregates.report(tmp_path, reps=200)
     _write(tmp_path, "table_a.json", "lora_ppo", {"A": _task(rng, {"m": 0.1})})
