@@ -3,33 +3,45 @@
 Reads the ``gap_closed`` block (:mod:`experiments.gaps`) of every JSON file in the
 results directory, groups the blocks by experiment, and for each learned method of an
 experiment forms the matrix of its per-seed shares of the gap closed, seeds x tasks (a
-task is an env, a profile or a (profile, tier)). On that matrix, with rliable (Agarwal
-et al., 2021, "Deep RL at the edge of the statistical precipice"):
+task is an env, a profile or a (profile, tier)). On that matrix, with rliable's estimators
+(Agarwal et al., 2021, "Deep RL at the edge of the statistical precipice"):
 
 * the **interquartile mean** (IQM: the mean of the middle 50% of all run-task scores,
-  robust to a few outlying runs and tasks) and the mean, each with a 95% stratified
-  bootstrap interval (runs resampled within each task);
+  robust to a few outlying runs and tasks) and the mean;
 * the **probability of improvement** of each method over each other one of the same
   experiment, ``P(X > Y)``: the chance that a run of X beats a run of Y on a task drawn
-  at random (Mann-Whitney per task, averaged over tasks), with its interval. 0.5 is a tie.
+  at random (``P(X > Y) + P(X = Y) / 2`` per task, averaged over tasks). 0.5 is a tie.
 
-Shares put every task on one scale: 0 is the best fixed rule, 1 the planner that knows the
-task but not its luck. A task where the planner does not beat the rule has no gap and is
-left out of its experiment's aggregates; the report lists such tasks. Methods are compared
-only on the tasks every one of them has; a method trained on some of the tasks only (a
-tuned row, where a sweep ran) is named in the report, not pooled. Different experiments'
-methods are not pooled: their tasks, rules and planners differ.
+**Intervals: seeds and tasks.** Each share was measured on one table's evaluation episodes,
+so it carries their luck as well as the seed's. The 95% intervals are a two-level
+bootstrap, per table as :func:`cost_envs.metrics.bootstrap_gap_closed` does it: each
+replicate draws each table's episodes with replacement (one draw for the rule, the planner
+and every run of every method: the rows stay paired on the same episodes) and, within
+each table, each method's seeds (rliable's stratified bootstrap); every share is then
+recomputed against the rule and the planner on the drawn episodes. Resampling seeds only,
+on a fixed evaluation set, gave a method whose seeds agree (LoRA supervised: every seed
+the greedy teacher's copy) a zero-width interval. A table's draw in which the planner is
+not above the rule cannot scale its shares; as the per-table interval drops it, it is
+drawn again (the JSON counts these, ``redrawn``).
 
-The IQM and the mean and their intervals are rliable's (``get_interval_estimates``). The
-probability of improvement is rliable's estimator (``metrics.probability_of_improvement``:
-``P(X > Y) + P(X = Y) / 2`` per task, averaged over tasks) and its stratified independent
-bootstrap (each method's runs resampled within each task), vectorised here
-(:func:`probability_of_improvement`): rliable computes it with one SciPy Mann-Whitney test
-per task and replicate, about 20 ms per replicate for 24 tasks, which made one pair of
-CORL's methods take 20 s. The tests check the two agree.
+**What is pooled.** Shares put every task on one scale: 0 is the best fixed rule, 1 the
+planner that knows the task but not its luck. Left out of an experiment's aggregates, and
+listed in its report: a task where the planner does not beat the rule (no gap); a task
+where it does on the mean but its advantage is not resolved (the 95% paired bootstrap
+interval of planner minus rule over the episodes includes 0: the shares would divide by a
+gap that might be nothing); and a task that asks the same questions with the same luck as
+another task of the experiment (:data:`SAME_TASKS`: an older version of an env whose newer
+version is there), which would count those episodes twice. Methods are compared only on
+the tasks every one of them has; a method trained on some of the tasks only (a tuned row,
+where a sweep ran) is named in the report, not pooled. Different experiments' methods are
+not pooled: their tasks, rules and planners differ. An experiment whose blocks predate the
+per-episode scores is not aggregated; the report says to rerun it.
 
-``rliable`` comes with the ``tune`` extra; without it this says so in one line. The
-intervals are seeded, so a rerun on the same inputs writes the same files.
+The points are rliable's ``aggregate_iqm``, ``aggregate_mean`` and
+``probability_of_improvement``; the bootstrap is ours, vectorised (the tests check that
+without task noise its intervals are rliable's stratified bootstrap's). ``rliable`` comes
+with the ``tune`` extra; without it this says so in one line. The intervals are seeded, so
+a rerun on the same inputs writes the same files.
 """
 
 from __future__ import annotations
@@ -42,12 +54,25 @@ from typing import Any
 import numpy as np
 
 from agents.files import write_files_atomic
+from cost_envs.metrics import bootstrap_mean_ci
+from cost_envs.metrics.bootstrap import resample_weights
 from experiments.common import quiet
+from experiments.gaps import decode_scores
 
-#: Bootstrap replications of the stratified bootstrap (rliable's default is 50000; 2000
-#: keeps the report to seconds and the interval ends stable to about 0.01).
+#: Bootstrap replications (rliable's default is 50000; 2000 keeps the report to seconds
+#: and the interval ends stable to about 0.01).
 REPS = 2000
+CONFIDENCE = 0.95
 FILES = ("aggregates.md", "aggregates.json")
+#: Envs whose tasks are another env's: ``{older: newer}``. FlightPlanner-v1 is v0's tasks,
+#: outcomes and costs with a richer observation; ExpertRouting-v1 draws v0's questions
+#: and luck first and its distractors after. An experiment holding both keeps the newer
+#: version's task (the harder env, the one the project's goals name) and leaves the older
+#: one out, whatever either's gap: choosing the version by its result would bias the pool.
+SAME_TASKS = {"FlightPlanner-v0": "FlightPlanner-v1", "ExpertRouting-v0": "ExpertRouting-v1"}
+#: Why an experiment written before the blocks carried per-episode scores is not pooled.
+NO_EPISODES = ("its gap_closed blocks have no per-episode scores (written before issue #23): "
+               "rerun the experiment ({files}).")
 
 
 def read_blocks(results: Path) -> list[dict[str, Any]]:
@@ -63,13 +88,61 @@ def read_blocks(results: Path) -> list[dict[str, Any]]:
     return blocks
 
 
-def score_matrices(blocks: Sequence[Mapping[str, Any]]
-                   ) -> dict[str, dict[str, Any]]:
-    """Per experiment: its tasks, the tasks left out, and each method's seeds x tasks shares.
+def newer_twin(task: str) -> str | None:
+    """The task of :data:`SAME_TASKS`'s newer env with the same questions, if ``task`` has one."""
+    env, slash, rest = task.partition("/")
+    newer = SAME_TASKS.get(env)
+    return None if newer is None else newer + slash + rest
+
+
+def gap_resolved(rule: np.ndarray, reference: np.ndarray, reps: int = REPS,
+                 seed: int = 0) -> bool:
+    """Whether the planner's advantage over the rule is resolved on these episodes.
+
+    True when the :data:`CONFIDENCE` paired bootstrap interval (episodes resampled) of
+    the mean of ``reference - rule`` lies above 0.
+    """
+    _, low, _ = bootstrap_mean_ci(reference - rule, n_resamples=reps, confidence=CONFIDENCE,
+                                  seed=seed)
+    return low > 0
+
+
+def _episodes(experiment: str, task: str, entry: Mapping[str, Any],
+              methods: Sequence[str]) -> dict[str, Any]:
+    """A task's per-episode scores: rule, reference and each method's seeds x episodes.
 
     Raises:
-        ValueError: If a task name repeats within an experiment or a method's seed count
-            differs between tasks.
+        ValueError: If a row's episodes or a method's seeds do not match the rule's
+            episodes and the method's ``per_seed``.
+    """
+    rule = decode_scores(entry["rule_scores"])
+    reference = decode_scores(entry["reference_scores"])
+    if reference.size != rule.size:
+        raise ValueError(f"aggregates: {experiment} {task}: {reference.size} reference scores "
+                         f"for {rule.size} rule scores, expected one per episode")
+    runs = {}
+    for method in methods:
+        seeds = [decode_scores(text) for text in entry["methods"][method]["seed_scores"]]
+        expected = len(entry["methods"][method]["per_seed"])
+        if len(seeds) != expected or {s.size for s in seeds} != {rule.size}:
+            raise ValueError(f"aggregates: {experiment} {task}: {method} has seed_scores of "
+                             f"{sorted({s.size for s in seeds})} episodes for {len(seeds)} "
+                             f"seeds, expected {rule.size} episodes for {expected} seeds")
+        runs[method] = np.array(seeds)
+    return {"rule": rule, "reference": reference, "methods": runs}
+
+
+def score_matrices(blocks: Sequence[Mapping[str, Any]], reps: int = REPS
+                   ) -> dict[str, dict[str, Any]]:
+    """Per experiment: the tasks pooled and left out, and each method's seeds x tasks shares.
+
+    ``reps`` is the bootstrap size of the test whether a task's gap is resolved. An
+    experiment whose blocks lack per-episode scores gets only ``missing_scores`` (its
+    files) beside its score, rule and reference.
+
+    Raises:
+        ValueError: If a task name repeats within an experiment, a method's seed count
+            differs between tasks or a task's per-episode scores do not line up.
     """
     grouped: dict[str, dict[str, Any]] = {}
     for entry in blocks:
@@ -85,8 +158,17 @@ def score_matrices(blocks: Sequence[Mapping[str, Any]]
     out = {}
     for experiment, group in grouped.items():
         tasks = group["tasks"]
-        without_gap = [t for t, v in tasks.items() if v["reference"] <= v["rule"]]
-        kept = [t for t in tasks if t not in without_gap]
+        head = {k: group[k] for k in ("score", "rule", "reference", "files")}
+        if not all("rule_scores" in v and "reference_scores" in v for v in tasks.values()):
+            out[experiment] = {**head, "missing_scores": group["files"]}
+            continue
+        same = {t: newer_twin(t) for t in tasks if newer_twin(t) in tasks}
+        without_gap = [t for t, v in tasks.items()
+                       if t not in same and v["reference"] <= v["rule"]]
+        unresolved = [t for t, v in tasks.items() if t not in same and t not in without_gap
+                      and not gap_resolved(decode_scores(v["rule_scores"]),
+                                           decode_scores(v["reference_scores"]), reps)]
+        kept = [t for t in tasks if t not in same and t not in without_gap + unresolved]
         every = dict.fromkeys(m for t in kept for m in tasks[t]["methods"])
         methods = [m for m in every if all(m in tasks[t]["methods"] for t in kept)]
         # e.g. tuned rows, trained only where a sweep ran: named, not pooled
@@ -102,10 +184,61 @@ def score_matrices(blocks: Sequence[Mapping[str, Any]]
                                  f"between tasks ({sorted({len(c) for c in columns})})")
             matrices[method] = np.array(columns, dtype=np.float64).T  # seeds x tasks
             labels[method] = tasks[kept[0]]["methods"][method]["label"]
-        out[experiment] = {**{k: group[k] for k in ("score", "rule", "reference", "files")},
-                           "tasks": kept, "without_gap": without_gap, "partial": partial,
-                           "labels": labels, "matrices": matrices}
+        out[experiment] = {**head, "tasks": kept, "without_gap": without_gap,
+                           "unresolved_gap": unresolved, "same_tasks": same,
+                           "partial": partial, "labels": labels, "matrices": matrices,
+                           "episodes": {t: _episodes(experiment, t, tasks[t], methods)
+                                        for t in kept}}
     return out
+
+
+def resample(episodes: Mapping[str, Mapping[str, Any]], methods: Sequence[str],
+             reps: int = REPS, seed: int = 0
+             ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, dict[str, int]]:
+    """Bootstrap replicates of every method's per-seed mean score on every task.
+
+    ``episodes[task]`` is :func:`score_matrices`' entry (rule, reference, and each method's
+    seeds x episodes). Each replicate draws each task's episodes with replacement, once
+    for all rows, and each method's seeds within each task (independently per method).
+    A task's draw in which the reference is not above the rule cannot scale its shares
+    and is drawn again: each task's draws are those :func:`~cost_envs.metrics.
+    bootstrap_gap_closed` keeps for its table.
+
+    Returns:
+        ``(scores, rule, gap, redrawn)``: ``scores[method]`` is replicates x seeds x tasks,
+        ``rule`` and ``gap`` (reference minus rule) are replicates x tasks, all on the drawn
+        episodes; ``redrawn[task]`` counts the draws made again.
+
+    Raises:
+        ValueError: If more than 5% of a task's draws have no gap (its gap is not resolved).
+    """
+    rng = np.random.default_rng(seed)
+    n_tasks = len(episodes)
+    rule, gap = np.empty((reps, n_tasks)), np.empty((reps, n_tasks))
+    scores = {m: np.empty((reps, next(iter(episodes.values()))["methods"][m].shape[0],
+                           n_tasks)) for m in methods}
+    redrawn = {}
+    for t, (task, data) in enumerate(episodes.items()):
+        n, difference = data["rule"].size, data["reference"] - data["rule"]
+        weights = resample_weights(rng, reps, n) / n  # each row: one draw of the episodes
+        bad = np.flatnonzero(weights @ difference <= 0)
+        if bad.size > (1 - CONFIDENCE) * reps:
+            raise ValueError(f"aggregates: {task}: the reference is not above the rule in "
+                             f"{bad.size} of {reps} draws of the episodes: its gap is not "
+                             "resolved")
+        redrawn[task] = int(bad.size)
+        while bad.size:
+            weights[bad] = resample_weights(rng, bad.size, n) / n
+            bad = bad[weights[bad] @ difference <= 0]
+            redrawn[task] += int(bad.size)
+        rule[:, t] = weights @ data["rule"]
+        gap[:, t] = weights @ data["reference"] - rule[:, t]
+        for method in methods:
+            runs = data["methods"][method]
+            means = weights @ runs.T  # replicates x seeds, every seed on the same draw
+            chosen = rng.integers(0, runs.shape[0], size=means.shape)
+            scores[method][:, :, t] = np.take_along_axis(means, chosen, axis=1)
+    return scores, rule, gap, redrawn
 
 
 def _improvement(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -115,59 +248,65 @@ def _improvement(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return (wins + 0.5 * ties).mean(axis=-1)
 
 
-def probability_of_improvement(x: np.ndarray, y: np.ndarray, reps: int = REPS,
-                               confidence: float = 0.95, seed: int = 0) -> list[float]:
-    """``[point, low, high]`` of the probability that a run of X beats a run of Y.
+def _estimate(point: float, drawn: np.ndarray) -> list[float]:
+    """``[point, low, high]``: the percentile interval of the replicates ``drawn``."""
+    tail = (1 - CONFIDENCE) / 2
+    low, high = np.quantile(drawn, [tail, 1 - tail])
+    return [point, float(low), float(high)]
 
-    ``x`` and ``y`` are runs x tasks on the same tasks. The point is rliable's
-    ``probability_of_improvement``; the interval a percentile bootstrap that resamples
-    each method's runs within each task, independently (rliable's
-    ``StratifiedIndependentBootstrap``), ``reps`` times.
+
+def aggregate(matrices: Mapping[str, np.ndarray], episodes: Mapping[str, Mapping[str, Any]],
+              reps: int = REPS, seed: int = 0) -> dict[str, Any]:
+    """IQM and mean per method and probability of improvement per ordered pair, with intervals.
+
+    ``matrices[method]`` is seeds x tasks of per-seed shares (the points), ``episodes``
+    the tasks' per-episode scores in the same task order (:func:`score_matrices`).
     """
-    rng = np.random.default_rng(seed)
-    tasks = np.arange(x.shape[1])
-    drawn_x = x[rng.integers(0, x.shape[0], size=(reps, *x.shape)), tasks]
-    drawn_y = y[rng.integers(0, y.shape[0], size=(reps, *y.shape)), tasks]
-    tail = (1 - confidence) / 2
-    low, high = np.quantile(_improvement(drawn_x, drawn_y), [tail, 1 - tail])
-    return [float(_improvement(x, y)), float(low), float(high)]
-
-
-def aggregate(matrices: Mapping[str, np.ndarray], reps: int = REPS) -> dict[str, Any]:
-    """IQM and mean per method and probability of improvement per ordered pair, with intervals."""
-    import warnings
-
-    from rliable import library as rly
     from rliable import metrics
+    from scipy.stats import trim_mean
 
-    def iqm_and_mean(scores: np.ndarray) -> np.ndarray:
-        return np.array([metrics.aggregate_iqm(scores), metrics.aggregate_mean(scores)])
-
-    # rliable's StratifiedBootstrap draws its resamples with numpy's *global* generator
-    # (np.random.choice in update_indices) whatever random_state says, so the intervals
-    # moved with whatever ran before in the process: seed it here, and put it back after.
-    global_state = np.random.get_state()
-    np.random.seed(0)
-    try:
-        with warnings.catch_warnings():  # arch warns about rliable's RandomState argument
-            warnings.simplefilter("ignore", FutureWarning)
-            points, intervals = rly.get_interval_estimates(
-                dict(matrices), iqm_and_mean, reps=reps,
-                random_state=np.random.RandomState(0))
-    finally:
-        np.random.set_state(global_state)
-    summary = {m: {"runs": int(matrices[m].shape[0]),
-                   "iqm": [float(points[m][0]), *map(float, intervals[m][:, 0])],
-                   "mean": [float(points[m][1]), *map(float, intervals[m][:, 1])]}
-               for m in matrices}
-    names = list(matrices)
-    improvement = {f"{x} > {y}": probability_of_improvement(matrices[x], matrices[y], reps)
-                   for x in names for y in names if x != y}
-    return {"methods": summary, "probability_of_improvement": improvement}
+    methods = list(matrices)
+    scores, rule, gap, redrawn = resample(episodes, methods, reps, seed)
+    summary = {}
+    for method in methods:
+        shares = ((scores[method] - rule[:, None, :]) / gap[:, None, :]).reshape(reps, -1)
+        summary[method] = {
+            "runs": int(matrices[method].shape[0]),
+            "iqm": _estimate(float(metrics.aggregate_iqm(matrices[method])),
+                             trim_mean(shares, 0.25, axis=1)),
+            "mean": _estimate(float(metrics.aggregate_mean(matrices[method])),
+                              shares.mean(axis=1))}
+    # P(X > Y) per task is the same on scores as on shares (one rule and gap per draw)
+    improvement = {f"{x} > {y}": _estimate(
+        float(metrics.probability_of_improvement(matrices[x], matrices[y])),
+        _improvement(scores[x], scores[y])) for x in methods for y in methods if x != y}
+    return {"methods": summary, "probability_of_improvement": improvement,
+            "redrawn": redrawn}
 
 
 def _cell(values: Sequence[float]) -> str:
     return f"{values[0]:.2f} [{values[1]:.2f}, {values[2]:.2f}]"
+
+
+def _left_out(result: Mapping[str, Any]) -> str:
+    """The sentences naming the tasks and methods an experiment's aggregates leave out."""
+    text = ""
+    if result["same_tasks"]:
+        text += (" Left out, the same questions and luck as a newer version's task of this "
+                 "experiment (pooling both would count them twice): " + ", ".join(
+                     f"{old} (as {new})" for old, new in result["same_tasks"].items()) + ".")
+    if result["without_gap"]:
+        text += f" Left out, the planner not above the rule: {', '.join(result['without_gap'])}."
+    if result["unresolved_gap"]:
+        text += (" Left out, the planner above the rule but not resolved (the 95% paired "
+                 "interval of planner minus rule over the episodes includes 0): "
+                 f"{', '.join(result['unresolved_gap'])}.")
+    if result["partial"]:
+        text += (" Left out, trained on some of these tasks only (their shares are in their "
+                 "experiment's tables): " + "; ".join(
+                     f"{label} ({len(have)} of {len(result['tasks'])})"
+                     for label, have in result["partial"].items()) + ".")
+    return text
 
 
 def render(report: Mapping[str, Any]) -> str:
@@ -175,22 +314,22 @@ def render(report: Mapping[str, Any]) -> str:
     lines = ["# Aggregates across envs and profiles", "",
              "Each learned method's per-seed *share of the gap closed* between the best fixed "
              "rule (0) and the planner that knows the task but not its luck (1), pooled over "
-             "an experiment's tasks (envs, profiles, tiers): interquartile mean and mean with "
-             "95% stratified-bootstrap intervals, and the probability that a run of one "
-             f"method beats a run of another on a random task (rliable {report['rliable']}, "
-             f"{report['reps']} bootstrap replications). Written by `python -m experiments "
-             "aggregates` from the JSON files beside this one.", ""]
+             "an experiment's tasks (envs, profiles, tiers): interquartile mean and mean, and "
+             "the probability that a run of one method beats a run of another on a random "
+             f"task (rliable {report['rliable']}'s estimators). 95% intervals over seeds and "
+             f"tasks: {report['reps']} bootstrap replicates, each drawing every table's "
+             "evaluation episodes (the same draw for the rule, the planner and every run) and "
+             "each method's seeds within each table. Tasks whose gap is not resolved, and "
+             "older versions of an env whose newer version asks the same questions, are left "
+             "out. Written by `python -m experiments aggregates` from the JSON files beside "
+             "this one.", ""]
+    for experiment, reason in report.get("not_aggregated", {}).items():
+        lines += [f"## {experiment}", "", f"Not aggregated: {reason}", ""]
     for experiment, result in report["experiments"].items():
         lines += [f"## {experiment}", "",
                   f"Score: {result['score']}; 0 = {result['rule']}, 1 = {result['reference']}. "
                   f"Tasks ({len(result['tasks'])}): {', '.join(result['tasks'])}."
-                  + (f" Left out, the planner not above the rule: "
-                     f"{', '.join(result['without_gap'])}." if result["without_gap"] else "")
-                  + (" Left out, trained on some of these tasks only (their shares are in "
-                     "their experiment's tables): " + "; ".join(
-                         f"{label} ({len(have)} of {len(result['tasks'])})"
-                         for label, have in result["partial"].items()) + "."
-                     if result.get("partial") else ""),
+                  + _left_out(result),
                   "", "| Method | Seeds | IQM | Mean |", "|---|---|---|---|"]
         for method, values in result["methods"].items():
             lines.append(f"| {result['labels'][method]} | {values['runs']} | "
@@ -209,19 +348,28 @@ def render(report: Mapping[str, Any]) -> str:
 
 
 def build(results: Path, reps: int = REPS) -> dict[str, Any]:
-    """The report of every experiment whose JSON in ``results`` has a ``gap_closed`` block."""
+    """The report of every experiment whose JSON in ``results`` has a ``gap_closed`` block.
+
+    Experiments with nothing to pool are under ``not_aggregated``, with the reason.
+    """
     from importlib.metadata import version
 
-    experiments = {}
-    for experiment, group in score_matrices(read_blocks(results)).items():
-        if not group["matrices"]:
+    experiments, skipped = {}, {}
+    for experiment, group in score_matrices(read_blocks(results), reps).items():
+        if "missing_scores" in group:
+            skipped[experiment] = NO_EPISODES.format(files=", ".join(group["missing_scores"]))
             continue
-        aggregated = aggregate(group["matrices"], reps)
+        if not group["matrices"]:
+            skipped[experiment] = ("no learned method on a task whose gap is resolved."
+                                   + _left_out(group))
+            continue
         experiments[experiment] = {
             **{k: group[k] for k in ("score", "rule", "reference", "files", "tasks",
-                                     "without_gap", "partial", "labels")},
-            **aggregated}
-    return {"rliable": version("rliable"), "reps": reps, "experiments": experiments}
+                                     "same_tasks", "without_gap", "unresolved_gap", "partial",
+                                     "labels")},
+            **aggregate(group["matrices"], group["episodes"], reps)}
+    return {"rliable": version("rliable"), "reps": reps, "experiments": experiments,
+            "not_aggregated": skipped}
 
 
 def report(out: Path, results: Path | None = None, reps: int = REPS,
@@ -229,7 +377,9 @@ def report(out: Path, results: Path | None = None, reps: int = REPS,
     """Aggregate the JSON files of ``results`` (default ``out``) into ``out``'s two files.
 
     Raises:
-        ValueError: Without rliable, or when no JSON file has a ``gap_closed`` block.
+        ValueError: Without rliable, or when no experiment has anything to pool (no JSON
+            file with a ``gap_closed`` block, or none with a resolved gap and per-episode
+            scores).
     """
     try:
         import rliable  # noqa: F401
@@ -237,8 +387,11 @@ def report(out: Path, results: Path | None = None, reps: int = REPS,
         raise ValueError("aggregates: needs rliable (pip install -e '.[tune]')") from None
     built = build(results or out, reps)
     if not built["experiments"]:
-        raise ValueError(f"aggregates: no JSON file in {results or out} has a gap_closed "
-                         "block; run the experiments first")
+        if not built["not_aggregated"]:
+            raise ValueError(f"aggregates: no JSON file in {results or out} has a gap_closed "
+                             "block; run the experiments first")
+        raise ValueError("aggregates: nothing to pool. " + " ".join(
+            f"{name}: {why}" for name, why in built["not_aggregated"].items()))
     log(f"aggregates: {', '.join(built['experiments'])}")
     return write_files_atomic(out, {"aggregates.md": render(built),
                                     "aggregates.json": json.dumps(built, indent=2) + "\n"})

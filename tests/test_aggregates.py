@@ -23,27 +23,110 @@ def _task(rng: np.random.Generator, lifts: dict[str, float], seeds: int = 5,
     return gaps.task_entry(rule, rule + gap, methods, n_resamples=200)
 
 
+def _unresolved(rng: np.random.Generator, n: int = 120) -> dict:
+    """A task whose planner is above the rule on the mean, by far less than the noise."""
+    rule = rng.normal(0.5, 0.3, n)
+    reference = rule + 0.02 + np.resize([0.5, -0.5], n)  # +0.02 +- 0.05 (one standard error)
+    return gaps.task_entry(rule, reference, {"ppo": ("PPO", rule[None] + 0.01),
+                                             "lora": ("LORA", rule[None] + 0.02)},
+                           n_resamples=200)
+
+
 def _write(directory, name, experiment, tasks):
     (directory / name).write_text(json.dumps(
         {"other": 1, "gap_closed": gaps.block(experiment, "return", "rule", "planner", tasks)}))
 
 
-def test_probability_of_improvement_is_rliables_estimator_and_interval():
+def _group(tasks: dict, experiment: str = "e") -> dict:
+    block = {**gaps.block(experiment, "return", "rule", "planner", tasks), "file": "x.json"}
+    return aggregates.score_matrices([block], reps=500)[experiment]
+
+
+def test_without_task_noise_the_intervals_are_rliables_stratified_bootstrap():
     from rliable import library as rly
     from rliable import metrics
 
     rng = np.random.default_rng(0)
     x, y = rng.normal(0.3, 1, (5, 6)), rng.normal(0, 1, (4, 6))
     y[0, 0] = x[0, 0]  # a tie counts one half
-    ours = aggregates.probability_of_improvement(x, y, reps=2000)
+    flat = np.ones(4)  # every episode scores the same: resampling episodes changes nothing
+    tasks = {f"t{t}": gaps.task_entry(0 * flat, flat, {"x": ("X", x[:, [t]] * flat),
+                                                        "y": ("Y", y[:, [t]] * flat)},
+                                      n_resamples=10)
+             for t in range(6)}
+    group = _group(tasks)
+    ours = aggregates.aggregate(group["matrices"], group["episodes"], reps=2000)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
+        points, intervals = rly.get_interval_estimates(
+            {"x": x, "y": y}, lambda s: np.array([metrics.aggregate_iqm(s),
+                                                  metrics.aggregate_mean(s)]),
+            reps=2000, random_state=np.random.RandomState(0))
         point, interval = rly.get_interval_estimates(
             {"xy": [x, y]}, metrics.probability_of_improvement, reps=2000,
             random_state=np.random.RandomState(0))
-    assert ours[0] == pytest.approx(float(point["xy"]), abs=1e-12)
-    assert ours[1] == pytest.approx(float(interval["xy"][0][0]), abs=0.04)
-    assert ours[2] == pytest.approx(float(interval["xy"][1][0]), abs=0.04)
+    for method in ("x", "y"):
+        for k, name in enumerate(("iqm", "mean")):
+            value = ours["methods"][method][name]
+            assert value[0] == pytest.approx(points[method][k], abs=1e-6)  # 4-decimal scores
+            assert value[1:] == pytest.approx(intervals[method][:, k], abs=0.06)
+    improvement = ours["probability_of_improvement"]["x > y"]
+    assert improvement[0] == pytest.approx(float(point["xy"]), abs=1e-12)
+    assert improvement[1:] == pytest.approx(interval["xy"][:, 0], abs=0.04)
+    assert set(ours["redrawn"].values()) == {0}
+
+
+def _noisy_task(rng: np.random.Generator, seed_spread: float, n: int = 150) -> dict:
+    rule = rng.normal(0.5, 0.3, n)
+    reference = rule + 0.3 + rng.normal(0, 0.2, n)
+    runs = (rule[None] + 0.15 + rng.normal(0, seed_spread, (5, 1))
+            + rng.normal(0, 0.2, (1 if seed_spread == 0 else 5, n)))
+    return gaps.task_entry(rule, reference, {"m": ("M", np.broadcast_to(runs, (5, n)))},
+                           n_resamples=4000)
+
+
+def test_seeds_that_agree_still_get_the_interval_of_the_tasks_luck():
+    rng = np.random.default_rng(5)
+    group = _group({"a": _noisy_task(rng, 0.0), "b": _noisy_task(rng, 0.0)})
+    assert np.ptp(group["matrices"]["m"], axis=0).max() == 0  # every seed the same share
+    result = aggregates.aggregate(group["matrices"], group["episodes"], reps=1000)
+    for name in ("iqm", "mean"):
+        point, low, high = result["methods"]["m"][name]
+        assert high - low > 0.1 and low < point < high  # seeds-only gave [point, point]
+
+
+def test_one_tables_mean_interval_is_its_per_table_gap_closed_interval():
+    # the mean over seeds of shares is the share of the seeds' mean, so on one table the
+    # aggregate resamples what bootstrap_gap_closed does, seeds and episodes alike
+    entry = _noisy_task(np.random.default_rng(6), 0.05)
+    group = _group({"t": entry})
+    mean = aggregates.aggregate(group["matrices"], group["episodes"], reps=4000)[
+        "methods"]["m"]["mean"]
+    assert mean[0] == pytest.approx(entry["methods"]["m"]["share"][0])
+    assert mean[1:] == pytest.approx(entry["methods"]["m"]["share"][1:], abs=0.02)
+
+
+def test_draws_without_a_gap_are_drawn_again_as_the_per_table_interval_drops_them():
+    rng = np.random.default_rng(5)
+    rule = rng.normal(0.5, 0.3, 150)
+    reference = rule + 0.1 + rng.normal(0, 0.45, 150)  # resolved, but a few draws have no gap
+    runs = rule[None] + 0.05 + rng.normal(0, 0.05, (5, 1)) + rng.normal(0, 0.2, (5, 150))
+    entry = gaps.task_entry(rule, reference, {"m": ("M", runs)}, n_resamples=4000)
+    group = _group({"t": entry})
+    _, _, gap, redrawn = aggregates.resample(group["episodes"], ["m"], reps=4000)
+    assert redrawn["t"] > 0 and (gap > 0).all()
+    result = aggregates.aggregate(group["matrices"], group["episodes"], reps=4000)
+    assert result["redrawn"] == redrawn
+    _, low, high = entry["methods"]["m"]["share"]  # wide: the gap is near 0 in some draws
+    assert result["methods"]["m"]["mean"][1:] == pytest.approx([low, high],
+                                                               abs=0.1 * (high - low))
+    unresolved = _unresolved(rng)
+    episodes = {"u": {"rule": gaps.decode_scores(unresolved["rule_scores"]),
+                      "reference": gaps.decode_scores(unresolved["reference_scores"]),
+                      "methods": {}}}
+    with pytest.raises(ValueError, match=r"aggregates: u: the reference is not above the rule "
+                                         r"in \d+ of 500 draws of the episodes"):
+        aggregates.resample(episodes, [], reps=500)
 
 
 def test_report_ranks_the_method_that_closes_more_of_the_gap(tmp_path):
@@ -51,12 +134,14 @@ def test_report_ranks_the_method_that_closes_more_of_the_gap(tmp_path):
     _write(tmp_path, "table_a.json", "lora_ppo", {"A": _task(rng, {"ppo": 0.05, "lora": 0.2})})
     _write(tmp_path, "table_b.json", "lora_ppo", {"B": _task(rng, {"ppo": 0.05, "lora": 0.2}),
                                                    "C": _task(rng, {"ppo": 0.05, "lora": 0.2},
-                                                              gap=-0.1)})
+                                                              gap=-0.1),
+                                                   "D": _unresolved(rng)})
     (tmp_path / "unrelated.json").write_text("[1, 2]")
     paths = aggregates.report(tmp_path, reps=500)
     assert sorted(p.name for p in paths) == sorted(aggregates.FILES)
     report = json.loads((tmp_path / "aggregates.json").read_text())["experiments"]["lora_ppo"]
     assert report["tasks"] == ["A", "B"] and report["without_gap"] == ["C"]
+    assert report["unresolved_gap"] == ["D"] and report["same_tasks"] == {}
     ppo, lora = report["methods"]["ppo"], report["methods"]["lora"]
     assert ppo["runs"] == lora["runs"] == 5
     assert ppo["iqm"][2] < lora["iqm"][1]  # the intervals separate
@@ -65,7 +150,9 @@ def test_report_ranks_the_method_that_closes_more_of_the_gap(tmp_path):
     worse = report["probability_of_improvement"]["ppo > lora"]
     assert better[0] > 0.9 and better[0] + worse[0] == pytest.approx(1.0)
     text = (tmp_path / "aggregates.md").read_text()
-    assert "| LORA | 5 |" in text and "Left out, the planner not above the rule: C" in text
+    assert "| LORA | 5 |" in text and "Left out, the planner not above the rule: C." in text
+    assert "not resolved (the 95% paired interval of planner minus rule over the episodes " \
+           "includes 0): D." in text
 
 
 def test_methods_are_compared_on_the_tasks_they_share_only(tmp_path):
@@ -81,15 +168,60 @@ def test_methods_are_compared_on_the_tasks_they_share_only(tmp_path):
     assert "B (1 of 2)" in (tmp_path / "aggregates.md").read_text()
 
 
-def test_the_intervals_do_not_depend_on_numpys_global_generator(tmp_path):
+def test_a_v0_v1_pair_that_shares_its_tasks_is_counted_once_as_the_newer_version(tmp_path):
+    rng = np.random.default_rng(4)
+    _write(tmp_path, "table_a.json", "lora_ppo", {"FlightPlanner-v0": _task(rng, {"m": 0.1})})
+    _write(tmp_path, "table_b.json", "lora_ppo", {"FlightPlanner-v1": _task(rng, {"m": 0.1}),
+                                                  "ToolBench-v0": _task(rng, {"m": 0.1})})
+    _write(tmp_path, "corl.json", "corl", {
+        "ExpertRouting-v0/mixed/low": _task(rng, {"m": 0.1}),
+        "ExpertRouting-v0/aime/low": _task(rng, {"m": 0.1}),  # no v1 twin: kept
+        "ExpertRouting-v1/mixed/low": _unresolved(rng),  # the twin, even unresolved, wins
+        "ExpertRouting-v1/aime/high": _task(rng, {"m": 0.1})})
+    groups = aggregates.score_matrices(aggregates.read_blocks(tmp_path))
+    lora = groups["lora_ppo"]
+    assert lora["tasks"] == ["FlightPlanner-v1", "ToolBench-v0"]
+    assert lora["same_tasks"] == {"FlightPlanner-v0": "FlightPlanner-v1"}
+    assert lora["matrices"]["m"].shape == (5, 2) and list(lora["episodes"]) == lora["tasks"]
+    corl = groups["corl"]
+    assert corl["tasks"] == ["ExpertRouting-v0/aime/low", "ExpertRouting-v1/aime/high"]
+    assert corl["same_tasks"] == {"ExpertRouting-v0/mixed/low": "ExpertRouting-v1/mixed/low"}
+    assert corl["unresolved_gap"] == ["ExpertRouting-v1/mixed/low"]
+    aggregates.report(tmp_path, reps=200)
+    assert "same questions and luck as a newer version's task of this experiment (pooling " \
+           "both would count them twice): FlightPlanner-v0 (as FlightPlanner-v1)." \
+           in (tmp_path / "aggregates.md").read_text()
+
+
+def test_an_experiment_without_per_episode_scores_is_named_not_pooled(tmp_path):
+    rng = np.random.default_rng(7)
+    old = gaps.block("corl", "accuracy", "rule", "planner", {"t": _task(rng, {"m": 0.1})})
+    for entry in old["tasks"].values():  # as written before issue #23
+        del entry["rule_scores"], entry["reference_scores"]
+        for method in entry["methods"].values():
+            del method["seed_scores"]
+    (tmp_path / "corl_tiers.json").write_text(json.dumps({"gap_closed": old}))
+    with pytest.raises(ValueError, match=r"nothing to pool\. corl: its .* rerun the experiment "
+                                         r"\(corl_tiers.json\)\.$"):
+        aggregates.report(tmp_path, reps=200)
+    _write(tmp_path, "table_a.json", "lora_ppo", {"A": _task(rng, {"m": 0.1})})
+    aggregates.report(tmp_path, reps=200)
+    report = json.loads((tmp_path / "aggregates.json").read_text())
+    assert list(report["experiments"]) == ["lora_ppo"] and list(report["not_aggregated"]) == [
+        "corl"]
+    assert "## corl\n\nNot aggregated: its gap_closed blocks have no per-episode scores" in (
+        tmp_path / "aggregates.md").read_text()
+
+
+def test_the_intervals_are_seeded_and_leave_numpys_global_generator_alone():
     rng = np.random.default_rng(3)
-    matrices = {"a": rng.normal(0.2, 0.3, (5, 4)), "b": rng.normal(0.0, 0.3, (5, 4))}
+    group = _group({t: _task(rng, {"a": 0.2, "b": 0.0}) for t in "pqrs"})
     np.random.seed(1)
-    first = aggregates.aggregate(matrices, reps=300)
+    first = aggregates.aggregate(group["matrices"], group["episodes"], reps=300)
     np.random.seed(2)
     before = np.random.get_state()[1].copy()
-    assert aggregates.aggregate(matrices, reps=300) == first
-    assert (np.random.get_state()[1] == before).all()  # and leaves it as it found it
+    assert aggregates.aggregate(group["matrices"], group["episodes"], reps=300) == first
+    assert (np.random.get_state()[1] == before).all()
 
 
 def test_bad_blocks_are_refused_in_one_line(tmp_path):
@@ -101,6 +233,18 @@ def test_bad_blocks_are_refused_in_one_line(tmp_path):
     (tmp_path / "b.json").write_text(json.dumps({"gap_closed": gaps.block(
         "e", "return", "rule", "planner", {"u": _task(rng, {"m": 0.1}, seeds=3)})}))
     with pytest.raises(ValueError, match="seed count differs"):
+        aggregates.score_matrices(aggregates.read_blocks(tmp_path))
+    short = _task(rng, {"m": 0.1})
+    short["methods"]["m"]["seed_scores"][2] = "0.5 0.5"
+    (tmp_path / "b.json").write_text(json.dumps({"gap_closed": gaps.block(
+        "e", "return", "rule", "planner", {"u": short})}))
+    with pytest.raises(ValueError, match=r"e u: m has seed_scores of \[2, 120\] episodes for "
+                                         r"5 seeds, expected 120 episodes for 5 seeds"):
+        aggregates.score_matrices(aggregates.read_blocks(tmp_path))
+    short["methods"]["m"]["seed_scores"][2] = "0.5 x"
+    (tmp_path / "b.json").write_text(json.dumps({"gap_closed": gaps.block(
+        "e", "return", "rule", "planner", {"u": short})}))
+    with pytest.raises(ValueError, match="decode_scores: expected a string of space-separated"):
         aggregates.score_matrices(aggregates.read_blocks(tmp_path))
 
 
@@ -119,3 +263,22 @@ def test_per_seed_shares_are_each_seeds_mean_on_the_common_scale():
     flat = gaps.task_entry(rule, rule, {"m": ("M", [rule])}, n_resamples=50)
     assert flat["methods"]["m"]["share"] == [None, None, None]
     assert gaps.share_cell(flat["methods"]["m"]) == "n/a"
+
+
+def test_per_episode_scores_are_kept_to_four_decimals_in_one_json_line_per_row():
+    assert gaps.encode_scores([0.86488, 1.0, 0.0, -0.00001, -0.12346, 12.5]) \
+        == "0.8649 1 0 0 -0.1235 12.5"
+    np.testing.assert_array_equal(gaps.decode_scores("0.8649 1 0 -0.1235"),
+                                  [0.8649, 1.0, 0.0, -0.1235])
+    with pytest.raises(ValueError, match=r"encode_scores: expected finite scores, got \[nan\]"):
+        gaps.encode_scores([1.0, float("nan")])
+    rng = np.random.default_rng(8)
+    rule, reference, runs = (rng.normal(0, 1, 2000), rng.normal(1, 1, 2000),
+                             rng.normal(0.4, 1, (5, 2000)))
+    entry = gaps.task_entry(rule, reference, {"m": ("M", runs)}, n_resamples=20)
+    assert len(json.dumps(entry, indent=2).splitlines()) < 40  # not one line per episode
+    decoded = np.array([gaps.decode_scores(text) for text in entry["methods"]["m"]["seed_scores"]])
+    assert np.abs(decoded - runs).max() <= 5e-5 + 1e-12
+    assert np.abs(decoded.mean(axis=1) - runs.mean(axis=1)).max() < 5e-6  # errors average out
+    np.testing.assert_allclose(gaps.decode_scores(entry["reference_scores"]), reference,
+                               atol=5e-5 + 1e-12)

@@ -47,7 +47,7 @@ from experiments.corl import (
     run_corl,
     run_envs,
 )
-from experiments.gaps import share_cell
+from experiments.gaps import decode_scores, share_cell
 
 
 class Constant:
@@ -407,11 +407,19 @@ def test_gap_closed_block_puts_learned_rows_between_the_best_fixed_row_and_the_p
     assert page.count("| 1 (reference) |") == 3
     assert f"| {share_cell(low['methods']['ppo'])} |" in page
     assert "| n/a |" in page
-    # the aggregates read the block: the tier without a gap is left out
+    # the block carries each row's per-query scores, for the aggregates to resample
+    assert low["rule_scores"] == " ".join(map(str, rule))
+    assert low["reference_scores"] == " ".join(map(str, planner_scores))
+    assert [decode_scores(s).mean() for s in low["methods"]["ppo"]["seed_scores"]] \
+        == [0.375, 0.25]  # the per-seed shares 0.5 and 0
+    # the aggregates read the block: the tier without a gap is left out, and two queries
+    # of eight are too few to resolve the planner's lead in the others
     (tmp_path / "corl_tiers.json").write_text(json.dumps(result))
     matrices = aggregates.score_matrices(aggregates.read_blocks(tmp_path))["corl"]
     assert matrices["without_gap"] == ["ExpertRouting-v0/mixed/high"]
-    np.testing.assert_allclose(matrices["matrices"]["ppo"], [[0.5, 0.5], [0.0, 0.0]])
+    assert matrices["unresolved_gap"] == ["ExpertRouting-v0/mixed/low",
+                                          "ExpertRouting-v0/mixed/medium"]
+    assert matrices["matrices"] == {}
 
 
 def test_fixed_rows_score_the_planner_in_every_table_under_the_oracle(monkeypatch) -> None:
