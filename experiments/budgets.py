@@ -173,12 +173,15 @@ def reference_returns(env_id: str, episodes: int) -> tuple[list[float], list[flo
     return list(rules[rule]), list(fixed.returns["planner"])
 
 
-def report(out: Path, scale: str = "default", jobs: int = 2,
+def report(out: Path, scale: str | Scale = "default", jobs: int = 2,
            envs: Mapping[str, Sequence[str]] | None = None, log: Any = print) -> list[Path]:
-    """Run every (env, row, seed) and write each env's table and CSV; returns the paths."""
-    if scale not in SCALES:
+    """Run every (env, row, seed) and write each env's table and CSV; returns the paths.
+
+    ``scale``: a key of :data:`SCALES` or a :class:`Scale`.
+    """
+    if isinstance(scale, str) and scale not in SCALES:
         raise ValueError(f"scale: expected one of {list(SCALES)}, got {scale!r}")
-    chosen = SCALES[scale]
+    chosen = SCALES[scale] if isinstance(scale, str) else scale
     envs = BUDGET_ENVS if envs is None else envs
     grid = [Job(env_id, key, seed, chosen) for env_id, keys in envs.items()
             for key in keys for seed in range(chosen.seeds)]

@@ -151,8 +151,10 @@ class LearnedRow:
         if self.teacher != "greedy":
             if not has_planner(env_id, self.teacher):
                 return None
+            # A DAgger round plays a third of the first fit's episodes (500 of 1500).
             supervised = replace(supervised, teacher=self.teacher,
-                                 dagger_rounds=self.dagger_rounds)
+                                 dagger_rounds=self.dagger_rounds,
+                                 dagger_episodes=max(1, supervised.episodes // 3))
         head = {} if self.action_head == "independent" else {"action_head": self.action_head}
         if not self.tuned:
             return {"supervised": supervised, **head}
@@ -178,6 +180,9 @@ def has_planner(env_id: str, teacher: str = "planner") -> bool:
 #: teacher already succeeds on 95% of tasks and its sampling planner takes 20 ms an
 #: episode, 30 s of traces per training run.
 PLANNER_TAUGHT_ENVS = ("cost_envs/ToolBench-v0",)
+#: Where the Bayes-taught rows run: the envs with a Bayes reference (issue #23: a teacher
+#: that sees what the student sees, labelling the student's own states with DAgger).
+BAYES_TAUGHT_ENVS = ("cost_envs/ToolBench-v0",)
 LEARNED_ROWS = {
     "lora": LearnedRow("lora", "pretrained", "LoRA supervised"),
     "ppo": LearnedRow("ppo", "pretrained", "PPO"),
@@ -194,6 +199,11 @@ LEARNED_ROWS = {
     "lora-ppo/planner": LearnedRow("lora-ppo", "pretrained",
                                    "LoRA-Guided PPO, planner teacher", teacher="planner",
                                    envs=PLANNER_TAUGHT_ENVS),
+    "lora/bayes": LearnedRow("lora", "pretrained", "LoRA supervised, Bayes teacher + DAgger",
+                             teacher="bayes", dagger_rounds=2, envs=BAYES_TAUGHT_ENVS),
+    "lora-ppo/bayes": LearnedRow("lora-ppo", "pretrained",
+                                 "LoRA-Guided PPO, Bayes teacher + DAgger", teacher="bayes",
+                                 dagger_rounds=2, envs=BAYES_TAUGHT_ENVS),
     "lora/tuned": LearnedRow("lora", "pretrained", "LoRA supervised, tuned", tuned=True),
     "ppo/tuned": LearnedRow("ppo", "pretrained", "PPO, tuned", tuned=True),
     "lora-ppo/tuned": LearnedRow("lora-ppo", "pretrained", "LoRA-Guided PPO, tuned",

@@ -215,7 +215,8 @@ def draw_pareto(report: Mapping[str, Any]) -> Any:
 
 
 #: The RL rows whose training curves are drawn, where the table has them.
-CURVE_ROWS = ("ppo", "lora-ppo", "ppo/tuned", "lora-ppo/tuned", "lora-ppo/planner")
+CURVE_ROWS = ("ppo", "lora-ppo", "ppo/tuned", "lora-ppo/tuned", "lora-ppo/planner",
+              "lora-ppo/bayes")
 #: Fixed rows drawn as horizontal reference lines (their evaluation figures), where present.
 REFERENCE_ROWS = tuple(REFERENCE_NAMES)
 
