@@ -1,0 +1,274 @@
+"""FlightPlanner's Bayes reference: a planner that knows the prior over tasks, not the task.
+
+:class:`~agents.planning.flight.FlightPlanner` knows the current task's parameters (the
+legs and prices of the optimal and detour routes, the budget, the hop limit, ``h*``) and
+not its luck. :class:`BayesFlightPlanner` knows only what a policy could know: the env's
+generative model, its pool, prices and reward weights, the *prior* over tasks, and the
+observations of the episode so far. It keeps a posterior over the task's parameters and
+the plan, and acts on it as the planner does.
+
+**What the observation reveals.** Only ratios: the game is the same in any currency
+(success is ``price <= B``, quality reads ``(B - price) / B``), so the planner works in
+units of the budget ``B``. At reset: ``h*`` exactly (``hop_ratio = h* / (h* + 1)``) and
+so the hop limit, and the budget level ``B / (2 F h*)``, with ``F`` the network's mean
+fare. Later: the legs of every plan that stands at the end of a turn, its best quote
+over ``B`` (a float32, saturating at twice the budget), whether it was dropped, and the
+agents called. v1 adds counts of the checks the plan passed, which are functions of the
+calls and of what v0's slots showed, and one thing v0 hides: which check dropped a plan
+(a search notices only a missing leg, so a search drop says the plan was broken). Hidden:
+the optimal route's price ``P_opt / B = 1 / (1 + slack)``, its legs (``h*`` or
+``h* + 1``), the detour's legs and price, the broken route's price draw, and the luck.
+
+**The posterior.** Particles are tasks drawn by the env's own sampler (``draw_block`` of a
+twin env seeded ``PRIOR_TASK_SEED + seed``), of which those with the observed ``h*``
+count. The budget is ``B = P_opt (1 + slack)`` with ``slack ~ U(0.03, 0.35)`` drawn apart
+from the network, so given a particle's network the observed level fixes its slack:
+``slack = 2 L F h* / P_opt - 1``. The particle's weight is the density of the level,
+``1[slack in [0.03, 0.35]] / 0.32 * 2 F h* / P_opt`` (Rao-Blackwellised: the slack is
+integrated exactly, not sampled). Each particle becomes a
+:class:`~agents.planning.flight.FlightModel` in units of ``B``; particles with the same
+legs (optimal, detour) are stacked as price columns of one model, so the planner's exact
+:class:`~agents.planning.flight.Belief` runs over (plan's route, particle, broken price
+multiplier) at once, and each stack is weighted by the evidence ``Belief.update``
+returns (the probability of each turn's observation, times the density of a quote that
+moved, in units of ``B`` for every stack). This is importance sampling from the prior:
+exact as the particles grow, apart from the planner's grid over the broken price.
+
+**How it acts.** As the planner does (:meth:`FlightPlanner.act`, reused): every sensible
+joint action, each followed by every one-turn rule, scored on ``samples`` scenarios drawn
+from the posterior (a stack, its particle, the plan's route, the broken multiplier) and
+on shared draws of the luck to come; it plays the first action of the best pair. The
+scenarios of each stack are simulated with that stack's model
+(:func:`~agents.planning.flight.simulate`, reused).
+
+**The approximation.** The scores are the posterior's expected returns of (action, then a
+one-turn rule that knows the sampled task): one step of policy improvement over rules
+that would know the task's parameters, as the planner's are. A rule of the rollouts
+commits when the quote is within the budget and the plan's legs within the limit, which
+the observation shows, so the rules need no hidden parameter; what the scenarios know
+beyond the observation is only which route a fresh proposal will be, and that is luck,
+drawn from the model. If the observed budget level is saturated (``B >= 4 F h*``, rare)
+the slack is only bounded below; the particle then takes the middle of its allowed range.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from agents.planning.flight import (
+    BRK,
+    GRID,
+    NONE,
+    Belief,
+    FlightModel,
+    FlightPlanner,
+    Seen,
+    read_observation,
+    simulate,
+)
+from agents.seeds import PRIOR_TASK_SEED
+from cost_envs.envs.flight_networks import mean_fare
+from cost_envs.envs.flight_planner import (
+    MAX_TURNS,
+    SEARCH_DROP,
+    VALIDATOR_DROP,
+    FlightPlannerEnv,
+)
+from cost_envs.envs.flight_planner_v1 import FlightPlannerV1Env
+
+#: The budget's slack ``U(0.03, 0.35)`` over the optimal price (``flight_networks``).
+SLACK = (0.03, 0.35)
+
+
+@dataclass(frozen=True)
+class FlightPrior:
+    """Tasks of the prior, by their parameters alone (no luck).
+
+    Attributes:
+        shortest_hops: ``(N,)`` ``h*`` of each particle.
+        hops: ``(N, 2)`` legs of its optimal and detour routes.
+        prices: ``(N, 2)`` base price of its optimal and detour routes.
+        fare_scale: ``(N,)`` its mean fare times ``h*`` (the budget level's divisor / 2).
+    """
+
+    shortest_hops: np.ndarray
+    hops: np.ndarray
+    prices: np.ndarray
+    fare_scale: np.ndarray
+
+    @classmethod
+    def draw(cls, env: FlightPlannerEnv, n: int, seed: int = 0) -> FlightPrior:
+        """``n`` tasks from ``env``'s own sampler, on a twin seeded ``PRIOR_TASK_SEED + seed``.
+
+        The twin shares ``env``'s pool, so the tasks are those ``env`` would draw from
+        that seed (v0 and v1 draw alike); ``env``'s own task stream is untouched.
+        """
+        if not (isinstance(n, int) and n >= 1):
+            raise ValueError(f"FlightPrior: n must be an integer >= 1, got {n!r}")
+        twin = FlightPlannerEnv(pool=env.pool)
+        twin.reset(seed=PRIOR_TASK_SEED + seed)
+        fares, _, _, h_star, _, route_hops, route_price, *_ = twin.draw_block(twin.np_random, n)
+        return cls(h_star.astype(int), route_hops[:, :2].astype(int), route_price[:, :2],
+                   mean_fare(fares) * h_star)
+
+    def given(self, shortest_hops: int, level: float) -> list[tuple[FlightModel, np.ndarray]]:
+        """The posterior at reset: one stacked model per (optimal, detour) legs, with weights.
+
+        Args:
+            shortest_hops: The observed ``h*``.
+            level: The observed budget level ``min(B / (F h*), 2) / 2``.
+
+        Returns:
+            ``(model, weights)`` per stack: ``model.prices`` holds ``len(GRID)`` columns per
+            particle (in units of ``B``), ``weights`` each particle's unnormalised weight,
+            the density of ``level`` given its network (all positive).
+
+        Raises:
+            ValueError: If no particle of the prior is consistent with ``(h*, level)``.
+        """
+        mine = self.shortest_hops == shortest_hops
+        p_opt, scale = self.prices[mine, 0], self.fare_scale[mine]
+        lo, hi = SLACK
+        if level < 1.0:
+            slack = 2.0 * level * scale / p_opt - 1.0
+            weight = np.where((slack >= lo) & (slack <= hi), 2.0 * scale / p_opt / (hi - lo), 0.0)
+        else:  # saturated: B >= 4 F h*, so slack >= 4 F h* / P_opt - 1
+            floor = np.maximum(4.0 * scale / p_opt - 1.0, lo)
+            weight = np.clip((hi - floor) / (hi - lo), 0.0, 1.0)
+            slack = (floor + hi) / 2.0
+        keep = weight > 0
+        if not keep.any():
+            raise ValueError(f"FlightPrior: no particle of the prior has h*={shortest_hops} and "
+                             f"budget level {level:.4f}; draw more particles")
+        hops, prices = self.hops[mine][keep], self.prices[mine][keep] / (
+            p_opt[keep] * (1.0 + slack[keep]))[:, None]
+        weight = weight[keep]
+        stacks = []
+        for legs in np.unique(hops, axis=0):
+            rows = np.flatnonzero((hops == legs).all(axis=1))
+            opt, det = prices[rows, 0], prices[rows, 1]
+            columns = np.stack([np.zeros_like(opt), opt, det, opt], axis=1)  # (n, 4)
+            columns = np.repeat(columns, len(GRID), axis=0).T  # (4, n * len(GRID))
+            columns[BRK] *= np.tile(GRID, len(rows))
+            model = FlightModel(np.array([0, legs[0], legs[1], legs[0]]), columns, 1.0,
+                                shortest_hops + 1, shortest_hops)
+            stacks.append((model, weight[rows]))
+        return stacks
+
+
+class BayesFlightPlanner(FlightPlanner):
+    """Not privileged: the planner's rollouts on a posterior over the task (module docstring).
+
+    It reads the env's pool, prices, reward weights and observation layout, never its
+    task or state; each episode's posterior starts afresh at turn 0 (read from the
+    observation), so it follows an episode through :meth:`act` (or SB3's ``predict``)
+    as the planner does: it must choose every action of the episode.
+
+    Args:
+        env: A FlightPlanner env (v0 or v1, any pool), possibly wrapped.
+        n_particles: Tasks drawn from the prior (:meth:`FlightPrior.draw`).
+        samples: Scenarios per decision.
+        seed: Seeds the prior's draw (``PRIOR_TASK_SEED + seed``) and the scenarios: a
+            fixed seed, a fixed policy.
+        history_slots: On v1, read which check dropped a plan (``dropped_by_search``,
+            ``dropped_by_validator``); False plays v1 as v0 (the other slots v1 adds are
+            functions of what the posterior already holds). Ignored on v0.
+        prior: The prior's particles themselves instead of a draw.
+    """
+
+    name = "bayes-planner"
+    privileged = False
+
+    def __init__(self, env: gym.Env, n_particles: int = 2000, samples: int = 32, seed: int = 0,
+                 history_slots: bool = True, prior: FlightPrior | None = None) -> None:
+        super().__init__(env, samples=samples, seed=seed)
+        self.prior = FlightPrior.draw(self.env, n_particles, seed) if prior is None else prior
+        self._layout = self.env.observation_layout
+        self._causes = None
+        if history_slots and isinstance(self.env, FlightPlannerV1Env):
+            self._causes = (self._layout["dropped_by_search"].start,
+                            self._layout["dropped_by_validator"].start)
+        self.stacks: list[tuple[Belief, float]] = []
+        self._history: list[np.ndarray] = []
+
+    def follow(self, observation: np.ndarray) -> tuple[int, Seen]:
+        """Bring the posterior up to the observed turn (a fresh one at turn 0)."""
+        obs = np.asarray(observation, dtype=np.float32)
+        turn = MAX_TURNS - round(float(obs[self._turns_left]) * MAX_TURNS)
+        if turn == 0:
+            self._start(obs)
+        elif self._last is None or not self.stacks or self._last[0] != turn - 1:
+            raise ValueError(f"BayesFlightPlanner: turn {turn} does not follow its last "
+                             "action; it must choose every action of the episode")
+        model = self.stacks[0][0].model
+        turn, seen = read_observation(self.env, obs, model)
+        if self._causes is not None and seen.dropped:
+            by_search, by_validator = (float(obs[i]) > 0.5 for i in self._causes)
+            seen.cause = SEARCH_DROP if by_search else VALIDATOR_DROP if by_validator else None
+        if turn > 0:
+            self._update(turn - 1, self._last[1], seen)
+            self._last = None
+        self._history.append(obs)
+        return turn, seen
+
+    def _start(self, obs: np.ndarray) -> None:
+        ratio = float(obs[self._layout["hop_ratio"].start])
+        shortest = round(ratio / (1.0 - ratio))  # h* / (h* + 1)
+        level = float(obs[self._layout["budget_level"].start])
+        self.stacks = []
+        stacks = self.prior.given(shortest, level)
+        total = sum(float(weights.sum()) for _, weights in stacks)
+        for model, weights in stacks:
+            belief = Belief(model)
+            belief.weights[NONE] = np.repeat(weights / weights.sum(), len(GRID)) / len(GRID)
+            self.stacks.append((belief, float(weights.sum()) / total))
+        self._history, self._last = [], None
+
+    def _update(self, turn: int, called: list[int], seen: Seen) -> None:
+        results = [belief.update(self.env, turn, called, seen, strict=False)
+                   for belief, _ in self.stacks]
+        counted = any(ok and evidence > 0 for evidence, ok in results)
+        stacks = []
+        for (belief, weight), (evidence, ok) in zip(self.stacks, results, strict=True):
+            if evidence > 0 and (ok or not counted):
+                stacks.append((belief, weight * evidence))
+        if not stacks:
+            raise ValueError(f"BayesFlightPlanner: turn {turn}'s observation has probability 0 "
+                             "under every particle of the prior")
+        total = sum(weight for _, weight in stacks)
+        self.stacks = [(belief, weight / total) for belief, weight in stacks]
+
+    def action_values(self, observation: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Candidate actions ``(A, m)`` and their scores ``(A, P, samples)`` from here."""
+        turn, seen = self.follow(observation)
+        seen_so_far = np.concatenate(self._history).view(np.uint32).tolist()
+        rng = np.random.default_rng([self.seed, turn, *seen_so_far])
+        flats = [weight * belief.weights.ravel() for belief, weight in self.stacks]
+        sizes = np.cumsum([0] + [len(flat) for flat in flats])
+        flat = np.concatenate(flats)
+        picks = rng.choice(flat.size, size=self.samples, p=flat / flat.sum())
+        shape = (self.samples, MAX_TURNS, self.n_agents)
+        luck, fare_luck = rng.random(shape), rng.random(shape)
+        candidates = self._candidates[seen.has_plan]
+        weights = self.env.reward_weights
+        values = []
+        for (belief, _), lo, hi in zip(self.stacks, sizes[:-1], sizes[1:], strict=True):
+            mine = (picks >= lo) & (picks < hi)
+            if not mine.any():
+                continue
+            route, column = np.divmod(picks[mine] - lo, belief.weights.shape[1])
+            values.append(simulate(belief.model, self._pool, (weights.alpha, weights.beta),
+                                   turn, candidates, self.bases, route, column, belief.quote,
+                                   luck[mine], fare_luck[mine]))
+        return candidates.astype(np.int8), np.concatenate(values, axis=2)
+
+    def posterior(self) -> dict[str, Any]:
+        """Summary of the current posterior: ``P(plan broken)`` and ``E[P_opt / B]``."""
+        broken = sum(weight * belief.broken() for belief, weight in self.stacks)
+        p_opt = sum(weight * float(belief.weights.sum(axis=0) @ belief.model.prices[1])
+                    for belief, weight in self.stacks)
+        return {"broken": float(broken), "optimal_price": p_opt}
