@@ -47,7 +47,9 @@ that would know the task's parameters, as the planner's are. A rule of the rollo
 commits when the quote is within the budget and the plan's legs within the limit, which
 the observation shows, so the rules need no hidden parameter; what the scenarios know
 beyond the observation is only which route a fresh proposal will be, and that is luck,
-drawn from the model. If the observed budget level is saturated (``B >= 4 F h*``, rare)
+drawn from the model. Where the observed level is in a tail of the prior (fewer than 20
+particles consistent with it) the nearest particles stand in (:meth:`FlightPrior.given`).
+If the observed budget level is saturated (``B >= 2 F h*``, rare)
 the slack is only bounded below; the particle then takes the middle of its allowed range.
 """
 
@@ -82,6 +84,8 @@ from cost_envs.envs.flight_planner_v1 import FlightPlannerV1Env
 
 #: The budget's slack ``U(0.03, 0.35)`` over the optimal price (``flight_networks``).
 SLACK = (0.03, 0.35)
+#: Fewer particles than this consistent with the observed budget level: take the nearest.
+MIN_PARTICLES = 20
 
 
 @dataclass(frozen=True)
@@ -127,23 +131,32 @@ class FlightPrior:
             particle (in units of ``B``), ``weights`` each particle's unnormalised weight,
             the density of ``level`` given its network (all positive).
 
+        Where fewer than :data:`MIN_PARTICLES` particles are consistent with the level (a
+        tail of the prior), the :data:`MIN_PARTICLES` particles whose slack is nearest to
+        its range stand in, equally weighted, their slack clipped into the range (their
+        prices then disagree a little with the observed level).
+
         Raises:
-            ValueError: If no particle of the prior is consistent with ``(h*, level)``.
+            ValueError: If no particle of the prior has ``h*``.
         """
         mine = self.shortest_hops == shortest_hops
+        if not mine.any():
+            raise ValueError(f"FlightPrior: no particle of the prior has h*={shortest_hops}; "
+                             "draw more particles")
         p_opt, scale = self.prices[mine, 0], self.fare_scale[mine]
         lo, hi = SLACK
         if level < 1.0:
             slack = 2.0 * level * scale / p_opt - 1.0
             weight = np.where((slack >= lo) & (slack <= hi), 2.0 * scale / p_opt / (hi - lo), 0.0)
-        else:  # saturated: B >= 4 F h*, so slack >= 4 F h* / P_opt - 1
-            floor = np.maximum(4.0 * scale / p_opt - 1.0, lo)
+        else:  # saturated: B >= 2 F h*, so slack >= 2 F h* / P_opt - 1
+            floor = np.maximum(2.0 * scale / p_opt - 1.0, lo)
             weight = np.clip((hi - floor) / (hi - lo), 0.0, 1.0)
             slack = (floor + hi) / 2.0
         keep = weight > 0
-        if not keep.any():
-            raise ValueError(f"FlightPrior: no particle of the prior has h*={shortest_hops} and "
-                             f"budget level {level:.4f}; draw more particles")
+        if keep.sum() < MIN_PARTICLES:  # a tail of the prior: the nearest particles instead
+            miss = np.maximum(lo - slack, slack - hi)
+            keep = miss <= np.sort(miss)[min(MIN_PARTICLES, len(miss)) - 1]
+            slack, weight = np.clip(slack, lo, hi), np.where(keep, 1.0, 0.0)
         hops, prices = self.hops[mine][keep], self.prices[mine][keep] / (
             p_opt[keep] * (1.0 + slack[keep]))[:, None]
         weight = weight[keep]
