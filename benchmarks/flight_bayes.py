@@ -33,14 +33,17 @@ from agents.planning import BayesFlightPlanner, planner
 from cost_envs.metrics import bootstrap_gap_closed, bootstrap_mean_ci
 
 ENVS = ("cost_envs/FlightPlanner-v0", "cost_envs/FlightPlanner-v1")
-#: Row key -> (factory, the envs it runs on).
-ROWS: dict[str, tuple[Callable[[gym.Env], Any], tuple[str, ...]]] = {
-    "one-turn": (FAMILY_BASELINES["one-turn"], ENVS),
-    "planner": (planner, ENVS),
-    "bayes-planner": (BayesFlightPlanner, ENVS),
-    "bayes-planner (v1 slots ignored)": (
-        lambda env: BayesFlightPlanner(env, history_slots=False), ENVS[1:]),
-}
+
+
+def rows(**bayes: Any) -> dict[str, tuple[Callable[[gym.Env], Any], tuple[str, ...]]]:
+    """Row key -> (factory, the envs it runs on); ``bayes``: the Bayes rows' arguments."""
+    return {
+        "one-turn": (FAMILY_BASELINES["one-turn"], ENVS),
+        "planner": (planner, ENVS),
+        "bayes-planner": (lambda env: BayesFlightPlanner(env, **bayes), ENVS),
+        "bayes-planner (v1 slots ignored)": (
+            lambda env: BayesFlightPlanner(env, history_slots=False, **bayes), ENVS[1:]),
+    }
 
 
 def play(factory: Callable[[gym.Env], Any], env_id: str, episodes: int, seed: int
@@ -56,29 +59,30 @@ def play(factory: Callable[[gym.Env], Any], env_id: str, episodes: int, seed: in
             1000.0 * elapsed / episodes)
 
 
-def measure(episodes: int, seed: int) -> dict[str, Any]:
+def measure(episodes: int, seed: int, envs: list[str], **bayes: Any) -> dict[str, Any]:
     """Every row on every env it runs on: the report's numbers."""
-    report: dict[str, Any] = {"episodes": episodes, "task_seed": seed, "envs": {}}
-    for env_id in ENVS:
+    report: dict[str, Any] = {"episodes": episodes, "task_seed": seed, "bayes": bayes,
+                              "envs": {}}
+    for env_id in envs:
         returns: dict[str, np.ndarray] = {}
-        rows: dict[str, Any] = {}
-        for key, (factory, envs) in ROWS.items():
-            if env_id not in envs:
+        table: dict[str, Any] = {}
+        for key, (factory, where) in rows(**bayes).items():
+            if env_id not in where:
                 continue
             returns[key], success, ms = play(factory, env_id, episodes, seed)
-            rows[key] = {"return": list(bootstrap_mean_ci(returns[key])),
-                         "success": float(success.mean()), "ms_per_episode": ms}
-            print(f"{env_id} {key}: return {rows[key]['return']}, success "
-                  f"{rows[key]['success']:.3f}, {ms:.1f} ms/episode", flush=True)
+            table[key] = {"return": list(bootstrap_mean_ci(returns[key])),
+                          "success": float(success.mean()), "ms_per_episode": ms}
+            print(f"{env_id} {key}: return {table[key]['return']}, success "
+                  f"{table[key]['success']:.3f}, {ms:.1f} ms/episode", flush=True)
         for key in returns:
             if key.startswith("bayes"):
-                rows[key]["gap_share"] = list(bootstrap_gap_closed(
+                table[key]["gap_share"] = list(bootstrap_gap_closed(
                     returns[key], returns["one-turn"], returns["planner"]))
         blind = "bayes-planner (v1 slots ignored)"
         if blind in returns:
-            rows[blind]["minus_bayes"] = list(bootstrap_mean_ci(
+            table[blind]["minus_bayes"] = list(bootstrap_mean_ci(
                 returns[blind] - returns["bayes-planner"]))
-        report["envs"][env_id] = rows
+        report["envs"][env_id] = table
     return report
 
 
@@ -86,9 +90,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=400)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--samples", type=int, default=32, help="the Bayes rows' scenarios")
+    parser.add_argument("--particles", type=int, default=2000, help="the Bayes rows' prior")
+    parser.add_argument("--envs", nargs="+", default=list(ENVS))
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args(argv)
-    report = measure(args.episodes, args.seed)
+    report = measure(args.episodes, args.seed, args.envs, samples=args.samples,
+                     n_particles=args.particles)
     text = json.dumps(report, indent=1)
     if args.output is not None:
         args.output.write_text(text + "\n")

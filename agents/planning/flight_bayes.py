@@ -47,10 +47,14 @@ that would know the task's parameters, as the planner's are. A rule of the rollo
 commits when the quote is within the budget and the plan's legs within the limit, which
 the observation shows, so the rules need no hidden parameter; what the scenarios know
 beyond the observation is only which route a fresh proposal will be, and that is luck,
-drawn from the model. Where the observed level is in a tail of the prior (fewer than 20
-particles consistent with it) the nearest particles stand in (:meth:`FlightPrior.given`).
-If the observed budget level is saturated (``B >= 2 F h*``, rare)
-the slack is only bounded below; the particle then takes the middle of its allowed range.
+drawn from the model. The particles are finite, so the posterior is made defensive:
+every (optimal, detour) legs pattern of the prior keeps a 1% share of its particles
+nearest to the observed level (:meth:`FlightPrior.given`), so that a rare pattern missing
+from the consistent particles cannot rule out the truth, and a hypothesis stack that
+cannot explain a quote only its grid or its few particles miss is kept at a weight of
+``1e-6`` rather than dropped (:meth:`BayesFlightPlanner.update`). If the observed budget
+level is saturated (``B >= 2 F h*``, rare) the slack is only bounded below; the particle
+then takes the middle of its allowed range.
 """
 
 from __future__ import annotations
@@ -84,8 +88,17 @@ from cost_envs.envs.flight_planner_v1 import FlightPlannerV1Env
 
 #: The budget's slack ``U(0.03, 0.35)`` over the optimal price (``flight_networks``).
 SLACK = (0.03, 0.35)
-#: Fewer particles than this consistent with the observed budget level: take the nearest.
+#: Particles of each (optimal, detour) legs pattern nearest to the observed budget level
+#: that the posterior keeps with the weight :data:`DEFENSIVE` in all, whatever the level.
 MIN_PARTICLES = 20
+DEFENSIVE = 0.01
+#: A stack of fewer particles is smoothed: each becomes copies (at least DENSE in all) with
+#: prices scaled by up to +-BANDWIDTH (a kernel estimate), so that a quote of the optimal
+#: route, which a strong search pins within a few percent, finds a particle near it.
+DENSE = 100
+BANDWIDTH = 0.03
+#: The weight kept by a stack that cannot explain a quote another stack explains.
+STRANDED = 1e-6
 
 
 @dataclass(frozen=True)
@@ -131,10 +144,15 @@ class FlightPrior:
             particle (in units of ``B``), ``weights`` each particle's unnormalised weight,
             the density of ``level`` given its network (all positive).
 
-        Where fewer than :data:`MIN_PARTICLES` particles are consistent with the level (a
-        tail of the prior), the :data:`MIN_PARTICLES` particles whose slack is nearest to
-        its range stand in, equally weighted, their slack clipped into the range (their
-        prices then disagree a little with the observed level).
+        A finite prior can miss a legs pattern among the particles consistent with the
+        level, and then a plan's legs would rule out the truth. So the posterior is a
+        defensive mixture: the consistent particles (weight ``1 - DEFENSIVE`` up to
+        normalisation) and, in every legs pattern of the prior's ``h*`` tasks, the
+        :data:`MIN_PARTICLES` particles whose slack is nearest to its range, their slack
+        clipped into it (their prices then disagree a little with the level), sharing
+        :data:`DEFENSIVE` in proportion to the pattern's prior share; with no consistent
+        particle, those alone. A pattern of fewer than :data:`DENSE` particles is
+        smoothed (its particles' prices jittered by up to :data:`BANDWIDTH`).
 
         Raises:
             ValueError: If no particle of the prior has ``h*``.
@@ -152,24 +170,40 @@ class FlightPrior:
             floor = np.maximum(2.0 * scale / p_opt - 1.0, lo)
             weight = np.clip((hi - floor) / (hi - lo), 0.0, 1.0)
             slack = (floor + hi) / 2.0
+        miss = np.maximum(lo - slack, slack - hi)  # how far outside the slack's range
+        slack = np.clip(slack, lo, hi)
+        # the defensive share: in each legs pattern the particles nearest to the level
+        hops = self.hops[mine]
+        patterns, pattern = np.unique(hops, axis=0, return_inverse=True)
+        pattern = pattern.ravel()
+        spare = np.zeros_like(weight)
+        for k in range(len(patterns)):
+            rows = np.flatnonzero(pattern == k)
+            near = rows[np.argsort(miss[rows], kind="stable")[:MIN_PARTICLES]]
+            spare[near] = len(rows) / len(near)  # the pattern's prior share
+        if weight.sum() > 0:
+            weight = weight / weight.sum() + DEFENSIVE * spare / spare.sum()
+        else:  # no particle is consistent with the level: the nearest ones stand in
+            weight = spare
         keep = weight > 0
-        if keep.sum() < MIN_PARTICLES:  # a tail of the prior: the nearest particles instead
-            miss = np.maximum(lo - slack, slack - hi)
-            keep = miss <= np.sort(miss)[min(MIN_PARTICLES, len(miss)) - 1]
-            slack, weight = np.clip(slack, lo, hi), np.where(keep, 1.0, 0.0)
-        hops, prices = self.hops[mine][keep], self.prices[mine][keep] / (
-            p_opt[keep] * (1.0 + slack[keep]))[:, None]
-        weight = weight[keep]
+        prices = self.prices[mine][keep] / (p_opt[keep] * (1.0 + slack[keep]))[:, None]
+        hops, weight = hops[keep], weight[keep]
         stacks = []
         for legs in np.unique(hops, axis=0):
             rows = np.flatnonzero((hops == legs).all(axis=1))
-            opt, det = prices[rows, 0], prices[rows, 1]
+            opt, det, mass = prices[rows, 0], prices[rows, 1], weight[rows]
+            if len(rows) < DENSE:  # few particles: smooth their prices (see DENSE)
+                copies = -(-DENSE // len(rows))
+                shift = 1.0 + np.linspace(-BANDWIDTH, BANDWIDTH, copies)
+                shift = np.clip(np.outer(opt, shift), 1 / (1 + hi), 1 / (1 + lo)) / opt[:, None]
+                opt, det = (opt[:, None] * shift).ravel(), (det[:, None] * shift).ravel()
+                mass = np.repeat(mass / copies, copies)
             columns = np.stack([np.zeros_like(opt), opt, det, opt], axis=1)  # (n, 4)
             columns = np.repeat(columns, len(GRID), axis=0).T  # (4, n * len(GRID))
-            columns[BRK] *= np.tile(GRID, len(rows))
+            columns[BRK] *= np.tile(GRID, len(opt))
             model = FlightModel(np.array([0, legs[0], legs[1], legs[0]]), columns, 1.0,
                                 shortest_hops + 1, shortest_hops)
-            stacks.append((model, weight[rows]))
+            stacks.append((model, mass))
         return stacks
 
 
@@ -223,7 +257,7 @@ class BayesFlightPlanner(FlightPlanner):
             by_search, by_validator = (float(obs[i]) > 0.5 for i in self._causes)
             seen.cause = SEARCH_DROP if by_search else VALIDATOR_DROP if by_validator else None
         if turn > 0:
-            self._update(turn - 1, self._last[1], seen)
+            self.update(turn - 1, self._last[1], seen)
             self._last = None
         self._history.append(obs)
         return turn, seen
@@ -241,14 +275,23 @@ class BayesFlightPlanner(FlightPlanner):
             self.stacks.append((belief, float(weights.sum()) / total))
         self._history, self._last = [], None
 
-    def _update(self, turn: int, called: list[int], seen: Seen) -> None:
+    def update(self, turn: int, called: list[int], seen: Seen) -> None:
+        """Condition every stack on turn ``turn``'s calls and what they showed, and reweigh.
+
+        A stack's weight is multiplied by its evidence. A stack whose every hypothesis
+        gives the quote probability 0 (``Belief.update`` then sets the quote aside) has an
+        evidence without the quote's density: where another stack explains the quote, it
+        keeps ``STRANDED`` of its weight instead (not 0: its few particles or the grid
+        may be what missed the quote, and it must stay to explain later turns).
+        """
         results = [belief.update(self.env, turn, called, seen, strict=False)
                    for belief, _ in self.stacks]
         counted = any(ok and evidence > 0 for evidence, ok in results)
         stacks = []
         for (belief, weight), (evidence, ok) in zip(self.stacks, results, strict=True):
-            if evidence > 0 and (ok or not counted):
-                stacks.append((belief, weight * evidence))
+            if evidence > 0:
+                stranded = counted and not ok
+                stacks.append((belief, weight * (STRANDED if stranded else evidence)))
         if not stacks:
             raise ValueError(f"BayesFlightPlanner: turn {turn}'s observation has probability 0 "
                              "under every particle of the prior")
