@@ -80,7 +80,8 @@ BASELINE_ROWS = {
 #: Rows that read hidden env state (kept off the non-privileged Pareto front).
 PRIVILEGED_ROWS = ("oracle", "planner")
 #: Non-privileged references that are not rules: the Bayes planner, which knows the task
-#: prior but not the task (:mod:`agents.planning.toolbench_bayes`). On the front, but
+#: prior but not the task (:mod:`agents.planning.toolbench_bayes`,
+#: :mod:`agents.planning.flight_bayes`). On the front, but
 #: never the rule end of the gap (it would leave no gap where it matches the planner).
 REFERENCE_ROWS = ("bayes-planner",)
 #: Rules searched on training tasks when they are built, then frozen: key -> table label.
@@ -104,7 +105,9 @@ FAMILY_ROWS = {
                          ("cost_envs/ToolBench-v0",
                           "cost_envs/FlightPlanner-v0", "cost_envs/FlightPlanner-v1")),
     "bayes-planner": FamilyRow("Bayes reference (knows the prior, not the task)",
-                               bayes_planner, ("cost_envs/ToolBench-v0",)),
+                               bayes_planner, ("cost_envs/ToolBench-v0",
+                                               "cost_envs/FlightPlanner-v0",
+                                               "cost_envs/FlightPlanner-v1")),
 }
 
 

@@ -16,7 +16,7 @@ from agents.planning import BayesFlightPlanner, FlightPlanner, bayes_planner, pl
 from agents.planning.flight_bayes import GRID, FlightPrior
 from agents.seeds import EVAL_TASK_SEED
 from cost_envs.envs.flight_networks import mean_fare
-from cost_envs.envs.flight_planner import FlightPlannerEnv
+from cost_envs.envs.flight_planner import SEARCH_DROP, FlightPlannerEnv
 
 V0, V1 = "cost_envs/FlightPlanner-v0", "cost_envs/FlightPlanner-v1"
 PARTICLES = 1000  # the tests' prior: small, so the file stays fast
@@ -34,10 +34,10 @@ def _actions(agent, env: gym.Env, task) -> np.ndarray:
 
 
 def _only(task) -> FlightPrior:
-    """A prior concentrated on ``task``'s parameters."""
+    """A prior concentrated on ``task``'s parameters (not smoothed)."""
     return FlightPrior(np.array([task.shortest_hops]), task.route_hops[None, :2].astype(int),
                        task.route_price[None, :2],
-                       np.array([mean_fare(task.fares) * task.shortest_hops]))
+                       np.array([mean_fare(task.fares) * task.shortest_hops]), dense=1)
 
 
 # ------------------------------------------------------------------ the posterior
@@ -171,13 +171,15 @@ def test_on_v1_it_reads_which_check_dropped_the_plan():
         luck[0, PRO] = 0.0  # ... that the search notices
         rigged = replace(task, luck=luck)
         obs, _ = env.reset(options={"task": rigged})
+        action = np.zeros(6, dtype=np.int8)
+        action[[LARGE_PLANNER, PRO]] = 1
         for agent in (told, blind):
             agent.follow(obs)
-            agent.played(0, np.eye(6, dtype=np.int8)[LARGE_PLANNER] + np.eye(6)[PRO])
-        after, *_ = env.step(np.eye(6, dtype=np.int8)[LARGE_PLANNER] + np.eye(6, dtype=np.int8)[PRO])
+            agent.played(0, action)
+        after, *_ = env.step(action)
         assert base._state[0] == -1 and after[base.observation_layout["dropped_by_search"]][0]
         _, seen = told.follow(after)
-        assert seen.cause == 1
+        assert seen.cause == SEARCH_DROP
         _, seen = blind.follow(after)
         assert seen.cause is None
         checked += 1

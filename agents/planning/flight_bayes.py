@@ -110,12 +110,16 @@ class FlightPrior:
         hops: ``(N, 2)`` legs of its optimal and detour routes.
         prices: ``(N, 2)`` base price of its optimal and detour routes.
         fare_scale: ``(N,)`` its mean fare times ``h*`` (the budget level's divisor / 2).
+        dense: Legs patterns with fewer particles are smoothed (:data:`DENSE`; 1: never).
+        bandwidth: How far the smoothing scales their prices (:data:`BANDWIDTH`).
     """
 
     shortest_hops: np.ndarray
     hops: np.ndarray
     prices: np.ndarray
     fare_scale: np.ndarray
+    dense: int = DENSE
+    bandwidth: float = BANDWIDTH
 
     @classmethod
     def draw(cls, env: FlightPlannerEnv, n: int, seed: int = 0) -> FlightPrior:
@@ -151,8 +155,8 @@ class FlightPrior:
         :data:`MIN_PARTICLES` particles whose slack is nearest to its range, their slack
         clipped into it (their prices then disagree a little with the level), sharing
         :data:`DEFENSIVE` in proportion to the pattern's prior share; with no consistent
-        particle, those alone. A pattern of fewer than :data:`DENSE` particles is
-        smoothed (its particles' prices jittered by up to :data:`BANDWIDTH`).
+        particle, those alone. A pattern of fewer than ``dense`` particles is smoothed
+        (each particle's prices scaled by up to ``bandwidth``, in copies).
 
         Raises:
             ValueError: If no particle of the prior has ``h*``.
@@ -192,9 +196,9 @@ class FlightPrior:
         for legs in np.unique(hops, axis=0):
             rows = np.flatnonzero((hops == legs).all(axis=1))
             opt, det, mass = prices[rows, 0], prices[rows, 1], weight[rows]
-            if len(rows) < DENSE:  # few particles: smooth their prices (see DENSE)
-                copies = -(-DENSE // len(rows))
-                shift = 1.0 + np.linspace(-BANDWIDTH, BANDWIDTH, copies)
+            if len(rows) < self.dense:  # few particles: smooth their prices (see DENSE)
+                copies = -(-self.dense // len(rows))
+                shift = 1.0 + np.linspace(-self.bandwidth, self.bandwidth, copies)
                 shift = np.clip(np.outer(opt, shift), 1 / (1 + hi), 1 / (1 + lo)) / opt[:, None]
                 opt, det = (opt[:, None] * shift).ravel(), (det[:, None] * shift).ravel()
                 mass = np.repeat(mass / copies, copies)
