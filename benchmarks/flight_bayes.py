@@ -9,8 +9,9 @@ reference (:mod:`agents.planning.flight_bayes`) and, on v1, the Bayes reference 
 to v1's history slots (``history_slots=False``: it plays v1 as v0), each with its 95%
 bootstrap interval over tasks; the share of the rule-to-planner gap each non-privileged
 row closes (paired over tasks, :func:`cost_envs.metrics.bootstrap_gap_closed`), the
-paired return difference of the two v1 Bayes rows, and the milliseconds per episode of
-each row (wall time on this machine: a shared one varies).
+paired return differences of the Bayes rows with the rule, the planner and each other,
+and the milliseconds per episode of each row (wall time on this machine: a shared one
+varies).
 """
 
 from __future__ import annotations
@@ -78,6 +79,9 @@ def measure(episodes: int, seed: int, envs: list[str], **bayes: Any) -> dict[str
             if key.startswith("bayes"):
                 table[key]["gap_share"] = list(bootstrap_gap_closed(
                     returns[key], returns["one-turn"], returns["planner"]))
+                for other in ("one-turn", "planner"):  # paired over tasks
+                    table[key][f"minus_{other}"] = list(bootstrap_mean_ci(
+                        returns[key] - returns[other]))
         blind = "bayes-planner (v1 slots ignored)"
         if blind in returns:
             table[blind]["minus_bayes"] = list(bootstrap_mean_ci(
