@@ -96,11 +96,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--samples", type=int, default=32, help="the Bayes rows' scenarios")
     parser.add_argument("--particles", type=int, default=2000, help="the Bayes rows' prior")
+    parser.add_argument("--margin", type=float, default=None,
+                        help="the Bayes rows' margin (default: BayesFlightPlanner's)")
     parser.add_argument("--envs", nargs="+", default=list(ENVS))
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args(argv)
-    report = measure(args.episodes, args.seed, args.envs, samples=args.samples,
-                     n_particles=args.particles)
+    bayes = {"samples": args.samples, "n_particles": args.particles}
+    if args.margin is not None:
+        bayes["margin"] = args.margin
+    report = measure(args.episodes, args.seed, args.envs, **bayes)
     text = json.dumps(report, indent=1)
     if args.output is not None:
         args.output.write_text(text + "\n")

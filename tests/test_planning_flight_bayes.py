@@ -134,14 +134,19 @@ def _returns(factory, env_id: str, episodes: int) -> np.ndarray:
                      for i in range(episodes)])
 
 
-def test_its_return_lies_between_the_one_turn_rule_and_the_planner():
+def test_it_is_below_the_planner_and_not_resolved_from_the_one_turn_rule():
+    """Not between them: the planner's edge is what the task tells it, the rule's is no noise.
+
+    Paired over the same tasks, the planner is resolved above it, and it is within noise
+    of the one-turn rule (on 400 tasks too, see ``BayesFlightPlanner``'s docstring).
+    """
     episodes = 150
     rule = _returns(OneTurnPlanSearch, V0, episodes)
     bayes = _returns(lambda e: BayesFlightPlanner(e, n_particles=PARTICLES), V0, episodes)
     full = _returns(FlightPlanner, V0, episodes)
     over_rule, under_full = bayes - rule, full - bayes  # paired: the same tasks
-    assert over_rule.mean() > -2 * over_rule.std() / np.sqrt(episodes)
-    assert under_full.mean() > -2 * under_full.std() / np.sqrt(episodes)
+    assert under_full.mean() > 2 * under_full.std() / np.sqrt(episodes)
+    assert abs(over_rule.mean()) < 2 * over_rule.std() / np.sqrt(episodes)
 
 
 # --------------------------------------------------------------- policy and reach

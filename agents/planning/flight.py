@@ -460,10 +460,15 @@ class FlightPlanner(Planner):
     def act(self, observation: np.ndarray) -> np.ndarray:
         """The first action of the best (action, one-turn rule) pair."""
         candidates, values = self.action_values(observation)
-        best = int(np.argmax(values.mean(axis=2).max(axis=1)))  # first: the cheapest
+        best = self.choose(observation, candidates, values)
         turn = MAX_TURNS - round(float(observation[self._turns_left]) * MAX_TURNS)
         self.played(turn, candidates[best])
         return candidates[best].copy()
+
+    def choose(self, observation: np.ndarray, candidates: np.ndarray, values: np.ndarray
+               ) -> int:
+        """The row of ``candidates`` to play: the best pair's (ties to the cheapest)."""
+        return int(np.argmax(values.mean(axis=2).max(axis=1)))
 
     def played(self, turn: int, action: np.ndarray) -> None:
         """Note the action played at ``turn``: the next observation is read against it.

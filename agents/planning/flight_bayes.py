@@ -229,14 +229,20 @@ class BayesFlightPlanner(FlightPlanner):
             ``dropped_by_validator``); False plays v1 as v0 (the other slots v1 adds are
             functions of what the posterior already holds). Ignored on v0.
         prior: The prior's particles themselves instead of a draw.
+        margin: Standard errors by which the best pair must beat the best one-turn rule's
+            own action to be played (:meth:`choose`; 0: always, as the planner).
     """
 
     name = "bayes-planner"
     privileged = False
 
     def __init__(self, env: gym.Env, n_particles: int = 2000, samples: int = 32, seed: int = 0,
-                 history_slots: bool = True, prior: FlightPrior | None = None) -> None:
+                 history_slots: bool = True, prior: FlightPrior | None = None,
+                 margin: float = 0.0) -> None:
         super().__init__(env, samples=samples, seed=seed)
+        if not margin >= 0:
+            raise ValueError(f"BayesFlightPlanner: margin must be >= 0, got {margin!r}")
+        self.margin = float(margin)
         self.prior = FlightPrior.draw(self.env, n_particles, seed) if prior is None else prior
         self._layout = self.env.observation_layout
         self._causes = None
@@ -325,6 +331,33 @@ class BayesFlightPlanner(FlightPlanner):
                                    turn, candidates, self.bases, route, column, belief.quote,
                                    luck[mine], fare_luck[mine]))
         return candidates.astype(np.int8), np.concatenate(values, axis=2)
+
+    def choose(self, observation: np.ndarray, candidates: np.ndarray, values: np.ndarray
+               ) -> int:
+        """The best pair's action where it beats the rules' own by ``margin`` standard errors.
+
+        The incumbent is the action of the best one-turn rule here (commit once a quote
+        within the budget and the hop limit stands, else its planner and searcher). The
+        best pair's score is the maximum of many noisy means, so it is biased up (the
+        winner's curse); with a posterior as wide as the prior's this picks cheap gambles
+        that lose. So the best pair's action is played only where its paired advantage
+        over the incumbent's pair, on the same scenarios, exceeds ``margin`` standard
+        errors; ``margin=0`` is the planner's rule.
+        """
+        means = values.mean(axis=2)
+        best = int(np.argmax(means.max(axis=1)))
+        if self.margin <= 0:
+            return best
+        layout = self._layout
+        good = all(float(observation[layout[name].start]) > 0.5
+                   for name in ("has_plan", "within_hop_limit", "within_budget"))
+        rows = [np.zeros(self.n_agents, dtype=bool) if good else base for base in self.bases]
+        index = [int(np.flatnonzero((candidates.astype(bool) == row).all(axis=1))[0])
+                 for row in rows]
+        rule = int(np.argmax([means[i, p] for p, i in enumerate(index)]))
+        mine = values[best, int(np.argmax(means[best]))] - values[index[rule], rule]
+        error = mine.std(ddof=1) / np.sqrt(len(mine)) if len(mine) > 1 else np.inf
+        return best if mine.mean() > self.margin * error else index[rule]
 
     def posterior(self) -> dict[str, Any]:
         """Summary of the current posterior: ``P(plan broken)`` and ``E[P_opt / B]``."""
