@@ -34,10 +34,11 @@ def _actions(agent, env: gym.Env, task) -> np.ndarray:
 
 
 def _only(task) -> FlightPrior:
-    """A prior concentrated on ``task``'s parameters (not smoothed)."""
+    """A prior concentrated on ``task``'s parameters (not smoothed, detour paired)."""
     return FlightPrior(np.array([task.shortest_hops]), task.route_hops[None, :2].astype(int),
                        task.route_price[None, :2],
-                       np.array([mean_fare(task.fares) * task.shortest_hops]), dense=1)
+                       np.array([mean_fare(task.fares) * task.shortest_hops]), dense=1,
+                       detours=1)
 
 
 # ------------------------------------------------------------------ the posterior

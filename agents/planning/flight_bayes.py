@@ -97,6 +97,9 @@ DEFENSIVE = 0.01
 #: route, which a strong search pins within a few percent, finds a particle near it.
 DENSE = 100
 BANDWIDTH = 0.03
+#: Each particle's optimal price goes with this many quantiles of its stack's detour prices
+#: (:meth:`FlightPrior._unpaired`).
+DETOURS = 6
 #: The weight kept by a stack that cannot explain a quote another stack explains.
 STRANDED = 1e-6
 
@@ -112,6 +115,8 @@ class FlightPrior:
         fare_scale: ``(N,)`` its mean fare times ``h*`` (the budget level's divisor / 2).
         dense: Legs patterns with fewer particles are smoothed (:data:`DENSE`; 1: never).
         bandwidth: How far the smoothing scales their prices (:data:`BANDWIDTH`).
+        detours: Quantiles of the detour's price each optimal price is paired with
+            (:data:`DETOURS`; 1: each particle keeps its own).
     """
 
     shortest_hops: np.ndarray
@@ -120,6 +125,7 @@ class FlightPrior:
     fare_scale: np.ndarray
     dense: int = DENSE
     bandwidth: float = BANDWIDTH
+    detours: int = DETOURS
 
     @classmethod
     def draw(cls, env: FlightPlannerEnv, n: int, seed: int = 0) -> FlightPrior:
@@ -202,6 +208,8 @@ class FlightPrior:
                 shift = np.clip(np.outer(opt, shift), 1 / (1 + hi), 1 / (1 + lo)) / opt[:, None]
                 opt, det = (opt[:, None] * shift).ravel(), (det[:, None] * shift).ravel()
                 mass = np.repeat(mass / copies, copies)
+            if self.detours > 1:
+                opt, det, mass = self._unpaired(opt, det, mass)
             columns = np.stack([np.zeros_like(opt), opt, det, opt], axis=1)  # (n, 4)
             columns = np.repeat(columns, len(GRID), axis=0).T  # (4, n * len(GRID))
             columns[BRK] *= np.tile(GRID, len(opt))
@@ -209,6 +217,25 @@ class FlightPrior:
                                 shortest_hops + 1, shortest_hops)
             stacks.append((model, mass))
         return stacks
+
+    def _unpaired(self, opt: np.ndarray, det: np.ndarray, mass: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each optimal price with each of ``detours`` quantiles of the detour prices.
+
+        A quote of the detour pins its price to a few percent; paired with it, the few
+        particles left would pin the optimal price too, by chance, and a later quote of
+        the optimal route that misses them would read as a broken route. Unpaired (the
+        detour's price independent of the optimal's given the legs and the level, an
+        approximation), every optimal price stays.
+        """
+        order = np.argsort(det)
+        cumulative = np.cumsum(mass[order]) / mass.sum()
+        levels = (np.arange(self.detours) + 0.5) / self.detours
+        quantiles = det[order][np.minimum(np.searchsorted(cumulative, levels),
+                                          len(det) - 1)]
+        n = len(opt)
+        return (np.repeat(opt, self.detours), np.tile(quantiles, n),
+                np.repeat(mass / self.detours, self.detours))
 
 
 class BayesFlightPlanner(FlightPlanner):
@@ -230,7 +257,7 @@ class BayesFlightPlanner(FlightPlanner):
             functions of what the posterior already holds). Ignored on v0.
         prior: The prior's particles themselves instead of a draw.
         margin: Standard errors by which the best pair must beat the best one-turn rule's
-            own action to be played (:meth:`choose`; 0: always, as the planner).
+            own action to be played (:meth:`choose`; 0: always, as the planner does).
     """
 
     name = "bayes-planner"
@@ -238,7 +265,7 @@ class BayesFlightPlanner(FlightPlanner):
 
     def __init__(self, env: gym.Env, n_particles: int = 2000, samples: int = 32, seed: int = 0,
                  history_slots: bool = True, prior: FlightPrior | None = None,
-                 margin: float = 0.0) -> None:
+                 margin: float = 2.0) -> None:
         super().__init__(env, samples=samples, seed=seed)
         if not margin >= 0:
             raise ValueError(f"BayesFlightPlanner: margin must be >= 0, got {margin!r}")
