@@ -203,6 +203,21 @@ def test_bayes_planner_dispatches_on_both_versions_and_is_not_privileged(env_id)
     assert isinstance(planner(env), FlightPlanner) and planner(env).privileged
 
 
+def test_without_clear_evidence_it_plays_a_one_turn_rules_action():
+    """An unreachable margin leaves only the rules' actions: a planner and a searcher, or commit."""
+    env, tasks = _tasks(20, seed=9)
+    stubborn = BayesFlightPlanner(env, n_particles=PARTICLES, margin=1e9)
+    free = BayesFlightPlanner(env, n_particles=PARTICLES, margin=0.0)
+    pairs = {(p, q) for p in (SMALL_PLANNER, LARGE_PLANNER) for q in (BASIC, PRO)}
+    other = 0
+    for task in tasks:
+        for action in _actions(stubborn, env, task):
+            called = tuple(np.flatnonzero(action).tolist())
+            assert called == () or called in pairs, called
+        other += any(len(np.flatnonzero(a)) > 2 for a in _actions(free, env, task))
+    assert other > 0  # the planner's choice does call validators or more
+
+
 def test_it_refuses_to_follow_an_episode_it_did_not_play():
     env = gym.make(V0)
     agent = bayes_planner(env, n_particles=PARTICLES)
@@ -212,3 +227,5 @@ def test_it_refuses_to_follow_an_episode_it_did_not_play():
         agent.act(obs)
     with pytest.raises(ValueError, match="n must be"):
         BayesFlightPlanner(env, n_particles=0)
+    with pytest.raises(ValueError, match="margin must be"):
+        BayesFlightPlanner(env, n_particles=PARTICLES, margin=-1.0)

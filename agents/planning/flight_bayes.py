@@ -37,24 +37,31 @@ exact as the particles grow, apart from the planner's grid over the broken price
 **How it acts.** As the planner does (:meth:`FlightPlanner.act`, reused): every sensible
 joint action, each followed by every one-turn rule, scored on ``samples`` scenarios drawn
 from the posterior (a stack, its particle, the plan's route, the broken multiplier) and
-on shared draws of the luck to come; it plays the first action of the best pair. The
-scenarios of each stack are simulated with that stack's model
-(:func:`~agents.planning.flight.simulate`, reused).
+on shared draws of the luck to come; the scenarios of each stack are simulated with that
+stack's model (:func:`~agents.planning.flight.simulate`, reused). Unlike the planner it
+plays the best pair's first action only where that pair beats the best rule's own
+action by 2 standard errors, paired on the scenarios (:meth:`BayesFlightPlanner.choose`),
+else the rule's action.
 
-**The approximation.** The scores are the posterior's expected returns of (action, then a
-one-turn rule that knows the sampled task): one step of policy improvement over rules
-that would know the task's parameters, as the planner's are. A rule of the rollouts
-commits when the quote is within the budget and the plan's legs within the limit, which
-the observation shows, so the rules need no hidden parameter; what the scenarios know
-beyond the observation is only which route a fresh proposal will be, and that is luck,
-drawn from the model. The particles are finite, so the posterior is made defensive:
-every (optimal, detour) legs pattern of the prior keeps a 1% share of its particles
-nearest to the observed level (:meth:`FlightPrior.given`), so that a rare pattern missing
-from the consistent particles cannot rule out the truth, and a hypothesis stack that
-cannot explain a quote only its grid or its few particles miss is kept at a weight of
-``1e-6`` rather than dropped (:meth:`BayesFlightPlanner.update`). If the observed budget
-level is saturated (``B >= 2 F h*``, rare) the slack is only bounded below; the particle
-then takes the middle of its allowed range.
+**The approximation.** The scores are unbiased estimates of each (action, rule) pair's
+expected return under the posterior; the rules read only the observation. Two things
+are approximate. *The posterior*: the particles are finite, so it is made defensive.
+Every (optimal, detour) legs pattern of the prior keeps a 1% share of its particles
+nearest to the observed level, so that a rare pattern missing from the consistent
+particles cannot rule out the truth; a pattern with few particles is smoothed (their
+prices scaled by up to 3%, in copies); each optimal price is paired with 6 quantiles of
+its stack's detour prices rather than its own detour's (treating the two as independent
+given the legs and the level), so that a detour's quote, which pins the detour's price,
+does not pin the optimal price by chance and make a later quote of the optimal route
+read as a broken one (:meth:`FlightPrior.given`); a stack that cannot explain a quote
+that another stack explains keeps ``1e-6`` of its weight rather than none
+(:meth:`BayesFlightPlanner.update`). If the observed level is saturated (``B >= 2 F h*``,
+rare) the slack is only bounded below, and each particle takes the middle of its range.
+*The choice*: the best of about a hundred noisy means is biased up (the winner's curse).
+The planner, whose posterior is narrow, gains by taking it; with a posterior nearly as
+wide as the prior (the level says little about ``P_opt / B``) the best-looking pair is
+often a cheap gamble that loses, so the margin keeps the rule's action unless the
+evidence for another is clear: one step of conservative policy improvement.
 """
 
 from __future__ import annotations
@@ -86,6 +93,8 @@ from cost_envs.envs.flight_planner import (
 )
 from cost_envs.envs.flight_planner_v1 import FlightPlannerV1Env
 
+#: v0's slots, which v1 keeps in place: the scenario draws are seeded by these alone.
+_V0_SLOTS = max(part.stop for part in FlightPlannerEnv.observation_layout.values())
 #: The budget's slack ``U(0.03, 0.35)`` over the optimal price (``flight_networks``).
 SLACK = (0.03, 0.35)
 #: Particles of each (optimal, detour) legs pattern nearest to the observed budget level
@@ -296,7 +305,7 @@ class BayesFlightPlanner(FlightPlanner):
         if turn > 0:
             self.update(turn - 1, self._last[1], seen)
             self._last = None
-        self._history.append(obs)
+        self._history.append(obs[:_V0_SLOTS])  # seeds the scenarios: v1 as v0 if blind
         return turn, seen
 
     def _start(self, obs: np.ndarray) -> None:
