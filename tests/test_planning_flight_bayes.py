@@ -66,13 +66,13 @@ def test_the_level_posterior_is_calibrated_and_in_units_of_the_budget():
 
 
 def test_on_a_prior_concentrated_on_the_task_it_plays_as_the_planner(monkeypatch):
-    """Same scenario draws: the stacked posterior in units of B is the planner's belief."""
+    """Same scenario draws, no margin: the stacked posterior in units of B is the planner's."""
     env, tasks = _tasks(25, seed=1)
     full = planner(env)
     same_draws = np.random.default_rng
     monkeypatch.setattr(np.random, "default_rng", lambda *_: same_draws(123))
     for task in tasks:
-        mine = BayesFlightPlanner(env, prior=_only(task))
+        mine = BayesFlightPlanner(env, prior=_only(task), margin=0.0)
         np.testing.assert_array_equal(_actions(mine, env, task), _actions(full, env, task))
 
 
@@ -190,6 +190,15 @@ def test_on_v1_it_reads_which_check_dropped_the_plan():
         assert seen.cause is None
         checked += 1
     assert checked == 30
+
+
+def test_blind_to_v1s_history_it_plays_v1_as_v0():
+    v0, tasks = _tasks(12, seed=10)
+    v1 = gym.make(V1)
+    on_v0 = BayesFlightPlanner(v0, n_particles=PARTICLES)
+    blind = BayesFlightPlanner(v1, n_particles=PARTICLES, history_slots=False)
+    for task in tasks:
+        np.testing.assert_array_equal(_actions(blind, v1, task), _actions(on_v0, v0, task))
 
 
 @pytest.mark.parametrize("env_id", [V0, V1])
