@@ -265,8 +265,8 @@ class BayesFlightPlanner(FlightPlanner):
     rule. The planner's edge is what the task tells it: knowing ``P_opt / B`` it reads a
     broken route from a quote about 4% off the optimal fare, which the level (whose
     posterior of ``P_opt / B`` is nearly the prior's, standard deviation 0.064 against
-    0.067) cannot tell a policy; told the task's parameters (a prior of that one task)
-    this planner returns what the planner does. On v1 it returns 0.961, and 0.960
+    0.067) cannot tell a policy; told the task's parameters (a prior of that one task,
+    no margin) it plays as the planner does. On v1 it returns 0.961, and 0.960
     blind to v1's history slots (which then plays v1 as v0; paired difference -0.0001
     [-0.0004, 0]): the one thing those slots add to what it remembers, which check
     dropped a plan, changes nothing measurable. About 70-160 ms an episode on a shared
