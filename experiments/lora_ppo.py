@@ -6,8 +6,9 @@ same tasks and dynamics, a 25-slot observation); every learned row runs on each 
 baselines, two references (the greedy label source, call-all), the best fixed rule
 (:class:`agents.rules.BestFixedRule`, searched on ``rule_tasks`` training tasks of its own
 seed range, then frozen) and the rows of :data:`FAMILY_ROWS` on the envs they apply to
-(FlightPlanner's one-turn plan+search rule; on ToolBench the achievable reference,
-:class:`agents.planning.ExpectimaxPlanner`, which knows the task but not the luck).
+(FlightPlanner's one-turn plan+search rule; on every env the achievable reference, the
+planner of :mod:`agents.planning`, which knows the task but not the luck, and the Bayes
+reference, which knows the prior over tasks but not the task).
 For each env, every method is scored on the same ``episodes`` tasks (task seed
 ``eval_seed``). The learned methods are trained ``seeds`` times (training seeds
 0..seeds-1, on tasks disjoint from the evaluation set, see :mod:`agents.lora.training`);
