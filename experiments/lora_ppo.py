@@ -6,8 +6,9 @@ same tasks and dynamics, a 25-slot observation); every learned row runs on each 
 baselines, two references (the greedy label source, call-all), the best fixed rule
 (:class:`agents.rules.BestFixedRule`, searched on ``rule_tasks`` training tasks of its own
 seed range, then frozen) and the rows of :data:`FAMILY_ROWS` on the envs they apply to
-(FlightPlanner's one-turn plan+search rule; on ToolBench the achievable reference,
-:class:`agents.planning.ExpectimaxPlanner`, which knows the task but not the luck).
+(FlightPlanner's one-turn plan+search rule; on every env the achievable reference, the
+planner of :mod:`agents.planning`, which knows the task but not the luck, and the Bayes
+reference, which knows the prior over tasks but not the task).
 For each env, every method is scored on the same ``episodes`` tasks (task seed
 ``eval_seed``). The learned methods are trained ``seeds`` times (training seeds
 0..seeds-1, on tasks disjoint from the evaluation set, see :mod:`agents.lora.training`);
@@ -80,7 +81,8 @@ BASELINE_ROWS = {
 #: Rows that read hidden env state (kept off the non-privileged Pareto front).
 PRIVILEGED_ROWS = ("oracle", "planner")
 #: Non-privileged references that are not rules: the Bayes planner, which knows the task
-#: prior but not the task (:mod:`agents.planning.toolbench_bayes`). On the front, but
+#: prior but not the task (:mod:`agents.planning.toolbench_bayes`,
+#: :mod:`agents.planning.flight_bayes`). On the front, but
 #: never the rule end of the gap (it would leave no gap where it matches the planner).
 REFERENCE_ROWS = ("bayes-planner",)
 #: Rules searched on training tasks when they are built, then frozen: key -> table label.
@@ -104,7 +106,9 @@ FAMILY_ROWS = {
                          ("cost_envs/ToolBench-v0",
                           "cost_envs/FlightPlanner-v0", "cost_envs/FlightPlanner-v1")),
     "bayes-planner": FamilyRow("Bayes reference (knows the prior, not the task)",
-                               bayes_planner, ("cost_envs/ToolBench-v0",)),
+                               bayes_planner, ("cost_envs/ToolBench-v0",
+                                               "cost_envs/FlightPlanner-v0",
+                                               "cost_envs/FlightPlanner-v1")),
 }
 
 

@@ -329,8 +329,8 @@ def test_gap_closed_runs_from_the_best_fixed_row_to_the_planner(smoke):
         block = report["gap_closed"]
         assert block["experiment"] == "lora_ppo"
         (task,) = block["tasks"].values()
-        # the Bayes reference (ToolBench) is a fixed row but never the rule of the gap
-        assert ("bayes-planner" in methods) == env_id.endswith("ToolBench-v0")
+        # the Bayes reference is a fixed row but never the rule of the gap
+        assert "bayes-planner" in methods
         fixed = {key: entry["episode_return"] for key, entry in methods.items()
                  if key not in rep.LEARNED_ROWS and key not in rep.PRIVILEGED_ROWS
                  and key not in rep.REFERENCE_ROWS}

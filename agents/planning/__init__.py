@@ -24,16 +24,18 @@ from agents.planning.agentic import AgenticPlanner, plan_agentic
 from agents.planning.common import Planner
 from agents.planning.expert import ExpertPlanner
 from agents.planning.flight import FlightPlanner
+from agents.planning.flight_bayes import BayesFlightPlanner
 from agents.planning.toolbench import AnswerModel, ExpectimaxPlanner, plan_toolbench
 from agents.planning.toolbench_bayes import BayesToolBenchPlanner
 from cost_envs.envs.agentic_routing import AgenticRoutingEnv
 from cost_envs.envs.expert_routing import ExpertRoutingEnv
 from cost_envs.envs.flight_planner import FlightPlannerEnv
+from cost_envs.envs.flight_planner_v1 import FlightPlannerV1Env
 from cost_envs.envs.toolbench import ToolBenchEnv
 
 __all__ = ["BAYES_PLANNER_FOR_ENV", "PLANNERS", "AgenticPlanner", "AnswerModel",
-           "BayesToolBenchPlanner", "ExpectimaxPlanner", "ExpertPlanner", "FlightPlanner",
-           "Planner", "bayes_planner", "plan_agentic", "plan_toolbench", "planner"]
+           "BayesFlightPlanner", "BayesToolBenchPlanner", "ExpectimaxPlanner", "ExpertPlanner",
+           "FlightPlanner", "Planner", "bayes_planner", "plan_agentic", "plan_toolbench", "planner"]
 
 #: Env class -> its planner; :func:`planner` takes the first entry the env is an instance
 #: of, so a subclass (a v1 env) listed before its parent gets its own planner.
@@ -64,6 +66,8 @@ def planner(env: gym.Env, **kwargs: Any) -> Planner:
 #: a subclass may draw its tasks from another prior.
 BAYES_PLANNER_FOR_ENV: tuple[tuple[type, type[Any]], ...] = (
     (ToolBenchEnv, BayesToolBenchPlanner),
+    (FlightPlannerEnv, BayesFlightPlanner),  # v1 draws v0's tasks: the same prior
+    (FlightPlannerV1Env, BayesFlightPlanner),
 )
 
 

@@ -25,8 +25,10 @@ from cost_envs.envs.flight_planner import (
     DETOUR_SHARE,
     FARE_INFLATION,
     MAX_TURNS,
+    SEARCH_DROP,
     SEARCH_MARKUP,
     SEARCH_NOTICE,
+    VALIDATOR_DROP,
     FlightPlannerEnv,
     FlightTask,
 )
@@ -45,7 +47,9 @@ class FlightModel:
     Attributes:
         hops: Legs of each planner route label (none 0, optimal, detour, broken).
         prices: ``(4, len(GRID))`` base price of each label for each grid value of the
-            broken route's price multiplier (only the broken row depends on it).
+            broken route's price multiplier (only the broken row depends on it). A model
+            may hold more columns, one per (hypothesis, grid value): the Bayes reference
+            (:mod:`agents.planning.flight_bayes`) stacks tasks of equal legs this way.
         budget: The budget ``B``.
         hop_limit: The hop limit ``H``.
         shortest_hops: ``h*``.
@@ -101,6 +105,7 @@ class Seen:
     capped: bool  # the quote is at least twice the budget (the ratio saturates)
     ratio: float
     dropped: bool
+    cause: int | None = None  # why it was dropped (v1's slots: *_DROP), None if not read
 
 
 def read_observation(env: FlightPlannerEnv, observation: np.ndarray, model: FlightModel
@@ -122,7 +127,8 @@ def read_observation(env: FlightPlannerEnv, observation: np.ndarray, model: Flig
 class Belief:
     """The posterior over (plan's route label, broken price multiplier) given the episode.
 
-    ``weights[r, k]`` is ``P(route r, multiplier GRID[k] | calls made, what was seen)``.
+    ``weights[r, k]`` is ``P(route r, multiplier GRID[k] | calls made, what was seen)``
+    (``k`` runs over the model's price columns).
     Every check's outcome enters through its exact likelihood under the generative model:
     a proposal's shares, the plan's legs, a search noticing a missing leg or not, the
     density of the quote it returned (or, when the kept quote did not move, the chance
@@ -131,8 +137,8 @@ class Belief:
 
     def __init__(self, model: FlightModel) -> None:
         self.model = model
-        self.weights = np.zeros((4, len(GRID)))
-        self.weights[NONE] = 1.0 / len(GRID)
+        self.weights = np.zeros(model.prices.shape)
+        self.weights[NONE] = 1.0 / model.prices.shape[1]
         self.quote = 0.0
         self.ratio = 0.0
 
@@ -140,8 +146,18 @@ class Belief:
         """``P(the plan is broken)`` (0 with no plan)."""
         return float(self.weights[BRK].sum())
 
-    def update(self, env: FlightPlannerEnv, turn: int, called: list[int], seen: Seen) -> None:
-        """Condition on the turn ``turn`` that called ``called`` and ended showing ``seen``."""
+    def update(self, env: FlightPlannerEnv, turn: int, called: list[int], seen: Seen,
+               strict: bool = True) -> tuple[float, bool]:
+        """Condition on the turn ``turn`` that called ``called`` and ended showing ``seen``.
+
+        Returns the evidence, the probability of what was seen under the belief before
+        (times the density of the quote when a search moved it), and whether the quote
+        counted (False when it had probability 0 and was set aside, see below; the
+        evidence then leaves it out). The planner needs neither; the Bayes reference
+        weighs its hypotheses by them. ``seen.cause``, when given, tells which check
+        dropped the plan. What was seen may have probability 0 under the model: then
+        ``strict`` raises, else the belief is left as it was and the evidence is 0.
+        """
         model, w = self.model, self.weights
         roles, strength = env.pool.roles, env._strength
         planners = [i for i in called if roles[i] == "planner"]
@@ -169,7 +185,12 @@ class Belief:
                 over_budget = np.full_like(w, float(q0 > model.budget))
             infeasible = np.where(over_limit, 1.0, over_budget)
             infeasible[BRK] = 1.0
-            likelihood = notice + (1.0 - notice) * catch * infeasible
+            if seen.cause == SEARCH_DROP:
+                likelihood = np.broadcast_to(notice, w.shape).copy()
+            elif seen.cause == VALIDATOR_DROP:
+                likelihood = (1.0 - notice) * catch * infeasible
+            else:
+                likelihood = notice + (1.0 - notice) * catch * infeasible
             likelihood[NONE] = 0.0
         elif not seen.has_plan:
             likelihood[NONE + 1:] = 0.0
@@ -191,7 +212,8 @@ class Belief:
                 bad[BRK] = True
                 likelihood *= np.where(bad, 1.0 - catch, 1.0)
         posterior = w * likelihood * quote_law
-        if not posterior.sum() > 0:
+        counted = bool(posterior.sum() > 0)
+        if not counted:
             # The broken route's price draw is held on a grid, so a belief that an earlier
             # quote pinned to one grid point can find a later quote (another searcher, more
             # fare inflation) just outside that point's support, though the true draw,
@@ -199,13 +221,16 @@ class Belief:
             # other check still counts. (Seed 0's task 530 of FlightPlanner-v0 does this.)
             posterior = w * likelihood
         if seen.dropped:
-            posterior = np.vstack([posterior.sum(axis=0)[None], np.zeros((3, len(GRID)))])
-        total = posterior.sum()
+            posterior = np.vstack([posterior.sum(axis=0)[None], np.zeros((3, w.shape[1]))])
+        total = float(posterior.sum())
+        if not total > 0 and not strict:
+            return 0.0, counted
         if not total > 0:  # what was seen is impossible whatever the quote says
             raise ValueError(f"Belief: turn {turn}'s observation has probability 0 under the "
                              "model; was the planner given another env's observations?")
         self.weights = posterior / total
         self.quote, self.ratio = (seen.quote, seen.ratio) if seen.has_plan else (0.0, 0.0)
+        return total, counted
 
 
 @dataclass(frozen=True)
@@ -435,10 +460,15 @@ class FlightPlanner(Planner):
     def act(self, observation: np.ndarray) -> np.ndarray:
         """The first action of the best (action, one-turn rule) pair."""
         candidates, values = self.action_values(observation)
-        best = int(np.argmax(values.mean(axis=2).max(axis=1)))  # first: the cheapest
+        best = self.choose(observation, candidates, values)
         turn = MAX_TURNS - round(float(observation[self._turns_left]) * MAX_TURNS)
         self.played(turn, candidates[best])
         return candidates[best].copy()
+
+    def choose(self, observation: np.ndarray, candidates: np.ndarray, values: np.ndarray
+               ) -> int:
+        """The row of ``candidates`` to play: the best pair's (ties to the cheapest)."""
+        return int(np.argmax(values.mean(axis=2).max(axis=1)))
 
     def played(self, turn: int, action: np.ndarray) -> None:
         """Note the action played at ``turn``: the next observation is read against it.
