@@ -117,7 +117,8 @@ class EvaluateAtSteps(BaseCallback):
     (:func:`agents.evaluation.evaluate`, on a fresh env: training's envs and random
     streams are not touched, so a run trains the same weights with or without it).
     :attr:`curve` gets one entry per evaluation: ``timesteps``, ``gradient_steps``
-    (optimizer steps so far: PPO updates, reported beside env steps) and the
+    (optimizer steps so far: PPO's epochs times minibatches, reported beside env steps;
+    an epoch cut short by ``target_kl`` counts whole) and the
     per-episode ``returns``.
 
     Args:
@@ -146,7 +147,8 @@ class EvaluateAtSteps(BaseCallback):
 
     def _evaluate(self) -> None:
         model = self.model
-        batches = max(1, model.n_steps * model.n_envs // model.batch_size)
+        # SB3's RolloutBuffer.get yields ceil(rollout / batch_size) minibatches an epoch.
+        batches = -(-model.n_steps * model.n_envs // model.batch_size)
         result = evaluate(model.policy, self.env_id, episodes=self.episodes, seed=self.seed,
                           env_kwargs=self.env_kwargs)
         self.curve.append({"timesteps": int(self.num_timesteps),

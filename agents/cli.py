@@ -293,8 +293,8 @@ def _add_train(parser: argparse.ArgumentParser) -> None:
                              "lora-ppo: LoRA-guided PPO warm-started from lora")
     parser.add_argument("--config", type=Path, default=None,
                         help="JSON/YAML file of SB3 hyperparameters (learning_rate, n_steps, "
-                             "...), timesteps, seed, n_envs, base, action_head, env_kwargs and "
-                             "supervised; "
+                             "...), timesteps, seed, n_envs, base, action_distribution, "
+                             "env_kwargs and supervised; "
                              "the flags override it")
     parser.add_argument("--timesteps", type=_positive_int, default=None,
                         help="RL environment steps (ppo, lora-ppo; default 20000)")
@@ -340,7 +340,7 @@ def _run_train(args: argparse.Namespace) -> int:
                         args.timesteps if args.timesteps is not None else settings.timesteps,
                         seed=args.seed if args.seed is not None else settings.seed, base=base,
                         n_envs=args.n_envs if args.n_envs is not None else settings.n_envs,
-                        action_head=settings.action_head, env_kwargs=env_kwargs,
+                        action_distribution=settings.action_distribution, env_kwargs=env_kwargs,
                         tensorboard_log=args.tensorboard,
                         progress_bar=not args.no_progress, ppo=settings.ppo, **extra)
     except (ValueError, FileNotFoundError) as error:

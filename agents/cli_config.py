@@ -7,7 +7,7 @@ rl-zoo3's files (the keys of SB3's ``PPO`` signature, and for ``lora-ppo`` also
     timesteps: 20000          # RL steps (ppo, lora-ppo)
     seed: 0
     n_envs: 8                 # sub-envs the RL stage steps at once (batched env; default 1)
-    action_head: autoregressive  # or independent (the default, the paper's)
+    action_distribution: autoregressive  # or independent (the default, the paper's)
     base: pretrained          # or random (lora, lora-ppo)
     env_kwargs: {pool: my_pool.yaml}   # gym.make arguments
     supervised: {epochs: 10}  # the supervised stage of lora and lora-ppo (SupervisedConfig)
@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.lora import ACTION_HEADS, BASES
+from agents.lora import ACTION_DISTRIBUTIONS, BASES
 from cost_envs.config import coerce_config, integer, one_of, suggestion
 from cost_envs.config_files import read_config_file
 
 #: Training settings a config file may hold beside the SB3 hyperparameters.
-TRAIN_KEYS = ("timesteps", "seed", "n_envs", "base", "action_head", "env_kwargs",
+TRAIN_KEYS = ("timesteps", "seed", "n_envs", "base", "action_distribution", "env_kwargs",
               "supervised")
 
 
@@ -45,7 +45,7 @@ class TrainSettings:
         seed: Training seed.
         n_envs: Sub-envs of the RL stage (``train(n_envs=...)``).
         base: Frozen base of the LoRA encoder.
-        action_head: The policy's action head (``train(action_head=...)``).
+        action_distribution: The policy's action head (``train(action_distribution=...)``).
         env_kwargs: ``gym.make`` arguments from the file (flags are merged later).
         ppo: SB3 hyperparameters (``train(ppo=...)``), checked against the signature.
         supervised: The supervised stage's :class:`SupervisedConfig` (``None``: default).
@@ -55,7 +55,7 @@ class TrainSettings:
     seed: int = 0
     n_envs: int = 1
     base: str = "pretrained"
-    action_head: str = "independent"
+    action_distribution: str = "independent"
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     ppo: dict[str, Any] = field(default_factory=dict)
     supervised: Any = None
@@ -93,8 +93,9 @@ def read_train_config(path: Path | None, method: str) -> TrainSettings:
         n_envs=integer(data.get("n_envs", defaults.n_envs), "n_envs", minimum=1,
                        where=str(path)),
         base=one_of(data.get("base", defaults.base), "base", BASES, where=str(path)),
-        action_head=one_of(data.get("action_head", defaults.action_head), "action_head",
-                           ACTION_HEADS, where=str(path)),
+        action_distribution=one_of(
+            data.get("action_distribution", defaults.action_distribution),
+            "action_distribution", ACTION_DISTRIBUTIONS, where=str(path)),
         env_kwargs=_mapping(data.get("env_kwargs", {}), path, "env_kwargs"),
         ppo=check_hyperparameters(ppo, method, where=str(path)),
         supervised=_supervised(data.get("supervised"), path),

@@ -6,13 +6,19 @@ the tables' evaluation tasks (``episodes`` tasks of task seed 0, the set every t
 at each of ``checkpoints`` (:class:`agents.callbacks.EvaluateAtSteps`). Each point is the
 mean Eq. 1 return and the share of the gap between the best fixed row and the planner it
 closes, both with 95% intervals over seeds and tasks (a two-level bootstrap, paired over
-the tasks). A row *stops improving* at the first checkpoint from which the paired gain to
-its last checkpoint is not resolved above zero (the interval of last - that point, seeds
-and tasks resampled together, reaches 0): more steps buy nothing the intervals can see.
+the tasks). A row *stops improving* at the first checkpoint from which no point's paired
+gain to the last checkpoint is resolved above zero (the interval of last - that point,
+seeds and tasks resampled together, reaches 0 at it and at every later point): more steps
+buy nothing the intervals can see. A row whose last step is still resolved above the one
+before has not stopped at this budget, and the table says so.
+
+The RL steps are what the curve counts; a row with a supervised stage (``lora-ppo``) spent
+its teacher's episodes before step 0, and its point at step 0 is that warm start.
 
 Outputs in ``out``: ``budgets_<Env>.md`` (the table, the machine, the wall time of each
-row) and ``budgets_<Env>.csv`` (row, seed, timesteps, gradient steps, mean return: the
-curves as a columnar file), written together or not at all.
+row) and ``budgets_<Env>.csv`` (row, seed, timesteps, gradient steps, mean return and the
+per-task returns, :func:`experiments.gaps.encode_scores`: the curves as a columnar file
+from which every interval can be recomputed), written together or not at all.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from agents.lora.training import configure_torch_threads, train
 from cost_envs.config import integer
 from cost_envs.metrics import bootstrap_gap_closed, bootstrap_mean_ci
 from experiments.common import machine, spawn_pool
+from experiments.gaps import encode_scores
 
 
 @dataclass(frozen=True)
@@ -49,7 +56,7 @@ BAYES_DAGGER = SupervisedConfig(teacher="bayes", dagger_rounds=2)
 BUDGET_ROWS = {
     "ppo": BudgetRow("ppo", "PPO"),
     "ppo/autoregressive": BudgetRow("ppo", "PPO, autoregressive action head",
-                                    {"action_head": "autoregressive"}),
+                                    {"action_distribution": "autoregressive"}),
     "lora-ppo": BudgetRow("lora-ppo", "LoRA-Guided PPO (greedy teacher, as in the paper)"),
     "lora-ppo/bayes": BudgetRow("lora-ppo", "LoRA-Guided PPO, Bayes teacher + DAgger",
                                 {"supervised": BAYES_DAGGER}),
@@ -105,17 +112,20 @@ def run_job(job: Job) -> dict[str, Any]:
             "seconds": time.perf_counter() - start}
 
 
-def stops_improving(curve: np.ndarray, resamples: int, seed: int = 0) -> int:
-    """The first checkpoint index from which the gain to the last one is not resolved.
+def stops_improving(curve: np.ndarray, resamples: int, seed: int = 0) -> int | None:
+    """The first checkpoint from which no gain to the last one is resolved (module docstring).
 
-    ``curve[s, c, j]``: seed ``s``'s return on task ``j`` at checkpoint ``c``.
+    ``curve[s, c, j]``: seed ``s``'s return on task ``j`` at checkpoint ``c``. ``None``: the
+    last checkpoint is resolved above the one before, so the row is still improving.
     """
     last = curve[:, -1]
-    for index in range(curve.shape[1]):
+    stop = curve.shape[1] - 1
+    for index in range(curve.shape[1] - 2, -1, -1):
         _, low, _ = bootstrap_mean_ci(last - curve[:, index], n_resamples=resamples, seed=seed)
-        if low <= 0:
-            return index
-    return curve.shape[1] - 1
+        if low > 0:
+            break
+        stop = index
+    return None if stop == curve.shape[1] - 1 and curve.shape[1] > 1 else stop
 
 
 def curve_table(env_id: str, results: Sequence[dict[str, Any]], rule: Sequence[float],
@@ -131,7 +141,7 @@ def curve_table(env_id: str, results: Sequence[dict[str, Any]], rule: Sequence[f
              "not resolved above zero.", "", f"Machine: {machine()}.", ""]
     rows = io.StringIO()
     writer = csv.writer(rows, lineterminator="\n")
-    writer.writerow(["row", "seed", "timesteps", "gradient_steps", "mean_return"])
+    writer.writerow(["row", "seed", "timesteps", "gradient_steps", "mean_return", "returns"])
     for key in dict.fromkeys(result["key"] for result in results):
         done = sorted((r for r in results if r["key"] == key), key=lambda r: r["seed"])
         curve = np.array([[entry["returns"] for entry in r["curve"]] for r in done])
@@ -139,8 +149,11 @@ def curve_table(env_id: str, results: Sequence[dict[str, Any]], rule: Sequence[f
         updates = [entry["gradient_steps"] for entry in done[0]["curve"]]
         stop = stops_improving(curve, scale.resamples)
         minutes = np.mean([r["seconds"] for r in done]) / 60
+        verdict = ("Still improving at the last checkpoint: not converged at this budget."
+                   if stop is None else f"Stops improving at {steps[stop]:,} env steps.")
         lines += [f"## {BUDGET_ROWS[key].label}", "",
-                  f"Wall time per seed: {minutes:.1f} min (mean of {len(done)}).", "",
+                  f"{verdict} Wall time per seed: {minutes:.1f} min (mean of {len(done)}).",
+                  "",
                   "| env steps | gradient steps | return | share of the gap |",
                   "| ---: | ---: | --- | --- |"]
         for index, (step, update) in enumerate(zip(steps, updates, strict=True)):
@@ -154,7 +167,8 @@ def curve_table(env_id: str, results: Sequence[dict[str, Any]], rule: Sequence[f
         for result in done:
             for entry in result["curve"]:
                 writer.writerow([key, result["seed"], entry["timesteps"],
-                                 entry["gradient_steps"], f"{np.mean(entry['returns']):.6f}"])
+                                 entry["gradient_steps"], f"{np.mean(entry['returns']):.6f}",
+                                 encode_scores(entry["returns"])])
     return "\n".join(lines), rows.getvalue()
 
 
@@ -162,15 +176,13 @@ def reference_returns(env_id: str, episodes: int) -> tuple[list[float], list[flo
     """The best fixed row's and the planner's per-task returns on the evaluation tasks."""
     from experiments.lora_ppo import SCALES as TABLE_SCALES
     from experiments.lora_ppo import Scale as TableScale
-    from experiments.lora_ppo import score_baselines
+    from experiments.lora_ppo import gap_ends, score_baselines
 
     fixed = score_baselines(env_id, TableScale("budgets", 1, 1, episodes, 100,
                                                rule_tasks=TABLE_SCALES["default"].rule_tasks),
                             eval_seed=0)
-    rules = {key: returns for key, returns in fixed.returns.items()
-             if key not in ("oracle", "planner", "bayes-planner")}
-    rule = max(rules, key=lambda key: (float(np.mean(rules[key])), key))
-    return list(rules[rule]), list(fixed.returns["planner"])
+    rule, planner = gap_ends(fixed)
+    return list(fixed.returns[rule]), list(fixed.returns[planner])
 
 
 def report(out: Path, scale: str | Scale = "default", jobs: int = 2,

@@ -134,8 +134,8 @@ class LearnedRow:
     ``teacher``: whose traces the supervised stage imitates
     (:data:`agents.lora.supervised.TEACHERS`); a row taught by the planner (or the Bayes
     reference) needs one for the env. ``dagger_rounds``: DAgger rounds after the first fit
-    (:mod:`agents.lora.dagger`; a planner or Bayes teacher only). ``action_head``: the
-    policy's (:data:`agents.lora.ACTION_HEADS`).
+    (:mod:`agents.lora.dagger`; a planner or Bayes teacher only). ``action_distribution``: the
+    policy's (:data:`agents.lora.ACTION_DISTRIBUTIONS`).
     ``envs``: the envs whose tables have the row (``None``: every env).
     """
 
@@ -146,7 +146,7 @@ class LearnedRow:
     teacher: str = "greedy"
     envs: tuple[str, ...] | None = None
     dagger_rounds: int = 0
-    action_head: str = "independent"
+    action_distribution: str = "independent"
 
     def arguments(self, env_id: str, supervised: SupervisedConfig) -> dict[str, Any] | None:
         """``train``'s configuration arguments on ``env_id``; ``None``: no row there."""
@@ -159,7 +159,8 @@ class LearnedRow:
             supervised = replace(supervised, teacher=self.teacher,
                                  dagger_rounds=self.dagger_rounds,
                                  dagger_episodes=max(1, supervised.episodes // 3))
-        head = {} if self.action_head == "independent" else {"action_head": self.action_head}
+        head = ({} if self.action_distribution == "independent"
+                else {"action_distribution": self.action_distribution})
         if not self.tuned:
             return {"supervised": supervised, **head}
         config = tune.chosen(self.method, env_id)
@@ -335,17 +336,27 @@ def gap_block(env_id: str, fixed: FixedRows, learned: Mapping[str, Sequence[JobR
     """
     if "planner" not in fixed.returns:
         return None
-    rules = {key: returns for key, returns in fixed.returns.items()
-             if key not in PRIVILEGED_ROWS and key not in REFERENCE_ROWS}
-    rule = max(rules, key=lambda key: (float(np.mean(rules[key])), key))
+    rule, planner = gap_ends(fixed)
     methods = {key: (LEARNED_ROWS[key].label, [result.returns for result in runs])
                for key, runs in learned.items()}
-    entry = gaps.task_entry(rules[rule], fixed.returns["planner"], methods,
+    entry = gaps.task_entry(fixed.returns[rule], fixed.returns[planner], methods,
                             n_resamples=resamples, seed=seed)
     entry["rule_row"] = fixed.entries[rule]["label"]
     return gaps.block("lora_ppo", "mean Eq. 1 episode return",
                       "the best fixed row of each table (rule_row)",
                       fixed.entries["planner"]["label"], {env_id.split("/")[-1]: entry})
+
+
+def gap_ends(fixed: FixedRows) -> tuple[str, str]:
+    """The keys of the gap's two ends: the best non-privileged fixed row, and the planner.
+
+    The rule end is the fixed row with the highest mean return on these very tasks that
+    reads no hidden state and is not a reference (:data:`PRIVILEGED_ROWS`,
+    :data:`REFERENCE_ROWS`).
+    """
+    rules = {key: returns for key, returns in fixed.returns.items()
+             if key not in PRIVILEGED_ROWS and key not in REFERENCE_ROWS}
+    return max(rules, key=lambda key: (float(np.mean(rules[key])), key)), "planner"
 
 
 def _run_all(jobs: Sequence[Job], workers: int, log: Any = print,

@@ -20,10 +20,12 @@ def _curve(means: list[float], seeds: int = 5, tasks: int = 300, noise: float = 
 def test_a_row_stops_where_the_gain_to_the_end_is_no_longer_resolved():
     # Rises to 0.9 by the third checkpoint, then flat: it stops at index 2.
     assert budgets.stops_improving(_curve([0.2, 0.6, 0.9, 0.9, 0.9]), 300) == 2
-    # Still rising at the end: the last checkpoint.
-    assert budgets.stops_improving(_curve([0.2, 0.4, 0.6, 0.8]), 300) == 3
+    # Still rising at the end: not stopped.
+    assert budgets.stops_improving(_curve([0.2, 0.4, 0.6, 0.8]), 300) is None
     # Flat from the start.
     assert budgets.stops_improving(_curve([0.5, 0.5, 0.5]), 300) == 0
+    # A dip and a recovery: the dip's gain to the end is resolved, so not the start.
+    assert budgets.stops_improving(_curve([0.9, 0.5, 0.9, 0.9]), 300) == 2
 
 
 def test_the_table_and_the_csv_hold_every_checkpoint_of_every_seed():
@@ -39,5 +41,12 @@ def test_the_table_and_the_csv_hold_every_checkpoint_of_every_seed():
     assert len(rows) == 6
     assert {row["seed"] for row in rows} == {"0", "1"}
     assert float(rows[-1]["mean_return"]) == 0.5 + 0.5 + 0.01
-    assert "| 2,048 **stops** | 204 |" in markdown
+    assert rows[-1]["returns"] == "1.01 1.01 1.01 1.01"  # per task: intervals recomputable
+    assert "**stops**" not in markdown  # still rising at its last checkpoint
+    assert "Still improving at the last checkpoint" in markdown
+    flat = [{**result, "curve": [{**entry, "returns": [0.7] * 4} for entry in result["curve"]]}
+            for result in results]
+    markdown, _ = budgets.curve_table("cost_envs/ToolBench-v0", flat, [0.5] * 4, [1.0] * 4,
+                                      scale)
+    assert "| 0 **stops** | 0 |" in markdown and "Stops improving at 0 env steps" in markdown
     assert "Machine:" in markdown and "Wall time per seed: 1.0 min" in markdown

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -82,6 +84,57 @@ def test_dagger_adds_the_students_states_and_is_deterministic():
     assert len(histories[0]) == 3 * config.epochs  # one fit, then one per round
     assert histories[0] == histories[1]
     assert all(torch.equal(a, b) for a, b in zip(*weights, strict=True))
+
+
+def test_each_round_adds_the_students_own_states_on_new_tasks(monkeypatch):
+    """Each round adds what the student played, labelled by the teacher, on the next tasks."""
+    from agents.lora import dagger
+    from agents.planning import planner
+
+    fits = []
+    real_fit = dagger.train_supervised
+
+    def spy(policy, traces, costs, config, seed=0, progress=False):
+        fits.append((traces, [p.detach().clone() for p in policy.parameters()]))
+        return real_fit(policy, traces, costs, config, seed=seed, progress=progress)
+
+    monkeypatch.setattr(dagger, "train_supervised", spy)
+    env = gym.make(ENV_ID)
+    torch.manual_seed(0)
+    config = SupervisedConfig(teacher="planner", episodes=20, epochs=2, dagger_rounds=2,
+                              dagger_episodes=10)
+    fit_supervised(policy_for(env), env, config, seed=0, trace_seed=7)
+    assert len(fits) == 3
+    # Replay the task stream: tasks do not depend on the actions, so after the first fit's
+    # 20 episodes and each earlier round's 10, round r's tasks come next.
+    replay = gym.make(ENV_ID)
+    replay.reset(seed=7)
+    for _ in range(config.episodes - 1):
+        replay.reset()
+    teacher = planner(replay)
+    for (before, _), (after, weights) in itertools.pairwise(fits):
+        old = len(before.observations)
+        assert np.array_equal(after.observations[:old], before.observations)  # data kept
+        # The student that played the round is the policy entering the next fit.
+        student = policy_for(env)
+        with torch.no_grad():
+            for target, source in zip(student.parameters(), weights, strict=True):
+                target.copy_(source)
+        observations, labels, played = [], [], []
+        for _ in range(config.dagger_episodes):
+            obs, _ = replay.reset()
+            while True:
+                action = student.predict(obs, deterministic=True)[0]
+                observations.append(obs)
+                labels.append(teacher.predict(obs)[0])
+                played.append(action)
+                obs, _, terminated, truncated, _ = replay.step(action)
+                if terminated or truncated:
+                    break
+        assert np.array_equal(after.observations[old:], np.array(observations))
+        assert np.array_equal(after.labels[old:], np.array(labels, dtype=np.float32))
+        # The labels are the teacher's, not the student's own actions.
+        assert not np.array_equal(np.array(played, dtype=np.float32), after.labels[old:])
 
 
 def test_dagger_with_the_bayes_teacher_runs_on_toolbench():

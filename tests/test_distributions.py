@@ -72,7 +72,7 @@ def test_a_later_agent_depends_on_an_earlier_one():
         head(torch.zeros(2, 1)), head)
     actions = torch.zeros(2, m)
     actions[0, LARGE] = 1.0
-    probabilities = distribution.conditional_probabilities(actions)
+    probabilities = distribution.conditional_probabilities(actions).detach()
     assert float(probabilities[0, MEDIUM]) < 0.01  # large called: medium is not
     assert float(probabilities[1, MEDIUM]) > 0.97  # large not called: medium is
     # An earlier agent never sees a later one's bit.
@@ -84,7 +84,7 @@ def test_a_fresh_head_is_the_independent_one():
     torch.manual_seed(0)
     independent = policy_for(env, lora_rank=None)
     torch.manual_seed(0)
-    autoregressive = policy_for(env, lora_rank=None, action_head="autoregressive")
+    autoregressive = policy_for(env, lora_rank=None, action_distribution="autoregressive")
     assert float(autoregressive.action_net.coupling.abs().sum()) == 0.0
     obs = torch.rand(16, 17)
     actions = torch.randint(0, 2, (16, 8)).float()
@@ -130,7 +130,7 @@ def test_supervision_fits_a_joint_that_independent_bits_cannot():
     fitted = {}
     for head in ("independent", "autoregressive"):
         torch.manual_seed(0)
-        policy = policy_for(env, lora_rank=None, action_head=head)
+        policy = policy_for(env, lora_rank=None, action_distribution=head)
         train_supervised(policy, traces, costs, config)
         features = policy.extract_features(torch.as_tensor(obs[:2]))
         with torch.no_grad():
@@ -147,25 +147,42 @@ def test_an_autoregressive_model_saves_and_loads():
     from agents.lora.training import train
 
     trained = train("cost_envs/ToolBench-v0", "ppo", 256, seed=0, n_envs=2,
-                    action_head="autoregressive")
+                    action_distribution="autoregressive")
     with torch.no_grad():  # a coupling no training run of this size would give
         trained.policy.action_net.coupling.normal_()
     with tempfile.TemporaryDirectory() as directory:
         save_allocator(trained, directory)
         loaded = load_allocator(directory)
-    assert loaded.policy.action_head == "autoregressive"
+    assert loaded.policy.action_distribution == "autoregressive"
     assert torch.equal(loaded.policy.action_net.coupling, trained.policy.action_net.coupling)
     obs = np.random.default_rng(0).random((64, 17), dtype=np.float32)
     assert np.array_equal(loaded.predict(obs)[0], trained.predict(obs)[0])
 
 
-def test_a_bad_action_head_is_one_line():
-    env = gym.make("cost_envs/ToolBench-v0")
-    with pytest.raises(ValueError, match=r"action_head: expected one of \['independent', "
-                                         r"'autoregressive'\], got 'joint'"):
-        AllocatorPolicy(env.observation_space, env.action_space, lambda _: 1e-3,
-                        action_head="joint")
+def test_a_saved_config_with_a_bad_distribution_is_one_line(tmp_path):
+    import json
+
+    from agents.lora.checkpoints import load_allocator, save_allocator
     from agents.lora.training import train
 
-    with pytest.raises(ValueError, match="action_head: expected one of"):
-        train("cost_envs/ToolBench-v0", "ppo", 64, action_head="made")
+    path = save_allocator(train("cost_envs/ToolBench-v0", "ppo", 64, seed=0,
+                                ppo={"n_steps": 64}), tmp_path / "model")
+    config = json.loads((path / "config.json").read_text())
+    assert "action_distribution" not in config["architecture"]  # independent: as before
+    config["architecture"]["action_distribution"] = "joint"
+    (path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"architecture.action_distribution: expected one of "
+                                         r"\['independent', 'autoregressive'\], got 'joint'"):
+        load_allocator(path)
+
+
+def test_a_bad_action_distribution_is_one_line():
+    env = gym.make("cost_envs/ToolBench-v0")
+    with pytest.raises(ValueError, match=r"action_distribution: expected one of \['independent', "
+                                         r"'autoregressive'\], got 'joint'"):
+        AllocatorPolicy(env.observation_space, env.action_space, lambda _: 1e-3,
+                        action_distribution="joint")
+    from agents.lora.training import train
+
+    with pytest.raises(ValueError, match="action_distribution: expected one of"):
+        train("cost_envs/ToolBench-v0", "ppo", 64, action_distribution="made")

@@ -8,6 +8,6 @@ choices); its modules import torch themselves.
 METHODS = ("lora", "ppo", "lora-ppo")
 #: Where the LoRA encoder's frozen base comes from.
 BASES = ("pretrained", "random")
-#: The policy's action heads (:mod:`agents.lora.distributions`): SB3's independent bits, or
+#: The policy's action distributions (:mod:`agents.lora.distributions`): SB3's independent bits, or
 #: bits drawn in agent order, each seeing the earlier ones.
-ACTION_HEADS = ("independent", "autoregressive")
+ACTION_DISTRIBUTIONS = ("independent", "autoregressive")

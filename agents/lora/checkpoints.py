@@ -40,7 +40,7 @@ from agents.files import (
     is_directory_or_absent,
     write_directory_atomic,
 )
-from agents.lora import ACTION_HEADS, BASES, METHODS
+from agents.lora import ACTION_DISTRIBUTIONS, BASES, METHODS
 from agents.lora.adapters import merge_lora
 from agents.lora.policies import (
     MAX_WIDTH,
@@ -59,7 +59,7 @@ ADAPTER_FORMAT = "cost-envs-adapter"
 FORMAT_VERSION = 1
 _MODEL_FILES = ("model.safetensors", "config.json")
 _ADAPTER_FILES = ("adapter.safetensors", "adapter_config.json")
-_ARCHITECTURE_KEYS = {"hidden_sizes", "lora_rank", "lora_alpha", "action_head"}
+_ARCHITECTURE_KEYS = {"hidden_sizes", "lora_rank", "lora_alpha", "action_distribution"}
 #: Keys of each config: required first, then optional ones.
 _MODEL_KEYS = (("format", "version", "env_id", "env_kwargs", "method", "architecture"),
                ("cost_envs_version", "seed", "timesteps", "base", "history", "n_envs"))
@@ -134,9 +134,9 @@ def _check_architecture(value: Any, source: Path) -> dict[str, Any]:
                 where=str(source))
     number(value.get("lora_alpha", 16.0), "architecture.lora_alpha", minimum=0,
            inclusive=False, where=str(source))
-    if value.get("action_head", ACTION_HEADS[0]) not in ACTION_HEADS:
-        raise ValueError(f"{source}: architecture.action_head: expected one of "
-                         f"{list(ACTION_HEADS)}, got {value['action_head']!r}")
+    if value.get("action_distribution", ACTION_DISTRIBUTIONS[0]) not in ACTION_DISTRIBUTIONS:
+        raise ValueError(f"{source}: architecture.action_distribution: expected one of "
+                         f"{list(ACTION_DISTRIBUTIONS)}, got {value['action_distribution']!r}")
     return value
 
 

@@ -113,6 +113,8 @@ def fit_supervised(policy: AllocatorPolicy, env: gym.Env, config: SupervisedConf
         for round_ in range(config.dagger_rounds):
             traces = joined(traces, student_traces(policy, teacher, env, config.dagger_episodes,
                                                    config.gamma, progress=progress))
-            history += train_supervised(policy, traces, costs, config, seed=seed + round_ + 1,
+            # Each round's minibatch order from a seed of its own, never another run's.
+            round_seed = int(np.random.SeedSequence([seed, round_ + 1]).generate_state(1)[0])
+            history += train_supervised(policy, traces, costs, config, seed=round_seed,
                                         progress=progress)
     return history

@@ -30,10 +30,7 @@ from torch import nn
 from torch.distributions import Bernoulli
 from torch.nn import functional as F
 
-from agents.lora import ACTION_HEADS
-
-__all__ = ["ACTION_HEADS", "AutoregressiveBernoulliDistribution", "AutoregressiveHead"]
-
+__all__ = ["AutoregressiveBernoulliDistribution", "AutoregressiveHead"]
 
 
 class AutoregressiveHead(nn.Module):

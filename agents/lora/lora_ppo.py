@@ -13,7 +13,9 @@ What differs from SB3's PPO, and nothing else:
   head, trained from the supervised fit rather than from a pretrained model, uses
   ``learning_rate * value_lr_scale``.
 * **Loss.** SB3's clipped surrogate + entropy + value loss, plus the expected-cost term
-  ``cost_coef * E_t[sum_i c_i p_{t,i}]`` with ``p_t`` the current call probabilities and
+  ``cost_coef * E_t[sum_i c_i p_{t,i}]`` with ``p_t`` the current call probabilities (with
+  the autoregressive distribution, each agent's given the rollout action's earlier bits:
+  a surrogate whose gradient ignores how the earlier bits' own probabilities move) and
   ``c_i`` each agent's price over the pool's highest.
 * **Warm start.** :meth:`LoraGuidedPPO.from_supervised` copies every tensor of a
   supervised allocator (base, adapters, heads) into the new model.
@@ -98,7 +100,7 @@ class LoraGuidedPPO(PPO):
         policy_kwargs = dict(kwargs.pop("policy_kwargs", None) or {})
         policy_kwargs.update(hidden_sizes=supervised.hidden_sizes,
                              lora_rank=supervised.lora_rank, lora_alpha=supervised.lora_alpha,
-                             action_head=supervised.action_head)
+                             action_distribution=supervised.action_distribution)
         model = cls(AllocatorPolicy, env, policy_kwargs=policy_kwargs, **kwargs)
         model.policy.load_state_dict(supervised.state_dict())
         return model

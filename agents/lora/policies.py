@@ -3,7 +3,8 @@
 Architecture (``hidden_sizes=(64, 64)``)::
 
     obs -> [Linear -> Tanh] x 2  (the encoder W: frozen base + LoRA A/B)  -> features
-    features -> action_net (Linear, one Bernoulli logit per agent)
+    features -> action_net (Linear, one Bernoulli logit per agent; with the autoregressive
+                            distribution also a coupling between agents' bits)
     features -> value_net  (Linear, the state value)
 
 The same class with ``lora_rank=None`` is the plain network of the PPO baseline: the same
@@ -15,7 +16,7 @@ group     tensors                                         trains by default
 ========  ==============================================  ===========================
 base      the encoder's ``nn.Linear`` weights and biases  only without LoRA
 adapter   ``lora_A`` / ``lora_B`` of every encoder layer  yes
-action    ``action_net``                                  yes
+action    ``action_net`` (its coupling too, if any)       yes
 value     ``value_net``                                   yes
 ========  ==============================================  ===========================
 
@@ -45,8 +46,9 @@ from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from torch import nn
 
+from agents.lora import ACTION_DISTRIBUTIONS
 from agents.lora.adapters import LoraSettings, adapted_linear, inject_lora, verify_optimizer
-from agents.lora.distributions import ACTION_HEADS, AutoregressiveBernoulliDistribution
+from agents.lora.distributions import AutoregressiveBernoulliDistribution
 from cost_envs.config import integer, number
 from cost_envs.config_files import read_config_file
 
@@ -277,7 +279,7 @@ class AllocatorPolicy(ActorCriticPolicy):
             both give the same network.
         trainable: Group name -> learning-rate multiplier for the groups that train.
             Default: ``adapter``, ``action`` and ``value`` with LoRA, every group without.
-        action_head: ``independent`` (SB3's Bernoulli: one logit per agent, the paper's)
+        action_distribution: ``independent`` (SB3's Bernoulli: one logit per agent, the paper's)
             or ``autoregressive`` (each agent's logit also sees the earlier agents' bits,
             :mod:`agents.lora.distributions`; its coupling is in the ``action`` group).
         **kwargs: Passed to ``ActorCriticPolicy`` (not ``net_arch``, the features
@@ -294,12 +296,12 @@ class AllocatorPolicy(ActorCriticPolicy):
         lora_alpha: float = 16.0,
         base: BaseSource | None = None,
         trainable: Mapping[str, float] | None = None,
-        action_head: str = "independent",
+        action_distribution: str = "independent",
         **kwargs: Any,
     ) -> None:
-        if action_head not in ACTION_HEADS:
-            raise ValueError(f"action_head: expected one of {list(ACTION_HEADS)}, "
-                             f"got {action_head!r}")
+        if action_distribution not in ACTION_DISTRIBUTIONS:
+            raise ValueError(f"action_distribution: expected one of {list(ACTION_DISTRIBUTIONS)}, "
+                             f"got {action_distribution!r}")
         if not isinstance(action_space, spaces.MultiBinary):
             raise ValueError(f"AllocatorPolicy: expected a MultiBinary action space, "
                              f"got {action_space}")
@@ -318,7 +320,7 @@ class AllocatorPolicy(ActorCriticPolicy):
         self.lora_rank = lora_rank
         self.lora_alpha = float(lora_alpha)
         self.base = base
-        self.action_head = action_head
+        self.action_distribution = action_distribution
         self.trainable = _check_groups(trainable if trainable is not None
                                        else dict.fromkeys(default, 1.0))
         super().__init__(
@@ -338,7 +340,8 @@ class AllocatorPolicy(ActorCriticPolicy):
         )
 
     def _build(self, lr_schedule: Any) -> None:
-        if self.action_head == "autoregressive":  # SB3 made a Bernoulli one; the head is ours
+        # SB3 made a Bernoulli distribution from the space; the autoregressive one is ours.
+        if self.action_distribution == "autoregressive":
             self.action_dist = AutoregressiveBernoulliDistribution(int(self.action_space.n))
         super()._build(lr_schedule)
         self.learning_rate = float(lr_schedule(1))
@@ -352,7 +355,7 @@ class AllocatorPolicy(ActorCriticPolicy):
             data.pop(key, None)
         data.update(hidden_sizes=self.hidden_sizes, lora_rank=self.lora_rank,
                     lora_alpha=self.lora_alpha, base=None, trainable=self.trainable,
-                    action_head=self.action_head)
+                    action_distribution=self.action_distribution)
         return data
 
     # ----------------------------------------------------------- parameter groups
@@ -400,7 +403,7 @@ class AllocatorPolicy(ActorCriticPolicy):
 
     # ------------------------------------------------------------------ outputs
     def _get_action_dist_from_latent(self, latent_pi: torch.Tensor) -> Any:
-        if self.action_head == "autoregressive":
+        if self.action_distribution == "autoregressive":
             return self.action_dist.proba_distribution(self.action_net(latent_pi),
                                                        head=self.action_net)
         return super()._get_action_dist_from_latent(latent_pi)
@@ -412,7 +415,7 @@ class AllocatorPolicy(ActorCriticPolicy):
         autograd graph alive (and make the policy impossible to deep-copy).
         """
         logits = self.action_net(features)
-        if self.action_head == "autoregressive":
+        if self.action_distribution == "autoregressive":
             return AutoregressiveBernoulliDistribution(self.action_dist.action_dims
                                                        ).proba_distribution(logits, self.action_net)
         return BernoulliDistribution(self.action_dist.action_dims).proba_distribution(
@@ -427,7 +430,7 @@ class AllocatorPolicy(ActorCriticPolicy):
         PPO); without ``actions``, given the bits of the greedy chain.
         """
         distribution = self._distribution(features)
-        if self.action_head != "autoregressive":
+        if self.action_distribution != "autoregressive":
             return distribution.distribution.probs
         if actions is None:
             actions = distribution.mode()
@@ -447,7 +450,7 @@ class AllocatorPolicy(ActorCriticPolicy):
         features = self.extract_features(obs)
         distribution = self._distribution(features)
         log_prob = distribution.log_prob(actions)
-        if self.action_head == "autoregressive":
+        if self.action_distribution == "autoregressive":
             probs = distribution.conditional_probabilities(actions)
         else:
             probs = distribution.distribution.probs
@@ -457,8 +460,8 @@ class AllocatorPolicy(ActorCriticPolicy):
         """The constructor arguments that rebuild this network (JSON-ready)."""
         architecture = {"hidden_sizes": list(self.hidden_sizes), "lora_rank": self.lora_rank,
                         "lora_alpha": self.lora_alpha}
-        if self.action_head != "independent":  # absent: the independent head (older files)
-            architecture["action_head"] = self.action_head
+        if self.action_distribution != "independent":  # absent: the independent head (older files)
+            architecture["action_distribution"] = self.action_distribution
         return architecture
 
 

@@ -47,7 +47,7 @@ from stable_baselines3.common.utils import set_random_seed
 
 import cost_envs
 from agents.callbacks import CostMetricsCallback, EvaluateAtSteps
-from agents.lora import ACTION_HEADS, BASES, METHODS
+from agents.lora import ACTION_DISTRIBUTIONS, BASES, METHODS
 from agents.lora.dagger import fit_supervised
 from agents.lora.lora_ppo import LoraGuidedPPO
 from agents.lora.policies import AllocatorPolicy
@@ -143,7 +143,7 @@ def train(
     ppo: Mapping[str, Any] | None = None,
     torch_threads: int | None = DEFAULT_TORCH_THREADS,
     n_envs: int = 1,
-    action_head: str = "independent",
+    action_distribution: str = "independent",
     evaluate_at: Sequence[int] = (),
     eval_episodes: int = 400,
 ) -> TrainedAllocator:
@@ -172,7 +172,7 @@ def train(
             docstring; ignored by ``lora``). ``n_steps`` stays SB3's per-sub-env count: a
             rollout is ``n_envs * n_steps`` steps, so ``timesteps`` is rounded up to a
             multiple of it and ``batch_size`` splits the bigger rollout.
-        action_head: The policy's action head (:data:`agents.lora.ACTION_HEADS`):
+        action_distribution: The policy's action head (:data:`agents.lora.ACTION_DISTRIBUTIONS`):
             ``independent`` (the paper's) or ``autoregressive``.
         evaluate_at: Env-step counts at which the RL stage's policy is scored on the
             evaluation tasks (``eval_episodes`` of task seed 0,
@@ -190,9 +190,12 @@ def train(
     integer(timesteps, "timesteps", minimum=1)
     integer(seed, "seed", minimum=0)
     integer(n_envs, "n_envs", minimum=1)
-    if action_head not in ACTION_HEADS:
-        raise ValueError(f"action_head: expected one of {list(ACTION_HEADS)}, "
-                         f"got {action_head!r}")
+    if evaluate_at and method == "lora":
+        raise ValueError("evaluate_at: lora trains no RL stage, so it has no learning curve; "
+                         "evaluate the returned allocator instead")
+    if action_distribution not in ACTION_DISTRIBUTIONS:
+        raise ValueError(f"action_distribution: expected one of {list(ACTION_DISTRIBUTIONS)}, "
+                         f"got {action_distribution!r}")
     if torch_threads is not None:
         integer(torch_threads, "torch_threads", minimum=1)
     settings = ppo_settings(ppo, method)
@@ -215,10 +218,11 @@ def train(
                   None if tensorboard_log is None else str(tensorboard_log)}
         if method == "ppo":
             model = PPO(AllocatorPolicy, make_batched_vec_env(env_id, n_envs, **kwargs),
-                        policy_kwargs={"lora_rank": None, "action_head": action_head},
+                        policy_kwargs={"lora_rank": None,
+                                       "action_distribution": action_distribution},
                         **settings, **common)
         else:
-            policy = policy_for(env, base=base_path, action_head=action_head)
+            policy = policy_for(env, base=base_path, action_distribution=action_distribution)
             fit_supervised(policy, env, supervised, seed=seed,
                            trace_seed=TRACE_TASK_SEED + seed, progress=progress_bar)
             if method == "lora":
