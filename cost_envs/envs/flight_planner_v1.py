@@ -146,14 +146,26 @@ class FlightPlannerV1Env(FlightPlannerEnv):
     tasks), while the planner that plays v1 as v0 with a belief about the route reaches
     0.995 at CPS 0.0317 (issue #11).
 
+    **What the slots are worth (issue #23): nothing measurable.** The planner's edge comes
+    from knowing the task's parameters, above all the optimal fare relative to the budget,
+    which lets one quote a few percent off expose a broken route; the observation shows
+    almost nothing of it. The non-privileged Bayes reference
+    (``agents.planning.BayesFlightPlanner``: the task prior and the whole episode's
+    observations, so it has all the slots say and more) returns 0.961 [0.935, 0.981] on the
+    400 evaluation tasks against the one-turn rule's 0.962 (paired difference -0.001
+    [-0.025, +0.019], unresolved) and the planner's 1.004; ignoring the v1 slots changes its
+    return by -0.0001 [-0.0004, 0]. So no policy is known to beat the one-turn rule here,
+    and v1's slots are not shown to be needed by one.
+
     ## Version History
 
     * v1: the observation tracks validation counts by strength and search findings (why:
       issue #10 found that v0's binary validated flag lets a fixed one-turn rule beat
       learned policies: "large planner and pro search in one turn, then commit" beat PPO
       on success and cost per success, while a belief-tracking planner that validates a
-      plan several times cheaply did far better, which a memoryless policy cannot do
-      without counts). Tasks, dynamics, costs and the oracle's plans are v0's (the
+      plan several times cheaply did far better; the counts were to let a memoryless
+      policy represent its belief, which issue #23 found worth nothing measurable, above).
+      Tasks, dynamics, costs and the oracle's plans are v0's (the
       oracle searches v0's part of the state, which alone decides outcomes and prices).
     * v0: initial version.
     """
