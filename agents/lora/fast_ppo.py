@@ -44,7 +44,7 @@ from stable_baselines3.common.utils import explained_variance, obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv
 from torch.nn import functional as F
 
-from agents.lora.fast_optim import clip_grad_norm, optimizer_step
+from agents.lora.fast_optim import FlatAdam, clip_grad_norm, optimizer_step
 
 #: Rollout-buffer arrays a PPO update reads, in SB3's ``RolloutBuffer.get`` order.
 BUFFER_FIELDS = ("observations", "actions", "values", "log_probs", "advantages", "returns")
@@ -242,63 +242,76 @@ class FastPPO(PPO):
         kl_per_epoch: list[list[Any]] = []
         continue_training = True
         loss = torch.zeros(())
-        for epoch in range(self.n_epochs):
-            kl_epoch: list[Any] = []
-            kl_per_epoch.append(kl_epoch)
-            first_of_epoch = len(ratios)
-            for obs, actions, old_values, old_log_prob, advantages, returns in (
-                    rollout.epoch(self.batch_size)):
-                if discrete:
-                    actions = actions.long().flatten()
-                values, log_prob, entropy, aux = self._evaluate(obs, actions)
-                values = values.flatten()
-                if self.normalize_advantage and len(advantages) > 1:
-                    advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-                ratio = torch.exp(log_prob - old_log_prob)
-                policy_loss = -torch.min(
-                    advantages * ratio,
-                    advantages * torch.clamp(ratio, 1 - clip_range, 1 + clip_range)).mean()
-                if clip_range_vf is None:
-                    values_pred = values
-                else:
-                    values_pred = old_values + torch.clamp(values - old_values,
-                                                           -clip_range_vf, clip_range_vf)
-                value_loss = F.mse_loss(returns, values_pred)
-                entropy_loss = (-torch.mean(-log_prob) if entropy is None
-                                else -torch.mean(entropy))
-                aux_term = self._aux_loss(aux)
-                loss = policy_loss + self.ent_coef * entropy_loss + self.vf_coef * value_loss
-                if aux_term is not None:
-                    loss = loss + self.aux_coef * aux_term
-                    logs["aux"].append(aux_term.detach())
-                logs["pg"].append(policy_loss.detach())
-                logs["value"].append(value_loss.detach())
-                logs["entropy"].append(entropy_loss.detach())
-                with torch.no_grad():
-                    log_ratio = log_prob - old_log_prob
-                ratios.append(ratio.detach())
-                log_ratios.append(log_ratio)
-                if self.target_kl is not None:
-                    approx_kl_div = torch.mean((torch.exp(log_ratio) - 1) - log_ratio
-                                               ).cpu().numpy()
-                    kl_epoch.append(approx_kl_div)
-                    if approx_kl_div > 1.5 * self.target_kl:
-                        continue_training = False
-                        if self.verbose >= 1:
-                            print(f"Early stopping at step {epoch} due to reaching max kl: "
-                                  f"{approx_kl_div:.2f}")
-                        break
-                for param in optimizer_params:  # optimizer.zero_grad(): set_to_none
-                    param.grad = None
-                loss.backward()
-                clip_grad_norm(params, self.max_grad_norm)
-                optimizer_step(optimizer)
-            if self.target_kl is None:  # the epoch's KL estimates, computed once
-                kl_epoch.extend(_approx_kls(ratios[first_of_epoch:],
-                                            log_ratios[first_of_epoch:]))
-            self._n_updates += 1
-            if not continue_training:
-                break
+        # Adam over flat buffers from the first update that finds Adam's state
+        flat = FlatAdam.attach(optimizer, params)
+        try:
+            for epoch in range(self.n_epochs):
+                kl_epoch: list[Any] = []
+                kl_per_epoch.append(kl_epoch)
+                first_of_epoch = len(ratios)
+                for obs, actions, old_values, old_log_prob, advantages, returns in (
+                        rollout.epoch(self.batch_size)):
+                    if discrete:
+                        actions = actions.long().flatten()
+                    values, log_prob, entropy, aux = self._evaluate(obs, actions)
+                    values = values.flatten()
+                    if self.normalize_advantage and len(advantages) > 1:
+                        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+                    ratio = torch.exp(log_prob - old_log_prob)
+                    policy_loss = -torch.min(
+                        advantages * ratio,
+                        advantages * torch.clamp(ratio, 1 - clip_range, 1 + clip_range)).mean()
+                    if clip_range_vf is None:
+                        values_pred = values
+                    else:
+                        values_pred = old_values + torch.clamp(values - old_values,
+                                                               -clip_range_vf, clip_range_vf)
+                    value_loss = F.mse_loss(returns, values_pred)
+                    entropy_loss = (-torch.mean(-log_prob) if entropy is None
+                                    else -torch.mean(entropy))
+                    aux_term = self._aux_loss(aux)
+                    loss = policy_loss + self.ent_coef * entropy_loss + self.vf_coef * value_loss
+                    if aux_term is not None:
+                        loss = loss + self.aux_coef * aux_term
+                        logs["aux"].append(aux_term.detach())
+                    logs["pg"].append(policy_loss.detach())
+                    logs["value"].append(value_loss.detach())
+                    logs["entropy"].append(entropy_loss.detach())
+                    with torch.no_grad():
+                        log_ratio = log_prob - old_log_prob
+                    ratios.append(ratio.detach())
+                    log_ratios.append(log_ratio)
+                    if self.target_kl is not None:
+                        approx_kl_div = torch.mean((torch.exp(log_ratio) - 1) - log_ratio
+                                                   ).cpu().numpy()
+                        kl_epoch.append(approx_kl_div)
+                        if approx_kl_div > 1.5 * self.target_kl:
+                            continue_training = False
+                            if self.verbose >= 1:
+                                print(f"Early stopping at step {epoch} due to reaching max kl: "
+                                      f"{approx_kl_div:.2f}")
+                            break
+                    if flat is not None:
+                        flat.zero_grad()
+                        loss.backward()
+                        flat.clip(self.max_grad_norm)
+                        flat.step()
+                        continue
+                    for param in optimizer_params:  # optimizer.zero_grad(): set_to_none
+                        param.grad = None
+                    loss.backward()
+                    clip_grad_norm(params, self.max_grad_norm)
+                    optimizer_step(optimizer)
+                    flat = FlatAdam.attach(optimizer, params)  # Adam has its state now
+                if self.target_kl is None:  # the epoch's KL estimates, computed once
+                    kl_epoch.extend(_approx_kls(ratios[first_of_epoch:],
+                                                log_ratios[first_of_epoch:]))
+                self._n_updates += 1
+                if not continue_training:
+                    break
+        finally:
+            if flat is not None:
+                flat.release()
         self._record_train_logs(logs, ratios, kl_per_epoch, clip_range, clip_range_vf, loss)
 
     def _record_train_logs(self, logs: dict[str, list[torch.Tensor]],
