@@ -44,7 +44,9 @@ from stable_baselines3.common.utils import explained_variance, obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv
 from torch.nn import functional as F
 
+from agents.lora.adapters import plain_linear
 from agents.lora.fast_optim import FlatAdam, clip_grad_norm, optimizer_step
+from agents.lora.fused_loss import BernoulliPPOLoss
 
 #: Rollout-buffer arrays a PPO update reads, in SB3's ``RolloutBuffer.get`` order.
 BUFFER_FIELDS = ("observations", "actions", "values", "log_probs", "advantages", "returns")
@@ -82,7 +84,7 @@ def bernoulli_heads(policy: ActorCriticPolicy, obs: torch.Tensor,
                     ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(logits, values)`` of a :func:`fast_bernoulli` policy, its own layers in its order."""
     latent_pi, latent_vf = _latents(policy, obs)
-    return policy.action_net(latent_pi), policy.value_net(latent_vf)
+    return plain_linear(policy.action_net, latent_pi), plain_linear(policy.value_net, latent_vf)
 
 
 def bernoulli_log_prob(logits: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
@@ -159,6 +161,20 @@ class FastPPO(PPO):
     #: Weight of :meth:`_aux_loss`'s term in the loss.
     aux_coef: float = 0.0
 
+    def __init__(self, *args: Any, fused_loss: bool = False, **kwargs: Any) -> None:
+        #: Whether the loss and its gradient go through
+        #: :class:`agents.lora.fused_loss.BernoulliPPOLoss` (float-close, not bit-identical).
+        self.fused_loss = bool(fused_loss)
+        super().__init__(*args, **kwargs)
+
+    def _fused_costs(self) -> torch.Tensor | bool | None:
+        """The cost term's per-agent costs for the fused loss.
+
+        ``None``: no term; ``False``: a term the fused loss cannot compute (then the eager
+        loss is used).
+        """
+        return None if type(self)._aux_loss is FastPPO._aux_loss else False
+
     # ------------------------------------------------------------------ rollout
     def collect_rollouts(self, env: VecEnv, callback: BaseCallback,
                          rollout_buffer: RolloutBuffer, n_rollout_steps: int) -> bool:
@@ -222,6 +238,42 @@ class FastPPO(PPO):
         """A term added to SB3's loss as ``+ self.aux_coef * term`` (``None``: none)."""
         return None
 
+    def _eager_loss(self, obs: torch.Tensor, actions: torch.Tensor, old_values: torch.Tensor,
+                    old_log_prob: torch.Tensor, advantages: torch.Tensor,
+                    returns: torch.Tensor, clip_range: float, clip_range_vf: float | None,
+                    logs: dict[str, list[torch.Tensor]]) -> tuple[torch.Tensor, ...]:
+        """SB3's loss of one minibatch, its operations in SB3's order (autograd sums in it).
+
+        Returns ``(loss, policy_loss, value_loss, entropy_loss, ratio, log_ratio)``;
+        appends the auxiliary term (if any) to ``logs["aux"]``.
+        """
+        if isinstance(self.action_space, spaces.Discrete):
+            actions = actions.long().flatten()
+        values, log_prob, entropy, aux = self._evaluate(obs, actions)
+        values = values.flatten()
+        if self.normalize_advantage and len(advantages) > 1:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        ratio = torch.exp(log_prob - old_log_prob)
+        policy_loss = -torch.min(
+            advantages * ratio,
+            advantages * torch.clamp(ratio, 1 - clip_range, 1 + clip_range)).mean()
+        if clip_range_vf is None:
+            values_pred = values
+        else:
+            values_pred = old_values + torch.clamp(values - old_values,
+                                                   -clip_range_vf, clip_range_vf)
+        value_loss = F.mse_loss(returns, values_pred)
+        entropy_loss = -torch.mean(-log_prob) if entropy is None else -torch.mean(entropy)
+        aux_term = self._aux_loss(aux)
+        loss = policy_loss + self.ent_coef * entropy_loss + self.vf_coef * value_loss
+        if aux_term is not None:
+            loss = loss + self.aux_coef * aux_term
+            logs["aux"].append(aux_term.detach())
+        with torch.no_grad():
+            log_ratio = log_prob - old_log_prob
+        return loss, policy_loss.detach(), value_loss.detach(), entropy_loss.detach(), ratio, \
+            log_ratio
+
     def train(self) -> None:
         """SB3's ``PPO.train``: the same minibatches, losses, updates and logs (see the module)."""
         self.policy.set_training_mode(True)
@@ -230,7 +282,12 @@ class FastPPO(PPO):
         clip_range_vf = (None if self.clip_range_vf is None else
                          self.clip_range_vf(self._current_progress_remaining))  # type: ignore[operator]
         self._fast_heads = fast_bernoulli(self.policy)
-        discrete = isinstance(self.action_space, spaces.Discrete)
+        costs = self._fused_costs()
+        fused = self.fused_loss and self._fast_heads and costs is not False
+        fused_settings = {"clip_range": clip_range, "clip_range_vf": clip_range_vf,
+                          "ent_coef": self.ent_coef, "vf_coef": self.vf_coef,
+                          "aux_coef": self.aux_coef, "out": [],
+                          "costs": costs if isinstance(costs, torch.Tensor) else None}
         params = list(self.policy.parameters())  # clip_grad_norm_ skips those without grad
         optimizer = self.policy.optimizer
         optimizer_params = [p for group in optimizer.param_groups for p in group["params"]]
@@ -251,34 +308,26 @@ class FastPPO(PPO):
                 first_of_epoch = len(ratios)
                 for obs, actions, old_values, old_log_prob, advantages, returns in (
                         rollout.epoch(self.batch_size)):
-                    if discrete:
-                        actions = actions.long().flatten()
-                    values, log_prob, entropy, aux = self._evaluate(obs, actions)
-                    values = values.flatten()
-                    if self.normalize_advantage and len(advantages) > 1:
-                        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-                    ratio = torch.exp(log_prob - old_log_prob)
-                    policy_loss = -torch.min(
-                        advantages * ratio,
-                        advantages * torch.clamp(ratio, 1 - clip_range, 1 + clip_range)).mean()
-                    if clip_range_vf is None:
-                        values_pred = values
+                    if fused:
+                        logits, values = bernoulli_heads(self.policy, obs)
+                        if self.normalize_advantage and len(advantages) > 1:
+                            advantages = ((advantages - advantages.mean())
+                                          / (advantages.std() + 1e-8))
+                        loss = BernoulliPPOLoss.apply(
+                            logits, values, (actions, old_values, old_log_prob, advantages,
+                                             returns), fused_settings)
+                        (policy_loss, value_loss, entropy_loss, aux_term, ratio,
+                         log_ratio) = fused_settings["out"]
+                        if aux_term is not None:
+                            logs["aux"].append(aux_term)
                     else:
-                        values_pred = old_values + torch.clamp(values - old_values,
-                                                               -clip_range_vf, clip_range_vf)
-                    value_loss = F.mse_loss(returns, values_pred)
-                    entropy_loss = (-torch.mean(-log_prob) if entropy is None
-                                    else -torch.mean(entropy))
-                    aux_term = self._aux_loss(aux)
-                    loss = policy_loss + self.ent_coef * entropy_loss + self.vf_coef * value_loss
-                    if aux_term is not None:
-                        loss = loss + self.aux_coef * aux_term
-                        logs["aux"].append(aux_term.detach())
-                    logs["pg"].append(policy_loss.detach())
-                    logs["value"].append(value_loss.detach())
-                    logs["entropy"].append(entropy_loss.detach())
-                    with torch.no_grad():
-                        log_ratio = log_prob - old_log_prob
+                        (loss, policy_loss, value_loss, entropy_loss, ratio,
+                         log_ratio) = self._eager_loss(obs, actions, old_values, old_log_prob,
+                                                       advantages, returns, clip_range,
+                                                       clip_range_vf, logs)
+                    logs["pg"].append(policy_loss)
+                    logs["value"].append(value_loss)
+                    logs["entropy"].append(entropy_loss)
                     ratios.append(ratio.detach())
                     log_ratios.append(log_ratio)
                     if self.target_kl is not None:

@@ -133,6 +133,9 @@ class LoraGuidedPPO(FastPPO):
             return values, log_prob, entropy, torch.sigmoid(logits)
         return self.policy.evaluate_actions_and_probabilities(obs, actions)
 
+    def _fused_costs(self) -> torch.Tensor:
+        return self._relative_costs
+
     def _aux_loss(self, aux: Any) -> torch.Tensor:
         # ``E_t[sum_i c_i p_{t,i}]``, weighted by ``aux_coef`` (``cost_coef``)
         return (aux * self._relative_costs).sum(dim=1).mean()
