@@ -1,4 +1,4 @@
-"""PPO with fewer Python round trips: SB3's updates, bit for bit, several times faster on CPU.
+"""PPO with fewer Python round trips: SB3's updates, bit for bit, about twice as fast on CPU.
 
 The allocator networks are a few 64-wide layers trained on minibatches of 64, so SB3's
 :class:`~stable_baselines3.PPO` spends almost all its time in Python and in torch's
@@ -12,8 +12,10 @@ per-call overhead, not in arithmetic (``benchmarks/ppo_throughput.py`` measures 
   makes, without building (and validating) a distribution object; the logged statistics
   stay tensors until the end of the update instead of one ``.item()`` each per minibatch;
   gradient clipping and Adam are the exact tensor operations of
-  ``torch.nn.utils.clip_grad_norm_`` and ``torch.optim.Adam``'s single-tensor step,
-  batched with torch's ``_foreach`` calls (:mod:`agents.lora.fast_optim`).
+  ``torch.nn.utils.clip_grad_norm_`` and ``torch.optim.Adam``'s single-tensor step, run
+  once over flat buffers that every parameter, gradient and moment is a view of during
+  the update (:class:`agents.lora.fast_optim.FlatAdam`; Adam's operations are
+  elementwise).
 * **Rollout** (:meth:`FastPPO.collect_rollouts`). The same forward pass without a
   distribution object, and the time-limit bootstrap visits only the sub-envs that ended.
 
@@ -24,6 +26,11 @@ and values. With the same seed a :class:`FastPPO` trains the same weights as SB3
 cover (another action distribution, a policy that overrides ``forward`` or
 ``evaluate_actions``, gSDE, a non-Adam optimizer or Adam options off its plain path) goes
 through SB3's own code for that piece, so the results are SB3's there too.
+
+``FastPPO(..., fused_loss=True)`` goes further at a price: the loss and its gradient with
+respect to the logits and values as one autograd node
+(:class:`agents.lora.fused_loss.BernoulliPPOLoss`), float-close to SB3's, not bit-identical
+(``benchmarks/ppo_fused_curves.py`` compares the learning curves). Off by default.
 """
 
 from __future__ import annotations
