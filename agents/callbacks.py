@@ -56,40 +56,54 @@ class CostMetricsCallback(BaseCallback):
         self.episodes: deque[EpisodeRecord] = deque(maxlen=window)
         self.history: list[dict[str, Any]] = []
         self.agent_names: tuple[str, ...] = ()
-        self._running: list[dict[str, Any]] = []
+        # Per sub-env running totals of the episode in progress (cost, FLOPs, calls, steps),
+        # one row each, so that a step adds them for every sub-env at once.
+        self._cost = np.zeros(0)
+        self._flops = np.zeros(0)
+        self._calls = np.zeros((0, 0), dtype=np.int64)
+        self._length = np.zeros(0, dtype=np.int64)
+        # Finished episodes' fields, made EpisodeRecords (validated) at the rollout's end:
+        # only the last ``window`` are ever summarised.
+        self._finished: deque[tuple[Any, ...]] = deque(maxlen=window)
 
     def _on_training_start(self) -> None:
         pool = self.training_env.get_attr("pool")[0]
         self.agent_names = tuple(pool.names)
+        n = self.training_env.num_envs
         # learn(reset_num_timesteps=False) continues the episodes in progress: keep their
         # totals. A fresh run resets the envs, so it starts from zero.
-        if self.model.num_timesteps == 0 or len(self._running) != self.training_env.num_envs:
-            self._running = [self._fresh() for _ in range(self.training_env.num_envs)]
-
-    def _fresh(self) -> dict[str, Any]:
-        return {"cost": 0.0, "flops": 0.0, "length": 0,
-                "calls": np.zeros(len(self.agent_names), dtype=np.int64)}
+        if self.model.num_timesteps == 0 or len(self._length) != n:
+            self._cost, self._flops = np.zeros(n), np.zeros(n)
+            self._calls = np.zeros((n, len(self.agent_names)), dtype=np.int64)
+            self._length = np.zeros(n, dtype=np.int64)
 
     def _on_step(self) -> bool:
-        for index, (info, done) in enumerate(zip(self.locals["infos"], self.locals["dones"],
-                                                 strict=True)):
-            running = self._running[index]
-            running["cost"] += float(info["cost"])
-            running["flops"] += float(info["flops"])
-            running["calls"] += np.asarray(info["calls"], dtype=np.int64)
-            running["length"] += 1
-            if done:
-                self.episodes.append(EpisodeRecord(
-                    success=bool(info.get("success", False)),
-                    quality=float(info.get("quality", 0.0)),
-                    cost=float(info.get("episode_cost", running["cost"])),
-                    flops=float(info.get("episode_flops", running["flops"])),
-                    calls=running["calls"], length=running["length"],
-                ))
-                self._running[index] = self._fresh()
+        infos, dones = self.locals["infos"], self.locals["dones"]
+        n = len(infos)
+        if len(dones) != n:
+            raise ValueError(f"CostMetricsCallback: {n} infos but {len(dones)} dones")
+        # the same float64 and int64 additions, sub-env by sub-env, as one array operation
+        self._cost += np.fromiter((info["cost"] for info in infos), np.float64, n)
+        self._flops += np.fromiter((info["flops"] for info in infos), np.float64, n)
+        self._calls += np.array([info["calls"] for info in infos], dtype=np.int64)
+        self._length += 1
+        for index in np.flatnonzero(dones).tolist():
+            info = infos[index]
+            self._finished.append((
+                bool(info.get("success", False)), float(info.get("quality", 0.0)),
+                float(info.get("episode_cost", self._cost[index])),
+                float(info.get("episode_flops", self._flops[index])),
+                self._calls[index].copy(), int(self._length[index])))
+            self._cost[index] = self._flops[index] = 0.0
+            self._calls[index] = 0
+            self._length[index] = 0
         return True
 
     def _on_rollout_end(self) -> None:
+        while self._finished:
+            success, quality, cost, flops, calls, length = self._finished.popleft()
+            self.episodes.append(EpisodeRecord(success=success, quality=quality, cost=cost,
+                                               flops=flops, calls=calls, length=length))
         if not self.episodes:
             return
         summary = summarize(self.episodes)

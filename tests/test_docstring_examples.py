@@ -7,7 +7,8 @@ import importlib
 
 import pytest
 
-MODULES = ["cost_envs.wrappers.budget", "cost_envs.wrappers.limits", "cost_envs.registration"]
+MODULES = ["cost_envs.wrappers.budget", "cost_envs.wrappers.limits", "cost_envs.registration",
+           "agents.lora.recurrent"]
 
 
 @pytest.mark.parametrize("name", MODULES)

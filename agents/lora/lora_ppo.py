@@ -30,17 +30,23 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-from stable_baselines3 import PPO
 from stable_baselines3.common.utils import explained_variance
-from torch.nn import functional as F
 
 from agents.lora.adapters import verify_optimizer
+from agents.lora.fast_ppo import (
+    FastPPO,
+    as_floats,
+    bernoulli_entropy,
+    bernoulli_heads,
+    bernoulli_log_prob,
+    clip_fractions,
+)
 from agents.lora.policies import AllocatorPolicy
 from agents.lora.supervised import relative_prices
 from cost_envs.config import number
 
 
-class LoraGuidedPPO(PPO):
+class LoraGuidedPPO(FastPPO):
     """PPO restricted to the adapter subspace with an expected-cost penalty.
 
     Args:
@@ -76,6 +82,7 @@ class LoraGuidedPPO(PPO):
         self.action_lr_scale = (None if action_lr_scale is None else
                                 number(action_lr_scale, "action_lr_scale", minimum=0,
                                        inclusive=False))
+        self.aux_coef = self.cost_coef
         super().__init__(policy, env, learning_rate=learning_rate, n_steps=n_steps,
                          batch_size=batch_size, gae_lambda=gae_lambda, clip_range=clip_range,
                          ent_coef=ent_coef, vf_coef=vf_coef, **kwargs)
@@ -112,60 +119,45 @@ class LoraGuidedPPO(PPO):
         self.policy.set_learning_rate(learning_rate)
 
     def train(self) -> None:
-        """One PPO update over the rollout buffer (SB3's, plus the expected-cost term)."""
+        """One PPO update over the rollout buffer (SB3's, plus the expected-cost term).
+
+        :class:`~agents.lora.fast_ppo.FastPPO`'s update loop; the cost term comes from
+        :meth:`_evaluate` (the call probabilities) and :meth:`_aux_loss`.
+        """
         verify_optimizer(self.policy, self.policy.optimizer)
-        self.policy.set_training_mode(True)
-        self._update_learning_rate(self.policy.optimizer)
-        clip_range = self.clip_range(self._current_progress_remaining)  # type: ignore[operator]
-        clip_range_vf = (None if self.clip_range_vf is None else
-                         self.clip_range_vf(self._current_progress_remaining))  # type: ignore[operator]
-        logs: dict[str, list[float]] = {"entropy_loss": [], "policy_gradient_loss": [],
-                                        "value_loss": [], "cost_term": [], "clip_fraction": [],
-                                        "approx_kl": []}
-        continue_training = True
-        for _ in range(self.n_epochs):
-            for batch in self.rollout_buffer.get(self.batch_size):
-                values, log_prob, entropy, probs = (
-                    self.policy.evaluate_actions_and_probabilities(batch.observations,
-                                                                   batch.actions))
-                advantages = batch.advantages
-                if self.normalize_advantage and len(advantages) > 1:
-                    advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-                ratio = torch.exp(log_prob - batch.old_log_prob)
-                policy_loss = -torch.min(
-                    advantages * ratio,
-                    advantages * torch.clamp(ratio, 1 - clip_range, 1 + clip_range),
-                ).mean()
-                values = values.flatten()
-                if clip_range_vf is not None:  # SB3's optional value clipping
-                    values = batch.old_values + torch.clamp(values - batch.old_values,
-                                                            -clip_range_vf, clip_range_vf)
-                value_loss = F.mse_loss(batch.returns, values)
-                entropy_loss = -torch.mean(entropy)
-                cost_term = (probs * self._relative_costs).sum(dim=1).mean()
-                loss = (policy_loss + self.ent_coef * entropy_loss + self.vf_coef * value_loss
-                        + self.cost_coef * cost_term)
-                with torch.no_grad():
-                    log_ratio = log_prob - batch.old_log_prob
-                    approx_kl = float(torch.mean((torch.exp(log_ratio) - 1) - log_ratio))
-                for key, value in (("entropy_loss", entropy_loss), ("value_loss", value_loss),
-                                   ("policy_gradient_loss", policy_loss),
-                                   ("cost_term", cost_term)):
-                    logs[key].append(float(value.detach()))
-                logs["clip_fraction"].append(float(((ratio - 1).abs() > clip_range).float().mean()))
-                logs["approx_kl"].append(approx_kl)
-                if self.target_kl is not None and approx_kl > 1.5 * self.target_kl:
-                    continue_training = False
-                    break
-                self.policy.optimizer.zero_grad()
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
-                self.policy.optimizer.step()
-            self._n_updates += 1
-            if not continue_training:
-                break
-        for key, values in logs.items():
-            self.logger.record(f"train/{key}", float(np.mean(values)) if values else 0.0)
+        super().train()
+
+    def _evaluate(self, obs: torch.Tensor, actions: torch.Tensor,
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, Any]:
+        if self._fast_heads:  # evaluate_actions_and_probabilities' operations, in its order
+            logits, values = bernoulli_heads(self.policy, obs)
+            log_prob = bernoulli_log_prob(logits, actions)
+            entropy = bernoulli_entropy(logits)
+            return values, log_prob, entropy, torch.sigmoid(logits)
+        return self.policy.evaluate_actions_and_probabilities(obs, actions)
+
+    def _fused_costs(self) -> torch.Tensor:
+        return self._relative_costs
+
+    def _aux_loss(self, aux: Any) -> torch.Tensor:
+        # ``E_t[sum_i c_i p_{t,i}]``, weighted by ``aux_coef`` (``cost_coef``)
+        return (aux * self._relative_costs).sum(dim=1).mean()
+
+    def _record_train_logs(self, logs: dict[str, list[torch.Tensor]],
+                           ratios: list[torch.Tensor], kl_per_epoch: list[list[Any]],
+                           clip_range: float, clip_range_vf: float | None,
+                           loss: torch.Tensor) -> None:
+        """Means over every minibatch of every epoch, the cost term as ``train/cost_term``.
+
+        (SB3 averages ``approx_kl`` over the last epoch only.)
+        """
+        values = {"entropy_loss": as_floats(logs["entropy"]),
+                  "policy_gradient_loss": as_floats(logs["pg"]),
+                  "value_loss": as_floats(logs["value"]), "cost_term": as_floats(logs["aux"]),
+                  "clip_fraction": clip_fractions(ratios, clip_range),
+                  "approx_kl": [float(kl) for epoch in kl_per_epoch for kl in epoch]}
+        for key, floats in values.items():
+            self.logger.record(f"train/{key}", float(np.mean(floats)) if floats else 0.0)
         self.logger.record("train/explained_variance", explained_variance(
             self.rollout_buffer.values.flatten(), self.rollout_buffer.returns.flatten()))
         self.logger.record("train/clip_range", clip_range)

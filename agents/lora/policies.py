@@ -258,7 +258,7 @@ class MlpEncoder(BaseFeaturesExtractor):
         :func:`agents.lora.adapters.adapted_linear`, which skips peft's per-call dispatch.
         """
         hidden = observations
-        for layer in self.net[::2]:  # Linear, Tanh, Linear, Tanh, ...
+        for layer in list(self.net)[::2]:  # Linear, Tanh, ...; slicing the Sequential builds one
             hidden = torch.tanh(adapted_linear(layer, hidden))
         return hidden
 

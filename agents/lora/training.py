@@ -3,7 +3,7 @@
 =============  =====================================================================
 method         what is trained
 =============  =====================================================================
-``ppo``        SB3 PPO from scratch; the same network with a plain, trainable encoder
+``ppo``        PPO from scratch; the same network with a plain, trainable encoder
 ``lora``       the supervised LoRA allocator (:mod:`agents.lora.supervised`); no RL
 ``lora-ppo``   ``lora``, then LoRA-guided PPO (:mod:`agents.lora.lora_ppo`) from it
 =============  =====================================================================
@@ -23,6 +23,9 @@ and the supervised traces come from ``TRACE_TASK_SEED + seed``. Evaluation reset
 the small seeds (``EVAL_TASK_SEED`` onwards), far below ``TRAIN_TASK_SEED``, so no
 method is scored on a task it trained on.
 
+Both RL stages train with :class:`agents.lora.fast_ppo.FastPPO` (``lora-ppo`` through its
+subclass): SB3's PPO updates, bit for bit, in fewer Python calls.
+
 PPO hyperparameters are shared by ``ppo`` and ``lora-ppo`` where the paper's A.4 fixes
 them (clip 0.2, entropy 0.01, value 0.5, GAE 0.95, 512 steps per rollout, minibatch 64);
 ``ppo`` uses SB3's default learning rate 3e-4 for its whole network, ``lora-ppo`` 5e-5
@@ -41,7 +44,6 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-from stable_baselines3 import PPO
 from stable_baselines3.common.logger import HumanOutputFormat, Logger
 from stable_baselines3.common.utils import set_random_seed
 
@@ -49,6 +51,7 @@ import cost_envs
 from agents.callbacks import CostMetricsCallback, EvaluateAtSteps
 from agents.lora import ACTION_DISTRIBUTIONS, BASES, METHODS
 from agents.lora.dagger import fit_supervised
+from agents.lora.fast_ppo import FastPPO
 from agents.lora.lora_ppo import LoraGuidedPPO
 from agents.lora.policies import AllocatorPolicy
 from agents.lora.ppo_args import LORA_PPO_ARGUMENTS, PPO_ARGUMENTS, check_hyperparameters
@@ -217,10 +220,10 @@ def train(
         common = {"device": "cpu", "verbose": verbose, "tensorboard_log":
                   None if tensorboard_log is None else str(tensorboard_log)}
         if method == "ppo":
-            model = PPO(AllocatorPolicy, make_batched_vec_env(env_id, n_envs, **kwargs),
-                        policy_kwargs={"lora_rank": None,
-                                       "action_distribution": action_distribution},
-                        **settings, **common)
+            model = FastPPO(AllocatorPolicy, make_batched_vec_env(env_id, n_envs, **kwargs),
+                            policy_kwargs={"lora_rank": None,
+                                           "action_distribution": action_distribution},
+                            **settings, **common)
         else:
             policy = policy_for(env, base=base_path, action_distribution=action_distribution)
             fit_supervised(policy, env, supervised, seed=seed,

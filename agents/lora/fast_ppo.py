@@ -1,0 +1,429 @@
+"""PPO with fewer Python round trips: SB3's updates, bit for bit, about twice as fast on CPU.
+
+The allocator networks are a few 64-wide layers trained on minibatches of 64, so SB3's
+:class:`~stable_baselines3.PPO` spends almost all its time in Python and in torch's
+per-call overhead, not in arithmetic (``benchmarks/ppo_throughput.py`` measures it).
+:class:`FastPPO` computes the same things with fewer calls:
+
+* **Update** (:meth:`FastPPO.train`). The rollout becomes torch tensors once per update and
+  each epoch's minibatches are cut from one gather in the epoch's shuffled order (SB3
+  converts six numpy slices per minibatch); the Bernoulli log-probabilities and entropies
+  are the same ``binary_cross_entropy_with_logits`` calls ``torch.distributions.Bernoulli``
+  makes, without building (and validating) a distribution object; the logged statistics
+  stay tensors until the end of the update instead of one ``.item()`` each per minibatch;
+  gradient clipping and Adam are the exact tensor operations of
+  ``torch.nn.utils.clip_grad_norm_`` and ``torch.optim.Adam``'s single-tensor step, run
+  once over flat buffers that every parameter, gradient and moment is a view of during
+  the update (:class:`agents.lora.fast_optim.FlatAdam`; Adam's operations are
+  elementwise).
+* **Rollout** (:meth:`FastPPO.collect_rollouts`). The same forward pass without a
+  distribution object, and the time-limit bootstrap visits only the sub-envs that ended.
+
+What does not change: the random draws (numpy's permutation per epoch, torch's Bernoulli
+samples per step, in SB3's order), every loss, gradient and update, and the logged keys
+and values. With the same seed a :class:`FastPPO` trains the same weights as SB3's
+``PPO``, to the last bit (``tests/test_fast_ppo.py``). Anything the fast path does not
+cover (another action distribution, a policy that overrides ``forward`` or
+``evaluate_actions``, gSDE, a non-Adam optimizer or Adam options off its plain path) goes
+through SB3's own code for that piece, so the results are SB3's there too.
+
+``FastPPO(..., fused_loss=True)`` goes further at a price: the loss and its gradient with
+respect to the logits and values as one autograd node
+(:class:`agents.lora.fused_loss.BernoulliPPOLoss`), float-close to SB3's, not bit-identical
+(``benchmarks/ppo_fused_curves.py`` compares the learning curves). Off by default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from stable_baselines3 import PPO
+from stable_baselines3.common.buffers import RolloutBuffer
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.distributions import BernoulliDistribution
+from stable_baselines3.common.policies import ActorCriticPolicy
+from stable_baselines3.common.torch_layers import MlpExtractor
+from stable_baselines3.common.utils import explained_variance, obs_as_tensor
+from stable_baselines3.common.vec_env import VecEnv
+from torch.nn import functional as F
+
+from agents.lora.adapters import plain_linear
+from agents.lora.fast_optim import FlatAdam, clip_grad_norm, optimizer_step
+from agents.lora.fused_loss import BernoulliPPOLoss
+
+#: Rollout-buffer arrays a PPO update reads, in SB3's ``RolloutBuffer.get`` order.
+BUFFER_FIELDS = ("observations", "actions", "values", "log_probs", "advantages", "returns")
+
+
+def fast_bernoulli(policy: Any) -> bool:
+    """Whether ``policy`` computes what :func:`bernoulli_heads` computes.
+
+    An SB3 ``ActorCriticPolicy`` with a Bernoulli action head (``MultiBinary``), a shared
+    features extractor over a ``Box``, no gSDE, and SB3's own ``forward``,
+    ``evaluate_actions`` and ``MlpExtractor``: then its outputs are exactly those of
+    :func:`bernoulli_heads`. Any override, or another head, is used as it is.
+    """
+    return (isinstance(policy, ActorCriticPolicy)
+            and type(policy.action_dist) is BernoulliDistribution
+            and isinstance(policy.observation_space, spaces.Box)
+            and policy.share_features_extractor and not policy.use_sde
+            and type(policy).forward is ActorCriticPolicy.forward
+            and type(policy).evaluate_actions is ActorCriticPolicy.evaluate_actions
+            and type(policy).extract_features is ActorCriticPolicy.extract_features
+            and type(policy.mlp_extractor) is MlpExtractor)
+
+
+def _latents(policy: ActorCriticPolicy, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    # SB3's extract_features (a Box observation is only cast to float) and MlpExtractor;
+    # an empty MlpExtractor (the allocator's net_arch=[]) returns its input twice.
+    features = policy.features_extractor(obs.float())
+    mlp = policy.mlp_extractor
+    if len(mlp.policy_net) == 0 and len(mlp.value_net) == 0:
+        return features, features
+    return mlp.forward_actor(features), mlp.forward_critic(features)
+
+
+def bernoulli_heads(policy: ActorCriticPolicy, obs: torch.Tensor,
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(logits, values)`` of a :func:`fast_bernoulli` policy, its own layers in its order."""
+    latent_pi, latent_vf = _latents(policy, obs)
+    return plain_linear(policy.action_net, latent_pi), plain_linear(policy.value_net, latent_vf)
+
+
+def bernoulli_log_prob(logits: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """``Bernoulli(logits=logits).log_prob(actions).sum(dim=1)``: torch's own formula."""
+    return -F.binary_cross_entropy_with_logits(logits, actions, reduction="none").sum(dim=1)
+
+
+def bernoulli_entropy(logits: torch.Tensor) -> torch.Tensor:
+    """``Bernoulli(logits=logits).entropy().sum(dim=1)``: torch's own formula."""
+    return F.binary_cross_entropy_with_logits(logits, torch.sigmoid(logits),
+                                              reduction="none").sum(dim=1)
+
+
+def rollout_step(policy: ActorCriticPolicy, obs: torch.Tensor,
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``policy(obs)`` (sampled actions, values, log-probabilities) of a Bernoulli policy.
+
+    The same operations and the same draw from torch's generator as SB3's
+    ``ActorCriticPolicy.forward``: ``Bernoulli.sample`` is ``torch.bernoulli`` of
+    ``sigmoid(logits)``. Call it under ``torch.no_grad()``.
+    """
+    logits, values = bernoulli_heads(policy, obs)
+    actions = torch.bernoulli(torch.sigmoid(logits))
+    log_prob = bernoulli_log_prob(logits, actions)
+    return actions.reshape((-1, *policy.action_space.shape)), values, log_prob
+
+
+class Rollout:
+    """A full rollout buffer as flat torch tensors, and each epoch's shuffled minibatches.
+
+    Flattens the buffer as SB3's ``RolloutBuffer.get`` does (in place, so that what SB3
+    reads afterwards, ``explained_variance`` among it, is unchanged) and converts each
+    array once. :meth:`epoch` draws the epoch's permutation from numpy's global generator,
+    one ``np.random.permutation`` as ``get`` does, gathers every field once in that order
+    and yields contiguous ``batch_size`` row slices: the rows, values and dtypes of the
+    minibatches SB3 makes.
+    """
+
+    def __init__(self, buffer: RolloutBuffer) -> None:
+        if not buffer.full:
+            raise ValueError("Rollout: the rollout buffer is not full; collect a rollout first")
+        if not buffer.generator_ready:
+            for name in BUFFER_FIELDS:
+                buffer.__dict__[name] = buffer.swap_and_flatten(buffer.__dict__[name])
+            buffer.generator_ready = True
+        self.size = buffer.buffer_size * buffer.n_envs
+        # _get_samples: actions cast to float32, the four per-step arrays flattened
+        self.tensors = (
+            torch.as_tensor(buffer.observations, device=buffer.device),
+            torch.as_tensor(buffer.actions.astype(np.float32, copy=False), device=buffer.device),
+            *(torch.as_tensor(buffer.__dict__[name].flatten(), device=buffer.device)
+              for name in BUFFER_FIELDS[2:]),
+        )
+
+    def epoch(self, batch_size: int) -> list[tuple[torch.Tensor, ...]]:
+        """This epoch's minibatches, in SB3's order.
+
+        Each is ``(obs, actions, old_values, old_log_prob, advantages, returns)``.
+        """
+        order = torch.from_numpy(np.random.permutation(self.size))
+        shuffled = [tensor.index_select(0, order) for tensor in self.tensors]
+        return [tuple(tensor[start:start + batch_size] for tensor in shuffled)
+                for start in range(0, self.size, batch_size)]
+
+
+class FastPPO(PPO):
+    """SB3's ``PPO`` with the same updates in fewer Python calls (module docstring).
+
+    Takes exactly SB3 ``PPO``'s arguments. Subclasses add a loss term by overriding
+    :meth:`_evaluate` and :meth:`_aux_loss` (weighted by :attr:`aux_coef`), and their logs
+    by :meth:`_record_train_logs`.
+    """
+
+    #: Weight of :meth:`_aux_loss`'s term in the loss.
+    aux_coef: float = 0.0
+
+    def __init__(self, *args: Any, fused_loss: bool = False, **kwargs: Any) -> None:
+        #: Whether the loss and its gradient go through
+        #: :class:`agents.lora.fused_loss.BernoulliPPOLoss` (float-close, not bit-identical).
+        self.fused_loss = bool(fused_loss)
+        super().__init__(*args, **kwargs)
+
+    def _fused_costs(self) -> torch.Tensor | bool | None:
+        """The cost term's per-agent costs for the fused loss.
+
+        ``None``: no term; ``False``: a term the fused loss cannot compute (then the eager
+        loss is used).
+        """
+        return None if type(self)._aux_loss is FastPPO._aux_loss else False
+
+    # ------------------------------------------------------------------ rollout
+    def collect_rollouts(self, env: VecEnv, callback: BaseCallback,
+                         rollout_buffer: RolloutBuffer, n_rollout_steps: int) -> bool:
+        """SB3's ``OnPolicyAlgorithm.collect_rollouts``, step for step (module docstring)."""
+        if not fast_bernoulli(self.policy):
+            return super().collect_rollouts(env, callback, rollout_buffer, n_rollout_steps)
+        assert self._last_obs is not None, "No previous observation was provided"
+        self.policy.set_training_mode(False)
+        n_steps = 0
+        rollout_buffer.reset()
+        callback.on_rollout_start()
+        policy, device = self.policy, self.device
+        while n_steps < n_rollout_steps:
+            with torch.no_grad():
+                obs_tensor = obs_as_tensor(self._last_obs, device)  # type: ignore[arg-type]
+                actions, values, log_probs = rollout_step(policy, obs_tensor)
+            actions = actions.cpu().numpy()
+            clipped_actions = actions  # SB3's name, in the callback's locals
+            new_obs, rewards, dones, infos = env.step(actions)
+            self.num_timesteps += env.num_envs
+            callback.update_locals(locals())
+            if not callback.on_step():
+                return False
+            self._update_info_buffer(infos, dones)
+            n_steps += 1
+            # Time-limit bootstrap (SB3's GitHub issue #633), only where an episode ended
+            for idx in np.flatnonzero(dones).tolist():
+                if (infos[idx].get("terminal_observation") is not None
+                        and infos[idx].get("TimeLimit.truncated", False)):
+                    terminal_obs = policy.obs_to_tensor(infos[idx]["terminal_observation"])[0]
+                    with torch.no_grad():
+                        terminal_value = policy.predict_values(terminal_obs)[0]  # type: ignore[arg-type]
+                    rewards[idx] += self.gamma * terminal_value
+            rollout_buffer.add(self._last_obs, actions, rewards,  # type: ignore[arg-type]
+                               self._last_episode_starts, values, log_probs)  # type: ignore[arg-type]
+            self._last_obs = new_obs  # type: ignore[assignment]
+            self._last_episode_starts = dones
+        with torch.no_grad():
+            values = policy.predict_values(obs_as_tensor(new_obs, device))  # type: ignore[arg-type]
+        rollout_buffer.compute_returns_and_advantage(last_values=values, dones=dones)
+        callback.update_locals(locals())
+        callback.on_rollout_end()
+        return True
+
+    # ------------------------------------------------------------------- update
+    def _evaluate(self, obs: torch.Tensor, actions: torch.Tensor,
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, Any]:
+        """``(values, log_prob, entropy, aux)`` of a minibatch; ``aux`` feeds :meth:`_aux_loss`.
+
+        SB3's ``evaluate_actions`` (its order of operations, which fixes autograd's order of
+        summing gradients). Subclasses that add a loss term return what it needs as ``aux``.
+        """
+        if self._fast_heads:
+            logits, values = bernoulli_heads(self.policy, obs)
+            log_prob = bernoulli_log_prob(logits, actions)
+            return values, log_prob, bernoulli_entropy(logits), None
+        values, log_prob, entropy = self.policy.evaluate_actions(obs, actions)
+        return values, log_prob, entropy, None
+
+    def _aux_loss(self, aux: Any) -> torch.Tensor | None:
+        """A term added to SB3's loss as ``+ self.aux_coef * term`` (``None``: none)."""
+        return None
+
+    def _eager_loss(self, obs: torch.Tensor, actions: torch.Tensor, old_values: torch.Tensor,
+                    old_log_prob: torch.Tensor, advantages: torch.Tensor,
+                    returns: torch.Tensor, clip_range: float, clip_range_vf: float | None,
+                    logs: dict[str, list[torch.Tensor]]) -> tuple[torch.Tensor, ...]:
+        """SB3's loss of one minibatch, its operations in SB3's order (autograd sums in it).
+
+        Returns ``(loss, policy_loss, value_loss, entropy_loss, ratio, log_ratio)``;
+        appends the auxiliary term (if any) to ``logs["aux"]``.
+        """
+        if isinstance(self.action_space, spaces.Discrete):
+            actions = actions.long().flatten()
+        values, log_prob, entropy, aux = self._evaluate(obs, actions)
+        values = values.flatten()
+        if self.normalize_advantage and len(advantages) > 1:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        ratio = torch.exp(log_prob - old_log_prob)
+        policy_loss = -torch.min(
+            advantages * ratio,
+            advantages * torch.clamp(ratio, 1 - clip_range, 1 + clip_range)).mean()
+        if clip_range_vf is None:
+            values_pred = values
+        else:
+            values_pred = old_values + torch.clamp(values - old_values,
+                                                   -clip_range_vf, clip_range_vf)
+        value_loss = F.mse_loss(returns, values_pred)
+        entropy_loss = -torch.mean(-log_prob) if entropy is None else -torch.mean(entropy)
+        aux_term = self._aux_loss(aux)
+        loss = policy_loss + self.ent_coef * entropy_loss + self.vf_coef * value_loss
+        if aux_term is not None:
+            loss = loss + self.aux_coef * aux_term
+            logs["aux"].append(aux_term.detach())
+        with torch.no_grad():
+            log_ratio = log_prob - old_log_prob
+        return loss, policy_loss.detach(), value_loss.detach(), entropy_loss.detach(), ratio, \
+            log_ratio
+
+    def train(self) -> None:
+        """SB3's ``PPO.train``: the same minibatches, losses, updates and logs (see the module)."""
+        self.policy.set_training_mode(True)
+        self._update_learning_rate(self.policy.optimizer)
+        clip_range = self.clip_range(self._current_progress_remaining)  # type: ignore[operator]
+        clip_range_vf = (None if self.clip_range_vf is None else
+                         self.clip_range_vf(self._current_progress_remaining))  # type: ignore[operator]
+        self._fast_heads = fast_bernoulli(self.policy)
+        costs = self._fused_costs()
+        fused = self.fused_loss and self._fast_heads and costs is not False
+        fused_settings = {"clip_range": clip_range, "clip_range_vf": clip_range_vf,
+                          "ent_coef": self.ent_coef, "vf_coef": self.vf_coef,
+                          "aux_coef": self.aux_coef, "out": [],
+                          "costs": costs if isinstance(costs, torch.Tensor) else None}
+        params = list(self.policy.parameters())  # clip_grad_norm_ skips those without grad
+        optimizer = self.policy.optimizer
+        optimizer_params = [p for group in optimizer.param_groups for p in group["params"]]
+        rollout = Rollout(self.rollout_buffer)
+        logs: dict[str, list[torch.Tensor]] = {"entropy": [], "pg": [], "value": [],
+                                               "aux": []}
+        ratios: list[torch.Tensor] = []
+        log_ratios: list[torch.Tensor] = []
+        kl_per_epoch: list[list[Any]] = []
+        continue_training = True
+        loss = torch.zeros(())
+        # Adam over flat buffers from the first update that finds Adam's state
+        flat = FlatAdam.attach(optimizer, params)
+        try:
+            for epoch in range(self.n_epochs):
+                kl_epoch: list[Any] = []
+                kl_per_epoch.append(kl_epoch)
+                first_of_epoch = len(ratios)
+                for obs, actions, old_values, old_log_prob, advantages, returns in (
+                        rollout.epoch(self.batch_size)):
+                    if fused:
+                        logits, values = bernoulli_heads(self.policy, obs)
+                        if self.normalize_advantage and len(advantages) > 1:
+                            advantages = ((advantages - advantages.mean())
+                                          / (advantages.std() + 1e-8))
+                        loss = BernoulliPPOLoss.apply(
+                            logits, values, (actions, old_values, old_log_prob, advantages,
+                                             returns), fused_settings)
+                        (policy_loss, value_loss, entropy_loss, aux_term, ratio,
+                         log_ratio) = fused_settings["out"]
+                        if aux_term is not None:
+                            logs["aux"].append(aux_term)
+                    else:
+                        (loss, policy_loss, value_loss, entropy_loss, ratio,
+                         log_ratio) = self._eager_loss(obs, actions, old_values, old_log_prob,
+                                                       advantages, returns, clip_range,
+                                                       clip_range_vf, logs)
+                    logs["pg"].append(policy_loss)
+                    logs["value"].append(value_loss)
+                    logs["entropy"].append(entropy_loss)
+                    ratios.append(ratio.detach())
+                    log_ratios.append(log_ratio)
+                    if self.target_kl is not None:
+                        approx_kl_div = torch.mean((torch.exp(log_ratio) - 1) - log_ratio
+                                                   ).cpu().numpy()
+                        kl_epoch.append(approx_kl_div)
+                        if approx_kl_div > 1.5 * self.target_kl:
+                            continue_training = False
+                            if self.verbose >= 1:
+                                print(f"Early stopping at step {epoch} due to reaching max kl: "
+                                      f"{approx_kl_div:.2f}")
+                            break
+                    if flat is not None:
+                        flat.zero_grad()
+                        loss.backward()
+                        flat.clip(self.max_grad_norm)
+                        flat.step()
+                        continue
+                    for param in optimizer_params:  # optimizer.zero_grad(): set_to_none
+                        param.grad = None
+                    loss.backward()
+                    clip_grad_norm(params, self.max_grad_norm)
+                    optimizer_step(optimizer)
+                    flat = FlatAdam.attach(optimizer, params)  # Adam has its state now
+                if self.target_kl is None:  # the epoch's KL estimates, computed once
+                    kl_epoch.extend(_approx_kls(ratios[first_of_epoch:],
+                                                log_ratios[first_of_epoch:]))
+                self._n_updates += 1
+                if not continue_training:
+                    break
+        finally:
+            if flat is not None:
+                flat.release()
+        self._record_train_logs(logs, ratios, kl_per_epoch, clip_range, clip_range_vf, loss)
+
+    def _record_train_logs(self, logs: dict[str, list[torch.Tensor]],
+                           ratios: list[torch.Tensor], kl_per_epoch: list[list[Any]],
+                           clip_range: float, clip_range_vf: float | None,
+                           loss: torch.Tensor) -> None:
+        """SB3's ``train/`` keys with SB3's values: per-minibatch floats, averaged."""
+        explained_var = explained_variance(self.rollout_buffer.values.flatten(),
+                                           self.rollout_buffer.returns.flatten())
+        self.logger.record("train/entropy_loss", np.mean(as_floats(logs["entropy"])))
+        self.logger.record("train/policy_gradient_loss", np.mean(as_floats(logs["pg"])))
+        self.logger.record("train/value_loss", np.mean(as_floats(logs["value"])))
+        self.logger.record("train/approx_kl", np.mean(kl_per_epoch[-1]))
+        self.logger.record("train/clip_fraction", np.mean(clip_fractions(ratios, clip_range)))
+        self.logger.record("train/loss", loss.item())
+        self.logger.record("train/explained_variance", explained_var)
+        if hasattr(self.policy, "log_std"):
+            self.logger.record("train/std", torch.exp(self.policy.log_std).mean().item())
+        self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
+        self.logger.record("train/clip_range", clip_range)
+        if clip_range_vf is not None:
+            self.logger.record("train/clip_range_vf", clip_range_vf)
+
+
+def as_floats(values: list[torch.Tensor]) -> list[float]:
+    """0-d tensors as the floats ``.item()`` gives, in one conversion."""
+    return torch.stack(values).tolist() if values else []
+
+
+def clip_fractions(ratios: list[torch.Tensor], clip_range: float) -> list[float]:
+    """Each minibatch's ``mean(|ratio - 1| > clip_range)``, as SB3's ``.item()`` floats.
+
+    A mean of 0/1 values is a count over the minibatch size whatever the summation order,
+    so the row means of same-sized minibatches stacked are SB3's per-minibatch values.
+    """
+    return _by_size(ratios, lambda r: ((r - 1).abs() > clip_range).float().mean(dim=-1))
+
+
+def _approx_kls(ratios: list[torch.Tensor], log_ratios: list[torch.Tensor]) -> list[Any]:
+    """SB3's per-minibatch ``mean((exp(log_ratio) - 1) - log_ratio)`` as float32 scalars.
+
+    ``ratio`` is ``exp(log_ratio)`` already (the same operation on the same values).
+    """
+    return [torch.mean((ratio - 1) - log_ratio).numpy()
+            for ratio, log_ratio in zip(ratios, log_ratios, strict=True)]
+
+
+def _by_size(tensors: list[torch.Tensor],
+             rows: Callable[[torch.Tensor], torch.Tensor]) -> list[float]:
+    """``rows`` applied to runs of same-length tensors stacked, as floats in order."""
+    out: list[float] = []
+    start = 0
+    while start < len(tensors):
+        end = start
+        while end < len(tensors) and len(tensors[end]) == len(tensors[start]):
+            end += 1
+        out.extend(rows(torch.stack(tensors[start:end])).tolist())
+        start = end
+    return out

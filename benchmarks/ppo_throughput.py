@@ -1,0 +1,266 @@
+"""PPO training steps per second on the batched ToolBench-v0: today's SB3 PPO against FastPPO.
+
+Usage: ``python benchmarks/ppo_throughput.py [--min-steps S] [--repeats K] [--envs 1,16,64]
+[--baseline-ref REF] [--big-batches] [--quick] [--output FILE.md]``
+
+Every learner trains what ``agents.lora.training.train(env_id, "ppo", ...)`` trains: the
+paper's A.4 settings (``PPO_SETTINGS``: ``n_steps`` 512, minibatch 64, 10 epochs), the
+``AllocatorPolicy`` without LoRA, ``CostMetricsCallback`` on every step, a silent logger,
+one torch thread, the native batched env (``make_batched_vec_env``), seed 0, for
+``max(2 rollouts, S env steps)``. The learners:
+
+* ``SB3 PPO @ REF``: SB3's ``PPO`` run from the source tree of git ``REF`` (default
+  :data:`BASELINE_REF`, main before the faster learner: today's path, its policy and
+  callback included), extracted with ``git archive``; without git or the ref, the row is
+  left out and the ratios are to ``SB3 PPO`` below;
+* ``SB3 PPO``: SB3's ``PPO`` on this tree (its faster policy forward and callback);
+* ``FastPPO``: :class:`agents.lora.fast_ppo.FastPPO`, SB3's updates bit for bit;
+* ``FastPPO fused``: ``FastPPO(fused_loss=True)``, the loss's gradient by hand
+  (float-close).
+
+Each run is a fresh process (its imports are not timed); per ``n_envs`` (1, 16, 64) each
+round runs every learner once, the order reversed every other round. A rate is env steps
+over the wall time of ``learn``: each learner's median over rounds; a ratio is the median
+over rounds of the ratio within a round (the machine is shared: a round's runs see about
+the same load). ``collect / train`` split the time per env step between
+``collect_rollouts`` (policy, env, callback, buffer) and ``train`` (the updates).
+``weights`` compares the final weights with the first learner's (same seed): ``same`` bit
+for bit, else the largest absolute difference.
+
+``--big-batches`` adds FastPPO at minibatches of 256 and 512: a different setting (fewer,
+larger updates, not the paper's), reported apart. ``--quick`` (2,048 steps, one round, 1
+and 16 sub-envs) checks the script, not the speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from throughput import machine, publish  # the one home of the machine line and output
+
+ENV_ID = "cost_envs/ToolBench-v0"
+REPO = Path(__file__).resolve().parent.parent
+#: main just before the faster learner (issue #23, point 5): "today's" PPO path.
+BASELINE_REF = "c3fd72f881f252f075b334c45085f7c960bfb4d0"
+TARGET_RATIO = 3.0
+N_ENVS = (1, 16, 64)
+QUICK = {"min_steps": 2048, "repeats": 1, "envs": (1, 16)}
+
+#: The child process: trains one learner, prints its rate and split, saves its weights.
+CHILD = r"""
+import json, sys, time
+import torch
+from stable_baselines3 import PPO
+from agents.callbacks import CostMetricsCallback
+from agents.lora.policies import AllocatorPolicy
+from agents.lora.training import PPO_SETTINGS, quiet_logger
+from agents.vec_env import make_batched_vec_env
+spec = json.loads(sys.argv[1])
+torch.set_num_threads(1)
+if spec["learner"] == "sb3":
+    base = PPO
+else:
+    from agents.lora.fast_ppo import FastPPO as base
+seconds = {"collect": 0.0, "train": 0.0}
+class Timed(base):
+    def collect_rollouts(self, *args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return super().collect_rollouts(*args, **kwargs)
+        finally:
+            seconds["collect"] += time.perf_counter() - start
+    def train(self):
+        start = time.perf_counter()
+        super().train()
+        seconds["train"] += time.perf_counter() - start
+venv = make_batched_vec_env(spec["env_id"], spec["n_envs"], seed=0)
+model = Timed(AllocatorPolicy, venv, policy_kwargs={"lora_rank": None},
+              **{**PPO_SETTINGS, **spec["settings"]}, **spec["extra"], seed=0, device="cpu")
+quiet_logger(model)
+start = time.perf_counter()
+model.learn(spec["steps"], callback=CostMetricsCallback())
+elapsed = time.perf_counter() - start
+torch.save(model.policy.state_dict(), spec["weights"])
+steps = model.num_timesteps
+print(json.dumps({"rate": steps / elapsed, "collect_us": 1e6 * seconds["collect"] / steps,
+                  "train_us": 1e6 * seconds["train"] / steps}))
+"""
+
+
+def baseline_tree(ref: str, into: Path) -> Path | None:
+    """This repository's tree at ``ref``, extracted under ``into`` (``None``: no git or ref)."""
+    try:
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", ref], check=True,
+                                 capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return into
+
+
+def learners(baseline: Path | None, big_batches: bool) -> dict[str, dict[str, Any]]:
+    """Name -> (source tree, learner, PPO overrides, extra constructor arguments)."""
+    out: dict[str, dict[str, Any]] = {}
+    if baseline is not None:
+        out["SB3 PPO @ ref"] = {"tree": baseline, "learner": "sb3", "settings": {},
+                                "extra": {}}
+    out["SB3 PPO"] = {"tree": REPO, "learner": "sb3", "settings": {}, "extra": {}}
+    out["FastPPO"] = {"tree": REPO, "learner": "fast", "settings": {}, "extra": {}}
+    out["FastPPO fused"] = {"tree": REPO, "learner": "fast", "settings": {},
+                            "extra": {"fused_loss": True}}
+    if big_batches:
+        for size in (256, 512):
+            out[f"FastPPO, batch_size {size}"] = {"tree": REPO, "learner": "fast",
+                                                  "settings": {"batch_size": size},
+                                                  "extra": {}}
+    return out
+
+
+def run(spec: dict[str, Any], n_envs: int, steps: int, weights: Path) -> dict[str, Any]:
+    """One learner's training run in a fresh process."""
+    import torch
+
+    arguments = json.dumps({"env_id": ENV_ID, "n_envs": n_envs, "steps": steps,
+                            "learner": spec["learner"], "settings": spec["settings"],
+                            "extra": spec["extra"], "weights": str(weights)})
+    env = {**os.environ, "PYTHONPATH": str(spec["tree"]), "OMP_NUM_THREADS": "1",
+           "MKL_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", CHILD, arguments], env=env, check=True,
+                          capture_output=True, text=True, cwd=str(spec["tree"]))
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result["weights"] = torch.load(weights)
+    return result
+
+
+def measure(envs: tuple[int, ...], min_steps: int, repeats: int, specs: dict[str, Any],
+            scratch: Path) -> dict[int, dict[str, list[dict[str, Any]]]]:
+    """Per ``n_envs``, each learner's runs, rounds alternating the order."""
+    out: dict[int, dict[str, list[dict[str, Any]]]] = {}
+    for n_envs in envs:
+        steps = max(2 * 512 * n_envs, min_steps)
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in specs}
+        for round_ in range(repeats):
+            order = list(specs) if round_ % 2 == 0 else list(specs)[::-1]
+            for name in order:
+                runs[name].append(run(specs[name], n_envs, steps, scratch / "weights.pt"))
+        out[n_envs] = runs
+    return out
+
+
+def _weights(a: dict[str, Any], b: dict[str, Any]) -> str:
+    import torch
+
+    if a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a):
+        return "same"
+    return f"{max(float((a[k] - b[k]).abs().max()) for k in a):.1e}"
+
+
+def report(results: dict[int, dict[str, list[dict[str, Any]]]], min_steps: int,
+           repeats: int, ref: str | None) -> str:
+    """The Markdown tables."""
+    first = "SB3 PPO @ ref" if ref is not None else "SB3 PPO"
+    lines = [
+        f"PPO on the batched {ENV_ID}: `agents.lora.training.train(..., \"ppo\")`'s model "
+        "(`AllocatorPolicy` without LoRA, the paper's A.4 `PPO_SETTINGS`: n_steps 512, "
+        "batch_size 64, 10 epochs; `CostMetricsCallback`; one torch thread; seed 0), "
+        f"max(2 rollouts, {min_steps:,} env steps) per run, {repeats} round(s), each run a "
+        "fresh process. Rates: env steps per second of wall time, median over rounds; "
+        f"ratios: median over rounds of the learner's rate over {first}'s in the same "
+        "round; collect / train: µs per env step in `collect_rollouts` / `train` (median); "
+        f"weights: the final weights against {first}'s, `same` bit for bit or the largest "
+        "absolute difference. "
+        + (f"`SB3 PPO @ ref` runs the tree of git {ref[:7]} (main before this work: "
+           "today's path)." if ref is not None else
+           "Today's tree (git ref) was not available: ratios are to this tree's SB3 PPO."),
+        "",
+        f"Machine: {machine()}",
+        "",
+        f"| n_envs | learner | steps/s | ratio | >= {TARGET_RATIO:.0f}x | collect / train "
+        "| weights |",
+        "| ---: | --- | ---: | ---: | :---: | ---: | :---: |",
+    ]
+    for n_envs, runs in results.items():
+        base = runs[first]
+        for name, mine in runs.items():
+            if name.startswith("FastPPO, batch_size"):
+                continue
+            ratio = statistics.median(m["rate"] / b["rate"] for m, b in zip(mine, base,
+                                                                           strict=True))
+            meets = "" if name == first else ("yes" if ratio >= TARGET_RATIO else "**no**")
+            label = f"SB3 PPO @ {ref[:7]}" if name == "SB3 PPO @ ref" and ref else name
+            lines.append(f"| {n_envs} | {label} | {_median(mine, 'rate'):,.0f} | {ratio:.2f} "
+                         f"| {meets} | {_split(mine)} | "
+                         f"{_weights(base[0]['weights'], mine[0]['weights'])} |")
+    extra = [(n_envs, name, runs[name], runs[first]) for n_envs, runs in results.items()
+             for name in runs if name.startswith("FastPPO, batch_size")]
+    if extra:
+        lines += [
+            "",
+            "A different setting (larger minibatches: fewer updates per rollout, not the "
+            f"paper's), against {first} at the paper's settings in the same round:",
+            "",
+            f"| n_envs | learner | steps/s | ratio to {first} (batch 64) | collect / train |",
+            "| ---: | --- | ---: | ---: | ---: |",
+        ]
+        for n_envs, name, mine, base in extra:
+            ratio = statistics.median(m["rate"] / b["rate"] for m, b in zip(mine, base,
+                                                                           strict=True))
+            lines.append(f"| {n_envs} | {name} | {_median(mine, 'rate'):,.0f} | {ratio:.2f} "
+                         f"| {_split(mine)} |")
+    return "\n".join(lines) + "\n"
+
+
+def _median(runs: list[dict[str, Any]], key: str) -> float:
+    return statistics.median(r[key] for r in runs)
+
+
+def _split(runs: list[dict[str, Any]]) -> str:
+    return f"{_median(runs, 'collect_us'):.0f} / {_median(runs, 'train_us'):.0f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--min-steps", type=int, default=16_384)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--envs", default=",".join(map(str, N_ENVS)),
+                        help="comma-separated sub-env counts (default 1,16,64)")
+    parser.add_argument("--baseline-ref", default=BASELINE_REF,
+                        help="git ref whose tree runs the baseline SB3 PPO ('' for none)")
+    parser.add_argument("--big-batches", action="store_true",
+                        help="also FastPPO at batch_size 256 and 512 (a different setting)")
+    parser.add_argument("--quick", action="store_true", help="checks the script, measures little")
+    parser.add_argument("--output", type=Path, help="also write the tables to this file")
+    args = parser.parse_args(argv)
+    try:
+        envs = tuple(int(n) for n in args.envs.split(","))
+    except ValueError:
+        parser.error(f"--envs: expected comma-separated ints, got {args.envs!r}")
+    min_steps, repeats = args.min_steps, args.repeats
+    if args.quick:
+        min_steps, repeats, envs = QUICK["min_steps"], QUICK["repeats"], QUICK["envs"]
+    for name, value in (("min-steps", min_steps), ("repeats", repeats),
+                        *(("envs", n) for n in envs)):
+        if value < 1:
+            parser.error(f"--{name}: expected ints >= 1, got {value}")
+    with tempfile.TemporaryDirectory() as scratch:
+        (Path(scratch) / "baseline").mkdir()
+        tree = (baseline_tree(args.baseline_ref, Path(scratch) / "baseline")
+                if args.baseline_ref else None)
+        specs = learners(tree, args.big_batches)
+        results = measure(envs, min_steps, repeats, specs, Path(scratch))
+    publish(report(results, min_steps, repeats, args.baseline_ref if tree else None),
+            args.output)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
