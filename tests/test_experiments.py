@@ -106,8 +106,9 @@ def test_all_records_the_routing_wall_times_in_the_old_format(smoke_all) -> None
     out = smoke_all.out
     lines = (out / "routing.md").read_text(encoding="utf-8").splitlines()
     assert lines[:2] == ["# Budget-aware routing benchmarks (issue #4)", ""]
-    assert re.fullmatch(r"`python -m experiments all --scale smoke` on \S+ \S+, \d+ logical "
-                        r"CPUs, Python [\d.]+, one torch thread\.", lines[2]), lines[2]
+    assert re.fullmatch(r"`python -m experiments all --scale smoke` on \S+ \S+, [^,]+(, AVX2|"
+                        r", AVX-512)?, \d+ logical CPUs, Python [\d.]+, one torch thread\.",
+                        lines[2]), lines[2]
     assert lines[3:6] == ["", "| Part | Wall time |", "|---|---|"]
     assert re.fullmatch(r"\| corl \| \d+ s \|", lines[6])
     assert re.fullmatch(r"\| bopo \| \d+ s \|", lines[7])
@@ -187,9 +188,10 @@ def test_help_says_what_full_means(capsys) -> None:
     assert exc.value.code == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "corl, bopo, traces and rules have no larger scale and run `default`" in text
-    assert "{lora_ppo,corl,bopo,traces,rules,all,tune,aggregates,multitenant}" in text
+    assert "{lora_ppo,corl,bopo,traces,rules,all,tune,aggregates,multitenant,budgets}" in text
     assert "multitenant (not part of all): tenants x capacity on one pool" in text
     assert "tune (not part of all): equal-budget sweeps on Ray Tune + Optuna" in text
+    assert "budgets (not part of all): learning curves of the learned rows" in text
 
 
 # ------------------------------------------------------------------ the report writer

@@ -37,6 +37,8 @@ class Mutation:
         tests: Test node ids (relative to the repository root) that must each fail; an id
             without parameters fails when any of its parameters does.
         slow: The tests train a policy (tens of seconds): marked ``slow``.
+        also: More ``(path, edits)`` pairs broken together with ``path`` (one mechanism
+            can live in two places, e.g. SB3's path and FastPPO's).
     """
 
     name: str
@@ -44,6 +46,7 @@ class Mutation:
     edits: tuple[tuple[str, str], ...]
     tests: tuple[str, ...]
     slow: bool = False
+    also: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
 
     @property
     def module(self) -> str:
@@ -98,6 +101,12 @@ MUTATIONS = (
           "    def architecture(self) -> dict[str, Any]:\n")),
         RL_DECISIONS,
         slow=True,
+        # FastPPO's own path computes the logits from the action head itself.
+        also=(("agents/lora/fast_ppo.py",
+               (("    return plain_linear(policy.action_net, latent_pi), "
+                 "plain_linear(policy.value_net, latent_vf)\n",
+                 "    return plain_linear(policy.action_net, latent_pi).detach(), "
+                 "plain_linear(policy.value_net, latent_vf)\n"),)),),
     ),
     # The allocator is blind to its input: its encoder sees zeros.
     Mutation(
@@ -159,14 +168,15 @@ def mutated_copy(mutation: Mutation, where: Path) -> Path:
     for package in PACKAGES:
         shutil.copytree(ROOT / package, where / package,
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    target = where / mutation.path
-    text = target.read_text()
-    for old, new in mutation.edits:
-        count = text.count(old)
-        assert count == 1, (f"{mutation.name}: the edit's text occurs {count} times in "
-                            f"{mutation.path} (expected once; update the mutation): {old!r}")
-        text = text.replace(old, new)
-    target.write_text(text)
+    for path, edits in ((mutation.path, mutation.edits), *mutation.also):
+        target = where / path
+        text = target.read_text()
+        for old, new in edits:
+            count = text.count(old)
+            assert count == 1, (f"{mutation.name}: the edit's text occurs {count} times in "
+                                f"{path} (expected once; update the mutation): {old!r}")
+            text = text.replace(old, new)
+        target.write_text(text)
     return where
 
 
