@@ -137,8 +137,8 @@ def curve_table(env_id: str, results: Sequence[dict[str, Any]], rule: Sequence[f
              "tasks (task seed 0). Return: mean Eq. 1 return [95% interval over seeds and "
              "tasks]; share: of the gap from the best fixed row "
              f"({np.mean(rule):.3f}) to the planner ({np.mean(planner):.3f}). "
-             "**Stops** marks the first checkpoint from which the gain to the last one is "
-             "not resolved above zero.", "", f"Machine: {machine()}.", ""]
+             "**Stops** marks the first checkpoint from which no gain to the last one is "
+             "resolved above zero.", "", f"Machine: {machine()}.", ""]
     rows = io.StringIO()
     writer = csv.writer(rows, lineterminator="\n")
     writer.writerow(["row", "seed", "timesteps", "gradient_steps", "mean_return", "returns"])

@@ -50,3 +50,31 @@ def test_the_table_and_the_csv_hold_every_checkpoint_of_every_seed():
                                       scale)
     assert "| 0 **stops** | 0 |" in markdown and "Stops improving at 0 env steps" in markdown
     assert "Machine:" in markdown and "Wall time per seed: 1.0 min" in markdown
+
+
+def test_the_committed_curves_table_is_rendered_from_its_csv():
+    """Every return cell and the stop mark of the committed table, from the CSV's tasks."""
+    from pathlib import Path
+
+    from cost_envs.metrics import bootstrap_mean_ci
+    from experiments.gaps import decode_scores
+
+    results = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+    markdown = (results / "budgets_ToolBench-v0.md").read_text(encoding="utf-8")
+    rows = list(csv.DictReader(io.StringIO(
+        (results / "budgets_ToolBench-v0.csv").read_text(encoding="utf-8"))))
+    for key in dict.fromkeys(row["row"] for row in rows):
+        mine = [row for row in rows if row["row"] == key]
+        steps = sorted({int(row["timesteps"]) for row in mine})
+        seeds = sorted({int(row["seed"]) for row in mine})
+        curve = np.array([[decode_scores(next(row["returns"] for row in mine
+                                              if int(row["seed"]) == seed
+                                              and int(row["timesteps"]) == step))
+                           for step in steps] for seed in seeds])
+        assert curve.shape == (5, len(steps), 400)
+        stop = budgets.stops_improving(curve, 1000)
+        for index, step in enumerate(steps):
+            mean, low, high = bootstrap_mean_ci(curve[:, index], n_resamples=1000)
+            mark = " **stops**" if index == stop else ""
+            assert f"| {step:,}{mark} | " in markdown
+            assert f"| {mean:.3f} [{low:.3f}, {high:.3f}] |" in markdown
