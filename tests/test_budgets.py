@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import csv
 import io
+from pathlib import Path
 
 import numpy as np
+import pytest
 
 from experiments import budgets
 
@@ -52,17 +54,18 @@ def test_the_table_and_the_csv_hold_every_checkpoint_of_every_seed():
     assert "Machine:" in markdown and "Wall time per seed: 1.0 min" in markdown
 
 
-def test_the_committed_curves_table_is_rendered_from_its_csv():
-    """Every return cell and the stop mark of the committed table, from the CSV's tasks."""
-    from pathlib import Path
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 
+
+@pytest.mark.parametrize("name", sorted(path.stem for path in RESULTS.glob("budgets_*.csv")))
+def test_the_committed_curves_tables_are_rendered_from_their_csv(name):
+    """Every return cell and the stop mark of a committed table, from its CSV's tasks."""
     from cost_envs.metrics import bootstrap_mean_ci
     from experiments.gaps import decode_scores
 
-    results = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
-    markdown = (results / "budgets_ToolBench-v0.md").read_text(encoding="utf-8")
+    markdown = (RESULTS / f"{name}.md").read_text(encoding="utf-8")
     rows = list(csv.DictReader(io.StringIO(
-        (results / "budgets_ToolBench-v0.csv").read_text(encoding="utf-8"))))
+        (RESULTS / f"{name}.csv").read_text(encoding="utf-8"))))
     for key in dict.fromkeys(row["row"] for row in rows):
         mine = [row for row in rows if row["row"] == key]
         steps = sorted({int(row["timesteps"]) for row in mine})
@@ -78,3 +81,8 @@ def test_the_committed_curves_table_is_rendered_from_its_csv():
             mark = " **stops**" if index == stop else ""
             assert f"| {step:,}{mark} | " in markdown
             assert f"| {mean:.3f} [{low:.3f}, {high:.3f}] |" in markdown
+
+
+def test_the_committed_curves_are_there():
+    assert {"budgets_ToolBench-v0", "budgets_ToolBench-v0_autoregressive"} <= {
+        path.stem for path in RESULTS.glob("budgets_*.csv")}
