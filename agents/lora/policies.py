@@ -430,11 +430,15 @@ class AllocatorPolicy(ActorCriticPolicy):
         PPO); without ``actions``, given the bits of the greedy chain.
         """
         distribution = self._distribution(features)
-        if self.action_distribution != "autoregressive":
-            return distribution.distribution.probs
-        if actions is None:
+        if self.action_distribution == "autoregressive" and actions is None:
             actions = distribution.mode()
-        return distribution.conditional_probabilities(actions)
+        return self._probabilities(distribution, actions)
+
+    def _probabilities(self, distribution: Any, actions: torch.Tensor | None) -> torch.Tensor:
+        """Each agent's call probability under ``distribution`` (at ``actions``' earlier bits)."""
+        if self.action_distribution == "autoregressive":
+            return distribution.conditional_probabilities(actions)
+        return distribution.distribution.probs
 
     def action_probabilities(self, obs: torch.Tensor) -> torch.Tensor:
         """``p_t``: the probability of calling each agent, shape ``(batch, m)``.
@@ -450,11 +454,8 @@ class AllocatorPolicy(ActorCriticPolicy):
         features = self.extract_features(obs)
         distribution = self._distribution(features)
         log_prob = distribution.log_prob(actions)
-        if self.action_distribution == "autoregressive":
-            probs = distribution.conditional_probabilities(actions)
-        else:
-            probs = distribution.distribution.probs
-        return self.value_net(features), log_prob, distribution.entropy(), probs
+        return (self.value_net(features), log_prob, distribution.entropy(),
+                self._probabilities(distribution, actions))
 
     def architecture(self) -> dict[str, Any]:
         """The constructor arguments that rebuild this network (JSON-ready)."""
