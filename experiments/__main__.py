@@ -55,8 +55,10 @@ EPILOG = """\
 scales:
   smoke    seconds per experiment: plumbing for the tests, not a result
   default  what `make reproduce` runs: about 12 minutes for `all` on 2 cores
-  full     lora_ppo at the paper's scale (200k steps x 5 seeds); corl, bopo,
-           traces and rules have no larger scale and run `default`
+  full     the converged budgets: lora_ppo's RL rows to where PPO stops improving
+           (ToolBench-v0 524k steps on 16 batched sub-envs), corl and bopo at ten
+           times their default steps; traces and rules have no larger scale and run
+           `default`
 multitenant (not part of all): tenants x capacity on one pool; default ~2 minutes
   (rules and the central scheduler), full adds shared-parameter PPO (3 capacities x
   5 seeds x 40k tenant-steps, --jobs processes) into multitenant_full.*
@@ -131,7 +133,7 @@ class Progress:
 
 
 def _routing_scale(scale: str) -> str:
-    """corl, bopo, traces and rules have no ``full`` scale: they run ``default``."""
+    """traces and rules have no ``full`` scale: they run ``default``."""
     return "default" if scale == "full" else scale
 
 
@@ -145,13 +147,13 @@ def _run_lora_ppo(args: argparse.Namespace, log: Callable[[str], None]) -> None:
 def _run_corl(args: argparse.Namespace, log: Callable[[str], None]) -> None:
     from experiments import corl
 
-    corl.report(args.out, _routing_scale(args.scale), log=log, jobs=args.jobs)
+    corl.report(args.out, args.scale, log=log, jobs=args.jobs)
 
 
 def _run_bopo(args: argparse.Namespace, log: Callable[[str], None]) -> None:
     from experiments import bopo
 
-    bopo.report(args.out, _routing_scale(args.scale), log=lambda m: log(f"bopo: {m}"),
+    bopo.report(args.out, args.scale, log=lambda m: log(f"bopo: {m}"),
                 jobs=args.jobs)
 
 
@@ -226,7 +228,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> None:
             timings.append((name, reason))
             continue
         # The others run default at full.
-        own_scales = ("lora_ppo", "tune", "multitenant", "budgets")
+        own_scales = ("lora_ppo", "corl", "bopo", "tune", "multitenant", "budgets")
         scale = args.scale if name in own_scales else _routing_scale(args.scale)
         log(f"{name}: started at scale {scale}")
         start = time.perf_counter()

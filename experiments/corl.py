@@ -77,7 +77,6 @@ class CorlScale:
     jobs: int = 1
 
 
-#: No ``full`` scale: ``python -m experiments corl --scale full`` runs ``default``.
 CORL_SCALES = {
     "smoke": CorlScale(ppo_timesteps=1024, adapter_timesteps=512, episodes=30, n_resamples=50,
                        seeds=2, rule_tasks=5),
@@ -86,6 +85,10 @@ CORL_SCALES = {
     # ``make reproduce``'s 15 minutes. Multiples of the 512-step rollout.
     "default": CorlScale(ppo_timesteps=40_960, adapter_timesteps=10_240, episodes=400,
                          n_resamples=1000, jobs=2),
+    # The converged budget (issue #23): ten times every stage's steps, to see whether the
+    # controllers move past the rules when they are given them.
+    "full": CorlScale(ppo_timesteps=409_600, adapter_timesteps=102_400, episodes=400,
+                      n_resamples=1000, jobs=2),
 }
 PROFILES_EVALUATED = ("mixed", "gsm8k", "math500", "aime")
 #: The envs the experiment runs on, each with its own report: v0, and v1 where wrong

@@ -230,6 +230,12 @@ class Scale:
         resamples: Bootstrap resamples.
         supervised: Supervised-stage settings.
         rule_tasks: Training tasks on which the best fixed rule is searched.
+        n_envs: Sub-envs of the batched env each RL run steps at once (``train``'s
+            ``n_envs``; 1 is the paper's configuration).
+        env_timesteps: ``(env_id, steps)`` pairs: the RL steps on those envs instead of
+            ``timesteps`` (each env's converged budget, :mod:`experiments.budgets`).
+        rows: The learned rows trained at this scale (keys of :data:`LEARNED_ROWS`);
+            ``None``: every row.
     """
 
     name: str
@@ -239,20 +245,44 @@ class Scale:
     resamples: int
     supervised: SupervisedConfig = field(default_factory=SupervisedConfig)
     rule_tasks: int = 200
+    n_envs: int = 1
+    env_timesteps: tuple[tuple[str, int], ...] = ()
+    rows: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
-        for name in ("timesteps", "seeds", "episodes", "resamples", "rule_tasks"):
+        for name in ("timesteps", "seeds", "episodes", "resamples", "rule_tasks", "n_envs"):
             integer(getattr(self, name), f"Scale.{name}", minimum=1)
+        for env_id, steps in self.env_timesteps:
+            integer(steps, f"Scale.env_timesteps[{env_id!r}]", minimum=1)
+        unknown = sorted(set(self.rows or ()) - set(LEARNED_ROWS))
+        if unknown:
+            raise ValueError(f"Scale.rows: expected keys of {list(LEARNED_ROWS)}, "
+                             f"got {unknown}")
+
+    def steps_on(self, env_id: str) -> int:
+        """The RL steps of every training run on ``env_id``."""
+        return dict(self.env_timesteps).get(env_id, self.timesteps)
 
 
+#: Where PPO stops improving on 16 batched sub-envs, 5 seeds (the committed curves,
+#: ``benchmarks/results/budgets_*.md``): ToolBench-v0 at about 500k env steps.
+CONVERGED_TIMESTEPS = {"cost_envs/ToolBench-v0": 524_288}
+#: The rows of the converged-budget tables: the paper's three learners, the tuned and
+#: the fairly taught LoRA rows (the ablations stay in the default tables).
+CONVERGED_ROWS = ("lora", "ppo", "lora-ppo", "lora/bayes", "lora-ppo/bayes", "lora/tuned",
+                  "ppo/tuned", "lora-ppo/tuned")
 SCALES = {
     # Plumbing check for the tests: every row, every file, in seconds. Not a result.
     "smoke": Scale("smoke", timesteps=512, seeds=2, episodes=30, resamples=100,
                    supervised=SupervisedConfig(episodes=60, epochs=2), rule_tasks=10),
-    # What `make reproduce` runs: five seeds, about 5 minutes on 2 cores.
+    # What `make reproduce` runs: five seeds, about 5 minutes on 2 cores; PPO has not
+    # converged at 20k steps, so the tables compare methods at a fixed small budget.
     "default": Scale("default", timesteps=20_000, seeds=5, episodes=400, resamples=1000),
-    # Paper scale: ten times the RL steps and five seeds.
-    "full": Scale("full", timesteps=200_000, seeds=5, episodes=1000, resamples=2000),
+    # The converged budgets (issue #23): each env's RL rows to where PPO stops improving,
+    # on the batched env, on the default tables' 400 tasks.
+    "full": Scale("full", timesteps=524_288, seeds=5, episodes=400, resamples=1000,
+                  n_envs=16, env_timesteps=tuple(CONVERGED_TIMESTEPS.items()),
+                  rows=CONVERGED_ROWS),
 }
 
 
@@ -280,8 +310,8 @@ class JobResult:
 
 def rows_on(env_id: str, rows: Sequence[str], scale: Scale) -> list[str]:
     """The learned rows of ``rows`` that ``env_id``'s table has (tuned ones need a config)."""
-    return [key for key in rows
-            if LEARNED_ROWS[key].arguments(env_id, scale.supervised) is not None]
+    return [key for key in rows if (scale.rows is None or key in scale.rows)
+            and LEARNED_ROWS[key].arguments(env_id, scale.supervised) is not None]
 
 
 def run_job(job: Job) -> JobResult:
@@ -291,7 +321,8 @@ def run_job(job: Job) -> JobResult:
     arguments = row.arguments(job.env_id, job.scale.supervised)
     if arguments is None:
         raise ValueError(f"lora_ppo: {job.key} has no tuned configuration for {job.env_id}")
-    trained = train(job.env_id, row.method, job.scale.timesteps, seed=job.seed, base=row.base,
+    trained = train(job.env_id, row.method, job.scale.steps_on(job.env_id), seed=job.seed,
+                    base=row.base, n_envs=job.scale.n_envs,
                     **arguments)
     result = evaluate(trained, job.env_id, episodes=job.scale.episodes, seed=job.eval_seed)
     return JobResult(job, result.records, result.agent_names, trained.history, result.returns)
@@ -431,7 +462,8 @@ def reproduce(
     grid = [Job(env_id, key, seed, scale, eval_seed)
             for env_id in envs for key in rows_on(env_id, rows, scale)
             for seed in range(scale.seeds)]
-    log(f"lora_ppo: training {len(grid)} runs ({scale.name}: {scale.timesteps} steps x "
+    steps = ", ".join(f"{env_id.split('/')[-1]} {scale.steps_on(env_id)}" for env_id in envs)
+    log(f"lora_ppo: training {len(grid)} runs ({scale.name}: {steps} steps x "
         f"{scale.seeds} seeds) in {jobs} process(es)")
     results, fixed = _run_all(grid, jobs, log, [(env_id, scale, eval_seed) for env_id in envs])
     reports = {}
@@ -447,6 +479,7 @@ def reproduce(
             curves[key] = [r.history for r in done]
             learned[key] = done
         reports[env_id] = {"env_id": env_id, "scale": asdict(scale), "eval_seed": eval_seed,
+                           "timesteps": scale.steps_on(env_id),
                            "methods": methods, "learning_curves": curves}
         block = gap_block(env_id, fixed[env_id], learned, scale.resamples, eval_seed)
         if block is not None:

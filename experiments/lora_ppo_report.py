@@ -48,7 +48,8 @@ def markdown_table(report: Mapping[str, Any]) -> str:
     return (
         f"# LoRA-Guided PPO paper, Tables 1-2: {report['env_id']}\n\n"
         f"{other}Scale `{scale['name']}`: learned methods trained with {scale['seeds']} seeds x "
-        f"{scale['timesteps']} environment steps, with the paper's A.4 configuration "
+        f"{report.get('timesteps', scale['timesteps'])} environment steps"
+        f"{_batched(scale.get('n_envs', 1))}, with the paper's A.4 configuration "
         "except the rows marked tuned (the configuration the equal-budget sweep chose on "
         "validation tasks, `experiments/tuned/`); every method scored on the same "
         f"{scale['episodes']} tasks (task seed {report['eval_seed']}). 95% intervals: "
@@ -58,6 +59,11 @@ def markdown_table(report: Mapping[str, Any]) -> str:
         f"{'' if scale['name'] == 'default' else ' --scale ' + scale['name']}`.\n\n"
         f"{format_table(rows)}\n{rules}{returns_table(report)}"
     )
+
+
+def _batched(n_envs: int) -> str:
+    """How the RL rows stepped the env, where not the paper's one env."""
+    return "" if n_envs == 1 else f" on {n_envs} batched sub-envs"
 
 
 def returns_table(report: Mapping[str, Any]) -> str:

@@ -389,3 +389,33 @@ def test_planner_taught_rows_are_where_they_are_listed_and_a_planner_exists(smok
             # a different teacher is a different warm start: the rows differ
             table = load_table(smoke, env_id)["methods"]
             assert table["lora/planner"]["per_seed"] != table["lora"]["per_seed"]
+
+
+def test_a_scale_sets_each_envs_steps_its_rows_and_its_sub_envs(monkeypatch):
+    # The converged-budget tables (issue #23): each env its own RL steps, on the batched
+    # env, for the rows the scale names.
+    flight, toolbench = "cost_envs/FlightPlanner-v0", "cost_envs/ToolBench-v0"
+    scale = rep.Scale("tiny", timesteps=64, seeds=1, episodes=4, resamples=20, rule_tasks=3,
+                      n_envs=2, env_timesteps=((flight, 512),), rows=("ppo",))
+    assert scale.steps_on(flight) == 512 and scale.steps_on(toolbench) == 64
+    assert rep.rows_on(flight, tuple(rep.LEARNED_ROWS), scale) == ["ppo"]
+    calls = []
+    real_train = rep.train
+
+    def spy(env_id, method, timesteps, **kwargs):
+        calls.append((env_id, method, timesteps, kwargs["n_envs"]))
+        return real_train(env_id, method, timesteps, **kwargs)
+
+    monkeypatch.setattr(rep, "train", spy)
+    report = rep.reproduce(scale, envs=[flight], jobs=1, log=lambda *_: None)[flight]
+    assert calls == [(flight, "ppo", 512, 2)]
+    assert report["timesteps"] == 512 and set(report["learning_curves"]) == {"ppo"}
+    assert "1 seeds x 512 environment steps on 2 batched sub-envs" in out_files.markdown_table(report)
+
+
+def test_a_scale_refuses_rows_it_does_not_know():
+    with pytest.raises(ValueError, match=r"Scale\.rows: expected keys of .*got \['nope'\]"):
+        rep.Scale("bad", timesteps=1, seeds=1, episodes=1, resamples=1, rows=("nope",))
+    with pytest.raises(ValueError, match=r"Scale\.env_timesteps\['x'\]: expected an int >= 1"):
+        rep.Scale("bad", timesteps=1, seeds=1, episodes=1, resamples=1,
+                  env_timesteps=(("x", 0),))
