@@ -133,7 +133,7 @@ class Progress:
 
 
 def _routing_scale(scale: str) -> str:
-    """traces and rules have no ``full`` scale: they run ``default``."""
+    """The scale traces and rules run: they have no ``full`` scale and run ``default``."""
     return "default" if scale == "full" else scale
 
 

@@ -410,7 +410,8 @@ def test_a_scale_sets_each_envs_steps_its_rows_and_its_sub_envs(monkeypatch):
     report = rep.reproduce(scale, envs=[flight], jobs=1, log=lambda *_: None)[flight]
     assert calls == [(flight, "ppo", 512, 2)]
     assert report["timesteps"] == 512 and set(report["learning_curves"]) == {"ppo"}
-    assert "1 seeds x 512 environment steps on 2 batched sub-envs" in out_files.markdown_table(report)
+    page = out_files.markdown_table(report)
+    assert "1 seeds x 512 environment steps on 2 batched sub-envs" in page
 
 
 def test_a_scale_refuses_rows_it_does_not_know():
