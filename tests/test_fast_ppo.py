@@ -185,10 +185,19 @@ def test_sb3_contribs_recurrent_ppo_is_fixed_by_use_float_actions() -> None:
     assert model.num_timesteps == 32
 
 
-def test_fused_loss_is_float_close_to_sb3_and_learns_the_same() -> None:
-    # The loss's gradient by hand: the same updates up to float rounding. After 4 updates
-    # of 3 epochs the weights agree to about 1e-6 and the training curve is the same.
+def test_fused_loss_is_float_close_to_sb3_and_learns_the_same(monkeypatch) -> None:
+    # The loss's gradient by hand, and (plain network) the network's: the same updates up
+    # to float rounding. After 4 updates of 3 epochs the weights agree to about 1e-6 and
+    # the training curve is the same.
+    from agents.lora import fast_ppo
+
+    by_hand = []
+    real_step = fast_ppo.fused_step
+    monkeypatch.setattr(fast_ppo, "fused_step",
+                        lambda *args: by_hand.append(1) or real_step(*args))
     fused, fused_logs, fused_history = _learn(FastPPO, 3, 4 * 64 * 3, fused_loss=True)
+    # every minibatch but the first (Adam has no state before it) goes by hand
+    assert len(by_hand) == 4 * 3 * (3 * 64 // 32) - 1  # updates x epochs x minibatches
     sb3, sb3_logs, sb3_history = _learn(PPO, 3, 4 * 64 * 3)
     ours, theirs = fused.policy.state_dict(), sb3.policy.state_dict()
     difference = max(float((ours[k] - theirs[k]).abs().max()) for k in theirs)
@@ -246,3 +255,50 @@ def test_fused_loss_gradient_matches_autograd_with_every_term() -> None:
                                                    advantages, returns), settings)
     assert not all(torch.allclose(ours, theirs, rtol=1e-5, atol=1e-7) for ours, theirs in
                    zip(torch.autograd.grad(loss, params), expected, strict=True))
+
+
+def test_the_plain_networks_backward_by_hand_is_autograds() -> None:
+    # The fused update's last step (agents.lora.fused_network): every parameter's gradient
+    # written by hand, for the PPO baseline's plain network only.
+    from agents.lora.fast_ppo import bernoulli_entropy, bernoulli_heads, bernoulli_log_prob
+    from agents.lora.fused_network import TanhNetwork, fused_step
+
+    torch.manual_seed(0)
+    model = FastPPO(AllocatorPolicy, make_batched_vec_env(ENV_ID, 2, seed=5),
+                    policy_kwargs={"lora_rank": None}, seed=1, **SMALL)
+    policy = model.policy
+    network = TanhNetwork.of(policy)
+    assert network is not None and len(network.encoder) == 2
+    obs, actions = torch.rand(64, 17), torch.randint(0, 2, (64, 8)).float()
+    advantages, returns, old_values = torch.randn(64), torch.randn(64), torch.randn(64)
+    costs = torch.rand(8)
+    with torch.no_grad():
+        logits, _ = bernoulli_heads(policy, obs)
+        old_log_prob = bernoulli_log_prob(logits, actions) + 0.3 * torch.randn(64)
+    params = list(policy.parameters())
+
+    def eager() -> torch.Tensor:
+        logits, values = bernoulli_heads(policy, obs)
+        ratio = torch.exp(bernoulli_log_prob(logits, actions) - old_log_prob)
+        policy_loss = -torch.min(advantages * ratio,
+                                 advantages * torch.clamp(ratio, 0.8, 1.2)).mean()
+        value_loss = torch.nn.functional.mse_loss(returns, values.flatten())
+        cost_term = (torch.sigmoid(logits) * costs).sum(dim=1).mean()
+        return (policy_loss - 0.01 * bernoulli_entropy(logits).mean() + 0.5 * value_loss
+                + 0.3 * cost_term)
+
+    expected = torch.autograd.grad(eager(), params)
+    for param in params:  # stale values the backward must overwrite, not add to
+        param.grad = torch.full_like(param, 7.0)
+    settings = {"clip_range": 0.2, "clip_range_vf": None, "ent_coef": 0.01, "vf_coef": 0.5,
+                "aux_coef": 0.3, "costs": costs, "out": []}
+    loss = fused_step(network, obs, (actions, old_values, old_log_prob, advantages, returns),
+                      settings)
+    assert not loss.requires_grad and float(loss) == pytest.approx(float(eager()), rel=1e-6)
+    assert len(settings["out"]) == 6
+    for param, theirs in zip(params, expected, strict=True):
+        assert torch.allclose(param.grad, theirs, rtol=1e-5, atol=1e-7)
+    # Anything else keeps autograd: LoRA adapters (a frozen base), a frozen layer.
+    assert TanhNetwork.of(policy_for(gym.make(ENV_ID), base=None)) is None
+    policy.value_net.bias.requires_grad_(False)
+    assert TanhNetwork.of(policy) is None

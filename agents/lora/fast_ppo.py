@@ -29,7 +29,9 @@ through SB3's own code for that piece, so the results are SB3's there too.
 
 ``FastPPO(..., fused_loss=True)`` goes further at a price: the loss and its gradient with
 respect to the logits and values as one autograd node
-(:class:`agents.lora.fused_loss.BernoulliPPOLoss`), float-close to SB3's, not bit-identical
+(:class:`agents.lora.fused_loss.BernoulliPPOLoss`), and for the PPO baseline's plain
+network the network's backward by hand too (:mod:`agents.lora.fused_network`), so that
+an update builds no graph at all; float-close to SB3's, not bit-identical
 (``benchmarks/ppo_fused_curves.py`` compares the learning curves). Off by default.
 """
 
@@ -54,6 +56,7 @@ from torch.nn import functional as F
 from agents.lora.adapters import plain_linear
 from agents.lora.fast_optim import FlatAdam, clip_grad_norm, optimizer_step
 from agents.lora.fused_loss import BernoulliPPOLoss
+from agents.lora.fused_network import TanhNetwork, fused_step
 
 #: Rollout-buffer arrays a PPO update reads, in SB3's ``RolloutBuffer.get`` order.
 BUFFER_FIELDS = ("observations", "actions", "values", "log_probs", "advantages", "returns")
@@ -295,6 +298,8 @@ class FastPPO(PPO):
                           "ent_coef": self.ent_coef, "vf_coef": self.vf_coef,
                           "aux_coef": self.aux_coef, "out": [],
                           "costs": costs if isinstance(costs, torch.Tensor) else None}
+        # The plain network's backward by hand too (float-close, agents.lora.fused_network)
+        network = TanhNetwork.of(self.policy) if fused else None
         params = list(self.policy.parameters())  # clip_grad_norm_ skips those without grad
         optimizer = self.policy.optimizer
         optimizer_params = [p for group in optimizer.param_groups for p in group["params"]]
@@ -315,14 +320,19 @@ class FastPPO(PPO):
                 first_of_epoch = len(ratios)
                 for obs, actions, old_values, old_log_prob, advantages, returns in (
                         rollout.epoch(self.batch_size)):
+                    by_hand = False
                     if fused:
-                        logits, values = bernoulli_heads(self.policy, obs)
                         if self.normalize_advantage and len(advantages) > 1:
                             advantages = ((advantages - advantages.mean())
                                           / (advantages.std() + 1e-8))
-                        loss = BernoulliPPOLoss.apply(
-                            logits, values, (actions, old_values, old_log_prob, advantages,
-                                             returns), fused_settings)
+                        batch = (actions, old_values, old_log_prob, advantages, returns)
+                        by_hand = network is not None and flat is not None
+                        if by_hand:
+                            loss = fused_step(network, obs, batch, fused_settings)
+                        else:
+                            logits, values = bernoulli_heads(self.policy, obs)
+                            loss = BernoulliPPOLoss.apply(logits, values, batch,
+                                                          fused_settings)
                         (policy_loss, value_loss, entropy_loss, aux_term, ratio,
                          log_ratio) = fused_settings["out"]
                         if aux_term is not None:
@@ -348,8 +358,9 @@ class FastPPO(PPO):
                                       f"{approx_kl_div:.2f}")
                             break
                     if flat is not None:
-                        flat.zero_grad()
-                        loss.backward()
+                        if not by_hand:  # by hand, the gradients are written already
+                            flat.zero_grad()
+                            loss.backward()
                         flat.clip(self.max_grad_norm)
                         flat.step()
                         continue
