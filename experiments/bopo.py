@@ -421,7 +421,7 @@ def report(out_dir: Path, scale: str | BopoScale = "default", seed: int = 0,
     Args:
         out_dir: Output directory (created if needed).
         scale: ``"smoke"`` (seconds, for tests), ``"default"`` (about 4 minutes on 2
-            cores), ``"full"`` (ten times the RL steps, no λ scan) or a
+            cores), ``"full"`` (five times the RL steps, no λ scan) or a
             :class:`BopoScale`.
         seed: First training seed (seeds ``seed`` .. ``seed + scale.seeds - 1``: network
             initialisation, training tasks, SFT sampling); the base seed's training draw
