@@ -64,15 +64,9 @@ from agents.cli_route_data import (
     split_facts,
     two_models,
 )
-from agents.routing.calibration import Calibration, calibrate_cost, calibrate_share
-from agents.routing.multi_router import MULTI_ROUTERS
-from agents.routing.router_state import (
-    SavedMultiRouter,
-    check_router_writable,
-    load_router,
-    save_router,
-)
 from agents.routing.routers import ROUTERS
+from agents.routing.routers.calibration import Calibration, calibrate_cost, calibrate_share
+from agents.routing.routers.state import check_router_writable, load_router, save_router
 from agents.routing.routing_eval import (
     curve_metrics,
     oracle_routing,
@@ -152,7 +146,7 @@ def add_route(parser: argparse.ArgumentParser) -> None:
     train.add_argument("--strong", default=None, help="the strong model's name")
     train.add_argument("--models", nargs="+", default=None, metavar="MODEL",
                        help="a K-model router's models (default: all the logs have)")
-    train.add_argument("--router", choices=(*ROUTERS, *MULTI_ROUTERS), default=None,
+    train.add_argument("--router", choices=tuple(ROUTERS), default=None,
                        help="the router (default logistic with --weak/--strong, "
                             "multi-logistic for logs of more than two models; knn: nearest "
                             "neighbours on the same features; cascade: also reads the weak "
@@ -333,8 +327,8 @@ def run_train(args: argparse.Namespace) -> int:
     except ValueError as error:
         fail(args, f"--save: {error}")
     data = load_data(args)
-    if args.router in MULTI_ROUTERS or (args.router is None and args.weak is None
-                                        and args.strong is None
+    multi = args.router is not None and ROUTERS[args.router].n_models != 2
+    if multi or (args.router is None and args.weak is None and args.strong is None
                                         and (data.n_models > 2 or args.models is not None)):
         from agents.cli_route_multi import run_train_multi
 
@@ -360,8 +354,7 @@ def run_train(args: argparse.Namespace) -> int:
     meta = {"calibration": cal_facts, "cv": cv,
             "training": {**data_facts(data, args), **split}}
     try:
-        files = save_router(args.save, args.router, router, args.weak, args.strong,
-                            calibration.threshold, _clean(meta))
+        files = save_router(args.save, router, calibration.threshold, _clean(meta))
     except (OSError, ValueError) as error:
         fail(args, f"could not save to {args.save}: {error}")
     out = {"command": "train", "router": args.router, "weak": args.weak, "strong": args.strong,
@@ -390,7 +383,7 @@ def run_score(args: argparse.Namespace) -> int:
         saved = load_router(args.router)
     except (ValueError, OSError) as error:
         fail(args, f"cannot load the router: {error}")
-    if isinstance(saved, SavedMultiRouter):
+    if not saved.two_model:
         from agents.cli_route_multi import run_score_multi
 
         return run_score_multi(args, saved, load_data(args))

@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from agents.routing.router_cv import cross_validate
+from agents.routing.routers.cv import cross_validate
 from cost_envs.prices import coerce_prices
 from cost_envs.traces import TraceDataset, load_routerarena, load_traces
 from cost_envs.traces.readers import TRACE_SUFFIXES, folder_files

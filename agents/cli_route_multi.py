@@ -39,9 +39,8 @@ from agents.cli_route_data import (
     split_data,
     split_facts,
 )
-from agents.routing.calibration import calibrate_lam
-from agents.routing.multi_router import MULTI_ROUTERS, SINGLE_MODELS, sweep_metrics
-from agents.routing.router_state import SavedMultiRouter, save_multi_router
+from agents.routing.routers import ROUTERS, SINGLE_MODELS, calibrate_lam, sweep_metrics
+from agents.routing.routers.state import SavedRouter, save_router
 from agents.routing.routing_eval import (
     hull_routing,
     oracle_routing,
@@ -152,7 +151,7 @@ def run_train_multi(args: argparse.Namespace, data: TraceDataset) -> int:
     costs = call_costs(args, data)
     train, test, train_idx, test_idx = split_data(args, data)
     settings, cv = cv_settings(args, train, costs[train_idx], models=data.models)
-    router = MULTI_ROUTERS[args.router](data.models, **settings).fit(train, costs[train_idx])
+    router = ROUTERS[args.router](data.models, **settings).fit(train, costs[train_idx])
     lams = router.lams(train)
     mean = costs[train_idx].mean(axis=0)
     target = (float(mean.min() + mean.max()) / 2 if args.target_cost is None
@@ -168,7 +167,7 @@ def run_train_multi(args: argparse.Namespace, data: TraceDataset) -> int:
     splits = split_facts(args, train, test)
     meta = {"calibration": facts, "cv": cv, "training": {**data_facts(data, args), **splits}}
     try:
-        files = save_multi_router(args.save, args.router, router, cal.lam, _clean(meta))
+        files = save_router(args.save, router, cal.lam, _clean(meta))
     except (OSError, ValueError) as error:
         fail(args, f"could not save to {args.save}: {error}")
     out = {"command": "train", "router": args.router, "models": list(data.models),
@@ -186,7 +185,7 @@ def run_train_multi(args: argparse.Namespace, data: TraceDataset) -> int:
     return 0
 
 
-def run_score_multi(args: argparse.Namespace, saved: SavedMultiRouter,
+def run_score_multi(args: argparse.Namespace, saved: SavedRouter,
                     data: TraceDataset) -> int:
     """``route score`` of a saved K-model router at its saved ``lam``."""
     data = choose_models(args, data, saved.models, EXIT_INPUT)

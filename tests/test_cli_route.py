@@ -17,8 +17,9 @@ import pytest
 import agents
 from agents import cli
 from agents.cli_route import EXIT_INPUT, EXIT_USAGE
-from agents.routing.calibration import calibrate_cost, calibrate_share
-from agents.routing.router_state import load_router, router_files
+from agents.routing.routers import LogisticRouter as TraceRouter
+from agents.routing.routers import calibrate_cost, calibrate_share, load_router
+from agents.routing.routers.state import router_files
 from agents.routing.routing_eval import (
     curve_metrics,
     oracle_routing,
@@ -26,7 +27,6 @@ from agents.routing.routing_eval import (
     score_routings,
     single_model,
 )
-from agents.routing.trace_router import TraceRouter
 from cost_envs.metrics.routing import oracle_scores, routing_curve
 from cost_envs.traces import load_routerarena, load_traces, records_from_dataset
 

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from agents.routing.routers import ROUTERS, KNNRouter, make_router, router_from_state
-from agents.routing.solvers import (
+from agents.routing.routers import LogisticRouter as TraceRouter
+from agents.routing.routers.solvers import (
     fit_logistic,
     logistic_scores,
     neighbour_share,
 )
-from agents.routing.trace_router import TraceRouter
 from cost_envs.traces import TraceDataset
 from experiments.traces_heldout import Protocol, evaluate, markdown, verdict
 
@@ -95,10 +95,11 @@ def test_state_round_trip_scores_identically(name: str, tmp_path) -> None:
     save_file(arrays, str(path), metadata={"config": json.dumps(config)})
     loaded = router_from_state(json.loads(json.dumps(config)), load_file(str(path)))
     assert type(loaded) is type(router) and loaded == router
-    np.testing.assert_array_equal(loaded.scores(test), router.scores(test))
+    np.testing.assert_array_equal(loaded.predict(test), router.predict(test))
     # JSON all the way (arrays as lists)
     again = router_from_state(config, {k: v.tolist() for k, v in arrays.items()})
-    np.testing.assert_array_equal(again.scores(test), router.scores(test))
+    np.testing.assert_array_equal(again.predict(test), router.predict(test))
+    np.testing.assert_array_equal(again.route(test, 0.5), router.route(test, 0.5))
 
 
 def test_bad_states_are_rejected() -> None:
@@ -180,7 +181,7 @@ def test_the_report_runs_minilm_only_when_asked_and_says_why_it_cannot(monkeypat
 
 
 def test_minilm_features_are_embedded_once_per_text(monkeypatch) -> None:
-    from agents.routing import trace_router
+    from agents.routing.routers import features
 
     embedded: list[str] = []
 
@@ -189,8 +190,9 @@ def test_minilm_features_are_embedded_once_per_text(monkeypatch) -> None:
         return np.array([[len(t) % 7, t.count(" ")] + [0.0] * 382 for t in texts],
                         dtype=np.float32)
 
-    monkeypatch.setattr(trace_router, "minilm_features", fake)
-    monkeypatch.setattr(trace_router, "_MINILM_CACHE", {})
+    monkeypatch.setitem(features.TEXT_ENCODERS, "minilm",
+                        features.TextEncoder(fake, 384, cached=True))
+    monkeypatch.setattr(features, "_CACHE", {})
     data = dataset(60)
     train, test = data.split(seed=0)
     first = TraceRouter(WEAK, STRONG, text_features="minilm").fit(train).scores(test)
