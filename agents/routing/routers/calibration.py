@@ -16,8 +16,10 @@ For a K-model router (:mod:`agents.routing.routers.multi`) the operating point i
 instead of a threshold: :func:`calibrate_lam` takes the smallest ``lam`` of its training
 sweep whose mean training cost per query is within a target.
 
-On the test queries the share and the cost land near the targets, not on them: how near
-is what a test split measures.
+:func:`calibrate` is the one entry for any router of the family: a threshold or a
+``lam`` for a target share or cost, with what it gives on training. On the test queries
+the share and the cost land near the targets, not on them: how near is what a test split
+measures (:func:`agents.routing.routers.report.calibration_drift`).
 """
 
 from __future__ import annotations
@@ -187,3 +189,59 @@ def calibrate_lam(lams: Any, train_decisions: Any, train_costs: Any,
     k = int(within[0])
     share = np.bincount(d[:, k], minlength=c.shape[1]) / c.shape[0]
     return LamCalibration(float(grid[k]), float(cost[k]), tuple(share.tolist()))
+
+
+def calibrate(router: Any, train: Any, costs: Any = None, *, share: float | None = None,
+              cost: float | None = None) -> tuple[float, dict[str, Any]]:
+    """Any router's operating point on its training queries, for one target.
+
+    A two-model router gets a threshold: :func:`calibrate_cost` for ``cost``, else
+    :func:`calibrate_share` for ``share`` (default 0.5). A K-model router gets a ``lam``:
+    :func:`calibrate_lam` for ``cost`` (default halfway between the cheapest and the
+    dearest model's mean training cost); ``share`` is refused.
+
+    Args:
+        router: A fitted router of :data:`~agents.routing.routers.ROUTERS`.
+        train: Its training queries (a :class:`~cost_envs.traces.TraceDataset`).
+        costs: ``(n, K)`` cost of each of the router's models on each training query
+            (default: the data's own, in the router's model order).
+        share: Target strong-call share (two-model routers).
+        cost: Target mean cost per query.
+
+    Returns:
+        ``(point, facts)``: the threshold or ``lam``, and what it was set for and gives
+        on training (``"target"``: ``"strong_share"`` or ``"cost_per_query"``,
+        ``"value"``, ``"train_strong_share"`` / ``"train_cost_per_query"`` /
+        ``"train_model_share"``).
+
+    Raises:
+        ValueError: On a share for a K-model router, or a cost no point reaches.
+    """
+    from agents.routing.routing_eval import call_costs
+
+    if costs is None:
+        cols = [train.model_index(m) for m in router.models]
+        costs = call_costs(train)[:, cols]
+    c = np.asarray(costs, dtype=np.float64)
+    if router.n_models != 2:
+        if share is not None:
+            raise ValueError(f"share={share!r}: a strong-call share is a two-model target; "
+                             "a K-model router is calibrated for a cost per query")
+        lams = router.lams(train)
+        mean = c.mean(axis=0)
+        target = float(mean.min() + mean.max()) / 2 if cost is None else cost
+        lam = calibrate_lam(lams, router.sweep(train, lams), c, target)
+        return lam.lam, {"target": "cost_per_query", "value": target, "default": cost is None,
+                         "train_cost_per_query": lam.cost_per_query,
+                         "train_model_share": dict(zip(router.models, lam.model_share,
+                                                       strict=True))}
+    scores = router.scores(train)
+    if cost is not None:
+        two = calibrate_cost(scores, c[:, 0], c[:, 1], cost)
+        facts: dict[str, Any] = {"target": "cost_per_query", "value": cost}
+    else:
+        target_share = 0.5 if share is None else share
+        two = calibrate_share(scores, target_share, c[:, 0], c[:, 1])
+        facts = {"target": "strong_share", "value": target_share}
+    return two.threshold, {**facts, "train_strong_share": two.strong_share,
+                           "train_cost_per_query": two.cost_per_query}

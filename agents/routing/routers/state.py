@@ -221,3 +221,44 @@ def load_router(path: str | Path) -> SavedRouter:
     else:
         point = float(doc["lam"])
     return SavedRouter(doc["router"], router, tuple(router.models), point, doc)
+
+
+# ------------------------------------------------------------------- training overlap
+#: Hex digits kept of each training prompt's SHA-256 (64 bits: no chance collisions).
+DIGEST_CHARS = 16
+
+
+def prompt_digests(prompts: Any) -> list[str]:
+    """The sorted distinct prompts' SHA-256 prefixes: which queries training saw.
+
+    Recorded in a saved router's JSON (``training.train_prompt_sha256``) so that scoring
+    can say which scored queries it was trained on, without keeping their texts.
+    """
+    return sorted({hashlib.sha256(p.encode("utf-8")).hexdigest()[:DIGEST_CHARS]
+                   for p in prompts})
+
+
+def training_overlap(data: Any, training: dict[str, Any]) -> dict[str, Any]:
+    """How many of ``data``'s queries, and which of its groups, a router was trained on.
+
+    Args:
+        data: The scored queries (a :class:`~cost_envs.traces.TraceDataset`).
+        training: The saved JSON's ``"training"`` facts. Files saved without prompt
+            digests fall back to the fingerprints (all of the queries, or none).
+
+    Returns:
+        ``{"queries": trained-on queries, "of": data's queries, "groups": scored groups
+        that were training groups}``.
+    """
+    digests = training.get("train_prompt_sha256")
+    if digests is None:
+        seen = data.fingerprint in (training.get("fingerprint"),
+                                    training.get("train_fingerprint"))
+        queries = data.n_queries if seen else 0
+    else:
+        known = set(digests)
+        queries = sum(hashlib.sha256(p.encode("utf-8")).hexdigest()[:DIGEST_CHARS] in known
+                      for p in data.prompts)
+    scored = set(data.groups or ())
+    groups = sorted(scored & set(training.get("train_groups") or ()))
+    return {"queries": int(queries), "of": data.n_queries, "groups": groups}
