@@ -180,6 +180,11 @@ def test_train_routes_k_models_by_default_and_gives_the_in_process_numbers(
     assert row["accuracy"]["value"] == pytest.approx(test.correct[np.arange(len(d)), d].mean())
     cost = costs[te][np.arange(len(d)), d].mean()
     assert row["cost_per_query"]["value"] == pytest.approx(cost)
+    # where the held-out cost landed against the calibration's target
+    assert out["held_out_drift"] == {"target": "cost_per_query", "value": target,
+                                     "train": out["calibration"]["train_cost_per_query"],
+                                     "held_out": row["cost_per_query"]["value"],
+                                     "difference": row["cost_per_query"]["value"] - target}
     # the frontier row is random routing on the single models' hull at the router's cost
     expected = score_routings(test, {"router": d, "frontier": hull_routing(test, cost,
                                                                            costs[te])},
@@ -205,6 +210,8 @@ def test_score_of_a_saved_k_model_router_repeats_its_numbers(logs, tmp_path, cap
         "default"]
     out = route(capsys, "score", "--router", str(save), "--data", str(logs))
     assert out["trained_on_these_queries"] is True  # the logs it was trained on (half)
+    training = saved.meta["training"]
+    assert out["training_overlap"]["queries"] == training["train_queries"]  # that half
     data = load_traces(logs)
     d = saved.router.route(data, saved.lam)
     assert out["lam"] == saved.lam
