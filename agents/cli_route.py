@@ -1,42 +1,45 @@
-"""``cost-envs route``: train a weak/strong router on your own logs, save it, score it.
+"""``cost-envs route``: train a router on your own logs, save it, score it (any router).
 
 ::
 
-    cost-envs route train --data FILE_OR_DIR [FILE ...] --weak MODEL --strong MODEL --save PATH
-                          [--format routellm|generic|routerarena] [--router logistic]
+    cost-envs route train --data FILE_OR_DIR [FILE ...] --save PATH
+                          [--weak MODEL --strong MODEL | --models MODEL ...]
+                          [--format routellm|generic|routerarena] [--router NAME]
                           [--cv K] [--split-by query|group] [--test-fraction 0.5] [--seed 0]
                           [--target-share 0.5 | --target-cost X] [--prices FILE]
                           [--resamples 1000] [--json]
     cost-envs route score --router PATH --data FILE_OR_DIR [FILE ...]
-                          [--format ...] [--split-by query|group] [--prices FILE]
-                          [--seed 0] [--resamples 1000] [--json]
+                          [--held-out | --groups GROUP ...] [--format ...]
+                          [--split-by query|group] [--prices FILE] [--seed 0]
+                          [--resamples 1000] [--json]
 
 ``train`` loads the logs (several files are combined, each keeping its group; a folder
 stands for its ``.csv``/``.jsonl`` files, or for RouterArena its ``.jsonl`` files), keeps
-the two models, splits the queries (by prompt, or by group so that no test group is seen
-in training), fits the router on the training part, sets its threshold on the training
-part only (:mod:`agents.routing.calibration`: a target strong-call share, default 0.5, or
-a target cost per query), scores the test part and saves the router
-(:func:`agents.routing.router_state.save_router`: ``PATH.json`` + ``PATH.safetensors``).
-``score`` scores a saved router, at its saved threshold, on every query of other logs.
-``--cv K`` chooses the router's ``l2`` (kNN: ``k``) by K folds of the training part
-(:func:`agents.routing.router_cv.cross_validate`). Logs of more than two models without
-``--weak``/``--strong``, ``--models``, or ``--router multi-logistic`` train a K-model
-router instead
-(:mod:`agents.cli_route_multi`), and ``score`` reads either kind of saved router.
+the router's models, splits the queries (by prompt, or by group so that no test group is
+seen in training; ``--test-fraction 0`` trains on all of them), fits the router of
+:data:`agents.routing.routers.ROUTERS` on the training part (``--cv K``: its setting by K
+folds of it, :func:`~agents.routing.routers.cv.cross_validate`), sets its operating point
+on the training part only (:mod:`agents.routing.routers.calibration`: a two-model
+router's threshold for ``--target-share``, default 0.5, or ``--target-cost``; a K-model
+router's ``lam`` for ``--target-cost``, default halfway between the cheapest and the
+dearest model's mean training cost), scores the test part
+(:mod:`agents.routing.routers.report`'s table, and how far the share or cost landed from
+its target there) and saves the router (:func:`~agents.routing.routers.state.save_router`).
+Two models with ``--weak``/``--strong`` get ``logistic`` by default; ``--models``, or logs
+of more than two models without ``--weak``/``--strong``, get ``multi-logistic``.
 
-Both print a Markdown table (accuracy, cost per query, strong-call share, APGR, CPT(50%),
-CPT(80%), AIQ, each with its 95% bootstrap interval over queries, or over groups with
-``--split-by group``) of the router, random routing at the router's strong-call share
-(exact), each model alone and the per-query oracle, plus the router's paired difference
-from random routing; ``--json`` prints the same as one JSON object.
+The saved JSON records the held-out groups (printed too) and a digest of each training
+prompt. ``score`` scores a saved router at its saved operating point on every query of
+the logs, or only on the groups it held out (``--held-out``: also the held-out queries of
+a split by query, when the logs are the ones it was trained on) or on ``--groups``; it
+says how many of the scored queries (and which groups) the router was trained on, and
+how far the share or cost landed from the calibration's target.
 
-Costs are the logged ones where logged, else tokens x the packaged price table (or
-``--prices FILE``). A bad input ends the command with one line on stderr and status
-:data:`EXIT_INPUT` (1, as for the other subcommands' input files): a missing file, a
-malformed row (the loaders' message names the file, the line and the column), a saved
-router that is corrupted or not one, an unwritable ``--save``; a model not in the logs is
-a usage error (:data:`EXIT_USAGE`, 2, naming the models the logs have).
+A bad input ends the command with one line on stderr and status :data:`EXIT_INPUT` (1, as
+for the other subcommands' input files): a missing file, a malformed row (the loaders'
+message names the file, the line and the column), a saved router that is corrupted or
+not one, an unwritable ``--save``; a model not in the logs is a usage error
+(:data:`EXIT_USAGE`, 2, naming the models the logs have).
 """
 
 from __future__ import annotations
@@ -44,55 +47,28 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
-from agents.cli_route_data import (
-    DATA_FORMATS,
-    EXIT_INPUT,
-    EXIT_USAGE,
-    call_costs,
-    cv_lines,
-    cv_settings,
-    data_facts,
-    fail,
-    load_data,
-    split_data,
-    split_facts,
-    two_models,
-)
-from agents.routing.calibration import Calibration, calibrate_cost, calibrate_share
-from agents.routing.multi_router import MULTI_ROUTERS
-from agents.routing.router_state import (
-    SavedMultiRouter,
-    check_router_writable,
-    load_router,
-    save_router,
-)
 from agents.routing.routers import ROUTERS
-from agents.routing.routing_eval import (
-    curve_metrics,
-    oracle_routing,
-    random_routing,
-    score_routings,
-    single_model,
-    threshold_routing,
-)
-from cost_envs.metrics.routing import oracle_scores
-from cost_envs.traces import SPLIT_BY, TraceDataset
 
-#: The table's rows (JSON keys) and metrics (JSON keys, column titles).
-ROLES = ("router", "random", "weak", "strong", "oracle")
-METRICS = (("accuracy", "Accuracy"), ("cost_per_query", "Cost/query"),
-           ("strong_share", "Strong share"), ("apgr", "APGR"), ("cpt_50", "CPT(50%)"),
-           ("cpt_80", "CPT(80%)"), ("aiq", "AIQ"))
-#: Below this many test groups, the table says its cluster intervals are not reliable.
-FEW_GROUPS = 10
-_POINT_METRICS = ("accuracy", "cost_per_query", "strong_share")
-_CURVE_METRICS = ("apgr", "cpt_50", "cpt_80", "aiq")
+#: Exit status of a bad input (file, model name, saved router), as for a usage error.
+EXIT_INPUT = 1
+#: A model name the logs do not have is a usage error, as an unknown env id is.
+EXIT_USAGE = 2
+#: ``--format`` choices; ``generic`` is the generic CSV/JSONL schema.
+DATA_FORMATS = ("routellm", "generic", "routerarena")
+
+
+def fail(args: argparse.Namespace, message: Any, status: int = EXIT_INPUT) -> NoReturn:
+    """One line on stderr and ``status`` (:data:`EXIT_INPUT` unless said otherwise)."""
+    text = " ".join(str(message).split("\n"))
+    print(f"cost-envs route {args.route_command}: {text}", file=sys.stderr)
+    raise SystemExit(status)
 
 
 def _float_type(accept: Callable[[float], bool], expected: str) -> Callable[[str], float]:
@@ -110,11 +86,6 @@ def _float_type(accept: Callable[[float], bool], expected: str) -> Callable[[str
     return parse
 
 
-_fraction = _float_type(lambda v: 0 < v < 1, "a number in (0, 1)")
-_share = _float_type(lambda v: 0 <= v <= 1, "a share in [0, 1]")
-_cost = _float_type(lambda v: v >= 0, "a cost per query >= 0")
-
-
 # ---------------------------------------------------------------------- arguments
 def _add_data(parser: argparse.ArgumentParser, seed_help: str, split_help: str) -> None:
     from agents.cli import _positive_int, _seed
@@ -125,7 +96,7 @@ def _add_data(parser: argparse.ArgumentParser, seed_help: str, split_help: str) 
                         help="routellm (RouteLLM CSVs), generic (the generic CSV/JSONL schema) "
                              "or routerarena (cached_results JSONL, one file per model); "
                              "default: detected per file (not routerarena)")
-    parser.add_argument("--split-by", choices=SPLIT_BY, default="query",
+    parser.add_argument("--split-by", choices=("query", "group"), default="query",
                         help=split_help + " (default query)")
     parser.add_argument("--prices", type=Path, default=None, metavar="FILE",
                         help="price table (YAML/JSON) for calls without a logged cost "
@@ -143,8 +114,9 @@ def add_route(parser: argparse.ArgumentParser) -> None:
 
     sub = parser.add_subparsers(dest="route_command", required=True, metavar="ACTION")
     train = sub.add_parser("train", help="train, calibrate, test and save a router",
-                           description="Train a router on logs, set its threshold on the "
-                                       "training split, score it on the test split, save it.")
+                           description="Train a router on logs, set its operating point on "
+                                       "the training split, score it on the test split, "
+                                       "save it.")
     _add_data(train, "seed of the split and of the bootstrap (default 0)",
               "what the split keeps whole and the bootstrap resamples: query (a prompt's "
               "repeats together) or group (no test group seen in training)")
@@ -152,37 +124,45 @@ def add_route(parser: argparse.ArgumentParser) -> None:
     train.add_argument("--strong", default=None, help="the strong model's name")
     train.add_argument("--models", nargs="+", default=None, metavar="MODEL",
                        help="a K-model router's models (default: all the logs have)")
-    train.add_argument("--router", choices=(*ROUTERS, *MULTI_ROUTERS), default=None,
+    train.add_argument("--router", choices=tuple(ROUTERS), default=None,
                        help="the router (default logistic with --weak/--strong, "
-                            "multi-logistic for logs of more than two models; knn: nearest "
-                            "neighbours on the same features; cascade: also reads the weak "
-                            "model's logged answer, so the logs need its responses; "
-                            "multi-logistic: any number of models, one correctness model "
-                            "each, traded against cost by lam)")
+                            "multi-logistic otherwise; knn: nearest neighbours on the same "
+                            "features; cascade: also reads the weak model's logged answer; "
+                            "multi-logistic: any number of models, traded against cost by lam)")
     train.add_argument("--cv", type=_int_at_least(2, "a number of folds >= 2"), default=None,
                        metavar="K",
                        help="choose the router's l2 (kNN: k) by K folds of the training "
-                            "split, kept whole as --split-by says (default: no CV, the "
-                            "router's defaults)")
-    train.add_argument("--test-fraction", type=_fraction, default=0.5,
-                       help="share of the queries held out for the test (default 0.5)")
+                            "split, kept whole as --split-by says, by mean validation AIQ "
+                            "(default: no CV, the router's defaults)")
+    train.add_argument("--test-fraction", type=_float_type(lambda v: 0 <= v < 1,
+                                                           "a number in [0, 1)"),
+                       default=0.5, help="share of the queries held out for the test "
+                                         "(default 0.5; 0: train on all, no test)")
     target = train.add_mutually_exclusive_group()
-    target.add_argument("--target-share", type=_share, default=None,
-                        help="calibrate for this share of strong calls on training (default "
-                             "0.5; two-model routers)")
-    target.add_argument("--target-cost", type=_cost, default=None,
-                        help="calibrate for at most this mean cost per query on training "
-                             "(K-model default: halfway between the cheapest and the dearest "
-                             "model's)")
+    target.add_argument("--target-share", type=_float_type(lambda v: 0 <= v <= 1,
+                                                           "a share in [0, 1]"),
+                        default=None, help="calibrate for this share of strong calls on "
+                                           "training (default 0.5; two-model routers)")
+    target.add_argument("--target-cost", type=_float_type(lambda v: v >= 0,
+                                                          "a cost per query >= 0"),
+                        default=None, help="calibrate for at most this mean cost per query "
+                                           "on training (K-model default: halfway between "
+                                           "the cheapest and the dearest model's)")
     train.add_argument("--save", type=Path, required=True, metavar="PATH",
                        help="writes PATH.json and PATH.safetensors")
     train.set_defaults(route_run=run_train)
     score = sub.add_parser("score", help="score a saved router on logs",
-                           description="Score a saved router, at its saved threshold, on "
-                                       "every query of the logs.")
+                           description="Score a saved router, at its saved operating point, "
+                                       "on every query of the logs (or the groups asked for).")
     score.add_argument("--router", type=Path, required=True, metavar="PATH",
                        help="a router saved by `cost-envs route train` (PATH.json + "
                             "PATH.safetensors)")
+    which = score.add_mutually_exclusive_group()
+    which.add_argument("--held-out", action="store_true",
+                       help="score only what `route train` held out: its test groups, or "
+                            "its test queries when these are the logs it was trained on")
+    which.add_argument("--groups", nargs="+", default=None, metavar="GROUP",
+                       help="score only the queries of these groups")
     _add_data(score, "seed of the bootstrap (default 0)",
               "what the bootstrap resamples: query or group (for logs of groups the "
               "router never saw)")
@@ -194,225 +174,319 @@ def run_route(args: argparse.Namespace) -> int:
     return args.route_run(args)
 
 
-# ------------------------------------------------------------------------- report
-def route_report(test: TraceDataset, scores: np.ndarray, threshold: float, weak: str,
-                 strong: str, costs: np.ndarray, *, split_by: str, n_resamples: int,
-                 seed: int) -> dict[str, Any]:
-    """The table's numbers: the router at ``threshold`` beside the baselines, on ``test``.
+# --------------------------------------------------------------------------- data
+def load_data(args: argparse.Namespace) -> Any:
+    """The logs of ``--data`` (exits :data:`EXIT_INPUT` naming the bad file or folder)."""
+    from cost_envs.traces import load_routerarena, load_traces
+    from cost_envs.traces.readers import TRACE_SUFFIXES, folder_files
 
-    Point metrics are :func:`score_routings`' (every query once, paired resamples), the
-    curve metrics :func:`curve_metrics`' (the router's scores; random routing; the oracle's
-    scores); random routing is at the router's strong-call share on ``test``.
-    """
-    decisions = threshold_routing(test, scores, threshold, weak, strong)
-    share = float((decisions == test.model_index(strong)).mean())
-    routings = {"router": decisions, "random": random_routing(test, weak, strong, share),
-                "weak": single_model(test, weak), "strong": single_model(test, strong),
-                "oracle": oracle_routing(test, costs)}
-    points = score_routings(test, routings, costs, strong=strong, split_by=split_by,
-                            reference="random", n_resamples=n_resamples, seed=seed)
-    w = test.correct[:, test.model_index(weak)]
-    s = test.correct[:, test.model_index(strong)]
-    curves = curve_metrics(test, {"router": scores, "random": None,
-                                  "oracle": oracle_scores(w, s)}, weak, strong, costs,
-                           split_by=split_by, n_resamples=n_resamples, seed=seed,
-                           reference="random")
-    rows: dict[str, dict[str, Any]] = {}
-    for role in ROLES:
-        row = {k: points[role][k] for k in _POINT_METRICS}
-        row.update({k: curves[role][k] if role in curves else None for k in _CURVE_METRICS})
-        rows[role] = row
-    minus = {k: points["router"]["minus_random"][k] for k in _POINT_METRICS}
-    paired = curves["router"]["minus_random"]  # APGR and CPT; curve_metrics pairs no AIQ
-    minus.update({k: paired.get(k) for k in _CURVE_METRICS})
-    if s.mean() <= w.mean():  # gains over the weak model are undefined (random's 0.5 too)
-        for row in (*rows.values(), minus):
-            row.update(dict.fromkeys(("apgr", "cpt_50", "cpt_80")))
-    return {"queries": test.n_queries, "resampled": points["router"]["resampled"],
-            "strong_better": bool(s.mean() > w.mean()),
-            "units": points["router"]["units"], "n_resamples": n_resamples, "seed": seed,
-            "threshold": threshold, "rows": rows, "router_minus_random": minus}
-
-
-def _report(args: argparse.Namespace, test: TraceDataset, scores: np.ndarray,
-            threshold: float, weak: str, strong: str, costs: np.ndarray) -> dict[str, Any]:
-    """:func:`route_report` with the command's options; exits on a ``ValueError``."""
+    suffixes = (".jsonl",) if args.format == "routerarena" else TRACE_SUFFIXES
+    paths: list[Path] = []
+    for path in args.data:
+        if path.is_dir():
+            try:
+                paths.extend(folder_files(path, suffixes))
+            except ValueError as error:
+                fail(args, error)
+        elif not path.is_file():
+            fail(args, f"{path}: no such file or folder")
+        else:
+            paths.append(path)
+    fmt = args.format
+    if fmt == "generic":  # csv or jsonl by suffix
+        found = {p.suffix.lower() for p in paths}
+        fmt = "jsonl" if found <= {".jsonl", ".ndjson"} else "csv" if found == {".csv"} else None
     try:
-        return route_report(test, scores, threshold, weak, strong, costs,
-                            split_by=args.split_by, n_resamples=args.resamples, seed=args.seed)
+        if args.format == "routerarena":
+            return load_routerarena(paths[0] if len(paths) == 1 else paths)
+        return load_traces(paths[0] if len(paths) == 1 else paths, format=fmt)
+    except (ValueError, OSError) as error:
+        hint = ""
+        if args.format is None and "'global_index'" in str(error):
+            hint = " (RouterArena's cached_results? pass --format routerarena)"
+        fail(args, f"{error}{hint}")
+
+
+def _models(args: argparse.Namespace, data: Any, names: Sequence[str], two: bool,
+            status: int = EXIT_USAGE) -> Any:
+    """``data`` with only ``names`` (exits naming a model not in the logs)."""
+    flags = ("weak", "strong") if two else ("",) * len(names)
+    for flag, name in zip(flags, names, strict=True):
+        if name not in data.models:
+            fail(args, f"{flag + ' ' if flag else ''}model {name!r} is not in the logs "
+                       f"{data.source}; they have {list(data.models)}", status)
+    if len(set(names)) != len(names) or len(names) < 2:
+        if two:
+            fail(args, f"--weak and --strong are both {names[0]!r}; expected two models",
+                 status)
+        fail(args, f"expected at least two distinct models to route between, got "
+                   f"{list(names)}", status)
+    return data.select_models(list(names))
+
+
+def _costs(args: argparse.Namespace, data: Any) -> np.ndarray:
+    """Each call's cost: logged, else tokens x ``--prices`` (default the packaged table)."""
+    from cost_envs.prices import coerce_prices
+
+    try:
+        return np.asarray(data.call_costs(coerce_prices(args.prices)))
+    except (ValueError, OSError) as error:
+        fail(args, f"{error} (--prices FILE prices the models)")
+
+
+def _data_facts(args: argparse.Namespace, data: Any) -> dict[str, Any]:
+    """What identifies the logs: source, fingerprint, size, groups, pricing."""
+    return {"source": data.source, "fingerprint": data.fingerprint, "queries": data.n_queries,
+            "groups": None if data.groups is None else len(set(data.groups)),
+            "models": list(data.models), "token_counter": data.token_counter,
+            "prices": "packaged" if args.prices is None else str(args.prices)}
+
+
+def _groups(data: Any) -> list[str] | None:
+    return None if data.groups is None else sorted(set(data.groups))
+
+
+def _split(args: argparse.Namespace, data: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(train, test) indices of ``--split-by``/``--test-fraction`` (test empty at 0)."""
+    if args.test_fraction == 0:
+        return np.arange(data.n_queries), np.zeros(0, dtype=np.int64)
+    try:
+        return data.split_indices(args.seed, args.test_fraction, args.split_by)
+    except ValueError as error:
+        fail(args, error)
+
+
+# ------------------------------------------------------------------------- train
+def _router_kind(args: argparse.Namespace, data: Any) -> str:
+    """The router ``train`` fits, and checks of the options that go with it."""
+    kind = args.router or ("logistic" if args.weak is not None or args.strong is not None
+                           or (data.n_models <= 2 and args.models is None)
+                           else "multi-logistic")
+    if ROUTERS[kind].n_models == 2:
+        if args.weak is None or args.strong is None or args.models is not None:
+            fail(args, f"a two-model router takes --weak and --strong (not --models); the "
+                       f"logs have {list(data.models)} (for more than two: --router "
+                       "multi-logistic)", EXIT_USAGE)
+    elif args.weak is not None or args.strong is not None:
+        fail(args, f"--router {kind} routes between --models (default all), not "
+                   "--weak/--strong", EXIT_USAGE)
+    elif args.target_share is not None:
+        fail(args, "--target-share is a two-model calibration; a K-model router is "
+                   "calibrated with --target-cost", EXIT_USAGE)
+    return kind
+
+
+def _calibrate(args: argparse.Namespace, router: Any, train: Any, costs: np.ndarray
+               ) -> tuple[float, dict[str, Any]]:
+    """The operating point on the training split, and what it was set for."""
+    from agents.routing.routers.calibration import calibrate
+
+    try:
+        return calibrate(router, train, costs, share=args.target_share, cost=args.target_cost)
+    except ValueError as error:
+        fail(args, f"--target-cost: {error}")
+
+
+def _report(args: argparse.Namespace, data: Any, router: Any, point: float,
+            costs: np.ndarray) -> dict[str, Any]:
+    """The table's numbers on ``data`` (exits on a ``ValueError``)."""
+    from agents.routing.routers.report import multi_report, route_report
+
+    kw = {"split_by": args.split_by, "n_resamples": args.resamples, "seed": args.seed}
+    try:
+        if router.n_models == 2:
+            return route_report(data, np.asarray(router.scores(data), dtype=np.float64),
+                                point, *router.models, costs, **kw)
+        return multi_report(data, router, point, costs, **kw)
     except ValueError as error:  # --split-by group on logs without groups, say
         fail(args, error)
 
 
-def _labels(weak: str, strong: str, router: str, share: float) -> dict[str, str]:
-    return {"router": router, "random": f"random at {share:.1%} strong",
-            "weak": f"only {weak}", "strong": f"only {strong}", "oracle": "oracle (per query)"}
+def _point_text(router: Any, point: float) -> str:
+    if router.n_models != 2:
+        return f"lam {point:.4g}"
+    return f"threshold {'none (all weak)' if math.isinf(point) else f'{point:.4g}'}"
 
 
-def _cell(entry: dict[str, Any] | None, key: str) -> str:
-    if entry is None or entry.get("value") is None or not math.isfinite(entry["value"]):
-        return "-"
-    fmt = "{:.4g}" if key == "cost_per_query" else "{:.3f}"
-    text = fmt.format(entry["value"])
-    ci = entry.get("ci")
-    if ci is not None and all(v is not None and math.isfinite(v) for v in ci):
-        text += " [" + ", ".join(fmt.format(v) for v in ci) + "]"
-    return text
+def _emit(args: argparse.Namespace, out: dict[str, Any], heading: list[str],
+          router: Any, name: str) -> None:
+    """The JSON object, or the heading and the table."""
+    from agents.routing.routers.report import clean, format_multi, format_report, row_labels
 
-
-def format_report(report: dict[str, Any], labels: dict[str, str]) -> str:
-    """The report as a Markdown table (one row per routing, then router - random)."""
-    header = ["Routing", *(title for _, title in METRICS)]
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * len(header)) + "|"]
-    rows = [(labels[r], report["rows"][r]) for r in ROLES]
-    rows.append((f"{labels['router']} - random (paired)", report["router_minus_random"]))
-    for label, row in rows:
-        lines.append("| " + " | ".join([label, *(_cell(row.get(k), k) for k, _ in METRICS)])
-                     + " |")
-    unit = "queries" if report["resampled"] == "queries" else "groups"
-    lines.append(f"\n{report['queries']} queries scored; 95% intervals: {report['n_resamples']} "
-                 f"bootstrap resamples of the {report['units']} {unit} (seed {report['seed']})")
-    if not report["strong_better"]:
-        lines.append("note: the strong model is not more accurate on these queries, so APGR "
-                     "and CPT (gains over the weak model) are undefined")
-    if unit == "groups" and report["units"] < FEW_GROUPS:
-        lines.append(f"note: only {report['units']} groups; intervals that resample so few "
-                     "are not reliable")
-    return "\n".join(lines)
-
-
-def _clean(value: Any) -> Any:
-    """JSON-safe: NaN and infinities become ``null``, numpy scalars plain numbers."""
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    if isinstance(value, (float, np.floating)):
-        return float(value) if math.isfinite(value) else None
-    if isinstance(value, np.integer):
-        return int(value)
-    return value
-
-
-def _print(args: argparse.Namespace, out: dict[str, Any], heading: list[str],
-           labels: dict[str, str]) -> None:
+    report = out["test"]
+    labels = None
+    if report is not None and router.n_models == 2:
+        share = report["rows"]["router"]["strong_share"]["value"]
+        labels = row_labels(*router.models, name, share)
     if args.json:
-        for role, label in labels.items():
-            out["test"]["rows"][role]["label"] = label
-        print(json.dumps(_clean(out), indent=2, allow_nan=False))
+        if labels is not None:
+            for role, label in labels.items():
+                report["rows"][role]["label"] = label
+        print(json.dumps(clean(out), indent=2, allow_nan=False))
         return
-    print("\n".join(heading) + "\n")
-    print(format_report(out["test"], labels))
-
-
-def _threshold_text(threshold: float) -> str:
-    return "none (all weak)" if math.isinf(threshold) else f"{threshold:.4g}"
-
-
-# ------------------------------------------------------------------------- train
-def _calibrate(args: argparse.Namespace, scores: np.ndarray, costs: np.ndarray
-               ) -> tuple[Calibration, dict[str, Any]]:
-    if args.target_cost is not None:
-        try:
-            cal = calibrate_cost(scores, costs[:, 0], costs[:, 1], args.target_cost)
-        except ValueError as error:
-            fail(args, f"--target-cost: {error}")
-        target = {"target": "cost_per_query", "value": args.target_cost}
-    else:
-        share = 0.5 if args.target_share is None else args.target_share
-        cal = calibrate_share(scores, share, costs[:, 0], costs[:, 1])
-        target = {"target": "strong_share", "value": share}
-    return cal, {**target, "train_strong_share": cal.strong_share,
-                 "train_cost_per_query": cal.cost_per_query}
+    print("\n".join(heading))
+    if report is not None:
+        print("\n" + (format_report(report, labels) if labels is not None
+                      else format_multi(report, name)))
 
 
 def run_train(args: argparse.Namespace) -> int:
     """``route train``: load, split, fit, calibrate on training, score the test, save."""
+    from agents.routing.routers import cross_validate, make_router
+    from agents.routing.routers.report import calibration_drift, clean, drift_line
+    from agents.routing.routers.state import (
+        check_router_writable,
+        prompt_digests,
+        save_router,
+    )
+
     try:  # before any work, so a bad --save fails at once
         check_router_writable(args.save)
     except ValueError as error:
         fail(args, f"--save: {error}")
     data = load_data(args)
-    if args.router in MULTI_ROUTERS or (args.router is None and args.weak is None
-                                        and args.strong is None
-                                        and (data.n_models > 2 or args.models is not None)):
-        from agents.cli_route_multi import run_train_multi
-
-        return run_train_multi(args, data)
-    args.router = args.router or "logistic"
-    if args.weak is None or args.strong is None or args.models is not None:
-        fail(args, f"a two-model router takes --weak and --strong (not --models); the logs "
-                    f"have {list(data.models)} (for more than two: --router multi-logistic)",
-              EXIT_USAGE)
-    data = two_models(args, data, args.weak, args.strong)
-    costs = call_costs(args, data)
-    train, test, train_idx, test_idx = split_data(args, data)
-    settings, cv = cv_settings(args, train, costs[train_idx], weak=args.weak,
-                               strong=args.strong)
+    kind = args.router = _router_kind(args, data)
+    two = ROUTERS[kind].n_models == 2
+    names = (args.weak, args.strong) if two else (args.models or data.models)
+    data = _models(args, data, names, two)
+    costs = _costs(args, data)
+    train_idx, test_idx = _split(args, data)
+    train = data.subset(train_idx)
+    test = data.subset(test_idx) if len(test_idx) else None
+    settings, cv = {}, None
+    if args.cv is not None:
+        try:
+            choice = cross_validate(kind, train, weak=args.weak, strong=args.strong,
+                                    models=() if two else data.models, costs=costs[train_idx],
+                                    folds=args.cv, split_by=args.split_by, seed=args.seed)
+        except ValueError as error:
+            fail(args, f"--cv {args.cv}: {error}")
+        settings, cv = choice.settings(), choice.as_json()
     try:  # the cascade needs the weak model's logged answers
-        router = ROUTERS[args.router](args.weak, args.strong, **settings).fit(train)
+        router = make_router(kind, *data.models, **settings).fit(train, costs[train_idx])
     except ValueError as error:
-        fail(args, f"--router {args.router}: {error}")
-    calibration, cal_facts = _calibrate(args, router.scores(train), costs[train_idx])
-    report = _report(args, test, router.scores(test), calibration.threshold, args.weak,
-                     args.strong, costs[test_idx])
-    split = split_facts(args, train, test)
-    meta = {"calibration": cal_facts, "cv": cv,
-            "training": {**data_facts(data, args), **split}}
+        fail(args, f"--router {kind}: {error}")
+    point, cal = _calibrate(args, router, train, costs[train_idx])
+    report = None if test is None else _report(args, test, router, point, costs[test_idx])
+    drift = None if report is None else calibration_drift(cal, report)
+    split = {"split_by": args.split_by, "seed": args.seed, "test_fraction": args.test_fraction,
+             "train_queries": train.n_queries, "test_queries": len(test_idx),
+             "train_fingerprint": train.fingerprint,
+             "test_fingerprint": None if test is None else test.fingerprint,
+             "train_groups": _groups(train), "test_groups": None if test is None
+             else _groups(test)}
+    meta = {"calibration": cal, "cv": cv, "held_out_drift": drift,
+            "training": {**_data_facts(args, data), **split,
+                         "train_prompt_sha256": prompt_digests(train.prompts)}}
     try:
-        files = save_router(args.save, args.router, router, args.weak, args.strong,
-                            calibration.threshold, _clean(meta))
+        files = save_router(args.save, router, point, clean(meta))
     except (OSError, ValueError) as error:
         fail(args, f"could not save to {args.save}: {error}")
-    out = {"command": "train", "router": args.router, "weak": args.weak, "strong": args.strong,
-           "threshold": calibration.threshold, "calibration": cal_facts,
-           "cv": cv, "data": data_facts(data, args), "split": split, "test": report,
-           "saved": [str(f) for f in files]}
-    target = (f"{cal_facts['value']:.1%} strong calls" if cal_facts["target"] == "strong_share"
-              else f"cost per query <= {cal_facts['value']:.4g}")
-    heading = [
-        f"data: {data.source}: {data.n_queries} queries, weak {args.weak}, strong {args.strong}",
-        f"split by {args.split_by} (seed {args.seed}): {train.n_queries} train, "
-        f"{test.n_queries} test",
-        f"{args.router} router; threshold {_threshold_text(calibration.threshold)}, calibrated "
-        f"on training for {target} (training: {calibration.strong_share:.1%} strong, cost per "
-        f"query {calibration.cost_per_query:.4g})",
-        *cv_lines(cv), f"saved to {files[0]} and {files[1]}"]
-    share = report["rows"]["router"]["strong_share"]["value"]
-    _print(args, out, heading, _labels(args.weak, args.strong, args.router, share))
+    head = ({"weak": args.weak, "strong": args.strong, "threshold": point} if two
+            else {"models": list(data.models), "lam": point})
+    out = {"command": "train", "router": kind, **head, "calibration": cal, "cv": cv,
+           "data": _data_facts(args, data), "split": split, "held_out_drift": drift,
+           "test": report, "saved": [str(f) for f in files]}
+    if two:
+        target = (f"{cal['value']:.1%} strong calls" if cal["target"] == "strong_share"
+                  else f"cost per query <= {cal['value']:.4g}")
+        trained = (f"training: {cal['train_strong_share']:.1%} strong, cost per query "
+                   f"{cal['train_cost_per_query']:.4g}")
+    else:
+        target = (f"cost per query <= {cal['value']:.4g}"
+                  f"{' (default: halfway)' if cal['default'] else ''}")
+        trained = f"training: {cal['train_cost_per_query']:.4g}"
+    models = f"weak {args.weak}, strong {args.strong}" if two else (
+        f"models {', '.join(data.models)}")
+    heading = [f"data: {data.source}: {data.n_queries} queries, {models}",
+               f"split by {args.split_by} (seed {args.seed}): {train.n_queries} train, "
+               f"{len(test_idx)} test" + ("" if test is not None else
+                                          " (--test-fraction 0: trained on all)"),
+               f"{kind} router; {_point_text(router, point)}, calibrated on training for "
+               f"{target} ({trained})"]
+    if cv is not None:
+        heading.append(f"{cv['setting']} = {cv['value']:g}, chosen by {cv['folds']} folds "
+                       f"by {cv['split_by']} of the training split (mean validation AIQ)")
+    if drift is not None:
+        heading.append(drift_line(drift, "held-out"))
+    if split["test_groups"] and args.split_by == "group":
+        heading.append(f"held-out groups ({len(split['test_groups'])}; `route score "
+                       f"--held-out` scores them): {', '.join(split['test_groups'])}")
+    heading.append(f"saved to {files[0]} and {files[1]}")
+    _emit(args, out, heading, router, kind)
     return 0
 
 
 # ------------------------------------------------------------------------- score
+def _selected(args: argparse.Namespace, data: Any, training: dict[str, Any]) -> Any:
+    """The queries ``--held-out`` or ``--groups`` asks for (all without either)."""
+    if args.held_out:
+        if training.get("test_queries", 1) == 0:
+            fail(args, "--held-out: the router was trained on all its logs "
+                       "(--test-fraction 0); nothing was held out")
+        if training.get("split_by") == "group" and training.get("test_groups"):
+            wanted = training["test_groups"]
+        elif data.fingerprint == training.get("fingerprint"):  # the very logs: re-split
+            _, test = data.split_indices(training["seed"], training["test_fraction"],
+                                         training["split_by"])
+            return data.subset(test)
+        else:
+            fail(args, "--held-out: the router held out queries of its own logs (split by "
+                       "query); these logs are not those (their fingerprint differs)")
+    elif args.groups is not None:
+        wanted = args.groups
+    else:
+        return data
+    have = set(data.groups or ())
+    missing = [g for g in wanted if g not in have]
+    if args.groups is not None and missing:
+        fail(args, f"--groups: {missing} not in the logs {data.source}; they have "
+                   f"{sorted(have)[:20]}")
+    rows = np.flatnonzero(np.isin(np.array(data.groups or [""] * data.n_queries), wanted))
+    if not len(rows):
+        fail(args, f"--held-out: none of the router's held-out groups {wanted[:10]} is in "
+                   f"the logs {data.source}")
+    return data.subset(rows)
+
+
 def run_score(args: argparse.Namespace) -> int:
-    """``route score``: a saved router at its saved threshold, on every query of the logs."""
+    """``route score``: a saved router at its saved operating point, on the logs."""
+    from agents.routing.routers.report import calibration_drift, drift_line
+    from agents.routing.routers.state import load_router, training_overlap
+
     try:
         saved = load_router(args.router)
     except (ValueError, OSError) as error:
         fail(args, f"cannot load the router: {error}")
-    if isinstance(saved, SavedMultiRouter):
-        from agents.cli_route_multi import run_score_multi
-
-        return run_score_multi(args, saved, load_data(args))
-    data = two_models(args, load_data(args), saved.weak, saved.strong, EXIT_INPUT)
-    costs = call_costs(args, data)
-    try:
-        scores = np.asarray(saved.router.scores(data), dtype=np.float64)
-    except ValueError as error:
-        fail(args, error)
-    report = _report(args, data, scores, saved.threshold, saved.weak, saved.strong, costs)
+    router = saved.router
+    data = _models(args, load_data(args), saved.models, saved.two_model, EXIT_INPUT)
     training = saved.meta.get("training", {})
-    seen = data.fingerprint in (training.get("fingerprint"), training.get("train_fingerprint"))
-    out = {"command": "score", "router": saved.name, "router_path": str(args.router),
-           "weak": saved.weak, "strong": saved.strong, "threshold": saved.threshold,
-           "calibration": saved.meta.get("calibration"), "data": data_facts(data, args),
-           "trained_on_these_queries": seen, "test": report}
-    heading = [f"router: {args.router} ({saved.name}, threshold "
-               f"{_threshold_text(saved.threshold)}, weak {saved.weak}, strong {saved.strong})",
+    data = _selected(args, data, training)
+    costs = _costs(args, data)
+    report = _report(args, data, router, saved.point, costs)
+    overlap = training_overlap(data, training)
+    calibration = saved.meta.get("calibration")
+    drift = None if calibration is None else calibration_drift(calibration, report)
+    head = ({"weak": saved.weak, "strong": saved.strong, "threshold": saved.point}
+            if saved.two_model else {"models": list(saved.models), "lam": saved.point})
+    out = {"command": "score", "router": saved.name, "router_path": str(args.router), **head,
+           "calibration": calibration, "data": _data_facts(args, data),
+           "trained_on_these_queries": overlap["queries"] > 0, "training_overlap": overlap,
+           "drift": drift, "test": report}
+    models = (f"weak {saved.weak}, strong {saved.strong}" if saved.two_model
+              else f"models {', '.join(saved.models)}")
+    heading = [f"router: {args.router} ({saved.name}, {_point_text(router, saved.point)}, "
+               f"{models})",
                f"data: {data.source}: {data.n_queries} queries, every one scored once"]
-    if seen:
-        heading.append("note: the router was trained on these queries; these are not "
-                       "held-out figures")
-    share = report["rows"]["router"]["strong_share"]["value"]
-    _print(args, out, heading, _labels(saved.weak, saved.strong, saved.name, share))
+    if overlap["queries"]:
+        heading.append(f"note: the router was trained on {overlap['queries']} of these "
+                       f"{data.n_queries} queries ({overlap['queries'] / data.n_queries:.0%}); "
+                       "these are not held-out figures")
+    if overlap["groups"]:
+        heading.append(f"note: {len(overlap['groups'])} of the scored groups were training "
+                       f"groups: {', '.join(overlap['groups'][:20])}"
+                       f"{' ...' if len(overlap['groups']) > 20 else ''}")
+    if drift is not None:
+        heading.append(drift_line(drift, "here"))
+    _emit(args, out, heading, router, saved.name)
     return 0

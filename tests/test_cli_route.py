@@ -17,8 +17,9 @@ import pytest
 import agents
 from agents import cli
 from agents.cli_route import EXIT_INPUT, EXIT_USAGE
-from agents.routing.calibration import calibrate_cost, calibrate_share
-from agents.routing.router_state import load_router, router_files
+from agents.routing.routers import LogisticRouter as TraceRouter
+from agents.routing.routers import calibrate_cost, calibrate_share, load_router
+from agents.routing.routers.state import router_files
 from agents.routing.routing_eval import (
     curve_metrics,
     oracle_routing,
@@ -26,7 +27,6 @@ from agents.routing.routing_eval import (
     score_routings,
     single_model,
 )
-from agents.routing.trace_router import TraceRouter
 from cost_envs.metrics.routing import oracle_scores, routing_curve
 from cost_envs.traces import load_routerarena, load_traces, records_from_dataset
 
@@ -260,7 +260,7 @@ def test_calls_without_a_logged_cost_are_priced_by_the_table(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--test-fraction", "1"], "expected a number in (0, 1)"),
+    (["--test-fraction", "1"], "expected a number in [0, 1), got '1'"),
     (["--target-share", "1.5"], "expected a share in [0, 1]"),
     (["--target-cost", "nan"], "expected a cost per query >= 0"),
     (["--target-share", "0.3", "--target-cost", "1"], "not allowed with argument"),
@@ -376,3 +376,97 @@ def test_the_cascade_needs_the_weak_models_answers(logs, tmp_path, capsys):
     fails(capsys, ["route", *train_args(logs, tmp_path / "r", "--router", "cascade")],
           "--router cascade")
     assert not router_files(tmp_path / "r")[0].exists()
+
+
+# ------------------------------------------------------------ what a user needs (#24)
+def test_train_records_the_held_out_groups_and_score_runs_on_exactly_them(
+        logs, tmp_path, capsys):
+    trained = route(capsys, *train_args(logs, tmp_path / "r", "--split-by", "group"))
+    data = load_traces(logs).select_models([WEAK, STRONG])
+    tr, te = data.split_indices(0, 0.5, "group")
+    held = sorted(set(data.subset(te).groups))
+    assert trained["split"]["test_groups"] == held
+    assert trained["split"]["train_groups"] == sorted(set(data.subset(tr).groups))
+    assert load_router(tmp_path / "r").meta["training"]["test_groups"] == held
+    # the printed list, and `route score --held-out` on the whole logs scores just them
+    assert cli.main(["route", *train_args(logs, tmp_path / "t", "--split-by", "group"),
+                     "--resamples", "50"]) == 0
+    assert f"held-out groups ({len(held)}; `route score --held-out` scores them): " \
+           f"{', '.join(held)}" in capsys.readouterr().out
+    scored = route(capsys, "score", "--router", str(tmp_path / "r"), "--data", str(logs),
+                   "--held-out", "--split-by", "group")
+    assert scored["test"] == trained["test"]  # the same queries: every figure alike
+    assert scored["training_overlap"] == {"queries": 0, "of": len(te), "groups": []}
+    chosen = route(capsys, "score", "--router", str(tmp_path / "r"), "--data", str(logs),
+                   "--groups", *held, "--split-by", "group")
+    assert chosen["test"] == trained["test"]
+    fails(capsys, ["route", "score", "--router", str(tmp_path / "r"), "--data", str(logs),
+                   "--groups", "g1", "nowhere"], "--groups", "'nowhere'", "not in the logs")
+
+
+def test_held_out_queries_of_a_split_by_query(logs, tmp_path, capsys):
+    trained = route(capsys, *train_args(logs, tmp_path / "r"))
+    scored = route(capsys, "score", "--router", str(tmp_path / "r"), "--data", str(logs),
+                   "--held-out")
+    assert scored["test"] == trained["test"] and not scored["trained_on_these_queries"]
+    other = write_jsonl(tmp_path / "other.jsonl", crafted_rows(seed=5))
+    fails(capsys, ["route", "score", "--router", str(tmp_path / "r"), "--data", str(other),
+                   "--held-out"], "--held-out", "fingerprint differs")
+
+
+def test_partial_overlap_with_training_is_noted(logs, tmp_path, capsys):
+    route(capsys, *train_args(logs, tmp_path / "r", "--split-by", "group"))
+    data = load_traces(logs)
+    training = load_router(tmp_path / "r").meta["training"]
+    # all training groups but one, and one held-out group: partly seen
+    keep = [*training["train_groups"][1:], training["test_groups"][0]]
+    rows = [r for r in records_from_dataset(data) if r["group"] in keep]
+    part = write_jsonl(tmp_path / "part.jsonl", rows)
+    seen = sum(1 for g in load_traces(part).groups if g in training["train_groups"])
+    assert 0 < seen < load_traces(part).n_queries
+    scored = route(capsys, "score", "--router", str(tmp_path / "r"), "--data", str(part))
+    assert scored["trained_on_these_queries"] is True
+    assert scored["training_overlap"] == {"queries": seen, "of": load_traces(part).n_queries,
+                                          "groups": sorted(keep[:-1])}
+    assert cli.main(["route", "score", "--router", str(tmp_path / "r"), "--data", str(part),
+                     "--resamples", "50"]) == 0
+    text = capsys.readouterr().out
+    assert f"note: the router was trained on {seen} of these" in text
+    assert f"note: {len(keep) - 1} of the scored groups were training groups" in text
+
+
+def test_test_fraction_zero_trains_on_all(logs, tmp_path, capsys):
+    out = route(capsys, *train_args(logs, tmp_path / "r", "--test-fraction", "0"))
+    data = load_traces(logs).select_models([WEAK, STRONG])
+    assert out["test"] is None and out["held_out_drift"] is None
+    assert out["split"]["train_queries"] == data.n_queries and out["split"]["test_queries"] == 0
+    router = TraceRouter(WEAK, STRONG).fit(data)
+    assert out["threshold"] == calibrate_share(router.scores(data), 0.5).threshold
+    scored = route(capsys, "score", "--router", str(tmp_path / "r"), "--data", str(logs))
+    assert scored["training_overlap"]["queries"] == data.n_queries
+    fails(capsys, ["route", "score", "--router", str(tmp_path / "r"), "--data", str(logs),
+                   "--held-out"], "--held-out", "nothing was held out")
+    assert cli.main(["route", *train_args(logs, tmp_path / "s", "--test-fraction", "0")]) == 0
+    assert "(--test-fraction 0: trained on all)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("target", [["--target-share", "0.3"], ["--target-cost", "0.0008"]])
+def test_held_out_calibration_drift_is_reported(logs, tmp_path, capsys, target):
+    out = route(capsys, *train_args(logs, tmp_path / "r", "--split-by", "group", *target))
+    drift, router_row = out["held_out_drift"], out["test"]["rows"]["router"]
+    key = "strong_share" if target[0] == "--target-share" else "cost_per_query"
+    assert drift["target"] == key and drift["value"] == float(target[1])
+    assert drift["held_out"] == router_row[key]["value"]
+    assert drift["train"] == out["calibration"][f"train_{key}"]
+    assert drift["difference"] == pytest.approx(drift["held_out"] - float(target[1]))
+    assert cli.main(["route", *train_args(logs, tmp_path / "s", "--split-by", "group",
+                                          *target), "--resamples", "50"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines()
+                if x.startswith("calibration drift: target "))
+    if key == "strong_share":
+        assert f"held-out {drift['held_out']:.1%} ({drift['difference'] * 100:+.1f} points)" \
+            in line
+    else:
+        assert f"held-out {drift['held_out']:.4g}" in line
+    scored = route(capsys, "score", "--router", str(tmp_path / "r"), "--data", str(logs))
+    assert scored["drift"]["held_out"] == scored["test"]["rows"]["router"][key]["value"]

@@ -10,13 +10,9 @@ import numpy as np
 import pytest
 
 from agents.evaluation import rollout
-from agents.routing.multi_router import (
-    SINGLE_MODELS,
-    MultiRouter,
-    multi_router_from_state,
-    sweep_metrics,
-)
 from agents.routing.random_router import RandomRouter
+from agents.routing.routers import SINGLE_MODELS, MultiRouter, sweep_metrics
+from agents.routing.routers import router_from_state as multi_router_from_state
 from agents.routing.routing_eval import (
     hull_routing,
     model_baselines,
@@ -124,7 +120,7 @@ def test_state_round_trip_routes_exactly_alike(fitted) -> None:
     loaded = multi_router_from_state(config, {k: v.tolist() for k, v in arrays.items()})
     np.testing.assert_array_equal(loaded.correctness(test), router.correctness(test))
     np.testing.assert_array_equal(loaded.sweep(test), router.sweep(test))
-    with pytest.raises(ValueError, match="must be one of \\['multi-logistic'\\]"):
+    with pytest.raises(ValueError, match="expected keys"):
         multi_router_from_state({**config, "router": "logistic"}, arrays)
     with pytest.raises(ValueError, match="expected router='multi-logistic', format=1"):
         MultiRouter.from_state({**config, "format": 2}, arrays)

@@ -142,8 +142,8 @@ MUTATIONS = (
     # statistics (length, numbers, sentences, ...) remain.
     Mutation(
         "router_without_word_features",
-        "agents/routing/trace_router.py",
-        (("self.hashed_weight * hashed])", "0.0 * hashed])"),),
+        "agents/routing/routers/features.py",
+        (("weight * text])", "0.0 * text])"),),
         ("tests/test_trace_router.py::test_router_learns_a_visible_difficulty",),
     ),
     # HardBudget lets an episode spend up to 1.5x its budget (masking and truncating

@@ -12,14 +12,13 @@ import pytest
 
 from agents import cli
 from agents.cli_route import EXIT_INPUT, EXIT_USAGE
-from agents.routing.calibration import calibrate_lam
-from agents.routing.multi_router import MultiRouter, sweep_metrics
-from agents.routing.router_cv import cross_validate
-from agents.routing.router_state import (
-    SavedMultiRouter,
-    SavedRouter,
+from agents.routing.routers import (
+    MultiRouter,
+    calibrate_lam,
+    cross_validate,
     load_router,
-    save_multi_router,
+    save_router,
+    sweep_metrics,
 )
 from agents.routing.routing_eval import hull_routing, score_routings
 from cost_envs.traces import TraceDataset, load_traces
@@ -103,7 +102,7 @@ def _fitted(logs: Path) -> tuple[MultiRouter, TraceDataset]:
 
 def test_a_saved_k_model_router_routes_as_the_fitted_one(logs, tmp_path, monkeypatch) -> None:
     router, data = _fitted(logs)
-    files = save_multi_router(tmp_path / "r", "multi-logistic", router, 0.3, {"note": "x"})
+    files = save_router(tmp_path / "r", router, 0.3, {"note": "x"})
     raw = files[1].read_bytes()
     (size,) = struct.unpack("<Q", raw[:8])
     header = json.loads(raw[8:8 + size])
@@ -118,7 +117,7 @@ def test_a_saved_k_model_router_routes_as_the_fitted_one(logs, tmp_path, monkeyp
     for name in ("load", "loads", "Unpickler"):
         monkeypatch.setattr(pickle, name, refuse)
     saved = load_router(tmp_path / "r")
-    assert isinstance(saved, SavedMultiRouter) and not isinstance(saved, SavedRouter)
+    assert not saved.two_model and saved.name == "multi-logistic"
     assert saved.models == MODELS and saved.lam == 0.3
     np.testing.assert_array_equal(saved.router.correctness(data), router.correctness(data))
     np.testing.assert_array_equal(saved.router.route(data, 0.3), router.route(data, 0.3))
@@ -141,7 +140,7 @@ def _edit(path: Path, change) -> None:
 ])
 def test_a_tampered_k_model_file_is_refused(logs, tmp_path, change, message) -> None:
     router, _ = _fitted(logs)
-    json_path, _ = save_multi_router(tmp_path / "r", "multi-logistic", router, 0.1, {})
+    json_path, _ = save_router(tmp_path / "r", router, 0.1, {})
     _edit(json_path, change)
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
         load_router(json_path)
@@ -149,14 +148,14 @@ def test_a_tampered_k_model_file_is_refused(logs, tmp_path, change, message) -> 
 
 def test_weights_of_another_k_model_save_are_refused(logs, tmp_path) -> None:
     router, _ = _fitted(logs)
-    a = save_multi_router(tmp_path / "a", "multi-logistic", router, 0.1, {})
+    a = save_router(tmp_path / "a", router, 0.1, {})
     other = MultiRouter(n_features=64, l2=5.0).fit(load_traces(logs))
-    b = save_multi_router(tmp_path / "b", "multi-logistic", other, 0.1, {})
+    b = save_router(tmp_path / "b", other, 0.1, {})
     a[1].write_bytes(b[1].read_bytes())
     with pytest.raises(ValueError, match="another save's weights"):
         load_router(tmp_path / "a")
     with pytest.raises(ValueError, match="lam: expected a finite number"):
-        save_multi_router(tmp_path / "c", "multi-logistic", router, float("nan"), {})
+        save_router(tmp_path / "c", router, float("nan"), {})
 
 
 # ------------------------------------------------------------------------------- CLI
@@ -181,6 +180,11 @@ def test_train_routes_k_models_by_default_and_gives_the_in_process_numbers(
     assert row["accuracy"]["value"] == pytest.approx(test.correct[np.arange(len(d)), d].mean())
     cost = costs[te][np.arange(len(d)), d].mean()
     assert row["cost_per_query"]["value"] == pytest.approx(cost)
+    # where the held-out cost landed against the calibration's target
+    assert out["held_out_drift"] == {"target": "cost_per_query", "value": target,
+                                     "train": out["calibration"]["train_cost_per_query"],
+                                     "held_out": row["cost_per_query"]["value"],
+                                     "difference": row["cost_per_query"]["value"] - target}
     # the frontier row is random routing on the single models' hull at the router's cost
     expected = score_routings(test, {"router": d, "frontier": hull_routing(test, cost,
                                                                            costs[te])},
@@ -206,6 +210,8 @@ def test_score_of_a_saved_k_model_router_repeats_its_numbers(logs, tmp_path, cap
         "default"]
     out = route(capsys, "score", "--router", str(save), "--data", str(logs))
     assert out["trained_on_these_queries"] is True  # the logs it was trained on (half)
+    training = saved.meta["training"]
+    assert out["training_overlap"]["queries"] == training["train_queries"]  # that half
     data = load_traces(logs)
     d = saved.router.route(data, saved.lam)
     assert out["lam"] == saved.lam
@@ -280,7 +286,7 @@ def test_a_k_model_router_on_routerarenas_two_models(tmp_path, capsys) -> None:
     assert out["router"] == "multi-logistic" and out["models"] == models
     assert out["test"]["resampled"] == "clusters"
     saved = load_router(tmp_path / "r")
-    assert isinstance(saved, SavedMultiRouter) and list(saved.models) == models
+    assert not saved.two_model and list(saved.models) == models
     data = load_traces(ROUTERARENA).select_models(models)
     test = data.subset(data.split_indices(0, 0.5, "group")[1])
     d = saved.router.route(test, saved.lam)

@@ -7,10 +7,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from agents.routing.multi_router import MultiRouter
-from agents.routing.router_cv import CV_GRIDS, cross_validate
-from agents.routing.routers import KNNRouter
-from agents.routing.trace_router import TraceRouter
+from agents.routing.routers import CV_GRIDS, KNNRouter, MultiRouter, cross_validate
+from agents.routing.routers import LogisticRouter as TraceRouter
 from cost_envs.metrics.frontier import aiq
 from cost_envs.metrics.routing import routing_curve
 from cost_envs.traces import TraceDataset
@@ -105,10 +103,15 @@ def test_only_the_data_given_is_read() -> None:
 
 def test_folds_are_capped_at_the_groups_and_bad_input_is_named() -> None:
     data = dataset(120, n_groups=3)
-    assert cross_validate("knn", data, weak=WEAK, strong=STRONG, folds=5).folds == 3
+    assert cross_validate("knn", data, weak=WEAK, strong=STRONG, folds=5,
+                          split_by="group").folds == 3
     one = data.subset(np.flatnonzero(np.array(data.groups) == "g0"))
     with pytest.raises(ValueError, match="only one group"):
-        cross_validate("logistic", one, weak=WEAK, strong=STRONG)
+        cross_validate("logistic", one, weak=WEAK, strong=STRONG, split_by="group")
+    with pytest.raises(ValueError, match="criterion: 'apgr' is a two-model criterion"):
+        cross_validate("multi-logistic", data, criterion="apgr")
+    with pytest.raises(ValueError, match="criterion"):
+        cross_validate("logistic", data, weak=WEAK, strong=STRONG, criterion="auc")
     with pytest.raises(ValueError, match="router: expected one of"):
         cross_validate("nearest", data, weak=WEAK, strong=STRONG)
     with pytest.raises(ValueError, match="folds"):

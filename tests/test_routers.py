@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from agents.routing.routers import ROUTERS, KNNRouter, make_router, router_from_state
-from agents.routing.solvers import (
+from agents.routing.routers import LogisticRouter as TraceRouter
+from agents.routing.routers.solvers import (
     fit_logistic,
     logistic_scores,
     neighbour_share,
 )
-from agents.routing.trace_router import TraceRouter
 from cost_envs.traces import TraceDataset
 from experiments.traces_heldout import Protocol, evaluate, markdown, verdict
 
@@ -95,10 +95,11 @@ def test_state_round_trip_scores_identically(name: str, tmp_path) -> None:
     save_file(arrays, str(path), metadata={"config": json.dumps(config)})
     loaded = router_from_state(json.loads(json.dumps(config)), load_file(str(path)))
     assert type(loaded) is type(router) and loaded == router
-    np.testing.assert_array_equal(loaded.scores(test), router.scores(test))
+    np.testing.assert_array_equal(loaded.predict(test), router.predict(test))
     # JSON all the way (arrays as lists)
     again = router_from_state(config, {k: v.tolist() for k, v in arrays.items()})
-    np.testing.assert_array_equal(again.scores(test), router.scores(test))
+    np.testing.assert_array_equal(again.predict(test), router.predict(test))
+    np.testing.assert_array_equal(again.route(test, 0.5), router.route(test, 0.5))
 
 
 def test_bad_states_are_rejected() -> None:
@@ -180,7 +181,7 @@ def test_the_report_runs_minilm_only_when_asked_and_says_why_it_cannot(monkeypat
 
 
 def test_minilm_features_are_embedded_once_per_text(monkeypatch) -> None:
-    from agents.routing import trace_router
+    from agents.routing.routers import features
 
     embedded: list[str] = []
 
@@ -189,8 +190,9 @@ def test_minilm_features_are_embedded_once_per_text(monkeypatch) -> None:
         return np.array([[len(t) % 7, t.count(" ")] + [0.0] * 382 for t in texts],
                         dtype=np.float32)
 
-    monkeypatch.setattr(trace_router, "minilm_features", fake)
-    monkeypatch.setattr(trace_router, "_MINILM_CACHE", {})
+    monkeypatch.setitem(features.TEXT_ENCODERS, "minilm",
+                        features.TextEncoder(fake, 384, cached=True))
+    monkeypatch.setattr(features, "_CACHE", {})
     data = dataset(60)
     train, test = data.split(seed=0)
     first = TraceRouter(WEAK, STRONG, text_features="minilm").fit(train).scores(test)
@@ -199,3 +201,86 @@ def test_minilm_features_are_embedded_once_per_text(monkeypatch) -> None:
     again = TraceRouter(WEAK, STRONG, text_features="minilm").fit(train).scores(test)
     assert len(embedded) == calls  # a second router on the same prompts embeds nothing
     np.testing.assert_array_equal(first, again)
+
+
+# ------------------------------------------------------------------ the family
+def test_one_registry_over_k_models() -> None:
+    from agents.routing.routers import Router, TwoModelRouter
+
+    assert sorted(ROUTERS) == ["cascade", "knn", "logistic", "multi-logistic"]
+    assert all(issubclass(cls, Router) for cls in ROUTERS.values())
+    assert {k for k, cls in ROUTERS.items() if issubclass(cls, TwoModelRouter)} == {
+        "cascade", "knn", "logistic"}
+    train, test = dataset().split(seed=0)
+    for name in ROUTERS:
+        router = make_router(name, WEAK, STRONG, n_features=32).fit(train)
+        win = router.predict(test)
+        assert win.shape == (test.n_queries, 2) and router.models == (WEAK, STRONG)
+        assert ((win >= 0) & (win <= 1)).all()
+        routed = router.route(test, 0.5)  # the decision is its own step
+        np.testing.assert_array_equal(routed, router.decide(win, 0.5))
+    logistic = make_router("logistic", WEAK, STRONG, n_features=32).fit(train)
+    np.testing.assert_array_equal(logistic.predict(test)[:, 1], logistic.scores(test))
+    with pytest.raises(ValueError, match="expected two models"):
+        make_router("knn", WEAK)
+
+
+def test_knn_has_no_logistic_settings_and_reads_old_states() -> None:
+    assert not hasattr(KNNRouter, "cross_validate")
+    with pytest.raises(TypeError, match="l2"):
+        KNNRouter(WEAK, STRONG, l2=1.0)  # type: ignore[call-arg]
+    train, test = dataset().split(seed=0)
+    router = KNNRouter(WEAK, STRONG, n_features=32).fit(train)
+    config, arrays = router.to_state()
+    assert "l2" not in config
+    old = router_from_state({**config, "l2": 10.0}, arrays)  # saved before the family
+    np.testing.assert_array_equal(old.scores(test), router.scores(test))
+
+
+def test_your_own_text_features(tmp_path) -> None:
+    from agents.routing.routers import (
+        TEXT_ENCODERS,
+        embedding_lookup,
+        load_router,
+        register_text_features,
+        save_router,
+    )
+
+    data = dataset()
+    train, test = data.split(seed=0)
+    # a column of precomputed embeddings: one vector per prompt, here "hard" in 2 numbers
+    vectors = {p: [float("integral" in p), float(len(p))] for p in data.prompts}
+    register_text_features("mine", embedding_lookup(vectors), dim=2)
+    try:
+        router = make_router("logistic", WEAK, STRONG, text_features="mine").fit(train)
+        assert router.features.widths == (7, 2)
+        words = make_router("logistic", WEAK, STRONG, hashed_weight=0.0).fit(train)
+        w, s = (test.correct[:, j] for j in (0, 1))
+        from cost_envs.metrics.routing import routing_curve
+
+        assert routing_curve(router.scores(test), w, s).apgr > routing_curve(
+            words.scores(test), w, s).apgr  # the vector says what the statistics do not
+        save_router(tmp_path / "r", router, 0.5)
+        np.testing.assert_array_equal(load_router(tmp_path / "r").router.scores(test),
+                                      router.scores(test))
+        with pytest.raises(ValueError, match="no vector for text 'unseen'"):
+            router.scores(dataset_of(["unseen"]))
+        register_text_features("mine", lambda texts: np.zeros((len(texts), 3)), dim=2)
+        with pytest.raises(ValueError, match=r"text_features='mine': expected finite "
+                                             r"numbers of shape \(\d+, 2\), got shape \(\d+, 3\)"):
+            router.scores(test)
+    finally:
+        TEXT_ENCODERS.pop("mine", None)
+    with pytest.raises(ValueError, match=r"register_text_features\('mine', \.\.\.\) first"):
+        load_router(tmp_path / "r")
+    with pytest.raises(ValueError, match="name: expected a new non-empty name"):
+        register_text_features("hashed", lambda texts: texts, dim=1)
+    with pytest.raises(ValueError, match="dim"):
+        register_text_features("other", lambda texts: texts, dim=0)
+
+
+def dataset_of(prompts: list[str]) -> TraceDataset:
+    n = len(prompts)
+    return TraceDataset((WEAK, STRONG), tuple(f"x{i}" for i in range(n)), tuple(prompts),
+                        np.ones((n, 2)), np.ones((n, 2), bool), np.ones((n, 2)),
+                        np.ones((n, 2)))

@@ -9,7 +9,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from agents.routing.trace_router import TraceRouter
+from agents.routing.routers import LogisticRouter as TraceRouter
 from cost_envs.traces import (
     dataset_from_records,
     file_group,
@@ -212,8 +212,8 @@ def test_folds_by_group_keep_each_group_in_one_fold() -> None:
 def test_cross_validation_folds_by_group() -> None:
     data = grouped(n_groups=3, per_group=20)
     router = TraceRouter("a", "b", n_features=16)
-    with pytest.raises(ValueError, match="only 3 clusters"):
-        router.cross_validate(data, folds=5, split_by="group")
+    capped = router.cross_validate(data, folds=5, split_by="group")  # 3 folds: one a group
+    assert len(capped["cv_apgr"]) == 9 and router.l2 == capped["l2"]
     chosen = router.cross_validate(data, l2_grid=(1.0,), weight_grid=(0.0,), folds=3,
                                    split_by="group")
     assert chosen["l2"] == 1.0 and set(chosen["cv_apgr"]) == {"l2=1,w=0"}

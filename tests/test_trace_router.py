@@ -13,19 +13,15 @@ import numpy as np
 import pytest
 
 import cost_envs  # noqa: F401  (registers the envs)
-from agents.routing.router_features import (
+from agents.routing.routers import CascadeRouter, cascade_curve
+from agents.routing.routers import LogisticRouter as TraceRouter
+from agents.routing.routers.policy import RouterPolicy, cascade_observations
+from agents.routing.routers.solvers import LogisticRegression
+from agents.routing.routers.statistics import (
     ANSWER_STATISTICS,
     answer_statistics,
     arithmetic_value,
     text_statistics,
-)
-from agents.routing.trace_router import (
-    CascadeRouter,
-    LogisticRegression,
-    RouterPolicy,
-    TraceRouter,
-    cascade_curve,
-    cascade_observations,
 )
 from cost_envs.metrics.routing import routing_curve
 from cost_envs.traces import (
@@ -311,7 +307,7 @@ def test_cascade_features_read_the_weak_answer_only() -> None:
     records = _gsm_like()
     data = dataset_from_records(records)
     router = CascadeRouter(WEAK, STRONG, n_features=32)
-    base = router.features(data)
+    base = np.hstack(router.inputs(data))
     assert base.shape == (data.n_queries, 7 + len(ANSWER_STATISTICS) + 2 * 32)
 
     def strong_text(r: dict) -> dict:
@@ -326,18 +322,18 @@ def test_cascade_features_read_the_weak_answer_only() -> None:
     for edit in (strong_text, labels):
         other = dataset_from_records(_edited(records, edit))
         assert other.fingerprint != data.fingerprint
-        np.testing.assert_array_equal(router.features(other), base)
+        np.testing.assert_array_equal(np.hstack(router.inputs(other)), base)
     # the column order of the models does not matter, the weak model's name does
     swapped = data.select_models([STRONG, WEAK])
-    np.testing.assert_array_equal(router.features(swapped), base)
+    np.testing.assert_array_equal(np.hstack(router.inputs(swapped)), base)
 
     def weak_text(r: dict) -> dict:
         if r["model"] == WEAK:
             r["response"] = r["response"] + " Wait, that is approximately right?"
         return r
 
-    assert not np.array_equal(router.features(dataset_from_records(
-        _edited(records, weak_text))), base)
+    assert not np.array_equal(np.hstack(router.inputs(dataset_from_records(
+        _edited(records, weak_text)))), base)
     no_text = dataset_from_records(_edited(records, lambda r: {
         k: v for k, v in r.items() if k != "response"}))
     with pytest.raises(ValueError, match="no answer texts"):

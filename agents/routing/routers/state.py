@@ -1,22 +1,15 @@
-"""Saved routers: safe save and load of a fitted router (no pickle).
+"""Saved routers: one file format for every router of the family (no pickle).
 
-The routers and their interface (``fit``, ``scores``, ``to_state() -> (config, arrays)``,
-``from_state(config, arrays)``) are :mod:`agents.routing.routers`' :data:`ROUTERS`;
-``cost-envs route`` (:mod:`agents.cli_route`) saves and loads them through here.
-
-**Saved files.** :func:`save_router` writes two files side by side, all or nothing
-(:func:`agents.files.write_files_atomic`): ``<path>.safetensors`` holds the state's arrays
-(float64), ``<path>.json`` the rest: the router's name, the weak and strong models, the
-threshold and what it was calibrated for, the state's config, a digest of the
-safetensors bytes (so a weights file from another save is refused), and the training data's
-fingerprint and split. :func:`load_router` reads them with ``safetensors.numpy`` and a
-strict JSON parser only: nothing is ever unpickled.
-
-**K-model routers** (:data:`agents.routing.multi_router.MULTI_ROUTERS`) are saved by
-:func:`save_multi_router` in the same two files and format, with ``"models"`` (the
-list routed between) and ``"lam"`` (the operating point) where a two-model file has
-``"weak"``, ``"strong"`` and ``"threshold"``; :func:`load_router` reads either and
-returns a :class:`SavedRouter` or a :class:`SavedMultiRouter`.
+:func:`save_router` writes two files side by side, all or nothing
+(:func:`agents.files.write_files_atomic`): ``<path>.safetensors`` holds the state's
+arrays (float64, :meth:`~agents.routing.routers.base.Router.to_state`), ``<path>.json``
+the rest: the router's name, its models and operating point, what it was calibrated for,
+the state's config, a digest of the safetensors bytes (so a weights file from another
+save is refused), and the training data's fingerprint and split. A two-model router's
+JSON names its ``"weak"`` and ``"strong"`` model and its ``"threshold"`` (``null``: no
+strong call); a K-model router's its ``"models"`` and ``"lam"``. :func:`load_router` reads
+either with ``safetensors.numpy`` and a strict JSON parser only (nothing is unpickled) and
+returns a :class:`SavedRouter`. ``cost-envs route`` saves and loads routers through here.
 """
 
 from __future__ import annotations
@@ -32,8 +25,7 @@ import numpy as np
 
 import cost_envs
 from agents.files import check_creatable, write_files_atomic
-from agents.routing.multi_router import MULTI_ROUTERS
-from agents.routing.routers import ROUTERS
+from agents.routing.routers.base import ROUTERS, Router
 from cost_envs.config_files import json_loads
 
 #: ``format`` tag of a saved router's JSON file, and the layout version it follows.
@@ -63,39 +55,43 @@ class SavedRouter:
     """A fitted router and what its JSON file records.
 
     Attributes:
-        name: The router's name in :data:`ROUTERS`.
+        name: The router's name in :data:`~agents.routing.routers.ROUTERS`.
         router: The fitted router.
-        weak: The weak model.
-        strong: The strong model.
-        threshold: Scores at or above it go to the strong model (``inf``: none do).
-        meta: The whole JSON document (calibration, training data, versions).
-    """
-
-    name: str
-    router: Any
-    weak: str
-    strong: str
-    threshold: float
-    meta: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class SavedMultiRouter:
-    """A fitted K-model router and what its JSON file records.
-
-    Attributes:
-        name: The router's name in :data:`MULTI_ROUTERS`.
-        router: The fitted router.
-        models: The models it routes between, in its order.
-        lam: Its operating point.
+        models: The models it routes between, in its order (two: weak, strong).
+        point: Its operating point: a threshold (``inf``: no strong call) or ``lam``.
         meta: The whole JSON document (calibration, training data, versions).
     """
 
     name: str
     router: Any
     models: tuple[str, ...]
-    lam: float
+    point: float
     meta: dict[str, Any]
+
+    @property
+    def two_model(self) -> bool:
+        """Whether it is a weak/strong router with a threshold."""
+        return ROUTERS[self.name].n_models == 2
+
+    @property
+    def weak(self) -> str:
+        """The weak model (two-model routers)."""
+        return self.models[0]
+
+    @property
+    def strong(self) -> str:
+        """The strong model (two-model routers)."""
+        return self.models[1]
+
+    @property
+    def threshold(self) -> float:
+        """The threshold of a two-model router (its operating point)."""
+        return self.point
+
+    @property
+    def lam(self) -> float:
+        """The ``lam`` of a K-model router (its operating point)."""
+        return self.point
 
 
 def _write(path: str | Path, router: Any, head: dict[str, Any], meta: dict[str, Any]
@@ -115,38 +111,28 @@ def _write(path: str | Path, router: Any, head: dict[str, Any], meta: dict[str, 
     return json_path, weights_path
 
 
-def save_multi_router(path: str | Path, name: str, router: Any, lam: float,
-                      meta: dict[str, Any]) -> tuple[Path, Path]:
-    """Write a K-model ``router`` at ``lam`` as ``<path>.json`` + ``<path>.safetensors``.
-
-    As :func:`save_router`, with the router's models and ``lam`` (a finite number >= 0)
-    where a two-model file has weak, strong and threshold.
-    """
-    if not (isinstance(lam, (int, float)) and math.isfinite(lam) and lam >= 0):
-        raise ValueError(f"lam: expected a finite number >= 0, got {lam!r}")
-    return _write(path, router, {"router": name, "models": list(router.models),
-                                 "lam": float(lam)}, meta)
-
-
-def save_router(path: str | Path, name: str, router: Any, weak: str, strong: str,
-                threshold: float, meta: dict[str, Any]) -> tuple[Path, Path]:
-    """Write ``router`` as ``<path>.json`` + ``<path>.safetensors``, atomically.
+def save_router(path: str | Path, router: Router, point: float,
+                meta: dict[str, Any] | None = None) -> tuple[Path, Path]:
+    """Write a fitted ``router`` at operating ``point`` as ``<path>.json`` + ``.safetensors``.
 
     Args:
         path: Where to write (see :func:`router_files`).
-        name: The router's name in :data:`ROUTERS`.
-        router: A fitted router.
-        weak: The weak model it routes between.
-        strong: The strong model.
-        threshold: Its threshold (``inf`` is saved as ``null``).
+        router: A fitted router of :data:`~agents.routing.routers.ROUTERS`.
+        point: A two-model router's threshold (``inf`` is saved as ``null``), or a
+            K-model router's ``lam`` (a finite number >= 0).
         meta: More JSON-able facts to record (calibration, training data).
 
     Returns:
         The two paths written.
     """
-    return _write(path, router, {"router": name, "weak": weak, "strong": strong,
-                                 "threshold": None if math.isinf(threshold)
-                                 else float(threshold)}, meta)
+    if router.n_models == 2:
+        head = {"router": router.kind, "weak": router.models[0], "strong": router.models[1],
+                "threshold": None if math.isinf(point) else float(point)}
+    else:
+        if not (isinstance(point, (int, float)) and math.isfinite(point) and point >= 0):
+            raise ValueError(f"lam: expected a finite number >= 0, got {point!r}")
+        head = {"router": router.kind, "models": list(router.models), "lam": float(point)}
+    return _write(path, router, head, meta or {})
 
 
 def _document(json_path: Path) -> dict[str, Any]:
@@ -162,7 +148,7 @@ def _document(json_path: Path) -> dict[str, Any]:
     if doc.get("version") != FILE_VERSION:
         raise ValueError(f"{json_path}: router file version {doc.get('version')!r}; this "
                          f"cost-envs reads version {FILE_VERSION}")
-    multi = doc.get("router") in MULTI_ROUTERS
+    multi = doc.get("router") in ROUTERS and ROUTERS[doc["router"]].n_models != 2
     head = (("models", list),) if multi else (("weak", str), ("strong", str))
     for key, kind in (("router", str), *head, ("state", dict), ("arrays", dict),
                       ("arrays_sha256", str)):
@@ -202,26 +188,12 @@ def _arrays(weights_path: Path, doc: dict[str, Any]) -> dict[str, np.ndarray]:
     return arrays
 
 
-def _load_multi(json_path: Path, doc: dict[str, Any], arrays: dict[str, np.ndarray]
-                ) -> SavedMultiRouter:
-    for key in ("router", "models"):
-        if doc["state"].get(key) != doc[key]:
-            raise ValueError(f"{json_path}: state: {key} {doc['state'].get(key)!r} is not "
-                             f"the file's {doc[key]!r}")
-    try:
-        router = MULTI_ROUTERS[doc["router"]].from_state(doc["state"], arrays)
-    except (ValueError, TypeError, KeyError) as error:  # a crafted state
-        raise ValueError(f"{json_path}: {error}") from None
-    return SavedMultiRouter(doc["router"], router, router.models, float(doc["lam"]), doc)
-
-
-def load_router(path: str | Path) -> SavedRouter | SavedMultiRouter:
+def load_router(path: str | Path) -> SavedRouter:
     """Read a router :func:`save_router` wrote (``path`` with or without a suffix).
 
     Raises:
         FileNotFoundError: If either file is missing.
-        ValueError: One line naming the file, on anything that is not such a router (two-
-            or K-model, :class:`SavedRouter` or :class:`SavedMultiRouter`): a
+        ValueError: One line naming the file, on anything that is not such a router: a
             foreign or corrupted JSON or safetensors file, a weights file from another
             save, an unknown router name or a state its class refuses.
     """
@@ -232,12 +204,11 @@ def load_router(path: str | Path) -> SavedRouter | SavedMultiRouter:
                                     f"{json_path.name} and {weights_path.name})")
     doc = _document(json_path)
     arrays = _arrays(weights_path, doc)
-    if doc["router"] in MULTI_ROUTERS:
-        return _load_multi(json_path, doc, arrays)
     if doc["router"] not in ROUTERS:
         raise ValueError(f"{json_path}: router {doc['router']!r} is not one of "
-                         f"{[*ROUTERS, *MULTI_ROUTERS]}")
-    for key in ("router", "weak", "strong"):
+                         f"{list(ROUTERS)}")
+    two = ROUTERS[doc["router"]].n_models == 2
+    for key in ("router", "weak", "strong") if two else ("router", "models"):
         if doc["state"].get(key, doc[key]) != doc[key]:
             raise ValueError(f"{json_path}: state: {key} {doc['state'][key]!r} is not the "
                              f"file's {doc[key]!r}")
@@ -245,5 +216,49 @@ def load_router(path: str | Path) -> SavedRouter | SavedMultiRouter:
         router = ROUTERS[doc["router"]].from_state(doc["state"], arrays)
     except (ValueError, TypeError, KeyError) as error:  # a crafted state
         raise ValueError(f"{json_path}: {error}") from None
-    threshold = math.inf if doc["threshold"] is None else float(doc["threshold"])
-    return SavedRouter(doc["router"], router, doc["weak"], doc["strong"], threshold, doc)
+    if two:
+        point = math.inf if doc["threshold"] is None else float(doc["threshold"])
+    else:
+        point = float(doc["lam"])
+    return SavedRouter(doc["router"], router, tuple(router.models), point, doc)
+
+
+# ------------------------------------------------------------------- training overlap
+#: Hex digits kept of each training prompt's SHA-256 (64 bits: no chance collisions).
+DIGEST_CHARS = 16
+
+
+def prompt_digests(prompts: Any) -> list[str]:
+    """The sorted distinct prompts' SHA-256 prefixes: which queries training saw.
+
+    Recorded in a saved router's JSON (``training.train_prompt_sha256``) so that scoring
+    can say which scored queries it was trained on, without keeping their texts.
+    """
+    return sorted({hashlib.sha256(p.encode("utf-8")).hexdigest()[:DIGEST_CHARS]
+                   for p in prompts})
+
+
+def training_overlap(data: Any, training: dict[str, Any]) -> dict[str, Any]:
+    """How many of ``data``'s queries, and which of its groups, a router was trained on.
+
+    Args:
+        data: The scored queries (a :class:`~cost_envs.traces.TraceDataset`).
+        training: The saved JSON's ``"training"`` facts. Files saved without prompt
+            digests fall back to the fingerprints (all of the queries, or none).
+
+    Returns:
+        ``{"queries": trained-on queries, "of": data's queries, "groups": scored groups
+        that were training groups}``.
+    """
+    digests = training.get("train_prompt_sha256")
+    if digests is None:
+        seen = data.fingerprint in (training.get("fingerprint"),
+                                    training.get("train_fingerprint"))
+        queries = data.n_queries if seen else 0
+    else:
+        known = set(digests)
+        queries = sum(hashlib.sha256(p.encode("utf-8")).hexdigest()[:DIGEST_CHARS] in known
+                      for p in data.prompts)
+    scored = set(data.groups or ())
+    groups = sorted(scored & set(training.get("train_groups") or ()))
+    return {"queries": int(queries), "of": data.n_queries, "groups": groups}

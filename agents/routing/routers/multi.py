@@ -1,0 +1,287 @@
+"""The K-model router: predicted correctness of each model, traded against its cost.
+
+:class:`MultiRouter` (``"multi-logistic"`` in :data:`~agents.routing.routers.ROUTERS`)
+predicts, for each model ``j``, the probability ``p_j(q)`` that it answers query ``q``
+correctly (one L2 logistic regression per model,
+:func:`~agents.routing.routers.solvers.fit_logistic`, on the family's
+:class:`~agents.routing.routers.features.TextFeatures`) and decides
+
+    ``argmax_j  p_j(q) - lam * cost_j / cost_scale``
+
+(ties to the cheaper model). ``cost_j`` is model ``j``'s mean cost per call on the
+training queries: a call's own cost is not known before it is made (its output tokens
+are not), so the router prices each model at its expected cost. ``cost_scale`` is the
+dearest model's, so ``lam`` is the accuracy the router gives up to save the dearest
+model's cost: ``lam = 0`` sends each query to the model most likely right, a large
+``lam`` everything to the cheapest. For a query, the chosen model's price never rises
+with ``lam``, so sweeping ``lam`` (:meth:`MultiRouter.lams` gives the exact points where
+some decision changes) traces a cost-quality curve; :func:`sweep_metrics` reads its AIQ
+(RouterBench's area under the non-decreasing convex hull,
+:func:`cost_envs.metrics.frontier.bootstrap_aiqs`) with intervals over queries, or over
+groups when the split held out groups, paired with the single models' own frontier
+(what random routing between them reaches: a K-model router earns its keep above it).
+
+Its state (:meth:`~agents.routing.routers.base.Router.to_state`) has the arrays
+``"mean"``, ``"std"``, ``"coef"`` ``(K, d + 1)`` (each model's weights, then intercept)
+and ``"cost"`` ``(K,)``; a loaded router routes exactly as the saved one (numpy only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from agents.routing.routers.base import Inputs, Router, array_of, register
+from agents.routing.routers.solvers import fit_logistic, logistic_scores
+from agents.routing.routing_eval import call_costs, resample_clusters
+from cost_envs.config import integer, number
+from cost_envs.metrics.frontier import bootstrap_aiqs
+from cost_envs.traces import TraceDataset
+
+#: Name of the single models' entry in :func:`sweep_metrics`.
+SINGLE_MODELS = "single models"
+
+
+@register
+@dataclass
+class MultiRouter(Router):
+    """Routes each query to the model with the best predicted correctness net of cost.
+
+    Args:
+        models: The models to route between (default: all of the training data's, in
+            its order; fixed at :meth:`fit`).
+        n_features: Hashed n-gram features.
+        l2: Logistic regression penalty (each model's).
+        hashed_weight: Scale of the text features relative to the statistics.
+        text_features: The text encoder: ``"hashed"``, ``"minilm"`` or your own.
+    """
+
+    models: tuple[str, ...] = ()  # type: ignore[assignment]
+    n_features: int = 512
+    l2: float = 10.0
+    hashed_weight: float = 1.0
+    text_features: str = "hashed"
+
+    kind: ClassVar[str] = "multi-logistic"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.models, str) or not all(
+                isinstance(m, str) and m for m in self.models):
+            raise ValueError(f"models: expected a list of model names, got {self.models!r}")
+        self.models = tuple(self.models)
+        if len(set(self.models)) != len(self.models):
+            raise ValueError(f"models: expected unique names, got {list(self.models)}")
+        number(self.l2, "l2", minimum=0, inclusive=False)
+        super().__post_init__()
+        self._coef: np.ndarray | None = None
+        self._cost: np.ndarray | None = None
+
+    def _columns(self, data: TraceDataset) -> np.ndarray:
+        """The data's column of each of the router's models (KeyError naming a missing one)."""
+        return np.array([data.model_index(m) for m in self.models], dtype=np.int64)
+
+    def targets(self, data: TraceDataset) -> np.ndarray:
+        """``(n, K)``: whether each of the router's models answered each query right."""
+        return data.correct[:, self._columns(data)]
+
+    def fit(self, data: TraceDataset, costs: Any = None) -> MultiRouter:
+        """Fit one correctness model per model on ``data`` (the training split).
+
+        Args:
+            data: The training queries.
+            costs: ``(n, m)`` cost of each call (default: the data's own,
+                :func:`~agents.routing.routing_eval.call_costs`); their means per model
+                are the costs the router trades against.
+        """
+        if not self.models:
+            self.models = data.models
+        if len(self.models) < 2:
+            raise ValueError(f"models: expected at least two to route between, got "
+                             f"{list(self.models)}")
+        super().fit(data, costs)
+        return self
+
+    def _model_costs(self, data: TraceDataset, costs: Any) -> np.ndarray:
+        return call_costs(data, costs)[:, self._columns(data)]
+
+    def _fit_model(self, x: np.ndarray, y: np.ndarray, costs: Any) -> None:
+        coef = [np.append(*fit_logistic(x, y[:, j].astype(np.float64), self.l2))
+                for j in range(y.shape[1])]
+        self._coef, self._cost = np.array(coef), np.asarray(costs).mean(axis=0)
+
+    def _predict(self, x: np.ndarray) -> np.ndarray:
+        coef, _ = self._fitted()
+        return np.column_stack([logistic_scores(x, w[:-1], float(w[-1])) for w in coef])
+
+    def _fitted(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._coef is None or self._cost is None:
+            raise ValueError("MultiRouter: call fit first")
+        return self._coef, self._cost
+
+    @property
+    def model_costs(self) -> np.ndarray:
+        """Each model's mean training cost per call, ``(K,)``: what the router trades."""
+        return self._fitted()[1].copy()
+
+    def correctness(self, data: TraceDataset) -> np.ndarray:
+        """Predicted probability that each model answers each query right, ``(n, K)``.
+
+        Read from the prompts only (no outcomes); columns in :attr:`models` order.
+        """
+        return self.predict(data)
+
+    def _unit_costs(self) -> np.ndarray:
+        cost = self._fitted()[1]
+        scale = float(cost.max())
+        return cost / scale if scale > 0 else cost
+
+    def decide(self, win: np.ndarray, point: float) -> np.ndarray:
+        """Index of the best predicted correctness net of ``point`` (``lam``) x unit cost."""
+        return self._route(np.asarray(win), np.array([float(point)]),
+                           np.arange(len(self.models)))[:, 0]
+
+    def route(self, data: TraceDataset, lam: float = 0.0) -> np.ndarray:
+        """Which model answers each query at ``lam``: ``(n,)`` column indices of ``data``.
+
+        Scored as they are by :func:`~agents.routing.routing_eval.score_routing`.
+        """
+        number(lam, "lam", minimum=0)
+        return super().route(data, lam)
+
+    def _route(self, p: np.ndarray, lams: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """``(n, len(lams))`` data columns: argmax of utility, the cheaper model on ties."""
+        unit = self._unit_costs()
+        out = np.empty((len(p), len(lams)), dtype=np.int64)
+        for k, lam in enumerate(lams):
+            utility = p - lam * unit[None, :]
+            best = utility >= utility.max(axis=1, keepdims=True) - 1e-12
+            out[:, k] = cols[np.argmin(np.where(best, unit[None, :], np.inf), axis=1)]
+        return out
+
+    def lams(self, data: TraceDataset, max_points: int = 200) -> np.ndarray:
+        """The ``lam`` values at which some query of ``data`` changes model, from 0.
+
+        For a query, model ``j`` (dearer, more likely right) gives way to a cheaper ``k``
+        at ``lam = (p_j - p_k) / (unit cost_j - unit cost_k)``; at the largest such value
+        every query is at its cheapest model. Read from predictions only. More than
+        ``max_points`` values are thinned evenly (by rank), keeping 0 and the largest.
+        """
+        integer(max_points, "max_points", minimum=2)
+        return self._lams(self.correctness(data), max_points)
+
+    def _lams(self, p: np.ndarray, max_points: int = 200) -> np.ndarray:
+        """:meth:`lams` from predicted correctness ``p``."""
+        unit = self._unit_costs()
+        dp = p[:, :, None] - p[:, None, :]
+        dc = np.broadcast_to(unit[:, None] - unit[None, :], dp.shape)
+        mask = (dc > 0) & (dp > 0)
+        points = np.unique(dp[mask] / dc[mask])
+        if len(points) > max_points - 1:
+            points = points[np.unique(np.linspace(0, len(points) - 1, max_points - 1
+                                                  ).round().astype(np.int64))]
+        return np.concatenate([[0.0], points[points > 0]])
+
+    def sweep(self, data: TraceDataset, lams: Sequence[float] | None = None) -> np.ndarray:
+        """Decisions at each ``lam`` (default :meth:`lams`): ``(n, points)`` data columns."""
+        return self._sweep(self.correctness(data), self._columns(data), lams)
+
+    def _sweep(self, p: np.ndarray, cols: np.ndarray, lams: Sequence[float] | None = None
+               ) -> np.ndarray:
+        """:meth:`sweep` from predicted correctness ``p`` and the models' data columns."""
+        grid = self._lams(p) if lams is None else np.asarray(lams, dtype=np.float64)
+        if grid.ndim != 1 or grid.size == 0 or not (np.isfinite(grid).all() and
+                                                    (grid >= 0).all()):
+            raise ValueError(f"lams: expected a non-empty list of numbers >= 0, got {lams!r}")
+        return self._route(p, grid, cols)
+
+    # the names experiments/traces_multi.py calls (kept until it uses the public ones)
+    def _reader(self) -> MultiRouter:
+        return self
+
+    def _raw(self, data: TraceDataset) -> Inputs:
+        return self.inputs(data)
+
+    def _fit_raw(self, stats: np.ndarray, text: np.ndarray, correct: np.ndarray,
+                 costs: np.ndarray) -> MultiRouter:
+        self.fit_inputs((stats, text), correct, costs)
+        return self
+
+    def _correctness_raw(self, stats: np.ndarray, text: np.ndarray) -> np.ndarray:
+        return self.predict_inputs((stats, text))
+
+    # ------------------------------------------------------------------ state
+    def _model_arrays(self) -> dict[str, np.ndarray]:
+        coef, cost = self._fitted()
+        return {"coef": coef, "cost": cost}
+
+    def _load_model_arrays(self, arrays: Mapping[str, Any]) -> None:
+        if len(self.models) < 2:
+            raise ValueError(f"config: models: expected at least two, got {self.models}")
+        width = sum(self.features.widths) + 1
+        shapes = {"coef": (len(self.models), width), "cost": (len(self.models),)}
+        loaded = {k: array_of(arrays, k, len(shape)) for k, shape in shapes.items()}
+        for k, shape in shapes.items():
+            if loaded[k].shape != shape:
+                raise ValueError(f"arrays: {k!r}: expected shape {shape} for this config, "
+                                 f"got {loaded[k].shape}")
+        if (loaded["cost"] < 0).any():
+            raise ValueError("arrays: expected 'cost' >= 0")
+        self._coef, self._cost = loaded["coef"], loaded["cost"]
+
+
+def sweep_metrics(
+    data: TraceDataset,
+    sweeps: Mapping[str, Any],
+    costs: Any = None,
+    *,
+    split_by: str = "query",
+    cost_range: Sequence[float] | None = None,
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> dict[str, dict[str, Any]]:
+    """AIQ of K-model routers' sweeps beside the single models' frontier, paired.
+
+    Args:
+        data: The test queries.
+        sweeps: Name -> ``(n, points)`` data column indices: the model that answers each
+            query at each operating point (:meth:`MultiRouter.sweep`).
+        costs: ``(n, m)`` cost of each call (default the data's own).
+        split_by: ``"group"`` resamples whole groups (the cluster bootstrap).
+        cost_range: AIQ's range; default the cheapest to the dearest single model's mean
+            cost.
+        n_resamples: Bootstrap resamples.
+        confidence: Interval coverage.
+        seed: Seed of the resampling.
+
+    Returns:
+        Name -> ``{"value", "ci", "cost_range", "cost", "quality"}`` (AIQ and its
+        interval; the mean cost and quality at each operating point), one entry
+        :data:`SINGLE_MODELS` (each model alone, whose frontier random routing reaches),
+        and for each router ``"minus_single models"``: its AIQ minus theirs, paired.
+    """
+    if SINGLE_MODELS in sweeps:
+        raise ValueError(f"sweeps: {SINGLE_MODELS!r} is the single models' entry; rename it")
+    c = call_costs(data, costs)
+    rows = np.arange(data.n_queries)[:, None]
+    points = {SINGLE_MODELS: (data.scores, c)}
+    for name, decisions in sweeps.items():
+        d = np.asarray(decisions)
+        if (d.ndim != 2 or d.shape[0] != data.n_queries or d.size == 0
+                or not np.issubdtype(d.dtype, np.integer) or d.min() < 0
+                or d.max() >= data.n_models):
+            raise ValueError(f"sweeps[{name!r}]: expected ({data.n_queries}, points) model "
+                             f"indices in [0, {data.n_models}), got {d.dtype} {d.shape}")
+        points[name] = (data.scores[rows, d], c[rows, d])
+    mean_cost = c.mean(axis=0)
+    span = ([float(mean_cost.min()), float(mean_cost.max())] if cost_range is None
+            else [float(v) for v in cost_range])
+    out = bootstrap_aiqs(points, span, clusters=resample_clusters(data, split_by),
+                         reference=SINGLE_MODELS, n_resamples=n_resamples,
+                         confidence=confidence, seed=seed)
+    for name, (q, cc) in points.items():
+        out[name].update(cost=cc.mean(axis=0).tolist(), quality=q.mean(axis=0).tolist())
+    return out
