@@ -302,3 +302,18 @@ def test_the_plain_networks_backward_by_hand_is_autograds() -> None:
     assert TanhNetwork.of(policy_for(gym.make(ENV_ID), base=None)) is None
     policy.value_net.bias.requires_grad_(False)
     assert TanhNetwork.of(policy) is None
+
+
+def test_train_and_configs_take_fused_loss_as_a_ppo_setting() -> None:
+    from agents.lora.ppo_args import accepted
+    from agents.lora.training import train
+
+    assert accepted("ppo")["fused_loss"] is False and "fused_loss" in accepted("lora-ppo")
+    settings = {"n_steps": 64, "batch_size": 32, "n_epochs": 2}
+    plain = train(ENV_ID, "ppo", 512, seed=0, n_envs=2, ppo=settings)
+    fused = train(ENV_ID, "ppo", 512, seed=0, n_envs=2, ppo={**settings, "fused_loss": True})
+    ours, theirs = fused.policy.state_dict(), plain.policy.state_dict()
+    difference = max(float((ours[k] - theirs[k]).abs().max()) for k in theirs)
+    assert 0 < difference < 1e-4  # it reached the learner: float-close, not the same bits
+    with pytest.raises(ValueError, match="fused_loss"):
+        train(ENV_ID, "ppo", 512, ppo={"fused_loss": "yes"})

@@ -19,8 +19,8 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from stable_baselines3 import PPO
 
+from agents.lora.fast_ppo import FastPPO
 from agents.lora.policies import AllocatorPolicy
 from agents.lora.training import ppo_settings, quiet_logger, threads
 from agents.multiagent.training import SharedPolicy
@@ -115,7 +115,7 @@ def train_adapters(shared: SharedPolicy, timesteps: int, seed: int = 0,
     with threads(torch_threads):
         for k, tenant in enumerate(env.possible_agents):
             view = TenantView(env, tenant, shared)
-            model = PPO(AllocatorPolicy, view, device="cpu", seed=seed + k,
+            model = FastPPO(AllocatorPolicy, view, device="cpu", seed=seed + k,
                         policy_kwargs={"lora_rank": lora_rank, "base": base}, **settings)
             for head in ("action_net", "value_net"):  # start at the shared policy
                 getattr(model.policy, head).load_state_dict(
