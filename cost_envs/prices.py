@@ -170,8 +170,13 @@ class PriceTable:
         """
         missing = [n for n in names if n not in self]
         if missing:
+            packaged = default_price_table().currency
+            why = ("" if self.currency == packaged else
+                   f" (its currency is {self.currency!r}, not the packaged table's "
+                   f"{packaged!r}, so it is not merged onto it and must price every model "
+                   "the env uses)")
             raise ValueError(f"{source}: no price for model(s) {missing}; the {self.label} "
-                             f"has {list(self.names)}")
+                             f"has {list(self.names)}{why}")
 
     def over(self, base: PriceTable) -> PriceTable:
         """This table merged onto ``base``: its models replace base's of the same name.
@@ -202,8 +207,10 @@ class PriceTable:
             raise ValueError(f"{source}: expected a mapping with keys {list(_TABLE_KEYS)}, "
                              f"got {type(data).__name__}")
         reject_unknown(data, _TABLE_KEYS, source)
-        one_of(data.get("unit", UNIT), "unit", (UNIT,), where=source)
-        currency = text(data.get("currency", "USD"), "currency", where=source)
+        # null for an optional key means absent (YAML's `key:` with no value reads as null)
+        unit, currency = data.get("unit"), data.get("currency")
+        one_of(UNIT if unit is None else unit, "unit", (UNIT,), where=source)
+        currency = text("USD" if currency is None else currency, "currency", where=source)
         entries = data.get("models")
         if not isinstance(entries, list) or not entries:
             raise ValueError(f"{source}: models: expected a non-empty list, got {entries!r}")
@@ -214,6 +221,8 @@ class PriceTable:
                 raise ValueError(f"{where}: expected a mapping, got {entry!r}")
             reject_unknown(entry, _MODEL_KEYS, where)
             require_keys(entry, _REQUIRED_MODEL_KEYS, where)
+            entry = {key: value for key, value in entry.items()
+                     if value is not None or key in _REQUIRED_MODEL_KEYS}
             try:
                 models.append(ModelPrice(**entry))
             except ValueError as err:

@@ -177,6 +177,30 @@ def test_require_names_every_missing_model() -> None:
     assert "['gpt-5', 'claude-x']" in message  # exactly the missing ones, in order
 
 
+def test_a_table_in_another_currency_says_why_it_lacks_a_model() -> None:
+    # Issue #26: a EUR table (or a typo such as "usd") is not merged onto the packaged
+    # USD table, so a model it does not list is missing; the error says so.
+    for currency in ("EUR", "usd"):
+        table = coerce_prices({**table_dict(), "currency": currency})
+        with pytest.raises(ValueError, match=rf"no price for model\(s\) \['gpt-5'\]; .*its "
+                                             rf"currency is '{currency}', not the packaged "
+                                             r"table's 'USD', so it is not merged"):
+            table.require(["small", "gpt-5"], "MyEnv: prices")
+    with pytest.raises(ValueError) as excinfo:  # a USD table gives no such reason
+        PriceTable.from_dict(table_dict()).require(["gpt-5"])
+    assert "currency" not in str(excinfo.value)
+
+
+def test_null_for_an_optional_key_means_absent() -> None:
+    data = table_dict()
+    data["currency"] = data["unit"] = None
+    data["models"][0].update(reasoning=None, active_params_billion=None, params_source=None)
+    assert PriceTable.from_dict(data) == PriceTable.from_dict(table_dict())
+    data["models"][0]["input"] = None  # a required key stays required
+    with pytest.raises(ValueError, match=r"models\[0\]"):
+        PriceTable.from_dict(data)
+
+
 def test_direct_construction_validates() -> None:
     with pytest.raises(ValueError, match="at least one"):
         PriceTable(())
