@@ -71,6 +71,7 @@ from agents.evaluation import compare, evaluate, format_table
 from agents.lora import BASES, METHODS
 from agents.planning import PLANNERS
 from agents.rules import BestFixedRule, fitted
+from cost_envs.core import MAX_ORACLE_AGENTS
 from cost_envs.extras import EXTRA_MODULES, install_hint, missing_modules
 
 #: Methods of ``evaluate`` by default: the paper's baselines plus the greedy heuristic.
@@ -233,10 +234,15 @@ def _check_methods_apply(methods: Sequence[str], env_id: str, env_kwargs: dict[s
     env shows that at once.
     """
     family = [name for name in methods if name not in _UNIVERSAL]
-    if not family:
+    enumerating = [name for name in methods if name in _ENUMERATING]
+    if not family and not enumerating:
         return
     probe = gym.make(env_id, **env_kwargs)
     try:
+        if enumerating and probe.unwrapped.n_agents > MAX_ORACLE_AGENTS:
+            raise SystemExit(f"cost-envs evaluate: {', '.join(enumerating)} cannot run on "
+                             f"{env_id} with this pool: {_too_large(probe)} (leave them out "
+                             "of --methods)")
         for name in family:
             try:
                 EVALUATE_METHODS[name](probe)
@@ -245,6 +251,30 @@ def _check_methods_apply(methods: Sequence[str], env_id: str, env_kwargs: dict[s
                                  f"{error}") from None
     finally:
         probe.close()
+
+
+#: Methods that enumerate every joint action, so take pools of at most MAX_ORACLE_AGENTS.
+_ENUMERATING = ("oracle", "greedy")
+
+
+def _too_large(env: gym.Env) -> str:
+    return (f"they enumerate every joint action and take pools of at most {MAX_ORACLE_AGENTS} "
+            f"agents, this one has {env.unwrapped.n_agents}")
+
+
+def _without_enumerating_if_too_large(methods: Sequence[str], env_id: str,
+                                      env_kwargs: dict[str, Any]) -> tuple[str, ...]:
+    """The default methods, less those the pool is too large for (with a note saying so)."""
+    probe = gym.make(env_id, **env_kwargs)
+    try:
+        if probe.unwrapped.n_agents <= MAX_ORACLE_AGENTS:
+            return tuple(methods)
+        left_out = [name for name in methods if name in _ENUMERATING]
+        print(f"cost-envs evaluate: {', '.join(left_out)} left out: {_too_large(probe)}",
+              file=sys.stderr)
+    finally:
+        probe.close()
+    return tuple(name for name in methods if name not in _ENUMERATING)
 
 
 def _factory(cls: Any, fit_tasks: int) -> Any:
@@ -259,6 +289,8 @@ def _run_evaluate(args: argparse.Namespace) -> int:
         () if args.model is not None else DEFAULT_METHODS)
     model_row = _load_model(args) if args.model is not None else None
     env_kwargs = merged_env_kwargs(args, model_row[2] if model_row is not None else None)
+    if args.methods is None and methods:
+        methods = _without_enumerating_if_too_large(methods, args.env, env_kwargs)
     if env_kwargs != (model_row[2] if model_row is not None else {}):
         try:
             check_env_kwargs(args.env, env_kwargs)

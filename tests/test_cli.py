@@ -312,3 +312,27 @@ def test_routing_baselines_on_an_env_without_a_small_model_exit_cleanly(capsys):
     with pytest.raises(SystemExit) as exc:
         cli.main(["evaluate", "--env", FLIGHT, "--methods", "rule,cascade"])
     assert "cascade" in str(exc.value) and "AgenticRouting" in str(exc.value)
+
+
+def test_evaluate_leaves_the_oracle_out_of_a_pool_too_large_for_it(tmp_path, capsys):
+    # Issue #26: the exact oracle (and the greedy heuristic) enumerate 2**m joint actions
+    # (m <= 16). By default the other methods still run and a note says why; asked for by
+    # name, a one-line refusal.
+    pool = cost_envs.flight_planner_pool().to_dict()
+    agents = pool["agents"]
+    pool["agents"] = [{**agents[i % len(agents)], "name": f"agent_{i}"} for i in range(17)]
+    pool_file = tmp_path / "pool.json"
+    pool_file.write_text(json.dumps(pool))
+    argv = ["--env", FLIGHT, "--episodes", "5", "--pool", str(pool_file)]
+    capsys.readouterr()
+    assert cli.main(["evaluate", "--json", "--resamples", "50", *argv]) == 0
+    captured = capsys.readouterr()
+    assert "oracle" not in json.loads(captured.out)
+    assert {"random", "rule"} <= set(json.loads(captured.out))
+    assert "greedy" not in json.loads(captured.out)  # it enumerates them too
+    assert ("oracle, greedy left out: they enumerate every joint action and take pools of "
+            "at most 16 agents, this one has 17") in captured.err
+    with pytest.raises(SystemExit, match=r"^cost-envs evaluate: oracle cannot run on "
+                                         r"cost_envs/FlightPlanner-v0 with this pool: .* "
+                                         r"this one has 17 \(leave them out of --methods\)"):
+        cli.main(["evaluate", *argv, "--methods", "rule,oracle"])
