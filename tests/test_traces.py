@@ -234,6 +234,21 @@ def test_malformed_generic_csv(tmp_path: Path) -> None:
     assert_located(err, path, 3, "input_tokens", "expected an integer >= 0, got 'x'")
 
 
+def test_a_csv_cut_inside_a_quoted_field_is_an_error_naming_file_and_line(tmp_path: Path
+                                                                         ) -> None:
+    # Issue #26: a truncated file used to load, its last response's fields read short.
+    path = tmp_path / "cut.csv"
+    header = "query_id,model,correct,input_tokens,output_tokens,response\n"
+    path.write_text(header + 'q,a,True,3,4,"fine"\nq,b,True,3,4,"a response cut sh',
+                    encoding="utf-8")
+    with pytest.raises(ValueError, match=r"not valid CSV: unexpected end of data") as err:
+        load_traces(path)
+    assert f"{path}" in str(err.value) and "line 3" in str(err.value)
+    path.write_text(header + 'q,a,True,3,4,"closed" then text\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"line 2.*not valid CSV"):
+        load_traces(path)
+
+
 @pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
 def test_empty_file(tmp_path: Path, suffix: str) -> None:
     path = tmp_path / f"empty{suffix}"

@@ -84,7 +84,9 @@ def missing(value: Any) -> bool:
 def csv_records(text: str, where: Where
                 ) -> tuple[list[str], int, list[tuple[int, list[str]]]]:
     """Header, its line and ``(first line, fields)`` of every non-blank record of a CSV."""
-    reader = csv.reader(io.StringIO(text, newline=""))
+    # strict: a quoted field the file ends inside (a truncated file) or text after a closing
+    # quote is an error, where the default reader would read on silently
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
     try:
         header: list[str] | None = None
         header_line = 1
