@@ -165,6 +165,11 @@ def _run_list(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Env arguments that change what an evaluation measures: taken from a model's config only
+#: with --model-env-kwargs (issue #26: a saved budget of 1e-9 scored success 0, unsaid).
+MEASURING_KWARGS = ("budget", "on_exceed", "reward_weights", "max_episode_steps")
+
+
 def _add_evaluate(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--env", type=_env_id, required=True,
                         help=f"environment id, one of: {', '.join(cost_envs.ENV_IDS)}")
@@ -177,6 +182,10 @@ def _add_evaluate(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trust-pickle", action="store_true",
                         help="allow loading an SB3 .zip, which unpickles code from the file; "
                              "only for files you trust")
+    parser.add_argument("--model-env-kwargs", action="store_true",
+                        help="evaluate under the model's own env arguments that change what "
+                             f"is measured ({', '.join(MEASURING_KWARGS)}); without it such "
+                             "an argument in the model's config.json is refused")
     _add_common(parser)
     parser.add_argument("--fit-tasks", type=_positive_int, default=200,
                         help="training tasks on which best-rule and difficulty-threshold are "
@@ -184,6 +193,26 @@ def _add_evaluate(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object keyed by method instead of a table")
     add_env_arguments(parser)
+
+
+def _model_env_kwargs(args: argparse.Namespace, model_kwargs: dict[str, Any]) -> None:
+    """Say which env arguments come from the model; refuse measuring ones unless asked."""
+    if not model_kwargs:
+        return
+    overridden = set(args.env_kwargs or {}) | {key for key in ("pool", "prices")
+                                               if getattr(args, key) is not None}
+    taken = {key: value for key, value in model_kwargs.items() if key not in overridden}
+    measuring = [key for key in taken if key in MEASURING_KWARGS]
+    if measuring and not args.model_env_kwargs:
+        shown = ", ".join(f"{key}={taken[key]!r}" for key in measuring)
+        raise SystemExit(f"cost-envs evaluate: {args.model} was trained with env arguments "
+                         f"that change what is measured ({shown}); pass --model-env-kwargs "
+                         "to evaluate under them, or set them with --env-kwargs")
+    if taken:
+        shown = ", ".join(f"{key}=<{len(value)} keys>" if isinstance(value, dict)
+                          else f"{key}={value!r}" for key, value in taken.items())
+        print(f"cost-envs evaluate: env arguments from {args.model}: {shown}",
+              file=sys.stderr)
 
 
 def _load_model(args: argparse.Namespace) -> tuple[str, Any, dict[str, Any]]:
@@ -287,7 +316,11 @@ def _run_evaluate(args: argparse.Namespace) -> int:
         raise SystemExit("cost-envs evaluate: --trust-pickle only applies with --model")
     methods = args.methods if args.methods is not None else (
         () if args.model is not None else DEFAULT_METHODS)
+    if args.model_env_kwargs and args.model is None:
+        raise SystemExit("cost-envs evaluate: --model-env-kwargs only applies with --model")
     model_row = _load_model(args) if args.model is not None else None
+    if model_row is not None:
+        _model_env_kwargs(args, model_row[2])
     env_kwargs = merged_env_kwargs(args, model_row[2] if model_row is not None else None)
     if args.methods is None and methods:
         methods = _without_enumerating_if_too_large(methods, args.env, env_kwargs)

@@ -336,3 +336,24 @@ def test_evaluate_leaves_the_oracle_out_of_a_pool_too_large_for_it(tmp_path, cap
                                          r"cost_envs/FlightPlanner-v0 with this pool: .* "
                                          r"this one has 17 \(leave them out of --methods\)"):
         cli.main(["evaluate", *argv, "--methods", "rule,oracle"])
+
+
+def test_evaluate_says_which_env_arguments_come_from_the_model(tmp_path, capsys):
+    # Issue #26: a model saved with budget 1e-9 scored success 0.000 and nothing was said.
+    train_ppo(tmp_path / "model", "--env-kwargs", '{"budget": 1e-9}')
+    argv = ["evaluate", "--env", FLIGHT, "--episodes", "5", "--resamples", "20", "--json",
+            "--model", str(tmp_path / "model")]
+    with pytest.raises(SystemExit, match=r"was trained with env arguments that change what is "
+                                         r"measured \(budget=1e-09\); pass --model-env-kwargs"):
+        cli.main(argv)
+    capsys.readouterr()
+    assert cli.main([*argv, "--model-env-kwargs"]) == 0
+    captured = capsys.readouterr()
+    assert f"env arguments from {tmp_path / 'model'}: budget=1e-09" in captured.err
+    assert json.loads(captured.out)["ppo"]["success_rate"] == 0.0  # under the model's budget
+    # Set on the command line, the model's value is not taken: nothing to refuse.
+    assert cli.main([*argv, "--env-kwargs", '{"budget": 100.0}']) == 0
+    captured = capsys.readouterr()
+    assert "ppo" in json.loads(captured.out) and "budget=1e-09" not in captured.err
+    with pytest.raises(SystemExit, match="--model-env-kwargs only applies with --model"):
+        cli.main(["evaluate", "--env", FLIGHT, "--model-env-kwargs"])
