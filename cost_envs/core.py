@@ -38,6 +38,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.error import ResetNeeded
 
+from cost_envs.actions import binary_actions, describe
 from cost_envs.pool import AgentPool
 from cost_envs.reward import RewardWeights
 
@@ -323,25 +324,15 @@ class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
         return self._observe(self._turn, self._state), reward, outcome is not None, False, info
 
     def validate_action(self, action: Any) -> np.ndarray:
-        """Return ``action`` as a fresh int8 0/1 array, or raise ``ValueError``."""
-        if isinstance(action, np.ndarray):
-            a = action
-        else:
-            try:
-                a = np.asarray(action)
-            except (ValueError, TypeError):  # ragged nesting: report it like any bad action
-                a = np.empty(0)
-        if a.shape == self._action_shape:
-            kind = a.dtype.kind
-            if kind in "biu" and a.itemsize == 1:
-                # bytes other than 0 and 1 survive the translate (-1 is byte 255); this is
-                # ten times faster than a numpy comparison on an array this small
-                if not a.tobytes().translate(None, b"\x00\x01"):
-                    return a.astype(np.int8)
-            elif kind in "biuf" and ((a == 0) | (a == 1)).all():  # NaN fails both tests
-                return a.astype(np.int8)
+        """Return ``action`` as a fresh int8 0/1 array, or raise ``ValueError``.
+
+        The check every env form shares (:func:`cost_envs.actions.binary_actions`).
+        """
+        calls = binary_actions(action, self._action_shape)
+        if calls is not None:
+            return calls
         raise ValueError(
-            f"{self.env_name}: invalid action {action!r}: expected an element of "
+            f"{self.env_name}: invalid action {describe(action)}: expected an element of "
             f"MultiBinary({self.n_agents}), an array of shape ({self.n_agents},) holding "
             f"only 0 and 1 (bit i calls agent {list(self.pool.names)}[i])"
         )

@@ -11,6 +11,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from cost_envs.actions import binary_actions, describe
 from cost_envs.config import integer, one_of, reject_unknown
 from cost_envs.core import OrchestrationEnv
 from cost_envs.extras import missing_modules
@@ -310,17 +311,15 @@ class MultiTenantEnv(_parallel_base()):  # type: ignore[misc]
                              f"{self.agents}, got unknown {unknown}, missing {missing}")
         requests = {}
         for agent in self.agents:
-            env = self.tenant_envs[agent]
             if actions[agent] is None:  # the tenant holds: it waits by choice
                 requests[agent] = None
                 continue
-            try:
-                calls = env.validate_action(actions[agent])
-            except ValueError:
+            calls = binary_actions(actions[agent], (self.n_models,))
+            if calls is None:
                 raise ValueError(
-                    f"{name}: tenant {agent!r}: invalid action {actions[agent]!r}: expected "
-                    f"an element of MultiBinary({self.n_models}), an array of shape "
-                    f"({self.n_models},) holding only 0 and 1") from None
+                    f"{name}: tenant {agent!r}: invalid action {describe(actions[agent])}: "
+                    f"expected an element of MultiBinary({self.n_models}), an array of shape "
+                    f"({self.n_models},) holding only 0 and 1 (or None: the tenant waits)")
             requests[agent] = (calls, calls.nonzero()[0].tolist())
         return requests
 

@@ -39,6 +39,7 @@ from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
+from cost_envs.actions import binary_actions, describe
 from cost_envs.core import MAX_ORACLE_AGENTS, OrchestrationEnv
 from cost_envs.vector.array_ops import read_only
 from cost_envs.vector.info import VectorInfo
@@ -301,19 +302,16 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
 
     # ----------------------------------------------------------------- step
     def validate_actions(self, actions: Any) -> np.ndarray:
-        """``actions`` as a fresh ``(num_envs, m)`` int8 0/1 array, or a ``ValueError``."""
-        a = np.asarray(actions) if not isinstance(actions, np.ndarray) else actions
+        """``actions`` as a fresh ``(num_envs, m)`` int8 0/1 array, or a ``ValueError``.
+
+        The check every env form shares (:func:`cost_envs.actions.binary_actions`).
+        """
         shape = (self.num_envs, self.n_agents)
-        if a.shape == shape:
-            if a.dtype.itemsize == 1 and a.dtype.kind in "biu":
-                # one byte a value: 0/1 exactly when no byte exceeds 1 read unsigned
-                # (-1 reads 255); one reduction instead of two comparisons and an all
-                if a.view(np.uint8).max() <= 1:
-                    return a.astype(np.int8)
-            elif a.dtype.kind in "biuf" and ((a == 0) | (a == 1)).all():
-                return a.astype(np.int8)
+        calls = binary_actions(actions, shape)
+        if calls is not None:
+            return calls
         raise ValueError(
-            f"{self.env_name}: invalid actions of shape {np.shape(a)}: expected an element of "
+            f"{self.env_name}: invalid actions {describe(actions)}: expected an element of "
             f"MultiBinary({shape}), an array of shape {shape} holding only 0 and 1 (row j is "
             f"sub-env j's action, bit i calls agent {list(self.single_env.pool.names)}[i])")
 
