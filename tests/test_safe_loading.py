@@ -280,6 +280,16 @@ def _zip_bytes() -> bytes:
     return buffer.getvalue()
 
 
+def _duplicate_header_key(data: bytes) -> bytes:
+    """The same tensors, the header naming its first tensor twice (safetensors keeps the last)."""
+    (size,) = struct.unpack("<Q", data[:8])
+    header = data[8:8 + size].decode()
+    first = next(key for key in json.loads(header) if key != "__metadata__")
+    entry = json.dumps({first: json.loads(header)[first]})[1:-1]
+    doubled = ("{" + entry + "," + header.strip()[1:]).encode()
+    return struct.pack("<Q", len(doubled)) + doubled + data[8 + size:]
+
+
 CORRUPTIONS = {
     "truncated": lambda data: data[: len(data) // 2],
     "bytes appended": lambda data: data + b"\0" * 7,
@@ -288,6 +298,7 @@ CORRUPTIONS = {
     "a pickle": lambda data: pickle.dumps({"weight": [1.0, 2.0]}),
     "bad header": lambda data: struct.pack("<Q", 12) + b'{"a": [1, 2' + data[20:],
     "header length beyond the file": lambda data: struct.pack("<Q", 2**40) + data[8:],
+    "a header that repeats a key": _duplicate_header_key,
 }
 
 
@@ -361,6 +372,13 @@ def test_integer_or_double_tensors_are_refused(saved, tmp_path):
     tensors["value_net.bias"] = torch.zeros(1, dtype=torch.float64)
     save_file(tensors, path / "model.safetensors")
     _refused(lambda: load_allocator(path), "model.safetensors", "value_net.bias", "float64")
+    # a base in float64 too (issue #26: load_base took what the model loader refused)
+    state, config = load_base(pretrained_base_path(FLIGHT))
+    save_file({name: tensor.double() for name, tensor in state.items()},
+              tmp_path / "base.safetensors")
+    (tmp_path / "base.json").write_text(json.dumps(config))
+    _refused(lambda: load_base(tmp_path / "base.safetensors"), "base.safetensors",
+             "expected a float32 tensor, got torch.float64")
 
 
 # -------------------------------------------------------- 5. the strict JSON reader

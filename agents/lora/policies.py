@@ -40,12 +40,13 @@ import gymnasium as gym
 import torch
 from gymnasium import spaces
 from safetensors import SafetensorError
-from safetensors.torch import load_file
+from safetensors.torch import load
 from stable_baselines3.common.distributions import BernoulliDistribution
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from torch import nn
 
+from agents.files import check_safetensors_header
 from agents.lora import ACTION_DISTRIBUTIONS
 from agents.lora.adapters import LoraSettings, adapted_linear, inject_lora, verify_optimizer
 from agents.lora.distributions import AutoregressiveBernoulliDistribution
@@ -73,11 +74,13 @@ def _base_config_path(weights: Path) -> Path:
 
 
 def read_tensors(path: str | Path) -> dict[str, torch.Tensor]:
-    """The tensors of a safetensors file, each floating point and finite.
+    """The tensors of a safetensors file, each float32 and finite: the one reader of both.
 
     Never unpickles. A file that is not a complete safetensors file (truncated, extended,
-    empty, a zip, a pickle, a bad header) or that holds integer, NaN or infinite tensors
-    is a one-line ``ValueError`` naming the file (and the tensor).
+    empty, a zip, a pickle, a bad header, a header that repeats a key:
+    :func:`agents.files.check_safetensors_header`) or that holds tensors other than float32
+    (integer, float64, ...), NaN or infinite values is a one-line ``ValueError`` naming the
+    file (and the tensor). Models and bases are read here alike.
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
@@ -87,7 +90,9 @@ def read_tensors(path: str | Path) -> dict[str, torch.Tensor]:
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file")
     try:
-        state = load_file(path)
+        content = path.read_bytes()
+        check_safetensors_header(content, str(path))
+        state = load(content)
     except SafetensorError as error:
         raise ValueError(f"{path}: not a valid safetensors file "
                          f"({' '.join(str(error).split())})") from None
@@ -99,9 +104,10 @@ def read_tensors(path: str | Path) -> dict[str, torch.Tensor]:
 
 
 def _check_tensor(tensor: Any, where: str) -> None:
-    if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point():
+    # One dtype for every allocator tensor, bases and models alike: what torch trains here
+    if not isinstance(tensor, torch.Tensor) or tensor.dtype != torch.float32:
         kind = tensor.dtype if isinstance(tensor, torch.Tensor) else type(tensor).__name__
-        raise ValueError(f"{where}: expected a floating-point tensor, got {kind}")
+        raise ValueError(f"{where}: expected a float32 tensor, got {kind}")
     if not bool(torch.isfinite(tensor).all()):
         raise ValueError(f"{where}: holds NaN or infinite values")
 

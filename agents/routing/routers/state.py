@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 import cost_envs
-from agents.files import check_creatable, write_files_atomic
+from agents.files import check_creatable, check_safetensors_header, write_files_atomic
 from agents.routing.routers.base import ROUTERS, Router
 from cost_envs.config_files import json_loads
 
@@ -176,6 +176,7 @@ def _arrays(weights_path: Path, doc: dict[str, Any]) -> dict[str, np.ndarray]:
     if hashlib.sha256(content).hexdigest() != doc["arrays_sha256"]:
         raise ValueError(f"{weights_path}: does not match its JSON file (arrays_sha256 "
                          "differs): another save's weights, or a corrupted file")
+    check_safetensors_header(content, str(weights_path))  # one header policy for every file
     try:
         arrays = load(content)
     except (SafetensorError, ValueError) as error:
