@@ -9,16 +9,19 @@ fails). It needs the ``docs`` extra, which ``make install`` installs.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-pytest.importorskip("mkdocs", reason="the docs extra is not installed "
-                                     "(pip install -c constraints.txt -e '.[docs]')")
+needs_mkdocs = pytest.mark.skipif(
+    find_spec("mkdocs") is None,
+    reason="the docs extra is not installed (pip install -c constraints.txt -e '.[docs]')")
 
 
 def build(site: Path, config: Path = ROOT / "mkdocs.yml") -> subprocess.CompletedProcess[str]:
@@ -28,6 +31,7 @@ def build(site: Path, config: Path = ROOT / "mkdocs.yml") -> subprocess.Complete
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
+@needs_mkdocs
 @pytest.mark.slow
 def test_the_site_builds_strictly(tmp_path: Path) -> None:
     result = build(tmp_path / "site")
@@ -43,6 +47,7 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
     assert "Generative model." in toolbench and "Version History" in toolbench
 
 
+@needs_mkdocs
 @pytest.mark.slow
 def test_a_broken_link_fails_the_build(tmp_path: Path) -> None:
     docs = tmp_path / "docs"
@@ -53,3 +58,16 @@ def test_a_broken_link_fails_the_build(tmp_path: Path) -> None:
     result = build(tmp_path / "site", config)
     assert result.returncode != 0
     assert "missing.md" in result.stdout + result.stderr
+
+
+def test_no_docstring_line_is_read_as_a_heading() -> None:
+    # The API reference renders docstrings as Markdown, where a line starting with "#"
+    # and a digit ("#23), the ...": an issue number wrapped to the line's start) becomes
+    # a heading that splits the page.
+    starts = re.compile(r"^\s+#\d", re.MULTILINE)
+    found = [f"{path.relative_to(ROOT)}:{text.count(chr(10), 0, m.start()) + 1}"
+             for package in ("cost_envs", "agents")
+             for path in sorted((ROOT / package).rglob("*.py"))
+             for text in [path.read_text(encoding="utf-8")]
+             for m in starts.finditer(text)]
+    assert not found, f"lines starting with '#<digit>': {found}"
