@@ -22,6 +22,8 @@ same as the results page's.
 from __future__ import annotations
 
 import re
+import sys
+import types
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -87,8 +89,12 @@ def run_page(page: Path, workdir: Path) -> dict[int, str | None]:
         return learn(self, min(int(total_timesteps), MAX_STEPS), *args, **kwargs)
 
     results: dict[int, str | None] = {}
-    namespace: dict[str, Any] = {"__name__": "__docs__"}
+    # A module of its own, as a reader's session has __main__: a page may define classes
+    # (dataclasses look their module up in sys.modules).
+    module = types.ModuleType("__docs__")
+    namespace: dict[str, Any] = module.__dict__
     with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(sys.modules, module.__name__, module)
         patch.chdir(workdir)
         patch.setattr(BaseAlgorithm, "learn", capped)
         for block in blocks(page.read_text(encoding="utf-8")):
