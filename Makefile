@@ -5,13 +5,13 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint reproduce tune benchmark dist clean
+.PHONY: install test lint docs reproduce tune benchmark dist clean
 
 install: $(STAMP)
 
 $(STAMP): setup.cfg pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[agents,dev,minari,multiagent,plot,tensorboard,tune,zoo]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[agents,dev,docs,minari,multiagent,plot,tensorboard,tune,zoo]'
 	touch $(STAMP)
 
 lint: install
@@ -19,6 +19,11 @@ lint: install
 
 test: lint
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -q
+
+# The documentation site (mkdocs.yml, docs/) into the git-ignored site/: --strict turns every
+# warning (a broken link, anchor or API reference, a page missing from the nav) into an error.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 reproduce: install
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m experiments all
@@ -42,4 +47,4 @@ dist: install
 	$(BIN)/python -m build --outdir dist .
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info
+	rm -rf $(VENV) build dist site *.egg-info

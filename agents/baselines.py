@@ -231,8 +231,10 @@ class OneTurnPlanSearch(Baseline):
 
     Args:
         env: A FlightPlanner env.
-        planner, searcher: The agents to call instead of the strongest of each role (the
-            FlightPlanner planner plays this rule with every pair as its continuation).
+        planner: The planner to call instead of the strongest one (the FlightPlanner
+            planner plays this rule with every (planner, searcher) pair as its
+            continuation).
+        searcher: The searcher to call instead of the strongest one.
     """
 
     name = "one-turn"

@@ -379,7 +379,11 @@ class BestFixedRule(Allocator):
             :func:`training_tasks` from ``seed``, a range no evaluation uses.
         n_tasks: How many training tasks to draw when ``tasks`` is not given.
         seed: First reset seed of the drawn training tasks (default :data:`RULE_TASK_SEED`).
-        beam, max_turns, top, cuts: The search's reach (:meth:`RuleSearch.search`).
+        beam: The search's beam width (:meth:`RuleSearch.search`).
+        max_turns: The longest call pattern it grows (:meth:`RuleSearch.search`).
+        top: How many of the best open-loop patterns give the threshold rules their
+            actions (:meth:`RuleSearch.search`).
+        cuts: At most how many thresholds it tries per feature (:meth:`RuleSearch.search`).
 
     Attributes:
         rule: The frozen winner (:class:`FixedSequence` or :class:`ThresholdRule`).

@@ -248,8 +248,8 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
     :func:`with_fresh_luck` exist for the planner. The Bayes reference
     (``agents.planning.BayesToolBenchPlanner``), which knows only the task prior and what
     the episode showed, does as well (0.880 at CPS 0.0618, return 0.974): the observation
-    shows nearly all that the hidden parameters decide. Taught by it with DAgger (issue
-    #23), the memoryless LoRA allocator returns 0.965 and closes 0.96 [0.86, 1.06] of the
+    shows nearly all that the hidden parameters decide. Taught by it with DAgger
+    (issue #23), the memoryless LoRA allocator returns 0.965 and closes 0.96 [0.86, 1.06] of the
     rule-to-planner gap (5 seeds), where PPO from scratch stops at about 0.6 (0.58
     [0.35, 0.80] at 1M steps, 5 seeds).
 

@@ -69,11 +69,11 @@ class ExpertRoutingVectorEnv(BatchedOrchestrationEnv):
     states the vote's outcome and the observation slots it sets are tables over these
     numbers, computed once by :meth:`_vote`, so a step reads them instead of voting.
 
-    Args:
-        num_envs: Number of sub-envs.
-        autoreset_mode: ``gymnasium.vector.AutoresetMode`` (default ``NEXT_STEP``).
-        **env_kwargs: ``ExpertRoutingEnv``'s arguments (``profile``, ``experts``,
-            ``prices``, ``max_rounds``, ``reward_weights``).
+    Arguments, as :class:`~cost_envs.vector.base.BatchedOrchestrationEnv` takes them:
+    ``num_envs`` (the number of sub-envs), ``autoreset_mode`` (a
+    ``gymnasium.vector.AutoresetMode``, default ``NEXT_STEP``) and, as keywords,
+    ``ExpertRoutingEnv``'s arguments (``profile``, ``experts``, ``prices``, ``max_rounds``,
+    ``reward_weights``).
     """
 
     env_class: type[ExpertRoutingEnv] = ExpertRoutingEnv

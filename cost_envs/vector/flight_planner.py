@@ -55,10 +55,10 @@ class FlightPlannerVectorEnv(BatchedOrchestrationEnv):
     ``gym.make("cost_envs/FlightPlanner-v0", **kwargs)`` seeded alike (see
     :mod:`cost_envs.vector.base` for seeding, autoreset and ``info``).
 
-    Args:
-        num_envs: Number of sub-envs.
-        autoreset_mode: ``gymnasium.vector.AutoresetMode`` (default ``NEXT_STEP``).
-        **env_kwargs: ``FlightPlannerEnv``'s arguments (``pool``, ``reward_weights``).
+    Arguments, as :class:`~cost_envs.vector.base.BatchedOrchestrationEnv` takes them:
+    ``num_envs`` (the number of sub-envs), ``autoreset_mode`` (a
+    ``gymnasium.vector.AutoresetMode``, default ``NEXT_STEP``) and, as keywords,
+    ``FlightPlannerEnv``'s arguments (``pool``, ``reward_weights``).
     """
 
     env_class = FlightPlannerEnv

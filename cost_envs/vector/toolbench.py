@@ -49,11 +49,11 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
     ``gym.make("cost_envs/ToolBench-v0", **kwargs)`` seeded alike (see
     :mod:`cost_envs.vector.base` for seeding, autoreset and ``info``).
 
-    Args:
-        num_envs: Number of sub-envs.
-        autoreset_mode: ``gymnasium.vector.AutoresetMode`` (default ``NEXT_STEP``).
-        **env_kwargs: ``ToolBenchEnv``'s arguments (``pool``, ``pool_size``,
-            ``f1_threshold``, ``reward_weights``).
+    Arguments, as :class:`~cost_envs.vector.base.BatchedOrchestrationEnv` takes them:
+    ``num_envs`` (the number of sub-envs), ``autoreset_mode`` (a
+    ``gymnasium.vector.AutoresetMode``, default ``NEXT_STEP``) and, as keywords,
+    ``ToolBenchEnv``'s arguments (``pool``, ``pool_size``, ``f1_threshold``,
+    ``reward_weights``).
     """
 
     env_class = ToolBenchEnv

@@ -34,11 +34,11 @@ class TraceRoutingVectorEnv(BatchedOrchestrationEnv):
     ``gym.make("cost_envs/TraceRouting-v0", **kwargs)`` seeded alike (see
     :mod:`cost_envs.vector.base` for seeding, autoreset and ``info``).
 
-    Args:
-        num_envs: Number of sub-envs.
-        autoreset_mode: ``gymnasium.vector.AutoresetMode`` (default ``NEXT_STEP``).
-        **env_kwargs: ``TraceRoutingEnv``'s arguments (``data``, ``split``, ``models``,
-            ``prices``, ``features``, ``cascade`` ...).
+    Arguments, as :class:`~cost_envs.vector.base.BatchedOrchestrationEnv` takes them:
+    ``num_envs`` (the number of sub-envs), ``autoreset_mode`` (a
+    ``gymnasium.vector.AutoresetMode``, default ``NEXT_STEP``) and, as keywords,
+    ``TraceRoutingEnv``'s arguments (``data``, ``split``, ``models``, ``prices``,
+    ``features``, ``cascade`` ...).
     """
 
     env_class = TraceRoutingEnv

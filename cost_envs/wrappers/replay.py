@@ -29,7 +29,7 @@ class TaskReplay(gym.Wrapper[Any, Any, Any, Any]):
     ``seed`` given to ``reset`` still reaches the env; the task is always the list's, and
     any other ``options`` are passed on.
 
-    Example:
+    Examples:
         >>> import gymnasium as gym
         >>> import cost_envs
         >>> from cost_envs.wrappers import TaskReplay
