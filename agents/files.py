@@ -18,12 +18,13 @@ import ctypes
 import errno
 import functools
 import os
+import re
 import shutil
 import stat
 import sys
 import tempfile
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 
@@ -43,9 +44,12 @@ def write_files_atomic(directory: str | Path, files: Mapping[str, str | bytes]) 
     An exception in any phase (a full disk, Ctrl-C, a failing rename) removes the
     temporaries and, if some files were already replaced, moves their backups back and
     deletes files that did not exist before, so the directory holds exactly the old
-    files. The remaining window: a process killed outright (``SIGKILL``, power loss)
-    during phase 3, a few renames long, leaves some files new and some old, plus the
-    hidden temporaries and backups, which a later run does not read.
+    files. Writers of the same directory take turns (an exclusive ``flock`` on it), so
+    concurrent saves of a set never leave files of two saves mixed: the last complete set
+    wins. The remaining window: a process killed outright (``SIGKILL``, power loss)
+    during phase 3, a few renames long, leaves some files new and some old, plus hidden
+    temporaries and backups, which the next save of those names removes
+    (:func:`remove_stale`: their names carry the dead writer's process id).
 
     Text is written as UTF-8; files get mode 0644 (results are meant to be shared).
 
@@ -64,6 +68,13 @@ def write_files_atomic(directory: str | Path, files: Mapping[str, str | bytes]) 
         if name in ("", ".", "..") or Path(name).name != name:
             raise ValueError(f"write_files_atomic: expected plain file names, got {name!r}")
     directory.mkdir(parents=True, exist_ok=True)
+    with _exclusive(directory):  # one writer's set at a time: never two savers' files mixed
+        for name in files:
+            remove_stale(directory, name)
+        return _write_locked(directory, files)
+
+
+def _write_locked(directory: Path, files: Mapping[str, str | bytes]) -> list[Path]:
     staged: dict[Path, Path] = {}
     backups: dict[Path, Path | None] = {}
     replaced: list[Path] = []
@@ -96,7 +107,7 @@ def write_files_atomic(directory: str | Path, files: Mapping[str, str | bytes]) 
 
 def _stage(directory: Path, name: str, content: str | bytes) -> Path:
     """Write ``content`` to a new hidden temporary beside ``directory / name``."""
-    fd, path = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
+    fd, path = tempfile.mkstemp(dir=directory, prefix=f".{name}.{os.getpid()}-", suffix=".tmp")
     temporary = Path(path)
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -112,7 +123,7 @@ def _backup(target: Path) -> Path | None:
     """A hidden copy of ``target``'s current content, or ``None`` if it has none yet."""
     if not target.is_file():
         return None
-    backup = target.with_name(f".{target.name}.old-{uuid.uuid4().hex[:12]}")
+    backup = target.with_name(f".{target.name}.old-{os.getpid()}-{uuid.uuid4().hex[:12]}")
     try:
         os.link(target, backup)  # same inode: instant, and the old bytes stay reachable
     except OSError:
@@ -147,7 +158,9 @@ def write_directory_atomic(directory: str | Path, write: Callable[[Path], None])
     if not is_directory_or_absent(directory):
         raise ValueError(f"{directory} exists and is not a directory")
     directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}."))
+    remove_stale(directory.parent, directory.name)  # copies left by savers killed mid-save
+    tmp = Path(tempfile.mkdtemp(dir=directory.parent,
+                                prefix=f".{directory.name}.{os.getpid()}-"))
     try:
         write(tmp)
         os.chmod(tmp, 0o755)  # mkdtemp makes it 0700
@@ -243,7 +256,8 @@ def _renameat2() -> Callable[..., int] | None:
 
 def _move_aside(directory: Path) -> Path | None:
     """Rename ``directory`` to a fresh, unique backup name; ``None`` if it was already gone."""
-    backup = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.old-"))
+    backup = Path(tempfile.mkdtemp(dir=directory.parent,
+                                   prefix=f".{directory.name}.old-{os.getpid()}-"))
     try:
         os.rename(directory, backup)  # POSIX lets a directory replace an empty one
     except BaseException as error:
@@ -252,6 +266,63 @@ def _move_aside(directory: Path) -> Path | None:
             return None
         raise
     return backup
+
+
+# ------------------------------------------------------ turns and what dead savers left
+@contextlib.contextmanager
+def _exclusive(directory: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``directory`` itself (no lock file; none off POSIX)."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no flock; saves there are atomic per file only
+        yield
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def remove_stale(directory: Path, name: str) -> list[Path]:
+    """Remove the hidden temporaries and backups of ``name`` whose writer is dead.
+
+    Every temporary and backup a save makes is named ``.<name>.<pid>-...`` or
+    ``.<name>.old-<pid>-...`` after the process that made it; one whose process no longer
+    exists was left by a save killed outright (``SIGKILL``, power loss) and is deleted
+    (a full model copy each, otherwise). Those of live processes, this one included, are
+    left alone. Returns what was removed.
+    """
+    pattern = re.compile(rf"^\.{re.escape(name)}\.(?:old-)?(\d+)-")
+    removed = []
+    try:
+        entries = list(directory.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        match = pattern.match(entry.name)
+        if match is None or _alive(int(match.group(1))):
+            continue
+        with contextlib.suppress(OSError):
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+            removed.append(entry)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, OSError):
+        return True  # another user's process, or not ours to judge: keep its files
+    return True
 
 
 # ----------------------------------------------------------------- checks and reads

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import code_lines
 
 from agents import files
 from experiments import __main__ as command
@@ -276,7 +277,7 @@ def test_check_writable_creates_the_directory(tmp_path: Path) -> None:
 def test_experiment_modules_are_small_and_documented() -> None:
     for path in sorted((REPO / "experiments").glob("*.py")):
         source = path.read_text(encoding="utf-8")
-        assert len(source.splitlines()) <= 500, path.name
+        assert code_lines(source) <= 500, path.name  # documentation does not count
         assert ast.get_docstring(ast.parse(source)), path.name
 
 

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import code_lines
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("cost_envs", "agents", "experiments")
@@ -105,6 +106,8 @@ def test_imports_flow_one_way(path: Path) -> None:
 
 @pytest.mark.parametrize("path", _source_files((*PACKAGES, "tests", "benchmarks", "examples")),
                          ids=lambda p: str(p.relative_to(REPO)))
-def test_no_module_over_500_lines(path: Path) -> None:
-    lines = len(path.read_text(encoding="utf-8").splitlines())
-    assert lines <= MAX_MODULE_LINES, f"{path.relative_to(REPO)} has {lines} lines"
+def test_no_module_over_500_lines_of_code(path: Path) -> None:
+    # Code lines only: docstrings and comments never count (issue #25: the limit is a
+    # guideline for cohesion, not a reason to trim documentation).
+    lines = code_lines(path.read_text(encoding="utf-8"))
+    assert lines <= MAX_MODULE_LINES, f"{path.relative_to(REPO)} has {lines} lines of code"

@@ -212,3 +212,59 @@ def test_check_writable_refuses_unwritable_checkpoint_paths(tmp_path):
     with pytest.raises(ValueError, match="is a file, not a directory"):
         check_writable(tmp_path / "notes.txt" / "model")
     assert check_writable(tmp_path / "model") == tmp_path / "model"
+
+
+# ------------------------------------------- sets of files: turns, and dead savers' copies
+def _save_set(directory: str, barrier: str, writer: int, round_: int) -> None:
+    """Wait for the round's other saver, then save one stamped set of files."""
+    _wait_for_each_other(Path(barrier) / str(round_), writer, 2)
+    stamp = f"{writer}:{round_}"
+    files.write_files_atomic(directory, {f"part{index}.txt": stamp for index in range(N_FILES)})
+
+
+def test_two_processes_saving_one_set_of_files_never_mix_them(tmp_path):
+    # Issue #26: report writes and router saves (a .json and its .safetensors) mixed two
+    # savers' files in 3-5 rounds of 60. Writers of one directory now take turns.
+    out, barrier = tmp_path / "out", tmp_path / "barrier"
+    mixed = []
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(2, mp_context=context) as pool:
+        for round_ in range(40):
+            (barrier / str(round_)).mkdir(parents=True)
+            for future in [pool.submit(_save_set, str(out), str(barrier), writer, round_)
+                           for writer in range(2)]:
+                future.result()
+            stamps = {path.read_text() for path in out.glob("part*.txt")}
+            if len(stamps) != 1:
+                mixed.append((round_, stamps))
+    assert not mixed, f"files of two saves were mixed in {len(mixed)} of 40 rounds: {mixed[:3]}"
+    assert sorted(path.name for path in out.iterdir()) == [f"part{index}.txt"
+                                                           for index in range(N_FILES)]
+
+
+def _dead_pid() -> int:
+    import subprocess
+    import sys
+
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+def test_the_next_save_removes_what_a_killed_saver_left(tmp_path):
+    # Issue #26: kill -9 during saves left hidden full copies (14 models after 20 kills).
+    dead, alive = _dead_pid(), os.getppid()
+    left = [tmp_path / f".model.{dead}-x1", tmp_path / f".model.old-{dead}-x2",
+            tmp_path / f".a.txt.{dead}-x3.tmp", tmp_path / f".a.txt.old-{dead}-x4"]
+    kept = [tmp_path / f".model.{alive}-y1", tmp_path / f".a.txt.{alive}-y2.tmp",
+            tmp_path / f".other.txt.{dead}-z.tmp"]  # a live saver's; another file's
+    for path in left[:2]:
+        path.mkdir()
+        (path / "model.safetensors").write_bytes(b"a full copy")
+    for path in [*left[2:], *kept]:
+        path.write_text("partial")
+    files.write_files_atomic(tmp_path, {"a.txt": "new"})
+    assert [path.exists() for path in left] == [True, True, False, False]
+    files.write_directory_atomic(tmp_path / "model", lambda tmp: (tmp / "x").write_text("1"))
+    assert not any(path.exists() for path in left)
+    assert all(path.exists() for path in kept)
