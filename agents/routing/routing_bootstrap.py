@@ -41,12 +41,12 @@ from cost_envs.metrics.bootstrap import (
 )
 from cost_envs.metrics.frontier import aiq, frontier
 
-# APGR and CPT on a block of resamples: the one definition, cost_envs.metrics.routing's
+# PGR's crossings, random routing's exact values, the intervals: cost_envs.metrics.routing's
 from cost_envs.metrics.routing import (
     _cpt_key,
+    _first_crossing,
     _interval,
     _random_metrics,
-    _resampled_metrics,
     routing_curve,
     threshold_order,
 )
@@ -68,10 +68,10 @@ class Accumulator(Protocol):
 
 
 def draws(n: int, codes: np.ndarray | None, n_resamples: int, seed: int,
-          cells: int = BLOCK_CELLS) -> Iterator[np.ndarray]:
+          cells: int | None = None) -> Iterator[np.ndarray]:
     """The resample weights, ``(block, n)`` counts per block (the engine's stream)."""
     rng = np.random.default_rng(seed)
-    for size in resample_blocks(n_resamples, n, block_cells=cells):
+    for size in resample_blocks(n_resamples, n, block_cells=cells or BLOCK_CELLS):
         yield resample_weights(rng, size, n, codes)
 
 
@@ -108,14 +108,33 @@ def curve_points(weights: np.ndarray, order: np.ndarray, ends: np.ndarray,
         ``(b, len(ends) + 1)``: column 0 all weak, column ``k`` the first ``ends[k - 1]``
         queries of ``order`` strong.
     """
-    step = weights[:, order]
-    step *= (strong - weak)[order]
-    np.cumsum(step, axis=1, out=step)
-    out = np.empty((weights.shape[0], len(ends) + 1))
-    out[:, 0] = 0.0
-    out[:, 1:] = step[:, ends - 1]
-    out += (weights @ weak)[:, None]
-    out /= weights.sum(axis=1)[:, None]
+    return _along(weights[:, order], ends, [(weak, strong - weak)], order,
+                  weights.sum(axis=1), weights)[0]
+
+
+def _along(ordered: np.ndarray, ends: np.ndarray, values: Sequence[tuple[np.ndarray, Any]],
+           order: np.ndarray, total: np.ndarray, weights: np.ndarray) -> list[np.ndarray]:
+    """Curve means of several values from one gather of the weights (``ordered``).
+
+    Each value is ``(base, step)``: its per-query value with every query weak, and what a
+    strong call adds (``None``: the count itself, for the strong-call share).
+    """
+    out = []
+    every = len(ends) == ordered.shape[1]  # all scores distinct: every query is a point
+    for base, step in values:
+        curve = np.empty((ordered.shape[0], len(ends) + 1))
+        curve[:, 0] = 0.0
+        if every:  # cumulative sums straight into the curve, no gather
+            np.multiply(ordered, 1.0 if step is None else step[order], out=curve[:, 1:])
+            np.cumsum(curve[:, 1:], axis=1, out=curve[:, 1:])
+        else:
+            run = ordered.copy() if step is None else ordered * step[order]
+            np.cumsum(run, axis=1, out=run)
+            curve[:, 1:] = run[:, ends - 1]
+        if base is not None:
+            curve += (weights @ base)[:, None]
+        curve /= total[:, None]
+        out.append(curve)
     return out
 
 
@@ -202,25 +221,55 @@ class CurveScores:
             if resampled else None)
 
     def _aiq(self, weights: np.ndarray, name: str) -> np.ndarray:
-        if not self.span[1] > self.span[0]:
-            return np.full(weights.shape[0], np.nan)
+        """AIQ of one router's curve on each resample (point values: one row of ones)."""
+        return self._metrics(weights, name, pgr=False)["aiq"]
+
+    def _metrics(self, weights: np.ndarray, name: str, pgr: bool = True
+                 ) -> dict[str, np.ndarray]:
+        """APGR, CPTs (with ``pgr``) and AIQ of one router on a block of resamples.
+
+        One gather of the weights along the routing order gives the curve's share,
+        accuracy and cost at every point (cumulative sums); PGR, its area and its first
+        crossings are :mod:`cost_envs.metrics.routing`'s definitions on them.
+        """
         plan, wc, sc = self.plans[name]
+        out: dict[str, np.ndarray] = {}
+        total = weights.sum(axis=1)
         if plan is None:  # random routing: the straight line between the two ends
-            order, ends = np.arange(len(self.w)), np.array([len(self.w)])
-        else:
-            order, ends = plan
-        return frontier_aiq(curve_points(weights, order, ends, wc, sc),
-                            curve_points(weights, order, ends, self.w, self.s), self.span)
+            if pgr:
+                out.update(_random_metrics(weights, self.w, self.s, self.levels))
+            ends_q = np.column_stack([weights @ self.w, weights @ self.s]) / total[:, None]
+            ends_c = np.column_stack([weights @ wc, weights @ sc]) / total[:, None]
+            out["aiq"] = (frontier_aiq(ends_c, ends_q, self.span)
+                          if self.span[1] > self.span[0]
+                          else np.full(weights.shape[0], np.nan))
+            return out
+        order, ends = plan
+        wanted = [(self.w, self.s - self.w), (wc, sc - wc)]
+        if pgr:
+            wanted.append((None, None))
+        curves = _along(weights[:, order], ends, wanted, order, total, weights)
+        accuracy, cost = curves[0], curves[1]
+        if pgr:
+            share = curves[2]
+            gap = (weights @ (self.s - self.w)) / total
+            with np.errstate(divide="ignore", invalid="ignore"):
+                p = (accuracy - accuracy[:, :1]) / gap[:, None]
+            p[gap <= 0] = np.nan  # PGR undefined on this resample
+            out["apgr"] = np.sum(np.diff(share, axis=1) * (p[:, 1:] + p[:, :-1]) / 2.0,
+                                 axis=1)
+            for level in self.levels:
+                out[_cpt_key(level)] = _first_crossing(share, p, level)
+        out["aiq"] = (frontier_aiq(cost, accuracy, self.span) if self.span[1] > self.span[0]
+                      else np.full(weights.shape[0], np.nan))
+        return out
 
     def add(self, weights: np.ndarray) -> None:
         """Read one block of resample weights."""
         if self.drawn is None:
             return
-        for name, (plan, _, _) in self.plans.items():
-            metrics = (_random_metrics(weights, self.w, self.s, self.levels) if plan is None
-                       else _resampled_metrics(weights, *plan, self.w, self.s, self.levels))
-            metrics["aiq"] = self._aiq(weights, name)
-            for key, values in metrics.items():
+        for name in self.plans:
+            for key, values in self._metrics(weights, name).items():
                 self.drawn[name][key].append(values)
 
     def result(self, confidence: float) -> dict[str, dict[str, Any]]:
