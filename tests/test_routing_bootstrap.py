@@ -233,3 +233,20 @@ def test_bad_input_is_one_line() -> None:
         score_table(data, {}, {"r": np.ones(40)}, weak="weak", n_resamples=0)
     with pytest.raises(ValueError, match="split_by"):
         compare_with_random(data, {"r": np.zeros(40, np.int64)}, split_by="subject")
+
+
+def test_the_held_out_table_compares_at_the_same_share_and_the_same_cost() -> None:
+    from experiments.traces_heldout import Protocol, evaluate, markdown
+
+    data = two_models(n=200)
+    result = evaluate(data, Protocol("group", 4, "4 folds by group"), n_resamples=100)
+    for entry in result["routers"].values():
+        point = entry["point"]
+        assert point["minus_random"]["strong_share"] == {"value": 0.0, "ci": [0.0, 0.0]}
+        assert max(map(abs, point["minus_random_at_cost"]["cost_per_query"]["ci"])) < 1e-12
+        assert entry["random_at_cost"]["cost_per_query"]["value"] == pytest.approx(
+            point["cost_per_query"]["value"])
+        assert "aiq" in entry["curve"]["minus_random"]
+    text = "\n".join(markdown("synthetic", result))
+    assert "accuracy - random at the same cost (paired)" in text
+    assert "at the same cost, " in text
