@@ -67,10 +67,10 @@ def measure(n: int, resamples: int, old: bool) -> dict[str, Any]:
 
     data, scores = synthetic(n)
     decisions = (scores >= np.median(scores)).astype(np.int64)
-    t = time.perf_counter()
+    t = time.process_time()
     for _ in draws(n, None, resamples, seed=0):
         pass
-    draw = time.perf_counter() - t
+    draw = time.process_time() - t
     tracemalloc.start()
     t, cpu = time.perf_counter(), time.process_time()
     out = score_table(data, {"router": decisions}, {"router": scores, "random": None},
@@ -122,11 +122,12 @@ def table(rows: list[dict[str, Any]], resamples: int) -> str:
         "CPT(50%), CPT(80%) and AIQ beside random routing's, every interval from "
         f"{resamples:,} bootstrap resamples over queries, drawn once. Synthetic two-model "
         "logs, all scores distinct (a curve of n + 1 points, the worst case); each size in "
-        "a fresh process.",
+        "a fresh process. The machine is shared by several sessions: wall times move with "
+        "its load (given below), CPU times much less.",
         "",
         f"Machine: {machine()}",
         "",
-        "| queries | scoring, wall (s) | scoring, CPU (s) | resample draw alone (s) | "
+        "| queries | scoring, wall (s) | scoring, CPU (s) | resample draw alone, CPU (s) | "
         "numpy peak (MB) | process peak RSS (MB) | AIQ |"
         + (" old AIQ step (s) | old numpy peak (MB) |" if old else ""),
         "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |" + (" ---: | ---: |" if old else ""),
@@ -154,8 +155,9 @@ def table(rows: list[dict[str, Any]], resamples: int) -> str:
         lines += ["", "The old AIQ step (`curve_routing`'s n x (n + 1) matrices, then "
                   "`bootstrap_aiq`) is quadratic: its memory at 1,000 queries times 100 at "
                   "10,000 (about 0.37 GB at 2,942 queries, 6 GB at 13,364). Both give the "
-                  "same AIQ (the last column beside AIQ: "
-                  + ", ".join(f"{r['old_aiq']:.4f}" for r in rows if "old_aiq" in r)
+                  "same AIQ (the old step's: "
+                  + ", ".join(f"{r['old_aiq']:.4f} at {r['n']:,} queries" for r in rows
+                              if "old_aiq" in r)
                   + "; tests/test_routing_bootstrap.py checks the intervals too)."]
     return "\n".join(lines) + "\n"
 

@@ -12,6 +12,7 @@ from agents.routing.routing_bootstrap import (
     frontier_aiq,
     frontier_mix,
     hull_candidates,
+    threshold_aiq,
 )
 from agents.routing.routing_eval import (
     call_costs,
@@ -130,6 +131,13 @@ def test_curve_points_are_the_column_means_of_the_matrix() -> None:
     expected = weights @ matrix / weights.sum(axis=1, keepdims=True)
     assert curve_points(weights, order, ends, weak, strong) == pytest.approx(expected)
     assert frontier_aiq(expected, expected, [0.0, 1.0]).shape == (4,)
+    # a fold's AIQ as cross-validation reads it: the matrices' column means, or linear
+    cost_w, cost_s = rng.random(n), 2.0 + rng.random(n)
+    costs = np.where(rank[:, None] < np.concatenate([[0], ends])[None, :],
+                     cost_s[:, None], cost_w[:, None])
+    assert threshold_aiq(scores, weak, strong, cost_w, cost_s, [0.5, 2.5]) == pytest.approx(
+        aiq(costs.mean(axis=0), matrix.mean(axis=0), [0.5, 2.5]), abs=1e-12)
+    assert np.isnan(threshold_aiq(scores, weak, strong, cost_w, cost_s, [1.0, 1.0]))
 
 
 # ------------------------------------------------------------------ matched references

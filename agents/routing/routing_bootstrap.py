@@ -175,6 +175,24 @@ def frontier_aiq(costs: np.ndarray, qualities: np.ndarray, cost_range: Sequence[
                      for c, q in zip(costs, qualities, strict=True)])
 
 
+def threshold_aiq(scores: np.ndarray, weak_quality: np.ndarray, strong_quality: np.ndarray,
+                  weak_cost: np.ndarray, strong_cost: np.ndarray,
+                  cost_range: Sequence[float]) -> float:
+    """AIQ of a threshold router's curve on all its queries, linear in the queries.
+
+    The value of :func:`~cost_envs.metrics.frontier.aiq` on the column means of
+    :func:`agents.routing.routing_eval.curve_routing`'s matrices (what cross-validation
+    reads per fold), without building them; ``nan`` when the range is empty.
+    """
+    if not cost_range[1] > cost_range[0]:
+        return float("nan")
+    order, ends = threshold_order(np.asarray(scores, dtype=np.float64))
+    ones = np.ones((1, len(order)))
+    return float(frontier_aiq(curve_points(ones, order, ends, weak_cost, strong_cost),
+                              curve_points(ones, order, ends, weak_quality, strong_quality),
+                              cost_range)[0])
+
+
 class CurveScores:
     """APGR, CPTs and AIQ of threshold routers, on every block of one draw.
 

@@ -335,9 +335,7 @@ def score_table(
         ``{"points": compare_with_random's, "curves": curve_metrics'}``.
     """
     one_of(split_by, "split_by", SPLIT_BY)
-    check_bootstrap_args(max(1, n_resamples), confidence)
-    if n_resamples != 0:
-        check_bootstrap_args(n_resamples, confidence)
+    check_bootstrap_args(1 if n_resamples == 0 else n_resamples, confidence)  # 0: points only
     if curves and n_resamples == 0:
         raise ValueError("n_resamples: curve metrics need at least 1 resample, got 0")
     c = call_costs(data, costs)
