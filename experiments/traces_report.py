@@ -157,8 +157,9 @@ def markdown(gsm: Mapping[str, Any], mmlu: Sequence[Mapping[str, Any]],
         f"percentile bootstraps over the test queries ({n_resamples} resamples), all "
         "routers on the same resamples.",
         "",
-        "| Router | APGR | CPT(50%) | CPT(80%) | cost / 1k queries at CPT(80%) |",
-        "|---|---|---|---|---|",
+        "| Router | APGR | CPT(50%) | CPT(80%) | cost / 1k queries at CPT(80%) | AIQ | "
+        "AIQ - random (paired) |",
+        "|---|---|---|---|---|---|---|",
     ]
     labels = (("learned", "learned"), ("length", "longest prompts first (no training)"),
               ("cascade", "cascade: weak model first, learned on its answer"),
@@ -167,17 +168,24 @@ def markdown(gsm: Mapping[str, Any], mmlu: Sequence[Mapping[str, Any]],
     for name, label in labels:
         if name not in m:
             continue
+        minus = m[name].get("minus_random", {}).get("aiq")
         lines.append(f"| {label} | {_fmt(m[name]['apgr'])} | {_fmt(m[name]['cpt_50'])} | "
                      f"{_fmt(m[name]['cpt_80'])} | "
-                     f"${1000 * gsm['cost_at_cpt_80'][name]:.4f} |")
+                     f"${1000 * gsm['cost_at_cpt_80'][name]:.4f} | {_fmt(m[name]['aiq'])} | "
+                     f"{'' if minus is None else _fmt(minus)} |")
     diff = m["learned"]["minus_random"]
     lines += [
         "",
         "Random routing's values are exact expectations (its expected PGR is its "
-        "strong-call share on any resample), so its intervals are points and paired "
-        "differences reduce to the router's own interval shifted. Learned minus "
+        "strong-call share on any resample), so its APGR and CPT intervals are points and "
+        "those paired differences reduce to the router's own interval shifted: random "
+        "routing at the same share. AIQ reads the same curves on the cost axis (accuracy "
+        "against cost per query, the area under the non-decreasing hull over the two "
+        "models' cost range, normalised): random routing at the same cost is the straight "
+        "line between the two models, whose AIQ is resampled with the router's; the "
+        "cascade rows pay the weak call on every query. Learned minus "
         f"random, paired: APGR {_fmt(diff['apgr'])}, CPT(50%) {_fmt(diff['cpt_50'])}, "
-        f"CPT(80%) {_fmt(diff['cpt_80'])}.",
+        f"CPT(80%) {_fmt(diff['cpt_80'])}, AIQ {_fmt(diff['aiq'])}.",
         "",
         f"**CPT(80%)**: the learned router needs {m['learned']['cpt_80']['value']:.1%} strong "
         f"calls (95% CI {m['learned']['cpt_80']['ci'][0]:.1%}-"
