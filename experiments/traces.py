@@ -37,6 +37,7 @@ from agents.routing.router_features import (
     answer_statistics,
     weak_answers,
 )
+from agents.routing.routing_eval import curve_metrics
 from agents.routing.trace_router import (
     CascadeRouter,
     LogisticRegression,
@@ -46,7 +47,6 @@ from agents.routing.trace_router import (
     cascade_observations,
 )
 from cost_envs.metrics.routing import (
-    bootstrap_routing,
     oracle_point,
     oracle_scores,
     random_routing_curve,
@@ -143,8 +143,14 @@ def _experiment(data: TraceDataset, n_resamples: int, seed: int, cv: bool,
             "weak_cost_per_query": float(wc.mean()),
         }
     cascade_run = "cascade" in routers
-    metrics = bootstrap_routing(routers, w, s, n_resamples=n_resamples, seed=seed,
-                                reference=("random", "learned") if cascade_run else "random")
+    # a cascade's escalation pays both calls (its AIQ's cost axis); random pays plain calls
+    escalated = test_costs.copy()
+    escalated[:, is_] += test_costs[:, iw]
+    metrics = curve_metrics(test, routers, weak, strong, test_costs, n_resamples=n_resamples,
+                            seed=seed,
+                            reference=("random", "learned") if cascade_run else "random",
+                            router_costs={k: escalated for k in ("cascade", "no_final")
+                                          if k in routers})
     if cascade_run:  # of the differences against learned, only cascade's is reported
         for name, entry in metrics.items():
             paired = entry.pop("minus_learned", None)

@@ -11,10 +11,13 @@ queries, its threshold calibrated on the *training* scores for a strong-call sha
 :data:`TARGET_SHARE` (:func:`agents.routing.calibration.calibrate_share`), and the
 held-out queries routed.
 The out-of-fold decisions and scores are pooled (every query held out exactly once) and
-scored exactly (:func:`agents.routing.routing_eval.score_routings`): accuracy, cost and
-the test share reached, against random routing at that same share (exact, paired
-difference), each single model and the per-query oracle; the score curve gives APGR,
-CPT(50%), CPT(80%) and AIQ (:func:`~agents.routing.routing_eval.curve_metrics`).
+scored exactly, on one draw of resamples (:func:`agents.routing.routing_eval.score_table`):
+accuracy, cost and the test share reached, against random routing at the same share and
+at the same cost, both matched to the router within each resample
+(:func:`~agents.routing.routing_eval.compare_with_random`: exact, paired differences),
+each single model and the per-query oracle; the score curve gives APGR, CPT(50%),
+CPT(80%) and AIQ (:func:`~agents.routing.routing_eval.curve_metrics`), each against
+random routing's.
 Intervals resample whole groups when the split is by group (the JSON says
 ``"resampled": "clusters"`` and how many). Weak and strong are the cheaper and the dearer
 model; where the dearer is not the more accurate, PGR (so APGR and CPT) is undefined and
@@ -39,10 +42,9 @@ from agents.routing.router_cv import cross_validate
 from agents.routing.routers import make_router
 from agents.routing.routing_eval import (
     call_costs,
-    curve_metrics,
     oracle_routing,
-    random_routing,
     score_routings,
+    score_table,
     single_model,
 )
 from agents.routing.solvers import solver_name
@@ -224,6 +226,7 @@ def evaluate(data: TraceDataset, protocol: Protocol, n_resamples: int, seed: int
         "source": data.source, "protocol": protocol.label, "split_by": protocol.split_by,
         "folds": protocol.folds, "weak": weak, "strong": strong, "queries": data.n_queries,
         "held_out": test.n_queries, "target_share": TARGET_SHARE, "solver": solver_name(),
+        "cost_range": plain_range,
         "groups": None if test.groups is None else len(set(test.groups)),
         "pgr_defined": bool(test.accuracy[is_] > test.accuracy[iw]),
         "embeddings": "run" if embeddings else ("not run here (benchmarks/"
@@ -237,21 +240,31 @@ def evaluate(data: TraceDataset, protocol: Protocol, n_resamples: int, seed: int
         chosen: list[dict[str, Any]] = []
         scores, calls, train_shares = _out_of_fold(data, splits, kind, settings, weak, strong,
                                                    protocol.split_by, chosen)
-        # a cascade pays the weak call on every query: an escalation costs both calls
+        # a cascade pays the weak call on every query: an escalation costs both calls;
+        # its random references pay the plain calls (what random routing would spend)
         costs = c.copy()
         if kind == "cascade":
             costs[:, is_] += c[:, iw]
         share = float(calls.mean())
         decisions = np.where(calls, is_, iw).astype(np.int64)
-        point = score_routings(test, {name: decisions, "random": random_routing(
-            test, weak, strong, share)}, costs, strong=strong, reference="random", **kw)
-        curve = curve_metrics(test, {name: scores, "random": None}, weak, strong, costs,
-                              reference="random", cost_range=plain_range, **kw)
+        table = score_table(test, {name: decisions}, {name: scores, "random": None},
+                            weak=weak, strong=strong, costs=c, router_costs={name: costs},
+                            curve_reference="random", cost_range=plain_range, **kw)
+        point = dict(table["points"][name])
+        references = {key: point.pop(key) for key in
+                      ("random_at_share", "random_at_cost", "minus_random_at_share",
+                       "minus_random_at_cost")}
         out["routers"][name] = {
             "kind": kind, "settings": dict(settings), "train_share": train_shares,
-            "test_share": share, "point": point[name], "random_point": point["random"],
-            "curve": curve[name], "random_curve": curve["random"],
-            "verdict": verdict(point[name]["minus_random"]["accuracy"]),
+            "test_share": share,
+            # minus_random: random at the same share, matched within each resample
+            "point": {**point, "minus_random": references["minus_random_at_share"],
+                      "minus_random_at_cost": references["minus_random_at_cost"]},
+            "random_point": references["random_at_share"],
+            "random_at_cost": references["random_at_cost"],
+            "curve": table["curves"][name], "random_curve": table["curves"]["random"],
+            "verdict": verdict(references["minus_random_at_share"]["accuracy"]),
+            "verdict_at_cost": verdict(references["minus_random_at_cost"]["accuracy"]),
         }
         if chosen:
             out["routers"][name]["cv"] = chosen
@@ -285,24 +298,29 @@ def markdown(title: str, result: Mapping[str, Any]) -> list[str]:
         + f". Solver: {r['solver']}. Embeddings: {r['embeddings']}.",
         "",
         "| Router | strong share (test) | accuracy | cost / 1k queries | accuracy - random "
-        "(paired) | APGR | APGR - random | CPT(50%) | CPT(80%) | AIQ |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "at the same share (paired) | accuracy - random at the same cost (paired) | APGR | "
+        "APGR - random | CPT(50%) | CPT(80%) | AIQ | AIQ - random (paired) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, e in r["routers"].items():
         p, cv = e["point"], e["curve"]
         lines.append(
             f"| {name} | {e['test_share']:.1%} | {_fmt(p['accuracy'])} | "
             f"{_fmt(p['cost_per_query'], 1000, 4)} | {_fmt(p['minus_random']['accuracy'])} | "
+            f"{_fmt(p['minus_random_at_cost']['accuracy'])} | "
             f"{_fmt(cv['apgr'])} | {_fmt(cv['minus_random']['apgr'])} | "
-            f"{_fmt(cv['cpt_50'])} | {_fmt(cv['cpt_80'])} | {_fmt(cv['aiq'])} |")
+            f"{_fmt(cv['cpt_50'])} | {_fmt(cv['cpt_80'])} | {_fmt(cv['aiq'])} | "
+            f"{_fmt(cv['minus_random']['aiq'])} |")
     for name, e in r["baselines"].items():
         lines.append(f"| {name} | {e['strong_share']['value']:.1%} | {_fmt(e['accuracy'])} | "
-                     f"{_fmt(e['cost_per_query'], 1000, 4)} | | | | | | |")
-    lines += ["", "Random routing at each router's own test share is exact (no draws); "
-              "its accuracy is linear between the two models'. "
-              + " ".join(f"**{name}**: {e['verdict']} on held-out "
-                         f"{'groups' if r['split_by'] == 'group' else 'queries'} (accuracy "
-                         f"minus random {_fmt(e['point']['minus_random']['accuracy'])})."
+                     f"{_fmt(e['cost_per_query'], 1000, 4)} | | | | | | | | |")
+    unit = "groups" if r["split_by"] == "group" else "queries"
+    lines += ["", "Accuracy minus random routing, paired, matched within each resample "
+              "(the section's opening says how): "
+              + " ".join(f"**{name}**: at the same share, {e['verdict']} on held-out {unit} "
+                         f"({_fmt(e['point']['minus_random']['accuracy'])}); at the same "
+                         f"cost, {e['verdict_at_cost']} "
+                         f"({_fmt(e['point']['minus_random_at_cost']['accuracy'])})."
                          for name, e in r["routers"].items())]
     tuned = [(name, e["cv"]) for name, e in r["routers"].items() if e.get("cv")]
     if tuned:

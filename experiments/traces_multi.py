@@ -15,9 +15,12 @@ out once) give:
 * the AIQ of those operating points against the single models' frontier (what random
   routing between the models reaches), paired
   (:func:`agents.routing.multi_router.sweep_metrics`);
-* at the halfway target (``route train``'s default), accuracy and cost beside random
-  routing on the single models' frontier at the router's own held-out cost per query
-  (:func:`agents.routing.routing_eval.hull_routing`, exact), paired.
+* at the halfway target (``route train``'s default), accuracy and cost beside the
+  reference points of the two-model table
+  (:func:`agents.routing.routing_eval.compare_with_random`, exact, paired): random
+  routing at the router's own share of calls to each model, and random routing on the
+  single models' frontier at the router's own cost per query, both matched to the router
+  within each resample.
 
 Intervals resample whole groups when the split is by group. **No shipped log has more
 than two models**, so here a K-model router chooses between two: its AIQ is compared
@@ -35,7 +38,7 @@ import numpy as np
 from agents.routing.calibration import calibrate_lam
 from agents.routing.multi_router import SINGLE_MODELS, MultiRouter, sweep_metrics
 from agents.routing.router_cv import cross_validate
-from agents.routing.routing_eval import call_costs, hull_routing, score_routings
+from agents.routing.routing_eval import call_costs, compare_with_random
 from cost_envs.traces import TraceDataset
 from experiments.traces_heldout import CV_FOLDS, Protocol, _fmt, splits_of, verdict
 
@@ -105,17 +108,25 @@ def evaluate_multi(data: TraceDataset, protocol: Protocol, n_resamples: int, see
         d = decisions[held]
         curves = sweep_metrics(test, {name: d}, c[held], **kw)
         at = d[:, TARGETS.index(HALFWAY)]
-        budget = float(c[held][np.arange(test.n_queries), at].mean())
-        points = score_routings(test, {name: at, "frontier": hull_routing(test, budget,
-                                                                          c[held])},
-                                c[held], reference="frontier", **kw)
+        point = dict(compare_with_random(test, {name: at}, c[held], **kw)[name])
+        references = {key: point.pop(key) for key in
+                      ("random_at_share", "random_at_cost", "minus_random_at_share",
+                       "minus_random_at_cost")}
         out["rows"][name] = {
             "aiq": curves[name], "single_models_aiq": curves[SINGLE_MODELS],
-            "halfway": points[name], "frontier": points["frontier"],
+            # the two-model table's reference points: random routing at the router's own
+            # model shares and on the single models' frontier at its own cost, matched
+            # within each resample
+            "halfway": {**point, "minus_random": references["minus_random_at_share"],
+                        "minus_frontier": references["minus_random_at_cost"]},
+            "random_point": references["random_at_share"],
+            "frontier": references["random_at_cost"],
             "verdict": verdict(curves[name][f"minus_{SINGLE_MODELS}"]),
+            "verdict_at_share": verdict(references["minus_random_at_share"]["accuracy"]),
+            "verdict_at_cost": verdict(references["minus_random_at_cost"]["accuracy"]),
             "halfway_lam": lams, **({"cv": chosen} if chosen else {}),
         }
-        out["resampled"], out["units"] = points[name]["resampled"], points[name]["units"]
+        out["resampled"], out["units"] = point["resampled"], point["units"]
     return out
 
 
@@ -131,14 +142,18 @@ def markdown(results: Mapping[str, Any]) -> list[str]:
              f"`lam` calibrated on the training fold for {len(TARGETS)} target costs per "
              "query (0% to 100% of the way from the cheapest to the dearest model's mean "
              "training cost); the halfway point is `cost-envs route train`'s default. The "
-             "(cv) row chooses `l2` on inner folds of each training fold.", "",
+             "(cv) row chooses `l2` on inner folds of each training fold. The halfway point "
+             "is compared with the two-model table's references: random routing at its own "
+             "share of calls to each model and on the single models' frontier at its own "
+             "cost per query, both matched within each resample.", "",
              "| Data (held out) | Router | AIQ | AIQ - single models (paired) | halfway: "
-             "accuracy | cost / 1k queries | accuracy - frontier at that cost (paired) |",
-             "|---|---|---|---|---|---|---|"]
+             "accuracy | cost / 1k queries | accuracy - random at the same shares (paired) | "
+             "accuracy - random at the same cost (paired) |",
+             "|---|---|---|---|---|---|---|---|"]
     verdicts = []
     for title, r in results.items():
         if "skipped" in r:
-            lines.append(f"| {title} | skipped: {r['skipped']} | | | | | |")
+            lines.append(f"| {title} | skipped: {r['skipped']} | | | | | | |")
             continue
         for name, e in r["rows"].items():
             h = e["halfway"]
@@ -147,6 +162,7 @@ def markdown(results: Mapping[str, Any]) -> list[str]:
                 f"{'groups' if r['resampled'] == 'clusters' else 'queries'} resampled) | "
                 f"{name} | {_fmt(e['aiq'])} | {_fmt(e['aiq'][f'minus_{SINGLE_MODELS}'])} | "
                 f"{_fmt(h['accuracy'])} | {_fmt(h['cost_per_query'], 1000, 4)} | "
+                f"{_fmt(h['minus_random']['accuracy'])} | "
                 f"{_fmt(h['minus_frontier']['accuracy'])} |")
             reads = e["verdict"].replace("random", "the single models")
             verdicts.append(f"{title}, {name}: AIQ {reads}")

@@ -61,6 +61,12 @@ def test_on_three_models_the_router_beats_the_frontier_on_unseen_groups() -> Non
         assert row["verdict"] == "beats random"  # the single models' frontier, paired
         assert row["aiq"][f"minus_{SINGLE_MODELS}"]["ci"][0] > 0.05
         assert row["halfway"]["minus_frontier"]["accuracy"]["ci"][0] > 0
+        # the two-model table's reference points, matched within each resample: the same
+        # shares (share difference 0 on every resample) and the same cost (0 up to rounding)
+        assert row["halfway"]["minus_random"]["strong_share"] == {"value": 0.0,
+                                                                  "ci": [0.0, 0.0]}
+        assert max(map(abs, row["halfway"]["minus_frontier"]["cost_per_query"]["ci"])) < 1e-12
+        assert row["verdict_at_cost"] == "beats random"
         # calibrated on training for 5.5 per query (halfway from 1 to 10): on unseen groups
         # it lands above (training predictions are sharper) but far below `large` alone
         assert 5.5 < row["halfway"]["cost_per_query"]["value"] < 8.0

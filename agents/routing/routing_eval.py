@@ -8,10 +8,17 @@ cap): accuracy, mean score, cost per query, the share of calls to each model and
 strong one, with bootstrap intervals over queries, or over groups when the split held
 out whole groups (``split_by="group"``: the cluster bootstrap of
 :func:`cost_envs.metrics.bootstrap.bootstrap_means`). :func:`score_routings` scores
-several routers on the same resamples, with paired differences against a reference
-(a router minus random routing at its own strong-call share, say).
+several routers on the same resamples, with paired differences against a reference.
 
-The baselines, as the routing literature defines them (RouteLLM, RouterBench):
+**Against random routing**, :func:`compare_with_random` is the comparison every table
+makes: each router beside random routing at the *same share* of calls to each model and
+on the single models' frontier at the *same cost* per query, both matched to the router
+within each bootstrap resample (a reference fixed at the whole test set's share would
+leave a share difference that varies from resample to resample, and widen or bias the
+paired interval), with paired differences.
+
+The baselines (:mod:`agents.routing.routing_baselines`, re-exported here), as the routing
+literature defines them (RouteLLM, RouterBench):
 
 * :func:`random_routing`: each query goes to the strong model with probability ``r``
   (the strong-call share); its exact expectation, nothing drawn; :func:`random_shares`
@@ -26,10 +33,12 @@ The baselines, as the routing literature defines them (RouteLLM, RouterBench):
 
 :func:`baselines` gathers the two-model ones, :func:`model_baselines` the K-model ones.
 
-:func:`curve_metrics` reads a score-based router's threshold curve: APGR and CPT with
-intervals (:func:`cost_envs.metrics.routing.bootstrap_routing`, clusters when split by
-group) and AIQ on the cost axis (:func:`cost_envs.metrics.frontier.aiq`). Thresholds
-for a target strong-call share or cost are :mod:`agents.routing.calibration`'s.
+:func:`curve_metrics` reads a score-based router's threshold curve: APGR and CPT
+(:mod:`cost_envs.metrics.routing`'s definitions) and AIQ on the cost axis
+(:func:`cost_envs.metrics.frontier.aiq`), with intervals (clusters when split by group),
+in memory and time linear in the queries (:mod:`agents.routing.routing_bootstrap`);
+:func:`score_table` runs it and :func:`compare_with_random` on one draw of resamples.
+Thresholds for a target strong-call share or cost are :mod:`agents.routing.calibration`'s.
 """
 
 from __future__ import annotations
@@ -39,63 +48,30 @@ from typing import Any
 
 import numpy as np
 
-from cost_envs.config import number, one_of
-from cost_envs.metrics.bootstrap import bootstrap_means
-from cost_envs.metrics.frontier import bootstrap_aiq, frontier
-from cost_envs.metrics.routing import DEFAULT_LEVELS, bootstrap_routing, threshold_order
-from cost_envs.prices import default_price_table
+from agents.routing.routing_baselines import (
+    baselines,
+    hull_routing,
+    model_baselines,
+    oracle_routing,
+    random_routing,
+    random_shares,
+    single_model,
+    single_model_frontier,
+    threshold_routing,
+)
+from agents.routing.routing_bootstrap import CurveScores, PointScores, run
+from agents.routing.routing_core import call_costs, resample_clusters, routing_probabilities
+from cost_envs.config import one_of
+from cost_envs.metrics.bootstrap import bootstrap_means, check_bootstrap_args, cluster_codes
+from cost_envs.metrics.routing import DEFAULT_LEVELS, threshold_order
 from cost_envs.traces import SPLIT_BY, TraceDataset
 
-
-def call_costs(data: TraceDataset, costs: Any = None) -> np.ndarray:
-    """The ``(n, m)`` cost of each call: ``costs`` if given, else the data's own.
-
-    The data's own are its logged costs where logged, else tokens x the packaged price
-    table's prices (as TraceRouting-v0 prices them).
-    """
-    if costs is None:
-        return data.call_costs(default_price_table())
-    out = np.asarray(costs, dtype=np.float64)
-    if out.shape != (data.n_queries, data.n_models) or not np.isfinite(out).all():
-        raise ValueError(f"costs: expected finite numbers of shape ({data.n_queries}, "
-                         f"{data.n_models}), got shape {out.shape}")
-    return out
-
-
-def routing_probabilities(decisions: Any, n_queries: int, n_models: int) -> np.ndarray:
-    """Decisions as an ``(n, m)`` matrix of routing probabilities.
-
-    Args:
-        decisions: ``(n,)`` model indices in ``[0, m)``, or an ``(n, m)`` matrix of
-            probabilities in ``[0, 1]`` whose rows sum to 1.
-        n_queries: ``n``.
-        n_models: ``m``.
-
-    Raises:
-        ValueError: On another shape, an index out of range or rows that are not
-            distributions.
-    """
-    x = np.asarray(decisions)
-    if x.shape == (n_queries,):
-        if not np.issubdtype(x.dtype, np.integer) or x.min() < 0 or x.max() >= n_models:
-            raise ValueError(f"decisions: expected model indices in [0, {n_models}), got "
-                             f"{x.dtype} values in [{x.min()}, {x.max()}]")
-        out = np.zeros((n_queries, n_models))
-        out[np.arange(n_queries), x] = 1.0
-        return out
-    if x.shape != (n_queries, n_models):
-        raise ValueError(f"decisions: expected ({n_queries},) model indices or a "
-                         f"({n_queries}, {n_models}) probability matrix, got shape {x.shape}")
-    x = x.astype(np.float64)
-    if not (np.isfinite(x).all() and (x >= 0).all() and np.allclose(x.sum(axis=1), 1.0)):
-        raise ValueError("decisions: expected rows of probabilities in [0, 1] summing to 1")
-    return x
-
-
-def resample_clusters(data: TraceDataset, split_by: str) -> np.ndarray | None:
-    """What a bootstrap over ``data`` resamples: ``None`` (queries) or its groups."""
-    one_of(split_by, "split_by", SPLIT_BY)
-    return data.clusters("group") if split_by == "group" else None
+__all__ = [
+    "baselines", "call_costs", "compare_with_random", "curve_metrics", "curve_routing",
+    "hull_routing", "model_baselines", "oracle_routing", "random_routing", "random_shares",
+    "resample_clusters", "routing_probabilities", "score_routing", "score_routings",
+    "score_table", "single_model", "single_model_frontier", "threshold_routing",
+]
 
 
 def score_routing(
@@ -206,134 +182,33 @@ def score_routings(
     return out
 
 
-# -------------------------------------------------------------------------- baselines
-def single_model(data: TraceDataset, model: str) -> np.ndarray:
-    """Every query to ``model``: ``(n,)`` indices."""
-    return np.full(data.n_queries, data.model_index(model), dtype=np.int64)
-
-
-def random_shares(data: TraceDataset, shares: Mapping[str, float] | None = None
-                  ) -> np.ndarray:
-    """Random routing over any number of models at given shares: ``(n, m)`` probabilities.
-
-    Each query goes to model ``j`` with probability ``shares[j]``, independently; scored
-    by :func:`score_routing` this is its exact expectation (nothing is drawn): accuracy
-    and cost are the share-weighted means of the single models'.
-
-    Args:
-        data: The queries.
-        shares: Model name -> probability (models not named get 0), summing to 1;
-            ``None``: uniform over all of ``data``'s models.
-
-    Raises:
-        ValueError: On an unknown model, a share outside [0, 1] or shares not summing to 1.
-    """
-    if shares is None:
-        return np.full((data.n_queries, data.n_models), 1.0 / data.n_models)
-    p = np.zeros(data.n_models)
-    for name, share in shares.items():
-        if name not in data.models:
-            raise ValueError(f"shares: no model {name!r}; the data has {list(data.models)}")
-        p[data.model_index(name)] += number(share, f"shares[{name!r}]", minimum=0, maximum=1)
-    if not np.isclose(p.sum(), 1.0):
-        raise ValueError(f"shares: expected probabilities summing to 1, got {p.sum():.6g}")
-    return np.tile(p / p.sum(), (data.n_queries, 1))
-
-
-def random_routing(data: TraceDataset, weak: str, strong: str, share: float) -> np.ndarray:
-    """Random routing at strong-call share ``share``: ``(n, m)`` probabilities (exact).
-
-    The two-model case of :func:`random_shares`: each query goes to ``strong`` with
-    probability ``share`` and to ``weak`` otherwise; its exact expectation is linear
-    between the two models', ``(1 - share) * weak + share * strong``.
-    """
-    number(share, "share", minimum=0, maximum=1)
-    shares = {weak: 1.0 - share}
-    shares[strong] = shares.get(strong, 0.0) + share
-    return random_shares(data, shares)
-
-
-def single_model_frontier(data: TraceDataset, costs: Any = None) -> dict[str, Any]:
-    """The cost-quality frontier of the single models: what random routing reaches.
-
-    Each model alone is a point (mean cost per query, mean score); mixing two of them at
-    random reaches every point between, so the best any *non-learned* router does at a
-    budget is the non-decreasing upper convex hull of the points
-    (:func:`cost_envs.metrics.frontier.frontier`). A router over K models earns its keep
-    by lying above it (its AIQ above the hull's).
-
-    Returns:
-        ``{"points": {model: [cost, quality]}, "models": the hull's models, cheapest
-        first, "cost": their costs, "quality": their qualities}``.
-    """
-    c = call_costs(data, costs).mean(axis=0)
-    q = data.scores.mean(axis=0)
-    fc, fq = frontier(c, q)
-    hull = [next(j for j in range(data.n_models) if c[j] == x and q[j] == y)
-            for x, y in zip(fc, fq, strict=True)]
-    return {"points": {m: [float(c[j]), float(q[j])] for j, m in enumerate(data.models)},
-            "models": [data.models[j] for j in hull], "cost": fc.tolist(),
-            "quality": fq.tolist()}
-
-
-def hull_routing(data: TraceDataset, budget: float, costs: Any = None) -> np.ndarray:
-    """Random routing on the single-model frontier at mean cost ``budget``: ``(n, m)``.
-
-    The two adjacent hull models around ``budget``, mixed so that the mean cost per query
-    is ``budget`` (exact expectation): the best non-learned routing at that cost. Below
-    the cheapest hull model it is that model; above the best, the best.
-    """
-    number(budget, "budget", minimum=0)
-    hull = single_model_frontier(data, costs)
-    fc, models = np.array(hull["cost"]), hull["models"]
-    k = int(np.searchsorted(fc, budget))
-    if k == 0 or k == len(fc):
-        return random_shares(data, {models[min(k, len(fc) - 1)]: 1.0})
-    share = (budget - fc[k - 1]) / (fc[k] - fc[k - 1])
-    return random_shares(data, {models[k - 1]: 1.0 - share, models[k]: share})
-
-
-def oracle_routing(data: TraceDataset, costs: Any = None) -> np.ndarray:
-    """The per-query oracle: the best-scoring model of each query, the cheapest on ties.
-
-    It knows the outcomes, so it is an upper reference, not a router: it reaches the best
-    accuracy any routing can, at the lowest cost among routings that do.
-    """
-    c = call_costs(data, costs)
-    best = data.scores == data.scores.max(axis=1, keepdims=True)
-    return np.argmin(np.where(best, c, np.inf), axis=1).astype(np.int64)
-
-
-def threshold_routing(data: TraceDataset, scores: Any, threshold: float, weak: str,
-                      strong: str) -> np.ndarray:
-    """``strong`` where a router's score is >= ``threshold``, else ``weak``: ``(n,)``."""
-    x = np.asarray(scores, dtype=np.float64)
-    if x.shape != (data.n_queries,):
-        raise ValueError(f"scores: expected shape ({data.n_queries},), got {x.shape}")
-    return np.where(x >= threshold, data.model_index(strong),
-                    data.model_index(weak)).astype(np.int64)
-
-
-def baselines(data: TraceDataset, weak: str, strong: str, share: float,
-              costs: Any = None) -> dict[str, np.ndarray]:
-    """The literature's baselines on ``data``: random at ``share``, each model, the oracle."""
-    out = {f"random ({share:.0%} strong)": random_routing(data, weak, strong, share)}
-    out.update({f"only {m}": single_model(data, m) for m in data.models})
-    out["oracle"] = oracle_routing(data, costs)
-    return out
-
-
-def model_baselines(data: TraceDataset, shares: Mapping[str, float] | None = None,
-                    costs: Any = None) -> dict[str, np.ndarray]:
-    """The K-model baselines: random at ``shares`` (default uniform), each model, the oracle."""
-    label = "uniform" if shares is None else ", ".join(f"{m} {p:.0%}" for m, p in shares.items())
-    out = {f"random ({label})": random_shares(data, shares)}
-    out.update({f"only {m}": single_model(data, m) for m in data.models})
-    out["oracle"] = oracle_routing(data, costs)
-    return out
-
-
 # ---------------------------------------------------------------------- threshold curves
+def _curve_inputs(data: TraceDataset, routers: Mapping[str, Any], weak: str, strong: str,
+                  c: np.ndarray, router_costs: Mapping[str, Any] | None
+                  ) -> dict[str, tuple[Any, np.ndarray, np.ndarray]]:
+    """Name -> (scores or None, weak cost, strong cost) of each curve router."""
+    iw, is_ = data.model_index(weak), data.model_index(strong)
+    out = {}
+    for name, scores in routers.items():
+        own = c if router_costs is None or name not in router_costs else call_costs(
+            data, router_costs[name])
+        x = None if scores is None else np.asarray(scores, dtype=np.float64)
+        if x is not None and (x.shape != (data.n_queries,) or not np.isfinite(x).all()):
+            raise ValueError(f"routers[{name!r}]: expected {data.n_queries} finite scores, "
+                             f"got shape {x.shape}")
+        out[name] = (x, own[:, iw], own[:, is_])
+    return out
+
+
+def _references(reference: str | Sequence[str] | None, names: Sequence[str]) -> list[str]:
+    refs = [] if reference is None else [reference] if isinstance(reference, str) else list(
+        reference)
+    for ref in refs:
+        if ref not in names:
+            raise ValueError(f"reference: {ref!r} is not one of {list(names)}")
+    return refs
+
+
 def curve_metrics(
     data: TraceDataset,
     routers: Mapping[str, Any],
@@ -348,13 +223,20 @@ def curve_metrics(
     seed: int = 0,
     reference: str | Sequence[str] | None = None,
     cost_range: Sequence[float] | None = None,
+    router_costs: Mapping[str, Any] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """APGR, CPTs (with intervals) and AIQ of score-based routers' threshold curves.
+    """APGR, CPTs and AIQ (with intervals) of score-based routers' threshold curves.
+
+    Linear in the queries, in memory and time per resample
+    (:class:`~agents.routing.routing_bootstrap.CurveScores`); the values are those of
+    :func:`~cost_envs.metrics.routing.bootstrap_routing` and of
+    :func:`~cost_envs.metrics.frontier.bootstrap_aiq` on the :func:`curve_routing`
+    matrices, up to float rounding, on the same resamples.
 
     Args:
         data: The test queries.
         routers: Name -> scores per query (higher: strong), or ``None`` for random
-            routing (exact: APGR 0.5, CPT(x) = x).
+            routing (exact: APGR 0.5, CPT(x) = x, AIQ of the straight line).
         weak: The weak model.
         strong: The strong model.
         costs: ``(n, m)`` cost of each call (default :func:`call_costs`).
@@ -363,42 +245,148 @@ def curve_metrics(
         n_resamples: Bootstrap resamples.
         confidence: Interval coverage.
         seed: Seed of the resampling.
-        reference: Router(s) to difference the others against, as
-            :func:`~cost_envs.metrics.routing.bootstrap_routing`.
+        reference: Router(s) to difference the others against (paired, every metric
+            AIQ included).
         cost_range: AIQ's cost range; default the two models' mean costs (from all
             weak to all strong).
+        router_costs: Name -> ``(n, m)`` costs of that router's calls where they differ
+            from ``costs`` (a cascade's escalation pays both calls).
 
     Returns:
-        :func:`~cost_envs.metrics.routing.bootstrap_routing`'s entries, each with
-        ``"aiq"``: ``{"value", "ci", "cost_range"}`` (accuracy against cost per query,
-        :func:`~cost_envs.metrics.frontier.bootstrap_aiq`, resampled as the others).
+        Name -> ``{"apgr", "cpt_50", ..., "aiq": {"value", "ci"}, "undefined_resamples",
+        "resampled", "units"}`` (``aiq`` also has its ``cost_range``), plus
+        ``"minus_<reference>"`` of every metric.
     """
-    iw, is_ = data.model_index(weak), data.model_index(strong)
-    w, s = data.correct[:, iw], data.correct[:, is_]
+    return score_table(data, {}, routers, weak=weak, strong=strong, costs=costs,
+                       router_costs=router_costs, split_by=split_by, levels=levels,
+                       n_resamples=n_resamples, confidence=confidence, seed=seed,
+                       curve_reference=reference, cost_range=cost_range)["curves"]
+
+
+def compare_with_random(
+    data: TraceDataset,
+    routers: Mapping[str, Any],
+    costs: Any = None,
+    *,
+    router_costs: Mapping[str, Any] | None = None,
+    strong: str | None = None,
+    split_by: str = "query",
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> dict[str, dict[str, Any]]:
+    """Routing decisions against random routing at the same share and at the same cost.
+
+    Both references are matched to the router **within each resample**: random routing
+    at the model shares the router has on that resample (so every share difference is
+    exactly 0 on every resample, and a router that is random itself is not told apart
+    from it), and random routing on the single models' frontier at the cost per query
+    the router has on that resample (with two models, the cost-matched share between
+    them; :func:`~agents.routing.routing_bootstrap.frontier_mix`). The references pay
+    ``costs``, the routers their own (``router_costs``).
+
+    Args:
+        data: The test queries.
+        routers: Name -> decisions (see :func:`routing_probabilities`).
+        costs: ``(n, m)`` cost of each call (default :func:`call_costs`).
+        router_costs: Name -> ``(n, m)`` costs of that router's calls where they differ.
+        strong: The model whose share is ``strong_share`` (default the dearest on
+            average).
+        split_by: ``"query"`` resamples queries; ``"group"`` whole groups.
+        n_resamples: Bootstrap resamples; 0 for point values only (``ci`` ``None``).
+        confidence: Interval coverage.
+        seed: Seed of the resampling.
+
+    Returns:
+        Name -> ``{"accuracy", "quality", "cost_per_query", "strong_share",
+        "random_at_share", "random_at_cost", "minus_random_at_share",
+        "minus_random_at_cost", "model_share", "strong", "queries", "resampled",
+        "units"}``; the references and differences hold the four metrics, each
+        ``{"value", "ci"}``.
+    """
+    return score_table(data, routers, {}, strong=strong, costs=costs,
+                       router_costs=router_costs, split_by=split_by,
+                       n_resamples=n_resamples, confidence=confidence, seed=seed)["points"]
+
+
+def score_table(
+    data: TraceDataset,
+    decisions: Mapping[str, Any],
+    curves: Mapping[str, Any],
+    *,
+    weak: str | None = None,
+    strong: str | None = None,
+    costs: Any = None,
+    router_costs: Mapping[str, Any] | None = None,
+    split_by: str = "query",
+    levels: Sequence[float] = DEFAULT_LEVELS,
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+    curve_reference: str | Sequence[str] | None = None,
+    cost_range: Sequence[float] | None = None,
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """:func:`compare_with_random` and :func:`curve_metrics` on one draw of resamples.
+
+    The two read the same resamples (as they would with the same ``seed`` apart), drawn
+    once: the draw is most of the time at 100k queries.
+
+    Returns:
+        ``{"points": compare_with_random's, "curves": curve_metrics'}``.
+    """
+    one_of(split_by, "split_by", SPLIT_BY)
+    check_bootstrap_args(1 if n_resamples == 0 else n_resamples, confidence)  # 0: points only
+    if curves and n_resamples == 0:
+        raise ValueError("n_resamples: curve metrics need at least 1 resample, got 0")
     c = call_costs(data, costs)
-    out = bootstrap_routing(routers, w, s, levels, n_resamples=n_resamples,
-                            confidence=confidence, seed=seed, reference=reference,
-                            clusters=resample_clusters(data, split_by))
-    ends = sorted((float(c[:, iw].mean()), float(c[:, is_].mean())))
-    span = ends if cost_range is None else [float(v) for v in cost_range]
+    if strong is None:
+        strong = data.models[int(np.argmax(c.mean(axis=0)))]
+    is_ = data.model_index(strong)
+    own = dict(router_costs or {})
+    for name in own:
+        if name not in decisions and name not in curves:
+            raise ValueError(f"router_costs: {name!r} is not one of "
+                             f"{[*decisions, *curves]}")
+    accumulators: list[Any] = []
+    if decisions:
+        accumulators.append(PointScores(data.correct.astype(np.float64), data.scores, c, {
+            name: (routing_probabilities(d, data.n_queries, data.n_models),
+                   call_costs(data, own[name]) if name in own else c)
+            for name, d in decisions.items()}, is_, resampled=n_resamples > 0))
+    if curves:
+        if weak is None:
+            raise ValueError("weak: the curve metrics need the weak model's name")
+        iw = data.model_index(weak)
+        refs = _references(curve_reference, list(curves))
+        ends = sorted((float(c[:, iw].mean()), float(c[:, is_].mean())))
+        accumulators.append(CurveScores(
+            _curve_inputs(data, curves, weak, strong, c, own),
+            data.correct[:, iw].astype(np.float64), data.correct[:, is_].astype(np.float64),
+            levels, ends if cost_range is None else cost_range, refs))
     clusters = resample_clusters(data, split_by)
-    for name, scores in routers.items():
-        strong_at = curve_routing(None if scores is None else np.asarray(scores, np.float64),
-                                  data.n_queries)
-        qualities = np.where(strong_at, s[:, None], w[:, None])
-        point_costs = np.where(strong_at, c[:, is_, None], c[:, iw, None])
-        if span[1] > span[0]:
-            out[name]["aiq"] = bootstrap_aiq(qualities, point_costs, span, clusters=clusters,
-                                             n_resamples=n_resamples, confidence=confidence,
-                                             seed=seed)
-        else:  # both models cost the same on average: no cost range to integrate over
-            out[name]["aiq"] = {"value": float("nan"), "ci": [float("nan")] * 2,
-                                "cost_range": span}
+    codes = cluster_codes(clusters, data.n_queries)
+    results = run(accumulators, data.n_queries, codes, n_resamples, confidence, seed)
+    units = {"resampled": "queries" if codes is None else "clusters",
+             "units": data.n_queries if codes is None else int(codes.max()) + 1}
+    out: dict[str, dict[str, dict[str, Any]]] = {"points": {}, "curves": {}}
+    if decisions:
+        points = results.pop(0)
+        for name, d in decisions.items():
+            p = routing_probabilities(d, data.n_queries, data.n_models)
+            out["points"][name] = {**points[name], "strong": strong, "model_share": dict(
+                zip(data.models, p.mean(axis=0).tolist(), strict=True)),
+                "queries": data.n_queries, **units}
+    if curves:
+        out["curves"] = {name: {**entry, **units} for name, entry in results.pop(0).items()}
     return out
 
 
 def curve_routing(scores: np.ndarray | None, n: int) -> np.ndarray:
     """Which queries go strong at each point of a threshold curve: ``(n, points)`` bool.
+
+    Quadratic in memory (``n x (n + 1)`` for distinct scores): for a curve's metrics use
+    :func:`curve_metrics`, or :func:`~agents.routing.routing_bootstrap.curve_points` on
+    one row of weights, which are linear.
 
     Column ``k`` is the routing at the curve's ``k``-th point (0: all weak; last: all
     strong); ``None`` (random routing) has the two end points only (its curve is the
