@@ -33,7 +33,8 @@ import numpy as np
 
 from agents.routing.routers.base import Inputs, Router, make_router, router_class
 from agents.routing.routers.two_model import TwoModelRouter
-from agents.routing.routing_eval import call_costs, curve_routing
+from agents.routing.routing_bootstrap import threshold_aiq
+from agents.routing.routing_eval import call_costs
 from cost_envs.config import integer, one_of
 from cost_envs.metrics.frontier import aiq
 from cost_envs.metrics.routing import routing_curve
@@ -118,11 +119,10 @@ def _fold_value(router: Router, inputs: Inputs, val: TraceDataset, costs: np.nda
         c = costs.copy()
         if router.reads_answers:  # a cascade pays the weak call on every query
             c[:, is_] += c[:, iw]
-        strong_at = curve_routing(scores, val.n_queries)
-        q = np.where(strong_at, val.scores[:, is_, None], val.scores[:, iw, None])
-        cc = np.where(strong_at, c[:, is_, None], c[:, iw, None])
         ends = sorted((float(costs[:, iw].mean()), float(costs[:, is_].mean())))
-        return _fold_aiq(q, cc, ends)
+        # linear in the fold's queries (no queries x curve-points matrix: issue #24)
+        return threshold_aiq(scores, val.scores[:, iw], val.scores[:, is_], c[:, iw],
+                             c[:, is_], ends)
     cols = np.array([val.model_index(m) for m in router.models], dtype=np.int64)
     d = cols[router._sweep(router.predict_inputs(inputs), np.arange(len(cols)))]
     rows = np.arange(val.n_queries)[:, None]
