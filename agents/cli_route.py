@@ -483,8 +483,10 @@ def run_score(args: argparse.Namespace) -> int:
                        f"{data.n_queries} queries ({overlap['queries'] / data.n_queries:.0%}); "
                        "these are not held-out figures")
     if overlap["groups"]:
-        heading.append(f"note: {len(overlap['groups'])} of the scored groups were training "
-                       f"groups: {', '.join(overlap['groups'][:20])}"
+        count = len(overlap["groups"])
+        heading.append(f"note: {count} of the scored groups {'was a' if count == 1 else 'were'} "
+                       f"training group{'' if count == 1 else 's'}: "
+                       f"{', '.join(overlap['groups'][:20])}"
                        f"{' ...' if len(overlap['groups']) > 20 else ''}")
     if drift is not None:
         heading.append(drift_line(drift, "here"))

@@ -284,3 +284,15 @@ def dataset_of(prompts: list[str]) -> TraceDataset:
     return TraceDataset((WEAK, STRONG), tuple(f"x{i}" for i in range(n)), tuple(prompts),
                         np.ones((n, 2)), np.ones((n, 2), bool), np.ones((n, 2)),
                         np.ones((n, 2)))
+
+
+def test_a_router_kind_cannot_be_taken_twice():
+    from agents.routing.routers import ROUTERS, LogisticRouter, register
+
+    class Impostor(LogisticRouter):
+        kind = "logistic"
+
+    with pytest.raises(ValueError, match=r"router kind 'logistic' is taken by .*LogisticRouter; "
+                                         r"give .*Impostor another kind"):
+        register(Impostor)
+    assert ROUTERS["logistic"] is LogisticRouter

@@ -38,6 +38,7 @@ from agents.routing.routers.base import (
 from agents.routing.routers.calibration import (
     Calibration,
     LamCalibration,
+    calibrate,
     calibrate_cost,
     calibrate_lam,
     calibrate_share,
@@ -63,7 +64,7 @@ __all__ = [
     "CV_FOLDS", "CV_GRIDS", "ROUTERS", "SINGLE_MODELS", "STATE_FORMAT", "TEXT_ENCODERS",
     "CVChoice", "Calibration", "CascadeRouter", "KNNRouter", "LamCalibration",
     "LogisticRouter", "MultiRouter", "Router", "SavedRouter", "TextFeatures",
-    "TwoModelRouter", "calibrate_cost", "calibrate_lam", "calibrate_share",
+    "TwoModelRouter", "calibrate", "calibrate_cost", "calibrate_lam", "calibrate_share",
     "cascade_curve", "cross_validate", "embedding_lookup", "load_router", "make_router",
     "register", "register_text_features", "router_class", "router_from_state",
     "save_router", "sweep_metrics",

@@ -210,7 +210,17 @@ ROUTERS: dict[str, type[Router]] = {}
 
 
 def register(cls: type[Router]) -> type[Router]:
-    """Class decorator: add ``cls`` to :data:`ROUTERS` under its ``kind``."""
+    """Class decorator: add ``cls`` to :data:`ROUTERS` under its ``kind``.
+
+    Raises:
+        ValueError: Another class is registered under that kind already (a user router
+            would otherwise shadow a built-in one silently).
+    """
+    other = ROUTERS.get(cls.kind)
+    if other is not None and other.__qualname__ != cls.__qualname__:
+        raise ValueError(f"register: router kind {cls.kind!r} is taken by "
+                         f"{other.__module__}.{other.__qualname__}; give {cls.__qualname__} "
+                         "another kind")
     ROUTERS[cls.kind] = cls
     return cls
 
