@@ -68,6 +68,9 @@ def add_export_minari(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fit-tasks", type=_positive_int, default=200,
                         help="training tasks a fitted method (best-rule, ...) is fitted on")
     add_env_arguments(parser)
+    parser.add_argument("--author", default=None, metavar="NAME",
+                        help="who made the dataset, stored as Minari's author (default: "
+                             "cost-envs (export-minari))")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
@@ -113,7 +116,8 @@ def run_export_minari(args: argparse.Namespace) -> int:
                 env_kwargs[key] = str(getattr(args, key).absolute())
         if env_kwargs:
             check_env_kwargs(args.env, env_kwargs)
-        common = {"out": args.out, "dataset_id": args.dataset_id, "env_kwargs": env_kwargs}
+        common = {"out": args.out, "dataset_id": args.dataset_id, "env_kwargs": env_kwargs,
+                  "author": args.author}
         if args.logged:
             path = export_traces(args.data, **common)
         elif args.supervised is not None:

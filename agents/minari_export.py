@@ -86,6 +86,7 @@ def export_rollouts(
     name: str | None = None,
     deterministic: bool = True,
     progress: bool = False,
+    author: str | None = None,
 ) -> Path:
     """Play ``policy`` for ``episodes`` episodes on ``env_id`` and write a Minari dataset.
 
@@ -104,6 +105,7 @@ def export_rollouts(
             default id; default the class name of the allocator.
         deterministic: Passed to ``predict``.
         progress: Draw a progress bar on a terminal.
+        author: Who made the dataset (default: :data:`cost_envs.minari_io.DEFAULT_AUTHOR`).
 
     Returns:
         The dataset's directory.
@@ -127,7 +129,7 @@ def export_rollouts(
         dataset_id = dataset_id or default_dataset_id(env_id, label)
         check_new_dataset(dataset_id, out)  # before the episodes are played
         recorded = record_rollouts(allocator, env, episodes, seed, deterministic, progress)
-        return write_dataset(dataset_id, recorded, env, out, algorithm_name=label,
+        return write_dataset(dataset_id, recorded, env, out, algorithm_name=label, author=author,
                              description=f"{episodes} episodes of {label} on "
                                          f"{_env_name(env_id)}, task seed {seed}")
     finally:
@@ -142,6 +144,7 @@ def export_supervised(
     config: Any = None,
     env_kwargs: Mapping[str, Any] | None = None,
     progress: bool = False,
+    author: str | None = None,
 ) -> Path:
     """Write the supervised warm-start stage's teacher episodes as a Minari dataset.
 
@@ -159,6 +162,7 @@ def export_supervised(
             threshold); ``None`` is the stage's default (1500 greedy episodes).
         env_kwargs: ``gym.make`` arguments (JSON values).
         progress: Draw a progress bar on a terminal.
+        author: Who made the dataset (default: :data:`cost_envs.minari_io.DEFAULT_AUTHOR`).
 
     Returns:
         The dataset's directory.
@@ -179,7 +183,7 @@ def export_supervised(
         teacher = teacher_for(env, config)
         recorded = record_rollouts(teacher, env, config.episodes, TRACE_TASK_SEED + seed,
                                    progress=progress)
-        return write_dataset(dataset_id, recorded, env, out, algorithm_name=label,
+        return write_dataset(dataset_id, recorded, env, out, algorithm_name=label, author=author,
                              description=f"the LoRA supervised stage's {config.teacher} "
                                          f"teacher on {_env_name(env_id)}: "
                                          f"{config.episodes} episodes, training seed {seed}")

@@ -322,6 +322,10 @@ def check_recoverable(env: gym.Env) -> None:
                          f"{' '.join(str(err).split())}") from None
 
 
+#: The author a dataset names when the caller gives none: the program that wrote it.
+DEFAULT_AUTHOR = "cost-envs (export-minari)"
+
+
 def write_dataset(
     dataset_id: str,
     episodes: Sequence[EpisodeRecorder],
@@ -329,6 +333,7 @@ def write_dataset(
     out: str | os.PathLike[str] | None = None,
     algorithm_name: str | None = None,
     description: str | None = None,
+    author: str | None = None,
 ) -> Path:
     """Write ``episodes`` of ``env`` as the Minari dataset ``dataset_id`` under ``out``.
 
@@ -341,6 +346,8 @@ def write_dataset(
             ``$MINARI_DATASETS_PATH``.
         algorithm_name: Who chose the actions (stored as Minari's ``algorithm_name``).
         description: A sentence stored with the dataset.
+        author: Who made the dataset (Minari's ``author``); ``None``: :data:`DEFAULT_AUTHOR`,
+            the exporting program, so that the dataset never says "Author Unknown".
 
     Returns:
         The dataset's directory, ``out/<dataset_id>``.
@@ -376,11 +383,12 @@ def write_dataset(
     staging = Path(tempfile.mkdtemp(prefix=".cost-envs-minari-", dir=root))
     try:
         with _datasets_path(staging), warnings.catch_warnings(), _size_measured_once(minari):
-            # Minari recommends an author, an e-mail and a code link for published datasets;
-            # a local export has none to give.
-            warnings.filterwarnings("ignore", message=r"`(author|author_email|code_permalink)`")
+            # Minari recommends an e-mail and a code link for published datasets; a local
+            # export has none to give.
+            warnings.filterwarnings("ignore", message=r"`(author_email|code_permalink)`")
             dataset = minari.create_dataset_from_buffers(
                 dataset_id, buffers, env=env, eval_env=env.spec,
+                author=author or DEFAULT_AUTHOR,
                 algorithm_name=algorithm_name or "unspecified",
                 description=description or f"episodes of {env.spec.id}",
                 data_format=DATA_FORMAT)

@@ -112,10 +112,14 @@ def test_a_fixed_policy_gives_the_same_dataset_twice(datasets: Path) -> None:
     from agents.minari_export import export_rollouts
     from cost_envs.minari_io import load_dataset
 
-    for version in (0, 1):
+    for version, author in ((0, None), (1, "A. Researcher")):
         export_rollouts("cost_envs/ToolBench-v0", RuleBased, 5, name="rule-based",
-                        dataset_id=f"cost_envs/ToolBench-v0/rule-based-v{version}")
+                        dataset_id=f"cost_envs/ToolBench-v0/rule-based-v{version}",
+                        author=author)
     first, second = (load_dataset(f"cost_envs/ToolBench-v0/rule-based-v{v}") for v in (0, 1))
+    # never "Author Unknown" (issue #25): the exporting program, or whom the caller names
+    assert first.storage.metadata["author"] == {"cost-envs (export-minari)"}
+    assert second.storage.metadata["author"] == {"A. Researcher"}  # Minari keeps a set
     for a, b in zip(first.iterate_episodes(), second.iterate_episodes(), strict=True):
         assert np.array_equal(a.observations, b.observations)
         assert np.array_equal(a.actions, b.actions)

@@ -84,6 +84,7 @@ def export_traces(
     out: str | os.PathLike[str] | None = None,
     dataset_id: str | None = None,
     env_kwargs: Mapping[str, Any] | None = None,
+    author: str | None = None,
 ) -> Path:
     """Write every logged (query, model) outcome of ``data`` as a Minari dataset.
 
@@ -94,6 +95,7 @@ def export_traces(
         dataset_id: Default ``cost_envs/TraceRouting-v0/logged-v0``.
         env_kwargs: More ``gym.make`` arguments of TraceRouting-v0 (``split``,
             ``models``, ``prices``, ``cascade``, ...), JSON values.
+        author: Who made the dataset (default: :data:`cost_envs.minari_io.DEFAULT_AUTHOR`).
 
     Returns:
         The dataset's directory.
@@ -116,6 +118,7 @@ def export_traces(
         episodes = trace_episodes(env)
         source = path or "the packaged synthetic example"
         return write_dataset(dataset_id, episodes, env, out, algorithm_name="logged-outcomes",
+                             author=author,
                              description=f"every logged (query, model) outcome of {source} "
                                          "as one TraceRouting-v0 episode each")
     finally:
