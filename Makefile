@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint docs reproduce tune benchmark dist clean
+.PHONY: install test test-all lint docs reproduce tune benchmark dist clean
 
 install: $(STAMP)
 
@@ -17,7 +17,12 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt
 lint: install
 	$(BIN)/ruff check .
 
+# The fast tier: everything but the tests marked slow (tests/conftest.py says which).
 test: lint
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -q -m "not slow"
+
+# The whole suite, what CI runs (.ci/run).
+test-all: lint
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -q
 
 # The documentation site (mkdocs.yml, docs/) into the git-ignored site/: --strict turns every
