@@ -213,18 +213,27 @@ def test_fused_loss_is_float_close_to_sb3_and_learns_the_same(monkeypatch) -> No
         h["rollout/success_rate"] for h in sb3_history]
 
 
-def test_fused_loss_gradient_matches_autograd_with_every_term() -> None:
-    from agents.lora.fast_ppo import bernoulli_entropy, bernoulli_heads, bernoulli_log_prob
-    from agents.lora.fused_loss import BernoulliPPOLoss
+def _a_minibatch(policy: Any) -> tuple[torch.Tensor, ...]:
+    """A random ToolBench minibatch of 64 and the cost term's costs, for gradient checks."""
+    from agents.lora.fast_ppo import bernoulli_heads, bernoulli_log_prob
 
-    torch.manual_seed(0)
-    policy = policy_for(gym.make(ENV_ID), base=None)
     obs, actions = torch.rand(64, 17), torch.randint(0, 2, (64, 8)).float()
     advantages, returns, old_values = torch.randn(64), torch.randn(64), torch.randn(64)
     costs = torch.rand(8)
     with torch.no_grad():
         logits, _ = bernoulli_heads(policy, obs)
         old_log_prob = bernoulli_log_prob(logits, actions) + 0.3 * torch.randn(64)
+    return obs, actions, advantages, returns, old_values, costs, old_log_prob
+
+
+def test_fused_loss_gradient_matches_autograd_with_every_term() -> None:
+    from agents.lora.fast_ppo import bernoulli_entropy, bernoulli_heads, bernoulli_log_prob
+    from agents.lora.fused_loss import BernoulliPPOLoss
+
+    torch.manual_seed(0)
+    policy = policy_for(gym.make(ENV_ID), base=None)
+    (obs, actions, advantages, returns, old_values, costs,
+     old_log_prob) = _a_minibatch(policy)
     params = [p for p in policy.parameters() if p.requires_grad]
 
     def eager() -> torch.Tensor:
@@ -269,12 +278,8 @@ def test_the_plain_networks_backward_by_hand_is_autograds() -> None:
     policy = model.policy
     network = TanhNetwork.of(policy)
     assert network is not None and len(network.encoder) == 2
-    obs, actions = torch.rand(64, 17), torch.randint(0, 2, (64, 8)).float()
-    advantages, returns, old_values = torch.randn(64), torch.randn(64), torch.randn(64)
-    costs = torch.rand(8)
-    with torch.no_grad():
-        logits, _ = bernoulli_heads(policy, obs)
-        old_log_prob = bernoulli_log_prob(logits, actions) + 0.3 * torch.randn(64)
+    (obs, actions, advantages, returns, old_values, costs,
+     old_log_prob) = _a_minibatch(policy)
     params = list(policy.parameters())
 
     def eager() -> torch.Tensor:
