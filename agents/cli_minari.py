@@ -40,6 +40,12 @@ TRACE_ENV = "cost_envs/TraceRouting-v0"
 DEFAULT_EPISODES = 100
 
 
+def _author(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected a name, got {text!r}")
+    return text
+
+
 def add_export_minari(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``export-minari``."""
     from agents.cli import EVALUATE_METHODS, _env_id, _positive_int, _seed  # cli imports us
@@ -68,7 +74,7 @@ def add_export_minari(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fit-tasks", type=_positive_int, default=200,
                         help="training tasks a fitted method (best-rule, ...) is fitted on")
     add_env_arguments(parser)
-    parser.add_argument("--author", default=None, metavar="NAME",
+    parser.add_argument("--author", type=_author, default=None, metavar="NAME",
                         help="who made the dataset, stored as Minari's author (default: "
                              "cost-envs (export-minari))")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")

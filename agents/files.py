@@ -23,6 +23,7 @@ import shutil
 import stat
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -44,9 +45,10 @@ def write_files_atomic(directory: str | Path, files: Mapping[str, str | bytes]) 
     An exception in any phase (a full disk, Ctrl-C, a failing rename) removes the
     temporaries and, if some files were already replaced, moves their backups back and
     deletes files that did not exist before, so the directory holds exactly the old
-    files. Writers of the same directory take turns (an exclusive ``flock`` on it), so
-    concurrent saves of a set never leave files of two saves mixed: the last complete set
-    wins. The remaining window: a process killed outright (``SIGKILL``, power loss)
+    files. Writers of the same directory take turns (an exclusive ``flock`` on it, where
+    the file system has one: not on Windows or NFS), so concurrent saves of a set never
+    leave files of two saves mixed: the last complete set wins. The remaining window: a
+    process killed outright (``SIGKILL``, power loss)
     during phase 3, a few renames long, leaves some files new and some old, plus hidden
     temporaries and backups, which the next save of those names removes
     (:func:`remove_stale`: their names carry the dead writer's process id).
@@ -107,7 +109,7 @@ def _write_locked(directory: Path, files: Mapping[str, str | bytes]) -> list[Pat
 
 def _stage(directory: Path, name: str, content: str | bytes) -> Path:
     """Write ``content`` to a new hidden temporary beside ``directory / name``."""
-    fd, path = tempfile.mkstemp(dir=directory, prefix=f".{name}.{os.getpid()}-", suffix=".tmp")
+    fd, path = tempfile.mkstemp(dir=directory, prefix=f".{name}.{_writer()}-", suffix=".tmp")
     temporary = Path(path)
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -123,7 +125,7 @@ def _backup(target: Path) -> Path | None:
     """A hidden copy of ``target``'s current content, or ``None`` if it has none yet."""
     if not target.is_file():
         return None
-    backup = target.with_name(f".{target.name}.old-{os.getpid()}-{uuid.uuid4().hex[:12]}")
+    backup = target.with_name(f".{target.name}.old-{_writer()}-{uuid.uuid4().hex[:12]}")
     try:
         os.link(target, backup)  # same inode: instant, and the old bytes stay reachable
     except OSError:
@@ -158,9 +160,12 @@ def write_directory_atomic(directory: str | Path, write: Callable[[Path], None])
     if not is_directory_or_absent(directory):
         raise ValueError(f"{directory} exists and is not a directory")
     directory.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale(directory.parent, directory.name)  # copies left by savers killed mid-save
+    # a save killed mid-swap may have left the last version only as its backup: put it
+    # back, then remove what killed savers left (full copies each)
+    restore_stale_backup(directory)
+    remove_stale(directory.parent, directory.name)
     tmp = Path(tempfile.mkdtemp(dir=directory.parent,
-                                prefix=f".{directory.name}.{os.getpid()}-"))
+                                prefix=f".{directory.name}.{_writer()}-"))
     try:
         write(tmp)
         os.chmod(tmp, 0o755)  # mkdtemp makes it 0700
@@ -257,7 +262,7 @@ def _renameat2() -> Callable[..., int] | None:
 def _move_aside(directory: Path) -> Path | None:
     """Rename ``directory`` to a fresh, unique backup name; ``None`` if it was already gone."""
     backup = Path(tempfile.mkdtemp(dir=directory.parent,
-                                   prefix=f".{directory.name}.old-{os.getpid()}-"))
+                                   prefix=f".{directory.name}.old-{_writer()}-"))
     try:
         os.rename(directory, backup)  # POSIX lets a directory replace an empty one
     except BaseException as error:
@@ -271,46 +276,105 @@ def _move_aside(directory: Path) -> Path | None:
 # ------------------------------------------------------ turns and what dead savers left
 @contextlib.contextmanager
 def _exclusive(directory: Path) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``directory`` itself (no lock file; none off POSIX)."""
+    """Hold an exclusive ``flock`` on ``directory`` itself while writing (no lock file).
+
+    Where there is none to take (Windows; NFS and other file systems that refuse
+    ``flock`` on a directory; a directory this process cannot open), the save goes on
+    without taking turns: atomic file by file, as before, but not as a set.
+    """
     try:
         import fcntl
-    except ImportError:  # Windows: no flock; saves there are atomic per file only
+    except ImportError:
         yield
         return
-    fd = os.open(directory, os.O_RDONLY)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        yield
+        return
+    try:
+        with contextlib.suppress(OSError):  # ENOLCK, EOPNOTSUPP, ...: no flock here
+            fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
         os.close(fd)  # closing releases the lock
 
 
+@functools.cache
+def _host() -> str:
+    """A short hash of this host's name: temporaries of other hosts are not judged here."""
+    import hashlib
+    import socket
+
+    return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+
+
+def _writer() -> str:
+    """This process's tag in temporary names (the pid is read each time: forks differ)."""
+    return f"{_host()}-{os.getpid()}"
+
+
+#: Age under which a dead writer's leftover is kept anyway (a save in progress on another
+#: host or pid namespace that shares the directory and this host's name).
+STALE_AFTER_SECONDS = 60.0
+
+
 def remove_stale(directory: Path, name: str) -> list[Path]:
     """Remove the hidden temporaries and backups of ``name`` whose writer is dead.
 
-    Every temporary and backup a save makes is named ``.<name>.<pid>-...`` or
-    ``.<name>.old-<pid>-...`` after the process that made it; one whose process no longer
-    exists was left by a save killed outright (``SIGKILL``, power loss) and is deleted
-    (a full model copy each, otherwise). Those of live processes, this one included, are
-    left alone. Returns what was removed.
+    Every temporary and backup a save makes is named after its writer: a hash of the host
+    and the process id (``.<name>.<host>-<pid>-<random>[.tmp]``, backups
+    ``.<name>.old-<host>-<pid>-<random>``). One made on this host by a process that no
+    longer exists, more than :data:`STALE_AFTER_SECONDS` ago, was left by a save killed
+    outright (``SIGKILL``, power loss) and is deleted (a full model copy each,
+    otherwise). Other hosts' files (a directory shared over NFS), live processes' and any
+    name this module does not make are left alone. Returns what was removed.
     """
-    pattern = re.compile(rf"^\.{re.escape(name)}\.(?:old-)?(\d+)-")
+    host = _host()
+    pattern = re.compile(rf"^\.{re.escape(name)}\.(?:old-)?{host}-(\d+)-"
+                         r"(?:[a-z0-9_]{8}(?:\.tmp)?|[0-9a-f]{12})$")
     removed = []
     try:
         entries = list(directory.iterdir())
     except OSError:
         return removed
+    now = time.time()
     for entry in entries:
         match = pattern.match(entry.name)
         if match is None or _alive(int(match.group(1))):
             continue
         with contextlib.suppress(OSError):
+            if now - entry.lstat().st_mtime < STALE_AFTER_SECONDS:
+                continue
             if entry.is_dir() and not entry.is_symlink():
                 shutil.rmtree(entry)
             else:
                 entry.unlink()
             removed.append(entry)
     return removed
+
+
+def restore_stale_backup(directory: Path) -> Path | None:
+    """Put back the newest backup a killed save left when ``directory`` itself is gone.
+
+    A directory save killed between moving the old version aside and moving the new one
+    in leaves no ``directory``, only ``.<name>.old-...``: the last complete version.
+    """
+    if directory.exists():
+        return None
+    host = _host()
+    pattern = re.compile(rf"^\.{re.escape(directory.name)}\.old-{host}-(\d+)-[a-z0-9_]{{8}}$")
+    try:
+        backups = [entry for entry in directory.parent.iterdir()
+                   if (match := pattern.match(entry.name)) and entry.is_dir()
+                   and not _alive(int(match.group(1)))]
+    except OSError:
+        return None
+    for backup in sorted(backups, key=lambda entry: entry.stat().st_mtime, reverse=True):
+        with contextlib.suppress(OSError):
+            os.rename(backup, directory)
+            return directory
+    return None
 
 
 def _alive(pid: int) -> bool:

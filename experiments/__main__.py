@@ -56,9 +56,9 @@ scales:
   smoke    seconds per experiment: plumbing for the tests, not a result
   default  what `make reproduce` runs: about 12 minutes for `all` on 2 cores
   full     the converged budgets: lora_ppo's RL rows to where PPO stops improving
-           (ToolBench-v0 524k steps on 16 batched sub-envs), corl and bopo at five
-           times their default steps; traces and rules have no larger scale and run
-           `default`
+           (ToolBench-v0: 524k steps on 16 batched sub-envs; FlightPlanner, not yet
+           measured, the same), corl and bopo at five times their default steps;
+           traces and rules have no larger scale and run `default`
 multitenant (not part of all): tenants x capacity on one pool; default ~2 minutes
   (rules and the central scheduler), full adds shared-parameter PPO (3 capacities x
   5 seeds x 40k tenant-steps, --jobs processes) into multitenant_full.*

@@ -357,3 +357,9 @@ def test_evaluate_says_which_env_arguments_come_from_the_model(tmp_path, capsys)
     assert "ppo" in json.loads(captured.out) and "budget=1e-09" not in captured.err
     with pytest.raises(SystemExit, match="--model-env-kwargs only applies with --model"):
         cli.main(["evaluate", "--env", FLIGHT, "--model-env-kwargs"])
+
+
+def test_bad_env_arguments_are_one_line_before_anything_is_built(capsys):
+    with pytest.raises(SystemExit) as excinfo:
+        cli.main(["evaluate", "--env", FLIGHT, "--env-kwargs", '{"nope": 1}'])
+    assert "nope" in str(excinfo.value) and "\n" not in str(excinfo.value)

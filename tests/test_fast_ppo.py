@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
@@ -322,3 +323,31 @@ def test_train_and_configs_take_fused_loss_as_a_ppo_setting() -> None:
     assert 0 < difference < 1e-4  # it reached the learner: float-close, not the same bits
     with pytest.raises(ValueError, match="fused_loss"):
         train(ENV_ID, "ppo", 512, ppo={"fused_loss": "yes"})
+
+
+@pytest.mark.slow
+def test_corl_and_the_multi_tenant_learners_train_sb3s_ppo_bit_for_bit(monkeypatch) -> None:
+    # They train with FastPPO now; each must give the weights SB3's PPO gives.
+    from agents.multiagent import adapters as tenant_adapters
+    from agents.multiagent import training as tenant_training
+    from agents.routing import corl
+
+    def both(module: Any, run: Callable[[], Any]) -> tuple[Any, Any]:
+        ours = run()
+        monkeypatch.setattr(module, "FastPPO", PPO)
+        theirs = run()
+        monkeypatch.undo()
+        return ours, theirs
+
+    ours, theirs = both(corl, lambda: corl.train_shared_ppo(
+        1024, seed=3, env_id="cost_envs/ExpertRouting-v1")[0])
+    assert _same_tensors(ours.state_dict(), theirs.state_dict())
+    small = {"n_steps": 128}
+    ours, theirs = both(tenant_training, lambda: tenant_training.train_shared(
+        "cost_envs/MultiTenantToolBench-v0", 1024, seed=2, ppo=small))
+    assert _same_tensors(ours.policy.state_dict(), theirs.policy.state_dict())
+    ours, theirs = both(tenant_adapters, lambda: tenant_adapters.train_adapters(
+        theirs, 256, seed=1, ppo=small))
+    for tenant in ours.policies:
+        assert _same_tensors(ours.policies[tenant].state_dict(),
+                             theirs.policies[tenant].state_dict())

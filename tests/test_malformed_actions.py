@@ -114,3 +114,42 @@ def test_a_multi_tenant_env_refuses_it_before_any_tenant_steps(env_id, kind):
     # the last tenant's action is the bad one: the others must not have stepped or spent
     _refused(env.step, {**good, env.agents[-1]: MALFORMED[kind](m)}, str(m))
     assert _same(env.step(good), twin.step(good))
+
+
+VALID: dict[str, Callable[[np.ndarray], Any]] = {
+    "int8": lambda bits: bits.astype(np.int8),
+    "bool": lambda bits: bits.astype(bool),
+    "float32": lambda bits: bits.astype(np.float32),
+    "int64 list": lambda bits: bits.astype(np.int64).tolist(),
+    "tuple": lambda bits: tuple(bits.tolist()),
+    "read-only": lambda bits: _read_only(bits.astype(np.int8)),
+    "non-contiguous": lambda bits: np.repeat(bits.astype(np.int8), 2, axis=-1)[..., ::2],
+}
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
+@pytest.mark.parametrize("kind", list(VALID))
+@pytest.mark.parametrize("form", ["single", "batched", "multi-tenant"])
+def test_every_well_formed_action_steps_as_int8_does(kind, form):
+    # The check refuses only malformed actions: each valid form steps as the int8 one.
+    if form == "multi-tenant":
+        make = lambda: parallel_env("cost_envs/MultiTenantToolBench-v0")  # noqa: E731
+    elif form == "batched":
+        make = lambda: gym.make_vec("cost_envs/ToolBench-v0", num_envs=64,  # noqa: E731
+                                    vectorization_mode="vector_entry_point")
+    else:
+        make = lambda: gym.make("cost_envs/ToolBench-v0")  # noqa: E731
+    env, twin = make(), make()
+    env.reset(seed=3)
+    twin.reset(seed=3)
+    if form == "multi-tenant":
+        bits = {agent: np.eye(8, dtype=np.int8)[1] for agent in env.agents}
+        assert _same(env.step({a: VALID[kind](b) for a, b in bits.items()}), twin.step(bits))
+    else:
+        shape = (64, 8) if form == "batched" else (8,)  # 512 bits: the large-batch path
+        bits = np.random.default_rng(0).integers(0, 2, shape).astype(np.int8)
+        assert _same(env.step(VALID[kind](bits)), twin.step(bits))

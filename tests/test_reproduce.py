@@ -417,6 +417,10 @@ def test_a_scale_sets_each_envs_steps_its_rows_and_its_sub_envs(monkeypatch):
 def test_a_scale_refuses_rows_it_does_not_know():
     with pytest.raises(ValueError, match=r"Scale\.rows: expected keys of .*got \['nope'\]"):
         rep.Scale("bad", timesteps=1, seeds=1, episodes=1, resamples=1, rows=("nope",))
-    with pytest.raises(ValueError, match=r"Scale\.env_timesteps\['x'\]: expected an int >= 1"):
+    with pytest.raises(ValueError, match=r"Scale\.env_timesteps: expected env ids of .*got 'x'"):
         rep.Scale("bad", timesteps=1, seeds=1, episodes=1, resamples=1,
-                  env_timesteps=(("x", 0),))
+                  env_timesteps=(("x", 10),))
+    with pytest.raises(ValueError, match=r"Scale\.env_timesteps\['cost_envs/ToolBench-v0'\]: "
+                                         r"expected an int >= 1"):
+        rep.Scale("bad", timesteps=1, seeds=1, episodes=1, resamples=1,
+                  env_timesteps=(("cost_envs/ToolBench-v0", 0),))

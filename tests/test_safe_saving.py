@@ -251,20 +251,53 @@ def _dead_pid() -> int:
     return process.pid
 
 
+def _aged(path: Path) -> Path:
+    """Make ``path`` look older than the stale-file grace period."""
+    old = time.time() - 2 * files.STALE_AFTER_SECONDS
+    os.utime(path, (old, old))
+    return path
+
+
 def test_the_next_save_removes_what_a_killed_saver_left(tmp_path):
     # Issue #26: kill -9 during saves left hidden full copies (14 models after 20 kills).
-    dead, alive = _dead_pid(), os.getppid()
-    left = [tmp_path / f".model.{dead}-x1", tmp_path / f".model.old-{dead}-x2",
-            tmp_path / f".a.txt.{dead}-x3.tmp", tmp_path / f".a.txt.old-{dead}-x4"]
-    kept = [tmp_path / f".model.{alive}-y1", tmp_path / f".a.txt.{alive}-y2.tmp",
-            tmp_path / f".other.txt.{dead}-z.tmp"]  # a live saver's; another file's
+    host, dead, alive = files._host(), _dead_pid(), os.getppid()
+    left = [tmp_path / f".model.{host}-{dead}-abcd1234", tmp_path / f".model.old-{host}-{dead}-"
+            "efgh5678", tmp_path / f".a.txt.{host}-{dead}-ijkl9012.tmp",
+            tmp_path / f".a.txt.old-{host}-{dead}-0123456789ab"]
+    kept = [tmp_path / f".model.{host}-{alive}-mnop3456",  # a live saver's
+            tmp_path / f".a.txt.{host}-{alive}-qrst7890.tmp",
+            tmp_path / f".other.txt.{host}-{dead}-uvwx1234.tmp",  # another file's
+            tmp_path / f".a.txt.ffffffff-{dead}-yzab5678.tmp",  # another host's
+            tmp_path / f".a.txt.{host}-{dead}-mine",  # a name saves never make
+            tmp_path / f".a.txt.old-{host}-{dead}-fedcba987654"]  # too recent to judge
     for path in left[:2]:
         path.mkdir()
         (path / "model.safetensors").write_bytes(b"a full copy")
     for path in [*left[2:], *kept]:
         path.write_text("partial")
+    for path in [*left, *kept[:-1]]:
+        _aged(path)
     files.write_files_atomic(tmp_path, {"a.txt": "new"})
     assert [path.exists() for path in left] == [True, True, False, False]
+    (tmp_path / "model").mkdir()
     files.write_directory_atomic(tmp_path / "model", lambda tmp: (tmp / "x").write_text("1"))
     assert not any(path.exists() for path in left)
     assert all(path.exists() for path in kept)
+
+
+def test_a_save_killed_mid_swap_leaves_its_backup_to_be_put_back(tmp_path):
+    # Killed between moving the old version aside and moving the new one in: the target is
+    # gone and the backup is the last complete version. The next save puts it back first,
+    # so that a failure of that save still leaves it.
+    backup = tmp_path / f".model.old-{files._host()}-{_dead_pid()}-abcd1234"
+    backup.mkdir()
+    (backup / "config.json").write_text("the last good one")
+    _aged(backup)
+
+    def fail(tmp: Path) -> None:
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        files.write_directory_atomic(tmp_path / "model", fail)
+    assert (tmp_path / "model" / "config.json").read_text() == "the last good one"
+    assert [path.name for path in tmp_path.iterdir()] == ["model"]

@@ -48,8 +48,12 @@ class TanhNetwork:
 
         encoder = getattr(policy, "features_extractor", None)
         mlp = getattr(policy, "mlp_extractor", None)
-        if not isinstance(encoder, MlpEncoder) or mlp is None or len(mlp.policy_net) or len(
+        # the class itself: a subclass may compute something else than these layers
+        if type(encoder) is not MlpEncoder or mlp is None or len(mlp.policy_net) or len(
                 mlp.value_net):
+            return None
+        if any(module._forward_hooks or module._forward_pre_hooks
+               for module in (encoder, encoder.net)):
             return None
         layers = list(encoder.net)
         linears = tuple(layers[::2])
