@@ -165,11 +165,13 @@ def _run_list(args: argparse.Namespace) -> int:
     return 0
 
 
-#: The env arguments a model's config brings that evaluate takes as they are: what the
-#: agents are and cost. Any other (a budget, reward weights, a success threshold, a
-#: profile, a data split, ...) changes what is measured and is taken only with
-#: --model-env-kwargs (issue #26: a saved budget of 1e-9 scored success 0, unsaid).
-DEPLOYMENT_KWARGS = ("pool", "prices")
+#: Env arguments that change what an evaluation measures (the budget, the reward, the
+#: success threshold, the time limit): taken from a model's config only with
+#: --model-env-kwargs (issue #26: a saved budget of 1e-9 scored success 0, unsaid). The
+#: others (the pool, its size, prices, a profile, ...) make the env the model acts in and
+#: are taken, and printed.
+MEASURING_KWARGS = ("budget", "on_exceed", "reward_weights", "f1_threshold",
+                    "max_episode_steps")
 
 
 def _add_evaluate(parser: argparse.ArgumentParser) -> None:
@@ -185,10 +187,9 @@ def _add_evaluate(parser: argparse.ArgumentParser) -> None:
                         help="allow loading an SB3 .zip, which unpickles code from the file; "
                              "only for files you trust")
     parser.add_argument("--model-env-kwargs", action="store_true",
-                        help="evaluate under every env argument of the model's config.json; "
-                             "without it, those other than "
-                             f"{' and '.join(DEPLOYMENT_KWARGS)} (which change what is "
-                             "measured: a budget, reward weights, ...) are refused")
+                        help="evaluate under the model's own env arguments that change what "
+                             f"is measured ({', '.join(MEASURING_KWARGS)}); without it such "
+                             "an argument in the model's config.json is refused")
     _add_common(parser)
     parser.add_argument("--fit-tasks", type=_positive_int, default=200,
                         help="training tasks on which best-rule and difficulty-threshold are "
@@ -205,7 +206,7 @@ def _model_env_kwargs(args: argparse.Namespace, model_kwargs: dict[str, Any]) ->
     overridden = set(args.env_kwargs or {}) | {key for key in ("pool", "prices")
                                                if getattr(args, key) is not None}
     taken = {key: value for key, value in model_kwargs.items() if key not in overridden}
-    measuring = [key for key in taken if key not in DEPLOYMENT_KWARGS]
+    measuring = [key for key in taken if key in MEASURING_KWARGS]
     if measuring and not args.model_env_kwargs:
         shown = ", ".join(f"{key}={taken[key]!r}" for key in measuring)
         raise SystemExit(f"cost-envs evaluate: {args.model} was trained with env arguments "
