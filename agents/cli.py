@@ -259,23 +259,37 @@ def _check_model_fits(model: Any, env_id: str, env_kwargs: dict[str, Any], model
                          f"but {env_id} with these env arguments has {mine[0]} -> {mine[1]}")
 
 
-def _check_methods_apply(methods: Sequence[str], env_id: str, env_kwargs: dict[str, Any]) -> None:
-    """Exit with one line if a baseline does not apply to ``env_id`` (before any episode).
+#: Methods that enumerate every joint action, so take pools of at most MAX_ORACLE_AGENTS.
+_ENUMERATING = ("oracle", "greedy")
 
-    Family baselines (BoPO's small/large routing, CORL's consult-all, ...) refuse, with a
-    ``ValueError`` naming what they need, an env they do not fit; building each on a probe
-    env shows that at once.
+
+def _applicable_methods(methods: Sequence[str], env_id: str, env_kwargs: dict[str, Any],
+                        chosen: bool) -> tuple[str, ...]:
+    """``methods`` that run on ``env_id``, from one probe env (before any episode).
+
+    The oracle and the greedy heuristic enumerate every joint action: on a pool of more
+    than MAX_ORACLE_AGENTS agents the default methods leave them out with a note, and
+    ``chosen`` ones (``--methods``) exit with one line. Family baselines (BoPO's
+    small/large routing, CORL's consult-all, ...) refuse an env they do not fit with a
+    ``ValueError`` naming what they need; building each on the probe shows that at once.
     """
     family = [name for name in methods if name not in _UNIVERSAL]
     enumerating = [name for name in methods if name in _ENUMERATING]
     if not family and not enumerating:
-        return
+        return tuple(methods)
     probe = gym.make(env_id, **env_kwargs)
     try:
-        if enumerating and probe.unwrapped.n_agents > MAX_ORACLE_AGENTS:
-            raise SystemExit(f"cost-envs evaluate: {', '.join(enumerating)} cannot run on "
-                             f"{env_id} with this pool: {_too_large(probe)} (leave them out "
-                             "of --methods)")
+        n_agents = probe.unwrapped.n_agents
+        if enumerating and n_agents > MAX_ORACLE_AGENTS:
+            why = (f"they enumerate every joint action and take pools of at most "
+                   f"{MAX_ORACLE_AGENTS} agents, this one has {n_agents}")
+            if chosen:
+                raise SystemExit(f"cost-envs evaluate: {', '.join(enumerating)} cannot run on "
+                                 f"{env_id} with this pool: {why} (leave them out of "
+                                 "--methods)")
+            print(f"cost-envs evaluate: {', '.join(enumerating)} left out: {why}",
+                  file=sys.stderr)
+            methods = [name for name in methods if name not in _ENUMERATING]
         for name in family:
             try:
                 EVALUATE_METHODS[name](probe)
@@ -284,30 +298,7 @@ def _check_methods_apply(methods: Sequence[str], env_id: str, env_kwargs: dict[s
                                  f"{error}") from None
     finally:
         probe.close()
-
-
-#: Methods that enumerate every joint action, so take pools of at most MAX_ORACLE_AGENTS.
-_ENUMERATING = ("oracle", "greedy")
-
-
-def _too_large(env: gym.Env) -> str:
-    return (f"they enumerate every joint action and take pools of at most {MAX_ORACLE_AGENTS} "
-            f"agents, this one has {env.unwrapped.n_agents}")
-
-
-def _without_enumerating_if_too_large(methods: Sequence[str], env_id: str,
-                                      env_kwargs: dict[str, Any]) -> tuple[str, ...]:
-    """The default methods, less those the pool is too large for (with a note saying so)."""
-    probe = gym.make(env_id, **env_kwargs)
-    try:
-        if probe.unwrapped.n_agents <= MAX_ORACLE_AGENTS:
-            return tuple(methods)
-        left_out = [name for name in methods if name in _ENUMERATING]
-        print(f"cost-envs evaluate: {', '.join(left_out)} left out: {_too_large(probe)}",
-              file=sys.stderr)
-    finally:
-        probe.close()
-    return tuple(name for name in methods if name not in _ENUMERATING)
+    return tuple(methods)
 
 
 def _factory(cls: Any, fit_tasks: int) -> Any:
@@ -333,9 +324,8 @@ def _run_evaluate(args: argparse.Namespace) -> int:
             raise SystemExit(f"cost-envs evaluate: {error}") from None
         if model_row is not None:
             _check_model_fits(model_row[1], args.env, env_kwargs, args.model)
-    if args.methods is None and methods:  # after the env arguments are known to be good
-        methods = _without_enumerating_if_too_large(methods, args.env, env_kwargs)
-    _check_methods_apply(methods, args.env, env_kwargs)
+    # after the env arguments are known to be good
+    methods = _applicable_methods(methods, args.env, env_kwargs, args.methods is not None)
     results: dict[str, dict[str, Any]] = {}
     if methods:
         factories = {name: _factory(EVALUATE_METHODS[name], args.fit_tasks) for name in methods}
