@@ -40,6 +40,7 @@ import numpy as np
 from agents.routing.calibration import calibrate_share
 from agents.routing.router_cv import cross_validate
 from agents.routing.routers import make_router
+from agents.routing.routers.base import take
 from agents.routing.routing_eval import (
     call_costs,
     oracle_routing,
@@ -57,7 +58,7 @@ TARGET_SHARE = 0.5
 #: training fold has fewer groups: MMLU's leave-one-subject-out leaves three).
 CV_FOLDS = 5
 #: The routers that also get a ``(cv)`` row.
-CV_ROUTERS = ("logistic", "knn")
+CV_ROUTERS = ("logistic", "knn", "priced")
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,8 @@ def router_specs(data: TraceDataset, weak: str, embeddings: bool
                  ) -> dict[str, tuple[str, dict[str, Any]]]:
     """Report name -> (registry name, settings) of the routers run on ``data``."""
     specs: dict[str, tuple[str, dict[str, Any]]] = {"logistic": ("logistic", {}),
-                                                    "knn": ("knn", {})}
+                                                    "knn": ("knn", {}),
+                                                    "priced": ("priced", {})}
     if has_answers(data, weak):
         specs["cascade"] = ("cascade", {})
     for kind in CV_ROUTERS:  # the setting chosen inside each training fold
@@ -144,23 +146,24 @@ def _out_of_fold(data: TraceDataset, splits: list[tuple[np.ndarray, np.ndarray]]
     fixed = {k: v for k, v in settings.items() if k != "cv"}
     # a router's inputs are per query (deterministic): computed once, indexed per fold
     probe = make_router(kind, weak, strong, **fixed)
-    stats, text = probe._raw(data)
-    labels = probe.labels(data)
+    inputs = probe.inputs(data)
+    labels = probe.targets(data)
+    fit_costs = probe.training_costs(data)
     for train, test in splits:
         tuned = dict(fixed)
         if "cv" in settings:  # nested: only this training fold is read
             choice = cross_validate(kind, data.subset(train), weak=weak, strong=strong,
                                     settings=fixed, folds=settings["cv"], split_by=split_by,
-                                    raw=(stats[train], text[train]))
+                                    raw=take(inputs, train))
             tuned.update(choice.settings())
             if chosen is not None:
                 chosen.append(choice.as_json())
-        router = make_router(kind, weak, strong, **tuned)._fit_raw(
-            stats[train], text[train], labels[train])
-        calibration = calibrate_share(router._scores_raw(stats[train], text[train]),
-                                      TARGET_SHARE)
+        router = make_router(kind, weak, strong, **tuned).fit_inputs(
+            take(inputs, train), labels[train], take(fit_costs, train))
+        calibration = calibrate_share(router.scores_inputs(take(inputs, train)),
+                                      TARGET_SHARE, floor=router.min_threshold)
         train_shares.append(calibration.strong_share)
-        scores[test] = router._scores_raw(stats[test], text[test])
+        scores[test] = router.scores_inputs(take(inputs, test))
         calls[test] = scores[test] >= calibration.threshold
     held = np.sort(np.concatenate([test for _, test in splits]))
     return scores[held], calls[held], train_shares

@@ -128,9 +128,9 @@ def test_heldout_evaluation_by_group_resamples_groups() -> None:
     assert result["resampled"] == "clusters" and result["units"] == 8
     assert result["held_out"] == data.n_queries and result["groups"] == 8
     assert sorted(result["routers"]) == ["cascade", "knn", "knn (cv)", "logistic",
-                                         "logistic (cv)"]
+                                         "logistic (cv)", "priced", "priced (cv)"]
     # a (cv) row chose its setting once per training fold, on inner folds of whole groups
-    for name, setting in (("logistic (cv)", "l2"), ("knn (cv)", "k")):
+    for name, setting in (("logistic (cv)", "l2"), ("knn (cv)", "k"), ("priced (cv)", "l2")):
         chosen = result["routers"][name]["cv"]
         assert len(chosen) == 4 and {c["setting"] for c in chosen} == {setting}
         assert {c["split_by"] for c in chosen} == {"group"} and {c["folds"] for c in chosen} == {5}
@@ -207,10 +207,10 @@ def test_minilm_features_are_embedded_once_per_text(monkeypatch) -> None:
 def test_one_registry_over_k_models() -> None:
     from agents.routing.routers import Router, TwoModelRouter
 
-    assert sorted(ROUTERS) == ["cascade", "knn", "logistic", "multi-logistic"]
+    assert sorted(ROUTERS) == ["cascade", "knn", "logistic", "multi-logistic", "priced"]
     assert all(issubclass(cls, Router) for cls in ROUTERS.values())
     assert {k for k, cls in ROUTERS.items() if issubclass(cls, TwoModelRouter)} == {
-        "cascade", "knn", "logistic"}
+        "cascade", "knn", "logistic", "priced"}
     train, test = dataset().split(seed=0)
     for name in ROUTERS:
         router = make_router(name, WEAK, STRONG, n_features=32).fit(train)
@@ -218,7 +218,8 @@ def test_one_registry_over_k_models() -> None:
         assert win.shape == (test.n_queries, 2) and router.models == (WEAK, STRONG)
         assert ((win >= 0) & (win <= 1)).all()
         routed = router.route(test, 0.5)  # the decision is its own step
-        np.testing.assert_array_equal(routed, router.decide(win, 0.5))
+        np.testing.assert_array_equal(routed, router.decide(win, 0.5,
+                                                            router.expected_costs(test)))
     logistic = make_router("logistic", WEAK, STRONG, n_features=32).fit(train)
     np.testing.assert_array_equal(logistic.predict(test)[:, 1], logistic.scores(test))
     with pytest.raises(ValueError, match="expected two models"):

@@ -17,8 +17,10 @@
 * ``to_state() -> (config, arrays)`` and ``from_state(config, arrays)``.
 
 The routers: ``"logistic"``, ``"knn"`` and ``"cascade"`` (two-model,
-:mod:`~agents.routing.routers.two_model`), ``"multi-logistic"`` (any number of models,
-:mod:`~agents.routing.routers.multi`). Around them, one of each:
+:mod:`~agents.routing.routers.two_model`), ``"priced"`` (two-model and cost-aware:
+predicted accuracy gained per expected extra dollar, :mod:`~agents.routing.routers.priced`),
+``"multi-logistic"`` (any number of models, :mod:`~agents.routing.routers.multi`).
+Around them, one of each:
 :mod:`~agents.routing.routers.calibration` (the operating point, on training data),
 :func:`~agents.routing.routers.cv.cross_validate` (settings by folds of the training
 data, mean validation AIQ), :mod:`~agents.routing.routers.state` (the save format).
@@ -51,6 +53,7 @@ from agents.routing.routers.features import (
     register_text_features,
 )
 from agents.routing.routers.multi import SINGLE_MODELS, MultiRouter, sweep_metrics
+from agents.routing.routers.priced import PricedRouter
 from agents.routing.routers.state import SavedRouter, load_router, save_router
 from agents.routing.routers.two_model import (
     CascadeRouter,
@@ -63,7 +66,7 @@ from agents.routing.routers.two_model import (
 __all__ = [
     "CV_FOLDS", "CV_GRIDS", "ROUTERS", "SINGLE_MODELS", "STATE_FORMAT", "TEXT_ENCODERS",
     "CVChoice", "Calibration", "CascadeRouter", "KNNRouter", "LamCalibration",
-    "LogisticRouter", "MultiRouter", "Router", "SavedRouter", "TextFeatures",
+    "LogisticRouter", "MultiRouter", "PricedRouter", "Router", "SavedRouter", "TextFeatures",
     "TwoModelRouter", "calibrate", "calibrate_cost", "calibrate_lam", "calibrate_share",
     "cascade_curve", "cross_validate", "embedding_lookup", "load_router", "make_router",
     "register", "register_text_features", "router_class", "router_from_state",

@@ -49,6 +49,21 @@ def array_of(arrays: Mapping[str, Any], name: str, ndim: int) -> np.ndarray:
     return out
 
 
+def take(values: Any, rows: np.ndarray) -> Any:
+    """The ``rows`` of a router's per-query values.
+
+    ``values``: :meth:`Router.inputs` (a tuple of arrays) or
+    :meth:`Router.training_costs` (an array, a mapping of arrays, or ``None``).
+    """
+    if values is None:
+        return None
+    if isinstance(values, tuple):
+        return tuple(v[rows] for v in values)
+    if isinstance(values, Mapping):
+        return {k: v[rows] for k, v in values.items()}
+    return np.asarray(values)[rows]
+
+
 class Router(ABC):
     """One router over ``K`` models: features, fit, predict, decide, state.
 
@@ -123,18 +138,32 @@ class Router(ABC):
         return self._predict(self._design(*inputs))
 
     @abstractmethod
-    def decide(self, win: np.ndarray, point: float) -> np.ndarray:
+    def decide(self, win: np.ndarray, point: float, costs: Any = None) -> np.ndarray:
         """Which of :attr:`models` answers each query: ``(n,)`` indices into it.
 
         Args:
             win: :meth:`predict`'s ``(n, K)`` win probabilities.
             point: The operating point (a threshold, or ``lam``).
+            costs: :meth:`expected_costs`'s ``(n, K)`` prices of the calls (a router
+                that does not price calls ignores them).
         """
+
+    def expected_costs(self, data: TraceDataset) -> np.ndarray | None:
+        """``(n, K)``: each call's price before it is made; ``None`` when not priced."""
+        return None
 
     def route(self, data: TraceDataset, point: float) -> np.ndarray:
         """``data``'s column of the model answering each query at ``point``, ``(n,)``."""
         cols = np.array([data.model_index(m) for m in self.models], dtype=np.int64)
-        return cols[self.decide(self.predict(data), point)]
+        return cols[self.decide(self.predict(data), point, self.expected_costs(data))]
+
+    def training_costs(self, data: TraceDataset, costs: Any = None) -> Any:
+        """What :meth:`fit_inputs` reads of ``data``'s calls (``None``: nothing).
+
+        A K-model router reads each call's cost, a cost-aware one its tokens as well;
+        per query, so a caller may compute them once and :func:`take` a fold's rows.
+        """
+        return self._model_costs(data, costs)
 
     # ------------------------------------------------------------------ subclass hooks
     def _model_costs(self, data: TraceDataset, costs: Any) -> Any:

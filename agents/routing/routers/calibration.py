@@ -73,8 +73,15 @@ def _train_cost(x: np.ndarray, threshold: float, weak_cost: Any, strong_cost: An
     return float(np.where(x >= threshold, sc, wc).mean())
 
 
+def _floored(threshold: float, floor: float) -> float:
+    """``threshold`` raised to ``floor`` (a router's lowest sensible operating point)."""
+    if not isinstance(floor, int | float) or np.isnan(floor) or floor == np.inf:
+        raise ValueError(f"floor: expected a number < inf (-inf: none), got {floor!r}")
+    return max(threshold, float(floor))
+
+
 def calibrate_share(train_scores: Any, share: float, weak_cost: Any = None,
-                    strong_cost: Any = None) -> Calibration:
+                    strong_cost: Any = None, floor: float = -np.inf) -> Calibration:
     """The threshold sending about ``share`` of the training queries to the strong model.
 
     Args:
@@ -83,20 +90,23 @@ def calibrate_share(train_scores: Any, share: float, weak_cost: Any = None,
         weak_cost: Optional cost of the weak model on each training query, to report
             the threshold's training cost per query.
         strong_cost: The same for the strong model.
+        floor: The lowest threshold to return (a cost-aware router's 0: it never pays
+            for a call it predicts to lose accuracy, whatever the share asked).
 
     Returns:
         The :class:`Calibration` (its ``strong_share`` is the share achieved on the
-        training scores: ties may keep it off the target).
+        training scores: ties, or the floor, may keep it off the target).
     """
     x = _train_scores(train_scores)
     number(share, "share", minimum=0, maximum=1)
     threshold = float("inf") if share == 0 else float(np.quantile(x, 1.0 - share))
+    threshold = _floored(threshold, floor)
     return Calibration(threshold, float((x >= threshold).mean()),
                        _train_cost(x, threshold, weak_cost, strong_cost))
 
 
 def calibrate_cost(train_scores: Any, weak_cost: Any, strong_cost: Any,
-                   target: float) -> Calibration:
+                   target: float, floor: float = -np.inf) -> Calibration:
     """The threshold with the most strong calls whose mean training cost is <= ``target``.
 
     Tied scores are routed together, so the candidates are the training curve's points;
@@ -109,6 +119,7 @@ def calibrate_cost(train_scores: Any, weak_cost: Any, strong_cost: Any,
         weak_cost: Cost of the weak model on each training query.
         strong_cost: Cost of the strong model on each training query.
         target: Mean cost per query to stay within, >= 0.
+        floor: The lowest threshold to return (as :func:`calibrate_share`'s).
 
     Raises:
         ValueError: If no threshold keeps the training cost within ``target`` (naming
@@ -125,6 +136,10 @@ def calibrate_cost(train_scores: Any, weak_cost: Any, strong_cost: Any,
                          f"query within it; the cheapest is {curve.cost.min():.6g}")
     k = round(curve.strong_share[within[-1]] * len(x))  # strong calls at that point
     threshold = float("inf") if k == 0 else float(np.sort(x)[::-1][k - 1])
+    if threshold < floor:  # fewer strong calls: cheaper, so still within the target
+        threshold = _floored(threshold, floor)
+        return Calibration(threshold, float((x >= threshold).mean()),
+                           float(np.where(x >= threshold, sc, wc).mean()))
     return Calibration(threshold, k / len(x), float(curve.cost[within[-1]]))
 
 
@@ -236,12 +251,13 @@ def calibrate(router: Any, train: Any, costs: Any = None, *, share: float | None
                          "train_model_share": dict(zip(router.models, lam.model_share,
                                                        strict=True))}
     scores = router.scores(train)
+    floor = router.min_threshold
     if cost is not None:
-        two = calibrate_cost(scores, c[:, 0], c[:, 1], cost)
+        two = calibrate_cost(scores, c[:, 0], c[:, 1], cost, floor)
         facts: dict[str, Any] = {"target": "cost_per_query", "value": cost}
     else:
         target_share = 0.5 if share is None else share
-        two = calibrate_share(scores, target_share, c[:, 0], c[:, 1])
+        two = calibrate_share(scores, target_share, c[:, 0], c[:, 1], floor)
         facts = {"target": "strong_share", "value": target_share}
     return two.threshold, {**facts, "train_strong_share": two.strong_share,
                            "train_cost_per_query": two.cost_per_query}

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.routing.routers.base import Inputs, Router, make_router, router_class
+from agents.routing.routers.base import Inputs, Router, make_router, router_class, take
 from agents.routing.routers.two_model import TwoModelRouter
 from agents.routing.routing_bootstrap import threshold_aiq
 from agents.routing.routing_eval import call_costs
@@ -51,6 +51,7 @@ CV_GRIDS: dict[str, tuple[str, tuple[float, ...]]] = {
     "logistic": ("l2", (1.0, 10.0, 100.0)),
     "cascade": ("l2", (1.0, 10.0, 100.0)),
     "knn": ("k", (5, 10, 25, 50)),
+    "priced": ("l2", (1.0, 10.0, 100.0)),
     "multi-logistic": ("l2", (1.0, 10.0, 100.0)),
 }
 
@@ -209,7 +210,7 @@ def cross_validate(
         raise ValueError(f"raw: expected the inputs of {train.n_queries} queries, got "
                          f"{len(raw[0])} and {len(raw[1])} rows")
     target = probe.targets(train)
-    model_costs = probe._model_costs(train, c)
+    model_costs = probe.training_costs(train, c)
     table: dict[str, float] = {}
     candidates = list(itertools.product(*grid.values()))
     for values in candidates:
@@ -217,9 +218,8 @@ def cross_validate(
         scores = []
         for k in range(folds):
             tr, va = np.flatnonzero(fold != k), np.flatnonzero(fold == k)
-            router.fit_inputs((raw[0][tr], raw[1][tr]), target[tr],
-                              None if model_costs is None else model_costs[tr])
-            scores.append(_fold_value(router, (raw[0][va], raw[1][va]), train.subset(va),
+            router.fit_inputs(take(raw, tr), target[tr], take(model_costs, tr))
+            scores.append(_fold_value(router, take(raw, va), train.subset(va),
                                       c[va], criterion))
         finite = [v for v in scores if np.isfinite(v)]
         key = ",".join(f"{n}={v:g}" for n, v in zip(grid, values, strict=True))

@@ -138,7 +138,7 @@ class MultiRouter(Router):
         scale = float(cost.max())
         return cost / scale if scale > 0 else cost
 
-    def decide(self, win: np.ndarray, point: float) -> np.ndarray:
+    def decide(self, win: np.ndarray, point: float, costs: Any = None) -> np.ndarray:
         """Index of the best predicted correctness net of ``point`` (``lam``) x unit cost."""
         return self._route(np.asarray(win), np.array([float(point)]),
                            np.arange(len(self.models)))[:, 0]

@@ -40,6 +40,8 @@ class TwoModelRouter(Router):
     """
 
     n_models: ClassVar[int | None] = 2
+    #: The lowest threshold calibration returns (a cost-aware score's is 0).
+    min_threshold: ClassVar[float] = -np.inf
     weak: str
     strong: str
 
@@ -64,7 +66,7 @@ class TwoModelRouter(Router):
         """:meth:`scores` from precomputed :meth:`inputs`."""
         return self.predict_inputs(inputs)[:, 1]
 
-    def decide(self, win: np.ndarray, point: float) -> np.ndarray:
+    def decide(self, win: np.ndarray, point: float, costs: Any = None) -> np.ndarray:
         """1 (strong) where the score is at or above the threshold ``point``, else 0."""
         return (np.asarray(win)[:, 1] >= point).astype(np.int64)
 

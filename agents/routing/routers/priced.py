@@ -1,0 +1,264 @@
+"""The cost-aware two-model router: expected accuracy gained per expected extra dollar.
+
+A router that thresholds P(the strong model is needed) ignores what the call costs. On
+logged outcomes the strongest feature of that probability is the prompt's length, and a
+call's cost grows with it, so such a router sends its strong calls to the dearest
+prompts: at equal dollar cost it answers fewer queries with the strong model than random
+routing does, and on unseen subjects it lands below random (issue #24).
+:class:`PricedRouter` (``"priced"`` in :data:`~agents.routing.routers.ROUTERS`) prices
+each call before it is made and routes on
+
+    ``score(q) = (p_strong(q) - p_weak(q)) / (c_strong(q) - c_weak(q))``
+
+the predicted accuracy gained per dollar spent on top of the weak call:
+
+* ``p_j(q)``: the probability that model ``j`` answers ``q`` right, one L2 logistic
+  regression per model on the family's :class:`~agents.routing.routers.features.TextFeatures`
+  (as :class:`~agents.routing.routers.multi.MultiRouter` predicts it);
+* ``c_j(q) = in_j * input_tokens_j(q) + out_j * E[output_tokens_j | q]``: the prompt's
+  tokens are known before the call (they are an input of the router, per model, as each
+  model's tokenizer counts them); the output tokens are predicted by a ridge regression
+  of ``log(1 + tokens)`` on the same features, turned into an expectation with Duan's
+  smearing factor (the mean of the exponentiated training residuals); the per-token
+  prices ``in_j`` and ``out_j`` are fitted on the training calls' costs (non-negative
+  least squares of cost on input and output tokens: exact when the costs are tokens x a
+  price table, as the packaged one prices them, and a fit of logged costs otherwise).
+
+Routing the queries in order of this score is the greedy solution of "the most expected
+accuracy for a mean cost": a threshold on it is the operating point, calibrated on the
+training queries for a target share or cost as every two-model router's is
+(:mod:`~agents.routing.routers.calibration`), never below 0: a strong call predicted to
+lose accuracy is not worth any price, whatever share or cost was asked (on RouterArena
+the cheaper model is the more accurate one, and a 50% share would otherwise be filled
+with such calls). Where the strong call is predicted no
+dearer than the weak one (``c_strong <= c_weak``), the denominator is floored at
+:data:`MIN_EXTRA_COST` of the mean training call cost, so the score is a large number
+of the gain's sign. ``predict`` gives ``(p_weak, p_strong)``, ``scores`` the score above,
+:meth:`PricedRouter.expected_costs` the priced calls.
+
+Its inputs are ``(statistics, text features, input tokens)``: the third, ``(n, 2)``, is
+the prompt's tokens for the weak and the strong model, read from the logs
+(``data.input_tokens``); a live caller counts them with each model's tokenizer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from agents.routing.routers.base import array_of, register
+from agents.routing.routers.features import standardiser
+from agents.routing.routers.solvers import fit_logistic, logistic_scores
+from agents.routing.routers.two_model import TwoModelRouter
+from agents.routing.routing_core import call_costs
+from cost_envs.config import number
+from cost_envs.traces import TraceDataset
+
+#: The smallest extra cost a strong call is priced at, as a share of the mean training
+#: call cost (a strong call predicted no dearer than the weak one gets a large score).
+MIN_EXTRA_COST = 1e-6
+
+
+def fit_prices(cost: np.ndarray, input_tokens: np.ndarray, output_tokens: np.ndarray
+               ) -> np.ndarray:
+    """Per-token ``(input, output)`` prices of one model: least squares, both >= 0.
+
+    The cost of a call is modelled as ``input * input_tokens + output * output_tokens``
+    (no intercept: a call of no tokens is free). The unconstrained fit is kept when both
+    prices are >= 0; otherwise the better of the two one-price fits (the other at 0).
+    """
+    a = np.column_stack([input_tokens, output_tokens]).astype(np.float64)
+    y = np.asarray(cost, dtype=np.float64)
+    if not a.any():
+        return np.zeros(2)
+    both, *_ = np.linalg.lstsq(a, y, rcond=None)
+    if (both >= 0).all():
+        return both
+    best, best_sse = np.zeros(2), float(y @ y)
+    for j in range(2):
+        norm = float(a[:, j] @ a[:, j])
+        if norm > 0:
+            price = np.zeros(2)
+            price[j] = max(0.0, float(a[:, j] @ y) / norm)
+            sse = float(np.sum((y - a @ price) ** 2))
+            if sse < best_sse:
+                best, best_sse = price, sse
+    return best
+
+
+def fit_ridge(x: np.ndarray, y: np.ndarray, l2: float) -> np.ndarray:
+    """Ridge regression weights, intercept last and not penalised: ``(d + 1,)``."""
+    xm, ym = x.mean(axis=0), float(y.mean())
+    xc = x - xm
+    w = np.linalg.solve(xc.T @ xc + l2 * np.eye(x.shape[1]), xc.T @ (y - ym))
+    return np.append(w, ym - float(xm @ w))
+
+
+@register
+@dataclass
+class PricedRouter(TwoModelRouter):
+    """Routes a query to the strong model by predicted accuracy gained per extra dollar.
+
+    Args:
+        weak: Name of the weak (cheap) model.
+        strong: Name of the strong (expensive) model.
+        n_features: Width of the hashed n-gram features.
+        l2: Penalty of the correctness models (logistic) and of the output-token
+            models (ridge), > 0.
+        hashed_weight: Scale of the text features relative to the standardised
+            statistics (0 ignores the words).
+        text_features: The text encoder: ``"hashed"``, ``"minilm"`` or your own.
+    """
+
+    weak: str
+    strong: str
+    n_features: int = 512
+    l2: float = 10.0
+    hashed_weight: float = 1.0
+    text_features: str = "hashed"
+
+    kind: ClassVar[str] = "priced"
+    #: Never pay for a strong call predicted to lose accuracy: calibration stops at 0.
+    min_threshold: ClassVar[float] = 0.0
+
+    def __post_init__(self) -> None:
+        number(self.l2, "l2", minimum=0, inclusive=False)
+        super().__post_init__()
+        self._coef: np.ndarray | None = None  # (2, d + 1) correctness models
+        self._tokens: np.ndarray | None = None  # (2, d + 1) log(1 + output tokens) models
+        self._smear: np.ndarray | None = None  # (2,) Duan's smearing factors
+        self._prices: np.ndarray | None = None  # (2, 2) per-token (input, output) prices
+        self._floor: float | None = None  # MIN_EXTRA_COST x mean training call cost
+
+    # ------------------------------------------------------------------ inputs
+    def _columns(self, data: TraceDataset) -> np.ndarray:
+        return np.array([data.model_index(m) for m in self.models], dtype=np.int64)
+
+    def inputs(self, data: TraceDataset) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(statistics, text features, input tokens (n, 2))`` of ``data``'s queries."""
+        stats, text = super().inputs(data)
+        return stats, text, data.input_tokens[:, self._columns(data)].astype(np.float64)
+
+    def targets(self, data: TraceDataset) -> np.ndarray:
+        """``(n, 2)``: whether the weak and the strong model answered each query right."""
+        return data.correct[:, self._columns(data)]
+
+    def _model_costs(self, data: TraceDataset, costs: Any) -> dict[str, np.ndarray]:
+        cols = self._columns(data)
+        return {"cost": call_costs(data, costs)[:, cols],
+                "input_tokens": data.input_tokens[:, cols].astype(np.float64),
+                "output_tokens": data.output_tokens[:, cols].astype(np.float64)}
+
+    # ------------------------------------------------------------------ fit / predict
+    def fit_inputs(self, inputs: Any, targets: np.ndarray, costs: Any = None) -> PricedRouter:
+        """Fit on precomputed :meth:`inputs`, :meth:`targets` and :meth:`training_costs`."""
+        stats, text, _ = inputs
+        if not isinstance(costs, Mapping):
+            raise ValueError("PricedRouter.fit_inputs: expected costs=training_costs(data)")
+        self._mean, self._std = standardiser(stats)
+        x = self._design(stats, text)
+        y = np.asarray(targets)
+        if y.ndim != 2 or y.shape != (len(x), 2):
+            raise ValueError(f"targets: expected ({len(x)}, 2) correctness, got {y.shape}")
+        self._coef = np.array([np.append(*fit_logistic(x, y[:, j].astype(np.float64),
+                                                       self.l2)) for j in range(2)])
+        tokens, smear = [], []
+        for j in range(2):
+            log_out = np.log1p(costs["output_tokens"][:, j])
+            w = fit_ridge(x, log_out, self.l2)
+            tokens.append(w)
+            smear.append(float(np.mean(np.exp(log_out - (x @ w[:-1] + w[-1])))))
+        self._tokens, self._smear = np.array(tokens), np.array(smear)
+        self._prices = np.array([fit_prices(costs["cost"][:, j], costs["input_tokens"][:, j],
+                                            costs["output_tokens"][:, j]) for j in range(2)])
+        self._floor = MIN_EXTRA_COST * max(float(np.mean(costs["cost"])), 1e-300)
+        return self
+
+    def fit(self, data: TraceDataset, costs: Any = None) -> PricedRouter:
+        """Fit on ``data``, the training queries only (``costs``: ``(n, m)`` per call)."""
+        return self.fit_inputs(self.inputs(data), self.targets(data),
+                               self._model_costs(data, costs))
+
+    def _fitted(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]:
+        if self._coef is None or self._tokens is None or self._smear is None \
+                or self._prices is None or self._floor is None:
+            raise ValueError("PricedRouter: call fit first")
+        return self._coef, self._tokens, self._smear, self._prices, self._floor
+
+    def predict_inputs(self, inputs: Any) -> np.ndarray:
+        """``(n, 2)``: predicted correctness of the weak and the strong model."""
+        stats, text, _ = inputs
+        coef = self._fitted()[0]
+        x = self._design(stats, text)
+        return np.column_stack([logistic_scores(x, w[:-1], float(w[-1])) for w in coef])
+
+    def _fit_model(self, x: np.ndarray, y: np.ndarray, costs: Any) -> None:
+        raise NotImplementedError("PricedRouter fits in fit_inputs (it reads tokens)")
+
+    def _predict(self, x: np.ndarray) -> np.ndarray:
+        coef = self._fitted()[0]
+        return np.column_stack([logistic_scores(x, w[:-1], float(w[-1])) for w in coef])
+
+    def expected_costs_inputs(self, inputs: Any) -> np.ndarray:
+        """:meth:`expected_costs` from precomputed :meth:`inputs`."""
+        stats, text, input_tokens = inputs
+        _, tokens, smear, prices, _ = self._fitted()
+        x = self._design(stats, text)
+        out = np.column_stack([smear[j] * np.exp(x @ tokens[j, :-1] + tokens[j, -1]) - 1.0
+                               for j in range(2)])
+        out = np.maximum(out, 0.0)
+        return prices[:, 0] * np.asarray(input_tokens, dtype=np.float64) + prices[:, 1] * out
+
+    def expected_costs(self, data: TraceDataset) -> np.ndarray:  # type: ignore[override]
+        """``(n, 2)``: each call's price before it is made (input known, output predicted)."""
+        return self.expected_costs_inputs(self.inputs(data))
+
+    def scores_inputs(self, inputs: Any) -> np.ndarray:
+        """:meth:`scores` from precomputed :meth:`inputs`."""
+        p = self.predict_inputs(inputs)
+        return self._per_dollar(p, self.expected_costs_inputs(inputs))
+
+    def scores(self, data: TraceDataset) -> np.ndarray:
+        """Predicted accuracy gained per extra dollar of the strong call; higher: strong."""
+        return self.scores_inputs(self.inputs(data))
+
+    def _per_dollar(self, p: np.ndarray, c: np.ndarray) -> np.ndarray:
+        floor = self._fitted()[4]
+        return (p[:, 1] - p[:, 0]) / np.maximum(c[:, 1] - c[:, 0], floor)
+
+    def decide(self, win: np.ndarray, point: float, costs: Any = None) -> np.ndarray:
+        """1 (strong) where the gain per dollar is at or above ``point``, else 0.
+
+        Args:
+            win: :meth:`predict`'s ``(n, 2)`` correctness.
+            point: The threshold, in accuracy per dollar.
+            costs: :meth:`expected_costs`'s ``(n, 2)``; required.
+        """
+        if costs is None:
+            raise ValueError("PricedRouter.decide: expected costs=expected_costs(data)")
+        return (self._per_dollar(np.asarray(win), np.asarray(costs)) >= point
+                ).astype(np.int64)
+
+    # ------------------------------------------------------------------ state
+    def _model_arrays(self) -> dict[str, np.ndarray]:
+        coef, tokens, smear, prices, floor = self._fitted()
+        return {"coef": coef, "tokens": tokens, "smear": smear, "prices": prices,
+                "floor": np.array([floor])}
+
+    def _load_model_arrays(self, arrays: Mapping[str, Any]) -> None:
+        width = sum(self.features.widths) + 1
+        shapes = {"coef": (2, width), "tokens": (2, width), "smear": (2,),
+                  "prices": (2, 2), "floor": (1,)}
+        loaded = {k: array_of(arrays, k, len(shape)) for k, shape in shapes.items()}
+        for k, shape in shapes.items():
+            if loaded[k].shape != shape:
+                raise ValueError(f"arrays: {k!r}: expected shape {shape} for this config, "
+                                 f"got {loaded[k].shape}")
+        if (loaded["prices"] < 0).any() or (loaded["smear"] <= 0).any() \
+                or loaded["floor"][0] <= 0:
+            raise ValueError("arrays: expected 'prices' >= 0, 'smear' > 0 and 'floor' > 0")
+        self._coef, self._tokens, self._smear = loaded["coef"], loaded["tokens"], loaded["smear"]
+        self._prices, self._floor = loaded["prices"], float(loaded["floor"][0])

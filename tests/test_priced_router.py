@@ -1,0 +1,122 @@
+"""The cost-aware router: it prices each call and buys accuracy where a dollar buys most."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from agents.routing.routers import PricedRouter, calibrate, make_router
+from agents.routing.routers.calibration import calibrate_cost, calibrate_share
+from agents.routing.routers.priced import fit_prices
+from cost_envs.traces import TraceDataset
+
+WEAK, STRONG = "weak", "strong"
+#: Dollars per token of the weak and the strong model: (input, output).
+PRICES = np.array([[1e-7, 4e-7], [2e-6, 6e-6]])
+
+
+def long_prompts_cost_more(n: int = 4000, seed: int = 0,
+                           strong_accuracy: float = 0.95) -> TraceDataset:
+    """Longer prompts need the strong model more often, and every call costs per token.
+
+    The weak model fails with a probability rising with the prompt's length (0.30 to
+    0.45), so a router of P(weak wrong) sends its strong calls to the longest, dearest
+    prompts; the gain per dollar of a strong call falls with length.
+    """
+    rng = np.random.default_rng(seed)
+    words = rng.integers(5, 400, n)
+    prompts = tuple(" ".join(["word"] * w) + f" q{i}?" for i, w in enumerate(words))
+    share = (words - 5) / 395
+    weak = rng.random(n) >= 0.3 + 0.15 * share
+    strong = rng.random(n) < strong_accuracy
+    correct = np.column_stack([weak, strong])
+    input_tokens = np.column_stack([words + 3, words + 3])
+    output_tokens = np.column_stack([rng.integers(20, 40, n), 30 + words // 4])
+    cost = input_tokens * PRICES[:, 0] + output_tokens * PRICES[:, 1]
+    return TraceDataset((WEAK, STRONG), tuple(f"q{i}" for i in range(n)), prompts,
+                        correct.astype(float), correct, input_tokens, output_tokens,
+                        cost=cost)
+
+
+def accuracy_and_cost(test: TraceDataset, strong_calls: np.ndarray) -> tuple[float, float]:
+    rows = np.arange(test.n_queries)
+    pick = strong_calls.astype(np.int64)
+    return (float(test.correct[rows, pick].mean()), float(test.cost[rows, pick].mean()))
+
+
+def test_prices_are_recovered_from_priced_calls() -> None:
+    data = long_prompts_cost_more(500)
+    for j in range(2):
+        np.testing.assert_allclose(fit_prices(data.cost[:, j], data.input_tokens[:, j],
+                                              data.output_tokens[:, j]), PRICES[j],
+                                   rtol=1e-9)
+    # a negative unconstrained price falls back to the better one-price fit
+    tokens = np.array([1.0, 2.0, 3.0, 4.0])
+    assert (fit_prices(tokens * 2.0, tokens, 2 * tokens + np.array([0, 1, 0, 1]))
+            >= 0).all()
+
+
+def test_expected_costs_price_the_prompt_and_predict_the_output() -> None:
+    data = long_prompts_cost_more()
+    train, test = data.split(seed=0)
+    router = PricedRouter(WEAK, STRONG, n_features=16).fit(train)
+    expected = router.expected_costs(test)
+    actual = test.cost
+    # the mean is right (Duan's smearing), and the strong call's per-query price follows
+    # its length-driven output tokens
+    np.testing.assert_allclose(expected.mean(axis=0), actual.mean(axis=0), rtol=0.05)
+    assert np.corrcoef(expected[:, 1], actual[:, 1])[0, 1] > 0.95
+
+
+def test_at_the_same_cost_it_beats_the_probability_router_and_random() -> None:
+    data = long_prompts_cost_more()
+    train, test = data.split(seed=0)
+    budget = float(train.cost[:, 0].mean() + 0.3 * (train.cost[:, 1] - train.cost[:, 0]).mean())
+    priced = PricedRouter(WEAK, STRONG, n_features=16).fit(train)
+    plain = make_router("logistic", WEAK, STRONG, n_features=16).fit(train)
+    results = {}
+    for name, router in (("priced", priced), ("logistic", plain)):
+        threshold, _ = calibrate(router, train, train.cost, cost=budget)
+        results[name] = accuracy_and_cost(test, router.scores(test) >= threshold)
+    (acc_p, cost_p), (acc_l, cost_l) = results["priced"], results["logistic"]
+    # both spend about the budget on the test queries ...
+    assert cost_p == pytest.approx(budget, rel=0.1) and cost_l == pytest.approx(budget, rel=0.1)
+    # ... and the priced router buys more strong calls with it, so more accuracy
+    assert acc_p > acc_l + 0.02
+    # random routing at the priced router's cost: the share that spends it
+    w, s = test.cost[:, 0].mean(), test.cost[:, 1].mean()
+    share = (cost_p - w) / (s - w)
+    random_acc = (1 - share) * test.correct[:, 0].mean() + share * test.correct[:, 1].mean()
+    assert acc_p > random_acc + 0.02
+
+
+def test_it_never_pays_for_a_call_predicted_to_lose_accuracy() -> None:
+    data = long_prompts_cost_more(strong_accuracy=0.3)  # the dearer model is worse
+    train, _ = data.split(seed=0)
+    router = PricedRouter(WEAK, STRONG, n_features=16).fit(train)
+    scores = router.scores(train)
+    threshold, facts = calibrate(router, train, share=0.5)
+    assert threshold == 0.0 and facts["train_strong_share"] == (scores >= 0).mean() < 0.5
+    assert calibrate_share(scores, 0.5).threshold < 0  # without the floor it would pay
+    big = float(train.cost[:, 1].mean())
+    assert calibrate_cost(scores, train.cost[:, 0], train.cost[:, 1], big,
+                          floor=0.0).threshold == 0.0
+    with pytest.raises(ValueError, match="floor: expected a number < inf"):
+        calibrate_share(scores, 0.5, floor=float("inf"))
+
+
+def test_decisions_read_the_prices() -> None:
+    data = long_prompts_cost_more(800)
+    train, test = data.split(seed=0)
+    router = PricedRouter(WEAK, STRONG, n_features=16).fit(train)
+    win, costs = router.predict(test), router.expected_costs(test)
+    point = float(np.median(router.scores(test)))
+    chosen = router.decide(win, point, costs)
+    np.testing.assert_array_equal(chosen, (router.scores(test) >= point).astype(int))
+    np.testing.assert_array_equal(router.route(test, point),
+                                  np.array([0, 1])[chosen])
+    # the same predictions with the strong call priced 100x dearer: fewer strong calls
+    dearer = costs * np.array([1.0, 100.0])
+    assert router.decide(win, point, dearer).sum() < chosen.sum()
+    with pytest.raises(ValueError, match="expected costs=expected_costs"):
+        router.decide(win, point)
