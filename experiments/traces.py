@@ -1,4 +1,4 @@
-"""The GSM8K routing report: RouteLLM outcomes routed by agents.routing.trace_router.
+"""The GSM8K routing report: RouteLLM outcomes routed by :mod:`agents.routing.routers`.
 
 :func:`report` runs the RouteLLM experiment: GSM8K (Mixtral-8x7B vs GPT-4) split by prompt
 into train and test halves (:meth:`cost_envs.traces.TraceDataset.split_indices`), the
@@ -31,21 +31,17 @@ import gymnasium as gym
 import numpy as np
 
 from agents.files import write_files_atomic
-from agents.routing.router_features import (
+from agents.routing.routers import CascadeRouter, LogisticRouter, cascade_curve
+from agents.routing.routers.base import take
+from agents.routing.routers.policy import RouterPolicy, cascade_observations
+from agents.routing.routers.solvers import LogisticRegression
+from agents.routing.routers.statistics import (
     ANSWER_STATISTICS,
     STATISTICS,
     answer_statistics,
     weak_answers,
 )
 from agents.routing.routing_eval import curve_metrics
-from agents.routing.trace_router import (
-    CascadeRouter,
-    LogisticRegression,
-    RouterPolicy,
-    TraceRouter,
-    cascade_curve,
-    cascade_observations,
-)
 from cost_envs.metrics.routing import (
     oracle_point,
     oracle_scores,
@@ -78,7 +74,7 @@ def _cost_at(curve: Any, share: float) -> float:
     return float(np.interp(share, curve.strong_share, curve.cost))
 
 
-def _fit(router: TraceRouter, train: TraceDataset, cv: bool) -> dict[str, float]:
+def _fit(router: LogisticRouter, train: TraceDataset, cv: bool) -> dict[str, float]:
     """Fit on ``train``: settings chosen by cross-validation, or the router's own."""
     if cv:
         return router.cross_validate(train)
@@ -100,7 +96,7 @@ def _experiment(data: TraceDataset, n_resamples: int, seed: int, cv: bool,
     w, s = test.correct[:, iw], test.correct[:, is_]
     test_costs = test.call_costs(table)
     wc, sc = test_costs[:, iw], test_costs[:, is_]
-    router = TraceRouter(weak, strong)
+    router = LogisticRouter(weak, strong)
     chosen = _fit(router, train, cv)
     learned = router.scores(test)
     out: dict[str, Any] = {
@@ -174,11 +170,11 @@ def _split_robustness(data: TraceDataset, seeds: Sequence[int]) -> list[dict[str
     """
     costs = data.call_costs(default_price_table())
     weak, strong = by_cost(data, costs)
-    routers = {"": TraceRouter(weak, strong)}
+    routers: dict[str, LogisticRouter] = {"": LogisticRouter(weak, strong)}
     if has_answers(data, weak):
         routers["cascade_"] = CascadeRouter(weak, strong)
     # a router's raw inputs are per query: computed once, indexed per split (cross_validate)
-    raw = {prefix: router._raw(data) for prefix, router in routers.items()}
+    raw = {prefix: router.inputs(data) for prefix, router in routers.items()}
     weak_correct = data.correct[:, data.model_index(weak)]
     strong_correct = data.correct[:, data.model_index(strong)]
     rows = []
@@ -186,9 +182,8 @@ def _split_robustness(data: TraceDataset, seeds: Sequence[int]) -> list[dict[str
         train, test = data.split_indices(seed=seed, test_fraction=0.5)
         row: dict[str, float] = {"split_seed": seed}
         for prefix, router in routers.items():
-            stats, hashed = raw[prefix]
-            scores = router._fit_raw(stats[train], hashed[train], ~weak_correct[train]
-                                     )._scores_raw(stats[test], hashed[test])
+            scores = router.fit_inputs(take(raw[prefix], train), ~weak_correct[train]
+                                       ).scores_inputs(take(raw[prefix], test))
             curve = routing_curve(scores, weak_correct[test], strong_correct[test])
             row.update({f"{prefix}apgr": curve.apgr, f"{prefix}cpt_50": curve.cpt(0.5),
                         f"{prefix}cpt_80": curve.cpt(0.8)})

@@ -8,7 +8,7 @@ model's answers are logged, and with ``embeddings=True`` their MiniLM variants: 
 ``embeddings`` extra, compared by ``benchmarks/routing_embeddings.py``, not by the
 report, whose numbers must not depend on an optional package) is fitted on the training
 queries, its threshold calibrated on the *training* scores for a strong-call share of
-:data:`TARGET_SHARE` (:func:`agents.routing.calibration.calibrate_share`), and the
+:data:`TARGET_SHARE` (:func:`agents.routing.routers.calibrate_share`), and the
 held-out queries routed.
 The out-of-fold decisions and scores are pooled (every query held out exactly once) and
 scored exactly, on one draw of resamples (:func:`agents.routing.routing_eval.score_table`):
@@ -24,7 +24,7 @@ model; where the dearer is not the more accurate, PGR (so APGR and CPT) is undef
 the report says so. Nothing is tuned on the shipped subjects or domains: the plain rows
 run with each router's defaults, and the ``(cv)`` rows choose their setting (``l2``;
 kNN's ``k``) by :data:`CV_FOLDS` folds of each *training* fold
-(:func:`agents.routing.router_cv.cross_validate`: nested, folds of whole groups when the
+(:func:`agents.routing.routers.cross_validate`: nested, folds of whole groups when the
 protocol holds out groups), so the held-out queries never inform a choice.
 """
 
@@ -37,10 +37,9 @@ from typing import Any
 
 import numpy as np
 
-from agents.routing.calibration import calibrate_share
-from agents.routing.router_cv import cross_validate
-from agents.routing.routers import make_router
+from agents.routing.routers import calibrate_share, cross_validate, make_router
 from agents.routing.routers.base import take
+from agents.routing.routers.solvers import solver_name
 from agents.routing.routing_eval import (
     call_costs,
     oracle_routing,
@@ -48,7 +47,6 @@ from agents.routing.routing_eval import (
     score_table,
     single_model,
 )
-from agents.routing.solvers import solver_name
 from cost_envs.extras import EXTRA_MODULES, install_hint, missing_modules
 from cost_envs.traces import TraceDataset
 

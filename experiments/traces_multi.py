@@ -1,20 +1,20 @@
-"""The routing report's K-model block: :class:`~agents.routing.multi_router.MultiRouter` held out.
+"""The routing report's K-model block: :class:`~agents.routing.routers.MultiRouter` held out.
 
 On each real dataset, split as :mod:`experiments.traces_heldout` splits it (GSM8K by
 query, MMLU leave-one-subject-out, RouterArena 5 folds by domain), a
-:class:`~agents.routing.multi_router.MultiRouter` over all the logged models is fitted on
+:class:`~agents.routing.routers.MultiRouter` over all the logged models is fitted on
 each training fold, with its ``l2`` at the default (``multi-logistic``) or chosen on inner
 folds of that training fold only (``multi-logistic (cv)``,
-:func:`agents.routing.router_cv.cross_validate`). Its operating points are fixed on the
+:func:`agents.routing.routers.cross_validate`). Its operating points are fixed on the
 training fold too: for each target cost per query of :data:`TARGETS` (fractions of the
 way from the cheapest to the dearest model's mean training cost) ``lam`` is calibrated
-on the training queries (:func:`agents.routing.calibration.calibrate_lam`) and the
+on the training queries (:func:`agents.routing.routers.calibrate_lam`) and the
 held-out queries are routed at it. The pooled out-of-fold decisions (every query held
 out once) give:
 
 * the AIQ of those operating points against the single models' frontier (what random
   routing between the models reaches), paired
-  (:func:`agents.routing.multi_router.sweep_metrics`);
+  (:func:`agents.routing.routers.sweep_metrics`);
 * at the halfway target (``route train``'s default), accuracy and cost beside the
   reference points of the two-model table
   (:func:`agents.routing.routing_eval.compare_with_random`, exact, paired): random
@@ -35,9 +35,14 @@ from typing import Any
 
 import numpy as np
 
-from agents.routing.calibration import calibrate_lam
-from agents.routing.multi_router import SINGLE_MODELS, MultiRouter, sweep_metrics
-from agents.routing.router_cv import cross_validate
+from agents.routing.routers import (
+    SINGLE_MODELS,
+    MultiRouter,
+    calibrate_lam,
+    cross_validate,
+    sweep_metrics,
+)
+from agents.routing.routers.base import take
 from agents.routing.routing_eval import call_costs, compare_with_random
 from cost_envs.traces import TraceDataset
 from experiments.traces_heldout import CV_FOLDS, Protocol, _fmt, splits_of, verdict
@@ -57,7 +62,7 @@ def _out_of_fold(data: TraceDataset, splits: list[tuple[np.ndarray, np.ndarray]]
     """``(n, len(TARGETS))`` held-out decisions, each fold's CV choice and halfway lam."""
     decisions = np.zeros((data.n_queries, len(TARGETS)), dtype=np.int64)
     probe = MultiRouter(data.models)
-    stats, text = probe._reader()._raw(data)  # per query: computed once
+    inputs = probe.inputs(data)  # per query: computed once
     chosen: list[dict[str, Any]] = []
     lams: list[float] = []
     cols = np.arange(data.n_models)
@@ -66,12 +71,12 @@ def _out_of_fold(data: TraceDataset, splits: list[tuple[np.ndarray, np.ndarray]]
         if cv is not None:  # nested: only this training fold is read
             choice = cross_validate("multi-logistic", data.subset(train), costs=costs[train],
                                     folds=cv, split_by=split_by,
-                                    raw=(stats[train], text[train]))
+                                    raw=take(inputs, train))
             settings = choice.settings()
             chosen.append(choice.as_json())
-        router = MultiRouter(data.models, **settings)._fit_raw(
-            stats[train], text[train], data.correct[train], costs[train])
-        p_train = router._correctness_raw(stats[train], text[train])
+        router = MultiRouter(data.models, **settings).fit_inputs(
+            take(inputs, train), data.correct[train], costs[train])
+        p_train = router.predict_inputs(take(inputs, train))
         grid = router._lams(p_train)
         swept = router._sweep(p_train, cols, grid)
         mean = costs[train].mean(axis=0)
@@ -79,7 +84,7 @@ def _out_of_fold(data: TraceDataset, splits: list[tuple[np.ndarray, np.ndarray]]
                                    float(mean.min() + f * (mean.max() - mean.min()))).lam
                      for f in TARGETS]
         lams.append(fold_lams[TARGETS.index(HALFWAY)])
-        decisions[test] = router._route(router._correctness_raw(stats[test], text[test]),
+        decisions[test] = router._route(router.predict_inputs(take(inputs, test)),
                                         np.array(fold_lams), cols)
     return decisions, chosen, lams
 
@@ -134,7 +139,7 @@ def markdown(results: Mapping[str, Any]) -> list[str]:
     """The K-model block's Markdown lines (one table over the datasets run)."""
     lines = ["", "## Routing over K models: MultiRouter on held-out queries and groups", "",
              "One correctness model per logged model, routed by `argmax p_j - lam * cost_j / "
-             "cost_max` (`agents/routing/multi_router.py`). **No shipped log has more than "
+             "cost_max` (`agents/routing/routers/multi.py`). **No shipped log has more than "
              "two models**, so the K-model router chooses between two here, and its AIQ is "
              "compared with the straight line between them (the single models' frontier, "
              "which random routing reaches). Joining logs of different queries into a "

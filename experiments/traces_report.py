@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from agents.evaluation import value_interval
-from agents.routing.router_features import ANSWER_STATISTICS, STATISTICS
+from agents.routing.routers.statistics import ANSWER_STATISTICS, STATISTICS
 from cost_envs.prices import default_price_table
 from experiments.figures import Rendered, pyplot, render
 from experiments.traces_heldout import markdown as heldout_markdown
@@ -98,7 +98,7 @@ def _cascade_lines(gsm: Mapping[str, Any]) -> list[str]:
         "first, and the router reads that answer before escalating to "
         f"`{gsm['strong']}`. Its logistic regression (l2={router['l2']:g}, hashed weight="
         f"{router['hashed_weight']:g}"
-        f"{', chosen by 5-fold CV APGR on train' if 'cv_apgr' in router else ''}) reads "
+        f"{', chosen by 5-fold CV AIQ on train' if 'cv_aiq' in router else ''}) reads "
         f"the prompt's {len(STATISTICS)} statistics, {len(ANSWER_STATISTICS)} statistics of "
         f"the weak answer ({', '.join(f'`{n}`' for n in ANSWER_STATISTICS)}) and "
         f"{c['n_features']} + {c['n_features']} hashed n-grams of the answer and of the "
@@ -152,7 +152,7 @@ def markdown(gsm: Mapping[str, Any], mmlu: Sequence[Mapping[str, Any]],
         f"train and {gsm['test']} test. The router (logistic regression on text statistics "
         "and hashed n-grams, "
         f"l2={gsm['router']['l2']:g}, hashed weight={gsm['router']['hashed_weight']:g}"
-        f"{', chosen by 5-fold CV APGR on train' if 'cv_apgr' in gsm['router'] else ''}) "
+        f"{', chosen by 5-fold CV AIQ on train' if 'cv_aiq' in gsm['router'] else ''}) "
         "predicts that the weak model fails; it never sees test outcomes. Intervals are 95% "
         f"percentile bootstraps over the test queries ({n_resamples} resamples), all "
         "routers on the same resamples.",

@@ -1,4 +1,4 @@
-"""Cross-validation of the routers' settings on training data only (agents/routing/router_cv.py)."""
+"""Cross-validation of the routers' settings on training data only (routers/cv.py)."""
 
 from __future__ import annotations
 
@@ -108,10 +108,6 @@ def test_folds_are_capped_at_the_groups_and_bad_input_is_named() -> None:
     one = data.subset(np.flatnonzero(np.array(data.groups) == "g0"))
     with pytest.raises(ValueError, match="only one group"):
         cross_validate("logistic", one, weak=WEAK, strong=STRONG, split_by="group")
-    with pytest.raises(ValueError, match="criterion: 'apgr' is a two-model criterion"):
-        cross_validate("multi-logistic", data, criterion="apgr")
-    with pytest.raises(ValueError, match="criterion"):
-        cross_validate("logistic", data, weak=WEAK, strong=STRONG, criterion="auc")
     with pytest.raises(ValueError, match="router: expected one of"):
         cross_validate("nearest", data, weak=WEAK, strong=STRONG)
     with pytest.raises(ValueError, match="folds"):

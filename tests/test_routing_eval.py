@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agents.routing.calibration import calibrate_cost, calibrate_share
+from agents.routing.routers import calibrate_cost, calibrate_share
 from agents.routing.routing_eval import (
     baselines,
     curve_metrics,

@@ -210,13 +210,13 @@ def test_folds_by_group_keep_each_group_in_one_fold() -> None:
 
 
 def test_cross_validation_folds_by_group() -> None:
-    data = grouped(n_groups=3, per_group=20)
-    router = TraceRouter("a", "b", n_features=16)
+    data = grouped(n_groups=3, per_group=20, models=("gpt-4.1-nano", "gpt-4.1"))
+    router = TraceRouter("gpt-4.1-nano", "gpt-4.1", n_features=16)
     capped = router.cross_validate(data, folds=5, split_by="group")  # 3 folds: one a group
-    assert len(capped["cv_apgr"]) == 9 and router.l2 == capped["l2"]
+    assert len(capped["cv_aiq"]) == 9 and router.l2 == capped["l2"]
     chosen = router.cross_validate(data, l2_grid=(1.0,), weight_grid=(0.0,), folds=3,
                                    split_by="group")
-    assert chosen["l2"] == 1.0 and set(chosen["cv_apgr"]) == {"l2=1,w=0"}
+    assert chosen["l2"] == 1.0 and set(chosen["cv_aiq"]) == {"l2=1,w=0"}
 
 
 def test_trace_routing_env_splits_by_group() -> None:

@@ -1,4 +1,4 @@
-"""The learned router, its env policy (agents.routing.trace_router) and the GSM8K report
+"""The learned router, its env policy (agents.routing.routers) and the GSM8K report
 (experiments.traces)."""
 
 from __future__ import annotations
@@ -88,9 +88,9 @@ def test_router_fits_the_packaged_example() -> None:
     train, test = data.split(seed=0, test_fraction=0.5)
     chosen = TraceRouter("gpt-4.1-nano", "o3", n_features=64).cross_validate(
         train, l2_grid=(1.0, 10.0), weight_grid=(0.0, 1.0), folds=3)
-    assert len(chosen["cv_apgr"]) == 4
-    assert chosen["cv_apgr"][f"l2={chosen['l2']:g},w={chosen['hashed_weight']:g}"] == max(
-        chosen["cv_apgr"].values())
+    assert len(chosen["cv_aiq"]) == 4
+    assert chosen["cv_aiq"][f"l2={chosen['l2']:g},w={chosen['hashed_weight']:g}"] == max(
+        chosen["cv_aiq"].values())
     with pytest.raises(KeyError, match="gpt-5"):
         TraceRouter("gpt-5", "o3").fit(train)
     with pytest.raises(ValueError, match="call fit first"):
@@ -396,7 +396,7 @@ def test_cascade_router_is_fitted_on_train_only() -> None:
     assert not np.allclose(changed["_scores"]["cascade"], base["_scores"]["cascade"])
     # cross-validation picks the hyperparameters on the training split alone as well
     cv = _experiment(data, n_resamples=20, seed=0, cv=True, keep_curves=False)
-    assert "cv_apgr" in cv["cascade"]["router"]
+    assert "cv_aiq" in cv["cascade"]["router"]
 
 
 def test_cascade_observations_replay_the_second_step() -> None:

@@ -38,7 +38,7 @@ literature defines them (RouteLLM, RouterBench):
 (:func:`cost_envs.metrics.frontier.aiq`), with intervals (clusters when split by group),
 in memory and time linear in the queries (:mod:`agents.routing.routing_bootstrap`);
 :func:`score_table` runs it and :func:`compare_with_random` on one draw of resamples.
-Thresholds for a target strong-call share or cost are :mod:`agents.routing.calibration`'s.
+Thresholds for a target strong-call share or cost are :mod:`agents.routing.routers.calibration`'s.
 """
 
 from __future__ import annotations

@@ -15,11 +15,9 @@ convex hull of accuracy against cost per query, normalised to the fold's cost ra
 its threshold curve (:func:`agents.routing.routing_eval.curve_routing`; a cascade pays
 the weak call on every query), for a K-model router its ``lam`` sweep. AIQ is defined
 whenever the models' costs differ, also where the dearer model is not the more accurate
-(RouterArena's case, where APGR is not). Ties go to the earlier grid value.
-``criterion="apgr"`` (two-model routers, folds where the strong model is the more
-accurate) is what the committed GSM8K report's ``cv_apgr`` was chosen by
-(:meth:`~agents.routing.routers.two_model.LogisticRouter.cross_validate`); it is kept
-only so that report is reproduced.
+(RouterArena's case, where APGR is not). Ties go to the earlier grid value. It is the
+one criterion: the GSM8K report's own choice
+(:meth:`~agents.routing.routers.two_model.LogisticRouter.cross_validate`) uses it too.
 """
 
 from __future__ import annotations
@@ -35,15 +33,12 @@ from agents.routing.routers.base import Inputs, Router, make_router, router_clas
 from agents.routing.routers.two_model import TwoModelRouter
 from agents.routing.routing_bootstrap import threshold_aiq
 from agents.routing.routing_eval import call_costs
-from cost_envs.config import integer, one_of
+from cost_envs.config import integer
 from cost_envs.metrics.frontier import aiq
-from cost_envs.metrics.routing import routing_curve
 from cost_envs.traces import SPLIT_BY, TraceDataset
 
 #: Folds of a cross-validation unless told otherwise.
 CV_FOLDS = 5
-#: The criteria: ``"aiq"`` (the one to use) and ``"apgr"`` (the GSM8K report's, kept).
-CRITERIA = ("aiq", "apgr")
 #: The setting each router's cross-validation chooses, and its candidates (none was
 #: chosen on the shipped data: a decade of ``l2`` each way of the default, and ``k``
 #: around the default 25).
@@ -66,14 +61,12 @@ class CVChoice:
             one), keyed ``"l2=10"`` (``"l2=10,hashed_weight=1"`` for several settings).
         folds: Folds actually used (fewer than asked when there are fewer clusters).
         split_by: What the folds kept whole.
-        criterion: ``"aiq"`` or ``"apgr"``.
     """
 
     chosen: dict[str, float]
     table: dict[str, float]
     folds: int
     split_by: str
-    criterion: str = "aiq"
 
     @property
     def setting(self) -> str:
@@ -96,7 +89,7 @@ class CVChoice:
         chosen = self.settings()
         head: dict[str, Any] = ({"setting": self.setting, "value": chosen[self.setting]}
                                 if len(chosen) == 1 else {"settings": chosen})
-        return {**head, "criterion": f"mean validation-fold {self.criterion.upper()}",
+        return {**head, "criterion": "mean validation-fold AIQ",
                 "folds": self.folds, "split_by": self.split_by,
                 "table": {k: None if np.isnan(v) else v for k, v in self.table.items()}}
 
@@ -109,14 +102,11 @@ def _fold_aiq(q: np.ndarray, c: np.ndarray, span: Sequence[float]) -> float:
 
 
 def _fold_value(router: Router, inputs: Inputs, val: TraceDataset, costs: np.ndarray,
-                criterion: str) -> float:
-    """The criterion on validation fold ``val`` of a router fitted on the other folds."""
+                ) -> float:
+    """The AIQ on validation fold ``val`` of a router fitted on the other folds."""
     if isinstance(router, TwoModelRouter):
         scores = router.scores_inputs(inputs)
         iw, is_ = val.model_index(router.weak), val.model_index(router.strong)
-        if criterion == "apgr":
-            curve = routing_curve(scores, val.correct[:, iw], val.correct[:, is_])
-            return curve.apgr if curve.strong_accuracy > curve.weak_accuracy else np.nan
         c = costs.copy()
         if router.reads_answers:  # a cascade pays the weak call on every query
             c[:, is_] += c[:, iw]
@@ -146,7 +136,6 @@ def cross_validate(
     split_by: str = "query",
     seed: int = 0,
     raw: Inputs | None = None,
-    criterion: str = "aiq",
 ) -> CVChoice:
     """Choose ``kind``'s settings by folds of ``train`` (training data only).
 
@@ -167,16 +156,12 @@ def cross_validate(
         seed: Seed of the fold assignment.
         raw: The router's :meth:`~agents.routing.routers.base.Router.inputs` of
             ``train``, when the caller has them (a nested evaluation computes them once).
-        criterion: ``"aiq"``; ``"apgr"`` only to reproduce the GSM8K report.
 
     Raises:
-        ValueError: On an unknown router or criterion, a bad ``folds`` or ``split_by``,
+        ValueError: On an unknown router, a bad ``folds`` or ``split_by``,
             an empty grid, or fewer than two clusters to fold.
     """
     cls = router_class(kind)
-    one_of(criterion, "criterion", CRITERIA)
-    if criterion == "apgr" and cls.n_models != 2:
-        raise ValueError(f"criterion: 'apgr' is a two-model criterion; {kind!r} takes 'aiq'")
     integer(folds, "folds", minimum=2)
     if split_by not in SPLIT_BY:
         raise ValueError(f"split_by: expected one of {list(SPLIT_BY)}, got {split_by!r}")
@@ -193,9 +178,7 @@ def cross_validate(
                          f"{split_by}; expected at least two")
     folds = min(folds, n_clusters)
     fold = train.fold_ids(folds, seed, split_by)
-    # APGR reads no costs (a report on models the price table lacks still runs)
-    c = call_costs(train, costs) if criterion == "aiq" else np.zeros(
-        (train.n_queries, train.n_models))
+    c = call_costs(train, costs)
     fixed = dict(settings or {})
     names = (weak or "", strong or "") if cls.n_models == 2 else tuple(models or train.models)
 
@@ -220,7 +203,7 @@ def cross_validate(
             tr, va = np.flatnonzero(fold != k), np.flatnonzero(fold == k)
             router.fit_inputs(take(raw, tr), target[tr], take(model_costs, tr))
             scores.append(_fold_value(router, take(raw, va), train.subset(va),
-                                      c[va], criterion))
+                                      c[va]))
         finite = [v for v in scores if np.isfinite(v)]
         key = ",".join(f"{n}={v:g}" for n, v in zip(grid, values, strict=True))
         table[key] = float(np.mean(finite)) if finite else float("nan")
@@ -230,4 +213,4 @@ def cross_validate(
     else:  # no fold had a cost range (equal costs): nothing to choose on; the defaults
         best = tuple(cls.__dataclass_fields__[n].default for n in grid)  # type: ignore[attr-defined]
     return CVChoice({n: float(v) for n, v in zip(grid, best, strict=True)}, table, folds,
-                    split_by, criterion)
+                    split_by)

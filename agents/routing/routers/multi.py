@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from agents.routing.routers.base import Inputs, Router, array_of, register
+from agents.routing.routers.base import Router, array_of, register
 from agents.routing.routers.solvers import fit_logistic, logistic_scores
 from agents.routing.routing_eval import call_costs, resample_clusters
 from cost_envs.config import integer, number
@@ -196,21 +196,6 @@ class MultiRouter(Router):
                                                     (grid >= 0).all()):
             raise ValueError(f"lams: expected a non-empty list of numbers >= 0, got {lams!r}")
         return self._route(p, grid, cols)
-
-    # the names experiments/traces_multi.py calls (kept until it uses the public ones)
-    def _reader(self) -> MultiRouter:
-        return self
-
-    def _raw(self, data: TraceDataset) -> Inputs:
-        return self.inputs(data)
-
-    def _fit_raw(self, stats: np.ndarray, text: np.ndarray, correct: np.ndarray,
-                 costs: np.ndarray) -> MultiRouter:
-        self.fit_inputs((stats, text), correct, costs)
-        return self
-
-    def _correctness_raw(self, stats: np.ndarray, text: np.ndarray) -> np.ndarray:
-        return self.predict_inputs((stats, text))
 
     # ------------------------------------------------------------------ state
     def _model_arrays(self) -> dict[str, np.ndarray]:

@@ -54,8 +54,6 @@ class TwoModelRouter(Router):
         """1 where the weak model is wrong (the strong model is needed)."""
         return ~data.correct[:, data.model_index(self.weak)]
 
-    labels = targets
-
     def scores(self, data: TraceDataset) -> np.ndarray:
         """Scores of ``data``'s queries: P(weak model wrong); higher: the strong model."""
         if self._mean is None:
@@ -76,17 +74,6 @@ class TwoModelRouter(Router):
 
     def _score(self, x: np.ndarray) -> np.ndarray:
         raise NotImplementedError
-
-    # the names experiments/traces*.py call (kept until they use the public ones)
-    def _raw(self, data: TraceDataset) -> Inputs:
-        return self.inputs(data)
-
-    def _fit_raw(self, stats: np.ndarray, text: np.ndarray, y: np.ndarray) -> TwoModelRouter:
-        self.fit_inputs((stats, text), y)
-        return self
-
-    def _scores_raw(self, stats: np.ndarray, text: np.ndarray) -> np.ndarray:
-        return self.scores_inputs((stats, text))
 
 
 @register
@@ -141,15 +128,16 @@ class LogisticRouter(TwoModelRouter):
     def cross_validate(
         self, data: TraceDataset, l2_grid: Sequence[float] = (1.0, 10.0, 100.0),
         weight_grid: Sequence[float] = (0.0, 1.0, 4.0), folds: int = 5, seed: int = 0,
-        split_by: str = "query",
+        split_by: str = "query", costs: Any = None,
     ) -> dict[str, Any]:
-        """``l2`` and ``hashed_weight`` by the GSM8K report's APGR criterion, then fit on all.
+        """``l2`` and ``hashed_weight`` by cross-validation on ``data``, then fit on all.
 
-        :func:`agents.routing.routers.cv.cross_validate` with ``criterion="apgr"`` over
-        ``l2_grid`` x ``weight_grid`` (the committed ``trace_routing.json`` was made so).
+        :func:`agents.routing.routers.cv.cross_validate` (mean validation-fold AIQ) over
+        ``l2_grid`` x ``weight_grid``: the GSM8K report's choice. ``costs``: ``(n, m)``
+        cost of each call of ``data`` (default its own).
 
         Returns:
-            ``{"l2", "hashed_weight", "cv_apgr": {"l2=...,w=...": mean APGR}}``.
+            ``{"l2", "hashed_weight", "cv_aiq": {"l2=...,w=...": mean AIQ}}``.
         """
         from agents.routing.routers.cv import cross_validate
 
@@ -158,12 +146,11 @@ class LogisticRouter(TwoModelRouter):
         choice = cross_validate(self.kind, data, weak=self.weak, strong=self.strong,
                                 settings=others, grid={"l2": l2_grid,
                                                        "hashed_weight": weight_grid},
-                                folds=folds, split_by=split_by, seed=seed,
-                                criterion="apgr")
+                                folds=folds, split_by=split_by, seed=seed, costs=costs)
         self.l2, self.hashed_weight = choice.chosen["l2"], choice.chosen["hashed_weight"]
         self.fit(data)
         table = {k.replace("hashed_weight=", "w="): v for k, v in choice.table.items()}
-        return {"l2": self.l2, "hashed_weight": self.hashed_weight, "cv_apgr": table}
+        return {"l2": self.l2, "hashed_weight": self.hashed_weight, "cv_aiq": table}
 
 
 @register
