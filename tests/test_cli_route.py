@@ -21,9 +21,9 @@ from agents.routing.routers import LogisticRouter as TraceRouter
 from agents.routing.routers import calibrate_cost, calibrate_share, load_router
 from agents.routing.routers.state import router_files
 from agents.routing.routing_eval import (
+    compare_with_random,
     curve_metrics,
     oracle_routing,
-    random_routing,
     score_routings,
     single_model,
 )
@@ -111,14 +111,17 @@ def test_train_gives_the_in_process_numbers(logs, tmp_path, capsys, split_by):
         np.where(strong, costs[te, 1], costs[te, 0]).mean(), abs=1e-15)
     assert rows["router"]["strong_share"]["value"] == pytest.approx(strong.mean())
     assert rows["weak"]["accuracy"]["value"] == pytest.approx(test.correct[:, 0].mean())
-    # the intervals are the library's on the same resamples
+    # the intervals are the library's on the same resamples; both random references are
+    # matched to the router within each resample (same share; same cost)
     decisions = strong.astype(np.int64)
     expected = score_routings(
-        test, {"router": decisions, "random": random_routing(test, WEAK, STRONG, strong.mean()),
-               "weak": single_model(test, WEAK), "strong": single_model(test, STRONG),
+        test, {"weak": single_model(test, WEAK), "strong": single_model(test, STRONG),
                "oracle": oracle_routing(test, costs[te])},
-        costs[te], strong=STRONG, split_by=split_by, reference="random", n_resamples=200,
-        seed=3)
+        costs[te], strong=STRONG, split_by=split_by, n_resamples=200, seed=3)
+    matched = compare_with_random(test, {"router": decisions}, costs[te], strong=STRONG,
+                                  split_by=split_by, n_resamples=200, seed=3)["router"]
+    expected.update({"router": matched, "random": matched["random_at_share"],
+                     "random_at_cost": matched["random_at_cost"]})
     curves = curve_metrics(test, {"router": scores, "random": None,
                                   "oracle": oracle_scores(test.correct[:, 0], test.correct[:, 1])},
                            WEAK, STRONG, costs[te], split_by=split_by, n_resamples=200, seed=3,
@@ -130,8 +133,15 @@ def test_train_gives_the_in_process_numbers(logs, tmp_path, capsys, split_by):
     apgr = routing_curve(scores, test.correct[:, 0], test.correct[:, 1]).apgr
     assert rows["router"]["apgr"]["value"] == pytest.approx(apgr)
     assert rows["router"]["apgr"]["ci"] == pytest.approx(curves["router"]["apgr"]["ci"])
-    assert out["test"]["router_minus_random"]["accuracy"]["value"] == pytest.approx(
-        expected["router"]["minus_random"]["accuracy"]["value"])
+    assert out["test"]["router_minus_random"]["accuracy"] == (
+        matched["minus_random_at_share"]["accuracy"])
+    assert out["test"]["router_minus_random_at_cost"]["accuracy"] == (
+        matched["minus_random_at_cost"]["accuracy"])
+    # matched within each resample: the share (and the cost) differences are exactly 0
+    assert out["test"]["router_minus_random"]["strong_share"]["ci"] == [0.0, 0.0]
+    assert out["test"]["router_minus_random_at_cost"]["cost_per_query"]["ci"] == pytest.approx(
+        [0.0, 0.0], abs=1e-15)
+    assert rows["random_at_cost"]["accuracy"] == matched["random_at_cost"]["accuracy"]
     assert out["test"]["resampled"] == ("clusters" if split_by == "group" else "queries")
     assert out["split"]["test_queries"] == test.n_queries
 
@@ -184,7 +194,8 @@ def test_the_table_shows_every_row_and_metric(logs, tmp_path, capsys):
     text = capsys.readouterr().out
     for title in ("Accuracy", "Cost/query", "Strong share", "APGR", "CPT(50%)", "CPT(80%)",
                   "AIQ", "logistic", "random at", f"only {WEAK}", f"only {STRONG}", "oracle",
-                  "logistic - random (paired)", "saved to"):
+                  "random at the same cost", "logistic - random at the same share (paired)",
+                  "logistic - random at the same cost (paired)", "saved to"):
         assert title in text, title
     out = route(capsys, *train_args(logs, tmp_path / "r"))
     router_line = next(line for line in text.splitlines() if line.startswith("| logistic |"))

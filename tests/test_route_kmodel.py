@@ -20,7 +20,7 @@ from agents.routing.routers import (
     save_router,
     sweep_metrics,
 )
-from agents.routing.routing_eval import hull_routing, score_routings
+from agents.routing.routing_eval import compare_with_random
 from cost_envs.traces import TraceDataset, load_traces
 
 MODELS = ("small", "mid", "large")
@@ -185,14 +185,19 @@ def test_train_routes_k_models_by_default_and_gives_the_in_process_numbers(
                                      "train": out["calibration"]["train_cost_per_query"],
                                      "held_out": row["cost_per_query"]["value"],
                                      "difference": row["cost_per_query"]["value"] - target}
-    # the frontier row is random routing on the single models' hull at the router's cost
-    expected = score_routings(test, {"router": d, "frontier": hull_routing(test, cost,
-                                                                           costs[te])},
-                              costs[te], split_by="group", reference="frontier",
-                              n_resamples=100, seed=1)
-    assert out["test"]["rows"]["frontier"]["accuracy"] == expected["frontier"]["accuracy"]
+    # the references are random routing matched to the router within each resample: on
+    # the single models' hull at its cost (frontier), and at its model shares (random)
+    expected = compare_with_random(test, {"router": d}, costs[te], split_by="group",
+                                   n_resamples=100, seed=1)["router"]
+    assert out["test"]["rows"]["frontier"]["accuracy"] == expected["random_at_cost"]["accuracy"]
     assert out["test"]["router_minus_frontier"]["accuracy"] == (
-        expected["router"]["minus_frontier"]["accuracy"])
+        expected["minus_random_at_cost"]["accuracy"])
+    assert out["test"]["rows"]["random"]["accuracy"] == expected["random_at_share"]["accuracy"]
+    assert out["test"]["router_minus_random"]["accuracy"] == (
+        expected["minus_random_at_share"]["accuracy"])
+    # at the same cost, exactly: the frontier row's cost is the router's on every resample
+    assert out["test"]["router_minus_frontier"]["cost_per_query"]["ci"] == pytest.approx(
+        [0.0, 0.0], abs=1e-12)
     aiqs = sweep_metrics(test, {"router": router.sweep(test)}, costs[te], split_by="group",
                          n_resamples=100, seed=1)
     assert row["aiq"]["value"] == pytest.approx(aiqs["router"]["value"])
@@ -222,7 +227,8 @@ def test_score_of_a_saved_k_model_router_repeats_its_numbers(logs, tmp_path, cap
                      "--resamples", "50"]) == 0
     text = capsys.readouterr().out
     for needle in ("| multi-logistic |", "random on the single models' frontier",
-                   "| only mid |", "| oracle |", "- frontier (paired)", "AIQ over cost"):
+                   "| only mid |", "| oracle |", "- frontier at the same cost (paired)",
+                       "- random at the same model shares (paired)", "AIQ over cost"):
         assert needle in text, needle
 
 

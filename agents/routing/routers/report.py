@@ -5,12 +5,15 @@ What ``cost-envs route`` prints (:mod:`agents.cli_route`), as numbers and as Mar
 * two-model routers (:func:`route_report`, :func:`format_report`): accuracy, cost per
   query, strong-call share, APGR, CPT(50%), CPT(80%) and AIQ, each with its 95% bootstrap
   interval over queries (or groups, ``split_by="group"``), for the router at its
-  threshold, random routing at the router's strong-call share (exact), each model alone
-  and the per-query oracle, plus the router's paired difference from random routing;
+  threshold, random routing at the router's strong-call share and at its cost per query
+  (both matched to the router within each resample,
+  :func:`~agents.routing.routing_eval.compare_with_random`), each model alone and the
+  per-query oracle, plus the router's paired differences from the two random routings;
 * K-model routers (:func:`multi_report`, :func:`format_multi`): accuracy, cost per query
-  and AIQ (of the ``lam`` sweep), the model shares, random routing on the single models'
-  frontier at the router's own test cost, each model, the oracle, and the router minus
-  that frontier (paired).
+  and AIQ (of the ``lam`` sweep), the model shares, the same two references (random
+  routing at the router's model shares, and on the single models' frontier at its cost
+  per query, matched within each resample), each model, the oracle, and the router minus
+  each reference (paired).
 
 :func:`calibration_drift` says how far the held-out share or cost landed from the
 calibration's target.
@@ -25,11 +28,10 @@ import numpy as np
 
 from agents.routing.routers.multi import SINGLE_MODELS, sweep_metrics
 from agents.routing.routing_eval import (
-    curve_metrics,
-    hull_routing,
+    compare_with_random,
     oracle_routing,
-    random_routing,
     score_routings,
+    score_table,
     single_model,
     threshold_routing,
 )
@@ -37,14 +39,17 @@ from cost_envs.metrics.routing import oracle_scores
 from cost_envs.traces import TraceDataset
 
 #: The two-model table's rows (JSON keys) and metrics (JSON keys, column titles).
-ROLES = ("router", "random", "weak", "strong", "oracle")
+ROLES = ("router", "random", "random_at_cost", "weak", "strong", "oracle")
 METRICS = (("accuracy", "Accuracy"), ("cost_per_query", "Cost/query"),
            ("strong_share", "Strong share"), ("apgr", "APGR"), ("cpt_50", "CPT(50%)"),
            ("cpt_80", "CPT(80%)"), ("aiq", "AIQ"))
 #: The K-model table's metrics (JSON keys, column titles).
 MULTI_METRICS = (("accuracy", "Accuracy"), ("cost_per_query", "Cost/query"), ("aiq", "AIQ"))
-#: Name of the K-model frontier row (random routing on the single models' hull).
+#: Name of the K-model frontier row (random routing on the single models' hull at the
+#: router's cost, matched within each resample).
 FRONTIER = "frontier"
+#: Name of the K-model row of random routing at the router's model shares.
+RANDOM = "random"
 #: Below this many test groups, the table says its cluster intervals are not reliable.
 FEW_GROUPS = 10
 _POINT_METRICS = ("accuracy", "cost_per_query", "strong_share")
@@ -56,43 +61,51 @@ def route_report(test: TraceDataset, scores: np.ndarray, threshold: float, weak:
                  seed: int) -> dict[str, Any]:
     """The table's numbers: the router at ``threshold`` beside the baselines, on ``test``.
 
-    Point metrics are :func:`score_routings`' (every query once, paired resamples), the
-    curve metrics :func:`curve_metrics`' (the router's scores; random routing; the oracle's
-    scores); random routing is at the router's strong-call share on ``test``.
+    The router's point metrics and the two random routings matched to it within each
+    resample (at its strong-call share, ``"random"``, and at its cost per query,
+    ``"random_at_cost"``) are :func:`~agents.routing.routing_eval.score_table`'s, with the
+    curve metrics (the router's scores; random routing, whose curve both random rows
+    share; the oracle's scores); the models alone and the oracle are
+    :func:`score_routings`' on the same resamples (same ``seed``).
     """
     decisions = threshold_routing(test, scores, threshold, weak, strong)
-    share = float((decisions == test.model_index(strong)).mean())
-    routings = {"router": decisions, "random": random_routing(test, weak, strong, share),
-                "weak": single_model(test, weak), "strong": single_model(test, strong),
-                "oracle": oracle_routing(test, costs)}
-    points = score_routings(test, routings, costs, strong=strong, split_by=split_by,
-                            reference="random", n_resamples=n_resamples, seed=seed)
     w = test.correct[:, test.model_index(weak)]
     s = test.correct[:, test.model_index(strong)]
-    curves = curve_metrics(test, {"router": scores, "random": None,
-                                  "oracle": oracle_scores(w, s)}, weak, strong, costs,
-                           split_by=split_by, n_resamples=n_resamples, seed=seed,
-                           reference="random")
+    kw = {"split_by": split_by, "n_resamples": n_resamples, "seed": seed}
+    table = score_table(test, {"router": decisions}, {
+        "router": scores, "random": None, "oracle": oracle_scores(w, s)}, weak=weak,
+        strong=strong, costs=costs, curve_reference="random", **kw)
+    mine, curves = table["points"]["router"], table["curves"]
+    points = score_routings(test, {"weak": single_model(test, weak),
+                                   "strong": single_model(test, strong),
+                                   "oracle": oracle_routing(test, costs)}, costs,
+                            strong=strong, **kw)
+    points.update({"router": mine, "random": mine["random_at_share"],
+                   "random_at_cost": mine["random_at_cost"]})
+    curves = {**curves, "random_at_cost": curves["random"]}
     rows: dict[str, dict[str, Any]] = {}
     for role in ROLES:
         row = {k: points[role][k] for k in _POINT_METRICS}
         row.update({k: curves[role][k] if role in curves else None for k in _CURVE_METRICS})
         rows[role] = row
-    minus = {k: points["router"]["minus_random"][k] for k in _POINT_METRICS}
+    minus = {k: mine["minus_random_at_share"][k] for k in _POINT_METRICS}
     paired = curves["router"]["minus_random"]  # APGR and CPT; curve_metrics pairs no AIQ
     minus.update({k: paired.get(k) for k in _CURVE_METRICS})
+    at_cost = {k: mine["minus_random_at_cost"][k] for k in _POINT_METRICS}
     if s.mean() <= w.mean():  # gains over the weak model are undefined (random's 0.5 too)
         for row in (*rows.values(), minus):
             row.update(dict.fromkeys(("apgr", "cpt_50", "cpt_80")))
     return {"queries": test.n_queries, "resampled": points["router"]["resampled"],
             "strong_better": bool(s.mean() > w.mean()),
             "units": points["router"]["units"], "n_resamples": n_resamples, "seed": seed,
-            "threshold": threshold, "rows": rows, "router_minus_random": minus}
+            "threshold": threshold, "rows": rows, "router_minus_random": minus,
+            "router_minus_random_at_cost": at_cost}
 
 
 def row_labels(weak: str, strong: str, router: str, share: float) -> dict[str, str]:
     """The two-model table's row labels."""
-    return {"router": router, "random": f"random at {share:.1%} strong",
+    return {"router": router, "random": f"random at {share:.1%} strong (same share)",
+            "random_at_cost": "random at the same cost",
             "weak": f"only {weak}", "strong": f"only {strong}", "oracle": "oracle (per query)"}
 
 
@@ -113,7 +126,10 @@ def format_report(report: dict[str, Any], labels: dict[str, str]) -> str:
     header = ["Routing", *(title for _, title in METRICS)]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * len(header)) + "|"]
     rows = [(labels[r], report["rows"][r]) for r in ROLES]
-    rows.append((f"{labels['router']} - random (paired)", report["router_minus_random"]))
+    rows.append((f"{labels['router']} - random at the same share (paired)",
+                 report["router_minus_random"]))
+    rows.append((f"{labels['router']} - random at the same cost (paired)",
+                 report["router_minus_random_at_cost"]))
     for label, row in rows:
         lines.append("| " + " | ".join([label, *(cell(row.get(k), k) for k, _ in METRICS)])
                      + " |")
@@ -146,26 +162,30 @@ def multi_report(test: TraceDataset, router: Any, lam: float, costs: np.ndarray,
                  split_by: str, n_resamples: int, seed: int) -> dict[str, Any]:
     """The K-model table's numbers on ``test`` (columns in the router's model order)."""
     decisions = router.route(test, lam)
-    budget = float(costs[np.arange(test.n_queries), decisions].mean())
-    routings = {"router": decisions, FRONTIER: hull_routing(test, budget, costs)}
-    routings.update({f"only {m}": single_model(test, m) for m in test.models})
-    routings["oracle"] = oracle_routing(test, costs)
     kw = {"split_by": split_by, "n_resamples": n_resamples, "seed": seed}
-    points = score_routings(test, routings, costs, reference=FRONTIER, **kw)
+    mine = compare_with_random(test, {"router": decisions}, costs, **kw)["router"]
+    routings = {f"only {m}": single_model(test, m) for m in test.models}
+    routings["oracle"] = oracle_routing(test, costs)
+    points = score_routings(test, routings, costs, **kw)
     curves = sweep_metrics(test, {"router": router.sweep(test)}, costs, **kw)
-    rows: dict[str, dict[str, Any]] = {}
+    metrics = ("accuracy", "cost_per_query")
+    rows: dict[str, dict[str, Any]] = {
+        "router": {**{k: mine[k] for k in metrics}, "model_share": mine["model_share"],
+                   "aiq": {k: curves["router"][k] for k in ("value", "ci")}},
+        # the references' model shares: the router's (same share); the frontier's mix
+        RANDOM: {**{k: mine["random_at_share"][k] for k in metrics},
+                 "model_share": mine["model_share"], "aiq": None},
+        FRONTIER: {**{k: mine["random_at_cost"][k] for k in metrics}, "model_share": {},
+                   "aiq": {k: curves[SINGLE_MODELS][k] for k in ("value", "ci")}}}
     for name in routings:
-        rows[name] = {k: points[name][k] for k in ("accuracy", "cost_per_query")}
-        rows[name]["model_share"] = points[name]["model_share"]
-        rows[name]["aiq"] = ({k: curves["router"][k] for k in ("value", "ci")}
-                             if name == "router" else None)
-    rows[FRONTIER]["aiq"] = {k: curves[SINGLE_MODELS][k] for k in ("value", "ci")}
-    minus = {k: points["router"][f"minus_{FRONTIER}"][k] for k in ("accuracy",
-                                                                    "cost_per_query")}
+        rows[name] = {**{k: points[name][k] for k in metrics},
+                      "model_share": points[name]["model_share"], "aiq": None}
+    minus = {k: mine["minus_random_at_cost"][k] for k in metrics}
     minus["aiq"] = curves["router"][f"minus_{SINGLE_MODELS}"]
-    return {"queries": test.n_queries, "resampled": points["router"]["resampled"],
-            "units": points["router"]["units"], "n_resamples": n_resamples, "seed": seed,
+    return {"queries": test.n_queries, "resampled": mine["resampled"],
+            "units": mine["units"], "n_resamples": n_resamples, "seed": seed,
             "lam": lam, "aiq_cost_range": curves["router"]["cost_range"], "rows": rows,
+            "router_minus_random": {k: mine["minus_random_at_share"][k] for k in metrics},
             "router_minus_frontier": minus}
 
 
@@ -173,17 +193,19 @@ def format_multi(report: dict[str, Any], router_label: str) -> str:
     """The K-model report as a Markdown table."""
     header = ["Routing", *(title for _, title in MULTI_METRICS), "Model shares"]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * len(header)) + "|"]
-    labels = {"router": router_label,
+    labels = {"router": router_label, RANDOM: "random at the same model shares",
               FRONTIER: "random on the single models' frontier at the same cost"}
     for name, row in report["rows"].items():
         shares = ", ".join(f"{m} {p:.0%}" for m, p in row["model_share"].items() if p > 0)
         lines.append("| " + " | ".join([labels.get(name, name),
                                         *(cell(row.get(k), k) for k, _ in MULTI_METRICS),
                                         shares]) + " |")
-    minus = report["router_minus_frontier"]
-    lines.append("| " + " | ".join([f"{router_label} - frontier (paired)",
-                                    *(cell(minus.get(k), k) for k, _ in MULTI_METRICS), ""])
-                 + " |")
+    for key, what in (("router_minus_random", "random at the same model shares"),
+                      ("router_minus_frontier", "frontier at the same cost")):
+        minus = report[key]
+        lines.append("| " + " | ".join([f"{router_label} - {what} (paired)",
+                                        *(cell(minus.get(k), k) for k, _ in MULTI_METRICS),
+                                        ""]) + " |")
     unit = "queries" if report["resampled"] == "queries" else "groups"
     lo, hi = report["aiq_cost_range"]
     lines.append(f"\n{report['queries']} queries scored; AIQ over cost per query {lo:.4g} to "
