@@ -128,6 +128,7 @@ def add_route(parser: argparse.ArgumentParser) -> None:
                        help="the router (default logistic with --weak/--strong, "
                             "multi-logistic otherwise; knn: nearest neighbours on the same "
                             "features; cascade: also reads the weak model's logged answer; "
+                            "priced: predicted accuracy gained per expected extra dollar; "
                             "multi-logistic: any number of models, traded against cost by lam)")
     train.add_argument("--cv", type=_int_at_least(2, "a number of folds >= 2"), default=None,
                        metavar="K",

@@ -146,7 +146,7 @@ def test_train_gives_the_in_process_numbers(logs, tmp_path, capsys, split_by):
     assert out["split"]["test_queries"] == test.n_queries
 
 
-@pytest.mark.parametrize("router", ["logistic", "knn"])
+@pytest.mark.parametrize("router", ["logistic", "knn", "priced"])
 def test_score_of_the_saved_router_repeats_the_test_numbers(logs, tmp_path, capsys, router):
     trained = route(capsys, *train_args(logs, tmp_path / "r", "--split-by", "group",
                                         "--router", router))
