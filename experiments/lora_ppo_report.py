@@ -27,12 +27,12 @@ from experiments.figures import (
     group_note,
     group_tags,
     log_ticks,
-    marker,
     overlap_groups,
     pyplot,
     reference_lines,
     render,
     seed_label,
+    series_style,
     spread,
     tag_points,
 )
@@ -173,7 +173,6 @@ def zoom_keys(methods: Mapping[str, Any], margin: float = 0.05) -> list[str]:
 def _draw_methods(axis: Any, methods: Mapping[str, Any], keys: Sequence[str],
                   drawn: Mapping[str, tuple[float, float]], labels: Mapping[str, str]) -> None:
     """One errorbar per method of ``keys``, its marker and colour fixed by its row index."""
-    colours = pyplot().get_cmap("tab20").colors
     for index, (key, entry) in enumerate(methods.items()):
         if key not in keys:
             continue
@@ -182,8 +181,8 @@ def _draw_methods(axis: Any, methods: Mapping[str, Any], keys: Sequence[str],
         xerr = [[max(0.0, x - low)], [max(0.0, high - x)]]
         yerr = [[max(0.0, y - entry["success_rate_ci"][0])],
                 [max(0.0, entry["success_rate_ci"][1] - y)]]
-        colour = colours[index % len(colours)]
-        axis.errorbar(x, y, xerr=xerr, yerr=yerr, fmt=marker(index), color=colour,
+        mark, colour = series_style(index)
+        axis.errorbar(x, y, xerr=xerr, yerr=yerr, fmt=mark, color=colour,
                       markerfacecolor=colour if "per_seed" in entry else "none",
                       markersize=7, capsize=3, elinewidth=0.8, label=labels[key])
 
