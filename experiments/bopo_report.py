@@ -34,12 +34,12 @@ from experiments.figures import (
     Rendered,
     group_note,
     group_tags,
-    marker,
     overlap_groups,
     pyplot,
     reference_lines,
     render,
     seed_label,
+    series_style,
     spread,
     tag_points,
 )
@@ -372,11 +372,8 @@ def markdown(summary: Mapping[str, Any], seconds: float | None = None) -> str:
     return "\n".join(lines)
 
 
-#: Each family's colour in the Pareto figures (a sweep's points share it and a line).
-COLOURS = {"bopo": "tab:red", "bopo-linear": "darkred", "ppo": "tab:blue",
-           "cascade": "tab:green", "random-mix": "tab:gray", "always-small": "black",
-           "always-large": "saddlebrown", "sft": "tab:orange", "oracle": "tab:purple",
-           "planner": "tab:pink", "difficulty-threshold": "tab:brown", "best-rule": "tab:olive"}
+#: The families whose sweeps are joined by a line in the Pareto figures.
+SWEEPS = ("bopo", "bopo-linear", "ppo", "cascade", "random-mix")
 #: The rows drawn as reference lines and their short names on the lines.
 REFERENCES = {"best-rule": "best fixed rule", "planner": "planner", "oracle": "oracle"}
 
@@ -389,8 +386,9 @@ def pareto_figure(profile: str, rep: Mapping[str, Any]) -> Rendered:
 def draw_pareto(profile: str, rep: Mapping[str, Any]) -> Any:
     """Success vs average cost per method for one profile, with 95% intervals (a Figure).
 
-    Every method has its own marker (hollow: fixed rows, filled: learned rows, with their
-    seed count) and its family's colour, a sweep's points joined by a line; the per-task
+    Every method has its own marker and colour (:func:`experiments.figures.series_style`;
+    hollow: fixed rows, filled: learned rows, with their seed count), a sweep's points
+    joined by a thin grey line (a colour per family left 18 series in 10 colours); the per-task
     budget is a vertical line and the rule, the planner and the oracle horizontal ones.
     Methods whose markers would overlap are drawn side by side and listed under the plot.
     """
@@ -409,20 +407,20 @@ def draw_pareto(profile: str, rep: Mapping[str, Any]) -> Any:
     families: dict[str, list[tuple[float, float]]] = {}
     for index, (key, m) in enumerate(methods.items()):
         family = key.split("/")[0]
-        colour = COLOURS.get(family, "tab:cyan")
+        mark, colour = series_style(index)
         (x, y), shift = drawn[key], drawn[key][0] - m["avg_cost"]
         xerr = [[max(0.0, x - m["avg_cost_ci"][0] - shift)],
                 [max(0.0, m["avg_cost_ci"][1] + shift - x)]]
         yerr = [[max(0.0, y - m["success_rate_ci"][0])], [max(0.0, m["success_rate_ci"][1] - y)]]
-        axis.errorbar(x, y, xerr=xerr, yerr=yerr, fmt=marker(index), color=colour, capsize=2,
+        axis.errorbar(x, y, xerr=xerr, yerr=yerr, fmt=mark, color=colour, capsize=2,
                       markerfacecolor=colour if m.get("seeds") is not None else "none",
                       markersize=7, elinewidth=0.8,
                       label=labels[key] + (f" [{tags[key]}]" if key in tags else ""))
         families.setdefault(family, []).append(points[key])
-    for family in ("bopo", "bopo-linear", "ppo", "cascade", "random-mix"):
+    for family in SWEEPS:
         pts = sorted(families.get(family, []))
         if len(pts) > 1:
-            axis.plot([p[0] for p in pts], [p[1] for p in pts], "-", color=COLOURS[family],
+            axis.plot([p[0] for p in pts], [p[1] for p in pts], "-", color="0.6",
                       linewidth=0.8, zorder=0)
     tag_points(axis, groups, drawn)
     reference_lines(axis, [(name, methods[key]["success_rate"])
@@ -434,8 +432,9 @@ def draw_pareto(profile: str, rep: Mapping[str, Any]) -> Any:
                   fontsize=8, color="tab:red")
     axis.set_xlabel("average cost per task ($)")
     axis.set_ylabel("success rate")
-    axis.set_title(f"AgenticRouting-v0 / {profile}: success vs cost (95% intervals; hollow = "
-                   "fixed, filled = learned)", fontsize=10)
+    # over the whole figure: over the axis alone, wider than it, it was cut at the left edge
+    figure.suptitle(f"AgenticRouting-v0 / {profile}: success vs cost (95% intervals; hollow "
+                    "= fixed, filled = learned)", fontsize=10)
     axis.grid(True, alpha=0.3)
     axis.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     if note:

@@ -14,7 +14,9 @@ the tables and figure (:mod:`experiments.corl_report`) and the JSON: ``corl_tier
 ``corl_tiers.json`` and ``pareto_corl.png`` / ``.svg`` for ExpertRouting-v0,
 ``corl_tiers_ExpertRouting-v1.md``, ``.json`` and ``pareto_corl_ExpertRouting-v1.png`` /
 ``.svg`` for v1 (:func:`file_names`), all rendered before any is written and written all together
-(:func:`agents.files.write_files_atomic`).
+(:func:`agents.files.write_files_atomic`). The paper PPO's training curves, one per seed,
+are a CSV beside each JSON (``corl_tiers_curves.csv``, :func:`json_files`); the JSON names
+it, and :func:`read_result` reads both back into the result :func:`run_corl` returned.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from experiments.corl_report import (  # noqa: F401  (the row labels, importable
     task_name,
 )
 from experiments.figures import figure_files
+from experiments.histories import attach, detach
 
 
 @dataclass(frozen=True)
@@ -361,10 +364,40 @@ def file_names(env_id: str) -> tuple[str, str, str]:
     return f"corl_tiers{suffix}.md", f"corl_tiers{suffix}.json", f"pareto_corl{suffix}"
 
 
+#: The curves' method in the CSV: they are the paper PPO's (the ``ppo`` learned key).
+CURVES_METHOD = "ppo"
+
+
+def json_files(result: Mapping[str, Any]) -> dict[str, str]:
+    """The JSON text of ``result`` and the CSV of its training curves, by file name.
+
+    The JSON's ``training_curves_csv`` names the CSV (:func:`experiments.histories.detach`).
+    """
+    json_name = file_names(result["env_id"])[1]
+    curves_name = json_name.removesuffix(".json") + "_curves.csv"
+    summary, text = detach({**result, "training_curves": {
+        CURVES_METHOD: result["training_curves"]}}, "training_curves", curves_name)
+    return {json_name: json.dumps(summary, indent=2) + "\n", curves_name: text}
+
+
+def read_result(path: Path) -> dict[str, Any]:
+    """A ``corl_tiers*.json`` file with its training curves read back from their CSV.
+
+    Raises:
+        ValueError: If the file or its CSV cannot be read.
+    """
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as error:
+        raise ValueError(f"corl: cannot read {path}: {error}") from None
+    result = attach(data, "training_curves", path.parent)
+    return {**result, "training_curves": result["training_curves"][CURVES_METHOD]}
+
+
 def report(out_dir: Path, scale: str = "default", seed: int = 0,
            log: Callable[[str], None] = quiet, envs: tuple[str, ...] = CORL_ENVS,
            jobs: int | None = None) -> dict[str, str]:
-    """Run :func:`run_corl` on each env and write its tables, JSON and figure.
+    """Run :func:`run_corl` on each env and write its tables, JSON, curves CSV and figure.
 
     Everything is rendered before anything is written, and the files of every env are
     written all or nothing (:func:`agents.files.write_files_atomic`); names from
@@ -385,9 +418,9 @@ def report(out_dir: Path, scale: str = "default", seed: int = 0,
     files: dict[str, str | bytes] = {}
     pages = {}
     for env_id, result in results.items():
-        markdown_name, json_name, figure_stem = file_names(env_id)
+        markdown_name, _, figure_stem = file_names(env_id)
         pages[env_id] = files[markdown_name] = corl_markdown(result)
-        files[json_name] = json.dumps(result, indent=2) + "\n"
+        files |= json_files(result)
         files |= figure_files(figure_stem, corl_figure(result))
     write_files_atomic(out_dir, files)
     return pages

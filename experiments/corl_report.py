@@ -18,12 +18,12 @@ from experiments.figures import (
     Rendered,
     group_note,
     log_ticks,
-    marker,
     overlap_groups,
     pyplot,
     reference_lines,
     render,
     seed_label,
+    series_style,
     spread,
     tag_points,
 )
@@ -271,10 +271,9 @@ def draw_corl(report: Mapping[str, Any]) -> Any:
     plt = pyplot()
     profiles = list(report["results"])
     methods = _figure_methods(report)
-    colours = plt.get_cmap("tab10").colors
     seeds = len(report["seeds"])
-    styles = {m: (marker(i), colours[i % len(colours)],
-                  seed_label(m, seeds) if m in LEARNED else m) for i, m in enumerate(methods)}
+    styles = {m: (*series_style(i), seed_label(m, seeds) if m in LEARNED else m)
+              for i, m in enumerate(methods)}
     notes = []
     figure, axes = plt.subplots(len(profiles), len(TIERS), squeeze=False,
                                 figsize=(4.0 * len(TIERS), 2.8 * len(profiles)))

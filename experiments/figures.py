@@ -4,6 +4,8 @@
 * :func:`render`: a figure as PNG and SVG bytes, the same bytes on every run;
 * :func:`figure_files`: a rendered figure as the ``{stem}.png`` / ``{stem}.svg`` files;
 * :data:`MARKERS` and :func:`marker`: one marker per method of a figure, never shared;
+* :data:`COLOURS` and :func:`series_style`: a method's marker and colour together, no
+  pair shared by two methods (and no colour either, up to 20 methods);
 * :func:`overlap_groups`, :func:`spread` and :func:`group_note`: methods whose markers
   would sit on one another are found, drawn side by side and listed in one label;
 * :func:`seed_label` and :func:`reference_lines`: seed counts in learned rows' labels,
@@ -25,6 +27,12 @@ from typing import Any, NamedTuple
 #: Distinct matplotlib markers, filled shapes first: a figure gives each method its own.
 MARKERS = ("o", "s", "D", "^", "v", "<", ">", "p", "P", "*", "X", "h", "H", "d", "8",
            "1", "2", "3", "4", "+", "x")
+#: The series colours: matplotlib's tab10, then the two darkest shades of tab20b's five
+#: hues (not tab20's pale twins, on which a hollow marker fades into the white).
+COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+           "#7f7f7f", "#bcbd22", "#17becf",
+           "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#5254a3", "#8ca252",
+           "#bd9e39", "#ad494a", "#a55194")
 #: A fixed salt for the ids matplotlib writes into SVG files (a random uuid otherwise).
 SVG_SALT = "cost-envs"
 #: Two markers overlap when both coordinates differ by less than these shares of the
@@ -75,6 +83,17 @@ def figure_files(stem: str, rendered: Rendered) -> dict[str, bytes]:
 def marker(index: int) -> str:
     """The ``index``-th method's marker; past :data:`MARKERS` the colour must tell them apart."""
     return MARKERS[index % len(MARKERS)]
+
+
+def series_style(index: int) -> tuple[str, str]:
+    """The ``index``-th method's (marker, colour): no two methods of a figure share both.
+
+    The markers cycle every 21 and the colours every 20; as 21 and 20 are coprime, the
+    first 420 methods have distinct pairs, and the first 20 distinct colours as well as
+    distinct markers (issue #25: a family sharing one colour, or a colour cycle of ten,
+    left 18-method figures with look-alike series).
+    """
+    return marker(index), COLOURS[index % len(COLOURS)]
 
 
 def seed_label(label: str, seeds: int | Sequence[Any] | None) -> str:

@@ -26,8 +26,10 @@ Outputs, in ``out``: ``table_<Env>.md`` and ``.json`` per env (``<Env>`` the id 
 its namespace, e.g. ``table_FlightPlanner-v1.md``), ``pareto_<Env>.png`` and ``.svg``
 (success vs average cost with interval bars) and ``learning_curves_<Env>.png`` and ``.svg``
 (CPS and success against environment steps, PPO vs LoRA-guided PPO, mean over seeds with
-the seeds' range). Everything is computed and rendered before anything is written, and the
-files are written all or nothing (:func:`agents.files.write_files_atomic`).
+the seeds' range), with the per-seed histories behind them in ``learning_curves_<Env>.csv``
+(:mod:`experiments.histories`; the JSON names it). Everything is computed and rendered
+before anything is written, and the files are written all or nothing
+(:func:`agents.files.write_files_atomic`).
 
 Training runs are independent, so they run in ``jobs`` worker processes, each with one
 torch thread (on 2 cores, two processes beat two threads for networks this small); each

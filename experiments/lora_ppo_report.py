@@ -1,8 +1,11 @@
 """The LoRA-Guided PPO tables' files: Markdown, JSON, the Pareto and learning-curve figures.
 
 Rendered from the reports :func:`experiments.lora_ppo.reproduce` returns (or a committed
-``table_<Env>.json``, which holds the same dict); every file is rendered before any is
-written (:func:`write_reports`), each figure as PNG and SVG (:mod:`experiments.figures`).
+``table_<Env>.json`` read with :func:`read_report`, which gives back the same dict); every
+file is rendered before any is written (:func:`write_reports`), each figure as PNG and SVG
+(:mod:`experiments.figures`). The learning curves, the per-step training histories, are
+``learning_curves_<Env>.csv`` beside the JSON (:mod:`experiments.histories`), which names
+that file instead of holding them.
 """
 
 from __future__ import annotations
@@ -24,15 +27,16 @@ from experiments.figures import (
     group_note,
     group_tags,
     log_ticks,
-    marker,
     overlap_groups,
     pyplot,
     reference_lines,
     render,
     seed_label,
+    series_style,
     spread,
     tag_points,
 )
+from experiments.histories import attach, detach
 from experiments.lora_ppo import PAPER_ENVS, PRIVILEGED_ROWS
 
 
@@ -94,9 +98,40 @@ def returns_table(report: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _name(report: Mapping[str, Any]) -> str:
+    """The env's id without its namespace, as the file names have it."""
+    return str(report["env_id"]).split("/")[-1]
+
+
+def curves_file(report: Mapping[str, Any]) -> str:
+    """The name of the report's learning-curve CSV (beside its figure and its JSON)."""
+    return f"learning_curves_{_name(report)}.csv"
+
+
 def json_report(report: Mapping[str, Any]) -> str:
-    """The report as JSON text (learning curves included)."""
-    return json.dumps(report, indent=2) + "\n"
+    """The report as JSON text, its learning curves replaced by their CSV's name and seeds."""
+    return json.dumps(detach(report, "learning_curves", curves_file(report))[0],
+                      indent=2) + "\n"
+
+
+def curves_csv(report: Mapping[str, Any]) -> str:
+    """The report's learning curves as CSV text (:func:`experiments.histories.to_csv`)."""
+    return detach(report, "learning_curves", curves_file(report))[1]
+
+
+def read_report(path: Path) -> dict[str, Any]:
+    """A ``table_<Env>.json`` file with its learning curves read back from their CSV.
+
+    The same dict :func:`experiments.lora_ppo.reproduce` returned for the env.
+
+    Raises:
+        ValueError: If the file or its CSV cannot be read.
+    """
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as error:
+        raise ValueError(f"lora_ppo_report: cannot read {path}: {error}") from None
+    return attach(data, "learning_curves", path.parent)
 
 
 def _legend_label(entry: Mapping[str, Any]) -> str:
@@ -138,7 +173,6 @@ def zoom_keys(methods: Mapping[str, Any], margin: float = 0.05) -> list[str]:
 def _draw_methods(axis: Any, methods: Mapping[str, Any], keys: Sequence[str],
                   drawn: Mapping[str, tuple[float, float]], labels: Mapping[str, str]) -> None:
     """One errorbar per method of ``keys``, its marker and colour fixed by its row index."""
-    colours = pyplot().get_cmap("tab20").colors
     for index, (key, entry) in enumerate(methods.items()):
         if key not in keys:
             continue
@@ -147,8 +181,8 @@ def _draw_methods(axis: Any, methods: Mapping[str, Any], keys: Sequence[str],
         xerr = [[max(0.0, x - low)], [max(0.0, high - x)]]
         yerr = [[max(0.0, y - entry["success_rate_ci"][0])],
                 [max(0.0, entry["success_rate_ci"][1] - y)]]
-        colour = colours[index % len(colours)]
-        axis.errorbar(x, y, xerr=xerr, yerr=yerr, fmt=marker(index), color=colour,
+        mark, colour = series_style(index)
+        axis.errorbar(x, y, xerr=xerr, yerr=yerr, fmt=mark, color=colour,
                       markerfacecolor=colour if "per_seed" in entry else "none",
                       markersize=7, capsize=3, elinewidth=0.8, label=labels[key])
 
@@ -278,12 +312,13 @@ def draw_learning_curves(report: Mapping[str, Any], keys: Sequence[str] = CURVE_
 
 
 def render_reports(reports: Mapping[str, Mapping[str, Any]]) -> dict[str, str | bytes]:
-    """File name -> content of every table, JSON file and figure."""
+    """File name -> content of every table, JSON file, learning-curve CSV and figure."""
     files: dict[str, str | bytes] = {}
     for env_id, report in reports.items():
         name = env_id.split("/")[-1]
         files[f"table_{name}.md"] = markdown_table(report)
         files[f"table_{name}.json"] = json_report(report)
+        files[curves_file(report)] = curves_csv(report)
         files |= figure_files(f"pareto_{name}", pareto_figure(report))
         files |= figure_files(f"learning_curves_{name}", learning_curves_figure(report))
     return files

@@ -65,11 +65,15 @@ def draw_frontier(result: Mapping[str, Any]) -> Any:
     for ax in axes:
         ax.set_ylabel("accuracy (GSM8K test split)")
         ax.grid(alpha=0.3)
-    # the cost panel's lower right is empty: the legend goes there
-    axes[1].legend(*axes[0].get_legend_handles_labels(), fontsize=7, loc="lower right")
+    # below both panels: inside either one it covered the curves (issue #25)
+    handles, labels = axes[0].get_legend_handles_labels()
+    rows = -(-len(labels) // 3)
+    legend_height = 0.1 + 0.18 * rows  # inches
+    fig.set_figheight(fig.get_figheight() + legend_height)
+    fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=3, frameon=False)
     fig.suptitle(f"Routing {result['weak']} vs {result['strong']} on GSM8K "
                  f"({result['test']} test queries)")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, legend_height / fig.get_figheight(), 1, 1))
     return fig
 
 

@@ -44,6 +44,7 @@ from experiments.corl import (
     corl_markdown,
     file_names,
     learned_in,
+    read_result,
     run_corl,
     run_envs,
 )
@@ -235,7 +236,7 @@ def test_the_report_does_not_depend_on_the_number_of_workers(smoke_report) -> No
     # is that result, so the one-process run is not repeated here
     out, _ = smoke_report
     assert CORL_SCALES["smoke"].jobs == 1
-    alone = json.loads((out / file_names(env_id)[1]).read_text())
+    alone = read_result(out / file_names(env_id)[1])
     spread = run_envs("smoke", envs=(env_id,), jobs=2)[env_id]
     assert json.dumps(alone, sort_keys=True) == json.dumps(spread, sort_keys=True)
 
@@ -253,8 +254,7 @@ def test_report_writes_tables_json_and_figure_for_v0_and_v1(smoke_report) -> Non
     assert list(pages) == list(CORL_ENVS) == ["cost_envs/ExpertRouting-v0", V1]
     assert (tmp_path / "corl_tiers.md").read_text() == pages["cost_envs/ExpertRouting-v0"]
     assert (tmp_path / "corl_tiers_ExpertRouting-v1.md").read_text() == pages[V1]
-    data = {env_id: json.loads((tmp_path / file_names(env_id)[1]).read_text())
-            for env_id in CORL_ENVS}
+    data = {env_id: read_result(tmp_path / file_names(env_id)[1]) for env_id in CORL_ENVS}
     for env_id, result in data.items():
         assert result["env_id"] == env_id
         assert pages[env_id].startswith(f"# CORL on {env_id}: one controller for three "
@@ -324,7 +324,8 @@ def test_report_writes_tables_json_and_figure_for_v0_and_v1(smoke_report) -> Non
     # temporary is left in it); these are every file whose name says corl
     assert sorted(p.name for p in tmp_path.iterdir() if "corl" in p.name) == [
         "corl_tiers.json", "corl_tiers.md", "corl_tiers_ExpertRouting-v1.json",
-        "corl_tiers_ExpertRouting-v1.md", "pareto_corl.png", "pareto_corl.svg",
+        "corl_tiers_ExpertRouting-v1.md", "corl_tiers_ExpertRouting-v1_curves.csv",
+        "corl_tiers_curves.csv", "pareto_corl.png", "pareto_corl.svg",
         "pareto_corl_ExpertRouting-v1.png", "pareto_corl_ExpertRouting-v1.svg"]  # no temporaries
     for env_id in CORL_ENVS:
         stem = tmp_path / file_names(env_id)[2]

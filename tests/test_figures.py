@@ -29,6 +29,8 @@ def _load(name: str) -> dict[str, Any]:
     path = RESULTS / f"{name}.json"
     if not path.is_file():
         pytest.skip(f"{path} is not in this checkout")
+    if name.startswith("table_"):  # its learning curves are in the CSV beside it
+        return lora_ppo_report.read_report(path)
     return json.loads(path.read_text(encoding="utf-8"))
 
 
@@ -98,6 +100,73 @@ def _markers(figure: Any) -> dict[str, str]:
     return {container.get_label(): container.lines[0].get_marker()
             for axis in figure.axes for container in axis.containers
             if not container.get_label().startswith("_")}
+
+
+def _styles(figure: Any) -> dict[str, tuple[str, str]]:
+    """Label -> (marker, colour) of every labelled errorbar in the figure's legend panels."""
+    from matplotlib.colors import to_hex
+
+    return {container.get_label(): (container.lines[0].get_marker(),
+                                    to_hex(container.lines[0].get_color()))
+            for axis in figure.axes for container in axis.containers
+            if not container.get_label().startswith("_")}
+
+
+def _inside(figure: Any, artist: Any) -> bool:
+    """Whether ``artist`` is drawn wholly inside the figure (not cut at an edge)."""
+    figure.canvas.draw()
+    box = artist.get_window_extent(figure.canvas.get_renderer())
+    return (box.x0 >= 0 and box.y0 >= 0 and box.x1 <= figure.bbox.width
+            and box.y1 <= figure.bbox.height)
+
+
+def test_series_styles_never_repeat_a_pair_and_the_first_twenty_no_colour() -> None:
+    pairs = [figures.series_style(i) for i in range(420)]
+    assert len(set(pairs)) == 420
+    assert len({colour for _, colour in pairs[:20]}) == 20
+    assert len({mark for mark, _ in pairs[:21]}) == 21
+    assert figures.series_style(420) == pairs[0]  # the cycle is exactly 420 long
+
+
+@pytest.mark.parametrize("draw", ["lora", "bopo", "corl"])
+def test_pareto_series_share_no_colour(draw, toolbench, bopo, corl) -> None:
+    plt = figures.pyplot()
+    figure = {"lora": lambda: lora_ppo_report.draw_pareto(toolbench),
+              "bopo": lambda: bopo_report.draw_pareto("appworld", bopo),
+              "corl": lambda: corl_report.draw_corl(corl)}[draw]()
+    styles = _styles(figure)
+    per_label = {}
+    for label, style in styles.items():  # corl draws a method in several panels, alike
+        per_label.setdefault(label.split(" [")[0], set()).add(style)
+    assert all(len(seen) == 1 for seen in per_label.values())
+    colours = [colour for seen in per_label.values() for _, colour in seen]
+    assert len(per_label) >= 12 and len(set(colours)) == len(colours), per_label
+    plt.close(figure)
+
+
+def test_bopo_title_is_not_cut_at_the_left_edge(bopo) -> None:
+    plt = figures.pyplot()
+    figure = bopo_report.draw_pareto("appworld", bopo)
+    titles = [text for text in [figure._suptitle, *(axis.title for axis in figure.axes)]
+              if text is not None and text.get_text()]
+    assert [t.get_text() for t in titles if t.get_text().startswith("AgenticRouting-v0 / ")]
+    assert all(_inside(figure, title) for title in titles)
+    plt.close(figure)
+
+
+def test_the_frontier_legend_covers_neither_panel() -> None:
+    plt = figures.pyplot()
+    figure = traces_report.draw_frontier(_frontier_result())
+    [legend] = figure.legends
+    assert not any(axis.get_legend() for axis in figure.axes)
+    assert "learned router" in [text.get_text() for text in legend.get_texts()]
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()
+    box = legend.get_window_extent(renderer)
+    for axis in figure.axes:
+        assert not box.overlaps(axis.get_window_extent(renderer))
+    assert _inside(figure, legend)
+    plt.close(figure)
 
 
 def test_lora_pareto_names_every_method_with_its_own_marker_and_seed_count(toolbench):

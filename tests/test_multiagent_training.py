@@ -50,3 +50,35 @@ def test_bad_arguments() -> None:
         tenant_vec_env(ENV, n_envs=0)
     with pytest.raises(ValueError, match="timesteps: expected an int >= 1, got 0"):
         train_shared(ENV, 0)
+
+
+def test_the_plain_supersuit_recipe_refuses_sb3_float_actions_which_the_helper_casts() -> None:
+    # Why docs/multitenant.md gives tenant_vec_env instead of PettingZoo's recipe: if a
+    # SuperSuit release casts the actions itself, this fails and the page can say so.
+    import supersuit
+
+    plain = supersuit.concat_vec_envs_v1(
+        supersuit.pettingzoo_env_to_vec_env_v1(parallel_env(ENV, **KWARGS)), 1, num_cpus=0,
+        base_class="stable_baselines3")
+    plain.reset()
+    actions = np.ones((3, 1), dtype=np.float32)  # what SB3's MultiBinary policy hands over
+    with pytest.raises(TypeError, match=r"dtype\('float32'\) to dtype\('int8'\)"):
+        plain.step(actions)
+    helper = tenant_vec_env(ENV, **KWARGS)
+    helper.reset()
+    obs, rewards, dones, infos = helper.step(actions)
+    assert obs.shape[0] == rewards.shape[0] == dones.shape[0] == len(infos) == 3
+    plain.close()
+    helper.close()
+
+
+def test_plain_sb3_ppo_trains_on_the_helpers_vector_env() -> None:
+    from stable_baselines3 import PPO
+
+    venv = tenant_vec_env(ENV, n_envs=2, **KWARGS)
+    model = PPO("MlpPolicy", venv, n_steps=16, batch_size=32, seed=0, device="cpu")
+    model.learn(total_timesteps=96)
+    assert model.num_timesteps >= 96
+    actions, _ = model.predict(venv.reset(), deterministic=True)
+    assert actions.shape == (6, venv.action_space.n)
+    venv.close()

@@ -18,7 +18,7 @@ ENV_NAMES = {env_id: env_id.split("/")[-1] for env_id in rep.ENVS}
 FILE_NAMES = {f"{kind}_{name}.{ext}" for name in ENV_NAMES.values()
               for kind, ext in (("table", "md"), ("table", "json"), ("pareto", "png"),
                                 ("pareto", "svg"), ("learning_curves", "png"),
-                                ("learning_curves", "svg"))}
+                                ("learning_curves", "svg"), ("learning_curves", "csv"))}
 SVG_START = b"<?xml"
 ABLATIONS = ("lora/random-base", "lora-ppo/random-base")
 RL_ROWS = [key for key, row in rep.LEARNED_ROWS.items() if row.method != "lora"]
@@ -49,8 +49,8 @@ def written(smoke):
 
 
 def load_table(smoke, env_id):
-    """The env's report as the JSON file holds it (same text: see the write test)."""
-    return json.loads(out_files.json_report(smoke["reports"][env_id]))
+    """The env's report as its written JSON file and learning-curve CSV hold it."""
+    return out_files.read_report(smoke["out"] / f"table_{ENV_NAMES[env_id]}.json")
 
 
 def pool_names(env_id):
@@ -244,6 +244,12 @@ def test_write_reports_writes_what_the_command_wrote(smoke, written, tmp_path):
             assert ours == (written / f"table_{name}{suffix}").read_text()
         assert json.loads((tmp_path / f"table_{name}.json").read_text()) == json.loads(
             out_files.json_report(smoke["reports"][env_id]))
+        curves = f"learning_curves_{name}.csv"
+        assert (tmp_path / curves).read_text() == (written / curves).read_text()
+        # what the files hold is what the run computed, curves included (as JSON has it:
+        # a tuple comes back a list)
+        assert out_files.read_report(tmp_path / f"table_{name}.json") == json.loads(
+            json.dumps(smoke["reports"][env_id]))
         for kind in ("pareto", "learning_curves"):
             assert (tmp_path / f"{kind}_{name}.png").read_bytes()[:8] == PNG_MAGIC
             assert (tmp_path / f"{kind}_{name}.svg").read_bytes().startswith(SVG_START)

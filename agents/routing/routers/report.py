@@ -109,16 +109,31 @@ def row_labels(weak: str, strong: str, router: str, share: float) -> dict[str, s
             "weak": f"only {weak}", "strong": f"only {strong}", "oracle": "oracle (per query)"}
 
 
+def _at_precision(value: float, quantum: float) -> float:
+    """``value`` rounded to a multiple of ``quantum``, a negative zero made 0.0."""
+    return round(value / quantum) * quantum + 0.0  # -0.0 + 0.0 is 0.0
+
+
 def cell(entry: dict[str, Any] | None, key: str) -> str:
-    """A table cell: the value and its interval (``-`` where undefined)."""
+    """A table cell: the value and its interval (``-`` where undefined).
+
+    Cost per query has 4 significant digits of the cell's largest magnitude, the rest 3
+    decimals; each number is rounded to that precision first, so a paired difference that
+    is zero up to floating-point noise prints as 0, not ``-3.238e-19`` or ``-0.000``.
+    """
     if entry is None or entry.get("value") is None or not math.isfinite(entry["value"]):
         return "-"
-    fmt = "{:.4g}" if key == "cost_per_query" else "{:.3f}"
-    text = fmt.format(entry["value"])
     ci = entry.get("ci")
-    if ci is not None and all(v is not None and math.isfinite(v) for v in ci):
-        text += " [" + ", ".join(fmt.format(v) for v in ci) + "]"
-    return text
+    if ci is None or not all(v is not None and math.isfinite(v) for v in ci):
+        ci = None
+    numbers = [entry["value"], *(ci or ())]
+    if key == "cost_per_query":
+        fmt, scale = "{:.4g}", max(abs(v) for v in numbers)
+        quantum = 10.0 ** (math.floor(math.log10(scale)) - 3) if scale > 0 else 1.0
+    else:
+        fmt, quantum = "{:.3f}", 1e-3
+    value, *bounds = (fmt.format(_at_precision(v, quantum)) for v in numbers)
+    return value + (" [" + ", ".join(bounds) + "]" if bounds else "")
 
 
 def format_report(report: dict[str, Any], labels: dict[str, str]) -> str:
