@@ -51,10 +51,10 @@ from cost_envs.metrics.frontier import aiq, frontier
 
 # PGR's crossings, random routing's exact values, the intervals: cost_envs.metrics.routing's
 from cost_envs.metrics.routing import (
-    _cpt_key,
-    _first_crossing,
-    _interval,
-    _random_metrics,
+    cpt_key,
+    finite_interval,
+    first_crossing,
+    random_metrics,
     routing_curve,
     threshold_order,
 )
@@ -224,7 +224,7 @@ class CurveScores:
         self.w, self.s, self.levels = weak, strong, list(levels)
         self.span = [float(v) for v in cost_range]
         self.references = list(references)
-        self.keys = ["apgr", *(_cpt_key(lv) for lv in self.levels)]
+        self.keys = ["apgr", *(cpt_key(lv) for lv in self.levels)]
         self.plans: dict[str, Any] = {}
         self.points: dict[str, dict[str, float]] = {}
         n = len(weak)
@@ -232,13 +232,13 @@ class CurveScores:
             plan = None if scores is None else threshold_order(scores)
             self.plans[name] = (plan, wc, sc)
             if plan is None:
-                self.points[name] = {"apgr": 0.5, **{_cpt_key(lv): float(lv)
+                self.points[name] = {"apgr": 0.5, **{cpt_key(lv): float(lv)
                                                      for lv in self.levels}}
             else:
                 curve = routing_curve(scores, weak, strong)
                 try:
                     self.points[name] = {"apgr": curve.apgr, **{
-                        _cpt_key(lv): curve.cpt(lv) for lv in self.levels}}
+                        cpt_key(lv): curve.cpt(lv) for lv in self.levels}}
                 except ValueError:  # no gap between the models: PGR undefined
                     self.points[name] = dict.fromkeys(self.keys, float("nan"))
             self.points[name]["aiq"] = float(self._aiq(np.ones((1, n)), name)[0])
@@ -263,7 +263,7 @@ class CurveScores:
         total = weights.sum(axis=1)
         if plan is None:  # random routing: the straight line between the two ends
             if pgr:
-                out.update(_random_metrics(weights, self.w, self.s, self.levels))
+                out.update(random_metrics(weights, self.w, self.s, self.levels))
             ends_q = np.column_stack([weights @ self.w, weights @ self.s]) / total[:, None]
             ends_c = np.column_stack([weights @ wc, weights @ sc]) / total[:, None]
             out["aiq"] = (frontier_aiq(ends_c, ends_q, self.span)
@@ -285,7 +285,7 @@ class CurveScores:
             out["apgr"] = np.sum(np.diff(share, axis=1) * (p[:, 1:] + p[:, :-1]) / 2.0,
                                  axis=1)
             for level in self.levels:
-                out[_cpt_key(level)] = _first_crossing(share, p, level)
+                out[cpt_key(level)] = first_crossing(share, p, level)
         out["aiq"] = (frontier_aiq(cost, accuracy, self.span) if self.span[1] > self.span[0]
                       else np.full(weights.shape[0], np.nan))
         return out
@@ -312,7 +312,7 @@ class CurveScores:
         for name, point in self.points.items():
             entry: dict[str, Any] = {}
             for key in keys:
-                ci = None if stacked is None else _interval(stacked[name][key], confidence)
+                ci = None if stacked is None else finite_interval(stacked[name][key], confidence)
                 if ci is not None and key == "aiq" and np.isfinite(point[key]):
                     ci = interval_around(point[key], ci)
                 entry[key] = {"value": point[key], "ci": ci}
@@ -326,7 +326,7 @@ class CurveScores:
                 for key in keys:
                     value = point[key] - self.points[ref][key]
                     ci = (None if stacked is None else
-                          _interval(stacked[name][key] - stacked[ref][key], confidence))
+                          finite_interval(stacked[name][key] - stacked[ref][key], confidence))
                     diff[key] = {"value": value, "ci": ci}
                 entry[f"minus_{ref}"] = diff
             out[name] = entry

@@ -106,11 +106,15 @@ def cpt(share: Any, pgr_values: Any, level: float) -> float:
     reaches ``level``.
     """
     x, y = np.asarray(share, dtype=np.float64), np.asarray(pgr_values, dtype=np.float64)
-    return float(_first_crossing(x[None, :], y[None, :], level)[0])
+    return float(first_crossing(x[None, :], y[None, :], level)[0])
 
 
-def _first_crossing(x: np.ndarray, y: np.ndarray, level: float) -> np.ndarray:
-    """Row-wise first ``x`` where the polyline ``(x, y)`` reaches ``level`` (nan: never)."""
+def first_crossing(x: np.ndarray, y: np.ndarray, level: float) -> np.ndarray:
+    """Row-wise first ``x`` where the polyline ``(x, y)`` reaches ``level`` (nan: never).
+
+    ``x`` and ``y`` are ``(rows, points)``: one curve per row (a resample's PGR against
+    its strong-call share, say); between points the curve is a straight line.
+    """
     reached = y >= level - 1e-12
     first = np.argmax(reached, axis=1)
     rows = np.arange(len(x))
@@ -246,7 +250,7 @@ def oracle_point(weak_correct: Any, strong_correct: Any) -> tuple[float, float]:
 
 
 # ---------------------------------------------------------------------------- bootstrap
-def _interval(values: np.ndarray, confidence: float) -> list[float]:
+def finite_interval(values: np.ndarray, confidence: float) -> list[float]:
     """The percentile interval of the finite ``values`` (resamples with PGR undefined are nan).
 
     A list, the JSON form of an :class:`Interval` in these JSON-ready results.
@@ -257,7 +261,7 @@ def _interval(values: np.ndarray, confidence: float) -> list[float]:
     return list(percentile_interval(valid, confidence))
 
 
-def _random_metrics(weights: np.ndarray, w: np.ndarray, s: np.ndarray,
+def random_metrics(weights: np.ndarray, w: np.ndarray, s: np.ndarray,
                     levels: Sequence[float]) -> dict[str, np.ndarray]:
     """Random routing on a block of resamples: its exact expectations, APGR 0.5 and CPT(x) = x.
 
@@ -267,7 +271,7 @@ def _random_metrics(weights: np.ndarray, w: np.ndarray, s: np.ndarray,
     defined = weights @ (s - w) > 0
     out = {"apgr": np.where(defined, 0.5, np.nan)}
     for level in levels:
-        out[_cpt_key(level)] = np.where(defined, float(level), np.nan)
+        out[cpt_key(level)] = np.where(defined, float(level), np.nan)
     return out
 
 
@@ -298,11 +302,12 @@ def _resampled_metrics(
     p[gap <= 0] = np.nan  # PGR undefined on this resample
     out = {"apgr": np.sum(np.diff(share, axis=1) * (p[:, 1:] + p[:, :-1]) / 2.0, axis=1)}
     for level in levels:
-        out[_cpt_key(level)] = _first_crossing(share, p, level)
+        out[cpt_key(level)] = first_crossing(share, p, level)
     return out
 
 
-def _cpt_key(level: float) -> str:
+def cpt_key(level: float) -> str:
+    """The JSON key of CPT at ``level``: ``0.5`` -> ``"cpt_50"``."""
     return f"cpt_{round(100 * level):d}"
 
 
@@ -362,20 +367,20 @@ def bootstrap_routing(
     codes = cluster_codes(clusters, n)
     for level in levels:
         number(level, "levels", minimum=0, maximum=1, inclusive=(False, True))
-    keys = ["apgr", *(_cpt_key(level) for level in levels)]
+    keys = ["apgr", *(cpt_key(level) for level in levels)]
     plans: dict[str, tuple[np.ndarray | None, np.ndarray | None]] = {}
     points: dict[str, dict[str, float]] = {}
     for name, scores in routers.items():
         if scores is None:
             plans[name] = (None, None)
-            points[name] = {"apgr": 0.5, **{_cpt_key(lv): float(lv) for lv in levels}}
+            points[name] = {"apgr": 0.5, **{cpt_key(lv): float(lv) for lv in levels}}
             continue
         x = _scores(scores, n)
         plans[name] = threshold_order(x)
         curve = routing_curve(x, w, s)
         try:
             points[name] = {"apgr": curve.apgr,
-                            **{_cpt_key(lv): curve.cpt(lv) for lv in levels}}
+                            **{cpt_key(lv): curve.cpt(lv) for lv in levels}}
         except ValueError:
             points[name] = dict.fromkeys(keys, float("nan"))
     rng = np.random.default_rng(seed)
@@ -385,7 +390,7 @@ def bootstrap_routing(
     for size in resample_blocks(n_resamples, n, block_cells=_BLOCK):
         weights = resample_weights(rng, size, n, codes)
         for name, (order, ends) in plans.items():
-            metrics = (_random_metrics(weights, w, s, levels) if order is None or ends is None
+            metrics = (random_metrics(weights, w, s, levels) if order is None or ends is None
                        else _resampled_metrics(weights, order, ends, w, s, levels))
             for key in keys:
                 samples[name][key].append(metrics[key])
@@ -393,7 +398,7 @@ def bootstrap_routing(
     out: dict[str, dict[str, Any]] = {}
     for name in routers:
         entry: dict[str, Any] = {
-            key: {"value": points[name][key], "ci": _interval(stacked[name][key], confidence)}
+            key: {"value": points[name][key], "ci": finite_interval(stacked[name][key], confidence)}
             for key in keys
         }
         entry["undefined_resamples"] = int(np.isnan(stacked[name]["apgr"]).sum())
@@ -403,7 +408,7 @@ def bootstrap_routing(
             if name != ref:
                 entry[f"minus_{ref}"] = {
                     key: {"value": points[name][key] - points[ref][key],
-                          "ci": _interval(stacked[name][key] - stacked[ref][key], confidence)}
+                          "ci": finite_interval(stacked[name][key] - stacked[ref][key], confidence)}
                     for key in keys
                 }
         out[name] = entry
