@@ -37,9 +37,9 @@ import numpy as np
 
 from agents.routing.routers import (
     SINGLE_MODELS,
-    MultiRouter,
     calibrate_lam,
     cross_validate,
+    make_router,
     sweep_metrics,
 )
 from agents.routing.routers.base import take
@@ -52,40 +52,42 @@ from experiments.traces_heldout import CV_FOLDS, Protocol, _fmt, splits_of, verd
 TARGETS = tuple(np.round(np.linspace(0.0, 1.0, 21), 2).tolist())
 #: The target of the single operating point reported (``route train``'s default).
 HALFWAY = 0.5
-#: The two K-model rows: name -> inner CV folds (``None``: the default ``l2``).
-MULTI_ROWS: dict[str, int | None] = {"multi-logistic": None, "multi-logistic (cv)": CV_FOLDS}
+#: The K-model rows: name -> (router kind, inner CV folds; ``None``: the default ``l2``).
+MULTI_ROWS: dict[str, tuple[str, int | None]] = {
+    "multi-logistic": ("multi-logistic", None),
+    "multi-logistic (cv)": ("multi-logistic", CV_FOLDS),
+    "multi-priced": ("multi-priced", None)}
 
 
 def _out_of_fold(data: TraceDataset, splits: list[tuple[np.ndarray, np.ndarray]],
-                 costs: np.ndarray, cv: int | None, split_by: str
+                 costs: np.ndarray, kind: str, cv: int | None, split_by: str
                  ) -> tuple[np.ndarray, list[dict[str, Any]], list[float]]:
     """``(n, len(TARGETS))`` held-out decisions, each fold's CV choice and halfway lam."""
     decisions = np.zeros((data.n_queries, len(TARGETS)), dtype=np.int64)
-    probe = MultiRouter(data.models)
+    probe = make_router(kind, *data.models)
     inputs = probe.inputs(data)  # per query: computed once
+    fit_costs = probe.training_costs(data, costs)
     chosen: list[dict[str, Any]] = []
     lams: list[float] = []
     cols = np.arange(data.n_models)
     for train, test in splits:
         settings: dict[str, Any] = {}
         if cv is not None:  # nested: only this training fold is read
-            choice = cross_validate("multi-logistic", data.subset(train), costs=costs[train],
+            choice = cross_validate(kind, data.subset(train), costs=costs[train],
                                     folds=cv, split_by=split_by,
                                     raw=take(inputs, train))
             settings = choice.settings()
             chosen.append(choice.as_json())
-        router = MultiRouter(data.models, **settings).fit_inputs(
-            take(inputs, train), data.correct[train], costs[train])
-        p_train = router.predict_inputs(take(inputs, train))
-        grid = router._lams(p_train)
-        swept = router._sweep(p_train, cols, grid)
+        router = make_router(kind, *data.models, **settings).fit_inputs(
+            take(inputs, train), data.correct[train], take(fit_costs, train))
+        grid = router.lams_inputs(take(inputs, train))
+        swept = cols[router.sweep_inputs(take(inputs, train), grid)]
         mean = costs[train].mean(axis=0)
         fold_lams = [calibrate_lam(grid, swept, costs[train],
                                    float(mean.min() + f * (mean.max() - mean.min()))).lam
                      for f in TARGETS]
         lams.append(fold_lams[TARGETS.index(HALFWAY)])
-        decisions[test] = router._route(router.predict_inputs(take(inputs, test)),
-                                        np.array(fold_lams), cols)
+        decisions[test] = cols[router.sweep_inputs(take(inputs, test), fold_lams)]
     return decisions, chosen, lams
 
 
@@ -108,8 +110,8 @@ def evaluate_multi(data: TraceDataset, protocol: Protocol, n_resamples: int, see
         "split_by": protocol.split_by, "held_out": test.n_queries,
         "targets": list(TARGETS), "halfway": HALFWAY, "rows": {},
     }
-    for name, cv in MULTI_ROWS.items():
-        decisions, chosen, lams = _out_of_fold(data, splits, c, cv, protocol.split_by)
+    for name, (kind, cv) in MULTI_ROWS.items():
+        decisions, chosen, lams = _out_of_fold(data, splits, c, kind, cv, protocol.split_by)
         d = decisions[held]
         curves = sweep_metrics(test, {name: d}, c[held], **kw)
         at = d[:, TARGETS.index(HALFWAY)]
@@ -147,7 +149,10 @@ def markdown(results: Mapping[str, Any]) -> list[str]:
              f"`lam` calibrated on the training fold for {len(TARGETS)} target costs per "
              "query (0% to 100% of the way from the cheapest to the dearest model's mean "
              "training cost); the halfway point is `cost-envs route train`'s default. The "
-             "(cv) row chooses `l2` on inner folds of each training fold. The halfway point "
+             "(cv) row chooses `l2` on inner folds of each training fold. The multi-priced "
+             "row prices each call per query (`agents/routing/routers/priced.py`: the "
+             "prompt's tokens known, the output's predicted) instead of at the model's mean "
+             "cost. The halfway point "
              "is compared with the two-model table's references: random routing at its own "
              "share of calls to each model and on the single models' frontier at its own "
              "cost per query, both matched within each resample.", "",

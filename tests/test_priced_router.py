@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agents.routing.routers import PricedRouter, calibrate, make_router
+from agents.routing.routers import PricedMultiRouter, PricedRouter, calibrate, make_router
 from agents.routing.routers.calibration import calibrate_cost, calibrate_share
 from agents.routing.routers.priced import fit_prices
 from cost_envs.traces import TraceDataset
@@ -120,3 +120,31 @@ def test_decisions_read_the_prices() -> None:
     assert router.decide(win, point, dearer).sum() < chosen.sum()
     with pytest.raises(ValueError, match="expected costs=expected_costs"):
         router.decide(win, point)
+
+
+def test_the_k_model_router_priced_per_query_is_the_two_model_rule_at_k_2() -> None:
+    data = long_prompts_cost_more(1200)
+    train, test = data.split(seed=0)
+    two = PricedRouter(WEAK, STRONG, n_features=16).fit(train)
+    many = PricedMultiRouter((WEAK, STRONG), n_features=16).fit(train)
+    np.testing.assert_allclose(many.predict(test), two.predict(test))
+    np.testing.assert_allclose(many.expected_costs(test), two.expected_costs(test))
+    scale = many.model_costs.max()
+    for lam in (0.0, 0.05, 0.2, 1.0):
+        np.testing.assert_array_equal(many.route(test, lam) == 1,
+                                      two.scores(test) >= lam / scale - 1e-12 / scale)
+
+
+def test_priced_per_query_the_k_model_router_buys_more_accuracy_per_dollar() -> None:
+    data = long_prompts_cost_more()
+    train, test = data.split(seed=0)
+    budget = float(train.cost[:, 0].mean() + 0.3 * (train.cost[:, 1] - train.cost[:, 0]).mean())
+    accuracy = {}
+    for name in ("multi-priced", "multi-logistic"):
+        router = make_router(name, WEAK, STRONG, n_features=16).fit(train)
+        lam, _ = calibrate(router, train, cost=budget)
+        acc, cost = accuracy_and_cost(test, router.route(test, lam) == 1)
+        assert cost == pytest.approx(budget, rel=0.15)
+        accuracy[name] = acc
+    # priced at its mean cost, a call on a long prompt looks as cheap as one on a short
+    assert accuracy["multi-priced"] > accuracy["multi-logistic"] + 0.02

@@ -146,10 +146,9 @@ def test_k_model_halfway_points_are_reproduced(name: str, row: str) -> None:
                                       raw=(stats[train], text[train])).settings()
         router = MultiRouter(data.models, **settings).fit_inputs(
             (stats[train], text[train]), data.correct[train], costs[train])
-        p_train = router.predict_inputs((stats[train], text[train]))
-        grid = router._lams(p_train)
+        grid = router.lams_inputs((stats[train], text[train]))
         mean = costs[train].mean(axis=0)
-        lam = calibrate_lam(grid, router._sweep(p_train, np.arange(data.n_models), grid),
+        lam = calibrate_lam(grid, router.sweep_inputs((stats[train], text[train]), grid),
                             costs[train], float(mean.min() + 0.5 * (mean.max() - mean.min()))
                             ).lam
         lams.append(lam)

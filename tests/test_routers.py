@@ -207,7 +207,8 @@ def test_minilm_features_are_embedded_once_per_text(monkeypatch) -> None:
 def test_one_registry_over_k_models() -> None:
     from agents.routing.routers import Router, TwoModelRouter
 
-    assert sorted(ROUTERS) == ["cascade", "knn", "logistic", "multi-logistic", "priced"]
+    assert sorted(ROUTERS) == ["cascade", "knn", "logistic", "multi-logistic", "multi-priced",
+                               "priced"]
     assert all(issubclass(cls, Router) for cls in ROUTERS.values())
     assert {k for k, cls in ROUTERS.items() if issubclass(cls, TwoModelRouter)} == {
         "cascade", "knn", "logistic", "priced"}

@@ -19,7 +19,8 @@
 The routers: ``"logistic"``, ``"knn"`` and ``"cascade"`` (two-model,
 :mod:`~agents.routing.routers.two_model`), ``"priced"`` (two-model and cost-aware:
 predicted accuracy gained per expected extra dollar, :mod:`~agents.routing.routers.priced`),
-``"multi-logistic"`` (any number of models, :mod:`~agents.routing.routers.multi`).
+``"multi-logistic"`` (any number of models, :mod:`~agents.routing.routers.multi`) and
+``"multi-priced"`` (the same with each call priced per query, as ``"priced"`` prices it).
 Around them, one of each:
 :mod:`~agents.routing.routers.calibration` (the operating point, on training data),
 :func:`~agents.routing.routers.cv.cross_validate` (settings by folds of the training
@@ -53,7 +54,7 @@ from agents.routing.routers.features import (
     register_text_features,
 )
 from agents.routing.routers.multi import SINGLE_MODELS, MultiRouter, sweep_metrics
-from agents.routing.routers.priced import PricedRouter
+from agents.routing.routers.priced import PricedMultiRouter, PricedRouter
 from agents.routing.routers.state import SavedRouter, load_router, save_router
 from agents.routing.routers.two_model import (
     CascadeRouter,
@@ -66,7 +67,8 @@ from agents.routing.routers.two_model import (
 __all__ = [
     "CV_FOLDS", "CV_GRIDS", "ROUTERS", "SINGLE_MODELS", "STATE_FORMAT", "TEXT_ENCODERS",
     "CVChoice", "Calibration", "CascadeRouter", "KNNRouter", "LamCalibration",
-    "LogisticRouter", "MultiRouter", "PricedRouter", "Router", "SavedRouter", "TextFeatures",
+    "LogisticRouter", "MultiRouter", "PricedMultiRouter", "PricedRouter", "Router",
+    "SavedRouter", "TextFeatures",
     "TwoModelRouter", "calibrate", "calibrate_cost", "calibrate_lam", "calibrate_share",
     "cascade_curve", "cross_validate", "embedding_lookup", "load_router", "make_router",
     "register", "register_text_features", "router_class", "router_from_state",

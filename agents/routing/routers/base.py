@@ -150,6 +150,10 @@ class Router(ABC):
 
     def expected_costs(self, data: TraceDataset) -> np.ndarray | None:
         """``(n, K)``: each call's price before it is made; ``None`` when not priced."""
+        return self.expected_costs_inputs(self.inputs(data))
+
+    def expected_costs_inputs(self, inputs: Any) -> np.ndarray | None:
+        """:meth:`expected_costs` from precomputed :meth:`inputs` (``None``: not priced)."""
         return None
 
     def route(self, data: TraceDataset, point: float) -> np.ndarray:

@@ -48,6 +48,7 @@ CV_GRIDS: dict[str, tuple[str, tuple[float, ...]]] = {
     "knn": ("k", (5, 10, 25, 50)),
     "priced": ("l2", (1.0, 10.0, 100.0)),
     "multi-logistic": ("l2", (1.0, 10.0, 100.0)),
+    "multi-priced": ("l2", (1.0, 10.0, 100.0)),
 }
 
 
@@ -115,7 +116,7 @@ def _fold_value(router: Router, inputs: Inputs, val: TraceDataset, costs: np.nda
         return threshold_aiq(scores, val.scores[:, iw], val.scores[:, is_], c[:, iw],
                              c[:, is_], ends)
     cols = np.array([val.model_index(m) for m in router.models], dtype=np.int64)
-    d = cols[router._sweep(router.predict_inputs(inputs), np.arange(len(cols)))]
+    d = cols[router.sweep_inputs(inputs)]
     rows = np.arange(val.n_queries)[:, None]
     mean = costs[:, cols].mean(axis=0)
     return _fold_aiq(val.scores[rows, d], costs[rows, d], [float(mean.min()),

@@ -133,15 +133,22 @@ class MultiRouter(Router):
         """
         return self.predict(data)
 
-    def _unit_costs(self) -> np.ndarray:
+    def _unit_costs(self, costs: Any = None, n: int = 1) -> np.ndarray:
+        """``(n, K)`` costs in units of the dearest model's mean training cost.
+
+        ``costs``: per-query prices of the calls (a priced router's
+        :meth:`expected_costs`); ``None``: each model at its mean training cost.
+        """
         cost = self._fitted()[1]
         scale = float(cost.max())
-        return cost / scale if scale > 0 else cost
+        c = (np.broadcast_to(cost, (n, len(cost))) if costs is None
+             else np.asarray(costs, dtype=np.float64))
+        return c / scale if scale > 0 else c
 
     def decide(self, win: np.ndarray, point: float, costs: Any = None) -> np.ndarray:
         """Index of the best predicted correctness net of ``point`` (``lam``) x unit cost."""
         return self._route(np.asarray(win), np.array([float(point)]),
-                           np.arange(len(self.models)))[:, 0]
+                           np.arange(len(self.models)), costs)[:, 0]
 
     def route(self, data: TraceDataset, lam: float = 0.0) -> np.ndarray:
         """Which model answers each query at ``lam``: ``(n,)`` column indices of ``data``.
@@ -151,14 +158,15 @@ class MultiRouter(Router):
         number(lam, "lam", minimum=0)
         return super().route(data, lam)
 
-    def _route(self, p: np.ndarray, lams: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    def _route(self, p: np.ndarray, lams: np.ndarray, cols: np.ndarray,
+               costs: Any = None) -> np.ndarray:
         """``(n, len(lams))`` data columns: argmax of utility, the cheaper model on ties."""
-        unit = self._unit_costs()
+        unit = self._unit_costs(costs, len(p))
         out = np.empty((len(p), len(lams)), dtype=np.int64)
         for k, lam in enumerate(lams):
-            utility = p - lam * unit[None, :]
+            utility = p - lam * unit
             best = utility >= utility.max(axis=1, keepdims=True) - 1e-12
-            out[:, k] = cols[np.argmin(np.where(best, unit[None, :], np.inf), axis=1)]
+            out[:, k] = cols[np.argmin(np.where(best, unit, np.inf), axis=1)]
         return out
 
     def lams(self, data: TraceDataset, max_points: int = 200) -> np.ndarray:
@@ -170,13 +178,15 @@ class MultiRouter(Router):
         ``max_points`` values are thinned evenly (by rank), keeping 0 and the largest.
         """
         integer(max_points, "max_points", minimum=2)
-        return self._lams(self.correctness(data), max_points)
+        inputs = self.inputs(data)
+        return self._lams(self.predict_inputs(inputs), max_points,
+                          self.expected_costs_inputs(inputs))
 
-    def _lams(self, p: np.ndarray, max_points: int = 200) -> np.ndarray:
-        """:meth:`lams` from predicted correctness ``p``."""
-        unit = self._unit_costs()
+    def _lams(self, p: np.ndarray, max_points: int = 200, costs: Any = None) -> np.ndarray:
+        """:meth:`lams` from predicted correctness ``p`` (and per-query ``costs``)."""
+        unit = self._unit_costs(costs, len(p))
         dp = p[:, :, None] - p[:, None, :]
-        dc = np.broadcast_to(unit[:, None] - unit[None, :], dp.shape)
+        dc = np.broadcast_to(unit[:, :, None] - unit[:, None, :], dp.shape)
         mask = (dc > 0) & (dp > 0)
         points = np.unique(dp[mask] / dc[mask])
         if len(points) > max_points - 1:
@@ -184,18 +194,32 @@ class MultiRouter(Router):
                                                   ).round().astype(np.int64))]
         return np.concatenate([[0.0], points[points > 0]])
 
+    def lams_inputs(self, inputs: Any, max_points: int = 200) -> np.ndarray:
+        """:meth:`lams` from precomputed :meth:`inputs`."""
+        integer(max_points, "max_points", minimum=2)
+        return self._lams(self.predict_inputs(inputs), max_points,
+                          self.expected_costs_inputs(inputs))
+
+    def sweep_inputs(self, inputs: Any, lams: Sequence[float] | None = None) -> np.ndarray:
+        """:meth:`sweep` from precomputed :meth:`inputs`: indices into :attr:`models`."""
+        return self._sweep(self.predict_inputs(inputs), np.arange(len(self.models)), lams,
+                           self.expected_costs_inputs(inputs))
+
     def sweep(self, data: TraceDataset, lams: Sequence[float] | None = None) -> np.ndarray:
         """Decisions at each ``lam`` (default :meth:`lams`): ``(n, points)`` data columns."""
-        return self._sweep(self.correctness(data), self._columns(data), lams)
+        inputs = self.inputs(data)
+        return self._sweep(self.predict_inputs(inputs), self._columns(data), lams,
+                           self.expected_costs_inputs(inputs))
 
-    def _sweep(self, p: np.ndarray, cols: np.ndarray, lams: Sequence[float] | None = None
-               ) -> np.ndarray:
+    def _sweep(self, p: np.ndarray, cols: np.ndarray, lams: Sequence[float] | None = None,
+               costs: Any = None) -> np.ndarray:
         """:meth:`sweep` from predicted correctness ``p`` and the models' data columns."""
-        grid = self._lams(p) if lams is None else np.asarray(lams, dtype=np.float64)
+        grid = self._lams(p, costs=costs) if lams is None else np.asarray(lams,
+                                                                           dtype=np.float64)
         if grid.ndim != 1 or grid.size == 0 or not (np.isfinite(grid).all() and
                                                     (grid >= 0).all()):
             raise ValueError(f"lams: expected a non-empty list of numbers >= 0, got {lams!r}")
-        return self._route(p, grid, cols)
+        return self._route(p, grid, cols, costs)
 
     # ------------------------------------------------------------------ state
     def _model_arrays(self) -> dict[str, np.ndarray]:

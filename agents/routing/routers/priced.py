@@ -49,8 +49,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from agents.routing.routers.base import array_of, register
+from agents.routing.routers.base import Router, array_of, register
 from agents.routing.routers.features import standardiser
+from agents.routing.routers.multi import MultiRouter
 from agents.routing.routers.solvers import fit_logistic, logistic_scores
 from agents.routing.routers.two_model import TwoModelRouter
 from agents.routing.routing_core import call_costs
@@ -97,6 +98,84 @@ def fit_ridge(x: np.ndarray, y: np.ndarray, l2: float) -> np.ndarray:
     return np.append(w, ym - float(xm @ w))
 
 
+class CallPricer:
+    """Each model's call priced before it is made: known input tokens, predicted output.
+
+    ``expected(x, input_tokens)`` is ``in_j * input_tokens_j + out_j * E[output_j | x]``
+    per model ``j`` (the module doc says how each part is fitted).
+    """
+
+    def __init__(self) -> None:
+        self.tokens: np.ndarray | None = None  # (K, d + 1) log(1 + output tokens) models
+        self.smear: np.ndarray | None = None  # (K,) Duan's smearing factors
+        self.prices: np.ndarray | None = None  # (K, 2) per-token (input, output) prices
+        self.floor: float | None = None  # MIN_EXTRA_COST x mean training call cost
+
+    def fit(self, x: np.ndarray, calls: Mapping[str, np.ndarray], l2: float) -> CallPricer:
+        """Fit on design rows ``x`` and :meth:`~PricedRouter.training_costs`' ``calls``."""
+        tokens, smear = [], []
+        for j in range(calls["cost"].shape[1]):
+            log_out = np.log1p(calls["output_tokens"][:, j])
+            w = fit_ridge(x, log_out, l2)
+            tokens.append(w)
+            smear.append(float(np.mean(np.exp(log_out - (x @ w[:-1] + w[-1])))))
+        self.tokens, self.smear = np.array(tokens), np.array(smear)
+        self.prices = np.array([fit_prices(calls["cost"][:, j], calls["input_tokens"][:, j],
+                                           calls["output_tokens"][:, j])
+                                for j in range(calls["cost"].shape[1])])
+        self.floor = MIN_EXTRA_COST * max(float(np.mean(calls["cost"])), 1e-300)
+        return self
+
+    def _fitted(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+        if self.tokens is None or self.smear is None or self.prices is None \
+                or self.floor is None:
+            raise ValueError("CallPricer: call fit first")
+        return self.tokens, self.smear, self.prices, self.floor
+
+    def expected(self, x: np.ndarray, input_tokens: np.ndarray) -> np.ndarray:
+        """``(n, K)`` expected price of each model's call on design rows ``x``."""
+        tokens, smear, prices, _ = self._fitted()
+        out = np.column_stack([smear[j] * np.exp(x @ tokens[j, :-1] + tokens[j, -1]) - 1.0
+                               for j in range(len(smear))])
+        return (prices[:, 0] * np.asarray(input_tokens, dtype=np.float64)
+                + prices[:, 1] * np.maximum(out, 0.0))
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The state's arrays: ``tokens``, ``smear``, ``prices``, ``floor``."""
+        tokens, smear, prices, floor = self._fitted()
+        return {"tokens": tokens, "smear": smear, "prices": prices, "floor": np.array([floor])}
+
+    def load(self, arrays: Mapping[str, Any], models: int, width: int) -> None:
+        """Set from a state's arrays, checking their shapes (``width``: ``d + 1``)."""
+        shapes = {"tokens": (models, width), "smear": (models,), "prices": (models, 2),
+                  "floor": (1,)}
+        loaded = {k: array_of(arrays, k, len(shape)) for k, shape in shapes.items()}
+        for k, shape in shapes.items():
+            if loaded[k].shape != shape:
+                raise ValueError(f"arrays: {k!r}: expected shape {shape} for this config, "
+                                 f"got {loaded[k].shape}")
+        if (loaded["prices"] < 0).any() or (loaded["smear"] <= 0).any() \
+                or loaded["floor"][0] <= 0:
+            raise ValueError("arrays: expected 'prices' >= 0, 'smear' > 0 and 'floor' > 0")
+        self.tokens, self.smear, self.prices = loaded["tokens"], loaded["smear"], loaded["prices"]
+        self.floor = float(loaded["floor"][0])
+
+
+def call_inputs(router: Router, data: TraceDataset) -> Any:
+    """A priced router's inputs: its text inputs, then the prompt's tokens per model."""
+    cols = np.array([data.model_index(m) for m in router.models], dtype=np.int64)
+    stats, text = router.features.raw(data, router.models[0] if router.reads_answers else None)
+    return stats, text, data.input_tokens[:, cols].astype(np.float64)
+
+
+def call_records(router: Router, data: TraceDataset, costs: Any) -> dict[str, np.ndarray]:
+    """What a priced router fits its pricer on: cost and tokens of each call, ``(n, K)``."""
+    cols = np.array([data.model_index(m) for m in router.models], dtype=np.int64)
+    return {"cost": call_costs(data, costs)[:, cols],
+            "input_tokens": data.input_tokens[:, cols].astype(np.float64),
+            "output_tokens": data.output_tokens[:, cols].astype(np.float64)}
+
+
 @register
 @dataclass
 class PricedRouter(TwoModelRouter):
@@ -128,29 +207,19 @@ class PricedRouter(TwoModelRouter):
         number(self.l2, "l2", minimum=0, inclusive=False)
         super().__post_init__()
         self._coef: np.ndarray | None = None  # (2, d + 1) correctness models
-        self._tokens: np.ndarray | None = None  # (2, d + 1) log(1 + output tokens) models
-        self._smear: np.ndarray | None = None  # (2,) Duan's smearing factors
-        self._prices: np.ndarray | None = None  # (2, 2) per-token (input, output) prices
-        self._floor: float | None = None  # MIN_EXTRA_COST x mean training call cost
+        self._pricer = CallPricer()
 
     # ------------------------------------------------------------------ inputs
-    def _columns(self, data: TraceDataset) -> np.ndarray:
-        return np.array([data.model_index(m) for m in self.models], dtype=np.int64)
-
     def inputs(self, data: TraceDataset) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(statistics, text features, input tokens (n, 2))`` of ``data``'s queries."""
-        stats, text = super().inputs(data)
-        return stats, text, data.input_tokens[:, self._columns(data)].astype(np.float64)
+        return call_inputs(self, data)
 
     def targets(self, data: TraceDataset) -> np.ndarray:
         """``(n, 2)``: whether the weak and the strong model answered each query right."""
-        return data.correct[:, self._columns(data)]
+        return data.correct[:, [data.model_index(m) for m in self.models]]
 
     def _model_costs(self, data: TraceDataset, costs: Any) -> dict[str, np.ndarray]:
-        cols = self._columns(data)
-        return {"cost": call_costs(data, costs)[:, cols],
-                "input_tokens": data.input_tokens[:, cols].astype(np.float64),
-                "output_tokens": data.output_tokens[:, cols].astype(np.float64)}
+        return call_records(self, data, costs)
 
     # ------------------------------------------------------------------ fit / predict
     def fit_inputs(self, inputs: Any, targets: np.ndarray, costs: Any = None) -> PricedRouter:
@@ -165,16 +234,7 @@ class PricedRouter(TwoModelRouter):
             raise ValueError(f"targets: expected ({len(x)}, 2) correctness, got {y.shape}")
         self._coef = np.array([np.append(*fit_logistic(x, y[:, j].astype(np.float64),
                                                        self.l2)) for j in range(2)])
-        tokens, smear = [], []
-        for j in range(2):
-            log_out = np.log1p(costs["output_tokens"][:, j])
-            w = fit_ridge(x, log_out, self.l2)
-            tokens.append(w)
-            smear.append(float(np.mean(np.exp(log_out - (x @ w[:-1] + w[-1])))))
-        self._tokens, self._smear = np.array(tokens), np.array(smear)
-        self._prices = np.array([fit_prices(costs["cost"][:, j], costs["input_tokens"][:, j],
-                                            costs["output_tokens"][:, j]) for j in range(2)])
-        self._floor = MIN_EXTRA_COST * max(float(np.mean(costs["cost"])), 1e-300)
+        self._pricer.fit(x, costs, self.l2)
         return self
 
     def fit(self, data: TraceDataset, costs: Any = None) -> PricedRouter:
@@ -182,11 +242,10 @@ class PricedRouter(TwoModelRouter):
         return self.fit_inputs(self.inputs(data), self.targets(data),
                                self._model_costs(data, costs))
 
-    def _fitted(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]:
-        if self._coef is None or self._tokens is None or self._smear is None \
-                or self._prices is None or self._floor is None:
+    def _fitted(self) -> tuple[np.ndarray, float]:
+        if self._coef is None:
             raise ValueError("PricedRouter: call fit first")
-        return self._coef, self._tokens, self._smear, self._prices, self._floor
+        return self._coef, self._pricer._fitted()[3]
 
     def predict_inputs(self, inputs: Any) -> np.ndarray:
         """``(n, 2)``: predicted correctness of the weak and the strong model."""
@@ -205,12 +264,8 @@ class PricedRouter(TwoModelRouter):
     def expected_costs_inputs(self, inputs: Any) -> np.ndarray:
         """:meth:`expected_costs` from precomputed :meth:`inputs`."""
         stats, text, input_tokens = inputs
-        _, tokens, smear, prices, _ = self._fitted()
-        x = self._design(stats, text)
-        out = np.column_stack([smear[j] * np.exp(x @ tokens[j, :-1] + tokens[j, -1]) - 1.0
-                               for j in range(2)])
-        out = np.maximum(out, 0.0)
-        return prices[:, 0] * np.asarray(input_tokens, dtype=np.float64) + prices[:, 1] * out
+        self._fitted()
+        return self._pricer.expected(self._design(stats, text), input_tokens)
 
     def expected_costs(self, data: TraceDataset) -> np.ndarray:  # type: ignore[override]
         """``(n, 2)``: each call's price before it is made (input known, output predicted)."""
@@ -226,7 +281,7 @@ class PricedRouter(TwoModelRouter):
         return self.scores_inputs(self.inputs(data))
 
     def _per_dollar(self, p: np.ndarray, c: np.ndarray) -> np.ndarray:
-        floor = self._fitted()[4]
+        floor = self._fitted()[1]
         return (p[:, 1] - p[:, 0]) / np.maximum(c[:, 1] - c[:, 0], floor)
 
     def decide(self, win: np.ndarray, point: float, costs: Any = None) -> np.ndarray:
@@ -244,21 +299,86 @@ class PricedRouter(TwoModelRouter):
 
     # ------------------------------------------------------------------ state
     def _model_arrays(self) -> dict[str, np.ndarray]:
-        coef, tokens, smear, prices, floor = self._fitted()
-        return {"coef": coef, "tokens": tokens, "smear": smear, "prices": prices,
-                "floor": np.array([floor])}
+        return {"coef": self._fitted()[0], **self._pricer.arrays()}
 
     def _load_model_arrays(self, arrays: Mapping[str, Any]) -> None:
         width = sum(self.features.widths) + 1
-        shapes = {"coef": (2, width), "tokens": (2, width), "smear": (2,),
-                  "prices": (2, 2), "floor": (1,)}
-        loaded = {k: array_of(arrays, k, len(shape)) for k, shape in shapes.items()}
-        for k, shape in shapes.items():
-            if loaded[k].shape != shape:
-                raise ValueError(f"arrays: {k!r}: expected shape {shape} for this config, "
-                                 f"got {loaded[k].shape}")
-        if (loaded["prices"] < 0).any() or (loaded["smear"] <= 0).any() \
-                or loaded["floor"][0] <= 0:
-            raise ValueError("arrays: expected 'prices' >= 0, 'smear' > 0 and 'floor' > 0")
-        self._coef, self._tokens, self._smear = loaded["coef"], loaded["tokens"], loaded["smear"]
-        self._prices, self._floor = loaded["prices"], float(loaded["floor"][0])
+        coef = array_of(arrays, "coef", 2)
+        if coef.shape != (2, width):
+            raise ValueError(f"arrays: 'coef': expected shape {(2, width)} for this config, "
+                             f"got {coef.shape}")
+        self._pricer.load(arrays, 2, width)
+        self._coef = coef
+
+
+@register
+@dataclass
+class PricedMultiRouter(MultiRouter):
+    """The K-model router with each call priced per query: ``argmax p_j - lam c_j(q) / s``.
+
+    As :class:`~agents.routing.routers.multi.MultiRouter` (one correctness model per
+    model, ``lam`` the accuracy given up per unit of the dearest model's mean training
+    cost ``s``), but ``c_j(q)`` is model ``j``'s call on this query priced before it is
+    made (:class:`CallPricer`: the prompt's tokens known, the output's predicted), not
+    the model's mean: a long prompt makes every call dearer, the dear models' most.
+    With two models, a query goes to the dearer one exactly where its predicted gain per
+    extra dollar is at least ``lam / s``: :class:`PricedRouter`'s rule.
+
+    Args:
+        models: The models to route between (default: all of the training data's).
+        n_features: Hashed n-gram features.
+        l2: Penalty of the correctness (logistic) and output-token (ridge) models.
+        hashed_weight: Scale of the text features relative to the statistics.
+        text_features: The text encoder.
+    """
+
+    kind: ClassVar[str] = "multi-priced"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._pricer = CallPricer()
+
+    def inputs(self, data: TraceDataset) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(statistics, text features, input tokens (n, K))`` of ``data``'s queries."""
+        if not self.models:
+            raise ValueError("PricedMultiRouter: its models are set at fit")
+        return call_inputs(self, data)
+
+    def fit(self, data: TraceDataset, costs: Any = None) -> PricedMultiRouter:
+        """Fit the correctness models and the pricer on ``data`` (the training split)."""
+        if not self.models:
+            self.models = data.models
+        super().fit(data, costs)
+        return self
+
+    def _model_costs(self, data: TraceDataset, costs: Any) -> dict[str, np.ndarray]:
+        return call_records(self, data, costs)
+
+    def fit_inputs(self, inputs: Any, targets: np.ndarray, costs: Any = None
+                   ) -> PricedMultiRouter:
+        """Fit on precomputed :meth:`inputs`, :meth:`targets` and :meth:`training_costs`."""
+        stats, text, _ = inputs
+        if not isinstance(costs, Mapping):
+            raise ValueError("PricedMultiRouter.fit_inputs: expected "
+                             "costs=training_costs(data)")
+        super().fit_inputs((stats, text), targets, costs["cost"])
+        self._pricer.fit(self._design(stats, text), costs, self.l2)
+        return self
+
+    def predict_inputs(self, inputs: Any) -> np.ndarray:
+        """``(n, K)``: each model's predicted correctness."""
+        stats, text, _ = inputs
+        return super().predict_inputs((stats, text))
+
+    def expected_costs_inputs(self, inputs: Any) -> np.ndarray:
+        """``(n, K)``: each call priced before it is made."""
+        stats, text, input_tokens = inputs
+        self._fitted()
+        return self._pricer.expected(self._design(stats, text), input_tokens)
+
+    def _model_arrays(self) -> dict[str, np.ndarray]:
+        return {**super()._model_arrays(), **self._pricer.arrays()}
+
+    def _load_model_arrays(self, arrays: Mapping[str, Any]) -> None:
+        super()._load_model_arrays(arrays)
+        self._pricer.load(arrays, len(self.models), sum(self.features.widths) + 1)
