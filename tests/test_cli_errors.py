@@ -199,7 +199,7 @@ def test_ctrl_c_exits_130_with_one_line(monkeypatch, capsys):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "compare", interrupted)
+    monkeypatch.setattr(cli.evaluate, "compare", interrupted)
     try:
         status = cli.main(["evaluate", "--env", FLIGHT, "--methods", "rule"])
     except KeyboardInterrupt:  # escaping, it would stop the whole test session

@@ -159,7 +159,7 @@ def test_the_wheel_requires_the_envs_dependencies_and_offers_the_extras(
     assert {"torch", "stable-baselines3", "sb3-contrib", "peft", "safetensors",
             "scikit-learn"} <= by_extra["agents"]
     assert set(re.findall(r"^Provides-Extra: (\S+)$", metadata, re.M)) == set(_extras())
-    assert re.search(r"^cost-envs = agents\.cli:main$", entry_points, re.M)
+    assert re.search(r"^cost-envs = agents\.cli\.main:main$", entry_points, re.M)
 
 
 def test_the_sdist_holds_what_builds_the_wheel_and_no_tests(dist: dict[str, Path]) -> None:

@@ -22,7 +22,7 @@ The routers: ``"logistic"``, ``"knn"`` and ``"cascade"`` (two-model,
 :mod:`~agents.routing.routers.calibration` (the operating point, on training data),
 :func:`~agents.routing.routers.cv.cross_validate` (settings by folds of the training
 data, mean validation AIQ), :mod:`~agents.routing.routers.state` (the save format).
-``cost-envs route`` (:mod:`agents.cli_route`) uses them from the command line. Importing
+``cost-envs route`` (:mod:`agents.cli.route`) uses them from the command line. Importing
 this package loads no torch.
 """
 
