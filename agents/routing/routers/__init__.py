@@ -30,6 +30,7 @@ from agents.routing.routers.base import (
     ROUTERS,
     STATE_FORMAT,
     Router,
+    TwoModelRouter,
     make_router,
     register,
     router_class,
@@ -56,7 +57,6 @@ from agents.routing.routers.two_model import (
     CascadeRouter,
     KNNRouter,
     LogisticRouter,
-    TwoModelRouter,
     cascade_curve,
 )
 

@@ -1,9 +1,10 @@
 """The two-model routers (``K = 2``): logistic, kNN and the cascade.
 
 Each predicts from a query whether the weak model answers it wrongly; that probability is
-the router's score (:meth:`TwoModelRouter.scores`, the strong model's column of
-:meth:`~agents.routing.routers.base.Router.predict`), and a threshold on it decides
-(:meth:`TwoModelRouter.decide`; sweeping it gives the routing curve of
+the router's score (:meth:`~agents.routing.routers.base.TwoModelRouter.scores`, the strong
+model's column of :meth:`~agents.routing.routers.base.Router.predict`), and a threshold on
+it decides (:meth:`~agents.routing.routers.base.TwoModelRouter.decide`; sweeping it gives
+the routing curve of
 :mod:`cost_envs.metrics.routing`: APGR, CPT(50%), CPT(80%)).
 
 * ``"logistic"`` (:class:`LogisticRouter`): L2 logistic regression
@@ -26,65 +27,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from agents.routing.routers.base import Inputs, Router, array_of, register
+from agents.routing.routers.base import TwoModelRouter, array_of, register
+from agents.routing.routers.cv import cross_validate
 from agents.routing.routers.solvers import fit_logistic, logistic_scores, neighbour_share
 from cost_envs.config import integer, number
 from cost_envs.metrics.routing import RoutingCurve, routing_curve
 from cost_envs.traces import TraceDataset
-
-
-class TwoModelRouter(Router):
-    """A router between a weak and a strong model: a score and a threshold.
-
-    Subclasses are dataclasses whose first two fields are ``weak`` and ``strong``.
-    """
-
-    n_models: ClassVar[int | None] = 2
-    weak: str
-    strong: str
-
-    @property
-    def models(self) -> tuple[str, ...]:
-        """``(weak, strong)``."""
-        return (self.weak, self.strong)
-
-    def targets(self, data: TraceDataset) -> np.ndarray:
-        """1 where the weak model is wrong (the strong model is needed)."""
-        return ~data.correct[:, data.model_index(self.weak)]
-
-    labels = targets
-
-    def scores(self, data: TraceDataset) -> np.ndarray:
-        """Scores of ``data``'s queries: P(weak model wrong); higher: the strong model."""
-        if self._mean is None:
-            raise ValueError("scores: call fit first")
-        return self.predict(data)[:, 1]
-
-    def scores_inputs(self, inputs: Inputs) -> np.ndarray:
-        """:meth:`scores` from precomputed :meth:`inputs`."""
-        return self.predict_inputs(inputs)[:, 1]
-
-    def decide(self, win: np.ndarray, point: float) -> np.ndarray:
-        """1 (strong) where the score is at or above the threshold ``point``, else 0."""
-        return (np.asarray(win)[:, 1] >= point).astype(np.int64)
-
-    def _predict(self, x: np.ndarray) -> np.ndarray:
-        s = self._score(x)
-        return np.column_stack([1.0 - s, s])
-
-    def _score(self, x: np.ndarray) -> np.ndarray:
-        raise NotImplementedError
-
-    # the names experiments/traces*.py call (kept until they use the public ones)
-    def _raw(self, data: TraceDataset) -> Inputs:
-        return self.inputs(data)
-
-    def _fit_raw(self, stats: np.ndarray, text: np.ndarray, y: np.ndarray) -> TwoModelRouter:
-        self.fit_inputs((stats, text), y)
-        return self
-
-    def _scores_raw(self, stats: np.ndarray, text: np.ndarray) -> np.ndarray:
-        return self.scores_inputs((stats, text))
 
 
 @register
@@ -149,8 +97,6 @@ class LogisticRouter(TwoModelRouter):
         Returns:
             ``{"l2", "hashed_weight", "cv_apgr": {"l2=...,w=...": mean APGR}}``.
         """
-        from agents.routing.routers.cv import cross_validate
-
         others = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                   if f.name not in ("weak", "strong", "l2", "hashed_weight")}
         choice = cross_validate(self.kind, data, weak=self.weak, strong=self.strong,
