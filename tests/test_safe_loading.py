@@ -21,7 +21,6 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from agents.lora.checkpoints import (
-    GYM_MAKE_OPTIONS,
     base_fingerprint,
     env_arguments,
     load_adapter,
@@ -32,7 +31,7 @@ from agents.lora.checkpoints import (
 from agents.lora.policies import load_base
 from agents.lora.pretrain import pretrained_base_path
 from agents.lora.supervised import SupervisedConfig, policy_for
-from agents.lora.training import TrainedAllocator, train
+from agents.lora.training import GYM_MAKE_OPTIONS, TrainedAllocator, train
 
 torch.set_num_threads(1)
 

@@ -50,7 +50,7 @@ from agents.lora.policies import (
     read_tensors,
 )
 from agents.lora.supervised import policy_for
-from agents.lora.training import TrainedAllocator
+from agents.lora.training import GYM_MAKE_OPTIONS, TrainedAllocator
 from cost_envs.config import integer, number
 from cost_envs.config_files import read_config_file
 
@@ -66,14 +66,6 @@ _MODEL_KEYS = (("format", "version", "env_id", "env_kwargs", "method", "architec
 _ADAPTER_KEYS = (("format", "version", "architecture", "n_agents", "base_sha256"), ("groups",))
 #: The parameter groups an adapter file holds: everything but the frozen base.
 _ADAPTER_GROUPS = tuple(group for group in PARAMETER_GROUPS if group != "base")
-#: ``gym.make`` options, not arguments of an env: a model's ``env_kwargs`` may not carry
-#: them, since they would change the env it is scored on (a time limit, the checker, the
-#: autoreset or API wrappers). ``render_mode`` is an env argument, but one that chooses
-#: how an episode is shown, which is the viewer's business (``gym.make`` may even wrap the
-#: env for it, and a text renderer would print into ``evaluate --json``), never a model's.
-GYM_MAKE_OPTIONS = ("max_episode_steps", "disable_env_checker", "autoreset",
-                    "apply_api_compatibility", "order_enforce", "additional_wrappers",
-                    "vector_kwargs", "render_mode")
 #: SB3 registers the shared encoder three times; only ``features_extractor.*`` is stored.
 _ALIASES = ("pi_features_extractor.", "vf_features_extractor.")
 
@@ -168,8 +160,8 @@ def check_env_kwargs(env_id: str, env_kwargs: Any, source: str | Path) -> dict[s
         ``env_kwargs``.
 
     Raises:
-        ValueError: Not an object, a :data:`GYM_MAKE_OPTIONS` key, or a key that is not
-            an argument of the env.
+        ValueError: Not an object, a :data:`~agents.lora.training.GYM_MAKE_OPTIONS` key,
+            or a key that is not an argument of the env.
     """
     if not isinstance(env_kwargs, dict):
         raise ValueError(f"{source}: env_kwargs must be an object, got {env_kwargs!r}")

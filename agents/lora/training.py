@@ -61,6 +61,14 @@ from agents.seeds import TRACE_TASK_SEED, train_task_seeds
 from agents.vec_env import make_batched_vec_env
 from cost_envs.config import integer
 
+#: ``gym.make`` options, not arguments of an env: a model's ``env_kwargs`` may not carry
+#: them, since they would change the env it is scored on (a time limit, the checker, the
+#: autoreset or API wrappers). ``render_mode`` is an env argument, but one that chooses
+#: how an episode is shown, which is the viewer's business (``gym.make`` may even wrap the
+#: env for it, and a text renderer would print into ``evaluate --json``), never a model's.
+GYM_MAKE_OPTIONS = ("max_episode_steps", "disable_env_checker", "autoreset",
+                    "apply_api_compatibility", "order_enforce", "additional_wrappers",
+                    "vector_kwargs", "render_mode")
 #: PPO settings shared by ``ppo`` and ``lora-ppo`` (the paper's A.4).
 PPO_SETTINGS: dict[str, Any] = {"n_steps": 512, "batch_size": 64, "gae_lambda": 0.95,
                                 "clip_range": 0.2, "ent_coef": 0.01, "vf_coef": 0.5}
@@ -251,8 +259,6 @@ def train(
 
 def _check_batched_kwargs(kwargs: Mapping[str, Any]) -> None:
     """Refuse ``gym.make`` options: the batched env of the RL stage takes none of them."""
-    from agents.lora.checkpoints import GYM_MAKE_OPTIONS  # it imports this module
-
     for key in kwargs:
         if key in GYM_MAKE_OPTIONS:
             raise ValueError(f"env_kwargs: {key!r} is a gym.make option, not an argument of "
