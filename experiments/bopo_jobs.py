@@ -161,6 +161,12 @@ def training_draw(profile: str, sc: BopoScale, seed: int
     return tasks, boundary_trajectories(make_env(profile), tasks)
 
 
+def profile_budget(profile: str, scale: str | BopoScale = "default", seed: int = 0) -> float:
+    """The profile's per-task budget, from the base training draw (seed ``seed``)."""
+    _, paths = training_draw(profile, scale_of(scale), seed)
+    return budget_of([Boundary.from_trajectories(lo, hi) for lo, hi in paths])
+
+
 def evaluate_on(allocator_for: Callable[[gym.Env], Any], profile: str, tasks: Sequence[Any],
                 budget: float) -> EvaluationResult:
     """Every evaluation task once, in order, under the budget.

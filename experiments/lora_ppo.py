@@ -62,10 +62,10 @@ from cost_envs.metrics import (
 )
 from experiments import gaps, tune
 from experiments.common import described, recording, spawn_pool
+from experiments.lora_ppo_report import write_reports
+from experiments.lora_ppo_setup import PAPER_ENVS, PRIVILEGED_ROWS
 from experiments.tune_methods import TRAIN_ARGUMENTS
 
-#: The paper's two environments.
-PAPER_ENVS = ("cost_envs/FlightPlanner-v0", "cost_envs/ToolBench-v0")
 #: What the experiment runs: the paper's envs and FlightPlanner-v1 (issue #10).
 ENVS = (*PAPER_ENVS, "cost_envs/FlightPlanner-v1")
 #: Fixed baselines: key -> table label. ``greedy`` is the supervised label source and
@@ -78,8 +78,6 @@ BASELINE_ROWS = {
     "greedy": "Greedy heuristic (label source)",
     "all": "Call all (reference)",
 }
-#: Rows that read hidden env state (kept off the non-privileged Pareto front).
-PRIVILEGED_ROWS = ("oracle", "planner")
 #: Non-privileged references that are not rules: the Bayes planner, which knows the task
 #: prior but not the task (:mod:`agents.planning.toolbench_bayes`,
 #: :mod:`agents.planning.flight_bayes`). On the front, but
@@ -388,8 +386,8 @@ def gap_ends(fixed: FixedRows) -> tuple[str, str]:
     """The keys of the gap's two ends: the best non-privileged fixed row, and the planner.
 
     The rule end is the fixed row with the highest mean return on these very tasks that
-    reads no hidden state and is not a reference (:data:`PRIVILEGED_ROWS`,
-    :data:`REFERENCE_ROWS`).
+    reads no hidden state and is not a reference
+    (:data:`~experiments.lora_ppo_setup.PRIVILEGED_ROWS`, :data:`REFERENCE_ROWS`).
     """
     rules = {key: returns for key, returns in fixed.returns.items()
              if key not in PRIVILEGED_ROWS and key not in REFERENCE_ROWS}
@@ -507,6 +505,4 @@ def report(out: Path, scale: str = "default", jobs: int = 2, log: Any = print) -
     """
     if scale not in SCALES:
         raise ValueError(f"scale: expected one of {list(SCALES)}, got {scale!r}")
-    from experiments.lora_ppo_report import write_reports  # it imports this module
-
     return write_reports(reproduce(SCALES[scale], jobs=jobs, log=log), out)

@@ -33,7 +33,7 @@ from experiments.figures import (
     spread,
     tag_points,
 )
-from experiments.lora_ppo import PAPER_ENVS, PRIVILEGED_ROWS
+from experiments.lora_ppo_setup import PAPER_ENVS, PRIVILEGED_ROWS
 
 
 def markdown_table(report: Mapping[str, Any]) -> str:

@@ -4,7 +4,7 @@ Both run on :data:`PROFILE` of AgenticRouting-v0 (AppWorld: the profile of the
 experiment's λ scan, where the cost weight was measured inert), as
 :mod:`experiments.bopo` trains them, under the experiment's per-task budget
 (``HardBudget(mask)`` at the 0.9 quantile of always-large's cost on the base training
-draw, :func:`experiments.bopo.profile_budget`):
+draw, :func:`experiments.bopo_jobs.profile_budget`):
 
 * ``bopo``: BoPO's RL stage from the seed's SFT warm start
   (:func:`experiments.bopo_jobs.warm_start`). The SFT data come from boundary rollouts
@@ -47,7 +47,6 @@ from agents.routing.bopo import (
 from agents.routing.bopo_sft import MaskedRouter, policy_weights
 from agents.seeds import BOPO_TRAIN_TASK_SEED, EVAL_TASK_SEED, VALIDATION_TASK_SEED
 from cost_envs.metrics import summarize
-from experiments.bopo import profile_budget
 from experiments.bopo_jobs import (
     SCALES,
     BopoScale,
@@ -55,6 +54,7 @@ from experiments.bopo_jobs import (
     cost_scale,
     evaluate_on,
     learner,
+    profile_budget,
     training_draw,
     warm_start,
 )

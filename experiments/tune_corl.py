@@ -21,7 +21,7 @@ CORL's own metric (:func:`score_tiers`): accuracy within the tier's budget
 ``episodes`` validation queries of the default (mixed) profile drawn from the task stream
 of ``VALIDATION_TASK_SEED``. CORL's training uses task seeds ``TRAIN_TASK_SEED + seed``
 (the adapters ``TRAIN_TASK_SEED + 100 * (tier + 1) + seed``) and its evaluation seed 0
-(:data:`experiments.corl.EVAL_SEED`), so validation meets neither.
+(:data:`experiments.corl_scales.EVAL_SEED`), so validation meets neither.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from agents.routing.corl import (
 from agents.seeds import TRAIN_TASK_SEED, VALIDATION_TASK_SEED
 from cost_envs.metrics import summarize
 from cost_envs.wrappers import TIERS
-from experiments.corl import CORL_SCALES, EVAL_SEED
+from experiments.corl_scales import CORL_SCALES, EVAL_SEED
 from experiments.tune_space import PPO_PAPER, PPO_SPACE, Method, Param
 
 #: What :func:`score_tiers` scores (the results file's ``score``).
