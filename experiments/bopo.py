@@ -39,8 +39,7 @@ from agents.baselines import (
     RandomMix,
 )
 from agents.files import write_files_atomic
-from agents.planning import AgenticPlanner
-from agents.routing.bopo import (
+from agents.learners.bopo import (
     ENV_ID,
     Boundary,
     boundary_rollouts,
@@ -49,6 +48,7 @@ from agents.routing.bopo import (
     make_env,
     strata_distribution,
 )
+from agents.planning import AgenticPlanner
 from agents.rules import BestFixedRule
 from agents.seeds import BOPO_TRAIN_TASK_SEED, EVAL_TASK_SEED
 from cost_envs.envs.agentic_routing import PROFILE_NAMES

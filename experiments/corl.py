@@ -1,12 +1,12 @@
 """CORL's experiment: one controller for three budget tiers, on ExpertRouting-v0 and -v1.
 
-:func:`run_corl` trains both variants of :mod:`agents.routing.corl` (the shared PPO
+:func:`run_corl` trains both variants of :mod:`agents.learners.corl` (the shared PPO
 policy and one LoRA adapter per tier on its frozen encoder) on one env and scores them
 with the reference rows (the controller alone, each single expert, consulting every
 expert, the escalation rule, the best fixed rule searched per tier on training tasks, the
 privileged oracle and the privileged planner that knows each question but not its luck)
 per profile and tier, on the same queries for every method
-(:func:`agents.routing.corl.tier_records`). Each env's JSON carries a ``gap_closed``
+(:func:`agents.learners.corl.tier_records`). Each env's JSON carries a ``gap_closed``
 block (:mod:`experiments.gaps`): per (profile, tier), the share of the gap from the best
 fixed row to the planner that each learned row closes. :func:`report` does that for each
 env of :data:`CORL_ENVS` (in worker processes when the scale says so) and writes, per env,
@@ -28,7 +28,7 @@ from typing import Any
 import gymnasium as gym
 
 from agents.files import write_files_atomic
-from agents.routing.corl import (
+from agents.learners.corl import (
     EXPERT_ROUTING,
     tier_records,
     tier_scores,
@@ -272,7 +272,7 @@ def run_corl(scale: str = "default", seed: int = 0,
 
 def _job(kind: str, scale: str, env_id: str, seed: int) -> dict[str, Any]:
     """One unit of work in a worker process (one torch thread): fixed rows or one seed."""
-    from agents.lora.training import configure_torch_threads
+    from agents.learners.training import configure_torch_threads
 
     configure_torch_threads()
     if kind == "fixed":

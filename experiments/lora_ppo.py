@@ -11,7 +11,7 @@ planner of :mod:`agents.planning`, which knows the task but not the luck, and th
 reference, which knows the prior over tasks but not the task).
 For each env, every method is scored on the same ``episodes`` tasks (task seed
 ``eval_seed``). The learned methods are trained ``seeds`` times (training seeds
-0..seeds-1, on tasks disjoint from the evaluation set, see :mod:`agents.lora.training`);
+0..seeds-1, on tasks disjoint from the evaluation set, see :mod:`agents.learners.training`);
 their point values pool the episodes of all seeds and their 95% intervals come from a
 two-level bootstrap over seeds and tasks (:func:`cost_envs.metrics.bootstrap_cis_over_runs`).
 The fixed baselines are deterministic given the tasks, so their intervals are over tasks.
@@ -47,8 +47,8 @@ import numpy as np
 
 from agents.baselines import BASELINES, FAMILY_BASELINES
 from agents.evaluation import evaluate, evaluate_each
-from agents.lora.supervised import SupervisedConfig
-from agents.lora.training import configure_torch_threads, train
+from agents.learners.supervised import SupervisedConfig
+from agents.learners.training import configure_torch_threads, train
 from agents.planning import bayes_planner, planner
 from agents.rules import BestFixedRule
 from cost_envs.config import integer
@@ -130,10 +130,10 @@ class LearnedRow:
     (:func:`experiments.tune.chosen`, committed under ``experiments/tuned/``) instead of
     the paper's A.4; such a row is in the tables of the envs that have one only.
     ``teacher``: whose traces the supervised stage imitates
-    (:data:`agents.lora.supervised.TEACHERS`); a row taught by the planner (or the Bayes
+    (:data:`agents.learners.supervised.TEACHERS`); a row taught by the planner (or the Bayes
     reference) needs one for the env. ``dagger_rounds``: DAgger rounds after the first fit
-    (:mod:`agents.lora.dagger`; a planner or Bayes teacher only). ``action_distribution``: the
-    policy's (:data:`agents.lora.ACTION_DISTRIBUTIONS`).
+    (:mod:`agents.learners.dagger`; a planner or Bayes teacher only). ``action_distribution``: the
+    policy's (:data:`agents.learners.ACTION_DISTRIBUTIONS`).
     ``envs``: the envs whose tables have the row (``None``: every env).
     """
 

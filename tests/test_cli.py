@@ -17,8 +17,8 @@ import cost_envs
 from agents import cli, files
 from agents.baselines import BASELINES
 from agents.evaluation import evaluate
-from agents.lora.checkpoints import load_allocator
-from agents.lora.policies import AllocatorPolicy
+from agents.learners.checkpoints import load_allocator
+from agents.learners.common.policies import AllocatorPolicy
 
 FLIGHT = "cost_envs/FlightPlanner-v0"
 HEADLINE = ("success_rate", "cps", "flops_per_success", "avg_quality", "avg_cost")
@@ -287,9 +287,9 @@ def test_train_refuses_a_non_checkpoint_out_before_training(tmp_path, monkeypatc
     def must_not_train(*args, **kwargs):
         raise AssertionError("trained although --out cannot be written")
 
-    import agents.lora.training
+    import agents.learners.training
 
-    monkeypatch.setattr(agents.lora.training, "train", must_not_train)
+    monkeypatch.setattr(agents.learners.training, "train", must_not_train)
     (tmp_path / "notes.txt").write_text("precious")
     with pytest.raises(SystemExit, match=r"--out: .*not empty"):
         cli.main(["train", "--env", "FlightPlanner-v0", "--method", "lora",

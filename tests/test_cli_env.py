@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from agents import cli
-from agents.lora.checkpoints import load_allocator
+from agents.learners.checkpoints import load_allocator
 from cost_envs.envs.toolbench import toolbench_pool
 from cost_envs.prices import default_price_table
 

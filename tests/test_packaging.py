@@ -135,7 +135,7 @@ def test_the_wheel_holds_the_packages_and_their_data_only(dist: dict[str, Path])
     assert tops == {*PACKAGES, f"cost_envs-{_version()}.dist-info"}
     assert _package_data() - names == set()  # prices, traces, pretrained LoRA bases, py.typed
     assert {"cost_envs/data/prices.yaml", "cost_envs/py.typed", "agents/py.typed"} <= names
-    assert any(n.startswith("agents/lora/pretrained/") and n.endswith(".safetensors")
+    assert any(n.startswith("agents/learners/pretrained/") and n.endswith(".safetensors")
                for n in names)
     sources = {p.relative_to(ROOT).as_posix() for name in PACKAGES
                for p in (ROOT / name).rglob("*.py")}

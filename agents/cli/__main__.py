@@ -4,4 +4,5 @@ import sys
 
 from agents.cli.main import main
 
-sys.exit(main())
+if __name__ == "__main__":  # importing it (as the import tests do) runs nothing
+    sys.exit(main())

@@ -126,7 +126,7 @@ def _model_env_kwargs(args: argparse.Namespace, model_kwargs: dict[str, Any]) ->
 
 def _load_model(args: argparse.Namespace) -> tuple[str, Any, dict[str, Any]]:
     """The model's row name, the allocator and its env kwargs; exits 2 on a bad model."""
-    from agents.lora.checkpoints import UnsafeCheckpointError, load_allocator
+    from agents.learners.checkpoints import UnsafeCheckpointError, load_allocator
 
     try:
         model = load_allocator(args.model, trust_pickle=args.trust_pickle)

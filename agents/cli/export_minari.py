@@ -91,7 +91,7 @@ def _check_combination(args: argparse.Namespace) -> None:
 
 def _load_model(path: Path, env_id: str) -> Any:
     """A saved cost-envs model trained on ``env_id`` (``ValueError`` in one line if not)."""
-    from agents.lora.checkpoints import load_allocator
+    from agents.learners.checkpoints import load_allocator
 
     model = load_allocator(path)  # a model directory only: an SB3 .zip is refused
     if model.env_id != env_id:
@@ -126,7 +126,7 @@ def run_export_minari(args: argparse.Namespace) -> int:
         if args.logged:
             path = export_traces(args.data, **common)
         elif args.supervised is not None:
-            from agents.lora.supervised import SupervisedConfig
+            from agents.learners.supervised import SupervisedConfig
 
             config = SupervisedConfig(teacher=args.supervised,
                                       **({} if args.episodes is None

@@ -15,7 +15,7 @@ import cost_envs
 from agents.cli.arguments import known_env_id, positive_int, seed_int
 from agents.cli.config import read_train_config
 from agents.cli.env import add_env_arguments, check_env_kwargs, merged_env_kwargs
-from agents.lora import BASES, METHODS
+from agents.learners import BASES, METHODS
 from cost_envs.extras import EXTRA_MODULES, install_hint, missing_modules
 
 
@@ -49,8 +49,8 @@ def add_train(parser: argparse.ArgumentParser) -> None:
 
 def run_train(args: argparse.Namespace) -> int:
     """Train a learned allocator and save it; every input is checked before training."""
-    from agents.lora.checkpoints import check_writable, save_allocator
-    from agents.lora.training import configure_torch_threads, train
+    from agents.learners.checkpoints import check_writable, save_allocator
+    from agents.learners.training import configure_torch_threads, train
 
     if args.tensorboard is not None and missing_modules(EXTRA_MODULES["tensorboard"]):
         raise SystemExit("cost-envs train: --tensorboard needs the tensorboard package "
@@ -105,8 +105,8 @@ def add_pretrain(parser: argparse.ArgumentParser) -> None:
 
 def run_pretrain(args: argparse.Namespace) -> int:
     """Pretrain a frozen base encoder and write it; ``--out`` is checked first."""
-    from agents.lora.pretrain import check_base_writable, pretrain_base, save_base
-    from agents.lora.training import configure_torch_threads
+    from agents.learners.pretrain import check_base_writable, pretrain_base, save_base
+    from agents.learners.training import configure_torch_threads
 
     try:  # before pretraining, so a bad --out fails at once
         check_base_writable(args.out)

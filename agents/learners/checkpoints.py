@@ -40,17 +40,18 @@ from agents.files import (
     is_directory_or_absent,
     write_directory_atomic,
 )
-from agents.lora import ACTION_DISTRIBUTIONS, BASES, METHODS
-from agents.lora.adapters import merge_lora
-from agents.lora.policies import (
+from agents.learners import ACTION_DISTRIBUTIONS, BASES, METHODS
+from agents.learners.common.adapters import merge_lora
+from agents.learners.common.policies import (
     MAX_WIDTH,
     PARAMETER_GROUPS,
     AllocatorPolicy,
     check_widths,
     read_tensors,
 )
-from agents.lora.supervised import policy_for
-from agents.lora.training import GYM_MAKE_OPTIONS, TrainedAllocator
+from agents.learners.legacy import old_module_paths
+from agents.learners.supervised import policy_for
+from agents.learners.training import GYM_MAKE_OPTIONS, TrainedAllocator
 from cost_envs.config import integer, number
 from cost_envs.config_files import read_config_file
 
@@ -160,7 +161,7 @@ def check_env_kwargs(env_id: str, env_kwargs: Any, source: str | Path) -> dict[s
         ``env_kwargs``.
 
     Raises:
-        ValueError: Not an object, a :data:`~agents.lora.training.GYM_MAKE_OPTIONS` key,
+        ValueError: Not an object, a :data:`~agents.learners.training.GYM_MAKE_OPTIONS` key,
             or a key that is not an argument of the env.
     """
     if not isinstance(env_kwargs, dict):
@@ -303,7 +304,8 @@ def load_allocator(path: str | Path, trust_pickle: bool = False) -> Any:
                 "on the command line). Models saved by cost-envs (a directory with "
                 "model.safetensors and config.json) load without unpickling."
             )
-        return PPO.load(path, device="cpu")
+        with old_module_paths():  # a .zip saved before issue #25 names agents.lora.*
+            return PPO.load(path, device="cpu")
     if not path.is_dir():
         raise FileNotFoundError(f"{path}: no such model directory")
     for name in _MODEL_FILES:
