@@ -5,8 +5,82 @@ importing it without the extra's dependencies fails at once with a one-line
 ``ImportError`` naming that command (:func:`cost_envs.extras.require_extra`), rather
 than deep inside a training run. The check only looks the modules up: importing this
 package does not import torch; modules that need it import it themselves.
+
+The user-facing names are importable from here (``from agents import train, evaluate``)
+and listed in ``__all__``; each is imported from its module the first time it is asked
+for (PEP 562's module ``__getattr__``), so ``import agents`` stays light and torch is
+loaded only by a name that needs it (``train``, ``load_allocator``, ...). Where each
+lives:
+
+* learners (:mod:`agents.learners`): ``train``, ``TrainedAllocator``, ``save_allocator``,
+  ``load_allocator``, CORL's ``train_shared_ppo`` and ``train_tier_adapters``, the
+  multi-tenant ``train_shared``;
+* evaluation (:mod:`agents.evaluation`): ``evaluate``, ``compare``, ``format_table``,
+  ``EvaluationResult``;
+* references: ``BASELINES``, ``RuleBased``, ``CostOptOracle``, ``GreedyHeuristic``,
+  ``FixedConsultation``, ``ConsultAll`` (:mod:`agents.baselines`), ``BestFixedRule``
+  (:mod:`agents.rules`), ``PLANNERS`` and ``planner`` (:mod:`agents.planning`),
+  ``CentralScheduler`` and ``IndependentTenants`` (:mod:`agents.multiagent`);
+* routers over logs (:mod:`agents.routing.routers`): ``ROUTERS``, ``make_router``,
+  ``save_router``, ``load_router``;
+* SB3 glue: ``CostMetricsCallback`` (:mod:`agents.callbacks`), ``make_batched_vec_env``
+  (:mod:`agents.vec_env`).
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 from cost_envs.extras import require_extra
 
 require_extra("agents", "the agents package")
+
+#: Each public name -> the module that defines it (imported on first use).
+_PUBLIC = {
+    "train": "agents.learners.training",
+    "TrainedAllocator": "agents.learners.training",
+    "save_allocator": "agents.learners.checkpoints",
+    "load_allocator": "agents.learners.checkpoints",
+    "train_shared_ppo": "agents.learners.corl",
+    "train_tier_adapters": "agents.learners.corl",
+    "train_shared": "agents.learners.multitenant",
+    "evaluate": "agents.evaluation",
+    "compare": "agents.evaluation",
+    "format_table": "agents.evaluation",
+    "EvaluationResult": "agents.evaluation",
+    "BASELINES": "agents.baselines",
+    "RuleBased": "agents.baselines",
+    "CostOptOracle": "agents.baselines",
+    "GreedyHeuristic": "agents.baselines",
+    "FixedConsultation": "agents.baselines",
+    "ConsultAll": "agents.baselines",
+    "BestFixedRule": "agents.rules",
+    "PLANNERS": "agents.planning",
+    "planner": "agents.planning",
+    "CentralScheduler": "agents.multiagent",
+    "IndependentTenants": "agents.multiagent",
+    "ROUTERS": "agents.routing.routers",
+    "make_router": "agents.routing.routers",
+    "save_router": "agents.routing.routers",
+    "load_router": "agents.routing.routers",
+    "CostMetricsCallback": "agents.callbacks",
+    "make_batched_vec_env": "agents.vec_env",
+}
+
+__all__ = list(_PUBLIC)
+
+
+def __getattr__(name: str) -> Any:
+    """A public name, imported from its module the first time (PEP 562)."""
+    module = _PUBLIC.get(name)
+    if module is None:  # also how ``from agents import cli`` finds a subpackage
+        raise AttributeError(f"module 'agents' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    """The module's names and the public ones not imported yet."""
+    return sorted({*globals(), *__all__})

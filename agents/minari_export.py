@@ -10,7 +10,7 @@ Offline-RL users load what this writes with ``minari.load_dataset(dataset_id)`` 
   of ``seed``, so the dataset holds exactly the episodes :func:`agents.evaluation.evaluate`
   scores;
 * :func:`export_supervised`: the episodes the LoRA supervised stage learns from
-  (:func:`agents.lora.supervised.traces_for`): its teacher (greedy heuristic or planner)
+  (:func:`agents.learners.supervised.traces_for`): its teacher (greedy heuristic or planner)
   on the tasks of ``TRACE_TASK_SEED + seed``. The stage's (observation, target action)
   pairs are each episode's ``observations[:-1]`` and ``actions``, in order.
 
@@ -148,8 +148,8 @@ def export_supervised(
 ) -> Path:
     """Write the supervised warm-start stage's teacher episodes as a Minari dataset.
 
-    The episodes are those :func:`agents.lora.training.train` collects for training seed
-    ``seed`` (:func:`agents.lora.supervised.traces_for` on the tasks of
+    The episodes are those :func:`agents.learners.training.train` collects for training seed
+    ``seed`` (:func:`agents.learners.supervised.traces_for` on the tasks of
     ``TRACE_TASK_SEED + seed``), so the stage's observations and labels are the dataset's
     ``observations[:-1]`` and ``actions``, episode after episode.
 
@@ -158,7 +158,7 @@ def export_supervised(
         out: The datasets directory; ``None`` reads ``$MINARI_DATASETS_PATH``.
         dataset_id: Default ``<env_id>/supervised-<teacher>-v0``.
         seed: The training seed (the tasks are ``TRACE_TASK_SEED + seed``'s).
-        config: A :class:`agents.lora.supervised.SupervisedConfig` (episodes, teacher,
+        config: A :class:`agents.learners.supervised.SupervisedConfig` (episodes, teacher,
             threshold); ``None`` is the stage's default (1500 greedy episodes).
         env_kwargs: ``gym.make`` arguments (JSON values).
         progress: Draw a progress bar on a terminal.
@@ -168,7 +168,7 @@ def export_supervised(
         The dataset's directory.
     """
     require_minari()
-    from agents.lora.supervised import SupervisedConfig, teacher_for  # loads torch
+    from agents.learners.supervised import SupervisedConfig, teacher_for  # loads torch
 
     config = SupervisedConfig() if config is None else config
     if not isinstance(config, SupervisedConfig):

@@ -3,12 +3,13 @@
 Usage: ``python benchmarks/allocators.py [--steps N] [--repeats R] [--scale default|smoke|none]
 [--output FILE.md]``
 
-1. **PPO fps, LoRA vs plain.** SB3 PPO with :class:`agents.lora.policies.AllocatorPolicy` with
-   LoRA (r=8, frozen pretrained base) and without (the same 64-64 network, all trainable),
-   same env, same settings, runs interleaved in one process; best of ``--repeats``. The
-   issue's target for the ratio is >= 0.85.
+1. **PPO fps, LoRA vs plain.** SB3 PPO with
+   :class:`agents.learners.common.policies.AllocatorPolicy` with LoRA (r=8, frozen
+   pretrained base) and without (the same 64-64 network, all trainable), same env, same
+   settings, runs interleaved in one process; best of ``--repeats``. The issue's target
+   for the ratio is >= 0.85.
 2. **predict() latency** on one observation: the LoRA policy unmerged, merged with
-   :func:`agents.lora.checkpoints.merge_adapter`, and the plain network; median of 2000 calls.
+   :func:`agents.learners.checkpoints.merge_adapter`, and the plain network; median of 2000 calls.
 3. **Peak memory of ``python -m experiments lora_ppo``** at ``--scale``: the summed resident memory
    of the command and all its worker processes, sampled every 0.1 s with psutil (target
    under 2 GB), and its wall time.
@@ -34,10 +35,10 @@ import torch
 from stable_baselines3 import PPO
 
 import cost_envs
-from agents.lora.checkpoints import merge_adapter
-from agents.lora.policies import AllocatorPolicy
-from agents.lora.pretrain import pretrained_base_path
-from agents.lora.training import PPO_SETTINGS
+from agents.learners.checkpoints import merge_adapter
+from agents.learners.common.policies import AllocatorPolicy
+from agents.learners.pretrain import pretrained_base_path
+from agents.learners.training import PPO_SETTINGS
 
 ENV_ID = "cost_envs/ToolBench-v0"
 FPS_TARGET = 0.85
@@ -134,7 +135,7 @@ def main() -> int:
         f"Machine: {machine()}", "",
         f"## PPO training speed on {ENV_ID}", "",
         f"{args.steps} steps after a warm-up rollout, best of {args.repeats}, runs "
-        "interleaved; PPO settings of `agents.lora.training.PPO_SETTINGS`.", "",
+        "interleaved; PPO settings of `agents.learners.training.PPO_SETTINGS`.", "",
         "| policy | steps/s |", "| --- | ---: |",
         f"| LoRA r=8 on the frozen pretrained base | {fps['lora']:,.0f} |",
         f"| plain MLP, same size, all trainable | {fps['plain']:,.0f} |",

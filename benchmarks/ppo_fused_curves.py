@@ -7,7 +7,7 @@ Usage: ``python benchmarks/ppo_fused_curves.py [--steps T] [--seeds S] [--n-envs
 float rounding, so its weights drift from SB3's (which the exact ``FastPPO`` reproduces bit
 for bit) as rounding differences compound. This trains both on the batched ToolBench-v0
 with the paper's A.4 settings for ``S`` seeds (each seed's network initialisation and
-training tasks as ``agents.lora.training.train`` draws them) and compares the training
+training tasks as ``agents.learners.training.train`` draws them) and compares the training
 curves of ``CostMetricsCallback`` (success rate and CPS over the last 100 episodes, per
 rollout): the mean per rollout, the first rollout where each seed's two curves differ, and
 the paired difference over the last four rollouts with a 95% t-interval over seeds.
@@ -33,9 +33,9 @@ def curves(steps: int, seeds: int, n_envs: int) -> dict[tuple[int, bool], list[d
     import torch
 
     from agents.callbacks import CostMetricsCallback
-    from agents.lora.fast_ppo import FastPPO
-    from agents.lora.policies import AllocatorPolicy
-    from agents.lora.training import PPO_SETTINGS, quiet_logger
+    from agents.learners.common.policies import AllocatorPolicy
+    from agents.learners.ppo import FastPPO
+    from agents.learners.training import PPO_SETTINGS, quiet_logger
     from agents.seeds import train_task_seeds
     from agents.vec_env import make_batched_vec_env
 

@@ -3,7 +3,7 @@
 Usage: ``python benchmarks/ppo_throughput.py [--min-steps S] [--repeats K] [--envs 1,16,64]
 [--baseline-ref REF] [--big-batches] [--quick] [--output FILE.md]``
 
-Every learner trains what ``agents.lora.training.train(env_id, "ppo", ...)`` trains: the
+Every learner trains what ``agents.learners.training.train(env_id, "ppo", ...)`` trains: the
 paper's A.4 settings (``PPO_SETTINGS``: ``n_steps`` 512, minibatch 64, 10 epochs), the
 ``AllocatorPolicy`` without LoRA, ``CostMetricsCallback`` on every step, a silent logger,
 one torch thread, the native batched env (``make_batched_vec_env``), seed 0, for
@@ -14,7 +14,7 @@ one torch thread, the native batched env (``make_batched_vec_env``), seed 0, for
   callback included), extracted with ``git archive``; without git or the ref, the row is
   left out and the ratios are to ``SB3 PPO`` below;
 * ``SB3 PPO``: SB3's ``PPO`` on this tree (its faster policy forward and callback);
-* ``FastPPO``: :class:`agents.lora.fast_ppo.FastPPO`, SB3's updates bit for bit;
+* ``FastPPO``: :class:`agents.learners.ppo.FastPPO`, SB3's updates bit for bit;
 * ``FastPPO fused``: ``FastPPO(fused_loss=True)``, the loss's gradient by hand
   (float-close).
 
@@ -61,15 +61,15 @@ import json, sys, time
 import torch
 from stable_baselines3 import PPO
 from agents.callbacks import CostMetricsCallback
-from agents.lora.policies import AllocatorPolicy
-from agents.lora.training import PPO_SETTINGS, quiet_logger
+from agents.learners.common.policies import AllocatorPolicy
+from agents.learners.training import PPO_SETTINGS, quiet_logger
 from agents.vec_env import make_batched_vec_env
 spec = json.loads(sys.argv[1])
 torch.set_num_threads(1)
 if spec["learner"] == "sb3":
     base = PPO
 else:
-    from agents.lora.fast_ppo import FastPPO as base
+    from agents.learners.ppo import FastPPO as base
 seconds = {"collect": 0.0, "train": 0.0}
 class Timed(base):
     def collect_rollouts(self, *args, **kwargs):
@@ -169,7 +169,7 @@ def report(results: dict[int, dict[str, list[dict[str, Any]]]], min_steps: int,
     """The Markdown tables."""
     first = "SB3 PPO @ ref" if ref is not None else "SB3 PPO"
     lines = [
-        f"PPO on the batched {ENV_ID}: `agents.lora.training.train(..., \"ppo\")`'s model "
+        f"PPO on the batched {ENV_ID}: `agents.learners.training.train(..., \"ppo\")`'s model "
         "(`AllocatorPolicy` without LoRA, the paper's A.4 `PPO_SETTINGS`: n_steps 512, "
         "batch_size 64, 10 epochs; `CostMetricsCallback`; one torch thread; seed 0), "
         f"max(2 rollouts, {min_steps:,} env steps) per run, {repeats} round(s), each run a "

@@ -26,16 +26,16 @@ import torch
 import cost_envs  # noqa: F401  (registers the environments)
 from agents.evaluation import evaluate
 from agents.files import write_files_atomic
-from agents.lora.lora_ppo import LoraGuidedPPO
-from agents.lora.pretrain import pretrained_base_path
-from agents.lora.supervised import (
+from agents.learners.lora_ppo import LoraGuidedPPO
+from agents.learners.pretrain import pretrained_base_path
+from agents.learners.supervised import (
     SupervisedConfig,
     greedy_traces,
     policy_for,
     relative_costs,
     train_supervised,
 )
-from agents.lora.training import PPO_SETTINGS
+from agents.learners.training import PPO_SETTINGS
 from agents.seeds import TRACE_TASK_SEED, TRAIN_TASK_SEED
 
 EPOCHS = (2, 20)

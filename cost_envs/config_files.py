@@ -37,7 +37,7 @@ def read_config_file(path: str | Path) -> Any:
     """The data of a ``.json``, ``.yaml`` or ``.yml`` file: the one reader of configuration.
 
     Pools, price tables and profiles, and the configs of saved models, adapters and bases
-    (:mod:`agents.lora.checkpoints`) are all read here.
+    (:mod:`agents.learners.checkpoints`) are all read here.
 
     Raises:
         ValueError: Naming the file, on another suffix, a file over :data:`MAX_BYTES`,

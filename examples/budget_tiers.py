@@ -13,7 +13,7 @@ import yaml
 
 import cost_envs  # noqa: F401  (registers cost_envs/* ids)
 from agents.baselines import FixedConsultation, RuleBased
-from agents.routing.corl import score_tier, train_shared_ppo
+from agents.learners.corl import score_tier, train_shared_ppo
 from cost_envs.prices import default_price_table
 from cost_envs.wrappers import TIERS
 

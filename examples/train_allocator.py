@@ -22,8 +22,8 @@ import cost_envs  # noqa: F401  (registers the environments)
 from agents.baselines import CostOptOracle
 from agents.callbacks import CostMetricsCallback
 from agents.evaluation import compare, format_table
-from agents.lora.policies import AllocatorPolicy
-from agents.lora.training import train
+from agents.learners.common.policies import AllocatorPolicy
+from agents.learners.training import train
 from agents.seeds import TRAIN_TASK_SEED
 
 parser = argparse.ArgumentParser()

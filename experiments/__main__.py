@@ -215,7 +215,7 @@ def routing_record(scale: str, timings: Sequence[tuple[str, str]]) -> str:
 
 def run(args: argparse.Namespace, log: Callable[[str], None]) -> None:
     """Run the chosen experiments into the (already checked) ``args.out``."""
-    from agents.lora.training import configure_torch_threads
+    from agents.learners.training import configure_torch_threads
 
     # Small networks: one torch thread each; parallelism comes from worker processes.
     configure_torch_threads()

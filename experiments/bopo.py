@@ -39,8 +39,7 @@ from agents.baselines import (
     RandomMix,
 )
 from agents.files import write_files_atomic
-from agents.planning import AgenticPlanner
-from agents.routing.bopo import (
+from agents.learners.bopo import (
     ENV_ID,
     Boundary,
     boundary_rollouts,
@@ -49,10 +48,12 @@ from agents.routing.bopo import (
     make_env,
     strata_distribution,
 )
+from agents.planning import AgenticPlanner
 from agents.rules import BestFixedRule
 from agents.seeds import BOPO_TRAIN_TASK_SEED, EVAL_TASK_SEED
 from cost_envs.envs.agentic_routing import PROFILE_NAMES
 from cost_envs.metrics import EpisodeRecord
+from experiments import tune
 from experiments.bopo_gaps import gap_block
 from experiments.bopo_jobs import (
     SCALES,
@@ -62,6 +63,7 @@ from experiments.bopo_jobs import (
     WarmStart,
     budget_of,
     evaluate_on,
+    profile_budget,
     run_learning_job,
     scale_of,
     training_draw,
@@ -78,6 +80,8 @@ from experiments.bopo_report import (
 from experiments.bopo_scan import scan_block
 from experiments.common import described, quiet, recording, spawn_pool
 from experiments.figures import figure_files
+from experiments.tune_bopo import PROFILE
+from experiments.tune_methods import METHODS as SWEEPS
 
 __all__ = ["SCALES", "BopoScale", "Prepared", "Results", "prepare_profile", "report",
            "run_all", "summarise"]
@@ -106,12 +110,6 @@ TRAINED_RULES: dict[str, Callable[[gym.Env, Sequence[Any]], Any]] = {
     "difficulty-threshold": DifficultyThreshold.fit,
     "best-rule": BestFixedRule.fit,
 }
-
-
-def profile_budget(profile: str, scale: str | BopoScale = "default", seed: int = 0) -> float:
-    """The profile's per-task budget, from the base training draw (seed ``seed``)."""
-    _, paths = training_draw(profile, scale_of(scale), seed)
-    return budget_of([Boundary.from_trajectories(lo, hi) for lo, hi in paths])
 
 
 def prepare_profile(profile: str, scale: str | BopoScale = "default", seed: int = 0
@@ -168,10 +166,6 @@ def tuned_choices(profile: str) -> dict[str, dict[str, Any]]:
     ``{family: {"config", "paper", "same_as_paper"}}`` from the committed files
     (``experiments/tuned/``); empty for a profile the sweeps did not run on.
     """
-    from experiments import tune
-    from experiments.tune_bopo import PROFILE
-    from experiments.tune_methods import METHODS as SWEEPS
-
     if profile != PROFILE:
         return {}
     out = {}

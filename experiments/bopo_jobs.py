@@ -25,7 +25,7 @@ import gymnasium as gym
 import numpy as np
 
 from agents.evaluation import EvaluationResult, evaluate
-from agents.routing.bopo import (
+from agents.learners.bopo import (
     BUDGET_QUANTILE,
     LEARNING_RATE,
     BoPOReward,
@@ -36,7 +36,7 @@ from agents.routing.bopo import (
     draw_tasks,
     make_env,
 )
-from agents.routing.bopo_sft import (
+from agents.learners.bopo_sft import (
     MaskedRouter,
     build_model,
     demonstration_log_likelihood,
@@ -49,7 +49,7 @@ from cost_envs.metrics import EpisodeRecord, summarize
 from cost_envs.wrappers import TaskReplay
 
 #: The RL methods: BoPO with the paper's clipped cost term, BoPO with the linear variant
-#: (:data:`agents.routing.bopo.COST_TERMS`), vanilla PPO on ``S - lam * cost / scale``.
+#: (:data:`agents.learners.bopo.COST_TERMS`), vanilla PPO on ``S - lam * cost / scale``.
 METHODS = {"bopo": "clipped", "bopo-linear": "linear", "ppo": None}
 
 
@@ -161,6 +161,12 @@ def training_draw(profile: str, sc: BopoScale, seed: int
     return tasks, boundary_trajectories(make_env(profile), tasks)
 
 
+def profile_budget(profile: str, scale: str | BopoScale = "default", seed: int = 0) -> float:
+    """The profile's per-task budget, from the base training draw (seed ``seed``)."""
+    _, paths = training_draw(profile, scale_of(scale), seed)
+    return budget_of([Boundary.from_trajectories(lo, hi) for lo, hi in paths])
+
+
 def evaluate_on(allocator_for: Callable[[gym.Env], Any], profile: str, tasks: Sequence[Any],
                 budget: float) -> EvaluationResult:
     """Every evaluation task once, in order, under the budget.
@@ -218,7 +224,7 @@ def warm_start(profile: str, sc: BopoScale, seed: int, budget: float,
     """
     from stable_baselines3.common.utils import set_random_seed
 
-    from agents.lora.training import configure_torch_threads
+    from agents.learners.training import configure_torch_threads
 
     configure_torch_threads()
     start = time.perf_counter()
@@ -258,7 +264,7 @@ class LearnJob:
     sft_state: dict[str, Any] | None
     seed: int = 0
     curve: bool = True
-    #: Overrides of :func:`~agents.routing.bopo_sft.build_model`'s settings (the learning
+    #: Overrides of :func:`~agents.learners.bopo_sft.build_model`'s settings (the learning
     #: rate, ``ent_coef``, ...): a tuning trial's configuration; empty keeps the experiment's.
     ppo: Mapping[str, Any] = field(default_factory=dict)
     #: A row trained in the configuration its equal-budget sweep chose (``ppo`` above).
@@ -336,7 +342,7 @@ def run_learning_job(job: LearnJob) -> LearnResult:
     With ``job.curve`` the policy is also scored at each of ``scale.checkpoints`` (its
     learning curve); the final evaluation is the one at ``scale.timesteps``.
     """
-    from agents.lora.training import configure_torch_threads
+    from agents.learners.training import configure_torch_threads
 
     configure_torch_threads()
     start = time.perf_counter()

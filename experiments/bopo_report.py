@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from agents.evaluation import EvaluationResult, value_interval
-from agents.routing.bopo import BUDGET_QUANTILE, NET_ARCH, STRATA, Boundary
+from agents.learners.bopo import BUDGET_QUANTILE, NET_ARCH, STRATA, Boundary
 from agents.seeds import EVAL_TASK_SEED
 from cost_envs.metrics import (
     HEADLINE_METRICS,

@@ -3,7 +3,7 @@
 On one profile and a few training seeds, BoPO is trained at several cost weights with the
 paper's reward (the cost term ``λ·clip(position, 0, 1)``, ``0 <= λ < 1``) and with the
 linear variant (``λ·offset``, unclipped, any ``λ >= 0``; see
-:data:`agents.routing.bopo.COST_TERMS`). Each row pools its seeds (value: the mean over
+:data:`agents.learners.bopo.COST_TERMS`). Each row pools its seeds (value: the mean over
 seeds and tasks; interval: the two-level bootstrap over seeds and tasks,
 :func:`cost_envs.metrics.bootstrap_mean_ci` on runs x tasks). Two comparisons answer the
 question, both paired over the same seeds and tasks:

@@ -34,8 +34,8 @@ from typing import Any
 import numpy as np
 
 from agents.files import write_files_atomic
-from agents.lora.supervised import SupervisedConfig
-from agents.lora.training import configure_torch_threads, train
+from agents.learners.supervised import SupervisedConfig
+from agents.learners.training import configure_torch_threads, train
 from cost_envs.config import integer
 from cost_envs.metrics import bootstrap_gap_closed, bootstrap_mean_ci
 from experiments.common import machine, spawn_pool
@@ -51,7 +51,7 @@ class BudgetRow:
     arguments: Mapping[str, Any] = field(default_factory=dict)
 
 
-#: The Bayes reference as teacher, with two DAgger rounds (:mod:`agents.lora.dagger`).
+#: The Bayes reference as teacher, with two DAgger rounds (:mod:`agents.learners.dagger`).
 BAYES_DAGGER = SupervisedConfig(teacher="bayes", dagger_rounds=2)
 BUDGET_ROWS = {
     "ppo": BudgetRow("ppo", "PPO"),

@@ -37,7 +37,7 @@ def recording(factory: Callable[[Any], Any], built: MutableMapping[Hashable, Any
     """``factory`` (a baseline class or env -> allocator), keeping what it builds in ``built``.
 
     The tables score methods through factories (:func:`agents.evaluation.compare`,
-    :func:`agents.routing.corl.tier_table`); a rule searched or fitted when it is built
+    :func:`agents.learners.corl.tier_table`); a rule searched or fitted when it is built
     says which rule it froze only on the built object. ``key`` is the key in ``built``,
     or a function of the env that gives it (e.g. the env's tier).
     """

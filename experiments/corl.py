@@ -1,12 +1,12 @@
 """CORL's experiment: one controller for three budget tiers, on ExpertRouting-v0 and -v1.
 
-:func:`run_corl` trains both variants of :mod:`agents.routing.corl` (the shared PPO
+:func:`run_corl` trains both variants of :mod:`agents.learners.corl` (the shared PPO
 policy and one LoRA adapter per tier on its frozen encoder) on one env and scores them
 with the reference rows (the controller alone, each single expert, consulting every
 expert, the escalation rule, the best fixed rule searched per tier on training tasks, the
 privileged oracle and the privileged planner that knows each question but not its luck)
 per profile and tier, on the same queries for every method
-(:func:`agents.routing.corl.tier_records`). Each env's JSON carries a ``gap_closed``
+(:func:`agents.learners.corl.tier_records`). Each env's JSON carries a ``gap_closed``
 block (:mod:`experiments.gaps`): per (profile, tier), the share of the gap from the best
 fixed row to the planner that each learned row closes. :func:`report` does that for each
 env of :data:`CORL_ENVS` (in worker processes when the scale says so) and writes, per env,
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,7 @@ from typing import Any
 import gymnasium as gym
 
 from agents.files import write_files_atomic
-from agents.routing.corl import (
+from agents.learners.corl import (
     EXPERT_ROUTING,
     tier_records,
     tier_scores,
@@ -40,7 +39,7 @@ from agents.routing.corl import (
     within_budget,
 )
 from cost_envs.wrappers import TIERS
-from experiments import gaps
+from experiments import gaps, tune, tune_corl
 from experiments.common import described, quiet, recording, spawn_pool
 from experiments.corl_report import (  # noqa: F401  (the row labels, importable from here)
     BEST_RULE,
@@ -58,41 +57,10 @@ from experiments.corl_report import (  # noqa: F401  (the row labels, importable
     learned_in,
     task_name,
 )
+from experiments.corl_scales import CORL_SCALES, EVAL_SEED, CorlScale
 from experiments.figures import figure_files
 from experiments.histories import attach, detach
 
-
-@dataclass(frozen=True)
-class CorlScale:
-    """How much to train and evaluate.
-
-    ``seeds``: training seeds of the learned controllers (each trains both on its own);
-    ``rule_tasks``: training tasks on which the best fixed rule is searched, per profile and
-    tier; ``jobs``: worker processes (one training seed, or one env's fixed rows, each).
-    """
-
-    ppo_timesteps: int
-    adapter_timesteps: int
-    episodes: int
-    n_resamples: int
-    seeds: int = 5
-    rule_tasks: int = 200
-    jobs: int = 1
-
-
-CORL_SCALES = {
-    "smoke": CorlScale(ppo_timesteps=1024, adapter_timesteps=512, episodes=30, n_resamples=50,
-                       seeds=2, rule_tasks=5),
-    # The shared PPO's training success is flat from about 15k steps on (the committed
-    # curves at 60k showed it), so 40k + 3 x 10k leaves room for the tuned rows in
-    # ``make reproduce``'s 15 minutes. Multiples of the 512-step rollout.
-    "default": CorlScale(ppo_timesteps=40_960, adapter_timesteps=10_240, episodes=400,
-                         n_resamples=1000, jobs=2),
-    # The longer budget (issue #23): five times every stage's steps, to see whether the
-    # controllers move past the rules when they are given them.
-    "full": CorlScale(ppo_timesteps=204_800, adapter_timesteps=51_200, episodes=400,
-                      n_resamples=1000, jobs=2),
-}
 PROFILES_EVALUATED = ("mixed", "gsm8k", "math500", "aime")
 #: The envs the experiment runs on, each with its own report: v0, and v1 where wrong
 #: answers can coincide (issue #10).
@@ -129,10 +97,6 @@ def fixed_methods(expert_names: list[str], rule_tasks: int = 200
     return methods
 
 
-#: The evaluation queries: task seed 0 of each profile and tier, for every method.
-EVAL_SEED = 0
-
-
 def _check_scale(scale: str) -> CorlScale:
     if scale not in CORL_SCALES:
         raise ValueError(f"scale: expected one of {list(CORL_SCALES)}, got {scale!r}")
@@ -144,8 +108,6 @@ def tuned_configs(env_id: str) -> dict[str, dict[str, Any]]:
 
     Read from the committed sweeps (``experiments/tuned/``); empty where the env has none.
     """
-    from experiments import tune
-
     configs = {label: tune.chosen(method, env_id)
                for label, method in zip(TUNED_LEARNED, ("corl-ppo", "corl-adapters"),
                                         strict=True)}
@@ -160,11 +122,10 @@ def _tuned_rows(settings: CorlScale, seed: int, env_id: str
     adapter_timesteps`` in all, split as the sweep chose
     (:func:`experiments.tune_corl.split_steps`).
     """
-    from experiments.tune_corl import fit_corl_adapters, fit_corl_ppo
-
     configs = tuned_configs(env_id)
-    fits = {TUNED_LEARNED[0]: (fit_corl_ppo, settings.ppo_timesteps),
-            TUNED_LEARNED[1]: (fit_corl_adapters,
+    # looked up on the module at call time (tests stand in for the fits)
+    fits = {TUNED_LEARNED[0]: (tune_corl.fit_corl_ppo, settings.ppo_timesteps),
+            TUNED_LEARNED[1]: (tune_corl.fit_corl_adapters,
                                settings.ppo_timesteps + len(TIERS) * settings.adapter_timesteps)}
     rows = {}
     for label, config in configs.items():
@@ -314,7 +275,7 @@ def run_corl(scale: str = "default", seed: int = 0,
 
 def _job(kind: str, scale: str, env_id: str, seed: int) -> dict[str, Any]:
     """One unit of work in a worker process (one torch thread): fixed rows or one seed."""
-    from agents.lora.training import configure_torch_threads
+    from agents.learners.training import configure_torch_threads
 
     configure_torch_threads()
     if kind == "fixed":

@@ -11,7 +11,7 @@ planner of :mod:`agents.planning`, which knows the task but not the luck, and th
 reference, which knows the prior over tasks but not the task).
 For each env, every method is scored on the same ``episodes`` tasks (task seed
 ``eval_seed``). The learned methods are trained ``seeds`` times (training seeds
-0..seeds-1, on tasks disjoint from the evaluation set, see :mod:`agents.lora.training`);
+0..seeds-1, on tasks disjoint from the evaluation set, see :mod:`agents.learners.training`);
 their point values pool the episodes of all seeds and their 95% intervals come from a
 two-level bootstrap over seeds and tasks (:func:`cost_envs.metrics.bootstrap_cis_over_runs`).
 The fixed baselines are deterministic given the tasks, so their intervals are over tasks.
@@ -49,8 +49,8 @@ import numpy as np
 
 from agents.baselines import BASELINES, FAMILY_BASELINES
 from agents.evaluation import evaluate, evaluate_each
-from agents.lora.supervised import SupervisedConfig
-from agents.lora.training import configure_torch_threads, train
+from agents.learners.supervised import SupervisedConfig
+from agents.learners.training import configure_torch_threads, train
 from agents.planning import bayes_planner, planner
 from agents.rules import BestFixedRule
 from cost_envs.config import integer
@@ -64,10 +64,10 @@ from cost_envs.metrics import (
 )
 from experiments import gaps, tune
 from experiments.common import described, recording, spawn_pool
+from experiments.lora_ppo_report import write_reports
+from experiments.lora_ppo_setup import PAPER_ENVS, PRIVILEGED_ROWS
 from experiments.tune_methods import TRAIN_ARGUMENTS
 
-#: The paper's two environments.
-PAPER_ENVS = ("cost_envs/FlightPlanner-v0", "cost_envs/ToolBench-v0")
 #: What the experiment runs: the paper's envs and FlightPlanner-v1 (issue #10).
 ENVS = (*PAPER_ENVS, "cost_envs/FlightPlanner-v1")
 #: Fixed baselines: key -> table label. ``greedy`` is the supervised label source and
@@ -80,8 +80,6 @@ BASELINE_ROWS = {
     "greedy": "Greedy heuristic (label source)",
     "all": "Call all (reference)",
 }
-#: Rows that read hidden env state (kept off the non-privileged Pareto front).
-PRIVILEGED_ROWS = ("oracle", "planner")
 #: Non-privileged references that are not rules: the Bayes planner, which knows the task
 #: prior but not the task (:mod:`agents.planning.toolbench_bayes`,
 #: :mod:`agents.planning.flight_bayes`). On the front, but
@@ -134,10 +132,10 @@ class LearnedRow:
     (:func:`experiments.tune.chosen`, committed under ``experiments/tuned/``) instead of
     the paper's A.4; such a row is in the tables of the envs that have one only.
     ``teacher``: whose traces the supervised stage imitates
-    (:data:`agents.lora.supervised.TEACHERS`); a row taught by the planner (or the Bayes
+    (:data:`agents.learners.supervised.TEACHERS`); a row taught by the planner (or the Bayes
     reference) needs one for the env. ``dagger_rounds``: DAgger rounds after the first fit
-    (:mod:`agents.lora.dagger`; a planner or Bayes teacher only). ``action_distribution``: the
-    policy's (:data:`agents.lora.ACTION_DISTRIBUTIONS`).
+    (:mod:`agents.learners.dagger`; a planner or Bayes teacher only). ``action_distribution``: the
+    policy's (:data:`agents.learners.ACTION_DISTRIBUTIONS`).
     ``envs``: the envs whose tables have the row (``None``: every env).
     """
 
@@ -390,8 +388,8 @@ def gap_ends(fixed: FixedRows) -> tuple[str, str]:
     """The keys of the gap's two ends: the best non-privileged fixed row, and the planner.
 
     The rule end is the fixed row with the highest mean return on these very tasks that
-    reads no hidden state and is not a reference (:data:`PRIVILEGED_ROWS`,
-    :data:`REFERENCE_ROWS`).
+    reads no hidden state and is not a reference
+    (:data:`~experiments.lora_ppo_setup.PRIVILEGED_ROWS`, :data:`REFERENCE_ROWS`).
     """
     rules = {key: returns for key, returns in fixed.returns.items()
              if key not in PRIVILEGED_ROWS and key not in REFERENCE_ROWS}
@@ -509,6 +507,4 @@ def report(out: Path, scale: str = "default", jobs: int = 2, log: Any = print) -
     """
     if scale not in SCALES:
         raise ValueError(f"scale: expected one of {list(SCALES)}, got {scale!r}")
-    from experiments.lora_ppo_report import write_reports  # it imports this module
-
     return write_reports(reproduce(SCALES[scale], jobs=jobs, log=log), out)

@@ -37,7 +37,7 @@ from experiments.figures import (
     tag_points,
 )
 from experiments.histories import attach, detach
-from experiments.lora_ppo import PAPER_ENVS, PRIVILEGED_ROWS
+from experiments.lora_ppo_setup import PAPER_ENVS, PRIVILEGED_ROWS
 
 
 def markdown_table(report: Mapping[str, Any]) -> str:

@@ -14,7 +14,7 @@ on training tasks) for every tenant:
 At the ``full`` scale a third, learned one:
 
 * ``shared-ppo``: one PPO policy shared by every tenant, reading the shared state too
-  (:func:`agents.multiagent.training.train_shared`), trained per capacity and seed with
+  (:func:`agents.learners.multitenant.train_shared`), trained per capacity and seed with
   :data:`TRAIN_TENANTS` tenants on training tasks (``TRAIN_TASK_SEED + seed``), then
   evaluated at every number of tenants.
 
@@ -74,7 +74,7 @@ def _train_and_score(job: tuple[int, int, int, int, tuple[int, ...]]
     The policy stays in the worker (torch tensors do not cross processes); the metrics
     of its episode on seed ``seed`` at each number of tenants come back.
     """
-    from agents.multiagent.training import train_shared
+    from agents.learners.multitenant import train_shared
 
     capacity, seed, steps, timesteps, tenant_counts = job
     policy = train_shared(ENV_ID, timesteps, seed=seed, ppo=PPO_OVERRIDES,

@@ -14,7 +14,7 @@ steps a trial actually took are recorded beside it (SB3 completes its last rollo
 space's rollout lengths divide the budget's steps).
 
 **Validation.** Trials train on training tasks (task seeds ``TRAIN_TASK_SEED + seed``, as
-:func:`agents.lora.training.train` draws them; each method's own are in its results file)
+:func:`agents.learners.training.train` draws them; each method's own are in its results file)
 and are scored on ``budget.episodes`` validation tasks, from ``VALIDATION_TASK_SEED``
 (:mod:`agents.seeds`), disjoint from training and from evaluation (``EVAL_TASK_SEED``).
 Every trial of a sweep meets the same validation tasks. **The score** is the method's
@@ -60,7 +60,7 @@ import numpy as np
 import yaml
 
 from agents.files import write_files_atomic
-from agents.lora.training import configure_torch_threads
+from agents.learners.training import configure_torch_threads
 from cost_envs.config import integer
 from experiments.common import machine
 from experiments.tune_methods import METHODS, SWEEPS

@@ -4,14 +4,14 @@ Both run on :data:`PROFILE` of AgenticRouting-v0 (AppWorld: the profile of the
 experiment's λ scan, where the cost weight was measured inert), as
 :mod:`experiments.bopo` trains them, under the experiment's per-task budget
 (``HardBudget(mask)`` at the 0.9 quantile of always-large's cost on the base training
-draw, :func:`experiments.bopo.profile_budget`):
+draw, :func:`experiments.bopo_jobs.profile_budget`):
 
 * ``bopo``: BoPO's RL stage from the seed's SFT warm start
   (:func:`experiments.bopo_jobs.warm_start`). The SFT data come from boundary rollouts
   on the training tasks and take no RL steps; they are the same in every trial (as
   LoRA-guided PPO's supervised traces are), so they are not counted in the budget. The
   space has the cost term (the paper's ``clipped`` or the ``linear`` variant,
-  :data:`agents.routing.bopo.COST_TERMS`), its weight, the learning rate and the
+  :data:`agents.learners.bopo.COST_TERMS`), its weight, the learning rate and the
   entropy bonus. The two cost terms take weights of different ranges (``clipped`` in
   [0, 1), ``linear`` any >= 0), so each has its own parameter, ``lam`` and
   ``linear_lam``; a trial reads the one of its cost term (Optuna's flat space samples
@@ -23,7 +23,7 @@ Every trial takes the budget's RL steps exactly: 8 training envs x 256-step roll
 (the experiment's) divide 2,048 and 20,480. **The score** is what BoPO's ``gap_closed``
 scores: the mean Eq. 1 return (the env's own reward weights), here on ``episodes``
 validation tasks of the profile, drawn with task seed ``VALIDATION_TASK_SEED``
-(:func:`agents.routing.bopo.draw_tasks`) and played under the budget. Training draws use
+(:func:`agents.learners.bopo.draw_tasks`) and played under the budget. Training draws use
 ``BOPO_TRAIN_TASK_SEED + seed`` and evaluation ``EVAL_TASK_SEED``, so validation meets
 neither.
 """
@@ -38,16 +38,15 @@ from typing import Any
 
 import numpy as np
 
-from agents.routing.bopo import (
+from agents.learners.bopo import (
     ENV_ID,
     LEARNING_RATE,
     Boundary,
     draw_tasks,
 )
-from agents.routing.bopo_sft import MaskedRouter, policy_weights
+from agents.learners.bopo_sft import MaskedRouter, policy_weights
 from agents.seeds import BOPO_TRAIN_TASK_SEED, EVAL_TASK_SEED, VALIDATION_TASK_SEED
 from cost_envs.metrics import summarize
-from experiments.bopo import profile_budget
 from experiments.bopo_jobs import (
     SCALES,
     BopoScale,
@@ -55,6 +54,7 @@ from experiments.bopo_jobs import (
     cost_scale,
     evaluate_on,
     learner,
+    profile_budget,
     training_draw,
     warm_start,
 )

@@ -2,7 +2,7 @@
 
 CORL's experiment (:mod:`experiments.corl`) has two learned rows, so two methods:
 
-* ``corl-ppo``: the shared PPO controller (:func:`agents.routing.corl.train_shared_ppo`,
+* ``corl-ppo``: the shared PPO controller (:func:`agents.learners.corl.train_shared_ppo`,
   a tier drawn per query, the gated reward), all of the budget's steps, in PPO's space
   (:data:`experiments.tune_space.PPO_SPACE`: the same settings, the same reasons).
 * ``corl-adapters``: both stages of the per-tier variant. The budget's steps split as
@@ -17,11 +17,11 @@ CORL's experiment (:mod:`experiments.corl`) has two learned rows, so two methods
 
 Every trial takes exactly the budget's steps, as a PPO trial does. **The score** is
 CORL's own metric (:func:`score_tiers`): accuracy within the tier's budget
-(:func:`agents.routing.corl.within_budget`), averaged over the three tiers, each on
+(:func:`agents.learners.corl.within_budget`), averaged over the three tiers, each on
 ``episodes`` validation queries of the default (mixed) profile drawn from the task stream
 of ``VALIDATION_TASK_SEED``. CORL's training uses task seeds ``TRAIN_TASK_SEED + seed``
 (the adapters ``TRAIN_TASK_SEED + 100 * (tier + 1) + seed``) and its evaluation seed 0
-(:data:`experiments.corl.EVAL_SEED`), so validation meets neither.
+(:data:`experiments.corl_scales.EVAL_SEED`), so validation meets neither.
 """
 
 from __future__ import annotations
@@ -32,8 +32,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from agents.lora.training import PPO_SETTINGS
-from agents.routing.corl import (
+from agents.learners.corl import (
     ADAPTER_LEARNING_RATE,
     EXPERT_ROUTING,
     tier_records,
@@ -41,10 +40,11 @@ from agents.routing.corl import (
     train_tier_adapters,
     within_budget,
 )
+from agents.learners.training import PPO_SETTINGS
 from agents.seeds import TRAIN_TASK_SEED, VALIDATION_TASK_SEED
 from cost_envs.metrics import summarize
 from cost_envs.wrappers import TIERS
-from experiments.corl import CORL_SCALES, EVAL_SEED
+from experiments.corl_scales import CORL_SCALES, EVAL_SEED
 from experiments.tune_space import PPO_PAPER, PPO_SPACE, Method, Param
 
 #: What :func:`score_tiers` scores (the results file's ``score``).

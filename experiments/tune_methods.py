@@ -7,7 +7,7 @@ allocator and a ``score`` on validation tasks. This module holds the LoRA paper'
 (PPO, LoRA-guided PPO, LoRA supervised, on ToolBench-v0) and the registry: :data:`METHODS`
 adds CORL's (:mod:`experiments.tune_corl`) and BoPO's (:mod:`experiments.tune_bopo`).
 :data:`TRAIN_ARGUMENTS` turns a chosen configuration into
-:func:`agents.lora.training.train`'s arguments, which is how ``python -m experiments
+:func:`agents.learners.training.train`'s arguments, which is how ``python -m experiments
 lora_ppo``'s tuned rows train. :data:`SWEEPS` lists the sweeps ``python -m experiments
 tune`` runs.
 
@@ -25,9 +25,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from agents.lora.supervised import SupervisedConfig
-from agents.lora.training import PPO_SETTINGS, train
-from agents.routing.bopo import ENV_ID as BOPO_ENV
+from agents.learners.bopo import ENV_ID as BOPO_ENV
+from agents.learners.supervised import SupervisedConfig
+from agents.learners.training import PPO_SETTINGS, train
 from experiments.tune_bopo import BOPO_METHODS
 from experiments.tune_corl import CORL_ENV, corl_methods
 from experiments.tune_space import PPO_PAPER, PPO_SPACE, Method, Param
@@ -35,7 +35,7 @@ from experiments.tune_space import PPO_PAPER, PPO_SPACE, Method, Param
 
 def ppo_arguments(config: Mapping[str, Any],
                   supervised: SupervisedConfig | None = None) -> dict[str, Any]:
-    """A configuration of :data:`PPO_SPACE` as :func:`agents.lora.training.train`'s arguments.
+    """A configuration of :data:`PPO_SPACE` as :func:`agents.learners.training.train`'s arguments.
 
     ``supervised`` is unused (PPO has no supervised stage); it keeps the signature of
     every method's argument builder (:data:`TRAIN_ARGUMENTS`).
@@ -45,14 +45,16 @@ def ppo_arguments(config: Mapping[str, Any],
 
 def fit_ppo(env_id: str, config: Mapping[str, Any], timesteps: int,
             seed: int) -> tuple[Any, int]:
-    """PPO from scratch (:func:`agents.lora.training.train`) with ``config`` applied."""
+    """PPO from scratch (:func:`agents.learners.training.train`) with ``config`` applied."""
     trained = train(env_id, "ppo", timesteps, seed=seed, **ppo_arguments(config))
     return trained, trained.timesteps
 
 
 def lora_ppo_arguments(config: Mapping[str, Any],
                        supervised: SupervisedConfig | None = None) -> dict[str, Any]:
-    """A configuration of :data:`LORA_PPO_SPACE` as :func:`agents.lora.training.train`'s arguments.
+    """A configuration of :data:`LORA_PPO_SPACE` as ``train``'s arguments.
+
+    ``train`` is :func:`agents.learners.training.train`.
 
     ``supervised`` is the supervised stage the configuration's epochs are set in (default
     :class:`SupervisedConfig`: the paper's); the rest goes to ``ppo``.
@@ -94,7 +96,7 @@ LORA_PPO_SPACE = (
 
 def lora_arguments(config: Mapping[str, Any],
                    supervised: SupervisedConfig | None = None) -> dict[str, Any]:
-    """A configuration of :data:`LORA_SPACE` as :func:`agents.lora.training.train`'s arguments."""
+    """A configuration of :data:`LORA_SPACE` as :func:`~agents.learners.training.train`'s."""
     return {"supervised": replace(supervised or SupervisedConfig(), **config)}
 
 

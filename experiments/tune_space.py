@@ -19,7 +19,7 @@ import gymnasium as gym
 import numpy as np
 
 from agents.evaluation import rollout
-from agents.lora.training import PPO_SETTINGS
+from agents.learners.training import PPO_SETTINGS
 from agents.seeds import EVAL_TASK_SEED, TRAIN_TASK_SEED, VALIDATION_TASK_SEED
 from cost_envs.metrics import summarize
 
@@ -106,7 +106,7 @@ def validate(allocator: Any, env_id: str, episodes: int) -> tuple[float, dict[st
 
 
 def task_seeds(seeds: int) -> dict[str, Any]:
-    """The task seeds of a method trained by :func:`agents.lora.training.train`.
+    """The task seeds of a method trained by :func:`agents.learners.training.train`.
 
     Training runs ``0..seeds-1`` draw the task streams ``TRAIN_TASK_SEED + seed``.
     """

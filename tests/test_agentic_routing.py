@@ -10,7 +10,7 @@ import pytest
 from conftest import assert_same_trajectory, play_episode
 
 import cost_envs  # noqa: F401
-from agents.routing.bopo import boundary_rollouts, inversion_share, strata_distribution
+from agents.learners.bopo import boundary_rollouts, inversion_share, strata_distribution
 from cost_envs.envs.agentic_routing import (
     PROFILES,
     AgenticRoutingEnv,

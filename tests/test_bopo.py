@@ -1,4 +1,4 @@
-"""BoPO (agents.routing.bopo, bopo_sft; experiments.bopo): boundaries, taxonomy, normalised
+"""BoPO (agents.learners.bopo, bopo_sft; experiments.bopo): boundaries, taxonomy, normalised
 cost, SFT data, rewards, masks, task replay, the experiment's report."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch
 import cost_envs  # noqa: F401
 from agents import seeds
 from agents.baselines import AlwaysLarge, AlwaysSmall, DifficultyThreshold, RandomMix
-from agents.routing import bopo, bopo_sft
+from agents.learners import bopo, bopo_sft
 from agents.rules import BestFixedRule
 from cost_envs.wrappers import HardBudget, TaskReplay
 from experiments import bopo as bopo_experiment
@@ -426,7 +426,7 @@ def test_the_method_module_holds_no_experiment() -> None:
     import sys
 
     # In a fresh process: importing the method must not import the experiments.
-    code = ("import sys, agents.routing.bopo, agents.routing.bopo_sft; "
+    code = ("import sys, agents.learners.bopo, agents.learners.bopo_sft; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'experiments'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agents.routing import bopo
+from agents.learners import bopo
 from cost_envs.metrics import EpisodeRecord
 from experiments import bopo as bopo_experiment
 from experiments.bopo_report import method_summary

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from agents.routing import bopo
+from agents.learners import bopo
 from experiments import bopo as bopo_experiment
 from experiments import bopo_jobs
 

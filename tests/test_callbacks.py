@@ -11,7 +11,7 @@ from stable_baselines3.common.logger import configure
 from stable_baselines3.common.monitor import Monitor
 
 from agents.callbacks import CostMetricsCallback
-from agents.lora.policies import AllocatorPolicy
+from agents.learners.common.policies import AllocatorPolicy
 
 N_STEPS = 128
 

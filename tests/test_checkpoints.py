@@ -19,9 +19,8 @@ import torch
 from safetensors.torch import load_file
 from stable_baselines3 import PPO
 
-import agents.lora.checkpoints
-from agents.lora.adapters import has_lora
-from agents.lora.checkpoints import (
+import agents.learners.checkpoints
+from agents.learners.checkpoints import (
     UnsafeCheckpointError,
     base_fingerprint,
     load_adapter,
@@ -30,10 +29,11 @@ from agents.lora.checkpoints import (
     save_adapter,
     save_allocator,
 )
-from agents.lora.policies import AllocatorPolicy, load_base
-from agents.lora.pretrain import pretrained_base_path, save_base
-from agents.lora.supervised import SupervisedConfig, greedy_traces, policy_for
-from agents.lora.training import TrainedAllocator, train
+from agents.learners.common.adapters import has_lora
+from agents.learners.common.policies import AllocatorPolicy, load_base
+from agents.learners.pretrain import pretrained_base_path, save_base
+from agents.learners.supervised import SupervisedConfig, greedy_traces, policy_for
+from agents.learners.training import TrainedAllocator, train
 from cost_envs.envs.toolbench import toolbench_pool
 
 torch.set_num_threads(1)
@@ -356,7 +356,7 @@ def _half_written(tensors, filename, *args, **kwargs):
 def test_failed_save_keeps_the_old_model(allocator, pool_allocator, tmp_path, monkeypatch):
     path = save_allocator(allocator, tmp_path / "model")
     contents = {p.name: p.read_bytes() for p in path.iterdir()}
-    monkeypatch.setattr(agents.lora.checkpoints, "save_file", _half_written)
+    monkeypatch.setattr(agents.learners.checkpoints, "save_file", _half_written)
     with pytest.raises(OSError, match="disk full"):
         save_allocator(pool_allocator, path)
     assert {p.name: p.read_bytes() for p in path.iterdir()} == contents
@@ -367,7 +367,7 @@ def test_failed_save_keeps_the_old_model(allocator, pool_allocator, tmp_path, mo
 
 
 def test_failed_first_save_leaves_nothing(allocator, tmp_path, monkeypatch):
-    monkeypatch.setattr(agents.lora.checkpoints, "save_file", _half_written)
+    monkeypatch.setattr(agents.learners.checkpoints, "save_file", _half_written)
     with pytest.raises(OSError, match="disk full"):
         save_allocator(allocator, tmp_path / "model")
     assert list(tmp_path.iterdir()) == []
@@ -376,7 +376,7 @@ def test_failed_first_save_leaves_nothing(allocator, tmp_path, monkeypatch):
 def test_failed_adapter_save_keeps_the_old_adapter(allocator, tmp_path, monkeypatch):
     directory = save_adapter(allocator.policy, tmp_path / "adapter")
     contents = {p.name: p.read_bytes() for p in directory.iterdir()}
-    monkeypatch.setattr(agents.lora.checkpoints, "save_file", _half_written)
+    monkeypatch.setattr(agents.learners.checkpoints, "save_file", _half_written)
     with pytest.raises(OSError, match="disk full"):
         save_adapter(allocator.policy, directory)
     assert {p.name: p.read_bytes() for p in directory.iterdir()} == contents

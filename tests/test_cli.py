@@ -17,8 +17,8 @@ import cost_envs
 from agents import cli, files
 from agents.baselines import BASELINES
 from agents.evaluation import evaluate
-from agents.lora.checkpoints import load_allocator
-from agents.lora.policies import AllocatorPolicy
+from agents.learners.checkpoints import load_allocator
+from agents.learners.common.policies import AllocatorPolicy
 
 FLIGHT = "cost_envs/FlightPlanner-v0"
 HEADLINE = ("success_rate", "cps", "flops_per_success", "avg_quality", "avg_cost")
@@ -49,7 +49,7 @@ def test_evaluate_table_uses_default_methods_and_short_env_name(capsys):
                      "--resamples", "50"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("| Method | Success | CPS |")
-    assert [line.split("|")[1].strip() for line in lines[2:]] == list(cli.DEFAULT_METHODS)
+    assert [line.split("|")[1].strip() for line in lines[2:]] == list(cli.evaluate.DEFAULT_METHODS)
 
 
 def test_evaluate_is_deterministic(capsys):
@@ -155,7 +155,7 @@ def test_evaluate_model_prints_its_row(lora_model, capsys):
     results = evaluate_json(capsys, "--env", "FlightPlanner-v0", "--model", str(lora_model),
                             "--episodes", "20")
     assert list(results) == ["lora"]
-    assert list(results["lora"]) == list(cli.JSON_KEYS)
+    assert list(results["lora"]) == list(cli.evaluate.JSON_KEYS)
     assert results["lora"]["episodes"] == 20
     # The row is the saved network's: the same as evaluating the loaded model directly.
     expected = evaluate(load_allocator(lora_model), FLIGHT, episodes=20, seed=0).summary(
@@ -170,7 +170,7 @@ def test_evaluate_model_beside_baselines(lora_model, capsys):
                             "--episodes", "20", "--methods", "oracle")
     assert list(results) == ["oracle", "lora"]
     for summary in results.values():
-        assert list(summary) == list(cli.JSON_KEYS)
+        assert list(summary) == list(cli.evaluate.JSON_KEYS)
         assert summary["episodes"] == 20
     assert results["oracle"]["success_rate"] >= results["lora"]["success_rate"]
 
@@ -287,9 +287,9 @@ def test_train_refuses_a_non_checkpoint_out_before_training(tmp_path, monkeypatc
     def must_not_train(*args, **kwargs):
         raise AssertionError("trained although --out cannot be written")
 
-    import agents.lora.training
+    import agents.learners.training
 
-    monkeypatch.setattr(agents.lora.training, "train", must_not_train)
+    monkeypatch.setattr(agents.learners.training, "train", must_not_train)
     (tmp_path / "notes.txt").write_text("precious")
     with pytest.raises(SystemExit, match=r"--out: .*not empty"):
         cli.main(["train", "--env", "FlightPlanner-v0", "--method", "lora",

@@ -1,5 +1,5 @@
-"""``cost-envs evaluate``/``train`` env arguments and ``train --config`` (agents/cli_env.py,
-agents/cli_config.py): the arguments reach the env, flags override the file, and every bad
+"""``cost-envs evaluate``/``train`` env arguments and ``train --config`` (agents/cli/env.py,
+agents/cli/config.py): the arguments reach the env, flags override the file, and every bad
 key or value is one line naming it, before any training."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from agents import cli
-from agents.lora.checkpoints import load_allocator
+from agents.learners.checkpoints import load_allocator
 from cost_envs.envs.toolbench import toolbench_pool
 from cost_envs.prices import default_price_table
 

@@ -54,9 +54,9 @@ def exit_message(argv: list[str]) -> str:
 def saved(tmp_path_factory) -> Path:
     import torch
 
-    from agents.lora.checkpoints import save_allocator
-    from agents.lora.supervised import SupervisedConfig
-    from agents.lora.training import train
+    from agents.learners.checkpoints import save_allocator
+    from agents.learners.supervised import SupervisedConfig
+    from agents.learners.training import train
 
     torch.set_num_threads(1)
     allocator = train(FLIGHT, "lora", 1, seed=0, supervised=SupervisedConfig(episodes=30,
@@ -110,7 +110,7 @@ def _forbid(monkeypatch, module: str, name: str) -> None:
 
 @pytest.mark.parametrize("out", ["notes.txt", "notes.txt/model"])
 def test_train_checks_out_before_training(tmp_path, monkeypatch, out):
-    _forbid(monkeypatch, "agents.lora.training", "train")
+    _forbid(monkeypatch, "agents.learners.training", "train")
     (tmp_path / "notes.txt").write_text("precious")
     message = exit_message(["train", "--env", FLIGHT, "--method", "lora", "--out",
                             str(tmp_path / out), "--no-progress"])
@@ -120,7 +120,7 @@ def test_train_checks_out_before_training(tmp_path, monkeypatch, out):
 
 @pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
 def test_train_refuses_an_unwritable_out_before_training(monkeypatch):
-    _forbid(monkeypatch, "agents.lora.training", "train")
+    _forbid(monkeypatch, "agents.learners.training", "train")
     message = exit_message(["train", "--env", FLIGHT, "--method", "ppo", "--out",
                             "/proc/cost-envs-model", "--no-progress"])
     assert "--out" in message and "cannot write in /proc" in message
@@ -128,7 +128,7 @@ def test_train_refuses_an_unwritable_out_before_training(monkeypatch):
 
 @pytest.mark.parametrize("out", ["notes.txt/base", "taken"])
 def test_pretrain_checks_out_before_pretraining(tmp_path, monkeypatch, out):
-    _forbid(monkeypatch, "agents.lora.pretrain", "pretrain_base")
+    _forbid(monkeypatch, "agents.learners.pretrain", "pretrain_base")
     (tmp_path / "notes.txt").write_text("precious")
     (tmp_path / "taken.safetensors").mkdir()  # a directory where the weights would go
     message = exit_message(["pretrain", "--env", FLIGHT, "--out", str(tmp_path / out)])
@@ -199,7 +199,7 @@ def test_ctrl_c_exits_130_with_one_line(monkeypatch, capsys):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "compare", interrupted)
+    monkeypatch.setattr(cli.evaluate, "compare", interrupted)
     try:
         status = cli.main(["evaluate", "--env", FLIGHT, "--methods", "rule"])
     except KeyboardInterrupt:  # escaping, it would stop the whole test session

@@ -16,7 +16,7 @@ import pytest
 
 import agents
 from agents import cli
-from agents.cli_route import EXIT_INPUT, EXIT_USAGE
+from agents.cli.route import EXIT_INPUT, EXIT_USAGE
 from agents.routing.routers import LogisticRouter as TraceRouter
 from agents.routing.routers import calibrate_cost, calibrate_share, load_router
 from agents.routing.routers.state import router_files

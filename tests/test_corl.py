@@ -1,4 +1,4 @@
-"""CORL (agents.routing.corl, experiments.corl): tier routing by layout names, per-tier
+"""CORL (agents.learners.corl, experiments.corl): tier routing by layout names, per-tier
 adapters, per-tier scoring, the experiment's report."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import torch
 import cost_envs
 from agents.baselines import FixedConsultation
 from agents.evaluation import EvaluationResult, run_episode
-from agents.routing.corl import (
+from agents.learners.corl import (
     TierAdapters,
     make_tier_env,
     score_tier,

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import cost_envs  # noqa: F401  (registers the ids)
-from agents.lora.dagger import TeacherLabels, fit_supervised, student_traces
-from agents.lora.supervised import SupervisedConfig, policy_for
+from agents.learners.dagger import TeacherLabels, fit_supervised, student_traces
+from agents.learners.supervised import SupervisedConfig, policy_for
 
 ENV_ID = "cost_envs/ToolBench-v0"
 
@@ -88,7 +88,7 @@ def test_dagger_adds_the_students_states_and_is_deterministic():
 
 def test_each_round_adds_the_students_own_states_on_new_tasks(monkeypatch):
     """Each round adds what the student played, labelled by the teacher, on the next tasks."""
-    from agents.lora import dagger
+    from agents.learners import dagger
     from agents.planning import planner
 
     fits = []

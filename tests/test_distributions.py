@@ -11,9 +11,12 @@ import pytest
 import torch
 
 import cost_envs  # noqa: F401  (registers the ids)
-from agents.lora.distributions import AutoregressiveBernoulliDistribution, AutoregressiveHead
-from agents.lora.policies import AllocatorPolicy
-from agents.lora.supervised import SupervisedConfig, Traces, policy_for, train_supervised
+from agents.learners.common.distributions import (
+    AutoregressiveBernoulliDistribution,
+    AutoregressiveHead,
+)
+from agents.learners.common.policies import AllocatorPolicy
+from agents.learners.supervised import SupervisedConfig, Traces, policy_for, train_supervised
 
 LARGE, MEDIUM = 6, 7  # ToolBench-v0's llm_large and llm_medium
 
@@ -143,8 +146,8 @@ def test_supervision_fits_a_joint_that_independent_bits_cannot():
 
 
 def test_an_autoregressive_model_saves_and_loads():
-    from agents.lora.checkpoints import load_allocator, save_allocator
-    from agents.lora.training import train
+    from agents.learners.checkpoints import load_allocator, save_allocator
+    from agents.learners.training import train
 
     trained = train("cost_envs/ToolBench-v0", "ppo", 256, seed=0, n_envs=2,
                     action_distribution="autoregressive")
@@ -162,8 +165,8 @@ def test_an_autoregressive_model_saves_and_loads():
 def test_a_saved_config_with_a_bad_distribution_is_one_line(tmp_path):
     import json
 
-    from agents.lora.checkpoints import load_allocator, save_allocator
-    from agents.lora.training import train
+    from agents.learners.checkpoints import load_allocator, save_allocator
+    from agents.learners.training import train
 
     path = save_allocator(train("cost_envs/ToolBench-v0", "ppo", 64, seed=0,
                                 ppo={"n_steps": 64}), tmp_path / "model")
@@ -182,7 +185,7 @@ def test_a_bad_action_distribution_is_one_line():
                                          r"'autoregressive'\], got 'joint'"):
         AllocatorPolicy(env.observation_space, env.action_space, lambda _: 1e-3,
                         action_distribution="joint")
-    from agents.lora.training import train
+    from agents.learners.training import train
 
     with pytest.raises(ValueError, match="action_distribution: expected one of"):
         train("cost_envs/ToolBench-v0", "ppo", 64, action_distribution="made")

@@ -13,12 +13,12 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.logger import Logger
 
 from agents.callbacks import CostMetricsCallback
-from agents.lora.fast_optim import clip_grad_norm, optimizer_step
-from agents.lora.fast_ppo import FastPPO, fast_bernoulli
-from agents.lora.lora_ppo import LoraGuidedPPO
-from agents.lora.policies import AllocatorPolicy
-from agents.lora.recurrent import FloatActionBuffer, RecurrentPPO, use_float_actions
-from agents.lora.supervised import (
+from agents.learners.common.fast_optim import clip_grad_norm, optimizer_step
+from agents.learners.common.policies import AllocatorPolicy
+from agents.learners.common.recurrent import FloatActionBuffer, RecurrentPPO, use_float_actions
+from agents.learners.lora_ppo import LoraGuidedPPO
+from agents.learners.ppo import FastPPO, fast_bernoulli
+from agents.learners.supervised import (
     SupervisedConfig,
     greedy_traces,
     policy_for,
@@ -190,7 +190,7 @@ def test_fused_loss_is_float_close_to_sb3_and_learns_the_same(monkeypatch) -> No
     # The loss's gradient by hand, and (plain network) the network's: the same updates up
     # to float rounding. After 4 updates of 3 epochs the weights agree to about 1e-6 and
     # the training curve is the same.
-    from agents.lora import fast_ppo
+    from agents.learners import ppo as fast_ppo
 
     by_hand = []
     real_step = fast_ppo.fused_step
@@ -216,7 +216,7 @@ def test_fused_loss_is_float_close_to_sb3_and_learns_the_same(monkeypatch) -> No
 
 def _a_minibatch(policy: Any) -> tuple[torch.Tensor, ...]:
     """A random ToolBench minibatch of 64 and the cost term's costs, for gradient checks."""
-    from agents.lora.fast_ppo import bernoulli_heads, bernoulli_log_prob
+    from agents.learners.ppo import bernoulli_heads, bernoulli_log_prob
 
     obs, actions = torch.rand(64, 17), torch.randint(0, 2, (64, 8)).float()
     advantages, returns, old_values = torch.randn(64), torch.randn(64), torch.randn(64)
@@ -228,8 +228,8 @@ def _a_minibatch(policy: Any) -> tuple[torch.Tensor, ...]:
 
 
 def test_fused_loss_gradient_matches_autograd_with_every_term() -> None:
-    from agents.lora.fast_ppo import bernoulli_entropy, bernoulli_heads, bernoulli_log_prob
-    from agents.lora.fused_loss import BernoulliPPOLoss
+    from agents.learners.common.fused_loss import BernoulliPPOLoss
+    from agents.learners.ppo import bernoulli_entropy, bernoulli_heads, bernoulli_log_prob
 
     torch.manual_seed(0)
     policy = policy_for(gym.make(ENV_ID), base=None)
@@ -268,10 +268,10 @@ def test_fused_loss_gradient_matches_autograd_with_every_term() -> None:
 
 
 def test_the_plain_networks_backward_by_hand_is_autograds() -> None:
-    # The fused update's last step (agents.lora.fused_network): every parameter's gradient
-    # written by hand, for the PPO baseline's plain network only.
-    from agents.lora.fast_ppo import bernoulli_entropy, bernoulli_heads, bernoulli_log_prob
-    from agents.lora.fused_network import TanhNetwork, fused_step
+    # The fused update's last step (agents.learners.common.fused_network): every parameter's
+    # gradient written by hand, for the PPO baseline's plain network only.
+    from agents.learners.common.fused_network import TanhNetwork, fused_step
+    from agents.learners.ppo import bernoulli_entropy, bernoulli_heads, bernoulli_log_prob
 
     torch.manual_seed(0)
     model = FastPPO(AllocatorPolicy, make_batched_vec_env(ENV_ID, 2, seed=5),
@@ -311,8 +311,8 @@ def test_the_plain_networks_backward_by_hand_is_autograds() -> None:
 
 
 def test_train_and_configs_take_fused_loss_as_a_ppo_setting() -> None:
-    from agents.lora.ppo_args import accepted
-    from agents.lora.training import train
+    from agents.learners.common.ppo_args import accepted
+    from agents.learners.training import train
 
     assert accepted("ppo")["fused_loss"] is False and "fused_loss" in accepted("lora-ppo")
     settings = {"n_steps": 64, "batch_size": 32, "n_epochs": 2}
@@ -328,9 +328,9 @@ def test_train_and_configs_take_fused_loss_as_a_ppo_setting() -> None:
 @pytest.mark.slow
 def test_corl_and_the_multi_tenant_learners_train_sb3s_ppo_bit_for_bit(monkeypatch) -> None:
     # They train with FastPPO now; each must give the weights SB3's PPO gives.
-    from agents.multiagent import adapters as tenant_adapters
-    from agents.multiagent import training as tenant_training
-    from agents.routing import corl
+    from agents.learners import corl
+    from agents.learners import multitenant as tenant_training
+    from agents.learners import multitenant_adapters as tenant_adapters
 
     def both(module: Any, run: Callable[[], Any]) -> tuple[Any, Any]:
         ours = run()

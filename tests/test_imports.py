@@ -47,7 +47,7 @@ def every_module_imported() -> dict[str, object]:
     tune extra were loaded by then. Both tests below read this one process.
     """
     modules = [name for package in PACKAGES for name in _modules(package)]
-    assert "experiments.lora_ppo" in modules and "agents.lora.checkpoints" in modules
+    assert "experiments.lora_ppo" in modules and "agents.learners.checkpoints" in modules
     code = ("import importlib, json, sys\n"
             f"for name in {modules!r}:\n"
             "    importlib.import_module(name)\n"
@@ -61,7 +61,7 @@ def test_every_module_imports_in_a_fresh_process(every_module_imported) -> None:
     assert every_module_imported["imported"] == len(every_module_imported["modules"])
 
 
-@pytest.mark.parametrize("package", ["cost_envs", "agents", "agents.routing", "agents.lora"])
+@pytest.mark.parametrize("package", ["cost_envs", "agents", "agents.routing", "agents.learners"])
 def test_package_import_loads_no_torch(package: str) -> None:
     code = (f"import sys, {package}, gymnasium as gym\n"
             "import cost_envs\n"

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from agents.evaluation import evaluate
-from agents.lora.training import train
+from agents.learners.training import train
 
 ENV_ID = "cost_envs/ToolBench-v0"
 

@@ -9,11 +9,11 @@ import torch
 
 from agents import seeds
 from agents.callbacks import CostMetricsCallback
-from agents.lora import training
-from agents.lora.adapters import has_lora
-from agents.lora.lora_ppo import LoraGuidedPPO
-from agents.lora.policies import AllocatorPolicy
-from agents.lora.supervised import (
+from agents.learners import training
+from agents.learners.common.adapters import has_lora
+from agents.learners.common.policies import AllocatorPolicy
+from agents.learners.lora_ppo import LoraGuidedPPO
+from agents.learners.supervised import (
     SupervisedConfig,
     greedy_traces,
     policy_for,

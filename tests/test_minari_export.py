@@ -186,7 +186,7 @@ def test_real_routellm_outcomes_round_trip(datasets: Path) -> None:
 def test_the_supervised_dataset_is_what_the_stage_trains_on(datasets: Path) -> None:
     import minari
 
-    from agents.lora.supervised import SupervisedConfig, traces_for
+    from agents.learners.supervised import SupervisedConfig, traces_for
     from agents.minari_export import export_supervised
     from agents.seeds import TRACE_TASK_SEED
 
@@ -346,9 +346,9 @@ def test_the_cli_exports_a_trained_model_the_supervised_data_and_logged_traces(
         datasets: Path, tmp_path: Path) -> None:
     import minari
 
-    from agents.lora.checkpoints import load_allocator, save_allocator
-    from agents.lora.supervised import SupervisedConfig
-    from agents.lora.training import train
+    from agents.learners.checkpoints import load_allocator, save_allocator
+    from agents.learners.supervised import SupervisedConfig
+    from agents.learners.training import train
 
     kwargs = {"budget": 0.3}
     trained = train("cost_envs/ToolBench-v0", "lora", 1, seed=2, env_kwargs=kwargs,

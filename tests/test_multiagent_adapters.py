@@ -8,8 +8,8 @@ import torch
 
 pytest.importorskip("supersuit")
 
-from agents.multiagent.adapters import TenantView, shared_base, train_adapters
-from agents.multiagent.training import train_shared
+from agents.learners.multitenant import train_shared
+from agents.learners.multitenant_adapters import TenantView, shared_base, train_adapters
 from cost_envs.multiagent import parallel_env, run_episode
 
 ENV = "cost_envs/MultiTenantAgenticRouting-v0"

@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("supersuit")
 
-from agents.multiagent.training import SharedPolicy, tenant_vec_env, train_shared
+from agents.learners.multitenant import SharedPolicy, tenant_vec_env, train_shared
 from cost_envs.multiagent import parallel_env, run_episode
 
 ENV = "cost_envs/MultiTenantAgenticRouting-v0"

@@ -91,7 +91,7 @@ MUTATIONS = (
     # drags the shared encoder (or the adapters) along.
     Mutation(
         "allocator_trains_only_its_critic",
-        "agents/lora/policies.py",
+        "agents/learners/common/policies.py",
         (("        logits = self.action_net(features)\n",
           "        logits = self.action_net(features).detach()\n"),
          ("    def architecture(self) -> dict[str, Any]:\n",
@@ -102,7 +102,7 @@ MUTATIONS = (
         RL_DECISIONS,
         slow=True,
         # FastPPO's own path computes the logits from the action head itself.
-        also=(("agents/lora/fast_ppo.py",
+        also=(("agents/learners/ppo.py",
                (("    return plain_linear(policy.action_net, latent_pi), "
                  "plain_linear(policy.value_net, latent_vf)\n",
                  "    return plain_linear(policy.action_net, latent_pi).detach(), "
@@ -111,7 +111,7 @@ MUTATIONS = (
     # The allocator is blind to its input: its encoder sees zeros.
     Mutation(
         "allocator_blind_to_its_input",
-        "agents/lora/policies.py",
+        "agents/learners/common/policies.py",
         (("        hidden = observations\n", "        hidden = observations * 0.0\n"),),
         RL_DECISIONS,
         slow=True,
@@ -119,7 +119,7 @@ MUTATIONS = (
     # BoPO's RL stage trains only the critic: the optimizer holds the value network only.
     Mutation(
         "bopo_trains_only_its_critic",
-        "agents/routing/bopo_sft.py",
+        "agents/learners/bopo_sft.py",
         (("    quiet_logger(model)\n    return model\n",
           "    quiet_logger(model)\n"
           "    model.policy.optimizer = type(model.policy.optimizer)(\n"
@@ -132,7 +132,7 @@ MUTATIONS = (
     # BoPO's router (the trained policy as an allocator) is blind to its input.
     Mutation(
         "bopo_router_blind_to_its_input",
-        "agents/routing/bopo_sft.py",
+        "agents/learners/bopo_sft.py",
         (("        hidden = np.asarray(observation, dtype=np.float64)\n",
           "        hidden = 0.0 * np.asarray(observation, dtype=np.float64)\n"),),
         (BOPO_DECISIONS,),

@@ -135,7 +135,7 @@ def test_the_wheel_holds_the_packages_and_their_data_only(dist: dict[str, Path])
     assert tops == {*PACKAGES, f"cost_envs-{_version()}.dist-info"}
     assert _package_data() - names == set()  # prices, traces, pretrained LoRA bases, py.typed
     assert {"cost_envs/data/prices.yaml", "cost_envs/py.typed", "agents/py.typed"} <= names
-    assert any(n.startswith("agents/lora/pretrained/") and n.endswith(".safetensors")
+    assert any(n.startswith("agents/learners/pretrained/") and n.endswith(".safetensors")
                for n in names)
     sources = {p.relative_to(ROOT).as_posix() for name in PACKAGES
                for p in (ROOT / name).rglob("*.py")}
@@ -159,7 +159,7 @@ def test_the_wheel_requires_the_envs_dependencies_and_offers_the_extras(
     assert {"torch", "stable-baselines3", "sb3-contrib", "peft", "safetensors",
             "scikit-learn"} <= by_extra["agents"]
     assert set(re.findall(r"^Provides-Extra: (\S+)$", metadata, re.M)) == set(_extras())
-    assert re.search(r"^cost-envs = agents\.cli:main$", entry_points, re.M)
+    assert re.search(r"^cost-envs = agents\.cli\.main:main$", entry_points, re.M)
 
 
 def test_the_sdist_holds_what_builds_the_wheel_and_no_tests(dist: dict[str, Path]) -> None:

@@ -19,8 +19,8 @@ from agents.baselines import (
     RandomAllocator,
 )
 from agents.evaluation import evaluate, rollout
+from agents.learners.bopo import BUDGET_QUANTILE, draw_tasks, make_env
 from agents.planning import AgenticPlanner, plan_agentic, planner
-from agents.routing.bopo import BUDGET_QUANTILE, draw_tasks, make_env
 from cost_envs.envs.agentic_routing import with_fresh_luck
 from cost_envs.wrappers import HardBudget, TaskReplay
 

@@ -12,16 +12,16 @@ from peft.tuners.lora import LoraLayer
 from stable_baselines3 import PPO
 from torch import nn
 
-from agents.lora.adapters import (
+from agents.learners.common.adapters import (
     LoraSettings,
     adapted_linear,
     inject_lora,
     lora_parameter_names,
     verify_optimizer,
 )
-from agents.lora.policies import AllocatorPolicy, MlpEncoder, load_base, tanh_mlp
-from agents.lora.pretrain import pretrained_base_path
-from agents.lora.supervised import policy_for
+from agents.learners.common.policies import AllocatorPolicy, MlpEncoder, load_base, tanh_mlp
+from agents.learners.pretrain import pretrained_base_path
+from agents.learners.supervised import policy_for
 
 torch.set_num_threads(1)
 
@@ -250,7 +250,7 @@ def test_base_as_tensors_gives_the_same_network_as_the_file() -> None:
 
 
 def test_base_as_tensors_straight_from_pretraining() -> None:
-    from agents.lora.pretrain import pretrain_base
+    from agents.learners.pretrain import pretrain_base
 
     env = gym.make(ENV_ID)
     state, config = pretrain_base(ENV_ID, n_pools=2, episodes=3, steps=5, hidden_sizes=(16,))

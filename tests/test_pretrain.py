@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from agents.lora.policies import AllocatorPolicy, MlpEncoder, load_base, tanh_mlp
-from agents.lora.pretrain import (
+from agents.learners.common.policies import AllocatorPolicy, MlpEncoder, load_base, tanh_mlp
+from agents.learners.pretrain import (
     PRETRAINED_DIR,
     pretrain_base,
     pretrained_base_path,
@@ -299,7 +299,7 @@ def test_missing_base_file_raises(tmp_path):
 
 
 def test_pretraining_tasks_are_not_evaluation_or_training_tasks(monkeypatch):
-    import agents.lora.pretrain as pretrain_module
+    import agents.learners.pretrain as pretrain_module
     from agents.seeds import PRETRAIN_TASK_SEED, TRACE_TASK_SEED, TRAIN_TASK_SEED
 
     seeds = []
@@ -333,7 +333,7 @@ def test_save_base_refuses_what_load_base_would_refuse(tmp_path, change, pattern
 
 
 def test_check_base_writable_names_both_files(tmp_path):
-    from agents.lora.pretrain import check_base_writable
+    from agents.learners.pretrain import check_base_writable
 
     assert check_base_writable(tmp_path / "b") == (tmp_path / "b.safetensors",
                                                    tmp_path / "b.json")

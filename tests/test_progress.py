@@ -9,8 +9,8 @@ import gymnasium as gym
 import pytest
 
 import cost_envs  # noqa: F401  (registers the envs)
-from agents.lora.pretrain import pretrain_base
-from agents.lora.supervised import (
+from agents.learners.pretrain import pretrain_base
+from agents.learners.supervised import (
     SupervisedConfig,
     policy_for,
     relative_costs,

@@ -22,9 +22,9 @@ from stable_baselines3 import PPO
 import cost_envs  # noqa: F401
 from agents.baselines import GreedyHeuristic
 from agents.evaluation import rollout
-from agents.lora.lora_ppo import LoraGuidedPPO
-from agents.lora.policies import AllocatorPolicy
-from agents.lora.supervised import (
+from agents.learners.common.policies import AllocatorPolicy
+from agents.learners.lora_ppo import LoraGuidedPPO
+from agents.learners.supervised import (
     SupervisedConfig,
     greedy_traces,
     policy_for,
@@ -136,7 +136,7 @@ def test_ppo_changes_decisions_of_its_initial_policy(learning_rate, moves) -> No
 
 
 def test_corl_tier_adapters_change_decisions_of_the_shared_policy() -> None:
-    from agents.routing.corl import make_tier_env, train_shared_ppo, train_tier_adapters
+    from agents.learners.corl import make_tier_env, train_shared_ppo, train_tier_adapters
     from cost_envs.wrappers import TIERS
 
     shared, _ = train_shared_ppo(512, seed=0)
@@ -164,11 +164,10 @@ def test_corl_tier_adapters_change_decisions_of_the_shared_policy() -> None:
 
 @pytest.mark.parametrize("learning_rate, moves", [(1e-3, True), (0.0, False)])
 def test_bopo_changes_decisions_of_its_sft_warm_start(learning_rate, moves) -> None:
-    from agents.routing.bopo import BoPOReward, draw_tasks
-    from agents.routing.bopo_sft import MaskedRouter, build_model, policy_weights
+    from agents.learners.bopo import BoPOReward, draw_tasks
+    from agents.learners.bopo_sft import MaskedRouter, build_model, policy_weights
     from agents.seeds import BOPO_TRAIN_TASK_SEED
-    from experiments.bopo import profile_budget
-    from experiments.bopo_jobs import SCALES, vec_env, warm_start
+    from experiments.bopo_jobs import SCALES, profile_budget, vec_env, warm_start
 
     budget = profile_budget("sciworld", "smoke")
     warm = warm_start("sciworld", SCALES["smoke"], 0, budget)
@@ -273,7 +272,7 @@ def _rises(scores: dict[str, tuple[float, float]]) -> bool:
 
 
 def test_a_trained_corl_controller_consults_more_as_only_the_tier_rises() -> None:
-    from agents.routing.corl import make_tier_env, tier_layout, train_shared_ppo
+    from agents.learners.corl import make_tier_env, tier_layout, train_shared_ppo
 
     shared, _ = train_shared_ppo(10_000, seed=0)
     env = make_tier_env()

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from agents import cli
-from agents.cli_route import EXIT_INPUT, EXIT_USAGE
+from agents.cli.route import EXIT_INPUT, EXIT_USAGE
 from agents.routing.routers import (
     MultiRouter,
     calibrate_lam,

@@ -20,8 +20,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from agents.lora.checkpoints import (
-    GYM_MAKE_OPTIONS,
+from agents.learners.checkpoints import (
     base_fingerprint,
     env_arguments,
     load_adapter,
@@ -29,10 +28,10 @@ from agents.lora.checkpoints import (
     save_adapter,
     save_allocator,
 )
-from agents.lora.policies import load_base
-from agents.lora.pretrain import pretrained_base_path
-from agents.lora.supervised import SupervisedConfig, policy_for
-from agents.lora.training import TrainedAllocator, train
+from agents.learners.common.policies import load_base
+from agents.learners.pretrain import pretrained_base_path
+from agents.learners.supervised import SupervisedConfig, policy_for
+from agents.learners.training import GYM_MAKE_OPTIONS, TrainedAllocator, train
 
 torch.set_num_threads(1)
 

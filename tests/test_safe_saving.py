@@ -79,7 +79,7 @@ def _save_models(target: str, barrier: str, writer: int, writers: int, rounds: i
     Returns the fingerprint of what it saved, so the test compares the survivor with what
     its writer really held rather than with a model rebuilt in another process.
     """
-    from agents.lora.checkpoints import save_allocator
+    from agents.learners.checkpoints import save_allocator
 
     allocator = _model(writer)
     _wait_for_each_other(Path(barrier), writer, writers)
@@ -100,8 +100,8 @@ def _model(seed: int):
     import gymnasium as gym
     import torch
 
-    from agents.lora.supervised import policy_for
-    from agents.lora.training import TrainedAllocator
+    from agents.learners.supervised import policy_for
+    from agents.learners.training import TrainedAllocator
 
     torch.manual_seed(seed)
     policy = policy_for(gym.make("cost_envs/FlightPlanner-v0"), lora_rank=None)
@@ -109,7 +109,7 @@ def _model(seed: int):
 
 
 def test_two_processes_saving_models_leave_one_of_them(tmp_path):
-    from agents.lora.checkpoints import load_allocator
+    from agents.learners.checkpoints import load_allocator
 
     saved = _run_writers(_save_models, tmp_path, 2, 200)
     assert saved[0] != saved[1]  # two different models, so a mix would show
@@ -204,7 +204,7 @@ def test_check_creatable_refuses_a_directory_it_cannot_write():
 
 
 def test_check_writable_refuses_unwritable_checkpoint_paths(tmp_path):
-    from agents.lora.checkpoints import check_writable
+    from agents.learners.checkpoints import check_writable
 
     (tmp_path / "notes.txt").write_text("x")
     with pytest.raises(ValueError, match="not a directory"):

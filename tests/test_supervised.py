@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from agents.baselines import GreedyHeuristic
-from agents.lora.pretrain import pretrained_base_path
-from agents.lora.supervised import (
+from agents.learners.pretrain import pretrained_base_path
+from agents.learners.supervised import (
     SupervisedConfig,
     greedy_traces,
     policy_for,
@@ -366,7 +366,7 @@ def test_relative_costs_of_a_free_pool_are_zero():
 # ------------------------------------------------------------------ the planner teacher
 def test_planner_teacher_labels_are_the_planners_actions_on_its_own_trajectories():
     from agents.evaluation import rollout
-    from agents.lora.supervised import traces_for
+    from agents.learners.supervised import traces_for
     from agents.planning import planner
 
     env = gym.make(TOOLBENCH)
@@ -388,7 +388,7 @@ def test_planner_teacher_labels_are_the_planners_actions_on_its_own_trajectories
 
 def test_planner_teacher_is_refused_where_no_planner_models_the_env():
     env = gym.make("cost_envs/TraceRouting-v0")
-    from agents.lora.supervised import traces_for
+    from agents.learners.supervised import traces_for
 
     with pytest.raises(ValueError, match="planner: no planner models TraceRoutingEnv"):
         traces_for(env, SupervisedConfig(episodes=2, teacher="planner"), seed=0)

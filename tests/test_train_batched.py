@@ -1,4 +1,4 @@
-"""train(n_envs=...): the RL stage on the native batched env (agents/lora/training.py).
+"""train(n_envs=...): the RL stage on the native batched env (agents/learners/training.py).
 
 With one sub-env the batched env must train bit for bit what a ``gym.make`` env under SB3's
 own ``DummyVecEnv`` trains (the path ``train`` took before it stepped batched envs); with
@@ -18,10 +18,10 @@ import torch
 import yaml
 from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper
 
-import agents.lora.training as training
+import agents.learners.training as training
 from agents import cli
-from agents.lora.checkpoints import load_allocator, save_allocator
-from agents.lora.supervised import SupervisedConfig
+from agents.learners.checkpoints import load_allocator, save_allocator
+from agents.learners.supervised import SupervisedConfig
 from agents.seeds import SUB_ENV_TASK_SEED, TRAIN_TASK_SEED, train_task_seeds
 from agents.vec_env import make_batched_vec_env
 

@@ -1,11 +1,11 @@
-"""``agents.lora.training.train`` sets torch's thread count itself (issue #13)."""
+"""``agents.learners.training.train`` sets torch's thread count itself (issue #13)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from agents.lora import training
+from agents.learners import training
 
 
 class _StopError(Exception):

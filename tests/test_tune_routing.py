@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from agents.routing.bopo import draw_tasks
-from agents.routing.corl import ADAPTER_LEARNING_RATE
+from agents.learners.bopo import draw_tasks
+from agents.learners.corl import ADAPTER_LEARNING_RATE
 from agents.seeds import BOPO_TRAIN_TASK_SEED, EVAL_TASK_SEED, VALIDATION_TASK_SEED
 from experiments import tune_bopo, tune_corl
 from experiments.tune_methods import METHODS, PPO_SPACE

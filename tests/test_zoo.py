@@ -20,9 +20,9 @@ import yaml
 
 import cost_envs
 from agents.callbacks import CostMetricsCallback
-from agents.lora.lora_ppo import LoraGuidedPPO
-from agents.lora.policies import AllocatorPolicy
-from agents.lora.training import PPO_SETTINGS
+from agents.learners.common.policies import AllocatorPolicy
+from agents.learners.lora_ppo import LoraGuidedPPO
+from agents.learners.training import PPO_SETTINGS
 from agents.zoo import config_path
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,5 +1,6 @@
-"""Budget-aware routers: CORL's tier controller, BoPO, and routers over logged outcomes.
+"""Routers over logged outcomes (:mod:`agents.routing.routers`) and their scoring.
 
-Importing this package does not import torch; :mod:`agents.routing.corl` and
-:mod:`agents.routing.bopo` do.
+The budget-aware routing learners, CORL's tier controller and BoPO, live with the other
+learners: :mod:`agents.learners.corl` and :mod:`agents.learners.bopo`. Importing this
+package does not import torch.
 """

@@ -1,15 +1,15 @@
 r"""rl-zoo3 support: shipped hyperparameter files, and LoRA-guided PPO as a zoo algorithm.
 
 **PPO** needs only the shipped file (``ppo.yml``: every registered id, the project's
-network through ``policy: agents.lora.policies.AllocatorPolicy`` and ``policy_kwargs``)::
+network through ``policy: agents.learners.common.policies.AllocatorPolicy`` and ``policy_kwargs``)::
 
     python -m rl_zoo3.train --algo ppo --env cost_envs/ToolBench-v0 \
         --gym-packages cost_envs -conf "$(python -m agents.zoo path ppo)"
 
 **LoRA-guided PPO** is not an algorithm rl-zoo3 knows, and it starts from a supervised
 allocator, a stage rl-zoo3 has no place for. So it takes two commands: ``warm-start`` runs
-the supervised stage (:func:`agents.lora.training.train` with ``method="lora"``) and saves
-the result as a :class:`~agents.lora.lora_ppo.LoraGuidedPPO` model, and ``train`` is
+the supervised stage (:func:`agents.learners.training.train` with ``method="lora"``) and saves
+the result as a :class:`~agents.learners.lora_ppo.LoraGuidedPPO` model, and ``train`` is
 ``python -m rl_zoo3.train`` with ``lora_ppo`` added to ``rl_zoo3.utils.ALGOS``, continuing
 from that model through rl-zoo3's own ``-i`` (trained agent) option::
 
@@ -64,13 +64,13 @@ def hyperparameters(env_id: str, config: str | Path) -> dict[str, Any]:
 
 
 def register_algos() -> None:
-    """Add :class:`~agents.lora.lora_ppo.LoraGuidedPPO` to rl-zoo3 as ``lora_ppo``.
+    """Add :class:`~agents.learners.lora_ppo.LoraGuidedPPO` to rl-zoo3 as ``lora_ppo``.
 
     Idempotent. Call before rl-zoo3 parses its arguments (``--algo`` choices are read
     from ``ALGOS``), as ``python -m agents.zoo train`` does.
     """
     from rl_zoo3.utils import ALGOS
 
-    from agents.lora.lora_ppo import LoraGuidedPPO
+    from agents.learners.lora_ppo import LoraGuidedPPO
 
     ALGOS[LORA_PPO] = LoraGuidedPPO

@@ -45,9 +45,9 @@ def warm_start(args: argparse.Namespace) -> Path:
     """Run the supervised stage and save it as a ``LoraGuidedPPO`` model; returns the file."""
     import gymnasium as gym
 
-    from agents.lora.lora_ppo import LoraGuidedPPO
-    from agents.lora.supervised import SupervisedConfig
-    from agents.lora.training import train
+    from agents.learners.lora_ppo import LoraGuidedPPO
+    from agents.learners.supervised import SupervisedConfig
+    from agents.learners.training import train
 
     conf = args.conf or config_path("lora_ppo")
     entry = hyperparameters(args.env, conf)  # first: a missing entry fails before training

@@ -169,7 +169,7 @@ class AgenticRoutingEnv(OrchestrationEnv[AgenticTask]):
     (easy: always-small succeeds; hard: only always-large does; intractable: neither)
     82/16/1% (ALFWorld), 49/42/8% (SciWorld) and 32/54/15% (AppWorld), and always-small
     costs more than always-large (a cost inversion) on 14%, 15% and 15% of the tasks: its
-    failures run to the horizon or pile up recovery steps (see ``agents.routing.bopo``).
+    failures run to the horizon or pile up recovery steps (see ``agents.learners.bopo``).
 
     **Pricing.** The small model runs every step unless the large one runs it instead,
     so the episode's prices are ``step_cost`` = the small model's per-step cost (paid on
@@ -208,7 +208,7 @@ class AgenticRoutingEnv(OrchestrationEnv[AgenticTask]):
     Eq. 1 of the LoRA-Guided PPO paper, ``alpha*S + beta*Q - lam*cost - gamma*n_calls``
     with ``n_calls`` = 1 on a large step; ``S`` and ``Q`` (quality = 10 x the fraction of
     subgoals cleared, SciWorld-style partial credit) are paid on the final step. BoPO's
-    boundary-relative reward is applied by ``agents.routing.bopo``, not by the env.
+    boundary-relative reward is applied by ``agents.learners.bopo``, not by the env.
 
     ## Starting State
 

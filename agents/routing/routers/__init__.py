@@ -25,7 +25,7 @@ Around them, one of each:
 :mod:`~agents.routing.routers.calibration` (the operating point, on training data),
 :func:`~agents.routing.routers.cv.cross_validate` (settings by folds of the training
 data, mean validation AIQ), :mod:`~agents.routing.routers.state` (the save format).
-``cost-envs route`` (:mod:`agents.cli_route`) uses them from the command line. Importing
+``cost-envs route`` (:mod:`agents.cli.route`) uses them from the command line. Importing
 this package loads no torch.
 """
 
@@ -33,6 +33,7 @@ from agents.routing.routers.base import (
     ROUTERS,
     STATE_FORMAT,
     Router,
+    TwoModelRouter,
     make_router,
     register,
     router_class,
@@ -60,7 +61,6 @@ from agents.routing.routers.two_model import (
     CascadeRouter,
     KNNRouter,
     LogisticRouter,
-    TwoModelRouter,
     cascade_curve,
 )
 

@@ -238,6 +238,51 @@ class Router(ABC):
         return router
 
 
+class TwoModelRouter(Router):
+    """A router between a weak and a strong model: a score and a threshold.
+
+    Subclasses are dataclasses whose first two fields are ``weak`` and ``strong``; the
+    built-in ones are :mod:`~agents.routing.routers.two_model`'s. It lives here, beside
+    :class:`Router`, because :mod:`~agents.routing.routers.cv` tells it apart too.
+    """
+
+    n_models: ClassVar[int | None] = 2
+    #: The lowest threshold calibration returns (a cost-aware score's is 0).
+    min_threshold: ClassVar[float] = -np.inf
+    weak: str
+    strong: str
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        """``(weak, strong)``."""
+        return (self.weak, self.strong)
+
+    def targets(self, data: TraceDataset) -> np.ndarray:
+        """1 where the weak model is wrong (the strong model is needed)."""
+        return ~data.correct[:, data.model_index(self.weak)]
+
+    def scores(self, data: TraceDataset) -> np.ndarray:
+        """Scores of ``data``'s queries: P(weak model wrong); higher: the strong model."""
+        if self._mean is None:
+            raise ValueError("scores: call fit first")
+        return self.predict(data)[:, 1]
+
+    def scores_inputs(self, inputs: Inputs) -> np.ndarray:
+        """:meth:`scores` from precomputed :meth:`inputs`."""
+        return self.predict_inputs(inputs)[:, 1]
+
+    def decide(self, win: np.ndarray, point: float, costs: Any = None) -> np.ndarray:
+        """1 (strong) where the score is at or above the threshold ``point``, else 0."""
+        return (np.asarray(win)[:, 1] >= point).astype(np.int64)
+
+    def _predict(self, x: np.ndarray) -> np.ndarray:
+        s = self._score(x)
+        return np.column_stack([1.0 - s, s])
+
+    def _score(self, x: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+
 #: The routers by name (filled by the modules defining them; see the package doc).
 ROUTERS: dict[str, type[Router]] = {}
 

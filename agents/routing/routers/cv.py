@@ -29,8 +29,14 @@ from typing import Any
 
 import numpy as np
 
-from agents.routing.routers.base import Inputs, Router, make_router, router_class, take
-from agents.routing.routers.two_model import TwoModelRouter
+from agents.routing.routers.base import (
+    Inputs,
+    Router,
+    TwoModelRouter,
+    make_router,
+    router_class,
+    take,
+)
 from agents.routing.routing_bootstrap import threshold_aiq
 from agents.routing.routing_eval import call_costs
 from cost_envs.config import integer

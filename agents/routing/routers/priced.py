@@ -49,11 +49,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from agents.routing.routers.base import Router, array_of, register
+from agents.routing.routers.base import Router, TwoModelRouter, array_of, register
 from agents.routing.routers.features import standardiser
 from agents.routing.routers.multi import MultiRouter
 from agents.routing.routers.solvers import fit_logistic, logistic_scores
-from agents.routing.routers.two_model import TwoModelRouter
 from agents.routing.routing_core import call_costs
 from cost_envs.config import number
 from cost_envs.traces import TraceDataset

@@ -1,6 +1,6 @@
 """The table of a router on test queries: beside random routing, each model and the oracle.
 
-What ``cost-envs route`` prints (:mod:`agents.cli_route`), as numbers and as Markdown:
+What ``cost-envs route`` prints (:mod:`agents.cli.route`), as numbers and as Markdown:
 
 * two-model routers (:func:`route_report`, :func:`format_report`): accuracy, cost per
   query, strong-call share, APGR, CPT(50%), CPT(80%) and AIQ, each with its 95% bootstrap

@@ -26,54 +26,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from agents.routing.routers.base import Inputs, Router, array_of, register
+from agents.routing.routers.base import TwoModelRouter, array_of, register
+from agents.routing.routers.cv import cross_validate
 from agents.routing.routers.solvers import fit_logistic, logistic_scores, neighbour_share
 from cost_envs.config import integer, number
 from cost_envs.metrics.routing import RoutingCurve, routing_curve
 from cost_envs.traces import TraceDataset
-
-
-class TwoModelRouter(Router):
-    """A router between a weak and a strong model: a score and a threshold.
-
-    Subclasses are dataclasses whose first two fields are ``weak`` and ``strong``.
-    """
-
-    n_models: ClassVar[int | None] = 2
-    #: The lowest threshold calibration returns (a cost-aware score's is 0).
-    min_threshold: ClassVar[float] = -np.inf
-    weak: str
-    strong: str
-
-    @property
-    def models(self) -> tuple[str, ...]:
-        """``(weak, strong)``."""
-        return (self.weak, self.strong)
-
-    def targets(self, data: TraceDataset) -> np.ndarray:
-        """1 where the weak model is wrong (the strong model is needed)."""
-        return ~data.correct[:, data.model_index(self.weak)]
-
-    def scores(self, data: TraceDataset) -> np.ndarray:
-        """Scores of ``data``'s queries: P(weak model wrong); higher: the strong model."""
-        if self._mean is None:
-            raise ValueError("scores: call fit first")
-        return self.predict(data)[:, 1]
-
-    def scores_inputs(self, inputs: Inputs) -> np.ndarray:
-        """:meth:`scores` from precomputed :meth:`inputs`."""
-        return self.predict_inputs(inputs)[:, 1]
-
-    def decide(self, win: np.ndarray, point: float, costs: Any = None) -> np.ndarray:
-        """1 (strong) where the score is at or above the threshold ``point``, else 0."""
-        return (np.asarray(win)[:, 1] >= point).astype(np.int64)
-
-    def _predict(self, x: np.ndarray) -> np.ndarray:
-        s = self._score(x)
-        return np.column_stack([1.0 - s, s])
-
-    def _score(self, x: np.ndarray) -> np.ndarray:
-        raise NotImplementedError
 
 
 @register
@@ -139,8 +97,6 @@ class LogisticRouter(TwoModelRouter):
         Returns:
             ``{"l2", "hashed_weight", "cv_aiq": {"l2=...,w=...": mean AIQ}}``.
         """
-        from agents.routing.routers.cv import cross_validate
-
         others = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                   if f.name not in ("weak", "strong", "l2", "hashed_weight")}
         choice = cross_validate(self.kind, data, weak=self.weak, strong=self.strong,

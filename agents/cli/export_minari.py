@@ -31,7 +31,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from agents.cli_env import add_env_arguments, check_env_kwargs, merged_env_kwargs
+from agents.cli.arguments import known_env_id, positive_int, seed_int
+from agents.cli.env import add_env_arguments, check_env_kwargs, merged_env_kwargs
+from agents.cli.evaluate import EVALUATE_METHODS
 from cost_envs.extras import EXTRA_MODULES, install_hint, missing_modules
 
 #: The envs ``--logged`` applies to.
@@ -48,9 +50,7 @@ def _author(text: str) -> str:
 
 def add_export_minari(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``export-minari``."""
-    from agents.cli import EVALUATE_METHODS, _env_id, _positive_int, _seed  # cli imports us
-
-    parser.add_argument("--env", type=_env_id, required=True, help="environment id")
+    parser.add_argument("--env", type=known_env_id, required=True, help="environment id")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--policy", choices=list(EVALUATE_METHODS), metavar="NAME",
                         help=f"the method to roll out, one of: {', '.join(EVALUATE_METHODS)}")
@@ -60,10 +60,10 @@ def add_export_minari(parser: argparse.ArgumentParser) -> None:
                         help="the LoRA supervised stage's teacher episodes")
     source.add_argument("--logged", action="store_true",
                         help=f"every logged (query, model) outcome ({TRACE_ENV} only)")
-    parser.add_argument("--episodes", type=_positive_int, default=None,
+    parser.add_argument("--episodes", type=positive_int, default=None,
                         help=f"episodes (default {DEFAULT_EPISODES}; --supervised: the "
                              "stage's 1500; not with --logged)")
-    parser.add_argument("--seed", type=_seed, default=0,
+    parser.add_argument("--seed", type=seed_int, default=0,
                         help="task-set seed (--supervised: the training seed; default 0)")
     parser.add_argument("--out", type=Path, default=None,
                         help="datasets directory (default $MINARI_DATASETS_PATH)")
@@ -71,7 +71,7 @@ def add_export_minari(parser: argparse.ArgumentParser) -> None:
                         help="namespaced id, default <env id>/<name>-v0")
     parser.add_argument("--data", type=Path, default=None,
                         help="--logged: the trace file (default: the packaged example)")
-    parser.add_argument("--fit-tasks", type=_positive_int, default=200,
+    parser.add_argument("--fit-tasks", type=positive_int, default=200,
                         help="training tasks a fitted method (best-rule, ...) is fitted on")
     add_env_arguments(parser)
     parser.add_argument("--author", type=_author, default=None, metavar="NAME",
@@ -91,7 +91,7 @@ def _check_combination(args: argparse.Namespace) -> None:
 
 def _load_model(path: Path, env_id: str) -> Any:
     """A saved cost-envs model trained on ``env_id`` (``ValueError`` in one line if not)."""
-    from agents.lora.checkpoints import load_allocator
+    from agents.learners.checkpoints import load_allocator
 
     model = load_allocator(path)  # a model directory only: an SB3 .zip is refused
     if model.env_id != env_id:
@@ -104,7 +104,6 @@ def run_export_minari(args: argparse.Namespace) -> int:
     if missing_modules(EXTRA_MODULES["minari"]):
         raise SystemExit("cost-envs export-minari: needs the minari extra "
                          f"({install_hint('minari')})")
-    from agents.cli import EVALUATE_METHODS
     from agents.minari_export import export_rollouts, export_supervised
     from agents.rules import fitted
     from cost_envs.minari_io import check_dataset_id, datasets_root
@@ -127,7 +126,7 @@ def run_export_minari(args: argparse.Namespace) -> int:
         if args.logged:
             path = export_traces(args.data, **common)
         elif args.supervised is not None:
-            from agents.lora.supervised import SupervisedConfig
+            from agents.learners.supervised import SupervisedConfig
 
             config = SupervisedConfig(teacher=args.supervised,
                                       **({} if args.episodes is None

@@ -14,7 +14,7 @@ per-call overhead, not in arithmetic (``benchmarks/ppo_throughput.py`` measures 
   gradient clipping and Adam are the exact tensor operations of
   ``torch.nn.utils.clip_grad_norm_`` and ``torch.optim.Adam``'s single-tensor step, run
   once over flat buffers that every parameter, gradient and moment is a view of during
-  the update (:class:`agents.lora.fast_optim.FlatAdam`; Adam's operations are
+  the update (:class:`agents.learners.common.fast_optim.FlatAdam`; Adam's operations are
   elementwise).
 * **Rollout** (:meth:`FastPPO.collect_rollouts`). The same forward pass without a
   distribution object, and the time-limit bootstrap visits only the sub-envs that ended.
@@ -29,8 +29,8 @@ through SB3's own code for that piece, so the results are SB3's there too.
 
 ``FastPPO(..., fused_loss=True)`` goes further at a price: the loss and its gradient with
 respect to the logits and values as one autograd node
-(:class:`agents.lora.fused_loss.BernoulliPPOLoss`), and for the PPO baseline's plain
-network the network's backward by hand too (:mod:`agents.lora.fused_network`), so that
+(:class:`agents.learners.common.fused_loss.BernoulliPPOLoss`), and for the PPO baseline's plain
+network the network's backward by hand too (:mod:`agents.learners.common.fused_network`), so that
 an update builds no graph at all; float-close to SB3's, not bit-identical
 (``benchmarks/ppo_fused_curves.py`` compares the learning curves). Off by default.
 """
@@ -53,10 +53,10 @@ from stable_baselines3.common.utils import explained_variance, obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv
 from torch.nn import functional as F
 
-from agents.lora.adapters import plain_linear
-from agents.lora.fast_optim import FlatAdam, clip_grad_norm, optimizer_step
-from agents.lora.fused_loss import BernoulliPPOLoss
-from agents.lora.fused_network import TanhNetwork, fused_step
+from agents.learners.common.adapters import plain_linear
+from agents.learners.common.fast_optim import FlatAdam, clip_grad_norm, optimizer_step
+from agents.learners.common.fused_loss import BernoulliPPOLoss
+from agents.learners.common.fused_network import TanhNetwork, fused_step
 
 #: Rollout-buffer arrays a PPO update reads, in SB3's ``RolloutBuffer.get`` order.
 BUFFER_FIELDS = ("observations", "actions", "values", "log_probs", "advantages", "returns")
@@ -173,7 +173,8 @@ class FastPPO(PPO):
 
     def __init__(self, *args: Any, fused_loss: bool = False, **kwargs: Any) -> None:
         #: Whether the loss and its gradient go through
-        #: :class:`agents.lora.fused_loss.BernoulliPPOLoss` (float-close, not bit-identical).
+        #: :class:`agents.learners.common.fused_loss.BernoulliPPOLoss` (float-close, not
+        #: bit-identical).
         self.fused_loss = bool(fused_loss)
         super().__init__(*args, **kwargs)
 
@@ -298,7 +299,8 @@ class FastPPO(PPO):
                           "ent_coef": self.ent_coef, "vf_coef": self.vf_coef,
                           "aux_coef": self.aux_coef, "out": [],
                           "costs": costs if isinstance(costs, torch.Tensor) else None}
-        # The plain network's backward by hand too (float-close, agents.lora.fused_network)
+        # The plain network's backward by hand too (float-close,
+        # agents.learners.common.fused_network)
         network = TanhNetwork.of(self.policy) if fused else None
         params = list(self.policy.parameters())  # clip_grad_norm_ skips those without grad
         optimizer = self.policy.optimizer

@@ -1,6 +1,6 @@
 """BoPO's warm start: stratified SFT data, behaviour cloning, and the router network.
 
-Steps 4 and 5 of :mod:`agents.routing.bopo` (whose docstring describes the method):
+Steps 4 and 5 of :mod:`agents.learners.bopo` (whose docstring describes the method):
 
 * :func:`synthesize_sft_data`: per training task, the cheapest successful trajectory
   among the two boundary trajectories and ``samples`` mixed ones per large-model
@@ -22,7 +22,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from agents.routing.bopo import (
+from agents.learners.bopo import (
     LEARNING_RATE,
     NET_ARCH,
     STRATA,
@@ -68,7 +68,7 @@ def synthesize_sft_data(
 ) -> SFTData:
     """Stratified SFT data: the cheapest successful trajectory per task, balanced by stratum.
 
-    See :mod:`agents.routing.bopo` (step 4).
+    See :mod:`agents.learners.bopo` (step 4).
 
     Args:
         env: The environment (unbudgeted: demonstrations measure the task).
@@ -129,7 +129,7 @@ def build_model(env: Any, seed: int = 0, learning_rate: float = LEARNING_RATE, n
     """The MaskablePPO router every learned method uses (``NET_ARCH`` policy and value MLPs)."""
     from sb3_contrib import MaskablePPO
 
-    from agents.lora.training import quiet_logger
+    from agents.learners.training import quiet_logger
 
     settings: dict[str, Any] = {"batch_size": 256, "n_epochs": 5, "gamma": 1.0,
                                 "gae_lambda": 0.95, "clip_range": 0.2, "ent_coef": 0.01,

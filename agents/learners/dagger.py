@@ -6,7 +6,7 @@ state the teacher never visits, and there the student guesses. DAgger (Ross, Gor
 Bagnell, 2011) plays the *student*, asks the teacher what it would do at every state the
 student reaches, adds those labels to the data and fits again:
 
-1. traces of the teacher on its own trajectories (:func:`agents.lora.supervised.traces_for`),
+1. traces of the teacher on its own trajectories (:func:`agents.learners.supervised.traces_for`),
    and a fit;
 2. ``dagger_rounds`` times: ``dagger_episodes`` episodes played by the student
    (deterministic), each step labelled with the teacher's action at that state; the
@@ -27,8 +27,8 @@ import gymnasium as gym
 import numpy as np
 
 from agents.evaluation import rollout
-from agents.lora.policies import AllocatorPolicy
-from agents.lora.supervised import (
+from agents.learners.common.policies import AllocatorPolicy
+from agents.learners.supervised import (
     SupervisedConfig,
     Traces,
     discounted_returns,

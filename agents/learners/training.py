@@ -4,8 +4,8 @@
 method         what is trained
 =============  =====================================================================
 ``ppo``        PPO from scratch; the same network with a plain, trainable encoder
-``lora``       the supervised LoRA allocator (:mod:`agents.lora.supervised`); no RL
-``lora-ppo``   ``lora``, then LoRA-guided PPO (:mod:`agents.lora.lora_ppo`) from it
+``lora``       the supervised LoRA allocator (:mod:`agents.learners.supervised`); no RL
+``lora-ppo``   ``lora``, then LoRA-guided PPO (:mod:`agents.learners.lora_ppo`) from it
 =============  =====================================================================
 
 Environments. The RL stage (``ppo``, and ``lora-ppo``'s PPO) steps ``n_envs`` sub-envs of
@@ -23,7 +23,7 @@ and the supervised traces come from ``TRACE_TASK_SEED + seed``. Evaluation reset
 the small seeds (``EVAL_TASK_SEED`` onwards), far below ``TRAIN_TASK_SEED``, so no
 method is scored on a task it trained on.
 
-Both RL stages train with :class:`agents.lora.fast_ppo.FastPPO` (``lora-ppo`` through its
+Both RL stages train with :class:`agents.learners.ppo.FastPPO` (``lora-ppo`` through its
 subclass): SB3's PPO updates, bit for bit, in fewer Python calls.
 
 PPO hyperparameters are shared by ``ppo`` and ``lora-ppo`` where the paper's A.4 fixes
@@ -49,18 +49,26 @@ from stable_baselines3.common.utils import set_random_seed
 
 import cost_envs
 from agents.callbacks import CostMetricsCallback, EvaluateAtSteps
-from agents.lora import ACTION_DISTRIBUTIONS, BASES, METHODS
-from agents.lora.dagger import fit_supervised
-from agents.lora.fast_ppo import FastPPO
-from agents.lora.lora_ppo import LoraGuidedPPO
-from agents.lora.policies import AllocatorPolicy
-from agents.lora.ppo_args import LORA_PPO_ARGUMENTS, PPO_ARGUMENTS, check_hyperparameters
-from agents.lora.pretrain import pretrained_base_path
-from agents.lora.supervised import SupervisedConfig, policy_for
+from agents.learners import ACTION_DISTRIBUTIONS, BASES, METHODS
+from agents.learners.common.policies import AllocatorPolicy
+from agents.learners.common.ppo_args import LORA_PPO_ARGUMENTS, PPO_ARGUMENTS, check_hyperparameters
+from agents.learners.dagger import fit_supervised
+from agents.learners.lora_ppo import LoraGuidedPPO
+from agents.learners.ppo import FastPPO
+from agents.learners.pretrain import pretrained_base_path
+from agents.learners.supervised import SupervisedConfig, policy_for
 from agents.seeds import TRACE_TASK_SEED, train_task_seeds
 from agents.vec_env import make_batched_vec_env
 from cost_envs.config import integer
 
+#: ``gym.make`` options, not arguments of an env: a model's ``env_kwargs`` may not carry
+#: them, since they would change the env it is scored on (a time limit, the checker, the
+#: autoreset or API wrappers). ``render_mode`` is an env argument, but one that chooses
+#: how an episode is shown, which is the viewer's business (``gym.make`` may even wrap the
+#: env for it, and a text renderer would print into ``evaluate --json``), never a model's.
+GYM_MAKE_OPTIONS = ("max_episode_steps", "disable_env_checker", "autoreset",
+                    "apply_api_compatibility", "order_enforce", "additional_wrappers",
+                    "vector_kwargs", "render_mode")
 #: PPO settings shared by ``ppo`` and ``lora-ppo`` (the paper's A.4).
 PPO_SETTINGS: dict[str, Any] = {"n_steps": 512, "batch_size": 64, "gae_lambda": 0.95,
                                 "clip_range": 0.2, "ent_coef": 0.01, "vf_coef": 0.5}
@@ -69,10 +77,10 @@ PPO_SETTINGS: dict[str, Any] = {"n_steps": 512, "batch_size": 64, "gae_lambda": 
 #: core trained 4-12x slower on 2 cores); parallel runs go in separate processes instead.
 DEFAULT_TORCH_THREADS = 1
 #: What ``train(ppo=...)`` may override: SB3 ``PPO``'s hyperparameters, read from its
-#: signature (:mod:`agents.lora.ppo_args`). Anything else is an error, never ignored.
+#: signature (:mod:`agents.learners.common.ppo_args`). Anything else is an error, never ignored.
 PPO_OVERRIDES = frozenset(PPO_ARGUMENTS)
 #: What ``train(ppo=...)`` may also override for ``lora-ppo``: the arguments of
-#: :class:`agents.lora.lora_ppo.LoraGuidedPPO` that plain PPO does not have.
+#: :class:`agents.learners.lora_ppo.LoraGuidedPPO` that plain PPO does not have.
 LORA_PPO_OVERRIDES = frozenset(LORA_PPO_ARGUMENTS)
 
 
@@ -175,8 +183,9 @@ def train(
             docstring; ignored by ``lora``). ``n_steps`` stays SB3's per-sub-env count: a
             rollout is ``n_envs * n_steps`` steps, so ``timesteps`` is rounded up to a
             multiple of it and ``batch_size`` splits the bigger rollout.
-        action_distribution: The policy's action head (:data:`agents.lora.ACTION_DISTRIBUTIONS`):
-            ``independent`` (the paper's) or ``autoregressive``.
+        action_distribution: The policy's action head
+            (:data:`agents.learners.ACTION_DISTRIBUTIONS`): ``independent`` (the paper's)
+            or ``autoregressive``.
         evaluate_at: Env-step counts at which the RL stage's policy is scored on the
             evaluation tasks (``eval_episodes`` of task seed 0,
             :class:`agents.callbacks.EvaluateAtSteps`), and once at the end: the learning
@@ -251,8 +260,6 @@ def train(
 
 def _check_batched_kwargs(kwargs: Mapping[str, Any]) -> None:
     """Refuse ``gym.make`` options: the batched env of the RL stage takes none of them."""
-    from agents.lora.checkpoints import GYM_MAKE_OPTIONS  # it imports this module
-
     for key in kwargs:
         if key in GYM_MAKE_OPTIONS:
             raise ValueError(f"env_kwargs: {key!r} is a gym.make option, not an argument of "
@@ -265,7 +272,7 @@ def ppo_settings(overrides: Mapping[str, Any] | None, method: str) -> dict[str, 
 
     Raises:
         ValueError: One line naming an unknown key and the valid ones, or a bad value
-            (:func:`agents.lora.ppo_args.check_hyperparameters`).
+            (:func:`agents.learners.common.ppo_args.check_hyperparameters`).
     """
     return {**PPO_SETTINGS, **check_hyperparameters(overrides or {}, method)}
 

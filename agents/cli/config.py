@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.lora import ACTION_DISTRIBUTIONS, BASES
+from agents.learners import ACTION_DISTRIBUTIONS, BASES
 from cost_envs.config import coerce_config, integer, one_of, suggestion
 from cost_envs.config_files import read_config_file
 
@@ -73,7 +73,7 @@ def read_train_config(path: Path | None, method: str) -> TrainSettings:
     data = read_config_file(path)
     if not isinstance(data, Mapping):
         raise ValueError(f"{path}: expected a mapping of settings, got {data!r}")
-    from agents.lora.ppo_args import accepted, check_hyperparameters
+    from agents.learners.common.ppo_args import accepted, check_hyperparameters
 
     hyper = accepted(method)
     unknown = sorted(str(key) for key in data if key not in TRAIN_KEYS and key not in hyper)
@@ -113,7 +113,7 @@ def _supervised(value: Any, path: Path) -> Any:
     """The ``supervised`` section as a :class:`SupervisedConfig` (``None`` if absent)."""
     if value is None:
         return None
-    from agents.lora.supervised import SupervisedConfig
+    from agents.learners.supervised import SupervisedConfig
 
     if not isinstance(value, Mapping):
         raise ValueError(f"{path}: supervised: expected a mapping of SupervisedConfig "

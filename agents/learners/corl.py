@@ -3,12 +3,12 @@
 CORL (arXiv 2511.02755) trains a single controller that sees the query's budget tier
 and is rewarded with its task performance gated by that tier's budget. Here:
 
-* :func:`train_shared_ppo` trains PPO (SB3's updates, :class:`~agents.lora.fast_ppo.FastPPO`)
+* :func:`train_shared_ppo` trains PPO (SB3's updates, :class:`~agents.learners.ppo.FastPPO`)
   with the plain :class:`AllocatorPolicy` on
   ``BudgetTier(ExpertRouting-v0)``, a tier drawn per query, gated reward;
 * :func:`train_tier_adapters` is the LoRA variant: the shared PPO encoder becomes a frozen
   base, and each tier gets its own LoRA adapter (with its own value head), trained by
-  :class:`agents.lora.lora_ppo.LoraGuidedPPO` on that tier only (with its expected-cost term
+  :class:`agents.learners.lora_ppo.LoraGuidedPPO` on that tier only (with its expected-cost term
   off, so both variants optimise the same gated reward), starting from the shared
   policy (LoRA's B = 0, so each adapter starts as exactly the shared policy);
   :class:`TierAdapters` routes each observation to its tier's adapter;
@@ -43,10 +43,10 @@ import cost_envs  # noqa: F401  (registers the envs)
 from agents.allocator import Allocator
 from agents.callbacks import CostMetricsCallback
 from agents.evaluation import EvaluationResult, evaluate
-from agents.lora.fast_ppo import FastPPO
-from agents.lora.lora_ppo import LoraGuidedPPO
-from agents.lora.policies import AllocatorPolicy
-from agents.lora.training import ppo_settings, quiet_logger
+from agents.learners.common.policies import AllocatorPolicy
+from agents.learners.lora_ppo import LoraGuidedPPO
+from agents.learners.ppo import FastPPO
+from agents.learners.training import ppo_settings, quiet_logger
 from agents.seeds import TRAIN_TASK_SEED
 from cost_envs.metrics import bootstrap_mean_ci
 from cost_envs.wrappers import TIERS, BudgetTier
@@ -94,7 +94,7 @@ def train_shared_ppo(timesteps: int, seed: int = 0, env_kwargs: Mapping[str, Any
     settings = ppo_settings(ppo, "ppo")
     set_random_seed(seed)
     env = make_tier_env(env_kwargs, env_id=env_id)
-    # FastPPO: SB3's PPO updates bit for bit, in fewer Python calls (agents.lora.fast_ppo)
+    # FastPPO: SB3's PPO updates bit for bit, in fewer Python calls (agents.learners.ppo)
     model = FastPPO(AllocatorPolicy, env, policy_kwargs={"lora_rank": None}, seed=seed,
                 device="cpu", **settings)
     quiet_logger(model, verbose)

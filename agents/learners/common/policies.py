@@ -23,10 +23,9 @@ value     ``value_net``                                   yes
 Three traps are closed here rather than left to the user: adapters are injected in the
 features extractor's constructor, before SB3's ``_build`` creates the optimizer, and the
 optimizer is then rebuilt from the trainable groups only (checked by
-:func:`agents.lora.adapters.verify_optimizer`); ``ortho_init`` is off with LoRA or a pretrained
-base, because it would overwrite them (asking for it then is an error; the plain network
-keeps SB3's default, on); adapters have no
-dropout.
+:func:`agents.learners.common.adapters.verify_optimizer`); ``ortho_init`` is off with LoRA
+or a pretrained base, because it would overwrite them (asking for it then is an error; the
+plain network keeps SB3's default, on); adapters have no dropout.
 """
 
 from __future__ import annotations
@@ -47,9 +46,14 @@ from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from torch import nn
 
 from agents.files import check_safetensors_header
-from agents.lora import ACTION_DISTRIBUTIONS
-from agents.lora.adapters import LoraSettings, adapted_linear, inject_lora, verify_optimizer
-from agents.lora.distributions import AutoregressiveBernoulliDistribution
+from agents.learners import ACTION_DISTRIBUTIONS
+from agents.learners.common.adapters import (
+    LoraSettings,
+    adapted_linear,
+    inject_lora,
+    verify_optimizer,
+)
+from agents.learners.common.distributions import AutoregressiveBernoulliDistribution
 from cost_envs.config import integer, number
 from cost_envs.config_files import read_config_file
 
@@ -59,7 +63,7 @@ PARAMETER_GROUPS = ("base", "adapter", "action", "value")
 
 #: A frozen base encoder: the path of its ``<name>.safetensors`` (next to ``<name>.json``),
 #: or the ``(state dict, config)`` pair that :func:`load_base` returns and
-#: :func:`agents.lora.pretrain.pretrain_base` makes, handed over without a file.
+#: :func:`agents.learners.pretrain.pretrain_base` makes, handed over without a file.
 BaseSource = str | Path | tuple[Mapping[str, torch.Tensor], Mapping[str, Any]]
 #: Widest layer and highest adapter rank a config may ask for. Far above the 64 this
 #: library trains, it stops a crafted file from making the loader allocate gigabytes.
@@ -261,7 +265,8 @@ class MlpEncoder(BaseFeaturesExtractor):
         """Features of a batch of observations.
 
         The same function as ``self.net(observations)``; each layer goes through
-        :func:`agents.lora.adapters.adapted_linear`, which skips peft's per-call dispatch.
+        :func:`agents.learners.common.adapters.adapted_linear`, which skips peft's per-call
+        dispatch.
         """
         hidden = observations
         for layer in list(self.net)[::2]:  # Linear, Tanh, ...; slicing the Sequential builds one
@@ -281,13 +286,13 @@ class AllocatorPolicy(ActorCriticPolicy):
         lora_alpha: Adapter scale.
         base: A pretrained frozen base, ``None`` for a random one: the path of its
             ``.safetensors`` file, or its ``(state dict, config)`` pair in memory (as
-            :func:`load_base` returns and :func:`agents.lora.pretrain.pretrain_base` makes);
+            :func:`load_base` returns and :func:`agents.learners.pretrain.pretrain_base` makes);
             both give the same network.
         trainable: Group name -> learning-rate multiplier for the groups that train.
             Default: ``adapter``, ``action`` and ``value`` with LoRA, every group without.
         action_distribution: ``independent`` (SB3's Bernoulli: one logit per agent, the paper's)
             or ``autoregressive`` (each agent's logit also sees the earlier agents' bits,
-            :mod:`agents.lora.distributions`; its coupling is in the ``action`` group).
+            :mod:`agents.learners.common.distributions`; its coupling is in the ``action`` group).
         **kwargs: Passed to ``ActorCriticPolicy`` (not ``net_arch``, the features
             extractor or ``share_features_extractor``: this architecture fixes them).
     """

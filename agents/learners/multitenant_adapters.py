@@ -1,12 +1,12 @@
 """One LoRA adapter per tenant on a shared frozen base (adapter-per-tenant deployment).
 
-Start from a shared-parameter PPO policy (:func:`agents.multiagent.training.train_shared`):
+Start from a shared-parameter PPO policy (:func:`agents.learners.multitenant.train_shared`):
 its encoder becomes the frozen base of every tenant, and each tenant gets its own
 rank-``r`` LoRA adapters plus its own copy of the action and value heads, initialised
 from the shared ones (LoRA's B = 0, so every tenant starts exactly at the shared policy).
 Each tenant's adapter is then trained with PPO on :class:`TenantView`, the multi-tenant
 env seen by that tenant alone while the others keep acting with the shared policy.
-Only the adapters and the heads train (:class:`agents.lora.policies.AllocatorPolicy`'s
+Only the adapters and the heads train (:class:`agents.learners.common.policies.AllocatorPolicy`'s
 groups ``adapter``, ``action``, ``value``); the base is the same frozen tensors'
 values for every tenant (each policy holds its own copy of them).
 """
@@ -20,10 +20,10 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from agents.lora.fast_ppo import FastPPO
-from agents.lora.policies import AllocatorPolicy
-from agents.lora.training import ppo_settings, quiet_logger, threads
-from agents.multiagent.training import SharedPolicy
+from agents.learners.common.policies import AllocatorPolicy
+from agents.learners.multitenant import SharedPolicy
+from agents.learners.ppo import FastPPO
+from agents.learners.training import ppo_settings, quiet_logger, threads
 from agents.seeds import TRAIN_TASK_SEED
 from cost_envs.config import integer
 from cost_envs.multiagent import MultiTenantEnv, parallel_env

@@ -1,11 +1,12 @@
 """The plain allocator network's backward by hand: the fused PPO update without autograd.
 
-With the loss's gradient in closed form (:class:`agents.lora.fused_loss.BernoulliPPOLoss`)
+With the loss's gradient in closed form
+(:class:`~agents.learners.common.fused_loss.BernoulliPPOLoss`)
 the only autograd left in a fused update is the network: a tanh MLP encoder shared by a
 linear action head and a linear value head, a few 64-wide layers on minibatches of 64.
 Walking its graph costs more than its arithmetic, so :class:`TanhNetwork` runs the same
 layers forward without a graph and backpropagates by hand, writing each gradient straight
-into the parameter's ``.grad`` (the views of :class:`agents.lora.fast_optim.FlatAdam`'s
+into the parameter's ``.grad`` (the views of :class:`agents.learners.common.fast_optim.FlatAdam`'s
 flat buffer during an update). For ``h = tanh(z)``, ``z = x W^T + b``:
 
 * ``dW = dz^T x``, ``db = sum_rows dz``, ``dx = dz W``;
@@ -25,7 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from agents.lora.fused_loss import BernoulliPPOLoss
+from agents.learners.common.fused_loss import BernoulliPPOLoss
 
 
 @dataclass(frozen=True)
@@ -40,11 +41,11 @@ class TanhNetwork:
     def of(cls, policy: Any) -> TanhNetwork | None:
         """The network of ``policy`` if it is the plain one, else ``None``.
 
-        Plain: :class:`agents.lora.policies.MlpEncoder` layers that are ``nn.Linear`` and
+        Plain: :class:`agents.learners.common.policies.MlpEncoder` layers that are ``nn.Linear`` and
         ``Tanh`` in turn, an empty ``MlpExtractor`` and linear heads, every parameter
-        trained, no hooks (:func:`agents.lora.fast_ppo.fast_bernoulli` checked the rest).
+        trained, no hooks (:func:`agents.learners.ppo.fast_bernoulli` checked the rest).
         """
-        from agents.lora.policies import MlpEncoder
+        from agents.learners.common.policies import MlpEncoder
 
         encoder = getattr(policy, "features_extractor", None)
         mlp = getattr(policy, "mlp_extractor", None)

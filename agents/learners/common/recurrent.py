@@ -10,7 +10,7 @@ that buffer, a drop-in that takes the same arguments::
 
     >>> import gymnasium as gym
     >>> import cost_envs
-    >>> from agents.lora.recurrent import RecurrentPPO
+    >>> from agents.learners.common.recurrent import RecurrentPPO
     >>> model = RecurrentPPO("MlpLstmPolicy", gym.make("cost_envs/ToolBench-v0"),
     ...                      n_steps=16, batch_size=16, n_epochs=1, seed=0)
     >>> _ = model.learn(32)

@@ -16,7 +16,7 @@ Randomised pools:
 * FlightPlanner: the six preset agents, each price scaled by ``exp(N(0, 0.5))`` and each
   capability by ``U(0.7, 1.15)`` (clipped to 1), each validator dropped with chance 1/4.
 
-The shipped bases in ``agents/lora/pretrained/`` were made by ``cost-envs pretrain`` with the
+The shipped bases in ``agents/learners/pretrained/`` were made by ``cost-envs pretrain`` with the
 defaults below; their JSON config records the recipe, and a test rebuilds them.
 """
 
@@ -35,8 +35,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from agents.files import check_creatable, write_files_atomic
-from agents.lora.policies import check_base, tanh_mlp
-from agents.lora.supervised import greedy_traces
+from agents.learners.common.policies import check_base, tanh_mlp
+from agents.learners.supervised import greedy_traces
 from agents.progress import progress_bar
 from agents.seeds import PRETRAIN_TASK_SEED
 from cost_envs.envs.flight_planner import flight_planner_pool
@@ -44,7 +44,7 @@ from cost_envs.envs.toolbench import TOOLBENCH_CATALOGUE
 from cost_envs.pool import AgentPool, AgentSpec
 
 #: Task seeds of the pretraining traces start here, away from the evaluation seeds (0..)
-#: and from the training seeds of :mod:`agents.lora.training`.
+#: and from the training seeds of :mod:`agents.learners.training`.
 #: Where the shipped bases live, one ``<EnvName>.safetensors`` + ``.json`` per env.
 PRETRAINED_DIR = Path(__file__).parent / "pretrained"
 
@@ -196,7 +196,8 @@ def save_base(state: dict[str, torch.Tensor], config: dict[str, Any], path: str 
     """Write ``<path>.safetensors`` and ``<path>.json``; returns the weights path.
 
     A ``path`` already ending in ``.safetensors`` is used as is. The pair is checked as
-    :func:`agents.lora.policies.load_base` will check it, so a base that saves also loads.
+    :func:`agents.learners.common.policies.load_base` will check it, so a base that saves
+    also loads.
     """
     weights, config_path = base_files(path)
     check_base(state, config, f"base encoder {weights}")

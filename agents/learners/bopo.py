@@ -28,10 +28,10 @@ long-horizon agent task to a small or a large model. Its ingredients, as impleme
    kept (on a hard task always-large is always a candidate, so one exists; intractable
    tasks are skipped). The kept trajectories are then balanced across strata: every
    non-empty stratum contributes the same number of tasks (the smallest stratum's count,
-   the rest subsampled) (:func:`~agents.routing.bopo_sft.synthesize_sft_data`).
+   the rest subsampled) (:func:`~agents.learners.bopo_sft.synthesize_sft_data`).
 5. **SFT warm start.** Behaviour cloning of the policy's action head and its policy MLP:
    a few epochs of cross-entropy (minus the log-likelihood of the demonstrated actions
-   under the *unmasked* policy) (:func:`~agents.routing.bopo_sft.sft_warm_start`). No
+   under the *unmasked* policy) (:func:`~agents.learners.bopo_sft.sft_warm_start`). No
    action masks are applied: the demonstrations are rolled out without a budget (step
    4), so no mask was in force in their states.
 6. **BoPO policy optimisation.** sb3-contrib's ``MaskablePPO``, warm-started from the SFT
@@ -74,7 +74,7 @@ training tasks), without SFT or reference. The SFT policy alone is reported too 
 warm start's own contribution).
 
 This module holds the method's task-level pieces (environments, boundaries, taxonomy,
-normalised cost, rewards); :mod:`agents.routing.bopo_sft` holds steps 4-5 and the router
+normalised cost, rewards); :mod:`agents.learners.bopo_sft` holds steps 4-5 and the router
 network. The experiment (scales, training runs, the comparison on the three profiles and
 its report ``bopo.md``) is ``experiments/bopo.py`` in the repository, not part of the
 installed package. There, every method is scored on the same evaluation tasks (drawn

@@ -3,7 +3,8 @@
 What differs from SB3's PPO, and nothing else:
 
 * **What trains.** Exactly the LoRA ``A``/``B`` matrices of the encoder and the value
-  head (groups ``adapter`` and ``value`` of :class:`~agents.lora.policies.AllocatorPolicy`).
+  head (groups ``adapter`` and ``value`` of
+  :class:`~agents.learners.common.policies.AllocatorPolicy`).
   The frozen base and the action head learned in the supervised stage stay fixed, so the
   policy can only move within the span of the adapters. The optimizer holds those tensors
   and no others (checked at setup). Beyond the paper, ``action_lr_scale`` also trains the
@@ -32,8 +33,9 @@ import numpy as np
 import torch
 from stable_baselines3.common.utils import explained_variance
 
-from agents.lora.adapters import verify_optimizer
-from agents.lora.fast_ppo import (
+from agents.learners.common.adapters import verify_optimizer
+from agents.learners.common.policies import AllocatorPolicy
+from agents.learners.ppo import (
     FastPPO,
     as_floats,
     bernoulli_entropy,
@@ -41,8 +43,7 @@ from agents.lora.fast_ppo import (
     bernoulli_log_prob,
     clip_fractions,
 )
-from agents.lora.policies import AllocatorPolicy
-from agents.lora.supervised import relative_prices
+from agents.learners.supervised import relative_prices
 from cost_envs.config import number
 
 
@@ -121,7 +122,7 @@ class LoraGuidedPPO(FastPPO):
     def train(self) -> None:
         """One PPO update over the rollout buffer (SB3's, plus the expected-cost term).
 
-        :class:`~agents.lora.fast_ppo.FastPPO`'s update loop; the cost term comes from
+        :class:`~agents.learners.ppo.FastPPO`'s update loop; the cost term comes from
         :meth:`_evaluate` (the call probabilities) and :meth:`_aux_loss`.
         """
         verify_optimizer(self.policy, self.policy.optimizer)

@@ -2,11 +2,12 @@
 
 Every tenant is one sub-environment of an SB3 ``VecEnv`` (SuperSuit's
 ``pettingzoo_env_to_vec_env_v1``, then ``concat_vec_envs_v1`` for ``n_envs`` copies of the
-multi-tenant env), so one policy, the project's :class:`agents.lora.policies.AllocatorPolicy`
+multi-tenant env), so one policy, the project's
+:class:`agents.learners.common.policies.AllocatorPolicy`
 (the plain network of the PPO baseline, ``lora_rank=None``), learns from all tenants at
 once and acts for each on its own observation, shared state included (the budget left,
 whether it waited, each model's load): it can learn to ask for less when the pool is full.
-The PPO settings are the project's (:data:`agents.lora.training.PPO_SETTINGS`).
+The PPO settings are the project's (:data:`agents.learners.training.PPO_SETTINGS`).
 
 Two gaps between SuperSuit 3.11 and SB3 2.9 are closed by :class:`TenantVecEnv`: SB3's
 ``VecEnv.seed`` reaches SuperSuit's concatenated env, which has no ``seed`` (here the seed
@@ -25,9 +26,9 @@ from typing import Any
 import numpy as np
 from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper
 
-from agents.lora.fast_ppo import FastPPO
-from agents.lora.policies import AllocatorPolicy
-from agents.lora.training import ppo_settings, quiet_logger, threads
+from agents.learners.common.policies import AllocatorPolicy
+from agents.learners.ppo import FastPPO
+from agents.learners.training import ppo_settings, quiet_logger, threads
 from agents.seeds import TRAIN_TASK_SEED
 from cost_envs.config import integer
 from cost_envs.extras import import_extra
@@ -127,7 +128,7 @@ def train_shared(env_id: str, timesteps: int, seed: int = 0, n_envs: int = 1,
         seed: Training seed, >= 0; the tasks come from ``TRAIN_TASK_SEED + seed``.
         n_envs: Copies of the multi-tenant env stepped side by side.
         env_kwargs: :class:`~cost_envs.multiagent.MultiTenantEnv`'s arguments.
-        ppo: Overrides of the project's PPO settings (as ``agents.lora.training.train``).
+        ppo: Overrides of the project's PPO settings (as ``agents.learners.training.train``).
         verbose: SB3 verbosity.
         torch_threads: Torch's intra-op threads while training (``None``: unchanged).
 

@@ -1,7 +1,7 @@
 """Which SB3 hyperparameters ``train(ppo=...)`` and ``cost-envs train --config`` accept.
 
 The accepted keys are read from the algorithm's own signature (SB3's ``PPO``, and for
-``lora-ppo`` also :class:`agents.lora.lora_ppo.LoraGuidedPPO`'s extra arguments), so a
+``lora-ppo`` also :class:`agents.learners.lora_ppo.LoraGuidedPPO`'s extra arguments), so a
 new SB3 release's arguments are accepted without a list to keep in step, and a misspelt
 key is an error naming it and the valid ones instead of being ignored. Arguments the
 training code sets itself (the policy, the env, the device, logging, the seed) are not
@@ -20,7 +20,7 @@ from typing import Any
 
 from stable_baselines3 import PPO
 
-from agents.lora.lora_ppo import LoraGuidedPPO
+from agents.learners.lora_ppo import LoraGuidedPPO
 from cost_envs.config import boolean, integer, number, suggestion
 
 #: Arguments the training code sets itself: never hyperparameters.
@@ -46,7 +46,7 @@ LORA_PPO_ARGUMENTS: dict[str, Any] = {
     if name not in PPO_ARGUMENTS}
 
 
-#: What every RL stage adds (:class:`agents.lora.fast_ppo.FastPPO`): ``fused_loss``, the
+#: What every RL stage adds (:class:`agents.learners.ppo.FastPPO`): ``fused_loss``, the
 #: update's gradients by hand, float-close to SB3's rather than bit-identical and faster.
 FAST_PPO_ARGUMENTS: dict[str, Any] = {"fused_loss": False}
 

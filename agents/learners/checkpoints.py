@@ -40,17 +40,18 @@ from agents.files import (
     is_directory_or_absent,
     write_directory_atomic,
 )
-from agents.lora import ACTION_DISTRIBUTIONS, BASES, METHODS
-from agents.lora.adapters import merge_lora
-from agents.lora.policies import (
+from agents.learners import ACTION_DISTRIBUTIONS, BASES, METHODS
+from agents.learners.common.adapters import merge_lora
+from agents.learners.common.policies import (
     MAX_WIDTH,
     PARAMETER_GROUPS,
     AllocatorPolicy,
     check_widths,
     read_tensors,
 )
-from agents.lora.supervised import policy_for
-from agents.lora.training import TrainedAllocator
+from agents.learners.legacy import old_module_paths
+from agents.learners.supervised import policy_for
+from agents.learners.training import GYM_MAKE_OPTIONS, TrainedAllocator
 from cost_envs.config import integer, number
 from cost_envs.config_files import read_config_file
 
@@ -66,14 +67,6 @@ _MODEL_KEYS = (("format", "version", "env_id", "env_kwargs", "method", "architec
 _ADAPTER_KEYS = (("format", "version", "architecture", "n_agents", "base_sha256"), ("groups",))
 #: The parameter groups an adapter file holds: everything but the frozen base.
 _ADAPTER_GROUPS = tuple(group for group in PARAMETER_GROUPS if group != "base")
-#: ``gym.make`` options, not arguments of an env: a model's ``env_kwargs`` may not carry
-#: them, since they would change the env it is scored on (a time limit, the checker, the
-#: autoreset or API wrappers). ``render_mode`` is an env argument, but one that chooses
-#: how an episode is shown, which is the viewer's business (``gym.make`` may even wrap the
-#: env for it, and a text renderer would print into ``evaluate --json``), never a model's.
-GYM_MAKE_OPTIONS = ("max_episode_steps", "disable_env_checker", "autoreset",
-                    "apply_api_compatibility", "order_enforce", "additional_wrappers",
-                    "vector_kwargs", "render_mode")
 #: SB3 registers the shared encoder three times; only ``features_extractor.*`` is stored.
 _ALIASES = ("pi_features_extractor.", "vf_features_extractor.")
 
@@ -168,8 +161,8 @@ def check_env_kwargs(env_id: str, env_kwargs: Any, source: str | Path) -> dict[s
         ``env_kwargs``.
 
     Raises:
-        ValueError: Not an object, a :data:`GYM_MAKE_OPTIONS` key, or a key that is not
-            an argument of the env.
+        ValueError: Not an object, a :data:`~agents.learners.training.GYM_MAKE_OPTIONS` key,
+            or a key that is not an argument of the env.
     """
     if not isinstance(env_kwargs, dict):
         raise ValueError(f"{source}: env_kwargs must be an object, got {env_kwargs!r}")
@@ -311,7 +304,8 @@ def load_allocator(path: str | Path, trust_pickle: bool = False) -> Any:
                 "on the command line). Models saved by cost-envs (a directory with "
                 "model.safetensors and config.json) load without unpickling."
             )
-        return PPO.load(path, device="cpu")
+        with old_module_paths():  # a .zip saved before issue #25 names agents.lora.*
+            return PPO.load(path, device="cpu")
     if not path.is_dir():
         raise FileNotFoundError(f"{path}: no such model directory")
     for name in _MODEL_FILES:

@@ -54,6 +54,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from agents.cli.arguments import int_at_least, positive_int, seed_int
 from agents.routing.routers import ROUTERS
 
 #: Exit status of a bad input (file, model name, saved router), as for a usage error.
@@ -88,8 +89,6 @@ def _float_type(accept: Callable[[float], bool], expected: str) -> Callable[[str
 
 # ---------------------------------------------------------------------- arguments
 def _add_data(parser: argparse.ArgumentParser, seed_help: str, split_help: str) -> None:
-    from agents.cli import _positive_int, _seed
-
     parser.add_argument("--data", type=Path, nargs="+", required=True, metavar="FILE_OR_DIR",
                         help="log files (combined, each keeping its group), or a folder of them")
     parser.add_argument("--format", choices=DATA_FORMATS, default=None,
@@ -101,8 +100,8 @@ def _add_data(parser: argparse.ArgumentParser, seed_help: str, split_help: str) 
     parser.add_argument("--prices", type=Path, default=None, metavar="FILE",
                         help="price table (YAML/JSON) for calls without a logged cost "
                              "(default: the packaged table)")
-    parser.add_argument("--seed", type=_seed, default=0, help=seed_help)
-    parser.add_argument("--resamples", type=_positive_int, default=1000,
+    parser.add_argument("--seed", type=seed_int, default=0, help=seed_help)
+    parser.add_argument("--resamples", type=positive_int, default=1000,
                         help="bootstrap resamples for the 95%% intervals (default 1000)")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object instead of the table")
@@ -110,8 +109,6 @@ def _add_data(parser: argparse.ArgumentParser, seed_help: str, split_help: str) 
 
 def add_route(parser: argparse.ArgumentParser) -> None:
     """``route``'s two actions, ``train`` and ``score``."""
-    from agents.cli import _int_at_least
-
     sub = parser.add_subparsers(dest="route_command", required=True, metavar="ACTION")
     train = sub.add_parser("train", help="train, calibrate, test and save a router",
                            description="Train a router on logs, set its operating point on "
@@ -130,7 +127,7 @@ def add_route(parser: argparse.ArgumentParser) -> None:
                             "features; cascade: also reads the weak model's logged answer; "
                             "priced: predicted accuracy gained per expected extra dollar; "
                             "multi-logistic: any number of models, traded against cost by lam)")
-    train.add_argument("--cv", type=_int_at_least(2, "a number of folds >= 2"), default=None,
+    train.add_argument("--cv", type=int_at_least(2, "a number of folds >= 2"), default=None,
                        metavar="K",
                        help="choose the router's l2 (kNN: k) by K folds of the training "
                             "split, kept whole as --split-by says, by mean validation AIQ "

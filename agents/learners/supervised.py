@@ -32,7 +32,7 @@ from torch.nn import functional as F
 
 from agents.baselines import GreedyHeuristic
 from agents.evaluation import rollout
-from agents.lora.policies import AllocatorPolicy
+from agents.learners.common.policies import AllocatorPolicy
 from agents.progress import progress_bar
 from cost_envs.config import integer, number
 
@@ -155,7 +155,7 @@ class SupervisedConfig:
             :class:`GreedyHeuristic`), ``planner`` (the env family's planner, which knows
             the task but not its luck) or ``bayes`` (the family's Bayes reference, which
             knows the task prior and what the episode showed: not privileged).
-        dagger_rounds: DAgger rounds after the first fit (:mod:`agents.lora.dagger`): the
+        dagger_rounds: DAgger rounds after the first fit (:mod:`agents.learners.dagger`): the
             student plays, the teacher labels its states; 0 is plain behaviour cloning.
             The greedy teacher cannot label states it did not reach, so it takes none.
         dagger_episodes: Student episodes per DAgger round.

@@ -1,0 +1,47 @@
+"""The argument types the ``cost-envs`` subcommands share.
+
+Each is an argparse ``type``: it turns the text into a value or raises
+``argparse.ArgumentTypeError`` naming what it expected, which argparse prints as a usage
+error (status 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+import cost_envs
+
+
+def int_at_least(minimum: int, what: str) -> Callable[[str], int]:
+    """An argparse type for integers >= ``minimum``; ``what`` names them in errors."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        return value
+
+    return parse
+
+
+#: A count: episodes, timesteps, sub-envs, resamples.
+positive_int = int_at_least(1, "a positive integer")
+#: A seed.
+seed_int = int_at_least(0, "an integer >= 0")
+
+
+def known_env_id(text: str) -> str:
+    """A registered id, also accepted without its namespace (``FlightPlanner-v0``)."""
+    by_name = {env_id.split("/")[-1]: env_id for env_id in cost_envs.ENV_IDS}
+    if text in cost_envs.ENV_IDS:
+        return text
+    if text in by_name:
+        return by_name[text]
+    raise argparse.ArgumentTypeError(
+        f"unknown environment {text!r}; valid ids: {', '.join(cost_envs.ENV_IDS)}"
+    )
+

@@ -1,0 +1,41 @@
+"""The learners, one module each, with their training entries.
+
+* **PPO** from scratch: :mod:`agents.learners.ppo` (``FastPPO``, SB3's PPO updates in
+  fewer calls); entry :func:`~agents.learners.training.train` with ``method="ppo"``.
+* **Supervised LoRA**: :mod:`agents.learners.supervised` (+ :mod:`~agents.learners.dagger`);
+  entry ``train(..., method="lora")``.
+* **LoRA-guided PPO**: :mod:`agents.learners.lora_ppo` (``LoraGuidedPPO``); entry
+  ``train(..., method="lora-ppo")``.
+* **CORL**, one controller for every budget tier: :mod:`agents.learners.corl`; entries
+  :func:`~agents.learners.corl.train_shared_ppo` (the controller), then
+  :func:`~agents.learners.corl.train_tier_adapters` (one LoRA adapter per tier).
+* **BoPO**: :mod:`agents.learners.bopo` (boundaries, rewards) and
+  :mod:`~agents.learners.bopo_sft` (SFT data, warm start, the masked router); its model is
+  :func:`~agents.learners.bopo_sft.build_model`, warm-started by
+  :func:`~agents.learners.bopo_sft.sft_warm_start`, trained on
+  :class:`~agents.learners.bopo.BoPOReward` (the loop is ``experiments/bopo_jobs.py``'s).
+* **Multi-tenant shared-parameter PPO**: :mod:`agents.learners.multitenant`; entry
+  :func:`~agents.learners.multitenant.train_shared`, then one LoRA adapter per tenant with
+  :func:`~agents.learners.multitenant_adapters.train_adapters`.
+
+Beside them: :mod:`agents.learners.training` (the one ``train`` of the PPO family and the
+:class:`~agents.learners.training.TrainedAllocator` it returns),
+:mod:`agents.learners.checkpoints` (models saved as safetensors, never unpickled),
+:mod:`agents.learners.pretrain` (the frozen bases, shipped in ``pretrained/``) and
+:mod:`agents.learners.common` (what the learners share: the policy network, LoRA adapters,
+action distributions, PPO's fused update, hyperparameter checks). The references they are
+scored against are not learners and live beside this package: the baselines
+(:mod:`agents.baselines`, :mod:`agents.multiagent`), the rules (:mod:`agents.rules`) and
+the planners (:mod:`agents.planning`).
+
+Importing this package does not import torch: it names the methods and bases (the CLI's
+choices); its modules import torch themselves.
+"""
+
+#: Training methods, in table order: supervised LoRA, PPO from scratch, LoRA-guided PPO.
+METHODS = ("lora", "ppo", "lora-ppo")
+#: Where the LoRA encoder's frozen base comes from.
+BASES = ("pretrained", "random")
+#: The policy's action distributions (:mod:`agents.learners.common.distributions`): SB3's
+#: independent bits, or bits drawn in agent order, each seeing the earlier ones.
+ACTION_DISTRIBUTIONS = ("independent", "autoregressive")
