@@ -23,12 +23,12 @@ import pytest
 from agents.routing.routers import (
     CascadeRouter,
     LogisticRouter,
-    MultiRouter,
     calibrate_lam,
     calibrate_share,
     cross_validate,
     make_router,
 )
+from agents.routing.routers.base import take
 from cost_envs.metrics.routing import routing_curve
 from cost_envs.prices import default_price_table
 from cost_envs.traces import TraceDataset, load_routerarena, load_traces
@@ -94,8 +94,8 @@ def test_held_out_rows_are_reproduced(name: str, row: str) -> None:
     weak, strong = weak_strong(data)
     kind, split_by = committed["kind"], PROTOCOLS[name][0]
     probe = make_router(kind, weak, strong)
-    stats, text = probe.inputs(data)  # per query: computed once, indexed per fold
-    labels = probe.targets(data)
+    inputs = probe.inputs(data)  # per query: computed once, indexed per fold
+    labels, fit_costs = probe.targets(data), probe.training_costs(data)
     calls = np.zeros(data.n_queries, dtype=bool)
     train_shares, chosen = [], []
     for train, test in splits(data, name):
@@ -103,14 +103,15 @@ def test_held_out_rows_are_reproduced(name: str, row: str) -> None:
         if "cv" in committed["settings"]:  # nested: the training fold's own folds
             choice = cross_validate(kind, data.subset(train), weak=weak, strong=strong,
                                     folds=committed["settings"]["cv"], split_by=split_by,
-                                    raw=(stats[train], text[train]))
+                                    raw=take(inputs, train))
             settings = choice.settings()
             chosen.append(choice.as_json())
         router = make_router(kind, weak, strong, **settings).fit_inputs(
-            (stats[train], text[train]), labels[train])
-        cal = calibrate_share(router.scores_inputs((stats[train], text[train])), 0.5)
+            take(inputs, train), labels[train], take(fit_costs, train))
+        cal = calibrate_share(router.scores_inputs(take(inputs, train)), 0.5,
+                              floor=router.min_threshold)
         train_shares.append(cal.strong_share)
-        calls[test] = router.scores_inputs((stats[test], text[test])) >= cal.threshold
+        calls[test] = router.scores_inputs(take(inputs, test)) >= cal.threshold
     held = np.sort(np.concatenate([test for _, test in splits(data, name)]))
     w, s = (data.correct[held, data.model_index(m)] for m in (weak, strong))
     share = float(calls[held].mean())
@@ -134,25 +135,26 @@ def test_k_model_halfway_points_are_reproduced(name: str, row: str) -> None:
     committed = COMMITTED["heldout"][name]["k_model"]["rows"][row]
     data = logs(name)
     costs = data.call_costs(default_price_table())
-    probe = MultiRouter(data.models)
-    stats, text = probe.inputs(data)
+    kind = "multi-priced" if "priced" in row else "multi-logistic"
+    probe = make_router(kind, *data.models)
+    inputs, fit_costs = probe.inputs(data), probe.training_costs(data, costs)
     decisions = np.zeros(data.n_queries, dtype=np.int64)
     lams = []
     for train, test in splits(data, name):
         settings: dict[str, Any] = {}
         if "cv" in committed:
-            settings = cross_validate("multi-logistic", data.subset(train), costs=costs[train],
+            settings = cross_validate(kind, data.subset(train), costs=costs[train],
                                       folds=5, split_by=PROTOCOLS[name][0],
-                                      raw=(stats[train], text[train])).settings()
-        router = MultiRouter(data.models, **settings).fit_inputs(
-            (stats[train], text[train]), data.correct[train], costs[train])
-        grid = router.lams_inputs((stats[train], text[train]))
+                                      raw=take(inputs, train)).settings()
+        router = make_router(kind, *data.models, **settings).fit_inputs(
+            take(inputs, train), data.correct[train], take(fit_costs, train))
+        grid = router.lams_inputs(take(inputs, train))
         mean = costs[train].mean(axis=0)
-        lam = calibrate_lam(grid, router.sweep_inputs((stats[train], text[train]), grid),
+        lam = calibrate_lam(grid, router.sweep_inputs(take(inputs, train), grid),
                             costs[train], float(mean.min() + 0.5 * (mean.max() - mean.min()))
                             ).lam
         lams.append(lam)
-        decisions[test] = router.decide(router.predict_inputs((stats[test], text[test])), lam)
+        decisions[test] = router.sweep_inputs(take(inputs, test), [lam])[:, 0]
     held = np.sort(np.concatenate([test for _, test in splits(data, name)]))
     d = decisions[held]
     assert close(lams, committed["halfway_lam"])
@@ -164,7 +166,7 @@ def test_k_model_halfway_points_are_reproduced(name: str, row: str) -> None:
 
 @pytest.mark.parametrize("cls", [LogisticRouter, CascadeRouter], ids=["learned", "cascade"])
 def test_gsm8k_cross_validated_routers_are_reproduced(cls: type) -> None:
-    """The report's GSM8K block: l2 and hashed_weight by APGR folds, then the test curve."""
+    """The report's GSM8K block: l2 and hashed_weight by AIQ folds, then the test curve."""
     data = logs("gsm8k")
     gsm = COMMITTED["gsm8k"]
     weak, strong = weak_strong(data)

@@ -11,7 +11,14 @@ from agents.routing.routers import SINGLE_MODELS
 from agents.routing.routing_eval import call_costs
 from cost_envs.traces import TraceDataset
 from experiments.traces_heldout import Protocol, splits_of
-from experiments.traces_multi import HALFWAY, TARGETS, _out_of_fold, evaluate_multi, markdown
+from experiments.traces_multi import (
+    HALFWAY,
+    MULTI_ROWS,
+    TARGETS,
+    _out_of_fold,
+    evaluate_multi,
+    markdown,
+)
 
 MODELS = ("small", "mid", "large")
 KINDS = ("capital of the country", "sum of the numbers", "integral of the series")
@@ -33,17 +40,18 @@ def crafted(n: int = 300, n_groups: int = 10, seed: int = 0) -> TraceDataset:
 PROTOCOL = Protocol("group", 5, "5 folds by group")
 
 
-def test_held_out_decisions_never_read_the_held_out_outcomes() -> None:
+@pytest.mark.parametrize("kind", ["multi-logistic", "multi-priced"])
+def test_held_out_decisions_never_read_the_held_out_outcomes(kind: str) -> None:
     data = crafted()
     splits = splits_of(data, PROTOCOL)
     c = call_costs(data)
-    base, chosen, lams = _out_of_fold(data, splits, c, 3, "group")
+    base, chosen, lams = _out_of_fold(data, splits, c, kind, 3, "group")
     assert base.shape == (data.n_queries, len(TARGETS)) and len(chosen) == len(lams) == 5
     test = splits[2][1]
     correct = data.correct.copy()
     correct[test] = ~correct[test]
     flipped = dataclasses.replace(data, correct=correct, scores=correct.astype(float))
-    again, chosen_again, lams_again = _out_of_fold(flipped, splits, c, 3, "group")
+    again, chosen_again, lams_again = _out_of_fold(flipped, splits, c, kind, 3, "group")
     # every fold but the ones training on the flipped queries is unchanged; the fold that
     # holds them out routes them exactly as before
     np.testing.assert_array_equal(again[test], base[test])
@@ -56,7 +64,7 @@ def test_on_three_models_the_router_beats_the_frontier_on_unseen_groups() -> Non
     result = evaluate_multi(data, PROTOCOL, n_resamples=200)
     assert result["resampled"] == "clusters" and result["units"] == 10
     assert result["models"] == list(MODELS) and result["held_out"] == data.n_queries
-    for name in ("multi-logistic", "multi-logistic (cv)"):
+    for name in ("multi-logistic", "multi-logistic (cv)", "multi-priced"):
         row = result["rows"][name]
         assert row["verdict"] == "beats random"  # the single models' frontier, paired
         assert row["aiq"][f"minus_{SINGLE_MODELS}"]["ci"][0] > 0.05
@@ -81,7 +89,7 @@ def test_the_block_says_the_logs_have_two_models_and_reports_skips() -> None:
     result = evaluate_multi(data, PROTOCOL, n_resamples=50)
     text = "\n".join(markdown({"Crafted": result, "Elsewhere": {"skipped": "x not found"}}))
     assert "No shipped log has more than two models" in text
-    assert text.count("| Crafted (150 queries, 10 groups resampled) |") == 2
+    assert text.count("| Crafted (150 queries, 10 groups resampled) |") == len(MULTI_ROWS)
     assert "| Elsewhere | skipped: x not found |" in text
     assert "l2 chosen per training fold" in text
 
