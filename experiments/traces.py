@@ -31,7 +31,7 @@ import gymnasium as gym
 import numpy as np
 
 from agents.files import write_files_atomic
-from agents.routing.routers import CascadeRouter, LogisticRouter, cascade_curve
+from agents.routing.routers import CascadeRouter, LogisticRouter, PricedRouter, cascade_curve
 from agents.routing.routers.base import take
 from agents.routing.routers.policy import RouterPolicy, cascade_observations
 from agents.routing.routers.solvers import LogisticRegression
@@ -116,11 +116,15 @@ def _experiment(data: TraceDataset, n_resamples: int, seed: int, cv: bool,
     if not out["pgr_defined"]:
         return out
     length = np.array([len(p) for p in test.prompts], dtype=np.float64)
+    # cost-aware: its curve runs from the best accuracy gained per dollar down (defaults)
+    priced = PricedRouter(weak, strong).fit(train).scores(test)
     routers: dict[str, np.ndarray | None] = {
-        "learned": learned, "length": length, "random": None, "oracle": oracle_scores(w, s)}
+        "learned": learned, "length": length, "priced": priced, "random": None,
+        "oracle": oracle_scores(w, s)}
     curves = {
         "learned": routing_curve(learned, w, s, wc, sc),
         "length": routing_curve(length, w, s, wc, sc),
+        "priced": routing_curve(priced, w, s, wc, sc),
         "random": random_routing_curve(w, s, wc, sc),
         "oracle": routing_curve(routers["oracle"], w, s, wc, sc),
     }

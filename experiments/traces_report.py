@@ -40,6 +40,7 @@ def draw_frontier(result: Mapping[str, Any]) -> Any:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     styles = {"learned": ("C0", "-", "learned router"),
               "length": ("C1", "-.", "longest prompts first"),
+              "priced": ("C3", "-", "priced router (accuracy gained per dollar)"),
               "cascade": ("C4", "-", "cascade router (weak answer read first)"),
               "no_final": ("C5", "-.", "cascade: escalate answers without '#### n'"),
               "random": ("C7", "--", "random routing"),
@@ -166,6 +167,7 @@ def markdown(gsm: Mapping[str, Any], mmlu: Sequence[Mapping[str, Any]],
         "|---|---|---|---|---|---|---|",
     ]
     labels = (("learned", "learned"), ("length", "longest prompts first (no training)"),
+              ("priced", "priced: predicted accuracy gained per expected extra dollar"),
               ("cascade", "cascade: weak model first, learned on its answer"),
               ("no_final", "cascade: escalate answers without `#### n` (no training)"),
               ("random", "random (expected)"), ("oracle", "per-query oracle"))
