@@ -12,6 +12,9 @@ seeds and tasks resampled together, reaches 0 at it and at every later point): m
 buy nothing the intervals can see. A row whose last step is still resolved above the one
 before has not stopped at this budget, and the table says so.
 
+By default the curves are ToolBench-v0's rows (:data:`BUDGET_ENVS`) and FlightPlanner-v1's
+PPO, the latter at its own longer scale (:data:`ENV_SCALES`).
+
 The RL steps are what the curve counts; a row with a supervised stage (``lora-ppo``) spent
 its teacher's episodes before step 0, and its point at step 0 is that warm start.
 
@@ -62,7 +65,8 @@ BUDGET_ROWS = {
                                 {"supervised": BAYES_DAGGER}),
 }
 #: The envs whose curves are run by default, and their rows.
-BUDGET_ENVS = {"cost_envs/ToolBench-v0": tuple(BUDGET_ROWS)}
+BUDGET_ENVS = {"cost_envs/ToolBench-v0": tuple(BUDGET_ROWS),
+               "cost_envs/FlightPlanner-v1": ("ppo",)}
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,17 @@ SCALES = {
                      (0, 25_000, 50_000, 100_000, 200_000, 400_000, 700_000)),
 }
 SCALES["full"] = SCALES["default"]  # the curves are the full scale already
+#: Envs whose default curve is longer: FlightPlanner-v1's PPO matched the one-turn rule
+#: only at about 2M steps (issue #23), and its gap to the rule is a few thousandths of
+#: return, so it is scored on 1000 tasks to resolve it.
+ENV_SCALES = {"cost_envs/FlightPlanner-v1": Scale(
+    "flight", 4_000_000, 5, (0, 250_000, 500_000, 1_000_000, 2_000_000, 3_000_000),
+    episodes=1000)}
+
+
+def scale_for(env_id: str, scale: Scale) -> Scale:
+    """``scale``, or the env's own longer one (:data:`ENV_SCALES`) at the default scale."""
+    return ENV_SCALES.get(env_id, scale) if scale is SCALES["default"] else scale
 
 
 @dataclass(frozen=True)
@@ -195,9 +210,9 @@ def report(out: Path, scale: str | Scale = "default", jobs: int = 2,
         raise ValueError(f"scale: expected one of {list(SCALES)}, got {scale!r}")
     chosen = SCALES[scale] if isinstance(scale, str) else scale
     envs = BUDGET_ENVS if envs is None else envs
-    grid = [Job(env_id, key, seed, chosen) for env_id, keys in envs.items()
-            for key in keys for seed in range(chosen.seeds)]
-    log(f"budgets: {len(grid)} runs of {chosen.timesteps} steps in {jobs} process(es)")
+    grid = [Job(env_id, key, seed, scale_for(env_id, chosen)) for env_id, keys in envs.items()
+            for key in keys for seed in range(scale_for(env_id, chosen).seeds)]
+    log(f"budgets: {len(grid)} runs in {jobs} process(es)")
     if jobs <= 1:
         results = [run_job(job) for job in grid]
     else:
@@ -205,9 +220,10 @@ def report(out: Path, scale: str | Scale = "default", jobs: int = 2,
             results = list(pool.map(run_job, grid))
     files = {}
     for env_id in envs:
-        rule, planner = reference_returns(env_id, chosen.episodes)
+        own = scale_for(env_id, chosen)
+        rule, planner = reference_returns(env_id, own.episodes)
         mine = [r for job, r in zip(grid, results, strict=True) if job.env_id == env_id]
-        markdown, columns = curve_table(env_id, mine, rule, planner, chosen)
+        markdown, columns = curve_table(env_id, mine, rule, planner, own)
         name = env_id.split("/")[-1]
         files[f"budgets_{name}.md"] = markdown
         files[f"budgets_{name}.csv"] = columns
