@@ -249,9 +249,7 @@ class PricedRouter(TwoModelRouter):
     def predict_inputs(self, inputs: Any) -> np.ndarray:
         """``(n, 2)``: predicted correctness of the weak and the strong model."""
         stats, text, _ = inputs
-        coef = self._fitted()[0]
-        x = self._design(stats, text)
-        return np.column_stack([logistic_scores(x, w[:-1], float(w[-1])) for w in coef])
+        return self._predict(self._design(stats, text))
 
     def _fit_model(self, x: np.ndarray, y: np.ndarray, costs: Any) -> None:
         raise NotImplementedError("PricedRouter fits in fit_inputs (it reads tokens)")
@@ -265,10 +263,6 @@ class PricedRouter(TwoModelRouter):
         stats, text, input_tokens = inputs
         self._fitted()
         return self._pricer.expected(self._design(stats, text), input_tokens)
-
-    def expected_costs(self, data: TraceDataset) -> np.ndarray:  # type: ignore[override]
-        """``(n, 2)``: each call's price before it is made (input known, output predicted)."""
-        return self.expected_costs_inputs(self.inputs(data))
 
     def scores_inputs(self, inputs: Any) -> np.ndarray:
         """:meth:`scores` from precomputed :meth:`inputs`."""
