@@ -3,13 +3,14 @@
 For each dataset (:data:`PROTOCOLS`): GSM8K split by query (one seeded half split), the
 shipped MMLU subjects held out one at a time (leave-one-subject-out: 4 folds by group),
 RouterArena's domains held out in 5 folds by group. In every fold each router of
-:data:`agents.routing.routers.ROUTERS` (logistic, kNN, the cascade where the weak
-model's answers are logged, and with ``embeddings=True`` their MiniLM variants: the
-``embeddings`` extra, compared by ``benchmarks/routing_embeddings.py``, not by the
-report, whose numbers must not depend on an optional package) is fitted on the training
-queries, its threshold calibrated on the *training* scores for a strong-call share of
-:data:`TARGET_SHARE` (:func:`agents.routing.routers.calibrate_share`), and the
-held-out queries routed.
+:data:`agents.routing.routers.ROUTERS` (logistic, kNN, the cost-aware priced router,
+the cascade where the weak model's answers are logged, and with ``embeddings=True``
+their MiniLM variants: the ``embeddings`` extra, compared by
+``benchmarks/routing_embeddings.py``, not by the report, whose numbers must not depend
+on an optional package) is fitted on the training queries, its threshold calibrated on
+the *training* scores for a strong-call share of :data:`TARGET_SHARE`
+(:func:`agents.routing.routers.calibrate_share`; never below the priced router's 0: it
+does not pay for a call it predicts to lose), and the held-out queries routed.
 The out-of-fold decisions and scores are pooled (every query held out exactly once) and
 scored exactly, on one draw of resamples (:func:`agents.routing.routing_eval.score_table`):
 accuracy, cost and the test share reached, against random routing at the same share and
