@@ -116,3 +116,46 @@ def test_every_batched_id_is_covered() -> None:
 if __name__ == "__main__":  # print the digests (to record them)
     for env_id, mode in CASES:
         print(f"    ({env_id!r}, {mode.value!r}): {long_run_digest(env_id, mode)!r},")
+
+
+#: Ids whose single-env ``draw_block`` derives much beyond the generator's calls, and the
+#: module-level function of that derivation the batched env calls (once per pass).
+DERIVED = {
+    "cost_envs/FlightPlanner-v0": ("cost_envs.vector.flight_planner", "derive_networks"),
+    "cost_envs/FlightPlanner-v1": ("cost_envs.vector.flight_planner", "derive_networks"),
+    "cost_envs/ToolBench-v0": ("cost_envs.vector.toolbench", "derive_block"),
+}
+
+
+@pytest.mark.parametrize("env_id", sorted(DERIVED))
+def test_a_refill_derives_every_sub_envs_block_in_one_pass(env_id, monkeypatch) -> None:
+    # Per refilling sub-env only its generator's calls run; the derivation of the tasks
+    # (for FlightPlanner the search for trips too) runs once over all of them, and the
+    # single env's per-block draw_block never.
+    import importlib
+
+    from cost_envs.vector import base
+
+    chunk = getattr(base, "REFILL_CHUNK", 64)
+    env = gym.make_vec(env_id, num_envs=chunk + 8,
+                       vectorization_mode="vector_entry_point").unwrapped
+    module, name = DERIVED[env_id]
+    calls = {"derive": 0, "draw_block": 0}
+    derive = getattr(importlib.import_module(module), name, None)
+
+    def counted(*args: Any) -> Any:
+        calls["derive"] += 1
+        return derive(*args)
+
+    def draw_block(*args: Any) -> Any:
+        calls["draw_block"] += 1
+        return type(env.single_env).draw_block(env.single_env, *args)
+
+    if derive is not None:
+        monkeypatch.setattr(module + "." + name, counted)
+    monkeypatch.setattr(env.single_env, "draw_block", draw_block)
+    env.reset(seed=0)  # every sub-env draws: two passes (a chunk and 8 sub-envs)
+    assert calls == {"derive": 2, "draw_block": 0}
+    env._queued[:40] = env.task_block  # forty sub-envs run out of tasks at once
+    env._begin(np.arange(40))
+    assert calls == {"derive": 3, "draw_block": 0}

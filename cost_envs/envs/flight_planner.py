@@ -294,7 +294,11 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
         return block
 
     def draw_block(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, ...]:
-        """``n`` tasks as ``flight_networks.draw_networks``' arrays (reset's, the batched env's)."""
+        """``n`` tasks as ``flight_networks.derive_networks``' arrays (reset's draw).
+
+        The batched env draws and derives through the same functions, for all its
+        refilling sub-envs at once.
+        """
         return draw_block(rng, n, MAX_TURNS, self.n_agents)
 
     def _tables(self, task: FlightTask) -> _Tables:

@@ -29,6 +29,7 @@ from cost_envs.scoring import token_f1
 #: Skills an intermediate stage can need; the last stage always needs an answer skill.
 STAGE_SKILLS = (0, 1, 2, 3, 4)
 ANSWER_SKILLS = (4, 5)
+_STAGE_SKILLS, _ANSWER_SKILLS = np.asarray(STAGE_SKILLS), np.asarray(ANSWER_SKILLS)
 MAX_TURNS = MAX_STAGES + 1
 VOCAB = 5000
 #: Task difficulty ``delta ~ Beta(*TASK_DIFFICULTY)``; each stage's difficulty is
@@ -159,6 +160,37 @@ class ToolBlock(NamedTuple):
     pick: np.ndarray
     recall_luck: np.ndarray
     hallucination_rate: np.ndarray
+
+
+class ToolDraws(NamedTuple):
+    """The generator's draws of a block of tasks (:meth:`ToolBenchEnv.draw_calls`)."""
+
+    n_stages: np.ndarray
+    stage_skill: np.ndarray  # indices into STAGE_SKILLS, (n, 4)
+    answer_skill: np.ndarray  # indices into ANSWER_SKILLS, (n,)
+    delta: np.ndarray  # the task's difficulty
+    noise: np.ndarray  # each stage's, (n, 4)
+    luck: np.ndarray
+    length: np.ndarray
+    reference: np.ndarray
+    distractors: np.ndarray
+    topic_pick: np.ndarray  # each spurious token's position in the topic, in [0, 1)
+    recall_luck: np.ndarray
+    hallucination_rate: np.ndarray
+
+
+def derive_block(draws: ToolDraws) -> ToolBlock:
+    """The block of tasks ``draws`` make (of one generator or several, stacked)."""
+    n_stages, length = draws.n_stages, draws.length
+    n = len(n_stages)
+    skill = _STAGE_SKILLS[draws.stage_skill]
+    skill[np.arange(n), n_stages - 1] = _ANSWER_SKILLS[draws.answer_skill]
+    difficulty = np.clip(draws.delta[:, None] + draws.noise, 0, 1)
+    # Spurious token j of turn t is topic[floor(pick * 3L)], where the topic is the L
+    # reference tokens followed by 2L distractors; vectorised over the block.
+    pick = (draws.topic_pick * (3 * length)[:, None, None]).astype(np.int64)
+    return ToolBlock(n_stages, skill, difficulty, draws.luck, length, draws.reference,
+                     draws.distractors, pick, draws.recall_luck, draws.hallucination_rate)
 
 
 class _Tables(NamedTuple):
@@ -298,30 +330,28 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
 
         The one place ToolBench's tasks are drawn: ``reset`` (through
         :meth:`_generate_block`) and the batched env (:mod:`cost_envs.vector.toolbench`)
-        both consume ``rng`` through it, which is what makes their tasks the same.
+        both consume ``rng`` through :meth:`draw_calls` and derive the block with
+        :func:`derive_block`, which is what makes their tasks the same.
         """
-        m = self.n_agents
-        n_stages = rng.choice(np.arange(2, MAX_STAGES + 1), p=(0.35, 0.40, 0.25), size=n)
-        skill = np.asarray(STAGE_SKILLS)[rng.integers(0, len(STAGE_SKILLS), (n, MAX_STAGES))]
-        answer = np.asarray(ANSWER_SKILLS)[rng.integers(0, len(ANSWER_SKILLS), n)]
-        skill[np.arange(n), n_stages - 1] = answer
-        delta = rng.beta(*TASK_DIFFICULTY, n)
-        difficulty = np.clip(
-            delta[:, None] + rng.normal(0.0, STAGE_DIFFICULTY_NOISE, (n, MAX_STAGES)), 0, 1)
-        luck = rng.random((n, MAX_TURNS, m))
-        length = rng.integers(8, MAX_ANSWER_TOKENS + 1, n)
-        reference = rng.integers(0, VOCAB, (n, MAX_ANSWER_TOKENS))
-        # The topic vocabulary is the reference plus 2L other tokens; spurious tokens are
-        # drawn from it, so some of them hit the reference by chance, as in real answers.
-        distractors = rng.integers(0, VOCAB, (n, 2 * MAX_ANSWER_TOKENS))
-        topic_pick = rng.random((n, MAX_TURNS, MAX_ANSWER_TOKENS))
-        recall_luck = rng.random((n, MAX_TURNS, MAX_ANSWER_TOKENS))
-        hallucination_rate = rng.random((n, MAX_TURNS))
-        # Spurious token j of turn t is topic[floor(pick * 3L)], where the topic is the L
-        # reference tokens followed by 2L distractors; vectorised over the block.
-        pick = (topic_pick * (3 * length)[:, None, None]).astype(np.int64)
-        return ToolBlock(n_stages, skill, difficulty, luck, length, reference, distractors,
-                         pick, recall_luck, hallucination_rate)
+        return derive_block(self.draw_calls(rng, n))
+
+    def draw_calls(self, rng: np.random.Generator, n: int) -> ToolDraws:
+        """The generator's calls of :meth:`draw_block`, in their one order, and nothing else."""
+        return ToolDraws(
+            rng.choice(np.arange(2, MAX_STAGES + 1), p=(0.35, 0.40, 0.25), size=n),
+            rng.integers(0, len(STAGE_SKILLS), (n, MAX_STAGES)),
+            rng.integers(0, len(ANSWER_SKILLS), n),
+            rng.beta(*TASK_DIFFICULTY, n),
+            rng.normal(0.0, STAGE_DIFFICULTY_NOISE, (n, MAX_STAGES)),
+            rng.random((n, MAX_TURNS, self.n_agents)),
+            rng.integers(8, MAX_ANSWER_TOKENS + 1, n),
+            rng.integers(0, VOCAB, (n, MAX_ANSWER_TOKENS)),
+            # The topic vocabulary is the reference plus 2L other tokens; spurious tokens
+            # are drawn from it, so some of them hit the reference by chance.
+            rng.integers(0, VOCAB, (n, 2 * MAX_ANSWER_TOKENS)),
+            rng.random((n, MAX_TURNS, MAX_ANSWER_TOKENS)),
+            rng.random((n, MAX_TURNS, MAX_ANSWER_TOKENS)),
+            rng.random((n, MAX_TURNS)))
 
     def _generate_block(
         self, rng: np.random.Generator, n: int
