@@ -156,6 +156,6 @@ def test_a_refill_derives_every_sub_envs_block_in_one_pass(env_id, monkeypatch) 
     monkeypatch.setattr(env.single_env, "draw_block", draw_block)
     env.reset(seed=0)  # every sub-env draws: two passes (a chunk and 8 sub-envs)
     assert calls == {"derive": 2, "draw_block": 0}
-    env._queued[:40] = env.task_block  # forty sub-envs run out of tasks at once
-    env._begin(np.arange(40))
+    env._queued[:chunk] = env.task_block  # a chunk of sub-envs run out of tasks at once
+    env._begin(np.arange(chunk))
     assert calls == {"derive": 3, "draw_block": 0}

@@ -45,7 +45,7 @@ from cost_envs.core import MAX_ORACLE_AGENTS, OrchestrationEnv
 from cost_envs.vector.array_ops import read_only
 from cost_envs.vector.info import VectorInfo
 
-REFILL_CHUNK = 64  #: most sub-envs whose blocks one pass of ``_refill`` draws
+REFILL_CHUNK = 16  #: most sub-envs whose blocks one pass of ``_refill`` draws
 
 
 def check_num_envs(num_envs: Any, where: str) -> int:
