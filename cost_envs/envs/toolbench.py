@@ -25,6 +25,7 @@ from cost_envs.envs.toolbench_tables import (
 from cost_envs.pool import AgentPool, AgentSpec, coerce_pool
 from cost_envs.reward import RewardWeights
 from cost_envs.scoring import token_f1
+from cost_envs.task_blocks import TaskBlock
 
 #: Skills an intermediate stage can need; the last stage always needs an answer skill.
 STAGE_SKILLS = (0, 1, 2, 3, 4)
@@ -353,9 +354,7 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
             rng.random((n, MAX_TURNS, MAX_ANSWER_TOKENS)),
             rng.random((n, MAX_TURNS)))
 
-    def _generate_block(
-        self, rng: np.random.Generator, n: int
-    ) -> list[tuple[ToolTask, _Tables]]:
+    def _generate_block(self, rng: np.random.Generator, n: int) -> TaskBlock:
         (n_stages, skill, difficulty, luck, length, reference, distractors, pick,
          recall_luck, hallucination_rate) = self.draw_block(rng, n)
         hits, rows = self._block_tables(skill, difficulty, luck, n_stages)
@@ -363,12 +362,12 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
             array.flags.writeable = False  # tasks are views into these blocks
         spurious = spurious_tokens(reference, distractors, pick, length)
         spurious.flags.writeable = False
-        hit_lists = hits.tolist()  # one bulk conversion, sliced per task below
-        block = []
-        for b, (k, size) in enumerate(zip(n_stages.tolist(), length.tolist(), strict=True)):
+
+        def task(b: int) -> tuple[ToolTask, _Tables]:
+            k, size = int(n_stages[b]), int(length[b])
             topic = np.concatenate((reference[b, :size], distractors[b, : 2 * size]))
             topic.flags.writeable = False
-            task = ToolTask(
+            return ToolTask(
                 stage_skill=skill[b, :k],
                 stage_difficulty=difficulty[b, :k],
                 luck=luck[b, : k + 1],
@@ -377,10 +376,9 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
                 hallucination_rate=hallucination_rate[b, : k + 1],
                 hallucination_tokens=spurious[b, : k + 1],
                 topic=topic,
-            )
-            task_hits = [per_turn[:k] for per_turn in hit_lists[b][: k + 1]]
-            block.append((task, _Tables(task_hits, rows[b, : k + 1])))
-        return block
+            ), _Tables(hits[b, : k + 1, :k].tolist(), rows[b, : k + 1])
+
+        return TaskBlock(n, task)  # each task's objects built when reached (gc)
 
     def _tables(self, task: ToolTask) -> _Tables:
         k = task.n_stages
