@@ -363,9 +363,8 @@ class AgenticRoutingEnv(OrchestrationEnv[AgenticTask]):
         luck = rng.random((n, horizon))
         harm_luck = rng.random((n, horizon))
         tokens = np.clip(np.exp(rng.normal(0.0, TOKEN_SPREAD, (n, 2))), *TOKEN_FACTOR_RANGE)
-        return (n_sub, difficulty, signal, reasoning, luck, harm_luck,
-                np.round(prof.input_tokens * tokens[:, 0]),
-                np.round(prof.output_tokens * tokens[:, 1]))
+        return (n_sub, difficulty, signal, reasoning, luck, harm_luck,  # then the tokens
+                *np.round(tokens * (prof.input_tokens, prof.output_tokens)).T)
 
     def _generate_block(self, rng: np.random.Generator, n: int) -> TaskBlock:
         n_sub, *arrays, input_tokens, output_tokens = self.draw_block(rng, n)
