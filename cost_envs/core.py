@@ -3,7 +3,8 @@
 A concrete environment supplies four things:
 
 * ``_generate_block(rng, n)``: ``n`` tasks drawn from ``rng``, each with its *tables*
-  (whatever this pool's dynamics precompute from it, vectorised over the block). A task
+  (whatever this pool's dynamics precompute from it, vectorised over the block), as a
+  list or a :class:`~cost_envs.task_blocks.TaskBlock` (built task by task). A task
   holds *all* of an episode's randomness, including each agent's luck at each turn, so
   that what happens is a function of (task, actions) alone.
 * ``_tables(task)``: the same tables for one task (used when a task is replayed).
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, NamedTuple, TypeVar
 
@@ -133,7 +134,8 @@ class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
         self._step_cost = 0.0
         self._step_flops = 0.0
         self._action_shape = (self.n_agents,)
-        self._task_queue: list[tuple[TaskT, Any]] = []
+        self._task_queue: Sequence[tuple[TaskT, Any]] = ()
+        self._queue_at = 0  # the next task's index in _task_queue
         self._task: TaskT | None = None
         self._state: State = ()
         self._turn = 0
@@ -145,7 +147,8 @@ class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
         self._sorted_called: list[list[int]] = []
 
     # ------------------------------------------------------------------ hooks
-    def _generate_block(self, rng: np.random.Generator, n: int) -> list[tuple[TaskT, Any]]:
+    def _generate_block(self, rng: np.random.Generator,
+                        n: int) -> Sequence[tuple[TaskT, Any]]:
         raise NotImplementedError
 
     def _tables(self, task: TaskT) -> Any:
@@ -244,7 +247,7 @@ class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
         """Start an episode on the next task, or on ``options["task"]`` to replay one."""
         super().reset(seed=seed)
         if seed is not None:
-            self._task_queue = []  # the new seed defines the task stream from here on
+            self._task_queue = ()  # the new seed defines the task stream from here on
         if options:  # most resets have none: skip building sets on the hot path
             unknown = sorted(set(options) - {"task"})
             if unknown:
@@ -260,10 +263,11 @@ class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
             self._check_task(task)
             tables = self._tables(task)
         else:
-            if not self._task_queue:
+            if self._queue_at >= len(self._task_queue):
                 self._task_queue = self._generate_block(self.np_random, self.task_block)
-                self._task_queue.reverse()  # pop() from the end in draw order
-            task, tables = self._task_queue.pop()
+                self._queue_at = 0
+            task, tables = self._task_queue[self._queue_at]
+            self._queue_at += 1
         self._task = task
         self._set_prices(self._task_prices(task, tables))
         self._state = self._initial_state(task, tables)

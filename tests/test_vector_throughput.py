@@ -44,6 +44,6 @@ def test_quick_run_reports_every_id_ppo_and_scaling(bench, tmp_path, capsys) -> 
 
 def test_bad_counts_are_one_line_errors(bench, capsys) -> None:
     with pytest.raises(SystemExit) as exc:
-        bench.main(["--steps", "0"])
+        bench.main(["--repeats", "0"])
     assert exc.value.code == 2
-    assert "--steps" in capsys.readouterr().err
+    assert "--repeats" in capsys.readouterr().err

@@ -22,6 +22,7 @@ from cost_envs.envs.agentic_profiles import (
 from cost_envs.pool import AgentPool, AgentSpec
 from cost_envs.prices import PriceTable, coerce_prices
 from cost_envs.reward import RewardWeights
+from cost_envs.task_blocks import TaskBlock
 
 #: The pool's one skill: the current step needs multi-step reasoning (the task embedding).
 SKILLS = ("reasoning",)
@@ -362,20 +363,20 @@ class AgenticRoutingEnv(OrchestrationEnv[AgenticTask]):
         luck = rng.random((n, horizon))
         harm_luck = rng.random((n, horizon))
         tokens = np.clip(np.exp(rng.normal(0.0, TOKEN_SPREAD, (n, 2))), *TOKEN_FACTOR_RANGE)
-        return (n_sub, difficulty, signal, reasoning, luck, harm_luck,
-                np.round(prof.input_tokens * tokens[:, 0]),
-                np.round(prof.output_tokens * tokens[:, 1]))
+        return (n_sub, difficulty, signal, reasoning, luck, harm_luck,  # then the tokens
+                *np.round(tokens * (prof.input_tokens, prof.output_tokens)).T)
 
-    def _generate_block(self, rng: np.random.Generator, n: int
-                        ) -> list[tuple[AgenticTask, _Tables]]:
-        (n_sub, difficulty, signal, reasoning, luck, harm_luck, input_tokens,
-         output_tokens) = self.draw_block(rng, n)
-        for array in (difficulty, signal, reasoning, luck, harm_luck):
+    def _generate_block(self, rng: np.random.Generator, n: int) -> TaskBlock:
+        n_sub, *arrays, input_tokens, output_tokens = self.draw_block(rng, n)
+        for array in arrays:  # difficulty, signal, reasoning, luck, harm_luck
             array.flags.writeable = False  # tasks are views into these blocks
-        return [(task, self._tables(task)) for task in (
-            AgenticTask(self.profile.name, difficulty[b, :k], signal[b, :k], reasoning[b, :k],
-                        luck[b], harm_luck[b], float(input_tokens[b]), float(output_tokens[b]))
-            for b, k in enumerate(n_sub.tolist()))]
+        difficulty, signal, reasoning, luck, harm_luck = arrays
+        def task(b: int) -> tuple[AgenticTask, _Tables]:  # built when reached (gc)
+            k, name = int(n_sub[b]), self.profile.name
+            drawn = AgenticTask(name, difficulty[b, :k], signal[b, :k], reasoning[b, :k], luck[b],
+                                harm_luck[b], float(input_tokens[b]), float(output_tokens[b]))
+            return drawn, self._tables(drawn)
+        return TaskBlock(n, task)
 
     def _check_task(self, task: AgenticTask) -> None:
         if task.profile != self.profile.name or task.horizon != self.profile.horizon:
@@ -466,7 +467,6 @@ class AgenticRoutingEnv(OrchestrationEnv[AgenticTask]):
             obs[_FAILS] = fails / FAILURE_CAP
         return obs
 
-    # ------------------------------------------------------------- helpers
     def step_prices(self) -> tuple[float, float]:
         """Money of a small step and of a large step in the current episode.
 

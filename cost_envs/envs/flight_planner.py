@@ -19,6 +19,7 @@ from cost_envs.envs.flight_networks import (
 )
 from cost_envs.pool import AgentPool, AgentSpec, coerce_pool
 from cost_envs.reward import RewardWeights
+from cost_envs.task_blocks import TaskBlock
 
 SKILLS = ("planning", "search", "validation")
 ROLES = ("planner", "search", "validator")
@@ -270,31 +271,31 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
         return split
 
     # ------------------------------------------------------------------ tasks
-    def _generate_block(
-        self, rng: np.random.Generator, n: int
-    ) -> list[tuple[FlightTask, _Tables]]:
+    def _generate_block(self, rng: np.random.Generator, n: int) -> TaskBlock:
         (fares, origin, destination, h_star, budget, route_hops, route_price, luck, fare_luck,
          level) = self.draw_block(rng, n)
-        proposal, notices, detects, markup = self._block_tables(luck, fare_luck)
+        tables = self._block_tables(luck, fare_luck)
         connected = np.array([True, True, False])
         for array in (fares, route_hops, route_price, connected, luck, fare_luck):
             array.flags.writeable = False  # tasks are views into these blocks
-        # one bulk conversion to Python scalars/lists, not one per task
-        scalars = zip(origin.tolist(), destination.tolist(), h_star.tolist(), budget.tolist(),
-                      proposal.tolist(), notices.tolist(), detects.tolist(), markup.tolist(),
-                      level.tolist(), strict=True)
-        block = []
-        for b, (o, d, h, cap, prop, note, det, mark, lev) in enumerate(scalars):
-            task = FlightTask(
-                fares=fares[b], origin=o, destination=d, shortest_hops=h, hop_limit=h + 1,
-                budget=cap, route_hops=route_hops[b], route_price=route_price[b],
+
+        def task(b: int) -> tuple[FlightTask, _Tables]:
+            h = int(h_star[b])
+            return FlightTask(
+                fares=fares[b], origin=int(origin[b]), destination=int(destination[b]),
+                shortest_hops=h, hop_limit=h + 1, budget=float(budget[b]),
+                route_hops=route_hops[b], route_price=route_price[b],
                 route_connected=connected, luck=luck[b], fare_luck=fare_luck[b],
-            )
-            block.append((task, _Tables(prop, note, det, mark, lev)))
-        return block
+            ), _Tables(*(table[b].tolist() for table in tables), float(level[b]))
+
+        return TaskBlock(n, task)  # each task's objects built when reached (gc)
 
     def draw_block(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, ...]:
-        """``n`` tasks as ``flight_networks.draw_networks``' arrays (reset's, the batched env's)."""
+        """``n`` tasks as ``flight_networks.derive_networks``' arrays (reset's draw).
+
+        The batched env draws and derives through the same functions, for all its
+        refilling sub-envs at once.
+        """
         return draw_block(rng, n, MAX_TURNS, self.n_agents)
 
     def _tables(self, task: FlightTask) -> _Tables:

@@ -25,10 +25,17 @@ from cost_envs.envs.toolbench_tables import (
 from cost_envs.pool import AgentPool, AgentSpec, coerce_pool
 from cost_envs.reward import RewardWeights
 from cost_envs.scoring import token_f1
+from cost_envs.task_blocks import TaskBlock
 
 #: Skills an intermediate stage can need; the last stage always needs an answer skill.
 STAGE_SKILLS = (0, 1, 2, 3, 4)
 ANSWER_SKILLS = (4, 5)
+_STAGE_SKILLS, _ANSWER_SKILLS = np.asarray(STAGE_SKILLS), np.asarray(ANSWER_SKILLS)
+#: How likely a task has 2, 3 or 4 stages, and the cumulative shares as ``Generator.choice``
+#: normalises them.
+STAGE_COUNTS = (0.35, 0.40, 0.25)
+_STAGE_CDF = np.asarray(STAGE_COUNTS, dtype=np.float64).cumsum()
+_STAGE_CDF /= _STAGE_CDF[-1]
 MAX_TURNS = MAX_STAGES + 1
 VOCAB = 5000
 #: Task difficulty ``delta ~ Beta(*TASK_DIFFICULTY)``; each stage's difficulty is
@@ -159,6 +166,37 @@ class ToolBlock(NamedTuple):
     pick: np.ndarray
     recall_luck: np.ndarray
     hallucination_rate: np.ndarray
+
+
+class ToolDraws(NamedTuple):
+    """The generator's draws of a block of tasks (:meth:`ToolBenchEnv.draw_calls`)."""
+
+    n_stages: np.ndarray
+    stage_skill: np.ndarray  # indices into STAGE_SKILLS, (n, 4)
+    answer_skill: np.ndarray  # indices into ANSWER_SKILLS, (n,)
+    delta: np.ndarray  # the task's difficulty
+    noise: np.ndarray  # each stage's, (n, 4)
+    luck: np.ndarray
+    length: np.ndarray
+    reference: np.ndarray
+    distractors: np.ndarray
+    topic_pick: np.ndarray  # each spurious token's position in the topic, in [0, 1)
+    recall_luck: np.ndarray
+    hallucination_rate: np.ndarray
+
+
+def derive_block(draws: ToolDraws) -> ToolBlock:
+    """The block of tasks ``draws`` make (of one generator or several, stacked)."""
+    n_stages, length = draws.n_stages, draws.length
+    n = len(n_stages)
+    skill = _STAGE_SKILLS[draws.stage_skill]
+    skill[np.arange(n), n_stages - 1] = _ANSWER_SKILLS[draws.answer_skill]
+    difficulty = np.clip(draws.delta[:, None] + draws.noise, 0, 1)
+    # Spurious token j of turn t is topic[floor(pick * 3L)], where the topic is the L
+    # reference tokens followed by 2L distractors; vectorised over the block.
+    pick = (draws.topic_pick * (3 * length)[:, None, None]).astype(np.int64)
+    return ToolBlock(n_stages, skill, difficulty, draws.luck, length, draws.reference,
+                     draws.distractors, pick, draws.recall_luck, draws.hallucination_rate)
 
 
 class _Tables(NamedTuple):
@@ -298,34 +336,32 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
 
         The one place ToolBench's tasks are drawn: ``reset`` (through
         :meth:`_generate_block`) and the batched env (:mod:`cost_envs.vector.toolbench`)
-        both consume ``rng`` through it, which is what makes their tasks the same.
+        both consume ``rng`` through :meth:`draw_calls` and derive the block with
+        :func:`derive_block`, which is what makes their tasks the same.
         """
-        m = self.n_agents
-        n_stages = rng.choice(np.arange(2, MAX_STAGES + 1), p=(0.35, 0.40, 0.25), size=n)
-        skill = np.asarray(STAGE_SKILLS)[rng.integers(0, len(STAGE_SKILLS), (n, MAX_STAGES))]
-        answer = np.asarray(ANSWER_SKILLS)[rng.integers(0, len(ANSWER_SKILLS), n)]
-        skill[np.arange(n), n_stages - 1] = answer
-        delta = rng.beta(*TASK_DIFFICULTY, n)
-        difficulty = np.clip(
-            delta[:, None] + rng.normal(0.0, STAGE_DIFFICULTY_NOISE, (n, MAX_STAGES)), 0, 1)
-        luck = rng.random((n, MAX_TURNS, m))
-        length = rng.integers(8, MAX_ANSWER_TOKENS + 1, n)
-        reference = rng.integers(0, VOCAB, (n, MAX_ANSWER_TOKENS))
-        # The topic vocabulary is the reference plus 2L other tokens; spurious tokens are
-        # drawn from it, so some of them hit the reference by chance, as in real answers.
-        distractors = rng.integers(0, VOCAB, (n, 2 * MAX_ANSWER_TOKENS))
-        topic_pick = rng.random((n, MAX_TURNS, MAX_ANSWER_TOKENS))
-        recall_luck = rng.random((n, MAX_TURNS, MAX_ANSWER_TOKENS))
-        hallucination_rate = rng.random((n, MAX_TURNS))
-        # Spurious token j of turn t is topic[floor(pick * 3L)], where the topic is the L
-        # reference tokens followed by 2L distractors; vectorised over the block.
-        pick = (topic_pick * (3 * length)[:, None, None]).astype(np.int64)
-        return ToolBlock(n_stages, skill, difficulty, luck, length, reference, distractors,
-                         pick, recall_luck, hallucination_rate)
+        return derive_block(self.draw_calls(rng, n))
 
-    def _generate_block(
-        self, rng: np.random.Generator, n: int
-    ) -> list[tuple[ToolTask, _Tables]]:
+    def draw_calls(self, rng: np.random.Generator, n: int) -> ToolDraws:
+        """The generator's calls of :meth:`draw_block`, in their one order, and nothing else."""
+        return ToolDraws(
+            # rng.choice(np.arange(2, 5), p=STAGE_COUNTS, size=n) as choice computes it (the
+            # same draws and values), without its checks: a fifth of the block's draw time
+            2 + _STAGE_CDF.searchsorted(rng.random(n), side="right"),
+            rng.integers(0, len(STAGE_SKILLS), (n, MAX_STAGES)),
+            rng.integers(0, len(ANSWER_SKILLS), n),
+            rng.beta(*TASK_DIFFICULTY, n),
+            rng.normal(0.0, STAGE_DIFFICULTY_NOISE, (n, MAX_STAGES)),
+            rng.random((n, MAX_TURNS, self.n_agents)),
+            rng.integers(8, MAX_ANSWER_TOKENS + 1, n),
+            rng.integers(0, VOCAB, (n, MAX_ANSWER_TOKENS)),
+            # The topic vocabulary is the reference plus 2L other tokens; spurious tokens
+            # are drawn from it, so some of them hit the reference by chance.
+            rng.integers(0, VOCAB, (n, 2 * MAX_ANSWER_TOKENS)),
+            rng.random((n, MAX_TURNS, MAX_ANSWER_TOKENS)),
+            rng.random((n, MAX_TURNS, MAX_ANSWER_TOKENS)),
+            rng.random((n, MAX_TURNS)))
+
+    def _generate_block(self, rng: np.random.Generator, n: int) -> TaskBlock:
         (n_stages, skill, difficulty, luck, length, reference, distractors, pick,
          recall_luck, hallucination_rate) = self.draw_block(rng, n)
         hits, rows = self._block_tables(skill, difficulty, luck, n_stages)
@@ -333,12 +369,12 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
             array.flags.writeable = False  # tasks are views into these blocks
         spurious = spurious_tokens(reference, distractors, pick, length)
         spurious.flags.writeable = False
-        hit_lists = hits.tolist()  # one bulk conversion, sliced per task below
-        block = []
-        for b, (k, size) in enumerate(zip(n_stages.tolist(), length.tolist(), strict=True)):
+
+        def task(b: int) -> tuple[ToolTask, _Tables]:
+            k, size = int(n_stages[b]), int(length[b])
             topic = np.concatenate((reference[b, :size], distractors[b, : 2 * size]))
             topic.flags.writeable = False
-            task = ToolTask(
+            return ToolTask(
                 stage_skill=skill[b, :k],
                 stage_difficulty=difficulty[b, :k],
                 luck=luck[b, : k + 1],
@@ -347,10 +383,9 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
                 hallucination_rate=hallucination_rate[b, : k + 1],
                 hallucination_tokens=spurious[b, : k + 1],
                 topic=topic,
-            )
-            task_hits = [per_turn[:k] for per_turn in hit_lists[b][: k + 1]]
-            block.append((task, _Tables(task_hits, rows[b, : k + 1])))
-        return block
+            ), _Tables(hits[b, : k + 1, :k].tolist(), rows[b, : k + 1])
+
+        return TaskBlock(n, task)  # each task's objects built when reached (gc)
 
     def _tables(self, task: ToolTask) -> _Tables:
         k = task.n_stages

@@ -16,6 +16,7 @@ from cost_envs.core import OrchestrationEnv, Outcome, Prices, State
 from cost_envs.pool import AgentPool, AgentSpec
 from cost_envs.prices import PriceTable, coerce_prices
 from cost_envs.reward import RewardWeights
+from cost_envs.task_blocks import TaskBlock
 from cost_envs.traces import TraceDataset, check_split_args, example_traces, load_traces
 from cost_envs.traces.features import (
     MINILM_DIM,
@@ -352,9 +353,10 @@ class TraceRoutingEnv(OrchestrationEnv[TraceTask]):
             drawn += len(parts[-1])
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
-    def _generate_block(self, rng: np.random.Generator, n: int
-                        ) -> list[tuple[TraceTask, int]]:
-        return [(self._make_task(q), q) for q in self.draw_block(rng, n).tolist()]
+    def _generate_block(self, rng: np.random.Generator, n: int) -> TaskBlock:
+        queries = self.draw_block(rng, n)
+        # each task built when reached: no tracked objects queued (gc)
+        return TaskBlock(n, lambda b: (self._make_task(int(queries[b])), int(queries[b])))
 
     def _tables(self, task: TraceTask) -> int:
         return task.query

@@ -87,9 +87,13 @@ class AgenticRoutingVectorEnv(BatchedOrchestrationEnv):
     def _draw(self, rng: np.random.Generator, n: int) -> AgenticBlock:
         return AgenticBlock(*self.single_env.draw_block(rng, n))
 
+    def _derive(self, draws: AgenticBlock) -> AgenticBlock:
+        return draws._replace(n_subgoals=draws.n_subgoals.astype(np.int8))  # 1 to 6
+
     def _start(self, idx: np.ndarray, rows: np.ndarray) -> None:
         blocks = self.blocks
-        k, difficulty = blocks.n_subgoals[rows], blocks.difficulty.take(rows, axis=0)
+        k = blocks.n_subgoals[rows].astype(np.int64)  # as the single env's
+        difficulty = blocks.difficulty.take(rows, axis=0)
         (small_cost, small_flops), (large_cost, large_flops) = self.single_env._step_prices(
             blocks.input_tokens[rows], blocks.output_tokens[rows])
         self._call_costs[idx, 0] = large_cost - small_cost

@@ -2,8 +2,9 @@
 
 What every batched env shares lives here: seeding (each sub-env has its own generator,
 seeded exactly as a single env's ``reset(seed=...)`` seeds ``np_random``), the task queue
-(each sub-env draws its tasks in blocks through the single env's own ``draw_block``, so
-sub-env ``i`` sees the tasks a single env seeded like it would), action validation,
+(each sub-env draws its tasks in blocks from its generator as the single env's own
+``draw_block`` does, so sub-env ``i`` sees the tasks a single env seeded like it would;
+one pass derives the blocks of every sub-env refilling in a step), action validation,
 pricing, the cost/FLOPs ledger, Eq. 1, autoreset and the ``info`` dict. A family module
 supplies the batched transition (see the hooks below); :mod:`cost_envs.vector.budget`
 adds per-sub-env budgets through :meth:`BatchedOrchestrationEnv.attach_budget`.
@@ -44,6 +45,8 @@ from cost_envs.core import MAX_ORACLE_AGENTS, OrchestrationEnv
 from cost_envs.vector.array_ops import read_only
 from cost_envs.vector.info import VectorInfo
 
+REFILL_CHUNK = 16  #: most sub-envs whose blocks one pass of ``_refill`` draws
+
 
 def check_num_envs(num_envs: Any, where: str) -> int:
     """``num_envs`` as an int >= 1, else a one-line ``ValueError`` naming it."""
@@ -69,13 +72,12 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
     A family module sets ``env_class`` and implements four hooks, each over the sub-envs
     ``idx`` (an int array) only:
 
-    * ``_draw(rng, n)``: ``n`` tasks' raw draws as a (named) tuple of arrays with leading
-      axis ``n``, consuming ``rng`` exactly as the single env's reset does (through its
-      ``draw_block``). Sub-env ``i``'s queue is rows ``i * task_block ...`` of
-      ``self.blocks`` (the same tuple, every sub-env's rows stacked). Optionally
-      ``_derive(draws)``: what the queue holds, computed from ``_draw``'s arrays of every
-      sub-env drawing in this step stacked (so per-task work beyond the generator's runs
-      once per step, not once per sub-env); without it the queue holds ``_draw``'s.
+    * ``_draw(rng, n)``: ``n`` tasks' raw draws (a named tuple of arrays, leading axis
+      ``n``): the generator calls of the single env's ``draw_block``, no more. Sub-env
+      ``i``'s queue is rows ``i * task_block ...`` of ``self.blocks`` (the same tuple).
+      ``_derive(draws)``: the queued arrays (smallest exact dtypes) from the draws of
+      every sub-env drawing in a step, stacked: per-task work runs once per step, not per
+      sub-env. Rejection sampling overrides ``_draw_many(rngs, n)`` instead.
     * ``_start(idx, rows)``: start a task in each sub-env of ``idx``: ``rows`` are the
       tasks' rows of ``self.blocks`` (also kept in ``self._task`` for the episode).
     * ``_transition(idx, calls)``: one turn with ``calls`` (``(len(idx), m)`` int8) at turn
@@ -164,7 +166,7 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         self._budget: Any = None
 
     # ------------------------------------------------------------------ hooks
-    def _draw(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, ...]:
+    def _draw(self, rng: np.random.Generator, n: int) -> Any:
         raise NotImplementedError
 
     def _derive(self, draws: Any) -> Any:
@@ -276,29 +278,35 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
             self._budget.on_reset(idx)
 
     def _refill(self, ids: list[int]) -> None:
-        """Draw the next block of tasks of each sub-env of ``ids``, each from its own generator."""
+        """Draw the next block of tasks of each sub-env of ``ids``, each from its own generator.
+
+        One pass per :data:`REFILL_CHUNK` sub-envs (bounding the transient arrays whatever
+        ``num_envs``): their draws, one ``_derive`` over all, one write per queued array.
+        """
         size = self.task_block
-        drawn = []
-        for i in ids:
-            if self._rngs[i] is None:
-                self._rngs[i], _ = seeding.np_random()  # as a single env's unseeded np_random
-            drawn.append(self._draw(self._rngs[i], size))
-        if type(self)._derive is BatchedOrchestrationEnv._derive:
-            queued = [(i, draws, 0) for i, draws in zip(ids, drawn, strict=True)]
-        else:  # one _derive over every block drawn now
-            stacked = drawn[0] if len(drawn) == 1 else drawn[0]._make(
-                np.concatenate(arrays) for arrays in zip(*drawn, strict=True))
-            derived = self._derive(stacked)
-            queued = [(i, derived, j * size) for j, i in enumerate(ids)]
-        for i, values, at in queued:
-            if self.blocks is None:
-                empty = [np.zeros((self.num_envs * size, *a.shape[1:]), a.dtype)
-                         for a in values]
-                self.blocks = (values._make(empty) if hasattr(values, "_make")
-                               else tuple(empty))
-            for block, value in zip(self.blocks, values, strict=True):
-                block[i * size:(i + 1) * size] = value[at:at + size]
-            self._queued[i] = 0
+        for start in range(0, len(ids), REFILL_CHUNK):
+            chunk = ids[start:start + REFILL_CHUNK]
+            for i in chunk:
+                if self._rngs[i] is None:
+                    self._rngs[i], _ = seeding.np_random()  # as a single env's unseeded one
+            queued = self._derive(self._draw_many([self._rngs[i] for i in chunk], size))
+            if self.blocks is None:  # zeros: pages are committed as the queues fill
+                self.blocks = queued._make(np.zeros((self.num_envs * size, *a.shape[1:]),
+                                                    a.dtype) for a in queued)
+            at = (np.asarray(chunk)[:, None] * size + np.arange(size)).reshape(-1)
+            for block, value in zip(self.blocks, queued, strict=True):
+                block[at] = value
+            self._queued[chunk] = 0
+
+    def _draw_many(self, rngs: list[np.random.Generator], n: int) -> Any:
+        """``n`` tasks' draws from each generator of ``rngs`` (``_draw``'s), stacked in order.
+
+        Each sub-env has its own stream: its generator's calls cannot be merged.
+        """
+        drawn = [self._draw(rng, n) for rng in rngs]
+        if len(drawn) == 1:
+            return drawn[0]
+        return drawn[0]._make(np.concatenate(arrays) for arrays in zip(*drawn, strict=True))
 
     # ----------------------------------------------------------------- step
     def validate_actions(self, actions: Any) -> np.ndarray:

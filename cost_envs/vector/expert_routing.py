@@ -137,7 +137,8 @@ class ExpertRoutingVectorEnv(BatchedOrchestrationEnv):
         own_symbol = np.where(own == OWN_WRONG, self.n_distractors + 1, own)
         return ExpertRows(symbols.astype(np.float32),
                           (own_symbol * self._state_unit).astype(np.float32),
-                          own, np.column_stack((arrays.call_costs, arrays.call_flops,
+                          own.astype(np.int8),  # a code: 0 to 3 or OWN_WRONG (99)
+                          np.column_stack((arrays.call_costs, arrays.call_flops,
                                                 arrays.step_cost, arrays.step_flops)),
                           arrays.static_obs)
 

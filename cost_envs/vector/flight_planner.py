@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from cost_envs.envs.flight_networks import derive_networks, draw_kept
 from cost_envs.envs.flight_planner import (
     MAX_TURNS,
     NO_DROP,
@@ -34,11 +35,13 @@ _CONNECTED = np.array([True, True, False])
 
 
 class FlightBlock(NamedTuple):
-    """``FlightPlannerEnv.draw_block``'s arrays, named."""
+    """What the queue keeps of ``FlightPlannerEnv.draw_block``'s arrays: what a step reads.
 
-    fares: np.ndarray
-    origin: np.ndarray
-    destination: np.ndarray
+    Not the fares (a task's routes are priced at the draw), nor the airports; hop counts
+    in int8 (at most 6, or 99: no trip): 716 bytes a task with the default pool, about
+    half of the draw's arrays.
+    """
+
     shortest_hops: np.ndarray
     budget: np.ndarray
     route_hops: np.ndarray
@@ -106,8 +109,16 @@ class FlightPlannerVectorEnv(BatchedOrchestrationEnv):
         self._fare_luck = np.zeros((n * MAX_TURNS, self.n_agents))
         self._width = self.single_observation_space.shape[0]
 
+    def _draw_many(self, rngs: list[np.random.Generator], n: int) -> FlightBlock:
+        # the rejection sampling's search for trips and every task's derivation run once
+        # over the networks of all the generators (draw_block's work for one)
+        (_, _, _, h_star, budget, route_hops, route_price, luck, fare_luck,
+         level) = derive_networks(draw_kept(rngs, n, MAX_TURNS, self.n_agents))
+        return FlightBlock(h_star.astype(np.int8), budget, route_hops.astype(np.int8),
+                           route_price, luck, fare_luck, level)
+
     def _draw(self, rng: np.random.Generator, n: int) -> FlightBlock:
-        return FlightBlock(*self.single_env.draw_block(rng, n))
+        return self._draw_many([rng], n)
 
     def _start(self, idx: np.ndarray, rows: np.ndarray) -> None:
         blocks = self.blocks

@@ -16,7 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from cost_envs.envs.toolbench import MAX_TURNS, VOCAB, ToolBenchEnv, ToolBlock
+from cost_envs.envs.toolbench import (
+    MAX_TURNS,
+    VOCAB,
+    ToolBenchEnv,
+    ToolBlock,
+    ToolDraws,
+    derive_block,
+)
 from cost_envs.envs.toolbench_tables import (
     MAX_ANSWER_TOKENS,
     MAX_STAGES,
@@ -29,10 +36,12 @@ from cost_envs.envs.toolbench_tables import (
 from cost_envs.vector.array_ops import any_per_row, pick
 from cost_envs.vector.base import BatchedOrchestrationEnv
 
-#: The queue stores tokens in 16 bits and topic positions in 8 (vocabulary 5000, 60
-#: positions): a sub-env's block of 64 tasks then takes about 95 kB instead of 160.
+#: The queue stores tokens in 16 bits and topic positions, stage counts, skills and
+#: answer lengths in 8 (vocabulary 5000, 60 positions, 4 stages, 6 skills, 20 tokens); the
+#: luck arrays stay float64 (compared with float64 probabilities: any rounding would move
+#: outcomes). A sub-env's block of 64 tasks then takes 92 kB instead of 160.
 _TOKEN = np.int16
-_PICK = np.int8
+_SMALL = np.int8
 _POSITIONS = np.arange(MAX_ANSWER_TOKENS)
 #: ``_FIRST[r]``: the first r of 20 positions (a task's answer length, its spurious count)
 _FIRST = np.arange(MAX_ANSWER_TOKENS + 1)[:, None] > _POSITIONS
@@ -80,16 +89,24 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         self._rows = np.zeros((n, MAX_STAGES + 1, 17), dtype=np.float32)
         self._first_row = np.arange(n) * (MAX_STAGES + 1)  # of each sub-env's rows
 
-    def _draw(self, rng: np.random.Generator, n: int) -> ToolBlock:
-        block = self.single_env.draw_block(rng, n)
-        return block._replace(reference=block.reference.astype(_TOKEN),
+    def _draw(self, rng: np.random.Generator, n: int) -> ToolDraws:
+        return self.single_env.draw_calls(rng, n)
+
+    def _derive(self, draws: ToolDraws) -> ToolBlock:
+        block = derive_block(draws)
+        return block._replace(n_stages=block.n_stages.astype(_SMALL),
+                              skill=block.skill.astype(_SMALL),
+                              length=block.length.astype(_SMALL),
+                              reference=block.reference.astype(_TOKEN),
                               distractors=block.distractors.astype(_TOKEN),
-                              pick=block.pick.astype(_PICK))
+                              pick=block.pick.astype(_SMALL))
 
     def _start(self, idx: np.ndarray, rows: np.ndarray) -> None:
         blocks = self.blocks
-        n_stages, skill, difficulty = blocks.n_stages.take(rows), blocks.skill.take(rows, axis=0), (
-            blocks.difficulty.take(rows, axis=0))
+        # the small integers as the int64 the single env computes with
+        n_stages = blocks.n_stages.take(rows).astype(np.int64)
+        skill = blocks.skill.take(rows, axis=0).astype(np.int64)
+        difficulty = blocks.difficulty.take(rows, axis=0)
         codes = stage_codes(skill, n_stages)
         self._p_clear[idx] = clear_probability(self._by_code, codes, difficulty)
         self._rows[idx] = observation_rows(codes, difficulty, n_stages)
@@ -128,12 +145,12 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
                    cleared_by: np.ndarray) -> np.ndarray:
         """Token F1 of the answers the strongest clearing tools compose (``token_f1``)."""
         blocks, task = self.blocks, self._task[idx]
-        length = blocks.length.take(task)
+        length = blocks.length.take(task).astype(np.int64)
         # q = cap ** (1 + d) on the answer stage, as ToolBenchEnv.composer_strength (here,
         # for the answered tasks alone), of the strongest clearing tool (the first of equals:
         # the same value)
         last = task * MAX_STAGES + self._n_stages[idx] - 1
-        caps = self._by_code.take(blocks.skill.reshape(-1).take(last), axis=0)
+        caps = self._by_code.take(blocks.skill.reshape(-1).take(last).astype(np.int64), axis=0)
         strength = caps ** (1.0 + blocks.difficulty.reshape(-1).take(last))[:, None]
         q = np.where(cleared_by, strength, -np.inf).max(axis=1)
         at = task * MAX_TURNS + turn  # the (task, turn) row of the per-turn draws

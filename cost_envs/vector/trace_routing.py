@@ -22,7 +22,7 @@ from cost_envs.vector.base import BatchedOrchestrationEnv
 
 
 class TraceBlock(NamedTuple):
-    """``TraceRoutingEnv.draw_block``'s queries (int32: a dataset has fewer than 2**31)."""
+    """``TraceRoutingEnv.draw_block``'s queries, in the smallest dtype holding the dataset's."""
 
     query: np.ndarray
 
@@ -71,7 +71,8 @@ class TraceRoutingVectorEnv(BatchedOrchestrationEnv):
                                     layout["answer_has_text"].stop)
 
     def _draw(self, rng: np.random.Generator, n: int) -> TraceBlock:
-        return TraceBlock(self.single_env.draw_block(rng, n).astype(np.int32))
+        size = np.min_scalar_type(self.single_env.dataset.n_queries - 1)
+        return TraceBlock(self.single_env.draw_block(rng, n).astype(size))
 
     def _start(self, idx: np.ndarray, rows: np.ndarray) -> None:
         q = self.blocks.query[rows].astype(np.int64)
