@@ -42,6 +42,7 @@ benchmark: install
 	$(BIN)/python benchmarks/throughput.py --output benchmarks/results/throughput.md
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python benchmarks/allocators.py --output benchmarks/results/allocators.md
 	$(BIN)/python benchmarks/vector_throughput.py --output benchmarks/results/vector_throughput.md
+	$(BIN)/python benchmarks/vector_memory.py --output benchmarks/results/vector_memory.md
 	$(BIN)/python benchmarks/multitenant_throughput.py --output benchmarks/results/multitenant_throughput.md
 
 # The wheel and the sdist in dist/ (the wheel is built from the sdist, so the sdist is
