@@ -159,7 +159,9 @@ class Router(ABC):
     def route(self, data: TraceDataset, point: float) -> np.ndarray:
         """``data``'s column of the model answering each query at ``point``, ``(n,)``."""
         cols = np.array([data.model_index(m) for m in self.models], dtype=np.int64)
-        return cols[self.decide(self.predict(data), point, self.expected_costs(data))]
+        inputs = self.inputs(data)  # read once: the prediction and the prices share them
+        return cols[self.decide(self.predict_inputs(inputs), point,
+                                self.expected_costs_inputs(inputs))]
 
     def training_costs(self, data: TraceDataset, costs: Any = None) -> Any:
         """What :meth:`fit_inputs` reads of ``data``'s calls (``None``: nothing).
