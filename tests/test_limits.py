@@ -93,6 +93,13 @@ def test_trace_loader_refuses_a_fifo_without_blocking(tmp_path: Path) -> None:
     assert str(fifo) in message and "FIFO" in message, message
 
 
+def test_a_folder_of_logs_skips_a_fifo_without_blocking(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "cached.jsonl")  # today: the RouterArena sniffing opens it, blocks
+    error, message = _load_in_child("traces", tmp_path)
+    assert error == "ValueError", (error, message)
+    assert "a folder without" in message, message
+
+
 def test_trace_files_over_the_size_cap_are_refused(tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "log.jsonl"
