@@ -22,12 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from cost_envs.config import _shown
+from cost_envs.limits import MAX_CONFIG_BYTES, check_regular_file
 
 #: Deepest nesting of lists and mappings a configuration file may have. The schemas need
 #: four levels; the limit keeps the parsers' recursion far from Python's stack limit.
 MAX_DEPTH = 32
 #: Largest configuration file read (pools, price tables, profiles, checkpoint configs).
-MAX_BYTES = 64 * 2**20
+MAX_BYTES = MAX_CONFIG_BYTES
 #: Suffixes :func:`read_config_file` reads, by format.
 CONFIG_SUFFIXES = {".json": "json", ".yaml": "yaml", ".yml": "yaml"}
 
@@ -40,8 +41,8 @@ def read_config_file(path: str | Path) -> Any:
     (:mod:`agents.learners.checkpoints`) are all read here.
 
     Raises:
-        ValueError: Naming the file, on another suffix, a file over :data:`MAX_BYTES`,
-            text that is not UTF-8, invalid
+        ValueError: Naming the file, on another suffix, a file over :data:`MAX_BYTES`
+            or not a regular file (``/dev/zero``, a FIFO), text that is not UTF-8, invalid
             JSON/YAML, and (naming the key too) a duplicate key, an integer too large for
             a float, NaN or infinity, nesting deeper than :data:`MAX_DEPTH` levels or a
             recursive YAML alias.
@@ -51,8 +52,7 @@ def read_config_file(path: str | Path) -> Any:
     suffix = path.suffix.lower()
     if suffix not in CONFIG_SUFFIXES:
         raise ValueError(f"{path}: expected a .json, .yaml or .yml file, got {suffix!r}")
-    if path.stat().st_size > MAX_BYTES:
-        raise ValueError(f"{path}: larger than {MAX_BYTES} bytes; not a configuration file")
+    check_regular_file(path, "configuration file", MAX_BYTES)  # before reading a byte
     try:
         content = path.read_text(encoding="utf-8-sig")  # a byte-order mark is no error
     except UnicodeDecodeError as err:
@@ -178,7 +178,10 @@ def _key_path(path: Sequence[Any]) -> str:
     return out or "top level"
 
 
-_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{},]')
+# a string's body unrolled as runs of plain characters between escapes: the alternation
+# (?:[^"\\]|\\.)* kept a backtracking entry per character (135 bytes each: 5 MB for one
+# 40 kB prompt of a JSONL line)
+_JSON_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{},]')
 
 
 def _check_json_depth(content: str) -> None:

@@ -11,17 +11,19 @@ import argparse
 from collections.abc import Callable
 
 import cost_envs
+from cost_envs.limits import MAX_RESAMPLES
 
 
-def int_at_least(minimum: int, what: str) -> Callable[[str], int]:
-    """An argparse type for integers >= ``minimum``; ``what`` names them in errors."""
+def int_at_least(minimum: int, what: str, maximum: int | None = None
+                 ) -> Callable[[str], int]:
+    """An argparse type for integers in ``[minimum, maximum]``; ``what`` names them in errors."""
 
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             value = minimum - 1
-        if value < minimum:
+        if value < minimum or (maximum is not None and value > maximum):
             raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
         return value
 
@@ -30,6 +32,9 @@ def int_at_least(minimum: int, what: str) -> Callable[[str], int]:
 
 #: A count: episodes, timesteps, sub-envs, resamples.
 positive_int = int_at_least(1, "a positive integer")
+#: Bootstrap resamples: at most :data:`cost_envs.limits.MAX_RESAMPLES`, refused before
+#: any work (a billion ran for minutes).
+resamples_int = int_at_least(1, f"an integer in [1, {MAX_RESAMPLES}]", MAX_RESAMPLES)
 #: A seed.
 seed_int = int_at_least(0, "an integer >= 0")
 

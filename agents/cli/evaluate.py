@@ -18,7 +18,7 @@ import gymnasium as gym
 
 import cost_envs
 from agents.baselines import BASELINES, FAMILY_BASELINES, ROUTING_BASELINES
-from agents.cli.arguments import known_env_id, positive_int, seed_int
+from agents.cli.arguments import known_env_id, positive_int, resamples_int, seed_int
 from agents.cli.env import add_env_arguments, check_env_kwargs, merged_env_kwargs
 from agents.evaluation import compare, evaluate, format_table
 from agents.planning import PLANNERS
@@ -65,7 +65,7 @@ def _add_common(parser: argparse.ArgumentParser, episodes: int = 400) -> None:
                         help=f"episodes per method (default {episodes})")
     parser.add_argument("--seed", type=seed_int, default=0,
                         help="seed of the fixed task set (default 0)")
-    parser.add_argument("--resamples", type=positive_int, default=1000,
+    parser.add_argument("--resamples", type=resamples_int, default=1000,
                         help="bootstrap resamples for the 95%% intervals (default 1000)")
 
 

@@ -54,7 +54,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from agents.cli.arguments import int_at_least, positive_int, seed_int
+from agents.cli.arguments import int_at_least, resamples_int, seed_int
 from agents.routing.routers import ROUTERS
 
 #: Exit status of a bad input (file, model name, saved router), as for a usage error.
@@ -101,7 +101,7 @@ def _add_data(parser: argparse.ArgumentParser, seed_help: str, split_help: str) 
                         help="price table (YAML/JSON) for calls without a logged cost "
                              "(default: the packaged table)")
     parser.add_argument("--seed", type=seed_int, default=0, help=seed_help)
-    parser.add_argument("--resamples", type=positive_int, default=1000,
+    parser.add_argument("--resamples", type=resamples_int, default=1000,
                         help="bootstrap resamples for the 95%% intervals (default 1000)")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object instead of the table")

@@ -15,8 +15,9 @@ import cost_envs
 from agents.cli.arguments import known_env_id, positive_int, seed_int
 from agents.cli.config import read_train_config
 from agents.cli.env import add_env_arguments, check_env_kwargs, merged_env_kwargs
-from agents.learners import BASES, METHODS
+from agents.learners import BASES, METHODS, PPO_SETTINGS
 from cost_envs.extras import EXTRA_MODULES, install_hint, missing_modules
+from cost_envs.limits import check_training_memory
 
 
 def add_train(parser: argparse.ArgumentParser) -> None:
@@ -59,6 +60,10 @@ def run_train(args: argparse.Namespace) -> int:
         settings = read_train_config(args.config, args.method)
         env_kwargs = merged_env_kwargs(args, settings.env_kwargs)
         check_env_kwargs(args.env, env_kwargs)
+        if args.method != "lora":  # --n-envs x n_steps sized before torch and the env
+            check_training_memory(args.env, args.n_envs or settings.n_envs,
+                                  settings.ppo.get("n_steps", PPO_SETTINGS["n_steps"]),
+                                  env_kwargs)
     except (ValueError, FileNotFoundError) as error:
         raise SystemExit(f"cost-envs train: {error}") from None
     base = args.base if args.base is not None else settings.base

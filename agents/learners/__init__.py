@@ -39,3 +39,7 @@ BASES = ("pretrained", "random")
 #: The policy's action distributions (:mod:`agents.learners.common.distributions`): SB3's
 #: independent bits, or bits drawn in agent order, each seeing the earlier ones.
 ACTION_DISTRIBUTIONS = ("independent", "autoregressive")
+#: PPO settings shared by ``ppo`` and ``lora-ppo`` (the paper's A.4); here, not in the
+#: torch-importing training module, so the CLI sizes a rollout before importing torch.
+PPO_SETTINGS = {"n_steps": 512, "batch_size": 64, "gae_lambda": 0.95, "clip_range": 0.2,
+                "ent_coef": 0.01, "vf_coef": 0.5}

@@ -49,7 +49,7 @@ from stable_baselines3.common.utils import set_random_seed
 
 import cost_envs
 from agents.callbacks import CostMetricsCallback, EvaluateAtSteps
-from agents.learners import ACTION_DISTRIBUTIONS, BASES, METHODS
+from agents.learners import ACTION_DISTRIBUTIONS, BASES, METHODS, PPO_SETTINGS
 from agents.learners.common.policies import AllocatorPolicy
 from agents.learners.common.ppo_args import LORA_PPO_ARGUMENTS, PPO_ARGUMENTS, check_hyperparameters
 from agents.learners.dagger import fit_supervised
@@ -60,6 +60,7 @@ from agents.learners.supervised import SupervisedConfig, policy_for
 from agents.seeds import TRACE_TASK_SEED, train_task_seeds
 from agents.vec_env import make_batched_vec_env
 from cost_envs.config import integer
+from cost_envs.limits import check_training_memory
 
 #: ``gym.make`` options, not arguments of an env: a model's ``env_kwargs`` may not carry
 #: them, since they would change the env it is scored on (a time limit, the checker, the
@@ -69,9 +70,6 @@ from cost_envs.config import integer
 GYM_MAKE_OPTIONS = ("max_episode_steps", "disable_env_checker", "autoreset",
                     "apply_api_compatibility", "order_enforce", "additional_wrappers",
                     "vector_kwargs", "render_mode")
-#: PPO settings shared by ``ppo`` and ``lora-ppo`` (the paper's A.4).
-PPO_SETTINGS: dict[str, Any] = {"n_steps": 512, "batch_size": 64, "gae_lambda": 0.95,
-                                "clip_range": 0.2, "ent_coef": 0.01, "vf_coef": 0.5}
 #: Torch threads :func:`train` uses by default: the networks are a few 64-wide layers and
 #: batches of 64, where one thread is fastest (issue #13: torch's default of one thread per
 #: core trained 4-12x slower on 2 cores); parallel runs go in separate processes instead.
@@ -195,7 +193,9 @@ def train(
     Raises:
         ValueError: One line naming a bad argument, a ``gym.make`` option in
             ``env_kwargs`` (``max_episode_steps`` ...: the batched env takes the env's
-            own arguments, ``budget`` and ``on_exceed`` only), or a value the env refuses.
+            own arguments, ``budget`` and ``on_exceed`` only), a value the env refuses,
+            or ``n_envs x n_steps`` whose batched env and rollout buffer cannot fit in the
+            memory available (:func:`cost_envs.limits.check_training_memory`).
     """
     if method not in METHODS:
         raise ValueError(f"method: expected one of {list(METHODS)}, got {method!r}")
@@ -220,6 +220,8 @@ def train(
         # The supervised stage's env, and for every method the check of env_kwargs with
         # gym.make's own messages (a budget the single env refuses is refused here).
         env = gym.make(env_id, **kwargs)
+        if method != "lora":  # before the batched env and the rollout buffer exist
+            check_training_memory(env, n_envs, settings["n_steps"])
         callback = CostMetricsCallback()
         scorer = (EvaluateAtSteps(env_id, evaluate_at, eval_episodes, env_kwargs=kwargs)
                   if evaluate_at else None)

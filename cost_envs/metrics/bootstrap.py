@@ -31,6 +31,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from cost_envs.config import integer, number
+from cost_envs.limits import MAX_RESAMPLES
 from cost_envs.metrics.episodes import HEADLINE_METRICS, EpisodeRecord, _records, gap_closed
 
 #: Largest resample block (resamples x items) held in memory at once by the bootstrap.
@@ -48,8 +49,12 @@ class Interval(NamedTuple):
 
 # ------------------------------------------------------------------------ the engine
 def check_bootstrap_args(n_resamples: Any, confidence: Any) -> None:
-    """Raise ``ValueError`` unless ``n_resamples`` is an int >= 1 and ``confidence`` in (0, 1)."""
-    integer(n_resamples, "n_resamples", minimum=1)
+    """Raise ``ValueError`` unless ``n_resamples`` is in [1, 10**6] and ``confidence`` in (0, 1).
+
+    The cap (:data:`cost_envs.limits.MAX_RESAMPLES`, a million) is checked before any
+    draw: a billion resamples ran for minutes and held 8 GB per statistic.
+    """
+    integer(n_resamples, "n_resamples", minimum=1, maximum=MAX_RESAMPLES)
     number(confidence, "confidence", minimum=0, maximum=1, inclusive=False)
 
 

@@ -15,6 +15,7 @@ from cost_envs.actions import binary_actions, describe
 from cost_envs.config import integer, one_of, reject_unknown
 from cost_envs.core import OrchestrationEnv
 from cost_envs.extras import missing_modules
+from cost_envs.limits import check_memory, tenant_bytes
 from cost_envs.multiagent.shared import Ledger, SharedLimits
 from cost_envs.registration import FACTORIES
 
@@ -150,11 +151,14 @@ class MultiTenantEnv(_parallel_base()):  # type: ignore[misc]
         #: The base env's arguments (a copy): what a policy fitted on a separate env of
         #: ``base`` must be given to see the tenants' pool and prices.
         self.env_kwargs: dict[str, Any] = kwargs
+        first = _make_base(base, dict(kwargs))  # sizes the tenants before they are built
+        check_memory(tenant_bytes(first, self.n_tenants), f"{where}: n_tenants={n_tenants}",
+                     "use fewer tenants")
         self.possible_agents = [f"tenant_{k}" for k in range(self.n_tenants)]
         self.agents: list[str] = []
         self.tenant_envs: dict[str, OrchestrationEnv] = {
-            agent: _make_base(base, dict(kwargs)) for agent in self.possible_agents}
-        first = self.tenant_envs[self.possible_agents[0]]
+            agent: first if k == 0 else _make_base(base, dict(kwargs))
+            for k, agent in enumerate(self.possible_agents)}
         self.n_models = first.n_agents
         self.pool = first.pool
         self.ledger = Ledger(self.limits, self.n_models, self.n_tenants)

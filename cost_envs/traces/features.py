@@ -19,7 +19,7 @@ import functools
 import hashlib
 import itertools
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -35,15 +35,43 @@ FINAL_ANSWER = re.compile(r"####|\\boxed\{|answer is|final answer", re.IGNORECAS
 _WORD = re.compile(r"[a-z]+|\d[\d,]*(?:\.\d+)?|[$%=+*/?-]")
 
 
-def _words(text: str) -> list[str]:
-    words = _WORD.findall(text.lower())
+#: Words whose n-grams are hashed in one pass: bounds the features' memory whatever the
+#: texts' length (all n-grams of all texts at once took 40 times a log's size).
+WORD_CHUNK = 1 << 15
+
+
+def _word(word: str) -> str:
     # a number stands for its digit count: "17" and "42" share a feature, "1,250" is <4>
-    return [f"<{sum(c.isdigit() for c in w)}>" if w[0].isdigit() else w for w in words]
+    return f"<{sum(c.isdigit() for c in word)}>" if word[0].isdigit() else word
+
+
+def _grams(text: str) -> Iterator[list[str]]:
+    """The text's word unigrams and bigrams, in lists of at most 2 x :data:`WORD_CHUNK`.
+
+    A bigram across two chunks of words is in the second chunk's list.
+    """
+    words = (_word(m.group()) for m in _WORD.finditer(text.lower()))
+    last: list[str] = []
+    while chunk := list(itertools.islice(words, WORD_CHUNK)):
+        yield chunk + [f"{a} {b}" for a, b in itertools.pairwise(last + chunk)]
+        last = chunk[-1:]
 
 
 @functools.lru_cache(maxsize=1 << 16)
 def _bucket(gram: str) -> int:
     return int.from_bytes(hashlib.blake2b(gram.encode("utf-8"), digest_size=8).digest(), "little")
+
+
+def _add_grams(out: np.ndarray, rows: list[int], grams: list[str]) -> None:
+    """Add the signed hashed counts of ``grams`` (of texts ``rows``) to ``out``; empty both."""
+    if grams:
+        vocab = {g: _bucket(g) for g in set(grams)}  # hash each distinct n-gram once
+        codes = np.array([vocab[g] for g in grams], dtype=np.uint64)
+        cols = (codes % np.uint64(out.shape[1])).astype(np.int64)
+        signs = np.where((codes >> np.uint64(63)) == 1, -1.0, 1.0)
+        np.add.at(out, (np.asarray(rows), cols), signs)  # integer sums: exact in any order
+    rows.clear()
+    grams.clear()
 
 
 def hashed_features(texts: Sequence[str], n_features: int = 64) -> np.ndarray:
@@ -60,20 +88,16 @@ def hashed_features(texts: Sequence[str], n_features: int = 64) -> np.ndarray:
         float32 array ``(len(texts), n_features)`` with entries in ``[-1, 1]``.
     """
     integer(n_features, "n_features", minimum=1)
+    out = np.zeros((len(texts), n_features), dtype=np.float64)
     rows: list[int] = []
     grams: list[str] = []
     for i, text in enumerate(texts):
-        words = _words(text)
-        doc = words + [f"{a} {b}" for a, b in itertools.pairwise(words)]
-        grams.extend(doc)
-        rows.extend([i] * len(doc))
-    out = np.zeros((len(texts), n_features), dtype=np.float64)
-    if grams:
-        vocab = {g: _bucket(g) for g in set(grams)}  # hash each distinct n-gram once
-        codes = np.array([vocab[g] for g in grams], dtype=np.uint64)
-        cols = (codes % np.uint64(n_features)).astype(np.int64)
-        signs = np.where((codes >> np.uint64(63)) == 1, -1.0, 1.0)
-        np.add.at(out, (np.asarray(rows), cols), signs)
+        for doc in _grams(text):
+            grams.extend(doc)
+            rows.extend([i] * len(doc))
+            if len(grams) >= WORD_CHUNK:
+                _add_grams(out, rows, grams)
+    _add_grams(out, rows, grams)
     out = np.sign(out) * np.log1p(np.abs(out))
     norms = np.linalg.norm(out, axis=1, keepdims=True)
     out = np.divide(out, norms, out=np.zeros_like(out), where=norms > 0)

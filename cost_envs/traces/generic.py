@@ -160,8 +160,8 @@ def _unknown_column(where: Where, line: int, column: str) -> ValueError:
                        f"(the generic schema's columns are {list(GENERIC_COLUMNS)})")
 
 
-def read_generic_csv(text: str, where: Where) -> TraceDataset:
-    """A dataset from a generic CSV's text (errors located by ``where``)."""
+def read_generic_csv(text: str | Iterable[str], where: Where) -> TraceDataset:
+    """A dataset from a generic CSV's text or lines (errors located by ``where``)."""
     header, header_line, records = csv_records(text, where)
     unknown = [h for h in header if h not in GENERIC_COLUMNS]
     if unknown:  # first: a misspelt column is also a missing one, and this names both
@@ -178,10 +178,15 @@ def read_generic_csv(text: str, where: Where) -> TraceDataset:
                            for line, fields in records), where)
 
 
-def read_jsonl(text: str, where: Where) -> TraceDataset:
-    """A dataset from a JSONL text, one generic-schema object per line."""
+def read_jsonl(text: str | Iterable[str], where: Where) -> TraceDataset:
+    """A dataset from a JSONL text or its lines (an open file), one object per line.
+
+    Lines are parsed one at a time: from an open file, only the dataset is held.
+    """
+    lines = text.splitlines() if isinstance(text, str) else text
+
     def rows() -> Iterable[tuple[int, Mapping[str, Any]]]:
-        for line_no, raw in enumerate(text.splitlines(), start=1):
+        for line_no, raw in enumerate(lines, start=1):
             if not raw.strip():
                 continue
             try:

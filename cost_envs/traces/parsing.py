@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import csv
 import io
-from typing import Any
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, TextIO
 
 from cost_envs.config import _shown, number
+from cost_envs.limits import MAX_TRACE_BYTES, check_memory, check_regular_file
 
 #: Longest shown value in an error message; a longer one is cut to its start.
 SHOWN_CHARS = 80
@@ -81,12 +84,33 @@ def missing(value: Any) -> bool:
     return value is None or (isinstance(value, str) and value == "")
 
 
-def csv_records(text: str, where: Where
+def open_trace_file(path: Path) -> TextIO:
+    """``path`` opened for reading its lines, after the file checks of :mod:`cost_envs.limits`.
+
+    A regular file of at most :data:`~cost_envs.limits.MAX_TRACE_BYTES` (never
+    ``/dev/zero`` or a FIFO) whose size fits in the memory available (the dataset holds
+    up to about its size); a byte-order mark is dropped; ``newline=""`` as the csv module
+    needs (lines keep their ends).
+
+    Raises:
+        ValueError: One line naming the file and the limit it exceeds.
+        FileNotFoundError: If it does not exist.
+    """
+    size = check_regular_file(path, "trace file", MAX_TRACE_BYTES)
+    check_memory(size, f"trace file {path} ({size} bytes)", "split the log into smaller files")
+    return open(path, encoding="utf-8-sig", newline="")
+
+
+def csv_records(text: str | Iterable[str], where: Where
                 ) -> tuple[list[str], int, list[tuple[int, list[str]]]]:
-    """Header, its line and ``(first line, fields)`` of every non-blank record of a CSV."""
+    """Header, its line and ``(first line, fields)`` of every non-blank record of a CSV.
+
+    ``text`` is the CSV's text or its lines (a file opened with ``newline=""``).
+    """
     # strict: a quoted field the file ends inside (a truncated file) or text after a closing
     # quote is an error, where the default reader would read on silently
-    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    lines = io.StringIO(text, newline="") if isinstance(text, str) else text
+    reader = csv.reader(lines, strict=True)
     try:
         header: list[str] | None = None
         header_line = 1

@@ -77,10 +77,11 @@ import difflib
 import functools
 import io
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 
@@ -97,7 +98,7 @@ from cost_envs.traces.generic import (
     read_jsonl,
     records_from_dataset,
 )
-from cost_envs.traces.parsing import Where, as_bool, csv_records, shown
+from cost_envs.traces.parsing import Where, as_bool, csv_records, open_trace_file, shown
 from cost_envs.traces.routerarena import load_routerarena
 
 #: Formats :func:`load_traces` reads.
@@ -209,7 +210,7 @@ def _correctness(value: str, where: Where, line: int, model: str) -> bool:
                          "*_response)") from None
 
 
-def _read_routellm(text: str, where: Where, token_counter: str,
+def _read_routellm(text: str | Iterable[str], where: Where, token_counter: str,
                    default_output_tokens: int, group: str) -> TraceDataset:
     header, header_line, records = csv_records(text, where)
     models, group_column = _routellm_columns(header, header_line, where)
@@ -256,11 +257,23 @@ def _read_routellm(text: str, where: Where, token_counter: str,
     )
 
 
-def _read_text(path: Path) -> str:
+@contextmanager
+def _utf8(path: Path) -> Iterator[None]:
+    """Text that is not UTF-8, found while streaming ``path``, as a one-line ``ValueError``."""
     try:
-        return path.read_text(encoding="utf-8-sig")  # tolerate a byte-order mark
+        yield
     except UnicodeDecodeError as err:
         raise ValueError(f"{path}: not UTF-8 text: {err}") from None
+
+
+def _is_blank(handle: TextIO) -> bool:
+    """Whether the rest of ``handle`` is whitespace only (read in chunks, then rewound)."""
+    start = handle.tell()
+    while chunk := handle.read(1 << 16):
+        if chunk.strip():
+            handle.seek(start)
+            return False
+    return True
 
 
 def detect_format(path: str | Path, text: str | None = None) -> str:
@@ -284,8 +297,11 @@ def detect_format(path: str | Path, text: str | None = None) -> str:
     if suffix != ".csv":
         raise ValueError(f"{path}: cannot tell the format from the suffix {suffix!r}; "
                          f"expected .csv or .jsonl, or pass format= one of {list(FORMATS)}")
-    text = _read_text(path) if text is None else text
-    first = next(csv.reader(io.StringIO(text.removeprefix("\ufeff"), newline="")), [])
+    if text is None:  # the header alone: the file is read once, by the reader
+        with _utf8(path), open_trace_file(path) as handle:
+            first = next(csv.reader(handle), [])
+    else:
+        first = next(csv.reader(io.StringIO(text.removeprefix("\ufeff"), newline="")), [])
     names = {f.strip() for f in first}
     if names & set(_GENERIC_ONLY):  # model columns may look like them: the rest decide
         return "csv"
@@ -373,7 +389,7 @@ def is_routerarena_folder(folder: str | Path) -> bool:
     Read from its first ``.jsonl`` file's first record: RouterArena's has a
     ``global_index`` field, which the generic schema does not have.
     """
-    for file in sorted(Path(folder).glob("*.jsonl")):
+    for file in sorted(f for f in Path(folder).glob("*.jsonl") if f.is_file()):  # no FIFO
         with file.open(encoding="utf-8-sig", errors="replace") as handle:
             first = next((line for line in handle if line.strip()), "")
         try:
@@ -386,16 +402,19 @@ def is_routerarena_folder(folder: str | Path) -> bool:
 
 def _load_one(path: Path, format: str | None, token_counter: str,
               default_output_tokens: int) -> TraceDataset:
-    text = _read_text(path)
     where = Where(str(path))
-    if not text.strip():
-        raise where.error(None, None, "the file is empty")
-    fmt = format or detect_format(path, text)
-    if fmt == "jsonl":
-        return read_jsonl(text, where)
-    if fmt == "csv":
-        return read_generic_csv(text, where)
-    return _read_routellm(text, where, token_counter, default_output_tokens, file_group(path))
+    # streamed: the lines are parsed as they are read, never all held as text (a log of
+    # long prompts took 3 times its size while loading, and the features 40 times)
+    with _utf8(path), open_trace_file(path) as handle:
+        if _is_blank(handle):
+            raise where.error(None, None, "the file is empty")
+        fmt = format or detect_format(path)
+        if fmt == "jsonl":
+            return read_jsonl(handle, where)
+        if fmt == "csv":
+            return read_generic_csv(handle, where)
+        return _read_routellm(handle, where, token_counter, default_output_tokens,
+                              file_group(path))
 
 
 EXAMPLE_TRACES = "data/example_traces.jsonl"

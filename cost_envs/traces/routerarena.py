@@ -33,7 +33,7 @@ and the field.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,14 @@ import numpy as np
 from cost_envs.config_files import json_loads
 from cost_envs.traces.dataset import TraceDataset
 from cost_envs.traces.generic import SCORE_THRESHOLD
-from cost_envs.traces.parsing import Where, as_number, as_tokens, missing, shown
+from cost_envs.traces.parsing import (
+    Where,
+    as_number,
+    as_tokens,
+    missing,
+    open_trace_file,
+    shown,
+)
 
 #: Glob of the per-model files in a RouterArena folder.
 PATTERN = "*.jsonl"
@@ -118,12 +125,16 @@ def _read_model(path: Path) -> tuple[str, dict[str, dict[str, Any]]]:
     """(model, global_index -> parsed line) of one model's file, in file order."""
     where = Where(str(path))
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        with open_trace_file(path) as handle:  # streamed, line by line
+            return _model_rows(handle, where)
     except UnicodeDecodeError as err:
         raise ValueError(f"{path}: not UTF-8 text: {err}") from None
+
+
+def _model_rows(lines: Iterable[str], where: Where) -> tuple[str, dict[str, dict[str, Any]]]:
     rows: dict[str, dict[str, Any]] = {}
     model = None
-    for line, raw in enumerate(text.splitlines(), start=1):
+    for line, raw in enumerate(lines, start=1):
         if not raw.strip():
             continue
         row = _parse_line(raw, where, line)

@@ -42,6 +42,7 @@ from gymnasium.vector.utils import batch_space
 
 from cost_envs.actions import binary_actions, describe
 from cost_envs.core import MAX_ORACLE_AGENTS, OrchestrationEnv
+from cost_envs.limits import batched_env_bytes, check_memory
 from cost_envs.vector.array_ops import read_only
 from cost_envs.vector.info import VectorInfo
 
@@ -121,6 +122,9 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         # The single env checks the arguments and is the one home of the pool, the
         # reward weights, the spaces and the task draw.
         self.single_env = self.env_class(**env_kwargs)
+        # before any array of num_envs rows: a size that cannot fit is one line, not a crash
+        check_memory(batched_env_bytes(self.single_env, self.num_envs),
+                     f"{name}: num_envs={self.num_envs}", "use fewer sub-envs")
         self.metadata = {"autoreset_mode": self.autoreset_mode, "render_modes": []}
         self.render_mode = None
         n, m = self.num_envs, self.single_env.n_agents
