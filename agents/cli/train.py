@@ -48,9 +48,13 @@ def add_train(parser: argparse.ArgumentParser) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    """Train a learned allocator and save it; every input is checked before training."""
-    from agents.learners.checkpoints import check_writable, save_allocator
-    from agents.learners.training import configure_torch_threads, train
+    """Train a learned allocator and save it; every input is checked before training.
+
+    torch and SB3 (seconds to import) are imported after the arguments, the config file's
+    syntax, the env arguments and ``--out`` are checked, so those errors come at once.
+    (A config file's keys are checked against SB3's signature, which imports SB3.)
+    """
+    from agents.learners.checkpoint_paths import check_writable
 
     if args.tensorboard is not None and missing_modules(EXTRA_MODULES["tensorboard"]):
         raise SystemExit("cost-envs train: --tensorboard needs the tensorboard package "
@@ -69,6 +73,9 @@ def run_train(args: argparse.Namespace) -> int:
         check_writable(args.out)
     except ValueError as error:
         raise SystemExit(f"cost-envs train: --out: {error}") from None
+    from agents.learners.checkpoints import save_allocator
+    from agents.learners.training import configure_torch_threads, train
+
     extra = {} if settings.supervised is None else {"supervised": settings.supervised}
     try:
         configure_torch_threads()
