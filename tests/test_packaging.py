@@ -206,8 +206,8 @@ def test_the_wheel_installs_the_envs_without_torch_into_a_fresh_venv(
     cli = _run([venv / "bin" / "cost-envs", "list"], tmp_path, timeout=60)
     assert cli.returncode == 0, cli.stderr
     assert cli.stdout.split() == list(cost_envs.ENV_IDS)
-    cli = _run([venv / "bin" / "cost-envs", "train", "--env", cost_envs.ENV_IDS[0], "--method",
-                "ppo", "--out", tmp_path / "model"], tmp_path, timeout=60)
+    cli = _run([venv / "bin" / "cost-envs", "train", "--env", "cost_envs/ToolBench-v0",
+                "--method", "ppo", "--out", tmp_path / "model"], tmp_path, timeout=60)
     assert cli.returncode == 1 and "Traceback" not in cli.stderr, cli.stderr
     assert cli.stderr.count("\n") == 1, cli.stderr
     assert cli.stderr.strip().endswith(install_hint("agents"))

@@ -21,7 +21,7 @@ from agents.cli.evaluate import add_evaluate, run_evaluate
 from agents.cli.export_minari import add_export_minari, run_export_minari
 from agents.cli.route import add_route, run_route
 from agents.cli.train import add_pretrain, add_train, run_pretrain, run_train
-from cost_envs.extras import extra_of
+from cost_envs.extras import extra_of, missing_modules
 
 
 def _add_list(parser: argparse.ArgumentParser) -> None:
@@ -148,7 +148,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Usage errors raise ``SystemExit(2)`` with a message on stderr, as argparse does; a
     bad input or output raises ``SystemExit`` with a one-line message. A closed stdout,
-    an operating-system error and Ctrl-C are turned into one line on stderr and a status.
+    an operating-system error and Ctrl-C are turned into one line on stderr and a status,
+    and so is a module of a missing extra (:attr:`Command.needs`, or one a command imports
+    without saying so): the line names the ``pip install`` that fixes it.
 
     Args:
         argv: Arguments without the program name; ``None`` reads ``sys.argv``.
@@ -166,12 +168,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()  # a closed pipe or full disk shows here, not at interpreter exit
         return status
     except ModuleNotFoundError as error:
-        extra = extra_of(error.name or "")
-        if extra is None:
+        top = (error.name or "").split(".")[0]
+        extra = extra_of(top)
+        if extra is None or not missing_modules([top]):  # not an extra's, or broken not absent
             raise
         _drop_stdout()  # an extra's module imported by a command that did not say it needs it
         where = "cost-envs" if args is None else f"cost-envs {args.command}"
-        print(f"{where}: {missing_extra(extra, [error.name or ''])}", file=sys.stderr)
+        print(f"{where}: {missing_extra(extra, [top])}", file=sys.stderr)
         return EXIT_INPUT
     except KeyboardInterrupt:
         _drop_stdout()
