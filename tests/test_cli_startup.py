@@ -121,6 +121,10 @@ def test_an_unwritable_out_is_answered_before_torch_is_imported(tmp_path):
                                   "--out", str(tmp_path / "file"))
     assert "exists and is not a directory" in last_line_only(err, "cost-envs train: --out:")
     assert status == 1 and heavy == []
+    (tmp_path / "base.safetensors").mkdir()  # pretrain writes <out>.safetensors, a file
+    status, heavy, _, err = probe("pretrain", "--env", TOOL, "--out", str(tmp_path / "base"))
+    assert "exists and is not a file" in last_line_only(err, "cost-envs pretrain: --out:")
+    assert status == 1 and heavy == []
 
 
 @pytest.mark.parametrize("command", [["evaluate"], ["train", "--method", "ppo", "--out", "o"]])

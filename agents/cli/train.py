@@ -112,13 +112,15 @@ def add_pretrain(parser: argparse.ArgumentParser) -> None:
 
 def run_pretrain(args: argparse.Namespace) -> int:
     """Pretrain a frozen base encoder and write it; ``--out`` is checked first."""
-    from agents.learners.pretrain import check_base_writable, pretrain_base, save_base
-    from agents.learners.training import configure_torch_threads
+    from agents.learners.checkpoint_paths import check_base_writable
 
-    try:  # before pretraining, so a bad --out fails at once
+    try:  # before pretraining (and importing torch), so a bad --out fails at once
         check_base_writable(args.out)
     except ValueError as error:
         raise SystemExit(f"cost-envs pretrain: --out: {error}") from None
+    from agents.learners.pretrain import pretrain_base, save_base
+    from agents.learners.training import configure_torch_threads
+
     configure_torch_threads()
     try:
         state, config = pretrain_base(args.env, seed=args.seed, progress=not args.no_progress)

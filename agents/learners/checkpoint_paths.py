@@ -2,9 +2,9 @@
 
 :mod:`agents.learners.checkpoints` (which imports torch, SB3 and safetensors) saves and
 loads the checkpoints; what only looks at the file system lives here, so that the command
-line answers a missing model or an unwritable ``--out`` at once instead of after the
-seconds importing torch takes (issue #26). :mod:`agents.learners.checkpoints` re-exports
-each name.
+line answers a missing model or an unwritable ``--out`` (``train``, ``pretrain``) at once,
+not after the seconds importing torch takes (issue #26). :mod:`agents.learners.checkpoints` and
+:mod:`agents.learners.pretrain` (the base's two files) re-export their names.
 """
 
 from __future__ import annotations
@@ -94,3 +94,31 @@ def check_writable(directory: str | Path, expected_format: str = MODEL_FORMAT) -
                          "checkpoint; saving would delete its contents. Choose a new or "
                          "empty directory")
     return directory
+
+
+def base_files(path: str | Path) -> tuple[Path, Path]:
+    """The weights and config files :func:`save_base` writes for ``path``.
+
+    ``<path>.safetensors`` and ``<path>.json``; a ``path`` already ending in
+    ``.safetensors`` is used as is.
+    """
+    path = Path(path)
+    weights = path if path.suffix == ".safetensors" else path.with_name(
+        f"{path.name}.safetensors")
+    return weights, weights.with_suffix(".json")
+
+
+def check_base_writable(path: str | Path) -> tuple[Path, Path]:
+    """Raise ``ValueError`` unless :func:`save_base` can write ``path``'s two files.
+
+    Run it before :func:`pretrain_base`, so that a bad output path fails at once.
+
+    Returns:
+        The weights and config files, as :func:`base_files`.
+    """
+    files = base_files(path)
+    for file in files:
+        if file.exists() and not file.is_file():
+            raise ValueError(f"{file} exists and is not a file")
+        check_creatable(file)
+    return files
