@@ -1,10 +1,12 @@
 """Allocators for cost_envs: baselines, evaluation and (with torch) learned policies.
 
-This package is installed with the ``agents`` extra (``pip install 'cost-envs[agents]'``):
-importing it without the extra's dependencies fails at once with a one-line
-``ImportError`` naming that command (:func:`cost_envs.extras.require_extra`), rather
-than deep inside a training run. The check only looks the modules up: importing this
-package does not import torch; modules that need it import it themselves.
+This package's learners need the ``agents`` extra (``pip install 'cost-envs[agents]'``).
+``import agents`` works without it, so that the ``cost-envs`` command (:mod:`agents.cli`),
+installed with the envs, can list and describe them and say which extra a command needs
+(issue #26); the baselines, rules, planners and evaluation need no torch either. A
+public name whose module needs the extra fails, when asked for, with a one-line
+``ImportError`` naming the ``pip install`` line (:func:`cost_envs.extras.require_extra`).
+Importing this package does not import torch; modules that need it import it themselves.
 
 The user-facing names are importable from here (``from agents import train, evaluate``)
 and listed in ``__all__``; each is imported from its module the first time it is asked
@@ -32,9 +34,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from cost_envs.extras import require_extra
-
-require_extra("agents", "the agents package")
+from cost_envs.extras import extra_of, require_extra
 
 #: Each public name -> the module that defines it (imported on first use).
 _PUBLIC = {
@@ -76,7 +76,18 @@ def __getattr__(name: str) -> Any:
     module = _PUBLIC.get(name)
     if module is None:  # also how ``from agents import cli`` finds a subpackage
         raise AttributeError(f"module 'agents' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    try:
+        imported = importlib.import_module(module)
+    except ModuleNotFoundError as error:
+        extra = extra_of(error.name or "")
+        if extra is None:
+            raise
+        try:
+            require_extra(extra, f"agents.{name}")
+        except ImportError as missing:  # one line naming the pip install line
+            raise missing from None
+        raise  # the extra is there, but a module of it failed to import: say so as is
+    value = getattr(imported, name)
     globals()[name] = value  # later lookups skip this function
     return value
 

@@ -40,6 +40,12 @@ def install_hint(extra: str) -> str:
     return f"pip install '{DISTRIBUTION}[{extra}]'"
 
 
+def extra_of(module: str) -> str | None:
+    """The extra that provides ``module`` (or its top-level package), or ``None``."""
+    top = module.split(".")[0]
+    return next((extra for extra, modules in EXTRA_MODULES.items() if top in modules), None)
+
+
 def missing_modules(modules: Sequence[str]) -> list[str]:
     """The top-level ``modules`` that cannot be found (none is imported)."""
     return [name for name in modules if find_spec(name) is None]

@@ -62,8 +62,9 @@ for env_id in cost_envs.ENV_IDS:
     info = env.step(env.action_space.sample())[-1]
     steps[env_id] = sorted(info)
     env.close()
+import agents  # the cost-envs command's package: importable without the agents extra
 try:
-    import agents
+    agents.train
     agents_error = None
 except ImportError as err:
     agents_error = str(err)
@@ -202,9 +203,14 @@ def test_the_wheel_installs_the_envs_without_torch_into_a_fresh_venv(
     assert message is not None and "\n" not in message
     assert install_hint("agents") in message and "torch" in message
 
-    cli = _run([venv / "bin" / "cost-envs", "--help"], tmp_path, timeout=60)
-    assert cli.returncode != 0
-    assert cli.stderr.strip().splitlines()[-1].endswith(install_hint("agents"))
+    cli = _run([venv / "bin" / "cost-envs", "list"], tmp_path, timeout=60)
+    assert cli.returncode == 0, cli.stderr
+    assert cli.stdout.split() == list(cost_envs.ENV_IDS)
+    cli = _run([venv / "bin" / "cost-envs", "train", "--env", "cost_envs/ToolBench-v0",
+                "--method", "ppo", "--out", tmp_path / "model"], tmp_path, timeout=60)
+    assert cli.returncode == 1 and "Traceback" not in cli.stderr, cli.stderr
+    assert cli.stderr.count("\n") == 1, cli.stderr
+    assert cli.stderr.strip().endswith(install_hint("agents"))
 
 
 def _version() -> str:

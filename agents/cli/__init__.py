@@ -42,12 +42,21 @@ a bad input file or output path (``--model``, ``--out``;  1
   key or value of ``--config`` or of the env arguments
   (unreadable ``--env-kwargs`` text is a usage error)
 a model ``route`` does not find in the logs               2
+a missing extra (``train`` without torch: ``pip install   1
+  'cost-envs[agents]'``), named with its install line
 an operating-system error (a full disk, no permission)    1
 stdout closed early (``cost-envs list | head -1``)        141
 Ctrl-C                                                    130
 ========================================================  ===========
 
 ``--out`` of ``train`` and ``pretrain`` is checked writable before any work starts.
+Arguments and files are checked before torch, SB3 or peft is imported (seconds), so an
+error in them is answered at once (``benchmarks/cli_startup.py``); a config file's
+hyperparameter keys are the exception, checked against SB3's own signature. A mistyped
+subcommand, option, choice, env id or method gets the usage of the subcommand and the
+closest valid name ("did you mean"). Without the ``agents`` extra (an env-only install),
+``list``, ``--help`` and ``evaluate`` of the baselines work; ``train``, ``pretrain`` and
+``evaluate --model`` say which extra to install.
 """
 
 from agents.cli.main import COMMANDS, Command, build_parser, main

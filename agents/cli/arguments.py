@@ -8,10 +8,38 @@ error (status 2).
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import cost_envs
+from cost_envs.config import suggestion
+from cost_envs.extras import EXTRA_MODULES, install_hint, missing_modules
 from cost_envs.limits import MAX_RESAMPLES
+
+#: Exit status of a usage error (argparse's): a bad flag, an unknown env id or method.
+EXIT_USAGE = 2
+#: Exit status of a bad input file or output path, or of a missing extra.
+EXIT_INPUT = 1
+
+
+def close_to(word: str, options: Sequence[str]) -> str:
+    """``"; did you mean 'x'?"`` for the option closest to a mistyped ``word``, or ``""``."""
+    return suggestion(word, options)
+
+
+def missing_extra(extra: str, missing: Sequence[str]) -> str:
+    """The one-line message for a missing ``extra``: what is missing, the install line."""
+    return (f"needs the {extra!r} extra, which is not installed (missing: "
+            f"{', '.join(missing)}): {install_hint(extra)}")
+
+
+def require_extra(extra: str, where: str) -> None:
+    """Exit with status :data:`EXIT_INPUT` and one line if ``extra`` is not installed.
+
+    Looks the modules up without importing them, so it costs nothing when they are there.
+    """
+    missing = missing_modules(EXTRA_MODULES[extra])
+    if missing:
+        raise SystemExit(f"{where}: {missing_extra(extra, missing)}")
 
 
 def int_at_least(minimum: int, what: str, maximum: int | None = None
@@ -46,7 +74,9 @@ def known_env_id(text: str) -> str:
         return text
     if text in by_name:
         return by_name[text]
+    # the closest id in the form it was typed in: with its namespace or without
+    close = close_to(text, list(cost_envs.ENV_IDS) if "/" in text else list(by_name))
     raise argparse.ArgumentTypeError(
-        f"unknown environment {text!r}; valid ids: {', '.join(cost_envs.ENV_IDS)}"
+        f"unknown environment {text!r}; valid ids: {', '.join(cost_envs.ENV_IDS)}{close}"
     )
 

@@ -18,7 +18,14 @@ import gymnasium as gym
 
 import cost_envs
 from agents.baselines import BASELINES, FAMILY_BASELINES, ROUTING_BASELINES
-from agents.cli.arguments import known_env_id, positive_int, resamples_int, seed_int
+from agents.cli.arguments import (
+    close_to,
+    known_env_id,
+    positive_int,
+    require_extra,
+    resamples_int,
+    seed_int,
+)
 from agents.cli.env import add_env_arguments, check_env_kwargs, merged_env_kwargs
 from agents.evaluation import compare, evaluate, format_table
 from agents.planning import PLANNERS
@@ -50,6 +57,7 @@ def _methods(text: str) -> tuple[str, ...]:
         raise argparse.ArgumentTypeError(
             f"unknown method(s) {', '.join(map(repr, unknown)) or 'none given'}; "
             f"valid methods: {', '.join(EVALUATE_METHODS)}"
+            f"{close_to(unknown[0], list(EVALUATE_METHODS)) if unknown else ''}"
         )
     if len(set(names)) != len(names):
         raise argparse.ArgumentTypeError(f"duplicate method names in {text!r}")
@@ -125,8 +133,21 @@ def _model_env_kwargs(args: argparse.Namespace, model_kwargs: dict[str, Any]) ->
 
 
 def _load_model(args: argparse.Namespace) -> tuple[str, Any, dict[str, Any]]:
-    """The model's row name, the allocator and its env kwargs; exits 2 on a bad model."""
-    from agents.learners.checkpoints import UnsafeCheckpointError, load_allocator
+    """The model's row name, the allocator and its env kwargs; exits 1 on a bad model.
+
+    What is on disk is checked before torch is imported (seconds), so a mistyped path is
+    answered at once; then whether the agents extra (torch, ...) is installed.
+    """
+    from agents.learners.checkpoint_paths import UnsafeCheckpointError, check_model_path
+
+    try:
+        check_model_path(args.model, trust_pickle=args.trust_pickle)
+    except UnsafeCheckpointError as error:
+        raise SystemExit(f"cost-envs evaluate: refusing to load {args.model}: {error}") from None
+    except FileNotFoundError as error:
+        raise SystemExit(f"cost-envs evaluate: cannot load {args.model}: {error}") from None
+    require_extra("agents", "cost-envs evaluate --model")
+    from agents.learners.checkpoints import load_allocator
 
     try:
         model = load_allocator(args.model, trust_pickle=args.trust_pickle)

@@ -9,16 +9,19 @@ from __future__ import annotations
 import argparse
 import errno
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import cost_envs
+from agents.cli.arguments import EXIT_INPUT, close_to, missing_extra, require_extra
 from agents.cli.evaluate import add_evaluate, run_evaluate
 from agents.cli.export_minari import add_export_minari, run_export_minari
 from agents.cli.route import add_route, run_route
 from agents.cli.train import add_pretrain, add_train, run_pretrain, run_train
+from cost_envs.extras import extra_of, missing_modules
 
 
 def _add_list(parser: argparse.ArgumentParser) -> None:
@@ -34,19 +37,28 @@ def _run_list(args: argparse.Namespace) -> int:
 
 @dataclass(frozen=True)
 class Command:
-    """One subcommand: its name, help, argument builder and runner (returns the exit code)."""
+    """One subcommand: its name, help, argument builder and runner (returns the exit code).
+
+    ``needs`` names the extras (:data:`cost_envs.extras.EXTRA_MODULES`) every run of the
+    command needs: without one, :func:`main` says which to install, in one line, after the
+    arguments are parsed (so ``--help`` works) and before the command runs. A need that
+    depends on the arguments (``evaluate --model``) is the command's own check.
+    """
 
     name: str
     help: str
     add_arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int]
+    needs: tuple[str, ...] = ()
 
 
 COMMANDS: tuple[Command, ...] = (
     Command("list", "print the registered environment ids", _add_list, _run_list),
     Command("evaluate", "evaluate baselines on one environment", add_evaluate, run_evaluate),
-    Command("train", "train a learned allocator and save it", add_train, run_train),
-    Command("pretrain", "pretrain a frozen base encoder", add_pretrain, run_pretrain),
+    Command("train", "train a learned allocator and save it", add_train, run_train,
+            needs=("agents",)),
+    Command("pretrain", "pretrain a frozen base encoder", add_pretrain, run_pretrain,
+            needs=("agents",)),
     Command("route", "train, save and score a weak/strong router on logged outcomes",
             add_route, run_route),
     Command("export-minari", "write episodes as a Minari dataset for offline RL",
@@ -54,16 +66,67 @@ COMMANDS: tuple[Command, ...] = (
 )
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse's parser, except that a failed write of help or usage is not swallowed.
+#: argparse's message for a value not among an argument's choices (Python 3.11, 3.12).
+_INVALID_CHOICE = re.compile(r"invalid choice: '(?P<value>[^']*)' \(choose from (?P<choices>.*)\)")
 
-    argparse ignores ``OSError`` when printing, so ``--help`` into a full disk exited 0 with
-    nothing written; here the error reaches :func:`main`, which reports it in one line.
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, with "did you mean" and unswallowed write errors.
+
+    A mistyped subcommand, choice or option gets the closest valid one
+    (:func:`difflib.get_close_matches`; Python 3.14's ``suggest_on_error``, which 3.11
+    lacks), and an unknown option the usage of the subcommand it was given to rather than
+    the top-level usage. argparse ignores ``OSError`` when printing, so ``--help`` into a
+    full disk exited 0 with nothing written; here the error reaches :func:`main`, which
+    reports it in one line.
     """
 
     def _print_message(self, message: str, file: Any = None) -> None:
         if message:
             (file or sys.stderr).write(message)
+
+    def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                   namespace: argparse.Namespace | None = None) -> argparse.Namespace:
+        """As argparse's, but unknown arguments are reported by the subcommand's parser."""
+        parsed, unknown = self.parse_known_args(args, namespace)
+        if unknown:
+            parser = _chosen(self, parsed)
+            parser.error(f"unrecognized arguments: {' '.join(unknown)}"
+                         f"{_option_suggestion(parser, unknown)}")
+        return parsed
+
+    def error(self, message: str) -> NoReturn:
+        """Print the usage and ``message`` with the closest valid choice; exit 2."""
+        match = _INVALID_CHOICE.search(message)
+        if match:
+            choices = re.findall(r"'([^']*)'", match["choices"])
+            message += close_to(match["value"], choices)
+        super().error(message)
+
+
+def _chosen(parser: argparse.ArgumentParser, parsed: argparse.Namespace
+            ) -> argparse.ArgumentParser:
+    """The innermost subcommand parser ``parsed`` went through (``route train``'s, ...)."""
+    while True:
+        subparsers = [action for action in parser._actions  # argparse keeps no public list
+                      if isinstance(action, argparse._SubParsersAction)]
+        if not subparsers:
+            return parser
+        name = getattr(parsed, subparsers[0].dest, None)
+        if name not in subparsers[0].choices:
+            return parser
+        parser = subparsers[0].choices[name]
+
+
+def _option_suggestion(parser: argparse.ArgumentParser, unknown: Sequence[str]) -> str:
+    """"; did you mean '--x'?" for the first unknown option close to one of ``parser``'s."""
+    options = [option for action in parser._actions for option in action.option_strings]
+    for word in unknown:
+        if word.startswith("-"):
+            hint = close_to(word.split("=", 1)[0], options)
+            if hint:
+                return hint
+    return ""
 
 
 def build_parser(commands: Sequence[Command] = COMMANDS) -> argparse.ArgumentParser:
@@ -85,20 +148,34 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Usage errors raise ``SystemExit(2)`` with a message on stderr, as argparse does; a
     bad input or output raises ``SystemExit`` with a one-line message. A closed stdout,
-    an operating-system error and Ctrl-C are turned into one line on stderr and a status.
+    an operating-system error and Ctrl-C are turned into one line on stderr and a status,
+    and so is a module of a missing extra (:attr:`Command.needs`, or one a command imports
+    without saying so): the line names the ``pip install`` that fixes it.
 
     Args:
         argv: Arguments without the program name; ``None`` reads ``sys.argv``.
     """
+    args: argparse.Namespace | None = None
     try:
         try:
             args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+            _require(args.command, {command.name: command for command in COMMANDS}
+                     .get(args.command))
             status = args.run(args)
         except SystemExit:
             sys.stdout.flush()  # --help prints too: its output must land or fail loudly
             raise
         sys.stdout.flush()  # a closed pipe or full disk shows here, not at interpreter exit
         return status
+    except ModuleNotFoundError as error:
+        top = (error.name or "").split(".")[0]
+        extra = extra_of(top)
+        if extra is None or not missing_modules([top]):  # not an extra's, or broken not absent
+            raise
+        _drop_stdout()  # an extra's module imported by a command that did not say it needs it
+        where = "cost-envs" if args is None else f"cost-envs {args.command}"
+        print(f"{where}: {missing_extra(extra, [top])}", file=sys.stderr)
+        return EXIT_INPUT
     except KeyboardInterrupt:
         _drop_stdout()
         print("cost-envs: interrupted", file=sys.stderr)
@@ -116,6 +193,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         reason = error.strerror or errno.errorcode.get(error.errno or 0) or str(error)
         print(f"cost-envs: {' '.join(reason.split())}{where}", file=sys.stderr)
         return 1
+
+
+def _require(name: str, command: Command | None) -> None:
+    """Exit in one line naming the extra to install if ``command`` needs a missing one."""
+    for extra in command.needs if command is not None else ():
+        require_extra(extra, f"cost-envs {name}")
 
 
 def _drop_stdout() -> None:

@@ -49,9 +49,13 @@ def add_train(parser: argparse.ArgumentParser) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    """Train a learned allocator and save it; every input is checked before training."""
-    from agents.learners.checkpoints import check_writable, save_allocator
-    from agents.learners.training import configure_torch_threads, train
+    """Train a learned allocator and save it; every input is checked before training.
+
+    torch and SB3 (seconds to import) are imported after the arguments, the config file's
+    syntax, the env arguments and ``--out`` are checked, so those errors come at once.
+    (A config file's keys are checked against SB3's signature, which imports SB3.)
+    """
+    from agents.learners.checkpoint_paths import check_writable
 
     if args.tensorboard is not None and missing_modules(EXTRA_MODULES["tensorboard"]):
         raise SystemExit("cost-envs train: --tensorboard needs the tensorboard package "
@@ -74,6 +78,9 @@ def run_train(args: argparse.Namespace) -> int:
         check_writable(args.out)
     except ValueError as error:
         raise SystemExit(f"cost-envs train: --out: {error}") from None
+    from agents.learners.checkpoints import save_allocator
+    from agents.learners.training import configure_torch_threads, train
+
     extra = {} if settings.supervised is None else {"supervised": settings.supervised}
     try:
         configure_torch_threads()
@@ -110,13 +117,15 @@ def add_pretrain(parser: argparse.ArgumentParser) -> None:
 
 def run_pretrain(args: argparse.Namespace) -> int:
     """Pretrain a frozen base encoder and write it; ``--out`` is checked first."""
-    from agents.learners.pretrain import check_base_writable, pretrain_base, save_base
-    from agents.learners.training import configure_torch_threads
+    from agents.learners.checkpoint_paths import check_base_writable
 
-    try:  # before pretraining, so a bad --out fails at once
+    try:  # before pretraining (and importing torch), so a bad --out fails at once
         check_base_writable(args.out)
     except ValueError as error:
         raise SystemExit(f"cost-envs pretrain: --out: {error}") from None
+    from agents.learners.pretrain import pretrain_base, save_base
+    from agents.learners.training import configure_torch_threads
+
     configure_torch_threads()
     try:
         state, config = pretrain_base(args.env, seed=args.seed, progress=not args.no_progress)

@@ -23,7 +23,6 @@ import functools
 import hashlib
 import inspect
 import json
-import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -35,12 +34,18 @@ from safetensors.torch import save_file
 from stable_baselines3 import PPO
 
 import cost_envs
-from agents.files import (
-    check_creatable,
-    is_directory_or_absent,
-    write_directory_atomic,
-)
+from agents.files import write_directory_atomic
 from agents.learners import ACTION_DISTRIBUTIONS, BASES, METHODS
+from agents.learners.checkpoint_paths import (  # torch-free, re-exported here
+    ADAPTER_FORMAT,
+    MODEL_FORMAT,
+    check_model_path,
+    check_writable,
+    is_sb3_zip,
+)
+from agents.learners.checkpoint_paths import (
+    UnsafeCheckpointError as UnsafeCheckpointError,  # raised by load_allocator
+)
 from agents.learners.common.adapters import merge_lora
 from agents.learners.common.policies import (
     MAX_WIDTH,
@@ -55,10 +60,7 @@ from agents.learners.training import GYM_MAKE_OPTIONS, TrainedAllocator
 from cost_envs.config import integer, number
 from cost_envs.config_files import read_config_file
 
-MODEL_FORMAT = "cost-envs-allocator"
-ADAPTER_FORMAT = "cost-envs-adapter"
 FORMAT_VERSION = 1
-_MODEL_FILES = ("model.safetensors", "config.json")
 _ADAPTER_FILES = ("adapter.safetensors", "adapter_config.json")
 _ARCHITECTURE_KEYS = {"hidden_sizes", "lora_rank", "lora_alpha", "action_distribution"}
 #: Keys of each config: required first, then optional ones.
@@ -75,10 +77,6 @@ def _own_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The model's state dict without the aliases of the shared encoder."""
     return {name: tensor for name, tensor in model.state_dict().items()
             if not name.startswith(_ALIASES)}
-
-
-class UnsafeCheckpointError(ValueError):
-    """A checkpoint would have to be unpickled and the caller did not say it is trusted."""
 
 
 def _tensors(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -213,41 +211,6 @@ def _check_model_config(config: dict[str, Any], source: Path) -> None:
                              f"got {entry!r}")
 
 
-def check_writable(directory: str | Path, expected_format: str = MODEL_FORMAT) -> Path:
-    """Raise ``ValueError`` unless ``directory`` may be (over)written by a save.
-
-    A save replaces the whole directory, so it may only be new, empty, or a checkpoint of
-    the same kind; anything else is refused rather than deleted. Its parent must be a
-    directory this process can write in (or be creatable in one). Run it before long work.
-    """
-    directory = Path(directory)
-    if not is_directory_or_absent(directory):
-        raise ValueError(f"{directory} exists and is not a directory")
-    check_creatable(directory)  # a save writes its new version beside the old one
-    try:
-        if not any(directory.iterdir()):
-            return directory
-    except FileNotFoundError:  # absent, or a concurrent save has just moved it aside
-        return directory
-    config_name = "config.json" if expected_format == MODEL_FORMAT else "adapter_config.json"
-    found = None
-    # Two looks: a concurrent save may swap the directory between the listing and the read.
-    for _ in range(2):
-        try:
-            found = read_config_file(directory / config_name).get("format")
-            break
-        except FileNotFoundError:
-            if not directory.exists():
-                return directory
-        except (OSError, ValueError, AttributeError):
-            break
-    if found != expected_format:
-        raise ValueError(f"{directory} is not empty and is not a {expected_format} "
-                         "checkpoint; saving would delete its contents. Choose a new or "
-                         "empty directory")
-    return directory
-
-
 # ------------------------------------------------------------------------ models
 def save_allocator(allocator: TrainedAllocator, directory: str | Path) -> Path:
     """Write ``allocator`` as ``model.safetensors`` + ``config.json`` in ``directory``."""
@@ -292,25 +255,10 @@ def load_allocator(path: str | Path, trust_pickle: bool = False) -> Any:
         FileNotFoundError: When ``path`` or one of the model's files is missing.
         ValueError: When the config or the tensors do not match a cost-envs model.
     """
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: no such model directory or file")
-    if path.is_file() and (path.suffix == ".zip" or zipfile.is_zipfile(path)):
-        if not trust_pickle:
-            raise UnsafeCheckpointError(
-                f"{path} is a Stable-Baselines3 .zip: its 'data' entry is deserialised "
-                "with cloudpickle, which can run any code the file contains. Load it only "
-                "if you trust where it came from, with trust_pickle=True (--trust-pickle "
-                "on the command line). Models saved by cost-envs (a directory with "
-                "model.safetensors and config.json) load without unpickling."
-            )
+    path = check_model_path(path, trust_pickle)  # what is on disk, before any parsing
+    if is_sb3_zip(path):
         with old_module_paths():  # a .zip saved before issue #25 names agents.lora.*
             return PPO.load(path, device="cpu")
-    if not path.is_dir():
-        raise FileNotFoundError(f"{path}: no such model directory")
-    for name in _MODEL_FILES:
-        if not (path / name).is_file():
-            raise FileNotFoundError(f"{path}: missing {name} (expected {list(_MODEL_FILES)})")
     source = path / "config.json"
     config = _read_config(source, MODEL_FORMAT, _MODEL_KEYS)
     _check_model_config(config, source)

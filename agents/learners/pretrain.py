@@ -34,7 +34,11 @@ from safetensors.torch import save
 from torch import nn
 from torch.nn import functional as F
 
-from agents.files import check_creatable, write_files_atomic
+from agents.files import write_files_atomic
+from agents.learners.checkpoint_paths import base_files
+from agents.learners.checkpoint_paths import (  # torch-free; re-exported here
+    check_base_writable as check_base_writable,
+)
 from agents.learners.common.policies import check_base, tanh_mlp
 from agents.learners.supervised import greedy_traces
 from agents.progress import progress_bar
@@ -162,34 +166,6 @@ def pretrain_base(
     state = {name: tensor.detach().clone().contiguous()
              for name, tensor in encoder.state_dict().items()}
     return state, config
-
-
-def base_files(path: str | Path) -> tuple[Path, Path]:
-    """The weights and config files :func:`save_base` writes for ``path``.
-
-    ``<path>.safetensors`` and ``<path>.json``; a ``path`` already ending in
-    ``.safetensors`` is used as is.
-    """
-    path = Path(path)
-    weights = path if path.suffix == ".safetensors" else path.with_name(
-        f"{path.name}.safetensors")
-    return weights, weights.with_suffix(".json")
-
-
-def check_base_writable(path: str | Path) -> tuple[Path, Path]:
-    """Raise ``ValueError`` unless :func:`save_base` can write ``path``'s two files.
-
-    Run it before :func:`pretrain_base`, so that a bad output path fails at once.
-
-    Returns:
-        The weights and config files, as :func:`base_files`.
-    """
-    files = base_files(path)
-    for file in files:
-        if file.exists() and not file.is_file():
-            raise ValueError(f"{file} exists and is not a file")
-        check_creatable(file)
-    return files
 
 
 def save_base(state: dict[str, torch.Tensor], config: dict[str, Any], path: str | Path) -> Path:

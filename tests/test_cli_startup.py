@@ -1,0 +1,237 @@
+"""The command line's start-up (issue #26, items 16, 17 and 20).
+
+* An argument or file error is answered before torch, SB3 or peft is imported (seconds
+  of importing): asserted on the modules a fresh process has imported when the error is
+  printed, not on wall time (``benchmarks/cli_startup.py`` times it).
+* Without the ``agents`` extra (torch, SB3, ... blocked in a fresh process, as in an
+  env-only ``pip install cost-envs``) the commands that need no torch work and the others
+  say in one line which extra to install.
+* A mistyped subcommand, option, env id or method gets the usage of the (sub)command it
+  was given to and the closest valid one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import agents
+import cost_envs
+from agents import cli
+from cost_envs.extras import EXTRA_MODULES, install_hint
+
+ROOT = Path(agents.__file__).resolve().parents[1]
+TOOL = "cost_envs/ToolBench-v0"
+HEAVY = ("torch", "stable_baselines3", "peft", "transformers")
+
+#: Run in a fresh process: main(argv) from sys.argv, then what was imported, as JSON.
+PROBE = """
+import json, sys
+{block}
+from agents.cli.main import main
+try:
+    status = main(sys.argv[1:])
+except SystemExit as end:
+    status = end.code if isinstance(end.code, int) else 1
+    if not isinstance(end.code, int) and end.code is not None:
+        print(end.code, file=sys.stderr)
+sys.stdout.flush()
+heavy = sorted(m for m in {heavy!r} if sys.modules.get(m) is not None)  # None: blocked
+print(json.dumps({{"status": status, "heavy": heavy}}), file=sys.__stdout__)
+"""
+#: Makes the agents extra's modules (and transformers, which peft brings) unimportable,
+#: as in an install without the extra: ``import torch`` raises ``ModuleNotFoundError`` and
+#: ``importlib.util.find_spec("torch")`` returns ``None``.
+BLOCK = ("for _name in {modules!r}:\n    sys.modules[_name] = None"
+         .format(modules=(*EXTRA_MODULES["agents"], "transformers")))
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+
+
+def probe(*argv: str, block: bool = False, cwd: Path | None = None
+          ) -> tuple[int, list[str], str, str]:
+    """``main(argv)`` in a fresh process: (status, heavy modules imported, stdout, stderr)."""
+    code = PROBE.format(block=BLOCK if block else "", heavy=HEAVY)
+    done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
+                          env=_env(), cwd=cwd or ROOT, timeout=300, check=False)
+    *out, last = done.stdout.splitlines() or [""]
+    assert last.startswith("{"), done.stdout + done.stderr
+    seen = json.loads(last)
+    return seen["status"], seen["heavy"], "\n".join(out), done.stderr
+
+
+def run_module(*argv: str, block: bool = False) -> subprocess.CompletedProcess:
+    """``python -m agents.cli ARGV`` in a fresh process (optionally without the extra)."""
+    code = ("import runpy, sys\n" + (BLOCK + "\n" if block else "")
+            + "sys.argv = ['cost-envs', *sys.argv[1:]]\n"
+            + "runpy.run_module('agents.cli', run_name='__main__', alter_sys=True)\n")
+    return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
+                          env=_env(), cwd=ROOT, timeout=300, check=False)
+
+
+def last_line_only(stderr: str, start: str) -> str:
+    """The one error line (after argparse's usage, if any); no traceback."""
+    assert "Traceback" not in stderr, stderr
+    lines = stderr.strip().splitlines()
+    assert lines and lines[-1].startswith(start), stderr
+    assert not any(line.startswith("cost-envs") for line in lines[:-1]), stderr
+    return lines[-1]
+
+
+# ----------------------------------------------------------- item 16: errors before torch
+def test_a_missing_model_is_answered_before_torch_is_imported(tmp_path):
+    status, heavy, _, err = probe("evaluate", "--env", TOOL, "--model", str(tmp_path / "nope"))
+    line = last_line_only(err, "cost-envs evaluate: cannot load")
+    assert "no such model directory or file" in line
+    assert status == 1 and heavy == []
+
+
+def test_a_model_directory_without_its_files_is_answered_before_torch(tmp_path):
+    status, heavy, _, err = probe("evaluate", "--env", TOOL, "--model", str(tmp_path))
+    assert "missing model.safetensors" in last_line_only(err, "cost-envs evaluate: cannot load")
+    assert status == 1 and heavy == []
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("learning_rate: [\n", "not valid YAML"),
+    (None, "No such file"),
+])
+def test_a_bad_config_file_is_answered_before_torch_is_imported(tmp_path, text, expected):
+    config = tmp_path / "ppo.yaml"
+    if text is not None:
+        config.write_text(text)
+    status, heavy, _, err = probe("train", "--env", TOOL, "--method", "ppo", "--config",
+                                  str(config), "--out", str(tmp_path / "out"))
+    assert expected in last_line_only(err, "cost-envs train:")
+    assert status == 1 and heavy == []
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_unwritable_out_is_answered_before_torch_is_imported(tmp_path):
+    (tmp_path / "file").write_text("x")
+    status, heavy, _, err = probe("train", "--env", TOOL, "--method", "ppo",
+                                  "--out", str(tmp_path / "file"))
+    assert "exists and is not a directory" in last_line_only(err, "cost-envs train: --out:")
+    assert status == 1 and heavy == []
+    (tmp_path / "base.safetensors").mkdir()  # pretrain writes <out>.safetensors, a file
+    status, heavy, _, err = probe("pretrain", "--env", TOOL, "--out", str(tmp_path / "base"))
+    assert "exists and is not a file" in last_line_only(err, "cost-envs pretrain: --out:")
+    assert status == 1 and heavy == []
+
+
+@pytest.mark.parametrize("command", [["evaluate"], ["train", "--method", "ppo", "--out", "o"]])
+def test_a_bad_env_id_is_a_usage_error_before_torch_is_imported(tmp_path, command):
+    status, heavy, _, err = probe(command[0], "--env", "cost_envs/ToolBnch-v0", *command[1:],
+                                  cwd=tmp_path)
+    assert "unknown environment 'cost_envs/ToolBnch-v0'" in last_line_only(
+        err, f"cost-envs {command[0]}: error: argument --env")
+    assert status == 2 and heavy == []
+
+
+# --------------------------------------------------------- item 17: without the agents extra
+def test_list_and_help_work_without_the_agents_extra():
+    done = run_module("list", block=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == list(cost_envs.ENV_IDS)
+    for argv in (["--help"], ["train", "--help"], ["evaluate", "--help"]):
+        done = run_module(*argv, block=True)
+        assert done.returncode == 0 and done.stdout.startswith("usage: cost-envs"), done.stderr
+
+
+def test_baselines_evaluate_without_the_agents_extra():
+    status, heavy, out, err = probe("evaluate", "--env", TOOL, "--methods", "random,rule",
+                                    "--episodes", "3", "--resamples", "10", "--json",
+                                    block=True)
+    assert status == 0, err
+    assert set(json.loads(out)) == {"random", "rule"}
+    assert heavy == []
+
+
+@pytest.mark.parametrize("argv", [
+    ["train", "--env", TOOL, "--method", "ppo", "--out", "OUT"],
+    ["pretrain", "--env", TOOL, "--out", "OUT"],
+    ["evaluate", "--env", TOOL, "--model", "MODEL"],
+], ids=["train", "pretrain", "evaluate-model"])
+def test_a_command_needing_torch_names_the_extra_in_one_line(tmp_path, argv):
+    model = tmp_path / "model"
+    model.mkdir()
+    for name in ("model.safetensors", "config.json"):  # passes the on-disk check
+        (model / name).write_text("{}")
+    argv = [{"OUT": str(tmp_path / "out"), "MODEL": str(model)}.get(a, a) for a in argv]
+    done = run_module(*argv, block=True)
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith(f"cost-envs {argv[0]}")
+    assert "needs the 'agents' extra" in done.stderr and "torch" in done.stderr
+    assert done.stderr.strip().endswith(install_hint("agents"))
+    assert done.returncode == cli.main.__globals__["EXIT_INPUT"] == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_extra_module_a_command_imports_unannounced_is_named_in_one_line(tmp_path):
+    # export-minari's progress bar needs tqdm (the agents extra): caught by main itself
+    done = run_module("export-minari", "--env", TOOL, "--policy", "random", "--out",
+                      str(tmp_path), block=True)
+    if "minari" in done.stderr and "'minari' extra" in done.stderr:
+        pytest.skip("the minari extra is not installed here")
+    assert "Traceback" not in done.stderr and done.returncode == 1, done.stderr
+    assert done.stderr.strip() == (f"cost-envs export-minari: needs the 'agents' extra, which "
+                                   f"is not installed (missing: tqdm): {install_hint('agents')}")
+
+
+def test_import_agents_works_without_the_extra_and_a_torch_name_says_which_to_install():
+    code = ("import sys\n" + BLOCK + "\nimport agents\nfrom agents import evaluate\n"
+            "try:\n    agents.train\nexcept ImportError as error:\n    print(error)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=_env(), cwd=ROOT, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("agents.train needs the 'agents' extra (missing: torch")
+    assert done.stdout.strip().endswith(install_hint("agents"))
+
+
+# ---------------------------------------------------------------- item 20: did you mean
+@pytest.mark.parametrize(("argv", "usage", "hint"), [
+    (["evalute"], "usage: cost-envs [-h]", "did you mean 'evaluate'?"),
+    (["evaluate", "--env", TOOL, "--n-env", "2"], "usage: cost-envs evaluate",
+     "unrecognized arguments: --n-env 2; did you mean '--env'?"),
+    (["evaluate", "--env", TOOL, "--episods=3"], "usage: cost-envs evaluate",
+     "did you mean '--episodes'?"),
+    (["train", "--env", "cost_envs/ToolBnch-v0", "--method", "ppo", "--out", "o"],
+     "usage: cost-envs train", "did you mean 'cost_envs/ToolBench-v0'?"),
+    (["evaluate", "--env", "ToolBnch-v0"], "usage: cost-envs evaluate",
+     "did you mean 'ToolBench-v0'?"),
+    (["evaluate", "--env", TOOL, "--methods", "rule,randm"], "usage: cost-envs evaluate",
+     "unknown method(s) 'randm'; valid methods: random,"),
+    (["evaluate", "--env", TOOL, "--methods", "rule,randm"], "usage: cost-envs evaluate",
+     "did you mean 'random'?"),
+    (["train", "--env", TOOL, "--method", "ppp", "--out", "o"], "usage: cost-envs train",
+     "did you mean 'ppo'?"),
+    (["export-minari", "--env", TOOL, "--policy", "gredy"], "usage: cost-envs export-minari",
+     "did you mean 'greedy'?"),
+    (["route", "trian"], "usage: cost-envs route", "did you mean 'train'?"),
+    (["route", "train", "--data", "x", "--save", "y", "--wek", "a"],
+     "usage: cost-envs route train", "did you mean '--weak'?"),
+], ids=["subcommand", "option", "option=value", "env-id", "short-env-id", "method-list",
+        "method", "train-method", "policy", "route-action", "route-option"])
+def test_a_mistyped_name_gets_the_usage_and_the_closest_valid_one(capsys, argv, usage, hint):
+    with pytest.raises(SystemExit) as end:
+        cli.main(argv)
+    assert end.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(usage), err
+    assert hint in err.strip().splitlines()[-1], err
+
+
+def test_nothing_close_gets_no_suggestion(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["evaluate", "--env", TOOL, "--zzzzzzzz"])
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1].endswith("unrecognized arguments: --zzzzzzzz")
