@@ -259,7 +259,6 @@ SLOW_TESTS: dict[str, set[str]] = {
     "test_experiments": {
         "test_experiment_modules_are_small_and_documented",
         "test_the_installed_packages_never_import_the_experiments",
-        "test_traces_without_data_is_skipped_and_writes_nothing",
     },
     "test_expert_routing_decisions": {"test_oracle_plan_equals_brute_force"},
     "test_expert_routing_v1": {
