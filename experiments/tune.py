@@ -58,7 +58,7 @@ BoPO's live in :mod:`experiments.tune_corl` and :mod:`experiments.tune_bopo`.
 
 from __future__ import annotations
 
-import _thread
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -174,8 +174,9 @@ def connect(address: str | None, jobs: int) -> None:
 def deadline(seconds: float) -> Iterator[Callable[[], bool]]:
     """Interrupt the main thread (``KeyboardInterrupt``) if the block outlasts ``seconds``.
 
-    Yields a function telling whether the deadline, not the user, interrupted. Ray's
-    connection loop returns to Python between its retries, where the interrupt lands.
+    Yields a function telling whether the deadline, not the user, interrupted. The
+    interrupt is a real SIGINT to the main thread, as Ctrl-C is: it wakes a blocking
+    call, and Ray's connection loop returns to Python between retries, where it lands.
     """
     lock = threading.Lock()
     state = {"done": False, "expired": False}
@@ -184,7 +185,7 @@ def deadline(seconds: float) -> Iterator[Callable[[], bool]]:
         with lock:
             if not state["done"]:
                 state["expired"] = True
-                _thread.interrupt_main()
+                signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
 
     timer = threading.Timer(seconds, expire)
     timer.daemon = True
@@ -271,7 +272,8 @@ def sweep(env_id: str, method: str, budget: Budget, storage: Path, jobs: int = 2
     if trials[0]["config"] != dict(spec.paper):
         raise RuntimeError(f"tune {method}: the first trial is not the paper's configuration")
     best = max(trials, key=lambda trial: trial[METRIC])  # the first of equal scores
-    log(f"tune: {method} on {env_id}: {len(trials)} trials in {wall:.0f} s, best score "
+    log(f"tune: {method} on {env_id}: {len(trials)} trials"
+        f"{f' ({resumed} finished before)' if resumed else ''} in {wall:.0f} s, best score "
         f"{best[METRIC]:.4f} (trial {best['trial']}; the paper's, trial 0: "
         f"{trials[0][METRIC]:.4f})")
     return {
