@@ -330,13 +330,9 @@ def check_tune(args: argparse.Namespace) -> None:
 
     probe(args.address)
     if args.methods is not None:  # imports the methods' training code: after the probe
-        from experiments.tune_methods import SWEEPS
+        from experiments.tune import chosen_sweeps
 
-        known = list(dict.fromkeys(method for method, _ in SWEEPS))
-        unknown = [method for method in args.methods if method not in known]
-        if unknown:
-            raise ValueError(f"--methods: unknown method(s) {', '.join(unknown)}; expected "
-                             f"some of {', '.join(known)}")
+        chosen_sweeps(args.methods)
 
 
 def _missing(directory: Path) -> list[Path]:

@@ -352,8 +352,8 @@ def chosen_sweeps(methods: Sequence[str] | None = None,
     known = list(dict.fromkeys(method for method, _ in sweeps))
     unknown = [method for method in methods if method not in known]
     if unknown or not methods:
-        raise ValueError(f"--methods: unknown method(s) {unknown or 'none given'}; "
-                         f"expected some of {', '.join(known)}")
+        raise ValueError(f"--methods: unknown method(s) {', '.join(unknown) or 'none given'}"
+                         f"; expected some of {', '.join(known)}")
     return [(method, env_id) for method, env_id in sweeps if method in methods]
 
 
