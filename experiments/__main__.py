@@ -399,6 +399,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConnectionError as error:  # a cluster that went away: one line, no trace
         print(f"{PROG}: error: {error}", file=sys.stderr)
         status = 1
+    except RuntimeError as error:
+        if args.experiment != "tune":  # elsewhere a bug: its traceback is what helps
+            raise
+        print(f"{PROG}: error: {error}", file=sys.stderr)  # a failed trial: one line
+        status = 1
     finally:
         if status:
             _remove_empty(created)

@@ -250,9 +250,11 @@ def sweep(env_id: str, method: str, budget: Budget, storage: Path, jobs: int = 2
                                       verbose=0))
     results = tuner.fit()
     if results.errors:
+        # The remote traceback is in each failed trial's error.txt; its last line here.
+        last = (str(results.errors[0]).strip().splitlines() or ["?"])[-1]
         raise RuntimeError(f"tune {method} on {env_id}: {len(results.errors)} trial(s) "
-                           f"failed (the finished ones are kept in {path}; run again to "
-                           f"resume); the first: {results.errors[0]}")
+                           f"failed, the first with {last} (tracebacks: error.txt in {path}; "
+                           "the finished trials are kept there and the same command resumes)")
     if any(METRIC not in result.metrics for result in results):
         # Tune catches Ctrl-C itself, saves the experiment and returns what finished.
         raise SweepInterrupted(f"tune {method} on {env_id}: interrupted; the finished "

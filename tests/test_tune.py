@@ -378,3 +378,65 @@ def test_an_interrupted_sweep_resumes_keeping_its_finished_trials(tmp_path: Path
     after = results()
     assert all(after[name] == 1 for name in finished)  # not run again
     assert sum(after.values()) == 2
+
+
+class _Result:
+    """A trial's result as Ray Tune's ResultGrid holds it."""
+
+    def __init__(self, metrics: dict[str, Any], error: Exception | None = None) -> None:
+        self.metrics, self.error, self.config = metrics, error, {}
+
+
+class _Grid(list):
+    """Ray Tune's ResultGrid: the results, and the errors of the failed trials."""
+
+    def __init__(self, results: list[_Result]) -> None:
+        super().__init__(results)
+        self.errors = [result.error for result in results if result.error is not None]
+
+
+@pytest.mark.parametrize(("results", "raised", "message"), [
+    ([_Result({}, RuntimeError("Traceback (most recent call last):\n  ...\nValueError: bad"))],
+     RuntimeError, "1 trial(s) failed, the first with ValueError: bad (tracebacks: error.txt"),
+    ([_Result({"score": 1.0}), _Result({})], tune.SweepInterrupted, "interrupted; the "
+     "finished trials are kept in"),
+])
+def test_a_failed_or_interrupted_sweep_says_so_in_one_line_and_keeps_its_trials(
+        results, raised, message: str, tmp_path: Path, monkeypatch) -> None:
+    from ray import tune as ray_tune
+
+    class Tuner:
+        """Ray Tune's Tuner, returning the results of the case."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            self.storage = kwargs["run_config"].storage_path
+
+        @staticmethod
+        def can_restore(path: Path) -> bool:
+            return False
+
+        def fit(self) -> _Grid:
+            return _Grid(results)
+
+    monkeypatch.setattr(ray_tune, "Tuner", Tuner)
+    monkeypatch.setattr(ray_tune, "with_parameters", lambda trainable, **kwargs: trainable)
+    monkeypatch.setattr(ray_tune, "with_resources", lambda trainable, resources: trainable)
+    with pytest.raises(raised) as error:
+        tune.sweep("cost_envs/ToolBench-v0", "lora", tune.BUDGETS["smoke"], tmp_path)
+    assert message in str(error.value) and "\n" not in str(error.value)
+    assert str(tmp_path / "lora-ToolBench-v0") in str(error.value)
+
+
+def test_a_failed_tune_ends_in_one_line_but_other_bugs_keep_their_traceback(
+        tmp_path: Path, monkeypatch, capsys) -> None:
+    def failing(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("tune lora on cost_envs/ToolBench-v0: 1 trial(s) failed")
+
+    monkeypatch.setattr(tune, "report", failing)
+    assert command.main(["tune", "--out", str(tmp_path / "tuned")]) == 1
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "python -m experiments: error: tune lora on cost_envs/ToolBench-v0: 1 trial(s) failed")
+    monkeypatch.setattr(command, "run", failing)
+    with pytest.raises(RuntimeError):
+        command.main(["rules", "--out", str(tmp_path / "rules")])
+    assert not (tmp_path / "rules").exists()
