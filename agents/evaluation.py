@@ -268,6 +268,8 @@ def evaluate(
     seed: int = 0,
     deterministic: bool = True,
     env_kwargs: Mapping[str, Any] | None = None,
+    progress: bool = False,
+    desc: str = "evaluating",
 ) -> EvaluationResult:
     """Run ``allocator`` for ``episodes`` episodes on the fixed task set of ``seed``.
 
@@ -284,6 +286,8 @@ def evaluate(
         seed: Seed of the task set.
         deterministic: Passed to ``predict``.
         env_kwargs: Keyword arguments for ``gym.make``; only with an id.
+        progress: Show a bar of the episodes on a terminal (:mod:`agents.progress`).
+        desc: The bar's label.
 
     Returns:
         The :class:`EvaluationResult`.
@@ -292,14 +296,21 @@ def evaluate(
     if isinstance(env, str):
         made = gym.make(env, **dict(env_kwargs or {}))
         try:
-            return evaluate(allocator, made, episodes, seed, deterministic)
+            return evaluate(allocator, made, episodes, seed, deterministic,
+                            progress=progress, desc=desc)
         finally:
             made.close()
     if env_kwargs:
         raise ValueError("env_kwargs: only used when env is an id string")
     check_binding(allocator, env)
-    played = [rollout(allocator, env, seed if i == 0 else None, deterministic=deterministic)
-              for i in range(episodes)]
+    from agents.progress import progress_bar
+
+    played = []
+    with progress_bar(episodes, desc, progress, unit="episode") as bar:
+        for i in range(episodes):
+            played.append(rollout(allocator, env, seed if i == 0 else None,
+                                  deterministic=deterministic))
+            bar.update(1)
     return EvaluationResult(records=tuple(episode.record for episode in played),
                             agent_names=agent_names(env), seed=seed,
                             returns=tuple(episode.episode_return for episode in played))
@@ -325,6 +336,8 @@ def evaluate_each(
     episodes: int = 400,
     seed: int = 0,
     env_kwargs: Mapping[str, Any] | None = None,
+    log: Callable[[str], None] | None = None,
+    progress: bool = False,
 ) -> dict[str, EvaluationResult]:
     """Evaluate several methods on the same task set, each on a freshly made env.
 
@@ -339,6 +352,10 @@ def evaluate_each(
         episodes: Episodes per method.
         seed: Seed of the task set, shared by all methods.
         env_kwargs: Keyword arguments for ``gym.make``.
+        log: Told, before each method's episodes, ``"<name>: evaluating on <n>
+            episodes"`` (building a method that fits itself may take long too: its
+            factory says so).
+        progress: A bar of each method's episodes on a terminal (:mod:`agents.progress`).
 
     Returns:
         Name -> :class:`EvaluationResult`, in the order of ``methods``.
@@ -350,7 +367,11 @@ def evaluate_each(
     for name, method in methods.items():
         env = gym.make(env_id, **dict(env_kwargs or {}))
         try:
-            results[name] = evaluate(build_allocator(method, env, name), env, episodes, seed)
+            allocator = build_allocator(method, env, name)
+            if log is not None:
+                log(f"{name}: evaluating on {episodes} episodes")
+            results[name] = evaluate(allocator, env, episodes, seed, progress=progress,
+                                     desc=name)
         finally:
             env.close()
     return results
@@ -363,6 +384,8 @@ def compare(
     seed: int = 0,
     env_kwargs: Mapping[str, Any] | None = None,
     n_resamples: int = 1000,
+    log: Callable[[str], None] | None = None,
+    progress: bool = False,
 ) -> dict[str, dict[str, Any]]:
     """Evaluate several methods on the same task set and summarise each.
 
@@ -373,11 +396,14 @@ def compare(
         seed: Seed of the task set, shared by all methods.
         env_kwargs: Keyword arguments for ``gym.make``.
         n_resamples: Bootstrap resamples for the intervals.
+        log: As :func:`evaluate_each`'s.
+        progress: As :func:`evaluate_each`'s.
 
     Returns:
         Name -> :meth:`EvaluationResult.summary`, in the order of ``methods``.
     """
-    results = evaluate_each(methods, env_id, episodes, seed, env_kwargs)
+    results = evaluate_each(methods, env_id, episodes, seed, env_kwargs, log=log,
+                            progress=progress)
     return {name: result.summary(n_resamples=n_resamples, seed=seed)
             for name, result in results.items()}
 

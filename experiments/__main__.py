@@ -11,9 +11,17 @@ ignores: its numbers are plumbing, never results.
 Progress lines go to stderr as the work goes.
 
 ``tune`` (not part of ``all``) runs the equal-budget sweeps of :mod:`experiments.tune` on
-Ray Tune, locally or on the cluster at ``--address``, and writes the chosen
-configurations into ``--out`` (default ``experiments/tuned``). It needs the ``tune``
-extra (``pip install -e '.[tune]'``).
+Ray Tune, locally or on the cluster at ``--address`` (probed first: an address nobody
+answers at is one line within seconds), and writes the chosen configurations into
+``--out`` (default ``experiments/tuned``); ``--methods ppo,lora`` runs some of them.
+Ray Tune's own files stay in ``--out``/ray_results, and running the same command again
+after an interruption resumes the sweeps from them. It needs the ``tune`` extra
+(``pip install -e '.[tune]'``).
+
+Bad input is one line and a non-zero exit before ``--out`` is created (``traces`` with a
+``--data`` that is not the RouteLLM folder, an unknown method, an unreachable cluster);
+a run that fails or is interrupted removes the ``--out`` it created when it left nothing
+there.
 
 ``multitenant`` (not part of ``all``) sweeps tenants x capacity on the multi-tenant env
 (:mod:`experiments.multitenant`, issue #14; the ``multiagent`` extra).
@@ -45,6 +53,9 @@ SMOKE_OUT = DEFAULT_OUT / "smoke"
 TUNED_DIR = REPO / "experiments" / "tuned"
 #: The RouteLLM evaluation CSVs live beside the repository, never inside it.
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "routellm"
+#: The file ``traces`` cannot run without (``experiments.traces.GSM8K``, named here so the
+#: check of ``--data`` imports nothing heavy).
+TRACES_FILE = "gsm8k_responses.csv"
 EXPERIMENTS = ("lora_ppo", "corl", "bopo", "traces", "rules")
 #: The routing experiments whose wall times ``routing.md`` records.
 ROUTING = ("corl", "bopo", "traces")
@@ -66,7 +77,9 @@ budgets (not part of all): learning curves of the learned rows to where they sto
   improving (ToolBench-v0; default 1M steps x 5 seeds x 4 rows, about 2 h on 2 cores)
 tune (not part of all): equal-budget sweeps on Ray Tune + Optuna, written to
   experiments/tuned; smoke 2 trials x 2048 steps, default 12 x 20480, full 32 x 3 x 61440;
-  --address auto or ray://HOST:10001 runs them on an existing Ray cluster
+  --address auto or ray://HOST:10001 runs them on an existing Ray cluster, --methods
+  ppo,lora some of them; Ray Tune's files stay in OUT/ray_results, from which the same
+  command resumes an interrupted run
 """
 
 
@@ -86,6 +99,13 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
     return value
+
+
+def _names(text: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected comma-separated names, got {text!r}")
+    return names
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -113,10 +133,13 @@ def build_parser() -> argparse.ArgumentParser:
                         help="tune only: the Ray cluster to run on, passed to "
                              "ray.init(address=...), e.g. auto or ray://HOST:10001 "
                              "(default: start Ray on this machine)")
+    parser.add_argument("--methods", type=_names, default=None,
+                        help="tune only: comma-separated methods to sweep, e.g. ppo,lora "
+                             "(default: every sweep of experiments.tune_methods.SWEEPS)")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA,
-                        help="the RouteLLM folder of traces, read in place (default: "
-                             "../shared/data/routellm beside the repository); traces is "
-                             "skipped when it is absent")
+                        help="the RouteLLM folder of traces (gsm8k_responses.csv, mmlu/), "
+                             "read in place (default: ../shared/data/routellm beside the "
+                             "repository); all skips traces when the default is absent")
     return parser
 
 
@@ -194,7 +217,7 @@ def _run_tune(args: argparse.Namespace, log: Callable[[str], None]) -> None:
     from experiments import tune
 
     for path in tune.report(args.out, args.scale, address=args.address, jobs=args.jobs or 2,
-                            log=log):
+                            methods=args.methods, log=log):
         log(f"tune: wrote {path}")
 
 
@@ -222,7 +245,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> None:
     names = EXPERIMENTS if args.experiment == "all" else (args.experiment,)
     timings: list[tuple[str, str]] = []
     for name in names:
-        if name == "traces" and not args.data.is_dir():
+        if name == "traces" and data_problem(args.data) is not None:  # all, default --data
             reason = f"skipped: RouteLLM data not found at {args.data}"
             log(f"traces: {reason}")
             timings.append((name, reason))
@@ -255,6 +278,38 @@ def _aggregate_after_all(args: argparse.Namespace, log: Callable[[str], None]) -
         log(f"aggregates: skipped: {error}")
 
 
+def data_problem(data: Path) -> str | None:
+    """Why ``data`` is not a RouteLLM folder ``traces`` can read, or ``None`` if it is."""
+    if not data.exists():
+        return "it does not exist"
+    if not data.is_dir():
+        return "it is not a directory"
+    if (data / TRACES_FILE).is_file():
+        return None
+    try:
+        return f"it has no {TRACES_FILE}" if any(data.iterdir()) else "it is empty"
+    except OSError as error:
+        return f"it cannot be read ({error.strerror or error})"
+
+
+def check_data(args: argparse.Namespace) -> None:
+    """Refuse a ``--data`` that ``traces`` cannot read, before anything is created.
+
+    ``traces`` needs it; ``all`` skips traces when the *default* folder is absent (a
+    checkout without the shared data still reproduces the rest), but a ``--data`` given
+    explicitly must be readable.
+
+    Raises:
+        ValueError: One line naming the path, what was expected and what is there.
+    """
+    wanted = args.experiment == "traces" or (args.experiment == "all"
+                                             and args.data != DEFAULT_DATA)
+    problem = data_problem(args.data) if wanted else None
+    if problem is not None:
+        raise ValueError(f"--data {args.data}: expected the RouteLLM folder holding "
+                         f"{TRACES_FILE} (and mmlu/), but {problem}")
+
+
 def default_out(experiment: str, scale: str) -> Path:
     """Where results go without ``--out``: each scale apart, smoke's where git ignores it."""
     if scale == "smoke":
@@ -264,28 +319,96 @@ def default_out(experiment: str, scale: str) -> Path:
     return DEFAULT_OUT / "full" if scale == "full" else DEFAULT_OUT
 
 
+def check_tune(args: argparse.Namespace) -> None:
+    """``tune``'s arguments, checked before ``--out`` is created: its methods, its cluster.
+
+    Raises:
+        ValueError: An unknown method or a malformed address (one line).
+        ConnectionError: Nothing answers at ``--address`` within seconds (one line).
+    """
+    from experiments.tune_address import probe
+
+    probe(args.address)
+    if args.methods is not None:  # imports the methods' training code: after the probe
+        from experiments.tune import chosen_sweeps
+
+        chosen_sweeps(args.methods)
+
+
+def _missing(directory: Path) -> list[Path]:
+    """``directory`` and those of its parents that do not exist yet, deepest first."""
+    missing = []
+    for path in (directory, *directory.parents):
+        if path.exists():
+            break
+        missing.append(path)
+    return missing
+
+
+def _remove_empty(directories: Sequence[Path]) -> None:
+    """Remove the directories this run created (deepest first) if nothing was put there."""
+    for path in directories:
+        try:
+            path.rmdir()
+        except OSError:  # not empty (kept results, e.g. a sweep to resume) or gone
+            return
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse the arguments, check ``--out``, run; returns the exit code."""
+    """Parse and check the arguments, check ``--out``, run; returns the exit code.
+
+    Errors in the input (a bad ``--data``, an unknown method, a cluster that does not
+    answer) are one line each, before ``--out`` is created; a run that fails or is
+    interrupted removes the ``--out`` it created if it left nothing in it.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.address is not None and args.experiment != "tune":
         parser.error("--address: only tune runs on Ray")
+    if args.methods is not None and args.experiment != "tune":
+        parser.error("--methods: only tune takes it (it chooses the sweeps)")
+    try:
+        check_data(args)
+        if args.experiment == "tune":
+            check_tune(args)
+    except (ValueError, ConnectionError) as error:
+        print(f"{PROG}: error: {error}", file=sys.stderr)
+        return 2 if isinstance(error, ValueError) else 1
     if args.out is None:
         args.out = default_out(args.experiment, args.scale)
+    created = _missing(Path(args.out).absolute())
     try:
         args.out = check_writable(args.out)
     except ValueError as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
         return 2
     log = Progress()
+    status = 1
     try:
         run(args, log)
+        status = 0
     except KeyboardInterrupt:
-        print(f"{PROG}: interrupted; the running experiment wrote nothing", file=sys.stderr)
-        return 130
+        resume = " (run the same command again to resume the sweeps)" if (
+            args.experiment == "tune") else ""
+        print(f"{PROG}: interrupted; the running experiment wrote nothing{resume}",
+              file=sys.stderr)
+        status = 130
     except ValueError as error:  # bad input (e.g. nothing to aggregate): one line, no trace
         print(f"{PROG}: error: {error}", file=sys.stderr)
-        return 2
+        status = 2
+    except ConnectionError as error:  # a cluster that went away: one line, no trace
+        print(f"{PROG}: error: {error}", file=sys.stderr)
+        status = 1
+    except RuntimeError as error:
+        if args.experiment != "tune":  # elsewhere a bug: its traceback is what helps
+            raise
+        print(f"{PROG}: error: {error}", file=sys.stderr)  # a failed trial: one line
+        status = 1
+    finally:
+        if status:
+            _remove_empty(created)
+    if status:
+        return status
     log(f"{args.experiment}: finished")
     return 0
 

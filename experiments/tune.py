@@ -27,9 +27,17 @@ the experiment's per-task budget. Success rate and CPS are recorded beside it.
 **Where it runs.** ``address=None`` starts a one-machine Ray cluster (``ray.init`` with
 ``jobs`` CPUs and no dashboard); ``--address auto`` or ``--address ray://HOST:10001`` is
 passed to ``ray.init(address=...)``, with this package shipped to the workers
-(``runtime_env`` ``py_modules``; every node needs cost-envs installed). ``jobs`` trials
-run at once either way. Ray Tune's own files go to a temporary directory, never the
-repository.
+(``runtime_env`` ``py_modules``; every node needs cost-envs installed), after a probe of
+the address (:mod:`experiments.tune_address`: an address nobody answers at is one line
+within seconds). ``jobs`` trials run at once either way.
+
+**Kept and resumed.** Ray Tune's own files (every trial's results, the searcher's state)
+stay in ``<out>/ray_results/<scale>/<method>-<Env>`` (:data:`RAY_DIR`; with ``ray://``
+that path is on the cluster's head node). A sweep whose directory holds an experiment
+is resumed (``Tuner.restore``): finished trials are kept, unfinished and failed ones run
+again, and a finished sweep is read back without training, so a run stopped by Ctrl-C,
+a lost cluster or a failed trial continues where it stopped when the same command is
+run again. Delete the directory to start a sweep afresh.
 
 **Reproducibility.** Each trial's score is a function of its configuration (fixed training
 seeds and validation tasks, one torch thread), but with ``jobs`` > 1 which trials Optuna
@@ -39,8 +47,9 @@ sweep can try different configurations after the first ``jobs``.
 **Outputs.** One YAML file per (method, env), ``<method>_<Env>.yaml`` in ``out``
 (default ``experiments/tuned/``): the chosen configuration, the paper's, the search space
 with the reason for each range, the budget, the task seeds, every trial, the wall time
+(of this run: a resumed sweep also records ``resumed_trials``, those finished before)
 and the machine. Written all or nothing (:func:`agents.files.write_files_atomic`) after
-every sweep has finished.
+every sweep of the run has finished; ``methods`` runs some of :data:`SWEEPS` only.
 
 **The methods** (their search spaces, the papers' points, how each trains and is scored)
 are registered in :mod:`experiments.tune_methods`, which says how to add one; CORL's and
@@ -49,9 +58,11 @@ BoPO's live in :mod:`experiments.tune_corl` and :mod:`experiments.tune_bopo`.
 
 from __future__ import annotations
 
-import tempfile
+import signal
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -63,12 +74,25 @@ from agents.files import write_files_atomic
 from agents.learners.training import configure_torch_threads
 from cost_envs.config import integer
 from experiments.common import machine
+from experiments.tune_address import probe
 from experiments.tune_methods import METHODS, SWEEPS
 
 #: Where the chosen configurations are committed.
 TUNED_DIR = Path(__file__).resolve().parent / "tuned"
 #: The metric the search maximises (see the module docstring).
 METRIC = "score"
+#: Where in ``out`` Ray Tune keeps its experiments, one directory per scale.
+RAY_DIR = "ray_results"
+#: How long ``ray.init`` may take to join a cluster at ``--address`` that accepted the
+#: probe's connection: a port that is open but not Ray's keeps ``ray.init`` retrying for
+#: minutes (a GCS address) or half a minute (``ray://``).
+CONNECT_SECONDS = 60.0
+
+
+class SweepInterrupted(KeyboardInterrupt):
+    """A sweep stopped by Ctrl-C, which Ray Tune catches: its state is saved to resume."""
+
+
 @dataclass(frozen=True)
 class Budget:
     """What every method gets at a scale (the equal budget).
@@ -118,13 +142,60 @@ def run_trial(config: Mapping[str, Any], *, method: str, env_id: str, budget: Bu
 
 
 def connect(address: str | None, jobs: int) -> None:
-    """``ray.init``: a one-machine cluster of ``jobs`` CPUs, or the cluster at ``address``."""
+    """``ray.init``: a one-machine cluster of ``jobs`` CPUs, or the cluster at ``address``.
+
+    Raises:
+        ValueError: ``address`` is not an address ``ray.init`` takes.
+        ConnectionError: One line: nothing answers at ``address``
+            (:func:`experiments.tune_address.probe`), or Ray found no cluster there.
+    """
+    probe(address)
     import ray
 
     if address is None:
         ray.init(num_cpus=jobs, include_dashboard=False, log_to_driver=False)
-    else:  # the cluster's workers import this package from the job, not from a checkout
-        ray.init(address=address, runtime_env={"py_modules": [str(Path(__file__).parent)]})
+        return
+    try:  # the cluster's workers import this package from the job, not from a checkout
+        with deadline(CONNECT_SECONDS) as expired:
+            ray.init(address=address,
+                     runtime_env={"py_modules": [str(Path(__file__).parent)]})
+    except KeyboardInterrupt:
+        if not expired():
+            raise
+        ray.shutdown()
+        raise ConnectionError(f"--address {address}: accepts connections but did not answer "
+                              f"as a Ray cluster within {CONNECT_SECONDS:g} s") from None
+    except ConnectionError as error:  # e.g. auto without a cluster: Ray's message, one line
+        raise ConnectionError(f"--address {address}: {' '.join(str(error).split())}"
+                              ) from None
+
+
+@contextmanager
+def deadline(seconds: float) -> Iterator[Callable[[], bool]]:
+    """Interrupt the main thread (``KeyboardInterrupt``) if the block outlasts ``seconds``.
+
+    Yields a function telling whether the deadline, not the user, interrupted. The
+    interrupt is a real SIGINT to the main thread, as Ctrl-C is: it wakes a blocking
+    call, and Ray's connection loop returns to Python between retries, where it lands.
+    """
+    lock = threading.Lock()
+    state = {"done": False, "expired": False}
+
+    def expire() -> None:
+        with lock:
+            if not state["done"]:
+                state["expired"] = True
+                signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+
+    timer = threading.Timer(seconds, expire)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield lambda: state["expired"]
+    finally:
+        with lock:
+            state["done"] = True
+        timer.cancel()
 
 
 def _plain(value: Any) -> Any:
@@ -132,12 +203,22 @@ def _plain(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
-def sweep(env_id: str, method: str, budget: Budget, jobs: int = 2, seed: int = 0,
-          log: Callable[[str], None] = print) -> dict[str, Any]:
+def experiment_name(method: str, env_id: str) -> str:
+    """The directory of a sweep's Ray Tune experiment, e.g. ``ppo-ToolBench-v0``."""
+    return f"{method}-{env_id.split('/')[-1]}"
+
+
+def sweep(env_id: str, method: str, budget: Budget, storage: Path, jobs: int = 2,
+          seed: int = 0, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Run one sweep on the connected Ray cluster; returns its results record.
 
+    Ray Tune keeps the sweep in ``storage / experiment_name(method, env_id)``; an
+    experiment already there is resumed (the module docstring), not started again.
+
     Raises:
-        RuntimeError: If a trial failed (its error is in the message).
+        RuntimeError: If a trial failed (its error is in the message); the finished
+            trials stay in ``storage`` and the next run resumes from them.
+        SweepInterrupted: On Ctrl-C (which Tune catches, saving the experiment).
     """
     from ray import tune
     from ray.tune.search.optuna import OptunaSearch
@@ -150,17 +231,40 @@ def sweep(env_id: str, method: str, budget: Budget, jobs: int = 2, seed: int = 0
         tune.with_parameters(run_trial, method=method, env_id=env_id, budget=budget),
         {"cpu": 1})
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="cost-envs-tune-") as storage:
+    name = experiment_name(method, env_id)
+    path = Path(storage) / name
+    resumed = 0
+    if tune.Tuner.can_restore(path):
+        # Finished trials are kept; interrupted and failed ones run again from scratch
+        # (a trial is one report, with no checkpoint to resume from).
+        tuner = tune.Tuner.restore(str(path), trainable=trainable, resume_unfinished=True,
+                                   restart_errored=True)
+        resumed = sum(1 for result in tuner.get_results()
+                      if result.error is None and METRIC in result.metrics)
+        log(f"tune: {method} on {env_id}: resuming {path} ({resumed} of {budget.trials} "
+            "trials finished)")
+    else:
         tuner = tune.Tuner(trainable, tune_config=tune.TuneConfig(
             search_alg=searcher, num_samples=budget.trials, max_concurrent_trials=jobs),
-            run_config=tune.RunConfig(name=f"{method}-{env_id.split('/')[-1]}",
-                                      storage_path=storage, verbose=0))
-        results = tuner.fit()
-        if results.errors:
-            raise RuntimeError(f"tune {method} on {env_id}: {len(results.errors)} trial(s) "
-                               f"failed; the first: {results.errors[0]}")
-        # Tune's tag starts with the trial's number in suggestion order (1 = the paper's).
-        done = sorted(results, key=lambda r: int(r.metrics["experiment_tag"].split("_")[0]))
+            run_config=tune.RunConfig(name=name, storage_path=str(Path(storage).resolve()),
+                                      verbose=0))
+    results = tuner.fit()
+    if results.errors:
+        # The remote traceback is in each failed trial's error.txt; its last line here.
+        last = (str(results.errors[0]).strip().splitlines() or ["?"])[-1]
+        raise RuntimeError(f"tune {method} on {env_id}: {len(results.errors)} trial(s) "
+                           f"failed, the first with {last} (tracebacks: error.txt in {path}; "
+                           "the finished trials are kept there and the same command resumes)")
+    if any(METRIC not in result.metrics for result in results):
+        # Tune catches Ctrl-C itself, saves the experiment and returns what finished.
+        raise SweepInterrupted(f"tune {method} on {env_id}: interrupted; the finished "
+                               f"trials are kept in {path}")
+    # Tune's tag starts with the trial's number in suggestion order (1 = the paper's).
+    done = sorted(results, key=lambda r: int(r.metrics["experiment_tag"].split("_")[0]))
+    if len(done) != budget.trials:
+        raise RuntimeError(f"tune {method} on {env_id}: {path} holds {len(done)} trials, "
+                           f"the budget {budget.trials}: a sweep of another scale? Delete "
+                           "it to start afresh")
     wall = time.perf_counter() - start
     trials = [{"trial": i, "config": {p.name: _plain(result.config[p.name]) for p in spec.space},
                **{key: _plain(result.metrics[key]) for key in
@@ -170,7 +274,8 @@ def sweep(env_id: str, method: str, budget: Budget, jobs: int = 2, seed: int = 0
     if trials[0]["config"] != dict(spec.paper):
         raise RuntimeError(f"tune {method}: the first trial is not the paper's configuration")
     best = max(trials, key=lambda trial: trial[METRIC])  # the first of equal scores
-    log(f"tune: {method} on {env_id}: {len(trials)} trials in {wall:.0f} s, best score "
+    log(f"tune: {method} on {env_id}: {len(trials)} trials"
+        f"{f' ({resumed} finished before)' if resumed else ''} in {wall:.0f} s, best score "
         f"{best[METRIC]:.4f} (trial {best['trial']}; the paper's, trial 0: "
         f"{trials[0][METRIC]:.4f})")
     return {
@@ -187,6 +292,7 @@ def sweep(env_id: str, method: str, budget: Budget, jobs: int = 2, seed: int = 0
                    "concurrent_trials": jobs},
         "search_space": {p.name: p.describe() for p in spec.space},
         "trials": trials, "wall_time_seconds": round(wall, 1),
+        **({"resumed_trials": resumed} if resumed else {}),
     }
 
 
@@ -236,19 +342,43 @@ def chosen(method: str, env_id: str, directory: Path = TUNED_DIR) -> dict[str, A
     return dict(record["chosen"])
 
 
+def chosen_sweeps(methods: Sequence[str] | None = None,
+                  sweeps: Sequence[tuple[str, str]] = SWEEPS) -> list[tuple[str, str]]:
+    """The sweeps of ``methods`` (all of ``sweeps`` for ``None``), in ``sweeps``' order.
+
+    Raises:
+        ValueError: One line naming a method no sweep has, and the methods there are.
+    """
+    if methods is None:
+        return list(sweeps)
+    known = list(dict.fromkeys(method for method, _ in sweeps))
+    unknown = [method for method in methods if method not in known]
+    if unknown or not methods:
+        raise ValueError(f"--methods: unknown method(s) {', '.join(unknown) or 'none given'}"
+                         f"; expected some of {', '.join(known)}")
+    return [(method, env_id) for method, env_id in sweeps if method in methods]
+
+
 def report(out: Path, scale: str = "default", address: str | None = None, jobs: int = 2,
-           sweeps: Sequence[tuple[str, str]] = SWEEPS,
+           sweeps: Sequence[tuple[str, str]] = SWEEPS, methods: Sequence[str] | None = None,
            log: Callable[[str], None] = print) -> list[Path]:
-    """Run every sweep of ``sweeps`` at ``scale`` and write their files, all or nothing."""
+    """Run the sweeps of ``methods`` at ``scale`` and write their files, all or nothing.
+
+    Ray Tune's files stay in ``out / RAY_DIR / scale``, from which a second run resumes
+    (the module docstring).
+    """
     import ray
 
     budget = BUDGETS[scale]
+    sweeps = chosen_sweeps(methods, sweeps)
+    storage = Path(out) / RAY_DIR / scale
     log(f"tune: {len(sweeps)} sweep(s), each {budget.trials} trials x {budget.seeds} "
-        f"seed(s) x {budget.timesteps} steps, on {address or 'this machine'}")
+        f"seed(s) x {budget.timesteps} steps, on {address or 'this machine'}; Ray Tune's "
+        f"files in {storage}")
     connect(address, jobs)
     try:
         files = {file_name(method, env_id): render(
-            sweep(env_id, method, budget, jobs=jobs, log=log), scale, address)
+            sweep(env_id, method, budget, storage, jobs=jobs, log=log), scale, address)
             for method, env_id in sweeps}
     finally:
         ray.shutdown()

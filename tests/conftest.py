@@ -259,7 +259,6 @@ SLOW_TESTS: dict[str, set[str]] = {
     "test_experiments": {
         "test_experiment_modules_are_small_and_documented",
         "test_the_installed_packages_never_import_the_experiments",
-        "test_traces_without_data_is_skipped_and_writes_nothing",
     },
     "test_expert_routing_decisions": {"test_oracle_plan_equals_brute_force"},
     "test_expert_routing_v1": {
@@ -395,7 +394,8 @@ SLOW_TESTS: dict[str, set[str]] = {
         "test_on_three_models_the_router_beats_the_frontier_on_unseen_groups",
         "test_the_block_says_the_logs_have_two_models_and_reports_skips",
     },
-    "test_tune": {"test_the_sweep_leaves_no_files_in_the_repository_or_out"},
+    "test_tune": {"test_the_sweep_leaves_no_files_in_the_repository_or_out",
+                  "test_an_interrupted_sweep_resumes_keeping_its_finished_trials"},
     "test_vector": {
         "test_disabled_autoreset_resets_by_mask", "test_same_trajectories_as_sync_vector_env",
         "test_same_trajectories_with_other_arguments", "test_trace_routing_cascade_in_every_mode",

@@ -2,6 +2,7 @@ import contextlib
 import importlib.util
 import io
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -173,6 +174,38 @@ def test_evaluate_model_beside_baselines(lora_model, capsys):
         assert list(summary) == list(cli.evaluate.JSON_KEYS)
         assert summary["episodes"] == 20
     assert results["oracle"]["success_rate"] >= results["lora"]["success_rate"]
+
+
+def _steps(err: str) -> list[str]:
+    """The progress lines of ``evaluate`` on stderr, without their prefix and time."""
+    lines = err.splitlines()
+    assert all(re.match(r"cost-envs evaluate: \[ *\d+ s\] ", line) for line in lines), lines
+    return [line.split("] ", 1)[1] for line in lines]
+
+
+def test_evaluate_says_on_stderr_what_takes_long(capsys):
+    # Issue #26: fitting best-rule and playing the planner took ~30 s with nothing said.
+    argv = ["evaluate", "--env", "ToolBench-v0", "--methods", "best-rule,planner",
+            "--episodes", "6", "--fit-tasks", "5", "--resamples", "20", "--json"]
+    capsys.readouterr()
+    assert cli.main(argv) == 0
+    captured = capsys.readouterr()
+    assert list(json.loads(captured.out)) == ["best-rule", "planner"]  # stdout: the result
+    assert _steps(captured.err) == ["best-rule: fitting on 5 training tasks",
+                                    "best-rule: evaluating on 6 episodes",
+                                    "planner: evaluating on 6 episodes"]
+    assert cli.main([*argv, "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == "" and list(json.loads(captured.out)) == ["best-rule", "planner"]
+
+
+def test_evaluate_says_when_it_loads_and_plays_a_model(lora_model, capsys):
+    capsys.readouterr()
+    assert cli.main(["evaluate", "--env", FLIGHT, "--model", str(lora_model), "--methods",
+                     "rule", "--episodes", "4", "--resamples", "20", "--json"]) == 0
+    assert _steps(capsys.readouterr().err) == [f"loading the model {lora_model}",
+                                               "rule: evaluating on 4 episodes",
+                                               "lora: evaluating on 4 episodes"]
 
 
 def test_evaluate_model_of_another_env_names_both(lora_model):

@@ -144,3 +144,77 @@ def test_config_hyperparameters_apply_and_flags_override_the_file(tmp_path: Path
     assert len(result["ppo"]["call_ratio"]) == 5
     fails(capsys, ["evaluate", "--env", TOOLBENCH, "--model", str(out),
                    "--env-kwargs", "{pool_size: 4}"], "MultiBinary(5)", "MultiBinary(4)")
+
+
+# --------------------------------------------------------- train --config, rl-zoo3 files
+ZOO = Path(__file__).resolve().parents[1] / "agents" / "zoo"
+
+
+def test_train_reads_the_shipped_rl_zoo3_file_taking_the_envs_entry(tmp_path: Path,
+                                                                    capsys) -> None:
+    # Issue #26: agents/zoo/ppo.yml was refused ("unknown key(s) ['cost_envs/...']").
+    out = tmp_path / "model"
+    assert cli.main(["train", "--env", "ToolBench-v0", "--method", "ppo", "--out", str(out),
+                     "--config", str(ZOO / "ppo.yml"), "--timesteps", "1",
+                     "--no-progress"]) == 0
+    capsys.readouterr()
+    assert load_allocator(out).timesteps == 256  # one rollout of ToolBench's entry (not 512)
+
+
+@pytest.mark.parametrize(("method", "name", "ppo"), [
+    ("ppo", "ppo.yml", {"n_steps": 256, "batch_size": 32}),
+    ("lora-ppo", "lora_ppo.yml", {"n_steps": 512, "action_lr_scale": 1.0,
+                                  "value_lr_scale": 6.0}),
+])
+def test_an_rl_zoo3_entry_becomes_the_settings(method: str, name: str, ppo: dict) -> None:
+    from agents.cli.config import read_train_config
+
+    settings = read_train_config(ZOO / name, method, TOOLBENCH)
+    assert settings.timesteps == 20480  # n_timesteps
+    assert ppo.items() <= settings.ppo.items()
+    assert not {"policy", "policy_kwargs", "callback", "n_timesteps"} & set(settings.ppo)
+    entry = yaml.safe_load((ZOO / name).read_text())[EXPERT]  # another id, another entry
+    assert read_train_config(ZOO / name, method, EXPERT).ppo["learning_rate"] == (
+        entry["learning_rate"])
+
+
+ZOO_ENTRY = {"n_timesteps": 1000, "n_envs": 2, "n_steps": 64,
+             "policy": "agents.learners.common.policies.AllocatorPolicy",
+             "policy_kwargs": "dict(lora_rank=None, action_distribution='autoregressive')",
+             "callback": "agents.callbacks.CostMetricsCallback",
+             "env_kwargs": {"pool_size": 4}}
+
+
+def test_a_zoo_entry_is_found_by_bare_name_and_its_policy_kwargs_are_read(tmp_path) -> None:
+    from agents.cli.config import read_train_config
+
+    path = tmp_path / "zoo.yml"
+    path.write_text(yaml.safe_dump({"ToolBench-v0": ZOO_ENTRY, EXPERT: {"n_steps": 32}}))
+    settings = read_train_config(path, "ppo", TOOLBENCH)
+    assert (settings.timesteps, settings.n_envs, settings.ppo) == (1000, 2, {"n_steps": 64})
+    assert settings.action_distribution == "autoregressive"
+    assert settings.env_kwargs == {"pool_size": 4}
+
+
+@pytest.mark.parametrize(("method", "entry", "fragments"), [
+    ("ppo", None, ("no entry for cost_envs/ToolBench-v0", "cost_envs/ExpertRouting-v0")),
+    ("lora-ppo", {}, ("lora_rank=None is not the network lora-ppo trains",)),
+    ("ppo", {"policy": "MlpPolicy"}, ("policy", "AllocatorPolicy", "'MlpPolicy'")),
+    ("ppo", {"callback": "my.Callback"}, ("callback", "'my.Callback'")),
+    ("ppo", {"policy_kwargs": "dict(net_arch=[64])"}, ("policy_kwargs", "['net_arch']")),
+    ("ppo", {"policy_kwargs": "__import__('os').getcwd()"}, ("policy_kwargs", "dict(")),
+    ("ppo", {"normalize": True}, ("unknown key(s) ['normalize']", "n_timesteps")),
+    ("ppo", {"timesteps": 5}, ("n_timesteps and timesteps",)),
+])
+def test_a_bad_zoo_entry_fails_at_once_naming_the_key(tmp_path: Path, capsys, method, entry,
+                                                      fragments) -> None:
+    data = {EXPERT: dict(ZOO_ENTRY)}
+    if entry is not None:
+        data[TOOLBENCH] = {**ZOO_ENTRY, **entry}
+    out = tmp_path / "model"
+    path = tmp_path / "zoo.yml"
+    path.write_text(yaml.safe_dump(data))
+    message = fails(capsys, ["train", "--env", TOOLBENCH, "--method", method, "--out",
+                             str(out), "--config", str(path)], *fragments)
+    assert message.startswith(f"cost-envs train: {path}: ")
+    assert not out.exists()

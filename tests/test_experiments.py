@@ -119,13 +119,73 @@ def test_all_records_the_routing_wall_times_in_the_old_format(smoke_all) -> None
     assert len(lines) == 9
 
 
-def test_traces_without_data_is_skipped_and_writes_nothing(tmp_path: Path) -> None:
+def test_traces_without_data_fails_in_one_line_and_writes_nothing(tmp_path: Path) -> None:
+    # Issue #26: a missing --data exited 0 and left an empty --out behind.
     out = tmp_path / "out"
     done = run_command("traces", "--scale", "smoke", "--out", str(out),
                        "--data", str(tmp_path / "nowhere"))
-    assert done.returncode == 0, done.stderr
-    assert f"traces: skipped: RouteLLM data not found at {tmp_path / 'nowhere'}" in done.stderr
-    assert list(out.iterdir()) == []  # a partial run leaves routing.md alone
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        f"python -m experiments: error: --data {tmp_path / 'nowhere'}: expected the RouteLLM "
+        "folder holding gsm8k_responses.csv (and mmlu/), but it does not exist"]
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(("kind", "reason"), [
+    ("missing", "it does not exist"), ("empty", "it is empty"),
+    ("file", "it is not a directory"), ("other", "it has no gsm8k_responses.csv")])
+def test_traces_with_unreadable_data_is_one_line_before_out_is_made(tmp_path: Path, capsys,
+                                                                     kind, reason) -> None:
+    # Issue #26: an empty --data was a FileNotFoundError traceback.
+    data = tmp_path / "data"
+    if kind in ("empty", "other"):
+        data.mkdir()
+    if kind == "other":
+        (data / "notes.txt").write_text("not the traces")
+    if kind == "file":
+        data.write_text("not a folder")
+    out = tmp_path / "new" / "out"
+    assert command.main(["traces", "--scale", "smoke", "--out", str(out),
+                         "--data", str(data)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"python -m experiments: error: --data {data}: expected the RouteLLM folder holding "
+        f"gsm8k_responses.csv (and mmlu/), but {reason}"]
+    assert not (tmp_path / "new").exists()
+
+
+def test_the_data_check_names_the_file_traces_reads() -> None:
+    from experiments import traces
+
+    assert command.TRACES_FILE == traces.GSM8K
+
+
+def test_all_refuses_an_explicit_data_it_cannot_read_but_skips_a_missing_default(
+        tmp_path: Path, monkeypatch, capsys) -> None:
+    ran: list[object] = []
+    monkeypatch.setattr(command, "run", lambda args, log: ran.append(args))
+    out = tmp_path / "out"
+    assert command.main(["all", "--out", str(out), "--data", str(tmp_path / "nowhere")]) == 2
+    assert ran == [] and not out.exists()
+    assert "--data " in capsys.readouterr().err
+    # the default folder absent: all runs, and skips traces (a checkout without the data)
+    monkeypatch.setattr(command, "DEFAULT_DATA", tmp_path / "nowhere")
+    assert command.main(["all", "--out", str(out)]) == 0
+    assert [args.data for args in ran] == [tmp_path / "nowhere"]
+
+
+@pytest.mark.parametrize("raised", [ValueError("nothing to aggregate"), KeyboardInterrupt()])
+def test_a_failed_run_removes_the_out_it_created_if_empty(tmp_path: Path, monkeypatch,
+                                                          raised: BaseException) -> None:
+    def run(args, log) -> None:
+        raise raised
+
+    monkeypatch.setattr(command, "run", run)
+    out = tmp_path / "new" / "out"
+    assert command.main(["rules", "--out", str(out)]) in (2, 130)
+    assert not (tmp_path / "new").exists()  # the parents it created too
+    out.mkdir(parents=True)  # a directory that was there before stays
+    assert command.main(["rules", "--out", str(out)]) in (2, 130)
+    assert out.is_dir()
 
 
 def test_an_unwritable_out_fails_at_once_with_one_line(tmp_path: Path) -> None:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +21,7 @@ from agents.seeds import (
     VALIDATION_TASK_SEED,
 )
 from experiments import __main__ as command
-from experiments import tune
+from experiments import tune, tune_address
 from experiments import tune_methods as methods
 
 REPO = Path(__file__).resolve().parents[1]
@@ -44,7 +47,11 @@ def sweeps(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], st
                            "--out", str(out)], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stderr
-    assert sorted(path.name for path in out.iterdir()) == sorted(FILES.values())
+    # the results files, and Ray Tune's own (kept to resume from, not thrown away)
+    assert sorted(path.name for path in out.iterdir()) == sorted([*FILES.values(),
+                                                                  tune.RAY_DIR])
+    assert sorted(path.name for path in (out / tune.RAY_DIR / "smoke").iterdir()) == sorted(
+        tune.experiment_name(method, env_id) for method, env_id in methods.SWEEPS)
     records = {method: yaml.safe_load((out / name).read_text(encoding="utf-8"))
                for method, name in FILES.items()}
     return records, done.stderr, out
@@ -128,6 +135,13 @@ class _ConnectedError(Exception):
     """Raised by the fake ``ray.init``: the test stops at the connection."""
 
 
+class _Closable:
+    """What the fake ``socket.create_connection`` returns: a connection to close."""
+
+    def close(self) -> None:
+        """Nothing to close."""
+
+
 @pytest.mark.parametrize("address", [None, "auto", CLUSTER])
 def test_the_address_reaches_ray_init_unchanged(address: str | None, tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
@@ -140,10 +154,15 @@ def test_the_address_reaches_ray_init_unchanged(address: str | None, tmp_path: P
         raise _ConnectedError
 
     monkeypatch.setattr(ray, "init", fake_init)
+    probed: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(tune_address.socket, "create_connection",  # the probe passes
+                        lambda *args, **kwargs: probed.append(args) or _Closable())
     argv = ["tune", "--out", str(tmp_path)] + ([] if address is None else
                                               ["--address", address])
     with pytest.raises(_ConnectedError):
         command.main(argv)
+    # the GCS or client address probed (by the command and by connect), auto never
+    assert probed == ([(("host", 10001),)] * 2 if address == CLUSTER else [])
     [kwargs] = calls
     if address is None:  # a one-machine cluster sized by --jobs, no dashboard
         assert kwargs == {"num_cpus": 2, "include_dashboard": False, "log_to_driver": False}
@@ -200,3 +219,224 @@ def test_chosen_reads_the_committed_configuration_and_refuses_a_wrong_file(tmp_p
         committed = tune.chosen(method, env_id)
         assert committed is None or set(committed) == {p.name for p in
                                                         methods.METHODS[method].space}
+
+
+# ------------------------------------------------------------- an unreachable --address
+@pytest.mark.parametrize("address", ["ray://127.0.0.1:1", "127.0.0.1:1"])
+def test_an_unreachable_cluster_is_one_line_at_once_and_leaves_nothing(address: str,
+                                                                       tmp_path: Path) -> None:
+    # Issue #26: a 45-line traceback after 56 s (ray://), a hang past 240 s (HOST:PORT),
+    # and an empty --out left behind each time.
+    out = tmp_path / "tuned"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "experiments", "tune", "--address", address,
+                           "--out", str(out)], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=120)
+    seconds = time.perf_counter() - start
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        f"python -m experiments: error: --address {address}: no Ray cluster answers at "
+        "127.0.0.1:1 (connection refused); start one with `ray start --head` or check the "
+        "address"]
+    assert seconds < 30  # about a second here; the probe's own bound is 5 s
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(("address", "endpoint"), [
+    ("auto", None), ("local", None), ("ray://HOST:10001", ("host", 10001)),
+    ("ray://head", ("head", tune_address.CLIENT_PORT)), ("10.0.0.5:6379", ("10.0.0.5", 6379)),
+    ("ray://[::1]:10001", ("::1", 10001))])
+def test_the_address_forms_ray_takes_name_their_endpoint(address: str, endpoint) -> None:
+    assert tune_address.endpoint(address) == endpoint
+
+
+@pytest.mark.parametrize("address", ["http://HOST:8265", "HOST", "HOST:port", "ray://HOST:",
+                                     "HOST:99999", "ray://HOST:10001/path", ""])
+def test_a_malformed_address_is_one_line_naming_the_forms(address: str, tmp_path: Path,
+                                                          capsys) -> None:
+    with pytest.raises(ValueError, match="expected auto, local, HOST:PORT or ray://HOST"):
+        tune_address.endpoint(address)
+    out = tmp_path / "tuned"
+    assert command.main(["tune", "--address", address, "--out", str(out)]) == 2
+    assert len(capsys.readouterr().err.splitlines()) == 1 and not out.exists()
+
+
+def test_the_probe_is_bounded_even_when_connecting_hangs(monkeypatch) -> None:
+    def hang(*args: Any, **kwargs: Any) -> None:  # a host whose name never resolves
+        time.sleep(3)
+        raise OSError("too late")
+
+    monkeypatch.setattr(tune_address.socket, "create_connection", hang)
+    start = time.perf_counter()
+    with pytest.raises(ConnectionError, match=r"no Ray cluster answers at host:10001 \(no "
+                                              r"answer within 0.3 s\)"):
+        tune_address.probe("ray://HOST:10001", timeout=0.3)
+    assert time.perf_counter() - start < 5
+
+
+def test_a_port_that_answers_but_is_not_ray_is_given_up_after_the_deadline(monkeypatch
+                                                                           ) -> None:
+    import ray
+
+    stopped = []
+
+    def slow_init(**kwargs: Any) -> None:  # Ray retrying a GCS that never answers
+        time.sleep(30)
+
+    monkeypatch.setattr(ray, "init", slow_init)
+    monkeypatch.setattr(ray, "shutdown", lambda: stopped.append(True))
+    monkeypatch.setattr(tune_address.socket, "create_connection",
+                        lambda *args, **kwargs: _Closable())
+    monkeypatch.setattr(tune, "CONNECT_SECONDS", 0.3)
+    start = time.perf_counter()
+    with pytest.raises(ConnectionError, match=re.escape(
+            "127.0.0.1:6379: accepts connections but did not answer as a Ray cluster within "
+            "0.3 s")):
+        tune.connect("127.0.0.1:6379", jobs=1)
+    assert time.perf_counter() - start < 5 and stopped == [True]
+
+
+def test_the_deadline_leaves_a_quick_block_and_the_users_ctrl_c_alone() -> None:
+    with tune.deadline(5) as expired:
+        pass
+    assert not expired()
+    time.sleep(0.1)  # no interrupt arrives after the block
+    with pytest.raises(KeyboardInterrupt), tune.deadline(5) as expired:
+        raise KeyboardInterrupt  # the user's
+    assert not expired()
+
+
+# --------------------------------------------------------------------------- --methods
+def test_methods_choose_the_sweeps_in_their_order() -> None:
+    assert tune.chosen_sweeps(None) == list(methods.SWEEPS)
+    assert tune.chosen_sweeps(("lora", "ppo")) == [("ppo", "cost_envs/ToolBench-v0"),
+                                                   ("lora", "cost_envs/ToolBench-v0")]
+    with pytest.raises(ValueError, match=r"unknown method\(s\) pop; expected some of "
+                                         "ppo, lora-ppo, lora"):
+        tune.chosen_sweeps(("pop",))
+
+
+def test_methods_reach_the_sweeps_and_a_bad_one_is_refused_first(tmp_path: Path, monkeypatch,
+                                                                 capsys) -> None:
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(tune, "report", lambda out, scale, **kwargs: calls.append(kwargs)
+                        or [])
+    out = tmp_path / "tuned"
+    assert command.main(["tune", "--methods", "lora,ppo", "--out", str(out)]) == 0
+    assert calls[0]["methods"] == ("lora", "ppo")
+    capsys.readouterr()
+    assert command.main(["tune", "--methods", "lora,pop", "--out", str(tmp_path / "x")]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "python -m experiments: error: --methods: unknown method(s) pop; expected some of "
+        + ", ".join(dict.fromkeys(method for method, _ in methods.SWEEPS))]
+    assert not (tmp_path / "x").exists()
+    with pytest.raises(SystemExit) as exit_info:
+        command.main(["corl", "--methods", "ppo"])
+    assert exit_info.value.code == 2
+    assert "--methods: only tune takes it" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------- kept and resumed sweeps
+def test_an_interrupted_sweep_resumes_keeping_its_finished_trials(tmp_path: Path) -> None:
+    """Ctrl-C during the second trial, then the same command: only that trial runs again."""
+    out = tmp_path / "tuned"
+    experiment = out / tune.RAY_DIR / "smoke" / tune.experiment_name(
+        "lora", "cost_envs/ToolBench-v0")
+    argv = [sys.executable, "-m", "experiments", "tune", "--scale", "smoke", "--methods",
+            "lora", "--jobs", "1", "--out", str(out)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    running = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+
+    def results() -> dict[str, int]:
+        """Trial directory -> results it holds (lines of result.json)."""
+        return {path.parent.name: len(path.read_text().splitlines())
+                for path in experiment.glob("run_trial_*/result.json")}
+
+    try:  # one trial at a time: the second starts once the first has finished
+        limit = time.monotonic() + 300
+        while not (any(results().values()) and list(experiment.glob("run_trial_*_2_*"))):
+            assert running.poll() is None and time.monotonic() < limit
+            time.sleep(0.1)
+        running.send_signal(signal.SIGINT)
+        _, stderr = running.communicate(timeout=120)
+    finally:
+        running.kill()
+    assert running.returncode == 130, stderr
+    assert "interrupted" in stderr.splitlines()[-1] and "resume" in stderr.splitlines()[-1]
+    finished = {name for name, lines in results().items() if lines}
+    assert len(finished) == 1 and not (out / FILES["lora"]).exists()
+    done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert f"resuming {experiment} (1 of 2 trials finished)" in done.stderr
+    record = yaml.safe_load((out / FILES["lora"]).read_text(encoding="utf-8"))
+    assert record["resumed_trials"] == 1
+    assert [trial["trial"] for trial in record["trials"]] == [0, 1]
+    assert record["trials"][0]["config"] == dict(methods.METHODS["lora"].paper)
+    after = results()
+    assert all(after[name] == 1 for name in finished)  # not run again
+    assert sum(after.values()) == 2
+
+
+class _Result:
+    """A trial's result as Ray Tune's ResultGrid holds it."""
+
+    def __init__(self, metrics: dict[str, Any], error: Exception | None = None) -> None:
+        self.metrics, self.error, self.config = metrics, error, {}
+
+
+class _Grid(list):
+    """Ray Tune's ResultGrid: the results, and the errors of the failed trials."""
+
+    def __init__(self, results: list[_Result]) -> None:
+        super().__init__(results)
+        self.errors = [result.error for result in results if result.error is not None]
+
+
+@pytest.mark.parametrize(("results", "raised", "message"), [
+    ([_Result({}, RuntimeError("Traceback (most recent call last):\n  ...\nValueError: bad"))],
+     RuntimeError, "1 trial(s) failed, the first with ValueError: bad (tracebacks: error.txt"),
+    ([_Result({"score": 1.0}), _Result({})], tune.SweepInterrupted, "interrupted; the "
+     "finished trials are kept in"),
+])
+def test_a_failed_or_interrupted_sweep_says_so_in_one_line_and_keeps_its_trials(
+        results, raised, message: str, tmp_path: Path, monkeypatch) -> None:
+    from ray import tune as ray_tune
+
+    class Tuner:
+        """Ray Tune's Tuner, returning the results of the case."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            self.storage = kwargs["run_config"].storage_path
+
+        @staticmethod
+        def can_restore(path: Path) -> bool:
+            return False
+
+        def fit(self) -> _Grid:
+            return _Grid(results)
+
+    monkeypatch.setattr(ray_tune, "Tuner", Tuner)
+    monkeypatch.setattr(ray_tune, "with_parameters", lambda trainable, **kwargs: trainable)
+    monkeypatch.setattr(ray_tune, "with_resources", lambda trainable, resources: trainable)
+    with pytest.raises(raised) as error:
+        tune.sweep("cost_envs/ToolBench-v0", "lora", tune.BUDGETS["smoke"], tmp_path)
+    assert message in str(error.value) and "\n" not in str(error.value)
+    assert str(tmp_path / "lora-ToolBench-v0") in str(error.value)
+
+
+def test_a_failed_tune_ends_in_one_line_but_other_bugs_keep_their_traceback(
+        tmp_path: Path, monkeypatch, capsys) -> None:
+    def failing(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("tune lora on cost_envs/ToolBench-v0: 1 trial(s) failed")
+
+    monkeypatch.setattr(tune, "report", failing)
+    assert command.main(["tune", "--out", str(tmp_path / "tuned")]) == 1
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "python -m experiments: error: tune lora on cost_envs/ToolBench-v0: 1 trial(s) failed")
+    monkeypatch.setattr(command, "run", failing)
+    with pytest.raises(RuntimeError):
+        command.main(["rules", "--out", str(tmp_path / "rules")])
+    assert not (tmp_path / "rules").exists()

@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +110,9 @@ def add_evaluate(parser: argparse.ArgumentParser) -> None:
                              "fitted, drawn from a seed range no evaluation uses (default 200)")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object keyed by method instead of a table")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="hide the progress lines (fitting, loading, evaluating each "
+                             "method) and, on a terminal, the episode bars, all on stderr")
     add_env_arguments(parser)
 
 
@@ -227,9 +231,33 @@ def _applicable_methods(methods: Sequence[str], env_id: str, env_kwargs: dict[st
     return tuple(methods)
 
 
-def _factory(cls: Any, fit_tasks: int) -> Any:
-    """The class itself, or for a fitted baseline a factory fitting it on training tasks."""
-    return fitted(cls, fit_tasks) if hasattr(cls, "fit") else cls
+def _factory(name: str, cls: Any, fit_tasks: int, say: Callable[[str], None]) -> Any:
+    """The class itself, or for a fitted baseline a factory fitting it on training tasks.
+
+    Fitting takes seconds to tens of seconds (best-rule on ToolBench: about 20 s), so
+    the factory says when it starts.
+    """
+    if not hasattr(cls, "fit"):
+        return cls
+    fit = fitted(cls, fit_tasks)
+
+    def build(env: gym.Env) -> Any:
+        say(f"{name}: fitting on {fit_tasks} training tasks")
+        return fit(env)
+
+    return build
+
+
+def _progress(args: argparse.Namespace) -> Callable[[str], None]:
+    """Progress lines on stderr (stdout is the result), unless ``--no-progress``."""
+    start = time.perf_counter()
+
+    def say(message: str) -> None:
+        if not args.no_progress:
+            print(f"cost-envs evaluate: [{time.perf_counter() - start:4.0f} s] {message}",
+                  file=sys.stderr, flush=True)
+
+    return say
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
@@ -240,6 +268,9 @@ def run_evaluate(args: argparse.Namespace) -> int:
         () if args.model is not None else DEFAULT_METHODS)
     if args.model_env_kwargs and args.model is None:
         raise SystemExit("cost-envs evaluate: --model-env-kwargs only applies with --model")
+    say = _progress(args)
+    if args.model is not None:
+        say(f"loading the model {args.model}")
     model_row = _load_model(args) if args.model is not None else None
     if model_row is not None:
         _model_env_kwargs(args, model_row[2])
@@ -254,15 +285,18 @@ def run_evaluate(args: argparse.Namespace) -> int:
     # after the env arguments are known to be good
     methods = _applicable_methods(methods, args.env, env_kwargs, args.methods is not None)
     results: dict[str, dict[str, Any]] = {}
+    bars = not args.no_progress  # drawn only on a terminal (agents.progress)
     if methods:
-        factories = {name: _factory(EVALUATE_METHODS[name], args.fit_tasks) for name in methods}
+        factories = {name: _factory(name, EVALUATE_METHODS[name], args.fit_tasks, say)
+                     for name in methods}
         results.update(compare(factories, args.env,
                                episodes=args.episodes, seed=args.seed, env_kwargs=env_kwargs,
-                               n_resamples=args.resamples))
+                               n_resamples=args.resamples, log=say, progress=bars))
     if model_row is not None:
         name, model, _ = model_row
+        say(f"{name}: evaluating on {args.episodes} episodes")
         result = evaluate(model, args.env, episodes=args.episodes, seed=args.seed,
-                          env_kwargs=env_kwargs)
+                          env_kwargs=env_kwargs, progress=bars, desc=name)
         results[name] = result.summary(n_resamples=args.resamples, seed=args.seed)
     if args.json:
         print(json.dumps(_json_results(results), indent=2))

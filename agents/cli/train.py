@@ -30,8 +30,8 @@ def add_train(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, default=None,
                         help="JSON/YAML file of SB3 hyperparameters (learning_rate, n_steps, "
                              "...), timesteps, seed, n_envs, base, action_distribution, "
-                             "env_kwargs and supervised; "
-                             "the flags override it")
+                             "env_kwargs and supervised, or an rl-zoo3 file keyed by env id "
+                             "(--env's entry is read); the flags override it")
     parser.add_argument("--timesteps", type=positive_int, default=None,
                         help="RL environment steps (ppo, lora-ppo; default 20000)")
     parser.add_argument("--seed", type=seed_int, default=None, help="training seed (default 0)")
@@ -61,7 +61,7 @@ def run_train(args: argparse.Namespace) -> int:
         raise SystemExit("cost-envs train: --tensorboard needs the tensorboard package "
                          f"({install_hint('tensorboard')})")
     try:  # the file, then the flags over it; all checked before any work
-        settings = read_train_config(args.config, args.method)
+        settings = read_train_config(args.config, args.method, args.env)
         env_kwargs = merged_env_kwargs(args, settings.env_kwargs)
         check_env_kwargs(args.env, env_kwargs)
         if args.method != "lora":  # --n-envs x n_steps sized before torch and the env
