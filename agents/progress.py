@@ -6,6 +6,8 @@ its stream is not a TTY, so logs, CI and pytest (which captures stderr) get no b
 no carriage-return noise. Library functions take ``progress=False`` by default, as SB3's
 ``learn(progress_bar=False)`` does, so worker processes of an experiment draw nothing;
 the command line and the examples turn it on (``--no-progress``/``--quiet`` off).
+Without tqdm (an install without the ``agents`` extra, which evaluates the baselines)
+the bar is a silent no-op.
 """
 
 from __future__ import annotations
@@ -13,7 +15,21 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from tqdm import tqdm
+
+class _NoBar:
+    """What :func:`progress_bar` returns without tqdm: the same calls, nothing drawn."""
+
+    def __enter__(self) -> _NoBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def update(self, n: int = 1) -> None:
+        """Nothing to draw."""
+
+    def close(self) -> None:
+        """Nothing to close."""
 
 
 def progress_bar(total: int, desc: str, progress: bool = True, unit: str = "it") -> Any:
@@ -29,5 +45,9 @@ def progress_bar(total: int, desc: str, progress: bool = True, unit: str = "it")
     Returns:
         A ``tqdm`` object: use it as a context manager and call ``update(n)``.
     """
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return _NoBar()
     return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, leave=False,
                 dynamic_ncols=True, disable=None if progress else True)

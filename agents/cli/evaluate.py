@@ -136,7 +136,8 @@ def _model_env_kwargs(args: argparse.Namespace, model_kwargs: dict[str, Any]) ->
               file=sys.stderr)
 
 
-def _load_model(args: argparse.Namespace) -> tuple[str, Any, dict[str, Any]]:
+def _load_model(args: argparse.Namespace, say: Callable[[str], None]
+                ) -> tuple[str, Any, dict[str, Any]]:
     """The model's row name, the allocator and its env kwargs; exits 1 on a bad model.
 
     What is on disk is checked before torch is imported (seconds), so a mistyped path is
@@ -151,6 +152,7 @@ def _load_model(args: argparse.Namespace) -> tuple[str, Any, dict[str, Any]]:
     except FileNotFoundError as error:
         raise SystemExit(f"cost-envs evaluate: cannot load {args.model}: {error}") from None
     require_extra("agents", "cost-envs evaluate --model")
+    say(f"loading the model {args.model}")  # seconds: torch, peft and the weights
     from agents.learners.checkpoints import load_allocator
 
     try:
@@ -269,9 +271,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     if args.model_env_kwargs and args.model is None:
         raise SystemExit("cost-envs evaluate: --model-env-kwargs only applies with --model")
     say = _progress(args)
-    if args.model is not None:
-        say(f"loading the model {args.model}")
-    model_row = _load_model(args) if args.model is not None else None
+    model_row = _load_model(args, say) if args.model is not None else None
     if model_row is not None:
         _model_env_kwargs(args, model_row[2])
     env_kwargs = merged_env_kwargs(args, model_row[2] if model_row is not None else None)
