@@ -180,6 +180,12 @@ def deadline(seconds: float) -> Iterator[Callable[[], bool]]:
     """
     lock = threading.Lock()
     state = {"done": False, "expired": False}
+    # whatever SIGINT handler an earlier library left (Ray's, a test runner's), inside the
+    # block SIGINT is Python's own KeyboardInterrupt, for the deadline and for Ctrl-C
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGINT) if main else None
+    if main:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def expire() -> None:
         with lock:
@@ -196,6 +202,8 @@ def deadline(seconds: float) -> Iterator[Callable[[], bool]]:
         with lock:
             state["done"] = True
         timer.cancel()
+        if main and previous is not None:
+            signal.signal(signal.SIGINT, previous)
 
 
 def _plain(value: Any) -> Any:

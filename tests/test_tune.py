@@ -289,12 +289,20 @@ def test_a_port_that_answers_but_is_not_ray_is_given_up_after_the_deadline(monke
     monkeypatch.setattr(tune_address.socket, "create_connection",
                         lambda *args, **kwargs: _Closable())
     monkeypatch.setattr(tune, "CONNECT_SECONDS", 0.3)
-    start = time.perf_counter()
-    with pytest.raises(ConnectionError, match=re.escape(
-            "127.0.0.1:6379: accepts connections but did not answer as a Ray cluster within "
-            "0.3 s")):
-        tune.connect("127.0.0.1:6379", jobs=1)
-    assert time.perf_counter() - start < 5 and stopped == [True]
+    import signal
+
+    # a library that ignored SIGINT before (the full suite met one) must not stop the deadline
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        start = time.perf_counter()
+        with pytest.raises(ConnectionError, match=re.escape(
+                "127.0.0.1:6379: accepts connections but did not answer as a Ray cluster "
+                "within 0.3 s")):
+            tune.connect("127.0.0.1:6379", jobs=1)
+        assert time.perf_counter() - start < 5 and stopped == [True]
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # restored afterwards
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_the_deadline_leaves_a_quick_block_and_the_users_ctrl_c_alone() -> None:
