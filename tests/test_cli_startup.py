@@ -103,6 +103,7 @@ def test_a_model_directory_without_its_files_is_answered_before_torch(tmp_path):
 @pytest.mark.parametrize(("text", "expected"), [
     ("learning_rate: [\n", "not valid YAML"),
     (None, "No such file"),
+    ("n_step: 64\n", "unknown key(s) ['n_step'] for ppo"),
 ])
 def test_a_bad_config_file_is_answered_before_torch_is_imported(tmp_path, text, expected):
     config = tmp_path / "ppo.yaml"
@@ -240,3 +241,11 @@ def test_nothing_close_gets_no_suggestion(capsys):
         cli.main(["evaluate", "--env", TOOL, "--zzzzzzzz"])
     err = capsys.readouterr().err
     assert err.strip().splitlines()[-1].endswith("unrecognized arguments: --zzzzzzzz")
+
+
+@pytest.mark.parametrize("method", ["ppo", "lora-ppo", "lora"])
+def test_the_hyperparameter_names_known_without_sb3_are_its_signatures(method: str) -> None:
+    from agents.learners.common.ppo_args import accepted
+    from agents.learners.hyperparameter_names import accepted_names
+
+    assert accepted_names(method) == frozenset(accepted(method))

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.learners import ACTION_DISTRIBUTIONS, BASES
+from agents.learners.hyperparameter_names import accepted_names
 from cost_envs.config import coerce_config, integer, one_of, suggestion
 from cost_envs.config_files import read_config_file
 
@@ -105,14 +106,14 @@ def read_train_config(path: Path | None, method: str,
     zoo = is_zoo_file(data)
     if zoo:
         data = zoo_settings(zoo_entry(data, path, env_id), path, method)
-    from agents.learners.common.ppo_args import accepted, check_hyperparameters
-
-    hyper = accepted(method)
+    # the names are known without SB3: a misspelt key is answered before torch loads
+    hyper = accepted_names(method)
     unknown = sorted(str(key) for key in data if key not in TRAIN_KEYS and key not in hyper)
     if unknown:
         valid = [*TRAIN_KEYS, *(ZOO_KEYS if zoo else ()), *sorted(hyper)]
         raise ValueError(f"{path}: unknown key(s) {unknown} for {method}; valid: "
                          f"{valid}{suggestion(unknown[0], valid)}")
+    from agents.learners.common.ppo_args import check_hyperparameters
     ppo = {key: value for key, value in data.items() if key in hyper}
     if ppo and method == "lora":
         raise ValueError(f"{path}: {sorted(ppo)}: lora trains the supervised stage only and "

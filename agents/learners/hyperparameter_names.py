@@ -1,0 +1,26 @@
+"""The names ``train(ppo=...)`` accepts, known without importing SB3 or torch.
+
+:mod:`agents.learners.common.ppo_args` reads the accepted hyperparameters from SB3's own
+signature, which costs the import of SB3 and torch (seconds). A config file with a
+misspelt key must be answered before that (issue #26: any argument or file error in
+under 1.5 s), so the names are also kept here, for the pinned SB3
+(``constraints.txt``); ``tests/test_cli_startup.py`` checks they are exactly the
+signature's, so an SB3 upgrade that adds an argument fails that test until it is added.
+"""
+
+from __future__ import annotations
+
+#: SB3 ``PPO``'s hyperparameters (stable-baselines3 2.9).
+PPO_NAMES = frozenset({
+    "batch_size", "clip_range", "clip_range_vf", "ent_coef", "gae_lambda", "gamma",
+    "learning_rate", "max_grad_norm", "n_epochs", "n_steps", "normalize_advantage",
+    "sde_sample_freq", "stats_window_size", "target_kl", "use_sde", "vf_coef"})
+#: What ``lora-ppo`` adds (:class:`agents.learners.lora_ppo.LoraGuidedPPO`).
+LORA_PPO_NAMES = frozenset({"action_lr_scale", "cost_coef", "value_lr_scale"})
+#: What every RL stage adds (:class:`agents.learners.ppo.FastPPO`).
+FAST_PPO_NAMES = frozenset({"fused_loss"})
+
+
+def accepted_names(method: str) -> frozenset[str]:
+    """The hyperparameter names ``method`` accepts (as ``ppo_args.accepted(method)``)."""
+    return PPO_NAMES | FAST_PPO_NAMES | (LORA_PPO_NAMES if method == "lora-ppo" else frozenset())
