@@ -99,8 +99,8 @@ def test_it_never_pays_for_a_call_predicted_to_lose_accuracy() -> None:
     assert threshold == 0.0 and facts["train_strong_share"] == (scores >= 0).mean() < 0.5
     assert calibrate_share(scores, 0.5).threshold < 0  # without the floor it would pay
     big = float(train.cost[:, 1].mean())
-    assert calibrate_cost(scores, train.cost[:, 0], train.cost[:, 1], big,
-                          floor=0.0).threshold == 0.0
+    capped = calibrate_cost(scores, train.cost[:, 0], train.cost[:, 1], big, floor=0.0)
+    assert capped.threshold >= 0 and capped.strong_share == (scores >= 0).mean()
     with pytest.raises(ValueError, match="floor: expected a number < inf"):
         calibrate_share(scores, 0.5, floor=float("inf"))
 
@@ -148,3 +148,20 @@ def test_priced_per_query_the_k_model_router_buys_more_accuracy_per_dollar() -> 
         accuracy[name] = acc
     # priced at its mean cost, a call on a long prompt looks as cheap as one on a short
     assert accuracy["multi-priced"] > accuracy["multi-logistic"] + 0.02
+
+
+def test_the_cost_floor_restricts_the_candidates_and_never_passes_the_target() -> None:
+    # the second query's strong call is cheaper than its weak one: fewer strong calls
+    # are dearer there, so moving the chosen point up to the floor could pass the target
+    scores, weak, strong = [1.0, -1.0], [1.0, 1.0], [1.5, 0.1]
+    assert calibrate_cost(scores, weak, strong, 0.9).cost_per_query == pytest.approx(0.8)
+    with pytest.raises(ValueError, match="no threshold keeps"):
+        calibrate_cost(scores, weak, strong, 0.9, floor=0.0)
+    chosen = calibrate_cost(scores, weak, strong, 1.0, floor=0.0)
+    assert chosen.threshold == np.inf and chosen.cost_per_query == pytest.approx(1.0)
+
+
+def test_an_unfitted_priced_router_says_fit_first() -> None:
+    data = long_prompts_cost_more(50)
+    with pytest.raises(ValueError, match="call fit first"):
+        PricedRouter(WEAK, STRONG, n_features=16).scores(data)

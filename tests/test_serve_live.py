@@ -69,3 +69,9 @@ def test_bad_requests_are_refused(logs, tmp_path) -> None:
     # another operating point than the saved one
     assert live.route("what is 2 + 2?", point=-1.0).model == STRONG
     assert live.route("what is 2 + 2?", point=2.0).model == WEAK
+    with pytest.raises(ValueError, match="point"):
+        live.route("what is 2 + 2?", point=float("nan"))
+    multi = make_router("multi-logistic", WEAK, STRONG, n_features=16).fit(train)
+    save_router(tmp_path / "m", multi, 0.0)
+    with pytest.raises(ValueError, match="point"):
+        LiveRouter.load(tmp_path / "m").route("what is 2 + 2?", point=-1.0)  # lam >= 0

@@ -6,9 +6,12 @@ A router of :data:`~agents.routing.routers.ROUTERS` reads queries from a
 scores and output tokens are zeros, which no router reads at routing time) and asks the
 router what it asks of logged queries: its inputs, its prediction and its decision at
 the saved operating point. What a router reads at routing time is the prompt's text,
-for a cascade the weak model's answer, and for a priced router the prompt's tokens per
-model, counted with the counter its training logs were counted with (the saved JSON's
-``training.token_counter``; logs with logged token counts fall back to ``"auto"``).
+for a cascade the weak model's answer, and for a priced router the prompt's tokens,
+counted once with the counter its training logs were counted with (the saved JSON's
+``training.token_counter``; logs with logged token counts fall back to ``"auto"``) and
+used for every model: where the providers' tokenizers differ from that counter (logged
+counts), the prices are off by their ratio (RouterArena: about 2% for one model, 18% for
+the other).
 
 A cascade decides after the weak model has answered: without ``answer`` it says to call
 the weak model first (:attr:`RouteDecision.needs_answer`), with it whether to escalate.
@@ -22,7 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from agents.routing.routers import SavedRouter, load_router
+from agents.routing.routers import Router, SavedRouter, load_router
+from cost_envs.config import number
 from cost_envs.traces import TraceDataset
 from cost_envs.traces.readers import APPROX_COUNTER, count_tokens
 
@@ -37,8 +41,8 @@ class RouteDecision:
             predicted accuracy gained per extra dollar); ``None`` for a K-model router
             and for a cascade before the weak model answered.
         point: The operating point it was compared with (threshold or ``lam``).
-        win: Each model's predicted win probability (two-model: P(weak right)-like and
-            the score; K-model: each model's predicted correctness).
+        win: What the router predicts per model: a two-model router's ``(1 - score,
+            score)``, a priced or K-model router's predicted correctness of each model.
         expected_costs: Each call's price before it is made (priced routers), else
             ``None``.
         needs_answer: A cascade without the weak answer yet: call ``model`` (the weak
@@ -75,7 +79,11 @@ class LiveRouter:
         self.router = saved.router
         self.models = tuple(saved.models)
         self.token_counter = counter_of(saved) if token_counter is None else token_counter
-        count_tokens([], self.token_counter)  # a bad counter fails here, not per request
+        #: Whether the router prices calls (reads the prompt's tokens).
+        self._priced = (type(self.router).expected_costs_inputs
+                        is not Router.expected_costs_inputs)
+        if self._priced:
+            count_tokens([], self.token_counter)  # a bad counter fails here, not per request
 
     @classmethod
     def load(cls, path: str | Path, token_counter: str | None = None) -> LiveRouter:
@@ -84,7 +92,9 @@ class LiveRouter:
 
     def _queries(self, prompts: Sequence[str], answers: Sequence[str] | None) -> TraceDataset:
         n, m = len(prompts), len(self.models)
-        tokens, counter = count_tokens(list(prompts), self.token_counter)
+        # only a priced router reads the prompt's tokens; the others are spared the count
+        tokens, counter = (count_tokens(list(prompts), self.token_counter) if self._priced
+                           else (np.zeros(n, dtype=np.int64), "none"))
         zeros = np.zeros((n, m))
         responses = None
         if answers is not None:  # the weak model's answer, in its column
@@ -111,7 +121,8 @@ class LiveRouter:
             raise ValueError("prompts: expected non-empty strings")
         if answers is not None and len(answers) != len(prompts):
             raise ValueError(f"answers: expected {len(prompts)}, got {len(answers)}")
-        at = self.saved.point if point is None else float(point)
+        at = self.saved.point if point is None else number(
+            point, "point", minimum=0 if not self.saved.two_model else -np.inf)
         if self.router.reads_answers and answers is None:
             weak = self.models[0]
             return [RouteDecision(weak, None, at, {}, needs_answer=True) for _ in prompts]
@@ -119,7 +130,7 @@ class LiveRouter:
         inputs = self.router.inputs(data)
         win = self.router.predict_inputs(inputs)
         costs = self.router.expected_costs_inputs(inputs)
-        chosen = self.router.decide(win, at, costs)
+        chosen = self.router.decide_inputs(inputs, at)
         scores = (self.router.scores_inputs(inputs) if self.saved.two_model
                   else [None] * len(prompts))
         return [RouteDecision(

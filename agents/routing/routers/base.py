@@ -160,8 +160,16 @@ class Router(ABC):
         """``data``'s column of the model answering each query at ``point``, ``(n,)``."""
         cols = np.array([data.model_index(m) for m in self.models], dtype=np.int64)
         inputs = self.inputs(data)  # read once: the prediction and the prices share them
-        return cols[self.decide(self.predict_inputs(inputs), point,
-                                self.expected_costs_inputs(inputs))]
+        return cols[self.decide_inputs(inputs, point)]
+
+    def decide_inputs(self, inputs: Any, point: float) -> np.ndarray:
+        """:meth:`decide` on precomputed :meth:`inputs`: ``(n,)`` indices into :attr:`models`.
+
+        The prices go to :meth:`decide` only for a router that prices calls, so a router
+        of your own may define ``decide(win, point)`` alone.
+        """
+        win, costs = self.predict_inputs(inputs), self.expected_costs_inputs(inputs)
+        return self.decide(win, point) if costs is None else self.decide(win, point, costs)
 
     def training_costs(self, data: TraceDataset, costs: Any = None) -> Any:
         """What :meth:`fit_inputs` reads of ``data``'s calls (``None``: nothing).

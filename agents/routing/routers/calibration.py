@@ -110,37 +110,42 @@ def calibrate_cost(train_scores: Any, weak_cost: Any, strong_cost: Any,
     """The threshold with the most strong calls whose mean training cost is <= ``target``.
 
     Tied scores are routed together, so the candidates are the training curve's points;
-    of those within the target (up to a relative 1e-12), the one with the most strong
-    calls is chosen. The threshold is the lowest training score it sends to the strong
-    model (``inf`` when it sends none).
+    of those within the target (up to a relative 1e-12) and whose threshold is at least
+    ``floor``, the one with the most strong calls is chosen. The threshold is the lowest
+    training score it sends to the strong model (``inf`` when it sends none).
 
     Args:
         train_scores: The router's scores of the training queries.
         weak_cost: Cost of the weak model on each training query.
         strong_cost: Cost of the strong model on each training query.
         target: Mean cost per query to stay within, >= 0.
-        floor: The lowest threshold to return (as :func:`calibrate_share`'s).
+        floor: The lowest threshold to return (as :func:`calibrate_share`'s). Fewer
+            strong calls are not always cheaper (a strong call can cost less than the
+            weak one on some queries), so the floor restricts the candidates rather than
+            moving the chosen one.
 
     Raises:
-        ValueError: If no threshold keeps the training cost within ``target`` (naming
-            the cheapest the training queries allow).
+        ValueError: If no threshold at or above ``floor`` keeps the training cost within
+            ``target`` (naming the cheapest such point).
     """
     x = _train_scores(train_scores)
     number(target, "target", minimum=0)
+    _floored(-np.inf, floor)  # checks floor
     wc, sc = _costs(weak_cost, strong_cost, len(x))
     zeros = np.zeros(len(x))
     curve = routing_curve(x, zeros, zeros, wc, sc)
-    within = np.flatnonzero(curve.cost <= target * (1 + 1e-12))
+    calls = np.round(curve.strong_share * len(x)).astype(np.int64)  # at each point
+    ordered = np.sort(x)[::-1]
+    thresholds = np.where(calls == 0, np.inf, ordered[np.maximum(calls - 1, 0)])
+    allowed = thresholds >= floor
+    within = np.flatnonzero((curve.cost <= target * (1 + 1e-12)) & allowed)
     if within.size == 0:
         raise ValueError(f"target={target!r}: no threshold keeps the mean training cost per "
-                         f"query within it; the cheapest is {curve.cost.min():.6g}")
-    k = round(curve.strong_share[within[-1]] * len(x))  # strong calls at that point
-    threshold = float("inf") if k == 0 else float(np.sort(x)[::-1][k - 1])
-    if threshold < floor:  # fewer strong calls: cheaper, so still within the target
-        threshold = _floored(threshold, floor)
-        return Calibration(threshold, float((x >= threshold).mean()),
-                           float(np.where(x >= threshold, sc, wc).mean()))
-    return Calibration(threshold, k / len(x), float(curve.cost[within[-1]]))
+                         f"query within it; the cheapest is "
+                         f"{curve.cost[allowed].min():.6g}")
+    best = within[-1]
+    return Calibration(float(thresholds[best]), int(calls[best]) / len(x),
+                       float(curve.cost[best]))
 
 
 @dataclass(frozen=True)
@@ -251,7 +256,7 @@ def calibrate(router: Any, train: Any, costs: Any = None, *, share: float | None
                          "train_model_share": dict(zip(router.models, lam.model_share,
                                                        strict=True))}
     scores = router.scores(train)
-    floor = router.min_threshold
+    floor = getattr(router, "min_threshold", -np.inf)  # a router of your own may lack it
     if cost is not None:
         two = calibrate_cost(scores, c[:, 0], c[:, 1], cost, floor)
         facts: dict[str, Any] = {"target": "cost_per_query", "value": cost}

@@ -249,6 +249,7 @@ class PricedRouter(TwoModelRouter):
     def predict_inputs(self, inputs: Any) -> np.ndarray:
         """``(n, 2)``: predicted correctness of the weak and the strong model."""
         stats, text, _ = inputs
+        self._fitted()  # "call fit first", before the design needs the standardiser
         return self._predict(self._design(stats, text))
 
     def _fit_model(self, x: np.ndarray, y: np.ndarray, costs: Any) -> None:

@@ -140,7 +140,7 @@ def format_report(report: dict[str, Any], labels: dict[str, str]) -> str:
     """The report as a Markdown table (one row per routing, then router - random)."""
     header = ["Routing", *(title for _, title in METRICS)]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * len(header)) + "|"]
-    rows = [(labels[r], report["rows"][r]) for r in ROLES]
+    rows = [(labels.get(r, r), report["rows"][r]) for r in ROLES]
     rows.append((f"{labels['router']} - random at the same share (paired)",
                  report["router_minus_random"]))
     rows.append((f"{labels['router']} - random at the same cost (paired)",
