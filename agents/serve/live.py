@@ -130,7 +130,9 @@ class LiveRouter:
         inputs = self.router.inputs(data)
         win = self.router.predict_inputs(inputs)
         costs = self.router.expected_costs_inputs(inputs)
-        chosen = self.router.decide_inputs(inputs, at)
+        # Router.decide_inputs's rule, on the prediction and prices already made here
+        chosen = (self.router.decide(win, at) if costs is None
+                  else self.router.decide(win, at, costs))
         scores = (self.router.scores_inputs(inputs) if self.saved.two_model
                   else [None] * len(prompts))
         return [RouteDecision(
