@@ -59,7 +59,7 @@ from experiments.corl_report import (  # noqa: F401  (the row labels, importable
 )
 from experiments.corl_scales import CORL_SCALES, EVAL_SEED, CorlScale
 from experiments.figures import figure_files
-from experiments.histories import attach, detach
+from experiments.histories import detach, read_with_histories
 
 PROFILES_EVALUATED = ("mixed", "gsm8k", "math500", "aime")
 #: The envs the experiment runs on, each with its own report: v0, and v1 where wrong
@@ -347,11 +347,7 @@ def read_result(path: Path) -> dict[str, Any]:
     Raises:
         ValueError: If the file or its CSV cannot be read.
     """
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as error:
-        raise ValueError(f"corl: cannot read {path}: {error}") from None
-    result = attach(data, "training_curves", path.parent)
+    result = read_with_histories(path, "training_curves", "corl")
     return {**result, "training_curves": result["training_curves"][CURVES_METHOD]}
 
 

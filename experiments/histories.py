@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -154,6 +155,19 @@ def attach(report: Mapping[str, Any], key: str, directory: Path) -> dict[str, An
     return {(key if name == f"{key}_csv" else name): (histories if name == f"{key}_csv"
                                                       else value)
             for name, value in report.items()}
+
+
+def read_with_histories(path: Path, key: str, who: str) -> dict[str, Any]:
+    """A report's JSON file with its histories under ``key`` read back (:func:`attach`).
+
+    Raises:
+        ValueError: Naming ``who`` and the file, if it cannot be read or parsed.
+    """
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as error:
+        raise ValueError(f"{who}: cannot read {path}: {error}") from None
+    return attach(data, key, path.parent)
 
 
 def same_numbers(a: Any, b: Any) -> bool:

@@ -36,7 +36,7 @@ from experiments.figures import (
     spread,
     tag_points,
 )
-from experiments.histories import attach, detach
+from experiments.histories import detach, read_with_histories
 from experiments.lora_ppo_setup import PAPER_ENVS, PRIVILEGED_ROWS
 
 
@@ -127,11 +127,7 @@ def read_report(path: Path) -> dict[str, Any]:
     Raises:
         ValueError: If the file or its CSV cannot be read.
     """
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as error:
-        raise ValueError(f"lora_ppo_report: cannot read {path}: {error}") from None
-    return attach(data, "learning_curves", path.parent)
+    return read_with_histories(path, "learning_curves", "lora_ppo_report")
 
 
 def _legend_label(entry: Mapping[str, Any]) -> str:
