@@ -1,0 +1,86 @@
+"""A learned row at its converged budget on many tasks: paired figures, and the committed file."""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from experiments import converged
+from experiments.gaps import decode_scores
+from experiments.lora_ppo import FixedRows
+
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+NAME = "converged_FlightPlanner-v1"
+
+
+def _fixed(rule: np.ndarray, planner: np.ndarray, bayes: np.ndarray) -> FixedRows:
+    returns = {"one-turn": rule, "planner": planner, "bayes-planner": bayes}
+    labels = {"one-turn": "One-turn rule", "planner": "Planner", "bayes-planner": "Bayes"}
+    return FixedRows({key: {"label": labels[key]} for key in returns},
+                     {key: tuple(values) for key, values in returns.items()})
+
+
+def test_a_small_gain_hidden_by_task_noise_is_resolved_because_it_is_paired():
+    """Tasks vary by +-0.3 and PPO gains 0.01 on every one: paired over tasks, that shows."""
+    rng = np.random.default_rng(0)
+    rule = rng.normal(0.9, 0.3, 500)
+    ppo = np.stack([rule + 0.01 + rng.normal(0, 0.001, 500) for _ in range(5)])
+    markdown, columns = converged.render(ppo, _fixed(rule, rule + 0.05, rule - 0.02), "one-turn",
+                                         converged.SCALES["smoke"], 1.5)
+    gain = re.search(r"PPO - best fixed row: ([-\d.]+) \[([-\d.]+), ([-\d.]+)\]", markdown)
+    assert abs(float(gain.group(1)) - 0.01) < 0.001 and float(gain.group(2)) > 0.009
+    # Unpaired, the same returns are not told apart from the rule: the tasks' spread hides it.
+    low = float(re.search(r"\| \*\*PPO\*\* \(5 seeds\) \| [-\d.]+ \[([-\d.]+),", markdown).group(1))
+    assert low < rule.mean()
+    versus_bayes = re.search(r"PPO - Bayes reference: ([-\d.]+) \[([-\d.]+),", markdown)
+    assert abs(float(versus_bayes.group(1)) - 0.03) < 0.001 and float(versus_bayes.group(2)) > 0.029
+    rows = list(csv.DictReader(io.StringIO(columns)))
+    assert [row["row"] for row in rows] == ["one-turn", "planner", "bayes-planner"] + ["ppo"] * 5
+    np.testing.assert_allclose(decode_scores(rows[3]["returns"]), ppo[0], atol=5e-5)
+    assert "Wall time per PPO seed: 1.5 min" in markdown
+
+
+def test_the_committed_report_is_rendered_from_its_csv():
+    """Every paired difference and PPO's return, recomputed from the committed per-task returns."""
+    from cost_envs.metrics import bootstrap_mean_ci
+
+    markdown = (RESULTS / f"{NAME}.md").read_text(encoding="utf-8")
+    rows = list(csv.DictReader(io.StringIO((RESULTS / f"{NAME}.csv").read_text(encoding="utf-8"))))
+    scores = {row["row"]: decode_scores(row["returns"]) for row in rows if row["row"] != "ppo"}
+    ppo = np.array([decode_scores(row["returns"]) for row in rows if row["row"] == "ppo"])
+    rule_key = rows[0]["row"]
+    assert ppo.shape == (5, converged.EPISODES)
+    assert all(len(values) == converged.EPISODES for values in scores.values())
+    resamples = converged.SCALES["default"].resamples
+
+    def cell(values: np.ndarray) -> str:
+        mean, low, high = bootstrap_mean_ci(values, n_resamples=resamples)
+        return f"{mean:.4f} [{low:.4f}, {high:.4f}]"
+
+    assert f"| **PPO** (5 seeds) | {cell(ppo)} |" in markdown
+    assert f"PPO - best fixed row: {cell(ppo - scores[rule_key])}" in markdown
+    assert f"PPO - Bayes reference: {cell(ppo - scores['bayes-planner'])}" in markdown
+    assert (f"Bayes reference - best fixed row: "
+            f"{cell(scores['bayes-planner'] - scores[rule_key])}") in markdown
+
+
+@pytest.mark.slow
+def test_a_smoke_run_writes_both_files_from_the_same_returns(tmp_path):
+    paths = converged.report(tmp_path, "smoke", jobs=1, log=lambda _: None)
+    assert sorted(path.name for path in paths) == [f"{NAME}.csv", f"{NAME}.md"]
+    rows = list(csv.DictReader(io.StringIO((tmp_path / f"{NAME}.csv").read_text())))
+    means = [float(row["mean_return"]) for row in rows if row["row"] == "ppo"]
+    assert len(means) == 2
+    markdown = (tmp_path / f"{NAME}.md").read_text()
+    assert "PPO per seed: " + ", ".join(f"{mean:.4f}" for mean in means) in markdown
+
+
+def test_a_bad_scale_is_refused_before_any_training(tmp_path):
+    with pytest.raises(ValueError, match="scale: expected one of"):
+        converged.report(tmp_path, "huge")
+    assert not list(tmp_path.iterdir())
