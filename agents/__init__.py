@@ -23,7 +23,7 @@ lives:
   ``FixedConsultation``, ``ConsultAll`` (:mod:`agents.baselines`), ``BestFixedRule``
   (:mod:`agents.rules`), ``PLANNERS`` and ``planner`` (:mod:`agents.planning`),
   ``CentralScheduler`` and ``IndependentTenants`` (:mod:`agents.multiagent`);
-* routers over logs (:mod:`agents.routing.routers`): ``ROUTERS``, ``make_router``,
+* routers over logs (:mod:`agents.routers`): ``ROUTERS``, ``make_router``,
   ``save_router``, ``load_router``;
 * SB3 glue: ``CostMetricsCallback`` (:mod:`agents.callbacks`), ``make_batched_vec_env``
   (:mod:`agents.vec_env`).
@@ -60,10 +60,10 @@ _PUBLIC = {
     "planner": "agents.planning",
     "CentralScheduler": "agents.multiagent",
     "IndependentTenants": "agents.multiagent",
-    "ROUTERS": "agents.routing.routers",
-    "make_router": "agents.routing.routers",
-    "save_router": "agents.routing.routers",
-    "load_router": "agents.routing.routers",
+    "ROUTERS": "agents.routers",
+    "make_router": "agents.routers",
+    "save_router": "agents.routers",
+    "load_router": "agents.routers",
     "CostMetricsCallback": "agents.callbacks",
     "make_batched_vec_env": "agents.vec_env",
 }

@@ -1,7 +1,7 @@
 """Allocators: anything that maps observations to MultiBinary actions.
 
 The call signature is a Stable-Baselines3 model's ``predict``, so trained SB3 models, the
-baselines of :mod:`agents.baselines`, the routers of :mod:`agents.routing` and user code
+baselines of :mod:`agents.baselines`, the routers of :mod:`agents.routers` and user code
 are interchangeable in evaluation: anything with that ``predict`` is an allocator.
 
 :class:`Allocator` is the base class of the project's own rule-based allocators: a

@@ -22,7 +22,7 @@ import gymnasium as gym
 import numpy as np
 
 from agents.allocator import Allocator
-from agents.routing.random_router import RandomRouter
+from agents.routers.random_router import RandomRouter
 from cost_envs.config import integer, number, probability
 from cost_envs.core import OrchestrationEnv
 
@@ -50,7 +50,7 @@ class RandomAllocator(Baseline):
     """Uniform over subsets: each agent called with probability 1/2, independently.
 
     On TraceRouting-v0 the routing literature's random router (exactly one model per
-    query) is ``random-router`` (:class:`agents.routing.random_router.RandomRouter`).
+    query) is ``random-router`` (:class:`agents.routers.random_router.RandomRouter`).
     """
 
     name = "random"
@@ -480,6 +480,6 @@ ROUTING_BASELINES: dict[str, type[RoutingBaseline]] = {
 }
 #: Baselines that apply to one env family only, each constructed as ``cls(env)`` (it
 #: raises ``ValueError`` naming what it needs on any other env). TraceRouting-v0's
-#: random router (one model per query) is :mod:`agents.routing.random_router`'s.
+#: random router (one model per query) is :mod:`agents.routers.random_router`'s.
 FAMILY_BASELINES: dict[str, type[Allocator]] = {
     cls.name: cls for cls in (ConsultAll, OneTurnPlanSearch, RandomRouter)}

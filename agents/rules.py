@@ -70,7 +70,7 @@ from agents.baselines import (
     RuleBased,
     _orchestration_env,
 )
-from agents.routing.random_router import RandomRouter
+from agents.routers.random_router import RandomRouter
 from agents.seeds import RULE_TASK_SEED
 from cost_envs.config import integer
 

@@ -1,4 +1,4 @@
-"""The GSM8K routing report: RouteLLM outcomes routed by :mod:`agents.routing.routers`.
+"""The GSM8K routing report: RouteLLM outcomes routed by :mod:`agents.routers`.
 
 :func:`report` runs the RouteLLM experiment: GSM8K (Mixtral-8x7B vs GPT-4) split by prompt
 into train and test halves (:meth:`cost_envs.traces.TraceDataset.split_indices`), the
@@ -6,7 +6,7 @@ routers fitted on train, and the learned, cascade, random and per-query-oracle r
 scored on test with 95% bootstrap intervals over test queries; also the four MMLU
 subjects, and the baselines on the TraceRouting-v0 test split. Then the held-out
 evaluations of :mod:`experiments.traces_heldout`: every router of
-:data:`agents.routing.routers.ROUTERS` calibrated on training data for a 50% strong-call
+:data:`agents.routers.ROUTERS` calibrated on training data for a 50% strong-call
 share, on GSM8K's test half, on MMLU subjects and on RouterArena domains never seen in
 training (intervals resampling whole groups), against random routing at the same share,
 with rows whose ``l2`` (kNN: ``k``) is chosen inside each training fold; and the K-model
@@ -31,17 +31,17 @@ import gymnasium as gym
 import numpy as np
 
 from agents.files import write_files_atomic
-from agents.routing.routers import CascadeRouter, LogisticRouter, PricedRouter, cascade_curve
-from agents.routing.routers.base import take
-from agents.routing.routers.policy import RouterPolicy, cascade_observations
-from agents.routing.routers.solvers import LogisticRegression
-from agents.routing.routers.statistics import (
+from agents.routers import CascadeRouter, LogisticRouter, PricedRouter, cascade_curve
+from agents.routers.base import take
+from agents.routers.evaluation import curve_metrics
+from agents.routers.policy import RouterPolicy, cascade_observations
+from agents.routers.solvers import LogisticRegression
+from agents.routers.statistics import (
     ANSWER_STATISTICS,
     STATISTICS,
     answer_statistics,
     weak_answers,
 )
-from agents.routing.routing_eval import curve_metrics
 from cost_envs.metrics.routing import (
     oracle_point,
     oracle_scores,
@@ -199,7 +199,7 @@ def _env_table(data: TraceDataset) -> dict[str, dict[str, Any]]:
     """Baselines and the learned policy on the TraceRouting-v0 test split, one epoch."""
     from agents.baselines import BASELINES
     from agents.evaluation import compare
-    from agents.routing.random_router import RandomRouter
+    from agents.routers.random_router import RandomRouter
     from agents.rules import BestFixedRule
 
     train_env = gym.make("cost_envs/TraceRouting-v0", data=data, split="train")

@@ -3,21 +3,21 @@
 For each dataset (:data:`PROTOCOLS`): GSM8K split by query (one seeded half split), the
 shipped MMLU subjects held out one at a time (leave-one-subject-out: 4 folds by group),
 RouterArena's domains held out in 5 folds by group. In every fold each router of
-:data:`agents.routing.routers.ROUTERS` (logistic, kNN, the cost-aware priced router,
+:data:`agents.routers.ROUTERS` (logistic, kNN, the cost-aware priced router,
 the cascade where the weak model's answers are logged, and with ``embeddings=True``
 their MiniLM variants: the ``embeddings`` extra, compared by
 ``benchmarks/routing_embeddings.py``, not by the report, whose numbers must not depend
 on an optional package) is fitted on the training queries, its threshold calibrated on
 the *training* scores for a strong-call share of :data:`TARGET_SHARE`
-(:func:`agents.routing.routers.calibrate_share`; never below the priced router's 0: it
+(:func:`agents.routers.calibrate_share`; never below the priced router's 0: it
 does not pay for a call it predicts to lose), and the held-out queries routed.
 The out-of-fold decisions and scores are pooled (every query held out exactly once) and
-scored exactly, on one draw of resamples (:func:`agents.routing.routing_eval.score_table`):
+scored exactly, on one draw of resamples (:func:`agents.routers.evaluation.score_table`):
 accuracy, cost and the test share reached, against random routing at the same share and
 at the same cost, both matched to the router within each resample
-(:func:`~agents.routing.routing_eval.compare_with_random`: exact, paired differences),
+(:func:`~agents.routers.evaluation.compare_with_random`: exact, paired differences),
 each single model and the per-query oracle; the score curve gives APGR, CPT(50%),
-CPT(80%) and AIQ (:func:`~agents.routing.routing_eval.curve_metrics`), each against
+CPT(80%) and AIQ (:func:`~agents.routers.evaluation.curve_metrics`), each against
 random routing's.
 Intervals resample whole groups when the split is by group (the JSON says
 ``"resampled": "clusters"`` and how many). Weak and strong are the cheaper and the dearer
@@ -25,7 +25,7 @@ model; where the dearer is not the more accurate, PGR (so APGR and CPT) is undef
 the report says so. Nothing is tuned on the shipped subjects or domains: the plain rows
 run with each router's defaults, and the ``(cv)`` rows choose their setting (``l2``;
 kNN's ``k``) by :data:`CV_FOLDS` folds of each *training* fold
-(:func:`agents.routing.routers.cross_validate`: nested, folds of whole groups when the
+(:func:`agents.routers.cross_validate`: nested, folds of whole groups when the
 protocol holds out groups), so the held-out queries never inform a choice.
 """
 
@@ -38,16 +38,16 @@ from typing import Any
 
 import numpy as np
 
-from agents.routing.routers import calibrate_share, cross_validate, make_router
-from agents.routing.routers.base import take
-from agents.routing.routers.solvers import solver_name
-from agents.routing.routing_eval import (
+from agents.routers import calibrate_share, cross_validate, make_router
+from agents.routers.base import take
+from agents.routers.evaluation import (
     call_costs,
     oracle_routing,
     score_routings,
     score_table,
     single_model,
 )
+from agents.routers.solvers import solver_name
 from cost_envs.extras import EXTRA_MODULES, install_hint, missing_modules
 from cost_envs.traces import TraceDataset
 

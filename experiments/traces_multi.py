@@ -1,23 +1,23 @@
-"""The routing report's K-model block: :class:`~agents.routing.routers.MultiRouter` held out.
+"""The routing report's K-model block: :class:`~agents.routers.MultiRouter` held out.
 
 On each real dataset, split as :mod:`experiments.traces_heldout` splits it (GSM8K by
 query, MMLU leave-one-subject-out, RouterArena 5 folds by domain), a
-:class:`~agents.routing.routers.MultiRouter` over all the logged models is fitted on
+:class:`~agents.routers.MultiRouter` over all the logged models is fitted on
 each training fold, with its ``l2`` at the default (``multi-logistic``) or chosen on inner
 folds of that training fold only (``multi-logistic (cv)``,
-:func:`agents.routing.routers.cross_validate`). Its operating points are fixed on the
+:func:`agents.routers.cross_validate`). Its operating points are fixed on the
 training fold too: for each target cost per query of :data:`TARGETS` (fractions of the
 way from the cheapest to the dearest model's mean training cost) ``lam`` is calibrated
-on the training queries (:func:`agents.routing.routers.calibrate_lam`) and the
+on the training queries (:func:`agents.routers.calibrate_lam`) and the
 held-out queries are routed at it. The pooled out-of-fold decisions (every query held
 out once) give:
 
 * the AIQ of those operating points against the single models' frontier (what random
   routing between the models reaches), paired
-  (:func:`agents.routing.routers.sweep_metrics`);
+  (:func:`agents.routers.sweep_metrics`);
 * at the halfway target (``route train``'s default), accuracy and cost beside the
   reference points of the two-model table
-  (:func:`agents.routing.routing_eval.compare_with_random`, exact, paired): random
+  (:func:`agents.routers.evaluation.compare_with_random`, exact, paired): random
   routing at the router's own share of calls to each model, and random routing on the
   single models' frontier at the router's own cost per query, both matched to the router
   within each resample.
@@ -35,15 +35,15 @@ from typing import Any
 
 import numpy as np
 
-from agents.routing.routers import (
+from agents.routers import (
     SINGLE_MODELS,
     calibrate_lam,
     cross_validate,
     make_router,
     sweep_metrics,
 )
-from agents.routing.routers.base import take
-from agents.routing.routing_eval import call_costs, compare_with_random
+from agents.routers.base import take
+from agents.routers.evaluation import call_costs, compare_with_random
 from cost_envs.traces import TraceDataset
 from experiments.traces_heldout import CV_FOLDS, Protocol, _fmt, splits_of, verdict
 
@@ -141,7 +141,7 @@ def markdown(results: Mapping[str, Any]) -> list[str]:
     """The K-model block's Markdown lines (one table over the datasets run)."""
     lines = ["", "## Routing over K models: MultiRouter on held-out queries and groups", "",
              "One correctness model per logged model, routed by `argmax p_j - lam * cost_j / "
-             "cost_max` (`agents/routing/routers/multi.py`). **No shipped log has more than "
+             "cost_max` (`agents/routers/multi.py`). **No shipped log has more than "
              "two models**, so the K-model router chooses between two here, and its AIQ is "
              "compared with the straight line between them (the single models' frontier, "
              "which random routing reaches). Joining logs of different queries into a "
@@ -150,7 +150,7 @@ def markdown(results: Mapping[str, Any]) -> list[str]:
              "query (0% to 100% of the way from the cheapest to the dearest model's mean "
              "training cost); the halfway point is `cost-envs route train`'s default. The "
              "(cv) row chooses `l2` on inner folds of each training fold. The multi-priced "
-             "row prices each call per query (`agents/routing/routers/priced.py`: the "
+             "row prices each call per query (`agents/routers/priced.py`: the "
              "prompt's tokens known, the output's predicted) instead of at the model's mean "
              "cost. The halfway point "
              "is compared with the two-model table's references: random routing at its own "

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from agents.evaluation import value_interval
-from agents.routing.routers.statistics import ANSWER_STATISTICS, STATISTICS
+from agents.routers.statistics import ANSWER_STATISTICS, STATISTICS
 from cost_envs.prices import default_price_table
 from experiments.figures import Rendered, pyplot, render
 from experiments.traces_heldout import markdown as heldout_markdown

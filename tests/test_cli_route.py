@@ -17,16 +17,16 @@ import pytest
 import agents
 from agents import cli
 from agents.cli.route import EXIT_INPUT, EXIT_USAGE
-from agents.routing.routers import LogisticRouter as TraceRouter
-from agents.routing.routers import calibrate_cost, calibrate_share, load_router
-from agents.routing.routers.state import router_files
-from agents.routing.routing_eval import (
+from agents.routers import LogisticRouter as TraceRouter
+from agents.routers import calibrate_cost, calibrate_share, load_router
+from agents.routers.evaluation import (
     compare_with_random,
     curve_metrics,
     oracle_routing,
     score_routings,
     single_model,
 )
+from agents.routers.state import router_files
 from cost_envs.metrics.routing import oracle_scores, routing_curve
 from cost_envs.traces import load_routerarena, load_traces, records_from_dataset
 

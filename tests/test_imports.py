@@ -61,7 +61,7 @@ def test_every_module_imports_in_a_fresh_process(every_module_imported) -> None:
     assert every_module_imported["imported"] == len(every_module_imported["modules"])
 
 
-@pytest.mark.parametrize("package", ["cost_envs", "agents", "agents.routing", "agents.learners"])
+@pytest.mark.parametrize("package", ["cost_envs", "agents", "agents.routers", "agents.learners"])
 def test_package_import_loads_no_torch(package: str) -> None:
     code = (f"import sys, {package}, gymnasium as gym\n"
             "import cost_envs\n"

@@ -10,10 +10,9 @@ import numpy as np
 import pytest
 
 from agents.evaluation import rollout
-from agents.routing.random_router import RandomRouter
-from agents.routing.routers import SINGLE_MODELS, MultiRouter, sweep_metrics
-from agents.routing.routers import router_from_state as multi_router_from_state
-from agents.routing.routing_eval import (
+from agents.routers import SINGLE_MODELS, MultiRouter, sweep_metrics
+from agents.routers import router_from_state as multi_router_from_state
+from agents.routers.evaluation import (
     hull_routing,
     model_baselines,
     random_routing,
@@ -22,6 +21,7 @@ from agents.routing.routing_eval import (
     single_model,
     single_model_frontier,
 )
+from agents.routers.random_router import RandomRouter
 from agents.rules import hand_written_rules
 from cost_envs.envs.trace_routing import TraceTask
 from cost_envs.metrics.bootstrap import resample_weights

@@ -142,7 +142,7 @@ MUTATIONS = (
     # statistics (length, numbers, sentences, ...) remain.
     Mutation(
         "router_without_word_features",
-        "agents/routing/routers/features.py",
+        "agents/routers/features.py",
         (("weight * text])", "0.0 * text])"),),
         ("tests/test_trace_router.py::test_router_learns_a_visible_difficulty",),
     ),

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agents.routing.routers import PricedMultiRouter, PricedRouter, calibrate, make_router
-from agents.routing.routers.calibration import calibrate_cost, calibrate_share
-from agents.routing.routers.priced import fit_prices
+from agents.routers import PricedMultiRouter, PricedRouter, calibrate, make_router
+from agents.routers.calibration import calibrate_cost, calibrate_share
+from agents.routers.priced import fit_prices
 from cost_envs.traces import TraceDataset
 
 WEAK, STRONG = "weak", "strong"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents.routing.routers.report import cell
+from agents.routers.report import cell
 
 
 @pytest.mark.parametrize(("entry", "key", "text"), [

@@ -12,7 +12,7 @@ import pytest
 
 from agents import cli
 from agents.cli.route import EXIT_INPUT, EXIT_USAGE
-from agents.routing.routers import (
+from agents.routers import (
     MultiRouter,
     calibrate_lam,
     cross_validate,
@@ -20,7 +20,7 @@ from agents.routing.routers import (
     save_router,
     sweep_metrics,
 )
-from agents.routing.routing_eval import compare_with_random
+from agents.routers.evaluation import compare_with_random
 from cost_envs.traces import TraceDataset, load_traces
 
 MODELS = ("small", "mid", "large")

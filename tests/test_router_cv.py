@@ -7,8 +7,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from agents.routing.routers import CV_GRIDS, KNNRouter, MultiRouter, cross_validate
-from agents.routing.routers import LogisticRouter as TraceRouter
+from agents.routers import CV_GRIDS, KNNRouter, MultiRouter, cross_validate
+from agents.routers import LogisticRouter as TraceRouter
 from cost_envs.metrics.frontier import aiq
 from cost_envs.metrics.routing import routing_curve
 from cost_envs.traces import TraceDataset

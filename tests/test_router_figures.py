@@ -2,7 +2,7 @@
 
 ``benchmarks/results/trace_routing.json`` (and the hashed rows of
 ``routing_embeddings.md``, the same evaluations) were written before the routers became
-one family (:mod:`agents.routing.routers`). These tests refit every router through the
+one family (:mod:`agents.routers`). These tests refit every router through the
 family's public interface (``inputs``, ``fit_inputs``, ``scores_inputs``, ``predict``,
 ``cross_validate``, the calibrations) on the RouteLLM and RouterArena logs, exactly as
 the report's protocols split them, and compare the point figures the decisions determine
@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from agents.routing.routers import (
+from agents.routers import (
     CascadeRouter,
     LogisticRouter,
     calibrate_lam,
@@ -28,7 +28,7 @@ from agents.routing.routers import (
     cross_validate,
     make_router,
 )
-from agents.routing.routers.base import take
+from agents.routers.base import take
 from cost_envs.metrics.routing import routing_curve
 from cost_envs.prices import default_price_table
 from cost_envs.traces import TraceDataset, load_routerarena, load_traces

@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from agents.routing.routers import ROUTERS, KNNRouter, make_router, router_from_state
-from agents.routing.routers import LogisticRouter as TraceRouter
-from agents.routing.routers.solvers import (
+from agents.routers import ROUTERS, KNNRouter, make_router, router_from_state
+from agents.routers import LogisticRouter as TraceRouter
+from agents.routers.solvers import (
     fit_logistic,
     logistic_scores,
     neighbour_share,
@@ -181,7 +181,7 @@ def test_the_report_runs_minilm_only_when_asked_and_says_why_it_cannot(monkeypat
 
 
 def test_minilm_features_are_embedded_once_per_text(monkeypatch) -> None:
-    from agents.routing.routers import features
+    from agents.routers import features
 
     embedded: list[str] = []
 
@@ -205,7 +205,7 @@ def test_minilm_features_are_embedded_once_per_text(monkeypatch) -> None:
 
 # ------------------------------------------------------------------ the family
 def test_one_registry_over_k_models() -> None:
-    from agents.routing.routers import Router, TwoModelRouter
+    from agents.routers import Router, TwoModelRouter
 
     assert sorted(ROUTERS) == ["cascade", "knn", "logistic", "multi-logistic", "multi-priced",
                                "priced"]
@@ -240,7 +240,7 @@ def test_knn_has_no_logistic_settings_and_reads_old_states() -> None:
 
 
 def test_your_own_text_features(tmp_path) -> None:
-    from agents.routing.routers import (
+    from agents.routers import (
         TEXT_ENCODERS,
         embedding_lookup,
         load_router,
@@ -289,7 +289,7 @@ def dataset_of(prompts: list[str]) -> TraceDataset:
 
 
 def test_a_router_kind_cannot_be_taken_twice():
-    from agents.routing.routers import ROUTERS, LogisticRouter, register
+    from agents.routers import ROUTERS, LogisticRouter, register
 
     class Impostor(LogisticRouter):
         kind = "logistic"

@@ -1,4 +1,4 @@
-"""The linear routing bootstrap (agents/routing/routing_bootstrap.py): same values as the
+"""The linear routing bootstrap (agents/routers/bootstrap.py): same values as the
 quadratic definition, random references matched within each resample, bad input."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agents.routing.routing_bootstrap import (
+from agents.routers.bootstrap import (
     curve_points,
     draws,
     frontier_aiq,
@@ -14,7 +14,7 @@ from agents.routing.routing_bootstrap import (
     hull_candidates,
     threshold_aiq,
 )
-from agents.routing.routing_eval import (
+from agents.routers.evaluation import (
     call_costs,
     compare_with_random,
     curve_metrics,

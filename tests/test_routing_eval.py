@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agents.routing.routers import calibrate_cost, calibrate_share
-from agents.routing.routing_eval import (
+from agents.routers import calibrate_cost, calibrate_share
+from agents.routers.evaluation import (
     baselines,
     curve_metrics,
     oracle_routing,

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agents.routing.routers import ROUTERS, calibrate, make_router, save_router
+from agents.routers import ROUTERS, calibrate, make_router, save_router
 from agents.serve import LiveRouter
 from cost_envs.traces import load_traces
 

@@ -1,7 +1,7 @@
 """``cost-envs evaluate`` on TraceRouting-v0 over the real logs (RouteLLM, RouterArena).
 
 With one episode per test query every query is met once, so the env's deterministic
-baselines must give exactly what the exact scorer (agents/routing/routing_eval.py) gives
+baselines must give exactly what the exact scorer (agents/routers/evaluation.py) gives
 on the same queries; the random router must agree in expectation. The data lives outside
 the repository: each case skips, naming the folder, where it is absent.
 """
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from agents import cli
-from agents.routing.routing_eval import (
+from agents.routers.evaluation import (
     call_costs,
     oracle_routing,
     random_shares,

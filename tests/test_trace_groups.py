@@ -9,7 +9,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from agents.routing.routers import LogisticRouter as TraceRouter
+from agents.routers import LogisticRouter as TraceRouter
 from cost_envs.traces import (
     dataset_from_records,
     file_group,

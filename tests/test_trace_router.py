@@ -1,4 +1,4 @@
-"""The learned router, its env policy (agents.routing.routers) and the GSM8K report
+"""The learned router, its env policy (agents.routers) and the GSM8K report
 (experiments.traces)."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 import cost_envs  # noqa: F401  (registers the envs)
-from agents.routing.routers import CascadeRouter, cascade_curve
-from agents.routing.routers import LogisticRouter as TraceRouter
-from agents.routing.routers.policy import RouterPolicy, cascade_observations
-from agents.routing.routers.solvers import LogisticRegression
-from agents.routing.routers.statistics import (
+from agents.routers import CascadeRouter, cascade_curve
+from agents.routers import LogisticRouter as TraceRouter
+from agents.routers.policy import RouterPolicy, cascade_observations
+from agents.routers.solvers import LogisticRegression
+from agents.routers.statistics import (
     ANSWER_STATISTICS,
     answer_statistics,
     arithmetic_value,

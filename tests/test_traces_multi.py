@@ -7,8 +7,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from agents.routing.routers import SINGLE_MODELS
-from agents.routing.routing_eval import call_costs
+from agents.routers import SINGLE_MODELS
+from agents.routers.evaluation import call_costs
 from cost_envs.traces import TraceDataset
 from experiments.traces_heldout import Protocol, splits_of
 from experiments.traces_multi import (

@@ -17,14 +17,14 @@
 stands for its ``.csv``/``.jsonl`` files, or for RouterArena its ``.jsonl`` files), keeps
 the router's models, splits the queries (by prompt, or by group so that no test group is
 seen in training; ``--test-fraction 0`` trains on all of them), fits the router of
-:data:`agents.routing.routers.ROUTERS` on the training part (``--cv K``: its setting by K
-folds of it, :func:`~agents.routing.routers.cv.cross_validate`), sets its operating point
-on the training part only (:mod:`agents.routing.routers.calibration`: a two-model
+:data:`agents.routers.ROUTERS` on the training part (``--cv K``: its setting by K
+folds of it, :func:`~agents.routers.cv.cross_validate`), sets its operating point
+on the training part only (:mod:`agents.routers.calibration`: a two-model
 router's threshold for ``--target-share``, default 0.5, or ``--target-cost``; a K-model
 router's ``lam`` for ``--target-cost``, default halfway between the cheapest and the
 dearest model's mean training cost), scores the test part
-(:mod:`agents.routing.routers.report`'s table, and how far the share or cost landed from
-its target there) and saves the router (:func:`~agents.routing.routers.state.save_router`).
+(:mod:`agents.routers.report`'s table, and how far the share or cost landed from
+its target there) and saves the router (:func:`~agents.routers.state.save_router`).
 Two models with ``--weak``/``--strong`` get ``logistic`` by default; ``--models``, or logs
 of more than two models without ``--weak``/``--strong``, get ``multi-logistic``.
 
@@ -55,7 +55,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from agents.cli.arguments import int_at_least, resamples_int, seed_int
-from agents.routing.routers import ROUTERS
+from agents.routers import ROUTERS
 
 #: Exit status of a bad input (file, model name, saved router), as for a usage error.
 EXIT_INPUT = 1
@@ -277,7 +277,7 @@ def _router_kind(args: argparse.Namespace, data: Any) -> str:
 def _calibrate(args: argparse.Namespace, router: Any, train: Any, costs: np.ndarray
                ) -> tuple[float, dict[str, Any]]:
     """The operating point on the training split, and what it was set for."""
-    from agents.routing.routers.calibration import calibrate
+    from agents.routers.calibration import calibrate
 
     try:
         return calibrate(router, train, costs, share=args.target_share, cost=args.target_cost)
@@ -288,7 +288,7 @@ def _calibrate(args: argparse.Namespace, router: Any, train: Any, costs: np.ndar
 def _report(args: argparse.Namespace, data: Any, router: Any, point: float,
             costs: np.ndarray) -> dict[str, Any]:
     """The table's numbers on ``data`` (exits on a ``ValueError``)."""
-    from agents.routing.routers.report import multi_report, route_report
+    from agents.routers.report import multi_report, route_report
 
     kw = {"split_by": args.split_by, "n_resamples": args.resamples, "seed": args.seed}
     try:
@@ -309,7 +309,7 @@ def _point_text(router: Any, point: float) -> str:
 def _emit(args: argparse.Namespace, out: dict[str, Any], heading: list[str],
           router: Any, name: str) -> None:
     """The JSON object, or the heading and the table."""
-    from agents.routing.routers.report import clean, format_multi, format_report, row_labels
+    from agents.routers.report import clean, format_multi, format_report, row_labels
 
     report = out["test"]
     labels = None
@@ -330,9 +330,9 @@ def _emit(args: argparse.Namespace, out: dict[str, Any], heading: list[str],
 
 def run_train(args: argparse.Namespace) -> int:
     """``route train``: load, split, fit, calibrate on training, score the test, save."""
-    from agents.routing.routers import cross_validate, make_router
-    from agents.routing.routers.report import calibration_drift, clean, drift_line
-    from agents.routing.routers.state import (
+    from agents.routers import cross_validate, make_router
+    from agents.routers.report import calibration_drift, clean, drift_line
+    from agents.routers.state import (
         check_router_writable,
         prompt_digests,
         save_router,
@@ -449,8 +449,8 @@ def _selected(args: argparse.Namespace, data: Any, training: dict[str, Any]) -> 
 
 def run_score(args: argparse.Namespace) -> int:
     """``route score``: a saved router at its saved operating point, on the logs."""
-    from agents.routing.routers.report import calibration_drift, drift_line
-    from agents.routing.routers.state import load_router, training_overlap
+    from agents.routers.report import calibration_drift, drift_line
+    from agents.routers.state import load_router, training_overlap
 
     try:
         saved = load_router(args.router)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from agents.routing.routers import Router, SavedRouter, load_router
+from agents.routers import Router, SavedRouter, load_router
 from cost_envs.config import number
 from cost_envs.traces import TraceDataset
 from cost_envs.traces.readers import APPROX_COUNTER, count_tokens

@@ -10,7 +10,7 @@ torch, so it is only imported when asked for. :func:`has_final_answer` tells whe
 answer text states a final answer.
 
 These are what :mod:`cost_envs.envs.trace_routing` observes (cached per dataset there)
-and what the routers of :mod:`agents.routing.routers` read.
+and what the routers of :mod:`agents.routers` read.
 """
 
 from __future__ import annotations

@@ -2,18 +2,18 @@
 
 Each predicts from a query whether the weak model answers it wrongly; that probability is
 the router's score (:meth:`TwoModelRouter.scores`, the strong model's column of
-:meth:`~agents.routing.routers.base.Router.predict`), and a threshold on it decides
+:meth:`~agents.routers.base.Router.predict`), and a threshold on it decides
 (:meth:`TwoModelRouter.decide`; sweeping it gives the routing curve of
 :mod:`cost_envs.metrics.routing`: APGR, CPT(50%), CPT(80%)).
 
 * ``"logistic"`` (:class:`LogisticRouter`): L2 logistic regression
-  (:func:`~agents.routing.routers.solvers.fit_logistic`) on the standardised text
+  (:func:`~agents.routers.solvers.fit_logistic`) on the standardised text
   statistics and ``hashed_weight`` x text features;
 * ``"knn"`` (:class:`KNNRouter`): the share of the ``k`` nearest training queries
   (Euclidean, same inputs) on which the weak model was wrong;
 * ``"cascade"`` (:class:`CascadeRouter`): the weak model is always called first and the
   logistic regression also reads its logged *answer* (statistics and text features of it,
-  :func:`~agents.routing.routers.statistics.answer_statistics`); never the strong model's
+  :func:`~agents.routers.statistics.answer_statistics`); never the strong model's
   answer, never a label. Its cost curve is :func:`cascade_curve`'s.
 """
 
@@ -26,9 +26,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from agents.routing.routers.base import TwoModelRouter, array_of, register
-from agents.routing.routers.cv import cross_validate
-from agents.routing.routers.solvers import fit_logistic, logistic_scores, neighbour_share
+from agents.routers.base import TwoModelRouter, array_of, register
+from agents.routers.cv import cross_validate
+from agents.routers.solvers import fit_logistic, logistic_scores, neighbour_share
 from cost_envs.config import integer, number
 from cost_envs.metrics.routing import RoutingCurve, routing_curve
 from cost_envs.traces import TraceDataset
@@ -47,7 +47,7 @@ class LogisticRouter(TwoModelRouter):
         hashed_weight: Scale of the text features relative to the standardised
             statistics (0 ignores the words).
         text_features: The text encoder: ``"hashed"``, ``"minilm"`` or your own
-            (:func:`~agents.routing.routers.features.register_text_features`).
+            (:func:`~agents.routers.features.register_text_features`).
     """
 
     weak: str
@@ -90,7 +90,7 @@ class LogisticRouter(TwoModelRouter):
     ) -> dict[str, Any]:
         """``l2`` and ``hashed_weight`` by cross-validation on ``data``, then fit on all.
 
-        :func:`agents.routing.routers.cv.cross_validate` (mean validation-fold AIQ) over
+        :func:`agents.routers.cv.cross_validate` (mean validation-fold AIQ) over
         ``l2_grid`` x ``weight_grid``: the GSM8K report's choice. ``costs``: ``(n, m)``
         cost of each call of ``data`` (default its own).
 
@@ -139,7 +139,7 @@ class CascadeRouter(LogisticRouter):
 class KNNRouter(TwoModelRouter):
     """Scores a query by the share of its ``k`` nearest training queries the weak model got wrong.
 
-    Neighbours by :func:`~agents.routing.routers.solvers.neighbour_share` (scikit-learn's
+    Neighbours by :func:`~agents.routers.solvers.neighbour_share` (scikit-learn's
     brute-force ``NearestNeighbors``, Euclidean, on the logistic router's inputs). Scores
     are multiples of ``1 / k``, so many queries tie: the routing curve and the threshold
     calibration keep tied queries together. A kNN state holds its training features, not

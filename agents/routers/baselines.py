@@ -1,9 +1,9 @@
 """The routing literature's baselines on logged outcomes (RouteLLM, RouterBench).
 
-Decisions as :func:`agents.routing.routing_eval.score_routing` scores them: random routing
+Decisions as :func:`agents.routers.evaluation.score_routing` scores them: random routing
 at given shares or a strong-call share (exact expectations, nothing drawn), the single
 models' cost-quality frontier and random routing on it at a cost, each model alone, the
-per-query oracle and threshold routing. :mod:`agents.routing.routing_eval` re-exports
+per-query oracle and threshold routing. :mod:`agents.routers.evaluation` re-exports
 them.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.routing.routing_core import call_costs
+from agents.routers.inputs import call_costs
 from cost_envs.config import number
 from cost_envs.metrics.frontier import frontier
 from cost_envs.traces import TraceDataset

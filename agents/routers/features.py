@@ -1,11 +1,11 @@
 """What a router reads of a query: :class:`TextFeatures`, and the hook for your own.
 
-Every router of :data:`agents.routing.routers.ROUTERS` reads a query through one
+Every router of :data:`agents.routers.ROUTERS` reads a query through one
 :class:`TextFeatures` object, in two parts:
 
-* **statistics**: the prompt's seven :func:`~agents.routing.routers.statistics.text_statistics`
+* **statistics**: the prompt's seven :func:`~agents.routers.statistics.text_statistics`
   (and, for a cascade, the weak model's answer's
-  :func:`~agents.routing.routers.statistics.answer_statistics`), standardised on the
+  :func:`~agents.routers.statistics.answer_statistics`), standardised on the
   training queries;
 * **text features**: a vector per text from an *encoder* of :data:`TEXT_ENCODERS`, scaled
   by ``weight`` (0 ignores the words): ``"hashed"`` (hashed word unigrams and bigrams,
@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.routing.routers.statistics import (
+from agents.routers.statistics import (
     ANSWER_STATISTICS,
     STATISTICS,
     answer_statistics,

@@ -12,12 +12,12 @@ groups is also judged on groups its fits did not see.
 The criterion is each validation fold's AIQ (RouterBench's area under the non-decreasing
 convex hull of accuracy against cost per query, normalised to the fold's cost range:
 :func:`cost_envs.metrics.frontier.aiq`), averaged over the folds: for a two-model router
-its threshold curve (:func:`agents.routing.routing_eval.curve_routing`; a cascade pays
+its threshold curve (:func:`agents.routers.evaluation.curve_routing`; a cascade pays
 the weak call on every query), for a K-model router its ``lam`` sweep. AIQ is defined
 whenever the models' costs differ, also where the dearer model is not the more accurate
 (RouterArena's case, where APGR is not). Ties go to the earlier grid value. It is the
 one criterion: the GSM8K report's own choice
-(:meth:`~agents.routing.routers.two_model.LogisticRouter.cross_validate`) uses it too.
+(:meth:`~agents.routers.two_model.LogisticRouter.cross_validate`) uses it too.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.routing.routers.base import (
+from agents.routers.base import (
     Inputs,
     Router,
     TwoModelRouter,
@@ -37,8 +37,8 @@ from agents.routing.routers.base import (
     router_class,
     take,
 )
-from agents.routing.routing_bootstrap import threshold_aiq
-from agents.routing.routing_eval import call_costs
+from agents.routers.bootstrap import threshold_aiq
+from agents.routers.evaluation import call_costs
 from cost_envs.config import integer
 from cost_envs.metrics.frontier import aiq
 from cost_envs.traces import SPLIT_BY, TraceDataset
@@ -147,7 +147,7 @@ def cross_validate(
     """Choose ``kind``'s settings by folds of ``train`` (training data only).
 
     Args:
-        kind: A router name of :data:`~agents.routing.routers.ROUTERS`: two-model (needs
+        kind: A router name of :data:`~agents.routers.ROUTERS`: two-model (needs
             ``weak`` and ``strong``) or K-model (over ``models``, default all of
             ``train``'s).
         train: The training queries (only these are read).
@@ -161,7 +161,7 @@ def cross_validate(
         folds: Folds asked for; at most one per cluster is used (at least 2).
         split_by: ``"query"`` (folds of prompts) or ``"group"`` (of whole groups).
         seed: Seed of the fold assignment.
-        raw: The router's :meth:`~agents.routing.routers.base.Router.inputs` of
+        raw: The router's :meth:`~agents.routers.base.Router.inputs` of
             ``train``, when the caller has them (a nested evaluation computes them once).
 
     Raises:

@@ -11,7 +11,7 @@ import gymnasium as gym
 import numpy as np
 
 from agents.allocator import Allocator
-from agents.routing.routers.solvers import LogisticRegression
+from agents.routers.solvers import LogisticRegression
 from cost_envs.envs.trace_routing import TraceTask
 
 

@@ -1,6 +1,6 @@
 """What every routing score reads: call costs, decisions as probabilities, resampling units.
 
-The base of :mod:`agents.routing.routing_eval` (which re-exports it): nothing here
+The base of :mod:`agents.routers.evaluation` (which re-exports it): nothing here
 imports another routing module.
 """
 

@@ -1,12 +1,12 @@
 """The one router interface over K models, and the one registry.
 
-A router reads a query through :class:`~agents.routing.routers.features.TextFeatures`
+A router reads a query through :class:`~agents.routers.features.TextFeatures`
 and **predicts**, for each of its ``K`` models, a win probability
 (:meth:`Router.predict`, ``(n, K)``); a separate, replaceable **decision** step
 (:meth:`Router.decide`) turns predictions and an operating point into the model that
 answers each query. Two models are ``K = 2``: a two-model router's win probability of
 the strong model is its score, the probability that the weak model answers wrongly, and
-its operating point a threshold on that score (:mod:`~agents.routing.routers.calibration`
+its operating point a threshold on that score (:mod:`~agents.routers.calibration`
 sets it on training data). A K-model router predicts each model's correctness and its
 operating point is ``lam``, the accuracy traded per unit of cost. A cost-aware rule is
 one more :meth:`Router.decide`.
@@ -17,7 +17,7 @@ queries only; :meth:`Router.to_state` gives ``(config, arrays)`` (JSON values an
 arrays: ``"mean"``, ``"std"``, then the model's) and :meth:`Router.from_state` rebuilds
 a router that predicts exactly as the saved one; a config of another router, unknown or
 missing keys, or a misshapen array raise ``ValueError`` naming it. Files:
-:mod:`~agents.routing.routers.state`.
+:mod:`~agents.routers.state`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from agents.routing.routers.features import TextFeatures, design, standardiser
+from agents.routers.features import TextFeatures, design, standardiser
 from cost_envs.traces import TraceDataset
 
 #: Version of :meth:`Router.to_state`'s layout.
@@ -252,8 +252,8 @@ class TwoModelRouter(Router):
     """A router between a weak and a strong model: a score and a threshold.
 
     Subclasses are dataclasses whose first two fields are ``weak`` and ``strong``; the
-    built-in ones are :mod:`~agents.routing.routers.two_model`'s. It lives here, beside
-    :class:`Router`, because :mod:`~agents.routing.routers.cv` tells it apart too.
+    built-in ones are :mod:`~agents.routers.two_model`'s. It lives here, beside
+    :class:`Router`, because :mod:`~agents.routers.cv` tells it apart too.
     """
 
     n_models: ClassVar[int | None] = 2

@@ -1,10 +1,10 @@
 """The K-model router: predicted correctness of each model, traded against its cost.
 
-:class:`MultiRouter` (``"multi-logistic"`` in :data:`~agents.routing.routers.ROUTERS`)
+:class:`MultiRouter` (``"multi-logistic"`` in :data:`~agents.routers.ROUTERS`)
 predicts, for each model ``j``, the probability ``p_j(q)`` that it answers query ``q``
 correctly (one L2 logistic regression per model,
-:func:`~agents.routing.routers.solvers.fit_logistic`, on the family's
-:class:`~agents.routing.routers.features.TextFeatures`) and decides
+:func:`~agents.routers.solvers.fit_logistic`, on the family's
+:class:`~agents.routers.features.TextFeatures`) and decides
 
     ``argmax_j  p_j(q) - lam * cost_j / cost_scale``
 
@@ -21,7 +21,7 @@ some decision changes) traces a cost-quality curve; :func:`sweep_metrics` reads 
 groups when the split held out groups, paired with the single models' own frontier
 (what random routing between them reaches: a K-model router earns its keep above it).
 
-Its state (:meth:`~agents.routing.routers.base.Router.to_state`) has the arrays
+Its state (:meth:`~agents.routers.base.Router.to_state`) has the arrays
 ``"mean"``, ``"std"``, ``"coef"`` ``(K, d + 1)`` (each model's weights, then intercept)
 and ``"cost"`` ``(K,)``; a loaded router routes exactly as the saved one (numpy only).
 """
@@ -34,9 +34,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from agents.routing.routers.base import Router, array_of, register
-from agents.routing.routers.solvers import fit_logistic, logistic_scores
-from agents.routing.routing_eval import call_costs, resample_clusters
+from agents.routers.base import Router, array_of, register
+from agents.routers.evaluation import call_costs, resample_clusters
+from agents.routers.solvers import fit_logistic, logistic_scores
 from cost_envs.config import integer, number
 from cost_envs.metrics.frontier import bootstrap_aiqs
 from cost_envs.traces import TraceDataset
@@ -93,7 +93,7 @@ class MultiRouter(Router):
         Args:
             data: The training queries.
             costs: ``(n, m)`` cost of each call (default: the data's own,
-                :func:`~agents.routing.routing_eval.call_costs`); their means per model
+                :func:`~agents.routers.evaluation.call_costs`); their means per model
                 are the costs the router trades against.
         """
         if not self.models:
@@ -153,7 +153,7 @@ class MultiRouter(Router):
     def route(self, data: TraceDataset, lam: float = 0.0) -> np.ndarray:
         """Which model answers each query at ``lam``: ``(n,)`` column indices of ``data``.
 
-        Scored as they are by :func:`~agents.routing.routing_eval.score_routing`.
+        Scored as they are by :func:`~agents.routers.evaluation.score_routing`.
         """
         number(lam, "lam", minimum=0)
         return super().route(data, lam)

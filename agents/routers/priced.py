@@ -5,7 +5,7 @@ logged outcomes the strongest feature of that probability is the prompt's length
 call's cost grows with it, so such a router sends its strong calls to the dearest
 prompts: at equal dollar cost it answers fewer queries with the strong model than random
 routing does, and on unseen subjects it lands below random (issue #24).
-:class:`PricedRouter` (``"priced"`` in :data:`~agents.routing.routers.ROUTERS`) prices
+:class:`PricedRouter` (``"priced"`` in :data:`~agents.routers.ROUTERS`) prices
 each call before it is made and routes on
 
     ``score(q) = (p_strong(q) - p_weak(q)) / (c_strong(q) - c_weak(q))``
@@ -13,8 +13,8 @@ each call before it is made and routes on
 the predicted accuracy gained per dollar spent on top of the weak call:
 
 * ``p_j(q)``: the probability that model ``j`` answers ``q`` right, one L2 logistic
-  regression per model on the family's :class:`~agents.routing.routers.features.TextFeatures`
-  (as :class:`~agents.routing.routers.multi.MultiRouter` predicts it);
+  regression per model on the family's :class:`~agents.routers.features.TextFeatures`
+  (as :class:`~agents.routers.multi.MultiRouter` predicts it);
 * ``c_j(q) = in_j * input_tokens_j(q) + out_j * E[output_tokens_j | q]``: the prompt's
   tokens are known before the call (they are an input of the router, per model, as each
   model's tokenizer counts them); the output tokens are predicted by a ridge regression
@@ -27,7 +27,7 @@ the predicted accuracy gained per dollar spent on top of the weak call:
 Routing the queries in order of this score is the greedy solution of "the most expected
 accuracy for a mean cost": a threshold on it is the operating point, calibrated on the
 training queries for a target share or cost as every two-model router's is
-(:mod:`~agents.routing.routers.calibration`), never below 0: a strong call predicted to
+(:mod:`~agents.routers.calibration`), never below 0: a strong call predicted to
 lose accuracy is not worth any price, whatever share or cost was asked (on RouterArena
 the cheaper model is the more accurate one, and a 50% share would otherwise be filled
 with such calls). Where the strong call is predicted no
@@ -49,11 +49,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from agents.routing.routers.base import Router, TwoModelRouter, array_of, register
-from agents.routing.routers.features import standardiser
-from agents.routing.routers.multi import MultiRouter
-from agents.routing.routers.solvers import fit_logistic, logistic_scores
-from agents.routing.routing_core import call_costs
+from agents.routers.base import Router, TwoModelRouter, array_of, register
+from agents.routers.features import standardiser
+from agents.routers.inputs import call_costs
+from agents.routers.multi import MultiRouter
+from agents.routers.solvers import fit_logistic, logistic_scores
 from cost_envs.config import number
 from cost_envs.traces import TraceDataset
 
@@ -310,7 +310,7 @@ class PricedRouter(TwoModelRouter):
 class PricedMultiRouter(MultiRouter):
     """The K-model router with each call priced per query: ``argmax p_j - lam c_j(q) / s``.
 
-    As :class:`~agents.routing.routers.multi.MultiRouter` (one correctness model per
+    As :class:`~agents.routers.multi.MultiRouter` (one correctness model per
     model, ``lam`` the accuracy given up per unit of the dearest model's mean training
     cost ``s``), but ``c_j(q)`` is model ``j``'s call on this query priced before it is
     made (:class:`CallPricer`: the prompt's tokens known, the output's predicted), not

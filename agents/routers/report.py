@@ -7,7 +7,7 @@ What ``cost-envs route`` prints (:mod:`agents.cli.route`), as numbers and as Mar
   interval over queries (or groups, ``split_by="group"``), for the router at its
   threshold, random routing at the router's strong-call share and at its cost per query
   (both matched to the router within each resample,
-  :func:`~agents.routing.routing_eval.compare_with_random`), each model alone and the
+  :func:`~agents.routers.evaluation.compare_with_random`), each model alone and the
   per-query oracle, plus the router's paired differences from the two random routings;
 * K-model routers (:func:`multi_report`, :func:`format_multi`): accuracy, cost per query
   and AIQ (of the ``lam`` sweep), the model shares, the same two references (random
@@ -26,8 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.routing.routers.multi import SINGLE_MODELS, sweep_metrics
-from agents.routing.routing_eval import (
+from agents.routers.evaluation import (
     compare_with_random,
     oracle_routing,
     score_routings,
@@ -35,6 +34,7 @@ from agents.routing.routing_eval import (
     single_model,
     threshold_routing,
 )
+from agents.routers.multi import SINGLE_MODELS, sweep_metrics
 from cost_envs.metrics.routing import oracle_scores
 from cost_envs.traces import TraceDataset
 
@@ -63,7 +63,7 @@ def route_report(test: TraceDataset, scores: np.ndarray, threshold: float, weak:
 
     The router's point metrics and the two random routings matched to it within each
     resample (at its strong-call share, ``"random"``, and at its cost per query,
-    ``"random_at_cost"``) are :func:`~agents.routing.routing_eval.score_table`'s, with the
+    ``"random_at_cost"``) are :func:`~agents.routers.evaluation.score_table`'s, with the
     curve metrics (the router's scores; random routing, whose curve both random rows
     share; the oracle's scores); the models alone and the oracle are
     :func:`score_routings`' on the same resamples (same ``seed``).

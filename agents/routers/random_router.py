@@ -7,7 +7,7 @@ both. That is not the random router RouteLLM and RouterBench compare with, which
 each query to exactly one model at random. :class:`RandomRouter` is that router, as a
 policy scored through the env (``evaluate``/``compare`` or ``cost-envs evaluate
 --methods random-router``); its expectation over all queries is
-:func:`agents.routing.routing_eval.random_shares`' exact score.
+:func:`agents.routers.evaluation.random_shares`' exact score.
 
 It is registered in :data:`agents.baselines.FAMILY_BASELINES` (baselines of one env
 family: it refuses every other env in one line); it lives here, beside the env's other

@@ -12,14 +12,14 @@ threshold from the *training* queries' scores, so the test queries are never loo
   training cost stays within the target, read off the training threshold curve
   (:func:`cost_envs.metrics.routing.routing_curve`, which keeps tied scores together).
 
-For a K-model router (:mod:`agents.routing.routers.multi`) the operating point is ``lam``
+For a K-model router (:mod:`agents.routers.multi`) the operating point is ``lam``
 instead of a threshold: :func:`calibrate_lam` takes the smallest ``lam`` of its training
 sweep whose mean training cost per query is within a target.
 
 :func:`calibrate` is the one entry for any router of the family: a threshold or a
 ``lam`` for a target share or cost, with what it gives on training. On the test queries
 the share and the cost land near the targets, not on them: how near is what a test split
-measures (:func:`agents.routing.routers.report.calibration_drift`).
+measures (:func:`agents.routers.report.calibration_drift`).
 """
 
 from __future__ import annotations
@@ -153,7 +153,7 @@ class LamCalibration:
     """A K-model router's ``lam`` and what it gives on the training queries.
 
     Attributes:
-        lam: The operating point (:meth:`agents.routing.routers.multi.MultiRouter.route`).
+        lam: The operating point (:meth:`agents.routers.multi.MultiRouter.route`).
         cost_per_query: Mean training cost per query at ``lam``.
         model_share: Share of training queries sent to each column of the costs.
     """
@@ -167,7 +167,7 @@ def calibrate_lam(lams: Any, train_decisions: Any, train_costs: Any,
                   target: float) -> LamCalibration:
     """The smallest ``lam`` whose mean training cost per query is <= ``target``.
 
-    A K-model router (:class:`~agents.routing.routers.multi.MultiRouter`) trades predicted
+    A K-model router (:class:`~agents.routers.multi.MultiRouter`) trades predicted
     correctness against cost by ``lam``: 0 sends each query to the model most likely
     right, and a larger ``lam`` never moves a query to a dearer-priced model. Of the
     training sweep's operating points within the target (up to a relative 1e-12), the
@@ -176,9 +176,9 @@ def calibrate_lam(lams: Any, train_decisions: Any, train_costs: Any,
 
     Args:
         lams: ``(points,)`` the sweep's ``lam`` values, ascending
-            (:meth:`~agents.routing.routers.multi.MultiRouter.lams` of the training data).
+            (:meth:`~agents.routers.multi.MultiRouter.lams` of the training data).
         train_decisions: ``(n, points)`` the column of ``train_costs`` each training query
-            goes to at each point (:meth:`~agents.routing.routers.multi.MultiRouter.sweep`).
+            goes to at each point (:meth:`~agents.routers.multi.MultiRouter.sweep`).
         train_costs: ``(n, m)`` cost of each call on the training queries.
         target: Mean cost per query to stay within, >= 0.
 
@@ -221,7 +221,7 @@ def calibrate(router: Any, train: Any, costs: Any = None, *, share: float | None
     dearest model's mean training cost); ``share`` is refused.
 
     Args:
-        router: A fitted router of :data:`~agents.routing.routers.ROUTERS`.
+        router: A fitted router of :data:`~agents.routers.ROUTERS`.
         train: Its training queries (a :class:`~cost_envs.traces.TraceDataset`).
         costs: ``(n, K)`` cost of each of the router's models on each training query
             (default: the data's own, in the router's model order).
@@ -237,7 +237,7 @@ def calibrate(router: Any, train: Any, costs: Any = None, *, share: float | None
     Raises:
         ValueError: On a share for a K-model router, or a cost no point reaches.
     """
-    from agents.routing.routing_eval import call_costs
+    from agents.routers.evaluation import call_costs
 
     if costs is None:
         cols = [train.model_index(m) for m in router.models]

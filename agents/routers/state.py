@@ -2,7 +2,7 @@
 
 :func:`save_router` writes two files side by side, all or nothing
 (:func:`agents.files.write_files_atomic`): ``<path>.safetensors`` holds the state's
-arrays (float64, :meth:`~agents.routing.routers.base.Router.to_state`), ``<path>.json``
+arrays (float64, :meth:`~agents.routers.base.Router.to_state`), ``<path>.json``
 the rest: the router's name, its models and operating point, what it was calibrated for,
 the state's config, a digest of the safetensors bytes (so a weights file from another
 save is refused), and the training data's fingerprint and split. A two-model router's
@@ -25,7 +25,7 @@ import numpy as np
 
 import cost_envs
 from agents.files import check_creatable, check_safetensors_header, write_files_atomic
-from agents.routing.routers.base import ROUTERS, Router
+from agents.routers.base import ROUTERS, Router
 from cost_envs.config_files import json_loads
 
 #: ``format`` tag of a saved router's JSON file, and the layout version it follows.
@@ -55,7 +55,7 @@ class SavedRouter:
     """A fitted router and what its JSON file records.
 
     Attributes:
-        name: The router's name in :data:`~agents.routing.routers.ROUTERS`.
+        name: The router's name in :data:`~agents.routers.ROUTERS`.
         router: The fitted router.
         models: The models it routes between, in its order (two: weak, strong).
         point: Its operating point: a threshold (``inf``: no strong call) or ``lam``.
@@ -117,7 +117,7 @@ def save_router(path: str | Path, router: Router, point: float,
 
     Args:
         path: Where to write (see :func:`router_files`).
-        router: A fitted router of :data:`~agents.routing.routers.ROUTERS`.
+        router: A fitted router of :data:`~agents.routers.ROUTERS`.
         point: A two-model router's threshold (``inf`` is saved as ``null``), or a
             K-model router's ``lam`` (a finite number >= 0).
         meta: More JSON-able facts to record (calibration, training data).

@@ -17,7 +17,7 @@ within each bootstrap resample (a reference fixed at the whole test set's share 
 leave a share difference that varies from resample to resample, and widen or bias the
 paired interval), with paired differences.
 
-The baselines (:mod:`agents.routing.routing_baselines`, re-exported here), as the routing
+The baselines (:mod:`agents.routers.baselines`, re-exported here), as the routing
 literature defines them (RouteLLM, RouterBench):
 
 * :func:`random_routing`: each query goes to the strong model with probability ``r``
@@ -36,9 +36,9 @@ literature defines them (RouteLLM, RouterBench):
 :func:`curve_metrics` reads a score-based router's threshold curve: APGR and CPT
 (:mod:`cost_envs.metrics.routing`'s definitions) and AIQ on the cost axis
 (:func:`cost_envs.metrics.frontier.aiq`), with intervals (clusters when split by group),
-in memory and time linear in the queries (:mod:`agents.routing.routing_bootstrap`);
+in memory and time linear in the queries (:mod:`agents.routers.bootstrap`);
 :func:`score_table` runs it and :func:`compare_with_random` on one draw of resamples.
-Thresholds for a target strong-call share or cost are :mod:`agents.routing.routers.calibration`'s.
+Thresholds for a target strong-call share or cost are :mod:`agents.routers.calibration`'s.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.routing.routing_baselines import (
+from agents.routers.baselines import (
     baselines,
     hull_routing,
     model_baselines,
@@ -59,8 +59,8 @@ from agents.routing.routing_baselines import (
     single_model_frontier,
     threshold_routing,
 )
-from agents.routing.routing_bootstrap import CurveScores, PointScores, run
-from agents.routing.routing_core import call_costs, resample_clusters, routing_probabilities
+from agents.routers.bootstrap import CurveScores, PointScores, run
+from agents.routers.inputs import call_costs, resample_clusters, routing_probabilities
 from cost_envs.config import one_of
 from cost_envs.metrics.bootstrap import bootstrap_means, check_bootstrap_args, cluster_codes
 from cost_envs.metrics.routing import DEFAULT_LEVELS, threshold_order
@@ -228,7 +228,7 @@ def curve_metrics(
     """APGR, CPTs and AIQ (with intervals) of score-based routers' threshold curves.
 
     Linear in the queries, in memory and time per resample
-    (:class:`~agents.routing.routing_bootstrap.CurveScores`); the values are those of
+    (:class:`~agents.routers.bootstrap.CurveScores`); the values are those of
     :func:`~cost_envs.metrics.routing.bootstrap_routing` and of
     :func:`~cost_envs.metrics.frontier.bootstrap_aiq` on the :func:`curve_routing`
     matrices, up to float rounding, on the same resamples.
@@ -282,7 +282,7 @@ def compare_with_random(
     exactly 0 on every resample, and a router that is random itself is not told apart
     from it), and random routing on the single models' frontier at the cost per query
     the router has on that resample (with two models, the cost-matched share between
-    them; :func:`~agents.routing.routing_bootstrap.frontier_mix`). The references pay
+    them; :func:`~agents.routers.bootstrap.frontier_mix`). The references pay
     ``costs``, the routers their own (``router_costs``).
 
     Args:
@@ -385,7 +385,7 @@ def curve_routing(scores: np.ndarray | None, n: int) -> np.ndarray:
     """Which queries go strong at each point of a threshold curve: ``(n, points)`` bool.
 
     Quadratic in memory (``n x (n + 1)`` for distinct scores): for a curve's metrics use
-    :func:`curve_metrics`, or :func:`~agents.routing.routing_bootstrap.curve_points` on
+    :func:`curve_metrics`, or :func:`~agents.routers.bootstrap.curve_points` on
     one row of weights, which are linear.
 
     Column ``k`` is the routing at the curve's ``k``-th point (0: all weak; last: all

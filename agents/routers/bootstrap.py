@@ -189,7 +189,7 @@ def threshold_aiq(scores: np.ndarray, weak_quality: np.ndarray, strong_quality: 
     """AIQ of a threshold router's curve on all its queries, linear in the queries.
 
     The value of :func:`~cost_envs.metrics.frontier.aiq` on the column means of
-    :func:`agents.routing.routing_eval.curve_routing`'s matrices (what cross-validation
+    :func:`agents.routers.evaluation.curve_routing`'s matrices (what cross-validation
     reads per fold), without building them; ``nan`` when the range is empty.
     """
     if not cost_range[1] > cost_range[0]:
@@ -342,7 +342,7 @@ def frontier_mix(model_costs: np.ndarray, model_qualities: np.ndarray,
     ``model_qualities[i]``; the two adjacent frontier models around ``budgets[i]`` are
     mixed so that the mean cost is the budget (below the cheapest frontier model: that
     model; beyond the best: the best), as
-    :func:`agents.routing.routing_eval.hull_routing` does on a whole test set.
+    :func:`agents.routers.evaluation.hull_routing` does on a whole test set.
     """
     out = np.zeros(model_costs.shape)
     for i, (c, q, budget) in enumerate(zip(model_costs, model_qualities, budgets,
