@@ -1,7 +1,7 @@
 """Routing live requests (issue #27): a saved router answering one fresh prompt at a time.
 
 :class:`~agents.serve.live.LiveRouter` loads a router saved by ``cost-envs route train``
-(or :func:`~agents.routing.routers.save_router`) and routes a prompt that was never
+(or :func:`~agents.routers.save_router`) and routes a prompt that was never
 logged: the model to call, the router's score and, for a priced router, what each call
 is expected to cost. It reads a prompt exactly as the offline scorer reads a logged one
 (the same features, the same decision), which its tests check on the shipped logs.

@@ -1,6 +1,6 @@
 """One fresh request routed by a saved router, with the offline scorer's features and rule.
 
-A router of :data:`~agents.routing.routers.ROUTERS` reads queries from a
+A router of :data:`~agents.routers.ROUTERS` reads queries from a
 :class:`~cost_envs.traces.TraceDataset`. A live prompt has no outcome yet, so
 :class:`LiveRouter` builds a dataset of the prompts alone (no outcomes: correctness,
 scores and output tokens are zeros, which no router reads at routing time) and asks the
@@ -69,7 +69,7 @@ class LiveRouter:
     """A saved router routing prompts that were never logged.
 
     Args:
-        saved: A loaded router (:func:`~agents.routing.routers.load_router`).
+        saved: A loaded router (:func:`~agents.routers.load_router`).
         token_counter: How prompt tokens are counted for a priced router (default: as
             its training logs were, :func:`counter_of`).
     """
@@ -87,7 +87,7 @@ class LiveRouter:
 
     @classmethod
     def load(cls, path: str | Path, token_counter: str | None = None) -> LiveRouter:
-        """:func:`~agents.routing.routers.load_router`, ready to route."""
+        """:func:`~agents.routers.load_router`, ready to route."""
         return cls(load_router(path), token_counter)
 
     def _queries(self, prompts: Sequence[str], answers: Sequence[str] | None) -> TraceDataset:
