@@ -106,7 +106,7 @@ class ModelConfig:
     upstream_name: str | None = None
 
     def cost_micros(self, prompt_tokens: int, completion_tokens: int) -> int:
-        """What a call costs in micro-dollars, rounded up: $1 per 1M tokens is 1 micro-dollar each."""
+        """A call's cost in micro-dollars, rounded up ($1 per 1M tokens: 1 micro-dollar each)."""
         exact = self.input_price * prompt_tokens + self.output_price * completion_tokens
         return int(exact.to_integral_value(ROUND_CEILING))
 
@@ -207,8 +207,9 @@ def _route(entry: Any, where: str, models: Mapping[str, ModelConfig], base: Path
     require_keys(entry, ("name",), where)
     name = _name(entry["name"], where)
     if ("path" in entry) == ("model" in entry):
+        given = sorted(k for k in entry if k in ("path", "model"))
         raise ValueError(f"{where}: expected one of 'path' (a saved router) or 'model' "
-                         f"(a fixed model), got {sorted(k for k in entry if k in ('path', 'model'))}")
+                         f"(a fixed model), got {given}")
     fallbacks = tuple(one_of(m, "fallbacks", list(models), where=where)
                       for m in _list(entry.get("fallbacks", []), f"{where}: fallbacks"))
     if "model" in entry:
