@@ -26,15 +26,15 @@ def ledger_at(path: Path) -> Ledger:
 
 def test_reserve_settle_and_the_budget_named_when_it_does_not_fit(tmp_path: Path) -> None:
     ledger = ledger_at(tmp_path / "l.db")
-    ledger.reserve("r1", ALICE, 500, ttl=60)
+    ledger.reserve("r1", ALICE, 500)
     with pytest.raises(BudgetExceededError,
                        match=r"budget 'key:alice' exceeded: .* \$0.000100 left"):
-        ledger.reserve("r2", ALICE, 101, ttl=60)  # 500 reserved of 600
+        ledger.reserve("r2", ALICE, 101)  # 500 reserved of 600
     ledger.settle("r1", 120, "ok", model="small", prompt_tokens=10, completion_tokens=3)
     ledger.settle("r1", 999, "ok")  # twice: a no-op
-    ledger.reserve("r2", ALICE, 480, ttl=60)  # 120 spent + 480 = 600: fits exactly
+    ledger.reserve("r2", ALICE, 480)  # 120 spent + 480 = 600: fits exactly
     with pytest.raises(BudgetExceededError, match="'org:acme'") as err:
-        ledger.reserve("r3", BOB, 401, ttl=60)  # org: 120 + 480 + 401 > 1000
+        ledger.reserve("r3", BOB, 401)  # org: 120 + 480 + 401 > 1000
     assert err.value.left == 400
     ledger.settle("r2", 0, "upstream_error")
     usage = {u.budget: u for u in ledger.usage()}
@@ -45,27 +45,30 @@ def test_reserve_settle_and_the_budget_named_when_it_does_not_fit(tmp_path: Path
     assert rows["r2"]["outcome"] == "upstream_error" and ledger.open_reservations() == 0
 
 
-def test_a_crashed_call_is_released_when_it_expires_and_a_late_one_still_charged(
+def test_a_dead_servers_reservation_is_released_and_a_late_one_still_charged(
         tmp_path: Path) -> None:
-    ledger = ledger_at(tmp_path / "l.db")
-    ledger.reserve("crashed", ALICE, 600, ttl=10, now=1000.0)
+    storage = open_storage(f"sqlite:///{tmp_path / 'l.db'}")
+    crashed = Ledger(storage, [ALICE, BOB], {"acme": ORG}, ttl=10, now=1000.0)
+    crashed.reserve("crashed", ALICE, 600, now=1000.0)  # its last heartbeat: 1000
+    ledger = Ledger(storage, [ALICE, BOB], {"acme": ORG}, ttl=10, now=1005.0)
     with pytest.raises(BudgetExceededError):
-        ledger.reserve("next", ALICE, 1, ttl=10, now=1005.0)
-    ledger.reserve("next", ALICE, 600, ttl=10, now=1011.0)  # "crashed" expired at 1010
+        ledger.reserve("next", ALICE, 1, now=1009.0)  # 1000 + 10: the owner may be alive
+    ledger.reserve("mine", ALICE, 0, now=5000.0)  # its own reservations never expire
+    ledger.reserve("next", ALICE, 600, now=5000.0)  # "crashed"'s owner went silent
     assert {r["id"]: r["outcome"] for r in ledger.requests()} == {"crashed": "expired"}
-    ledger.settle("crashed", 50, "ok", now=1012.0)  # the call came back after all
+    crashed.settle("crashed", 50, "ok", now=5001.0)  # the call came back after all
     assert {r["id"]: r["outcome"] for r in ledger.requests()} == {"crashed": "late:ok"}
     assert next(u for u in ledger.usage() if u.budget == "key:alice").spent == 50
 
 
 def test_an_idempotency_key_is_used_once(tmp_path: Path) -> None:
     ledger = ledger_at(tmp_path / "l.db")
-    ledger.reserve("r1", ALICE, 1, ttl=60, idempotency_key="k")
+    ledger.reserve("r1", ALICE, 1, idempotency_key="k")
     with pytest.raises(DuplicateRequestError, match="'k' was used before"):
-        ledger.reserve("r2", ALICE, 1, ttl=60, idempotency_key="k")
+        ledger.reserve("r2", ALICE, 1, idempotency_key="k")
     ledger.settle("r1", 1, "ok")
     with pytest.raises(DuplicateRequestError):
-        ledger.reserve("r3", ALICE, 1, ttl=60, idempotency_key="k")
+        ledger.reserve("r3", ALICE, 1, idempotency_key="k")
 
 
 def test_periods_start_on_utc_boundaries() -> None:
@@ -92,7 +95,7 @@ def _hammer(path: str, worker: int, calls: int) -> None:
         key = (ALICE, BOB)[rng.randrange(2)]
         amount = rng.randrange(1, 60)
         try:
-            ledger.reserve(f"w{worker}-{i}", key, amount, ttl=600)
+            ledger.reserve(f"w{worker}-{i}", key, amount)
         except BudgetExceededError:
             ledger.record(f"w{worker}-{i}", "refused_budget", key_name=key.name)
             continue

@@ -23,6 +23,7 @@ Headers ``X-Cost-Envs-Model``, ``X-Cost-Envs-Route`` and (unstreamed)
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from contextlib import asynccontextmanager
@@ -84,7 +85,7 @@ class Server:
         self.config = config
         self.routes = Routes(config)
         self.ledger = Ledger(open_storage(config.storage), config.keys or (ANONYMOUS,),
-                             config.organisations)
+                             config.organisations, ttl=config.server.reservation_ttl)
         self.ledger.release_expired()  # reservations of a server that was killed
         self.keys = {k.key_sha256: k for k in config.keys}
         self.client: httpx.AsyncClient | None = None
@@ -151,7 +152,7 @@ class Server:
                 continue
             reservation = request_id if attempt == 0 else f"{request_id}.{attempt}"
             try:
-                self.ledger.reserve(reservation, key, worst, self.config.server.reservation_ttl,
+                self.ledger.reserve(reservation, key, worst,
                                     idempotency if not (refusals or failures) else None)
             except BudgetExceededError as err:
                 refusals.append(f"{name}: {err}")
@@ -239,9 +240,16 @@ def create_app(config: ServeConfig) -> FastAPI:
     async def lifespan(app: FastAPI) -> Any:
         del app
         limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
+        async def beat() -> None:  # this server is alive: its reservations do not expire
+            while True:
+                await asyncio.sleep(config.server.reservation_ttl / 4)
+                server.ledger.heartbeat()
+
+        heart = asyncio.create_task(beat())
         async with httpx.AsyncClient(limits=limits) as client:
             server.client = client
             yield
+        heart.cancel()
         server.ledger.storage.close()
 
     app = FastAPI(title="cost-envs serve", lifespan=lifespan)

@@ -154,7 +154,11 @@ class KeyConfig:
 
 @dataclass(frozen=True)
 class ServerConfig:
-    """Server settings: request size, upstream retries, how long a reservation lives."""
+    """Server settings: request size, upstream retries, how long a dead server's calls hold.
+
+    ``reservation_ttl``: seconds after a server's last heartbeat that its reservations are
+    released (it was killed mid-call).
+    """
 
     max_body_bytes: int = 1_000_000
     retries: int = 2

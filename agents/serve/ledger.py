@@ -11,11 +11,16 @@ Money is integer micro-dollars throughout. A call is paid in two steps:
    reserved to spent, releases the rest, deletes the reservation and writes the
    request's row, again in one transaction.
 
-A reservation whose call crashed (the server killed mid-call) is released once it
-expires (:meth:`Ledger.release_expired`, run by every :meth:`~Ledger.reserve`): its row is
-written with outcome ``expired`` and no cost. A call settled after its reservation
-expired is still charged its real cost (the row becomes ``late``): the expiry must be
-longer than any call (``server.reservation_ttl``).
+A reservation belongs to the server process (the ledger's ``owner``) that made it, and
+each owner writes a heartbeat (:meth:`Ledger.heartbeat`; the server every ``ttl / 4``
+seconds and at every reservation). A reservation expires when its owner's heartbeat is
+older than ``ttl`` seconds: the server was killed mid-call, so the call will never be
+settled. :meth:`Ledger.release_expired` (run by every :meth:`~Ledger.reserve`) releases
+it and writes its row with outcome ``expired`` and no cost. A live server's reservations
+never expire however long its calls last (an expiry by the call's age alone would let a
+slow call's late settlement pass the budget: this happened under load). Should a call be
+settled after its reservation was released all the same (its server stalled for longer
+than ``ttl``), it is still charged its real cost and its row becomes ``late:...``.
 
 Since the real cost of a call never exceeds its reservation (the server reserves the
 worst case), the spent money of a budget never exceeds its limit, whatever the
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import calendar
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -46,8 +52,10 @@ SCHEMA = (
     """CREATE TABLE IF NOT EXISTS reservations (
         id TEXT PRIMARY KEY, key_name TEXT, budgets TEXT NOT NULL,
         amount_micros BIGINT NOT NULL, created_at DOUBLE PRECISION NOT NULL,
-        expires_at DOUBLE PRECISION NOT NULL, idempotency_key TEXT UNIQUE)""",
-    "CREATE INDEX IF NOT EXISTS reservations_expiry ON reservations (expires_at)",
+        owner TEXT NOT NULL, idempotency_key TEXT UNIQUE)""",
+    "CREATE INDEX IF NOT EXISTS reservations_owner ON reservations (owner)",
+    """CREATE TABLE IF NOT EXISTS servers (
+        id TEXT PRIMARY KEY, heartbeat DOUBLE PRECISION NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS requests (
         id TEXT PRIMARY KEY, idempotency_key TEXT UNIQUE, key_name TEXT, budgets TEXT,
         route TEXT, model TEXT, prompt_tokens INTEGER, completion_tokens INTEGER,
@@ -110,11 +118,18 @@ class Ledger:
         storage: Where they live (:func:`~agents.serve.storage.open_storage`).
         keys: The API keys (their budgets are written to the storage).
         organisations: The organisations' budgets, by organisation name.
+        ttl: Seconds after its owner's last heartbeat that a reservation expires.
+        owner: This process's name in the ledger (a new random one by default).
+        now: The time of the first heartbeat (tests); the clock's by default.
     """
 
     def __init__(self, storage: Storage, keys: Sequence[KeyConfig] = (),
-                 organisations: Mapping[str, BudgetConfig] | None = None) -> None:
+                 organisations: Mapping[str, BudgetConfig] | None = None,
+                 ttl: float = 600.0, owner: str | None = None,
+                 now: float | None = None) -> None:
         self.storage = storage
+        self.ttl = ttl
+        self.owner = uuid.uuid4().hex if owner is None else owner
         self.keys = {k.key_sha256: k for k in keys}
         self.organisations = dict(organisations or {})
         with storage.transaction() as cur:
@@ -130,6 +145,16 @@ class Ledger:
                             "ON CONFLICT (name) DO UPDATE SET limit_micros = "
                             "excluded.limit_micros, period = excluded.period",
                             (budget.name, budget.limit, budget.period))
+            self._beat(cur, time.time() if now is None else now)
+
+    def _beat(self, cur: Any, now: float) -> None:
+        cur.execute("INSERT INTO servers (id, heartbeat) VALUES (?, ?) ON CONFLICT (id) DO "
+                    "UPDATE SET heartbeat = excluded.heartbeat", (self.owner, now))
+
+    def heartbeat(self, now: float | None = None) -> None:
+        """Say this process is alive: its reservations do not expire for ``ttl`` seconds."""
+        with self.storage.transaction() as cur:
+            self._beat(cur, time.time() if now is None else now)
 
     def budgets_of(self, key: KeyConfig) -> list[BudgetConfig]:
         """The budgets a key's calls count against, in name order (the lock order)."""
@@ -138,7 +163,7 @@ class Ledger:
             found.append(self.organisations[key.organisation])
         return sorted(found, key=lambda b: b.name)
 
-    def reserve(self, reservation_id: str, key: KeyConfig, amount: int, ttl: float,
+    def reserve(self, reservation_id: str, key: KeyConfig, amount: int,
                 idempotency_key: str | None = None, now: float | None = None) -> None:
         """Reserve ``amount`` micro-dollars on every budget of ``key``, or refuse.
 
@@ -149,6 +174,7 @@ class Ledger:
         now = time.time() if now is None else now
         budgets = self.budgets_of(key)
         with self.storage.transaction() as cur:
+            self._beat(cur, now)
             self._release_expired(cur, now)
             if idempotency_key is not None:
                 cur.execute("SELECT 1 FROM requests WHERE idempotency_key = ? UNION ALL "
@@ -175,8 +201,8 @@ class Ledger:
                 cur.execute("UPDATE budget_usage SET reserved_micros = reserved_micros + ? "
                             "WHERE budget = ? AND period_start = ?", (amount, name, int(start)))
             cur.execute("INSERT INTO reservations (id, key_name, budgets, amount_micros, "
-                        "created_at, expires_at, idempotency_key) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        (reservation_id, key.name, ",".join(held), amount, now, now + ttl,
+                        "created_at, owner, idempotency_key) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (reservation_id, key.name, ",".join(held), amount, now, self.owner,
                          idempotency_key))
 
     def settle(self, reservation_id: str, cost: int, outcome: str, *, route: str | None = None,
@@ -231,13 +257,16 @@ class Ledger:
                                None, 0, 0, None, outcome, now, prompt, None))
 
     def release_expired(self, now: float | None = None) -> int:
-        """Release the reservations that expired (crashed calls); return how many."""
+        """Release the reservations of servers silent for ``ttl`` seconds; return how many."""
         with self.storage.transaction() as cur:
             return self._release_expired(cur, time.time() if now is None else now)
 
     def _release_expired(self, cur: Any, now: float) -> int:
-        cur.execute("SELECT id, budgets, amount_micros, key_name, idempotency_key, created_at "
-                    f"FROM reservations WHERE expires_at < ?{self.storage.row_lock}", (now,))
+        # never this process's own: it is alive, its calls will settle
+        cur.execute("SELECT r.id, r.budgets, r.amount_micros, r.key_name, r.idempotency_key, "
+                    "r.created_at FROM reservations r LEFT JOIN servers s ON s.id = r.owner "
+                    "WHERE r.owner <> ? AND (s.heartbeat IS NULL OR s.heartbeat < ?)"
+                    f"{self.storage.row_lock}", (self.owner, now - self.ttl))
         expired = cur.fetchall()
         for ident, budgets, amount, key_name, idempotency_key, created in expired:
             for name, start in _held(budgets):
