@@ -190,7 +190,7 @@ class Ledger:
                             "ON CONFLICT (budget, period_start) DO NOTHING", (budget.name, start))
                 cur.execute("SELECT u.spent_micros, u.reserved_micros, b.limit_micros FROM "
                             "budget_usage u JOIN budgets b ON b.name = u.budget WHERE "
-                            f"u.budget = ? AND u.period_start = ?{self.storage.row_lock}",
+                            f"u.budget = ? AND u.period_start = ?{self.storage.lock('u')}",
                             (budget.name, start))
                 spent, reserved, limit = cur.fetchone()
                 if limit is not None and spent + reserved + amount > limit:
@@ -218,7 +218,7 @@ class Ledger:
         now = time.time() if now is None else now
         with self.storage.transaction() as cur:
             cur.execute("SELECT budgets, amount_micros, key_name, idempotency_key, created_at "
-                        f"FROM reservations WHERE id = ?{self.storage.row_lock}",
+                        f"FROM reservations r WHERE id = ?{self.storage.lock('r')}",
                         (reservation_id,))
             found = cur.fetchone()
             if found is None:
@@ -266,7 +266,7 @@ class Ledger:
         cur.execute("SELECT r.id, r.budgets, r.amount_micros, r.key_name, r.idempotency_key, "
                     "r.created_at FROM reservations r LEFT JOIN servers s ON s.id = r.owner "
                     "WHERE r.owner <> ? AND (s.heartbeat IS NULL OR s.heartbeat < ?)"
-                    f"{self.storage.row_lock}", (self.owner, now - self.ttl))
+                    f"{self.storage.lock('r')}", (self.owner, now - self.ttl))
         expired = cur.fetchall()
         for ident, budgets, amount, key_name, idempotency_key, created in expired:
             for name, start in _held(budgets):

@@ -7,9 +7,11 @@ is how a transaction takes its locks, which each storage says:
 
 * SQLite: ``BEGIN IMMEDIATE`` takes the database's one write lock at the start, so two
   transactions (threads or processes) that check a budget run one after the other, and
-  :attr:`Storage.row_lock` is empty;
-* PostgreSQL (to add: same schema, a ``postgresql://`` URL): ``BEGIN`` and
-  ``SELECT ... FOR UPDATE`` on each budget row, taken in name order (no deadlock).
+  :meth:`Storage.lock` adds nothing;
+* PostgreSQL (:class:`PostgresStorage`, a ``postgresql://`` URL, for several server
+  processes sharing budgets): ``BEGIN`` at READ COMMITTED and ``SELECT ... FOR UPDATE
+  OF`` the rows read to be updated; the ledger takes budget rows in name order, and
+  reservations before budgets, so two transactions never wait on each other in a circle.
 
 SQLite runs in WAL mode with ``synchronous=NORMAL``: a commit survives the process being
 killed (SIGKILL); only a power cut can lose the last commits.
@@ -28,8 +30,8 @@ from typing import Any, Protocol
 class Storage(Protocol):
     """A database the ledger can run its transactions in."""
 
-    #: Appended to a ``SELECT`` that reads a row the transaction will update.
-    row_lock: str
+    def lock(self, alias: str) -> str:
+        """Appended to a ``SELECT`` that reads rows of ``alias`` the transaction will update."""
 
     def transaction(self) -> Any:
         """A context manager: a DB-API cursor in one transaction, committed at exit."""
@@ -45,8 +47,6 @@ class SQLiteStorage:
         path: The database file (created if missing; its folder must exist).
         busy_timeout: Seconds a transaction waits for another process's write lock.
     """
-
-    row_lock = ""
 
     def __init__(self, path: str | Path, busy_timeout: float = 30.0) -> None:
         self.path = str(path)
@@ -71,6 +71,57 @@ class SQLiteStorage:
                 raise
             cursor.execute("COMMIT")
 
+    def lock(self, alias: str) -> str:
+        """Nothing: ``BEGIN IMMEDIATE`` already holds the database's write lock."""
+        del alias
+        return ""
+
+    def close(self) -> None:
+        """Close the connection."""
+        with self._lock:
+            self._conn.close()
+
+
+class _QmarkCursor:
+    """A psycopg cursor that reads the ledger's ``?`` placeholders as ``%s``."""
+
+    def __init__(self, cursor: Any) -> None:
+        self._cursor = cursor
+
+    def execute(self, sql: str, params: Any = ()) -> Any:
+        return self._cursor.execute(sql.replace("?", "%s"), params)
+
+    def fetchone(self) -> Any:
+        return self._cursor.fetchone()
+
+    def fetchall(self) -> list[Any]:
+        return self._cursor.fetchall()
+
+
+class PostgresStorage:
+    """A PostgreSQL database (psycopg 3), one connection shared by the process's threads.
+
+    Args:
+        url: ``postgresql://user@host:port/dbname`` (libpq's connection URI).
+    """
+
+    def __init__(self, url: str) -> None:
+        import psycopg  # the postgres extra, imported only when a URL asks for it
+
+        self.url = url
+        self._conn = psycopg.connect(url, autocommit=True)
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def transaction(self) -> Iterator[Any]:
+        """``BEGIN`` ... ``COMMIT`` at READ COMMITTED; rows are locked by ``FOR UPDATE``."""
+        with self._lock, self._conn.transaction(), self._conn.cursor() as cursor:
+            yield _QmarkCursor(cursor)
+
+    def lock(self, alias: str) -> str:
+        """`` FOR UPDATE OF alias``: the rows read stay as read until the commit."""
+        return f" FOR UPDATE OF {alias}"
+
     def close(self) -> None:
         """Close the connection."""
         with self._lock:
@@ -80,12 +131,19 @@ class SQLiteStorage:
 def open_storage(url: str) -> Storage:
     """The storage a URL names: ``sqlite:///PATH`` (``sqlite:///:memory:`` for a test).
 
+    ``postgresql://...`` needs psycopg (``pip install 'cost-envs[postgres]'``).
+
     Raises:
-        ValueError: On another scheme (``postgresql://`` is not implemented yet).
+        ValueError: On another scheme.
+        ImportError: A PostgreSQL URL without psycopg, naming the extra.
     """
     if url.startswith("sqlite:///"):
         return SQLiteStorage(url[len("sqlite:///"):])
     if url.startswith("postgresql://"):
-        raise ValueError(f"storage: PostgreSQL is not implemented yet (issue #27), got {url!r}; "
-                         "expected sqlite:///PATH")
+        from importlib.util import find_spec
+
+        if find_spec("psycopg") is None:
+            raise ImportError("storage: a postgresql:// URL needs psycopg (missing): "
+                              "pip install 'cost-envs[postgres]'", name="psycopg")
+        return PostgresStorage(url)
     raise ValueError(f"storage: expected sqlite:///PATH or postgresql://..., got {url!r}")
