@@ -24,6 +24,9 @@ Headers ``X-Cost-Envs-Model``, ``X-Cost-Envs-Route`` and (unstreamed)
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
+import signal
 import time
 import uuid
 from contextlib import asynccontextmanager
@@ -202,7 +205,7 @@ class Server:
                                completion_tokens=tokens[1] if known else None,
                                latency_ms=1000 * (time.perf_counter() - started),
                                prompt=prompt, response=text)
-            data["model"] = model.name
+            data["model"], data["id"] = model.name, reservation  # the id feedback names
             return JSONResponse(data, headers={**headers, "X-Cost-Envs-Cost-Micros": str(cost)})
         wants_usage = bool((chat.rest.get("stream_options") or {}).get("include_usage"))
         body["stream"] = True
@@ -214,7 +217,8 @@ class Server:
 
         async def events() -> Any:
             try:
-                async for event in relay(response, model.name, wants_usage, result):
+                async for event in relay(response, model.name, reservation, wants_usage,
+                                         result):
                     yield event
             finally:  # also when the client went away: settle what is known
                 usage = result.usage or {}
@@ -232,6 +236,38 @@ class Server:
         return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
 
 
+    async def feedback(self, request: Request) -> dict[str, Any]:
+        """``POST /v1/feedback``: ``{"id": "<a response's id>", "score": 0..1}``."""
+        key = self.authenticate(request)
+        raw = await _read_body(request, self.config.server.max_body_bytes)
+        try:
+            body = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            body = None
+        if not isinstance(body, dict):
+            raise ApiError(400, "body: expected a JSON object {\"id\": ..., \"score\": ...}",
+                           param="body")
+        ident, score = body.get("id"), body.get("score")
+        if not isinstance(ident, str) or not ident:
+            raise ApiError(400, f"id: expected a response's id, got {ident!r}", param="id")
+        if (isinstance(score, bool) or not isinstance(score, (int, float))
+                or not 0 <= score <= 1):
+            raise ApiError(400, f"score: expected a number in [0, 1], got {score!r}",
+                           param="score")
+        if not self.ledger.feedback(ident, float(score), key.name):
+            raise ApiError(404, f"id: no answered request {ident!r} of this API key",
+                           param="id")
+        return {"id": ident, "score": float(score)}
+
+    def reload(self) -> None:
+        """Load the routers again from their files and swap them in at once.
+
+        A request already routed keeps its plan (the old router's decision); the next
+        ones use the new routers. A router that fails to load leaves the old ones.
+        """
+        self.routes = Routes(self.config)
+
+
 def create_app(config: ServeConfig) -> FastAPI:
     """The FastAPI app serving ``config`` (its routers and ledger opened now)."""
     server = Server(config)
@@ -246,11 +282,21 @@ def create_app(config: ServeConfig) -> FastAPI:
                 server.ledger.heartbeat()
 
         heart = asyncio.create_task(beat())
+        with contextlib.suppress(NotImplementedError, RuntimeError):  # SIGHUP: reload
+            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, _reload)
         async with httpx.AsyncClient(limits=limits) as client:
             server.client = client
             yield
         heart.cancel()
         server.ledger.storage.close()
+
+    def _reload() -> None:
+        try:
+            server.reload()
+        except (ValueError, OSError) as err:  # keep serving with the routers it has
+            print(f"cost-envs serve: reload failed, the old routers stay: {err}", flush=True)
+        else:
+            print("cost-envs serve: routers reloaded", flush=True)
 
     app = FastAPI(title="cost-envs serve", lifespan=lifespan)
     app.state.server = server
@@ -269,6 +315,10 @@ def create_app(config: ServeConfig) -> FastAPI:
         return {"object": "list", "data": [{"id": n, "object": "model", "created": 0,
                                             "owned_by": "cost-envs"}
                                            for n in server.routes.names()]}
+
+    @app.post("/v1/feedback")
+    async def feedback(request: Request) -> dict[str, Any]:
+        return await server.feedback(request)
 
     @app.post("/v1/chat/completions", response_model=None)
     async def chat(request: Request) -> Any:

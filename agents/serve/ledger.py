@@ -54,6 +54,9 @@ SCHEMA = (
         amount_micros BIGINT NOT NULL, created_at DOUBLE PRECISION NOT NULL,
         owner TEXT NOT NULL, idempotency_key TEXT UNIQUE)""",
     "CREATE INDEX IF NOT EXISTS reservations_owner ON reservations (owner)",
+    """CREATE TABLE IF NOT EXISTS feedback (
+        request_id TEXT PRIMARY KEY, score DOUBLE PRECISION NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS servers (
         id TEXT PRIMARY KEY, heartbeat DOUBLE PRECISION NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS requests (
@@ -200,10 +203,14 @@ class Ledger:
                 name, start = entry.rsplit("@", 1)
                 cur.execute("UPDATE budget_usage SET reserved_micros = reserved_micros + ? "
                             "WHERE budget = ? AND period_start = ?", (amount, name, int(start)))
-            cur.execute("INSERT INTO reservations (id, key_name, budgets, amount_micros, "
-                        "created_at, owner, idempotency_key) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        (reservation_id, key.name, ",".join(held), amount, now, self.owner,
-                         idempotency_key))
+            try:  # another process may have taken the key since the check (PostgreSQL)
+                cur.execute("INSERT INTO reservations (id, key_name, budgets, amount_micros, "
+                            "created_at, owner, idempotency_key) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                            (reservation_id, key.name, ",".join(held), amount, now,
+                             self.owner, idempotency_key))
+            except self.storage.integrity_error:
+                raise DuplicateRequestError(f"idempotency key {idempotency_key!r} or request "
+                                            f"id {reservation_id!r} was used before") from None
 
     def settle(self, reservation_id: str, cost: int, outcome: str, *, route: str | None = None,
                model: str | None = None, prompt_tokens: int | None = None,
@@ -282,6 +289,35 @@ class Ledger:
         cur.execute(f"INSERT INTO requests ({', '.join(REQUEST_COLUMNS)}) VALUES "
                     f"({', '.join('?' * len(REQUEST_COLUMNS))}) ON CONFLICT (id) DO NOTHING",
                     tuple(row))
+
+    def feedback(self, request_id: str, score: float, key_name: str,
+                 now: float | None = None) -> bool:
+        """Record a client's score of a request it made (again: the new score wins).
+
+        Returns:
+            Whether the request is a settled call of that key (else nothing is stored).
+        """
+        with self.storage.transaction() as cur:
+            cur.execute("SELECT key_name, outcome FROM requests WHERE id = ?", (request_id,))
+            row = cur.fetchone()
+            if row is None or row[0] != key_name or not str(row[1]).endswith("ok"):
+                return False
+            cur.execute("INSERT INTO feedback (request_id, score, created_at) VALUES (?, ?, ?) "
+                        "ON CONFLICT (request_id) DO UPDATE SET score = excluded.score, "
+                        "created_at = excluded.created_at",
+                        (request_id, score, time.time() if now is None else now))
+            return True
+
+    def scored_calls(self) -> list[dict[str, Any]]:
+        """The settled calls with feedback: model, prompt, response, tokens, cost, score."""
+        with self.storage.transaction() as cur:
+            cur.execute("SELECT r.id, r.model, r.prompt, r.response, r.prompt_tokens, "
+                        "r.completion_tokens, r.cost_micros, f.score, f.created_at FROM "
+                        "requests r JOIN feedback f ON f.request_id = r.id "
+                        "ORDER BY f.created_at, r.id")
+            names = ("id", "model", "prompt", "response", "prompt_tokens", "completion_tokens",
+                     "cost_micros", "score", "scored_at")
+            return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
     def usage(self) -> list[Usage]:
         """Every budget's money in every period it was used."""

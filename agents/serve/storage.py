@@ -30,6 +30,9 @@ from typing import Any, Protocol
 class Storage(Protocol):
     """A database the ledger can run its transactions in."""
 
+    #: The driver's exception for a broken UNIQUE constraint.
+    integrity_error: type[Exception]
+
     def lock(self, alias: str) -> str:
         """Appended to a ``SELECT`` that reads rows of ``alias`` the transaction will update."""
 
@@ -47,6 +50,8 @@ class SQLiteStorage:
         path: The database file (created if missing; its folder must exist).
         busy_timeout: Seconds a transaction waits for another process's write lock.
     """
+
+    integrity_error = sqlite3.IntegrityError
 
     def __init__(self, path: str | Path, busy_timeout: float = 30.0) -> None:
         self.path = str(path)
@@ -109,6 +114,7 @@ class PostgresStorage:
         import psycopg  # the postgres extra, imported only when a URL asks for it
 
         self.url = url
+        self.integrity_error = psycopg.IntegrityError
         self._conn = psycopg.connect(url, autocommit=True)
         self._lock = threading.Lock()
 

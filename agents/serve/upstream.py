@@ -91,9 +91,9 @@ class StreamResult:
     complete: bool = False
 
 
-async def relay(response: httpx.Response, model_name: str, forward_usage: bool,
-                result: StreamResult) -> AsyncIterator[bytes]:
-    """The upstream's server-sent events, passed on (the model named as served).
+async def relay(response: httpx.Response, model_name: str, request_id: str,
+                forward_usage: bool, result: StreamResult) -> AsyncIterator[bytes]:
+    """The upstream's server-sent events, passed on (with the server's id and model name).
 
     The usage chunk (asked for with ``stream_options.include_usage``) is read into
     ``result`` and passed on only when the client asked for it too.
@@ -121,7 +121,7 @@ async def relay(response: httpx.Response, model_name: str, forward_usage: bool,
                 piece = (choice.get("delta") or {}).get("content")
                 if piece:
                     result.text.append(piece)
-            chunk["model"] = model_name
+            chunk["model"], chunk["id"] = model_name, request_id
             yield f"data: {json.dumps(chunk)}\n\n".encode()
     finally:
         await response.aclose()
