@@ -142,6 +142,7 @@ class Server:
         bound = prompt_bound(chat.messages)
         refusals: list[str] = []
         failures: list[str] = []
+        reserved_before = False  # the idempotency key goes on the first reservation only
         for attempt, name in enumerate(plan.models):
             model = self.config.models[name]
             max_tokens, worst = self.worst_case(model, bound, chat)
@@ -156,13 +157,14 @@ class Server:
             reservation = request_id if attempt == 0 else f"{request_id}.{attempt}"
             try:
                 self.ledger.reserve(reservation, key, worst,
-                                    idempotency if not (refusals or failures) else None)
+                                    None if reserved_before else idempotency)
             except BudgetExceededError as err:
                 refusals.append(f"{name}: {err}")
                 continue
             except DuplicateRequestError as err:
                 raise ApiError(409, f"Idempotency-Key: {err}", param="Idempotency-Key",
                                code="duplicate_request") from None
+            reserved_before = True
             try:
                 return await self._call(model, chat, max_tokens, worst, reservation, plan,
                                         prompt, started)
@@ -174,6 +176,11 @@ class Server:
                 self.ledger.settle(reservation, 0, f"upstream_rejected_{err.status}",
                                    route=plan.route, model=name, prompt=prompt)
                 return JSONResponse(err.body, status_code=err.status)
+            except BaseException:  # a bad upstream body, a client gone: charge the worst
+                # case (the upstream may have billed it); a no-op once settled
+                self.ledger.settle(reservation, worst, "server_error", route=plan.route,
+                                   model=name, prompt=prompt)
+                raise
         if failures:
             raise ApiError(502, "no upstream could serve the request: " + "; ".join(failures),
                            kind="upstream_error", code="upstream_failed")
