@@ -287,3 +287,26 @@ def test_budgets_hold_under_concurrent_clients(served: Served) -> None:
     assert spent <= LOAD_LIMIT and served.usage()["key:loader"] == (spent, 0)
     assert sum(r["outcome"] == "ok" for r in rows) == outcomes["ok"]
     assert LOAD_LIMIT - spent < 16  # refused only when the last worst case did not fit
+
+
+def test_a_stream_the_client_leaves_is_settled(served: Served) -> None:
+    import time
+
+    served.fault("large", "none", latency=0.5)  # the answer comes after the client left
+    body = {"model": "best", "stream": True, "max_tokens": 30,
+            "messages": [{"role": "user", "content": "a stream nobody reads"}]}
+    with pytest.raises(httpx.ReadTimeout), httpx.stream(
+            "POST", f"{served.url}/v1/chat/completions", json=body,
+            headers={"Authorization": "Bearer sk-test"}, timeout=0.2) as answer:
+        next(answer.iter_lines())
+    served.fault("large", "none", latency=0.0)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with sqlite3.connect(served.db) as conn:
+            held = conn.execute("SELECT COUNT(*) FROM reservations").fetchone()[0]
+        if held == 0:
+            break
+        time.sleep(0.1)
+    assert held == 0  # settled (its worst case, or its usage), never left reserved
+    row = [r for r in served.rows() if r["prompt"] == "a stream nobody reads"][-1]
+    assert row["outcome"] in ("ok", "stream_incomplete") and row["cost_micros"] > 0

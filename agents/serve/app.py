@@ -222,26 +222,28 @@ class Server:
                               stream=True)
         result = StreamResult()
 
+        def settle() -> None:
+            usage = result.usage or {}
+            tokens = (usage.get("prompt_tokens"), usage.get("completion_tokens"))
+            known = all(isinstance(t, int) and t >= 0 for t in tokens)
+            self.ledger.settle(
+                reservation, model.cost_micros(*tokens) if known else worst,
+                "ok" if known and result.complete else "stream_incomplete",
+                route=plan.route, model=model.name,
+                prompt_tokens=tokens[0] if known else None,
+                completion_tokens=tokens[1] if known else None,
+                latency_ms=1000 * (time.perf_counter() - started), prompt=prompt,
+                response="".join(result.text))
+
         async def events() -> Any:
             try:
                 async for event in relay(response, model.name, reservation, wants_usage,
                                          result):
                     yield event
-            finally:  # also when the client went away: settle what is known
-                usage = result.usage or {}
-                tokens = (usage.get("prompt_tokens"), usage.get("completion_tokens"))
-                known = all(isinstance(t, int) and t >= 0 for t in tokens)
-                self.ledger.settle(
-                    reservation, model.cost_micros(*tokens) if known else worst,
-                    "ok" if known and result.complete else "stream_incomplete",
-                    route=plan.route, model=model.name,
-                    prompt_tokens=tokens[0] if known else None,
-                    completion_tokens=tokens[1] if known else None,
-                    latency_ms=1000 * (time.perf_counter() - started), prompt=prompt,
-                    response="".join(result.text))
+            finally:  # also when the client went away mid-stream
+                settle()
 
         return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
-
 
     async def feedback(self, request: Request) -> dict[str, Any]:
         """``POST /v1/feedback``: ``{"id": "<a response's id>", "score": 0..1}``."""
