@@ -32,7 +32,7 @@ def _config(tmp: Path, upstream: str, limit_micros: int) -> Path:
         "storage": "sqlite:///ledger.db",
         "models": [{"name": "small", "base_url": f"{upstream}/v1", "input_price": PRICE_IN,
                     "output_price": PRICE_OUT, "context": 4096, "max_output_tokens": 64,
-                    "timeout": 5}],
+                    "timeout": 60}],  # a loaded 2-core machine can take seconds per call
         "budgets": {"organisations": [{"name": "lab", "limit": 2 * limit_micros / 1e6}],
                     "keys": [{"name": "loader", "key_sha256": hash_key("sk-load"),
                               "organisation": "lab", "limit": limit_micros / 1e6}]},
@@ -50,7 +50,7 @@ def _load(url: Callable[[], str], requests: int, clients: int) -> Counter:
     def work(worker: int) -> None:
         for i in range(worker, requests, clients):
             client = openai.OpenAI(base_url=f"{url()}/v1", api_key="sk-load", max_retries=0,
-                                   timeout=30)
+                                   timeout=300)  # only a killed server ends a call early
             for _ in range(300):  # a killed server: try again (the same key) until it is back
                 try:
                     client.chat.completions.create(
