@@ -11,7 +11,7 @@ install: $(STAMP)
 
 $(STAMP): setup.cfg pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[agents,dev,docs,minari,multiagent,plot,tensorboard,tune,zoo]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[agents,dev,docs,minari,multiagent,plot,postgres,serve,tensorboard,tune,zoo]'
 	touch $(STAMP)
 
 lint: install

@@ -225,5 +225,5 @@ def test_reproduce_is_no_longer_a_subcommand(capsys):
     assert "invalid choice: 'reproduce'" in capsys.readouterr().err
     assert [command.name for command in cli.COMMANDS] == ["list", "evaluate", "train",
                                                           "pretrain", "route",
-                                                          "export-minari"]
+                                                          "export-minari", "serve"]
     assert "python -m experiments" in cli.__doc__

@@ -13,8 +13,11 @@ Subcommands::
     cost-envs route train --data FILE... --weak M --strong M --save PATH [...]
     cost-envs route score --router PATH --data FILE... [...]
     cost-envs export-minari --env ID --policy NAME|--supervised T|--logged [--out DIR] [...]
+    cost-envs serve --config FILE [--host H] [--port P]
 
-``route`` (train a router on your logged outcomes, save it, score it) lives in
+``serve`` (an OpenAI-compatible routing server with hard budgets) lives in
+:mod:`agents.cli.serve`; ``route`` (train a router on your logged outcomes, save it, score
+it) lives in
 :mod:`agents.cli.route`; ``export-minari`` (offline-RL datasets) in
 :mod:`agents.cli.export_minari`; ``evaluate`` in :mod:`agents.cli.evaluate`; ``train`` and
 ``pretrain`` in :mod:`agents.cli.train`; the env arguments ``train`` and ``evaluate``

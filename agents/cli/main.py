@@ -20,6 +20,7 @@ from agents.cli.arguments import EXIT_INPUT, close_to, missing_extra, require_ex
 from agents.cli.evaluate import add_evaluate, run_evaluate
 from agents.cli.export_minari import add_export_minari, run_export_minari
 from agents.cli.route import add_route, run_route
+from agents.cli.serve import add_serve, run_serve
 from agents.cli.train import add_pretrain, add_train, run_pretrain, run_train
 from cost_envs.extras import extra_of, missing_modules
 
@@ -63,6 +64,7 @@ COMMANDS: tuple[Command, ...] = (
             add_route, run_route),
     Command("export-minari", "write episodes as a Minari dataset for offline RL",
             add_export_minari, run_export_minari),
+    Command("serve", "serve an OpenAI-compatible router with hard budgets", add_serve, run_serve),
 )
 
 

@@ -1,0 +1,336 @@
+"""The OpenAI-compatible server: ``POST /v1/chat/completions``, ``GET /v1/models``, ``/health``.
+
+One request, in order: the body's size, the API key (``Authorization: Bearer KEY``, looked
+up by its SHA-256), the body's fields (:func:`~agents.serve.inputs.parse_chat`) and the
+per-request budget (header ``X-Cost-Envs-Budget`` and body field ``cost_envs_budget``,
+dollars; the smaller applies, capped by ``budgets.request.max``) are checked first: a bad
+one is an OpenAI-shaped 4xx naming it, and nothing is reserved or charged. Then:
+
+1. the model name selects the models to try (:class:`~agents.serve.routes.Routes`);
+2. for each in turn, the worst case (the prompt's token bound plus ``max_tokens``, capped by
+   the model's limits, at its prices) must fit the request's budget and be reserved on the
+   key's and organisation's budgets (:meth:`~agents.serve.ledger.Ledger.reserve`); a model
+   that does not fit is skipped for the next (a downgrade);
+3. the upstream is called, with retries on faults; if it still fails, the reservation is
+   released and the next model that fits is tried (a fallback);
+4. the real cost from the answer's ``usage`` is settled and the rest released (a stream
+   whose usage never came is charged its worst case).
+
+Nothing fits: 402 naming the budget (``insufficient_quota``). Nothing answers: 502.
+Headers ``X-Cost-Envs-Model``, ``X-Cost-Envs-Route`` and (unstreamed)
+``X-Cost-Envs-Cost-Micros`` say what was called and what it cost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import time
+import uuid
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from agents.serve.config import BudgetConfig, KeyConfig, ModelConfig, ServeConfig, hash_key
+from agents.serve.inputs import (
+    BUDGET_FIELD,
+    BUDGET_HEADER,
+    ApiError,
+    ChatRequest,
+    parse_budget,
+    parse_chat,
+    prompt_bound,
+    routing_prompt,
+)
+from agents.serve.ledger import BudgetExceededError, DuplicateRequestError, Ledger
+from agents.serve.routes import Plan, Routes
+from agents.serve.storage import open_storage
+from agents.serve.upstream import (
+    StreamResult,
+    UpstreamFailedError,
+    UpstreamRejectedError,
+    relay,
+    send,
+)
+
+#: The key of a server configured without keys: anyone may call, with no key budget.
+ANONYMOUS = KeyConfig("anonymous", "", BudgetConfig("key:anonymous", None, "total"))
+
+
+def _error(err: ApiError, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(err.body(), status_code=err.status, headers=headers)
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    too_big = ApiError(413, f"body: expected at most {limit} bytes", param="body",
+                       code="request_too_large")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise too_big
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_big
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class Server:
+    """The server's state: config, routes (routers loaded), ledger and upstream client."""
+
+    def __init__(self, config: ServeConfig) -> None:
+        self.config = config
+        self.routes = Routes(config)
+        self.ledger = Ledger(open_storage(config.storage), config.keys or (ANONYMOUS,),
+                             config.organisations, ttl=config.server.reservation_ttl)
+        self.ledger.release_expired()  # reservations of a server that was killed
+        self.keys = {k.key_sha256: k for k in config.keys}
+        self.client: httpx.AsyncClient | None = None
+
+    def authenticate(self, request: Request) -> KeyConfig:
+        """The key of ``Authorization: Bearer KEY``, or 401."""
+        if not self.keys:
+            return ANONYMOUS
+        header = request.headers.get("authorization", "")
+        scheme, _, key = header.partition(" ")
+        if scheme.lower() != "bearer" or not key.strip():
+            raise ApiError(401, "authorization: expected the header 'Authorization: Bearer "
+                           "KEY' with an API key", param="authorization",
+                           code="invalid_api_key")
+        found = self.keys.get(hash_key(key.strip()))
+        if found is None:
+            raise ApiError(401, "authorization: incorrect API key provided",
+                           param="authorization", code="invalid_api_key")
+        return found
+
+    def request_budget(self, request: Request, chat: ChatRequest) -> tuple[int, str]:
+        """The request's cap in micro-dollars and where it came from."""
+        header = parse_budget(request.headers.get(BUDGET_HEADER), BUDGET_HEADER)
+        given = [(v, s) for v, s in ((header, BUDGET_HEADER), (chat.budget, BUDGET_FIELD))
+                 if v is not None]
+        if not given:
+            return self.config.request_default, "budgets.request.default"
+        value, source = min(given)
+        return min(value, self.config.request_max), (
+            source if value <= self.config.request_max else "budgets.request.max")
+
+    def worst_case(self, model: ModelConfig, bound: int, chat: ChatRequest) -> tuple[int, int]:
+        """The call's max_tokens (capped by the model's limits) and its worst cost, or (0, 0)."""
+        room = model.context - bound
+        max_tokens = min(chat.max_tokens or model.max_output_tokens, model.max_output_tokens,
+                         room)
+        if max_tokens < 1:
+            return 0, 0
+        return max_tokens, model.cost_micros(bound, max_tokens)
+
+    async def chat(self, request: Request) -> Any:
+        """``POST /v1/chat/completions``."""
+        started = time.perf_counter()
+        key = self.authenticate(request)
+        chat = parse_chat(await _read_body(request, self.config.server.max_body_bytes))
+        budget, budget_source = self.request_budget(request, chat)
+        prompt = routing_prompt(chat.messages)
+        plan = self.routes.plan(chat.model, prompt)
+        request_id = f"chatcmpl-{uuid.uuid4().hex}"
+        idempotency = request.headers.get("idempotency-key")
+        bound = prompt_bound(chat.messages)
+        refusals: list[str] = []
+        failures: list[str] = []
+        reserved_before = False  # the idempotency key goes on the first reservation only
+        for attempt, name in enumerate(plan.models):
+            model = self.config.models[name]
+            max_tokens, worst = self.worst_case(model, bound, chat)
+            if max_tokens == 0:
+                refusals.append(f"{name}: the prompt (up to {bound} tokens) leaves no room "
+                                f"in its context of {model.context}")
+                continue
+            if worst > budget:
+                refusals.append(f"{name}: a call of up to ${worst / 1e6:.6f} does not fit the "
+                                f"request budget ${budget / 1e6:.6f} ({budget_source})")
+                continue
+            reservation = request_id if attempt == 0 else f"{request_id}.{attempt}"
+            try:
+                self.ledger.reserve(reservation, key, worst,
+                                    None if reserved_before else idempotency)
+            except BudgetExceededError as err:
+                refusals.append(f"{name}: {err}")
+                continue
+            except DuplicateRequestError as err:
+                raise ApiError(409, f"Idempotency-Key: {err}", param="Idempotency-Key",
+                               code="duplicate_request") from None
+            reserved_before = True
+            try:
+                return await self._call(model, chat, max_tokens, worst, reservation, plan,
+                                        prompt, started)
+            except UpstreamFailedError as err:
+                self.ledger.settle(reservation, 0, "upstream_failed", route=plan.route,
+                                   model=name, prompt=prompt)
+                failures.append(str(err))
+            except UpstreamRejectedError as err:
+                self.ledger.settle(reservation, 0, f"upstream_rejected_{err.status}",
+                                   route=plan.route, model=name, prompt=prompt)
+                return JSONResponse(err.body, status_code=err.status)
+            except BaseException:  # a bad upstream body, a client gone: charge the worst
+                # case (the upstream may have billed it); a no-op once settled
+                self.ledger.settle(reservation, worst, "server_error", route=plan.route,
+                                   model=name, prompt=prompt)
+                raise
+        if failures:
+            raise ApiError(502, "no upstream could serve the request: " + "; ".join(failures),
+                           kind="upstream_error", code="upstream_failed")
+        # no idempotency key on the row: nothing was charged, the client may try again
+        self.ledger.record(request_id, "refused_budget", key_name=key.name, route=plan.route,
+                           prompt=prompt)
+        raise ApiError(402, "budget exceeded: " + "; ".join(refusals), kind="insufficient_quota",
+                       param="budget", code="budget_exceeded")
+
+    async def _call(self, model: ModelConfig, chat: ChatRequest, max_tokens: int, worst: int,
+                    reservation: str, plan: Plan, prompt: str, started: float) -> Any:
+        body = {**chat.rest, "model": model.upstream_name or model.name,
+                "messages": chat.messages, chat.max_tokens_field: max_tokens}
+        headers = {"X-Cost-Envs-Model": model.name, "X-Cost-Envs-Route": plan.route}
+        settings = self.config.server
+        assert self.client is not None
+        if not chat.stream:
+            response = await send(self.client, model, body, settings.retries, settings.backoff)
+            data = response.json()
+            usage = data.get("usage") or {}
+            tokens = (usage.get("prompt_tokens"), usage.get("completion_tokens"))
+            known = all(isinstance(t, int) and t >= 0 for t in tokens)
+            cost = model.cost_micros(*tokens) if known else worst
+            choices = data.get("choices") or [{}]
+            text = (choices[0].get("message") or {}).get("content")
+            self.ledger.settle(reservation, cost, "ok" if known else "ok_no_usage",
+                               route=plan.route, model=model.name,
+                               prompt_tokens=tokens[0] if known else None,
+                               completion_tokens=tokens[1] if known else None,
+                               latency_ms=1000 * (time.perf_counter() - started),
+                               prompt=prompt, response=text)
+            data["model"], data["id"] = model.name, reservation  # the id feedback names
+            return JSONResponse(data, headers={**headers, "X-Cost-Envs-Cost-Micros": str(cost)})
+        wants_usage = bool((chat.rest.get("stream_options") or {}).get("include_usage"))
+        body["stream"] = True
+        body["stream_options"] = {**(chat.rest.get("stream_options") or {}),
+                                  "include_usage": True}
+        response = await send(self.client, model, body, settings.retries, settings.backoff,
+                              stream=True)
+        result = StreamResult()
+
+        def settle() -> None:
+            usage = result.usage or {}
+            tokens = (usage.get("prompt_tokens"), usage.get("completion_tokens"))
+            known = all(isinstance(t, int) and t >= 0 for t in tokens)
+            self.ledger.settle(
+                reservation, model.cost_micros(*tokens) if known else worst,
+                "ok" if known and result.complete else "stream_incomplete",
+                route=plan.route, model=model.name,
+                prompt_tokens=tokens[0] if known else None,
+                completion_tokens=tokens[1] if known else None,
+                latency_ms=1000 * (time.perf_counter() - started), prompt=prompt,
+                response="".join(result.text))
+
+        async def events() -> Any:
+            try:
+                async for event in relay(response, model.name, reservation, wants_usage,
+                                         result):
+                    yield event
+            finally:  # also when the client went away mid-stream
+                settle()
+
+        return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
+
+    async def feedback(self, request: Request) -> dict[str, Any]:
+        """``POST /v1/feedback``: ``{"id": "<a response's id>", "score": 0..1}``."""
+        key = self.authenticate(request)
+        raw = await _read_body(request, self.config.server.max_body_bytes)
+        try:
+            body = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            body = None
+        if not isinstance(body, dict):
+            raise ApiError(400, "body: expected a JSON object {\"id\": ..., \"score\": ...}",
+                           param="body")
+        ident, score = body.get("id"), body.get("score")
+        if not isinstance(ident, str) or not ident:
+            raise ApiError(400, f"id: expected a response's id, got {ident!r}", param="id")
+        if (isinstance(score, bool) or not isinstance(score, (int, float))
+                or not 0 <= score <= 1):
+            raise ApiError(400, f"score: expected a number in [0, 1], got {score!r}",
+                           param="score")
+        if not self.ledger.feedback(ident, float(score), key.name):
+            raise ApiError(404, f"id: no answered request {ident!r} of this API key",
+                           param="id")
+        return {"id": ident, "score": float(score)}
+
+    def reload(self) -> None:
+        """Load the routers again from their files and swap them in at once.
+
+        A request already routed keeps its plan (the old router's decision); the next
+        ones use the new routers. A router that fails to load leaves the old ones.
+        """
+        self.routes = Routes(self.config)
+
+
+def create_app(config: ServeConfig) -> FastAPI:
+    """The FastAPI app serving ``config`` (its routers and ledger opened now)."""
+    server = Server(config)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> Any:
+        del app
+        limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
+        async def beat() -> None:  # this server is alive: its reservations do not expire
+            while True:
+                await asyncio.sleep(config.server.reservation_ttl / 4)
+                server.ledger.heartbeat()
+
+        heart = asyncio.create_task(beat())
+        with contextlib.suppress(NotImplementedError, RuntimeError):  # SIGHUP: reload
+            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, _reload)
+        async with httpx.AsyncClient(limits=limits) as client:
+            server.client = client
+            yield
+        heart.cancel()
+        server.ledger.storage.close()
+
+    def _reload() -> None:
+        try:
+            server.reload()
+        except (ValueError, OSError) as err:  # keep serving with the routers it has
+            print(f"cost-envs serve: reload failed, the old routers stay: {err}", flush=True)
+        else:
+            print("cost-envs serve: routers reloaded", flush=True)
+
+    app = FastAPI(title="cost-envs serve", lifespan=lifespan)
+    app.state.server = server
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, err: ApiError) -> JSONResponse:
+        del request
+        return _error(err)
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "models": list(config.models)}
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": n, "object": "model", "created": 0,
+                                            "owned_by": "cost-envs"}
+                                           for n in server.routes.names()]}
+
+    @app.post("/v1/feedback")
+    async def feedback(request: Request) -> dict[str, Any]:
+        return await server.feedback(request)
+
+    @app.post("/v1/chat/completions", response_model=None)
+    async def chat(request: Request) -> Any:
+        return await server.chat(request)
+
+    return app

@@ -1,0 +1,347 @@
+"""The ledger: budgets that cannot be passed under concurrency, one row per request.
+
+Money is integer micro-dollars throughout. A call is paid in two steps:
+
+1. :meth:`Ledger.reserve` reserves its worst case, in ONE transaction: for every budget
+   that applies (the key's, its organisation's), in name order, it reads the budget's
+   spent and reserved money for the current period and refuses (:class:`BudgetExceededError`,
+   naming the budget) unless ``spent + reserved + amount <= limit``; then it adds the
+   amount to each budget's reserved money and writes the reservation, with an expiry;
+2. :meth:`Ledger.settle` moves the real cost (from the upstream's ``usage``) from
+   reserved to spent, releases the rest, deletes the reservation and writes the
+   request's row, again in one transaction.
+
+A reservation belongs to the server process (the ledger's ``owner``) that made it, and
+each owner writes a heartbeat (:meth:`Ledger.heartbeat`; the server every ``ttl / 4``
+seconds and at every reservation). A reservation expires when its owner's heartbeat is
+older than ``ttl`` seconds: the server was killed mid-call, so the call will never be
+settled. :meth:`Ledger.release_expired` (run by every :meth:`~Ledger.reserve`) releases
+it and writes its row with outcome ``expired`` and no cost. A live server's reservations
+never expire however long its calls last (an expiry by the call's age alone would let a
+slow call's late settlement pass the budget: this happened under load). Should a call be
+settled after its reservation was released all the same (its server stalled for longer
+than ``ttl``), it is still charged its real cost and its row becomes ``late:...``.
+
+Since the real cost of a call never exceeds its reservation (the server reserves the
+worst case), the spent money of a budget never exceeds its limit, whatever the
+concurrency: the check and the reservation are one transaction.
+"""
+
+from __future__ import annotations
+
+import calendar
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from agents.serve.config import BudgetConfig, KeyConfig
+from agents.serve.storage import Storage
+
+SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS api_keys (
+        key_sha256 TEXT PRIMARY KEY, name TEXT UNIQUE NOT NULL, organisation TEXT)""",
+    """CREATE TABLE IF NOT EXISTS budgets (
+        name TEXT PRIMARY KEY, limit_micros BIGINT, period TEXT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS budget_usage (
+        budget TEXT NOT NULL, period_start BIGINT NOT NULL,
+        spent_micros BIGINT NOT NULL DEFAULT 0, reserved_micros BIGINT NOT NULL DEFAULT 0,
+        PRIMARY KEY (budget, period_start))""",
+    """CREATE TABLE IF NOT EXISTS reservations (
+        id TEXT PRIMARY KEY, key_name TEXT, budgets TEXT NOT NULL,
+        amount_micros BIGINT NOT NULL, created_at DOUBLE PRECISION NOT NULL,
+        owner TEXT NOT NULL, idempotency_key TEXT UNIQUE)""",
+    "CREATE INDEX IF NOT EXISTS reservations_owner ON reservations (owner)",
+    """CREATE TABLE IF NOT EXISTS feedback (
+        request_id TEXT PRIMARY KEY, score DOUBLE PRECISION NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS servers (
+        id TEXT PRIMARY KEY, heartbeat DOUBLE PRECISION NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS requests (
+        id TEXT PRIMARY KEY, idempotency_key TEXT UNIQUE, key_name TEXT, budgets TEXT,
+        route TEXT, model TEXT, prompt_tokens INTEGER, completion_tokens INTEGER,
+        cost_micros BIGINT NOT NULL DEFAULT 0, reserved_micros BIGINT NOT NULL DEFAULT 0,
+        latency_ms DOUBLE PRECISION, outcome TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL, prompt TEXT, response TEXT)""",
+)
+
+#: The columns of a request's row, in :meth:`Ledger.requests`'s order.
+REQUEST_COLUMNS = ("id", "idempotency_key", "key_name", "budgets", "route", "model",
+                   "prompt_tokens", "completion_tokens", "cost_micros", "reserved_micros",
+                   "latency_ms", "outcome", "created_at", "prompt", "response")
+
+
+class BudgetExceededError(Exception):
+    """A reservation that does not fit a budget (``budget``: its name, as ``key:alice``)."""
+
+    def __init__(self, budget: str, limit: int, spent: int, reserved: int, amount: int) -> None:
+        self.budget, self.limit, self.amount = budget, limit, amount
+        self.left = max(0, limit - spent - reserved)
+        super().__init__(f"budget {budget!r} exceeded: a call of up to ${amount / 1e6:.6f} "
+                         f"does not fit the ${self.left / 1e6:.6f} left of ${limit / 1e6:.6f}")
+
+
+class DuplicateRequestError(Exception):
+    """An idempotency key that a request already used."""
+
+
+def period_start(period: str, now: float) -> int:
+    """The start (Unix seconds, UTC) of the budget period holding ``now``."""
+    if period == "total":
+        return 0
+    if period == "hour":
+        return int(now // 3600 * 3600)
+    if period == "day":
+        return int(now // 86400 * 86400)
+    if period == "week":  # weeks start on Monday; 1970-01-01 was a Thursday
+        return int((now + 3 * 86400) // 604800 * 604800 - 3 * 86400)
+    if period == "month":
+        day = datetime.fromtimestamp(now, tz=timezone.utc)
+        return calendar.timegm((day.year, day.month, 1, 0, 0, 0))
+    raise ValueError(f"period: expected one of hour, day, week, month, total, got {period!r}")
+
+
+@dataclass(frozen=True)
+class Usage:
+    """A budget's money in one period (micro-dollars)."""
+
+    budget: str
+    period_start: int
+    spent: int
+    reserved: int
+    limit: int | None
+
+
+class Ledger:
+    """Budgets, reservations and requests in a :class:`~agents.serve.storage.Storage`.
+
+    Args:
+        storage: Where they live (:func:`~agents.serve.storage.open_storage`).
+        keys: The API keys (their budgets are written to the storage).
+        organisations: The organisations' budgets, by organisation name.
+        ttl: Seconds after its owner's last heartbeat that a reservation expires.
+        owner: This process's name in the ledger (a new random one by default).
+        now: The time of the first heartbeat (tests); the clock's by default.
+    """
+
+    def __init__(self, storage: Storage, keys: Sequence[KeyConfig] = (),
+                 organisations: Mapping[str, BudgetConfig] | None = None,
+                 ttl: float = 600.0, owner: str | None = None,
+                 now: float | None = None) -> None:
+        self.storage = storage
+        self.ttl = ttl
+        self.owner = uuid.uuid4().hex if owner is None else owner
+        self.keys = {k.key_sha256: k for k in keys}
+        self.organisations = dict(organisations or {})
+        with storage.transaction() as cur:
+            for statement in SCHEMA:
+                cur.execute(statement)
+            for key in keys:
+                cur.execute("INSERT INTO api_keys (key_sha256, name, organisation) VALUES "
+                            "(?, ?, ?) ON CONFLICT (key_sha256) DO UPDATE SET "
+                            "name = excluded.name, organisation = excluded.organisation",
+                            (key.key_sha256, key.name, key.organisation))
+            for budget in [k.budget for k in keys] + list(self.organisations.values()):
+                cur.execute("INSERT INTO budgets (name, limit_micros, period) VALUES (?, ?, ?) "
+                            "ON CONFLICT (name) DO UPDATE SET limit_micros = "
+                            "excluded.limit_micros, period = excluded.period",
+                            (budget.name, budget.limit, budget.period))
+            self._beat(cur, time.time() if now is None else now)
+
+    def _beat(self, cur: Any, now: float) -> None:
+        cur.execute("INSERT INTO servers (id, heartbeat) VALUES (?, ?) ON CONFLICT (id) DO "
+                    "UPDATE SET heartbeat = excluded.heartbeat", (self.owner, now))
+
+    def heartbeat(self, now: float | None = None) -> None:
+        """Say this process is alive: its reservations do not expire for ``ttl`` seconds."""
+        with self.storage.transaction() as cur:
+            self._beat(cur, time.time() if now is None else now)
+
+    def budgets_of(self, key: KeyConfig) -> list[BudgetConfig]:
+        """The budgets a key's calls count against, in name order (the lock order)."""
+        found = [key.budget]
+        if key.organisation is not None:
+            found.append(self.organisations[key.organisation])
+        return sorted(found, key=lambda b: b.name)
+
+    def reserve(self, reservation_id: str, key: KeyConfig, amount: int,
+                idempotency_key: str | None = None, now: float | None = None) -> None:
+        """Reserve ``amount`` micro-dollars on every budget of ``key``, or refuse.
+
+        Raises:
+            BudgetExceededError: Naming the first budget (in name order) it does not fit.
+            DuplicateRequestError: If ``idempotency_key`` was used before.
+        """
+        now = time.time() if now is None else now
+        budgets = self.budgets_of(key)
+        with self.storage.transaction() as cur:
+            self._beat(cur, now)
+            self._release_expired(cur, now)
+            if idempotency_key is not None:
+                cur.execute("SELECT 1 FROM requests WHERE idempotency_key = ? UNION ALL "
+                            "SELECT 1 FROM reservations WHERE idempotency_key = ?",
+                            (idempotency_key, idempotency_key))
+                if cur.fetchone() is not None:
+                    raise DuplicateRequestError(
+                        f"idempotency key {idempotency_key!r} was used before")
+            held = []
+            for budget in budgets:
+                start = period_start(budget.period, now)
+                cur.execute("INSERT INTO budget_usage (budget, period_start) VALUES (?, ?) "
+                            "ON CONFLICT (budget, period_start) DO NOTHING", (budget.name, start))
+                cur.execute("SELECT u.spent_micros, u.reserved_micros, b.limit_micros FROM "
+                            "budget_usage u JOIN budgets b ON b.name = u.budget WHERE "
+                            f"u.budget = ? AND u.period_start = ?{self.storage.lock('u')}",
+                            (budget.name, start))
+                spent, reserved, limit = cur.fetchone()
+                if limit is not None and spent + reserved + amount > limit:
+                    raise BudgetExceededError(budget.name, limit, spent, reserved, amount)
+                held.append(f"{budget.name}@{start}")
+            for entry in held:
+                name, start = entry.rsplit("@", 1)
+                cur.execute("UPDATE budget_usage SET reserved_micros = reserved_micros + ? "
+                            "WHERE budget = ? AND period_start = ?", (amount, name, int(start)))
+            try:  # another process may have taken the key since the check (PostgreSQL)
+                cur.execute("INSERT INTO reservations (id, key_name, budgets, amount_micros, "
+                            "created_at, owner, idempotency_key) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                            (reservation_id, key.name, ",".join(held), amount, now,
+                             self.owner, idempotency_key))
+            except self.storage.integrity_error:
+                raise DuplicateRequestError(f"idempotency key {idempotency_key!r} or request "
+                                            f"id {reservation_id!r} was used before") from None
+
+    def settle(self, reservation_id: str, cost: int, outcome: str, *, route: str | None = None,
+               model: str | None = None, prompt_tokens: int | None = None,
+               completion_tokens: int | None = None, latency_ms: float | None = None,
+               prompt: str | None = None, response: str | None = None,
+               now: float | None = None) -> None:
+        """Charge a reserved call its real ``cost`` (0 for a failed call) and write its row.
+
+        Settling twice is a no-op; settling after the reservation expired charges the
+        cost all the same and marks the row ``late``.
+        """
+        now = time.time() if now is None else now
+        with self.storage.transaction() as cur:
+            cur.execute("SELECT budgets, amount_micros, key_name, idempotency_key, created_at "
+                        f"FROM reservations r WHERE id = ?{self.storage.lock('r')}",
+                        (reservation_id,))
+            found = cur.fetchone()
+            if found is None:
+                cur.execute("SELECT budgets, outcome FROM requests WHERE id = ?",
+                            (reservation_id,))
+                row = cur.fetchone()
+                if row is None or row[1] != "expired":
+                    return  # settled already (or never reserved): nothing to do twice
+                for name, start in _held(row[0]):
+                    cur.execute("UPDATE budget_usage SET spent_micros = spent_micros + ? "
+                                "WHERE budget = ? AND period_start = ?", (cost, name, start))
+                cur.execute("UPDATE requests SET cost_micros = ?, outcome = ?, model = ?, "
+                            "prompt_tokens = ?, completion_tokens = ?, latency_ms = ?, "
+                            "response = ? WHERE id = ?",
+                            (cost, f"late:{outcome}", model, prompt_tokens, completion_tokens,
+                             latency_ms, response, reservation_id))
+                return
+            budgets, amount, key_name, idempotency_key, created = found
+            for name, start in _held(budgets):
+                cur.execute("UPDATE budget_usage SET reserved_micros = reserved_micros - ?, "
+                            "spent_micros = spent_micros + ? WHERE budget = ? AND "
+                            "period_start = ?", (amount, cost, name, start))
+            cur.execute("DELETE FROM reservations WHERE id = ?", (reservation_id,))
+            self._insert(cur, (reservation_id, idempotency_key, key_name, budgets, route, model,
+                               prompt_tokens, completion_tokens, cost, amount, latency_ms,
+                               outcome, created, prompt, response))
+
+    def record(self, request_id: str, outcome: str, *, key_name: str | None = None,
+               route: str | None = None, model: str | None = None,
+               idempotency_key: str | None = None, prompt: str | None = None,
+               now: float | None = None) -> None:
+        """Write the row of a request that reserved nothing (refused), with no cost."""
+        now = time.time() if now is None else now
+        with self.storage.transaction() as cur:
+            self._insert(cur, (request_id, idempotency_key, key_name, None, route, model, None,
+                               None, 0, 0, None, outcome, now, prompt, None))
+
+    def release_expired(self, now: float | None = None) -> int:
+        """Release the reservations of servers silent for ``ttl`` seconds; return how many."""
+        with self.storage.transaction() as cur:
+            return self._release_expired(cur, time.time() if now is None else now)
+
+    def _release_expired(self, cur: Any, now: float) -> int:
+        # never this process's own: it is alive, its calls will settle
+        cur.execute("SELECT r.id, r.budgets, r.amount_micros, r.key_name, r.idempotency_key, "
+                    "r.created_at FROM reservations r LEFT JOIN servers s ON s.id = r.owner "
+                    "WHERE r.owner <> ? AND (s.heartbeat IS NULL OR s.heartbeat < ?)"
+                    f"{self.storage.lock('r')}", (self.owner, now - self.ttl))
+        expired = cur.fetchall()
+        for ident, budgets, amount, key_name, idempotency_key, created in expired:
+            for name, start in _held(budgets):
+                cur.execute("UPDATE budget_usage SET reserved_micros = reserved_micros - ? "
+                            "WHERE budget = ? AND period_start = ?", (amount, name, start))
+            cur.execute("DELETE FROM reservations WHERE id = ?", (ident,))
+            self._insert(cur, (ident, idempotency_key, key_name, budgets, None, None, None, None,
+                               0, amount, None, "expired", created, None, None))
+        return len(expired)
+
+    @staticmethod
+    def _insert(cur: Any, row: Sequence[Any]) -> None:
+        cur.execute(f"INSERT INTO requests ({', '.join(REQUEST_COLUMNS)}) VALUES "
+                    f"({', '.join('?' * len(REQUEST_COLUMNS))}) ON CONFLICT (id) DO NOTHING",
+                    tuple(row))
+
+    def feedback(self, request_id: str, score: float, key_name: str,
+                 now: float | None = None) -> bool:
+        """Record a client's score of a request it made (again: the new score wins).
+
+        Returns:
+            Whether the request is a settled call of that key (else nothing is stored).
+        """
+        with self.storage.transaction() as cur:
+            cur.execute("SELECT key_name, outcome FROM requests WHERE id = ?", (request_id,))
+            row = cur.fetchone()
+            if row is None or row[0] != key_name or not str(row[1]).endswith("ok"):
+                return False
+            cur.execute("INSERT INTO feedback (request_id, score, created_at) VALUES (?, ?, ?) "
+                        "ON CONFLICT (request_id) DO UPDATE SET score = excluded.score, "
+                        "created_at = excluded.created_at",
+                        (request_id, score, time.time() if now is None else now))
+            return True
+
+    def scored_calls(self) -> list[dict[str, Any]]:
+        """The settled calls with feedback: model, prompt, response, tokens, cost, score."""
+        with self.storage.transaction() as cur:
+            cur.execute("SELECT r.id, r.model, r.prompt, r.response, r.prompt_tokens, "
+                        "r.completion_tokens, r.cost_micros, f.score, f.created_at FROM "
+                        "requests r JOIN feedback f ON f.request_id = r.id "
+                        "ORDER BY f.created_at, r.id")
+            names = ("id", "model", "prompt", "response", "prompt_tokens", "completion_tokens",
+                     "cost_micros", "score", "scored_at")
+            return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+    def usage(self) -> list[Usage]:
+        """Every budget's money in every period it was used."""
+        with self.storage.transaction() as cur:
+            cur.execute("SELECT u.budget, u.period_start, u.spent_micros, u.reserved_micros, "
+                        "b.limit_micros FROM budget_usage u JOIN budgets b ON b.name = u.budget "
+                        "ORDER BY u.budget, u.period_start")
+            return [Usage(*row) for row in cur.fetchall()]
+
+    def requests(self) -> list[dict[str, Any]]:
+        """Every request's row, oldest first."""
+        with self.storage.transaction() as cur:
+            cur.execute(f"SELECT {', '.join(REQUEST_COLUMNS)} FROM requests "
+                        "ORDER BY created_at, id")
+            return [dict(zip(REQUEST_COLUMNS, row, strict=True)) for row in cur.fetchall()]
+
+    def open_reservations(self) -> int:
+        """How many reservations are held now."""
+        with self.storage.transaction() as cur:
+            cur.execute("SELECT COUNT(*) FROM reservations")
+            return int(cur.fetchone()[0])
+
+
+def _held(budgets: str) -> list[tuple[str, int]]:
+    """``"key:a@0,org:b@1700000000"`` as ``[("key:a", 0), ("org:b", 1700000000)]``."""
+    pairs = [entry.rsplit("@", 1) for entry in budgets.split(",") if entry]
+    return [(name, int(start)) for name, start in pairs]

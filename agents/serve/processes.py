@@ -1,0 +1,53 @@
+"""Start the stand-in upstream and the server as real processes (tests, benchmarks, demos)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def wait_until_up(url: str, process: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
+    """Return once ``GET url`` answers 200; raise if the process died or time ran out."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            err = process.stderr.read().decode(errors="replace") if process.stderr else ""
+            raise RuntimeError(f"{url}: the process exited with {process.returncode}: "
+                               f"{err.strip()[-2000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=1) as answer:
+                if answer.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(f"{url}: not up after {timeout:g} s")
+
+
+@contextmanager
+def launched(args: Sequence[str], health_url: str, env: dict[str, str] | None = None,
+             cwd: str | Path | None = None) -> Iterator[subprocess.Popen[bytes]]:
+    """``python -m ...args`` running until the block ends (then terminated, else killed)."""
+    environment = {**os.environ, **(env or {})}
+    process = subprocess.Popen([sys.executable, *args], env=environment, cwd=cwd,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_until_up(health_url, process)
+        yield process
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if process.stderr is not None:
+            process.stderr.close()

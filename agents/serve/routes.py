@@ -1,0 +1,112 @@
+"""What a client's model name selects: a fixed model, or a saved router at a threshold.
+
+As RouteLLM's server: ``router-<name>-<threshold>`` routes with router ``<name>`` at that
+threshold (``router-<name>`` at its saved one); a route's own name (``cheap``) or a model's
+name calls that model. The result is the models to try in order: the chosen one first,
+then (a request that does not fit its budget is downgraded) the router's cheaper models,
+dearest first, then its dearer ones and the route's ``fallbacks`` (an upstream that fails
+falls back to another model within the budget).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agents.serve.config import ROUTER_PREFIX, ServeConfig
+from agents.serve.inputs import ApiError
+from agents.serve.live import LiveRouter, RouteDecision
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The models to try for one request, in order, and why."""
+
+    route: str
+    models: tuple[str, ...]
+    decision: RouteDecision | None = None
+
+
+class Routes:
+    """The configured routes, their routers loaded (once, at start).
+
+    Raises:
+        ValueError: A router that cannot be loaded, is a cascade (not served yet), or
+            names a model that is not configured (map it with the route's ``models``).
+    """
+
+    def __init__(self, config: ServeConfig) -> None:
+        self.config = config
+        self.routers: dict[str, LiveRouter] = {}
+        for name, route in config.routes.items():
+            if route.path is None:
+                continue
+            live = LiveRouter.load(route.path)
+            if live.router.reads_answers:
+                raise ValueError(f"routers: {name}: a cascade router (it reads the weak "
+                                 "model's answer) is not served yet; expected another kind")
+            for model in live.models:
+                if route.models.get(model, model) not in config.models:
+                    raise ValueError(
+                        f"routers: {name}: the router's model {model!r} is not one of "
+                        f"models {list(config.models)}; map it with models: {{{model}: NAME}}")
+            self.routers[name] = live
+
+    def names(self) -> list[str]:
+        """The model names clients can send."""
+        found = list(self.config.models)
+        for name, route in self.config.routes.items():
+            found.append(f"{ROUTER_PREFIX}{name}" if route.path is not None else name)
+        return found
+
+    def _by_price(self, names: list[str]) -> list[str]:
+        models = self.config.models
+        return sorted(names, key=lambda n: (models[n].input_price + models[n].output_price, n))
+
+    def plan(self, name: str, prompt: str) -> Plan:
+        """The models to try for model name ``name`` and a prompt.
+
+        Raises:
+            ApiError: 404 naming ``model`` when no model or route has that name.
+        """
+        config = self.config
+        if name in config.models:
+            return Plan(name, (name,))
+        route = config.routes.get(name)
+        if route is not None and route.model is not None:
+            return Plan(name, _unique((route.model, *route.fallbacks)))
+        threshold = None
+        if name.startswith(ROUTER_PREFIX):
+            rest = name[len(ROUTER_PREFIX):]
+            if rest not in self.routers and "-" in rest:
+                base, _, point = rest.rpartition("-")
+                try:
+                    threshold = float(point)
+                except ValueError:
+                    threshold = None
+                else:
+                    rest = base
+            if rest in self.routers:
+                return self._routed(rest, prompt, threshold, name)
+        raise ApiError(404, f"model: expected one of {self.names()} (or router-NAME-THRESHOLD), "
+                       f"got {name!r}", param="model", code="model_not_found")
+
+    def _routed(self, name: str, prompt: str, threshold: float | None, asked: str) -> Plan:
+        route, live = self.config.routes[name], self.routers[name]
+        try:
+            decision = live.route(prompt, point=threshold)
+        except ValueError as err:  # a threshold out of the router's range
+            raise ApiError(400, f"model: {asked!r}: {err}", param="model") from None
+        mapped = [route.models.get(m, m) for m in live.models]
+        chosen = route.models.get(decision.model, decision.model)
+        prices = self.config.models
+        price = prices[chosen].input_price + prices[chosen].output_price
+        cheaper = [m for m in mapped if m != chosen
+                   and prices[m].input_price + prices[m].output_price <= price]
+        dearer = [m for m in mapped if m != chosen and m not in cheaper]
+        order = (chosen, *reversed(self._by_price(cheaper)), *self._by_price(dearer),
+                 *route.fallbacks)
+        return Plan(f"{ROUTER_PREFIX}{name}", _unique(order), decision)
+
+
+def _unique(names: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(names))

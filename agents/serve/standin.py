@@ -1,0 +1,212 @@
+"""A stand-in OpenAI-compatible upstream: try ``cost-envs serve`` (and test it) without keys.
+
+::
+
+    python -m agents.serve.standin --port 8100 [--models small,medium,large]
+                                   [--latency 0.0] [--fault large=500] [--api-key KEY]
+
+It serves ``GET /v1/models`` and ``POST /v1/chat/completions`` (with and without
+``stream: true``; ``stream_options.include_usage`` adds the usage chunk, as OpenAI's API
+does) for each of its models. Its answers are made up, but their token counts are real
+counts of what it sent and received, so a client's bill can be checked to the token:
+
+* prompt tokens: each message's whitespace-separated words plus 4, plus 3 per request
+  (OpenAI's chat overhead), never more than :func:`agents.serve.app.prompt_bound`;
+* completion tokens: the words of the answer, ``min(max_tokens, 8 + words % 24)``.
+
+Faults are injected per model, from the command line (``--fault large=500``) or at run
+time with ``POST /control`` (``{"model": "large", "fault": "429", "count": 3}``: the next
+3 calls; ``"rate": 0.5``: half of them, seeded). A fault is ``timeout`` (the answer comes
+after 3600 s), ``429`` or ``500``. A refused connection is a real one: point a model at a
+port nobody listens on (:func:`free_port`). ``GET /stats`` counts the calls each model
+received and answered.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+#: The faults a model can be given.
+FAULTS = ("timeout", "429", "500")
+#: The stand-in's models by default.
+MODELS = ("small", "medium", "large")
+
+
+@dataclass
+class Fault:
+    """A fault injected into one model's calls: the next ``count`` or a ``rate`` of them."""
+
+    kind: str
+    count: int | None = None
+    rate: float = 1.0
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (the OS picks it)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def count_prompt(messages: Sequence[dict[str, Any]]) -> int:
+    """The stand-in's prompt tokens: words plus 4 per message, plus 3."""
+    return 3 + sum(4 + len(str(m.get("content") or "").split()) for m in messages)
+
+
+def answer_words(model: str, messages: Sequence[dict[str, Any]], max_tokens: int) -> list[str]:
+    """The made-up answer, one token per word."""
+    words = " ".join(str(m.get("content") or "") for m in messages).split() or ["nothing"]
+    n = max(1, min(max_tokens, 8 + len(words) % 24))
+    said = [f"[{model}]"] + [words[i % len(words)] for i in range(n - 1)]
+    return said[:n]
+
+
+def create_app(models: Sequence[str] = MODELS, latency: float = 0.0,
+               faults: dict[str, Fault] | None = None, api_key: str | None = None,
+               seed: int = 0) -> FastAPI:
+    """The stand-in's FastAPI app (see the module docstring)."""
+    app = FastAPI(title="cost-envs stand-in upstream")
+    state = {"faults": dict(faults or {}), "latency": {m: latency for m in models}}
+    calls: Counter[str] = Counter()
+    answered: Counter[str] = Counter()
+    rng = random.Random(seed)
+
+    def error(status: int, message: str, kind: str) -> JSONResponse:
+        return JSONResponse({"error": {"message": message, "type": kind, "param": None,
+                                       "code": None}}, status_code=status)
+
+    @app.get("/v1/models")
+    async def list_models() -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": m, "object": "model", "created": 0,
+                                            "owned_by": "cost-envs-standin"} for m in models]}
+
+    @app.get("/stats")
+    async def stats() -> dict[str, Any]:
+        return {"calls": dict(calls), "answered": dict(answered)}
+
+    @app.post("/control")
+    async def control(request: Request) -> dict[str, Any]:
+        body = await request.json()
+        model = body.get("model")
+        if model not in models:
+            return error(400, f"model: expected one of {list(models)}", "invalid_request_error")
+        if "latency" in body:
+            state["latency"][model] = float(body["latency"])
+        if body.get("fault") in (None, "none"):
+            state["faults"].pop(model, None)
+        elif body["fault"] in FAULTS:
+            state["faults"][model] = Fault(body["fault"], body.get("count"),
+                                           float(body.get("rate", 1.0)))
+        else:
+            return error(400, f"fault: expected one of {list(FAULTS)}", "invalid_request_error")
+        return {"ok": True}
+
+    def take_fault(model: str) -> str | None:
+        fault = state["faults"].get(model)
+        if fault is None or rng.random() >= fault.rate:
+            return None
+        if fault.count is not None:
+            fault.count -= 1
+            if fault.count <= 0:
+                state["faults"].pop(model, None)
+        return fault.kind
+
+    @app.post("/v1/chat/completions", response_model=None)
+    async def chat(request: Request) -> Any:
+        if api_key is not None and request.headers.get("authorization") != f"Bearer {api_key}":
+            return error(401, "Incorrect API key provided", "invalid_request_error")
+        body = await request.json()
+        model = body.get("model")
+        if model not in models:
+            return error(404, f"The model {model!r} does not exist", "invalid_request_error")
+        calls[model] += 1
+        fault = take_fault(model)
+        if fault == "timeout":
+            await asyncio.sleep(3600)
+        if fault in ("429", "500"):
+            kind = "rate_limit_error" if fault == "429" else "server_error"
+            return error(int(fault), f"injected fault {fault}", kind)
+        if state["latency"][model] > 0:
+            await asyncio.sleep(state["latency"][model])
+        messages = body.get("messages") or []
+        max_tokens = int(body.get("max_completion_tokens") or body.get("max_tokens") or 256)
+        words = answer_words(model, messages, max_tokens)
+        usage = {"prompt_tokens": count_prompt(messages), "completion_tokens": len(words),
+                 "total_tokens": count_prompt(messages) + len(words)}
+        ident, created = f"chatcmpl-standin-{sum(calls.values())}", int(time.time())
+        finish = "length" if len(words) == max_tokens else "stop"
+        answered[model] += 1
+        if not body.get("stream"):
+            return {"id": ident, "object": "chat.completion", "created": created,
+                    "model": model, "usage": usage,
+                    "choices": [{"index": 0, "finish_reason": finish, "logprobs": None,
+                                 "message": {"role": "assistant", "content": " ".join(words)}}]}
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+
+        async def events() -> AsyncIterator[str]:
+            base = {"id": ident, "object": "chat.completion.chunk", "created": created,
+                    "model": model}
+            for i, word in enumerate(words):
+                delta = {"content": (" " if i else "") + word}
+                if i == 0:
+                    delta["role"] = "assistant"
+                chunk = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+                yield f"data: {json.dumps(chunk)}\n\n"
+            last = {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}
+            yield f"data: {json.dumps(last)}\n\n"
+            if include_usage:
+                yield f"data: {json.dumps({**base, 'choices': [], 'usage': usage})}\n\n"
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    return app
+
+
+def _fault(text: str) -> tuple[str, Fault]:
+    model, _, kind = text.partition("=")
+    if kind not in FAULTS or not model:
+        raise argparse.ArgumentTypeError(f"expected MODEL=FAULT with FAULT one of {list(FAULTS)}, "
+                                         f"got {text!r}")
+    return model, Fault(kind)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Run the stand-in with uvicorn on 127.0.0.1."""
+    parser = argparse.ArgumentParser(prog="python -m agents.serve.standin",
+                                     description="A stand-in OpenAI-compatible upstream.")
+    parser.add_argument("--port", type=int, default=8100)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--models", default=",".join(MODELS),
+                        help="comma-separated model names (default: %(default)s)")
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds per answer")
+    parser.add_argument("--fault", type=_fault, action="append", default=[],
+                        metavar="MODEL=FAULT", help=f"inject a fault, one of {list(FAULTS)}")
+    parser.add_argument("--api-key", default=None, help="require this bearer key")
+    parser.add_argument("--seed", type=int, default=0, help="seeds the fault rates")
+    args = parser.parse_args(argv)
+    models = tuple(m for m in args.models.split(",") if m)
+    for model, _ in args.fault:
+        if model not in models:
+            parser.error(f"--fault: expected a model of {list(models)}, got {model!r}")
+    import uvicorn
+
+    uvicorn.run(create_app(models, args.latency, dict(args.fault), args.api_key, args.seed),
+                host=args.host, port=args.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""The ledger on a real SQLite file: exact budgets under threads and processes, expiry."""
+
+from __future__ import annotations
+
+import calendar
+import multiprocessing
+import random
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+from agents.serve.config import BudgetConfig, KeyConfig, hash_key
+from agents.serve.ledger import BudgetExceededError, DuplicateRequestError, Ledger, period_start
+from agents.serve.storage import open_storage
+
+ORG = BudgetConfig("org:acme", 1_000, "total")
+ALICE = KeyConfig("alice", hash_key("a"), BudgetConfig("key:alice", 600, "total"), "acme")
+BOB = KeyConfig("bob", hash_key("b"), BudgetConfig("key:bob", 700, "day"), "acme")
+
+
+def ledger_at(path: Path) -> Ledger:
+    return Ledger(open_storage(f"sqlite:///{path}"), [ALICE, BOB], {"acme": ORG})
+
+
+def test_reserve_settle_and_the_budget_named_when_it_does_not_fit(tmp_path: Path) -> None:
+    ledger = ledger_at(tmp_path / "l.db")
+    ledger.reserve("r1", ALICE, 500)
+    with pytest.raises(BudgetExceededError,
+                       match=r"budget 'key:alice' exceeded: .* \$0.000100 left"):
+        ledger.reserve("r2", ALICE, 101)  # 500 reserved of 600
+    ledger.settle("r1", 120, "ok", model="small", prompt_tokens=10, completion_tokens=3)
+    ledger.settle("r1", 999, "ok")  # twice: a no-op
+    ledger.reserve("r2", ALICE, 480)  # 120 spent + 480 = 600: fits exactly
+    with pytest.raises(BudgetExceededError, match="'org:acme'") as err:
+        ledger.reserve("r3", BOB, 401)  # org: 120 + 480 + 401 > 1000
+    assert err.value.left == 400
+    ledger.settle("r2", 0, "upstream_error")
+    usage = {u.budget: u for u in ledger.usage()}
+    assert (usage["key:alice"].spent, usage["key:alice"].reserved) == (120, 0)
+    assert usage["org:acme"].spent == 120 and "key:bob" not in usage  # refused: rolled back
+    rows = {r["id"]: r for r in ledger.requests()}
+    assert rows["r1"]["cost_micros"] == 120 and rows["r1"]["reserved_micros"] == 500
+    assert rows["r2"]["outcome"] == "upstream_error" and ledger.open_reservations() == 0
+
+
+def test_a_dead_servers_reservation_is_released_and_a_late_one_still_charged(
+        tmp_path: Path) -> None:
+    storage = open_storage(f"sqlite:///{tmp_path / 'l.db'}")
+    crashed = Ledger(storage, [ALICE, BOB], {"acme": ORG}, ttl=10, now=1000.0)
+    crashed.reserve("crashed", ALICE, 600, now=1000.0)  # its last heartbeat: 1000
+    ledger = Ledger(storage, [ALICE, BOB], {"acme": ORG}, ttl=10, now=1005.0)
+    with pytest.raises(BudgetExceededError):
+        ledger.reserve("next", ALICE, 1, now=1009.0)  # 1000 + 10: the owner may be alive
+    ledger.reserve("mine", ALICE, 0, now=5000.0)  # its own reservations never expire
+    ledger.reserve("next", ALICE, 600, now=5000.0)  # "crashed"'s owner went silent
+    assert {r["id"]: r["outcome"] for r in ledger.requests()} == {"crashed": "expired"}
+    crashed.settle("crashed", 50, "ok", now=5001.0)  # the call came back after all
+    assert {r["id"]: r["outcome"] for r in ledger.requests()} == {"crashed": "late:ok"}
+    assert next(u for u in ledger.usage() if u.budget == "key:alice").spent == 50
+
+
+def test_an_idempotency_key_is_used_once(tmp_path: Path) -> None:
+    ledger = ledger_at(tmp_path / "l.db")
+    ledger.reserve("r1", ALICE, 1, idempotency_key="k")
+    with pytest.raises(DuplicateRequestError, match="'k' was used before"):
+        ledger.reserve("r2", ALICE, 1, idempotency_key="k")
+    ledger.settle("r1", 1, "ok")
+    with pytest.raises(DuplicateRequestError):
+        ledger.reserve("r3", ALICE, 1, idempotency_key="k")
+
+
+def test_periods_start_on_utc_boundaries() -> None:
+    now = calendar.timegm((2026, 11, 27, 20, 45, 10))  # a Friday
+    assert period_start("total", now) == 0
+    assert period_start("hour", now) == calendar.timegm((2026, 11, 27, 20, 0, 0))
+    assert period_start("day", now) == calendar.timegm((2026, 11, 27, 0, 0, 0))
+    assert period_start("week", now) == calendar.timegm((2026, 11, 23, 0, 0, 0))  # Monday
+    assert period_start("month", now) == calendar.timegm((2026, 11, 1, 0, 0, 0))
+    with pytest.raises(ValueError, match="period: expected one of"):
+        period_start("year", now)
+
+
+def test_the_database_is_in_wal_mode(tmp_path: Path) -> None:
+    ledger_at(tmp_path / "l.db")
+    assert sqlite3.connect(tmp_path / "l.db").execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+def _hammer(path: str, worker: int, calls: int) -> None:
+    """Reserve worst cases and settle random real costs, as a server process would."""
+    ledger = ledger_at(Path(path))
+    rng = random.Random(worker)
+    for i in range(calls):
+        key = (ALICE, BOB)[rng.randrange(2)]
+        amount = rng.randrange(1, 60)
+        try:
+            ledger.reserve(f"w{worker}-{i}", key, amount)
+        except BudgetExceededError:
+            ledger.record(f"w{worker}-{i}", "refused_budget", key_name=key.name)
+            continue
+        ledger.settle(f"w{worker}-{i}", rng.randrange(0, amount + 1), "ok")
+
+
+def test_budgets_hold_exactly_under_threads_and_processes(tmp_path: Path) -> None:
+    path = str(tmp_path / "l.db")
+    ledger = ledger_at(Path(path))
+    context = multiprocessing.get_context("spawn")
+    processes = [context.Process(target=_hammer, args=(path, w, 150)) for w in range(2)]
+    threads = [threading.Thread(target=_hammer, args=(path, w, 150)) for w in range(2, 6)]
+    for worker in processes + threads:
+        worker.start()
+    for worker in processes + threads:
+        worker.join(timeout=300)
+    assert all(p.exitcode == 0 for p in processes)
+    rows = ledger.requests()
+    assert len(rows) == 6 * 150 and ledger.open_reservations() == 0  # no row lost or doubled
+    usage = {u.budget: u for u in ledger.usage()}
+    for budget, keys in (("key:alice", {"alice"}), ("key:bob", {"bob"}),
+                         ("org:acme", {"alice", "bob"})):
+        spent = sum(r["cost_micros"] for r in rows if r["key_name"] in keys)
+        assert usage[budget].spent == spent <= usage[budget].limit
+        assert usage[budget].reserved == 0
+    refused = sum(r["outcome"] == "refused_budget" for r in rows)
+    assert 0 < refused < len(rows)  # the budgets bound: about half were refused
+    assert usage["org:acme"].limit - usage["org:acme"].spent < 60  # filled to the last call

@@ -1,0 +1,164 @@
+"""Budgets under load and a server killed mid-load: exact spend, no ledger row lost or doubled.
+
+The full-size run of issue #27 (2,000 requests from 64 clients) is ``slow``; the fast tier
+kills the server (SIGKILL) in the middle of a smaller load and restarts it.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+import yaml
+
+from agents.serve.config import hash_key
+from agents.serve.processes import launched
+from agents.serve.standin import free_port
+
+#: small's prices; a call below costs ~8 micro-dollars and reserves at most 16.
+PRICE_IN, PRICE_OUT = 0.1, 0.4
+TTL = 3.0
+
+
+def _config(tmp: Path, upstream: str, limit_micros: int) -> Path:
+    config = {
+        "storage": "sqlite:///ledger.db",
+        "models": [{"name": "small", "base_url": f"{upstream}/v1", "input_price": PRICE_IN,
+                    "output_price": PRICE_OUT, "context": 4096, "max_output_tokens": 64,
+                    "timeout": 60}],  # a loaded 2-core machine can take seconds per call
+        "budgets": {"organisations": [{"name": "lab", "limit": 2 * limit_micros / 1e6}],
+                    "keys": [{"name": "loader", "key_sha256": hash_key("sk-load"),
+                              "organisation": "lab", "limit": limit_micros / 1e6}]},
+        "server": {"retries": 0, "reservation_ttl": TTL},
+    }
+    path = tmp / "serve.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _load(url: Callable[[], str], requests: int, clients: int) -> Counter:
+    outcomes: Counter = Counter()
+    lock = threading.Lock()
+
+    def work(worker: int) -> None:
+        for i in range(worker, requests, clients):
+            client = openai.OpenAI(base_url=f"{url()}/v1", api_key="sk-load", max_retries=0,
+                                   timeout=300)  # only a killed server ends a call early
+            for _ in range(300):  # a killed server: try again (the same key) until it is back
+                try:
+                    client.chat.completions.create(
+                        model="small", max_tokens=20,
+                        messages=[{"role": "user",
+                                   "content": f"question {i}: " + "word " * (i % 9)}],
+                        extra_headers={"Idempotency-Key": f"load-{i}"})
+                    result = "ok"
+                except openai.APIStatusError as err:
+                    result = str(err.status_code)
+                except openai.APIConnectionError:
+                    result = "connection"
+                    time.sleep(0.05)
+                    continue
+                break
+            with lock:
+                outcomes[result] += 1
+
+    threads = [threading.Thread(target=work, args=(w,)) for w in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=900)
+    return outcomes
+
+
+def _ledger(db: Path) -> tuple[list[dict], dict[str, tuple[int, int]], int]:
+    with sqlite3.connect(db) as conn:
+        conn.row_factory = sqlite3.Row
+        rows = [dict(r) for r in conn.execute("SELECT * FROM requests")]
+        usage = {r[0]: (r[1], r[2]) for r in conn.execute(
+            "SELECT budget, spent_micros, reserved_micros FROM budget_usage")}
+        open_reservations = conn.execute("SELECT COUNT(*) FROM reservations").fetchone()[0]
+    return rows, usage, open_reservations
+
+
+@pytest.fixture
+def upstream() -> Iterator[str]:
+    port = free_port()
+    with launched(["-m", "agents.serve.standin", "--port", str(port), "--latency", "0.01"],
+                  f"http://127.0.0.1:{port}/v1/models"):
+        yield f"http://127.0.0.1:{port}"
+
+
+def _check_exact(db: Path, limit: int, answered: int) -> list[dict]:
+    rows, usage, open_reservations = _ledger(db)
+    assert open_reservations == 0
+    spent = sum(r["cost_micros"] for r in rows)
+    assert usage["key:loader"] == (spent, 0) and usage["org:lab"] == (spent, 0)
+    assert spent <= limit  # not by one micro-dollar
+    ok = sum(r["outcome"] == "ok" for r in rows)
+    expired = sum(r["outcome"] == "expired" for r in rows)
+    # every call the upstream answered is one row: settled, or expired if the server died
+    assert ok <= answered <= ok + expired
+    return rows
+
+
+def _serve(config: Path, port: int):
+    return launched(["-m", "agents.cli", "serve", "--config", str(config), "--port",
+                     str(port)], f"http://127.0.0.1:{port}/health")
+
+
+@pytest.mark.slow
+def test_the_full_load_never_passes_a_budget(tmp_path: Path, upstream: str) -> None:
+    limit, port = 8_000, free_port()  # ~1,000 of the 2,000 calls
+    with _serve(_config(tmp_path, upstream, limit), port):
+        outcomes = _load(lambda: f"http://127.0.0.1:{port}", requests=2000, clients=64)
+    assert sum(outcomes.values()) == 2000 and set(outcomes) == {"ok", "402"}
+    assert 700 <= outcomes["ok"] <= 1300
+    answered = httpx.get(f"{upstream}/stats").json()["answered"]["small"]
+    rows = _check_exact(tmp_path / "ledger.db", limit, answered)
+    assert answered == outcomes["ok"] == sum(r["outcome"] == "ok" for r in rows)
+    assert limit - sum(r["cost_micros"] for r in rows) < 16
+
+
+def test_a_server_killed_mid_load_loses_no_row_and_keeps_budgets_exact(
+        tmp_path: Path, upstream: str) -> None:
+    limit, port = 800, free_port()
+    config = _config(tmp_path, upstream, limit)
+    url = f"http://127.0.0.1:{port}"
+    done: dict[str, Counter] = {}
+    with _serve(config, port) as first:
+        loader = threading.Thread(target=lambda: done.setdefault(
+            "load", _load(lambda: url, requests=200, clients=16)))
+        loader.start()
+        while len(_ledger(tmp_path / "ledger.db")[0]) < 40:  # well into the load
+            time.sleep(0.02)
+        first.kill()  # SIGKILL: no settle, no cleanup
+        first.wait()
+        killed_at = time.monotonic()
+        with _serve(config, port):  # the same ledger, restarted
+            loader.join(timeout=600)
+            time.sleep(max(0.0, TTL + 0.5 - (time.monotonic() - killed_at)))
+            # a request after the expiry releases what the killed server had reserved
+            openai.OpenAI(base_url=f"{url}/v1", api_key="sk-load", max_retries=0
+                          ).models.list()
+            try:
+                openai.OpenAI(base_url=f"{url}/v1", api_key="sk-load", max_retries=0
+                              ).chat.completions.create(
+                    model="small", max_tokens=1, messages=[{"role": "user", "content": "x"}])
+            except openai.APIStatusError as err:
+                assert err.status_code == 402
+    outcomes = done["load"]
+    # 409: a call in flight when the server died, tried again with its idempotency key
+    assert sum(outcomes.values()) == 200 and set(outcomes) <= {"ok", "402", "409"}
+    assert outcomes["ok"] > 0 and outcomes["402"] > 0  # the budget was reached after restart
+    answered = httpx.get(f"{upstream}/stats").json()["answered"]["small"]
+    rows = _check_exact(tmp_path / "ledger.db", limit, answered)
+    assert len({r["id"] for r in rows}) == len(rows)
+    assert sum(r["outcome"] == "expired" for r in rows) > 0  # calls in flight at the kill
+    assert sum(r["outcome"] == "ok" for r in rows) >= outcomes["ok"]

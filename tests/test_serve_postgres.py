@@ -1,0 +1,144 @@
+"""The ledger on a real PostgreSQL server: two server processes sharing one budget.
+
+The server is Debian's ``postgresql`` package, started in a temporary directory (as the
+``postgres`` user when the tests run as root, since initdb refuses root). Without
+``initdb`` or psycopg the tests are skipped, saying why.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+import yaml
+
+from agents.serve.config import BudgetConfig, KeyConfig, hash_key
+from agents.serve.ledger import BudgetExceededError, Ledger
+from agents.serve.processes import launched
+from agents.serve.standin import free_port
+from agents.serve.storage import open_storage
+
+
+def _as_postgres(args: list[str]) -> list[str]:
+    return ["runuser", "-u", "postgres", "--", *args] if os.geteuid() == 0 else args
+
+
+@pytest.fixture(scope="module")
+def postgres_url() -> Iterator[str]:
+    initdb = shutil.which("initdb")
+    if initdb is None:
+        pytest.skip("initdb not found: install Debian's postgresql package (.ci/run does)")
+    pytest.importorskip("psycopg", reason="psycopg not installed: pip install "
+                        "'cost-envs[postgres]'")
+    if os.geteuid() == 0 and shutil.which("runuser") is None:
+        pytest.skip("running as root without runuser: initdb refuses root")
+    root = Path(tempfile.mkdtemp(prefix="cost-envs-pg-"))
+    data, port = root / "data", free_port()
+    if os.geteuid() == 0:
+        shutil.chown(root, "postgres", "postgres")
+    pg_ctl = str(Path(initdb).with_name("pg_ctl"))
+    try:
+        subprocess.run(_as_postgres([initdb, "-D", str(data), "-U", "postgres",
+                                     "--auth=trust", "-E", "UTF8"]),
+                       check=True, capture_output=True, timeout=120)
+        options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off"
+        subprocess.run(_as_postgres([pg_ctl, "-D", str(data), "-o", options, "-l",
+                                     str(root / "log"), "-w", "start"]),
+                       check=True, capture_output=True, timeout=120)
+        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run(_as_postgres([pg_ctl, "-D", str(data), "-m", "immediate", "stop"]),
+                       capture_output=True, timeout=60)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _reset(url: str) -> None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        for table in ("api_keys", "budgets", "budget_usage", "reservations", "requests",
+                      "servers"):
+            conn.execute(f"DROP TABLE IF EXISTS {table}")
+
+
+def test_the_ledger_reserves_and_settles_on_postgres(postgres_url: str) -> None:
+    _reset(postgres_url)
+    key = KeyConfig("alice", hash_key("a"), BudgetConfig("key:alice", 600, "day"))
+    ledger = Ledger(open_storage(postgres_url), [key])
+    ledger.reserve("r1", key, 500, idempotency_key="k1")
+    with pytest.raises(BudgetExceededError, match="'key:alice'"):
+        ledger.reserve("r2", key, 101)
+    ledger.settle("r1", 120, "ok")
+    ledger.reserve("r2", key, 480)
+    ledger.settle("r2", 480, "ok")
+    assert [(u.spent, u.reserved) for u in ledger.usage()] == [(600, 0)]
+    assert [r["cost_micros"] for r in ledger.requests()] == [120, 480]
+    # a dead server's reservation is released once its heartbeat is ttl old
+    dead = Ledger(open_storage(postgres_url), [key], ttl=5, now=1000.0)
+    dead.reserve("lost", key, 0, now=1000.0)
+    assert Ledger(open_storage(postgres_url), [key], ttl=5).release_expired() == 1
+
+
+def test_two_servers_sharing_one_database_keep_the_budget_exact(
+        postgres_url: str, tmp_path: Path) -> None:
+    _reset(postgres_url)
+    limit = 800  # micro-dollars: about half of 200 calls of ~8
+    up_port = free_port()
+    upstream = f"http://127.0.0.1:{up_port}"
+    config = {
+        "storage": postgres_url,
+        "models": [{"name": "small", "base_url": f"{upstream}/v1", "input_price": 0.1,
+                    "output_price": 0.4, "context": 4096, "max_output_tokens": 64}],
+        "budgets": {"keys": [{"name": "loader", "key_sha256": hash_key("sk-load"),
+                              "limit": limit / 1e6}]},
+    }
+    path = tmp_path / "serve.yaml"
+    path.write_text(yaml.safe_dump(config))
+    ports = [free_port(), free_port()]
+    outcomes: Counter = Counter()
+    lock = threading.Lock()
+
+    def work(worker: int) -> None:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{ports[worker % 2]}/v1",
+                               api_key="sk-load", max_retries=0, timeout=60)
+        for i in range(worker, 200, 16):
+            try:
+                client.chat.completions.create(
+                    model="small", max_tokens=20,
+                    messages=[{"role": "user", "content": f"question {i}: " + "word " * (i % 9)}])
+                result = "ok"
+            except openai.APIStatusError as err:
+                result = str(err.status_code)
+            with lock:
+                outcomes[result] += 1
+
+    with launched(["-m", "agents.serve.standin", "--port", str(up_port), "--latency", "0.005"],
+                  f"{upstream}/v1/models"):
+        with launched(["-m", "agents.cli", "serve", "--config", str(path), "--port",
+                       str(ports[0])], f"http://127.0.0.1:{ports[0]}/health"), \
+                launched(["-m", "agents.cli", "serve", "--config", str(path), "--port",
+                          str(ports[1])], f"http://127.0.0.1:{ports[1]}/health"):
+            threads = [threading.Thread(target=work, args=(w,)) for w in range(16)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(timeout=600)
+        answered = httpx.get(f"{upstream}/stats").json()["answered"]["small"]
+    assert sum(outcomes.values()) == 200 and set(outcomes) == {"ok", "402"}
+    ledger = Ledger(open_storage(postgres_url), [])
+    rows = ledger.requests()
+    spent = sum(r["cost_micros"] for r in rows)
+    usage = {u.budget: (u.spent, u.reserved) for u in ledger.usage()}
+    assert usage["key:loader"] == (spent, 0) and spent <= limit
+    assert limit - spent < 16  # filled to the last call's worst case
+    assert answered == outcomes["ok"] == sum(r["outcome"] == "ok" for r in rows)
+    assert len(rows) == 200 and ledger.open_reservations() == 0

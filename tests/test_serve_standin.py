@@ -1,0 +1,54 @@
+"""The stand-in upstream: OpenAI's client reads it, its token counts are real, faults fire."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+
+from agents.serve.processes import launched
+from agents.serve.standin import answer_words, count_prompt, free_port
+
+
+@pytest.fixture(scope="module")
+def standin():
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    with launched(["-m", "agents.serve.standin", "--port", str(port), "--models", "small,large",
+                   "--fault", "large=500"], f"{base}/v1/models"):
+        yield base
+
+
+def test_the_openai_client_reads_answers_and_streams(standin: str) -> None:
+    client = openai.OpenAI(base_url=f"{standin}/v1", api_key="x", max_retries=0)
+    assert [m.id for m in client.models.list()] == ["small", "large"]
+    messages = [{"role": "user", "content": "two plus two is what"}]
+    answer = client.chat.completions.create(model="small", messages=messages, max_tokens=5)
+    assert answer.usage.prompt_tokens == count_prompt(messages) == 3 + 4 + 5
+    assert answer.usage.completion_tokens == 5 == len(answer.choices[0].message.content.split())
+    assert answer.choices[0].finish_reason == "length"
+    stream = client.chat.completions.create(model="small", messages=messages, max_tokens=50,
+                                            stream=True, stream_options={"include_usage": True})
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text.split() == answer_words("small", messages, 50)
+    assert chunks[-1].usage.completion_tokens == len(text.split()) == 8 + 5
+
+
+def test_faults_are_injected_and_counted(standin: str) -> None:
+    client = openai.OpenAI(base_url=f"{standin}/v1", api_key="x", max_retries=0)
+    messages = [{"role": "user", "content": "hi"}]
+    with pytest.raises(openai.InternalServerError):
+        client.chat.completions.create(model="large", messages=messages)
+    assert httpx.post(f"{standin}/control", json={"model": "large", "fault": "429",
+                                                  "count": 1}).status_code == 200
+    with pytest.raises(openai.RateLimitError):
+        client.chat.completions.create(model="large", messages=messages)
+    client.chat.completions.create(model="large", messages=messages)  # the count is spent
+    httpx.post(f"{standin}/control", json={"model": "small", "fault": "timeout", "count": 1})
+    with pytest.raises(openai.APITimeoutError):
+        client.with_options(timeout=0.5).chat.completions.create(model="small", messages=messages)
+    stats = httpx.get(f"{standin}/stats").json()
+    assert stats["calls"]["large"] == 3 and stats["answered"]["large"] == 1
+    bad = httpx.post(f"{standin}/control", json={"model": "large", "fault": "fire"})
+    assert bad.status_code == 400 and "fault: expected one of" in bad.json()["error"]["message"]
