@@ -34,7 +34,9 @@ def _as_postgres(args: list[str]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def postgres_url() -> Iterator[str]:
-    initdb = shutil.which("initdb")
+    # Debian keeps the server binaries off PATH, in /usr/lib/postgresql/<version>/bin.
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
+    initdb = shutil.which("initdb") or (str(found[-1]) if found else None)
     if initdb is None:
         pytest.skip("initdb not found: install Debian's postgresql package (.ci/run does)")
     pytest.importorskip("psycopg", reason="psycopg not installed: pip install "

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.routing.routers import make_router, save_router
+from agents.routers import make_router, save_router
 from agents.serve.config import parse_config
 from agents.serve.inputs import ApiError
 from agents.serve.routes import Routes
