@@ -90,7 +90,7 @@ def test_the_quickstart_runs_as_written(tmp_path: Path) -> None:
         for port, process in zip(PORTS, servers, strict=True):
             _wait_for(port, process)
         namespace: dict[str, object] = {}
-        exec(compile(python, f"{PAGE}:quickstart", "exec"), namespace)  # noqa: S102
+        exec(compile(python, f"{PAGE}:quickstart", "exec"), namespace)
         answer = namespace["answer"]
         assert answer.model in {"small", "large"} and answer.usage.total_tokens > 0
     finally:
