@@ -9,6 +9,12 @@ Every loader of a safetensors file (models, adapters, frozen bases, saved router
 * names a truncated file, or a header claiming more bytes than the file has, as such in
   one line before any torch code runs (the command line: before torch is imported);
 * takes one dtype per format from the header (float32 allocators, float64 routers).
+
+No test here allocates more than a few MB, on this tree or on one without the checks: the
+tests that offer ``/dev/zero`` or an oversized file run with the address space bounded
+(``bounded_memory``: a loader reading them fails with ``MemoryError``), and a FIFO is fed
+a valid file after a few seconds (a loader opening it reads that file, and the test fails
+rather than hangs).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import resource
 import shutil
 import struct
 import threading
@@ -121,6 +128,24 @@ def torch_unreached(monkeypatch) -> None:
 
 
 # ------------------------------------------------------ not a regular file, too large
+#: Address space a test offering /dev/zero or an oversized file may add to the process's.
+HEADROOM = 2**30
+
+
+@pytest.fixture
+def bounded_memory() -> Iterator[None]:
+    """The address space capped at its current size plus :data:`HEADROOM` for the test."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    with open("/proc/self/statm", encoding="ascii") as statm:
+        used = int(statm.read().split()[0]) * resource.getpagesize()
+    cap = used + HEADROOM if hard == resource.RLIM_INFINITY else min(hard, used + HEADROOM)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
 class _Feeder:
     """Writes ``content`` into the FIFO ``path`` once a reader has waited ``FIFO_PATIENCE``."""
 
@@ -145,7 +170,7 @@ class _Feeder:
 
 
 @pytest.fixture
-def not_regular(request, tmp_path) -> Iterator[Callable[[Path], str]]:
+def not_regular(request, tmp_path, bounded_memory) -> Iterator[Callable[[Path], str]]:
     """Replace a file by ``/dev/zero`` (a link to it), a FIFO or a directory; its kind."""
     feeders: list[_Feeder] = []
 
@@ -217,7 +242,7 @@ def _oversized(path: Path) -> None:
 
 
 def test_every_loader_refuses_a_file_over_the_limit_before_reading_it(saved, router,
-                                                                     tmp_path):
+                                                                     tmp_path, bounded_memory):
     limit = "more than the limit of 4.0 GiB"
     weights = _base_copy(tmp_path)
     _oversized(weights)
