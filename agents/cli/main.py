@@ -82,7 +82,7 @@ class _Parser(argparse.ArgumentParser):
     """
 
     def __init__(self, *args: Any, allow_abbrev: bool = False, **kwargs: Any) -> None:
-        # no prefix of an option is taken for it (argparse's default): a typo such as
+        # no prefix of an option is taken for it (argparse takes any unique one): a typo such as
         # --n-env is an error with a "did you mean", not silently --n-envs; subcommands'
         # parsers are of this class too, so none of them abbreviates (issue #26)
         super().__init__(*args, allow_abbrev=allow_abbrev, **kwargs)
