@@ -9,9 +9,9 @@ parser of the project's command lines sets ``allow_abbrev=False``:
   ``python -m agents.zoo`` are walked, and the prefix of each of their long options is
   refused (left unrecognised);
 * a refused abbreviation still gets argparse's error and the project's "did you mean";
-* every ``ArgumentParser(...)`` built in ``agents``, ``experiments`` and ``benchmarks``
-  passes ``allow_abbrev=False`` (read from the source: the scripts' parsers live inside
-  their ``main``).
+* every ``ArgumentParser(...)`` built in ``agents``, ``experiments``, ``benchmarks`` and
+  ``examples`` passes ``allow_abbrev=False`` (read from the source: the scripts' parsers
+  live inside their ``main`` or run at import).
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def test_experiments_refuses_an_abbreviation_with_did_you_mean(capsys):
 def _parser_calls() -> list[tuple[str, int, bool]]:
     """``(file, line, whether allow_abbrev=False is passed)`` of each ``ArgumentParser(...)``."""
     calls = []
-    for package in ("agents", "experiments", "benchmarks"):
+    for package in ("agents", "experiments", "benchmarks", "examples"):
         for file in sorted((ROOT / package).rglob("*.py")):
             for node in ast.walk(ast.parse(file.read_text(encoding="utf-8"))):
                 if not isinstance(node, ast.Call):
@@ -133,5 +133,5 @@ def _parser_calls() -> list[tuple[str, int, bool]]:
 
 def test_every_argument_parser_of_the_scripts_refuses_abbreviations():
     calls = _parser_calls()
-    assert len(calls) >= 14  # the benchmarks' scripts, experiments.bopo_long, agents.zoo
+    assert len(calls) >= 17  # benchmarks' and examples' scripts, bopo_long, agents.zoo
     assert [f"{file}:{line}" for file, line, refused in calls if not refused] == []
