@@ -389,7 +389,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-# ----------------------------------------------------------------- checks and reads
+# ------------------------------------------------------------------------- checks
 def check_creatable(path: str | Path) -> Path:
     """Raise ``ValueError`` unless ``path`` can be written: its parent is or can be made.
 
