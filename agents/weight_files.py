@@ -22,7 +22,7 @@ Nothing here imports torch or numpy.
 
 from __future__ import annotations
 
-import math
+import reprlib
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
@@ -145,7 +145,7 @@ def _check_header(header: bytes, size: int, where: str, dtypes: Collection[str])
     end = 0
     for (begin, stop), name in spans:
         if begin != end:
-            raise _invalid(where, f"tensor {name!r} starts at byte {begin} of the data, "
+            raise _invalid(where, f"tensor {_short(name)} starts at byte {begin} of the data, "
                                   f"expected {end} (tensors overlap or leave a gap)")
         end = stop
     if end > data:
@@ -158,26 +158,44 @@ def _check_header(header: bytes, size: int, where: str, dtypes: Collection[str])
 def _span(name: str, entry: Any, where: str, dtypes: Collection[str]) -> tuple[int, int]:
     """A tensor entry's ``(begin, end)`` offsets after checking its dtype and shape."""
     if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
-        raise _invalid(where, f"tensor {name!r}: expected an object of dtype, shape and "
-                              f"data_offsets, got {entry!r}"[:300])
+        raise _invalid(where, f"tensor {_short(name)}: expected an object of dtype, shape and "
+                              f"data_offsets, got {_short(entry)}")
     dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
     if not isinstance(dtype, str) or dtype not in dtypes:
         known = isinstance(dtype, str) and dtype in DTYPES
-        got = f"{DTYPES[dtype][0]} ({dtype})" if known else repr(dtype)[:40]
+        got = f"{DTYPES[dtype][0]} ({dtype})" if known else _short(dtype)
         wanted = " or ".join(DTYPES[d][0] if d in DTYPES else d for d in dtypes)
-        raise ValueError(f"{where}: tensor {name!r}: expected a {wanted} tensor, got {got}")
+        raise ValueError(f"{where}: tensor {_short(name)}: expected a {wanted} tensor, got {got}")
     if not (isinstance(shape, list) and all(_natural(n) for n in shape)):
-        raise _invalid(where, f"tensor {name!r}: shape: expected a list of integers >= 0, "
-                              f"got {shape!r}"[:300])
+        raise _invalid(where, f"tensor {_short(name)}: shape: expected a list of integers >= 0, "
+                              f"got {_short(shape)}")
     if not (isinstance(offsets, list) and len(offsets) == 2 and all(map(_natural, offsets))
             and offsets[0] <= offsets[1]):
-        raise _invalid(where, f"tensor {name!r}: data_offsets: expected [begin, end] with "
-                              f"0 <= begin <= end, got {offsets!r}"[:300])
-    need = math.prod(shape) * DTYPES[dtype][1]
-    if offsets[1] - offsets[0] != need:
-        raise _invalid(where, f"tensor {name!r}: shape {shape} of {dtype} takes {need} bytes, "
-                              f"its data_offsets {offsets[1] - offsets[0]}")
+        raise _invalid(where, f"tensor {_short(name)}: data_offsets: expected [begin, end] with "
+                              f"0 <= begin <= end, got {_short(offsets)}")
+    span = offsets[1] - offsets[0]
+    need = DTYPES[dtype][1]
+    for size in shape:  # stops early: a crafted shape of huge numbers is no long product
+        need *= size
+        if need > span:
+            break
+    shown = str(shape) if len(shape) <= 8 else f"of {len(shape)} dimensions"
+    if need != span and 0 not in shape:
+        raise _invalid(where, f"tensor {_short(name)}: shape {shown} of {dtype} takes "
+                              f"{'more than ' if need > span else ''}{need} bytes, its "
+                              f"data_offsets {span}")
+    if 0 in shape and span:
+        raise _invalid(where, f"tensor {_short(name)}: an empty shape {shown} takes 0 bytes, its "
+                              f"data_offsets {span}")
     return offsets[0], offsets[1]
+
+
+def _short(value: Any) -> str:
+    """``repr(value)`` of at most about 100 characters: a crafted header's may be huge."""
+    if isinstance(value, str):
+        return repr(value) if len(value) <= 100 else repr(value[:100]) + "..."
+    text = reprlib.repr(value)
+    return text if len(text) <= 100 else text[:97] + "..."
 
 
 def _natural(value: Any) -> bool:
