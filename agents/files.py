@@ -389,7 +389,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-# ----------------------------------------------------------------- checks and reads
+# ------------------------------------------------------------------------- checks
 def check_creatable(path: str | Path) -> Path:
     """Raise ``ValueError`` unless ``path`` can be written: its parent is or can be made.
 
@@ -415,32 +415,3 @@ def check_creatable(path: str | Path) -> Path:
                          f"({error.strerror or error})") from None
     return path
 
-
-#: Longest safetensors header read for its check (safetensors itself refuses 100 MB).
-_MAX_HEADER = 100_000_000
-
-
-def check_safetensors_header(content: bytes, where: str) -> None:
-    """Refuse safetensors bytes whose JSON header repeats a key; the one header policy.
-
-    safetensors parses the header into a map and keeps the last of two entries with the
-    same name silently, so a file can say two things about a tensor and load. The header
-    (8 bytes of little-endian length, then JSON) is read here strictly
-    (:func:`cost_envs.config_files.json_loads`). A short or oversized header is left to
-    safetensors' own error.
-
-    Raises:
-        ValueError: ``<where>: not a valid safetensors file (header: <problem>)``.
-    """
-    from cost_envs.config_files import json_loads
-
-    if len(content) < 8:
-        return
-    size = int.from_bytes(content[:8], "little")
-    if size > min(_MAX_HEADER, len(content) - 8):
-        return
-    try:
-        json_loads(content[8:8 + size].decode("utf-8"))
-    except (ValueError, UnicodeDecodeError) as error:
-        raise ValueError(f"{where}: not a valid safetensors file (header: "
-                         f"{' '.join(str(error).split())})") from None

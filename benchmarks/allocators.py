@@ -119,7 +119,7 @@ def machine() -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=8192)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--scale", choices=("default", "smoke", "none"), default="default",

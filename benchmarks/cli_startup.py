@@ -113,7 +113,7 @@ def report(times: dict[str, list[list[float]]], trees: list[Path], repeats: int)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--before", type=Path, default=None,
                         help="another checkout to time the same cases on")

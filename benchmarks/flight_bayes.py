@@ -91,7 +91,7 @@ def measure(episodes: int, seed: int, envs: list[str], **bayes: Any) -> dict[str
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=400)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--samples", type=int, default=32, help="the Bayes rows' scenarios")

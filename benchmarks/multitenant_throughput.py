@@ -110,7 +110,7 @@ def report(results: dict[tuple[str, str], tuple[list[float], list[float]]], step
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=3_000)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--tenants", type=int, default=8)

@@ -87,7 +87,7 @@ def report(histories: dict[tuple[int, bool], list[dict]], steps: int, seeds: int
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=98_304)
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--n-envs", type=int, default=16)

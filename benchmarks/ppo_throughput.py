@@ -137,7 +137,7 @@ def run(spec: dict[str, Any], n_envs: int, steps: int, weights: Path) -> dict[st
     done = subprocess.run([sys.executable, "-c", CHILD, arguments], env=env, check=True,
                           capture_output=True, text=True, cwd=str(spec["tree"]))
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    result["weights"] = torch.load(weights)
+    result["weights"] = torch.load(weights, weights_only=True)  # tensors only
     return result
 
 
@@ -228,7 +228,7 @@ def _split(runs: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--min-steps", type=int, default=16_384)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--envs", default=",".join(map(str, N_ENVS)),

@@ -72,7 +72,7 @@ def markdown(results: dict[str, Any], seconds: float) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="RouteLLM's folder")
     parser.add_argument("--arena", type=Path, default=DEFAULT_ARENA,
                         help="RouterArena's folder")

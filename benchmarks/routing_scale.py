@@ -163,7 +163,7 @@ def table(rows: list[dict[str, Any]], resamples: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     parser.add_argument("--resamples", type=int, default=1000)
     parser.add_argument("--old", action="store_true",

@@ -133,7 +133,7 @@ def publish(table: str, output: Path | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=30_000)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--quick", action="store_true",

@@ -66,7 +66,7 @@ def report(rows: dict[tuple[str, int], dict[str, float]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--num-envs", type=int, nargs="+", default=list(SIZES))
     parser.add_argument("--output", type=Path, help="also write the table to this file")
     args = parser.parse_args(argv)

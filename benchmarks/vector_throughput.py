@@ -244,7 +244,7 @@ def report(pairs: dict[str, dict[str, list[float]]], ppo: dict[str, list[float]]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--num-envs", type=int, default=1024)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--ppo-steps", type=int, default=32_768)

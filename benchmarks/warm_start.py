@@ -84,7 +84,7 @@ def run(env_id: str, epochs: int, seed: int, timesteps: int) -> dict[str, float]
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--timesteps", type=int, default=20_000)
     parser.add_argument("--seeds", type=int, default=1)
     parser.add_argument("--output", type=Path, default=None)

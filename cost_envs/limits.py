@@ -5,7 +5,8 @@ allocation, and refused with a one-line ``ValueError`` naming the argument, its 
 the limit (rather than a ``MemoryError``, a SIGSEGV inside numpy or a run of minutes):
 
 * files the loaders read (:func:`check_regular_file`): pools, price tables and configs
-  (at most :data:`MAX_CONFIG_BYTES`), trace logs (at most :data:`MAX_TRACE_BYTES`); only
+  (at most :data:`MAX_CONFIG_BYTES`), trace logs (at most :data:`MAX_TRACE_BYTES`),
+  weights files (at most :data:`MAX_WEIGHTS_BYTES`: :mod:`agents.weight_files`); only
   regular files, never a character device or FIFO such as ``/dev/zero``;
 * memory (:func:`check_memory`): an estimate against :func:`available_memory`, for the
   batched envs' ``num_envs`` (:func:`batched_env_bytes`), the multi-tenant envs'
@@ -32,6 +33,9 @@ import numpy as np
 MAX_CONFIG_BYTES = 64 * 2**20
 #: Largest trace log read (one CSV or JSONL file of logged outcomes).
 MAX_TRACE_BYTES = 4 * 2**30
+#: Largest weights file read (a model's, adapter's, base's or saved router's safetensors):
+#: far above the allocators of at most ``MAX_WIDTH``-wide layers and the routers here.
+MAX_WEIGHTS_BYTES = 4 * 2**30
 #: Most bootstrap resamples: the percentile interval's Monte-Carlo error is already far
 #: below any reported precision at 10,000; a million bounds time and memory.
 MAX_RESAMPLES = 1_000_000

@@ -17,7 +17,7 @@ from agents.learners.corl import score_tier, train_shared_ppo
 from cost_envs.prices import default_price_table
 from cost_envs.wrappers import TIERS
 
-parser = argparse.ArgumentParser()
+parser = argparse.ArgumentParser(allow_abbrev=False)  # a misspelt option is an error
 parser.add_argument("--episodes", type=int, default=200)
 parser.add_argument("--timesteps", type=int, default=0, help="also train PPO (0: skip)")
 args = parser.parse_args()

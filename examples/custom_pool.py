@@ -23,7 +23,7 @@ agents:
      capability: [0.5, 0.8, 0.3, 0.8, 0.95, 0.95]}
 """
 
-parser = argparse.ArgumentParser()
+parser = argparse.ArgumentParser(allow_abbrev=False)  # a misspelt option is an error
 parser.add_argument("--episodes", type=int, default=200)
 args = parser.parse_args()
 

@@ -26,7 +26,7 @@ from agents.learners.common.policies import AllocatorPolicy
 from agents.learners.training import train
 from agents.seeds import TRAIN_TASK_SEED
 
-parser = argparse.ArgumentParser()
+parser = argparse.ArgumentParser(allow_abbrev=False)  # a misspelt option is an error
 parser.add_argument("--timesteps", type=int, default=20_000)
 parser.add_argument("--logdir", default=None)
 parser.add_argument("--quiet", action="store_true", help="no progress bars")

@@ -38,9 +38,10 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from agents.files import write_files_atomic
+from cost_envs.config import suggestion
 from experiments.common import check_writable, machine
 
 PROG = "python -m experiments"
@@ -84,7 +85,26 @@ tune (not part of all): equal-budget sweeps on Ray Tune + Optuna, written to
 
 
 class _Parser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line (and exit code 2)."""
+    """An argument parser whose errors are one line (and exit code 2), with no abbreviations.
+
+    A prefix of an option is not taken for it (``--scal`` is not ``--scale``): an unknown
+    option is an error naming the closest one.
+    """
+
+    def __init__(self, *args: Any, allow_abbrev: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, allow_abbrev=allow_abbrev, **kwargs)
+
+    def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                   namespace: argparse.Namespace | None = None) -> argparse.Namespace:
+        """As argparse's, but an unknown option gets the closest known one."""
+        parsed, unknown = self.parse_known_args(args, namespace)
+        if unknown:
+            options = [option for action in self._actions for option in action.option_strings]
+            hints = (suggestion(word.split("=", 1)[0], options) for word in unknown
+                     if word.startswith("-"))
+            hint = next((hint for hint in hints if hint), "")
+            self.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
+        return parsed
 
     def error(self, message: str) -> NoReturn:
         """Print ``prog: error: message`` on one line and exit with 2."""

@@ -25,7 +25,7 @@ OUT = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "bopo_lon
 
 def main(argv: list[str] | None = None) -> None:
     """Run the AppWorld rows at the ``long`` scale and write the report."""
-    parser = argparse.ArgumentParser(prog="python -m experiments.bopo_long",
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m experiments.bopo_long",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=OUT, help=f"output folder (default {OUT})")
     args = parser.parse_args(argv)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -164,8 +165,8 @@ def test_baselines_evaluate_without_the_agents_extra():
 def test_a_command_needing_torch_names_the_extra_in_one_line(tmp_path, argv):
     model = tmp_path / "model"
     model.mkdir()
-    for name in ("model.safetensors", "config.json"):  # passes the on-disk check
-        (model / name).write_text("{}")
+    (model / "config.json").write_text("{}")  # passes the on-disk check, which reads
+    (model / "model.safetensors").write_bytes(struct.pack("<Q", 2) + b"{}")  # a header
     argv = [{"OUT": str(tmp_path / "out"), "MODEL": str(model)}.get(a, a) for a in argv]
     done = run_module(*argv, block=True)
     assert "Traceback" not in done.stderr, done.stderr

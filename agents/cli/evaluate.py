@@ -149,7 +149,7 @@ def _load_model(args: argparse.Namespace, say: Callable[[str], None]
         check_model_path(args.model, trust_pickle=args.trust_pickle)
     except UnsafeCheckpointError as error:
         raise SystemExit(f"cost-envs evaluate: refusing to load {args.model}: {error}") from None
-    except FileNotFoundError as error:
+    except (ValueError, FileNotFoundError) as error:  # a truncated file too, before torch
         raise SystemExit(f"cost-envs evaluate: cannot load {args.model}: {error}") from None
     require_extra("agents", "cost-envs evaluate --model")
     say(f"loading the model {args.model}")  # seconds: torch, peft and the weights

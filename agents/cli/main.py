@@ -73,7 +73,7 @@ _INVALID_CHOICE = re.compile(r"invalid choice: '(?P<value>[^']*)' \(choose from 
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse's parser, with "did you mean" and unswallowed write errors.
+    """argparse's parser, with "did you mean", no abbreviations and unswallowed write errors.
 
     A mistyped subcommand, choice or option gets the closest valid one
     (:func:`difflib.get_close_matches`; Python 3.14's ``suggest_on_error``, which 3.11
@@ -82,6 +82,12 @@ class _Parser(argparse.ArgumentParser):
     full disk exited 0 with nothing written; here the error reaches :func:`main`, which
     reports it in one line.
     """
+
+    def __init__(self, *args: Any, allow_abbrev: bool = False, **kwargs: Any) -> None:
+        # no prefix of an option is taken for it (argparse takes any unique one): a typo such as
+        # --n-env is an error with a "did you mean", not silently --n-envs; subcommands'
+        # parsers are of this class too, so none of them abbreviates (issue #26)
+        super().__init__(*args, allow_abbrev=allow_abbrev, **kwargs)
 
     def _print_message(self, message: str, file: Any = None) -> None:
         if message:

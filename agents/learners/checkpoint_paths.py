@@ -13,7 +13,9 @@ import zipfile
 from pathlib import Path
 
 from agents.files import check_creatable, is_directory_or_absent
+from agents.weight_files import ALLOCATOR_DTYPES, check_weights_file
 from cost_envs.config_files import read_config_file
+from cost_envs.limits import MAX_CONFIG_BYTES, check_regular_file
 
 MODEL_FORMAT = "cost-envs-allocator"
 ADAPTER_FORMAT = "cost-envs-adapter"
@@ -33,12 +35,16 @@ def is_sb3_zip(path: Path) -> bool:
 def check_model_path(path: str | Path, trust_pickle: bool = False) -> Path:
     """Raise unless ``path`` looks like a model :func:`load_allocator` can open.
 
-    Checks what is on disk only (no file is parsed): ``path`` exists; an SB3 ``.zip`` is
-    allowed only with ``trust_pickle``; a directory holds :data:`MODEL_FILES`.
+    Checks what is on disk, reading the weights' header only: ``path`` exists; an SB3
+    ``.zip`` is allowed only with ``trust_pickle``; a directory holds :data:`MODEL_FILES`,
+    regular files within the size limits, and the weights' header describes a complete
+    file of float32 tensors (:func:`agents.weight_files.check_weights_file`).
 
     Raises:
         FileNotFoundError: ``path`` or one of the model's files is missing.
         UnsafeCheckpointError: ``path`` is an SB3 ``.zip`` and ``trust_pickle`` is false.
+        ValueError: A model file is not a regular file, too large, truncated or of
+            another dtype (one line naming it).
     """
     path = Path(path)
     if not path.exists():
@@ -56,8 +62,10 @@ def check_model_path(path: str | Path, trust_pickle: bool = False) -> Path:
     if not path.is_dir():
         raise FileNotFoundError(f"{path}: no such model directory")
     for name in MODEL_FILES:
-        if not (path / name).is_file():
+        if not (path / name).exists():
             raise FileNotFoundError(f"{path}: missing {name} (expected {list(MODEL_FILES)})")
+    check_regular_file(path / "config.json", "model config", MAX_CONFIG_BYTES)
+    check_weights_file(path / "model.safetensors", "model weights", ALLOCATOR_DTYPES)
     return path
 
 

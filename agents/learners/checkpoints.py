@@ -335,8 +335,8 @@ def load_adapter(policy: AllocatorPolicy, directory: str | Path) -> AllocatorPol
     from the ones the adapter was trained with.
     """
     directory = Path(directory)
-    for name in _ADAPTER_FILES:
-        if not (directory / name).is_file():
+    for name in _ADAPTER_FILES:  # what exists but is no file: the readers say
+        if not (directory / name).exists():
             raise FileNotFoundError(f"{directory}: missing {name}")
     config_path = directory / "adapter_config.json"
     config = _read_config(config_path, ADAPTER_FORMAT, _ADAPTER_KEYS)

@@ -24,9 +24,11 @@ from typing import Any
 import numpy as np
 
 import cost_envs
-from agents.files import check_creatable, check_safetensors_header, write_files_atomic
+from agents.files import check_creatable, write_files_atomic
 from agents.routers.base import ROUTERS, Router
+from agents.weight_files import ROUTER_DTYPES, check_weights, read_weights
 from cost_envs.config_files import json_loads
+from cost_envs.limits import MAX_CONFIG_BYTES, check_regular_file
 
 #: ``format`` tag of a saved router's JSON file, and the layout version it follows.
 FILE_FORMAT = "cost-envs-router"
@@ -136,6 +138,7 @@ def save_router(path: str | Path, router: Router, point: float,
 
 
 def _document(json_path: Path) -> dict[str, Any]:
+    check_regular_file(json_path, "saved router", MAX_CONFIG_BYTES)  # before reading
     try:
         doc = json_loads(json_path.read_text(encoding="utf-8"))
     except UnicodeDecodeError:
@@ -172,11 +175,11 @@ def _arrays(weights_path: Path, doc: dict[str, Any]) -> dict[str, np.ndarray]:
     from safetensors import SafetensorError
     from safetensors.numpy import load
 
-    content = weights_path.read_bytes()
+    content = read_weights(weights_path, "router weights")  # a regular file, size limit
     if hashlib.sha256(content).hexdigest() != doc["arrays_sha256"]:
         raise ValueError(f"{weights_path}: does not match its JSON file (arrays_sha256 "
                          "differs): another save's weights, or a corrupted file")
-    check_safetensors_header(content, str(weights_path))  # one header policy for every file
+    check_weights(content, str(weights_path), ROUTER_DTYPES)  # one header policy for every file
     try:
         arrays = load(content)
     except (SafetensorError, ValueError) as error:
@@ -199,8 +202,8 @@ def load_router(path: str | Path) -> SavedRouter:
             save, an unknown router name or a state its class refuses.
     """
     json_path, weights_path = router_files(path)
-    for file in (json_path, weights_path):
-        if not file.is_file():
+    for file in (json_path, weights_path):  # what exists but is no file: the readers say
+        if not file.exists():
             raise FileNotFoundError(f"{file}: no such file (a saved router is "
                                     f"{json_path.name} and {weights_path.name})")
     doc = _document(json_path)

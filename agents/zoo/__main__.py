@@ -14,12 +14,16 @@ from agents.zoo import CONFIGS, GROUP_KEYS, config_path, hyperparameters, regist
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m agents.zoo", description=__doc__)
+    # no abbreviations (issue #26): a misspelt option is an error, not another option
+    parser = argparse.ArgumentParser(prog="python -m agents.zoo", description=__doc__,
+                                     allow_abbrev=False)
     commands = parser.add_subparsers(dest="command", required=True)
-    path = commands.add_parser("path", help="print a shipped hyperparameter file's path")
+    path = commands.add_parser("path", allow_abbrev=False,
+                               help="print a shipped hyperparameter file's path")
     path.add_argument("algo", choices=list(CONFIGS))
     warm = commands.add_parser(
-        "warm-start", help="the supervised stage, saved as a lora_ppo model for rl-zoo3's -i")
+        "warm-start", allow_abbrev=False,
+        help="the supervised stage, saved as a lora_ppo model for rl-zoo3's -i")
     warm.add_argument("--env", required=True, help="a registered cost-envs id")
     warm.add_argument("--out", required=True, type=Path, help="the model file (.zip)")
     warm.add_argument("--seed", type=int, default=0)
@@ -35,7 +39,7 @@ def _parser() -> argparse.ArgumentParser:
                       help="supervised epochs (default: SupervisedConfig's)")
     warm.add_argument("--env-kwargs", type=json.loads, default={},
                       help='gym.make arguments as JSON, e.g. \'{"budget": 0.05}\'')
-    commands.add_parser("train", add_help=False,
+    commands.add_parser("train", add_help=False, allow_abbrev=False,
                         help="python -m rl_zoo3.train with lora_ppo registered "
                              "(all arguments are rl-zoo3's)")
     return parser

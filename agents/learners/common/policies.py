@@ -45,7 +45,6 @@ from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from torch import nn
 
-from agents.files import check_safetensors_header
 from agents.learners import ACTION_DISTRIBUTIONS
 from agents.learners.common.adapters import (
     LoraSettings,
@@ -54,6 +53,7 @@ from agents.learners.common.adapters import (
     verify_optimizer,
 )
 from agents.learners.common.distributions import AutoregressiveBernoulliDistribution
+from agents.weight_files import ALLOCATOR_DTYPES, check_weights, read_weights
 from cost_envs.config import integer, number
 from cost_envs.config_files import read_config_file
 
@@ -80,11 +80,13 @@ def _base_config_path(weights: Path) -> Path:
 def read_tensors(path: str | Path) -> dict[str, torch.Tensor]:
     """The tensors of a safetensors file, each float32 and finite: the one reader of both.
 
-    Never unpickles. A file that is not a complete safetensors file (truncated, extended,
-    empty, a zip, a pickle, a bad header, a header that repeats a key:
-    :func:`agents.files.check_safetensors_header`) or that holds tensors other than float32
-    (integer, float64, ...), NaN or infinite values is a one-line ``ValueError`` naming the
-    file (and the tensor). Models and bases are read here alike.
+    Never unpickles. The path must be a regular file of at most
+    :data:`cost_envs.limits.MAX_WEIGHTS_BYTES` (``/dev/zero``, a FIFO or a directory is
+    refused before a byte is read), and its header is checked before safetensors' torch
+    loader sees the bytes (:mod:`agents.weight_files`: truncated, extended, empty, a zip, a
+    pickle, a bad header, a header that repeats a key, a tensor other than float32). A
+    tensor of NaN or infinite values is refused too. Each is a one-line ``ValueError``
+    naming the file (and the tensor). Models, adapters and bases are read here alike.
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
@@ -93,15 +95,13 @@ def read_tensors(path: str | Path) -> dict[str, torch.Tensor]:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file")
+    content = read_weights(path, "weights")
+    check_weights(content, str(path), ALLOCATOR_DTYPES)
     try:
-        content = path.read_bytes()
-        check_safetensors_header(content, str(path))
         state = load(content)
-    except SafetensorError as error:
+    except SafetensorError as error:  # the checks above leave nothing known for it
         raise ValueError(f"{path}: not a valid safetensors file "
                          f"({' '.join(str(error).split())})") from None
-    except OSError as error:  # a directory, unreadable, ...
-        raise ValueError(f"{path}: cannot read it ({error.strerror or error})") from None
     for name, tensor in state.items():
         _check_tensor(tensor, f"{path}: tensor {name!r}")
     return state
@@ -187,8 +187,8 @@ def load_base(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]
     """
     weights = Path(path)
     config_path = _base_config_path(weights)
-    for file in (weights, config_path):
-        if not file.is_file():
+    for file in (weights, config_path):  # what exists but is no file: the readers say
+        if not file.exists():
             raise FileNotFoundError(f"base encoder: {file} does not exist")
     state, config = read_tensors(weights), read_config_file(config_path)
     check_base(state, config, f"base encoder {weights} (config {config_path.name})")
