@@ -187,7 +187,8 @@ def _fault(text: str) -> tuple[str, Fault]:
 def main(argv: Sequence[str] | None = None) -> None:
     """Run the stand-in with uvicorn on 127.0.0.1."""
     parser = argparse.ArgumentParser(prog="python -m agents.serve.standin",
-                                     description="A stand-in OpenAI-compatible upstream.")
+                                     description="A stand-in OpenAI-compatible upstream.",
+                                     allow_abbrev=False)
     parser.add_argument("--port", type=int, default=8100)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--models", default=",".join(MODELS),
