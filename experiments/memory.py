@@ -45,7 +45,7 @@ import io
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -102,8 +102,10 @@ class Scale:
 SCALES = {
     # Plumbing for the tests, seconds: not a result.
     "smoke": Scale("smoke", 1024, 2, 12, 2, 100, ENVS[:2]),
-    # About 40 CPU-minutes on the loaded 2-core machine (RecurrentPPO is the slow half).
-    "default": Scale("default", 20_480, 5, 400, 8, 1000),
+    # About 20 CPU-minutes (RecurrentPPO about 80 CPU-s a run, PPO about 10): FlightPlanner
+    # v0 and v1, the contrast that says whether memory replaces v1's slots. On this 2-core
+    # machine loaded 6-13 that is 50 minutes of wall time; ToolBench-v0 (--envs) adds 25.
+    "default": Scale("default", 20_480, 5, 400, 8, 1000, ENVS[:2]),
 }
 SCALES["full"] = SCALES["default"]  # no larger scale: `python -m experiments memory --scale full`
 
@@ -270,8 +272,10 @@ def render(results: Sequence[Mapping[str, Any]], scale: Scale, where: str) -> st
     """
     summary = summarize(results, scale.resamples)
     rules = {r["env"]: r["returns"] for r in results if r["learner"] == "rule"}
+    own = SCALES.get(scale.name)
+    envs = "" if own is not None and own.envs == scale.envs else f" --envs {','.join(scale.envs)}"
     lines = ["# Does memory pay? RecurrentPPO against PPO (issue #23)", "",
-             f"`{COMMAND} --scale {scale.name}` on {where}, one torch thread per run, "
+             f"`{COMMAND} --scale {scale.name}{envs}` on {where}, one torch thread per run, "
              f"under `nice`.", "",
              f"{scale.seeds} training seeds per learner, {scale.timesteps:,} env steps each on "
              f"{scale.n_envs} batched sub-envs, at the project's PPO settings "
@@ -355,9 +359,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="output directory (default: benchmarks/results, at the smoke "
                              "scale the git-ignored benchmarks/results/smoke)")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes (default: 2)")
+    parser.add_argument("--envs", default=None,
+                        help=f"comma-separated env ids, some of {', '.join(ENVS)} (default: "
+                             "the scale's)")
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs: expected an integer >= 1, got {args.jobs}")
+    scale = SCALES[args.scale]
+    if args.envs is not None:
+        try:
+            scale = replace(scale, envs=tuple(e.strip() for e in args.envs.split(",")
+                                              if e.strip()))
+        except ValueError as error:
+            parser.error(str(error))
     results_dir = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
     out = args.out or (results_dir / "smoke" if args.scale == "smoke" else results_dir)
     try:
@@ -370,7 +384,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     def log(message: str) -> None:
         print(f"[{time.perf_counter() - start:5.0f} s] {message}", file=sys.stderr, flush=True)
 
-    for path in report(out, args.scale, jobs=args.jobs, log=log):
+    for path in report(out, scale, jobs=args.jobs, log=log):
         log(f"memory: wrote {path}")
     return 0
 
