@@ -79,7 +79,7 @@ multitenant (not part of all): tenants x capacity on one pool; default ~2 minute
 budgets (not part of all): learning curves of the learned rows to where they stop
   improving (ToolBench-v0; default 1M steps x 5 seeds x 4 rows, about 2 h on 2 cores)
 memory (not part of all): RecurrentPPO against PPO at the same settings on FlightPlanner
-  v0 and v1; default 20,480 steps x 5 seeds, about 20 CPU-minutes (ToolBench-v0 too:
+  v0 and v1; default 8,192 steps x 5 seeds, about 8 CPU-minutes (ToolBench-v0 too:
   python -m experiments.memory --envs)
 tune (not part of all): equal-budget sweeps on Ray Tune + Optuna, written to
   experiments/tuned; smoke 2 trials x 2048 steps, default 12 x 20480, full 32 x 3 x 61440;

@@ -102,10 +102,11 @@ class Scale:
 SCALES = {
     # Plumbing for the tests, seconds: not a result.
     "smoke": Scale("smoke", 1024, 2, 12, 2, 100, ENVS[:2]),
-    # About 20 CPU-minutes (RecurrentPPO about 80 CPU-s a run, PPO about 10): FlightPlanner
+    # About 8 CPU-minutes (RecurrentPPO about 35 CPU-s a run, PPO about 5): FlightPlanner
     # v0 and v1, the contrast that says whether memory replaces v1's slots. On this 2-core
-    # machine loaded 6-13 that is 50 minutes of wall time; ToolBench-v0 (--envs) adds 25.
-    "default": Scale("default", 20_480, 5, 400, 8, 1000, ENVS[:2]),
+    # machine at load 10-16 a RecurrentPPO run of 20,480 steps took 17 minutes of wall
+    # time, which is why the default stops at 8,192 (two rollouts of 8 x 512).
+    "default": Scale("default", 8_192, 5, 400, 8, 1000, ENVS[:2]),
 }
 SCALES["full"] = SCALES["default"]  # no larger scale: `python -m experiments memory --scale full`
 
