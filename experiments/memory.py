@@ -20,8 +20,9 @@ Each run is scored on the tables' evaluation tasks (``episodes`` tasks of task s
 
 The envs are where memory could pay: FlightPlanner-v0, whose observation has no
 verification-history slots (an LSTM could carry what v1's slots carry); FlightPlanner-v1,
-with the slots (the control: memory should buy nothing there); ToolBench-v0, whose
-observation is the current step only.
+with the slots (the control: memory should buy nothing there). ToolBench-v0 runs with
+``--envs`` (not in the default scale: its RecurrentPPO runs would add about 25 minutes on
+the loaded 2-core machine).
 
 Per env the report gives each learner's mean Eq. 1 return with its 95% interval over
 seeds and tasks (:func:`cost_envs.metrics.bootstrap_mean_ci`, two levels) and the
