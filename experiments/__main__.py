@@ -29,6 +29,9 @@ there.
 ``budgets`` (not part of ``all``) trains the learned rows to where they stop improving,
 scoring each at checkpoints on the tables' evaluation tasks (:mod:`experiments.budgets`,
 issue #23).
+
+``memory`` (not part of all) trains RecurrentPPO against PPO at the same settings and
+says whether memory pays on each env (:mod:`experiments.memory`, issue #23).
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ EXPERIMENTS = ("lora_ppo", "corl", "bopo", "traces", "rules")
 #: The routing experiments whose wall times ``routing.md`` records.
 ROUTING = ("corl", "bopo", "traces")
 #: Run on request only, never by ``all`` (which ends with the aggregates of its tables).
-ON_REQUEST = ("tune", "aggregates", "multitenant", "budgets")
+ON_REQUEST = ("tune", "aggregates", "multitenant", "budgets", "memory")
 SCALES = ("smoke", "default", "full")
 EPILOG = """\
 scales:
@@ -76,6 +79,9 @@ multitenant (not part of all): tenants x capacity on one pool; default ~2 minute
   5 seeds x 40k tenant-steps, --jobs processes) into multitenant_full.*
 budgets (not part of all): learning curves of the learned rows to where they stop
   improving (ToolBench-v0; default 1M steps x 5 seeds x 4 rows, about 2 h on 2 cores)
+memory (not part of all): RecurrentPPO against PPO at the same settings on FlightPlanner
+  v0 and v1; default 8,192 steps x 5 seeds, about 8 CPU-minutes (ToolBench-v0 too:
+  python -m experiments.memory --envs)
 tune (not part of all): equal-budget sweeps on Ray Tune + Optuna, written to
   experiments/tuned; smoke 2 trials x 2048 steps, default 12 x 20480, full 32 x 3 x 61440;
   --address auto or ray://HOST:10001 runs them on an existing Ray cluster, --methods
@@ -137,7 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="what to run; all: lora_ppo, corl, bopo, traces, rules in that "
                              "order, then aggregates; aggregates: pool their JSON; tune: the "
                              "tuning sweeps; multitenant: tenants x capacity on one pool; "
-                             "budgets: learning curves to convergence")
+                             "budgets: learning curves to convergence; memory: RecurrentPPO "
+                             "against PPO")
     parser.add_argument("--scale", choices=SCALES, default="default",
                         help="how much work (see below; default: default)")
     parser.add_argument("--out", type=Path, default=None,
@@ -233,6 +240,13 @@ def _run_budgets(args: argparse.Namespace, log: Callable[[str], None]) -> None:
         log(f"budgets: wrote {path}")
 
 
+def _run_memory(args: argparse.Namespace, log: Callable[[str], None]) -> None:
+    from experiments import memory
+
+    for path in memory.report(args.out, args.scale, jobs=args.jobs or 2, log=log):
+        log(f"memory: wrote {path}")
+
+
 def _run_tune(args: argparse.Namespace, log: Callable[[str], None]) -> None:
     from experiments import tune
 
@@ -244,7 +258,7 @@ def _run_tune(args: argparse.Namespace, log: Callable[[str], None]) -> None:
 RUNNERS: dict[str, Callable[[argparse.Namespace, Callable[[str], None]], None]] = {
     "lora_ppo": _run_lora_ppo, "corl": _run_corl, "bopo": _run_bopo, "traces": _run_traces,
     "rules": _run_rules, "aggregates": _run_aggregates, "tune": _run_tune,
-    "multitenant": _run_multitenant, "budgets": _run_budgets}
+    "multitenant": _run_multitenant, "budgets": _run_budgets, "memory": _run_memory}
 
 
 def routing_record(scale: str, timings: Sequence[tuple[str, str]]) -> str:
@@ -271,7 +285,8 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> None:
             timings.append((name, reason))
             continue
         # The others run default at full.
-        own_scales = ("lora_ppo", "corl", "bopo", "tune", "multitenant", "budgets")
+        own_scales = ("lora_ppo", "corl", "bopo", "tune", "multitenant", "budgets",
+                      "memory")
         scale = args.scale if name in own_scales else _routing_scale(args.scale)
         log(f"{name}: started at scale {scale}")
         start = time.perf_counter()

@@ -250,10 +250,12 @@ def test_help_says_what_full_means(capsys) -> None:
     text = " ".join(capsys.readouterr().out.split())
     assert "full the converged budgets" in text
     assert "traces and rules have no larger scale and run `default`" in text
-    assert "{lora_ppo,corl,bopo,traces,rules,all,tune,aggregates,multitenant,budgets}" in text
+    assert ("{lora_ppo,corl,bopo,traces,rules,all,tune,aggregates,multitenant,budgets,memory}"
+            in text)
     assert "multitenant (not part of all): tenants x capacity on one pool" in text
     assert "tune (not part of all): equal-budget sweeps on Ray Tune + Optuna" in text
     assert "budgets (not part of all): learning curves of the learned rows" in text
+    assert "memory (not part of all): RecurrentPPO against PPO" in text
 
 
 # ------------------------------------------------------------------ the report writer

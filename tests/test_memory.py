@@ -1,0 +1,110 @@
+"""The memory experiment (issue #23): its figures come from its per-task returns, and a
+recurrent policy is evaluated with its LSTM state reset at every episode start."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import cost_envs  # noqa: F401  (registers the envs)
+from agents.evaluation import evaluate, rollout
+from agents.learners.common.recurrent import RecurrentPPO
+from cost_envs.metrics import bootstrap_mean_ci
+from experiments import memory
+from experiments.common import machine
+
+V0 = "cost_envs/FlightPlanner-v0"
+
+
+# ------------------------------------------------------------------ paired_difference
+def test_paired_difference_is_the_difference_of_the_means_and_pairs_the_tasks() -> None:
+    rng = np.random.default_rng(1)
+    tasks = rng.normal(size=50) * 3.0  # task difficulty, far larger than the effect
+    control = tasks + rng.normal(scale=0.01, size=(4, 50))
+    treated = tasks + 0.1 + rng.normal(scale=0.01, size=(5, 50))
+    point, low, high = memory.paired_difference(treated, control, resamples=500)
+    assert point == pytest.approx(treated.mean() - control.mean())
+    # Paired over tasks, the task spread cancels: the interval is narrow around +0.1 ...
+    assert 0.09 < low <= point <= high < 0.11
+    # ... where the unpaired intervals of the two means overlap widely.
+    assert bootstrap_mean_ci(treated, n_resamples=500)[1] < control.mean()
+
+
+def test_paired_difference_covers_the_spread_between_seeds() -> None:
+    control = np.zeros((5, 40))
+    treated = np.array([[-1.0], [1.0], [-1.0], [1.0], [0.0]]) + np.zeros((5, 40))
+    _, low, high = memory.paired_difference(treated, control, resamples=500)
+    assert low < -0.3 and high > 0.3  # seeds disagree: no resolved difference
+
+
+def test_paired_difference_refuses_different_tasks() -> None:
+    with pytest.raises(ValueError, match=r"same tasks, got shapes \(2, 3\) and \(2, 4\)"):
+        memory.paired_difference(np.zeros((2, 3)), np.zeros((2, 4)), resamples=10)
+
+
+def test_a_scale_refuses_an_unknown_env() -> None:
+    with pytest.raises(ValueError, match=r"Scale\.envs: expected some of"):
+        memory.Scale("x", 1, 1, 1, 1, 1, ("cost_envs/Nope-v0",))
+
+
+# ------------------------------------------------------------------ recurrent evaluation
+class CarriesState:
+    """The bug the evaluation must not have: the LSTM state carried into the next episode."""
+
+    def __init__(self, model: RecurrentPPO) -> None:
+        self.model = model
+        self.state = None
+
+    def predict(self, obs, state=None, episode_start=None, deterministic=True):
+        action, self.state = self.model.predict(obs, state=self.state,
+                                                episode_start=np.array([self.state is None]),
+                                                deterministic=deterministic)
+        return action, self.state
+
+
+def test_a_recurrent_policy_meets_each_task_with_a_fresh_lstm_state() -> None:
+    env = gym.make(V0)
+    model = RecurrentPPO("MlpLstmPolicy", env, n_steps=64, batch_size=64, seed=0, device="cpu")
+    n = 8
+    in_order = evaluate(model, env, episodes=n, seed=0).returns
+    tasks = []
+    for i in range(n):  # the same task stream, without playing it
+        env.reset(seed=0 if i == 0 else None)
+        tasks.append(env.unwrapped.task)
+    for j, task in enumerate(tasks):  # each task after another predecessor: the same return
+        rollout(model, env, options={"task": tasks[(j + 3) % n]})
+        assert rollout(model, env, options={"task": task}).episode_return == in_order[j]
+    # The check can fail: this policy's actions depend on its memory, so carrying the state
+    # over from the previous episode changes the returns.
+    leaked = evaluate(CarriesState(model), env, episodes=n, seed=0).returns
+    assert leaked[0] == in_order[0] and leaked != in_order
+
+
+# ------------------------------------------------------------------ the experiment
+@pytest.mark.slow
+def test_the_report_is_computed_from_the_per_task_returns_it_holds(tmp_path: Path) -> None:
+    scale = memory.Scale("test", 512, 2, 6, 1, 200, ("cost_envs/FlightPlanner-v1",))
+    paths = memory.report(tmp_path, scale, jobs=1)
+    assert sorted(path.name for path in paths) == ["memory.csv", "memory.md"]
+    markdown = (tmp_path / "memory.md").read_text()
+    runs = memory.read_csv((tmp_path / "memory.csv").read_text())
+    assert sorted((r["learner"], r["seed"]) for r in runs) == [
+        ("ppo", 0), ("ppo", 1), ("recurrent", 0), ("recurrent", 1), ("rule", 0)]
+    assert all(len(r["returns"]) == 6 for r in runs)
+    assert all(r["timesteps"] == 512 for r in runs if r["learner"] != "rule")
+    # The table is a function of the CSV (and the machine) alone ...
+    assert memory.render(runs, scale, machine()) == markdown
+    # ... and its rows are the bootstrap of those returns.
+    by = {key: np.array([r["returns"] for r in runs if r["learner"] == key])
+          for key in ("ppo", "recurrent", "rule")}
+    for key, label in (("ppo", "PPO (MlpPolicy)"), ("recurrent", "RecurrentPPO (MlpLstmPolicy)"),
+                       ("rule", memory.RULE_LABEL)):
+        mean, low, high = bootstrap_mean_ci(by[key], n_resamples=200)
+        assert f"| {label} | {mean:.3f} [{low:.3f}, {high:.3f}] |" in markdown
+    point, low, high = memory.paired_difference(by["recurrent"], by["ppo"], 200)
+    assert point == pytest.approx(by["recurrent"].mean() - by["ppo"].mean())
+    assert low <= point <= high
+    assert f"**{point:+.3f} [{low:+.3f}, {high:+.3f}]**" in markdown
