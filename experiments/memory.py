@@ -310,9 +310,9 @@ def render(results: Sequence[Mapping[str, Any]], scale: Scale, where: str) -> st
         lines += ["**Not converged.** At this budget neither learner is near convergence: the "
                   "project's PPO stops improving at about 500k env steps on ToolBench-v0 and "
                   "2M on FlightPlanner-v1, where it is a little above the one-turn rule "
-                  "(`benchmarks/results/budgets_*.md`, `converged_FlightPlanner-v1.md`). The difference compares what each "
-                  "learner reaches at this small equal budget, not what memory buys at "
-                  "convergence.", ""]
+                  "(`benchmarks/results/budgets_*.md`, `converged_FlightPlanner-v1.md`). "
+                  "The difference compares what each learner reaches at this small equal "
+                  "budget, not what memory buys at convergence.", ""]
     return "\n".join(lines)
 
 

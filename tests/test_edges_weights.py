@@ -320,3 +320,29 @@ def test_a_router_array_of_another_dtype_is_refused(router, tmp_path):
     doc_path.write_text(json.dumps(doc))
     _refused(lambda: load_router(path), str(weights), repr(name),
              "expected a float64 tensor, got float32")
+
+
+def test_a_saved_router_with_a_nan_coefficient_is_refused(tmp_path):
+    """A non-finite array would route silently wrong: the loader names the arrays."""
+    import hashlib
+    import json
+
+    import numpy as np
+    from safetensors.numpy import load, save
+
+    from cost_envs.traces import example_traces
+
+    data = example_traces()
+    router = make_router("logistic", "gpt-4.1-nano", "o3").fit(data)
+    save_router(tmp_path / "r", router, 0.5)
+    arrays = load((tmp_path / "r.safetensors").read_bytes())
+    name = sorted(arrays)[0]
+    arrays[name] = arrays[name].copy()
+    arrays[name].flat[0] = np.nan
+    content = save(arrays)
+    (tmp_path / "r.safetensors").write_bytes(content)
+    doc = json.loads((tmp_path / "r.json").read_text())
+    doc["arrays_sha256"] = hashlib.sha256(content).hexdigest()
+    (tmp_path / "r.json").write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=r"hold NaN or infinite values"):
+        load_router(tmp_path / "r")

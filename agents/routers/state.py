@@ -189,6 +189,12 @@ def _arrays(weights_path: Path, doc: dict[str, Any]) -> dict[str, np.ndarray]:
     if shapes != doc["arrays"]:
         raise ValueError(f"{weights_path}: arrays {shapes} differ from the JSON's "
                          f"{doc['arrays']}")
+    # A NaN or infinite coefficient would route every query silently wrong: refuse it here,
+    # as the allocators' loader refuses non-finite tensors.
+    broken = sorted(name for name, array in arrays.items() if not np.isfinite(array).all())
+    if broken:
+        raise ValueError(f"{weights_path}: arrays {broken} hold NaN or infinite values; "
+                         "expected finite numbers")
     return arrays
 
 

@@ -383,6 +383,10 @@ def folder_files(folder: str | Path,
     return found
 
 
+#: Characters of a line read to tell RouterArena's folder from a generic one.
+_SNIFF_CHARS = 1 << 20
+
+
 def is_routerarena_folder(folder: str | Path) -> bool:
     """Whether a folder holds RouterArena's cached results.
 
@@ -391,7 +395,10 @@ def is_routerarena_folder(folder: str | Path) -> bool:
     """
     for file in sorted(f for f in Path(folder).glob("*.jsonl") if f.is_file()):  # no FIFO
         with file.open(encoding="utf-8-sig", errors="replace") as handle:
-            first = next((line for line in handle if line.strip()), "")
+            # Bounded reads: a first "line" of gigabytes (no newline) is not held whole; cut
+            # short it does not parse, and the loader then names the file's real problem.
+            lines = iter(lambda: handle.readline(_SNIFF_CHARS), "")
+            first = next((line for line in lines if line.strip()), "")
         try:
             record = json.loads(first)
         except ValueError:
