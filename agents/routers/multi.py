@@ -212,10 +212,14 @@ class MultiRouter(PerModelLogistic):
     def lams(self, data: TraceDataset, max_points: int = 200) -> np.ndarray:
         """The ``lam`` values at which some query of ``data`` changes model, from 0.
 
-        For a query, model ``j`` (dearer, more likely right) gives way to a cheaper ``k``
-        at ``lam = (p_j - p_k) / (unit cost_j - unit cost_k)``; at the largest such value
-        every query is at its cheapest model. Read from predictions only. More than
-        ``max_points`` values are thinned evenly (by rank), keeping 0 and the largest.
+        For a query, the model it goes to gives way to a cheaper ``k`` where their
+        utilities meet, ``lam = (p_j - p_k) / (unit cost_j - unit cost_k)``
+        (:func:`decision_changes`: only the crossings where the decision changes, not
+        those of two models neither of which is chosen there); at the largest such value
+        every query is at its cheapest model. Between two values no decision changes, so
+        the sweep over them is the whole cost-quality curve. Read from predictions only.
+        More than ``max_points`` values are thinned evenly (by rank), keeping 0 and the
+        largest.
         """
         integer(max_points, "max_points", minimum=2)
         inputs = self.inputs(data)
@@ -225,10 +229,8 @@ class MultiRouter(PerModelLogistic):
     def _lams(self, p: np.ndarray, max_points: int = 200, costs: Any = None) -> np.ndarray:
         """:meth:`lams` from predicted correctness ``p`` (and per-query ``costs``)."""
         unit = self._unit_costs(costs, len(p))
-        dp = p[:, :, None] - p[:, None, :]
-        dc = np.broadcast_to(unit[:, :, None] - unit[:, None, :], dp.shape)
-        mask = (dc > 0) & (dp > 0)
-        points = np.unique(dp[mask] / dc[mask])
+        start = self._route(p, np.zeros(1), np.arange(p.shape[1]), costs)[:, 0]
+        points = np.unique(decision_changes(p, unit, start))
         if len(points) > max_points - 1:
             points = points[np.unique(np.linspace(0, len(points) - 1, max_points - 1
                                                   ).round().astype(np.int64))]
@@ -276,6 +278,43 @@ class MultiRouter(PerModelLogistic):
         if (cost < 0).any():
             raise ValueError("arrays: expected 'cost' >= 0")
         self._cost = cost
+
+
+def decision_changes(p: np.ndarray, unit: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Every ``lam`` at which a query's choice ``argmax_j p_j - lam * unit_j`` changes.
+
+    As ``lam`` grows a query's choice only moves to cheaper models (the dearer a model,
+    the faster its utility falls), so it changes at most ``K - 1`` times: the corners of
+    the upper envelope of its ``K`` lines. From the model chosen at 0 (``start``, with
+    :meth:`MultiRouter.decide`'s ties), each step goes to the first ``lam`` where a
+    cheaper model's line meets the current one, and on to the cheapest model meeting it
+    there (the one above after it). A crossing of two models neither of which is chosen
+    at that ``lam`` is no change and is not returned (with two models every crossing of
+    a dearer, more likely right model is one). ``O(n K)`` memory per step.
+
+    Args:
+        p: ``(n, K)`` predicted correctness.
+        unit: ``(n, K)`` costs of the calls (in the router's units).
+        start: ``(n,)`` the model chosen at ``lam = 0``.
+
+    Returns:
+        The changes of all queries, one per query and change, unsorted (``> 0``).
+    """
+    rows = np.arange(len(p))
+    current, found = np.asarray(start), []
+    for _ in range(p.shape[1] - 1):
+        dc = unit[rows, current][:, None] - unit
+        cheaper = dc > 0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            meet = np.where(cheaper, (p[rows, current][:, None] - p) / dc, np.inf)
+        first = meet.min(axis=1)
+        moving = np.isfinite(first)
+        if not moving.any():
+            break
+        found.append(first[moving])
+        there = cheaper & (meet <= first[:, None])
+        current = np.where(moving, np.argmin(np.where(there, unit, np.inf), axis=1), current)
+    return np.concatenate(found) if found else np.empty(0)
 
 
 def sweep_metrics(
