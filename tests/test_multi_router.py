@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from agents.evaluation import rollout
-from agents.routers import SINGLE_MODELS, MultiRouter, sweep_metrics
+from agents.routers import SINGLE_MODELS, MultiRouter, make_router, sweep_metrics
 from agents.routers import router_from_state as multi_router_from_state
 from agents.routers.evaluation import (
     hull_routing,
@@ -91,6 +91,43 @@ def test_the_lam_sweep_lowers_cost_monotonically(fitted) -> None:
     np.testing.assert_array_equal(router.route(test, lams[3]), sweep[:, 3])
     with pytest.raises(ValueError, match="lam"):
         router.route(test, -1.0)
+
+
+def four_priced_models(n: int = 400, seed: int = 3) -> TraceDataset:
+    """Four models whose calls cost per token, on prompts of varied length."""
+    rng = np.random.default_rng(seed)
+    words = rng.integers(5, 300, n)
+    prompts = tuple(" ".join(["word"] * w) + f" q{i}?" for i, w in enumerate(words))
+    correct = rng.random((n, 4)) < np.array([0.5, 0.6, 0.7, 0.85]) - 0.1 * words[:, None] / 300
+    tokens = np.column_stack([words + 3] * 4)
+    output = rng.integers(10, 60, (n, 4))
+    cost = tokens * np.array([1, 2, 4, 9]) * 1e-7 + output * np.array([2, 5, 9, 20]) * 1e-7
+    return TraceDataset(("a", "b", "c", "d"), tuple(f"q{i}" for i in range(n)), prompts,
+                        correct.astype(float), correct, tokens, output, cost=cost)
+
+
+def test_the_lams_are_exactly_the_points_where_some_decision_changes() -> None:
+    # four models, each call priced per query: many crossings of two models are of two
+    # that neither is chosen there; none of them is a point of the sweep
+    data = four_priced_models()
+    router = make_router("multi-priced", *data.models, n_features=16, l2=1.0).fit(data)
+    inputs = router.inputs(data)
+    lams = router.lams_inputs(inputs, max_points=10**6)
+    p = router.predict_inputs(inputs)
+    unit = router.expected_costs_inputs(inputs) / router.model_costs.max()
+    dp, dc = p[:, :, None] - p[:, None, :], unit[:, :, None] - unit[:, None, :]
+    mask = (dc > 0) & (dp > 0)
+    crossings = np.unique(dp[mask] / dc[mask])
+    assert np.isin(lams[1:], crossings).all() and len(lams) - 1 < 0.9 * len(crossings)
+    swept = router.sweep_inputs(inputs, lams)
+    # every point changes some decision from the point before it ...
+    assert (swept[:, 1:] != swept[:, :-1]).any(axis=0).all()
+    # ... and between two points none changes: any lam decides as the point below it,
+    # the crossings left out too
+    probe = np.concatenate([np.setdiff1d(crossings, lams),
+                            np.random.default_rng(0).uniform(0, 1.2 * lams[-1], 300)])
+    below = np.searchsorted(lams, probe, side="right") - 1
+    np.testing.assert_array_equal(router.sweep_inputs(inputs, probe), swept[:, below])
 
 
 def test_router_aiq_beats_the_single_model_hull_paired(fitted) -> None:

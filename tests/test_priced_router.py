@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from agents.routers import PricedMultiRouter, PricedRouter, calibrate, make_router
+from agents.routers import PricedMultiRouter, PricedRouter, calibrate, load_router, make_router
 from agents.routers.calibration import calibrate_cost, calibrate_share
 from agents.routers.priced import fit_prices
 from cost_envs.traces import TraceDataset
@@ -165,3 +167,28 @@ def test_an_unfitted_priced_router_says_fit_first() -> None:
     data = long_prompts_cost_more(50)
     with pytest.raises(ValueError, match="call fit first"):
         PricedRouter(WEAK, STRONG, n_features=16).scores(data)
+
+
+@pytest.mark.parametrize("kind", ["priced", "multi-priced"])
+def test_routers_saved_before_the_pricer_had_one_home_decide_as_they_did(kind: str) -> None:
+    """Files saved by the tree before ``PricedLogistic`` (commit f8bcfc2) load and decide.
+
+    Each fixture was fitted there with ``n_features=32`` on
+    ``long_prompts_cost_more(600, seed=3)``'s first 400 queries, calibrated (default
+    target) and saved with what it decided on the other 200 (its meta's ``"fixture"``).
+    """
+    path = Path(__file__).parent / "data" / f"{kind}_router_before_issue24_refactor"
+    saved = load_router(path)
+    recorded = saved.meta["fixture"]
+    test = long_prompts_cost_more(600, seed=3).subset(np.arange(400, 600))
+    assert saved.router.route(test, saved.point).tolist() == recorded["route"]
+    np.testing.assert_array_equal(saved.router.predict(test)[:40], recorded["predict"])
+    np.testing.assert_array_equal(saved.router.expected_costs(test)[:40],
+                                  recorded["expected_costs"])
+    # and a router refitted now is the saved one, array for array
+    train = long_prompts_cost_more(600, seed=3).subset(np.arange(400))
+    _, arrays = make_router(kind, WEAK, STRONG, n_features=32).fit(train).to_state()
+    _, before = saved.router.to_state()
+    assert arrays.keys() == before.keys()
+    for name, values in before.items():
+        np.testing.assert_array_equal(arrays[name], values, err_msg=name)

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from agents.routers import CV_GRIDS, KNNRouter, MultiRouter, cross_validate
+from agents.routers import CV_GRIDS, KNNRouter, MultiRouter, cross_validate, make_router
 from agents.routers import LogisticRouter as TraceRouter
 from cost_envs.metrics.frontier import aiq
 from cost_envs.metrics.routing import routing_curve
@@ -117,6 +117,10 @@ def test_folds_are_capped_at_the_groups_and_bad_input_is_named() -> None:
     with pytest.raises(ValueError, match="raw: expected the inputs of 120 queries"):
         cross_validate("logistic", data, weak=WEAK, strong=STRONG,
                        raw=(np.zeros((3, 7)), np.zeros((3, 512))))
+    # every part of the inputs: a priced router's third, the prompt's tokens, too
+    raw = make_router("priced", WEAK, STRONG).inputs(data)
+    with pytest.raises(ValueError, match="got 120 and 120 and 3 rows"):
+        cross_validate("priced", data, weak=WEAK, strong=STRONG, raw=(*raw[:2], raw[2][:3]))
 
 
 def test_equal_costs_leave_the_default() -> None:

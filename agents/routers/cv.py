@@ -196,9 +196,9 @@ def cross_validate(
     for model in probe.models:
         train.model_index(model)  # every model must be in the data
     raw = probe.inputs(train) if raw is None else raw
-    if len(raw[0]) != train.n_queries or len(raw[1]) != train.n_queries:
+    if any(len(part) != train.n_queries for part in raw):  # a priced router's tokens too
         raise ValueError(f"raw: expected the inputs of {train.n_queries} queries, got "
-                         f"{len(raw[0])} and {len(raw[1])} rows")
+                         f"{' and '.join(str(len(part)) for part in raw)} rows")
     target = probe.targets(train)
     model_costs = probe.training_costs(train, c)
     table: dict[str, float] = {}

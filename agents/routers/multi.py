@@ -45,9 +45,55 @@ from cost_envs.traces import TraceDataset
 SINGLE_MODELS = "single models"
 
 
+class PerModelLogistic(Router):
+    """A router whose model is one L2 logistic regression per model: ``p_j(q)``.
+
+    The correctness model of :class:`MultiRouter` and of the priced routers
+    (:mod:`~agents.routers.priced`, which put it before
+    :class:`~agents.routers.base.TwoModelRouter` for two models): ``predict`` gives each
+    model's probability of answering the query right. Subclasses are dataclasses with an
+    ``l2`` field; their targets are ``(n, K)`` correctness. Its arrays: ``"coef"``
+    ``(K, d + 1)`` (each model's weights, then intercept).
+    """
+
+    l2: float
+
+    def __post_init__(self) -> None:
+        number(self.l2, "l2", minimum=0, inclusive=False)
+        super().__post_init__()
+        self._coef: np.ndarray | None = None
+
+    def _fit_model(self, x: np.ndarray, y: np.ndarray, costs: Any) -> None:
+        if y.shape != (len(x), len(self.models)):
+            raise ValueError(f"targets: expected ({len(x)}, {len(self.models)}) correctness, "
+                             f"got {y.shape}")
+        self._coef = np.array([np.append(*fit_logistic(x, y[:, j].astype(np.float64), self.l2))
+                               for j in range(y.shape[1])])
+
+    def _coefficients(self) -> np.ndarray:
+        if self._coef is None:
+            raise ValueError(f"{type(self).__name__}: call fit first")
+        return self._coef
+
+    def _predict(self, x: np.ndarray) -> np.ndarray:
+        return np.column_stack([logistic_scores(x, w[:-1], float(w[-1]))
+                                for w in self._coefficients()])
+
+    def _model_arrays(self) -> dict[str, np.ndarray]:
+        return {"coef": self._coefficients()}
+
+    def _load_model_arrays(self, arrays: Mapping[str, Any]) -> None:
+        shape = (len(self.models), sum(self.features.widths) + 1)
+        coef = array_of(arrays, "coef", 2)
+        if coef.shape != shape:
+            raise ValueError(f"arrays: 'coef': expected shape {shape} for this config, "
+                             f"got {coef.shape}")
+        self._coef = coef
+
+
 @register
 @dataclass
-class MultiRouter(Router):
+class MultiRouter(PerModelLogistic):
     """Routes each query to the model with the best predicted correctness net of cost.
 
     Args:
@@ -74,9 +120,7 @@ class MultiRouter(Router):
         self.models = tuple(self.models)
         if len(set(self.models)) != len(self.models):
             raise ValueError(f"models: expected unique names, got {list(self.models)}")
-        number(self.l2, "l2", minimum=0, inclusive=False)
         super().__post_init__()
-        self._coef: np.ndarray | None = None
         self._cost: np.ndarray | None = None
 
     def _columns(self, data: TraceDataset) -> np.ndarray:
@@ -108,18 +152,14 @@ class MultiRouter(Router):
         return call_costs(data, costs)[:, self._columns(data)]
 
     def _fit_model(self, x: np.ndarray, y: np.ndarray, costs: Any) -> None:
-        coef = [np.append(*fit_logistic(x, y[:, j].astype(np.float64), self.l2))
-                for j in range(y.shape[1])]
-        self._coef, self._cost = np.array(coef), np.asarray(costs).mean(axis=0)
-
-    def _predict(self, x: np.ndarray) -> np.ndarray:
-        coef, _ = self._fitted()
-        return np.column_stack([logistic_scores(x, w[:-1], float(w[-1])) for w in coef])
+        super()._fit_model(x, y, costs)
+        self._cost = np.asarray(costs).mean(axis=0)
 
     def _fitted(self) -> tuple[np.ndarray, np.ndarray]:
-        if self._coef is None or self._cost is None:
-            raise ValueError("MultiRouter: call fit first")
-        return self._coef, self._cost
+        coef = self._coefficients()
+        if self._cost is None:
+            raise ValueError(f"{type(self).__name__}: call fit first")
+        return coef, self._cost
 
     @property
     def model_costs(self) -> np.ndarray:
@@ -172,10 +212,14 @@ class MultiRouter(Router):
     def lams(self, data: TraceDataset, max_points: int = 200) -> np.ndarray:
         """The ``lam`` values at which some query of ``data`` changes model, from 0.
 
-        For a query, model ``j`` (dearer, more likely right) gives way to a cheaper ``k``
-        at ``lam = (p_j - p_k) / (unit cost_j - unit cost_k)``; at the largest such value
-        every query is at its cheapest model. Read from predictions only. More than
-        ``max_points`` values are thinned evenly (by rank), keeping 0 and the largest.
+        For a query, the model it goes to gives way to a cheaper ``k`` where their
+        utilities meet, ``lam = (p_j - p_k) / (unit cost_j - unit cost_k)``
+        (:func:`decision_changes`: only the crossings where the decision changes, not
+        those of two models neither of which is chosen there); at the largest such value
+        every query is at its cheapest model. Between two values no decision changes, so
+        the sweep over them is the whole cost-quality curve. Read from predictions only.
+        More than ``max_points`` values are thinned evenly (by rank), keeping 0 and the
+        largest.
         """
         integer(max_points, "max_points", minimum=2)
         inputs = self.inputs(data)
@@ -185,10 +229,8 @@ class MultiRouter(Router):
     def _lams(self, p: np.ndarray, max_points: int = 200, costs: Any = None) -> np.ndarray:
         """:meth:`lams` from predicted correctness ``p`` (and per-query ``costs``)."""
         unit = self._unit_costs(costs, len(p))
-        dp = p[:, :, None] - p[:, None, :]
-        dc = np.broadcast_to(unit[:, :, None] - unit[:, None, :], dp.shape)
-        mask = (dc > 0) & (dp > 0)
-        points = np.unique(dp[mask] / dc[mask])
+        start = self._route(p, np.zeros(1), np.arange(p.shape[1]), costs)[:, 0]
+        points = np.unique(decision_changes(p, unit, start))
         if len(points) > max_points - 1:
             points = points[np.unique(np.linspace(0, len(points) - 1, max_points - 1
                                                   ).round().astype(np.int64))]
@@ -223,22 +265,56 @@ class MultiRouter(Router):
 
     # ------------------------------------------------------------------ state
     def _model_arrays(self) -> dict[str, np.ndarray]:
-        coef, cost = self._fitted()
-        return {"coef": coef, "cost": cost}
+        return {**super()._model_arrays(), "cost": self._fitted()[1]}
 
     def _load_model_arrays(self, arrays: Mapping[str, Any]) -> None:
         if len(self.models) < 2:
             raise ValueError(f"config: models: expected at least two, got {self.models}")
-        width = sum(self.features.widths) + 1
-        shapes = {"coef": (len(self.models), width), "cost": (len(self.models),)}
-        loaded = {k: array_of(arrays, k, len(shape)) for k, shape in shapes.items()}
-        for k, shape in shapes.items():
-            if loaded[k].shape != shape:
-                raise ValueError(f"arrays: {k!r}: expected shape {shape} for this config, "
-                                 f"got {loaded[k].shape}")
-        if (loaded["cost"] < 0).any():
+        super()._load_model_arrays(arrays)
+        cost = array_of(arrays, "cost", 1)
+        if cost.shape != (len(self.models),):
+            raise ValueError(f"arrays: 'cost': expected shape {(len(self.models),)} for this "
+                             f"config, got {cost.shape}")
+        if (cost < 0).any():
             raise ValueError("arrays: expected 'cost' >= 0")
-        self._coef, self._cost = loaded["coef"], loaded["cost"]
+        self._cost = cost
+
+
+def decision_changes(p: np.ndarray, unit: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Every ``lam`` at which a query's choice ``argmax_j p_j - lam * unit_j`` changes.
+
+    As ``lam`` grows a query's choice only moves to cheaper models (the dearer a model,
+    the faster its utility falls), so it changes at most ``K - 1`` times: the corners of
+    the upper envelope of its ``K`` lines. From the model chosen at 0 (``start``, with
+    :meth:`MultiRouter.decide`'s ties), each step goes to the first ``lam`` where a
+    cheaper model's line meets the current one, and on to the cheapest model meeting it
+    there (the one above after it). A crossing of two models neither of which is chosen
+    at that ``lam`` is no change and is not returned (with two models every crossing of
+    a dearer, more likely right model is one). ``O(n K)`` memory per step.
+
+    Args:
+        p: ``(n, K)`` predicted correctness.
+        unit: ``(n, K)`` costs of the calls (in the router's units).
+        start: ``(n,)`` the model chosen at ``lam = 0``.
+
+    Returns:
+        The changes of all queries, one per query and change, unsorted (``> 0``).
+    """
+    rows = np.arange(len(p))
+    current, found = np.asarray(start), []
+    for _ in range(p.shape[1] - 1):
+        dc = unit[rows, current][:, None] - unit
+        cheaper = dc > 0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            meet = np.where(cheaper, (p[rows, current][:, None] - p) / dc, np.inf)
+        first = meet.min(axis=1)
+        moving = np.isfinite(first)
+        if not moving.any():
+            break
+        found.append(first[moving])
+        there = cheaper & (meet <= first[:, None])
+        current = np.where(moving, np.argmin(np.where(there, unit, np.inf), axis=1), current)
+    return np.concatenate(found) if found else np.empty(0)
 
 
 def sweep_metrics(

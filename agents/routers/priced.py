@@ -50,11 +50,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from agents.routers.base import Router, TwoModelRouter, array_of, register
-from agents.routers.features import standardiser
 from agents.routers.inputs import call_costs
-from agents.routers.multi import MultiRouter
-from agents.routers.solvers import fit_logistic, logistic_scores
-from cost_envs.config import number
+from agents.routers.multi import MultiRouter, PerModelLogistic
 from cost_envs.traces import TraceDataset
 
 #: The smallest extra cost a strong call is priced at, as a share of the mean training
@@ -175,9 +172,68 @@ def call_records(router: Router, data: TraceDataset, costs: Any) -> dict[str, np
             "output_tokens": data.output_tokens[:, cols].astype(np.float64)}
 
 
+class PricedLogistic(PerModelLogistic):
+    """Per-model correctness with each call priced before it is made.
+
+    The one home of the pricer's plumbing, shared by :class:`PricedRouter` (before
+    :class:`~agents.routers.base.TwoModelRouter`) and :class:`PricedMultiRouter` (before
+    :class:`~agents.routers.multi.MultiRouter`); the output-token models share the
+    correctness models' ``l2``. Its :meth:`inputs` gain the prompt's tokens per model,
+    its training costs are each call's cost and tokens (:func:`call_records`), fitting
+    fits a :class:`CallPricer` on the correctness models' own design rows,
+    :meth:`expected_costs_inputs` prices the calls, and the state carries the pricer's
+    arrays beside the model's.
+    """
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._pricer = CallPricer()
+
+    def inputs(self, data: TraceDataset) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(statistics, text features, input tokens (n, K))`` of ``data``'s queries."""
+        if not self.models:
+            raise ValueError(f"{type(self).__name__}: its models are set at fit")
+        return call_inputs(self, data)
+
+    def _model_costs(self, data: TraceDataset, costs: Any) -> dict[str, np.ndarray]:
+        return call_records(self, data, costs)
+
+    def fit_inputs(self, inputs: Any, targets: np.ndarray, costs: Any = None) -> Any:
+        """Fit on precomputed :meth:`inputs`, :meth:`targets` and :meth:`training_costs`."""
+        stats, text, _ = inputs
+        if not isinstance(costs, Mapping):
+            raise ValueError(f"{type(self).__name__}.fit_inputs: expected "
+                             "costs=training_costs(data)")
+        return super().fit_inputs((stats, text), targets, costs)
+
+    def _fit_model(self, x: np.ndarray, y: np.ndarray, costs: Mapping[str, np.ndarray]
+                   ) -> None:
+        # the correctness model reads the calls' costs only; the pricer its tokens too
+        super()._fit_model(x, y, costs["cost"])
+        self._pricer.fit(x, costs, self.l2)
+
+    def predict_inputs(self, inputs: Any) -> np.ndarray:
+        """``(n, K)``: each model's predicted correctness."""
+        stats, text, _ = inputs
+        return super().predict_inputs((stats, text))
+
+    def expected_costs_inputs(self, inputs: Any) -> np.ndarray:
+        """``(n, K)``: each call priced before it is made, from precomputed :meth:`inputs`."""
+        stats, text, input_tokens = inputs
+        self._coefficients()  # "call fit first", before the design needs the standardiser
+        return self._pricer.expected(self._design(stats, text), input_tokens)
+
+    def _model_arrays(self) -> dict[str, np.ndarray]:
+        return {**super()._model_arrays(), **self._pricer.arrays()}
+
+    def _load_model_arrays(self, arrays: Mapping[str, Any]) -> None:
+        super()._load_model_arrays(arrays)
+        self._pricer.load(arrays, len(self.models), sum(self.features.widths) + 1)
+
+
 @register
 @dataclass
-class PricedRouter(TwoModelRouter):
+class PricedRouter(PricedLogistic, TwoModelRouter):
     """Routes a query to the strong model by predicted accuracy gained per extra dollar.
 
     Args:
@@ -202,68 +258,9 @@ class PricedRouter(TwoModelRouter):
     #: Never pay for a strong call predicted to lose accuracy: calibration stops at 0.
     min_threshold: ClassVar[float] = 0.0
 
-    def __post_init__(self) -> None:
-        number(self.l2, "l2", minimum=0, inclusive=False)
-        super().__post_init__()
-        self._coef: np.ndarray | None = None  # (2, d + 1) correctness models
-        self._pricer = CallPricer()
-
-    # ------------------------------------------------------------------ inputs
-    def inputs(self, data: TraceDataset) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(statistics, text features, input tokens (n, 2))`` of ``data``'s queries."""
-        return call_inputs(self, data)
-
     def targets(self, data: TraceDataset) -> np.ndarray:
         """``(n, 2)``: whether the weak and the strong model answered each query right."""
         return data.correct[:, [data.model_index(m) for m in self.models]]
-
-    def _model_costs(self, data: TraceDataset, costs: Any) -> dict[str, np.ndarray]:
-        return call_records(self, data, costs)
-
-    # ------------------------------------------------------------------ fit / predict
-    def fit_inputs(self, inputs: Any, targets: np.ndarray, costs: Any = None) -> PricedRouter:
-        """Fit on precomputed :meth:`inputs`, :meth:`targets` and :meth:`training_costs`."""
-        stats, text, _ = inputs
-        if not isinstance(costs, Mapping):
-            raise ValueError("PricedRouter.fit_inputs: expected costs=training_costs(data)")
-        self._mean, self._std = standardiser(stats)
-        x = self._design(stats, text)
-        y = np.asarray(targets)
-        if y.ndim != 2 or y.shape != (len(x), 2):
-            raise ValueError(f"targets: expected ({len(x)}, 2) correctness, got {y.shape}")
-        self._coef = np.array([np.append(*fit_logistic(x, y[:, j].astype(np.float64),
-                                                       self.l2)) for j in range(2)])
-        self._pricer.fit(x, costs, self.l2)
-        return self
-
-    def fit(self, data: TraceDataset, costs: Any = None) -> PricedRouter:
-        """Fit on ``data``, the training queries only (``costs``: ``(n, m)`` per call)."""
-        return self.fit_inputs(self.inputs(data), self.targets(data),
-                               self._model_costs(data, costs))
-
-    def _fitted(self) -> tuple[np.ndarray, float]:
-        if self._coef is None:
-            raise ValueError("PricedRouter: call fit first")
-        return self._coef, self._pricer._fitted()[3]
-
-    def predict_inputs(self, inputs: Any) -> np.ndarray:
-        """``(n, 2)``: predicted correctness of the weak and the strong model."""
-        stats, text, _ = inputs
-        self._fitted()  # "call fit first", before the design needs the standardiser
-        return self._predict(self._design(stats, text))
-
-    def _fit_model(self, x: np.ndarray, y: np.ndarray, costs: Any) -> None:
-        raise NotImplementedError("PricedRouter fits in fit_inputs (it reads tokens)")
-
-    def _predict(self, x: np.ndarray) -> np.ndarray:
-        coef = self._fitted()[0]
-        return np.column_stack([logistic_scores(x, w[:-1], float(w[-1])) for w in coef])
-
-    def expected_costs_inputs(self, inputs: Any) -> np.ndarray:
-        """:meth:`expected_costs` from precomputed :meth:`inputs`."""
-        stats, text, input_tokens = inputs
-        self._fitted()
-        return self._pricer.expected(self._design(stats, text), input_tokens)
 
     def scores_inputs(self, inputs: Any) -> np.ndarray:
         """:meth:`scores` from precomputed :meth:`inputs`."""
@@ -275,7 +272,7 @@ class PricedRouter(TwoModelRouter):
         return self.scores_inputs(self.inputs(data))
 
     def _per_dollar(self, p: np.ndarray, c: np.ndarray) -> np.ndarray:
-        floor = self._fitted()[1]
+        floor = self._pricer._fitted()[3]
         return (p[:, 1] - p[:, 0]) / np.maximum(c[:, 1] - c[:, 0], floor)
 
     def decide(self, win: np.ndarray, point: float, costs: Any = None) -> np.ndarray:
@@ -291,23 +288,10 @@ class PricedRouter(TwoModelRouter):
         return (self._per_dollar(np.asarray(win), np.asarray(costs)) >= point
                 ).astype(np.int64)
 
-    # ------------------------------------------------------------------ state
-    def _model_arrays(self) -> dict[str, np.ndarray]:
-        return {"coef": self._fitted()[0], **self._pricer.arrays()}
-
-    def _load_model_arrays(self, arrays: Mapping[str, Any]) -> None:
-        width = sum(self.features.widths) + 1
-        coef = array_of(arrays, "coef", 2)
-        if coef.shape != (2, width):
-            raise ValueError(f"arrays: 'coef': expected shape {(2, width)} for this config, "
-                             f"got {coef.shape}")
-        self._pricer.load(arrays, 2, width)
-        self._coef = coef
-
 
 @register
 @dataclass
-class PricedMultiRouter(MultiRouter):
+class PricedMultiRouter(PricedLogistic, MultiRouter):
     """The K-model router with each call priced per query: ``argmax p_j - lam c_j(q) / s``.
 
     As :class:`~agents.routers.multi.MultiRouter` (one correctness model per
@@ -327,52 +311,3 @@ class PricedMultiRouter(MultiRouter):
     """
 
     kind: ClassVar[str] = "multi-priced"
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self._pricer = CallPricer()
-
-    def inputs(self, data: TraceDataset) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(statistics, text features, input tokens (n, K))`` of ``data``'s queries."""
-        if not self.models:
-            raise ValueError("PricedMultiRouter: its models are set at fit")
-        return call_inputs(self, data)
-
-    def fit(self, data: TraceDataset, costs: Any = None) -> PricedMultiRouter:
-        """Fit the correctness models and the pricer on ``data`` (the training split)."""
-        if not self.models:
-            self.models = data.models
-        super().fit(data, costs)
-        return self
-
-    def _model_costs(self, data: TraceDataset, costs: Any) -> dict[str, np.ndarray]:
-        return call_records(self, data, costs)
-
-    def fit_inputs(self, inputs: Any, targets: np.ndarray, costs: Any = None
-                   ) -> PricedMultiRouter:
-        """Fit on precomputed :meth:`inputs`, :meth:`targets` and :meth:`training_costs`."""
-        stats, text, _ = inputs
-        if not isinstance(costs, Mapping):
-            raise ValueError("PricedMultiRouter.fit_inputs: expected "
-                             "costs=training_costs(data)")
-        super().fit_inputs((stats, text), targets, costs["cost"])
-        self._pricer.fit(self._design(stats, text), costs, self.l2)
-        return self
-
-    def predict_inputs(self, inputs: Any) -> np.ndarray:
-        """``(n, K)``: each model's predicted correctness."""
-        stats, text, _ = inputs
-        return super().predict_inputs((stats, text))
-
-    def expected_costs_inputs(self, inputs: Any) -> np.ndarray:
-        """``(n, K)``: each call priced before it is made."""
-        stats, text, input_tokens = inputs
-        self._fitted()
-        return self._pricer.expected(self._design(stats, text), input_tokens)
-
-    def _model_arrays(self) -> dict[str, np.ndarray]:
-        return {**super()._model_arrays(), **self._pricer.arrays()}
-
-    def _load_model_arrays(self, arrays: Mapping[str, Any]) -> None:
-        super()._load_model_arrays(arrays)
-        self._pricer.load(arrays, len(self.models), sum(self.features.widths) + 1)
