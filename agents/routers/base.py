@@ -34,8 +34,11 @@ from cost_envs.traces import TraceDataset
 
 #: Version of :meth:`Router.to_state`'s layout.
 STATE_FORMAT = 1
-#: (statistics, text features) of a router's queries: what :meth:`Router.inputs` returns.
-Inputs = tuple[np.ndarray, np.ndarray]
+#: What :meth:`Router.inputs` returns: per-query arrays, (statistics, text features), and
+#: for a router that prices its calls a third, the prompt tokens per model
+#: (:class:`agents.routers.priced.PricedLogistic`). Every step after ``inputs`` takes them
+#: as a tuple and :func:`take` selects queries from each part alike.
+Inputs = tuple[np.ndarray, ...]
 
 
 def array_of(arrays: Mapping[str, Any], name: str, ndim: int) -> np.ndarray:
