@@ -192,6 +192,16 @@ def score_matrices(blocks: Sequence[Mapping[str, Any]], reps: int = REPS
     return out
 
 
+def _drawn_gaps(weights: np.ndarray, data: Mapping[str, Any]) -> np.ndarray:
+    """Reference minus rule on each draw, as the shares divide by it.
+
+    The same value the per-table :func:`~cost_envs.metrics.bootstrap_gap_closed` computes,
+    and the one a draw is kept or redrawn on: ``(reference - rule) @ w`` can be a rounding
+    error above 0 where this is 0, and a share over a zero gap is NaN.
+    """
+    return weights @ data["reference"] - weights @ data["rule"]
+
+
 def resample(episodes: Mapping[str, Mapping[str, Any]], methods: Sequence[str],
              reps: int = REPS, seed: int = 0
              ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, dict[str, int]]:
@@ -219,9 +229,10 @@ def resample(episodes: Mapping[str, Mapping[str, Any]], methods: Sequence[str],
                            n_tasks)) for m in methods}
     redrawn = {}
     for t, (task, data) in enumerate(episodes.items()):
-        n, difference = data["rule"].size, data["reference"] - data["rule"]
+        n = data["rule"].size
         weights = resample_weights(rng, reps, n) / n  # each row: one draw of the episodes
-        bad = np.flatnonzero(weights @ difference <= 0)
+
+        bad = np.flatnonzero(_drawn_gaps(weights, data) <= 0)
         if bad.size > (1 - CONFIDENCE) * reps:
             raise ValueError(f"aggregates: {task}: the reference is not above the rule in "
                              f"{bad.size} of {reps} draws of the episodes: its gap is not "
@@ -229,10 +240,10 @@ def resample(episodes: Mapping[str, Mapping[str, Any]], methods: Sequence[str],
         redrawn[task] = int(bad.size)
         while bad.size:
             weights[bad] = resample_weights(rng, bad.size, n) / n
-            bad = bad[weights[bad] @ difference <= 0]
+            bad = bad[_drawn_gaps(weights[bad], data) <= 0]
             redrawn[task] += int(bad.size)
         rule[:, t] = weights @ data["rule"]
-        gap[:, t] = weights @ data["reference"] - rule[:, t]
+        gap[:, t] = _drawn_gaps(weights, data)
         for method in methods:
             runs = data["methods"][method]
             means = weights @ runs.T  # replicates x seeds, every seed on the same draw

@@ -355,7 +355,8 @@ def report(out: Path, scale: str | Scale = "default", jobs: int = 2,
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m experiments.memory``: parse, check ``--out``, run, write."""
-    parser = argparse.ArgumentParser(prog=COMMAND, description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=COMMAND, description=__doc__.splitlines()[0],
+                                     allow_abbrev=False)
     parser.add_argument("--scale", choices=tuple(SCALES), default="default")
     parser.add_argument("--out", type=Path, default=None,
                         help="output directory (default: benchmarks/results, at the smoke "
