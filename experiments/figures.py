@@ -28,11 +28,12 @@ from typing import Any, NamedTuple
 MARKERS = ("o", "s", "D", "^", "v", "<", ">", "p", "P", "*", "X", "h", "H", "d", "8",
            "1", "2", "3", "4", "+", "x")
 #: The series colours: matplotlib's tab10, then the two darkest shades of tab20b's five
-#: hues (not tab20's pale twins, on which a hollow marker fades into the white).
+#: hues (not tab20's pale twins, on which a hollow marker fades into the white), then a
+#: near-black and a dark teal (the ToolBench table has 21 methods).
 COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
            "#7f7f7f", "#bcbd22", "#17becf",
            "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#5254a3", "#8ca252",
-           "#bd9e39", "#ad494a", "#a55194")
+           "#bd9e39", "#ad494a", "#a55194", "#1b1b1b", "#00796b")
 #: A fixed salt for the ids matplotlib writes into SVG files (a random uuid otherwise).
 SVG_SALT = "cost-envs"
 #: Two markers overlap when both coordinates differ by less than these shares of the
@@ -88,8 +89,8 @@ def marker(index: int) -> str:
 def series_style(index: int) -> tuple[str, str]:
     """The ``index``-th method's (marker, colour): no two methods of a figure share both.
 
-    The markers cycle every 21 and the colours every 20; as 21 and 20 are coprime, the
-    first 420 methods have distinct pairs, and the first 20 distinct colours as well as
+    The markers cycle every 21 and the colours every 22; as 21 and 22 are coprime, the
+    first 462 methods have distinct pairs, and the first 21 distinct colours as well as
     distinct markers (issue #25: a family sharing one colour, or a colour cycle of ten,
     left 18-method figures with look-alike series).
     """

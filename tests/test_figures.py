@@ -120,12 +120,12 @@ def _inside(figure: Any, artist: Any) -> bool:
             and box.y1 <= figure.bbox.height)
 
 
-def test_series_styles_never_repeat_a_pair_and_the_first_twenty_no_colour() -> None:
-    pairs = [figures.series_style(i) for i in range(420)]
-    assert len(set(pairs)) == 420
-    assert len({colour for _, colour in pairs[:20]}) == 20
+def test_series_styles_never_repeat_a_pair_and_the_first_twenty_two_no_colour() -> None:
+    pairs = [figures.series_style(i) for i in range(462)]
+    assert len(set(pairs)) == 462
+    assert len({colour for _, colour in pairs[:22]}) == 22
     assert len({mark for mark, _ in pairs[:21]}) == 21
-    assert figures.series_style(420) == pairs[0]  # the cycle is exactly 420 long
+    assert figures.series_style(462) == pairs[0]  # the cycle is exactly 462 long
 
 
 @pytest.mark.parametrize("draw", ["lora", "bopo", "corl"])
