@@ -44,6 +44,7 @@ benchmark: install
 	$(BIN)/python benchmarks/vector_throughput.py --output benchmarks/results/vector_throughput.md
 	$(BIN)/python benchmarks/vector_memory.py --output benchmarks/results/vector_memory.md
 	$(BIN)/python benchmarks/multitenant_throughput.py --output benchmarks/results/multitenant_throughput.md
+	$(BIN)/python benchmarks/serve_latency.py --output benchmarks/results/serve_latency.md
 
 # The wheel and the sdist in dist/ (the wheel is built from the sdist, so the sdist is
 # known to hold what the wheel needs). `pip install dist/cost_envs-*.whl` gives the envs
