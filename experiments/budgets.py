@@ -41,7 +41,7 @@ from agents.learners.supervised import SupervisedConfig
 from agents.learners.training import configure_torch_threads, train
 from cost_envs.config import integer
 from cost_envs.metrics import bootstrap_gap_closed, bootstrap_mean_ci
-from experiments.common import machine, spawn_pool
+from experiments.common import machine, run_each
 from experiments.gaps import encode_scores
 
 
@@ -213,11 +213,7 @@ def report(out: Path, scale: str | Scale = "default", jobs: int = 2,
     grid = [Job(env_id, key, seed, scale_for(env_id, chosen)) for env_id, keys in envs.items()
             for key in keys for seed in range(scale_for(env_id, chosen).seeds)]
     log(f"budgets: {len(grid)} runs in {jobs} process(es)")
-    if jobs <= 1:
-        results = [run_job(job) for job in grid]
-    else:
-        with spawn_pool(jobs) as pool:
-            results = list(pool.map(run_job, grid))
+    results = run_each(run_job, grid, jobs)
     files = {}
     for env_id in envs:
         own = scale_for(env_id, chosen)

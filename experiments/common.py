@@ -13,8 +13,8 @@ from __future__ import annotations
 import multiprocessing
 import os
 import platform
-from collections.abc import Callable, Hashable, MutableMapping
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable, Hashable, MutableMapping, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,30 @@ def spawn_pool(workers: int) -> ProcessPoolExecutor:
         os.environ.setdefault(variable, "1")
     return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
 
+
+def run_each(function: Callable[[Any], Any], items: Sequence[Any], workers: int,
+             done: Callable[[int, Any], None] | None = None) -> list[Any]:
+    """``function`` of every item, in the items' order; in ``workers`` processes if > 1.
+
+    ``done(index, result)`` is called as each result arrives (in a pool, in the order they
+    finish), so a caller can keep finished work before the slowest item is done.
+    """
+    results: list[Any] = [None] * len(items)
+
+    def take(index: int, result: Any) -> None:
+        results[index] = result
+        if done is not None:
+            done(index, result)
+
+    if workers <= 1 or len(items) <= 1:
+        for index, item in enumerate(items):
+            take(index, function(item))
+        return results
+    with spawn_pool(min(workers, len(items))) as pool:
+        futures = {pool.submit(function, item): index for index, item in enumerate(items)}
+        for future in as_completed(futures):
+            take(futures[future], future.result())
+    return results
 
 def recording(factory: Callable[[Any], Any], built: MutableMapping[Hashable, Any],
               key: Hashable | Callable[[Any], Hashable]) -> Callable[[Any], Any]:

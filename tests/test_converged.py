@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import re
 from pathlib import Path
 
@@ -12,17 +13,15 @@ import pytest
 
 from experiments import converged
 from experiments.gaps import decode_scores
-from experiments.lora_ppo import FixedRows
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 NAME = "converged_FlightPlanner-v1"
 
 
-def _fixed(rule: np.ndarray, planner: np.ndarray, bayes: np.ndarray) -> FixedRows:
+def _fixed(rule: np.ndarray, planner: np.ndarray, bayes: np.ndarray) -> converged.Fixed:
     returns = {"one-turn": rule, "planner": planner, "bayes-planner": bayes}
     labels = {"one-turn": "One-turn rule", "planner": "Planner", "bayes-planner": "Bayes"}
-    return FixedRows({key: {"label": labels[key]} for key in returns},
-                     {key: tuple(values) for key, values in returns.items()})
+    return converged.Fixed(labels, returns, "one-turn")
 
 
 def test_a_small_gain_hidden_by_task_noise_is_resolved_because_it_is_paired():
@@ -30,8 +29,8 @@ def test_a_small_gain_hidden_by_task_noise_is_resolved_because_it_is_paired():
     rng = np.random.default_rng(0)
     rule = rng.normal(0.9, 0.3, 500)
     ppo = np.stack([rule + 0.01 + rng.normal(0, 0.001, 500) for _ in range(5)])
-    markdown, columns = converged.render(ppo, _fixed(rule, rule + 0.05, rule - 0.02), "one-turn",
-                                         converged.SCALES["smoke"], 1.5)
+    markdown, columns = converged.render({"ppo": ppo}, _fixed(rule, rule + 0.05, rule - 0.02),
+                                         converged.SCALES["smoke"], {"ppo": 1.5})
     gain = re.search(r"PPO - best fixed row: ([-\d.]+) \[([-\d.]+), ([-\d.]+)\]", markdown)
     assert abs(float(gain.group(1)) - 0.01) < 0.001 and float(gain.group(2)) > 0.009
     # Unpaired, the same returns are not told apart from the rule: the tasks' spread hides it.
@@ -42,7 +41,7 @@ def test_a_small_gain_hidden_by_task_noise_is_resolved_because_it_is_paired():
     rows = list(csv.DictReader(io.StringIO(columns)))
     assert [row["row"] for row in rows] == ["one-turn", "planner", "bayes-planner"] + ["ppo"] * 5
     np.testing.assert_allclose(decode_scores(rows[3]["returns"]), ppo[0], atol=5e-5)
-    assert "Wall time per PPO seed: 1.5 min" in markdown
+    assert "Wall time per seed: PPO 1.5 min." in markdown
 
 
 def test_the_committed_report_is_rendered_from_its_csv():
@@ -70,14 +69,56 @@ def test_the_committed_report_is_rendered_from_its_csv():
 
 
 @pytest.mark.slow
-def test_a_smoke_run_writes_both_files_from_the_same_returns(tmp_path):
-    paths = converged.report(tmp_path, "smoke", jobs=1, log=lambda _: None)
+def test_a_smoke_run_keeps_each_run_and_a_second_call_trains_only_what_is_missing(
+        tmp_path, monkeypatch):
+    from experiments import budgets
+
+    paths = converged.report(tmp_path, "smoke", jobs=1, rows=("ppo",), log=lambda _: None)
     assert sorted(path.name for path in paths) == [f"{NAME}.csv", f"{NAME}.md"]
     rows = list(csv.DictReader(io.StringIO((tmp_path / f"{NAME}.csv").read_text())))
     means = [float(row["mean_return"]) for row in rows if row["row"] == "ppo"]
     assert len(means) == 2
     markdown = (tmp_path / f"{NAME}.md").read_text()
     assert "PPO per seed: " + ", ".join(f"{mean:.4f}" for mean in means) in markdown
+    runs = tmp_path / converged.RUNS
+    assert sorted(path.name for path in runs.iterdir()) == [
+        "fixed.json", "ppo_seed0.json", "ppo_seed1.json"]
+    # Everything kept: nothing trains, and the report comes out the same.
+    trained = []
+    real_run_job = budgets.run_job
+    monkeypatch.setattr(budgets, "run_job", lambda job: trained.append(job) or real_run_job(job))
+    converged.report(tmp_path, "smoke", jobs=1, rows=("ppo",), log=lambda _: None)
+    assert trained == [] and (tmp_path / f"{NAME}.md").read_text() == markdown
+    # One run lost: only it is trained again, to the same returns (a function of its seed).
+    (runs / "ppo_seed1.json").unlink()
+    converged.report(tmp_path, "smoke", jobs=1, rows=("ppo",), log=lambda _: None)
+    assert [(job.key, job.seed) for job in trained] == [("ppo", 1)]
+    assert (tmp_path / f"{NAME}.md").read_text() == markdown
+
+
+def test_a_kept_run_of_other_settings_is_refused_naming_it(tmp_path):
+    runs = tmp_path / converged.RUNS
+    runs.mkdir()
+    other = {**converged.SCALES["default"].settings(), "row": "ppo", "seed": 0}
+    (runs / "ppo_seed0.json").write_text(json.dumps(other))
+    with pytest.raises(ValueError, match=r"ppo_seed0\.json: was run with .*'timesteps': 2000000"):
+        converged.report(tmp_path, "smoke", rows=("ppo",))
+    (runs / "ppo_seed0.json").write_text("not json")
+    with pytest.raises(ValueError, match=r"ppo_seed0\.json: expected a kept run"):
+        converged.report(tmp_path, "smoke", rows=("ppo",))
+    assert sorted(path.name for path in tmp_path.iterdir()) == [converged.RUNS]
+    with pytest.raises(ValueError, match="rows: expected keys of"):
+        converged.report(tmp_path, "smoke", rows=("sac",))
+
+
+def test_the_kept_ppo_runs_are_the_committed_reports_seeds():
+    """The five kept PPO runs hold the per-task returns the committed CSV reports."""
+    rows = list(csv.DictReader(io.StringIO((RESULTS / f"{NAME}.csv").read_text(encoding="utf-8"))))
+    settings = converged.SCALES["default"].settings()
+    for row in (row for row in rows if row["row"] == "ppo"):
+        kept = converged.read_kept(converged.run_file(RESULTS / converged.RUNS, "ppo",
+                                                      int(row["seed"])), settings)
+        assert kept is not None and kept["returns"] == row["returns"]
 
 
 def test_a_bad_scale_is_refused_before_any_training(tmp_path):

@@ -155,3 +155,34 @@ def test_dagger_settings_are_checked():
         SupervisedConfig(teacher="bayes", dagger_rounds=-1)
     with pytest.raises(ValueError, match="dagger_episodes"):
         SupervisedConfig(teacher="bayes", dagger_rounds=1, dagger_episodes=0)
+
+
+class FixedStudent:
+    """Plays one fixed set of agents every turn, whatever the teacher would do."""
+
+    def __init__(self, action: np.ndarray) -> None:
+        self.action = action
+
+    def predict(self, observation, state=None, episode_start=None, deterministic=True):
+        return self.action.copy(), state
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("teacher_name", ["planner", "bayes"])
+def test_a_flightplanner_teacher_follows_the_students_actions(teacher_name):
+    """The FlightPlanner planners read each observation against the action played; under
+    DAgger that is the student's, not their own label (before, the next turn raised)."""
+    from agents.planning import bayes_planner, planner
+    from agents.planning.flight import MAX_TURNS
+
+    env = gym.make("cost_envs/FlightPlanner-v1")
+    env.reset(seed=5)
+    teacher = planner(env) if teacher_name == "planner" else bayes_planner(env, n_particles=200)
+    # The student calls only the first planner and the first searcher: a one-turn rule's
+    # pair, which the teacher often would not repeat after the first turn.
+    base = teacher.bases[0].astype(np.int8)
+    traces = student_traces(FixedStudent(base), teacher, env, episodes=4, gamma=0.99)
+    turns = [MAX_TURNS - round(float(obs[teacher._turns_left]) * MAX_TURNS)
+             for obs in traces.observations]
+    assert max(turns) >= 1  # the student's episodes went past their first turn
+    assert any(not np.array_equal(label, base) for label in traces.labels)

@@ -62,6 +62,11 @@ class TeacherLabels:
         self.labels.append(np.asarray(label, dtype=np.float32).reshape(-1))
         action, student_state = self.student.predict(observation, student_state, episode_start,
                                                      deterministic=True)
+        # A teacher that reads the next observation against the action played (the
+        # FlightPlanner planners) must follow the student's action, not its own label.
+        note = getattr(self.teacher, "note_action", None)
+        if note is not None:
+            note(np.asarray(observation).reshape(-1), np.asarray(action).reshape(-1))
         return action, (student_state, teacher_state)
 
 

@@ -26,3 +26,13 @@ class Planner(Baseline):
             raise ValueError(f"{type(self).__name__} follows a single environment; pass one "
                              "observation")
         return self.act(observation), state
+
+    def note_action(self, observation: np.ndarray, action: np.ndarray) -> None:
+        """The action actually played at ``observation``, when another policy chose it.
+
+        DAgger (:class:`agents.learners.dagger.TeacherLabels`) asks the planner for its
+        action at the student's state and then plays the student's. A planner that reads
+        each observation against the action it played (the FlightPlanner planners) must
+        be told the student's instead; the others read all they need from the
+        observation, so by default this does nothing.
+        """

@@ -470,6 +470,10 @@ class FlightPlanner(Planner):
         """The row of ``candidates`` to play: the best pair's (ties to the cheapest)."""
         return int(np.argmax(values.mean(axis=2).max(axis=1)))
 
+    def note_action(self, observation: np.ndarray, action: np.ndarray) -> None:
+        """The action another policy played at ``observation``: the next turn follows it."""
+        self.played(MAX_TURNS - round(float(observation[self._turns_left]) * MAX_TURNS), action)
+
     def played(self, turn: int, action: np.ndarray) -> None:
         """Note the action played at ``turn``: the next observation is read against it.
 
