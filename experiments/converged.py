@@ -26,13 +26,11 @@ deterministic given the tasks, so their intervals are over tasks. The table give
 row's return and share of the rule-to-planner gap, and per learned row the paired
 differences that answer the issue: row - best fixed row, row - Bayes reference.
 
-**Runs are kept as they finish.** One run is 15 to 40 minutes on this 2-core machine and
-the whole grid several CPU-hours, more than one sitting. Each finished run (a row and a
-seed) and the fixed rows' scores are written at once to ``<out>/converged_runs/`` (a small
-JSON file each, with the settings it ran at); a later call reuses every file whose settings
-match and trains only what is missing, so the grid can be completed over several calls. A
-file whose settings differ is an error naming it (never silently retrained or mixed in).
-The report is written only when every run of the grid exists.
+**Runs are kept as they finish** (:mod:`experiments.kept`): one run is 15 to 40 minutes on
+this 2-core machine and the whole grid several CPU-hours, more than one sitting. Each
+finished run (a row and a seed) and the fixed rows' scores are written at once to
+``<out>/converged_runs/``; a later call trains only what is missing. The report is written
+only when every run of the grid exists.
 
 ``python -m experiments.converged [--scale default|smoke] [--rows KEY ...] [--jobs N]
 [--out DIR]`` writes ``converged_FlightPlanner-v1.md`` and ``.csv`` (the per-task returns
@@ -46,7 +44,6 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +57,7 @@ from cost_envs.metrics import bootstrap_gap_closed, bootstrap_mean_ci
 from experiments import budgets
 from experiments.common import machine, run_each
 from experiments.gaps import decode_scores, encode_scores
+from experiments.kept import keep, read_kept, run_file
 
 ENV_ID = "cost_envs/FlightPlanner-v1"
 #: Where FlightPlanner-v1's PPO curve stops improving (budgets_FlightPlanner-v1.md).
@@ -177,36 +175,6 @@ def render(learned: dict[str, np.ndarray], fixed: Fixed, scale: Scale,
         for seed, seed_values in enumerate(values):
             writer.writerow([key, seed, f"{seed_values.mean():.6f}", encode_scores(seed_values)])
     return "\n".join(lines), rows.getvalue()
-
-
-def run_file(folder: Path, key: str, seed: int) -> Path:
-    """Where a row's run with ``seed`` is kept."""
-    return folder / f"{key.replace('/', '+')}_seed{seed}.json"
-
-
-def read_kept(path: Path, settings: dict[str, Any]) -> dict[str, Any] | None:
-    """A kept file's content if it exists, ``None`` if not.
-
-    Raises:
-        ValueError: If it exists but was run with other settings, or is not a kept run.
-    """
-    if not path.exists():
-        return None
-    try:
-        kept = json.loads(path.read_text(encoding="utf-8"))
-        ran = {name: kept[name] for name in settings}
-    except (ValueError, KeyError, TypeError):
-        raise ValueError(f"{path}: expected a kept run of experiments.converged (JSON with "
-                         f"{sorted(settings)}); delete it to run it again") from None
-    if ran != settings:
-        raise ValueError(f"{path}: was run with {ran}, this scale needs {settings}; delete it "
-                         "or give another --out")
-    return kept
-
-
-def keep(path: Path, content: dict[str, Any]) -> None:
-    """Write one kept file, whole or not at all."""
-    write_files_atomic(path.parent, {path.name: json.dumps(content, indent=1) + "\n"})
 
 
 def score_fixed(scale: Scale) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import pytest
 
 from experiments import converged
 from experiments.gaps import decode_scores
+from experiments.kept import read_kept, run_file
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 NAME = "converged_FlightPlanner-v1"
@@ -116,7 +117,7 @@ def test_the_kept_ppo_runs_are_the_committed_reports_seeds():
     rows = list(csv.DictReader(io.StringIO((RESULTS / f"{NAME}.csv").read_text(encoding="utf-8"))))
     settings = converged.SCALES["default"].settings()
     for row in (row for row in rows if row["row"] == "ppo"):
-        kept = converged.read_kept(converged.run_file(RESULTS / converged.RUNS, "ppo",
+        kept = read_kept(run_file(RESULTS / converged.RUNS, "ppo",
                                                       int(row["seed"])), settings)
         assert kept is not None and kept["returns"] == row["returns"]
 
