@@ -1,41 +1,52 @@
-"""Does memory pay? RecurrentPPO against PPO at the same settings (issue #23, point 5).
+"""Does memory pay? PPO with and without memory at the same settings (issue #23, point 5).
 
-``python -m experiments.memory [--scale smoke|default] [--out DIR] [--jobs N]``, or
-``python -m experiments memory``.
+``python -m experiments.memory [--scale smoke|default|toolbench|flight] [--out DIR]
+[--jobs N]``, or ``python -m experiments memory``.
 
-Two learners, identical but for an LSTM: SB3's ``PPO`` with ``MlpPolicy`` and sb3-contrib's
-``RecurrentPPO`` with ``MlpLstmPolicy`` (:class:`agents.learners.common.recurrent.RecurrentPPO`,
-which trains on ``MultiBinary`` actions). Both take the project's PPO settings
-(:data:`agents.learners.PPO_SETTINGS`: 512 steps per sub-env and rollout, minibatch 64,
-clip 0.2, entropy 0.01, value 0.5, GAE 0.95; SB3's learning rate 3e-4 and 10 epochs), the
-same sub-envs of the env's native batched env and the same training tasks
-(:func:`agents.seeds.train_task_seeds`), and the same env steps. The recurrent policy puts
-an LSTM (sb3-contrib's default, 256 units, one for the actor, one for the critic) between
-the observation and the same 64-64 heads, so only memory differs. (The tables' PPO row is
-the project's ``AllocatorPolicy``, a shared 64-64 encoder: not this row.)
+Three learners, identical but for memory: PPO with ``MlpPolicy`` (the control; the
+project's :class:`~agents.learners.ppo.FastPPO`, which trains SB3 ``PPO``'s weights bit for
+bit), sb3-contrib's ``RecurrentPPO`` with ``MlpLstmPolicy``
+(:class:`agents.learners.common.recurrent.RecurrentPPO`, which trains on ``MultiBinary``
+actions), and the same PPO on SB3's ``VecFrameStack`` of the episode's last
+:data:`MAX_DECISIONS` observations: an episode has at most that many decisions, so this
+policy sees every observation of its episode so far (perfect memory, at PPO's speed). All
+take the project's PPO settings (:data:`agents.learners.PPO_SETTINGS`: 512 steps per
+sub-env and rollout, minibatch 64, clip 0.2, entropy 0.01, value 0.5, GAE 0.95; SB3's
+learning rate 3e-4 and 10 epochs), the same sub-envs of the env's native batched env and
+the same training tasks (:func:`agents.seeds.train_task_seeds`), and the same env steps.
+The recurrent policy puts an LSTM (sb3-contrib's default, 256 units, one for the actor,
+one for the critic) between the observation and the same 64-64 heads. (The tables' PPO
+row is the project's ``AllocatorPolicy``, a shared 64-64 encoder: not this row.)
 
 Each run is scored on the tables' evaluation tasks (``episodes`` tasks of task seed 0,
 :func:`agents.evaluation.evaluate`, which starts each episode with no recurrent state and
-``episode_start=True`` and threads the LSTM state through the episode).
+``episode_start=True`` and threads the LSTM state through the episode; the history
+learner on Gymnasium's ``FrameStackObservation``, laid out as ``VecFrameStack`` lays it).
 
 The envs are where memory could pay: FlightPlanner-v0, whose observation has no
-verification-history slots (an LSTM could carry what v1's slots carry); FlightPlanner-v1,
-with the slots (the control: memory should buy nothing there). ToolBench-v0 runs with
-``--envs`` (not in the default scale: its RecurrentPPO runs would add about 25 minutes on
-the loaded 2-core machine).
+verification-history slots (memory could carry what v1's slots carry); FlightPlanner-v1,
+with the slots (the control: memory should buy nothing there); ToolBench-v0, whose Bayes
+reference remembers the difficulties seen. Scales: ``default`` (RecurrentPPO against PPO
+at 8,192 steps, where neither moves: the report says so), ``toolbench`` (PPO and the
+history PPO at 500k steps, where PPO stops improving on ToolBench-v0) and ``flight`` (the
+same at 2M steps on FlightPlanner-v0, where PPO stops improving on v1); RecurrentPPO costs
+6-9x PPO's CPU a step here, hours a run at those budgets, and is left out of them. Their
+runs are kept as they finish (:mod:`experiments.kept`, in ``<out>/memory_runs/<scale>/``),
+so a scale longer than one sitting completes over several calls.
 
 Per env the report gives each learner's mean Eq. 1 return with its 95% interval over
 seeds and tasks (:func:`cost_envs.metrics.bootstrap_mean_ci`, two levels) and the
-difference RecurrentPPO - PPO with its interval (:func:`paired_difference`: seeds of
-each learner resampled independently, tasks resampled with one draw for both, so the
+difference learner - PPO with its interval (:func:`paired_difference`: seeds of each
+learner resampled independently, tasks resampled with one draw for both, so the
 difference is paired over tasks), plus the wall time of each run. On FlightPlanner the
 one-turn rule (the tables' best fixed row) is scored on the same tasks for scale.
 
 Outputs in ``out``, written together or not at all (:func:`agents.files.write_files_atomic`):
-``memory.md`` (the table, steps, machine, command) and ``memory.csv`` (env, learner, seed,
-steps, wall times and the per-task returns, :func:`experiments.gaps.encode_scores`; the
-rule's returns as learner ``rule``). ``memory.md`` is rendered from what ``memory.csv``
-holds (``render(read_csv(csv), ...)``), so every figure in it can be recomputed.
+``memory.md`` (``memory_<scale>.md`` but at the default scale: the table, steps, machine,
+command) and ``memory.csv`` (env, learner, seed, steps, wall times and the per-task
+returns, :func:`experiments.gaps.encode_scores`; the rule's returns as learner ``rule``).
+The table is rendered from what the CSV holds (``render(read_csv(csv), ...)``), so every
+figure in it can be recomputed.
 """
 
 from __future__ import annotations
@@ -55,15 +66,23 @@ import numpy as np
 from agents.files import write_files_atomic
 from agents.learners import PPO_SETTINGS
 from cost_envs.config import integer
+from cost_envs.envs.flight_planner import MAX_TURNS as FLIGHT_TURNS
+from cost_envs.envs.toolbench import MAX_TURNS as TOOLBENCH_TURNS
 from cost_envs.metrics import bootstrap_mean_ci, interval_around
 from cost_envs.metrics.bootstrap import percentile_interval
-from experiments.common import check_writable, machine, quiet, spawn_pool
+from experiments.common import check_writable, machine, quiet, run_each
 from experiments.gaps import decode_scores, encode_scores
+from experiments.kept import keep, read_kept, run_file
 
-#: The learners: key -> (label, SB3 policy name).
+#: The learners: key -> (label, SB3 policy name). ``ppo`` is the control.
 LEARNERS = {"ppo": ("PPO (MlpPolicy)", "MlpPolicy"),
-            "recurrent": ("RecurrentPPO (MlpLstmPolicy)", "MlpLstmPolicy")}
+            "recurrent": ("RecurrentPPO (MlpLstmPolicy)", "MlpLstmPolicy"),
+            "history": ("PPO on the episode's observations (VecFrameStack)", "MlpPolicy")}
 ENVS = ("cost_envs/FlightPlanner-v0", "cost_envs/FlightPlanner-v1", "cost_envs/ToolBench-v0")
+#: Decisions per episode at most: the ``history`` learner sees this many observations, so
+#: it sees every observation of its episode (zeros before the first).
+MAX_DECISIONS = {"cost_envs/FlightPlanner-v0": FLIGHT_TURNS, "cost_envs/FlightPlanner-v1":
+                 FLIGHT_TURNS, "cost_envs/ToolBench-v0": TOOLBENCH_TURNS}
 #: The reference row scored on the same tasks: the tables' best fixed row on FlightPlanner.
 RULE_ENVS = ("cost_envs/FlightPlanner-v0", "cost_envs/FlightPlanner-v1")
 RULE_LABEL = "One-turn plan+search rule"
@@ -91,6 +110,9 @@ class Scale:
     n_envs: int
     resamples: int
     envs: tuple[str, ...] = ENVS
+    learners: tuple[str, ...] = ("ppo", "recurrent")
+    #: Keep each finished run in ``<out>/memory_runs/<name>/`` (:mod:`experiments.kept`).
+    keep: bool = False
 
     def __post_init__(self) -> None:
         for name in ("timesteps", "seeds", "episodes", "n_envs", "resamples"):
@@ -98,6 +120,15 @@ class Scale:
         unknown = sorted(set(self.envs) - set(ENVS))
         if unknown or not self.envs:
             raise ValueError(f"Scale.envs: expected some of {list(ENVS)}, got {list(self.envs)}")
+        if "ppo" not in self.learners or not set(self.learners) <= set(LEARNERS):
+            raise ValueError(f"Scale.learners: expected 'ppo' and some of {list(LEARNERS)}, "
+                             f"got {list(self.learners)}")
+
+    @property
+    def files(self) -> tuple[str, str]:
+        """The report's and the CSV's names: ``memory.md``/``.csv`` at the default scale."""
+        stem = "memory" if self.name == "default" else f"memory_{self.name}"
+        return f"{stem}.md", f"{stem}.csv"
 
 
 SCALES = {
@@ -109,7 +140,15 @@ SCALES = {
     # time, which is why the default stops at 8,192 (two rollouts of 8 x 512).
     "default": Scale("default", 8_192, 5, 400, 8, 1000, ENVS[:2]),
 }
-SCALES["full"] = SCALES["default"]  # no larger scale: `python -m experiments memory --scale full`
+SCALES["full"] = SCALES["default"]  # `python -m experiments memory --scale full`
+# Where the learners move (issue #23, point 5): PPO with and without the episode's
+# observations at PPO's own converged budgets (``benchmarks/results/budgets_*.md``),
+# RecurrentPPO left out (6-9x PPO's CPU a step: hours a run here). Runs are kept
+# (:mod:`experiments.kept`), so a scale longer than one sitting completes over several.
+SCALES["toolbench"] = Scale("toolbench", 500_000, 5, 400, 16, 1000, ("cost_envs/ToolBench-v0",),
+                            ("ppo", "history"), keep=True)
+SCALES["flight"] = Scale("flight", 2_000_000, 5, 1000, 16, 1000, ENVS[:1], ("ppo", "history"),
+                         keep=True)
 
 
 @dataclass(frozen=True)
@@ -123,26 +162,52 @@ class Job:
 
 
 def build_model(env_id: str, learner: str, n_envs: int, seed: int) -> Any:
-    """The untrained learner on ``n_envs`` batched sub-envs seeded as ``train`` seeds them."""
-    from stable_baselines3 import PPO
+    """The untrained learner on ``n_envs`` batched sub-envs seeded as ``train`` seeds them.
+
+    PPO is the project's :class:`~agents.learners.ppo.FastPPO`, which trains SB3 ``PPO``'s
+    weights bit for bit in less time; ``history`` is the same PPO on SB3's
+    ``VecFrameStack`` of the episode's last :data:`MAX_DECISIONS` observations.
+    """
+    from stable_baselines3.common.vec_env import VecFrameStack
 
     from agents.learners.common.recurrent import RecurrentPPO
+    from agents.learners.ppo import FastPPO
     from agents.learners.training import quiet_logger
     from agents.seeds import train_task_seeds
     from agents.vec_env import make_batched_vec_env
 
     if learner not in LEARNERS:
         raise ValueError(f"learner: expected one of {list(LEARNERS)}, got {learner!r}")
-    cls = PPO if learner == "ppo" else RecurrentPPO
-    model = cls(LEARNERS[learner][1], make_batched_vec_env(env_id, n_envs), seed=seed,
-                device="cpu", n_epochs=EPOCHS, learning_rate=LEARNING_RATE, **PPO_SETTINGS)
-    quiet_logger(model)
+    venv = make_batched_vec_env(env_id, n_envs)
     seeds = train_task_seeds(seed, n_envs)
     if n_envs == 1:  # as agents.learners.training.train seeds its env
-        model.get_env().seed(seeds[0])
+        venv.seed(seeds[0])
     else:
-        model.get_env().unwrapped.seed_each(seeds)
+        venv.unwrapped.seed_each(seeds)
+    if learner == "history":
+        venv = VecFrameStack(venv, MAX_DECISIONS[env_id])
+    cls = RecurrentPPO if learner == "recurrent" else FastPPO
+    model = cls(LEARNERS[learner][1], venv, seed=seed, device="cpu", n_epochs=EPOCHS,
+                learning_rate=LEARNING_RATE, **PPO_SETTINGS)
+    quiet_logger(model)
     return model
+
+
+def evaluation_env(env_id: str, learner: str) -> Any:
+    """The env a learner is scored on: ``history`` sees what ``VecFrameStack`` showed it.
+
+    Gymnasium's ``FrameStackObservation`` with zero padding, flattened: the last
+    :data:`MAX_DECISIONS` observations oldest first, zeros before the episode's first, as
+    SB3's ``VecFrameStack`` lays out a vector observation (``tests/test_memory.py``).
+    """
+    import gymnasium as gym
+    from gymnasium.wrappers import FlattenObservation, FrameStackObservation
+
+    env = gym.make(env_id)
+    if learner == "history":
+        env = FlattenObservation(FrameStackObservation(env, MAX_DECISIONS[env_id],
+                                                       padding_type="zero"))
+    return env
 
 
 def run_job(job: Job) -> dict[str, Any]:
@@ -155,7 +220,11 @@ def run_job(job: Job) -> dict[str, Any]:
     model = build_model(job.env_id, job.learner, job.scale.n_envs, job.seed)
     model.learn(job.scale.timesteps)
     trained = time.perf_counter()
-    result = evaluate(model, job.env_id, episodes=job.scale.episodes, seed=0)
+    env = evaluation_env(job.env_id, job.learner)
+    try:
+        result = evaluate(model, env, episodes=job.scale.episodes, seed=0)
+    finally:
+        env.close()
     model.get_env().close()
     return {"env": job.env_id, "learner": job.learner, "seed": job.seed,
             "timesteps": int(model.num_timesteps), "train_seconds": trained - start,
@@ -238,7 +307,8 @@ def summarize(results: Sequence[Mapping[str, Any]], resamples: int
     Returns:
         env -> {"learners": {key: {"return": (mean, low, high), "train_minutes": mean,
         "eval_seconds": mean, "seeds": n, "timesteps": steps}},
-        "difference": (mean, low, high) of recurrent - ppo, or None without both}.
+        "differences": {key: (mean, low, high) of that learner - ppo, for each other
+        learner run with ppo}}.
     """
     summary: dict[str, dict[str, Any]] = {}
     for env_id in dict.fromkeys(r["env"] for r in results):
@@ -254,9 +324,9 @@ def summarize(results: Sequence[Mapping[str, Any]], resamples: int
                 "train_minutes": float(np.mean([r["train_seconds"] for r in runs])) / 60,
                 "eval_seconds": float(np.mean([r["eval_seconds"] for r in runs])),
                 "seeds": len(runs), "timesteps": sorted({r["timesteps"] for r in runs})}
-        difference = (paired_difference(arrays["recurrent"], arrays["ppo"], resamples)
-                      if len(arrays) == 2 else None)
-        summary[env_id] = {"learners": learners, "difference": difference}
+        differences = {key: paired_difference(values, arrays["ppo"], resamples)
+                       for key, values in arrays.items() if key != "ppo" and "ppo" in arrays}
+        summary[env_id] = {"learners": learners, "differences": differences}
     return summary
 
 
@@ -276,17 +346,22 @@ def render(results: Sequence[Mapping[str, Any]], scale: Scale, where: str) -> st
     rules = {r["env"]: r["returns"] for r in results if r["learner"] == "rule"}
     own = SCALES.get(scale.name)
     envs = "" if own is not None and own.envs == scale.envs else f" --envs {','.join(scale.envs)}"
-    lines = ["# Does memory pay? RecurrentPPO against PPO (issue #23)", "",
+    lines = ["# Does memory pay? "
+             + " and ".join(LEARNERS[key][0].split(" (")[0] for key in scale.learners
+                            if key != "ppo") + " against PPO (issue #23)", "",
              f"`{COMMAND} --scale {scale.name}{envs}` on {where}, one torch thread per run, "
              f"under `nice`.", "",
              f"{scale.seeds} training seeds per learner, {scale.timesteps:,} env steps each on "
              f"{scale.n_envs} batched sub-envs, at the project's PPO settings "
              f"({PPO_SETTINGS['n_steps']} steps per sub-env and rollout, minibatch {BATCH}, "
-             f"{EPOCHS} epochs, lr {LEARNING_RATE:g}, entropy {PPO_SETTINGS['ent_coef']}). Both "
+             f"{EPOCHS} epochs, lr {LEARNING_RATE:g}, entropy {PPO_SETTINGS['ent_coef']}). The "
              "learners have the same 64-64 heads; RecurrentPPO adds sb3-contrib's LSTM "
-             f"(256 units). Scored on the tables' {scale.episodes} evaluation tasks (task "
-             "seed 0), the LSTM state reset at each episode start. Return: mean Eq. 1 return "
-             "[95% interval over seeds and tasks]; difference: RecurrentPPO - PPO, seeds "
+             "(256 units), the history PPO sees the episode's last "
+             + ", ".join(f"{MAX_DECISIONS[e]} ({e.split('/')[-1]})" for e in scale.envs)
+             + " observations, zeros before its first: every observation of its episode. "
+             f"Scored on the tables' first {scale.episodes} evaluation tasks (task seed 0), "
+             "the LSTM state and the history reset at each episode start. Return: mean Eq. 1 "
+             "return [95% interval over seeds and tasks]; difference: learner - PPO, seeds "
              "resampled independently, tasks paired.", "",
              "| Env | Row | Return | Train min/run | Eval s/run |",
              "|---|---|---|---:|---:|"]
@@ -298,14 +373,14 @@ def render(results: Sequence[Mapping[str, Any]], scale: Scale, where: str) -> st
         for key, row in entry["learners"].items():
             lines.append(f"| {name} | {LEARNERS[key][0]} | {_interval(row['return'])} | "
                          f"{row['train_minutes']:.2f} | {row['eval_seconds']:.1f} |")
-        if entry["difference"] is not None:
-            lines.append(f"| {name} | **RecurrentPPO - PPO** | "
-                         f"**{_interval(entry['difference'], signed=True)}** | | |")
+        for key, difference in entry["differences"].items():
+            lines.append(f"| {name} | **{LEARNERS[key][0].split(' (')[0]} - PPO** | "
+                         f"**{_interval(difference, signed=True)}** | | |")
     lines += ["", "Steps taken per run (SB3 completes its last rollout): " + "; ".join(
         f"{env_id.split('/')[-1]} {key} {', '.join(f'{s:,}' for s in row['timesteps'])}"
         for env_id, entry in summary.items() for key, row in entry["learners"].items()) + ".",
         "", f"Gradient steps per run: {scale.timesteps // BATCH * EPOCHS:,} (minibatch {BATCH}, "
-        f"{EPOCHS} epochs), the same for both learners.", ""]
+        f"{EPOCHS} epochs), the same for every learner.", ""]
     if scale.timesteps < CONVERGED_STEPS:
         lines += ["**Not converged.** At this budget neither learner is near convergence: the "
                   "project's PPO stops improving at about 500k env steps on ToolBench-v0 and "
@@ -316,41 +391,67 @@ def render(results: Sequence[Mapping[str, Any]], scale: Scale, where: str) -> st
     return "\n".join(lines)
 
 
-def reproduce(scale: Scale, jobs: int = 2, log: Callable[[str], None] = quiet
-              ) -> list[dict[str, Any]]:
-    """Every (env, learner, seed) run, then the rule's runs, in table order."""
+def job_settings(job: Job) -> dict[str, Any]:
+    """What a kept run must have been run with to stand for ``job``."""
+    return {"env": job.env_id, "learner": job.learner, "seed": job.seed,
+            "asked_timesteps": job.scale.timesteps, "episodes": job.scale.episodes,
+            "n_envs": job.scale.n_envs}
+
+
+def reproduce(scale: Scale, jobs: int = 2, log: Callable[[str], None] = quiet,
+              runs: Path | None = None) -> list[dict[str, Any]]:
+    """Every (env, learner, seed) run, then the rule's runs, in table order.
+
+    ``runs``: a folder where each run is kept as it finishes and from which kept runs are
+    reused (:mod:`experiments.kept`); ``None`` keeps nothing.
+    """
     integer(jobs, "jobs", minimum=1)
     # The slow learner first, so the pool's two workers end together.
-    grid = [Job(env_id, key, seed, scale) for key in ("recurrent", "ppo")
+    order = sorted(scale.learners, key=lambda key: key != "recurrent")
+    grid = [Job(env_id, key, seed, scale) for key in order
             for env_id in scale.envs for seed in range(scale.seeds)]
-    log(f"memory: {len(grid)} runs in {jobs} process(es)")
-    results = []
-    if jobs <= 1:
-        for job in grid:
-            results.append(run_job(job))
-            log(f"memory: {job.env_id} {job.learner} seed {job.seed} done")
-    else:
-        with spawn_pool(jobs) as pool:
-            for job, result in zip(grid, pool.map(run_job, grid), strict=True):
-                results.append(result)
-                log(f"memory: {job.env_id} {job.learner} seed {job.seed}: "
-                    f"{result['train_seconds']:.0f} s training")
-    results.sort(key=lambda r: (scale.envs.index(r["env"]), list(LEARNERS).index(r["learner"]),
-                                r["seed"]))
+    paths = [None if runs is None else
+             run_file(runs, f"{job.env_id.split('/')[-1]}/{job.learner}", job.seed)
+             for job in grid]
+    results: list[dict[str, Any] | None] = []
+    for job, path in zip(grid, paths, strict=True):
+        kept = None if path is None else read_kept(path, job_settings(job))
+        results.append(None if kept is None else {
+            **kept["result"], "returns": list(decode_scores(kept["result"]["returns"]))})
+    todo = [index for index, result in enumerate(results) if result is None]
+    log(f"memory: {len(grid) - len(todo)} of {len(grid)} runs kept, {len(todo)} to run in "
+        f"{jobs} process(es)")
+
+    def done(position: int, result: dict[str, Any]) -> None:
+        index = todo[position]
+        job, path = grid[index], paths[index]
+        results[index] = result
+        if path is not None:
+            keep(path, {**job_settings(job),
+                        "result": {**result, "returns": encode_scores(result["returns"])}})
+        log(f"memory: {job.env_id} {job.learner} seed {job.seed}: "
+            f"{result['train_seconds']:.0f} s training")
+
+    run_each(run_job, [grid[index] for index in todo], jobs, done)
+    finished = sorted((r for r in results if r is not None),
+                      key=lambda r: (scale.envs.index(r["env"]), list(LEARNERS).index(r["learner"]),
+                                     r["seed"]))
     return [rule_result(env_id, scale.episodes) for env_id in scale.envs
-            if env_id in RULE_ENVS] + results
+            if env_id in RULE_ENVS] + finished
 
 
 def report(out: Path, scale: str | Scale = "default", jobs: int = 2,
            log: Callable[[str], None] = quiet) -> list[Path]:
-    """Run the experiment and write ``memory.md`` and ``memory.csv`` into ``out`` together."""
+    """Run the experiment and write its report and CSV (:attr:`Scale.files`) together."""
     if isinstance(scale, str) and scale not in SCALES:
         raise ValueError(f"scale: expected one of {list(SCALES)}, got {scale!r}")
     chosen = SCALES[scale] if isinstance(scale, str) else scale
-    columns = write_csv(reproduce(chosen, jobs=jobs, log=log))
+    runs = Path(out) / "memory_runs" / chosen.name if chosen.keep else None
+    columns = write_csv(reproduce(chosen, jobs=jobs, log=log, runs=runs))
     # The table from the CSV's (rounded) returns, so the two files agree to the digit.
-    return write_files_atomic(out, {"memory.md": render(read_csv(columns), chosen, machine()),
-                                    "memory.csv": columns})
+    markdown, csv_name = chosen.files
+    return write_files_atomic(out, {markdown: render(read_csv(columns), chosen, machine()),
+                                    csv_name: columns})
 
 
 def main(argv: Sequence[str] | None = None) -> int:

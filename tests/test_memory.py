@@ -88,9 +88,9 @@ def test_a_recurrent_policy_meets_each_task_with_a_fresh_lstm_state() -> None:
 def test_the_report_is_computed_from_the_per_task_returns_it_holds(tmp_path: Path) -> None:
     scale = memory.Scale("test", 512, 2, 6, 1, 200, ("cost_envs/FlightPlanner-v1",))
     paths = memory.report(tmp_path, scale, jobs=1)
-    assert sorted(path.name for path in paths) == ["memory.csv", "memory.md"]
-    markdown = (tmp_path / "memory.md").read_text()
-    runs = memory.read_csv((tmp_path / "memory.csv").read_text())
+    assert sorted(path.name for path in paths) == ["memory_test.csv", "memory_test.md"]
+    markdown = (tmp_path / "memory_test.md").read_text()
+    runs = memory.read_csv((tmp_path / "memory_test.csv").read_text())
     assert sorted((r["learner"], r["seed"]) for r in runs) == [
         ("ppo", 0), ("ppo", 1), ("recurrent", 0), ("recurrent", 1), ("rule", 0)]
     assert all(len(r["returns"]) == 6 for r in runs)
@@ -108,3 +108,65 @@ def test_the_report_is_computed_from_the_per_task_returns_it_holds(tmp_path: Pat
     assert point == pytest.approx(by["recurrent"].mean() - by["ppo"].mean())
     assert low <= point <= high
     assert f"**{point:+.3f} [{low:+.3f}, {high:+.3f}]**" in markdown
+
+
+# ------------------------------------------------------------------ the history learner
+@pytest.mark.parametrize("env_id", ["cost_envs/ToolBench-v0", V0])
+def test_the_history_learner_is_scored_on_what_it_was_trained_on(env_id: str) -> None:
+    """The evaluation env shows the history policy SB3's VecFrameStack layout, step for step,
+    across episode ends (zeros before an episode's first observation, oldest first)."""
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecFrameStack
+
+    k = memory.MAX_DECISIONS[env_id]
+    trained = VecFrameStack(DummyVecEnv([lambda: gym.make(env_id)]), k)
+    scored = memory.evaluation_env(env_id, "history")
+    trained.seed(7)
+    stacked, (obs, _) = trained.reset(), scored.reset(seed=7)
+    assert obs.shape == (k * gym.make(env_id).observation_space.shape[0],)
+    rng = np.random.default_rng(0)
+    episodes = 0
+    while episodes < 4:
+        np.testing.assert_array_equal(stacked[0], obs)
+        action = rng.integers(0, 2, size=scored.action_space.shape).astype(np.int8)
+        stacked, _, dones, _ = trained.step(action[None])
+        obs, _, terminated, truncated, _ = scored.step(action)
+        assert bool(dones[0]) == (terminated or truncated)
+        if terminated or truncated:
+            episodes += 1
+            obs, _ = scored.reset()
+    # The episode's first observation is alone in the window, after zeros.
+    width = obs.size // k
+    assert not obs[:-width].any() and obs[-width:].any()
+
+
+def test_every_episode_fits_the_history_window() -> None:
+    """The window holds a whole episode: no episode takes more decisions than it holds."""
+    for env_id, k in memory.MAX_DECISIONS.items():
+        env = gym.make(env_id)
+        env.reset(seed=0)
+        env.action_space.seed(0)
+        longest = 0
+        for episode in range(60):
+            steps, done = 0, False
+            while not done:  # nothing, or random calls: the longest episodes either way
+                action = (np.zeros(env.action_space.shape, dtype=np.int8) if episode % 2
+                          else env.action_space.sample())
+                _, _, terminated, truncated, _ = env.step(action)
+                steps, done = steps + 1, terminated or truncated
+            longest = max(longest, steps)
+            env.reset()
+        assert longest <= k, (env_id, longest, k)
+
+
+@pytest.mark.slow
+def test_a_kept_scale_reuses_its_runs(tmp_path: Path, monkeypatch) -> None:
+    scale = memory.Scale("kept", 256, 1, 4, 1, 100, ("cost_envs/ToolBench-v0",),
+                         ("ppo", "history"), keep=True)
+    memory.report(tmp_path, scale, jobs=1)
+    first = (tmp_path / "memory_kept.md").read_text()
+    kept = sorted(path.name for path in (tmp_path / "memory_runs" / "kept").iterdir())
+    assert kept == ["ToolBench-v0+history_seed0.json", "ToolBench-v0+ppo_seed0.json"]
+    ran = []
+    monkeypatch.setattr(memory, "run_job", lambda job: ran.append(job))
+    memory.report(tmp_path, scale, jobs=1)
+    assert ran == [] and (tmp_path / "memory_kept.md").read_text() == first
