@@ -20,7 +20,9 @@ and queries, the stop mark of :func:`experiments.budgets.stops_improving`).
 
 Outputs in ``out``, written together or not at all: ``budgets_ExpertRouting-v1.md`` and
 ``budgets_ExpertRouting-v1.csv`` (row ``<tier>/<ppo|lora-ppo>``, seed, env steps,
-gradient steps, the mean and the per-query scores). ``python -m experiments.corl_budgets``.
+gradient steps, the mean and the per-query scores; rows ``<tier>/rule`` and
+``<tier>/planner``, without seed or steps, hold the gap's ends per query).
+``python -m experiments.corl_budgets``.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from experiments.budgets import curve_section
 from experiments.common import machine
 from experiments.corl_report import PAPER_LEARNED
 from experiments.corl_scales import CORL_SCALES, EVAL_SEED
+from experiments.gaps import encode_scores
 
 ENV_ID = "cost_envs/ExpertRouting-v1"
 #: The profile the curves are scored on: the table's first, where the low tier's gap is resolved.
@@ -148,14 +151,17 @@ def curves_table(results: Sequence[dict[str, Any]], gap: dict[str, dict[str, Any
                  budgets: dict[str, float], scale: CurveScale, env_id: str = ENV_ID
                  ) -> tuple[str, str]:
     """The Markdown and the CSV of the curves; ``gap[tier]`` from ``fixed_rows``' ``gap``."""
-    adapters_from = f"{scale.adapter_from:,}"
+    full = CORL_SCALES["full"]
+    where = (f" (the end of its stage in the full-scale table, `benchmarks/results/full/"
+             f"corl_tiers_{env_id.split('/')[-1]}.md`, whose {full.adapter_timesteps:,} "
+             "steps per adapter are a point of this curve)"
+             if scale.adapter_from == full.ppo_timesteps else "")
     lines = [f"# Learning curves of CORL's controllers on {env_id}", "",
              f"{len(results)} seeds. The shared PPO (one policy for all tiers, a tier drawn "
              f"per query) trains {scale.ppo_checkpoints[-1]:,} env steps on one env; each "
              "tier's LoRA adapter then trains on that tier only from the shared controller as "
-             f"it was at {adapters_from} steps (the end of its stage in the full-scale table, "
-             f"`benchmarks/results/full/corl_tiers_{env_id.split('/')[-1]}.md`), its env and "
-             "gradient steps counted from there. Each point scores the policy on the same "
+             f"it was at {scale.adapter_from:,} steps{where}, its env and gradient steps "
+             "counted from there. Each point scores the policy on the same "
              f"{scale.episodes} evaluation tasks (queries of profile `{PROFILE}`, task seed "
              f"{EVAL_SEED}) of the tier: accuracy within the tier's budget [95% interval over "
              "seeds and tasks]; share: of the gap from the tier's best fixed row (0) to the "
@@ -170,6 +176,10 @@ def curves_table(results: Sequence[dict[str, Any]], gap: dict[str, dict[str, Any
                      "mean_accuracy_within_budget", "scores"])
     for tier in scale.tiers:
         rule, planner = gap[tier]["rule_scores"], gap[tier]["reference_scores"]
+        # the gap's ends per query, so that every share can be recomputed from the file
+        writer.writerows([f"{tier}/{end}", "", "", "", f"{np.mean(scores):.6f}",
+                          encode_scores(scores)]
+                         for end, scores in (("rule", rule), ("planner", planner)))
         lines += [f"## Tier `{tier}` (budget ${budgets[tier]:g} per query)", "",
                   f"Rule: {gap[tier]['rule']}, {np.mean(rule):.3f}; planner "
                   f"{np.mean(planner):.3f}.", ""]
