@@ -99,6 +99,7 @@ def test_a_scale_the_curves_cannot_run_is_refused(bad):
         corl_budgets.CurveScale(**settings)
 
 
+@pytest.mark.slow  # trains
 def test_scoring_at_checkpoints_leaves_the_training_as_it_was():
     from agents.learners.corl import TierScoresAtSteps, train_shared_ppo
 
@@ -118,6 +119,7 @@ def test_scoring_at_checkpoints_leaves_the_training_as_it_was():
                for name, tensor in scored.policies[512].state_dict().items())
 
 
+@pytest.mark.slow  # trains
 def test_a_smoke_run_writes_curves_whose_adapters_start_where_the_shared_policy_was(tmp_path):
     paths = corl_budgets.report(tmp_path, "smoke", log=lambda _: None)
     assert sorted(path.name for path in paths) == ["budgets_ExpertRouting-v1.csv",
