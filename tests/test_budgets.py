@@ -88,5 +88,6 @@ def test_the_committed_curves_tables_are_rendered_from_their_csv(name):
 
 def test_the_committed_curves_are_there():
     assert {"budgets_ToolBench-v0", "budgets_ToolBench-v0_autoregressive",
-            "budgets_ToolBench-v0_ppo", "budgets_FlightPlanner-v1"} <= {
+            "budgets_ToolBench-v0_ppo", "budgets_FlightPlanner-v1",
+            "budgets_ExpertRouting-v1"} <= {
         path.stem for path in RESULTS.glob("budgets_*.csv")}

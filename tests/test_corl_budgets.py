@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import re
 from pathlib import Path
 
@@ -133,11 +134,9 @@ def test_a_smoke_run_writes_curves_whose_adapters_start_where_the_shared_policy_
     assert np.array_equal(curves["low/lora-ppo"][:, 0], curves["low/ppo"][:, 1])
 
 
-def test_the_committed_curves_start_the_adapters_from_the_full_tables_shared_policy():
-    """The adapters' step 0 is the shared PPO at 204,800 steps: the full table's PPO row."""
+def test_the_committed_curves_are_the_full_tables_training_scored_on_the_way():
+    """Cells from the CSV; adapters start at the shared PPO's 204,800; the full table's rows."""
     path = RESULTS / "budgets_ExpertRouting-v1.csv"
-    if not path.exists():
-        pytest.skip("the curves are not committed yet")
     columns = path.read_text(encoding="utf-8")
     markdown = path.with_suffix(".md").read_text(encoding="utf-8")
     assert len(_read(markdown, columns, 1000)) == 6  # two rows on each of three tiers
@@ -150,3 +149,16 @@ def test_the_committed_curves_start_the_adapters_from_the_full_tables_shared_pol
         assert len(shared) == len(start) == 5
         for (seed, a), (other, b) in zip(shared, start, strict=True):
             assert seed == other and np.array_equal(a, b)
+        # the same training as the full-scale table's: its rows, query for query, are the
+        # shared PPO at 204,800 steps and the adapters at 51,200
+        table = json.loads((RESULTS / "full" / "corl_tiers_ExpertRouting-v1.json").read_text(
+            encoding="utf-8"))["gap_closed"]["tasks"][f"ExpertRouting-v1/mixed/{tier}"]
+        for key, step in (("ppo", "204800"), ("lora-ppo", "51200")):
+            mine = [decode_scores(r["scores"]) for r in sorted(
+                (r for r in rows if r["row"] == f"{tier}/{key}" and r["timesteps"] == step),
+                key=lambda r: int(r["seed"]))]
+            theirs = [decode_scores(s) for s in table["methods"][key]["seed_scores"]]
+            assert np.array_equal(mine, theirs), (tier, key)
+        ends = {r["row"]: decode_scores(r["scores"]) for r in rows if not r["seed"]}
+        assert np.array_equal(ends[f"{tier}/rule"], decode_scores(table["rule_scores"]))
+        assert np.array_equal(ends[f"{tier}/planner"], decode_scores(table["reference_scores"]))
