@@ -133,7 +133,7 @@ class EvaluateAtSteps(BaseCallback):
     :attr:`curve` gets one entry per evaluation: ``timesteps``, ``gradient_steps``
     (optimizer steps so far: PPO's epochs times minibatches, reported beside env steps;
     an epoch cut short by ``target_kl`` counts whole) and the
-    per-episode ``returns``.
+    per-episode ``returns`` (or what :meth:`scores` records instead).
 
     Args:
         env_id: The id the policy is scored on.
@@ -159,15 +159,22 @@ class EvaluateAtSteps(BaseCallback):
     def _on_step(self) -> bool:
         return True
 
+    def scores(self) -> dict[str, Any]:
+        """What a checkpoint records beside its step counts: the per-episode ``returns``.
+
+        A subclass scores the policy otherwise by overriding this.
+        """
+        result = evaluate(self.model.policy, self.env_id, episodes=self.episodes,
+                          seed=self.seed, env_kwargs=self.env_kwargs)
+        return {"returns": [float(value) for value in result.returns]}
+
     def _evaluate(self) -> None:
         model = self.model
         # SB3's RolloutBuffer.get yields ceil(rollout / batch_size) minibatches an epoch.
         batches = -(-model.n_steps * model.n_envs // model.batch_size)
-        result = evaluate(model.policy, self.env_id, episodes=self.episodes, seed=self.seed,
-                          env_kwargs=self.env_kwargs)
         self.curve.append({"timesteps": int(self.num_timesteps),
                            "gradient_steps": int(model._n_updates * batches),
-                           "returns": [float(value) for value in result.returns]})
+                           **self.scores()})
 
     def _on_rollout_start(self) -> None:
         if self._next < len(self.at_steps) and self.num_timesteps >= self.at_steps[self._next]:

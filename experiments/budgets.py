@@ -143,6 +143,43 @@ def stops_improving(curve: np.ndarray, resamples: int, seed: int = 0) -> int | N
     return None if stop == curve.shape[1] - 1 and curve.shape[1] > 1 else stop
 
 
+def curve_section(heading: str, done: Sequence[Mapping[str, Any]], rule: Sequence[float],
+                  planner: Sequence[float], resamples: int, score: str = "return",
+                  values: str = "returns") -> tuple[list[str], list[list[Any]]]:
+    """One learned row's part of a curve table, and its CSV rows.
+
+    ``done``: the row's runs, one per seed (``seed``, ``seconds``, and a ``curve`` whose
+    entries hold ``timesteps``, ``gradient_steps`` and the per-task scores under
+    ``values``); ``score`` names them in the table's header. The part is ``heading``, the
+    stop verdict (:func:`stops_improving`) with the wall time, and one line per
+    checkpoint: the mean score and the share of the gap from ``rule`` to ``planner``, each
+    with its interval over seeds and tasks. CSV rows: seed, timesteps, gradient steps,
+    the mean and the per-task scores (:func:`experiments.gaps.encode_scores`).
+    """
+    curve = np.array([[entry[values] for entry in r["curve"]] for r in done])
+    steps = [entry["timesteps"] for entry in done[0]["curve"]]
+    updates = [entry["gradient_steps"] for entry in done[0]["curve"]]
+    stop = stops_improving(curve, resamples)
+    minutes = np.mean([r["seconds"] for r in done]) / 60
+    verdict = ("Still improving at the last checkpoint: not converged at this budget."
+               if stop is None else f"Stops improving at {steps[stop]:,} env steps.")
+    lines = [heading, "",
+             f"{verdict} Wall time per seed: {minutes:.1f} min (mean of {len(done)}).", "",
+             f"| env steps | gradient steps | {score} | share of the gap |",
+             "| ---: | ---: | --- | --- |"]
+    for index, (step, update) in enumerate(zip(steps, updates, strict=True)):
+        mean, low, high = bootstrap_mean_ci(curve[:, index], n_resamples=resamples)
+        share = bootstrap_gap_closed(curve[:, index], rule, planner, n_resamples=resamples)
+        mark = " **stops**" if index == stop else ""
+        lines.append(f"| {step:,}{mark} | {update:,} | {mean:.3f} [{low:.3f}, {high:.3f}] "
+                     f"| {share[0]:.2f} [{share[1]:.2f}, {share[2]:.2f}] |")
+    lines.append("")
+    rows = [[result["seed"], entry["timesteps"], entry["gradient_steps"],
+             f"{np.mean(entry[values]):.6f}", encode_scores(entry[values])]
+            for result in done for entry in result["curve"]]
+    return lines, rows
+
+
 def curve_table(env_id: str, results: Sequence[dict[str, Any]], rule: Sequence[float],
                 planner: Sequence[float], scale: Scale) -> tuple[str, str]:
     """The Markdown table and the CSV of one env's curves."""
@@ -159,31 +196,10 @@ def curve_table(env_id: str, results: Sequence[dict[str, Any]], rule: Sequence[f
     writer.writerow(["row", "seed", "timesteps", "gradient_steps", "mean_return", "returns"])
     for key in dict.fromkeys(result["key"] for result in results):
         done = sorted((r for r in results if r["key"] == key), key=lambda r: r["seed"])
-        curve = np.array([[entry["returns"] for entry in r["curve"]] for r in done])
-        steps = [entry["timesteps"] for entry in done[0]["curve"]]
-        updates = [entry["gradient_steps"] for entry in done[0]["curve"]]
-        stop = stops_improving(curve, scale.resamples)
-        minutes = np.mean([r["seconds"] for r in done]) / 60
-        verdict = ("Still improving at the last checkpoint: not converged at this budget."
-                   if stop is None else f"Stops improving at {steps[stop]:,} env steps.")
-        lines += [f"## {BUDGET_ROWS[key].label}", "",
-                  f"{verdict} Wall time per seed: {minutes:.1f} min (mean of {len(done)}).",
-                  "",
-                  "| env steps | gradient steps | return | share of the gap |",
-                  "| ---: | ---: | --- | --- |"]
-        for index, (step, update) in enumerate(zip(steps, updates, strict=True)):
-            mean, low, high = bootstrap_mean_ci(curve[:, index], n_resamples=scale.resamples)
-            share = bootstrap_gap_closed(curve[:, index], rule, planner,
-                                         n_resamples=scale.resamples)
-            mark = " **stops**" if index == stop else ""
-            lines.append(f"| {step:,}{mark} | {update:,} | {mean:.3f} [{low:.3f}, {high:.3f}] "
-                         f"| {share[0]:.2f} [{share[1]:.2f}, {share[2]:.2f}] |")
-        lines.append("")
-        for result in done:
-            for entry in result["curve"]:
-                writer.writerow([key, result["seed"], entry["timesteps"],
-                                 entry["gradient_steps"], f"{np.mean(entry['returns']):.6f}",
-                                 encode_scores(entry["returns"])])
+        section, columns = curve_section(f"## {BUDGET_ROWS[key].label}", done, rule, planner,
+                                         scale.resamples)
+        lines += section
+        writer.writerows([key, *row] for row in columns)
     return "\n".join(lines), rows.getvalue()
 
 

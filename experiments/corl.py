@@ -170,8 +170,9 @@ def best_fixed_row(rows: Mapping[str, Any]) -> str:
                                      -rows[m]["avg_cost"][0]))
 
 
-def fixed_rows(scale: str, env_id: str = EXPERT_ROUTING) -> dict[str, Any]:
-    """Every fixed row's scores per profile and tier, on the evaluation queries.
+def fixed_rows(scale: str, env_id: str = EXPERT_ROUTING,
+               profiles: tuple[str, ...] = PROFILES_EVALUATED) -> dict[str, Any]:
+    """Every fixed row's scores per profile (of ``profiles``) and tier, on the evaluation queries.
 
     Returns ``{"tables": {profile: {tier: {method: scores}}}, "gap": {profile: {tier:
     {"rule", "rule_scores", "reference_scores"}}}}``: the JSON-ready scores (a method built
@@ -187,7 +188,7 @@ def fixed_rows(scale: str, env_id: str = EXPERT_ROUTING) -> dict[str, Any]:
     methods = fixed_methods(names, settings.rule_tasks)
     tables: dict[str, Any] = {}
     gap: dict[str, Any] = {}
-    for profile in PROFILES_EVALUATED:
+    for profile in profiles:
         tables[profile], gap[profile] = {}, {}
         for tier in TIERS:
             rows, per_query = {}, {}

@@ -65,13 +65,14 @@ def test_the_committed_curves_tables_are_rendered_from_their_csv(name):
     from experiments.gaps import decode_scores
 
     markdown = (RESULTS / f"{name}.md").read_text(encoding="utf-8")
-    rows = list(csv.DictReader(io.StringIO(
-        (RESULTS / f"{name}.csv").read_text(encoding="utf-8"))))
+    reader = csv.DictReader(io.StringIO((RESULTS / f"{name}.csv").read_text(encoding="utf-8")))
+    values = reader.fieldnames[-1]  # the per-task scores: returns, or another score's
+    rows = [row for row in reader if row["seed"]]  # not a gap's end (no seed)
     for key in dict.fromkeys(row["row"] for row in rows):
         mine = [row for row in rows if row["row"] == key]
         steps = sorted({int(row["timesteps"]) for row in mine})
         seeds = sorted({int(row["seed"]) for row in mine})
-        curve = np.array([[decode_scores(next(row["returns"] for row in mine
+        curve = np.array([[decode_scores(next(row[values] for row in mine
                                               if int(row["seed"]) == seed
                                               and int(row["timesteps"]) == step))
                            for step in steps] for seed in seeds])
@@ -87,5 +88,6 @@ def test_the_committed_curves_tables_are_rendered_from_their_csv(name):
 
 def test_the_committed_curves_are_there():
     assert {"budgets_ToolBench-v0", "budgets_ToolBench-v0_autoregressive",
-            "budgets_ToolBench-v0_ppo", "budgets_FlightPlanner-v1"} <= {
+            "budgets_ToolBench-v0_ppo", "budgets_FlightPlanner-v1",
+            "budgets_ExpertRouting-v1"} <= {
         path.stem for path in RESULTS.glob("budgets_*.csv")}

@@ -31,23 +31,26 @@ is ``experiments/corl.py`` in the repository.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.utils import set_random_seed
 
 import cost_envs  # noqa: F401  (registers the envs)
 from agents.allocator import Allocator
-from agents.callbacks import CostMetricsCallback
+from agents.callbacks import CostMetricsCallback, EvaluateAtSteps
 from agents.evaluation import EvaluationResult, evaluate
 from agents.learners.common.policies import AllocatorPolicy
 from agents.learners.lora_ppo import LoraGuidedPPO
 from agents.learners.ppo import FastPPO
 from agents.learners.training import ppo_settings, quiet_logger
 from agents.seeds import TRAIN_TASK_SEED
+from cost_envs.config import one_of
 from cost_envs.metrics import bootstrap_mean_ci
 from cost_envs.wrappers import TIERS, BudgetTier
 
@@ -84,12 +87,15 @@ def tier_layout(env: gym.Env) -> dict[str, slice]:
 
 def train_shared_ppo(timesteps: int, seed: int = 0, env_kwargs: Mapping[str, Any] | None = None,
                      verbose: int = 0, env_id: str = EXPERT_ROUTING,
-                     ppo: Mapping[str, Any] | None = None
+                     ppo: Mapping[str, Any] | None = None,
+                     callbacks: Sequence[BaseCallback] = ()
                      ) -> tuple[AllocatorPolicy, list[dict[str, Any]]]:
     """PPO on every tier at once (a tier drawn per query); returns the policy and history.
 
     ``ppo`` overrides :data:`PPO_SETTINGS` and SB3's learning rate (a tuning sweep's
     configuration, :mod:`experiments.tune_corl`); ``None`` keeps the experiment's.
+    ``callbacks`` run beside the cost metrics' (a learning curve's,
+    :class:`TierScoresAtSteps`).
     """
     settings = ppo_settings(ppo, "ppo")
     set_random_seed(seed)
@@ -100,7 +106,7 @@ def train_shared_ppo(timesteps: int, seed: int = 0, env_kwargs: Mapping[str, Any
     quiet_logger(model, verbose)
     model.get_env().seed(TRAIN_TASK_SEED + seed)
     callback = CostMetricsCallback()
-    model.learn(timesteps, callback=callback)
+    model.learn(timesteps, callback=[callback, *callbacks])
     env.close()
     return model.policy, callback.history
 
@@ -138,11 +144,15 @@ def train_tier_adapters(
     verbose: int = 0,
     env_id: str = EXPERT_ROUTING,
     ppo: Mapping[str, Any] | None = None,
+    callbacks: Mapping[str, Sequence[BaseCallback]] | None = None,
+    tiers: Sequence[str] = TIERS,
 ) -> TierAdapters:
     """A LoRA adapter per tier on the frozen encoder of ``shared`` (module docstring).
 
     ``timesteps`` is each tier's; ``ppo`` overrides :data:`PPO_SETTINGS` (not the
     learning rate, which is ``learning_rate``), as in :func:`train_shared_ppo`.
+    ``callbacks[tier]`` run beside that tier's cost metrics. ``tiers``: the tiers that get
+    an adapter (each trains as it would beside the others; the result acts on those only).
     """
     settings = ppo_settings(ppo, "ppo")
     if "learning_rate" in settings:
@@ -161,7 +171,11 @@ def train_tier_adapters(
     # The shared encoder, handed over as tensors: it becomes every tier's frozen base.
     state = {k: v.detach().clone().contiguous() for k, v in encoder.state_dict().items()}
     base = (state, {"obs_dim": obs_dim, "hidden_sizes": list(shared.hidden_sizes)})
+    for tier in tiers:
+        one_of(tier, "tiers", TIERS, where="train_tier_adapters")
     for offset, tier in enumerate(TIERS):
+        if tier not in tiers:
+            continue
         set_random_seed(seed)
         env = make_tier_env(env_kwargs, tier=tier, env_id=env_id)
         # cost_coef=0: the gated reward is the whole objective, as for the shared PPO
@@ -178,7 +192,7 @@ def train_tier_adapters(
         quiet_logger(model, verbose)
         model.get_env().seed(TRAIN_TASK_SEED + 100 * (offset + 1) + seed)
         callback = CostMetricsCallback()
-        model.learn(timesteps, callback=callback)
+        model.learn(timesteps, callback=[callback, *(callbacks or {}).get(tier, ())])
         env.close()
         policies[tier] = model.policy
         history[tier] = callback.history
@@ -228,6 +242,39 @@ def tier_records(allocator_for: Callable[[gym.Env], Any], tier: str, episodes: i
 def within_budget(run: EvaluationResult, budget: float) -> np.ndarray:
     """Per query, 1.0 if the answer was right and cost at most ``budget`` (CORL's gated score)."""
     return np.array([float(r.success and r.cost <= budget) for r in run.records])
+
+
+class TierScoresAtSteps(EvaluateAtSteps):
+    """:class:`~agents.callbacks.EvaluateAtSteps` scoring CORL's gated metric per tier.
+
+    At each checkpoint the policy answers ``episodes`` queries of each of ``tiers``
+    (:func:`tier_records`, task seed ``seed``, ``env_kwargs`` such as the profile), and the
+    curve entry's ``scores[tier]`` is its accuracy within that tier's budget per query
+    (:func:`within_budget`). With ``keep``, :attr:`policies` maps each checkpoint's step
+    count to a copy of the policy there (the start of a later stage).
+    """
+
+    def __init__(self, env_id: str, at_steps: Any, tiers: Sequence[str] = TIERS,
+                 episodes: int = 400, seed: int = 0,
+                 env_kwargs: dict[str, Any] | None = None, keep: bool = False) -> None:
+        super().__init__(env_id, at_steps, episodes, seed, env_kwargs)
+        self.tiers = tuple(one_of(tier, "tiers", TIERS, where="TierScoresAtSteps")
+                           for tier in tiers)
+        probe = make_tier_env(env_kwargs, env_id=env_id)
+        self.budgets = {tier: float(probe.budgets[tier]) for tier in self.tiers}
+        probe.close()
+        self.keep = keep
+        self.policies: dict[int, AllocatorPolicy] = {}
+
+    def scores(self) -> dict[str, Any]:
+        """Accuracy within budget per query on each tier (class docstring)."""
+        policy = self.model.policy
+        if self.keep:
+            self.policies[int(self.num_timesteps)] = copy.deepcopy(policy)
+        return {"scores": {tier: within_budget(
+            tier_records(lambda env: policy, tier, self.episodes, self.seed, self.env_kwargs,
+                         self.env_id), budget).tolist()
+            for tier, budget in self.budgets.items()}}
 
 
 def tier_scores(runs: Sequence[EvaluationResult], budget: float, n_resamples: int = 1000,
