@@ -127,6 +127,17 @@ def run_job(job: Job) -> dict[str, Any]:
             "seconds": time.perf_counter() - start}
 
 
+def share_text(share: Sequence[float]) -> str:
+    """``point [low, high]`` of a share of the gap; ``[n/a]`` where the gap is unresolved.
+
+    :func:`cost_envs.metrics.bootstrap_gap_closed` gives a NaN interval where the gap
+    itself is not resolved above zero: a share of it has no interval.
+    """
+    point, low, high = share
+    interval = "[n/a]" if np.isnan(low) or np.isnan(high) else f"[{low:.2f}, {high:.2f}]"
+    return f"{point:.2f} {interval}"
+
+
 def stops_improving(curve: np.ndarray, resamples: int, seed: int = 0) -> int | None:
     """The first checkpoint from which no gain to the last one is resolved (module docstring).
 
@@ -172,7 +183,7 @@ def curve_section(heading: str, done: Sequence[Mapping[str, Any]], rule: Sequenc
         share = bootstrap_gap_closed(curve[:, index], rule, planner, n_resamples=resamples)
         mark = " **stops**" if index == stop else ""
         lines.append(f"| {step:,}{mark} | {update:,} | {mean:.3f} [{low:.3f}, {high:.3f}] "
-                     f"| {share[0]:.2f} [{share[1]:.2f}, {share[2]:.2f}] |")
+                     f"| {share_text(share)} |")
     lines.append("")
     rows = [[result["seed"], entry["timesteps"], entry["gradient_steps"],
              f"{np.mean(entry[values]):.6f}", encode_scores(entry[values])]

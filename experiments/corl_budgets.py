@@ -30,10 +30,9 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +46,7 @@ from experiments.common import machine
 from experiments.corl_report import PAPER_LEARNED
 from experiments.corl_scales import CORL_SCALES, EVAL_SEED
 from experiments.gaps import encode_scores
+from experiments.kept import keep, read_kept, run_file
 
 ENV_ID = "cost_envs/ExpertRouting-v1"
 #: The profile the curves are scored on: the table's first, where the low tier's gap is resolved.
@@ -203,8 +203,8 @@ def report(out: Path, scale: str | CurveScale = "default", env_id: str = ENV_ID,
     """Run every seed (in this process) and write the table and the CSV; returns the paths.
 
     ``scale``: a key of :data:`SCALES` or a :class:`CurveScale`. ``cache``: a directory
-    where each seed's result is kept as it finishes and read back on a later call (a run
-    that stops resumes there; the files name the scale, not its settings).
+    where each seed's result is kept as it finishes and reused by a later call of the same
+    settings (:mod:`experiments.kept`: a run that stops resumes there).
     """
     import gymnasium as gym
 
@@ -217,17 +217,20 @@ def report(out: Path, scale: str | CurveScale = "default", env_id: str = ENV_ID,
     gap = fixed_rows(chosen.fixed, env_id, (PROFILE,))["gap"][PROFILE]
     log(f"corl_budgets: fixed rows scored; {chosen.seeds} seeds to train")
     results = []
+    settings = {"env": env_id, **{name: list(value) if isinstance(value, tuple) else value
+                                  for name, value in asdict(chosen).items()}}
     for seed in range(chosen.seeds):
-        saved = cache / f"{chosen.name}_seed{seed}.json" if cache else None
-        if saved is not None and saved.exists():
-            results.append(json.loads(saved.read_text(encoding="utf-8")))
+        saved = run_file(cache, chosen.name, seed) if cache else None
+        kept = read_kept(saved, settings) if saved is not None else None
+        if kept is not None:
+            results.append(kept["result"])
             log(f"corl_budgets: seed {seed} read from {saved}")
             continue
         start = time.perf_counter()
         results.append(run_seed(seed, chosen, env_id))
         log(f"corl_budgets: seed {seed} in {(time.perf_counter() - start) / 60:.1f} min")
         if saved is not None:
-            write_files_atomic(cache, {saved.name: json.dumps(results[-1])})
+            keep(saved, {**settings, "result": results[-1]})
     probe = gym.make(env_id)
     budgets = {tier: float(budget) for tier, budget in probe.unwrapped.tier_budgets.items()}
     probe.close()

@@ -91,3 +91,10 @@ def test_the_committed_curves_are_there():
             "budgets_ToolBench-v0_ppo", "budgets_FlightPlanner-v1",
             "budgets_ExpertRouting-v1"} <= {
         path.stem for path in RESULTS.glob("budgets_*.csv")}
+
+
+def test_a_share_of_an_unresolved_gap_has_no_interval():
+    from experiments.budgets import share_text
+
+    assert share_text((0.5, 0.25, 0.75)) == "0.50 [0.25, 0.75]"
+    assert share_text((-0.52, float("nan"), float("nan"))) == "-0.52 [n/a]"

@@ -13,7 +13,7 @@ import pytest
 
 from cost_envs.metrics import bootstrap_gap_closed, bootstrap_mean_ci
 from experiments import corl_budgets
-from experiments.budgets import stops_improving
+from experiments.budgets import share_text, stops_improving
 from experiments.gaps import decode_scores
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
@@ -46,7 +46,7 @@ def _read(markdown: str, columns: str, resamples: int) -> dict[str, np.ndarray]:
                             if int(row["timesteps"]) == step)
             mark = " **stops**" if index == stop else ""
             assert (f"| {step:,}{mark} | {gradient:,} | {mean:.3f} [{low:.3f}, {high:.3f}] "
-                    f"| {share[0]:.2f} [{share[1]:.2f}, {share[2]:.2f}] |") in section
+                    f"| {share_text(share)} |") in section
         curves[key] = curve
     return curves
 
