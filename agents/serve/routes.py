@@ -6,11 +6,18 @@ name calls that model. The result is the models to try in order: the chosen one 
 then (a request that does not fit its budget is downgraded) the router's cheaper models,
 dearest first, then its dearer ones and the route's ``fallbacks`` (an upstream that fails
 falls back to another model within the budget).
+
+A cascade router's plan starts with its weak model and carries the router
+(:attr:`Plan.cascade`): once the weak model has answered, :meth:`Plan.escalation` says
+whether the cascade escalates to its strong model (:mod:`agents.serve.cascade` makes the
+calls). The plan holds the router it was made with, so a request routed before a reload
+finishes on the old router.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from agents.serve.config import ROUTER_PREFIX, ServeConfig
 from agents.serve.inputs import ApiError
@@ -19,19 +26,42 @@ from agents.serve.live import LiveRouter, RouteDecision
 
 @dataclass(frozen=True)
 class Plan:
-    """The models to try for one request, in order, and why."""
+    """The models to try for one request, in order, and why.
+
+    Attributes:
+        route: The route's name as the ledger records it (``router-NAME``).
+        models: The models to try, in order (server names).
+        decision: The router's decision (``needs_answer`` for a cascade).
+        cascade: A cascade's router (its weak model is ``models[0]``), else ``None``.
+        mapping: The router's model names -> the server's (the route's ``models``).
+    """
 
     route: str
     models: tuple[str, ...]
     decision: RouteDecision | None = None
+    cascade: LiveRouter | None = None
+    mapping: Mapping[str, str] = field(default_factory=dict)
+
+    def escalation(self, prompt: str, answer: str) -> str | None:
+        """The strong model to call after the weak ``answer``, or ``None`` to keep it.
+
+        The cascade's decision at the plan's operating point, as the offline scorer
+        makes it on a logged weak answer (:meth:`LiveRouter.route`).
+        """
+        if self.cascade is None or self.decision is None:
+            raise ValueError(f"{self.route}: not a cascade; expected a cascade's plan")
+        chosen = self.cascade.route(prompt, answer, self.decision.point).model
+        if chosen == self.cascade.models[0]:
+            return None
+        return self.mapping.get(chosen, chosen)
 
 
 class Routes:
     """The configured routes, their routers loaded (once, at start).
 
     Raises:
-        ValueError: A router that cannot be loaded, is a cascade (not served yet), or
-            names a model that is not configured (map it with the route's ``models``).
+        ValueError: A router that cannot be loaded, or names a model that is not
+            configured (map it with the route's ``models``).
     """
 
     def __init__(self, config: ServeConfig) -> None:
@@ -41,9 +71,6 @@ class Routes:
             if route.path is None:
                 continue
             live = LiveRouter.load(route.path)
-            if live.router.reads_answers:
-                raise ValueError(f"routers: {name}: a cascade router (it reads the weak "
-                                 "model's answer) is not served yet; expected another kind")
             for model in live.models:
                 if route.models.get(model, model) not in config.models:
                     raise ValueError(
@@ -105,7 +132,9 @@ class Routes:
         dearer = [m for m in mapped if m != chosen and m not in cheaper]
         order = (chosen, *reversed(self._by_price(cheaper)), *self._by_price(dearer),
                  *route.fallbacks)
-        return Plan(f"{ROUTER_PREFIX}{name}", _unique(order), decision)
+        cascade = live if decision.needs_answer else None
+        return Plan(f"{ROUTER_PREFIX}{name}", _unique(order), decision, cascade,
+                    dict(route.models))
 
 
 def _unique(names: tuple[str, ...]) -> tuple[str, ...]:
