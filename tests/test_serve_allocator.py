@@ -2,6 +2,9 @@
 
 A tiny PPO run on RouteLLM's GSM8K logs (read in place from ../shared/data/routellm) is
 enough: the tests are about the live decisions equalling the env's, not about quality.
+Such a run calls both models on every prompt, a decision that cannot tell a wrong
+observation from a right one, so its action head is then redrawn (seeded): the saved
+allocator's decisions vary with the prompt, the all-zero action among them.
 """
 
 from __future__ import annotations
@@ -30,11 +33,17 @@ WEAK, STRONG = "mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview"
 def saved(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not GSM8K.is_file():
         pytest.skip(f"{GSM8K} not found (RouteLLM's GSM8K logs, read in place)")
+    import torch
+
     from agents.learners.checkpoints import save_allocator
     from agents.learners.training import train
 
-    trained = train(SERVABLE, "ppo", 2048, seed=0, ppo={"n_steps": 256},
+    trained = train(SERVABLE, "ppo", 256, seed=0, ppo={"n_steps": 128},
                     env_kwargs={"data": str(GSM8K), "split": "train"})
+    torch.manual_seed(0)
+    with torch.no_grad():  # decisions that depend on the observation (module docstring)
+        for weights in trained.policy.action_net.parameters():
+            weights.normal_(0.0, 2.0)
     return save_allocator(trained, tmp_path_factory.mktemp("allocator") / "ppo")
 
 
@@ -57,6 +66,7 @@ def test_live_observations_and_decisions_are_the_envs(saved: Path, env_test) -> 
         obs, _ = env_test.reset(options={"task": task})
         np.testing.assert_array_equal(obs, observed[q])
     actions, _ = live.allocator.predict(observed, deterministic=True)
+    assert len({tuple(a) for a in actions.tolist()}) == 4  # every action occurs
     decisions = live.route_many(prompts)
     assert [d.action for d in decisions] == [tuple(a) for a in actions.tolist()]
     for decision, action in zip(decisions, actions, strict=True):
@@ -71,6 +81,7 @@ def test_served_allocator_decides_as_in_the_env(saved: Path, env_test, tmp_path)
     live = LiveAllocator.load(saved)
     prompts = list(env_test.dataset.prompts[:20])
     expected = [d.model for d in live.route_many(prompts)]
+    assert set(expected) == {WEAK, STRONG, None}  # each outcome is served
     up_port, port = free_port(), free_port()
     upstream = f"http://127.0.0.1:{up_port}"
     config = {

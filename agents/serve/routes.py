@@ -1,8 +1,9 @@
-"""What a client's model name selects: a fixed model, or a saved router at a threshold.
+"""What a client's model name selects: a fixed model, a saved router or a trained allocator.
 
 As RouteLLM's server: ``router-<name>-<threshold>`` routes with router ``<name>`` at that
-threshold (``router-<name>`` at its saved one); a route's own name (``cheap``) or a model's
-name calls that model. The result is the models to try in order: the chosen one first,
+threshold (``router-<name>`` at its saved one; an allocator,
+:mod:`agents.serve.allocators`, has no threshold); a route's own name (``cheap``) or a
+model's name calls that model. The result is the models to try in order: the chosen one first,
 then (a request that does not fit its budget is downgraded) the router's cheaper models,
 dearest first, then its dearer ones and the route's ``fallbacks`` (an upstream that fails
 falls back to another model within the budget).
