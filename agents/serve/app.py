@@ -16,6 +16,10 @@ one is an OpenAI-shaped 4xx naming it, and nothing is reserved or charged. Then:
 4. the real cost from the answer's ``usage`` is settled and the rest released (a stream
    whose usage never came is charged its worst case).
 
+A cascade router's first call is its weak model's, buffered; the cascade then decides
+from the answer whether the strong model is called, reserved in its own transaction
+(:mod:`agents.serve.cascade`).
+
 Nothing fits: 402 naming the budget (``insufficient_quota``). Nothing answers: 502.
 Headers ``X-Cost-Envs-Model``, ``X-Cost-Envs-Route`` and (unstreamed)
 ``X-Cost-Envs-Cost-Micros`` say what was called and what it cost.
