@@ -9,6 +9,7 @@ allocator's decisions vary with the prompt, the all-zero action among them.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
@@ -21,6 +22,7 @@ import yaml
 from agents.serve.allocators import NOT_LIVE, SERVABLE, LiveAllocator, check_servable
 from agents.serve.config import parse_config
 from agents.serve.processes import launched
+from agents.serve.routes import Routes
 from agents.serve.standin import free_port
 from cost_envs.envs.trace_routing import TraceTask
 
@@ -121,11 +123,20 @@ def test_served_allocator_decides_as_in_the_env(saved: Path, env_test, tmp_path)
 
 
 @pytest.mark.parametrize("env_id", sorted(NOT_LIVE))
-def test_envs_without_a_live_counterpart_are_refused_by_name(env_id: str) -> None:
+def test_envs_without_a_live_counterpart_are_refused_by_name(env_id: str, tmp_path) -> None:
     with pytest.raises(ValueError, match=rf"allocator: an allocator of {env_id} has no live "
                                          r"counterpart \(.+\); expected one trained on "
                                          r"cost_envs/TraceRouting-v0"):
         check_servable(env_id, {})
+    # at the server's start, from the model's config.json, before torch or its tensors
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps({"env_id": env_id,
+                                                            "env_kwargs": {}}))
+    config = parse_config({"models": [{"name": "small", "base_url": "http://127.0.0.1:1/v1",
+                                       "input_price": 1, "output_price": 1}],
+                           "routers": [{"name": "a", "allocator": "m"}]}, base=tmp_path)
+    with pytest.raises(ValueError, match=rf"routers: a: allocator: an allocator of {env_id}"):
+        Routes(config)
 
 
 def test_a_cascade_allocator_and_bad_routes_are_refused(tmp_path) -> None:

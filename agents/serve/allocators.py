@@ -26,6 +26,7 @@ Other envs have no live counterpart (:data:`NOT_LIVE` says why, per env), and
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,6 +118,15 @@ class LiveAllocator:
             env_kwargs: The env's arguments, when not those saved with it (a data file
                 that moved); the network is built for this env.
         """
+        saved_config = Path(path) / "config.json"
+        if saved_config.is_file():  # refuse an env without a live counterpart before torch
+            try:
+                meta = json.loads(saved_config.read_text(encoding="utf-8"))
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                meta = None  # load_allocator names what is wrong with it
+            if isinstance(meta, dict) and isinstance(meta.get("env_id"), str):
+                kwargs = meta.get("env_kwargs") if env_kwargs is None else env_kwargs
+                check_servable(meta["env_id"], kwargs if isinstance(kwargs, Mapping) else {})
         from agents.learners.checkpoints import load_allocator
 
         saved = load_allocator(path, env_kwargs=env_kwargs)
