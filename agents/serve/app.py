@@ -199,47 +199,34 @@ class Server:
         raise ApiError(402, "budget exceeded: " + "; ".join(refusals), kind="insufficient_quota",
                        param="budget", code="budget_exceeded")
 
-    async def complete(self, model: ModelConfig, chat: ChatRequest, max_tokens: int,
-                       worst: int, reservation: str, plan: Plan, prompt: str,
-                       started: float) -> tuple[dict[str, Any], int]:
-        """One unstreamed call, settled: its answer (id and model the server's) and cost."""
-        body = {**chat.rest, "model": model.upstream_name or model.name,
-                "messages": chat.messages, chat.max_tokens_field: max_tokens}
-        body.pop("stream_options", None)  # not streamed (a cascade's weak call may be)
-        settings = self.config.server
-        assert self.client is not None
-        response = await send(self.client, model, body, settings.retries, settings.backoff)
-        data = response.json()
-        usage = data.get("usage") or {}
-        tokens = (usage.get("prompt_tokens"), usage.get("completion_tokens"))
-        known = all(isinstance(t, int) and t >= 0 for t in tokens)
-        cost = model.cost_micros(*tokens) if known else worst
-        choices = data.get("choices") or [{}]
-        text = (choices[0].get("message") or {}).get("content")
-        self.ledger.settle(reservation, cost, "ok" if known else "ok_no_usage",
-                           route=plan.route, model=model.name,
-                           prompt_tokens=tokens[0] if known else None,
-                           completion_tokens=tokens[1] if known else None,
-                           latency_ms=1000 * (time.perf_counter() - started),
-                           prompt=prompt, response=text)
-        data["model"], data["id"] = model.name, reservation  # the id feedback names
-        return data, cost
-
     async def _call(self, model: ModelConfig, chat: ChatRequest, max_tokens: int, worst: int,
                     reservation: str, plan: Plan, prompt: str, started: float,
                     extra: dict[str, str] | None = None, spent_before: int = 0) -> Any:
-        """One call answered to the client (``spent_before``: a cascade's weak call)."""
-        headers = {"X-Cost-Envs-Model": model.name, "X-Cost-Envs-Route": plan.route,
-                   **(extra or {})}
-        if not chat.stream:
-            data, cost = await self.complete(model, chat, max_tokens, worst, reservation,
-                                             plan, prompt, started)
-            return JSONResponse(data, headers={**headers, "X-Cost-Envs-Cost-Micros":
-                                               str(spent_before + cost)})
+        """One call, settled and answered (``spent_before``: a cascade's weak call's cost)."""
         body = {**chat.rest, "model": model.upstream_name or model.name,
                 "messages": chat.messages, chat.max_tokens_field: max_tokens}
+        headers = {"X-Cost-Envs-Model": model.name, "X-Cost-Envs-Route": plan.route,
+                   **(extra or {})}
         settings = self.config.server
         assert self.client is not None
+        if not chat.stream:
+            response = await send(self.client, model, body, settings.retries, settings.backoff)
+            data = response.json()
+            usage = data.get("usage") or {}
+            tokens = (usage.get("prompt_tokens"), usage.get("completion_tokens"))
+            known = all(isinstance(t, int) and t >= 0 for t in tokens)
+            cost = model.cost_micros(*tokens) if known else worst
+            choices = data.get("choices") or [{}]
+            text = (choices[0].get("message") or {}).get("content")
+            self.ledger.settle(reservation, cost, "ok" if known else "ok_no_usage",
+                               route=plan.route, model=model.name,
+                               prompt_tokens=tokens[0] if known else None,
+                               completion_tokens=tokens[1] if known else None,
+                               latency_ms=1000 * (time.perf_counter() - started),
+                               prompt=prompt, response=text)
+            data["model"], data["id"] = model.name, reservation  # the id feedback names
+            return JSONResponse(data, headers={**headers, "X-Cost-Envs-Cost-Micros":
+                                               str(spent_before + cost)})
         wants_usage = bool((chat.rest.get("stream_options") or {}).get("include_usage"))
         body["stream"] = True
         body["stream_options"] = {**(chat.rest.get("stream_options") or {}),

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -66,8 +67,11 @@ async def cascade(server: Server, key: KeyConfig, chat: ChatRequest, budget: int
         UpstreamFailedError, UpstreamRejectedError: The weak call failed (the caller
             falls back as for any call); a failed strong call keeps the weak answer.
     """
-    data, weak_cost = await server.complete(weak, chat, *call, reservation, plan, prompt,
-                                            started)
+    # the weak call, unstreamed, through the server's one call path; its answer read back
+    rest = {k: v for k, v in chat.rest.items() if k != "stream_options"}  # not streamed
+    first = await server._call(weak, replace(chat, stream=False, rest=rest), *call,
+                               reservation, plan, prompt, started)
+    data, weak_cost = json.loads(first.body), int(first.headers["x-cost-envs-cost-micros"])
     choices = data.get("choices") or [{}]
     answer = (choices[0].get("message") or {}).get("content") or ""
     strong_name = plan.escalation(prompt, answer)
