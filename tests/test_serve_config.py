@@ -79,7 +79,9 @@ def _bad(path: tuple, value: object) -> dict:
     (("models",), [], r"models: expected at least one model"),
     (("routers", 0, "model"), "smal",
      r"routers\[0\]: model: expected one of \['small', 'large'\], got 'smal'; did you"),
-    (("routers", 1, "model"), "small", r"routers\[1\]: expected one of 'path' .* or 'model'"),
+    (("routers", 1, "model"), "small",
+     r"routers\[1\]: expected one of 'path' .*, 'model' .* or 'allocator' "
+     r"\(a trained allocator\), got \['model', 'path'\]"),
     (("routers", 0, "name"), "small", r"routers\[0\]: name: 'small' is already"),
     (("budgets", "request", "max"), "1",
      r"budgets: request: max: expected a finite number >= 0, got '1'"),

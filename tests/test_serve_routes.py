@@ -53,10 +53,23 @@ def test_names_select_routers_thresholds_and_fixed_routes(saved: dict[str, Path]
         assert err.value.status == 404 and err.value.param == "model"
 
 
-def test_a_router_needs_its_models_configured_and_cascades_wait(
-        saved: dict[str, Path]) -> None:
+def test_a_router_needs_its_models_configured(saved: dict[str, Path]) -> None:
     with pytest.raises(ValueError, match=r"routers: demo: the router's model 'gpt-4.1-nano' "
                                          r"is not one of models .*map it with models"):
         Routes(parse_config(_config(saved["logistic"])))
-    with pytest.raises(ValueError, match=r"routers: demo: a cascade router .* not served yet"):
-        Routes(parse_config(_config(saved["cascade"], {WEAK: "small", STRONG: "large"})))
+
+
+def test_a_cascade_plans_its_weak_model_then_decides_on_its_answer(
+        saved: dict[str, Path]) -> None:
+    routes = Routes(parse_config(_config(saved["cascade"], {WEAK: "small", STRONG: "large"})))
+    plan = routes.plan("router-demo-0.3", "a hard question")
+    assert plan.models == ("small", "large") and plan.decision.needs_answer
+    assert plan.cascade is routes.routers["demo"] and plan.decision.point == 0.3
+    # after the weak answer: the cascade's own decision at the plan's point, mapped
+    for point, expected in ((0.0, "large"), (1.0, None)):  # every score is in (0, 1)
+        plan = routes.plan(f"router-demo-{point}", "a hard question")
+        assert plan.escalation("a hard question", "I am not sure.") == expected
+    fixed = routes.plan("cheap", "hi")
+    assert fixed.cascade is None
+    with pytest.raises(ValueError, match="cheap: not a cascade"):
+        fixed.escalation("hi", "hello")

@@ -240,12 +240,16 @@ def save_allocator(allocator: TrainedAllocator, directory: str | Path) -> Path:
     return write_directory_atomic(check_writable(directory), write)
 
 
-def load_allocator(path: str | Path, trust_pickle: bool = False) -> Any:
+def load_allocator(path: str | Path, trust_pickle: bool = False,
+                   env_kwargs: Mapping[str, Any] | None = None) -> Any:
     """Load a saved allocator: a cost-envs model directory, or an SB3 ``.zip`` if trusted.
 
     Args:
         path: A directory written by :func:`save_allocator`, or an SB3 ``.zip``.
         trust_pickle: Allow unpickling an SB3 ``.zip`` (only for files you trust).
+        env_kwargs: The env's arguments instead of the saved ones (a data file that
+            moved: ``cost-envs serve``); the network is built for that env, and tensors
+            of another shape are refused.
 
     Returns:
         A :class:`TrainedAllocator`, or for a ``.zip`` the SB3 ``PPO`` model.
@@ -262,6 +266,9 @@ def load_allocator(path: str | Path, trust_pickle: bool = False) -> Any:
     source = path / "config.json"
     config = _read_config(source, MODEL_FORMAT, _MODEL_KEYS)
     _check_model_config(config, source)
+    if env_kwargs is not None:
+        config["env_kwargs"] = check_env_kwargs(config["env_id"], dict(env_kwargs),
+                                                "env_kwargs")
     tensors = read_tensors(path / "model.safetensors")
     try:
         env = gym.make(config["env_id"], **config["env_kwargs"])

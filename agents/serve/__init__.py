@@ -5,9 +5,12 @@
 logged: the model to call, the router's score and, for a priced router, what each call
 is expected to cost. It reads a prompt exactly as the offline scorer reads a logged one
 (the same features, the same decision), which its tests check on the shipped logs.
-Numpy only: no torch is imported.
+:class:`~agents.serve.allocators.LiveAllocator` does the same for an allocator trained on
+TraceRouting-v0, observing a prompt as the env does. Importing this package loads no
+torch (loading an allocator does).
 """
 
+from agents.serve.allocators import AllocatorDecision, LiveAllocator
 from agents.serve.live import LiveRouter, RouteDecision
 
-__all__ = ["LiveRouter", "RouteDecision"]
+__all__ = ["AllocatorDecision", "LiveAllocator", "LiveRouter", "RouteDecision"]

@@ -16,6 +16,10 @@ one is an OpenAI-shaped 4xx naming it, and nothing is reserved or charged. Then:
 4. the real cost from the answer's ``usage`` is settled and the rest released (a stream
    whose usage never came is charged its worst case).
 
+A cascade router's first call is its weak model's, buffered; the cascade then decides
+from the answer whether the strong model is called, reserved in its own transaction
+(:mod:`agents.serve.cascade`).
+
 Nothing fits: 402 naming the budget (``insufficient_quota``). Nothing answers: 502.
 Headers ``X-Cost-Envs-Model``, ``X-Cost-Envs-Route`` and (unstreamed)
 ``X-Cost-Envs-Cost-Micros`` say what was called and what it cost.
@@ -36,6 +40,7 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from agents.serve.cascade import cascade
 from agents.serve.config import BudgetConfig, KeyConfig, ModelConfig, ServeConfig, hash_key
 from agents.serve.inputs import (
     BUDGET_FIELD,
@@ -166,6 +171,10 @@ class Server:
                                code="duplicate_request") from None
             reserved_before = True
             try:
+                if plan.cascade is not None and attempt == 0:  # the weak call, then maybe more
+                    return await cascade(self, key, chat, budget, budget_source, model,
+                                         (max_tokens, worst), reservation, plan, prompt,
+                                         started)
                 return await self._call(model, chat, max_tokens, worst, reservation, plan,
                                         prompt, started)
             except UpstreamFailedError as err:
@@ -191,10 +200,13 @@ class Server:
                        param="budget", code="budget_exceeded")
 
     async def _call(self, model: ModelConfig, chat: ChatRequest, max_tokens: int, worst: int,
-                    reservation: str, plan: Plan, prompt: str, started: float) -> Any:
+                    reservation: str, plan: Plan, prompt: str, started: float,
+                    extra: dict[str, str] | None = None, spent_before: int = 0) -> Any:
+        """One call, settled and answered (``spent_before``: a cascade's weak call's cost)."""
         body = {**chat.rest, "model": model.upstream_name or model.name,
                 "messages": chat.messages, chat.max_tokens_field: max_tokens}
-        headers = {"X-Cost-Envs-Model": model.name, "X-Cost-Envs-Route": plan.route}
+        headers = {"X-Cost-Envs-Model": model.name, "X-Cost-Envs-Route": plan.route,
+                   **(extra or {})}
         settings = self.config.server
         assert self.client is not None
         if not chat.stream:
@@ -213,7 +225,8 @@ class Server:
                                latency_ms=1000 * (time.perf_counter() - started),
                                prompt=prompt, response=text)
             data["model"], data["id"] = model.name, reservation  # the id feedback names
-            return JSONResponse(data, headers={**headers, "X-Cost-Envs-Cost-Micros": str(cost)})
+            return JSONResponse(data, headers={**headers, "X-Cost-Envs-Cost-Micros":
+                                               str(spent_before + cost)})
         wants_usage = bool((chat.rest.get("stream_options") or {}).get("include_usage"))
         body["stream"] = True
         body["stream_options"] = {**(chat.rest.get("stream_options") or {}),

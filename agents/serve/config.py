@@ -17,6 +17,10 @@
         path: routers/mf                 # saved by `cost-envs route train --save`
         threshold: 0.42                  # optional: the saved operating point otherwise
         models: {gpt-4.1-nano: small}    # optional: the router's model names -> models above
+      - name: alloc                      # a trained TraceRouting-v0 allocator: "router-alloc"
+        allocator: models/ppo            # saved by `cost-envs train`
+        env_kwargs: {data: logs.csv}     # optional: the env's arguments, if not those saved
+        models: {gpt-4.1-nano: small}
       - name: cheap                      # a fixed model: clients send model "cheap"
         model: small
         fallbacks: [large]
@@ -131,6 +135,10 @@ class RouteConfig:
     model: str | None = None
     fallbacks: tuple[str, ...] = ()
     models: Mapping[str, str] = field(default_factory=dict)
+    #: A trained allocator's model directory (:mod:`agents.serve.allocators`).
+    allocator: Path | None = None
+    #: Its env's arguments, when not those saved with it.
+    env_kwargs: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -207,13 +215,16 @@ def _model(entry: Any, where: str) -> ModelConfig:
 
 def _route(entry: Any, where: str, models: Mapping[str, ModelConfig], base: Path) -> RouteConfig:
     entry = _mapping(entry, where)
-    reject_unknown(entry, ("name", "path", "threshold", "model", "fallbacks", "models"), where)
+    reject_unknown(entry, ("name", "path", "threshold", "model", "fallbacks", "models",
+                           "allocator", "env_kwargs"), where)
     require_keys(entry, ("name",), where)
     name = _name(entry["name"], where)
-    if ("path" in entry) == ("model" in entry):
-        given = sorted(k for k in entry if k in ("path", "model"))
-        raise ValueError(f"{where}: expected one of 'path' (a saved router) or 'model' "
-                         f"(a fixed model), got {given}")
+    kinds = sorted(k for k in entry if k in ("path", "model", "allocator"))
+    if len(kinds) != 1:
+        raise ValueError(f"{where}: expected one of 'path' (a saved router), 'model' "
+                         f"(a fixed model) or 'allocator' (a trained allocator), got {kinds}")
+    if "env_kwargs" in entry and "allocator" not in entry:
+        raise ValueError(f"{where}: env_kwargs: expected only with 'allocator'")
     fallbacks = tuple(one_of(m, "fallbacks", list(models), where=where)
                       for m in _list(entry.get("fallbacks", []), f"{where}: fallbacks"))
     if "model" in entry:
@@ -221,12 +232,25 @@ def _route(entry: Any, where: str, models: Mapping[str, ModelConfig], base: Path
             raise ValueError(f"{where}: threshold/models: expected only with 'path' (a router)")
         return RouteConfig(name, model=one_of(entry["model"], "model", list(models), where=where),
                            fallbacks=fallbacks)
+    mapping = {str(k): one_of(v, f"models[{k}]", list(models), where=where)
+               for k, v in _mapping(entry.get("models", {}), f"{where}: models").items()}
+    if "allocator" in entry:
+        if "threshold" in entry:
+            raise ValueError(f"{where}: threshold: an allocator has no threshold")
+        directory = Path(text(entry["allocator"], "allocator", where=where))
+        kwargs = None
+        if "env_kwargs" in entry:
+            kwargs = dict(_mapping(entry["env_kwargs"], f"{where}: env_kwargs"))
+            data = kwargs.get("data")
+            if isinstance(data, str) and not Path(data).is_absolute():
+                kwargs["data"] = str(base / data)  # relative to the file, as other paths
+        return RouteConfig(name, fallbacks=fallbacks, models=mapping,
+                           allocator=directory if directory.is_absolute() else base / directory,
+                           env_kwargs=kwargs)
     path = Path(text(entry["path"], "path", where=where))
     path = path if path.is_absolute() else base / path
     threshold = (None if entry.get("threshold") is None
                  else number(entry["threshold"], "threshold", where=where))
-    mapping = {str(k): one_of(v, f"models[{k}]", list(models), where=where)
-               for k, v in _mapping(entry.get("models", {}), f"{where}: models").items()}
     return RouteConfig(name, path, threshold, None, fallbacks, mapping)
 
 

@@ -57,12 +57,37 @@ class RouteDecision:
     needs_answer: bool = False
 
 
-def counter_of(saved: SavedRouter) -> str:
-    """The :func:`~cost_envs.traces.readers.count_tokens` counter of a router's training logs."""
-    name = str(saved.meta.get("training", {}).get("token_counter", ""))
+def counter_named(name: str) -> str:
+    """The ``count_tokens`` counter of logs counted by ``name`` (logged counts: ``"auto"``)."""
     if name == APPROX_COUNTER:
         return "approx"
     return "tiktoken" if name.startswith("tiktoken") else "auto"
+
+
+def counter_of(saved: SavedRouter) -> str:
+    """The :func:`~cost_envs.traces.readers.count_tokens` counter of a router's training logs."""
+    return counter_named(str(saved.meta.get("training", {}).get("token_counter", "")))
+
+
+def live_dataset(models: Sequence[str], prompts: Sequence[str], counter: str | None,
+                 answers: Sequence[str] | None = None) -> TraceDataset:
+    """Prompts never logged as a dataset: no outcomes, which nothing reads at routing time.
+
+    Correctness, scores and output tokens are zeros; every model's input tokens are the
+    prompt's count by ``counter`` (``None``: zeros, for a reader of no token counts);
+    ``answers`` are the first model's (a cascade's weak answers).
+    """
+    n, m = len(prompts), len(models)
+    tokens, name = (count_tokens(list(prompts), counter) if counter is not None
+                    else (np.zeros(n, dtype=np.int64), "none"))
+    zeros = np.zeros((n, m))
+    responses = None
+    if answers is not None:  # the weak model's answer, in its column
+        responses = tuple((a,) + (None,) * (m - 1) for a in answers)
+    return TraceDataset(tuple(models), tuple(f"live-{i}" for i in range(n)), tuple(prompts),
+                        zeros, zeros.astype(bool), np.repeat(tokens[:, None], m, axis=1),
+                        zeros.astype(np.int64), responses=responses, source="<live>",
+                        token_counter=name)
 
 
 class LiveRouter:
@@ -91,18 +116,9 @@ class LiveRouter:
         return cls(load_router(path), token_counter)
 
     def _queries(self, prompts: Sequence[str], answers: Sequence[str] | None) -> TraceDataset:
-        n, m = len(prompts), len(self.models)
         # only a priced router reads the prompt's tokens; the others are spared the count
-        tokens, counter = (count_tokens(list(prompts), self.token_counter) if self._priced
-                           else (np.zeros(n, dtype=np.int64), "none"))
-        zeros = np.zeros((n, m))
-        responses = None
-        if answers is not None:  # the weak model's answer, in its column
-            responses = tuple((a,) + (None,) * (m - 1) for a in answers)
-        return TraceDataset(self.models, tuple(f"live-{i}" for i in range(n)), tuple(prompts),
-                            zeros, zeros.astype(bool), np.repeat(tokens[:, None], m, axis=1),
-                            zeros.astype(np.int64), responses=responses, source="<live>",
-                            token_counter=counter)
+        return live_dataset(self.models, prompts, self.token_counter if self._priced else None,
+                            answers)
 
     def route_many(self, prompts: Sequence[str], answers: Sequence[str] | None = None,
                    point: float | None = None) -> list[RouteDecision]:

@@ -33,13 +33,18 @@ def wait_until_up(url: str, process: subprocess.Popen[bytes], timeout: float = 6
 
 @contextmanager
 def launched(args: Sequence[str], health_url: str, env: dict[str, str] | None = None,
-             cwd: str | Path | None = None) -> Iterator[subprocess.Popen[bytes]]:
-    """``python -m ...args`` running until the block ends (then terminated, else killed)."""
+             cwd: str | Path | None = None,
+             timeout: float = 60.0) -> Iterator[subprocess.Popen[bytes]]:
+    """``python -m ...args`` running until the block ends (then terminated, else killed).
+
+    ``timeout``: seconds it may take to answer ``health_url`` (an allocator's server
+    imports torch first).
+    """
     environment = {**os.environ, **(env or {})}
     process = subprocess.Popen([sys.executable, *args], env=environment, cwd=cwd,
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        wait_until_up(health_url, process)
+        wait_until_up(health_url, process, timeout)
         yield process
     finally:
         if process.poll() is None:

@@ -1,17 +1,26 @@
-"""What a client's model name selects: a fixed model, or a saved router at a threshold.
+"""What a client's model name selects: a fixed model, a saved router or a trained allocator.
 
 As RouteLLM's server: ``router-<name>-<threshold>`` routes with router ``<name>`` at that
-threshold (``router-<name>`` at its saved one); a route's own name (``cheap``) or a model's
-name calls that model. The result is the models to try in order: the chosen one first,
+threshold (``router-<name>`` at its saved one; an allocator,
+:mod:`agents.serve.allocators`, has no threshold); a route's own name (``cheap``) or a
+model's name calls that model. The result is the models to try in order: the chosen one first,
 then (a request that does not fit its budget is downgraded) the router's cheaper models,
 dearest first, then its dearer ones and the route's ``fallbacks`` (an upstream that fails
 falls back to another model within the budget).
+
+A cascade router's plan starts with its weak model and carries the router
+(:attr:`Plan.cascade`): once the weak model has answered, :meth:`Plan.escalation` says
+whether the cascade escalates to its strong model (:mod:`agents.serve.cascade` makes the
+calls). The plan holds the router it was made with, so a request routed before a reload
+finishes on the old router.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
+from agents.serve.allocators import AllocatorDecision, LiveAllocator
 from agents.serve.config import ROUTER_PREFIX, ServeConfig
 from agents.serve.inputs import ApiError
 from agents.serve.live import LiveRouter, RouteDecision
@@ -19,31 +28,57 @@ from agents.serve.live import LiveRouter, RouteDecision
 
 @dataclass(frozen=True)
 class Plan:
-    """The models to try for one request, in order, and why."""
+    """The models to try for one request, in order, and why.
+
+    Attributes:
+        route: The route's name as the ledger records it (``router-NAME``).
+        models: The models to try, in order (server names).
+        decision: The router's decision (``needs_answer`` for a cascade).
+        cascade: A cascade's router (its weak model is ``models[0]``), else ``None``.
+        mapping: The router's model names -> the server's (the route's ``models``).
+    """
 
     route: str
     models: tuple[str, ...]
-    decision: RouteDecision | None = None
+    decision: RouteDecision | AllocatorDecision | None = None
+    cascade: LiveRouter | None = None
+    mapping: Mapping[str, str] = field(default_factory=dict)
+
+    def escalation(self, prompt: str, answer: str) -> str | None:
+        """The strong model to call after the weak ``answer``, or ``None`` to keep it.
+
+        The cascade's decision at the plan's operating point, as the offline scorer
+        makes it on a logged weak answer (:meth:`LiveRouter.route`).
+        """
+        if self.cascade is None or not isinstance(self.decision, RouteDecision):
+            raise ValueError(f"{self.route}: not a cascade; expected a cascade's plan")
+        chosen = self.cascade.route(prompt, answer, self.decision.point).model
+        if chosen == self.cascade.models[0]:
+            return None
+        return self.mapping.get(chosen, chosen)
 
 
 class Routes:
     """The configured routes, their routers loaded (once, at start).
 
     Raises:
-        ValueError: A router that cannot be loaded, is a cascade (not served yet), or
-            names a model that is not configured (map it with the route's ``models``).
+        ValueError: A router that cannot be loaded, or names a model that is not
+            configured (map it with the route's ``models``).
     """
 
     def __init__(self, config: ServeConfig) -> None:
         self.config = config
-        self.routers: dict[str, LiveRouter] = {}
+        self.routers: dict[str, LiveRouter | LiveAllocator] = {}
         for name, route in config.routes.items():
-            if route.path is None:
+            if route.path is not None:
+                live: LiveRouter | LiveAllocator = LiveRouter.load(route.path)
+            elif route.allocator is not None:
+                try:
+                    live = LiveAllocator.load(route.allocator, route.env_kwargs)
+                except ValueError as err:
+                    raise ValueError(f"routers: {name}: {err}") from None
+            else:
                 continue
-            live = LiveRouter.load(route.path)
-            if live.router.reads_answers:
-                raise ValueError(f"routers: {name}: a cascade router (it reads the weak "
-                                 "model's answer) is not served yet; expected another kind")
             for model in live.models:
                 if route.models.get(model, model) not in config.models:
                     raise ValueError(
@@ -55,7 +90,7 @@ class Routes:
         """The model names clients can send."""
         found = list(self.config.models)
         for name, route in self.config.routes.items():
-            found.append(f"{ROUTER_PREFIX}{name}" if route.path is not None else name)
+            found.append(name if route.model is not None else f"{ROUTER_PREFIX}{name}")
         return found
 
     def _by_price(self, names: list[str]) -> list[str]:
@@ -92,20 +127,41 @@ class Routes:
 
     def _routed(self, name: str, prompt: str, threshold: float | None, asked: str) -> Plan:
         route, live = self.config.routes[name], self.routers[name]
+        if isinstance(live, LiveAllocator):
+            return self._allocated(name, live, prompt, threshold, asked)
         try:
             decision = live.route(prompt, point=threshold)
         except ValueError as err:  # a threshold out of the router's range
             raise ApiError(400, f"model: {asked!r}: {err}", param="model") from None
-        mapped = [route.models.get(m, m) for m in live.models]
-        chosen = route.models.get(decision.model, decision.model)
+        cascade = live if decision.needs_answer else None
+        return Plan(f"{ROUTER_PREFIX}{name}", self._order(name, live.models, decision.model),
+                    decision, cascade, dict(route.models))
+
+    def _allocated(self, name: str, live: LiveAllocator, prompt: str,
+                   threshold: float | None, asked: str) -> Plan:
+        if threshold is not None:
+            raise ApiError(400, f"model: {asked!r}: an allocator has no threshold; expected "
+                           f"'{ROUTER_PREFIX}{name}'", param="model")
+        decision = live.route(prompt)
+        if decision.model is None:  # the env's "answer nothing": nothing is charged
+            raise ApiError(422, f"model: {asked!r}: the allocator answers nothing for this "
+                           "prompt (its all-zero action); send it to another route",
+                           param="model", code="allocator_declined")
+        return Plan(f"{ROUTER_PREFIX}{name}", self._order(name, live.models, decision.model),
+                    decision)
+
+    def _order(self, name: str, models: tuple[str, ...], choice: str) -> tuple[str, ...]:
+        """The chosen model, then the cheaper ones (dearest first), the dearer, the fallbacks."""
+        route = self.config.routes[name]
+        chosen = route.models.get(choice, choice)
+        mapped = [route.models.get(m, m) for m in models]
         prices = self.config.models
         price = prices[chosen].input_price + prices[chosen].output_price
         cheaper = [m for m in mapped if m != chosen
                    and prices[m].input_price + prices[m].output_price <= price]
         dearer = [m for m in mapped if m != chosen and m not in cheaper]
-        order = (chosen, *reversed(self._by_price(cheaper)), *self._by_price(dearer),
-                 *route.fallbacks)
-        return Plan(f"{ROUTER_PREFIX}{name}", _unique(order), decision)
+        return _unique((chosen, *reversed(self._by_price(cheaper)), *self._by_price(dearer),
+                        *route.fallbacks))
 
 
 def _unique(names: tuple[str, ...]) -> tuple[str, ...]:

@@ -14,6 +14,12 @@ counts of what it sent and received, so a client's bill can be checked to the to
   (OpenAI's chat overhead), never more than :func:`agents.serve.app.prompt_bound`;
 * completion tokens: the words of the answer, ``min(max_tokens, 8 + words % 24)``.
 
+With ``--replay FILE`` (a trace file :func:`~cost_envs.traces.load_traces` reads, with
+answer texts) a model named as one of the file's models answers a prompt of the file (the
+last user message) with its logged answer, whitespace kept, cut at ``max_tokens`` words;
+one token per word. So a cascade served in front of it reads the answers it was scored on
+offline. Other prompts get the made-up answer.
+
 Faults are injected per model, from the command line (``--fault large=500``) or at run
 time with ``POST /control`` (``{"model": "large", "fault": "429", "count": 3}``: the next
 3 calls; ``"rate": 0.5``: half of them, seeded). A fault is ``timeout`` (the answer comes
@@ -28,6 +34,7 @@ import argparse
 import asyncio
 import json
 import random
+import re
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
@@ -74,10 +81,33 @@ def answer_words(model: str, messages: Sequence[dict[str, Any]], max_tokens: int
     return said[:n]
 
 
+def replayed_words(text: str, max_tokens: int) -> list[str]:
+    """A logged answer as tokens: each word and the whitespace before it, ``max_tokens`` at most.
+
+    Whole, they join to the logged text exactly (its trailing whitespace on the last one).
+    """
+    words = re.findall(r"\s*\S+", text) or [""]
+    if len(words) <= max_tokens:
+        words[-1] += text[len("".join(words)):]
+    return words[:max_tokens]
+
+
+def replay_table(path: str) -> dict[tuple[str, str], str]:
+    """``(model, prompt) -> logged answer`` of a trace file with answer texts."""
+    from cost_envs.traces import load_traces
+
+    data = load_traces(path)
+    if data.responses is None:
+        raise ValueError(f"--replay: {path} logs no answer texts; expected a file that does")
+    return {(model, prompt): text
+            for prompt, row in zip(data.prompts, data.response_texts(), strict=True)
+            for model, text in zip(data.models, row, strict=True)}
+
+
 def create_app(models: Sequence[str] = MODELS, latency: float = 0.0,
                faults: dict[str, Fault] | None = None, api_key: str | None = None,
-               seed: int = 0) -> FastAPI:
-    """The stand-in's FastAPI app (see the module docstring)."""
+               seed: int = 0, replay: dict[tuple[str, str], str] | None = None) -> FastAPI:
+    """The stand-in's FastAPI app (see the module docstring; ``replay``: :func:`replay_table`)."""
     app = FastAPI(title="cost-envs stand-in upstream")
     state = {"faults": dict(faults or {}), "latency": {m: latency for m in models}}
     calls: Counter[str] = Counter()
@@ -143,7 +173,11 @@ def create_app(models: Sequence[str] = MODELS, latency: float = 0.0,
             await asyncio.sleep(state["latency"][model])
         messages = body.get("messages") or []
         max_tokens = int(body.get("max_completion_tokens") or body.get("max_tokens") or 256)
-        words = answer_words(model, messages, max_tokens)
+        last = next((m for m in reversed(messages) if m.get("role") == "user"), {})
+        logged = (replay or {}).get((model, str(last.get("content") or "")))
+        words = (answer_words(model, messages, max_tokens) if logged is None
+                 else replayed_words(logged, max_tokens))
+        joiner = " " if logged is None else ""
         usage = {"prompt_tokens": count_prompt(messages), "completion_tokens": len(words),
                  "total_tokens": count_prompt(messages) + len(words)}
         ident, created = f"chatcmpl-standin-{sum(calls.values())}", int(time.time())
@@ -153,14 +187,14 @@ def create_app(models: Sequence[str] = MODELS, latency: float = 0.0,
             return {"id": ident, "object": "chat.completion", "created": created,
                     "model": model, "usage": usage,
                     "choices": [{"index": 0, "finish_reason": finish, "logprobs": None,
-                                 "message": {"role": "assistant", "content": " ".join(words)}}]}
+                                 "message": {"role": "assistant", "content": joiner.join(words)}}]}
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
 
         async def events() -> AsyncIterator[str]:
             base = {"id": ident, "object": "chat.completion.chunk", "created": created,
                     "model": model}
             for i, word in enumerate(words):
-                delta = {"content": (" " if i else "") + word}
+                delta = {"content": (joiner if i else "") + word}
                 if i == 0:
                     delta["role"] = "assistant"
                 chunk = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
@@ -198,14 +232,21 @@ def main(argv: Sequence[str] | None = None) -> None:
                         metavar="MODEL=FAULT", help=f"inject a fault, one of {list(FAULTS)}")
     parser.add_argument("--api-key", default=None, help="require this bearer key")
     parser.add_argument("--seed", type=int, default=0, help="seeds the fault rates")
+    parser.add_argument("--replay", default=None, metavar="FILE",
+                        help="answer the prompts of this trace file with their logged answers")
     args = parser.parse_args(argv)
     models = tuple(m for m in args.models.split(",") if m)
     for model, _ in args.fault:
         if model not in models:
             parser.error(f"--fault: expected a model of {list(models)}, got {model!r}")
+    try:
+        replay = None if args.replay is None else replay_table(args.replay)
+    except (ValueError, FileNotFoundError) as err:
+        parser.error(str(err))
     import uvicorn
 
-    uvicorn.run(create_app(models, args.latency, dict(args.fault), args.api_key, args.seed),
+    uvicorn.run(create_app(models, args.latency, dict(args.fault), args.api_key, args.seed,
+                           replay),
                 host=args.host, port=args.port, log_level="warning")
 
 

@@ -103,6 +103,24 @@ def prompt_length(data: TraceDataset) -> np.ndarray:
     return _log_tokens(data.input_tokens.mean(axis=1)).astype(np.float32)
 
 
+def first_observations(data: TraceDataset, features: str = "hashed",
+                       n_features: int | None = None, size: int | None = None) -> np.ndarray:
+    """What a policy sees of each query of ``data`` before any call, float32 ``(n, size)``.
+
+    ``query_features``, ``prompt_length``, ``task_embedding`` 1, then zeros up to ``size``
+    (the cascade's slots). The env's turn-0 rows; a live prompt (``cost-envs serve``,
+    :mod:`agents.serve.allocators`) is observed by this one function too.
+    """
+    feats = query_features(data, features, n_features)
+    f = feats.shape[1]
+    size = f + 2 if size is None else integer(size, "size", minimum=f + 2)
+    rows = np.zeros((data.n_queries, size), dtype=np.float32)
+    rows[:, :f] = feats
+    rows[:, f] = prompt_length(data)
+    rows[:, f + 1] = 1.0
+    return rows
+
+
 @dataclass(frozen=True, eq=False)
 class TraceTask:
     """One episode of TraceRouting: a query of the env's dataset (privileged).
@@ -275,10 +293,10 @@ class TraceRoutingEnv(OrchestrationEnv[TraceTask]):
             train_idx = test_idx = np.arange(full.n_queries)
         full_lengths = prompt_length(full)
         if split == "all":
-            data_, costs, lengths = full, full_costs, full_lengths
+            data_, costs = full, full_costs
         else:
             idx = train_idx if split == "train" else test_idx
-            data_, costs, lengths = full.subset(idx), full_costs[idx], full_lengths[idx]
+            data_, costs = full.subset(idx), full_costs[idx]
             costs.flags.writeable = False
 
         self.full_dataset = full
@@ -308,10 +326,10 @@ class TraceRoutingEnv(OrchestrationEnv[TraceTask]):
         self._strongest = max(range(self.n_agents), key=self._rank.__getitem__)
         self._cheapest = int(np.argmin(pool.costs))
         self._length_threshold = float(np.median(full_lengths[train_idx]))
-        self._build_layout(lengths)
+        self._build_layout()
 
     # ------------------------------------------------------------ observation
-    def _build_layout(self, lengths: np.ndarray) -> None:
+    def _build_layout(self) -> None:
         f, m = self.n_features, self.n_agents
         layout = {
             "query_features": slice(0, f),
@@ -327,10 +345,7 @@ class TraceRoutingEnv(OrchestrationEnv[TraceTask]):
                 size += width
         self.observation_layout = layout
         self.observation_space = spaces.Box(-1.0, 1.0, shape=(size,), dtype=np.float32)
-        rows = np.zeros((self.dataset.n_queries, size), dtype=np.float32)
-        rows[:, :f] = self.query_features
-        rows[:, f] = lengths
-        rows[:, f + 1] = 1.0
+        rows = first_observations(self.dataset, self.features, self.n_features, size)
         rows.flags.writeable = False
         self._rows = rows
         if self.cascade:
@@ -381,8 +396,12 @@ class TraceRoutingEnv(OrchestrationEnv[TraceTask]):
         self._quality_q = self._quality[q]
         return ()
 
+    def answerer(self, called: Sequence[int]) -> int:
+        """The model answering when ``called`` (non-empty) are: the strongest (ties: later)."""
+        return max(called, key=self._rank.__getitem__)
+
     def _answer(self, called: Sequence[int]) -> tuple[State, Outcome]:
-        best = max(called, key=self._rank.__getitem__)
+        best = self.answerer(called)
         return (best,), Outcome(self._correct_q[best], self._quality_q[best])
 
     def _transition(
