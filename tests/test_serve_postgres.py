@@ -11,15 +11,13 @@ import os
 import shutil
 import subprocess
 import tempfile
-import threading
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import openai
 import pytest
 import yaml
+from serve_load_client import run_load
 
 from agents.serve.config import BudgetConfig, KeyConfig, hash_key
 from agents.serve.ledger import BudgetExceededError, Ledger
@@ -106,34 +104,14 @@ def test_two_servers_sharing_one_database_keep_the_budget_exact(
     path = tmp_path / "serve.yaml"
     path.write_text(yaml.safe_dump(config))
     ports = [free_port(), free_port()]
-    outcomes: Counter = Counter()
-    lock = threading.Lock()
-
-    def work(worker: int) -> None:
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{ports[worker % 2]}/v1",
-                               api_key="sk-load", max_retries=0, timeout=60)
-        for i in range(worker, 200, 16):
-            try:
-                client.chat.completions.create(
-                    model="small", max_tokens=20,
-                    messages=[{"role": "user", "content": f"question {i}: " + "word " * (i % 9)}])
-                result = "ok"
-            except openai.APIStatusError as err:
-                result = str(err.status_code)
-            with lock:
-                outcomes[result] += 1
-
     with launched(["-m", "agents.serve.standin", "--port", str(up_port), "--latency", "0.005"],
                   f"{upstream}/v1/models"):
         with launched(["-m", "agents.cli", "serve", "--config", str(path), "--port",
                        str(ports[0])], f"http://127.0.0.1:{ports[0]}/health"), \
                 launched(["-m", "agents.cli", "serve", "--config", str(path), "--port",
                           str(ports[1])], f"http://127.0.0.1:{ports[1]}/health"):
-            threads = [threading.Thread(target=work, args=(w,)) for w in range(16)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join(timeout=600)
+            outcomes = run_load(lambda worker: f"http://127.0.0.1:{ports[worker % 2]}",
+                                requests=200, clients=16)
         answered = httpx.get(f"{upstream}/stats").json()["answered"]["small"]
     assert sum(outcomes.values()) == 200 and set(outcomes) == {"ok", "402"}
     ledger = Ledger(open_storage(postgres_url), [])
