@@ -9,8 +9,6 @@ from __future__ import annotations
 import sqlite3
 import subprocess
 import sys
-import threading
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +16,7 @@ import httpx
 import openai
 import pytest
 import yaml
+from serve_load_client import run_load
 
 from agents.serve import LiveRouter
 from agents.serve.config import hash_key
@@ -253,33 +252,8 @@ def test_upstream_faults_retry_then_fall_back(served: Served) -> None:
     assert failed and all(r["cost_micros"] == 0 for r in failed)
 
 
-def _load(served: Served, requests: int, clients: int) -> Counter:
-    outcomes: Counter = Counter()
-    lock = threading.Lock()
-
-    def work(worker: int) -> None:
-        client = served.client("sk-load", timeout=60)
-        for i in range(worker, requests, clients):
-            try:
-                client.chat.completions.create(
-                    model="cheap", max_tokens=20,
-                    messages=[{"role": "user", "content": f"question {i}: " + "word " * (i % 9)}])
-                result = "ok"
-            except openai.APIStatusError as err:
-                result = str(err.status_code)
-            with lock:
-                outcomes[result] += 1
-
-    threads = [threading.Thread(target=work, args=(w,)) for w in range(clients)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=600)
-    return outcomes
-
-
 def test_budgets_hold_under_concurrent_clients(served: Served) -> None:
-    outcomes = _load(served, requests=200, clients=16)
+    outcomes = run_load(lambda worker: served.url, requests=200, clients=16, model="cheap")
     assert sum(outcomes.values()) == 200 and set(outcomes) <= {"ok", "402"}
     assert 50 <= outcomes["ok"] <= 150 and outcomes["402"] > 0  # about half fit
     rows = [r for r in served.rows() if r["key_name"] == "loader"]

@@ -95,6 +95,9 @@ def _bad(path: tuple, value: object) -> dict:
      r"organisations\[0\]: limit: expected a finite number >= 0"),
     (("storage",), "mysql://x", r"storage: expected sqlite:///PATH or postgresql://"),
     (("server", "retries"), 11, r"server: retries: expected an int in \[0, 10\], got 11"),
+    (("server", "admin_key_sha256"), "xyz", r"server: admin_key_sha256: expected 64 hex"),
+    (("server", "admin_key_sha256"), hash_key("sk-a"),
+     r"server: admin key: expected a key of its own, got an API key's"),
     (("budget",), {}, r"unknown key\(s\) \['budget'\]; .*did you mean 'budgets'"),
 ])
 def test_each_bad_key_is_one_line_naming_it(path: tuple, value: object, message: str) -> None:
@@ -110,6 +113,21 @@ def test_key_env_hashes_the_key_and_a_missing_variable_is_named(monkeypatch) -> 
         parse_config(data)
     monkeypatch.setenv("BOB_KEY", "sk-bob")
     assert parse_config(data).keys[0].key_sha256 == hash_key("sk-bob")
+
+
+def test_the_admin_key_is_stored_hashed(monkeypatch) -> None:
+    assert parse_config(GOOD).server.admin_key_sha256 is None  # no admin routes
+    data = _bad(("server", "admin_key_sha256"), hash_key("sk-admin").upper())
+    assert parse_config(data).server.admin_key_sha256 == hash_key("sk-admin")
+    data = _bad(("server", "admin_key_env"), "ADMIN_KEY")
+    monkeypatch.setenv("ADMIN_KEY", "sk-root")
+    assert parse_config(data).server.admin_key_sha256 == hash_key("sk-root")
+    monkeypatch.delenv("ADMIN_KEY")
+    with pytest.raises(ValueError, match="admin_key_env: the variable 'ADMIN_KEY' is not set"):
+        parse_config(data)
+    data["server"]["admin_key_sha256"] = hash_key("x")
+    with pytest.raises(ValueError, match="expected one of 'admin_key_sha256' or 'admin_key_env'"):
+        parse_config(data)
 
 
 def test_the_example_config_loads() -> None:

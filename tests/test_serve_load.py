@@ -10,13 +10,14 @@ import sqlite3
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import openai
 import pytest
 import yaml
+from serve_load_client import run_load
 
 from agents.serve.config import hash_key
 from agents.serve.processes import launched
@@ -41,40 +42,6 @@ def _config(tmp: Path, upstream: str, limit_micros: int) -> Path:
     path = tmp / "serve.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
-
-
-def _load(url: Callable[[], str], requests: int, clients: int) -> Counter:
-    outcomes: Counter = Counter()
-    lock = threading.Lock()
-
-    def work(worker: int) -> None:
-        for i in range(worker, requests, clients):
-            client = openai.OpenAI(base_url=f"{url()}/v1", api_key="sk-load", max_retries=0,
-                                   timeout=300)  # only a killed server ends a call early
-            for _ in range(300):  # a killed server: try again (the same key) until it is back
-                try:
-                    client.chat.completions.create(
-                        model="small", max_tokens=20,
-                        messages=[{"role": "user",
-                                   "content": f"question {i}: " + "word " * (i % 9)}],
-                        extra_headers={"Idempotency-Key": f"load-{i}"})
-                    result = "ok"
-                except openai.APIStatusError as err:
-                    result = str(err.status_code)
-                except openai.APIConnectionError:
-                    result = "connection"
-                    time.sleep(0.05)
-                    continue
-                break
-            with lock:
-                outcomes[result] += 1
-
-    threads = [threading.Thread(target=work, args=(w,)) for w in range(clients)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=900)
-    return outcomes
 
 
 def _ledger(db: Path) -> tuple[list[dict], dict[str, tuple[int, int]], int]:
@@ -117,7 +84,8 @@ def _serve(config: Path, port: int):
 def test_the_full_load_never_passes_a_budget(tmp_path: Path, upstream: str) -> None:
     limit, port = 8_000, free_port()  # ~1,000 of the 2,000 calls
     with _serve(_config(tmp_path, upstream, limit), port):
-        outcomes = _load(lambda: f"http://127.0.0.1:{port}", requests=2000, clients=64)
+        outcomes = run_load(lambda worker: f"http://127.0.0.1:{port}", requests=2000,
+                            clients=64, timeout=300, idempotency="load", reconnect=60)
     assert sum(outcomes.values()) == 2000 and set(outcomes) == {"ok", "402"}
     assert 700 <= outcomes["ok"] <= 1300
     answered = httpx.get(f"{upstream}/stats").json()["answered"]["small"]
@@ -133,8 +101,9 @@ def test_a_server_killed_mid_load_loses_no_row_and_keeps_budgets_exact(
     url = f"http://127.0.0.1:{port}"
     done: dict[str, Counter] = {}
     with _serve(config, port) as first:
-        loader = threading.Thread(target=lambda: done.setdefault(
-            "load", _load(lambda: url, requests=200, clients=16)))
+        loader = threading.Thread(target=lambda: done.setdefault("load", run_load(
+            lambda worker: url, requests=200, clients=16, timeout=300, idempotency="load",
+            reconnect=60)))  # a killed server: the same request again until it is back
         loader.start()
         while len(_ledger(tmp_path / "ledger.db")[0]) < 40:  # well into the load
             time.sleep(0.02)

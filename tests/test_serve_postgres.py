@@ -10,22 +10,24 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
-import threading
-from collections import Counter
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import openai
 import pytest
 import yaml
+from serve_load_client import run_load
 
 from agents.serve.config import BudgetConfig, KeyConfig, hash_key
 from agents.serve.ledger import BudgetExceededError, Ledger
-from agents.serve.processes import launched
+from agents.serve.processes import launched, wait_until_up
 from agents.serve.standin import free_port
 from agents.serve.storage import open_storage
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _as_postgres(args: list[str]) -> list[str]:
@@ -61,6 +63,71 @@ def postgres_url() -> Iterator[str]:
         subprocess.run(_as_postgres([pg_ctl, "-D", str(data), "-m", "immediate", "stop"]),
                        capture_output=True, timeout=60)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _fresh(url: str, name: str) -> str:
+    """A new, empty database on the test server: its URL."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name}")
+        conn.execute(f"CREATE DATABASE {name}")
+    return url.rsplit("/", 1)[0] + f"/{name}"
+
+
+#: Opens its connection, waits for the agreed moment, then creates the ledger's schema.
+_CREATE_AT = ("import sys, time\n"
+              "from agents.serve.ledger import Ledger\n"
+              "from agents.serve.storage import open_storage\n"
+              "storage = open_storage(sys.argv[1])\n"
+              "time.sleep(max(0.0, float(sys.argv[2]) - time.time()))\n"
+              "Ledger(storage)\n")
+
+
+def test_processes_creating_the_schema_at_once_do_not_race(postgres_url: str) -> None:
+    # Without the advisory lock, CREATE TABLE IF NOT EXISTS from processes started together
+    # fails in one of them on PostgreSQL's catalogue (pg_type_typname_nsp_index).
+    for round_ in range(3):
+        url = _fresh(postgres_url, f"race_{round_}")
+        start = time.time() + 4.0  # every process connected and waiting by then
+        processes = [subprocess.Popen([sys.executable, "-c", _CREATE_AT, url, repr(start)],
+                                      stderr=subprocess.PIPE, cwd=ROOT) for _ in range(4)]
+        errors = [p.communicate(timeout=120)[1].decode() for p in processes]
+        assert [p.returncode for p in processes] == [0] * 4, "\n".join(errors)
+        assert Ledger(open_storage(url), []).requests() == []  # the schema is whole
+
+
+def test_two_servers_starting_at_once_on_a_fresh_database_both_serve(
+        postgres_url: str, tmp_path: Path) -> None:
+    url = _fresh(postgres_url, "two_at_once")
+    up_port, ports = free_port(), [free_port(), free_port()]
+    upstream = f"http://127.0.0.1:{up_port}"
+    config = {"storage": url,
+              "models": [{"name": "small", "base_url": f"{upstream}/v1", "input_price": 0.1,
+                          "output_price": 0.4}]}
+    path = tmp_path / "serve.yaml"
+    path.write_text(yaml.safe_dump(config))
+    with launched(["-m", "agents.serve.standin", "--port", str(up_port)],
+                  f"{upstream}/v1/models"):
+        servers = [subprocess.Popen([sys.executable, "-m", "agents.cli", "serve", "--config",
+                                     str(path), "--port", str(port)], cwd=ROOT,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                   for port in ports]  # both at once, on the empty database
+        try:
+            for server, port in zip(servers, ports, strict=True):
+                wait_until_up(f"http://127.0.0.1:{port}/health", server)
+            for port in ports:
+                answer = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", timeout=60,
+                                    json={"model": "small", "max_tokens": 4,
+                                          "messages": [{"role": "user", "content": "hi"}]})
+                assert answer.status_code == 200, answer.text
+        finally:
+            for server in servers:
+                server.terminate()
+                server.wait(timeout=30)
+                server.stderr.close()
+    rows = Ledger(open_storage(url), []).requests()
+    assert [r["outcome"] for r in rows] == ["ok", "ok"]
 
 
 def _reset(url: str) -> None:
@@ -106,34 +173,14 @@ def test_two_servers_sharing_one_database_keep_the_budget_exact(
     path = tmp_path / "serve.yaml"
     path.write_text(yaml.safe_dump(config))
     ports = [free_port(), free_port()]
-    outcomes: Counter = Counter()
-    lock = threading.Lock()
-
-    def work(worker: int) -> None:
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{ports[worker % 2]}/v1",
-                               api_key="sk-load", max_retries=0, timeout=60)
-        for i in range(worker, 200, 16):
-            try:
-                client.chat.completions.create(
-                    model="small", max_tokens=20,
-                    messages=[{"role": "user", "content": f"question {i}: " + "word " * (i % 9)}])
-                result = "ok"
-            except openai.APIStatusError as err:
-                result = str(err.status_code)
-            with lock:
-                outcomes[result] += 1
-
     with launched(["-m", "agents.serve.standin", "--port", str(up_port), "--latency", "0.005"],
                   f"{upstream}/v1/models"):
         with launched(["-m", "agents.cli", "serve", "--config", str(path), "--port",
                        str(ports[0])], f"http://127.0.0.1:{ports[0]}/health"), \
                 launched(["-m", "agents.cli", "serve", "--config", str(path), "--port",
                           str(ports[1])], f"http://127.0.0.1:{ports[1]}/health"):
-            threads = [threading.Thread(target=work, args=(w,)) for w in range(16)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join(timeout=600)
+            outcomes = run_load(lambda worker: f"http://127.0.0.1:{ports[worker % 2]}",
+                                requests=200, clients=16)
         answered = httpx.get(f"{upstream}/stats").json()["answered"]["small"]
     assert sum(outcomes.values()) == 200 and set(outcomes) == {"ok", "402"}
     ledger = Ledger(open_storage(postgres_url), [])

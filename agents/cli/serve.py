@@ -9,10 +9,10 @@ The configuration (:mod:`agents.serve.config`) is read and checked, and the ``se
 extra looked up, before FastAPI, uvicorn or a router is imported: a bad key of the file
 is one line on stderr and status 1, at once. The server (:mod:`agents.serve.app`) then
 loads its routers, opens its ledger (releasing the reservations a killed server left) and
-listens until Ctrl-C; ``kill -HUP`` reloads its routers from their files (a router
-retrained in place) without a restart. ``export`` writes the ledger's calls that clients
-scored (``POST /v1/feedback``) as a trace file ``load_traces`` reads
-(:mod:`agents.serve.export`). See docs/serving.md.
+listens until Ctrl-C; ``kill -HUP`` or ``POST /admin/reload`` (with the admin key) reloads
+its routers from their files (a router retrained in place) without a restart. ``export``
+writes the ledger's calls that clients scored (``POST /v1/feedback``) as a trace file
+``load_traces`` reads (:mod:`agents.serve.export`). See docs/serving.md.
 """
 
 from __future__ import annotations

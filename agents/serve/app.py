@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import json
 import signal
 import time
@@ -42,6 +43,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from agents.serve.cascade import cascade
 from agents.serve.config import BudgetConfig, KeyConfig, ModelConfig, ServeConfig, hash_key
+from agents.serve.http1 import Http1Pool
 from agents.serve.inputs import (
     BUDGET_FIELD,
     BUDGET_HEADER,
@@ -97,6 +99,8 @@ class Server:
         self.ledger.release_expired()  # reservations of a server that was killed
         self.keys = {k.key_sha256: k for k in config.keys}
         self.client: httpx.AsyncClient | None = None
+        self.pool: Http1Pool | None = None  # unstreamed calls: faster than the client
+        self._reloading = asyncio.Lock()
 
     def authenticate(self, request: Request) -> KeyConfig:
         """The key of ``Authorization: Bearer KEY``, or 401."""
@@ -210,7 +214,8 @@ class Server:
         settings = self.config.server
         assert self.client is not None
         if not chat.stream:
-            response = await send(self.client, model, body, settings.retries, settings.backoff)
+            response = await send(self.client, model, body, settings.retries, settings.backoff,
+                                  pool=self.pool)
             data = response.json()
             usage = data.get("usage") or {}
             tokens = (usage.get("prompt_tokens"), usage.get("completion_tokens"))
@@ -281,6 +286,35 @@ class Server:
                            param="id")
         return {"id": ident, "score": float(score)}
 
+    async def admin_reload(self, request: Request) -> dict[str, Any]:
+        """``POST /admin/reload`` with the admin key: :meth:`reload`, off the event loop.
+
+        Requests keep being served while the files load (in a thread); a router that fails
+        to load leaves the old ones serving, and the answer is a 500 naming its file.
+        """
+        digest = self.config.server.admin_key_sha256
+        if digest is None:
+            raise ApiError(403, "admin: no admin key is configured (server.admin_key_sha256 "
+                           "or server.admin_key_env); reload with kill -HUP",
+                           kind="permission_error", code="admin_disabled")
+        scheme, _, key = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(hash_key(key.strip()), digest):
+            raise ApiError(401, "authorization: expected the header 'Authorization: Bearer "
+                           "KEY' with the admin key", param="authorization",
+                           code="invalid_api_key")
+        async with self._reloading:  # one reload at a time
+            try:
+                await asyncio.to_thread(self.reload)
+            except Exception as err:  # any failure: the old routers stay
+                print(f"cost-envs serve: reload failed, the old routers stay: {err}",
+                      flush=True)
+                raise ApiError(500, f"reload failed, the old routers still serve: {err}",
+                               kind="server_error", param="routers",
+                               code="reload_failed") from None
+        print("cost-envs serve: routers reloaded (POST /admin/reload)", flush=True)
+        return {"object": "reload",
+                "routers": [n for n, r in self.config.routes.items() if r.path is not None]}
+
     def reload(self) -> None:
         """Load the routers again from their files and swap them in at once.
 
@@ -307,8 +341,9 @@ def create_app(config: ServeConfig) -> FastAPI:
         with contextlib.suppress(NotImplementedError, RuntimeError):  # SIGHUP: reload
             asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, _reload)
         async with httpx.AsyncClient(limits=limits) as client:
-            server.client = client
+            server.client, server.pool = client, Http1Pool()
             yield
+            await server.pool.aclose()
         heart.cancel()
         server.ledger.storage.close()
 
@@ -341,6 +376,10 @@ def create_app(config: ServeConfig) -> FastAPI:
     @app.post("/v1/feedback")
     async def feedback(request: Request) -> dict[str, Any]:
         return await server.feedback(request)
+
+    @app.post("/admin/reload")
+    async def admin_reload(request: Request) -> dict[str, Any]:
+        return await server.admin_reload(request)
 
     @app.post("/v1/chat/completions", response_model=None)
     async def chat(request: Request) -> Any:

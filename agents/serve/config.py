@@ -34,7 +34,8 @@
           period: day                    # hour, day, week, month (calendar, UTC) or total
       organisations:
         - {name: acme, limit: 20.0, period: month}
-    server: {max_body_bytes: 1000000, retries: 2, backoff: 0.05, reservation_ttl: 600}
+    server: {max_body_bytes: 1000000, retries: 2, backoff: 0.05, reservation_ttl: 600,
+             admin_key_sha256: 9b1c...}  # or admin_key_env: the key of POST /admin/reload
 
 Money is held as integer micro-dollars from here on (:func:`micros`), so sums never drift.
 Every error is one ``ValueError`` line naming the key (``serve.yaml: models[1]: timeout:
@@ -165,13 +166,15 @@ class ServerConfig:
     """Server settings: request size, upstream retries, how long a dead server's calls hold.
 
     ``reservation_ttl``: seconds after a server's last heartbeat that its reservations are
-    released (it was killed mid-call).
+    released (it was killed mid-call). ``admin_key_sha256``: the SHA-256 of the key of the
+    admin routes (``POST /admin/reload``); ``None``: no admin routes.
     """
 
     max_body_bytes: int = 1_000_000
     retries: int = 2
     backoff: float = 0.05
     reservation_ttl: float = 600.0
+    admin_key_sha256: str | None = None
 
 
 @dataclass(frozen=True)
@@ -260,6 +263,20 @@ def _budget(entry: Mapping[str, Any], name: str, where: str) -> BudgetConfig:
                         one_of(entry.get("period", "total"), "period", PERIODS, where=where))
 
 
+def _digest(entry: Mapping[str, Any], where: str, prefix: str = "") -> str:
+    """The key's SHA-256 from ``<prefix>key_sha256`` or ``<prefix>key_env`` (hashed here)."""
+    if f"{prefix}key_env" in entry:
+        variable = text(entry[f"{prefix}key_env"], f"{prefix}key_env", where=where)
+        key = os.environ.get(variable)
+        if not key:
+            raise ValueError(f"{where}: {prefix}key_env: the variable {variable!r} is not set")
+        return hash_key(key)
+    digest = text(entry[f"{prefix}key_sha256"], f"{prefix}key_sha256", where=where).lower()
+    if not re.fullmatch(r"[0-9a-f]{64}", digest):
+        raise ValueError(f"{where}: {prefix}key_sha256: expected 64 hex digits, got {digest!r}")
+    return digest
+
+
 def _key(entry: Any, where: str, organisations: Mapping[str, BudgetConfig]) -> KeyConfig:
     entry = _mapping(entry, where)
     reject_unknown(entry, ("name", "key_sha256", "key_env", "organisation", "limit", "period"),
@@ -269,16 +286,7 @@ def _key(entry: Any, where: str, organisations: Mapping[str, BudgetConfig]) -> K
     if ("key_sha256" in entry) == ("key_env" in entry):
         raise ValueError(f"{where}: expected one of 'key_sha256' (the key's SHA-256, hex) or "
                          "'key_env' (the variable holding the key)")
-    if "key_env" in entry:
-        variable = text(entry["key_env"], "key_env", where=where)
-        key = os.environ.get(variable)
-        if not key:
-            raise ValueError(f"{where}: key_env: the variable {variable!r} is not set")
-        digest = hash_key(key)
-    else:
-        digest = text(entry["key_sha256"], "key_sha256", where=where).lower()
-        if not re.fullmatch(r"[0-9a-f]{64}", digest):
-            raise ValueError(f"{where}: key_sha256: expected 64 hex digits, got {digest!r}")
+    digest = _digest(entry, where)
     org = entry.get("organisation")
     if org is not None:
         org = one_of(org, "organisation", list(organisations), where=where)
@@ -344,13 +352,22 @@ def parse_config(data: Any, source: str = "serve.yaml", base: Path | None = None
             storage = f"sqlite:///{base / relative}"
     server = _mapping(data.get("server", {}), f"{source}: server")
     where = f"{source}: server"
-    reject_unknown(server, ("max_body_bytes", "retries", "backoff", "reservation_ttl"), where)
+    reject_unknown(server, ("max_body_bytes", "retries", "backoff", "reservation_ttl",
+                            "admin_key_sha256", "admin_key_env"), where)
+    admin = None
+    if "admin_key_sha256" in server and "admin_key_env" in server:
+        raise ValueError(f"{where}: expected one of 'admin_key_sha256' or 'admin_key_env'")
+    if "admin_key_sha256" in server or "admin_key_env" in server:
+        admin = _digest(server, where, "admin_")
+        if admin in {k.key_sha256 for k in keys}:
+            raise ValueError(f"{where}: admin key: expected a key of its own, got an API "
+                             "key's")
     settings = ServerConfig(
         integer(server.get("max_body_bytes", 1_000_000), "max_body_bytes", minimum=1, where=where),
         integer(server.get("retries", 2), "retries", minimum=0, maximum=10, where=where),
         number(server.get("backoff", 0.05), "backoff", minimum=0, maximum=60, where=where),
         number(server.get("reservation_ttl", 600.0), "reservation_ttl", minimum=0,
-               inclusive=(False, True), where=where))
+               inclusive=(False, True), where=where), admin)
     return ServeConfig(models, routes, keys, organisations, request_default, request_max,
                        storage, settings)
 

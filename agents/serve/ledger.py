@@ -136,6 +136,8 @@ class Ledger:
         self.keys = {k.key_sha256: k for k in keys}
         self.organisations = dict(organisations or {})
         with storage.transaction() as cur:
+            if storage.schema_lock:  # other processes may be creating the schema too
+                cur.execute(storage.schema_lock)
             for statement in SCHEMA:
                 cur.execute(statement)
             for key in keys:

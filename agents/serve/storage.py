@@ -32,6 +32,9 @@ class Storage(Protocol):
 
     #: The driver's exception for a broken UNIQUE constraint.
     integrity_error: type[Exception]
+    #: A statement that makes the transaction the only one changing the schema (run first
+    #: in the ledger's opening transaction), or "" when the transaction already is.
+    schema_lock: str
 
     def lock(self, alias: str) -> str:
         """Appended to a ``SELECT`` that reads rows of ``alias`` the transaction will update."""
@@ -52,6 +55,7 @@ class SQLiteStorage:
     """
 
     integrity_error = sqlite3.IntegrityError
+    schema_lock = ""  # BEGIN IMMEDIATE: one writer at a time already
 
     def __init__(self, path: str | Path, busy_timeout: float = 30.0) -> None:
         self.path = str(path)
@@ -106,9 +110,21 @@ class _QmarkCursor:
 class PostgresStorage:
     """A PostgreSQL database (psycopg 3), one connection shared by the process's threads.
 
+    ``CREATE TABLE IF NOT EXISTS`` is not safe against itself: two server processes
+    creating the ledger's tables at the same moment on an empty database can both find a
+    table missing, and the second then fails on PostgreSQL's catalogue (``duplicate key
+    value violates unique constraint "pg_type_typname_nsp_index"``). The ledger's opening
+    transaction therefore starts with a transaction-level advisory lock
+    (:attr:`schema_lock`): the second process waits until the first has committed, then
+    finds every table there.
+
     Args:
         url: ``postgresql://user@host:port/dbname`` (libpq's connection URI).
     """
+
+    #: ``pg_advisory_xact_lock`` on the ledger's own number (the ASCII of "costenvs"),
+    #: released at the transaction's end, whether it commits or fails.
+    schema_lock = "SELECT pg_advisory_xact_lock(7165072475924887155)"
 
     def __init__(self, url: str) -> None:
         import psycopg  # the postgres extra, imported only when a URL asks for it

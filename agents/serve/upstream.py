@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 
 from agents.serve.config import ModelConfig
+from agents.serve.http1 import Http1Pool, fast_path
 
 
 class UpstreamFailedError(Exception):
@@ -45,11 +46,14 @@ def _rejected(response: httpx.Response) -> UpstreamRejectedError:
 
 
 async def send(client: httpx.AsyncClient, model: ModelConfig, body: dict[str, Any],
-               retries: int, backoff: float, stream: bool = False) -> httpx.Response:
+               retries: int, backoff: float, stream: bool = False,
+               pool: Http1Pool | None = None) -> httpx.Response:
     """POST ``body`` to the model's chat completions, trying again on faults.
 
     With ``stream``, the response is returned open (its body unread): the caller reads
-    and closes it.
+    and closes it. Without, ``pool`` (when given) makes the call where it can
+    (:func:`~agents.serve.http1.fast_path`), a fraction of a millisecond faster than
+    ``client``.
 
     Raises:
         UpstreamFailedError: Every try failed with a fault.
@@ -57,14 +61,21 @@ async def send(client: httpx.AsyncClient, model: ModelConfig, body: dict[str, An
     """
     url = f"{model.base_url}/chat/completions"
     headers = {"Authorization": f"Bearer {model.api_key()}"}
+    content = None
+    if pool is not None and not stream and fast_path(url):  # httpx's encoding of json=
+        content = json.dumps(body, ensure_ascii=False, separators=(",", ":"),
+                             allow_nan=False).encode()
     reason = "no try"
     for attempt in range(retries + 1):
         if attempt:
             await asyncio.sleep(backoff * 2 ** (attempt - 1))
         try:
-            request = client.build_request("POST", url, json=body, headers=headers,
-                                           timeout=model.timeout)
-            response = await client.send(request, stream=stream)
+            if content is not None and pool is not None:
+                response = await pool.post(url, content, headers, model.timeout)
+            else:
+                request = client.build_request("POST", url, json=body, headers=headers,
+                                               timeout=model.timeout)
+                response = await client.send(request, stream=stream)
         except httpx.TimeoutException:
             reason = f"timed out after {model.timeout:g} s"
             continue
