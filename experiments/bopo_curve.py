@@ -32,7 +32,7 @@ from typing import Any
 
 from agents.files import write_files_atomic
 from experiments import budgets
-from experiments.bopo import learn_jobs, prepare_profile, table_keys
+from experiments.bopo import learn_jobs, prepare_profile, table_keys, tuned_keys
 from experiments.bopo_gaps import REFERENCE, RULES, best_rule
 from experiments.bopo_jobs import (
     SCALES as BOPO_SCALES,
@@ -69,11 +69,12 @@ def _scale(scale: str | BopoScale) -> BopoScale:
 
 
 def run_curves(scale: str | BopoScale = "curve", seed: int = 0, progress: Path | None = None,
-               log: Callable[[str], None] = print) -> dict[str, Any]:
+               log: Callable[[str], None] = print, tuned: bool = False) -> dict[str, Any]:
     """Train and score every (row, seed) at every checkpoint; the curves as JSON values.
 
     ``progress``: a JSON file rewritten after every checkpoint with everything so far
-    (what :func:`render` reads), so a run stopped early keeps its curves.
+    (what :func:`render` reads), so a run stopped early keeps its curves. ``tuned``: the
+    profile's tuned rows (:func:`experiments.bopo.tuned_keys`) instead of the table's.
     """
     sc = _scale(scale)
     start = time.perf_counter()
@@ -81,7 +82,7 @@ def run_curves(scale: str | BopoScale = "curve", seed: int = 0, progress: Path |
     rule = best_rule({key: [prepared.returns[key]] for key in RULES})
     log(f"{PROFILE}: budget ${prepared.budget:.4f}, fixed rows in {prepared.seconds:.0f}s; "
         f"best fixed rule {rule}")
-    wanted = table_keys(sc)
+    wanted = tuned_keys(PROFILE) if tuned else table_keys(sc)
     runs = []
     for s in range(seed, seed + sc.seeds):
         warm = warm_start(PROFILE, sc, s, prepared.budget, scored=False)
@@ -91,7 +92,8 @@ def run_curves(scale: str | BopoScale = "curve", seed: int = 0, progress: Path |
     data: dict[str, Any] = {
         "profile": PROFILE, "scale": sc.name, "budget": prepared.budget, "rule_key": rule,
         "rule": list(prepared.returns[rule]), "planner": list(prepared.returns[REFERENCE]),
-        "n_envs": sc.n_envs, "resamples": sc.resamples, "runs": []}
+        "n_envs": sc.n_envs, "resamples": sc.resamples, "suffix": "_tuned" if tuned else "",
+        "runs": []}
     for checkpoint in checkpoints_of(runs[0].job):
         for run in runs:
             entry = run.advance(checkpoint)
@@ -137,13 +139,18 @@ def render(data: Mapping[str, Any]) -> dict[str, str]:
                                             data["planner"], scale,
                                             labels={key: label(key) for key in keys},
                                             setup=setup)
-    return {f"budgets_{NAME}.md": markdown, f"budgets_{NAME}.csv": columns}
+    name = f"budgets_{NAME}{data.get('suffix', '')}"
+    return {f"{name}.md": markdown, f"{name}.csv": columns}
 
 
 def report(out: Path, scale: str | BopoScale = "curve", progress: Path | None = None,
-           log: Callable[[str], None] = print) -> list[Path]:
-    """Run the curves and write their table and CSV into ``out``, all or nothing."""
-    return write_files_atomic(out, render(run_curves(scale, progress=progress, log=log)))
+           log: Callable[[str], None] = print, tuned: bool = False) -> list[Path]:
+    """Run the curves and write their table and CSV into ``out``, all or nothing.
+
+    ``tuned``: the tuned rows, into ``budgets_AgenticRouting-v0_tuned.md``/``.csv``.
+    """
+    return write_files_atomic(out, render(run_curves(scale, progress=progress, log=log,
+                                                     tuned=tuned)))
 
 
 def report_from(progress: Path, out: Path) -> list[Path]:

@@ -17,6 +17,8 @@ steps (:mod:`experiments.bopo_curve`; about an hour on one core) and writes
 ``--scale smoke``: ``benchmarks/results/smoke``, plumbing). ``--progress FILE`` keeps the
 curves so far after every checkpoint; ``--from-progress FILE`` writes the table of such a
 file (a run stopped early: its checkpoints up to the last one every run reached).
+``--tuned`` trains the tuned PPO (the equal-budget sweep's choice) instead, into
+``budgets_AgenticRouting-v0_tuned.md``/``.csv``.
 """
 
 from __future__ import annotations
@@ -46,19 +48,21 @@ def main(argv: list[str] | None = None) -> None:
                         help="with --curve: the curve's scale (smoke: plumbing)")
     parser.add_argument("--progress", type=Path, default=None,
                         help="with --curve: keep the curves so far in this JSON file")
+    parser.add_argument("--tuned", action="store_true",
+                        help="with --curve: the tuned PPO instead (into budgets_*_tuned.*)")
     parser.add_argument("--from-progress", type=Path, default=None,
                         help="with --curve: write the table of this progress file, train nothing")
     args = parser.parse_args(argv)
     if not args.curve:
-        if args.progress or args.from_progress or args.scale != "curve":
-            parser.error("--scale, --progress and --from-progress go with --curve")
+        if args.progress or args.from_progress or args.tuned or args.scale != "curve":
+            parser.error("--scale, --progress, --tuned and --from-progress go with --curve")
         report(args.out or OUT, "long", log=print, profiles=("appworld",))
         return
     out = args.out or (RESULTS / "smoke" if args.scale == "smoke" else RESULTS)
     if args.from_progress is not None:
         written = report_from(args.from_progress, out)
     else:
-        written = curve_report(out, args.scale, progress=args.progress)
+        written = curve_report(out, args.scale, progress=args.progress, tuned=args.tuned)
     print("wrote " + ", ".join(str(path) for path in written))
 
 

@@ -115,9 +115,19 @@ def test_a_rising_row_is_still_improving_and_a_flat_one_stops_at_the_start(smoke
     assert "**stops**" not in sections["PPO (vanilla) (λ=1)"]
 
 
-def test_the_curve_options_go_with_curve_and_an_unknown_scale_is_refused():
+def test_the_tuned_curve_trains_the_sweeps_choice_into_its_own_files():
+    data = bopo_curve.run_curves("smoke", log=lambda line: None, tuned=True)
+    assert {run["key"] for run in data["runs"]} == {"ppo/tuned"}
+    files = bopo_curve.render(data)
+    assert sorted(files) == ["budgets_AgenticRouting-v0_tuned.csv",
+                             "budgets_AgenticRouting-v0_tuned.md"]
+    assert "## PPO (vanilla), tuned" in files["budgets_AgenticRouting-v0_tuned.md"]
+
+
+@pytest.mark.parametrize("argv", [["--progress", "x.json"], ["--tuned"]])
+def test_the_curve_options_go_with_curve_and_an_unknown_scale_is_refused(argv):
     with pytest.raises(SystemExit):
-        bopo_long.main(["--progress", "x.json"])
+        bopo_long.main(argv)
     with pytest.raises(ValueError, match="scale: expected one of"):
         bopo_curve.run_curves("huge")
 
