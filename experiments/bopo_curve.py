@@ -18,7 +18,8 @@ over seeds and tasks, and where the row stops improving
 (:func:`experiments.budgets.stops_improving`).
 
 Outputs in ``out``: ``budgets_AgenticRouting-v0.md`` and ``.csv``, written together or not
-at all. ``python -m experiments.bopo_long --curve`` runs it.
+at all (with ``tuned``, the tuned PPO of the equal-budget sweep alone, into
+``budgets_AgenticRouting-v0_tuned.*``). ``python -m experiments.bopo_long --curve`` runs it.
 """
 
 from __future__ import annotations
