@@ -122,6 +122,17 @@ class CostMetricsCallback(BaseCallback):
         self.history.append({"timesteps": self.num_timesteps, **values})
 
 
+def gradient_steps(model: Any) -> int:
+    """A PPO model's optimizer steps so far: its epochs times minibatches per epoch.
+
+    SB3's (and sb3-contrib's) PPO count an epoch in ``_n_updates``, and its
+    ``RolloutBuffer.get`` yields ceil(rollout / batch_size) minibatches an epoch; an epoch
+    cut short by ``target_kl`` counts whole.
+    """
+    batches = -(-model.n_steps * model.n_envs // model.batch_size)
+    return int(model._n_updates * batches)
+
+
 class EvaluateAtSteps(BaseCallback):
     """Score the policy on a fixed task set at given environment-step counts: learning curves.
 
@@ -170,11 +181,8 @@ class EvaluateAtSteps(BaseCallback):
 
     def _evaluate(self) -> None:
         model = self.model
-        # SB3's RolloutBuffer.get yields ceil(rollout / batch_size) minibatches an epoch.
-        batches = -(-model.n_steps * model.n_envs // model.batch_size)
         self.curve.append({"timesteps": int(self.num_timesteps),
-                           "gradient_steps": int(model._n_updates * batches),
-                           **self.scores()})
+                           "gradient_steps": gradient_steps(model), **self.scores()})
 
     def _on_rollout_start(self) -> None:
         if self._next < len(self.at_steps) and self.num_timesteps >= self.at_steps[self._next]:

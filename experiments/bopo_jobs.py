@@ -295,6 +295,9 @@ class LearnResult:
             the evaluation tasks at each checkpoint (0 = before RL); the final one only
             for a scan run.
         seconds: Wall time of the job.
+        scored: At the same checkpoints, ``timesteps``, ``gradient_steps``
+            (:func:`agents.callbacks.gradient_steps`) and the per-task ``returns``: the
+            entries :func:`experiments.budgets.curve_table` reads.
     """
 
     job: LearnJob
@@ -302,6 +305,7 @@ class LearnResult:
     returns: tuple[float, ...]
     curve: tuple[dict[str, float], ...]
     seconds: float
+    scored: tuple[dict[str, Any], ...] = ()
 
     @property
     def key(self) -> str:
@@ -341,32 +345,96 @@ def learner(job: LearnJob) -> Any:
     return model
 
 
+def _streams() -> tuple[Any, ...]:
+    """The process-wide random streams a run draws from (Python, NumPy, torch)."""
+    import random
+
+    import torch
+
+    return random.getstate(), np.random.get_state(), torch.get_rng_state()
+
+
+def _restore(streams: tuple[Any, ...]) -> None:
+    import random
+
+    import torch
+
+    random.setstate(streams[0])
+    np.random.set_state(streams[1])
+    torch.set_rng_state(streams[2])
+
+
+class LearningRun:
+    """One RL run, advanced checkpoint by checkpoint: trained, then scored, at each.
+
+    The run keeps its own copy of the process-wide random streams (SB3 samples actions
+    from torch's), swapped in while it works and out when it stops, so several runs
+    advanced in turn in one process train exactly what each would train alone
+    (:func:`run_learning_job`): a long curve can bring all its runs to a checkpoint
+    before any goes further.
+    """
+
+    def __init__(self, job: LearnJob) -> None:
+        from agents.learners.training import configure_torch_threads
+
+        configure_torch_threads()
+        start = time.perf_counter()
+        outside = _streams()
+        self.job = job
+        self.eval_tasks = draw_tasks(job.profile, job.scale.n_eval, EVAL_TASK_SEED)
+        self.model = learner(job)
+        self._streams = _streams()
+        _restore(outside)
+        self.curve: list[dict[str, float]] = []
+        self.scored: list[dict[str, Any]] = []
+        self.result = EvaluationResult((), ("large",), EVAL_TASK_SEED)
+        self.seconds = time.perf_counter() - start
+
+    def advance(self, checkpoint: int) -> dict[str, Any]:
+        """Train to ``checkpoint`` env steps (no step back) and score; its ``scored`` entry."""
+        from agents.callbacks import gradient_steps
+
+        start = time.perf_counter()
+        outside = _streams()
+        _restore(self._streams)
+        model = self.model
+        if checkpoint > model.num_timesteps:
+            model.learn(checkpoint - model.num_timesteps, reset_num_timesteps=False)
+        weights = policy_weights(model.policy)
+        self.result = evaluate_on(lambda e: MaskedRouter(weights, e), self.job.profile,
+                                  self.eval_tasks, self.job.budget)
+        self._streams = _streams()
+        _restore(outside)
+        point = summarize(self.result.records)
+        self.curve.append({"timesteps": model.num_timesteps,
+                           **{k: point[k] for k in ("success_rate", "avg_cost", "cps")}})
+        self.scored.append({"timesteps": int(model.num_timesteps),
+                            "gradient_steps": gradient_steps(model),
+                            "returns": [float(value) for value in self.result.returns]})
+        self.seconds += time.perf_counter() - start
+        return self.scored[-1]
+
+    def finish(self) -> LearnResult:
+        """Close the training envs; the run's result (its last checkpoint's evaluation)."""
+        self.model.get_env().close()
+        return LearnResult(self.job, self.result.records, self.result.returns,
+                           tuple(self.curve), self.seconds, tuple(self.scored))
+
+
+def checkpoints_of(job: LearnJob) -> list[int]:
+    """The env-step counts a job is scored at: its steps, and below them its checkpoints."""
+    sc = job.scale
+    points = sc.checkpoints if job.curve else ()
+    return sorted({*(c for c in points if c < sc.timesteps), sc.timesteps})
+
+
 def run_learning_job(job: LearnJob) -> LearnResult:
     """Train one router (BoPO from the SFT weights, or vanilla PPO) and evaluate it.
 
     With ``job.curve`` the policy is also scored at each of ``scale.checkpoints`` (its
     learning curve); the final evaluation is the one at ``scale.timesteps``.
     """
-    from agents.learners.training import configure_torch_threads
-
-    configure_torch_threads()
-    start = time.perf_counter()
-    sc = job.scale
-    eval_tasks = draw_tasks(job.profile, sc.n_eval, EVAL_TASK_SEED)
-    model = learner(job)
-    vec = model.get_env()
-    curve = []
-    result = EvaluationResult((), ("large",), EVAL_TASK_SEED)
-    points = sc.checkpoints if job.curve else ()
-    for checkpoint in sorted({*(c for c in points if c < sc.timesteps), sc.timesteps}):
-        if checkpoint > model.num_timesteps:
-            model.learn(checkpoint - model.num_timesteps, reset_num_timesteps=False)
-        weights = policy_weights(model.policy)
-        result = evaluate_on(lambda e, w=weights: MaskedRouter(w, e), job.profile,
-                             eval_tasks, job.budget)
-        point = summarize(result.records)
-        curve.append({"timesteps": model.num_timesteps,
-                      **{k: point[k] for k in ("success_rate", "avg_cost", "cps")}})
-    vec.close()
-    return LearnResult(job, result.records, result.returns, tuple(curve),
-                       time.perf_counter() - start)
+    run = LearningRun(job)
+    for checkpoint in checkpoints_of(job):
+        run.advance(checkpoint)
+    return run.finish()

@@ -10,6 +10,15 @@ seeds (:data:`experiments.bopo_jobs.SCALES` ``"long"``). About 30 minutes on one
 ``python -m experiments.bopo_long [--out DIR]`` writes ``bopo.md``, ``bopo.json`` and
 ``pareto_bopo_appworld.png``/``.svg`` into ``DIR`` (default
 ``benchmarks/results/bopo_long``), all or nothing.
+
+``--curve`` runs the learning curves of PPO (λ=1) and BoPO instead, to four times these
+steps (:mod:`experiments.bopo_curve`; about an hour on one core) and writes
+``budgets_AgenticRouting-v0.md``/``.csv`` into ``DIR`` (default ``benchmarks/results``;
+``--scale smoke``: ``benchmarks/results/smoke``, plumbing). ``--progress FILE`` keeps the
+curves so far after every checkpoint; ``--from-progress FILE`` writes the table of such a
+file (a run stopped early: its checkpoints up to the last one every run reached).
+``--tuned`` trains the tuned PPO (the equal-budget sweep's choice) instead, into
+``budgets_AgenticRouting-v0_tuned.md``/``.csv``.
 """
 
 from __future__ import annotations
@@ -18,18 +27,43 @@ import argparse
 from pathlib import Path
 
 from experiments.bopo import report
+from experiments.bopo_curve import SCALES as CURVE_SCALES
+from experiments.bopo_curve import report as curve_report
+from experiments.bopo_curve import report_from
 
 #: Where the results go by default.
-OUT = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "bopo_long"
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+OUT = RESULTS / "bopo_long"
 
 
 def main(argv: list[str] | None = None) -> None:
     """Run the AppWorld rows at the ``long`` scale and write the report."""
     parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m experiments.bopo_long",
                                      description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=OUT, help=f"output folder (default {OUT})")
+    parser.add_argument("--out", type=Path, default=None, help=f"output folder (default {OUT}; "
+                        f"with --curve {RESULTS})")
+    parser.add_argument("--curve", action="store_true",
+                        help="the learning curves of PPO (λ=1) and BoPO (experiments.bopo_curve)")
+    parser.add_argument("--scale", choices=sorted(CURVE_SCALES), default="curve",
+                        help="with --curve: the curve's scale (smoke: plumbing)")
+    parser.add_argument("--progress", type=Path, default=None,
+                        help="with --curve: keep the curves so far in this JSON file")
+    parser.add_argument("--tuned", action="store_true",
+                        help="with --curve: the tuned PPO instead (into budgets_*_tuned.*)")
+    parser.add_argument("--from-progress", type=Path, default=None,
+                        help="with --curve: write the table of this progress file, train nothing")
     args = parser.parse_args(argv)
-    report(args.out, "long", log=print, profiles=("appworld",))
+    if not args.curve:
+        if args.progress or args.from_progress or args.tuned or args.scale != "curve":
+            parser.error("--scale, --progress, --tuned and --from-progress go with --curve")
+        report(args.out or OUT, "long", log=print, profiles=("appworld",))
+        return
+    out = args.out or (RESULTS / "smoke" if args.scale == "smoke" else RESULTS)
+    if args.from_progress is not None:
+        written = report_from(args.from_progress, out)
+    else:
+        written = curve_report(out, args.scale, progress=args.progress, tuned=args.tuned)
+    print("wrote " + ", ".join(str(path) for path in written))
 
 
 if __name__ == "__main__":

@@ -192,11 +192,21 @@ def curve_section(heading: str, done: Sequence[Mapping[str, Any]], rule: Sequenc
 
 
 def curve_table(env_id: str, results: Sequence[dict[str, Any]], rule: Sequence[float],
-                planner: Sequence[float], scale: Scale) -> tuple[str, str]:
-    """The Markdown table and the CSV of one env's curves."""
+                planner: Sequence[float], scale: Scale, labels: Mapping[str, str] | None = None,
+                setup: str | None = None) -> tuple[str, str]:
+    """The Markdown table and the CSV of one env's curves.
+
+    ``results``: one per (row, seed), each with its ``key``, ``seed``, ``seconds`` and
+    ``curve`` (per checkpoint ``timesteps``, ``gradient_steps`` and per-task ``returns``).
+    ``labels``: each row's heading (default :data:`BUDGET_ROWS`' labels); ``setup``: how
+    the runs were trained, the table's first words (default: seeds x steps on the batched
+    env).
+    """
+    labels = labels or {key: row.label for key, row in BUDGET_ROWS.items()}
+    setup = setup or (f"{scale.seeds} seeds x {scale.timesteps} env steps on {scale.n_envs} "
+                      "batched sub-envs")
     lines = [f"# Learning curves on {env_id}", "",
-             f"{scale.seeds} seeds x {scale.timesteps} env steps on {scale.n_envs} batched "
-             f"sub-envs; each point scores the policy on the same {len(rule)} evaluation "
+             f"{setup}; each point scores the policy on the same {len(rule)} evaluation "
              "tasks (task seed 0). Return: mean Eq. 1 return [95% interval over seeds and "
              "tasks]; share: of the gap from the best fixed row "
              f"({np.mean(rule):.3f}) to the planner ({np.mean(planner):.3f}). "
@@ -207,7 +217,7 @@ def curve_table(env_id: str, results: Sequence[dict[str, Any]], rule: Sequence[f
     writer.writerow(["row", "seed", "timesteps", "gradient_steps", "mean_return", "returns"])
     for key in dict.fromkeys(result["key"] for result in results):
         done = sorted((r for r in results if r["key"] == key), key=lambda r: r["seed"])
-        section, columns = curve_section(f"## {BUDGET_ROWS[key].label}", done, rule, planner,
+        section, columns = curve_section(f"## {labels[key]}", done, rule, planner,
                                          scale.resamples)
         lines += section
         writer.writerows([key, *row] for row in columns)
