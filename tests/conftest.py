@@ -238,6 +238,11 @@ SLOW_TESTS: dict[str, set[str]] = {
     "test_adaptivity": {"test_no_baseline_reaches_the_oracle_cps"},
     "test_aggregates": {"test_without_task_noise_the_intervals_are_rliables_stratified_bootstrap"},
     "test_bopo": {"test_report_smoke_writes_everything"},
+    "test_bopo_curve": {
+        "test_every_row_and_seed_is_scored_at_every_checkpoint_with_its_gradient_steps",
+        "test_the_tuned_curve_trains_the_sweeps_choice_into_its_own_files",
+        "test_runs_advanced_in_turn_train_what_each_trains_alone",
+    },
     "test_bopo_seeds": {"test_results_do_not_depend_on_the_number_of_workers"},
     "test_cli_errors": {
         "test_evaluate_a_truncated_model_in_a_real_process",
@@ -409,6 +414,7 @@ SLOW_TESTS: dict[str, set[str]] = {
         "test_zoo_continues_lora_guided_ppo_from_its_warm_start",
         "test_zoo_trains_ppo_with_the_shipped_file_and_a_budget",
     },
+    "test_serve_allocator": {"test_served_allocator_decides_as_in_the_env"},
 }
 #: Fixtures that run a whole experiment or sweep once for their module or the session.
 SLOW_FIXTURES = frozenset({"smoke_all", "sweeps", "agentic_rule"})
