@@ -42,6 +42,7 @@ from experiments.bopo_jobs import (
     BopoScale,
     LearningRun,
     checkpoints_of,
+    scale_of,
     warm_start,
 )
 from experiments.bopo_report import label
@@ -62,11 +63,7 @@ SCALES = {
 
 
 def _scale(scale: str | BopoScale) -> BopoScale:
-    if isinstance(scale, BopoScale):
-        return scale
-    if scale not in SCALES:
-        raise ValueError(f"scale: expected one of {list(SCALES)}, got {scale!r}")
-    return SCALES[scale]
+    return scale_of(scale, SCALES)
 
 
 def run_curves(scale: str | BopoScale = "curve", seed: int = 0, progress: Path | None = None,

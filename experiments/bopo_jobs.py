@@ -139,13 +139,15 @@ SCALES = {
 }
 
 
-def scale_of(scale: str | BopoScale) -> BopoScale:
-    """The :class:`BopoScale` named ``scale`` (or ``scale`` itself)."""
+def scale_of(scale: str | BopoScale, scales: Mapping[str, BopoScale] | None = None
+             ) -> BopoScale:
+    """``scale`` itself, or the :class:`BopoScale` it names in ``scales`` (or :data:`SCALES`)."""
+    scales = SCALES if scales is None else scales
     if isinstance(scale, BopoScale):
         return scale
-    if scale not in SCALES:
-        raise ValueError(f"scale: expected one of {list(SCALES)}, got {scale!r}")
-    return SCALES[scale]
+    if scale not in scales:
+        raise ValueError(f"scale: expected one of {list(scales)}, got {scale!r}")
+    return scales[scale]
 
 
 # ------------------------------------------------------------------ shared pieces
