@@ -25,7 +25,7 @@ from agents.serve.config import hash_key, load_config
 from agents.serve.inputs import prompt_bound
 from agents.serve.processes import launched
 from agents.serve.routes import ACTIONS_HEADER
-from agents.serve.standin import free_port
+from agents.serve.standin import free_port, replayed_words
 from cost_envs.envs.trace_routing import TraceTask
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -86,7 +86,7 @@ def episodes(saved: Path) -> list[dict]:
 
 def test_live_steps_are_the_envs_bit_for_bit(saved: Path, episodes: list[dict]) -> None:
     live = LiveAllocator.load(saved)
-    assert live.cascade and live.counts_answers  # GSM8K's tokens: the approximate counter
+    assert live.cascade
     prompts = [e["prompt"] for e in episodes]
     np.testing.assert_array_equal(live.observations(prompts),
                                   np.stack([e["obs1"] for e in episodes]))
@@ -101,9 +101,13 @@ def test_live_steps_are_the_envs_bit_for_bit(saved: Path, episodes: list[dict]) 
         # the live answer is the observed model's (the stand-in replays the logged one)
         assert first.needs_answer and first.model == episode["observed"]
         answer = episode["texts"][first.model]
-        observed = live.second_observations([episode["prompt"]], [first.action], [answer])
+        # what the server passes: the upstream's completion tokens (the stand-in's: words),
+        # which logs counted with a counter leave unread (the text is counted as they were)
+        usage = len(replayed_words(answer, MAX_TOKENS))
+        observed = live.second_observations([episode["prompt"]], [first.action], [answer],
+                                            [usage])
         assert observed[0].tobytes() == episode["obs2"].tobytes()  # bit for bit
-        second = live.escalate(episode["prompt"], first.action, answer)
+        second = live.escalate(episode["prompt"], first.action, answer, usage)
         assert second.action == tuple(episode["second"].tolist())
         assert second.model == episode["answerer"] and second.first_action == first.action
         kinds["kept" if second.model == first.model else f"escalated {_bits(first.action)}"] += 1
@@ -232,3 +236,46 @@ def test_an_escalation_that_does_not_fit_keeps_the_first_answer(served: dict,
         spent, reserved = conn.execute("SELECT spent_micros, reserved_micros FROM "
                                        "budget_usage WHERE budget = 'key:tester'").fetchone()
     assert spent == sum(r["cost_micros"] for r in rows.values()) and reserved == 0
+
+
+class _RulePolicy:
+    """The env's fixed rule as an allocator: it reads the observation (marker, length)."""
+
+    def __init__(self, env) -> None:
+        self.env = env
+
+    def predict(self, observation: np.ndarray, state=None, episode_start=None,
+                deterministic: bool = True) -> tuple[np.ndarray, None]:
+        del state, episode_start, deterministic
+        return np.stack([self.env.rule_based_action(o) for o in observation]), None
+
+
+def test_logged_token_counts_are_observed_from_the_upstreams_usage() -> None:
+    # the packaged logs (three models) logged their token counts: a live answer's length
+    # is the upstream's usage.completion_tokens, not a count of its text (the prompt's
+    # length is counted live, approximately: the logs' counts differ by model)
+    env = gym.make(SERVABLE, cascade=True, split="test").unwrapped
+    live = LiveAllocator(_RulePolicy(env), SERVABLE, {"cascade": True, "split": "test"})
+    assert live.cascade and not live.counts_answers
+    data, texts, seen = env.dataset, env.dataset.response_texts(), Counter()
+    exact = np.ones(live.size, dtype=bool)
+    exact[env.observation_layout["prompt_length"]] = False
+    for q in range(data.n_queries):
+        task = TraceTask(q, data.query_ids[q], 3, data.fingerprint)
+        env.reset(options={"task": task})
+        first = live.route(data.prompts[q])
+        obs2, *_ = env.step(np.array(first.action, dtype=np.int8))
+        j = data.model_index(first.model)
+        tokens = int(data.output_tokens[q, j])
+        observed = live.second_observations([data.prompts[q]], [first.action], [texts[q][j]],
+                                            [tokens])
+        assert observed[0][exact].tobytes() == obs2[exact].tobytes()
+        second = live.escalate(data.prompts[q], first.action, texts[q][j], tokens)
+        env.step(np.array(second.action, dtype=np.int8))
+        assert second.model == data.models[env._state[0]]
+        seen[second.model] += 1
+    assert len(seen) == 2  # kept and escalated both occur
+    # without the upstream's count, the text is counted; with it, the count is taken
+    assert live.answer_tokens(["four words of text"], [99]).tolist() == [99]
+    assert live.answer_tokens(["four words of text"], [None]).tolist() == (
+        live.answer_tokens(["four words of text"]).tolist())
