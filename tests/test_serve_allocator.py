@@ -77,6 +77,9 @@ def test_live_observations_and_decisions_are_the_envs(saved: Path, env_test) -> 
         assert decision.model == expected
         assert decision.calls == tuple(live.models[j] for j in called)
     assert live.route(prompts[3]) == decisions[3]  # one at a time: the same
+    assert not live.cascade and not any(d.needs_answer for d in decisions)
+    with pytest.raises(ValueError, match=r"escalate: the allocator's env has cascade=False"):
+        live.escalate(prompts[0], (1, 0), "an answer")
 
 
 def test_served_allocator_decides_as_in_the_env(saved: Path, env_test, tmp_path) -> None:
@@ -139,9 +142,8 @@ def test_envs_without_a_live_counterpart_are_refused_by_name(env_id: str, tmp_pa
         Routes(config)
 
 
-def test_a_cascade_allocator_and_bad_routes_are_refused(tmp_path) -> None:
-    with pytest.raises(ValueError, match=r"cascade=True .* is not served"):
-        check_servable(SERVABLE, {"cascade": True})
+def test_bad_allocator_routes_are_refused(tmp_path) -> None:
+    check_servable(SERVABLE, {"cascade": True})  # served: tests/test_serve_allocator_cascade.py
     model = {"name": "small", "base_url": "http://127.0.0.1:1/v1", "input_price": 1,
              "output_price": 1}
 

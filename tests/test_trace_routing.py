@@ -147,6 +147,33 @@ def test_cascade_reveals_the_cheapest_called_answer_then_takes_the_strongest() -
         assert info["success"] is bool(data.correct[q, best]) and info["cost"] == 0.0
 
 
+def test_answer_features_are_one_function_of_the_env_and_a_live_answer() -> None:
+    # the env's step-2 observation, bit for bit: the formula it had before answer_features
+    # was split out of it (one answer at a time, as a live server computes it)
+    env = gym.make(ENV_ID, cascade=True, split="test")
+    base = env.unwrapped
+    layout, texts = base.observation_layout, base.dataset.response_texts()
+    revealed = slice(layout["answer_features"].start, layout["answer_has_text"].stop)
+    for q in range(0, base.dataset.n_queries, 7):
+        task = TraceTask(q, base.dataset.query_ids[q], 3, base.dataset.fingerprint)
+        for first in ALL_ACTIONS[1:]:
+            env.reset(options={"task": task})
+            obs, *_ = env.step(first)
+            seen = base.observed_model(np.flatnonzero(first).tolist(), base.call_costs)
+            text, tokens = texts[q][seen], int(base.dataset.output_tokens[q, seen])
+            old = np.zeros(19, dtype=np.float32)
+            old[:16] = hashed_features([text], 16)[0]
+            old[16] = np.minimum(np.log1p(np.array([tokens])) / np.log1p(32768), 1.0)[0]
+            old[17], old[18] = has_final_answer([text])[0], bool(text)
+            assert obs[revealed].tobytes() == old.tobytes()
+            live = trace_routing.answer_features([text], [tokens])[0]
+            assert live.tobytes() == old.tobytes()
+    with pytest.raises(ValueError, match=r"output_tokens: expected 2 counts >= 0"):
+        trace_routing.answer_features(["a", "b"], [3])
+    with pytest.raises(ValueError, match=r"output_tokens: expected 1 counts >= 0"):
+        trace_routing.answer_features(["a"], [-1])
+
+
 def test_cascade_answer_features_are_cached_per_dataset() -> None:
     first, second = (gym.make(ENV_ID, cascade=True).unwrapped for _ in range(2))
     assert second._answer_rows is first._answer_rows and not first._answer_rows.flags.writeable

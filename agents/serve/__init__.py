@@ -6,7 +6,8 @@ logged: the model to call, the router's score and, for a priced router, what eac
 is expected to cost. It reads a prompt exactly as the offline scorer reads a logged one
 (the same features, the same decision), which its tests check on the shipped logs.
 :class:`~agents.serve.allocators.LiveAllocator` does the same for an allocator trained on
-TraceRouting-v0, observing a prompt as the env does. Importing this package loads no
+TraceRouting-v0, observing a prompt as the env does (with ``cascade=True``, both steps:
+the second observes the first call's answer). Importing this package loads no
 torch (loading an allocator does).
 """
 

@@ -18,7 +18,8 @@ one is an OpenAI-shaped 4xx naming it, and nothing is reserved or charged. Then:
 
 A cascade router's first call is its weak model's, buffered; the cascade then decides
 from the answer whether the strong model is called, reserved in its own transaction
-(:mod:`agents.serve.cascade`).
+(:mod:`agents.serve.cascade`). An allocator trained with ``cascade=True`` takes the same
+path: its first call is the model whose answer its second step observes.
 
 Nothing fits: 402 naming the budget (``insufficient_quota``). Nothing answers: 502.
 Headers ``X-Cost-Envs-Model``, ``X-Cost-Envs-Route`` and (unstreamed)

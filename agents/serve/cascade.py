@@ -1,9 +1,13 @@
-"""A cascade router served: the weak model answers first, the cascade decides, maybe the strong.
+"""A cascade served: the weak model answers first, the cascade decides, maybe the strong.
 
 The request's first call goes to the cascade's weak model, unstreamed (its answer is
 buffered: the cascade reads all of it). :meth:`~agents.serve.routes.Plan.escalation` then
 decides from the prompt and that answer, with the offline scorer's features and rule at
-the request's operating point, whether to call the strong model.
+the request's operating point, whether to call the strong model. A TraceRouting
+allocator trained with ``cascade=True`` is served by this same flow: its first call is
+the model whose answer its second step observes, and the "strong" model is the one whose
+answer the env takes after the second step, when that is another model
+(:mod:`agents.serve.allocators`; its two actions in the header ``X-Cost-Envs-Actions``).
 
 Budgets stay exact by reserving each call's worst case in its own transaction before it
 is made: the weak call's when the request starts (as any call's), the strong call's after
@@ -74,9 +78,11 @@ async def cascade(server: Server, key: KeyConfig, chat: ChatRequest, budget: int
     data, weak_cost = json.loads(first.body), int(first.headers["x-cost-envs-cost-micros"])
     choices = data.get("choices") or [{}]
     answer = (choices[0].get("message") or {}).get("content") or ""
-    strong_name = plan.escalation(prompt, answer)
+    tokens = (data.get("usage") or {}).get("completion_tokens")
+    known = isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0
+    strong_name, notes = plan.second(prompt, answer, tokens if known else None)
     if strong_name is None:
-        return _kept(data, weak_cost, chat, plan, "kept")
+        return _kept(data, weak_cost, chat, plan, "kept", notes=notes)
     strong = server.config.models[strong_name]
     max_tokens, worst = server.worst_case(strong, prompt_bound(chat.messages), chat)
     escalation = f"{reservation}.escalation"
@@ -95,11 +101,12 @@ async def cascade(server: Server, key: KeyConfig, chat: ChatRequest, budget: int
     if refused is not None:
         server.ledger.record(escalation, "refused_budget", key_name=key.name, route=plan.route,
                              model=strong_name, prompt=prompt)
-        return _kept(data, weak_cost, chat, plan, "kept:budget", refused)
+        return _kept(data, weak_cost, chat, plan, "kept:budget", refused, notes)
     outcome = None
     try:
         return await server._call(strong, chat, max_tokens, worst, escalation, plan, prompt,
-                                  started, {CASCADE_HEADER: "escalated"}, weak_cost)
+                                  started, {CASCADE_HEADER: "escalated", **notes},
+                                  weak_cost)
     except UpstreamFailedError:
         outcome = "upstream_failed"
     except UpstreamRejectedError as err:
@@ -111,14 +118,14 @@ async def cascade(server: Server, key: KeyConfig, chat: ChatRequest, budget: int
     server.ledger.settle(escalation, 0, outcome, route=plan.route, model=strong_name,
                          prompt=prompt)
     kind = "upstream_failed" if outcome == "upstream_failed" else "upstream_rejected"
-    return _kept(data, weak_cost, chat, plan, f"kept:{kind}")
+    return _kept(data, weak_cost, chat, plan, f"kept:{kind}", notes=notes)
 
 
 def _kept(data: dict[str, Any], cost: int, chat: ChatRequest, plan: Plan, how: str,
-          why: str | None = None) -> Any:
+          why: str | None = None, notes: dict[str, str] | None = None) -> Any:
     """The weak answer to the client: as it came, or as a stream of one content chunk."""
     headers = {"X-Cost-Envs-Model": str(data["model"]), "X-Cost-Envs-Route": plan.route,
-               CASCADE_HEADER: how}
+               CASCADE_HEADER: how, **(notes or {})}
     if why is not None:  # why the escalation was not made (a header is one line)
         headers["X-Cost-Envs-Cascade-Reason"] = " ".join(why.split())[:500]
     if not chat.stream:

@@ -11,8 +11,11 @@ falls back to another model within the budget).
 A cascade router's plan starts with its weak model and carries the router
 (:attr:`Plan.cascade`): once the weak model has answered, :meth:`Plan.escalation` says
 whether the cascade escalates to its strong model (:mod:`agents.serve.cascade` makes the
-calls). The plan holds the router it was made with, so a request routed before a reload
-finishes on the old router.
+calls). An allocator trained with ``cascade=True`` is served by the same flow: its plan
+starts with the model whose answer its second step observes, and
+:meth:`Plan.escalation` names the model whose answer the env would take when it is
+another one. The plan holds the router it was made with, so a request routed before a
+reload finishes on the old router.
 """
 
 from __future__ import annotations
@@ -25,6 +28,13 @@ from agents.serve.config import ROUTER_PREFIX, ServeConfig
 from agents.serve.inputs import ApiError
 from agents.serve.live import LiveRouter, RouteDecision
 
+#: The header of a cascade allocator's answer: its two actions, as bits (``"10,01"``).
+ACTIONS_HEADER = "X-Cost-Envs-Actions"
+
+
+def _bits(action: tuple[int, ...]) -> str:
+    return "".join(map(str, action))
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -34,28 +44,50 @@ class Plan:
         route: The route's name as the ledger records it (``router-NAME``).
         models: The models to try, in order (server names).
         decision: The router's decision (``needs_answer`` for a cascade).
-        cascade: A cascade's router (its weak model is ``models[0]``), else ``None``.
+        cascade: A cascade's router or a cascade allocator (the model it calls first is
+            ``models[0]``), else ``None``.
         mapping: The router's model names -> the server's (the route's ``models``).
     """
 
     route: str
     models: tuple[str, ...]
     decision: RouteDecision | AllocatorDecision | None = None
-    cascade: LiveRouter | None = None
+    cascade: LiveRouter | LiveAllocator | None = None
     mapping: Mapping[str, str] = field(default_factory=dict)
 
-    def escalation(self, prompt: str, answer: str) -> str | None:
-        """The strong model to call after the weak ``answer``, or ``None`` to keep it.
+    def escalation(self, prompt: str, answer: str,
+                   output_tokens: int | None = None) -> str | None:
+        """The model to call after the first ``answer``, or ``None`` to keep it.
 
-        The cascade's decision at the plan's operating point, as the offline scorer
-        makes it on a logged weak answer (:meth:`LiveRouter.route`).
+        A cascade router's decision at the plan's operating point, as the offline scorer
+        makes it on a logged weak answer (:meth:`LiveRouter.route`); a cascade
+        allocator's second decision (:meth:`LiveAllocator.escalate`; ``output_tokens``:
+        the answer's ``usage.completion_tokens``).
         """
-        if self.cascade is None or not isinstance(self.decision, RouteDecision):
+        return self.second(prompt, answer, output_tokens)[0]
+
+    def second(self, prompt: str, answer: str, output_tokens: int | None = None
+               ) -> tuple[str | None, dict[str, str]]:
+        """:meth:`escalation` and the response headers saying what decided it.
+
+        A cascade allocator's headers: :data:`ACTIONS_HEADER` (its two actions).
+        """
+        if isinstance(self.cascade, LiveAllocator) and isinstance(self.decision,
+                                                                  AllocatorDecision):
+            second = self.cascade.escalate(prompt, self.decision.action, answer,
+                                           output_tokens)
+            headers = {ACTIONS_HEADER: f"{_bits(self.decision.action)},{_bits(second.action)}"}
+            if second.model == self.decision.model:  # the answer already bought is taken
+                return None, headers
+            assert second.model is not None  # the first step called someone
+            return self.mapping.get(second.model, second.model), headers
+        if not isinstance(self.cascade, LiveRouter) or not isinstance(self.decision,
+                                                                      RouteDecision):
             raise ValueError(f"{self.route}: not a cascade; expected a cascade's plan")
         chosen = self.cascade.route(prompt, answer, self.decision.point).model
         if chosen == self.cascade.models[0]:
-            return None
-        return self.mapping.get(chosen, chosen)
+            return None, {}
+        return self.mapping.get(chosen, chosen), {}
 
 
 class Routes:
@@ -147,8 +179,10 @@ class Routes:
             raise ApiError(422, f"model: {asked!r}: the allocator answers nothing for this "
                            "prompt (its all-zero action); send it to another route",
                            param="model", code="allocator_declined")
+        # a cascade allocator calls the model whose answer it observes first
         return Plan(f"{ROUTER_PREFIX}{name}", self._order(name, live.models, decision.model),
-                    decision)
+                    decision, live if decision.needs_answer else None,
+                    dict(self.config.routes[name].models))
 
     def _order(self, name: str, models: tuple[str, ...], choice: str) -> tuple[str, ...]:
         """The chosen model, then the cheaper ones (dearest first), the dearer, the fallbacks."""

@@ -78,22 +78,39 @@ def _cached(key: tuple[str, str, int], make: Callable[[], np.ndarray]) -> np.nda
     return _FEATURE_CACHE[key]
 
 
-def _answer_table(data: TraceDataset) -> np.ndarray:
-    """What the cascade reveals of each call's answer, float32 ``(n, m, 16 + 3)``.
+def answer_features(texts: Sequence[str], output_tokens: Sequence[int] | np.ndarray
+                    ) -> np.ndarray:
+    """What the cascade reveals of answers, float32 ``(len(texts), 16 + 3)``.
 
-    Hashed n-grams of the answer text, its log-scaled output tokens, whether it has a
-    final-answer marker and whether there is a text at all. Cached per dataset like
-    :func:`query_features`.
+    Hashed n-grams of each answer text, its log-scaled output tokens, whether it has a
+    final-answer marker and whether there is a text at all (``""``: none). The env's
+    answers (:func:`_answer_table`) and a live answer (``cost-envs serve``,
+    :mod:`agents.serve.allocators`) are observed by this one function.
+
+    Raises:
+        ValueError: ``output_tokens`` not one count >= 0 per text.
+    """
+    tokens = np.asarray(output_tokens, dtype=np.int64)
+    if tokens.shape != (len(texts),) or (tokens < 0).any():
+        raise ValueError(f"output_tokens: expected {len(texts)} counts >= 0, got "
+                         f"shape {tokens.shape}")
+    out = np.zeros((len(texts), N_ANSWER_FEATURES + 3), dtype=np.float32)
+    out[:, :N_ANSWER_FEATURES] = hashed_features(texts, N_ANSWER_FEATURES)
+    out[:, N_ANSWER_FEATURES] = _log_tokens(tokens)
+    out[:, N_ANSWER_FEATURES + 1] = has_final_answer(texts)  # False for ""
+    out[:, N_ANSWER_FEATURES + 2] = [bool(t) for t in texts]
+    return out
+
+
+def _answer_table(data: TraceDataset) -> np.ndarray:
+    """:func:`answer_features` of each call's answer, float32 ``(n, m, 16 + 3)``.
+
+    Cached per dataset like :func:`query_features`.
     """
     def make() -> np.ndarray:
-        n, m = data.n_queries, data.n_models
         texts = [t for row in data.response_texts() for t in row]
-        out = np.zeros((n * m, N_ANSWER_FEATURES + 3), dtype=np.float32)
-        out[:, :N_ANSWER_FEATURES] = hashed_features(texts, N_ANSWER_FEATURES)
-        out[:, N_ANSWER_FEATURES] = _log_tokens(data.output_tokens.reshape(-1))
-        out[:, N_ANSWER_FEATURES + 1] = has_final_answer(texts)  # False for ""
-        out[:, N_ANSWER_FEATURES + 2] = [bool(t) for t in texts]
-        return out.reshape(n, m, -1)
+        out = answer_features(texts, data.output_tokens.reshape(-1))
+        return out.reshape(data.n_queries, data.n_models, -1)
 
     return _cached((data.fingerprint, "answers", N_ANSWER_FEATURES), make)
 
@@ -400,6 +417,15 @@ class TraceRoutingEnv(OrchestrationEnv[TraceTask]):
         """The model answering when ``called`` (non-empty) are: the strongest (ties: later)."""
         return max(called, key=self._rank.__getitem__)
 
+    @staticmethod
+    def observed_model(called: Sequence[int], costs: Sequence[float]) -> int:
+        """The cascade's model whose answer is observed: the cheapest called (ties: earlier).
+
+        The env passes the query's logged call costs; a live server, which cannot know
+        them before the call, the pool's mean costs (:mod:`agents.serve.allocators`).
+        """
+        return min(called, key=lambda j: (costs[j], j))
+
     def _answer(self, called: Sequence[int]) -> tuple[State, Outcome]:
         best = self.answerer(called)
         return (best,), Outcome(self._correct_q[best], self._quality_q[best])
@@ -426,7 +452,7 @@ class TraceRoutingEnv(OrchestrationEnv[TraceTask]):
             first = state[0] if state and isinstance(state[0], tuple) else ()
             if first:
                 obs[[layout["called"].start + j for j in first]] = 1.0
-                cheapest = min(first, key=lambda j: (self._cost_list[j], j))
+                cheapest = self.observed_model(first, self._cost_list)
                 ans = self._answer_rows[self._q, cheapest]
                 obs[layout["answer_features"].start: layout["answer_has_text"].stop] = ans
             if turn == 1 and first:
