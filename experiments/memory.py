@@ -344,23 +344,28 @@ def render(results: Sequence[Mapping[str, Any]], scale: Scale, where: str) -> st
     """
     summary = summarize(results, scale.resamples)
     rules = {r["env"]: r["returns"] for r in results if r["learner"] == "rule"}
+    # what was trained: SB3 completes its last rollout, past the scale's steps
+    taken = max((r["timesteps"] for r in results if r["learner"] != "rule"), default=0)
     own = SCALES.get(scale.name)
     envs = "" if own is not None and own.envs == scale.envs else f" --envs {','.join(scale.envs)}"
     lines = ["# Does memory pay? "
              + " and ".join(LEARNERS[key][0].split(" (")[0] for key in scale.learners
                             if key != "ppo") + " against PPO (issue #23)", "",
-             f"`{COMMAND} --scale {scale.name}{envs}` on {where}, one torch thread per run, "
-             f"under `nice`.", "",
+             f"`{COMMAND} --scale {scale.name}{envs}` on {where}, one torch thread per run.",
+             "",
              f"{scale.seeds} training seeds per learner, {scale.timesteps:,} env steps each on "
              f"{scale.n_envs} batched sub-envs, at the project's PPO settings "
              f"({PPO_SETTINGS['n_steps']} steps per sub-env and rollout, minibatch {BATCH}, "
              f"{EPOCHS} epochs, lr {LEARNING_RATE:g}, entropy {PPO_SETTINGS['ent_coef']}). The "
-             "learners have the same 64-64 heads; RecurrentPPO adds sb3-contrib's LSTM "
-             "(256 units), the history PPO sees the episode's last "
-             + ", ".join(f"{MAX_DECISIONS[e]} ({e.split('/')[-1]})" for e in scale.envs)
-             + " observations, zeros before its first: every observation of its episode. "
-             f"Scored on the tables' first {scale.episodes} evaluation tasks (task seed 0), "
-             "the LSTM state and the history reset at each episode start. Return: mean Eq. 1 "
+             "learners have the same 64-64 heads"
+             + ("; RecurrentPPO adds sb3-contrib's LSTM (256 units)"
+                if "recurrent" in scale.learners else "")
+             + ("; the history PPO sees the episode's last "
+                + ", ".join(f"{MAX_DECISIONS[e]} ({e.split('/')[-1]})" for e in scale.envs)
+                + " observations, zeros before its first: every observation of its episode"
+                if "history" in scale.learners else "")
+             + f". Scored on the tables' first {scale.episodes} evaluation tasks (task seed "
+             "0), memory reset at each episode start. Return: mean Eq. 1 "
              "return [95% interval over seeds and tasks]; difference: learner - PPO, seeds "
              "resampled independently, tasks paired.", "",
              "| Env | Row | Return | Train min/run | Eval s/run |",
@@ -379,7 +384,7 @@ def render(results: Sequence[Mapping[str, Any]], scale: Scale, where: str) -> st
     lines += ["", "Steps taken per run (SB3 completes its last rollout): " + "; ".join(
         f"{env_id.split('/')[-1]} {key} {', '.join(f'{s:,}' for s in row['timesteps'])}"
         for env_id, entry in summary.items() for key, row in entry["learners"].items()) + ".",
-        "", f"Gradient steps per run: {scale.timesteps // BATCH * EPOCHS:,} (minibatch {BATCH}, "
+        "", f"Gradient steps per run: {taken // BATCH * EPOCHS:,} (minibatch {BATCH}, "
         f"{EPOCHS} epochs), the same for every learner.", ""]
     if scale.timesteps < CONVERGED_STEPS:
         lines += ["**Not converged.** At this budget neither learner is near convergence: the "

@@ -170,3 +170,20 @@ def test_a_kept_scale_reuses_its_runs(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(memory, "run_job", lambda job: ran.append(job))
     memory.report(tmp_path, scale, jobs=1)
     assert ran == [] and (tmp_path / "memory_kept.md").read_text() == first
+
+
+def test_the_committed_converged_reports_are_their_csvs_rendered() -> None:
+    """Each committed report of a kept scale is rendered from its committed CSV alone."""
+    import re
+
+    results = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+    for name, scale in memory.SCALES.items():
+        report, columns = (results / file for file in scale.files)
+        if not scale.keep or not report.exists():
+            continue
+        markdown = report.read_text(encoding="utf-8")
+        where = re.search(r"` on (.*), one torch thread per run", markdown).group(1)
+        runs = memory.read_csv(columns.read_text(encoding="utf-8"))
+        assert memory.render(runs, scale, where) == markdown, name
+        assert sorted((r["learner"], r["seed"]) for r in runs) == sorted(
+            (key, seed) for key in scale.learners for seed in range(scale.seeds))
