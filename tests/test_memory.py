@@ -185,5 +185,5 @@ def test_the_committed_converged_reports_are_their_csvs_rendered() -> None:
         where = re.search(r"` on (.*), one torch thread per run", markdown).group(1)
         runs = memory.read_csv(columns.read_text(encoding="utf-8"))
         assert memory.render(runs, scale, where) == markdown, name
-        assert sorted((r["learner"], r["seed"]) for r in runs) == sorted(
+        assert sorted((r["learner"], r["seed"]) for r in runs if r["learner"] != "rule") == sorted(
             (key, seed) for key in scale.learners for seed in range(scale.seeds))
