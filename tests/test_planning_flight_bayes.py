@@ -238,3 +238,39 @@ def test_it_refuses_to_follow_an_episode_it_did_not_play():
         BayesFlightPlanner(env, n_particles=0)
     with pytest.raises(ValueError, match="margin must be"):
         BayesFlightPlanner(env, n_particles=PARTICLES, margin=-1.0)
+
+
+def test_a_plan_whose_legs_no_particle_has_widens_the_posterior_to_them():
+    """A student's planner call can show legs the finite prior never drew: no raise, no guess.
+
+    The prior here holds only routes of ``h*`` legs; a plan of other legs (the optimal route
+    of ``h* + 1``, or a longer detour) is then explained by no stack. The posterior is
+    widened to stacks with the observed legs, the turns so far replayed on them, and the
+    episode goes on: every later turn is explained too.
+    """
+    env, tasks = _tasks(60, seed=11, env_id=V1)
+    drawn = FlightPrior.draw(env.unwrapped, PARTICLES)
+    prior = replace(drawn, hops=np.repeat(drawn.shortest_hops[:, None], 2, axis=1))
+    agent = BayesFlightPlanner(env, prior=prior)
+    plan = np.eye(6, dtype=np.int8)[LARGE_PLANNER]
+    search = np.eye(6, dtype=np.int8)[PRO]
+    widened = 0
+    for task in tasks:
+        obs, _ = env.reset(options={"task": task})
+        agent.predict(obs)
+        agent.note_action(obs, plan)
+        obs, *_ = env.step(plan)
+        _, seen = agent.follow(obs)
+        if not seen.has_plan or seen.hops == task.shortest_hops:
+            continue
+        widened += 1
+        legs = [belief.model.hops for belief, _ in agent.stacks]
+        assert all(seen.hops in hops[1:3] for hops in legs), (seen.hops, legs)
+        for belief, weight in agent.stacks:  # the mass is on routes of the observed legs
+            routes = belief.weights.sum(axis=1)[1:]  # past NONE
+            assert routes[belief.model.hops[1:] != seen.hops].sum() < 1e-12
+        agent.note_action(obs, search)
+        obs, _, terminated, truncated, _ = env.step(search)
+        if not (terminated or truncated):
+            agent.predict(obs)
+    assert widened >= 5 and agent.unexplained == 0

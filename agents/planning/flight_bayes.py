@@ -55,7 +55,9 @@ given the legs and the level), so that a detour's quote, which pins the detour's
 does not pin the optimal price by chance and make a later quote of the optimal route
 read as a broken one (:meth:`FlightPrior.given`); a stack that cannot explain a quote
 that another stack explains keeps ``1e-6`` of its weight rather than none
-(:meth:`BayesFlightPlanner.update`). If the observed level is saturated (``B >= 2 F h*``,
+(:meth:`BayesFlightPlanner.update`); a plan whose legs no particle has (a student's
+calls can show one) widens the posterior to stacks of those legs rather than end the
+episode. If the observed level is saturated (``B >= 2 F h*``,
 rare) the slack is only bounded below, and each particle takes the middle of its range.
 *The choice*: the best of about a hundred noisy means is biased up (the winner's curse).
 The planner, whose posterior is narrow, gains by taking it; with a posterior nearly as
@@ -66,7 +68,7 @@ evidence for another is clear: one step of conservative policy improvement.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import gymnasium as gym
@@ -303,7 +305,11 @@ class BayesFlightPlanner(FlightPlanner):
             self._causes = (self._layout["dropped_by_search"].start,
                             self._layout["dropped_by_validator"].start)
         self.stacks: list[tuple[Belief, float]] = []
+        self._prior_stacks: list[tuple[FlightModel, np.ndarray]] = []
         self._history: list[np.ndarray] = []
+        self._turns: list[tuple[int, list[int], Seen]] = []
+        #: Turns that no posterior explained, even widened (:meth:`update`), all episodes.
+        self.unexplained = 0
 
     def follow(self, observation: np.ndarray) -> tuple[int, Seen]:
         """Bring the posterior up to the observed turn (a fresh one at turn 0)."""
@@ -329,14 +335,9 @@ class BayesFlightPlanner(FlightPlanner):
         ratio = float(obs[self._layout["hop_ratio"].start])
         shortest = round(ratio / (1.0 - ratio))  # h* / (h* + 1)
         level = float(obs[self._layout["budget_level"].start])
-        self.stacks = []
-        stacks = self.prior.given(shortest, level)
-        total = sum(float(weights.sum()) for _, weights in stacks)
-        for model, weights in stacks:
-            belief = Belief(model)
-            belief.weights[NONE] = np.repeat(weights / weights.sum(), len(GRID)) / len(GRID)
-            self.stacks.append((belief, float(weights.sum()) / total))
-        self._history, self._last = [], None
+        self._prior_stacks = self.prior.given(shortest, level)
+        self.stacks = _beliefs(self._prior_stacks)
+        self._history, self._last, self._turns = [], None, []
 
     def update(self, turn: int, called: list[int], seen: Seen) -> None:
         """Condition every stack on turn ``turn``'s calls and what they showed, and reweigh.
@@ -346,20 +347,53 @@ class BayesFlightPlanner(FlightPlanner):
         evidence without the quote's density: where another stack explains the quote, it
         keeps ``STRANDED`` of its weight instead (not 0: its few particles or the grid
         may be what missed the quote, and it must stay to explain later turns).
+
+        A finite prior can lack the plan's legs altogether (2000 particles hold no
+        detour of ``h* + 3`` legs, which a student's planner call can show): then no
+        stack explains the turn, and the posterior is widened (:meth:`_widened`) rather
+        than the episode abandoned. If even that explains nothing, the posterior stays
+        as it was and :attr:`unexplained` counts the turn.
         """
-        results = [belief.update(self.env, turn, called, seen, strict=False)
-                   for belief, _ in self.stacks]
-        counted = any(ok and evidence > 0 for evidence, ok in results)
-        stacks = []
-        for (belief, weight), (evidence, ok) in zip(self.stacks, results, strict=True):
-            if evidence > 0:
-                stranded = counted and not ok
-                stacks.append((belief, weight * (STRANDED if stranded else evidence)))
+        stacks = _conditioned(self.env, self.stacks, turn, called, seen)
         if not stacks:
-            raise ValueError(f"BayesFlightPlanner: turn {turn}'s observation has probability 0 "
-                             "under every particle of the prior")
-        total = sum(weight for _, weight in stacks)
-        self.stacks = [(belief, weight / total) for belief, weight in stacks]
+            stacks = self._widened(turn, called, seen)
+        if not stacks:
+            self.unexplained += 1
+            return
+        self.stacks = stacks
+        self._turns.append((turn, called, seen))
+
+    def _widened(self, turn: int, called: list[int], seen: Seen) -> list[tuple[Belief, float]]:
+        """The posterior of a prior whose particles also take the plan's legs, or none.
+
+        Each stack of the reset posterior lends its particles (prices, weights) to a
+        stack with the plan's observed legs as the detour's, and to one with them as the
+        optimal route's (the broken route's too, which shares them); the episode's turns
+        so far and this one are replayed on those stacks alone (the stacks of the
+        original legs explain none of it). Prices keep the particles' (in units of the
+        budget), an approximation: the quotes that follow reweigh them as any other.
+        """
+        if not seen.has_plan or seen.dropped:
+            return []
+        patterns = {(int(model.hops[1]), int(model.hops[2])) for model, _ in self._prior_stacks}
+        widened: dict[tuple[int, int], tuple[FlightModel, np.ndarray]] = {}
+        for model, weights in self._prior_stacks:
+            optimal, detour = int(model.hops[1]), int(model.hops[2])
+            for legs in ((optimal, seen.hops), (seen.hops, detour)):
+                if legs in patterns:
+                    continue
+                if legs in widened:  # two parents of one pattern: their particles pooled
+                    first, mass = widened[legs]
+                    widened[legs] = (replace(first, prices=np.hstack([first.prices,
+                                                                       model.prices])),
+                                     np.concatenate([mass, weights]))
+                else:
+                    hops = np.array([0, legs[0], legs[1], legs[0]])
+                    widened[legs] = (replace(model, hops=hops), weights)
+        stacks = _beliefs(list(widened.values()))
+        for step in [*self._turns, (turn, called, seen)]:
+            stacks = _conditioned(self.env, stacks, *step)
+        return stacks
 
     def action_values(self, observation: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Candidate actions ``(A, m)`` and their scores ``(A, P, samples)`` from here."""
@@ -418,3 +452,28 @@ class BayesFlightPlanner(FlightPlanner):
         p_opt = sum(weight * float(belief.weights.sum(axis=0) @ belief.model.prices[1])
                     for belief, weight in self.stacks)
         return {"broken": float(broken), "optimal_price": p_opt}
+
+
+def _beliefs(stacks: list[tuple[FlightModel, np.ndarray]]) -> list[tuple[Belief, float]]:
+    """Fresh beliefs (no plan yet) of weighted stacks, the stacks' weights normalised."""
+    total = sum(float(weights.sum()) for _, weights in stacks)
+    beliefs = []
+    for model, weights in stacks:
+        belief = Belief(model)
+        belief.weights[NONE] = np.repeat(weights / weights.sum(), len(GRID)) / len(GRID)
+        beliefs.append((belief, float(weights.sum()) / total))
+    return beliefs
+
+
+def _conditioned(env: FlightPlannerEnv, stacks: list[tuple[Belief, float]], turn: int,
+                 called: list[int], seen: Seen) -> list[tuple[Belief, float]]:
+    """The stacks that explain the turn, reweighed by their evidence (none if none does)."""
+    results = [belief.update(env, turn, called, seen, strict=False) for belief, _ in stacks]
+    counted = any(ok and evidence > 0 for evidence, ok in results)
+    kept = []
+    for (belief, weight), (evidence, ok) in zip(stacks, results, strict=True):
+        if evidence > 0:
+            stranded = counted and not ok
+            kept.append((belief, weight * (STRANDED if stranded else evidence)))
+    total = sum(weight for _, weight in kept)
+    return [(belief, weight / total) for belief, weight in kept]
