@@ -76,6 +76,15 @@ MUTATIONS = (
           "        route = np.full_like(route, true)\n"),),
         ("tests/test_planning_flight.py::test_the_planner_cannot_see_which_route_the_plan_is",),
     ),
+    # The Bayes FlightPlanner teacher does not widen its posterior to a plan's legs that
+    # no particle has: it keeps the posterior it had and acts on a stale plan.
+    Mutation(
+        "bayes_flight_teacher_does_not_widen",
+        "agents/planning/flight_bayes.py",
+        (("            stacks = self._widened(turn, called, seen)\n", "            stacks = []\n"),),
+        ("tests/test_planning_flight_bayes.py::"
+         "test_a_plan_whose_legs_no_particle_has_widens_the_posterior_to_them",),
+    ),
     # BudgetTier's one-hot always shows the low tier: only the budget left tells the tiers
     # apart, and only once a query has spent something.
     Mutation(
