@@ -282,7 +282,12 @@ class TwoModelRouter(Router):
 
     def scores_inputs(self, inputs: Inputs) -> np.ndarray:
         """:meth:`scores` from precomputed :meth:`inputs`."""
-        return self.predict_inputs(inputs)[:, 1]
+        return self.scores_of(self.predict_inputs(inputs), self.expected_costs_inputs(inputs))
+
+    def scores_of(self, win: np.ndarray, costs: np.ndarray | None = None) -> np.ndarray:
+        """The scores of a prediction already made (:meth:`predict`'s ``win``, and the
+        prices :meth:`expected_costs` gave for a priced router): none is predicted again."""
+        return np.asarray(win)[:, 1]
 
     def decide(self, win: np.ndarray, point: float, costs: Any = None) -> np.ndarray:
         """1 (strong) where the score is at or above the threshold ``point``, else 0."""

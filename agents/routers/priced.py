@@ -262,10 +262,11 @@ class PricedRouter(PricedLogistic, TwoModelRouter):
         """``(n, 2)``: whether the weak and the strong model answered each query right."""
         return data.correct[:, [data.model_index(m) for m in self.models]]
 
-    def scores_inputs(self, inputs: Any) -> np.ndarray:
-        """:meth:`scores` from precomputed :meth:`inputs`."""
-        p = self.predict_inputs(inputs)
-        return self._per_dollar(p, self.expected_costs_inputs(inputs))
+    def scores_of(self, win: np.ndarray, costs: np.ndarray | None = None) -> np.ndarray:
+        """Accuracy gained per extra dollar, from a prediction and its prices."""
+        if costs is None:
+            raise ValueError("scores_of: a priced router's scores need the calls' prices")
+        return self._per_dollar(np.asarray(win), np.asarray(costs))
 
     def scores(self, data: TraceDataset) -> np.ndarray:
         """Predicted accuracy gained per extra dollar of the strong call; higher: strong."""

@@ -149,7 +149,7 @@ class LiveRouter:
         # Router.decide_inputs's rule, on the prediction and prices already made here
         chosen = (self.router.decide(win, at) if costs is None
                   else self.router.decide(win, at, costs))
-        scores = (self.router.scores_inputs(inputs) if self.saved.two_model
+        scores = (self.router.scores_of(win, costs) if self.saved.two_model
                   else [None] * len(prompts))
         return [RouteDecision(
             self.models[int(k)], None if s is None else float(s), at,
