@@ -81,7 +81,8 @@ MUTATIONS = (
     Mutation(
         "bayes_flight_teacher_does_not_widen",
         "agents/planning/flight_bayes.py",
-        (("            stacks = self._widened(turn, called, seen)\n", "            stacks = []\n"),),
+        (("            stacks = self._widened(turn, called, seen)\n",
+          "            stacks = []\n"),),
         ("tests/test_planning_flight_bayes.py::"
          "test_a_plan_whose_legs_no_particle_has_widens_the_posterior_to_them",),
     ),

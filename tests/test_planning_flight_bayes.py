@@ -266,7 +266,7 @@ def test_a_plan_whose_legs_no_particle_has_widens_the_posterior_to_them():
         widened += 1
         legs = [belief.model.hops for belief, _ in agent.stacks]
         assert all(seen.hops in hops[1:3] for hops in legs), (seen.hops, legs)
-        for belief, weight in agent.stacks:  # the mass is on routes of the observed legs
+        for belief, _ in agent.stacks:  # the mass is on routes of the observed legs
             routes = belief.weights.sum(axis=1)[1:]  # past NONE
             assert routes[belief.model.hops[1:] != seen.hops].sum() < 1e-12
         agent.note_action(obs, search)

@@ -285,8 +285,12 @@ class TwoModelRouter(Router):
         return self.scores_of(self.predict_inputs(inputs), self.expected_costs_inputs(inputs))
 
     def scores_of(self, win: np.ndarray, costs: np.ndarray | None = None) -> np.ndarray:
-        """The scores of a prediction already made (:meth:`predict`'s ``win``, and the
-        prices :meth:`expected_costs` gave for a priced router): none is predicted again."""
+        """The scores of a prediction already made, without predicting again.
+
+        Args:
+            win: :meth:`predict`'s ``(n, 2)``.
+            costs: :meth:`expected_costs`'s ``(n, 2)`` (a priced router's scores need them).
+        """
         return np.asarray(win)[:, 1]
 
     def decide(self, win: np.ndarray, point: float, costs: Any = None) -> np.ndarray:
