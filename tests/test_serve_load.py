@@ -75,9 +75,14 @@ def _check_exact(db: Path, limit: int, answered: int) -> list[dict]:
     return rows
 
 
+#: Seconds a (re)started server may take to answer, and the load to wait for it: a server
+#: restarted while 16 clients retry took more than 60 s on this 2-core machine at load 30.
+PATIENCE = 240.0
+
+
 def _serve(config: Path, port: int):
     return launched(["-m", "agents.cli", "serve", "--config", str(config), "--port",
-                     str(port)], f"http://127.0.0.1:{port}/health")
+                     str(port)], f"http://127.0.0.1:{port}/health", timeout=PATIENCE)
 
 
 @pytest.mark.slow
@@ -103,7 +108,7 @@ def test_a_server_killed_mid_load_loses_no_row_and_keeps_budgets_exact(
     with _serve(config, port) as first:
         loader = threading.Thread(target=lambda: done.setdefault("load", run_load(
             lambda worker: url, requests=200, clients=16, timeout=300, idempotency="load",
-            reconnect=60)))  # a killed server: the same request again until it is back
+            reconnect=PATIENCE)))  # a killed server: the same request again until it is back
         loader.start()
         while len(_ledger(tmp_path / "ledger.db")[0]) < 40:  # well into the load
             time.sleep(0.02)
