@@ -139,6 +139,23 @@ def test_a_stream_is_relayed_and_charged_its_usage(served: Served) -> None:
     assert all(c.usage is None for c in plain)  # usage only when asked for
 
 
+def test_a_stream_is_charged_before_its_end_reaches_the_client(served: Served) -> None:
+    """At ``[DONE]`` (the connection still open) the stream's row is already settled."""
+    for i in range(20):
+        key = f"stream-end-{i}"
+        with httpx.stream("POST", f"{served.url}/v1/chat/completions", json={
+                "model": "cheap", "stream": True, "max_tokens": 8,
+                "messages": [{"role": "user", "content": f"stream number {i}"}]},
+                headers={"Authorization": "Bearer sk-test", "Idempotency-Key": key}) as reply:
+            for line in reply.iter_lines():
+                if line == "data: [DONE]":
+                    rows = [r for r in served.rows() if r["idempotency_key"] == key]
+                    assert [r["outcome"] for r in rows] == ["ok"], (i, rows)
+                    break
+            else:
+                raise AssertionError(f"stream {i} ended without [DONE]")
+
+
 def test_the_router_decides_as_offline(served: Served) -> None:
     live = LiveRouter.load(served.router)
     mapped = {"gpt-4.1-nano": "small", "gpt-4.1": "large"}

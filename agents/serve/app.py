@@ -14,7 +14,8 @@ one is an OpenAI-shaped 4xx naming it, and nothing is reserved or charged. Then:
 3. the upstream is called, with retries on faults; if it still fails, the reservation is
    released and the next model that fits is tried (a fallback);
 4. the real cost from the answer's ``usage`` is settled and the rest released (a stream
-   whose usage never came is charged its worst case).
+   is settled before its ``[DONE]`` is passed on; one whose usage never came is charged
+   its worst case).
 
 A cascade router's first call is its weak model's, buffered; the cascade then decides
 from the answer whether the strong model is called, reserved in its own transaction
@@ -255,12 +256,19 @@ class Server:
                 response="".join(result.text))
 
         async def events() -> Any:
+            settled = False
             try:
                 async for event in relay(response, model.name, reservation, wants_usage,
                                          result):
+                    if result.complete and not settled:
+                        # charged before the client reads the stream's end: a client that
+                        # has its [DONE] finds its row in the ledger
+                        settle()
+                        settled = True
                     yield event
             finally:  # also when the client went away mid-stream
-                settle()
+                if not settled:
+                    settle()
 
         return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
 
