@@ -33,10 +33,13 @@ finished run (a row and a seed) and the fixed rows' scores are written at once t
 only when every run of the grid exists.
 
 ``python -m experiments.converged [--scale default|smoke] [--rows KEY ...] [--jobs N]
-[--out DIR]`` writes ``converged_FlightPlanner-v1.md`` and ``.csv`` (the per-task returns
-of every learned row's seeds and of the three reference rows,
-:func:`experiments.gaps.encode_scores`, from which every figure can be recomputed) into
-``DIR`` (default ``benchmarks/results``), all or nothing. ``smoke`` takes seconds.
+[--out DIR]`` writes ``converged_FlightPlanner-v1.md`` and ``.csv`` into ``DIR`` (default
+``benchmarks/results``), all or nothing. ``smoke`` takes seconds. The CSV lists every
+learned row's seeds and the three reference rows with their mean return and the kept file
+(in ``DIR``) that holds their per-task returns (:func:`experiments.gaps.encode_scores`),
+from which every figure can be recomputed: the kept runs are the one home of those
+returns (copied into the CSV, the 16 runs' 10,000 tasks made it larger than a tracked
+file may be).
 """
 
 from __future__ import annotations
@@ -70,8 +73,9 @@ ROWS = ("ppo", "lora-ppo", "lora-ppo/bayes")
 #: end and the non-privileged reference).
 REFERENCE_KEYS = ("planner", "bayes-planner")
 OUT = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
-#: The folder (in ``out``) that keeps each finished run.
+#: The folder (in ``out``) that keeps each finished run, and its file of the fixed rows.
 RUNS = "converged_runs"
+FIXED_FILE = "fixed.json"
 
 
 @dataclass(frozen=True)
@@ -168,12 +172,13 @@ def render(learned: dict[str, np.ndarray], fixed: Fixed, scale: Scale,
     lines.append("")
     rows = io.StringIO()
     writer = csv.writer(rows, lineterminator="\n")
-    writer.writerow(["row", "seed", "mean_return", "returns"])
+    writer.writerow(["row", "seed", "mean_return", "kept_in"])
     for key in (fixed.rule, *REFERENCE_KEYS):
-        writer.writerow([key, "", f"{returns[key].mean():.6f}", encode_scores(returns[key])])
+        writer.writerow([key, "", f"{returns[key].mean():.6f}", f"{RUNS}/{FIXED_FILE}"])
     for key, values in learned.items():
         for seed, seed_values in enumerate(values):
-            writer.writerow([key, seed, f"{seed_values.mean():.6f}", encode_scores(seed_values)])
+            writer.writerow([key, seed, f"{seed_values.mean():.6f}",
+                             run_file(Path(RUNS), key, seed).as_posix()])
     return "\n".join(lines), rows.getvalue()
 
 
@@ -220,7 +225,7 @@ def report(out: Path, scale: str | Scale = "default", jobs: int = 2,
     chosen = SCALES[scale] if isinstance(scale, str) else scale
     folder = Path(out) / RUNS
     settings = chosen.settings()
-    paths = {("fixed", None): folder / "fixed.json"}
+    paths = {("fixed", None): folder / FIXED_FILE}
     paths.update({(key, seed): run_file(folder, key, seed)
                   for seed in range(chosen.seeds) for key in rows})
     kept = {item: read_kept(path, {**settings, "rule_tasks": chosen.rule_tasks}

@@ -41,32 +41,50 @@ def test_a_small_gain_hidden_by_task_noise_is_resolved_because_it_is_paired():
     assert abs(float(versus_bayes.group(1)) - 0.03) < 0.001 and float(versus_bayes.group(2)) > 0.029
     rows = list(csv.DictReader(io.StringIO(columns)))
     assert [row["row"] for row in rows] == ["one-turn", "planner", "bayes-planner"] + ["ppo"] * 5
-    np.testing.assert_allclose(decode_scores(rows[3]["returns"]), ppo[0], atol=5e-5)
+    assert float(rows[4]["mean_return"]) == pytest.approx(ppo[1].mean(), abs=1e-6)
+    assert rows[4]["kept_in"] == "converged_runs/ppo_seed1.json"
+    assert rows[0]["kept_in"] == "converged_runs/fixed.json"
     assert "Wall time per seed: PPO 1.5 min." in markdown
 
 
+def _committed() -> tuple[list[dict], dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """The committed CSV's rows, and the per-task returns of the kept files it names."""
+    rows = list(csv.DictReader(io.StringIO((RESULTS / f"{NAME}.csv").read_text(encoding="utf-8"))))
+    fixed, learned = {}, {}
+    for row in rows:
+        kept = json.loads((RESULTS / row["kept_in"]).read_text(encoding="utf-8"))
+        if row["seed"] == "":
+            fixed[row["row"]] = decode_scores(kept["rows"][row["row"]]["returns"])
+        else:
+            assert (kept["row"], kept["seed"]) == (row["row"], int(row["seed"]))
+            learned.setdefault(row["row"], []).append(decode_scores(kept["returns"]))
+    return rows, fixed, {key: np.array(values) for key, values in learned.items()}
+
+
 def test_the_committed_report_is_rendered_from_its_csv():
-    """Every paired difference and PPO's return, recomputed from the committed per-task returns."""
+    """Every learned row's return and paired differences, from the kept files the CSV names."""
     from cost_envs.metrics import bootstrap_mean_ci
+    from experiments.budgets import BUDGET_ROWS
 
     markdown = (RESULTS / f"{NAME}.md").read_text(encoding="utf-8")
-    rows = list(csv.DictReader(io.StringIO((RESULTS / f"{NAME}.csv").read_text(encoding="utf-8"))))
-    scores = {row["row"]: decode_scores(row["returns"]) for row in rows if row["row"] != "ppo"}
-    ppo = np.array([decode_scores(row["returns"]) for row in rows if row["row"] == "ppo"])
-    rule_key = rows[0]["row"]
-    assert ppo.shape == (5, converged.EPISODES)
-    assert all(len(values) == converged.EPISODES for values in scores.values())
+    rows, fixed, learned = _committed()
+    rule = fixed[rows[0]["row"]]
+    assert set(learned) == set(converged.ROWS)
+    assert all(len(values) == converged.EPISODES for values in fixed.values())
     resamples = converged.SCALES["default"].resamples
 
     def cell(values: np.ndarray) -> str:
         mean, low, high = bootstrap_mean_ci(values, n_resamples=resamples)
         return f"{mean:.4f} [{low:.4f}, {high:.4f}]"
 
-    assert f"| **PPO** (5 seeds) | {cell(ppo)} |" in markdown
-    assert f"PPO - best fixed row: {cell(ppo - scores[rule_key])}" in markdown
-    assert f"PPO - Bayes reference: {cell(ppo - scores['bayes-planner'])}" in markdown
+    for key, values in learned.items():
+        label = BUDGET_ROWS[key].label
+        assert values.shape == (5, converged.EPISODES)
+        assert f"| **{label}** (5 seeds) | {cell(values)} |" in markdown
+        assert f"{label} - best fixed row: {cell(values - rule)}" in markdown
+        assert f"{label} - Bayes reference: {cell(values - fixed['bayes-planner'])}" in markdown
     assert (f"Bayes reference - best fixed row: "
-            f"{cell(scores['bayes-planner'] - scores[rule_key])}") in markdown
+            f"{cell(fixed['bayes-planner'] - rule)}") in markdown
 
 
 @pytest.mark.slow
@@ -112,14 +130,19 @@ def test_a_kept_run_of_other_settings_is_refused_naming_it(tmp_path):
         converged.report(tmp_path, "smoke", rows=("sac",))
 
 
-def test_the_kept_ppo_runs_are_the_committed_reports_seeds():
-    """The five kept PPO runs hold the per-task returns the committed CSV reports."""
-    rows = list(csv.DictReader(io.StringIO((RESULTS / f"{NAME}.csv").read_text(encoding="utf-8"))))
+def test_the_committed_csv_names_kept_runs_of_the_default_scale():
+    """Each row's kept file is of the default scale, and its mean is the row's mean return."""
+    rows, fixed, _ = _committed()
     settings = converged.SCALES["default"].settings()
-    for row in (row for row in rows if row["row"] == "ppo"):
-        kept = read_kept(run_file(RESULTS / converged.RUNS, "ppo",
-                                                      int(row["seed"])), settings)
-        assert kept is not None and kept["returns"] == row["returns"]
+    for row in rows:
+        if row["seed"] == "":
+            values = fixed[row["row"]]
+        else:
+            kept = read_kept(run_file(RESULTS / converged.RUNS, row["row"], int(row["seed"])),
+                             settings)
+            assert kept is not None
+            values = decode_scores(kept["returns"])
+        assert float(row["mean_return"]) == pytest.approx(values.mean(), abs=1e-6)
 
 
 def test_a_bad_scale_is_refused_before_any_training(tmp_path):
