@@ -57,6 +57,7 @@ from agents.learners.common.adapters import plain_linear
 from agents.learners.common.fast_optim import FlatAdam, clip_grad_norm, optimizer_step
 from agents.learners.common.fused_loss import BernoulliPPOLoss
 from agents.learners.common.fused_network import TanhNetwork, fused_step
+from agents.learners.common.fused_numpy import NumpyFusedStep
 
 #: Rollout-buffer arrays a PPO update reads, in SB3's ``RolloutBuffer.get`` order.
 BUFFER_FIELDS = ("observations", "actions", "values", "log_probs", "advantages", "returns")
@@ -142,22 +143,34 @@ class Rollout:
             buffer.generator_ready = True
         self.size = buffer.buffer_size * buffer.n_envs
         # _get_samples: actions cast to float32, the four per-step arrays flattened
-        self.tensors = (
-            torch.as_tensor(buffer.observations, device=buffer.device),
-            torch.as_tensor(buffer.actions.astype(np.float32, copy=False), device=buffer.device),
-            *(torch.as_tensor(buffer.__dict__[name].flatten(), device=buffer.device)
-              for name in BUFFER_FIELDS[2:]),
+        self.arrays = (
+            buffer.observations,
+            buffer.actions.astype(np.float32, copy=False),
+            *(buffer.__dict__[name].flatten() for name in BUFFER_FIELDS[2:]),
         )
+        self.tensors = tuple(torch.as_tensor(array, device=buffer.device)
+                             for array in self.arrays)
 
-    def epoch(self, batch_size: int) -> list[tuple[torch.Tensor, ...]]:
+    def epoch(self, batch_size: int, numpy: bool = False) -> list[tuple[Any, ...]]:
         """This epoch's minibatches, in SB3's order.
 
-        Each is ``(obs, actions, old_values, old_log_prob, advantages, returns)``.
+        Each is ``(obs, actions, old_values, old_log_prob, advantages, returns)``: torch
+        tensors, or with ``numpy`` numpy arrays (the same values; :func:`as_tensors`
+        makes them tensors).
         """
-        order = torch.from_numpy(np.random.permutation(self.size))
-        shuffled = [tensor.index_select(0, order) for tensor in self.tensors]
-        return [tuple(tensor[start:start + batch_size] for tensor in shuffled)
+        order = np.random.permutation(self.size)
+        if numpy:
+            shuffled: list[Any] = [array.take(order, axis=0) for array in self.arrays]
+        else:
+            index = torch.from_numpy(order)
+            shuffled = [tensor.index_select(0, index) for tensor in self.tensors]
+        return [tuple(array[start:start + batch_size] for array in shuffled)
                 for start in range(0, self.size, batch_size)]
+
+
+def as_tensors(batch: tuple[np.ndarray, ...]) -> tuple[torch.Tensor, ...]:
+    """A minibatch of numpy arrays as CPU tensors sharing their memory."""
+    return tuple(torch.from_numpy(array) for array in batch)
 
 
 class FastPPO(PPO):
@@ -315,13 +328,42 @@ class FastPPO(PPO):
         loss = torch.zeros(())
         # Adam over flat buffers from the first update that finds Adam's state
         flat = FlatAdam.attach(optimizer, params)
+        # The plain network's whole fused step in numpy (fused_numpy), once Adam has state
+        in_numpy = network is not None and self.device.type == "cpu"
+        stepper: NumpyFusedStep | None = None
         try:
             for epoch in range(self.n_epochs):
                 kl_epoch: list[Any] = []
                 kl_per_epoch.append(kl_epoch)
                 first_of_epoch = len(ratios)
-                for obs, actions, old_values, old_log_prob, advantages, returns in (
-                        rollout.epoch(self.batch_size)):
+                for minibatch in rollout.epoch(self.batch_size, numpy=in_numpy):
+                    if in_numpy and stepper is None and flat is not None:
+                        stepper = NumpyFusedStep(network, flat, fused_settings,  # type: ignore[arg-type]
+                                                 self.normalize_advantage, self.max_grad_norm)
+                    if stepper is not None:
+                        (loss, policy_loss, value_loss, entropy_loss, aux_term, ratio,
+                         log_ratio) = stepper.gradient(*minibatch)
+                        logs["pg"].append(policy_loss)
+                        logs["value"].append(value_loss)
+                        logs["entropy"].append(entropy_loss)
+                        if aux_term is not None:
+                            logs["aux"].append(aux_term)
+                        ratios.append(torch.from_numpy(ratio))
+                        log_ratios.append(torch.from_numpy(log_ratio))
+                        if self.target_kl is not None:
+                            approx_kl_div = np.mean((ratio - 1) - log_ratio)
+                            kl_epoch.append(approx_kl_div)
+                            if approx_kl_div > 1.5 * self.target_kl:
+                                continue_training = False
+                                if self.verbose >= 1:
+                                    print(f"Early stopping at step {epoch} due to reaching "
+                                          f"max kl: {approx_kl_div:.2f}")
+                                break
+                        stepper.update()
+                        continue
+                    if in_numpy:
+                        minibatch = as_tensors(minibatch)
+                    obs, actions, old_values, old_log_prob, advantages, returns = minibatch
                     by_hand = False
                     if fused:
                         if self.normalize_advantage and len(advantages) > 1:
@@ -379,8 +421,12 @@ class FastPPO(PPO):
                 if not continue_training:
                     break
         finally:
+            if stepper is not None:
+                stepper.finish()
             if flat is not None:
                 flat.release()
+        if not isinstance(loss, torch.Tensor):
+            loss = torch.as_tensor(loss)
         self._record_train_logs(logs, ratios, kl_per_epoch, clip_range, clip_range_vf, loss)
 
     def _record_train_logs(self, logs: dict[str, list[torch.Tensor]],
@@ -405,9 +451,11 @@ class FastPPO(PPO):
             self.logger.record("train/clip_range_vf", clip_range_vf)
 
 
-def as_floats(values: list[torch.Tensor]) -> list[float]:
-    """0-d tensors as the floats ``.item()`` gives, in one conversion."""
-    return torch.stack(values).tolist() if values else []
+def as_floats(values: list[Any]) -> list[float]:
+    """0-d tensors (or numpy scalars) as the floats ``.item()`` gives."""
+    if all(isinstance(value, torch.Tensor) for value in values):
+        return torch.stack(values).tolist() if values else []  # one conversion
+    return [value.item() for value in values]
 
 
 def clip_fractions(ratios: list[torch.Tensor], clip_range: float) -> list[float]:
