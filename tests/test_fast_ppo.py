@@ -384,7 +384,6 @@ def test_the_numpy_fused_step_is_the_torch_fused_step(every_term: bool) -> None:
                                                      advantages, returns)))
             grad = flat.buffers["grad"].clone()
             step.update()
-            step.finish()
             logged = [float(out[i]) for i in (0, 1, 2, 3)]
             assert (out[4] is not None) == every_term
         else:
@@ -395,10 +394,10 @@ def test_the_numpy_fused_step_is_the_torch_fused_step(every_term: bool) -> None:
             flat.clip(0.5)
             flat.step()
             logged = [float(loss), *(float(v) for v in settings["out"][:3])]
-        states.append((logged, grad, *(flat.buffers[k].clone() for k in
-                                       ("param", "exp_avg", "exp_avg_sq")),
-                       [float(s) for s in flat.steps]))
-        flat.release()
+        buffers = [flat.buffers[k].clone() for k in ("param", "exp_avg", "exp_avg_sq")]
+        flat.release()  # writes the step count into Adam's state
+        states.append((logged, grad, *buffers,
+                       [float(policy.optimizer.state[p]["step"]) for p in params]))
     (torch_logs, *torch_state, torch_steps), (numpy_logs, *numpy_state, numpy_steps) = states
     assert numpy_logs == pytest.approx(torch_logs, rel=1e-5)
     assert numpy_steps == torch_steps == [2.0] * len(torch_steps)

@@ -305,7 +305,8 @@ class FastPPO(PPO):
         values = values.flatten()
         if self.normalize_advantage and len(advantages) > 1:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-        ratio = torch.exp(log_prob - old_log_prob)
+        log_ratio = log_prob - old_log_prob
+        ratio = torch.exp(log_ratio)
         policy_loss = -torch.min(
             advantages * ratio,
             advantages * torch.clamp(ratio, 1 - clip_range, 1 + clip_range)).mean()
@@ -321,10 +322,9 @@ class FastPPO(PPO):
         if aux_term is not None:
             loss = loss + self.aux_coef * aux_term
             logs["aux"].append(aux_term.detach())
-        with torch.no_grad():
-            log_ratio = log_prob - old_log_prob
+        # SB3 recomputes log_prob - old_log_prob without a graph: the same values
         return loss, policy_loss.detach(), value_loss.detach(), entropy_loss.detach(), ratio, \
-            log_ratio
+            log_ratio.detach()
 
     def train(self) -> None:
         """SB3's ``PPO.train``: the same minibatches, losses, updates and logs (see the module)."""
@@ -450,8 +450,6 @@ class FastPPO(PPO):
                 if not continue_training:
                     break
         finally:
-            if stepper is not None:
-                stepper.finish()
             if flat is not None:
                 flat.release()
         if not isinstance(loss, torch.Tensor):

@@ -85,9 +85,6 @@ class NumpyFusedStep:
                zip(self.slices, flat.slices, strict=True) for group in groups):
             raise ValueError("NumpyFusedStep: learning rates differ within a run of groups")
         self.beta1, self.beta2, self.eps = flat.beta1, flat.beta2, flat.eps
-        #: Adam steps taken here, added to the optimizer's step counts by :meth:`finish`.
-        self.taken = 0
-        self.first_step = float(flat.steps[0].item())
 
     def gradient(self, obs: np.ndarray, actions: np.ndarray, old_values: np.ndarray,
                  old_log_prob: np.ndarray, advantages: np.ndarray, returns: np.ndarray,
@@ -183,8 +180,7 @@ class NumpyFusedStep:
         coef = self.max_grad_norm / (total + 1e-6)
         if coef < 1.0:
             grad *= np.float32(coef)
-        self.taken += 1
-        step = self.first_step + self.taken
+        step = self.flat.advance()  # FlatAdam.release writes it into Adam's state
         # exp_avg.lerp_(grad, 1 - beta1)
         np.subtract(grad, exp_avg, out=scratch)
         scratch *= np.float32(1 - self.beta1)
@@ -204,10 +200,3 @@ class NumpyFusedStep:
             update = self.scratch2[start:end]
             update *= np.float32(step_size)
             self.param[start:end] -= update
-
-    def finish(self) -> None:
-        """Add the steps taken to the optimizer's step counts (Adam's ``state["step"]``)."""
-        if self.taken:
-            torch._foreach_add_(self.flat.steps, float(self.taken))
-            self.first_step += self.taken
-            self.taken = 0
