@@ -52,7 +52,6 @@ from stable_baselines3.common.torch_layers import MlpExtractor
 from stable_baselines3.common.utils import explained_variance, obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv
 from torch.nn import functional as F
-from torch.nn.modules.module import _global_forward_hooks, _global_forward_pre_hooks
 
 from agents.learners.common.adapters import plain_linear
 from agents.learners.common.fast_optim import FlatAdam, clip_grad_norm, optimizer_step
@@ -99,28 +98,6 @@ def bernoulli_heads(policy: ActorCriticPolicy, obs: torch.Tensor,
     return plain_linear(policy.action_net, latent_pi), plain_linear(policy.value_net, latent_vf)
 
 
-def plain_network(policy: Any) -> TanhNetwork | None:
-    """The plain network of a :func:`fast_bernoulli` policy for :func:`network_heads`, or ``None``.
-
-    ``None`` also while global module hooks are set (``nn.Module.__call__`` would run them).
-    """
-    if (_global_forward_hooks or _global_forward_pre_hooks or not fast_bernoulli(policy)):
-        return None
-    return TanhNetwork.of(policy)
-
-
-def network_heads(network: TanhNetwork, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`bernoulli_heads` of :func:`plain_network`'s network, without module dispatch.
-
-    Its ``F.linear`` and ``tanh`` calls in its order: the same values and the same graph.
-    """
-    hidden = obs.float()
-    for layer in network.encoder:
-        hidden = torch.tanh(F.linear(hidden, layer.weight, layer.bias))
-    return (F.linear(hidden, network.action.weight, network.action.bias),
-            F.linear(hidden, network.value.weight, network.value.bias))
-
-
 def bernoulli_log_prob(logits: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
     """``Bernoulli(logits=logits).log_prob(actions).sum(dim=1)``: torch's own formula."""
     return -F.binary_cross_entropy_with_logits(logits, actions, reduction="none").sum(dim=1)
@@ -133,17 +110,14 @@ def bernoulli_entropy(logits: torch.Tensor) -> torch.Tensor:
 
 
 def rollout_step(policy: ActorCriticPolicy, obs: torch.Tensor,
-                 network: TanhNetwork | None = None,
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``policy(obs)`` (sampled actions, values, log-probabilities) of a Bernoulli policy.
 
     The same operations and the same draw from torch's generator as SB3's
     ``ActorCriticPolicy.forward``: ``Bernoulli.sample`` is ``torch.bernoulli`` of
-    ``sigmoid(logits)``. ``network``: the policy's :func:`plain_network`, if it has one.
-    Call it under ``torch.no_grad()``.
+    ``sigmoid(logits)``. Call it under ``torch.no_grad()``.
     """
-    logits, values = (bernoulli_heads(policy, obs) if network is None
-                      else network_heads(network, obs))
+    logits, values = bernoulli_heads(policy, obs)
     actions = torch.bernoulli(torch.sigmoid(logits))
     log_prob = bernoulli_log_prob(logits, actions)
     return actions.reshape((-1, *policy.action_space.shape)), values, log_prob
@@ -237,11 +211,10 @@ class FastPPO(PPO):
         rollout_buffer.reset()
         callback.on_rollout_start()
         policy, device = self.policy, self.device
-        network = plain_network(policy)
         while n_steps < n_rollout_steps:
             with torch.no_grad():
                 obs_tensor = obs_as_tensor(self._last_obs, device)  # type: ignore[arg-type]
-                actions, values, log_probs = rollout_step(policy, obs_tensor, network)
+                actions, values, log_probs = rollout_step(policy, obs_tensor)
             actions = actions.cpu().numpy()
             clipped_actions = actions  # SB3's name, in the callback's locals
             new_obs, rewards, dones, infos = env.step(actions)
@@ -279,8 +252,7 @@ class FastPPO(PPO):
         summing gradients). Subclasses that add a loss term return what it needs as ``aux``.
         """
         if self._fast_heads:
-            logits, values = (bernoulli_heads(self.policy, obs) if self._network is None
-                              else network_heads(self._network, obs))
+            logits, values = bernoulli_heads(self.policy, obs)
             log_prob = bernoulli_log_prob(logits, actions)
             return values, log_prob, bernoulli_entropy(logits), None
         values, log_prob, entropy = self.policy.evaluate_actions(obs, actions)
@@ -334,7 +306,6 @@ class FastPPO(PPO):
         clip_range_vf = (None if self.clip_range_vf is None else
                          self.clip_range_vf(self._current_progress_remaining))  # type: ignore[operator]
         self._fast_heads = fast_bernoulli(self.policy)
-        self._network = plain_network(self.policy)
         costs = self._fused_costs()
         fused = self.fused_loss and self._fast_heads and costs is not False
         fused_settings = {"clip_range": clip_range, "clip_range_vf": clip_range_vf,
