@@ -31,7 +31,9 @@ through SB3's own code for that piece, so the results are SB3's there too.
 respect to the logits and values as one autograd node
 (:class:`agents.learners.common.fused_loss.BernoulliPPOLoss`), and for the PPO baseline's plain
 network the network's backward by hand too (:mod:`agents.learners.common.fused_network`), so that
-an update builds no graph at all; float-close to SB3's, not bit-identical
+an update builds no graph at all; on CPU that whole gradient step (and the clipping and Adam
+step) runs in numpy (:class:`agents.learners.common.fused_numpy.NumpyFusedStep`), whose calls
+cost a fraction of torch's on arrays this small. Float-close to SB3's, not bit-identical
 (``benchmarks/ppo_fused_curves.py`` compares the learning curves). Off by default.
 """
 
@@ -52,6 +54,7 @@ from stable_baselines3.common.torch_layers import MlpExtractor
 from stable_baselines3.common.utils import explained_variance, obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv
 from torch.nn import functional as F
+from torch.nn.modules.module import _global_forward_hooks, _global_forward_pre_hooks
 
 from agents.learners.common.adapters import plain_linear
 from agents.learners.common.fast_optim import FlatAdam, clip_grad_norm, optimizer_step
@@ -83,8 +86,14 @@ def fast_bernoulli(policy: Any) -> bool:
 
 def _latents(policy: ActorCriticPolicy, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     # SB3's extract_features (a Box observation is only cast to float) and MlpExtractor;
-    # an empty MlpExtractor (the allocator's net_arch=[]) returns its input twice.
-    features = policy.features_extractor(obs.float())
+    # an empty MlpExtractor (the allocator's net_arch=[]) returns its input twice. The
+    # extractor's own forward, without nn.Module.__call__'s dispatch when no hook is set.
+    extractor = policy.features_extractor
+    if (extractor._forward_hooks or extractor._forward_pre_hooks or _global_forward_hooks
+            or _global_forward_pre_hooks):
+        features = extractor(obs.float())
+    else:
+        features = extractor.forward(obs.float())
     mlp = policy.mlp_extractor
     if len(mlp.policy_net) == 0 and len(mlp.value_net) == 0:
         return features, features
