@@ -403,3 +403,42 @@ def test_the_numpy_fused_step_is_the_torch_fused_step(every_term: bool) -> None:
     assert numpy_steps == torch_steps == [2.0] * len(torch_steps)
     for ours, theirs in zip(numpy_state, torch_state, strict=True):
         assert torch.allclose(ours, theirs, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("clip_range_vf", [None, 0.1])
+def test_the_exact_backward_is_autograds_bit_for_bit(monkeypatch, clip_range_vf) -> None:
+    # agents.learners.common.exact_backward: SB3's loss and autograd's gradients of it,
+    # replayed without a graph, to the last bit; on a minibatch of 48 (not a power of 2:
+    # the means' divisions round) with advantages, ties and value clipping.
+    from agents.learners.common.exact_backward import ExactStep
+    from agents.learners.common.fused_network import TanhNetwork
+
+    torch.manual_seed(0)
+    model = FastPPO(AllocatorPolicy, make_batched_vec_env(ENV_ID, 2, seed=5),
+                    policy_kwargs={"lora_rank": None}, seed=1, **SMALL)
+    policy, params = model.policy, list(model.policy.parameters())
+    obs, actions, advantages, returns, old_values, _, old_log_prob = (
+        t[:48] for t in _a_minibatch(policy))
+    old_values = old_values * 0.05  # some values inside the value clip range, some out
+    model._fast_heads = True  # what train() sets for this policy
+    logs: dict[str, list[torch.Tensor]] = {"aux": []}
+    eager = model._eager_loss(obs, actions, old_values, old_log_prob, advantages, returns,
+                              0.2, clip_range_vf, logs)
+    expected = torch.autograd.grad(eager[0], params)
+    for param in params:  # stale values the backward must overwrite, not add to
+        param.grad = torch.full_like(param, 7.0)
+    network = TanhNetwork.of(policy)
+    assert network is not None
+    step = ExactStep(network)
+    ours = step.loss(obs, actions, old_values, old_log_prob, advantages, returns, 0.2,
+                     clip_range_vf, model.ent_coef, model.vf_coef, True)
+    assert all(torch.equal(a.detach(), b) for a, b in zip(eager, ours, strict=True))
+    step.backward()
+    for param, theirs in zip(params, expected, strict=True):
+        assert torch.equal(param.grad, theirs)
+    # FastPPO trains through it (every minibatch but the first, before Adam has state)
+    calls = []
+    real = ExactStep.backward
+    monkeypatch.setattr(ExactStep, "backward", lambda self: calls.append(1) or real(self))
+    _learn(FastPPO, 2, 2 * 64 * 2)
+    assert len(calls) == 2 * 3 * (2 * 64 // 32) - 1

@@ -39,7 +39,6 @@ cost a fraction of torch's on arrays this small. Float-close to SB3's, not bit-i
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -57,13 +56,18 @@ from torch.nn import functional as F
 from torch.nn.modules.module import _global_forward_hooks, _global_forward_pre_hooks
 
 from agents.learners.common.adapters import plain_linear
+from agents.learners.common.exact_backward import ExactStep
 from agents.learners.common.fast_optim import FlatAdam, clip_grad_norm, optimizer_step
 from agents.learners.common.fused_loss import BernoulliPPOLoss
 from agents.learners.common.fused_network import TanhNetwork, fused_step
 from agents.learners.common.fused_numpy import NumpyFusedStep
-
-#: Rollout-buffer arrays a PPO update reads, in SB3's ``RolloutBuffer.get`` order.
-BUFFER_FIELDS = ("observations", "actions", "values", "log_probs", "advantages", "returns")
+from agents.learners.common.rollout import (
+    Rollout,
+    approx_kls,
+    as_floats,
+    as_tensors,
+    clip_fractions,
+)
 
 
 def fast_bernoulli(policy: Any) -> bool:
@@ -130,56 +134,6 @@ def rollout_step(policy: ActorCriticPolicy, obs: torch.Tensor,
     actions = torch.bernoulli(torch.sigmoid(logits))
     log_prob = bernoulli_log_prob(logits, actions)
     return actions.reshape((-1, *policy.action_space.shape)), values, log_prob
-
-
-class Rollout:
-    """A full rollout buffer as flat torch tensors, and each epoch's shuffled minibatches.
-
-    Flattens the buffer as SB3's ``RolloutBuffer.get`` does (in place, so that what SB3
-    reads afterwards, ``explained_variance`` among it, is unchanged) and converts each
-    array once. :meth:`epoch` draws the epoch's permutation from numpy's global generator,
-    one ``np.random.permutation`` as ``get`` does, gathers every field once in that order
-    and yields contiguous ``batch_size`` row slices: the rows, values and dtypes of the
-    minibatches SB3 makes.
-    """
-
-    def __init__(self, buffer: RolloutBuffer) -> None:
-        if not buffer.full:
-            raise ValueError("Rollout: the rollout buffer is not full; collect a rollout first")
-        if not buffer.generator_ready:
-            for name in BUFFER_FIELDS:
-                buffer.__dict__[name] = buffer.swap_and_flatten(buffer.__dict__[name])
-            buffer.generator_ready = True
-        self.size = buffer.buffer_size * buffer.n_envs
-        # _get_samples: actions cast to float32, the four per-step arrays flattened
-        self.arrays = (
-            buffer.observations,
-            buffer.actions.astype(np.float32, copy=False),
-            *(buffer.__dict__[name].flatten() for name in BUFFER_FIELDS[2:]),
-        )
-        self.tensors = tuple(torch.as_tensor(array, device=buffer.device)
-                             for array in self.arrays)
-
-    def epoch(self, batch_size: int, numpy: bool = False) -> list[tuple[Any, ...]]:
-        """This epoch's minibatches, in SB3's order.
-
-        Each is ``(obs, actions, old_values, old_log_prob, advantages, returns)``: torch
-        tensors, or with ``numpy`` numpy arrays (the same values; :func:`as_tensors`
-        makes them tensors).
-        """
-        order = np.random.permutation(self.size)
-        if numpy:
-            shuffled: list[Any] = [array.take(order, axis=0) for array in self.arrays]
-        else:
-            index = torch.from_numpy(order)
-            shuffled = [tensor.index_select(0, index) for tensor in self.tensors]
-        return [tuple(array[start:start + batch_size] for array in shuffled)
-                for start in range(0, self.size, batch_size)]
-
-
-def as_tensors(batch: tuple[np.ndarray, ...]) -> tuple[torch.Tensor, ...]:
-    """A minibatch of numpy arrays as CPU tensors sharing their memory."""
-    return tuple(torch.from_numpy(array) for array in batch)
 
 
 class FastPPO(PPO):
@@ -324,6 +278,10 @@ class FastPPO(PPO):
         # The plain network's backward by hand too (float-close,
         # agents.learners.common.fused_network)
         network = TanhNetwork.of(self.policy) if fused else None
+        # SB3's loss on the plain network with autograd's backward replayed exactly
+        # (agents.learners.common.exact_backward): bit for bit, without a graph
+        exact = (ExactStep(plain) if not fused and self._fast_heads and _sb3_loss(self)
+                 and (plain := TanhNetwork.of(self.policy)) is not None else None)
         params = list(self.policy.parameters())  # clip_grad_norm_ skips those without grad
         optimizer = self.policy.optimizer
         optimizer_params = [p for group in optimizer.param_groups for p in group["params"]]
@@ -390,6 +348,13 @@ class FastPPO(PPO):
                          log_ratio) = fused_settings["out"]
                         if aux_term is not None:
                             logs["aux"].append(aux_term)
+                    elif exact is not None and flat is not None:
+                        (loss, policy_loss, value_loss, entropy_loss, ratio,
+                         log_ratio) = exact.loss(obs, actions, old_values, old_log_prob,
+                                                 advantages, returns, clip_range, clip_range_vf,
+                                                 self.ent_coef, self.vf_coef,
+                                                 self.normalize_advantage)
+                        by_hand = True
                     else:
                         (loss, policy_loss, value_loss, entropy_loss, ratio,
                          log_ratio) = self._eager_loss(obs, actions, old_values, old_log_prob,
@@ -411,7 +376,9 @@ class FastPPO(PPO):
                                       f"{approx_kl_div:.2f}")
                             break
                     if flat is not None:
-                        if not by_hand:  # by hand, the gradients are written already
+                        if exact is not None and not fused:
+                            exact.backward()  # writes every gradient
+                        elif not by_hand:  # by hand, the gradients are written already
                             flat.zero_grad()
                             loss.backward()
                         flat.clip(self.max_grad_norm)
@@ -424,7 +391,7 @@ class FastPPO(PPO):
                     optimizer_step(optimizer)
                     flat = FlatAdam.attach(optimizer, params)  # Adam has its state now
                 if self.target_kl is None:  # the epoch's KL estimates, computed once
-                    kl_epoch.extend(_approx_kls(ratios[first_of_epoch:],
+                    kl_epoch.extend(approx_kls(ratios[first_of_epoch:],
                                                 log_ratios[first_of_epoch:]))
                 self._n_updates += 1
                 if not continue_training:
@@ -458,40 +425,8 @@ class FastPPO(PPO):
             self.logger.record("train/clip_range_vf", clip_range_vf)
 
 
-def as_floats(values: list[Any]) -> list[float]:
-    """0-d tensors (or numpy scalars) as the floats ``.item()`` gives."""
-    if all(isinstance(value, torch.Tensor) for value in values):
-        return torch.stack(values).tolist() if values else []  # one conversion
-    return [value.item() for value in values]
-
-
-def clip_fractions(ratios: list[torch.Tensor], clip_range: float) -> list[float]:
-    """Each minibatch's ``mean(|ratio - 1| > clip_range)``, as SB3's ``.item()`` floats.
-
-    A mean of 0/1 values is a count over the minibatch size whatever the summation order,
-    so the row means of same-sized minibatches stacked are SB3's per-minibatch values.
-    """
-    return _by_size(ratios, lambda r: ((r - 1).abs() > clip_range).float().mean(dim=-1))
-
-
-def _approx_kls(ratios: list[torch.Tensor], log_ratios: list[torch.Tensor]) -> list[Any]:
-    """SB3's per-minibatch ``mean((exp(log_ratio) - 1) - log_ratio)`` as float32 scalars.
-
-    ``ratio`` is ``exp(log_ratio)`` already (the same operation on the same values).
-    """
-    return [torch.mean((ratio - 1) - log_ratio).numpy()
-            for ratio, log_ratio in zip(ratios, log_ratios, strict=True)]
-
-
-def _by_size(tensors: list[torch.Tensor],
-             rows: Callable[[torch.Tensor], torch.Tensor]) -> list[float]:
-    """``rows`` applied to runs of same-length tensors stacked, as floats in order."""
-    out: list[float] = []
-    start = 0
-    while start < len(tensors):
-        end = start
-        while end < len(tensors) and len(tensors[end]) == len(tensors[start]):
-            end += 1
-        out.extend(rows(torch.stack(tensors[start:end])).tolist())
-        start = end
-    return out
+def _sb3_loss(model: FastPPO) -> bool:
+    """Whether ``model``'s loss is SB3's: no subclass changes its terms."""
+    cls = type(model)
+    return (cls._evaluate is FastPPO._evaluate and cls._aux_loss is FastPPO._aux_loss
+            and cls._eager_loss is FastPPO._eager_loss)
