@@ -14,9 +14,10 @@ one torch thread, the native batched env (``make_batched_vec_env``), seed 0, for
   callback included), extracted with ``git archive``; without git or the ref, the row is
   left out and the ratios are to ``SB3 PPO`` below;
 * ``SB3 PPO``: SB3's ``PPO`` on this tree (its faster policy forward and callback);
-* ``FastPPO``: :class:`agents.learners.ppo.FastPPO`, SB3's updates bit for bit;
-* ``FastPPO fused``: ``FastPPO(fused_loss=True)``, the loss's gradient by hand
-  (float-close).
+* ``FastPPO``: :class:`agents.learners.ppo.FastPPO`, SB3's updates bit for bit (autograd's
+  backward replayed without a graph);
+* ``FastPPO fused``: ``FastPPO(fused_loss=True)``, the loss's and the network's gradient
+  by hand, the whole gradient step in numpy (float-close).
 
 Each run is a fresh process (its imports are not timed); per ``n_envs`` (1, 16, 64) each
 round runs every learner once, the order reversed every other round. A rate is env steps

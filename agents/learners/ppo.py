@@ -15,7 +15,10 @@ per-call overhead, not in arithmetic (``benchmarks/ppo_throughput.py`` measures 
   ``torch.nn.utils.clip_grad_norm_`` and ``torch.optim.Adam``'s single-tensor step, run
   once over flat buffers that every parameter, gradient and moment is a view of during
   the update (:class:`agents.learners.common.fast_optim.FlatAdam`; Adam's operations are
-  elementwise).
+  elementwise). For the PPO baseline's plain network and SB3's loss the update builds no
+  autograd graph: :class:`agents.learners.common.exact_backward.ExactStep` runs the loss
+  without one and then the operations autograd's backward would run, the same kernels on
+  the same values, so the same gradients to the last bit.
 * **Rollout** (:meth:`FastPPO.collect_rollouts`). The same forward pass without a
   distribution object, and the time-limit bootstrap visits only the sub-envs that ended.
 
