@@ -38,6 +38,23 @@ class ExactStep:
     def __init__(self, network: TanhNetwork) -> None:
         self.network = network
         self.saved: tuple[Any, ...] = ()
+        self.constants: dict[tuple[Any, ...], tuple[torch.Tensor, ...]] = {}
+
+    @staticmethod
+    def _constants(n: int, width: int, dtype: torch.dtype, ent_coef: float,
+                   vf_coef: float) -> tuple[torch.Tensor, ...]:
+        """The backward's tensors that depend only on the minibatch's shape and the weights.
+
+        ``(zero, d value_loss, d min, d min / 2, d entropy terms)``: the loss's gradient 1
+        through ``loss = policy_loss + ent_coef * entropy_loss + vf_coef * value_loss``,
+        ``-mean`` (the expanded gradient over the count) and the entropy's ``sum``.
+        """
+        one = torch.ones((), dtype=dtype)
+        grad_value_loss, grad_entropy_loss = one * vf_coef, one * ent_coef
+        grad_min = (-one).expand(n) / n
+        grad_entropy = ((-grad_entropy_loss).expand(n) / n).unsqueeze(1).expand(n, width)
+        return (torch.zeros((), dtype=dtype), grad_value_loss, grad_min, grad_min / 2,
+                grad_entropy)
 
     @torch.no_grad()
     def loss(self, obs: torch.Tensor, actions: torch.Tensor, old_values: torch.Tensor,
@@ -90,10 +107,10 @@ class ExactStep:
          dtype) = self.saved
         self.saved = ()
         n, width = logits.shape
-        one = torch.ones((), dtype=dtype)
-        zero = torch.zeros((), dtype=dtype)
-        # loss = policy_loss + ent_coef * entropy_loss + vf_coef * value_loss
-        grad_value_loss, grad_entropy_loss = one * vf_coef, one * ent_coef
+        key = (n, width, dtype, ent_coef, vf_coef)
+        if key not in self.constants:  # the same for every minibatch of this shape
+            self.constants = {key: self._constants(n, width, dtype, ent_coef, vf_coef)}
+        zero, grad_value_loss, grad_min, half_min, grad_entropy = self.constants[key]
         # value_loss = mse_loss(returns, values_pred): the target's gradient
         grad_values = torch.ops.aten.mse_loss_backward(grad_value_loss, values_pred, returns, 1)
         if delta is not None:  # values_pred = old + clamp(values - old)
@@ -101,8 +118,7 @@ class ExactStep:
             grad_values = torch.where(inside, grad_values, zero)
         grad_values = grad_values.view(n, 1)
         # policy_loss = -mean(minimum(A r, A clamp(r)))
-        grad_min = (-one).expand(n) / n
-        split = torch.where(surrogate == surrogate_clipped, grad_min / 2, grad_min)
+        split = torch.where(surrogate == surrogate_clipped, half_min, grad_min)
         grad_surrogate = split.masked_fill(surrogate > surrogate_clipped, 0)
         grad_clipped = split.masked_fill(surrogate < surrogate_clipped, 0)
         inside = (ratio >= 1 - clip_range).logical_and_(ratio <= 1 + clip_range)
@@ -112,7 +128,6 @@ class ExactStep:
         grad_bce = (-(grad_ratio * ratio)).unsqueeze(1).expand(n, width)
         grad_logits = (torch.sigmoid(logits) - actions) * grad_bce
         # entropy_loss = -mean(sum(bce(logits, sigmoid(logits))))
-        grad_entropy = ((-grad_entropy_loss).expand(n) / n).unsqueeze(1).expand(n, width)
         grad_logits = grad_logits + (torch.sigmoid(logits) - probs) * grad_entropy
         grad_logits = grad_logits + torch.ops.aten.sigmoid_backward(-logits * grad_entropy,
                                                                     probs)
