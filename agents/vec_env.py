@@ -185,16 +185,30 @@ def split_info(info: dict[str, Any], num_envs: int) -> list[dict[str, Any]]:
     """A vector info (``key`` and ``_key`` mask) as one dict per sub-env, plain Python values.
 
     ``final_obs``, ``final_info`` and their masks are left out (the caller unpacks them).
+    A scalar column becomes its Python values (``tolist``, what ``.item()`` gives); an
+    array column is copied once and each sub-env gets its row of the copy. Keys keep
+    their order; the leading keys every sub-env reported build each dict in one call.
     """
-    out: list[dict[str, Any]] = [{} for _ in range(num_envs)]
+    full_keys: list[str] = []
+    full_columns: list[list[Any]] = []
+    partial: list[tuple[str, list[Any], list[int]]] = []
     for key, values in info.items():
         if key.startswith("_") or key in ("final_obs", "final_info"):
             continue
         mask = info[f"_{key}"]
-        rows = mask.nonzero()[0].tolist()
-        scalars = values.ndim == 1
+        column = values.tolist() if values.ndim == 1 else list(values.copy())
+        if not partial and mask.all():
+            full_keys.append(key)
+            full_columns.append(column)
+        else:
+            partial.append((key, column, mask.nonzero()[0].tolist()))
+    if full_keys:
+        out = [dict(zip(full_keys, row, strict=True)) for row in zip(*full_columns, strict=True)]
+    else:
+        out = [{} for _ in range(num_envs)]
+    for key, column, rows in partial:
         for i in rows:
-            out[i][key] = values[i].item() if scalars else values[i].copy()
+            out[i][key] = column[i]
     return out
 
 

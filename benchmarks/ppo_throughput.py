@@ -14,9 +14,10 @@ one torch thread, the native batched env (``make_batched_vec_env``), seed 0, for
   callback included), extracted with ``git archive``; without git or the ref, the row is
   left out and the ratios are to ``SB3 PPO`` below;
 * ``SB3 PPO``: SB3's ``PPO`` on this tree (its faster policy forward and callback);
-* ``FastPPO``: :class:`agents.learners.ppo.FastPPO`, SB3's updates bit for bit;
-* ``FastPPO fused``: ``FastPPO(fused_loss=True)``, the loss's gradient by hand
-  (float-close).
+* ``FastPPO``: :class:`agents.learners.ppo.FastPPO`, SB3's updates bit for bit (autograd's
+  backward replayed without a graph);
+* ``FastPPO fused``: ``FastPPO(fused_loss=True)``, the loss's and the network's gradient
+  by hand, the whole gradient step in numpy (float-close).
 
 Each run is a fresh process (its imports are not timed); per ``n_envs`` (1, 16, 64) each
 round runs every learner once, the order reversed every other round. A rate is env steps
@@ -61,10 +62,14 @@ import json, sys, time
 import torch
 from stable_baselines3 import PPO
 from agents.callbacks import CostMetricsCallback
-from agents.learners.common.policies import AllocatorPolicy
-from agents.learners.training import PPO_SETTINGS, quiet_logger
 from agents.vec_env import make_batched_vec_env
 spec = json.loads(sys.argv[1])
+if spec["learners_package"]:
+    from agents.learners.common.policies import AllocatorPolicy
+    from agents.learners.training import PPO_SETTINGS, quiet_logger
+else:  # a tree from before agents/learners/ (issue #25), the baseline ref's
+    from agents.lora.policies import AllocatorPolicy
+    from agents.lora.training import PPO_SETTINGS, quiet_logger
 torch.set_num_threads(1)
 if spec["learner"] == "sb3":
     base = PPO
@@ -125,13 +130,24 @@ def learners(baseline: Path | None, big_batches: bool) -> dict[str, dict[str, An
     return out
 
 
+def has_learners_package(tree: Path) -> bool:
+    """Whether ``tree`` keeps its learners in ``agents/learners/`` (not before issue #25).
+
+    The child imports the policy and the settings from where the tree has them: it must
+    not import an older tree's missing ``agents.learners`` from this checkout (an
+    editable install would resolve it here).
+    """
+    return (tree / "agents" / "learners").is_dir()
+
+
 def run(spec: dict[str, Any], n_envs: int, steps: int, weights: Path) -> dict[str, Any]:
     """One learner's training run in a fresh process."""
     import torch
 
     arguments = json.dumps({"env_id": ENV_ID, "n_envs": n_envs, "steps": steps,
                             "learner": spec["learner"], "settings": spec["settings"],
-                            "extra": spec["extra"], "weights": str(weights)})
+                            "extra": spec["extra"], "weights": str(weights),
+                            "learners_package": has_learners_package(Path(spec["tree"]))})
     env = {**os.environ, "PYTHONPATH": str(spec["tree"]), "OMP_NUM_THREADS": "1",
            "MKL_NUM_THREADS": "1"}
     done = subprocess.run([sys.executable, "-c", CHILD, arguments], env=env, check=True,

@@ -187,14 +187,14 @@ def test_sb3_contribs_recurrent_ppo_is_fixed_by_use_float_actions() -> None:
 
 
 def test_fused_loss_is_float_close_to_sb3_and_learns_the_same(monkeypatch) -> None:
-    # The loss's gradient by hand, and (plain network) the network's: the same updates up
-    # to float rounding. After 4 updates of 3 epochs the weights agree to about 1e-6 and
-    # the training curve is the same.
-    from agents.learners import ppo as fast_ppo
+    # The loss's gradient by hand, and (plain network) the network's, in numpy: the same
+    # updates up to float rounding. After 4 updates of 3 epochs the weights agree to about
+    # 1e-6 and the training curve is the same.
+    from agents.learners.common.fused_numpy import NumpyFusedStep
 
     by_hand = []
-    real_step = fast_ppo.fused_step
-    monkeypatch.setattr(fast_ppo, "fused_step",
+    real_step = NumpyFusedStep.gradient
+    monkeypatch.setattr(NumpyFusedStep, "gradient",
                         lambda *args: by_hand.append(1) or real_step(*args))
     fused, fused_logs, fused_history = _learn(FastPPO, 3, 4 * 64 * 3, fused_loss=True)
     # every minibatch but the first (Adam has no state before it) goes by hand
@@ -351,3 +351,94 @@ def test_corl_and_the_multi_tenant_learners_train_sb3s_ppo_bit_for_bit(monkeypat
     for tenant in ours.policies:
         assert _same_tensors(ours.policies[tenant].state_dict(),
                              theirs.policies[tenant].state_dict())
+
+
+@pytest.mark.parametrize("every_term", [False, True])
+def test_the_numpy_fused_step_is_the_torch_fused_step(every_term: bool) -> None:
+    # agents.learners.common.fused_numpy: the same loss, gradient, clipping and Adam step
+    # as fused_step + FlatAdam, up to float rounding; with value clipping and the cost term.
+    from agents.learners.common.fast_optim import FlatAdam
+    from agents.learners.common.fused_network import TanhNetwork, fused_step
+    from agents.learners.common.fused_numpy import NumpyFusedStep
+
+    torch.manual_seed(0)
+    states = []
+    for use_numpy in (False, True):
+        model = FastPPO(AllocatorPolicy, make_batched_vec_env(ENV_ID, 2, seed=5),
+                        policy_kwargs={"lora_rank": None}, seed=1, **SMALL)
+        policy, params = model.policy, list(model.policy.parameters())
+        if not use_numpy:
+            batch = _a_minibatch(policy)
+        obs, actions, advantages, returns, old_values, costs, old_log_prob = batch
+        sum((p * p).sum() for p in params).backward()  # Adam's state, a first step
+        policy.optimizer.step()
+        flat = FlatAdam.attach(policy.optimizer, params)
+        network = TanhNetwork.of(policy)
+        assert flat is not None and network is not None
+        settings = {"clip_range": 0.2, "clip_range_vf": 0.1 if every_term else None,
+                    "ent_coef": 0.01, "vf_coef": 0.5, "aux_coef": 0.3,
+                    "costs": costs if every_term else None, "out": []}
+        if use_numpy:
+            step = NumpyFusedStep(network, flat, settings, True, 0.5)
+            out = step.gradient(*(t.numpy() for t in (obs, actions, old_values, old_log_prob,
+                                                     advantages, returns)))
+            grad = flat.buffers["grad"].clone()
+            step.update()
+            logged = [float(out[i]) for i in (0, 1, 2, 3)]
+            assert (out[4] is not None) == every_term
+        else:
+            normalized = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+            loss = fused_step(network, obs, (actions, old_values, old_log_prob, normalized,
+                                             returns), settings)
+            grad = flat.buffers["grad"].clone()
+            flat.clip(0.5)
+            flat.step()
+            logged = [float(loss), *(float(v) for v in settings["out"][:3])]
+        buffers = [flat.buffers[k].clone() for k in ("param", "exp_avg", "exp_avg_sq")]
+        flat.release()  # writes the step count into Adam's state
+        states.append((logged, grad, *buffers,
+                       [float(policy.optimizer.state[p]["step"]) for p in params]))
+    (torch_logs, *torch_state, torch_steps), (numpy_logs, *numpy_state, numpy_steps) = states
+    assert numpy_logs == pytest.approx(torch_logs, rel=1e-5)
+    assert numpy_steps == torch_steps == [2.0] * len(torch_steps)
+    for ours, theirs in zip(numpy_state, torch_state, strict=True):
+        assert torch.allclose(ours, theirs, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("clip_range_vf", [None, 0.1])
+def test_the_exact_backward_is_autograds_bit_for_bit(monkeypatch, clip_range_vf) -> None:
+    # agents.learners.common.exact_backward: SB3's loss and autograd's gradients of it,
+    # replayed without a graph, to the last bit; on a minibatch of 48 (not a power of 2:
+    # the means' divisions round) with advantages, ties and value clipping.
+    from agents.learners.common.exact_backward import ExactStep
+    from agents.learners.common.fused_network import TanhNetwork
+
+    torch.manual_seed(0)
+    model = FastPPO(AllocatorPolicy, make_batched_vec_env(ENV_ID, 2, seed=5),
+                    policy_kwargs={"lora_rank": None}, seed=1, **SMALL)
+    policy, params = model.policy, list(model.policy.parameters())
+    obs, actions, advantages, returns, old_values, _, old_log_prob = (
+        t[:48] for t in _a_minibatch(policy))
+    old_values = old_values * 0.05  # some values inside the value clip range, some out
+    model._fast_heads = True  # what train() sets for this policy
+    logs: dict[str, list[torch.Tensor]] = {"aux": []}
+    eager = model._eager_loss(obs, actions, old_values, old_log_prob, advantages, returns,
+                              0.2, clip_range_vf, logs)
+    expected = torch.autograd.grad(eager[0], params)
+    for param in params:  # stale values the backward must overwrite, not add to
+        param.grad = torch.full_like(param, 7.0)
+    network = TanhNetwork.of(policy)
+    assert network is not None
+    step = ExactStep(network)
+    ours = step.loss(obs, actions, old_values, old_log_prob, advantages, returns, 0.2,
+                     clip_range_vf, model.ent_coef, model.vf_coef, True)
+    assert all(torch.equal(a.detach(), b) for a, b in zip(eager, ours, strict=True))
+    step.backward()
+    for param, theirs in zip(params, expected, strict=True):
+        assert torch.equal(param.grad, theirs)
+    # FastPPO trains through it (every minibatch but the first, before Adam has state)
+    calls = []
+    real = ExactStep.backward
+    monkeypatch.setattr(ExactStep, "backward", lambda self: calls.append(1) or real(self))
+    _learn(FastPPO, 2, 2 * 64 * 2)
+    assert len(calls) == 2 * 3 * (2 * 64 // 32) - 1

@@ -111,12 +111,17 @@ MUTATIONS = (
           "    def architecture(self) -> dict[str, Any]:\n")),
         RL_DECISIONS,
         slow=True,
-        # FastPPO's own path computes the logits from the action head itself.
+        # FastPPO's own path computes the logits from the action head itself, and its
+        # exact backward (plain network) writes the logits' gradient by hand.
         also=(("agents/learners/ppo.py",
                (("    return plain_linear(policy.action_net, latent_pi), "
                  "plain_linear(policy.value_net, latent_vf)\n",
                  "    return plain_linear(policy.action_net, latent_pi).detach(), "
-                 "plain_linear(policy.value_net, latent_vf)\n"),)),),
+                 "plain_linear(policy.value_net, latent_vf)\n"),)),
+              ("agents/learners/common/exact_backward.py",
+               (("        # the heads (addmm: weight gradient grad^T h, bias gradient summed "
+                 "over rows)\n",
+                 "        grad_logits = torch.zeros_like(grad_logits)\n"),)),),
     ),
     # The allocator is blind to its input: its encoder sees zeros.
     Mutation(
@@ -125,6 +130,9 @@ MUTATIONS = (
         (("        hidden = observations\n", "        hidden = observations * 0.0\n"),),
         RL_DECISIONS,
         slow=True,
+        # FastPPO's exact backward (plain network) runs the encoder's layers itself.
+        also=(("agents/learners/common/exact_backward.py",
+               (("        hidden = obs.float()\n", "        hidden = obs.float() * 0.0\n"),)),),
     ),
     # BoPO's RL stage trains only the critic: the optimizer holds the value network only.
     Mutation(

@@ -49,3 +49,12 @@ def test_bad_arguments_are_one_line_errors(bench, argv, capsys) -> None:
     with pytest.raises(SystemExit):
         bench.main(argv)
     assert "error: --" in capsys.readouterr().err
+
+
+def test_the_child_imports_the_learners_from_where_the_tree_has_them(bench, tmp_path) -> None:
+    # The baseline ref predates agents/learners/ (issue #25): its child imports agents.lora.
+    assert bench.has_learners_package(bench.REPO)
+    (tmp_path / "agents" / "lora").mkdir(parents=True)
+    assert not bench.has_learners_package(tmp_path)
+    (tmp_path / "agents" / "learners").mkdir()
+    assert bench.has_learners_package(tmp_path)

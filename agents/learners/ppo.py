@@ -15,7 +15,10 @@ per-call overhead, not in arithmetic (``benchmarks/ppo_throughput.py`` measures 
   ``torch.nn.utils.clip_grad_norm_`` and ``torch.optim.Adam``'s single-tensor step, run
   once over flat buffers that every parameter, gradient and moment is a view of during
   the update (:class:`agents.learners.common.fast_optim.FlatAdam`; Adam's operations are
-  elementwise).
+  elementwise). For the PPO baseline's plain network and SB3's loss the update builds no
+  autograd graph: :class:`agents.learners.common.exact_backward.ExactStep` runs the loss
+  without one and then the operations autograd's backward would run, the same kernels on
+  the same values, so the same gradients to the last bit.
 * **Rollout** (:meth:`FastPPO.collect_rollouts`). The same forward pass without a
   distribution object, and the time-limit bootstrap visits only the sub-envs that ended.
 
@@ -31,13 +34,14 @@ through SB3's own code for that piece, so the results are SB3's there too.
 respect to the logits and values as one autograd node
 (:class:`agents.learners.common.fused_loss.BernoulliPPOLoss`), and for the PPO baseline's plain
 network the network's backward by hand too (:mod:`agents.learners.common.fused_network`), so that
-an update builds no graph at all; float-close to SB3's, not bit-identical
+an update builds no graph at all; on CPU that whole gradient step (and the clipping and Adam
+step) runs in numpy (:class:`agents.learners.common.fused_numpy.NumpyFusedStep`), whose calls
+cost a fraction of torch's on arrays this small. Float-close to SB3's, not bit-identical
 (``benchmarks/ppo_fused_curves.py`` compares the learning curves). Off by default.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -52,14 +56,21 @@ from stable_baselines3.common.torch_layers import MlpExtractor
 from stable_baselines3.common.utils import explained_variance, obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv
 from torch.nn import functional as F
+from torch.nn.modules.module import _global_forward_hooks, _global_forward_pre_hooks
 
 from agents.learners.common.adapters import plain_linear
+from agents.learners.common.exact_backward import ExactStep
 from agents.learners.common.fast_optim import FlatAdam, clip_grad_norm, optimizer_step
 from agents.learners.common.fused_loss import BernoulliPPOLoss
 from agents.learners.common.fused_network import TanhNetwork, fused_step
-
-#: Rollout-buffer arrays a PPO update reads, in SB3's ``RolloutBuffer.get`` order.
-BUFFER_FIELDS = ("observations", "actions", "values", "log_probs", "advantages", "returns")
+from agents.learners.common.fused_numpy import NumpyFusedStep
+from agents.learners.common.rollout import (
+    Rollout,
+    approx_kls,
+    as_floats,
+    as_tensors,
+    clip_fractions,
+)
 
 
 def fast_bernoulli(policy: Any) -> bool:
@@ -82,8 +93,14 @@ def fast_bernoulli(policy: Any) -> bool:
 
 def _latents(policy: ActorCriticPolicy, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     # SB3's extract_features (a Box observation is only cast to float) and MlpExtractor;
-    # an empty MlpExtractor (the allocator's net_arch=[]) returns its input twice.
-    features = policy.features_extractor(obs.float())
+    # an empty MlpExtractor (the allocator's net_arch=[]) returns its input twice. The
+    # extractor's own forward, without nn.Module.__call__'s dispatch when no hook is set.
+    extractor = policy.features_extractor
+    if (extractor._forward_hooks or extractor._forward_pre_hooks or _global_forward_hooks
+            or _global_forward_pre_hooks):
+        features = extractor(obs.float())
+    else:
+        features = extractor.forward(obs.float())
     mlp = policy.mlp_extractor
     if len(mlp.policy_net) == 0 and len(mlp.value_net) == 0:
         return features, features
@@ -120,44 +137,6 @@ def rollout_step(policy: ActorCriticPolicy, obs: torch.Tensor,
     actions = torch.bernoulli(torch.sigmoid(logits))
     log_prob = bernoulli_log_prob(logits, actions)
     return actions.reshape((-1, *policy.action_space.shape)), values, log_prob
-
-
-class Rollout:
-    """A full rollout buffer as flat torch tensors, and each epoch's shuffled minibatches.
-
-    Flattens the buffer as SB3's ``RolloutBuffer.get`` does (in place, so that what SB3
-    reads afterwards, ``explained_variance`` among it, is unchanged) and converts each
-    array once. :meth:`epoch` draws the epoch's permutation from numpy's global generator,
-    one ``np.random.permutation`` as ``get`` does, gathers every field once in that order
-    and yields contiguous ``batch_size`` row slices: the rows, values and dtypes of the
-    minibatches SB3 makes.
-    """
-
-    def __init__(self, buffer: RolloutBuffer) -> None:
-        if not buffer.full:
-            raise ValueError("Rollout: the rollout buffer is not full; collect a rollout first")
-        if not buffer.generator_ready:
-            for name in BUFFER_FIELDS:
-                buffer.__dict__[name] = buffer.swap_and_flatten(buffer.__dict__[name])
-            buffer.generator_ready = True
-        self.size = buffer.buffer_size * buffer.n_envs
-        # _get_samples: actions cast to float32, the four per-step arrays flattened
-        self.tensors = (
-            torch.as_tensor(buffer.observations, device=buffer.device),
-            torch.as_tensor(buffer.actions.astype(np.float32, copy=False), device=buffer.device),
-            *(torch.as_tensor(buffer.__dict__[name].flatten(), device=buffer.device)
-              for name in BUFFER_FIELDS[2:]),
-        )
-
-    def epoch(self, batch_size: int) -> list[tuple[torch.Tensor, ...]]:
-        """This epoch's minibatches, in SB3's order.
-
-        Each is ``(obs, actions, old_values, old_log_prob, advantages, returns)``.
-        """
-        order = torch.from_numpy(np.random.permutation(self.size))
-        shuffled = [tensor.index_select(0, order) for tensor in self.tensors]
-        return [tuple(tensor[start:start + batch_size] for tensor in shuffled)
-                for start in range(0, self.size, batch_size)]
 
 
 class FastPPO(PPO):
@@ -264,7 +243,8 @@ class FastPPO(PPO):
         values = values.flatten()
         if self.normalize_advantage and len(advantages) > 1:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-        ratio = torch.exp(log_prob - old_log_prob)
+        log_ratio = log_prob - old_log_prob
+        ratio = torch.exp(log_ratio)
         policy_loss = -torch.min(
             advantages * ratio,
             advantages * torch.clamp(ratio, 1 - clip_range, 1 + clip_range)).mean()
@@ -280,10 +260,9 @@ class FastPPO(PPO):
         if aux_term is not None:
             loss = loss + self.aux_coef * aux_term
             logs["aux"].append(aux_term.detach())
-        with torch.no_grad():
-            log_ratio = log_prob - old_log_prob
+        # SB3 recomputes log_prob - old_log_prob without a graph: the same values
         return loss, policy_loss.detach(), value_loss.detach(), entropy_loss.detach(), ratio, \
-            log_ratio
+            log_ratio.detach()
 
     def train(self) -> None:
         """SB3's ``PPO.train``: the same minibatches, losses, updates and logs (see the module)."""
@@ -302,6 +281,10 @@ class FastPPO(PPO):
         # The plain network's backward by hand too (float-close,
         # agents.learners.common.fused_network)
         network = TanhNetwork.of(self.policy) if fused else None
+        # SB3's loss on the plain network with autograd's backward replayed exactly
+        # (agents.learners.common.exact_backward): bit for bit, without a graph
+        exact = (ExactStep(plain) if not fused and self._fast_heads and _sb3_loss(self)
+                 and (plain := TanhNetwork.of(self.policy)) is not None else None)
         params = list(self.policy.parameters())  # clip_grad_norm_ skips those without grad
         optimizer = self.policy.optimizer
         optimizer_params = [p for group in optimizer.param_groups for p in group["params"]]
@@ -315,13 +298,42 @@ class FastPPO(PPO):
         loss = torch.zeros(())
         # Adam over flat buffers from the first update that finds Adam's state
         flat = FlatAdam.attach(optimizer, params)
+        # The plain network's whole fused step in numpy (fused_numpy), once Adam has state
+        in_numpy = network is not None and self.device.type == "cpu"
+        stepper: NumpyFusedStep | None = None
         try:
             for epoch in range(self.n_epochs):
                 kl_epoch: list[Any] = []
                 kl_per_epoch.append(kl_epoch)
                 first_of_epoch = len(ratios)
-                for obs, actions, old_values, old_log_prob, advantages, returns in (
-                        rollout.epoch(self.batch_size)):
+                for minibatch in rollout.epoch(self.batch_size, numpy=in_numpy):
+                    if in_numpy and stepper is None and flat is not None:
+                        stepper = NumpyFusedStep(network, flat, fused_settings,  # type: ignore[arg-type]
+                                                 self.normalize_advantage, self.max_grad_norm)
+                    if stepper is not None:
+                        (loss, policy_loss, value_loss, entropy_loss, aux_term, ratio,
+                         log_ratio) = stepper.gradient(*minibatch)
+                        logs["pg"].append(policy_loss)
+                        logs["value"].append(value_loss)
+                        logs["entropy"].append(entropy_loss)
+                        if aux_term is not None:
+                            logs["aux"].append(aux_term)
+                        ratios.append(torch.from_numpy(ratio))
+                        log_ratios.append(torch.from_numpy(log_ratio))
+                        if self.target_kl is not None:
+                            approx_kl_div = np.mean((ratio - 1) - log_ratio)
+                            kl_epoch.append(approx_kl_div)
+                            if approx_kl_div > 1.5 * self.target_kl:
+                                continue_training = False
+                                if self.verbose >= 1:
+                                    print(f"Early stopping at step {epoch} due to reaching "
+                                          f"max kl: {approx_kl_div:.2f}")
+                                break
+                        stepper.update()
+                        continue
+                    if in_numpy:
+                        minibatch = as_tensors(minibatch)
+                    obs, actions, old_values, old_log_prob, advantages, returns = minibatch
                     by_hand = False
                     if fused:
                         if self.normalize_advantage and len(advantages) > 1:
@@ -339,6 +351,13 @@ class FastPPO(PPO):
                          log_ratio) = fused_settings["out"]
                         if aux_term is not None:
                             logs["aux"].append(aux_term)
+                    elif exact is not None and flat is not None:
+                        (loss, policy_loss, value_loss, entropy_loss, ratio,
+                         log_ratio) = exact.loss(obs, actions, old_values, old_log_prob,
+                                                 advantages, returns, clip_range, clip_range_vf,
+                                                 self.ent_coef, self.vf_coef,
+                                                 self.normalize_advantage)
+                        by_hand = True
                     else:
                         (loss, policy_loss, value_loss, entropy_loss, ratio,
                          log_ratio) = self._eager_loss(obs, actions, old_values, old_log_prob,
@@ -360,7 +379,9 @@ class FastPPO(PPO):
                                       f"{approx_kl_div:.2f}")
                             break
                     if flat is not None:
-                        if not by_hand:  # by hand, the gradients are written already
+                        if exact is not None and not fused:
+                            exact.backward()  # writes every gradient
+                        elif not by_hand:  # by hand, the gradients are written already
                             flat.zero_grad()
                             loss.backward()
                         flat.clip(self.max_grad_norm)
@@ -373,7 +394,7 @@ class FastPPO(PPO):
                     optimizer_step(optimizer)
                     flat = FlatAdam.attach(optimizer, params)  # Adam has its state now
                 if self.target_kl is None:  # the epoch's KL estimates, computed once
-                    kl_epoch.extend(_approx_kls(ratios[first_of_epoch:],
+                    kl_epoch.extend(approx_kls(ratios[first_of_epoch:],
                                                 log_ratios[first_of_epoch:]))
                 self._n_updates += 1
                 if not continue_training:
@@ -381,6 +402,8 @@ class FastPPO(PPO):
         finally:
             if flat is not None:
                 flat.release()
+        if not isinstance(loss, torch.Tensor):
+            loss = torch.as_tensor(loss)
         self._record_train_logs(logs, ratios, kl_per_epoch, clip_range, clip_range_vf, loss)
 
     def _record_train_logs(self, logs: dict[str, list[torch.Tensor]],
@@ -405,38 +428,8 @@ class FastPPO(PPO):
             self.logger.record("train/clip_range_vf", clip_range_vf)
 
 
-def as_floats(values: list[torch.Tensor]) -> list[float]:
-    """0-d tensors as the floats ``.item()`` gives, in one conversion."""
-    return torch.stack(values).tolist() if values else []
-
-
-def clip_fractions(ratios: list[torch.Tensor], clip_range: float) -> list[float]:
-    """Each minibatch's ``mean(|ratio - 1| > clip_range)``, as SB3's ``.item()`` floats.
-
-    A mean of 0/1 values is a count over the minibatch size whatever the summation order,
-    so the row means of same-sized minibatches stacked are SB3's per-minibatch values.
-    """
-    return _by_size(ratios, lambda r: ((r - 1).abs() > clip_range).float().mean(dim=-1))
-
-
-def _approx_kls(ratios: list[torch.Tensor], log_ratios: list[torch.Tensor]) -> list[Any]:
-    """SB3's per-minibatch ``mean((exp(log_ratio) - 1) - log_ratio)`` as float32 scalars.
-
-    ``ratio`` is ``exp(log_ratio)`` already (the same operation on the same values).
-    """
-    return [torch.mean((ratio - 1) - log_ratio).numpy()
-            for ratio, log_ratio in zip(ratios, log_ratios, strict=True)]
-
-
-def _by_size(tensors: list[torch.Tensor],
-             rows: Callable[[torch.Tensor], torch.Tensor]) -> list[float]:
-    """``rows`` applied to runs of same-length tensors stacked, as floats in order."""
-    out: list[float] = []
-    start = 0
-    while start < len(tensors):
-        end = start
-        while end < len(tensors) and len(tensors[end]) == len(tensors[start]):
-            end += 1
-        out.extend(rows(torch.stack(tensors[start:end])).tolist())
-        start = end
-    return out
+def _sb3_loss(model: FastPPO) -> bool:
+    """Whether ``model``'s loss is SB3's: no subclass changes its terms."""
+    cls = type(model)
+    return (cls._evaluate is FastPPO._evaluate and cls._aux_loss is FastPPO._aux_loss
+            and cls._eager_loss is FastPPO._eager_loss)

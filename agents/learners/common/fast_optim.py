@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
 
@@ -162,6 +163,10 @@ class FlatAdam:
         group = optimizer.param_groups[0]
         self.beta1, self.beta2 = group["betas"]
         self.eps = group["eps"]
+        #: Adam's step count (every parameter's ``state["step"]``), kept as a Python float
+        #: during the update (integers: exact) and written back by :meth:`release`.
+        self.count = float(self.steps[0])
+        self.grad_array = self.buffers["grad"].numpy()
 
     @classmethod
     def attach(cls, optimizer: torch.optim.Optimizer,
@@ -196,20 +201,30 @@ class FlatAdam:
 
     @torch.no_grad()
     def clip(self, max_norm: float) -> None:
-        """:func:`clip_grad_norm` of the model's parameters."""
+        """:func:`clip_grad_norm` of the model's parameters.
+
+        The norms are torch's; the coefficient's scalar float32 operations (``total +
+        1e-6``, ``reciprocal``, ``* max_norm``, ``clamp``; ``max_norm / tensor`` is
+        ``tensor.reciprocal() * max_norm`` in torch) and the multiplication of every
+        gradient by it are IEEE-exact, so numpy's give the same bits at less cost.
+        """
         norms = torch._foreach_norm(self.clip_grads, 2.0)
-        total_norm = torch.linalg.vector_norm(torch.stack(norms), 2.0)
-        clip_coef = float(max_norm) / (total_norm + 1e-6)
-        self.buffers["grad"].mul_(torch.clamp(clip_coef, max=1.0))
+        total = np.float32(torch.linalg.vector_norm(torch.stack(norms), 2.0).item())
+        coef = (np.float32(1.0) / (total + np.float32(1e-6))) * np.float32(max_norm)
+        self.grad_array *= np.minimum(coef, np.float32(1.0))
+
+    def advance(self) -> float:
+        """Count one Adam step; the new step count."""
+        self.count += 1.0
+        return self.count
 
     @torch.no_grad()
     def step(self) -> None:
         """Adam's single-tensor step for every parameter (:func:`optimizer_step`)."""
         grad, exp_avg, exp_avg_sq = (self.buffers[k] for k in ("grad", "exp_avg", "exp_avg_sq"))
-        torch._foreach_add_(self.steps, 1)
+        step = self.advance()
         exp_avg.lerp_(grad, 1 - self.beta1)
         exp_avg_sq.mul_(self.beta2).addcmul_(grad, grad, value=1 - self.beta2)
-        step = self.steps[0].item()
         denom = (exp_avg_sq.sqrt() / (1 - self.beta2**step) ** 0.5).add_(self.eps)
         param = self.buffers["param"]
         for start, end, groups in self.slices:
@@ -220,8 +235,13 @@ class FlatAdam:
             param[start:end].addcdiv_(exp_avg[start:end], denom[start:end], value=-step_size)
 
     def release(self) -> None:
-        """Give every parameter, gradient and moment its own memory again (copies)."""
+        """Give every parameter, gradient and moment its own memory again (copies).
+
+        Also writes the step count into every ``state["step"]``.
+        """
         with torch.no_grad():
+            for step in self.steps:
+                step.fill_(self.count)
             for index, param in enumerate(self.params):
                 state = self.optimizer.state[param]
                 param.data = self.views["param"][index].clone()
