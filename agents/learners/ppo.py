@@ -264,6 +264,14 @@ class FastPPO(PPO):
         return loss, policy_loss.detach(), value_loss.detach(), entropy_loss.detach(), ratio, \
             log_ratio.detach()
 
+    def _past_target_kl(self, approx_kl_div: float, epoch: int) -> bool:
+        """SB3's early stop: the minibatch's approximate KL is past ``1.5 target_kl``."""
+        if approx_kl_div <= 1.5 * self.target_kl:
+            return False
+        if self.verbose >= 1:
+            print(f"Early stopping at step {epoch} due to reaching max kl: {approx_kl_div:.2f}")
+        return True
+
     def train(self) -> None:
         """SB3's ``PPO.train``: the same minibatches, losses, updates and logs (see the module)."""
         self.policy.set_training_mode(True)
@@ -323,11 +331,8 @@ class FastPPO(PPO):
                         if self.target_kl is not None:
                             approx_kl_div = np.mean((ratio - 1) - log_ratio)
                             kl_epoch.append(approx_kl_div)
-                            if approx_kl_div > 1.5 * self.target_kl:
+                            if self._past_target_kl(approx_kl_div, epoch):
                                 continue_training = False
-                                if self.verbose >= 1:
-                                    print(f"Early stopping at step {epoch} due to reaching "
-                                          f"max kl: {approx_kl_div:.2f}")
                                 break
                         stepper.update()
                         continue
@@ -372,11 +377,8 @@ class FastPPO(PPO):
                         approx_kl_div = torch.mean((torch.exp(log_ratio) - 1) - log_ratio
                                                    ).cpu().numpy()
                         kl_epoch.append(approx_kl_div)
-                        if approx_kl_div > 1.5 * self.target_kl:
+                        if self._past_target_kl(approx_kl_div, epoch):
                             continue_training = False
-                            if self.verbose >= 1:
-                                print(f"Early stopping at step {epoch} due to reaching max kl: "
-                                      f"{approx_kl_div:.2f}")
                             break
                     if flat is not None:
                         if exact is not None and not fused:
