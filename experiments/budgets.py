@@ -63,9 +63,12 @@ BUDGET_ROWS = {
     "lora-ppo": BudgetRow("lora-ppo", "LoRA-Guided PPO (greedy teacher, as in the paper)"),
     "lora-ppo/bayes": BudgetRow("lora-ppo", "LoRA-Guided PPO, Bayes teacher + DAgger",
                                 {"supervised": BAYES_DAGGER}),
+    # issue #23's candidate "a lower entropy bonus" (experiments/ppo_entropy.py)
+    "ppo/no-entropy": BudgetRow("ppo", "PPO, no entropy bonus", {"ppo": {"ent_coef": 0.0}}),
 }
 #: The envs whose curves are run by default, and their rows.
-BUDGET_ENVS = {"cost_envs/ToolBench-v0": tuple(BUDGET_ROWS),
+BUDGET_ENVS = {"cost_envs/ToolBench-v0": ("ppo", "ppo/autoregressive", "lora-ppo",
+                                          "lora-ppo/bayes"),
                "cost_envs/FlightPlanner-v1": ("ppo",)}
 
 
