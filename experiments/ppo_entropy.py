@@ -20,15 +20,16 @@ from __future__ import annotations
 
 import argparse
 import csv
-import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from agents.files import write_files_atomic
 from cost_envs.metrics import bootstrap_mean_ci
 from experiments import budgets
-from experiments.gaps import decode_scores
+from experiments.common import run_each
+from experiments.gaps import decode_scores, encode_scores
 
 ENV_ID = "cost_envs/ToolBench-v0"
 ROW = "ppo/no-entropy"
@@ -56,20 +57,34 @@ def report(out: Path = OUT, jobs: int = 2, scale: budgets.Scale = SCALE) -> list
     """Train the row, write its curve with the paired comparison; returns the paths."""
     baseline = Path(out) / f"{NAME}_ppo.csv"
     ppo = last_returns(baseline, "ppo")  # read first: a missing baseline fails before training
-    with tempfile.TemporaryDirectory() as scratch:
-        budgets.report(Path(scratch), scale, jobs=jobs, envs={ENV_ID: (ROW,)})
-        markdown = (Path(scratch) / f"{NAME}.md").read_text(encoding="utf-8")
-        columns = (Path(scratch) / f"{NAME}.csv").read_text(encoding="utf-8")
-        mine = last_returns(Path(scratch) / f"{NAME}.csv", ROW)
+    results = run_each(budgets.run_job, [budgets.Job(ENV_ID, ROW, seed, scale)
+                                         for seed in range(scale.seeds)], jobs)
+    for result in results:  # the CSV's own (rounded) scores: the table is rebuilt from it
+        for entry in result["curve"]:
+            entry["returns"] = decode_scores(encode_scores(entry["returns"]))
+    markdown, columns = render(results, ppo, scale)
+    return write_files_atomic(out, {f"{NAME}_no_entropy.md": markdown,
+                                    f"{NAME}_no_entropy.csv": columns})
+
+
+def render(results: list[dict[str, Any]], ppo: np.ndarray, scale: budgets.Scale
+           ) -> tuple[str, str]:
+    """The curve table with the paired comparison, and its CSV.
+
+    ``results``: one run per seed (:func:`experiments.budgets.run_job`'s); ``ppo``: PPO's
+    ``(seeds, tasks)`` returns at its last checkpoint.
+    """
+    rule, planner = budgets.reference_returns(ENV_ID, scale.episodes)
+    markdown, columns = budgets.curve_table(ENV_ID, results, rule, planner, scale)
+    mine = np.array([result["curve"][-1]["returns"] for result in results])
     if mine.shape != ppo.shape:
-        raise ValueError(f"{baseline}: expected {mine.shape} returns, got {ppo.shape}")
+        raise ValueError(f"{NAME}_ppo.csv: expected {mine.shape} returns, got {ppo.shape}")
     mean, low, high = bootstrap_mean_ci(mine - ppo, n_resamples=scale.resamples)
     markdown += ("\n## Against PPO with the paper's entropy bonus (0.01)\n\n"
                  f"At the last checkpoint, paired over the same seeds and tasks "
                  f"({NAME}_ppo.csv): no bonus - bonus = {mean:+.3f} [{low:+.3f}, {high:+.3f}] "
                  "of mean return (95% interval over seeds and tasks).\n")
-    return write_files_atomic(out, {f"{NAME}_no_entropy.md": markdown,
-                                    f"{NAME}_no_entropy.csv": columns})
+    return markdown, columns
 
 
 def main(argv: list[str] | None = None) -> None:
