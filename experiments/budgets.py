@@ -42,7 +42,7 @@ from agents.learners.training import configure_torch_threads, train
 from cost_envs.config import integer
 from cost_envs.metrics import bootstrap_gap_closed, bootstrap_mean_ci
 from experiments.common import machine, run_each
-from experiments.gaps import encode_scores
+from experiments.gaps import encode_scores, kept_scores
 
 
 @dataclass(frozen=True)
@@ -170,7 +170,8 @@ def curve_section(heading: str, done: Sequence[Mapping[str, Any]], rule: Sequenc
     with its interval over seeds and tasks. CSV rows: seed, timesteps, gradient steps,
     the mean and the per-task scores (:func:`experiments.gaps.encode_scores`).
     """
-    curve = np.array([[entry[values] for entry in r["curve"]] for r in done])
+    # the scores the CSV keeps: every cell is rebuilt from the file to the printed digit
+    curve = np.array([[kept_scores(entry[values]) for entry in r["curve"]] for r in done])
     steps = [entry["timesteps"] for entry in done[0]["curve"]]
     updates = [entry["gradient_steps"] for entry in done[0]["curve"]]
     stop = stops_improving(curve, resamples)

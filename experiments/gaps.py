@@ -81,6 +81,14 @@ def decode_scores(text: str) -> np.ndarray:
                          f"{str(text)[:40]!r}") from None
 
 
+def kept_scores(values: Sequence[float] | np.ndarray) -> np.ndarray:
+    """``values`` as a results file keeps them (:func:`encode_scores`' rounding).
+
+    A table computed from these is rebuilt from its file to the printed digit.
+    """
+    return decode_scores(encode_scores(values))
+
+
 def method_share(label: str, per_seed_scores: Sequence[Sequence[float]],
                  rule_scores: Sequence[float], reference_scores: Sequence[float],
                  n_resamples: int = 1000, seed: int = 0) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from agents.files import write_files_atomic
 from cost_envs.metrics import bootstrap_mean_ci
 from experiments import budgets
 from experiments.common import run_each
-from experiments.gaps import decode_scores, encode_scores
+from experiments.gaps import decode_scores, kept_scores
 
 ENV_ID = "cost_envs/ToolBench-v0"
 ROW = "ppo/no-entropy"
@@ -59,9 +59,6 @@ def report(out: Path = OUT, jobs: int = 2, scale: budgets.Scale = SCALE) -> list
     ppo = last_returns(baseline, "ppo")  # read first: a missing baseline fails before training
     results = run_each(budgets.run_job, [budgets.Job(ENV_ID, ROW, seed, scale)
                                          for seed in range(scale.seeds)], jobs)
-    for result in results:  # the CSV's own (rounded) scores: the table is rebuilt from it
-        for entry in result["curve"]:
-            entry["returns"] = decode_scores(encode_scores(entry["returns"]))
     markdown, columns = render(results, ppo, scale)
     return write_files_atomic(out, {f"{NAME}_no_entropy.md": markdown,
                                     f"{NAME}_no_entropy.csv": columns})
@@ -76,7 +73,8 @@ def render(results: list[dict[str, Any]], ppo: np.ndarray, scale: budgets.Scale
     """
     rule, planner = budgets.reference_returns(ENV_ID, scale.episodes)
     markdown, columns = budgets.curve_table(ENV_ID, results, rule, planner, scale)
-    mine = np.array([result["curve"][-1]["returns"] for result in results])
+    # paired on the scores both CSVs keep, as the curve's cells are (experiments.budgets)
+    mine = np.array([kept_scores(result["curve"][-1]["returns"]) for result in results])
     if mine.shape != ppo.shape:
         raise ValueError(f"{NAME}_ppo.csv: expected {mine.shape} returns, got {ppo.shape}")
     mean, low, high = bootstrap_mean_ci(mine - ppo, n_resamples=scale.resamples)
