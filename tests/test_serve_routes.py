@@ -47,10 +47,62 @@ def test_names_select_routers_thresholds_and_fixed_routes(saved: dict[str, Path]
     assert (low.models, high.models) == (("large", "small"), ("small", "large"))
     assert low.route == "router-demo" and low.decision.point == 0.0
     assert routes.plan("router-demo", "x").decision.point == 0.5  # the saved point
-    for name in ("router-demo-abc", "router-nope-0.5", "gpt-5"):
+    for name in ("router-nope-0.5", "gpt-5"):
         with pytest.raises(ApiError, match=r"model: expected one of \['small'") as err:
             routes.plan(name, "x")
         assert err.value.status == 404 and err.value.param == "model"
+
+
+#: Every malformed or out-of-range threshold of a router whose score is a probability.
+BAD_THRESHOLDS = ("1.5", "-0.5", "nan", "NaN", "inf", "-inf", "infinity", "0x1", "", "abc",
+                  "1_0", " 0.5", "0.5 ", "1e309", "0.5-0.5", "1.0000001", "-1e-9", "½")
+
+
+def test_one_parser_reads_every_threshold_form(saved: dict[str, Path]) -> None:
+    routes = Routes(parse_config(_config(saved["logistic"], {WEAK: "small", STRONG: "large"})))
+    for text in ("0", "1", "0.25", ".5", "5e-1", "+0.5", "1.", "-0", "1E0"):
+        assert routes.plan(f"router-demo-{text}", "x").decision.point == float(text)
+    for text in BAD_THRESHOLDS:  # 1.5 was routed, -0.5 a 404, nan a 400: one answer now
+        with pytest.raises(ApiError) as err:
+            routes.plan(f"router-demo-{text}", "x")
+        assert (err.value.status, err.value.param) == (400, "model")
+        assert err.value.message == (
+            f"model: 'router-demo-{text}': expected 'router-demo' or "
+            f"'router-demo-THRESHOLD' with THRESHOLD a number in [0, 1], got threshold "
+            f"{text!r}")
+    for name in ("router-nosuch-0.5", "router-demo0.5", "router-", "router-cheap",
+                 "router-cheap-0.5", "router-small-0.5", "demo-0.5"):
+        with pytest.raises(ApiError) as err:
+            routes.plan(name, "x")
+        assert (err.value.status, err.value.code) == (404, "model_not_found"), name
+
+
+def test_a_threshold_belongs_to_the_longest_router_name(saved: dict[str, Path]) -> None:
+    config = _config(saved["logistic"], {WEAK: "small", STRONG: "large"})
+    config["routers"].append({"name": "demo-0", "path": str(saved["cascade"]),
+                              "models": {WEAK: "small", STRONG: "large"}})
+    routes = Routes(parse_config(config))
+    assert routes.plan("router-demo-0", "x").cascade is routes.routers["demo-0"]  # its name
+    at = routes.plan("router-demo-0-0.3", "x")
+    assert at.cascade is routes.routers["demo-0"] and at.decision.point == 0.3
+    assert routes.plan("router-demo-0.3", "x").decision.point == 0.3
+    with pytest.raises(ApiError, match=r"'router-demo-0-': expected 'router-demo-0' or"):
+        routes.plan("router-demo-0-", "x")
+
+
+@pytest.mark.parametrize("kind", ["priced", "multi-logistic"])
+def test_a_point_that_is_not_a_probability_is_a_finite_number_from_0(
+        kind: str, tmp_path: Path) -> None:
+    data = load_traces(TRACES).select_models([WEAK, STRONG])
+    save_router(tmp_path / "r", make_router(kind, WEAK, STRONG, n_features=16).fit(data), 0.5)
+    routes = Routes(parse_config(_config(tmp_path / "r", {WEAK: "small", STRONG: "large"})))
+    for text in ("0", "1.5", "1e3"):  # accuracy per dollar, or lam: not capped at 1
+        assert routes.plan(f"router-demo-{text}", "x").decision.point == float(text)
+    for text in ("-0.5", "nan", "inf", "1e309", "0x1", ""):
+        with pytest.raises(ApiError) as err:
+            routes.plan(f"router-demo-{text}", "x")
+        assert err.value.status == 400 and err.value.message.endswith(
+            f"with THRESHOLD a finite number >= 0, got threshold {text!r}")
 
 
 def test_a_router_needs_its_models_configured(saved: dict[str, Path]) -> None:

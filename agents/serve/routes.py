@@ -3,10 +3,14 @@
 As RouteLLM's server: ``router-<name>-<threshold>`` routes with router ``<name>`` at that
 threshold (``router-<name>`` at its saved one; an allocator,
 :mod:`agents.serve.allocators`, has no threshold); a route's own name (``cheap``) or a
-model's name calls that model. The result is the models to try in order: the chosen one first,
-then (a request that does not fit its budget is downgraded) the router's cheaper models,
-dearest first, then its dearer ones and the route's ``fallbacks`` (an upstream that fails
-falls back to another model within the budget).
+model's name calls that model. One parser reads the threshold (:func:`split_threshold`):
+a name that starts with a router's name and a dash is that router's, and a threshold that
+is not a decimal number in the router's range (:func:`threshold_range`) is a 400 naming
+``model``; a name that names no router is a 404. The result is the models to try in
+order: the chosen one first, then (a request that does not fit its budget is
+downgraded) the router's cheaper models, dearest first, then its dearer ones and the
+route's ``fallbacks`` (an upstream that fails falls back to another model within the
+budget).
 
 A cascade router's plan starts with its weak model and carries the router
 (:attr:`Plan.cascade`): once the weak model has answered, :meth:`Plan.escalation` says
@@ -20,20 +24,88 @@ reload finishes on the old router.
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from agents.routers import TwoModelRouter
 from agents.serve.allocators import AllocatorDecision, LiveAllocator
 from agents.serve.config import ROUTER_PREFIX, ServeConfig
 from agents.serve.inputs import ApiError
 from agents.serve.live import LiveRouter, RouteDecision
 
+#: A threshold's text: a decimal number (no ``nan``, ``inf``, hex or underscores).
+_THRESHOLD = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
 #: The header of a cascade allocator's answer: its two actions, as bits (``"10,01"``).
 ACTIONS_HEADER = "X-Cost-Envs-Actions"
 
 
 def _bits(action: tuple[int, ...]) -> str:
     return "".join(map(str, action))
+
+
+def threshold_range(live: LiveRouter) -> tuple[float, float]:
+    """The operating points a client may ask of ``live``: ``(low, high)``, both included.
+
+    A two-model router whose score is its predicted probability that the weak model is
+    wrong (logistic, cascade, kNN: :meth:`TwoModelRouter.scores_of` not overridden)
+    compares it with a threshold in [0, 1]; a two-model router with a score of its own (a
+    priced router's accuracy per dollar) takes one from its ``min_threshold`` up; a
+    K-model router's ``lam`` is >= 0, as :meth:`LiveRouter.route_many` checks.
+    """
+    router = live.router
+    if not live.saved.two_model:
+        return 0.0, math.inf
+    if type(router).scores_of is TwoModelRouter.scores_of:
+        return 0.0, 1.0
+    return float(getattr(router, "min_threshold", -math.inf)), math.inf
+
+
+def _range_text(low: float, high: float) -> str:
+    if math.isinf(low) and math.isinf(high):
+        return "a finite number"
+    if math.isinf(high):
+        return f"a finite number >= {low:g}"
+    return f"a number in [{low:g}, {high:g}]"
+
+
+def split_threshold(rest: str, routers: Mapping[str, LiveRouter | LiveAllocator]
+                    ) -> tuple[str, float | None] | None:
+    """The router and threshold that a model name ``router-<rest>`` asks for.
+
+    Args:
+        rest: The model name after :data:`~agents.serve.config.ROUTER_PREFIX`.
+        routers: The loaded routers, by route name.
+
+    Returns:
+        ``(name, None)`` when ``rest`` is a router's name (its saved operating point),
+        ``(name, threshold)`` for ``<name>-<threshold>`` (the longest router name that
+        fits), ``None`` when ``rest`` names no router.
+
+    Raises:
+        ApiError: 400 naming ``model`` when ``rest`` is ``<name>-<text>`` for a router
+            ``<name>`` and ``<text>`` is not a decimal number in the router's range
+            (:func:`threshold_range`: ``nan``, ``inf``, hex, empty, out of range), or
+            ``<name>`` is an allocator (it has no threshold).
+    """
+    if rest in routers:
+        return rest, None
+    names = [name for name in routers if rest.startswith(f"{name}-")]
+    if not names:
+        return None
+    name = max(names, key=len)
+    text, asked, live = rest[len(name) + 1:], f"{ROUTER_PREFIX}{rest}", routers[name]
+    if isinstance(live, LiveAllocator):
+        raise ApiError(400, f"model: {asked!r}: an allocator has no threshold; expected "
+                       f"'{ROUTER_PREFIX}{name}'", param="model")
+    low, high = threshold_range(live)
+    value = float(text) if _THRESHOLD.fullmatch(text) else math.nan
+    if not (math.isfinite(value) and low <= value <= high):
+        raise ApiError(400, f"model: {asked!r}: expected '{ROUTER_PREFIX}{name}' or "
+                       f"'{ROUTER_PREFIX}{name}-THRESHOLD' with THRESHOLD "
+                       f"{_range_text(low, high)}, got threshold {text!r}", param="model")
+    return name, value
 
 
 @dataclass(frozen=True)
@@ -133,7 +205,8 @@ class Routes:
         """The models to try for model name ``name`` and a prompt.
 
         Raises:
-            ApiError: 404 naming ``model`` when no model or route has that name.
+            ApiError: 404 naming ``model`` when no model or route has that name; 400 for
+                a router's name with a bad threshold (:func:`split_threshold`).
         """
         config = self.config
         if name in config.models:
@@ -141,26 +214,17 @@ class Routes:
         route = config.routes.get(name)
         if route is not None and route.model is not None:
             return Plan(name, _unique((route.model, *route.fallbacks)))
-        threshold = None
         if name.startswith(ROUTER_PREFIX):
-            rest = name[len(ROUTER_PREFIX):]
-            if rest not in self.routers and "-" in rest:
-                base, _, point = rest.rpartition("-")
-                try:
-                    threshold = float(point)
-                except ValueError:
-                    threshold = None
-                else:
-                    rest = base
-            if rest in self.routers:
-                return self._routed(rest, prompt, threshold, name)
+            found = split_threshold(name[len(ROUTER_PREFIX):], self.routers)
+            if found is not None:
+                return self._routed(*found, prompt, name)
         raise ApiError(404, f"model: expected one of {self.names()} (or router-NAME-THRESHOLD), "
                        f"got {name!r}", param="model", code="model_not_found")
 
-    def _routed(self, name: str, prompt: str, threshold: float | None, asked: str) -> Plan:
+    def _routed(self, name: str, threshold: float | None, prompt: str, asked: str) -> Plan:
         route, live = self.config.routes[name], self.routers[name]
-        if isinstance(live, LiveAllocator):
-            return self._allocated(name, live, prompt, threshold, asked)
+        if isinstance(live, LiveAllocator):  # split_threshold gave it no threshold
+            return self._allocated(name, live, prompt, asked)
         try:
             decision = live.route(prompt, point=threshold)
         except ValueError as err:  # a threshold out of the router's range
@@ -169,11 +233,7 @@ class Routes:
         return Plan(f"{ROUTER_PREFIX}{name}", self._order(name, live.models, decision.model),
                     decision, cascade, dict(route.models))
 
-    def _allocated(self, name: str, live: LiveAllocator, prompt: str,
-                   threshold: float | None, asked: str) -> Plan:
-        if threshold is not None:
-            raise ApiError(400, f"model: {asked!r}: an allocator has no threshold; expected "
-                           f"'{ROUTER_PREFIX}{name}'", param="model")
+    def _allocated(self, name: str, live: LiveAllocator, prompt: str, asked: str) -> Plan:
         decision = live.route(prompt)
         if decision.model is None:  # the env's "answer nothing": nothing is charged
             raise ApiError(422, f"model: {asked!r}: the allocator answers nothing for this "
