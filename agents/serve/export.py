@@ -1,11 +1,12 @@
 """Live traffic as logged outcomes: the ledger's scored calls in the generic trace schema.
 
 A call a client scored (``POST /v1/feedback``) is one row of
-:mod:`cost_envs.traces.generic`'s JSONL schema: ``query_id`` (the prompt's SHA-256, so
-the same prompt sent to several models is one query), ``model``, ``score`` (the client's,
-in [0, 1]), ``input_tokens`` and ``output_tokens`` (the upstream's ``usage``), ``cost``
-(dollars), ``prompt`` and ``response``. :func:`~cost_envs.traces.load_traces` reads the
-file, so it is a ``TraceRouting`` dataset and a router's training logs.
+:mod:`cost_envs.traces.generic`'s JSONL schema: ``query_id`` (the SHA-256 of the
+prompt's UTF-8 text, all 64 hex digits, so the same prompt sent to several models is one
+query), ``model``, ``score`` (the client's, in [0, 1]), ``input_tokens`` and
+``output_tokens`` (the upstream's ``usage``), ``cost`` (dollars), ``prompt`` and
+``response``. :func:`~cost_envs.traces.load_traces` reads the file, so it is a
+``TraceRouting`` dataset and a router's training logs.
 
 That schema wants every query answered by every model of the file; a router sends a
 prompt to one model, so only the prompts scored on each of ``models`` are written (send
@@ -56,7 +57,7 @@ def export_traces(ledger: Ledger, out: str | Path,
     for call in ledger.scored_calls():  # oldest score first: a later one replaces it
         if call["prompt"] is None or call["prompt_tokens"] is None:
             continue
-        qid = hashlib.sha256(call["prompt"].encode()).hexdigest()[:16]
+        qid = hashlib.sha256(call["prompt"].encode()).hexdigest()
         prompts[qid] = call["prompt"]
         queries.setdefault(qid, {})[call["model"]] = call
     wanted = tuple(models) if models else tuple(sorted({m for q in queries.values() for m in q}))
