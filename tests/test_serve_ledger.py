@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 
 from agents.serve.config import BudgetConfig, KeyConfig, hash_key
-from agents.serve.ledger import BudgetExceededError, DuplicateRequestError, Ledger, period_start
+from agents.serve.ledger import (
+    BudgetBlockedError,
+    BudgetExceededError,
+    DuplicateRequestError,
+    Ledger,
+    period_start,
+)
 from agents.serve.storage import open_storage
 
 ORG = BudgetConfig("org:acme", 1_000, "total")
@@ -45,7 +51,7 @@ def test_reserve_settle_and_the_budget_named_when_it_does_not_fit(tmp_path: Path
     assert rows["r2"]["outcome"] == "upstream_error" and ledger.open_reservations() == 0
 
 
-def test_a_dead_servers_reservation_is_released_and_a_late_one_still_charged(
+def test_a_dead_servers_call_is_charged_its_worst_case_until_its_real_cost_is_known(
         tmp_path: Path) -> None:
     storage = open_storage(f"sqlite:///{tmp_path / 'l.db'}")
     crashed = Ledger(storage, [ALICE, BOB], {"acme": ORG}, ttl=10, now=1000.0)
@@ -54,11 +60,92 @@ def test_a_dead_servers_reservation_is_released_and_a_late_one_still_charged(
     with pytest.raises(BudgetExceededError):
         ledger.reserve("next", ALICE, 1, now=1009.0)  # 1000 + 10: the owner may be alive
     ledger.reserve("mine", ALICE, 0, now=5000.0)  # its own reservations never expire
-    ledger.reserve("next", ALICE, 600, now=5000.0)  # "crashed"'s owner went silent
-    assert {r["id"]: r["outcome"] for r in ledger.requests()} == {"crashed": "expired"}
+    # "crashed"'s owner went silent: the upstream may have billed the call, so it is
+    # charged its reservation (never 0) and alice's budget stays spent
+    with pytest.raises(BudgetExceededError, match=r"\$0.000000 left"):
+        ledger.reserve("next", ALICE, 1, now=5000.0)
+    rows = {r["id"]: r for r in ledger.requests()}
+    assert (rows["crashed"]["outcome"], rows["crashed"]["cost_micros"]) == ("unknown", 600)
     crashed.settle("crashed", 50, "ok", now=5001.0)  # the call came back after all
-    assert {r["id"]: r["outcome"] for r in ledger.requests()} == {"crashed": "late:ok"}
-    assert next(u for u in ledger.usage() if u.budget == "key:alice").spent == 50
+    rows = {r["id"]: r for r in ledger.requests()}
+    assert (rows["crashed"]["outcome"], rows["crashed"]["cost_micros"]) == ("late:ok", 50)
+    usage = {u.budget: u for u in ledger.usage()}
+    assert (usage["key:alice"].spent, usage["org:acme"].spent) == (50, 50)  # replaced
+    ledger.reserve("next", ALICE, 550, now=5002.0)  # 50 + 550 = 600: fits exactly
+
+
+def test_a_written_ahead_cost_settles_a_dead_servers_call_exactly(tmp_path: Path) -> None:
+    storage = open_storage(f"sqlite:///{tmp_path / 'l.db'}")
+    crashed = Ledger(storage, [ALICE, BOB], {"acme": ORG}, ttl=10, now=1000.0)
+    crashed.reserve("answered", ALICE, 300, now=1000.0)
+    crashed.write_ahead("answered", 42, upstream_id="up-1", prompt_tokens=30,
+                        completion_tokens=3)
+    crashed.reserve("in-flight", BOB, 200, now=1000.0)
+    ledger = Ledger(storage, [ALICE, BOB], {"acme": ORG}, ttl=10, now=5000.0)
+    assert ledger.release_expired(now=5000.0) == 2
+    rows = {r["id"]: r for r in ledger.requests()}
+    assert (rows["answered"]["outcome"], rows["answered"]["cost_micros"],
+            rows["answered"]["upstream_id"], rows["answered"]["prompt_tokens"]) == (
+        "recovered", 42, "up-1", 30)
+    assert (rows["in-flight"]["outcome"], rows["in-flight"]["cost_micros"]) == ("unknown", 200)
+    usage = {u.budget: u for u in ledger.usage()}
+    assert usage["org:acme"].spent == 242 and usage["org:acme"].reserved == 0
+
+
+def test_a_cost_above_its_reservation_is_charged_flagged_and_blocks_until_lifted(
+        tmp_path: Path) -> None:
+    ledger = ledger_at(tmp_path / "l.db")
+    day = 86400 * 20000 + 3600  # an hour into a UTC day
+    ledger.reserve("r1", BOB, 100, now=day)
+    ledger.reserve("r2", BOB, 100, now=day)  # in flight when r1's excess is settled
+    assert ledger.settle("r1", 160, "ok", now=day) == 60  # the upstream billed above it
+    row = next(r for r in ledger.requests() if r["id"] == "r1")
+    assert (row["cost_micros"], row["over_reservation_micros"]) == (160, 60)
+    with pytest.raises(BudgetBlockedError, match="'key:bob' is blocked: request 'r1'"):
+        ledger.reserve("r3", BOB, 1, now=day)  # key:bob and org:acme are both blocked
+    with pytest.raises(BudgetBlockedError, match="'org:acme' is blocked"):
+        ledger.reserve("r3", ALICE, 1, now=day)
+    assert ledger.blocked(now=day) == {"key:bob": "r1", "org:acme": "r1"}
+    ledger.settle("r2", 100, "ok", now=day)  # what was in flight settles as billed
+    assert ledger.unblock("org:acme", now=day) and not ledger.unblock("org:acme", now=day)
+    ledger.reserve("r3", ALICE, 1, now=day)  # the organisation is lifted, alice may call
+    with pytest.raises(BudgetBlockedError):
+        ledger.reserve("r4", BOB, 1, now=day)  # bob's own budget is still blocked
+    ledger.reserve("r4", BOB, 1, now=day + 86400)  # the next day: bob's period reset
+    usage = {(u.budget, u.period_start): u.spent for u in ledger.usage()}
+    assert usage[("key:bob", day - 3600)] == 260  # every micro-dollar billed is charged
+    with pytest.raises(KeyError):
+        ledger.unblock("key:nobody")
+
+
+def test_an_idempotent_answer_is_kept_with_its_settlement(tmp_path: Path) -> None:
+    ledger = ledger_at(tmp_path / "l.db")
+    ledger.reserve("r1", ALICE, 10, idempotency_key="alice:k")
+    ledger.settle("r1", 5, "ok", answer=(200, '{"id": "r1"}', False))
+    assert ledger.answer_of("alice:k") == (200, '{"id": "r1"}', False)
+    assert ledger.answer_of("bob:k") is None
+    ledger.reserve("r2", ALICE, 10)  # no key: nothing is kept
+    ledger.settle("r2", 5, "ok", answer=(200, "{}", False))
+    with sqlite3.connect(tmp_path / "l.db") as conn:
+        assert conn.execute("SELECT COUNT(*) FROM answers").fetchone() == (1,)
+
+
+def test_a_ledger_of_an_earlier_version_gains_the_new_columns(tmp_path: Path) -> None:
+    path = tmp_path / "l.db"
+    with sqlite3.connect(path) as conn:  # the tables as the previous release wrote them
+        conn.execute("CREATE TABLE budget_usage (budget TEXT NOT NULL, period_start BIGINT NOT "
+                     "NULL, spent_micros BIGINT NOT NULL DEFAULT 0, reserved_micros BIGINT NOT "
+                     "NULL DEFAULT 0, PRIMARY KEY (budget, period_start))")
+        conn.execute("INSERT INTO budget_usage VALUES ('key:alice', 0, 70, 0)")
+        conn.execute("CREATE TABLE reservations (id TEXT PRIMARY KEY, key_name TEXT, budgets "
+                     "TEXT NOT NULL, amount_micros BIGINT NOT NULL, created_at DOUBLE "
+                     "PRECISION NOT NULL, owner TEXT NOT NULL, idempotency_key TEXT UNIQUE)")
+    ledger = ledger_at(path)
+    ledger.reserve("r1", ALICE, 500)
+    ledger.write_ahead("r1", 5)
+    with pytest.raises(BudgetExceededError):  # the old spend still counts
+        ledger.reserve("r2", ALICE, 31)
+    assert ledger.settle("r1", 600, "ok") == 100
 
 
 def test_an_idempotency_key_is_used_once(tmp_path: Path) -> None:

@@ -37,10 +37,14 @@ from typing import TYPE_CHECKING, Any
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from agents.serve.config import KeyConfig, ModelConfig
-from agents.serve.inputs import ChatRequest, prompt_bound
+from agents.serve.inputs import ChatRequest, input_bound
 from agents.serve.ledger import BudgetExceededError
 from agents.serve.routes import Plan
-from agents.serve.upstream import UpstreamFailedError, UpstreamRejectedError
+from agents.serve.upstream import (
+    UpstreamFailedError,
+    UpstreamRejectedError,
+    UpstreamUnknownError,
+)
 
 if TYPE_CHECKING:
     from agents.serve.app import Server
@@ -74,7 +78,7 @@ async def cascade(server: Server, key: KeyConfig, chat: ChatRequest, budget: int
     # the weak call, unstreamed, through the server's one call path; its answer read back
     rest = {k: v for k, v in chat.rest.items() if k != "stream_options"}  # not streamed
     first = await server._call(weak, replace(chat, stream=False, rest=rest), *call,
-                               reservation, plan, prompt, started)
+                               reservation, plan, prompt, started, keep=False)
     data, weak_cost = json.loads(first.body), int(first.headers["x-cost-envs-cost-micros"])
     choices = data.get("choices") or [{}]
     answer = (choices[0].get("message") or {}).get("content") or ""
@@ -84,7 +88,7 @@ async def cascade(server: Server, key: KeyConfig, chat: ChatRequest, budget: int
     if strong_name is None:
         return _kept(data, weak_cost, chat, plan, "kept", notes=notes)
     strong = server.config.models[strong_name]
-    max_tokens, worst = server.worst_case(strong, prompt_bound(chat.messages), chat)
+    max_tokens, worst = server.worst_case(strong, input_bound(chat), chat)
     escalation = f"{reservation}.escalation"
     refused = None
     if max_tokens == 0:
@@ -102,22 +106,24 @@ async def cascade(server: Server, key: KeyConfig, chat: ChatRequest, budget: int
         server.ledger.record(escalation, "refused_budget", key_name=key.name, route=plan.route,
                              model=strong_name, prompt=prompt)
         return _kept(data, weak_cost, chat, plan, "kept:budget", refused, notes)
-    outcome = None
+    outcome, charge = "upstream_failed", 0
     try:
         return await server._call(strong, chat, max_tokens, worst, escalation, plan, prompt,
                                   started, {CASCADE_HEADER: "escalated", **notes},
                                   weak_cost)
     except UpstreamFailedError:
-        outcome = "upstream_failed"
+        pass
+    except UpstreamUnknownError:  # the upstream may have billed it: its worst case
+        outcome, charge = "upstream_unknown", worst
     except UpstreamRejectedError as err:
         outcome = f"upstream_rejected_{err.status}"
-    except BaseException:  # a bad upstream body, a client gone: charge the worst case
+    except BaseException:  # a client gone, a bug: charge the worst case
         server.ledger.settle(escalation, worst, "server_error", route=plan.route,
                              model=strong_name, prompt=prompt)
         raise
-    server.ledger.settle(escalation, 0, outcome, route=plan.route, model=strong_name,
+    server.ledger.settle(escalation, charge, outcome, route=plan.route, model=strong_name,
                          prompt=prompt)
-    kind = "upstream_failed" if outcome == "upstream_failed" else "upstream_rejected"
+    kind = "upstream_rejected" if outcome.startswith("upstream_rejected") else "upstream_failed"
     return _kept(data, weak_cost, chat, plan, f"kept:{kind}", notes=notes)
 
 

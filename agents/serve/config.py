@@ -35,7 +35,9 @@
       organisations:
         - {name: acme, limit: 20.0, period: month}
     server: {max_body_bytes: 1000000, retries: 2, backoff: 0.05, reservation_ttl: 600,
-             admin_key_sha256: 9b1c...}  # or admin_key_env: the key of POST /admin/reload
+             admin_key_sha256: 9b1c...,  # or admin_key_env: the key of the /admin routes
+             open_routes: [/health],     # answered without a key (also /v1/models)
+             docs: false}                # /docs and /openapi.json
 
 Money is held as integer micro-dollars from here on (:func:`micros`), so sums never drift.
 Every error is one ``ValueError`` line naming the key (``serve.yaml: models[1]: timeout:
@@ -58,6 +60,8 @@ from cost_envs.config_files import read_config_file
 
 #: Budget periods: fixed UTC windows (``month`` is the calendar month; ``total`` never resets).
 PERIODS = ("hour", "day", "week", "month", "total")
+#: The routes a configuration may open to callers without a key (``server.open_routes``).
+OPENABLE_ROUTES = ("/health", "/v1/models")
 #: The model-name prefix that selects a router, as RouteLLM's ``router-<name>-<threshold>``.
 ROUTER_PREFIX = "router-"
 _NAME = re.compile(r"^[A-Za-z0-9_.:/-]+$")
@@ -167,7 +171,9 @@ class ServerConfig:
 
     ``reservation_ttl``: seconds after a server's last heartbeat that its reservations are
     released (it was killed mid-call). ``admin_key_sha256``: the SHA-256 of the key of the
-    admin routes (``POST /admin/reload``); ``None``: no admin routes.
+    admin routes (``POST /admin/reload``); ``None``: no admin routes. ``open_routes``: of
+    :data:`OPENABLE_ROUTES`, those answered without a key; ``docs``: serve ``/docs`` and
+    ``/openapi.json`` (off by default).
     """
 
     max_body_bytes: int = 1_000_000
@@ -175,6 +181,10 @@ class ServerConfig:
     backoff: float = 0.05
     reservation_ttl: float = 600.0
     admin_key_sha256: str | None = None
+    #: The routes answered without a key (every other one needs an API key).
+    open_routes: tuple[str, ...] = ("/health",)
+    #: Serve the OpenAPI schema and its pages (``/openapi.json``, ``/docs``), without a key.
+    docs: bool = False
 
 
 @dataclass(frozen=True)
@@ -353,7 +363,12 @@ def parse_config(data: Any, source: str = "serve.yaml", base: Path | None = None
     server = _mapping(data.get("server", {}), f"{source}: server")
     where = f"{source}: server"
     reject_unknown(server, ("max_body_bytes", "retries", "backoff", "reservation_ttl",
-                            "admin_key_sha256", "admin_key_env"), where)
+                            "admin_key_sha256", "admin_key_env", "open_routes", "docs"), where)
+    open_routes = tuple(one_of(r, "open_routes", OPENABLE_ROUTES, where=where) for r in
+                        _list(server.get("open_routes", ["/health"]), f"{where}: open_routes"))
+    docs = server.get("docs", False)
+    if not isinstance(docs, bool):
+        raise ValueError(f"{where}: docs: expected true or false, got {docs!r}")
     admin = None
     if "admin_key_sha256" in server and "admin_key_env" in server:
         raise ValueError(f"{where}: expected one of 'admin_key_sha256' or 'admin_key_env'")
@@ -367,7 +382,7 @@ def parse_config(data: Any, source: str = "serve.yaml", base: Path | None = None
         integer(server.get("retries", 2), "retries", minimum=0, maximum=10, where=where),
         number(server.get("backoff", 0.05), "backoff", minimum=0, maximum=60, where=where),
         number(server.get("reservation_ttl", 600.0), "reservation_ttl", minimum=0,
-               inclusive=(False, True), where=where), admin)
+               inclusive=(False, True), where=where), admin, open_routes, docs)
     return ServeConfig(models, routes, keys, organisations, request_default, request_max,
                        storage, settings)
 

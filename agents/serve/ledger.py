@@ -5,31 +5,41 @@ Money is integer micro-dollars throughout. A call is paid in two steps:
 1. :meth:`Ledger.reserve` reserves its worst case, in ONE transaction: for every budget
    that applies (the key's, its organisation's), in name order, it reads the budget's
    spent and reserved money for the current period and refuses (:class:`BudgetExceededError`,
-   naming the budget) unless ``spent + reserved + amount <= limit``; then it adds the
-   amount to each budget's reserved money and writes the reservation, with an expiry;
+   naming the budget) unless ``spent + reserved + amount <= limit`` and the budget is not
+   blocked; then it adds the amount to each budget's reserved money and writes the
+   reservation;
 2. :meth:`Ledger.settle` moves the real cost (from the upstream's ``usage``) from
    reserved to spent, releases the rest, deletes the reservation and writes the
    request's row, again in one transaction.
+
+Spent money is never hidden. A call billed above its reservation (an upstream that
+ignores the completion bound or reports more usage than it could) is charged as billed;
+its row carries the excess (``over_reservation_micros``) and every limited budget it
+counted against is *blocked* for the rest of its period (:class:`BudgetBlockedError` on
+the next reservation) until an operator lifts it (:meth:`Ledger.unblock`). So a budget's
+spend passes its limit by at most the excesses of the calls already in flight on it when
+the first excess was settled: by nothing when upstreams honour the bound.
 
 A reservation belongs to the server process (the ledger's ``owner``) that made it, and
 each owner writes a heartbeat (:meth:`Ledger.heartbeat`; the server every ``ttl / 4``
 seconds and at every reservation). A reservation expires when its owner's heartbeat is
 older than ``ttl`` seconds: the server was killed mid-call, so the call will never be
-settled. :meth:`Ledger.release_expired` (run by every :meth:`~Ledger.reserve`) releases
-it and writes its row with outcome ``expired`` and no cost. A live server's reservations
+settled. :meth:`Ledger.release_expired` (run by every :meth:`~Ledger.reserve`) settles
+it conservatively: at the cost the server wrote ahead (:meth:`Ledger.write_ahead`: the
+upstream's response id and usage, recorded before the answer is relayed), outcome
+``recovered``; without such a record at its reserved worst case, outcome ``unknown``
+(the upstream may have answered and billed), never at 0. A live server's reservations
 never expire however long its calls last (an expiry by the call's age alone would let a
 slow call's late settlement pass the budget: this happened under load). Should a call be
-settled after its reservation was released all the same (its server stalled for longer
-than ``ttl``), it is still charged its real cost and its row becomes ``late:...``.
-
-Since the real cost of a call never exceeds its reservation (the server reserves the
-worst case), the spent money of a budget never exceeds its limit, whatever the
-concurrency: the check and the reservation are one transaction.
+settled after its reservation expired all the same (its server stalled for longer than
+``ttl``), its real cost replaces what the expiry charged and its row becomes
+``late:...``.
 """
 
 from __future__ import annotations
 
 import calendar
+import json
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -48,11 +58,12 @@ SCHEMA = (
     """CREATE TABLE IF NOT EXISTS budget_usage (
         budget TEXT NOT NULL, period_start BIGINT NOT NULL,
         spent_micros BIGINT NOT NULL DEFAULT 0, reserved_micros BIGINT NOT NULL DEFAULT 0,
-        PRIMARY KEY (budget, period_start))""",
+        blocked_by TEXT, PRIMARY KEY (budget, period_start))""",
     """CREATE TABLE IF NOT EXISTS reservations (
         id TEXT PRIMARY KEY, key_name TEXT, budgets TEXT NOT NULL,
         amount_micros BIGINT NOT NULL, created_at DOUBLE PRECISION NOT NULL,
-        owner TEXT NOT NULL, idempotency_key TEXT UNIQUE)""",
+        owner TEXT NOT NULL, idempotency_key TEXT UNIQUE, upstream_id TEXT,
+        known_cost_micros BIGINT, prompt_tokens INTEGER, completion_tokens INTEGER)""",
     "CREATE INDEX IF NOT EXISTS reservations_owner ON reservations (owner)",
     """CREATE TABLE IF NOT EXISTS feedback (
         request_id TEXT PRIMARY KEY, score DOUBLE PRECISION NOT NULL,
@@ -64,13 +75,33 @@ SCHEMA = (
         route TEXT, model TEXT, prompt_tokens INTEGER, completion_tokens INTEGER,
         cost_micros BIGINT NOT NULL DEFAULT 0, reserved_micros BIGINT NOT NULL DEFAULT 0,
         latency_ms DOUBLE PRECISION, outcome TEXT NOT NULL,
-        created_at DOUBLE PRECISION NOT NULL, prompt TEXT, response TEXT)""",
+        created_at DOUBLE PRECISION NOT NULL, prompt TEXT, response TEXT,
+        over_reservation_micros BIGINT NOT NULL DEFAULT 0, upstream_id TEXT)""",
+    """CREATE TABLE IF NOT EXISTS answers (
+        idempotency_key TEXT PRIMARY KEY, status INTEGER NOT NULL, body TEXT NOT NULL,
+        stream BOOLEAN NOT NULL, created_at DOUBLE PRECISION NOT NULL)""",
 )
+
+#: The answer kept for a client retrying a call whose server died before it was settled.
+EXPIRED_ANSWER = {"error": {
+    "message": "the server stopped before this request was answered; it was charged its "
+               "reserved worst case (the upstream may have billed it)",
+    "type": "upstream_error", "param": None, "code": "outcome_unknown"}}
+
+#: Columns later versions added to a table: a ledger written before gets them on opening.
+ADDED_COLUMNS = {
+    "budget_usage": (("blocked_by", "TEXT"),),
+    "reservations": (("upstream_id", "TEXT"), ("known_cost_micros", "BIGINT"),
+                     ("prompt_tokens", "INTEGER"), ("completion_tokens", "INTEGER")),
+    "requests": (("over_reservation_micros", "BIGINT NOT NULL DEFAULT 0"),
+                 ("upstream_id", "TEXT")),
+}
 
 #: The columns of a request's row, in :meth:`Ledger.requests`'s order.
 REQUEST_COLUMNS = ("id", "idempotency_key", "key_name", "budgets", "route", "model",
                    "prompt_tokens", "completion_tokens", "cost_micros", "reserved_micros",
-                   "latency_ms", "outcome", "created_at", "prompt", "response")
+                   "latency_ms", "outcome", "created_at", "prompt", "response",
+                   "over_reservation_micros", "upstream_id")
 
 
 class BudgetExceededError(Exception):
@@ -81,6 +112,18 @@ class BudgetExceededError(Exception):
         self.left = max(0, limit - spent - reserved)
         super().__init__(f"budget {budget!r} exceeded: a call of up to ${amount / 1e6:.6f} "
                          f"does not fit the ${self.left / 1e6:.6f} left of ${limit / 1e6:.6f}")
+
+
+class BudgetBlockedError(BudgetExceededError):
+    """A budget blocked by a call billed above its reservation (until lifted or reset)."""
+
+    def __init__(self, budget: str, limit: int, spent: int, reserved: int, amount: int,
+                 blocked_by: str) -> None:
+        super().__init__(budget, limit, spent, reserved, amount)
+        self.blocked_by = blocked_by
+        self.args = (f"budget {budget!r} is blocked: request {blocked_by!r} was billed above "
+                     "its reservation; an operator lifts it (POST /admin/budgets/unblock) or "
+                     "the period's end does",)
 
 
 class DuplicateRequestError(Exception):
@@ -140,6 +183,12 @@ class Ledger:
                 cur.execute(storage.schema_lock)
             for statement in SCHEMA:
                 cur.execute(statement)
+            for table, columns in ADDED_COLUMNS.items():  # a ledger of an earlier version
+                cur.execute(f"SELECT * FROM {table} WHERE 1 = 0")
+                present = {d[0] for d in cur.description}
+                for column, kind in columns:
+                    if column not in present:
+                        cur.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
             for key in keys:
                 cur.execute("INSERT INTO api_keys (key_sha256, name, organisation) VALUES "
                             "(?, ?, ?) ON CONFLICT (key_sha256) DO UPDATE SET "
@@ -173,7 +222,8 @@ class Ledger:
         """Reserve ``amount`` micro-dollars on every budget of ``key``, or refuse.
 
         Raises:
-            BudgetExceededError: Naming the first budget (in name order) it does not fit.
+            BudgetExceededError: Naming the first budget (in name order) it does not fit
+                (:class:`BudgetBlockedError` when that budget is blocked).
             DuplicateRequestError: If ``idempotency_key`` was used before.
         """
         now = time.time() if now is None else now
@@ -193,11 +243,14 @@ class Ledger:
                 start = period_start(budget.period, now)
                 cur.execute("INSERT INTO budget_usage (budget, period_start) VALUES (?, ?) "
                             "ON CONFLICT (budget, period_start) DO NOTHING", (budget.name, start))
-                cur.execute("SELECT u.spent_micros, u.reserved_micros, b.limit_micros FROM "
-                            "budget_usage u JOIN budgets b ON b.name = u.budget WHERE "
-                            f"u.budget = ? AND u.period_start = ?{self.storage.lock('u')}",
-                            (budget.name, start))
-                spent, reserved, limit = cur.fetchone()
+                cur.execute("SELECT u.spent_micros, u.reserved_micros, b.limit_micros, "
+                            "u.blocked_by FROM budget_usage u JOIN budgets b ON b.name = "
+                            f"u.budget WHERE u.budget = ? AND u.period_start = ?"
+                            f"{self.storage.lock('u')}", (budget.name, start))
+                spent, reserved, limit, blocked_by = cur.fetchone()
+                if limit is not None and blocked_by is not None:
+                    raise BudgetBlockedError(budget.name, limit, spent, reserved, amount,
+                                             blocked_by)
                 if limit is not None and spent + reserved + amount > limit:
                     raise BudgetExceededError(budget.name, limit, spent, reserved, amount)
                 held.append(f"{budget.name}@{start}")
@@ -214,15 +267,35 @@ class Ledger:
                 raise DuplicateRequestError(f"idempotency key {idempotency_key!r} or request "
                                             f"id {reservation_id!r} was used before") from None
 
+    def write_ahead(self, reservation_id: str, cost: int, *, upstream_id: str | None = None,
+                    prompt_tokens: int | None = None,
+                    completion_tokens: int | None = None) -> None:
+        """Record what the upstream billed a reserved call, before its answer is relayed.
+
+        Should the server die before :meth:`settle`, the expiry charges this cost
+        (outcome ``recovered``) instead of the reservation's worst case.
+        """
+        with self.storage.transaction() as cur:
+            cur.execute("UPDATE reservations SET known_cost_micros = ?, upstream_id = ?, "
+                        "prompt_tokens = ?, completion_tokens = ? WHERE id = ?",
+                        (cost, upstream_id, prompt_tokens, completion_tokens, reservation_id))
+
     def settle(self, reservation_id: str, cost: int, outcome: str, *, route: str | None = None,
                model: str | None = None, prompt_tokens: int | None = None,
                completion_tokens: int | None = None, latency_ms: float | None = None,
                prompt: str | None = None, response: str | None = None,
-               now: float | None = None) -> None:
+               upstream_id: str | None = None, answer: tuple[int, str, bool] | None = None,
+               now: float | None = None) -> int:
         """Charge a reserved call its real ``cost`` (0 for a failed call) and write its row.
 
-        Settling twice is a no-op; settling after the reservation expired charges the
-        cost all the same and marks the row ``late``.
+        A cost above the reservation is charged all the same and blocks the budgets
+        (module docstring). ``answer`` (status, JSON body, streamed) is kept for the
+        reservation's idempotency key, so that a client's retry is answered from it.
+        Settling twice is a no-op; settling after the reservation expired replaces what
+        the expiry charged and marks the row ``late``.
+
+        Returns:
+            The excess over the reservation (0 when the cost fits it).
         """
         now = time.time() if now is None else now
         with self.storage.transaction() as cur:
@@ -231,29 +304,74 @@ class Ledger:
                         (reservation_id,))
             found = cur.fetchone()
             if found is None:
-                cur.execute("SELECT budgets, outcome FROM requests WHERE id = ?",
-                            (reservation_id,))
+                cur.execute("SELECT budgets, outcome, cost_micros, reserved_micros, "
+                            "idempotency_key FROM requests WHERE id = ?", (reservation_id,))
                 row = cur.fetchone()
-                if row is None or row[1] != "expired":
-                    return  # settled already (or never reserved): nothing to do twice
-                for name, start in _held(row[0]):
-                    cur.execute("UPDATE budget_usage SET spent_micros = spent_micros + ? "
-                                "WHERE budget = ? AND period_start = ?", (cost, name, start))
+                if row is None or row[1] not in ("unknown", "recovered"):
+                    return 0  # settled already (or never reserved): nothing to do twice
+                budgets, _, charged, amount, idempotency_key = row
+                excess = self._charge(cur, budgets, 0, cost - charged, cost - amount,
+                                      reservation_id)
                 cur.execute("UPDATE requests SET cost_micros = ?, outcome = ?, model = ?, "
                             "prompt_tokens = ?, completion_tokens = ?, latency_ms = ?, "
-                            "response = ? WHERE id = ?",
+                            "response = ?, over_reservation_micros = ?, upstream_id = ? "
+                            "WHERE id = ?",
                             (cost, f"late:{outcome}", model, prompt_tokens, completion_tokens,
-                             latency_ms, response, reservation_id))
-                return
-            budgets, amount, key_name, idempotency_key, created = found
-            for name, start in _held(budgets):
-                cur.execute("UPDATE budget_usage SET reserved_micros = reserved_micros - ?, "
-                            "spent_micros = spent_micros + ? WHERE budget = ? AND "
-                            "period_start = ?", (amount, cost, name, start))
-            cur.execute("DELETE FROM reservations WHERE id = ?", (reservation_id,))
-            self._insert(cur, (reservation_id, idempotency_key, key_name, budgets, route, model,
-                               prompt_tokens, completion_tokens, cost, amount, latency_ms,
-                               outcome, created, prompt, response))
+                             latency_ms, response, excess, upstream_id, reservation_id))
+            else:
+                budgets, amount, key_name, idempotency_key, created = found
+                excess = self._charge(cur, budgets, amount, cost, cost - amount,
+                                      reservation_id)
+                cur.execute("DELETE FROM reservations WHERE id = ?", (reservation_id,))
+                self._insert(cur, (reservation_id, idempotency_key, key_name, budgets, route,
+                                   model, prompt_tokens, completion_tokens, cost, amount,
+                                   latency_ms, outcome, created, prompt, response, excess,
+                                   upstream_id))
+            if answer is not None and idempotency_key is not None:
+                self._keep_answer(cur, idempotency_key, answer, now)
+            return excess
+
+    def _charge(self, cur: Any, budgets: str, release: int, cost: int, excess: int,
+                request_id: str) -> int:
+        """Move ``release`` out of reserved and ``cost`` into spent on every budget held.
+
+        An ``excess`` above 0 (billed above the reservation) blocks each limited budget
+        held; returns the excess (0 when there is none).
+        """
+        excess = max(0, excess)
+        for name, start in _held(budgets):
+            cur.execute("UPDATE budget_usage SET reserved_micros = reserved_micros - ?, "
+                        "spent_micros = spent_micros + ? WHERE budget = ? AND "
+                        "period_start = ?", (release, cost, name, start))
+            if excess:
+                cur.execute("UPDATE budget_usage SET blocked_by = ? WHERE budget = ? AND "
+                            "period_start = ? AND blocked_by IS NULL AND budget IN (SELECT "
+                            "name FROM budgets WHERE limit_micros IS NOT NULL)",
+                            (request_id, name, start))
+        return excess
+
+    @staticmethod
+    def _keep_answer(cur: Any, idempotency_key: str, answer: tuple[int, str, bool],
+                     now: float) -> None:
+        status, body, stream = answer
+        cur.execute("INSERT INTO answers (idempotency_key, status, body, stream, created_at) "
+                    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (idempotency_key) DO NOTHING",
+                    (idempotency_key, status, body, stream, now))
+
+    def keep_answer(self, idempotency_key: str, status: int, body: str, stream: bool = False,
+                    now: float | None = None) -> None:
+        """Keep the answer of a request whose calls are settled (an error, say) for retries."""
+        with self.storage.transaction() as cur:
+            self._keep_answer(cur, idempotency_key, (status, body, stream),
+                              time.time() if now is None else now)
+
+    def answer_of(self, idempotency_key: str) -> tuple[int, str, bool] | None:
+        """The kept answer of an idempotency key, or ``None``."""
+        with self.storage.transaction() as cur:
+            cur.execute("SELECT status, body, stream FROM answers WHERE idempotency_key = ?",
+                        (idempotency_key,))
+            row = cur.fetchone()
+            return None if row is None else (int(row[0]), str(row[1]), bool(row[2]))
 
     def record(self, request_id: str, outcome: str, *, key_name: str | None = None,
                route: str | None = None, model: str | None = None,
@@ -263,28 +381,58 @@ class Ledger:
         now = time.time() if now is None else now
         with self.storage.transaction() as cur:
             self._insert(cur, (request_id, idempotency_key, key_name, None, route, model, None,
-                               None, 0, 0, None, outcome, now, prompt, None))
+                               None, 0, 0, None, outcome, now, prompt, None, 0, None))
 
     def release_expired(self, now: float | None = None) -> int:
-        """Release the reservations of servers silent for ``ttl`` seconds; return how many."""
+        """Settle the reservations of servers silent for ``ttl`` seconds; return how many."""
         with self.storage.transaction() as cur:
             return self._release_expired(cur, time.time() if now is None else now)
 
     def _release_expired(self, cur: Any, now: float) -> int:
         # never this process's own: it is alive, its calls will settle
         cur.execute("SELECT r.id, r.budgets, r.amount_micros, r.key_name, r.idempotency_key, "
-                    "r.created_at FROM reservations r LEFT JOIN servers s ON s.id = r.owner "
-                    "WHERE r.owner <> ? AND (s.heartbeat IS NULL OR s.heartbeat < ?)"
-                    f"{self.storage.lock('r')}", (self.owner, now - self.ttl))
+                    "r.created_at, r.known_cost_micros, r.upstream_id, r.prompt_tokens, "
+                    "r.completion_tokens FROM reservations r LEFT JOIN servers s ON "
+                    "s.id = r.owner WHERE r.owner <> ? AND (s.heartbeat IS NULL OR "
+                    f"s.heartbeat < ?){self.storage.lock('r')}", (self.owner, now - self.ttl))
         expired = cur.fetchall()
-        for ident, budgets, amount, key_name, idempotency_key, created in expired:
-            for name, start in _held(budgets):
-                cur.execute("UPDATE budget_usage SET reserved_micros = reserved_micros - ? "
-                            "WHERE budget = ? AND period_start = ?", (amount, name, start))
+        for (ident, budgets, amount, key_name, idempotency_key, created, known, upstream_id,
+             prompt_tokens, completion_tokens) in expired:
+            # what the upstream billed when the server wrote it down, else the worst case
+            cost = amount if known is None else int(known)
+            excess = self._charge(cur, budgets, amount, cost, cost - amount, ident)
             cur.execute("DELETE FROM reservations WHERE id = ?", (ident,))
-            self._insert(cur, (ident, idempotency_key, key_name, budgets, None, None, None, None,
-                               0, amount, None, "expired", created, None, None))
+            self._insert(cur, (ident, idempotency_key, key_name, budgets, None, None,
+                               prompt_tokens, completion_tokens, cost, amount, None,
+                               "unknown" if known is None else "recovered", created, None,
+                               None, excess, upstream_id))
+            if idempotency_key is not None:  # a client's retry gets this, not a 409 forever
+                self._keep_answer(cur, idempotency_key, (502, json.dumps(EXPIRED_ANSWER),
+                                                         False), now)
         return len(expired)
+
+    def unblock(self, budget: str, now: float | None = None) -> bool:
+        """Lift the block of ``budget`` in its current period; whether it was blocked."""
+        now = time.time() if now is None else now
+        with self.storage.transaction() as cur:
+            cur.execute("SELECT period FROM budgets WHERE name = ?", (budget,))
+            row = cur.fetchone()
+            if row is None:
+                raise KeyError(budget)
+            cur.execute("UPDATE budget_usage SET blocked_by = NULL WHERE budget = ? AND "
+                        "period_start = ? AND blocked_by IS NOT NULL",
+                        (budget, period_start(str(row[0]), now)))
+            return bool(cur.rowcount)
+
+    def blocked(self, now: float | None = None) -> dict[str, str]:
+        """The budgets blocked in their current period: ``{budget: request that blocked it}``."""
+        now = time.time() if now is None else now
+        with self.storage.transaction() as cur:
+            cur.execute("SELECT u.budget, u.period_start, u.blocked_by, b.period FROM "
+                        "budget_usage u JOIN budgets b ON b.name = u.budget WHERE "
+                        "u.blocked_by IS NOT NULL")
+            return {name: by for name, start, by, period in cur.fetchall()
+                    if start == period_start(period, now)}
 
     @staticmethod
     def _insert(cur: Any, row: Sequence[Any]) -> None:
@@ -328,6 +476,20 @@ class Ledger:
                         "b.limit_micros FROM budget_usage u JOIN budgets b ON b.name = u.budget "
                         "ORDER BY u.budget, u.period_start")
             return [Usage(*row) for row in cur.fetchall()]
+
+    def current_usage(self, now: float | None = None) -> list[Usage]:
+        """Every budget's money in its current period (0 for a budget not used in it)."""
+        now = time.time() if now is None else now
+        with self.storage.transaction() as cur:
+            cur.execute("SELECT name, limit_micros, period FROM budgets ORDER BY name")
+            found = []
+            for name, limit, period in cur.fetchall():
+                start = period_start(period, now)
+                cur.execute("SELECT spent_micros, reserved_micros FROM budget_usage WHERE "
+                            "budget = ? AND period_start = ?", (name, start))
+                row = cur.fetchone() or (0, 0)
+                found.append(Usage(name, start, int(row[0]), int(row[1]), limit))
+            return found
 
     def requests(self) -> list[dict[str, Any]]:
         """Every request's row, oldest first."""

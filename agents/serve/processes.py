@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -18,7 +19,10 @@ def wait_until_up(url: str, process: subprocess.Popen[bytes], timeout: float = 6
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            err = process.stderr.read().decode(errors="replace") if process.stderr else ""
+            err = ""
+            if process.stderr is not None:
+                process.stderr.seek(0)
+                err = process.stderr.read().decode(errors="replace")
             raise RuntimeError(f"{url}: the process exited with {process.returncode}: "
                                f"{err.strip()[-2000:]}")
         try:
@@ -41,18 +45,20 @@ def launched(args: Sequence[str], health_url: str, env: dict[str, str] | None = 
     imports torch first).
     """
     environment = {**os.environ, **(env or {})}
-    process = subprocess.Popen([sys.executable, *args], env=environment, cwd=cwd,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        wait_until_up(health_url, process, timeout)
-        yield process
-    finally:
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        if process.stderr is not None:
-            process.stderr.close()
+    # stderr to a file, not a pipe: a pipe nobody reads fills up (64 KiB of logged faults)
+    # and then blocks the process
+    with tempfile.TemporaryFile() as log:
+        process = subprocess.Popen([sys.executable, *args], env=environment, cwd=cwd,
+                                   stdout=subprocess.DEVNULL, stderr=log)
+        process.stderr = log  # type: ignore[assignment]  # read back by wait_until_up
+        try:
+            wait_until_up(health_url, process, timeout)
+            yield process
+        finally:
+            if process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()

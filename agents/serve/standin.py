@@ -20,12 +20,28 @@ last user message) with its logged answer, whitespace kept, cut at ``max_tokens`
 one token per word. So a cascade served in front of it reads the answers it was scored on
 offline. Other prompts get the made-up answer.
 
+Tool and function definitions are billed as input, as providers bill them: the words of
+their JSON plus 10 per definition are added to the prompt tokens.
+
 Faults are injected per model, from the command line (``--fault large=500``) or at run
 time with ``POST /control`` (``{"model": "large", "fault": "429", "count": 3}``: the next
-3 calls; ``"rate": 0.5``: half of them, seeded). A fault is ``timeout`` (the answer comes
-after 3600 s), ``429`` or ``500``. A refused connection is a real one: point a model at a
-port nobody listens on (:func:`free_port`). ``GET /stats`` counts the calls each model
-received and answered.
+3 calls; ``"rate": 0.5``: half of them, seeded). A fault is one of :data:`FAULTS`:
+
+* ``timeout``: the answer comes after 3600 s;
+* ``429`` (with ``Retry-After`` when ``"retry_after"`` is given) or ``500``;
+* ``reset``: the connection is dropped before any header (after reading the request);
+* ``bad_json``: a 200 whose body is not JSON (streamed: not server-sent events either);
+* ``cut``: the answer is cut mid-way (unstreamed: mid-body; streamed: after 3 chunks);
+* ``no_usage``: the answer carries no usage;
+* ``lie``: the usage reports (and the stand-in bills) ``factor`` (10 by default) times
+  the tokens;
+* ``overrun``: the answer ignores ``max_tokens`` (``factor`` times as many tokens).
+
+A refused connection is a real one: point a model at a port nobody listens on
+(:func:`free_port`). ``GET /stats`` counts the calls each model received and answered,
+and the tokens and calls it billed per model and per ``user`` field (``"billed"``:
+``{model: {user: [prompt_tokens, completion_tokens, calls]}}``; a call is billed once
+its generation started, whatever then happened to its answer).
 """
 
 from __future__ import annotations
@@ -42,10 +58,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 #: The faults a model can be given.
-FAULTS = ("timeout", "429", "500")
+FAULTS = ("timeout", "429", "500", "reset", "bad_json", "cut", "no_usage", "lie", "overrun")
 #: The stand-in's models by default.
 MODELS = ("small", "medium", "large")
 
@@ -57,6 +73,10 @@ class Fault:
     kind: str
     count: int | None = None
     rate: float = 1.0
+    #: ``lie`` and ``overrun``: how many times the tokens.
+    factor: float = 10.0
+    #: ``429``: the ``Retry-After`` header's seconds (none when ``None``).
+    retry_after: float | None = None
 
 
 def free_port() -> int:
@@ -68,9 +88,11 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def count_prompt(messages: Sequence[dict[str, Any]]) -> int:
-    """The stand-in's prompt tokens: words plus 4 per message, plus 3."""
-    return 3 + sum(4 + len(str(m.get("content") or "").split()) for m in messages)
+def count_prompt(messages: Sequence[dict[str, Any]],
+                 tools: Sequence[Any] | None = None) -> int:
+    """The stand-in's prompt tokens: words plus 4 per message, plus 3; tools' JSON words + 10."""
+    tokens = 3 + sum(4 + len(str(m.get("content") or "").split()) for m in messages)
+    return tokens + sum(10 + len(json.dumps(t).split()) for t in tools or ())
 
 
 def answer_words(model: str, messages: Sequence[dict[str, Any]], max_tokens: int) -> list[str]:
@@ -112,6 +134,7 @@ def create_app(models: Sequence[str] = MODELS, latency: float = 0.0,
     state = {"faults": dict(faults or {}), "latency": {m: latency for m in models}}
     calls: Counter[str] = Counter()
     answered: Counter[str] = Counter()
+    billed: dict[str, dict[str, list[int]]] = {}
     rng = random.Random(seed)
 
     def error(status: int, message: str, kind: str) -> JSONResponse:
@@ -125,7 +148,7 @@ def create_app(models: Sequence[str] = MODELS, latency: float = 0.0,
 
     @app.get("/stats")
     async def stats() -> dict[str, Any]:
-        return {"calls": dict(calls), "answered": dict(answered)}
+        return {"calls": dict(calls), "answered": dict(answered), "billed": billed}
 
     @app.post("/control")
     async def control(request: Request) -> dict[str, Any]:
@@ -138,13 +161,15 @@ def create_app(models: Sequence[str] = MODELS, latency: float = 0.0,
         if body.get("fault") in (None, "none"):
             state["faults"].pop(model, None)
         elif body["fault"] in FAULTS:
-            state["faults"][model] = Fault(body["fault"], body.get("count"),
-                                           float(body.get("rate", 1.0)))
+            state["faults"][model] = Fault(
+                body["fault"], body.get("count"), float(body.get("rate", 1.0)),
+                float(body.get("factor", 10.0)),
+                None if body.get("retry_after") is None else float(body["retry_after"]))
         else:
             return error(400, f"fault: expected one of {list(FAULTS)}", "invalid_request_error")
         return {"ok": True}
 
-    def take_fault(model: str) -> str | None:
+    def take_fault(model: str) -> Fault | None:
         fault = state["faults"].get(model)
         if fault is None or rng.random() >= fault.rate:
             return None
@@ -152,7 +177,7 @@ def create_app(models: Sequence[str] = MODELS, latency: float = 0.0,
             fault.count -= 1
             if fault.count <= 0:
                 state["faults"].pop(model, None)
-        return fault.kind
+        return fault
 
     @app.post("/v1/chat/completions", response_model=None)
     async def chat(request: Request) -> Any:
@@ -164,11 +189,18 @@ def create_app(models: Sequence[str] = MODELS, latency: float = 0.0,
             return error(404, f"The model {model!r} does not exist", "invalid_request_error")
         calls[model] += 1
         fault = take_fault(model)
-        if fault == "timeout":
+        kind = None if fault is None else fault.kind
+        if kind == "timeout":
             await asyncio.sleep(3600)
-        if fault in ("429", "500"):
-            kind = "rate_limit_error" if fault == "429" else "server_error"
-            return error(int(fault), f"injected fault {fault}", kind)
+        if kind in ("429", "500"):
+            answer = error(int(kind), f"injected fault {kind}",
+                           "rate_limit_error" if kind == "429" else "server_error")
+            if kind == "429" and fault is not None and fault.retry_after is not None:
+                answer.headers["Retry-After"] = f"{fault.retry_after:g}"
+            return answer
+        if kind == "reset":  # the connection dropped with no answer at all
+            request.receive.__self__.transport.abort()  # type: ignore[attr-defined]
+            return None
         if state["latency"][model] > 0:
             await asyncio.sleep(state["latency"][model])
         messages = body.get("messages") or []
@@ -178,36 +210,81 @@ def create_app(models: Sequence[str] = MODELS, latency: float = 0.0,
         words = (answer_words(model, messages, max_tokens) if logged is None
                  else replayed_words(logged, max_tokens))
         joiner = " " if logged is None else ""
-        usage = {"prompt_tokens": count_prompt(messages), "completion_tokens": len(words),
-                 "total_tokens": count_prompt(messages) + len(words)}
+        if kind == "overrun" and fault is not None:  # as many words as asked, times factor
+            max_tokens = int(max_tokens * fault.factor)
+            words = (words * max_tokens)[:max_tokens]
+        prompt_tokens = count_prompt(messages, (body.get("tools") or [])
+                                     + (body.get("functions") or []))
+        completion_tokens = len(words)
+        if kind == "lie" and fault is not None:  # and bills it: its usage is its invoice
+            prompt_tokens = int(prompt_tokens * fault.factor)
+            completion_tokens = int(completion_tokens * fault.factor)
+        user = str(body.get("user") or "")
+        bill = billed.setdefault(model, {}).setdefault(user, [0, 0, 0])
+        bill[0], bill[1], bill[2] = (bill[0] + prompt_tokens, bill[1] + completion_tokens,
+                                     bill[2] + 1)
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                 "total_tokens": prompt_tokens + completion_tokens}
         ident, created = f"chatcmpl-standin-{sum(calls.values())}", int(time.time())
         finish = "length" if len(words) == max_tokens else "stop"
         answered[model] += 1
         if not body.get("stream"):
-            return {"id": ident, "object": "chat.completion", "created": created,
-                    "model": model, "usage": usage,
-                    "choices": [{"index": 0, "finish_reason": finish, "logprobs": None,
-                                 "message": {"role": "assistant", "content": joiner.join(words)}}]}
+            answer = {"id": ident, "object": "chat.completion", "created": created,
+                      "model": model, "usage": usage,
+                      "choices": [{"index": 0, "finish_reason": finish, "logprobs": None,
+                                   "message": {"role": "assistant",
+                                               "content": joiner.join(words)}}]}
+            if kind == "no_usage":
+                answer.pop("usage")
+            if kind == "bad_json":
+                return Response(json.dumps(answer)[:-9], media_type="application/json")
+            if kind == "cut":
+                return StreamingResponse(_cut([json.dumps(answer)[:40]]),
+                                         media_type="application/json",
+                                         headers={"Content-Length": "100000"})
+            return answer
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        if kind == "bad_json":
+            return Response("this is not a stream {", media_type="text/event-stream")
 
-        async def events() -> AsyncIterator[str]:
+        def events() -> list[str]:
             base = {"id": ident, "object": "chat.completion.chunk", "created": created,
                     "model": model}
+            found = []
             for i, word in enumerate(words):
                 delta = {"content": (joiner if i else "") + word}
                 if i == 0:
                     delta["role"] = "assistant"
                 chunk = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
-                yield f"data: {json.dumps(chunk)}\n\n"
+                found.append(f"data: {json.dumps(chunk)}\n\n")
             last = {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}
-            yield f"data: {json.dumps(last)}\n\n"
-            if include_usage:
-                yield f"data: {json.dumps({**base, 'choices': [], 'usage': usage})}\n\n"
-            yield "data: [DONE]\n\n"
+            found.append(f"data: {json.dumps(last)}\n\n")
+            if include_usage and kind != "no_usage":
+                found.append(f"data: {json.dumps({**base, 'choices': [], 'usage': usage})}\n\n")
+            return [*found, "data: [DONE]\n\n"]
 
-        return StreamingResponse(events(), media_type="text/event-stream")
+        if kind == "cut":
+            return StreamingResponse(_cut(events()[:3]), media_type="text/event-stream")
+        return StreamingResponse(_events(events()), media_type="text/event-stream")
 
     return app
+
+
+async def _events(events: list[str]) -> AsyncIterator[str]:
+    for event in events:
+        yield event
+
+
+class CutError(Exception):
+    """Raised inside a response to make the server drop the connection mid-answer."""
+
+
+async def _cut(parts: list[str]) -> AsyncIterator[str]:
+    """Send ``parts``, then fail: uvicorn drops the connection, the answer unfinished."""
+    for part in parts:
+        yield part
+    await asyncio.sleep(0.01)  # the parts reach the client first
+    raise CutError("injected fault: the answer is cut")
 
 
 def _fault(text: str) -> tuple[str, Fault]:

@@ -106,6 +106,14 @@ class _QmarkCursor:
     def fetchall(self) -> list[Any]:
         return self._cursor.fetchall()
 
+    @property
+    def rowcount(self) -> int:
+        return int(self._cursor.rowcount)
+
+    @property
+    def description(self) -> Any:
+        return self._cursor.description
+
 
 class PostgresStorage:
     """A PostgreSQL database (psycopg 3), one connection shared by the process's threads.
