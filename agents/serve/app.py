@@ -89,6 +89,17 @@ def _error(err: ApiError, headers: dict[str, str] | None = None) -> JSONResponse
     return JSONResponse(err.body(), status_code=err.status, headers=headers)
 
 
+def end_user(chat: ChatRequest) -> str | None:
+    """The request's end user (OpenAI's ``user`` field), or ``None``; 400 unless a short string."""
+    user = chat.rest.get("user")
+    if user is None:
+        return None
+    if not isinstance(user, str) or not 1 <= len(user) <= 256:
+        raise ApiError(400, f"user: expected a string of 1 to 256 characters, got "
+                       f"{str(user)[:40]!r}", param="user")
+    return user
+
+
 def replayed(status: int, body: str, stream: bool) -> Response:
     """A kept answer, to a client retrying with its ``Idempotency-Key`` (charged nothing)."""
     headers = {"X-Cost-Envs-Replayed": "true"}
@@ -196,6 +207,7 @@ class Server:
             kept = self.ledger.answer_of(idempotency)
             if kept is not None:
                 return replayed(*kept)
+        user = end_user(chat)
         prompt = routing_prompt(chat.messages)
         plan = self.routes.plan(chat.model, prompt)
         request_id = f"chatcmpl-{uuid.uuid4().hex}"
@@ -217,7 +229,7 @@ class Server:
             reservation = request_id if attempt == 0 else f"{request_id}.{attempt}"
             try:
                 self.ledger.reserve(reservation, key, worst,
-                                    None if reserved_before else idempotency)
+                                    None if reserved_before else idempotency, user=user)
             except BudgetExceededError as err:
                 refusals.append(f"{name}: {err}")
                 continue
@@ -266,7 +278,7 @@ class Server:
             return _error(error, {"x-should-retry": "false"} if charged else None)
         # no idempotency key on the row: nothing was charged, the client may try again
         self.ledger.record(request_id, "refused_budget", key_name=key.name, route=plan.route,
-                           prompt=prompt)
+                           prompt=prompt, user=user)
         raise ApiError(402, "budget exceeded: " + "; ".join(refusals), kind="insufficient_quota",
                        param="budget", code="budget_exceeded")
 

@@ -99,11 +99,12 @@ async def cascade(server: Server, key: KeyConfig, chat: ChatRequest, budget: int
                    f"${budget / 1e6:.6f} ({budget_source})")
     else:
         try:
-            server.ledger.reserve(escalation, key, worst, None)
+            server.ledger.reserve(escalation, key, worst, None, user=chat.rest.get("user"))
         except BudgetExceededError as err:
             refused = f"{strong_name}: {err}"
     if refused is not None:
         server.ledger.record(escalation, "refused_budget", key_name=key.name, route=plan.route,
+                             user=chat.rest.get("user"),
                              model=strong_name, prompt=prompt)
         return _kept(data, weak_cost, chat, plan, "kept:budget", refused, notes)
     outcome, charge = "upstream_failed", 0

@@ -63,7 +63,8 @@ SCHEMA = (
         id TEXT PRIMARY KEY, key_name TEXT, budgets TEXT NOT NULL,
         amount_micros BIGINT NOT NULL, created_at DOUBLE PRECISION NOT NULL,
         owner TEXT NOT NULL, idempotency_key TEXT UNIQUE, upstream_id TEXT,
-        known_cost_micros BIGINT, prompt_tokens INTEGER, completion_tokens INTEGER)""",
+        known_cost_micros BIGINT, prompt_tokens INTEGER, completion_tokens INTEGER,
+        user_name TEXT)""",
     "CREATE INDEX IF NOT EXISTS reservations_owner ON reservations (owner)",
     """CREATE TABLE IF NOT EXISTS feedback (
         request_id TEXT PRIMARY KEY, score DOUBLE PRECISION NOT NULL,
@@ -76,7 +77,8 @@ SCHEMA = (
         cost_micros BIGINT NOT NULL DEFAULT 0, reserved_micros BIGINT NOT NULL DEFAULT 0,
         latency_ms DOUBLE PRECISION, outcome TEXT NOT NULL,
         created_at DOUBLE PRECISION NOT NULL, prompt TEXT, response TEXT,
-        over_reservation_micros BIGINT NOT NULL DEFAULT 0, upstream_id TEXT)""",
+        over_reservation_micros BIGINT NOT NULL DEFAULT 0, upstream_id TEXT,
+        user_name TEXT)""",
     """CREATE TABLE IF NOT EXISTS answers (
         idempotency_key TEXT PRIMARY KEY, status INTEGER NOT NULL, body TEXT NOT NULL,
         stream BOOLEAN NOT NULL, created_at DOUBLE PRECISION NOT NULL)""",
@@ -92,16 +94,17 @@ EXPIRED_ANSWER = {"error": {
 ADDED_COLUMNS = {
     "budget_usage": (("blocked_by", "TEXT"),),
     "reservations": (("upstream_id", "TEXT"), ("known_cost_micros", "BIGINT"),
-                     ("prompt_tokens", "INTEGER"), ("completion_tokens", "INTEGER")),
+                     ("prompt_tokens", "INTEGER"), ("completion_tokens", "INTEGER"),
+                     ("user_name", "TEXT")),
     "requests": (("over_reservation_micros", "BIGINT NOT NULL DEFAULT 0"),
-                 ("upstream_id", "TEXT")),
+                 ("upstream_id", "TEXT"), ("user_name", "TEXT")),
 }
 
 #: The columns of a request's row, in :meth:`Ledger.requests`'s order.
 REQUEST_COLUMNS = ("id", "idempotency_key", "key_name", "budgets", "route", "model",
                    "prompt_tokens", "completion_tokens", "cost_micros", "reserved_micros",
                    "latency_ms", "outcome", "created_at", "prompt", "response",
-                   "over_reservation_micros", "upstream_id")
+                   "over_reservation_micros", "upstream_id", "user_name")
 
 
 class BudgetExceededError(Exception):
@@ -218,8 +221,12 @@ class Ledger:
         return sorted(found, key=lambda b: b.name)
 
     def reserve(self, reservation_id: str, key: KeyConfig, amount: int,
-                idempotency_key: str | None = None, now: float | None = None) -> None:
+                idempotency_key: str | None = None, now: float | None = None,
+                user: str | None = None) -> None:
         """Reserve ``amount`` micro-dollars on every budget of ``key``, or refuse.
+
+        ``user``: the end user the call is for (the request's ``user`` field), written on
+        its row.
 
         Raises:
             BudgetExceededError: Naming the first budget (in name order) it does not fit
@@ -260,9 +267,10 @@ class Ledger:
                             "WHERE budget = ? AND period_start = ?", (amount, name, int(start)))
             try:  # another process may have taken the key since the check (PostgreSQL)
                 cur.execute("INSERT INTO reservations (id, key_name, budgets, amount_micros, "
-                            "created_at, owner, idempotency_key) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                            "created_at, owner, idempotency_key, user_name) VALUES "
+                            "(?, ?, ?, ?, ?, ?, ?, ?)",
                             (reservation_id, key.name, ",".join(held), amount, now,
-                             self.owner, idempotency_key))
+                             self.owner, idempotency_key, user))
             except self.storage.integrity_error:
                 raise DuplicateRequestError(f"idempotency key {idempotency_key!r} or request "
                                             f"id {reservation_id!r} was used before") from None
@@ -299,8 +307,8 @@ class Ledger:
         """
         now = time.time() if now is None else now
         with self.storage.transaction() as cur:
-            cur.execute("SELECT budgets, amount_micros, key_name, idempotency_key, created_at "
-                        f"FROM reservations r WHERE id = ?{self.storage.lock('r')}",
+            cur.execute("SELECT budgets, amount_micros, key_name, idempotency_key, created_at, "
+                        f"user_name FROM reservations r WHERE id = ?{self.storage.lock('r')}",
                         (reservation_id,))
             found = cur.fetchone()
             if found is None:
@@ -319,14 +327,14 @@ class Ledger:
                             (cost, f"late:{outcome}", model, prompt_tokens, completion_tokens,
                              latency_ms, response, excess, upstream_id, reservation_id))
             else:
-                budgets, amount, key_name, idempotency_key, created = found
+                budgets, amount, key_name, idempotency_key, created, user = found
                 excess = self._charge(cur, budgets, amount, cost, cost - amount,
                                       reservation_id)
                 cur.execute("DELETE FROM reservations WHERE id = ?", (reservation_id,))
                 self._insert(cur, (reservation_id, idempotency_key, key_name, budgets, route,
                                    model, prompt_tokens, completion_tokens, cost, amount,
                                    latency_ms, outcome, created, prompt, response, excess,
-                                   upstream_id))
+                                   upstream_id, user))
             if answer is not None and idempotency_key is not None:
                 self._keep_answer(cur, idempotency_key, answer, now)
             return excess
@@ -376,12 +384,12 @@ class Ledger:
     def record(self, request_id: str, outcome: str, *, key_name: str | None = None,
                route: str | None = None, model: str | None = None,
                idempotency_key: str | None = None, prompt: str | None = None,
-               now: float | None = None) -> None:
+               user: str | None = None, now: float | None = None) -> None:
         """Write the row of a request that reserved nothing (refused), with no cost."""
         now = time.time() if now is None else now
         with self.storage.transaction() as cur:
             self._insert(cur, (request_id, idempotency_key, key_name, None, route, model, None,
-                               None, 0, 0, None, outcome, now, prompt, None, 0, None))
+                               None, 0, 0, None, outcome, now, prompt, None, 0, None, user))
 
     def release_expired(self, now: float | None = None) -> int:
         """Settle the reservations of servers silent for ``ttl`` seconds; return how many."""
@@ -392,12 +400,12 @@ class Ledger:
         # never this process's own: it is alive, its calls will settle
         cur.execute("SELECT r.id, r.budgets, r.amount_micros, r.key_name, r.idempotency_key, "
                     "r.created_at, r.known_cost_micros, r.upstream_id, r.prompt_tokens, "
-                    "r.completion_tokens FROM reservations r LEFT JOIN servers s ON "
+                    "r.completion_tokens, r.user_name FROM reservations r LEFT JOIN servers s ON "
                     "s.id = r.owner WHERE r.owner <> ? AND (s.heartbeat IS NULL OR "
                     f"s.heartbeat < ?){self.storage.lock('r')}", (self.owner, now - self.ttl))
         expired = cur.fetchall()
         for (ident, budgets, amount, key_name, idempotency_key, created, known, upstream_id,
-             prompt_tokens, completion_tokens) in expired:
+             prompt_tokens, completion_tokens, user) in expired:
             # what the upstream billed when the server wrote it down, else the worst case
             cost = amount if known is None else int(known)
             excess = self._charge(cur, budgets, amount, cost, cost - amount, ident)
@@ -405,7 +413,7 @@ class Ledger:
             self._insert(cur, (ident, idempotency_key, key_name, budgets, None, None,
                                prompt_tokens, completion_tokens, cost, amount, None,
                                "unknown" if known is None else "recovered", created, None,
-                               None, excess, upstream_id))
+                               None, excess, upstream_id, user))
             if idempotency_key is not None:  # a client's retry gets this, not a 409 forever
                 self._keep_answer(cur, idempotency_key, (502, json.dumps(EXPIRED_ANSWER),
                                                          False), now)
