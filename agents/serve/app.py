@@ -39,20 +39,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import json
+import re
 import signal
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from agents.serve.admin import add_operator_routes
 from agents.serve.cascade import buffered_stream, cascade
 from agents.serve.config import BudgetConfig, KeyConfig, ModelConfig, ServeConfig, hash_key
 from agents.serve.http1 import Http1Pool
@@ -64,9 +66,19 @@ from agents.serve.inputs import (
     input_bound,
     parse_budget,
     parse_chat,
+    read_body,
     routing_prompt,
 )
-from agents.serve.ledger import BudgetExceededError, DuplicateRequestError, Ledger
+from agents.serve.keys import KeyStore
+from agents.serve.ledger import (
+    BudgetExceededError,
+    DuplicateRequestError,
+    Ledger,
+    RateLimit,
+    RateLimitedError,
+    Settled,
+)
+from agents.serve.metrics import ServeMetrics
 from agents.serve.routes import Plan, Routes
 from agents.serve.storage import open_storage
 from agents.serve.upstream import (
@@ -80,6 +92,12 @@ from agents.serve.upstream import (
     send,
     usage_tokens,
 )
+
+#: The metrics' refusal reason of a status (a 402 of a blocked budget: "blocked").
+REFUSALS = {401: "auth", 402: "budget", 429: "rate_limit"}
+#: The metrics' fault kind of a settled call's outcome.
+FAULTS = {"upstream_failed": "failed", "upstream_unknown": "unknown",
+          "upstream_rejected": "rejected", "upstream_stream_failed": "stream_failed"}
 
 #: The key of a server configured without keys: anyone may call, with no key budget.
 ANONYMOUS = KeyConfig("anonymous", "", BudgetConfig("key:anonymous", None, "total"))
@@ -116,38 +134,64 @@ async def _chained(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[by
         yield event
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    too_big = ApiError(413, f"body: expected at most {limit} bytes", param="body",
-                       code="request_too_large")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise too_big
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise too_big
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
 class Server:
     """The server's state: config, routes (routers loaded), ledger and upstream client."""
 
-    def __init__(self, config: ServeConfig) -> None:
+    def __init__(self, config: ServeConfig, clock: Callable[[], float] = time.time) -> None:
         self.config = config
         self.routes = Routes(config)
-        self.ledger = Ledger(open_storage(config.storage), config.keys or (ANONYMOUS,),
-                             config.organisations, ttl=config.server.reservation_ttl)
+        # no key in the file and no admin key to make one: anyone may call (trying it out)
+        self.anonymous = not config.keys and config.server.admin_key_sha256 is None
+        self.ledger = Ledger(open_storage(config.storage),
+                             (ANONYMOUS,) if self.anonymous else config.keys,
+                             config.organisations, ttl=config.server.reservation_ttl,
+                             clock=clock)
+        for name in self.ledger.overridden:
+            print(f"cost-envs serve: key {name!r}: its serve.yaml entry is ignored; the admin "
+                  "API changed it (/key/list shows it)", flush=True)
         self.ledger.release_expired()  # reservations of a server that was killed
-        self.keys = {k.key_sha256: k for k in config.keys}
+        self.key_store = KeyStore(self.ledger, clock)
+        self.metrics = ServeMetrics(self.ledger.open_reservations)
+        self.ledger.on_settle = self.settled
         self.client: httpx.AsyncClient | None = None
         self.pool: Http1Pool | None = None  # unstreamed calls: faster than the client
-        self._reloading = asyncio.Lock()
+        self.reloading = asyncio.Lock()  # one reload at a time
+
+    def settled(self, call: Settled) -> None:
+        """Count a settled call in the metrics (the ledger's hook, after its commit)."""
+        if call.cost or call.prompt_tokens or call.completion_tokens:
+            self.metrics.add_spend(call.key_name or "", call.model, call.cost,
+                                   call.prompt_tokens, call.completion_tokens)
+        if call.excess:
+            self.metrics.over_reservation(call.key_name or "", call.excess)
+        fault = FAULTS.get(re.sub(r"_\d+$", "", call.outcome.removeprefix("late:")))
+        if fault is not None:
+            self.metrics.upstream_fault(call.model, fault)
+
+    async def answer(self, request: Request) -> Any:
+        """``POST /v1/chat/completions``, counted in the metrics (a stream: to its start)."""
+        started, status, response, message = time.perf_counter(), 500, None, ""
+        try:
+            response = await self.chat(request)
+            status = response.status_code
+            return response
+        except ApiError as err:
+            status, message = err.status, err.message
+            raise
+        finally:
+            headers = getattr(response, "headers", {})
+            self.metrics.observe_request(headers.get("x-cost-envs-route"),
+                                         headers.get("x-cost-envs-model"), status,
+                                         time.perf_counter() - started)
+            if status in REFUSALS:
+                message += bytes(getattr(response, "body", b"") or b"").decode(errors="replace")
+                self.metrics.refusal("blocked" if "is blocked" in message else REFUSALS[status])
+            elif 400 <= status < 500:
+                self.metrics.refusal("invalid_request")
 
     def authenticate(self, request: Request) -> KeyConfig:
         """The key of ``Authorization: Bearer KEY``, or 401."""
-        if not self.keys:
+        if self.anonymous:
             return ANONYMOUS
         header = request.headers.get("authorization", "")
         scheme, _, key = header.partition(" ")
@@ -155,11 +199,23 @@ class Server:
             raise ApiError(401, "authorization: expected the header 'Authorization: Bearer "
                            "KEY' with an API key", param="authorization",
                            code="invalid_api_key")
-        found = self.keys.get(hash_key(key.strip()))
+        found = self.key_store.lookup(hash_key(key.strip()))
         if found is None:
             raise ApiError(401, "authorization: incorrect API key provided",
                            param="authorization", code="invalid_api_key")
         return found
+
+    def user_budget(self, key: KeyConfig, user: str | None) -> tuple[BudgetConfig | None,
+                                                                      list[RateLimit]]:
+        """The end user's budget (``budgets.users``) and the rate limits of a request."""
+        limits = [RateLimit(f"key:{key.name}", key.rates)] if key.rates.any() else []
+        policy = self.config.users
+        if user is None or policy is None:
+            return None, limits
+        subject = f"user:{key.name}/{quote(user, safe='')}"  # no , or @: the held-list's
+        if policy.rates.any():
+            limits.append(RateLimit(subject, policy.rates))
+        return BudgetConfig(subject, policy.limit, policy.period), limits
 
     def request_budget(self, request: Request, chat: ChatRequest) -> tuple[int, str]:
         """The request's cap in micro-dollars and where it came from."""
@@ -200,7 +256,7 @@ class Server:
         """``POST /v1/chat/completions``."""
         started = time.perf_counter()
         key = self.authenticate(request)
-        chat = parse_chat(await _read_body(request, self.config.server.max_body_bytes))
+        chat = parse_chat(await read_body(request, self.config.server.max_body_bytes))
         budget, budget_source = self.request_budget(request, chat)
         idempotency = self.idempotency_key(request, key)
         if idempotency is not None:
@@ -208,6 +264,7 @@ class Server:
             if kept is not None:
                 return replayed(*kept)
         user = end_user(chat)
+        user_budget, limits = self.user_budget(key, user)
         prompt = routing_prompt(chat.messages)
         plan = self.routes.plan(chat.model, prompt)
         request_id = f"chatcmpl-{uuid.uuid4().hex}"
@@ -229,7 +286,14 @@ class Server:
             reservation = request_id if attempt == 0 else f"{request_id}.{attempt}"
             try:
                 self.ledger.reserve(reservation, key, worst,
-                                    None if reserved_before else idempotency, user=user)
+                                    None if reserved_before else idempotency, user=user,
+                                    user_budget=user_budget,
+                                    limits=() if reserved_before else limits)
+            except RateLimitedError as err:
+                kind = "tokens" if "tokens" in err.what else "requests"
+                return _error(ApiError(429, str(err), kind=kind, param=None,
+                                       code="rate_limit_exceeded"),
+                              {"Retry-After": str(err.retry_after)})
             except BudgetExceededError as err:
                 refusals.append(f"{name}: {err}")
                 continue
@@ -391,7 +455,7 @@ class Server:
     async def feedback(self, request: Request) -> dict[str, Any]:
         """``POST /v1/feedback``: ``{"id": "<a response's id>", "score": 0..1}``."""
         key = self.authenticate(request)
-        raw = await _read_body(request, self.config.server.max_body_bytes)
+        raw = await read_body(request, self.config.server.max_body_bytes)
         try:
             body = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError):
@@ -411,71 +475,6 @@ class Server:
                            param="id")
         return {"id": ident, "score": float(score)}
 
-    def admin(self, request: Request) -> None:
-        """Check the admin key of an ``/admin`` route: 403 when none is configured, else 401."""
-        digest = self.config.server.admin_key_sha256
-        if digest is None:
-            raise ApiError(403, "admin: no admin key is configured (server.admin_key_sha256 "
-                           "or server.admin_key_env); reload with kill -HUP",
-                           kind="permission_error", code="admin_disabled")
-        scheme, _, key = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(hash_key(key.strip()), digest):
-            raise ApiError(401, "authorization: expected the header 'Authorization: Bearer "
-                           "KEY' with the admin key", param="authorization",
-                           code="invalid_api_key")
-
-    async def admin_unblock(self, request: Request) -> dict[str, Any]:
-        """``POST /admin/budgets/unblock`` ``{"budget": "key:alice"}``: lift a budget's block.
-
-        A budget is blocked by a call billed above its reservation (:mod:`~agents.serve.ledger`);
-        the block holds until this or the end of the budget's period.
-        """
-        self.admin(request)
-        raw = await _read_body(request, self.config.server.max_body_bytes)
-        try:
-            body = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
-            body = None
-        name = body.get("budget") if isinstance(body, dict) else None
-        if not isinstance(name, str) or not name:
-            raise ApiError(400, "body: expected a JSON object {\"budget\": \"key:NAME\"} (or "
-                           "org:NAME)", param="budget")
-        try:
-            lifted = self.ledger.unblock(name)
-        except KeyError:
-            raise ApiError(404, f"budget: no budget {name!r}; expected key:NAME or org:NAME",
-                           param="budget", code="budget_not_found") from None
-        return {"object": "budget.unblock", "budget": name, "was_blocked": lifted}
-
-    async def admin_budgets(self, request: Request) -> dict[str, Any]:
-        """``GET /admin/budgets``: every budget's money this period, and what blocks it."""
-        self.admin(request)
-        blocked = self.ledger.blocked()
-        return {"object": "list", "data": [
-            {"budget": u.budget, "period_start": u.period_start, "spent_micros": u.spent,
-             "reserved_micros": u.reserved, "limit_micros": u.limit,
-             "blocked_by": blocked.get(u.budget)} for u in self.ledger.current_usage()]}
-
-    async def admin_reload(self, request: Request) -> dict[str, Any]:
-        """``POST /admin/reload`` with the admin key: :meth:`reload`, off the event loop.
-
-        Requests keep being served while the files load (in a thread); a router that fails
-        to load leaves the old ones serving, and the answer is a 500 naming its file.
-        """
-        self.admin(request)
-        async with self._reloading:  # one reload at a time
-            try:
-                await asyncio.to_thread(self.reload)
-            except Exception as err:  # any failure: the old routers stay
-                print(f"cost-envs serve: reload failed, the old routers stay: {err}",
-                      flush=True)
-                raise ApiError(500, f"reload failed, the old routers still serve: {err}",
-                               kind="server_error", param="routers",
-                               code="reload_failed") from None
-        print("cost-envs serve: routers reloaded (POST /admin/reload)", flush=True)
-        return {"object": "reload",
-                "routers": [n for n, r in self.config.routes.items() if r.path is not None]}
-
     def reload(self) -> None:
         """Load the routers again from their files and swap them in at once.
 
@@ -485,9 +484,12 @@ class Server:
         self.routes = Routes(self.config)
 
 
-def create_app(config: ServeConfig) -> FastAPI:
-    """The FastAPI app serving ``config`` (its routers and ledger opened now)."""
-    server = Server(config)
+def create_app(config: ServeConfig, clock: Callable[[], float] = time.time) -> FastAPI:
+    """The FastAPI app serving ``config`` (its routers and ledger opened now).
+
+    ``clock``: the time of the ledger (budget periods, rate windows); tests move it.
+    """
+    server = Server(config, clock)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> Any:
@@ -554,24 +556,14 @@ def create_app(config: ServeConfig) -> FastAPI:
                                             "owned_by": "cost-envs"}
                                            for n in server.routes.names()]}
 
-    @app.get("/admin/budgets")
-    async def admin_budgets(request: Request) -> dict[str, Any]:
-        return await server.admin_budgets(request)
-
-    @app.post("/admin/budgets/unblock")
-    async def admin_unblock(request: Request) -> dict[str, Any]:
-        return await server.admin_unblock(request)
+    add_operator_routes(app, server)
 
     @app.post("/v1/feedback")
     async def feedback(request: Request) -> dict[str, Any]:
         return await server.feedback(request)
 
-    @app.post("/admin/reload")
-    async def admin_reload(request: Request) -> dict[str, Any]:
-        return await server.admin_reload(request)
-
     @app.post("/v1/chat/completions", response_model=None)
     async def chat(request: Request) -> Any:
-        return await server.chat(request)
+        return await server.answer(request)
 
     return app

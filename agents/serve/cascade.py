@@ -99,7 +99,9 @@ async def cascade(server: Server, key: KeyConfig, chat: ChatRequest, budget: int
                    f"${budget / 1e6:.6f} ({budget_source})")
     else:
         try:
-            server.ledger.reserve(escalation, key, worst, None, user=chat.rest.get("user"))
+            user = chat.rest.get("user")
+            server.ledger.reserve(escalation, key, worst, None, user=user,
+                                  user_budget=server.user_budget(key, user)[0])
         except BudgetExceededError as err:
             refused = f"{strong_name}: {err}"
     if refused is not None:

@@ -32,8 +32,12 @@
           organisation: acme
           limit: 5.0                     # dollars per period, optional
           period: day                    # hour, day, week, month (calendar, UTC) or total
+          rpm_limit: 60                  # requests per minute, optional (429 past it)
+          tpm_limit: 100000              # tokens per minute, optional
+          max_parallel_requests: 8       # requests at once, optional
       organisations:
         - {name: acme, limit: 20.0, period: month}
+      users: {limit: 0.5, period: day, rpm_limit: 10}  # each end user (the `user` field)
     server: {max_body_bytes: 1000000, retries: 2, backoff: 0.05, reservation_ttl: 600,
              admin_key_sha256: 9b1c...,  # or admin_key_env: the key of the /admin routes
              open_routes: [/health],     # answered without a key (also /v1/models)
@@ -61,7 +65,7 @@ from cost_envs.config_files import read_config_file
 #: Budget periods: fixed UTC windows (``month`` is the calendar month; ``total`` never resets).
 PERIODS = ("hour", "day", "week", "month", "total")
 #: The routes a configuration may open to callers without a key (``server.open_routes``).
-OPENABLE_ROUTES = ("/health", "/v1/models")
+OPENABLE_ROUTES = ("/health", "/v1/models", "/metrics")
 #: The model-name prefix that selects a router, as RouteLLM's ``router-<name>-<threshold>``.
 ROUTER_PREFIX = "router-"
 _NAME = re.compile(r"^[A-Za-z0-9_.:/-]+$")
@@ -156,13 +160,46 @@ class BudgetConfig:
 
 
 @dataclass(frozen=True)
+class RateLimits:
+    """Rate limits of a key or an end user (``None``: no limit), as LiteLLM's proxy names them.
+
+    ``rpm_limit``: requests per minute; ``tpm_limit``: tokens (prompt + completion, as
+    billed) per minute; ``max_parallel_requests``: requests being answered at once. The
+    minutes are fixed UTC windows.
+    """
+
+    rpm_limit: int | None = None
+    tpm_limit: int | None = None
+    max_parallel_requests: int | None = None
+
+    def any(self) -> bool:
+        """Whether any limit is set."""
+        return any(v is not None for v in (self.rpm_limit, self.tpm_limit,
+                                           self.max_parallel_requests))
+
+
+@dataclass(frozen=True)
 class KeyConfig:
-    """An API key (its SHA-256 only), its budget and its organisation."""
+    """An API key (its SHA-256 only), its budget, its organisation and its rate limits."""
 
     name: str
     key_sha256: str
     budget: BudgetConfig
     organisation: str | None = None
+    rates: RateLimits = RateLimits()
+
+
+@dataclass(frozen=True)
+class UserPolicy:
+    """The budget and rate limits of each end user (a request's ``user`` field) of a key.
+
+    Each (key, user) pair has its own budget ``user:<key>/<user>`` of ``limit`` dollars per
+    ``period`` (micro-dollars here; ``None``: no limit) and its own rate limits.
+    """
+
+    limit: int | None = None
+    period: str = "total"
+    rates: RateLimits = RateLimits()
 
 
 @dataclass(frozen=True)
@@ -199,6 +236,8 @@ class ServeConfig:
     request_max: int
     storage: str = "sqlite:///serve.db"
     server: ServerConfig = ServerConfig()
+    #: The budget and rate limits of each end user (``budgets.users``), or ``None``.
+    users: UserPolicy | None = None
 
 
 def _model(entry: Any, where: str) -> ModelConfig:
@@ -287,10 +326,21 @@ def _digest(entry: Mapping[str, Any], where: str, prefix: str = "") -> str:
     return digest
 
 
+#: The rate-limit keys of a key or of ``budgets.users``.
+RATE_KEYS = ("rpm_limit", "tpm_limit", "max_parallel_requests")
+
+
+def rate_limits(entry: Mapping[str, Any], where: str) -> RateLimits:
+    """The rate limits of ``entry`` (each an integer >= 1, or absent / null: no limit)."""
+    return RateLimits(*(None if entry.get(k) is None else
+                        integer(entry[k], k, minimum=1, maximum=10**12, where=where)
+                        for k in RATE_KEYS))
+
+
 def _key(entry: Any, where: str, organisations: Mapping[str, BudgetConfig]) -> KeyConfig:
     entry = _mapping(entry, where)
-    reject_unknown(entry, ("name", "key_sha256", "key_env", "organisation", "limit", "period"),
-                   where)
+    reject_unknown(entry, ("name", "key_sha256", "key_env", "organisation", "limit", "period",
+                           *RATE_KEYS), where)
     require_keys(entry, ("name",), where)
     name = _name(entry["name"], where)
     if ("key_sha256" in entry) == ("key_env" in entry):
@@ -300,7 +350,8 @@ def _key(entry: Any, where: str, organisations: Mapping[str, BudgetConfig]) -> K
     org = entry.get("organisation")
     if org is not None:
         org = one_of(org, "organisation", list(organisations), where=where)
-    return KeyConfig(name, digest, _budget(entry, f"key:{name}", where), org)
+    return KeyConfig(name, digest, _budget(entry, f"key:{name}", where), org,
+                     rate_limits(entry, where))
 
 
 def parse_config(data: Any, source: str = "serve.yaml", base: Path | None = None) -> ServeConfig:
@@ -329,7 +380,8 @@ def parse_config(data: Any, source: str = "serve.yaml", base: Path | None = None
                              "model's or another router's name")
         routes[route.name] = route
     budgets = _mapping(data.get("budgets", {}), f"{source}: budgets")
-    reject_unknown(budgets, ("request", "keys", "organisations"), f"{source}: budgets")
+    reject_unknown(budgets, ("request", "keys", "organisations", "users"),
+                   f"{source}: budgets")
     request = _mapping(budgets.get("request", {}), f"{source}: budgets: request")
     where = f"{source}: budgets: request"
     reject_unknown(request, ("default", "max"), where)
@@ -352,6 +404,13 @@ def parse_config(data: Any, source: str = "serve.yaml", base: Path | None = None
                                                  f"{source}: budgets: keys")))
     if len({k.key_sha256 for k in keys}) < len(keys) or len({k.name for k in keys}) < len(keys):
         raise ValueError(f"{source}: budgets: keys: expected distinct names and keys")
+    users = None
+    if budgets.get("users") is not None:
+        where = f"{source}: budgets: users"
+        entry = _mapping(budgets["users"], where)
+        reject_unknown(entry, ("limit", "period", *RATE_KEYS), where)
+        budget = _budget(entry, "user", where)
+        users = UserPolicy(budget.limit, budget.period, rate_limits(entry, where))
     storage = text(data.get("storage", "sqlite:///serve.db"), "storage", where=source)
     if not storage.startswith(("sqlite:///", "postgresql://")):
         raise ValueError(f"{source}: storage: expected sqlite:///PATH or postgresql://..., "
@@ -384,7 +443,7 @@ def parse_config(data: Any, source: str = "serve.yaml", base: Path | None = None
         number(server.get("reservation_ttl", 600.0), "reservation_ttl", minimum=0,
                inclusive=(False, True), where=where), admin, open_routes, docs)
     return ServeConfig(models, routes, keys, organisations, request_default, request_max,
-                       storage, settings)
+                       storage, settings, users)
 
 
 def load_config(path: str | Path) -> ServeConfig:

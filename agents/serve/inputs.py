@@ -375,3 +375,22 @@ def finite(value: Any) -> bool:
     """A real finite number (not a bool)."""
     return (isinstance(value, (int, float)) and not isinstance(value, bool)
             and math.isfinite(value))
+
+
+async def read_body(request: Any, limit: int) -> bytes:
+    """A request's body, refused (413) as soon as it passes ``limit`` bytes as it streams in.
+
+    ``request``: a Starlette request (its ``headers`` and ``stream()``).
+    """
+    declared = request.headers.get("content-length")
+    too_big = ApiError(413, f"body: expected at most {limit} bytes", param="body",
+                       code="request_too_large")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise too_big
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_big
+        chunks.append(chunk)
+    return b"".join(chunks)

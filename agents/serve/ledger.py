@@ -40,19 +40,22 @@ from __future__ import annotations
 
 import calendar
 import json
+import math
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from agents.serve.config import BudgetConfig, KeyConfig
+from agents.serve.config import BudgetConfig, KeyConfig, RateLimits
 from agents.serve.storage import Storage
 
 SCHEMA = (
     """CREATE TABLE IF NOT EXISTS api_keys (
-        key_sha256 TEXT PRIMARY KEY, name TEXT UNIQUE NOT NULL, organisation TEXT)""",
+        key_sha256 TEXT PRIMARY KEY, name TEXT UNIQUE NOT NULL, organisation TEXT,
+        rpm_limit BIGINT, tpm_limit BIGINT, max_parallel_requests BIGINT,
+        revoked_at DOUBLE PRECISION, created_at DOUBLE PRECISION, source TEXT)""",
     """CREATE TABLE IF NOT EXISTS budgets (
         name TEXT PRIMARY KEY, limit_micros BIGINT, period TEXT NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS budget_usage (
@@ -64,8 +67,12 @@ SCHEMA = (
         amount_micros BIGINT NOT NULL, created_at DOUBLE PRECISION NOT NULL,
         owner TEXT NOT NULL, idempotency_key TEXT UNIQUE, upstream_id TEXT,
         known_cost_micros BIGINT, prompt_tokens INTEGER, completion_tokens INTEGER,
-        user_name TEXT)""",
+        user_name TEXT, rate_subjects TEXT)""",
     "CREATE INDEX IF NOT EXISTS reservations_owner ON reservations (owner)",
+    """CREATE TABLE IF NOT EXISTS rate_usage (
+        subject TEXT NOT NULL, window_start BIGINT NOT NULL,
+        requests BIGINT NOT NULL DEFAULT 0, tokens BIGINT NOT NULL DEFAULT 0,
+        PRIMARY KEY (subject, window_start))""",
     """CREATE TABLE IF NOT EXISTS feedback (
         request_id TEXT PRIMARY KEY, score DOUBLE PRECISION NOT NULL,
         created_at DOUBLE PRECISION NOT NULL)""",
@@ -90,12 +97,18 @@ EXPIRED_ANSWER = {"error": {
                "reserved worst case (the upstream may have billed it)",
     "type": "upstream_error", "param": None, "code": "outcome_unknown"}}
 
+#: Indexes on columns later versions added (made once the columns are there).
+INDEXES = ("CREATE INDEX IF NOT EXISTS reservations_key ON reservations (key_name, user_name)",)
+
 #: Columns later versions added to a table: a ledger written before gets them on opening.
 ADDED_COLUMNS = {
+    "api_keys": (("rpm_limit", "BIGINT"), ("tpm_limit", "BIGINT"),
+                 ("max_parallel_requests", "BIGINT"), ("revoked_at", "DOUBLE PRECISION"),
+                 ("created_at", "DOUBLE PRECISION"), ("source", "TEXT")),
     "budget_usage": (("blocked_by", "TEXT"),),
     "reservations": (("upstream_id", "TEXT"), ("known_cost_micros", "BIGINT"),
                      ("prompt_tokens", "INTEGER"), ("completion_tokens", "INTEGER"),
-                     ("user_name", "TEXT")),
+                     ("user_name", "TEXT"), ("rate_subjects", "TEXT")),
     "requests": (("over_reservation_micros", "BIGINT NOT NULL DEFAULT 0"),
                  ("upstream_id", "TEXT"), ("user_name", "TEXT")),
 }
@@ -127,6 +140,36 @@ class BudgetBlockedError(BudgetExceededError):
         self.args = (f"budget {budget!r} is blocked: request {blocked_by!r} was billed above "
                      "its reservation; an operator lifts it (POST /admin/budgets/unblock) or "
                      "the period's end does",)
+
+
+class RateLimitedError(Exception):
+    """A request past a rate limit of its key or end user (``retry_after``: seconds)."""
+
+    def __init__(self, subject: str, what: str, limit: int, retry_after: int) -> None:
+        self.subject, self.what, self.limit, self.retry_after = subject, what, limit, retry_after
+        super().__init__(f"rate limit of {subject!r} reached: {limit} {what}; try again in "
+                         f"{retry_after} s")
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """The rate limits of one subject: ``key:NAME`` or ``user:KEY/USER``."""
+
+    subject: str
+    rates: RateLimits
+
+
+@dataclass(frozen=True)
+class Settled:
+    """A call just settled (what :attr:`Ledger.on_settle` is given)."""
+
+    key_name: str | None
+    model: str | None
+    cost: int
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    excess: int
+    outcome: str
 
 
 class DuplicateRequestError(Exception):
@@ -175,12 +218,17 @@ class Ledger:
     def __init__(self, storage: Storage, keys: Sequence[KeyConfig] = (),
                  organisations: Mapping[str, BudgetConfig] | None = None,
                  ttl: float = 600.0, owner: str | None = None,
-                 now: float | None = None) -> None:
+                 now: float | None = None, clock: Callable[[], float] = time.time) -> None:
         self.storage = storage
         self.ttl = ttl
+        self.clock = clock
         self.owner = uuid.uuid4().hex if owner is None else owner
         self.keys = {k.key_sha256: k for k in keys}
         self.organisations = dict(organisations or {})
+        #: The configured keys whose entries were ignored: changed through the admin API.
+        self.overridden: list[str] = []
+        #: Called with each call settled by this process, after its commit (metrics).
+        self.on_settle: Callable[[Settled], None] | None = None
         with storage.transaction() as cur:
             if storage.schema_lock:  # other processes may be creating the schema too
                 cur.execute(storage.schema_lock)
@@ -192,17 +240,45 @@ class Ledger:
                 for column, kind in columns:
                     if column not in present:
                         cur.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+            for statement in INDEXES:
+                cur.execute(statement)
+            now = self.clock() if now is None else now
+            budgets = list(self.organisations.values())
             for key in keys:
-                cur.execute("INSERT INTO api_keys (key_sha256, name, organisation) VALUES "
-                            "(?, ?, ?) ON CONFLICT (key_sha256) DO UPDATE SET "
-                            "name = excluded.name, organisation = excluded.organisation",
-                            (key.key_sha256, key.name, key.organisation))
-            for budget in [k.budget for k in keys] + list(self.organisations.values()):
-                cur.execute("INSERT INTO budgets (name, limit_micros, period) VALUES (?, ?, ?) "
-                            "ON CONFLICT (name) DO UPDATE SET limit_micros = "
-                            "excluded.limit_micros, period = excluded.period",
-                            (budget.name, budget.limit, budget.period))
-            self._beat(cur, time.time() if now is None else now)
+                if self._write_configured_key(cur, key, now):
+                    budgets.append(key.budget)
+                else:
+                    self.overridden.append(key.name)
+            for budget in budgets:
+                write_budget(cur, budget)
+            self._beat(cur, now)
+
+    @staticmethod
+    def _write_configured_key(cur: Any, key: KeyConfig, now: float) -> bool:
+        """Write a configured key, unless the admin API changed it; whether it was written.
+
+        The API's word is final: a key created, rotated, revoked or re-limited through it
+        (``source = 'api'``) keeps that state whatever the configuration says.
+        """
+        cur.execute("SELECT source FROM api_keys WHERE name = ?", (key.name,))
+        row = cur.fetchone()
+        if row is not None and row[0] not in (None, "config"):
+            return False
+        rates = key.rates
+        if row is None:
+            cur.execute("DELETE FROM api_keys WHERE key_sha256 = ?", (key.key_sha256,))
+            cur.execute("INSERT INTO api_keys (key_sha256, name, organisation, rpm_limit, "
+                        "tpm_limit, max_parallel_requests, created_at, source) VALUES "
+                        "(?, ?, ?, ?, ?, ?, ?, 'config')",
+                        (key.key_sha256, key.name, key.organisation, rates.rpm_limit,
+                         rates.tpm_limit, rates.max_parallel_requests, now))
+        else:
+            cur.execute("UPDATE api_keys SET key_sha256 = ?, organisation = ?, rpm_limit = ?, "
+                        "tpm_limit = ?, max_parallel_requests = ?, source = 'config' "
+                        "WHERE name = ?",
+                        (key.key_sha256, key.organisation, rates.rpm_limit, rates.tpm_limit,
+                         rates.max_parallel_requests, key.name))
+        return True
 
     def _beat(self, cur: Any, now: float) -> None:
         cur.execute("INSERT INTO servers (id, heartbeat) VALUES (?, ?) ON CONFLICT (id) DO "
@@ -211,33 +287,55 @@ class Ledger:
     def heartbeat(self, now: float | None = None) -> None:
         """Say this process is alive: its reservations do not expire for ``ttl`` seconds."""
         with self.storage.transaction() as cur:
-            self._beat(cur, time.time() if now is None else now)
+            self._beat(cur, self.clock() if now is None else now)
 
-    def budgets_of(self, key: KeyConfig) -> list[BudgetConfig]:
+    def budgets_of(self, key: KeyConfig,
+                   user_budget: BudgetConfig | None = None) -> list[BudgetConfig]:
         """The budgets a key's calls count against, in name order (the lock order)."""
         found = [key.budget]
         if key.organisation is not None:
             found.append(self.organisations[key.organisation])
+        if user_budget is not None:
+            found.append(user_budget)
         return sorted(found, key=lambda b: b.name)
 
     def reserve(self, reservation_id: str, key: KeyConfig, amount: int,
                 idempotency_key: str | None = None, now: float | None = None,
-                user: str | None = None) -> None:
+                user: str | None = None, user_budget: BudgetConfig | None = None,
+                limits: Sequence[RateLimit] = ()) -> None:
         """Reserve ``amount`` micro-dollars on every budget of ``key``, or refuse.
 
-        ``user``: the end user the call is for (the request's ``user`` field), written on
-        its row.
+        Args:
+            reservation_id: The call's id (its row's).
+            key: The API key (its budget, its organisation's).
+            amount: The call's worst case, micro-dollars.
+            idempotency_key: The request's (scoped) ``Idempotency-Key``, on its first call.
+            now: The time (the ledger's clock by default).
+            user: The end user the call is for (the request's ``user`` field).
+            user_budget: That user's budget, when users have one.
+            limits: The rate limits to check, on the first call of a request only (its
+                admission): requests and tokens in the current UTC minute, and requests
+                being answered (the subject's open reservations).
 
         Raises:
+            RateLimitedError: Past a rate limit (checked first).
             BudgetExceededError: Naming the first budget (in name order) it does not fit
                 (:class:`BudgetBlockedError` when that budget is blocked).
             DuplicateRequestError: If ``idempotency_key`` was used before.
         """
-        now = time.time() if now is None else now
-        budgets = self.budgets_of(key)
+        now = self.clock() if now is None else now
+        budgets = self.budgets_of(key, user_budget)
         with self.storage.transaction() as cur:
             self._beat(cur, now)
             self._release_expired(cur, now)
+            window = int(now // 60 * 60)
+            for limit in limits:
+                self._check_rate(cur, limit, key.name, user, window, now)
+            if user_budget is not None:
+                cur.execute("SELECT limit_micros, period FROM budgets WHERE name = ?",
+                            (user_budget.name,))
+                if cur.fetchone() != (user_budget.limit, user_budget.period):
+                    write_budget(cur, user_budget)
             if idempotency_key is not None:
                 cur.execute("SELECT 1 FROM requests WHERE idempotency_key = ? UNION ALL "
                             "SELECT 1 FROM reservations WHERE idempotency_key = ?",
@@ -265,15 +363,46 @@ class Ledger:
                 name, start = entry.rsplit("@", 1)
                 cur.execute("UPDATE budget_usage SET reserved_micros = reserved_micros + ? "
                             "WHERE budget = ? AND period_start = ?", (amount, name, int(start)))
+            for limit in limits:  # admitted: one more request this minute
+                if limit.rates.rpm_limit is not None:
+                    cur.execute("UPDATE rate_usage SET requests = requests + 1 WHERE "
+                                "subject = ? AND window_start = ?", (limit.subject, window))
+            tokens_of = ",".join(x.subject for x in limits if x.rates.tpm_limit is not None)
             try:  # another process may have taken the key since the check (PostgreSQL)
                 cur.execute("INSERT INTO reservations (id, key_name, budgets, amount_micros, "
-                            "created_at, owner, idempotency_key, user_name) VALUES "
-                            "(?, ?, ?, ?, ?, ?, ?, ?)",
+                            "created_at, owner, idempotency_key, user_name, rate_subjects) "
+                            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                             (reservation_id, key.name, ",".join(held), amount, now,
-                             self.owner, idempotency_key, user))
+                             self.owner, idempotency_key, user, tokens_of or None))
             except self.storage.integrity_error:
                 raise DuplicateRequestError(f"idempotency key {idempotency_key!r} or request "
                                             f"id {reservation_id!r} was used before") from None
+
+    def _check_rate(self, cur: Any, limit: RateLimit, key_name: str, user: str | None,
+                    window: int, now: float) -> None:
+        rates = limit.rates
+        if rates.max_parallel_requests is not None:
+            if limit.subject.startswith("user:"):
+                cur.execute("SELECT COUNT(*) FROM reservations WHERE key_name = ? AND "
+                            "user_name = ?", (key_name, user))
+            else:
+                cur.execute("SELECT COUNT(*) FROM reservations WHERE key_name = ?",
+                            (key_name,))
+            if int(cur.fetchone()[0]) >= rates.max_parallel_requests:
+                raise RateLimitedError(limit.subject, "requests at once",
+                                       rates.max_parallel_requests, 1)
+        if rates.rpm_limit is None and rates.tpm_limit is None:
+            return
+        cur.execute("INSERT INTO rate_usage (subject, window_start) VALUES (?, ?) "
+                    "ON CONFLICT (subject, window_start) DO NOTHING", (limit.subject, window))
+        cur.execute("SELECT requests, tokens FROM rate_usage r WHERE subject = ? AND "
+                    f"window_start = ?{self.storage.lock('r')}", (limit.subject, window))
+        requests, tokens = cur.fetchone()
+        wait = max(1, math.ceil(window + 60 - now))
+        if rates.rpm_limit is not None and requests >= rates.rpm_limit:
+            raise RateLimitedError(limit.subject, "requests per minute", rates.rpm_limit, wait)
+        if rates.tpm_limit is not None and tokens >= rates.tpm_limit:
+            raise RateLimitedError(limit.subject, "tokens per minute", rates.tpm_limit, wait)
 
     def write_ahead(self, reservation_id: str, cost: int, *, upstream_id: str | None = None,
                     prompt_tokens: int | None = None,
@@ -305,11 +434,11 @@ class Ledger:
         Returns:
             The excess over the reservation (0 when the cost fits it).
         """
-        now = time.time() if now is None else now
+        now = self.clock() if now is None else now
         with self.storage.transaction() as cur:
             cur.execute("SELECT budgets, amount_micros, key_name, idempotency_key, created_at, "
-                        f"user_name FROM reservations r WHERE id = ?{self.storage.lock('r')}",
-                        (reservation_id,))
+                        "user_name, rate_subjects FROM reservations r WHERE id = ?"
+                        f"{self.storage.lock('r')}", (reservation_id,))
             found = cur.fetchone()
             if found is None:
                 cur.execute("SELECT budgets, outcome, cost_micros, reserved_micros, "
@@ -327,7 +456,17 @@ class Ledger:
                             (cost, f"late:{outcome}", model, prompt_tokens, completion_tokens,
                              latency_ms, response, excess, upstream_id, reservation_id))
             else:
-                budgets, amount, key_name, idempotency_key, created, user = found
+                budgets, amount, key_name, idempotency_key, created, user, subjects = found
+                tokens = (prompt_tokens or 0) + (completion_tokens or 0)
+                window = int(now // 60 * 60)
+                for subject in (subjects or "").split(",") if tokens else ():
+                    if subject:  # the tokens count in the minute they were billed
+                        cur.execute("INSERT INTO rate_usage (subject, window_start) VALUES "
+                                    "(?, ?) ON CONFLICT (subject, window_start) DO NOTHING",
+                                    (subject, window))
+                        cur.execute("UPDATE rate_usage SET tokens = tokens + ? WHERE "
+                                    "subject = ? AND window_start = ?",
+                                    (tokens, subject, window))
                 excess = self._charge(cur, budgets, amount, cost, cost - amount,
                                       reservation_id)
                 cur.execute("DELETE FROM reservations WHERE id = ?", (reservation_id,))
@@ -337,7 +476,11 @@ class Ledger:
                                    upstream_id, user))
             if answer is not None and idempotency_key is not None:
                 self._keep_answer(cur, idempotency_key, answer, now)
-            return excess
+            key_name = found[2] if found is not None else None
+        if self.on_settle is not None:
+            self.on_settle(Settled(key_name, model, cost, prompt_tokens, completion_tokens,
+                                   excess, outcome))
+        return excess
 
     def _charge(self, cur: Any, budgets: str, release: int, cost: int, excess: int,
                 request_id: str) -> int:
@@ -371,7 +514,7 @@ class Ledger:
         """Keep the answer of a request whose calls are settled (an error, say) for retries."""
         with self.storage.transaction() as cur:
             self._keep_answer(cur, idempotency_key, (status, body, stream),
-                              time.time() if now is None else now)
+                              self.clock() if now is None else now)
 
     def answer_of(self, idempotency_key: str) -> tuple[int, str, bool] | None:
         """The kept answer of an idempotency key, or ``None``."""
@@ -386,7 +529,7 @@ class Ledger:
                idempotency_key: str | None = None, prompt: str | None = None,
                user: str | None = None, now: float | None = None) -> None:
         """Write the row of a request that reserved nothing (refused), with no cost."""
-        now = time.time() if now is None else now
+        now = self.clock() if now is None else now
         with self.storage.transaction() as cur:
             self._insert(cur, (request_id, idempotency_key, key_name, None, route, model, None,
                                None, 0, 0, None, outcome, now, prompt, None, 0, None, user))
@@ -394,7 +537,7 @@ class Ledger:
     def release_expired(self, now: float | None = None) -> int:
         """Settle the reservations of servers silent for ``ttl`` seconds; return how many."""
         with self.storage.transaction() as cur:
-            return self._release_expired(cur, time.time() if now is None else now)
+            return self._release_expired(cur, self.clock() if now is None else now)
 
     def _release_expired(self, cur: Any, now: float) -> int:
         # never this process's own: it is alive, its calls will settle
@@ -421,7 +564,7 @@ class Ledger:
 
     def unblock(self, budget: str, now: float | None = None) -> bool:
         """Lift the block of ``budget`` in its current period; whether it was blocked."""
-        now = time.time() if now is None else now
+        now = self.clock() if now is None else now
         with self.storage.transaction() as cur:
             cur.execute("SELECT period FROM budgets WHERE name = ?", (budget,))
             row = cur.fetchone()
@@ -434,7 +577,7 @@ class Ledger:
 
     def blocked(self, now: float | None = None) -> dict[str, str]:
         """The budgets blocked in their current period: ``{budget: request that blocked it}``."""
-        now = time.time() if now is None else now
+        now = self.clock() if now is None else now
         with self.storage.transaction() as cur:
             cur.execute("SELECT u.budget, u.period_start, u.blocked_by, b.period FROM "
                         "budget_usage u JOIN budgets b ON b.name = u.budget WHERE "
@@ -463,7 +606,7 @@ class Ledger:
             cur.execute("INSERT INTO feedback (request_id, score, created_at) VALUES (?, ?, ?) "
                         "ON CONFLICT (request_id) DO UPDATE SET score = excluded.score, "
                         "created_at = excluded.created_at",
-                        (request_id, score, time.time() if now is None else now))
+                        (request_id, score, self.clock() if now is None else now))
             return True
 
     def scored_calls(self) -> list[dict[str, Any]]:
@@ -487,7 +630,7 @@ class Ledger:
 
     def current_usage(self, now: float | None = None) -> list[Usage]:
         """Every budget's money in its current period (0 for a budget not used in it)."""
-        now = time.time() if now is None else now
+        now = self.clock() if now is None else now
         with self.storage.transaction() as cur:
             cur.execute("SELECT name, limit_micros, period FROM budgets ORDER BY name")
             found = []
@@ -511,6 +654,13 @@ class Ledger:
         with self.storage.transaction() as cur:
             cur.execute("SELECT COUNT(*) FROM reservations")
             return int(cur.fetchone()[0])
+
+
+def write_budget(cur: Any, budget: BudgetConfig) -> None:
+    """Create or update a budget's row (its limit and period)."""
+    cur.execute("INSERT INTO budgets (name, limit_micros, period) VALUES (?, ?, ?) "
+                "ON CONFLICT (name) DO UPDATE SET limit_micros = excluded.limit_micros, "
+                "period = excluded.period", (budget.name, budget.limit, budget.period))
 
 
 def _held(budgets: str) -> list[tuple[str, int]]:
