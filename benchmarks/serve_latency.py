@@ -1,17 +1,26 @@
-"""What ``cost-envs serve`` adds to a call's latency, and its requests per second (issue #27).
+"""What ``cost-envs serve`` adds to a call's latency, and its requests per second (#27, #35).
 
 Usage: ``python benchmarks/serve_latency.py [--requests N] [--output FILE.md]``
 
 Starts the stand-in upstream (``python -m agents.serve.standin``, answering at once) and
 ``cost-envs serve`` on SQLite in a temporary folder, with two routes: a fixed model
 (``cheap``) and the logistic router trained on the packaged example logs (``router-demo``,
-its saved threshold). Then, in one run, the same chat requests (a few words, 16 output
-tokens) go straight to the upstream and through the server, from 1 client and from 64
-concurrent clients (one keep-alive connection each): the p50 and p99 latency of each, what
-the server adds (the difference of the percentiles), and the requests per second through
-the server at 64 clients. Every request through the server is routed, reserved, called,
-settled and written to the ledger. The machine is named in the output; a loaded machine
-moves every figure (compare the columns of one run, not runs).
+its saved threshold), and everything a gateway checks on: the key has rate limits
+(requests and tokens a minute, requests at once; high enough never to refuse, so each
+request pays for their check), every request carries an end user (``user``) with its
+own budget and rate limit, and the Prometheus metrics count every request. Then, in one
+run, the same chat requests (a few words, 16 output tokens) go straight to the upstream
+and through the server:
+
+* from 1 client, **paired**: each request is sent straight to the upstream and then
+  through the server, one after the other, so the machine's load moves both alike; the
+  added p50 is the median of the pairs' differences (with the p50 and p99 of each side);
+* from 64 concurrent clients (one keep-alive connection each): the p50 and p99 of each
+  side, their differences, and the requests per second through the server.
+
+Every request through the server is authenticated, rate-checked, routed, reserved,
+called, settled and written to the ledger. The machine is named in the output; a loaded
+machine moves every figure (compare the columns of one run, not runs).
 """
 
 from __future__ import annotations
@@ -38,7 +47,10 @@ from cost_envs.traces import example_traces  # noqa: E402
 from experiments.common import machine  # noqa: E402
 
 KEY = "sk-bench"
-BODY = {"max_tokens": 16, "messages": [{"role": "user", "content": "What is 17 times 23?"}]}
+BODY = {"max_tokens": 16, "messages": [{"role": "user", "content": "What is 17 times 23?"}],
+        "user": "bench-user"}
+#: Rate limits checked on every request and never reached.
+LIMITS = {"rpm_limit": 10**9, "tpm_limit": 10**12, "max_parallel_requests": 10**6}
 
 
 def write_config(folder: Path, upstream: str) -> Path:
@@ -54,7 +66,8 @@ def write_config(folder: Path, upstream: str) -> Path:
                            "models": {"gpt-4.1-nano": "small", "gpt-4.1": "large"}}],
               "budgets": {"request": {"default": 0.05, "max": 1.0},
                           "keys": [{"name": "bench", "key_sha256": hash_key(KEY),
-                                    "limit": 1000.0}]},
+                                    "limit": 1000.0, **LIMITS}],
+                          "users": {"limit": 1000.0, "period": "day", **LIMITS}},
               "server": {"retries": 0}}
     path = folder / "serve.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -90,6 +103,24 @@ def measure(url: str, model: str, requests: int, clients: int) -> tuple[list[flo
     return times, time.perf_counter() - start
 
 
+def paired(upstream: str, server: str, route: str,
+           requests: int) -> tuple[list[float], list[float]]:
+    """Seconds of each request straight to the upstream and through the server, in pairs."""
+    direct, served = [], []
+    headers = {"Authorization": f"Bearer {KEY}"}
+    with httpx.Client(base_url=upstream, timeout=120, headers=headers) as straight, \
+            httpx.Client(base_url=server, timeout=120, headers=headers) as through:
+        for _ in range(requests):
+            for client, model, times in ((straight, "small", direct),
+                                         (through, route, served)):
+                start = time.perf_counter()
+                answer = client.post("/v1/chat/completions", json={**BODY, "model": model})
+                times.append(time.perf_counter() - start)
+                if answer.status_code != 200:
+                    raise RuntimeError(f"{answer.status_code} {answer.text[:200]}")
+    return direct, served
+
+
 def percentile(values: list[float], share: float) -> float:
     """The ``share`` quantile of ``values`` in milliseconds."""
     return 1000 * statistics.quantiles(values, n=100, method="inclusive")[round(share * 100) - 1]
@@ -115,25 +146,34 @@ def main(argv: list[str] | None = None) -> int:
             server = f"http://127.0.0.1:{port}"
             measure(server, "cheap", 64, 8)  # warm both processes up
             rows = []
-            for clients in (1, 64):
-                direct, _ = measure(upstream, "small", args.requests, clients)
-                for route in ("cheap", "router-demo"):
-                    served, wall = measure(server, route, args.requests, clients)
-                    rows.append((clients, route, direct, served, args.requests / wall))
-    lines = ["# What `cost-envs serve` adds to a call (issue #27)", "",
+            for route in ("cheap", "router-demo"):
+                start = time.perf_counter()
+                direct, served = paired(upstream, server, route, args.requests)
+                rows.append((1, route, direct, served,
+                             args.requests / (time.perf_counter() - start) * 2))
+            direct, _ = measure(upstream, "small", args.requests, 64)
+            for route in ("cheap", "router-demo"):
+                served, wall = measure(server, route, args.requests, 64)
+                rows.append((64, route, direct, served, args.requests / wall))
+    lines = ["# What `cost-envs serve` adds to a call (issues #27, #35)", "",
              f"`python benchmarks/serve_latency.py --requests {args.requests}` on {machine()}: "
-             "the stand-in upstream answering at once, the server on SQLite; latency in ms "
-             "of the same requests straight to the upstream and through the server, and "
-             "what the server adds (difference of the percentiles). One run: compare its "
-             "columns, not runs.", "",
+             "the stand-in upstream answering at once, the server on SQLite with rate limits "
+             "per key and per end user checked on every request, end users' budgets and "
+             "Prometheus metrics on; latency in ms of the same requests straight to the "
+             "upstream and through the server, and what the server adds. At 1 client the "
+             "requests are paired (straight, then through the server) and the added p50 is "
+             "the median of the pairs' differences; at 64 clients it is the difference of "
+             "the percentiles. One run: compare its columns, not runs.", "",
              "| clients | route | upstream p50 | p99 | through the server p50 | p99 | "
              "added p50 | added p99 | requests/s through the server |",
              "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for clients, route, direct, served, rate in rows:
         d50, d99 = percentile(direct, 0.5), percentile(direct, 0.99)
         s50, s99 = percentile(served, 0.5), percentile(served, 0.99)
+        added = (1000 * statistics.median(s - d for s, d in zip(served, direct, strict=True))
+                 if clients == 1 else s50 - d50)
         lines.append(f"| {clients} | {route} | {d50:.1f} | {d99:.1f} | {s50:.1f} | {s99:.1f} "
-                     f"| {s50 - d50:.1f} | {s99 - d99:.1f} | {rate:.0f} |")
+                     f"| {added:.1f} | {s99 - d99:.1f} | {rate:.0f} |")
     text = "\n".join(lines) + "\n"
     if args.output:
         args.output.write_text(text)
