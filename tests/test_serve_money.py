@@ -77,7 +77,11 @@ class Money:
 
 
 def _silent_listener(port: int, stop: threading.Event) -> None:
-    """An upstream that reads a request and drops the connection, answering nothing."""
+    """An upstream that reads a request and drops the connection, answering nothing.
+
+    Unlike the stand-in's ``reset`` fault, it never answered anything before, so no kept-
+    alive connection to it exists: the first reset is the fault.
+    """
     with socket.socket() as server:
         server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         server.bind(("127.0.0.1", port))
@@ -291,6 +295,18 @@ def test_a_429_is_retried_after_its_retry_after_or_given_up_when_too_long(
         model="cheap", messages=_chat("do not wait an hour"), max_tokens=5)
     assert raw.headers["x-cost-envs-model"] == "medium" and time.monotonic() - started < 3
     assert money.rows(prompt="do not wait an hour", model="small")[0]["cost_micros"] == 0
+
+
+def test_a_timed_out_call_is_charged_its_worst_case_and_not_sent_again(money: Money) -> None:
+    calls = httpx.get(f"{money.upstream}/stats").json()["calls"].get("small", 0)
+    money.fault("small", "timeout", count=1)  # the model's timeout is 3 s
+    answer = money.client().chat.completions.create(model="cheap", max_tokens=5,
+                                                    messages=_chat("too slow"))
+    assert answer.model == "medium"  # the fallback, not a second try of the same call
+    assert httpx.get(f"{money.upstream}/stats").json()["calls"]["small"] == calls + 1
+    row = money.rows(prompt="too slow", model="small")[0]
+    assert row["outcome"] == "upstream_unknown"
+    assert row["cost_micros"] == row["reserved_micros"] > 0
 
 
 def test_a_silent_upstream_is_charged_its_worst_case(money: Money) -> None:
