@@ -66,11 +66,12 @@ left reserved (``Ledger.release_expired``), reads the ledger with SQL and the st
   ``ok_no_usage``, ``unknown``, no ``over_reservation_micros`` > 0, no ``402``, no key's
   limit reached, no refusal of a blocked budget seen by a client.
 
-It reports without failing (``--strict``: failing) idempotent requests still answered
+With ``--strict`` (the tests' setting) it also fails on idempotent requests still answered
 ``409`` :data:`PATIENCE_409` seconds after their first ``409``: a retry that can never be
-answered (a fallback attempt, reserved without the idempotency key, was in flight at a
-kill; the first attempt's row holds the key, and the expiry keeps no answer for it), and
-notes client answers other than 200, 402, 409, 502 and a stream's error event.
+answered. This run found that bug (a fallback attempt, reserved without the idempotency
+key, was in flight at a kill; the expiry kept no answer for the key): every call of a
+request now carries its ``answer_key``. It notes client answers other than 200, 402,
+409, 502 and a stream's error event.
 """
 
 from __future__ import annotations
@@ -403,6 +404,8 @@ def client_worker(worker: int, clients: int, plan: list[Planned], urls: list[str
     made: dict[tuple[int, str], openai.OpenAI] = {}
     server = worker % len(urls)
     for request in plan[worker::clients]:
+        while run.hold_at is not None and run.done >= run.hold_at:  # a kill is due first
+            time.sleep(0.005)
         tries, deadline, first_409 = 0, time.monotonic() + PATIENCE, None
         first = time.time()
         while True:
@@ -453,6 +456,7 @@ def killer(servers: list[Process], kills: int, requests: int, seed: int, run: Ru
     rng = random.Random(seed * 7919 + 1)
     points = sorted(rng.uniform(0.06, 0.8) * requests for _ in range(kills))
     for k, point in enumerate(points):
+        run.hold_at = point  # the clients wait there for this kill (its precondition)
         while run.done < point and not run.finished.is_set():
             time.sleep(0.01)
         if run.finished.is_set():
@@ -462,6 +466,7 @@ def killer(servers: list[Process], kills: int, requests: int, seed: int, run: Ru
         servers[target].kill()
         with run.lock:
             run.kills.append((time.time(), target))
+        run.hold_at = None
         time.sleep(rng.uniform(0.2, 1.5))
         try:
             servers[target].start()
@@ -530,8 +535,8 @@ def run_chaos(storage: str = "sqlite", requests: int = 800, clients: int = 64, k
             temporary one is started (:class:`PostgresUnavailableError` when it cannot be).
         workdir: Where the configuration, ledger and logs go (a temporary folder if none).
         log: A callable taking a line of progress (none: quiet).
-        strict: Fail on an idempotent request answered 409 for good (a server bug found by
-            this run; a note otherwise).
+        strict: Fail on an idempotent request answered 409 for good (a server bug this run
+            found, now fixed; a note otherwise).
 
     Raises:
         PostgresUnavailableError: PostgreSQL asked for and not available.

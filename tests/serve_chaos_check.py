@@ -115,6 +115,9 @@ class Run:
     #: What went wrong in the killer (a server that did not start again).
     errors: list[str] = field(default_factory=list)
     done: int = 0
+    #: The next kill's point (requests done): clients start no request past it until the
+    #: kill is made, so every kill happens with calls in flight, however fast the load.
+    hold_at: float | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
     finished: threading.Event = field(default_factory=threading.Event)
 

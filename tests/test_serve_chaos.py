@@ -42,11 +42,12 @@ def postgres_url() -> Iterator[str]:
 
 @pytest.mark.slow
 def test_chaos_on_sqlite_loses_no_money(tmp_path: Path) -> None:
-    _passed(run_chaos("sqlite", REQUESTS, CLIENTS, KILLS, seed=1, workdir=tmp_path, log=print))
+    _passed(run_chaos("sqlite", REQUESTS, CLIENTS, KILLS, seed=1, workdir=tmp_path, log=print,
+                      strict=True))
 
 
 @pytest.mark.slow
 def test_chaos_on_postgres_with_two_servers_loses_no_money(
         tmp_path: Path, postgres_url: str) -> None:
     _passed(run_chaos("postgresql", REQUESTS, CLIENTS, KILLS, seed=2,
-                      postgres_url=postgres_url, workdir=tmp_path, log=print))
+                      postgres_url=postgres_url, workdir=tmp_path, log=print, strict=True))

@@ -211,3 +211,25 @@ def test_budgets_hold_exactly_under_threads_and_processes(tmp_path: Path) -> Non
     refused = sum(r["outcome"] == "refused_budget" for r in rows)
     assert 0 < refused < len(rows)  # the budgets bound: about half were refused
     assert usage["org:acme"].limit - usage["org:acme"].spent < 60  # filled to the last call
+
+
+def test_a_fallbacks_answer_is_kept_under_the_requests_idempotency_key(
+        tmp_path: Path) -> None:
+    storage = open_storage(f"sqlite:///{tmp_path / 'l.db'}")
+    ledger = Ledger(storage, [ALICE, BOB], {"acme": ORG}, ttl=10, now=1000.0)
+    ledger.reserve("q", ALICE, 10, idempotency_key="alice:k", now=1000.0)
+    ledger.settle("q", 0, "upstream_failed", now=1000.0)  # the first model failed
+    ledger.reserve("q.1", ALICE, 10, answer_key="alice:k", model="small", now=1000.0)
+    ledger.settle("q.1", 4, "ok", answer=(200, '{"id": "q.1"}', False), now=1000.0)
+    assert ledger.answer_of("alice:k") == (200, '{"id": "q.1"}', False)
+    # a fallback in flight when its server died: the retry gets a final answer, not a 409
+    dead = Ledger(storage, [ALICE, BOB], {"acme": ORG}, ttl=10, now=1000.0)
+    dead.reserve("r", BOB, 10, idempotency_key="bob:k", now=1000.0)
+    dead.settle("r", 0, "upstream_failed", now=1000.0)
+    dead.reserve("r.1", BOB, 10, answer_key="bob:k", model="medium", route="best",
+                 now=1000.0)
+    ledger.reserve("later", ALICE, 1, now=5000.0)  # dead's reservations expire
+    status, body, _ = ledger.answer_of("bob:k")
+    assert status == 502 and "outcome_unknown" in body
+    row = next(r for r in ledger.requests() if r["id"] == "r.1")
+    assert (row["outcome"], row["model"], row["route"]) == ("unknown", "medium", "best")

@@ -288,7 +288,8 @@ class Server:
                 self.ledger.reserve(reservation, key, worst,
                                     None if reserved_before else idempotency, user=user,
                                     user_budget=user_budget,
-                                    limits=() if reserved_before else limits)
+                                    limits=() if reserved_before else limits,
+                                    answer_key=idempotency, model=name, route=plan.route)
             except RateLimitedError as err:
                 kind = "tokens" if "tokens" in err.what else "requests"
                 return _error(ApiError(429, str(err), kind=kind, param=None,
@@ -306,7 +307,7 @@ class Server:
                 if plan.cascade is not None and attempt == 0:  # the weak call, then maybe more
                     answer = await cascade(self, key, chat, budget, budget_source, model,
                                            (max_tokens, worst), reservation, plan, prompt,
-                                           started)
+                                           started, idempotency)
                     if idempotency is not None and isinstance(answer, JSONResponse):
                         self.ledger.keep_answer(idempotency, answer.status_code,
                                                 bytes(answer.body).decode())

@@ -55,7 +55,8 @@ CASCADE_HEADER = "X-Cost-Envs-Cascade"
 
 async def cascade(server: Server, key: KeyConfig, chat: ChatRequest, budget: int,
                   budget_source: str, weak: ModelConfig, call: tuple[int, int],
-                  reservation: str, plan: Plan, prompt: str, started: float) -> Any:
+                  reservation: str, plan: Plan, prompt: str, started: float,
+                  answer_key: str | None = None) -> Any:
     """Serve one request of a cascade router (module docstring).
 
     Args:
@@ -70,6 +71,8 @@ async def cascade(server: Server, key: KeyConfig, chat: ChatRequest, budget: int
         plan: The request's plan (:attr:`~agents.serve.routes.Plan.cascade` set).
         prompt: The routing prompt.
         started: The request's start (``time.perf_counter()``).
+        answer_key: The request's scoped ``Idempotency-Key``: should the server die during
+            the escalation, a retry is answered (the expiry keeps an answer under it).
 
     Raises:
         UpstreamFailedError, UpstreamRejectedError: The weak call failed (the caller
@@ -101,7 +104,9 @@ async def cascade(server: Server, key: KeyConfig, chat: ChatRequest, budget: int
         try:
             user = chat.rest.get("user")
             server.ledger.reserve(escalation, key, worst, None, user=user,
-                                  user_budget=server.user_budget(key, user)[0])
+                                  user_budget=server.user_budget(key, user)[0],
+                                  answer_key=answer_key, model=strong_name,
+                                  route=plan.route)
         except BudgetExceededError as err:
             refused = f"{strong_name}: {err}"
     if refused is not None:

@@ -67,7 +67,7 @@ SCHEMA = (
         amount_micros BIGINT NOT NULL, created_at DOUBLE PRECISION NOT NULL,
         owner TEXT NOT NULL, idempotency_key TEXT UNIQUE, upstream_id TEXT,
         known_cost_micros BIGINT, prompt_tokens INTEGER, completion_tokens INTEGER,
-        user_name TEXT, rate_subjects TEXT)""",
+        user_name TEXT, rate_subjects TEXT, answer_key TEXT, model TEXT, route TEXT)""",
     "CREATE INDEX IF NOT EXISTS reservations_owner ON reservations (owner)",
     """CREATE TABLE IF NOT EXISTS rate_usage (
         subject TEXT NOT NULL, window_start BIGINT NOT NULL,
@@ -108,7 +108,8 @@ ADDED_COLUMNS = {
     "budget_usage": (("blocked_by", "TEXT"),),
     "reservations": (("upstream_id", "TEXT"), ("known_cost_micros", "BIGINT"),
                      ("prompt_tokens", "INTEGER"), ("completion_tokens", "INTEGER"),
-                     ("user_name", "TEXT"), ("rate_subjects", "TEXT")),
+                     ("user_name", "TEXT"), ("rate_subjects", "TEXT"), ("answer_key", "TEXT"),
+                     ("model", "TEXT"), ("route", "TEXT")),
     "requests": (("over_reservation_micros", "BIGINT NOT NULL DEFAULT 0"),
                  ("upstream_id", "TEXT"), ("user_name", "TEXT")),
 }
@@ -302,7 +303,8 @@ class Ledger:
     def reserve(self, reservation_id: str, key: KeyConfig, amount: int,
                 idempotency_key: str | None = None, now: float | None = None,
                 user: str | None = None, user_budget: BudgetConfig | None = None,
-                limits: Sequence[RateLimit] = ()) -> None:
+                limits: Sequence[RateLimit] = (), answer_key: str | None = None,
+                model: str | None = None, route: str | None = None) -> None:
         """Reserve ``amount`` micro-dollars on every budget of ``key``, or refuse.
 
         Args:
@@ -316,6 +318,12 @@ class Ledger:
             limits: The rate limits to check, on the first call of a request only (its
                 admission): requests and tokens in the current UTC minute, and requests
                 being answered (the subject's open reservations).
+            answer_key: The request's idempotency key on every one of its calls (a
+                fallback's too): the key its answer is kept under, by :meth:`settle` or,
+                should the server die, by the expiry. ``idempotency_key`` by default.
+            model: The model called, written on the row even when the server dies
+                before the call is settled.
+            route: The route, likewise.
 
         Raises:
             RateLimitedError: Past a rate limit (checked first).
@@ -370,10 +378,11 @@ class Ledger:
             tokens_of = ",".join(x.subject for x in limits if x.rates.tpm_limit is not None)
             try:  # another process may have taken the key since the check (PostgreSQL)
                 cur.execute("INSERT INTO reservations (id, key_name, budgets, amount_micros, "
-                            "created_at, owner, idempotency_key, user_name, rate_subjects) "
-                            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            "created_at, owner, idempotency_key, user_name, rate_subjects, "
+                            "answer_key, model, route) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                             (reservation_id, key.name, ",".join(held), amount, now,
-                             self.owner, idempotency_key, user, tokens_of or None))
+                             self.owner, idempotency_key, user, tokens_of or None,
+                             answer_key or idempotency_key, model, route))
             except self.storage.integrity_error:
                 raise DuplicateRequestError(f"idempotency key {idempotency_key!r} or request "
                                             f"id {reservation_id!r} was used before") from None
@@ -437,7 +446,7 @@ class Ledger:
         now = self.clock() if now is None else now
         with self.storage.transaction() as cur:
             cur.execute("SELECT budgets, amount_micros, key_name, idempotency_key, created_at, "
-                        "user_name, rate_subjects FROM reservations r WHERE id = ?"
+                        "user_name, rate_subjects, answer_key FROM reservations r WHERE id = ?"
                         f"{self.storage.lock('r')}", (reservation_id,))
             found = cur.fetchone()
             if found is None:
@@ -446,7 +455,7 @@ class Ledger:
                 row = cur.fetchone()
                 if row is None or row[1] not in ("unknown", "recovered"):
                     return 0  # settled already (or never reserved): nothing to do twice
-                budgets, _, charged, amount, idempotency_key = row
+                budgets, _, charged, amount, answer_key = row
                 excess = self._charge(cur, budgets, 0, cost - charged, cost - amount,
                                       reservation_id)
                 cur.execute("UPDATE requests SET cost_micros = ?, outcome = ?, model = ?, "
@@ -456,7 +465,8 @@ class Ledger:
                             (cost, f"late:{outcome}", model, prompt_tokens, completion_tokens,
                              latency_ms, response, excess, upstream_id, reservation_id))
             else:
-                budgets, amount, key_name, idempotency_key, created, user, subjects = found
+                (budgets, amount, key_name, idempotency_key, created, user, subjects,
+                 answer_key) = found
                 tokens = (prompt_tokens or 0) + (completion_tokens or 0)
                 window = int(now // 60 * 60)
                 for subject in (subjects or "").split(",") if tokens else ():
@@ -474,8 +484,8 @@ class Ledger:
                                    model, prompt_tokens, completion_tokens, cost, amount,
                                    latency_ms, outcome, created, prompt, response, excess,
                                    upstream_id, user))
-            if answer is not None and idempotency_key is not None:
-                self._keep_answer(cur, idempotency_key, answer, now)
+            if answer is not None and answer_key is not None:
+                self._keep_answer(cur, answer_key, answer, now)
             key_name = found[2] if found is not None else None
         if self.on_settle is not None:
             self.on_settle(Settled(key_name, model, cost, prompt_tokens, completion_tokens,
@@ -543,23 +553,24 @@ class Ledger:
         # never this process's own: it is alive, its calls will settle
         cur.execute("SELECT r.id, r.budgets, r.amount_micros, r.key_name, r.idempotency_key, "
                     "r.created_at, r.known_cost_micros, r.upstream_id, r.prompt_tokens, "
-                    "r.completion_tokens, r.user_name FROM reservations r LEFT JOIN servers s ON "
+                    "r.completion_tokens, r.user_name, r.answer_key, r.model, r.route FROM "
+                    "reservations r LEFT JOIN servers s ON "
                     "s.id = r.owner WHERE r.owner <> ? AND (s.heartbeat IS NULL OR "
                     f"s.heartbeat < ?){self.storage.lock('r')}", (self.owner, now - self.ttl))
         expired = cur.fetchall()
         for (ident, budgets, amount, key_name, idempotency_key, created, known, upstream_id,
-             prompt_tokens, completion_tokens, user) in expired:
+             prompt_tokens, completion_tokens, user, answer_key, model, route) in expired:
             # what the upstream billed when the server wrote it down, else the worst case
             cost = amount if known is None else int(known)
             excess = self._charge(cur, budgets, amount, cost, cost - amount, ident)
             cur.execute("DELETE FROM reservations WHERE id = ?", (ident,))
-            self._insert(cur, (ident, idempotency_key, key_name, budgets, None, None,
+            self._insert(cur, (ident, idempotency_key, key_name, budgets, route, model,
                                prompt_tokens, completion_tokens, cost, amount, None,
                                "unknown" if known is None else "recovered", created, None,
                                None, excess, upstream_id, user))
-            if idempotency_key is not None:  # a client's retry gets this, not a 409 forever
-                self._keep_answer(cur, idempotency_key, (502, json.dumps(EXPIRED_ANSWER),
-                                                         False), now)
+            if answer_key is not None:  # a client's retry gets this, not a 409 forever
+                self._keep_answer(cur, answer_key, (502, json.dumps(EXPIRED_ANSWER), False),
+                                  now)
         return len(expired)
 
     def unblock(self, budget: str, now: float | None = None) -> bool:
