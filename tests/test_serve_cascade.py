@@ -159,6 +159,30 @@ def test_a_stream_gets_the_kept_answer(served: Served) -> None:
     assert all(c.usage is None for c in plain)  # usage only when asked for
 
 
+def test_an_idempotent_retry_gets_the_cascades_answer_streamed_or_not(
+        served: Served) -> None:
+    client = served.client()
+    for expected in (WEAK, STRONG):
+        prompt = served.prompts[served.offline.index(expected)]
+        for stream in (False, True):
+            key = {"Idempotency-Key": f"cascade-{expected}-{stream}"}
+            calls = len(served.rows())
+
+            def ask(key: dict[str, str] = key, stream: bool = stream,
+                    prompt: str = prompt) -> str:
+                answer = client.chat.completions.create(
+                    model="router-casc", max_tokens=MAX_TOKENS, stream=stream,
+                    extra_headers=key, messages=[{"role": "user", "content": prompt}])
+                if not stream:
+                    return answer.choices[0].message.content
+                return "".join(c.choices[0].delta.content or "" for c in answer if c.choices)
+
+            first = ask()
+            made = len(served.rows()) - calls
+            assert ask() == first == served.answers[(expected, prompt)]  # replayed
+            assert len(served.rows()) - calls == made  # charged once
+
+
 def test_an_escalation_that_does_not_fit_keeps_the_weak_answer(served: Served) -> None:
     prompt = served.prompts[served.offline.index(STRONG)]
     weak_worst, strong_worst = served.worst(WEAK, prompt), served.worst(STRONG, prompt)

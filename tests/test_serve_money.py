@@ -257,6 +257,19 @@ def test_a_stream_cut_mid_way_ends_with_an_error_event(money: Money) -> None:
     row = money.rows(prompt="a stream to cut")[0]
     assert row["outcome"] == "upstream_stream_failed"
     assert row["cost_micros"] == row["reserved_micros"]
+    # with an Idempotency-Key, a retry is told what happened: charged once, never a 409
+    money.fault("large", "cut", count=1)
+    body = {"model": "alone", "messages": _chat("an idempotent stream to cut"),
+            "max_tokens": 30, "stream": True}
+    headers = {"Authorization": "Bearer sk-test", "Idempotency-Key": "cut-1"}
+    with httpx.stream("POST", f"{money.url}/v1/chat/completions", json=body,
+                      headers=headers) as first:
+        events = [line for line in first.iter_lines() if line.startswith("data:")]
+    assert '"error"' in events[-1] and "[DONE]" not in events[-1]
+    again = httpx.post(f"{money.url}/v1/chat/completions", json=body, headers=headers)
+    assert again.status_code == 502
+    assert again.json()["error"]["code"] == "upstream_stream_failed"
+    assert len(money.rows(idempotency_key="tester:cut-1")) == 1
 
 
 def test_a_stream_broken_before_its_first_event_falls_back(money: Money) -> None:

@@ -118,6 +118,14 @@ def end_user(chat: ChatRequest) -> str | None:
     return user
 
 
+def _broken(outcome: str, result: StreamResult) -> dict[str, Any]:
+    """The answer kept for a retry of a stream that did not end: what happened to it."""
+    why = result.fault or "the client left before its end"
+    return ApiError(502, f"this request's stream did not end ({outcome}: {why}); it was "
+                    "charged by docs/serving.md's rule", kind="upstream_error",
+                    code=outcome).body()
+
+
 def replayed(status: int, body: str, stream: bool) -> Response:
     """A kept answer, to a client retrying with its ``Idempotency-Key`` (charged nothing)."""
     headers = {"X-Cost-Envs-Replayed": "true"}
@@ -305,13 +313,9 @@ class Server:
             reserved_before = True
             try:
                 if plan.cascade is not None and attempt == 0:  # the weak call, then maybe more
-                    answer = await cascade(self, key, chat, budget, budget_source, model,
-                                           (max_tokens, worst), reservation, plan, prompt,
-                                           started, idempotency)
-                    if idempotency is not None and isinstance(answer, JSONResponse):
-                        self.ledger.keep_answer(idempotency, answer.status_code,
-                                                bytes(answer.body).decode())
-                    return answer
+                    return await cascade(self, key, chat, budget, budget_source, model,
+                                         (max_tokens, worst), reservation, plan, prompt,
+                                         started, idempotency)
                 return await self._call(model, chat, max_tokens, worst, reservation, plan,
                                         prompt, started)
             except UpstreamFailedError as err:
@@ -422,8 +426,8 @@ class Server:
                 completion_tokens=tokens[1] if tokens else None,
                 latency_ms=1000 * (time.perf_counter() - started), prompt=prompt,
                 response="".join(result.text), upstream_id=result.upstream_id,
-                answer=(200, json.dumps(completion), True)
-                if keep and result.complete else None)
+                answer=None if not keep else (200, json.dumps(completion), True)
+                if result.complete else (502, json.dumps(_broken(outcome, result)), False))
 
         async def events() -> Any:
             settled = written = False

@@ -89,7 +89,7 @@ async def cascade(server: Server, key: KeyConfig, chat: ChatRequest, budget: int
     known = isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0
     strong_name, notes = plan.second(prompt, answer, tokens if known else None)
     if strong_name is None:
-        return _kept(data, weak_cost, chat, plan, "kept", notes=notes)
+        return _kept(server, answer_key, data, weak_cost, chat, plan, "kept", notes=notes)
     strong = server.config.models[strong_name]
     max_tokens, worst = server.worst_case(strong, input_bound(chat), chat)
     escalation = f"{reservation}.escalation"
@@ -113,7 +113,8 @@ async def cascade(server: Server, key: KeyConfig, chat: ChatRequest, budget: int
         server.ledger.record(escalation, "refused_budget", key_name=key.name, route=plan.route,
                              user=chat.rest.get("user"),
                              model=strong_name, prompt=prompt)
-        return _kept(data, weak_cost, chat, plan, "kept:budget", refused, notes)
+        return _kept(server, answer_key, data, weak_cost, chat, plan, "kept:budget", refused,
+                     notes)
     outcome, charge = "upstream_failed", 0
     try:
         return await server._call(strong, chat, max_tokens, worst, escalation, plan, prompt,
@@ -132,12 +133,20 @@ async def cascade(server: Server, key: KeyConfig, chat: ChatRequest, budget: int
     server.ledger.settle(escalation, charge, outcome, route=plan.route, model=strong_name,
                          prompt=prompt)
     kind = "upstream_rejected" if outcome.startswith("upstream_rejected") else "upstream_failed"
-    return _kept(data, weak_cost, chat, plan, f"kept:{kind}", notes=notes)
+    return _kept(server, answer_key, data, weak_cost, chat, plan, f"kept:{kind}",
+                 notes=notes)
 
 
-def _kept(data: dict[str, Any], cost: int, chat: ChatRequest, plan: Plan, how: str,
-          why: str | None = None, notes: dict[str, str] | None = None) -> Any:
-    """The weak answer to the client: as it came, or as a stream of one content chunk."""
+def _kept(server: Server, answer_key: str | None, data: dict[str, Any], cost: int,
+          chat: ChatRequest, plan: Plan, how: str, why: str | None = None,
+          notes: dict[str, str] | None = None) -> Any:
+    """The weak answer to the client: as it came, or as a stream of one content chunk.
+
+    It is the request's answer: kept under its idempotency key for a retry (an
+    escalation's answer is kept when its call is settled).
+    """
+    if answer_key is not None:
+        server.ledger.keep_answer(answer_key, 200, json.dumps(data), chat.stream)
     headers = {"X-Cost-Envs-Model": str(data["model"]), "X-Cost-Envs-Route": plan.route,
                CASCADE_HEADER: how, **(notes or {})}
     if why is not None:  # why the escalation was not made (a header is one line)
