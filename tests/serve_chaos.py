@@ -452,27 +452,34 @@ def client_worker(worker: int, clients: int, plan: list[Planned], urls: list[str
 
 
 def killer(servers: list[Process], kills: int, requests: int, seed: int, run: Run) -> None:
-    """SIGKILL the servers at seeded points of the load, each restarted on the same ledger."""
+    """SIGKILL the servers at seeded points of the load, each restarted on the same ledger.
+
+    The clients hold at the next kill's point (:attr:`Run.hold_at`) until it is made, also
+    while a killed server restarts: every kill happens, however fast the load runs.
+    """
     rng = random.Random(seed * 7919 + 1)
     points = sorted(rng.uniform(0.06, 0.8) * requests for _ in range(kills))
-    for k, point in enumerate(points):
-        run.hold_at = point  # the clients wait there for this kill (its precondition)
-        while run.done < point and not run.finished.is_set():
-            time.sleep(0.01)
-        if run.finished.is_set():
-            return
-        time.sleep(rng.uniform(0.0, 0.3))  # anywhere in the calls in flight
-        target = k % len(servers)
-        servers[target].kill()
-        with run.lock:
-            run.kills.append((time.time(), target))
+    run.hold_at = points[0] if points else None
+    try:
+        for k, point in enumerate(points):
+            while run.done < point and not run.finished.is_set():
+                time.sleep(0.01)
+            if run.finished.is_set():
+                return
+            time.sleep(rng.uniform(0.0, 0.3))  # anywhere in the calls in flight
+            target = k % len(servers)
+            servers[target].kill()
+            with run.lock:
+                run.kills.append((time.time(), target))
+            run.hold_at = points[k + 1] if k + 1 < len(points) else None
+            time.sleep(rng.uniform(0.2, 1.5))
+            try:
+                servers[target].start()
+            except RuntimeError as err:
+                run.errors.append(f"server {target} did not start again: {err}")
+                return
+    finally:  # whatever happens here, the clients are not held for good
         run.hold_at = None
-        time.sleep(rng.uniform(0.2, 1.5))
-        try:
-            servers[target].start()
-        except RuntimeError as err:
-            run.errors.append(f"server {target} did not start again: {err}")
-            return
 
 
 def operator(urls: list[str], run: Run) -> None:
