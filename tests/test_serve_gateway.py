@@ -61,8 +61,9 @@ class Gateway:
 
 
 def _serve(app: object, port: int) -> tuple[uvicorn.Server, threading.Thread]:
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
-                                           log_level="warning"))
+    # asyncio's loop and h11 whatever else is installed (uvloop will not run in a thread)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, loop="asyncio",
+                                           http="h11", log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

@@ -280,11 +280,12 @@ class Server:
         failures: list[str] = []
         charged = False  # an attempt the upstream may have billed was charged
         reserved_before = False  # the idempotency key goes on the first reservation only
+        bound = input_bound(chat)
         for attempt, name in enumerate(plan.models):
             model = self.config.models[name]
-            max_tokens, worst = self.worst_case(model, input_bound(chat), chat)
+            max_tokens, worst = self.worst_case(model, bound, chat)
             if max_tokens == 0:
-                refusals.append(f"{name}: the prompt (up to {input_bound(chat)} tokens) leaves "
+                refusals.append(f"{name}: the prompt (up to {bound} tokens) leaves "
                                 f"no room in its context of {model.context}")
                 continue
             if worst > budget:
@@ -317,7 +318,7 @@ class Server:
                                          (max_tokens, worst), reservation, plan, prompt,
                                          started, idempotency)
                 return await self._call(model, chat, max_tokens, worst, reservation, plan,
-                                        prompt, started)
+                                        prompt, started, keep=idempotency is not None)
             except UpstreamFailedError as err:
                 self.ledger.settle(reservation, 0, "upstream_failed", route=plan.route,
                                    model=name, prompt=prompt)
@@ -506,7 +507,7 @@ def create_app(config: ServeConfig, clock: Callable[[], float] = time.time) -> F
                 server.ledger.heartbeat()
 
         heart = asyncio.create_task(beat())
-        with contextlib.suppress(NotImplementedError, RuntimeError):  # SIGHUP: reload
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # SIGHUP
             asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, _reload)
         async with httpx.AsyncClient(limits=limits) as client:
             server.client, server.pool = client, Http1Pool()

@@ -22,9 +22,10 @@ the first excess was settled: by nothing when upstreams honour the bound.
 
 A reservation belongs to the server process (the ledger's ``owner``) that made it, and
 each owner writes a heartbeat (:meth:`Ledger.heartbeat`; the server every ``ttl / 4``
-seconds and at every reservation). A reservation expires when its owner's heartbeat is
+seconds). A reservation expires when its owner's heartbeat is
 older than ``ttl`` seconds: the server was killed mid-call, so the call will never be
-settled. :meth:`Ledger.release_expired` (run by every :meth:`~Ledger.reserve`) settles
+settled. :meth:`Ledger.release_expired` (run by :meth:`~Ledger.reserve`, once a second at
+most) settles
 it conservatively: at the cost the server wrote ahead (:meth:`Ledger.write_ahead`: the
 upstream's response id and usage, recorded before the answer is relayed), outcome
 ``recovered``; without such a record at its reserved worst case, outcome ``unknown``
@@ -230,6 +231,9 @@ class Ledger:
         self.overridden: list[str] = []
         #: Called with each call settled by this process, after its commit (metrics).
         self.on_settle: Callable[[Settled], None] | None = None
+        self._next_expiry = -math.inf  # when reserve() next looks for expired reservations
+        self._written: set[BudgetConfig] = set()  # end users' budgets known to be written
+        self._usage_rows: set[tuple[str, int]] = set()  # (budget, period) rows known to exist
         with storage.transaction() as cur:
             if storage.schema_lock:  # other processes may be creating the schema too
                 cur.execute(storage.schema_lock)
@@ -333,17 +337,21 @@ class Ledger:
         """
         now = self.clock() if now is None else now
         budgets = self.budgets_of(key, user_budget)
+        written: list[BudgetConfig] = []
+        rows: list[tuple[str, int]] = []
         with self.storage.transaction() as cur:
-            self._beat(cur, now)
-            self._release_expired(cur, now)
+            if now >= self._next_expiry:  # a dead server's calls, once a second at most
+                self._next_expiry = now + 1.0
+                self._release_expired(cur, now)
             window = int(now // 60 * 60)
             for limit in limits:
                 self._check_rate(cur, limit, key.name, user, window, now)
-            if user_budget is not None:
+            if user_budget is not None and user_budget not in self._written:
                 cur.execute("SELECT limit_micros, period FROM budgets WHERE name = ?",
                             (user_budget.name,))
                 if cur.fetchone() != (user_budget.limit, user_budget.period):
                     write_budget(cur, user_budget)
+                written.append(user_budget)
             if idempotency_key is not None:
                 cur.execute("SELECT 1 FROM requests WHERE idempotency_key = ? UNION ALL "
                             "SELECT 1 FROM reservations WHERE idempotency_key = ?",
@@ -354,8 +362,11 @@ class Ledger:
             held = []
             for budget in budgets:
                 start = period_start(budget.period, now)
-                cur.execute("INSERT INTO budget_usage (budget, period_start) VALUES (?, ?) "
-                            "ON CONFLICT (budget, period_start) DO NOTHING", (budget.name, start))
+                if (budget.name, start) not in self._usage_rows:  # rows are never deleted
+                    cur.execute("INSERT INTO budget_usage (budget, period_start) VALUES (?, ?) "
+                                "ON CONFLICT (budget, period_start) DO NOTHING",
+                                (budget.name, start))
+                    rows.append((budget.name, start))
                 cur.execute("SELECT u.spent_micros, u.reserved_micros, b.limit_micros, "
                             "u.blocked_by FROM budget_usage u JOIN budgets b ON b.name = "
                             f"u.budget WHERE u.budget = ? AND u.period_start = ?"
@@ -371,10 +382,6 @@ class Ledger:
                 name, start = entry.rsplit("@", 1)
                 cur.execute("UPDATE budget_usage SET reserved_micros = reserved_micros + ? "
                             "WHERE budget = ? AND period_start = ?", (amount, name, int(start)))
-            for limit in limits:  # admitted: one more request this minute
-                if limit.rates.rpm_limit is not None:
-                    cur.execute("UPDATE rate_usage SET requests = requests + 1 WHERE "
-                                "subject = ? AND window_start = ?", (limit.subject, window))
             tokens_of = ",".join(x.subject for x in limits if x.rates.tpm_limit is not None)
             try:  # another process may have taken the key since the check (PostgreSQL)
                 cur.execute("INSERT INTO reservations (id, key_name, budgets, amount_micros, "
@@ -386,6 +393,11 @@ class Ledger:
             except self.storage.integrity_error:
                 raise DuplicateRequestError(f"idempotency key {idempotency_key!r} or request "
                                             f"id {reservation_id!r} was used before") from None
+        if len(self._written) > 100_000 or len(self._usage_rows) > 100_000:  # keep it small
+            self._written.clear()
+            self._usage_rows.clear()
+        self._written.update(written)  # committed: this process need not look again
+        self._usage_rows.update(rows)
 
     def _check_rate(self, cur: Any, limit: RateLimit, key_name: str, user: str | None,
                     window: int, now: float) -> None:
@@ -402,13 +414,15 @@ class Ledger:
                                        rates.max_parallel_requests, 1)
         if rates.rpm_limit is None and rates.tpm_limit is None:
             return
-        cur.execute("INSERT INTO rate_usage (subject, window_start) VALUES (?, ?) "
-                    "ON CONFLICT (subject, window_start) DO NOTHING", (limit.subject, window))
-        cur.execute("SELECT requests, tokens FROM rate_usage r WHERE subject = ? AND "
-                    f"window_start = ?{self.storage.lock('r')}", (limit.subject, window))
+        # counted in, and checked: a refusal rolls the whole transaction back (one statement,
+        # which also locks the row on PostgreSQL; RETURNING: SQLite 3.35+)
+        cur.execute("INSERT INTO rate_usage (subject, window_start, requests) VALUES (?, ?, 1) "
+                    "ON CONFLICT (subject, window_start) DO UPDATE SET requests = "
+                    "rate_usage.requests + 1 RETURNING requests, tokens",
+                    (limit.subject, window))
         requests, tokens = cur.fetchone()
         wait = max(1, math.ceil(window + 60 - now))
-        if rates.rpm_limit is not None and requests >= rates.rpm_limit:
+        if rates.rpm_limit is not None and requests > rates.rpm_limit:
             raise RateLimitedError(limit.subject, "requests per minute", rates.rpm_limit, wait)
         if rates.tpm_limit is not None and tokens >= rates.tpm_limit:
             raise RateLimitedError(limit.subject, "tokens per minute", rates.tpm_limit, wait)
@@ -471,12 +485,10 @@ class Ledger:
                 window = int(now // 60 * 60)
                 for subject in (subjects or "").split(",") if tokens else ():
                     if subject:  # the tokens count in the minute they were billed
-                        cur.execute("INSERT INTO rate_usage (subject, window_start) VALUES "
-                                    "(?, ?) ON CONFLICT (subject, window_start) DO NOTHING",
-                                    (subject, window))
-                        cur.execute("UPDATE rate_usage SET tokens = tokens + ? WHERE "
-                                    "subject = ? AND window_start = ?",
-                                    (tokens, subject, window))
+                        cur.execute("INSERT INTO rate_usage (subject, window_start, tokens) "
+                                    "VALUES (?, ?, ?) ON CONFLICT (subject, window_start) DO "
+                                    "UPDATE SET tokens = rate_usage.tokens + excluded.tokens",
+                                    (subject, window, tokens))
                 excess = self._charge(cur, budgets, amount, cost, cost - amount,
                                       reservation_id)
                 cur.execute("DELETE FROM reservations WHERE id = ?", (reservation_id,))
