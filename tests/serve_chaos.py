@@ -81,9 +81,7 @@ import contextlib
 import hashlib
 import json
 import math
-import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
@@ -91,7 +89,6 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -105,6 +102,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
+from postgres_server import (  # noqa: E402
+    PostgresUnavailableError,
+    fresh_database,
+    temporary_postgres,
+)
 from serve_chaos_check import (  # noqa: E402
     KEYS,
     LIARS,
@@ -324,64 +326,6 @@ class Process:
             return ""
 
 
-class PostgresUnavailableError(Exception):
-    """PostgreSQL cannot be started here (the reason, as tests/test_serve_postgres.py says)."""
-
-
-def _as_postgres(args: list[str]) -> list[str]:
-    return ["runuser", "-u", "postgres", "--", *args] if os.geteuid() == 0 else args
-
-
-@contextlib.contextmanager
-def temporary_postgres() -> Iterator[str]:
-    """Debian's PostgreSQL started in a temporary directory: its URL (stopped at the end).
-
-    Raises:
-        PostgresUnavailableError: No ``initdb``, no psycopg, or root without ``runuser``.
-    """
-    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
-    initdb = shutil.which("initdb") or (str(found[-1]) if found else None)
-    if initdb is None:
-        raise PostgresUnavailableError("initdb not found: install Debian's postgresql package "
-                                       "(.ci/run does)")
-    try:
-        import psycopg  # noqa: F401
-    except ImportError:
-        raise PostgresUnavailableError("psycopg not installed: pip install "
-                                       "'cost-envs[postgres]'") from None
-    if os.geteuid() == 0 and shutil.which("runuser") is None:
-        raise PostgresUnavailableError("running as root without runuser: initdb refuses root")
-    root = Path(tempfile.mkdtemp(prefix="cost-envs-chaos-pg-"))
-    data, port = root / "data", free_port()
-    if os.geteuid() == 0:
-        shutil.chown(root, "postgres", "postgres")
-    pg_ctl = str(Path(initdb).with_name("pg_ctl"))
-    try:
-        subprocess.run(_as_postgres([initdb, "-D", str(data), "-U", "postgres",
-                                     "--auth=trust", "-E", "UTF8"]),
-                       check=True, capture_output=True, timeout=120)
-        options = (f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off "
-                   "-c max_connections=50")
-        subprocess.run(_as_postgres([pg_ctl, "-D", str(data), "-o", options, "-l",
-                                     str(root / "log"), "-w", "start"]),
-                       check=True, capture_output=True, timeout=120)
-        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
-    finally:
-        subprocess.run(_as_postgres([pg_ctl, "-D", str(data), "-m", "immediate", "stop"]),
-                       capture_output=True, timeout=60)
-        shutil.rmtree(root, ignore_errors=True)
-
-
-def fresh_database(url: str, name: str) -> str:
-    """A new, empty database on the server of ``url``: its URL."""
-    import psycopg
-
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name}")
-        conn.execute(f"CREATE DATABASE {name}")
-    return url.rsplit("/", 1)[0] + f"/{name}"
-
-
 # ------------------------------------------------------------------------------- clients
 
 
@@ -558,7 +502,7 @@ def run_chaos(storage: str = "sqlite", requests: int = 800, clients: int = 64, k
             url, n_servers = f"sqlite:///{workdir / 'ledger.db'}", 1
         elif storage == "postgresql":
             if postgres_url is None:
-                postgres_url = stack.enter_context(temporary_postgres())
+                postgres_url = stack.enter_context(temporary_postgres(max_connections=50))
             url, n_servers = fresh_database(postgres_url, f"chaos_{seed}"), 2
         else:
             raise ValueError(f"storage: expected sqlite or postgresql, got {storage!r}")

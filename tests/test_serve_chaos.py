@@ -17,7 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from serve_chaos import PostgresUnavailableError, Report, run_chaos, temporary_postgres
+from postgres_server import PostgresUnavailableError, temporary_postgres
+from serve_chaos import Report, run_chaos
 
 REQUESTS, CLIENTS, KILLS = 800, 64, 5
 

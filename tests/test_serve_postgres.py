@@ -7,11 +7,9 @@ The server is Debian's ``postgresql`` package, started in a temporary directory 
 
 from __future__ import annotations
 
-import os
-import shutil
+import contextlib
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from postgres_server import PostgresUnavailableError, fresh_database, temporary_postgres
 from serve_load_client import run_load
 
 from agents.serve.config import BudgetConfig, KeyConfig, hash_key
@@ -30,49 +29,18 @@ from agents.serve.storage import open_storage
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _as_postgres(args: list[str]) -> list[str]:
-    return ["runuser", "-u", "postgres", "--", *args] if os.geteuid() == 0 else args
-
-
 @pytest.fixture(scope="module")
 def postgres_url() -> Iterator[str]:
-    # Debian keeps the server binaries off PATH, in /usr/lib/postgresql/<version>/bin.
-    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
-    initdb = shutil.which("initdb") or (str(found[-1]) if found else None)
-    if initdb is None:
-        pytest.skip("initdb not found: install Debian's postgresql package (.ci/run does)")
-    pytest.importorskip("psycopg", reason="psycopg not installed: pip install "
-                        "'cost-envs[postgres]'")
-    if os.geteuid() == 0 and shutil.which("runuser") is None:
-        pytest.skip("running as root without runuser: initdb refuses root")
-    root = Path(tempfile.mkdtemp(prefix="cost-envs-pg-"))
-    data, port = root / "data", free_port()
-    if os.geteuid() == 0:
-        shutil.chown(root, "postgres", "postgres")
-    pg_ctl = str(Path(initdb).with_name("pg_ctl"))
+    stack = contextlib.ExitStack()
     try:
-        subprocess.run(_as_postgres([initdb, "-D", str(data), "-U", "postgres",
-                                     "--auth=trust", "-E", "UTF8"]),
-                       check=True, capture_output=True, timeout=120)
-        options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off"
-        subprocess.run(_as_postgres([pg_ctl, "-D", str(data), "-o", options, "-l",
-                                     str(root / "log"), "-w", "start"]),
-                       check=True, capture_output=True, timeout=120)
-        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
-    finally:
-        subprocess.run(_as_postgres([pg_ctl, "-D", str(data), "-m", "immediate", "stop"]),
-                       capture_output=True, timeout=60)
-        shutil.rmtree(root, ignore_errors=True)
+        url = stack.enter_context(temporary_postgres())
+    except PostgresUnavailableError as err:
+        pytest.skip(str(err))
+    with stack:
+        yield url
 
 
-def _fresh(url: str, name: str) -> str:
-    """A new, empty database on the test server: its URL."""
-    import psycopg
-
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name}")
-        conn.execute(f"CREATE DATABASE {name}")
-    return url.rsplit("/", 1)[0] + f"/{name}"
+_fresh = fresh_database  # the name tests/test_serve_spend.py imports
 
 
 #: Opens its connection, waits for the agreed moment, then creates the ledger's schema.
