@@ -255,7 +255,7 @@ def attempt_models(rows: list[dict[str, Any]], plan: Sequence[Any]) -> dict[str,
         if row.get("route") in ROUTES:
             routes[prefix] = row["route"]
         elif row["idempotency_key"] and prefix not in routes:
-            value = str(row["idempotency_key"]).split(":", 1)[-1]
+            value = str(row["idempotency_key"]).split("|", 1)[-1]
             index = value.rsplit("-", 1)[-1]
             if value.startswith("chaos-") and index.isdigit() and int(index) < len(plan):
                 routes[prefix] = plan[int(index)].route

@@ -115,7 +115,7 @@ def test_a_round_trip_is_answered_and_charged_its_usage(served: Served) -> None:
     assert answer.model == "small" and answer.choices[0].message.content.startswith("[small]")
     cost = _cost("small", answer.usage.prompt_tokens, answer.usage.completion_tokens)
     assert raw.headers["x-cost-envs-cost-micros"] == str(cost)
-    row = next(r for r in served.rows() if r["idempotency_key"] == "tester:round-trip-1")
+    row = next(r for r in served.rows() if r["idempotency_key"] == "tester|round-trip-1")
     assert (row["model"], row["outcome"], row["cost_micros"]) == ("small", "ok", cost)
     assert row["prompt_tokens"] == answer.usage.prompt_tokens and row["key_name"] == "tester"
     assert row["reserved_micros"] >= cost  # the worst case was reserved
@@ -126,7 +126,7 @@ def test_a_round_trip_is_answered_and_charged_its_usage(served: Served) -> None:
     assert again.headers["x-cost-envs-replayed"] == "true"
     assert again.parse().model_dump() == answer.model_dump()
     assert [r["id"] for r in served.rows() if r["key_name"] == "tester"
-            and r["idempotency_key"] == "tester:round-trip-1"] == [row["id"]]
+            and r["idempotency_key"] == "tester|round-trip-1"] == [row["id"]]
     # the same Idempotency-Key of another API key is another request
     other = served.client("sk-other").chat.completions.create(
         model="cheap", messages=[{"role": "user", "content": "x"}], max_tokens=1,
@@ -160,7 +160,7 @@ def test_a_stream_is_charged_before_its_end_reaches_the_client(served: Served) -
                 headers={"Authorization": "Bearer sk-test", "Idempotency-Key": key}) as reply:
             for line in reply.iter_lines():
                 if line == "data: [DONE]":
-                    rows = [r for r in served.rows() if r["idempotency_key"] == f"tester:{key}"]
+                    rows = [r for r in served.rows() if r["idempotency_key"] == f"tester|{key}"]
                     assert [r["outcome"] for r in rows] == ["ok"], (i, rows)
                     break
             else:

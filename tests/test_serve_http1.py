@@ -15,6 +15,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 
+from agents.serve import http1
 from agents.serve.http1 import Http1Pool, fast_path
 from agents.serve.standin import free_port
 
@@ -124,13 +125,18 @@ def test_an_error_status_is_an_answer_and_204_has_no_body() -> None:
     assert answers[1].status_code == 204 and answers[1].content == b""
 
 
-def test_a_kept_connection_the_server_dropped_is_retried_once_on_a_new_one() -> None:
-    # the first connection answers once, then drops the second request unanswered (its
-    # keep-alive timer ran out as the request came): the request goes out again
-    answers, upstream = _run(lambda c, n: None if (c, n) == (0, 1) else _answer(b'{"ok": 1}'),
-                             2)
-    assert [a.json() for a in answers] == [{"ok": 1}] * 2
-    assert upstream.connections == 2 and len(upstream.requests) == 3
+def test_a_request_a_kept_connection_dropped_unanswered_is_never_sent_again() -> None:
+    # the first connection answers once, then reads the second request and drops it: the
+    # upstream may have run (and billed) it, so it is a read error, not a second send
+    with pytest.raises(httpx.ReadError, match="before the answer"):
+        _run(lambda c, n: None if (c, n) == (0, 1) else _answer(b'{"ok": 1}'), 2)
+
+
+def test_a_connection_idle_past_its_keep_alive_is_not_reused(monkeypatch) -> None:
+    monkeypatch.setattr(http1, "MAX_IDLE_SECONDS", 0.01)  # the server's timer: soon
+    answers, upstream = _run(lambda c, n: _answer(b"{}"), 2, pause=0.05)
+    assert [a.json() for a in answers] == [{}, {}]
+    assert upstream.connections == 2 and len(upstream.requests) == 2  # none sent twice
 
 
 def test_a_connection_closed_while_idle_is_not_reused() -> None:
@@ -166,6 +172,15 @@ def test_a_slow_answer_times_out_and_a_refused_connection_fails_to_connect() -> 
         pool = Http1Pool()
         with pytest.raises(httpx.ReadTimeout, match=r"within 0\.2 s"):
             await pool.post(f"http://127.0.0.1:{port}/v1/x", b"{}", {}, 0.2)
+        # one connection at a time: the second call's timeout strikes waiting for it, a
+        # pool timeout (nothing was sent: not billed), the first's waiting for its answer
+        narrow = Http1Pool()
+        narrow._origin("http", "127.0.0.1", port).slots = asyncio.Semaphore(1)
+        first, second = await asyncio.gather(
+            narrow.post(f"http://127.0.0.1:{port}/v1/x", b"{}", {}, 0.3),
+            narrow.post(f"http://127.0.0.1:{port}/v1/x", b"{}", {}, 0.3),
+            return_exceptions=True)
+        assert isinstance(first, httpx.ReadTimeout) and isinstance(second, httpx.PoolTimeout)
         server.close()
         with pytest.raises(httpx.ConnectError):
             await pool.post(f"http://127.0.0.1:{free_port()}/v1/x", b"{}", {}, 1.0)

@@ -233,3 +233,15 @@ def test_a_fallbacks_answer_is_kept_under_the_requests_idempotency_key(
     assert status == 502 and "outcome_unknown" in body
     row = next(r for r in ledger.requests() if r["id"] == "r.1")
     assert (row["outcome"], row["model"], row["route"]) == ("unknown", "medium", "best")
+
+
+def test_a_request_left_without_answer_by_a_dead_server_is_abandoned_after_the_ttl(
+        tmp_path: Path) -> None:
+    ledger = Ledger(open_storage(f"sqlite:///{tmp_path / 'l.db'}"), [ALICE, BOB],
+                    {"acme": ORG}, ttl=10, now=1000.0)
+    ledger.reserve("q", ALICE, 10, idempotency_key="alice|k", now=1000.0)
+    assert not ledger.abandoned("alice|k", now=5000.0)  # a call of it is reserved
+    ledger.settle("q", 0, "upstream_failed", now=1001.0)  # then its server died: no answer
+    assert not ledger.abandoned("alice|k", now=1005.0)  # it may reserve its next call yet
+    assert ledger.abandoned("alice|k", now=1011.0)
+    assert not ledger.abandoned("alice|other", now=1011.0)  # no such request

@@ -43,6 +43,7 @@ import json
 import re
 import signal
 import time
+import traceback
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -71,6 +72,7 @@ from agents.serve.inputs import (
 )
 from agents.serve.keys import KeyStore
 from agents.serve.ledger import (
+    EXPIRED_ANSWER,
     BudgetExceededError,
     DuplicateRequestError,
     Ledger,
@@ -92,6 +94,11 @@ from agents.serve.upstream import (
     send,
     usage_tokens,
 )
+
+#: The answer of a request the server failed on (a bug): OpenAI's shape, never a traceback.
+SERVER_ERROR = ApiError(500, "the server failed on this request; it was charged its reserved "
+                        "worst case if an upstream was called", kind="server_error",
+                        code="server_error")
 
 #: The metrics' refusal reason of a status (a 402 of a blocked budget: "blocked").
 REFUSALS = {401: "auth", 402: "budget", 429: "rate_limit"}
@@ -250,6 +257,22 @@ class Server:
             return 0, 0
         return max_tokens, chat.n * model.cost_micros(bound, max_tokens)
 
+    def duplicate(self, idempotency: str | None) -> Response:
+        """A request whose ``Idempotency-Key`` was used: 409 while its first one is answered.
+
+        When that first request left no answer to replay and never will (its server died
+        between two of its steps: :meth:`~agents.serve.ledger.Ledger.abandoned`), the
+        retry gets a final 502 instead of a 409 for good.
+        """
+        if idempotency is not None and self.ledger.abandoned(idempotency):
+            self.ledger.keep_answer(idempotency, 502, json.dumps(EXPIRED_ANSWER))
+            kept = self.ledger.answer_of(idempotency)
+            if kept is not None:
+                return replayed(*kept)
+        return _error(ApiError(409, "Idempotency-Key: a request with this key is still being "
+                               "answered; try again in a moment", param="Idempotency-Key",
+                               code="request_in_progress"))
+
     def idempotency_key(self, request: Request, key: KeyConfig) -> str | None:
         """The request's ``Idempotency-Key``, scoped to its API key, or ``None``."""
         value = request.headers.get("idempotency-key")
@@ -258,7 +281,7 @@ class Server:
         if not 1 <= len(value) <= 255 or not value.isprintable():
             raise ApiError(400, f"Idempotency-Key: expected 1 to 255 printable characters, "
                            f"got {value[:40]!r}", param="Idempotency-Key")
-        return f"{key.name}:{value}"
+        return f"{key.name}|{value}"  # a key's name has no |: one scope per API key
 
     async def chat(self, request: Request) -> Any:
         """``POST /v1/chat/completions``."""
@@ -278,7 +301,7 @@ class Server:
         request_id = f"chatcmpl-{uuid.uuid4().hex}"
         refusals: list[str] = []
         failures: list[str] = []
-        charged = False  # an attempt the upstream may have billed was charged
+        charged = 0  # what the attempts so far were charged: the budget left is the rest
         reserved_before = False  # the idempotency key goes on the first reservation only
         bound = input_bound(chat)
         for attempt, name in enumerate(plan.models):
@@ -288,9 +311,10 @@ class Server:
                 refusals.append(f"{name}: the prompt (up to {bound} tokens) leaves "
                                 f"no room in its context of {model.context}")
                 continue
-            if worst > budget:
+            if worst > budget - charged:
                 refusals.append(f"{name}: a call of up to ${worst / 1e6:.6f} does not fit the "
-                                f"request budget ${budget / 1e6:.6f} ({budget_source})")
+                                f"${(budget - charged) / 1e6:.6f} left of the request budget "
+                                f"${budget / 1e6:.6f} ({budget_source})")
                 continue
             reservation = request_id if attempt == 0 else f"{request_id}.{attempt}"
             try:
@@ -308,9 +332,7 @@ class Server:
                 refusals.append(f"{name}: {err}")
                 continue
             except DuplicateRequestError:
-                raise ApiError(409, "Idempotency-Key: a request with this key is still being "
-                               "answered; try again in a moment", param="Idempotency-Key",
-                               code="request_in_progress") from None
+                return self.duplicate(idempotency)
             reserved_before = True
             try:
                 if plan.cascade is not None and attempt == 0:  # the weak call, then maybe more
@@ -318,7 +340,8 @@ class Server:
                                          (max_tokens, worst), reservation, plan, prompt,
                                          started, idempotency)
                 return await self._call(model, chat, max_tokens, worst, reservation, plan,
-                                        prompt, started, keep=idempotency is not None)
+                                        prompt, started, keep=idempotency is not None,
+                                        spent_before=charged)
             except UpstreamFailedError as err:
                 self.ledger.settle(reservation, 0, "upstream_failed", route=plan.route,
                                    model=name, prompt=prompt)
@@ -327,21 +350,24 @@ class Server:
                 self.ledger.settle(reservation, worst, "upstream_unknown", route=plan.route,
                                    model=name, prompt=prompt)
                 failures.append(f"{err} (charged ${worst / 1e6:.6f}, its worst case)")
-                charged = True
+                charged += worst
             except UpstreamRejectedError as err:
                 body = json.dumps(err.body)
                 self.ledger.settle(reservation, 0, f"upstream_rejected_{err.status}",
                                    route=plan.route, model=name, prompt=prompt,
                                    answer=(err.status, body, False))
                 return Response(body, status_code=err.status, media_type="application/json")
-            except BaseException:  # a client gone, a bug: charge the worst case (the
+            except BaseException as err:  # a client gone, a bug: charge the worst case (the
                 # upstream may have billed it); a no-op once settled
                 self.ledger.settle(reservation, worst, "server_error", route=plan.route,
                                    model=name, prompt=prompt)
+                if idempotency is not None and isinstance(err, Exception):  # a retry's answer
+                    self.ledger.keep_answer(idempotency, 500, json.dumps(SERVER_ERROR.body()))
                 raise
         if failures:
-            error = ApiError(502, "no upstream could serve the request: " + "; ".join(failures),
-                             kind="upstream_error", code="upstream_failed")
+            error = ApiError(502, "no upstream could serve the request: " + "; ".join(
+                failures + [f"not tried: {r}" for r in refusals]), kind="upstream_error",
+                code="upstream_failed")
             if idempotency is not None and reserved_before:
                 self.ledger.keep_answer(idempotency, error.status, json.dumps(error.body()))
             # a retry would be another upstream call, billed again: the client decides
@@ -504,7 +530,10 @@ def create_app(config: ServeConfig, clock: Callable[[], float] = time.time) -> F
         async def beat() -> None:  # this server is alive: its reservations do not expire
             while True:
                 await asyncio.sleep(config.server.reservation_ttl / 4)
-                server.ledger.heartbeat()
+                try:
+                    server.ledger.heartbeat()
+                except Exception as err:  # a database hiccup: the next beat tries again
+                    print(f"cost-envs serve: heartbeat failed: {err}", flush=True)
 
         heart = asyncio.create_task(beat())
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # SIGHUP
@@ -535,6 +564,13 @@ def create_app(config: ServeConfig, clock: Callable[[], float] = time.time) -> F
     async def api_error(request: Request, err: ApiError) -> JSONResponse:
         del request
         return _error(err)
+
+    @app.exception_handler(Exception)
+    async def server_error(request: Request, err: Exception) -> JSONResponse:
+        # a bug: OpenAI's error shape for the client, the traceback for the operator
+        del request
+        traceback.print_exception(err)
+        return _error(SERVER_ERROR)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, err: StarletteHTTPException) -> JSONResponse:

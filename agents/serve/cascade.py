@@ -84,7 +84,8 @@ async def cascade(server: Server, key: KeyConfig, chat: ChatRequest, budget: int
                                reservation, plan, prompt, started, keep=False)
     data, weak_cost = json.loads(first.body), int(first.headers["x-cost-envs-cost-micros"])
     choices = data.get("choices") or [{}]
-    answer = (choices[0].get("message") or {}).get("content") or ""
+    answer = (choices[0].get("message") or {}).get("content")
+    answer = answer if isinstance(answer, str) else ""  # a tool call's answer has no text
     tokens = (data.get("usage") or {}).get("completion_tokens")
     known = isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0
     strong_name, notes = plan.second(prompt, answer, tokens if known else None)

@@ -14,11 +14,15 @@ so a caller cannot tell it from httpx. Streams, and upstreams reached through a 
 (``HTTP(S)_PROXY``), stay with httpx (:func:`fast_path`).
 
 A kept-alive connection the server closed while it sat idle is dropped before reuse when
-its end was seen; when the server closes it just as a request goes out (its keep-alive
-timer ran out), the request fails before a byte of an answer came back, and it is sent
-once more on a new connection (the server dropped it unanswered). That is the one retry
-made here; the server's retries of faults (:func:`~agents.serve.upstream.send`) come on
-top, as with httpx.
+its end was seen, and one idle for :data:`MAX_IDLE_SECONDS` is not reused at all (a
+server's keep-alive timer closing it just as a request goes out is the race that
+remains). Nothing is ever sent twice here: a request written whole and then left without
+an answer may have been run and billed, so it raises (:class:`httpx.ReadError`) and the
+server charges it as maybe billed (:mod:`agents.serve.upstream`); only a request that
+could not be written at all is written again, once, on a new connection. Timeouts name
+where they struck: waiting for a connection slot (:class:`httpx.PoolTimeout`),
+connecting (:class:`httpx.ConnectTimeout`), writing (:class:`httpx.WriteTimeout`) or
+waiting for the answer (:class:`httpx.ReadTimeout`).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 import sys
+import time
 import urllib.request
 from collections.abc import Coroutine, Mapping
 from functools import lru_cache
@@ -40,6 +45,8 @@ MAX_IDLE = 64
 MAX_OPEN = 256
 #: The longest header block read (bytes).
 HEADER_LIMIT = 1 << 20
+#: Seconds an idle connection may wait to be reused (uvicorn's keep-alive is 5 s).
+MAX_IDLE_SECONDS = 4.0
 
 Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
@@ -72,7 +79,7 @@ class _Origin:
         default = 443 if scheme == "https" else 80
         name = f"[{host}]" if ":" in host else host  # an IPv6 address
         self.host_header = (name if port == default else f"{name}:{port}").encode("idna")
-        self.idle: list[Connection] = []
+        self.idle: list[tuple[Connection, float]] = []  # with the time it went idle
         self.slots = asyncio.Semaphore(MAX_OPEN)
         self._ssl: ssl.SSLContext | None = None
 
@@ -87,17 +94,18 @@ class _Origin:
             raise httpx.ConnectError(f"{self.host}:{self.port}: {err}") from err
 
     def take(self) -> Connection | None:
+        now = time.monotonic()
         while self.idle:
-            reader, writer = self.idle.pop()
-            if reader.at_eof() or writer.is_closing():
-                writer.close()  # the server closed it while it was idle
+            (reader, writer), since = self.idle.pop()
+            if reader.at_eof() or writer.is_closing() or now - since > MAX_IDLE_SECONDS:
+                writer.close()  # closed by the server while idle, or soon to be
                 continue
             return reader, writer
         return None
 
     def give_back(self, connection: Connection) -> None:
         if len(self.idle) < MAX_IDLE:
-            self.idle.append(connection)
+            self.idle.append((connection, time.monotonic()))
         else:
             connection[1].close()
 
@@ -133,13 +141,18 @@ class Http1Pool:
                 b"Content-Type: application/json", f"Content-Length: {len(content)}".encode()]
         head += [f"{name}: {value}".encode() for name, value in headers.items()]
         message = b"\r\n".join(head) + b"\r\n\r\n" + content
+        phase = ["pool"]  # where the call is, for a timeout's name
         try:
-            return await _within(timeout, self._exchange(origin, message))
+            return await _within(timeout, self._exchange(origin, message, phase))
         except TimeoutError:
-            raise httpx.ReadTimeout(f"no whole answer within {timeout:g} s") from None
+            error = {"pool": httpx.PoolTimeout, "connect": httpx.ConnectTimeout,
+                     "write": httpx.WriteTimeout}.get(phase[0], httpx.ReadTimeout)
+            raise error(f"no whole answer within {timeout:g} s ({phase[0]})") from None
 
-    async def _exchange(self, origin: _Origin, message: bytes) -> httpx.Response:
+    async def _exchange(self, origin: _Origin, message: bytes,
+                        phase: list[str]) -> httpx.Response:
         async with origin.slots:
+            phase[0] = "connect"
             connection = origin.take()
             reused = connection is not None
             if connection is None:
@@ -147,9 +160,10 @@ class Http1Pool:
             while True:
                 try:
                     status, headers, body, keep = await _read_response(*connection, message,
-                                                                       reused)
-                except _StaleError:  # the server had closed it: once more, on a new one
+                                                                       reused, phase)
+                except _StaleError:  # it could not be written: once more, on a new one
                     connection[1].close()
+                    phase[0] = "connect"
                     connection, reused = await origin.connect(), False
                     continue
                 except BaseException:  # an error or a cancel: the stream's state is unknown
@@ -166,26 +180,31 @@ class Http1Pool:
         """Close every idle connection."""
         for origin in self._origins.values():
             while origin.idle:
-                origin.idle.pop()[1].close()
+                origin.idle.pop()[0][1].close()
 
 
 class _StaleError(Exception):
-    """A kept-alive connection closed before any byte of the answer came."""
+    """A kept-alive connection found closed before the request could be written."""
 
 
 async def _read_response(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                         message: bytes, reused: bool
+                         message: bytes, reused: bool, phase: list[str]
                          ) -> tuple[int, list[tuple[bytes, bytes]], bytes, bool]:
     """Send ``message``; the answer's status, headers, body, and whether to keep the line."""
+    phase[0] = "write"
     try:
         writer.write(message)
         await writer.drain()
+    except ConnectionError as err:  # not written: nothing reached the server to run
+        if reused:
+            raise _StaleError from None
+        raise httpx.WriteError(f"connection lost while sending: {err!r}") from None
+    phase[0] = "read"
+    try:
         block = await reader.readuntil(b"\r\n\r\n")
     except (ConnectionError, asyncio.IncompleteReadError) as err:
-        partial = isinstance(err, asyncio.IncompleteReadError) and err.partial
-        if reused and not partial:
-            raise _StaleError from None
-        raise httpx.ReadError(f"connection lost: {err!r}") from None
+        # written whole, then no answer: the server may have run (and billed) it
+        raise httpx.ReadError(f"connection lost before the answer: {err!r}") from None
     except asyncio.LimitOverrunError:
         raise httpx.RemoteProtocolError(f"headers over {HEADER_LIMIT} bytes") from None
     try:

@@ -152,6 +152,11 @@ def parse_chat(raw: bytes) -> ChatRequest:
     if not isinstance(stream, bool):
         raise ApiError(400, f"stream: expected true or false, got {_short(stream)}",
                        param="stream")
+    options = body.get("stream_options")  # the server reads it: checked like its own
+    if options is not None and (not isinstance(options, dict) or not isinstance(
+            options.get("include_usage", False), bool)):
+        raise ApiError(400, "stream_options: expected an object {\"include_usage\": true or "
+                       f"false}}, got {_short(options)}", param="stream_options")
     budget = parse_budget(body.pop(BUDGET_FIELD, None), BUDGET_FIELD)
     n = body.get("n")  # stays in the body: the upstream makes the n choices
     if n is not None and (isinstance(n, bool) or not isinstance(n, int)

@@ -123,7 +123,8 @@ class KeyStore:
             raise ApiError(400, f"name: expected 1 to 64 letters, digits, _ - or ., got "
                            f"{str(name)[:40]!r}", param="name")
         organisation = body.get("organisation")
-        if organisation is not None and organisation not in self.ledger.organisations:
+        if organisation is not None and (not isinstance(organisation, str)
+                                         or organisation not in self.ledger.organisations):
             raise ApiError(400, f"organisation: expected one of "
                            f"{sorted(self.ledger.organisations)} (serve.yaml), got "
                            f"{str(organisation)[:40]!r}", param="organisation")

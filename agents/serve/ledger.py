@@ -339,10 +339,10 @@ class Ledger:
         budgets = self.budgets_of(key, user_budget)
         written: list[BudgetConfig] = []
         rows: list[tuple[str, int]] = []
+        if now >= self._next_expiry:  # a dead server's calls, once a second at most, each
+            self._next_expiry = now + 1.0  # in a transaction of its own (the lock order)
+            self.release_expired(now)
         with self.storage.transaction() as cur:
-            if now >= self._next_expiry:  # a dead server's calls, once a second at most
-                self._next_expiry = now + 1.0
-                self._release_expired(cur, now)
             window = int(now // 60 * 60)
             for limit in limits:
                 self._check_rate(cur, limit, key.name, user, window, now)
@@ -538,6 +538,23 @@ class Ledger:
             self._keep_answer(cur, idempotency_key, (status, body, stream),
                               self.clock() if now is None else now)
 
+    def abandoned(self, answer_key: str, now: float | None = None) -> bool:
+        """Whether the request with this idempotency key will never be answered.
+
+        True when none of its calls is reserved and its first call is older than ``ttl``
+        seconds: its server died between two of its steps (a live request reserves its
+        next call, or keeps its answer, well within that time).
+        """
+        now = self.clock() if now is None else now
+        with self.storage.transaction() as cur:
+            cur.execute("SELECT 1 FROM reservations WHERE answer_key = ? LIMIT 1", (answer_key,))
+            if cur.fetchone() is not None:
+                return False
+            cur.execute("SELECT created_at FROM requests WHERE idempotency_key = ?",
+                        (answer_key,))
+            row = cur.fetchone()
+            return row is not None and float(row[0]) < now - self.ttl
+
     def answer_of(self, idempotency_key: str) -> tuple[int, str, bool] | None:
         """The kept answer of an idempotency key, or ``None``."""
         with self.storage.transaction() as cur:
@@ -557,33 +574,46 @@ class Ledger:
                                None, 0, 0, None, outcome, now, prompt, None, 0, None, user))
 
     def release_expired(self, now: float | None = None) -> int:
-        """Settle the reservations of servers silent for ``ttl`` seconds; return how many."""
-        with self.storage.transaction() as cur:
-            return self._release_expired(cur, self.clock() if now is None else now)
+        """Settle the reservations of servers silent for ``ttl`` seconds; return how many.
 
-    def _release_expired(self, cur: Any, now: float) -> int:
-        # never this process's own: it is alive, its calls will settle
-        cur.execute("SELECT r.id, r.budgets, r.amount_micros, r.key_name, r.idempotency_key, "
+        Each in a transaction of its own, which locks its reservation and then its budgets
+        in name order, as :meth:`settle` does: two processes settling expired calls never
+        wait on each other in a circle (PostgreSQL).
+        """
+        now = self.clock() if now is None else now
+        with self.storage.transaction() as cur:  # which ones: never this process's own
+            cur.execute("SELECT r.id FROM reservations r LEFT JOIN servers s ON s.id = r.owner "
+                        "WHERE r.owner <> ? AND (s.heartbeat IS NULL OR s.heartbeat < ?)",
+                        (self.owner, now - self.ttl))
+            expired = [row[0] for row in cur.fetchall()]
+        settled = 0
+        for ident in expired:
+            with self.storage.transaction() as cur:
+                settled += self._expire(cur, ident, now)
+        return settled
+
+    def _expire(self, cur: Any, ident: str, now: float) -> int:
+        """Settle one expired reservation (1), or nothing if another process just did (0)."""
+        cur.execute("SELECT r.budgets, r.amount_micros, r.key_name, r.idempotency_key, "
                     "r.created_at, r.known_cost_micros, r.upstream_id, r.prompt_tokens, "
                     "r.completion_tokens, r.user_name, r.answer_key, r.model, r.route FROM "
-                    "reservations r LEFT JOIN servers s ON "
-                    "s.id = r.owner WHERE r.owner <> ? AND (s.heartbeat IS NULL OR "
-                    f"s.heartbeat < ?){self.storage.lock('r')}", (self.owner, now - self.ttl))
-        expired = cur.fetchall()
-        for (ident, budgets, amount, key_name, idempotency_key, created, known, upstream_id,
-             prompt_tokens, completion_tokens, user, answer_key, model, route) in expired:
-            # what the upstream billed when the server wrote it down, else the worst case
-            cost = amount if known is None else int(known)
-            excess = self._charge(cur, budgets, amount, cost, cost - amount, ident)
-            cur.execute("DELETE FROM reservations WHERE id = ?", (ident,))
-            self._insert(cur, (ident, idempotency_key, key_name, budgets, route, model,
-                               prompt_tokens, completion_tokens, cost, amount, None,
-                               "unknown" if known is None else "recovered", created, None,
-                               None, excess, upstream_id, user))
-            if answer_key is not None:  # a client's retry gets this, not a 409 forever
-                self._keep_answer(cur, answer_key, (502, json.dumps(EXPIRED_ANSWER), False),
-                                  now)
-        return len(expired)
+                    f"reservations r WHERE r.id = ?{self.storage.lock('r')}", (ident,))
+        found = cur.fetchone()
+        if found is None:
+            return 0
+        (budgets, amount, key_name, idempotency_key, created, known, upstream_id,
+         prompt_tokens, completion_tokens, user, answer_key, model, route) = found
+        # what the upstream billed when the server wrote it down, else the worst case
+        cost = amount if known is None else int(known)
+        excess = self._charge(cur, budgets, amount, cost, cost - amount, ident)
+        cur.execute("DELETE FROM reservations WHERE id = ?", (ident,))
+        self._insert(cur, (ident, idempotency_key, key_name, budgets, route, model,
+                           prompt_tokens, completion_tokens, cost, amount, None,
+                           "unknown" if known is None else "recovered", created, None,
+                           None, excess, upstream_id, user))
+        if answer_key is not None:  # a client's retry gets this, not a 409 forever
+            self._keep_answer(cur, answer_key, (502, json.dumps(EXPIRED_ANSWER), False), now)
+        return 1
 
     def unblock(self, budget: str, now: float | None = None) -> bool:
         """Lift the block of ``budget`` in its current period; whether it was blocked."""

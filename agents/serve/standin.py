@@ -28,9 +28,11 @@ time with ``POST /control`` (``{"model": "large", "fault": "429", "count": 3}``:
 3 calls; ``"rate": 0.5``: half of them, seeded). A fault is one of :data:`FAULTS`:
 
 * ``timeout``: the answer comes after 3600 s;
-* ``429`` (with ``Retry-After`` when ``"retry_after"`` is given) or ``500``;
+* ``429`` (with ``Retry-After`` when ``"retry_after"`` is given), ``500`` or ``401`` (the
+  gateway's key for it is wrong);
 * ``reset``: the connection is dropped before any header (after reading the request);
 * ``bad_json``: a 200 whose body is not JSON (streamed: not server-sent events either);
+* ``bad_shape``: a 200 whose JSON is not a chat completion (a message that is a string);
 * ``cut``: the answer is cut mid-way (unstreamed: mid-body; streamed: after 3 chunks);
 * ``no_usage``: the answer carries no usage;
 * ``lie``: the usage reports (and the stand-in bills) ``factor`` (10 by default) times
@@ -61,7 +63,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 #: The faults a model can be given.
-FAULTS = ("timeout", "429", "500", "reset", "bad_json", "cut", "no_usage", "lie", "overrun")
+FAULTS = ("timeout", "429", "500", "401", "reset", "bad_json", "bad_shape", "cut", "no_usage",
+          "lie", "overrun")
 #: The stand-in's models by default.
 MODELS = ("small", "medium", "large")
 
@@ -192,9 +195,10 @@ def create_app(models: Sequence[str] = MODELS, latency: float = 0.0,
         kind = None if fault is None else fault.kind
         if kind == "timeout":
             await asyncio.sleep(3600)
-        if kind in ("429", "500"):
+        if kind in ("429", "500", "401"):
             answer = error(int(kind), f"injected fault {kind}",
-                           "rate_limit_error" if kind == "429" else "server_error")
+                           {"429": "rate_limit_error", "401": "invalid_request_error"}.get(
+                               kind, "server_error"))
             if kind == "429" and fault is not None and fault.retry_after is not None:
                 answer.headers["Retry-After"] = f"{fault.retry_after:g}"
             return answer
@@ -238,6 +242,8 @@ def create_app(models: Sequence[str] = MODELS, latency: float = 0.0,
                 answer.pop("usage")
             if kind == "bad_json":
                 return Response(json.dumps(answer)[:-9], media_type="application/json")
+            if kind == "bad_shape":
+                answer["choices"][0]["message"] = joiner.join(words)
             if kind == "cut":
                 return StreamingResponse(_cut([json.dumps(answer)[:40]]),
                                          media_type="application/json",

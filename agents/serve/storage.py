@@ -10,8 +10,11 @@ is how a transaction takes its locks, which each storage says:
   :meth:`Storage.lock` adds nothing;
 * PostgreSQL (:class:`PostgresStorage`, a ``postgresql://`` URL, for several server
   processes sharing budgets): ``BEGIN`` at READ COMMITTED and ``SELECT ... FOR UPDATE
-  OF`` the rows read to be updated; the ledger takes budget rows in name order, and
-  reservations before budgets, so two transactions never wait on each other in a circle.
+  OF`` the rows read to be updated. The ledger's locks always come in one order: a
+  settlement locks its reservation, then rate windows, then budget rows in name order;
+  a reservation takes rate windows, then budget rows in name order, then writes its
+  reservation; each expired reservation is settled in a transaction of its own. So two
+  transactions never wait on each other in a circle.
 
 SQLite runs in WAL mode with ``synchronous=NORMAL``: a commit survives the process being
 killed (SIGKILL); only a power cut can lose the last commits.

@@ -4,7 +4,9 @@ Every fault falls in one of two classes, by whether the upstream may have billed
 
 * **not billed** (:class:`UpstreamFailedError`, charged nothing): the connection could not
   be made or the request not sent (refused, reset while sending, a connect or pool
-  timeout), or the upstream answered an error (a 429 or a 5xx). The call is tried again
+  timeout), or the upstream answered an error (a 5xx, a 429, or a 401, 403, 404 or 408:
+  the model's key or name is wrong, which is the gateway's fault, not the request's).
+  The call is tried again
   after ``backoff * 2**attempt`` seconds (after the ``Retry-After`` of a 429 when that is
   longer, up to the model's ``timeout``; a longer one gives the model up at once),
   ``retries`` times, and then given up so that the server can fall back to another model;
@@ -15,8 +17,9 @@ Every fault falls in one of two classes, by whether the upstream may have billed
   the same reservation is never spent twice: the server falls back to another model (a
   new reservation) without retrying this one.
 
-Another 4xx is the request's fault, not the model's (:class:`UpstreamRejectedError`,
-charged nothing): it is answered as it came, without retries.
+Another 4xx (400, 413, 422, ...) is the request's fault, not the model's
+(:class:`UpstreamRejectedError`, charged nothing): it is answered as it came, without
+retries.
 """
 
 from __future__ import annotations
@@ -55,8 +58,14 @@ class UpstreamRejectedError(Exception):
         self.status, self.body = status, body
 
 
+#: 4xx answers that are the gateway's fault, not the request's: the model's key or name is
+#: wrong (401, 403, 404), or the upstream timed the request out (408); retried and fallen
+#: back from like a 5xx, and not billed.
+GATEWAY_FAULTS = (401, 403, 404, 408, 429)
+
+
 def _fault(response: httpx.Response) -> bool:
-    return response.status_code == 429 or response.status_code >= 500
+    return response.status_code in GATEWAY_FAULTS or response.status_code >= 500
 
 
 def _rejected(response: httpx.Response) -> UpstreamRejectedError:
@@ -160,17 +169,25 @@ async def send(client: httpx.AsyncClient, model: ModelConfig, body: dict[str, An
 def read_completion(response: httpx.Response, model: ModelConfig) -> dict[str, Any]:
     """An unstreamed answer's JSON, checked to be a chat completion.
 
+    A ``usage`` that is not an object is dropped (the call is then charged as one without
+    usage: its worst case).
+
     Raises:
-        UpstreamUnknownError: The body is not a JSON object with a ``choices`` list (the
-            upstream answered 200, so it may have billed the call).
+        UpstreamUnknownError: The body is not a JSON object whose ``choices`` are objects
+            with an object ``message`` (the upstream answered 200, so it may have billed
+            the call).
     """
     try:
         data = response.json()
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         data = None
-    if not isinstance(data, dict) or not isinstance(data.get("choices"), list):
+    choices = data.get("choices") if isinstance(data, dict) else None
+    if not isinstance(choices, list) or not all(
+            isinstance(c, dict) and isinstance(c.get("message", {}), dict) for c in choices):
         raise UpstreamUnknownError(f"{model.name}: answered {response.status_code} with a body "
                                    f"that is not a chat completion: {response.text[:80]!r}")
+    if not isinstance(data.get("usage"), dict):
+        data.pop("usage", None)
     return data
 
 
