@@ -72,7 +72,6 @@ from agents.serve.inputs import (
 )
 from agents.serve.keys import KeyStore
 from agents.serve.ledger import (
-    EXPIRED_ANSWER,
     BudgetExceededError,
     DuplicateRequestError,
     Ledger,
@@ -82,6 +81,7 @@ from agents.serve.ledger import (
 )
 from agents.serve.metrics import ServeMetrics
 from agents.serve.routes import Plan, Routes
+from agents.serve.schema import EXPIRED_ANSWER
 from agents.serve.storage import open_storage
 from agents.serve.upstream import (
     StreamResult,
