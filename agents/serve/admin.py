@@ -22,7 +22,7 @@ import calendar
 import hmac
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
@@ -93,21 +93,13 @@ def add_operator_routes(app: FastAPI, server: Server) -> None:
     """Register the operator's routes (module docstring) on ``app``."""
     keys, ledger = server.key_store, server.ledger
 
-    @app.post("/key/generate")
-    async def key_generate(request: Request) -> dict[str, Any]:
-        return keys.generate(await admin_body(server, request))
+    def key_route(change: Callable[[Mapping[str, Any]], dict[str, Any]]) -> Any:
+        async def changed(request: Request) -> dict[str, Any]:
+            return change(await admin_body(server, request))
+        return changed
 
-    @app.post("/key/update")
-    async def key_update(request: Request) -> dict[str, Any]:
-        return keys.update(await admin_body(server, request))
-
-    @app.post("/key/regenerate")
-    async def key_regenerate(request: Request) -> dict[str, Any]:
-        return keys.regenerate(await admin_body(server, request))
-
-    @app.post("/key/delete")
-    async def key_delete(request: Request) -> dict[str, Any]:
-        return keys.delete(await admin_body(server, request))
+    for change in (keys.generate, keys.update, keys.regenerate, keys.delete):
+        app.post(f"/key/{change.__name__}")(key_route(change))  # /key/generate, ...
 
     @app.get("/key/list")
     async def key_list(request: Request) -> dict[str, Any]:

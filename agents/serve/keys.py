@@ -34,6 +34,7 @@ from agents.serve.config import (
 )
 from agents.serve.inputs import ApiError
 from agents.serve.ledger import Ledger, write_budget
+from cost_envs.config import integer, number, one_of
 
 #: Seconds a server process keeps a key it read before reading it again.
 CACHE_SECONDS = 1.0
@@ -232,27 +233,26 @@ def _name(body: Mapping[str, Any]) -> str:
     return name
 
 
+def _field(check: Callable[[], Any], name: str) -> Any:
+    """The project's validator (:mod:`cost_envs.config`) run on a field: its error a 400."""
+    try:
+        return check()
+    except ValueError as err:
+        raise ApiError(400, f"{err} (or null)" if name != "period" else str(err),
+                       param=name) from None
+
+
 def _limit(value: Any) -> int | None:
     if value is None:
         return None
-    if (isinstance(value, bool) or not isinstance(value, (int, float))
-            or not 0 <= value <= 1e9 or value != value):
-        raise ApiError(400, f"limit: expected dollars in [0, 1e9] or null, got {value!r}",
-                       param="limit")
-    return micros(value)
+    return micros(_field(lambda: number(value, "limit", minimum=0, maximum=1e9), "limit"))
 
 
 def _period(value: Any) -> str:
-    if value not in PERIODS:
-        raise ApiError(400, f"period: expected one of {list(PERIODS)}, got {value!r}",
-                       param="period")
-    return str(value)
+    return str(_field(lambda: one_of(value, "period", PERIODS), "period"))
 
 
 def _rate(value: Any, name: str) -> int | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10**12:
-        raise ApiError(400, f"{name}: expected an integer >= 1 or null, got {value!r}",
-                       param=name)
-    return value
+    return int(_field(lambda: integer(value, name, minimum=1, maximum=10**12), name))
