@@ -286,6 +286,33 @@ def test_dataset_validation() -> None:
     assert not good.scores.flags.writeable and not good.correct.flags.writeable
 
 
+def test_unlogged_prompts_are_the_dataset_the_checked_constructor_builds() -> None:
+    models, prompts = ("weak", "strong"), ("What is 2+2?", "Name a prime.")
+    fast = TraceDataset.unlogged(models, prompts, np.array([5, 3]),
+                                 [("4", None), ("7", None)], token_counter="approx",
+                                 source="<live>")
+    zeros = np.zeros((2, 2))
+    checked = TraceDataset(models, ("live-0", "live-1"), prompts, zeros, zeros.astype(bool),
+                           np.array([[5, 5], [3, 3]]), zeros, responses=[("4", None),
+                                                                         ("7", None)],
+                           source="<live>", token_counter="approx")
+    assert fast.fingerprint == checked.fingerprint
+    for name in ("models", "query_ids", "prompts", "responses", "token_counter", "cost",
+                 "groups"):
+        assert getattr(fast, name) == getattr(checked, name), name
+    for name in ("scores", "correct", "input_tokens", "output_tokens"):
+        a, b = getattr(fast, name), getattr(checked, name)
+        assert a.dtype == b.dtype and np.array_equal(a, b) and not a.flags.writeable, name
+    for bad, match in ((dict(models=("a", "a")), "models"), (dict(prompts=()), "prompts"),
+                       (dict(prompts=(3,)), "prompts"),
+                       (dict(input_tokens=np.array([-1, 2])), "input_tokens"),
+                       (dict(input_tokens=np.array([1])), "input_tokens"),
+                       (dict(responses=[("x",)] * 2), "responses")):
+        args = {"models": models, "prompts": prompts, **bad}
+        with pytest.raises(ValueError, match=match):
+            TraceDataset.unlogged(**args)
+
+
 # ------------------------------------------------------------------ prices
 def test_call_costs_are_tokens_times_prices_unless_logged() -> None:
     table = default_price_table()
@@ -448,6 +475,17 @@ def test_hashed_features_are_the_same_in_another_process(tmp_path: Path) -> None
                           check=True, cwd=tmp_path, env={"PYTHONHASHSEED": "12345",
                                                          "PATH": "/usr/bin:/bin"})
     assert done.stdout.strip() == here
+
+
+def test_hashed_features_of_one_text_are_its_row_in_a_large_batch() -> None:
+    # a few texts (a live prompt) take a cheaper path than a corpus: the bits must agree,
+    # or a saved router would decide differently live than offline
+    texts = [f"Ann has {i} apples, -{i % 7} pears and {i % 13} w{i % 11} words?"
+             for i in range(300)] + ["", "a b a b a b"]
+    whole = hashed_features(texts, 512)  # 302 x 512 cells: the corpus path
+    for i in (0, 1, 150, 300, 301):
+        assert np.array_equal(hashed_features([texts[i]], 512)[0], whole[i])
+    assert np.array_equal(hashed_features(texts[5:9], 512), whole[5:9])
 
 
 @pytest.fixture

@@ -71,23 +71,19 @@ def counter_of(saved: SavedRouter) -> str:
 
 def live_dataset(models: Sequence[str], prompts: Sequence[str], counter: str | None,
                  answers: Sequence[str] | None = None) -> TraceDataset:
-    """Prompts never logged as a dataset: no outcomes, which nothing reads at routing time.
+    """Prompts never logged as a dataset (:meth:`TraceDataset.unlogged`).
 
-    Correctness, scores and output tokens are zeros; every model's input tokens are the
-    prompt's count by ``counter`` (``None``: zeros, for a reader of no token counts);
-    ``answers`` are the first model's (a cascade's weak answers).
+    Every model's input tokens are the prompt's count by ``counter`` (``None``: zeros,
+    for a reader of no token counts); ``answers`` are the first model's (a cascade's weak
+    answers).
     """
-    n, m = len(prompts), len(models)
     tokens, name = (count_tokens(list(prompts), counter) if counter is not None
-                    else (np.zeros(n, dtype=np.int64), "none"))
-    zeros = np.zeros((n, m))
+                    else (None, "none"))
     responses = None
     if answers is not None:  # the weak model's answer, in its column
-        responses = tuple((a,) + (None,) * (m - 1) for a in answers)
-    return TraceDataset(tuple(models), tuple(f"live-{i}" for i in range(n)), tuple(prompts),
-                        zeros, zeros.astype(bool), np.repeat(tokens[:, None], m, axis=1),
-                        zeros.astype(np.int64), responses=responses, source="<live>",
-                        token_counter=name)
+        responses = [(a,) + (None,) * (len(models) - 1) for a in answers]
+    return TraceDataset.unlogged(models, prompts, tokens, responses, token_counter=name,
+                                 source="<live>")
 
 
 class LiveRouter:

@@ -142,6 +142,65 @@ class TraceDataset:
             set_(self, "groups", groups)
         set_(self, "fingerprint", self._digest())
 
+    @classmethod
+    def unlogged(cls, models: Sequence[str], prompts: Sequence[str],
+                 input_tokens: np.ndarray | None = None,
+                 responses: Sequence[Sequence[str | None]] | None = None,
+                 token_counter: str = "none", source: str = "<unlogged>") -> TraceDataset:
+        """Prompts never logged, as a dataset that a router can read at routing time.
+
+        The outcomes are zeros (nothing is known yet, and no router reads outcomes to
+        route). Built without the logged data's checks, which zeros cannot fail: a live
+        router builds one per request, where those checks were most of its time.
+
+        Args:
+            models: Model names (non-empty, unique).
+            prompts: The prompts (strings), ids ``live-0``, ``live-1``, ...
+            input_tokens: Each prompt's token count, one per prompt (same for every
+                model); zeros by default.
+            responses: Rows of ``len(models)`` answers or ``None`` (a cascade's weak
+                answers).
+            token_counter: How ``input_tokens`` were counted.
+            source: Where the prompts come from.
+        """
+        models, prompts = tuple(models), tuple(prompts)
+        n, m = len(prompts), len(models)
+        if not models or not all(isinstance(x, str) and x for x in models) \
+                or len(set(models)) != m:
+            raise ValueError(f"TraceDataset({source}): models: expected unique non-empty "
+                             f"names, got {models!r}")
+        if n == 0 or not all(isinstance(p, str) for p in prompts):
+            raise ValueError(f"TraceDataset({source}): prompts: expected at least one string")
+        zeros = np.zeros((n, m))
+        zeros.flags.writeable = False
+        tokens = zeros
+        if input_tokens is not None:
+            counts = np.asarray(input_tokens, dtype=np.float64)
+            if counts.shape != (n,) or not (np.isfinite(counts) & (counts >= 0)).all():
+                raise ValueError(f"TraceDataset({source}): input_tokens: expected {n} "
+                                 f"counts >= 0, got {input_tokens!r}")
+            tokens = np.repeat(counts[:, None], m, axis=1)
+            tokens.flags.writeable = False
+        rows = None
+        if responses is not None:
+            rows = tuple(tuple(r) for r in responses)
+            if len(rows) != n or any(len(r) != m for r in rows) or not all(
+                    t is None or isinstance(t, str) for r in rows for t in r):
+                raise ValueError(f"TraceDataset({source}): responses: expected {n} rows of "
+                                 f"{m} strings or None")
+        correct = np.zeros((n, m), dtype=bool)
+        correct.flags.writeable = False
+        data = object.__new__(cls)
+        for name, value in (("models", models), ("prompts", prompts),
+                            ("query_ids", tuple(f"live-{i}" for i in range(n))),
+                            ("scores", zeros), ("correct", correct), ("input_tokens", tokens),
+                            ("output_tokens", zeros), ("cost", None), ("responses", rows),
+                            ("source", source), ("token_counter", token_counter),
+                            ("groups", None)):
+            object.__setattr__(data, name, value)
+        object.__setattr__(data, "fingerprint", data._digest())
+        return data
+
     def _digest(self) -> str:
         h = hashlib.blake2b(digest_size=12)
         for text in (*self.models, "\x00", *self.query_ids, "\x00", *self.prompts):
