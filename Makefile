@@ -16,6 +16,7 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt
 
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 # The fast tier: everything but the tests marked slow (tests/conftest.py says which).
 test: lint
