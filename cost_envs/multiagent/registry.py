@@ -8,6 +8,7 @@ every other argument is the constructor's. ``parallel_env(id, ...)`` is the
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from cost_envs.config import one_of
@@ -38,6 +39,10 @@ def parallel_env(env_id: str = "cost_envs/MultiTenantToolBench-v0",
     if "base" in kwargs:
         raise ValueError(f"cost_envs.multiagent: base={kwargs['base']!r}: the id fixes the "
                          f"base env ({MULTIAGENT_ENV_IDS[env_id]}); expected no base argument")
+    env_kwargs = kwargs.get("env_kwargs")
+    if env_kwargs is not None and not isinstance(env_kwargs, Mapping):
+        raise ValueError(f"cost_envs.multiagent: env_kwargs: expected a mapping of "
+                         f"{MULTIAGENT_ENV_IDS[env_id]}'s arguments, got {env_kwargs!r:.80}")
     return MultiTenantEnv(MULTIAGENT_ENV_IDS[env_id], **kwargs)
 
 
