@@ -52,9 +52,9 @@ def test_bad_arguments() -> None:
         train_shared(ENV, 0)
 
 
-def test_the_plain_supersuit_recipe_refuses_sb3_float_actions_which_the_helper_casts() -> None:
-    # Why docs/multitenant.md gives tenant_vec_env instead of PettingZoo's recipe: if a
-    # SuperSuit release casts the actions itself, this fails and the page can say so.
+def test_the_plain_supersuit_recipe_takes_sb3_float_actions_as_the_helper_does() -> None:
+    # The tenants' action space (TenantActions) lets SuperSuit's concatenation take SB3's
+    # float32 0.0/1.0 actions; PPO on the plain recipe: tests/test_newcomer.py.
     import supersuit
 
     plain = supersuit.concat_vec_envs_v1(
@@ -62,12 +62,14 @@ def test_the_plain_supersuit_recipe_refuses_sb3_float_actions_which_the_helper_c
         base_class="stable_baselines3")
     plain.reset()
     actions = np.ones((3, 1), dtype=np.float32)  # what SB3's MultiBinary policy hands over
-    with pytest.raises(TypeError, match=r"dtype\('float32'\) to dtype\('int8'\)"):
-        plain.step(actions)
     helper = tenant_vec_env(ENV, **KWARGS)
     helper.reset()
-    obs, rewards, dones, infos = helper.step(actions)
-    assert obs.shape[0] == rewards.shape[0] == dones.shape[0] == len(infos) == 3
+    for venv in (plain, helper):
+        obs, rewards, dones, infos = venv.step(actions)
+        assert obs.shape[0] == rewards.shape[0] == dones.shape[0] == len(infos) == 3
+    with pytest.raises(ValueError, match=r"invalid action .*expected an element of "
+                                         r"MultiBinary\(1\)"):
+        plain.step(np.full((3, 1), 0.5, dtype=np.float32))
     plain.close()
     helper.close()
 

@@ -15,7 +15,7 @@ form) and SuperSuit's vector envs work.
 from cost_envs.multiagent.metrics import TenantRun, jain_index, run_episode
 from cost_envs.multiagent.registry import MULTIAGENT_ENV_IDS, env, parallel_env
 from cost_envs.multiagent.shared import Ledger, SharedLimits
-from cost_envs.multiagent.tenants import BASE_IDS, MultiTenantEnv
+from cost_envs.multiagent.tenants import BASE_IDS, MultiTenantEnv, TenantActions
 
 __all__ = ["BASE_IDS", "MULTIAGENT_ENV_IDS", "Ledger", "MultiTenantEnv", "SharedLimits",
-           "TenantRun", "env", "jain_index", "parallel_env", "run_episode"]
+           "TenantActions", "TenantRun", "env", "jain_index", "parallel_env", "run_episode"]

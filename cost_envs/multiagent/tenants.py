@@ -10,6 +10,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+from gymnasium.vector.utils import concatenate
 
 from cost_envs.actions import binary_actions, describe
 from cost_envs.config import integer, one_of, reject_unknown
@@ -38,6 +39,33 @@ def _parallel_base() -> type:
     if missing_modules(["pettingzoo"]):
         return object
     return importlib.import_module("pettingzoo").ParallelEnv  # type: ignore[no-any-return]
+
+
+class TenantActions(spaces.MultiBinary):
+    """A tenant's ``MultiBinary(m)`` whose batches also take 0.0/1.0 floats.
+
+    Stable-Baselines3 hands ``MultiBinary`` actions over as float32 0.0/1.0 (its Bernoulli
+    samples), and SuperSuit's ``concat_vec_envs_v1`` gathers each copy's rows with
+    Gymnasium's ``concatenate`` into an array of the space's dtype, int8, which NumPy
+    refuses to fill from floats: PettingZoo's plain SB3 recipe crashed at its first step.
+    This subclass registers its own ``concatenate`` (Gymnasium's extension point for
+    spaces), which checks each row as the env does and stores it as int8. Everything else,
+    equality with ``MultiBinary(m)`` included, is ``MultiBinary``'s.
+    """
+
+
+@concatenate.register(TenantActions)
+def _concatenate_tenant_actions(space: TenantActions, items: Any, out: np.ndarray
+                                ) -> np.ndarray:
+    rows = []
+    for item in items:
+        row = binary_actions(item, space.shape)
+        if row is None:
+            raise ValueError(f"{MultiTenantEnv.metadata['name']}: invalid action "
+                             f"{describe(item)}: expected an element of {space}, an array "
+                             f"of shape {space.shape} holding only 0 and 1")
+        rows.append(row)
+    return np.stack(rows, axis=0, out=out)
 
 
 class MultiTenantEnv(_parallel_base()):  # type: ignore[misc]
@@ -75,10 +103,11 @@ class MultiTenantEnv(_parallel_base()):  # type: ignore[misc]
     ## Action Space
 
     Per tenant, the base env's ``MultiBinary(m)`` over the shared pool (bit i = call model
-    i). Every live tenant must be given an action; a malformed one raises ``ValueError``
-    naming the tenant and the expected space. ``None`` holds: the tenant waits this step by
-    choice (exactly as if its calls had found no slot), which lets a central scheduler
-    defer a tenant.
+    i), as a :class:`TenantActions` so that SuperSuit's vector envs accept the float 0.0/1.0
+    actions of Stable-Baselines3. Every live tenant must be given an action; a malformed
+    one raises ``ValueError`` naming the tenant and the expected space. ``None`` holds: the
+    tenant waits this step by choice (exactly as if its calls had found no slot), which
+    lets a central scheduler defer a tenant.
 
     ## Observation Space
 
@@ -162,13 +191,13 @@ class MultiTenantEnv(_parallel_base()):  # type: ignore[misc]
         self.n_models = first.n_agents
         self.pool = first.pool
         self.ledger = Ledger(self.limits, self.n_models, self.n_tenants)
-        own = first.observation_space
-        width = own.shape[0]
+        width = int(np.prod(first.observation_space.shape or (0,)))  # a flat Box
         self.observation_layout = {"own": slice(0, width),
                                    "budget_left": slice(width, width + 1),
                                    "waited_last_step": slice(width + 1, width + 2),
                                    "load": slice(width + 2, width + 2 + self.n_models)}
         self._obs_space = spaces.Box(0.0, 1.0, (width + 2 + self.n_models,), np.float32)
+        self._act_space = TenantActions(self.n_models)
         self._lam = first.reward_weights.lam
         self._seeded = False
         self._steps = 0
@@ -179,10 +208,13 @@ class MultiTenantEnv(_parallel_base()):  # type: ignore[misc]
         self._check_agent(agent)
         return self._obs_space
 
-    def action_space(self, agent: str) -> spaces.MultiBinary:
-        """The tenant's ``MultiBinary(m)`` (the same object for every call)."""
+    def action_space(self, agent: str) -> TenantActions:
+        """The tenant's ``MultiBinary(m)`` (the same object for every call and tenant).
+
+        A :class:`TenantActions`, so that SuperSuit's vector envs take SB3's float actions.
+        """
         self._check_agent(agent)
-        return self.tenant_envs[agent].action_space
+        return self._act_space
 
     def _check_agent(self, agent: str) -> None:
         if agent not in self.tenant_envs:
@@ -313,7 +345,7 @@ class MultiTenantEnv(_parallel_base()):  # type: ignore[misc]
         if unknown or missing:
             raise ValueError(f"{name}: actions: expected one action for each of "
                              f"{self.agents}, got unknown {unknown}, missing {missing}")
-        requests = {}
+        requests: dict[str, tuple[np.ndarray, list[int]] | None] = {}
         for agent in self.agents:
             if actions[agent] is None:  # the tenant holds: it waits by choice
                 requests[agent] = None
