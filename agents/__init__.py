@@ -34,8 +34,6 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from cost_envs.extras import extra_of, require_extra
-
 #: Each public name -> the module that defines it (imported on first use).
 _PUBLIC = {
     "train": "agents.learners.training",
@@ -76,6 +74,10 @@ def __getattr__(name: str) -> Any:
     module = _PUBLIC.get(name)
     if module is None:  # also how ``from agents import cli`` finds a subpackage
         raise AttributeError(f"module 'agents' has no attribute {name!r}")
+    # here, not at the top: ``import agents`` (the ``cost-envs`` command's ``--help``)
+    # imports neither cost_envs nor NumPy and Gymnasium behind it
+    from cost_envs.extras import extra_of, require_extra
+
     try:
         imported = importlib.import_module(module)
     except ModuleNotFoundError as error:

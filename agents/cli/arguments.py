@@ -3,17 +3,16 @@
 Each is an argparse ``type``: it turns the text into a value or raises
 ``argparse.ArgumentTypeError`` naming what it expected, which argparse prints as a usage
 error (status 2).
+
+Importing this module imports no ``cost_envs`` (and so no NumPy or Gymnasium): the
+top-level parser (:mod:`agents.cli.main`) uses it, and ``cost-envs --help`` must answer at
+once; what needs ``cost_envs`` imports it when called.
 """
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Sequence
-
-import cost_envs
-from cost_envs.config import suggestion
-from cost_envs.extras import EXTRA_MODULES, install_hint, missing_modules
-from cost_envs.limits import MAX_RESAMPLES
 
 #: Exit status of a usage error (argparse's): a bad flag, an unknown env id or method.
 EXIT_USAGE = 2
@@ -23,11 +22,15 @@ EXIT_INPUT = 1
 
 def close_to(word: str, options: Sequence[str]) -> str:
     """``"; did you mean 'x'?"`` for the option closest to a mistyped ``word``, or ``""``."""
+    from cost_envs.config import suggestion
+
     return suggestion(word, options)
 
 
 def missing_extra(extra: str, missing: Sequence[str]) -> str:
     """The one-line message for a missing ``extra``: what is missing, the install line."""
+    from cost_envs.extras import install_hint
+
     return (f"needs the {extra!r} extra, which is not installed (missing: "
             f"{', '.join(missing)}): {install_hint(extra)}")
 
@@ -37,6 +40,8 @@ def require_extra(extra: str, where: str) -> None:
 
     Looks the modules up without importing them, so it costs nothing when they are there.
     """
+    from cost_envs.extras import EXTRA_MODULES, missing_modules
+
     missing = missing_modules(EXTRA_MODULES[extra])
     if missing:
         raise SystemExit(f"{where}: {missing_extra(extra, missing)}")
@@ -60,15 +65,26 @@ def int_at_least(minimum: int, what: str, maximum: int | None = None
 
 #: A count: episodes, timesteps, sub-envs, resamples.
 positive_int = int_at_least(1, "a positive integer")
-#: Bootstrap resamples: at most :data:`cost_envs.limits.MAX_RESAMPLES`, refused before
-#: any work (a billion ran for minutes).
-resamples_int = int_at_least(1, f"an integer in [1, {MAX_RESAMPLES}]", MAX_RESAMPLES)
+
+
+def resamples_int(text: str) -> int:
+    """An argparse type for bootstrap resamples, refused above the cap before any work.
+
+    The cap is :data:`cost_envs.limits.MAX_RESAMPLES` (a billion ran for minutes).
+    """
+    from cost_envs.limits import MAX_RESAMPLES
+
+    return int_at_least(1, f"an integer in [1, {MAX_RESAMPLES}]", MAX_RESAMPLES)(text)
+
+
 #: A seed.
 seed_int = int_at_least(0, "an integer >= 0")
 
 
 def known_env_id(text: str) -> str:
     """A registered id, also accepted without its namespace (``FlightPlanner-v0``)."""
+    import cost_envs
+
     by_name = {env_id.split("/")[-1]: env_id for env_id in cost_envs.ENV_IDS}
     if text in cost_envs.ENV_IDS:
         return text

@@ -2,27 +2,28 @@
 
 Each subcommand is one :class:`Command` in :data:`COMMANDS`; the package docstring
 (:mod:`agents.cli`) lists them and the exit statuses :func:`main` returns.
+
+Importing this module imports no ``cost_envs``, NumPy, Gymnasium or torch: a command's
+module is imported only when that command is given (:attr:`Command.add_arguments` and
+:attr:`Command.run` name it), so ``cost-envs --help`` and ``--version`` answer in a few
+hundredths of a second of CPU (issue #36), and each command loads only what it uses.
 """
 
 from __future__ import annotations
 
 import argparse
 import errno
+import importlib
+import importlib.util
 import os
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, NoReturn
 
-import cost_envs
 from agents.cli.arguments import EXIT_INPUT, close_to, missing_extra, require_extra
-from agents.cli.evaluate import add_evaluate, run_evaluate
-from agents.cli.export_minari import add_export_minari, run_export_minari
-from agents.cli.route import add_route, run_route
-from agents.cli.serve import add_serve, run_serve
-from agents.cli.train import add_pretrain, add_train, run_pretrain, run_train
-from cost_envs.extras import extra_of, missing_modules
 
 
 def _add_list(parser: argparse.ArgumentParser) -> None:
@@ -31,6 +32,8 @@ def _add_list(parser: argparse.ArgumentParser) -> None:
 
 def _run_list(args: argparse.Namespace) -> int:
     del args
+    import cost_envs
+
     for env_id in cost_envs.ENV_IDS:
         print(env_id)
     return 0
@@ -40,6 +43,10 @@ def _run_list(args: argparse.Namespace) -> int:
 class Command:
     """One subcommand: its name, help, argument builder and runner (returns the exit code).
 
+    ``add_arguments`` and ``run`` are functions, or ``"module:function"`` names imported
+    only when the command is given (:func:`build_parser`), so that the top-level help
+    loads none of the commands' modules.
+
     ``needs`` names the extras (:data:`cost_envs.extras.EXTRA_MODULES`) every run of the
     command needs: without one, :func:`main` says which to install, in one line, after the
     arguments are parsed (so ``--help`` works) and before the command runs. A need that
@@ -48,24 +55,73 @@ class Command:
 
     name: str
     help: str
-    add_arguments: Callable[[argparse.ArgumentParser], None]
-    run: Callable[[argparse.Namespace], int]
+    add_arguments: Callable[[argparse.ArgumentParser], None] | str
+    run: Callable[[argparse.Namespace], int] | str
     needs: tuple[str, ...] = ()
+
+
+def _resolve(target: Callable[..., Any] | str) -> Callable[..., Any]:
+    """``target`` itself, or the function a ``"module:function"`` name names (imported)."""
+    if not isinstance(target, str):
+        return target
+    module, _, name = target.partition(":")
+    function: Callable[..., Any] = getattr(importlib.import_module(module), name)
+    return function
 
 
 COMMANDS: tuple[Command, ...] = (
     Command("list", "print the registered environment ids", _add_list, _run_list),
-    Command("evaluate", "evaluate baselines on one environment", add_evaluate, run_evaluate),
-    Command("train", "train a learned allocator and save it", add_train, run_train,
-            needs=("agents",)),
-    Command("pretrain", "pretrain a frozen base encoder", add_pretrain, run_pretrain,
+    Command("evaluate", "evaluate baselines on one environment",
+            "agents.cli.evaluate:add_evaluate", "agents.cli.evaluate:run_evaluate"),
+    Command("train", "train a learned allocator and save it",
+            "agents.cli.train:add_train", "agents.cli.train:run_train", needs=("agents",)),
+    Command("pretrain", "pretrain a frozen base encoder",
+            "agents.cli.train:add_pretrain", "agents.cli.train:run_pretrain",
             needs=("agents",)),
     Command("route", "train, save and score a weak/strong router on logged outcomes",
-            add_route, run_route),
+            "agents.cli.route:add_route", "agents.cli.route:run_route"),
     Command("export-minari", "write episodes as a Minari dataset for offline RL",
-            add_export_minari, run_export_minari),
-    Command("serve", "serve an OpenAI-compatible router with hard budgets", add_serve, run_serve),
+            "agents.cli.export_minari:add_export_minari",
+            "agents.cli.export_minari:run_export_minari"),
+    Command("serve", "serve an OpenAI-compatible router with hard budgets",
+            "agents.cli.serve:add_serve", "agents.cli.serve:run_serve"),
 )
+
+
+def version() -> str:
+    """The version of cost-envs, read without importing ``cost_envs`` (NumPy, Gymnasium).
+
+    ``__version__`` is read from the text of ``cost_envs/__init__.py``, as setup.cfg's
+    ``version = attr: cost_envs.__version__`` reads it; if that fails, from the module.
+    """
+    spec = importlib.util.find_spec("cost_envs")  # finds the package without running it
+    try:
+        text = Path(spec.origin).read_text(encoding="utf-8")  # type: ignore[union-attr,arg-type]
+        found = re.search(r"^__version__ = [\"']([^\"']+)[\"']", text, re.MULTILINE)
+    except (OSError, TypeError, UnicodeDecodeError):
+        found = None
+    if found:
+        return found[1]
+    import cost_envs
+
+    return str(cost_envs.__version__)
+
+
+class _Version(argparse.Action):
+    """``--version``: prints :func:`version` and exits 0; alone, or it is a usage error."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
+                 default: Any = argparse.SUPPRESS, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=default, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        given = getattr(parser, "given", [])
+        if len(given) > 1:
+            parser.error(f"argument --version: takes no other arguments, got "
+                         f"{' '.join(word for word in given if word != option_string)!r}")
+        parser._print_message(f"{version()}\n", sys.stdout)  # as argparse's own action
+        parser.exit()
 
 
 #: argparse's message for a value not among an argument's choices (Python 3.11, 3.12).
@@ -87,11 +143,22 @@ class _Parser(argparse.ArgumentParser):
         # no prefix of an option is taken for it (argparse takes any unique one): a typo such as
         # --n-env is an error with a "did you mean", not silently --n-envs; subcommands'
         # parsers are of this class too, so none of them abbreviates (issue #26)
-        super().__init__(*args, allow_abbrev=allow_abbrev, **kwargs)
+        kwargs["allow_abbrev"] = allow_abbrev
+        super().__init__(*args, **kwargs)
 
     def _print_message(self, message: str, file: Any = None) -> None:
         if message:
             (file or sys.stderr).write(message)
+
+    #: The arguments this parser was last given (its subcommand's, for a subparser).
+    given: list[str] = []
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None
+                         ) -> tuple[argparse.Namespace, list[str]]:
+        """As argparse's; the arguments are kept for the messages of :meth:`error`."""
+        self.given = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(self.given, namespace)
 
     def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
                    namespace: argparse.Namespace | None = None) -> argparse.Namespace:
@@ -104,11 +171,22 @@ class _Parser(argparse.ArgumentParser):
         return parsed
 
     def error(self, message: str) -> NoReturn:
-        """Print the usage and ``message`` with the closest valid choice; exit 2."""
+        """Print the usage and ``message`` with the closest valid choice; exit 2.
+
+        A required option missing beside an unknown one (``--evn X`` for ``--env X``)
+        names the unknown one and the closest valid option too.
+        """
         match = _INVALID_CHOICE.search(message)
         if match:
             choices = re.findall(r"'([^']*)'", match["choices"])
             message += close_to(match["value"], choices)
+        elif message.startswith("the following arguments are required"):
+            options = {option for action in self._actions for option in action.option_strings}
+            unknown = [word for word in self.given
+                       if word.startswith("--") and word.split("=", 1)[0] not in options]
+            if unknown:
+                message += (f"; unrecognized arguments: {' '.join(unknown)}"
+                            f"{_option_suggestion(self, unknown)}")
         super().error(message)
 
 
@@ -137,16 +215,25 @@ def _option_suggestion(parser: argparse.ArgumentParser, unknown: Sequence[str]) 
     return ""
 
 
-def build_parser(commands: Sequence[Command] = COMMANDS) -> argparse.ArgumentParser:
-    """The argument parser with one subparser per command."""
+def build_parser(commands: Sequence[Command] = COMMANDS,
+                 chosen: Collection[str] | None = None) -> argparse.ArgumentParser:
+    """The argument parser with one subparser per command.
+
+    Args:
+        commands: The subcommands.
+        chosen: The commands whose arguments are added (their modules imported); the
+            others are a name and a help line, which is all the top-level ``--help`` and
+            a mistyped subcommand need. ``None``: every command's.
+    """
     parser = _Parser(
         prog="cost-envs", description="Cost-aware orchestration environments and allocators."
     )
-    parser.add_argument("--version", action="version", version=cost_envs.__version__)
+    parser.add_argument("--version", action=_Version, help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in commands:
         child = sub.add_parser(command.name, help=command.help, description=command.help)
-        command.add_arguments(child)
+        if chosen is None or command.name in chosen:
+            _resolve(command.add_arguments)(child)
         child.set_defaults(run=command.run)
     return parser
 
@@ -164,18 +251,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv: Arguments without the program name; ``None`` reads ``sys.argv``.
     """
     args: argparse.Namespace | None = None
+    words = sys.argv[1:] if argv is None else list(argv)
+    names = {command.name for command in COMMANDS}
     try:
         try:
-            args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+            # only the command given is built (and its module imported): a subcommand is
+            # the first word, as the top-level parser has no option taking a value
+            parser = build_parser(chosen=[word for word in words[:1] if word in names])
+            args = parser.parse_args(words)
             _require(args.command, {command.name: command for command in COMMANDS}
                      .get(args.command))
-            status = args.run(args)
+            status = _resolve(args.run)(args)
         except SystemExit:
             sys.stdout.flush()  # --help prints too: its output must land or fail loudly
             raise
         sys.stdout.flush()  # a closed pipe or full disk shows here, not at interpreter exit
         return status
     except ModuleNotFoundError as error:
+        from cost_envs.extras import extra_of, missing_modules
+
         top = (error.name or "").split(".")[0]
         extra = extra_of(top)
         if extra is None or not missing_modules([top]):  # not an extra's, or broken not absent
