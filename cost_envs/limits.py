@@ -10,8 +10,11 @@ the limit (rather than a ``MemoryError``, a SIGSEGV inside numpy or a run of min
   regular files, never a character device or FIFO such as ``/dev/zero``;
 * memory (:func:`check_memory`): an estimate against :func:`available_memory`, for the
   batched envs' ``num_envs`` (:func:`batched_env_bytes`), the multi-tenant envs'
-  ``n_tenants`` (:func:`tenant_bytes`) and training's ``n_envs x n_steps``
-  (:func:`check_training_memory`: the batched env and PPO's rollout buffer);
+  ``n_tenants`` (:func:`tenant_bytes`), training's ``n_envs x n_steps``
+  (:func:`check_training_memory`: the batched env and PPO's rollout buffer), an
+  evaluation's episodes and fitting tasks (:func:`evaluation_bytes`), recorded episodes
+  (:func:`recording_bytes`) and TraceRouting's query features
+  (:func:`feature_matrix_bytes`);
 * bootstrap resamples: at most :data:`MAX_RESAMPLES`
   (:func:`cost_envs.metrics.bootstrap.check_bootstrap_args`).
 
@@ -53,6 +56,22 @@ SINGLE_ENV_OVERHEAD = 128 * 2**10
 #: advantages (float32), each flattened once more by ``RolloutBuffer.get``, and a
 #: minibatch index (int64).
 ROLLOUT_SCALARS = 6
+#: Memory one evaluated episode holds until its method is summarised: its record (per-agent
+#: call counts and the scalars) and its return (measured 1.5 KiB on ToolBench-v0's 8
+#: agents).
+EPISODE_BYTES = 2 * 2**10
+#: Memory one training task of a fitted method (best-rule, difficulty-threshold) holds
+#: while it is fitted: the task and the observations the search keeps (measured 0.7-7.0
+#: KiB at the peak of drawing them, over the families).
+FIT_TASK_BYTES = 8 * 2**10
+#: Memory one recorded step of an exported episode holds until the dataset is written,
+#: beyond its observation: the action, the reward and flags, the info as a flat dict
+#: (measured 1.0-2.8 KiB a step over the families).
+RECORDED_STEP_BYTES = 4 * 2**10
+#: Bytes per query and feature of TraceRouting's hashed features at their peak: the
+#: float64 counts, their damped copy and a temporary, the float32 result and the
+#: observation rows built from it.
+FEATURE_CELL_BYTES = 32
 _FLOAT = 4
 
 
@@ -200,6 +219,31 @@ def check_training_memory(env: Any, n_envs: int, n_steps: int,
                 + batched_env_bytes(env.unwrapped, n_envs))
     check_memory(estimate, f"n_envs={n_envs} x n_steps={n_steps} (the batched env and the "
                  "PPO rollout buffer)", "lower n_envs or n_steps")
+
+
+def evaluation_bytes(episodes: int, runs: int = 1, fit_tasks: int = 0) -> int:
+    """Estimated peak memory of evaluating ``runs`` methods on ``episodes`` episodes each.
+
+    Every method's episodes are kept until all are summarised (:data:`EPISODE_BYTES`
+    each); a fitted method draws ``fit_tasks`` training tasks first (:data:`FIT_TASK_BYTES`
+    each, one method's at a time).
+    """
+    return episodes * runs * EPISODE_BYTES + fit_tasks * FIT_TASK_BYTES
+
+
+def recording_bytes(episodes: int, steps_per_episode: float, observation_bytes: int) -> int:
+    """Estimated memory of ``episodes`` recorded episodes kept until a dataset is written.
+
+    Per step :data:`RECORDED_STEP_BYTES` and the observation, per episode one observation
+    more (the reset's).
+    """
+    per_episode = (steps_per_episode + 1) * (RECORDED_STEP_BYTES + observation_bytes)
+    return int(episodes * per_episode)
+
+
+def feature_matrix_bytes(n_queries: int, n_features: int) -> int:
+    """Peak memory of ``n_features`` hashed features of ``n_queries`` queries."""
+    return n_queries * n_features * FEATURE_CELL_BYTES
 
 
 def _nbytes(value: Any, depth: int = 0) -> int:

@@ -17,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import gymnasium as gym
 import pytest
 
 import agents
@@ -122,3 +123,21 @@ def test_a_mistyped_option_beside_a_missing_required_one_gets_a_did_you_mean(cap
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last == ("cost-envs evaluate: error: the following arguments are required: --env; "
                     "unrecognized arguments: --evn; did you mean '--env'?")
+
+
+# ---------------------------------------------------------------- limits before allocating
+
+
+def test_trace_routing_refuses_features_that_cannot_fit_before_allocating():
+    # was numpy's MemoryError for 2.18 TiB; now one line naming the argument and the value
+    with pytest.raises(ValueError) as caught:
+        gym.make("cost_envs/TraceRouting-v0", n_features=10**9)
+    message = str(caught.value)
+    assert message.startswith("TraceRouting-v0: n_features=1000000000 ")
+    assert "of memory, more than the" in message and "\n" not in message
+
+
+def test_trace_routing_features_within_memory_are_built():
+    env = gym.make("cost_envs/TraceRouting-v0", n_features=96)
+    assert env.observation_space.shape == (98,)
+    env.close()

@@ -13,6 +13,7 @@ from gymnasium import spaces
 
 from cost_envs.config import boolean, integer, one_of
 from cost_envs.core import OrchestrationEnv, Outcome, Prices, State
+from cost_envs.limits import check_memory, feature_matrix_bytes
 from cost_envs.pool import AgentPool, AgentSpec
 from cost_envs.prices import PriceTable, coerce_prices
 from cost_envs.reward import RewardWeights
@@ -62,6 +63,10 @@ def query_features(data: TraceDataset, kind: str = "hashed",
         n_features = DEFAULT_N_FEATURES
     size = integer(n_features, "n_features", minimum=1)
     if kind == "hashed":
+        if (data.fingerprint, kind, size) not in _FEATURE_CACHE:  # before arrays of its size
+            check_memory(feature_matrix_bytes(data.n_queries, size),
+                         f"n_features={size} (hashed features of {data.n_queries} queries)",
+                         f"use fewer features (default {DEFAULT_N_FEATURES})")
         return _cached((data.fingerprint, kind, size),
                        lambda: hashed_features(data.prompts, size))
     return _cached((data.fingerprint, kind, size), lambda: minilm_features(data.prompts))
@@ -333,7 +338,10 @@ class TraceRoutingEnv(OrchestrationEnv[TraceTask]):
         super().__init__(pool, reward_weights, render_mode)
         self.prices = table
         self.features = features
-        self.query_features = query_features(data_, features, n_features)
+        try:  # names n_features, and refuses one whose arrays cannot fit, before allocating
+            self.query_features = query_features(data_, features, n_features)
+        except ValueError as err:
+            raise ValueError(f"{name}: {err}") from None
         self.n_features = self.query_features.shape[1]
         self.task_block = min(data_.n_queries, MAX_TASK_BLOCK)
         self._query_costs = costs
