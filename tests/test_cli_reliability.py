@@ -11,10 +11,12 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import gymnasium as gym
@@ -23,6 +25,7 @@ import pytest
 import agents
 import cost_envs
 from agents.cli.main import build_parser, main
+from agents.cli.progress import Progress
 from cost_envs.multiagent import registry
 
 ROOT = Path(agents.__file__).resolve().parents[1]
@@ -141,3 +144,85 @@ def test_trace_routing_features_within_memory_are_built():
     env = gym.make("cost_envs/TraceRouting-v0", n_features=96)
     assert env.observation_space.shape == (98,)
     env.close()
+
+
+def test_evaluate_refuses_episodes_that_cannot_fit_before_any_work(capsys):
+    # was accepted, and grew by about 4 MB a second
+    with pytest.raises(SystemExit) as end:
+        main(["evaluate", "--env", TOOL, "--episodes", str(10**9)])
+    message = str(end.value.code)
+    assert message.startswith("cost-envs evaluate: --episodes 1000000000 for each of 5 methods "
+                              "needs about ")
+    assert message.endswith("; lower --episodes") and "\n" not in message
+    assert capsys.readouterr().err == ""  # not one progress line: nothing had started
+
+
+# ---------------------------------------------------------------- evaluate: lines, not tracebacks
+
+TRACE = "cost_envs/TraceRouting-v0"
+
+
+def test_a_fitted_method_on_every_logged_query_is_one_line_naming_the_env_argument(capsys):
+    # was a traceback (training_tasks' ValueError) after "fitting"
+    with pytest.raises(SystemExit) as end:
+        main(["evaluate", "--env", TRACE, "--methods", "best-rule", "--episodes", "2"])
+    message = str(end.value.code)
+    assert message.startswith("cost-envs evaluate: best-rule is fitted on training queries, "
+                              f"but {TRACE} with split='all'")
+    assert "--env-kwargs '{split: test}'" in message and "\n" not in message
+    assert "fitting" not in capsys.readouterr().err  # refused before any fitting
+
+
+def test_a_fitted_method_on_the_test_split_is_fitted_on_the_train_split(monkeypatch, capsys):
+    from agents.cli import evaluate as command
+    from agents.rules import fitted
+
+    splits = []
+
+    def recording(cls, n_tasks):
+        fit = fitted(cls, n_tasks)
+
+        def build(env):
+            splits.append(env.unwrapped.split)
+            return fit(env)
+
+        return build
+
+    monkeypatch.setattr(command, "fitted", recording)
+    assert main(["evaluate", "--env", TRACE, "--methods", "best-rule,rule", "--episodes", "4",
+                 "--fit-tasks", "4", "--resamples", "10", "--env-kwargs", "{split: test}",
+                 "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert splits == ["train"] and set(json.loads(out)) == {"best-rule", "rule"}
+    assert "best-rule: fitting on 4 training queries (split 'train')" in err
+
+
+def test_a_long_fit_says_that_it_still_runs(monkeypatch, capsys):
+    # was silent for 26 s after "fitting" when stderr is not a terminal
+    monkeypatch.setattr("agents.cli.progress.HEARTBEAT_SECONDS", 0.05)
+    assert main(["evaluate", "--env", "cost_envs/FlightPlanner-v0", "--methods", "best-rule",
+                 "--episodes", "2", "--fit-tasks", "6", "--resamples", "10", "--json"]) == 0
+    err = capsys.readouterr().err
+    assert "best-rule: fitting on 6 training tasks (still running, " in err, err
+    assert all(line.startswith("cost-envs evaluate: [") for line in err.splitlines())
+
+
+def test_progress_repeats_a_step_until_it_ends_and_only_when_enabled(capsys):
+    with Progress("cost-envs x", every=0.02) as say:
+        with say.running("fitting"):
+            time.sleep(0.3)
+        time.sleep(0.1)  # after the step: nothing is repeated
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].endswith("] fitting") and len(lines) >= 3
+    assert all("fitting (still running, " in line for line in lines[1:])
+    with Progress("cost-envs x", enabled=False, every=0.02) as say, say.running("fitting"):
+        time.sleep(0.1)
+    assert capsys.readouterr().err == ""
+
+
+def test_a_missing_model_names_its_path_once(tmp_path, capsys):
+    missing = tmp_path / "missing_dir"
+    with pytest.raises(SystemExit) as end:
+        main(["evaluate", "--env", TOOL, "--model", str(missing)])
+    assert end.value.code == (f"cost-envs evaluate: cannot load {missing}: no such model "
+                              "directory or file")

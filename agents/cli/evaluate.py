@@ -10,8 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +27,12 @@ from agents.cli.arguments import (
     seed_int,
 )
 from agents.cli.env import add_env_arguments, check_env_kwargs, merged_env_kwargs
+from agents.cli.progress import Progress
 from agents.evaluation import compare, evaluate, format_table
 from agents.planning import PLANNERS
 from agents.rules import BestFixedRule, fitted
 from cost_envs.core import MAX_ORACLE_AGENTS
+from cost_envs.limits import check_memory, evaluation_bytes
 
 #: Methods of ``evaluate`` by default: the paper's baselines plus the greedy heuristic.
 DEFAULT_METHODS = ("random", "capability", "rule", "oracle", "greedy")
@@ -136,7 +137,7 @@ def _model_env_kwargs(args: argparse.Namespace, model_kwargs: dict[str, Any]) ->
               file=sys.stderr)
 
 
-def _load_model(args: argparse.Namespace, say: Callable[[str], None]
+def _load_model(args: argparse.Namespace, say: Progress
                 ) -> tuple[str, Any, dict[str, Any]]:
     """The model's row name, the allocator and its env kwargs; exits 1 on a bad model.
 
@@ -148,9 +149,9 @@ def _load_model(args: argparse.Namespace, say: Callable[[str], None]
     try:
         check_model_path(args.model, trust_pickle=args.trust_pickle)
     except UnsafeCheckpointError as error:
-        raise SystemExit(f"cost-envs evaluate: refusing to load {args.model}: {error}") from None
+        raise _model_error("refusing to load", args.model, error) from None
     except (ValueError, FileNotFoundError) as error:  # a truncated file too, before torch
-        raise SystemExit(f"cost-envs evaluate: cannot load {args.model}: {error}") from None
+        raise _model_error("cannot load", args.model, error) from None
     require_extra("agents", "cost-envs evaluate --model")
     say(f"loading the model {args.model}")  # seconds: torch, peft and the weights
     from agents.learners.checkpoints import load_allocator
@@ -158,9 +159,9 @@ def _load_model(args: argparse.Namespace, say: Callable[[str], None]
     try:
         model = load_allocator(args.model, trust_pickle=args.trust_pickle)
     except UnsafeCheckpointError as error:
-        raise SystemExit(f"cost-envs evaluate: refusing to load {args.model}: {error}") from None
+        raise _model_error("refusing to load", args.model, error) from None
     except (ValueError, FileNotFoundError) as error:
-        raise SystemExit(f"cost-envs evaluate: cannot load {args.model}: {error}") from None
+        raise _model_error("cannot load", args.model, error) from None
     env_id = getattr(model, "env_id", None)
     if env_id is not None and env_id != args.env:
         raise SystemExit(f"cost-envs evaluate: {args.model} was trained on {env_id}, "
@@ -176,6 +177,20 @@ def _load_model(args: argparse.Namespace, say: Callable[[str], None]
                 f"cost-envs evaluate: {args.model} acts on {model.observation_space} -> "
                 f"{model.action_space}, but {args.env} has {spaces[0]} -> {spaces[1]}")
     return getattr(model, "method", "model"), model, dict(getattr(model, "env_kwargs", {}))
+
+
+def _model_error(verb: str, path: Path, error: Exception) -> SystemExit:
+    """``cost-envs evaluate: <verb> <path>: <why>`` in one line, the path said once.
+
+    The loaders' messages start with the path themselves (``X: no such model directory``);
+    said after ``cannot load X`` it read ``cannot load X: X: no such ...``.
+    """
+    text = " ".join(str(error).split())
+    if text.startswith(f"{path}: "):
+        text = text[len(f"{path}: "):]
+    elif text.startswith(f"{path} "):  # "X is a Stable-Baselines3 .zip: ..."
+        text = "it " + text[len(f"{path} "):]
+    return SystemExit(f"cost-envs evaluate: {verb} {path}: {text}")
 
 
 def _check_model_fits(model: Any, env_id: str, env_kwargs: dict[str, Any], model_path: Path
@@ -195,71 +210,108 @@ def _check_model_fits(model: Any, env_id: str, env_kwargs: dict[str, Any], model
 _ENUMERATING = ("oracle", "greedy")
 
 
-def _applicable_methods(methods: Sequence[str], env_id: str, env_kwargs: dict[str, Any],
-                        chosen: bool) -> tuple[str, ...]:
-    """``methods`` that run on ``env_id``, from one probe env (before any episode).
+def _is_fitted(name: str) -> bool:
+    """Whether method ``name`` is fitted on training tasks before it is scored."""
+    return hasattr(EVALUATE_METHODS[name], "fit")
 
-    The oracle and the greedy heuristic enumerate every joint action: on a pool of more
-    than MAX_ORACLE_AGENTS agents the default methods leave them out with a note, and
-    ``chosen`` ones (``--methods``) exit with one line. Family baselines (BoPO's
-    small/large routing, CORL's consult-all, ...) refuse an env they do not fit with a
-    ``ValueError`` naming what they need; building each on the probe shows that at once.
+
+def _applicable_methods(methods: Sequence[str], env_id: str, env_kwargs: dict[str, Any],
+                        chosen: bool, command: str = "cost-envs evaluate"
+                        ) -> tuple[tuple[str, ...], str | None]:
+    """``methods`` that run on ``env_id``, and the split fitted methods are scored on.
+
+    Decided from one probe env, before any episode. The oracle and the greedy heuristic
+    enumerate every joint action: on a pool of more than MAX_ORACLE_AGENTS agents the
+    default methods leave them out with a note, and ``chosen`` ones (``--methods``) exit
+    with one line. Family baselines (BoPO's small/large routing, CORL's consult-all, ...)
+    refuse an env they do not fit with a ``ValueError`` naming what they need; building
+    each on the probe shows that at once. A fitted method (best-rule, ...) on logged
+    queries (TraceRouting-v0's ``split``) is fitted on the train split and scored on the
+    test split; on ``split='all'`` it would be scored on the queries it was fitted on,
+    and exits with one line saying which env argument to pass.
+
+    Returns:
+        The methods, and the env's ``split`` when a fitted method is among them (``None``:
+        an env without splits, or no fitted method).
     """
     family = [name for name in methods if name not in _UNIVERSAL]
     enumerating = [name for name in methods if name in _ENUMERATING]
-    if not family and not enumerating:
-        return tuple(methods)
+    fitted_ = [name for name in methods if _is_fitted(name)]
+    if not family and not enumerating and not fitted_:
+        return tuple(methods), None
     probe = gym.make(env_id, **env_kwargs)
     try:
-        n_agents = probe.unwrapped.n_agents
+        base: Any = probe.unwrapped  # an OrchestrationEnv
+        n_agents = base.n_agents
         if enumerating and n_agents > MAX_ORACLE_AGENTS:
             why = (f"they enumerate every joint action and take pools of at most "
                    f"{MAX_ORACLE_AGENTS} agents, this one has {n_agents}")
             if chosen:
-                raise SystemExit(f"cost-envs evaluate: {', '.join(enumerating)} cannot run on "
+                raise SystemExit(f"{command}: {', '.join(enumerating)} cannot run on "
                                  f"{env_id} with this pool: {why} (leave them out of "
                                  "--methods)")
-            print(f"cost-envs evaluate: {', '.join(enumerating)} left out: {why}",
+            print(f"{command}: {', '.join(enumerating)} left out: {why}",
                   file=sys.stderr)
             methods = [name for name in methods if name not in _ENUMERATING]
         for name in family:
             try:
                 EVALUATE_METHODS[name](probe)
             except ValueError as error:
-                raise SystemExit(f"cost-envs evaluate: {name} does not apply to {env_id}: "
+                raise SystemExit(f"{command}: {name} does not apply to {env_id}: "
                                  f"{error}") from None
+        split = getattr(base, "split", None) if fitted_ else None
     finally:
         probe.close()
-    return tuple(methods)
+    if split == "all":
+        raise SystemExit(
+            f"{command}: {', '.join(fitted_)} {'are' if len(fitted_) > 1 else 'is'} fitted "
+            f"on training queries, but {env_id} "
+            "with split='all' replays every logged query, the training ones too; pass "
+            "--env-kwargs '{split: test}' to fit on the train split and score on the test "
+            "split")
+    return tuple(methods), split
 
 
-def _factory(name: str, cls: Any, fit_tasks: int, say: Callable[[str], None]) -> Any:
+def _factory(name: str, cls: Any, fit_tasks: int, say: Progress, env_id: str,
+             env_kwargs: dict[str, Any], split: str | None) -> Any:
     """The class itself, or for a fitted baseline a factory fitting it on training tasks.
 
     Fitting takes seconds to tens of seconds (best-rule on ToolBench: about 20 s), so
-    the factory says when it starts.
+    the factory says when it starts and, while it runs, that it still runs
+    (:class:`~agents.cli.progress.Progress`). On the test split of logged queries the
+    method is fitted on an env of the train split (the same arguments otherwise) and then
+    acts on the env it is scored on, as the experiments fit it.
     """
     if not hasattr(cls, "fit"):
         return cls
     fit = fitted(cls, fit_tasks)
 
     def build(env: gym.Env) -> Any:
-        say(f"{name}: fitting on {fit_tasks} training tasks")
-        return fit(env)
+        if split != "test":
+            with say.running(f"{name}: fitting on {fit_tasks} training tasks"):
+                return fit(env)
+        with say.running(f"{name}: fitting on {fit_tasks} training queries (split 'train')"):
+            return fit(gym.make(env_id, **{**env_kwargs, "split": "train"}))
 
     return build
 
 
-def _progress(args: argparse.Namespace) -> Callable[[str], None]:
-    """Progress lines on stderr (stdout is the result), unless ``--no-progress``."""
-    start = time.perf_counter()
+def _check_memory(args: argparse.Namespace, methods: Sequence[str]) -> None:
+    """Exit with one line if ``--episodes`` of every method cannot fit in memory.
 
-    def say(message: str) -> None:
-        if not args.no_progress:
-            print(f"cost-envs evaluate: [{time.perf_counter() - start:4.0f} s] {message}",
-                  file=sys.stderr, flush=True)
-
-    return say
+    Every method's episodes are kept until all are summarised, so a billion episodes grew
+    by megabytes a second until the memory ran out; now they are refused at once.
+    """
+    runs = len(methods) + (args.model is not None)
+    fit_tasks = args.fit_tasks if any(_is_fitted(name) for name in methods) else 0
+    what = f"--episodes {args.episodes}" + (f" for each of {runs} methods" if runs > 1 else "")
+    if fit_tasks:
+        what += f" and --fit-tasks {fit_tasks}"
+    try:
+        check_memory(evaluation_bytes(args.episodes, runs, fit_tasks), what,
+                     "lower --episodes" + (" or --fit-tasks" if fit_tasks else ""))
+    except ValueError as error:
+        raise SystemExit(f"cost-envs evaluate: {error}") from None
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
@@ -270,7 +322,19 @@ def run_evaluate(args: argparse.Namespace) -> int:
         () if args.model is not None else DEFAULT_METHODS)
     if args.model_env_kwargs and args.model is None:
         raise SystemExit("cost-envs evaluate: --model-env-kwargs only applies with --model")
-    say = _progress(args)
+    _check_memory(args, methods)  # before the model, the envs and any episode
+    with Progress("cost-envs evaluate", enabled=not args.no_progress) as say:
+        results = _evaluate_all(args, methods, say)
+    if args.json:
+        print(json.dumps(_json_results(results), indent=2))
+    else:
+        print(format_table(results))
+    return 0
+
+
+def _evaluate_all(args: argparse.Namespace, methods: Sequence[str], say: Progress
+                  ) -> dict[str, dict[str, Any]]:
+    """Every method's and the model's summary, saying on stderr what runs."""
     model_row = _load_model(args, say) if args.model is not None else None
     if model_row is not None:
         _model_env_kwargs(args, model_row[2])
@@ -283,24 +347,29 @@ def run_evaluate(args: argparse.Namespace) -> int:
         if model_row is not None:
             _check_model_fits(model_row[1], args.env, env_kwargs, args.model)
     # after the env arguments are known to be good
-    methods = _applicable_methods(methods, args.env, env_kwargs, args.methods is not None)
+    methods, split = _applicable_methods(methods, args.env, env_kwargs,
+                                         args.methods is not None)
     results: dict[str, dict[str, Any]] = {}
     bars = not args.no_progress  # drawn only on a terminal (agents.progress)
+
+    def log(message: str) -> None:  # "<name>: evaluating on <n> episodes", under a bar
+        say(message, bar=bars)
+
     if methods:
-        factories = {name: _factory(name, EVALUATE_METHODS[name], args.fit_tasks, say)
+        factories = {name: _factory(name, EVALUATE_METHODS[name], args.fit_tasks, say,
+                                    args.env, env_kwargs, split)
                      for name in methods}
         results.update(compare(factories, args.env,
                                episodes=args.episodes, seed=args.seed, env_kwargs=env_kwargs,
-                               n_resamples=args.resamples, log=say, progress=bars))
+                               n_resamples=args.resamples, log=log, progress=bars))
     if model_row is not None:
         name, model, _ = model_row
-        say(f"{name}: evaluating on {args.episodes} episodes")
+        log(f"{name}: evaluating on {args.episodes} episodes")
         result = evaluate(model, args.env, episodes=args.episodes, seed=args.seed,
                           env_kwargs=env_kwargs, progress=bars, desc=name)
         results[name] = result.summary(n_resamples=args.resamples, seed=args.seed)
-    if args.json:
-        print(json.dumps(_json_results(results), indent=2))
-    else:
-        print(format_table(results))
-    return 0
+    say.done()
+    return results
+
+
 
