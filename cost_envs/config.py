@@ -111,7 +111,7 @@ def integer(value: Any, name: str | None, *, minimum: int | None = None,
         ValueError: ``<where>: <name>: expected an int in [1, 8], got 9`` and the like.
     """
     if (isinstance(value, bool) or not isinstance(value, (int, np.integer))
-            or not _within(value, minimum, maximum, (True, True))):
+            or not _within(int(value), minimum, maximum, (True, True))):
         raise _invalid(value, name, where, _range("an int", minimum, maximum, (True, True), ""))
     return int(value)
 

@@ -111,6 +111,8 @@ class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
     zero_action_fallback: bool = False
     #: Named slices of the observation vector; baselines find the task embedding here.
     observation_layout: dict[str, slice] = {}
+    #: Every env's observation is a vector (each sets a 1-D ``Box`` in ``__init__``).
+    observation_space: spaces.Box
 
     def __init__(
         self,
@@ -195,6 +197,16 @@ class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
         """The current episode's task (privileged: for replay and analysis, not policies)."""
         return self._task
 
+    def _episode_task(self, caller: str) -> TaskT:
+        """The current episode's task, for ``caller``, which needs one.
+
+        Raises:
+            ResetNeeded: Before the first ``reset``.
+        """
+        if self._task is None:
+            raise ResetNeeded(f"{self.env_name}: {caller} needs an episode: call reset() first")
+        return self._task
+
     @property
     def turn(self) -> int:
         """Number of steps taken in the current episode."""
@@ -254,7 +266,7 @@ class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
                 raise ValueError(f"{self.env_name}: unknown reset option(s) {unknown}; "
                                  "expected only 'task'")
         if options and "task" in options:
-            task = options["task"]
+            task: TaskT = options["task"]
             if not isinstance(task, self.task_type):
                 raise ValueError(
                     f"{self.env_name}: options['task'] must be a {self.task_type.__name__}, "

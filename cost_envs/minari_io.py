@@ -46,7 +46,7 @@ import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
@@ -154,7 +154,7 @@ class EpisodeRecorder:
         self.observations.append(np.array(observation, copy=True))
         self.infos.append(_flat(info))
 
-    def step(self, action: Any, observation: Any, reward: float, terminated: bool,
+    def step(self, action: Any, observation: Any, reward: SupportsFloat, terminated: bool,
              truncated: bool, info: Mapping[str, Any]) -> None:
         """Record one transition: the action sent and what ``env.step`` returned."""
         if not self.observations:
@@ -249,7 +249,7 @@ def _info_columns(recorder: EpisodeRecorder, schema: Mapping[str, tuple[str, Any
         elif kind == "bool":
             columns[key] = [bool(v) if v is not None else False for v in values]
         elif kind == "int":
-            columns[key] = [int(v) for v in values]
+            columns[key] = [int(info[key]) for info in recorder.infos]  # in every entry
         elif kind == "float":
             columns[key] = [math.nan if v is None else float(v) for v in values]
         else:
@@ -304,8 +304,8 @@ def _minari() -> Any:
     return import_extra("minari", "minari", WHAT)
 
 
-def check_recoverable(env: gym.Env) -> None:
-    """Raise ``ValueError`` unless ``env``'s spec can be stored and remade from JSON.
+def check_recoverable(env: gym.Env) -> gym.envs.registration.EnvSpec:
+    """``env``'s spec; ``ValueError`` unless it can be stored and remade from JSON.
 
     ``recover_environment`` remakes the env from its stored spec, so the env must come
     from ``gym.make`` with JSON-valued kwargs (a path as a string, not an object).
@@ -320,6 +320,7 @@ def check_recoverable(env: gym.Env) -> None:
         raise ValueError(f"{spec.id}: expected gym.make kwargs that are JSON values (so the "
                          f"dataset can remake the env), got {sorted(spec.kwargs)}: "
                          f"{' '.join(str(err).split())}") from None
+    return spec
 
 
 #: The author a dataset names when the caller gives none: the program that wrote it.
@@ -366,7 +367,7 @@ def write_dataset(
         if not episode.done:
             raise ValueError(f"episodes[{index}]: expected a finished episode, got one "
                              f"of {len(episode.actions)} step(s) that has not ended")
-    check_recoverable(env)
+    spec = check_recoverable(env)
     schema = _info_schema(episodes)
     minari = _minari()
     # attributes, not import statements: cost_envs's modules name no optional package in
@@ -387,10 +388,10 @@ def write_dataset(
             # export has none to give.
             warnings.filterwarnings("ignore", message=r"`(author_email|code_permalink)`")
             dataset = minari.create_dataset_from_buffers(
-                dataset_id, buffers, env=env, eval_env=env.spec,
+                dataset_id, buffers, env=env, eval_env=spec,
                 author=author or DEFAULT_AUTHOR,
                 algorithm_name=algorithm_name or "unspecified",
-                description=description or f"episodes of {env.spec.id}",
+                description=description or f"episodes of {spec.id}",
                 data_format=DATA_FORMAT)
             dataset.storage.update_episode_metadata([dict(e.metadata) for e in episodes])
         dataset.storage.update_metadata({"dataset_size": dataset.storage.get_size()})

@@ -35,7 +35,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+import numpy as np
 
 from cost_envs.config import number, one_of, reject_unknown, require_keys, text
 from cost_envs.config_files import parse_config_text, read_config_file
@@ -45,6 +47,10 @@ _MODEL_KEYS = ("name", "input", "output", "reasoning", "active_params_billion",
                "params_source", "source", "date")
 _REQUIRED_MODEL_KEYS = ("name", "input", "output", "source", "date")
 UNIT = "per_million_tokens"
+
+
+#: A token count, or an array of them: prices work elementwise.
+Tokens = TypeVar("Tokens", float, np.ndarray)
 
 
 @dataclass(frozen=True)
@@ -106,13 +112,13 @@ class ModelPrice:
         """Price per million reasoning tokens (billed as output unless stated)."""
         return self.output if self.reasoning is None else self.reasoning
 
-    def cost(self, input_tokens: float, output_tokens: float, reasoning_tokens: float = 0.0
-             ) -> float:
-        """Money for one call with these token counts."""
+    def cost(self, input_tokens: Tokens, output_tokens: Tokens,
+             reasoning_tokens: float | Tokens = 0.0) -> Tokens:
+        """Money for one call with these token counts (or for arrays of calls)."""
         return (input_tokens * self.input + output_tokens * self.output
                 + reasoning_tokens * self.reasoning_price) / 1e6
 
-    def flops(self, tokens: float) -> float:
+    def flops(self, tokens: Tokens) -> Tokens:
         """Forward-pass FLOPs for ``tokens`` tokens: ``2 * active params * tokens``."""
         return 2.0 * self.active_params_billion * 1e9 * tokens
 

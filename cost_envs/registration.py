@@ -144,9 +144,14 @@ class VectorEnvFactory(EnvFactory):
         ``budget`` is one number or one per sub-env; ``kwargs`` hold ``num_envs`` and
         ``autoreset_mode`` beside the env class's own arguments.
         """
+        from cost_envs.vector.base import BatchedOrchestrationEnv
         from cost_envs.vector.budget import VectorHardBudget
 
-        return VectorHardBudget(self.env_class(**kwargs), budget, mode)
+        env = self.env_class(**kwargs)
+        if not isinstance(env, BatchedOrchestrationEnv):
+            raise TypeError(f"{self.target}: a budget needs a BatchedOrchestrationEnv, "
+                            f"got {type(env).__name__}")
+        return VectorHardBudget(env, budget, mode)
 
 
 def factory_name(env_id: str) -> str:

@@ -85,3 +85,14 @@ def test_fresh_luck_refuses_a_task_without_topic():
     task = replace(_tasks(1)[0], topic=None)
     with pytest.raises(ValueError, match="topic"):
         with_fresh_luck(task, np.random.default_rng(0))
+
+
+def test_privileged_answer_methods_before_reset_say_so():
+    # ResetNeeded naming the call (it was an AttributeError on None).
+    from gymnasium.error import ResetNeeded
+
+    env = gym.make("cost_envs/ToolBench-v0").unwrapped
+    with pytest.raises(ResetNeeded, match="composer_strength needs an episode"):
+        env.composer_strength(0)
+    with pytest.raises(ResetNeeded, match="answer_tokens needs an episode"):
+        env.answer_tokens(0, 0)

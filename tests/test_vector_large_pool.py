@@ -7,6 +7,7 @@ roles row by row. This runs the second path, bit for bit as ``tests/test_vector.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode
 from test_vector import compare, pair
@@ -32,3 +33,11 @@ def test_flight_planner_above_the_code_limit(env_id: str, wrapper: str) -> None:
     native, sync = pair(env_id, wrapper, AutoresetMode.NEXT_STEP, pool=pool)
     assert native.unwrapped._bits is None  # the path without action codes
     compare(native, sync, AutoresetMode.NEXT_STEP, wrapper)
+
+
+def test_action_codes_above_the_code_limit_say_why() -> None:
+    # A ValueError naming the limit (it was a TypeError from `@ None`).
+    native, _ = pair("cost_envs/FlightPlanner-v0", "none", AutoresetMode.NEXT_STEP,
+                     pool=large_pool())
+    with pytest.raises(ValueError, match=f"at most {MAX_ORACLE_AGENTS} agents, got 18"):
+        native.unwrapped.action_codes(np.zeros((1, 18), dtype=np.int8))

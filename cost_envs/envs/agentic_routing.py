@@ -20,7 +20,7 @@ from cost_envs.envs.agentic_profiles import (
     RoutingProfile,
 )
 from cost_envs.pool import AgentPool, AgentSpec
-from cost_envs.prices import PriceTable, coerce_prices
+from cost_envs.prices import PriceTable, Tokens, coerce_prices
 from cost_envs.reward import RewardWeights
 from cost_envs.task_blocks import TaskBlock
 
@@ -298,8 +298,8 @@ class AgenticRoutingEnv(OrchestrationEnv[AgenticTask]):
         self._rec_small = float(success_probability(RECOVERY_DIFFICULTY, SMALL_CURVE))
         self._rec_large = float(success_probability(RECOVERY_DIFFICULTY, LARGE_CURVE))
 
-    def _step_prices(self, input_tokens: float, output_tokens: float
-                     ) -> tuple[tuple[float, float], tuple[float, float]]:
+    def _step_prices(self, input_tokens: Tokens, output_tokens: Tokens
+                     ) -> tuple[tuple[Tokens, Tokens], tuple[Tokens, Tokens]]:
         """(money, FLOPs) of a small step and of a large step with these token counts."""
         small_input = input_tokens + self.profile.demo_tokens
         small, large = self.small_price, self.large_price

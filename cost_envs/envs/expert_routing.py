@@ -157,7 +157,7 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
     * v0: initial version.
     """
 
-    task_type = ExpertTask
+    task_type: type[ExpertTask] = ExpertTask
     #: The arrays :meth:`draw_block` returns (a subclass with arrays of its own sets its own).
     block_type: type = ExpertBlock
     #: Name in error messages (a subclass with its own id sets its own).
@@ -370,7 +370,8 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
     def _initial_state(self, task: ExpertTask, tables: _Tables) -> State:
         self._hits = tables.hits
         self._controller_right = tables.controller_right
-        self._voter = tables.controller_right  # what the vote depends on besides the state
+        # what the vote depends on besides the state (v1: the controller's answer code)
+        self._voter: bool | int = tables.controller_right
         self._static_obs = tables.static_obs
         return (-1,) * self.n_agents  # per expert: -1 not consulted, 0 wrong, 1 right
 

@@ -161,7 +161,7 @@ def with_fresh_luck(task: ExpertTask, rng: np.random.Generator) -> ExpertTask:
     for name in task.luck_fields:
         old = getattr(task, name)
         if isinstance(old, np.ndarray):
-            new = rng.random(old.shape)
+            new = rng.random(tuple(old.shape))  # a tuple: numpy's stubs type the draw an array
             new.flags.writeable = False
             fresh[name] = new
         else:

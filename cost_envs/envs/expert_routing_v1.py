@@ -292,7 +292,8 @@ class ExpertRoutingV1Env(ExpertRoutingEnv):
 
     def _block_tables(self, block: ExpertBlockV1) -> list[_TablesV1]:  # type: ignore[override]
         """v0's tables with each right or wrong answer turned into its code."""
-        arrays = self.block_arrays(block)
+        # v1's blocks are not ExpertBlocks but begin with their fields, all block_arrays reads
+        arrays = self.block_arrays(block)  # type: ignore[arg-type]
         answers, own = self.answer_codes(block, arrays)
         return [_TablesV1(a, o, p, obs) for a, o, p, obs in zip(
             answers.tolist(), own.tolist(), block_prices(arrays), arrays.static_obs,

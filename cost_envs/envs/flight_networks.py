@@ -104,7 +104,7 @@ def draw_kept(rngs: Sequence[np.random.Generator], n: int, turns: int,
         for (j, k), raw in zip(list(need.items()), drawn, strict=True):
             rows = at + np.flatnonzero(keep[at:at + k])
             kept[j].append(raw._replace(hops=hops[rows]) if len(rows) == k
-                           else RawNetworks(*(a[rows - at] for a in raw[:-1]), hops[rows]))
+                           else RawNetworks._make([*(a[rows - at] for a in raw[:-1]), hops[rows]]))
             at += k
             need[j] -= len(rows)
             if need[j] == 0:

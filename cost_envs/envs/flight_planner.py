@@ -286,7 +286,7 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
                 shortest_hops=h, hop_limit=h + 1, budget=float(budget[b]),
                 route_hops=route_hops[b], route_price=route_price[b],
                 route_connected=connected, luck=luck[b], fare_luck=fare_luck[b],
-            ), _Tables(*(table[b].tolist() for table in tables), float(level[b]))
+            ), _Tables._make([*(table[b].tolist() for table in tables), float(level[b])])
 
         return TaskBlock(n, task)  # each task's objects built when reached (gc)
 
@@ -301,7 +301,7 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
     def _tables(self, task: FlightTask) -> _Tables:
         tables = self._block_tables(task.luck[None], task.fare_luck[None])
         level = budget_level(task.budget, mean_fare(task.fares), task.shortest_hops)
-        return _Tables(*(table[0].tolist() for table in tables), float(level))
+        return _Tables._make([*(table[0].tolist() for table in tables), float(level)])
 
     def _block_tables(
         self, luck: np.ndarray, fare_luck: np.ndarray, turns: np.ndarray | None = None
@@ -360,7 +360,8 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
                     cause = SEARCH_DROP
                 else:
                     markup = self._markup[turn]
-                    best = self._task.route_price[route] * min(map(markup.__getitem__, searchers))
+                    price = self._episode_task("step").route_price[route]
+                    best = price * min(map(markup.__getitem__, searchers))
                     if quote == 0 or best < quote:
                         quote, validated = float(best), 0
             if route != NO_ROUTE and validators:
@@ -381,7 +382,7 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
         return not self._route_connected[route]
 
     def _feasible(self, route: int, quote: float) -> bool:
-        task = self._task
+        task = self._episode_task("step")
         return bool(
             self._route_connected[route]
             and self._route_hops[route] <= task.hop_limit
@@ -389,7 +390,7 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
         )
 
     def _commit(self, route: int, price: float) -> Outcome:
-        task = self._task
+        task = self._episode_task("step")
         if not self._feasible(route, price):
             return Outcome(False, 0.0)
         slack = min(max((task.budget - price) / task.budget, 0.0), 1.0)
@@ -402,7 +403,7 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
 
     def _observation_values(self, turn: int, state: State) -> list[Any]:
         """The observation's 15 values (v1 appends its own before the one conversion)."""
-        task = self._task
+        task = self._episode_task("step")
         route, p_strength, quote, validated, dropped = state
         limit, budget = task.hop_limit, task.budget
         head = [(MAX_TURNS - turn) / MAX_TURNS, task.shortest_hops / limit, self._budget]

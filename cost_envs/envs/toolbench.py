@@ -137,7 +137,7 @@ def with_fresh_luck(task: ToolTask, rng: np.random.Generator) -> ToolTask:
     size = len(task.reference)
     luck = rng.random((turns, m))
     recall_luck = rng.random((turns, size))
-    hallucination_rate = rng.random(turns)
+    hallucination_rate = rng.random((turns,))  # the draws of rng.random(turns)
     pick = (rng.random((turns, MAX_ANSWER_TOKENS)) * (3 * size)).astype(np.int64)
     spurious = task.topic[pick]
     for array in (luck, recall_luck, hallucination_rate, spurious):
@@ -438,13 +438,13 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
 
     def composer_strength(self, agent: int) -> float:
         """Privileged: ``q = cap ** (1 + d)`` of ``agent`` on the current task's answer stage."""
-        task = self._task
+        task = self._episode_task("composer_strength")
         cap = self.pool.capabilities[agent, task.stage_skill[-1]]
         return float(cap ** (1.0 + task.stage_difficulty[-1]))
 
     def answer_tokens(self, turn: int, agent: int) -> np.ndarray:
         """Privileged: the answer ``agent`` composes if it clears the last stage at ``turn``."""
-        task = self._task
+        task = self._episode_task("answer_tokens")
         q = self.composer_strength(agent)
         recalled = task.reference[task.recall_luck[turn] < 0.3 + 0.7 * q]
         n_spurious = round(len(task.reference) * (1.0 - q) * task.hallucination_rate[turn])
@@ -453,7 +453,8 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
     def _answer_f1(self, turn: int, cleared_by: list[int]) -> float:
         # The strongest tool that cleared the last stage writes the answer.
         composer = max(cleared_by, key=self.composer_strength)
-        return token_f1(self.answer_tokens(turn, composer).tolist(), self._task.reference.tolist())
+        reference = self._episode_task("step").reference
+        return token_f1(self.answer_tokens(turn, composer).tolist(), reference.tolist())
 
     def _observe(self, turn: int, state: State) -> np.ndarray:
         stage, failed = state

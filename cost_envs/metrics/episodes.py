@@ -153,7 +153,7 @@ def call_ratio(records: Iterable[EpisodeRecord]) -> np.ndarray:
     if len(sizes) != 1:
         raise ValueError(f"call_ratio: records have different pool sizes {sorted(sizes)}")
     steps = sum(r.length for r in records)
-    total = np.sum([r.calls for r in records], axis=0, dtype=np.float64)
+    total = np.asarray(np.sum([r.calls for r in records], axis=0, dtype=np.float64))
     return total / steps if steps else np.zeros_like(total)
 
 

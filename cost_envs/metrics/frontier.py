@@ -223,7 +223,7 @@ def bootstrap_aiqs(
         for name in points:
             if name != reference:
                 diff = out[name]["value"] - out[reference]["value"]
-                ci = percentile_interval(values[name] - values[reference], confidence)
+                diff_ci = percentile_interval(values[name] - values[reference], confidence)
                 out[name][f"minus_{reference}"] = {"value": diff,
-                                                   "ci": interval_around(diff, ci)}
+                                                   "ci": interval_around(diff, diff_ci)}
     return out

@@ -211,8 +211,8 @@ class TraceDataset:
             h.update(np.ascontiguousarray(self.cost).tobytes())
         if self.responses is not None:
             for row in self.responses:
-                for text in row:
-                    h.update(b"\x01" if text is None else text.encode("utf-8") + b"\x1f")
+                for answer in row:
+                    h.update(b"\x01" if answer is None else answer.encode("utf-8") + b"\x1f")
         if self.groups is not None:  # absent groups leave older fingerprints as they were
             h.update(b"\x02")
             for text in self.groups:

@@ -68,6 +68,7 @@ def _build_generic(rows: Iterable[tuple[int, Mapping[str, Any]]], where: Where
             score = as_number(row["score"], where, line, "score", "a number in [0, 1]",
                                maximum=1.0)
         if score is None:
+            assert correct is not None  # a row without both was refused above
             score = float(correct)
         if correct is None:
             correct = score >= SCORE_THRESHOLD
@@ -115,15 +116,18 @@ def _build_generic(rows: Iterable[tuple[int, Mapping[str, Any]]], where: Where
     def grid(key: str) -> list[list[Any]]:
         return [[cell[key] for cell in row] for row in table]
 
+    def array(key: str, dtype: Any) -> np.ndarray:
+        return np.array(grid(key), dtype=dtype)  # TraceDataset's dtype; it keeps a copy
+
     return TraceDataset(
         models=tuple(names),
         query_ids=tuple(queries),
         prompts=tuple(entry["prompt"] or "" for entry in queries.values()),
-        scores=grid("score"),
-        correct=grid("correct"),
-        input_tokens=grid("input"),
-        output_tokens=grid("output"),
-        cost=grid("cost") if have_cost else None,
+        scores=array("score", np.float64),
+        correct=array("correct", bool),
+        input_tokens=array("input", np.float64),
+        output_tokens=array("output", np.float64),
+        cost=array("cost", np.float64) if have_cost else None,
         responses=tuple(tuple(r) for r in grid("response")) if have_response else None,
         source=where.source,
         token_counter="logged",

@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from gymnasium import spaces
 from gymnasium.error import ResetNeeded
 from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode, VectorEnv
@@ -97,6 +98,7 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
     """
 
     env_class: type[OrchestrationEnv[Any]]
+    single_observation_space: spaces.Box
     #: True when calls cost the pool's prices in every episode (the single env's
     #: ``_task_prices`` is ``None``); a family whose prices depend on the task sets it
     #: False and writes ``_call_costs``, ``_call_flops``, ``_step_cost``, ``_step_flops``
@@ -132,7 +134,11 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         self.reward_weights = self.single_env.reward_weights
         self.single_action_space = self.single_env.action_space
         self.action_space = batch_space(self.single_action_space, n)
-        self.single_observation_space = self.single_env.observation_space
+        space = self.single_env.observation_space
+        if not isinstance(space, spaces.Box):
+            raise TypeError(f"{name}: expected a single env with a Box observation space, "
+                            f"got {space}")
+        self.single_observation_space = space
         self.observation_space = batch_space(self.single_observation_space, n)
         self.task_block = self.single_env.task_block
         self._rngs: list[np.random.Generator | None] = [None] * n
@@ -164,7 +170,8 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         #: the stepping sub-envs' action codes in the current step (None for m > 16)
         self._step_codes: np.ndarray | None = None
         self._price_table = self._prices_by_code() if self.fixed_prices else None
-        self._obs = np.zeros(self.observation_space.shape, self.observation_space.dtype)
+        space = self.single_observation_space
+        self._obs = np.zeros((n, *space.shape), space.dtype)  # batch_space's shape and dtype
         self._ended = np.zeros(n, dtype=np.bool_)
         self._started = False
         self._budget: Any = None
@@ -184,7 +191,7 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
                     calls: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         raise NotImplementedError
 
-    def _observe(self, idx: np.ndarray) -> np.ndarray:
+    def _observe(self, idx: np.ndarray | slice) -> np.ndarray:
         raise NotImplementedError
 
     # ----------------------------------------------------------- properties
@@ -290,10 +297,14 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         size = self.task_block
         for start in range(0, len(ids), REFILL_CHUNK):
             chunk = ids[start:start + REFILL_CHUNK]
+            rngs = []
             for i in chunk:
-                if self._rngs[i] is None:
-                    self._rngs[i], _ = seeding.np_random()  # as a single env's unseeded one
-            queued = self._derive(self._draw_many([self._rngs[i] for i in chunk], size))
+                rng = self._rngs[i]
+                if rng is None:
+                    rng, _ = seeding.np_random()  # as a single env's unseeded one
+                    self._rngs[i] = rng
+                rngs.append(rng)
+            queued = self._derive(self._draw_many(rngs, size))
             if self.blocks is None:  # zeros: pages are committed as the queues fill
                 self.blocks = queued._make(np.zeros((self.num_envs * size, *a.shape[1:]),
                                                     a.dtype) for a in queued)
@@ -347,6 +358,9 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         A float32 matmul (exact: codes below ``2**MAX_ORACLE_AGENTS``), several times faster
         than ``packbits`` or an integer sum. Requires ``m <= MAX_ORACLE_AGENTS``.
         """
+        if self._bits is None:
+            raise ValueError(f"{self.env_name}: action codes need at most {MAX_ORACLE_AGENTS} "
+                             f"agents, got {self.n_agents}")
         return (calls.astype(np.float32) @ self._bits).astype(np.int64)
 
     def price(self, idx: np.ndarray, calls: np.ndarray,
@@ -419,7 +433,8 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         self._episode_flops[idx] += flops
         w = self.reward_weights
         # Eq. 1 term by term, as RewardWeights.__call__ evaluates it for one step
-        n_calls = (step_calls.sum(axis=1, dtype=np.int64) if codes is None
+        n_calls = (step_calls.sum(axis=1, dtype=np.int64)
+                   if codes is None or self._calls_by_code is None  # both or neither
                    else self._calls_by_code[codes])
         rewards[idx] = (w.alpha * success.astype(np.float64) + w.beta * quality
                         - w.lam * cost - w.gamma * n_calls)

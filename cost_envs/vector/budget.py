@@ -136,7 +136,7 @@ class VectorHardBudget(VectorWrapper):
             keep = (calls[:, i] != 0) & (spent + (total + costs[:, i]) <= budget)
             total = np.where(keep, total + costs[:, i], total)
             kept[:, i] = keep
-        return kept, kept.any(axis=1)
+        return kept, np.any(kept, axis=1)  # np.any: numpy's stubs type an array's .any() a union
 
     def after_step(self, info: VectorInfo, stepping: np.ndarray, cut: np.ndarray) -> None:
         """Add ``budget_remaining`` (every stepped sub-env) and ``budget_exceeded``."""

@@ -304,7 +304,7 @@ class FlightPlannerV1VectorEnv(FlightPlannerVectorEnv):
         self._counts[idx], self._survival[idx] = counts, survival
         return ended, success, quality
 
-    def _observe(self, idx: np.ndarray) -> np.ndarray:
+    def _observe(self, idx: np.ndarray | slice) -> np.ndarray:
         obs = super()._observe(idx)  # v0's 15 columns, then v1's, written in place
         counts, t = self._counts[idx], MAX_TURNS
         obs[:, 15:19] = np.minimum(counts[:, :4], t) / t

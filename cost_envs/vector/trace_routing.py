@@ -109,7 +109,9 @@ class TraceRoutingVectorEnv(BatchedOrchestrationEnv):
             quality[at] = self._quality[q, best]
         return ended, success, quality
 
-    def _observe(self, idx: np.ndarray) -> np.ndarray:
+    def _observe(self, idx: np.ndarray | slice) -> np.ndarray:
+        if isinstance(idx, slice):  # not observe_all, so never given one by step()
+            idx = np.arange(self.num_envs)[idx]
         obs = self._rows[self._query[idx]]
         stepped = self._turn[idx] > 0
         if not stepped.any():

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any, SupportsFloat
+from typing import Any, Protocol, SupportsFloat, cast
 
 import gymnasium as gym
 import numpy as np
+
+
+class _Ledger(Protocol):
+    """What :class:`CostAccounting` reads of ``env.unwrapped`` (checked at construction)."""
+
+    @property
+    def episode_cost(self) -> float: ...
+    @property
+    def episode_flops(self) -> float: ...
 
 
 class CostAccounting(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArgs):
@@ -56,10 +65,11 @@ class CostAccounting(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructo
         gym.utils.RecordConstructorArgs.__init__(self, stats_key=stats_key)
         gym.Wrapper.__init__(self, env)
         self._stats_key = stats_key
-        self._ledger = env.unwrapped
-        if not (hasattr(self._ledger, "episode_cost") and hasattr(self._ledger, "episode_flops")):
+        ledger = env.unwrapped
+        if not (hasattr(ledger, "episode_cost") and hasattr(ledger, "episode_flops")):
             raise ValueError(f"CostAccounting: expected a cost-envs environment (with an "
-                             f"episode_cost ledger), got {type(self._ledger).__name__}")
+                             f"episode_cost ledger), got {type(ledger).__name__}")
+        self._ledger = cast(_Ledger, ledger)  # its attributes were checked just above
         self._n_agents = int(np.prod(env.action_space.shape)) if env.action_space.shape else 0
         self._start_episode()
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from typing import Any, SupportsFloat
+from typing import Any, Protocol, SupportsFloat, cast
 
 import gymnasium as gym
 import numpy as np
@@ -12,6 +12,20 @@ from gymnasium.error import ResetNeeded
 from cost_envs.config import number
 
 ON_EXCEED_MODES = ("mask", "truncate")
+
+
+class _PricedEnv(Protocol):
+    """What :class:`HardBudget` uses of ``env.unwrapped`` (checked by name at construction)."""
+
+    @property
+    def call_costs(self) -> np.ndarray: ...
+    @property
+    def step_cost(self) -> float: ...
+    @property
+    def episode_cost(self) -> float: ...
+    def validate_action(self, action: Any) -> np.ndarray: ...
+    def price(self, called: list[int]) -> tuple[float, float]: ...
+    def truncate(self) -> dict[str, Any]: ...
 
 
 class HardBudget(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArgs):
@@ -114,11 +128,11 @@ class HardBudget(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArg
         self._next_budget = self._budget
         self._on_exceed = on_exceed
         self._truncate = on_exceed == "truncate"
-        self._base = base
+        self._base = cast(_PricedEnv, base)  # its attributes were checked just above
         self._fallback = bool(getattr(base, "zero_action_fallback", False))
         self._read_prices()
-        self._validate = base.validate_action
-        self._price = base.price
+        self._validate = self._base.validate_action
+        self._price = self._base.price
         self._last_obs: Any = None
         self._needs_reset = True
 
@@ -249,7 +263,7 @@ class HardBudget(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArg
             "flops": 0.0,
             "calls": np.zeros(len(self._cost_list), dtype=np.int8),
         }
-        info.update(self.env.unwrapped.truncate())  # type: ignore[attr-defined]
+        info.update(self._base.truncate())
         info["budget_exceeded"] = True
         info["budget_remaining"] = self._budget - self._spent
         # A copy again: each returned observation is a fresh object, as the env's are.

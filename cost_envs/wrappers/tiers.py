@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, SupportsFloat
+from typing import Any, Protocol, SupportsFloat, cast
 
 import gymnasium as gym
 import numpy as np
@@ -17,6 +17,13 @@ from cost_envs.wrappers.chain import find_wrapper
 
 TIERS = ("low", "medium", "high")
 REWARD_MODES = ("gated", "soft")
+
+
+class _Spend(Protocol):
+    """What :class:`BudgetTier` reads of ``env.unwrapped`` (checked at construction)."""
+
+    @property
+    def episode_cost(self) -> float: ...
 
 
 class BudgetTier(gym.Wrapper[np.ndarray, Any, np.ndarray, Any], gym.utils.RecordConstructorArgs):
@@ -113,17 +120,20 @@ class BudgetTier(gym.Wrapper[np.ndarray, Any, np.ndarray, Any], gym.utils.Record
         if not isinstance(space, spaces.Box) or len(space.shape) != 1:
             raise ValueError(f"BudgetTier: expected a 1-D Box observation space, got {space}")
         extra = len(TIERS) + 1
-        self.observation_space = spaces.Box(
+        box = spaces.Box(
             np.concatenate([space.low, np.zeros(extra)]).astype(space.dtype),
             np.concatenate([space.high, np.ones(extra)]).astype(space.dtype),
             dtype=space.dtype,
         )
+        self.observation_space = box
+        self._size = box.shape[0]
         self._dtype = space.dtype
         self._hard_budget = find_wrapper(env, HardBudget)
-        self._ledger = env.unwrapped
-        if not hasattr(self._ledger, "episode_cost"):
+        ledger = env.unwrapped
+        if not hasattr(ledger, "episode_cost"):
             raise ValueError(f"BudgetTier: expected a cost-envs environment (with an "
-                             f"episode_cost ledger), got {type(self._ledger).__name__}")
+                             f"episode_cost ledger), got {type(ledger).__name__}")
+        self._ledger = cast(_Spend, ledger)  # its attribute was checked just above
         self._rng = np.random.default_rng()
         self._tier = TIERS[0] if tier is None else tier
         self._needs_reset = True
@@ -131,7 +141,7 @@ class BudgetTier(gym.Wrapper[np.ndarray, Any, np.ndarray, Any], gym.utils.Record
     @property
     def added_observation_layout(self) -> dict[str, slice]:
         """Where the appended slots sit: ``tier`` (one-hot, ``TIERS`` order), ``budget_left``."""
-        size = self.observation_space.shape[0]
+        size = self._size
         return {"tier": slice(size - len(TIERS) - 1, size - 1),
                 "budget_left": slice(size - 1, size)}
 
