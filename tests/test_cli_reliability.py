@@ -17,6 +17,7 @@ import resource
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import gymnasium as gym
@@ -64,14 +65,19 @@ def _env() -> dict[str, str]:
         filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 
 
-def probe(*argv: str, cwd: Path | None = None) -> tuple[int, list[str], str, str]:
-    """``main(argv)`` in a fresh process: (status, heavy modules imported, stdout, stderr)."""
-    done = subprocess.run([sys.executable, "-c", PROBE.format(heavy=HEAVY), *argv],
+#: What a command must not import before it answers an argument error.
+TORCH = ("torch", "stable_baselines3", "peft", "minari")
+
+
+def probe(*argv: str, cwd: Path | None = None, heavy: Sequence[str] = HEAVY
+          ) -> tuple[int, list[str], str, str]:
+    """``main(argv)`` in a fresh process: (status, ``heavy`` modules imported, stdout, stderr)."""
+    done = subprocess.run([sys.executable, "-c", PROBE.format(heavy=tuple(heavy)), *argv],
                           capture_output=True, text=True, env=_env(), cwd=cwd or ROOT,
                           timeout=300, check=False)
     *out, last = done.stdout.splitlines() or [""]
-    status, *heavy = last.split()
-    return int(status), heavy, "\n".join(out), done.stderr
+    status, *imported = last.split()
+    return int(status), imported, "\n".join(out), done.stderr
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["--version"], ["--version", "extra"], [],
@@ -226,3 +232,41 @@ def test_a_missing_model_names_its_path_once(tmp_path, capsys):
         main(["evaluate", "--env", TOOL, "--model", str(missing)])
     assert end.value.code == (f"cost-envs evaluate: cannot load {missing}: no such model "
                               "directory or file")
+
+
+# ---------------------------------------------------------------- files and directories
+
+
+def test_a_tensorboard_path_that_is_a_file_is_named_before_training(tmp_path):
+    # was "Not a directory (f.txt/ppo_1)" after 14.5 s, without naming the option
+    (tmp_path / "f.txt").write_text("x")
+    status, imported, _, err = probe("train", "--env", TOOL, "--method", "ppo", "--out",
+                                     str(tmp_path / "out"), "--tensorboard", "f.txt",
+                                     cwd=tmp_path, heavy=TORCH)
+    assert status == 1 and imported == []
+    assert err.strip() == "cost-envs train: --tensorboard: f.txt exists and is not a directory"
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_missing_config_file_is_named_with_its_option(tmp_path):
+    # was "cost-envs train: [Errno 2] No such file or directory: 'missing.yaml'"
+    status, imported, _, err = probe("train", "--env", TOOL, "--method", "ppo", "--out",
+                                     str(tmp_path / "out"), "--config", "missing.yaml",
+                                     cwd=tmp_path, heavy=TORCH)
+    assert status == 1 and imported == []
+    assert err.strip() == "cost-envs train: --config: missing.yaml: no such file"
+
+
+def test_env_kwargs_naming_a_fifo_says_it_is_a_fifo(tmp_path, capsys):
+    # was "no such file"; a FIFO is never opened (reading one could block)
+    fifo = tmp_path / "kwargs.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(SystemExit) as end:
+        main(["evaluate", "--env", TOOL, "--env-kwargs", str(fifo)])
+    assert end.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last == (f"cost-envs evaluate: error: argument --env-kwargs: configuration file: "
+                    f"{fifo} is a FIFO; expected a regular file of at most 64.0 MiB")
+    with pytest.raises(SystemExit):
+        main(["evaluate", "--env", TOOL, "--env-kwargs", str(tmp_path / "none.yaml")])
+    assert capsys.readouterr().err.strip().endswith("none.yaml: no such file")

@@ -53,7 +53,7 @@ def env_kwargs_text(text: str) -> dict[str, Any]:
     path = Path(text)
     try:
         if path.suffix.lower() in CONFIG_SUFFIXES:
-            if not path.is_file():
+            if not path.exists():  # a FIFO or a directory is there: the reader names it
                 raise ValueError(f"{path}: no such file")
             data, source = read_config_file(path), str(path)
         else:
@@ -80,8 +80,8 @@ def merged_env_kwargs(args: argparse.Namespace,
 def env_arguments(env_id: str) -> tuple[str, ...] | None:
     """The keyword arguments ``env_id``'s constructor takes (``None``: any, ``**kwargs``)."""
     spec = gym.spec(env_id)
-    creator = (load_env_creator(spec.entry_point) if isinstance(spec.entry_point, str)
-               else spec.entry_point)
+    creator: Any = (load_env_creator(spec.entry_point) if isinstance(spec.entry_point, str)
+                    else spec.entry_point)
     params = inspect.signature(creator).parameters.values()
     if any(param.kind is param.VAR_KEYWORD for param in params):
         return None

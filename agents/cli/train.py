@@ -57,11 +57,22 @@ def run_train(args: argparse.Namespace) -> int:
     """
     from agents.learners.checkpoint_paths import check_writable
 
-    if args.tensorboard is not None and missing_modules(EXTRA_MODULES["tensorboard"]):
-        raise SystemExit("cost-envs train: --tensorboard needs the tensorboard package "
-                         f"({install_hint('tensorboard')})")
-    try:  # the file, then the flags over it; all checked before any work
+    if args.tensorboard is not None:
+        if missing_modules(EXTRA_MODULES["tensorboard"]):
+            raise SystemExit("cost-envs train: --tensorboard needs the tensorboard package "
+                             f"({install_hint('tensorboard')})")
+        try:  # SB3 makes <dir>/<method>_<n>/ only once training starts
+            _check_log_directory(args.tensorboard)
+        except ValueError as error:
+            raise SystemExit(f"cost-envs train: --tensorboard: {error}") from None
+    try:
         settings = read_train_config(args.config, args.method, args.env)
+    except FileNotFoundError as error:
+        raise SystemExit(f"cost-envs train: --config: {error.filename or args.config}: no such "
+                         "file") from None
+    except ValueError as error:  # the file's own messages start with its path
+        raise SystemExit(f"cost-envs train: {error}") from None
+    try:  # the file, then the flags over it; all checked before any work
         env_kwargs = merged_env_kwargs(args, settings.env_kwargs)
         check_env_kwargs(args.env, env_kwargs)
         if args.method != "lora":  # --n-envs x n_steps sized before torch and the env
@@ -103,6 +114,15 @@ def run_train(args: argparse.Namespace) -> int:
               f"{last['rollout/success_rate']:.3f}, CPS {last['cost/cps']:.4g}")
     print(f"saved {args.method} model to {path}")
     return 0
+
+
+def _check_log_directory(path: Path) -> None:
+    """Raise ``ValueError`` unless ``path`` is, or can be made, a directory to write in."""
+    from agents.files import check_creatable, is_directory_or_absent
+
+    if not is_directory_or_absent(path):
+        raise ValueError(f"{path} exists and is not a directory")
+    check_creatable(path / "run")  # its nearest existing ancestor must be writable
 
 
 def add_pretrain(parser: argparse.ArgumentParser) -> None:
