@@ -32,6 +32,7 @@ from agents.evaluation import build_allocator, check_binding, rollout
 from agents.progress import progress_bar
 from agents.seeds import TRACE_TASK_SEED
 from cost_envs.config import integer
+from cost_envs.limits import check_memory, recording_bytes
 from cost_envs.minari_io import (
     EpisodeRecorder,
     check_new_dataset,
@@ -48,7 +49,13 @@ def record_rollouts(allocator: Any, env: gym.Env, episodes: int, seed: int,
     """``episodes`` episodes of ``allocator`` on ``env``, the first reset with ``seed``.
 
     The task set is :func:`agents.evaluation.evaluate`'s: the same seed gives the same
-    tasks to every allocator.
+    tasks to every allocator. Every episode is kept until the dataset is written, so after
+    the first one the memory all of them need is estimated from its length
+    (:func:`cost_envs.limits.recording_bytes`) and a count that cannot fit is refused.
+
+    Raises:
+        ValueError: A bad count or seed, or ``episodes`` that cannot fit in memory (one
+            line naming ``episodes``).
     """
     integer(episodes, "episodes", minimum=1)
     integer(seed, "seed", minimum=0)
@@ -61,6 +68,11 @@ def record_rollouts(allocator: Any, env: gym.Env, episodes: int, seed: int,
             rollout(allocator, env, seed=first, deterministic=deterministic,
                     observer=recorder)
             recorded.append(recorder)
+            if index == 0:
+                check_memory(recording_bytes(episodes, len(recorder.actions),
+                                             recorder.observations[0].nbytes),
+                             f"episodes={episodes} (kept until the dataset is written)",
+                             "export fewer episodes")
             bar.update(1)
     return recorded
 

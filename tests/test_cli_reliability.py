@@ -27,6 +27,7 @@ import agents
 import cost_envs
 from agents.cli.main import build_parser, main
 from agents.cli.progress import Progress
+from cost_envs.extras import EXTRA_MODULES, missing_modules
 from cost_envs.multiagent import registry
 
 ROOT = Path(agents.__file__).resolve().parents[1]
@@ -254,7 +255,7 @@ def test_a_missing_config_file_is_named_with_its_option(tmp_path):
                                      str(tmp_path / "out"), "--config", "missing.yaml",
                                      cwd=tmp_path, heavy=TORCH)
     assert status == 1 and imported == []
-    assert err.strip() == "cost-envs train: --config: missing.yaml: no such file"
+    assert err.strip() == "cost-envs train: --config: missing.yaml: No such file or directory"
 
 
 def test_env_kwargs_naming_a_fifo_says_it_is_a_fifo(tmp_path, capsys):
@@ -270,3 +271,43 @@ def test_env_kwargs_naming_a_fifo_says_it_is_a_fifo(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["evaluate", "--env", TOOL, "--env-kwargs", str(tmp_path / "none.yaml")])
     assert capsys.readouterr().err.strip().endswith("none.yaml: no such file")
+
+
+# ---------------------------------------------------------------- export-minari
+
+needs_minari = pytest.mark.skipif(bool(missing_modules(EXTRA_MODULES["minari"])),
+                                  reason="needs the minari extra")
+
+
+@needs_minari
+def test_export_minari_answers_a_missing_model_before_torch_or_minari(tmp_path):
+    # was answered after 15-17 s (torch imported first)
+    (tmp_path / "ds").mkdir()
+    status, imported, _, err = probe("export-minari", "--env", TOOL, "--model", "missing_dir",
+                                     "--out", "ds", cwd=tmp_path, heavy=TORCH)
+    assert status == 1 and imported == []
+    assert err.strip() == ("cost-envs export-minari: --model: missing_dir: no such model "
+                           "directory or file")
+
+
+@needs_minari
+def test_export_minari_refuses_episodes_that_cannot_fit(tmp_path):
+    with pytest.raises(SystemExit) as end:
+        main(["export-minari", "--env", TOOL, "--policy", "rule", "--episodes", str(10**9),
+              "--out", str(tmp_path), "--no-progress"])
+    message = str(end.value.code)
+    assert message.startswith("cost-envs export-minari: episodes=1000000000 (kept until the "
+                              "dataset is written) needs about ")
+    assert message.endswith("; export fewer episodes") and not any(tmp_path.iterdir())
+
+
+@needs_minari
+def test_export_minari_fits_on_the_train_split_or_says_which_env_argument(tmp_path):
+    with pytest.raises(SystemExit) as end:
+        main(["export-minari", "--env", TRACE, "--policy", "best-rule", "--out", str(tmp_path)])
+    assert str(end.value.code).startswith("cost-envs export-minari: best-rule is fitted on "
+                                          f"training queries, but {TRACE} with split='all'")
+    assert main(["export-minari", "--env", TRACE, "--policy", "best-rule", "--episodes", "2",
+                 "--fit-tasks", "4", "--out", str(tmp_path), "--env-kwargs", "{split: test}",
+                 "--no-progress"]) == 0
+    assert (tmp_path / "cost_envs" / "TraceRouting-v0" / "best-rule-v0").is_dir()

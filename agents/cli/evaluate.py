@@ -215,7 +215,7 @@ def _is_fitted(name: str) -> bool:
     return hasattr(EVALUATE_METHODS[name], "fit")
 
 
-def _applicable_methods(methods: Sequence[str], env_id: str, env_kwargs: dict[str, Any],
+def applicable_methods(methods: Sequence[str], env_id: str, env_kwargs: dict[str, Any],
                         chosen: bool, command: str = "cost-envs evaluate"
                         ) -> tuple[tuple[str, ...], str | None]:
     """``methods`` that run on ``env_id``, and the split fitted methods are scored on.
@@ -267,12 +267,12 @@ def _applicable_methods(methods: Sequence[str], env_id: str, env_kwargs: dict[st
             f"{command}: {', '.join(fitted_)} {'are' if len(fitted_) > 1 else 'is'} fitted "
             f"on training queries, but {env_id} "
             "with split='all' replays every logged query, the training ones too; pass "
-            "--env-kwargs '{split: test}' to fit on the train split and score on the test "
+            "--env-kwargs '{split: test}' to fit on the train split and run on the test "
             "split")
     return tuple(methods), split
 
 
-def _factory(name: str, cls: Any, fit_tasks: int, say: Progress, env_id: str,
+def method_factory(name: str, cls: Any, fit_tasks: int, say: Progress, env_id: str,
              env_kwargs: dict[str, Any], split: str | None) -> Any:
     """The class itself, or for a fitted baseline a factory fitting it on training tasks.
 
@@ -347,7 +347,7 @@ def _evaluate_all(args: argparse.Namespace, methods: Sequence[str], say: Progres
         if model_row is not None:
             _check_model_fits(model_row[1], args.env, env_kwargs, args.model)
     # after the env arguments are known to be good
-    methods, split = _applicable_methods(methods, args.env, env_kwargs,
+    methods, split = applicable_methods(methods, args.env, env_kwargs,
                                          args.methods is not None)
     results: dict[str, dict[str, Any]] = {}
     bars = not args.no_progress  # drawn only on a terminal (agents.progress)
@@ -356,7 +356,7 @@ def _evaluate_all(args: argparse.Namespace, methods: Sequence[str], say: Progres
         say(message, bar=bars)
 
     if methods:
-        factories = {name: _factory(name, EVALUATE_METHODS[name], args.fit_tasks, say,
+        factories = {name: method_factory(name, EVALUATE_METHODS[name], args.fit_tasks, say,
                                     args.env, env_kwargs, split)
                      for name in methods}
         results.update(compare(factories, args.env,

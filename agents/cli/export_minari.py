@@ -33,7 +33,8 @@ from typing import Any
 
 from agents.cli.arguments import known_env_id, positive_int, seed_int
 from agents.cli.env import add_env_arguments, check_env_kwargs, merged_env_kwargs
-from agents.cli.evaluate import EVALUATE_METHODS
+from agents.cli.evaluate import EVALUATE_METHODS, applicable_methods, method_factory
+from agents.cli.progress import Progress
 from cost_envs.extras import EXTRA_MODULES, install_hint, missing_modules
 
 #: The envs ``--logged`` applies to.
@@ -99,53 +100,88 @@ def _load_model(path: Path, env_id: str) -> Any:
     return model
 
 
+def _check_before_work(args: argparse.Namespace) -> Path:
+    """Every argument that needs no env, model or Minari checked; the datasets directory.
+
+    A model's files are checked on disk without importing torch (seconds), so a mistyped
+    ``--model`` is answered at once (it took 15 s).
+    """
+    from agents.learners.checkpoint_paths import check_model_path
+    from cost_envs.minari_io import check_dataset_id, datasets_root
+
+    _check_combination(args)
+    if args.dataset_id is not None:
+        check_dataset_id(args.dataset_id)
+    root = datasets_root(args.out)
+    if args.model is not None:
+        try:
+            check_model_path(args.model)  # an SB3 .zip is refused here too: never unpickled
+        except (ValueError, FileNotFoundError) as error:
+            raise ValueError(f"--model: {error}") from None
+    return root
+
+
+def _policy(args: argparse.Namespace, env_kwargs: dict[str, Any], say: Progress
+            ) -> tuple[Any, str]:
+    """``--policy``'s method, fitted on training tasks first if it is fitted, and its name.
+
+    A fitted method says when it fits and that it still runs; on logged queries it is
+    fitted on the train split (``evaluate``'s rule: :func:`agents.cli.evaluate.method_factory`).
+    """
+    cls = EVALUATE_METHODS[args.policy]
+    if not hasattr(cls, "fit"):
+        return cls, args.policy
+    _, split = applicable_methods([args.policy], args.env, env_kwargs, chosen=True,
+                                   command="cost-envs export-minari")
+    return method_factory(args.policy, cls, args.fit_tasks, say, args.env, env_kwargs,
+                    split), args.policy
+
+
 def run_export_minari(args: argparse.Namespace) -> int:
     """Write the dataset; one line on stderr and status 1 on a bad input."""
     if missing_modules(EXTRA_MODULES["minari"]):
         raise SystemExit("cost-envs export-minari: needs the minari extra "
                          f"({install_hint('minari')})")
-    from agents.minari_export import export_rollouts, export_supervised
-    from agents.rules import fitted
-    from cost_envs.minari_io import check_dataset_id, datasets_root
-    from cost_envs.traces.minari_export import export_traces
-
     try:  # every argument checked before any episode is played
-        _check_combination(args)
-        if args.dataset_id is not None:
-            check_dataset_id(args.dataset_id)
-        root = datasets_root(args.out)
-        model = _load_model(args.model, args.env) if args.model is not None else None
-        env_kwargs = merged_env_kwargs(args, None if model is None else model.env_kwargs)
-        for key in ("pool", "prices"):  # stored in the dataset: remade from any directory
-            if getattr(args, key) is not None:
-                env_kwargs[key] = str(getattr(args, key).absolute())
-        if env_kwargs:
-            check_env_kwargs(args.env, env_kwargs)
-        common = {"out": args.out, "dataset_id": args.dataset_id, "env_kwargs": env_kwargs,
-                  "author": args.author}
-        if args.logged:
-            path = export_traces(args.data, **common)
-        elif args.supervised is not None:
-            from agents.learners.supervised import SupervisedConfig
-
-            config = SupervisedConfig(teacher=args.supervised,
-                                      **({} if args.episodes is None
-                                         else {"episodes": args.episodes}))
-            path = export_supervised(args.env, seed=args.seed, config=config,
-                                     progress=not args.no_progress, **common)
-        else:
-            if model is not None:
-                policy, name = model, model.method
-            else:
-                cls = EVALUATE_METHODS[args.policy]
-                policy = fitted(cls, args.fit_tasks) if hasattr(cls, "fit") else cls
-                name = args.policy
-            path = export_rollouts(args.env, policy, args.episodes or DEFAULT_EPISODES,
-                                   seed=args.seed, name=name,
-                                   progress=not args.no_progress, **common)
+        root = _check_before_work(args)
+        with Progress("cost-envs export-minari", enabled=not args.no_progress) as say:
+            path = _export(args, say)
     except (ValueError, FileNotFoundError) as error:
         raise SystemExit(f"cost-envs export-minari: {' '.join(str(error).split())}") from None
     dataset_id = path.relative_to(root).as_posix()
     print(f"wrote {dataset_id} to {root}; load it with MINARI_DATASETS_PATH={root} and "
           f"minari.load_dataset({dataset_id!r})")
     return 0
+
+
+def _export(args: argparse.Namespace, say: Progress) -> Path:
+    """Build what ``args`` asks for and write the dataset; its directory."""
+    from agents.minari_export import export_rollouts, export_supervised
+    from cost_envs.traces.minari_export import export_traces
+
+    model = _load_model(args.model, args.env) if args.model is not None else None
+    env_kwargs = merged_env_kwargs(args, None if model is None else model.env_kwargs)
+    for key in ("pool", "prices"):  # stored in the dataset: remade from any directory
+        if getattr(args, key) is not None:
+            env_kwargs[key] = str(getattr(args, key).absolute())
+    if env_kwargs:
+        check_env_kwargs(args.env, env_kwargs)
+    common = {"out": args.out, "dataset_id": args.dataset_id, "env_kwargs": env_kwargs,
+              "author": args.author}
+    if args.logged:
+        return export_traces(args.data, **common)
+    if args.supervised is not None:
+        from agents.learners.supervised import SupervisedConfig
+
+        config = SupervisedConfig(teacher=args.supervised,
+                                  **({} if args.episodes is None
+                                     else {"episodes": args.episodes}))
+        return export_supervised(args.env, seed=args.seed, config=config,
+                                 progress=not args.no_progress, **common)
+    if model is not None:
+        policy, name = model, model.method
+    else:
+        policy, name = _policy(args, env_kwargs, say)
+    return export_rollouts(args.env, policy, args.episodes or DEFAULT_EPISODES,
+                           seed=args.seed, name=name, progress=not args.no_progress,
+                           **common)

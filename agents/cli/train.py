@@ -68,8 +68,8 @@ def run_train(args: argparse.Namespace) -> int:
     try:
         settings = read_train_config(args.config, args.method, args.env)
     except FileNotFoundError as error:
-        raise SystemExit(f"cost-envs train: --config: {error.filename or args.config}: no such "
-                         "file") from None
+        raise SystemExit(f"cost-envs train: --config: {error.filename or args.config}: "
+                         f"{error.strerror or 'No such file or directory'}") from None
     except ValueError as error:  # the file's own messages start with its path
         raise SystemExit(f"cost-envs train: {error}") from None
     try:  # the file, then the flags over it; all checked before any work
