@@ -65,6 +65,10 @@ EXPERIMENTS = ("lora_ppo", "corl", "bopo", "traces", "rules")
 ROUTING = ("corl", "bopo", "traces")
 #: Run on request only, never by ``all`` (which ends with the aggregates of its tables).
 ON_REQUEST = ("tune", "aggregates", "multitenant", "budgets", "memory")
+#: The methods ``tune --methods`` chooses from: those of ``experiments.tune_methods.SWEEPS``
+#: in its order, named here so that a mistyped one is refused before torch and SB3 are
+#: imported (it took 37 s); ``tests/test_cli_reliability.py`` keeps the two the same.
+TUNE_METHODS = ("ppo", "lora-ppo", "lora", "corl-ppo", "corl-adapters", "bopo", "bopo-ppo")
 SCALES = ("smoke", "default", "full")
 EPILOG = """\
 scales:
@@ -363,6 +367,12 @@ def check_tune(args: argparse.Namespace) -> None:
     """
     from experiments.tune_address import probe
 
+    if args.methods is not None:  # by name first: before the probe and torch (it took 37 s)
+        unknown = [name for name in args.methods if name not in TUNE_METHODS]
+        if unknown:
+            raise ValueError(f"--methods: unknown method(s) {', '.join(unknown)}; expected "
+                             f"some of {', '.join(TUNE_METHODS)}"
+                             f"{suggestion(unknown[0], TUNE_METHODS)}")
     probe(args.address)
     if args.methods is not None:  # imports the methods' training code: after the probe
         from experiments.tune import chosen_sweeps

@@ -311,3 +311,28 @@ def test_export_minari_fits_on_the_train_split_or_says_which_env_argument(tmp_pa
                  "--fit-tasks", "4", "--out", str(tmp_path), "--env-kwargs", "{split: test}",
                  "--no-progress"]) == 0
     assert (tmp_path / "cost_envs" / "TraceRouting-v0" / "best-rule-v0").is_dir()
+
+
+# ---------------------------------------------------------------- python -m experiments tune
+
+
+def test_tune_refuses_a_mistyped_method_before_torch_with_a_did_you_mean(tmp_path):
+    # was refused after 37 s (torch and SB3 imported first), with no did-you-mean
+    code = ("import sys\nfrom experiments.__main__ import main\n"
+            "status = main(['tune', '--methods', 'ppoo', '--out', 'x'])\n"
+            "print(status, *[m for m in ('torch', 'stable_baselines3', 'ray') "
+            "if m in sys.modules], file=sys.__stdout__)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=_env(), cwd=tmp_path, timeout=300, check=False)
+    assert done.stdout.split() == ["2"], done.stdout + done.stderr
+    assert not (tmp_path / "x").exists()
+    assert done.stderr.strip() == (
+        "python -m experiments: error: --methods: unknown method(s) ppoo; expected some of "
+        "ppo, lora-ppo, lora, corl-ppo, corl-adapters, bopo, bopo-ppo; did you mean 'ppo'?")
+
+
+def test_tunes_method_names_are_those_of_its_sweeps():
+    from experiments.__main__ import TUNE_METHODS
+    from experiments.tune_methods import SWEEPS
+
+    assert tuple(dict.fromkeys(method for method, _ in SWEEPS)) == TUNE_METHODS

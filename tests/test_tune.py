@@ -337,7 +337,8 @@ def test_methods_reach_the_sweeps_and_a_bad_one_is_refused_first(tmp_path: Path,
     assert command.main(["tune", "--methods", "lora,pop", "--out", str(tmp_path / "x")]) == 2
     assert capsys.readouterr().err.splitlines() == [
         "python -m experiments: error: --methods: unknown method(s) pop; expected some of "
-        + ", ".join(dict.fromkeys(method for method, _ in methods.SWEEPS))]
+        + ", ".join(dict.fromkeys(method for method, _ in methods.SWEEPS))
+        + "; did you mean 'ppo'?"]
     assert not (tmp_path / "x").exists()
     with pytest.raises(SystemExit) as exit_info:
         command.main(["corl", "--methods", "ppo"])
