@@ -1,16 +1,28 @@
-"""What a newcomer copies from elsewhere works here (issue #36, point 6).
+"""What a newcomer copies works as written (issue #36, point 6).
 
-SuperSuit's own SB3 recipe trains PPO on a multi-tenant env as written in its docs.
+SuperSuit's own SB3 recipe trains PPO on a multi-tenant env as written in its docs, and
+docs/howto/add-env.md, followed literally on a copy of the repository, gives an env that
+passes every test generated from the registry.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
+import subprocess
+import sys
+import types
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+ROOT = Path(__file__).resolve().parents[1]
 ENV = "cost_envs/MultiTenantToolBench-v0"
+GUIDE = ROOT / "docs" / "howto" / "add-env.md"
+MODULE = "cost_envs/envs/coin_flip.py"
 
 
 def supersuit_recipe(n_copies: int = 2, num_cpus: int = 0, **env_kwargs: Any) -> Any:
@@ -83,3 +95,123 @@ def test_supersuits_recipe_with_ppos_defaults(num_cpus: int) -> None:
     model.learn(2048)
     assert model.num_timesteps >= 2048
     venv.close()
+
+
+# ------------------------------------------------------------------ the add-env guide
+def guide_blocks(language: str) -> list[str]:
+    """The guide's fenced blocks of ``language``, indented ones (in list items) included."""
+    text = GUIDE.read_text(encoding="utf-8")
+    found = re.finditer(r"^( *)```(\w*)\n(.*?)^\1```", text, re.MULTILINE | re.DOTALL)
+    return [re.sub(rf"^{m.group(1)}", "", m.group(3), flags=re.MULTILINE)
+            for m in found if m.group(2) == language]
+
+
+def guide_module() -> str:
+    """The env module the guide's step 2 puts in ``cost_envs/envs/coin_flip.py``."""
+    (code,) = [c for c in guide_blocks("python") if c.startswith(f"# {MODULE}\n")]
+    return code
+
+
+def test_the_guides_example_keeps_what_the_generated_tests_ask() -> None:
+    # The three the tests once tripped on: pool=, rule_based_action, agent 0 never ends
+    # an episode alone. The full run on a registered copy is the slow test below.
+    from cost_envs import AgentPool, StepLimit
+
+    module = types.ModuleType("coin_flip_guide")
+    sys.modules[module.__name__] = module  # a dataclass looks its module up
+    try:
+        exec(compile(guide_module(), MODULE, "exec"), module.__dict__)
+    finally:
+        del sys.modules[module.__name__]
+    env_class = module.CoinFlipEnv
+    env = env_class()
+    smaller = env_class(pool=AgentPool(env.pool.agents[::2], env.pool.skills))
+    assert smaller.n_agents == len(env.pool.agents[::2]) < env.n_agents
+    obs, _ = env.reset(seed=0)
+    assert env.rule_based_action(obs).shape == (env.n_agents,)
+    first = np.eye(env.n_agents, dtype=np.int8)[0]
+    for seed in range(50):
+        limited = StepLimit(env_class(), max_steps=2)
+        limited.reset(seed=seed)
+        for _ in range(2):
+            _, _, terminated, _, _ = limited.step(first)
+            assert not terminated
+
+
+#: What following the guide edits or the tests import, copied; the rest is linked.
+COPIED = ("cost_envs", "agents", "tests", "experiments", "pyproject.toml", "setup.cfg")
+
+
+def copy_repository(to: Path) -> None:
+    """The repository's tracked files as they are in the working tree.
+
+    The code is copied (the tests find the root from their own resolved path); the other
+    top-level entries (benchmarks' results, docs, README) are read only, and linked.
+    """
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True,
+                            text=True, check=True).stdout
+    to.mkdir(parents=True, exist_ok=True)
+    for name in filter(None, listed.split("\0")):
+        top = name.split("/")[0]
+        source = ROOT / name
+        if top not in COPIED:
+            if not (to / top).exists():
+                (to / top).symlink_to(ROOT / top)
+        elif source.is_file():
+            (to / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, to / name)
+
+
+def follow_the_guide(repo: Path, env: dict[str, str]) -> None:
+    """Steps 1 to 4 of docs/howto/add-env.md, as a reader does them, in ``repo``."""
+    (repo / MODULE).write_text(guide_module(), encoding="utf-8")  # steps 1 and 2
+    for init, module in (("cost_envs/envs/__init__.py", "cost_envs.envs.coin_flip"),
+                         ("cost_envs/__init__.py", "cost_envs.envs")):  # the exports
+        path = repo / init
+        path.write_text(path.read_text(encoding="utf-8") + f"\nfrom {module} import "
+                        "CoinFlipEnv  # noqa: E402\n__all__ += [\"CoinFlipEnv\"]\n",
+                        encoding="utf-8")
+    (diff,) = guide_blocks("diff")  # step 3: the id in ENV_IDS
+    added = "".join(line[1:] + "\n" for line in diff.splitlines() if line.startswith("+"))
+    registration = repo / "cost_envs/registration.py"
+    text = registration.read_text(encoding="utf-8")
+    start = text.index("ENV_IDS = {")
+    end = text.index("\n}\n", start) + 1
+    registration.write_text(text[:end] + added + text[end:], encoding="utf-8")
+    (record,) = guide_blocks("bash")  # step 4: the fingerprint, recorded as the guide says
+    digest = subprocess.run(["bash", "-c", record], cwd=repo, env=env, capture_output=True,
+                            text=True, timeout=300, check=True).stdout.strip()
+    assert re.fullmatch(r"[0-9a-f]{24}", digest), digest
+    fingerprints = repo / "tests/test_step_fingerprints.py"
+    text = fingerprints.read_text(encoding="utf-8")
+    anchor = "CASES: dict[tuple[str, tuple[tuple[str, Any], ...]], str] = {\n"
+    fingerprints.write_text(text.replace(anchor, f"{anchor}    (\"cost_envs/CoinFlip-v0\", "
+                                         f"()): \"{digest}\",\n"), encoding="utf-8")
+    (zoo,) = guide_blocks("yaml")  # and the zoo's entries
+    for name in ("ppo.yml", "lora_ppo.yml"):
+        path = repo / "agents/zoo" / name
+        path.write_text(path.read_text(encoding="utf-8") + zoo, encoding="utf-8")
+
+
+@pytest.mark.slow
+def test_following_the_add_env_guide_passes_every_generated_test(tmp_path: Path) -> None:
+    # About 2 minutes: every test generated from the registry, on the guide's CoinFlip-v0,
+    # plus the tests that check every registered id has its entry.
+    repo = tmp_path / "repo"
+    copy_repository(repo)
+    python = Path(sys.executable).parent
+    env = {**os.environ, "PYTHONPATH": str(repo), "OMP_NUM_THREADS": "1",
+           "PATH": f"{python}{os.pathsep}{os.environ.get('PATH', '')}"}
+    follow_the_guide(repo, env)
+    selected = ("CoinFlip or every_registered_id or every_env_id_has_an_entry "
+                "or registration_is_idempotent")
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "not slow", "-p",
+                          "no:cacheprovider", "-k", selected, "tests"], cwd=repo, env=env,
+                         capture_output=True, text=True, timeout=1800)
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
+    passed = re.search(r"(\d+) passed", run.stdout)
+    assert passed and int(passed.group(1)) >= 100, run.stdout[-2000:]  # all of them ran
+    where = subprocess.run([sys.executable, "-c", "import cost_envs; print(cost_envs.__file__, "
+                            "'cost_envs/CoinFlip-v0' in cost_envs.ENV_IDS)"], cwd=repo,
+                           env=env, capture_output=True, text=True, check=True).stdout.split()
+    assert where == [str(repo / "cost_envs/__init__.py"), "True"]  # the copy was tested
