@@ -20,6 +20,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from numpy.typing import ArrayLike
 
 from agents.allocator import Allocator
 from agents.routers.random_router import RandomRouter
@@ -195,7 +196,7 @@ class FixedSequence(Baseline):
 
     name = "fixed-sequence"
 
-    def __init__(self, env: gym.Env, actions: Sequence[Sequence[int]]) -> None:
+    def __init__(self, env: gym.Env, actions: Sequence[ArrayLike]) -> None:
         super().__init__(env)
         patterns = [self.env.validate_action(np.asarray(a)) for a in actions]
         if not patterns:
@@ -259,7 +260,7 @@ class OneTurnPlanSearch(Baseline):
                                      f"agent of {self.env.env_name}")
                 picks[k] = pick
         self._plan_and_search = np.zeros(self.n_agents, dtype=np.int8)
-        self._plan_and_search[picks] = 1
+        self._plan_and_search[[p for p in picks if p is not None]] = 1  # none is (see above)
         self._flags = [layout[flag].start for flag in flags]
 
     def act(self, observation: np.ndarray) -> np.ndarray:
@@ -470,7 +471,7 @@ class ConsultAll(FixedConsultation):
     name = "consult-all"
 
     def __init__(self, env: gym.Env) -> None:
-        super().__init__(env, range(env.unwrapped.n_agents))
+        super().__init__(env, range(_orchestration_env(env).n_agents))
 
 
 #: Small/large routing baselines (BoPO), each constructed as ``cls(env)``; kept apart

@@ -115,7 +115,8 @@ class CostMetricsCallback(BaseCallback):
         }
         for name, ratio in zip(self.agent_names, summary["call_ratio"], strict=True):
             values[f"cost/call_ratio/{name}"] = float(ratio)
-        sb3_logs_success = len(self.model.ep_success_buffer) > 0  # from info["is_success"]
+        buffer = self.model.ep_success_buffer  # from info["is_success"]; set by learn()
+        sb3_logs_success = buffer is not None and len(buffer) > 0
         for key, value in values.items():
             if not (key == "rollout/success_rate" and sb3_logs_success):
                 self.logger.record(key, value)

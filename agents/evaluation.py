@@ -103,7 +103,11 @@ def agent_names(env: gym.Env) -> tuple[str, ...]:
     pool = getattr(env.unwrapped, "pool", None)
     if pool is not None:
         return tuple(pool.names)
-    return tuple(f"agent_{i}" for i in range(int(np.prod(env.action_space.shape))))
+    shape = env.action_space.shape
+    if shape is None:
+        raise ValueError(f"agent_names: expected an action space with a shape (one bit per "
+                         f"agent), got {env.action_space}")
+    return tuple(f"agent_{i}" for i in range(int(np.prod(shape))))
 
 
 def check_binding(allocator: Any, env: gym.Env) -> None:

@@ -54,6 +54,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from numpy.typing import ArrayLike
 
 from agents.allocator import Allocator
 from agents.baselines import (
@@ -78,6 +79,15 @@ from cost_envs.config import integer
 EXHAUSTIVE_POOL = 6
 
 
+def _observation_size(env: gym.Env, who: str) -> int:
+    """The number of values in one of ``env``'s observations."""
+    shape = env.observation_space.shape
+    if shape is None:
+        raise ValueError(f"{who}: expected an observation space with a shape, got "
+                         f"{env.observation_space}")
+    return int(np.prod(shape))
+
+
 class ThresholdRule(Baseline):
     """One observed feature against one threshold: ``above`` if it exceeds ``t``, else ``below``.
 
@@ -92,9 +102,9 @@ class ThresholdRule(Baseline):
     name = "threshold-rule"
 
     def __init__(self, env: gym.Env, feature: int, threshold: float,
-                 above: Sequence[int], below: Sequence[int]) -> None:
+                 above: ArrayLike, below: ArrayLike) -> None:
         super().__init__(env)
-        size = int(np.prod(env.observation_space.shape))
+        size = _observation_size(env, "ThresholdRule")
         self.feature = integer(feature, "feature", minimum=0, maximum=size - 1,
                                where="ThresholdRule")
         self.threshold = float(threshold)
@@ -141,13 +151,13 @@ def feature_names(env: gym.Env) -> list[str]:
     A wrapper that appends slots names them in ``added_observation_layout`` (BudgetTier's
     ``tier`` and ``budget_left``); any other slot is ``obs[i]``.
     """
-    size = int(np.prod(env.observation_space.shape))
+    size = _observation_size(env, "feature_names")
     names = [f"obs[{i}]" for i in range(size)]
     layouts = [_orchestration_env(env).observation_layout]
     layer = env
     while isinstance(layer, gym.Wrapper):
-        if hasattr(type(layer), "added_observation_layout"):
-            layouts.append(layer.added_observation_layout)
+        if hasattr(type(layer), "added_observation_layout"):  # its own, not forwarded
+            layouts.append(layer.added_observation_layout)  # type: ignore[attr-defined]
         layer = layer.env
     for layout in layouts:
         for slot, span in layout.items():
@@ -251,7 +261,8 @@ class RuleSearch:
         """Play ``rule`` once on every training task; the visited observations if asked."""
         from agents.evaluation import rollout
 
-        returns, successes, costs, lengths, seen = [], [], [], [], []
+        returns, successes, costs, lengths = [], [], [], []
+        seen: list[np.ndarray] = []
         for index in range(len(self.tasks)):
             # Re-seed at the start of each pass: wrappers' own draws repeat per candidate.
             played = rollout(rule, self.replay, seed=0 if index == 0 else None,
@@ -261,6 +272,7 @@ class RuleSearch:
             costs.append(played.record.cost)
             lengths.append(played.record.length)
             if keep_observations:
+                assert played.observations is not None  # record_steps keeps them
                 seen.append(played.observations)
         stderr = float(np.std(returns, ddof=1) / np.sqrt(len(returns))) if len(returns) > 1 \
             else 0.0
@@ -288,7 +300,7 @@ class RuleSearch:
             scored.extend(candidate for _, candidate in grown)
             # Extending pays only if some episode outlived the sequence.
             frontier = [sequence for sequence, candidate in grown[:beam]
-                        if candidate.rule.actions[-1].any()
+                        if sequence[-1].any()  # the rule's last pattern
                         and candidate.max_length > len(sequence)]
             if not frontier:
                 break
@@ -311,6 +323,9 @@ class RuleSearch:
         else:
             actions = [np.zeros(self.n_agents, dtype=np.int8)]
             for leader in leaders:
+                if not isinstance(leader.rule, FixedSequence):
+                    raise TypeError(f"thresholds: expected open-loop rules (FixedSequence), "
+                                    f"got {type(leader.rule).__name__}")
                 first = leader.rule.actions[0]
                 if not any(np.array_equal(first, a) for a in actions):
                     actions.append(first)

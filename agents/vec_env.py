@@ -64,7 +64,8 @@ class BatchedVecEnv(VecEnv):
         if any(self._options):
             raise ValueError(f"BatchedVecEnv: reset options are not supported by a batched "
                              f"env, got {self._options!r}")
-        obs, _ = self.env.reset(seed=seeds)
+        # VectorEnv.reset types seed as one int; the vector envs take one per sub-env too
+        obs, _ = self.env.reset(seed=seeds)  # type: ignore[arg-type]
         self.reset_infos = [{} for _ in range(self.num_envs)]
         self._reset_seeds()
         self._reset_options()

@@ -187,6 +187,10 @@ class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
         return f"turn {self._turn} state {self._state}"
 
     # ------------------------------------------------------------- public API
+    def rule_based_action(self, observation: np.ndarray) -> np.ndarray:
+        """The env's fixed rule (the RuleBased baseline), from ``observation`` only."""
+        raise NotImplementedError(f"{self.env_name} has no fixed rule")
+
     @property
     def env_name(self) -> str:
         """Registered id when made through ``gym.make``, else the class name."""

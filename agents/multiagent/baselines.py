@@ -79,8 +79,9 @@ class IndependentTenants:
             self._pending[agent] = state
         return actions
 
-    def __call__(self, observations: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """The joint action: every proposal as it is."""
+    def __call__(self, observations: Mapping[str, np.ndarray]
+                 ) -> Mapping[str, np.ndarray | None]:
+        """The joint action: every proposal as it is (a subclass may hold one back: None)."""
         return self.propose(observations)
 
     def observe(self, infos: Mapping[str, Mapping[str, Any]]) -> None:

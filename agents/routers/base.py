@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -339,12 +339,13 @@ def make_router(name: str, *models: str, **settings: Any) -> Router:
     m3)`` (no models: all of the training data's).
     """
     cls = router_class(name)
+    build: Callable[..., Router] = cls  # a dataclass: its fields are the arguments
     if cls.n_models == 2:
         if len(models) != 2:
             raise ValueError(f"router {name!r}: expected two models (weak, strong), got "
                              f"{list(models)}")
-        return cls(*models, **settings)
-    return cls(tuple(models), **settings)
+        return build(*models, **settings)
+    return build(tuple(models), **settings)
 
 
 def router_from_state(config: Mapping[str, Any], arrays: Mapping[str, Any]) -> Router:

@@ -63,6 +63,8 @@ from cost_envs.metrics.routing import (
 BLOCK_CELLS = 1 << 21
 #: Vectorised chord passes before the frontier's loop takes the points that remain.
 MAX_PASSES = 64
+#: Router name -> part (``""``: its own, or a reference) -> metric -> one value per draw.
+Metrics = dict[str, dict[str, dict[str, np.ndarray]]]
 
 
 class Accumulator(Protocol):
@@ -387,13 +389,13 @@ class PointScores:
                         (p * c).sum(axis=1, keepdims=True), p]
         self.columns = np.hstack(columns)
         self.point = self._metrics(self.columns.mean(axis=0, keepdims=True))
-        self.drawn: list[dict[str, dict[str, np.ndarray]]] | None = [] if resampled else None
+        self.drawn: list[Metrics] | None = [] if resampled else None
 
-    def _metrics(self, means: np.ndarray) -> dict[str, dict[str, np.ndarray]]:
+    def _metrics(self, means: np.ndarray) -> Metrics:
         """Every router's metrics and its references' from ``(b, columns)`` means."""
         m = self.m
         acc, qual, cost = means[:, :m], means[:, m:2 * m], means[:, 2 * m:3 * m]
-        out = {}
+        out: Metrics = {}
         for k, name in enumerate(self.names):
             base = 3 * m + k * (3 + m)
             shares = means[:, base + 3:base + 3 + m]

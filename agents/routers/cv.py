@@ -39,6 +39,7 @@ from agents.routers.base import (
 )
 from agents.routers.bootstrap import threshold_aiq
 from agents.routers.evaluation import call_costs
+from agents.routers.multi import MultiRouter
 from cost_envs.config import integer
 from cost_envs.metrics.frontier import aiq
 from cost_envs.traces import SPLIT_BY, TraceDataset
@@ -121,6 +122,9 @@ def _fold_value(router: Router, inputs: Inputs, val: TraceDataset, costs: np.nda
         # linear in the fold's queries (no queries x curve-points matrix: issue #24)
         return threshold_aiq(scores, val.scores[:, iw], val.scores[:, is_], c[:, iw],
                              c[:, is_], ends)
+    if not isinstance(router, MultiRouter):
+        raise TypeError(f"cross-validation: expected a two-model or a multi-model router, got "
+                        f"{type(router).__name__}")
     cols = np.array([val.model_index(m) for m in router.models], dtype=np.int64)
     d = cols[router.sweep_inputs(inputs)]
     rows = np.arange(val.n_queries)[:, None]

@@ -155,7 +155,9 @@ def score_routings(
     probs = {name: routing_probabilities(d, data.n_queries, data.n_models)
              for name, d in routers.items()}
     per = {name: _columns(data, p, c, strong) for name, p in probs.items()}
-    columns = {(name, None, k): v for name, cols in per.items() for k, v in cols.items()}
+    # (router, None or the reference it is compared with, metric) -> per-query values
+    columns: dict[tuple[str, str | None, str], np.ndarray] = {
+        (name, None, k): v for name, cols in per.items() for k, v in cols.items()}
     if reference is not None:
         columns.update({(name, reference, k): v - per[reference][k]
                         for name, cols in per.items() if name != reference

@@ -148,7 +148,7 @@ class MultiRouter(PerModelLogistic):
         super().fit(data, costs)
         return self
 
-    def _model_costs(self, data: TraceDataset, costs: Any) -> np.ndarray:
+    def _model_costs(self, data: TraceDataset, costs: Any) -> Any:  # PricedMultiRouter's: a dict
         return call_costs(data, costs)[:, self._columns(data)]
 
     def _fit_model(self, x: np.ndarray, y: np.ndarray, costs: Any) -> None:

@@ -12,7 +12,15 @@ import numpy as np
 
 from agents.allocator import Allocator
 from agents.routers.solvers import LogisticRegression
-from cost_envs.envs.trace_routing import TraceTask
+from cost_envs.envs.trace_routing import TraceRoutingEnv, TraceTask
+
+
+def _trace_env(env: gym.Env, who: str) -> TraceRoutingEnv:
+    """``env.unwrapped``, if it is a TraceRouting env."""
+    base = env.unwrapped
+    if not isinstance(base, TraceRoutingEnv):
+        raise ValueError(f"{who}: expected a TraceRouting env, got {type(base).__name__}")
+    return base
 
 
 class RouterPolicy(Allocator):
@@ -34,10 +42,7 @@ class RouterPolicy(Allocator):
 
     def __init__(self, env: gym.Env, weak: str | None = None, strong: str | None = None,
                  threshold: float = 0.5, l2: float = 1.0) -> None:
-        base = env.unwrapped
-        if not hasattr(base, "initial_observations"):
-            raise ValueError(f"RouterPolicy: expected a TraceRouting env, got "
-                             f"{type(base).__name__}")
+        base = _trace_env(env, "RouterPolicy")
         self.env = base
         names = base.pool.names
         self.weak = names.index(weak) if weak is not None else base.cheapest
@@ -54,7 +59,7 @@ class RouterPolicy(Allocator):
 
         Pass the training-split env and act on the test-split one.
         """
-        base = self.env if env is None else env.unwrapped
+        base = self.env if env is None else _trace_env(env, "RouterPolicy.fit")
         x = base.initial_observations()[:, self._columns]
         y = ~base.dataset.correct[:, self.weak]
         self.model.fit(x, y)
@@ -82,7 +87,7 @@ def cascade_observations(env: gym.Env) -> np.ndarray:
     model called first: exactly what a policy sees when it decides to escalate.
     """
     base = env.unwrapped
-    if not getattr(base, "cascade", False):
+    if not (isinstance(base, TraceRoutingEnv) and base.cascade):
         raise ValueError("cascade_observations: expected TraceRouting-v0 with cascade=True")
     data = base.dataset
     action = np.zeros(base.n_agents, dtype=np.int8)

@@ -71,7 +71,7 @@ def route_report(test: TraceDataset, scores: np.ndarray, threshold: float, weak:
     decisions = threshold_routing(test, scores, threshold, weak, strong)
     w = test.correct[:, test.model_index(weak)]
     s = test.correct[:, test.model_index(strong)]
-    kw = {"split_by": split_by, "n_resamples": n_resamples, "seed": seed}
+    kw: dict[str, Any] = {"split_by": split_by, "n_resamples": n_resamples, "seed": seed}
     table = score_table(test, {"router": decisions}, {
         "router": scores, "random": None, "oracle": oracle_scores(w, s)}, weak=weak,
         strong=strong, costs=costs, curve_reference="random", **kw)
@@ -177,7 +177,7 @@ def multi_report(test: TraceDataset, router: Any, lam: float, costs: np.ndarray,
                  split_by: str, n_resamples: int, seed: int) -> dict[str, Any]:
     """The K-model table's numbers on ``test`` (columns in the router's model order)."""
     decisions = router.route(test, lam)
-    kw = {"split_by": split_by, "n_resamples": n_resamples, "seed": seed}
+    kw: dict[str, Any] = {"split_by": split_by, "n_resamples": n_resamples, "seed": seed}
     mine = compare_with_random(test, {"router": decisions}, costs, **kw)["router"]
     routings = {f"only {m}": single_model(test, m) for m in test.models}
     routings["oracle"] = oracle_routing(test, costs)

@@ -80,7 +80,8 @@ def _evaluate(node: ast.AST) -> float:
     """Value of a parsed expression of numbers, ``+ - * /``, unary minus and brackets."""
     if isinstance(node, ast.Expression):
         return _evaluate(node.body)
-    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+    if (isinstance(node, ast.Constant) and isinstance(node.value, (int, float))
+            and not isinstance(node.value, bool)):
         return float(node.value)
     if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
         return _OPERATORS[type(node.op)](_evaluate(node.left), _evaluate(node.right))

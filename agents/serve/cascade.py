@@ -171,7 +171,8 @@ async def buffered_stream(data: dict[str, Any], usage: bool) -> AsyncIterator[by
     content = (choice.get("message") or {}).get("content") or ""
     first = {"index": 0, "delta": {"role": "assistant", "content": content},
              "finish_reason": None}
-    last = {"index": 0, "delta": {}, "finish_reason": choice.get("finish_reason") or "stop"}
+    last: dict[str, Any] = {"index": 0, "delta": {},
+                            "finish_reason": choice.get("finish_reason") or "stop"}
     for chunk in ({**base, "choices": [first]}, {**base, "choices": [last]}):
         yield f"data: {json.dumps(chunk)}\n\n".encode()
     if usage and data.get("usage"):

@@ -244,7 +244,7 @@ def _parse_head(block: bytes) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
 
 async def _read_body(reader: asyncio.StreamReader, fields: Mapping[bytes, bytes]) -> bytes:
     if b"chunked" in fields.get(b"transfer-encoding", b"").lower():
-        chunks = []
+        chunks: list[bytes] = []
         while True:
             size = int(bytes((await reader.readuntil(b"\r\n"))[:-2]).split(b";")[0], 16)
             if size == 0:

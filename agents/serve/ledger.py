@@ -317,9 +317,9 @@ class Ledger:
                     raise BudgetExceededError(budget.name, limit, spent, reserved, amount)
                 held.append(f"{budget.name}@{start}")
             for entry in held:
-                name, start = entry.rsplit("@", 1)
+                name, period = entry.rsplit("@", 1)
                 cur.execute("UPDATE budget_usage SET reserved_micros = reserved_micros + ? "
-                            "WHERE budget = ? AND period_start = ?", (amount, name, int(start)))
+                            "WHERE budget = ? AND period_start = ?", (amount, name, int(period)))
             tokens_of = ",".join(x.subject for x in limits if x.rates.tpm_limit is not None)
             try:  # another process may have taken the key since the check (PostgreSQL)
                 cur.execute("INSERT INTO reservations (id, key_name, budgets, amount_micros, "

@@ -108,12 +108,14 @@ def spend_report(ledger: Ledger, group_by: str | Sequence[str] = (),
             raise ValueError(f"{name}: expected Unix seconds (a finite number), got {value!r}")
     if start is not None and end is not None and start > end:
         raise ValueError(f"start: expected at most end ({end!r}), got {start!r}")
-    where, params = [], []
-    for clause, value in (("created_at >= ?", start), ("created_at < ?", end),
-                          ("key_name = ?", key)):
-        if value is not None:
+    where: list[str] = []
+    params: list[float | str] = []
+    filters: list[tuple[str, float | str | None]] = [
+        ("created_at >= ?", start), ("created_at < ?", end), ("key_name = ?", key)]
+    for clause, param in filters:
+        if param is not None:
             where.append(clause)
-            params.append(value)
+            params.append(param)
     columns = [GROUP_FIELDS[f] for f in fields]
     inner = ", ".join(["key_name", "user_name", "model", "cost_micros", "reserved_micros",
                        "prompt_tokens", "completion_tokens", "over_reservation_micros",

@@ -134,7 +134,8 @@ def create_app(models: Sequence[str] = MODELS, latency: float = 0.0,
                seed: int = 0, replay: dict[tuple[str, str], str] | None = None) -> FastAPI:
     """The stand-in's FastAPI app (see the module docstring; ``replay``: :func:`replay_table`)."""
     app = FastAPI(title="cost-envs stand-in upstream")
-    state = {"faults": dict(faults or {}), "latency": {m: latency for m in models}}
+    fault_of: dict[str, Fault] = dict(faults or {})
+    latency_of: dict[str, float] = dict.fromkeys(models, latency)
     calls: Counter[str] = Counter()
     answered: Counter[str] = Counter()
     billed: dict[str, dict[str, list[int]]] = {}
@@ -153,18 +154,18 @@ def create_app(models: Sequence[str] = MODELS, latency: float = 0.0,
     async def stats() -> dict[str, Any]:
         return {"calls": dict(calls), "answered": dict(answered), "billed": billed}
 
-    @app.post("/control")
-    async def control(request: Request) -> dict[str, Any]:
+    @app.post("/control", response_model=None)  # a dict, or a JSONResponse on an error
+    async def control(request: Request) -> dict[str, Any] | JSONResponse:
         body = await request.json()
         model = body.get("model")
         if model not in models:
             return error(400, f"model: expected one of {list(models)}", "invalid_request_error")
         if "latency" in body:
-            state["latency"][model] = float(body["latency"])
+            latency_of[model] = float(body["latency"])
         if body.get("fault") in (None, "none"):
-            state["faults"].pop(model, None)
+            fault_of.pop(model, None)
         elif body["fault"] in FAULTS:
-            state["faults"][model] = Fault(
+            fault_of[model] = Fault(
                 body["fault"], body.get("count"), float(body.get("rate", 1.0)),
                 float(body.get("factor", 10.0)),
                 None if body.get("retry_after") is None else float(body["retry_after"]))
@@ -173,13 +174,13 @@ def create_app(models: Sequence[str] = MODELS, latency: float = 0.0,
         return {"ok": True}
 
     def take_fault(model: str) -> Fault | None:
-        fault = state["faults"].get(model)
+        fault = fault_of.get(model)
         if fault is None or rng.random() >= fault.rate:
             return None
         if fault.count is not None:
             fault.count -= 1
             if fault.count <= 0:
-                state["faults"].pop(model, None)
+                fault_of.pop(model, None)
         return fault
 
     @app.post("/v1/chat/completions", response_model=None)
@@ -205,11 +206,12 @@ def create_app(models: Sequence[str] = MODELS, latency: float = 0.0,
         if kind == "reset":  # the connection dropped with no answer at all
             request.receive.__self__.transport.abort()  # type: ignore[attr-defined]
             return None
-        if state["latency"][model] > 0:
-            await asyncio.sleep(state["latency"][model])
+        if latency_of[model] > 0:
+            await asyncio.sleep(latency_of[model])
         messages = body.get("messages") or []
         max_tokens = int(body.get("max_completion_tokens") or body.get("max_tokens") or 256)
-        last = next((m for m in reversed(messages) if m.get("role") == "user"), {})
+        last: dict[str, Any] = next(
+            (m for m in reversed(messages) if m.get("role") == "user"), {})
         logged = (replay or {}).get((model, str(last.get("content") or "")))
         words = (answer_words(model, messages, max_tokens) if logged is None
                  else replayed_words(logged, max_tokens))
@@ -233,22 +235,22 @@ def create_app(models: Sequence[str] = MODELS, latency: float = 0.0,
         finish = "length" if len(words) == max_tokens else "stop"
         answered[model] += 1
         if not body.get("stream"):
-            answer = {"id": ident, "object": "chat.completion", "created": created,
-                      "model": model, "usage": usage,
-                      "choices": [{"index": 0, "finish_reason": finish, "logprobs": None,
-                                   "message": {"role": "assistant",
-                                               "content": joiner.join(words)}}]}
+            reply: dict[str, Any] = {
+                "id": ident, "object": "chat.completion", "created": created,
+                "model": model, "usage": usage,
+                "choices": [{"index": 0, "finish_reason": finish, "logprobs": None,
+                             "message": {"role": "assistant", "content": joiner.join(words)}}]}
             if kind == "no_usage":
-                answer.pop("usage")
+                reply.pop("usage")
             if kind == "bad_json":
-                return Response(json.dumps(answer)[:-9], media_type="application/json")
+                return Response(json.dumps(reply)[:-9], media_type="application/json")
             if kind == "bad_shape":
-                answer["choices"][0]["message"] = joiner.join(words)
+                reply["choices"][0]["message"] = joiner.join(words)
             if kind == "cut":
-                return StreamingResponse(_cut([json.dumps(answer)[:40]]),
+                return StreamingResponse(_cut([json.dumps(reply)[:40]]),
                                          media_type="application/json",
                                          headers={"Content-Length": "100000"})
-            return answer
+            return reply
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         if kind == "bad_json":
             return Response("this is not a stream {", media_type="text/event-stream")

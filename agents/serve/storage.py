@@ -33,8 +33,9 @@ from typing import Any, Protocol
 class Storage(Protocol):
     """A database the ledger can run its transactions in."""
 
-    #: The driver's exception for a broken UNIQUE constraint.
-    integrity_error: type[Exception]
+    @property
+    def integrity_error(self) -> type[Exception]:
+        """The driver's exception for a broken UNIQUE constraint."""
     #: A statement that makes the transaction the only one changing the schema (run first
     #: in the ledger's opening transaction), or "" when the transaction already is.
     schema_lock: str
