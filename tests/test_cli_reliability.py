@@ -336,3 +336,21 @@ def test_tunes_method_names_are_those_of_its_sweeps():
     from experiments.tune_methods import SWEEPS
 
     assert tuple(dict.fromkeys(method for method, _ in SWEEPS)) == TUNE_METHODS
+
+
+def test_training_says_that_it_still_runs(monkeypatch, capsys, tmp_path):
+    # SB3's bar is drawn on a terminal only; in a log the step's line repeats instead
+    import agents.learners.training
+
+    def slow_train(*args, **kwargs):
+        time.sleep(0.4)
+        raise ValueError("stopped by the test")
+
+    monkeypatch.setattr("agents.cli.progress.HEARTBEAT_SECONDS", 0.05)
+    monkeypatch.setattr(agents.learners.training, "train", slow_train)
+    with pytest.raises(SystemExit) as end:
+        main(["train", "--env", TOOL, "--method", "ppo", "--timesteps", "64", "--out",
+              str(tmp_path / "out")])
+    assert end.value.code == "cost-envs train: stopped by the test"
+    err = capsys.readouterr().err
+    assert f"] training ppo on {TOOL} for 64 steps (still running, " in err, err

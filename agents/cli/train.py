@@ -15,6 +15,7 @@ import cost_envs
 from agents.cli.arguments import known_env_id, positive_int, seed_int
 from agents.cli.config import read_train_config
 from agents.cli.env import add_env_arguments, check_env_kwargs, merged_env_kwargs
+from agents.cli.progress import Progress
 from agents.learners import BASES, METHODS, PPO_SETTINGS
 from cost_envs.extras import EXTRA_MODULES, install_hint, missing_modules
 from cost_envs.limits import check_training_memory
@@ -93,15 +94,20 @@ def run_train(args: argparse.Namespace) -> int:
     from agents.learners.training import configure_torch_threads, train
 
     extra = {} if settings.supervised is None else {"supervised": settings.supervised}
+    timesteps = args.timesteps if args.timesteps is not None else settings.timesteps
+    steps = "" if args.method == "lora" else f" for {timesteps} steps"
     try:
         configure_torch_threads()
-        trained = train(args.env, args.method,
-                        args.timesteps if args.timesteps is not None else settings.timesteps,
-                        seed=args.seed if args.seed is not None else settings.seed, base=base,
-                        n_envs=args.n_envs if args.n_envs is not None else settings.n_envs,
-                        action_distribution=settings.action_distribution, env_kwargs=env_kwargs,
-                        tensorboard_log=args.tensorboard,
-                        progress_bar=not args.no_progress, ppo=settings.ppo, **extra)
+        # SB3's bar shows on a terminal; elsewhere (a log) the line repeats every 10 s
+        with Progress("cost-envs train", enabled=not args.no_progress) as say:
+            say(f"training {args.method} on {args.env}{steps}", bar=True)
+            trained = train(args.env, args.method, timesteps,
+                            seed=args.seed if args.seed is not None else settings.seed,
+                            base=base,
+                            n_envs=args.n_envs if args.n_envs is not None else settings.n_envs,
+                            action_distribution=settings.action_distribution,
+                            env_kwargs=env_kwargs, tensorboard_log=args.tensorboard,
+                            progress_bar=not args.no_progress, ppo=settings.ppo, **extra)
     except (ValueError, FileNotFoundError) as error:
         raise SystemExit(f"cost-envs train: {error}") from None
     try:
@@ -148,7 +154,10 @@ def run_pretrain(args: argparse.Namespace) -> int:
 
     configure_torch_threads()
     try:
-        state, config = pretrain_base(args.env, seed=args.seed, progress=not args.no_progress)
+        with Progress("cost-envs pretrain", enabled=not args.no_progress) as say:
+            say(f"pretraining the base on {args.env}", bar=True)
+            state, config = pretrain_base(args.env, seed=args.seed,
+                                          progress=not args.no_progress)
     except ValueError as error:
         raise SystemExit(f"cost-envs pretrain: {error}") from None
     try:
