@@ -30,8 +30,11 @@ The paper's experiments are not a subcommand: they live in ``experiments/`` besi
 installed packages and run with ``python -m experiments all`` (``make reproduce``).
 
 Each subcommand is one :class:`Command` (a name, a function adding its arguments and a
-function running it) in :data:`agents.cli.main.COMMANDS`; adding a subcommand is adding
-an entry.
+function running it, each named ``"module:function"`` so that it is imported only when
+that subcommand is given) in :data:`agents.cli.main.COMMANDS`; adding a subcommand is
+adding an entry. ``cost-envs --help`` and ``--version`` import no ``cost_envs``, NumPy,
+Gymnasium or torch (a few hundredths of a second of CPU); ``--version`` takes no other
+argument.
 
 Errors end the command with one line on stderr and no traceback:
 
@@ -52,7 +55,13 @@ stdout closed early (``cost-envs list | head -1``)        141
 Ctrl-C                                                    130
 ========================================================  ===========
 
-``--out`` of ``train`` and ``pretrain`` is checked writable before any work starts.
+``--out`` of ``train`` and ``pretrain`` (and ``train --tensorboard``) is checked
+writable before any work starts. Sizes that become memory (``evaluate --episodes`` and
+``--fit-tasks``, ``export-minari --episodes``, ``train --n-envs`` x ``n_steps``) are
+checked against the memory available before it is allocated
+(:mod:`cost_envs.limits`). Progress goes to stderr (:mod:`agents.cli.progress`): a line
+per step, episode bars on a terminal only, and a step that draws no bar (fitting
+best-rule, training into a log) repeats its line every 10 s while it runs.
 Arguments and files are checked before torch, SB3 or peft is imported (seconds), so an
 error in them is answered at once (``benchmarks/cli_startup.py``); a config file's
 hyperparameter keys are the exception, checked against SB3's own signature. A mistyped
