@@ -1,15 +1,18 @@
 """Saved routers: one file format for every router of the family (no pickle).
 
-:func:`save_router` writes two files side by side, all or nothing
-(:func:`agents.files.write_files_atomic`): ``<path>.safetensors`` holds the state's
-arrays (float64, :meth:`~agents.routers.base.Router.to_state`), ``<path>.json``
-the rest: the router's name, its models and operating point, what it was calibrated for,
-the state's config, a digest of the safetensors bytes (so a weights file from another
-save is refused), and the training data's fingerprint and split. A two-model router's
-JSON names its ``"weak"`` and ``"strong"`` model and its ``"threshold"`` (``null``: no
-strong call); a K-model router's its ``"models"`` and ``"lam"``. :func:`load_router` reads
-either with ``safetensors.numpy`` and a strict JSON parser only (nothing is unpickled) and
-returns a :class:`SavedRouter`. ``cost-envs route`` saves and loads routers through here.
+:func:`save_router` writes two files side by side: ``<path>.safetensors`` holds the
+state's arrays (float64, :meth:`~agents.routers.base.Router.to_state`), ``<path>.json`` the
+rest: the router's name, its models and operating point, what it was calibrated for, the
+state's config, a digest of the safetensors bytes (so a weights file from another save is
+refused), and the training data's fingerprint and split. A two-model router's JSON names
+its ``"weak"`` and ``"strong"`` model and its ``"threshold"`` (``null``: no strong call); a
+K-model router's its ``"models"`` and ``"lam"``. The pair is one set
+(:func:`agents.files.write_files_atomic`): committed by one rename of a record, so a save
+killed at any moment, ``kill -9`` included, leaves the old pair or the new one, and
+:func:`load_router` reads it through :func:`agents.files.reading_files`, which finishes
+such a save first. :func:`load_router` reads either kind with ``safetensors.numpy`` and a
+strict JSON parser only (nothing is unpickled) and returns a :class:`SavedRouter`.
+``cost-envs route`` saves and loads routers through here.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Any
 import numpy as np
 
 import cost_envs
-from agents.files import check_creatable, write_files_atomic
+from agents.files import check_creatable, reading_files, write_files_atomic
 from agents.routers.base import ROUTERS, Router
 from agents.weight_files import ROUTER_DTYPES, check_weights, read_weights
 from cost_envs.config_files import json_loads
@@ -127,6 +130,7 @@ def save_router(path: str | Path, router: Router, point: float,
     Returns:
         The two paths written.
     """
+    head: dict[str, Any]
     if router.n_models == 2:
         head = {"router": router.kind, "weak": router.models[0], "strong": router.models[1],
                 "threshold": None if math.isinf(point) else float(point)}
@@ -205,15 +209,21 @@ def load_router(path: str | Path) -> SavedRouter:
         FileNotFoundError: If either file is missing.
         ValueError: One line naming the file, on anything that is not such a router: a
             foreign or corrupted JSON or safetensors file, a weights file from another
-            save, an unknown router name or a state its class refuses.
+            save, an unknown router name or a state its class refuses, or a killed save's
+            record that does not match the files
+            (:func:`agents.files.finish_interrupted`).
     """
     json_path, weights_path = router_files(path)
-    for file in (json_path, weights_path):  # what exists but is no file: the readers say
-        if not file.exists():
-            raise FileNotFoundError(f"{file}: no such file (a saved router is "
-                                    f"{json_path.name} and {weights_path.name})")
-    doc = _document(json_path)
-    arrays = _arrays(weights_path, doc)
+    # One set, read as such: a save killed after its commit point is finished first, and
+    # no save of the directory starts while the two files are read (agents.files).
+    with reading_files(json_path.parent, (json_path.name, weights_path.name)) as where:
+        json_file, weights_file = where[json_path.name], where[weights_path.name]
+        for file in (json_file, weights_file):  # what exists but is no file: readers say
+            if not file.exists():
+                raise FileNotFoundError(f"{file}: no such file (a saved router is "
+                                        f"{json_path.name} and {weights_path.name})")
+        doc = _document(json_file)
+        arrays = _arrays(weights_file, doc)
     if doc["router"] not in ROUTERS:
         raise ValueError(f"{json_path}: router {doc['router']!r} is not one of "
                          f"{list(ROUTERS)}")
