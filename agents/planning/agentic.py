@@ -169,6 +169,7 @@ class AgenticPlanner(Planner):
     """
 
     name = "planner"
+    env: AgenticRoutingEnv  # checked by __init__
 
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)

@@ -123,7 +123,9 @@ def answer_space(m: int, distractors: int, controller_trust: float,
     """The :class:`AnswerSpace` of ``m`` experts and ``distractors`` distractors (cached)."""
     codes = distractors + 2
     shape = (codes, *(codes + 1,) * m)
-    right, rows, keys = [], [], {}
+    right: list[float] = []
+    rows: list[np.ndarray] = []
+    keys: dict[bytes, int] = {}
     signature = []
     for state in itertools.product(range(codes), *(range(-1, codes),) * m):
         is_right, slots = vote(state[0], state[1:], distractors, controller_trust, trusts)
@@ -215,6 +217,7 @@ class ExpertPlanner(Planner):
     """
 
     name = "planner"
+    env: ExpertRoutingEnv  # checked by __init__
 
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)
@@ -239,7 +242,11 @@ class ExpertPlanner(Planner):
         self._rounds_left = layout["rounds_left"].start
         self._tier_slot = None if self.tiers is None else self.tiers.added_observation_layout[
             "tier"]
-        self._size = int(env.observation_space.shape[0])
+        shape = env.observation_space.shape  # with the slots a wrapper adds
+        if shape is None:
+            raise ValueError(f"ExpertPlanner: expected an observation space with a shape, got "
+                             f"{env.observation_space}")
+        self._size = int(shape[0])
         self._episode: _Episode | None = None
         self._turn = -1
         self._belief = np.zeros(0)
@@ -310,6 +317,8 @@ class _Episode:
     def __init__(self, env: ExpertRoutingEnv, trusts: tuple[float, tuple[float, ...]],
                  objective: Objective) -> None:
         task = env.task
+        if task is None:
+            raise ValueError("ExpertPlanner: the env has no task yet; reset it first")
         self.task = task
         shares = tuple(getattr(task, "distractor_shares", ()))
         attraction = float(getattr(task, "attraction", 0.0))
@@ -331,7 +340,8 @@ class _Episode:
             axis[1 + i] = shape[1 + i]
             self.laws.append(np.r_[0.0, law(float(expert.accuracy(d)))].reshape(axis))
         start = np.zeros(shape)
-        start[(slice(None), *(0,) * env.n_agents)] = law(float(env.controller.accuracy(d)))
+        at: tuple[slice | int, ...] = (slice(None), *(0,) * env.n_agents)
+        start[at] = law(float(env.controller.accuracy(d)))
         self.start = start.ravel()
         table, _ = env.joint_actions_by_cost()  # the answer-now action first
         self.actions = np.array(table)

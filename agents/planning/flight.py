@@ -71,7 +71,7 @@ class FlightModel:
         return cls(np.array([0, h_opt, h_det, h_opt]), prices, float(task.budget),
                    int(task.hop_limit), int(task.shortest_hops))
 
-    def quality(self, route: np.ndarray, quote: np.ndarray) -> np.ndarray:
+    def quality(self, route: np.ndarray, quote: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Eq. 1's ``alpha S + beta Q`` factors: success and quality of committing."""
         hops = self.hops[route]
         success = (route == OPT) | (route == DET)
@@ -137,7 +137,7 @@ class Belief:
 
     def __init__(self, model: FlightModel) -> None:
         self.model = model
-        self.weights = np.zeros(model.prices.shape)
+        self.weights: np.ndarray = np.zeros(model.prices.shape)
         self.weights[NONE] = 1.0 / model.prices.shape[1]
         self.quote = 0.0
         self.ratio = 0.0
@@ -388,6 +388,7 @@ class FlightPlanner(Planner):
     """
 
     name = "planner"
+    env: FlightPlannerEnv  # checked by __init__
 
     def __init__(self, env: gym.Env, samples: int = 32, seed: int = 0) -> None:
         super().__init__(env)

@@ -326,6 +326,7 @@ class BayesFlightPlanner(FlightPlanner):
             by_search, by_validator = (float(obs[i]) > 0.5 for i in self._causes)
             seen.cause = SEARCH_DROP if by_search else VALIDATOR_DROP if by_validator else None
         if turn > 0:
+            assert self._last is not None  # a turn after the first: checked above
             self.update(turn - 1, self._last[1], seen)
             self._last = None
         self._history.append(obs[:_V0_SLOTS])  # seeds the scenarios: v1 as v0 if blind

@@ -299,6 +299,7 @@ class ExpectimaxPlanner(Planner):
     """
 
     name = "planner"
+    env: ToolBenchEnv  # checked by __init__
 
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)

@@ -226,6 +226,7 @@ class BayesToolBenchPlanner(Baseline):
     """
 
     name = "bayes-planner"
+    env: ToolBenchEnv  # checked by __init__
 
     def __init__(self, env: gym.Env, n_particles: int = 1000, seed: int = 0,
                  prior: Sequence[ToolTask] | None = None) -> None:
