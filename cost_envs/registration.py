@@ -34,6 +34,7 @@ from typing import Any
 
 import gymnasium as gym
 from gymnasium.envs.registration import load_env_creator, register, registry
+from gymnasium.wrappers import RenderCollection
 
 from cost_envs.wrappers.budget import HardBudget, check_budget_args
 
@@ -67,6 +68,14 @@ BUDGET_ARGUMENTS = ("budget", "on_exceed")
 class EnvFactory:
     """The entry point of one id: the env class, under ``HardBudget`` when a budget is given.
 
+    It has no ``metadata``, on purpose: ``gym.make`` checks a ``render_mode`` against the
+    entry point's ``render_modes`` and warns, before it builds the env, when the mode is
+    not among them; SB3's ``make_vec_env`` asks every env for ``"rgb_array"`` and falls
+    back to none on ``TypeError``, so that warning was printed once per env for nothing.
+    The env refuses a mode it does not have itself
+    (:class:`~cost_envs.core.UnsupportedRenderModeError`, a ``ValueError`` and a
+    ``TypeError``), and :meth:`__call__` keeps Gymnasium's ``"<mode>_list"`` form.
+
     Args:
         target: The env class as ``"module:Class"`` (imported on first use).
     """
@@ -78,11 +87,6 @@ class EnvFactory:
     def env_class(self) -> type[gym.Env[Any, Any]]:
         """The env class this factory builds."""
         return load_env_creator(self.target)  # type: ignore[return-value]
-
-    @property
-    def metadata(self) -> dict[str, Any]:
-        """The env class's metadata: ``gym.make`` reads it to check ``render_mode``."""
-        return self.env_class.metadata
 
     @property
     def __signature__(self) -> inspect.Signature:
@@ -111,6 +115,12 @@ class EnvFactory:
             ValueError: A bad ``budget`` or ``on_exceed`` (checked before the env is
                 built), or ``on_exceed`` without ``budget``.
         """
+        mode = kwargs.get("render_mode")
+        modes = self.env_class.metadata.get("render_modes", [])
+        if isinstance(mode, str) and mode.endswith("_list") and mode[:-5] in modes:
+            # what gym.make does for an entry point that lists its render modes
+            return RenderCollection(self(budget=budget, on_exceed=on_exceed,
+                                         **{**kwargs, "render_mode": mode[:-5]}))
         if budget is None:
             if on_exceed is not None:
                 raise ValueError(f"{self.target}: on_exceed={on_exceed!r} needs a budget; "

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import types
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +97,26 @@ def test_supersuits_recipe_with_ppos_defaults(num_cpus: int) -> None:
     assert model.num_timesteps >= 2048
     venv.close()
 
+
+# ------------------------------------------------------------------ render modes
+@pytest.mark.parametrize("env_id", ["cost_envs/ToolBench-v0", "cost_envs/TraceRouting-v0"])
+def test_make_vec_env_with_its_defaults_prints_no_render_mode_warning(env_id: str) -> None:
+    # SB3 asks every env for render_mode="rgb_array" and falls back on TypeError; gym.make
+    # used to warn about it first, once per env.
+    import gymnasium as gym
+    from stable_baselines3.common.env_util import make_vec_env
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        venv = make_vec_env(env_id, n_envs=2)
+        assert venv.render_mode is None
+        venv.close()
+        listed = gym.make(env_id, render_mode="ansi_list")  # Gymnasium's "_list" form
+        listed.reset(seed=0)
+        listed.step(np.zeros(listed.action_space.n, dtype=np.int8))
+        assert listed.render_mode == "ansi_list" and len(listed.render()) == 2
+    with pytest.raises(ValueError, match="render_mode: expected None or one of"):
+        gym.make(env_id, render_mode="human")
 
 # ------------------------------------------------------------------ the add-env guide
 def guide_blocks(language: str) -> list[str]:
