@@ -24,6 +24,7 @@ from agents.callbacks import CostMetricsCallback
 from agents.evaluation import compare, format_table
 from agents.learners.common.policies import AllocatorPolicy
 from agents.learners.training import train
+from agents.progress import learn_progress
 from agents.seeds import TRAIN_TASK_SEED
 
 parser = argparse.ArgumentParser(allow_abbrev=False)  # a misspelt option is an error
@@ -41,7 +42,8 @@ ppo = PPO(AllocatorPolicy, env, policy_kwargs={"lora_rank": None}, n_steps=512, 
 ppo.set_logger(configure(logdir, ["csv"]))
 ppo.get_env().seed(TRAIN_TASK_SEED)  # train on other tasks than the evaluation's (seed 0)
 callback = CostMetricsCallback()
-ppo.learn(args.timesteps, callback=callback, progress_bar=show)
+bar = learn_progress("ppo", show)  # on stderr: SB3's progress_bar=True draws on stdout
+ppo.learn(args.timesteps, callback=[callback, bar] if bar else callback)
 print(f"last rollout: success {callback.history[-1]['rollout/success_rate']:.2f}, "
       f"CPS {callback.history[-1]['cost/cps']:.4f} (logged to {logdir}/progress.csv)")
 

@@ -118,6 +118,45 @@ def test_make_vec_env_with_its_defaults_prints_no_render_mode_warning(env_id: st
     with pytest.raises(ValueError, match="render_mode: expected None or one of"):
         gym.make(env_id, render_mode="human")
 
+# ------------------------------------------------------------------ progress off a terminal
+def test_training_with_progress_writes_no_bar_frames_into_a_log(capfd) -> None:
+    # `cost-envs train ... > log` used to get SB3's rich bar frames on stdout: the bar is
+    # now this project's, on stderr and only on a terminal; a log gets plain lines.
+    from agents.learners.training import train
+
+    train("cost_envs/ToolBench-v0", "ppo", 256, progress_bar=True,
+          ppo={"n_steps": 64, "batch_size": 64})
+    out, err = capfd.readouterr()
+    assert out == ""
+    assert "\r" not in err and "\x1b" not in err
+    lines = err.splitlines()
+    assert lines and lines[-1].startswith("ppo RL: 256/256 steps (100%)")
+    assert all(line.startswith("ppo RL: ") for line in lines) and len(lines) <= 10
+
+
+def test_learn_progress_draws_a_bar_only_on_a_terminal() -> None:
+    import io
+
+    from agents.progress import learn_progress
+
+    assert learn_progress("x", progress=False) is None
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    from stable_baselines3 import PPO
+
+    for stream, bar in ((io.StringIO(), False), (Terminal(), True)):
+        callback = learn_progress("x", stream=stream)
+        PPO("MlpPolicy", "CartPole-v1", n_steps=64, batch_size=64, n_epochs=1,
+            device="cpu").learn(640, callback=callback)
+        lines = stream.getvalue().splitlines()
+        assert (lines == []) == bar  # a bar is tqdm's, on stderr; a log gets 10 lines
+        if not bar:
+            assert [line.split(" steps")[0] for line in lines] == [
+                f"x: {n}/640" for n in range(64, 641, 64)]
+
 # ------------------------------------------------------------------ the add-env guide
 def guide_blocks(language: str) -> list[str]:
     """The guide's fenced blocks of ``language``, indented ones (in list items) included."""

@@ -44,6 +44,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
+from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import HumanOutputFormat, Logger
 from stable_baselines3.common.utils import set_random_seed
 
@@ -57,6 +58,7 @@ from agents.learners.lora_ppo import LoraGuidedPPO
 from agents.learners.ppo import FastPPO
 from agents.learners.pretrain import pretrained_base_path
 from agents.learners.supervised import SupervisedConfig, policy_for
+from agents.progress import learn_progress
 from agents.seeds import TRACE_TASK_SEED, train_task_seeds
 from agents.vec_env import make_batched_vec_env
 from cost_envs.config import integer
@@ -167,8 +169,9 @@ def train(
         env_kwargs: ``gym.make`` keyword arguments, e.g. ``{"pool": "my_pool.yaml"}``.
         supervised: Supervised-stage settings (default :class:`SupervisedConfig`).
         tensorboard_log: SB3 ``tensorboard_log`` directory (needs ``tensorboard``).
-        progress_bar: Show SB3's progress bar, and bars of the supervised stage (on a
-            terminal only, :mod:`agents.progress`).
+        progress_bar: Show the RL stage's and the supervised stage's progress: bars on
+            a terminal, a plain line per tenth of the RL run elsewhere
+            (:mod:`agents.progress`).
         verbose: SB3 verbosity.
         ppo: Overrides of :data:`PPO_SETTINGS` and the learning rate for ``ppo`` and
             ``lora-ppo`` (keys of :data:`PPO_OVERRIDES`, and for ``lora-ppo`` those of
@@ -225,9 +228,9 @@ def train(
         callback = CostMetricsCallback()
         scorer = (EvaluateAtSteps(env_id, evaluate_at, eval_episodes, env_kwargs=kwargs)
                   if evaluate_at else None)
-        learn = {"callback": [callback, scorer] if scorer else callback,
-                 "progress_bar": progress_bar,
-                 "tb_log_name": method}
+        # SB3's own bar (rich's, on stdout) would write frames into a redirected log
+        bar = learn_progress(f"{method} RL", progress_bar)
+        callbacks: list[BaseCallback] = [c for c in (callback, scorer, bar) if c is not None]
         common = {"device": "cpu", "verbose": verbose, "tensorboard_log":
                   None if tensorboard_log is None else str(tensorboard_log)}
         if method == "ppo":
@@ -251,7 +254,7 @@ def train(
             model.get_env().seed(seeds[0])
         else:
             model.get_env().unwrapped.seed_each(seeds)
-        model.learn(timesteps, **learn)
+        model.learn(timesteps, callback=callbacks, tb_log_name=method)
         env.close()
         model.get_env().close()
         # SB3 finishes the rollout it is in, so the steps taken can exceed ``timesteps``.
