@@ -226,7 +226,8 @@ def _run_rules(args: argparse.Namespace, log: Callable[[str], None]) -> None:
 def _run_aggregates(args: argparse.Namespace, log: Callable[[str], None]) -> None:
     from experiments import aggregates
 
-    for path in aggregates.report(args.out, log=log):
+    reps = aggregates.SMOKE_REPS if args.scale == "smoke" else aggregates.REPS
+    for path in aggregates.report(args.out, reps=reps, log=log):
         log(f"aggregates: wrote {path}")
 
 

@@ -14,23 +14,25 @@ task is an env, a profile or a (profile, tier)). On that matrix, with rliable's 
 
 **Intervals: seeds and tasks.** Each share was measured on one table's evaluation episodes,
 so it carries their luck as well as the seed's. The 95% intervals are a two-level
-bootstrap, per table as :func:`cost_envs.metrics.bootstrap_gap_closed` does it: each
-replicate draws each table's episodes with replacement (one draw for the rule, the planner
-and every run of every method: the rows stay paired on the same episodes) and, within
-each table, each method's seeds (rliable's stratified bootstrap); every share is then
-recomputed against the rule and the planner on the drawn episodes. Resampling seeds only,
-on a fixed evaluation set, gave a method whose seeds agree (LoRA supervised: every seed
-the greedy teacher's copy) a zero-width interval. A table's draw in which the planner is
-not above the rule cannot scale its shares; as the per-table interval drops it, it is
-drawn again (the JSON counts these, ``redrawn``).
+bootstrap: each replicate draws each table's episodes with replacement (one draw for the
+rule and every run of every method: the rows stay paired on the same episodes) and,
+within each table, each method's seeds (rliable's stratified bootstrap); every share is
+then the drawn run minus the drawn rule over the table's gap. The gap is each table's
+point gap, as rliable normalises by fixed reference scores: redrawing it too put the
+draws where it nears 0 into the tails, and the ends moved by up to 0.38 with the
+bootstrap's seed (on the committed tables, 2,000 replicates). The gap's own uncertainty
+is in each table's interval (Fieller's, :func:`cost_envs.metrics.bootstrap_gap_closed`).
+Resampling seeds only, on a fixed evaluation set, gave a method whose seeds agree (LoRA
+supervised: every seed the greedy teacher's copy) a zero-width interval.
 
 **What is pooled.** Shares put every task on one scale: 0 is the best fixed rule, 1 the
 planner that knows the task but not its luck. Left out of an experiment's aggregates, and
 listed in its report: a task where the planner does not beat the rule (no gap); a task
-where it does on the mean but its advantage is not resolved (the 95% paired bootstrap
-interval of planner minus rule over the episodes includes 0: the shares would divide by a
-gap that might be nothing); and a task that asks the same questions with the same luck as
-another task of the experiment (:data:`SAME_TASKS`: an older version of an env whose newer
+where it does on the mean but its advantage is not resolved (the 95% normal interval of
+planner minus rule over the episodes, with the bootstrap's variance in closed form,
+includes 0: the shares would divide by a gap that might be nothing, and the table's own
+interval of a share is unbounded); and a task that asks the same questions with the same
+luck as another task of the experiment (:data:`SAME_TASKS`: an older version of an env whose newer
 version is there), which would count those episodes twice. Methods are compared only on
 the tasks every one of them has; a method trained on some of the tasks only (a tuned row,
 where a sweep ran) is named in the report, not pooled. Different experiments' methods are
@@ -49,19 +51,28 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
 
 from agents.files import write_files_atomic
-from cost_envs.metrics import bootstrap_mean_ci
-from cost_envs.metrics.bootstrap import resample_weights
+from cost_envs.metrics.bootstrap import (
+    gap_closed_moments,
+    mid_quantile_interval,
+    resample_blocks,
+    resample_counts,
+)
 from experiments.common import quiet
 from experiments.gaps import decode_scores
 
-#: Bootstrap replications (rliable's default is 50000; 2000 keeps the report to seconds
-#: and the interval ends stable to about 0.01).
-REPS = 2000
+#: Bootstrap replications (rliable's default is 50,000). With mid-quantile ends, the
+#: committed intervals' ends moved by at most 0.011 over bootstrap seeds 0-4 at 100,000 (by
+#: up to 0.07 at 2,000, percentile ends): 200,000 halves the variance for a margin, and
+#: tests/test_aggregates.py checks 0.01 between two seeds on the committed results.
+REPS = 200_000
+#: The smoke scale's replications: its tables check that the pipeline runs, not a result.
+SMOKE_REPS = 2_000
 CONFIDENCE = 0.95
 FILES = ("aggregates.md", "aggregates.json")
 #: Envs whose tasks are another env's: ``{older: newer}``. FlightPlanner-v1 is v0's tasks,
@@ -95,16 +106,16 @@ def newer_twin(task: str) -> str | None:
     return None if newer is None else newer + slash + rest
 
 
-def gap_resolved(rule: np.ndarray, reference: np.ndarray, reps: int = REPS,
-                 seed: int = 0) -> bool:
+def gap_resolved(rule: np.ndarray, reference: np.ndarray) -> bool:
     """Whether the planner's advantage over the rule is resolved on these episodes.
 
-    True when the :data:`CONFIDENCE` paired bootstrap interval (episodes resampled) of
-    the mean of ``reference - rule`` lies above 0.
+    True when the mean of ``reference - rule`` is above 0 by more than the normal
+    :data:`CONFIDENCE` bound of the episodes' bootstrap (its exact variance,
+    :func:`~cost_envs.metrics.bootstrap.gap_closed_moments`): exactly where each table's
+    Fieller interval of a share is bounded. No draws: no seed can move a task in or out.
     """
-    _, low, _ = bootstrap_mean_ci(reference - rule, n_resamples=reps, confidence=CONFIDENCE,
-                                  seed=seed)
-    return low > 0
+    _, gap, _, var_gap, _ = gap_closed_moments(rule, rule, reference)
+    return gap > 0 and gap**2 > NormalDist().inv_cdf((1 + CONFIDENCE) / 2) ** 2 * var_gap
 
 
 def _episodes(experiment: str, task: str, entry: Mapping[str, Any],
@@ -132,12 +143,10 @@ def _episodes(experiment: str, task: str, entry: Mapping[str, Any],
     return {"rule": rule, "reference": reference, "methods": runs}
 
 
-def score_matrices(blocks: Sequence[Mapping[str, Any]], reps: int = REPS
-                   ) -> dict[str, dict[str, Any]]:
+def score_matrices(blocks: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per experiment: the tasks pooled and left out, and each method's seeds x tasks shares.
 
-    ``reps`` is the bootstrap size of the test whether a task's gap is resolved. An
-    experiment whose blocks lack per-episode scores gets only ``missing_scores`` (its
+    An experiment whose blocks lack per-episode scores gets only ``missing_scores`` (its
     files) beside its score, rule and reference.
 
     Raises:
@@ -167,7 +176,7 @@ def score_matrices(blocks: Sequence[Mapping[str, Any]], reps: int = REPS
                        if t not in same and v["reference"] <= v["rule"]]
         unresolved = [t for t, v in tasks.items() if t not in same and t not in without_gap
                       and not gap_resolved(decode_scores(v["rule_scores"]),
-                                           decode_scores(v["reference_scores"]), reps)]
+                                           decode_scores(v["reference_scores"]))]
         kept = [t for t in tasks if t not in same and t not in without_gap + unresolved]
         every = dict.fromkeys(m for t in kept for m in tasks[t]["methods"])
         methods = [m for m in every if all(m in tasks[t]["methods"] for t in kept)]
@@ -192,64 +201,45 @@ def score_matrices(blocks: Sequence[Mapping[str, Any]], reps: int = REPS
     return out
 
 
-def _drawn_gaps(weights: np.ndarray, data: Mapping[str, Any]) -> np.ndarray:
-    """Reference minus rule on each draw, as the shares divide by it.
-
-    The same value the per-table :func:`~cost_envs.metrics.bootstrap_gap_closed` computes,
-    and the one a draw is kept or redrawn on: ``(reference - rule) @ w`` can be a rounding
-    error above 0 where this is 0, and a share over a zero gap is NaN.
-    """
-    return weights @ data["reference"] - weights @ data["rule"]
-
-
 def resample(episodes: Mapping[str, Mapping[str, Any]], methods: Sequence[str],
-             reps: int = REPS, seed: int = 0
-             ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, dict[str, int]]:
-    """Bootstrap replicates of every method's per-seed mean score on every task.
+             reps: int = REPS, seed: int = 0) -> dict[str, np.ndarray]:
+    """Bootstrap replicates of every method's per-seed share of the gap on every task.
 
     ``episodes[task]`` is :func:`score_matrices`' entry (rule, reference, and each method's
     seeds x episodes). Each replicate draws each task's episodes with replacement, once
-    for all rows, and each method's seeds within each task (independently per method).
-    A task's draw in which the reference is not above the rule cannot scale its shares
-    and is drawn again: each task's draws are those :func:`~cost_envs.metrics.
-    bootstrap_gap_closed` keeps for its table.
+    for all rows, and each method's seeds within each task (independently per method);
+    a share is the drawn run's mean minus the drawn rule's, over the task's gap on all its
+    episodes (rliable's normalisation by fixed references: the gap's own uncertainty is in
+    each table's Fieller interval, :func:`cost_envs.metrics.bootstrap_gap_closed`).
 
     Returns:
-        ``(scores, rule, gap, redrawn)``: ``scores[method]`` is replicates x seeds x tasks,
-        ``rule`` and ``gap`` (reference minus rule) are replicates x tasks, all on the drawn
-        episodes; ``redrawn[task]`` counts the draws made again.
+        ``shares[method]``: replicates x seeds x tasks.
 
     Raises:
-        ValueError: If more than 5% of a task's draws have no gap (its gap is not resolved).
+        ValueError: If a task's planner is not above its rule (no gap to divide by).
     """
     rng = np.random.default_rng(seed)
     n_tasks = len(episodes)
-    rule, gap = np.empty((reps, n_tasks)), np.empty((reps, n_tasks))
-    scores = {m: np.empty((reps, next(iter(episodes.values()))["methods"][m].shape[0],
-                           n_tasks)) for m in methods}
-    redrawn = {}
+    first = next(iter(episodes.values()), {"methods": {}})
+    shares = {m: np.empty((reps, first["methods"][m].shape[0], n_tasks)) for m in methods}
     for t, (task, data) in enumerate(episodes.items()):
         n = data["rule"].size
-        weights = resample_weights(rng, reps, n) / n  # each row: one draw of the episodes
-
-        bad = np.flatnonzero(_drawn_gaps(weights, data) <= 0)
-        if bad.size > (1 - CONFIDENCE) * reps:
-            raise ValueError(f"aggregates: {task}: the reference is not above the rule in "
-                             f"{bad.size} of {reps} draws of the episodes: its gap is not "
-                             "resolved")
-        redrawn[task] = int(bad.size)
-        while bad.size:
-            weights[bad] = resample_weights(rng, bad.size, n) / n
-            bad = bad[_drawn_gaps(weights[bad], data) <= 0]
-            redrawn[task] += int(bad.size)
-        rule[:, t] = weights @ data["rule"]
-        gap[:, t] = _drawn_gaps(weights, data)
-        for method in methods:
-            runs = data["methods"][method]
-            means = weights @ runs.T  # replicates x seeds, every seed on the same draw
-            chosen = rng.integers(0, runs.shape[0], size=means.shape)
-            scores[method][:, :, t] = np.take_along_axis(means, chosen, axis=1)
-    return scores, rule, gap, redrawn
+        gap = float(data["reference"].mean() - data["rule"].mean())
+        if not gap > 0:
+            raise ValueError(f"aggregates: {task}: the reference is not above the rule "
+                             f"({gap:+.4g}): no gap to scale the shares by")
+        start = 0
+        for size in resample_blocks(reps, n):  # bounded memory at any reps
+            weights = resample_counts(rng, size, n) / n  # each row: one draw of the episodes
+            rule = weights @ data["rule"]
+            for method in methods:
+                runs = data["methods"][method]
+                means = weights @ runs.T  # replicates x seeds, every seed on the same draw
+                chosen = rng.integers(0, runs.shape[0], size=means.shape)
+                shares[method][start:start + size, :, t] = (
+                    np.take_along_axis(means, chosen, axis=1) - rule[:, None]) / gap
+            start += size
+    return shares
 
 
 def _improvement(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -260,10 +250,8 @@ def _improvement(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def _estimate(point: float, drawn: np.ndarray) -> list[float]:
-    """``[point, low, high]``: the percentile interval of the replicates ``drawn``."""
-    tail = (1 - CONFIDENCE) / 2
-    low, high = np.quantile(drawn, [tail, 1 - tail])
-    return [point, float(low), float(high)]
+    """``[point, low, high]``: the mid-quantile interval of the replicates ``drawn``."""
+    return [point, *mid_quantile_interval(drawn, CONFIDENCE)]
 
 
 def aggregate(matrices: Mapping[str, np.ndarray], episodes: Mapping[str, Mapping[str, Any]],
@@ -277,22 +265,20 @@ def aggregate(matrices: Mapping[str, np.ndarray], episodes: Mapping[str, Mapping
     from scipy.stats import trim_mean
 
     methods = list(matrices)
-    scores, rule, gap, redrawn = resample(episodes, methods, reps, seed)
+    shares = resample(episodes, methods, reps, seed)
     summary = {}
     for method in methods:
-        shares = ((scores[method] - rule[:, None, :]) / gap[:, None, :]).reshape(reps, -1)
+        flat = shares[method].reshape(reps, -1)
         summary[method] = {
             "runs": int(matrices[method].shape[0]),
             "iqm": _estimate(float(metrics.aggregate_iqm(matrices[method])),
-                             trim_mean(shares, 0.25, axis=1)),
+                             trim_mean(flat, 0.25, axis=1)),
             "mean": _estimate(float(metrics.aggregate_mean(matrices[method])),
-                              shares.mean(axis=1))}
-    # P(X > Y) per task is the same on scores as on shares (one rule and gap per draw)
+                              flat.mean(axis=1))}
     improvement = {f"{x} > {y}": _estimate(
         float(metrics.probability_of_improvement(matrices[x], matrices[y])),
-        _improvement(scores[x], scores[y])) for x in methods for y in methods if x != y}
-    return {"methods": summary, "probability_of_improvement": improvement,
-            "redrawn": redrawn}
+        _improvement(shares[x], shares[y])) for x in methods for y in methods if x != y}
+    return {"methods": summary, "probability_of_improvement": improvement}
 
 
 def _cell(values: Sequence[float]) -> str:
@@ -310,7 +296,8 @@ def _left_out(result: Mapping[str, Any]) -> str:
         text += f" Left out, the planner not above the rule: {', '.join(result['without_gap'])}."
     if result["unresolved_gap"]:
         text += (" Left out, the planner above the rule but not resolved (the 95% paired "
-                 "interval of planner minus rule over the episodes includes 0): "
+                 "interval of planner minus rule over the episodes includes 0; the table's "
+                 "shares have no bounded interval): "
                  f"{', '.join(result['unresolved_gap'])}.")
     if result["partial"]:
         text += (" Left out, trained on some of these tasks only (their shares are in their "
@@ -328,9 +315,11 @@ def render(report: Mapping[str, Any]) -> str:
              "an experiment's tasks (envs, profiles, tiers): interquartile mean and mean, and "
              "the probability that a run of one method beats a run of another on a random "
              f"task (rliable {report['rliable']}'s estimators). 95% intervals over seeds and "
-             f"tasks: {report['reps']} bootstrap replicates, each drawing every table's "
-             "evaluation episodes (the same draw for the rule, the planner and every run) and "
-             "each method's seeds within each table. Tasks whose gap is not resolved, and "
+             f"tasks: {report['reps']:,} bootstrap replicates, each drawing every table's "
+             "evaluation episodes (the same draw for the rule and every run) and each "
+             "method's seeds within each table, over each table's gap (fixed, as rliable "
+             "normalises: the gap's own uncertainty is in each table's interval). Tasks "
+             "whose gap is not resolved, and "
              "older versions of an env whose newer version asks the same questions, are left "
              "out. Written by `python -m experiments aggregates` from the JSON files beside "
              "this one.", ""]
@@ -366,7 +355,7 @@ def build(results: Path, reps: int = REPS) -> dict[str, Any]:
     from importlib.metadata import version
 
     experiments, skipped = {}, {}
-    for experiment, group in score_matrices(read_blocks(results), reps).items():
+    for experiment, group in score_matrices(read_blocks(results)).items():
         if "missing_scores" in group:
             skipped[experiment] = NO_EPISODES.format(files=", ".join(group["missing_scores"]))
             continue

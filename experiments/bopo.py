@@ -399,7 +399,7 @@ def summarise(results: Results, sc: BopoScale, seed: int = 0) -> dict[str, Any]:
         out["lambda_scan"] = scan_block(profile, scan_runs, seeds[:sc.scan_seeds],
                                         {k: results.runs(profile, k)[0]
                                          for k in TRAINED_RULES}, sc.resamples, seed)
-    out["gap_closed"] = gap_block(returns, sc.resamples, seed)
+    out["gap_closed"] = gap_block(returns)
     return out
 
 

@@ -54,8 +54,7 @@ def best_rule(returns: Mapping[str, Sequence[Sequence[float]]]) -> str:
     return max(present, key=lambda key: (float(np.mean(returns[key])), -present.index(key)))
 
 
-def profile_entry(returns: Mapping[str, Sequence[Sequence[float]]], resamples: int = 1000,
-                  seed: int = 0) -> dict[str, Any]:
+def profile_entry(returns: Mapping[str, Sequence[Sequence[float]]]) -> dict[str, Any]:
     """One profile's task entry: ``returns[key][s][j]``, run ``s`` of ``key`` on episode ``j``.
 
     A fixed row has one run; a learned row one per training seed; every run is on the
@@ -66,8 +65,7 @@ def profile_entry(returns: Mapping[str, Sequence[Sequence[float]]], resamples: i
                          f"got {sorted(returns)}")
     rule = best_rule(returns)
     learned = {key: (label(key), returns[key]) for key in returns if is_learned(key)}
-    entry = gaps.task_entry(_single(returns, rule), _single(returns, REFERENCE), learned,
-                            resamples, seed)
+    entry = gaps.task_entry(_single(returns, rule), _single(returns, REFERENCE), learned)
     return {"rule_method": rule, "rule_label": label(rule), **entry}
 
 
@@ -79,8 +77,8 @@ def _single(returns: Mapping[str, Sequence[Sequence[float]]], key: str) -> Seque
     return returns[key][0]
 
 
-def gap_block(returns: Mapping[str, Mapping[str, Sequence[Sequence[float]]]],
-              resamples: int = 1000, seed: int = 0) -> dict[str, Any]:
+def gap_block(returns: Mapping[str, Mapping[str, Sequence[Sequence[float]]]]
+              ) -> dict[str, Any]:
     """The block of ``bopo.json``: ``returns[profile][method]`` are its runs' returns."""
     return gaps.block(
         EXPERIMENT,
@@ -88,6 +86,6 @@ def gap_block(returns: Mapping[str, Mapping[str, Sequence[Sequence[float]]]],
         rule="the best fixed rule of the profile (fitted difficulty threshold or searched "
              "rule, the higher mean return; see rule_method)",
         reference="Planner (knows the task, not the luck)",
-        tasks={profile: profile_entry(by_method, resamples, seed)
+        tasks={profile: profile_entry(by_method)
                for profile, by_method in returns.items()})
 

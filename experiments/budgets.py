@@ -184,7 +184,7 @@ def curve_section(heading: str, done: Sequence[Mapping[str, Any]], rule: Sequenc
              "| ---: | ---: | --- | --- |"]
     for index, (step, update) in enumerate(zip(steps, updates, strict=True)):
         mean, low, high = bootstrap_mean_ci(curve[:, index], n_resamples=resamples)
-        share = bootstrap_gap_closed(curve[:, index], rule, planner, n_resamples=resamples)
+        share = bootstrap_gap_closed(curve[:, index], rule, planner)
         mark = " **stops**" if index == stop else ""
         lines.append(f"| {step:,}{mark} | {update:,} | {mean:.3f} [{low:.3f}, {high:.3f}] "
                      f"| {share_text(share)} |")

@@ -124,9 +124,9 @@ def interval(values: np.ndarray | Sequence[float], resamples: int) -> str:
 
 
 def share(values: np.ndarray | Sequence[float], rule: Sequence[float],
-          planner: Sequence[float], resamples: int) -> str:
+          planner: Sequence[float]) -> str:
     """The share of the rule-to-planner gap closed, paired over tasks, with its interval."""
-    point, low, high = bootstrap_gap_closed(values, rule, planner, n_resamples=resamples)
+    point, low, high = bootstrap_gap_closed(values, rule, planner)
     return f"{point:.2f} [{low:.2f}, {high:.2f}]"
 
 
@@ -155,10 +155,10 @@ def render(learned: dict[str, np.ndarray], fixed: Fixed, scale: Scale,
              "| row | return | share of the gap |", "| --- | --- | --- |"]
     for key, label in fixed.labels.items():
         lines.append(f"| {label} | {interval(returns[key], r)} | "
-                     f"{share(returns[key], rule, planner, r)} |")
+                     f"{share(returns[key], rule, planner)} |")
     for key, values in learned.items():
         lines.append(f"| **{budgets.BUDGET_ROWS[key].label}** ({len(values)} seeds) | "
-                     f"{interval(values, r)} | {share(values, rule, planner, r)} |")
+                     f"{interval(values, r)} | {share(values, rule, planner)} |")
     lines += ["", "Paired differences of mean return [95% interval]:", ""]
     for key, values in learned.items():
         label = budgets.BUDGET_ROWS[key].label

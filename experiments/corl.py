@@ -239,8 +239,7 @@ def assemble(env_id: str, scale: str, fixed: Mapping[str, Any],
                 per_seed[LEARNED_KEYS[method]] = (
                     method, [within_budget(run, budgets[tier]) for run in runs])
             gap = fixed["gap"][profile][tier]
-            entry = gaps.task_entry(gap["rule_scores"], gap["reference_scores"], per_seed,
-                                    settings.n_resamples, EVAL_SEED)
+            entry = gaps.task_entry(gap["rule_scores"], gap["reference_scores"], per_seed)
             tasks[task_name(env_id, profile, tier)] = {**entry, "rule_label": gap["rule"]}
     settings_used = {k: v for k, v in settings.__dict__.items() if k != "jobs"}  # any jobs
     return {"env_id": env_id, "scale": scale, "seeds": [run["seed"] for run in learned],

@@ -90,12 +90,11 @@ def kept_scores(values: Sequence[float] | np.ndarray) -> np.ndarray:
 
 
 def method_share(label: str, per_seed_scores: Sequence[Sequence[float]],
-                 rule_scores: Sequence[float], reference_scores: Sequence[float],
-                 n_resamples: int = 1000, seed: int = 0) -> dict[str, Any]:
+                 rule_scores: Sequence[float], reference_scores: Sequence[float]
+                 ) -> dict[str, Any]:
     """One method's entry: ``per_seed_scores[s][j]`` is seed ``s``'s score on episode ``j``."""
     runs = np.asarray(per_seed_scores, dtype=np.float64)
-    share = bootstrap_gap_closed(runs, rule_scores, reference_scores,
-                                 n_resamples=n_resamples, seed=seed)
+    share = bootstrap_gap_closed(runs, rule_scores, reference_scores)
     rule_mean, reference_mean = float(np.mean(rule_scores)), float(np.mean(reference_scores))
     return {"label": label, "share": [_plain(v) for v in share],
             "per_seed": [_plain(gap_closed(float(run.mean()), rule_mean, reference_mean))
@@ -104,14 +103,13 @@ def method_share(label: str, per_seed_scores: Sequence[Sequence[float]],
 
 
 def task_entry(rule_scores: Sequence[float], reference_scores: Sequence[float],
-               methods: Mapping[str, tuple[str, Sequence[Sequence[float]]]],
-               n_resamples: int = 1000, seed: int = 0) -> dict[str, Any]:
+               methods: Mapping[str, tuple[str, Sequence[Sequence[float]]]]
+               ) -> dict[str, Any]:
     """One task's entry: ``methods`` maps key -> (label, per-seed per-episode scores)."""
     return {"rule": float(np.mean(rule_scores)), "reference": float(np.mean(reference_scores)),
             "rule_scores": encode_scores(rule_scores),
             "reference_scores": encode_scores(reference_scores),
-            "methods": {key: method_share(label, runs, rule_scores, reference_scores,
-                                          n_resamples, seed)
+            "methods": {key: method_share(label, runs, rule_scores, reference_scores)
                         for key, (label, runs) in methods.items()}}
 
 

@@ -360,8 +360,8 @@ def score_baselines(env_id: str, scale: Scale, eval_seed: int) -> FixedRows:
     return FixedRows(entries, {key: result.returns for key, result in results.items()})
 
 
-def gap_block(env_id: str, fixed: FixedRows, learned: Mapping[str, Sequence[JobResult]],
-              resamples: int, seed: int) -> dict[str, Any] | None:
+def gap_block(env_id: str, fixed: FixedRows, learned: Mapping[str, Sequence[JobResult]]
+              ) -> dict[str, Any] | None:
     """The ``gap_closed`` block of ``env_id``'s report (:mod:`experiments.gaps`).
 
     The score is each episode's Eq. 1 return, what every learned row maximises. The rule
@@ -376,8 +376,7 @@ def gap_block(env_id: str, fixed: FixedRows, learned: Mapping[str, Sequence[JobR
     rule, planner = gap_ends(fixed)
     methods = {key: (LEARNED_ROWS[key].label, [result.returns for result in runs])
                for key, runs in learned.items()}
-    entry = gaps.task_entry(fixed.returns[rule], fixed.returns[planner], methods,
-                            n_resamples=resamples, seed=seed)
+    entry = gaps.task_entry(fixed.returns[rule], fixed.returns[planner], methods)
     entry["rule_row"] = fixed.entries[rule]["label"]
     return gaps.block("lora_ppo", "mean Eq. 1 episode return",
                       "the best fixed row of each table (rule_row)",
@@ -487,7 +486,7 @@ def reproduce(
         reports[env_id] = {"env_id": env_id, "scale": asdict(scale), "eval_seed": eval_seed,
                            "timesteps": scale.steps_on(env_id),
                            "methods": methods, "learning_curves": curves}
-        block = gap_block(env_id, fixed[env_id], learned, scale.resamples, eval_seed)
+        block = gap_block(env_id, fixed[env_id], learned)
         if block is not None:
             reports[env_id]["gap_closed"] = block
     return reports

@@ -41,7 +41,7 @@ def _read(markdown: str, columns: str, resamples: int) -> dict[str, np.ndarray]:
         assert marks == ([] if stop is None else [f"{steps[stop]:,}"])
         for index, step in enumerate(steps):
             mean, low, high = bootstrap_mean_ci(curve[:, index], n_resamples=resamples)
-            share = bootstrap_gap_closed(curve[:, index], rule, planner, n_resamples=resamples)
+            share = bootstrap_gap_closed(curve[:, index], rule, planner)
             gradient = next(int(row["gradient_steps"]) for row in mine
                             if int(row["timesteps"]) == step)
             mark = " **stops**" if index == stop else ""

@@ -214,11 +214,11 @@ def test_gap_closed_interval_keeps_the_pairing_of_the_shared_tasks():
     rule = rng.normal(0.5, 1.0, 300)  # tasks differ a lot ...
     reference = rule + 0.4
     method = rule + 0.1  # ... but the method sits a quarter of the way up on every one
-    share, low, high = bootstrap_gap_closed(method, rule, reference, n_resamples=500)
+    share, low, high = bootstrap_gap_closed(method, rule, reference)
     assert share == pytest.approx(0.25) and high - low < 1e-9
     # Unpaired draws would see the task spread (sd 1.0 / sqrt(300) against a gap of 0.4).
     noisy = rule + 0.1 + rng.normal(0.0, 0.2, 300)
-    _, low, high = bootstrap_gap_closed(noisy, rule, reference, n_resamples=500)
+    _, low, high = bootstrap_gap_closed(noisy, rule, reference)
     assert 0.0 < high - low < 0.2
 
 
@@ -230,10 +230,67 @@ def test_gap_closed_interval_covers_the_spread_between_seeds():
     reference = rule + 0.5
     same = np.stack([rule + 0.25] * 5)
     spread = rule[None, :] + np.array([0.05, 0.15, 0.25, 0.35, 0.45])[:, None]
-    narrow = bootstrap_gap_closed(same, rule, reference, n_resamples=500)
-    wide = bootstrap_gap_closed(spread, rule, reference, n_resamples=500)
+    narrow = bootstrap_gap_closed(same, rule, reference)
+    wide = bootstrap_gap_closed(spread, rule, reference)
     assert narrow[0] == pytest.approx(0.5) == wide[0]
     assert wide[2] - wide[1] > 0.2 > narrow[2] - narrow[1]
     assert all(math.isnan(v) for v in bootstrap_gap_closed(same, rule, rule)[1:])
     with pytest.raises(ValueError, match="reference must be finite per-task values"):
         bootstrap_gap_closed(same, rule, reference[:-1])
+
+
+def _two_level_draws(runs, rule, reference, reps, seed=0):
+    """The share's numerator and denominator on draws of seeds and tasks, by brute force."""
+    rng = np.random.default_rng(seed)
+    n_runs, n = runs.shape
+    tasks = rng.integers(0, n, (reps, n))
+    chosen = rng.integers(0, n_runs, (reps, n_runs))
+    value = np.mean([runs[chosen[:, k][:, None], tasks].mean(axis=1) for k in range(n_runs)],
+                    axis=0)
+    base = rule[tasks].mean(axis=1)
+    return value - base, reference[tasks].mean(axis=1) - base
+
+
+def test_gap_closed_moments_are_the_two_level_bootstraps_variances():
+    from cost_envs.metrics.bootstrap import gap_closed_moments
+
+    rng = np.random.default_rng(5)
+    rule = rng.normal(0.5, 0.3, 40)
+    reference = rule + 0.2 + rng.normal(0, 0.1, 40)
+    runs = rule[None] + rng.normal(0.1, 0.2, (5, 40)) + rng.normal(0, 0.05, (5, 1))
+    n, d, var_n, var_d, cov = gap_closed_moments(runs, rule, reference)
+    drawn_n, drawn_d = _two_level_draws(runs, rule, reference, 200_000)
+    assert (n, d) == pytest.approx((drawn_n.mean(), drawn_d.mean()), abs=2e-4)
+    assert var_n == pytest.approx(drawn_n.var(), rel=0.02)
+    assert var_d == pytest.approx(drawn_d.var(), rel=0.02)
+    assert abs(cov - np.cov(drawn_n, drawn_d)[0, 1]) < 0.02 * np.sqrt(var_n * var_d)
+
+
+def test_gap_closed_interval_is_fiellers_and_has_no_seed():
+    from cost_envs.metrics import bootstrap_gap_closed
+    from cost_envs.metrics.bootstrap import fieller_interval, gap_closed_moments
+
+    rng = np.random.default_rng(2)
+    rule = rng.normal(0.5, 0.3, 400)
+    runs = rule[None] + 0.3 + rng.normal(0, 0.3, (5, 400)) + rng.normal(0, 0.05, (5, 1))
+    well = rule + 0.6 + rng.normal(0, 0.3, 400)  # a gap of 40 standard errors
+    share, low, high = bootstrap_gap_closed(runs, rule, well)
+    assert low < share < high and (share, low, high) == bootstrap_gap_closed(runs, rule, well)
+    # where the gap is far from 0 the percentile bootstrap agrees with Fieller
+    drawn_n, drawn_d = _two_level_draws(runs, rule, well, 20_000)
+    assert [low, high] == pytest.approx(np.quantile(drawn_n / drawn_d, [0.025, 0.975]),
+                                        abs=0.01)
+    # a gap of 2 to 3 standard errors: bounded, wide, skewed, and no seed to move the ends
+    barely = rule + 0.03 + rng.normal(0, 0.25, 400)
+    _, gap, _, var_gap, _ = gap_closed_moments(rule, rule, barely)
+    assert 2 < gap / np.sqrt(var_gap) < 3
+    close = rule[None] + 0.02 + rng.normal(0, 0.1, (5, 400))
+    share, low, high = bootstrap_gap_closed(close, rule, barely)
+    assert np.isfinite([low, high]).all() and high - low > 1
+    assert high - share > 2 * (share - low)  # a small gap's draws stretch the top
+    # no gap at the level: unbounded, reported as nan (a percentile interval would
+    # pretend to an end)
+    assert np.isnan(fieller_interval(0.1, 0.1, 0.001, 0.01, 0.0)).all()
+    assert fieller_interval(0.5, 1.0, 0.0, 0.0, 0.0) == (0.5, 0.5)
+    assert fieller_interval(0.2, 1.0, 0.01, 0.0, 0.0) == pytest.approx(
+        (0.2 - 1.959964 * 0.1, 0.2 + 1.959964 * 0.1))
