@@ -293,8 +293,9 @@ def _report(args: argparse.Namespace, data: Any, router: Any, point: float,
     kw = {"split_by": args.split_by, "n_resamples": args.resamples, "seed": args.seed}
     try:
         if router.n_models == 2:
+            weak, strong = router.models
             return route_report(data, np.asarray(router.scores(data), dtype=np.float64),
-                                point, *router.models, costs, **kw)
+                                point, weak, strong, costs, **kw)
         return multi_report(data, router, point, costs, **kw)
     except ValueError as error:  # --split-by group on logs without groups, say
         fail(args, error)
@@ -315,7 +316,8 @@ def _emit(args: argparse.Namespace, out: dict[str, Any], heading: list[str],
     labels = None
     if report is not None and router.n_models == 2:
         share = report["rows"]["router"]["strong_share"]["value"]
-        labels = row_labels(*router.models, name, share)
+        weak, strong = router.models
+        labels = row_labels(weak, strong, name, share)
     if args.json:
         if labels is not None:
             for role, label in labels.items():

@@ -18,6 +18,7 @@ Two traps this module guards against:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from peft import LoraConfig, inject_adapter_in_model
@@ -70,7 +71,7 @@ def inject_lora(module: nn.Module, settings: LoraSettings) -> nn.Module:
         raise ValueError(f"{type(module).__name__} has no nn.Linear layer to adapt")
     config = LoraConfig(
         r=settings.rank,
-        lora_alpha=settings.alpha,
+        lora_alpha=settings.alpha,  # type: ignore[arg-type]  # peft says int; uses alpha / r
         lora_dropout=0.0,  # dropout would make rollout and update log-probs disagree
         bias="none",
         target_modules=targets,
@@ -89,11 +90,12 @@ def adapted_linear(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """
     if not isinstance(layer, LoraLayer) or layer.merged or layer.disable_adapters:
         return plain_linear(layer, x)
-    base = layer.get_base_layer()
+    # lora.Linear: its base layer, lora_A and lora_B are nn.Linear (inject_lora's targets).
+    base = cast(nn.Linear, layer.get_base_layer())
     out = F.linear(x, base.weight, base.bias)
     for name in layer.active_adapters:
-        down = layer.lora_A[name].weight
-        up = layer.lora_B[name].weight
+        down = cast(nn.Linear, layer.lora_A[name]).weight
+        up = cast(nn.Linear, layer.lora_B[name]).weight
         out = out + F.linear(F.linear(x, down), up) * layer.scaling[name]
     return out
 

@@ -40,6 +40,8 @@ class AutoregressiveHead(nn.Module):
     earlier agents' bits.
     """
 
+    mask: torch.Tensor  # the strictly lower-triangular 0/1 buffer registered in __init__
+
     def __init__(self, latent_dim: int, n_agents: int) -> None:
         super().__init__()
         self.linear = nn.Linear(latent_dim, n_agents)
@@ -68,8 +70,7 @@ class AutoregressiveHead(nn.Module):
             logits.append(logit)
             bits.append((logit > 0).to(logit.dtype) if deterministic
                         else torch.bernoulli(torch.sigmoid(logit.detach())))
-        actions, logits = torch.stack(bits, dim=1), torch.stack(logits, dim=1)
-        return actions, logits
+        return torch.stack(bits, dim=1), torch.stack(logits, dim=1)
 
 
 class AutoregressiveBernoulliDistribution(BernoulliDistribution):
@@ -85,11 +86,11 @@ class AutoregressiveBernoulliDistribution(BernoulliDistribution):
         self.head: AutoregressiveHead | None = None
         self._scored: torch.Tensor | None = None  # conditional logits of the last actions
 
-    def proba_distribution_net(self, latent_dim: int) -> AutoregressiveHead:  # type: ignore[override]
+    def proba_distribution_net(self, latent_dim: int) -> AutoregressiveHead:
         """The head: a ``Linear`` per agent and the coupling."""
         return AutoregressiveHead(latent_dim, self.action_dims)
 
-    def proba_distribution(  # type: ignore[override]
+    def proba_distribution(
         self, action_logits: torch.Tensor, head: AutoregressiveHead | None = None
     ) -> AutoregressiveBernoulliDistribution:
         """Set the state's logits and the head whose coupling conditions them."""
@@ -97,7 +98,7 @@ class AutoregressiveBernoulliDistribution(BernoulliDistribution):
             raise ValueError("AutoregressiveBernoulliDistribution needs the head that owns "
                              "the coupling: proba_distribution(action_logits, head)")
         self.state_logits, self.head, self._scored = action_logits, head, None
-        self.distribution = None  # type: ignore[assignment]
+        self.distribution = None  # type: ignore[assignment]  # SB3 types it Bernoulli; unused here
         return self
 
     def _logits_at(self, actions: torch.Tensor) -> torch.Tensor:
@@ -106,14 +107,16 @@ class AutoregressiveBernoulliDistribution(BernoulliDistribution):
 
     def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
         """Exact ``log pi(a)``: the sum of each bit's conditional log-probability."""
-        actions = actions.to(self.state_logits.dtype)  # type: ignore[union-attr]
+        assert self.state_logits is not None
+        actions = actions.to(self.state_logits.dtype)
         logits = self._logits_at(actions)
         self._scored = logits
         return -F.binary_cross_entropy_with_logits(logits, actions, reduction="none").sum(dim=1)
 
     def conditional_probabilities(self, actions: torch.Tensor) -> torch.Tensor:
         """``P(a_i = 1 | a_<i)`` at the given actions' earlier bits, shape ``(batch, m)``."""
-        return torch.sigmoid(self._logits_at(actions.to(self.state_logits.dtype)))  # type: ignore[union-attr]
+        assert self.state_logits is not None
+        return torch.sigmoid(self._logits_at(actions.to(self.state_logits.dtype)))
 
     def entropy(self) -> torch.Tensor:
         """``sum_i H(a_i | a_<i)`` at the last scored actions (or at a fresh sample)."""
@@ -135,14 +138,15 @@ class AutoregressiveBernoulliDistribution(BernoulliDistribution):
         actions, self._scored = self.head.chain(self.state_logits, deterministic=True)
         return actions
 
-    def actions_from_params(self, action_logits: torch.Tensor,  # type: ignore[override]
-                            head: AutoregressiveHead | None = None,
-                            deterministic: bool = False) -> torch.Tensor:
+    def actions_from_params(  # type: ignore[override]  # SB3's 2nd parameter is deterministic
+        self, action_logits: torch.Tensor, head: AutoregressiveHead | None = None,
+        deterministic: bool = False,
+    ) -> torch.Tensor:
         """Actions straight from the state's logits and the head."""
         self.proba_distribution(action_logits, head)
         return self.get_actions(deterministic=deterministic)
 
-    def log_prob_from_params(self, action_logits: torch.Tensor,  # type: ignore[override]
+    def log_prob_from_params(self, action_logits: torch.Tensor,
                              head: AutoregressiveHead | None = None
                              ) -> tuple[torch.Tensor, torch.Tensor]:
         """A sample and its log-probability."""

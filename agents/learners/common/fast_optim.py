@@ -79,7 +79,7 @@ def optimizer_step(optimizer: torch.optim.Optimizer) -> None:
         params = [p for p in group["params"] if p.grad is not None]
         if not params:
             continue
-        states = [optimizer.state.get(p) for p in params]
+        states = [optimizer.state.get(p, {}) for p in params]  # {} (no state yet) is falsy too
         if any(not state or p.device.type != "cpu" or p.is_complex() or p.grad.is_sparse
                for p, state in zip(params, states, strict=True)):
             optimizer.step()  # first step (state to create) or a case torch handles itself

@@ -21,7 +21,7 @@ any other architecture keep autograd.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -72,7 +72,8 @@ class TanhNetwork:
             return None
         if sum(1 for _ in policy.parameters()) != 2 * len(modules):
             return None  # parameters outside these layers (log_std, ...): not this network
-        return cls(linears, policy.action_net, policy.value_net)
+        # each of linears is an nn.Linear (checked above)
+        return cls(cast(tuple[nn.Linear, ...], linears), policy.action_net, policy.value_net)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
         """``(logits, values, activations)``: the activations are the input, then each ``h``."""

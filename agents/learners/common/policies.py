@@ -33,7 +33,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import torch
@@ -52,7 +52,10 @@ from agents.learners.common.adapters import (
     inject_lora,
     verify_optimizer,
 )
-from agents.learners.common.distributions import AutoregressiveBernoulliDistribution
+from agents.learners.common.distributions import (
+    AutoregressiveBernoulliDistribution,
+    AutoregressiveHead,
+)
 from agents.weight_files import ALLOCATOR_DTYPES, check_weights, read_weights
 from cost_envs.config import integer, number
 from cost_envs.config_files import read_config_file
@@ -156,7 +159,7 @@ def check_base(state: Any, config: Any, source: str) -> tuple[int, list[int]]:
     if not isinstance(state, Mapping):
         raise ValueError(f"{source}: expected a state dict, got {type(state).__name__}")
     widths = [obs_dim, *sizes]
-    expected = {}
+    expected: dict[str, tuple[int, ...]] = {}
     for index, (n_in, n_out) in enumerate(itertools.pairwise(widths)):
         expected[f"{2 * index}.weight"] = (n_out, n_in)
         expected[f"{2 * index}.bias"] = (n_out,)
@@ -198,8 +201,7 @@ def load_base(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]
 def _resolve_base(base: BaseSource) -> tuple[Mapping[str, torch.Tensor], Mapping[str, Any], str]:
     """The state, config and name in errors of a base given as a path or as tensors."""
     if isinstance(base, (str, Path)):
-        state, config = load_base(base)
-        return state, config, f"base encoder {base}"
+        return (*load_base(base), f"base encoder {base}")
     if isinstance(base, tuple) and len(base) == 2:
         state, config = base
         check_base(state, config, "base encoder (in memory)")
@@ -353,7 +355,9 @@ class AllocatorPolicy(ActorCriticPolicy):
     def _build(self, lr_schedule: Any) -> None:
         # SB3 made a Bernoulli distribution from the space; the autoregressive one is ours.
         if self.action_distribution == "autoregressive":
-            self.action_dist = AutoregressiveBernoulliDistribution(int(self.action_space.n))
+            space = self.action_space  # a flat MultiBinary: __init__ and SB3's checks before _build
+            assert isinstance(space, spaces.MultiBinary) and isinstance(space.n, int)
+            self.action_dist = AutoregressiveBernoulliDistribution(space.n)
         super()._build(lr_schedule)
         self.learning_rate = float(lr_schedule(1))
         # SB3 just built an optimizer over every parameter; keep only the trainable groups.
@@ -402,8 +406,10 @@ class AllocatorPolicy(ActorCriticPolicy):
                                      "lr": self.learning_rate * scale, "lr_scale": scale})
         if not param_groups:
             raise ValueError(f"nothing to train: groups {sorted(self.trainable)} are empty")
-        self.optimizer = self.optimizer_class(param_groups, lr=self.learning_rate,
-                                              **self.optimizer_kwargs)
+        # SB3 types optimizer_class as the Optimizer base, whose __init__ has no lr; SB3's
+        # own _build makes the same call.
+        self.optimizer = self.optimizer_class(  # type: ignore[call-arg]  # see the comment above
+            param_groups, lr=self.learning_rate, **self.optimizer_kwargs)
         verify_optimizer(self, self.optimizer)
 
     def set_learning_rate(self, learning_rate: float) -> None:
@@ -413,10 +419,27 @@ class AllocatorPolicy(ActorCriticPolicy):
             group["lr"] = self.learning_rate * group.get("lr_scale", 1.0)
 
     # ------------------------------------------------------------------ outputs
+    def shared_features(self, obs: torch.Tensor) -> torch.Tensor:
+        """``extract_features(obs)``: one tensor, the extractor being shared.
+
+        Not an override of ``extract_features``: :func:`agents.learners.ppo.fast_bernoulli`
+        takes SB3's own as the sign of a policy it may compute by hand.
+        """
+        # SB3 returns a (pi, vf) pair only when share_features_extractor is False.
+        return cast(torch.Tensor, self.extract_features(obs))
+
+    def _head(self) -> AutoregressiveHead:
+        """``action_net`` of the autoregressive distribution (its proba_distribution_net)."""
+        return cast(AutoregressiveHead, self.action_net)
+
+    def _action_dims(self) -> int:
+        """The number of agents: ``action_dims`` of the Bernoulli ``action_dist`` SB3 built."""
+        return cast(BernoulliDistribution, self.action_dist).action_dims
+
     def _get_action_dist_from_latent(self, latent_pi: torch.Tensor) -> Any:
         if self.action_distribution == "autoregressive":
             return self.action_dist.proba_distribution(self.action_net(latent_pi),
-                                                       head=self.action_net)
+                                                       head=self._head())
         return super()._get_action_dist_from_latent(latent_pi)
 
     def _distribution(self, features: torch.Tensor) -> Any:
@@ -427,9 +450,9 @@ class AllocatorPolicy(ActorCriticPolicy):
         """
         logits = self.action_net(features)
         if self.action_distribution == "autoregressive":
-            return AutoregressiveBernoulliDistribution(self.action_dist.action_dims
-                                                       ).proba_distribution(logits, self.action_net)
-        return BernoulliDistribution(self.action_dist.action_dims).proba_distribution(
+            return AutoregressiveBernoulliDistribution(self._action_dims()
+                                                       ).proba_distribution(logits, self._head())
+        return BernoulliDistribution(self._action_dims()).proba_distribution(
             action_logits=logits)
 
     def call_probabilities(self, features: torch.Tensor,
@@ -456,13 +479,13 @@ class AllocatorPolicy(ActorCriticPolicy):
 
         With the autoregressive head: along the greedy chain (:meth:`call_probabilities`).
         """
-        return self.call_probabilities(self.extract_features(obs))
+        return self.call_probabilities(self.shared_features(obs))
 
     def evaluate_actions_and_probabilities(
         self, obs: torch.Tensor, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """``evaluate_actions`` and ``p_t`` at ``actions``, one forward pass (LoRA-guided PPO)."""
-        features = self.extract_features(obs)
+        features = self.shared_features(obs)
         distribution = self._distribution(features)
         log_prob = distribution.log_prob(actions)
         return (self.value_net(features), log_prob, distribution.entropy(),
@@ -470,8 +493,9 @@ class AllocatorPolicy(ActorCriticPolicy):
 
     def architecture(self) -> dict[str, Any]:
         """The constructor arguments that rebuild this network (JSON-ready)."""
-        architecture = {"hidden_sizes": list(self.hidden_sizes), "lora_rank": self.lora_rank,
-                        "lora_alpha": self.lora_alpha}
+        architecture: dict[str, Any] = {
+            "hidden_sizes": list(self.hidden_sizes), "lora_rank": self.lora_rank,
+            "lora_alpha": self.lora_alpha}
         if self.action_distribution != "independent":  # absent: the independent head (older files)
             architecture["action_distribution"] = self.action_distribution
         return architecture

@@ -31,7 +31,7 @@ RESERVED = frozenset({"self", "policy", "env", "device", "verbose", "tensorboard
 _MINUS_ONE = frozenset({"sde_sample_freq"})
 
 
-def _arguments(cls: type) -> dict[str, Any]:
+def _arguments(cls: type[Any]) -> dict[str, Any]:
     """``cls.__init__``'s arguments that are hyperparameters, with their defaults."""
     params = inspect.signature(cls.__init__).parameters.values()
     return {param.name: param.default for param in params

@@ -48,7 +48,9 @@ def use_float_actions(model: ContribRecurrentPPO) -> ContribRecurrentPPO:
         ValueError: If ``model``'s buffer is not a plain ``RecurrentRolloutBuffer``.
     """
     buffer = model.rollout_buffer
-    if type(buffer) not in (RecurrentRolloutBuffer, FloatActionBuffer):
+    # isinstance first for the type checker: type() below is the check that matters
+    if not isinstance(buffer, RecurrentRolloutBuffer) or type(buffer) not in (
+            RecurrentRolloutBuffer, FloatActionBuffer):
         raise ValueError(f"use_float_actions: expected a RecurrentRolloutBuffer, got "
                          f"{type(buffer).__name__} (dict observations are not supported)")
     model.rollout_buffer = FloatActionBuffer(
