@@ -9,7 +9,9 @@
 * :func:`overlap_groups`, :func:`spread` and :func:`group_note`: methods whose markers
   would sit on one another are found, drawn side by side and listed in one label;
 * :func:`seed_label` and :func:`reference_lines`: seed counts in learned rows' labels,
-  and the rule / planner / oracle as labelled horizontal lines.
+  and the rule / planner / oracle as labelled horizontal lines;
+* :func:`movable` and :func:`place_labels`: the groups' tags and the references' names
+  are put where they cover no marker, error bar or other label (at :func:`render`).
 
 The figures are pure functions of a report's JSON-ready numbers, so a committed
 ``benchmarks/results/*.json`` file redraws its figure without rerunning anything.
@@ -61,6 +63,9 @@ def pyplot() -> Any:
 def render(figure: Any, dpi: int = 120) -> Rendered:
     """``figure`` as PNG and SVG bytes, then closed; a rerun writes the same bytes.
 
+    Labels drawn by :func:`tag_points` and :func:`reference_lines` are first moved off the
+    markers and error bars (:func:`place_labels`).
+
     SVG output carries a date and random ids unless told otherwise: the date is dropped
     (``metadata={"Date": None}``) and the ids hashed with a fixed salt (``svg.hashsalt``),
     so committed figures change only when their numbers do.
@@ -68,6 +73,7 @@ def render(figure: Any, dpi: int = 120) -> Rendered:
     import matplotlib
 
     plt = pyplot()
+    place_labels(figure)
     png, svg = io.BytesIO(), io.BytesIO()
     with matplotlib.rc_context({"svg.hashsalt": SVG_SALT, "svg.fonttype": "path"}):
         figure.savefig(png, dpi=dpi, format="png")
@@ -221,8 +227,10 @@ def tag_points(axis: Any, groups: Sequence[Sequence[str]],
     for members in groups:
         x = sorted(drawn[k][0] for k in members)[len(members) // 2]
         y = max(drawn[k][1] for k in members)
-        axis.annotate(f"[{tags[members[0]]}]", (x, y), xytext=(0, 9),
-                      textcoords="offset points", ha="center", fontsize=8, weight="bold")
+        label = axis.annotate(f"[{tags[members[0]]}]", (x, y), xytext=(0, 9),
+                              textcoords="offset points", ha="center", va="bottom",
+                              fontsize=8, weight="bold")
+        movable(label, [((x, y), offset, ha, va) for offset, ha, va in _ring()])
 
 
 def reference_lines(axis: Any, references: Sequence[tuple[str, float]],
@@ -247,10 +255,18 @@ def reference_lines(axis: Any, references: Sequence[tuple[str, float]],
         else:
             clusters.append([(name, y)])
     for cluster in clusters:
-        axis.annotate(" / ".join(name for name, _ in cluster), (0.0, cluster[-1][1]),
-                      xycoords=("axes fraction", "data"), xytext=(3, 2),
-                      textcoords="offset points", ha="left", va="bottom", fontsize=7,
-                      color="0.3")
+        y = cluster[-1][1]
+        label = axis.annotate(" / ".join(name for name, _ in cluster), (0.0, y),
+                              xycoords=("axes fraction", "data"), xytext=(3, 2),
+                              textcoords="offset points", ha="left", va="bottom",
+                              fontsize=7, color="0.3")
+        # at the left edge, else the right edge, else along the line: above it, then below
+        places = [((0.0, y), (3, dy), "left", va) for dy, va in ((2, "bottom"), (-2, "top"))]
+        places += [((1.0, y), (-3, dy), "right", va) for dy, va in ((2, "bottom"),
+                                                                     (-2, "top"))]
+        places += [((x / 10, y), (0, dy), "center", va) for x in range(1, 10)
+                   for dy, va in ((2, "bottom"), (-2, "top"))]
+        movable(label, places)
 
 
 def log_ticks(axis: Any) -> None:
@@ -264,3 +280,108 @@ def log_ticks(axis: Any) -> None:
     axis.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
     axis.xaxis.set_major_formatter(StrMethodFormatter("{x:g}"))
     axis.xaxis.set_minor_formatter(NullFormatter())
+
+
+# ------------------------------------------------------------------ label placement
+#: Attribute of an annotation holding the places :func:`place_labels` may put it.
+_PLACES = "_cost_envs_places"
+#: Points between a label and what it must not cover.
+_PAD = 1.5
+
+
+def _ring() -> list[tuple[tuple[float, float], str, str]]:
+    """Offsets (points) around a group's top marker, nearest first: above, beside, below."""
+    places: list[tuple[tuple[float, float], str, str]] = []
+    for r in (9, 15, 21, 28, 36, 45):
+        places += [((0, r), "center", "bottom"), ((r, 0), "left", "center"),
+                   ((-r, 0), "right", "center"), ((r, r), "left", "bottom"),
+                   ((-r, r), "right", "bottom"), ((0, -r), "center", "top"),
+                   ((r, -r), "left", "top"), ((-r, -r), "right", "top")]
+    return places
+
+
+def movable(label: Any, places: Sequence[tuple[tuple[float, float], tuple[float, float],
+                                              str, str]]) -> None:
+    """Let :func:`place_labels` put ``label`` at the first of ``places`` that covers nothing.
+
+    Each place is ``(xy, offset in points, ha, va)``, ``xy`` in the label's own
+    coordinates; the label is drawn at the first place until then.
+    """
+    setattr(label, _PLACES, list(places))
+
+
+def place_labels(figure: Any) -> None:
+    """Move every :func:`movable` label to its first place that covers no marker and no label.
+
+    Markers, error bars and caps, and the other texts of the axes (labels already placed
+    included) are obstacles, measured on the drawn figure; a place must also lie inside
+    the axes. When none is free the label takes the place that covers the least. Lines
+    (the references, a front) may run under a label. Deterministic: a rerun draws the
+    same figure.
+    """
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()
+    for axis in figure.axes:
+        labels = [t for t in axis.texts if getattr(t, _PLACES, None)]
+        if not labels:
+            continue
+        obstacles = _marks(axis, figure.dpi)
+        obstacles += [t.get_window_extent(renderer) for t in axis.texts
+                      if t not in labels and t.get_visible() and t.get_text()]
+        inside = axis.get_window_extent(renderer)
+        for label in labels:
+            best, least = None, math.inf
+            for place in getattr(label, _PLACES):
+                _put(label, place)
+                box = label.get_window_extent(renderer)
+                covered = sum(_area(box, other) for other in obstacles)
+                if not (inside.x0 <= box.x0 and box.x1 <= inside.x1
+                        and inside.y0 <= box.y0 and box.y1 <= inside.y1):
+                    covered += box.width * box.height
+                if covered < least:
+                    best, least = place, covered
+                if covered == 0:
+                    break
+            _put(label, best)
+            obstacles.append(label.get_window_extent(renderer))
+
+
+def _put(label: Any, place: Any) -> None:
+    xy, offset, ha, va = place
+    label.xy = xy
+    label.xyann = offset
+    label.set_horizontalalignment(ha)
+    label.set_verticalalignment(va)
+
+
+def _area(a: Any, b: Any) -> float:
+    """The area two display boxes share (0 when apart)."""
+    width = min(a.x1, b.x1) - max(a.x0, b.x0)
+    height = min(a.y1, b.y1) - max(a.y0, b.y0)
+    return width * height if width > 0 and height > 0 else 0.0
+
+
+def _marks(axis: Any, dpi: float) -> list[Any]:
+    """Display boxes of the axes' markers and error-bar segments (padded)."""
+    from matplotlib.collections import LineCollection
+    from matplotlib.transforms import Bbox
+
+    pad = _PAD * dpi / 72
+    boxes = []
+    for line in axis.lines:
+        if line.get_marker() in (None, "None", "none", "", " ") or not line.get_visible():
+            continue
+        half = line.get_markersize() * dpi / 72 / 2 + pad
+        for x, y in line.get_transform().transform(line.get_xydata()):
+            if math.isfinite(x) and math.isfinite(y):
+                boxes.append(Bbox([[x - half, y - half], [x + half, y + half]]))
+    for collection in axis.collections:
+        if not isinstance(collection, LineCollection) or not collection.get_visible():
+            continue
+        transform = collection.get_transform()
+        for segment in collection.get_segments():
+            if len(segment):
+                points = transform.transform(segment)
+                low, high = points.min(axis=0), points.max(axis=0)
+                boxes.append(Bbox([low - pad, high + pad]))
+    return boxes

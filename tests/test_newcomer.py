@@ -275,3 +275,51 @@ def test_following_the_add_env_guide_passes_every_generated_test(tmp_path: Path)
                             "'cost_envs/CoinFlip-v0' in cost_envs.ENV_IDS)"], cwd=repo,
                            env=env, capture_output=True, text=True, check=True).stdout.split()
     assert where == [str(repo / "cost_envs/__init__.py"), "True"]  # the copy was tested
+
+
+# ------------------------------------------------------------------ figure labels
+def _covered(figure: Any) -> list[str]:
+    """The movable labels that cover a marker or an error bar after placement."""
+    from experiments import figures
+
+    figures.place_labels(figure)
+    renderer = figure.canvas.get_renderer()
+    found = []
+    for axis in figure.axes:
+        marks = figures._marks(axis, figure.dpi)
+        for text in axis.texts:
+            if getattr(text, figures._PLACES, None):
+                box = text.get_window_extent(renderer)
+                if any(figures._area(box, mark) > 0 for mark in marks):
+                    found.append(text.get_text())
+    return found
+
+
+def test_reference_and_group_labels_are_moved_off_markers() -> None:
+    from experiments.figures import pyplot, reference_lines, tag_points
+
+    plt = pyplot()
+    figure, axis = plt.subplots(figsize=(6, 4))
+    # a marker at the left edge on the oracle's line, where its name used to be written
+    axis.errorbar([0.07, 0.3, 0.31], [0.88, 0.5, 0.5], yerr=0.02, fmt="o", capsize=2)
+    axis.errorbar([0.305], [0.53], yerr=0.01, fmt="s")  # right above the group's tag
+    tag_points(axis, [["a", "b"]], {"a": (0.3, 0.5), "b": (0.31, 0.5)})
+    reference_lines(axis, [("oracle", 0.88)])
+    assert _covered(figure) == []
+    plt.close(figure)
+
+
+def test_the_reported_figures_labels_sit_on_no_marker() -> None:
+    import json
+
+    from experiments import bopo_report, lora_ppo_report
+
+    results = ROOT / "benchmarks" / "results"
+    bopo = json.loads((results / "bopo_long" / "bopo.json").read_text(encoding="utf-8"))
+    table = lora_ppo_report.read_report(results / "table_ToolBench-v0.json")
+    for figure in (bopo_report.draw_pareto("appworld", bopo["profiles"]["appworld"]),
+                   lora_ppo_report.draw_pareto(table)):
+        assert _covered(figure) == []
+        from experiments.figures import pyplot
+
+        pyplot().close(figure)
