@@ -25,6 +25,7 @@ import gymnasium as gym
 import numpy as np
 
 from cost_envs.config import integer
+from cost_envs.limits import check_memory, evaluation_bytes
 from cost_envs.metrics import (
     HEADLINE_METRICS,
     EpisodeRecord,
@@ -261,8 +262,16 @@ def run_episode(
     return rollout(allocator, env, seed=seed, deterministic=deterministic).record
 
 
-def _check_episodes(episodes: int) -> None:
+def _check_episodes(episodes: int, runs: int = 1) -> None:
+    """``episodes`` a count >= 1 whose ``runs`` methods' episodes fit in memory.
+
+    Every episode is kept until the result is summarised: a billion grew by 4 MB/s until
+    the machine ran out, so the estimate is checked before the first one.
+    """
     integer(episodes, "episodes", minimum=1)
+    check_memory(evaluation_bytes(episodes, runs),
+                 f"episodes={episodes}" + (f" for each of {runs} methods" if runs > 1 else ""),
+                 "lower episodes")
 
 
 def evaluate(
@@ -366,7 +375,7 @@ def evaluate_each(
     """
     if not methods:
         raise ValueError("compare: expected at least one method, got none")
-    _check_episodes(episodes)
+    _check_episodes(episodes, len(methods))
     results = {}
     for name, method in methods.items():
         env = gym.make(env_id, **dict(env_kwargs or {}))

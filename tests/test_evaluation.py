@@ -194,6 +194,21 @@ def test_evaluate_rejects_bad_episodes():
         evaluate(RuleBased(gym.make(FLIGHT)), FLIGHT, episodes=0)
 
 
+def test_episodes_that_cannot_fit_in_memory_are_refused_before_the_first(monkeypatch):
+    import time
+
+    from cost_envs import limits
+
+    monkeypatch.setattr(limits, "available_memory", lambda: 2**30)
+    start = time.process_time()
+    with pytest.raises(ValueError, match=r"^episodes=1000000000 needs about .* of memory, more "
+                                         r"than the 1\.0 GiB available; lower episodes$"):
+        evaluate(RuleBased(gym.make(FLIGHT)), FLIGHT, episodes=10**9)
+    with pytest.raises(ValueError, match=r"^episodes=1000000 for each of 2 methods needs"):
+        compare({"a": RuleBased, "b": RuleBased}, FLIGHT, episodes=10**6)
+    assert time.process_time() - start < 1.0  # refused before any episode ran
+
+
 def test_compare_accepts_classes_factories_and_instances():
     other = gym.make(FLIGHT)
     results = compare(
