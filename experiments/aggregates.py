@@ -56,7 +56,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.files import write_files_atomic
+from agents.files import reading_files, write_files_atomic
 from cost_envs.metrics.bootstrap import (
     gap_closed_moments,
     mid_quantile_interval,
@@ -88,11 +88,23 @@ NO_EPISODES = ("its gap_closed blocks have no per-episode scores (written before
 
 def read_blocks(results: Path) -> list[dict[str, Any]]:
     """The ``gap_closed`` blocks of the JSON files in ``results``, in file-name order."""
-    blocks = []
-    for path in sorted(results.glob("*.json")):
+    blocks: list[dict[str, Any]] = []
+    if not results.is_dir():
+        return blocks
+    # through the saves' reader: a report whose save was killed after its commit point is
+    # read as saved, never half old and half new (agents.files)
+    with reading_files(results, sorted(p.name for p in results.glob("*.json"))) as where:
+        texts = {}
+        for name, path in where.items():
+            try:
+                texts[name] = path.read_text()
+            except OSError as error:
+                raise ValueError(f"aggregates: cannot read {results / name}: {error}") from None
+    for name, text in texts.items():
+        path = results / name
         try:
-            data = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as error:
+            data = json.loads(text)
+        except json.JSONDecodeError as error:
             raise ValueError(f"aggregates: cannot read {path}: {error}") from None
         if isinstance(data, dict) and "gap_closed" in data:
             blocks.append({**data["gap_closed"], "file": path.name})
