@@ -61,6 +61,8 @@ class LoraGuidedPPO(FastPPO):
         **kwargs: Everything else of SB3's ``PPO``.
     """
 
+    policy: AllocatorPolicy  # _setup_model refuses any other
+
     def __init__(
         self,
         policy: type[AllocatorPolicy] | str,
@@ -97,7 +99,11 @@ class LoraGuidedPPO(FastPPO):
         if self.action_lr_scale is not None:
             groups["action"] = self.action_lr_scale
         self.policy.train_only(groups)
-        pool = self.get_env().get_attr("pool")[0]
+        env = self.get_env()
+        if env is None:
+            raise ValueError("LoraGuidedPPO needs an environment: its expected-cost term "
+                             "reads the agents' prices from the env's pool")
+        pool = env.get_attr("pool")[0]
         self._relative_costs = torch.as_tensor(relative_prices(pool.costs))
 
     @classmethod

@@ -42,7 +42,7 @@ cost a fraction of torch's on arrays this small. Float-close to SB3's, not bit-i
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -136,7 +136,14 @@ def rollout_step(policy: ActorCriticPolicy, obs: torch.Tensor,
     logits, values = bernoulli_heads(policy, obs)
     actions = torch.bernoulli(torch.sigmoid(logits))
     log_prob = bernoulli_log_prob(logits, actions)
-    return actions.reshape((-1, *policy.action_space.shape)), values, log_prob
+    shape = policy.action_space.shape
+    assert shape is not None  # a Bernoulli head's MultiBinary space has one
+    return actions.reshape((-1, *shape)), values, log_prob
+
+
+def _box_tensor(obs: Any, device: torch.device) -> torch.Tensor:
+    """SB3's ``obs_as_tensor`` of a ``Box`` env's observations: one array, so one tensor."""
+    return cast(torch.Tensor, obs_as_tensor(obs, device))
 
 
 class FastPPO(PPO):
@@ -179,9 +186,9 @@ class FastPPO(PPO):
         policy, device = self.policy, self.device
         while n_steps < n_rollout_steps:
             with torch.no_grad():
-                obs_tensor = obs_as_tensor(self._last_obs, device)  # type: ignore[arg-type]
-                actions, values, log_probs = rollout_step(policy, obs_tensor)
-            actions = actions.cpu().numpy()
+                obs_tensor = _box_tensor(self._last_obs, device)
+                sampled, values, log_probs = rollout_step(policy, obs_tensor)
+            actions = sampled.cpu().numpy()
             clipped_actions = actions  # SB3's name, in the callback's locals
             new_obs, rewards, dones, infos = env.step(actions)
             self.num_timesteps += env.num_envs
@@ -196,14 +203,18 @@ class FastPPO(PPO):
                         and infos[idx].get("TimeLimit.truncated", False)):
                     terminal_obs = policy.obs_to_tensor(infos[idx]["terminal_observation"])[0]
                     with torch.no_grad():
-                        terminal_value = policy.predict_values(terminal_obs)[0]  # type: ignore[arg-type]
+                        terminal_value = policy.predict_values(terminal_obs)[0]
                     rewards[idx] += self.gamma * terminal_value
-            rollout_buffer.add(self._last_obs, actions, rewards,  # type: ignore[arg-type]
-                               self._last_episode_starts, values, log_probs)  # type: ignore[arg-type]
-            self._last_obs = new_obs  # type: ignore[assignment]
+            # SB3's types: _last_obs may be a dict and, like _last_episode_starts, None
+            # (before _setup_learn); here both are arrays, the observations a Box env's.
+            rollout_buffer.add(self._last_obs,  # type: ignore[arg-type]  # see above
+                               actions, rewards,
+                               self._last_episode_starts,  # type: ignore[arg-type]  # see above
+                               values, log_probs)
+            self._last_obs = new_obs  # type: ignore[assignment]  # SB3's type lacks tuple obs
             self._last_episode_starts = dones
         with torch.no_grad():
-            values = policy.predict_values(obs_as_tensor(new_obs, device))  # type: ignore[arg-type]
+            values = policy.predict_values(_box_tensor(new_obs, device))
         rollout_buffer.compute_returns_and_advantage(last_values=values, dones=dones)
         callback.update_locals(locals())
         callback.on_rollout_end()
@@ -264,8 +275,13 @@ class FastPPO(PPO):
         return loss, policy_loss.detach(), value_loss.detach(), entropy_loss.detach(), ratio, \
             log_ratio.detach()
 
-    def _past_target_kl(self, approx_kl_div: float, epoch: int) -> bool:
-        """SB3's early stop: the minibatch's approximate KL is past ``1.5 target_kl``."""
+    def _past_target_kl(self, approx_kl_div: float | np.ndarray, epoch: int) -> bool:
+        """SB3's early stop: the minibatch's approximate KL is past ``1.5 target_kl``.
+
+        Called only with a ``target_kl``; ``approx_kl_div`` is a float or, as in SB3, a
+        0-d array.
+        """
+        assert self.target_kl is not None
         if approx_kl_div <= 1.5 * self.target_kl:
             return False
         if self.verbose >= 1:
@@ -276,13 +292,16 @@ class FastPPO(PPO):
         """SB3's ``PPO.train``: the same minibatches, losses, updates and logs (see the module)."""
         self.policy.set_training_mode(True)
         self._update_learning_rate(self.policy.optimizer)
-        clip_range = self.clip_range(self._current_progress_remaining)  # type: ignore[operator]
+        # SB3 types clip_range(_vf) float | Schedule; _setup_model made them Schedules.
+        clip_range = self.clip_range(  # type: ignore[operator]  # see above
+            self._current_progress_remaining)
         clip_range_vf = (None if self.clip_range_vf is None else
-                         self.clip_range_vf(self._current_progress_remaining))  # type: ignore[operator]
+                         self.clip_range_vf(  # type: ignore[operator]  # see above
+                             self._current_progress_remaining))
         self._fast_heads = fast_bernoulli(self.policy)
         costs = self._fused_costs()
         fused = self.fused_loss and self._fast_heads and costs is not False
-        fused_settings = {"clip_range": clip_range, "clip_range_vf": clip_range_vf,
+        fused_settings: dict[str, Any] = {"clip_range": clip_range, "clip_range_vf": clip_range_vf,
                           "ent_coef": self.ent_coef, "vf_coef": self.vf_coef,
                           "aux_coef": self.aux_coef, "out": [],
                           "costs": costs if isinstance(costs, torch.Tensor) else None}
@@ -315,8 +334,9 @@ class FastPPO(PPO):
                 kl_per_epoch.append(kl_epoch)
                 first_of_epoch = len(ratios)
                 for minibatch in rollout.epoch(self.batch_size, numpy=in_numpy):
-                    if in_numpy and stepper is None and flat is not None:
-                        stepper = NumpyFusedStep(network, flat, fused_settings,  # type: ignore[arg-type]
+                    # network is not None whenever in_numpy is (the type checker's check)
+                    if in_numpy and stepper is None and flat is not None and network is not None:
+                        stepper = NumpyFusedStep(network, flat, fused_settings,
                                                  self.normalize_advantage, self.max_grad_norm)
                     if stepper is not None:
                         (loss, policy_loss, value_loss, entropy_loss, aux_term, ratio,
@@ -345,8 +365,8 @@ class FastPPO(PPO):
                             advantages = ((advantages - advantages.mean())
                                           / (advantages.std() + 1e-8))
                         batch = (actions, old_values, old_log_prob, advantages, returns)
-                        by_hand = network is not None and flat is not None
-                        if by_hand:
+                        if network is not None and flat is not None:
+                            by_hand = True
                             loss = fused_step(network, obs, batch, fused_settings)
                         else:
                             logits, values = bernoulli_heads(self.policy, obs)

@@ -40,7 +40,7 @@ class BernoulliPPOLoss(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: Any, logits: torch.Tensor, values: torch.Tensor,  # type: ignore[override]
+    def forward(ctx: Any, logits: torch.Tensor, values: torch.Tensor,
                 batch: tuple[torch.Tensor, ...], settings: dict[str, Any]) -> torch.Tensor:
         """The loss (SB3's operations, without a graph); fills ``settings["out"]``."""
         actions, old_values, old_log_prob, advantages, returns = batch
@@ -76,7 +76,7 @@ class BernoulliPPOLoss(torch.autograd.Function):
         return loss
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor,  # type: ignore[override]
+    def backward(ctx: Any, grad: torch.Tensor,
                  ) -> tuple[torch.Tensor, torch.Tensor, None, None]:
         """The gradients with respect to the logits and the values (module docstring)."""
         (logits, actions, probs, advantages, ratio, surrogate, surrogate_clipped, returns,
