@@ -39,13 +39,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
 import torch
 from stable_baselines3.common.callbacks import BaseCallback
-from stable_baselines3.common.logger import HumanOutputFormat, Logger
+from stable_baselines3.common.logger import HumanOutputFormat, KVWriter, Logger
 from stable_baselines3.common.utils import set_random_seed
 
 import cost_envs
@@ -60,7 +60,7 @@ from agents.learners.pretrain import pretrained_base_path
 from agents.learners.supervised import SupervisedConfig, policy_for
 from agents.progress import learn_progress
 from agents.seeds import TRACE_TASK_SEED, train_task_seeds
-from agents.vec_env import make_batched_vec_env
+from agents.vec_env import BatchedVecEnv, make_batched_vec_env
 from cost_envs.config import integer
 from cost_envs.limits import check_training_memory
 
@@ -231,7 +231,7 @@ def train(
         # SB3's own bar (rich's, on stdout) would write frames into a redirected log
         bar = learn_progress(f"{method} RL", progress_bar)
         callbacks: list[BaseCallback] = [c for c in (callback, scorer, bar) if c is not None]
-        common = {"device": "cpu", "verbose": verbose, "tensorboard_log":
+        common: dict[str, Any] = {"device": "cpu", "verbose": verbose, "tensorboard_log":
                   None if tensorboard_log is None else str(tensorboard_log)}
         if method == "ppo":
             model = FastPPO(AllocatorPolicy, make_batched_vec_env(env_id, n_envs, **kwargs),
@@ -250,15 +250,20 @@ def train(
         if tensorboard_log is None:
             quiet_logger(model, verbose)
         seeds = train_task_seeds(seed, n_envs)
+        venv = model.get_env()
+        assert venv is not None  # the model was built with one above
         if n_envs == 1:  # SB3's own call, which any VecEnv takes
-            model.get_env().seed(seeds[0])
+            venv.seed(seeds[0])
         else:
-            model.get_env().unwrapped.seed_each(seeds)
+            batched = venv.unwrapped
+            assert isinstance(batched, BatchedVecEnv)  # make_batched_vec_env's, in a VecMonitor
+            batched.seed_each(seeds)
         model.learn(timesteps, callback=callbacks, tb_log_name=method)
         env.close()
-        model.get_env().close()
+        venv.close()
         # SB3 finishes the rollout it is in, so the steps taken can exceed ``timesteps``.
-        return TrainedAllocator(model.policy, env_id, kwargs, method, seed, model.num_timesteps,
+        policy = cast(AllocatorPolicy, model.policy)  # both models were built with one above
+        return TrainedAllocator(policy, env_id, kwargs, method, seed, model.num_timesteps,
                                 base if method != "ppo" else None, callback.history, n_envs,
                                 scorer.curve if scorer else [])
 
@@ -288,7 +293,7 @@ def quiet_logger(model: Any, verbose: int = 0) -> None:
     Without a logger of its own SB3 makes an empty /tmp/SB3-<time> directory on every
     ``learn()``.
     """
-    outputs = [HumanOutputFormat(sys.stdout)] if verbose else []
+    outputs: list[KVWriter] = [HumanOutputFormat(sys.stdout)] if verbose else []
     model.set_logger(Logger(folder=None, output_formats=outputs))
 
 
