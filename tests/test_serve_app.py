@@ -92,10 +92,13 @@ def served(tmp_path_factory: pytest.TempPathFactory):
     path = tmp / "serve.yaml"
     path.write_text(yaml.safe_dump(config))
     with launched(["-m", "agents.serve.standin", "--port", str(up_port), "--latency", "0.005"],
-                  f"{upstream}/v1/models"), \
-            launched(["-m", "agents.cli", "serve", "--config", str(path), "--port", str(port)],
-                     f"http://127.0.0.1:{port}/health", cwd=ROOT):
-        yield Served(f"http://127.0.0.1:{port}", upstream, tmp / "ledger.db", router)
+                  f"{upstream}/v1/models") as standin:
+        try:
+            with launched(["-m", "agents.cli", "serve", "--config", str(path), "--port",
+                           str(port)], f"http://127.0.0.1:{port}/health", cwd=ROOT):
+                yield Served(f"http://127.0.0.1:{port}", upstream, tmp / "ledger.db", router)
+        finally:  # killed: on SIGTERM it would wait 10 s for its 'timeout' fault's answer
+            standin.kill()
 
 
 def _cost(model: str, prompt_tokens: int, completion_tokens: int) -> int:

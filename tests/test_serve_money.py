@@ -126,10 +126,13 @@ def money(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Money]:
     listener.start()
     try:
         with launched(["-m", "agents.serve.standin", "--port", str(up_port)],
-                      f"{upstream}/v1/models"), \
-                launched(["-m", "agents.cli", "serve", "--config", str(path), "--port",
-                          str(port)], f"http://127.0.0.1:{port}/health", cwd=ROOT):
-            yield Money(f"http://127.0.0.1:{port}", upstream, tmp / "ledger.db", silent)
+                      f"{upstream}/v1/models") as standin:
+            try:
+                with launched(["-m", "agents.cli", "serve", "--config", str(path), "--port",
+                               str(port)], f"http://127.0.0.1:{port}/health", cwd=ROOT):
+                    yield Money(f"http://127.0.0.1:{port}", upstream, tmp / "ledger.db", silent)
+            finally:  # killed: on SIGTERM it would wait 10 s for its 'timeout' fault's answer
+                standin.kill()
     finally:
         stop.set()
         listener.join()

@@ -15,8 +15,9 @@ def standin():
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     with launched(["-m", "agents.serve.standin", "--port", str(port), "--models", "small,large",
-                   "--fault", "large=500"], f"{base}/v1/models"):
+                   "--fault", "large=500"], f"{base}/v1/models") as process:
         yield base
+        process.kill()  # on SIGTERM it would wait 10 s for its 'timeout' fault's answer
 
 
 def test_the_openai_client_reads_answers_and_streams(standin: str) -> None:
