@@ -73,11 +73,15 @@ class TeacherLabels:
 def student_traces(student: AllocatorPolicy, teacher: Any, env: gym.Env, episodes: int,
                    gamma: float, progress: bool = False) -> Traces:
     """``episodes`` episodes of ``student`` on ``env``'s task stream, labelled by ``teacher``."""
-    observations, labels, returns = [], [], []
+    observations: list[np.ndarray] = []
+    labels: list[np.ndarray] = []
+    returns: list[np.ndarray] = []
     with progress_bar(episodes, "dagger: student episodes", progress, "episode") as bar:
         for _ in range(episodes):
             asker = TeacherLabels(student, teacher)
             played = rollout(asker, env, record_steps=True)
+            # record_steps keeps them
+            assert played.observations is not None and played.rewards is not None
             observations.append(played.observations)
             labels.append(np.stack(asker.labels))
             returns.append(discounted_returns(played.rewards, gamma))

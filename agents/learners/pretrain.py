@@ -23,7 +23,7 @@ defaults below; their JSON config records the recipe, and a test rebuilds them.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +70,7 @@ def pretrained_base_path(env_id: str) -> Path:
     return path
 
 
-def _scaled(spec: AgentSpec, price: float, capability: Sequence[float]) -> AgentSpec:
+def _scaled(spec: AgentSpec, price: float, capability: Iterable[float]) -> AgentSpec:
     return AgentSpec(spec.name, spec.role, spec.cost * price, spec.flops,
                      tuple(float(c) for c in capability))
 
@@ -87,13 +87,13 @@ def randomized_pool(env_id: str, rng: np.random.Generator) -> AgentPool:
         return AgentPool(agents, catalogue.skills)
     if name in ("FlightPlanner-v0", "FlightPlanner-v1"):  # v1: the same pools, more observed
         preset = flight_planner_pool()
-        agents = []
+        kept: list[AgentSpec] = []
         for spec in preset.agents:
             if spec.role == "validator" and rng.random() < 0.25:
                 continue
             capability = np.minimum(np.asarray(spec.capability) * rng.uniform(0.7, 1.15), 1.0)
-            agents.append(_scaled(spec, float(np.exp(rng.normal(0.0, 0.5))), capability))
-        return AgentPool(tuple(agents), preset.skills)
+            kept.append(_scaled(spec, float(np.exp(rng.normal(0.0, 0.5))), capability))
+        return AgentPool(tuple(kept), preset.skills)
     raise ValueError(f"no randomised pool family for {env_id!r}; expected "
                      "cost_envs/ToolBench-v0 or cost_envs/FlightPlanner-v0 or -v1")
 
@@ -141,9 +141,9 @@ def pretrain_base(
     for step in range(steps):
         pool = step % n_pools
         obs, labels = datasets[pool]
-        index = torch.randint(len(obs), (256,), generator=generator)
-        logits = heads[pool](encoder(obs[index]))
-        loss = F.binary_cross_entropy_with_logits(logits, labels[index])
+        rows = torch.randint(len(obs), (256,), generator=generator)
+        logits = heads[pool](encoder(obs[rows]))
+        loss = F.binary_cross_entropy_with_logits(logits, labels[rows])
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

@@ -35,6 +35,7 @@ from agents.evaluation import rollout
 from agents.learners.common.policies import AllocatorPolicy
 from agents.progress import progress_bar
 from cost_envs.config import integer, number
+from cost_envs.core import OrchestrationEnv
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,9 @@ def teacher_traces(teacher: Any, env: gym.Env, episodes: int, seed: int,
     ``progress`` draws a bar on a terminal (:func:`agents.progress.progress_bar`): a
     planner teacher can take minutes.
     """
-    observations, labels, returns = [], [], []
+    observations: list[np.ndarray] = []
+    labels: list[np.ndarray] = []
+    returns: list[float] = []
     with progress_bar(episodes, "supervised: teacher episodes", progress, "episode") as bar:
         for episode in range(episodes):
             _record_episode(teacher, env, seed if episode == 0 else None, gamma,
@@ -87,6 +90,7 @@ def _record_episode(teacher: Any, env: gym.Env, seed: int | None, gamma: float,
     """Play one episode of ``teacher`` and append its steps, actions and returns."""
     observations, labels, returns = into
     played = rollout(teacher, env, seed=seed, record_steps=True)
+    assert played.rewards is not None  # record_steps keeps them
     observations.append(played.observations)
     labels.append(played.actions)
     returns.extend(discounted_returns(played.rewards, gamma).tolist())
@@ -241,8 +245,17 @@ def relative_prices(costs: np.ndarray) -> np.ndarray:
 
 
 def relative_costs(env: gym.Env) -> np.ndarray:
-    """:func:`relative_prices` of the pool of ``env`` (wrapped or not)."""
-    return relative_prices(env.unwrapped.pool.costs)
+    """:func:`relative_prices` of the pool of ``env`` (wrapped or not).
+
+    Raises:
+        ValueError: ``env`` is not a cost-envs environment (it has no agent pool).
+    """
+    base = env.unwrapped
+    if not isinstance(base, OrchestrationEnv):
+        raise ValueError(f"relative_costs: expected a cost-envs environment (an "
+                         f"OrchestrationEnv, whose pool has the prices), got "
+                         f"{type(base).__name__}")
+    return relative_prices(base.pool.costs)
 
 
 def train_supervised(
@@ -280,7 +293,7 @@ def train_supervised(
         batches = 0
         for start in range(0, len(obs), config.batch_size):
             index = order[start:start + config.batch_size]
-            features = policy.extract_features(obs[index])
+            features = policy.shared_features(obs[index])
             probs = policy.call_probabilities(features, labels[index])
             terms = supervised_loss(probs, labels[index], cost, config.lambda_1,
                                     config.lambda_c, config.lambda_cov, rho)
