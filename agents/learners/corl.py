@@ -34,12 +34,13 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.utils import set_random_seed
+from torch import nn
 
 import cost_envs  # noqa: F401  (registers the envs)
 from agents.allocator import Allocator
@@ -51,6 +52,7 @@ from agents.learners.ppo import FastPPO
 from agents.learners.training import ppo_settings, quiet_logger
 from agents.seeds import TRAIN_TASK_SEED
 from cost_envs.config import one_of
+from cost_envs.core import OrchestrationEnv
 from cost_envs.metrics import bootstrap_mean_ci
 from cost_envs.wrappers import TIERS, BudgetTier
 
@@ -77,6 +79,9 @@ def tier_layout(env: gym.Env) -> dict[str, slice]:
         ValueError: If ``env`` is not a ``BudgetTier`` directly over the env.
     """
     base = env.unwrapped
+    if not isinstance(base, OrchestrationEnv):
+        raise ValueError(f"tier_layout: expected a BudgetTier over a cost-envs environment, "
+                         f"got {type(env).__name__} over {type(base).__name__}")
     size = int(base.observation_space.shape[0])
     if not isinstance(env, BudgetTier) or env.observation_space.shape != (size + len(TIERS) + 1,):
         raise ValueError(f"tier_layout: expected a BudgetTier observation of "
@@ -104,11 +109,13 @@ def train_shared_ppo(timesteps: int, seed: int = 0, env_kwargs: Mapping[str, Any
     model = FastPPO(AllocatorPolicy, env, policy_kwargs={"lora_rank": None}, seed=seed,
                 device="cpu", **settings)
     quiet_logger(model, verbose)
-    model.get_env().seed(TRAIN_TASK_SEED + seed)
+    venv = model.get_env()
+    assert venv is not None  # SB3 wrapped env in one
+    venv.seed(TRAIN_TASK_SEED + seed)
     callback = CostMetricsCallback()
     model.learn(timesteps, callback=[callback, *callbacks])
     env.close()
-    return model.policy, callback.history
+    return cast(AllocatorPolicy, model.policy), callback.history  # the class it was built with
 
 
 @dataclass
@@ -162,7 +169,7 @@ def train_tier_adapters(
         raise ValueError("train_tier_adapters: expected the plain shared PPO policy "
                          "(lora_rank=None) whose encoder becomes the frozen base")
     encoder = shared.features_extractor.net
-    obs_dim = int(encoder[0].in_features)
+    obs_dim = int(cast(nn.Linear, encoder[0]).in_features)  # tanh_mlp's first layer
     policies: dict[str, AllocatorPolicy] = {}
     history: dict[str, list[dict[str, Any]]] = {}
     probe = make_tier_env(env_kwargs, env_id=env_id)
@@ -190,7 +197,9 @@ def train_tier_adapters(
         model.policy.action_net.load_state_dict(shared.action_net.state_dict())
         model.policy.value_net.load_state_dict(shared.value_net.state_dict())
         quiet_logger(model, verbose)
-        model.get_env().seed(TRAIN_TASK_SEED + 100 * (offset + 1) + seed)
+        venv = model.get_env()
+        assert venv is not None  # SB3 wrapped env in one
+        venv.seed(TRAIN_TASK_SEED + 100 * (offset + 1) + seed)
         callback = CostMetricsCallback()
         model.learn(timesteps, callback=[callback, *(callbacks or {}).get(tier, ())])
         env.close()
@@ -268,7 +277,8 @@ class TierScoresAtSteps(EvaluateAtSteps):
 
     def scores(self) -> dict[str, Any]:
         """Accuracy within budget per query on each tier (class docstring)."""
-        policy = self.model.policy
+        # the AllocatorPolicy of train_shared_ppo's or train_tier_adapters' model
+        policy = cast(AllocatorPolicy, self.model.policy)
         if self.keep:
             self.policies[int(self.num_timesteps)] = copy.deepcopy(policy)
         return {"scores": {tier: within_budget(

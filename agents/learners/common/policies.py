@@ -299,6 +299,8 @@ class AllocatorPolicy(ActorCriticPolicy):
             extractor or ``share_features_extractor``: this architecture fixes them).
     """
 
+    features_extractor: MlpEncoder  # features_extractor_class is fixed
+
     def __init__(
         self,
         observation_space: gym.Space,
