@@ -6,6 +6,11 @@ observation, as tests/test_serve_allocator.py does. The env's second observation
 features of the first answer; the stand-in upstream replays the logged answers
 (``--replay``), so the server observes the answer the env observes, and the live
 observations, actions and answering model are compared with the env's, query by query.
+
+The served tests start a server that imports torch (slow); the fast tier checks the same
+decisions in process: the allocator's (:class:`LiveAllocator`), and the route's plan that
+the server follows (:class:`Routes`); the served cascade flow itself is the router
+cascades' (tests/test_serve_cascade.py, fast).
 """
 
 from __future__ import annotations
@@ -21,10 +26,10 @@ import pytest
 import yaml
 
 from agents.serve.allocators import SERVABLE, LiveAllocator
-from agents.serve.config import hash_key, load_config
-from agents.serve.inputs import prompt_bound
+from agents.serve.config import hash_key, load_config, parse_config
+from agents.serve.inputs import ApiError, prompt_bound
 from agents.serve.processes import launched
-from agents.serve.routes import ACTIONS_HEADER
+from agents.serve.routes import ACTIONS_HEADER, Routes
 from agents.serve.standin import free_port, replayed_words
 from cost_envs.envs.trace_routing import TraceTask
 
@@ -118,12 +123,9 @@ def test_live_steps_are_the_envs_bit_for_bit(saved: Path, episodes: list[dict]) 
         live.second_observations(prompts[:1], [(0, 0)], ["an answer"])
 
 
-@pytest.fixture(scope="module")
-def served(saved: Path, episodes: list[dict], tmp_path_factory: pytest.TempPathFactory):
-    tmp = tmp_path_factory.mktemp("served")
-    up_port, port = free_port(), free_port()
-    upstream = f"http://127.0.0.1:{up_port}"
-    config = {
+def _config(saved: Path, upstream: str) -> dict:
+    """The server's configuration: the allocator's route, its models on ``upstream``."""
+    return {
         "storage": "sqlite:///ledger.db",
         "models": [{"name": name, "upstream_name": logged, "base_url": f"{upstream}/v1",
                     "input_price": p_in, "output_price": p_out, "context": 8192,
@@ -136,8 +138,15 @@ def served(saved: Path, episodes: list[dict], tmp_path_factory: pytest.TempPathF
                     "keys": [{"name": "tester", "key_sha256": hash_key("sk-test")}]},
         "server": {"retries": 0, "backoff": 0.01},
     }
+
+
+@pytest.fixture(scope="module")
+def served(saved: Path, episodes: list[dict], tmp_path_factory: pytest.TempPathFactory):
+    tmp = tmp_path_factory.mktemp("served")
+    up_port, port = free_port(), free_port()
+    upstream = f"http://127.0.0.1:{up_port}"
     path = tmp / "serve.yaml"
-    path.write_text(yaml.safe_dump(config))
+    path.write_text(yaml.safe_dump(_config(saved, upstream)))
     with launched(["-m", "agents.serve.standin", "--port", str(up_port), "--models",
                    f"{WEAK},{STRONG}", "--replay", str(GSM8K)], f"{upstream}/v1/models"), \
             launched(["-m", "agents.cli", "serve", "--config", str(path), "--port", str(port)],
@@ -164,6 +173,32 @@ def _rows(db: Path) -> dict[str, dict]:
         return {r["id"]: dict(r) for r in conn.execute("SELECT * FROM requests")}
 
 
+def test_the_routes_plan_the_envs_two_steps(saved: Path, episodes: list[dict]) -> None:
+    # what the server does with each request below, in process: the route's plan calls
+    # the observed model first, then the allocator's second step reads its answer
+    routes = Routes(parse_config(_config(saved, "http://127.0.0.1:1"), base=saved.parent))
+    picked = _pick(episodes)
+    assert len(picked) == 12
+    for e in picked:
+        if e["kind"] == "declined":  # the all-zero first action: refused, nothing called
+            with pytest.raises(ApiError, match="answers nothing") as err:
+                routes.plan("router-alloc", e["prompt"])
+            assert err.value.status == 422
+            continue
+        plan = routes.plan("router-alloc", e["prompt"])
+        assert plan.route == "router-alloc" and plan.models[0] == SERVED[e["observed"]]
+        answer = e["texts"][e["observed"]]
+        model, headers = plan.second(e["prompt"], answer,
+                                     len(replayed_words(answer, MAX_TOKENS)))
+        assert headers == {ACTIONS_HEADER: f"{_bits(e['first'])},{_bits(e['second'])}"}
+        assert model == (None if e["kind"] == "kept" else SERVED[e["answerer"]])
+
+
+# A server importing torch, started end to end: slow. The fast tier checks its decisions
+# in process (test_live_steps_are_the_envs_bit_for_bit, test_the_routes_plan_the_envs_two_
+# steps) and the served cascade flow it shares with the router cascades
+# (tests/test_serve_cascade.py::test_served_decisions_are_the_offline_cascades).
+@pytest.mark.slow
 def test_served_steps_and_answers_are_the_envs(served: dict, episodes: list[dict]) -> None:
     client = openai.OpenAI(base_url=served["url"], api_key="sk-test", max_retries=0)
     picked = _pick(episodes)
@@ -205,6 +240,9 @@ def test_served_steps_and_answers_are_the_envs(served: dict, episodes: list[dict
     assert {c.model for c in chunks} == {SERVED[e["answerer"]]} and chunks[-1].usage is not None
 
 
+# Slow (its server imports torch); the flow is the router cascades', caught fast by
+# tests/test_serve_cascade.py::test_an_escalation_that_does_not_fit_keeps_the_weak_answer.
+@pytest.mark.slow
 def test_an_escalation_that_does_not_fit_keeps_the_first_answer(served: dict,
                                                                 episodes: list[dict]) -> None:
     client = openai.OpenAI(base_url=served["url"], api_key="sk-test", max_retries=0)

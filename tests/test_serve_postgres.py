@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -43,12 +42,13 @@ def postgres_url() -> Iterator[str]:
 _fresh = fresh_database  # the name tests/test_serve_spend.py imports
 
 
-#: Opens its connection, waits for the agreed moment, then creates the ledger's schema.
-_CREATE_AT = ("import sys, time\n"
+#: Opens its connection, says so, waits for the word to go, then creates the ledger's schema.
+_CREATE_AT = ("import sys\n"
               "from agents.serve.ledger import Ledger\n"
               "from agents.serve.storage import open_storage\n"
               "storage = open_storage(sys.argv[1])\n"
-              "time.sleep(max(0.0, float(sys.argv[2]) - time.time()))\n"
+              "print('connected', flush=True)\n"
+              "sys.stdin.readline()\n"
               "Ledger(storage)\n")
 
 
@@ -57,9 +57,14 @@ def test_processes_creating_the_schema_at_once_do_not_race(postgres_url: str) ->
     # fails in one of them on PostgreSQL's catalogue (pg_type_typname_nsp_index).
     for round_ in range(3):
         url = _fresh(postgres_url, f"race_{round_}")
-        start = time.time() + 4.0  # every process connected and waiting by then
-        processes = [subprocess.Popen([sys.executable, "-c", _CREATE_AT, url, repr(start)],
+        processes = [subprocess.Popen([sys.executable, "-c", _CREATE_AT, url],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, cwd=ROOT) for _ in range(4)]
+        for p in processes:  # every process connected and waiting ...
+            assert p.stdout.readline() == b"connected\n", p.communicate(timeout=120)[1]
+        for p in processes:  # ... then all go at once
+            p.stdin.write(b"go\n")
+            p.stdin.flush()
         errors = [p.communicate(timeout=120)[1].decode() for p in processes]
         assert [p.returncode for p in processes] == [0] * 4, "\n".join(errors)
         assert Ledger(open_storage(url), []).requests() == []  # the schema is whole

@@ -2,6 +2,8 @@
 
 One router file is saved at two operating points: at ``inf`` it sends every prompt to
 the weak model, at 0 every prompt to the strong one, so a reload that took shows at once.
+The module's tests share one server (one stand-in, one ``cost-envs serve``); each starts
+from the router saved at ``inf`` and reloaded by the admin key.
 """
 
 from __future__ import annotations
@@ -36,8 +38,9 @@ def router():
     return make_router("logistic", "gpt-4.1-nano", "gpt-4.1").fit(example_traces())
 
 
-@pytest.fixture
-def served(tmp_path: Path, router):
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, router):
+    tmp_path = tmp_path_factory.mktemp("reload")
     save_router(tmp_path / "demo", router, math.inf)  # every prompt: the weak model
     up_port, port = free_port(), free_port()
     upstream, url = f"http://127.0.0.1:{up_port}", f"http://127.0.0.1:{port}"
@@ -55,6 +58,17 @@ def served(tmp_path: Path, router):
             launched(["-m", "agents.cli", "serve", "--config", str(tmp_path / "serve.yaml"),
                       "--port", str(port)], f"{url}/health"):
         yield url, upstream, tmp_path / "demo"
+
+
+@pytest.fixture
+def served(server, router) -> tuple[str, str, Path]:
+    """The module's server, serving the router saved at ``inf``: every prompt to the weak model."""
+    url, _, path = server
+    save_router(path, router, math.inf)
+    answer = _reload(url)
+    assert answer.status_code == 200, answer.text
+    assert _decisions(url) == ["small"] * 3
+    return server
 
 
 def _decisions(url: str) -> list[str]:
