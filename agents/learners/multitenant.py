@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper
@@ -41,6 +41,9 @@ class TenantVecEnv(VecEnvWrapper):
     Args:
         venv: SuperSuit's ``concat_vec_envs_v1(..., base_class="stable_baselines3")``.
     """
+
+    # SuperSuit's SB3 wrapper (untyped): its own .venv, a ConcatVecEnv, holds the copies
+    venv: Any
 
     def __init__(self, venv: VecEnv) -> None:
         super().__init__(venv)
@@ -147,4 +150,5 @@ def train_shared(env_id: str, timesteps: int, seed: int = 0, n_envs: int = 1,
         vec.seed(TRAIN_TASK_SEED + seed)  # the tasks' seed, apart from the network's
         model.learn(timesteps)
         vec.close()
-    return SharedPolicy(model.policy, env_id, seed, model.num_timesteps)
+    policy = cast(AllocatorPolicy, model.policy)  # the class it was built with
+    return SharedPolicy(policy, env_id, seed, model.num_timesteps)

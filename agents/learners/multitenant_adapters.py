@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -87,7 +87,9 @@ def shared_base(shared: SharedPolicy) -> tuple[dict[str, Any], dict[str, Any]]:
     """The shared policy's encoder as a frozen base: ``(state dict, config)``."""
     encoder = shared.policy.features_extractor
     state = {k: v.detach().clone() for k, v in encoder.net.state_dict().items()}
-    return state, {"obs_dim": int(shared.policy.observation_space.shape[0]),
+    shape = shared.policy.observation_space.shape
+    assert shape is not None  # a flat Box: MlpEncoder refuses any other space
+    return state, {"obs_dim": int(shape[0]),
                    "hidden_sizes": list(shared.policy.hidden_sizes)}
 
 
@@ -111,7 +113,7 @@ def train_adapters(shared: SharedPolicy, timesteps: int, seed: int = 0,
     settings = ppo_settings(ppo, "ppo")
     base = shared_base(shared)
     env = parallel_env(shared.env_id, **dict(env_kwargs or {}))
-    policies = {}
+    policies: dict[str, AllocatorPolicy] = {}
     with threads(torch_threads):
         for k, tenant in enumerate(env.possible_agents):
             view = TenantView(env, tenant, shared)
@@ -121,7 +123,9 @@ def train_adapters(shared: SharedPolicy, timesteps: int, seed: int = 0,
                 getattr(model.policy, head).load_state_dict(
                     getattr(shared.policy, head).state_dict())
             quiet_logger(model)
-            model.get_env().seed(TRAIN_TASK_SEED + seed + k)
+            venv = model.get_env()
+            assert venv is not None  # SB3 wrapped view in one
+            venv.seed(TRAIN_TASK_SEED + seed + k)
             model.learn(timesteps)
-            policies[tenant] = model.policy
+            policies[tenant] = cast(AllocatorPolicy, model.policy)  # the class it was built with
     return TenantAdapters(policies, shared)
