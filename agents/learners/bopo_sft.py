@@ -21,6 +21,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from gymnasium import spaces
 
 from agents.learners.bopo import (
     LEARNING_RATE,
@@ -86,8 +87,12 @@ def synthesize_sft_data(
     if boundary_paths is not None and len(boundary_paths) != len(tasks):
         raise ValueError("synthesize_sft_data: expected one pair of boundary trajectories "
                          "per task")
+    space = env.action_space
+    if not isinstance(space, spaces.MultiBinary) or not isinstance(space.n, int):
+        raise ValueError(f"synthesize_sft_data: expected a flat MultiBinary action space "
+                         f"(cost_envs/AgenticRouting-v0's), got {space}")
     rng = np.random.default_rng(seed)
-    m = env.action_space.n
+    m = space.n
     kept: dict[str, list[tuple[int, Trajectory]]] = {s: [] for s in STRATA}
     for index, (task, boundary) in enumerate(zip(tasks, boundaries, strict=True)):
         if boundary.stratum == "intractable":
@@ -98,9 +103,11 @@ def synthesize_sft_data(
         else:
             candidates = list(boundary_paths[index])
         for q in mix_probs:
+            def mixed(_observation: np.ndarray, q: float = q) -> np.ndarray:
+                return (rng.random(m) < q).astype(np.int8)
+
             for _ in range(samples):
-                candidates.append(rollout(
-                    env, task, lambda _o, q=q: (rng.random(m) < q).astype(np.int8)))
+                candidates.append(rollout(env, task, mixed))
         successes = [t for t in candidates if t.success]
         best = min(successes, key=lambda t: (t.cost, t.length))
         kept[boundary.stratum].append((index, best))

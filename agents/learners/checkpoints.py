@@ -137,9 +137,10 @@ def env_arguments(env_id: str) -> frozenset[str] | None:
 
     ``None`` when the constructor takes ``**kwargs`` and its names cannot be known.
     """
-    spec = gym.spec(env_id)
-    creator = spec.entry_point if callable(spec.entry_point) else load_env_creator(
-        spec.entry_point)
+    entry_point = gym.spec(env_id).entry_point
+    if entry_point is None:
+        raise ValueError(f"{env_id}: registered without an entry point")
+    creator = entry_point if callable(entry_point) else load_env_creator(entry_point)
     parameters = inspect.signature(creator).parameters.values()
     if any(parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in parameters):
         return None
@@ -172,7 +173,7 @@ def check_env_kwargs(env_id: str, env_kwargs: Any, source: str | Path) -> dict[s
                 f"{', '.join(GYM_MAKE_OPTIONS)})")
     arguments = env_arguments(env_id)
     unknown = sorted(set(env_kwargs) - arguments) if arguments is not None else []
-    if unknown:
+    if unknown and arguments is not None:  # (unknown implies it; said for the type checker)
         raise ValueError(f"{source}: env_kwargs: {', '.join(map(repr, unknown))} is not an "
                          f"argument of {env_id}; expected names from "
                          f"{sorted(arguments - set(GYM_MAKE_OPTIONS))}")
@@ -323,7 +324,7 @@ def save_adapter(policy: AllocatorPolicy, directory: str | Path) -> Path:
         "format": ADAPTER_FORMAT,
         "version": FORMAT_VERSION,
         "architecture": policy.architecture(),
-        "n_agents": int(policy.action_space.n),
+        "n_agents": policy.n_agents,
         "base_sha256": base_fingerprint(policy),
         "groups": list(_ADAPTER_GROUPS),
     }
@@ -355,7 +356,7 @@ def load_adapter(policy: AllocatorPolicy, directory: str | Path) -> AllocatorPol
         raise ValueError(f"{config_path}: groups: expected a list of names from "
                          f"{list(_ADAPTER_GROUPS)}, got {saved_groups!r}")
     for key, ours in (("architecture", policy.architecture()),
-                      ("n_agents", int(policy.action_space.n)),
+                      ("n_agents", policy.n_agents),
                       ("base_sha256", base_fingerprint(policy))):
         if config.get(key) != ours:
             raise ValueError(f"{directory}: adapter {key} {config.get(key)!r} does not match "

@@ -357,13 +357,18 @@ class AllocatorPolicy(ActorCriticPolicy):
     def _build(self, lr_schedule: Any) -> None:
         # SB3 made a Bernoulli distribution from the space; the autoregressive one is ours.
         if self.action_distribution == "autoregressive":
-            space = self.action_space  # a flat MultiBinary: __init__ and SB3's checks before _build
-            assert isinstance(space, spaces.MultiBinary) and isinstance(space.n, int)
-            self.action_dist = AutoregressiveBernoulliDistribution(space.n)
+            self.action_dist = AutoregressiveBernoulliDistribution(self.n_agents)
         super()._build(lr_schedule)
         self.learning_rate = float(lr_schedule(1))
         # SB3 just built an optimizer over every parameter; keep only the trainable groups.
         self.train_only(self.trainable)
+
+    @property
+    def n_agents(self) -> int:
+        """The number of agents: the bits of the flat ``MultiBinary`` action space."""
+        space = self.action_space  # a flat MultiBinary: __init__ and SB3 check it first
+        assert isinstance(space, spaces.MultiBinary) and isinstance(space.n, int)
+        return space.n
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
         data = super()._get_constructor_parameters()
