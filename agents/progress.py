@@ -94,7 +94,7 @@ def _callback_class() -> type:
     """The callback's class, built on first use: SB3 (and torch) load only then."""
     from stable_baselines3.common.callbacks import BaseCallback
 
-    class LearnProgress(BaseCallback):  # type: ignore[misc]
+    class LearnProgress(BaseCallback):
         """See :func:`learn_progress`."""
 
         def __init__(self, desc: str, stream: TextIO | None) -> None:

@@ -157,7 +157,7 @@ def feature_names(env: gym.Env) -> list[str]:
     layer = env
     while isinstance(layer, gym.Wrapper):
         if hasattr(type(layer), "added_observation_layout"):  # its own, not forwarded
-            layouts.append(layer.added_observation_layout)  # type: ignore[attr-defined]
+            layouts.append(layer.added_observation_layout)  # type: ignore[attr-defined]  # hasattr
         layer = layer.env
     for layout in layouts:
         for slot, span in layout.items():

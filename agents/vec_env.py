@@ -65,7 +65,7 @@ class BatchedVecEnv(VecEnv):
             raise ValueError(f"BatchedVecEnv: reset options are not supported by a batched "
                              f"env, got {self._options!r}")
         # VectorEnv.reset types seed as one int; the vector envs take one per sub-env too
-        obs, _ = self.env.reset(seed=seeds)  # type: ignore[arg-type]
+        obs, _ = self.env.reset(seed=seeds)  # type: ignore[arg-type]  # see above
         self.reset_infos = [{} for _ in range(self.num_envs)]
         self._reset_seeds()
         self._reset_options()

@@ -191,7 +191,7 @@ def coerce_config(cls: type[T], value: Any, presets: Mapping[str, T], what: str)
                              f"{list(presets)} or a {cls.__name__}{suggestion(value, presets)}")
         return presets[value]
     if isinstance(value, Mapping):
-        fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+        fields = dataclasses.fields(cls)  # type: ignore[arg-type]  # T: a config dataclass
         reject_unknown(value, [f.name for f in fields], what)
         required = [f.name for f in fields if f.default is dataclasses.MISSING
                     and f.default_factory is dataclasses.MISSING]

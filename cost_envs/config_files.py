@@ -139,7 +139,7 @@ def _huge(value: Any) -> str:
         return f"an integer of over {sys.get_int_max_str_digits()} digits, too large for a float"
 
 
-class _Duplicates(dict):  # type: ignore[type-arg]
+class _Duplicates(dict):
     """A JSON object with a repeated key; :func:`_check_tree` reports it with its path.
 
     ``object_pairs_hook`` sees an object's pairs but not where the object sits in the

@@ -161,7 +161,7 @@ class OrchestrationEnv(gym.Env[np.ndarray, np.ndarray], Generic[TaskT]):
 
         Tasks keep their per-agent luck in ``task.luck``, agents on the last axis.
         """
-        drawn_for = task.luck.shape[-1]  # type: ignore[attr-defined]
+        drawn_for = task.luck.shape[-1]  # type: ignore[attr-defined]  # TaskT has luck (above)
         if drawn_for != self.n_agents:
             raise ValueError(
                 f"{self.env_name}: options['task'] was drawn for {drawn_for} agents, "

@@ -86,7 +86,7 @@ class EnvFactory:
     @functools.cached_property
     def env_class(self) -> type[gym.Env[Any, Any]]:
         """The env class this factory builds."""
-        return load_env_creator(self.target)  # type: ignore[return-value]
+        return load_env_creator(self.target)  # type: ignore[return-value]  # target: a class
 
     @property
     def __signature__(self) -> inspect.Signature:

@@ -104,8 +104,9 @@ class _Parser(argparse.ArgumentParser):
     def __init__(self, *args: Any, allow_abbrev: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, allow_abbrev=allow_abbrev, **kwargs)
 
-    def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
-                   namespace: argparse.Namespace | None = None) -> argparse.Namespace:
+    def parse_args(  # type: ignore[override]  # argparse's stubs overload namespace
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None,
+    ) -> argparse.Namespace:
         """As argparse's, but an unknown option gets the closest known one."""
         parsed, unknown = self.parse_known_args(args, namespace)
         if unknown:

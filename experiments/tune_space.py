@@ -62,8 +62,11 @@ class Param:
         if self.kind == "choice":
             return distributions.CategoricalDistribution(list(self.choices))
         if self.kind == "int":
-            return distributions.IntDistribution(int(self.low), int(self.high))  # type: ignore[arg-type]
-        return distributions.FloatDistribution(self.low, self.high, log=self.kind == "log")  # type: ignore[arg-type]
+            # low and high are set for every kind but choice (__post_init__)
+            return distributions.IntDistribution(
+                int(self.low), int(self.high))  # type: ignore[arg-type]  # see above
+        return distributions.FloatDistribution(
+            self.low, self.high, log=self.kind == "log")  # type: ignore[arg-type]  # see above
 
     def contains(self, value: Any) -> bool:
         """Whether ``value`` lies in this range."""
@@ -71,7 +74,7 @@ class Param:
             return value in self.choices
         if self.kind == "int" and value != int(value):
             return False
-        return self.low <= value <= self.high  # type: ignore[operator]
+        return self.low <= value <= self.high
 
     def describe(self) -> dict[str, Any]:
         """The range and its reason, as plain values (the results file's search space)."""

@@ -23,7 +23,7 @@ STEPS = 2000
 
 def _monitors(venv: VecEnv) -> list[Monitor]:
     found = []
-    for env in venv.envs:  # type: ignore[attr-defined]
+    for env in venv.envs:  # type: ignore[attr-defined]  # a DummyVecEnv's
         while not isinstance(env, Monitor):
             env = env.env
         found.append(env)

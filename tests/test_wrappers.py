@@ -258,7 +258,7 @@ def test_reset_restores_the_budget(env_id: str) -> None:
 )
 def test_bad_budget_is_named(budget: object, shown: str) -> None:
     with pytest.raises(ValueError, match=r"budget: expected a finite number >= 0, got ") as err:
-        HardBudget(gym.make(ENV_IDS[0]), budget=budget)  # type: ignore[arg-type]
+        HardBudget(gym.make(ENV_IDS[0]), budget=budget)  # type: ignore[arg-type]  # bad on purpose
     assert str(err.value).endswith(shown)
 
 

@@ -96,7 +96,10 @@ def version() -> str:
     """
     spec = importlib.util.find_spec("cost_envs")  # finds the package without running it
     try:
-        text = Path(spec.origin).read_text(encoding="utf-8")  # type: ignore[union-attr,arg-type]
+        # spec.origin None (no file) is the TypeError caught below; spec is never None
+        # here (agents is installed with cost_envs)
+        text = Path(spec.origin).read_text(  # type: ignore[union-attr,arg-type]  # see above
+            encoding="utf-8")
         found = re.search(r"^__version__ = [\"']([^\"']+)[\"']", text, re.MULTILINE)
     except (OSError, TypeError, UnicodeDecodeError):
         found = None
@@ -153,15 +156,16 @@ class _Parser(argparse.ArgumentParser):
     #: The arguments this parser was last given (its subcommand's, for a subparser).
     given: list[str] = []
 
-    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
-                         namespace: argparse.Namespace | None = None
-                         ) -> tuple[argparse.Namespace, list[str]]:
+    def parse_known_args(  # type: ignore[override]  # argparse's stubs overload namespace
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None,
+    ) -> tuple[argparse.Namespace, list[str]]:
         """As argparse's; the arguments are kept for the messages of :meth:`error`."""
         self.given = list(sys.argv[1:] if args is None else args)
         return super().parse_known_args(self.given, namespace)
 
-    def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
-                   namespace: argparse.Namespace | None = None) -> argparse.Namespace:
+    def parse_args(  # type: ignore[override]  # argparse's stubs overload namespace
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None,
+    ) -> argparse.Namespace:
         """As argparse's, but unknown arguments are reported by the subcommand's parser."""
         parsed, unknown = self.parse_known_args(args, namespace)
         if unknown:

@@ -211,7 +211,7 @@ class Router(ABC):
 
     # ------------------------------------------------------------------ state
     def _config(self) -> dict[str, Any]:
-        values = dataclasses.asdict(self)  # type: ignore[call-overload]
+        values = dataclasses.asdict(self)  # type: ignore[call-overload]  # routers: dataclasses
         return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
 
     def to_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
@@ -234,7 +234,7 @@ class Router(ABC):
             raise ValueError(f"config: expected router={cls.kind!r}, format={STATE_FORMAT}, "
                              f"got router={config.get('router')!r}, "
                              f"format={config.get('format')!r}")
-        names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]  # dataclasses
         given = set(config) - {"router", "format"} - cls.legacy_keys
         if given != names:
             raise ValueError(f"config: expected keys {sorted(names)}, got unknown "

@@ -222,6 +222,8 @@ def cross_validate(
     if scored:
         best = candidates[max(scored, key=lambda t: (t[0], -t[1]))[1]]
     else:  # no fold had a cost range (equal costs): nothing to choose on; the defaults
-        best = tuple(cls.__dataclass_fields__[n].default for n in grid)  # type: ignore[attr-defined]
+        # every concrete router is a dataclass (Router's subclasses are declared so)
+        fields = cls.__dataclass_fields__  # type: ignore[attr-defined]  # see above
+        best = tuple(fields[n].default for n in grid)
     return CVChoice({n: float(v) for n, v in zip(grid, best, strict=True)}, table, folds,
                     split_by)

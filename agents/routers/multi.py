@@ -105,7 +105,7 @@ class MultiRouter(PerModelLogistic):
         text_features: The text encoder: ``"hashed"``, ``"minilm"`` or your own.
     """
 
-    models: tuple[str, ...] = ()  # type: ignore[assignment]
+    models: tuple[str, ...] = ()
     n_features: int = 512
     l2: float = 10.0
     hashed_weight: float = 1.0

@@ -50,7 +50,7 @@ def launched(args: Sequence[str], health_url: str, env: dict[str, str] | None = 
     with tempfile.TemporaryFile() as log:
         process = subprocess.Popen([sys.executable, *args], env=environment, cwd=cwd,
                                    stdout=subprocess.DEVNULL, stderr=log)
-        process.stderr = log  # type: ignore[assignment]  # read back by wait_until_up
+        process.stderr = log  # read back by wait_until_up
         try:
             wait_until_up(health_url, process, timeout)
             yield process

@@ -204,7 +204,8 @@ def create_app(models: Sequence[str] = MODELS, latency: float = 0.0,
                 answer.headers["Retry-After"] = f"{fault.retry_after:g}"
             return answer
         if kind == "reset":  # the connection dropped with no answer at all
-            request.receive.__self__.transport.abort()  # type: ignore[attr-defined]
+            # receive is a method of uvicorn's protocol object, which holds the transport
+            request.receive.__self__.transport.abort()  # type: ignore[attr-defined]  # see above
             return None
         if latency_of[model] > 0:
             await asyncio.sleep(latency_of[model])

@@ -197,7 +197,7 @@ def usage_tokens(usage: Any) -> tuple[int, int] | None:
         return None
     tokens = (usage.get("prompt_tokens"), usage.get("completion_tokens"))
     if all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < 10**12 for t in tokens):
-        return int(tokens[0]), int(tokens[1])  # type: ignore[arg-type]
+        return int(tokens[0]), int(tokens[1])  # type: ignore[arg-type]  # ints: checked above
     return None
 
 

@@ -263,7 +263,7 @@ class ExpertRoutingV1Env(ExpertRoutingEnv):
         return (n_distractors, _PADDED_SHARES[n_distractors - 1], attraction, controller_slip,
                 slips)
 
-    def _more_fields(self, block: ExpertBlockV1) -> dict[str, list[Any]]:  # type: ignore[override]
+    def _more_fields(self, block: ExpertBlockV1) -> dict[str, list[Any]]:
         return {
             "attraction": block.attraction.tolist(),
             "distractor_shares": [DISTRACTOR_SHARES[k] for k in block.n_distractors.tolist()],
@@ -290,10 +290,12 @@ class ExpertRoutingV1Env(ExpertRoutingEnv):
         return (np.where(arrays.hits, RIGHT, wrong),
                 np.where(arrays.controller_right, RIGHT, own))
 
-    def _block_tables(self, block: ExpertBlockV1) -> list[_TablesV1]:  # type: ignore[override]
+    # v1's block and tables (ExpertBlockV1, _TablesV1) carry v0's fields and more
+    def _block_tables(  # type: ignore[override]  # see above
+            self, block: ExpertBlockV1) -> list[_TablesV1]:
         """v0's tables with each right or wrong answer turned into its code."""
         # v1's blocks are not ExpertBlocks but begin with their fields, all block_arrays reads
-        arrays = self.block_arrays(block)  # type: ignore[arg-type]
+        arrays = self.block_arrays(block)  # type: ignore[arg-type]  # v0's fields and more
         answers, own = self.answer_codes(block, arrays)
         return [_TablesV1(a, o, p, obs) for a, o, p, obs in zip(
             answers.tolist(), own.tolist(), block_prices(arrays), arrays.static_obs,
@@ -301,13 +303,14 @@ class ExpertRoutingV1Env(ExpertRoutingEnv):
 
     def _check_task(self, task: ExpertTask) -> None:
         super()._check_task(task)
-        slips = task.slips  # type: ignore[attr-defined]
+        slips = task.slips  # type: ignore[attr-defined]  # task_type: ExpertTaskV1
         if getattr(slips, "shape", None) != task.luck.shape:
             raise ValueError(f"{self.env_name}: options['task'].slips must have the shape "
                              f"of its luck {task.luck.shape}")
 
     # ------------------------------------------------------------- dynamics
-    def _initial_state(self, task: ExpertTask, tables: _TablesV1) -> State:  # type: ignore[override]
+    def _initial_state(  # type: ignore[override]  # v1's tables: v0's fields and more
+            self, task: ExpertTask, tables: _TablesV1) -> State:
         self._answers = tables.answers
         self._controller_answer = tables.controller_answer
         self._controller_right = tables.controller_answer == RIGHT
@@ -382,7 +385,8 @@ class ExpertRoutingV1Env(ExpertRoutingEnv):
                 f"distractor {code}" if code < OWN_WRONG else "wrong (its own)")
 
         asked = {names[i]: word(a) for i, a in enumerate(self._state) if a >= 0}
+        # task_type is ExpertTaskV1: its distractor_shares and attraction are there
         return (f"{PROFILE_NAMES[task.profile]} question, difficulty {task.difficulty:.2f}, "
-                f"{len(task.distractor_shares)} distractor(s) at attraction "  # type: ignore[attr-defined]
-                f"{task.attraction:.2f}; controller {word(self._controller_answer)}; "  # type: ignore[attr-defined]
-                f"asked {asked}")
+                f"{len(task.distractor_shares)} distractor(s) "  # type: ignore[attr-defined]
+                f"at attraction {task.attraction:.2f}; "  # type: ignore[attr-defined]
+                f"controller {word(self._controller_answer)}; asked {asked}")

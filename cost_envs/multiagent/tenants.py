@@ -38,7 +38,7 @@ def _parallel_base() -> type:
     """
     if missing_modules(["pettingzoo"]):
         return object
-    return importlib.import_module("pettingzoo").ParallelEnv  # type: ignore[no-any-return]
+    return importlib.import_module("pettingzoo").ParallelEnv
 
 
 class TenantActions(spaces.MultiBinary):
@@ -68,7 +68,7 @@ def _concatenate_tenant_actions(space: TenantActions, items: Any, out: np.ndarra
     return np.stack(rows, axis=0, out=out)
 
 
-class MultiTenantEnv(_parallel_base()):  # type: ignore[misc]
+class MultiTenantEnv(_parallel_base()):  # type: ignore[misc]  # pettingzoo's, imported lazily
     """N tenants, each working through its own task stream on one shared pool.
 
     ## Description
@@ -393,4 +393,5 @@ def _env_arguments(base: str) -> list[str]:
 
 def _make_base(base: str, kwargs: dict[str, Any]) -> OrchestrationEnv:
     """The base env itself (no Gymnasium checker wrappers: each tenant steps it directly)."""
-    return gym.make(base, disable_env_checker=True, **kwargs).unwrapped  # type: ignore
+    env = gym.make(base, disable_env_checker=True, **kwargs)
+    return env.unwrapped  # type: ignore[return-value]  # FACTORIES' ids: OrchestrationEnvs

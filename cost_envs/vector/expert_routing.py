@@ -249,4 +249,5 @@ class ExpertRoutingV1VectorEnv(ExpertRoutingVectorEnv):
 
     def _answer_codes(self, block: ExpertBlock, arrays: BlockArrays
                       ) -> tuple[np.ndarray, np.ndarray]:
-        return self.single_env.answer_codes(block, arrays)  # type: ignore[arg-type]
+        # a v1 env's blocks are ExpertBlockV1 (its single env draws them)
+        return self.single_env.answer_codes(block, arrays)  # type: ignore[arg-type]  # see above

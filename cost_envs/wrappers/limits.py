@@ -48,7 +48,7 @@ class StepLimit(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArgs
         obs, reward, terminated, truncated, info = self.env.step(action)
         self._elapsed += 1
         if self._elapsed >= self.max_steps and not (terminated or truncated):
-            info.update(self.env.unwrapped.truncate())  # type: ignore[attr-defined]
+            info.update(self.env.unwrapped.truncate())  # type: ignore[attr-defined]  # __init__'s
             truncated = True
         return obs, reward, terminated, truncated, info
 
