@@ -78,7 +78,7 @@ from experiments.bopo_report import (
     pareto_figure,
 )
 from experiments.bopo_scan import scan_block
-from experiments.common import described, quiet, recording, spawn_pool
+from experiments.common import described, machine, quiet, recording, spawn_pool
 from experiments.figures import figure_files
 from experiments.tune_bopo import PROFILE
 from experiments.tune_methods import METHODS as SWEEPS
@@ -361,7 +361,8 @@ def summarise(results: Results, sc: BopoScale, seed: int = 0) -> dict[str, Any]:
     ``gap_closed`` block (:mod:`experiments.bopo_gaps`).
     """
     seeds = list(range(seed, seed + sc.seeds))
-    out: dict[str, Any] = {"scale": asdict(sc), "eval_task_seed": EVAL_TASK_SEED,
+    out: dict[str, Any] = {"machine": machine(), "scale": asdict(sc),
+                           "eval_task_seed": EVAL_TASK_SEED,
                            "train_task_seed": BOPO_TRAIN_TASK_SEED + seed, "seeds": seeds,
                            "profiles": {}}
     returns: dict[str, dict[str, list[Sequence[float]]]] = {}

@@ -40,7 +40,7 @@ from agents.learners.corl import (
 )
 from cost_envs.wrappers import TIERS
 from experiments import gaps, tune, tune_corl
-from experiments.common import described, quiet, recording, spawn_pool
+from experiments.common import described, machine, quiet, recording, spawn_pool
 from experiments.corl_report import (  # noqa: F401  (the row labels, importable from here)
     BEST_RULE,
     CONSULT_ALL,
@@ -242,7 +242,8 @@ def assemble(env_id: str, scale: str, fixed: Mapping[str, Any],
             entry = gaps.task_entry(gap["rule_scores"], gap["reference_scores"], per_seed)
             tasks[task_name(env_id, profile, tier)] = {**entry, "rule_label": gap["rule"]}
     settings_used = {k: v for k, v in settings.__dict__.items() if k != "jobs"}  # any jobs
-    return {"env_id": env_id, "scale": scale, "seeds": [run["seed"] for run in learned],
+    return {"env_id": env_id, "machine": machine(), "scale": scale,
+            "seeds": [run["seed"] for run in learned],
             "settings": settings_used, "budgets": budgets, "experts": names,
             "results": results, "training_curves": [run["curve"] for run in learned],
             "tuned": tuned_configs(env_id),

@@ -63,7 +63,7 @@ from cost_envs.metrics import (
     summarize,
 )
 from experiments import gaps, tune
-from experiments.common import described, recording, spawn_pool
+from experiments.common import described, machine, recording, spawn_pool
 from experiments.lora_ppo_report import write_reports
 from experiments.lora_ppo_setup import PAPER_ENVS, PRIVILEGED_ROWS
 from experiments.tune_methods import TRAIN_ARGUMENTS
@@ -483,7 +483,9 @@ def reproduce(
             methods[key] = {"label": LEARNED_ROWS[key].label, "seeds": len(done), **summary}
             curves[key] = [r.history for r in done]
             learned[key] = done
-        reports[env_id] = {"env_id": env_id, "scale": asdict(scale), "eval_seed": eval_seed,
+        # the machine: training's floats differ between CPUs (tests/test_committed_cells.py)
+        reports[env_id] = {"env_id": env_id, "machine": machine(), "scale": asdict(scale),
+                           "eval_seed": eval_seed,
                            "timesteps": scale.steps_on(env_id),
                            "methods": methods, "learning_curves": curves}
         block = gap_block(env_id, fixed[env_id], learned)
