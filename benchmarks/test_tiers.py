@@ -43,7 +43,9 @@ def run_tier(marks: list[str]) -> tuple[str, float, float]:
     summary = next((line for line in reversed(done.stdout.splitlines())
                     if re.search(r"\d+ (passed|failed)", line)), "no summary")
     if done.returncode != 0:
-        raise SystemExit(f"pytest {' '.join(marks)} failed: {summary}")
+        failed = [line for line in done.stdout.splitlines()
+                  if line.startswith(("FAILED", "ERROR"))]
+        raise SystemExit(f"pytest {' '.join(marks)} failed: {summary}\n" + "\n".join(failed))
     return summary.strip("= "), wall, cpu
 
 
