@@ -398,3 +398,26 @@ def test_an_exception_after_the_commit_puts_the_old_set_back(tmp_path, monkeypat
                                             "c.png": b"c"})
     assert done[:2] == ["b.json", "a.md"]  # both were new before the failure
     assert {path.name: path.read_bytes() for path in tmp_path.iterdir()} == OLD
+
+
+def test_a_base_pair_killed_after_its_commit_loads_as_saved(tmp_path, monkeypatch):
+    # load_base reads its weights and config through the reader: never new weights with
+    # an old config (the rename of the config had not happened when the save died)
+    import torch
+
+    from agents.learners.common.policies import load_base
+    from agents.learners.pretrain import save_base
+
+    shipped = Path(__file__).resolve().parents[1] / "agents/learners/pretrained"
+    old_state, old_config = load_base(shipped / "FlightPlanner-v0.safetensors")
+    new_state = {name: tensor + 1.0 for name, tensor in old_state.items()}
+    new_config = {**old_config, "final_loss": 0.125}  # another save of the same layout
+    save_base(old_state, old_config, tmp_path / "base")
+    with monkeypatch.context() as patch:
+        _killed_after(patch, 1)  # the weights renamed, the config not yet
+        with pytest.raises(Killed):
+            save_base(new_state, new_config, tmp_path / "base")
+    assert json.loads((tmp_path / "base.json").read_text()) == old_config  # mixed on disk
+    state, config = load_base(tmp_path / "base.safetensors")
+    assert config == new_config
+    assert all(torch.equal(state[name], new_state[name]) for name in new_state)

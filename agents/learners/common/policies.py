@@ -45,6 +45,7 @@ from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from torch import nn
 
+from agents.files import reading_files
 from agents.learners import ACTION_DISTRIBUTIONS
 from agents.learners.common.adapters import (
     LoraSettings,
@@ -190,10 +191,14 @@ def load_base(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]
     """
     weights = Path(path)
     config_path = _base_config_path(weights)
-    for file in (weights, config_path):  # what exists but is no file: the readers say
-        if not file.exists():
-            raise FileNotFoundError(f"base encoder: {file} does not exist")
-    state, config = read_tensors(weights), read_config_file(config_path)
+    # the pair is one save (agents.files): read through its reader, so that a save killed
+    # after its commit point is read as saved, never half old and half new
+    with reading_files(weights.parent, (weights.name, config_path.name)) as where:
+        for file in (weights, config_path):  # what exists but is no file: the readers say
+            if not where[file.name].exists():
+                raise FileNotFoundError(f"base encoder: {file} does not exist")
+        state = read_tensors(where[weights.name])
+        config = read_config_file(where[config_path.name])
     check_base(state, config, f"base encoder {weights} (config {config_path.name})")
     return state, config
 
