@@ -333,7 +333,9 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     uvicorn.run(create_app(models, args.latency, dict(args.fault), args.api_key, args.seed,
                            replay),
-                host=args.host, port=args.port, log_level="warning")
+                host=args.host, port=args.port, log_level="warning",
+                # a 'timeout' fault's answer sleeps an hour: on SIGTERM do not wait for it
+                timeout_graceful_shutdown=1)
 
 
 if __name__ == "__main__":
