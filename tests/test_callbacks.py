@@ -140,12 +140,10 @@ def test_counts_episodes_under_an_explicit_monitor(env_id):
 
 
 def vec_env_of(env_id, **kwargs):
-    # make_vec_env asks for render_mode="rgb_array" unless told otherwise, which the envs
-    # reject (see the xfail test below).
     return make_vec_env(env_id, n_envs=2, seed=0, env_kwargs={"render_mode": None}, **kwargs)
 
 
-@pytest.mark.filterwarnings("ignore:.*render_mode:UserWarning")
+@pytest.mark.filterwarnings("error::UserWarning")  # and no render_mode warning on the way
 def test_make_vec_env_with_its_default_render_mode(env_id):
     # SB3 asks for render_mode="rgb_array" and falls back on TypeError: the envs' error
     # for an unsupported mode is both a ValueError and a TypeError.

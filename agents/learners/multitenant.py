@@ -13,8 +13,10 @@ Two gaps between SuperSuit 3.11 and SB3 2.9 are closed by :class:`TenantVecEnv`:
 ``VecEnv.seed`` reaches SuperSuit's concatenated env, which has no ``seed`` (here the seed
 is kept for the next reset, SB3's own semantics: copy ``i`` gets ``seed + i``, then every
 multi-tenant env continues its seeded task streams); and SB3 hands MultiBinary actions
-over as float32 0.0/1.0, which SuperSuit's concatenation refuses to cast to the space's
-int8 (here they are cast, as the single-agent envs accept them).
+over as float32 0.0/1.0, which SuperSuit's concatenation once refused to cast to the
+space's int8 (the tenants' space, ``TenantActions``, now takes them, so SuperSuit's own
+recipe works too; the cast here is kept so that any other 0/1 float reaches the env as
+int8).
 """
 
 from __future__ import annotations
