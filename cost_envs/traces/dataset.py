@@ -47,6 +47,15 @@ def _frozen(array: Any, dtype: Any) -> np.ndarray:
     return out
 
 
+def _responses(responses: Any, n: int, m: int, where: str) -> tuple[tuple[str | None, ...], ...]:
+    """``responses`` as ``n`` rows of ``m`` strings or ``None``, or a one-line error."""
+    rows = tuple(tuple(r) for r in responses)
+    if len(rows) != n or any(len(r) != m for r in rows) or not all(
+            t is None or isinstance(t, str) for r in rows for t in r):
+        raise ValueError(f"{where}: responses: expected {n} rows of {m} strings or None")
+    return rows
+
+
 @dataclass(frozen=True, eq=False)
 class TraceDataset:
     """Logged outcomes of ``m`` models on ``n`` queries (immutable; arrays are read-only).
@@ -130,11 +139,7 @@ class TraceDataset:
                                           | (np.isfinite(self.cost) & (self.cost >= 0))).all():
             raise ValueError(f"{where}: cost: expected finite numbers >= 0 or NaN (not logged)")
         if self.responses is not None:
-            rows = tuple(tuple(r) for r in self.responses)
-            if len(rows) != n or any(len(r) != m for r in rows) or not all(
-                    t is None or isinstance(t, str) for r in rows for t in r):
-                raise ValueError(f"{where}: responses: expected {n} rows of {m} strings or None")
-            set_(self, "responses", rows)
+            set_(self, "responses", _responses(self.responses, n, m, where))
         if self.groups is not None:
             groups = tuple(self.groups)
             if len(groups) != n or not all(isinstance(g, str) and g for g in groups):
@@ -183,11 +188,7 @@ class TraceDataset:
             tokens.flags.writeable = False
         rows = None
         if responses is not None:
-            rows = tuple(tuple(r) for r in responses)
-            if len(rows) != n or any(len(r) != m for r in rows) or not all(
-                    t is None or isinstance(t, str) for r in rows for t in r):
-                raise ValueError(f"TraceDataset({source}): responses: expected {n} rows of "
-                                 f"{m} strings or None")
+            rows = _responses(responses, n, m, f"TraceDataset({source})")
         correct = np.zeros((n, m), dtype=bool)
         correct.flags.writeable = False
         data = object.__new__(cls)
