@@ -21,3 +21,13 @@ the writability check; files are written all or nothing by
 :func:`agents.files.write_files_atomic`) and :mod:`experiments.__main__` the
 command line. Imports flow one way: ``cost_envs`` <- ``agents`` <- ``experiments``.
 """
+
+import os
+
+# Torch's vectorised kernels (AVX2, AVX-512) add in a different order on different CPUs, so
+# one seed trained to different numbers on two machines (BoPO's table: 37 of 400 episodes
+# apart on an Intel Xeon with AVX-512). With its scalar kernels the Xeon gave the other
+# machine's floats bit for bit, no slower for networks this small, so the committed results
+# are made with them (issue #36). Torch reads this once, when it is imported: here, before
+# any experiment imports it.
+os.environ.setdefault("ATEN_CPU_CAPABILITY", "default")

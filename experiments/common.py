@@ -86,7 +86,18 @@ def machine() -> str:
     results file names the CPU it was made on.
     """
     return (f"{platform.system()} {platform.machine()}, {cpu_model()}, {os.cpu_count()} "
-            f"logical CPUs, Python {platform.python_version()}")
+            f"logical CPUs, Python {platform.python_version()}, {torch_kernels()}")
+
+
+def torch_kernels() -> str:
+    """Which of torch's CPU kernels run: ``"torch kernels DEFAULT"`` (scalar) or wider.
+
+    The scalar kernels make training's floats the same on every x86 CPU
+    (:mod:`experiments` asks for them); the vectorised ones differ between CPUs.
+    """
+    import torch  # the capability is only known once torch has read its setting
+
+    return f"torch kernels {torch.backends.cpu.get_cpu_capability()}"
 
 
 def cpu_model() -> str:
