@@ -34,7 +34,7 @@ from agents.evaluation import evaluate, format_table
 from agents.files import write_files_atomic
 from agents.rules import BestFixedRule, ScoredRule
 from agents.seeds import EVAL_TASK_SEED, RULE_TASK_SEED
-from experiments.common import spawn_pool
+from experiments.common import machine, spawn_pool
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ def reproduce(scale: Scale, envs: Sequence[str] = cost_envs.ENV_IDS, jobs: int =
         for future in futures:
             results.append(future.result())
             log(f"rules: {results[-1]['env_id']} searched in {results[-1]['seconds']} s")
-    return {"scale": asdict(scale), "eval_seed": EVAL_TASK_SEED,
+    return {"machine": machine(), "scale": asdict(scale), "eval_seed": EVAL_TASK_SEED,
             "train_seed": RULE_TASK_SEED, "envs": results}
 
 

@@ -50,6 +50,7 @@ from cost_envs.metrics.routing import (
 )
 from cost_envs.prices import default_price_table
 from cost_envs.traces import TraceDataset, load_routerarena, load_traces
+from experiments.common import machine
 from experiments.figures import figure_files
 from experiments.traces_heldout import PROTOCOLS, by_cost, evaluate, has_answers
 from experiments.traces_multi import evaluate_multi
@@ -333,7 +334,8 @@ def report(out_dir: Path, scale: str, data_dir: Path, arena_dir: Path | None = N
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     text = markdown(gsm, mmlu, robustness, env_rows, scale, n_resamples, seconds, env_cascade,
                     held_out, load)
-    payload = json_ready({"scale": scale, "n_resamples": n_resamples, "seconds": seconds,
+    payload = json_ready({"machine": machine(), "scale": scale, "n_resamples": n_resamples,
+                          "seconds": seconds,
                            "heldout": held_out,
                            "gsm8k": gsm, "gsm8k_other_splits": robustness, "mmlu": mmlu,
                            "trace_routing_env": env_rows,

@@ -2,103 +2,160 @@
 
 Issue #36: the CORL tables once stopped reproducing when the learners' training paths
 changed (FastPPO's exact backward, FlatAdam) and nothing checked them. Here one cheap unit
-of each experiment is trained again at its committed scale and its per-episode scores are
-compared with the committed JSON's, as that JSON keeps them (four decimals,
-``experiments.gaps.encode_scores``), bit for bit: a change that moves a committed number
-fails here until the tables are regenerated (``make reproduce``). Every learner family's
-training path is covered: PPO, supervised LoRA and LoRA-guided PPO (lora_ppo), CORL's
-shared PPO and per-tier adapters (corl), the SFT warm start and BoPO's MaskablePPO (bopo).
+of each experiment of ``make reproduce`` is run again at its committed scale and compared
+with the committed JSON bit for bit, as that JSON keeps it (per-episode scores to four
+decimals, ``experiments.gaps.encode_scores``; a rule search's rows as written): a change
+that moves a committed number fails here until the tables are regenerated. Every learner
+family's training path is covered: PPO, supervised LoRA and LoRA-guided PPO (lora_ppo),
+CORL's shared PPO and per-tier adapters (corl), the SFT warm start and BoPO's MaskablePPO
+(bopo); then the rule search (rules) and the routers on RouteLLM's logs (traces).
 
-Training floats can differ on another CPU (the committed files name theirs): on a machine
-whose CPU is not the one that wrote a file, its cells are skipped with that reason.
+Each cell runs in a fresh interpreter that imports :mod:`experiments` first, so torch
+starts with the scalar kernels the committed files were made with (``ATEN_CPU_CAPABILITY``
+is read once, at torch's import, and this test process may have imported torch already).
+Those kernels give the same floats on x86 CPUs of both vendors tried; a file that does not
+say it was made with them, or a machine that is not x86, skips with the reason.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import platform
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from experiments.common import cpu_model
-from experiments.gaps import encode_scores
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results"
+ROUTELLM = REPO.parent / "shared" / "data" / "routellm"
+#: What ``experiments.common.machine()`` says of torch's scalar kernels.
+SCALAR_KERNELS = "torch kernels DEFAULT"
 
-RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
-
-pytestmark = pytest.mark.slow  # each cell trains a model at its committed scale
-
-
-def _committed(name: str) -> dict:
-    path = RESULTS / name
-    data = json.loads(path.read_text(encoding="utf-8"))
-    return data
+pytestmark = pytest.mark.slow  # each cell trains a model or searches rules at its scale
 
 
-def _same_cpu(report: dict, path: str) -> None:
-    """Skip, saying why, unless the file names the machine that wrote it and it is this CPU.
-
-    A file written before the files named their machine cannot be told from one written
-    on another CPU: BoPO's committed table does not reproduce on an Intel Xeon, with the
-    code that wrote it (71c08f0) as with today's, 37 of 400 episodes apart.
-    """
+def _committed(name: str) -> dict[str, Any]:
+    """A committed JSON file, skipping unless its floats can be made again here."""
+    report = json.loads((RESULTS / name).read_text(encoding="utf-8"))
     written_on = report.get("machine")
     if written_on is None:
-        pytest.skip(f"{path} does not name the machine it was written on (written before "
-                    "issue #36): regenerate it with make reproduce")
-    if cpu_model() not in written_on:
-        pytest.skip(f"{path} was written on {written_on}, not this CPU ({cpu_model()}): "
-                    "training floats may differ")
+        pytest.skip(f"{name} does not name the machine it was written on: regenerate it "
+                    "with make reproduce")
+    if SCALAR_KERNELS not in written_on:
+        pytest.skip(f"{name} was written with torch's vectorised kernels ({written_on}), "
+                    "whose floats differ between CPUs: regenerate it with make reproduce")
+    if platform.machine() not in ("x86_64", "AMD64") or "x86_64" not in written_on:
+        pytest.skip(f"{name} was written on {written_on}; this is {platform.machine()}, "
+                    "whose floats may differ")
+    return report
 
 
-@pytest.mark.parametrize("key", ["ppo", "lora", "lora-ppo"])
-def test_a_lora_ppo_cell_is_the_committed_one(key: str) -> None:
-    from experiments import lora_ppo
+def _rerun(code: str) -> Any:
+    """Run ``code`` in a fresh interpreter (experiments imported first); its last line, JSON."""
+    environ = {**os.environ, "ATEN_CPU_CAPABILITY": "default", "OMP_NUM_THREADS": "1",
+               "MKL_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    script = "import experiments, json\n" + textwrap.dedent(code)
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=environ,
+                          capture_output=True, text=True, timeout=1800, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
-    name = "table_FlightPlanner-v0.json"
-    report = _committed(name)
-    _same_cpu(report, name)
-    scale = lora_ppo.SCALES[report["scale"]["name"]]
-    assert report["scale"]["timesteps"] == scale.timesteps  # the scale it was written at
-    job = lora_ppo.Job("cost_envs/FlightPlanner-v0", key, 0, scale, report["eval_seed"])
-    result = lora_ppo.run_job(job)
-    committed = report["gap_closed"]["tasks"]["FlightPlanner-v0"]["methods"][key]
-    assert encode_scores(result.returns) == committed["seed_scores"][0]
+
+def test_a_lora_ppo_cell_is_the_committed_one() -> None:
+    """Seed 0 of FlightPlanner-v0's PPO, supervised LoRA and LoRA-guided PPO rows."""
+    report = _committed("table_FlightPlanner-v0.json")
+    scores = _rerun(f"""
+        from experiments import lora_ppo
+        from experiments.gaps import encode_scores
+        scale = lora_ppo.SCALES[{report["scale"]["name"]!r}]
+        assert scale.timesteps == {report["scale"]["timesteps"]}  # the committed scale
+        print(json.dumps({{key: encode_scores(lora_ppo.run_job(lora_ppo.Job(
+            "cost_envs/FlightPlanner-v0", key, 0, scale, {report["eval_seed"]})).returns)
+            for key in ("ppo", "lora", "lora-ppo")}}))
+    """)
+    committed = report["gap_closed"]["tasks"]["FlightPlanner-v0"]["methods"]
+    for key, encoded in scores.items():
+        assert encoded == committed[key]["seed_scores"][0], key
 
 
 def test_a_corl_seed_is_the_committed_one() -> None:
     """Seed 0 of CORL on ExpertRouting-v1: shared PPO, then one adapter per tier."""
-    from agents.learners.corl import within_budget
+    name = "corl_tiers_ExpertRouting-v1.json"
+    report = _committed(name)
+    assert report["seeds"][0] == 0
+    scores = _rerun(f"""
+        from agents.learners.corl import within_budget
+        from experiments import corl
+        from experiments.gaps import encode_scores
+        report = json.load(open({str(RESULTS / name)!r}))
+        learned = corl.learned_runs(report["scale"], 0, "cost_envs/ExpertRouting-v1")
+        print(json.dumps([[profile, tier, method, encode_scores(
+            within_budget(run, report["budgets"][tier]))]
+            for (profile, tier, method), run in learned["runs"].items()]))
+    """)
     from experiments import corl
     from experiments.corl_report import task_name
 
-    env_id, name = "cost_envs/ExpertRouting-v1", "corl_tiers_ExpertRouting-v1.json"
-    report = _committed(name)
-    _same_cpu(report, name)
-    assert report["seeds"][0] == 0
-    learned = corl.learned_runs(report["scale"], 0, env_id)
     tasks = report["gap_closed"]["tasks"]
-    compared = 0
-    for (profile, tier, method), run in learned["runs"].items():
-        key = corl.LEARNED_KEYS[method]
-        entry = tasks[task_name(env_id, profile, tier)]["methods"][key]
-        assert encode_scores(within_budget(run, report["budgets"][tier])) \
-            == entry["seed_scores"][0], (profile, tier, method)
-        compared += 1
-    assert compared == len(corl.PROFILES_EVALUATED) * len(corl.TIERS) * 2  # every cell, row
+    for profile, tier, method, encoded in scores:
+        entry = tasks[task_name("cost_envs/ExpertRouting-v1", profile, tier)]["methods"]
+        assert encoded == entry[corl.LEARNED_KEYS[method]]["seed_scores"][0], \
+            (profile, tier, method)
+    assert len(scores) == len(corl.PROFILES_EVALUATED) * len(corl.TIERS) * 2  # every cell
 
 
 def test_a_bopo_seed_is_the_committed_one() -> None:
     """Seed 0 of BoPO on SciWorld: the SFT warm start, then BoPO at the paper's lambda."""
-    from experiments import bopo
-    from experiments.bopo_jobs import profile_budget, run_learning_job, scale_of, warm_start
-
     report = _committed("bopo.json")
-    _same_cpu(report, "bopo.json")
     assert report["seeds"][0] == 0  # the report's base seed
-    scale = scale_of(report["scale"]["name"])
-    budget = profile_budget("sciworld", scale, 0)
-    warm = warm_start("sciworld", scale, 0, budget)
+    scores = _rerun(f"""
+        from experiments import bopo
+        from experiments.bopo_jobs import profile_budget, run_learning_job, scale_of, warm_start
+        from experiments.gaps import encode_scores
+        scale = scale_of({report["scale"]["name"]!r})
+        budget = profile_budget("sciworld", scale, 0)
+        warm = warm_start("sciworld", scale, 0, budget)
+        [job] = [job for job in bopo.learn_jobs(warm, scale, budget, 0) if job.key == "bopo/0.5"]
+        print(json.dumps({{"sft": encode_scores(warm.returns),
+                          "bopo/0.5": encode_scores(run_learning_job(job).returns)}}))
+    """)
     committed = report["gap_closed"]["tasks"]["sciworld"]["methods"]
-    assert encode_scores(warm.returns) == committed["sft"]["seed_scores"][0]
-    [job] = [job for job in bopo.learn_jobs(warm, scale, budget, 0) if job.key == "bopo/0.5"]
-    assert encode_scores(run_learning_job(job).returns) == committed["bopo/0.5"]["seed_scores"][0]
+    for key, encoded in scores.items():
+        assert encoded == committed[key]["seed_scores"][0], key
+
+
+def test_a_rule_search_is_the_committed_one() -> None:
+    """The best fixed rule's search on AgenticRouting-v0 (the cheapest env), and its scores."""
+    report = _committed("rule_search.json")
+    [committed] = [env for env in report["envs"]
+                   if env["env_id"] == "cost_envs/AgenticRouting-v0"]
+    searched = _rerun(f"""
+        from experiments import rules
+        scale = rules.SCALES[{report["scale"]["name"]!r}]
+        result = rules.search_env("cost_envs/AgenticRouting-v0", scale)
+        print(json.dumps({{key: value for key, value in result.items() if key != "seconds"}}))
+    """)
+    assert searched == {key: value for key, value in committed.items() if key != "seconds"}
+
+
+def test_a_trace_routing_cell_is_the_committed_one() -> None:
+    """The routers on RouteLLM's first MMLU subject, at the committed resamples."""
+    if not (ROUTELLM / "mmlu").is_dir():
+        pytest.skip(f"RouteLLM's data is not at {ROUTELLM} (it lives outside the repository)")
+    report = _committed("trace_routing.json")
+    [first, *_] = report["mmlu"]
+    rerun = _rerun(f"""
+        from pathlib import Path
+        from experiments import traces
+        from experiments.traces_report import json_ready
+        path = sorted(Path({str(ROUTELLM / "mmlu")!r}).glob("mmlu_*.csv"))[0]
+        data = traces.load_traces(path, token_counter=traces.TOKEN_COUNTER)
+        print(json.dumps(json_ready(traces._experiment(data, {first["n_resamples"]}, seed=0,
+                                                       cv=False, keep_curves=False))))
+    """)
+    assert rerun == first
