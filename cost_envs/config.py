@@ -9,6 +9,9 @@ came from (a file and an entry, an env, a dataclass) and ``name`` is its key::
     cost = number(entry["cost"], "cost", minimum=0, where="pool.yaml: agents[2]")
     # ValueError: pool.yaml: agents[2]: cost: expected a finite number >= 0, got -1
 
+:func:`records` reads a file's list of records (a pool's agents, a price table's models)
+with those checks, naming each record as ``<file>: <list>[i]``.
+
 **Files.** The one reader of YAML and JSON configuration files is
 :mod:`cost_envs.config_files` (a module of its own only to keep each under 500 lines).
 """
@@ -19,7 +22,7 @@ import dataclasses
 import difflib
 import math
 import sys
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -171,6 +174,45 @@ def require_keys(mapping: Mapping[Any, Any], required: Sequence[str], where: str
     missing = [k for k in required if k not in mapping]
     if missing:
         raise ValueError(f"{where}: missing key(s) {missing}; expected {list(required)}")
+
+
+def records(entries: Any, name: str, source: str, build: Callable[[Mapping[str, Any]], T], *,
+            allowed: Sequence[str], required: Sequence[str],
+            not_a_mapping: Callable[[Any], str]) -> list[T]:
+    """A file's non-empty list ``name`` of records, each checked and then built.
+
+    The one reading of a list of records (a pool's agents, a price table's models): each
+    record must be a mapping with only ``allowed`` keys and every ``required`` one, and
+    every error, ``build``'s own ``ValueError`` included (the record's dataclass checking
+    its values), names the record as ``<source>: <name>[i]``.
+
+    Args:
+        entries: The list as read from the file.
+        name: Its key in the file.
+        source: Where the file came from; prefixed to every error message.
+        build: The record's object from its checked mapping.
+        allowed: The keys a record may have.
+        required: The keys a record must have.
+        not_a_mapping: What the error says after the record's name when a record is not a
+            mapping (``"expected ..."``), given the record.
+
+    Raises:
+        ValueError: Naming ``source``, the record, the offending key and what was expected.
+    """
+    if not isinstance(entries, list) or not entries:
+        raise ValueError(f"{source}: {name}: expected a non-empty list, got {entries!r}")
+    built = []
+    for i, entry in enumerate(entries):
+        where = f"{source}: {name}[{i}]"
+        if not isinstance(entry, Mapping):
+            raise ValueError(f"{where}: {not_a_mapping(entry)}")
+        reject_unknown(entry, allowed, where)
+        require_keys(entry, required, where)
+        try:
+            built.append(build(entry))
+        except ValueError as err:
+            raise ValueError(f"{where}: {err}") from None
+    return built
 
 
 def coerce_config(cls: type[T], value: Any, presets: Mapping[str, T], what: str) -> T:

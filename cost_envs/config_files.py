@@ -8,6 +8,8 @@ or crash: a duplicate key (the last one would win), an integer too large for a f
 or infinity, nesting deeper than :data:`MAX_DEPTH` levels and a recursive YAML alias are
 ``ValueError`` s naming the file, the key and, where the parser knows it, the line. A
 UTF-8 byte-order mark is accepted. The value checks are :mod:`cost_envs.config`'s.
+:class:`FileTable` gives a table users bring as a file (a pool, a price table) its
+``from_file``.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from cost_envs.config import _shown
 from cost_envs.limits import MAX_CONFIG_BYTES, check_regular_file
@@ -99,6 +101,30 @@ def json_loads(content: str) -> Any:
     data = json.loads(content, object_pairs_hook=_unique_pairs, parse_int=_parse_int)
     _check_tree(data)
     return data
+
+
+_Table = TypeVar("_Table", bound="FileTable")
+
+
+class FileTable:
+    """A table users bring as a file (a pool, a price table): ``from_file`` for free.
+
+    A subclass builds itself from plain data in ``from_dict(data, source, file)``, where
+    ``source`` prefixes every error message and ``file`` is kept as the table's own
+    ``source``; reading the file is the same for every table, so it lives here.
+    """
+
+    @classmethod
+    def from_dict(cls: type[_Table], data: Mapping[str, Any], source: str = "<dict>",
+                  file: str = "") -> _Table:
+        """Build the table from plain data, rejecting anything unexpected."""
+        raise NotImplementedError
+
+    @classmethod
+    def from_file(cls: type[_Table], path: str | Path) -> _Table:
+        """Load the table from a ``.json``, ``.yaml`` or ``.yml`` file (its errors name it)."""
+        path = Path(path)
+        return cls.from_dict(read_config_file(path), source=str(path), file=str(path))
 
 
 class _DocumentError(ValueError):

@@ -26,11 +26,12 @@ from cost_envs.config import (
     integer,
     number,
     probability,
+    records,
     reject_unknown,
     require_keys,
     text,
 )
-from cost_envs.config_files import read_config_file
+from cost_envs.config_files import FileTable
 
 _AGENT_KEYS = ("name", "role", "cost", "flops", "capability")
 _POOL_KEYS = ("skills", "agents")
@@ -74,7 +75,7 @@ class AgentSpec:
 
 
 @dataclass(frozen=True)
-class AgentPool:
+class AgentPool(FileTable):
     """An ordered, validated set of agents sharing one skill vocabulary.
 
     Bit ``i`` of an environment's ``MultiBinary(m)`` action calls ``agents[i]``.
@@ -192,30 +193,15 @@ class AgentPool:
         skills = data["skills"]
         if not isinstance(skills, list) or not all(isinstance(s, str) and s for s in skills):
             raise ValueError(f"{source}: skills: expected a list of skill names, got {skills!r}")
-        entries = data["agents"]
-        if not isinstance(entries, list) or not entries:
-            raise ValueError(f"{source}: agents: expected a non-empty list, got {entries!r}")
-        agents = []
-        for i, entry in enumerate(entries):
-            where = f"{source}: agents[{i}]"
-            if not isinstance(entry, Mapping):
-                raise ValueError(f"{where}: expected a mapping with keys {list(_AGENT_KEYS)}")
-            reject_unknown(entry, _AGENT_KEYS, where)
-            require_keys(entry, _AGENT_KEYS, where)
-            try:
-                agents.append(AgentSpec(**{k: entry[k] for k in _AGENT_KEYS}))
-            except ValueError as err:
-                raise ValueError(f"{where}: {err}") from None
+        agents = records(
+            data["agents"], "agents", source,
+            lambda entry: AgentSpec(**{k: entry[k] for k in _AGENT_KEYS}),
+            allowed=_AGENT_KEYS, required=_AGENT_KEYS,
+            not_a_mapping=lambda entry: f"expected a mapping with keys {list(_AGENT_KEYS)}")
         try:
             return cls(tuple(agents), tuple(skills), source=file)
         except ValueError as err:
             raise ValueError(f"{source}: {err}") from None
-
-    @classmethod
-    def from_file(cls, path: str | Path) -> AgentPool:
-        """Load a pool from a ``.json``, ``.yaml`` or ``.yml`` file (schema in the module doc)."""
-        path = Path(path)
-        return cls.from_dict(read_config_file(path), source=str(path), file=str(path))
 
 
 def coerce_pool(pool: AgentPool | Mapping[str, Any] | str | Path) -> AgentPool:

@@ -39,8 +39,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from cost_envs.config import number, one_of, reject_unknown, require_keys, text
-from cost_envs.config_files import parse_config_text, read_config_file
+from cost_envs.config import number, one_of, records, reject_unknown, text
+from cost_envs.config_files import FileTable, parse_config_text
 
 _TABLE_KEYS = ("currency", "unit", "models")
 _MODEL_KEYS = ("name", "input", "output", "reasoning", "active_params_billion",
@@ -124,7 +124,7 @@ class ModelPrice:
 
 
 @dataclass(frozen=True)
-class PriceTable:
+class PriceTable(FileTable):
     """Token prices of several models, looked up by name.
 
     Args:
@@ -217,32 +217,16 @@ class PriceTable:
         unit, currency = data.get("unit"), data.get("currency")
         one_of(UNIT if unit is None else unit, "unit", (UNIT,), where=source)
         currency = text("USD" if currency is None else currency, "currency", where=source)
-        entries = data.get("models")
-        if not isinstance(entries, list) or not entries:
-            raise ValueError(f"{source}: models: expected a non-empty list, got {entries!r}")
-        models = []
-        for i, entry in enumerate(entries):
-            where = f"{source}: models[{i}]"
-            if not isinstance(entry, Mapping):
-                raise ValueError(f"{where}: expected a mapping, got {entry!r}")
-            reject_unknown(entry, _MODEL_KEYS, where)
-            require_keys(entry, _REQUIRED_MODEL_KEYS, where)
-            entry = {key: value for key, value in entry.items()
-                     if value is not None or key in _REQUIRED_MODEL_KEYS}
-            try:
-                models.append(ModelPrice(**entry))
-            except ValueError as err:
-                raise ValueError(f"{where}: {err}") from None
+        models = records(
+            data.get("models"), "models", source,
+            lambda entry: ModelPrice(**{key: value for key, value in entry.items()
+                                        if value is not None or key in _REQUIRED_MODEL_KEYS}),
+            allowed=_MODEL_KEYS, required=_REQUIRED_MODEL_KEYS,
+            not_a_mapping=lambda entry: f"expected a mapping, got {entry!r}")
         try:
             return cls(tuple(models), currency, source=file)
         except ValueError as err:
             raise ValueError(f"{source}: {err}") from None
-
-    @classmethod
-    def from_file(cls, path: str | Path) -> PriceTable:
-        """Load a table from a ``.json``, ``.yaml`` or ``.yml`` file."""
-        path = Path(path)
-        return cls.from_dict(read_config_file(path), source=str(path), file=str(path))
 
 
 def default_price_table() -> PriceTable:
