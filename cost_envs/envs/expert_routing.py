@@ -46,7 +46,7 @@ _BETA_A, _BETA_B, _MEAN_PROMPT = np.array([PROFILES[p] for p in PROFILE_NAMES]).
 
 
 class _Tables(NamedTuple):
-    hits: list  # hits[t][i]: expert i is right when consulted in round t
+    answers: list  # answers[t][i]: expert i's answer in round t, 1 right or 0 wrong
     controller_right: bool
     prices: Prices
     static_obs: np.ndarray  # the observation's slots fixed for the question
@@ -326,8 +326,9 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
     def _block_tables(self, block: ExpertBlock) -> list[_Tables]:
         """The tables of the questions of ``block`` (a drawn block, or one replayed task)."""
         arrays = self.block_arrays(block)
-        return [_Tables(h, r, p, o) for h, r, p, o in zip(
-            arrays.hits.tolist(), arrays.controller_right.tolist(), block_prices(arrays),
+        return [_Tables(a, r, p, o) for a, r, p, o in zip(
+            arrays.hits.astype(np.int64).tolist(), arrays.controller_right.tolist(),
+            block_prices(arrays),
             arrays.static_obs, strict=True)]
 
     def block_arrays(self, block: ExpertBlock) -> BlockArrays:
@@ -368,7 +369,7 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
 
     # ------------------------------------------------------------- dynamics
     def _initial_state(self, task: ExpertTask, tables: _Tables) -> State:
-        self._hits = tables.hits
+        self._answers = tables.answers
         self._controller_right = tables.controller_right
         # what the vote depends on besides the state (v1: the controller's answer code)
         self._voter: bool | int = tables.controller_right
@@ -377,11 +378,13 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
 
     def _transition(self, turn: int, state: State, called: list[int]
                     ) -> tuple[State, Outcome | None]:
+        # Every version's dynamics: a consulted expert's answer of the round (a code fixed
+        # at reset) replaces its last one; after the last round the vote decides.
         if called:
-            hits = self._hits[turn]
+            answers = self._answers[turn]
             status = list(state)
             for i in called:
-                status[i] = 1 if hits[i] else 0
+                status[i] = answers[i]
             state = tuple(status)
             if turn + 1 < self.max_rounds:
                 return state, None
@@ -447,19 +450,35 @@ class ExpertRoutingEnv(OrchestrationEnv[ExpertTask]):
         return obs
 
     def _dynamic_slots(self, turn: int, state: State) -> np.ndarray:
-        """The slots from ``rounds_left`` to ``support`` at ``turn`` in ``state``."""
+        """The slots from ``rounds_left`` to ``support`` at ``turn`` in ``state``.
+
+        The one layout of these slots for every version: a version's answers and vote
+        differ only in who gives the leading answer (:meth:`_gives_leading`).
+        """
         m = self.n_agents
         slots = np.zeros(3 + 2 * m, dtype=np.float32)
-        right, source, leading, total = self._vote(state)
+        vote = self._vote(state)
         slots[0] = (self.max_rounds - turn) / self.max_rounds
         for i, s in enumerate(state):
             if s >= 0:
                 slots[1 + i] = 1.0
-                slots[1 + m + i] = float(s == 1 if right else source == i)
-        slots[1 + 2 * m] = float(self._controller_right if right else source == -1)
-        slots[2 + 2 * m] = leading / total
+                slots[1 + m + i] = float(self._gives_leading(vote, state, i))
+        slots[1 + 2 * m] = float(self._gives_leading(vote, state, -1))
+        slots[2 + 2 * m] = vote[2] / vote[3]
         slots.flags.writeable = False
         return slots
+
+    def _gives_leading(self, vote: tuple[bool, int, float, float], state: State,
+                       source: int) -> bool:
+        """Whether ``source`` (an expert's index, -1 the controller) gives the leading answer.
+
+        v0's answers are right (1) or each wrong alone: a right source leads with the
+        right answer, else only the leading wrong source leads.
+        """
+        right, leading_wrong = vote[0], vote[1]
+        if right:
+            return self._controller_right if source < 0 else state[source] == 1
+        return source == leading_wrong
 
     # ------------------------------------------------------------- helpers
     def rule_based_action(self, observation: np.ndarray) -> np.ndarray:

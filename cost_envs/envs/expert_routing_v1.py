@@ -8,10 +8,8 @@ from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
-from cost_envs.core import Outcome, Prices, State
+from cost_envs.core import Prices, State
 from cost_envs.envs.expert_routing import (
-    _RIGHT_ANSWER,
-    _WRONG_ANSWER,
     PROFILE_NAMES,
     ExpertRoutingEnv,
     ExpertTask,
@@ -318,18 +316,6 @@ class ExpertRoutingV1Env(ExpertRoutingEnv):
         self._static_obs = tables.static_obs
         return (NOT_CONSULTED,) * self.n_agents  # per expert: its latest answer code
 
-    def _transition(self, turn: int, state: State, called: list[int]
-                    ) -> tuple[State, Outcome | None]:
-        if called:
-            answers = self._answers[turn]
-            status = list(state)
-            for i in called:
-                status[i] = answers[i]
-            state = tuple(status)
-            if turn + 1 < self.max_rounds:
-                return state, None
-        return state, _RIGHT_ANSWER if self._vote(state)[0] else _WRONG_ANSWER
-
     def _count_votes(self, state: State) -> tuple[bool, int, float, float]:
         """The weighted vote over answers: (leading answer right, its code, its weight, total).
 
@@ -350,19 +336,11 @@ class ExpertRoutingV1Env(ExpertRoutingEnv):
         lead = max(weights, key=lambda a: (weights[a], a == own_answer, a != RIGHT, -first[a]))
         return lead == RIGHT, lead, weights[lead], total
 
-    def _dynamic_slots(self, turn: int, state: State) -> np.ndarray:
-        m = self.n_agents
-        slots = np.zeros(3 + 2 * m, dtype=np.float32)
-        _, lead, leading, total = self._vote(state)
-        slots[0] = (self.max_rounds - turn) / self.max_rounds
-        for i, answer in enumerate(state):
-            if answer >= 0:
-                slots[1 + i] = 1.0
-                slots[1 + m + i] = float(answer == lead)
-        slots[1 + 2 * m] = float(self._controller_answer == lead)
-        slots[2 + 2 * m] = leading / total
-        slots.flags.writeable = False
-        return slots
+    def _gives_leading(self, vote: tuple[bool, int, float, float], state: State,
+                       source: int) -> bool:
+        # v1's vote names the leading answer's code: whoever gave that code leads
+        answer = self._controller_answer if source < 0 else state[source]
+        return answer == vote[1]
 
     # ------------------------------------------------------------- helpers
     @property
