@@ -1,8 +1,8 @@
 """User input, checked in one place: the typed value checks.
 
 **Value checks.** :func:`number`, :func:`integer`, :func:`probability`, :func:`boolean`,
-:func:`text`, :func:`one_of`, :func:`reject_unknown` and :func:`require_keys` return the
-checked value or raise a one-line ``ValueError`` of the form
+:func:`text`, :func:`one_of`, :func:`paired_arrays`, :func:`reject_unknown` and
+:func:`require_keys` return the checked value or raise a one-line ``ValueError`` of the form
 ``<where>: <name>: expected <what>, got <value>``, where ``where`` says where the value
 came from (a file and an entry, an env, a dataclass) and ``name`` is its key::
 
@@ -148,6 +148,28 @@ def one_of(value: T, name: str | None, options: Collection[Any], *,
         pass
     hint = suggestion(value, options) if isinstance(value, str) else ""
     raise ValueError(f"{_invalid(value, name, where, f'one of {list(options)}')}{hint}")
+
+
+def paired_arrays(first: Any, second: Any, names: str, *, ndim: int = 1,
+                  expected: str = "two non-empty 1-d arrays of one length, got shapes"
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Two arrays over the same items, as non-empty float64 arrays of one shape.
+
+    Args:
+        first: The first array (a column per item, or ``ndim`` axes).
+        second: The second, of the same shape.
+        names: What the two are called in the error.
+        ndim: Their number of dimensions.
+        expected: The error's words between ``expected`` and the two shapes.
+
+    Raises:
+        ValueError: ``<names>: expected <expected> <shape> and <shape>``.
+    """
+    a = np.asarray(first, dtype=np.float64)
+    b = np.asarray(second, dtype=np.float64)
+    if a.ndim != ndim or a.shape != b.shape or a.size == 0:
+        raise ValueError(f"{names}: expected {expected} {a.shape} and {b.shape}")
+    return a, b
 
 
 def suggestion(word: str, options: Iterable[Any]) -> str:

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from cost_envs.config import paired_arrays
 from cost_envs.metrics.bootstrap import (
     check_bootstrap_args,
     cluster_codes,
@@ -41,11 +42,7 @@ from cost_envs.metrics.bootstrap import (
 
 
 def _points(costs: Any, qualities: Any) -> tuple[np.ndarray, np.ndarray]:
-    c = np.asarray(costs, dtype=np.float64)
-    q = np.asarray(qualities, dtype=np.float64)
-    if c.ndim != 1 or c.shape != q.shape or c.size == 0:
-        raise ValueError(f"costs and qualities: expected two non-empty 1-d arrays of one "
-                         f"length, got shapes {c.shape} and {q.shape}")
+    c, q = paired_arrays(costs, qualities, "costs and qualities")
     if not (np.isfinite(c).all() and np.isfinite(q).all()):
         raise ValueError("costs and qualities: expected finite numbers")
     return c, q
@@ -151,12 +148,8 @@ def _aiq_points(name: str, points: Any) -> tuple[np.ndarray, np.ndarray]:
         qualities, costs = points
     except (TypeError, ValueError):
         raise ValueError(f"{name}: expected a (qualities, costs) pair") from None
-    q = np.asarray(qualities, dtype=np.float64)
-    c = np.asarray(costs, dtype=np.float64)
-    if q.ndim != 2 or q.shape != c.shape or q.size == 0:
-        raise ValueError(f"qualities and costs: expected two (queries, points) arrays of one "
-                         f"shape, got {q.shape} and {c.shape}")
-    return q, c
+    return paired_arrays(qualities, costs, "qualities and costs", ndim=2,
+                         expected="two (queries, points) arrays of one shape, got")
 
 
 def bootstrap_aiqs(

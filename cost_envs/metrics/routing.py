@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from cost_envs.config import number
+from cost_envs.config import number, paired_arrays
 from cost_envs.metrics.bootstrap import (
     Interval,
     check_bootstrap_args,
@@ -59,11 +59,7 @@ _BLOCK = 1 << 21
 
 
 def _outcomes(weak: Any, strong: Any) -> tuple[np.ndarray, np.ndarray]:
-    w = np.asarray(weak, dtype=np.float64)
-    s = np.asarray(strong, dtype=np.float64)
-    if w.ndim != 1 or w.shape != s.shape or w.size == 0:
-        raise ValueError(f"weak_correct and strong_correct: expected two non-empty 1-d arrays "
-                         f"of one length, got shapes {w.shape} and {s.shape}")
+    w, s = paired_arrays(weak, strong, "weak_correct and strong_correct")
     for name, a in (("weak_correct", w), ("strong_correct", s)):
         if not (np.isfinite(a).all() and (a >= 0).all() and (a <= 1).all()):
             raise ValueError(f"{name}: expected booleans or scores in [0, 1]")
