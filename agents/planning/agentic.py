@@ -20,7 +20,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from agents.planning.common import Planner
+from agents.planning.common import TaskPlanner
 from cost_envs.envs.agentic_profiles import MAX_HORIZON, MAX_RECOVERY
 from cost_envs.envs.agentic_routing import (
     LARGE_CURVE,
@@ -125,7 +125,7 @@ def plan_agentic(env: AgenticRoutingEnv, task: AgenticTask, small_cost: float,
     return AgenticPlan(values, large, small_cost, large_cost)
 
 
-class AgenticPlanner(Planner):
+class AgenticPlanner(TaskPlanner[AgenticPlan]):
     """Privileged: the best router for a player who knows the task but not its luck.
 
     **What it knows.** The env's generative model (its docstring's, in code: per-turn
@@ -182,29 +182,19 @@ class AgenticPlanner(Planner):
         self._turns_left = layout["turns_left"].start
         self._progress = layout["progress"].start
         self._recovering = layout["recovering"].start
-        self._key: tuple[Any, ...] | None = None
-        self._plan: AgenticPlan | None = None
 
     def _limits(self) -> tuple[float, bool]:
         if self._budget is None:
             return np.inf, False
         return self._budget.budget, self._budget.on_exceed == "truncate"
 
-    def plan(self) -> AgenticPlan:
-        """The plan of the env's current task (solved once per task, prices and budget)."""
-        task = self.env.task
-        if task is None:
-            raise ValueError("AgenticPlanner: the env has no task yet; reset it first")
-        small, large = self.env.step_prices()
-        key = (task.difficulty.tobytes(), task.horizon, small, large, *self._limits())
-        if key != self._key or self._plan is None:
-            self._plan = plan_agentic(self.env, task, small, large, *self._limits())
-            self._key = key
-        return self._plan
+    def _plan_key(self, task: AgenticTask) -> tuple[Any, ...]:
+        # solved once per task, prices and budget
+        return (task.difficulty.tobytes(), task.horizon, *self.env.step_prices(),
+                *self._limits())
 
-    def expected_return(self) -> float:
-        """Expected return of the current task's episode from its start, under this policy."""
-        return self.plan().expected_return
+    def _solve(self, task: AgenticTask) -> AgenticPlan:
+        return plan_agentic(self.env, task, *self.env.step_prices(), *self._limits())
 
     def act(self, observation: np.ndarray) -> np.ndarray:
         """The plan's action at the observed state and the ledger's spend."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
@@ -36,3 +36,47 @@ class Planner(Baseline):
         be told the student's instead; the others read all they need from the
         observation, so by default this does nothing.
         """
+
+
+class _Plan(Protocol):
+    @property
+    def expected_return(self) -> float: ...
+
+
+PlanT = TypeVar("PlanT", bound=_Plan)
+
+
+class TaskPlanner(Planner, Generic[PlanT]):
+    """A planner that solves the env's current task once, then plays the plan.
+
+    :meth:`plan` solves the task (:meth:`_solve`) when it first sees it and again only
+    when what the plan depends on changes (:meth:`_plan_key`: the task's hidden
+    parameters, and the prices or budget where they matter), so every step of an
+    episode reads the same plan. Subclasses implement the two hooks and ``act``.
+    """
+
+    _key: Any = None
+    _plan: PlanT | None = None
+
+    def plan(self) -> PlanT:
+        """The plan of the env's current task (solved once per task and what it depends on)."""
+        task = self.env.task
+        if task is None:
+            raise ValueError(f"{type(self).__name__}: the env has no task yet; reset it first")
+        key = self._plan_key(task)
+        if key != self._key or self._plan is None:
+            self._plan = self._solve(task)
+            self._key = key
+        return self._plan
+
+    def expected_return(self) -> float:
+        """Expected return of the current task's episode from its start, under this policy."""
+        return self.plan().expected_return
+
+    def _plan_key(self, task: Any) -> Any:
+        """What the plan of ``task`` depends on: a new key, a new plan."""
+        raise NotImplementedError
+
+    def _solve(self, task: Any) -> PlanT:
+        """The plan of ``task``."""
+        raise NotImplementedError

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import gymnasium as gym
 import numpy as np
 
-from agents.planning.common import Planner
+from agents.planning.common import TaskPlanner
 from cost_envs.core import MAX_ORACLE_AGENTS
 from cost_envs.envs.toolbench import MAX_STAGES, MAX_TURNS, ToolBenchEnv, ToolTask
 
@@ -262,7 +262,7 @@ def solve_batch(joint: JointActions, caps: np.ndarray, skills: np.ndarray,
     return values, best
 
 
-class ExpectimaxPlanner(Planner):
+class ExpectimaxPlanner(TaskPlanner[ToolBenchPlan]):
     """Privileged: the best policy for a player who knows the task but not its luck.
 
     **What it knows.** The env's generative model (its docstring's, in code: clearing
@@ -313,25 +313,15 @@ class ExpectimaxPlanner(Planner):
         layout = self.env.observation_layout
         self._turns_left = layout["turns_left"].start
         self._stages_left = layout["stages_left"].start
-        self._key: bytes | None = None
-        self._plan: ToolBenchPlan | None = None
 
-    def plan(self) -> ToolBenchPlan:
-        """The plan of the env's current task (solved once per set of parameters)."""
-        task = self.env.task
-        if task is None:
-            raise ValueError("ExpectimaxPlanner: the env has no task yet; reset it first")
-        key = b"|".join(np.ascontiguousarray(getattr(task, name)).tobytes() for name in
-                        ("stage_skill", "stage_difficulty", "reference", "topic")
-                        if getattr(task, name) is not None)
-        if key != self._key or self._plan is None:
-            self._plan = plan_toolbench(self.env, task)
-            self._key = key
-        return self._plan
+    def _plan_key(self, task: ToolTask) -> bytes:
+        # solved once per set of parameters
+        return b"|".join(np.ascontiguousarray(getattr(task, name)).tobytes() for name in
+                         ("stage_skill", "stage_difficulty", "reference", "topic")
+                         if getattr(task, name) is not None)
 
-    def expected_return(self) -> float:
-        """Expected return of the current task's episode from its start, under this policy."""
-        return self.plan().expected_return
+    def _solve(self, task: ToolTask) -> ToolBenchPlan:
+        return plan_toolbench(self.env, task)
 
     def act(self, observation: np.ndarray) -> np.ndarray:
         """The plan's action at the observed (turn, stage)."""
