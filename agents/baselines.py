@@ -154,7 +154,27 @@ class GreedyHeuristic(Baseline):
         return self._subsets[index].copy()
 
 
-class CostOptOracle(Baseline):
+class PrivilegedBaseline(Baseline):
+    """A baseline that reads its env's hidden state, so it follows that one env.
+
+    The hindsight oracle and the planners of :mod:`agents.planning`: each reads the
+    current task of the env it was built on, so its ``predict`` takes one observation at
+    a time (a batch would be read against that one env's task).
+    """
+
+    privileged = True
+
+    def predict(self, observation: np.ndarray, state: Any = None,
+                episode_start: np.ndarray | None = None, deterministic: bool = True
+                ) -> tuple[np.ndarray, Any]:
+        """Single observations only: it follows one environment."""
+        if np.ndim(observation) != 1:
+            raise ValueError(f"{type(self).__name__} follows a single environment; pass one "
+                             "observation")
+        return self.act(observation), state
+
+
+class CostOptOracle(PrivilegedBaseline):
     """Privileged: replays the minimum-cost successful action sequence of the current task.
 
     It knows each agent's fixed luck, so it succeeds whenever any sequence can, at the
@@ -162,23 +182,10 @@ class CostOptOracle(Baseline):
     """
 
     name = "oracle"
-    privileged = True
 
     def act(self, observation: np.ndarray) -> np.ndarray:
         """The env's ``oracle_action`` (the observation is ignored)."""
         return self.env.oracle_action()
-
-    def predict(
-        self,
-        observation: np.ndarray,
-        state: Any = None,
-        episode_start: np.ndarray | None = None,
-        deterministic: bool = True,
-    ) -> tuple[np.ndarray, Any]:
-        """Single observations only: the oracle follows one environment."""
-        if np.ndim(observation) != 1:
-            raise ValueError("CostOptOracle follows a single environment; pass one observation")
-        return self.act(observation), state
 
 
 class FixedSequence(Baseline):

@@ -6,26 +6,16 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
-from agents.baselines import Baseline
+from agents.baselines import PrivilegedBaseline
 
 
-class Planner(Baseline):
+class Planner(PrivilegedBaseline):
     """A planner of :mod:`agents.planning`: privileged, one environment at a time.
 
     It reads the env's current task, so it is built on the env it acts in and follows
-    that one env, one observation at a time. Subclasses implement ``act``.
+    that one env, one observation at a time (:class:`~agents.baselines.PrivilegedBaseline`).
+    Subclasses implement ``act``.
     """
-
-    privileged = True
-
-    def predict(self, observation: np.ndarray, state: Any = None,
-                episode_start: np.ndarray | None = None, deterministic: bool = True
-                ) -> tuple[np.ndarray, Any]:
-        """Single observations only: the planner follows one environment."""
-        if np.ndim(observation) != 1:
-            raise ValueError(f"{type(self).__name__} follows a single environment; pass one "
-                             "observation")
-        return self.act(observation), state
 
     def note_action(self, observation: np.ndarray, action: np.ndarray) -> None:
         """The action actually played at ``observation``, when another policy chose it.
