@@ -49,9 +49,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from agents.routers.base import Router, TwoModelRouter, array_of, register
+from agents.routers.base import Router, array_of, register
 from agents.routers.inputs import call_costs
 from agents.routers.multi import MultiRouter, PerModelLogistic
+from agents.routers.two_model import TwoModelLogistic
 from cost_envs.traces import TraceDataset
 
 #: The smallest extra cost a strong call is priced at, as a share of the mean training
@@ -176,7 +177,8 @@ class PricedLogistic(PerModelLogistic):
     """Per-model correctness with each call priced before it is made.
 
     The one home of the pricer's plumbing, shared by :class:`PricedRouter` (before
-    :class:`~agents.routers.base.TwoModelRouter`) and :class:`PricedMultiRouter` (before
+    :class:`~agents.routers.two_model.TwoModelLogistic`, the logistic router's settings
+    on :class:`~agents.routers.base.TwoModelRouter`) and :class:`PricedMultiRouter` (before
     :class:`~agents.routers.multi.MultiRouter`); the output-token models share the
     correctness models' ``l2``. Its :meth:`inputs` gain the prompt's tokens per model,
     its training costs are each call's cost and tokens (:func:`call_records`), fitting
@@ -233,7 +235,7 @@ class PricedLogistic(PerModelLogistic):
 
 @register
 @dataclass
-class PricedRouter(PricedLogistic, TwoModelRouter):
+class PricedRouter(PricedLogistic, TwoModelLogistic):
     """Routes a query to the strong model by predicted accuracy gained per extra dollar.
 
     Args:
@@ -246,13 +248,6 @@ class PricedRouter(PricedLogistic, TwoModelRouter):
             statistics (0 ignores the words).
         text_features: The text encoder: ``"hashed"``, ``"minilm"`` or your own.
     """
-
-    weak: str
-    strong: str
-    n_features: int = 512
-    l2: float = 10.0
-    hashed_weight: float = 1.0
-    text_features: str = "hashed"
 
     kind: ClassVar[str] = "priced"
     #: Never pay for a strong call predicted to lose accuracy: calibration stops at 0.

@@ -34,9 +34,26 @@ from cost_envs.metrics.routing import RoutingCurve, routing_curve
 from cost_envs.traces import TraceDataset
 
 
+@dataclass
+class TwoModelLogistic(TwoModelRouter):
+    """The settings of a two-model router whose model is a logistic regression.
+
+    One home of the fields, their order and their defaults for :class:`LogisticRouter`
+    (and :class:`CascadeRouter`) and :class:`~agents.routers.priced.PricedRouter`: the
+    two models, the text features and the regression's ``l2``.
+    """
+
+    weak: str
+    strong: str
+    n_features: int = 512
+    l2: float = 10.0
+    hashed_weight: float = 1.0
+    text_features: str = "hashed"
+
+
 @register
 @dataclass
-class LogisticRouter(TwoModelRouter):
+class LogisticRouter(TwoModelLogistic):
     """Scores queries by the logistic probability that the weak model answers wrongly.
 
     Args:
@@ -49,13 +66,6 @@ class LogisticRouter(TwoModelRouter):
         text_features: The text encoder: ``"hashed"``, ``"minilm"`` or your own
             (:func:`~agents.routers.features.register_text_features`).
     """
-
-    weak: str
-    strong: str
-    n_features: int = 512
-    l2: float = 10.0
-    hashed_weight: float = 1.0
-    text_features: str = "hashed"
 
     kind: ClassVar[str] = "logistic"
 
