@@ -85,6 +85,19 @@ class KeyStore:
         with self._lock:
             self._cache.clear()
 
+    def _write(self, name: str, change: Callable[[Any], None]) -> dict[str, Any]:
+        """Key ``name`` as shown after ``change(cursor)``, in one transaction.
+
+        Every change of a key goes through here: the key is read back in the change's
+        own transaction, and this process's cache is forgotten once it commits, so the
+        process that changed a key never serves a request under its old settings.
+        """
+        with self.ledger.storage.transaction() as cur:
+            change(cur)
+            shown = _shown(self._row(cur, name))
+        self._forget()
+        return shown
+
     def list(self) -> list[dict[str, Any]]:
         """Every key (live and revoked), without its hash."""
         with self.ledger.storage.transaction() as cur:
@@ -133,7 +146,8 @@ class KeyStore:
                               _period(body.get("period", "total")))
         rates = RateLimits(*(_rate(body.get(k), k) for k in RATE_KEYS))
         secret = KEY_PREFIX + secrets.token_urlsafe(32)
-        with self.ledger.storage.transaction() as cur:
+
+        def insert(cur: Any) -> None:
             cur.execute("SELECT 1 FROM api_keys WHERE name = ?", (name,))
             if cur.fetchone() is not None:
                 raise ApiError(409, f"name: an API key {name!r} exists; expected a new name "
@@ -145,9 +159,8 @@ class KeyStore:
                         (hash_key(secret), name, organisation, rates.rpm_limit,
                          rates.tpm_limit, rates.max_parallel_requests, self.clock()))
             write_budget(cur, budget)
-            shown = _shown(self._row(cur, name))
-        self._forget()
-        return {**shown, "key": secret}
+
+        return {**self._write(name, insert), "key": secret}
 
     def update(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """Change a key's limits: ``{"name", "limit"?, "period"?, rate limits?}`` (null: none).
@@ -157,9 +170,9 @@ class KeyStore:
         """
         _only(body, ("name", "limit", "period", *RATE_KEYS))
         name = _name(body)
-        with self.ledger.storage.transaction() as cur:
-            row = self._row(cur, name)
-            key = self._key(row)
+
+        def limit(cur: Any) -> None:
+            key = self._key(self._row(cur, name))
             budget = key.budget
             if "limit" in body:
                 budget = replace(budget, limit=_limit(body["limit"]))
@@ -171,9 +184,8 @@ class KeyStore:
                         "max_parallel_requests = ?, source = 'api' WHERE name = ?",
                         (rates.rpm_limit, rates.tpm_limit, rates.max_parallel_requests, name))
             write_budget(cur, budget)
-            shown = _shown(self._row(cur, name))
-        self._forget()
-        return shown
+
+        return self._write(name, limit)
 
     def regenerate(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """Rotate a key: a new key for the same name, budget and limits; the old one stops.
@@ -184,13 +196,13 @@ class KeyStore:
         _only(body, ("name",))
         name = _name(body)
         secret = KEY_PREFIX + secrets.token_urlsafe(32)
-        with self.ledger.storage.transaction() as cur:
-            self._row(cur, name)
+
+        def rotate(cur: Any) -> None:
+            self._row(cur, name)  # 404 for no such key
             cur.execute("UPDATE api_keys SET key_sha256 = ?, revoked_at = NULL, "
                         "source = 'api' WHERE name = ?", (hash_key(secret), name))
-            shown = _shown(self._row(cur, name))
-        self._forget()
-        return {**shown, "key": secret}
+
+        return {**self._write(name, rotate), "key": secret}
 
     def delete(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """Revoke a key (its row and its spend stay in the ledger).
@@ -200,13 +212,13 @@ class KeyStore:
         """
         _only(body, ("name",))
         name = _name(body)
-        with self.ledger.storage.transaction() as cur:
-            self._row(cur, name)
+
+        def revoke(cur: Any) -> None:
+            self._row(cur, name)  # 404 for no such key
             cur.execute("UPDATE api_keys SET revoked_at = ?, source = 'api' WHERE name = ? "
                         "AND revoked_at IS NULL", (self.clock(), name))
-            shown = _shown(self._row(cur, name))
-        self._forget()
-        return shown
+
+        return self._write(name, revoke)
 
 
 def _shown(row: Any) -> dict[str, Any]:
