@@ -49,14 +49,8 @@ class AgenticBlock(NamedTuple):
 class AgenticRoutingVectorEnv(BatchedOrchestrationEnv):
     """``num_envs`` AgenticRouting-v0 envs stepped together with numpy.
 
-    Same spaces per sub-env, same arguments, same trajectories as
-    ``gym.make("cost_envs/AgenticRouting-v0", **kwargs)`` seeded alike (see
-    :mod:`cost_envs.vector.base` for seeding, autoreset and ``info``).
-
-    Arguments, as :class:`~cost_envs.vector.base.BatchedOrchestrationEnv` takes them:
-    ``num_envs`` (the number of sub-envs), ``autoreset_mode`` (a
-    ``gymnasium.vector.AutoresetMode``, default ``NEXT_STEP``) and, as keywords,
-    ``AgenticRoutingEnv``'s arguments (``profile``, ``prices``, ``small``, ``large``,
+    A :class:`~cost_envs.vector.base.BatchedOrchestrationEnv` of ``AgenticRoutingEnv``: its
+    keywords are that env's arguments (``profile``, ``prices``, ``small``, ``large``,
     ``reward_weights``).
     """
 

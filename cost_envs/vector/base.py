@@ -71,6 +71,13 @@ def coerce_autoreset(mode: Any, where: str) -> AutoresetMode:
 class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
     """Base class of the batched envs: ``num_envs`` sub-envs of ``env_class``.
 
+    What every batched env promises, stated here once: its single env's spaces per
+    sub-env; its arguments, ``num_envs`` (the number of sub-envs), ``autoreset_mode`` (a
+    ``gymnasium.vector.AutoresetMode``, default ``NEXT_STEP``) and, as keywords,
+    ``env_class``'s own; and, seeded alike, the trajectories of
+    ``gym.make(id, **kwargs)`` of that env's id (the module doc: seeding, autoreset and
+    ``info``).
+
     A family module sets ``env_class`` and implements four hooks, each over the sub-envs
     ``idx`` (an int array) only:
 

@@ -57,9 +57,9 @@ class ExpertRows(NamedTuple):
 class ExpertRoutingVectorEnv(BatchedOrchestrationEnv):
     """``num_envs`` ExpertRouting-v0 envs stepped together with numpy.
 
-    Same spaces per sub-env, same arguments, same trajectories as
-    ``gym.make("cost_envs/ExpertRouting-v0", **kwargs)`` seeded alike (see
-    :mod:`cost_envs.vector.base` for seeding, autoreset and ``info``).
+    A :class:`~cost_envs.vector.base.BatchedOrchestrationEnv` of ``ExpertRoutingEnv``: its
+    keywords are that env's arguments (``profile``, ``experts``, ``prices``, ``max_rounds``,
+    ``reward_weights``).
 
     **States as numbers.** An expert's latest answer is one of ``A = D + 3`` symbols (0 not
     consulted, 1 right, ``2 .. D + 1`` a distractor, ``D + 2`` a wrong answer of its own;
@@ -68,12 +68,6 @@ class ExpertRoutingVectorEnv(BatchedOrchestrationEnv):
     ``controller * A**m + sum_i symbol_i * A**i``; for pools of up to ``MAX_VOTE_STATES``
     states the vote's outcome and the observation slots it sets are tables over these
     numbers, computed once by :meth:`_vote`, so a step reads them instead of voting.
-
-    Arguments, as :class:`~cost_envs.vector.base.BatchedOrchestrationEnv` takes them:
-    ``num_envs`` (the number of sub-envs), ``autoreset_mode`` (a
-    ``gymnasium.vector.AutoresetMode``, default ``NEXT_STEP``) and, as keywords,
-    ``ExpertRoutingEnv``'s arguments (``profile``, ``experts``, ``prices``, ``max_rounds``,
-    ``reward_weights``).
     """
 
     env_class: type[ExpertRoutingEnv] = ExpertRoutingEnv

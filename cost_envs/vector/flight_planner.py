@@ -54,14 +54,8 @@ class FlightBlock(NamedTuple):
 class FlightPlannerVectorEnv(BatchedOrchestrationEnv):
     """``num_envs`` FlightPlanner-v0 envs stepped together with numpy.
 
-    Same spaces per sub-env, same arguments, same trajectories as
-    ``gym.make("cost_envs/FlightPlanner-v0", **kwargs)`` seeded alike (see
-    :mod:`cost_envs.vector.base` for seeding, autoreset and ``info``).
-
-    Arguments, as :class:`~cost_envs.vector.base.BatchedOrchestrationEnv` takes them:
-    ``num_envs`` (the number of sub-envs), ``autoreset_mode`` (a
-    ``gymnasium.vector.AutoresetMode``, default ``NEXT_STEP``) and, as keywords,
-    ``FlightPlannerEnv``'s arguments (``pool``, ``reward_weights``).
+    A :class:`~cost_envs.vector.base.BatchedOrchestrationEnv` of ``FlightPlannerEnv``: its
+    keywords are that env's arguments (``pool``, ``reward_weights``).
     """
 
     env_class = FlightPlannerEnv

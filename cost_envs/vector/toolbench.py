@@ -54,14 +54,8 @@ _OVERLAP_CHUNK = 2048
 class ToolBenchVectorEnv(BatchedOrchestrationEnv):
     """``num_envs`` ToolBench-v0 envs stepped together with numpy.
 
-    Same spaces per sub-env, same arguments, same trajectories as
-    ``gym.make("cost_envs/ToolBench-v0", **kwargs)`` seeded alike (see
-    :mod:`cost_envs.vector.base` for seeding, autoreset and ``info``).
-
-    Arguments, as :class:`~cost_envs.vector.base.BatchedOrchestrationEnv` takes them:
-    ``num_envs`` (the number of sub-envs), ``autoreset_mode`` (a
-    ``gymnasium.vector.AutoresetMode``, default ``NEXT_STEP``) and, as keywords,
-    ``ToolBenchEnv``'s arguments (``pool``, ``pool_size``, ``f1_threshold``,
+    A :class:`~cost_envs.vector.base.BatchedOrchestrationEnv` of ``ToolBenchEnv``: its
+    keywords are that env's arguments (``pool``, ``pool_size``, ``f1_threshold``,
     ``reward_weights``).
     """
 

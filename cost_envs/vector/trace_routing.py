@@ -30,14 +30,8 @@ class TraceBlock(NamedTuple):
 class TraceRoutingVectorEnv(BatchedOrchestrationEnv):
     """``num_envs`` TraceRouting-v0 envs stepped together with numpy.
 
-    Same spaces per sub-env, same arguments, same trajectories as
-    ``gym.make("cost_envs/TraceRouting-v0", **kwargs)`` seeded alike (see
-    :mod:`cost_envs.vector.base` for seeding, autoreset and ``info``).
-
-    Arguments, as :class:`~cost_envs.vector.base.BatchedOrchestrationEnv` takes them:
-    ``num_envs`` (the number of sub-envs), ``autoreset_mode`` (a
-    ``gymnasium.vector.AutoresetMode``, default ``NEXT_STEP``) and, as keywords,
-    ``TraceRoutingEnv``'s arguments (``data``, ``split``, ``models``, ``prices``,
+    A :class:`~cost_envs.vector.base.BatchedOrchestrationEnv` of ``TraceRoutingEnv``: its
+    keywords are that env's arguments (``data``, ``split``, ``models``, ``prices``,
     ``features``, ``cascade`` ...).
     """
 
