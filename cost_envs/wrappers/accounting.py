@@ -7,6 +7,8 @@ from typing import Any, Protocol, SupportsFloat, cast
 import gymnasium as gym
 import numpy as np
 
+from cost_envs.wrappers.episode import EpisodeWrapper
+
 
 class _Ledger(Protocol):
     """What :class:`CostAccounting` reads of ``env.unwrapped`` (checked at construction)."""
@@ -17,7 +19,7 @@ class _Ledger(Protocol):
     def episode_flops(self) -> float: ...
 
 
-class CostAccounting(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArgs):
+class CostAccounting(EpisodeWrapper, gym.utils.RecordConstructorArgs):
     """Adds an episode's cost, FLOPs, outcome, length and per-agent calls to the final ``info``.
 
     At the step that ends an episode (terminated or truncated), ``info[stats_key]`` is
@@ -104,19 +106,6 @@ class CostAccounting(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructo
             self._start_episode()
         return obs, reward, terminated, truncated, info
 
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[Any, dict[str, Any]]:
-        """Reset the env and the episode totals.
-
-        Args:
-            seed: Passed to the env's ``reset``.
-            options: Passed to the env's ``reset``.
-
-        Returns:
-            The env's ``(observation, info)``.
-        """
-        obs, info = self.env.reset(seed=seed, options=options)
+    def _episode_started(self, obs: Any) -> None:
         if self._length:  # else the totals are still the zeros of _start_episode
             self._start_episode()
-        return obs, info

@@ -10,6 +10,7 @@ import numpy as np
 from gymnasium.error import ResetNeeded
 
 from cost_envs.config import number
+from cost_envs.wrappers.episode import EpisodeWrapper
 
 ON_EXCEED_MODES = ("mask", "truncate")
 
@@ -28,7 +29,7 @@ class _PricedEnv(Protocol):
     def truncate(self) -> dict[str, Any]: ...
 
 
-class HardBudget(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArgs):
+class HardBudget(EpisodeWrapper, gym.utils.RecordConstructorArgs):
     """Caps an episode's spend: the env's ledger ``episode_cost`` never exceeds ``budget``.
 
     Agent ``i`` costs ``env.unwrapped.call_costs[i]`` per call (the pool's price, or the
@@ -223,25 +224,13 @@ class HardBudget(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArg
         info["budget_remaining"] = self._budget - self._spent
         return obs, reward, terminated, truncated, info
 
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[Any, dict[str, Any]]:
-        """Reset the env (and with it the ledger the budget is checked against).
-
-        Args:
-            seed: Passed to the env's ``reset``.
-            options: Passed to the env's ``reset``.
-
-        Returns:
-            The env's ``(observation, info)``.
-        """
-        obs, info = self.env.reset(seed=seed, options=options)
+    def _episode_started(self, obs: Any) -> None:
+        # the env's reset has reset the ledger the budget is checked against
         self._budget = self._next_budget
         self._read_prices()
         # A copy: the caller gets obs itself and may write into it before a cut-short step.
         self._last_obs = _copy(obs)
         self._needs_reset = False
-        return obs, info
 
     def _affordable(self, calls: np.ndarray) -> np.ndarray:
         """The requested agents, in bit order, that still fit with those kept before them."""
