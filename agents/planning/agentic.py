@@ -168,15 +168,12 @@ class AgenticPlanner(TaskPlanner[AgenticPlan]):
             wrapped (under ``HardBudget`` the plan respects its budget).
     """
 
-    name = "planner"
-    env: AgenticRoutingEnv  # checked by __init__
+    env: AgenticRoutingEnv  # checked by TaskPlanner.__init__
+    family = (AgenticRoutingEnv, "AgenticRouting's generative model (luck independent per "
+              "turn)", "cost_envs/AgenticRouting-v0")
 
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)
-        if not isinstance(self.env, AgenticRoutingEnv):
-            raise ValueError(f"AgenticPlanner: needs AgenticRouting's generative model (luck "
-                             f"independent per turn); it applies to "
-                             f"cost_envs/AgenticRouting-v0, not {self.env.env_name}")
         self._budget = find_wrapper(env, HardBudget)
         layout = self.env.observation_layout
         self._turns_left = layout["turns_left"].start

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
+import gymnasium as gym
 import numpy as np
 
 from agents.baselines import PrivilegedBaseline
+from cost_envs.core import OrchestrationEnv
 
 
 class Planner(PrivilegedBaseline):
@@ -16,6 +18,9 @@ class Planner(PrivilegedBaseline):
     that one env, one observation at a time (:class:`~agents.baselines.PrivilegedBaseline`).
     Subclasses implement ``act``.
     """
+
+    #: Every planner that knows the task is "planner" in the CLI and in tables.
+    name = "planner"
 
     def note_action(self, observation: np.ndarray, action: np.ndarray) -> None:
         """The action actually played at ``observation``, when another policy chose it.
@@ -42,11 +47,22 @@ class TaskPlanner(Planner, Generic[PlanT]):
     :meth:`plan` solves the task (:meth:`_solve`) when it first sees it and again only
     when what the plan depends on changes (:meth:`_plan_key`: the task's hidden
     parameters, and the prices or budget where they matter), so every step of an
-    episode reads the same plan. Subclasses implement the two hooks and ``act``.
+    episode reads the same plan. Subclasses set :attr:`family` and implement the two
+    hooks and ``act``.
     """
 
+    #: The env class whose generative model the planner solves, what that model is and
+    #: the ids it applies to: the constructor refuses any other env, naming all three.
+    family: ClassVar[tuple[type[OrchestrationEnv[Any]], str, str]]
     _key: Any = None
     _plan: PlanT | None = None
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        env_class, model, ids = self.family
+        if not isinstance(self.env, env_class):
+            raise ValueError(f"{type(self).__name__}: needs {model}; it applies to {ids}, "
+                             f"not {self.env.env_name}")
 
     def plan(self) -> PlanT:
         """The plan of the env's current task (solved once per task and what it depends on)."""

@@ -216,7 +216,6 @@ class ExpertPlanner(Planner):
             other wrapper may change its observation.
     """
 
-    name = "planner"
     env: ExpertRoutingEnv  # checked by __init__
 
     def __init__(self, env: gym.Env) -> None:

@@ -387,7 +387,6 @@ class FlightPlanner(Planner):
         seed: Seeds the scenarios.
     """
 
-    name = "planner"
     env: FlightPlannerEnv  # checked by __init__
 
     def __init__(self, env: gym.Env, samples: int = 32, seed: int = 0) -> None:

@@ -298,15 +298,12 @@ class ExpectimaxPlanner(TaskPlanner[ToolBenchPlan]):
             possibly wrapped; the planner reads the task of this env.
     """
 
-    name = "planner"
-    env: ToolBenchEnv  # checked by __init__
+    env: ToolBenchEnv  # checked by TaskPlanner.__init__
+    family = (ToolBenchEnv, "ToolBench's generative model (luck independent per turn and "
+              "tool)", "cost_envs/ToolBench-v0")
 
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)
-        if not isinstance(self.env, ToolBenchEnv):
-            raise ValueError(f"ExpectimaxPlanner: needs ToolBench's generative model (luck "
-                             f"independent per turn and tool); it applies to "
-                             f"cost_envs/ToolBench-v0, not {self.env.env_name}")
         if self.env.n_agents > MAX_ORACLE_AGENTS:
             raise ValueError(f"ExpectimaxPlanner: enumerates all 2**m joint actions, so pools "
                              f"of at most {MAX_ORACLE_AGENTS} tools; got m={self.env.n_agents}")
