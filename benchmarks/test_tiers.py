@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from experiments.common import machine  # noqa: E402
+from experiments.shared.common import machine  # noqa: E402
 
 TIERS = {"fast (`make test`)": ["-m", "not slow"], "all (`make test-all`)": []}
 

@@ -2,7 +2,7 @@
 
 ``EXPERIMENT`` is ``lora_ppo``, ``corl``, ``bopo``, ``traces``, ``rules`` or ``all`` (those
 five, in that order); ``aggregates`` reads their JSON files in ``--out`` and pools each
-experiment's envs and profiles (:mod:`experiments.aggregates`). Each writes its tables,
+experiment's envs and profiles (:mod:`experiments.aggregates.runner`). Each writes its tables,
 JSON and figures into ``--out`` (all of one experiment's files or none of them), and
 ``all`` also records the wall time of corl, bopo and traces in ``routing.md``. ``--out``
 is checked writable before any work starts. Without ``--out`` a smoke run writes into
@@ -10,7 +10,7 @@ is checked writable before any work starts. Without ``--out`` a smoke run writes
 ignores: its numbers are plumbing, never results.
 Progress lines go to stderr as the work goes.
 
-``tune`` (not part of ``all``) runs the equal-budget sweeps of :mod:`experiments.tune` on
+``tune`` (not part of ``all``) runs the equal-budget sweeps of :mod:`experiments.tune.runner` on
 Ray Tune, locally or on the cluster at ``--address`` (probed first: an address nobody
 answers at is one line within seconds), and writes the chosen configurations into
 ``--out`` (default ``experiments/tuned``); ``--methods ppo,lora`` runs some of them.
@@ -24,14 +24,14 @@ a run that fails or is interrupted removes the ``--out`` it created when it left
 there.
 
 ``multitenant`` (not part of ``all``) sweeps tenants x capacity on the multi-tenant env
-(:mod:`experiments.multitenant`, issue #14; the ``multiagent`` extra).
+(:mod:`experiments.multitenant.runner`, issue #14; the ``multiagent`` extra).
 
 ``budgets`` (not part of ``all``) trains the learned rows to where they stop improving,
-scoring each at checkpoints on the tables' evaluation tasks (:mod:`experiments.budgets`,
+scoring each at checkpoints on the tables' evaluation tasks (:mod:`experiments.budgets.runner`,
 issue #23).
 
 ``memory`` (not part of all) trains RecurrentPPO against PPO at the same settings and
-says whether memory pays on each env (:mod:`experiments.memory`, issue #23).
+says whether memory pays on each env (:mod:`experiments.memory.runner`, issue #23).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from typing import Any, NoReturn
 
 from agents.files import write_files_atomic
 from cost_envs.config import suggestion
-from experiments.common import check_writable, machine
+from experiments.shared.common import check_writable, machine
 
 PROG = "python -m experiments"
 REPO = Path(__file__).resolve().parents[1]
@@ -53,11 +53,11 @@ DEFAULT_OUT = REPO / "benchmarks" / "results"
 #: Where a smoke run writes without ``--out``: git-ignored, so plumbing numbers never
 #: replace the committed results (writing those at smoke scale takes an explicit --out).
 SMOKE_OUT = DEFAULT_OUT / "smoke"
-#: Where ``tune`` writes the chosen configurations (``experiments.tune.TUNED_DIR``).
+#: Where ``tune`` writes the chosen configurations (``experiments.tune.runner.TUNED_DIR``).
 TUNED_DIR = REPO / "experiments" / "tuned"
 #: The RouteLLM evaluation CSVs live beside the repository, never inside it.
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "routellm"
-#: The file ``traces`` cannot run without (``experiments.traces.GSM8K``, named here so the
+#: The file ``traces`` cannot run without (``experiments.traces.runner.GSM8K``, named here so the
 #: check of ``--data`` imports nothing heavy).
 TRACES_FILE = "gsm8k_responses.csv"
 EXPERIMENTS = ("lora_ppo", "corl", "bopo", "traces", "rules")
@@ -65,7 +65,7 @@ EXPERIMENTS = ("lora_ppo", "corl", "bopo", "traces", "rules")
 ROUTING = ("corl", "bopo", "traces")
 #: Run on request only, never by ``all`` (which ends with the aggregates of its tables).
 ON_REQUEST = ("tune", "aggregates", "multitenant", "budgets", "memory")
-#: The methods ``tune --methods`` chooses from: those of ``experiments.tune_methods.SWEEPS``
+#: The methods ``tune --methods`` chooses from: those of ``experiments.tune.methods.SWEEPS``
 #: in its order, named here so that a mistyped one is refused before torch and SB3 are
 #: imported (it took 37 s); ``tests/test_cli_reliability.py`` keeps the two the same.
 TUNE_METHODS = ("ppo", "lora-ppo", "lora", "corl-ppo", "corl-adapters", "bopo", "bopo-ppo")
@@ -167,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "(default: start Ray on this machine)")
     parser.add_argument("--methods", type=_names, default=None,
                         help="tune only: comma-separated methods to sweep, e.g. ppo,lora "
-                             "(default: every sweep of experiments.tune_methods.SWEEPS)")
+                             "(default: every sweep of experiments.tune.methods.SWEEPS)")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA,
                         help="the RouteLLM folder of traces (gsm8k_responses.csv, mmlu/), "
                              "read in place (default: ../shared/data/routellm beside the "
@@ -193,39 +193,39 @@ def _routing_scale(scale: str) -> str:
 
 
 def _run_lora_ppo(args: argparse.Namespace, log: Callable[[str], None]) -> None:
-    from experiments import lora_ppo
+    from experiments.lora_ppo import runner as lora_ppo
 
     for path in lora_ppo.report(args.out, args.scale, jobs=args.jobs or 2, log=log):
         log(f"lora_ppo: wrote {path}")
 
 
 def _run_corl(args: argparse.Namespace, log: Callable[[str], None]) -> None:
-    from experiments import corl
+    from experiments.corl import runner as corl
 
     corl.report(args.out, args.scale, log=log, jobs=args.jobs)
 
 
 def _run_bopo(args: argparse.Namespace, log: Callable[[str], None]) -> None:
-    from experiments import bopo
+    from experiments.bopo import runner as bopo
 
     bopo.report(args.out, args.scale, log=lambda m: log(f"bopo: {m}"),
                 jobs=args.jobs)
 
 
 def _run_traces(args: argparse.Namespace, log: Callable[[str], None]) -> None:
-    from experiments import traces
+    from experiments.traces import runner as traces
 
     traces.report(args.out, _routing_scale(args.scale), args.data)
 
 
 def _run_rules(args: argparse.Namespace, log: Callable[[str], None]) -> None:
-    from experiments import rules
+    from experiments.rules import runner as rules
 
     rules.report(args.out, _routing_scale(args.scale), jobs=args.jobs or 2, log=log)
 
 
 def _run_aggregates(args: argparse.Namespace, log: Callable[[str], None]) -> None:
-    from experiments import aggregates
+    from experiments.aggregates import runner as aggregates
 
     reps = aggregates.SMOKE_REPS if args.scale == "smoke" else aggregates.REPS
     for path in aggregates.report(args.out, reps=reps, log=log):
@@ -233,28 +233,28 @@ def _run_aggregates(args: argparse.Namespace, log: Callable[[str], None]) -> Non
 
 
 def _run_multitenant(args: argparse.Namespace, log: Callable[[str], None]) -> None:
-    from experiments import multitenant
+    from experiments.multitenant import runner as multitenant
 
     for path in multitenant.report(args.out, args.scale, log=log, jobs=args.jobs or 2):
         log(f"multitenant: wrote {path}")
 
 
 def _run_budgets(args: argparse.Namespace, log: Callable[[str], None]) -> None:
-    from experiments import budgets
+    from experiments.budgets import runner as budgets
 
     for path in budgets.report(args.out, args.scale, jobs=args.jobs or 2, log=log):
         log(f"budgets: wrote {path}")
 
 
 def _run_memory(args: argparse.Namespace, log: Callable[[str], None]) -> None:
-    from experiments import memory
+    from experiments.memory import runner as memory
 
     for path in memory.report(args.out, args.scale, jobs=args.jobs or 2, log=log):
         log(f"memory: wrote {path}")
 
 
 def _run_tune(args: argparse.Namespace, log: Callable[[str], None]) -> None:
-    from experiments import tune
+    from experiments.tune import runner as tune
 
     for path in tune.report(args.out, args.scale, address=args.address, jobs=args.jobs or 2,
                             methods=args.methods, log=log):
@@ -367,7 +367,7 @@ def check_tune(args: argparse.Namespace) -> None:
         ValueError: An unknown method or a malformed address (one line).
         ConnectionError: Nothing answers at ``--address`` within seconds (one line).
     """
-    from experiments.tune_address import probe
+    from experiments.tune.address import probe
 
     if args.methods is not None:  # by name first: before the probe and torch (it took 37 s)
         unknown = [name for name in args.methods if name not in TUNE_METHODS]
@@ -377,7 +377,7 @@ def check_tune(args: argparse.Namespace) -> None:
                              f"{suggestion(unknown[0], TUNE_METHODS)}")
     probe(args.address)
     if args.methods is not None:  # imports the methods' training code: after the probe
-        from experiments.tune import chosen_sweeps
+        from experiments.tune.runner import chosen_sweeps
 
         chosen_sweeps(args.methods)
 

@@ -32,7 +32,7 @@ class SmokeAll:
 
     ``reports`` maps an experiment (``corl``, ``bopo``, ``traces``, ``rules``) to how its
     ``report`` was called (``args``, ``kwargs``) and what it ``returned``; ``lora_ppo`` to
-    the same of ``experiments.lora_ppo.reproduce`` (the computed reports, before writing).
+    the same of ``experiments.lora_ppo.runner.reproduce`` (the computed reports, before writing).
     """
 
     status: int
@@ -53,8 +53,12 @@ def smoke_all(tmp_path_factory: pytest.TempPathFactory) -> SmokeAll:
     import contextlib
     import io
 
-    from experiments import bopo, corl, lora_ppo, rules, traces
     from experiments.__main__ import main
+    from experiments.bopo import runner as bopo
+    from experiments.corl import runner as corl
+    from experiments.lora_ppo import runner as lora_ppo
+    from experiments.rules import runner as rules
+    from experiments.traces import runner as traces
 
     out = tmp_path_factory.mktemp("experiments") / "results"
     reports: dict[str, dict[str, Any]] = {}

@@ -8,8 +8,9 @@ import warnings
 import numpy as np
 import pytest
 
-from experiments import aggregates, gaps
 from experiments.__main__ import main
+from experiments.aggregates import runner as aggregates
+from experiments.shared import gaps
 
 rliable = pytest.importorskip("rliable", reason="rliable comes with the tune extra")
 

@@ -1,4 +1,4 @@
-"""BoPO (agents.learners.bopo, bopo_sft; experiments.bopo): boundaries, taxonomy, normalised
+"""BoPO (agents.learners.bopo, bopo_sft; experiments.bopo.runner): boundaries, taxonomy, normalised
 cost, SFT data, rewards, masks, task replay, the experiment's report."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from agents.baselines import AlwaysLarge, AlwaysSmall, DifficultyThreshold, Rand
 from agents.learners import bopo, bopo_sft
 from agents.rules import BestFixedRule
 from cost_envs.wrappers import HardBudget, TaskReplay
-from experiments import bopo as bopo_experiment
-from experiments import gaps
+from experiments.bopo import runner as bopo_experiment
+from experiments.shared import gaps
 
 torch.set_num_threads(1)
 PROFILE = "sciworld"
@@ -331,8 +331,8 @@ def test_report_smoke_writes_everything(smoke_all) -> None:
 
 def _check_gap_block(data: dict, text: str) -> None:
     """The gap_closed block: the better rule, the planner, every learned router's share."""
-    from experiments import aggregates
-    from experiments.bopo_gaps import RULES
+    from experiments.aggregates import runner as aggregates
+    from experiments.bopo.gaps import RULES
 
     block = data["gap_closed"]
     assert list(block["tasks"]) == list(data["profiles"])
@@ -361,7 +361,7 @@ def _check_gap_block(data: dict, text: str) -> None:
 
 
 def test_gap_block_starts_from_the_better_rule_and_scores_learned_routers_only() -> None:
-    from experiments.bopo_gaps import gap_block
+    from experiments.bopo.gaps import gap_block
 
     rng = np.random.default_rng(0)
     rule = rng.normal(0.5, 0.2, 50)
@@ -389,7 +389,7 @@ def test_gap_block_starts_from_the_better_rule_and_scores_learned_routers_only()
 
 def test_paired_success_difference_is_the_shared_bootstrap_of_the_mean() -> None:
     from cost_envs.metrics import EpisodeRecord, bootstrap_mean_ci
-    from experiments.bopo_report import paired_success_difference
+    from experiments.bopo.report import paired_success_difference
 
     rng = np.random.default_rng(0)
 
@@ -460,7 +460,7 @@ def test_task_replay_visits_the_list_in_order_or_shuffled(tasks) -> None:
 
 def test_results_are_reported_in_job_order_whatever_order_workers_finish() -> None:
     # Two workers finish in an order the machine's load decides; the report must not.
-    from experiments.bopo_jobs import WarmStart
+    from experiments.bopo.jobs import WarmStart
 
     sc = bopo_experiment.BopoScale("order", n_train=8, n_eval=4, timesteps=16,
                                    bopo_lams=(0.1, 0.4), ppo_lams=(0.5, 2.0), seeds=2,
@@ -488,7 +488,7 @@ def test_the_report_counts_the_tasks_where_the_cost_weight_cannot_act() -> None:
     # BoPO's cost term is lam * clip((C - C_lo) / (C_hi - C_lo), 0, 1): zero at or below
     # the cheaper boundary's cost, where no lam changes the reward (issue #11).
     from cost_envs.metrics import EpisodeRecord
-    from experiments.bopo_report import method_summary
+    from experiments.bopo.report import method_summary
 
     boundary = bopo.Boundary(True, 1.0, 5, True, 3.0, 4)  # C_lo = 1, C_hi = 3
     costs = [0.5, 1.0, 2.0, 3.5]  # below, at, between, above the boundaries

@@ -9,10 +9,12 @@ import json
 import numpy as np
 import pytest
 
-from experiments import bopo_curve, bopo_long, budgets
-from experiments.bopo import learn_jobs
-from experiments.bopo_jobs import LearningRun, profile_budget, warm_start
-from experiments.gaps import decode_scores
+from experiments.bopo import curve as bopo_curve
+from experiments.bopo import long as bopo_long
+from experiments.bopo.jobs import LearningRun, profile_budget, warm_start
+from experiments.bopo.runner import learn_jobs
+from experiments.budgets import runner as budgets
+from experiments.shared.gaps import decode_scores
 
 SMOKE = bopo_curve.SCALES["smoke"]
 

@@ -9,9 +9,9 @@ import pytest
 
 from agents.learners import bopo
 from cost_envs.metrics import EpisodeRecord
-from experiments import bopo as bopo_experiment
-from experiments.bopo_report import method_summary
-from experiments.bopo_scan import scan_block
+from experiments.bopo import runner as bopo_experiment
+from experiments.bopo.report import method_summary
+from experiments.bopo.scan import scan_block
 
 #: C_lo = 1 (always-small), C_hi = 3 (always-large); only the large model succeeds.
 HARD = bopo.Boundary(False, 1.0, 5, True, 3.0, 4)

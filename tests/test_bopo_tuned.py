@@ -5,12 +5,12 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from agents.learners import bopo
-from experiments import bopo as bopo_experiment
-from experiments import bopo_jobs
+from experiments.bopo import jobs as bopo_jobs
+from experiments.bopo import runner as bopo_experiment
 
 
 def test_a_tuned_row_trains_the_sweeps_choice(monkeypatch) -> None:
-    from experiments import tune
+    from experiments.tune import runner as tune
 
     warm = SimpleNamespace(profile="appworld", seed=3, cost_scale=2.0, train_boundaries=[],
                            sft_state={"w": 1})

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments import budgets
+from experiments.budgets import runner as budgets
 
 
 def _curve(means: list[float], seeds: int = 5, tasks: int = 300, noise: float = 0.3):
@@ -62,7 +62,7 @@ RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 def test_the_committed_curves_tables_are_rendered_from_their_csv(name):
     """Every return cell and the stop mark of a committed table, from its CSV's tasks."""
     from cost_envs.metrics import bootstrap_mean_ci
-    from experiments.gaps import decode_scores
+    from experiments.shared.gaps import decode_scores
 
     markdown = (RESULTS / f"{name}.md").read_text(encoding="utf-8")
     reader = csv.DictReader(io.StringIO((RESULTS / f"{name}.csv").read_text(encoding="utf-8")))
@@ -94,7 +94,7 @@ def test_the_committed_curves_are_there():
 
 
 def test_a_share_of_an_unresolved_gap_has_no_interval():
-    from experiments.budgets import share_text
+    from experiments.budgets.runner import share_text
 
     assert share_text((0.5, 0.25, 0.75)) == "0.50 [0.25, 0.75]"
     assert share_text((-0.52, float("nan"), float("nan"))) == "-0.52 [n/a]"

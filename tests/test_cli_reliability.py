@@ -333,7 +333,7 @@ def test_tune_refuses_a_mistyped_method_before_torch_with_a_did_you_mean(tmp_pat
 
 def test_tunes_method_names_are_those_of_its_sweeps():
     from experiments.__main__ import TUNE_METHODS
-    from experiments.tune_methods import SWEEPS
+    from experiments.tune.methods import SWEEPS
 
     assert tuple(dict.fromkeys(method for method, _ in SWEEPS)) == TUNE_METHODS
 

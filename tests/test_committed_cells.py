@@ -4,7 +4,7 @@ Issue #36: the CORL tables once stopped reproducing when the learners' training 
 changed (FastPPO's exact backward, FlatAdam) and nothing checked them. Here one cheap unit
 of each experiment of ``make reproduce`` is run again at its committed scale and compared
 with the committed JSON bit for bit, as that JSON keeps it (per-episode scores to four
-decimals, ``experiments.gaps.encode_scores``; a rule search's rows as written): a change
+decimals, ``experiments.shared.gaps.encode_scores``; a rule search's rows as written): a change
 that moves a committed number fails here until the tables are regenerated. Every learner
 family's training path is covered: PPO, supervised LoRA and LoRA-guided PPO (lora_ppo),
 CORL's shared PPO and per-tier adapters (corl), the SFT warm start and BoPO's MaskablePPO
@@ -33,7 +33,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
 ROUTELLM = REPO.parent / "shared" / "data" / "routellm"
-#: What ``experiments.common.machine()`` says of torch's scalar kernels.
+#: What ``experiments.shared.common.machine()`` says of torch's scalar kernels.
 SCALAR_KERNELS = "torch kernels DEFAULT"
 
 pytestmark = pytest.mark.slow  # each cell trains a model or searches rules at its scale
@@ -70,8 +70,8 @@ def test_a_lora_ppo_cell_is_the_committed_one() -> None:
     """Seed 0 of FlightPlanner-v0's PPO, supervised LoRA and LoRA-guided PPO rows."""
     report = _committed("table_FlightPlanner-v0.json")
     scores = _rerun(f"""
-        from experiments import lora_ppo
-        from experiments.gaps import encode_scores
+        from experiments.lora_ppo import runner as lora_ppo
+        from experiments.shared.gaps import encode_scores
         scale = lora_ppo.SCALES[{report["scale"]["name"]!r}]
         assert scale.timesteps == {report["scale"]["timesteps"]}  # the committed scale
         print(json.dumps({{key: encode_scores(lora_ppo.run_job(lora_ppo.Job(
@@ -90,16 +90,16 @@ def test_a_corl_seed_is_the_committed_one() -> None:
     assert report["seeds"][0] == 0
     scores = _rerun(f"""
         from agents.learners.corl import within_budget
-        from experiments import corl
-        from experiments.gaps import encode_scores
+        from experiments.corl import runner as corl
+        from experiments.shared.gaps import encode_scores
         report = json.load(open({str(RESULTS / name)!r}))
         learned = corl.learned_runs(report["scale"], 0, "cost_envs/ExpertRouting-v1")
         print(json.dumps([[profile, tier, method, encode_scores(
             within_budget(run, report["budgets"][tier]))]
             for (profile, tier, method), run in learned["runs"].items()]))
     """)
-    from experiments import corl
-    from experiments.corl_report import task_name
+    from experiments.corl import runner as corl
+    from experiments.corl.report import task_name
 
     tasks = report["gap_closed"]["tasks"]
     for profile, tier, method, encoded in scores:
@@ -114,9 +114,9 @@ def test_a_bopo_seed_is_the_committed_one() -> None:
     report = _committed("bopo.json")
     assert report["seeds"][0] == 0  # the report's base seed
     scores = _rerun(f"""
-        from experiments import bopo
-        from experiments.bopo_jobs import profile_budget, run_learning_job, scale_of, warm_start
-        from experiments.gaps import encode_scores
+        from experiments.bopo import runner as bopo
+        from experiments.bopo.jobs import profile_budget, run_learning_job, scale_of, warm_start
+        from experiments.shared.gaps import encode_scores
         scale = scale_of({report["scale"]["name"]!r})
         budget = profile_budget("sciworld", scale, 0)
         warm = warm_start("sciworld", scale, 0, budget)
@@ -135,7 +135,7 @@ def test_a_rule_search_is_the_committed_one() -> None:
     [committed] = [env for env in report["envs"]
                    if env["env_id"] == "cost_envs/AgenticRouting-v0"]
     searched = _rerun(f"""
-        from experiments import rules
+        from experiments.rules import runner as rules
         scale = rules.SCALES[{report["scale"]["name"]!r}]
         result = rules.search_env("cost_envs/AgenticRouting-v0", scale)
         print(json.dumps({{key: value for key, value in result.items() if key != "seconds"}}))
@@ -151,8 +151,8 @@ def test_a_trace_routing_cell_is_the_committed_one() -> None:
     [first, *_] = report["mmlu"]
     rerun = _rerun(f"""
         from pathlib import Path
-        from experiments import traces
-        from experiments.traces_report import json_ready
+        from experiments.traces import runner as traces
+        from experiments.traces.report import json_ready
         path = sorted(Path({str(ROUTELLM / "mmlu")!r}).glob("mmlu_*.csv"))[0]
         data = traces.load_traces(path, token_counter=traces.TOKEN_COUNTER)
         print(json.dumps(json_ready(traces._experiment(data, {first["n_resamples"]}, seed=0,

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments import converged
-from experiments.gaps import decode_scores
-from experiments.kept import read_kept, run_file
+from experiments.converged import runner as converged
+from experiments.shared.gaps import decode_scores
+from experiments.shared.kept import read_kept, run_file
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 NAME = "converged_FlightPlanner-v1"
@@ -64,7 +64,7 @@ def _committed() -> tuple[list[dict], dict[str, np.ndarray], dict[str, np.ndarra
 def test_the_committed_report_is_rendered_from_its_csv():
     """Every learned row's return and paired differences, from the kept files the CSV names."""
     from cost_envs.metrics import bootstrap_mean_ci
-    from experiments.budgets import BUDGET_ROWS
+    from experiments.budgets.runner import BUDGET_ROWS
 
     markdown = (RESULTS / f"{NAME}.md").read_text(encoding="utf-8")
     rows, fixed, learned = _committed()
@@ -90,7 +90,7 @@ def test_the_committed_report_is_rendered_from_its_csv():
 @pytest.mark.slow
 def test_a_smoke_run_keeps_each_run_and_a_second_call_trains_only_what_is_missing(
         tmp_path, monkeypatch):
-    from experiments import budgets
+    from experiments.budgets import runner as budgets
 
     paths = converged.report(tmp_path, "smoke", jobs=1, rows=("ppo",), log=lambda _: None)
     assert sorted(path.name for path in paths) == [f"{NAME}.csv", f"{NAME}.md"]

@@ -1,4 +1,4 @@
-"""CORL (agents.learners.corl, experiments.corl): tier routing by layout names, per-tier
+"""CORL (agents.learners.corl, experiments.corl.runner): tier routing by layout names, per-tier
 adapters, per-tier scoring, the experiment's report."""
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from agents.rules import BestFixedRule
 from cost_envs.envs.expert_routing import CONTROLLER
 from cost_envs.metrics import EpisodeRecord, bootstrap_mean_ci
 from cost_envs.wrappers import TIERS
-from experiments import corl
-from experiments.corl import (
+from experiments.corl import runner as corl
+from experiments.corl.runner import (
     BEST_RULE,
     CONSULT_ALL,
     CORL_ENVS,
@@ -48,7 +48,7 @@ from experiments.corl import (
     run_corl,
     run_envs,
 )
-from experiments.gaps import decode_scores, share_cell
+from experiments.shared.gaps import decode_scores, share_cell
 
 
 class Constant:
@@ -373,7 +373,7 @@ def test_best_fixed_row_is_the_best_non_privileged_row_and_the_cheaper_on_ties()
 
 def test_gap_closed_block_puts_learned_rows_between_the_best_fixed_row_and_the_planner(
         tmp_path) -> None:
-    from experiments import aggregates
+    from experiments.aggregates import runner as aggregates
 
     n = 8
     rule, planner_scores = [1, 1, 0, 0, 0, 0, 0, 0], [1, 1, 1, 1, 0, 0, 0, 0]
@@ -441,7 +441,8 @@ def test_fixed_rows_score_the_planner_in_every_table_under_the_oracle(monkeypatc
 
 
 def test_tuned_rows_train_the_committed_choice_on_the_untuned_rows_steps(monkeypatch) -> None:
-    from experiments import tune, tune_corl
+    from experiments.tune import corl as tune_corl
+    from experiments.tune import runner as tune
 
     calls = []
 

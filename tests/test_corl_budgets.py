@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from cost_envs.metrics import bootstrap_gap_closed, bootstrap_mean_ci
-from experiments import corl_budgets
-from experiments.budgets import share_text, stops_improving
-from experiments.gaps import decode_scores
+from experiments.budgets.runner import share_text, stops_improving
+from experiments.corl import budgets as corl_budgets
+from experiments.shared.gaps import decode_scores
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 

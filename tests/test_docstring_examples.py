@@ -8,7 +8,7 @@ import importlib
 import pytest
 
 MODULES = ["cost_envs.wrappers.budget", "cost_envs.wrappers.limits", "cost_envs.registration",
-           "agents.learners.common.recurrent", "experiments.histories"]
+           "agents.learners.common.recurrent", "experiments.shared.histories"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -15,7 +15,7 @@ from conftest import code_lines
 
 from agents import files
 from experiments import __main__ as command
-from experiments import common
+from experiments.shared import common
 
 REPO = Path(__file__).resolve().parents[1]
 ROUTELLM = REPO.parent / "shared" / "data" / "routellm"
@@ -154,7 +154,7 @@ def test_traces_with_unreadable_data_is_one_line_before_out_is_made(tmp_path: Pa
 
 
 def test_the_data_check_names_the_file_traces_reads() -> None:
-    from experiments import traces
+    from experiments.traces import runner as traces
 
     assert command.TRACES_FILE == traces.GSM8K
 

@@ -17,9 +17,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from experiments import bopo_report, corl_report, figures, lora_ppo_report, traces_report
-from experiments.corl_report import LEARNED, PLANNER, panel_rows
-from experiments.figures import Rendered
+from experiments.bopo import report as bopo_report
+from experiments.corl import report as corl_report
+from experiments.corl.report import LEARNED, PLANNER, panel_rows
+from experiments.lora_ppo import report as lora_ppo_report
+from experiments.shared import figures
+from experiments.shared.figures import Rendered
+from experiments.traces import report as traces_report
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -1,6 +1,6 @@
 """No file git tracks is over 1 MB (issue #25): results stay small enough to read and clone.
 
-A learning-curve history belongs in a CSV (:mod:`experiments.histories`), not in a JSON
+A learning-curve history belongs in a CSV (:mod:`experiments.shared.histories`), not in a JSON
 table; a file that grows past the limit is a format to rethink, not a limit to raise.
 """
 

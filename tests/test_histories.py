@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from experiments import corl, lora_ppo_report
-from experiments.histories import attach, detach, read_csv, same_numbers, to_csv
+from experiments.corl import runner as corl
+from experiments.lora_ppo import report as lora_ppo_report
+from experiments.shared.histories import attach, detach, read_csv, same_numbers, to_csv
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 #: sha256 of ``json.dumps(report["learning_curves"])`` of the committed

@@ -47,7 +47,7 @@ def every_module_imported() -> dict[str, object]:
     tune extra were loaded by then. Both tests below read this one process.
     """
     modules = [name for package in PACKAGES for name in _modules(package)]
-    assert "experiments.lora_ppo" in modules and "agents.learners.checkpoints" in modules
+    assert "experiments.lora_ppo.runner" in modules and "agents.learners.checkpoints" in modules
     code = ("import importlib, json, sys\n"
             f"for name in {modules!r}:\n"
             "    importlib.import_module(name)\n"

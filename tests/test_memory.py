@@ -13,8 +13,8 @@ import cost_envs  # noqa: F401  (registers the envs)
 from agents.evaluation import evaluate, rollout
 from agents.learners.common.recurrent import RecurrentPPO
 from cost_envs.metrics import bootstrap_mean_ci
-from experiments import memory
-from experiments.common import machine
+from experiments.memory import runner as memory
+from experiments.shared.common import machine
 
 V0 = "cost_envs/FlightPlanner-v0"
 

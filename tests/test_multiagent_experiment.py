@@ -1,4 +1,4 @@
-"""experiments/multitenant.py at the smoke scale: the sweep's rows, table, figure, files."""
+"""experiments/multitenant/runner.py at the smoke scale: the sweep's rows, table, figure, files."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 pytest.importorskip("pettingzoo")
 pytest.importorskip("matplotlib")
 
-from experiments import multitenant
 from experiments.__main__ import main
+from experiments.multitenant import runner as multitenant
 
 
 def test_the_smoke_sweep_writes_its_table_json_and_figure(tmp_path: Path) -> None:

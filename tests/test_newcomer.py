@@ -280,7 +280,7 @@ def test_following_the_add_env_guide_passes_every_generated_test(tmp_path: Path)
 # ------------------------------------------------------------------ figure labels
 def _covered(figure: Any) -> list[str]:
     """The movable labels that cover a marker or an error bar after placement."""
-    from experiments import figures
+    from experiments.shared import figures
 
     figures.place_labels(figure)
     renderer = figure.canvas.get_renderer()
@@ -296,7 +296,7 @@ def _covered(figure: Any) -> list[str]:
 
 
 def test_reference_and_group_labels_are_moved_off_markers() -> None:
-    from experiments.figures import pyplot, reference_lines, tag_points
+    from experiments.shared.figures import pyplot, reference_lines, tag_points
 
     plt = pyplot()
     figure, axis = plt.subplots(figsize=(6, 4))
@@ -312,7 +312,8 @@ def test_reference_and_group_labels_are_moved_off_markers() -> None:
 def test_the_reported_figures_labels_sit_on_no_marker() -> None:
     import json
 
-    from experiments import bopo_report, lora_ppo_report
+    from experiments.bopo import report as bopo_report
+    from experiments.lora_ppo import report as lora_ppo_report
 
     results = ROOT / "benchmarks" / "results"
     bopo = json.loads((results / "bopo_long" / "bopo.json").read_text(encoding="utf-8"))
@@ -320,6 +321,6 @@ def test_the_reported_figures_labels_sit_on_no_marker() -> None:
     for figure in (bopo_report.draw_pareto("appworld", bopo["profiles"]["appworld"]),
                    lora_ppo_report.draw_pareto(table)):
         assert _covered(figure) == []
-        from experiments.figures import pyplot
+        from experiments.shared.figures import pyplot
 
         pyplot().close(figure)

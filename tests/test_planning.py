@@ -209,7 +209,7 @@ def _modelled(env_id: str) -> bool:
 
 
 def test_lora_ppo_tables_have_the_planner_row_where_a_planner_models_the_env():
-    from experiments import lora_ppo
+    from experiments.lora_ppo import runner as lora_ppo
 
     for env_id in lora_ppo.ENVS:
         rows = lora_ppo.baseline_rows(env_id)

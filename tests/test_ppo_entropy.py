@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from cost_envs.metrics import bootstrap_mean_ci
-from experiments import budgets, ppo_entropy
-from experiments.gaps import encode_scores
+from experiments.budgets import runner as budgets
+from experiments.ppo_entropy import runner as ppo_entropy
+from experiments.shared.gaps import encode_scores
 
 SMOKE = budgets.Scale("smoke", 1024, 2, (0, 512), episodes=20, n_envs=4, resamples=100)
 

@@ -10,9 +10,9 @@ import pytest
 
 from agents.rules import BestFixedRule
 from cost_envs.metrics import HEADLINE_METRICS
-from experiments import lora_ppo as rep
-from experiments import lora_ppo_report as out_files
 from experiments.__main__ import main
+from experiments.lora_ppo import report as out_files
+from experiments.lora_ppo import runner as rep
 
 ENV_NAMES = {env_id: env_id.split("/")[-1] for env_id in rep.ENVS}
 FILE_NAMES = {f"{kind}_{name}.{ext}" for name in ENV_NAMES.values()

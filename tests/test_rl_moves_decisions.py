@@ -167,7 +167,7 @@ def test_bopo_changes_decisions_of_its_sft_warm_start(learning_rate, moves) -> N
     from agents.learners.bopo import BoPOReward, draw_tasks
     from agents.learners.bopo_sft import MaskedRouter, build_model, policy_weights
     from agents.seeds import BOPO_TRAIN_TASK_SEED
-    from experiments.bopo_jobs import SCALES, profile_budget, vec_env, warm_start
+    from experiments.bopo.jobs import SCALES, profile_budget, vec_env, warm_start
 
     budget = profile_budget("sciworld", "smoke")
     warm = warm_start("sciworld", SCALES["smoke"], 0, budget)

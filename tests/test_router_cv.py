@@ -12,7 +12,7 @@ from agents.routers import LogisticRouter as TraceRouter
 from cost_envs.metrics.frontier import aiq
 from cost_envs.metrics.routing import routing_curve
 from cost_envs.traces import TraceDataset
-from experiments.traces_heldout import Protocol, evaluate, splits_of
+from experiments.traces.heldout import Protocol, evaluate, splits_of
 
 WEAK, STRONG = "weak", "strong"
 

@@ -15,7 +15,7 @@ from agents.routers.solvers import (
     neighbour_share,
 )
 from cost_envs.traces import TraceDataset
-from experiments.traces_heldout import Protocol, evaluate, markdown, verdict
+from experiments.traces.heldout import Protocol, evaluate, markdown, verdict
 
 WEAK, STRONG = "weak", "strong"
 
@@ -168,7 +168,7 @@ def test_verdict_reads_the_interval() -> None:
 
 
 def test_the_report_runs_minilm_only_when_asked_and_says_why_it_cannot(monkeypatch) -> None:
-    from experiments import traces_heldout
+    from experiments.traces import heldout as traces_heldout
 
     data = dataset(120, n_groups=6)
     protocol = Protocol("group", 3, "3 folds by group")

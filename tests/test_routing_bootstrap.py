@@ -244,7 +244,7 @@ def test_bad_input_is_one_line() -> None:
 
 
 def test_the_held_out_table_compares_at_the_same_share_and_the_same_cost() -> None:
-    from experiments.traces_heldout import Protocol, evaluate, markdown
+    from experiments.traces.heldout import Protocol, evaluate, markdown
 
     data = two_models(n=200)
     result = evaluate(data, Protocol("group", 4, "4 folds by group"), n_resamples=100)

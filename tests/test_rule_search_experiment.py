@@ -1,4 +1,4 @@
-"""``python -m experiments rules`` (experiments/rules.py) at smoke scale: one section per
+"""``python -m experiments rules`` (experiments/rules/runner.py) at smoke scale: one section per
 registered env, the searched rule frozen and scored on the evaluation tasks, files written
 together."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import cost_envs
-from experiments import rules
+from experiments.rules import runner as rules
 
 
 @pytest.fixture(scope="module")

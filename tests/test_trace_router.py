@@ -1,5 +1,5 @@
 """The learned router, its env policy (agents.routers) and the GSM8K report
-(experiments.traces)."""
+(experiments.traces.runner)."""
 
 from __future__ import annotations
 
@@ -31,8 +31,8 @@ from cost_envs.traces import (
     load_traces,
     readers,
 )
-from experiments import traces as trace_report
-from experiments.traces import _experiment, report
+from experiments.traces import runner as trace_report
+from experiments.traces.runner import _experiment, report
 
 ROUTELLM = Path(__file__).resolve().parents[2] / "shared" / "data" / "routellm"
 ENV_ID = "cost_envs/TraceRouting-v0"

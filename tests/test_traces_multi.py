@@ -1,4 +1,4 @@
-"""The routing report's K-model block (experiments/traces_multi.py)."""
+"""The routing report's K-model block (experiments/traces/multi.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from agents.routers import SINGLE_MODELS
 from agents.routers.evaluation import call_costs
 from cost_envs.traces import TraceDataset
-from experiments.traces_heldout import Protocol, splits_of
-from experiments.traces_multi import (
+from experiments.traces.heldout import Protocol, splits_of
+from experiments.traces.multi import (
     HALFWAY,
     MULTI_ROWS,
     TARGETS,

@@ -21,8 +21,9 @@ from agents.seeds import (
     VALIDATION_TASK_SEED,
 )
 from experiments import __main__ as command
-from experiments import tune, tune_address
-from experiments import tune_methods as methods
+from experiments.tune import address as tune_address
+from experiments.tune import methods
+from experiments.tune import runner as tune
 
 REPO = Path(__file__).resolve().parents[1]
 CLUSTER = "ray://HOST:10001"

@@ -11,9 +11,10 @@ import pytest
 from agents.learners.bopo import draw_tasks
 from agents.learners.corl import ADAPTER_LEARNING_RATE
 from agents.seeds import BOPO_TRAIN_TASK_SEED, EVAL_TASK_SEED, VALIDATION_TASK_SEED
-from experiments import tune_bopo, tune_corl
-from experiments.tune_methods import METHODS, PPO_SPACE
-from experiments.tune_space import PPO_PAPER, validate
+from experiments.tune import bopo as tune_bopo
+from experiments.tune import corl as tune_corl
+from experiments.tune.methods import METHODS, PPO_SPACE
+from experiments.tune.space import PPO_PAPER, validate
 
 CORL_ENV = tune_corl.CORL_ENV
 BOPO_ENV = "cost_envs/AgenticRouting-v0"

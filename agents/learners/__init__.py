@@ -13,7 +13,7 @@
   :mod:`~agents.learners.bopo_sft` (SFT data, warm start, the masked router); its model is
   :func:`~agents.learners.bopo_sft.build_model`, warm-started by
   :func:`~agents.learners.bopo_sft.sft_warm_start`, trained on
-  :class:`~agents.learners.bopo.BoPOReward` (the loop is ``experiments/bopo_jobs.py``'s).
+  :class:`~agents.learners.bopo.BoPOReward` (the loop is ``experiments/bopo/jobs.py``'s).
 * **Multi-tenant shared-parameter PPO**: :mod:`agents.learners.multitenant`; entry
   :func:`~agents.learners.multitenant.train_shared`, then one LoRA adapter per tenant with
   :func:`~agents.learners.multitenant_adapters.train_adapters`.

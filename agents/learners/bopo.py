@@ -76,7 +76,7 @@ warm start's own contribution).
 This module holds the method's task-level pieces (environments, boundaries, taxonomy,
 normalised cost, rewards); :mod:`agents.learners.bopo_sft` holds steps 4-5 and the router
 network. The experiment (scales, training runs, the comparison on the three profiles and
-its report ``bopo.md``) is ``experiments/bopo.py`` in the repository, not part of the
+its report ``bopo.md``) is ``experiments/bopo/runner.py`` in the repository, not part of the
 installed package. There, every method is scored on the same evaluation tasks (drawn
 with task seed ``EVAL_TASK_SEED``; training tasks use ``BOPO_TRAIN_TASK_SEED``), with 95%
 percentile-bootstrap intervals over those tasks (over seeds and tasks for the learned

@@ -26,7 +26,7 @@ its observation layout and tier budgets (``cost_envs/ExpertRouting-v1``).
 
 Training tasks use task seeds ``TRAIN_TASK_SEED + seed`` and evaluation small seeds, as
 everywhere in :mod:`agents`. The experiment (scales, the tables per profile, the figure)
-is ``experiments/corl.py`` in the repository.
+is ``experiments/corl/runner.py`` in the repository.
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def train_shared_ppo(timesteps: int, seed: int = 0, env_kwargs: Mapping[str, Any
     """PPO on every tier at once (a tier drawn per query); returns the policy and history.
 
     ``ppo`` overrides :data:`PPO_SETTINGS` and SB3's learning rate (a tuning sweep's
-    configuration, :mod:`experiments.tune_corl`); ``None`` keeps the experiment's.
+    configuration, :mod:`experiments.tune.corl`); ``None`` keeps the experiment's.
     ``callbacks`` run beside the cost metrics' (a learning curve's,
     :class:`TierScoresAtSteps`).
     """

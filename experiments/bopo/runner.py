@@ -1,0 +1,446 @@
+"""BoPO's experiment: the three AgenticRouting-v0 profiles, every router, 5 seeds, one report.
+
+For each profile, :func:`prepare_profile` draws the base training tasks (training seed
+``seed``) and the evaluation tasks, rolls out the boundaries, sets the per-task budget and
+scores the fixed baselines, among them the rules of :data:`TRAINED_RULES` (the difficulty
+threshold, the best fixed rule), each fitted on the base training tasks under the same
+budget, then frozen. Every training seed then gets its own training-task draw, boundaries
+and SFT warm start (:func:`experiments.bopo.jobs.warm_start`), from which
+:func:`experiments.bopo.jobs.run_learning_job` trains each learned router of the table
+(BoPO with the paper's reward, vanilla PPO) and, on the scan profile, those of the λ scan
+(:mod:`experiments.bopo.scan`). :func:`run_all` runs all of it, in worker processes when
+the scale says so (every unit seeded on its own: the result does not depend on the number
+of workers), and :func:`report` writes ``bopo.md``, ``bopo.json`` and
+``pareto_bopo_<profile>.png`` / ``.svg`` (rendered by :mod:`experiments.bopo.report`), all rendered
+before any is written and written all together. A learned row pools its seeds: its value
+is the mean over seeds and tasks, its interval a two-level bootstrap over both.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, as_completed
+from dataclasses import asdict, dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+
+from agents.baselines import (
+    AlwaysLarge,
+    AlwaysSmall,
+    Cascade,
+    CostOptOracle,
+    DifficultyThreshold,
+    RandomMix,
+)
+from agents.files import write_files_atomic
+from agents.learners.bopo import (
+    ENV_ID,
+    Boundary,
+    boundary_rollouts,
+    draw_tasks,
+    inversion_share,
+    make_env,
+    strata_distribution,
+)
+from agents.planning import AgenticPlanner
+from agents.rules import BestFixedRule
+from agents.seeds import BOPO_TRAIN_TASK_SEED, EVAL_TASK_SEED
+from cost_envs.envs.agentic_routing import PROFILE_NAMES
+from cost_envs.metrics import EpisodeRecord
+from experiments.bopo.gaps import gap_block
+from experiments.bopo.jobs import (
+    SCALES,
+    BopoScale,
+    LearnJob,
+    LearnResult,
+    WarmStart,
+    budget_of,
+    evaluate_on,
+    profile_budget,
+    run_learning_job,
+    scale_of,
+    training_draw,
+    warm_start,
+)
+from experiments.bopo.report import (
+    RIVALS,
+    compare_frontiers,
+    label,
+    markdown,
+    method_summary,
+    pareto_figure,
+)
+from experiments.bopo.scan import scan_block
+from experiments.shared.common import described, machine, quiet, recording, spawn_pool
+from experiments.shared.figures import figure_files
+from experiments.tune import runner as tune
+from experiments.tune.bopo import PROFILE
+from experiments.tune.methods import METHODS as SWEEPS
+
+__all__ = ["SCALES", "BopoScale", "Prepared", "Results", "prepare_profile", "report",
+           "run_all", "summarise"]
+
+# ------------------------------------------------------------------- profile work
+@dataclass
+class Prepared:
+    """One profile's setup and fixed rows (every learned row is a seed's, see ``Results``)."""
+
+    profile: str
+    budget: float
+    train_boundaries: list[Boundary]
+    eval_boundaries: list[Boundary]
+    records: dict[str, tuple[EpisodeRecord, ...]] = field(default_factory=dict)
+    #: Method key -> each evaluation episode's return (Eq. 1), in task order.
+    returns: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    #: Method key -> what its fitting found, for its report entry (label, threshold, rule).
+    fitted: dict[str, dict[str, Any]] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+#: Rules fitted on a profile's training tasks, then frozen: key -> ``fit(env, train_tasks)``,
+#: called with the env as it is scored (``make_env(profile, budget)``, see
+#: :func:`experiments.bopo.jobs.evaluate_on`).
+TRAINED_RULES: dict[str, Callable[[gym.Env, Sequence[Any]], Any]] = {
+    "difficulty-threshold": DifficultyThreshold.fit,
+    "best-rule": BestFixedRule.fit,
+}
+
+
+def prepare_profile(profile: str, scale: str | BopoScale = "default", seed: int = 0
+                    ) -> Prepared:
+    """Boundaries, taxonomy and budget of one profile, and its fixed rows (fitted rules too)."""
+    start = time.perf_counter()
+    sc = scale_of(scale)
+    train_tasks, train_paths = training_draw(profile, sc, seed)
+    train_b = [Boundary.from_trajectories(lo, hi) for lo, hi in train_paths]
+    eval_tasks = draw_tasks(profile, sc.n_eval, EVAL_TASK_SEED)
+    budget = budget_of(train_b)
+    prepared = Prepared(profile, budget, train_b, boundary_rollouts(make_env(profile),
+                                                                    eval_tasks))
+    methods: dict[str, Callable[[gym.Env], Any]] = {
+        "always-small": AlwaysSmall, "always-large": AlwaysLarge, "oracle": CostOptOracle,
+        "planner": AgenticPlanner,
+    }
+    for p in sc.random_ps:
+        methods[f"random-mix/{p:g}"] = lambda e, p=p: RandomMix(e, p=p, seed=seed)
+    for k in sc.patiences:
+        methods[f"cascade/{k}"] = lambda e, k=k: Cascade(e, patience=k)
+    built: dict[str, Any] = {}
+    for key, fit in TRAINED_RULES.items():
+        methods[key] = recording(lambda e, fit=fit: fit(e, train_tasks), built, key)
+    for name, factory in methods.items():
+        result = evaluate_on(factory, profile, eval_tasks, budget)
+        prepared.records[name], prepared.returns[name] = result.records, result.returns
+    for key, rule in built.items():  # what each fit found, in its label and its entry
+        found = prepared.fitted[key] = described(rule)
+        if isinstance(rule, DifficultyThreshold):
+            found.update(label=f"{label(key)} (fitted, t={rule.threshold:g})",
+                         fitted_threshold=rule.threshold)
+        elif "rule" in found:
+            found["label"] = f"{label(key)}: {found['rule']}"
+    prepared.seconds = time.perf_counter() - start
+    return prepared
+
+
+# ----------------------------------------------------------------------- the runs
+def table_keys(sc: BopoScale) -> list[str]:
+    """The learned rows of every profile's table, trained with every seed."""
+    return ([f"bopo/{lam:g}" for lam in sc.bopo_lams]
+            + [f"ppo/{lam:g}" for lam in sc.ppo_lams])
+
+
+#: The table's families that have an equal-budget sweep, and its method name.
+SWEPT = {"bopo": "bopo", "ppo": "bopo-ppo"}
+
+
+@cache  # the committed files, read once per process (learn_jobs asks per seed)
+def tuned_choices(profile: str) -> dict[str, dict[str, Any]]:
+    """Per swept family, what its sweep chose, if it ran on ``profile``.
+
+    ``{family: {"config", "paper", "same_as_paper"}}`` from the committed files
+    (``experiments/tuned/``); empty for a profile the sweeps did not run on.
+    """
+    if profile != PROFILE:
+        return {}
+    out = {}
+    for family, method in SWEPT.items():
+        config = tune.chosen(method, ENV_ID)
+        if config is not None:
+            paper = dict(SWEEPS[method].paper)
+            out[family] = {"config": config, "paper": paper, "same_as_paper": config == paper}
+    return out
+
+
+def tuned_keys(profile: str) -> list[str]:
+    """The tuned rows of ``profile``'s table: a sweep that chose other than the paper's point.
+
+    A sweep that chose the paper's configuration adds no row: it would train the paper's
+    row again (the report says so).
+    """
+    return [f"{family}/tuned" for family, choice in tuned_choices(profile).items()
+            if not choice["same_as_paper"]]
+
+
+def row_keys(sc: BopoScale, profile: str) -> list[str]:
+    """The learned RL rows of ``profile``'s table: :func:`table_keys`, then the tuned ones."""
+    return table_keys(sc) + tuned_keys(profile)
+
+
+def _tuned_job(family: str, config: Mapping[str, Any], warm: WarmStart,
+               common: Mapping[str, Any]) -> LearnJob:
+    """The job of a tuned row: the sweep's choice, on the table's steps and seeds."""
+    linear = config.get("cost_term") == "linear"
+    method = "bopo-linear" if linear else family
+    lam = float(config["linear_lam" if linear else "lam"])
+    settings = {"learning_rate": float(config["learning_rate"]),
+                "ent_coef": float(config["ent_coef"])}
+    return LearnJob(method=method, lam=lam, ppo=settings, tuned=True,
+                    sft_state=None if family == "ppo" else warm.sft_state, **common)
+
+
+def scan_keys(sc: BopoScale) -> list[str]:
+    """The λ scan's rows (scan profile, scan seeds): the paper's reward, then the linear one."""
+    lams = sorted({*sc.scan_lams, *sc.bopo_lams})
+    return [f"bopo/{lam:g}" for lam in lams] + [f"bopo-linear/{lam:g}"
+                                                for lam in sorted(sc.linear_lams)]
+
+
+def learn_jobs(warm: WarmStart, sc: BopoScale, budget: float, base_seed: int
+               ) -> list[LearnJob]:
+    """One seed's RL runs on one profile: the table's rows, then the scan's own."""
+    common = {"profile": warm.profile, "scale": sc, "budget": budget,
+              "cost_scale": warm.cost_scale, "seed": warm.seed,
+              "train_boundaries": tuple(warm.train_boundaries)}
+    jobs = [LearnJob(method=key.split("/")[0], lam=float(key.split("/")[1]),
+                     sft_state=None if key.startswith("ppo/") else warm.sft_state, **common)
+            for key in table_keys(sc)]
+    choices = tuned_choices(warm.profile)
+    jobs += [_tuned_job(key.split("/")[0], choices[key.split("/")[0]]["config"], warm, common)
+             for key in tuned_keys(warm.profile)]
+    if warm.profile == sc.scan_profile and warm.seed < base_seed + sc.scan_seeds:
+        jobs += [LearnJob(method=key.split("/")[0], lam=float(key.split("/")[1]),
+                          sft_state=warm.sft_state, curve=False, **common)
+                 for key in scan_keys(sc) if key not in table_keys(sc)]
+    return jobs
+
+
+@dataclass
+class Results:
+    """Everything the units produced: fixed rows, each seed's warm start and RL runs."""
+
+    prepared: dict[str, Prepared]
+    #: Profile -> the warm starts, in seed order.
+    warm: dict[str, list[WarmStart]]
+    #: Profile -> key -> the runs, in seed order.
+    learned: dict[str, dict[str, list[LearnResult]]]
+
+    def runs(self, profile: str, key: str) -> list[tuple[Sequence[EpisodeRecord],
+                                                          Sequence[float]]]:
+        """``(records, returns)`` of each run of ``key`` (one for a fixed row)."""
+        if key == "sft":
+            return [(w.records, w.returns) for w in self.warm[profile]]
+        if key in self.learned[profile]:
+            return [(r.records, r.returns) for r in self.learned[profile][key]]
+        prep = self.prepared[profile]
+        return [(prep.records[key], prep.returns[key])]
+
+
+def run_all(scale: str | BopoScale = "default", profiles: Sequence[str] = PROFILE_NAMES,
+            seed: int = 0, log: Callable[[str], None] = quiet) -> Results:
+    """Prepare every profile, warm-start every seed and train every router.
+
+    Units: each profile's fixed rows, each (profile, seed)'s warm start, then that seed's
+    RL runs. Every unit is seeded on its own, so the results do not depend on ``jobs``.
+    """
+    sc = scale_of(scale)
+    seeds = range(seed, seed + sc.seeds)
+    budgets = {p: profile_budget(p, sc, seed) for p in profiles}
+    prepared: dict[str, Prepared] = {}
+    warm: dict[str, dict[int, WarmStart]] = {p: {} for p in profiles}
+    learned: dict[str, dict[tuple[str, int], LearnResult]] = {p: {} for p in profiles}
+
+    def take(result: LearnResult) -> None:
+        learned[result.job.profile][result.key, result.job.seed] = result
+        log(f"{result.job.profile}: {result.key} seed {result.job.seed} trained and scored "
+            f"in {result.seconds:.0f}s")
+
+    if sc.jobs <= 1:
+        for profile in profiles:
+            prepared[profile] = prepare_profile(profile, sc, seed)
+            for s in seeds:
+                w = warm[profile][s] = warm_start(profile, sc, s, budgets[profile])
+                for job in learn_jobs(w, sc, budgets[profile], seed):
+                    take(run_learning_job(job))
+        return in_job_order(prepared, warm, learned, profiles, sc, seed)
+    with spawn_pool(sc.jobs) as pool:
+        pending: dict[Future[Any], str] = {
+            pool.submit(warm_start, p, sc, s, budgets[p]): "warm" for p in profiles
+            for s in seeds}
+        pending.update({pool.submit(prepare_profile, p, sc, seed): "prep" for p in profiles})
+        while pending:
+            done = next(as_completed(pending))
+            kind = pending.pop(done)
+            if kind == "prep":
+                prep = done.result()
+                prepared[prep.profile] = prep
+                log(f"{prep.profile}: boundaries and fixed rows in {prep.seconds:.0f}s")
+            elif kind == "warm":
+                w = done.result()
+                warm[w.profile][w.seed] = w
+                log(f"{w.profile}: seed {w.seed}'s SFT warm start in {w.seconds:.0f}s")
+                for job in learn_jobs(w, sc, budgets[w.profile], seed):
+                    pending[pool.submit(run_learning_job, job)] = "learn"
+            else:
+                take(done.result())
+    return in_job_order(prepared, warm, learned, profiles, sc, seed)
+
+
+def in_job_order(prepared: Mapping[str, Prepared], warm: Mapping[str, Mapping[int, WarmStart]],
+                 learned: Mapping[str, Mapping[tuple[str, int], LearnResult]],
+                 profiles: Sequence[str], sc: BopoScale, seed: int) -> Results:
+    """The results in the order of the profiles, of their rows and of the seeds.
+
+    Workers finish in whatever order the machine's load gives; reports follow this order
+    (rows, JSON keys, figure colours), as a one-process run does, so a rerun writes the
+    same files.
+    """
+    ordered: dict[str, dict[str, list[LearnResult]]] = {}
+    for profile in profiles:
+        ordered[profile] = {}
+        for s in range(seed, seed + sc.seeds):
+            for job in learn_jobs(warm[profile][s], sc, 0.0, seed):
+                ordered[profile].setdefault(job.key, []).append(learned[profile][job.key, s])
+    return Results({p: prepared[p] for p in profiles},
+                   {p: [warm[p][s] for s in range(seed, seed + sc.seeds)] for p in profiles},
+                   ordered)
+
+
+# ----------------------------------------------------------------------- the summary
+def _row_order(keys: Sequence[str], sc: BopoScale, profile: str) -> list[str]:
+    learned = row_keys(sc, profile)
+    return (["always-small", "always-large"]
+            + [k for k in keys if k.startswith("random-mix/")]
+            + [k for k in keys if k.startswith("cascade/")]
+            + [k for k in TRAINED_RULES if k in keys]
+            + ["sft"] + [k for k in learned if k.startswith("ppo/")]
+            + [k for k in learned if k.startswith("bopo/")] + ["planner", "oracle"])
+
+
+def _warm_entry(warm: Sequence[WarmStart]) -> dict[str, Any]:
+    first = warm[0]
+    return {"trajectories": first.sft_counts, "steps": first.sft_steps,
+            "epoch_losses": first.sft_losses,
+            "demo_log_likelihood_before_after": list(first.sft_log_likelihood),
+            "per_seed": [{"seed": w.seed, "trajectories": w.sft_counts, "steps": w.sft_steps,
+                          "demo_log_likelihood_before_after": list(w.sft_log_likelihood)}
+                         for w in warm]}
+
+
+def _curves(runs: Sequence[LearnResult]) -> dict[str, Any]:
+    """A row's learning curve: the mean over seeds at each checkpoint, and each seed's."""
+    per_seed = [list(r.curve) for r in runs]
+    mean = [{"timesteps": point["timesteps"],
+             **{k: float(sum(c[i][k] for c in per_seed) / len(per_seed))
+                for k in point if k != "timesteps"}}
+            for i, point in enumerate(per_seed[0])]
+    return {"mean": mean, "per_seed": per_seed}
+
+
+def summarise(results: Results, sc: BopoScale, seed: int = 0) -> dict[str, Any]:
+    """The report's data, as JSON values.
+
+    Per profile: the taxonomy, the budget, every method's metrics (learned rows pooled
+    over their seeds, each seed's values kept), the learning curves and the frontier
+    outcomes; the ``lambda_scan`` block (:mod:`experiments.bopo.scan`) and the
+    ``gap_closed`` block (:mod:`experiments.bopo.gaps`).
+    """
+    seeds = list(range(seed, seed + sc.seeds))
+    out: dict[str, Any] = {"machine": machine(), "scale": asdict(sc),
+                           "eval_task_seed": EVAL_TASK_SEED,
+                           "train_task_seed": BOPO_TRAIN_TASK_SEED + seed, "seeds": seeds,
+                           "profiles": {}}
+    returns: dict[str, dict[str, list[Sequence[float]]]] = {}
+    for profile, prep in results.prepared.items():
+        order = _row_order(list(prep.records), sc, profile)
+        runs = {k: results.runs(profile, k) for k in order}
+        returns[profile] = {k: [r for _, r in v] for k, v in runs.items()}
+        methods = {k: {"label": label(k),
+                       **method_summary([rec for rec, _ in runs[k]], prep.eval_boundaries,
+                                        sc.resamples, seed, returns[profile][k]),
+                       **prep.fitted.get(k, {})}
+                   for k in order}
+        for k in ["sft", *row_keys(sc, profile)]:
+            methods[k]["seeds"] = seeds
+        points = {k: (m["success_rate"], m["avg_cost"]) for k, m in methods.items()}
+        records = {k: [rec for rec, _ in v] for k, v in runs.items()}
+        out["profiles"][profile] = {
+            "budget": prep.budget,
+            "cost_scale": [w.cost_scale for w in results.warm[profile]],
+            "strata_train": strata_distribution(prep.train_boundaries),
+            "strata_eval": strata_distribution(prep.eval_boundaries),
+            "inversion_share_train": inversion_share(prep.train_boundaries),
+            "inversion_share_eval": inversion_share(prep.eval_boundaries),
+            "sft": _warm_entry(results.warm[profile]),
+            "methods": methods,
+            "learning_curves": {k: _curves(results.learned[profile][k])
+                                for k in row_keys(sc, profile)},
+            "tuned": tuned_choices(profile),
+            "frontiers": {rival: compare_frontiers(points, rival, records, sc.resamples, seed)
+                          for rival in RIVALS},
+        }
+    if sc.scan_profile in results.prepared:
+        profile = sc.scan_profile
+        scan_runs = {k: results.runs(profile, k)[:sc.scan_seeds] for k in scan_keys(sc)}
+        out["lambda_scan"] = scan_block(profile, scan_runs, seeds[:sc.scan_seeds],
+                                        {k: results.runs(profile, k)[0]
+                                         for k in TRAINED_RULES}, sc.resamples, seed)
+    out["gap_closed"] = gap_block(returns)
+    return out
+
+
+def report(out_dir: Path, scale: str | BopoScale = "default", seed: int = 0,
+           log: Callable[[str], None] = quiet, jobs: int | None = None,
+           profiles: Sequence[str] = PROFILE_NAMES) -> str:
+    """Run BoPO against its baselines on the three profiles and write the results.
+
+    Writes ``bopo.md``, ``bopo.json`` and ``pareto_bopo_<profile>.png`` / ``.svg`` into
+    ``out_dir``,
+    all or nothing, after everything is computed and rendered
+    (:func:`agents.files.write_files_atomic`).
+
+    Args:
+        out_dir: Output directory (created if needed).
+        scale: ``"smoke"`` (seconds, for tests), ``"default"`` (about 4 minutes on 2
+            cores), ``"full"`` (five times the RL steps, no λ scan) or a
+            :class:`BopoScale`.
+        seed: First training seed (seeds ``seed`` .. ``seed + scale.seeds - 1``: network
+            initialisation, training tasks, SFT sampling); the base seed's training draw
+            sets the budget and fits the rules.
+        log: Progress printer.
+        jobs: Worker processes, instead of the scale's own ``jobs``.
+        profiles: The profiles to run (default all three).
+
+    Returns:
+        The Markdown report.
+    """
+    sc = scale_of(scale)
+    if jobs is not None:
+        sc = dataclasses.replace(sc, jobs=jobs)
+    start = time.perf_counter()
+    results = run_all(sc, profiles=profiles, seed=seed, log=log)
+    summary = summarise(results, sc, seed)
+    seconds = time.perf_counter() - start
+    summary["wall_seconds"] = seconds
+    text = markdown(summary, seconds)
+    files: dict[str, str | bytes] = {"bopo.md": text,
+                                     "bopo.json": json.dumps(summary, indent=2) + "\n"}
+    for profile, rep in summary["profiles"].items():
+        files |= figure_files(f"pareto_bopo_{profile}", pareto_figure(profile, rep))
+    write_files_atomic(out_dir, files)
+    return text

@@ -1,0 +1,277 @@
+"""Learned rows at their converged budget, scored on enough tasks to resolve them (issue #23).
+
+FlightPlanner-v1's PPO learning curve (:mod:`experiments.budgets.runner`,
+``benchmarks/results/budgets_FlightPlanner-v1.md``) stops improving at about 2M env steps,
+where its five seeds agree within 0.002 of return (0.960 to 0.962 at 4M) and sit a few
+thousandths above the one-turn rule. On the curve's 1000 evaluation tasks that gain is
+inside the task noise (share of the gap 0.27 [-0.24, 0.61]): the interval is wide because
+of the tasks, not the seeds. This experiment trains learned rows at that converged budget
+and scores them on ten times as many tasks, so the tasks' share of the interval shrinks by
+about sqrt(10):
+
+- each learned row of :data:`ROWS` (keys of :data:`experiments.budgets.runner.BUDGET_ROWS`: PPO
+  with the paper's A.4 configuration on 16 batched sub-envs, and LoRA-guided PPO warm
+  started by the paper's greedy teacher or by the Bayes reference with DAgger), 5 training
+  seeds x :data:`STEPS` env steps, each scored once, after its last update, on the first
+  :data:`EPISODES` evaluation tasks of task seed 0 (the tables' set: the curve's 1000
+  tasks are its first 1000);
+- every fixed row of the env's table (:func:`experiments.lora_ppo.runner.score_baselines`) on the
+  same tasks: the best fixed row (the gap's rule end), the planner (which knows the task,
+  not the luck; the other end) and the Bayes reference (which knows the prior, not the
+  task: the non-privileged reference the issue asks the learners to be measured against).
+
+Every learned figure is a two-level bootstrap over seeds and tasks, paired over the tasks
+(:func:`cost_envs.metrics.bootstrap_mean_ci` on seeds x tasks arrays); fixed rows are
+deterministic given the tasks, so their intervals are over tasks. The table gives each
+row's return and share of the rule-to-planner gap, and per learned row the paired
+differences that answer the issue: row - best fixed row, row - Bayes reference.
+
+**Runs are kept as they finish** (:mod:`experiments.shared.kept`): one run is 15 to 40 minutes on
+this 2-core machine and the whole grid several CPU-hours, more than one sitting. Each
+finished run (a row and a seed) and the fixed rows' scores are written at once to
+``<out>/converged_runs/``; a later call trains only what is missing. The report is written
+only when every run of the grid exists.
+
+``python -m experiments.converged [--scale default|smoke] [--rows KEY ...] [--jobs N]
+[--out DIR]`` writes ``converged_FlightPlanner-v1.md`` and ``.csv`` into ``DIR`` (default
+``benchmarks/results``), all or nothing. ``smoke`` takes seconds. The CSV lists every
+learned row's seeds and the three reference rows with their mean return and the kept file
+(in ``DIR``) that holds their per-task returns (:func:`experiments.shared.gaps.encode_scores`),
+from which every figure can be recomputed: the kept runs are the one home of those
+returns (copied into the CSV, the 16 runs' 10,000 tasks made it larger than a tracked
+file may be).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agents.files import write_files_atomic
+from cost_envs.config import integer
+from cost_envs.metrics import bootstrap_gap_closed, bootstrap_mean_ci
+from experiments.budgets import runner as budgets
+from experiments.shared.common import machine, run_each
+from experiments.shared.gaps import decode_scores, encode_scores
+from experiments.shared.kept import keep, read_kept, run_file
+
+ENV_ID = "cost_envs/FlightPlanner-v1"
+#: Where FlightPlanner-v1's PPO curve stops improving (budgets_FlightPlanner-v1.md).
+STEPS = 2_000_000
+#: Evaluation tasks: ten times the curve's 1000.
+EPISODES = 10_000
+#: The learned rows, keys of :data:`experiments.budgets.runner.BUDGET_ROWS`.
+ROWS = ("ppo", "lora-ppo", "lora-ppo/bayes")
+#: The fixed rows whose per-task returns the CSV keeps beside the rule (the gap's other
+#: end and the non-privileged reference).
+REFERENCE_KEYS = ("planner", "bayes-planner")
+OUT = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+#: The folder (in ``out``) that keeps each finished run, and its file of the fixed rows.
+RUNS = "converged_runs"
+FIXED_FILE = "fixed.json"
+
+
+@dataclass(frozen=True)
+class Scale:
+    """Steps, seeds and evaluation tasks of one run of the experiment."""
+
+    name: str
+    timesteps: int
+    seeds: int
+    episodes: int
+    resamples: int = 2000
+    #: Training tasks on which the best fixed row is searched (the tables' 200).
+    rule_tasks: int = 200
+
+    def __post_init__(self) -> None:
+        for name in ("timesteps", "seeds", "episodes", "resamples", "rule_tasks"):
+            integer(getattr(self, name), f"Scale.{name}", minimum=1)
+
+    def budget_scale(self) -> budgets.Scale:
+        """The curve's :class:`experiments.budgets.runner.Scale` with one point, at the end."""
+        return budgets.Scale(self.name, self.timesteps, self.seeds, (self.timesteps,),
+                             episodes=self.episodes)
+
+    def settings(self) -> dict[str, Any]:
+        """What a kept run must have been run with to be reused at this scale."""
+        return {"env": ENV_ID, "timesteps": self.timesteps, "episodes": self.episodes}
+
+
+SCALES = {"default": Scale("default", STEPS, 5, EPISODES),
+          "smoke": Scale("smoke", 1024, 2, 30, resamples=200, rule_tasks=5)}
+
+
+@dataclass(frozen=True)
+class Fixed:
+    """The fixed rows on the tasks: labels, per-task returns, and which one is the rule."""
+
+    labels: dict[str, str]
+    returns: dict[str, np.ndarray]
+    rule: str
+
+
+def interval(values: np.ndarray | Sequence[float], resamples: int) -> str:
+    """``mean [low, high]`` of a bootstrap over the array's seeds (if 2-D) and tasks."""
+    mean, low, high = bootstrap_mean_ci(np.asarray(values), n_resamples=resamples)
+    return f"{mean:.4f} [{low:.4f}, {high:.4f}]"
+
+
+def share(values: np.ndarray | Sequence[float], rule: Sequence[float],
+          planner: Sequence[float]) -> str:
+    """The share of the rule-to-planner gap closed, paired over tasks, with its interval."""
+    point, low, high = bootstrap_gap_closed(values, rule, planner)
+    return f"{point:.2f} [{low:.2f}, {high:.2f}]"
+
+
+def render(learned: dict[str, np.ndarray], fixed: Fixed, scale: Scale,
+           minutes: dict[str, float]) -> tuple[str, str]:
+    """The Markdown report and the CSV from each learned row's seeds x tasks returns.
+
+    ``minutes``: each learned row's mean wall time per seed.
+    """
+    returns = fixed.returns
+    rule, planner, bayes = returns[fixed.rule], returns["planner"], returns["bayes-planner"]
+    r = scale.resamples
+    tasks = len(rule)
+    names = ", ".join(budgets.BUDGET_ROWS[key].label for key in learned)
+    lines = [f"# {ENV_ID}: learned rows at their converged budget on {tasks:,} tasks", "",
+             f"{names}: each trained {scale.seeds} seeds x {scale.timesteps:,} env steps on "
+             f"16 batched sub-envs, scored after its last update on {tasks:,} evaluation "
+             "tasks of task seed 0, beside every fixed row on the same tasks. Return: mean "
+             "Eq. 1 return [95% interval; over seeds and tasks for the learned rows, over "
+             "tasks for the fixed rows]; share: of the gap from the best fixed row "
+             f"({fixed.labels[fixed.rule]}, {rule.mean():.4f}) to the planner "
+             f"({planner.mean():.4f}), paired over tasks.", "",
+             f"Machine: {machine()}. Wall time per seed: "
+             + "; ".join(f"{budgets.BUDGET_ROWS[key].label} {minutes[key]:.1f} min"
+                         for key in learned) + ".", "",
+             "| row | return | share of the gap |", "| --- | --- | --- |"]
+    for key, label in fixed.labels.items():
+        lines.append(f"| {label} | {interval(returns[key], r)} | "
+                     f"{share(returns[key], rule, planner)} |")
+    for key, values in learned.items():
+        lines.append(f"| **{budgets.BUDGET_ROWS[key].label}** ({len(values)} seeds) | "
+                     f"{interval(values, r)} | {share(values, rule, planner)} |")
+    lines += ["", "Paired differences of mean return [95% interval]:", ""]
+    for key, values in learned.items():
+        label = budgets.BUDGET_ROWS[key].label
+        lines += [f"- {label} - best fixed row: {interval(values - rule, r)}",
+                  f"- {label} - Bayes reference: {interval(values - bayes, r)}",
+                  f"- planner - {label}: {interval(planner - values, r)}"]
+    lines += [f"- Bayes reference - best fixed row: {interval(bayes - rule, r)}", ""]
+    lines += [f"{budgets.BUDGET_ROWS[key].label} per seed: "
+              + ", ".join(f"{value:.4f}" for value in values.mean(axis=1))
+              for key, values in learned.items()]
+    lines.append("")
+    rows = io.StringIO()
+    writer = csv.writer(rows, lineterminator="\n")
+    writer.writerow(["row", "seed", "mean_return", "kept_in"])
+    for key in (fixed.rule, *REFERENCE_KEYS):
+        writer.writerow([key, "", f"{returns[key].mean():.6f}", f"{RUNS}/{FIXED_FILE}"])
+    for key, values in learned.items():
+        for seed, seed_values in enumerate(values):
+            writer.writerow([key, seed, f"{seed_values.mean():.6f}",
+                             run_file(Path(RUNS), key, seed).as_posix()])
+    return "\n".join(lines), rows.getvalue()
+
+
+def score_fixed(scale: Scale) -> dict[str, Any]:
+    """Every fixed row on the tasks, and the rule end of the gap, as a kept file's content."""
+    from experiments.lora_ppo.runner import Scale as TableScale
+    from experiments.lora_ppo.runner import gap_ends, score_baselines
+
+    fixed = score_baselines(ENV_ID, TableScale("converged", 1, 1, scale.episodes, scale.resamples,
+                                               rule_tasks=scale.rule_tasks), eval_seed=0)
+    rule, _ = gap_ends(fixed)
+    return {**scale.settings(), "rule_tasks": scale.rule_tasks, "rule": rule,
+            "rows": {key: {"label": entry["label"], "returns": encode_scores(fixed.returns[key])}
+                     for key, entry in fixed.entries.items()}}
+
+
+def train_row(job: budgets.Job) -> dict[str, Any]:
+    """One learned row's run with one seed, as a kept file's content."""
+    result = budgets.run_job(job)
+    return {"env": job.env_id, "row": job.key, "seed": job.seed,
+            "timesteps": job.scale.timesteps, "episodes": job.scale.episodes,
+            "seconds": result["seconds"],
+            "returns": encode_scores(result["curve"][-1]["returns"])}
+
+
+def _task(item: tuple[str, Any]) -> dict[str, Any]:
+    kind, argument = item
+    return score_fixed(argument) if kind == "fixed" else train_row(argument)
+
+
+def report(out: Path, scale: str | Scale = "default", jobs: int = 2,
+           rows: Sequence[str] = ROWS, log: Any = print) -> list[Path]:
+    """Train and score what is not kept yet, then write the report; returns its paths.
+
+    Raises:
+        ValueError: A bad scale or row, or a kept file of other settings (before any run).
+    """
+    if isinstance(scale, str) and scale not in SCALES:
+        raise ValueError(f"scale: expected one of {list(SCALES)}, got {scale!r}")
+    unknown = [key for key in rows if key not in budgets.BUDGET_ROWS]
+    if unknown or not rows:
+        raise ValueError(f"rows: expected keys of {list(budgets.BUDGET_ROWS)}, got "
+                         f"{list(rows)!r}")
+    chosen = SCALES[scale] if isinstance(scale, str) else scale
+    folder = Path(out) / RUNS
+    settings = chosen.settings()
+    paths = {("fixed", None): folder / FIXED_FILE}
+    paths.update({(key, seed): run_file(folder, key, seed)
+                  for seed in range(chosen.seeds) for key in rows})
+    kept = {item: read_kept(path, {**settings, "rule_tasks": chosen.rule_tasks}
+                            if item[0] == "fixed" else settings)
+            for item, path in paths.items()}
+    todo = [item for item, content in kept.items() if content is None]
+    log(f"converged: {len(kept) - len(todo)} of {len(kept)} runs kept in {folder}, "
+        f"{len(todo)} to run in {jobs} process(es)")
+    tasks = [("fixed", chosen) if key == "fixed" else
+             ("row", budgets.Job(ENV_ID, key, seed, chosen.budget_scale()))
+             for key, seed in todo]
+
+    def done(index: int, content: dict[str, Any]) -> None:
+        kept[todo[index]] = content
+        keep(paths[todo[index]], content)
+        log(f"converged: {todo[index][0]} {'' if todo[index][1] is None else todo[index][1]} "
+            f"kept in {paths[todo[index]].name}")
+
+    run_each(_task, tasks, jobs, done)
+    table = kept[("fixed", None)]
+    fixed = Fixed({key: entry["label"] for key, entry in table["rows"].items()},
+                  {key: decode_scores(entry["returns"]) for key, entry in table["rows"].items()},
+                  table["rule"])
+    learned = {key: np.array([decode_scores(kept[(key, seed)]["returns"])
+                              for seed in range(chosen.seeds)]) for key in rows}
+    minutes = {key: float(np.mean([kept[(key, seed)]["seconds"]
+                                   for seed in range(chosen.seeds)])) / 60 for key in rows}
+    markdown, columns = render(learned, fixed, chosen, minutes)
+    name = ENV_ID.split("/")[-1]
+    return write_files_atomic(out, {f"converged_{name}.md": markdown,
+                                    f"converged_{name}.csv": columns})
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the experiment at ``--scale`` and write its report."""
+    parser = argparse.ArgumentParser(prog="python -m experiments.converged",
+                                     description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser.add_argument("--scale", choices=list(SCALES), default="default")
+    parser.add_argument("--rows", nargs="+", choices=list(budgets.BUDGET_ROWS),
+                        default=list(ROWS), help=f"learned rows (default {' '.join(ROWS)})")
+    parser.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
+    parser.add_argument("--out", type=Path, default=OUT, help=f"output folder (default {OUT})")
+    args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs: expected an integer >= 1, got {args.jobs}")
+    try:
+        report(args.out, args.scale, jobs=args.jobs, rows=args.rows)
+    except ValueError as error:
+        parser.exit(2, f"python -m experiments.converged: error: {error}\n")

@@ -1,0 +1,386 @@
+"""CORL's experiment: one controller for three budget tiers, on ExpertRouting-v0 and -v1.
+
+:func:`run_corl` trains both variants of :mod:`agents.learners.corl` (the shared PPO
+policy and one LoRA adapter per tier on its frozen encoder) on one env and scores them
+with the reference rows (the controller alone, each single expert, consulting every
+expert, the escalation rule, the best fixed rule searched per tier on training tasks, the
+privileged oracle and the privileged planner that knows each question but not its luck)
+per profile and tier, on the same queries for every method
+(:func:`agents.learners.corl.tier_records`). Each env's JSON carries a ``gap_closed``
+block (:mod:`experiments.shared.gaps`): per (profile, tier), the share of the gap from the best
+fixed row to the planner that each learned row closes. :func:`report` does that for each
+env of :data:`CORL_ENVS` (in worker processes when the scale says so) and writes, per env,
+the tables and figure (:mod:`experiments.corl.report`) and the JSON: ``corl_tiers.md``,
+``corl_tiers.json`` and ``pareto_corl.png`` / ``.svg`` for ExpertRouting-v0,
+``corl_tiers_ExpertRouting-v1.md``, ``.json`` and ``pareto_corl_ExpertRouting-v1.png`` /
+``.svg`` for v1 (:func:`file_names`), all rendered before any is written and written all together
+(:func:`agents.files.write_files_atomic`). The paper PPO's training curves, one per seed,
+are a CSV beside each JSON (``corl_tiers_curves.csv``, :func:`json_files`); the JSON names
+it, and :func:`read_result` reads both back into the result :func:`run_corl` returned.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+
+from agents.files import write_files_atomic
+from agents.learners.corl import (
+    EXPERT_ROUTING,
+    tier_records,
+    tier_scores,
+    train_shared_ppo,
+    train_tier_adapters,
+    within_budget,
+)
+from cost_envs.wrappers import TIERS
+from experiments.corl.report import (  # noqa: F401  (the row labels, importable from here)
+    BEST_RULE,
+    CONSULT_ALL,
+    EVERY_PROFILE,
+    LEARNED,
+    LEARNED_KEYS,
+    ORACLE,
+    PAPER_LEARNED,
+    PLANNER,
+    PRIVILEGED,
+    TUNED_LEARNED,
+    corl_figure,
+    corl_markdown,
+    learned_in,
+    task_name,
+)
+from experiments.corl.settings import CORL_SCALES, EVAL_SEED, CorlScale
+from experiments.shared import gaps
+from experiments.shared.common import described, machine, quiet, recording, spawn_pool
+from experiments.shared.figures import figure_files
+from experiments.shared.histories import detach, read_with_histories
+from experiments.tune import corl as tune_corl
+from experiments.tune import runner as tune
+
+PROFILES_EVALUATED = ("mixed", "gsm8k", "math500", "aime")
+#: The envs the experiment runs on, each with its own report: v0, and v1 where wrong
+#: answers can coincide (issue #10).
+CORL_ENVS = (EXPERT_ROUTING, "cost_envs/ExpertRouting-v1")
+
+
+def _policy_allocator(policy: Any) -> Callable[[gym.Env], Any]:
+    return lambda env: policy
+
+
+def fixed_methods(expert_names: list[str], rule_tasks: int = 200
+                  ) -> dict[str, Callable[[gym.Env], Any]]:
+    """The fixed reference rows, each a factory called with the tier's env.
+
+    The controller alone, each single expert, all experts, the escalation rule, the best
+    fixed rule, the oracle and the planner. Each is called with the tier's env, so the best
+    fixed rule is searched per tier, on ``rule_tasks`` training tasks of the profile
+    (their own seed range), for the most gated reward, and the planner plans for the
+    tier's budget.
+    """
+    from agents.baselines import ConsultAll, CostOptOracle, FixedConsultation, RuleBased
+    from agents.planning import planner
+    from agents.rules import BestFixedRule
+
+    methods: dict[str, Callable[[gym.Env], Any]] = {
+        "Controller alone": lambda env: FixedConsultation(env, [])}
+    for i, name in enumerate(expert_names):
+        methods[f"Single expert: {name}"] = lambda env, i=i: FixedConsultation(env, [i])
+    methods[CONSULT_ALL] = ConsultAll
+    methods["Escalate until agreement (rule)"] = RuleBased
+    methods[BEST_RULE] = partial(BestFixedRule, n_tasks=rule_tasks)
+    methods[ORACLE] = CostOptOracle
+    methods[PLANNER] = planner
+    return methods
+
+
+def _check_scale(scale: str) -> CorlScale:
+    if scale not in CORL_SCALES:
+        raise ValueError(f"scale: expected one of {list(CORL_SCALES)}, got {scale!r}")
+    return CORL_SCALES[scale]
+
+
+def tuned_configs(env_id: str) -> dict[str, dict[str, Any]]:
+    """The configurations CORL's sweeps chose on ``env_id``, by tuned row label.
+
+    Read from the committed sweeps (``experiments/tuned/``); empty where the env has none.
+    """
+    configs = {label: tune.chosen(method, env_id)
+               for label, method in zip(TUNED_LEARNED, ("corl-ppo", "corl-adapters"),
+                                        strict=True)}
+    return {label: config for label, config in configs.items() if config is not None}
+
+
+def _tuned_rows(settings: CorlScale, seed: int, env_id: str
+                ) -> dict[str, Callable[[gym.Env], Any]]:
+    """Train the tuned rows on the untuned ones' steps.
+
+    PPO ``ppo_timesteps``; the adapters' two stages ``ppo_timesteps + 3 *
+    adapter_timesteps`` in all, split as the sweep chose
+    (:func:`experiments.tune.corl.split_steps`).
+    """
+    configs = tuned_configs(env_id)
+    # looked up on the module at call time (tests stand in for the fits)
+    fits = {TUNED_LEARNED[0]: (tune_corl.fit_corl_ppo, settings.ppo_timesteps),
+            TUNED_LEARNED[1]: (tune_corl.fit_corl_adapters,
+                               settings.ppo_timesteps + len(TIERS) * settings.adapter_timesteps)}
+    rows = {}
+    for label, config in configs.items():
+        fit, steps = fits[label]
+        policy, _ = fit(env_id, config, steps, seed)
+        rows[label] = _policy_allocator(policy)
+    return rows
+
+
+def learned_runs(scale: str, seed: int, env_id: str = EXPERT_ROUTING) -> dict[str, Any]:
+    """Train one seed's controllers; their episodes on every profile and tier.
+
+    The paper's two (shared PPO, then per-tier adapters on it), and where ``env_id`` has
+    committed sweeps (:func:`tuned_configs`) the same two in their tuned configuration.
+
+    Returns ``{"seed", "curve", "runs"}``, ``runs[(profile, tier, method)]`` an
+    :class:`~agents.evaluation.EvaluationResult` on the evaluation queries; ``curve`` is
+    the paper PPO's training curve.
+    """
+    settings = _check_scale(scale)
+    shared, curve = train_shared_ppo(settings.ppo_timesteps, seed, env_id=env_id)
+    adapters = train_tier_adapters(shared, settings.adapter_timesteps, seed, env_id=env_id)
+    rows = dict(zip(PAPER_LEARNED, (_policy_allocator(shared), _policy_allocator(adapters)),
+                    strict=True))
+    rows.update(_tuned_rows(settings, seed, env_id))
+    runs = {(profile, tier, method): tier_records(factory, tier, settings.episodes, EVAL_SEED,
+                                                  {"profile": profile}, env_id)
+            for profile in PROFILES_EVALUATED for tier in TIERS
+            for method, factory in rows.items()}
+    return {"seed": seed, "curve": [dict(point) for point in curve], "runs": runs}
+
+
+def best_fixed_row(rows: Mapping[str, Any]) -> str:
+    """The rule of the gap: the non-privileged fixed row of the highest accuracy within budget.
+
+    Chosen on the evaluation queries themselves (which favours the rule, so the learned
+    rows' shares are if anything understated); ties go to the cheaper row, then to the
+    first in table order.
+    """
+    fixed = [m for m in rows if m not in PRIVILEGED and m not in LEARNED]
+    return max(fixed, key=lambda m: (rows[m]["accuracy_within_budget"][0],
+                                     -rows[m]["avg_cost"][0]))
+
+
+def fixed_rows(scale: str, env_id: str = EXPERT_ROUTING,
+               profiles: tuple[str, ...] = PROFILES_EVALUATED) -> dict[str, Any]:
+    """Every fixed row's scores per profile (of ``profiles``) and tier, on the evaluation queries.
+
+    Returns ``{"tables": {profile: {tier: {method: scores}}}, "gap": {profile: {tier:
+    {"rule", "rule_scores", "reference_scores"}}}}``: the JSON-ready scores (a method built
+    with a ``description``, a rule searched per tier, has it as ``rule``), and per table
+    the best fixed row (:func:`best_fixed_row`) with its and the planner's accuracy within
+    budget on each query, for the ``gap_closed`` block.
+    """
+    settings = _check_scale(scale)
+    probe = gym.make(env_id)
+    names = list(probe.unwrapped.pool.names)
+    budgets = dict(probe.unwrapped.tier_budgets)
+    probe.close()
+    methods = fixed_methods(names, settings.rule_tasks)
+    tables: dict[str, Any] = {}
+    gap: dict[str, Any] = {}
+    for profile in profiles:
+        tables[profile], gap[profile] = {}, {}
+        for tier in TIERS:
+            rows, per_query = {}, {}
+            for method, factory in methods.items():
+                built: dict[Any, Any] = {}
+                run = tier_records(recording(factory, built, method), tier, settings.episodes,
+                                   EVAL_SEED, {"profile": profile}, env_id)
+                scores = tier_scores([run], budgets[tier], settings.n_resamples, EVAL_SEED)
+                rows[method] = {**scores.as_dict(), **described(built[method])}
+                per_query[method] = within_budget(run, budgets[tier]).tolist()
+            rule = best_fixed_row(rows)
+            tables[profile][tier] = rows
+            gap[profile][tier] = {"rule": rule, "rule_scores": per_query[rule],
+                                  "reference_scores": per_query[PLANNER]}
+    return {"tables": tables, "gap": gap}
+
+
+#: What the ``gap_closed`` block calls its rule.
+GAP_RULE = ("the best fixed row of the (profile, tier) table: the non-privileged fixed row "
+            "of the highest accuracy within budget on the same queries (each task's "
+            "rule_label names it)")
+
+
+def assemble(env_id: str, scale: str, fixed: Mapping[str, Any],
+             learned: list[dict[str, Any]]) -> dict[str, Any]:
+    """The report of one env: fixed rows, learned rows pooled over seeds, the gap closed.
+
+    The ``gap_closed`` block (:mod:`experiments.shared.gaps`) has one task per profile and tier.
+    """
+    settings = _check_scale(scale)
+    probe = gym.make(env_id)
+    names = list(probe.unwrapped.pool.names)
+    budgets = dict(probe.unwrapped.tier_budgets)
+    probe.close()
+    learned = sorted(learned, key=lambda run: run["seed"])
+    methods = learned_in({method for _, _, method in learned[0]["runs"]})
+    results: dict[str, Any] = {}
+    tasks = {}
+    for profile, table in fixed["tables"].items():
+        results[profile] = {}
+        for tier, rows in table.items():
+            results[profile][tier] = dict(rows)
+            per_seed = {}
+            for method in methods:
+                runs = [run["runs"][profile, tier, method] for run in learned]
+                scores = tier_scores(runs, budgets[tier], settings.n_resamples, EVAL_SEED)
+                results[profile][tier][method] = {**scores.as_dict(), "seeds": len(runs)}
+                per_seed[LEARNED_KEYS[method]] = (
+                    method, [within_budget(run, budgets[tier]) for run in runs])
+            gap = fixed["gap"][profile][tier]
+            entry = gaps.task_entry(gap["rule_scores"], gap["reference_scores"], per_seed)
+            tasks[task_name(env_id, profile, tier)] = {**entry, "rule_label": gap["rule"]}
+    settings_used = {k: v for k, v in settings.__dict__.items() if k != "jobs"}  # any jobs
+    return {"env_id": env_id, "machine": machine(), "scale": scale,
+            "seeds": [run["seed"] for run in learned],
+            "settings": settings_used, "budgets": budgets, "experts": names,
+            "results": results, "training_curves": [run["curve"] for run in learned],
+            "tuned": tuned_configs(env_id),
+            "gap_closed": gaps.block("corl", "accuracy within the tier's budget per query",
+                                     GAP_RULE, PLANNER, tasks)}
+
+
+def run_corl(scale: str = "default", seed: int = 0,
+             log: Callable[[str], None] = quiet, env_id: str = EXPERT_ROUTING
+             ) -> dict[str, Any]:
+    """Train the scale's seeds (``seed``, ``seed + 1``, ...) on ``env_id`` and score all.
+
+    Every method meets the same queries per profile and tier; the learned rows pool their
+    seeds (intervals: two-level bootstrap over seeds and queries), the fixed rows are
+    scored once (intervals over queries).
+
+    Raises:
+        ValueError: For an unknown scale.
+    """
+    settings = _check_scale(scale)
+    name = env_id.split("/")[-1]
+    fixed = fixed_rows(scale, env_id)
+    log(f"corl: {name}: fixed rows scored")
+    learned = []
+    for offset in range(settings.seeds):
+        learned.append(learned_runs(scale, seed + offset, env_id))
+        log(f"corl: {name}: seed {seed + offset} trained and scored")
+    return assemble(env_id, scale, fixed, learned)
+
+
+def _job(kind: str, scale: str, env_id: str, seed: int) -> dict[str, Any]:
+    """One unit of work in a worker process (one torch thread): fixed rows or one seed."""
+    from agents.learners.training import configure_torch_threads
+
+    configure_torch_threads()
+    if kind == "fixed":
+        return fixed_rows(scale, env_id)
+    return learned_runs(scale, seed, env_id)
+
+
+def run_envs(scale: str = "default", seed: int = 0, envs: tuple[str, ...] = CORL_ENVS,
+             log: Callable[[str], None] = quiet, jobs: int | None = None
+             ) -> dict[str, dict[str, Any]]:
+    """:func:`run_corl` on each env, its seeds and fixed rows spread over ``jobs`` workers.
+
+    The result does not depend on ``jobs``: every unit is seeded on its own.
+
+    Returns:
+        Env id -> report, in the order of ``envs`` whatever order the workers finish in.
+    """
+    settings = _check_scale(scale)
+    workers = jobs or settings.jobs
+    if workers <= 1:
+        return {env_id: run_corl(scale, seed, log, env_id) for env_id in envs}
+    units = [(env_id, "fixed", seed) for env_id in envs]
+    units += [(env_id, "learned", seed + k) for env_id in envs for k in range(settings.seeds)]
+    with spawn_pool(workers) as pool:
+        futures = [(unit, pool.submit(_job, unit[1], scale, unit[0], unit[2]))
+                   for unit in units]
+        done: dict[tuple[str, str, int], Any] = {}
+        for unit, future in futures:
+            done[unit] = future.result()
+            log(f"corl: {unit[0].split('/')[-1]}: "
+                + ("fixed rows scored" if unit[1] == "fixed" else f"seed {unit[2]} trained "
+                   "and scored") + " in a worker")
+    return {env_id: assemble(env_id, scale, done[env_id, "fixed", seed],
+                             [v for (e, kind, _), v in done.items()
+                              if e == env_id and kind == "learned"])
+            for env_id in envs}
+
+
+def file_names(env_id: str) -> tuple[str, str, str]:
+    """The Markdown and JSON names and the figure's stem of ``env_id``'s report.
+
+    ExpertRouting-v0 keeps the names it always had (``corl_tiers.md``, ``corl_tiers.json``,
+    ``pareto_corl`` .png and .svg); another env's carry its name
+    (``corl_tiers_ExpertRouting-v1.md``).
+    """
+    suffix = "" if env_id == EXPERT_ROUTING else f"_{env_id.split('/')[-1]}"
+    return f"corl_tiers{suffix}.md", f"corl_tiers{suffix}.json", f"pareto_corl{suffix}"
+
+
+#: The curves' method in the CSV: they are the paper PPO's (the ``ppo`` learned key).
+CURVES_METHOD = "ppo"
+
+
+def json_files(result: Mapping[str, Any]) -> dict[str, str]:
+    """The JSON text of ``result`` and the CSV of its training curves, by file name.
+
+    The JSON's ``training_curves_csv`` names the CSV (:func:`experiments.shared.histories.detach`).
+    """
+    json_name = file_names(result["env_id"])[1]
+    curves_name = json_name.removesuffix(".json") + "_curves.csv"
+    summary, text = detach({**result, "training_curves": {
+        CURVES_METHOD: result["training_curves"]}}, "training_curves", curves_name)
+    return {json_name: json.dumps(summary, indent=2) + "\n", curves_name: text}
+
+
+def read_result(path: Path) -> dict[str, Any]:
+    """A ``corl_tiers*.json`` file with its training curves read back from their CSV.
+
+    Raises:
+        ValueError: If the file or its CSV cannot be read.
+    """
+    result = read_with_histories(path, "training_curves", "corl")
+    return {**result, "training_curves": result["training_curves"][CURVES_METHOD]}
+
+
+def report(out_dir: Path, scale: str = "default", seed: int = 0,
+           log: Callable[[str], None] = quiet, envs: tuple[str, ...] = CORL_ENVS,
+           jobs: int | None = None) -> dict[str, str]:
+    """Run :func:`run_corl` on each env and write its tables, JSON, curves CSV and figure.
+
+    Everything is rendered before anything is written, and the files of every env are
+    written all or nothing (:func:`agents.files.write_files_atomic`); names from
+    :func:`file_names`.
+
+    Args:
+        out_dir: Output directory (created if needed).
+        scale: A key of :data:`CORL_SCALES`.
+        seed: Training seed.
+        log: Progress printer.
+        envs: Env ids, each with its own report.
+        jobs: Worker processes (one env each), instead of the scale's own ``jobs``.
+
+    Returns:
+        Env id -> its Markdown.
+    """
+    results = run_envs(scale, seed, envs, log, jobs)
+    files: dict[str, str | bytes] = {}
+    pages = {}
+    for env_id, result in results.items():
+        markdown_name, _, figure_stem = file_names(env_id)
+        pages[env_id] = files[markdown_name] = corl_markdown(result)
+        files |= json_files(result)
+        files |= figure_files(figure_stem, corl_figure(result))
+    write_files_atomic(out_dir, files)
+    return pages

@@ -1,0 +1,157 @@
+"""Issue #10's rule search on every registered env: the best fixed rule, and what it scores.
+
+For each env id (default arguments), :class:`agents.rules.BestFixedRule` searches its
+family (open-loop call patterns, single thresholds on one observed feature, the project's
+hand-written rules) on ``train_tasks`` training tasks drawn from
+:data:`agents.seeds.RULE_TASK_SEED`, ranks by mean episode return and freezes the simplest
+rule within one standard error of the top one. That rule, the top-ranked one and the best
+open-loop rule are then scored on ``episodes`` evaluation tasks (task seed 0), with 95%
+bootstrap intervals over tasks. For FlightPlanner and ToolBench these are the tasks of
+``lora_ppo``'s tables; CORL and BoPO score per tier and per profile on their own task
+sets, where their tables carry their own best-rule rows. An env of logged queries
+(TraceRouting, ``split=``) is searched on its train split and scored once on every query
+of its test split, so no query is both fitted and scored.
+
+Outputs, in ``out``: ``rule_search.md`` and ``rule_search.json``, rendered before either
+is written and written all or nothing. The envs are independent, so they run in ``jobs``
+worker processes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+
+import cost_envs
+from agents.baselines import FixedSequence
+from agents.evaluation import evaluate, format_table
+from agents.files import write_files_atomic
+from agents.rules import BestFixedRule, ScoredRule
+from agents.seeds import EVAL_TASK_SEED, RULE_TASK_SEED
+from experiments.shared.common import machine, spawn_pool
+
+
+@dataclass(frozen=True)
+class Scale:
+    """How much work the search does (see :class:`agents.rules.BestFixedRule`)."""
+
+    name: str
+    train_tasks: int
+    episodes: int
+    resamples: int
+    beam: int
+    max_turns: int
+    cuts: int
+
+
+SCALES = {
+    # Plumbing check for the tests: every env, every file, in seconds. Not a result.
+    "smoke": Scale("smoke", train_tasks=30, episodes=30, resamples=50, beam=2, max_turns=2,
+                   cuts=2),
+    "default": Scale("default", train_tasks=200, episodes=400, resamples=1000, beam=3,
+                     max_turns=4, cuts=8),
+}
+
+
+def _training(candidate: ScoredRule) -> dict[str, Any]:
+    return {"rule": candidate.description, "mean_return": candidate.mean_return,
+            "stderr": candidate.stderr, "success_rate": candidate.success,
+            "avg_cost": candidate.cost}
+
+
+def _envs(env_id: str) -> tuple[gym.Env, gym.Env]:
+    """The env the search fits on and the one it is scored on (splits for logged queries)."""
+    probe = gym.make(env_id)
+    if getattr(probe.unwrapped, "split", None) is None:
+        return probe, gym.make(env_id)
+    probe.close()
+    return gym.make(env_id, split="train"), gym.make(env_id, split="test")
+
+
+def search_env(env_id: str, scale: Scale) -> dict[str, Any]:
+    """Search one env's rules on training tasks; score the chosen ones on evaluation tasks."""
+    start = time.perf_counter()
+    train_env, eval_env = _envs(env_id)
+    best = BestFixedRule(train_env, n_tasks=scale.train_tasks, seed=RULE_TASK_SEED,
+                         beam=scale.beam, max_turns=scale.max_turns, cuts=scale.cuts)
+    open_loop = next(c for c in best.ranking if isinstance(c.rule, FixedSequence))
+    dataset = getattr(eval_env.unwrapped, "dataset", None)
+    episodes = scale.episodes if dataset is None else dataset.n_queries  # each query once
+    rows = {}
+    for key, candidate in (("chosen", best.chosen), ("top", best.ranking[0]),
+                           ("open_loop", open_loop)):
+        result = evaluate(candidate.rule, eval_env, episodes, EVAL_TASK_SEED)
+        rows[key] = {"label": candidate.description, "training": _training(candidate),
+                     **result.summary(n_resamples=scale.resamples, seed=EVAL_TASK_SEED)}
+    train_env.close()
+    eval_env.close()
+    return {"env_id": env_id, "candidates": len(best.ranking), "rows": rows,
+            "seconds": round(time.perf_counter() - start, 1)}
+
+
+def reproduce(scale: Scale, envs: Sequence[str] = cost_envs.ENV_IDS, jobs: int = 2,
+              log: Any = print) -> dict[str, Any]:
+    """Every env's search (in ``jobs`` processes); returns the JSON-ready report."""
+    log(f"rules: searching {len(envs)} envs ({scale.name}: {scale.train_tasks} training "
+        f"tasks) in {jobs} process(es)")
+    with spawn_pool(jobs) as pool:
+        futures = [pool.submit(search_env, env_id, scale) for env_id in envs]
+        results = []
+        for future in futures:
+            results.append(future.result())
+            log(f"rules: {results[-1]['env_id']} searched in {results[-1]['seconds']} s")
+    return {"machine": machine(), "scale": asdict(scale), "eval_seed": EVAL_TASK_SEED,
+            "train_seed": RULE_TASK_SEED, "envs": results}
+
+
+def markdown(report: Mapping[str, Any]) -> str:
+    """The report's Markdown page: the family, then one table per env."""
+    scale = report["scale"]
+    lines = [
+        "# The best fixed rule per environment (issue #10's rule search)", "",
+        "The family (`agents/rules.py`): open-loop call patterns (the same action at turn "
+        f"k of every task, beam search of width {scale['beam']} up to {scale['max_turns']} "
+        "turns), single thresholds on one observed feature (one action above the "
+        f"threshold, another below; up to {scale['cuts']} cut points per feature) and the "
+        "project's hand-written rules. Ranked by mean episode return on "
+        f"{scale['train_tasks']} training tasks (task seed {report['train_seed']}); the "
+        "frozen rule is the simplest one within one standard error of the top one. Scored "
+        f"on {scale['episodes']} evaluation tasks of task seed {report['eval_seed']} (the "
+        "tasks of `lora_ppo`'s tables for FlightPlanner and ToolBench; TraceRouting: "
+        "searched on its train split, scored on every query of its test split); 95% "
+        f"intervals over tasks ({scale['resamples']} resamples). Reproduce with "
+        f"`python -m experiments rules"
+        f"{'' if scale['name'] == 'default' else ' --scale ' + scale['name']}`.", ""]
+    names = {"chosen": "frozen rule", "top": "top-ranked", "open_loop": "best open-loop"}
+    for entry in report["envs"]:
+        rows, seen = {}, set()
+        for key, row in entry["rows"].items():
+            if row["label"] not in seen:  # the top rule is often the frozen one
+                rows[f"{names[key]}: {row['label']}"] = row
+                seen.add(row["label"])
+        chosen, top = entry["rows"]["chosen"]["training"], entry["rows"]["top"]["training"]
+        lines += [f"## {entry['env_id']}", "",
+                  f"{entry['candidates']} rules scored on training tasks; top mean return "
+                  f"{top['mean_return']:.4f} (standard error {top['stderr']:.4f}), the frozen "
+                  f"rule's {chosen['mean_return']:.4f}.", "", format_table(rows), ""]
+    return "\n".join(lines)
+
+
+def report(out: Path, scale: str = "default", jobs: int = 2, log: Any = print) -> list[Path]:
+    """Run the search at ``scale``; write ``rule_search.md`` and ``.json``; return the paths.
+
+    Raises:
+        ValueError: For an unknown scale.
+    """
+    if scale not in SCALES:
+        raise ValueError(f"scale: expected one of {list(SCALES)}, got {scale!r}")
+    result = reproduce(SCALES[scale], jobs=jobs, log=log)
+    files = {"rule_search.md": markdown(result),
+             "rule_search.json": json.dumps(result, indent=2, sort_keys=True) + "\n"}
+    return write_files_atomic(out, files)

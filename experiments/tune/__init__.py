@@ -1,0 +1,11 @@
+"""The equal-budget tuning sweeps (Ray Tune + Optuna) of every learned method.
+
+Writes ``<method>_<Env>.yaml`` into ``experiments/tuned/``, which the tables read.
+Command: ``python -m experiments tune`` (the ``tune`` extra).
+
+:mod:`~experiments.tune.runner` runs the sweeps (``report``);
+:mod:`~experiments.tune.report` renders a sweep's YAML;
+:mod:`~experiments.tune.methods` registers the methods (:mod:`~experiments.tune.space`:
+what a method is; :mod:`~experiments.tune.corl` and :mod:`~experiments.tune.bopo`: CORL's
+and BoPO's); :mod:`~experiments.tune.address` probes a cluster's address.
+"""
