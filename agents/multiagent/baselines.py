@@ -105,11 +105,8 @@ class CentralScheduler(IndependentTenants):
     while every model called has a free slot and the window's budget covers the price.
     The others hold (action ``None``): they wait without taking a slot, and ask again next
     step. Budget left is read from the shared part of the observation; capacities and the
-    surge are the env's published limits.
-
-    Args:
-        env: The multi-tenant env the policy will act in.
-        make_allocator: The single-agent allocator, from an env of the base id.
+    surge are the env's published limits. It takes :class:`IndependentTenants`' arguments
+    and runs its single-agent rules.
     """
 
     name = "scheduler"
