@@ -252,8 +252,16 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
         self._strength = pool.capabilities[np.arange(self.n_agents), self._role_list]
         self._strength_list: list[float] = self._strength.tolist()
         self._has_validator = "validator" in pool.roles
-        self.observation_space = spaces.Box(0.0, 1.0, shape=(15,), dtype=np.float32)
         self._by_role: dict[tuple[int, ...], tuple[int, list[int], list[int]]] = {}
+        self._set_observation()  # last: a version's observation may read the tables above
+
+    def _set_observation(self) -> None:
+        """The observation space, and whatever else observing needs beyond the tables.
+
+        The one step of construction a later version extends (v1: its counters' slots),
+        so that every version's constructor, its arguments and their checks are v0's.
+        """
+        self.observation_space = spaces.Box(0.0, 1.0, shape=(15,), dtype=np.float32)
 
     def _split_by_role(self, called: list[int]) -> tuple[int, list[int], list[int]]:
         """The strongest called planner (-1 if none), the called searchers and validators.

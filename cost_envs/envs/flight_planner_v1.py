@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,8 +20,6 @@ from cost_envs.envs.flight_planner import (
     FlightTask,
     _Tables,
 )
-from cost_envs.pool import AgentPool
-from cost_envs.reward import RewardWeights
 
 #: Searchers and validators of at least this strength count as strong (the preset pool's
 #: are 0.92 and 0.95; the basic searcher and the small validator 0.45 and 0.55).
@@ -176,13 +172,8 @@ class FlightPlannerV1Env(FlightPlannerEnv):
         **{name: slice(_V0_SLOTS + k, _V0_SLOTS + k + 1) for k, name in enumerate(_NEW_SLOTS)},
     }
 
-    def __init__(
-        self,
-        pool: AgentPool | Mapping[str, Any] | str | Path | None = None,
-        reward_weights: RewardWeights | Mapping[str, float] | None = None,
-        render_mode: str | None = None,
-    ) -> None:
-        super().__init__(pool, reward_weights, render_mode)
+    def _set_observation(self) -> None:
+        # v0's constructor, then v1's slots and what counting them needs
         self._is_strong: list[bool] = (self._strength >= STRONG).tolist()
         self._evidence: dict[tuple[int, ...], tuple] = {}  # at most 2**m call sets
         self._tails: dict[State, list[Any]] = {}
