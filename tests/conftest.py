@@ -281,7 +281,8 @@ SLOW_TESTS: dict[str, set[str]] = {
         "test_corl_draws_a_panel_per_profile_and_tier_with_its_budget_line",
         "test_every_figure_is_png_and_svg_and_a_rerun_is_byte_identical",
     },
-    "test_imports": {"test_every_module_imports_in_a_fresh_process", "test_imports_flow_one_way"},
+    "test_imports": {"test_every_module_imports_in_a_fresh_process", "test_imports_flow_one_way",
+                     "test_no_module_loads_the_tune_extra"},
     "test_input_files": {"test_deeply_nested_pool"},
     "test_learning_curves": {
         "test_the_curve_scores_the_policy_of_its_step_without_changing_training",
