@@ -31,15 +31,22 @@ def _answer(body: bytes, *extra: str, status: str = "200 OK") -> bytes:
 
 
 class Upstream:
-    """A scripted server: ``script(connection, request)`` gives each request's answer."""
+    """A scripted server: ``script(connection, request)`` gives each request's answer.
+
+    On exit it closes the connections still open and waits for their handlers, so none is
+    left for ``asyncio.run`` to cancel (Python 3.11's streams log such a cancel as an
+    "Exception in callback" error).
+    """
 
     def __init__(self, script: Script) -> None:
         self.script, self.connections, self.requests = script, 0, []
         self.port = free_port()
+        self._handlers: list[tuple[asyncio.Task, asyncio.StreamWriter]] = []
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connection, count = self.connections, 0
         self.connections += 1
+        self._handlers.append((asyncio.current_task(), writer))
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -66,6 +73,9 @@ class Upstream:
 
     async def __aexit__(self, *exc: object) -> None:
         self._server.close()
+        for _, writer in self._handlers:
+            writer.close()  # a handler waiting for a request reads the end and returns
+        await asyncio.gather(*(task for task, _ in self._handlers))
 
 
 def _run(script: Script, calls: int = 1, timeout: float = 5.0,
@@ -161,29 +171,66 @@ def test_garbage_is_a_protocol_error() -> None:
         _run(lambda c, n: b"SMTP ready\r\n\r\n", 1)
 
 
-def test_a_slow_answer_times_out_and_a_refused_connection_fails_to_connect() -> None:
+def test_a_slow_answer_times_out_and_a_refused_connection_fails_to_connect(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Which timeout strikes is set up by the order of events, never by how fast this
+    # process runs: a call on a kept-alive connection writes its request before it first
+    # waits, so its timeout can only strike waiting for the answer; a call waiting for a
+    # slot another call holds until released can only time out waiting for it. (Before,
+    # two calls of 0.3 s raced for one slot: a process stalled between their starts gave
+    # the slot to the second mid-way, which timed out connecting, and the server's
+    # handler, finding the connection closed before a request, logged "Unhandled
+    # exception in client_connected_cb".)
+    monkeypatch.setattr(http1, "MAX_IDLE_SECONDS", float("inf"))  # reused however late
+
     async def slow() -> None:
+        released = asyncio.Event()  # answers to /v1/held wait for it; others go at once
+        handlers: list[asyncio.Task] = []
+
         async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await reader.readuntil(b"\r\n\r\n")
-            await asyncio.sleep(5)
+            handlers.append(asyncio.current_task())
+            try:
+                while True:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                    await reader.readexactly(2)  # the body, b"{}"
+                    if head.startswith(b"POST /v1/held "):
+                        await released.wait()
+                    writer.write(_answer(b"{}"))
+                    await writer.drain()
+            except (asyncio.IncompleteReadError, ConnectionError):
+                pass  # the client closed the connection
+            finally:
+                writer.close()
 
         port = free_port()
         server = await asyncio.start_server(serve, "127.0.0.1", port)
+        url = f"http://127.0.0.1:{port}/v1"
         pool = Http1Pool()
-        with pytest.raises(httpx.ReadTimeout, match=r"within 0\.2 s"):
-            await pool.post(f"http://127.0.0.1:{port}/v1/x", b"{}", {}, 0.2)
-        # one connection at a time: the second call's timeout strikes waiting for it, a
-        # pool timeout (nothing was sent: not billed), the first's waiting for its answer
+        assert (await pool.post(f"{url}/x", b"{}", {}, 30.0)).json() == {}  # kept alive
+        with pytest.raises(httpx.ReadTimeout, match=r"within 0\.2 s \(read\)"):
+            await pool.post(f"{url}/held", b"{}", {}, 0.2)
+        # one connection at a time: the first call holds it until the server is released,
+        # so the second's timeout strikes waiting for it, a pool timeout (nothing was
+        # sent: not billed)
         narrow = Http1Pool()
         narrow._origin("http", "127.0.0.1", port).slots = asyncio.Semaphore(1)
-        first, second = await asyncio.gather(
-            narrow.post(f"http://127.0.0.1:{port}/v1/x", b"{}", {}, 0.3),
-            narrow.post(f"http://127.0.0.1:{port}/v1/x", b"{}", {}, 0.3),
-            return_exceptions=True)
-        assert isinstance(first, httpx.ReadTimeout) and isinstance(second, httpx.PoolTimeout)
-        server.close()
+
+        async def second() -> httpx.Response:
+            try:
+                return await narrow.post(f"{url}/x", b"{}", {}, 0.3)
+            finally:
+                released.set()
+
+        first, late = await asyncio.gather(narrow.post(f"{url}/held", b"{}", {}, 30.0),
+                                           second(), return_exceptions=True)
+        assert isinstance(late, httpx.PoolTimeout), late
+        assert isinstance(first, httpx.Response) and first.json() == {}, first
         with pytest.raises(httpx.ConnectError):
             await pool.post(f"http://127.0.0.1:{free_port()}/v1/x", b"{}", {}, 1.0)
+        await pool.aclose()
+        await narrow.aclose()
+        server.close()
+        await asyncio.gather(*handlers)  # each ended on its connection's close
 
     asyncio.run(slow())
 
