@@ -27,7 +27,10 @@ spec.loader.exec_module(bench)
 
 @pytest.mark.parametrize("env_id", sorted(VECTOR_IDS))
 def test_reset_holds_no_second_copy_of_the_queue(env_id: str) -> None:
-    small, large = (bench.reset_memory(env_id, n) for n in (256, 1024))
+    # 512 sub-envs are 32 chunks: a reset drawing them all before queueing them (a chunk
+    # as large as N) fails both checks on every id but TraceRouting (its queue is small),
+    # which fails the first
+    small, large = (bench.reset_memory(env_id, n) for n in (128, 512))
     # what the reset allocates beyond what it keeps: one chunk's draws, not a queue's
     transient = large["peak"] - large["held"]
     assert transient < 0.4 * large["queue"] + 1e6, (transient, large)
