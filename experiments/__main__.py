@@ -2,7 +2,7 @@
 
 ``EXPERIMENT`` is ``lora_ppo``, ``corl``, ``bopo``, ``traces``, ``rules`` or ``all`` (those
 five, in that order); ``aggregates`` reads their JSON files in ``--out`` and pools each
-experiment's envs and profiles (:mod:`experiments.aggregates.runner`). Each writes its tables,
+experiment's envs and profiles (:mod:`experiments.aggregates`). Each writes its tables,
 JSON and figures into ``--out`` (all of one experiment's files or none of them), and
 ``all`` also records the wall time of corl, bopo and traces in ``routing.md``. ``--out``
 is checked writable before any work starts. Without ``--out`` a smoke run writes into
@@ -10,7 +10,7 @@ is checked writable before any work starts. Without ``--out`` a smoke run writes
 ignores: its numbers are plumbing, never results.
 Progress lines go to stderr as the work goes.
 
-``tune`` (not part of ``all``) runs the equal-budget sweeps of :mod:`experiments.tune.runner` on
+``tune`` (not part of ``all``) runs the equal-budget sweeps of :mod:`experiments.tune` on
 Ray Tune, locally or on the cluster at ``--address`` (probed first: an address nobody
 answers at is one line within seconds), and writes the chosen configurations into
 ``--out`` (default ``experiments/tuned``); ``--methods ppo,lora`` runs some of them.
@@ -24,14 +24,14 @@ a run that fails or is interrupted removes the ``--out`` it created when it left
 there.
 
 ``multitenant`` (not part of ``all``) sweeps tenants x capacity on the multi-tenant env
-(:mod:`experiments.multitenant.runner`, issue #14; the ``multiagent`` extra).
+(:mod:`experiments.multitenant`, issue #14; the ``multiagent`` extra).
 
 ``budgets`` (not part of ``all``) trains the learned rows to where they stop improving,
-scoring each at checkpoints on the tables' evaluation tasks (:mod:`experiments.budgets.runner`,
+scoring each at checkpoints on the tables' evaluation tasks (:mod:`experiments.budgets`,
 issue #23).
 
 ``memory`` (not part of all) trains RecurrentPPO against PPO at the same settings and
-says whether memory pays on each env (:mod:`experiments.memory.runner`, issue #23).
+says whether memory pays on each env (:mod:`experiments.memory`, issue #23).
 """
 
 from __future__ import annotations

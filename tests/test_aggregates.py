@@ -10,6 +10,7 @@ import pytest
 
 from experiments.__main__ import main
 from experiments.aggregates import runner as aggregates
+from experiments.aggregates.report import render
 from experiments.shared import gaps
 
 rliable = pytest.importorskip("rliable", reason="rliable comes with the tune extra")
@@ -309,7 +310,7 @@ def test_the_committed_results_aggregate_to_the_committed_report_whatever_the_se
         for summary in experiment["methods"].values():
             assert np.isfinite(summary["iqm"]).all() and np.isfinite(summary["mean"]).all()
     # The report's figures (two decimals): the JSON's last digits move with BLAS threads.
-    assert aggregates.render(rebuilt) == (results / "aggregates.md").read_text(encoding="utf-8")
+    assert render(rebuilt) == (results / "aggregates.md").read_text(encoding="utf-8")
     groups = aggregates.score_matrices(aggregates.read_blocks(results))
     for name, experiment in rebuilt["experiments"].items():
         other = aggregates.aggregate(groups[name]["matrices"], groups[name]["episodes"],

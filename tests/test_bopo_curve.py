@@ -13,7 +13,7 @@ from experiments.bopo import curve as bopo_curve
 from experiments.bopo import long as bopo_long
 from experiments.bopo.jobs import LearningRun, profile_budget, warm_start
 from experiments.bopo.runner import learn_jobs
-from experiments.budgets import runner as budgets
+from experiments.budgets.report import stops_improving
 from experiments.shared.gaps import decode_scores
 
 SMOKE = bopo_curve.SCALES["smoke"]
@@ -88,7 +88,7 @@ def test_the_stop_marks_are_those_of_the_written_per_task_returns(smoke, tmp_pat
         curve = np.array([[decode_scores(row["returns"]) for row in rows
                            if row["row"] == key and row["seed"] == str(seed)]
                           for seed in (0, 1)])
-        stop = budgets.stops_improving(curve, SMOKE.resamples)
+        stop = stops_improving(curve, SMOKE.resamples)
         if stop is None:
             assert "Still improving" in sections[title] and "**stops**" not in sections[title]
         else:

@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments.budgets import runner as budgets
+from experiments.budgets import report as budgets
+from experiments.budgets.settings import Scale
 
 
 def _curve(means: list[float], seeds: int = 5, tasks: int = 300, noise: float = 0.3):
@@ -32,7 +33,7 @@ def test_a_row_stops_where_the_gain_to_the_end_is_no_longer_resolved():
 
 
 def test_the_table_and_the_csv_hold_every_checkpoint_of_every_seed():
-    scale = budgets.Scale("test", 2048, 2, (0, 1024), episodes=4, resamples=50)
+    scale = Scale("test", 2048, 2, (0, 1024), episodes=4, resamples=50)
     results = [{"key": "ppo", "seed": seed, "seconds": 60.0,
                 "curve": [{"timesteps": step, "gradient_steps": step // 10,
                            "returns": [0.5 + step / 4096 + seed * 0.01] * 4}
@@ -94,7 +95,7 @@ def test_the_committed_curves_are_there():
 
 
 def test_a_share_of_an_unresolved_gap_has_no_interval():
-    from experiments.budgets.runner import share_text
+    from experiments.budgets.report import share_text
 
     assert share_text((0.5, 0.25, 0.75)) == "0.50 [0.25, 0.75]"
     assert share_text((-0.52, float("nan"), float("nan"))) == "-0.52 [n/a]"

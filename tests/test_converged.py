@@ -11,7 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from experiments.converged import report as converged_report
 from experiments.converged import runner as converged
+from experiments.converged.settings import EPISODES
 from experiments.shared.gaps import decode_scores
 from experiments.shared.kept import read_kept, run_file
 
@@ -19,10 +21,10 @@ RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 NAME = "converged_FlightPlanner-v1"
 
 
-def _fixed(rule: np.ndarray, planner: np.ndarray, bayes: np.ndarray) -> converged.Fixed:
+def _fixed(rule: np.ndarray, planner: np.ndarray, bayes: np.ndarray) -> converged_report.Fixed:
     returns = {"one-turn": rule, "planner": planner, "bayes-planner": bayes}
     labels = {"one-turn": "One-turn rule", "planner": "Planner", "bayes-planner": "Bayes"}
-    return converged.Fixed(labels, returns, "one-turn")
+    return converged_report.Fixed(labels, returns, "one-turn")
 
 
 def test_a_small_gain_hidden_by_task_noise_is_resolved_because_it_is_paired():
@@ -30,8 +32,9 @@ def test_a_small_gain_hidden_by_task_noise_is_resolved_because_it_is_paired():
     rng = np.random.default_rng(0)
     rule = rng.normal(0.9, 0.3, 500)
     ppo = np.stack([rule + 0.01 + rng.normal(0, 0.001, 500) for _ in range(5)])
-    markdown, columns = converged.render({"ppo": ppo}, _fixed(rule, rule + 0.05, rule - 0.02),
-                                         converged.SCALES["smoke"], {"ppo": 1.5})
+    markdown, columns = converged_report.render({"ppo": ppo},
+                                                _fixed(rule, rule + 0.05, rule - 0.02),
+                                                converged.SCALES["smoke"], {"ppo": 1.5})
     gain = re.search(r"PPO - best fixed row: ([-\d.]+) \[([-\d.]+), ([-\d.]+)\]", markdown)
     assert abs(float(gain.group(1)) - 0.01) < 0.001 and float(gain.group(2)) > 0.009
     # Unpaired, the same returns are not told apart from the rule: the tasks' spread hides it.
@@ -64,13 +67,13 @@ def _committed() -> tuple[list[dict], dict[str, np.ndarray], dict[str, np.ndarra
 def test_the_committed_report_is_rendered_from_its_csv():
     """Every learned row's return and paired differences, from the kept files the CSV names."""
     from cost_envs.metrics import bootstrap_mean_ci
-    from experiments.budgets.runner import BUDGET_ROWS
+    from experiments.budgets.settings import BUDGET_ROWS
 
     markdown = (RESULTS / f"{NAME}.md").read_text(encoding="utf-8")
     rows, fixed, learned = _committed()
     rule = fixed[rows[0]["row"]]
     assert set(learned) == set(converged.ROWS)
-    assert all(len(values) == converged.EPISODES for values in fixed.values())
+    assert all(len(values) == EPISODES for values in fixed.values())
     resamples = converged.SCALES["default"].resamples
 
     def cell(values: np.ndarray) -> str:
@@ -79,7 +82,7 @@ def test_the_committed_report_is_rendered_from_its_csv():
 
     for key, values in learned.items():
         label = BUDGET_ROWS[key].label
-        assert values.shape == (5, converged.EPISODES)
+        assert values.shape == (5, EPISODES)
         assert f"| **{label}** (5 seeds) | {cell(values)} |" in markdown
         assert f"{label} - best fixed row: {cell(values - rule)}" in markdown
         assert f"{label} - Bayes reference: {cell(values - fixed['bayes-planner'])}" in markdown

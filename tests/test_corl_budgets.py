@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from cost_envs.metrics import bootstrap_gap_closed, bootstrap_mean_ci
-from experiments.budgets.runner import share_text, stops_improving
+from experiments.budgets.report import share_text, stops_improving
 from experiments.corl import budgets as corl_budgets
 from experiments.shared.gaps import decode_scores
 

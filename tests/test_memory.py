@@ -13,7 +13,9 @@ import cost_envs  # noqa: F401  (registers the envs)
 from agents.evaluation import evaluate, rollout
 from agents.learners.common.recurrent import RecurrentPPO
 from cost_envs.metrics import bootstrap_mean_ci
+from experiments.memory import report as memory_report
 from experiments.memory import runner as memory
+from experiments.memory.settings import RULE_LABEL
 from experiments.shared.common import machine
 
 V0 = "cost_envs/FlightPlanner-v0"
@@ -25,7 +27,7 @@ def test_paired_difference_is_the_difference_of_the_means_and_pairs_the_tasks() 
     tasks = rng.normal(size=50) * 3.0  # task difficulty, far larger than the effect
     control = tasks + rng.normal(scale=0.01, size=(4, 50))
     treated = tasks + 0.1 + rng.normal(scale=0.01, size=(5, 50))
-    point, low, high = memory.paired_difference(treated, control, resamples=500)
+    point, low, high = memory_report.paired_difference(treated, control, resamples=500)
     assert point == pytest.approx(treated.mean() - control.mean())
     # Paired over tasks, the task spread cancels: the interval is narrow around +0.1 ...
     assert 0.09 < low <= point <= high < 0.11
@@ -36,13 +38,13 @@ def test_paired_difference_is_the_difference_of_the_means_and_pairs_the_tasks() 
 def test_paired_difference_covers_the_spread_between_seeds() -> None:
     control = np.zeros((5, 40))
     treated = np.array([[-1.0], [1.0], [-1.0], [1.0], [0.0]]) + np.zeros((5, 40))
-    _, low, high = memory.paired_difference(treated, control, resamples=500)
+    _, low, high = memory_report.paired_difference(treated, control, resamples=500)
     assert low < -0.3 and high > 0.3  # seeds disagree: no resolved difference
 
 
 def test_paired_difference_refuses_different_tasks() -> None:
     with pytest.raises(ValueError, match=r"same tasks, got shapes \(2, 3\) and \(2, 4\)"):
-        memory.paired_difference(np.zeros((2, 3)), np.zeros((2, 4)), resamples=10)
+        memory_report.paired_difference(np.zeros((2, 3)), np.zeros((2, 4)), resamples=10)
 
 
 def test_a_scale_refuses_an_unknown_env() -> None:
@@ -90,21 +92,21 @@ def test_the_report_is_computed_from_the_per_task_returns_it_holds(tmp_path: Pat
     paths = memory.report(tmp_path, scale, jobs=1)
     assert sorted(path.name for path in paths) == ["memory_test.csv", "memory_test.md"]
     markdown = (tmp_path / "memory_test.md").read_text()
-    runs = memory.read_csv((tmp_path / "memory_test.csv").read_text())
+    runs = memory_report.read_csv((tmp_path / "memory_test.csv").read_text())
     assert sorted((r["learner"], r["seed"]) for r in runs) == [
         ("ppo", 0), ("ppo", 1), ("recurrent", 0), ("recurrent", 1), ("rule", 0)]
     assert all(len(r["returns"]) == 6 for r in runs)
     assert all(r["timesteps"] == 512 for r in runs if r["learner"] != "rule")
     # The table is a function of the CSV (and the machine) alone ...
-    assert memory.render(runs, scale, machine()) == markdown
+    assert memory_report.render(runs, scale, machine()) == markdown
     # ... and its rows are the bootstrap of those returns.
     by = {key: np.array([r["returns"] for r in runs if r["learner"] == key])
           for key in ("ppo", "recurrent", "rule")}
     for key, label in (("ppo", "PPO (MlpPolicy)"), ("recurrent", "RecurrentPPO (MlpLstmPolicy)"),
-                       ("rule", memory.RULE_LABEL)):
+                       ("rule", RULE_LABEL)):
         mean, low, high = bootstrap_mean_ci(by[key], n_resamples=200)
         assert f"| {label} | {mean:.3f} [{low:.3f}, {high:.3f}] |" in markdown
-    point, low, high = memory.paired_difference(by["recurrent"], by["ppo"], 200)
+    point, low, high = memory_report.paired_difference(by["recurrent"], by["ppo"], 200)
     assert point == pytest.approx(by["recurrent"].mean() - by["ppo"].mean())
     assert low <= point <= high
     assert f"**{point:+.3f} [{low:+.3f}, {high:+.3f}]**" in markdown
@@ -183,7 +185,7 @@ def test_the_committed_converged_reports_are_their_csvs_rendered() -> None:
             continue
         markdown = report.read_text(encoding="utf-8")
         where = re.search(r"` on (.*), one torch thread per run", markdown).group(1)
-        runs = memory.read_csv(columns.read_text(encoding="utf-8"))
-        assert memory.render(runs, scale, where) == markdown, name
+        runs = memory_report.read_csv(columns.read_text(encoding="utf-8"))
+        assert memory_report.render(runs, scale, where) == markdown, name
         assert sorted((r["learner"], r["seed"]) for r in runs if r["learner"] != "rule") == sorted(
             (key, seed) for key in scale.learners for seed in range(scale.seeds))

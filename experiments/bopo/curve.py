@@ -10,12 +10,12 @@ before any goes on to the next (each keeps its own random streams, so each train
 would train alone): a run stopped early still holds every row's curve to the last
 checkpoint reached, and ``progress`` keeps it on disk after each one.
 
-The table is :func:`experiments.budgets.runner.curve_table`'s: per checkpoint the env steps,
+The table is :func:`experiments.budgets.report.curve_table`'s: per checkpoint the env steps,
 gradient steps (:func:`agents.callbacks.gradient_steps`), the mean Eq. 1 return and the
 share of the gap from the profile's best fixed rule to the planner
 (:func:`experiments.bopo.gaps.best_rule`, as bopo's gap column), both with 95% intervals
 over seeds and tasks, and where the row stops improving
-(:func:`experiments.budgets.runner.stops_improving`).
+(:func:`experiments.budgets.report.stops_improving`).
 
 Outputs in ``out``: ``budgets_AgenticRouting-v0.md`` and ``.csv``, written together or not
 at all (with ``tuned``, the tuned PPO of the equal-budget sweep alone, into
@@ -45,7 +45,8 @@ from experiments.bopo.jobs import (
 )
 from experiments.bopo.report import label
 from experiments.bopo.runner import learn_jobs, prepare_profile, table_keys, tuned_keys
-from experiments.budgets import runner as budgets
+from experiments.budgets.report import curve_table
+from experiments.budgets.settings import Scale as CurveScale
 
 PROFILE = "appworld"
 NAME = "AgenticRouting-v0"
@@ -124,19 +125,19 @@ def render(data: Mapping[str, Any]) -> dict[str, str]:
     steps = [entry["timesteps"] for entry in runs[0]["curve"]]
     keys = list(dict.fromkeys(run["key"] for run in runs))
     seeds = len({run["seed"] for run in runs})
-    scale = budgets.Scale(data["scale"], max(steps), seeds, tuple(steps),
-                          episodes=len(data["rule"]), n_envs=data["n_envs"],
-                          resamples=data["resamples"])
+    scale = CurveScale(data["scale"], max(steps), seeds, tuple(steps),
+                       episodes=len(data["rule"]), n_envs=data["n_envs"],
+                       resamples=data["resamples"])
     setup = (f"AppWorld profile under its per-task budget (${data['budget']:.4f}); "
              f"{seeds} training seeds x {max(steps):,} RL steps per router (MaskablePPO, "
              f"{data['n_envs']} envs; BoPO from each seed's SFT warm start, its point at 0 "
              "steps, PPO from scratch); the best fixed row is "
              f"{label(data['rule_key'])}. Total wall time {data['seconds'] / 60:.0f} min in "
              "one process")
-    markdown, columns = budgets.curve_table(f"{NAME} ({PROFILE})", runs, data["rule"],
-                                            data["planner"], scale,
-                                            labels={key: label(key) for key in keys},
-                                            setup=setup)
+    markdown, columns = curve_table(f"{NAME} ({PROFILE})", runs, data["rule"],
+                                    data["planner"], scale,
+                                    labels={key: label(key) for key in keys},
+                                    setup=setup)
     name = f"budgets_{NAME}{data.get('suffix', '')}"
     return {f"{name}.md": markdown, f"{name}.csv": columns}
 

@@ -299,7 +299,7 @@ class LearnResult:
         seconds: Wall time of the job.
         scored: At the same checkpoints, ``timesteps``, ``gradient_steps``
             (:func:`agents.callbacks.gradient_steps`) and the per-task ``returns``: the
-            entries :func:`experiments.budgets.runner.curve_table` reads.
+            entries :func:`experiments.budgets.report.curve_table` reads.
     """
 
     job: LearnJob

@@ -9,7 +9,7 @@ of the tasks, not the seeds. This experiment trains learned rows at that converg
 and scores them on ten times as many tasks, so the tasks' share of the interval shrinks by
 about sqrt(10):
 
-- each learned row of :data:`ROWS` (keys of :data:`experiments.budgets.runner.BUDGET_ROWS`: PPO
+- each learned row of :data:`ROWS` (keys of :data:`experiments.budgets.settings.BUDGET_ROWS`: PPO
   with the paper's A.4 configuration on 16 batched sub-envs, and LoRA-guided PPO warm
   started by the paper's greedy teacher or by the Bayes reference with DAgger), 5 training
   seeds x :data:`STEPS` env steps, each scored once, after its last update, on the first
@@ -45,141 +45,20 @@ file may be).
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from agents.files import write_files_atomic
-from cost_envs.config import integer
-from cost_envs.metrics import bootstrap_gap_closed, bootstrap_mean_ci
 from experiments.budgets import runner as budgets
-from experiments.shared.common import machine, run_each
+from experiments.budgets.settings import BUDGET_ROWS
+from experiments.converged.report import Fixed, render
+from experiments.converged.settings import ENV_ID, FIXED_FILE, OUT, ROWS, RUNS, SCALES, Scale
+from experiments.shared.common import run_each
 from experiments.shared.gaps import decode_scores, encode_scores
 from experiments.shared.kept import keep, read_kept, run_file
-
-ENV_ID = "cost_envs/FlightPlanner-v1"
-#: Where FlightPlanner-v1's PPO curve stops improving (budgets_FlightPlanner-v1.md).
-STEPS = 2_000_000
-#: Evaluation tasks: ten times the curve's 1000.
-EPISODES = 10_000
-#: The learned rows, keys of :data:`experiments.budgets.runner.BUDGET_ROWS`.
-ROWS = ("ppo", "lora-ppo", "lora-ppo/bayes")
-#: The fixed rows whose per-task returns the CSV keeps beside the rule (the gap's other
-#: end and the non-privileged reference).
-REFERENCE_KEYS = ("planner", "bayes-planner")
-OUT = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
-#: The folder (in ``out``) that keeps each finished run, and its file of the fixed rows.
-RUNS = "converged_runs"
-FIXED_FILE = "fixed.json"
-
-
-@dataclass(frozen=True)
-class Scale:
-    """Steps, seeds and evaluation tasks of one run of the experiment."""
-
-    name: str
-    timesteps: int
-    seeds: int
-    episodes: int
-    resamples: int = 2000
-    #: Training tasks on which the best fixed row is searched (the tables' 200).
-    rule_tasks: int = 200
-
-    def __post_init__(self) -> None:
-        for name in ("timesteps", "seeds", "episodes", "resamples", "rule_tasks"):
-            integer(getattr(self, name), f"Scale.{name}", minimum=1)
-
-    def budget_scale(self) -> budgets.Scale:
-        """The curve's :class:`experiments.budgets.runner.Scale` with one point, at the end."""
-        return budgets.Scale(self.name, self.timesteps, self.seeds, (self.timesteps,),
-                             episodes=self.episodes)
-
-    def settings(self) -> dict[str, Any]:
-        """What a kept run must have been run with to be reused at this scale."""
-        return {"env": ENV_ID, "timesteps": self.timesteps, "episodes": self.episodes}
-
-
-SCALES = {"default": Scale("default", STEPS, 5, EPISODES),
-          "smoke": Scale("smoke", 1024, 2, 30, resamples=200, rule_tasks=5)}
-
-
-@dataclass(frozen=True)
-class Fixed:
-    """The fixed rows on the tasks: labels, per-task returns, and which one is the rule."""
-
-    labels: dict[str, str]
-    returns: dict[str, np.ndarray]
-    rule: str
-
-
-def interval(values: np.ndarray | Sequence[float], resamples: int) -> str:
-    """``mean [low, high]`` of a bootstrap over the array's seeds (if 2-D) and tasks."""
-    mean, low, high = bootstrap_mean_ci(np.asarray(values), n_resamples=resamples)
-    return f"{mean:.4f} [{low:.4f}, {high:.4f}]"
-
-
-def share(values: np.ndarray | Sequence[float], rule: Sequence[float],
-          planner: Sequence[float]) -> str:
-    """The share of the rule-to-planner gap closed, paired over tasks, with its interval."""
-    point, low, high = bootstrap_gap_closed(values, rule, planner)
-    return f"{point:.2f} [{low:.2f}, {high:.2f}]"
-
-
-def render(learned: dict[str, np.ndarray], fixed: Fixed, scale: Scale,
-           minutes: dict[str, float]) -> tuple[str, str]:
-    """The Markdown report and the CSV from each learned row's seeds x tasks returns.
-
-    ``minutes``: each learned row's mean wall time per seed.
-    """
-    returns = fixed.returns
-    rule, planner, bayes = returns[fixed.rule], returns["planner"], returns["bayes-planner"]
-    r = scale.resamples
-    tasks = len(rule)
-    names = ", ".join(budgets.BUDGET_ROWS[key].label for key in learned)
-    lines = [f"# {ENV_ID}: learned rows at their converged budget on {tasks:,} tasks", "",
-             f"{names}: each trained {scale.seeds} seeds x {scale.timesteps:,} env steps on "
-             f"16 batched sub-envs, scored after its last update on {tasks:,} evaluation "
-             "tasks of task seed 0, beside every fixed row on the same tasks. Return: mean "
-             "Eq. 1 return [95% interval; over seeds and tasks for the learned rows, over "
-             "tasks for the fixed rows]; share: of the gap from the best fixed row "
-             f"({fixed.labels[fixed.rule]}, {rule.mean():.4f}) to the planner "
-             f"({planner.mean():.4f}), paired over tasks.", "",
-             f"Machine: {machine()}. Wall time per seed: "
-             + "; ".join(f"{budgets.BUDGET_ROWS[key].label} {minutes[key]:.1f} min"
-                         for key in learned) + ".", "",
-             "| row | return | share of the gap |", "| --- | --- | --- |"]
-    for key, label in fixed.labels.items():
-        lines.append(f"| {label} | {interval(returns[key], r)} | "
-                     f"{share(returns[key], rule, planner)} |")
-    for key, values in learned.items():
-        lines.append(f"| **{budgets.BUDGET_ROWS[key].label}** ({len(values)} seeds) | "
-                     f"{interval(values, r)} | {share(values, rule, planner)} |")
-    lines += ["", "Paired differences of mean return [95% interval]:", ""]
-    for key, values in learned.items():
-        label = budgets.BUDGET_ROWS[key].label
-        lines += [f"- {label} - best fixed row: {interval(values - rule, r)}",
-                  f"- {label} - Bayes reference: {interval(values - bayes, r)}",
-                  f"- planner - {label}: {interval(planner - values, r)}"]
-    lines += [f"- Bayes reference - best fixed row: {interval(bayes - rule, r)}", ""]
-    lines += [f"{budgets.BUDGET_ROWS[key].label} per seed: "
-              + ", ".join(f"{value:.4f}" for value in values.mean(axis=1))
-              for key, values in learned.items()]
-    lines.append("")
-    rows = io.StringIO()
-    writer = csv.writer(rows, lineterminator="\n")
-    writer.writerow(["row", "seed", "mean_return", "kept_in"])
-    for key in (fixed.rule, *REFERENCE_KEYS):
-        writer.writerow([key, "", f"{returns[key].mean():.6f}", f"{RUNS}/{FIXED_FILE}"])
-    for key, values in learned.items():
-        for seed, seed_values in enumerate(values):
-            writer.writerow([key, seed, f"{seed_values.mean():.6f}",
-                             run_file(Path(RUNS), key, seed).as_posix()])
-    return "\n".join(lines), rows.getvalue()
 
 
 def score_fixed(scale: Scale) -> dict[str, Any]:
@@ -218,9 +97,9 @@ def report(out: Path, scale: str | Scale = "default", jobs: int = 2,
     """
     if isinstance(scale, str) and scale not in SCALES:
         raise ValueError(f"scale: expected one of {list(SCALES)}, got {scale!r}")
-    unknown = [key for key in rows if key not in budgets.BUDGET_ROWS]
+    unknown = [key for key in rows if key not in BUDGET_ROWS]
     if unknown or not rows:
-        raise ValueError(f"rows: expected keys of {list(budgets.BUDGET_ROWS)}, got "
+        raise ValueError(f"rows: expected keys of {list(BUDGET_ROWS)}, got "
                          f"{list(rows)!r}")
     chosen = SCALES[scale] if isinstance(scale, str) else scale
     folder = Path(out) / RUNS
@@ -264,7 +143,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m experiments.converged",
                                      description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--scale", choices=list(SCALES), default="default")
-    parser.add_argument("--rows", nargs="+", choices=list(budgets.BUDGET_ROWS),
+    parser.add_argument("--rows", nargs="+", choices=list(BUDGET_ROWS),
                         default=list(ROWS), help=f"learned rows (default {' '.join(ROWS)})")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
     parser.add_argument("--out", type=Path, default=OUT, help=f"output folder (default {OUT})")

@@ -15,8 +15,8 @@ itself is the table's, bit for bit: scoring runs on fresh envs and deterministic
 
 Per tier, the gap is the table's: from the best fixed row of that tier (the rule,
 :func:`experiments.corl.runner.fixed_rows`) to the planner; each row's curve is a part of
-:func:`experiments.budgets.runner.curve_section` (score and share with 95% intervals over seeds
-and queries, the stop mark of :func:`experiments.budgets.runner.stops_improving`).
+:func:`experiments.budgets.report.curve_section` (score and share with 95% intervals over seeds
+and queries, the stop mark of :func:`experiments.budgets.report.stops_improving`).
 
 Outputs in ``out``, written together or not at all: ``budgets_ExpertRouting-v1.md`` and
 ``budgets_ExpertRouting-v1.csv`` (row ``<tier>/<ppo|lora-ppo>``, seed, env steps,
@@ -41,7 +41,7 @@ import numpy as np
 from agents.files import write_files_atomic
 from cost_envs.config import integer, one_of
 from cost_envs.wrappers import TIERS
-from experiments.budgets.runner import curve_section
+from experiments.budgets.report import curve_section
 from experiments.corl.report import PAPER_LEARNED
 from experiments.corl.settings import CORL_SCALES, EVAL_SEED
 from experiments.shared.common import machine
@@ -136,7 +136,7 @@ def run_seed(seed: int, scale: CurveScale, env_id: str = ENV_ID) -> dict[str, An
 
 
 def row_runs(results: Sequence[dict[str, Any]], key: str, tier: str) -> list[dict[str, Any]]:
-    """One row's runs on one tier in :func:`experiments.budgets.runner.curve_section`'s form."""
+    """One row's runs on one tier in :func:`experiments.budgets.report.curve_section`'s form."""
     runs = []
     for result in sorted(results, key=lambda r: r["seed"]):
         run = result["ppo"] if key == "ppo" else result["lora-ppo"][tier]

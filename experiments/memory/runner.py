@@ -36,119 +36,48 @@ so a scale longer than one sitting completes over several calls.
 
 Per env the report gives each learner's mean Eq. 1 return with its 95% interval over
 seeds and tasks (:func:`cost_envs.metrics.bootstrap_mean_ci`, two levels) and the
-difference learner - PPO with its interval (:func:`paired_difference`: seeds of each
-learner resampled independently, tasks resampled with one draw for both, so the
-difference is paired over tasks), plus the wall time of each run. On FlightPlanner the
-one-turn rule (the tables' best fixed row) is scored on the same tasks for scale.
+difference learner - PPO with its interval
+(:func:`~experiments.memory.report.paired_difference`: seeds of each learner resampled
+independently, tasks resampled with one draw for both, so the difference is paired over
+tasks), plus the wall time of each run. On FlightPlanner the one-turn rule (the tables'
+best fixed row) is scored on the same tasks for scale.
 
 Outputs in ``out``, written together or not at all (:func:`agents.files.write_files_atomic`):
 ``memory.md`` (``memory_<scale>.md`` but at the default scale: the table, steps, machine,
 command) and ``memory.csv`` (env, learner, seed, steps, wall times and the per-task
 returns, :func:`experiments.shared.gaps.encode_scores`; the rule's returns as learner ``rule``).
-The table is rendered from what the CSV holds (``render(read_csv(csv), ...)``), so every
-figure in it can be recomputed.
+The table is rendered (:mod:`experiments.memory.report`) from what the CSV holds
+(``render(read_csv(csv), ...)``), so every figure in it can be recomputed.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from agents.files import write_files_atomic
 from agents.learners import PPO_SETTINGS
 from cost_envs.config import integer
-from cost_envs.envs.flight_planner import MAX_TURNS as FLIGHT_TURNS
-from cost_envs.envs.toolbench import MAX_TURNS as TOOLBENCH_TURNS
-from cost_envs.metrics import bootstrap_mean_ci, interval_around
-from cost_envs.metrics.bootstrap import percentile_interval
+from experiments.memory.report import read_csv, render, write_csv
+from experiments.memory.settings import (
+    COMMAND,
+    ENVS,
+    EPOCHS,
+    LEARNERS,
+    LEARNING_RATE,
+    MAX_DECISIONS,
+    RULE_ENVS,
+    SCALES,
+    Scale,
+)
 from experiments.shared.common import check_writable, machine, quiet, run_each
 from experiments.shared.gaps import decode_scores, encode_scores
 from experiments.shared.kept import keep, read_kept, run_file
-
-#: The learners: key -> (label, SB3 policy name). ``ppo`` is the control.
-LEARNERS = {"ppo": ("PPO (MlpPolicy)", "MlpPolicy"),
-            "recurrent": ("RecurrentPPO (MlpLstmPolicy)", "MlpLstmPolicy"),
-            "history": ("PPO on the episode's observations (VecFrameStack)", "MlpPolicy")}
-ENVS = ("cost_envs/FlightPlanner-v0", "cost_envs/FlightPlanner-v1", "cost_envs/ToolBench-v0")
-#: Decisions per episode at most: the ``history`` learner sees this many observations, so
-#: it sees every observation of its episode (zeros before the first).
-MAX_DECISIONS = {"cost_envs/FlightPlanner-v0": FLIGHT_TURNS, "cost_envs/FlightPlanner-v1":
-                 FLIGHT_TURNS, "cost_envs/ToolBench-v0": TOOLBENCH_TURNS}
-#: The reference row scored on the same tasks: the tables' best fixed row on FlightPlanner.
-RULE_ENVS = ("cost_envs/FlightPlanner-v0", "cost_envs/FlightPlanner-v1")
-RULE_LABEL = "One-turn plan+search rule"
-COMMAND = "python -m experiments.memory"
-#: SB3's defaults, which the project's PPO keeps (agents.learners.training.train), named here
-#: so that both learners are given them explicitly.
-EPOCHS = 10
-LEARNING_RATE = 3e-4
-#: Below this many env steps PPO has not converged on these envs (the committed curves,
-#: ``benchmarks/results/budgets_*.md``), and the report says so.
-CONVERGED_STEPS = 500_000
-BATCH = PPO_SETTINGS["batch_size"]
-CSV_FIELDS = ("env", "learner", "seed", "timesteps", "train_seconds", "eval_seconds",
-              "mean_return", "returns")
-
-
-@dataclass(frozen=True)
-class Scale:
-    """Steps per run, seeds, evaluation tasks, sub-envs, bootstrap resamples, envs."""
-
-    name: str
-    timesteps: int
-    seeds: int
-    episodes: int
-    n_envs: int
-    resamples: int
-    envs: tuple[str, ...] = ENVS
-    learners: tuple[str, ...] = ("ppo", "recurrent")
-    #: Keep each finished run in ``<out>/memory_runs/<name>/`` (:mod:`experiments.shared.kept`).
-    keep: bool = False
-
-    def __post_init__(self) -> None:
-        for name in ("timesteps", "seeds", "episodes", "n_envs", "resamples"):
-            integer(getattr(self, name), f"Scale.{name}", minimum=1)
-        unknown = sorted(set(self.envs) - set(ENVS))
-        if unknown or not self.envs:
-            raise ValueError(f"Scale.envs: expected some of {list(ENVS)}, got {list(self.envs)}")
-        if "ppo" not in self.learners or not set(self.learners) <= set(LEARNERS):
-            raise ValueError(f"Scale.learners: expected 'ppo' and some of {list(LEARNERS)}, "
-                             f"got {list(self.learners)}")
-
-    @property
-    def files(self) -> tuple[str, str]:
-        """The report's and the CSV's names: ``memory.md``/``.csv`` at the default scale."""
-        stem = "memory" if self.name == "default" else f"memory_{self.name}"
-        return f"{stem}.md", f"{stem}.csv"
-
-
-SCALES = {
-    # Plumbing for the tests, seconds: not a result.
-    "smoke": Scale("smoke", 1024, 2, 12, 2, 100, ENVS[:2]),
-    # About 8 CPU-minutes (RecurrentPPO about 35 CPU-s a run, PPO about 5): FlightPlanner
-    # v0 and v1, the contrast that says whether memory replaces v1's slots. On this 2-core
-    # machine at load 10-16 a RecurrentPPO run of 20,480 steps took 17 minutes of wall
-    # time, which is why the default stops at 8,192 (two rollouts of 8 x 512).
-    "default": Scale("default", 8_192, 5, 400, 8, 1000, ENVS[:2]),
-}
-SCALES["full"] = SCALES["default"]  # `python -m experiments memory --scale full`
-# Where the learners move (issue #23, point 5): PPO with and without the episode's
-# observations at PPO's own converged budgets (``benchmarks/results/budgets_*.md``),
-# RecurrentPPO left out (6-9x PPO's CPU a step: hours a run here). Runs are kept
-# (:mod:`experiments.shared.kept`), so a scale longer than one sitting completes over several.
-SCALES["toolbench"] = Scale("toolbench", 500_000, 5, 400, 16, 1000, ("cost_envs/ToolBench-v0",),
-                            ("ppo", "history"), keep=True)
-SCALES["flight"] = Scale("flight", 2_000_000, 5, 1000, 16, 1000, ENVS[:1], ("ppo", "history"),
-                         keep=True)
 
 
 @dataclass(frozen=True)
@@ -246,154 +175,6 @@ def rule_result(env_id: str, episodes: int) -> dict[str, Any]:
         env.close()
     return {"env": env_id, "learner": "rule", "seed": 0, "timesteps": 0, "train_seconds": 0.0,
             "eval_seconds": time.perf_counter() - start, "returns": list(returns)}
-
-
-def paired_difference(treated: np.ndarray, control: np.ndarray, resamples: int,
-                      seed: int = 0) -> tuple[float, float, float]:
-    """Mean of ``treated`` - mean of ``control`` with a 95% two-level bootstrap interval.
-
-    ``treated[s, j]``, ``control[s, j]``: seed ``s`` of each learner on task ``j`` (the same
-    tasks). Each resample draws each learner's seeds independently (their networks share
-    nothing) and one draw of tasks for both, so task difficulty cancels in the difference.
-
-    Raises:
-        ValueError: If the arrays are not 2-D, finite, on the same number of tasks.
-    """
-    a, b = np.asarray(treated, dtype=np.float64), np.asarray(control, dtype=np.float64)
-    if (a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1] or a.size == 0 or b.size == 0
-            or not (np.isfinite(a).all() and np.isfinite(b).all())):
-        raise ValueError(f"paired_difference: expected finite seeds x tasks arrays on the same "
-                         f"tasks, got shapes {a.shape} and {b.shape}")
-    integer(resamples, "resamples", minimum=1)
-    rng = np.random.default_rng(seed)
-    tasks = rng.integers(0, a.shape[1], size=(resamples, a.shape[1]))
-    runs_a = rng.integers(0, a.shape[0], size=(resamples, a.shape[0]))
-    runs_b = rng.integers(0, b.shape[0], size=(resamples, b.shape[0]))
-    diffs = np.array([a[np.ix_(ra, t)].mean() - b[np.ix_(rb, t)].mean()
-                      for t, ra, rb in zip(tasks, runs_a, runs_b, strict=True)])
-    point = float(a.mean() - b.mean())
-    low, high = interval_around(point, percentile_interval([diffs], 0.95))
-    return point, low, high
-
-
-def write_csv(results: Sequence[Mapping[str, Any]]) -> str:
-    """The runs as CSV (:data:`CSV_FIELDS`), per-task returns encoded in one column."""
-    rows = io.StringIO()
-    writer = csv.writer(rows, lineterminator="\n")
-    writer.writerow(CSV_FIELDS)
-    for r in results:
-        writer.writerow([r["env"], r["learner"], r["seed"], r["timesteps"],
-                         f"{r['train_seconds']:.1f}", f"{r['eval_seconds']:.1f}",
-                         f"{np.mean(r['returns']):.6f}", encode_scores(r["returns"])])
-    return rows.getvalue()
-
-
-def read_csv(text: str) -> list[dict[str, Any]]:
-    """The runs of :func:`write_csv` (returns as they were rounded there)."""
-    reader = csv.DictReader(io.StringIO(text))
-    if tuple(reader.fieldnames or ()) != CSV_FIELDS:
-        raise ValueError(f"read_csv: expected the columns {list(CSV_FIELDS)}, got "
-                         f"{reader.fieldnames}")
-    return [{"env": row["env"], "learner": row["learner"], "seed": int(row["seed"]),
-             "timesteps": int(row["timesteps"]), "train_seconds": float(row["train_seconds"]),
-             "eval_seconds": float(row["eval_seconds"]),
-             "returns": list(decode_scores(row["returns"]))} for row in reader]
-
-
-def summarize(results: Sequence[Mapping[str, Any]], resamples: int
-              ) -> dict[str, dict[str, Any]]:
-    """Per env: each learner's (mean, low, high) and wall times, and the difference.
-
-    Returns:
-        env -> {"learners": {key: {"return": (mean, low, high), "train_minutes": mean,
-        "eval_seconds": mean, "seeds": n, "timesteps": steps}},
-        "differences": {key: (mean, low, high) of that learner - ppo, for each other
-        learner run with ppo}}.
-    """
-    summary: dict[str, dict[str, Any]] = {}
-    for env_id in dict.fromkeys(r["env"] for r in results):
-        arrays, learners = {}, {}
-        for key in LEARNERS:
-            runs = sorted((r for r in results if r["env"] == env_id and r["learner"] == key),
-                          key=lambda r: r["seed"])
-            if not runs:
-                continue
-            arrays[key] = np.array([r["returns"] for r in runs])
-            learners[key] = {
-                "return": bootstrap_mean_ci(arrays[key], n_resamples=resamples),
-                "train_minutes": float(np.mean([r["train_seconds"] for r in runs])) / 60,
-                "eval_seconds": float(np.mean([r["eval_seconds"] for r in runs])),
-                "seeds": len(runs), "timesteps": sorted({r["timesteps"] for r in runs})}
-        differences = {key: paired_difference(values, arrays["ppo"], resamples)
-                       for key, values in arrays.items() if key != "ppo" and "ppo" in arrays}
-        summary[env_id] = {"learners": learners, "differences": differences}
-    return summary
-
-
-def _interval(values: Sequence[float], signed: bool = False) -> str:
-    mean, low, high = values
-    form = "+.3f" if signed else ".3f"
-    return f"{mean:{form}} [{low:{form}}, {high:{form}}]"
-
-
-def render(results: Sequence[Mapping[str, Any]], scale: Scale, where: str) -> str:
-    """``memory.md``: per env the learners' returns, the difference, steps and wall times.
-
-    ``results``: the runs (:func:`read_csv`), the rule's as learner ``rule``; ``where``: the
-    machine.
-    """
-    summary = summarize(results, scale.resamples)
-    rules = {r["env"]: r["returns"] for r in results if r["learner"] == "rule"}
-    # what was trained: SB3 completes its last rollout, past the scale's steps
-    taken = max((r["timesteps"] for r in results if r["learner"] != "rule"), default=0)
-    own = SCALES.get(scale.name)
-    envs = "" if own is not None and own.envs == scale.envs else f" --envs {','.join(scale.envs)}"
-    lines = ["# Does memory pay? "
-             + " and ".join(LEARNERS[key][0].split(" (")[0] for key in scale.learners
-                            if key != "ppo") + " against PPO (issue #23)", "",
-             f"`{COMMAND} --scale {scale.name}{envs}` on {where}, one torch thread per run.",
-             "",
-             f"{scale.seeds} training seeds per learner, {scale.timesteps:,} env steps each on "
-             f"{scale.n_envs} batched sub-envs, at the project's PPO settings "
-             f"({PPO_SETTINGS['n_steps']} steps per sub-env and rollout, minibatch {BATCH}, "
-             f"{EPOCHS} epochs, lr {LEARNING_RATE:g}, entropy {PPO_SETTINGS['ent_coef']}). The "
-             "learners have the same 64-64 heads"
-             + ("; RecurrentPPO adds sb3-contrib's LSTM (256 units)"
-                if "recurrent" in scale.learners else "")
-             + ("; the history PPO sees the episode's last "
-                + ", ".join(f"{MAX_DECISIONS[e]} ({e.split('/')[-1]})" for e in scale.envs)
-                + " observations, zeros before its first: every observation of its episode"
-                if "history" in scale.learners else "")
-             + f". Scored on the tables' first {scale.episodes} evaluation tasks (task seed "
-             "0), memory reset at each episode start. Return: mean Eq. 1 "
-             "return [95% interval over seeds and tasks]; difference: learner - PPO, seeds "
-             "resampled independently, tasks paired.", "",
-             "| Env | Row | Return | Train min/run | Eval s/run |",
-             "|---|---|---|---:|---:|"]
-    for env_id, entry in summary.items():
-        name = env_id.split("/")[-1]
-        if env_id in rules:
-            rule = bootstrap_mean_ci(rules[env_id], n_resamples=scale.resamples)
-            lines.append(f"| {name} | {RULE_LABEL} | {_interval(rule)} | | |")
-        for key, row in entry["learners"].items():
-            lines.append(f"| {name} | {LEARNERS[key][0]} | {_interval(row['return'])} | "
-                         f"{row['train_minutes']:.2f} | {row['eval_seconds']:.1f} |")
-        for key, difference in entry["differences"].items():
-            lines.append(f"| {name} | **{LEARNERS[key][0].split(' (')[0]} - PPO** | "
-                         f"**{_interval(difference, signed=True)}** | | |")
-    lines += ["", "Steps taken per run (SB3 completes its last rollout): " + "; ".join(
-        f"{env_id.split('/')[-1]} {key} {', '.join(f'{s:,}' for s in row['timesteps'])}"
-        for env_id, entry in summary.items() for key, row in entry["learners"].items()) + ".",
-        "", f"Gradient steps per run: {taken // BATCH * EPOCHS:,} (minibatch {BATCH}, "
-        f"{EPOCHS} epochs), the same for every learner.", ""]
-    if scale.timesteps < CONVERGED_STEPS:
-        lines += ["**Not converged.** At this budget neither learner is near convergence: the "
-                  "project's PPO stops improving at about 500k env steps on ToolBench-v0 and "
-                  "2M on FlightPlanner-v1, where it is a little above the one-turn rule "
-                  "(`benchmarks/results/budgets_*.md`, `converged_FlightPlanner-v1.md`). "
-                  "The difference compares what each learner reaches at this small equal "
-                  "budget, not what memory buys at convergence.", ""]
-    return "\n".join(lines)
 
 
 def job_settings(job: Job) -> dict[str, Any]:

@@ -18,8 +18,9 @@ At the ``full`` scale a third, learned one:
   :data:`TRAIN_TENANTS` tenants on training tasks (``TRAIN_TASK_SEED + seed``), then
   evaluated at every number of tenants.
 
-Each cell is 5 seeds, each one episode of :data:`STEPS` steps on the tasks of episode
-seed ``s`` (for ``shared-ppo``, the policy of training seed ``s`` on them); every metric
+Each cell is 5 seeds, each one episode of :data:`~experiments.multitenant.settings.STEPS`
+steps on the tasks of episode seed ``s`` (for ``shared-ppo``, the policy of training seed
+``s`` on them); every metric
 is the mean over seeds with a 95% percentile-bootstrap interval over the seeds
 (:func:`cost_envs.metrics.bootstrap.bootstrap_mean_ci`).
 """
@@ -27,7 +28,7 @@ is the mean over seeds with a 95% percentile-bootstrap interval over the seeds
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
@@ -37,29 +38,21 @@ from agents.files import write_files_atomic
 from agents.multiagent import CentralScheduler, IndependentTenants, best_rule
 from cost_envs.metrics.bootstrap import bootstrap_mean_ci
 from cost_envs.multiagent import MULTIAGENT_ENV_IDS, parallel_env, run_episode
+from experiments.multitenant.report import figure, markdown
+from experiments.multitenant.settings import (
+    BUDGET_WINDOW,
+    ENV_ID,
+    METRICS,
+    ORG_BUDGET,
+    PPO_OVERRIDES,
+    PRICE_SLOPE,
+    SCALES,
+    STEM,
+    TRAIN_TENANTS,
+)
 from experiments.shared.common import machine
 
-ENV_ID = "cost_envs/MultiTenantToolBench-v0"
-ORG_BUDGET = 0.6
-BUDGET_WINDOW = 10
-PRICE_SLOPE = 0.5
-STEPS = 60
 METHODS = {"independent": IndependentTenants, "scheduler": CentralScheduler}
-METRICS = ("throughput", "success_rate", "latency", "wait_share", "fairness", "org_cps",
-           "spend_per_tenant")
-SCALES: dict[str, dict[str, Any]] = {
-    "smoke": {"tenants": (1, 2), "capacities": (1,), "seeds": 2, "steps": 15,
-              "rule_tasks": 10},
-    "default": {"tenants": (1, 2, 4, 8, 16), "capacities": (1, 2, 4), "seeds": 5,
-                "steps": STEPS, "rule_tasks": 100},
-}
-#: ``full``: the default sweep plus shared-parameter PPO (tenant-steps of training each).
-SCALES["full"] = {**SCALES["default"], "ppo_timesteps": 40_000}
-#: Tenants the shared policy trains with, and its PPO overrides (more updates per step
-#: than the single-agent n_steps=512 with 8 tenants per rollout).
-TRAIN_TENANTS = 8
-PPO_OVERRIDES = {"n_steps": 128}
-STEM = "multitenant"
 
 
 def _env_kwargs(capacity: int, steps: int) -> dict[str, Any]:
@@ -145,75 +138,6 @@ def run(scale: str = "default", log: Callable[[str], None] = print,
                        "budget_window": BUDGET_WINDOW, "price_slope": PRICE_SLOPE,
                        "rule": rule.description, **config},
             "machine": machine(), "rows": rows}
-
-
-def _cell(value: Sequence[float] | None, digits: int) -> str:
-    if value is None:
-        return "n/a"
-    mean, low, high = value
-    return f"{mean:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
-
-
-def markdown(result: dict[str, Any]) -> str:
-    """The table: one row per (capacity, tenants, method), mean [95% interval] over seeds."""
-    config = result["config"]
-    lines = [
-        f"# Many tenants on one pool ({config['env']})",
-        "",
-        f"independent and scheduler: every tenant runs the base env's best fixed rule "
-        f"({config['rule']}); shared-ppo (full scale only): one PPO policy for all "
-        f"tenants, trained with {TRAIN_TENANTS} tenants. Organisation "
-        f"budget {config['org_budget']} per {config['budget_window']} steps, surge price "
-        f"slope {config['price_slope']}, {config['steps']} steps per episode, "
-        f"{config['seeds']} seeds per cell; mean [95% bootstrap interval over seeds]. "
-        "Throughput: successful tasks per step (all tenants); latency: steps per finished "
-        "task, waits included; wait share: tenant-steps spent waiting; fairness: Jain's "
-        "index over the tenants' successes; org CPS: the organisation's spend per success.",
-        "",
-        f"Written by `python -m experiments multitenant` on {result['machine']}.",
-        "",
-        "| capacity | tenants | method | throughput | success rate | latency | wait share "
-        "| fairness | org CPS |",
-        "| ---: | ---: | --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for row in result["rows"]:
-        lines.append(
-            f"| {row['capacity']} | {row['tenants']} | {row['method']} | "
-            f"{_cell(row['throughput'], 3)} | {_cell(row['success_rate'], 2)} | "
-            f"{_cell(row['latency'], 1)} | {_cell(row['wait_share'], 2)} | "
-            f"{_cell(row['fairness'], 2)} | {_cell(row['org_cps'], 3)} |")
-    return "\n".join(lines) + "\n"
-
-
-def figure(result: dict[str, Any]) -> Any:
-    """Throughput and latency against the number of tenants, a line per method x capacity."""
-    from experiments.shared.figures import marker, pyplot
-
-    plt = pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    rows = result["rows"]
-    keys = sorted({(r["method"], r["capacity"]) for r in rows})
-    for k, (method, capacity) in enumerate(keys):
-        for axis, metric in zip(axes, ("throughput", "latency"), strict=True):
-            cells = sorted((r for r in rows if (r["method"], r["capacity"]) == (
-                method, capacity) and r[metric] is not None), key=lambda r: r["tenants"])
-            x = np.array([r["tenants"] for r in cells], dtype=float)
-            mean, low, high = (np.array([r[metric][i] for r in cells]) for i in range(3))
-            axis.errorbar(x * (1 + 0.03 * (k - len(keys) / 2)), mean,
-                          yerr=[mean - low, high - mean], marker=marker(k), capsize=3,
-                          linestyle={"independent": "--", "scheduler": "-"}.get(method, ":"),
-                          label=f"{method}, capacity {capacity}")
-    for axis, label in zip(axes, ("successful tasks per step", "steps per finished task"),
-                           strict=True):
-        axis.set_xscale("log", base=2)
-        axis.set_xlabel("tenants")
-        axis.set_ylabel(label)
-        axis.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
-    seeds = result["config"]["seeds"]
-    fig.suptitle(f"{result['config']['env']}: mean and 95% interval over {seeds} seeds")
-    fig.tight_layout()
-    return fig
 
 
 def report(out: Any, scale: str = "default", log: Callable[[str], None] = print,

@@ -21,28 +21,22 @@ from __future__ import annotations
 import argparse
 import csv
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from agents.files import write_files_atomic
-from cost_envs.metrics import bootstrap_mean_ci
 from experiments.budgets import runner as budgets
+from experiments.budgets.settings import Scale as CurveScale
+from experiments.ppo_entropy.report import render
+from experiments.ppo_entropy.settings import ENV_ID, NAME, OUT, ROW, SCALE
 from experiments.shared.common import run_each
-from experiments.shared.gaps import decode_scores, kept_scores
-
-ENV_ID = "cost_envs/ToolBench-v0"
-ROW = "ppo/no-entropy"
-#: The PPO curve's scale (budgets_ToolBench-v0_ppo.md): its steps, seeds and checkpoints.
-SCALE = budgets.Scale("ppo", 1_000_000, 5, (0, 250_000, 500_000, 750_000))
-OUT = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
-NAME = "budgets_ToolBench-v0"
+from experiments.shared.gaps import decode_scores
 
 
 def last_returns(path: Path, row: str) -> np.ndarray:
     """``(seeds, tasks)``: each seed's per-task returns at the CSV's last checkpoint."""
     if not Path(path).is_file():
-        raise ValueError(f"{path}: expected a learning curve's CSV (experiments.budgets.runner)")
+        raise ValueError(f"{path}: expected a learning curve's CSV (experiments.budgets)")
     with open(path, encoding="utf-8", newline="") as handle:
         rows = [r for r in csv.DictReader(handle) if r["row"] == row]
     if not rows:
@@ -53,7 +47,7 @@ def last_returns(path: Path, row: str) -> np.ndarray:
     return np.array([by_seed[seed] for seed in sorted(by_seed)])
 
 
-def report(out: Path = OUT, jobs: int = 2, scale: budgets.Scale = SCALE) -> list[Path]:
+def report(out: Path = OUT, jobs: int = 2, scale: CurveScale = SCALE) -> list[Path]:
     """Train the row, write its curve with the paired comparison; returns the paths."""
     baseline = Path(out) / f"{NAME}_ppo.csv"
     ppo = last_returns(baseline, "ppo")  # read first: a missing baseline fails before training
@@ -62,27 +56,6 @@ def report(out: Path = OUT, jobs: int = 2, scale: budgets.Scale = SCALE) -> list
     markdown, columns = render(results, ppo, scale)
     return write_files_atomic(out, {f"{NAME}_no_entropy.md": markdown,
                                     f"{NAME}_no_entropy.csv": columns})
-
-
-def render(results: list[dict[str, Any]], ppo: np.ndarray, scale: budgets.Scale
-           ) -> tuple[str, str]:
-    """The curve table with the paired comparison, and its CSV.
-
-    ``results``: one run per seed (:func:`experiments.budgets.runner.run_job`'s); ``ppo``: PPO's
-    ``(seeds, tasks)`` returns at its last checkpoint.
-    """
-    rule, planner = budgets.reference_returns(ENV_ID, scale.episodes)
-    markdown, columns = budgets.curve_table(ENV_ID, results, rule, planner, scale)
-    # paired on the scores both CSVs keep, as the curve's cells are (experiments.budgets.runner)
-    mine = np.array([kept_scores(result["curve"][-1]["returns"]) for result in results])
-    if mine.shape != ppo.shape:
-        raise ValueError(f"{NAME}_ppo.csv: expected {mine.shape} returns, got {ppo.shape}")
-    mean, low, high = bootstrap_mean_ci(mine - ppo, n_resamples=scale.resamples)
-    markdown += ("\n## Against PPO with the paper's entropy bonus (0.01)\n\n"
-                 f"At the last checkpoint, paired over the same seeds and tasks "
-                 f"({NAME}_ppo.csv): no bonus - bonus = {mean:+.3f} [{low:+.3f}, {high:+.3f}] "
-                 "of mean return (95% interval over seeds and tasks).\n")
-    return markdown, columns
 
 
 def main(argv: list[str] | None = None) -> None:

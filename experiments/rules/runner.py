@@ -12,16 +12,16 @@ sets, where their tables carry their own best-rule rows. An env of logged querie
 (TraceRouting, ``split=``) is searched on its train split and scored once on every query
 of its test split, so no query is both fitted and scored.
 
-Outputs, in ``out``: ``rule_search.md`` and ``rule_search.json``, rendered before either
-is written and written all or nothing. The envs are independent, so they run in ``jobs``
-worker processes.
+Outputs, in ``out``: ``rule_search.md`` (:mod:`experiments.rules.report`) and
+``rule_search.json``, rendered before either is written and written all or nothing. The
+envs are independent, so they run in ``jobs`` worker processes.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -30,10 +30,11 @@ import gymnasium as gym
 
 import cost_envs
 from agents.baselines import FixedSequence
-from agents.evaluation import evaluate, format_table
+from agents.evaluation import evaluate
 from agents.files import write_files_atomic
 from agents.rules import BestFixedRule, ScoredRule
 from agents.seeds import EVAL_TASK_SEED, RULE_TASK_SEED
+from experiments.rules.report import markdown
 from experiments.shared.common import machine, spawn_pool
 
 
@@ -108,39 +109,6 @@ def reproduce(scale: Scale, envs: Sequence[str] = cost_envs.ENV_IDS, jobs: int =
             log(f"rules: {results[-1]['env_id']} searched in {results[-1]['seconds']} s")
     return {"machine": machine(), "scale": asdict(scale), "eval_seed": EVAL_TASK_SEED,
             "train_seed": RULE_TASK_SEED, "envs": results}
-
-
-def markdown(report: Mapping[str, Any]) -> str:
-    """The report's Markdown page: the family, then one table per env."""
-    scale = report["scale"]
-    lines = [
-        "# The best fixed rule per environment (issue #10's rule search)", "",
-        "The family (`agents/rules.py`): open-loop call patterns (the same action at turn "
-        f"k of every task, beam search of width {scale['beam']} up to {scale['max_turns']} "
-        "turns), single thresholds on one observed feature (one action above the "
-        f"threshold, another below; up to {scale['cuts']} cut points per feature) and the "
-        "project's hand-written rules. Ranked by mean episode return on "
-        f"{scale['train_tasks']} training tasks (task seed {report['train_seed']}); the "
-        "frozen rule is the simplest one within one standard error of the top one. Scored "
-        f"on {scale['episodes']} evaluation tasks of task seed {report['eval_seed']} (the "
-        "tasks of `lora_ppo`'s tables for FlightPlanner and ToolBench; TraceRouting: "
-        "searched on its train split, scored on every query of its test split); 95% "
-        f"intervals over tasks ({scale['resamples']} resamples). Reproduce with "
-        f"`python -m experiments rules"
-        f"{'' if scale['name'] == 'default' else ' --scale ' + scale['name']}`.", ""]
-    names = {"chosen": "frozen rule", "top": "top-ranked", "open_loop": "best open-loop"}
-    for entry in report["envs"]:
-        rows, seen = {}, set()
-        for key, row in entry["rows"].items():
-            if row["label"] not in seen:  # the top rule is often the frozen one
-                rows[f"{names[key]}: {row['label']}"] = row
-                seen.add(row["label"])
-        chosen, top = entry["rows"]["chosen"]["training"], entry["rows"]["top"]["training"]
-        lines += [f"## {entry['env_id']}", "",
-                  f"{entry['candidates']} rules scored on training tasks; top mean return "
-                  f"{top['mean_return']:.4f} (standard error {top['stderr']:.4f}), the frozen "
-                  f"rule's {chosen['mean_return']:.4f}.", "", format_table(rows), ""]
-    return "\n".join(lines)
 
 
 def report(out: Path, scale: str = "default", jobs: int = 2, log: Any = print) -> list[Path]:

@@ -1,4 +1,4 @@
-"""BoPO's sweeps (:mod:`experiments.tune.runner`): its RL stage, and vanilla PPO, on one profile.
+"""BoPO's sweeps (:mod:`experiments.tune`): its RL stage, and vanilla PPO, on one profile.
 
 Both run on :data:`PROFILE` of AgenticRouting-v0 (AppWorld: the profile of the
 experiment's λ scan, where the cost weight was measured inert), as

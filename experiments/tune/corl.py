@@ -1,4 +1,4 @@
-"""CORL's sweeps (:mod:`experiments.tune.runner`): its shared PPO, and its per-tier adapters.
+"""CORL's sweeps (:mod:`experiments.tune`): its shared PPO, and its per-tier adapters.
 
 CORL's experiment (:mod:`experiments.corl.runner`) has two learned rows, so two methods:
 

@@ -1,4 +1,4 @@
-"""The tunable methods of :mod:`experiments.tune.runner`: search spaces, the papers' points, fits.
+"""The tunable methods of :mod:`experiments.tune`: search spaces, the papers' points, fits.
 
 Each :class:`~experiments.tune.space.Method` is a documented search space
 (:class:`~experiments.tune.space.Param`, each with why), the paper's configuration (always

@@ -73,9 +73,9 @@ import yaml
 from agents.files import write_files_atomic
 from agents.learners.training import configure_torch_threads
 from cost_envs.config import integer
-from experiments.shared.common import machine
 from experiments.tune.address import probe
 from experiments.tune.methods import METHODS, SWEEPS
+from experiments.tune.report import render
 
 #: Where the chosen configurations are committed.
 TUNED_DIR = Path(__file__).resolve().parents[1] / "tuned"
@@ -302,27 +302,6 @@ def sweep(env_id: str, method: str, budget: Budget, storage: Path, jobs: int = 2
         "trials": trials, "wall_time_seconds": round(wall, 1),
         **({"resumed_trials": resumed} if resumed else {}),
     }
-
-
-def render(record: Mapping[str, Any], scale: str, address: str | None) -> str:
-    """The results file of one sweep, as YAML with a header comment."""
-    from importlib.metadata import version
-
-    header = (f"# Tuned {record['label']} on {record['env_id']}: `python -m experiments tune "
-              f"--scale {scale}`{'' if address is None else f' --address {address}'}.\n"
-              "# Chosen: the trial with the best validation score; its configuration is "
-              "`chosen`.\n")
-    body = {**record, "scale": scale, "where": address or "local",
-            "machine": machine(),
-            "versions": {name: version(name) for name in ("ray", "optuna")}}
-    return header + yaml.dump(body, Dumper=_PlainDumper, sort_keys=False, width=100)
-
-
-class _PlainDumper(yaml.SafeDumper):
-    """YAML's safe dumper, writing a repeated value out again instead of an alias."""
-
-    def ignore_aliases(self, data: Any) -> bool:
-        return True
 
 
 def file_name(method: str, env_id: str) -> str:

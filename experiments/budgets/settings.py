@@ -1,0 +1,73 @@
+"""What the learning curves' runner and report both read: the learned rows and the scales."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from agents.learners.supervised import SupervisedConfig
+from cost_envs.config import integer
+
+
+@dataclass(frozen=True)
+class BudgetRow:
+    """A learned row: its training method, table label and ``train`` arguments."""
+
+    method: str
+    label: str
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+
+
+#: The Bayes reference as teacher, with two DAgger rounds (:mod:`agents.learners.dagger`).
+BAYES_DAGGER = SupervisedConfig(teacher="bayes", dagger_rounds=2)
+BUDGET_ROWS = {
+    "ppo": BudgetRow("ppo", "PPO"),
+    "ppo/autoregressive": BudgetRow("ppo", "PPO, autoregressive action head",
+                                    {"action_distribution": "autoregressive"}),
+    "lora-ppo": BudgetRow("lora-ppo", "LoRA-Guided PPO (greedy teacher, as in the paper)"),
+    "lora-ppo/bayes": BudgetRow("lora-ppo", "LoRA-Guided PPO, Bayes teacher + DAgger",
+                                {"supervised": BAYES_DAGGER}),
+    # issue #23's candidate "a lower entropy bonus" (experiments/ppo_entropy/runner.py)
+    "ppo/no-entropy": BudgetRow("ppo", "PPO, no entropy bonus", {"ppo": {"ent_coef": 0.0}}),
+}
+#: The envs whose curves are run by default, and their rows.
+BUDGET_ENVS = {"cost_envs/ToolBench-v0": ("ppo", "ppo/autoregressive", "lora-ppo",
+                                          "lora-ppo/bayes"),
+               "cost_envs/FlightPlanner-v1": ("ppo",)}
+
+
+@dataclass(frozen=True)
+class Scale:
+    """How far and how often: steps per run, seeds, checkpoints, evaluation tasks."""
+
+    name: str
+    timesteps: int
+    seeds: int
+    checkpoints: tuple[int, ...]
+    episodes: int = 400
+    n_envs: int = 16
+    resamples: int = 1000
+
+    def __post_init__(self) -> None:
+        for name in ("timesteps", "seeds", "episodes", "n_envs", "resamples"):
+            integer(getattr(self, name), f"Scale.{name}", minimum=1)
+
+
+SCALES = {
+    "smoke": Scale("smoke", 1024, 2, (0, 512), episodes=20, n_envs=4, resamples=100),
+    "default": Scale("default", 1_000_000, 5,
+                     (0, 25_000, 50_000, 100_000, 200_000, 400_000, 700_000)),
+}
+SCALES["full"] = SCALES["default"]  # the curves are the full scale already
+#: Envs whose default curve is longer: FlightPlanner-v1's PPO matched the one-turn rule
+#: only at about 2M steps (issue #23), and its gap to the rule is a few thousandths of
+#: return, so it is scored on 1000 tasks to resolve it.
+ENV_SCALES = {"cost_envs/FlightPlanner-v1": Scale(
+    "flight", 4_000_000, 5, (0, 250_000, 500_000, 1_000_000, 2_000_000, 3_000_000),
+    episodes=1000)}
+
+
+def scale_for(env_id: str, scale: Scale) -> Scale:
+    """``scale``, or the env's own longer one (:data:`ENV_SCALES`) at the default scale."""
+    return ENV_SCALES.get(env_id, scale) if scale is SCALES["default"] else scale
