@@ -337,10 +337,42 @@ def test_check_writable_creates_the_directory(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------ the layout
 def test_experiment_modules_are_small_and_documented() -> None:
-    for path in sorted((REPO / "experiments").glob("*.py")):
+    paths = sorted((REPO / "experiments").rglob("*.py"))
+    assert len(paths) > 40  # every package's modules, not only the top level's
+    for path in paths:
         source = path.read_text(encoding="utf-8")
-        assert code_lines(source) <= 500, path.name  # documentation does not count
-        assert ast.get_docstring(ast.parse(source)), path.name
+        name = str(path.relative_to(REPO))
+        assert code_lines(source) <= 500, name  # documentation does not count
+        assert ast.get_docstring(ast.parse(source)), name
+
+
+def _packages() -> list[Path]:
+    return sorted(path.parent for path in (REPO / "experiments").glob("*/__init__.py"))
+
+
+def test_each_experiment_package_has_a_runner_a_report_and_says_its_command() -> None:
+    # issue #36: one package per paper or study, its runner (whose ``report`` the command
+    # calls) apart from its rendering, and its __init__ naming what it writes and how
+    packages = [path for path in _packages() if path.name != "shared"]
+    assert {path.name for path in packages} >= {*command.EXPERIMENTS, *command.ON_REQUEST}
+    for package in packages:
+        runner = ast.parse((package / "runner.py").read_text(encoding="utf-8"))
+        assert "report" in {node.name for node in runner.body
+                            if isinstance(node, ast.FunctionDef)}, package.name
+        assert (package / "report.py").is_file(), package.name
+        docstring = ast.get_docstring(ast.parse((package / "__init__.py").read_text()))
+        assert docstring and "python -m experiments" in docstring, package.name
+        assert "Writes" in docstring or "writes" in docstring, package.name
+
+
+def test_the_experiments_readme_has_one_line_per_package() -> None:
+    lines = [line for line in (REPO / "experiments" / "README.md").read_text().splitlines()
+             if line.startswith("- `")]
+    named = sorted(line[3:].split("/", 1)[0] for line in lines)
+    assert named == sorted(path.name for path in _packages())  # each once, none missing
+    for line in lines:
+        if not line.startswith("- `shared/`"):
+            assert "`python -m experiments" in line, line
 
 
 def test_the_installed_packages_never_import_the_experiments() -> None:

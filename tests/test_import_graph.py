@@ -214,6 +214,41 @@ def test_no_circle_closed_by_a_function_level_import(graph) -> None:
                        "the lower module):\n" + "\n".join(found))
 
 
+def _experiments(graph: Graph) -> Graph:
+    """The graph of the ``experiments`` modules alone, with their edges among themselves."""
+    return {name: {target: kind for target, kind in edges.items()
+                   if target.split(".")[0] == "experiments"}
+            for name, edges in graph.items() if name.split(".")[0] == "experiments"}
+
+
+def test_no_circle_among_the_experiments_packages_modules(graph) -> None:
+    # issue #36: one package per paper or study; a runner, its report and its settings
+    # import downwards (runner -> report -> settings), and across packages only one way
+    within = _experiments(graph)
+    packages = {name.split(".")[1] for name in within if name.count(".") >= 1}
+    assert {"lora_ppo", "corl", "bopo", "traces", "rules", "tune", "shared"} <= packages
+    assert within["experiments.corl.runner"]["experiments.corl.report"] == MODULE
+    found = circles(within)
+    assert not found, "import circles among the experiments:\n" + "\n".join(found)
+
+
+def test_the_experiments_packages_import_nothing_when_imported(graph) -> None:
+    # The graph leaves out the implicit import of a module's parent packages, so a package
+    # whose __init__ imported its modules could close a circle unseen (and importing a
+    # package's settings would run its runner, torch and all): every __init__ is its
+    # docstring only (and the top one sets ATEN_CPU_CAPABILITY before torch).
+    inits = [name for name, (_, is_package) in module_files(REPO, ("experiments",)).items()
+             if is_package]
+    assert len(inits) > 10
+    assert {name: sorted(graph[name]) for name in inits if graph[name]} == {}
+
+
+def test_the_shared_plumbing_imports_no_experiment(graph) -> None:
+    for name, edges in _experiments(graph).items():
+        if name.startswith("experiments.shared"):
+            assert all(target.startswith("experiments.shared") for target in edges), name
+
+
 def _package(tmp_path: Path, files: Mapping[str, str]) -> Graph:
     for name, text in {"pkg/__init__.py": "", **files}.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
