@@ -52,8 +52,10 @@ def temporary_postgres(max_connections: int = 100) -> Iterator[str]:
         shutil.chown(root, "postgres", "postgres")
     pg_ctl = str(Path(initdb).with_name("pg_ctl"))
     try:
+        # --no-sync: a throwaway server (run with fsync=off) needs no flush of its files;
+        # initdb's took 4 of its 5 s here, and deleting the flushed files 3 s more at the end
         subprocess.run(_as_postgres([initdb, "-D", str(data), "-U", "postgres",
-                                     "--auth=trust", "-E", "UTF8"]),
+                                     "--auth=trust", "-E", "UTF8", "--no-sync"]),
                        check=True, capture_output=True, timeout=120)
         options = (f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off "
                    f"-c max_connections={max_connections}")
