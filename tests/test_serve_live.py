@@ -17,10 +17,13 @@ WEAK, STRONG = "mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview"
 
 @pytest.fixture(scope="module")
 def logs():
+    """The first 400 of the 1,319 queries, split in two: live and offline decisions are
+    compared one for one, so a live input that differs (the prompt, the weak answer, the
+    token count) shows on 200 as on 660 (the text features were most of the test's time)."""
     if not GSM8K.is_file():
         pytest.skip(f"{GSM8K} not found (RouteLLM's GSM8K logs, read in place)")
     data = load_traces(GSM8K, token_counter="approx")
-    return data.split(seed=0, test_fraction=0.5)
+    return data.subset(np.arange(400)).split(seed=0, test_fraction=0.5)
 
 
 @pytest.mark.parametrize("kind", sorted(ROUTERS))
