@@ -30,10 +30,13 @@ it every package may import :mod:`experiments.shared`, which imports none of the
 
 import os
 
-# Torch's vectorised kernels (AVX2, AVX-512) add in a different order on different CPUs, so
-# one seed trained to different numbers on two machines (BoPO's table: 37 of 400 episodes
-# apart on an Intel Xeon with AVX-512). With its scalar kernels the Xeon gave the other
-# machine's floats bit for bit, no slower for networks this small, so the committed results
-# are made with them (issue #36). Torch reads this once, when it is imported: here, before
-# any experiment imports it.
+# Training's floats differ between CPUs unless both of torch's CPU backends take one fixed
+# path: its own kernels (AVX2, AVX-512) add in a different order on different CPUs, and
+# so does MKL's matrix product. BoPO's committed cell, made on another CPU, came out 37 of
+# 400 episodes apart on an Intel Xeon with AVX-512 and bit for bit with torch's scalar
+# kernels; CORL's cells moved with MKL's path too. MKL_CBWR=COMPATIBLE is MKL's one
+# SSE2-only path for Intel and compatible CPUs (its conditional numerical
+# reproducibility); networks this small train about as fast either way. Both are read
+# once, when torch is imported: here, before any experiment imports it (issue #36).
 os.environ.setdefault("ATEN_CPU_CAPABILITY", "default")
+os.environ.setdefault("MKL_CBWR", "COMPATIBLE")

@@ -90,14 +90,15 @@ def machine() -> str:
 
 
 def torch_kernels() -> str:
-    """Which of torch's CPU kernels run: ``"torch kernels DEFAULT"`` (scalar) or wider.
+    """Which paths torch's CPU backends take: ``"torch kernels DEFAULT, MKL_CBWR COMPATIBLE"``.
 
-    The scalar kernels make training's floats the same on every x86 CPU
-    (:mod:`experiments` asks for them); the vectorised ones differ between CPUs.
+    Torch's scalar kernels and MKL's one SSE2 path make training's floats the same on x86
+    CPUs (:mod:`experiments` asks for both); the vectorised paths differ between CPUs.
     """
     import torch  # the capability is only known once torch has read its setting
 
-    return f"torch kernels {torch.backends.cpu.get_cpu_capability()}"
+    return (f"torch kernels {torch.backends.cpu.get_cpu_capability()}, "
+            f"MKL_CBWR {os.environ.get('MKL_CBWR', 'unset')}")
 
 
 def cpu_model() -> str:
