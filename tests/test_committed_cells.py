@@ -1,7 +1,8 @@
 """The committed results are what the code produces: one cheap cell of each experiment, rerun.
 
-Issue #36: the CORL tables once stopped reproducing when the learners' training paths
-changed (FastPPO's exact backward, FlatAdam) and nothing checked them. Here one cheap unit
+Issue #36: the committed CORL tables stopped reproducing (on one machine after the
+learners' training paths changed, on another with the very code that wrote them: the CPU's
+floats) and nothing checked them. Here one cheap unit
 of each experiment of ``make reproduce`` is run again at its committed scale and compared
 with the committed JSON bit for bit, as that JSON keeps it (per-episode scores to four
 decimals, ``experiments.shared.gaps.encode_scores``; a rule search's rows as written): a change
@@ -11,10 +12,10 @@ CORL's shared PPO and per-tier adapters (corl), the SFT warm start and BoPO's Ma
 (bopo); then the rule search (rules) and the routers on RouteLLM's logs (traces).
 
 Each cell runs in a fresh interpreter that imports :mod:`experiments` first, so torch
-starts with the scalar kernels the committed files were made with (``ATEN_CPU_CAPABILITY``
-is read once, at torch's import, and this test process may have imported torch already).
-Those kernels give the same floats on x86 CPUs of both vendors tried; a file that does not
-say it was made with them, or a machine that is not x86, skips with the reason.
+starts with the fixed paths the committed files were made with (torch's scalar kernels and
+MKL's one SSE2 branch, both read once, at torch's import; this test process may have
+imported torch already). A file that does not say it was made with them, or a machine that
+is not x86, skips with the reason.
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
 ROUTELLM = REPO.parent / "shared" / "data" / "routellm"
-#: What ``experiments.shared.common.machine()`` says of torch's scalar kernels.
-SCALAR_KERNELS = "torch kernels DEFAULT"
+#: What ``experiments.shared.common.machine()`` says of torch's scalar kernels and MKL's
+#: one path.
+FIXED_PATHS = "torch kernels DEFAULT, MKL_CBWR COMPATIBLE"
 
 pytestmark = pytest.mark.slow  # each cell trains a model or searches rules at its scale
 
@@ -46,9 +48,10 @@ def _committed(name: str) -> dict[str, Any]:
     if written_on is None:
         pytest.skip(f"{name} does not name the machine it was written on: regenerate it "
                     "with make reproduce")
-    if SCALAR_KERNELS not in written_on:
-        pytest.skip(f"{name} was written with torch's vectorised kernels ({written_on}), "
-                    "whose floats differ between CPUs: regenerate it with make reproduce")
+    if FIXED_PATHS not in written_on:
+        pytest.skip(f"{name} was written with torch's or MKL's vectorised paths "
+                    f"({written_on}), whose floats differ between CPUs: regenerate it with "
+                    "make reproduce")
     if platform.machine() not in ("x86_64", "AMD64") or "x86_64" not in written_on:
         pytest.skip(f"{name} was written on {written_on}; this is {platform.machine()}, "
                     "whose floats may differ")
@@ -57,7 +60,8 @@ def _committed(name: str) -> dict[str, Any]:
 
 def _rerun(code: str) -> Any:
     """Run ``code`` in a fresh interpreter (experiments imported first); its last line, JSON."""
-    environ = {**os.environ, "ATEN_CPU_CAPABILITY": "default", "OMP_NUM_THREADS": "1",
+    environ = {**os.environ, "ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE",
+               "OMP_NUM_THREADS": "1",
                "MKL_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     script = "import experiments, json\n" + textwrap.dedent(code)
     done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=environ,
