@@ -169,15 +169,30 @@ def test_links_name_files_of_the_repository(page: Path) -> None:
         assert (page.parent / path).exists(), f"{page_name(page)} links to missing {target}"
 
 
-def headline_table(text: str) -> str:
-    start = text.index("| env | best fixed row (evaluation tasks) |")
-    return text[start:text.index("\n\n", start)]
+def table_rows(text: str, header: str) -> dict[str, list[str]]:
+    """The rows of the table that starts with ``header``, by their first cell (the env)."""
+    start = text.index(header)
+    lines = text[start:text.index("\n\n", start)].splitlines()[2:]
+    return {cells[0]: cells[1:] for cells in
+            ([cell.strip() for cell in line.strip().strip("|").split(" | ")] for line in lines)}
 
 
-def test_readme_headline_table_is_the_results_page_table() -> None:
-    readme = headline_table(README.read_text(encoding="utf-8"))
-    assert readme == headline_table((DOCS / "results.md").read_text(encoding="utf-8"))
-    assert readme.count("\n") >= 8  # every env's row
+INTERVAL = re.compile(r"[-+]?\d+\.\d+ \[[-+]?\d+\.\d+, [-+]?\d+\.\d+\]")
+
+
+def test_readme_results_table_summarises_the_results_page_in_short_cells() -> None:
+    """The README's table: one short line per cell, every env of the results page in its
+    order, and every interval it quotes quoted by the results page's row of that env (where
+    the reasoning is), so the two cannot drift apart."""
+    readme = table_rows(README.read_text(encoding="utf-8"), "| env | best fixed row (return) |")
+    page = table_rows((DOCS / "results.md").read_text(encoding="utf-8"),
+                      "| env | best fixed row (evaluation tasks) |")
+    assert [env.split(" (")[0] for env in readme] == [env.split(" (")[0] for env in page]
+    assert len(readme) >= 7  # every env's row
+    for (env, cells), page_cells in zip(readme.items(), page.values(), strict=True):
+        assert all(len(cell) <= 100 for cell in cells), (env, [len(c) for c in cells])
+        for interval in INTERVAL.findall(" ".join(cells)):
+            assert interval in " ".join(page_cells), (env, interval)
 
 
 # ---------------------------------------------------------------- the price table snippet
