@@ -44,3 +44,14 @@ def test_env_arguments_refuses_an_id_without_an_entry_point() -> None:
     finally:
         gym.registry.pop("cost_envs_test/NoEntry-v0")
     assert "pool" in (env_arguments("cost_envs/ToolBench-v0") or ())
+
+
+def test_synthesize_sft_data_refuses_mismatched_inputs_and_other_action_spaces() -> None:
+    from agents.learners import bopo_sft
+
+    with pytest.raises(ValueError, match=r"^synthesize_sft_data: expected one boundary per "
+                                         r"task$"):
+        bopo_sft.synthesize_sft_data(gym.make("CartPole-v1"), [object()], [])
+    with pytest.raises(ValueError, match=r"^synthesize_sft_data: expected a flat MultiBinary "
+                                         r"action space .*got Discrete\(2\)$"):
+        bopo_sft.synthesize_sft_data(gym.make("CartPole-v1"), [], [])
