@@ -28,9 +28,16 @@ from experiments.tune import runner as tune
 REPO = Path(__file__).resolve().parents[1]
 CLUSTER = "ray://HOST:10001"
 
-if not os.environ.get("CI"):  # CI installs the tune extra (make install): never skip there
-    pytest.importorskip("ray.tune.search.optuna", reason="needs the tune extra")
-    pytest.importorskip("optuna", reason="needs the tune extra")
+@pytest.fixture(scope="module", autouse=True)
+def _tune_extra() -> None:
+    """Skip the module without the tune extra; CI installs it (make install): never there.
+
+    At the module's first test, not at its import: collecting it (every pytest-xdist
+    worker collects every module) then costs no import of Ray Tune.
+    """
+    if not os.environ.get("CI"):
+        pytest.importorskip("ray.tune.search.optuna", reason="needs the tune extra")
+        pytest.importorskip("optuna", reason="needs the tune extra")
 
 
 FILES = {method: tune.file_name(method, env_id) for method, env_id in methods.SWEEPS}
