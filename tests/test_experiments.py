@@ -108,7 +108,8 @@ def test_all_records_the_routing_wall_times_in_the_old_format(smoke_all) -> None
     lines = (out / "routing.md").read_text(encoding="utf-8").splitlines()
     assert lines[:2] == ["# Budget-aware routing benchmarks (issue #4)", ""]
     assert re.fullmatch(r"`python -m experiments all --scale smoke` on \S+ \S+, [^,]+(, AVX2|"
-                        r", AVX-512)?, \d+ logical CPUs, Python [\d.]+, one torch thread\.",
+                        r", AVX-512)?, \d+ logical CPUs, Python [\d.]+, torch kernels \S+, "
+                        r"MKL_CBWR \S+, one torch thread\.",
                         lines[2]), lines[2]
     assert lines[3:6] == ["", "| Part | Wall time |", "|---|---|"]
     assert re.fullmatch(r"\| corl \| \d+ s \|", lines[6])
