@@ -1,7 +1,11 @@
 """Budgets under load and a server killed mid-load: exact spend, no ledger row lost or doubled.
 
-The full-size run of issue #27 (2,000 requests from 64 clients) is ``slow``; the fast tier
-kills the server (SIGKILL) in the middle of a smaller load and restarts it.
+Both are ``slow`` (servers under load): the full-size run of issue #27 (2,000 requests
+from 64 clients), and a server killed (SIGKILL) in the middle of a smaller load and
+restarted (seconds of waiting for its calls and for its reservations to expire). The fast
+tier checks what a dead server leaves on the ledger itself (tests/test_serve_ledger.py: its
+call charged its worst case until the real cost is known, its request abandoned after the
+TTL, budgets exact under threads and processes).
 """
 
 from __future__ import annotations
@@ -113,6 +117,7 @@ def test_the_full_load_never_passes_a_budget(tmp_path: Path, upstream: str) -> N
     assert limit - sum(r["cost_micros"] for r in rows) < 16
 
 
+@pytest.mark.slow
 def test_a_server_killed_mid_load_loses_no_row_and_keeps_budgets_exact(
         tmp_path: Path, upstream: str) -> None:
     limit, port = 800, free_port()
