@@ -70,10 +70,11 @@ def test_the_task_queue_holds_no_tracked_objects_per_task(env_id: str) -> None:
 
 
 def test_vector_steps_with_redraws_trigger_almost_no_collections() -> None:
-    # 64 ToolBench envs in SyncVectorEnv, 1,500 batches: every env redraws its block
-    # about five times. Before: some 400 young collections (every draw allocated ~1,300
-    # tracked objects); now the steps and draws allocate next to none that outlive them.
-    n, batches = 64, 1500
+    # 16 ToolBench envs in SyncVectorEnv, 1,500 batches: every env redraws its block
+    # about five times. Before, every draw allocated ~1,300 tracked objects that outlived
+    # it (kept so by a draw, 78 young collections here, 315 with 64 envs); now the steps
+    # and draws allocate next to none that outlive them.
+    n, batches = 16, 1500
     env = gym.make_vec("cost_envs/ToolBench-v0", num_envs=n, vectorization_mode="sync")
     env.reset(seed=0)
     actions = np.random.default_rng(0).integers(0, 2, (batches, n, 8)).astype(np.int8)
