@@ -10,7 +10,7 @@ that never saw the bad action.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import gymnasium as gym
@@ -61,6 +61,27 @@ def _same(a: Any, b: Any) -> bool:
     return bool(np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True))
 
 
+@pytest.fixture(scope="module")
+def twins() -> Iterator[Callable[..., tuple[Any, Any]]]:
+    """``twins(key, make)``: two envs ``make`` builds, made once per key for the module.
+
+    Each test resets both with the same seed before it tries its action, so a test starts
+    from the same state on a pair made before as on a new one (the contract: the same
+    seed, the same trajectory); making them was most of each test's time.
+    """
+    made: dict[Any, tuple[Any, Any]] = {}
+
+    def twins(key: Any, make: Callable[[], Any]) -> tuple[Any, Any]:
+        if key not in made:
+            made[key] = (make(), make())
+        return made[key]
+
+    yield twins
+    for pair in made.values():
+        for env in pair:
+            env.close()
+
+
 def _refused(step: Callable[[Any], Any], action: Any, space: str) -> None:
     with pytest.raises(ValueError) as excinfo:
         step(action)
@@ -71,9 +92,9 @@ def _refused(step: Callable[[Any], Any], action: Any, space: str) -> None:
 @pytest.mark.parametrize("kind", list(MALFORMED))
 @pytest.mark.parametrize("env_id", IDS)
 @pytest.mark.parametrize("budget", [None, 0.05], ids=["free", "hard budget"])
-def test_a_single_env_refuses_it_and_steps_on_as_its_twin(env_id, kind, budget):
+def test_a_single_env_refuses_it_and_steps_on_as_its_twin(env_id, kind, budget, twins):
     kwargs = {} if budget is None else {"budget": budget}
-    env, twin = gym.make(env_id, **kwargs), gym.make(env_id, **kwargs)
+    env, twin = twins(("single", env_id, budget), lambda: gym.make(env_id, **kwargs))
     env.reset(seed=3)
     twin.reset(seed=3)
     m = env.action_space.n
@@ -86,13 +107,11 @@ def test_a_single_env_refuses_it_and_steps_on_as_its_twin(env_id, kind, budget):
 @pytest.mark.parametrize("kind", list(MALFORMED))
 @pytest.mark.parametrize("env_id", [env_id for env_id in VECTOR_IDS if env_id in IDS])
 @pytest.mark.parametrize("where", ["whole batch", "one row"])
-def test_a_batched_env_refuses_it_and_steps_on_as_its_twin(env_id, kind, where):
-    def make() -> gym.vector.VectorEnv:
-        env = gym.make_vec(env_id, num_envs=3, vectorization_mode="vector_entry_point")
-        env.reset(seed=3)
-        return env
-
-    env, twin = make(), make()
+def test_a_batched_env_refuses_it_and_steps_on_as_its_twin(env_id, kind, where, twins):
+    env, twin = twins(("batched", env_id), lambda: gym.make_vec(
+        env_id, num_envs=3, vectorization_mode="vector_entry_point"))
+    env.reset(seed=3)
+    twin.reset(seed=3)
     m = env.single_action_space.n
     bad = MALFORMED[kind](m)
     actions = bad if where == "whole batch" else [np.zeros(m, np.int8), np.ones(m, np.int8),
@@ -105,8 +124,8 @@ def test_a_batched_env_refuses_it_and_steps_on_as_its_twin(env_id, kind, where):
 
 @pytest.mark.parametrize("kind", list(MALFORMED))
 @pytest.mark.parametrize("env_id", sorted(MULTIAGENT_ENV_IDS))
-def test_a_multi_tenant_env_refuses_it_before_any_tenant_steps(env_id, kind):
-    env, twin = parallel_env(env_id), parallel_env(env_id)
+def test_a_multi_tenant_env_refuses_it_before_any_tenant_steps(env_id, kind, twins):
+    env, twin = twins(("multi-tenant", env_id), lambda: parallel_env(env_id))
     env.reset(seed=3)
     twin.reset(seed=3)
     m = env.action_space(env.agents[0]).n
