@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import copy
 import importlib
+import json
 import math
+import os
 import pickle
 import re
 import subprocess
@@ -412,14 +414,51 @@ def run_python(code: str, cwd: Any) -> None:
     assert result.returncode == 0, result.stderr
 
 
-def test_make_in_fresh_process(env_id: str, tmp_path: Any) -> None:
-    run_python(
-        "import gymnasium as gym\n"
-        f"env = gym.make('cost_envs:{env_id}')\n"
-        "env.reset(seed=0)\n"
-        "env.step(env.action_space.sample())\n",
-        tmp_path,
-    )
+#: Forks a child per id from a process that imported Gymnasium and not cost_envs: each
+#: child makes its id as a fresh process would (cost_envs imported and registered by
+#: ``gym.make("cost_envs:ID")`` itself), without a new interpreter's start each.
+FRESH = """
+import json, os, sys, traceback
+import gymnasium as gym
+assert "cost_envs" not in sys.modules
+out = {}
+for env_id in sys.argv[1:]:
+    read, write = os.pipe()
+    if os.fork() == 0:
+        os.close(read)
+        try:
+            env = gym.make(f"cost_envs:{env_id}")
+            env.reset(seed=0)
+            env.step(env.action_space.sample())
+            said = "made, reset and stepped"
+        except BaseException:
+            said = traceback.format_exc()
+        os.write(write, said.encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        out[env_id] = pipe.read().decode()
+    _, status = os.wait()
+    if status:
+        out[env_id] += f" (the child ended with wait status {status})"
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def made_in_fresh_processes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Each id's ``gym.make("cost_envs:ID")``, reset and step in a fresh process: what
+    each said ("made, reset and stepped", or its traceback)."""
+    # cwd away from the repo so the installed package is what gets imported
+    result = subprocess.run([sys.executable, "-c", FRESH, *ENV_IDS], capture_output=True,
+                            text=True, timeout=300, cwd=tmp_path_factory.mktemp("fresh"))
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="the fresh processes are forked")
+def test_make_in_fresh_process(env_id: str, made_in_fresh_processes: dict[str, str]) -> None:
+    assert made_in_fresh_processes[env_id] == "made, reset and stepped"
 
 
 def test_import_does_not_import_torch(tmp_path: Any) -> None:
