@@ -7,8 +7,6 @@ agents.cli serve``) run as processes on 127.0.0.1; the ledger is read from its S
 from __future__ import annotations
 
 import sqlite3
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +16,7 @@ import pytest
 import yaml
 from serve_load_client import run_load
 
+from agents import cli
 from agents.serve import LiveRouter
 from agents.serve.config import hash_key
 from agents.serve.processes import launched
@@ -60,9 +59,9 @@ class Served:
 def served(tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("serve")
     router = tmp / "demo"
-    subprocess.run([sys.executable, "-m", "agents.cli", "route", "train", "--data", str(TRACES),
-                    "--weak", "gpt-4.1-nano", "--strong", "gpt-4.1", "--save", str(router),
-                    "--resamples", "10"], check=True, capture_output=True, cwd=ROOT)
+    # the router file the command writes (in this process: the server is what runs apart)
+    assert cli.main(["route", "train", "--data", str(TRACES), "--weak", "gpt-4.1-nano",
+                     "--strong", "gpt-4.1", "--save", str(router), "--resamples", "10"]) == 0
     up_port, port = free_port(), free_port()
     upstream = f"http://127.0.0.1:{up_port}"
     models = [{"name": name, "base_url": f"{upstream}/v1", "input_price": p_in,
