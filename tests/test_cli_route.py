@@ -32,7 +32,9 @@ from cost_envs.traces import load_routerarena, load_traces, records_from_dataset
 
 ROOT = Path(agents.__file__).resolve().parents[1]
 WEAK, STRONG = "small", "large"
-RESAMPLES = "200"
+#: Bootstrap resamples of the scored runs: the tests compare the command's intervals with the
+#: library's on the same resamples, which hold for any number of them.
+RESAMPLES = "50"
 WORDS = ("apples", "trains", "percent", "fraction", "speed", "area", "ages", "coins")
 
 
@@ -117,15 +119,15 @@ def test_train_gives_the_in_process_numbers(logs, tmp_path, capsys, split_by):
     expected = score_routings(
         test, {"weak": single_model(test, WEAK), "strong": single_model(test, STRONG),
                "oracle": oracle_routing(test, costs[te])},
-        costs[te], strong=STRONG, split_by=split_by, n_resamples=200, seed=3)
+        costs[te], strong=STRONG, split_by=split_by, n_resamples=int(RESAMPLES), seed=3)
     matched = compare_with_random(test, {"router": decisions}, costs[te], strong=STRONG,
-                                  split_by=split_by, n_resamples=200, seed=3)["router"]
+                                  split_by=split_by, n_resamples=int(RESAMPLES), seed=3)["router"]
     expected.update({"router": matched, "random": matched["random_at_share"],
                      "random_at_cost": matched["random_at_cost"]})
     curves = curve_metrics(test, {"router": scores, "random": None,
                                   "oracle": oracle_scores(test.correct[:, 0], test.correct[:, 1])},
-                           WEAK, STRONG, costs[te], split_by=split_by, n_resamples=200, seed=3,
-                           reference="random")
+                           WEAK, STRONG, costs[te], split_by=split_by,
+                           n_resamples=int(RESAMPLES), seed=3, reference="random")
     for role in ("router", "random", "oracle"):
         assert rows[role]["accuracy"]["ci"] == pytest.approx(expected[role]["accuracy"]["ci"])
         assert rows[role]["aiq"]["value"] == pytest.approx(curves[role]["aiq"]["value"])
