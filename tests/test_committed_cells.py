@@ -156,10 +156,11 @@ def test_a_trace_routing_cell_is_the_committed_one() -> None:
     rerun = _rerun(f"""
         from pathlib import Path
         from experiments.traces import runner as traces
-        from experiments.traces.report import json_ready
+        from experiments.traces.report import json_ready, portable_sources
         path = sorted(Path({str(ROUTELLM / "mmlu")!r}).glob("mmlu_*.csv"))[0]
         data = traces.load_traces(path, token_counter=traces.TOKEN_COUNTER)
-        print(json.dumps(json_ready(traces._experiment(data, {first["n_resamples"]}, seed=0,
-                                                       cv=False, keep_curves=False))))
+        print(json.dumps(portable_sources(json_ready(traces._experiment(
+            data, {first["n_resamples"]}, seed=0, cv=False, keep_curves=False)),
+            Path({str(ROUTELLM.parent)!r}))))
     """)
     assert rerun == first

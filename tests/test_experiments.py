@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 import stat
@@ -98,6 +99,10 @@ def test_all_writes_every_table_and_figure(smoke_all) -> None:
         assert "| Router | APGR | CPT(50%) | CPT(80%) |" in traces
         assert (out / "trace_routing.png").read_bytes()[:8] == PNG_MAGIC
         assert (out / "trace_routing.svg").read_bytes().startswith(b"<?xml")
+        # the data's place differs per machine, so the JSON names it from the data root
+        payload = json.loads((out / "trace_routing.json").read_text(encoding="utf-8"))
+        assert payload["gsm8k"]["source"] == "routellm/gsm8k_responses.csv"
+        assert str(ROUTELLM.parent) not in json.dumps(payload)
     assert "## cost_envs/FlightPlanner-v1" in (out / "rule_search.md").read_text(encoding="utf-8")
     for path in out.iterdir():  # shareable like any result file
         assert stat.S_IMODE(path.stat().st_mode) == 0o644, path

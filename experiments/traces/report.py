@@ -377,6 +377,27 @@ def _heldout_lines(heldout: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def portable_sources(value: Any, data_root: Path) -> Any:
+    """``value`` with every ``source`` path written relative to ``data_root``.
+
+    The data lives outside the repository, at a different absolute path on every machine
+    (CI clones elsewhere), so a committed JSON names its files as ``routellm/...``.
+    """
+    if isinstance(value, Mapping):
+        return {k: (_relative(v, data_root) if k == "source" and isinstance(v, str)
+                    else portable_sources(v, data_root)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [portable_sources(v, data_root) for v in value]
+    return value
+
+
+def _relative(source: str, data_root: Path) -> str:
+    """``source`` (one path, or several joined by ``" + "``) with ``data_root/`` dropped."""
+    for root in {str(data_root), str(data_root.resolve())}:
+        source = source.replace(f"{root}{os.sep}", "")
+    return source
+
+
 def json_ready(value: Any) -> Any:
     """``value`` as JSON values: private (``_``) keys dropped, NaN and infinities as None."""
     if isinstance(value, Mapping):

@@ -54,7 +54,7 @@ from experiments.shared.common import machine
 from experiments.shared.figures import figure_files
 from experiments.traces.heldout import PROTOCOLS, by_cost, evaluate, has_answers
 from experiments.traces.multi import evaluate_multi
-from experiments.traces.report import figure, json_ready, markdown
+from experiments.traces.report import figure, json_ready, markdown, portable_sources
 
 SCALES = ("smoke", "default")
 GSM8K = "gsm8k_responses.csv"
@@ -334,12 +334,11 @@ def report(out_dir: Path, scale: str, data_dir: Path, arena_dir: Path | None = N
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     text = markdown(gsm, mmlu, robustness, env_rows, scale, n_resamples, seconds, env_cascade,
                     held_out, load)
-    payload = json_ready({"machine": machine(), "scale": scale, "n_resamples": n_resamples,
-                          "seconds": seconds,
-                           "heldout": held_out,
-                           "gsm8k": gsm, "gsm8k_other_splits": robustness, "mmlu": mmlu,
-                           "trace_routing_env": env_rows,
-                           "trace_routing_env_cascade_check": env_cascade})
+    payload = portable_sources(json_ready({
+        "machine": machine(), "scale": scale, "n_resamples": n_resamples, "seconds": seconds,
+        "heldout": held_out, "gsm8k": gsm, "gsm8k_other_splits": robustness, "mmlu": mmlu,
+        "trace_routing_env": env_rows, "trace_routing_env_cascade_check": env_cascade}),
+        data_dir.parent)
     # render everything first, so a rendering error leaves the old files untouched
     files: dict[str, str | bytes] = {
         **figure_files("trace_routing", figure(gsm)),
