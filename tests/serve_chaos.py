@@ -102,6 +102,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
+import local_http  # noqa: E402
 from postgres_server import (  # noqa: E402
     PostgresUnavailableError,
     fresh_database,
@@ -355,7 +356,7 @@ def client_worker(worker: int, clients: int, plan: list[Planned], urls: list[str
         while True:
             server_key = (server, request.key)
             if server_key not in made:
-                made[server_key] = openai.OpenAI(base_url=f"{urls[server]}/v1",
+                made[server_key] = local_http.openai_client(base_url=f"{urls[server]}/v1",
                                                  api_key=secrets[request.key], max_retries=0,
                                                  timeout=90.0)
             client = made[server_key]
@@ -434,7 +435,7 @@ def operator(urls: list[str], run: Run) -> None:
         time.sleep(0.25)
         for url in urls:
             try:
-                listed = httpx.get(f"{url}/admin/budgets", headers=admin, timeout=10).json()
+                listed = local_http.get(f"{url}/admin/budgets", headers=admin, timeout=10).json()
             except (httpx.HTTPError, ValueError):
                 continue
             blocked = {b["budget"] for b in listed.get("data", []) if b.get("blocked_by")}
@@ -448,7 +449,7 @@ def operator(urls: list[str], run: Run) -> None:
                 sent = time.time()
                 # lifted or not (a server killed meanwhile), it is recorded as sent
                 with contextlib.suppress(httpx.HTTPError):
-                    httpx.post(f"{url}/admin/budgets/unblock", json={"budget": budget},
+                    local_http.post(f"{url}/admin/budgets/unblock", json={"budget": budget},
                                headers=admin, timeout=10)
                 with run.lock:
                     run.unblocks.append((sent, time.time(), budget))
@@ -536,7 +537,7 @@ def run_chaos(storage: str = "sqlite", requests: int = 800, clients: int = 64, k
                 body["retry_after"] = 0.05
             if fault in ("lie", "overrun"):
                 body["factor"] = LIARS[model]
-            answer = httpx.post(f"{upstream}/control", json=body, timeout=10)
+            answer = local_http.post(f"{upstream}/control", json=body, timeout=10)
             answer.raise_for_status()
         for server in servers:
             server.start()
@@ -563,7 +564,7 @@ def run_chaos(storage: str = "sqlite", requests: int = 800, clients: int = 64, k
         time.sleep(TTL + 0.5)  # every server silent for longer than the TTL
         left = settle_leftovers(url)
         say(f"settled {left} reservations left by killed servers")
-        stats = httpx.get(f"{upstream}/stats", timeout=10).json()
+        stats = local_http.get(f"{upstream}/stats", timeout=10).json()
         ledger = read_ledger(url)
         report = check(storage, seed, plan_digest(plan), time.monotonic() - started, plan,
                        key_limits, org_limits, ledger, stats, run, kills, strict)

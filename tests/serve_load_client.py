@@ -13,6 +13,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
+import local_http
 import openai
 
 
@@ -43,8 +44,8 @@ def run_load(base_url: Callable[[int], str], requests: int, clients: int, *,
     lock = threading.Lock()
 
     def work(worker: int) -> None:
-        client = openai.OpenAI(base_url=f"{base_url(worker)}/v1", api_key=key, max_retries=0,
-                               timeout=timeout)
+        client = local_http.openai_client(base_url=f"{base_url(worker)}/v1", api_key=key,
+                                          max_retries=0, timeout=timeout)
         for i in range(worker, requests, clients):
             headers = {} if idempotency is None else {"Idempotency-Key": f"{idempotency}-{i}"}
             deadline = time.monotonic() + reconnect

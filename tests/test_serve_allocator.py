@@ -14,6 +14,7 @@ import sqlite3
 from pathlib import Path
 
 import gymnasium as gym
+import local_http
 import numpy as np
 import openai
 import pytest
@@ -105,7 +106,7 @@ def test_served_allocator_decides_as_in_the_env(saved: Path, env_test, tmp_path)
             launched(["-m", "agents.cli", "serve", "--config", str(tmp_path / "serve.yaml"),
                       "--port", str(port)], f"http://127.0.0.1:{port}/health", cwd=ROOT,
                      timeout=600):  # torch is imported first: slow on a loaded machine
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none",
+        client = local_http.openai_client(base_url=f"http://127.0.0.1:{port}/v1", api_key="none",
                                max_retries=0)
         assert "router-alloc" in {m.id for m in client.models.list()}
         for prompt, model in zip(prompts, expected, strict=True):

@@ -20,6 +20,7 @@ from collections import Counter
 from pathlib import Path
 
 import gymnasium as gym
+import local_http
 import numpy as np
 import openai
 import pytest
@@ -208,7 +209,7 @@ def test_the_routes_plan_the_envs_two_steps(saved: Path, episodes: list[dict]) -
 # (tests/test_serve_cascade.py::test_served_decisions_are_the_offline_cascades).
 @pytest.mark.slow
 def test_served_steps_and_answers_are_the_envs(served: dict, episodes: list[dict]) -> None:
-    client = openai.OpenAI(base_url=served["url"], api_key="sk-test", max_retries=0)
+    client = local_http.openai_client(base_url=served["url"], api_key="sk-test", max_retries=0)
     picked = _pick(episodes)
     assert len(picked) == 12
     for e in picked:
@@ -253,7 +254,7 @@ def test_served_steps_and_answers_are_the_envs(served: dict, episodes: list[dict
 @pytest.mark.slow
 def test_an_escalation_that_does_not_fit_keeps_the_first_answer(served: dict,
                                                                 episodes: list[dict]) -> None:
-    client = openai.OpenAI(base_url=served["url"], api_key="sk-test", max_retries=0)
+    client = local_http.openai_client(base_url=served["url"], api_key="sk-test", max_retries=0)
     e = next(p for p in _pick(episodes) if p["kind"] == "escalated 10")
     config = load_config(served["config"]).models
     bound = prompt_bound([{"role": "user", "content": e["prompt"]}])

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import local_http
 import openai
 import pytest
 import yaml
@@ -37,7 +38,8 @@ class Served:
     router: Path
 
     def client(self, key: str = "sk-test", **options: object) -> openai.OpenAI:
-        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=key, max_retries=0, **options)
+        return local_http.openai_client(base_url=f"{self.url}/v1", api_key=key, max_retries=0,
+                                        **options)
 
     def rows(self) -> list[dict]:
         with sqlite3.connect(self.db) as conn:
@@ -50,7 +52,7 @@ class Served:
                 "SELECT budget, spent_micros, reserved_micros FROM budget_usage")}
 
     def fault(self, model: str, fault: str, **more: object) -> None:
-        answer = httpx.post(f"{self.upstream}/control", json={"model": model, "fault": fault,
+        answer = local_http.post(f"{self.upstream}/control", json={"model": model, "fault": fault,
                                                               **more})
         assert answer.status_code == 200
 
@@ -156,7 +158,7 @@ def test_a_stream_is_charged_before_its_end_reaches_the_client(served: Served) -
     """At ``[DONE]`` (the connection still open) the stream's row is already settled."""
     for i in range(20):
         key = f"stream-end-{i}"
-        with httpx.stream("POST", f"{served.url}/v1/chat/completions", json={
+        with local_http.stream("POST", f"{served.url}/v1/chat/completions", json={
                 "model": "cheap", "stream": True, "max_tokens": 8,
                 "messages": [{"role": "user", "content": f"stream number {i}"}]},
                 headers={"Authorization": "Bearer sk-test", "Idempotency-Key": key}) as reply:
@@ -237,7 +239,7 @@ def test_bad_input_is_an_openai_shaped_4xx_naming_the_field(
         before = (len(served.rows()), served.usage())
         headers = {} if name == "no key" else {"Authorization": "Bearer sk-test"}
         content = b'{"model": "cheap", "messages": [{"role": "user", "content": "hi"}]'
-        answer = httpx.post(f"{served.url}/v1/chat/completions", headers=headers,
+        answer = local_http.post(f"{served.url}/v1/chat/completions", headers=headers,
                             content=content + (b"}" if name == "no key" else b""))
         assert answer.status_code == status and field in answer.json()["error"]["message"]
         assert (len(served.rows()), served.usage()) == before
@@ -300,7 +302,7 @@ def test_a_stream_the_client_leaves_is_settled(served: Served) -> None:
     served.fault("large", "none", latency=0.5)  # the answer comes after the client left
     body = {"model": "best", "stream": True, "max_tokens": 30,
             "messages": [{"role": "user", "content": "a stream nobody reads"}]}
-    with pytest.raises(httpx.ReadTimeout), httpx.stream(
+    with pytest.raises(httpx.ReadTimeout), local_http.stream(
             "POST", f"{served.url}/v1/chat/completions", json=body,
             headers={"Authorization": "Bearer sk-test"}, timeout=0.2) as answer:
         next(answer.iter_lines())

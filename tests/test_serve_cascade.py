@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import local_http
 import numpy as np
 import openai
 import pytest
@@ -47,7 +48,7 @@ class Served:
     answers: dict[tuple[str, str], str]  # (model, prompt) -> logged answer
 
     def client(self, key: str = "sk-test") -> openai.OpenAI:
-        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=key, max_retries=0)
+        return local_http.openai_client(base_url=f"{self.url}/v1", api_key=key, max_retries=0)
 
     def rows(self) -> dict[str, dict]:
         with sqlite3.connect(self.db) as conn:
@@ -60,7 +61,7 @@ class Served:
                 "SELECT budget, spent_micros, reserved_micros FROM budget_usage")}
 
     def fault(self, model: str, fault: str) -> None:
-        assert httpx.post(f"{self.upstream}/control",
+        assert local_http.post(f"{self.upstream}/control",
                           json={"model": model, "fault": fault}).status_code == 200
 
     def worst(self, model: str, prompt: str) -> int:

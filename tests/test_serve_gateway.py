@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import local_http
 import openai
 import pytest
 import uvicorn
@@ -51,13 +52,14 @@ class Gateway:
     clock: Clock
 
     def client(self, key: str, **options: object) -> openai.OpenAI:
-        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=key, max_retries=0, **options)
+        return local_http.openai_client(base_url=f"{self.url}/v1", api_key=key, max_retries=0,
+                                        **options)
 
     def admin(self, path: str, body: dict | None = None, key: str = ADMIN) -> httpx.Response:
         headers = {"Authorization": f"Bearer {key}"}
         if body is None:
-            return httpx.get(f"{self.url}{path}", headers=headers)
-        return httpx.post(f"{self.url}{path}", json=body, headers=headers)
+            return local_http.get(f"{self.url}{path}", headers=headers)
+        return local_http.post(f"{self.url}{path}", json=body, headers=headers)
 
 
 def _serve(app: object, port: int) -> tuple[uvicorn.Server, threading.Thread]:
@@ -154,12 +156,12 @@ def test_a_key_made_in_one_process_holds_in_another_within_the_cache_time(
     config = parse_config(_config(gateway.upstream, gateway.db), base=tmp_path)
     other, thread = _serve(create_app(config, clock=gateway.clock), port)
     try:
-        elsewhere = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-test",
-                                  max_retries=0)
+        elsewhere = local_http.openai_client(base_url=f"http://127.0.0.1:{port}/v1",
+                                             api_key="sk-test", max_retries=0)
         assert _ask(elsewhere) == "ok"
         secret = gateway.admin("/key/generate", {"name": "erin"}).json()["key"]
-        elsewhere = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=secret,
-                                  max_retries=0)
+        elsewhere = local_http.openai_client(base_url=f"http://127.0.0.1:{port}/v1",
+                                             api_key=secret, max_retries=0)
         deadline = time.monotonic() + CACHE_SECONDS + 2
         while _ask(elsewhere) != "ok":  # unknown there until its cache of the key lapses
             assert time.monotonic() < deadline
@@ -199,13 +201,13 @@ def test_rate_limits_answer_429_with_retry_after_until_the_minute_ends(
 
 
 def test_parallel_requests_past_the_limit_are_refused(gateway: Gateway) -> None:
-    httpx.post(f"{gateway.upstream}/control", json={"model": "small", "fault": "none",
+    local_http.post(f"{gateway.upstream}/control", json={"model": "small", "fault": "none",
                                                     "latency": 1.0})
     client = gateway.client("sk-narrow")
     with ThreadPoolExecutor(4) as pool:
         outcomes = sorted(pool.map(lambda i: _ask(client, f"at once {i}"), range(4)))
     assert outcomes == ["429", "429", "ok", "ok"]
-    httpx.post(f"{gateway.upstream}/control", json={"model": "small", "fault": "none",
+    local_http.post(f"{gateway.upstream}/control", json={"model": "small", "fault": "none",
                                                     "latency": 0.0})
     assert _ask(client) == "ok"  # the two answered: room again
 
@@ -275,12 +277,12 @@ def test_spend_is_reported_by_key_user_model_and_day_as_json_and_csv(
     assert {(r["user"], r["model"]) for r in rows} == {("user-a", "small"),
                                                        ("user-b", "small"), ("", "small")}
     # an API key reads its own spend only; the admin routes stay closed to it
-    own = httpx.get(f"{gateway.url}/spend/report?group_by=key",
+    own = local_http.get(f"{gateway.url}/spend/report?group_by=key",
                     headers={"Authorization": "Bearer sk-paced"}).json()["data"]
     assert [r["key"] for r in own] == ["paced"]
     bad = gateway.admin("/spend/report?group_by=team")
     assert bad.status_code == 400 and "team" in bad.json()["error"]["message"]
-    assert httpx.get(f"{gateway.url}/spend/report").status_code == 401
+    assert local_http.get(f"{gateway.url}/spend/report").status_code == 401
 
 
 def test_metrics_count_requests_spend_refusals_and_faults(gateway: Gateway) -> None:
@@ -290,10 +292,10 @@ def test_metrics_count_requests_spend_refusals_and_faults(gateway: Gateway) -> N
     assert _ask(gateway.client("sk-wrong")) == "401"
     gateway.clock.now = EVE + 15
     assert [_ask(gateway.client("sk-paced")) for _ in range(4)][-1] == "429"
-    httpx.post(f"{gateway.upstream}/control", json={"model": "small", "fault": "bad_json",
+    local_http.post(f"{gateway.upstream}/control", json={"model": "small", "fault": "bad_json",
                                                     "count": 1})
     assert _ask(gateway.client("sk-test")) == "502"
-    assert httpx.get(f"{gateway.url}/metrics").status_code == 401  # not opened: admin key
+    assert local_http.get(f"{gateway.url}/metrics").status_code == 401  # not opened: admin key
     text = gateway.admin("/metrics").text
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
                for family in text_string_to_metric_families(text) for s in family.samples}

@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
+import local_http
 import openai
 import pytest
 import yaml
@@ -76,7 +76,7 @@ def upstream() -> Iterator[str]:
 
 def _billed(upstream: str) -> int:
     """What the stand-in billed, micro-dollars (every call here is the loader key's)."""
-    prompt, completion, _ = httpx.get(f"{upstream}/stats").json()["billed"]["small"][""]
+    prompt, completion, _ = local_http.get(f"{upstream}/stats").json()["billed"]["small"][""]
     return math.ceil(round(PRICE_IN * prompt + PRICE_OUT * completion, 6))
 
 
@@ -111,7 +111,7 @@ def test_the_full_load_never_passes_a_budget(tmp_path: Path, upstream: str) -> N
                             clients=64, timeout=300, idempotency="load", reconnect=60)
     assert sum(outcomes.values()) == 2000 and set(outcomes) == {"ok", "402"}
     assert 700 <= outcomes["ok"] <= 1300
-    answered = httpx.get(f"{upstream}/stats").json()["answered"]["small"]
+    answered = local_http.get(f"{upstream}/stats").json()["answered"]["small"]
     rows = _check_exact(tmp_path / "ledger.db", limit, answered)
     assert answered == outcomes["ok"] == sum(r["outcome"] == "ok" for r in rows)
     assert limit - sum(r["cost_micros"] for r in rows) < 16
@@ -125,7 +125,7 @@ def test_a_server_killed_mid_load_loses_no_row_and_keeps_budgets_exact(
     url = f"http://127.0.0.1:{port}"
     done: dict[str, Counter] = {}
     # each call takes 0.3 s upstream: the 16 clients' calls are in flight at the kill
-    httpx.post(f"{upstream}/control", json={"model": "small", "fault": "none", "latency": 0.3})
+    local_http.post(f"{upstream}/control", json={"model": "small", "fault": "none", "latency": 0.3})
     with _serve(config, port) as first:
         loader = threading.Thread(target=lambda: done.setdefault("load", run_load(
             lambda worker: url, requests=200, clients=16, timeout=300, idempotency="load",
@@ -144,10 +144,10 @@ def test_a_server_killed_mid_load_loses_no_row_and_keeps_budgets_exact(
             loader.join(timeout=600)
             time.sleep(max(0.0, TTL + 0.5 - (time.monotonic() - killed_at)))
             # a request after the expiry releases what the killed server had reserved
-            openai.OpenAI(base_url=f"{url}/v1", api_key="sk-load", max_retries=0
+            local_http.openai_client(base_url=f"{url}/v1", api_key="sk-load", max_retries=0
                           ).models.list()
             try:
-                openai.OpenAI(base_url=f"{url}/v1", api_key="sk-load", max_retries=0
+                local_http.openai_client(base_url=f"{url}/v1", api_key="sk-load", max_retries=0
                               ).chat.completions.create(
                     model="small", max_tokens=1, messages=[{"role": "user", "content": "x"}])
             except openai.APIStatusError as err:
@@ -157,7 +157,7 @@ def test_a_server_killed_mid_load_loses_no_row_and_keeps_budgets_exact(
     # before its reservation expired; 502: after (the kept answer: outcome unknown)
     assert sum(outcomes.values()) == 200 and set(outcomes) <= {"ok", "402", "409", "502"}
     assert outcomes["ok"] > 0 and outcomes["402"] > 0  # the budget was reached after restart
-    answered = httpx.get(f"{upstream}/stats").json()["answered"]["small"]
+    answered = local_http.get(f"{upstream}/stats").json()["answered"]["small"]
     rows = _check_exact(tmp_path / "ledger.db", limit, answered)
     assert len({r["id"] for r in rows}) == len(rows)
     unknown = [r for r in rows if r["outcome"] == "unknown"]

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
+import local_http
 import openai
 import pytest
 import yaml
@@ -50,7 +50,8 @@ class Money:
     silent_port: int
 
     def client(self, key: str = "sk-test", **options: object) -> openai.OpenAI:
-        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=key, max_retries=0, **options)
+        return local_http.openai_client(base_url=f"{self.url}/v1", api_key=key, max_retries=0,
+                                        **options)
 
     def rows(self, **where: object) -> list[dict]:
         with sqlite3.connect(self.db) as conn:
@@ -65,13 +66,13 @@ class Money:
         return int(found[0] or 0), int(found[1] or 0)
 
     def fault(self, model: str, fault: str, **more: object) -> None:
-        answer = httpx.post(f"{self.upstream}/control", json={"model": model, "fault": fault,
+        answer = local_http.post(f"{self.upstream}/control", json={"model": model, "fault": fault,
                                                               **more})
         assert answer.status_code == 200, answer.text
 
     def billed(self, user: str) -> int:
         """What the upstream billed calls carrying ``user``, micro-dollars."""
-        stats = httpx.get(f"{self.upstream}/stats").json()["billed"]
+        stats = local_http.get(f"{self.upstream}/stats").json()["billed"]
         return sum(math.ceil(PRICES[m][0] * b[0] + PRICES[m][1] * b[1])
                    for m, users in stats.items() for u, b in users.items() if u == user)
 
@@ -195,11 +196,11 @@ def test_usage_above_the_reservation_is_charged_flagged_and_blocks_until_lifted(
         client.chat.completions.create(model="alone", messages=_chat("again"), max_tokens=10)
     assert err.value.status_code == 402
     admin = {"Authorization": f"Bearer {ADMIN}"}
-    listed = httpx.get(f"{money.url}/admin/budgets", headers=admin).json()["data"]
+    listed = local_http.get(f"{money.url}/admin/budgets", headers=admin).json()["data"]
     assert next(b for b in listed if b["budget"] == "key:liar")["blocked_by"] == row["id"]
-    assert httpx.post(f"{money.url}/admin/budgets/unblock", json={"budget": "key:liar"},
+    assert local_http.post(f"{money.url}/admin/budgets/unblock", json={"budget": "key:liar"},
                       headers={"Authorization": "Bearer sk-liar"}).status_code == 401
-    lifted = httpx.post(f"{money.url}/admin/budgets/unblock", json={"budget": "key:liar"},
+    lifted = local_http.post(f"{money.url}/admin/budgets/unblock", json={"budget": "key:liar"},
                         headers=admin)
     assert lifted.json()["was_blocked"] is True
     money.fault("large", "overrun", count=1, factor=5)  # ignores the completion bound
@@ -210,7 +211,8 @@ def test_usage_above_the_reservation_is_charged_flagged_and_blocks_until_lifted(
     assert money.spent("key:liar")[0] == money.billed("liar")  # every micro-dollar billed
     with pytest.raises(openai.APIStatusError, match="blocked"):
         client.chat.completions.create(model="alone", messages=_chat("x"), max_tokens=10)
-    httpx.post(f"{money.url}/admin/budgets/unblock", json={"budget": "key:liar"}, headers=admin)
+    local_http.post(f"{money.url}/admin/budgets/unblock", json={"budget": "key:liar"},
+                    headers=admin)
 
 
 @pytest.mark.parametrize("fault", ["bad_json", "bad_shape", "cut", "reset"])
@@ -232,10 +234,10 @@ def test_a_fault_with_no_fallback_is_an_openai_error_and_an_idempotent_retry_is_
     money.fault("large", "bad_json", count=1)
     headers = {"Authorization": "Bearer sk-test", "Idempotency-Key": "bad-json-1"}
     body = {"model": "alone", "messages": _chat("no fallback"), "max_tokens": 10}
-    first = httpx.post(f"{money.url}/v1/chat/completions", json=body, headers=headers)
+    first = local_http.post(f"{money.url}/v1/chat/completions", json=body, headers=headers)
     assert first.status_code == 502 and first.headers["x-should-retry"] == "false"
     assert first.json()["error"]["code"] == "upstream_failed"
-    again = httpx.post(f"{money.url}/v1/chat/completions", json=body, headers=headers)
+    again = local_http.post(f"{money.url}/v1/chat/completions", json=body, headers=headers)
     assert (again.status_code, again.json()) == (502, first.json())
     assert again.headers["x-cost-envs-replayed"] == "true"
     rows = money.rows(idempotency_key="tester|bad-json-1")
@@ -259,11 +261,11 @@ def test_a_stream_cut_mid_way_ends_with_an_error_event(money: Money) -> None:
     body = {"model": "alone", "messages": _chat("an idempotent stream to cut"),
             "max_tokens": 30, "stream": True}
     headers = {"Authorization": "Bearer sk-test", "Idempotency-Key": "cut-1"}
-    with httpx.stream("POST", f"{money.url}/v1/chat/completions", json=body,
+    with local_http.stream("POST", f"{money.url}/v1/chat/completions", json=body,
                       headers=headers) as first:
         events = [line for line in first.iter_lines() if line.startswith("data:")]
     assert '"error"' in events[-1] and "[DONE]" not in events[-1]
-    again = httpx.post(f"{money.url}/v1/chat/completions", json=body, headers=headers)
+    again = local_http.post(f"{money.url}/v1/chat/completions", json=body, headers=headers)
     assert again.status_code == 502
     assert again.json()["error"]["code"] == "upstream_stream_failed"
     assert len(money.rows(idempotency_key="tester|cut-1")) == 1
@@ -332,12 +334,12 @@ def test_the_request_budget_holds_across_fallbacks(money: Money) -> None:
 
 
 def test_a_timed_out_call_is_charged_its_worst_case_and_not_sent_again(money: Money) -> None:
-    calls = httpx.get(f"{money.upstream}/stats").json()["calls"].get("small", 0)
+    calls = local_http.get(f"{money.upstream}/stats").json()["calls"].get("small", 0)
     money.fault("small", "timeout", count=1)  # the model's timeout is 3 s
     answer = money.client().chat.completions.create(model="cheap", max_tokens=5,
                                                     messages=_chat("too slow"))
     assert answer.model == "medium"  # the fallback, not a second try of the same call
-    assert httpx.get(f"{money.upstream}/stats").json()["calls"]["small"] == calls + 1
+    assert local_http.get(f"{money.upstream}/stats").json()["calls"]["small"] == calls + 1
     row = money.rows(prompt="too slow", model="small")[0]
     assert row["outcome"] == "upstream_unknown"
     assert row["cost_micros"] == row["reserved_micros"] > 0
@@ -366,7 +368,7 @@ def test_a_silent_upstream_is_charged_its_worst_case(money: Money) -> None:
 def test_a_malformed_request_is_an_openai_shaped_400_charged_nothing(
         money: Money, name: str, body: bytes) -> None:
     before = len(money.rows())
-    answer = httpx.post(f"{money.url}/v1/chat/completions", content=body,
+    answer = local_http.post(f"{money.url}/v1/chat/completions", content=body,
                         headers={"Authorization": "Bearer sk-test"})
     assert answer.status_code == 400, (name, answer.text)
     assert set(answer.json()["error"]) == {"message", "type", "param", "code"}
@@ -376,16 +378,16 @@ def test_a_malformed_request_is_an_openai_shaped_400_charged_nothing(
 def test_every_route_needs_a_key_and_unknown_ones_answer_in_openai_shape(
         money: Money) -> None:
     for path in ("/v1/models",):
-        assert httpx.get(f"{money.url}{path}").status_code == 401
-        assert httpx.get(f"{money.url}{path}",
+        assert local_http.get(f"{money.url}{path}").status_code == 401
+        assert local_http.get(f"{money.url}{path}",
                          headers={"Authorization": "Bearer sk-test"}).status_code == 200
     for path in ("/docs", "/openapi.json", "/v1/nothing", "/redoc"):
-        answer = httpx.get(f"{money.url}{path}", headers={"Authorization": "Bearer sk-test"})
+        answer = local_http.get(f"{money.url}{path}", headers={"Authorization": "Bearer sk-test"})
         assert answer.status_code == 404
         assert answer.json()["error"]["code"] == "not_found" and path in answer.text
-    wrong = httpx.get(f"{money.url}/v1/chat/completions")
+    wrong = local_http.get(f"{money.url}/v1/chat/completions")
     assert wrong.status_code == 405 and wrong.json()["error"]["code"] == "method_not_allowed"
-    assert httpx.get(f"{money.url}/health").status_code == 200  # opened by default
+    assert local_http.get(f"{money.url}/health").status_code == 200  # opened by default
 
 
 def test_an_oversized_body_is_refused_before_it_is_all_sent(money: Money) -> None:
@@ -421,7 +423,7 @@ def test_an_oversized_body_is_refused_before_it_is_all_sent(money: Money) -> Non
 def test_export_writes_the_documented_query_ids(money: Money, tmp_path: Path) -> None:
     answer = money.client().chat.completions.create(model="alone", max_tokens=5,
                                                     messages=_chat("score me"))
-    assert httpx.post(f"{money.url}/v1/feedback", json={"id": answer.id, "score": 1.0},
+    assert local_http.post(f"{money.url}/v1/feedback", json={"id": answer.id, "score": 1.0},
                       headers={"Authorization": "Bearer sk-test"}).status_code == 200
     from agents.serve.export import export_traces
     from agents.serve.ledger import Ledger

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
+import local_http
 import pytest
 import yaml
 from postgres_server import PostgresUnavailableError, fresh_database, temporary_postgres
@@ -99,7 +99,7 @@ def test_two_servers_starting_at_once_on_a_fresh_database_both_serve(
             for server, port in zip(servers, ports, strict=True):
                 wait_until_up(f"http://127.0.0.1:{port}/health", server)
             for port in ports:
-                answer = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", timeout=60,
+                answer = local_http.post(f"http://127.0.0.1:{port}/v1/chat/completions", timeout=60,
                                     json={"model": "small", "max_tokens": 4,
                                           "messages": [{"role": "user", "content": "hi"}]})
                 assert answer.status_code == 200, answer.text
@@ -205,7 +205,7 @@ def test_two_servers_sharing_one_database_keep_the_budget_exact(
                           str(ports[1])], f"http://127.0.0.1:{ports[1]}/health"):
             outcomes = run_load(lambda worker: f"http://127.0.0.1:{ports[worker % 2]}",
                                 requests=200, clients=16)
-        answered = httpx.get(f"{upstream}/stats").json()["answered"]["small"]
+        answered = local_http.get(f"{upstream}/stats").json()["answered"]["small"]
     assert sum(outcomes.values()) == 200 and set(outcomes) == {"ok", "402"}
     ledger = Ledger(open_storage(postgres_url), [])
     rows = ledger.requests()

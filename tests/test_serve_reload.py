@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import httpx
-import openai
+import local_http
 import pytest
 import yaml
 
@@ -72,14 +72,14 @@ def served(server, router) -> tuple[str, str, Path]:
 
 
 def _decisions(url: str) -> list[str]:
-    client = openai.OpenAI(base_url=f"{url}/v1", api_key="sk-user", max_retries=0)
+    client = local_http.openai_client(base_url=f"{url}/v1", api_key="sk-user", max_retries=0)
     return [client.chat.completions.create(model="router-demo", max_tokens=2, messages=[
         {"role": "user", "content": p}]).model for p in PROMPTS]
 
 
 def _reload(url: str, key: str | None = ADMIN) -> httpx.Response:
     headers = {} if key is None else {"Authorization": f"Bearer {key}"}
-    return httpx.post(f"{url}/admin/reload", headers=headers, timeout=60)
+    return local_http.post(f"{url}/admin/reload", headers=headers, timeout=60)
 
 
 def test_the_admin_key_reloads_and_in_flight_requests_finish_on_the_old_router(
@@ -88,17 +88,17 @@ def test_the_admin_key_reloads_and_in_flight_requests_finish_on_the_old_router(
     assert _decisions(url) == ["small"] * 3
     save_router(path, router, 0.0)  # retrained in place: every prompt to the strong model
     assert _decisions(url) == ["small"] * 3  # nothing reloads by itself
-    httpx.post(f"{upstream}/control", json={"model": "small", "fault": "none", "latency": 2.0})
-    before = httpx.get(f"{upstream}/stats").json()["calls"].get("small", 0)
+    local_http.post(f"{upstream}/control", json={"model": "small", "fault": "none", "latency": 2.0})
+    before = local_http.get(f"{upstream}/stats").json()["calls"].get("small", 0)
     slow: dict[str, str] = {}
-    in_flight = threading.Thread(target=lambda: slow.setdefault("model", openai.OpenAI(
+    in_flight = threading.Thread(target=lambda: slow.setdefault("model", local_http.openai_client(
         base_url=f"{url}/v1", api_key="sk-user", max_retries=0).chat.completions.create(
         model="router-demo", max_tokens=2,
         messages=[{"role": "user", "content": PROMPTS[0]}]).model))
     in_flight.start()
     try:
         deadline = time.monotonic() + 60
-        while (httpx.get(f"{upstream}/stats").json()["calls"].get("small", 0) == before
+        while (local_http.get(f"{upstream}/stats").json()["calls"].get("small", 0) == before
                and time.monotonic() < deadline):  # until it was routed and is upstream
             time.sleep(0.02)
         answer = _reload(url)  # while that request waits on the old router's choice
@@ -108,7 +108,7 @@ def test_the_admin_key_reloads_and_in_flight_requests_finish_on_the_old_router(
         assert offline == ["large"] * 3 and _decisions(url) == offline
     finally:
         in_flight.join(timeout=60)
-        httpx.post(f"{upstream}/control", json={"model": "small", "fault": "none",
+        local_http.post(f"{upstream}/control", json={"model": "small", "fault": "none",
                                                 "latency": 0.0})
     assert slow["model"] == "small"  # routed before the swap, answered after it
 

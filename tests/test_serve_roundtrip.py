@@ -15,9 +15,8 @@ import time
 from pathlib import Path
 
 import gymnasium as gym
-import httpx
+import local_http
 import numpy as np
-import openai
 import pytest
 import yaml
 
@@ -66,19 +65,19 @@ def test_served_calls_export_replay_retrain_and_reload(tmp_path: Path) -> None:
                    "--models", "small,large"], f"{upstream}/v1/models"), \
             launched(["-m", "agents.cli", "serve", "--config", str(path), "--port", str(port)],
                      f"{url}/health", cwd=ROOT) as server:
-        client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
+        client = local_http.openai_client(base_url=f"{url}/v1", api_key="none", max_retries=0)
         for prompt in prompts:  # each prompt on both models, scored by the client
             for model in ("small", "large"):
                 answer = client.chat.completions.create(
                     model=model, max_tokens=16, messages=[{"role": "user", "content": prompt}])
                 # the small model is right on the short prompts only: a signal to learn
                 score = 1.0 if model == "large" or len(prompt) < short else 0.0
-                posted = httpx.post(f"{url}/v1/feedback", json={"id": answer.id,
+                posted = local_http.post(f"{url}/v1/feedback", json={"id": answer.id,
                                                                 "score": score})
                 assert posted.status_code == 200, posted.text
-        bad = httpx.post(f"{url}/v1/feedback", json={"id": "chatcmpl-nope", "score": 1})
+        bad = local_http.post(f"{url}/v1/feedback", json={"id": "chatcmpl-nope", "score": 1})
         assert bad.status_code == 404 and bad.json()["error"]["param"] == "id"
-        bad = httpx.post(f"{url}/v1/feedback", json={"id": answer.id, "score": 2})
+        bad = local_http.post(f"{url}/v1/feedback", json={"id": answer.id, "score": 2})
         assert bad.status_code == 400 and "score: expected a number in [0, 1]" in bad.text
 
         out = tmp_path / "live.jsonl"

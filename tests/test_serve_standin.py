@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import httpx
+import local_http
 import openai
 import pytest
 
@@ -21,7 +21,7 @@ def standin():
 
 
 def test_the_openai_client_reads_answers_and_streams(standin: str) -> None:
-    client = openai.OpenAI(base_url=f"{standin}/v1", api_key="x", max_retries=0)
+    client = local_http.openai_client(base_url=f"{standin}/v1", api_key="x", max_retries=0)
     assert [m.id for m in client.models.list()] == ["small", "large"]
     messages = [{"role": "user", "content": "two plus two is what"}]
     answer = client.chat.completions.create(model="small", messages=messages, max_tokens=5)
@@ -37,19 +37,19 @@ def test_the_openai_client_reads_answers_and_streams(standin: str) -> None:
 
 
 def test_faults_are_injected_and_counted(standin: str) -> None:
-    client = openai.OpenAI(base_url=f"{standin}/v1", api_key="x", max_retries=0)
+    client = local_http.openai_client(base_url=f"{standin}/v1", api_key="x", max_retries=0)
     messages = [{"role": "user", "content": "hi"}]
     with pytest.raises(openai.InternalServerError):
         client.chat.completions.create(model="large", messages=messages)
-    assert httpx.post(f"{standin}/control", json={"model": "large", "fault": "429",
+    assert local_http.post(f"{standin}/control", json={"model": "large", "fault": "429",
                                                   "count": 1}).status_code == 200
     with pytest.raises(openai.RateLimitError):
         client.chat.completions.create(model="large", messages=messages)
     client.chat.completions.create(model="large", messages=messages)  # the count is spent
-    httpx.post(f"{standin}/control", json={"model": "small", "fault": "timeout", "count": 1})
+    local_http.post(f"{standin}/control", json={"model": "small", "fault": "timeout", "count": 1})
     with pytest.raises(openai.APITimeoutError):
         client.with_options(timeout=0.5).chat.completions.create(model="small", messages=messages)
-    stats = httpx.get(f"{standin}/stats").json()
+    stats = local_http.get(f"{standin}/stats").json()
     assert stats["calls"]["large"] == 3 and stats["answered"]["large"] == 1
-    bad = httpx.post(f"{standin}/control", json={"model": "large", "fault": "fire"})
+    bad = local_http.post(f"{standin}/control", json={"model": "large", "fault": "fire"})
     assert bad.status_code == 400 and "fault: expected one of" in bad.json()["error"]["message"]
