@@ -18,14 +18,20 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
+# How the tests run: one thread per process, and bytecode written (into the git-ignored
+# __pycache__/) even where the environment sets PYTHONDONTWRITEBYTECODE, since every
+# pytest-xdist worker and each of the ~100 interpreters the tests start (CLI, servers)
+# would otherwise compile the packages and the test modules from source again.
+TEST_ENV := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONDONTWRITEBYTECODE=
+
 # The fast tier: everything but the tests marked slow (tests/conftest.py says which), one
 # pytest-xdist worker per core (a module's tests stay on one worker: its fixtures run once).
 test: lint
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -q -m "not slow" -n auto --dist loadscope
+	$(TEST_ENV) $(BIN)/python -m pytest -q -m "not slow" -n auto --dist loadscope
 
 # The whole suite, what CI runs (.ci/run).
 test-all: lint
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -q -n auto --dist loadscope
+	$(TEST_ENV) $(BIN)/python -m pytest -q -n auto --dist loadscope
 
 # The documentation site (mkdocs.yml, docs/) into the git-ignored site/: --strict turns every
 # warning (a broken link, anchor or API reference, a page missing from the nav) into an error.

@@ -2,12 +2,13 @@
 
 Usage: ``python benchmarks/test_tiers.py [--all] [--output FILE.md]``
 
-Runs the fast tier as ``make test`` runs it (``pytest -m "not slow" -n auto --dist
-loadscope``, ruff and mypy left out: ``make lint`` times them), and with ``--all`` the
-whole suite as ``make test-all`` does, each in a child process, and writes one line per
-tier: tests passed, wall time, CPU time of the child processes (every pytest-xdist worker
-counted) and the machine. Run it on an idle machine: other work moves the wall time, the
-CPU time much less.
+Clones the repository's ``HEAD`` beside it (so that ``../shared`` is the same data) and runs
+``make lint``, ``make test`` and, with ``--all``, ``make test-all`` there twice, with this
+checkout's venv: the first run is a fresh clone's (no ``__pycache__``: every module is
+compiled, and the bytecode written), the second what a developer meets after that. One
+line per run: what pytest printed, wall time and CPU time of the child processes (every
+pytest-xdist worker and every interpreter the tests start). Run it on an idle machine:
+other work moves the wall time, the CPU time much less.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ import argparse
 import os
 import re
 import resource
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -26,46 +29,59 @@ sys.path.insert(0, str(ROOT))
 
 from experiments.shared.common import machine  # noqa: E402
 
-TIERS = {"fast (`make test`)": ["-m", "not slow"], "all (`make test-all`)": []}
 
-
-def run_tier(marks: list[str]) -> tuple[str, float, float]:
-    """``(pytest's summary line, wall seconds, CPU seconds of the children)``."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+def run_make(target: str, clone: Path, venv: Path) -> tuple[str, float, float]:
+    """``(pytest's summary line or "ok", wall seconds, CPU seconds of the children)``."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           *marks, "-n", "auto", "--dist", "loadscope"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, check=False)
+    # -o install: the venv is this checkout's, installed already (its editable install
+    # points here); PYTHONPATH makes every interpreter the tests start import the clone
+    env = {**os.environ, "PYTHONPATH": str(clone)}
+    done = subprocess.run(["make", "-o", "install", target, f"VENV={venv}"], cwd=clone,
+                          env=env, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     summary = next((line for line in reversed(done.stdout.splitlines())
-                    if re.search(r"\d+ (passed|failed)", line)), "no summary")
+                    if re.search(r"\d+ (passed|failed)", line)), "ok")
     if done.returncode != 0:
         failed = [line for line in done.stdout.splitlines()
                   if line.startswith(("FAILED", "ERROR"))]
-        raise SystemExit(f"pytest {' '.join(marks)} failed: {summary}\n" + "\n".join(failed))
+        raise SystemExit(f"make {target} failed: {summary}\n" + "\n".join(failed)
+                         + done.stderr[-2000:])
     return summary.strip("= "), wall, cpu
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Time the tiers and print (or write) the table."""
+    """Time the tiers in a fresh clone and print (or write) the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--all", action="store_true", help="also time the whole suite")
     parser.add_argument("--output", type=Path, help="write the table here (Markdown)")
     args = parser.parse_args(argv)
+    venv = ROOT / ".venv"
+    if not (venv / "bin" / "python").is_file():
+        raise SystemExit(f"no venv at {venv}: run make install first")
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=True,
+                            capture_output=True, text=True).stdout.strip()
+    targets = ["lint", "test", *(["test-all"] if args.all else [])]
     rows = []
-    for name, marks in TIERS.items():
-        if marks or args.all:
-            summary, wall, cpu = run_tier(marks)
-            rows.append(f"| {name} | {summary} | {wall:.0f} | {cpu:.0f} |")
+    clone = Path(tempfile.mkdtemp(prefix="tiers-", dir=ROOT.parent)) / "clone"
+    try:
+        subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
+        for run in ("fresh clone", "again"):
+            for target in targets:
+                summary, wall, cpu = run_make(target, clone, venv)
+                rows.append(f"| `make {target}` | {run} | {summary} | {wall:.0f} | {cpu:.0f} |")
+    finally:
+        shutil.rmtree(clone.parent, ignore_errors=True)
     text = "\n".join([
         "# How long the test tiers take (issue #36)", "",
-        f"`python benchmarks/test_tiers.py{' --all' if args.all else ''}` on {machine()}, "
-        f"{os.cpu_count()} pytest-xdist workers (`-n auto --dist loadscope`), lint not "
-        "included. Wall and CPU seconds; CPU counts every worker.", "",
-        "| tier | pytest | wall (s) | CPU (s) |", "| --- | --- | ---: | ---: |", *rows, ""])
+        f"`python benchmarks/test_tiers.py{' --all' if args.all else ''}` at {commit} on "
+        f"{machine()}, {os.cpu_count()} pytest-xdist workers. `make test` runs `make lint` "
+        "first, so its times include the lint row's. Wall and CPU seconds; CPU counts every "
+        "process.", "",
+        "| command | run | pytest | wall (s) | CPU (s) |", "| --- | --- | --- | ---: | ---: |",
+        *rows, ""])
     if args.output:
         args.output.write_text(text)
     print(text)
