@@ -30,6 +30,7 @@ must then be in it.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -229,8 +230,13 @@ class PriceTable(FileTable):
             raise ValueError(f"{source}: {err}") from None
 
 
+@functools.cache
 def default_price_table() -> PriceTable:
-    """The packaged table (``cost_envs/data/prices.yaml``)."""
+    """The packaged table (``cost_envs/data/prices.yaml``), parsed once per process.
+
+    Every env that bills by tokens asks for it, and parsing the YAML costs milliseconds
+    per env; the table is frozen, so one shared instance is safe.
+    """
     source = "cost_envs/data/prices.yaml"
     content = resources.files("cost_envs").joinpath("data/prices.yaml").read_text(encoding="utf-8")
     return PriceTable.from_dict(parse_config_text(content, source, "yaml"), source=source,

@@ -80,6 +80,16 @@ def test_packaged_table_prices_the_expert_routing_models() -> None:
     assert default_price_table() == table  # a pure function of the packaged file
 
 
+def test_packaged_table_is_parsed_once_and_cannot_be_changed_by_one_env() -> None:
+    # every token-billed env asks for it; one shared, frozen instance
+    table = default_price_table()
+    assert default_price_table() is table
+    with pytest.raises(AttributeError):
+        table.models = ()  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        table["o3"].input = 0.0  # type: ignore[misc]
+
+
 def test_module_docstring_yaml_example_loads(tmp_path: Path) -> None:
     # the schema example users copy: comments after values, an unquoted date
     example = cost_envs.prices.__doc__.split("::", 1)[1].split("Unknown keys", 1)[0]
