@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import platform
 import re
 import resource
 import shutil
@@ -25,9 +26,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+#: The environment the tiers run in: taken before :mod:`experiments` is imported, since it
+#: pins torch's and MKL's slowest kernels for the experiments (not for the tests).
+ENVIRON = dict(os.environ)
 sys.path.insert(0, str(ROOT))
 
-from experiments.shared.common import machine  # noqa: E402
+from experiments.shared.common import cpu_model  # noqa: E402
 
 
 def run_make(target: str, clone: Path, venv: Path) -> tuple[str, float, float]:
@@ -36,7 +40,7 @@ def run_make(target: str, clone: Path, venv: Path) -> tuple[str, float, float]:
     start = time.perf_counter()
     # -o install: the venv is this checkout's, installed already (its editable install
     # points here); PYTHONPATH makes every interpreter the tests start import the clone
-    env = {**os.environ, "PYTHONPATH": str(clone)}
+    env = {**ENVIRON, "PYTHONPATH": str(clone)}
     done = subprocess.run(["make", "-o", "install", target, f"VENV={venv}"], cwd=clone,
                           env=env, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - start
@@ -65,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
                             capture_output=True, text=True).stdout.strip()
     targets = ["lint", "test", *(["test-all"] if args.all else [])]
     rows = []
-    clone = Path(tempfile.mkdtemp(prefix="tiers-", dir=ROOT.parent)) / "clone"
+    # beside this checkout, so that the tests find ../shared's data as here
+    clone = Path(tempfile.mkdtemp(prefix="tiers-", dir=ROOT.parent))
     try:
         subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
         for run in ("fresh clone", "again"):
@@ -73,13 +78,14 @@ def main(argv: list[str] | None = None) -> int:
                 summary, wall, cpu = run_make(target, clone, venv)
                 rows.append(f"| `make {target}` | {run} | {summary} | {wall:.0f} | {cpu:.0f} |")
     finally:
-        shutil.rmtree(clone.parent, ignore_errors=True)
+        shutil.rmtree(clone, ignore_errors=True)
     text = "\n".join([
         "# How long the test tiers take (issue #36)", "",
         f"`python benchmarks/test_tiers.py{' --all' if args.all else ''}` at {commit} on "
-        f"{machine()}, {os.cpu_count()} pytest-xdist workers. `make test` runs `make lint` "
-        "first, so its times include the lint row's. Wall and CPU seconds; CPU counts every "
-        "process.", "",
+        f"{platform.system()} {platform.machine()}, {cpu_model()}, {os.cpu_count()} logical "
+        f"CPUs, Python {platform.python_version()}, {os.cpu_count()} pytest-xdist workers. "
+        "`make test` runs `make lint` first, so its times include the lint row's. Wall and "
+        "CPU seconds; CPU counts every process.", "",
         "| command | run | pytest | wall (s) | CPU (s) |", "| --- | --- | --- | ---: | ---: |",
         *rows, ""])
     if args.output:
