@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import pickle
@@ -28,7 +30,7 @@ from agents.routers.evaluation import (
 )
 from agents.routers.state import router_files
 from cost_envs.metrics.routing import oracle_scores, routing_curve
-from cost_envs.traces import load_routerarena, load_traces, records_from_dataset
+from cost_envs.traces import TraceDataset, load_routerarena, load_traces, records_from_dataset
 
 ROOT = Path(agents.__file__).resolve().parents[1]
 WEAK, STRONG = "small", "large"
@@ -63,9 +65,16 @@ def crafted_rows(n: int = 120, seed: int = 0, models: tuple[str, ...] = (WEAK, S
     return rows
 
 
-@pytest.fixture
-def logs(tmp_path) -> Path:
-    return write_jsonl(tmp_path / "logs.jsonl", crafted_rows())
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory) -> Path:
+    """The crafted logs, written once: the tests only read them."""
+    return write_jsonl(tmp_path_factory.mktemp("route") / "logs.jsonl", crafted_rows())
+
+
+@pytest.fixture(scope="module")
+def logged(logs) -> TraceDataset:
+    """``logs`` as the library reads them (read once: the tests only read the dataset)."""
+    return load_traces(logs)
 
 
 def route(capsys, *argv: str) -> dict:
@@ -77,6 +86,40 @@ def route(capsys, *argv: str) -> dict:
 def train_args(data: Path, save: Path, *extra: str) -> list[str]:
     return ["train", "--data", str(data), "--weak", WEAK, "--strong", STRONG,
             "--save", str(save), *extra]
+
+
+@pytest.fixture(scope="module")
+def trained(logs, tmp_path_factory):
+    """``trained(*extra)``: ``route train`` on ``logs`` with ``extra`` options, run once per
+    module: its JSON output and the router it saved.
+
+    For the tests that only read both; a test that changes the saved files works on a copy
+    (:func:`copy_router`).
+    """
+    runs: dict[tuple[str, ...], tuple[dict, Path]] = {}
+
+    def train(*extra: str) -> tuple[dict, Path]:
+        if extra not in runs:
+            save = tmp_path_factory.mktemp("trained") / "r"
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                assert cli.main(["route", *train_args(logs, save, *extra), "--json",
+                                 "--resamples", RESAMPLES]) == 0
+            runs[extra] = (json.loads(out.getvalue()), save)
+        return runs[extra]
+
+    return train
+
+
+#: The options of the group-split training the tests share (:func:`trained`).
+BY_GROUP = ("--split-by", "group")
+
+
+def copy_router(saved: Path, to: Path) -> Path:
+    """A copy of the router saved at ``saved`` (its two files), saved at ``to``."""
+    for source, target in zip(router_files(saved), router_files(to), strict=True):
+        shutil.copyfile(source, target)
+    return to
 
 
 def fails(capsys, argv: list[str], *names: str, status: int = EXIT_INPUT) -> str:
@@ -93,10 +136,10 @@ def fails(capsys, argv: list[str], *names: str, status: int = EXIT_INPUT) -> str
 
 # ------------------------------------------------------------------ train and score
 @pytest.mark.parametrize("split_by", ["query", "group"])
-def test_train_gives_the_in_process_numbers(logs, tmp_path, capsys, split_by):
+def test_train_gives_the_in_process_numbers(logs, logged, tmp_path, capsys, split_by):
     out = route(capsys, *train_args(logs, tmp_path / "r", "--split-by", split_by,
                                     "--seed", "3"))
-    data = load_traces(logs).select_models([WEAK, STRONG])
+    data = logged.select_models([WEAK, STRONG])
     costs = np.asarray(data.call_costs(None))
     tr, te = data.split_indices(3, 0.5, split_by)
     train, test = data.subset(tr), data.subset(te)
@@ -149,24 +192,24 @@ def test_train_gives_the_in_process_numbers(logs, tmp_path, capsys, split_by):
 
 
 @pytest.mark.parametrize("router", ["logistic", "knn", "priced"])
-def test_score_of_the_saved_router_repeats_the_test_numbers(logs, tmp_path, capsys, router):
-    trained = route(capsys, *train_args(logs, tmp_path / "r", "--split-by", "group",
-                                        "--router", router))
-    assert trained["router"] == router and load_router(tmp_path / "r").name == router
-    data = load_traces(logs).select_models([WEAK, STRONG])
+def test_score_of_the_saved_router_repeats_the_test_numbers(logs, logged, trained, tmp_path,
+                                                           capsys, router):
+    out, save = trained(*BY_GROUP, "--router", router)
+    assert out["router"] == router and load_router(save).name == router
+    data = logged.select_models([WEAK, STRONG])
     _, te = data.split_indices(0, 0.5, "group")
     held_out = write_jsonl(tmp_path / "held_out.jsonl", records_from_dataset(data.subset(te)))
-    scored = route(capsys, "score", "--router", str(tmp_path / "r"), "--data", str(held_out),
+    scored = route(capsys, "score", "--router", str(save), "--data", str(held_out),
                    "--split-by", "group")
-    assert scored["test"] == trained["test"]  # every value and interval, bit for bit
+    assert scored["test"] == out["test"]  # every value and interval, bit for bit
     assert scored["trained_on_these_queries"] is False
-    again = route(capsys, "score", "--router", str(tmp_path / "r.json"), "--data", str(logs))
+    again = route(capsys, "score", "--router", f"{save}.json", "--data", str(logs))
     assert again["trained_on_these_queries"] is True
     assert again["test"]["queries"] == data.n_queries  # every query once
 
 
-def test_target_cost_keeps_the_training_cost_within_it(logs, tmp_path, capsys):
-    data = load_traces(logs).select_models([WEAK, STRONG])
+def test_target_cost_keeps_the_training_cost_within_it(logs, logged, tmp_path, capsys):
+    data = logged.select_models([WEAK, STRONG])
     costs = np.asarray(data.call_costs(None))
     target = float(costs.mean())  # between all weak and all strong
     out = route(capsys, *train_args(logs, tmp_path / "r", "--target-cost", str(target)))
@@ -191,7 +234,7 @@ def test_a_zero_share_saves_no_threshold_and_routes_all_weak(logs, tmp_path, cap
     assert scored["test"]["rows"]["router"]["strong_share"]["value"] == 0.0
 
 
-def test_the_table_shows_every_row_and_metric(logs, tmp_path, capsys):
+def test_the_table_shows_every_row_and_metric(logs, trained, tmp_path, capsys):
     assert cli.main(["route", *train_args(logs, tmp_path / "r"), "--resamples", "50"]) == 0
     text = capsys.readouterr().out
     for title in ("Accuracy", "Cost/query", "Strong share", "APGR", "CPT(50%)", "CPT(80%)",
@@ -199,7 +242,7 @@ def test_the_table_shows_every_row_and_metric(logs, tmp_path, capsys):
                   "random at the same cost", "logistic - random at the same share (paired)",
                   "logistic - random at the same cost (paired)", "saved to"):
         assert title in text, title
-    out = route(capsys, *train_args(logs, tmp_path / "r"))
+    out, _ = trained()  # the same training, as JSON
     router_line = next(line for line in text.splitlines() if line.startswith("| logistic |"))
     assert f"{out['test']['rows']['router']['accuracy']['value']:.3f}" in router_line
 
@@ -288,9 +331,9 @@ def test_bad_options_are_usage_errors(logs, tmp_path, capsys, extra, message):
 
 
 @pytest.fixture
-def saved(logs, tmp_path, capsys) -> Path:
-    route(capsys, *train_args(logs, tmp_path / "r"))
-    return tmp_path / "r"
+def saved(trained, tmp_path) -> Path:
+    """A router ``route train`` saved with the defaults, in this test's own files."""
+    return copy_router(trained()[1], tmp_path / "r")
 
 
 def _score_fails(capsys, path: Path, logs: Path, *names: str) -> None:
@@ -393,64 +436,63 @@ def test_the_cascade_needs_the_weak_models_answers(logs, tmp_path, capsys):
 
 # ------------------------------------------------------------ what a user needs (#24)
 def test_train_records_the_held_out_groups_and_score_runs_on_exactly_them(
-        logs, tmp_path, capsys):
-    trained = route(capsys, *train_args(logs, tmp_path / "r", "--split-by", "group"))
-    data = load_traces(logs).select_models([WEAK, STRONG])
+        logs, logged, trained, tmp_path, capsys):
+    out, save = trained(*BY_GROUP, "--router", "logistic")
+    data = logged.select_models([WEAK, STRONG])
     tr, te = data.split_indices(0, 0.5, "group")
     held = sorted(set(data.subset(te).groups))
-    assert trained["split"]["test_groups"] == held
-    assert trained["split"]["train_groups"] == sorted(set(data.subset(tr).groups))
-    assert load_router(tmp_path / "r").meta["training"]["test_groups"] == held
+    assert out["split"]["test_groups"] == held
+    assert out["split"]["train_groups"] == sorted(set(data.subset(tr).groups))
+    assert load_router(save).meta["training"]["test_groups"] == held
     # the printed list, and `route score --held-out` on the whole logs scores just them
     assert cli.main(["route", *train_args(logs, tmp_path / "t", "--split-by", "group"),
                      "--resamples", "50"]) == 0
     assert f"held-out groups ({len(held)}; `route score --held-out` scores them): " \
            f"{', '.join(held)}" in capsys.readouterr().out
-    scored = route(capsys, "score", "--router", str(tmp_path / "r"), "--data", str(logs),
+    scored = route(capsys, "score", "--router", str(save), "--data", str(logs),
                    "--held-out", "--split-by", "group")
-    assert scored["test"] == trained["test"]  # the same queries: every figure alike
+    assert scored["test"] == out["test"]  # the same queries: every figure alike
     assert scored["training_overlap"] == {"queries": 0, "of": len(te), "groups": []}
-    chosen = route(capsys, "score", "--router", str(tmp_path / "r"), "--data", str(logs),
+    chosen = route(capsys, "score", "--router", str(save), "--data", str(logs),
                    "--groups", *held, "--split-by", "group")
-    assert chosen["test"] == trained["test"]
-    fails(capsys, ["route", "score", "--router", str(tmp_path / "r"), "--data", str(logs),
+    assert chosen["test"] == out["test"]
+    fails(capsys, ["route", "score", "--router", str(save), "--data", str(logs),
                    "--groups", "g1", "nowhere"], "--groups", "'nowhere'", "not in the logs")
 
 
-def test_held_out_queries_of_a_split_by_query(logs, tmp_path, capsys):
-    trained = route(capsys, *train_args(logs, tmp_path / "r"))
-    scored = route(capsys, "score", "--router", str(tmp_path / "r"), "--data", str(logs),
-                   "--held-out")
-    assert scored["test"] == trained["test"] and not scored["trained_on_these_queries"]
+def test_held_out_queries_of_a_split_by_query(logs, trained, tmp_path, capsys):
+    out, save = trained()
+    scored = route(capsys, "score", "--router", str(save), "--data", str(logs), "--held-out")
+    assert scored["test"] == out["test"] and not scored["trained_on_these_queries"]
     other = write_jsonl(tmp_path / "other.jsonl", crafted_rows(seed=5))
-    fails(capsys, ["route", "score", "--router", str(tmp_path / "r"), "--data", str(other),
+    fails(capsys, ["route", "score", "--router", str(save), "--data", str(other),
                    "--held-out"], "--held-out", "fingerprint differs")
 
 
-def test_partial_overlap_with_training_is_noted(logs, tmp_path, capsys):
-    route(capsys, *train_args(logs, tmp_path / "r", "--split-by", "group"))
-    data = load_traces(logs)
-    training = load_router(tmp_path / "r").meta["training"]
+def test_partial_overlap_with_training_is_noted(logs, logged, trained, tmp_path, capsys):
+    _, save = trained(*BY_GROUP, "--router", "logistic")
+    data = logged
+    training = load_router(save).meta["training"]
     # all training groups but one, and one held-out group: partly seen
     keep = [*training["train_groups"][1:], training["test_groups"][0]]
     rows = [r for r in records_from_dataset(data) if r["group"] in keep]
     part = write_jsonl(tmp_path / "part.jsonl", rows)
     seen = sum(1 for g in load_traces(part).groups if g in training["train_groups"])
     assert 0 < seen < load_traces(part).n_queries
-    scored = route(capsys, "score", "--router", str(tmp_path / "r"), "--data", str(part))
+    scored = route(capsys, "score", "--router", str(save), "--data", str(part))
     assert scored["trained_on_these_queries"] is True
     assert scored["training_overlap"] == {"queries": seen, "of": load_traces(part).n_queries,
                                           "groups": sorted(keep[:-1])}
-    assert cli.main(["route", "score", "--router", str(tmp_path / "r"), "--data", str(part),
+    assert cli.main(["route", "score", "--router", str(save), "--data", str(part),
                      "--resamples", "50"]) == 0
     text = capsys.readouterr().out
     assert f"note: the router was trained on {seen} of these" in text
     assert f"note: {len(keep) - 1} of the scored groups were training groups" in text
 
 
-def test_test_fraction_zero_trains_on_all(logs, tmp_path, capsys):
+def test_test_fraction_zero_trains_on_all(logs, logged, tmp_path, capsys):
     out = route(capsys, *train_args(logs, tmp_path / "r", "--test-fraction", "0"))
-    data = load_traces(logs).select_models([WEAK, STRONG])
+    data = logged.select_models([WEAK, STRONG])
     assert out["test"] is None and out["held_out_drift"] is None
     assert out["split"]["train_queries"] == data.n_queries and out["split"]["test_queries"] == 0
     router = TraceRouter(WEAK, STRONG).fit(data)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import pickle
 import struct
@@ -26,7 +28,9 @@ from cost_envs.traces import TraceDataset, load_traces
 MODELS = ("small", "mid", "large")
 KINDS = ("capital of the country", "sum of the numbers", "integral of the series")
 PRICES = {"small": 1e-6, "mid": 5e-6, "large": 2e-5}
-RESAMPLES = "100"
+#: Bootstrap resamples of the scored runs: the tests compare the command's intervals with the
+#: library's on the same resamples, which hold for any number of them.
+RESAMPLES = "50"
 
 
 def rows(n: int = 240, seed: int = 0) -> list[dict]:
@@ -52,9 +56,10 @@ def write(path: Path, records: list[dict]) -> Path:
     return path
 
 
-@pytest.fixture
-def logs(tmp_path) -> Path:
-    return write(tmp_path / "three.jsonl", rows())
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory) -> Path:
+    """The logs of :func:`rows`, written once: the tests only read them."""
+    return write(tmp_path_factory.mktemp("kmodel") / "three.jsonl", rows())
 
 
 def route(capsys, *argv: str) -> dict:
@@ -95,13 +100,21 @@ def test_calibrate_lam_takes_the_smallest_lam_within_the_target() -> None:
 
 
 # ------------------------------------------------------------------------ saved files
-def _fitted(logs: Path) -> tuple[MultiRouter, TraceDataset]:
-    data = load_traces(logs)
-    return MultiRouter(n_features=64, l2=1.0).fit(data), data
+@pytest.fixture(scope="module")
+def logged(logs) -> TraceDataset:
+    """``logs`` as the library reads them (read once: the tests only read the dataset)."""
+    return load_traces(logs)
 
 
-def test_a_saved_k_model_router_routes_as_the_fitted_one(logs, tmp_path, monkeypatch) -> None:
-    router, data = _fitted(logs)
+@pytest.fixture(scope="module")
+def fitted(logged) -> tuple[MultiRouter, TraceDataset]:
+    """A K-model router fitted once on all of ``logs``, and those logs: tests save and
+    compare it, never change it."""
+    return MultiRouter(n_features=64, l2=1.0).fit(logged), logged
+
+
+def test_a_saved_k_model_router_routes_as_the_fitted_one(fitted, tmp_path, monkeypatch) -> None:
+    router, data = fitted
     files = save_router(tmp_path / "r", router, 0.3, {"note": "x"})
     raw = files[1].read_bytes()
     (size,) = struct.unpack("<Q", raw[:8])
@@ -138,18 +151,18 @@ def _edit(path: Path, change) -> None:
     (lambda d: d["state"].update(extra=1), "unknown ['extra']"),
     (lambda d: d.update(arrays_sha256="0" * 64), "does not match its JSON file"),
 ])
-def test_a_tampered_k_model_file_is_refused(logs, tmp_path, change, message) -> None:
-    router, _ = _fitted(logs)
+def test_a_tampered_k_model_file_is_refused(fitted, tmp_path, change, message) -> None:
+    router, _ = fitted
     json_path, _ = save_router(tmp_path / "r", router, 0.1, {})
     _edit(json_path, change)
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
         load_router(json_path)
 
 
-def test_weights_of_another_k_model_save_are_refused(logs, tmp_path) -> None:
-    router, _ = _fitted(logs)
+def test_weights_of_another_k_model_save_are_refused(fitted, tmp_path) -> None:
+    router, data = fitted
     a = save_router(tmp_path / "a", router, 0.1, {})
-    other = MultiRouter(n_features=64, l2=5.0).fit(load_traces(logs))
+    other = MultiRouter(n_features=64, l2=5.0).fit(data)
     b = save_router(tmp_path / "b", other, 0.1, {})
     a[1].write_bytes(b[1].read_bytes())
     with pytest.raises(ValueError, match="another save's weights"):
@@ -160,11 +173,11 @@ def test_weights_of_another_k_model_save_are_refused(logs, tmp_path) -> None:
 
 # ------------------------------------------------------------------------------- CLI
 def test_train_routes_k_models_by_default_and_gives_the_in_process_numbers(
-        logs, tmp_path, capsys) -> None:
+        logs, logged, tmp_path, capsys) -> None:
     out = route(capsys, "train", "--data", str(logs), "--save", str(tmp_path / "r"),
                 "--split-by", "group", "--seed", "1")
     assert out["router"] == "multi-logistic" and out["models"] == list(MODELS)
-    data = load_traces(logs)
+    data = logged
     costs = data.call_costs(None)
     tr, te = data.split_indices(1, 0.5, "group")
     train, test = data.subset(tr), data.subset(te)
@@ -188,7 +201,7 @@ def test_train_routes_k_models_by_default_and_gives_the_in_process_numbers(
     # the references are random routing matched to the router within each resample: on
     # the single models' hull at its cost (frontier), and at its model shares (random)
     expected = compare_with_random(test, {"router": d}, costs[te], split_by="group",
-                                   n_resamples=100, seed=1)["router"]
+                                   n_resamples=int(RESAMPLES), seed=1)["router"]
     assert out["test"]["rows"]["frontier"]["accuracy"] == expected["random_at_cost"]["accuracy"]
     assert out["test"]["router_minus_frontier"]["accuracy"] == (
         expected["minus_random_at_cost"]["accuracy"])
@@ -199,7 +212,7 @@ def test_train_routes_k_models_by_default_and_gives_the_in_process_numbers(
     assert out["test"]["router_minus_frontier"]["cost_per_query"]["ci"] == pytest.approx(
         [0.0, 0.0], abs=1e-12)
     aiqs = sweep_metrics(test, {"router": router.sweep(test)}, costs[te], split_by="group",
-                         n_resamples=100, seed=1)
+                         n_resamples=int(RESAMPLES), seed=1)
     assert row["aiq"]["value"] == pytest.approx(aiqs["router"]["value"])
     assert out["test"]["router_minus_frontier"]["aiq"]["value"] == pytest.approx(
         aiqs["router"]["minus_single models"]["value"])
@@ -207,9 +220,20 @@ def test_train_routes_k_models_by_default_and_gives_the_in_process_numbers(
     assert out["test"]["router_minus_frontier"]["aiq"]["ci"][0] > 0
 
 
-def test_score_of_a_saved_k_model_router_repeats_its_numbers(logs, tmp_path, capsys) -> None:
-    save = tmp_path / "r"
-    route(capsys, "train", "--data", str(logs), "--save", str(save), "--target-cost", "2e-3")
+@pytest.fixture(scope="module")
+def trained(logs, tmp_path_factory) -> Path:
+    """Where ``route train`` (K models, ``--target-cost 2e-3``) saved its router, run once:
+    the tests that take it only score and load the saved files."""
+    save = tmp_path_factory.mktemp("trained") / "r"
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert cli.main(["route", "train", "--data", str(logs), "--save", str(save),
+                         "--target-cost", "2e-3", "--json", "--resamples", RESAMPLES]) == 0
+    return save
+
+
+def test_score_of_a_saved_k_model_router_repeats_its_numbers(logs, logged, trained,
+                                                             capsys) -> None:
+    save = trained
     saved = load_router(save)
     assert saved.meta["calibration"]["value"] == 2e-3 and not saved.meta["calibration"][
         "default"]
@@ -217,7 +241,7 @@ def test_score_of_a_saved_k_model_router_repeats_its_numbers(logs, tmp_path, cap
     assert out["trained_on_these_queries"] is True  # the logs it was trained on (half)
     training = saved.meta["training"]
     assert out["training_overlap"]["queries"] == training["train_queries"]  # that half
-    data = load_traces(logs)
+    data = logged
     d = saved.router.route(data, saved.lam)
     assert out["lam"] == saved.lam
     assert out["test"]["rows"]["router"]["accuracy"]["value"] == pytest.approx(
@@ -232,10 +256,10 @@ def test_score_of_a_saved_k_model_router_repeats_its_numbers(logs, tmp_path, cap
         assert needle in text, needle
 
 
-def test_cv_chooses_l2_on_the_training_split(logs, tmp_path, capsys) -> None:
+def test_cv_chooses_l2_on_the_training_split(logs, logged, tmp_path, capsys) -> None:
     out = route(capsys, "train", "--data", str(logs), "--save", str(tmp_path / "r"),
                 "--split-by", "group", "--cv", "3")
-    data = load_traces(logs)
+    data = logged
     tr, _ = data.split_indices(0, 0.5, "group")
     choice = cross_validate("multi-logistic", data.subset(tr), costs=data.call_costs(None)[tr],
                             folds=3, split_by="group")
@@ -270,10 +294,9 @@ def test_cv_needs_two_folds(logs, tmp_path, capsys) -> None:
     assert "argument --cv: expected a number of folds >= 2, got '1'" in capsys.readouterr().err
 
 
-def test_a_saved_k_model_router_needs_its_models_in_the_logs(logs, tmp_path, capsys) -> None:
-    route(capsys, "train", "--data", str(logs), "--save", str(tmp_path / "r"))
+def test_a_saved_k_model_router_needs_its_models_in_the_logs(trained, tmp_path, capsys) -> None:
     two = write(tmp_path / "two.jsonl", [r for r in rows() if r["model"] != "mid"])
-    fails(capsys, ["route", "score", "--router", str(tmp_path / "r"), "--data", str(two)],
+    fails(capsys, ["route", "score", "--router", str(trained), "--data", str(two)],
           "model 'mid' is not in the logs", status=EXIT_INPUT)
 
 

@@ -82,14 +82,23 @@ def test_knn_router_finds_the_hard_queries() -> None:
     assert np.isin(np.round(scores * 15, 9), np.arange(16)).all()  # multiples of 1/k
 
 
+@pytest.fixture(scope="module")
+def family() -> tuple[dict, TraceDataset]:
+    """Every router of the registry fitted once on ``dataset()``'s training half (seed 0),
+    and the other half: the tests that take it save, load and score them, never refit."""
+    train, test = dataset().split(seed=0)
+    fitted = {name: make_router(name, WEAK, STRONG, n_features=32).fit(train)
+              for name in ROUTERS}
+    return fitted, test
+
+
 # --------------------------------------------------------------------------- state
 @pytest.mark.parametrize("name", sorted(ROUTERS))
-def test_state_round_trip_scores_identically(name: str, tmp_path) -> None:
+def test_state_round_trip_scores_identically(name: str, family, tmp_path) -> None:
     from safetensors.numpy import load_file, save_file
 
-    data = dataset()
-    train, test = data.split(seed=1)
-    router = make_router(name, WEAK, STRONG, n_features=32).fit(train)
+    fitted, test = family
+    router = fitted[name]
     config, arrays = router.to_state()
     path = tmp_path / "router.safetensors"
     save_file(arrays, str(path), metadata={"config": json.dumps(config)})
@@ -153,11 +162,34 @@ def test_heldout_evaluation_by_group_resamples_groups() -> None:
     assert text.count("| logistic |") == 1 and "| oracle |" in text
 
 
-def test_heldout_evaluation_by_query_resamples_queries() -> None:
-    data = dataset(200)
-    result = evaluate(data, Protocol("query", None, "half split"), n_resamples=100,
-                      embeddings=False)
-    assert result["resampled"] == "queries" and result["units"] == result["held_out"] == 100
+@pytest.fixture(scope="module")
+def default_report() -> tuple[dict, list[str]]:
+    """One held-out ``evaluate`` with its defaults (no ``embeddings``), split by query.
+
+    Shared by the tests that read it: 60 queries and 20 resamples, as what they check (the
+    unit resampled, the routers run) does not depend on either. The MiniLM encoder is
+    replaced by one that records what it was asked to embed, so a default run that embeds
+    with MiniLM (under any report name) shows in the second element, the texts embedded.
+    """
+    from agents.routers import features
+
+    embedded: list[str] = []
+
+    def spy(texts):
+        embedded.extend(texts)
+        return np.zeros((len(texts), features.MINILM_DIM), dtype=np.float32)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(features.TEXT_ENCODERS, "minilm",
+                      features.TextEncoder(spy, features.MINILM_DIM, cached=True))
+        patch.setattr(features, "_CACHE", {})
+        result = evaluate(dataset(60), Protocol("query", None, "half split"), n_resamples=20)
+    return result, embedded
+
+
+def test_heldout_evaluation_by_query_resamples_queries(default_report) -> None:
+    result, _ = default_report
+    assert result["resampled"] == "queries" and result["units"] == result["held_out"] == 30
     assert result["routers"]["knn"]["curve"]["resampled"] == "queries"
 
 
@@ -167,13 +199,21 @@ def test_verdict_reads_the_interval() -> None:
     assert verdict({"value": 0.1, "ci": [-0.01, 0.2]}) == "cannot be told apart from random"
 
 
-def test_the_report_runs_minilm_only_when_asked_and_says_why_it_cannot(monkeypatch) -> None:
+def test_the_report_runs_minilm_only_when_asked_and_says_why_it_cannot(
+        default_report, monkeypatch) -> None:
     from experiments.traces import heldout as traces_heldout
 
     data = dataset(120, n_groups=6)
     protocol = Protocol("group", 3, "3 folds by group")
-    plain = evaluate(data, protocol, n_resamples=20)  # the default: never the optional extra
+    # asked, the report's routers include the MiniLM ones (the names looked for below)
+    asked = traces_heldout.router_specs(data, WEAK, embeddings=True)
+    assert {"logistic (minilm)", "knn (minilm)"} <= set(asked)
+    assert {asked[name][1]["text_features"] for name in asked if "minilm" in name} == {
+        "minilm"}
+    plain, embedded = default_report  # the default: never the optional extra
+    assert sorted(plain["routers"]) == sorted(traces_heldout.router_specs(data, WEAK, False))
     assert not any("minilm" in name for name in plain["routers"])
+    assert embedded == []  # no router of the default run embedded a text with MiniLM
     assert plain["embeddings"].startswith("not run here")
     monkeypatch.setattr(traces_heldout, "embeddings_skip_reason", lambda: "not installed")
     with pytest.raises(ValueError, match="embeddings: not installed"):
@@ -204,7 +244,7 @@ def test_minilm_features_are_embedded_once_per_text(monkeypatch) -> None:
 
 
 # ------------------------------------------------------------------ the family
-def test_one_registry_over_k_models() -> None:
+def test_one_registry_over_k_models(family) -> None:
     from agents.routers import Router, TwoModelRouter
 
     assert sorted(ROUTERS) == ["cascade", "knn", "logistic", "multi-logistic", "multi-priced",
@@ -212,16 +252,17 @@ def test_one_registry_over_k_models() -> None:
     assert all(issubclass(cls, Router) for cls in ROUTERS.values())
     assert {k for k, cls in ROUTERS.items() if issubclass(cls, TwoModelRouter)} == {
         "cascade", "knn", "logistic", "priced"}
-    train, test = dataset().split(seed=0)
-    for name in ROUTERS:
-        router = make_router(name, WEAK, STRONG, n_features=32).fit(train)
+    fitted, test = family
+    assert sorted(fitted) == sorted(ROUTERS)
+    for name, router in fitted.items():
+        assert type(router) is ROUTERS[name]
         win = router.predict(test)
         assert win.shape == (test.n_queries, 2) and router.models == (WEAK, STRONG)
         assert ((win >= 0) & (win <= 1)).all()
         routed = router.route(test, 0.5)  # the decision is its own step
         np.testing.assert_array_equal(routed, router.decide(win, 0.5,
                                                             router.expected_costs(test)))
-    logistic = make_router("logistic", WEAK, STRONG, n_features=32).fit(train)
+    logistic = fitted["logistic"]
     np.testing.assert_array_equal(logistic.predict(test)[:, 1], logistic.scores(test))
     with pytest.raises(ValueError, match="expected two models"):
         make_router("knn", WEAK)
