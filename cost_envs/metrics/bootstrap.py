@@ -538,5 +538,3 @@ def bootstrap_gap_closed(
         return point, math.nan, math.nan
     low, high = fieller_interval(numerator, denominator, v_n, v_d, c_nd, confidence)
     return point, low, high
-    low, high = interval_around(point, (low, high))
-    return point, low, high
