@@ -305,8 +305,10 @@ def markdown(summary: Mapping[str, Any], seconds: float | None = None) -> str:
         "weights, budget cuts included). Gap closed: the share of the gap in mean return "
         "between the profile's best fixed rule (0; named under its table) and the planner "
         "that knows the task's hidden parameters but not its luck (1) that a learned router "
-        "closes, with a 95% bootstrap interval over seeds and tasks. The planner "
-        "and the oracle read hidden state and are on no frontier.",
+        "closes, with Fieller's 95% interval on the exact moments of the bootstrap over "
+        "seeds and tasks (`experiments/shared/gaps.py`); `[n/a]` where the planner's gap "
+        "over the rule is not resolved (its interval holds 0), so the share has no "
+        "interval. The planner and the oracle read hidden state and are on no frontier.",
     ]
     if seconds is not None:
         lines += ["", f"Wall time: {seconds:.0f} s with {sc['jobs']} worker process(es)."]
