@@ -395,3 +395,17 @@ def test_full_scale_results_go_apart_from_the_default_ones() -> None:
     assert command.default_out("lora_ppo", "full") == command.DEFAULT_OUT / "full"
     assert command.default_out("all", "full") == command.DEFAULT_OUT / "full"
     assert command.default_out("tune", "full") == command.TUNED_DIR
+
+
+def test_traces_json_names_its_data_from_the_data_root(tmp_path: Path) -> None:
+    # a committed JSON must not hold this machine's absolute path (CI clones elsewhere)
+    from experiments.traces.report import portable_sources
+
+    root = tmp_path / "data"
+    payload = {"source": f"{root}/routellm/a.csv + {root}/routellm/b.csv + 1 more file",
+               "mmlu": [{"source": f"{root}/routellm/mmlu/x.csv", "note": f"{root}/kept"}],
+               "heldout": {"arena": {"source": f"{root}/routerarena"}}}
+    assert portable_sources(payload, root) == {
+        "source": "routellm/a.csv + routellm/b.csv + 1 more file",
+        "mmlu": [{"source": "routellm/mmlu/x.csv", "note": f"{root}/kept"}],
+        "heldout": {"arena": {"source": "routerarena"}}}
