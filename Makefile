@@ -24,14 +24,20 @@ lint: install
 # would otherwise compile the packages and the test modules from source again.
 TEST_ENV := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONDONTWRITEBYTECODE=
 
-# The fast tier: everything but the tests marked slow (tests/conftest.py says which), one
-# pytest-xdist worker per core (a module's tests stay on one worker: its fixtures run once).
-test: lint
-	$(TEST_ENV) $(BIN)/python -m pytest -q -m "not slow" -n auto --dist loadscope
-
-# The whole suite, what CI runs (.ci/run).
-test-all: lint
-	$(TEST_ENV) $(BIN)/python -m pytest -q -n auto --dist loadscope
+# `make test` is the fast tier: everything but the tests marked slow (tests/conftest.py says
+# which); `make test-all` the whole suite, what CI runs (.ci/run). One pytest-xdist worker per
+# core (a module's tests stay on one worker: its fixtures run once). Both lint too: ruff
+# first (a second), then mypy beside the tests, its report printed after theirs; it fills
+# the time their workers wait on the servers and processes they start, so a fresh clone's
+# cold type check (about 20 s of CPU) adds little to the wall time. Either failing fails.
+test: TESTS := -m "not slow"
+test test-all: install
+	$(BIN)/ruff check .
+	@typed=$$(mktemp); $(BIN)/mypy >$$typed 2>&1 & mypy=$$!; \
+	echo '$(TEST_ENV) $(BIN)/python -m pytest -q $(TESTS) -n auto --dist loadscope'; \
+	$(TEST_ENV) $(BIN)/python -m pytest -q $(TESTS) -n auto --dist loadscope; tests=$$?; \
+	wait $$mypy; checked=$$?; echo '$(BIN)/mypy'; cat $$typed; rm -f $$typed; \
+	[ $$tests -eq 0 ] && [ $$checked -eq 0 ]
 
 # The documentation site (mkdocs.yml, docs/) into the git-ignored site/: --strict turns every
 # warning (a broken link, anchor or API reference, a page missing from the nav) into an error.

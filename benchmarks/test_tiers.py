@@ -88,8 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         f"`python benchmarks/test_tiers.py{' --all' if args.all else ''}` at {commit} on "
         f"{platform.system()} {platform.machine()}, {cpu_model()}, {os.cpu_count()} logical "
         f"CPUs, Python {platform.python_version()}, {os.cpu_count()} pytest-xdist workers. "
-        "`make test` runs `make lint` (ruff, mypy) first and its times include it. Wall and "
-        "CPU seconds; CPU counts every process.", "",
+        "`make test` runs ruff, then mypy beside the tests, and its times include both. "
+        "Wall and CPU seconds; CPU counts every process.", "",
         "| command | run | pytest | wall (s) | CPU (s) |", "| --- | --- | --- | ---: | ---: |",
         *rows, ""])
     if args.output:

@@ -7,8 +7,6 @@ import numpy as np
 import pytest
 import torch
 from gymnasium import spaces
-from peft.tuners.lora import Linear as LoraLinear
-from peft.tuners.lora import LoraLayer
 from stable_baselines3 import PPO
 from torch import nn
 
@@ -68,6 +66,8 @@ def test_lora_policy_optimizer_holds_exactly_adapters_and_heads(env: gym.Env) ->
 
 
 def test_plain_policy_trains_every_parameter(env: gym.Env) -> None:
+    from peft.tuners.lora import LoraLayer  # peft takes seconds to import: where used
+
     policy = policy_for(env, lora_rank=None)
     assert not any(isinstance(layer, LoraLayer) for layer in policy.modules())
     params = list(policy.parameters())
@@ -76,6 +76,9 @@ def test_plain_policy_trains_every_parameter(env: gym.Env) -> None:
 
 
 def test_peft_lora_layers_have_rank_8_no_dropout_and_zero_b(env: gym.Env) -> None:
+    from peft.tuners.lora import Linear as LoraLinear
+    from peft.tuners.lora import LoraLayer
+
     net = policy_for(env).features_extractor.net
     linears = [net[i] for i in (0, 2)]
     for layer in linears:

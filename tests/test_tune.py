@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -357,13 +358,17 @@ def test_methods_reach_the_sweeps_and_a_bad_one_is_refused_first(tmp_path: Path,
 # --------------------------------------------------------------- kept and resumed sweeps
 def test_an_interrupted_sweep_resumes_keeping_its_finished_trials(tmp_path: Path) -> None:
     """Ctrl-C during the second trial, then the same command: only that trial runs again."""
-    out = tmp_path / "tuned"
+    out, gate = tmp_path / "tuned", tmp_path / "gate"
+    gate.mkdir()
     experiment = out / tune.RAY_DIR / "smoke" / tune.experiment_name(
         "lora", "cost_envs/ToolBench-v0")
     argv = [sys.executable, "-m", "experiments", "tune", "--scale", "smoke", "--methods",
             "lora", "--jobs", "1", "--out", str(out)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    running = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+    # The second trial waits at the gate (never released), so it is running at the Ctrl-C
+    # however fast or slow this machine is.
+    gated = {**env, tune.TRIAL_GATE_VARIABLE: str(gate)}
+    running = subprocess.Popen(argv, cwd=REPO, env=gated, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, text=True)
 
     def results() -> dict[str, int]:
@@ -373,7 +378,7 @@ def test_an_interrupted_sweep_resumes_keeping_its_finished_trials(tmp_path: Path
 
     try:  # one trial at a time: the second starts once the first has finished
         limit = time.monotonic() + 300
-        while not (any(results().values()) and list(experiment.glob("run_trial_*_2_*"))):
+        while not (any(results().values()) and len(list(gate.glob("started-*"))) == 2):
             assert running.poll() is None and time.monotonic() < limit
             time.sleep(0.1)
         running.send_signal(signal.SIGINT)
@@ -395,6 +400,19 @@ def test_an_interrupted_sweep_resumes_keeping_its_finished_trials(tmp_path: Path
     after = results()
     assert all(after[name] == 1 for name in finished)  # not run again
     assert sum(after.values()) == 2
+
+
+def test_the_trial_gate_lets_the_first_trial_through_and_holds_the_next(tmp_path: Path) -> None:
+    """The gate the interruption test relies on: first in passes, the second waits."""
+    tune.wait_at_gate(None)  # no gate: nothing to wait for
+    tune.wait_at_gate(str(tmp_path))  # the first trial passes at once
+    second = threading.Thread(target=tune.wait_at_gate, args=(str(tmp_path),), daemon=True)
+    second.start()
+    second.join(0.5)
+    assert second.is_alive() and len(list(tmp_path.glob("started-*"))) == 2
+    (tmp_path / "release").touch()
+    second.join(5)
+    assert not second.is_alive()
 
 
 class _Result:

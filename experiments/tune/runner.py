@@ -58,9 +58,11 @@ BoPO's live in :mod:`experiments.tune.corl` and :mod:`experiments.tune.bopo`.
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -87,6 +89,10 @@ RAY_DIR = "ray_results"
 #: probe's connection: a port that is open but not Ray's keeps ``ray.init`` retrying for
 #: minutes (a GCS address) or half a minute (``ray://``).
 CONNECT_SECONDS = 60.0
+#: A directory where trials sign in (for tests that stop a sweep mid-trial): when the
+#: environment names one, every trial but the first to sign in waits there until a file
+#: ``release`` appears, so the test knows a trial is running when it interrupts.
+TRIAL_GATE_VARIABLE = "COST_ENVS_TUNE_TRIAL_GATE"
 
 
 class SweepInterrupted(KeyboardInterrupt):
@@ -126,6 +132,7 @@ def run_trial(config: Mapping[str, Any], *, method: str, env_id: str, budget: Bu
     from ray import tune
 
     configure_torch_threads()
+    wait_at_gate(os.environ.get(TRIAL_GATE_VARIABLE))
     start = time.perf_counter()
     scores, successes, costs, steps = [], [], [], 0
     for seed in range(budget.seeds):
@@ -139,6 +146,18 @@ def run_trial(config: Mapping[str, Any], *, method: str, env_id: str, budget: Bu
     tune.report({METRIC: float(np.mean(scores)), "success_rate": float(np.mean(successes)),
                  "cps": float(np.mean(costs)), "timesteps": steps,
                  "seconds": time.perf_counter() - start})
+
+
+def wait_at_gate(gate: str | None) -> None:
+    """Sign in at ``gate`` (:data:`TRIAL_GATE_VARIABLE`); wait for its release unless first."""
+    if not gate:
+        return
+    folder = Path(gate)
+    (folder / f"started-{uuid.uuid4().hex}").touch()
+    if len(list(folder.glob("started-*"))) == 1:
+        return
+    while not (folder / "release").exists():
+        time.sleep(0.05)
 
 
 def connect(address: str | None, jobs: int) -> None:

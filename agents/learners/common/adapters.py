@@ -17,17 +17,21 @@ Two traps this module guards against:
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import torch
-from peft import LoraConfig, inject_adapter_in_model
-from peft.tuners.lora import LoraLayer
 from torch import nn
 from torch.nn import functional as F
 from torch.nn.modules.module import _global_forward_hooks, _global_forward_pre_hooks
 
 from cost_envs.config import integer, number
+
+if TYPE_CHECKING:
+    from typing import TypeGuard
+
+    from peft.tuners.lora import LoraLayer
 
 
 @dataclass(frozen=True)
@@ -47,9 +51,20 @@ class LoraSettings:
         number(self.alpha, "LoRA alpha", minimum=0, inclusive=False)
 
 
+def is_lora_layer(layer: nn.Module) -> TypeGuard[LoraLayer]:
+    """Whether ``layer`` is a peft LoRA layer.
+
+    peft takes seconds to import (transformers with it), so it is imported only where
+    adapters are made (:func:`inject_lora`); until something has imported it, no layer can
+    be one, and a plain policy never pays for it.
+    """
+    lora = sys.modules.get("peft.tuners.lora")
+    return lora is not None and isinstance(layer, lora.LoraLayer)
+
+
 def has_lora(module: nn.Module) -> bool:
     """Whether any layer of ``module`` carries a LoRA adapter."""
-    return any(isinstance(layer, LoraLayer) for layer in module.modules())
+    return any(is_lora_layer(layer) for layer in module.modules())
 
 
 def inject_lora(module: nn.Module, settings: LoraSettings) -> nn.Module:
@@ -64,6 +79,8 @@ def inject_lora(module: nn.Module, settings: LoraSettings) -> nn.Module:
     Returns:
         ``module`` itself.
     """
+    from peft import LoraConfig, inject_adapter_in_model
+
     if has_lora(module):
         raise ValueError(f"{type(module).__name__} already carries LoRA adapters")
     targets = [name for name, layer in module.named_modules() if isinstance(layer, nn.Linear)]
@@ -88,7 +105,7 @@ def adapted_linear(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
     checks cost about 45 microseconds a layer, which is most of a small policy's forward.
     Merged or disabled adapters, and plain layers, go through the layer itself.
     """
-    if not isinstance(layer, LoraLayer) or layer.merged or layer.disable_adapters:
+    if not is_lora_layer(layer) or layer.merged or layer.disable_adapters:
         return plain_linear(layer, x)
     # lora.Linear: its base layer, lora_A and lora_B are nn.Linear (inject_lora's targets).
     base = cast(nn.Linear, layer.get_base_layer())
@@ -128,7 +145,7 @@ def merge_lora(module: nn.Module) -> nn.Module:
     Returns:
         ``module`` itself (an adapted root module is returned as its merged base layer).
     """
-    if isinstance(module, LoraLayer):
+    if is_lora_layer(module):
         module.merge()
         return module.get_base_layer()
     for name, child in list(module.named_children()):
