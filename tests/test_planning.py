@@ -230,3 +230,29 @@ def test_planner_refuses_a_pool_too_large_to_enumerate():
                      TOOLBENCH_CATALOGUE.skills)
     with pytest.raises(ValueError, match="at most 16 tools; got m=18"):
         ExpectimaxPlanner(gym.make(TOOLBENCH, pool=pool))
+
+
+@pytest.mark.parametrize("pool_size", [3, 8, 12])
+def test_misses_are_the_product_over_the_called_tools_and_later_stages_solve_alone(pool_size):
+    """The code-by-code product is the direct one bit for bit; ``first_stage`` changes
+    nothing from that stage on (the Bayes reference's values come from it)."""
+    from agents.planning.toolbench import JointActions, solve_batch
+
+    env = gym.make("cost_envs/ToolBench-v0", pool_size=pool_size).unwrapped
+    joint, caps = JointActions.of(env), env.pool.capabilities
+    rng = np.random.default_rng(pool_size)
+    p_clear = rng.random((40, 3, pool_size)) ** 2
+    direct = np.prod(np.where(joint.calls, 1.0 - p_clear[..., None, :], 1.0), axis=-1)
+    assert np.array_equal(joint.misses(p_clear), direct)
+    skills = rng.integers(0, caps.shape[1], (30, 4))
+    difficulty = rng.random((30, 4))
+    payoff = rng.random((30, pool_size)) * 5
+    values, best = solve_batch(joint, caps, skills, difficulty, payoff)
+    for first in (1, 3):
+        later, later_best = solve_batch(joint, caps, skills, difficulty, payoff, first)
+        assert np.array_equal(later[:, :, first:], values[:, :, first:])
+        assert np.array_equal(later_best[:, :, first:], best[:, :, first:])
+        assert not later[:, :, :first].any()
+    # one task alone is the batch's row: the expected return plan_toolbench reports
+    alone, _ = solve_batch(joint, caps, skills[3:4], difficulty[3:4], payoff[3:4])
+    assert np.array_equal(alone[0], values[3])

@@ -192,6 +192,7 @@ class JointActions:
     calls: np.ndarray
     penalty: np.ndarray
     answer_now: int
+    codes: np.ndarray  # each row's code sum_i bit_i 2**i, where misses finds it
 
     @classmethod
     def of(cls, env: ToolBenchEnv) -> JointActions:
@@ -199,12 +200,24 @@ class JointActions:
         weights = env.reward_weights
         table, costs = env.joint_actions_by_cost()
         penalty = weights.lam * costs + weights.gamma * table.sum(axis=1)
+        codes = table.astype(np.int64) @ (1 << np.arange(table.shape[1], dtype=np.int64))
         return cls(table, table.astype(bool), penalty,
-                   int(np.flatnonzero(table.sum(axis=1) == 0)[0]))
+                   int(np.flatnonzero(table.sum(axis=1) == 0)[0]), codes)
 
     def misses(self, p_clear: np.ndarray) -> np.ndarray:
-        """``P(no called tool clears)`` of every action, for clearing probabilities ``(..., m)``."""
-        return np.prod(np.where(self.calls, 1.0 - p_clear[..., None, :], 1.0), axis=-1)
+        """``P(no called tool clears)`` of every action, for clearing probabilities ``(..., m)``.
+
+        The product over the called tools in index order, built code by code (the codes
+        holding tool ``i`` are those below it times ``1 - p_i``): ``2**m`` products where a
+        product over every (action, tool) would take ``m 2**m``, and the same floats
+        (factors of 1 are exact, so it equals the product over all tools in index order).
+        """
+        miss = 1.0 - p_clear
+        by_code = np.ones((*p_clear.shape[:-1], 1 << miss.shape[-1]))
+        for i in range(miss.shape[-1]):
+            np.multiply(by_code[..., : 1 << i], miss[..., i, None],
+                        out=by_code[..., 1 << i: 2 << i])
+        return by_code[..., self.codes]
 
     def q_values(self, cleared: np.ndarray, miss: np.ndarray, stay: np.ndarray) -> np.ndarray:
         """Expected return of each action at one (turn, stage), batched over a leading axis.
@@ -219,7 +232,8 @@ class JointActions:
 
 
 def solve_batch(joint: JointActions, caps: np.ndarray, skills: np.ndarray,
-                difficulty: np.ndarray, payoff: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                difficulty: np.ndarray, payoff: np.ndarray, first_stage: int = 0
+                ) -> tuple[np.ndarray, np.ndarray]:
     """Expectimax over (turn, stage) for ``N`` sets of task parameters at once.
 
     Args:
@@ -230,6 +244,9 @@ def solve_batch(joint: JointActions, caps: np.ndarray, skills: np.ndarray,
         difficulty: ``(N, k)`` difficulty of each stage.
         payoff: ``(N, m)``: ``alpha P(success) + beta 10 E[F1]`` of an answer composed by
             each tool.
+        first_stage: Solve the stages from this one on only (a player already there needs
+            no more: a stage's values depend on the later stages alone); the earlier
+            stages' values and actions are left at 0.
 
     Returns:
         ``values`` ``(N, k + 2, k)``, the expected return from (turn, stage) (row ``k + 1``
@@ -239,23 +256,33 @@ def solve_batch(joint: JointActions, caps: np.ndarray, skills: np.ndarray,
     n, n_stages = skills.shape
     horizon = n_stages + 1
     p_clear = np.moveaxis(caps[:, skills], 0, -1) ** (1.0 + 3.0 * difficulty[:, :, None])
-    misses = joint.misses(p_clear)  # (N, stages, A): P(no called tool clears stage s)
+    # (N, stages, A): P(no called tool clears stage s), from first_stage on
+    misses = np.zeros((n, n_stages, len(joint.table)))
+    misses[:, first_stage:] = joint.misses(p_clear[:, first_stage:])
+    clears = 1.0 - misses
     # The last stage: the strongest tool that clears it composes the answer.
     strength = np.moveaxis(caps[:, skills[:, -1]], 0, -1) ** (1.0 + difficulty[:, -1:])
     order = np.argsort(-strength, axis=1, kind="stable")  # ties: the lower index, like max()
-    answered = np.empty((n, len(joint.table)))
-    for row in range(n):  # tool clears, in order of strength; one matrix product per row
-        first = joint.calls[:, order[row]] * p_clear[row, -1, order[row]]
-        before = np.cumprod(1.0 - first, axis=1)
-        before = np.hstack([np.ones((len(first), 1)), before[:, :-1]])
-        answered[row] = (first * before) @ payoff[row, order[row]]  # E[aS + bQ; cleared]
+    # first[j]: tool order[j] is called and clears; before[j]: no stronger called tool did
+    first = np.moveaxis(joint.calls.T[order], 1, 0) * np.take_along_axis(
+        p_clear[:, -1], order, axis=1).T[:, :, None]  # (m, N, A), the tools in order
+    before = np.empty_like(first)
+    before[0] = 1.0
+    for j in range(1, len(first)):  # cumprod of 1 - first over the tools, in order
+        np.multiply(before[j - 1], 1.0 - first[j - 1], out=before[j])
+    # E[alpha S + beta Q; cleared]: each row's (A, m) matrix column-major times its payoffs,
+    # the BLAS product (and so the floats) of a loop over rows of
+    # `(calls[:, order] * p) @ payoff`, whose fancy index gives a column-major matrix
+    weighted = np.ascontiguousarray(np.moveaxis(first * before, 1, 0))  # (N, m, A)
+    ordered_payoff = np.take_along_axis(payoff, order, axis=1)[:, :, None]
+    answered = np.matmul(weighted.transpose(0, 2, 1), ordered_payoff)[:, :, 0]
     values = np.zeros((n, horizon + 1, n_stages))
     best = np.zeros((n, horizon, n_stages), dtype=np.int64)
     rows = np.arange(n)
     for t in reversed(range(horizon)):
-        for s in range(n_stages):
+        for s in range(first_stage, n_stages):
             cleared = answered if s == n_stages - 1 else (
-                (1.0 - misses[:, s]) * values[:, t + 1, s + 1, None])
+                clears[:, s] * values[:, t + 1, s + 1, None])
             q_values = joint.q_values(cleared, misses[:, s], values[:, t + 1, s])
             best[:, t, s] = np.argmax(q_values, axis=1)
             values[:, t, s] = q_values[rows, best[:, t, s]]

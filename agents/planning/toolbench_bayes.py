@@ -314,7 +314,7 @@ class BayesToolBenchPlanner(Baseline):
     def posterior_values(self, n_stages: int, stage: int, skill: int,
                          future: tuple[int, ...], seen: tuple[float, ...]
                          ) -> tuple[np.ndarray, np.ndarray | None]:
-        """Posterior mean of the hypotheses' values ``(k + 2, k)`` (exact at stages ``>= stage``).
+        """Posterior mean of the hypotheses' values ``(k + 2, k)`` from ``stage`` on (0 before).
 
         At the last stage (nothing hidden but the answer) the values are exact and come
         with the best action's row of the joint-action table at each turn; else ``None``.
@@ -347,12 +347,14 @@ class BayesToolBenchPlanner(Baseline):
         rw = self.env.reward_weights
         payoff = rw.alpha * success + rw.beta * 10.0 * f1
         if not future:
-            values, best = solve_batch(self._joint, self._caps, skills, difficulty, payoff)
+            values, best = solve_batch(self._joint, self._caps, skills, difficulty, payoff,
+                                       first_stage=stage)
             return values[0], best[0, :, stage]
         mean = np.zeros((n_stages + 2, n_stages))
         share = np.repeat(weights, m) / m
         for lo in range(0, n * m, _CHUNK):
             values, _ = solve_batch(self._joint, self._caps, skills[lo:lo + _CHUNK],
-                                    difficulty[lo:lo + _CHUNK], payoff[lo:lo + _CHUNK])
+                                    difficulty[lo:lo + _CHUNK], payoff[lo:lo + _CHUNK],
+                                    first_stage=stage)
             mean += np.tensordot(share[lo:lo + _CHUNK], values, axes=1)
         return mean, None
