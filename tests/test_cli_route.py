@@ -222,7 +222,7 @@ def test_target_cost_keeps_the_training_cost_within_it(logs, logged, tmp_path, c
     assert 0 < out["calibration"]["train_strong_share"] < 1
     assert load_router(tmp_path / "r").threshold == cal.threshold
     fails(capsys, ["route", *train_args(logs, tmp_path / "s", "--target-cost", "0")],
-          "--target-cost", "cheapest")
+          "--target-cost", "cheapest", status=EXIT_USAGE)
 
 
 def test_a_zero_share_saves_no_threshold_and_routes_all_weak(logs, tmp_path, capsys):
@@ -294,10 +294,35 @@ def test_bad_inputs_exit_with_one_line(logs, tmp_path, capsys):
           "nothing.json", "no such file")
 
 
+@pytest.mark.parametrize("kind", ["absent file", "malformed row", "model not in the logs",
+                                  "groups the logs lack"])
+def test_each_kind_of_error_has_one_status_in_train_and_in_score(logs, trained, tmp_path,
+                                                                  capsys, kind):
+    """1 for a file that cannot be read, 2 for what valid files cannot meet: alike in both."""
+    router = trained()[1]
+    rows = crafted_rows(40)
+    if kind == "absent file":
+        data, extra, status = tmp_path / "absent.jsonl", [], EXIT_INPUT
+    elif kind == "malformed row":
+        rows[3]["input_tokens"] = "many"
+        data, extra, status = write_jsonl(tmp_path / "bad.jsonl", rows), [], EXIT_INPUT
+    elif kind == "model not in the logs":  # the router's strong model, named by the router
+        data = write_jsonl(tmp_path / "weak.jsonl", [r for r in rows if r["model"] != STRONG])
+        extra, status = [], EXIT_USAGE
+    else:
+        data = write_jsonl(tmp_path / "ungrouped.jsonl",
+                           [{k: v for k, v in r.items() if k != "group"} for r in rows])
+        extra, status = ["--split-by", "group"], EXIT_USAGE
+    fails(capsys, ["route", *train_args(data, tmp_path / "r", *extra)], status=status)
+    fails(capsys, ["route", "score", "--router", str(router), "--data", str(data), *extra],
+          status=status)
+
+
 def test_calls_without_a_logged_cost_are_priced_by_the_table(tmp_path, capsys):
     rows = [{k: v for k, v in r.items() if k != "cost"} for r in crafted_rows(40)]
     logs = write_jsonl(tmp_path / "untimed.jsonl", rows)
-    fails(capsys, ["route", *train_args(logs, tmp_path / "r")], "--prices", "'small'")
+    fails(capsys, ["route", *train_args(logs, tmp_path / "r")], "--prices", "'small'",
+          status=EXIT_USAGE)
     prices = tmp_path / "prices.yaml"
     prices.write_text("currency: USD\nunit: per_million_tokens\nmodels:\n" + "".join(
         f"  - {{name: {m}, input: {p}, output: {p}, source: test, date: 2025-01-01}}\n"
@@ -312,7 +337,8 @@ def test_calls_without_a_logged_cost_are_priced_by_the_table(tmp_path, capsys):
     ungrouped = write_jsonl(tmp_path / "ungrouped.jsonl",
                             [{k: v for k, v in r.items() if k != "group"} for r in rows])
     fails(capsys, ["route", "score", "--router", str(tmp_path / "r"), "--data", str(ungrouped),
-                   "--prices", str(prices), "--split-by", "group"], "split_by='group'")
+                   "--prices", str(prices), "--split-by", "group"], "split_by='group'",
+          status=EXIT_USAGE)
 
 
 @pytest.mark.parametrize("extra, message", [
@@ -430,7 +456,7 @@ def test_gsm8k_round_trip_and_the_router_beats_random(tmp_path, capsys):
 def test_the_cascade_needs_the_weak_models_answers(logs, tmp_path, capsys):
     # the crafted logs carry no responses: a one-line error naming the router, no file
     fails(capsys, ["route", *train_args(logs, tmp_path / "r", "--router", "cascade")],
-          "--router cascade")
+          "--router cascade", status=EXIT_USAGE)
     assert not router_files(tmp_path / "r")[0].exists()
 
 
@@ -457,7 +483,8 @@ def test_train_records_the_held_out_groups_and_score_runs_on_exactly_them(
                    "--groups", *held, "--split-by", "group")
     assert chosen["test"] == out["test"]
     fails(capsys, ["route", "score", "--router", str(save), "--data", str(logs),
-                   "--groups", "g1", "nowhere"], "--groups", "'nowhere'", "not in the logs")
+                   "--groups", "g1", "nowhere"], "--groups", "'nowhere'", "not in the logs",
+          status=EXIT_USAGE)
 
 
 def test_held_out_queries_of_a_split_by_query(logs, trained, tmp_path, capsys):
@@ -466,7 +493,7 @@ def test_held_out_queries_of_a_split_by_query(logs, trained, tmp_path, capsys):
     assert scored["test"] == out["test"] and not scored["trained_on_these_queries"]
     other = write_jsonl(tmp_path / "other.jsonl", crafted_rows(seed=5))
     fails(capsys, ["route", "score", "--router", str(save), "--data", str(other),
-                   "--held-out"], "--held-out", "fingerprint differs")
+                   "--held-out"], "--held-out", "fingerprint differs", status=EXIT_USAGE)
 
 
 def test_partial_overlap_with_training_is_noted(logs, logged, trained, tmp_path, capsys):
@@ -500,7 +527,7 @@ def test_test_fraction_zero_trains_on_all(logs, logged, tmp_path, capsys):
     scored = route(capsys, "score", "--router", str(tmp_path / "r"), "--data", str(logs))
     assert scored["training_overlap"]["queries"] == data.n_queries
     fails(capsys, ["route", "score", "--router", str(tmp_path / "r"), "--data", str(logs),
-                   "--held-out"], "--held-out", "nothing was held out")
+                   "--held-out"], "--held-out", "nothing was held out", status=EXIT_USAGE)
     assert cli.main(["route", *train_args(logs, tmp_path / "s", "--test-fraction", "0")]) == 0
     assert "(--test-fraction 0: trained on all)" in capsys.readouterr().out
 

@@ -277,7 +277,7 @@ def test_cv_chooses_l2_on_the_training_split(logs, logged, tmp_path, capsys) -> 
     (["--target-share", "0.3"], "--target-share is a two-model calibration", EXIT_USAGE),
     (["--models", "small", "huge"], "model 'huge' is not in the logs", EXIT_USAGE),
     (["--models", "small"], "at least two distinct models", EXIT_USAGE),
-    (["--target-cost", "1e-9"], "--target-cost: target=1e-09: no lam keeps", EXIT_INPUT),
+    (["--target-cost", "1e-9"], "--target-cost: target=1e-09: no lam keeps", EXIT_USAGE),
     (["--router", "logistic"], "a two-model router takes --weak and --strong", EXIT_USAGE),
 ])
 def test_bad_k_model_options_exit_with_one_line(logs, tmp_path, capsys, extra, message,
@@ -297,7 +297,7 @@ def test_cv_needs_two_folds(logs, tmp_path, capsys) -> None:
 def test_a_saved_k_model_router_needs_its_models_in_the_logs(trained, tmp_path, capsys) -> None:
     two = write(tmp_path / "two.jsonl", [r for r in rows() if r["model"] != "mid"])
     fails(capsys, ["route", "score", "--router", str(trained), "--data", str(two)],
-          "model 'mid' is not in the logs", status=EXIT_INPUT)
+          "model 'mid' is not in the logs", status=EXIT_USAGE)
 
 
 ROUTERARENA = Path(__file__).resolve().parents[2] / "shared" / "data" / "routerarena"

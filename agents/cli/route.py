@@ -35,11 +35,19 @@ a split by query, when the logs are the ones it was trained on) or on ``--groups
 says how many of the scored queries (and which groups) the router was trained on, and
 how far the share or cost landed from the calibration's target.
 
-A bad input ends the command with one line on stderr and status :data:`EXIT_INPUT` (1, as
-for the other subcommands' input files): a missing file, a malformed row (the loaders'
-message names the file, the line and the column), a saved router that is corrupted or
-not one, an unwritable ``--save``; a model not in the logs is a usage error
-(:data:`EXIT_USAGE`, 2, naming the models the logs have).
+An error ends the command with one line on stderr and one status per kind, the same in
+``train`` and ``score`` and as for the other subcommands:
+
+* :data:`EXIT_INPUT` (1): a file that cannot be read, parsed or written: a missing file or
+  folder, a malformed row (the loaders' message names the file, the line and the column),
+  a malformed ``--prices`` table, a saved router that is corrupted or not one, an
+  unwritable ``--save``;
+* :data:`EXIT_USAGE` (2): a request these (valid) files cannot meet: a model or group
+  that the logs do not have, whether an option or the saved router names it (the message
+  names what they have), a model the price table does not price, options that do not fit
+  the router or the logs (``--split-by group`` on logs without groups, ``--held-out``
+  when nothing was held out, a ``--target-cost`` no operating point keeps, ``--cv`` with
+  too few groups, the cascade on logs without answers), as argparse's own usage errors.
 """
 
 from __future__ import annotations
@@ -57,9 +65,10 @@ import numpy as np
 from agents.cli.arguments import int_at_least, resamples_int, seed_int
 from agents.routers import ROUTERS
 
-#: Exit status of a bad input (file, model name, saved router), as for a usage error.
+#: Exit status of a file that cannot be read, parsed or written (logs, prices, router).
 EXIT_INPUT = 1
-#: A model name the logs do not have is a usage error, as an unknown env id is.
+#: Exit status of a request the files cannot meet (a model or group the logs do not have,
+#: options that do not fit them), as of argparse's usage errors and an unknown env id.
 EXIT_USAGE = 2
 #: ``--format`` choices; ``generic`` is the generic CSV/JSONL schema.
 DATA_FORMATS = ("routellm", "generic", "routerarena")
@@ -205,20 +214,19 @@ def load_data(args: argparse.Namespace) -> Any:
         fail(args, f"{error}{hint}")
 
 
-def _models(args: argparse.Namespace, data: Any, names: Sequence[str], two: bool,
-            status: int = EXIT_USAGE) -> Any:
+def _models(args: argparse.Namespace, data: Any, names: Sequence[str], two: bool) -> Any:
     """``data`` with only ``names`` (exits naming a model not in the logs)."""
     flags = ("weak", "strong") if two else ("",) * len(names)
     for flag, name in zip(flags, names, strict=True):
         if name not in data.models:
             fail(args, f"{flag + ' ' if flag else ''}model {name!r} is not in the logs "
-                       f"{data.source}; they have {list(data.models)}", status)
+                       f"{data.source}; they have {list(data.models)}", EXIT_USAGE)
     if len(set(names)) != len(names) or len(names) < 2:
         if two:
             fail(args, f"--weak and --strong are both {names[0]!r}; expected two models",
-                 status)
+                 EXIT_USAGE)
         fail(args, f"expected at least two distinct models to route between, got "
-                   f"{list(names)}", status)
+                   f"{list(names)}", EXIT_USAGE)
     return data.select_models(list(names))
 
 
@@ -227,9 +235,13 @@ def _costs(args: argparse.Namespace, data: Any) -> np.ndarray:
     from cost_envs.prices import coerce_prices
 
     try:
-        return np.asarray(data.call_costs(coerce_prices(args.prices)))
+        prices = coerce_prices(args.prices)
     except (ValueError, OSError) as error:
-        fail(args, f"{error} (--prices FILE prices the models)")
+        fail(args, error)
+    try:
+        return np.asarray(data.call_costs(prices))
+    except ValueError as error:  # a model the table does not price
+        fail(args, f"{error} (--prices FILE prices the models)", EXIT_USAGE)
 
 
 def _data_facts(args: argparse.Namespace, data: Any) -> dict[str, Any]:
@@ -251,7 +263,7 @@ def _split(args: argparse.Namespace, data: Any) -> tuple[np.ndarray, np.ndarray]
     try:
         return data.split_indices(args.seed, args.test_fraction, args.split_by)
     except ValueError as error:
-        fail(args, error)
+        fail(args, error, EXIT_USAGE)
 
 
 # ------------------------------------------------------------------------- train
@@ -282,7 +294,7 @@ def _calibrate(args: argparse.Namespace, router: Any, train: Any, costs: np.ndar
     try:
         return calibrate(router, train, costs, share=args.target_share, cost=args.target_cost)
     except ValueError as error:
-        fail(args, f"--target-cost: {error}")
+        fail(args, f"--target-cost: {error}", EXIT_USAGE)
 
 
 def _report(args: argparse.Namespace, data: Any, router: Any, point: float,
@@ -298,7 +310,7 @@ def _report(args: argparse.Namespace, data: Any, router: Any, point: float,
                                 point, weak, strong, costs, **kw)
         return multi_report(data, router, point, costs, **kw)
     except ValueError as error:  # --split-by group on logs without groups, say
-        fail(args, error)
+        fail(args, error, EXIT_USAGE)
 
 
 def _point_text(router: Any, point: float) -> str:
@@ -360,12 +372,12 @@ def run_train(args: argparse.Namespace) -> int:
                                     models=() if two else data.models, costs=costs[train_idx],
                                     folds=args.cv, split_by=args.split_by, seed=args.seed)
         except ValueError as error:
-            fail(args, f"--cv {args.cv}: {error}")
+            fail(args, f"--cv {args.cv}: {error}", EXIT_USAGE)
         settings, cv = choice.settings(), choice.as_json()
     try:  # the cascade needs the weak model's logged answers
         router = make_router(kind, *data.models, **settings).fit(train, costs[train_idx])
     except ValueError as error:
-        fail(args, f"--router {kind}: {error}")
+        fail(args, f"--router {kind}: {error}", EXIT_USAGE)
     point, cal = _calibrate(args, router, train, costs[train_idx])
     report = None if test is None else _report(args, test, router, point, costs[test_idx])
     drift = None if report is None else calibration_drift(cal, report)
@@ -423,7 +435,7 @@ def _selected(args: argparse.Namespace, data: Any, training: dict[str, Any]) -> 
     if args.held_out:
         if training.get("test_queries", 1) == 0:
             fail(args, "--held-out: the router was trained on all its logs "
-                       "(--test-fraction 0); nothing was held out")
+                       "(--test-fraction 0); nothing was held out", EXIT_USAGE)
         if training.get("split_by") == "group" and training.get("test_groups"):
             wanted = training["test_groups"]
         elif data.fingerprint == training.get("fingerprint"):  # the very logs: re-split
@@ -432,7 +444,8 @@ def _selected(args: argparse.Namespace, data: Any, training: dict[str, Any]) -> 
             return data.subset(test)
         else:
             fail(args, "--held-out: the router held out queries of its own logs (split by "
-                       "query); these logs are not those (their fingerprint differs)")
+                       "query); these logs are not those (their fingerprint differs)",
+                 EXIT_USAGE)
     elif args.groups is not None:
         wanted = args.groups
     else:
@@ -441,11 +454,11 @@ def _selected(args: argparse.Namespace, data: Any, training: dict[str, Any]) -> 
     missing = [g for g in wanted if g not in have]
     if args.groups is not None and missing:
         fail(args, f"--groups: {missing} not in the logs {data.source}; they have "
-                   f"{sorted(have)[:20]}")
+                   f"{sorted(have)[:20]}", EXIT_USAGE)
     rows = np.flatnonzero(np.isin(np.array(data.groups or [""] * data.n_queries), wanted))
     if not len(rows):
         fail(args, f"--held-out: none of the router's held-out groups {wanted[:10]} is in "
-                   f"the logs {data.source}")
+                   f"the logs {data.source}", EXIT_USAGE)
     return data.subset(rows)
 
 
@@ -459,7 +472,7 @@ def run_score(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as error:
         fail(args, f"cannot load the router: {error}")
     router = saved.router
-    data = _models(args, load_data(args), saved.models, saved.two_model, EXIT_INPUT)
+    data = _models(args, load_data(args), saved.models, saved.two_model)
     training = saved.meta.get("training", {})
     data = _selected(args, data, training)
     costs = _costs(args, data)
