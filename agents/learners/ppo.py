@@ -333,7 +333,13 @@ class FastPPO(PPO):
                 kl_epoch: list[Any] = []
                 kl_per_epoch.append(kl_epoch)
                 first_of_epoch = len(ratios)
-                for minibatch in rollout.epoch(self.batch_size, numpy=in_numpy):
+                batches = rollout.epoch(self.batch_size, numpy=in_numpy)
+                if exact is not None and flat is not None:  # bit for bit, in a tight loop
+                    continue_training, loss = self._exact_epoch(
+                        batches, exact, flat, logs, ratios, log_ratios, kl_epoch, epoch,
+                        clip_range, clip_range_vf, loss)
+                    batches = []
+                for minibatch in batches:
                     # network is not None whenever in_numpy is (the type checker's check)
                     if in_numpy and stepper is None and flat is not None and network is not None:
                         stepper = NumpyFusedStep(network, flat, fused_settings,
@@ -427,6 +433,40 @@ class FastPPO(PPO):
         if not isinstance(loss, torch.Tensor):
             loss = torch.as_tensor(loss)
         self._record_train_logs(logs, ratios, kl_per_epoch, clip_range, clip_range_vf, loss)
+
+    def _exact_epoch(self, batches: list[tuple[Any, ...]], exact: ExactStep, flat: FlatAdam,
+                     logs: dict[str, list[torch.Tensor]], ratios: list[torch.Tensor],
+                     log_ratios: list[torch.Tensor], kl_epoch: list[Any], epoch: int,
+                     clip_range: float, clip_range_vf: float | None, loss: torch.Tensor,
+                     ) -> tuple[bool, torch.Tensor]:
+        """One epoch of :meth:`train`'s exact path: what its general loop does, fewer lookups.
+
+        SB3's loss and autograd's gradient of it (:class:`ExactStep`), the clipping and Adam
+        on the flat buffers, the same logs and the same early stop. Returns whether to go
+        on (``False``: past the target KL) and the last minibatch's loss.
+        """
+        exact_loss, backward, clip, step = exact.loss, exact.backward, flat.clip, flat.step
+        ent_coef, vf_coef, normalize = self.ent_coef, self.vf_coef, self.normalize_advantage
+        max_grad_norm, target_kl = self.max_grad_norm, self.target_kl
+        pg_logs, value_logs, entropy_logs = logs["pg"], logs["value"], logs["entropy"]
+        for obs, actions, old_values, old_log_prob, advantages, returns in batches:
+            (loss, policy_loss, value_loss, entropy_loss, ratio,
+             log_ratio) = exact_loss(obs, actions, old_values, old_log_prob, advantages, returns,
+                                     clip_range, clip_range_vf, ent_coef, vf_coef, normalize)
+            pg_logs.append(policy_loss)
+            value_logs.append(value_loss)
+            entropy_logs.append(entropy_loss)
+            ratios.append(ratio)  # computed without a graph: detached already
+            log_ratios.append(log_ratio)
+            if target_kl is not None:
+                approx_kl_div = torch.mean((torch.exp(log_ratio) - 1) - log_ratio).cpu().numpy()
+                kl_epoch.append(approx_kl_div)
+                if self._past_target_kl(approx_kl_div, epoch):
+                    return False, loss
+            backward()  # writes every gradient
+            clip(max_grad_norm)
+            step()
+        return True, loss
 
     def _record_train_logs(self, logs: dict[str, list[torch.Tensor]],
                            ratios: list[torch.Tensor], kl_per_epoch: list[list[Any]],

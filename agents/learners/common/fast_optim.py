@@ -167,6 +167,14 @@ class FlatAdam:
         #: during the update (integers: exact) and written back by :meth:`release`.
         self.count = float(self.steps[0])
         self.grad_array = self.buffers["grad"].numpy()
+        buffers = self.buffers
+        self._flat = (buffers["grad"], buffers["exp_avg"], buffers["exp_avg_sq"],
+                      buffers["param"], torch.empty_like(buffers["exp_avg_sq"]))
+        #: The one group whose step covers every parameter, if there is one (else the
+        #: slices' step per run of groups).
+        self.whole = (optimizer.param_groups[0] if len(optimizer.param_groups) == 1
+                      and self.slices == [(0, len(buffers["param"]), optimizer.param_groups)]
+                      else None)
 
     @classmethod
     def attach(cls, optimizer: torch.optim.Optimizer,
@@ -199,14 +207,14 @@ class FlatAdam:
         """Zero every gradient (backward adds into them)."""
         self.buffers["grad"].zero_()
 
-    @torch.no_grad()
     def clip(self, max_norm: float) -> None:
         """:func:`clip_grad_norm` of the model's parameters.
 
         The norms are torch's; the coefficient's scalar float32 operations (``total +
         1e-6``, ``reciprocal``, ``* max_norm``, ``clamp``; ``max_norm / tensor`` is
         ``tensor.reciprocal() * max_norm`` in torch) and the multiplication of every
-        gradient by it are IEEE-exact, so numpy's give the same bits at less cost.
+        gradient by it are IEEE-exact, so numpy's give the same bits at less cost. The
+        gradients are plain tensors (no autograd): no ``no_grad`` needed.
         """
         norms = torch._foreach_norm(self.clip_grads, 2.0)
         total = np.float32(torch.linalg.vector_norm(torch.stack(norms), 2.0).item())
@@ -218,17 +226,26 @@ class FlatAdam:
         self.count += 1.0
         return self.count
 
-    @torch.no_grad()
     def step(self) -> None:
-        """Adam's single-tensor step for every parameter (:func:`optimizer_step`)."""
-        grad, exp_avg, exp_avg_sq = (self.buffers[k] for k in ("grad", "exp_avg", "exp_avg_sq"))
+        """Adam's single-tensor step for every parameter (:func:`optimizer_step`).
+
+        The same kernels on the same values: ``torch.sqrt`` into a buffer kept for it and
+        the division and ``eps`` in place (``sqrt`` must be torch's: its vectorised kernel
+        is not IEEE's correctly rounded square root), ``addcdiv_`` once over the whole
+        buffer when every group shares one learning rate. The buffers are plain tensors
+        (no autograd), so no ``no_grad`` is needed.
+        """
+        grad, exp_avg, exp_avg_sq, param, denom = self._flat
         step = self.advance()
-        exp_avg.lerp_(grad, 1 - self.beta1)
-        exp_avg_sq.mul_(self.beta2).addcmul_(grad, grad, value=1 - self.beta2)
-        denom = (exp_avg_sq.sqrt() / (1 - self.beta2**step) ** 0.5).add_(self.eps)
-        param = self.buffers["param"]
+        beta1, beta2 = self.beta1, self.beta2
+        exp_avg.lerp_(grad, 1 - beta1)
+        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+        torch.sqrt(exp_avg_sq, out=denom).div_((1 - beta2**step) ** 0.5).add_(self.eps)
+        if self.whole is not None:
+            param.addcdiv_(exp_avg, denom, value=-(self.whole["lr"] / (1 - beta1**step)))
+            return
         for start, end, groups in self.slices:
-            step_size = groups[0]["lr"] / (1 - self.beta1**step)
+            step_size = groups[0]["lr"] / (1 - beta1**step)
             if any(group["lr"] != groups[0]["lr"] for group in groups):
                 raise ValueError("FlatAdam: learning rates changed within a run of groups "
                                  "during an update; release() and attach() again")
