@@ -146,6 +146,66 @@ def _box_tensor(obs: Any, device: torch.device) -> torch.Tensor:
     return cast(torch.Tensor, obs_as_tensor(obs, device))
 
 
+class _PlainRollout:
+    """:func:`rollout_step` of a plain network's policy, its layers' functions called directly.
+
+    ``nn.Linear`` is ``F.linear``, ``nn.Tanh`` ``torch.tanh`` (no hooks: ``TanhNetwork.of``
+    checked), ``Bernoulli.log_prob`` the ``binary_cross_entropy_with_logits`` kernel: the
+    same operations on the same values, in :func:`rollout_step`'s order, without the
+    modules' and the functional wrappers' Python.
+    """
+
+    def __init__(self, network: TanhNetwork, policy: ActorCriticPolicy) -> None:
+        self.encoder = tuple((layer.weight, layer.bias) for layer in network.encoder)
+        self.action = (network.action.weight, network.action.bias)
+        self.value = (network.value.weight, network.value.bias)
+        shape = policy.action_space.shape
+        assert shape is not None  # a Bernoulli head's MultiBinary space has one
+        self.shape = shape
+        self.device = policy.device
+
+    def as_tensor(self, obs: Any) -> torch.Tensor:
+        """SB3's ``obs_as_tensor`` of a ``Box`` env's observations (shares an array's memory)."""
+        return torch.from_numpy(obs) if type(obs) is np.ndarray else _box_tensor(obs, self.device)
+
+    def __call__(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(actions, values, log_prob)``; call it under ``torch.no_grad()``."""
+        hidden = obs.float()
+        for weight, bias in self.encoder:
+            hidden = torch.tanh(_linear(hidden, weight, bias))
+        logits = _linear(hidden, *self.action)
+        values = _linear(hidden, *self.value)
+        actions = torch.bernoulli(torch.sigmoid(logits))
+        log_prob = -torch.binary_cross_entropy_with_logits(logits, actions, None, None,
+                                                           0).sum(dim=1)  # reduction none
+        if actions.shape[1:] != self.shape:
+            actions = actions.reshape((-1, *self.shape))
+        return actions, values, log_prob
+
+
+def _add(buffer: RolloutBuffer, obs: Any, actions: np.ndarray, rewards: np.ndarray,
+         episode_starts: Any, values: torch.Tensor, log_probs: torch.Tensor) -> None:
+    """``RolloutBuffer.add`` of a ``Box`` env's step on CPU: the same values in each row.
+
+    Assigning an array casts it to the buffer's dtype as assigning SB3's copy of it does;
+    the tensors' values are read where they are (SB3 clones them first).
+    """
+    pos = buffer.pos
+    buffer.observations[pos] = obs
+    buffer.actions[pos] = actions.reshape((buffer.n_envs, buffer.action_dim))
+    buffer.rewards[pos] = rewards
+    buffer.episode_starts[pos] = episode_starts
+    buffer.values[pos] = values.numpy().reshape(-1)
+    buffer.log_probs[pos] = (log_probs.reshape(-1, 1) if log_probs.dim() == 0
+                             else log_probs).numpy()
+    buffer.pos = pos + 1
+    if buffer.pos == buffer.buffer_size:
+        buffer.full = True
+
+
+_linear = torch._C._nn.linear
+
+
 class FastPPO(PPO):
     """SB3's ``PPO`` with the same updates in fewer Python calls (module docstring).
 
@@ -184,11 +244,23 @@ class FastPPO(PPO):
         rollout_buffer.reset()
         callback.on_rollout_start()
         policy, device = self.policy, self.device
+        # the plain network's layers called directly, the buffer filled in place (the same
+        # operations and values as rollout_step and RolloutBuffer.add)
+        network = TanhNetwork.of(policy) if device.type == "cpu" else None
+        step_of = _PlainRollout(network, policy) if network is not None else None
+        direct_add = (type(rollout_buffer).add is RolloutBuffer.add
+                      and not isinstance(rollout_buffer.observation_space, spaces.Discrete))
         while n_steps < n_rollout_steps:
-            with torch.no_grad():
-                obs_tensor = _box_tensor(self._last_obs, device)
-                sampled, values, log_probs = rollout_step(policy, obs_tensor)
-            actions = sampled.cpu().numpy()
+            if step_of is not None:
+                with torch.no_grad():
+                    obs_tensor = step_of.as_tensor(self._last_obs)
+                    sampled, values, log_probs = step_of(obs_tensor)
+                actions = sampled.numpy()
+            else:
+                with torch.no_grad():
+                    obs_tensor = _box_tensor(self._last_obs, device)
+                    sampled, values, log_probs = rollout_step(policy, obs_tensor)
+                actions = sampled.cpu().numpy()
             clipped_actions = actions  # SB3's name, in the callback's locals
             new_obs, rewards, dones, infos = env.step(actions)
             self.num_timesteps += env.num_envs
@@ -205,6 +277,12 @@ class FastPPO(PPO):
                     with torch.no_grad():
                         terminal_value = policy.predict_values(terminal_obs)[0]
                     rewards[idx] += self.gamma * terminal_value
+            if direct_add:
+                _add(rollout_buffer, self._last_obs, actions, rewards,
+                     self._last_episode_starts, values, log_probs)
+                self._last_obs = new_obs  # type: ignore[assignment]  # as below
+                self._last_episode_starts = dones
+                continue
             # SB3's types: _last_obs may be a dict and, like _last_episode_starts, None
             # (before _setup_learn); here both are arrays, the observations a Box env's.
             rollout_buffer.add(self._last_obs,  # type: ignore[arg-type]  # see above
