@@ -17,14 +17,17 @@ order does not matter; the logits get three, one of which is exactly zero: the e
 graph to build and walk.
 
 Which operations must be torch's and which need not: the matrix products (MKL's blocking
-fixes their sums' order), every reduction (``sum``, ``mean``, ``std``, the norms: torch's
-summation order), the transcendental kernels (``tanh``, ``sigmoid``, ``log_sigmoid``,
-``exp``: SLEEF's vectorised approximations, not the C library's) and the fused backward
-kernels (``tanh_backward``, ``sigmoid_backward``, ``mse_loss``'s) stay torch calls on tensors
-of the shapes autograd sees. Everything else is one IEEE-754 operation per element
-(``+ - * /``, negation, ``minimum``, ``clamp``, comparisons, ``where``), which gives the same
-bits whoever computes it: those run in numpy, on the same float32 memory, at a fifth of a
-torch call's cost on arrays of 64. Among them ``binary_cross_entropy_with_logits``' own
+fixes their sums' order), every reduction (``sum``, ``std``, the norms: torch's summation
+order; a ``mean`` is torch's ``sum`` divided by the count, as torch computes it on CPU,
+``sum_out(...).div_(count)``), the transcendental kernels (``tanh``, ``sigmoid``,
+``log_sigmoid``, ``exp``, and ``sqrt`` too: SLEEF's vectorised approximations, not the C
+library's or IEEE's correctly rounded results) and the fused kernels (``tanh_backward``,
+``sigmoid_backward``, ``mse_loss``'s, Adam's ``lerp_`` / ``addcmul_`` / ``addcdiv_``, which
+may round once where numpy rounds twice) stay torch calls on tensors of the shapes
+autograd sees. Everything else is one IEEE-754 operation per element (``+ - * /``,
+negation, ``minimum``, ``clamp``, comparisons, ``where``), which gives the same bits
+whoever computes it: those run in numpy, on the same float32 memory, at a fifth of a torch
+call's cost on arrays of 64. Among them ``binary_cross_entropy_with_logits``' own
 composite, ``(1 - t) * x - log_sigmoid(x)``, with ``log_sigmoid`` computed once for both of
 the loss's calls (the same kernel on the same logits), and the scalar arithmetic of the
 loss in numpy float32 scalars (Python floats are cast to float32 first, as torch does).
@@ -111,8 +114,9 @@ class ExactStep:
         x, p, ls, a = logits.numpy(), probs.numpy(), log_sigmoid.numpy(), actions.numpy()
         log_prob = -torch.sum(torch.from_numpy((1 - a) * x - ls), 1).numpy()
         entropy = torch.sum(torch.from_numpy((1 - p) * x - ls), 1)
-        if normalize_advantage and len(advantages) > 1:
-            adv = ((advantages.numpy() - advantages.mean().numpy())
+        count = np.float32(len(x))  # torch's mean on CPU: sum(x).div_(count)
+        if normalize_advantage and len(x) > 1:
+            adv = ((advantages.numpy() - torch.sum(advantages).numpy() / count)
                    / (advantages.std().numpy() + np.float32(1e-8)))
         else:
             adv = advantages.numpy()
@@ -122,8 +126,8 @@ class ExactStep:
         low, high = np.float32(1 - clip_range), np.float32(1 + clip_range)
         surrogate = adv * r
         surrogate_clipped = adv * np.minimum(np.maximum(r, low), high)  # clamp
-        policy_loss = -torch.mean(torch.from_numpy(np.minimum(surrogate, surrogate_clipped)
-                                                   )).numpy()
+        policy_loss = -(torch.sum(torch.from_numpy(np.minimum(surrogate, surrogate_clipped)))
+                        .numpy() / count)
         delta = None
         if clip_range_vf is None:
             values_pred = values
@@ -133,7 +137,7 @@ class ExactStep:
             delta = values.numpy() - old
             values_pred = torch.from_numpy(old + np.minimum(np.maximum(delta, -bound), bound))
         value_loss = _mse_loss(returns, values_pred, 1)  # reduction "mean"
-        entropy_loss = -torch.mean(entropy).numpy()
+        entropy_loss = -(torch.sum(entropy).numpy() / count)
         loss = (policy_loss + float(ent_coef) * entropy_loss
                 + float(vf_coef) * value_loss.numpy())
         self.saved = (activations, a, x, p, probs, adv, r, surrogate, surrogate_clipped,

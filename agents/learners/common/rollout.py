@@ -56,11 +56,12 @@ class Rollout:
         order = np.random.permutation(self.size)
         if numpy:
             shuffled: list[Any] = [array.take(order, axis=0) for array in self.arrays]
-        else:
-            index = torch.from_numpy(order)
-            shuffled = [tensor.index_select(0, index) for tensor in self.tensors]
-        return [tuple(array[start:start + batch_size] for array in shuffled)
-                for start in range(0, self.size, batch_size)]
+            return [tuple(array[start:start + batch_size] for array in shuffled)
+                    for start in range(0, self.size, batch_size)]
+        index = torch.from_numpy(order)
+        # split: the same row slices as views, one call per field
+        return list(zip(*(tensor.index_select(0, index).split(batch_size)
+                          for tensor in self.tensors), strict=True))
 
 
 def as_tensors(batch: tuple[np.ndarray, ...]) -> tuple[torch.Tensor, ...]:
@@ -89,8 +90,10 @@ def approx_kls(ratios: list[torch.Tensor], log_ratios: list[torch.Tensor]) -> li
 
     ``ratio`` is ``exp(log_ratio)`` already (the same operation on the same values).
     """
-    return [torch.mean((ratio - 1) - log_ratio).numpy()
-            for ratio, log_ratio in zip(ratios, log_ratios, strict=True)]
+    # (r - 1) - l elementwise in numpy (IEEE: the same bits); torch's CPU mean is its sum
+    # divided by the count
+    return [torch.sum(torch.from_numpy((ratio.numpy() - 1) - log_ratio.numpy())).numpy()
+            / np.float32(len(ratio)) for ratio, log_ratio in zip(ratios, log_ratios, strict=True)]
 
 
 def _by_size(tensors: list[torch.Tensor],
