@@ -339,3 +339,24 @@ def test_a_router_kind_cannot_be_taken_twice():
                                          r"give .*Impostor another kind"):
         register(Impostor)
     assert ROUTERS["logistic"] is LogisticRouter
+
+
+@pytest.mark.parametrize("name", sorted(ROUTERS))
+def test_predictions_read_in_chunks_are_those_read_at_once(name: str, family,
+                                                           monkeypatch) -> None:
+    """Scoring builds a chunk of queries' features at a time (bounded memory), same result."""
+    from agents.routers import base
+
+    fitted, test = family
+    router = fitted[name]
+    inputs = router.inputs(test)  # every query's features at once
+    win, costs = router.predict_inputs(inputs), router.expected_costs_inputs(inputs)
+    cols = np.array([test.model_index(m) for m in router.models])
+    monkeypatch.setattr(base, "PREDICT_CHUNK", 7)  # 120 queries: 18 chunks, the last of 1
+    np.testing.assert_allclose(router.predict(test), win, rtol=0, atol=1e-12)
+    if costs is None:
+        assert router.expected_costs(test) is None
+    else:
+        np.testing.assert_allclose(router.expected_costs(test), costs, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(router.route(test, 0.5),
+                                  cols[router.decide_inputs(inputs, 0.5)])

@@ -62,6 +62,17 @@ def test_text_statistics() -> None:
     assert not stats[1].any()
 
 
+@pytest.mark.parametrize("text", [
+    "1/2 of it", "a/b", "HALF the cake", "behalf of", "half", "Thirds", "a QUARTER",
+    "the fifth", "fifty", "quarterly", "no fraction here", "", "Ünder a HALF", "x 3/4 y",
+    "ｈａｌｆ", "two HALVES", "one-third", "the 1st"])
+def test_the_fraction_column_is_the_regex_s(text: str) -> None:
+    """The cheap check before the search changes no answer (ASCII or not)."""
+    from agents.routers.statistics import _FRACTION
+
+    assert text_statistics([text])[0, 6] == float(bool(_FRACTION.search(text)))
+
+
 def test_router_learns_a_visible_difficulty() -> None:
     # the weak model fails the "tricky" questions (and 10% of the rest), the strong one
     # never: a router that reads the word reaches PGR 1 at a 40-50% strong-call share.

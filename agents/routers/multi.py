@@ -222,9 +222,8 @@ class MultiRouter(PerModelLogistic):
         largest.
         """
         integer(max_points, "max_points", minimum=2)
-        inputs = self.inputs(data)
-        return self._lams(self.predict_inputs(inputs), max_points,
-                          self.expected_costs_inputs(inputs))
+        win, costs = self.predicted(data)
+        return self._lams(win, max_points, costs)
 
     def _lams(self, p: np.ndarray, max_points: int = 200, costs: Any = None) -> np.ndarray:
         """:meth:`lams` from predicted correctness ``p`` (and per-query ``costs``)."""
@@ -249,9 +248,8 @@ class MultiRouter(PerModelLogistic):
 
     def sweep(self, data: TraceDataset, lams: Sequence[float] | None = None) -> np.ndarray:
         """Decisions at each ``lam`` (default :meth:`lams`): ``(n, points)`` data columns."""
-        inputs = self.inputs(data)
-        return self._sweep(self.predict_inputs(inputs), self._columns(data), lams,
-                           self.expected_costs_inputs(inputs))
+        win, costs = self.predicted(data)
+        return self._sweep(win, self._columns(data), lams, costs)
 
     def _sweep(self, p: np.ndarray, cols: np.ndarray, lams: Sequence[float] | None = None,
                costs: Any = None) -> np.ndarray:

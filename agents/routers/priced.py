@@ -265,7 +265,7 @@ class PricedRouter(PricedLogistic, TwoModelLogistic):
 
     def scores(self, data: TraceDataset) -> np.ndarray:
         """Predicted accuracy gained per extra dollar of the strong call; higher: strong."""
-        return self.scores_inputs(self.inputs(data))
+        return self.scores_of(*self.predicted(data))
 
     def _per_dollar(self, p: np.ndarray, c: np.ndarray) -> np.ndarray:
         floor = self._pricer._fitted()[3]

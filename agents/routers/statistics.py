@@ -31,6 +31,19 @@ STATISTICS = ("log_chars", "log_words", "log_numbers", "log_sentences", "max_dig
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 _SENTENCE = re.compile(r"[.?!](?:\s|$)")
 _FRACTION = re.compile(r"\d/\d|\bhalf\b|\bthird|\bquarter|\bfifth", re.IGNORECASE)
+_FRACTION_WORDS = ("half", "third", "quarter", "fifth")
+
+
+def _has_fraction(text: str, lowered: str) -> bool:
+    """Whether ``_FRACTION`` matches in ``text`` (``lowered``: ``text.lower()``).
+
+    An ASCII text without "/" or a fraction word cannot match, and saying so is far
+    cheaper than the search; other texts are always searched (Unicode case folding could
+    match a fraction word written in other letters).
+    """
+    if text.isascii() and "/" not in text and not any(w in lowered for w in _FRACTION_WORDS):
+        return False
+    return bool(_FRACTION.search(text))
 
 
 def text_statistics(texts: Sequence[str]) -> np.ndarray:
@@ -38,11 +51,12 @@ def text_statistics(texts: Sequence[str]) -> np.ndarray:
     rows = []
     for t in texts:
         numbers = _NUMBER.findall(t)
+        lowered = t.lower()
         rows.append((
             math.log1p(len(t)), math.log1p(len(t.split())), math.log1p(len(numbers)),
             math.log1p(len(_SENTENCE.findall(t))),
             max((sum(c.isdigit() for c in x) for x in numbers), default=0),
-            float("%" in t or "percent" in t.lower()), float(bool(_FRACTION.search(t))),
+            float("%" in t or "percent" in lowered), float(_has_fraction(t, lowered)),
         ))
     return np.array(rows, dtype=np.float64).reshape(len(texts), len(STATISTICS))
 

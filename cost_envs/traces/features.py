@@ -33,6 +33,7 @@ MINILM_DIM = 384
 FINAL_ANSWER = re.compile(r"####|\\boxed\{|answer is|final answer", re.IGNORECASE)
 
 _WORD = re.compile(r"[a-z]+|\d[\d,]*(?:\.\d+)?|[$%=+*/?-]")
+_DIGIT = re.compile(r"\d")
 
 
 #: Words whose n-grams are hashed in one pass: bounds the features' memory whatever the
@@ -45,39 +46,67 @@ def _word(word: str) -> str:
     return f"<{sum(c.isdigit() for c in word)}>" if word[0].isdigit() else word
 
 
+def _words(text: str) -> Iterator[str]:
+    """The text's words as :func:`_word` maps them (numbers by their digit count)."""
+    if len(text) <= WORD_CHUNK:  # at most a chunk of words (a prompt): one findall, in C
+        text = text.lower()
+        words = _WORD.findall(text)
+        if _DIGIT.search(text):  # a word starts with a digit only where the text has one
+            return iter([_word(w) if w[0].isdigit() else w for w in words])
+        return iter(words)
+    # a longer text is read match by match: never more than a chunk of its words at once
+    return (_word(m.group()) for m in _WORD.finditer(text.lower()))
+
+
 def _grams(text: str) -> Iterator[list[str]]:
     """The text's word unigrams and bigrams, in lists of at most 2 x :data:`WORD_CHUNK`.
 
     A bigram across two chunks of words is in the second chunk's list.
     """
-    words = (_word(m.group()) for m in _WORD.finditer(text.lower()))
+    words = _words(text)
     last: list[str] = []
     while chunk := list(itertools.islice(words, WORD_CHUNK)):
         yield chunk + [f"{a} {b}" for a, b in itertools.pairwise(last + chunk)]
         last = chunk[-1:]
 
 
-@functools.lru_cache(maxsize=1 << 16)
 def _bucket(gram: str) -> int:
     return int.from_bytes(hashlib.blake2b(gram.encode("utf-8"), digest_size=8).digest(), "little")
+
+
+#: Hashes of the n-grams met lately (each distinct n-gram is hashed once while it stays);
+#: emptied when it reaches :data:`_BUCKETS_HELD` entries, bounding its memory (~30 MB).
+_BUCKETS: dict[str, int] = {}
+_BUCKETS_HELD = 1 << 18
+#: Widest table (texts x features) one chunk's counts are summed in by bincount (32 MB).
+_BINCOUNT_CELLS = 1 << 22
+
+
+def _codes(grams: list[str]) -> np.ndarray:
+    """:func:`_bucket` of each n-gram, as uint64: each distinct one hashed once."""
+    if len(_BUCKETS) + len(grams) > _BUCKETS_HELD:
+        _BUCKETS.clear()
+    for gram in set(grams).difference(_BUCKETS):
+        _BUCKETS[gram] = _bucket(gram)
+    return np.fromiter(map(_BUCKETS.__getitem__, grams), dtype=np.uint64, count=len(grams))
 
 
 def _add_grams(out: np.ndarray, rows: list[int], grams: list[str]) -> None:
     """Add the signed hashed counts of ``grams`` (of texts ``rows``) to ``out``; empty both."""
     if grams:
-        # _bucket's cache hashes each distinct n-gram once (a chunk has at most its size)
-        codes = np.fromiter(map(_bucket, grams), dtype=np.uint64, count=len(grams))
-        cols = (codes % np.uint64(out.shape[1])).astype(np.int64)
+        codes = _codes(grams)
+        width = out.shape[1]
+        cols = (codes % np.uint64(width)).astype(np.int64)
         signs = 1.0 - 2.0 * (codes >> np.uint64(63)).astype(np.float64)  # the top bit: -1
         first, last = rows[0], rows[-1]  # rows come in order
-        if (last - first + 1) * out.shape[1] <= 1 << 16:
-            # a few texts (a live prompt): one bincount over their rows is far cheaper
-            # than np.add.at; integer sums, exact in any order either way
-            cells = (np.asarray(rows, dtype=np.int64) - first) * out.shape[1] + cols
+        if (last - first + 1) * width <= _BINCOUNT_CELLS:
+            # one bincount over the chunk's rows, far cheaper than np.add.at; integer
+            # sums, exact in any order either way
+            cells = (np.asarray(rows, dtype=np.int64) - first) * width + cols
             out[first:last + 1] += np.bincount(
-                cells, weights=signs, minlength=(last - first + 1) * out.shape[1]
-            ).reshape(last - first + 1, out.shape[1])
-        else:
+                cells, weights=signs, minlength=(last - first + 1) * width
+            ).reshape(last - first + 1, width)
+        else:  # the rows span many empty texts: no table that wide
             np.add.at(out, (np.asarray(rows), cols), signs)
     rows.clear()
     grams.clear()
