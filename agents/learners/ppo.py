@@ -413,9 +413,10 @@ class FastPPO(PPO):
                 first_of_epoch = len(ratios)
                 batches = rollout.epoch(self.batch_size, numpy=in_numpy)
                 if exact is not None and flat is not None:  # bit for bit, in a tight loop
-                    continue_training, loss = self._exact_epoch(
-                        batches, exact, flat, logs, ratios, log_ratios, kl_epoch, epoch,
-                        clip_range, clip_range_vf, loss)
+                    with torch.no_grad():  # once an epoch, not in each of its calls
+                        continue_training, loss = self._exact_epoch(
+                            batches, exact, flat, logs, ratios, log_ratios, kl_epoch, epoch,
+                            clip_range, clip_range_vf, loss)
                     batches = []
                 for minibatch in batches:
                     # network is not None whenever in_numpy is (the type checker's check)

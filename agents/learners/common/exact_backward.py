@@ -90,6 +90,10 @@ class ExactStep:
         Returns:
             ``(loss, policy_loss, value_loss, entropy_loss, ratio, log_ratio)``.
         """
+        if not torch.is_grad_enabled():  # the caller's no_grad (FastPPO's loop) is enough
+            return self._loss(obs, actions, old_values, old_log_prob, advantages, returns,
+                              clip_range, clip_range_vf, ent_coef, vf_coef,
+                              normalize_advantage)
         with torch.no_grad():
             return self._loss(obs, actions, old_values, old_log_prob, advantages, returns,
                               clip_range, clip_range_vf, ent_coef, vf_coef,
@@ -148,6 +152,9 @@ class ExactStep:
 
     def backward(self) -> None:
         """Write ``loss.backward()``'s gradients into the parameters' ``.grad``."""
+        if not torch.is_grad_enabled():
+            self._backward()
+            return
         with torch.no_grad():
             self._backward()
 

@@ -170,6 +170,9 @@ class FlatAdam:
         buffers = self.buffers
         self._flat = (buffers["grad"], buffers["exp_avg"], buffers["exp_avg_sq"],
                       buffers["param"], torch.empty_like(buffers["exp_avg_sq"]))
+        self._arrays = (self._flat[2].numpy(), self._flat[4].numpy())
+        # torch casts a Python scalar to the tensor's float32 before the operation
+        self._beta2_eps = (np.float32(self.beta2), np.float32(self.eps))
         #: The one group whose step covers every parameter, if there is one (else the
         #: slices' step per run of groups).
         self.whole = (optimizer.param_groups[0] if len(optimizer.param_groups) == 1
@@ -230,17 +233,22 @@ class FlatAdam:
         """Adam's single-tensor step for every parameter (:func:`optimizer_step`).
 
         The same kernels on the same values: ``torch.sqrt`` into a buffer kept for it and
-        the division and ``eps`` in place (``sqrt`` must be torch's: its vectorised kernel
-        is not IEEE's correctly rounded square root), ``addcdiv_`` once over the whole
-        buffer when every group shares one learning rate. The buffers are plain tensors
-        (no autograd), so no ``no_grad`` is needed.
+        the division in place (``sqrt`` must be torch's: its vectorised kernel is not
+        IEEE's correctly rounded square root), ``addcdiv_`` once over the whole buffer when
+        every group shares one learning rate; the two one-rounding operations, ``* beta2``
+        and ``+ eps`` (Python floats cast to float32 first, as torch casts them), in numpy
+        on the same memory. The buffers are plain tensors (no autograd), so no ``no_grad``
+        is needed.
         """
         grad, exp_avg, exp_avg_sq, param, denom = self._flat
+        exp_avg_sq_array, denom_array = self._arrays
         step = self.advance()
         beta1, beta2 = self.beta1, self.beta2
         exp_avg.lerp_(grad, 1 - beta1)
-        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-        torch.sqrt(exp_avg_sq, out=denom).div_((1 - beta2**step) ** 0.5).add_(self.eps)
+        np.multiply(exp_avg_sq_array, self._beta2_eps[0], out=exp_avg_sq_array)  # IEEE
+        exp_avg_sq.addcmul_(grad, grad, value=1 - beta2)
+        torch.sqrt(exp_avg_sq, out=denom).div_((1 - beta2**step) ** 0.5)
+        np.add(denom_array, self._beta2_eps[1], out=denom_array)  # IEEE
         if self.whole is not None:
             param.addcdiv_(exp_avg, denom, value=-(self.whole["lr"] / (1 - beta1**step)))
             return
