@@ -44,7 +44,7 @@ Thresholds for a target strong-call share or cost are :mod:`agents.routers.calib
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -62,7 +62,13 @@ from agents.routers.baselines import (
 from agents.routers.bootstrap import CurveScores, PointScores, run
 from agents.routers.inputs import call_costs, resample_clusters, routing_probabilities
 from cost_envs.config import one_of
-from cost_envs.metrics.bootstrap import bootstrap_means, check_bootstrap_args, cluster_codes
+from cost_envs.metrics.bootstrap import (
+    bootstrap_means,
+    check_bootstrap_args,
+    cluster_codes,
+    interval_around,
+    percentile_interval,
+)
 from cost_envs.metrics.routing import DEFAULT_LEVELS, threshold_order
 from cost_envs.traces import SPLIT_BY, TraceDataset
 
@@ -149,19 +155,8 @@ def score_routings(
     """
     if not routers:
         raise ValueError("routers: expected at least one router")
-    if reference is not None and reference not in routers:
-        raise ValueError(f"reference: {reference!r} is not one of {list(routers)}")
-    c = call_costs(data, costs)
-    probs = {name: routing_probabilities(d, data.n_queries, data.n_models)
-             for name, d in routers.items()}
-    per = {name: _columns(data, p, c, strong) for name, p in probs.items()}
-    # (router, None or the reference it is compared with, metric) -> per-query values
-    columns: dict[tuple[str, str | None, str], np.ndarray] = {
-        (name, None, k): v for name, cols in per.items() for k, v in cols.items()}
-    if reference is not None:
-        columns.update({(name, reference, k): v - per[reference][k]
-                        for name, cols in per.items() if name != reference
-                        for k, v in cols.items()})
+    probs, columns = _routing_columns(data, routers, call_costs(data, costs), strong,
+                                      reference)
     clusters = resample_clusters(data, split_by)
     keys = list(columns)
     if n_resamples == 0:
@@ -171,15 +166,47 @@ def score_routings(
                                 clusters=clusters, n_resamples=n_resamples,
                                 confidence=confidence, seed=seed)
         values = {key: drawn[str(i)] for i, key in enumerate(keys)}
+    units = {"resampled": "queries" if clusters is None else "clusters",
+             "units": data.n_queries if clusters is None else int(clusters.max()) + 1}
+    return _routing_entries(data, probs, values, reference, units)
+
+
+#: (router, None or the reference it is compared with, metric): a routing's per-query column.
+_Key = tuple[str, str | None, str]
+
+
+def _routing_columns(data: TraceDataset, routers: Mapping[str, Any], c: np.ndarray,
+                     strong: str | None, reference: str | None
+                     ) -> tuple[dict[str, np.ndarray], dict[_Key, np.ndarray]]:
+    """Each routing's probabilities, and the per-query values whose means it is scored by."""
+    if reference is not None and reference not in routers:
+        raise ValueError(f"reference: {reference!r} is not one of {list(routers)}")
+    probs = {name: routing_probabilities(d, data.n_queries, data.n_models)
+             for name, d in routers.items()}
+    per = {name: _columns(data, p, c, strong) for name, p in probs.items()}
+    columns: dict[_Key, np.ndarray] = {
+        (name, None, k): v for name, cols in per.items() for k, v in cols.items()}
+    if reference is not None:
+        columns.update({(name, reference, k): v - per[reference][k]
+                        for name, cols in per.items() if name != reference
+                        for k, v in cols.items()})
+    return probs, columns
+
+
+def _routing_entries(data: TraceDataset, probs: Mapping[str, np.ndarray],
+                     values: Mapping[_Key, dict[str, Any]], reference: str | None,
+                     units: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """:func:`score_routings`' dictionary from the columns' means and intervals."""
     out: dict[str, dict[str, Any]] = {}
     for name, p in probs.items():
-        entry: dict[str, Any] = {k: values[(name, None, k)] for k in per[name]}
+        entry: dict[str, Any] = {k: v for (n, ref, k), v in values.items()
+                                 if n == name and ref is None}
         if reference is not None and name != reference:
-            entry[f"minus_{reference}"] = {k: values[(name, reference, k)] for k in per[name]}
+            entry[f"minus_{reference}"] = {k: v for (n, ref, k), v in values.items()
+                                           if n == name and ref == reference}
         entry["model_share"] = dict(zip(data.models, p.mean(axis=0).tolist(), strict=True))
         entry["queries"] = data.n_queries
-        entry["resampled"] = "queries" if clusters is None else "clusters"
-        entry["units"] = data.n_queries if clusters is None else int(clusters.max()) + 1
+        entry.update(units)
         out[name] = entry
     return out
 
@@ -327,14 +354,18 @@ def score_table(
     seed: int = 0,
     curve_reference: str | Sequence[str] | None = None,
     cost_range: Sequence[float] | None = None,
+    routings: Mapping[str, Any] | None = None,
 ) -> dict[str, dict[str, dict[str, Any]]]:
-    """:func:`compare_with_random` and :func:`curve_metrics` on one draw of resamples.
+    """:func:`compare_with_random`, :func:`curve_metrics` and :func:`score_routings`, one draw.
 
-    The two read the same resamples (as they would with the same ``seed`` apart), drawn
-    once: the draw is most of the time at 100k queries.
+    They read the same resamples (as they would with the same ``seed`` apart), drawn
+    once: the draw is most of the time at 100k queries. The arguments are theirs, and
+    ``routings``: name -> decisions scored as :func:`score_routings` scores them (the
+    models alone, the oracle), with ``strong`` and no reference.
 
     Returns:
-        ``{"points": compare_with_random's, "curves": curve_metrics'}``.
+        ``{"points": compare_with_random's, "curves": curve_metrics', "routings":
+        score_routings'}``.
     """
     one_of(split_by, "split_by", SPLIT_BY)
     check_bootstrap_args(1 if n_resamples == 0 else n_resamples, confidence)  # 0: points only
@@ -365,12 +396,15 @@ def score_table(
             _curve_inputs(data, curves, weak, strong, c, own),
             data.correct[:, iw].astype(np.float64), data.correct[:, is_].astype(np.float64),
             levels, ends if cost_range is None else cost_range, refs))
+    if routings:
+        probs, columns = _routing_columns(data, routings, c, strong, None)
+        accumulators.append(ColumnMeans(columns))
     clusters = resample_clusters(data, split_by)
     codes = cluster_codes(clusters, data.n_queries)
     results = run(accumulators, data.n_queries, codes, n_resamples, confidence, seed)
     units = {"resampled": "queries" if codes is None else "clusters",
              "units": data.n_queries if codes is None else int(codes.max()) + 1}
-    out: dict[str, dict[str, dict[str, Any]]] = {"points": {}, "curves": {}}
+    out: dict[str, dict[str, dict[str, Any]]] = {"points": {}, "curves": {}, "routings": {}}
     if decisions:
         points = results.pop(0)
         for name, d in decisions.items():
@@ -380,7 +414,35 @@ def score_table(
                 "queries": data.n_queries, **units}
     if curves:
         out["curves"] = {name: {**entry, **units} for name, entry in results.pop(0).items()}
+    if routings:
+        means = cast(Mapping[_Key, dict[str, Any]], results.pop(0))  # ColumnMeans' keys
+        out["routings"] = _routing_entries(data, probs, means, None, units)
     return out
+
+
+class ColumnMeans:
+    """The resampled means of per-query columns, as :func:`bootstrap_means` computes them.
+
+    An accumulator of :func:`agents.routers.bootstrap.run`: fed the same blocks of the same
+    draw, it gives :func:`bootstrap_means`' values and intervals to the last bit.
+    """
+
+    def __init__(self, columns: Mapping[Any, np.ndarray]) -> None:
+        arrays = {k: np.asarray(v, dtype=np.float64) for k, v in columns.items()}
+        self.points = {k: float(a.mean()) for k, a in arrays.items()}
+        self.stacked = np.stack(list(arrays.values()), axis=1)  # (n, k)
+        self.means: list[np.ndarray] = []
+
+    def add(self, weights: np.ndarray) -> None:
+        self.means.append((weights @ self.stacked) / weights.sum(axis=1, keepdims=True))
+
+    def result(self, confidence: float) -> dict[Any, dict[str, Any]]:
+        if not self.means:  # no resample: the values alone
+            return {k: {"value": v, "ci": None} for k, v in self.points.items()}
+        drawn = np.concatenate(self.means)
+        return {k: {"value": point,
+                    "ci": interval_around(point, percentile_interval(drawn[:, j], confidence))}
+                for j, (k, point) in enumerate(self.points.items())}
 
 
 def curve_routing(scores: np.ndarray | None, n: int) -> np.ndarray:

@@ -65,8 +65,8 @@ def route_report(test: TraceDataset, scores: np.ndarray, threshold: float, weak:
     resample (at its strong-call share, ``"random"``, and at its cost per query,
     ``"random_at_cost"``) are :func:`~agents.routers.evaluation.score_table`'s, with the
     curve metrics (the router's scores; random routing, whose curve both random rows
-    share; the oracle's scores); the models alone and the oracle are
-    :func:`score_routings`' on the same resamples (same ``seed``).
+    share; the oracle's scores); the models alone and the oracle are scored as
+    :func:`score_routings` scores them, on the same draw of resamples.
     """
     decisions = threshold_routing(test, scores, threshold, weak, strong)
     w = test.correct[:, test.model_index(weak)]
@@ -74,12 +74,10 @@ def route_report(test: TraceDataset, scores: np.ndarray, threshold: float, weak:
     kw: dict[str, Any] = {"split_by": split_by, "n_resamples": n_resamples, "seed": seed}
     table = score_table(test, {"router": decisions}, {
         "router": scores, "random": None, "oracle": oracle_scores(w, s)}, weak=weak,
-        strong=strong, costs=costs, curve_reference="random", **kw)
-    mine, curves = table["points"]["router"], table["curves"]
-    points = score_routings(test, {"weak": single_model(test, weak),
-                                   "strong": single_model(test, strong),
-                                   "oracle": oracle_routing(test, costs)}, costs,
-                            strong=strong, **kw)
+        strong=strong, costs=costs, curve_reference="random",
+        routings={"weak": single_model(test, weak), "strong": single_model(test, strong),
+                  "oracle": oracle_routing(test, costs)}, **kw)
+    mine, curves, points = table["points"]["router"], table["curves"], table["routings"]
     points.update({"router": mine, "random": mine["random_at_share"],
                    "random_at_cost": mine["random_at_cost"]})
     curves = {**curves, "random_at_cost": curves["random"]}
