@@ -157,6 +157,33 @@ def test_a_jsonl_log_is_streamed_line_by_line(tmp_path: Path) -> None:
     assert peak < 0.8 * size, (peak, size)
 
 
+def test_scoring_holds_a_chunk_of_queries_features_not_all(monkeypatch) -> None:
+    """A router's scores on many queries build their features a chunk at a time."""
+    from agents.routers import base, make_router
+    from cost_envs.traces import TraceDataset
+
+    rng = np.random.default_rng(0)
+    n = 2000
+    prompts = tuple(" ".join(rng.choice([f"w{i}" for i in range(200)], 12)) for _ in range(n))
+    correct = rng.random((n, 2)) < 0.7
+    data = TraceDataset(("weak", "strong"), tuple(map(str, range(n))), prompts,
+                        correct.astype(float), correct, np.ones((n, 2)), np.ones((n, 2)),
+                        cost=np.ones((n, 2)))
+    router = make_router("logistic", "weak", "strong").fit(data.subset(np.arange(200)))
+    from cost_envs.traces import features
+
+    def peak_at(chunk: int) -> tuple[np.ndarray, int]:
+        monkeypatch.setattr(base, "PREDICT_CHUNK", chunk)
+        features._BUCKETS.clear()  # each run hashes its n-grams afresh
+        return _peak(lambda: router.scores(data))
+
+    whole, at_once = peak_at(n)
+    chunked, peak = peak_at(200)
+    np.testing.assert_allclose(chunked, whole, rtol=0, atol=1e-12)
+    dense = n * (512 + 7) * 8  # the design matrix of all 2,000 queries: 8 MB
+    assert at_once > dense and peak < at_once / 3, (peak, at_once, dense)
+
+
 def test_hashed_features_of_long_texts_take_bounded_memory(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # chunks of 512 words in texts of 8,000: the same bound as 32,768-word chunks in texts
