@@ -15,6 +15,7 @@ EXPECTED = {
     "custom_pool.py": (["--episodes", "30"], "| oracle |"),
     "train_allocator.py": (["--timesteps", "512"], "| lora-ppo |"),
     "budget_tiers.py": (["--episodes", "20", "--timesteps", "512"], "| high | ppo |"),
+    "text_features.py": ([], "questions 1, digits 0.057"),
 }
 
 

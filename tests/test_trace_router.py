@@ -65,7 +65,8 @@ def test_text_statistics() -> None:
 @pytest.mark.parametrize("text", [
     "1/2 of it", "a/b", "HALF the cake", "behalf of", "half", "Thirds", "a QUARTER",
     "the fifth", "fifty", "quarterly", "no fraction here", "", "Ünder a HALF", "x 3/4 y",
-    "ｈａｌｆ", "two HALVES", "one-third", "the 1st"])
+    "\uff48\uff41\uff4c\uff46",  # "half" in fullwidth letters
+    "two HALVES", "one-third", "the 1st"])
 def test_the_fraction_column_is_the_regex_s(text: str) -> None:
     """The cheap check before the search changes no answer (ASCII or not)."""
     from agents.routers.statistics import _FRACTION

@@ -155,6 +155,10 @@ def add_route(parser: argparse.ArgumentParser) -> None:
                         default=None, help="calibrate for at most this mean cost per query "
                                            "on training (K-model default: halfway between "
                                            "the cheapest and the dearest model's)")
+    train.add_argument("--features", default=None, metavar="MODULE:FUNCTION",
+                       help="your own text features instead of the hashed n-grams: FUNCTION "
+                            "of the importable MODULE maps a list of texts to a (len, dim) "
+                            "matrix; the saved router records it (and its source's sha256)")
     train.add_argument("--save", type=Path, required=True, metavar="PATH",
                        help="writes PATH.json and PATH.safetensors")
     train.set_defaults(route_run=run_train)
@@ -170,6 +174,10 @@ def add_route(parser: argparse.ArgumentParser) -> None:
                             "its test queries when these are the logs it was trained on")
     which.add_argument("--groups", nargs="+", default=None, metavar="GROUP",
                        help="score only the queries of these groups")
+    score.add_argument("--features", default=None, metavar="MODULE:FUNCTION",
+                       help="the text features a router saved with your own was fitted on "
+                            "(checked against the sha256 it recorded); default: an entry "
+                            "point of that name in the group cost_envs.text_features")
     _add_data(score, "seed of the bootstrap (default 0)",
               "what the bootstrap resamples: query or group (for logs of groups the "
               "router never saw)")
@@ -365,15 +373,25 @@ def run_train(args: argparse.Namespace) -> int:
     train_idx, test_idx = _split(args, data)
     train = data.subset(train_idx)
     test = data.subset(test_idx) if len(test_idx) else None
-    settings, cv = {}, None
+    settings: dict[str, Any] = {}
+    cv, features = None, None
+    if args.features is not None:
+        from agents.routers.user_features import register_spec
+
+        try:
+            features = register_spec(args.features, train.prompts[0])
+        except ValueError as error:
+            fail(args, error, EXIT_USAGE)
+        settings["text_features"] = features["name"]
     if args.cv is not None:
         try:
             choice = cross_validate(kind, train, weak=args.weak, strong=args.strong,
                                     models=() if two else data.models, costs=costs[train_idx],
-                                    folds=args.cv, split_by=args.split_by, seed=args.seed)
+                                    settings=settings, folds=args.cv, split_by=args.split_by,
+                                    seed=args.seed)
         except ValueError as error:
             fail(args, f"--cv {args.cv}: {error}", EXIT_USAGE)
-        settings, cv = choice.settings(), choice.as_json()
+        settings, cv = {**settings, **choice.settings()}, choice.as_json()
     try:  # the cascade needs the weak model's logged answers
         router = make_router(kind, *data.models, **settings).fit(train, costs[train_idx])
     except ValueError as error:
@@ -387,7 +405,7 @@ def run_train(args: argparse.Namespace) -> int:
              "test_fingerprint": None if test is None else test.fingerprint,
              "train_groups": _groups(train), "test_groups": None if test is None
              else _groups(test)}
-    meta = {"calibration": cal, "cv": cv, "held_out_drift": drift,
+    meta = {"calibration": cal, "cv": cv, "held_out_drift": drift, "text_features": features,
             "training": {**_data_facts(args, data), **split,
                          "train_prompt_sha256": prompt_digests(train.prompts)}}
     try:
@@ -466,9 +484,12 @@ def run_score(args: argparse.Namespace) -> int:
     """``route score``: a saved router at its saved operating point, on the logs."""
     from agents.routers.report import calibration_drift, drift_line
     from agents.routers.state import load_router, training_overlap
+    from agents.routers.user_features import FeaturesError
 
     try:
-        saved = load_router(args.router)
+        saved = load_router(args.router, features=args.features)
+    except FeaturesError as error:  # a valid file whose features the command lacks
+        fail(args, error, EXIT_USAGE)
     except (ValueError, OSError) as error:
         fail(args, f"cannot load the router: {error}")
     router = saved.router

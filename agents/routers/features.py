@@ -18,7 +18,10 @@ lookup of embeddings you computed beforehand (a column of your logs:
 :func:`embedding_lookup` turns ``{prompt: vector}`` into such a callable). Then build any
 router with ``text_features="<name>"``. A saved router records the name, not the
 callable: register the same name before loading it in another process (loading
-otherwise fails naming the encoder it needs). Only numpy here: no torch is imported.
+otherwise fails naming the encoder it needs); the command line does it from
+``--features MODULE:FUNCTION`` or an installed entry point, checked against the digest
+the router recorded (:mod:`agents.routers.user_features`). Only numpy here: no torch is
+imported.
 """
 
 from __future__ import annotations

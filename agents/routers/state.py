@@ -202,8 +202,12 @@ def _arrays(weights_path: Path, doc: dict[str, Any]) -> dict[str, np.ndarray]:
     return arrays
 
 
-def load_router(path: str | Path) -> SavedRouter:
+def load_router(path: str | Path, features: str | None = None) -> SavedRouter:
     """Read a router :func:`save_router` wrote (``path`` with or without a suffix).
+
+    A router fitted on your own text features (its JSON's ``"text_features"``) needs
+    them: from ``features`` (``MODULE:FUNCTION``) or an installed entry point, checked
+    against the saved digest (:func:`agents.routers.user_features.activate`).
 
     Raises:
         FileNotFoundError: If either file is missing.
@@ -227,6 +231,13 @@ def load_router(path: str | Path) -> SavedRouter:
     if doc["router"] not in ROUTERS:
         raise ValueError(f"{json_path}: router {doc['router']!r} is not one of "
                          f"{list(ROUTERS)}")
+    record = doc.get("text_features")
+    if record is not None:
+        from agents.routers.user_features import activate
+
+        if not isinstance(record, dict):
+            raise ValueError(f"{json_path}: text_features: expected an object, got {record!r}")
+        activate(record, features, str(json_path))
     two = ROUTERS[doc["router"]].n_models == 2
     for key in ("router", "weak", "strong") if two else ("router", "models"):
         if doc["state"].get(key, doc[key]) != doc[key]:
