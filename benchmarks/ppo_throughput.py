@@ -31,6 +31,40 @@ for bit, else the largest absolute difference.
 ``--big-batches`` adds FastPPO at minibatches of 256 and 512: a different setting (fewer,
 larger updates, not the paper's), reported apart. ``--quick`` (2,048 steps, one round, 1
 and 16 sub-envs) checks the script, not the speed.
+
+Where the bit-for-bit ``FastPPO``'s time goes (issue #37: cProfile, ``torch.profiler``'s
+operation counts and timers around each part, these settings, one torch thread, on the
+machine of ``results/ppo_throughput.md`` at a load of about 1.5; "before" is the code that
+measured 2.19x / 2.40x at 16 / 64 sub-envs). An update runs 10 epochs of minibatches of 64,
+10/64 of a minibatch per env step:
+
+* ``train``, about 50-60 µs per env step at 16 and at 64 sub-envs (78-83 before): ~315 µs
+  a minibatch (465 before), of which SB3's loss ~105 µs (149), autograd's backward
+  replayed ~117 µs (173), the gradient clipping ~24 µs (27), Adam ~24 µs (38) and cutting
+  the minibatch from the epoch's gather ~7 µs (10). Torch dispatches 129 top-level
+  operations a minibatch (111 before): 41 that compute (10 ``sum``, 7 ``mm``, 4 ``addmm``,
+  ``tanh`` and ``tanh_backward`` twice, ``sigmoid``, ``log_sigmoid``, ``exp``, ``std``,
+  ``mse_loss`` and its backward, ``sigmoid_backward``, ``add_``; the clipping's
+  ``_foreach_norm`` over 8 tensors, ``stack`` and ``vector_norm``; Adam's ``lerp_``,
+  ``addcmul_``, ``sqrt``, ``div_`` and ``addcdiv_``), 9 views, and the passages between
+  torch and numpy (``.numpy()`` is four aten calls, ``from_numpy`` one: under a µs each).
+  The ~45 elementwise operations between the kernels run in numpy, ~30 µs a minibatch.
+* ``collect_rollouts`` at 16 sub-envs, 35 µs per env step (40 before): the env's step 25
+  µs, ``CostMetricsCallback`` 1.8, the policy's forward pass 5.1 (7.1 before), the rollout
+  buffer 0.75 (1.75), SB3's info buffer 0.3, the loop 2.3. At 64 sub-envs 13.5 µs: the env
+  9.3, the callback 1.15, the forward pass 1.8, the buffer 0.25, the info buffer 0.2, the
+  loop 0.8.
+
+Why it stops about there: those 41 kernels must be torch's for SB3's bits. The matrix
+products (MKL's order of summation), every reduction (torch's order; a ``mean`` is its
+``sum`` over the count), the transcendental functions and ``sqrt`` (SLEEF's vectorised
+approximations: numpy's correctly rounded ``sqrt`` differs in the last bit) and the fused
+kernels (``tanh_backward``, ``sigmoid_backward``, ``mse_loss_backward``, Adam's ``lerp_`` /
+``addcmul_`` / ``addcdiv_``, which round once where numpy's two operations round twice).
+On tensors of 64 rows each is 2-8 µs of dispatch around well under a µs of arithmetic, some
+150-200 µs of a minibatch's ~315, whatever runs around them; and at 16 sub-envs the env
+and the callback (27 µs per env step) are not the learner's. ``fused_loss=True`` computes
+those in numpy too, float-close instead of bit-identical.
 """
 
 from __future__ import annotations
