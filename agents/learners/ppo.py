@@ -253,7 +253,7 @@ class FastPPO(PPO):
         # operations and values as rollout_step and RolloutBuffer.add)
         network = TanhNetwork.of(policy) if device.type == "cpu" else None
         step_of = _PlainRollout(network, policy) if network is not None else None
-        direct_add = (type(rollout_buffer).add is RolloutBuffer.add
+        direct_add = (type(rollout_buffer).add is RolloutBuffer.add and device.type == "cpu"
                       and not isinstance(rollout_buffer.observation_space, spaces.Discrete))
         while n_steps < n_rollout_steps:
             if step_of is not None:
