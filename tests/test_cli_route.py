@@ -563,6 +563,17 @@ DOCUMENTED = [  # docs/routing.md's worked example, word for word
 ]
 
 
+@pytest.fixture
+def own_encoders():
+    """The encoders registered in this process, restored after the test."""
+    from agents.routers.features import TEXT_ENCODERS
+
+    before = dict(TEXT_ENCODERS)
+    yield
+    TEXT_ENCODERS.clear()
+    TEXT_ENCODERS.update(before)
+
+
 def _cost_envs(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
     # the console script, as the docs run it (``python -m`` would put cwd, whose copied
     # cost_envs/data folder is no package, first on the path)
@@ -571,7 +582,8 @@ def _cost_envs(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
                           timeout=120, check=False)
 
 
-def test_the_documented_features_example_runs_and_checks_its_features(tmp_path) -> None:
+def test_the_documented_features_example_runs_and_checks_its_features(tmp_path,
+                                                                        own_encoders) -> None:
     import shlex
 
     root = Path(__file__).resolve().parents[1]
@@ -585,7 +597,17 @@ def test_the_documented_features_example_runs_and_checks_its_features(tmp_path) 
     assert trained.returncode == 0 and scored.returncode == 0, trained.stderr + scored.stderr
     saved = json.loads((tmp_path / "routers" / "shape.json").read_text())
     assert saved["text_features"]["name"] == "shape" and saved["text_features"]["dim"] == 3
-    assert saved["state"]["text_features"] == "shape"
+    assert saved["state"]["text_features"] == "shape" and saved["state"]["with_ngrams"]
+    only = ["route", "train", "--data", str(tmp_path / "cost_envs/data/example_traces.jsonl"),
+            "--weak", "gpt-4.1-nano", "--strong", "o3", "--save", str(tmp_path / "only"),
+            "--features-only"]
+    with pytest.raises(SystemExit) as info:  # --features-only without --features
+        cli.main(only)
+    assert info.value.code == EXIT_USAGE
+    assert cli.main([*only, "--features",
+                     f"{tmp_path / 'examples/text_features.py'}:shape"]) == 0
+    state = json.loads((tmp_path / "only.json").read_text())["state"]
+    assert state["with_ngrams"] is False and state["text_features"] == "shape"
     assert "300 queries scored" in scored.stdout
     # no features: where to find them, in one line (no module named in the file is run)
     bare = _cost_envs(shlex.split(DOCUMENTED[1])[1:-2], tmp_path)
@@ -598,7 +620,8 @@ def test_the_documented_features_example_runs_and_checks_its_features(tmp_path) 
     assert edited.returncode == EXIT_USAGE and "edited module" in edited.stderr
 
 
-def test_an_installed_entry_point_gives_a_router_its_features(tmp_path, monkeypatch) -> None:
+def test_an_installed_entry_point_gives_a_router_its_features(tmp_path, monkeypatch,
+                                                              own_encoders) -> None:
     import importlib.metadata
 
     from agents.routers import user_features
@@ -620,4 +643,3 @@ def test_an_installed_entry_point_gives_a_router_its_features(tmp_path, monkeypa
     assert TEXT_ENCODERS["lengths"].encode(["x" * 50])[0, 0] == 0.5
     with pytest.raises(user_features.FeaturesError, match="another function or an edited"):
         user_features.activate({**record, "source_sha256": "0" * 64}, None, "saved.json")
-    del TEXT_ENCODERS["lengths"]

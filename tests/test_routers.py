@@ -15,6 +15,7 @@ from agents.routers.solvers import (
     neighbour_share,
 )
 from cost_envs.traces import TraceDataset
+from cost_envs.traces.features import hashed_features
 from experiments.traces.heldout import Protocol, evaluate, markdown, verdict
 
 WEAK, STRONG = "weak", "strong"
@@ -295,8 +296,20 @@ def test_your_own_text_features(tmp_path) -> None:
     vectors = {p: [float("integral" in p), float(len(p))] for p in data.prompts}
     register_text_features("mine", embedding_lookup(vectors), dim=2)
     try:
-        router = make_router("logistic", WEAK, STRONG, text_features="mine").fit(train)
-        assert router.features.widths == (7, 2)
+        router = make_router("logistic", WEAK, STRONG, text_features="mine",
+                             with_ngrams=False).fit(train)
+        assert router.features.widths == (7, 2)  # your vectors instead of the n-grams
+        both = make_router("logistic", WEAK, STRONG, text_features="mine").fit(train)
+        assert both.features.widths == (7, 512 + 2)  # by default beside them
+        text = both.inputs(test)[1]
+        np.testing.assert_array_equal(text[:, :512], hashed_features(test.prompts, 512))
+        np.testing.assert_array_equal(text[:, 512:], [vectors[p] for p in test.prompts])
+        # a state saved before the setting existed meant "instead of": it loads as such
+        config, arrays = router.to_state()
+        del config["with_ngrams"]
+        old = router_from_state(config, arrays)
+        assert old.with_ngrams is False
+        np.testing.assert_array_equal(old.scores(test), router.scores(test))
         words = make_router("logistic", WEAK, STRONG, hashed_weight=0.0).fit(train)
         w, s = (test.correct[:, j] for j in (0, 1))
         from cost_envs.metrics.routing import routing_curve

@@ -156,9 +156,12 @@ def add_route(parser: argparse.ArgumentParser) -> None:
                                            "on training (K-model default: halfway between "
                                            "the cheapest and the dearest model's)")
     train.add_argument("--features", default=None, metavar="MODULE:FUNCTION",
-                       help="your own text features instead of the hashed n-grams: FUNCTION "
-                            "of the importable MODULE maps a list of texts to a (len, dim) "
-                            "matrix; the saved router records it (and its source's sha256)")
+                       help="your own text features beside the hashed n-grams: FUNCTION of "
+                            "the importable MODULE (or FILE.py) maps a list of texts to a "
+                            "(len, dim) matrix; the saved router records it (and its "
+                            "source's sha256)")
+    train.add_argument("--features-only", action="store_true",
+                       help="with --features: your features instead of the n-grams")
     train.add_argument("--save", type=Path, required=True, metavar="PATH",
                        help="writes PATH.json and PATH.safetensors")
     train.set_defaults(route_run=run_train)
@@ -383,6 +386,9 @@ def run_train(args: argparse.Namespace) -> int:
         except ValueError as error:
             fail(args, error, EXIT_USAGE)
         settings["text_features"] = features["name"]
+        settings["with_ngrams"] = not args.features_only
+    elif args.features_only:
+        fail(args, "--features-only: expected --features MODULE:FUNCTION too", EXIT_USAGE)
     if args.cv is not None:
         try:
             choice = cross_validate(kind, train, weak=args.weak, strong=args.strong,

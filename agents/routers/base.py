@@ -87,10 +87,16 @@ class Router(ABC):
     reads_answers: ClassVar[bool] = False
     #: Keys an older saved state may hold that this class ignores.
     legacy_keys: ClassVar[frozenset[str]] = frozenset()
+    #: Settings an older saved state lacks, and what it meant without them: your own
+    #: text features used to replace the hashed n-grams.
+    legacy_defaults: ClassVar[Mapping[str, Any]] = {"with_ngrams": False}
 
     n_features: int
     hashed_weight: float
     text_features: str
+    #: Your own text features (a registered encoder) beside the hashed n-grams; False:
+    #: instead of them. The built-in ``"hashed"`` and ``"minilm"`` ignore it.
+    with_ngrams: bool
 
     def __post_init__(self) -> None:
         self.features  # noqa: B018  (checks n_features, hashed_weight, text_features)
@@ -107,7 +113,7 @@ class Router(ABC):
     def features(self) -> TextFeatures:
         """What the router reads of a query (its text statistics and text features)."""
         return TextFeatures(self.text_features, self.n_features, self.hashed_weight,
-                            self.reads_answers)
+                            self.reads_answers, self.with_ngrams)
 
     def inputs(self, data: TraceDataset) -> Inputs:
         """``(statistics, text features)`` of ``data``'s queries: per query, no outcomes.
@@ -255,6 +261,7 @@ class Router(ABC):
                              f"got router={config.get('router')!r}, "
                              f"format={config.get('format')!r}")
         names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]  # dataclasses
+        config = {**{k: v for k, v in cls.legacy_defaults.items() if k in names}, **config}
         given = set(config) - {"router", "format"} - cls.legacy_keys
         if given != names:
             raise ValueError(f"config: expected keys {sorted(names)}, got unknown "

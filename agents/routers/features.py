@@ -137,27 +137,51 @@ class TextFeatures:
         weight: Scale of the text features relative to the standardised statistics.
         answers: Also read the weak model's logged answer (a cascade): its statistics,
             and its text features before the prompt's.
+        ngrams: With your own encoder (not ``"hashed"`` or ``"minilm"``): its features
+            after the hashed n-grams (``n_features`` of them) rather than instead of them.
     """
 
     text: str = "hashed"
     n_features: int = 512
     weight: float = 1.0
     answers: bool = False
+    ngrams: bool = False
 
     def __post_init__(self) -> None:
         integer(self.n_features, "n_features", minimum=1)
         number(self.weight, "hashed_weight", minimum=0)
         text_encoder(self.text)
+        if not isinstance(self.ngrams, bool):
+            raise ValueError(f"with_ngrams: expected True or False, got {self.ngrams!r}")
+
+    @property
+    def adds_ngrams(self) -> bool:
+        """Whether the hashed n-grams come before your own encoder's features."""
+        return self.ngrams and self.text not in ("hashed", "minilm")
 
     @property
     def widths(self) -> tuple[int, int]:
         """Columns of (statistics, text features), as :meth:`raw` builds them."""
         dim = text_encoder(self.text).dim or self.n_features
+        if self.adds_ngrams:
+            dim += self.n_features
         if self.answers:
             return len(STATISTICS) + len(ANSWER_STATISTICS), 2 * dim
         return len(STATISTICS), dim
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """The text features of ``texts``, float64 ``(len(texts), width)``.
+
+        The encoder's, after the hashed n-grams when :attr:`adds_ngrams`.
+        """
+        own = self._encoded(texts)
+        if not self.adds_ngrams:
+            return own
+        ngrams = np.asarray(TEXT_ENCODERS["hashed"].encode(texts, self.n_features),
+                            dtype=np.float64)
+        return np.hstack([ngrams, own])
+
+    def _encoded(self, texts: Sequence[str]) -> np.ndarray:
         """The encoder's features of ``texts``, float64 ``(len(texts), dim)``."""
         encoder = text_encoder(self.text)
         dim = encoder.dim or self.n_features

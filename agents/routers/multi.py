@@ -110,6 +110,7 @@ class MultiRouter(PerModelLogistic):
     l2: float = 10.0
     hashed_weight: float = 1.0
     text_features: str = "hashed"
+    with_ngrams: bool = True
 
     kind: ClassVar[str] = "multi-logistic"
 

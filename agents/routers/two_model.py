@@ -49,6 +49,7 @@ class TwoModelLogistic(TwoModelRouter):
     l2: float = 10.0
     hashed_weight: float = 1.0
     text_features: str = "hashed"
+    with_ngrams: bool = True
 
 
 @register
@@ -169,6 +170,7 @@ class KNNRouter(TwoModelRouter):
     n_features: int = 512
     hashed_weight: float = 1.0
     text_features: str = "hashed"
+    with_ngrams: bool = True
     k: int = 25
 
     kind: ClassVar[str] = "knn"
