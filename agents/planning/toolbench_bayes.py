@@ -214,8 +214,9 @@ class BayesToolBenchPlanner(Baseline):
     beat the full planner in expectation; on those tasks' own luck it is 0.006 ahead (paired
     95% interval [0.001, 0.012]), and over 4 fresh draws of the luck of each of 500 tasks
     0.001 ahead (standard error 0.002): what the hidden parameters decide, the observation
-    nearly all shows. About 14 ms a step (0.2 s to build); 3000 particles change the
-    mean return on 500 tasks by 0.0004.
+    nearly all shows. About 15 ms a step (0.5 s to build) on a 2-core Intel Xeon, where
+    the Python loop over hypotheses it replaced took 25; 3000 particles change the mean
+    return on 500 tasks by 0.0004.
 
     Args:
         env: A ToolBench-v0 env (any pool of at most 16 tools), possibly wrapped.
