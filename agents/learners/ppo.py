@@ -392,8 +392,10 @@ class FastPPO(PPO):
         # agents.learners.common.fused_network)
         network = TanhNetwork.of(self.policy) if fused else None
         # SB3's loss on the plain network with autograd's backward replayed exactly
-        # (agents.learners.common.exact_backward): bit for bit, without a graph
+        # (agents.learners.common.exact_backward): bit for bit, without a graph; on the
+        # CPU only, where its elementwise work reads the tensors' memory as numpy arrays
         exact = (ExactStep(plain) if not fused and self._fast_heads and _sb3_loss(self)
+                 and self.device.type == "cpu"
                  and (plain := TanhNetwork.of(self.policy)) is not None else None)
         params = list(self.policy.parameters())  # clip_grad_norm_ skips those without grad
         optimizer = self.policy.optimizer
