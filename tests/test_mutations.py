@@ -130,9 +130,13 @@ MUTATIONS = (
         (("        hidden = observations\n", "        hidden = observations * 0.0\n"),),
         RL_DECISIONS,
         slow=True,
-        # FastPPO's exact backward (plain network) runs the encoder's layers itself.
+        # FastPPO's exact backward and its rollout's forward (plain network) run the
+        # encoder's layers themselves.
         also=(("agents/learners/common/exact_backward.py",
-               (("        hidden = obs.float()\n", "        hidden = obs.float() * 0.0\n"),)),),
+               (("        hidden = obs if obs.dtype == torch.float32 else obs.float()\n",
+                 "        hidden = obs.float() * 0.0\n"),)),
+              ("agents/learners/ppo.py",
+               (("        hidden = obs.float()\n", "        hidden = obs.float() * 0.0\n"),))),
     ),
     # BoPO's RL stage trains only the critic: the optimizer holds the value network only.
     Mutation(

@@ -95,8 +95,9 @@ class Router(ABC):
     hashed_weight: float
     text_features: str
     #: Your own text features (a registered encoder) beside the hashed n-grams; False:
-    #: instead of them. The built-in ``"hashed"`` and ``"minilm"`` ignore it.
-    with_ngrams: bool
+    #: instead of them. The built-in ``"hashed"`` and ``"minilm"`` ignore it. The built-in
+    #: routers have it as a setting; a router of your own without one has this default.
+    with_ngrams: bool = True
 
     def __post_init__(self) -> None:
         self.features  # noqa: B018  (checks n_features, hashed_weight, text_features)
