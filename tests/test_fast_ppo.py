@@ -103,6 +103,30 @@ def test_a_policy_off_the_fast_path_trains_through_sb3s_own_code() -> None:
     assert _same_tensors(state[2], state[3])
 
 
+def test_a_global_module_hook_sees_every_layer_the_rollout_calls() -> None:
+    """A global forward hook (a profiler, say) is called for the rollout's layers, as in SB3."""
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    seen: list[str] = []
+
+    class DuringRollouts(BaseCallback):  # the hook is up while the rollout runs only
+        def _on_rollout_start(self) -> None:
+            self.handle = torch.nn.modules.module.register_module_forward_hook(
+                lambda module, args, out: seen.append(type(module).__name__))
+
+        def _on_rollout_end(self) -> None:
+            self.handle.remove()
+
+        def _on_step(self) -> bool:
+            return True
+
+    model = FastPPO(AllocatorPolicy, make_batched_vec_env(ENV_ID, 2, seed=5),
+                    policy_kwargs={"lora_rank": None}, seed=1, **SMALL)
+    model.set_logger(Recorder())
+    model.learn(128, callback=DuringRollouts())
+    assert seen.count("Linear") >= 64 * 4  # each step: the encoder's two layers, two heads
+
+
 def test_clip_and_adam_step_are_torchs() -> None:
     torch.manual_seed(0)
     shapes = [(16, 5), (16,), (3, 16), (3,), (1,)]

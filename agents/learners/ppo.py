@@ -251,7 +251,9 @@ class FastPPO(PPO):
         policy, device = self.policy, self.device
         # the plain network's layers called directly, the buffer filled in place (the same
         # operations and values as rollout_step and RolloutBuffer.add)
-        network = TanhNetwork.of(policy) if device.type == "cpu" else None
+        # (not where a global module hook expects to see each layer called)
+        network = (TanhNetwork.of(policy) if device.type == "cpu" and not (
+            _global_forward_hooks or _global_forward_pre_hooks) else None)
         step_of = _PlainRollout(network, policy) if network is not None else None
         direct_add = (type(rollout_buffer).add is RolloutBuffer.add and device.type == "cpu"
                       and not isinstance(rollout_buffer.observation_space, spaces.Discrete))
