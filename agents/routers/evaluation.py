@@ -63,11 +63,10 @@ from agents.routers.bootstrap import CurveScores, PointScores, run
 from agents.routers.inputs import call_costs, resample_clusters, routing_probabilities
 from cost_envs.config import one_of
 from cost_envs.metrics.bootstrap import (
+    ResampledMeans,
     bootstrap_means,
     check_bootstrap_args,
     cluster_codes,
-    interval_around,
-    percentile_interval,
 )
 from cost_envs.metrics.routing import DEFAULT_LEVELS, threshold_order
 from cost_envs.traces import SPLIT_BY, TraceDataset
@@ -398,7 +397,7 @@ def score_table(
             levels, ends if cost_range is None else cost_range, refs))
     if routings:
         probs, columns = _routing_columns(data, routings, c, strong, None)
-        accumulators.append(ColumnMeans(columns))
+        accumulators.append(ResampledMeans(columns))
     clusters = resample_clusters(data, split_by)
     codes = cluster_codes(clusters, data.n_queries)
     results = run(accumulators, data.n_queries, codes, n_resamples, confidence, seed)
@@ -415,34 +414,9 @@ def score_table(
     if curves:
         out["curves"] = {name: {**entry, **units} for name, entry in results.pop(0).items()}
     if routings:
-        means = cast(Mapping[_Key, dict[str, Any]], results.pop(0))  # ColumnMeans' keys
+        means = cast(Mapping[_Key, dict[str, Any]], results.pop(0))  # ResampledMeans' keys
         out["routings"] = _routing_entries(data, probs, means, None, units)
     return out
-
-
-class ColumnMeans:
-    """The resampled means of per-query columns, as :func:`bootstrap_means` computes them.
-
-    An accumulator of :func:`agents.routers.bootstrap.run`: fed the same blocks of the same
-    draw, it gives :func:`bootstrap_means`' values and intervals to the last bit.
-    """
-
-    def __init__(self, columns: Mapping[Any, np.ndarray]) -> None:
-        arrays = {k: np.asarray(v, dtype=np.float64) for k, v in columns.items()}
-        self.points = {k: float(a.mean()) for k, a in arrays.items()}
-        self.stacked = np.stack(list(arrays.values()), axis=1)  # (n, k)
-        self.means: list[np.ndarray] = []
-
-    def add(self, weights: np.ndarray) -> None:
-        self.means.append((weights @ self.stacked) / weights.sum(axis=1, keepdims=True))
-
-    def result(self, confidence: float) -> dict[Any, dict[str, Any]]:
-        if not self.means:  # no resample: the values alone
-            return {k: {"value": v, "ci": None} for k, v in self.points.items()}
-        drawn = np.concatenate(self.means)
-        return {k: {"value": point,
-                    "ci": interval_around(point, percentile_interval(drawn[:, j], confidence))}
-                for j, (k, point) in enumerate(self.points.items())}
 
 
 def curve_routing(scores: np.ndarray | None, n: int) -> np.ndarray:

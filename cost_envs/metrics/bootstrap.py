@@ -160,19 +160,46 @@ def bootstrap_means(
             raise ValueError(f"bootstrap_means: column {name!r}: expected finite values")
     check_bootstrap_args(n_resamples, confidence)
     codes = cluster_codes(clusters, n)
-    stacked = np.stack(list(arrays.values()), axis=1)  # (n, k)
+    means = ResampledMeans(arrays)
     rng = np.random.default_rng(seed)
-    means = []
     for size in resample_blocks(n_resamples, n):
-        weights = resample_weights(rng, size, n, codes)
-        means.append((weights @ stacked) / weights.sum(axis=1, keepdims=True))
-    drawn = np.concatenate(means)
-    out = {}
-    for j, name in enumerate(arrays):
-        point = float(arrays[name].mean())
-        out[name] = {"value": point,
-                     "ci": interval_around(point, percentile_interval(drawn[:, j], confidence))}
-    return out
+        means.add(resample_weights(rng, size, n, codes))
+    return means.result(confidence)
+
+
+class ResampledMeans:
+    """The resampled means of per-item columns, block by block of resample weights.
+
+    What :func:`bootstrap_means` computes; also an accumulator of
+    :func:`agents.routers.bootstrap.run`, which feeds the blocks of a draw that other
+    statistics read too.
+
+    Args:
+        columns: Key -> one finite value per item (all of one length).
+    """
+
+    def __init__(self, columns: Mapping[Any, Any]) -> None:
+        arrays = {k: np.asarray(v, dtype=np.float64) for k, v in columns.items()}
+        self.points = {k: float(a.mean()) for k, a in arrays.items()}
+        self.stacked = np.stack(list(arrays.values()), axis=1)  # (n, k)
+        self.means: list[np.ndarray] = []
+
+    def add(self, weights: np.ndarray) -> None:
+        """Read one ``(resamples, items)`` block of resample counts."""
+        self.means.append((weights @ self.stacked) / weights.sum(axis=1, keepdims=True))
+
+    def result(self, confidence: float) -> dict[Any, dict[str, Any]]:
+        """Key -> ``{"value": mean, "ci"}`` at coverage ``confidence``.
+
+        The percentile interval, widened if need be to contain the mean
+        (:func:`interval_around`); ``None`` without resamples.
+        """
+        if not self.means:
+            return {k: {"value": v, "ci": None} for k, v in self.points.items()}
+        drawn = np.concatenate(self.means)
+        return {k: {"value": point,
+                    "ci": interval_around(point, percentile_interval(drawn[:, j], confidence))}
+                for j, (k, point) in enumerate(self.points.items())}
 
 
 def percentile_interval(values: np.ndarray | Sequence[np.ndarray],

@@ -75,7 +75,7 @@ def _bucket(gram: str) -> int:
 
 
 #: Hashes of the n-grams met lately (each distinct n-gram is hashed once while it stays);
-#: emptied when it reaches :data:`_BUCKETS_HELD` entries, bounding its memory (~30 MB).
+#: emptied when it reaches :data:`_BUCKETS_HELD` entries, bounding its memory (~60 MB).
 _BUCKETS: dict[str, int] = {}
 _BUCKETS_HELD = 1 << 19
 #: Widest table (texts x features) one chunk's counts are summed in by bincount (32 MB).
