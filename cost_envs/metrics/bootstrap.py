@@ -395,11 +395,33 @@ def bootstrap_mean_ci(
         for size in resample_blocks(n_resamples, n_runs * n):
             runs = rng.integers(0, n_runs, size=(size, n_runs))
             items = rng.integers(0, n, size=(size, n))
-            means.append(array[runs[:, :, None], items[:, None, :]].mean(axis=(1, 2)))
+            means.append(_crossed_means(array, runs, items))
     low, high = percentile_interval(means, confidence)
     point = float(array.mean())
     low, high = interval_around(point, (low, high))
     return point, low, high
+
+
+def _crossed_means(array: np.ndarray, runs: np.ndarray, items: np.ndarray) -> np.ndarray:
+    """``array[runs[b][:, None], items[b][None, :]].mean()`` for every resample ``b``.
+
+    From how often each run and each item is drawn: the sum over the crossed draw is
+    ``run_counts[b] @ array @ item_counts[b]``, one matrix product instead of gathering
+    the ``runs x items`` cells of every resample (five times faster on 5 x 10,000). Equal
+    to the gather's mean up to the order of the float additions.
+    """
+    n_runs, n = array.shape
+    run_counts = _counts(runs, n_runs)
+    item_counts = _counts(items, n).astype(np.float64)
+    sums = np.einsum("bs,bs->b", run_counts, item_counts @ array.T)
+    return sums / (n_runs * n)
+
+
+def _counts(draws: np.ndarray, n: int) -> np.ndarray:
+    """How often each of ``n`` indices is drawn in each row of ``draws``: ``(rows, n)``."""
+    rows = len(draws)
+    offsets = (np.arange(rows) * n)[:, None]
+    return np.bincount((draws + offsets).ravel(), minlength=rows * n).reshape(rows, n)
 
 
 def bootstrap_cis_over_runs(
