@@ -22,7 +22,7 @@ import yaml
 
 from agents.serve.allocators import NOT_LIVE, SERVABLE, LiveAllocator, check_servable
 from agents.serve.config import parse_config
-from agents.serve.processes import launched
+from agents.serve.processes import Launch, launched_together
 from agents.serve.routes import Routes
 from agents.serve.standin import free_port
 from cost_envs.envs.trace_routing import TraceTask
@@ -101,11 +101,12 @@ def test_served_allocator_decides_as_in_the_env(saved: Path, env_test, tmp_path)
     }
     (tmp_path / "serve.yaml").write_text(yaml.safe_dump(config))
     mapped = {WEAK: "small", STRONG: "large", None: None}
-    with launched(["-m", "agents.serve.standin", "--port", str(up_port), "--models",
-                   "small,large"], f"{upstream}/v1/models"), \
-            launched(["-m", "agents.cli", "serve", "--config", str(tmp_path / "serve.yaml"),
-                      "--port", str(port)], f"http://127.0.0.1:{port}/health", cwd=ROOT,
-                     timeout=600):  # torch is imported first: slow on a loaded machine
+    with launched_together(
+            Launch(["-m", "agents.serve.standin", "--port", str(up_port), "--models",
+                    "small,large"], f"{upstream}/v1/models"),
+            Launch(["-m", "agents.cli", "serve", "--config", str(tmp_path / "serve.yaml"),
+                    "--port", str(port)], f"http://127.0.0.1:{port}/health", cwd=ROOT,
+                   timeout=600)):  # torch is imported first: slow on a loaded machine
         client = local_http.openai_client(base_url=f"http://127.0.0.1:{port}/v1", api_key="none",
                                max_retries=0)
         assert "router-alloc" in {m.id for m in client.models.list()}

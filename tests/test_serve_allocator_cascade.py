@@ -29,7 +29,7 @@ import yaml
 from agents.serve.allocators import SERVABLE, LiveAllocator
 from agents.serve.config import hash_key, load_config, parse_config
 from agents.serve.inputs import ApiError, prompt_bound
-from agents.serve.processes import launched
+from agents.serve.processes import Launch, launched_together
 from agents.serve.routes import ACTIONS_HEADER, Routes
 from agents.serve.standin import free_port, replayed_words
 from cost_envs.envs.trace_routing import TraceTask
@@ -156,10 +156,11 @@ def served(saved: Path, episodes: list[dict], tmp_path_factory: pytest.TempPathF
     upstream = f"http://127.0.0.1:{up_port}"
     path = tmp / "serve.yaml"
     path.write_text(yaml.safe_dump(_config(saved, upstream)))
-    with launched(["-m", "agents.serve.standin", "--port", str(up_port), "--models",
-                   f"{WEAK},{STRONG}", "--replay", str(GSM8K)], f"{upstream}/v1/models"), \
-            launched(["-m", "agents.cli", "serve", "--config", str(path), "--port", str(port)],
-                     f"http://127.0.0.1:{port}/health", cwd=ROOT, timeout=600):
+    with launched_together(
+            Launch(["-m", "agents.serve.standin", "--port", str(up_port), "--models",
+                    f"{WEAK},{STRONG}", "--replay", str(GSM8K)], f"{upstream}/v1/models"),
+            Launch(["-m", "agents.cli", "serve", "--config", str(path), "--port", str(port)],
+                   f"http://127.0.0.1:{port}/health", cwd=ROOT, timeout=600)):
         yield {"url": f"http://127.0.0.1:{port}/v1", "db": tmp / "ledger.db", "config": path}
 
 

@@ -20,7 +20,7 @@ from serve_load_client import run_load
 from agents import cli
 from agents.serve import LiveRouter
 from agents.serve.config import hash_key
-from agents.serve.processes import launched
+from agents.serve.processes import Launch, launched_together
 from agents.serve.standin import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,13 +92,14 @@ def served(tmp_path_factory: pytest.TempPathFactory):
     }
     path = tmp / "serve.yaml"
     path.write_text(yaml.safe_dump(config))
-    with launched(["-m", "agents.serve.standin", "--port", str(up_port), "--latency", "0.005"],
-                  f"{upstream}/v1/models") as standin:
+    with launched_together(
+            Launch(["-m", "agents.serve.standin", "--port", str(up_port), "--latency", "0.005"],
+                   f"{upstream}/v1/models"),
+            Launch(["-m", "agents.cli", "serve", "--config", str(path), "--port", str(port)],
+                   f"http://127.0.0.1:{port}/health", cwd=ROOT)) as (standin, _):
         try:
-            with launched(["-m", "agents.cli", "serve", "--config", str(path), "--port",
-                           str(port)], f"http://127.0.0.1:{port}/health", cwd=ROOT):
-                yield Served(f"http://127.0.0.1:{port}", upstream, tmp / "ledger.db", router)
-        finally:  # killed: on SIGTERM it would wait 10 s for its 'timeout' fault's answer
+            yield Served(f"http://127.0.0.1:{port}", upstream, tmp / "ledger.db", router)
+        finally:  # killed: on SIGTERM it would wait for its 'timeout' fault's answer
             standin.kill()
 
 
@@ -276,6 +277,7 @@ def test_upstream_faults_retry_then_fall_back(served: Served) -> None:
     # a refused connection: nothing listens behind "dead"
     assert client.chat.completions.create(model="deadfirst", messages=ok).model == "small"
     served.fault("small", "500")
+    served.fault("large", "500")  # not a second timeout: it would only cost the test 2 s
     with pytest.raises(openai.APIStatusError) as err:
         client.chat.completions.create(model="best", messages=ok)
     assert err.value.status_code == 502 and "no upstream could serve" in err.value.message

@@ -24,7 +24,7 @@ import yaml
 from agents.routers import calibrate, make_router, save_router
 from agents.serve.config import hash_key, load_config
 from agents.serve.inputs import prompt_bound
-from agents.serve.processes import launched
+from agents.serve.processes import Launch, launched_together
 from agents.serve.standin import free_port
 from cost_envs.traces import load_traces
 
@@ -102,10 +102,11 @@ def served(tmp_path_factory: pytest.TempPathFactory):
     }
     path = tmp / "serve.yaml"
     path.write_text(yaml.safe_dump(config))
-    with launched(["-m", "agents.serve.standin", "--port", str(up_port), "--models",
-                   f"{WEAK},{STRONG}", "--replay", str(TRACES)], f"{upstream}/v1/models"), \
-            launched(["-m", "agents.cli", "serve", "--config", str(path), "--port", str(port)],
-                     f"http://127.0.0.1:{port}/health", cwd=ROOT):
+    with launched_together(
+            Launch(["-m", "agents.serve.standin", "--port", str(up_port), "--models",
+                    f"{WEAK},{STRONG}", "--replay", str(TRACES)], f"{upstream}/v1/models"),
+            Launch(["-m", "agents.cli", "serve", "--config", str(path), "--port", str(port)],
+                   f"http://127.0.0.1:{port}/health", cwd=ROOT)):
         yield Served(f"http://127.0.0.1:{port}", upstream, tmp / "ledger.db", path,
                      list(test.prompts), offline, answers)
 

@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from agents.serve.config import hash_key
-from agents.serve.processes import launched
+from agents.serve.processes import Launch, launched_together
 from agents.serve.standin import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -126,13 +126,14 @@ def money(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Money]:
     listener = threading.Thread(target=_silent_listener, args=(silent, stop), daemon=True)
     listener.start()
     try:
-        with launched(["-m", "agents.serve.standin", "--port", str(up_port)],
-                      f"{upstream}/v1/models") as standin:
+        with launched_together(
+                Launch(["-m", "agents.serve.standin", "--port", str(up_port)],
+                       f"{upstream}/v1/models"),
+                Launch(["-m", "agents.cli", "serve", "--config", str(path), "--port", str(port)],
+                       f"http://127.0.0.1:{port}/health", cwd=ROOT)) as (standin, _):
             try:
-                with launched(["-m", "agents.cli", "serve", "--config", str(path), "--port",
-                               str(port)], f"http://127.0.0.1:{port}/health", cwd=ROOT):
-                    yield Money(f"http://127.0.0.1:{port}", upstream, tmp / "ledger.db", silent)
-            finally:  # killed: on SIGTERM it would wait 10 s for its 'timeout' fault's answer
+                yield Money(f"http://127.0.0.1:{port}", upstream, tmp / "ledger.db", silent)
+            finally:  # killed: on SIGTERM it would wait for its 'timeout' fault's answer
                 standin.kill()
     finally:
         stop.set()

@@ -23,7 +23,7 @@ from serve_load_client import run_load
 
 from agents.serve.config import BudgetConfig, KeyConfig, hash_key
 from agents.serve.ledger import BudgetExceededError, Ledger
-from agents.serve.processes import launched, wait_until_up
+from agents.serve.processes import Launch, launched, launched_together, wait_until_up
 from agents.serve.standin import free_port
 from agents.serve.storage import Storage, open_storage
 
@@ -197,12 +197,11 @@ def test_two_servers_sharing_one_database_keep_the_budget_exact(
     path = tmp_path / "serve.yaml"
     path.write_text(yaml.safe_dump(config))
     ports = [free_port(), free_port()]
+    servers = [Launch(["-m", "agents.cli", "serve", "--config", str(path), "--port", str(port)],
+                      f"http://127.0.0.1:{port}/health") for port in ports]
     with launched(["-m", "agents.serve.standin", "--port", str(up_port), "--latency", "0.005"],
                   f"{upstream}/v1/models"):
-        with launched(["-m", "agents.cli", "serve", "--config", str(path), "--port",
-                       str(ports[0])], f"http://127.0.0.1:{ports[0]}/health"), \
-                launched(["-m", "agents.cli", "serve", "--config", str(path), "--port",
-                          str(ports[1])], f"http://127.0.0.1:{ports[1]}/health"):
+        with launched_together(*servers):
             outcomes = run_load(lambda worker: f"http://127.0.0.1:{ports[worker % 2]}",
                                 requests=200, clients=16)
         answered = local_http.get(f"{upstream}/stats").json()["answered"]["small"]

@@ -21,7 +21,7 @@ import yaml
 from agents.routers import make_router, save_router
 from agents.serve import LiveRouter
 from agents.serve.config import hash_key
-from agents.serve.processes import launched
+from agents.serve.processes import Launch, launched_together
 from agents.serve.standin import free_port
 from cost_envs.traces import example_traces
 
@@ -53,10 +53,11 @@ def server(tmp_path_factory: pytest.TempPathFactory, router):
         "server": {"admin_key_sha256": hash_key(ADMIN)},
     }
     (tmp_path / "serve.yaml").write_text(yaml.safe_dump(config))
-    with launched(["-m", "agents.serve.standin", "--port", str(up_port), "--models",
-                   "small,large"], f"{upstream}/v1/models"), \
-            launched(["-m", "agents.cli", "serve", "--config", str(tmp_path / "serve.yaml"),
-                      "--port", str(port)], f"{url}/health"):
+    with launched_together(
+            Launch(["-m", "agents.serve.standin", "--port", str(up_port), "--models",
+                    "small,large"], f"{upstream}/v1/models"),
+            Launch(["-m", "agents.cli", "serve", "--config", str(tmp_path / "serve.yaml"),
+                    "--port", str(port)], f"{url}/health")):
         yield url, upstream, tmp_path / "demo"
 
 

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from agents.serve import LiveRouter
-from agents.serve.processes import launched
+from agents.serve.processes import Launch, launched_together
 from agents.serve.standin import free_port
 from cost_envs.traces import load_traces
 
@@ -61,10 +61,11 @@ def test_served_calls_export_replay_retrain_and_reload(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(config))
     prompts = _prompts()
     short = float(np.median([len(p) for p in prompts]))
-    with launched(["-m", "agents.serve.standin", "--port", str(up_port),
-                   "--models", "small,large"], f"{upstream}/v1/models"), \
-            launched(["-m", "agents.cli", "serve", "--config", str(path), "--port", str(port)],
-                     f"{url}/health", cwd=ROOT) as server:
+    with launched_together(
+            Launch(["-m", "agents.serve.standin", "--port", str(up_port),
+                    "--models", "small,large"], f"{upstream}/v1/models"),
+            Launch(["-m", "agents.cli", "serve", "--config", str(path), "--port", str(port)],
+                   f"{url}/health", cwd=ROOT)) as (_, server):
         client = local_http.openai_client(base_url=f"{url}/v1", api_key="none", max_retries=0)
         for prompt in prompts:  # each prompt on both models, scored by the client
             for model in ("small", "large"):
