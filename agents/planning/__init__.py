@@ -35,7 +35,8 @@ from cost_envs.envs.toolbench import ToolBenchEnv
 
 __all__ = ["BAYES_PLANNER_FOR_ENV", "PLANNERS", "AgenticPlanner", "AnswerModel",
            "BayesFlightPlanner", "BayesToolBenchPlanner", "ExpectimaxPlanner", "ExpertPlanner",
-           "FlightPlanner", "Planner", "bayes_planner", "plan_agentic", "plan_toolbench", "planner"]
+           "FlightPlanner", "Planner", "bayes_planner", "plan_agentic", "plan_toolbench", "planner",
+           "reference_class"]
 
 #: Env class -> its planner; :func:`planner` takes the first entry the env is an instance
 #: of, so a subclass (a v1 env) listed before its parent gets its own planner.
@@ -53,12 +54,11 @@ def planner(env: gym.Env, **kwargs: Any) -> Planner:
     Raises:
         ValueError: If no planner models ``env``'s family.
     """
-    inner = env.unwrapped
-    for env_class, planner_class in PLANNER_FOR_ENV:
-        if isinstance(inner, env_class):
-            return planner_class(env, **kwargs)
+    planner_class = reference_class(env, "planner")
+    if planner_class is not None:
+        return planner_class(env, **kwargs)
     modelled = ", ".join(env_class.__name__ for env_class, _ in PLANNER_FOR_ENV)
-    raise ValueError(f"planner: no planner models {type(inner).__name__}; there is one for "
+    raise ValueError(f"planner: no planner models {type(env.unwrapped).__name__}; there is one for "
                      f"{modelled}")
 
 
@@ -77,13 +77,29 @@ def bayes_planner(env: gym.Env, **kwargs: Any) -> Any:
     Raises:
         ValueError: If no Bayes reference models ``env``'s family and prior.
     """
+    planner_class = reference_class(env, "bayes")
+    if planner_class is not None:
+        return planner_class(env, **kwargs)
     inner = env.unwrapped
-    for env_class, planner_class in BAYES_PLANNER_FOR_ENV:
-        if type(inner) is env_class:
-            return planner_class(env, **kwargs)
     modelled = ", ".join(env_class.__name__ for env_class, _ in BAYES_PLANNER_FOR_ENV)
     raise ValueError(f"bayes_planner: no Bayes reference models {type(inner).__name__}; "
                      f"there is one for {modelled}")
+
+
+def reference_class(env: gym.Env, kind: str = "planner") -> type[Any] | None:
+    """The class that :func:`planner` or :func:`bayes_planner` would build on ``env``.
+
+    ``kind``: ``"planner"`` or ``"bayes"``. ``None`` where none models ``env``. Nothing is
+    built (a Bayes reference's tables take about 0.7 s).
+    """
+    inner = env.unwrapped
+    if kind == "planner":
+        return next((planner_class for env_class, planner_class in PLANNER_FOR_ENV
+                     if isinstance(inner, env_class)), None)
+    if kind == "bayes":
+        return next((planner_class for env_class, planner_class in BAYES_PLANNER_FOR_ENV
+                     if type(inner) is env_class), None)
+    raise ValueError(f"reference_class: kind must be 'planner' or 'bayes', got {kind!r}")
 
 
 #: CLI names -> planner factories, each called as ``factory(env)`` (refusing envs they do

@@ -51,7 +51,7 @@ from agents.baselines import BASELINES, FAMILY_BASELINES
 from agents.evaluation import evaluate, evaluate_each
 from agents.learners.supervised import SupervisedConfig
 from agents.learners.training import configure_torch_threads, train
-from agents.planning import bayes_planner, planner
+from agents.planning import bayes_planner, planner, reference_class
 from agents.rules import BestFixedRule
 from cost_envs.config import integer
 from cost_envs.metrics import (
@@ -173,12 +173,9 @@ def has_planner(env_id: str, teacher: str = "planner") -> bool:
     """Whether ``teacher`` (``planner`` or ``bayes``, :mod:`agents.planning`) models ``env_id``."""
     env = gym.make(env_id)
     try:
-        (planner if teacher == "planner" else bayes_planner)(env)
-    except ValueError:
-        return False
+        return reference_class(env, "planner" if teacher == "planner" else "bayes") is not None
     finally:
         env.close()
-    return True
 
 
 #: Where the planner-taught rows run: ToolBench, whose greedy teacher is weak (0.605
