@@ -163,7 +163,7 @@ def test_scoring_holds_a_chunk_of_queries_features_not_all(monkeypatch) -> None:
     from cost_envs.traces import TraceDataset
 
     rng = np.random.default_rng(0)
-    n = 2000
+    n = 1000
     prompts = tuple(" ".join(rng.choice([f"w{i}" for i in range(200)], 12)) for _ in range(n))
     correct = rng.random((n, 2)) < 0.7
     data = TraceDataset(("weak", "strong"), tuple(map(str, range(n))), prompts,
@@ -178,9 +178,9 @@ def test_scoring_holds_a_chunk_of_queries_features_not_all(monkeypatch) -> None:
         return _peak(lambda: router.scores(data))
 
     whole, at_once = peak_at(n)
-    chunked, peak = peak_at(200)
+    chunked, peak = peak_at(100)
     np.testing.assert_allclose(chunked, whole, rtol=0, atol=1e-12)
-    dense = n * (512 + 7) * 8  # the design matrix of all 2,000 queries: 8 MB
+    dense = n * (512 + 7) * 8  # the design matrix of all 1,000 queries: 4 MB
     assert at_once > dense and peak < at_once / 3, (peak, at_once, dense)
 
 
