@@ -4,9 +4,9 @@ Usage: ``python benchmarks/test_tiers.py [--all] [--output FILE.md]``
 
 Clones the repository's ``HEAD`` beside it (so that ``../shared`` is the same data) and runs
 ``make test`` there, with this checkout's venv: a fresh clone's first run (no
-``__pycache__``, no mypy cache: every module is compiled and type-checked from scratch),
-then ``make lint``, ``make test`` and, with ``--all``, ``make test-all`` again, as a
-developer meets them after that. One line per run: what pytest printed, wall time and CPU
+``__pycache__``: every module is compiled from scratch), then ``make lint`` (ruff and a
+cold mypy cache: every module type-checked from scratch), ``make test`` and, with
+``--all``, ``make test-all`` again, as a developer meets them after that. One line per run: what pytest printed, wall time and CPU
 time of the child processes (every pytest-xdist worker and every interpreter the tests
 start). Run it on an idle machine:
 other work moves the wall time, the CPU time much less.
@@ -75,8 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     clone = Path(tempfile.mkdtemp(prefix="tiers-", dir=ROOT.parent))
     try:
         subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
-        # the first make test checks types on a cold mypy cache; the lint row after it is
-        # what a warm one costs, so the second make test's time is the tests' own
+        # the first make test compiles every module; the lint row after it type-checks on
+        # a cold mypy cache (make test-all runs mypy beside the tests, warm by then)
         for run, target in (("fresh clone", "test"), ("again", "lint"),
                             *(("again", tier) for tier in tiers)):
             summary, wall, cpu = run_make(target, clone, venv)
@@ -88,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         f"`python benchmarks/test_tiers.py{' --all' if args.all else ''}` at {commit} on "
         f"{platform.system()} {platform.machine()}, {cpu_model()}, {os.cpu_count()} logical "
         f"CPUs, Python {platform.python_version()}, {os.cpu_count()} pytest-xdist workers. "
-        "`make test` runs ruff, then mypy beside the tests, and its times include both. "
+        "`make test` runs ruff, then the fast tier; `make lint` ruff and mypy; `make test-all` "
+        "ruff, then mypy beside the whole suite. "
         "Wall and CPU seconds; CPU counts every process.", "",
         "| command | run | pytest | wall (s) | CPU (s) |", "| --- | --- | --- | ---: | ---: |",
         *rows, ""])
