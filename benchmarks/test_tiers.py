@@ -6,9 +6,9 @@ Clones the repository's ``HEAD`` beside it (so that ``../shared`` is the same da
 ``make test`` there, with this checkout's venv: a fresh clone's first run (no
 ``__pycache__``: every module is compiled from scratch), then ``make lint`` (ruff and a
 cold mypy cache: every module type-checked from scratch), ``make test`` and, with
-``--all``, ``make test-all`` again, as a developer meets them after that. One line per run: what pytest printed, wall time and CPU
-time of the child processes (every pytest-xdist worker and every interpreter the tests
-start). Run it on an idle machine:
+``--all``, ``make test-all`` again, as a developer meets them after that. One line per
+run: what pytest printed, wall time and CPU time of the child processes (every
+pytest-xdist worker and every interpreter the tests start). Run it on an idle machine:
 other work moves the wall time, the CPU time much less.
 """
 
