@@ -130,9 +130,10 @@ def long_run_digest(env_id: str, mode: AutoresetMode, steps: int | None = None,
 
 CASES = [(env_id, mode) for env_id in sorted(VECTOR_IDS)
          for mode in (AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP)]
-#: The same-step runs in the slow tier: the fast tier's tests/test_vector.py holds every
-#: batched id to N single envs in both autoreset modes through refills; the next-step runs
-#: here keep the many-refill, masked-reset case fast.
+#: The same-step runs in the slow tier: the autoreset modes differ only in the shared
+#: base (cost_envs/vector/base.py), whose same-step path the fast tier holds to
+#: SyncVectorEnv in tests/test_vector_expert_routing.py; each id's own refill runs here in
+#: the next-step runs (every mode and id: tests/test_vector.py, slow).
 PARAMS = [pytest.param(case, marks=pytest.mark.slow) if case[1] is AutoresetMode.SAME_STEP
           else case for case in CASES]
 
