@@ -89,7 +89,8 @@ def test_the_admin_key_reloads_and_in_flight_requests_finish_on_the_old_router(
     assert _decisions(url) == ["small"] * 3
     save_router(path, router, 0.0)  # retrained in place: every prompt to the strong model
     assert _decisions(url) == ["small"] * 3  # nothing reloads by itself
-    local_http.post(f"{upstream}/control", json={"model": "small", "fault": "none", "latency": 2.0})
+    # the next call to the weak model waits upstream until released: in flight for sure
+    local_http.post(f"{upstream}/control", json={"model": "small", "fault": "hold", "count": 1})
     before = local_http.get(f"{upstream}/stats").json()["calls"].get("small", 0)
     slow: dict[str, str] = {}
     in_flight = threading.Thread(target=lambda: slow.setdefault("model", local_http.openai_client(
@@ -107,10 +108,10 @@ def test_the_admin_key_reloads_and_in_flight_requests_finish_on_the_old_router(
         assert answer.json() == {"object": "reload", "routers": ["demo"]}
         offline = [MAPPING[LiveRouter.load(path).route(p).model] for p in PROMPTS]
         assert offline == ["large"] * 3 and _decisions(url) == offline
+        assert in_flight.is_alive() and not slow  # it was in flight through the reload
     finally:
+        local_http.post(f"{upstream}/control", json={"model": "small", "release": True})
         in_flight.join(timeout=60)
-        local_http.post(f"{upstream}/control", json={"model": "small", "fault": "none",
-                                                "latency": 0.0})
     assert slow["model"] == "small"  # routed before the swap, answered after it
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import local_http
 import openai
 import pytest
@@ -49,6 +52,22 @@ def test_faults_are_injected_and_counted(standin: str) -> None:
     local_http.post(f"{standin}/control", json={"model": "small", "fault": "timeout", "count": 1})
     with pytest.raises(openai.APITimeoutError):
         client.with_options(timeout=0.5).chat.completions.create(model="small", messages=messages)
+    # a held call is answered when released, not before
+    local_http.post(f"{standin}/control", json={"model": "small", "fault": "hold", "count": 1})
+    with pytest.raises(openai.APITimeoutError):
+        client.with_options(timeout=0.3).chat.completions.create(model="small", messages=messages)
+    local_http.post(f"{standin}/control", json={"model": "small", "fault": "hold", "count": 1})
+    before = local_http.get(f"{standin}/stats").json()["calls"]["small"]
+    held: dict[str, str] = {}
+    waiting = threading.Thread(target=lambda: held.setdefault("answer", client.with_options(
+        timeout=30).chat.completions.create(model="small", messages=messages).model))
+    waiting.start()
+    while local_http.get(f"{standin}/stats").json()["calls"]["small"] == before:
+        time.sleep(0.01)
+    assert waiting.is_alive() and "answer" not in held
+    local_http.post(f"{standin}/control", json={"model": "small", "release": True})
+    waiting.join(timeout=30)
+    assert held == {"answer": "small"}
     stats = local_http.get(f"{standin}/stats").json()
     assert stats["calls"]["large"] == 3 and stats["answered"]["large"] == 1
     bad = local_http.post(f"{standin}/control", json={"model": "large", "fault": "fire"})

@@ -28,6 +28,8 @@ time with ``POST /control`` (``{"model": "large", "fault": "429", "count": 3}``:
 3 calls; ``"rate": 0.5``: half of them, seeded). A fault is one of :data:`FAULTS`:
 
 * ``timeout``: the answer comes after 3600 s;
+* ``hold``: the answer waits until ``POST /control`` releases the model's held calls
+  (``{"model": "small", "release": true}``), so a test knows a call is in flight;
 * ``429`` (with ``Retry-After`` when ``"retry_after"`` is given), ``500`` or ``401`` (the
   gateway's key for it is wrong);
 * ``reset``: the connection is dropped before any header (after reading the request);
@@ -63,8 +65,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 #: The faults a model can be given.
-FAULTS = ("timeout", "429", "500", "401", "reset", "bad_json", "bad_shape", "cut", "no_usage",
-          "lie", "overrun")
+FAULTS = ("timeout", "hold", "429", "500", "401", "reset", "bad_json", "bad_shape", "cut",
+          "no_usage", "lie", "overrun")
 #: The stand-in's models by default.
 MODELS = ("small", "medium", "large")
 
@@ -136,6 +138,7 @@ def create_app(models: Sequence[str] = MODELS, latency: float = 0.0,
     app = FastAPI(title="cost-envs stand-in upstream")
     fault_of: dict[str, Fault] = dict(faults or {})
     latency_of: dict[str, float] = dict.fromkeys(models, latency)
+    held: dict[str, asyncio.Event] = {}  # model -> what its held calls wait for
     calls: Counter[str] = Counter()
     answered: Counter[str] = Counter()
     billed: dict[str, dict[str, list[int]]] = {}
@@ -162,6 +165,9 @@ def create_app(models: Sequence[str] = MODELS, latency: float = 0.0,
             return error(400, f"model: expected one of {list(models)}", "invalid_request_error")
         if "latency" in body:
             latency_of[model] = float(body["latency"])
+        if body.get("release"):
+            held.pop(model, asyncio.Event()).set()
+            return {"ok": True}
         if body.get("fault") in (None, "none"):
             fault_of.pop(model, None)
         elif body["fault"] in FAULTS:
@@ -196,6 +202,8 @@ def create_app(models: Sequence[str] = MODELS, latency: float = 0.0,
         kind = None if fault is None else fault.kind
         if kind == "timeout":
             await asyncio.sleep(3600)
+        if kind == "hold":
+            await held.setdefault(model, asyncio.Event()).wait()
         if kind in ("429", "500", "401"):
             answer = error(int(kind), f"injected fault {kind}",
                            {"429": "rate_limit_error", "401": "invalid_request_error"}.get(
