@@ -71,11 +71,16 @@ def served(tmp_path_factory: pytest.TempPathFactory):
               for name, (p_in, p_out) in PRICES.items()]
     models.append({"name": "dead", "base_url": f"http://127.0.0.1:{free_port()}/v1",
                    "input_price": 0.01, "output_price": 0.01, "timeout": 2})
+    # the stand-in's large model with a short timeout, for the test that waits one out
+    models.append({"name": "brief", "upstream_name": "large", "base_url": f"{upstream}/v1",
+                   "input_price": PRICES["large"][0], "output_price": PRICES["large"][1],
+                   "context": 4096, "max_output_tokens": 256, "timeout": 0.5})
     config = {
         "storage": "sqlite:///ledger.db",
         "models": models,
         "routers": [{"name": "cheap", "model": "small", "fallbacks": ["medium"]},
                     {"name": "best", "model": "large", "fallbacks": ["medium", "small"]},
+                    {"name": "hasty", "model": "brief", "fallbacks": ["medium", "small"]},
                     {"name": "deadfirst", "model": "dead", "fallbacks": ["small"]},
                     {"name": "demo", "path": str(router),
                      "models": {"gpt-4.1-nano": "small", "gpt-4.1": "large"}}],
@@ -271,13 +276,13 @@ def test_upstream_faults_retry_then_fall_back(served: Served) -> None:
     assert client.chat.completions.create(model="best", messages=ok).model == "large"
     served.fault("large", "429")  # every try: falls back to medium
     assert client.chat.completions.create(model="best", messages=ok).model == "medium"
-    served.fault("large", "timeout")
+    served.fault("large", "timeout")  # through brief, whose timeout is 0.5 s
     served.fault("medium", "500")
-    assert client.chat.completions.create(model="best", messages=ok).model == "small"
+    assert client.chat.completions.create(model="hasty", messages=ok).model == "small"
     # a refused connection: nothing listens behind "dead"
     assert client.chat.completions.create(model="deadfirst", messages=ok).model == "small"
     served.fault("small", "500")
-    served.fault("large", "500")  # not a second timeout: it would only cost the test 2 s
+    served.fault("large", "500")
     with pytest.raises(openai.APIStatusError) as err:
         client.chat.completions.create(model="best", messages=ok)
     assert err.value.status_code == 502 and "no upstream could serve" in err.value.message

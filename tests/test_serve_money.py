@@ -104,10 +104,15 @@ def money(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Money]:
                "timeout": 3} for name, (p_in, p_out) in PRICES.items()]
     models.append({"name": "silent", "base_url": f"http://127.0.0.1:{silent}/v1",
                    "input_price": 1.0, "output_price": 2.0, "timeout": 3})
+    # the stand-in's small model with a short timeout, for the test that waits one out
+    models.append({"name": "brief", "upstream_name": "small", "base_url": f"{upstream}/v1",
+                   "input_price": 1.0, "output_price": 2.0, "context": 32_000,
+                   "max_output_tokens": 200, "timeout": 0.5})
     config = {
         "storage": "sqlite:///ledger.db",
         "models": models,
         "routers": [{"name": "cheap", "model": "small", "fallbacks": ["medium"]},
+                    {"name": "hasty", "model": "brief", "fallbacks": ["medium"]},
                     {"name": "alone", "model": "large"},
                     {"name": "silentfirst", "model": "silent", "fallbacks": ["medium"]}],
         "budgets": {"request": {"default": 1.0, "max": 1.0},
@@ -336,12 +341,12 @@ def test_the_request_budget_holds_across_fallbacks(money: Money) -> None:
 
 def test_a_timed_out_call_is_charged_its_worst_case_and_not_sent_again(money: Money) -> None:
     calls = local_http.get(f"{money.upstream}/stats").json()["calls"].get("small", 0)
-    money.fault("small", "timeout", count=1)  # the model's timeout is 3 s
-    answer = money.client().chat.completions.create(model="cheap", max_tokens=5,
+    money.fault("small", "timeout", count=1)  # brief, the stand-in's small, waits 0.5 s
+    answer = money.client().chat.completions.create(model="hasty", max_tokens=5,
                                                     messages=_chat("too slow"))
     assert answer.model == "medium"  # the fallback, not a second try of the same call
     assert local_http.get(f"{money.upstream}/stats").json()["calls"]["small"] == calls + 1
-    row = money.rows(prompt="too slow", model="small")[0]
+    row = money.rows(prompt="too slow", model="brief")[0]
     assert row["outcome"] == "upstream_unknown"
     assert row["cost_micros"] == row["reserved_micros"] > 0
 
