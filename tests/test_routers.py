@@ -138,7 +138,7 @@ def test_heldout_evaluation_by_group_resamples_groups() -> None:
     assert result["resampled"] == "clusters" and result["units"] == 8
     assert result["held_out"] == data.n_queries and result["groups"] == 8
     assert sorted(result["routers"]) == ["cascade", "knn", "knn (cv)", "logistic",
-                                         "logistic (cv)", "priced", "priced (cv)"]
+                                         "logistic (cv)", "priced", "priced (cv)", "rule"]
     # a (cv) row chose its setting once per training fold, on inner folds of whole groups
     for name, setting in (("logistic (cv)", "l2"), ("knn (cv)", "k"), ("priced (cv)", "l2")):
         chosen = result["routers"][name]["cv"]
@@ -249,10 +249,10 @@ def test_one_registry_over_k_models(family) -> None:
     from agents.routers import Router, TwoModelRouter
 
     assert sorted(ROUTERS) == ["cascade", "knn", "logistic", "multi-logistic", "multi-priced",
-                               "priced"]
+                               "priced", "rule"]
     assert all(issubclass(cls, Router) for cls in ROUTERS.values())
     assert {k for k, cls in ROUTERS.items() if issubclass(cls, TwoModelRouter)} == {
-        "cascade", "knn", "logistic", "priced"}
+        "cascade", "knn", "logistic", "priced", "rule"}
     fitted, test = family
     assert sorted(fitted) == sorted(ROUTERS)
     for name, router in fitted.items():

@@ -19,6 +19,8 @@
 The routers: ``"logistic"``, ``"knn"`` and ``"cascade"`` (two-model,
 :mod:`~agents.routers.two_model`), ``"priced"`` (two-model and cost-aware:
 predicted accuracy gained per expected extra dollar, :mod:`~agents.routers.priced`),
+``"rule"`` (two-model and training-free: the prompt-length ranking, shortest or longest
+first, that scores best on the training data, :mod:`~agents.routers.rule`),
 ``"multi-logistic"`` (any number of models, :mod:`~agents.routers.multi`) and
 ``"multi-priced"`` (the same with each call priced per query, as ``"priced"`` prices it).
 Around them, one of each:
@@ -69,6 +71,7 @@ from agents.routers.features import (
 )
 from agents.routers.multi import SINGLE_MODELS, MultiRouter, sweep_metrics
 from agents.routers.priced import PricedMultiRouter, PricedRouter
+from agents.routers.rule import RuleRouter
 from agents.routers.state import SavedRouter, load_router, save_router
 from agents.routers.two_model import (
     CascadeRouter,
@@ -81,7 +84,7 @@ __all__ = [
     "CV_FOLDS", "CV_GRIDS", "ROUTERS", "SINGLE_MODELS", "STATE_FORMAT", "TEXT_ENCODERS",
     "CVChoice", "Calibration", "CascadeRouter", "KNNRouter", "LamCalibration",
     "LogisticRouter", "MultiRouter", "PricedMultiRouter", "PricedRouter", "Router",
-    "SavedRouter", "TextFeatures",
+    "RuleRouter", "SavedRouter", "TextFeatures",
     "TwoModelRouter", "calibrate", "calibrate_cost", "calibrate_lam", "calibrate_share",
     "cascade_curve", "cross_validate", "embedding_lookup", "load_router", "make_router",
     "register", "register_text_features", "router_class", "router_from_state",

@@ -10,7 +10,10 @@ their MiniLM variants: the ``embeddings`` extra, compared by
 on an optional package) is fitted on the training queries, its threshold calibrated on
 the *training* scores for a strong-call share of :data:`TARGET_SHARE`
 (:func:`agents.routers.calibrate_share`; never below the priced router's 0: it
-does not pay for a call it predicts to lose), and the held-out queries routed.
+does not pay for a call it predicts to lose), and the held-out queries routed. Beside
+them the best training-free rule (``"rule"``, :mod:`agents.routers.rule`: shortest or
+longest prompts first, whichever has the better AIQ on the training fold; the JSON
+records each fold's ``"rule_members"``) shows what routing without learned weights does.
 The out-of-fold decisions and scores are pooled (every query held out exactly once) and
 scored exactly, on one draw of resamples (:func:`agents.routers.evaluation.score_table`):
 accuracy, cost and the test share reached, against random routing at the same share and
@@ -47,6 +50,7 @@ from agents.routers.evaluation import (
     score_table,
     single_model,
 )
+from agents.routers.rule import RuleRouter
 from agents.routers.solvers import solver_name
 from cost_envs.extras import EXTRA_MODULES, install_hint, missing_modules
 from cost_envs.traces import TraceDataset
@@ -106,7 +110,8 @@ def router_specs(data: TraceDataset, weak: str, embeddings: bool
     """Report name -> (registry name, settings) of the routers run on ``data``."""
     specs: dict[str, tuple[str, dict[str, Any]]] = {"logistic": ("logistic", {}),
                                                     "knn": ("knn", {}),
-                                                    "priced": ("priced", {})}
+                                                    "priced": ("priced", {}),
+                                                    "rule": ("rule", {})}
     if has_answers(data, weak):
         specs["cascade"] = ("cascade", {})
     for kind in CV_ROUTERS:  # the setting chosen inside each training fold
@@ -129,11 +134,13 @@ def splits_of(data: TraceDataset, protocol: Protocol) -> list[tuple[np.ndarray, 
 def _out_of_fold(data: TraceDataset, splits: list[tuple[np.ndarray, np.ndarray]],
                  kind: str, settings: Mapping[str, Any], weak: str, strong: str,
                  split_by: str = "query", chosen: list[dict[str, Any]] | None = None,
+                 members: list[str] | None = None,
                  ) -> tuple[np.ndarray, np.ndarray, list[float]]:
     """Held-out scores and calibrated strong calls of every query, in index order.
 
     ``settings["cv"]`` (folds) chooses the router's setting on each training fold only
-    (folds kept whole by ``split_by``); each choice is appended to ``chosen``.
+    (folds kept whole by ``split_by``); each choice is appended to ``chosen``, and a
+    training-free rule's member chosen on each training fold to ``members``.
 
     Returns:
         (scores, strong calls) over the held-out queries (ascending indices) and the
@@ -159,6 +166,8 @@ def _out_of_fold(data: TraceDataset, splits: list[tuple[np.ndarray, np.ndarray]]
                 chosen.append(choice.as_json())
         router = make_router(kind, weak, strong, **tuned).fit_inputs(
             take(inputs, train), labels[train], take(fit_costs, train))
+        if members is not None and isinstance(router, RuleRouter):
+            members.append(router.member)
         calibration = calibrate_share(router.scores_inputs(take(inputs, train)),
                                       TARGET_SHARE, floor=router.min_threshold)
         train_shares.append(calibration.strong_share)
@@ -166,6 +175,15 @@ def _out_of_fold(data: TraceDataset, splits: list[tuple[np.ndarray, np.ndarray]]
         calls[test] = scores[test] >= calibration.threshold
     held = np.sort(np.concatenate([test for _, test in splits]))
     return scores[held], calls[held], train_shares
+
+
+def rule_label(members: list[str]) -> str:
+    """How the tables name the rule row: the member each training fold chose."""
+    counts = {m: members.count(m) for m in dict.fromkeys(members)}
+    if len(counts) == 1:
+        return f"best training-free rule (chosen on training data: {members[0]})"
+    return ("best training-free rule (chosen on each training fold: "
+            + ", ".join(f"{m} in {n} folds" for m, n in counts.items()) + ")")
 
 
 def verdict(diff: Mapping[str, Any]) -> str:
@@ -240,8 +258,9 @@ def evaluate(data: TraceDataset, protocol: Protocol, n_resamples: int, seed: int
     out["resampled"], out["units"] = first["resampled"], first["units"]
     for name, (kind, settings) in router_specs(data, weak, embeddings).items():
         chosen: list[dict[str, Any]] = []
+        members: list[str] = []
         scores, calls, train_shares = _out_of_fold(data, splits, kind, settings, weak, strong,
-                                                   protocol.split_by, chosen)
+                                                   protocol.split_by, chosen, members)
         # a cascade pays the weak call on every query: an escalation costs both calls;
         # its random references pay the plain calls (what random routing would spend)
         costs = c.copy()
@@ -270,6 +289,8 @@ def evaluate(data: TraceDataset, protocol: Protocol, n_resamples: int, seed: int
         }
         if chosen:
             out["routers"][name]["cv"] = chosen
+        if members:
+            out["routers"][name].update(rule_members=members, label=rule_label(members))
     return out
 
 
@@ -307,7 +328,7 @@ def markdown(title: str, result: Mapping[str, Any]) -> list[str]:
     for name, e in r["routers"].items():
         p, cv = e["point"], e["curve"]
         lines.append(
-            f"| {name} | {e['test_share']:.1%} | {_fmt(p['accuracy'])} | "
+            f"| {e.get('label', name)} | {e['test_share']:.1%} | {_fmt(p['accuracy'])} | "
             f"{_fmt(p['cost_per_query'], 1000, 4)} | {_fmt(p['minus_random']['accuracy'])} | "
             f"{_fmt(p['minus_random_at_cost']['accuracy'])} | "
             f"{_fmt(cv['apgr'])} | {_fmt(cv['minus_random']['apgr'])} | "
