@@ -335,6 +335,8 @@ def _emit(args: argparse.Namespace, out: dict[str, Any], heading: list[str],
     """The JSON object, or the heading and the table."""
     from agents.routers.report import clean, format_multi, format_report, row_labels
 
+    if hasattr(router, "member"):  # a training-free rule: the member its training chose
+        out["rule_member"], name = router.member, router.label
     report = out["test"]
     labels = None
     if report is not None and router.n_models == 2:

@@ -1,0 +1,138 @@
+"""The training-free rule router (``"rule"``): its search, its inputs, its state, its CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agents import cli
+from agents.routers import ROUTERS, RuleRouter, calibrate_share, make_router, router_from_state
+from agents.routers.rule import MEMBERS
+from cost_envs.traces import TraceDataset
+from experiments.traces.heldout import _out_of_fold
+
+WEAK, STRONG = "weak-model", "strong-model"
+EXAMPLE = Path(__file__).resolve().parents[1] / "cost_envs" / "data" / "example_traces.jsonl"
+
+
+def lengths_dataset(weak_fails_short: bool, n: int = 80, seed: int = 0) -> TraceDataset:
+    """Prompts of 1 to 40 words; the weak model fails the short half (or the long half).
+
+    The strong model is always right and ten times dearer, so the best rule sends the
+    prompts the weak model fails to the strong one first.
+    """
+    rng = np.random.default_rng(seed)
+    words = rng.integers(1, 41, size=n)
+    prompts = tuple(f"q{i} " + "word " * int(k) for i, k in enumerate(words))
+    short = words <= np.median(words)
+    weak_right = ~short if weak_fails_short else short
+    correct = np.column_stack([weak_right, np.ones(n, dtype=bool)])
+    cost = np.column_stack([np.full(n, 1.0), np.full(n, 10.0)])
+    return TraceDataset((WEAK, STRONG), tuple(f"q{i}" for i in range(n)), prompts,
+                        correct.astype(float), correct, np.ones((n, 2)), np.ones((n, 2)),
+                        cost=cost)
+
+
+def with_outcomes_of(data: TraceDataset, other: TraceDataset, rows: np.ndarray
+                     ) -> TraceDataset:
+    """``data`` whose ``rows`` carry ``other``'s outcomes (same prompts, costs)."""
+    correct = data.correct.copy()
+    correct[rows] = other.correct[rows]
+    return TraceDataset(data.models, data.query_ids, data.prompts, correct.astype(float),
+                        correct, data.input_tokens, data.output_tokens, cost=data.cost)
+
+
+# --------------------------------------------------------------------------- the search
+@pytest.mark.parametrize(("weak_fails_short", "expected"),
+                         [(True, "shortest-first"), (False, "longest-first")])
+def test_search_picks_the_length_order_the_weak_model_fails_on(weak_fails_short, expected):
+    data = lengths_dataset(weak_fails_short)
+    router = make_router("rule", WEAK, STRONG).fit(data)
+    assert isinstance(router, RuleRouter) and router.member == expected
+    other = next(m for m in MEMBERS if m != expected)
+    assert router.train_aiq[expected] > router.train_aiq[other]
+    assert router.label == f"best training-free rule (chosen on training data: {expected})"
+    # the score is monotone in the chosen order: the threshold curves and the
+    # calibration read it as any score (half the queries at a 50% share)
+    length = np.array([len(p) for p in data.prompts])
+    order = np.argsort(length, kind="stable")
+    scores = router.scores(data)[order]
+    steps = np.diff(scores)
+    assert ((steps <= 0) if expected == "shortest-first" else (steps >= 0)).all()
+    assert calibrate_share(router.scores(data), 0.5).strong_share == pytest.approx(0.5, abs=0.1)
+
+
+def test_the_choice_reads_the_training_rows_only():
+    short, long = lengths_dataset(True), lengths_dataset(False)
+    train, test = np.arange(0, 40), np.arange(40, 80)
+    # the same training rows (weak fails short prompts), opposite test outcomes
+    mixed = with_outcomes_of(short, long, test)
+    fitted = [make_router("rule", WEAK, STRONG).fit(d.subset(train)) for d in (short, mixed)]
+    assert [r.member for r in fitted] == ["shortest-first"] * 2
+    np.testing.assert_array_equal(fitted[0].scores(short.subset(test)),
+                                  fitted[1].scores(mixed.subset(test)))
+    # the held-out tables fit it per training fold: the test fold's outcomes (which
+    # favour longest-first) never reach the choice
+    members: list[str] = []
+    _out_of_fold(mixed, [(train, test)], "rule", {}, WEAK, STRONG, members=members)
+    assert members == ["shortest-first"]
+
+
+# --------------------------------------------------------------------------- the family
+def test_registered_and_built_by_name():
+    assert ROUTERS["rule"] is RuleRouter
+    router = make_router("rule", WEAK, STRONG, members=["longest-first"])
+    assert router.models == (WEAK, STRONG) and router.members == ("longest-first",)
+    assert router.fit(lengths_dataset(True)).member == "longest-first"  # the only one searched
+    with pytest.raises(ValueError, match="two models"):
+        make_router("rule", WEAK)
+    with pytest.raises(ValueError, match="call fit first"):
+        _ = make_router("rule", WEAK, STRONG).member
+
+
+# --------------------------------------------------------------------------- state
+def test_state_round_trips_bit_for_bit():
+    data = lengths_dataset(False)
+    router = make_router("rule", WEAK, STRONG).fit(data)
+    config, arrays = router.to_state()
+    loaded = router_from_state(json.loads(json.dumps(config)), arrays)
+    assert isinstance(loaded, RuleRouter) and loaded.member == "longest-first"
+    again, again_arrays = loaded.to_state()
+    assert again == config and sorted(again_arrays) == sorted(arrays) == ["mean", "member",
+                                                                          "std"]
+    for name, values in arrays.items():
+        assert again_arrays[name].tobytes() == values.tobytes()
+    assert loaded.predict(data).tobytes() == router.predict(data).tobytes()
+
+
+def test_bad_state_names_the_bad_value():
+    config, arrays = make_router("rule", WEAK, STRONG).fit(lengths_dataset(True)).to_state()
+    with pytest.raises(ValueError, match=r"members: expected distinct rules .*'median-first'"):
+        router_from_state({**config, "members": ["median-first"]}, arrays)
+    with pytest.raises(ValueError, match=r"arrays: 'member': expected one index .*got \[5\.0\]"):
+        router_from_state(config, {**arrays, "member": np.array([5.0])})
+    with pytest.raises(ValueError, match=r"'member'.*among the members \['longest-first'\]"):
+        router_from_state({**config, "members": ["longest-first"]}, arrays)  # chose shortest
+
+
+# --------------------------------------------------------------------------- CLI
+def test_cli_trains_saves_and_scores_the_rule(tmp_path, capsys):
+    save = tmp_path / "rule"
+    common = ["--json", "--resamples", "50"]
+    assert cli.main(["route", "train", "--data", str(EXAMPLE), "--weak", "gpt-4.1-nano",
+                     "--strong", "gpt-4.1", "--router", "rule", "--save", str(save),
+                     *common]) == 0
+    trained = json.loads(capsys.readouterr().out)
+    assert trained["router"] == "rule" and trained["rule_member"] in MEMBERS
+    label = trained["test"]["rows"]["router"]["label"]
+    assert label == f"best training-free rule (chosen on training data: " \
+                    f"{trained['rule_member']})"
+    assert 0.0 < trained["test"]["rows"]["router"]["strong_share"]["value"] < 1.0
+    assert cli.main(["route", "score", "--router", str(save), "--data", str(EXAMPLE),
+                     *common]) == 0
+    scored = json.loads(capsys.readouterr().out)
+    assert scored["router"] == "rule" and scored["rule_member"] == trained["rule_member"]
+    assert scored["threshold"] == trained["threshold"]
