@@ -183,7 +183,7 @@ def rule_label(members: list[str]) -> str:
     if len(counts) == 1:
         return f"best training-free rule (chosen on training data: {members[0]})"
     return ("best training-free rule (chosen on each training fold: "
-            + ", ".join(f"{m} in {n} folds" for m, n in counts.items()) + ")")
+            + ", ".join(f"{m} in {n} fold{'s' * (n > 1)}" for m, n in counts.items()) + ")")
 
 
 def verdict(diff: Mapping[str, Any]) -> str:
