@@ -10,6 +10,7 @@ import pytest
 
 from agents import cli
 from agents.routers import ROUTERS, RuleRouter, calibrate_share, make_router, router_from_state
+from agents.routers.evaluation import compare_with_rule
 from agents.routers.rule import MEMBERS
 from cost_envs.traces import TraceDataset
 from experiments.traces.heldout import _out_of_fold
@@ -79,6 +80,27 @@ def test_the_choice_reads_the_training_rows_only():
     members: list[str] = []
     _out_of_fold(mixed, [(train, test)], "rule", {}, WEAK, STRONG, members=members)
     assert members == ["shortest-first"]
+
+
+# --------------------------------------------------------------------------- router - rule
+def test_router_minus_rule_at_equal_cost_reads_the_rules_curve():
+    data = lengths_dataset(True)  # the weak model fails exactly the short prompts
+    short = np.array([len(p) for p in data.prompts]) <= np.median(
+        [len(p) for p in data.prompts])
+    shortest = make_router("rule", WEAK, STRONG, members=["shortest-first"]).fit(data)
+    longest = make_router("rule", WEAK, STRONG, members=["longest-first"]).fit(data)
+    routers = {"short strong": short.astype(np.int64), "long strong": (~short).astype(np.int64)}
+    kw = {"weak": WEAK, "strong": STRONG, "n_resamples": 200, "seed": 0}
+    against_good = compare_with_rule(data, routers, shortest.scores(data), **kw)
+    # routing the short half strong is a point of the shortest-first curve, a vertex of
+    # its hull: exactly level with it, on every resample
+    level = against_good["short strong"]["accuracy"]
+    assert abs(level["value"]) < 1e-12 and max(map(abs, level["ci"])) < 1e-12
+    # the long half costs as much and gains nothing: the rule beats it at that cost
+    assert against_good["long strong"]["accuracy"]["ci"][1] < 0
+    # against the wrong rule, the short-half router wins at its cost
+    against_bad = compare_with_rule(data, routers, longest.scores(data), **kw)
+    assert against_bad["short strong"]["accuracy"]["ci"][0] > 0
 
 
 # --------------------------------------------------------------------------- the family

@@ -38,6 +38,8 @@ literature defines them (RouteLLM, RouterBench):
 (:func:`cost_envs.metrics.frontier.aiq`), with intervals (clusters when split by group),
 in memory and time linear in the queries (:mod:`agents.routers.bootstrap`);
 :func:`score_table` runs it and :func:`compare_with_random` on one draw of resamples.
+:func:`compare_with_rule` pairs routers with a score rule instead of random routing: the
+rule's threshold curve read at each router's cost per query, on the same resamples.
 Thresholds for a target strong-call share or cost are :mod:`agents.routers.calibration`'s.
 """
 
@@ -59,7 +61,13 @@ from agents.routers.baselines import (
     single_model_frontier,
     threshold_routing,
 )
-from agents.routers.bootstrap import CurveScores, PointScores, run
+from agents.routers.bootstrap import (
+    CurveScores,
+    PointScores,
+    curve_points,
+    hull_candidates,
+    run,
+)
 from agents.routers.inputs import call_costs, resample_clusters, routing_probabilities
 from cost_envs.config import one_of
 from cost_envs.metrics.bootstrap import (
@@ -67,12 +75,16 @@ from cost_envs.metrics.bootstrap import (
     bootstrap_means,
     check_bootstrap_args,
     cluster_codes,
+    interval_around,
+    percentile_interval,
 )
+from cost_envs.metrics.frontier import frontier
 from cost_envs.metrics.routing import DEFAULT_LEVELS, threshold_order
 from cost_envs.traces import SPLIT_BY, TraceDataset
 
 __all__ = [
-    "baselines", "call_costs", "compare_with_random", "curve_metrics", "curve_routing",
+    "RuleAtCost", "baselines", "call_costs", "compare_with_random", "compare_with_rule",
+    "curve_metrics", "curve_routing",
     "hull_routing", "model_baselines", "oracle_routing", "random_routing", "random_shares",
     "resample_clusters", "routing_probabilities", "score_routing", "score_routings",
     "score_table", "single_model", "single_model_frontier", "threshold_routing",
@@ -436,3 +448,115 @@ def curve_routing(scores: np.ndarray | None, n: int) -> np.ndarray:
     rank = np.empty(n, dtype=np.int64)
     rank[order] = np.arange(n)
     return rank[:, None] < np.concatenate([[0], ends])[None, :]
+
+
+class RuleAtCost:
+    """Routers' accuracy minus a threshold rule's at the same cost, within each resample.
+
+    On every resample the rule's threshold curve (accuracy and cost per query at each of
+    its thresholds: :func:`~agents.routers.bootstrap.curve_points`) is reduced to its
+    non-decreasing convex hull (the best the rule reaches at a cost, randomising between
+    two adjacent thresholds, as random routing at the same cost mixes the two models on
+    their frontier) and read at each router's cost per query on that resample
+    (``np.interp``: below the rule's cheapest point, that point; beyond its best, the
+    best). What :func:`run` feeds.
+
+    Args:
+        rule_scores: ``(n,)`` the rule's score of each query (higher: strong).
+        correct: ``(n, 2)`` the weak and the strong model's correctness.
+        costs: ``(n, 2)`` what the rule's weak and strong calls cost.
+        routers: Name -> ``((n,) correctness, (n,) cost)`` of the router's own routing.
+    """
+
+    def __init__(self, rule_scores: np.ndarray, correct: np.ndarray, costs: np.ndarray,
+                 routers: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> None:
+        self.order, self.ends = threshold_order(np.asarray(rule_scores, dtype=np.float64))
+        self.correct = np.asarray(correct, dtype=np.float64)
+        self.costs = np.asarray(costs, dtype=np.float64)
+        self.names = list(routers)
+        self.columns = np.column_stack([np.asarray(v, dtype=np.float64)
+                                        for pair in routers.values() for v in pair])
+        self.point = self._minus_rule(np.ones((1, len(self.order))))
+        self.drawn: list[np.ndarray] = []
+
+    def _minus_rule(self, weights: np.ndarray) -> np.ndarray:
+        """``(b, routers)``: each router's accuracy minus the rule's at its cost."""
+        means = (weights @ self.columns) / weights.sum(axis=1, keepdims=True)
+        accuracy = curve_points(weights, self.order, self.ends, self.correct[:, 0],
+                                self.correct[:, 1])
+        cost = curve_points(weights, self.order, self.ends, self.costs[:, 0],
+                            self.costs[:, 1])
+        out = np.empty((weights.shape[0], len(self.names)))
+        for i in range(weights.shape[0]):
+            hull_cost, hull_accuracy = frontier(*hull_candidates(cost[i], accuracy[i]))
+            out[i] = means[i, 0::2] - np.interp(means[i, 1::2], hull_cost, hull_accuracy)
+        return out
+
+    def add(self, weights: np.ndarray) -> None:
+        """Read one block of resample weights."""
+        self.drawn.append(self._minus_rule(weights))
+
+    def result(self, confidence: float) -> dict[str, dict[str, Any]]:
+        """Name -> ``{"accuracy": {"value", "ci"}}``: router minus rule, paired."""
+        drawn = np.concatenate(self.drawn) if self.drawn else None
+        out: dict[str, dict[str, Any]] = {}
+        for k, name in enumerate(self.names):
+            value = float(self.point[0, k])
+            ci = None if drawn is None else interval_around(
+                value, percentile_interval(drawn[:, k], confidence))
+            out[name] = {"accuracy": {"value": value, "ci": ci}}
+        return out
+
+
+def compare_with_rule(
+    data: TraceDataset,
+    routers: Mapping[str, Any],
+    rule_scores: Any,
+    *,
+    weak: str,
+    strong: str,
+    costs: Any = None,
+    router_costs: Mapping[str, Any] | None = None,
+    split_by: str = "query",
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> dict[str, dict[str, Any]]:
+    """Each router's accuracy minus a score rule's threshold curve at the router's cost.
+
+    The rule's curve is read on the same resamples, at the router's cost per query on
+    each (:class:`RuleAtCost`): the paired difference "router minus the rule at equal
+    cost", as :func:`compare_with_random` pairs a router with random routing at equal
+    cost. With the ``seed`` and ``split_by`` of :func:`score_table`, the resamples are
+    its resamples.
+
+    Args:
+        data: The test queries (two models, ``weak`` and ``strong``).
+        routers: Name -> decisions (see :func:`routing_probabilities`).
+        rule_scores: ``(n,)`` the rule's score of each query (higher: strong).
+        weak: The weak model.
+        strong: The strong model.
+        costs: ``(n, m)`` cost of each call (default :func:`call_costs`): the rule's.
+        router_costs: Name -> ``(n, m)`` costs of that router's calls where they differ.
+        split_by: ``"query"`` resamples queries; ``"group"`` whole groups.
+        n_resamples: Bootstrap resamples (>= 1).
+        confidence: Interval coverage.
+        seed: Seed of the resampling.
+
+    Returns:
+        Name -> ``{"accuracy": {"value", "ci"}}``.
+    """
+    one_of(split_by, "split_by", SPLIT_BY)
+    check_bootstrap_args(n_resamples, confidence)
+    c = call_costs(data, costs)
+    cols = [data.model_index(weak), data.model_index(strong)]
+    own = dict(router_costs or {})
+    per_query = {}
+    for name, d in routers.items():
+        p = routing_probabilities(d, data.n_queries, data.n_models)
+        paid = call_costs(data, own[name]) if name in own else c
+        per_query[name] = ((p * data.correct).sum(axis=1), (p * paid).sum(axis=1))
+    accumulator = RuleAtCost(np.asarray(rule_scores), data.correct[:, cols], c[:, cols],
+                             per_query)
+    codes = cluster_codes(resample_clusters(data, split_by), data.n_queries)
+    return run([accumulator], data.n_queries, codes, n_resamples, confidence, seed)[0]

@@ -13,7 +13,11 @@ the *training* scores for a strong-call share of :data:`TARGET_SHARE`
 does not pay for a call it predicts to lose), and the held-out queries routed. Beside
 them the best training-free rule (``"rule"``, :mod:`agents.routers.rule`: shortest or
 longest prompts first, whichever has the better AIQ on the training fold; the JSON
-records each fold's ``"rule_members"``) shows what routing without learned weights does.
+records each fold's ``"rule_members"``) shows what routing without learned weights does,
+and every other router's ``"minus_rule_at_cost"`` is its accuracy minus the rule's at the
+same cost, paired (:func:`~agents.routers.evaluation.compare_with_rule`: the rule's pooled
+held-out curve read at the router's cost per query on each resample), with a
+``"verdict_vs_rule"``: beats, loses or not resolved.
 The out-of-fold decisions and scores are pooled (every query held out exactly once) and
 scored exactly, on one draw of resamples (:func:`agents.routers.evaluation.score_table`):
 accuracy, cost and the test share reached, against random routing at the same share and
@@ -45,6 +49,7 @@ from agents.routers import calibrate_share, cross_validate, make_router
 from agents.routers.base import take
 from agents.routers.evaluation import (
     call_costs,
+    compare_with_rule,
     oracle_routing,
     score_routings,
     score_table,
@@ -196,6 +201,27 @@ def verdict(diff: Mapping[str, Any]) -> str:
     return "cannot be told apart from random"
 
 
+def rule_verdict(diff: Mapping[str, Any]) -> str:
+    """How a paired router-minus-rule interval reads."""
+    low, high = diff["ci"]
+    return "beats" if low > 0 else "loses" if high < 0 else "not resolved"
+
+
+def _add_minus_rule(routers: dict[str, Any], minus_rule: Mapping[str, Any]) -> None:
+    """Each learned router's accuracy minus the rule's at its cost, and the verdict."""
+    for name, diff in minus_rule.items():
+        routers[name]["minus_rule_at_cost"] = diff
+        routers[name]["verdict_vs_rule"] = rule_verdict(diff["accuracy"])
+
+
+def _minus_rule_cell(entry: Mapping[str, Any]) -> str:
+    """The table's router-minus-rule cell: the verdict and the paired difference."""
+    diff = entry.get("minus_rule_at_cost")
+    if diff is None:
+        return ""
+    return f"{entry['verdict_vs_rule']}: {_fmt(diff['accuracy'])}"
+
+
 def _fold_table(data: TraceDataset, splits: list[tuple[np.ndarray, np.ndarray]], weak: str,
                 strong: str) -> list[dict[str, Any]]:
     """Each fold's held-out groups, size and the two models' accuracy there."""
@@ -256,6 +282,8 @@ def evaluate(data: TraceDataset, protocol: Protocol, n_resamples: int, seed: int
     }
     first = out["baselines"]["oracle"]
     out["resampled"], out["units"] = first["resampled"], first["units"]
+    routed: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # name -> (decisions, costs)
+    rule_scores = None
     for name, (kind, settings) in router_specs(data, weak, embeddings).items():
         chosen: list[dict[str, Any]] = []
         members: list[str] = []
@@ -291,6 +319,14 @@ def evaluate(data: TraceDataset, protocol: Protocol, n_resamples: int, seed: int
             out["routers"][name]["cv"] = chosen
         if members:
             out["routers"][name].update(rule_members=members, label=rule_label(members))
+            rule_scores = scores
+        else:
+            routed[name] = (decisions, costs)
+    if rule_scores is not None:
+        _add_minus_rule(out["routers"], compare_with_rule(
+            test, {k: d for k, (d, _) in routed.items()}, rule_scores, weak=weak,
+            strong=strong, costs=c, router_costs={k: rc for k, (_, rc) in routed.items()},
+            **kw))
     return out
 
 
@@ -321,22 +357,23 @@ def markdown(title: str, result: Mapping[str, Any]) -> list[str]:
         + f". Solver: {r['solver']}. Embeddings: {r['embeddings']}.",
         "",
         "| Router | strong share (test) | accuracy | cost / 1k queries | accuracy - random "
-        "at the same share (paired) | accuracy - random at the same cost (paired) | APGR | "
+        "at the same share (paired) | accuracy - random at the same cost (paired) | "
+        "accuracy - best rule at the same cost (paired) | APGR | "
         "APGR - random | CPT(50%) | CPT(80%) | AIQ | AIQ - random (paired) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, e in r["routers"].items():
         p, cv = e["point"], e["curve"]
         lines.append(
             f"| {e.get('label', name)} | {e['test_share']:.1%} | {_fmt(p['accuracy'])} | "
             f"{_fmt(p['cost_per_query'], 1000, 4)} | {_fmt(p['minus_random']['accuracy'])} | "
-            f"{_fmt(p['minus_random_at_cost']['accuracy'])} | "
+            f"{_fmt(p['minus_random_at_cost']['accuracy'])} | {_minus_rule_cell(e)} | "
             f"{_fmt(cv['apgr'])} | {_fmt(cv['minus_random']['apgr'])} | "
             f"{_fmt(cv['cpt_50'])} | {_fmt(cv['cpt_80'])} | {_fmt(cv['aiq'])} | "
             f"{_fmt(cv['minus_random']['aiq'])} |")
     for name, e in r["baselines"].items():
         lines.append(f"| {name} | {e['strong_share']['value']:.1%} | {_fmt(e['accuracy'])} | "
-                     f"{_fmt(e['cost_per_query'], 1000, 4)} | | | | | | | | |")
+                     f"{_fmt(e['cost_per_query'], 1000, 4)} | | | | | | | | | |")
     unit = "groups" if r["split_by"] == "group" else "queries"
     lines += ["", "Accuracy minus random routing, paired, matched within each resample "
               "(the section's opening says how): "
@@ -345,6 +382,13 @@ def markdown(title: str, result: Mapping[str, Any]) -> list[str]:
                          f"cost, {e['verdict_at_cost']} "
                          f"({_fmt(e['point']['minus_random_at_cost']['accuracy'])})."
                          for name, e in r["routers"].items())]
+    if any("minus_rule_at_cost" in e for e in r["routers"].values()):
+        lines += ["", "The best-rule column: each learned router's accuracy minus the "
+                  "training-free rule's at the same cost, paired: the rule's pooled held-out "
+                  "threshold curve, on the same resamples, reduced to its non-decreasing "
+                  "convex hull and read at the router's cost per query on each resample. "
+                  "beats / loses: the interval is above / below 0; not resolved: it "
+                  "holds 0."]
     tuned = [(name, e["cv"]) for name, e in r["routers"].items() if e.get("cv")]
     if tuned:
         first = tuned[0][1]  # the first (cv) row's folds describe them (as they did)
