@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from agents import cli
+from agents.cli.route import EXIT_USAGE
 from agents.routers import ROUTERS, RuleRouter, calibrate_share, make_router, router_from_state
 from agents.routers.evaluation import compare_with_rule
 from agents.routers.rule import MEMBERS
@@ -158,3 +159,10 @@ def test_cli_trains_saves_and_scores_the_rule(tmp_path, capsys):
     scored = json.loads(capsys.readouterr().out)
     assert scored["router"] == "rule" and scored["rule_member"] == trained["rule_member"]
     assert scored["threshold"] == trained["threshold"]
+    # its fit is the search: --cv has nothing to choose, and says so in one line
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(["route", "train", "--data", str(EXAMPLE), "--weak", "gpt-4.1-nano",
+                  "--strong", "gpt-4.1", "--router", "rule", "--cv", "3", "--save",
+                  str(tmp_path / "cv")])
+    assert stopped.value.code == EXIT_USAGE and not (tmp_path / "cv.json").exists()
+    assert "--router rule chooses its rule on the training split" in capsys.readouterr().err

@@ -294,6 +294,9 @@ def _router_kind(args: argparse.Namespace, data: Any) -> str:
     elif args.target_share is not None:
         fail(args, "--target-share is a two-model calibration; a K-model router is "
                    "calibrated with --target-cost", EXIT_USAGE)
+    if kind == "rule" and args.cv is not None:  # its fit is the search: nothing to tune
+        fail(args, "--cv: --router rule chooses its rule on the training split itself "
+                   "(no setting to cross-validate); drop --cv", EXIT_USAGE)
     return kind
 
 
