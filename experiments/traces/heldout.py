@@ -25,7 +25,12 @@ at the same cost, both matched to the router within each resample
 (:func:`~agents.routers.evaluation.compare_with_random`: exact, paired differences),
 each single model and the per-query oracle; the score curve gives APGR, CPT(50%),
 CPT(80%) and AIQ (:func:`~agents.routers.evaluation.curve_metrics`), each against
-random routing's.
+random routing's and, for every learned router, against the rule's pooled held-out curve
+(``"curve"``'s ``"minus_rule"``: AIQ - best rule, paired on the same resamples as AIQ -
+random, by the same curve references). The tables lead with accuracy minus random at
+the same cost, then minus the rule at the same cost: AIQ - random cannot fall below 0
+for a threshold router (its hull never falls below the straight line between the two
+models), those can.
 Intervals resample whole groups when the split is by group (the JSON says
 ``"resampled": "clusters"`` and how many). Weak and strong are the cheaper and the dearer
 model; where the dearer is not the more accurate, PGR (so APGR and CPT) is undefined and
@@ -67,6 +72,9 @@ TARGET_SHARE = 0.5
 CV_FOLDS = 5
 #: The routers that also get a ``(cv)`` row.
 CV_ROUTERS = ("logistic", "knn", "priced")
+#: Name of the rule's curve among each learned router's curve references (``"curve"``
+#: then holds ``"minus_rule"``: the router minus the rule, every curve metric, paired).
+RULE_CURVE = "rule"
 
 
 @dataclass(frozen=True)
@@ -283,12 +291,17 @@ def evaluate(data: TraceDataset, protocol: Protocol, n_resamples: int, seed: int
     first = out["baselines"]["oracle"]
     out["resampled"], out["units"] = first["resampled"], first["units"]
     routed: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # name -> (decisions, costs)
-    rule_scores = None
+    fitted: dict[str, tuple[str, dict[str, Any], Any, Any, Any, list[Any], list[str]]] = {}
     for name, (kind, settings) in router_specs(data, weak, embeddings).items():
         chosen: list[dict[str, Any]] = []
         members: list[str] = []
         scores, calls, train_shares = _out_of_fold(data, splits, kind, settings, weak, strong,
                                                    protocol.split_by, chosen, members)
+        fitted[name] = (kind, settings, scores, calls, train_shares, chosen, members)
+    # the rule's curve is every learned router's second curve reference (AIQ - rule,
+    # paired on the same resamples as AIQ - random)
+    rule = next((n for n, f in fitted.items() if f[6]), None)
+    for name, (kind, settings, scores, calls, train_shares, chosen, members) in fitted.items():
         # a cascade pays the weak call on every query: an escalation costs both calls;
         # its random references pay the plain calls (what random routing would spend)
         costs = c.copy()
@@ -296,9 +309,14 @@ def evaluate(data: TraceDataset, protocol: Protocol, n_resamples: int, seed: int
             costs[:, is_] += c[:, iw]
         share = float(calls.mean())
         decisions = np.where(calls, is_, iw).astype(np.int64)
-        table = score_table(test, {name: decisions}, {name: scores, "random": None},
+        curves: dict[str, Any] = {name: scores, "random": None}
+        refs = ["random"]
+        if rule is not None and not members:
+            curves[RULE_CURVE] = fitted[rule][2]
+            refs.append(RULE_CURVE)
+        table = score_table(test, {name: decisions}, curves,
                             weak=weak, strong=strong, costs=c, router_costs={name: costs},
-                            curve_reference="random", cost_range=plain_range, **kw)
+                            curve_reference=refs, cost_range=plain_range, **kw)
         point = dict(table["points"][name])
         references = {key: point.pop(key) for key in
                       ("random_at_share", "random_at_cost", "minus_random_at_share",
@@ -319,12 +337,11 @@ def evaluate(data: TraceDataset, protocol: Protocol, n_resamples: int, seed: int
             out["routers"][name]["cv"] = chosen
         if members:
             out["routers"][name].update(rule_members=members, label=rule_label(members))
-            rule_scores = scores
         else:
             routed[name] = (decisions, costs)
-    if rule_scores is not None:
+    if rule is not None:
         _add_minus_rule(out["routers"], compare_with_rule(
-            test, {k: d for k, (d, _) in routed.items()}, rule_scores, weak=weak,
+            test, {k: d for k, (d, _) in routed.items()}, fitted[rule][2], weak=weak,
             strong=strong, costs=c, router_costs={k: rc for k, (_, rc) in routed.items()},
             **kw))
     return out
@@ -356,31 +373,34 @@ def markdown(title: str, result: Mapping[str, Any]) -> list[str]:
         + (" (whole groups: the cluster bootstrap)" if unit == "groups" else "")
         + f". Solver: {r['solver']}. Embeddings: {r['embeddings']}.",
         "",
-        "| Router | strong share (test) | accuracy | cost / 1k queries | accuracy - random "
-        "at the same share (paired) | accuracy - random at the same cost (paired) | "
-        "accuracy - best rule at the same cost (paired) | APGR | "
-        "APGR - random | CPT(50%) | CPT(80%) | AIQ | AIQ - random (paired) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| Router | accuracy - random at the same cost (paired) | accuracy - best rule at the "
+        "same cost (paired) | strong share (test) | accuracy | cost / 1k queries | "
+        "accuracy - random at the same share (paired) | APGR | APGR - random | CPT(50%) | "
+        "CPT(80%) | AIQ | AIQ - random (paired) | AIQ - best rule (paired) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, e in r["routers"].items():
         p, cv = e["point"], e["curve"]
+        minus_rule = cv.get(f"minus_{RULE_CURVE}")  # the rule row has none: empty
         lines.append(
-            f"| {e.get('label', name)} | {e['test_share']:.1%} | {_fmt(p['accuracy'])} | "
+            f"| {e.get('label', name)} | {_fmt(p['minus_random_at_cost']['accuracy'])} | "
+            f"{_minus_rule_cell(e)} | {e['test_share']:.1%} | {_fmt(p['accuracy'])} | "
             f"{_fmt(p['cost_per_query'], 1000, 4)} | {_fmt(p['minus_random']['accuracy'])} | "
-            f"{_fmt(p['minus_random_at_cost']['accuracy'])} | {_minus_rule_cell(e)} | "
             f"{_fmt(cv['apgr'])} | {_fmt(cv['minus_random']['apgr'])} | "
             f"{_fmt(cv['cpt_50'])} | {_fmt(cv['cpt_80'])} | {_fmt(cv['aiq'])} | "
-            f"{_fmt(cv['minus_random']['aiq'])} |")
+            f"{_fmt(cv['minus_random']['aiq'])} | "
+            f"{'' if minus_rule is None else _fmt(minus_rule['aiq'])} |")
     for name, e in r["baselines"].items():
-        lines.append(f"| {name} | {e['strong_share']['value']:.1%} | {_fmt(e['accuracy'])} | "
-                     f"{_fmt(e['cost_per_query'], 1000, 4)} | | | | | | | | | |")
+        lines.append(f"| {name} | | | {e['strong_share']['value']:.1%} | "
+                     f"{_fmt(e['accuracy'])} | {_fmt(e['cost_per_query'], 1000, 4)} | "
+                     "| | | | | | | |")
     unit = "groups" if r["split_by"] == "group" else "queries"
     lines += ["", "Accuracy minus random routing, paired, matched within each resample "
               "(the section's opening says how): "
-              + " ".join(f"**{name}**: at the same share, {e['verdict']} on held-out {unit} "
-                         f"({_fmt(e['point']['minus_random']['accuracy'])}); at the same "
-                         f"cost, {e['verdict_at_cost']} "
-                         f"({_fmt(e['point']['minus_random_at_cost']['accuracy'])})."
+              + " ".join(f"**{name}**: at the same cost, {e['verdict_at_cost']} "
+                         f"({_fmt(e['point']['minus_random_at_cost']['accuracy'])}); at the "
+                         f"same share, {e['verdict']} on held-out {unit} "
+                         f"({_fmt(e['point']['minus_random']['accuracy'])})."
                          for name, e in r["routers"].items())]
     if any("minus_rule_at_cost" in e for e in r["routers"].values()):
         lines += ["", "The best-rule column: each learned router's accuracy minus the "
@@ -388,7 +408,9 @@ def markdown(title: str, result: Mapping[str, Any]) -> list[str]:
                   "threshold curve, on the same resamples, reduced to its non-decreasing "
                   "convex hull and read at the router's cost per query on each resample. "
                   "beats / loses: the interval is above / below 0; not resolved: it "
-                  "holds 0."]
+                  "holds 0. AIQ - best rule: the router's AIQ minus the rule's, on the same "
+                  "resamples and cost range as AIQ - random; the rule's own row leaves both "
+                  "empty."]
     tuned = [(name, e["cv"]) for name, e in r["routers"].items() if e.get("cv")]
     if tuned:
         first = tuned[0][1]  # the first (cv) row's folds describe them (as they did)
