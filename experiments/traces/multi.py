@@ -155,10 +155,11 @@ def markdown(results: Mapping[str, Any]) -> list[str]:
              "cost. The halfway point "
              "is compared with the two-model table's references: random routing at its own "
              "share of calls to each model and on the single models' frontier at its own "
-             "cost per query, both matched within each resample.", "",
-             "| Data (held out) | Router | AIQ | AIQ - single models (paired) | halfway: "
-             "accuracy | cost / 1k queries | accuracy - random at the same shares (paired) | "
-             "accuracy - random at the same cost (paired) |",
+             "cost per query, both matched within each resample; the accuracy columns are "
+             "the halfway point's, the same-cost one first.", "",
+             "| Data (held out) | Router | accuracy - random at the same cost (paired) | "
+             "accuracy - random at the same shares (paired) | halfway: accuracy | "
+             "cost / 1k queries | AIQ | AIQ - single models (paired) |",
              "|---|---|---|---|---|---|---|---|"]
     verdicts = []
     for title, r in results.items():
@@ -170,10 +171,10 @@ def markdown(results: Mapping[str, Any]) -> list[str]:
             lines.append(
                 f"| {title} ({r['held_out']} queries, {r['units']} "
                 f"{'groups' if r['resampled'] == 'clusters' else 'queries'} resampled) | "
-                f"{name} | {_fmt(e['aiq'])} | {_fmt(e['aiq'][f'minus_{SINGLE_MODELS}'])} | "
-                f"{_fmt(h['accuracy'])} | {_fmt(h['cost_per_query'], 1000, 4)} | "
-                f"{_fmt(h['minus_random']['accuracy'])} | "
-                f"{_fmt(h['minus_frontier']['accuracy'])} |")
+                f"{name} | {_fmt(h['minus_frontier']['accuracy'])} | "
+                f"{_fmt(h['minus_random']['accuracy'])} | {_fmt(h['accuracy'])} | "
+                f"{_fmt(h['cost_per_query'], 1000, 4)} | {_fmt(e['aiq'])} | "
+                f"{_fmt(e['aiq'][f'minus_{SINGLE_MODELS}'])} |")
             reads = e["verdict"].replace("random", "the single models")
             verdicts.append(f"{title}, {name}: AIQ {reads}")
             if e.get("cv"):

@@ -360,7 +360,12 @@ def _heldout_lines(heldout: Mapping[str, Any]) -> list[str]:
              "weak call it always pays; its references pay plain calls. The K-model block "
              "below uses the same two reference points. AIQ - random: the threshold "
              "curve's AIQ minus that of the straight line between the two models, on the "
-             "same cost range, paired."]
+             "same cost range, paired; for a threshold router paying plain calls it is never "
+             "below 0 (its hull never falls below that line), so it cannot show a router "
+             "losing on cost. The "
+             "tables lead instead with accuracy minus random at the same cost, which can, "
+             "then accuracy minus the best training-free rule at the same cost; AIQ - best "
+             "rule (paired) stands beside AIQ - random."]
     for name, title in HELDOUT_TITLES.items():
         result = heldout.get(name)
         if result is None:
