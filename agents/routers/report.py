@@ -8,7 +8,8 @@ What ``cost-envs route`` prints (:mod:`agents.cli.route`), as numbers and as Mar
   threshold, random routing at the router's strong-call share and at its cost per query
   (both matched to the router within each resample,
   :func:`~agents.routers.evaluation.compare_with_random`), each model alone and the
-  per-query oracle, plus the router's paired differences from the two random routings;
+  per-query oracle, plus the router's paired differences from the two random routings
+  (the table's first metric column is its accuracy minus random's at the same cost);
 * K-model routers (:func:`multi_report`, :func:`format_multi`): accuracy, cost per query
   and AIQ (of the ``lam`` sweep), the model shares, the same two references (random
   routing at the router's model shares, and on the single models' frontier at its cost
@@ -43,6 +44,9 @@ ROLES = ("router", "random", "random_at_cost", "weak", "strong", "oracle")
 METRICS = (("accuracy", "Accuracy"), ("cost_per_query", "Cost/query"),
            ("strong_share", "Strong share"), ("apgr", "APGR"), ("cpt_50", "CPT(50%)"),
            ("cpt_80", "CPT(80%)"), ("aiq", "AIQ"))
+#: The two-model table's first metric column: the router's accuracy minus random routing's
+#: at its cost per query, paired (``"router_minus_random_at_cost"``'s accuracy).
+HEADLINE = "Accuracy - random at the same cost (paired)"
 #: The K-model table's metrics (JSON keys, column titles).
 MULTI_METRICS = (("accuracy", "Accuracy"), ("cost_per_query", "Cost/query"), ("aiq", "AIQ"))
 #: Name of the K-model frontier row (random routing on the single models' hull at the
@@ -135,17 +139,26 @@ def cell(entry: dict[str, Any] | None, key: str) -> str:
 
 
 def format_report(report: dict[str, Any], labels: dict[str, str]) -> str:
-    """The report as a Markdown table (one row per routing, then router - random)."""
-    header = ["Routing", *(title for _, title in METRICS)]
+    """The report as a Markdown table (one row per routing, then router - random).
+
+    The first metric column is the router's headline, :data:`HEADLINE`: its accuracy
+    minus random routing's at the same cost, paired (filled on the router's row only).
+    AIQ - random cannot show a loss on cost (a threshold router's hull never falls below
+    the straight line between the two models); this difference can. The paired rows
+    follow in the same order: the same cost, then the same share.
+    """
+    header = ["Routing", HEADLINE, *(title for _, title in METRICS)]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * len(header)) + "|"]
-    rows = [(labels.get(r, r), report["rows"][r]) for r in ROLES]
-    rows.append((f"{labels['router']} - random at the same share (paired)",
-                 report["router_minus_random"]))
-    rows.append((f"{labels['router']} - random at the same cost (paired)",
+    headline = cell(report["router_minus_random_at_cost"].get("accuracy"), "accuracy")
+    rows = [(labels.get(r, r), headline if r == "router" else "", report["rows"][r])
+            for r in ROLES]
+    rows.append((f"{labels['router']} - random at the same cost (paired)", "",
                  report["router_minus_random_at_cost"]))
-    for label, row in rows:
-        lines.append("| " + " | ".join([label, *(cell(row.get(k), k) for k, _ in METRICS)])
-                     + " |")
+    rows.append((f"{labels['router']} - random at the same share (paired)", "",
+                 report["router_minus_random"]))
+    for label, first, row in rows:
+        lines.append("| " + " | ".join([label, first, *(cell(row.get(k), k)
+                                                       for k, _ in METRICS)]) + " |")
     unit = "queries" if report["resampled"] == "queries" else "groups"
     lines.append(f"\n{report['queries']} queries scored; 95% intervals: {report['n_resamples']} "
                  f"bootstrap resamples of the {report['units']} {unit} (seed {report['seed']})")
@@ -213,8 +226,8 @@ def format_multi(report: dict[str, Any], router_label: str) -> str:
         lines.append("| " + " | ".join([labels.get(name, name),
                                         *(cell(row.get(k), k) for k, _ in MULTI_METRICS),
                                         shares]) + " |")
-    for key, what in (("router_minus_random", "random at the same model shares"),
-                      ("router_minus_frontier", "frontier at the same cost")):
+    for key, what in (("router_minus_frontier", "frontier at the same cost"),
+                      ("router_minus_random", "random at the same model shares")):
         minus = report[key]
         lines.append("| " + " | ".join([f"{router_label} - {what} (paired)",
                                         *(cell(minus.get(k), k) for k, _ in MULTI_METRICS),
