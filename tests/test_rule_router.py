@@ -11,10 +11,10 @@ import pytest
 from agents import cli
 from agents.cli.route import EXIT_USAGE
 from agents.routers import ROUTERS, RuleRouter, calibrate_share, make_router, router_from_state
-from agents.routers.evaluation import compare_with_rule
+from agents.routers.evaluation import compare_with_rule, curve_metrics
 from agents.routers.rule import MEMBERS
 from cost_envs.traces import TraceDataset
-from experiments.traces.heldout import _out_of_fold
+from experiments.traces.heldout import Protocol, _out_of_fold, evaluate, markdown
 
 WEAK, STRONG = "weak-model", "strong-model"
 EXAMPLE = Path(__file__).resolve().parents[1] / "cost_envs" / "data" / "example_traces.jsonl"
@@ -102,6 +102,53 @@ def test_router_minus_rule_at_equal_cost_reads_the_rules_curve():
     # against the wrong rule, the short-half router wins at its cost
     against_bad = compare_with_rule(data, routers, longest.scores(data), **kw)
     assert against_bad["short strong"]["accuracy"]["ci"][0] > 0
+
+
+def test_aiq_minus_rule_pairs_the_rules_curve_on_the_same_resamples():
+    data = lengths_dataset(True)
+    rule = make_router("rule", WEAK, STRONG).fit(data).scores(data)
+    noise = np.random.default_rng(1).normal(size=data.n_queries)
+    table = curve_metrics(data, {"rule": rule, "copy": rule.copy(), "noise": noise}, WEAK,
+                          STRONG, n_resamples=200, reference="rule")
+    # the same curve as the rule: 0 on every resample, not merely on average
+    same = table["copy"]["minus_rule"]["aiq"]
+    assert same["value"] == 0.0 and same["ci"] == [0.0, 0.0]
+    # another router: its AIQ minus the rule's, the rule's own entry has no difference
+    diff = table["noise"]["minus_rule"]["aiq"]
+    assert diff["value"] == pytest.approx(table["noise"]["aiq"]["value"]
+                                          - table["rule"]["aiq"]["value"], abs=1e-12)
+    assert diff["ci"][1] < 0 and "minus_rule" not in table["rule"]
+
+
+def test_held_out_table_leads_with_same_cost_and_has_aiq_minus_rule():
+    data = lengths_dataset(True, n=160)
+    result = evaluate(data, Protocol("query", 2, "2 folds by query"), n_resamples=50)
+    routers = result["routers"]
+    rule_aiq = routers["rule"]["curve"]["aiq"]["value"]
+    assert "minus_rule" not in routers["rule"]["curve"]  # the rule's own cell: empty
+    for name, entry in routers.items():
+        if name != "rule":
+            minus = entry["curve"]["minus_rule"]["aiq"]
+            assert minus["value"] == pytest.approx(entry["curve"]["aiq"]["value"] - rule_aiq,
+                                                   abs=1e-12), name
+            assert minus["ci"][0] <= minus["value"] <= minus["ci"][1]
+    lines = markdown("lengths", result)
+    header = next(line for line in lines if line.startswith("| Router |"))
+    columns = [c.strip() for c in header.strip("|").split("|")]
+    assert columns[1:3] == ["accuracy - random at the same cost (paired)",
+                            "accuracy - best rule at the same cost (paired)"]
+    assert columns[-2:] == ["AIQ - random (paired)", "AIQ - best rule (paired)"]
+    cells = {line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")]
+             for line in lines if line.startswith("| ") and line.count("|") == len(columns) + 1}
+    logistic = cells["logistic"]
+    at_cost = routers["logistic"]["point"]["minus_random_at_cost"]["accuracy"]["value"]
+    assert logistic[1].startswith(f"{at_cost:.3f}")
+    aiq_minus_rule = routers["logistic"]["curve"]["minus_rule"]["aiq"]["value"]
+    assert logistic[-1].startswith(f"{aiq_minus_rule:.3f}")
+    rule_row = next(v for k, v in cells.items() if k.startswith("best training-free rule"))
+    assert rule_row[2] == rule_row[-1] == ""
+    prose = next(line for line in lines if line.startswith("Accuracy minus random routing"))
+    assert "**logistic**: at the same cost, " in prose
 
 
 # --------------------------------------------------------------------------- the family
