@@ -245,6 +245,11 @@ def test_the_table_shows_every_row_and_metric(logs, trained, tmp_path, capsys):
     out, _ = trained()  # the same training, as JSON
     router_line = next(line for line in text.splitlines() if line.startswith("| logistic |"))
     assert f"{out['test']['rows']['router']['accuracy']['value']:.3f}" in router_line
+    # the first metric column: the router's accuracy minus random's at the same cost
+    header = next(line for line in text.splitlines() if line.startswith("| Routing |"))
+    assert header.split("|")[2].strip() == "Accuracy - random at the same cost (paired)"
+    at_cost = out["test"]["router_minus_random_at_cost"]["accuracy"]["value"]
+    assert router_line.split("|")[2].strip().startswith(f"{at_cost:.3f}")
 
 
 def test_a_folder_of_routerarena_files_uses_their_logged_costs(tmp_path, capsys):
