@@ -176,7 +176,8 @@ def markdown(results: Mapping[str, Any]) -> list[str]:
                 f"{_fmt(h['cost_per_query'], 1000, 4)} | {_fmt(e['aiq'])} | "
                 f"{_fmt(e['aiq'][f'minus_{SINGLE_MODELS}'])} |")
             reads = e["verdict"].replace("random", "the single models")
-            verdicts.append(f"{title}, {name}: AIQ {reads}")
+            verdicts.append(f"{title}, {name}: at the same cost (halfway), "
+                            f"{e['verdict_at_cost']}; AIQ {reads}")
             if e.get("cv"):
                 values = ", ".join(f"{x['value']:g}" for x in e["cv"])
                 verdicts[-1] += f" (l2 chosen per training fold: {values})"
