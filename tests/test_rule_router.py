@@ -213,3 +213,43 @@ def test_cli_trains_saves_and_scores_the_rule(tmp_path, capsys):
                   str(tmp_path / "cv")])
     assert stopped.value.code == EXIT_USAGE and not (tmp_path / "cv.json").exists()
     assert "--router rule chooses its rule on the training split" in capsys.readouterr().err
+
+
+def test_the_cli_sets_a_learned_router_beside_the_rule_of_its_training_split(tmp_path,
+                                                                            capsys):
+    common = ["--data", str(EXAMPLE), "--weak", "gpt-4.1-nano", "--strong", "gpt-4.1",
+              "--resamples", "50"]
+    assert cli.main(["route", "train", *common, "--save", str(tmp_path / "lr"),
+                     "--json"]) == 0
+    test = json.loads(capsys.readouterr().out)["test"]
+    assert test["rows"]["rule"]["label"].startswith("best training-free rule (chosen on")
+    low, high = test["router_minus_rule_at_cost"]["accuracy"]["ci"]
+    assert test["verdict_vs_rule"] == ("beats" if low > 0 else "loses" if high < 0
+                                       else "not resolved")
+    # AIQ - rule is paired on the resamples; its value is the two curves' difference
+    assert test["router_minus_rule"]["aiq"]["value"] == pytest.approx(
+        test["rows"]["router"]["aiq"]["value"] - test["rows"]["rule"]["aiq"]["value"])
+    assert 0.0 < test["rows"]["rule"]["strong_share"]["value"] < 1.0  # calibrated, not an end
+    # the rule's own scores, not the router's: its curve and its routing differ
+    assert test["rows"]["rule"]["aiq"] != test["rows"]["router"]["aiq"]
+    assert test["router_minus_rule_at_cost"]["accuracy"]["ci"] != [0.0, 0.0]
+    # the table: the rule's row and the router's paired row against it
+    assert cli.main(["route", "train", *common, "--save", str(tmp_path / "lr2")]) == 0
+    table = capsys.readouterr().out
+    assert "| best training-free rule (chosen on training data: " in table
+    assert f"- best rule at the same cost (paired): {test['verdict_vs_rule']} |" in table
+    # the rule travels with the router: route score sets it beside the same rule
+    assert cli.main(["route", "score", "--router", str(tmp_path / "lr"), "--data",
+                     str(EXAMPLE), "--held-out", "--resamples", "50", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["test"] == test
+    saved = json.loads((tmp_path / "lr.json").read_text())
+    saved["rule"]["threshold"] = "high"  # a hand-edited file: one clear line
+    (tmp_path / "lr.json").write_text(json.dumps(saved))
+    with pytest.raises(SystemExit):
+        cli.main(["route", "score", "--router", str(tmp_path / "lr"), "--data", str(EXAMPLE)])
+    err = capsys.readouterr().err.strip()
+    assert "cannot load the router's rule" in err and "'high'" in err and "\n" not in err
+    # the rule is not set beside itself
+    assert cli.main(["route", "train", *common, "--router", "rule", "--save",
+                     str(tmp_path / "rule"), "--json"]) == 0
+    assert "rule" not in json.loads(capsys.readouterr().out)["test"]["rows"]

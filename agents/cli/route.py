@@ -312,16 +312,25 @@ def _calibrate(args: argparse.Namespace, router: Any, train: Any, costs: np.ndar
 
 
 def _report(args: argparse.Namespace, data: Any, router: Any, point: float,
-            costs: np.ndarray) -> dict[str, Any]:
-    """The table's numbers on ``data`` (exits on a ``ValueError``)."""
+            costs: np.ndarray, rule: Any = None) -> dict[str, Any]:
+    """The table's numbers on ``data`` (exits on a ``ValueError``).
+
+    ``rule``: ``(router, threshold)`` of the best training-free rule, fitted and calibrated
+    on the same training split: its row and the router's verdict against it.
+    """
     from agents.routers.report import multi_report, route_report
 
     kw = {"split_by": args.split_by, "n_resamples": args.resamples, "seed": args.seed}
     try:
         if router.n_models == 2:
             weak, strong = router.models
-            return route_report(data, np.asarray(router.scores(data), dtype=np.float64),
-                                point, weak, strong, costs, **kw)
+            versus = None if rule is None else (
+                np.asarray(rule[0].scores(data), dtype=np.float64), rule[1])
+            report = route_report(data, np.asarray(router.scores(data), dtype=np.float64),
+                                  point, weak, strong, costs, rule=versus, **kw)
+            if rule is not None:
+                report["rule_label"] = rule[0].label
+            return report
         return multi_report(data, router, point, costs, **kw)
     except ValueError as error:  # --split-by group on logs without groups, say
         fail(args, error, EXIT_USAGE)
@@ -346,6 +355,8 @@ def _emit(args: argparse.Namespace, out: dict[str, Any], heading: list[str],
         share = report["rows"]["router"]["strong_share"]["value"]
         weak, strong = router.models
         labels = row_labels(weak, strong, name, share)
+        if "rule_label" in report:
+            labels["rule"] = report["rule_label"]
     if args.json:
         if labels is not None:
             for role, label in labels.items():
@@ -362,6 +373,7 @@ def run_train(args: argparse.Namespace) -> int:
     """``route train``: load, split, fit, calibrate on training, score the test, save."""
     from agents.routers import cross_validate, make_router
     from agents.routers.report import calibration_drift, clean, drift_line
+    from agents.routers.rule import rule_record
     from agents.routers.state import (
         check_router_writable,
         prompt_digests,
@@ -408,7 +420,12 @@ def run_train(args: argparse.Namespace) -> int:
     except ValueError as error:
         fail(args, f"--router {kind}: {error}", EXIT_USAGE)
     point, cal = _calibrate(args, router, train, costs[train_idx])
-    report = None if test is None else _report(args, test, router, point, costs[test_idx])
+    rule = None  # beside a learned two-model router: the best rule that needs no training
+    if two and kind != "rule":  # fitted and calibrated as the router, saved with it
+        rule_router = make_router("rule", *data.models).fit(train, costs[train_idx])
+        rule = (rule_router, _calibrate(args, rule_router, train, costs[train_idx])[0])
+    report = None if test is None else _report(args, test, router, point, costs[test_idx],
+                                               rule)
     drift = None if report is None else calibration_drift(cal, report)
     split = {"split_by": args.split_by, "seed": args.seed, "test_fraction": args.test_fraction,
              "train_queries": train.n_queries, "test_queries": len(test_idx),
@@ -417,6 +434,7 @@ def run_train(args: argparse.Namespace) -> int:
              "train_groups": _groups(train), "test_groups": None if test is None
              else _groups(test)}
     meta = {"calibration": cal, "cv": cv, "held_out_drift": drift, "text_features": features,
+            "rule": None if rule is None else rule_record(*rule),
             "training": {**_data_facts(args, data), **split,
                          "train_prompt_sha256": prompt_digests(train.prompts)}}
     try:
@@ -494,6 +512,7 @@ def _selected(args: argparse.Namespace, data: Any, training: dict[str, Any]) -> 
 def run_score(args: argparse.Namespace) -> int:
     """``route score``: a saved router at its saved operating point, on the logs."""
     from agents.routers.report import calibration_drift, drift_line
+    from agents.routers.rule import rule_from_record
     from agents.routers.state import load_router, training_overlap
     from agents.routers.user_features import FeaturesError
 
@@ -508,7 +527,13 @@ def run_score(args: argparse.Namespace) -> int:
     training = saved.meta.get("training", {})
     data = _selected(args, data, training)
     costs = _costs(args, data)
-    report = _report(args, data, router, saved.point, costs)
+    rule = None  # the rule of the router's training split, saved with it (older: none)
+    if saved.meta.get("rule") is not None:
+        try:
+            rule = rule_from_record(saved.meta["rule"])
+        except ValueError as error:
+            fail(args, f"cannot load the router's rule: {error}")
+    report = _report(args, data, router, saved.point, costs, rule)
     overlap = training_overlap(data, training)
     calibration = saved.meta.get("calibration")
     drift = None if calibration is None else calibration_drift(calibration, report)

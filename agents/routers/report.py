@@ -29,6 +29,7 @@ import numpy as np
 
 from agents.routers.evaluation import (
     compare_with_random,
+    compare_with_rule,
     oracle_routing,
     score_routings,
     score_table,
@@ -41,6 +42,8 @@ from cost_envs.traces import TraceDataset
 
 #: The two-model table's rows (JSON keys) and metrics (JSON keys, column titles).
 ROLES = ("router", "random", "random_at_cost", "weak", "strong", "oracle")
+#: The row of the best training-free rule (:mod:`~agents.routers.rule`), where it is run.
+RULE = "rule"
 METRICS = (("accuracy", "Accuracy"), ("cost_per_query", "Cost/query"),
            ("strong_share", "Strong share"), ("apgr", "APGR"), ("cpt_50", "CPT(50%)"),
            ("cpt_80", "CPT(80%)"), ("aiq", "AIQ"))
@@ -62,7 +65,7 @@ _CURVE_METRICS = ("apgr", "cpt_50", "cpt_80", "aiq")
 
 def route_report(test: TraceDataset, scores: np.ndarray, threshold: float, weak: str,
                  strong: str, costs: np.ndarray, *, split_by: str, n_resamples: int,
-                 seed: int) -> dict[str, Any]:
+                 seed: int, rule: tuple[np.ndarray, float] | None = None) -> dict[str, Any]:
     """The table's numbers: the router at ``threshold`` beside the baselines, on ``test``.
 
     The router's point metrics and the two random routings matched to it within each
@@ -71,22 +74,33 @@ def route_report(test: TraceDataset, scores: np.ndarray, threshold: float, weak:
     curve metrics (the router's scores; random routing, whose curve both random rows
     share; the oracle's scores); the models alone and the oracle are scored as
     :func:`score_routings` scores them, on the same draw of resamples.
+
+    ``rule``: ``(scores on test, threshold)`` of the best training-free rule
+    (:mod:`~agents.routers.rule`) fitted and calibrated on the router's training split. It
+    adds the rule's row, the router's AIQ minus the rule's (a second curve reference) and
+    its accuracy minus the rule's at the same cost
+    (:func:`~agents.routers.evaluation.compare_with_rule`, on the same resamples), with
+    ``"verdict_vs_rule"``: beats, loses or not resolved.
     """
     decisions = threshold_routing(test, scores, threshold, weak, strong)
     w = test.correct[:, test.model_index(weak)]
     s = test.correct[:, test.model_index(strong)]
     kw: dict[str, Any] = {"split_by": split_by, "n_resamples": n_resamples, "seed": seed}
-    table = score_table(test, {"router": decisions}, {
-        "router": scores, "random": None, "oracle": oracle_scores(w, s)}, weak=weak,
-        strong=strong, costs=costs, curve_reference="random",
-        routings={"weak": single_model(test, weak), "strong": single_model(test, strong),
-                  "oracle": oracle_routing(test, costs)}, **kw)
+    curve_scores = {"router": scores, "random": None, "oracle": oracle_scores(w, s)}
+    routings = {"weak": single_model(test, weak), "strong": single_model(test, strong),
+                "oracle": oracle_routing(test, costs)}
+    if rule is not None:
+        curve_scores[RULE] = rule[0]
+        routings[RULE] = threshold_routing(test, rule[0], rule[1], weak, strong)
+    table = score_table(test, {"router": decisions}, curve_scores, weak=weak, strong=strong,
+                        costs=costs, curve_reference=["random", *([RULE] if rule else [])],
+                        routings=routings, **kw)
     mine, curves, points = table["points"]["router"], table["curves"], table["routings"]
     points.update({"router": mine, "random": mine["random_at_share"],
                    "random_at_cost": mine["random_at_cost"]})
     curves = {**curves, "random_at_cost": curves["random"]}
     rows: dict[str, dict[str, Any]] = {}
-    for role in ROLES:
+    for role in (*ROLES, *([RULE] if rule else [])):
         row = {k: points[role][k] for k in _POINT_METRICS}
         row.update({k: curves[role][k] if role in curves else None for k in _CURVE_METRICS})
         rows[role] = row
@@ -97,11 +111,20 @@ def route_report(test: TraceDataset, scores: np.ndarray, threshold: float, weak:
     if s.mean() <= w.mean():  # gains over the weak model are undefined (random's 0.5 too)
         for row in (*rows.values(), minus):
             row.update(dict.fromkeys(("apgr", "cpt_50", "cpt_80")))
-    return {"queries": test.n_queries, "resampled": points["router"]["resampled"],
-            "strong_better": bool(s.mean() > w.mean()),
-            "units": points["router"]["units"], "n_resamples": n_resamples, "seed": seed,
-            "threshold": threshold, "rows": rows, "router_minus_random": minus,
-            "router_minus_random_at_cost": at_cost}
+    report = {"queries": test.n_queries, "resampled": points["router"]["resampled"],
+              "strong_better": bool(s.mean() > w.mean()),
+              "units": points["router"]["units"], "n_resamples": n_resamples, "seed": seed,
+              "threshold": threshold, "rows": rows, "router_minus_random": minus,
+              "router_minus_random_at_cost": at_cost}
+    if rule is not None:
+        versus = compare_with_rule(test, {"router": decisions}, rule[0], weak=weak,
+                                   strong=strong, costs=costs, **kw)["router"]
+        low, high = versus["accuracy"]["ci"]
+        report.update(rule_threshold=rule[1], router_minus_rule_at_cost=versus,
+                      router_minus_rule={"aiq": curves["router"][f"minus_{RULE}"].get("aiq")},
+                      verdict_vs_rule="beats" if low > 0 else "loses" if high < 0
+                      else "not resolved")
+    return report
 
 
 def row_labels(weak: str, strong: str, router: str, share: float) -> dict[str, str]:
@@ -151,11 +174,15 @@ def format_report(report: dict[str, Any], labels: dict[str, str]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * len(header)) + "|"]
     headline = cell(report["router_minus_random_at_cost"].get("accuracy"), "accuracy")
     rows = [(labels.get(r, r), headline if r == "router" else "", report["rows"][r])
-            for r in ROLES]
+            for r in ROLES + ((RULE,) if RULE in report["rows"] else ())]
     rows.append((f"{labels['router']} - random at the same cost (paired)", "",
                  report["router_minus_random_at_cost"]))
     rows.append((f"{labels['router']} - random at the same share (paired)", "",
                  report["router_minus_random"]))
+    if "router_minus_rule_at_cost" in report:  # accuracy at the same cost, AIQ paired
+        rows.append((f"{labels['router']} - best rule at the same cost (paired): "
+                     f"{report['verdict_vs_rule']}", "", {
+                         **report["router_minus_rule_at_cost"], **report["router_minus_rule"]}))
     for label, first, row in rows:
         lines.append("| " + " | ".join([label, first, *(cell(row.get(k), k)
                                                        for k, _ in METRICS)]) + " |")

@@ -48,13 +48,14 @@ statistics and the chosen member's index in :data:`MEMBERS`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
-from agents.routers.base import Inputs, TwoModelRouter, array_of, register
+from agents.routers.base import Inputs, Router, TwoModelRouter, array_of, register
 from agents.routers.bootstrap import threshold_aiq
 from agents.routers.inputs import call_costs
 from agents.routers.statistics import STATISTICS, text_statistics
@@ -168,3 +169,34 @@ class RuleRouter(TwoModelRouter):
             raise ValueError(f"arrays: 'member': expected one index of {dict(enumerate(MEMBERS))}"
                              f" among the members {list(self.members)}, got {value.tolist()}")
         self._member = int(value[0])
+
+
+def rule_record(rule: Router, threshold: float) -> dict[str, Any]:
+    """A fitted rule and its threshold as JSON values, kept in the meta of a saved router.
+
+    So that ``route score`` sets the router beside the rule of the router's own training
+    split, wherever it scores it. ``threshold`` ``inf`` (no strong call) is ``None``.
+    """
+    if not isinstance(rule, RuleRouter):
+        raise TypeError(f"rule_record: expected a RuleRouter, got {type(rule).__name__}")
+    config, arrays = rule.to_state()
+    return {"config": config, "arrays": {k: v.tolist() for k, v in arrays.items()},
+            "threshold": None if math.isinf(threshold) else float(threshold)}
+
+
+def rule_from_record(record: Mapping[str, Any]) -> tuple[RuleRouter, float]:
+    """The rule and threshold :func:`rule_record` kept (``ValueError`` on a bad record)."""
+    if not isinstance(record, Mapping) or set(record) != {"config", "arrays", "threshold"}:
+        raise ValueError(f"rule: expected keys ['arrays', 'config', 'threshold'], got "
+                         f"{sorted(record) if isinstance(record, Mapping) else record!r}")
+    arrays = record["arrays"]
+    if not isinstance(arrays, Mapping) or not isinstance(record["config"], Mapping):
+        raise ValueError(f"rule: expected 'config' and 'arrays' objects, got "
+                         f"{record['config']!r} and {arrays!r}")
+    rule = RuleRouter.from_state(record["config"], {k: np.asarray(v, dtype=np.float64)
+                                                    for k, v in arrays.items()})
+    threshold = record["threshold"]
+    if threshold is not None and not isinstance(threshold, (int, float)):
+        raise ValueError(f"rule: 'threshold': expected a number or null, got {threshold!r}")
+    assert isinstance(rule, RuleRouter)
+    return rule, math.inf if threshold is None else float(threshold)
