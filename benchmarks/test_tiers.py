@@ -1,6 +1,6 @@
 """How long the test tiers take: what the README and docs/index.md quote (issue #36).
 
-Usage: ``python benchmarks/test_tiers.py [--all] [--output FILE.md]``
+Usage: ``python benchmarks/test_tiers.py [--all] [--repeats K] [--output FILE.md]``
 
 Clones the repository's ``HEAD`` beside it (so that ``../shared`` is the same data) and runs
 ``make test`` there, with this checkout's venv: a fresh clone's first run (no
@@ -9,7 +9,10 @@ cold mypy cache: every module type-checked from scratch), ``make test`` and, wit
 ``--all``, ``make test-all`` again, as a developer meets them after that. One line per
 run: what pytest printed, wall time and CPU time of the child processes (every
 pytest-xdist worker and every interpreter the tests start). Run it on an idle machine:
-other work moves the wall time, the CPU time much less.
+other work moves the wall time, the CPU time much less. The speed of a shared virtual
+machine drifts as well (the same tree's fast tier took 97 to 148 s within an hour here),
+so ``--repeats K`` runs the warm ``make test`` K times in a row and the table gives their
+median beside each run.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import platform
 import re
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -62,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     """Time the tiers in a fresh clone and print (or write) the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--all", action="store_true", help="also time the whole suite")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="warm make test runs, one after another (default 1)")
     parser.add_argument("--output", type=Path, help="write the table here (Markdown)")
     args = parser.parse_args(argv)
     venv = ROOT / ".venv"
@@ -69,8 +75,10 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"no venv at {venv}: run make install first")
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=True,
                             capture_output=True, text=True).stdout.strip()
-    tiers = ["test", *(["test-all"] if args.all else [])]
-    rows = []
+    if args.repeats < 1:
+        parser.error(f"--repeats: expected an integer >= 1, got {args.repeats}")
+    tiers = ["test"] * args.repeats + (["test-all"] if args.all else [])
+    rows, warm = [], []
     # beside this checkout, so that the tests find ../shared's data as here
     clone = Path(tempfile.mkdtemp(prefix="tiers-", dir=ROOT.parent))
     try:
@@ -81,18 +89,26 @@ def main(argv: list[str] | None = None) -> int:
                             *(("again", tier) for tier in tiers)):
             summary, wall, cpu = run_make(target, clone, venv)
             rows.append(f"| `make {target}` | {run} | {summary} | {wall:.0f} | {cpu:.0f} |")
+            if (run, target) == ("again", "test"):
+                warm.append((wall, cpu))
     finally:
         shutil.rmtree(clone, ignore_errors=True)
     text = "\n".join([
         "# How long the test tiers take (issue #36)", "",
-        f"`python benchmarks/test_tiers.py{' --all' if args.all else ''}` at {commit} on "
+        f"`python benchmarks/test_tiers.py{' --all' if args.all else ''}"
+        f"{f' --repeats {args.repeats}' if args.repeats > 1 else ''}` at {commit} on "
         f"{platform.system()} {platform.machine()}, {cpu_model()}, {os.cpu_count()} logical "
         f"CPUs, Python {platform.python_version()}, {os.cpu_count()} pytest-xdist workers. "
         "`make test` runs ruff, then the fast tier; `make lint` ruff and mypy; `make test-all` "
         "ruff, then mypy beside the whole suite. "
         "Wall and CPU seconds; CPU counts every process.", "",
         "| command | run | pytest | wall (s) | CPU (s) |", "| --- | --- | --- | ---: | ---: |",
-        *rows, ""])
+        *rows, ""] + ([
+        f"Median of the {len(warm)} warm `make test` runs: "
+        f"{statistics.median(w for w, _ in warm):.0f} s of wall time, "
+        f"{statistics.median(c for _, c in warm):.0f} s of CPU "
+        f"(range {min(w for w, _ in warm):.0f} to {max(w for w, _ in warm):.0f} s).", ""]
+        if len(warm) > 1 else []))
     if args.output:
         args.output.write_text(text)
     print(text)
