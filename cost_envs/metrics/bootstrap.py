@@ -120,8 +120,14 @@ def resample_counts(rng: np.random.Generator, size: int, n: int) -> np.ndarray:
     stream than :func:`resample_weights` for the same seed, so the bootstraps whose
     committed results were drawn with that one keep it.
     """
-    drawn = rng.integers(0, n, size=(size, n)) + (np.arange(size) * n)[:, None]
-    return np.bincount(drawn.ravel(), minlength=size * n).reshape(size, n).astype(np.float64)
+    return _counts(rng.integers(0, n, size=(size, n)), n).astype(np.float64)
+
+
+def _counts(draws: np.ndarray, n: int) -> np.ndarray:
+    """How often each of ``n`` indices is drawn in each row of ``draws``: ``(rows, n)``."""
+    rows = len(draws)
+    offsets = (np.arange(rows) * n)[:, None]
+    return np.bincount((draws + offsets).ravel(), minlength=rows * n).reshape(rows, n)
 
 
 def bootstrap_means(
@@ -407,7 +413,7 @@ def _crossed_means(array: np.ndarray, runs: np.ndarray, items: np.ndarray) -> np
 
     From how often each run and each item is drawn: the sum over the crossed draw is
     ``run_counts[b] @ array @ item_counts[b]``, one matrix product instead of gathering
-    the ``runs x items`` cells of every resample (five times faster on 5 x 10,000). Equal
+    the ``runs x items`` cells of every resample (3.7 times faster on 5 x 10,000). Equal
     to the gather's mean up to the order of the float additions.
     """
     n_runs, n = array.shape
@@ -415,13 +421,6 @@ def _crossed_means(array: np.ndarray, runs: np.ndarray, items: np.ndarray) -> np
     item_counts = _counts(items, n).astype(np.float64)
     sums = np.einsum("bs,bs->b", run_counts, item_counts @ array.T)
     return sums / (n_runs * n)
-
-
-def _counts(draws: np.ndarray, n: int) -> np.ndarray:
-    """How often each of ``n`` indices is drawn in each row of ``draws``: ``(rows, n)``."""
-    rows = len(draws)
-    offsets = (np.arange(rows) * n)[:, None]
-    return np.bincount((draws + offsets).ravel(), minlength=rows * n).reshape(rows, n)
 
 
 def bootstrap_cis_over_runs(
