@@ -86,7 +86,8 @@ __all__ = [
     "RuleAtCost", "baselines", "call_costs", "compare_with_random", "compare_with_rule",
     "curve_metrics", "curve_routing",
     "hull_routing", "model_baselines", "oracle_routing", "random_routing", "random_shares",
-    "resample_clusters", "routing_probabilities", "score_routing", "score_routings",
+    "resample_clusters", "routing_probabilities", "rule_verdict", "score_routing",
+    "score_routings",
     "score_table", "single_model", "single_model_frontier", "threshold_routing",
 ]
 
@@ -506,6 +507,12 @@ class RuleAtCost:
                 value, percentile_interval(drawn[:, k], confidence))
             out[name] = {"accuracy": {"value": value, "ci": ci}}
         return out
+
+
+def rule_verdict(diff: Mapping[str, Any]) -> str:
+    """How a paired router-minus-rule interval (``{"value", "ci"}``) reads."""
+    low, high = diff["ci"]
+    return "beats" if low > 0 else "loses" if high < 0 else "not resolved"
 
 
 def compare_with_rule(

@@ -31,6 +31,7 @@ from agents.routers.evaluation import (
     compare_with_random,
     compare_with_rule,
     oracle_routing,
+    rule_verdict,
     score_routings,
     score_table,
     single_model,
@@ -119,11 +120,9 @@ def route_report(test: TraceDataset, scores: np.ndarray, threshold: float, weak:
     if rule is not None:
         versus = compare_with_rule(test, {"router": decisions}, rule[0], weak=weak,
                                    strong=strong, costs=costs, **kw)["router"]
-        low, high = versus["accuracy"]["ci"]
         report.update(rule_threshold=rule[1], router_minus_rule_at_cost=versus,
                       router_minus_rule={"aiq": curves["router"][f"minus_{RULE}"].get("aiq")},
-                      verdict_vs_rule="beats" if low > 0 else "loses" if high < 0
-                      else "not resolved")
+                      verdict_vs_rule=rule_verdict(versus["accuracy"]))
     return report
 
 

@@ -56,6 +56,7 @@ from agents.routers.evaluation import (
     call_costs,
     compare_with_rule,
     oracle_routing,
+    rule_verdict,
     score_routings,
     score_table,
     single_model,
@@ -207,12 +208,6 @@ def verdict(diff: Mapping[str, Any]) -> str:
     if high < 0:
         return "worse than random"
     return "cannot be told apart from random"
-
-
-def rule_verdict(diff: Mapping[str, Any]) -> str:
-    """How a paired router-minus-rule interval reads."""
-    low, high = diff["ci"]
-    return "beats" if low > 0 else "loses" if high < 0 else "not resolved"
 
 
 def _add_minus_rule(routers: dict[str, Any], minus_rule: Mapping[str, Any]) -> None:
