@@ -64,7 +64,22 @@ def _argv(command: str) -> list[str]:
     raise AssertionError(f"the quickstart runs a command this test does not know: {command}")
 
 
-def test_the_quickstart_runs_as_written(tmp_path: Path) -> None:
+def _in_process(argv: list[str], cwd: Path, monkeypatch: pytest.MonkeyPatch,
+                capsys: pytest.CaptureFixture[str]) -> None:
+    """``cost-envs ARGV`` run from ``cwd`` in this process; it must succeed."""
+    from agents import cli
+
+    with monkeypatch.context() as patch:
+        patch.chdir(cwd)
+        try:
+            code = cli.main(argv)
+        except SystemExit as exit_:
+            code = exit_.code
+    assert code == 0, capsys.readouterr().err
+
+
+def test_the_quickstart_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
     for port in PORTS:
         if _taken(port):
             pytest.skip(f"port {port}, which the quickstart uses, is taken on this machine")
@@ -83,6 +98,10 @@ def test_the_quickstart_runs_as_written(tmp_path: Path) -> None:
                 servers.append(subprocess.Popen(argv, cwd=tmp_path, env=env, text=True,
                                                 stdout=subprocess.DEVNULL,
                                                 stderr=subprocess.PIPE))
+            elif command.startswith("cost-envs "):
+                # in this process, from the same directory (a new interpreter costs seconds
+                # of imports); the servers above and below are processes, as in the block
+                _in_process(shlex.split(command)[1:], tmp_path, monkeypatch, capsys)
             else:
                 done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True,
                                       text=True, timeout=600)
