@@ -40,16 +40,27 @@ def test_import_agents_and_dir_load_no_torch_and_no_module_behind_a_name() -> No
 
 
 def test_a_torch_name_imports_torch_only_when_asked_for() -> None:
-    # make_batched_vec_env, the lightest name that needs torch (SB3's VecEnv): ``train``
-    # would import peft and transformers too, seconds more for the same check
+    # make_batched_vec_env, the lightest name that needs torch (SB3's VecEnv). The fresh
+    # process refuses torch and records when it is asked for: loading it would cost seconds
+    # for the same check (the name is its module's object: the test below, in process).
     seen = _fresh(
         "import json, sys\n"
+        "asked = []\n"
+        "class Refuse:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'torch':\n"
+        "            asked.append(name)\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "sys.meta_path.insert(0, Refuse())\n"
         "from agents import evaluate, RuleBased\n"
-        "before = 'torch' in sys.modules\n"
-        "from agents import make_batched_vec_env\n"
-        "print(json.dumps({'before': before, 'after': 'torch' in sys.modules,"
-        " 'module': make_batched_vec_env.__module__}))")
-    assert seen == {"before": False, "after": True, "module": "agents.vec_env"}
+        "before = list(asked)\n"
+        "try:\n"
+        "    from agents import make_batched_vec_env\n"
+        "except ImportError as error:\n"
+        "    failed = str(error)\n"
+        "print(json.dumps({'before': before, 'after': asked[:1], 'failed': failed}))")
+    assert seen == {"before": [], "after": ["torch"], "failed": "No module named 'torch'"}
+    assert agents._PUBLIC["make_batched_vec_env"] == "agents.vec_env"
 
 
 @pytest.mark.parametrize("name", [name for name in agents.__all__ if name != "train_shared"])
