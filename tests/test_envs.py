@@ -461,6 +461,9 @@ def test_make_in_fresh_process(env_id: str, made_in_fresh_processes: dict[str, s
     assert made_in_fresh_processes[env_id] == "made, reset and stepped"
 
 
+# Slow tier (issue #36): in the fast tier tests/test_imports.py imports every module of
+# cost_envs in a fresh process and finds no torch (test_cost_envs_modules_load_no_torch).
+@pytest.mark.slow
 def test_import_does_not_import_torch(tmp_path: Any) -> None:
     run_python(
         "import sys, cost_envs\n"
