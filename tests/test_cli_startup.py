@@ -78,6 +78,48 @@ def run_module(*argv: str, block: bool = False) -> subprocess.CompletedProcess:
                           env=_env(), cwd=ROOT, timeout=300, check=False)
 
 
+#: Runs ``python -m agents.cli`` once per argv (the JSON list in argv[1]) in one process,
+#: as the interpreter would have ended each: an exit message to stderr and status 1, an
+#: uncaught error as a traceback; prints each run's status, stdout and stderr as JSON.
+EACH = """
+import contextlib, io, json, runpy, sys, traceback
+{block}
+runs = []
+for argv in json.loads(sys.argv[1]):
+    out, err, status = io.StringIO(), io.StringIO(), 0
+    sys.argv = ['cost-envs', *argv]
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            runpy.run_module('agents.cli', run_name='__main__', alter_sys=True)
+        except SystemExit as end:
+            if isinstance(end.code, int) or end.code is None:
+                status = end.code or 0
+            else:
+                print(end.code, file=sys.stderr)
+                status = 1
+        except BaseException:
+            traceback.print_exc()
+            status = 1
+    runs.append([status, out.getvalue(), err.getvalue()])
+print(json.dumps(runs))
+"""
+
+
+def run_module_each(*argvs: list[str], block: bool = False
+                    ) -> list[subprocess.CompletedProcess]:
+    """:func:`run_module` of each argv, in one fresh process (one interpreter's start-up).
+
+    Modules only accumulate from one run to the next, so a run that imports torch is not
+    hidden: with the extra blocked, each run meets the blocked modules as the first did.
+    """
+    code = EACH.format(block=BLOCK if block else "")
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(argvs)], capture_output=True,
+                          text=True, env=_env(), cwd=ROOT, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    return [subprocess.CompletedProcess(argv, status, out, err)
+            for argv, (status, out, err) in zip(argvs, json.loads(done.stdout), strict=True)]
+
+
 def last_line_only(stderr: str, start: str) -> str:
     """The one error line (after argparse's usage, if any); no traceback."""
     assert "Traceback" not in stderr, stderr
@@ -143,8 +185,8 @@ def test_list_and_help_work_without_the_agents_extra():
     done = run_module("list", block=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == list(cost_envs.ENV_IDS)
-    for argv in (["--help"], ["train", "--help"], ["evaluate", "--help"]):
-        done = run_module(*argv, block=True)
+    for done in run_module_each(["--help"], ["train", "--help"], ["evaluate", "--help"],
+                                block=True):
         assert done.returncode == 0 and done.stdout.startswith("usage: cost-envs"), done.stderr
 
 
@@ -157,25 +199,22 @@ def test_baselines_evaluate_without_the_agents_extra():
     assert heavy == []
 
 
-@pytest.mark.parametrize("argv", [
-    ["train", "--env", TOOL, "--method", "ppo", "--out", "OUT"],
-    ["pretrain", "--env", TOOL, "--out", "OUT"],
-    ["evaluate", "--env", TOOL, "--model", "MODEL"],
-], ids=["train", "pretrain", "evaluate-model"])
-def test_a_command_needing_torch_names_the_extra_in_one_line(tmp_path, argv):
+def test_a_command_needing_torch_names_the_extra_in_one_line(tmp_path):
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text("{}")  # passes the on-disk check, which reads
     (model / "model.safetensors").write_bytes(struct.pack("<Q", 2) + b"{}")  # a header
-    argv = [{"OUT": str(tmp_path / "out"), "MODEL": str(model)}.get(a, a) for a in argv]
-    done = run_module(*argv, block=True)
-    assert "Traceback" not in done.stderr, done.stderr
-    assert done.stderr.count("\n") == 1, done.stderr
-    assert done.stderr.startswith(f"cost-envs {argv[0]}")
-    assert "needs the 'agents' extra" in done.stderr and "torch" in done.stderr
-    assert done.stderr.strip().endswith(install_hint("agents"))
-    assert done.returncode == cli.main.__globals__["EXIT_INPUT"] == 1
-    assert not (tmp_path / "out").exists()
+    argvs = [["train", "--env", TOOL, "--method", "ppo", "--out", str(tmp_path / "out")],
+             ["pretrain", "--env", TOOL, "--out", str(tmp_path / "out")],
+             ["evaluate", "--env", TOOL, "--model", str(model)]]
+    for argv, done in zip(argvs, run_module_each(*argvs, block=True), strict=True):
+        assert "Traceback" not in done.stderr, done.stderr
+        assert done.stderr.count("\n") == 1, done.stderr
+        assert done.stderr.startswith(f"cost-envs {argv[0]}")
+        assert "needs the 'agents' extra" in done.stderr and "torch" in done.stderr
+        assert done.stderr.strip().endswith(install_hint("agents"))
+        assert done.returncode == cli.main.__globals__["EXIT_INPUT"] == 1
+        assert not (tmp_path / "out").exists()
 
 
 def test_an_extra_module_a_command_imports_unannounced_is_named_in_one_line():
