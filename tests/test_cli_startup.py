@@ -17,6 +17,7 @@ import os
 import struct
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -130,53 +131,127 @@ def last_line_only(stderr: str, start: str) -> str:
 
 
 # ----------------------------------------------------------- item 16: errors before torch
-def test_a_missing_model_is_answered_before_torch_is_imported(tmp_path):
-    status, heavy, _, err = probe("evaluate", "--env", TOOL, "--model", str(tmp_path / "nope"))
+#: Runs ``main(argv)`` for each case (JSON list in argv[1]: name, argv, working directory)
+#: in one fresh process, each as :data:`PROBE` runs it; prints name -> (status, heavy
+#: modules imported, stdout, stderr) as JSON. Modules only accumulate from one case to the
+#: next, so a case that imports torch is not hidden (it and the cases after it fail).
+PROBE_EACH = """
+import contextlib, io, json, os, sys, traceback
+from agents.cli.main import main
+seen = {{}}
+for name, argv, cwd in json.loads(sys.argv[1]):
+    os.chdir(cwd)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            status = main(argv)
+        except SystemExit as end:
+            status = end.code if isinstance(end.code, int) else 1
+            if not isinstance(end.code, int) and end.code is not None:
+                print(end.code, file=sys.stderr)
+        except BaseException:
+            traceback.print_exc()
+            status = 1
+    heavy = sorted(m for m in {heavy!r} if sys.modules.get(m) is not None)
+    seen[name] = [status, heavy, out.getvalue(), err.getvalue()]
+print(json.dumps(seen))
+"""
+TRAIN_CONFIG = ["train", "--env", TOOL, "--method", "ppo", "--config", "{dir}/ppo.yaml",
+                "--out", "{dir}/out"]
+#: The errors answered before torch, by case: the argv (``{dir}``: the case's directory,
+#: its working directory too) and the files made there first (a name ending in ``/``: a
+#: directory).
+CASES: dict[str, tuple[list[str], dict[str, str]]] = {
+    "missing-model": (["evaluate", "--env", TOOL, "--model", "{dir}/nope"], {}),
+    "model-without-files": (["evaluate", "--env", TOOL, "--model", "{dir}"], {}),
+    "config-not-yaml": (TRAIN_CONFIG, {"ppo.yaml": "learning_rate: [\n"}),
+    "config-missing": (TRAIN_CONFIG, {}),
+    "config-unknown-key": (TRAIN_CONFIG, {"ppo.yaml": "n_step: 64\n"}),
+    "out-a-file": (["train", "--env", TOOL, "--method", "ppo", "--out", "{dir}/file"],
+                   {"file": "x"}),
+    # pretrain writes <out>.safetensors, a file
+    "out-file-a-directory": (["pretrain", "--env", TOOL, "--out", "{dir}/base"],
+                             {"base.safetensors/": ""}),
+    "env-id-evaluate": (["evaluate", "--env", "cost_envs/ToolBnch-v0"], {}),
+    "env-id-train": (["train", "--env", "cost_envs/ToolBnch-v0", "--method", "ppo", "--out",
+                      "o"], {}),
+}
+
+
+@dataclass
+class Probed:
+    """What each of :data:`CASES` did, in one fresh process, and the cases' directories."""
+
+    root: Path
+    seen: dict[str, tuple[int, list[str], str, str]]
+
+    def __getitem__(self, case: str) -> tuple[int, list[str], str, str]:
+        status, heavy, out, err = self.seen[case]
+        return status, heavy, out, err
+
+
+@pytest.fixture(scope="module")
+def probed(tmp_path_factory: pytest.TempPathFactory) -> Probed:
+    """Every case of :data:`CASES` probed in one fresh process (one interpreter's start-up
+    instead of one per case)."""
+    root = tmp_path_factory.mktemp("probes")
+    runs = []
+    for name, (argv, files) in CASES.items():
+        where = root / name
+        where.mkdir()
+        for file, text in files.items():
+            if file.endswith("/"):
+                (where / file).mkdir()
+            else:
+                (where / file).write_text(text)
+        runs.append([name, [a.replace("{dir}", str(where)) for a in argv], str(where)])
+    done = subprocess.run([sys.executable, "-c", PROBE_EACH.format(heavy=HEAVY),
+                           json.dumps(runs)], capture_output=True, text=True, env=_env(),
+                          cwd=ROOT, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return Probed(root, json.loads(done.stdout))
+
+
+def test_a_missing_model_is_answered_before_torch_is_imported(probed):
+    status, heavy, _, err = probed["missing-model"]
     line = last_line_only(err, "cost-envs evaluate: cannot load")
     assert "no such model directory or file" in line
     assert status == 1 and heavy == []
 
 
-def test_a_model_directory_without_its_files_is_answered_before_torch(tmp_path):
-    status, heavy, _, err = probe("evaluate", "--env", TOOL, "--model", str(tmp_path))
+def test_a_model_directory_without_its_files_is_answered_before_torch(probed):
+    status, heavy, _, err = probed["model-without-files"]
     assert "missing model.safetensors" in last_line_only(err, "cost-envs evaluate: cannot load")
     assert status == 1 and heavy == []
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("learning_rate: [\n", "not valid YAML"),
-    (None, "No such file"),
-    ("n_step: 64\n", "unknown key(s) ['n_step'] for ppo"),
+@pytest.mark.parametrize(("case", "expected"), [
+    ("config-not-yaml", "not valid YAML"),
+    ("config-missing", "No such file"),
+    ("config-unknown-key", "unknown key(s) ['n_step'] for ppo"),
 ])
-def test_a_bad_config_file_is_answered_before_torch_is_imported(tmp_path, text, expected):
-    config = tmp_path / "ppo.yaml"
-    if text is not None:
-        config.write_text(text)
-    status, heavy, _, err = probe("train", "--env", TOOL, "--method", "ppo", "--config",
-                                  str(config), "--out", str(tmp_path / "out"))
+def test_a_bad_config_file_is_answered_before_torch_is_imported(probed, case, expected):
+    status, heavy, _, err = probed[case]
     assert expected in last_line_only(err, "cost-envs train:")
     assert status == 1 and heavy == []
-    assert not (tmp_path / "out").exists()
+    assert not (probed.root / case / "out").exists()
 
 
-def test_an_unwritable_out_is_answered_before_torch_is_imported(tmp_path):
-    (tmp_path / "file").write_text("x")
-    status, heavy, _, err = probe("train", "--env", TOOL, "--method", "ppo",
-                                  "--out", str(tmp_path / "file"))
+def test_an_unwritable_out_is_answered_before_torch_is_imported(probed):
+    status, heavy, _, err = probed["out-a-file"]
     assert "exists and is not a directory" in last_line_only(err, "cost-envs train: --out:")
     assert status == 1 and heavy == []
-    (tmp_path / "base.safetensors").mkdir()  # pretrain writes <out>.safetensors, a file
-    status, heavy, _, err = probe("pretrain", "--env", TOOL, "--out", str(tmp_path / "base"))
+    status, heavy, _, err = probed["out-file-a-directory"]
     assert "exists and is not a file" in last_line_only(err, "cost-envs pretrain: --out:")
     assert status == 1 and heavy == []
 
 
-@pytest.mark.parametrize("command", [["evaluate"], ["train", "--method", "ppo", "--out", "o"]])
-def test_a_bad_env_id_is_a_usage_error_before_torch_is_imported(tmp_path, command):
-    status, heavy, _, err = probe(command[0], "--env", "cost_envs/ToolBnch-v0", *command[1:],
-                                  cwd=tmp_path)
+@pytest.mark.parametrize(("case", "command"), [("env-id-evaluate", "evaluate"),
+                                               ("env-id-train", "train")])
+def test_a_bad_env_id_is_a_usage_error_before_torch_is_imported(probed, case, command):
+    status, heavy, _, err = probed[case]
     assert "unknown environment 'cost_envs/ToolBnch-v0'" in last_line_only(
-        err, f"cost-envs {command[0]}: error: argument --env")
+        err, f"cost-envs {command}: error: argument --env")
     assert status == 2 and heavy == []
 
 
