@@ -64,9 +64,41 @@ def _committed() -> tuple[list[dict], dict[str, np.ndarray], dict[str, np.ndarra
     return rows, fixed, {key: np.array(values) for key, values in learned.items()}
 
 
+def _crossed_draws(resamples: int, learned: dict[str, np.ndarray],
+                   fixed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The resampled means ``bootstrap_mean_ci(values, n_resamples=resamples)`` draws.
+
+    For each learned ``(seeds, tasks)`` array, the mean of each resample of seeds and tasks;
+    for each fixed row, the mean of the same resamples' tasks. Every such call draws the
+    same seeds and tasks (seed 0, the same shape), so they are drawn and counted once here
+    and every array is summed over them in one product per block; a paired difference's
+    resampled means are the differences of these (issue #36: the nine crossed cells drew
+    and counted the same 2,000 x 10,000 tasks nine times, 2 s of the fast tier).
+    """
+    from cost_envs.metrics.bootstrap import _counts, resample_blocks
+
+    names = list(learned)
+    n_runs, n = learned[names[0]].shape
+    columns = np.concatenate([*(learned[name].T for name in names),
+                              *(fixed[name][:, None] for name in fixed)], axis=1)
+    rng = np.random.default_rng(0)
+    blocks = []
+    for size in resample_blocks(resamples, n_runs * n):
+        runs = _counts(rng.integers(0, n_runs, size=(size, n_runs)), n_runs)
+        items = _counts(rng.integers(0, n, size=(size, n)), n).astype(np.float64)
+        sums = items @ columns  # (size, seeds of every learned row, then the fixed rows)
+        row = [np.einsum("bs,bs->b", runs, sums[:, k * n_runs:(k + 1) * n_runs])
+               / (n_runs * n) for k in range(len(names))]
+        row += [sums[:, len(names) * n_runs + k] / n for k in range(len(fixed))]
+        blocks.append(row)
+    return {name: np.concatenate([block[k] for block in blocks])
+            for k, name in enumerate([*names, *fixed])}
+
+
 def test_the_committed_report_is_rendered_from_its_csv():
     """Every learned row's return and paired differences, from the kept files the CSV names."""
     from cost_envs.metrics import bootstrap_mean_ci
+    from cost_envs.metrics.bootstrap import interval_around, percentile_interval
     from experiments.budgets.settings import BUDGET_ROWS
 
     markdown = (RESULTS / f"{NAME}.md").read_text(encoding="utf-8")
@@ -75,17 +107,30 @@ def test_the_committed_report_is_rendered_from_its_csv():
     assert set(learned) == set(converged.ROWS)
     assert all(len(values) == EPISODES for values in fixed.values())
     resamples = converged.SCALES["default"].resamples
+    draws = _crossed_draws(resamples, learned, fixed)
 
-    def cell(values: np.ndarray) -> str:
-        mean, low, high = bootstrap_mean_ci(values, n_resamples=resamples)
+    def cell(values: np.ndarray, resampled: np.ndarray | None = None) -> str:
+        if resampled is None:
+            mean, low, high = bootstrap_mean_ci(values, n_resamples=resamples)
+        else:  # bootstrap_mean_ci's interval, on the draws made once
+            mean = float(values.mean())
+            low, high = interval_around(mean, percentile_interval(resampled, 0.95))
         return f"{mean:.4f} [{low:.4f}, {high:.4f}]"
 
+    first = next(iter(learned))  # the draws are bootstrap_mean_ci's
+    expected = bootstrap_mean_ci(learned[first] - rule, n_resamples=resamples)
+    mean = float((learned[first] - rule).mean())
+    got = interval_around(mean, percentile_interval(draws[first] - draws[rows[0]["row"]], 0.95))
+    np.testing.assert_allclose((mean, *got), expected, rtol=0, atol=1e-12)
     for key, values in learned.items():
         label = BUDGET_ROWS[key].label
         assert values.shape == (5, EPISODES)
-        assert f"| **{label}** (5 seeds) | {cell(values)} |" in markdown
-        assert f"{label} - best fixed row: {cell(values - rule)}" in markdown
-        assert f"{label} - Bayes reference: {cell(values - fixed['bayes-planner'])}" in markdown
+        assert f"| **{label}** (5 seeds) | {cell(values, draws[key])} |" in markdown
+        paired = draws[key] - draws[rows[0]["row"]]
+        assert f"{label} - best fixed row: {cell(values - rule, paired)}" in markdown
+        paired = draws[key] - draws["bayes-planner"]
+        versus = cell(values - fixed["bayes-planner"], paired)
+        assert f"{label} - Bayes reference: {versus}" in markdown
     assert (f"Bayes reference - best fixed row: "
             f"{cell(fixed['bayes-planner'] - rule)}") in markdown
 
