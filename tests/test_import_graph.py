@@ -56,11 +56,17 @@ def _is_type_checking(node: ast.If) -> bool:
     return "TYPE_CHECKING" in ast.unparse(node.test)
 
 
+#: The nodes that hold statements, where imports can be (the rest are expressions).
+STATEMENTS = (ast.stmt, ast.excepthandler, ast.match_case)
+
+
 def _imports(tree: ast.AST) -> Iterable[tuple[ast.Import | ast.ImportFrom, bool]]:
     """Every import statement that can run, with whether it sits inside a function."""
 
     def visit(node: ast.AST, in_function: bool):
         for child in ast.iter_child_nodes(node):
+            if not isinstance(child, STATEMENTS):
+                continue  # an expression holds no import statement: not walked (issue #36)
             if isinstance(child, ast.If) and _is_type_checking(child):
                 # its body never runs; an ``else`` does
                 yield from visit(ast.Module(body=child.orelse, type_ignores=[]), in_function)
