@@ -100,6 +100,8 @@ def _imports_run_at_import(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFro
     for child in ast.iter_child_nodes(tree):
         if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             continue
+        if not isinstance(child, (ast.stmt, ast.excepthandler, ast.match_case)):
+            continue  # an expression holds no import statement: not walked (issue #36)
         if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
             for statement in child.orelse:
                 yield from _imports_run_at_import(ast.Module(body=[statement], type_ignores=[]))
