@@ -16,7 +16,15 @@ from agents.evaluation import compare
 EPISODES = 400
 
 
-@pytest.fixture(scope="module", params=sorted(cost_envs.ENV_IDS))
+#: FlightPlanner-v1 in the slow tier (issue #36): it is v0's tasks and dynamics with a
+#: longer observation, and in the fast tier tests/test_flight_planner_v1.py plays the two
+#: in lockstep (rewards, infos and v0's slots of the observation equal at every step) and
+#: finds v0's oracle, so its scores here are v0's to the digit.
+PARAMS = [pytest.param(env_id, marks=pytest.mark.slow) if env_id == "cost_envs/FlightPlanner-v1"
+          else env_id for env_id in sorted(cost_envs.ENV_IDS)]
+
+
+@pytest.fixture(scope="module", params=PARAMS)
 def scores(request: pytest.FixtureRequest) -> dict[str, dict]:
     return compare(dict(BASELINES), request.param, episodes=EPISODES, seed=7, n_resamples=10)
 

@@ -60,8 +60,9 @@ def test_different_allocators_see_identical_tasks(env_id):
 
 
 # Slow tier (issue #36): the fast tier's tests/test_adaptivity.py asserts the same on 400
-# episodes of every env (test_oracle_succeeds_at_least_as_often_as_anyone); a search that
-# stops short of the plans that succeed fails both.
+# episodes of every env (test_oracle_succeeds_at_least_as_often_as_anyone; FlightPlanner-v1
+# there in the slow tier too, v0's dynamics and oracle); a search that stops short of the
+# plans that succeed fails both.
 @pytest.mark.slow
 @pytest.mark.parametrize("env_id", ENV_IDS)
 def test_oracle_succeeds_at_least_as_often_as_every_baseline(env_id):
