@@ -76,7 +76,15 @@ def _idle_cost(env: gym.Env, task: object) -> float:
     return total
 
 
-@pytest.mark.parametrize("env_id", ENV_IDS)
+#: FlightPlanner-v1 in the slow tier (issue #36): its oracle searches v0's state with v0's
+#: transition, and tests/test_flight_planner_v1.py finds v0's oracle on the same tasks
+#: (test_oracle_matches_v0_on_the_same_tasks) in the fast tier.
+V0_IN_THE_FAST_TIER = [pytest.param(env_id, marks=pytest.mark.slow)
+                       if env_id == "cost_envs/FlightPlanner-v1" else env_id
+                       for env_id in ENV_IDS]
+
+
+@pytest.mark.parametrize("env_id", V0_IN_THE_FAST_TIER)
 def test_oracle_spends_nothing_on_unsolvable_tasks(env_id: str) -> None:
     env = gym.make(env_id)
     env.reset(seed=5)
