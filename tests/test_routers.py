@@ -137,10 +137,12 @@ def test_heldout_evaluation_by_group_resamples_groups() -> None:
                       embeddings=False)
     assert result["resampled"] == "clusters" and result["units"] == 8
     assert result["held_out"] == data.n_queries and result["groups"] == 8
-    assert sorted(result["routers"]) == ["cascade", "knn", "knn (cv)", "logistic",
-                                         "logistic (cv)", "priced", "priced (cv)", "rule"]
+    assert sorted(result["routers"]) == ["cascade", "cluster", "cluster (cv)", "elo", "knn",
+                                         "knn (cv)", "logistic", "logistic (cv)", "mf", "mlp",
+                                         "priced", "priced (cv)", "rule", "svm"]
     # a (cv) row chose its setting once per training fold, on inner folds of whole groups
-    for name, setting in (("logistic (cv)", "l2"), ("knn (cv)", "k"), ("priced (cv)", "l2")):
+    for name, setting in (("logistic (cv)", "l2"), ("knn (cv)", "k"), ("priced (cv)", "l2"),
+                          ("cluster (cv)", "k")):
         chosen = result["routers"][name]["cv"]
         assert len(chosen) == 4 and {c["setting"] for c in chosen} == {setting}
         assert {c["split_by"] for c in chosen} == {"group"} and {c["folds"] for c in chosen} == {5}
@@ -248,11 +250,11 @@ def test_minilm_features_are_embedded_once_per_text(monkeypatch) -> None:
 def test_one_registry_over_k_models(family) -> None:
     from agents.routers import Router, TwoModelRouter
 
-    assert sorted(ROUTERS) == ["cascade", "knn", "logistic", "multi-logistic", "multi-priced",
-                               "priced", "rule"]
+    assert sorted(ROUTERS) == ["cascade", "cluster", "elo", "knn", "logistic", "mf", "mlp",
+                               "multi-logistic", "multi-priced", "priced", "rule", "svm"]
     assert all(issubclass(cls, Router) for cls in ROUTERS.values())
     assert {k for k, cls in ROUTERS.items() if issubclass(cls, TwoModelRouter)} == {
-        "cascade", "knn", "logistic", "priced", "rule"}
+        "cascade", "cluster", "elo", "knn", "logistic", "mf", "mlp", "priced", "rule", "svm"}
     fitted, test = family
     assert sorted(fitted) == sorted(ROUTERS)
     for name, router in fitted.items():

@@ -21,8 +21,15 @@ The routers: ``"logistic"``, ``"knn"`` and ``"cascade"`` (two-model,
 predicted accuracy gained per expected extra dollar, :mod:`~agents.routers.priced`),
 ``"rule"`` (two-model and training-free: the prompt-length ranking, shortest or longest
 first, that scores best on the training data, :mod:`~agents.routers.rule`),
-``"multi-logistic"`` (any number of models, :mod:`~agents.routers.multi`) and
-``"multi-priced"`` (the same with each call priced per query, as ``"priced"`` prices it).
+the anchors' routers (issue #39: the field's baselines, two-model, with documented fixed
+settings): ``"cluster"`` (Avengers-Pro's cluster routing: each model's smoothed accuracy
+on the query's nearest k-means cluster, :mod:`~agents.routers.cluster`), ``"mlp"`` and
+``"svm"`` (scikit-learn classifiers of the weak model's failure,
+:mod:`~agents.routers.classifiers`), ``"mf"`` (RouteLLM's matrix factorisation, in numpy,
+:mod:`~agents.routers.mf`) and ``"elo"`` (RouteLLM's similarity-weighted Elo; plain Elo at
+``gamma=0``, :mod:`~agents.routers.elo`); ``"multi-logistic"`` (any number of models,
+:mod:`~agents.routers.multi`) and ``"multi-priced"`` (the same with each call priced per
+query, as ``"priced"`` prices it).
 Around them, one of each:
 :mod:`~agents.routers.calibration` (the operating point, on training data),
 :func:`~agents.routers.cv.cross_validate` (settings by folds of the training
@@ -62,13 +69,17 @@ from agents.routers.calibration import (
     calibrate_lam,
     calibrate_share,
 )
+from agents.routers.classifiers import MLPRouter, SVMRouter
+from agents.routers.cluster import ClusterRouter
 from agents.routers.cv import CV_FOLDS, CV_GRIDS, CVChoice, cross_validate
+from agents.routers.elo import EloRouter
 from agents.routers.features import (
     TEXT_ENCODERS,
     TextFeatures,
     embedding_lookup,
     register_text_features,
 )
+from agents.routers.mf import MFRouter
 from agents.routers.multi import SINGLE_MODELS, MultiRouter, sweep_metrics
 from agents.routers.priced import PricedMultiRouter, PricedRouter
 from agents.routers.rule import RuleRouter
@@ -82,9 +93,9 @@ from agents.routers.two_model import (
 
 __all__ = [
     "CV_FOLDS", "CV_GRIDS", "ROUTERS", "SINGLE_MODELS", "STATE_FORMAT", "TEXT_ENCODERS",
-    "CVChoice", "Calibration", "CascadeRouter", "KNNRouter", "LamCalibration",
-    "LogisticRouter", "MultiRouter", "PricedMultiRouter", "PricedRouter", "Router",
-    "RuleRouter", "SavedRouter", "TextFeatures",
+    "CVChoice", "Calibration", "CascadeRouter", "ClusterRouter", "EloRouter", "KNNRouter",
+    "LamCalibration", "LogisticRouter", "MFRouter", "MLPRouter", "MultiRouter", "PricedMultiRouter",
+    "PricedRouter", "Router", "RuleRouter", "SVMRouter", "SavedRouter", "TextFeatures",
     "TwoModelRouter", "calibrate", "calibrate_cost", "calibrate_lam", "calibrate_share",
     "cascade_curve", "cross_validate", "embedding_lookup", "load_router", "make_router",
     "register", "register_text_features", "router_class", "router_from_state",

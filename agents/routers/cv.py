@@ -1,7 +1,9 @@
 """A router's settings chosen by cross-validation on its training data only: one function.
 
 :func:`cross_validate` chooses the settings of :data:`CV_GRIDS` (``l2`` of the logistic,
-cascade and K-model routers, ``k`` of the kNN router; any other grid on request) by
+cascade, K-model and matrix-factorisation routers, ``k`` of the kNN router and of the
+cluster router's k-means, the MLP's ``alpha``, the SVM's ``C``, the Elo router's
+``gamma``; any other grid on request) by
 :data:`CV_FOLDS` folds of the *training* queries it is given, never the test queries: the
 caller passes the training split, and a held-out evaluation calls it inside each of its
 training folds (nested), so no choice sees a query it is scored on. The folds keep
@@ -56,6 +58,12 @@ CV_GRIDS: dict[str, tuple[str, tuple[float, ...]]] = {
     "priced": ("l2", (1.0, 10.0, 100.0)),
     "multi-logistic": ("l2", (1.0, 10.0, 100.0)),
     "multi-priced": ("l2", (1.0, 10.0, 100.0)),
+    # the anchors' routers (issue #39): a decade each way of the default; k doubling
+    "cluster": ("k", (4, 8, 16, 32)),
+    "mlp": ("alpha", (0.001, 0.01, 0.1)),
+    "svm": ("C", (0.01, 0.1, 1.0)),
+    "mf": ("l2", (0.0001, 0.001, 0.01)),
+    "elo": ("gamma", (1.0, 10.0, 100.0)),
 }
 
 

@@ -129,3 +129,18 @@ class LogisticRegression:
         if self.coef_ is None:
             raise ValueError("predict_proba: call fit first")
         return logistic_scores(x, self.coef_[:-1], float(self.coef_[-1]))
+
+
+def one_thread() -> Any:
+    """A context in which BLAS and OpenMP run one thread each (threadpoolctl's limits).
+
+    threadpoolctl is a dependency of scikit-learn, so it is there wherever the solvers are.
+
+    scikit-learn's k-means and MLP on a few hundred rows spent 50 to 100 times longer
+    with two BLAS threads and two OpenMP threads competing for two cores (5 s against
+    0.06 s for ``KMeans(8, n_init=10)`` on 405 rows of 519 features) than with one of
+    each; one thread also keeps their sums in one order, whatever the machine's cores.
+    """
+    from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
+
+    return threadpool_limits(limits=1)

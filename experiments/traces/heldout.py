@@ -4,7 +4,10 @@ For each dataset (:data:`PROTOCOLS`): GSM8K split by query (one seeded half spli
 shipped MMLU subjects held out one at a time (leave-one-subject-out: 4 folds by group),
 RouterArena's domains held out in 5 folds by group. In every fold each router of
 :data:`agents.routers.ROUTERS` (logistic, kNN, the cost-aware priced router,
-the cascade where the weak model's answers are logged, and with ``embeddings=True``
+the cascade where the weak model's answers are logged, the anchors' routers of
+:data:`ANCHOR_ROUTERS` (cluster routing, MLP, SVM, matrix factorisation, similarity-weighted
+Elo: :mod:`agents.routers.cluster`, :mod:`~agents.routers.classifiers`,
+:mod:`~agents.routers.mf`, :mod:`~agents.routers.elo`), and with ``embeddings=True``
 their MiniLM variants: the ``embeddings`` extra, compared by
 ``benchmarks/routing_embeddings.py``, not by the report, whose numbers must not depend
 on an optional package) is fitted on the training queries, its threshold calibrated on
@@ -36,9 +39,9 @@ Intervals resample whole groups when the split is by group (the JSON says
 model; where the dearer is not the more accurate, PGR (so APGR and CPT) is undefined and
 the report says so. Nothing is tuned on the shipped subjects or domains: the plain rows
 run with each router's defaults, and the ``(cv)`` rows choose their setting (``l2``;
-kNN's ``k``) by :data:`CV_FOLDS` folds of each *training* fold
-(:func:`agents.routers.cross_validate`: nested, folds of whole groups when the
-protocol holds out groups), so the held-out queries never inform a choice.
+kNN's ``k``; the cluster router's number of clusters ``k``) by :data:`CV_FOLDS` folds of
+each *training* fold (:func:`agents.routers.cross_validate`: nested, folds of whole
+groups when the protocol holds out groups), so the held-out queries never inform a choice.
 """
 
 from __future__ import annotations
@@ -72,7 +75,11 @@ TARGET_SHARE = 0.5
 #: training fold has fewer groups: MMLU's leave-one-subject-out leaves three).
 CV_FOLDS = 5
 #: The routers that also get a ``(cv)`` row.
-CV_ROUTERS = ("logistic", "knn", "priced")
+CV_ROUTERS = ("logistic", "knn", "priced", "cluster")
+#: The anchors' routers (issue #39: LLMRouter's and LLMRouterBench's baselines), each a
+#: row with its documented default settings: Avengers-Pro's cluster routing, the MLP and
+#: SVM classifiers, RouteLLM's matrix factorisation and its similarity-weighted Elo.
+ANCHOR_ROUTERS = ("cluster", "mlp", "svm", "mf", "elo")
 #: Name of the rule's curve among each learned router's curve references (``"curve"``
 #: then holds ``"minus_rule"``: the router minus the rule, every curve metric, paired).
 RULE_CURVE = "rule"
@@ -128,6 +135,8 @@ def router_specs(data: TraceDataset, weak: str, embeddings: bool
                                                     "rule": ("rule", {})}
     if has_answers(data, weak):
         specs["cascade"] = ("cascade", {})
+    for kind in ANCHOR_ROUTERS:  # the field's baselines, with their documented defaults
+        specs[kind] = (kind, {})
     for kind in CV_ROUTERS:  # the setting chosen inside each training fold
         specs[f"{kind} (cv)"] = (kind, {"cv": CV_FOLDS})
     if embeddings:
