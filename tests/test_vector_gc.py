@@ -57,7 +57,7 @@ def test_the_task_queue_holds_no_tracked_objects_per_task(env_id: str) -> None:
     base = env.unwrapped
     env.reset(seed=0)
     rng = np.random.default_rng(0)
-    for _ in range(base.task_block + 5):  # past a redraw: the queue a redraw made
+    for _ in range(3 * base.task_block + 5):  # past two redraws
         while True:
             *_, terminated, truncated, _ = env.step(rng.integers(0, 2, base.n_agents))
             if terminated or truncated:
