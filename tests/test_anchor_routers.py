@@ -13,6 +13,7 @@ import pytest
 from agents import cli
 from agents.routers import (
     ROUTERS,
+    ClusterMultiRouter,
     ClusterRouter,
     EloRouter,
     MFRouter,
@@ -271,3 +272,39 @@ def test_served_decisions_are_the_offline_decisions(name: str, fitted, halves,
                                rtol=1e-12, atol=1e-12)
     # a probability score takes thresholds in [0, 1]; the cluster's accuracy difference any
     assert threshold_range(live) == ((-np.inf, np.inf) if name == "cluster" else (0.0, 1.0))
+
+
+# ------------------------------------------------------------------ K models
+def three_models(n: int = 300, seed: int = 0) -> TraceDataset:
+    """Three models (costs 1, 3, 10): algebra needs `mid` or `strong`, geography none."""
+    rng = np.random.default_rng(seed)
+    hard = rng.random(n) < 0.4
+    noise = ["".join(rng.choice(list("abcdefghij"), 5)) for _ in range(n)]
+    prompts = tuple(
+        (f"solve the integral equation {x}?" if h else f"name the capital country {x}?")
+        for h, x in zip(hard, noise, strict=True))
+    luck = rng.random((n, 3)) < 0.95
+    correct = np.column_stack([~hard & luck[:, 0], luck[:, 1], luck[:, 2]])
+    return TraceDataset((WEAK, "mid", STRONG), tuple(f"q{i}" for i in range(n)), prompts,
+                        correct.astype(float), correct, np.ones((n, 3)), np.ones((n, 3)),
+                        cost=np.tile((1.0, 3.0, 10.0), (n, 1)))
+
+
+def test_multi_cluster_sends_each_cluster_to_its_cheapest_good_model(tmp_path) -> None:
+    train, test = three_models().split(seed=0)
+    router = make_router("multi-cluster", **FAST).fit(train)
+    assert isinstance(router, ClusterMultiRouter) and router.models == (WEAK, "mid", STRONG)
+    hard = np.array(["integral" in p for p in test.prompts])
+    # lam = 2: cost / 5 of accuracy per call; `mid` is worth its price on algebra only
+    # (the prior pulls a small geography cluster's weak accuracy of 0.95 toward 0.57)
+    routed = np.array(test.models)[router.route(test, 2.0)]
+    assert (routed[hard] == "mid").mean() >= 0.9 and (routed[~hard] == WEAK).mean() >= 0.9
+    assert (np.array(test.models)[router.route(test, 0.0)] != WEAK)[hard].all()
+    save_router(tmp_path / "m", router, 0.5)
+    saved = load_router(tmp_path / "m")
+    np.testing.assert_array_equal(saved.router.predict(test), router.predict(test))
+    np.testing.assert_array_equal(saved.router.route(test, 0.5), router.route(test, 0.5))
+    np.testing.assert_array_equal(make_router("multi-cluster", **FAST).fit(train).predict(test),
+                                  router.predict(test))
+    with pytest.raises(ValueError, match="k"):
+        make_router("multi-cluster", k=0)

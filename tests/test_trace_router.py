@@ -236,7 +236,8 @@ def test_smoke_report_on_gsm8k_beats_random_routing_on_cpt80(
     # the K-model block: MultiRouter held out on the real (two-model) logs, said so
     k_model = results["heldout"]["gsm8k"]["k_model"]
     assert sorted(k_model["models"]) == sorted([gsm["weak"], gsm["strong"]])
-    assert set(k_model["rows"]) == {"multi-logistic", "multi-logistic (cv)", "multi-priced"}
+    assert set(k_model["rows"]) == {"multi-logistic", "multi-logistic (cv)", "multi-priced",
+                                    "multi-cluster"}
     assert "## Routing over K models" in text
     assert "No shipped log has more than two models" in text
     assert "| GSM8K queries (660 queries, 660 queries resampled) | multi-logistic |" in text

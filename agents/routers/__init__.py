@@ -28,8 +28,10 @@ on the query's nearest k-means cluster, :mod:`~agents.routers.cluster`), ``"mlp"
 :mod:`~agents.routers.classifiers`), ``"mf"`` (RouteLLM's matrix factorisation, in numpy,
 :mod:`~agents.routers.mf`) and ``"elo"`` (RouteLLM's similarity-weighted Elo; plain Elo at
 ``gamma=0``, :mod:`~agents.routers.elo`); ``"multi-logistic"`` (any number of models,
-:mod:`~agents.routers.multi`) and ``"multi-priced"`` (the same with each call priced per
-query, as ``"priced"`` prices it).
+:mod:`~agents.routers.multi`), ``"multi-priced"`` (the same with each call priced per
+query, as ``"priced"`` prices it) and ``"multi-cluster"`` (cluster routing over any
+number of models, traded against cost as ``"multi-logistic"`` trades,
+:mod:`~agents.routers.cluster`).
 Around them, one of each:
 :mod:`~agents.routers.calibration` (the operating point, on training data),
 :func:`~agents.routers.cv.cross_validate` (settings by folds of the training
@@ -70,7 +72,7 @@ from agents.routers.calibration import (
     calibrate_share,
 )
 from agents.routers.classifiers import MLPRouter, SVMRouter
-from agents.routers.cluster import ClusterRouter
+from agents.routers.cluster import ClusterMultiRouter, ClusterRouter
 from agents.routers.cv import CV_FOLDS, CV_GRIDS, CVChoice, cross_validate
 from agents.routers.elo import EloRouter
 from agents.routers.features import (
@@ -93,11 +95,11 @@ from agents.routers.two_model import (
 
 __all__ = [
     "CV_FOLDS", "CV_GRIDS", "ROUTERS", "SINGLE_MODELS", "STATE_FORMAT", "TEXT_ENCODERS",
-    "CVChoice", "Calibration", "CascadeRouter", "ClusterRouter", "EloRouter", "KNNRouter",
-    "LamCalibration", "LogisticRouter", "MFRouter", "MLPRouter", "MultiRouter", "PricedMultiRouter",
-    "PricedRouter", "Router", "RuleRouter", "SVMRouter", "SavedRouter", "TextFeatures",
-    "TwoModelRouter", "calibrate", "calibrate_cost", "calibrate_lam", "calibrate_share",
-    "cascade_curve", "cross_validate", "embedding_lookup", "load_router", "make_router",
-    "register", "register_text_features", "router_class", "router_from_state",
-    "save_router", "sweep_metrics",
+    "CVChoice", "Calibration", "CascadeRouter", "ClusterMultiRouter", "ClusterRouter",
+    "EloRouter", "KNNRouter", "LamCalibration", "LogisticRouter", "MFRouter", "MLPRouter",
+    "MultiRouter", "PricedMultiRouter", "PricedRouter", "Router", "RuleRouter", "SVMRouter",
+    "SavedRouter", "TextFeatures", "TwoModelRouter", "calibrate", "calibrate_cost",
+    "calibrate_lam", "calibrate_share", "cascade_curve", "cross_validate",
+    "embedding_lookup", "load_router", "make_router", "register", "register_text_features",
+    "router_class", "router_from_state", "save_router", "sweep_metrics",
 ]

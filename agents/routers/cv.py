@@ -60,6 +60,7 @@ CV_GRIDS: dict[str, tuple[str, tuple[float, ...]]] = {
     "multi-priced": ("l2", (1.0, 10.0, 100.0)),
     # the anchors' routers (issue #39): a decade each way of the default; k doubling
     "cluster": ("k", (4, 8, 16, 32)),
+    "multi-cluster": ("k", (4, 8, 16, 32)),
     "mlp": ("alpha", (0.001, 0.01, 0.1)),
     "svm": ("C", (0.01, 0.1, 1.0)),
     "mf": ("l2", (0.0001, 0.001, 0.01)),

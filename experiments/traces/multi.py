@@ -5,12 +5,14 @@ query, MMLU leave-one-subject-out, RouterArena 5 folds by domain), a
 :class:`~agents.routers.MultiRouter` over all the logged models is fitted on
 each training fold, with its ``l2`` at the default (``multi-logistic``) or chosen on inner
 folds of that training fold only (``multi-logistic (cv)``,
-:func:`agents.routers.cross_validate`). Its operating points are fixed on the
-training fold too: for each target cost per query of :data:`TARGETS` (fractions of the
-way from the cheapest to the dearest model's mean training cost) ``lam`` is calibrated
-on the training queries (:func:`agents.routers.calibrate_lam`) and the
-held-out queries are routed at it. The pooled out-of-fold decisions (every query held
-out once) give:
+:func:`agents.routers.cross_validate`); beside it the same with each call priced per
+query (``multi-priced``) and Avengers-Pro's cluster routing over K models
+(``multi-cluster``, :class:`~agents.routers.cluster.ClusterMultiRouter`). Its operating
+points are fixed on the training fold too: for each target cost per query of
+:data:`TARGETS` (fractions of the way from the cheapest to the dearest model's mean
+training cost) ``lam`` is calibrated on the training queries
+(:func:`agents.routers.calibrate_lam`) and the held-out queries are routed at it. The
+pooled out-of-fold decisions (every query held out once) give:
 
 * the AIQ of those operating points against the single models' frontier (what random
   routing between the models reaches), paired
@@ -56,7 +58,9 @@ HALFWAY = 0.5
 MULTI_ROWS: dict[str, tuple[str, int | None]] = {
     "multi-logistic": ("multi-logistic", None),
     "multi-logistic (cv)": ("multi-logistic", CV_FOLDS),
-    "multi-priced": ("multi-priced", None)}
+    "multi-priced": ("multi-priced", None),
+    # Avengers-Pro's cluster routing over K models (issue #39), its default k = 8
+    "multi-cluster": ("multi-cluster", None)}
 
 
 def _out_of_fold(data: TraceDataset, splits: list[tuple[np.ndarray, np.ndarray]],
@@ -152,7 +156,10 @@ def markdown(results: Mapping[str, Any]) -> list[str]:
              "(cv) row chooses `l2` on inner folds of each training fold. The multi-priced "
              "row prices each call per query (`agents/routers/priced.py`: the "
              "prompt's tokens known, the output's predicted) instead of at the model's mean "
-             "cost. The halfway point "
+             "cost. The multi-cluster row reads each model's correctness from the query's "
+             "nearest k-means cluster (Avengers-Pro's cluster routing, "
+             "`agents/routers/cluster.py`: smoothed per-cluster accuracy, k = 8) instead of "
+             "a regression. The halfway point "
              "is compared with the two-model table's references: random routing at its own "
              "share of calls to each model and on the single models' frontier at its own "
              "cost per query, both matched within each resample; the accuracy columns are "
