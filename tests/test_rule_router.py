@@ -120,6 +120,41 @@ def test_aiq_minus_rule_pairs_the_rules_curve_on_the_same_resamples():
     assert diff["ci"][1] < 0 and "minus_rule" not in table["rule"]
 
 
+def test_route_report_sets_the_router_beside_the_rule_on_its_one_draw(monkeypatch):
+    import agents.routers.bootstrap as bootstrap
+    import agents.routers.evaluation as evaluation
+    from agents.routers.report import route_report
+
+    data = lengths_dataset(True, n=120)
+    rule = make_router("rule", WEAK, STRONG).fit(data).scores(data)
+    scores = np.random.default_rng(2).normal(size=data.n_queries)  # a router unlike it
+    kw = {"split_by": "query", "n_resamples": 60, "seed": 4}
+    # the comparison alone, drawing its own resamples and the rule's curve on them
+    decisions = evaluation.threshold_routing(data, scores, 0.0, WEAK, STRONG)
+    alone = compare_with_rule(data, {"router": decisions}, rule, weak=WEAK,
+                              strong=STRONG, **{k: v for k, v in kw.items() if k != "split_by"})
+    calls = {"draws": 0, "rule's own curve": 0}
+    draws, curve_points = bootstrap.draws, evaluation.curve_points
+
+    def counted(*args, **kwargs):
+        calls["draws"] += 1  # one draw of resamples per call
+        yield from draws(*args, **kwargs)
+
+    def rule_curve_again(*args, **kwargs):
+        calls["rule's own curve"] += 1  # RuleAtCost computing the rule's curve itself
+        return curve_points(*args, **kwargs)
+
+    monkeypatch.setattr(bootstrap, "draws", counted)
+    monkeypatch.setattr(evaluation, "curve_points", rule_curve_again)
+    report = route_report(data, scores, 0.0, WEAK, STRONG, data.cost, rule=(rule, 0.5), **kw)
+    # one draw, on which the rule's curve points are the curve metrics' (never again)
+    assert calls == {"draws": 1, "rule's own curve": 0}
+    # and the same numbers as the comparison that drew its own: the draws of one seed
+    versus = report["router_minus_rule_at_cost"]["accuracy"]
+    assert versus == alone["router"]["accuracy"] and versus["ci"][0] < versus["ci"][1]
+    assert report["verdict_vs_rule"] == "loses"  # noise against the rule that fits
+
+
 def test_held_out_table_leads_with_same_cost_and_has_aiq_minus_rule():
     data = lengths_dataset(True, n=160)
     result = evaluate(data, Protocol("query", 2, "2 folds by query"), n_resamples=50)

@@ -178,11 +178,24 @@ def hull_candidates(costs: np.ndarray, qualities: np.ndarray, max_passes: int = 
     return c, q
 
 
+#: One curve's :func:`hull_candidates` per resample: ``(costs, qualities)`` of each.
+Hulls = list[tuple[np.ndarray, np.ndarray]]
+
+
+def curve_hulls(costs: np.ndarray, qualities: np.ndarray) -> Hulls:
+    """:func:`hull_candidates` of each row's points (one curve per resample)."""
+    return [hull_candidates(c, q) for c, q in zip(costs, qualities, strict=True)]
+
+
+def hulls_aiq(hulls: Hulls, cost_range: Sequence[float]) -> np.ndarray:
+    """:func:`~cost_envs.metrics.frontier.aiq` of each resample's hull candidates: ``(b,)``."""
+    return np.array([aiq(c, q, cost_range) for c, q in hulls])
+
+
 def frontier_aiq(costs: np.ndarray, qualities: np.ndarray, cost_range: Sequence[float]
                  ) -> np.ndarray:
     """:func:`~cost_envs.metrics.frontier.aiq` of each row's points: ``(b,)``."""
-    return np.array([aiq(*hull_candidates(c, q), cost_range)
-                     for c, q in zip(costs, qualities, strict=True)])
+    return hulls_aiq(curve_hulls(costs, qualities), cost_range)
 
 
 def threshold_aiq(scores: np.ndarray, weak_quality: np.ndarray, strong_quality: np.ndarray,
@@ -217,6 +230,11 @@ class CurveScores:
         cost_range: AIQ's ``(low, high)`` (``high <= low``: AIQ is ``nan``).
         references: Names to difference the others against, paired.
         resampled: Whether intervals are drawn (``False``: point values only).
+
+    Each threshold curve's :func:`hull_candidates` on the block :meth:`add` read last are
+    kept: :meth:`hulls` hands them on, so that another accumulator fed the same block
+    after this one (:class:`~agents.routers.evaluation.RuleAtCost`) reads a curve's
+    points without computing them again.
     """
 
     def __init__(self, routers: Mapping[str, tuple[Any, np.ndarray, np.ndarray]],
@@ -229,6 +247,8 @@ class CurveScores:
         self.keys = ["apgr", *(cpt_key(lv) for lv in self.levels)]
         self.plans: dict[str, Any] = {}
         self.points: dict[str, dict[str, float]] = {}
+        #: Name -> (the block of weights, its hull candidates per resample) last computed.
+        self.last: dict[str, tuple[np.ndarray, Hulls]] = {}
         n = len(weak)
         for name, (scores, wc, sc) in routers.items():
             plan = None if scores is None else threshold_order(scores)
@@ -288,9 +308,24 @@ class CurveScores:
                                  axis=1)
             for level in self.levels:
                 out[cpt_key(level)] = first_crossing(share, p, level)
-        out["aiq"] = (frontier_aiq(cost, accuracy, self.span) if self.span[1] > self.span[0]
+        hulls = curve_hulls(cost, accuracy)
+        self.last[name] = (weights, hulls)
+        out["aiq"] = (hulls_aiq(hulls, self.span) if self.span[1] > self.span[0]
                       else np.full(weights.shape[0], np.nan))
         return out
+
+    def hulls(self, name: str, weights: np.ndarray) -> Hulls:
+        """A threshold router's curve on each resample of ``weights``, as hull candidates.
+
+        Those :meth:`add` computed when ``weights`` is the very block it read last (the
+        curve's points computed once per block), else computed now.
+        """
+        if self.plans[name][0] is None:
+            raise ValueError(f"{name!r}: random routing has no threshold curve")
+        last = self.last.get(name)
+        if last is None or last[0] is not weights:
+            self._metrics(weights, name, pgr=False)
+        return self.last[name][1]
 
     def add(self, weights: np.ndarray) -> None:
         """Read one block of resample weights."""

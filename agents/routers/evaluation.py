@@ -39,13 +39,15 @@ literature defines them (RouteLLM, RouterBench):
 in memory and time linear in the queries (:mod:`agents.routers.bootstrap`);
 :func:`score_table` runs it and :func:`compare_with_random` on one draw of resamples.
 :func:`compare_with_rule` pairs routers with a score rule instead of random routing: the
-rule's threshold curve read at each router's cost per query, on the same resamples.
+rule's threshold curve read at each router's cost per query, on the same resamples;
+:func:`score_table` runs it too (``rule=``) on its draw, reading the rule's curve points
+its curve metrics computed.
 Thresholds for a target strong-call share or cost are :mod:`agents.routers.calibration`'s.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -63,9 +65,10 @@ from agents.routers.baselines import (
 )
 from agents.routers.bootstrap import (
     CurveScores,
+    Hulls,
     PointScores,
+    curve_hulls,
     curve_points,
-    hull_candidates,
     run,
 )
 from agents.routers.inputs import call_costs, resample_clusters, routing_probabilities
@@ -367,17 +370,24 @@ def score_table(
     curve_reference: str | Sequence[str] | None = None,
     cost_range: Sequence[float] | None = None,
     routings: Mapping[str, Any] | None = None,
+    rule: str | None = None,
 ) -> dict[str, dict[str, dict[str, Any]]]:
-    """:func:`compare_with_random`, :func:`curve_metrics` and :func:`score_routings`, one draw.
+    """The table's comparisons (with random routing, curves, routings, a rule), one draw.
+
+    :func:`compare_with_random`, :func:`curve_metrics`, :func:`score_routings` and
+    :func:`compare_with_rule` on one draw of resamples.
 
     They read the same resamples (as they would with the same ``seed`` apart), drawn
     once: the draw is most of the time at 100k queries. The arguments are theirs, and
     ``routings``: name -> decisions scored as :func:`score_routings` scores them (the
-    models alone, the oracle), with ``strong`` and no reference.
+    models alone, the oracle), with ``strong`` and no reference; ``rule``: the name of a
+    score rule among ``curves``, which every router of ``decisions`` is set against at
+    its own cost per query, as :func:`compare_with_rule` sets it (its curve's points on
+    each block are those its curve metrics computed, not computed twice).
 
     Returns:
         ``{"points": compare_with_random's, "curves": curve_metrics', "routings":
-        score_routings'}``.
+        score_routings', "rule": compare_with_rule's}`` (``"rule"`` empty without it).
     """
     one_of(split_by, "split_by", SPLIT_BY)
     check_bootstrap_args(1 if n_resamples == 0 else n_resamples, confidence)  # 0: points only
@@ -392,35 +402,47 @@ def score_table(
         if name not in decisions and name not in curves:
             raise ValueError(f"router_costs: {name!r} is not one of "
                              f"{[*decisions, *curves]}")
+    if rule is not None and (curves.get(rule) is None or not decisions):
+        raise ValueError(f"rule: expected routers and the name of a score rule among the "
+                         f"curves {list(curves)}, got {rule!r}")
+    chosen = {name: routing_probabilities(d, data.n_queries, data.n_models)
+              for name, d in decisions.items()}
+    paid = {name: call_costs(data, own[name]) if name in own else c for name in decisions}
     accumulators: list[Any] = []
     if decisions:
         accumulators.append(PointScores(data.correct.astype(np.float64), data.scores, c, {
-            name: (routing_probabilities(d, data.n_queries, data.n_models),
-                   call_costs(data, own[name]) if name in own else c)
-            for name, d in decisions.items()}, is_, resampled=n_resamples > 0))
+            name: (p, paid[name]) for name, p in chosen.items()}, is_,
+            resampled=n_resamples > 0))
     if curves:
         if weak is None:
             raise ValueError("weak: the curve metrics need the weak model's name")
         iw = data.model_index(weak)
         refs = _references(curve_reference, list(curves))
         ends = sorted((float(c[:, iw].mean()), float(c[:, is_].mean())))
-        accumulators.append(CurveScores(
-            _curve_inputs(data, curves, weak, strong, c, own),
-            data.correct[:, iw].astype(np.float64), data.correct[:, is_].astype(np.float64),
-            levels, ends if cost_range is None else cost_range, refs))
+        inputs = _curve_inputs(data, curves, weak, strong, c, own)
+        curve_scores = CurveScores(
+            inputs, data.correct[:, iw].astype(np.float64),
+            data.correct[:, is_].astype(np.float64),
+            levels, ends if cost_range is None else cost_range, refs)
+        accumulators.append(curve_scores)
     if routings:
         probs, columns = _routing_columns(data, routings, c, strong, None)
         accumulators.append(ResampledMeans(columns))
+    if rule is not None:  # after the curves: it reads the rule's hulls they computed
+        x, rule_weak, rule_strong = inputs[rule]
+        accumulators.append(_rule_at_cost(
+            data, chosen, paid, x, np.column_stack([rule_weak, rule_strong]), [iw, is_],
+            lambda weights: curve_scores.hulls(rule, weights)))
     clusters = resample_clusters(data, split_by)
     codes = cluster_codes(clusters, data.n_queries)
     results = run(accumulators, data.n_queries, codes, n_resamples, confidence, seed)
     units = {"resampled": "queries" if codes is None else "clusters",
              "units": data.n_queries if codes is None else int(codes.max()) + 1}
-    out: dict[str, dict[str, dict[str, Any]]] = {"points": {}, "curves": {}, "routings": {}}
+    out: dict[str, dict[str, dict[str, Any]]] = {"points": {}, "curves": {}, "routings": {},
+                                                 "rule": {}}
     if decisions:
         points = results.pop(0)
-        for name, d in decisions.items():
-            p = routing_probabilities(d, data.n_queries, data.n_models)
+        for name, p in chosen.items():
             out["points"][name] = {**points[name], "strong": strong, "model_share": dict(
                 zip(data.models, p.mean(axis=0).tolist(), strict=True)),
                 "queries": data.n_queries, **units}
@@ -429,6 +451,8 @@ def score_table(
     if routings:
         means = cast(Mapping[_Key, dict[str, Any]], results.pop(0))  # ResampledMeans' keys
         out["routings"] = _routing_entries(data, probs, means, None, units)
+    if rule is not None:
+        out["rule"] = results.pop(0)
     return out
 
 
@@ -467,29 +491,40 @@ class RuleAtCost:
         correct: ``(n, 2)`` the weak and the strong model's correctness.
         costs: ``(n, 2)`` what the rule's weak and strong calls cost.
         routers: Name -> ``((n,) correctness, (n,) cost)`` of the router's own routing.
+        hulls: The rule's curve on each resample of a block, as
+            :func:`~agents.routers.bootstrap.hull_candidates` (a
+            :meth:`~agents.routers.bootstrap.CurveScores.hulls` that has the rule's curve
+            and is fed each block first: the curve's points computed once); default its
+            own, from ``rule_scores``, ``correct`` and ``costs``.
     """
 
     def __init__(self, rule_scores: np.ndarray, correct: np.ndarray, costs: np.ndarray,
-                 routers: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> None:
+                 routers: Mapping[str, tuple[np.ndarray, np.ndarray]],
+                 hulls: Callable[[np.ndarray], Hulls] | None = None) -> None:
         self.order, self.ends = threshold_order(np.asarray(rule_scores, dtype=np.float64))
         self.correct = np.asarray(correct, dtype=np.float64)
         self.costs = np.asarray(costs, dtype=np.float64)
+        self.hulls = self._own_hulls if hulls is None else hulls
         self.names = list(routers)
         self.columns = np.column_stack([np.asarray(v, dtype=np.float64)
                                         for pair in routers.values() for v in pair])
         self.point = self._minus_rule(np.ones((1, len(self.order))))
         self.drawn: list[np.ndarray] = []
 
-    def _minus_rule(self, weights: np.ndarray) -> np.ndarray:
-        """``(b, routers)``: each router's accuracy minus the rule's at its cost."""
-        means = (weights @ self.columns) / weights.sum(axis=1, keepdims=True)
+    def _own_hulls(self, weights: np.ndarray) -> Hulls:
+        """The rule's curve on each resample, as hull candidates, computed here."""
         accuracy = curve_points(weights, self.order, self.ends, self.correct[:, 0],
                                 self.correct[:, 1])
         cost = curve_points(weights, self.order, self.ends, self.costs[:, 0],
                             self.costs[:, 1])
+        return curve_hulls(cost, accuracy)
+
+    def _minus_rule(self, weights: np.ndarray) -> np.ndarray:
+        """``(b, routers)``: each router's accuracy minus the rule's at its cost."""
+        means = (weights @ self.columns) / weights.sum(axis=1, keepdims=True)
         out = np.empty((weights.shape[0], len(self.names)))
-        for i in range(weights.shape[0]):
-            hull_cost, hull_accuracy = frontier(*hull_candidates(cost[i], accuracy[i]))
+        for i, candidates in enumerate(self.hulls(weights)):
+            hull_cost, hull_accuracy = frontier(*candidates)
             out[i] = means[i, 0::2] - np.interp(means[i, 1::2], hull_cost, hull_accuracy)
         return out
 
@@ -535,7 +570,8 @@ def compare_with_rule(
     each (:class:`RuleAtCost`): the paired difference "router minus the rule at equal
     cost", as :func:`compare_with_random` pairs a router with random routing at equal
     cost. With the ``seed`` and ``split_by`` of :func:`score_table`, the resamples are
-    its resamples.
+    its resamples; where a table has the rule's curve, ``score_table(..., rule=)`` gives
+    the same numbers without drawing the resamples and the rule's curve again.
 
     Args:
         data: The test queries (two models, ``weak`` and ``strong``).
@@ -556,14 +592,26 @@ def compare_with_rule(
     one_of(split_by, "split_by", SPLIT_BY)
     check_bootstrap_args(n_resamples, confidence)
     c = call_costs(data, costs)
-    cols = [data.model_index(weak), data.model_index(strong)]
     own = dict(router_costs or {})
-    per_query = {}
-    for name, d in routers.items():
-        p = routing_probabilities(d, data.n_queries, data.n_models)
-        paid = call_costs(data, own[name]) if name in own else c
-        per_query[name] = ((p * data.correct).sum(axis=1), (p * paid).sum(axis=1))
-    accumulator = RuleAtCost(np.asarray(rule_scores), data.correct[:, cols], c[:, cols],
-                             per_query)
+    cols = [data.model_index(weak), data.model_index(strong)]
+    accumulator = _rule_at_cost(
+        data, {name: routing_probabilities(d, data.n_queries, data.n_models)
+               for name, d in routers.items()},
+        {name: call_costs(data, own[name]) if name in own else c for name in routers},
+        np.asarray(rule_scores), c[:, cols], cols)
     codes = cluster_codes(resample_clusters(data, split_by), data.n_queries)
     return run([accumulator], data.n_queries, codes, n_resamples, confidence, seed)[0]
+
+
+def _rule_at_cost(data: TraceDataset, probs: Mapping[str, np.ndarray],
+                  paid: Mapping[str, np.ndarray], rule_scores: np.ndarray,
+                  rule_costs: np.ndarray, cols: list[int],
+                  hulls: Callable[[np.ndarray], Hulls] | None = None) -> RuleAtCost:
+    """:class:`RuleAtCost` of routers (probabilities, costs of their calls) and a rule.
+
+    ``rule_costs``: ``(n, 2)`` the rule's weak and strong calls' costs; ``cols``: the weak
+    and the strong model's indices.
+    """
+    return RuleAtCost(rule_scores, data.correct[:, cols], rule_costs, {
+        name: ((p * data.correct).sum(axis=1), (p * paid[name]).sum(axis=1))
+        for name, p in probs.items()}, hulls)

@@ -29,7 +29,6 @@ import numpy as np
 
 from agents.routers.evaluation import (
     compare_with_random,
-    compare_with_rule,
     oracle_routing,
     rule_verdict,
     score_routings,
@@ -80,7 +79,8 @@ def route_report(test: TraceDataset, scores: np.ndarray, threshold: float, weak:
     (:mod:`~agents.routers.rule`) fitted and calibrated on the router's training split. It
     adds the rule's row, the router's AIQ minus the rule's (a second curve reference) and
     its accuracy minus the rule's at the same cost
-    (:func:`~agents.routers.evaluation.compare_with_rule`, on the same resamples), with
+    (:func:`~agents.routers.evaluation.compare_with_rule`'s, which ``score_table`` runs on
+    the same draw, reading the rule's curve points its curve metrics computed), with
     ``"verdict_vs_rule"``: beats, loses or not resolved.
     """
     decisions = threshold_routing(test, scores, threshold, weak, strong)
@@ -95,7 +95,7 @@ def route_report(test: TraceDataset, scores: np.ndarray, threshold: float, weak:
         routings[RULE] = threshold_routing(test, rule[0], rule[1], weak, strong)
     table = score_table(test, {"router": decisions}, curve_scores, weak=weak, strong=strong,
                         costs=costs, curve_reference=["random", *([RULE] if rule else [])],
-                        routings=routings, **kw)
+                        routings=routings, rule=None if rule is None else RULE, **kw)
     mine, curves, points = table["points"]["router"], table["curves"], table["routings"]
     points.update({"router": mine, "random": mine["random_at_share"],
                    "random_at_cost": mine["random_at_cost"]})
@@ -118,8 +118,7 @@ def route_report(test: TraceDataset, scores: np.ndarray, threshold: float, weak:
               "threshold": threshold, "rows": rows, "router_minus_random": minus,
               "router_minus_random_at_cost": at_cost}
     if rule is not None:
-        versus = compare_with_rule(test, {"router": decisions}, rule[0], weak=weak,
-                                   strong=strong, costs=costs, **kw)["router"]
+        versus = table["rule"]["router"]
         report.update(rule_threshold=rule[1], router_minus_rule_at_cost=versus,
                       router_minus_rule={"aiq": curves["router"][f"minus_{RULE}"].get("aiq")},
                       verdict_vs_rule=rule_verdict(versus["accuracy"]))
