@@ -16,7 +16,7 @@ from agents.routers.solvers import (
 )
 from cost_envs.traces import TraceDataset
 from cost_envs.traces.features import hashed_features
-from experiments.traces.heldout import Protocol, evaluate, markdown, verdict
+from experiments.traces.heldout import Protocol, evaluate, markdown, router_specs, verdict
 
 WEAK, STRONG = "weak", "strong"
 
@@ -131,18 +131,31 @@ def test_bad_states_are_rejected() -> None:
 
 
 # ------------------------------------------------------------------ held-out report
+#: The routers the group split runs: two (cv) rows of different settings (the inner folds
+#: are cross_validate's, whatever the router), the rule and one plain router; the default
+#: report runs every router (default_report below).
+GROUP_ROUTERS = ("knn (cv)", "logistic", "logistic (cv)", "rule")
+
+
+def test_heldout_evaluation_runs_every_router_of_the_family_by_default() -> None:
+    data = dataset(240, n_groups=8)
+    assert sorted(router_specs(data, WEAK, False)) == [
+        "cascade", "cluster", "cluster (cv)", "elo", "knn", "knn (cv)", "logistic",
+        "logistic (cv)", "mf", "mlp", "priced", "priced (cv)", "rule", "svm"]
+    with pytest.raises(ValueError, match=r"routers: unknown \['forest'\]"):
+        evaluate(data, Protocol("group", 4, "4 folds by group"), n_resamples=20,
+                 routers=["logistic", "forest"])
+
+
 def test_heldout_evaluation_by_group_resamples_groups() -> None:
     data = dataset(240, n_groups=8)
     result = evaluate(data, Protocol("group", 4, "4 folds by group"), n_resamples=200,
-                      embeddings=False)
+                      embeddings=False, routers=GROUP_ROUTERS)
     assert result["resampled"] == "clusters" and result["units"] == 8
     assert result["held_out"] == data.n_queries and result["groups"] == 8
-    assert sorted(result["routers"]) == ["cascade", "cluster", "cluster (cv)", "elo", "knn",
-                                         "knn (cv)", "logistic", "logistic (cv)", "mf", "mlp",
-                                         "priced", "priced (cv)", "rule", "svm"]
+    assert sorted(result["routers"]) == sorted(GROUP_ROUTERS)
     # a (cv) row chose its setting once per training fold, on inner folds of whole groups
-    for name, setting in (("logistic (cv)", "l2"), ("knn (cv)", "k"), ("priced (cv)", "l2"),
-                          ("cluster (cv)", "k")):
+    for name, setting in (("logistic (cv)", "l2"), ("knn (cv)", "k")):
         chosen = result["routers"][name]["cv"]
         assert len(chosen) == 4 and {c["setting"] for c in chosen} == {setting}
         assert {c["split_by"] for c in chosen} == {"group"} and {c["folds"] for c in chosen} == {5}

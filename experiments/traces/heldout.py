@@ -47,7 +47,7 @@ groups when the protocol holds out groups), so the held-out queries never inform
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -248,7 +248,7 @@ def _fold_table(data: TraceDataset, splits: list[tuple[np.ndarray, np.ndarray]],
 
 
 def evaluate(data: TraceDataset, protocol: Protocol, n_resamples: int, seed: int = 0,
-             embeddings: bool = False) -> dict[str, Any]:
+             embeddings: bool = False, routers: Sequence[str] | None = None) -> dict[str, Any]:
     """Every router of :func:`router_specs` held out and scored as the module doc says.
 
     Args:
@@ -257,9 +257,11 @@ def evaluate(data: TraceDataset, protocol: Protocol, n_resamples: int, seed: int
         n_resamples: Bootstrap resamples of every interval.
         seed: Seed of the resampling.
         embeddings: Also run the MiniLM routers (needs the ``embeddings`` extra).
+        routers: The report names of :func:`router_specs` to run (default: all of them).
 
     Raises:
-        ValueError: With ``embeddings`` but without the extra (the reason in one line).
+        ValueError: With ``embeddings`` but without the extra (the reason in one line), or
+            a name in ``routers`` that :func:`router_specs` does not have.
 
     Returns:
         A JSON-able dict: the split, the models, ``"resampled"`` and ``"units"`` (what
@@ -271,6 +273,12 @@ def evaluate(data: TraceDataset, protocol: Protocol, n_resamples: int, seed: int
     if embeddings and skip is not None:
         raise ValueError(f"embeddings: {skip}")
     weak, strong = by_cost(data, call_costs(data))
+    specs = router_specs(data, weak, embeddings)
+    if routers is not None:
+        unknown = sorted(set(routers) - set(specs))
+        if unknown:
+            raise ValueError(f"routers: unknown {unknown}; expected names of {sorted(specs)}")
+        specs = {name: spec for name, spec in specs.items() if name in routers}
     splits = splits_of(data, protocol)
     held = np.sort(np.concatenate([test for _, test in splits]))
     test = data.subset(held)
@@ -296,7 +304,7 @@ def evaluate(data: TraceDataset, protocol: Protocol, n_resamples: int, seed: int
     out["resampled"], out["units"] = first["resampled"], first["units"]
     routed: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # name -> (decisions, costs)
     fitted: dict[str, tuple[str, dict[str, Any], Any, Any, Any, list[Any], list[str]]] = {}
-    for name, (kind, settings) in router_specs(data, weak, embeddings).items():
+    for name, (kind, settings) in specs.items():
         chosen: list[dict[str, Any]] = []
         members: list[str] = []
         scores, calls, train_shares = _out_of_fold(data, splits, kind, settings, weak, strong,
@@ -343,7 +351,7 @@ def evaluate(data: TraceDataset, protocol: Protocol, n_resamples: int, seed: int
             out["routers"][name].update(rule_members=members, label=rule_label(members))
         else:
             routed[name] = (decisions, costs)
-    if rule is not None:
+    if rule is not None and routed:  # a rule alone has no router to set beside it
         _add_minus_rule(out["routers"], compare_with_rule(
             test, {k: d for k, (d, _) in routed.items()}, fitted[rule][2], weak=weak,
             strong=strong, costs=c, router_costs={k: rc for k, (_, rc) in routed.items()},
