@@ -135,7 +135,7 @@ def test_k_model_halfway_points_are_reproduced(name: str, row: str) -> None:
     committed = COMMITTED["heldout"][name]["k_model"]["rows"][row]
     data = logs(name)
     costs = data.call_costs(default_price_table())
-    kind = "multi-priced" if "priced" in row else "multi-logistic"
+    kind = row.removesuffix(" (cv)")  # the row's router: multi-logistic, -priced, -cluster
     probe = make_router(kind, *data.models)
     inputs, fit_costs = probe.inputs(data), probe.training_costs(data, costs)
     decisions = np.zeros(data.n_queries, dtype=np.int64)
