@@ -55,6 +55,17 @@ def array_of(arrays: Mapping[str, Any], name: str, ndim: int) -> np.ndarray:
     return out
 
 
+
+def arrays_of_shapes(arrays: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]]
+                     ) -> dict[str, np.ndarray]:
+    """:func:`array_of` of each name of ``shapes``, each checked to have its shape."""
+    out = {name: array_of(arrays, name, len(shape)) for name, shape in shapes.items()}
+    for name, shape in shapes.items():
+        if out[name].shape != shape:
+            raise ValueError(f"arrays: {name!r}: expected shape {shape} for this config, got "
+                             f"{out[name].shape}")
+    return out
+
 def take(values: Any, rows: np.ndarray) -> Any:
     """The ``rows`` of a router's per-query values.
 

@@ -38,7 +38,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from agents.routers.base import TwoModelRouter, array_of, register
+from agents.routers.base import TwoModelRouter, arrays_of_shapes, register
 from agents.routers.solvers import LOGIT_CLIP, one_thread
 from cost_envs.config import integer, number
 
@@ -60,16 +60,6 @@ def _constant_logit(y: np.ndarray) -> float:
     if rate in (0.0, 1.0):
         return LOGIT_CLIP if rate == 1.0 else -LOGIT_CLIP
     return float(np.clip(np.log(rate / (1.0 - rate)), -LOGIT_CLIP, LOGIT_CLIP))
-
-
-def _check(arrays: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]]
-           ) -> dict[str, np.ndarray]:
-    out = {k: array_of(arrays, k, len(shape)) for k, shape in shapes.items()}
-    for k, shape in shapes.items():
-        if out[k].shape != shape:
-            raise ValueError(f"arrays: {k!r}: expected shape {shape} for this config, got "
-                             f"{out[k].shape}")
-    return out
 
 
 @register
@@ -145,7 +135,7 @@ class MLPRouter(TwoModelRouter):
 
     def _load_model_arrays(self, arrays: Mapping[str, Any]) -> None:
         d, h = sum(self.features.widths), self.hidden
-        self._layers = _check(arrays, {"w0": (d, h), "b0": (h,), "w1": (h,), "b1": (1,)})
+        self._layers = arrays_of_shapes(arrays, {"w0": (d, h), "b0": (h,), "w1": (h,), "b1": (1,)})
 
 
 @register
@@ -221,5 +211,5 @@ class SVMRouter(TwoModelRouter):
 
     def _load_model_arrays(self, arrays: Mapping[str, Any]) -> None:
         d, k = sum(self.features.widths), self.folds
-        self._svm = _check(arrays, {"svm_coef": (k, d), "svm_intercept": (k,),
+        self._svm = arrays_of_shapes(arrays, {"svm_coef": (k, d), "svm_intercept": (k,),
                                     "platt": (k, 2)})

@@ -45,7 +45,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from agents.routers.base import TwoModelRouter, array_of, register
+from agents.routers.base import TwoModelRouter, arrays_of_shapes, register
 from agents.routers.solvers import LOGIT_CLIP
 from cost_envs.config import integer, number
 from cost_envs.traces import TraceDataset
@@ -177,9 +177,4 @@ class MFRouter(TwoModelRouter):
     def _load_model_arrays(self, arrays: Mapping[str, Any]) -> None:
         d, k = sum(self.features.widths), self.dim
         shapes = {"w1": (k, d), "w2": (k,), "v": (2, k)}
-        loaded = {name: array_of(arrays, name, len(shape)) for name, shape in shapes.items()}
-        for name, shape in shapes.items():
-            if loaded[name].shape != shape:
-                raise ValueError(f"arrays: {name!r}: expected shape {shape} for this config, "
-                                 f"got {loaded[name].shape}")
-        self._params = loaded
+        self._params = arrays_of_shapes(arrays, shapes)

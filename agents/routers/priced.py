@@ -49,7 +49,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from agents.routers.base import Router, array_of, register
+from agents.routers.base import Router, arrays_of_shapes, register
 from agents.routers.inputs import call_costs
 from agents.routers.multi import MultiRouter, PerModelLogistic
 from agents.routers.two_model import TwoModelLogistic
@@ -146,11 +146,7 @@ class CallPricer:
         """Set from a state's arrays, checking their shapes (``width``: ``d + 1``)."""
         shapes = {"tokens": (models, width), "smear": (models,), "prices": (models, 2),
                   "floor": (1,)}
-        loaded = {k: array_of(arrays, k, len(shape)) for k, shape in shapes.items()}
-        for k, shape in shapes.items():
-            if loaded[k].shape != shape:
-                raise ValueError(f"arrays: {k!r}: expected shape {shape} for this config, "
-                                 f"got {loaded[k].shape}")
+        loaded = arrays_of_shapes(arrays, shapes)
         if (loaded["prices"] < 0).any() or (loaded["smear"] <= 0).any() \
                 or loaded["floor"][0] <= 0:
             raise ValueError("arrays: expected 'prices' >= 0, 'smear' > 0 and 'floor' > 0")
