@@ -264,8 +264,8 @@ def test_one_registry_over_k_models(family) -> None:
     from agents.routers import Router, TwoModelRouter
 
     assert sorted(ROUTERS) == ["cascade", "cluster", "elo", "knn", "logistic", "mf", "mlp",
-                               "multi-cluster", "multi-logistic", "multi-priced", "priced",
-                               "rule", "svm"]
+                               "multi-cluster", "multi-logistic", "multi-priced",
+                               "multi-rule", "priced", "rule", "svm"]
     assert all(issubclass(cls, Router) for cls in ROUTERS.values())
     assert {k for k, cls in ROUTERS.items() if issubclass(cls, TwoModelRouter)} == {
         "cascade", "cluster", "elo", "knn", "logistic", "mf", "mlp", "priced", "rule", "svm"}

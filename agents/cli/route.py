@@ -64,6 +64,7 @@ import numpy as np
 
 from agents.cli.arguments import int_at_least, resamples_int, seed_int
 from agents.routers import ROUTERS
+from agents.routers.rule import RULES
 
 #: Exit status of a file that cannot be read, parsed or written (logs, prices, router).
 EXIT_INPUT = 1
@@ -116,6 +117,31 @@ def _add_data(parser: argparse.ArgumentParser, seed_help: str, split_help: str) 
                         help="print one JSON object instead of the table")
 
 
+def _router_help() -> str:
+    """``--router``'s help: every kind of the registry, by how many models it takes."""
+    two = sorted(k for k, cls in ROUTERS.items() if cls.n_models == 2)
+    many = sorted(k for k, cls in ROUTERS.items() if cls.n_models != 2)
+    return (f"the router of agents.routers.ROUTERS (docs/routing.md): between two models "
+            f"(--weak, --strong) {', '.join(two)}; between any number (--models) "
+            f"{', '.join(many)} (default logistic with --weak/--strong, multi-logistic "
+            "otherwise)")
+
+
+def _cv_help() -> str:
+    """``--cv``'s help: each router's setting of :data:`agents.routers.CV_GRIDS`."""
+    from agents.routers import CV_GRIDS
+
+    by_setting: dict[str, list[str]] = {}
+    for kind, (setting, _) in CV_GRIDS.items():
+        by_setting.setdefault(setting, []).append(kind)
+    none = sorted(k for k in ROUTERS if k not in CV_GRIDS)
+    return ("choose the router's setting by K folds of the training split, kept whole as "
+            "--split-by says, by mean validation AIQ (default: no CV, the router's "
+            "defaults): " + "; ".join(f"{s} of {', '.join(kinds)}"
+                                      for s, kinds in by_setting.items())
+            + (f"; none for {', '.join(none)}" if none else ""))
+
+
 def add_route(parser: argparse.ArgumentParser) -> None:
     """``route``'s two actions, ``train`` and ``score``."""
     sub = parser.add_subparsers(dest="route_command", required=True, metavar="ACTION")
@@ -131,16 +157,9 @@ def add_route(parser: argparse.ArgumentParser) -> None:
     train.add_argument("--models", nargs="+", default=None, metavar="MODEL",
                        help="a K-model router's models (default: all the logs have)")
     train.add_argument("--router", choices=tuple(ROUTERS), default=None,
-                       help="the router (default logistic with --weak/--strong, "
-                            "multi-logistic otherwise; knn: nearest neighbours on the same "
-                            "features; cascade: also reads the weak model's logged answer; "
-                            "priced: predicted accuracy gained per expected extra dollar; "
-                            "multi-logistic: any number of models, traded against cost by lam)")
+                       help=_router_help())
     train.add_argument("--cv", type=int_at_least(2, "a number of folds >= 2"), default=None,
-                       metavar="K",
-                       help="choose the router's l2 (kNN: k) by K folds of the training "
-                            "split, kept whole as --split-by says, by mean validation AIQ "
-                            "(default: no CV, the router's defaults)")
+                       metavar="K", help=_cv_help())
     train.add_argument("--test-fraction", type=_float_type(lambda v: 0 <= v < 1,
                                                            "a number in [0, 1)"),
                        default=0.5, help="share of the queries held out for the test "
@@ -294,8 +313,8 @@ def _router_kind(args: argparse.Namespace, data: Any) -> str:
     elif args.target_share is not None:
         fail(args, "--target-share is a two-model calibration; a K-model router is "
                    "calibrated with --target-cost", EXIT_USAGE)
-    if kind == "rule" and args.cv is not None:  # its fit is the search: nothing to tune
-        fail(args, "--cv: --router rule chooses its rule on the training split itself "
+    if kind in RULES and args.cv is not None:  # its fit is the search: nothing to tune
+        fail(args, f"--cv: --router {kind} chooses its rule on the training split itself "
                    "(no setting to cross-validate); drop --cv", EXIT_USAGE)
     return kind
 
@@ -315,8 +334,9 @@ def _report(args: argparse.Namespace, data: Any, router: Any, point: float,
             costs: np.ndarray, rule: Any = None) -> dict[str, Any]:
     """The table's numbers on ``data`` (exits on a ``ValueError``).
 
-    ``rule``: ``(router, threshold)`` of the best training-free rule, fitted and calibrated
-    on the same training split: its row and the router's verdict against it.
+    ``rule``: ``(router, point)`` of the best training-free rule over the same models
+    (:data:`agents.routers.rule.RULES`), fitted and calibrated on the same training split:
+    its row and the router's verdict against it.
     """
     from agents.routers.report import multi_report, route_report
 
@@ -331,7 +351,7 @@ def _report(args: argparse.Namespace, data: Any, router: Any, point: float,
             if rule is not None:
                 report["rule_label"] = rule[0].label
             return report
-        return multi_report(data, router, point, costs, **kw)
+        return multi_report(data, router, point, costs, rule=rule, **kw)
     except ValueError as error:  # --split-by group on logs without groups, say
         fail(args, error, EXIT_USAGE)
 
@@ -420,9 +440,10 @@ def run_train(args: argparse.Namespace) -> int:
     except ValueError as error:
         fail(args, f"--router {kind}: {error}", EXIT_USAGE)
     point, cal = _calibrate(args, router, train, costs[train_idx])
-    rule = None  # beside a learned two-model router: the best rule that needs no training
-    if two and kind != "rule":  # fitted and calibrated as the router, saved with it
-        rule_router = make_router("rule", *data.models).fit(train, costs[train_idx])
+    rule = None  # beside a learned router: the best rule that needs no training, over
+    if kind not in RULES:  # the same models, fitted and calibrated as it, saved with it
+        rule_router = make_router("rule" if two else "multi-rule", *data.models).fit(
+            train, costs[train_idx])
         rule = (rule_router, _calibrate(args, rule_router, train, costs[train_idx])[0])
     report = None if test is None else _report(args, test, router, point, costs[test_idx],
                                                rule)

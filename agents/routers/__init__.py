@@ -31,7 +31,9 @@ on the query's nearest k-means cluster, :mod:`~agents.routers.cluster`), ``"mlp"
 :mod:`~agents.routers.multi`), ``"multi-priced"`` (the same with each call priced per
 query, as ``"priced"`` prices it) and ``"multi-cluster"`` (cluster routing over any
 number of models, traded against cost as ``"multi-logistic"`` trades,
-:mod:`~agents.routers.cluster`).
+:mod:`~agents.routers.cluster`) and ``"multi-rule"`` (the training-free rule over any
+number of models: prompt-length bands up the training frontier of the models,
+:mod:`~agents.routers.rule`).
 Around them, one of each:
 :mod:`~agents.routers.calibration` (the operating point, on training data),
 :func:`~agents.routers.cv.cross_validate` (settings by folds of the training
@@ -84,7 +86,7 @@ from agents.routers.features import (
 from agents.routers.mf import MFRouter
 from agents.routers.multi import SINGLE_MODELS, MultiRouter, sweep_metrics
 from agents.routers.priced import PricedMultiRouter, PricedRouter
-from agents.routers.rule import RuleRouter
+from agents.routers.rule import RuleMultiRouter, RuleRouter
 from agents.routers.state import SavedRouter, load_router, save_router
 from agents.routers.two_model import (
     CascadeRouter,
@@ -97,7 +99,8 @@ __all__ = [
     "CV_FOLDS", "CV_GRIDS", "ROUTERS", "SINGLE_MODELS", "STATE_FORMAT", "TEXT_ENCODERS",
     "CVChoice", "Calibration", "CascadeRouter", "ClusterMultiRouter", "ClusterRouter",
     "EloRouter", "KNNRouter", "LamCalibration", "LogisticRouter", "MFRouter", "MLPRouter",
-    "MultiRouter", "PricedMultiRouter", "PricedRouter", "Router", "RuleRouter", "SVMRouter",
+    "MultiRouter", "PricedMultiRouter", "PricedRouter", "Router", "RuleMultiRouter", "RuleRouter",
+    "SVMRouter",
     "SavedRouter", "TextFeatures", "TwoModelRouter", "calibrate", "calibrate_cost",
     "calibrate_lam", "calibrate_share", "cascade_curve", "cross_validate",
     "embedding_lookup", "load_router", "make_router", "register", "register_text_features",

@@ -38,8 +38,9 @@ literature defines them (RouteLLM, RouterBench):
 (:func:`cost_envs.metrics.frontier.aiq`), with intervals (clusters when split by group),
 in memory and time linear in the queries (:mod:`agents.routers.bootstrap`);
 :func:`score_table` runs it and :func:`compare_with_random` on one draw of resamples.
-:func:`compare_with_rule` pairs routers with a score rule instead of random routing: the
-rule's threshold curve read at each router's cost per query, on the same resamples;
+:func:`compare_with_rule` pairs routers with a rule instead of random routing: the rule's
+curve (a two-model rule's threshold curve, a K-model rule's operating points) read at each
+router's cost per query, on the same resamples;
 :func:`score_table` runs it too (``rule=``) on its draw, reading the rule's curve points
 its curve metrics computed.
 Thresholds for a target strong-call share or cost are :mod:`agents.routers.calibration`'s.
@@ -91,7 +92,8 @@ __all__ = [
     "hull_routing", "model_baselines", "oracle_routing", "random_routing", "random_shares",
     "resample_clusters", "routing_probabilities", "rule_verdict", "score_routing",
     "score_routings",
-    "score_table", "single_model", "single_model_frontier", "threshold_routing",
+    "score_table", "single_model", "single_model_frontier", "sweep_hulls", "threshold_hulls",
+    "threshold_routing",
 ]
 
 
@@ -429,10 +431,8 @@ def score_table(
         probs, columns = _routing_columns(data, routings, c, strong, None)
         accumulators.append(ResampledMeans(columns))
     if rule is not None:  # after the curves: it reads the rule's hulls they computed
-        x, rule_weak, rule_strong = inputs[rule]
         accumulators.append(_rule_at_cost(
-            data, chosen, paid, x, np.column_stack([rule_weak, rule_strong]), [iw, is_],
-            lambda weights: curve_scores.hulls(rule, weights)))
+            data, chosen, paid, lambda weights: curve_scores.hulls(rule, weights)))
     clusters = resample_clusters(data, split_by)
     codes = cluster_codes(clusters, data.n_queries)
     results = run(accumulators, data.n_queries, codes, n_resamples, confidence, seed)
@@ -476,48 +476,33 @@ def curve_routing(scores: np.ndarray | None, n: int) -> np.ndarray:
 
 
 class RuleAtCost:
-    """Routers' accuracy minus a threshold rule's at the same cost, within each resample.
+    """Routers' accuracy minus a rule's at the same cost, within each resample.
 
-    On every resample the rule's threshold curve (accuracy and cost per query at each of
-    its thresholds: :func:`~agents.routers.bootstrap.curve_points`) is reduced to its
-    non-decreasing convex hull (the best the rule reaches at a cost, randomising between
-    two adjacent thresholds, as random routing at the same cost mixes the two models on
-    their frontier) and read at each router's cost per query on that resample
-    (``np.interp``: below the rule's cheapest point, that point; beyond its best, the
-    best). What :func:`run` feeds.
+    On every resample the rule's curve (accuracy and cost per query at each of its
+    operating points) is reduced to its non-decreasing convex hull (the best the rule
+    reaches at a cost, randomising between two adjacent points, as random routing at the
+    same cost mixes the models on their frontier) and read at each router's cost per
+    query on that resample (``np.interp``: below the rule's cheapest point, that point;
+    beyond its best, the best). What :func:`run` feeds.
 
     Args:
-        rule_scores: ``(n,)`` the rule's score of each query (higher: strong).
-        correct: ``(n, 2)`` the weak and the strong model's correctness.
-        costs: ``(n, 2)`` what the rule's weak and strong calls cost.
         routers: Name -> ``((n,) correctness, (n,) cost)`` of the router's own routing.
         hulls: The rule's curve on each resample of a block, as
-            :func:`~agents.routers.bootstrap.hull_candidates` (a
-            :meth:`~agents.routers.bootstrap.CurveScores.hulls` that has the rule's curve
-            and is fed each block first: the curve's points computed once); default its
-            own, from ``rule_scores``, ``correct`` and ``costs``.
+            :func:`~agents.routers.bootstrap.hull_candidates`: :func:`threshold_hulls` (a
+            two-model rule's threshold curve; or a
+            :meth:`~agents.routers.bootstrap.CurveScores.hulls` that has it and is fed
+            each block first: the curve's points computed once) or :func:`sweep_hulls` (a
+            K-model rule's operating points).
     """
 
-    def __init__(self, rule_scores: np.ndarray, correct: np.ndarray, costs: np.ndarray,
-                 routers: Mapping[str, tuple[np.ndarray, np.ndarray]],
-                 hulls: Callable[[np.ndarray], Hulls] | None = None) -> None:
-        self.order, self.ends = threshold_order(np.asarray(rule_scores, dtype=np.float64))
-        self.correct = np.asarray(correct, dtype=np.float64)
-        self.costs = np.asarray(costs, dtype=np.float64)
-        self.hulls = self._own_hulls if hulls is None else hulls
+    def __init__(self, routers: Mapping[str, tuple[np.ndarray, np.ndarray]],
+                 hulls: Callable[[np.ndarray], Hulls]) -> None:
+        self.hulls = hulls
         self.names = list(routers)
         self.columns = np.column_stack([np.asarray(v, dtype=np.float64)
                                         for pair in routers.values() for v in pair])
-        self.point = self._minus_rule(np.ones((1, len(self.order))))
+        self.point = self._minus_rule(np.ones((1, len(self.columns))))
         self.drawn: list[np.ndarray] = []
-
-    def _own_hulls(self, weights: np.ndarray) -> Hulls:
-        """The rule's curve on each resample, as hull candidates, computed here."""
-        accuracy = curve_points(weights, self.order, self.ends, self.correct[:, 0],
-                                self.correct[:, 1])
-        cost = curve_points(weights, self.order, self.ends, self.costs[:, 0],
-                            self.costs[:, 1])
-        return curve_hulls(cost, accuracy)
 
     def _minus_rule(self, weights: np.ndarray) -> np.ndarray:
         """``(b, routers)``: each router's accuracy minus the rule's at its cost."""
@@ -544,6 +529,43 @@ class RuleAtCost:
         return out
 
 
+def threshold_hulls(rule_scores: np.ndarray, correct: np.ndarray, costs: np.ndarray
+                    ) -> Callable[[np.ndarray], Hulls]:
+    """A two-model rule's threshold curve on each resample, as hull candidates.
+
+    Args:
+        rule_scores: ``(n,)`` the rule's score of each query (higher: strong).
+        correct: ``(n, 2)`` the weak and the strong model's correctness.
+        costs: ``(n, 2)`` what the rule's weak and strong calls cost.
+    """
+    order, ends = threshold_order(np.asarray(rule_scores, dtype=np.float64))
+    correct, costs = np.asarray(correct, dtype=np.float64), np.asarray(costs, dtype=np.float64)
+
+    def hulls(weights: np.ndarray) -> Hulls:
+        accuracy = curve_points(weights, order, ends, correct[:, 0], correct[:, 1])
+        cost = curve_points(weights, order, ends, costs[:, 0], costs[:, 1])
+        return curve_hulls(cost, accuracy)
+
+    return hulls
+
+
+def sweep_hulls(correct: np.ndarray, costs: np.ndarray) -> Callable[[np.ndarray], Hulls]:
+    """A K-model rule's operating points on each resample, as hull candidates.
+
+    Args:
+        correct: ``(n, points)`` whether the model answering each query at each of the
+            rule's operating points is right.
+        costs: ``(n, points)`` what that call costs.
+    """
+    correct, costs = np.asarray(correct, dtype=np.float64), np.asarray(costs, dtype=np.float64)
+
+    def hulls(weights: np.ndarray) -> Hulls:
+        total = weights.sum(axis=1, keepdims=True)
+        return curve_hulls((weights @ costs) / total, (weights @ correct) / total)
+
+    return hulls
+
+
 def rule_verdict(diff: Mapping[str, Any]) -> str:
     """How a paired router-minus-rule interval (``{"value", "ci"}``) reads."""
     low, high = diff["ci"]
@@ -553,10 +575,10 @@ def rule_verdict(diff: Mapping[str, Any]) -> str:
 def compare_with_rule(
     data: TraceDataset,
     routers: Mapping[str, Any],
-    rule_scores: Any,
+    rule: Any,
     *,
-    weak: str,
-    strong: str,
+    weak: str | None = None,
+    strong: str | None = None,
     costs: Any = None,
     router_costs: Mapping[str, Any] | None = None,
     split_by: str = "query",
@@ -564,21 +586,26 @@ def compare_with_rule(
     confidence: float = 0.95,
     seed: int = 0,
 ) -> dict[str, dict[str, Any]]:
-    """Each router's accuracy minus a score rule's threshold curve at the router's cost.
+    """Each router's accuracy minus a rule's curve at the router's cost, paired.
 
     The rule's curve is read on the same resamples, at the router's cost per query on
     each (:class:`RuleAtCost`): the paired difference "router minus the rule at equal
     cost", as :func:`compare_with_random` pairs a router with random routing at equal
     cost. With the ``seed`` and ``split_by`` of :func:`score_table`, the resamples are
-    its resamples; where a table has the rule's curve, ``score_table(..., rule=)`` gives
-    the same numbers without drawing the resamples and the rule's curve again.
+    its resamples; where a table has a two-model rule's curve,
+    ``score_table(..., rule=)`` gives the same numbers without drawing the resamples and
+    the rule's curve again.
 
     Args:
-        data: The test queries (two models, ``weak`` and ``strong``).
+        data: The test queries.
         routers: Name -> decisions (see :func:`routing_probabilities`).
-        rule_scores: ``(n,)`` the rule's score of each query (higher: strong).
-        weak: The weak model.
-        strong: The strong model.
+        rule: ``(n,)`` a two-model rule's score of each query (higher: ``strong``): its
+            threshold curve between ``weak`` and ``strong``; or ``(n, points)`` integer
+            column indices of ``data``: the model answering each query at each of a
+            K-model rule's operating points (its ``lam`` sweep,
+            :class:`~agents.routers.rule.RuleMultiRouter`).
+        weak: The weak model (a two-model rule's).
+        strong: The strong model (a two-model rule's).
         costs: ``(n, m)`` cost of each call (default :func:`call_costs`): the rule's.
         router_costs: Name -> ``(n, m)`` costs of that router's calls where they differ.
         split_by: ``"query"`` resamples queries; ``"group"`` whole groups.
@@ -593,25 +620,33 @@ def compare_with_rule(
     check_bootstrap_args(n_resamples, confidence)
     c = call_costs(data, costs)
     own = dict(router_costs or {})
-    cols = [data.model_index(weak), data.model_index(strong)]
-    accumulator = _rule_at_cost(
-        data, {name: routing_probabilities(d, data.n_queries, data.n_models)
-               for name, d in routers.items()},
-        {name: call_costs(data, own[name]) if name in own else c for name in routers},
-        np.asarray(rule_scores), c[:, cols], cols)
+    probs = {name: routing_probabilities(d, data.n_queries, data.n_models)
+             for name, d in routers.items()}
+    paid = {name: call_costs(data, own[name]) if name in own else c for name in routers}
+    points = np.asarray(rule)
+    if points.ndim == 2:  # a K-model rule's operating points
+        if (points.shape[0] != data.n_queries or points.size == 0
+                or not np.issubdtype(points.dtype, np.integer) or points.min() < 0
+                or points.max() >= data.n_models):
+            raise ValueError(f"rule: expected ({data.n_queries}, points) model indices in "
+                             f"[0, {data.n_models}), got {points.dtype} {points.shape}")
+        rows = np.arange(data.n_queries)[:, None]
+        accumulator = _rule_at_cost(data, probs, paid, sweep_hulls(
+            data.correct[rows, points], c[rows, points]))
+    else:
+        if weak is None or strong is None:
+            raise ValueError("weak, strong: a two-model rule's scores need both models' "
+                             f"names, got {weak!r} and {strong!r}")
+        cols = [data.model_index(weak), data.model_index(strong)]
+        accumulator = _rule_at_cost(data, probs, paid, threshold_hulls(
+            points, data.correct[:, cols], c[:, cols]))
     codes = cluster_codes(resample_clusters(data, split_by), data.n_queries)
     return run([accumulator], data.n_queries, codes, n_resamples, confidence, seed)[0]
 
 
 def _rule_at_cost(data: TraceDataset, probs: Mapping[str, np.ndarray],
-                  paid: Mapping[str, np.ndarray], rule_scores: np.ndarray,
-                  rule_costs: np.ndarray, cols: list[int],
-                  hulls: Callable[[np.ndarray], Hulls] | None = None) -> RuleAtCost:
-    """:class:`RuleAtCost` of routers (probabilities, costs of their calls) and a rule.
-
-    ``rule_costs``: ``(n, 2)`` the rule's weak and strong calls' costs; ``cols``: the weak
-    and the strong model's indices.
-    """
-    return RuleAtCost(rule_scores, data.correct[:, cols], rule_costs, {
-        name: ((p * data.correct).sum(axis=1), (p * paid[name]).sum(axis=1))
-        for name, p in probs.items()}, hulls)
+                  paid: Mapping[str, np.ndarray], hulls: Callable[[np.ndarray], Hulls]
+                  ) -> RuleAtCost:
+    """:class:`RuleAtCost` of routers (probabilities, costs of their calls), a rule's curve."""
+    return RuleAtCost({name: ((p * data.correct).sum(axis=1), (p * paid[name]).sum(axis=1))
+                       for name, p in probs.items()}, hulls)

@@ -14,7 +14,9 @@ What ``cost-envs route`` prints (:mod:`agents.cli.route`), as numbers and as Mar
   and AIQ (of the ``lam`` sweep), the model shares, the same two references (random
   routing at the router's model shares, and on the single models' frontier at its cost
   per query, matched within each resample), each model, the oracle, and the router minus
-  each reference (paired).
+  each reference (paired); beside a learned router, the best training-free rule over the
+  same models (:class:`~agents.routers.rule.RuleMultiRouter`) and the router's accuracy
+  minus the rule's at the same cost (paired), as the two-model table has it.
 
 :func:`calibration_drift` says how far the held-out share or cost landed from the
 calibration's target.
@@ -29,6 +31,7 @@ import numpy as np
 
 from agents.routers.evaluation import (
     compare_with_random,
+    compare_with_rule,
     oracle_routing,
     rule_verdict,
     score_routings,
@@ -210,15 +213,28 @@ def clean(value: Any) -> Any:
 
 
 def multi_report(test: TraceDataset, router: Any, lam: float, costs: np.ndarray, *,
-                 split_by: str, n_resamples: int, seed: int) -> dict[str, Any]:
-    """The K-model table's numbers on ``test`` (columns in the router's model order)."""
+                 split_by: str, n_resamples: int, seed: int,
+                 rule: tuple[Any, float] | None = None) -> dict[str, Any]:
+    """The K-model table's numbers on ``test`` (columns in the router's model order).
+
+    ``rule``: ``(router, lam)`` of the best training-free rule over the same models
+    (:class:`~agents.routers.rule.RuleMultiRouter`) fitted and calibrated on the router's
+    training split. It adds the rule's row (at its ``lam``; AIQ of its own sweep) and the
+    router's accuracy minus the rule's at the same cost, paired
+    (:func:`~agents.routers.evaluation.compare_with_rule`: the rule's ``lam`` sweep on
+    ``test`` read at the router's cost per query on each resample, the resamples of the
+    other columns), with ``"verdict_vs_rule"``: beats, loses or not resolved.
+    """
     decisions = router.route(test, lam)
     kw: dict[str, Any] = {"split_by": split_by, "n_resamples": n_resamples, "seed": seed}
     mine = compare_with_random(test, {"router": decisions}, costs, **kw)["router"]
     routings = {f"only {m}": single_model(test, m) for m in test.models}
     routings["oracle"] = oracle_routing(test, costs)
+    sweeps = {"router": router.sweep(test)}
+    if rule is not None:
+        routings[RULE], sweeps[RULE] = rule[0].route(test, rule[1]), rule[0].sweep(test)
     points = score_routings(test, routings, costs, **kw)
-    curves = sweep_metrics(test, {"router": router.sweep(test)}, costs, **kw)
+    curves = sweep_metrics(test, sweeps, costs, **kw)
     metrics = ("accuracy", "cost_per_query")
     rows: dict[str, dict[str, Any]] = {
         "router": {**{k: mine[k] for k in metrics}, "model_share": mine["model_share"],
@@ -230,14 +246,23 @@ def multi_report(test: TraceDataset, router: Any, lam: float, costs: np.ndarray,
                    "aiq": {k: curves[SINGLE_MODELS][k] for k in ("value", "ci")}}}
     for name in routings:
         rows[name] = {**{k: points[name][k] for k in metrics},
-                      "model_share": points[name]["model_share"], "aiq": None}
+                      "model_share": points[name]["model_share"],
+                      "aiq": {k: curves[RULE][k] for k in ("value", "ci")} if name == RULE
+                      else None}
     minus = {k: mine["minus_random_at_cost"][k] for k in metrics}
     minus["aiq"] = curves["router"][f"minus_{SINGLE_MODELS}"]
-    return {"queries": test.n_queries, "resampled": mine["resampled"],
-            "units": mine["units"], "n_resamples": n_resamples, "seed": seed,
-            "lam": lam, "aiq_cost_range": curves["router"]["cost_range"], "rows": rows,
-            "router_minus_random": {k: mine["minus_random_at_share"][k] for k in metrics},
-            "router_minus_frontier": minus}
+    report = {"queries": test.n_queries, "resampled": mine["resampled"],
+              "units": mine["units"], "n_resamples": n_resamples, "seed": seed,
+              "lam": lam, "aiq_cost_range": curves["router"]["cost_range"], "rows": rows,
+              "router_minus_random": {k: mine["minus_random_at_share"][k] for k in metrics},
+              "router_minus_frontier": minus}
+    if rule is not None:
+        versus = compare_with_rule(test, {"router": decisions}, sweeps[RULE], costs=costs,
+                                   **kw)["router"]
+        report.update(rule_lam=rule[1], rule_label=rule[0].label,
+                      router_minus_rule_at_cost=versus,
+                      verdict_vs_rule=rule_verdict(versus["accuracy"]))
+    return report
 
 
 def format_multi(report: dict[str, Any], router_label: str) -> str:
@@ -245,14 +270,19 @@ def format_multi(report: dict[str, Any], router_label: str) -> str:
     header = ["Routing", *(title for _, title in MULTI_METRICS), "Model shares"]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * len(header)) + "|"]
     labels = {"router": router_label, RANDOM: "random at the same model shares",
-              FRONTIER: "random on the single models' frontier at the same cost"}
+              FRONTIER: "random on the single models' frontier at the same cost",
+              RULE: report.get("rule_label", RULE)}
     for name, row in report["rows"].items():
         shares = ", ".join(f"{m} {p:.0%}" for m, p in row["model_share"].items() if p > 0)
         lines.append("| " + " | ".join([labels.get(name, name),
                                         *(cell(row.get(k), k) for k, _ in MULTI_METRICS),
                                         shares]) + " |")
-    for key, what in (("router_minus_frontier", "frontier at the same cost"),
-                      ("router_minus_random", "random at the same model shares")):
+    versus = [("router_minus_frontier", "frontier at the same cost"),
+              ("router_minus_random", "random at the same model shares")]
+    if "router_minus_rule_at_cost" in report:  # accuracy at the same cost, paired
+        versus.append(("router_minus_rule_at_cost", "best rule at the same cost: "
+                       + report["verdict_vs_rule"]))
+    for key, what in versus:
         minus = report[key]
         lines.append("| " + " | ".join([f"{router_label} - {what} (paired)",
                                         *(cell(minus.get(k), k) for k, _ in MULTI_METRICS),
