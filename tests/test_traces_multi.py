@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 
 from agents.routers import SINGLE_MODELS
-from agents.routers.evaluation import call_costs
+from agents.routers.evaluation import call_costs, rule_verdict
 from cost_envs.traces import TraceDataset
 from experiments.traces.heldout import Protocol, splits_of
 from experiments.traces.multi import (
     HALFWAY,
     MULTI_ROWS,
+    RULE_ROW,
     TARGETS,
     _out_of_fold,
     evaluate_multi,
@@ -92,6 +93,16 @@ def test_the_block_says_the_logs_have_two_models_and_reports_skips() -> None:
     assert text.count("| Crafted (150 queries, 10 groups resampled) |") == len(MULTI_ROWS)
     assert "| Elsewhere | skipped: x not found |" in text
     assert "l2 chosen per training fold" in text
+    # the best training-free rule's row, and every learned row against it at its cost
+    rule = result["rows"][RULE_ROW]
+    assert len(rule["rule_members"]) == 5 and "minus_rule_at_cost" not in rule
+    assert rule["label"].startswith("best training-free rule (chosen on ")
+    assert f"| {rule['label']} |" in text and "accuracy - best rule at the same cost" in text
+    for name, row in result["rows"].items():
+        if name != RULE_ROW:
+            diff = row["minus_rule_at_cost"]["accuracy"]
+            assert row["verdict_vs_rule"] == rule_verdict(diff)
+            assert f"{row['verdict_vs_rule']}: {diff['value']:.3f}" in text
 
 
 @pytest.mark.parametrize("protocol", [Protocol("query", None, "half split")])

@@ -7,7 +7,10 @@ each training fold, with its ``l2`` at the default (``multi-logistic``) or chose
 folds of that training fold only (``multi-logistic (cv)``,
 :func:`agents.routers.cross_validate`); beside it the same with each call priced per
 query (``multi-priced``) and Avengers-Pro's cluster routing over K models
-(``multi-cluster``, :class:`~agents.routers.cluster.ClusterMultiRouter`). Its operating
+(``multi-cluster``, :class:`~agents.routers.cluster.ClusterMultiRouter`), and the best
+training-free rule over K models (``multi-rule``,
+:class:`~agents.routers.rule.RuleMultiRouter`: prompt-length bands up the training
+frontier of the models, its direction chosen on each training fold). Its operating
 points are fixed on the training fold too: for each target cost per query of
 :data:`TARGETS` (fractions of the way from the cheapest to the dearest model's mean
 training cost) ``lam`` is calibrated on the training queries
@@ -22,7 +25,12 @@ pooled out-of-fold decisions (every query held out once) give:
   (:func:`agents.routers.evaluation.compare_with_random`, exact, paired): random
   routing at the router's own share of calls to each model, and random routing on the
   single models' frontier at the router's own cost per query, both matched to the router
-  within each resample.
+  within each resample;
+* each learned row's accuracy at the halfway target minus the rule's at the same cost,
+  paired (:func:`agents.routers.evaluation.compare_with_rule`: the rule's pooled held-out
+  operating points, one per target, reduced to their non-decreasing convex hull and read
+  at the row's cost per query on each resample), with a verdict: beats, loses or not
+  resolved.
 
 Intervals resample whole groups when the split is by group. **No shipped log has more
 than two models**, so here a K-model router chooses between two: its AIQ is compared
@@ -45,28 +53,50 @@ from agents.routers import (
     sweep_metrics,
 )
 from agents.routers.base import take
-from agents.routers.evaluation import call_costs, compare_with_random
+from agents.routers.evaluation import (
+    call_costs,
+    compare_with_random,
+    compare_with_rule,
+    rule_verdict,
+)
+from agents.routers.rule import RuleMultiRouter
 from cost_envs.traces import TraceDataset
-from experiments.traces.heldout import CV_FOLDS, Protocol, _fmt, splits_of, verdict
+from experiments.traces.heldout import (
+    CV_FOLDS,
+    Protocol,
+    _fmt,
+    _minus_rule_cell,
+    rule_label,
+    splits_of,
+    verdict,
+)
 
 #: Target costs per query, as fractions from the cheapest to the dearest model's mean
 #: training cost; each is calibrated to a ``lam`` on the training fold.
 TARGETS = tuple(np.round(np.linspace(0.0, 1.0, 21), 2).tolist())
 #: The target of the single operating point reported (``route train``'s default).
 HALFWAY = 0.5
+#: The row of the best training-free rule over K models (:mod:`agents.routers.rule`).
+RULE_ROW = "multi-rule"
 #: The K-model rows: name -> (router kind, inner CV folds; ``None``: the default ``l2``).
 MULTI_ROWS: dict[str, tuple[str, int | None]] = {
     "multi-logistic": ("multi-logistic", None),
     "multi-logistic (cv)": ("multi-logistic", CV_FOLDS),
     "multi-priced": ("multi-priced", None),
     # Avengers-Pro's cluster routing over K models (issue #39), its default k = 8
-    "multi-cluster": ("multi-cluster", None)}
+    "multi-cluster": ("multi-cluster", None),
+    # the best training-free rule over K models (issue #39), every learned row's bar
+    RULE_ROW: ("multi-rule", None)}
 
 
 def _out_of_fold(data: TraceDataset, splits: list[tuple[np.ndarray, np.ndarray]],
-                 costs: np.ndarray, kind: str, cv: int | None, split_by: str
+                 costs: np.ndarray, kind: str, cv: int | None, split_by: str,
+                 members: list[str] | None = None,
                  ) -> tuple[np.ndarray, list[dict[str, Any]], list[float]]:
-    """``(n, len(TARGETS))`` held-out decisions, each fold's CV choice and halfway lam."""
+    """``(n, len(TARGETS))`` held-out decisions, each fold's CV choice and halfway lam.
+
+    A training-free rule's member chosen on each training fold is appended to ``members``.
+    """
     decisions = np.zeros((data.n_queries, len(TARGETS)), dtype=np.int64)
     probe = make_router(kind, *data.models)
     inputs = probe.inputs(data)  # per query: computed once
@@ -84,6 +114,8 @@ def _out_of_fold(data: TraceDataset, splits: list[tuple[np.ndarray, np.ndarray]]
             chosen.append(choice.as_json())
         router = make_router(kind, *data.models, **settings).fit_inputs(
             take(inputs, train), data.correct[train], take(fit_costs, train))
+        if members is not None and isinstance(router, RuleMultiRouter):
+            members.append(router.member)
         grid = router.lams_inputs(take(inputs, train))
         swept = cols[router.sweep_inputs(take(inputs, train), grid)]
         mean = costs[train].mean(axis=0)
@@ -114,8 +146,12 @@ def evaluate_multi(data: TraceDataset, protocol: Protocol, n_resamples: int, see
         "split_by": protocol.split_by, "held_out": test.n_queries,
         "targets": list(TARGETS), "halfway": HALFWAY, "rows": {},
     }
+    halfway: dict[str, np.ndarray] = {}  # each learned row's halfway decisions
+    rule: np.ndarray | None = None  # the rule's held-out decisions at every target
     for name, (kind, cv) in MULTI_ROWS.items():
-        decisions, chosen, lams = _out_of_fold(data, splits, c, kind, cv, protocol.split_by)
+        members: list[str] = []
+        decisions, chosen, lams = _out_of_fold(data, splits, c, kind, cv, protocol.split_by,
+                                               members)
         d = decisions[held]
         curves = sweep_metrics(test, {name: d}, c[held], **kw)
         at = d[:, TARGETS.index(HALFWAY)]
@@ -137,7 +173,17 @@ def evaluate_multi(data: TraceDataset, protocol: Protocol, n_resamples: int, see
             "verdict_at_cost": verdict(references["minus_random_at_cost"]["accuracy"]),
             "halfway_lam": lams, **({"cv": chosen} if chosen else {}),
         }
+        if members:
+            out["rows"][name].update(rule_members=members, label=rule_label(members))
+            rule = d
+        else:
+            halfway[name] = at
         out["resampled"], out["units"] = point["resampled"], point["units"]
+    if rule is not None and halfway:  # every learned row beside the rule, on one draw
+        versus = compare_with_rule(test, halfway, rule, costs=c[held], **kw)
+        for name, diff in versus.items():
+            out["rows"][name].update(minus_rule_at_cost=diff,
+                                     verdict_vs_rule=rule_verdict(diff["accuracy"]))
     return out
 
 
@@ -163,28 +209,42 @@ def markdown(results: Mapping[str, Any]) -> list[str]:
              "is compared with the two-model table's references: random routing at its own "
              "share of calls to each model and on the single models' frontier at its own "
              "cost per query, both matched within each resample; the accuracy columns are "
-             "the halfway point's, the same-cost one first.", "",
+             "the halfway point's, the same-cost one first. The best training-free rule's "
+             "row (`multi-rule`, `agents/routers/rule.py`: each prompt routed up the "
+             "training frontier of the models by its length, shortest or longest first as "
+             "each training fold's lam sweep scores better; with two models, the two-model "
+             "rule's threshold curve) is calibrated as the others; the best-rule column is "
+             "each learned row's accuracy minus the rule's at the same cost, paired: the "
+             "rule's pooled held-out operating points (its "
+             f"{len(TARGETS)} calibrated targets), on the same resamples, reduced to their "
+             "non-decreasing convex hull and read at the router's cost per query on each "
+             "resample (beats / loses: the interval is above / below 0; not resolved: it "
+             "holds 0).", "",
              "| Data (held out) | Router | accuracy - random at the same cost (paired) | "
+             "accuracy - best rule at the same cost (paired) | "
              "accuracy - random at the same shares (paired) | halfway: accuracy | "
              "cost / 1k queries | AIQ | AIQ - single models (paired) |",
-             "|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|"]
     verdicts = []
     for title, r in results.items():
         if "skipped" in r:
-            lines.append(f"| {title} | skipped: {r['skipped']} | | | | | | |")
+            lines.append(f"| {title} | skipped: {r['skipped']} | | | | | | | |")
             continue
         for name, e in r["rows"].items():
             h = e["halfway"]
             lines.append(
                 f"| {title} ({r['held_out']} queries, {r['units']} "
                 f"{'groups' if r['resampled'] == 'clusters' else 'queries'} resampled) | "
-                f"{name} | {_fmt(h['minus_frontier']['accuracy'])} | "
+                f"{e.get('label', name)} | {_fmt(h['minus_frontier']['accuracy'])} | "
+                f"{_minus_rule_cell(e)} | "
                 f"{_fmt(h['minus_random']['accuracy'])} | {_fmt(h['accuracy'])} | "
                 f"{_fmt(h['cost_per_query'], 1000, 4)} | {_fmt(e['aiq'])} | "
                 f"{_fmt(e['aiq'][f'minus_{SINGLE_MODELS}'])} |")
             reads = e["verdict"].replace("random", "the single models")
+            versus = ("" if "verdict_vs_rule" not in e else
+                      f"; against the best rule at the same cost, {e['verdict_vs_rule']}")
             verdicts.append(f"{title}, {name}: at the same cost (halfway), "
-                            f"{e['verdict_at_cost']}; AIQ {reads}")
+                            f"{e['verdict_at_cost']}{versus}; AIQ {reads}")
             if e.get("cv"):
                 values = ", ".join(f"{x['value']:g}" for x in e["cv"])
                 verdicts[-1] += f" (l2 chosen per training fold: {values})"
