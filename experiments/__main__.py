@@ -10,9 +10,16 @@ is checked writable before any work starts. Without ``--out`` a smoke run writes
 ignores: its numbers are plumbing, never results.
 Progress lines go to stderr as the work goes.
 
+Every experiment runs its independent units (env x row x seed) through one scheduler
+(:mod:`experiments.shared.scheduler`): in ``--jobs`` local processes, or as Ray tasks on
+the cluster at ``--address`` (``auto``, ``ray://HOST:10001``; probed first: an address
+nobody answers at is one line within seconds), with the same results either way. Each
+unit is kept as it finishes (in ``--out``/kept_units until the experiment's files are
+written), so the same command after an interruption or a lost worker runs only what is
+missing; a unit that fails is reported with its traceback once the others have finished.
+
 ``tune`` (not part of ``all``) runs the equal-budget sweeps of :mod:`experiments.tune` on
-Ray Tune, locally or on the cluster at ``--address`` (probed first: an address nobody
-answers at is one line within seconds), and writes the chosen configurations into
+Ray Tune, locally or on the cluster at ``--address``, and writes the chosen configurations into
 ``--out`` (default ``experiments/tuned``); ``--methods ppo,lora`` runs some of them.
 Ray Tune's own files stay in ``--out``/ray_results, and running the same command again
 after an interruption resumes the sweeps from them. It needs the ``tune`` extra
@@ -45,7 +52,9 @@ from typing import Any, NoReturn
 
 from agents.files import write_files_atomic
 from cost_envs.config import suggestion
+from experiments.shared.cluster import probe
 from experiments.shared.common import check_writable, machine
+from experiments.shared.scheduler import UnitsFailedError
 
 PROG = "python -m experiments"
 REPO = Path(__file__).resolve().parents[1]
@@ -64,7 +73,7 @@ EXPERIMENTS = ("lora_ppo", "corl", "bopo", "traces", "rules")
 #: The routing experiments whose wall times ``routing.md`` records.
 ROUTING = ("corl", "bopo", "traces")
 #: Run on request only, never by ``all`` (which ends with the aggregates of its tables).
-ON_REQUEST = ("tune", "aggregates", "multitenant", "budgets", "memory")
+ON_REQUEST = ("tune", "aggregates", "multitenant", "budgets", "memory", "converged")
 #: The methods ``tune --methods`` chooses from: those of ``experiments.tune.methods.SWEEPS``
 #: in its order, named here so that a mistyped one is refused before torch and SB3 are
 #: imported (it took 37 s); ``tests/test_cli_reliability.py`` keeps the two the same.
@@ -83,14 +92,17 @@ multitenant (not part of all): tenants x capacity on one pool; default ~2 minute
   5 seeds x 40k tenant-steps, --jobs processes) into multitenant_full.*
 budgets (not part of all): learning curves of the learned rows to where they stop
   improving (ToolBench-v0; default 1M steps x 5 seeds x 4 rows, about 2 h on 2 cores)
+converged (not part of all): FlightPlanner-v1's learned rows at their converged budget
+  on 10,000 tasks (default 16 runs of 17-24 minutes; full runs default)
 memory (not part of all): RecurrentPPO against PPO at the same settings on FlightPlanner
   v0 and v1; default 8,192 steps x 5 seeds, about 8 CPU-minutes (ToolBench-v0 too:
   python -m experiments.memory --envs)
 tune (not part of all): equal-budget sweeps on Ray Tune + Optuna, written to
   experiments/tuned; smoke 2 trials x 2048 steps, default 12 x 20480, full 32 x 3 x 61440;
-  --address auto or ray://HOST:10001 runs them on an existing Ray cluster, --methods
-  ppo,lora some of them; Ray Tune's files stay in OUT/ray_results, from which the same
-  command resumes an interrupted run
+  --methods ppo,lora some of them; Ray Tune's files stay in OUT/ray_results, from which
+  the same command resumes an interrupted run
+--address auto or ray://HOST:10001 (every experiment): run the units as Ray tasks on
+  that cluster (every node needs cost-envs installed); the results are those of --jobs
 """
 
 
@@ -159,12 +171,13 @@ def build_parser() -> argparse.ArgumentParser:
                              "the smoke scale; tune: experiments/tuned, at smoke "
                              "benchmarks/results/smoke/tuned)")
     parser.add_argument("--jobs", type=_positive_int, default=None,
-                        help="worker processes of lora_ppo, corl and bopo, concurrent "
-                             "trials of tune (default: 2; corl and bopo smoke: 1)")
+                        help="local worker processes, concurrent trials of tune (default: "
+                             "2; corl and bopo smoke: 1); with --address local, the "
+                             "one-machine Ray cluster's CPUs")
     parser.add_argument("--address", default=None,
-                        help="tune only: the Ray cluster to run on, passed to "
+                        help="the Ray cluster to run the units on, passed to "
                              "ray.init(address=...), e.g. auto or ray://HOST:10001 "
-                             "(default: start Ray on this machine)")
+                             "(default: local processes; tune: start Ray on this machine)")
     parser.add_argument("--methods", type=_names, default=None,
                         help="tune only: comma-separated methods to sweep, e.g. ppo,lora "
                              "(default: every sweep of experiments.tune.methods.SWEEPS)")
@@ -188,40 +201,44 @@ class Progress:
 
 
 def _routing_scale(scale: str) -> str:
-    """The scale traces and rules run: they have no ``full`` scale and run ``default``."""
+    """The scale traces, rules and converged run: no ``full`` scale, they run ``default``."""
     return "default" if scale == "full" else scale
 
 
 def _run_lora_ppo(args: argparse.Namespace, log: Callable[[str], None]) -> None:
     from experiments.lora_ppo import runner as lora_ppo
 
-    for path in lora_ppo.report(args.out, args.scale, jobs=args.jobs or 2, log=log):
+    for path in lora_ppo.report(args.out, args.scale, jobs=args.jobs or 2, log=log,
+                                address=args.address):
         log(f"lora_ppo: wrote {path}")
 
 
 def _run_corl(args: argparse.Namespace, log: Callable[[str], None]) -> None:
     from experiments.corl import runner as corl
 
-    corl.report(args.out, args.scale, log=log, jobs=args.jobs)
+    corl.report(args.out, args.scale, log=log, jobs=args.jobs, address=args.address)
 
 
 def _run_bopo(args: argparse.Namespace, log: Callable[[str], None]) -> None:
     from experiments.bopo import runner as bopo
 
     bopo.report(args.out, args.scale, log=lambda m: log(f"bopo: {m}"),
-                jobs=args.jobs)
+                jobs=args.jobs, address=args.address)
 
 
 def _run_traces(args: argparse.Namespace, log: Callable[[str], None]) -> None:
     from experiments.traces import runner as traces
 
+    if args.address is not None:
+        log("traces: runs in this process (its routers are fitted one after another)")
     traces.report(args.out, _routing_scale(args.scale), args.data)
 
 
 def _run_rules(args: argparse.Namespace, log: Callable[[str], None]) -> None:
     from experiments.rules import runner as rules
 
-    rules.report(args.out, _routing_scale(args.scale), jobs=args.jobs or 2, log=log)
+    rules.report(args.out, _routing_scale(args.scale), jobs=args.jobs or 2, log=log,
+                 address=args.address)
 
 
 def _run_aggregates(args: argparse.Namespace, log: Callable[[str], None]) -> None:
@@ -235,21 +252,33 @@ def _run_aggregates(args: argparse.Namespace, log: Callable[[str], None]) -> Non
 def _run_multitenant(args: argparse.Namespace, log: Callable[[str], None]) -> None:
     from experiments.multitenant import runner as multitenant
 
-    for path in multitenant.report(args.out, args.scale, log=log, jobs=args.jobs or 2):
+    for path in multitenant.report(args.out, args.scale, log=log, jobs=args.jobs or 2,
+                                   address=args.address):
         log(f"multitenant: wrote {path}")
 
 
 def _run_budgets(args: argparse.Namespace, log: Callable[[str], None]) -> None:
     from experiments.budgets import runner as budgets
 
-    for path in budgets.report(args.out, args.scale, jobs=args.jobs or 2, log=log):
+    for path in budgets.report(args.out, args.scale, jobs=args.jobs or 2, log=log,
+                               address=args.address):
         log(f"budgets: wrote {path}")
+
+
+def _run_converged(args: argparse.Namespace, log: Callable[[str], None]) -> None:
+    from experiments.converged import runner as converged
+
+    for path in converged.report(args.out, _routing_scale(args.scale), jobs=args.jobs or 2,
+                                 log=log,
+                                 address=args.address):
+        log(f"converged: wrote {path}")
 
 
 def _run_memory(args: argparse.Namespace, log: Callable[[str], None]) -> None:
     from experiments.memory import runner as memory
 
-    for path in memory.report(args.out, args.scale, jobs=args.jobs or 2, log=log):
+    for path in memory.report(args.out, args.scale, jobs=args.jobs or 2, log=log,
+                              address=args.address):
         log(f"memory: wrote {path}")
 
 
@@ -264,7 +293,8 @@ def _run_tune(args: argparse.Namespace, log: Callable[[str], None]) -> None:
 RUNNERS: dict[str, Callable[[argparse.Namespace, Callable[[str], None]], None]] = {
     "lora_ppo": _run_lora_ppo, "corl": _run_corl, "bopo": _run_bopo, "traces": _run_traces,
     "rules": _run_rules, "aggregates": _run_aggregates, "tune": _run_tune,
-    "multitenant": _run_multitenant, "budgets": _run_budgets, "memory": _run_memory}
+    "multitenant": _run_multitenant, "budgets": _run_budgets, "memory": _run_memory,
+    "converged": _run_converged}
 
 
 def routing_record(scale: str, timings: Sequence[tuple[str, str]]) -> str:
@@ -367,8 +397,6 @@ def check_tune(args: argparse.Namespace) -> None:
         ValueError: An unknown method or a malformed address (one line).
         ConnectionError: Nothing answers at ``--address`` within seconds (one line).
     """
-    from experiments.tune.address import probe
-
     if args.methods is not None:  # by name first: before the probe and torch (it took 37 s)
         unknown = [name for name in args.methods if name not in TUNE_METHODS]
         if unknown:
@@ -410,14 +438,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.address is not None and args.experiment != "tune":
-        parser.error("--address: only tune runs on Ray")
+    if args.address is not None and args.experiment == "aggregates":
+        parser.error("--address: aggregates reads files and runs nothing on Ray")
     if args.methods is not None and args.experiment != "tune":
         parser.error("--methods: only tune takes it (it chooses the sweeps)")
     try:
         check_data(args)
         if args.experiment == "tune":
             check_tune(args)
+        else:
+            probe(args.address)
     except (ValueError, ConnectionError) as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
         return 2 if isinstance(error, ValueError) else 1
@@ -435,11 +465,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         run(args, log)
         status = 0
     except KeyboardInterrupt:
-        resume = " (run the same command again to resume the sweeps)" if (
-            args.experiment == "tune") else ""
-        print(f"{PROG}: interrupted; the running experiment wrote nothing{resume}",
-              file=sys.stderr)
+        print(f"{PROG}: interrupted; the running experiment wrote no report, its finished "
+              "units are kept (run the same command again to resume)", file=sys.stderr)
         status = 130
+    except UnitsFailedError as error:  # each failure's traceback, the others finished
+        print(f"{PROG}: error: {error}", file=sys.stderr)
+        status = 1
     except ValueError as error:  # bad input (e.g. nothing to aggregate): one line, no trace
         print(f"{PROG}: error: {error}", file=sys.stderr)
         status = 2

@@ -256,7 +256,8 @@ def test_help_says_what_full_means(capsys) -> None:
     text = " ".join(capsys.readouterr().out.split())
     assert "full the converged budgets" in text
     assert "traces and rules have no larger scale and run `default`" in text
-    assert ("{lora_ppo,corl,bopo,traces,rules,all,tune,aggregates,multitenant,budgets,memory}"
+    assert ("{lora_ppo,corl,bopo,traces,rules,all,tune,aggregates,multitenant,budgets,memory,"
+            "converged}"
             in text)
     assert "multitenant (not part of all): tenants x capacity on one pool" in text
     assert "tune (not part of all): equal-budget sweeps on Ray Tune + Optuna" in text

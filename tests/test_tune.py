@@ -22,7 +22,7 @@ from agents.seeds import (
     VALIDATION_TASK_SEED,
 )
 from experiments import __main__ as command
-from experiments.tune import address as tune_address
+from experiments.shared import cluster
 from experiments.tune import methods
 from experiments.tune import runner as tune
 
@@ -133,11 +133,11 @@ def test_address_defaults_to_local_and_parses_both_cluster_forms() -> None:
         assert parser.parse_args(["tune", "--address", address]).address == address
 
 
-def test_address_is_refused_outside_tune(capsys: pytest.CaptureFixture[str]) -> None:
+def test_address_is_refused_where_nothing_runs(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        command.main(["corl", "--address", "auto"])
+        command.main(["aggregates", "--address", "auto"])
     assert exit_info.value.code == 2
-    assert "--address: only tune runs on Ray" in capsys.readouterr().err
+    assert "--address: aggregates reads files and runs nothing on Ray" in capsys.readouterr().err
 
 
 class _ConnectedError(Exception):
@@ -164,7 +164,7 @@ def test_the_address_reaches_ray_init_unchanged(address: str | None, tmp_path: P
 
     monkeypatch.setattr(ray, "init", fake_init)
     probed: list[tuple[Any, ...]] = []
-    monkeypatch.setattr(tune_address.socket, "create_connection",  # the probe passes
+    monkeypatch.setattr(cluster.socket, "create_connection",  # the probe passes
                         lambda *args, **kwargs: probed.append(args) or _Closable())
     argv = ["tune", "--out", str(tmp_path)] + ([] if address is None else
                                               ["--address", address])
@@ -177,7 +177,7 @@ def test_the_address_reaches_ray_init_unchanged(address: str | None, tmp_path: P
         assert kwargs == {"num_cpus": 2, "include_dashboard": False, "log_to_driver": False}
     else:  # the address as given; only this package is shipped along
         assert kwargs == {"address": address, "runtime_env": {
-            "py_modules": [str(REPO / "experiments")]}}
+            "py_modules": [str(REPO / "experiments")], "env_vars": cluster.WORKER_ENV}}
     assert list(tmp_path.iterdir()) == []  # nothing written
 
 
@@ -254,10 +254,10 @@ def test_an_unreachable_cluster_is_one_line_at_once_and_leaves_nothing(address: 
 
 @pytest.mark.parametrize(("address", "endpoint"), [
     ("auto", None), ("local", None), ("ray://HOST:10001", ("host", 10001)),
-    ("ray://head", ("head", tune_address.CLIENT_PORT)), ("10.0.0.5:6379", ("10.0.0.5", 6379)),
+    ("ray://head", ("head", cluster.CLIENT_PORT)), ("10.0.0.5:6379", ("10.0.0.5", 6379)),
     ("ray://[::1]:10001", ("::1", 10001))])
 def test_the_address_forms_ray_takes_name_their_endpoint(address: str, endpoint) -> None:
-    assert tune_address.endpoint(address) == endpoint
+    assert cluster.endpoint(address) == endpoint
 
 
 @pytest.mark.parametrize("address", ["http://HOST:8265", "HOST", "HOST:port", "ray://HOST:",
@@ -265,7 +265,7 @@ def test_the_address_forms_ray_takes_name_their_endpoint(address: str, endpoint)
 def test_a_malformed_address_is_one_line_naming_the_forms(address: str, tmp_path: Path,
                                                           capsys) -> None:
     with pytest.raises(ValueError, match="expected auto, local, HOST:PORT or ray://HOST"):
-        tune_address.endpoint(address)
+        cluster.endpoint(address)
     out = tmp_path / "tuned"
     assert command.main(["tune", "--address", address, "--out", str(out)]) == 2
     assert len(capsys.readouterr().err.splitlines()) == 1 and not out.exists()
@@ -276,11 +276,11 @@ def test_the_probe_is_bounded_even_when_connecting_hangs(monkeypatch) -> None:
         time.sleep(3)
         raise OSError("too late")
 
-    monkeypatch.setattr(tune_address.socket, "create_connection", hang)
+    monkeypatch.setattr(cluster.socket, "create_connection", hang)
     start = time.perf_counter()
     with pytest.raises(ConnectionError, match=r"no Ray cluster answers at host:10001 \(no "
                                               r"answer within 0.3 s\)"):
-        tune_address.probe("ray://HOST:10001", timeout=0.3)
+        cluster.probe("ray://HOST:10001", timeout=0.3)
     assert time.perf_counter() - start < 5
 
 
@@ -295,9 +295,9 @@ def test_a_port_that_answers_but_is_not_ray_is_given_up_after_the_deadline(monke
 
     monkeypatch.setattr(ray, "init", slow_init)
     monkeypatch.setattr(ray, "shutdown", lambda: stopped.append(True))
-    monkeypatch.setattr(tune_address.socket, "create_connection",
+    monkeypatch.setattr(cluster.socket, "create_connection",
                         lambda *args, **kwargs: _Closable())
-    monkeypatch.setattr(tune, "CONNECT_SECONDS", 0.3)
+    monkeypatch.setattr(cluster, "CONNECT_SECONDS", 0.3)
     import signal
 
     # a library that ignored SIGINT before (the full suite met one) must not stop the deadline
@@ -307,7 +307,7 @@ def test_a_port_that_answers_but_is_not_ray_is_given_up_after_the_deadline(monke
         with pytest.raises(ConnectionError, match=re.escape(
                 "127.0.0.1:6379: accepts connections but did not answer as a Ray cluster "
                 "within 0.3 s")):
-            tune.connect("127.0.0.1:6379", jobs=1)
+            cluster.connect("127.0.0.1:6379", jobs=1)
         assert time.perf_counter() - start < 5 and stopped == [True]
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # restored afterwards
     finally:
@@ -315,11 +315,11 @@ def test_a_port_that_answers_but_is_not_ray_is_given_up_after_the_deadline(monke
 
 
 def test_the_deadline_leaves_a_quick_block_and_the_users_ctrl_c_alone() -> None:
-    with tune.deadline(5) as expired:
+    with cluster.deadline(5) as expired:
         pass
     assert not expired()
     time.sleep(0.1)  # no interrupt arrives after the block
-    with pytest.raises(KeyboardInterrupt), tune.deadline(5) as expired:
+    with pytest.raises(KeyboardInterrupt), cluster.deadline(5) as expired:
         raise KeyboardInterrupt  # the user's
     assert not expired()
 

@@ -22,7 +22,6 @@ import dataclasses
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, as_completed
 from dataclasses import asdict, dataclass, field
 from functools import cache
 from pathlib import Path
@@ -77,8 +76,10 @@ from experiments.bopo.report import (
     pareto_figure,
 )
 from experiments.bopo.scan import scan_block
-from experiments.shared.common import described, machine, quiet, recording, spawn_pool
+from experiments.shared.common import described, machine, quiet, recording
 from experiments.shared.figures import figure_files
+from experiments.shared.kept import Kept, units_folder
+from experiments.shared.scheduler import run_units
 from experiments.tune import runner as tune
 from experiments.tune.bopo import PROFILE
 from experiments.tune.methods import METHODS as SWEEPS
@@ -251,53 +252,52 @@ class Results:
         return [(prep.records[key], prep.returns[key])]
 
 
+def _unit(unit: tuple[Any, ...]) -> Prepared | WarmStart | LearnResult:
+    """One unit: a profile's fixed rows, a seed's warm start, or one RL run."""
+    kind, *args = unit
+    if kind == "prep":
+        return prepare_profile(*args)
+    return warm_start(*args) if kind == "warm" else run_learning_job(*args)
+
+
+def _describe(unit: tuple[Any, ...]) -> str:
+    if unit[0] == "prep":
+        return f"{unit[1]} fixed rows"
+    if unit[0] == "warm":
+        return f"{unit[1]} seed {unit[3]} warm start"
+    return f"{unit[1].profile} {unit[1].key} seed {unit[1].seed}"
+
+
 def run_all(scale: str | BopoScale = "default", profiles: Sequence[str] = PROFILE_NAMES,
-            seed: int = 0, log: Callable[[str], None] = quiet) -> Results:
+            seed: int = 0, log: Callable[[str], None] = quiet, address: str | None = None,
+            keeper: Kept | None = None) -> Results:
     """Prepare every profile, warm-start every seed and train every router.
 
-    Units: each profile's fixed rows, each (profile, seed)'s warm start, then that seed's
-    RL runs. Every unit is seeded on its own, so the results do not depend on ``jobs``.
+    Units of :func:`experiments.shared.scheduler.run_units` (``sc.jobs`` processes, or
+    the Ray cluster at ``address``; kept in ``keeper``), in two rounds: each profile's
+    fixed rows and each (profile, seed)'s warm start, then that seed's RL runs, which
+    start from the warm start. Every unit is seeded on its own, so the results do not
+    depend on ``jobs`` or ``address``.
     """
     sc = scale_of(scale)
     seeds = range(seed, seed + sc.seeds)
     budgets = {p: profile_budget(p, sc, seed) for p in profiles}
-    prepared: dict[str, Prepared] = {}
+    first: list[tuple[Any, ...]] = []
+    for p in profiles:
+        first += [("prep", p, sc, seed)] + [("warm", p, sc, s, budgets[p]) for s in seeds]
+    run = {"jobs": sc.jobs, "address": address, "describe": _describe, "keeper": keeper,
+           "label": "bopo", "log": lambda message: log(message.removeprefix("bopo: "))}
+    ready = run_units(_unit, first, **run)
+    prepared = {r.profile: r for r in ready if isinstance(r, Prepared)}
     warm: dict[str, dict[int, WarmStart]] = {p: {} for p in profiles}
+    for w in ready:
+        if isinstance(w, WarmStart):
+            warm[w.profile][w.seed] = w
+    second = [("learn", job) for p in profiles for s in seeds
+              for job in learn_jobs(warm[p][s], sc, budgets[p], seed)]
     learned: dict[str, dict[tuple[str, int], LearnResult]] = {p: {} for p in profiles}
-
-    def take(result: LearnResult) -> None:
+    for result in run_units(_unit, second, **run):
         learned[result.job.profile][result.key, result.job.seed] = result
-        log(f"{result.job.profile}: {result.key} seed {result.job.seed} trained and scored "
-            f"in {result.seconds:.0f}s")
-
-    if sc.jobs <= 1:
-        for profile in profiles:
-            prepared[profile] = prepare_profile(profile, sc, seed)
-            for s in seeds:
-                w = warm[profile][s] = warm_start(profile, sc, s, budgets[profile])
-                for job in learn_jobs(w, sc, budgets[profile], seed):
-                    take(run_learning_job(job))
-        return in_job_order(prepared, warm, learned, profiles, sc, seed)
-    with spawn_pool(sc.jobs) as pool:
-        pending: dict[Future[Any], str] = {
-            pool.submit(warm_start, p, sc, s, budgets[p]): "warm" for p in profiles
-            for s in seeds}
-        pending.update({pool.submit(prepare_profile, p, sc, seed): "prep" for p in profiles})
-        while pending:
-            done = next(as_completed(pending))
-            kind = pending.pop(done)
-            if kind == "prep":
-                prep = done.result()
-                prepared[prep.profile] = prep
-                log(f"{prep.profile}: boundaries and fixed rows in {prep.seconds:.0f}s")
-            elif kind == "warm":
-                w = done.result()
-                warm[w.profile][w.seed] = w
-                log(f"{w.profile}: seed {w.seed}'s SFT warm start in {w.seconds:.0f}s")
-                for job in learn_jobs(w, sc, budgets[w.profile], seed):
-                    pending[pool.submit(run_learning_job, job)] = "learn"
-            else:
-                take(done.result())
     return in_job_order(prepared, warm, learned, profiles, sc, seed)
 
 
@@ -406,7 +406,7 @@ def summarise(results: Results, sc: BopoScale, seed: int = 0) -> dict[str, Any]:
 
 def report(out_dir: Path, scale: str | BopoScale = "default", seed: int = 0,
            log: Callable[[str], None] = quiet, jobs: int | None = None,
-           profiles: Sequence[str] = PROFILE_NAMES) -> str:
+           profiles: Sequence[str] = PROFILE_NAMES, address: str | None = None) -> str:
     """Run BoPO against its baselines on the three profiles and write the results.
 
     Writes ``bopo.md``, ``bopo.json`` and ``pareto_bopo_<profile>.png`` / ``.svg`` into
@@ -425,6 +425,7 @@ def report(out_dir: Path, scale: str | BopoScale = "default", seed: int = 0,
         log: Progress printer.
         jobs: Worker processes, instead of the scale's own ``jobs``.
         profiles: The profiles to run (default all three).
+        address: The Ray cluster to run the units on, instead of local processes.
 
     Returns:
         The Markdown report.
@@ -433,7 +434,10 @@ def report(out_dir: Path, scale: str | BopoScale = "default", seed: int = 0,
     if jobs is not None:
         sc = dataclasses.replace(sc, jobs=jobs)
     start = time.perf_counter()
-    results = run_all(sc, profiles=profiles, seed=seed, log=log)
+    keeper = Kept(units_folder(out_dir, "bopo", sc.name),
+                  repr((dataclasses.replace(sc, jobs=1), seed, tuple(profiles))))
+    results = run_all(sc, profiles=profiles, seed=seed, log=log, address=address,
+                      keeper=keeper)
     summary = summarise(results, sc, seed)
     seconds = time.perf_counter() - start
     summary["wall_seconds"] = seconds
@@ -443,4 +447,5 @@ def report(out_dir: Path, scale: str | BopoScale = "default", seed: int = 0,
     for profile, rep in summary["profiles"].items():
         files |= figure_files(f"pareto_bopo_{profile}", pareto_figure(profile, rep))
     write_files_atomic(out_dir, files)
+    keeper.clear()
     return text

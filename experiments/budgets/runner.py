@@ -36,7 +36,8 @@ from agents.files import write_files_atomic
 from agents.learners.training import configure_torch_threads, train
 from experiments.budgets.report import curve_table
 from experiments.budgets.settings import BUDGET_ENVS, BUDGET_ROWS, SCALES, Scale, scale_for
-from experiments.shared.common import run_each
+from experiments.shared.kept import Kept, units_folder
+from experiments.shared.scheduler import run_units
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,9 @@ class Job:
     key: str
     seed: int
     scale: Scale
+
+    def __str__(self) -> str:
+        return f"{self.env_id.split('/')[-1]} {self.key} seed {self.seed}"
 
 
 def run_job(job: Job) -> dict[str, Any]:
@@ -75,10 +79,13 @@ def reference_returns(env_id: str, episodes: int) -> tuple[list[float], list[flo
 
 
 def report(out: Path, scale: str | Scale = "default", jobs: int = 2,
-           envs: Mapping[str, Sequence[str]] | None = None, log: Any = print) -> list[Path]:
+           envs: Mapping[str, Sequence[str]] | None = None, log: Any = print,
+           address: str | None = None) -> list[Path]:
     """Run every (env, row, seed) and write each env's table and CSV; returns the paths.
 
-    ``scale``: a key of :data:`SCALES` or a :class:`Scale`.
+    ``scale``: a key of :data:`SCALES` or a :class:`Scale`. The runs are units of
+    :func:`experiments.shared.scheduler.run_units` (``jobs`` processes, or the Ray cluster
+    at ``address``), each kept as it finishes until the files are written.
     """
     if isinstance(scale, str) and scale not in SCALES:
         raise ValueError(f"scale: expected one of {list(SCALES)}, got {scale!r}")
@@ -86,8 +93,9 @@ def report(out: Path, scale: str | Scale = "default", jobs: int = 2,
     envs = BUDGET_ENVS if envs is None else envs
     grid = [Job(env_id, key, seed, scale_for(env_id, chosen)) for env_id, keys in envs.items()
             for key in keys for seed in range(scale_for(env_id, chosen).seeds)]
-    log(f"budgets: {len(grid)} runs in {jobs} process(es)")
-    results = run_each(run_job, grid, jobs)
+    keeper = Kept(units_folder(out, "budgets", chosen.name), repr((chosen, dict(envs))))
+    results = run_units(run_job, grid, jobs=jobs, address=address, keeper=keeper,
+                        label="budgets", log=log)
     files = {}
     for env_id in envs:
         own = scale_for(env_id, chosen)
@@ -97,4 +105,6 @@ def report(out: Path, scale: str | Scale = "default", jobs: int = 2,
         name = env_id.split("/")[-1]
         files[f"budgets_{name}.md"] = markdown
         files[f"budgets_{name}.csv"] = columns
-    return write_files_atomic(out, files)
+    written = write_files_atomic(out, files)
+    keeper.clear()
+    return written

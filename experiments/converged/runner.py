@@ -56,9 +56,9 @@ from experiments.budgets import runner as budgets
 from experiments.budgets.settings import BUDGET_ROWS
 from experiments.converged.report import Fixed, render
 from experiments.converged.settings import ENV_ID, FIXED_FILE, OUT, ROWS, RUNS, SCALES, Scale
-from experiments.shared.common import run_each
 from experiments.shared.gaps import decode_scores, encode_scores
-from experiments.shared.kept import keep, read_kept, run_file
+from experiments.shared.kept import Runs, run_file
+from experiments.shared.scheduler import UnitsFailedError, run_units
 
 
 def score_fixed(scale: Scale) -> dict[str, Any]:
@@ -88,8 +88,18 @@ def _task(item: tuple[str, Any]) -> dict[str, Any]:
     return score_fixed(argument) if kind == "fixed" else train_row(argument)
 
 
+def _name(item: tuple[str, int | None]) -> str:
+    """A run's name: ``fixed`` (the fixed rows), or the row and its seed."""
+    return "fixed" if item[0] == "fixed" else f"{item[0]} seed {item[1]}"
+
+
+def _describe(task: tuple[str, Any]) -> str:
+    return "fixed" if task[0] == "fixed" else _name((task[1].key, task[1].seed))
+
+
 def report(out: Path, scale: str | Scale = "default", jobs: int = 2,
-           rows: Sequence[str] = ROWS, log: Any = print) -> list[Path]:
+           rows: Sequence[str] = ROWS, log: Any = print,
+           address: str | None = None) -> list[Path]:
     """Train and score what is not kept yet, then write the report; returns its paths.
 
     Raises:
@@ -104,26 +114,21 @@ def report(out: Path, scale: str | Scale = "default", jobs: int = 2,
     chosen = SCALES[scale] if isinstance(scale, str) else scale
     folder = Path(out) / RUNS
     settings = chosen.settings()
-    paths = {("fixed", None): folder / FIXED_FILE}
-    paths.update({(key, seed): run_file(folder, key, seed)
-                  for seed in range(chosen.seeds) for key in rows})
-    kept = {item: read_kept(path, {**settings, "rule_tasks": chosen.rule_tasks}
-                            if item[0] == "fixed" else settings)
-            for item, path in paths.items()}
-    todo = [item for item, content in kept.items() if content is None]
-    log(f"converged: {len(kept) - len(todo)} of {len(kept)} runs kept in {folder}, "
-        f"{len(todo)} to run in {jobs} process(es)")
+    items: list[tuple[str, int | None]] = [("fixed", None)]
+    items += [(key, seed) for seed in range(chosen.seeds) for key in rows]
+    paths = {_name(item): folder / FIXED_FILE if item[0] == "fixed" else
+             run_file(folder, item[0], item[1] or 0) for item in items}
+    keeper = Runs(path=paths.__getitem__, settings=lambda name: {
+        **settings, "rule_tasks": chosen.rule_tasks} if name == "fixed" else settings)
+    for name in paths:  # a kept file of other settings is refused before any run
+        keeper.read(name)
     tasks = [("fixed", chosen) if key == "fixed" else
-             ("row", budgets.Job(ENV_ID, key, seed, chosen.budget_scale()))
-             for key, seed in todo]
-
-    def done(index: int, content: dict[str, Any]) -> None:
-        kept[todo[index]] = content
-        keep(paths[todo[index]], content)
-        log(f"converged: {todo[index][0]} {'' if todo[index][1] is None else todo[index][1]} "
-            f"kept in {paths[todo[index]].name}")
-
-    run_each(_task, tasks, jobs, done)
+             ("row", budgets.Job(ENV_ID, key, seed or 0, chosen.budget_scale()))
+             for key, seed in items]
+    log(f"converged: runs kept in {folder}")
+    contents = run_units(_task, tasks, jobs=jobs, address=address, describe=_describe,
+                         keeper=keeper, label="converged", log=log)
+    kept = dict(zip(items, contents, strict=True))
     table = kept[("fixed", None)]
     fixed = Fixed({key: entry["label"] for key, entry in table["rows"].items()},
                   {key: decode_scores(entry["returns"]) for key, entry in table["rows"].items()},
@@ -147,10 +152,12 @@ def main(argv: list[str] | None = None) -> None:
                         default=list(ROWS), help=f"learned rows (default {' '.join(ROWS)})")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
     parser.add_argument("--out", type=Path, default=OUT, help=f"output folder (default {OUT})")
+    parser.add_argument("--address", default=None,
+                        help="the Ray cluster to run on, e.g. auto or ray://HOST:10001")
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs: expected an integer >= 1, got {args.jobs}")
     try:
-        report(args.out, args.scale, jobs=args.jobs, rows=args.rows)
-    except ValueError as error:
+        report(args.out, args.scale, jobs=args.jobs, rows=args.rows, address=args.address)
+    except (ValueError, ConnectionError, UnitsFailedError) as error:
         parser.exit(2, f"python -m experiments.converged: error: {error}\n")

@@ -21,6 +21,7 @@ it, and :func:`read_result` reads both back into the result :func:`run_corl` ret
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Mapping
 from functools import partial
@@ -57,9 +58,11 @@ from experiments.corl.report import (  # noqa: F401  (the row labels, importable
 )
 from experiments.corl.settings import CORL_SCALES, EVAL_SEED, CorlScale
 from experiments.shared import gaps
-from experiments.shared.common import described, machine, quiet, recording, spawn_pool
+from experiments.shared.common import described, machine, quiet, recording
 from experiments.shared.figures import figure_files
 from experiments.shared.histories import detach, read_with_histories
+from experiments.shared.kept import Kept, units_folder
+from experiments.shared.scheduler import run_units
 from experiments.tune import corl as tune_corl
 from experiments.tune import runner as tune
 
@@ -276,41 +279,40 @@ def run_corl(scale: str = "default", seed: int = 0,
     return assemble(env_id, scale, fixed, learned)
 
 
-def _job(kind: str, scale: str, env_id: str, seed: int) -> dict[str, Any]:
-    """One unit of work in a worker process (one torch thread): fixed rows or one seed."""
+def _unit(unit: tuple[str, str, int, str]) -> dict[str, Any]:
+    """One unit: an env's fixed rows, or one seed's training and scores."""
     from agents.learners.training import configure_torch_threads
 
-    configure_torch_threads()
-    if kind == "fixed":
-        return fixed_rows(scale, env_id)
-    return learned_runs(scale, seed, env_id)
+    configure_torch_threads()  # one torch thread in a worker process
+    env_id, kind, seed, scale = unit
+    return fixed_rows(scale, env_id) if kind == "fixed" else learned_runs(scale, seed, env_id)
 
 
 def run_envs(scale: str = "default", seed: int = 0, envs: tuple[str, ...] = CORL_ENVS,
-             log: Callable[[str], None] = quiet, jobs: int | None = None
+             log: Callable[[str], None] = quiet, jobs: int | None = None,
+             address: str | None = None, keeper: Kept | None = None
              ) -> dict[str, dict[str, Any]]:
-    """:func:`run_corl` on each env, its seeds and fixed rows spread over ``jobs`` workers.
+    """:func:`run_corl` on each env, its seeds and fixed rows run as units.
 
-    The result does not depend on ``jobs``: every unit is seeded on its own.
+    The units go to :func:`experiments.shared.scheduler.run_units` (``jobs`` workers, by
+    default the scale's, or the Ray cluster at ``address``; kept in ``keeper`` as each
+    finishes).
+
+    The result does not depend on ``jobs`` or ``address``: every unit is seeded on its own.
 
     Returns:
         Env id -> report, in the order of ``envs`` whatever order the workers finish in.
     """
     settings = _check_scale(scale)
-    workers = jobs or settings.jobs
-    if workers <= 1:
-        return {env_id: run_corl(scale, seed, log, env_id) for env_id in envs}
-    units = [(env_id, "fixed", seed) for env_id in envs]
-    units += [(env_id, "learned", seed + k) for env_id in envs for k in range(settings.seeds)]
-    with spawn_pool(workers) as pool:
-        futures = [(unit, pool.submit(_job, unit[1], scale, unit[0], unit[2]))
-                   for unit in units]
-        done: dict[tuple[str, str, int], Any] = {}
-        for unit, future in futures:
-            done[unit] = future.result()
-            log(f"corl: {unit[0].split('/')[-1]}: "
-                + ("fixed rows scored" if unit[1] == "fixed" else f"seed {unit[2]} trained "
-                   "and scored") + " in a worker")
+    # in run_corl's order: an env's fixed rows, then its seeds
+    units = [(env_id, kind, seed if kind == "fixed" else seed + k, scale) for env_id in envs
+             for kind, k in [("fixed", 0), *(("learned", k) for k in range(settings.seeds))]]
+    results = run_units(_unit, units, jobs=jobs or settings.jobs, address=address,
+                        describe=lambda unit: (f"{unit[0].split('/')[-1]} fixed rows"
+                                               if unit[1] == "fixed" else
+                                               f"{unit[0].split('/')[-1]} seed {unit[2]}"),
+                        keeper=keeper, label="corl", log=log)
+    done = dict(zip([unit[:3] for unit in units], results, strict=True))
     return {env_id: assemble(env_id, scale, done[env_id, "fixed", seed],
                              [v for (e, kind, _), v in done.items()
                               if e == env_id and kind == "learned"])
@@ -356,7 +358,7 @@ def read_result(path: Path) -> dict[str, Any]:
 
 def report(out_dir: Path, scale: str = "default", seed: int = 0,
            log: Callable[[str], None] = quiet, envs: tuple[str, ...] = CORL_ENVS,
-           jobs: int | None = None) -> dict[str, str]:
+           jobs: int | None = None, address: str | None = None) -> dict[str, str]:
     """Run :func:`run_corl` on each env and write its tables, JSON, curves CSV and figure.
 
     Everything is rendered before anything is written, and the files of every env are
@@ -370,11 +372,14 @@ def report(out_dir: Path, scale: str = "default", seed: int = 0,
         log: Progress printer.
         envs: Env ids, each with its own report.
         jobs: Worker processes (one env each), instead of the scale's own ``jobs``.
+        address: The Ray cluster to run the units on, instead of local processes.
 
     Returns:
         Env id -> its Markdown.
     """
-    results = run_envs(scale, seed, envs, log, jobs)
+    keeper = Kept(units_folder(out_dir, "corl", scale),
+                  repr((dataclasses.replace(_check_scale(scale), jobs=1), seed)))
+    results = run_envs(scale, seed, envs, log, jobs, address, keeper)
     files: dict[str, str | bytes] = {}
     pages = {}
     for env_id, result in results.items():
@@ -383,4 +388,5 @@ def report(out_dir: Path, scale: str = "default", seed: int = 0,
         files |= json_files(result)
         files |= figure_files(figure_stem, corl_figure(result))
     write_files_atomic(out_dir, files)
+    keeper.clear()
     return pages

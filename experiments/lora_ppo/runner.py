@@ -65,7 +65,9 @@ from cost_envs.metrics import (
 from experiments.lora_ppo.report import write_reports
 from experiments.lora_ppo.settings import PAPER_ENVS, PRIVILEGED_ROWS
 from experiments.shared import gaps
-from experiments.shared.common import described, machine, recording, spawn_pool
+from experiments.shared.common import described, machine, recording
+from experiments.shared.kept import Kept, units_folder
+from experiments.shared.scheduler import run_units
 from experiments.tune import runner as tune
 from experiments.tune.methods import TRAIN_ARGUMENTS
 
@@ -393,37 +395,34 @@ def gap_ends(fixed: FixedRows) -> tuple[str, str]:
     return max(rules, key=lambda key: (float(np.mean(rules[key])), key)), "planner"
 
 
+def _unit(unit: tuple[str, Any]) -> JobResult | FixedRows:
+    kind, argument = unit
+    return score_baselines(*argument) if kind == "fixed" else run_job(argument)
+
+
+def _describe(unit: tuple[str, Any]) -> str:
+    kind, argument = unit
+    if kind == "fixed":
+        return f"{argument[0].split('/')[-1]} fixed rows"
+    return f"{argument.env_id.split('/')[-1]} {argument.key} seed {argument.seed}"
+
+
 def _run_all(jobs: Sequence[Job], workers: int, log: Any = print,
-             baselines: Sequence[tuple[str, Scale, int]] = ()
-             ) -> tuple[list[JobResult], dict[str, FixedRows]]:
+             baselines: Sequence[tuple[str, Scale, int]] = (), address: str | None = None,
+             keeper: Kept | None = None) -> tuple[list[JobResult], dict[str, FixedRows]]:
     """Every job's result in the order of ``jobs``, and each env's fixed rows.
 
     ``baselines`` holds ``(env_id, scale, eval_seed)`` per env; its rows come back as env
-    id -> entries (:func:`score_baselines`). A progress line as each result arrives. In a
-    pool the fixed rows are submitted first, so they are not left for the end.
+    id -> entries (:func:`score_baselines`). Each is a unit of
+    :func:`experiments.shared.scheduler.run_units` (``workers`` processes, or the Ray
+    cluster at ``address``; kept in ``keeper``), the fixed rows first, so they are not
+    left for the end.
     """
-    results: list[JobResult] = []
-
-    def take(result: JobResult) -> None:
-        results.append(result)
-        job = result.job
-        log(f"lora_ppo: {job.env_id.split('/')[-1]} {job.key} seed {job.seed} trained and "
-            f"scored ({len(results)}/{len(jobs)})")
-
-    def scored(env_id: str, rows: FixedRows) -> FixedRows:
-        log(f"lora_ppo: {env_id.split('/')[-1]} fixed rows scored ({len(rows.entries)})")
-        return rows
-
-    if workers <= 1:
-        for job in jobs:
-            take(run_job(job))
-        return results, {args[0]: scored(args[0], score_baselines(*args)) for args in baselines}
-    with spawn_pool(workers) as pool:
-        pending = {args[0]: pool.submit(score_baselines, *args) for args in baselines}
-        for result in pool.map(run_job, jobs):  # in job order, as each is ready
-            take(result)
-        fixed = {env_id: scored(env_id, future.result()) for env_id, future in pending.items()}
-    return results, fixed
+    units = [("fixed", args) for args in baselines] + [("job", job) for job in jobs]
+    results = run_units(_unit, units, jobs=workers, address=address, describe=_describe,
+                        keeper=keeper, label="lora_ppo", log=log)
+    fixed = {args[0]: rows for args, rows in zip(baselines, results, strict=False)}
+    return results[len(baselines):], fixed
 
 
 def _learned_summary(runs: Sequence[Sequence[EpisodeRecord]], agent_names: Sequence[str],
@@ -451,6 +450,8 @@ def reproduce(
     eval_seed: int = 0,
     jobs: int = 2,
     log: Any = print,
+    address: str | None = None,
+    keeper: Kept | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Run the whole grid; returns env id -> report (rows, scale, learning curves).
 
@@ -461,6 +462,8 @@ def reproduce(
         eval_seed: Task seed of the evaluation set.
         jobs: Worker processes for the training runs.
         log: Progress printer.
+        address: The Ray cluster to run them on, instead of local processes.
+        keeper: Where each run is kept as it finishes (:mod:`experiments.shared.kept`).
     """
     grid = [Job(env_id, key, seed, scale, eval_seed)
             for env_id in envs for key in rows_on(env_id, rows, scale)
@@ -468,7 +471,8 @@ def reproduce(
     steps = ", ".join(f"{env_id.split('/')[-1]} {scale.steps_on(env_id)}" for env_id in envs)
     log(f"lora_ppo: training {len(grid)} runs ({scale.name}: {steps} steps x "
         f"{scale.seeds} seeds) in {jobs} process(es)")
-    results, fixed = _run_all(grid, jobs, log, [(env_id, scale, eval_seed) for env_id in envs])
+    results, fixed = _run_all(grid, jobs, log, [(env_id, scale, eval_seed) for env_id in envs],
+                              address, keeper)
     reports = {}
     for env_id in envs:
         methods: dict[str, dict[str, Any]] = dict(fixed[env_id].entries)
@@ -492,7 +496,8 @@ def reproduce(
     return reports
 
 
-def report(out: Path, scale: str = "default", jobs: int = 2, log: Any = print) -> list[Path]:
+def report(out: Path, scale: str = "default", jobs: int = 2, log: Any = print,
+           address: str | None = None) -> list[Path]:
     """Run the grid at ``scale`` and write every table, JSON file and figure; returns the paths.
 
     Args:
@@ -500,10 +505,15 @@ def report(out: Path, scale: str = "default", jobs: int = 2, log: Any = print) -
         scale: A key of :data:`SCALES`.
         jobs: Worker processes for the training runs.
         log: Progress printer.
+        address: The Ray cluster to run them on, instead of local processes.
 
     Raises:
         ValueError: For an unknown scale.
     """
     if scale not in SCALES:
         raise ValueError(f"scale: expected one of {list(SCALES)}, got {scale!r}")
-    return write_reports(reproduce(SCALES[scale], jobs=jobs, log=log), out)
+    keeper = Kept(units_folder(out, "lora_ppo", scale), repr(SCALES[scale]))
+    written = write_reports(reproduce(SCALES[scale], jobs=jobs, log=log, address=address,
+                                      keeper=keeper), out)
+    keeper.clear()
+    return written

@@ -75,9 +75,10 @@ from experiments.memory.settings import (
     SCALES,
     Scale,
 )
-from experiments.shared.common import check_writable, machine, quiet, run_each
+from experiments.shared.common import check_writable, machine, quiet
 from experiments.shared.gaps import decode_scores, encode_scores
-from experiments.shared.kept import keep, read_kept, run_file
+from experiments.shared.kept import Runs, run_file
+from experiments.shared.scheduler import run_units
 
 
 @dataclass(frozen=True)
@@ -177,6 +178,11 @@ def rule_result(env_id: str, episodes: int) -> dict[str, Any]:
             "eval_seconds": time.perf_counter() - start, "returns": list(returns)}
 
 
+def _name(job: Job) -> str:
+    """A run's name: ``<Env>/<learner> seed <seed>`` (its kept file's key and seed)."""
+    return f"{job.env_id.split('/')[-1]}/{job.learner} seed {job.seed}"
+
+
 def job_settings(job: Job) -> dict[str, Any]:
     """What a kept run must have been run with to stand for ``job``."""
     return {"env": job.env_id, "learner": job.learner, "seed": job.seed,
@@ -185,41 +191,30 @@ def job_settings(job: Job) -> dict[str, Any]:
 
 
 def reproduce(scale: Scale, jobs: int = 2, log: Callable[[str], None] = quiet,
-              runs: Path | None = None) -> list[dict[str, Any]]:
+              runs: Path | None = None, address: str | None = None) -> list[dict[str, Any]]:
     """Every (env, learner, seed) run, then the rule's runs, in table order.
 
     ``runs``: a folder where each run is kept as it finishes and from which kept runs are
-    reused (:mod:`experiments.shared.kept`); ``None`` keeps nothing.
+    reused (:mod:`experiments.shared.kept`); ``None`` keeps nothing. The runs are units
+    of :func:`experiments.shared.scheduler.run_units` (``jobs`` processes, or the Ray
+    cluster at ``address``).
     """
     integer(jobs, "jobs", minimum=1)
     # The slow learner first, so the pool's two workers end together.
     order = sorted(scale.learners, key=lambda key: key != "recurrent")
     grid = [Job(env_id, key, seed, scale) for key in order
             for env_id in scale.envs for seed in range(scale.seeds)]
-    paths = [None if runs is None else
-             run_file(runs, f"{job.env_id.split('/')[-1]}/{job.learner}", job.seed)
-             for job in grid]
-    results: list[dict[str, Any] | None] = []
-    for job, path in zip(grid, paths, strict=True):
-        kept = None if path is None else read_kept(path, job_settings(job))
-        results.append(None if kept is None else {
-            **kept["result"], "returns": list(decode_scores(kept["result"]["returns"]))})
-    todo = [index for index, result in enumerate(results) if result is None]
-    log(f"memory: {len(grid) - len(todo)} of {len(grid)} runs kept, {len(todo)} to run in "
-        f"{jobs} process(es)")
-
-    def done(position: int, result: dict[str, Any]) -> None:
-        index = todo[position]
-        job, path = grid[index], paths[index]
-        results[index] = result
-        if path is not None:
-            keep(path, {**job_settings(job),
-                        "result": {**result, "returns": encode_scores(result["returns"])}})
-        log(f"memory: {job.env_id} {job.learner} seed {job.seed}: "
-            f"{result['train_seconds']:.0f} s training")
-
-    run_each(run_job, [grid[index] for index in todo], jobs, done)
-    finished = sorted((r for r in results if r is not None),
+    jobs_of = {_name(job): job for job in grid}
+    keeper = None if runs is None else Runs(
+        path=lambda name: run_file(runs, name.split(" seed ")[0], jobs_of[name].seed),
+        settings=lambda name: job_settings(jobs_of[name]),
+        encode=lambda name, result: {**job_settings(jobs_of[name]), "result": {
+            **result, "returns": encode_scores(result["returns"])}},
+        decode=lambda kept: {**kept["result"],
+                             "returns": list(decode_scores(kept["result"]["returns"]))})
+    results = run_units(run_job, grid, jobs=jobs, address=address, keeper=keeper,
+                        describe=_name, label="memory", log=log)
+    finished = sorted(results,
                       key=lambda r: (scale.envs.index(r["env"]), list(LEARNERS).index(r["learner"]),
                                      r["seed"]))
     return [rule_result(env_id, scale.episodes) for env_id in scale.envs
@@ -227,13 +222,13 @@ def reproduce(scale: Scale, jobs: int = 2, log: Callable[[str], None] = quiet,
 
 
 def report(out: Path, scale: str | Scale = "default", jobs: int = 2,
-           log: Callable[[str], None] = quiet) -> list[Path]:
+           log: Callable[[str], None] = quiet, address: str | None = None) -> list[Path]:
     """Run the experiment and write its report and CSV (:attr:`Scale.files`) together."""
     if isinstance(scale, str) and scale not in SCALES:
         raise ValueError(f"scale: expected one of {list(SCALES)}, got {scale!r}")
     chosen = SCALES[scale] if isinstance(scale, str) else scale
     runs = Path(out) / "memory_runs" / chosen.name if chosen.keep else None
-    columns = write_csv(reproduce(chosen, jobs=jobs, log=log, runs=runs))
+    columns = write_csv(reproduce(chosen, jobs=jobs, log=log, runs=runs, address=address))
     # The table from the CSV's (rounded) returns, so the two files agree to the digit.
     markdown, csv_name = chosen.files
     return write_files_atomic(out, {markdown: render(read_csv(columns), chosen, machine()),

@@ -51,6 +51,8 @@ from experiments.multitenant.settings import (
     TRAIN_TENANTS,
 )
 from experiments.shared.common import machine
+from experiments.shared.kept import Kept, units_folder
+from experiments.shared.scheduler import run_units
 
 METHODS = {"independent": IndependentTenants, "scheduler": CentralScheduler}
 
@@ -77,16 +79,20 @@ def _train_and_score(job: tuple[int, int, int, int, tuple[int, ...]]
                            policy, seed=seed).metrics() for n in tenant_counts}
 
 
-def _shared_scores(config: dict[str, Any], jobs: int, log: Callable[[str], None]
+def _shared_scores(config: dict[str, Any], jobs: int, log: Callable[[str], None],
+                   address: str | None = None, keeper: Kept | None = None
                    ) -> dict[tuple[int, int], dict[int, dict[str, float]]]:
-    """(capacity, seed) -> {tenants: metrics} of the shared policy, in ``jobs`` processes."""
-    from experiments.shared.common import spawn_pool
+    """(capacity, seed) -> {tenants: metrics} of the shared policy.
 
+    Each (capacity, seed) is a unit of :func:`experiments.shared.scheduler.run_units`
+    (``jobs`` processes, or the Ray cluster at ``address``; kept in ``keeper``).
+    """
     work = [(c, s, config["steps"], config["ppo_timesteps"], tuple(config["tenants"]))
             for c in config["capacities"] for s in range(config["seeds"])]
-    with spawn_pool(jobs) as pool:
-        scores = dict(zip([(c, s) for c, s, *_ in work], pool.map(_train_and_score, work),
-                          strict=True))
+    results = run_units(_train_and_score, work, jobs=jobs, address=address, keeper=keeper,
+                        describe=lambda unit: f"capacity {unit[0]} seed {unit[1]}",
+                        label="multitenant", log=log)
+    scores = dict(zip([(c, s) for c, s, *_ in work], results, strict=True))
     log(f"multitenant: trained and scored {len(scores)} shared policies")
     return scores
 
@@ -103,7 +109,8 @@ def _row(name: str, capacity: int, tenants: int, runs: list[dict[str, float]]
 
 
 def run(scale: str = "default", log: Callable[[str], None] = print,
-        jobs: int = 2) -> dict[str, Any]:
+        jobs: int = 2, address: str | None = None,
+        keeper: Kept | None = None) -> dict[str, Any]:
     """Every (method, capacity, tenants) cell over the scale's seeds.
 
     Returns:
@@ -118,7 +125,8 @@ def run(scale: str = "default", log: Callable[[str], None] = print,
     config = SCALES[scale]
     rule = best_rule(gym.make(MULTIAGENT_ENV_IDS[ENV_ID]), config["rule_tasks"])
     log(f"multitenant: every tenant's rule: {rule.description}")
-    shared = _shared_scores(config, jobs, log) if "ppo_timesteps" in config else {}
+    shared = (_shared_scores(config, jobs, log, address, keeper) if "ppo_timesteps" in config
+              else {})
     rows = []
     for capacity in config["capacities"]:
         for tenants in config["tenants"]:
@@ -141,14 +149,15 @@ def run(scale: str = "default", log: Callable[[str], None] = print,
 
 
 def report(out: Any, scale: str = "default", log: Callable[[str], None] = print,
-           jobs: int = 2) -> list[Any]:
+           jobs: int = 2, address: str | None = None) -> list[Any]:
     """Run the sweep; write ``multitenant.md``, ``.json``, ``.png``, ``.svg`` into ``out``.
 
     At the ``full`` scale the files are ``multitenant_full.*``.
     """
     from experiments.shared.figures import figure_files, render
 
-    result = run(scale, log=log, jobs=jobs)
+    keeper = Kept(units_folder(out, "multitenant", scale), repr(SCALES.get(scale)))
+    result = run(scale, log=log, jobs=jobs, address=address, keeper=keeper)
     # the full scale's files sit beside the default's (benchmarks/results/multitenant_full.*)
     stem = f"{STEM}_full" if scale == "full" else STEM
     files: dict[str, Any] = {
@@ -156,4 +165,6 @@ def report(out: Any, scale: str = "default", log: Callable[[str], None] = print,
         f"{stem}.json": json.dumps(result, indent=2, sort_keys=True) + "\n",
         **figure_files(stem, render(figure(result))),
     }
-    return write_files_atomic(out, files)
+    written = write_files_atomic(out, files)
+    keeper.clear()
+    return written

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import csv
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -29,8 +30,9 @@ from experiments.budgets import runner as budgets
 from experiments.budgets.settings import Scale as CurveScale
 from experiments.ppo_entropy.report import render
 from experiments.ppo_entropy.settings import ENV_ID, NAME, OUT, ROW, SCALE
-from experiments.shared.common import run_each
 from experiments.shared.gaps import decode_scores
+from experiments.shared.kept import Kept, units_folder
+from experiments.shared.scheduler import run_units
 
 
 def last_returns(path: Path, row: str) -> np.ndarray:
@@ -47,15 +49,25 @@ def last_returns(path: Path, row: str) -> np.ndarray:
     return np.array([by_seed[seed] for seed in sorted(by_seed)])
 
 
-def report(out: Path = OUT, jobs: int = 2, scale: CurveScale = SCALE) -> list[Path]:
-    """Train the row, write its curve with the paired comparison; returns the paths."""
+def report(out: Path = OUT, jobs: int = 2, scale: CurveScale = SCALE,
+           address: str | None = None, log: Any = print) -> list[Path]:
+    """Train the row, write its curve with the paired comparison; returns the paths.
+
+    The seeds are units of :func:`experiments.shared.scheduler.run_units` (``jobs``
+    processes, or the Ray cluster at ``address``), kept until the files are written.
+    """
     baseline = Path(out) / f"{NAME}_ppo.csv"
     ppo = last_returns(baseline, "ppo")  # read first: a missing baseline fails before training
-    results = run_each(budgets.run_job, [budgets.Job(ENV_ID, ROW, seed, scale)
-                                         for seed in range(scale.seeds)], jobs)
+    keeper = Kept(units_folder(out, "ppo_entropy", scale.name), repr(scale))
+    results = run_units(budgets.run_job, [budgets.Job(ENV_ID, ROW, seed, scale)
+                                          for seed in range(scale.seeds)],
+                        jobs=jobs, address=address, keeper=keeper, label="ppo_entropy",
+                        log=log)
     markdown, columns = render(results, ppo, scale)
-    return write_files_atomic(out, {f"{NAME}_no_entropy.md": markdown,
-                                    f"{NAME}_no_entropy.csv": columns})
+    written = write_files_atomic(out, {f"{NAME}_no_entropy.md": markdown,
+                                       f"{NAME}_no_entropy.csv": columns})
+    keeper.clear()
+    return written
 
 
 def main(argv: list[str] | None = None) -> None:

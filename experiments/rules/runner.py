@@ -35,7 +35,9 @@ from agents.files import write_files_atomic
 from agents.rules import BestFixedRule, ScoredRule
 from agents.seeds import EVAL_TASK_SEED, RULE_TASK_SEED
 from experiments.rules.report import markdown
-from experiments.shared.common import machine, spawn_pool
+from experiments.shared.common import machine
+from experiments.shared.kept import Kept, units_folder
+from experiments.shared.scheduler import run_units
 
 
 @dataclass(frozen=True)
@@ -96,22 +98,29 @@ def search_env(env_id: str, scale: Scale) -> dict[str, Any]:
             "seconds": round(time.perf_counter() - start, 1)}
 
 
+def _search(unit: tuple[str, Scale]) -> dict[str, Any]:
+    return search_env(*unit)
+
+
 def reproduce(scale: Scale, envs: Sequence[str] = cost_envs.ENV_IDS, jobs: int = 2,
-              log: Any = print) -> dict[str, Any]:
-    """Every env's search (in ``jobs`` processes); returns the JSON-ready report."""
+              log: Any = print, address: str | None = None,
+              keeper: Kept | None = None) -> dict[str, Any]:
+    """Every env's search; returns the JSON-ready report.
+
+    Each env is a unit of :func:`experiments.shared.scheduler.run_units` (``jobs``
+    processes, or the Ray cluster at ``address``; kept in ``keeper`` as it finishes).
+    """
     log(f"rules: searching {len(envs)} envs ({scale.name}: {scale.train_tasks} training "
         f"tasks) in {jobs} process(es)")
-    with spawn_pool(jobs) as pool:
-        futures = [pool.submit(search_env, env_id, scale) for env_id in envs]
-        results = []
-        for future in futures:
-            results.append(future.result())
-            log(f"rules: {results[-1]['env_id']} searched in {results[-1]['seconds']} s")
+    results = run_units(_search, [(env_id, scale) for env_id in envs], jobs=jobs,
+                        address=address, describe=lambda unit: unit[0], keeper=keeper,
+                        label="rules", log=log)
     return {"machine": machine(), "scale": asdict(scale), "eval_seed": EVAL_TASK_SEED,
             "train_seed": RULE_TASK_SEED, "envs": results}
 
 
-def report(out: Path, scale: str = "default", jobs: int = 2, log: Any = print) -> list[Path]:
+def report(out: Path, scale: str = "default", jobs: int = 2, log: Any = print,
+           address: str | None = None) -> list[Path]:
     """Run the search at ``scale``; write ``rule_search.md`` and ``.json``; return the paths.
 
     Raises:
@@ -119,7 +128,10 @@ def report(out: Path, scale: str = "default", jobs: int = 2, log: Any = print) -
     """
     if scale not in SCALES:
         raise ValueError(f"scale: expected one of {list(SCALES)}, got {scale!r}")
-    result = reproduce(SCALES[scale], jobs=jobs, log=log)
+    keeper = Kept(units_folder(out, "rules", scale), repr(SCALES[scale]))
+    result = reproduce(SCALES[scale], jobs=jobs, log=log, address=address, keeper=keeper)
     files = {"rule_search.md": markdown(result),
              "rule_search.json": json.dumps(result, indent=2, sort_keys=True) + "\n"}
-    return write_files_atomic(out, files)
+    written = write_files_atomic(out, files)
+    keeper.clear()
+    return written

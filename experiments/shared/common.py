@@ -1,6 +1,7 @@
-"""Plumbing shared by the experiments: worker pools, figures, the machine and output files.
+"""Plumbing shared by the experiments: the machine, output files, what a rule says it is.
 
-* :func:`spawn_pool`: worker processes for independent training runs;
+(The experiments' units run through :mod:`experiments.shared.scheduler`.)
+
 * :func:`machine`: a one-line description of the machine, for wall-time records;
 * :func:`check_writable`: an output directory checked before any work starts;
 * :func:`quiet`: the progress printer that says nothing;
@@ -10,51 +11,14 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import platform
-from collections.abc import Callable, Hashable, MutableMapping, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from collections.abc import Callable, Hashable, MutableMapping
 from pathlib import Path
 from typing import Any
 
 from agents.files import check_creatable
 
-
-def spawn_pool(workers: int) -> ProcessPoolExecutor:
-    """Worker processes for independent training runs, each with single-threaded BLAS.
-
-    ``spawn``, not ``fork``: forking a process that has already used torch can deadlock.
-    """
-    # The workers read these when they import numpy/torch.
-    for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        os.environ.setdefault(variable, "1")
-    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
-
-
-def run_each(function: Callable[[Any], Any], items: Sequence[Any], workers: int,
-             done: Callable[[int, Any], None] | None = None) -> list[Any]:
-    """``function`` of every item, in the items' order; in ``workers`` processes if > 1.
-
-    ``done(index, result)`` is called as each result arrives (in a pool, in the order they
-    finish), so a caller can keep finished work before the slowest item is done.
-    """
-    results: list[Any] = [None] * len(items)
-
-    def take(index: int, result: Any) -> None:
-        results[index] = result
-        if done is not None:
-            done(index, result)
-
-    if workers <= 1 or len(items) <= 1:
-        for index, item in enumerate(items):
-            take(index, function(item))
-        return results
-    with spawn_pool(min(workers, len(items))) as pool:
-        futures = {pool.submit(function, item): index for index, item in enumerate(items)}
-        for future in as_completed(futures):
-            take(futures[future], future.result())
-    return results
 
 def recording(factory: Callable[[Any], Any], built: MutableMapping[Hashable, Any],
               key: Hashable | Callable[[Any], Hashable]) -> Callable[[Any], Any]:

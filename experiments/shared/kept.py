@@ -1,4 +1,17 @@
-"""Finished runs kept on disk, so a grid longer than one sitting completes over several.
+"""Finished units kept on disk, so a grid longer than one sitting completes over several.
+
+The one keeper of every experiment: :func:`experiments.shared.scheduler.run_units` reads
+a unit back from it before running anything and writes each unit to it as it finishes,
+on whatever machine or cluster the unit ran (the driver writes). Two kinds:
+
+* :class:`Kept`: any unit's result, pickled (``<out>/kept_units/<experiment>-<scale>/``,
+  :func:`units_folder`), only until the experiment's report is written (:meth:`Kept.clear`):
+  it is there to resume an interrupted run, never to stand for a later one, which may run
+  other code. The files are the run's own, read back from the ``--out`` it was given, as
+  Ray Tune's pickled state is when ``tune`` resumes; a file of other settings or of
+  another unit is an error naming it.
+* :class:`Runs`: the JSON run files of the studies whose reports name them (converged,
+  memory), below.
 
 A converged-budget run is 15 to 40 minutes on the project's 2-core machine and a grid of
 them several CPU-hours. An experiment that keeps runs writes each one, as soon as it
@@ -11,7 +24,13 @@ every run of its grid exists.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import pickle
+import re
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,3 +65,83 @@ def read_kept(path: Path, settings: dict[str, Any]) -> dict[str, Any] | None:
 def keep(path: Path, content: dict[str, Any]) -> None:
     """Write one kept file, whole or not at all."""
     write_files_atomic(Path(path).parent, {Path(path).name: json.dumps(content, indent=1) + "\n"})
+
+
+#: The folder in ``--out`` of the units kept until a report is written (git ignores it).
+UNITS = "kept_units"
+
+
+def units_folder(out: Path, experiment: str, scale: str) -> Path:
+    """Where ``experiment`` at ``scale`` keeps its units in ``out`` until its report is written."""
+    return Path(out) / UNITS / f"{experiment}-{scale}"
+
+
+class Kept:
+    """Each finished unit of one experiment at one scale, a pickle of its own in ``folder``.
+
+    ``settings`` (anything comparable: the scale's repr, say) is stored beside each
+    result; a kept unit of other settings is refused rather than mixed in.
+    """
+
+    def __init__(self, folder: Path, settings: Any) -> None:
+        self.folder = Path(folder)
+        self.settings = settings
+
+    def path(self, name: str) -> Path:
+        """The file of unit ``name``."""
+        return self.folder / f"{re.sub(r'[^A-Za-z0-9.+=-]+', '_', name)}.pickle"
+
+    def read(self, name: str) -> tuple[bool, Any]:
+        """``(True, result)`` if unit ``name`` is kept, else ``(False, None)``.
+
+        Raises:
+            ValueError: The file is not a kept unit, or of another unit or settings.
+        """
+        path = self.path(name)
+        if not path.exists():
+            return False, None
+        try:
+            kept = pickle.loads(path.read_bytes())  # this run's own file (module docstring)
+            ran = (kept["name"], kept["settings"])
+        except Exception:  # whatever a damaged file raises: one line
+            raise ValueError(f"{path}: expected a kept unit; delete it to run it again"
+                             ) from None
+        if ran != (name, self.settings):
+            raise ValueError(f"{path}: was run as {ran[0]!r} with {ran[1]!r}, this run needs "
+                             f"{self.settings!r}; delete {self.folder} or give another --out")
+        return True, kept["result"]
+
+    def write(self, name: str, result: Any) -> None:
+        """Keep unit ``name``'s result, whole or not at all."""
+        record = {"name": name, "settings": self.settings, "result": result}
+        write_files_atomic(self.folder, {self.path(name).name: pickle.dumps(record)})
+
+    def clear(self) -> None:
+        """Forget every kept unit (the report is written), and the folders left empty."""
+        shutil.rmtree(self.folder, ignore_errors=True)
+        with contextlib.suppress(OSError):  # another experiment's units are still there
+            self.folder.parent.rmdir()
+
+
+@dataclass(frozen=True)
+class Runs:
+    """Units kept as JSON run files (:func:`run_file`), which a report names.
+
+    ``path`` and ``settings`` give a unit's file and what it must have been run with
+    (:func:`read_kept`); ``encode`` turns a result into the file's content and
+    ``decode`` the content back into the result.
+    """
+
+    path: Callable[[str], Path]
+    settings: Callable[[str], dict[str, Any]]
+    encode: Callable[[str, Any], dict[str, Any]] = lambda _name, result: result
+    decode: Callable[[dict[str, Any]], Any] = lambda content: content
+
+    def read(self, name: str) -> tuple[bool, Any]:
+        """``(True, result)`` if unit ``name``'s file exists, else ``(False, None)``."""
+        kept = read_kept(self.path(name), self.settings(name))
+        return (False, None) if kept is None else (True, self.decode(kept))
+
+    def write(self, name: str, result: Any) -> None:
+        """Write unit ``name``'s file."""
+        keep(self.path(name), self.encode(name, result))

@@ -7,5 +7,6 @@ Command: ``python -m experiments tune`` (the ``tune`` extra).
 :mod:`~experiments.tune.report` renders a sweep's YAML;
 :mod:`~experiments.tune.methods` registers the methods (:mod:`~experiments.tune.space`:
 what a method is; :mod:`~experiments.tune.corl` and :mod:`~experiments.tune.bopo`: CORL's
-and BoPO's); :mod:`~experiments.tune.address` probes a cluster's address.
+and BoPO's). The cluster at ``--address`` is probed and joined by
+:mod:`experiments.shared.cluster`.
 """

@@ -27,8 +27,9 @@ the experiment's per-task budget. Success rate and CPS are recorded beside it.
 **Where it runs.** ``address=None`` starts a one-machine Ray cluster (``ray.init`` with
 ``jobs`` CPUs and no dashboard); ``--address auto`` or ``--address ray://HOST:10001`` is
 passed to ``ray.init(address=...)``, with this package shipped to the workers
-(``runtime_env`` ``py_modules``; every node needs cost-envs installed), after a probe of
-the address (:mod:`experiments.tune.address`: an address nobody answers at is one line
+(``runtime_env`` ``py_modules``, with single-threaded BLAS; every node needs cost-envs
+installed), after a probe of
+the address (:mod:`experiments.shared.cluster`: an address nobody answers at is one line
 within seconds). ``jobs`` trials run at once either way.
 
 **Kept and resumed.** Ray Tune's own files (every trial's results, the searcher's state)
@@ -59,12 +60,9 @@ BoPO's live in :mod:`experiments.tune.corl` and :mod:`experiments.tune.bopo`.
 from __future__ import annotations
 
 import os
-import signal
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -75,7 +73,7 @@ import yaml
 from agents.files import write_files_atomic
 from agents.learners.training import configure_torch_threads
 from cost_envs.config import integer
-from experiments.tune.address import probe
+from experiments.shared.cluster import connect
 from experiments.tune.methods import METHODS, SWEEPS
 from experiments.tune.report import render
 
@@ -85,10 +83,6 @@ TUNED_DIR = Path(__file__).resolve().parents[1] / "tuned"
 METRIC = "score"
 #: Where in ``out`` Ray Tune keeps its experiments, one directory per scale.
 RAY_DIR = "ray_results"
-#: How long ``ray.init`` may take to join a cluster at ``--address`` that accepted the
-#: probe's connection: a port that is open but not Ray's keeps ``ray.init`` retrying for
-#: minutes (a GCS address) or half a minute (``ray://``).
-CONNECT_SECONDS = 60.0
 #: A directory where trials sign in (for tests that stop a sweep mid-trial): when the
 #: environment names one, every trial but the first to sign in waits there until a file
 #: ``release`` appears, so the test knows a trial is running when it interrupts.
@@ -158,71 +152,6 @@ def wait_at_gate(gate: str | None) -> None:
         return
     while not (folder / "release").exists():
         time.sleep(0.05)
-
-
-def connect(address: str | None, jobs: int) -> None:
-    """``ray.init``: a one-machine cluster of ``jobs`` CPUs, or the cluster at ``address``.
-
-    Raises:
-        ValueError: ``address`` is not an address ``ray.init`` takes.
-        ConnectionError: One line: nothing answers at ``address``
-            (:func:`experiments.tune.address.probe`), or Ray found no cluster there.
-    """
-    probe(address)
-    import ray
-
-    if address is None:
-        ray.init(num_cpus=jobs, include_dashboard=False, log_to_driver=False)
-        return
-    try:  # the cluster's workers import this package from the job, not from a checkout
-        with deadline(CONNECT_SECONDS) as expired:
-            ray.init(address=address,
-                     runtime_env={"py_modules": [str(Path(__file__).parent.parent)]})
-    except KeyboardInterrupt:
-        if not expired():
-            raise
-        ray.shutdown()
-        raise ConnectionError(f"--address {address}: accepts connections but did not answer "
-                              f"as a Ray cluster within {CONNECT_SECONDS:g} s") from None
-    except ConnectionError as error:  # e.g. auto without a cluster: Ray's message, one line
-        raise ConnectionError(f"--address {address}: {' '.join(str(error).split())}"
-                              ) from None
-
-
-@contextmanager
-def deadline(seconds: float) -> Iterator[Callable[[], bool]]:
-    """Interrupt the main thread (``KeyboardInterrupt``) if the block outlasts ``seconds``.
-
-    Yields a function telling whether the deadline, not the user, interrupted. The
-    interrupt is a real SIGINT to the main thread, as Ctrl-C is: it wakes a blocking
-    call, and Ray's connection loop returns to Python between retries, where it lands.
-    """
-    lock = threading.Lock()
-    state = {"done": False, "expired": False}
-    # whatever SIGINT handler an earlier library left (Ray's, a test runner's), inside the
-    # block SIGINT is Python's own KeyboardInterrupt, for the deadline and for Ctrl-C
-    main = threading.current_thread() is threading.main_thread()
-    previous = signal.getsignal(signal.SIGINT) if main else None
-    if main:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-
-    def expire() -> None:
-        with lock:
-            if not state["done"]:
-                state["expired"] = True
-                signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
-
-    timer = threading.Timer(seconds, expire)
-    timer.daemon = True
-    timer.start()
-    try:
-        yield lambda: state["expired"]
-    finally:
-        with lock:
-            state["done"] = True
-        timer.cancel()
-        if main and previous is not None:
-            signal.signal(signal.SIGINT, previous)
 
 
 def _plain(value: Any) -> Any:

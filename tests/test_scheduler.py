@@ -1,0 +1,141 @@
+"""The experiments' one scheduler (:mod:`experiments.shared.scheduler`) on local processes.
+
+Order, progress, failures and kept units, with units of a few milliseconds; the Ray
+backend and real experiments are in the slow tests of ``tests/test_scheduler_ray.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from experiments.shared.kept import Kept, units_folder
+from experiments.shared.scheduler import UnitsFailedError, run_units
+
+
+def _slow_square(unit: tuple[int, float]) -> int:
+    value, pause = unit
+    time.sleep(pause)
+    return value * value
+
+
+def _square_or_fail(value: int) -> int:
+    if value == 2:
+        raise ArithmeticError(f"unit {value} cannot be squared")
+    return value * value
+
+
+def _counted_square(unit: tuple[int, str]) -> int:
+    """``value``'s square, leaving a file per run in ``folder`` (to count the runs)."""
+    value, folder = unit
+    Path(folder, f"ran-{value}-{os.getpid()}-{time.monotonic_ns()}").touch()
+    return value * value
+
+
+def _dies_once(unit: tuple[int, str]) -> int:
+    """Kill its own worker the first time unit 1 runs: a worker lost mid-run."""
+    value, folder = unit
+    if value == 1 and not Path(folder, "died").exists():
+        Path(folder, "died").touch()
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(0.2)
+    return value * value
+
+
+def test_results_come_in_the_units_order_whatever_order_they_finish_in() -> None:
+    units = [(value, 0.4 if value == 0 else 0.0) for value in range(4)]  # the first ends last
+    finished: list[int] = []
+    lines: list[str] = []
+    results = run_units(_slow_square, units, jobs=2, done=lambda i, _: finished.append(i),
+                        describe=lambda unit: f"square {unit[0]}", label="t", log=lines.append)
+    assert results == [0, 1, 4, 9]
+    assert sorted(finished) == [0, 1, 2, 3] and finished[-1] == 0
+    assert lines[0] == "t: 0 of 4 units kept, 4 to run in 2 process(es)"
+    # progress: units done / to run, the time so far and the time left
+    assert lines[-1].startswith("t: square 0 done (4/4, ") and lines[-1].endswith(" s left)")
+
+
+def test_one_process_gives_the_same_results_in_this_process() -> None:
+    units = [(value, 0.0) for value in range(3)]
+    lines: list[str] = []
+    assert run_units(_slow_square, units, jobs=1, log=lines.append) == [0, 1, 4]
+    assert lines[0] == "units: 0 of 3 units kept, 3 to run in this process"
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_failed_unit_is_reported_with_its_traceback_and_the_others_finish(jobs: int) -> None:
+    finished: list[int] = []
+    with pytest.raises(UnitsFailedError) as raised:
+        run_units(_square_or_fail, list(range(5)), jobs=jobs, label="squares",
+                  done=lambda index, result: finished.append(result))
+    assert sorted(finished) == [0, 1, 9, 16]  # every other unit finished
+    message = str(raised.value)
+    assert "--- squares: unit 2 failed:\nTraceback (most recent call last):" in message
+    assert "ArithmeticError: unit 2 cannot be squared" in message
+    assert "in _square_or_fail" in message  # the worker's own frames
+    assert "squares: 1 of 5 units failed (2); the others finished. To run the failed ones " \
+           "alone: python " in message
+    assert [failure.name for failure in raised.value.failures] == ["2"]
+
+
+def test_finished_units_are_kept_and_a_second_run_runs_only_the_missing(tmp_path: Path
+                                                                        ) -> None:
+    keeper = Kept(units_folder(tmp_path, "squares", "smoke"), {"scale": "smoke"})
+    units = [(value, str(tmp_path)) for value in range(4)]
+    assert run_units(_counted_square, units, jobs=2, keeper=keeper,
+                     describe=lambda unit: f"square {unit[0]}") == [0, 1, 4, 9]
+    assert len(list(tmp_path.glob("ran-*"))) == 4
+    assert sorted(path.name for path in keeper.folder.iterdir()) == [
+        f"square_{value}.pickle" for value in range(4)]
+    keeper.path("square 2").unlink()  # as if the run had stopped before unit 2 finished
+    lines: list[str] = []
+    assert run_units(_counted_square, units, jobs=2, keeper=keeper, log=lines.append,
+                     describe=lambda unit: f"square {unit[0]}") == [0, 1, 4, 9]
+    assert lines[0] == "units: 3 of 4 units kept, 1 to run in this process"
+    assert sorted(path.name.split("-")[1] for path in tmp_path.glob("ran-*")) == [
+        "0", "1", "2", "2", "3"]
+    keeper.clear()
+    assert not (tmp_path / "kept_units").exists()
+
+
+def test_a_unit_kept_with_other_settings_is_refused_naming_its_file(tmp_path: Path) -> None:
+    folder = units_folder(tmp_path, "squares", "smoke")
+    Kept(folder, {"steps": 1}).write("square 1", 1)
+    with pytest.raises(ValueError, match=r"square_1\.pickle: was run as 'square 1' with "
+                                         r"\{'steps': 1\}, this run needs \{'steps': 2\}"):
+        run_units(_counted_square, [(1, str(tmp_path))], keeper=Kept(folder, {"steps": 2}),
+                  describe=lambda unit: f"square {unit[0]}")
+    (folder / "square_1.pickle").write_text("not a pickle")
+    with pytest.raises(ValueError, match=r"square_1\.pickle: expected a kept unit"):
+        Kept(folder, {"steps": 2}).read("square 1")
+
+
+def test_units_lost_with_a_killed_worker_run_again(tmp_path: Path) -> None:
+    lines: list[str] = []
+    units = [(value, str(tmp_path)) for value in range(4)]
+    assert run_units(_dies_once, units, jobs=2, log=lines.append) == [0, 1, 4, 9]
+    assert (tmp_path / "died").exists()
+    assert sum(" done (" in line for line in lines) == 4
+
+
+@pytest.mark.parametrize(("address", "status", "says"), [
+    ("http://head:10001", 2, "--address 'http://head:10001': expected auto, local, HOST:PORT or "
+                             "ray://HOST[:PORT]"),
+    ("ray://127.0.0.1:1", 1, "--address ray://127.0.0.1:1: no Ray cluster answers at "
+                             "127.0.0.1:1 (connection refused)")])
+def test_every_experiment_refuses_a_bad_address_in_one_line_before_any_work(
+        address: str, status: int, says: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from experiments import __main__ as command
+
+    for experiment in ("budgets", "converged", "lora_ppo"):
+        out = tmp_path / experiment
+        assert command.main([experiment, "--scale", "smoke", "--address", address,
+                             "--out", str(out)]) == status
+        [line] = capsys.readouterr().err.splitlines()
+        assert line.startswith(f"python -m experiments: error: {says}")
+        assert not out.exists()  # nothing created
