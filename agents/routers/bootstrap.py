@@ -23,8 +23,9 @@ read each block:
   point lying on or under the chord of its neighbours (such a point is never a frontier
   vertex) before the frontier's own loop runs on the few that remain. The old way built
   a queries x thresholds matrix (0.37 GB at 2,942 queries); this is O(queries) memory and
-  about O(queries) time per resample (``benchmarks/routing_scale.py``: 100k queries,
-  1,000 resamples, about 22 s of CPU and 215 MB).
+  about O(queries) time per resample (``benchmarks/routing_scale.py`` measures a whole
+  routing table up to 100k queries and 1,000 resamples; its figures, with the machine and
+  its load, are in ``benchmarks/results/routing_scale.md``).
 
 :func:`threshold_aiq` is one curve's AIQ on all its queries (no resampling), linear too:
 what a cross-validation fold reads.

@@ -18,11 +18,13 @@ them the best training-free rule (``"rule"``, :mod:`agents.routers.rule`: shorte
 longest prompts first, whichever has the better AIQ on the training fold; the JSON
 records each fold's ``"rule_members"``) shows what routing without learned weights does,
 and every other router's ``"minus_rule_at_cost"`` is its accuracy minus the rule's at the
-same cost, paired (:func:`~agents.routers.evaluation.compare_with_rule`: the rule's pooled
-held-out curve read at the router's cost per query on each resample), with a
-``"verdict_vs_rule"``: beats, loses or not resolved.
+same cost, paired (:func:`~agents.routers.evaluation.compare_with_rule`'s comparison, which
+``score_table(rule=)`` runs on the router's draw: the rule's pooled held-out curve, its
+points those of the rule's curve metrics, read at the router's cost per query on each
+resample), with a ``"verdict_vs_rule"``: beats, loses or not resolved.
 The out-of-fold decisions and scores are pooled (every query held out exactly once) and
-scored exactly, on one draw of resamples (:func:`agents.routers.evaluation.score_table`):
+scored exactly, on one draw of resamples per router
+(:func:`agents.routers.evaluation.score_table`):
 accuracy, cost and the test share reached, against random routing at the same share and
 at the same cost, both matched to the router within each resample
 (:func:`~agents.routers.evaluation.compare_with_random`: exact, paired differences),
@@ -57,7 +59,6 @@ from agents.routers import calibrate_share, cross_validate, make_router
 from agents.routers.base import take
 from agents.routers.evaluation import (
     call_costs,
-    compare_with_rule,
     oracle_routing,
     rule_verdict,
     score_routings,
@@ -219,13 +220,6 @@ def verdict(diff: Mapping[str, Any]) -> str:
     return "cannot be told apart from random"
 
 
-def _add_minus_rule(routers: dict[str, Any], minus_rule: Mapping[str, Any]) -> None:
-    """Each learned router's accuracy minus the rule's at its cost, and the verdict."""
-    for name, diff in minus_rule.items():
-        routers[name]["minus_rule_at_cost"] = diff
-        routers[name]["verdict_vs_rule"] = rule_verdict(diff["accuracy"])
-
-
 def _minus_rule_cell(entry: Mapping[str, Any]) -> str:
     """The table's router-minus-rule cell: the verdict and the paired difference."""
     diff = entry.get("minus_rule_at_cost")
@@ -302,7 +296,6 @@ def evaluate(data: TraceDataset, protocol: Protocol, n_resamples: int, seed: int
     }
     first = out["baselines"]["oracle"]
     out["resampled"], out["units"] = first["resampled"], first["units"]
-    routed: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # name -> (decisions, costs)
     fitted: dict[str, tuple[str, dict[str, Any], Any, Any, Any, list[Any], list[str]]] = {}
     for name, (kind, settings) in specs.items():
         chosen: list[dict[str, Any]] = []
@@ -323,12 +316,16 @@ def evaluate(data: TraceDataset, protocol: Protocol, n_resamples: int, seed: int
         decisions = np.where(calls, is_, iw).astype(np.int64)
         curves: dict[str, Any] = {name: scores, "random": None}
         refs = ["random"]
-        if rule is not None and not members:
+        versus = rule is not None and not members  # a learned router beside the rule
+        if versus:
             curves[RULE_CURVE] = fitted[rule][2]
             refs.append(RULE_CURVE)
+        # one draw: the points, the curves and the router minus the rule at its cost
+        # (on the rule's curve points the curve metrics computed)
         table = score_table(test, {name: decisions}, curves,
                             weak=weak, strong=strong, costs=c, router_costs={name: costs},
-                            curve_reference=refs, cost_range=plain_range, **kw)
+                            curve_reference=refs, cost_range=plain_range,
+                            rule=RULE_CURVE if versus else None, **kw)
         point = dict(table["points"][name])
         references = {key: point.pop(key) for key in
                       ("random_at_share", "random_at_cost", "minus_random_at_share",
@@ -349,13 +346,10 @@ def evaluate(data: TraceDataset, protocol: Protocol, n_resamples: int, seed: int
             out["routers"][name]["cv"] = chosen
         if members:
             out["routers"][name].update(rule_members=members, label=rule_label(members))
-        else:
-            routed[name] = (decisions, costs)
-    if rule is not None and routed:  # a rule alone has no router to set beside it
-        _add_minus_rule(out["routers"], compare_with_rule(
-            test, {k: d for k, (d, _) in routed.items()}, fitted[rule][2], weak=weak,
-            strong=strong, costs=c, router_costs={k: rc for k, (_, rc) in routed.items()},
-            **kw))
+        if versus:  # a rule alone has no router to set beside it
+            diff = table["rule"][name]
+            out["routers"][name].update(minus_rule_at_cost=diff,
+                                        verdict_vs_rule=rule_verdict(diff["accuracy"]))
     return out
 
 
