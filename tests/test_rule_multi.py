@@ -13,7 +13,12 @@ from agents import cli
 from agents.cli.route import EXIT_USAGE
 from agents.routers import CV_GRIDS, ROUTERS, make_router, router_from_state
 from agents.routers.evaluation import compare_with_rule
-from agents.routers.rule import RuleMultiRouter, rule_from_record, rule_record
+from agents.routers.rule import (
+    CHEAPEST_ALONE,
+    RuleMultiRouter,
+    rule_from_record,
+    rule_record,
+)
 from cost_envs.traces import TraceDataset
 
 MODELS = ("small", "mid", "large")
@@ -57,6 +62,17 @@ def test_a_model_off_the_training_frontier_is_never_called():
                        data.input_tokens, data.output_tokens, cost=data.cost)
     router = make_router("multi-rule").fit(off)
     assert 1 not in set(np.unique(router.sweep(off)))
+    assert router.chosen == router.member == "longest-first"
+
+
+def test_where_the_cheapest_is_the_most_accurate_it_is_called_alone_and_said_so():
+    data = banded()
+    correct = np.ones_like(data.correct)  # `small` right everywhere: nothing to buy
+    cheap = TraceDataset(MODELS, data.query_ids, data.prompts, correct.astype(float), correct,
+                         data.input_tokens, data.output_tokens, cost=data.cost)
+    router = make_router("multi-rule").fit(cheap)
+    assert set(np.unique(router.sweep(cheap))) == {0}
+    assert router.chosen == CHEAPEST_ALONE and CHEAPEST_ALONE in router.label
 
 
 def test_with_two_models_it_is_the_two_model_rule():

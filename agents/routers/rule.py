@@ -77,6 +77,9 @@ from cost_envs.traces import TraceDataset
 
 #: The rules :meth:`RuleRouter.fit` chooses among, in order of preference on a tie.
 MEMBERS = ("shortest-first", "longest-first")
+#: What :attr:`RuleMultiRouter.chosen` says when training leaves the cheapest model alone
+#: on the frontier (no dearer model more accurate in training).
+CHEAPEST_ALONE = "the cheapest model alone"
 #: The column of :data:`~agents.routers.statistics.STATISTICS` the rules rank by.
 LENGTH = STATISTICS.index("log_chars")
 
@@ -302,9 +305,21 @@ class RuleMultiRouter(MultiRouter):
         return MEMBERS[self._member]
 
     @property
+    def chosen(self) -> str:
+        """What training chose: the member, or :data:`CHEAPEST_ALONE`.
+
+        Where no dearer model is more accurate than the cheapest in training, only the
+        cheapest is on the training frontier: every member calls it alone (their AIQs
+        tie and the first is kept), so the member says nothing of the routing.
+        """
+        accuracy, cost = self._coefficients(), self._fitted()[1]
+        return CHEAPEST_ALONE if accuracy[int(np.argmin(cost))] >= accuracy.max() else (
+            self.member)
+
+    @property
     def label(self) -> str:
         """How tables name it: the rule and that it was chosen on training data."""
-        return f"best training-free rule (chosen on training data: {self.member})"
+        return f"best training-free rule (chosen on training data: {self.chosen})"
 
     def _predict(self, x: np.ndarray) -> np.ndarray:
         return self._win(self.member, x[:, LENGTH])

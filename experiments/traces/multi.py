@@ -115,7 +115,7 @@ def _out_of_fold(data: TraceDataset, splits: list[tuple[np.ndarray, np.ndarray]]
         router = make_router(kind, *data.models, **settings).fit_inputs(
             take(inputs, train), data.correct[train], take(fit_costs, train))
         if members is not None and isinstance(router, RuleMultiRouter):
-            members.append(router.member)
+            members.append(router.chosen)  # "the cheapest model alone" says more there
         grid = router.lams_inputs(take(inputs, train))
         swept = cols[router.sweep_inputs(take(inputs, train), grid)]
         mean = costs[train].mean(axis=0)
