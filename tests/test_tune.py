@@ -174,7 +174,8 @@ def test_the_address_reaches_ray_init_unchanged(address: str | None, tmp_path: P
     assert probed == ([(("host", 10001),)] * 2 if address == CLUSTER else [])
     [kwargs] = calls
     if address is None:  # a one-machine cluster sized by --jobs, no dashboard
-        assert kwargs == {"num_cpus": 2, "include_dashboard": False, "log_to_driver": False}
+        assert kwargs == {"num_cpus": 2, "include_dashboard": False, "log_to_driver": False,
+                          "runtime_env": {"env_vars": {"PYTHONPATH": str(REPO)}}}
     else:  # the address as given; only this package is shipped along
         assert kwargs == {"address": address, "runtime_env": {
             "py_modules": [str(REPO / "experiments")], "env_vars": cluster.WORKER_ENV}}

@@ -136,8 +136,10 @@ def connect(address: str | None, jobs: int) -> None:
     import ray
 
     single_threaded_workers()
-    if address is None or address == "local":
-        ray.init(num_cpus=jobs, include_dashboard=False, log_to_driver=False)
+    if address is None or address == "local":  # its workers import from this checkout
+        path = os.pathsep.join(filter(None, [str(PACKAGE.parent), os.environ.get("PYTHONPATH")]))
+        ray.init(num_cpus=jobs, include_dashboard=False, log_to_driver=False,
+                 runtime_env={"env_vars": {"PYTHONPATH": path}})
         return
     try:  # the cluster's workers import this package from the job, not from a checkout
         with deadline(CONNECT_SECONDS) as expired:

@@ -122,8 +122,8 @@ def _in_process(function: Callable[[Any], Any], units: Sequence[Any]) -> Iterato
         yield position, run_unit(function, unit)
 
 
-def _local(function: Callable[[Any], Any], units: Sequence[Any], jobs: int
-           ) -> Iterator[Outcome]:
+def _local(function: Callable[[Any], Any], units: Sequence[Any], jobs: int,
+           say: Callable[[str], None]) -> Iterator[Outcome]:
     """Units in ``jobs`` spawned processes.
 
     A pool broken by a dead worker is started again for the units it lost, up to
@@ -148,6 +148,8 @@ def _local(function: Callable[[Any], Any], units: Sequence[Any], jobs: int
                 yield position, (False, f"its worker process died {lost} times (killed, or "
                                         "out of memory)")
             return
+        if broken:
+            say(f"a worker process died: {len(broken)} unit(s) not finished run again")
         todo = sorted(broken)
 
 
@@ -220,7 +222,8 @@ def run_units(function: Callable[[Any], Any], units: Sequence[Any], *, jobs: int
         f"{where}")
     batch = [units[index] for index in todo]
     outcomes = (_ray(function, batch, address, jobs, num_cpus) if address is not None else
-                _local(function, batch, jobs) if jobs > 1 and len(batch) > 1 else
+                _local(function, batch, jobs, lambda text: say(f"{label}: {text}"))
+                if jobs > 1 and len(batch) > 1 else
                 _in_process(function, batch))
     failures, start, finished = [], time.perf_counter(), 0
     for position, (ok, value) in outcomes:

@@ -1,0 +1,135 @@
+"""Real experiments through the one scheduler: on Ray the files of ``--jobs``, and a resume.
+
+* ``budgets`` and ``converged`` at the smoke scale as Ray tasks on a one-machine cluster
+  (``address="local"``, 2 CPUs) write the same files as in 2 local processes, byte for
+  byte but for the wall times;
+* a ``budgets`` run whose worker is killed mid-run, and then the run itself, keeps what
+  finished: the same command runs only the missing units, and writes the same files.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from experiments.budgets import runner as budgets
+from experiments.converged import runner as converged
+from experiments.shared.kept import units_folder
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[1]
+#: A smoke budgets of 4 units (two rows x two seeds): half a minute on 2 cores.
+ENVS = {"cost_envs/ToolBench-v0": ("ppo", "lora-ppo")}
+#: The wall times, the only thing that differs between two runs (``0.1 min``).
+TIMING = re.compile(r"\d+\.\d+ min")
+
+
+def _files(folder: Path) -> dict[str, str]:
+    """The reports in ``folder`` (not the kept runs), their wall times blanked."""
+    return {path.name: TIMING.sub("X min", path.read_text(encoding="utf-8"))
+            for path in sorted(folder.iterdir()) if path.is_file()}
+
+
+@pytest.fixture(scope="module")
+def local_budgets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The smoke budgets of :data:`ENVS` in 2 local processes."""
+    out = tmp_path_factory.mktemp("local")
+    budgets.report(out, "smoke", jobs=2, envs=ENVS, log=lambda _: None)
+    return _files(out)
+
+
+def test_on_ray_budgets_and_converged_write_the_files_of_local_processes(
+        local_budgets: dict[str, str], tmp_path: Path) -> None:
+    import ray
+
+    lines: list[str] = []
+    try:
+        budgets.report(tmp_path / "ray", "smoke", jobs=2, envs=ENVS, address="local",
+                       log=lines.append)
+        assert lines[0] == "budgets: 0 of 4 units kept, 4 to run on the Ray cluster at local"
+        assert _files(tmp_path / "ray") == local_budgets
+        assert len(local_budgets) == 2 and "| 2,048 | 320 |" in local_budgets[
+            "budgets_ToolBench-v0.md"]
+        converged.report(tmp_path / "converged_ray", "smoke", rows=("ppo",), address="local",
+                         log=lambda _: None)
+    finally:
+        ray.shutdown()
+    converged.report(tmp_path / "converged_local", "smoke", jobs=2, rows=("ppo",),
+                     log=lambda _: None)
+    on_ray = _files(tmp_path / "converged_ray")
+    assert sorted(on_ray) == ["converged_FlightPlanner-v1.csv", "converged_FlightPlanner-v1.md"]
+    assert on_ray == _files(tmp_path / "converged_local")
+    # the kept runs too: the same per-task returns
+    for name in ("fixed.json", "ppo_seed0.json", "ppo_seed1.json"):
+        kept = [re.sub(r'"seconds": [0-9.e-]+', "", (tmp_path / run / converged.RUNS / name)
+                       .read_text()) for run in ("converged_ray", "converged_local")]
+        assert kept[0] == kept[1]
+
+
+_DRIVER = """
+import sys
+from pathlib import Path
+from experiments.budgets import runner
+runner.report(Path(sys.argv[1]), "smoke", jobs=2, envs={envs!r}, log=print)
+"""
+
+
+def _workers(driver: int) -> list[int]:
+    """The driver's spawned worker processes (not its resource tracker)."""
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            command = (stat.parent / "cmdline").read_bytes()
+        except OSError:  # gone meanwhile
+            continue
+        if int(fields[1]) == driver and b"spawn_main" in command:
+            children.append(int(stat.parent.name))
+    return children
+
+
+def _wait(condition: Callable[[], bool], what: str, seconds: float = 300) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.2)
+
+
+def test_a_killed_worker_and_driver_lose_only_the_unfinished_units(
+        local_budgets: dict[str, str], tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    kept = units_folder(out, "budgets", "smoke")
+    command = [sys.executable, "-c", _DRIVER.format(envs=ENVS), str(out)]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    log = tmp_path / "first.log"
+    with open(log, "w") as first_log:
+        driver = subprocess.Popen(command, cwd=REPO, env=env, stdout=first_log,
+                                  stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            _wait(lambda: kept.is_dir() and any(kept.glob("*.pickle")), "a first kept unit")
+            [victim, *_] = _workers(driver.pid)
+            os.kill(victim, signal.SIGKILL)  # a worker lost mid-run
+            _wait(lambda: "a worker process died" in log.read_text(), "the pool restarted")
+            os.killpg(driver.pid, signal.SIGKILL)  # and then the whole run
+            driver.wait(30)
+        finally:
+            if driver.poll() is None:
+                os.killpg(driver.pid, signal.SIGKILL)
+                driver.wait(30)
+    finished = len(list(kept.glob("*.pickle")))
+    assert 1 <= finished < 4 and not (out / "budgets_ToolBench-v0.md").exists()
+    # the same command: only the missing units run, and the files are those of one run
+    again = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
+                           timeout=600, check=True)
+    assert f"budgets: {finished} of 4 units kept, {4 - finished} to run" in again.stdout
+    assert again.stdout.count(" done (") == 4 - finished
+    assert _files(out) == local_budgets
+    assert not (out / "kept_units").exists()  # forgotten once the files are written
