@@ -237,7 +237,11 @@ def test_smoke_report_on_gsm8k_beats_random_routing_on_cpt80(
     k_model = results["heldout"]["gsm8k"]["k_model"]
     assert sorted(k_model["models"]) == sorted([gsm["weak"], gsm["strong"]])
     assert set(k_model["rows"]) == {"multi-logistic", "multi-logistic (cv)", "multi-priced",
-                                    "multi-cluster"}
+                                    "multi-cluster", "multi-rule"}
+    # every learned row beside the best training-free rule over K models, at the same cost
+    assert all(row["verdict_vs_rule"] in ("beats", "loses", "not resolved")
+               for name, row in k_model["rows"].items() if name != "multi-rule")
+    assert "accuracy - best rule at the same cost (paired)" in text
     assert "## Routing over K models" in text
     assert "No shipped log has more than two models" in text
     assert "| GSM8K queries (660 queries, 660 queries resampled) | multi-logistic |" in text
