@@ -4,14 +4,21 @@
   (``address="local"``, 2 CPUs) write the same files as in 2 local processes, byte for
   byte but for the wall times;
 * a ``budgets`` run whose worker is killed mid-run, and then the run itself, keeps what
-  finished: the same command runs only the missing units, and writes the same files.
+  finished: the same command runs only the missing units, and writes the same files;
+* a real two-node cluster on 127.0.0.1: ``ray start --head`` and a second ``ray start
+  --address`` (its own temp dir), each of one CPU and kept in the foreground (``--block``:
+  stopping that process stops its node, so the test stops only what it started), runs
+  the same ``budgets`` and ``converged`` from a driver process through ``HOST:PORT`` and
+  writes the files of the local run.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -133,3 +140,91 @@ def test_a_killed_worker_and_driver_lose_only_the_unfinished_units(
     assert again.stdout.count(" done (") == 4 - finished
     assert _files(out) == local_budgets
     assert not (out / "kept_units").exists()  # forgotten once the files are written
+
+
+# ------------------------------------------------------------ a two-node cluster
+RAY = Path(sys.executable).with_name("ray")
+#: The nodes and the driver: this checkout importable; no token authentication (Ray's
+#: default for ``ray start --head``, whose token the second node would not have), the
+#: cluster being on 127.0.0.1 for the test's lifetime.
+_CLUSTER_ENV = {**os.environ, "PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled"}
+_CLUSTER_DRIVER = """
+import sys
+from pathlib import Path
+from experiments.budgets import runner as budgets
+from experiments.converged import runner as converged
+out, address = Path(sys.argv[1]), sys.argv[2]
+budgets.report(out / "budgets", "smoke", envs={envs!r}, address=address, log=print)
+converged.report(out / "converged", "smoke", rows=("ppo",), address=address, log=print)
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _node(arguments: list[str], temp: Path, log: Path) -> subprocess.Popen[bytes]:
+    """One ``ray start --block`` node of one CPU, in a session of its own."""
+    command = [str(RAY), "start", "--block", "--num-cpus", "1", "--temp-dir", str(temp),
+               "--disable-usage-stats", "--node-ip-address", "127.0.0.1", *arguments]
+    with open(log, "wb") as output:
+        return subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT,
+                                start_new_session=True,
+                                env=_CLUSTER_ENV)
+
+
+def _stop(node: subprocess.Popen[bytes]) -> None:
+    """Stop a node this test started: its ``ray start``, which stops the node's processes."""
+    if node.poll() is None:
+        os.killpg(node.pid, signal.SIGTERM)
+        try:
+            node.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(node.pid, signal.SIGKILL)
+            node.wait(30)
+
+
+def _wait_for(log: Path, text: str, node: subprocess.Popen[bytes], seconds: float = 180) -> None:
+    deadline = time.monotonic() + seconds
+    while text not in log.read_text(errors="replace"):
+        assert node.poll() is None, log.read_text(errors="replace")[-2000:]
+        assert time.monotonic() < deadline, f"{log.name}: no {text!r} within {seconds} s"
+        time.sleep(0.5)
+
+
+@pytest.mark.skipif(not RAY.exists(), reason="no ray command (the tune extra)")
+def test_a_two_node_cluster_writes_the_files_of_a_local_run(tmp_path: Path) -> None:
+    # short temp dirs: Ray's sockets live there, and a socket's path is at most 107 bytes
+    temp = Path(f"/tmp/ray40-{os.getpid()}")
+    port = _free_port()
+    head = _node(["--head", "--port", str(port), "--include-dashboard", "false",
+                  "--ray-client-server-port", str(_free_port())], temp / "head",
+                 tmp_path / "head.log")
+    second = None
+    try:
+        _wait_for(tmp_path / "head.log", "Ray runtime started", head)
+        second = _node(["--address", f"127.0.0.1:{port}"], temp / "second",
+                       tmp_path / "second.log")
+        _wait_for(tmp_path / "second.log", "Ray runtime started", second)
+        done = subprocess.run([sys.executable, "-c", _CLUSTER_DRIVER.format(envs=ENVS),
+                               str(tmp_path / "cluster"), f"127.0.0.1:{port}"], cwd=tmp_path,
+                              env=_CLUSTER_ENV, capture_output=True, text=True, timeout=1200)
+        assert done.returncode == 0, done.stderr[-3000:]
+        # the second node ran units too: its own workers' logs, in its own temp dir
+        assert list((temp / "second").glob("session_*/logs/python-core-worker-*.log"))
+    finally:
+        for node in (second, head):
+            if node is not None:
+                _stop(node)
+        shutil.rmtree(temp, ignore_errors=True)
+    assert "budgets: 0 of 4 units kept, 4 to run on the Ray cluster at 127.0.0.1" in done.stdout
+    budgets.report(tmp_path / "local" / "budgets", "smoke", jobs=2, envs=ENVS,
+                   log=lambda _: None)
+    converged.report(tmp_path / "local" / "converged", "smoke", jobs=2, rows=("ppo",),
+                     log=lambda _: None)
+    for experiment, count in (("budgets", 2), ("converged", 2)):
+        local = _files(tmp_path / "local" / experiment)
+        assert len(local) == count
+        assert _files(tmp_path / "cluster" / experiment) == local
