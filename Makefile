@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-all lint docs reproduce tune benchmark dist clean
+.PHONY: install test test-all lint docs reproduce reproduce-full tune benchmark dist clean
 
 install: $(STAMP)
 
@@ -49,8 +49,16 @@ test-all: install
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
+# ADDRESS=auto (or ray://HEAD:10001): every experiment's units as Ray tasks on that cluster,
+# the same files as on this machine (docs/reproducing.md); the same command resumes a run.
+ADDRESS ?=
+ON_CLUSTER = $(if $(ADDRESS),--address $(ADDRESS))
+
 reproduce: install
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m experiments all
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m experiments all $(ON_CLUSTER)
+
+reproduce-full: install
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m experiments all --scale full $(ON_CLUSTER)
 
 # The equal-budget tuning sweeps on a one-machine Ray cluster; writes experiments/tuned/.
 # On an existing cluster: $(BIN)/python -m experiments tune --address auto (or ray://HOST:10001).
