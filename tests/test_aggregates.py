@@ -322,3 +322,42 @@ def test_the_committed_results_aggregate_to_the_committed_report_whatever_the_se
                 again = ([other[kind][key][1:]] if kind != "methods"
                          else [other[kind][key]["iqm"][1:], other[kind][key]["mean"][1:]])
                 assert np.abs(np.subtract(ends, again)).max() <= 0.01, (name, key)
+
+
+def test_drawn_shares_are_exact_so_every_cpu_draws_the_same_ties():
+    """Each drawn share is the exact ratio of whole sums, rounded once: no CPU's BLAS order.
+
+    Means taken as float products (``counts / n @ scores``) moved a share's last bit with
+    the BLAS kernel, and equal runs stopped tying (P(X > Y) 0.03 apart between a Haswell
+    and an AVX-512 kernel on the committed results).
+    """
+    from fractions import Fraction
+
+    from cost_envs.metrics.bootstrap import resample_counts
+
+    rng = np.random.default_rng(5)
+    n, reps = 37, 40
+    rule = np.round(rng.normal(0.0, 1.0, n), 4)
+    reference = np.round(rule + rng.uniform(0.0, 2.0, n), 4)
+    runs = np.round(rule + rng.uniform(-1.0, 2.0, (3, n)), 4)
+    runs[2] = runs[0]  # two seeds with the same episodes
+    episodes = {"t": {"rule": rule, "reference": reference, "methods": {"m": runs}}}
+    shares = aggregates.resample(episodes, ["m"], reps=reps, seed=11)["m"][:, :, 0]
+
+    draws = np.random.default_rng(11)  # the draws resample makes, in its order
+    counts = resample_counts(draws, reps, n).astype(int)
+    chosen = draws.integers(0, 3, size=(reps, 3))
+    units = [[Fraction(str(v)) for v in row] for row in (rule, reference, *runs)]
+    gap = sum(units[1]) - sum(units[0])
+    for r in range(reps):
+        drawn_rule = sum(c * u for c, u in zip(counts[r], units[0], strict=True))
+        for s in range(3):
+            drawn = sum(c * u for c, u in zip(counts[r], units[2 + chosen[r, s]], strict=True))
+            assert shares[r, s] == float((drawn - drawn_rule) / gap), (r, s)
+
+
+def test_scores_with_more_decimals_than_kept_are_refused_by_name():
+    episodes = {"ToolBench-v0": {"rule": np.array([0.0, 0.12345]), "reference": np.ones(2),
+                                 "methods": {"m": np.ones((1, 2))}}}
+    with pytest.raises(ValueError, match=r"ToolBench-v0: scores \[0.12345\] have more than 4"):
+        aggregates.resample(episodes, ["m"], reps=10)

@@ -65,7 +65,7 @@ from cost_envs.metrics.bootstrap import (
 )
 from experiments.aggregates.report import left_out, render
 from experiments.shared.common import quiet
-from experiments.shared.gaps import decode_scores
+from experiments.shared.gaps import SCORE_DECIMALS, decode_scores
 
 #: Bootstrap replications (rliable's default is 50,000). With mid-quantile ends, the
 #: committed intervals' ends moved by at most 0.011 over bootstrap seeds 0-4 at 100,000 (by
@@ -237,22 +237,45 @@ def resample(episodes: Mapping[str, Mapping[str, Any]], methods: Sequence[str],
     shares = {m: np.empty((reps, first["methods"][m].shape[0], n_tasks)) for m in methods}
     for t, (task, data) in enumerate(episodes.items()):
         n = data["rule"].size
-        gap = float(data["reference"].mean() - data["rule"].mean())
+        rule_units, reference_units = _units(task, data["rule"]), _units(task, data["reference"])
+        gap = reference_units.sum() - rule_units.sum()  # n x the gap, in score units
         if not gap > 0:
             raise ValueError(f"aggregates: {task}: the reference is not above the rule "
-                             f"({gap:+.4g}): no gap to scale the shares by")
+                             f"({gap / n / 10**SCORE_DECIMALS:+.4g}): no gap to scale the "
+                             "shares by")
+        runs = {method: _units(task, data["methods"][method]) for method in methods}
         start = 0
         for size in resample_blocks(reps, n):  # bounded memory at any reps
-            weights = resample_counts(rng, size, n) / n  # each row: one draw of the episodes
-            rule = weights @ data["rule"]
+            counts = resample_counts(rng, size, n)  # each row: one draw of the episodes
+            # Whole numbers below 2**53 (counts <= n, scores in units of the last kept
+            # decimal): every sum is exact in float64 whatever order a CPU's BLAS adds in,
+            # so runs whose episodes are equal tie exactly on every machine (a Haswell
+            # kernel's last bit once broke the ties of an AVX-512 one: P(X > Y) 0.03 apart)
+            rule = counts @ rule_units
             for method in methods:
-                runs = data["methods"][method]
-                means = weights @ runs.T  # replicates x seeds, every seed on the same draw
-                chosen = rng.integers(0, runs.shape[0], size=means.shape)
+                sums = counts @ runs[method].T  # replicates x seeds, every seed on the same draw
+                chosen = rng.integers(0, sums.shape[1], size=sums.shape)
                 shares[method][start:start + size, :, t] = (
-                    np.take_along_axis(means, chosen, axis=1) - rule[:, None]) / gap
+                    np.take_along_axis(sums, chosen, axis=1) - rule[:, None]) / gap
             start += size
     return shares
+
+
+def _units(task: str, scores: np.ndarray) -> np.ndarray:
+    """Kept scores (:data:`SCORE_DECIMALS` decimals) as whole numbers of their last decimal.
+
+    Raises:
+        ValueError: If a score has more decimals than a results file keeps.
+    """
+    units = scores * 10**SCORE_DECIMALS
+    whole = np.rint(units)
+    if not np.allclose(units, whole, rtol=0, atol=1e-6):
+        bad = scores[~np.isclose(units, whole, rtol=0, atol=1e-6)][:3].tolist()
+        raise ValueError(f"aggregates: {task}: scores {bad} have more than {SCORE_DECIMALS} "
+                         "decimals, expected the kept scores of experiments.shared.gaps")
+    if np.abs(whole).max(initial=0) * scores.shape[-1] >= 2**53:  # a drawn sum's bound
+        raise ValueError(f"aggregates: {task}: scores too large to sum exactly")
+    return whole
 
 
 def _improvement(x: np.ndarray, y: np.ndarray) -> np.ndarray:
