@@ -77,8 +77,8 @@ def test_a_failed_unit_is_reported_with_its_traceback_and_the_others_finish(jobs
     assert "--- squares: unit 2 failed:\nTraceback (most recent call last):" in message
     assert "ArithmeticError: unit 2 cannot be squared" in message
     assert "in _square_or_fail" in message  # the worker's own frames
-    assert "squares: 1 of 5 units failed (2); the others finished. To run the failed ones " \
-           "alone: python " in message
+    assert "squares: 1 of 5 units failed (2); the others finished. Nothing was kept; to run " \
+           "them all again: python " in message
     assert [failure.name for failure in raised.value.failures] == ["2"]
 
 
@@ -92,6 +92,9 @@ def test_finished_units_are_kept_and_a_second_run_runs_only_the_missing(tmp_path
     assert sorted(path.name for path in keeper.folder.iterdir()) == [
         f"square_{value}.pickle" for value in range(4)]
     keeper.path("square 2").unlink()  # as if the run had stopped before unit 2 finished
+    with pytest.raises(UnitsFailedError, match=r"1 of 1 units failed \(square 2\); the others "
+                       r"finished\. To run the failed ones alone \(the others are kept\): "):
+        run_units(_square_or_fail, [2], keeper=keeper, describe=lambda unit: f"square {unit}")
     lines: list[str] = []
     assert run_units(_counted_square, units, jobs=2, keeper=keeper, log=lines.append,
                      describe=lambda unit: f"square {unit[0]}") == [0, 1, 4, 9]

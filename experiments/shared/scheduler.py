@@ -69,14 +69,16 @@ class Failure:
 class UnitsFailedError(Exception):
     """Some units failed; the others finished (and were kept, where a keeper was given)."""
 
-    def __init__(self, label: str, failures: Sequence[Failure], total: int) -> None:
+    def __init__(self, label: str, failures: Sequence[Failure], total: int,
+                 kept: bool = True) -> None:
         self.failures = list(failures)
         blocks = [f"--- {label}: unit {failure.name} failed:\n{failure.trace.rstrip()}"
                   for failure in failures]
         names = ", ".join(failure.name for failure in failures)
+        again = ("To run the failed ones alone (the others are kept)" if kept else
+                 "Nothing was kept; to run them all again")
         super().__init__("\n".join(blocks) + f"\n{label}: {len(failures)} of {total} units "
-                         f"failed ({names}); the others finished. To run the failed ones "
-                         f"alone: {rerun_command()}")
+                         f"failed ({names}); the others finished. {again}: {rerun_command()}")
 
 
 def rerun_command() -> str:
@@ -242,5 +244,5 @@ def run_units(function: Callable[[Any], Any], units: Sequence[Any], *, jobs: int
         say(f"{label}: {names[index]} done ({finished}/{len(todo)}, {elapsed:.0f} s, "
             f"about {left:.0f} s left)")
     if failures:
-        raise UnitsFailedError(label, failures, len(units))
+        raise UnitsFailedError(label, failures, len(units), kept=keeper is not None)
     return results
