@@ -16,7 +16,7 @@ from agents.cli.arguments import known_env_id, positive_int, seed_int
 from agents.cli.config import read_train_config
 from agents.cli.env import add_env_arguments, check_env_kwargs, merged_env_kwargs
 from agents.cli.progress import Progress
-from agents.learners import BASES, METHODS, PPO_SETTINGS
+from agents.learners import BASES, FROM_SCRATCH, METHODS, PPO_SETTINGS
 from cost_envs.extras import EXTRA_MODULES, install_hint, missing_modules
 from cost_envs.limits import check_training_memory
 
@@ -83,9 +83,9 @@ def run_train(args: argparse.Namespace) -> int:
     except (ValueError, FileNotFoundError) as error:
         raise SystemExit(f"cost-envs train: {error}") from None
     base = args.base if args.base is not None else settings.base
-    if args.method == "ppo" and base != "pretrained":
-        raise SystemExit("cost-envs train: --base applies to the LoRA methods; ppo trains "
-                         "its whole encoder from scratch")
+    if args.method in FROM_SCRATCH and base != "pretrained":
+        raise SystemExit(f"cost-envs train: --base applies to the LoRA methods; "
+                         f"{args.method} trains its whole encoder from scratch")
     try:  # before training, so a bad --out does not throw the trained model away
         check_writable(args.out)
     except ValueError as error:

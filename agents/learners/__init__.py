@@ -6,6 +6,10 @@
   entry ``train(..., method="lora")``.
 * **LoRA-guided PPO**: :mod:`agents.learners.lora_ppo` (``LoraGuidedPPO``); entry
   ``train(..., method="lora-ppo")``.
+* **From interaction alone** (issue #38): :mod:`agents.learners.sil` (PPO with
+  self-imitation of its best episodes) and :mod:`agents.learners.grpo` (PPO on
+  group-relative advantages); entries ``train(..., method="ppo-sil")`` and
+  ``method="ppo-grpo"``.
 * **CORL**, one controller for every budget tier: :mod:`agents.learners.corl`; entries
   :func:`~agents.learners.corl.train_shared_ppo` (the controller), then
   :func:`~agents.learners.corl.train_tier_adapters` (one LoRA adapter per tier).
@@ -32,8 +36,19 @@ Importing this package does not import torch: it names the methods and bases (th
 choices); its modules import torch themselves.
 """
 
-#: Training methods, in table order: supervised LoRA, PPO from scratch, LoRA-guided PPO.
-METHODS = ("lora", "ppo", "lora-ppo")
+#: Training methods, in table order: supervised LoRA, PPO from scratch, LoRA-guided PPO,
+#: then issue #38's learners from interaction alone (PPO with self-imitation, PPO on
+#: group-relative advantages).
+METHODS = ("lora", "ppo", "lora-ppo", "ppo-sil", "ppo-grpo")
+#: The methods trained from scratch on the plain network: each one's model class, as
+#: ``(module, class)`` (imported when training: this package does not import torch).
+FROM_SCRATCH = {"ppo": ("agents.learners.ppo", "FastPPO"),
+                "ppo-sil": ("agents.learners.sil", "SelfImitationPPO"),
+                "ppo-grpo": ("agents.learners.grpo", "GroupRelativePPO")}
+#: Settings a from-scratch method changes from :data:`PPO_SETTINGS` (GRPO has no critic and
+#: scales its advantages per rollout: ``agents.learners.grpo``).
+METHOD_SETTINGS: dict[str, dict[str, object]] = {
+    "ppo-grpo": {"vf_coef": 0.0, "normalize_advantage": False}}
 #: Where the LoRA encoder's frozen base comes from.
 BASES = ("pretrained", "random")
 #: The policy's action distributions (:mod:`agents.learners.common.distributions`): SB3's

@@ -6,6 +6,8 @@ method         what is trained
 ``ppo``        PPO from scratch; the same network with a plain, trainable encoder
 ``lora``       the supervised LoRA allocator (:mod:`agents.learners.supervised`); no RL
 ``lora-ppo``   ``lora``, then LoRA-guided PPO (:mod:`agents.learners.lora_ppo`) from it
+``ppo-sil``    ``ppo`` plus self-imitation of its best episodes (:mod:`agents.learners.sil`)
+``ppo-grpo``   ``ppo`` on group-relative advantages (:mod:`agents.learners.grpo`)
 =============  =====================================================================
 
 Environments. The RL stage (``ppo``, and ``lora-ppo``'s PPO) steps ``n_envs`` sub-envs of
@@ -34,6 +36,7 @@ for the adapter.
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -50,12 +53,19 @@ from stable_baselines3.common.utils import set_random_seed
 
 import cost_envs
 from agents.callbacks import CostMetricsCallback, EvaluateAtSteps
-from agents.learners import ACTION_DISTRIBUTIONS, BASES, METHODS, PPO_SETTINGS
+from agents.learners import (
+    ACTION_DISTRIBUTIONS,
+    BASES,
+    FROM_SCRATCH,
+    METHOD_SETTINGS,
+    METHODS,
+    PPO_SETTINGS,
+)
 from agents.learners.common.policies import AllocatorPolicy
 from agents.learners.common.ppo_args import LORA_PPO_ARGUMENTS, PPO_ARGUMENTS, check_hyperparameters
 from agents.learners.dagger import fit_supervised
+from agents.learners.grpo import GroupRelativePPO
 from agents.learners.lora_ppo import LoraGuidedPPO
-from agents.learners.ppo import FastPPO
 from agents.learners.pretrain import pretrained_base_path
 from agents.learners.supervised import SupervisedConfig, policy_for
 from agents.progress import learn_progress
@@ -217,7 +227,7 @@ def train(
     kwargs = _json_env_kwargs(env_kwargs or {})
     if method != "lora":
         _check_batched_kwargs(kwargs)
-    base_path = _base_path(env_id, base) if method != "ppo" else None
+    base_path = _base_path(env_id, base) if method not in FROM_SCRATCH else None
     with threads(torch_threads):
         set_random_seed(seed)
         # The supervised stage's env, and for every method the check of env_kwargs with
@@ -233,11 +243,13 @@ def train(
         callbacks: list[BaseCallback] = [c for c in (callback, scorer, bar) if c is not None]
         common: dict[str, Any] = {"device": "cpu", "verbose": verbose, "tensorboard_log":
                   None if tensorboard_log is None else str(tensorboard_log)}
-        if method == "ppo":
-            model = FastPPO(AllocatorPolicy, make_batched_vec_env(env_id, n_envs, **kwargs),
-                            policy_kwargs={"lora_rank": None,
-                                           "action_distribution": action_distribution},
-                            **settings, **common)
+        if method in FROM_SCRATCH:
+            module, name = FROM_SCRATCH[method]
+            cls = getattr(importlib.import_module(module), name)
+            model = cls(AllocatorPolicy, make_batched_vec_env(env_id, n_envs, **kwargs),
+                        policy_kwargs={"lora_rank": None,
+                                       "action_distribution": action_distribution},
+                        **settings, **common)
         else:
             policy = policy_for(env, base=base_path, action_distribution=action_distribution)
             fit_supervised(policy, env, supervised, seed=seed,
@@ -249,7 +261,9 @@ def train(
                 policy, make_batched_vec_env(env_id, n_envs, **kwargs), **settings, **common)
         if tensorboard_log is None:
             quiet_logger(model, verbose)
-        seeds = train_task_seeds(seed, n_envs)
+        # GRPO replays each task on a group of sub-envs seeded alike (agents.learners.grpo)
+        seeds = (model.task_seeds(seed) if isinstance(model, GroupRelativePPO)
+                 else train_task_seeds(seed, n_envs))
         venv = model.get_env()
         assert venv is not None  # the model was built with one above
         if n_envs == 1:  # SB3's own call, which any VecEnv takes
@@ -264,7 +278,8 @@ def train(
         # SB3 finishes the rollout it is in, so the steps taken can exceed ``timesteps``.
         policy = cast(AllocatorPolicy, model.policy)  # both models were built with one above
         return TrainedAllocator(policy, env_id, kwargs, method, seed, model.num_timesteps,
-                                base if method != "ppo" else None, callback.history, n_envs,
+                                base if method not in FROM_SCRATCH else None,
+                                callback.history, n_envs,
                                 scorer.curve if scorer else [])
 
 
@@ -284,7 +299,8 @@ def ppo_settings(overrides: Mapping[str, Any] | None, method: str) -> dict[str, 
         ValueError: One line naming an unknown key and the valid ones, or a bad value
             (:func:`agents.learners.common.ppo_args.check_hyperparameters`).
     """
-    return {**PPO_SETTINGS, **check_hyperparameters(overrides or {}, method)}
+    return {**PPO_SETTINGS, **METHOD_SETTINGS.get(method, {}),
+            **check_hyperparameters(overrides or {}, method)}
 
 
 def quiet_logger(model: Any, verbose: int = 0) -> None:

@@ -20,7 +20,9 @@ from typing import Any
 
 from stable_baselines3 import PPO
 
+from agents.learners.grpo import GroupRelativePPO
 from agents.learners.lora_ppo import LoraGuidedPPO
+from agents.learners.sil import SelfImitationPPO
 from cost_envs.config import boolean, integer, number, suggestion
 
 #: Arguments the training code sets itself: never hyperparameters.
@@ -51,10 +53,18 @@ LORA_PPO_ARGUMENTS: dict[str, Any] = {
 FAST_PPO_ARGUMENTS: dict[str, Any] = {"fused_loss": False}
 
 
+#: What each method's model class adds to PPO's arguments (issue #38's learners: the
+#: ``sil_*`` settings, ``group_size``).
+METHOD_ARGUMENTS: dict[str, dict[str, Any]] = {
+    "lora-ppo": LORA_PPO_ARGUMENTS,
+    **{method: {name: default for name, default in _arguments(cls).items()
+                if name not in PPO_ARGUMENTS and name not in FAST_PPO_ARGUMENTS}
+       for method, cls in (("ppo-sil", SelfImitationPPO), ("ppo-grpo", GroupRelativePPO))}}
+
+
 def accepted(method: str) -> dict[str, Any]:
-    """The hyperparameters ``method`` accepts, with SB3's (or LoraGuidedPPO's) defaults."""
-    return {**PPO_ARGUMENTS, **FAST_PPO_ARGUMENTS,
-            **(LORA_PPO_ARGUMENTS if method == "lora-ppo" else {})}
+    """The hyperparameters ``method`` accepts, with SB3's (or its model class's) defaults."""
+    return {**PPO_ARGUMENTS, **FAST_PPO_ARGUMENTS, **METHOD_ARGUMENTS.get(method, {})}
 
 
 def check_hyperparameters(values: Mapping[str, Any], method: str,

@@ -1,0 +1,73 @@
+"""The screening table of :mod:`experiments.teacherless.runner`'s runs, beside plain PPO."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cost_envs.metrics import bootstrap_mean_ci
+from experiments.budgets.report import curve_table, share_text
+from experiments.budgets.runner import reference_returns
+from experiments.budgets.settings import Scale
+from experiments.shared.common import machine
+from experiments.shared.gaps import decode_scores, kept_scores, method_share
+from experiments.teacherless.settings import BASELINE_CSV, BASELINE_LABEL, ENV_ID, ROWS
+
+
+def baseline(scale: Scale, path: Path = BASELINE_CSV) -> np.ndarray:
+    """``(seeds, tasks)``: PPO's committed per-task returns at the screening step count."""
+    with open(path, encoding="utf-8", newline="") as handle:
+        rows = [r for r in csv.DictReader(handle) if r["row"] == "ppo"]
+    # SB3 finishes its last rollout: the requested steps rounded up to whole rollouts
+    rollout = scale.n_envs * 512
+    steps = -(-scale.timesteps // rollout) * rollout
+    by_seed = {int(r["seed"]): decode_scores(r["returns"]) for r in rows
+               if int(r["timesteps"]) == steps}
+    if not all(seed in by_seed for seed in range(scale.seeds)):
+        raise ValueError(f"{path}: expected PPO's returns at {steps} steps for seeds "
+                         f"0-{scale.seeds - 1}, got seeds {sorted(by_seed)}")
+    return np.array([by_seed[seed] for seed in range(scale.seeds)])
+
+
+def render(results: list[dict[str, Any]], scale: Scale) -> tuple[str, dict[str, Any]]:
+    """The screening table (Markdown) and its JSON."""
+    rule, planner = reference_returns(ENV_ID, scale.episodes)
+    ppo = baseline(scale)
+    entries = {"ppo": method_share(BASELINE_LABEL, ppo, rule, planner)}
+    entries["ppo"]["return"] = list(bootstrap_mean_ci(ppo, n_resamples=scale.resamples))
+    labels = {"ppo": BASELINE_LABEL}
+    for key in dict.fromkeys(r["key"] for r in results):
+        done = sorted((r for r in results if r["key"] == key), key=lambda r: r["seed"])
+        last = np.array([kept_scores(r["curve"][-1]["returns"]) for r in done])
+        entry = method_share(ROWS[key].label, last, rule, planner)
+        entry["return"] = list(bootstrap_mean_ci(last, n_resamples=scale.resamples))
+        entry["minus_ppo"] = list(bootstrap_mean_ci(last - ppo, n_resamples=scale.resamples))
+        entry["timesteps"] = done[0]["curve"][-1]["timesteps"]
+        entry["minutes"] = float(np.mean([r["seconds"] for r in done]) / 60)
+        entries[key] = entry
+        labels[key] = ROWS[key].label
+    lines = [f"# Teacherless learners on {ENV_ID}: screening (issue #38)", "",
+             f"{scale.seeds} seeds x {scale.timesteps:,} requested env steps on "
+             f"{scale.n_envs} batched sub-envs; each row scored at its last checkpoint on the "
+             f"same {len(rule)} evaluation tasks (task seed 0). Return: mean Eq. 1 return; "
+             f"share: of the gap from the best fixed row ({np.mean(rule):.3f}) to the "
+             f"planner ({np.mean(planner):.3f}); 95% intervals over seeds and tasks. "
+             "- PPO: paired over the same seeds and tasks.", "", f"Machine: {machine()}.", "",
+             "| row | return | share of the gap | per seed | - PPO (return) | min/seed |",
+             "| --- | --- | --- | --- | --- | ---: |"]
+    for key, entry in entries.items():
+        mean, low, high = entry["return"]
+        seeds = ", ".join(f"{s:.2f}" for s in entry["per_seed"])
+        diff = ("-" if "minus_ppo" not in entry else
+                "{:+.3f} [{:+.3f}, {:+.3f}]".format(*entry["minus_ppo"]))
+        minutes = f"{entry['minutes']:.1f}" if "minutes" in entry else "-"
+        lines.append(f"| {labels[key]} | {mean:.3f} [{low:.3f}, {high:.3f}] | "
+                     f"{share_text(entry['share'])} | {seeds} | {diff} | {minutes} |")
+    curves, _ = curve_table(ENV_ID, results, rule, planner, scale, labels=labels)
+    lines += ["", "## Curves", "", *curves.split("\n")[4:]]
+    payload = {"env": ENV_ID, "scale": repr(scale), "rule": float(np.mean(rule)),
+               "planner": float(np.mean(planner)), "rows": entries}
+    return "\n".join(lines) + "\n", payload

@@ -1,0 +1,139 @@
+"""Screen the teacherless learners (issue #38, point 1) against plain PPO's committed curve.
+
+Every row of :data:`~experiments.teacherless.settings.ROWS` asked for is trained
+``scale.seeds`` times to ``scale.timesteps`` env steps with
+:func:`agents.learners.training.train` (16 batched sub-envs, as PPO's committed curve) and
+scored at its checkpoints and at the end on the tables' 400 evaluation tasks (task seed
+0). Each run is kept as a JSON file in ``<out>/runs`` as it finishes
+(:class:`experiments.shared.kept.Runs`), so a rerun trains only what is missing, one run
+at a time (the machine is shared).
+
+The table: for each row at its last checkpoint, the mean return and the share of the gap
+from the best fixed row to the planner, each with a 95% interval over seeds and tasks
+(:func:`experiments.shared.gaps.method_share`, the tables' own share code), the share of
+each seed, and the difference of return to PPO paired over the same seeds and tasks. The
+baseline is PPO's committed curve (``budgets_ToolBench-v0_ppo.csv``) at the same step
+count, its first ``scale.seeds`` seeds. Written to ``<out>/teacherless.md`` and ``.json``
+(:mod:`experiments.teacherless.report`).
+
+``python -m experiments.teacherless [--rows KEY ...] [--out DIR] [--report-only]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agents.files import write_files_atomic
+from experiments.budgets.settings import Scale
+from experiments.shared.gaps import decode_scores, encode_scores
+from experiments.shared.kept import Runs, run_file
+from experiments.teacherless.report import render
+from experiments.teacherless.settings import ENV_ID, OUT, ROWS, SCREEN
+
+
+@dataclass(frozen=True)
+class Job:
+    """One training run: a row and a seed."""
+
+    key: str
+    seed: int
+    scale: Scale
+
+    def __str__(self) -> str:
+        return f"{self.key} seed {self.seed}"
+
+
+def run_job(job: Job) -> dict[str, Any]:
+    """Train one row with one seed, scored at every checkpoint; its curve and wall time."""
+    from agents.learners.training import configure_torch_threads, train
+
+    configure_torch_threads()
+    row = ROWS[job.key]
+    start = time.perf_counter()
+    trained = train(ENV_ID, row.method, job.scale.timesteps, seed=job.seed,
+                    n_envs=job.scale.n_envs, evaluate_at=job.scale.checkpoints,
+                    eval_episodes=job.scale.episodes, **dict(row.arguments))
+    return {"key": job.key, "seed": job.seed, "curve": trained.curve,
+            "seconds": time.perf_counter() - start}
+
+
+def _runs(out: Path, scale: Scale) -> Runs:
+    def settings(name: str) -> dict[str, Any]:
+        key, seed = name.rsplit(" seed ", 1)
+        row = ROWS[key]
+        return {"key": key, "seed": int(seed), "scale": repr(scale), "method": row.method,
+                "arguments": repr(dict(row.arguments))}
+
+    def encode(name: str, result: dict[str, Any]) -> dict[str, Any]:
+        curve = [{**entry, "returns": encode_scores(entry["returns"])}
+                 for entry in result["curve"]]
+        return {**settings(name), "seconds": result["seconds"], "curve": curve}
+
+    def decode(content: dict[str, Any]) -> dict[str, Any]:
+        curve = [{**entry, "returns": decode_scores(entry["returns"])}
+                 for entry in content["curve"]]
+        return {"key": content["key"], "seed": content["seed"], "curve": curve,
+                "seconds": content["seconds"]}
+
+    def path(name: str) -> Path:
+        key, seed = name.rsplit(" seed ", 1)
+        return run_file(Path(out) / "runs", key, int(seed))
+
+    return Runs(path, settings, encode, decode)
+
+
+def train_missing(keys: list[str], out: Path, scale: Scale, log: Any = print
+                  ) -> list[dict[str, Any]]:
+    """Every (row, seed) run, trained one at a time where no kept file has it."""
+    unknown = [key for key in keys if key not in ROWS]
+    if unknown:
+        raise ValueError(f"rows: expected keys of {list(ROWS)}, got {unknown}")
+    runs = _runs(out, scale)
+    results = []
+    for job in (Job(key, seed, scale) for key in keys for seed in range(scale.seeds)):
+        found, result = runs.read(str(job))
+        if not found:
+            log(f"training {job} ...")
+            result = run_job(job)
+            runs.write(str(job), result)
+            log(f"{job}: {result['seconds'] / 60:.1f} min, mean return at the end "
+                f"{np.mean(result['curve'][-1]['returns']):.4f}")
+        results.append(result)
+    return results
+
+
+def report(out: Path = OUT, keys: list[str] | None = None, scale: Scale = SCREEN,
+           kept_only: bool = False, log: Any = print) -> list[Path]:
+    """Train the rows ``keys`` (default all; what is kept is not retrained), write the table.
+
+    ``kept_only``: table only the rows whose every run is kept already. Returns the paths.
+    """
+    keys = list(ROWS) if keys is None else list(keys)
+    if kept_only:
+        runs = _runs(out, scale)
+        keys = [k for k in keys if all(runs.read(f"{k} seed {s}")[0]
+                                       for s in range(scale.seeds))]
+    results = train_missing(keys, out, scale, log)
+    markdown, payload = render(results, scale)
+    return write_files_atomic(out, {"teacherless.md": markdown,
+                                    "teacherless.json": json.dumps(payload, indent=1)})
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Train the rows asked for (what is not kept yet) and write the table."""
+    parser = argparse.ArgumentParser(prog="python -m experiments.teacherless",
+                                     description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser.add_argument("--rows", nargs="+", default=list(ROWS), help=f"of {list(ROWS)}")
+    parser.add_argument("--out", type=Path, default=OUT, help=f"results folder (default {OUT})")
+    parser.add_argument("--report-only", action="store_true",
+                        help="only the rows whose every run is kept already")
+    args = parser.parse_args(argv)
+    for path in report(args.out, args.rows, kept_only=args.report_only):
+        print(path)

@@ -1,0 +1,42 @@
+"""The screened rows and the screening scale (issue #38: ToolBench-v0, 2 seeds, 500k steps)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from experiments.budgets.settings import Scale
+
+ENV_ID = "cost_envs/ToolBench-v0"
+
+
+@dataclass(frozen=True)
+class Row:
+    """A screened learner: its ``train`` method, table label and ``train`` arguments."""
+
+    method: str
+    label: str
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+
+
+ROWS = {
+    # per-call credit: ToolBench charges each call's cost at its step already (Eq. 1), so
+    # the direction is GAE that reaches the terminal success undiscounted
+    "credit/lambda1": Row("ppo", "PPO, per-call credit (gamma 1, lambda 1)",
+                          {"ppo": {"gamma": 1.0, "gae_lambda": 1.0}}),
+    "credit/lambda0.8": Row("ppo", "PPO, per-call credit (gamma 1, lambda 0.8)",
+                            {"ppo": {"gamma": 1.0, "gae_lambda": 0.8}}),
+    "sil": Row("ppo-sil", "PPO + self-imitation of its best episodes (SIL)"),
+    "grpo": Row("ppo-grpo", "PPO on group-relative advantages (GRPO, 8 replays a task)"),
+}
+#: The baseline: plain PPO's committed curve (budgets_ToolBench-v0_ppo.csv, the same code
+#: and tasks; FastPPO is SB3's PPO bit for bit), its first seeds at the screening budget.
+BASELINE_CSV = (Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+                / "budgets_ToolBench-v0_ppo.csv")
+BASELINE_LABEL = "PPO (committed curve, budgets_ToolBench-v0_ppo.csv)"
+#: 500k requested steps are 507,904 taken (whole rollouts of 16 x 512), the committed
+#: curve's checkpoint too.
+SCREEN = Scale("screen", 500_000, 2, (250_000,))
+OUT = Path("/tmp/teacherless")

@@ -1,0 +1,210 @@
+"""Issue #38's learners from interaction alone: episodes across rollouts, SIL, GRPO."""
+
+from __future__ import annotations
+
+from itertools import pairwise
+
+import numpy as np
+import pytest
+import torch
+
+import cost_envs  # noqa: F401  # registers the ids
+from agents.learners.common.episodes import EpisodeTracker, Segment
+from agents.learners.common.policies import AllocatorPolicy
+from agents.learners.grpo import GroupRelativePPO, group_advantages, group_task_seeds
+from agents.learners.sil import SelfImitationPPO, returns_to_go
+from agents.learners.training import quiet_logger, train
+from agents.vec_env import make_batched_vec_env
+
+torch.set_num_threads(1)
+ENV_ID = "cost_envs/ToolBench-v0"
+
+
+# ------------------------------------------------------------------ episodes
+def test_episode_tracker_carries_an_episode_across_rollouts() -> None:
+    tracker = EpisodeTracker(2)
+    # env 0: an episode of rows 0-1, one from row 2 that goes on; env 1: one whole episode
+    rewards = np.array([[1.0, 5.0], [2.0, 6.0], [3.0, 7.0]])
+    starts = np.array([[1, 1], [0, 0], [1, 0]])
+    first = tracker.segments(rewards, starts, np.array([0, 1]))
+    assert first == [Segment(0, 0, 2, 0, True, True, 3.0), Segment(0, 2, 3, 1, True, False, 3.0),
+                     Segment(1, 0, 3, 0, True, True, 18.0)]
+    second = tracker.segments(np.array([[4.0, 1.0]]), np.array([[0, 1]]), np.array([1, 1]))
+    # env 0's second episode ends here: its return holds the row of the first rollout
+    assert second == [Segment(0, 0, 1, 1, False, True, 7.0), Segment(1, 0, 1, 1, True, True, 1.0)]
+    with pytest.raises(ValueError, match=r"EpisodeTracker\.segments"):
+        tracker.segments(np.zeros((3, 3)), np.zeros((3, 3)), np.zeros(3))
+
+
+def test_returns_to_go_discounts_from_each_step() -> None:
+    assert returns_to_go(np.array([1.0, 0.0, 2.0]), 0.5).tolist() == [1.5, 1.0, 2.0]
+
+
+# ------------------------------------------------------------------ SIL
+def _snapshot(cls: type) -> type:
+    """``cls`` keeping a copy of each rollout (training flattens the buffer in place)."""
+
+    class Snapshot(cls):  # type: ignore[misc, valid-type]
+        def collect_rollouts(self, env, callback, rollout_buffer, n_rollout_steps):  # type: ignore[no-untyped-def]
+            going = super().collect_rollouts(env, callback, rollout_buffer, n_rollout_steps)
+            self.rollouts = [*getattr(self, "rollouts", []), {
+                name: getattr(rollout_buffer, name).copy() for name in
+                ("observations", "actions", "rewards", "episode_starts", "advantages")}]
+            return going
+
+    return Snapshot
+
+
+def _sil_model(cls: type = SelfImitationPPO, **kwargs: object) -> SelfImitationPPO:
+    model = cls(AllocatorPolicy, make_batched_vec_env(ENV_ID, 2), n_steps=32,
+                batch_size=32, n_epochs=1, seed=0, device="cpu",
+                policy_kwargs={"lora_rank": None}, **kwargs)
+    quiet_logger(model)
+    return model
+
+
+def test_sil_replays_only_whole_episodes_with_their_returns_to_go() -> None:
+    model = _sil_model(_snapshot(SelfImitationPPO), gamma=1.0, sil_updates=0)
+    model.learn(128)  # two rollouts: an episode that spans them is not replayed
+    expected_obs, expected_returns = [], []
+    for index, rollout in enumerate(model.rollouts):
+        after = (model.rollouts[index + 1]["episode_starts"][0] if index + 1 < len(
+            model.rollouts) else model._last_episode_starts)
+        for env in range(2):
+            starts = list(np.flatnonzero(rollout["episode_starts"][:, env]))
+            ends = [*starts[1:], 32] if after[env] else starts[1:]
+            for a, b in zip(starts, ends, strict=False):
+                expected_obs.append(rollout["observations"][a:b, env])
+                rewards = rollout["rewards"][a:b, env]
+                expected_returns.append(np.cumsum(rewards[::-1])[::-1])
+    assert model._size == sum(len(r) for r in expected_returns) > 0
+    np.testing.assert_array_equal(np.sort(model._obs[:model._size], axis=0),
+                                  np.sort(np.concatenate(expected_obs), axis=0))
+    np.testing.assert_allclose(np.sort(model._returns[:model._size]),
+                               np.sort(np.concatenate(expected_returns)), rtol=1e-6)
+
+
+def test_sil_step_raises_the_probability_of_an_action_better_than_its_value() -> None:
+    model = _sil_model()
+    obs = np.zeros((1, model.observation_space.shape[0]), dtype=np.float32)
+    action = np.ones((1, model.action_space.shape[0]), dtype=np.float32)
+    with torch.no_grad():
+        value = float(model.policy.predict_values(torch.as_tensor(obs)).item())
+    model.remember(obs, action, np.array([value + 5.0]))
+    candidates = model.better_than_value()
+    assert candidates.tolist() == [0]
+
+    def log_prob() -> float:
+        with torch.no_grad():
+            _, lp, _ = model.policy.evaluate_actions(torch.as_tensor(obs), torch.as_tensor(action))
+        return float(lp.item())
+
+    before = log_prob()
+    for _ in range(20):
+        model.self_imitation_step(candidates)
+    assert log_prob() > before + 0.02  # Adam's steps of about the learning rate, 3e-4
+
+
+def test_sil_ignores_episodes_worse_than_their_value() -> None:
+    model = _sil_model()
+    obs = np.zeros((4, model.observation_space.shape[0]), dtype=np.float32)
+    with torch.no_grad():
+        values = model.policy.predict_values(torch.as_tensor(obs)).numpy().ravel()
+    model.remember(obs, np.ones((4, model.action_space.shape[0])), values - 1.0)
+    assert model.better_than_value().size == 0
+    before = {k: v.clone() for k, v in model.policy.state_dict().items()}
+    model.sil_updates = 3
+    model.self_imitate()
+    assert all(torch.equal(v, before[k]) for k, v in model.policy.state_dict().items())
+
+
+# ------------------------------------------------------------------ GRPO
+def test_sub_envs_seeded_alike_replay_the_same_tasks_whatever_the_actions() -> None:
+    venv = make_batched_vec_env(ENV_ID, 2)
+    venv.unwrapped.seed_each(group_task_seeds(3, 2, group_size=2))
+    venv.reset()
+    episode = np.zeros(2, dtype=int)
+    second: list[list[float]] = [[], []]
+    while (episode < 2).any():
+        # episode 0: sub-env 0 answers at once, sub-env 1 calls every tool (other lengths,
+        # other outcomes); episode 1: both call tools 0 and 5 at every step
+        actions = np.zeros((2, 8))
+        actions[1] = 1.0 if episode[1] == 0 else 0.0
+        for env in range(2):
+            if episode[env] == 1:
+                actions[env, [0, 5]] = 1.0
+        _, rewards, dones, _ = venv.step(actions)
+        for env in range(2):
+            if episode[env] == 1:
+                second[env].append(float(rewards[env]))
+        episode += dones
+    assert second[0] == second[1] and len(second[0]) >= 1  # the same task, the same luck
+
+
+def test_group_advantages_compare_each_play_with_its_group() -> None:
+    kept: dict[tuple[int, int], dict[int, float]] = {}
+    segments = [Segment(0, 0, 2, 0, True, True, 1.0), Segment(1, 0, 1, 0, True, True, 0.0),
+                Segment(0, 2, 3, 1, True, False, 0.0), Segment(1, 1, 3, 1, True, True, 2.0),
+                # another group: its member 3 has not finished episode 0 yet
+                Segment(2, 0, 3, 0, True, True, 5.0), Segment(3, 0, 3, 0, True, False, 1.0)]
+    advantages = group_advantages(segments, kept, (3, 4), group_size=2)
+    # group 0, episode 0: returns 1 and 0 -> +0.5 and -0.5, scaled by the std of the
+    # rollout's nonzero advantages over its steps (+0.5 twice, -0.5 once)
+    scale = float(np.std([0.5, 0.5, -0.5]))
+    np.testing.assert_allclose(advantages[:, 0], [0.5 / scale, 0.5 / scale, 0.0], rtol=1e-6)
+    np.testing.assert_allclose(advantages[:, 1], [-0.5 / scale, 0.0, 0.0], rtol=1e-6)
+    assert advantages[:, 2:].tolist() == [[0.0, 0.0]] * 3
+    assert kept == {(0, 1): {1: 2.0}, (1, 0): {0: 5.0}}  # incomplete groups wait
+    # the next rollout completes group 0's episode 1 and group 1's episode 0
+    later = group_advantages([Segment(0, 0, 1, 1, False, True, 1.0),
+                              Segment(3, 0, 2, 0, False, True, 3.0),
+                              Segment(3, 2, 3, 1, True, True, 4.0)], kept, (3, 4), 2)
+    assert not later.any()  # none of them lies wholly in this rollout
+    assert kept == {(1, 1): {1: 4.0}}
+
+
+def test_grpo_gives_each_play_its_return_minus_its_groups_mean() -> None:
+    model = _snapshot(GroupRelativePPO)(
+        AllocatorPolicy, make_batched_vec_env(ENV_ID, 4), group_size=2, n_steps=64,
+        batch_size=64, n_epochs=1, seed=0, device="cpu", vf_coef=0.0,
+        normalize_advantage=False, policy_kwargs={"lora_rank": None})
+    quiet_logger(model)
+    model.get_env().unwrapped.seed_each(model.task_seeds(0))
+    before = {k: v.clone() for k, v in model.policy.state_dict().items()}
+    model.learn(256)
+    rollout = model.rollouts[0]  # the first: no group is carried into it
+    returns: dict[tuple[int, int], float] = {}
+    rows: dict[tuple[int, int], tuple[int, int]] = {}
+    for env in range(4):
+        starts = [*np.flatnonzero(rollout["episode_starts"][:, env]), 64]
+        for k, (a, b) in enumerate(pairwise(starts)):
+            if b < 64:  # whole and finished in the rollout
+                returns[(env, k)] = float(rollout["rewards"][a:b, env].sum())
+                rows[(env, k)] = (a, b)
+    raw = {}
+    for env, k in rows:
+        mate = (env ^ 1, k)  # groups are sub-envs (0, 1) and (2, 3)
+        if mate in returns:
+            raw[(env, k)] = returns[(env, k)] - (returns[(env, k)] + returns[mate]) / 2
+    assert len(raw) > 20
+    # the scale: the standard deviation of the nonzero advantages over the rollout's steps
+    scale = np.std(np.concatenate([[v] * (rows[key][1] - rows[key][0])
+                                   for key, v in raw.items() if v != 0]))
+    for (env, k), value in raw.items():
+        a, b = rows[(env, k)]
+        np.testing.assert_allclose(rollout["advantages"][a:b, env], value / scale, rtol=1e-5)
+    assert 0.3 < model.scored_share <= 1.0
+    assert any(not torch.equal(v, before[k]) for k, v in model.policy.state_dict().items())
+
+
+def test_group_task_seeds_pair_sub_envs_and_train_takes_the_methods() -> None:
+    assert group_task_seeds(0, 4, group_size=2)[0::2] == group_task_seeds(0, 4, 2)[1::2]
+    assert len(set(group_task_seeds(0, 4, group_size=2))) == 2
+    with pytest.raises(ValueError, match="n_envs: expected a multiple of the group size 8"):
+        group_task_seeds(0, 12)
+    for method in ("ppo-sil", "ppo-grpo"):
+        trained = train(ENV_ID, method, 512, n_envs=8,
+                        ppo={"n_steps": 64, "batch_size": 64, "n_epochs": 1})
+        assert trained.method == method and trained.timesteps == 512
+    with pytest.raises(ValueError, match="unknown hyperparameter"):
+        train(ENV_ID, "ppo", 64, ppo={"sil_updates": 3})
