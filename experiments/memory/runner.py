@@ -1,7 +1,7 @@
 """Does memory pay? PPO with and without memory at the same settings (issue #23, point 5).
 
 ``python -m experiments.memory [--scale smoke|default|toolbench|flight] [--out DIR]
-[--jobs N]``, or ``python -m experiments memory``.
+[--jobs N] [--address ADDRESS]``, or ``python -m experiments memory``.
 
 Three learners, identical but for memory: PPO with ``MlpPolicy`` (the control; the
 project's :class:`~agents.learners.ppo.FastPPO`, which trains SB3 ``PPO``'s weights bit for
@@ -244,6 +244,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="output directory (default: benchmarks/results, at the smoke "
                              "scale the git-ignored benchmarks/results/smoke)")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes (default: 2)")
+    parser.add_argument("--address", default=None,
+                        help="the Ray cluster to run on, e.g. auto or ray://HOST:10001")
     parser.add_argument("--envs", default=None,
                         help=f"comma-separated env ids, some of {', '.join(ENVS)} (default: "
                              "the scale's)")
@@ -269,6 +271,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     def log(message: str) -> None:
         print(f"[{time.perf_counter() - start:5.0f} s] {message}", file=sys.stderr, flush=True)
 
-    for path in report(out, scale, jobs=args.jobs, log=log):
+    for path in report(out, scale, jobs=args.jobs, log=log, address=args.address):
         log(f"memory: wrote {path}")
     return 0

@@ -10,7 +10,7 @@ This trains PPO with no bonus (``ent_coef = 0``; everything else the paper's) ex
 at the last checkpoint (same seeds, same tasks): the difference of mean return with a 95%
 interval over seeds and tasks.
 
-``python -m experiments.ppo_entropy [--jobs N] [--out DIR]`` writes
+``python -m experiments.ppo_entropy [--jobs N] [--out DIR] [--address ADDRESS]`` writes
 ``budgets_ToolBench-v0_no_entropy.md`` and ``.csv`` into ``DIR`` (default
 ``benchmarks/results``), all or nothing; it reads ``budgets_ToolBench-v0_ppo.csv`` there.
 About 3-6 minutes a seed on a 2-core machine.
@@ -76,6 +76,8 @@ def main(argv: list[str] | None = None) -> None:
                                      description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--jobs", type=int, default=2, help="processes (default 2)")
     parser.add_argument("--out", type=Path, default=OUT, help="results folder")
+    parser.add_argument("--address", default=None,
+                        help="the Ray cluster to run on, e.g. auto or ray://HOST:10001")
     args = parser.parse_args(argv)
-    for path in report(args.out, args.jobs):
+    for path in report(args.out, args.jobs, address=args.address):
         print(path)
