@@ -88,11 +88,20 @@ def draws(n: int, codes: np.ndarray | None, n_resamples: int, seed: int,
 
 def run(accumulators: Sequence[Accumulator], n: int, codes: np.ndarray | None,
         n_resamples: int, confidence: float, seed: int) -> list[dict[str, dict[str, Any]]]:
-    """Feed every block of one draw to every accumulator; their results, in order."""
-    for weights in draws(n, codes, n_resamples, seed):
-        for acc in accumulators:
-            acc.add(weights)
-    return [acc.result(confidence) for acc in accumulators]
+    """Feed every block of one draw to every accumulator; their results, in order.
+
+    In one BLAS thread: the blocks' matrix-vector products are too small to share, and two
+    threads on two cores took 1.7 times the CPU and twice the wall time of one (30,000
+    queries, ``benchmarks/routing_scale.py``); one thread also adds in one order on any
+    machine, as the committed tables were made (``OMP_NUM_THREADS=1``).
+    """
+    from agents.routers.solvers import one_thread
+
+    with one_thread():
+        for weights in draws(n, codes, n_resamples, seed):
+            for acc in accumulators:
+                acc.add(weights)
+        return [acc.result(confidence) for acc in accumulators]
 
 
 def _entry(point: float, drawn: list[np.ndarray] | None, confidence: float
