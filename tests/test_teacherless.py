@@ -208,3 +208,11 @@ def test_group_task_seeds_pair_sub_envs_and_train_takes_the_methods() -> None:
         assert trained.method == method and trained.timesteps == 512
     with pytest.raises(ValueError, match="unknown hyperparameter"):
         train(ENV_ID, "ppo", 64, ppo={"sil_updates": 3})
+
+
+@pytest.mark.parametrize("method", ["ppo-sil", "ppo-grpo"])
+def test_the_cli_knows_the_methods_hyperparameters_without_sb3(method: str) -> None:
+    from agents.learners.common.ppo_args import accepted
+    from agents.learners.hyperparameter_names import accepted_names
+
+    assert accepted_names(method) == frozenset(accepted(method))

@@ -19,8 +19,13 @@ PPO_NAMES = frozenset({
 LORA_PPO_NAMES = frozenset({"action_lr_scale", "cost_coef", "value_lr_scale"})
 #: What every RL stage adds (:class:`agents.learners.ppo.FastPPO`).
 FAST_PPO_NAMES = frozenset({"fused_loss"})
+#: What each other method's model class adds (``ppo_args.METHOD_ARGUMENTS``).
+METHOD_NAMES = {"lora-ppo": LORA_PPO_NAMES,
+                "ppo-sil": frozenset({"sil_updates", "sil_batch_size", "sil_coef",
+                                      "sil_value_coef", "sil_capacity"}),
+                "ppo-grpo": frozenset({"group_size"})}
 
 
 def accepted_names(method: str) -> frozenset[str]:
     """The hyperparameter names ``method`` accepts (as ``ppo_args.accepted(method)``)."""
-    return PPO_NAMES | FAST_PPO_NAMES | (LORA_PPO_NAMES if method == "lora-ppo" else frozenset())
+    return PPO_NAMES | FAST_PPO_NAMES | METHOD_NAMES.get(method, frozenset())

@@ -65,15 +65,19 @@ def run_job(job: Job) -> dict[str, Any]:
             "seconds": time.perf_counter() - start}
 
 
-def reference_returns(env_id: str, episodes: int) -> tuple[list[float], list[float]]:
-    """The best fixed row's and the planner's per-task returns on the evaluation tasks."""
+def reference_returns(env_id: str, episodes: int, eval_seed: int = 0
+                      ) -> tuple[list[float], list[float]]:
+    """The best fixed row's and the planner's per-task returns on the evaluation tasks.
+
+    ``eval_seed``: the task set's seed (the tables' evaluation tasks: 0).
+    """
     from experiments.lora_ppo.runner import SCALES as TABLE_SCALES
     from experiments.lora_ppo.runner import Scale as TableScale
     from experiments.lora_ppo.runner import gap_ends, score_baselines
 
     fixed = score_baselines(env_id, TableScale("budgets", 1, 1, episodes, 100,
                                                rule_tasks=TABLE_SCALES["default"].rule_tasks),
-                            eval_seed=0)
+                            eval_seed=eval_seed)
     rule, planner = gap_ends(fixed)
     return list(fixed.returns[rule]), list(fixed.returns[planner])
 

@@ -24,13 +24,14 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from agents.files import write_files_atomic
+from agents.seeds import VALIDATION_TASK_SEED
 from experiments.budgets.settings import Scale
 from experiments.shared.gaps import decode_scores, encode_scores
 from experiments.shared.kept import Runs, run_file
@@ -52,6 +53,7 @@ class Job:
 
 def run_job(job: Job) -> dict[str, Any]:
     """Train one row with one seed, scored at every checkpoint; its curve and wall time."""
+    from agents.evaluation import evaluate
     from agents.learners.training import configure_torch_threads, train
 
     configure_torch_threads()
@@ -60,27 +62,36 @@ def run_job(job: Job) -> dict[str, Any]:
     trained = train(ENV_ID, row.method, job.scale.timesteps, seed=job.seed,
                     n_envs=job.scale.n_envs, evaluate_at=job.scale.checkpoints,
                     eval_episodes=job.scale.episodes, **dict(row.arguments))
-    return {"key": job.key, "seed": job.seed, "curve": trained.curve,
-            "seconds": time.perf_counter() - start}
+    seconds = time.perf_counter() - start
+    # the validation tasks, where a choice among rows is made (not the evaluation tasks)
+    validation = evaluate(trained, ENV_ID, episodes=job.scale.episodes,
+                          seed=VALIDATION_TASK_SEED).returns
+    return {"key": job.key, "seed": job.seed, "curve": trained.curve, "seconds": seconds,
+            "validation": list(validation)}
 
 
 def _runs(out: Path, scale: Scale) -> Runs:
     def settings(name: str) -> dict[str, Any]:
         key, seed = name.rsplit(" seed ", 1)
         row = ROWS[key]
-        return {"key": key, "seed": int(seed), "scale": repr(scale), "method": row.method,
-                "arguments": repr(dict(row.arguments))}
+        # the scale but its seed count: a run is the same whichever seeds run beside it
+        return {"key": key, "seed": int(seed), "timesteps": scale.timesteps,
+                "checkpoints": list(scale.checkpoints), "episodes": scale.episodes,
+                "n_envs": scale.n_envs, "validation_seed": VALIDATION_TASK_SEED,
+                "method": row.method, "arguments": repr(dict(row.arguments))}
 
     def encode(name: str, result: dict[str, Any]) -> dict[str, Any]:
         curve = [{**entry, "returns": encode_scores(entry["returns"])}
                  for entry in result["curve"]]
-        return {**settings(name), "seconds": result["seconds"], "curve": curve}
+        return {**settings(name), "seconds": result["seconds"], "curve": curve,
+                "validation": encode_scores(result["validation"])}
 
     def decode(content: dict[str, Any]) -> dict[str, Any]:
         curve = [{**entry, "returns": decode_scores(entry["returns"])}
                  for entry in content["curve"]]
         return {"key": content["key"], "seed": content["seed"], "curve": curve,
-                "seconds": content["seconds"]}
+                "seconds": content["seconds"],
+                "validation": decode_scores(content["validation"])}
 
     def path(name: str) -> Path:
         key, seed = name.rsplit(" seed ", 1)
@@ -134,6 +145,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=OUT, help=f"results folder (default {OUT})")
     parser.add_argument("--report-only", action="store_true",
                         help="only the rows whose every run is kept already")
+    parser.add_argument("--seeds", type=int, default=SCREEN.seeds,
+                        help=f"training seeds per row (default {SCREEN.seeds})")
     args = parser.parse_args(argv)
-    for path in report(args.out, args.rows, kept_only=args.report_only):
+    scale = replace(SCREEN, seeds=args.seeds)
+    for path in report(args.out, args.rows, scale, kept_only=args.report_only):
         print(path)

@@ -28,8 +28,16 @@ ROWS = {
                           {"ppo": {"gamma": 1.0, "gae_lambda": 1.0}}),
     "credit/lambda0.8": Row("ppo", "PPO, per-call credit (gamma 1, lambda 0.8)",
                             {"ppo": {"gamma": 1.0, "gae_lambda": 0.8}}),
-    "sil": Row("ppo-sil", "PPO + self-imitation of its best episodes (SIL)"),
+    "sil": Row("ppo-sil", "PPO + self-imitation of its best episodes (SIL, 128 steps a "
+                          "rollout)"),
+    # SIL's strength: its steps after each PPO update (1,280 PPO steps a rollout)
+    **{f"sil/u{n}": Row("ppo-sil", f"PPO + SIL, {n} SIL steps a rollout",
+                        {"ppo": {"sil_updates": n}}) for n in (16, 32, 64)},
     "grpo": Row("ppo-grpo", "PPO on group-relative advantages (GRPO, 8 replays a task)"),
+    "grpo/g4": Row("ppo-grpo", "GRPO, 4 replays a task", {"ppo": {"group_size": 4}}),
+    "grpo/g16": Row("ppo-grpo", "GRPO, 16 replays a task", {"ppo": {"group_size": 16}}),
+    # the baseline trained again here: does the committed curve reproduce on this machine?
+    "ppo": Row("ppo", "PPO, trained again by this script"),
 }
 #: The baseline: plain PPO's committed curve (budgets_ToolBench-v0_ppo.csv, the same code
 #: and tasks; FastPPO is SB3's PPO bit for bit), its first seeds at the screening budget.

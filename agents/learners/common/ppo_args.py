@@ -37,7 +37,8 @@ def _arguments(cls: type[Any]) -> dict[str, Any]:
     """``cls.__init__``'s arguments that are hyperparameters, with their defaults."""
     params = inspect.signature(cls.__init__).parameters.values()
     return {param.name: param.default for param in params
-            if param.name not in RESERVED and param.kind is not param.VAR_KEYWORD}
+            if param.name not in RESERVED
+            and param.kind not in (param.VAR_KEYWORD, param.VAR_POSITIONAL)}
 
 
 #: SB3 ``PPO``'s hyperparameters and their defaults.
