@@ -46,7 +46,8 @@ from experiments.corl.report import PAPER_LEARNED
 from experiments.corl.settings import CORL_SCALES, EVAL_SEED
 from experiments.shared.common import machine
 from experiments.shared.gaps import encode_scores
-from experiments.shared.kept import keep, read_kept, run_file
+from experiments.shared.kept import Runs, run_file
+from experiments.shared.scheduler import run_units
 
 ENV_ID = "cost_envs/ExpertRouting-v1"
 #: The profile the curves are scored on: the table's first, where the low tier's gap is resolved.
@@ -198,13 +199,20 @@ def file_names(env_id: str = ENV_ID) -> tuple[str, str]:
     return f"budgets_{name}.md", f"budgets_{name}.csv"
 
 
+def _seed(unit: tuple[int, CurveScale, str]) -> dict[str, Any]:
+    return run_seed(*unit)
+
+
 def report(out: Path, scale: str | CurveScale = "default", env_id: str = ENV_ID,
-           log: Callable[[str], None] = print, cache: Path | None = None) -> list[Path]:
-    """Run every seed (in this process) and write the table and the CSV; returns the paths.
+           log: Callable[[str], None] = print, cache: Path | None = None,
+           address: str | None = None) -> list[Path]:
+    """Run every seed and write the table and the CSV; returns the paths.
 
     ``scale``: a key of :data:`SCALES` or a :class:`CurveScale`. ``cache``: a directory
     where each seed's result is kept as it finishes and reused by a later call of the same
-    settings (:mod:`experiments.shared.kept`: a run that stops resumes there).
+    settings (:mod:`experiments.shared.kept`: a run that stops resumes there). The seeds
+    are units of :func:`experiments.shared.scheduler.run_units`: in this process, or on
+    the Ray cluster at ``address``.
     """
     import gymnasium as gym
 
@@ -216,21 +224,16 @@ def report(out: Path, scale: str | CurveScale = "default", env_id: str = ENV_ID,
     # The gap's ends: the table's own fixed rows (its rule search, its queries).
     gap = fixed_rows(chosen.fixed, env_id, (PROFILE,))["gap"][PROFILE]
     log(f"corl_budgets: fixed rows scored; {chosen.seeds} seeds to train")
-    results = []
     settings = {"env": env_id, **{name: list(value) if isinstance(value, tuple) else value
                                   for name, value in asdict(chosen).items()}}
-    for seed in range(chosen.seeds):
-        saved = run_file(cache, chosen.name, seed) if cache else None
-        kept = read_kept(saved, settings) if saved is not None else None
-        if kept is not None:
-            results.append(kept["result"])
-            log(f"corl_budgets: seed {seed} read from {saved}")
-            continue
-        start = time.perf_counter()
-        results.append(run_seed(seed, chosen, env_id))
-        log(f"corl_budgets: seed {seed} in {(time.perf_counter() - start) / 60:.1f} min")
-        if saved is not None:
-            keep(saved, {**settings, "result": results[-1]})
+    keeper = None if cache is None else Runs(
+        path=lambda name: run_file(cache, chosen.name, int(name.split()[-1])),
+        settings=lambda _name: settings,
+        encode=lambda _name, result: {**settings, "result": result},
+        decode=lambda kept: kept["result"])
+    results = run_units(_seed, [(seed, chosen, env_id) for seed in range(chosen.seeds)],
+                        address=address, describe=lambda unit: f"seed {unit[0]}",
+                        keeper=keeper, label="corl_budgets", log=log)
     probe = gym.make(env_id)
     budgets = {tier: float(budget) for tier, budget in probe.unwrapped.tier_budgets.items()}
     probe.close()
@@ -247,8 +250,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     parser.add_argument("--cache", type=Path, default=None,
                         help="keep each seed's result here and resume from it")
+    parser.add_argument("--address", default=None,
+                        help="the Ray cluster to run on, e.g. auto or ray://HOST:10001")
     args = parser.parse_args(argv)
-    for path in report(args.out, args.scale, cache=args.cache):
+    for path in report(args.out, args.scale, cache=args.cache, address=args.address):
         print(f"corl_budgets: wrote {path}", flush=True)
 
 
