@@ -3,6 +3,8 @@
 * ``budgets`` and ``converged`` at the smoke scale as Ray tasks on a one-machine cluster
   (``address="local"``, 2 CPUs) write the same files as in 2 local processes, byte for
   byte but for the wall times;
+* a Ray worker killed in the middle of a unit: Ray runs the unit again, and the files
+  are the same;
 * a ``budgets`` run whose worker is killed mid-run, and then the run itself, keeps what
   finished: the same command runs only the missing units, and writes the same files;
 * a real two-node cluster on 127.0.0.1: ``ray start --head`` and a second ``ray start
@@ -79,6 +81,58 @@ def test_on_ray_budgets_and_converged_write_the_files_of_local_processes(
         kept = [re.sub(r'"seconds": [0-9.e-]+', "", (tmp_path / run / converged.RUNS / name)
                        .read_text()) for run in ("converged_ray", "converged_local")]
         assert kept[0] == kept[1]
+
+
+
+def _descendants(pid: int) -> dict[int, bytes]:
+    """This process tree's processes below ``pid``: pid -> command line."""
+    parents, commands = {}, {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            commands[int(stat.parent.name)] = (stat.parent / "cmdline").read_bytes()
+        except (OSError, ValueError):  # gone meanwhile
+            continue
+    below, frontier = {}, [pid]
+    while frontier:
+        parent = frontier.pop()
+        for child, its_parent in parents.items():
+            if its_parent == parent and child not in below:
+                below[child] = commands.get(child, b"")
+                frontier.append(child)
+    return below
+
+
+def test_a_ray_worker_killed_mid_task_has_its_unit_run_again(local_budgets: dict[str, str],
+                                                            tmp_path: Path) -> None:
+    import threading
+
+    import ray
+
+    killed: list[int] = []
+    stop = threading.Event()
+
+    def kill_one_worker() -> None:  # a worker of this test's own cluster, running a unit
+        while not stop.is_set() and not killed:
+            running = [pid for pid, command in _descendants(os.getpid()).items()
+                       if command.startswith(b"ray::run_unit")]
+            if running:
+                os.kill(running[0], signal.SIGKILL)
+                killed.append(running[0])
+            time.sleep(0.5)
+
+    killer = threading.Thread(target=kill_one_worker, daemon=True)
+    lines: list[str] = []
+    try:
+        killer.start()
+        budgets.report(tmp_path, "smoke", jobs=2, envs=ENVS, address="local", log=lines.append)
+    finally:
+        stop.set()
+        killer.join(10)
+        ray.shutdown()
+    assert len(killed) == 1  # Ray ran the lost unit again (max_retries), nothing failed
+    assert sum(" done (" in line for line in lines) == 4
+    assert _files(tmp_path) == local_budgets
 
 
 _DRIVER = """
