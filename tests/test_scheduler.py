@@ -11,6 +11,7 @@ import signal
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from experiments.shared.kept import Kept, units_folder
@@ -142,3 +143,36 @@ def test_every_experiment_refuses_a_bad_address_in_one_line_before_any_work(
         [line] = capsys.readouterr().err.splitlines()
         assert line.startswith(f"python -m experiments: error: {says}")
         assert not out.exists()  # nothing created
+
+
+def test_a_kept_unit_that_names_a_function_is_refused_not_run(tmp_path: Path) -> None:
+    """A pickle may call any function it names; a kept unit is read with classes only."""
+    import pickle
+
+    folder = units_folder(tmp_path, "squares", "smoke")
+    Kept(folder, {"steps": 1}).write("square 1", np.arange(3.0))  # numpy's rebuilders pass
+    assert np.array_equal(Kept(folder, {"steps": 1}).read("square 1")[1], np.arange(3.0))
+
+    class Payload:
+        def __reduce__(self):
+            return (os.makedirs, (str(tmp_path / "ran"),))
+
+    record = {"name": "square 1", "settings": {"steps": 1}, "result": Payload()}
+    (folder / "square_1.pickle").write_bytes(pickle.dumps(record))
+    with pytest.raises(ValueError, match=r"square_1\.pickle: a kept unit may not load "
+                                         r"os\.makedirs; delete it to run it again"):
+        Kept(folder, {"steps": 1}).read("square 1")
+    assert not (tmp_path / "ran").exists()
+
+
+def test_a_kept_units_tensors_come_back_bit_for_bit_without_torchs_unpickler(tmp_path) -> None:
+    import torch
+
+    folder = units_folder(tmp_path, "warm", "smoke")
+    state = {"w": torch.randn(3, 2, generator=torch.Generator().manual_seed(0)),
+             "p": torch.nn.Parameter(torch.ones(2))}
+    Kept(folder, 1).write("warm start", state)
+    assert b"torch._utils" not in (folder / "warm_start.pickle").read_bytes()
+    back = Kept(folder, 1).read("warm start")[1]
+    assert torch.equal(back["w"], state["w"]) and back["w"].dtype == torch.float32
+    assert isinstance(back["p"], torch.nn.Parameter) and back["p"].requires_grad

@@ -7,9 +7,9 @@ on whatever machine or cluster the unit ran (the driver writes). Two kinds:
 * :class:`Kept`: any unit's result, pickled (``<out>/kept_units/<experiment>-<scale>/``,
   :func:`units_folder`), only until the experiment's report is written (:meth:`Kept.clear`):
   it is there to resume an interrupted run, never to stand for a later one, which may run
-  other code. The files are the run's own, read back from the ``--out`` it was given, as
-  Ray Tune's pickled state is when ``tune`` resumes; a file of other settings or of
-  another unit is an error naming it.
+  other code. The files are the run's own, read back from the ``--out`` it was given, and
+  read by an unpickler that loads only the classes results are made of (never a function
+  a file names); a file of other settings or of another unit is an error naming it.
 * :class:`Runs`: the JSON run files of the studies whose reports name them (converged,
   memory), below.
 
@@ -25,10 +25,12 @@ every run of its grid exists.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import pickle
 import re
 import shutil
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,8 +103,10 @@ class Kept:
         if not path.exists():
             return False, None
         try:
-            kept = pickle.loads(path.read_bytes())  # this run's own file (module docstring)
+            kept = _Unpickler(io.BytesIO(path.read_bytes())).load()
             ran = (kept["name"], kept["settings"])
+        except _Refused as error:  # a file that would run other code
+            raise ValueError(f"{path}: {error}; delete it to run it again") from None
         except Exception:  # whatever a damaged file raises: one line
             raise ValueError(f"{path}: expected a kept unit; delete it to run it again"
                              ) from None
@@ -114,13 +118,71 @@ class Kept:
     def write(self, name: str, result: Any) -> None:
         """Keep unit ``name``'s result, whole or not at all."""
         record = {"name": name, "settings": self.settings, "result": result}
-        write_files_atomic(self.folder, {self.path(name).name: pickle.dumps(record)})
+        buffer = io.BytesIO()
+        _Pickler(buffer).dump(record)
+        write_files_atomic(self.folder, {self.path(name).name: buffer.getvalue()})
 
     def clear(self) -> None:
         """Forget every kept unit (the report is written), and the folders left empty."""
         shutil.rmtree(self.folder, ignore_errors=True)
         with contextlib.suppress(OSError):  # another experiment's units are still there
             self.folder.parent.rmdir()
+
+
+#: Modules whose classes a kept unit may hold (results are built of these): a class's
+#: own ``__init__`` is all a file can call, not a function such as ``os.system``.
+_OWN_PACKAGES = ("cost_envs", "agents", "experiments", "numpy", "collections", "datetime",
+                 "pathlib")
+_BUILTINS = {"dict", "list", "tuple", "set", "frozenset", "str", "bytes", "bytearray", "int",
+             "float", "complex", "bool", "slice", "range", "object"}
+#: numpy's functions that rebuild arrays, dtypes and scalars from a pickle.
+_NUMPY_REBUILDERS = {("numpy.core.multiarray", "_reconstruct"),
+                     ("numpy._core.multiarray", "_reconstruct"),
+                     ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
+                     ("numpy._core.numeric", "_frombuffer"), ("numpy.core.numeric", "_frombuffer"),
+                     ("copyreg", "_reconstructor"), ("experiments.shared.kept", "_tensor")}
+
+
+def _tensor(values: Any, parameter: bool, requires_grad: bool) -> Any:
+    """A torch tensor (or parameter) back from the numpy array :class:`_Pickler` kept."""
+    import torch
+
+    tensor = torch.from_numpy(values.copy())
+    if parameter:
+        return torch.nn.Parameter(tensor, requires_grad=requires_grad)
+    return tensor.requires_grad_(requires_grad)
+
+
+class _Pickler(pickle.Pickler):
+    """Pickles a unit's torch tensors as numpy arrays (torch's own rebuild may run code)."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        torch = sys.modules.get("torch")  # a unit with tensors has imported it already
+        if torch is not None and isinstance(obj, torch.Tensor):
+            return _tensor, (obj.detach().cpu().numpy(), isinstance(obj, torch.nn.Parameter),
+                             obj.requires_grad)
+        return NotImplemented
+
+
+class _Refused(pickle.UnpicklingError):
+    """A kept unit names a global it may not load."""
+
+
+class _Unpickler(pickle.Unpickler):
+    """Reads a kept unit, refusing any global but the classes of what results hold.
+
+    The files are the run's own, in the ``--out`` it was given; still, a pickle names any
+    function to call, and the project loads no file that runs code (a checkpoint is
+    safetensors and JSON): a file naming anything else is refused, never loaded.
+    """
+
+    def find_class(self, module: str, name: str) -> Any:
+        found = super().find_class(module, name)
+        if ((module, name) in _NUMPY_REBUILDERS
+                or (module == "builtins" and name in _BUILTINS)
+                or (isinstance(found, type) and module.split(".")[0] in _OWN_PACKAGES)):
+            return found
+        raise _Refused(f"a kept unit may not load {module}.{name}")
 
 
 @dataclass(frozen=True)
