@@ -42,31 +42,47 @@ def render(results: list[dict[str, Any]], scale: Scale) -> tuple[str, dict[str, 
     rule, planner = reference_returns(ENV_ID, scale.episodes)
     committed = baseline(scale)
     entries = {"ppo/committed": method_share(BASELINE_LABEL, committed, rule, planner)}
+    entries["ppo/committed"]["seeds"] = list(range(len(committed)))
     entries["ppo/committed"]["return"] = list(bootstrap_mean_ci(committed,
                                                                 n_resamples=scale.resamples))
-    labels = {"ppo/committed": BASELINE_LABEL}
-    finals = {key: np.array([kept_scores(r["curve"][-1]["returns"]) for r in sorted(
-        (r for r in results if r["key"] == key), key=lambda r: r["seed"])])
-        for key in dict.fromkeys(r["key"] for r in results)}
-    ppo = finals.get("ppo", committed)
-    rule_v, planner_v = reference_returns(ENV_ID, scale.episodes, VALIDATION_TASK_SEED)
-    for key, last in finals.items():
-        done = [r for r in results if r["key"] == key]
+    labels = {"ppo/committed": f"{BASELINE_LABEL} ({len(committed)} seeds)"}
+    # each row's final per-task returns by seed; a row may have fewer seeds than another
+    runs = {key: sorted((r for r in results if r["key"] == key), key=lambda r: r["seed"])
+            for key in dict.fromkeys(r["key"] for r in results)}
+    finals = {key: {r["seed"]: kept_scores(r["curve"][-1]["returns"]) for r in done}
+              for key, done in runs.items()}
+    ppo = finals.get("ppo", dict(enumerate(committed)))
+    ppo_validation = {r["seed"]: kept_scores(r["validation"]) for r in runs.get("ppo", [])
+                      if r.get("validation") is not None}
+    scored = [r["validation"] for r in results if r.get("validation") is not None]
+    rule_v, planner_v = reference_returns(ENV_ID, len(scored[0]) if scored else scale.episodes,
+                                          VALIDATION_TASK_SEED)
+    for key, done in runs.items():
+        last = np.array(list(finals[key].values()))
         entry = method_share(ROWS[key].label, last, rule, planner)
+        entry["seeds"] = sorted(finals[key])
         entry["return"] = list(bootstrap_mean_ci(last, n_resamples=scale.resamples))
-        # the rerun itself against the committed curve: how far a rerun moves PPO
-        against = committed if key == "ppo" else ppo
-        entry["minus_ppo"] = list(bootstrap_mean_ci(last - against,
-                                                    n_resamples=scale.resamples))
-        validation = np.array([kept_scores(r["validation"]) for r in sorted(
-            done, key=lambda r: r["seed"])])
-        entry["validation"] = method_share(ROWS[key].label, validation, rule_v, planner_v)
+        # paired over the seeds both have; the rerun itself against the committed curve
+        against = dict(enumerate(committed)) if key == "ppo" else ppo
+        common = [seed for seed in finals[key] if seed in against]
+        entry["minus_ppo"] = list(bootstrap_mean_ci(
+            np.array([finals[key][seed] - against[seed] for seed in common]),
+            n_resamples=scale.resamples))
+        if all(r.get("validation") is not None for r in done):
+            validation = np.array([kept_scores(r["validation"]) for r in done])
+            entry["validation"] = method_share(ROWS[key].label, validation, rule_v, planner_v)
+            pairs = [kept_scores(r["validation"]) - ppo_validation[r["seed"]] for r in done
+                     if r["seed"] in ppo_validation]
+            if pairs and key != "ppo":
+                entry["validation_minus_ppo"] = list(bootstrap_mean_ci(
+                    np.array(pairs), n_resamples=scale.resamples))
         entry["timesteps"] = done[0]["curve"][-1]["timesteps"]
         entry["minutes"] = float(np.mean([r["seconds"] for r in done]) / 60)
         entries[key] = entry
-        labels[key] = ROWS[key].label
+        labels[key] = f"{ROWS[key].label} ({len(done)} seeds)"
     lines = [f"# Teacherless learners on {ENV_ID}: screening (issue #38)", "",
-             f"{scale.seeds} seeds x {scale.timesteps:,} requested env steps on "
+             f"Training seeds 0, 1, ... (their number in each label) x "
+             f"{scale.timesteps:,} requested env steps on "
              f"{scale.n_envs} batched sub-envs; each row scored at its last checkpoint on the "
              f"same {len(rule)} evaluation tasks (task seed 0). Return: mean Eq. 1 return; "
              f"share: of the gap from the best fixed row ({np.mean(rule):.3f}) to the "
@@ -74,13 +90,16 @@ def render(results: list[dict[str, Any]], scale: Scale) -> tuple[str, dict[str, 
              "- PPO: the difference of return to "
              + ("PPO trained again here (for that row itself: to the committed curve)"
                 if "ppo" in finals else "PPO's committed curve")
-             + ", paired over the same seeds and tasks.", "", f"Machine: {machine()}.", "",
+             + ", paired over the seeds both have and the tasks.", "",
+             f"Machine: {machine()}.", "",
              f"Validation: the share of the gap on {len(rule_v)} validation tasks (task seed "
              f"{VALIDATION_TASK_SEED}: rule {np.mean(rule_v):.3f}, planner "
-             f"{np.mean(planner_v):.3f}), where a choice among rows is made.", "",
+             f"{np.mean(planner_v):.3f}), where a choice among rows is made. Gradient steps "
+             "in the curves are PPO's: a SIL row adds its SIL steps after each update (its "
+             "label's count times the rollouts, 62 at 507,904 steps).", "",
              "| row | return | share of the gap | per seed | - PPO (return) | validation share "
-             "| min/seed |",
-             "| --- | --- | --- | --- | --- | --- | ---: |"]
+             "| validation - PPO (return) | min/seed |",
+             "| --- | --- | --- | --- | --- | --- | --- | ---: |"]
     for key, entry in entries.items():
         mean, low, high = entry["return"]
         seeds = ", ".join(f"{s:.2f}" for s in entry["per_seed"])
@@ -88,8 +107,11 @@ def render(results: list[dict[str, Any]], scale: Scale) -> tuple[str, dict[str, 
                 "{:+.3f} [{:+.3f}, {:+.3f}]".format(*entry["minus_ppo"]))
         minutes = f"{entry['minutes']:.1f}" if "minutes" in entry else "-"
         valid = share_text(entry["validation"]["share"]) if "validation" in entry else "-"
+        valid_diff = ("{:+.3f} [{:+.3f}, {:+.3f}]".format(*entry["validation_minus_ppo"])
+                      if "validation_minus_ppo" in entry else "-")
         lines.append(f"| {labels[key]} | {mean:.3f} [{low:.3f}, {high:.3f}] | "
-                     f"{share_text(entry['share'])} | {seeds} | {diff} | {valid} | {minutes} |")
+                     f"{share_text(entry['share'])} | {seeds} | {diff} | {valid} | {valid_diff} "
+                     f"| {minutes} |")
     curves, _ = curve_table(ENV_ID, results, rule, planner, scale, labels=labels)
     # the curve table without its title, setup and machine (given above)
     lines += ["", "## Curves", "", *curves.split("\n")[6:]]

@@ -46,6 +46,7 @@ class Job:
     key: str
     seed: int
     scale: Scale
+    validation_episodes: int = 400
 
     def __str__(self) -> str:
         return f"{self.key} seed {self.seed}"
@@ -64,13 +65,13 @@ def run_job(job: Job) -> dict[str, Any]:
                     eval_episodes=job.scale.episodes, **dict(row.arguments))
     seconds = time.perf_counter() - start
     # the validation tasks, where a choice among rows is made (not the evaluation tasks)
-    validation = evaluate(trained, ENV_ID, episodes=job.scale.episodes,
+    validation = evaluate(trained, ENV_ID, episodes=job.validation_episodes,
                           seed=VALIDATION_TASK_SEED).returns
     return {"key": job.key, "seed": job.seed, "curve": trained.curve, "seconds": seconds,
             "validation": list(validation)}
 
 
-def _runs(out: Path, scale: Scale) -> Runs:
+def _runs(out: Path, scale: Scale, validation_episodes: int = 400) -> Runs:
     def settings(name: str) -> dict[str, Any]:
         key, seed = name.rsplit(" seed ", 1)
         row = ROWS[key]
@@ -78,20 +79,25 @@ def _runs(out: Path, scale: Scale) -> Runs:
         return {"key": key, "seed": int(seed), "timesteps": scale.timesteps,
                 "checkpoints": list(scale.checkpoints), "episodes": scale.episodes,
                 "n_envs": scale.n_envs, "validation_seed": VALIDATION_TASK_SEED,
+                **({} if validation_episodes == 400 else
+                   {"validation_episodes": validation_episodes}),
                 "method": row.method, "arguments": repr(dict(row.arguments))}
 
     def encode(name: str, result: dict[str, Any]) -> dict[str, Any]:
         curve = [{**entry, "returns": encode_scores(entry["returns"])}
                  for entry in result["curve"]]
+        validation = result.get("validation")
         return {**settings(name), "seconds": result["seconds"], "curve": curve,
-                "validation": encode_scores(result["validation"])}
+                "validation": None if validation is None else encode_scores(validation)}
 
     def decode(content: dict[str, Any]) -> dict[str, Any]:
         curve = [{**entry, "returns": decode_scores(entry["returns"])}
                  for entry in content["curve"]]
         return {"key": content["key"], "seed": content["seed"], "curve": curve,
                 "seconds": content["seconds"],
-                "validation": decode_scores(content["validation"])}
+                # runs of the first screening round were not scored on validation tasks
+                "validation": (None if content.get("validation") is None
+                               else decode_scores(content["validation"]))}
 
     def path(name: str) -> Path:
         key, seed = name.rsplit(" seed ", 1)
@@ -100,15 +106,16 @@ def _runs(out: Path, scale: Scale) -> Runs:
     return Runs(path, settings, encode, decode)
 
 
-def train_missing(keys: list[str], out: Path, scale: Scale, log: Any = print
-                  ) -> list[dict[str, Any]]:
+def train_missing(keys: list[str], out: Path, scale: Scale, log: Any = print,
+                  validation_episodes: int = 400) -> list[dict[str, Any]]:
     """Every (row, seed) run, trained one at a time where no kept file has it."""
     unknown = [key for key in keys if key not in ROWS]
     if unknown:
         raise ValueError(f"rows: expected keys of {list(ROWS)}, got {unknown}")
-    runs = _runs(out, scale)
+    runs = _runs(out, scale, validation_episodes)
     results = []
-    for job in (Job(key, seed, scale) for key in keys for seed in range(scale.seeds)):
+    for job in (Job(key, seed, scale, validation_episodes) for key in keys
+                for seed in range(scale.seeds)):
         found, result = runs.read(str(job))
         if not found:
             log(f"training {job} ...")
@@ -121,17 +128,20 @@ def train_missing(keys: list[str], out: Path, scale: Scale, log: Any = print
 
 
 def report(out: Path = OUT, keys: list[str] | None = None, scale: Scale = SCREEN,
-           kept_only: bool = False, log: Any = print) -> list[Path]:
+           kept_only: bool = False, log: Any = print, validation_episodes: int = 400
+           ) -> list[Path]:
     """Train the rows ``keys`` (default all; what is kept is not retrained), write the table.
 
-    ``kept_only``: table only the rows whose every run is kept already. Returns the paths.
+    ``kept_only``: train nothing; table the runs kept of seeds below ``scale.seeds`` (a
+    row may then have fewer seeds than another). Returns the paths.
     """
     keys = list(ROWS) if keys is None else list(keys)
     if kept_only:
-        runs = _runs(out, scale)
-        keys = [k for k in keys if all(runs.read(f"{k} seed {s}")[0]
-                                       for s in range(scale.seeds))]
-    results = train_missing(keys, out, scale, log)
+        runs = _runs(out, scale, validation_episodes)
+        kept = [runs.read(f"{key} seed {seed}") for key in keys for seed in range(scale.seeds)]
+        results = [result for found, result in kept if found]
+    else:
+        results = train_missing(keys, out, scale, log, validation_episodes)
     markdown, payload = render(results, scale)
     return write_files_atomic(out, {"teacherless.md": markdown,
                                     "teacherless.json": json.dumps(payload, indent=1)})
@@ -147,7 +157,10 @@ def main(argv: list[str] | None = None) -> None:
                         help="only the rows whose every run is kept already")
     parser.add_argument("--seeds", type=int, default=SCREEN.seeds,
                         help=f"training seeds per row (default {SCREEN.seeds})")
+    parser.add_argument("--validation-episodes", type=int, default=400,
+                        help="validation tasks each final policy is scored on (default 400)")
     args = parser.parse_args(argv)
     scale = replace(SCREEN, seeds=args.seeds)
-    for path in report(args.out, args.rows, scale, kept_only=args.report_only):
+    for path in report(args.out, args.rows, scale, kept_only=args.report_only,
+                       validation_episodes=args.validation_episodes):
         print(path)
