@@ -216,3 +216,18 @@ def test_the_cli_knows_the_methods_hyperparameters_without_sb3(method: str) -> N
     from agents.learners.hyperparameter_names import accepted_names
 
     assert accepted_names(method) == frozenset(accepted(method))
+
+
+def test_the_screening_baseline_is_ppos_committed_curve_at_whole_rollouts(tmp_path) -> None:
+    from experiments.teacherless.report import baseline
+    from experiments.teacherless.settings import SCREEN
+
+    returns = baseline(SCREEN)  # 500k requested steps: 507,904 taken
+    assert returns.shape == (2, 400)
+    # the committed CSV's mean_return column of those rows, to its printed digits
+    assert np.round(returns.mean(axis=1), 4).tolist() == [0.9217, 0.9310]
+    short = tmp_path / "curve.csv"
+    short.write_text("row,seed,timesteps,gradient_steps,mean_return,returns\n"
+                     "ppo,0,507904,1,0.5,0.5 0.5\n")
+    with pytest.raises(ValueError, match="expected PPO's returns at 507904 steps for seeds 0-1"):
+        baseline(SCREEN, short)
