@@ -16,7 +16,9 @@ the cluster at ``--address`` (``auto``, ``ray://HOST:10001``; probed first: an a
 nobody answers at is one line within seconds), with the same results either way. Each
 unit is kept as it finishes (in ``--out``/kept_units until the experiment's files are
 written), so the same command after an interruption or a lost worker runs only what is
-missing; a unit that fails is reported with its traceback once the others have finished.
+missing; a unit that fails is reported with its traceback once the others have finished,
+and with the command that reruns it alone (``--unit NAME``: only the units named, among
+those not kept; in ``all``, the command of the unit's own experiment).
 
 ``tune`` (not part of ``all``) runs the equal-budget sweeps of :mod:`experiments.tune` on
 Ray Tune, locally or on the cluster at ``--address``, and writes the chosen configurations into
@@ -54,7 +56,12 @@ from agents.files import write_files_atomic
 from cost_envs.config import suggestion
 from experiments.shared.cluster import probe
 from experiments.shared.common import check_writable, machine
-from experiments.shared.scheduler import UnitsFailedError
+from experiments.shared.scheduler import (
+    UnitsFailedError,
+    UnitsLeftError,
+    add_scheduling_arguments,
+    selected_units,
+)
 
 PROG = "python -m experiments"
 REPO = Path(__file__).resolve().parents[1]
@@ -103,6 +110,9 @@ tune (not part of all): equal-budget sweeps on Ray Tune + Optuna, written to
   the same command resumes an interrupted run
 --address auto or ray://HOST:10001 (every experiment): run the units as Ray tasks on
   that cluster (every node needs cost-envs installed); the results are those of --jobs
+--unit NAME (repeatable; not tune, traces, aggregates): run only that unit of those not
+  kept yet, named as in the progress lines and a failure's message (which gives the
+  command); the experiment goes on if no other unit is missing, else stops in one line
 """
 
 
@@ -174,9 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="local worker processes, concurrent trials of tune (default: "
                              "2; corl and bopo smoke: 1); with --address local, the "
                              "one-machine Ray cluster's CPUs")
-    parser.add_argument("--address", default=None,
-                        help="the Ray cluster to run the units on, passed to "
-                             "ray.init(address=...), e.g. auto or ray://HOST:10001 "
+    add_scheduling_arguments(parser, address_help="the Ray cluster to run the units on, "
+                             "passed to ray.init(address=...), e.g. auto or ray://HOST:10001 "
                              "(default: local processes; tune: start Ray on this machine)")
     parser.add_argument("--methods", type=_names, default=None,
                         help="tune only: comma-separated methods to sweep, e.g. ppo,lora "
@@ -326,7 +335,12 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> None:
         scale = args.scale if name in own_scales else _routing_scale(args.scale)
         log(f"{name}: started at scale {scale}")
         start = time.perf_counter()
-        RUNNERS[name](args, log)
+        try:
+            RUNNERS[name](args, log)
+        except UnitsFailedError as error:  # all --unit would rerun the experiments before
+            if args.experiment != "all":
+                raise
+            raise error.rerun_alone_with(experiment_arguments(sys.argv[1:], name)) from None
         elapsed = time.perf_counter() - start
         log(f"{name}: done in {elapsed:.0f} s")
         if name in ROUTING:
@@ -335,6 +349,21 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> None:
         write_files_atomic(args.out, {"routing.md": routing_record(args.scale, timings)})
         log(f"wrote {args.out / 'routing.md'}")
         _aggregate_after_all(args, log)
+
+
+def experiment_arguments(arguments: Sequence[str], experiment: str) -> list[str]:
+    """``arguments`` (of this command line) with ``experiment`` in place of the one they name.
+
+    In ``all`` a failed unit is rerun alone by its own experiment's command: ``all`` starts
+    again from the first experiment, whose kept units are gone once its files are written.
+    """
+    words, value = list(arguments), False
+    for position, word in enumerate(words):
+        if not value and not word.startswith("-"):
+            words[position] = experiment
+            break
+        value = word.startswith("--") and "=" not in word  # every option takes a value
+    return words
 
 
 def _aggregate_after_all(args: argparse.Namespace, log: Callable[[str], None]) -> None:
@@ -442,6 +471,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--address: aggregates reads files and runs nothing on Ray")
     if args.methods is not None and args.experiment != "tune":
         parser.error("--methods: only tune takes it (it chooses the sweeps)")
+    if args.unit is not None and args.experiment in ("aggregates", "traces", "tune"):
+        parser.error(f"--unit: {args.experiment} runs no units through the scheduler")
     try:
         check_data(args)
         if args.experiment == "tune":
@@ -462,14 +493,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     log = Progress()
     status = 1
     try:
-        run(args, log)
+        with selected_units(args.unit):
+            run(args, log)
         status = 0
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted; the running experiment wrote no report, its finished "
               "units are kept (run the same command again to resume)", file=sys.stderr)
         status = 130
-    except UnitsFailedError as error:  # each failure's traceback, the others finished
-        print(f"{PROG}: error: {error}", file=sys.stderr)
+    except (UnitsFailedError, UnitsLeftError) as error:  # each failure's traceback, the
+        print(f"{PROG}: error: {error}", file=sys.stderr)  # others finished; --unit's left
         status = 1
     except ValueError as error:  # bad input (e.g. nothing to aggregate): one line, no trace
         print(f"{PROG}: error: {error}", file=sys.stderr)

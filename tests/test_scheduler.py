@@ -6,8 +6,12 @@ backend and real experiments are in the slow tests of ``tests/test_scheduler_ray
 
 from __future__ import annotations
 
+import argparse
 import os
+import shlex
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -15,7 +19,16 @@ import numpy as np
 import pytest
 
 from experiments.shared.kept import Kept, units_folder
-from experiments.shared.scheduler import UnitsFailedError, run_units
+from experiments.shared.scheduler import (
+    UnitsFailedError,
+    UnitsLeftError,
+    UnknownUnitsError,
+    add_scheduling_arguments,
+    rerun_command,
+    run_units,
+    scheduling,
+    selected_units,
+)
 
 
 def _slow_square(unit: tuple[int, float]) -> int:
@@ -35,6 +48,23 @@ def _counted_square(unit: tuple[int, str]) -> int:
     value, folder = unit
     Path(folder, f"ran-{value}-{os.getpid()}-{time.monotonic_ns()}").touch()
     return value * value
+
+
+def _counted_square_but_2(unit: tuple[int, str]) -> int:
+    """As :func:`_counted_square`, but unit 2 raises until ``folder``/fixed exists."""
+    value, folder = unit
+    if value == 2 and not Path(folder, "fixed").exists():
+        raise ArithmeticError("unit 2 cannot be squared yet")
+    return _counted_square(unit)
+
+
+def _square_name(unit: tuple[int, str]) -> str:
+    return f"square {unit[0]}"
+
+
+def _runs(folder: Path) -> list[str]:
+    """The values of the units run so far (:func:`_counted_square`'s files), sorted."""
+    return sorted(path.name.split("-")[1] for path in folder.glob("ran-*"))
 
 
 def _dies_once(unit: tuple[int, str]) -> int:
@@ -176,3 +206,118 @@ def test_a_kept_units_tensors_come_back_bit_for_bit_without_torchs_unpickler(tmp
     back = Kept(folder, 1).read("warm start")[1]
     assert torch.equal(back["w"], state["w"]) and back["w"].dtype == torch.float32
     assert isinstance(back["p"], torch.nn.Parameter) and back["p"].requires_grad
+
+
+def test_a_failed_units_command_reruns_it_alone_and_then_every_result_comes_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "argv", ["runner.py", "squares", "--scale", "smoke"])
+    keeper = Kept(units_folder(tmp_path, "squares", "smoke"), {"scale": "smoke"})
+    units = [(value, str(tmp_path)) for value in range(4)]
+    with pytest.raises(UnitsFailedError) as raised:
+        run_units(_counted_square_but_2, units, jobs=2, keeper=keeper, describe=_square_name,
+                  label="squares")
+    message = str(raised.value)
+    alone = f"{rerun_command()} --unit 'square 2'"  # shell-quoted: the name has a space
+    assert alone.endswith(" squares --scale smoke --unit 'square 2'")
+    assert ("ArithmeticError: unit 2 cannot be squared yet\nTo rerun it alone: "
+            f"{alone}\nsquares: 1 of 4 units failed (square 2)") in message
+    assert message.endswith("To run the failed ones alone (the others are kept): "
+                            f"{rerun_command()}")  # the line that runs what is missing
+    assert _runs(tmp_path) == ["0", "1", "3"]
+
+    parser = argparse.ArgumentParser()  # the command, parsed as an experiment parses it
+    parser.add_argument("experiment")
+    parser.add_argument("--scale")
+    add_scheduling_arguments(parser)
+    args = parser.parse_args(shlex.split(alone.removeprefix(rerun_command(arguments=[]))))
+    assert args.unit == ["square 2"]
+    (tmp_path / "fixed").touch()
+    lines: list[str] = []
+    with selected_units(args.unit):
+        assert run_units(_counted_square_but_2, units, jobs=2, keeper=keeper,
+                         describe=_square_name, label="squares", log=lines.append
+                         ) == [0, 1, 4, 9]  # every result: the report goes on
+    assert lines[0] == ("squares: 3 of 4 units kept, 1 to run in this process (--unit; 0 "
+                        "other(s) not run)")
+    assert _runs(tmp_path) == ["0", "1", "2", "3"]  # unit 2 alone ran again
+
+
+def test_the_command_to_rerun_a_unit_alone_replaces_the_units_it_named() -> None:
+    arguments = ["budgets", "--unit", "square 2", "--scale", "smoke", "--unit=square 3"]
+    assert rerun_command("square 2", arguments).endswith(
+        " budgets --scale smoke --unit 'square 2'")
+    assert rerun_command(arguments=arguments).endswith(
+        " budgets --unit 'square 2' --scale smoke '--unit=square 3'")  # the same command
+
+
+def test_units_left_missing_by_unit_stop_in_one_line_once_the_named_ones_are_kept(
+        tmp_path: Path) -> None:
+    keeper = Kept(units_folder(tmp_path, "squares", "smoke"), {"scale": "smoke"})
+    units = [(value, str(tmp_path)) for value in range(4)]
+    run = {"keeper": keeper, "describe": _square_name, "label": "squares"}
+    with selected_units(["square 1"]), pytest.raises(UnitsLeftError) as raised:
+        run_units(_counted_square, units, jobs=2, **run)
+    [line] = str(raised.value).splitlines()
+    assert line.startswith("squares: --unit ran square 1; 3 of 4 units are still to run, "
+                           "which the command without --unit runs: python ")
+    assert _runs(tmp_path) == ["1"] and keeper.read("square 1") == (True, 1)
+    # the same selection again: its unit is kept, the others are still missing
+    with selected_units(["square 1", "square 3"]), pytest.raises(
+            UnitsLeftError, match=r"^squares: --unit ran square 3; square 1 already kept; 2 of 4 "):
+        run_units(_counted_square, units, **run)
+    # a second call (bopo's second round): the named units ran in the first
+    with selected_units(["square 0"]):
+        assert run_units(_counted_square, units[:1], **run) == [0]
+        with pytest.raises(UnitsLeftError, match=r"^second: --unit ran square 0; 1 of 1 "):
+            run_units(_counted_square, [(5, str(tmp_path))], keeper=keeper,
+                      describe=_square_name, label="second")
+    assert _runs(tmp_path) == ["0", "1", "3"]
+    assert run_units(_counted_square, units, **run) == [0, 1, 4, 9]  # without --unit
+    assert _runs(tmp_path) == ["0", "1", "2", "3"]
+
+
+def test_a_unit_name_that_is_not_to_run_is_refused_naming_those_that_are(tmp_path: Path
+                                                                          ) -> None:
+    units = [(value, str(tmp_path)) for value in range(8)]
+    with selected_units(["square 0", "sqare 1"]), pytest.raises(UnknownUnitsError) as raised:
+        run_units(_counted_square, units, describe=_square_name, label="squares")
+    assert str(raised.value) == (
+        "--unit 'sqare 1': not among the 8 units squares has still to run ('square 0', "
+        "'square 1', 'square 2', 'square 3', 'square 4' and 3 more); did you mean 'square 1'?")
+    assert _runs(tmp_path) == []  # refused before anything ran
+
+
+def test_an_experiments_own_parser_says_a_units_error_in_one_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as raised, scheduling(argparse.Namespace(unit=["a"]),
+                                                         "python -m experiments.x"):
+        run_units(_square_or_fail, [1, 2], describe=lambda unit: f"square {unit}")
+    assert raised.value.code == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("python -m experiments.x: error: --unit 'a': not among the 2 units")
+
+
+def test_all_reruns_a_failed_unit_alone_by_its_own_experiments_command() -> None:
+    from experiments.__main__ import experiment_arguments
+
+    assert experiment_arguments(["all", "--out", "all", "--unit", "x"], "bopo") == [
+        "bopo", "--out", "all", "--unit", "x"]
+    assert experiment_arguments(["--scale", "smoke", "all"], "corl") == [
+        "--scale", "smoke", "corl"]
+    assert experiment_arguments(["--scale=smoke", "all"], "corl") == ["--scale=smoke", "corl"]
+
+
+def test_the_command_line_refuses_an_unknown_unit_in_one_line_before_training(
+        tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "experiments", "budgets", "--scale", "smoke",
+                           "--unit", "ToolBench-v0 ppo seed 7", "--out", str(out)],
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 2
+    last = done.stderr.splitlines()[-1]
+    assert last.startswith("python -m experiments: error: --unit 'ToolBench-v0 ppo seed 7': "
+                           "not among the 10 units budgets has still to run "
+                           "('ToolBench-v0 ppo seed 0', ")
+    assert "Traceback" not in done.stderr and " done (" not in done.stderr
+    assert not out.exists()

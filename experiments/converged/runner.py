@@ -58,7 +58,7 @@ from experiments.converged.report import Fixed, render
 from experiments.converged.settings import ENV_ID, FIXED_FILE, OUT, ROWS, RUNS, SCALES, Scale
 from experiments.shared.gaps import decode_scores, encode_scores
 from experiments.shared.kept import Runs, run_file
-from experiments.shared.scheduler import UnitsFailedError, run_units
+from experiments.shared.scheduler import add_scheduling_arguments, run_units, scheduling
 
 
 def score_fixed(scale: Scale) -> dict[str, Any]:
@@ -152,12 +152,12 @@ def main(argv: list[str] | None = None) -> None:
                         default=list(ROWS), help=f"learned rows (default {' '.join(ROWS)})")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
     parser.add_argument("--out", type=Path, default=OUT, help=f"output folder (default {OUT})")
-    parser.add_argument("--address", default=None,
-                        help="the Ray cluster to run on, e.g. auto or ray://HOST:10001")
+    add_scheduling_arguments(parser)
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs: expected an integer >= 1, got {args.jobs}")
     try:
-        report(args.out, args.scale, jobs=args.jobs, rows=args.rows, address=args.address)
-    except (ValueError, ConnectionError, UnitsFailedError) as error:
+        with scheduling(args, parser.prog):  # a failure, --unit: one line, exit 1
+            report(args.out, args.scale, jobs=args.jobs, rows=args.rows, address=args.address)
+    except (ValueError, ConnectionError) as error:
         parser.exit(2, f"python -m experiments.converged: error: {error}\n")

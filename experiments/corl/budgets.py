@@ -47,7 +47,7 @@ from experiments.corl.settings import CORL_SCALES, EVAL_SEED
 from experiments.shared.common import machine
 from experiments.shared.gaps import encode_scores
 from experiments.shared.kept import Runs, run_file
-from experiments.shared.scheduler import run_units
+from experiments.shared.scheduler import add_scheduling_arguments, run_units, scheduling
 
 ENV_ID = "cost_envs/ExpertRouting-v1"
 #: The profile the curves are scored on: the table's first, where the low tier's gap is resolved.
@@ -250,11 +250,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     parser.add_argument("--cache", type=Path, default=None,
                         help="keep each seed's result here and resume from it")
-    parser.add_argument("--address", default=None,
-                        help="the Ray cluster to run on, e.g. auto or ray://HOST:10001")
+    add_scheduling_arguments(parser)
     args = parser.parse_args(argv)
-    for path in report(args.out, args.scale, cache=args.cache, address=args.address):
-        print(f"corl_budgets: wrote {path}", flush=True)
+    with scheduling(args, parser.prog):
+        for path in report(args.out, args.scale, cache=args.cache, address=args.address):
+            print(f"corl_budgets: wrote {path}", flush=True)
 
 
 if __name__ == "__main__":

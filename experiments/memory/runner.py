@@ -78,7 +78,7 @@ from experiments.memory.settings import (
 from experiments.shared.common import check_writable, machine, quiet
 from experiments.shared.gaps import decode_scores, encode_scores
 from experiments.shared.kept import Runs, run_file
-from experiments.shared.scheduler import run_units
+from experiments.shared.scheduler import add_scheduling_arguments, run_units, scheduling
 
 
 @dataclass(frozen=True)
@@ -244,8 +244,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="output directory (default: benchmarks/results, at the smoke "
                              "scale the git-ignored benchmarks/results/smoke)")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes (default: 2)")
-    parser.add_argument("--address", default=None,
-                        help="the Ray cluster to run on, e.g. auto or ray://HOST:10001")
+    add_scheduling_arguments(parser)
     parser.add_argument("--envs", default=None,
                         help=f"comma-separated env ids, some of {', '.join(ENVS)} (default: "
                              "the scale's)")
@@ -271,6 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     def log(message: str) -> None:
         print(f"[{time.perf_counter() - start:5.0f} s] {message}", file=sys.stderr, flush=True)
 
-    for path in report(out, scale, jobs=args.jobs, log=log, address=args.address):
-        log(f"memory: wrote {path}")
+    with scheduling(args, COMMAND):
+        for path in report(out, scale, jobs=args.jobs, log=log, address=args.address):
+            log(f"memory: wrote {path}")
     return 0

@@ -32,7 +32,7 @@ from experiments.ppo_entropy.report import render
 from experiments.ppo_entropy.settings import ENV_ID, NAME, OUT, ROW, SCALE
 from experiments.shared.gaps import decode_scores
 from experiments.shared.kept import Kept, units_folder
-from experiments.shared.scheduler import run_units
+from experiments.shared.scheduler import add_scheduling_arguments, run_units, scheduling
 
 
 def last_returns(path: Path, row: str) -> np.ndarray:
@@ -76,8 +76,8 @@ def main(argv: list[str] | None = None) -> None:
                                      description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--jobs", type=int, default=2, help="processes (default 2)")
     parser.add_argument("--out", type=Path, default=OUT, help="results folder")
-    parser.add_argument("--address", default=None,
-                        help="the Ray cluster to run on, e.g. auto or ray://HOST:10001")
+    add_scheduling_arguments(parser)
     args = parser.parse_args(argv)
-    for path in report(args.out, args.jobs, address=args.address):
-        print(path)
+    with scheduling(args, parser.prog):
+        for path in report(args.out, args.jobs, address=args.address):
+            print(path)
