@@ -46,6 +46,7 @@ says whether memory pays on each env (:mod:`experiments.memory`, issue #23).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -56,6 +57,7 @@ from agents.files import write_files_atomic
 from cost_envs.config import suggestion
 from experiments.shared.cluster import probe
 from experiments.shared.common import check_writable, machine
+from experiments.shared.kept import clears_deferred
 from experiments.shared.scheduler import (
     UnitsFailedError,
     UnitsLeftError,
@@ -322,6 +324,12 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> None:
     # Small networks: one torch thread each; parallelism comes from worker processes.
     configure_torch_threads()
     names = EXPERIMENTS if args.experiment == "all" else (args.experiment,)
+    with clears_deferred() if args.experiment == "all" else contextlib.nullcontext():
+        _run_each(args, names, log)
+
+
+def _run_each(args: argparse.Namespace, names: Sequence[str],
+              log: Callable[[str], None]) -> None:
     timings: list[tuple[str, str]] = []
     for name in names:
         if name == "traces" and data_problem(args.data) is not None:  # all, default --data

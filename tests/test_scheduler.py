@@ -321,3 +321,24 @@ def test_the_command_line_refuses_an_unknown_unit_in_one_line_before_training(
                            "('ToolBench-v0 ppo seed 0', ")
     assert "Traceback" not in done.stderr and " done (" not in done.stderr
     assert not out.exists()
+
+
+def test_all_keeps_every_experiments_units_until_the_last_one_is_done(tmp_path) -> None:
+    """``all`` failing in its third experiment: running it again reads the first two back."""
+    from experiments.shared.kept import clears_deferred
+
+    first, second = (Kept(units_folder(tmp_path, name, "smoke"), 1) for name in ("a", "b"))
+    first.write("unit", 1)
+    with pytest.raises(RuntimeError), clears_deferred():
+        first.clear()  # its report is written
+        second.write("unit", 2)
+        second.clear()
+        raise RuntimeError("the third experiment failed")
+    assert first.read("unit") == (True, 1) and second.read("unit") == (True, 2)
+    with clears_deferred():
+        first.clear()
+        assert first.read("unit") == (True, 1)  # until the whole command is done
+    assert first.read("unit") == (False, None)
+    first.write("unit", 1)
+    first.clear()  # a single experiment forgets its units once its files are written
+    assert first.read("unit") == (False, None) and not first.folder.exists()

@@ -31,7 +31,7 @@ import pickle
 import re
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -123,10 +123,49 @@ class Kept:
         write_files_atomic(self.folder, {self.path(name).name: buffer.getvalue()})
 
     def clear(self) -> None:
-        """Forget every kept unit (the report is written), and the folders left empty."""
-        shutil.rmtree(self.folder, ignore_errors=True)
-        with contextlib.suppress(OSError):  # another experiment's units are still there
-            self.folder.parent.rmdir()
+        """Forget every kept unit (the report is written), and the folders left empty.
+
+        Inside :func:`clears_deferred`, only once the whole command has finished.
+        """
+        if _deferred is not None:
+            _deferred.append(self.folder)
+            return
+        _remove(self.folder)
+
+
+def _remove(folder: Path) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+    with contextlib.suppress(OSError):  # another experiment's units are still there
+        folder.parent.rmdir()
+
+
+#: Folders whose clearing waits for :func:`clears_deferred` to end (``None``: none waits).
+_deferred: list[Path] | None = None
+
+
+@contextlib.contextmanager
+def clears_deferred() -> Iterator[None]:
+    """Keep every experiment's units until the block ends without an error.
+
+    ``python -m experiments all`` runs several experiments in turn: were each one's units
+    forgotten as soon as its files were written, running ``all`` again after a later
+    experiment failed would train the finished ones again. Their units stay until the
+    last experiment is done, so the same command reads them back (their files come out
+    the same) and runs only what is missing.
+    """
+    global _deferred
+    outer, _deferred = _deferred, []
+    try:
+        yield
+    except BaseException:  # the units stay, for the same command to read back
+        _deferred = outer
+        raise
+    folders, _deferred = _deferred, outer
+    for folder in folders:
+        if outer is not None:
+            outer.append(folder)
+        else:
+            _remove(folder)
 
 
 #: Modules whose classes a kept unit may hold (results are built of these): a class's
