@@ -157,10 +157,14 @@ def main(argv: list[str] | None = None) -> None:
                         help="only the rows whose every run is kept already")
     parser.add_argument("--seeds", type=int, default=SCREEN.seeds,
                         help=f"training seeds per row (default {SCREEN.seeds})")
+    parser.add_argument("--timesteps", type=int, default=SCREEN.timesteps,
+                        help=f"requested env steps per run (default {SCREEN.timesteps:,}; "
+                             "past it, also scored at 500,000)")
     parser.add_argument("--validation-episodes", type=int, default=400,
                         help="validation tasks each final policy is scored on (default 400)")
     args = parser.parse_args(argv)
-    scale = replace(SCREEN, seeds=args.seeds)
+    scale = replace(SCREEN, seeds=args.seeds, timesteps=args.timesteps, checkpoints=tuple(
+        step for step in (*SCREEN.checkpoints, SCREEN.timesteps) if step < args.timesteps))
     for path in report(args.out, args.rows, scale, kept_only=args.report_only,
                        validation_episodes=args.validation_episodes):
         print(path)
