@@ -163,6 +163,8 @@ def test_the_address_reaches_ray_init_unchanged(address: str | None, tmp_path: P
         raise _ConnectedError
 
     monkeypatch.setattr(ray, "init", fake_init)
+    # the checkout first, once, then the caller's own path
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), "/elsewhere"]))
     probed: list[tuple[Any, ...]] = []
     monkeypatch.setattr(cluster.socket, "create_connection",  # the probe passes
                         lambda *args, **kwargs: probed.append(args) or _Closable())
@@ -175,7 +177,8 @@ def test_the_address_reaches_ray_init_unchanged(address: str | None, tmp_path: P
     [kwargs] = calls
     if address is None:  # a one-machine cluster sized by --jobs, no dashboard
         assert kwargs == {"num_cpus": 2, "include_dashboard": False, "log_to_driver": False,
-                          "runtime_env": {"env_vars": {"PYTHONPATH": str(REPO)}}}
+                          "runtime_env": {"env_vars": {
+                              "PYTHONPATH": os.pathsep.join([str(REPO), "/elsewhere"])}}}
     else:  # the address as given; only this package is shipped along
         assert kwargs == {"address": address, "runtime_env": {
             "py_modules": [str(REPO / "experiments")], "env_vars": cluster.WORKER_ENV}}

@@ -137,7 +137,8 @@ def connect(address: str | None, jobs: int) -> None:
 
     single_threaded_workers()
     if address is None or address == "local":  # its workers import from this checkout
-        path = os.pathsep.join(filter(None, [str(PACKAGE.parent), os.environ.get("PYTHONPATH")]))
+        entries = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+        path = os.pathsep.join(dict.fromkeys(filter(None, [str(PACKAGE.parent), *entries])))
         ray.init(num_cpus=jobs, include_dashboard=False, log_to_driver=False,
                  runtime_env={"env_vars": {"PYTHONPATH": path}})
         return
