@@ -12,7 +12,8 @@ import cost_envs  # noqa: F401  # registers the ids
 from agents.learners.common.episodes import EpisodeTracker, Segment
 from agents.learners.common.policies import AllocatorPolicy
 from agents.learners.grpo import GroupRelativePPO, group_advantages, group_task_seeds
-from agents.learners.sil import SelfImitationPPO, returns_to_go
+from agents.learners.sil import SelfImitationPPO
+from agents.learners.supervised import discounted_returns
 from agents.learners.training import quiet_logger, train
 from agents.vec_env import make_batched_vec_env
 
@@ -37,7 +38,7 @@ def test_episode_tracker_carries_an_episode_across_rollouts() -> None:
 
 
 def test_returns_to_go_discounts_from_each_step() -> None:
-    assert returns_to_go(np.array([1.0, 0.0, 2.0]), 0.5).tolist() == [1.5, 1.0, 2.0]
+    assert discounted_returns(np.array([1.0, 0.0, 2.0]), 0.5).tolist() == [1.5, 1.0, 2.0]
 
 
 # ------------------------------------------------------------------ SIL

@@ -30,17 +30,8 @@ from stable_baselines3.common.vec_env import VecEnv
 from agents.learners.common.episodes import EpisodeTracker
 from agents.learners.common.fast_optim import clip_grad_norm, optimizer_step
 from agents.learners.ppo import FastPPO
+from agents.learners.supervised import discounted_returns
 from cost_envs.config import integer
-
-
-def returns_to_go(rewards: np.ndarray, gamma: float) -> np.ndarray:
-    """``R_t = sum_k gamma**k r_{t+k}`` of one whole episode's rewards."""
-    out = np.zeros(len(rewards), dtype=np.float64)
-    running = 0.0
-    for t in range(len(rewards) - 1, -1, -1):
-        running = float(rewards[t]) + gamma * running
-        out[t] = running
-    return out
 
 
 class SelfImitationPPO(FastPPO):
@@ -98,7 +89,7 @@ class SelfImitationPPO(FastPPO):
                 rows = slice(segment.start, segment.stop)
                 self.remember(buffer.observations[rows, segment.env],
                               buffer.actions[rows, segment.env],
-                              returns_to_go(buffer.rewards[rows, segment.env], self.gamma))
+                              discounted_returns(buffer.rewards[rows, segment.env], self.gamma))
         return True
 
     # ------------------------------------------------------------------ update
