@@ -132,9 +132,7 @@ class SelfImitationPPO(FastPPO):
         loss = self.sil_coef * (-(log_prob * advantage.detach()).mean()
                                 + self.sil_value_coef * 0.5 * (advantage ** 2).mean())
         optimizer = self.policy.optimizer
-        for group in optimizer.param_groups:
-            for param in group["params"]:
-                param.grad = None
+        optimizer.zero_grad(set_to_none=True)
         loss.backward()
         clip_grad_norm(list(self.policy.parameters()), self.max_grad_norm)
         optimizer_step(optimizer)

@@ -246,12 +246,9 @@ class RuleMultiRouter(MultiRouter):
         with_ngrams: Unused (as ``n_features``).
     """
 
-    models: tuple[str, ...] = ()
+    # the base's other fields keep their defaults: only these two read differently here
     n_features: int = 1
-    l2: float = 10.0
     hashed_weight: float = 0.0
-    text_features: str = "hashed"
-    with_ngrams: bool = True
     members: Sequence[str] = MEMBERS
 
     kind: ClassVar[str] = "multi-rule"
