@@ -232,3 +232,29 @@ def test_the_screening_baseline_is_ppos_committed_curve_at_whole_rollouts(tmp_pa
                      "ppo,0,507904,1,0.5,0.5 0.5\n")
     with pytest.raises(ValueError, match="expected PPO's returns at 507904 steps for seeds 0-1"):
         baseline(SCREEN, short)
+
+
+def test_the_screening_trains_only_the_runs_it_has_not_kept(tmp_path, monkeypatch) -> None:
+    """Its runs go through the experiments' one scheduler and keeper (JSON run files)."""
+    from dataclasses import replace
+
+    from experiments.teacherless import runner
+    from experiments.teacherless.settings import SCREEN
+
+    scale = replace(SCREEN, seeds=2, timesteps=64, checkpoints=())
+    kept = {"key": "ppo", "seed": 0, "seconds": 1.5, "validation": [0.5, 1.0],
+            "curve": [{"timesteps": 64, "returns": [0.25, 0.75]}]}
+    runner._runs(tmp_path, scale).write("ppo seed 0", kept)
+    trained: list[str] = []
+
+    def run_job(job):
+        trained.append(str(job))
+        return {**kept, "seed": job.seed}
+
+    monkeypatch.setattr(runner, "run_job", run_job)
+    results = runner.train_missing(["ppo"], tmp_path, scale, log=lambda _line: None)
+    assert trained == ["ppo seed 1"]
+    assert [r["seed"] for r in results] == [0, 1]
+    assert (tmp_path / "runs" / "ppo_seed1.json").exists()
+    assert runner.train_missing(["ppo"], tmp_path, scale, log=lambda _line: None)[1]["seed"] == 1
+    assert trained == ["ppo seed 1"]  # the second call trains nothing

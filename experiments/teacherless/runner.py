@@ -28,13 +28,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from agents.files import write_files_atomic
 from agents.seeds import VALIDATION_TASK_SEED
 from experiments.budgets.settings import Scale
 from experiments.shared.gaps import decode_scores, encode_scores
 from experiments.shared.kept import Runs, run_file
+from experiments.shared.scheduler import add_scheduling_arguments, run_units, scheduling
 from experiments.teacherless.report import render
 from experiments.teacherless.settings import ENV_ID, OUT, ROWS, SCREEN
 
@@ -107,29 +106,21 @@ def _runs(out: Path, scale: Scale, validation_episodes: int = 400) -> Runs:
 
 
 def train_missing(keys: list[str], out: Path, scale: Scale, log: Any = print,
-                  validation_episodes: int = 400) -> list[dict[str, Any]]:
-    """Every (row, seed) run, trained one at a time where no kept file has it."""
+                  validation_episodes: int = 400, address: str | None = None
+                  ) -> list[dict[str, Any]]:
+    """Every (row, seed) run where no kept file has it: one at a time, or on a Ray cluster."""
     unknown = [key for key in keys if key not in ROWS]
     if unknown:
         raise ValueError(f"rows: expected keys of {list(ROWS)}, got {unknown}")
-    runs = _runs(out, scale, validation_episodes)
-    results = []
-    for job in (Job(key, seed, scale, validation_episodes) for key in keys
-                for seed in range(scale.seeds)):
-        found, result = runs.read(str(job))
-        if not found:
-            log(f"training {job} ...")
-            result = run_job(job)
-            runs.write(str(job), result)
-            log(f"{job}: {result['seconds'] / 60:.1f} min, mean return at the end "
-                f"{np.mean(result['curve'][-1]['returns']):.4f}")
-        results.append(result)
-    return results
+    jobs = [Job(key, seed, scale, validation_episodes) for key in keys
+            for seed in range(scale.seeds)]
+    return run_units(run_job, jobs, describe=str, keeper=_runs(out, scale, validation_episodes),
+                     address=address, label="teacherless", log=log)
 
 
 def report(out: Path = OUT, keys: list[str] | None = None, scale: Scale = SCREEN,
-           kept_only: bool = False, log: Any = print, validation_episodes: int = 400
-           ) -> list[Path]:
+           kept_only: bool = False, log: Any = print, validation_episodes: int = 400,
+           address: str | None = None) -> list[Path]:
     """Train the rows ``keys`` (default all; what is kept is not retrained), write the table.
 
     ``kept_only``: train nothing; table the runs kept of seeds below ``scale.seeds`` (a
@@ -141,7 +132,7 @@ def report(out: Path = OUT, keys: list[str] | None = None, scale: Scale = SCREEN
         kept = [runs.read(f"{key} seed {seed}") for key in keys for seed in range(scale.seeds)]
         results = [result for found, result in kept if found]
     else:
-        results = train_missing(keys, out, scale, log, validation_episodes)
+        results = train_missing(keys, out, scale, log, validation_episodes, address)
     markdown, payload = render(results, scale)
     return write_files_atomic(out, {"teacherless.md": markdown,
                                     "teacherless.json": json.dumps(payload, indent=1)})
@@ -162,9 +153,15 @@ def main(argv: list[str] | None = None) -> None:
                              "past it, also scored at 500,000)")
     parser.add_argument("--validation-episodes", type=int, default=400,
                         help="validation tasks each final policy is scored on (default 400)")
+    add_scheduling_arguments(parser)
     args = parser.parse_args(argv)
     scale = replace(SCREEN, seeds=args.seeds, timesteps=args.timesteps, checkpoints=tuple(
         step for step in (*SCREEN.checkpoints, SCREEN.timesteps) if step < args.timesteps))
-    for path in report(args.out, args.rows, scale, kept_only=args.report_only,
-                       validation_episodes=args.validation_episodes):
+    try:
+        with scheduling(args, parser.prog):  # a failure, --unit: one line, exit 1
+            paths = report(args.out, args.rows, scale, kept_only=args.report_only,
+                           validation_episodes=args.validation_episodes, address=args.address)
+    except (ValueError, ConnectionError) as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
+    for path in paths:
         print(path)
