@@ -185,6 +185,18 @@ class ToolDraws(NamedTuple):
     hallucination_rate: np.ndarray
 
 
+class ToolUniforms(NamedTuple):
+    """Where :meth:`ToolBenchEnv.draw_calls` may draw a block's uniforms (each ``None``: new).
+
+    float64 arrays of the shapes of the :class:`ToolDraws` fields of the same names.
+    """
+
+    luck: np.ndarray | None
+    topic_pick: np.ndarray | None
+    recall_luck: np.ndarray | None
+    hallucination_rate: np.ndarray | None
+
+
 def derive_block(draws: ToolDraws) -> ToolBlock:
     """The block of tasks ``draws`` make (of one generator or several, stacked)."""
     n_stages, length = draws.n_stages, draws.length
@@ -341,8 +353,20 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
         """
         return derive_block(self.draw_calls(rng, n))
 
-    def draw_calls(self, rng: np.random.Generator, n: int) -> ToolDraws:
-        """The generator's calls of :meth:`draw_block`, in their one order, and nothing else."""
+    def draw_calls(self, rng: np.random.Generator, n: int,
+                   out: ToolUniforms | None = None) -> ToolDraws:
+        """The generator's calls of :meth:`draw_block`, in their one order, and nothing else.
+
+        Args:
+            rng: The generator.
+            n: Number of tasks.
+            out: Arrays to draw the block's uniforms into instead of new ones (the batched
+                env's queue): ``rng.random(shape, out=a)`` consumes the generator and fills
+                ``a`` exactly as ``rng.random(shape)`` would (numpy refuses an ``a`` of
+                another shape or dtype); the returned draws hold these arrays.
+        """
+        m = self.n_agents
+        luck, topic_pick, recall_luck, rate = (None, None, None, None) if out is None else out
         return ToolDraws(
             # rng.choice(np.arange(2, 5), p=STAGE_COUNTS, size=n) as choice computes it (the
             # same draws and values), without its checks: a fifth of the block's draw time
@@ -351,15 +375,15 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
             rng.integers(0, len(ANSWER_SKILLS), n),
             rng.beta(*TASK_DIFFICULTY, n),
             rng.normal(0.0, STAGE_DIFFICULTY_NOISE, (n, MAX_STAGES)),
-            rng.random((n, MAX_TURNS, self.n_agents)),
+            rng.random((n, MAX_TURNS, m), out=luck),
             rng.integers(8, MAX_ANSWER_TOKENS + 1, n),
             rng.integers(0, VOCAB, (n, MAX_ANSWER_TOKENS)),
             # The topic vocabulary is the reference plus 2L other tokens; spurious tokens
             # are drawn from it, so some of them hit the reference by chance.
             rng.integers(0, VOCAB, (n, 2 * MAX_ANSWER_TOKENS)),
-            rng.random((n, MAX_TURNS, MAX_ANSWER_TOKENS)),
-            rng.random((n, MAX_TURNS, MAX_ANSWER_TOKENS)),
-            rng.random((n, MAX_TURNS)))
+            rng.random((n, MAX_TURNS, MAX_ANSWER_TOKENS), out=topic_pick),
+            rng.random((n, MAX_TURNS, MAX_ANSWER_TOKENS), out=recall_luck),
+            rng.random((n, MAX_TURNS), out=rate))
 
     def _generate_block(self, rng: np.random.Generator, n: int) -> TaskBlock:
         (n_stages, skill, difficulty, luck, length, reference, distractors, pick,

@@ -304,13 +304,7 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         size = self.task_block
         for start in range(0, len(ids), REFILL_CHUNK):
             chunk = ids[start:start + REFILL_CHUNK]
-            rngs = []
-            for i in chunk:
-                rng = self._rngs[i]
-                if rng is None:
-                    rng, _ = seeding.np_random()  # as a single env's unseeded one
-                    self._rngs[i] = rng
-                rngs.append(rng)
+            rngs = [self._generator(i) for i in chunk]
             queued = self._derive(self._draw_many(rngs, size))
             if self.blocks is None:  # zeros: pages are committed as the queues fill
                 self.blocks = queued._make(np.zeros((self.num_envs * size, *a.shape[1:]),
@@ -319,6 +313,14 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
             for block, value in zip(self.blocks, queued, strict=True):
                 block[at] = value
             self._queued[chunk] = 0
+
+    def _generator(self, i: int) -> np.random.Generator:
+        """Sub-env ``i``'s generator (an unseeded sub-env gets one as a single env would)."""
+        rng = self._rngs[i]
+        if rng is None:
+            rng, _ = seeding.np_random()  # as a single env's unseeded one
+            self._rngs[i] = rng
+        return rng
 
     def _draw_many(self, rngs: list[np.random.Generator], n: int) -> Any:
         """``n`` tasks' draws from each generator of ``rngs`` (``_draw``'s), stacked in order.

@@ -22,6 +22,7 @@ from cost_envs.envs.toolbench import (
     ToolBenchEnv,
     ToolBlock,
     ToolDraws,
+    ToolUniforms,
     derive_block,
 )
 from cost_envs.envs.toolbench_tables import (
@@ -34,7 +35,7 @@ from cost_envs.envs.toolbench_tables import (
     stage_codes,
 )
 from cost_envs.vector.array_ops import any_per_row, pick
-from cost_envs.vector.base import BatchedOrchestrationEnv
+from cost_envs.vector.base import REFILL_CHUNK, BatchedOrchestrationEnv
 
 #: The queue stores tokens in 16 bits and topic positions, stage counts, skills and
 #: answer lengths in 8 (vocabulary 5000, 60 positions, 4 stages, 6 skills, 20 tokens); the
@@ -45,8 +46,12 @@ _SMALL = np.int8
 _POSITIONS = np.arange(MAX_ANSWER_TOKENS)
 #: ``_FIRST[r]``: the first r of 20 positions (a task's answer length, its spurious count)
 _FIRST = np.arange(MAX_ANSWER_TOKENS + 1)[:, None] > _POSITIONS
+_PICK_SHAPE = (MAX_TURNS, MAX_ANSWER_TOKENS)
 _ONES = np.ones(MAX_ANSWER_TOKENS, dtype=np.float32)
 _ONES64 = np.ones(MAX_ANSWER_TOKENS)  # counts summed by a matmul (exact: at most 20)
+#: What ``derive_block`` is handed for the draws it passes through that ``_refill`` drew
+#: into the queue already (it returns them unread)
+_IN_QUEUE = np.zeros(0)
 #: Tasks whose answer overlap one table holds at once (2 bytes x 5000 tokens each: 20 MB)
 _OVERLAP_CHUNK = 2048
 
@@ -82,6 +87,7 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         self._p_clear = np.zeros((n, MAX_STAGES, m))
         self._rows = np.zeros((n, MAX_STAGES + 1, 17), dtype=np.float32)
         self._first_row = np.arange(n) * (MAX_STAGES + 1)  # of each sub-env's rows
+        self._topic_pick: np.ndarray | None = None  # _refill's scratch
 
     def _draw(self, rng: np.random.Generator, n: int) -> ToolDraws:
         return self.single_env.draw_calls(rng, n)
@@ -94,6 +100,62 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
                               reference=block.reference.astype(_TOKEN),
                               distractors=block.distractors.astype(_TOKEN),
                               pick=block.pick.astype(_SMALL))
+
+    def _queue(self) -> ToolBlock:
+        """The empty queue: ``_derive``'s arrays, ``task_block`` rows per sub-env, zeros."""
+        rows, m = self.num_envs * self.task_block, self.n_agents
+        return ToolBlock(
+            n_stages=np.zeros(rows, _SMALL), skill=np.zeros((rows, MAX_STAGES), _SMALL),
+            difficulty=np.zeros((rows, MAX_STAGES)), luck=np.zeros((rows, MAX_TURNS, m)),
+            length=np.zeros(rows, _SMALL), reference=np.zeros((rows, MAX_ANSWER_TOKENS), _TOKEN),
+            distractors=np.zeros((rows, 2 * MAX_ANSWER_TOKENS), _TOKEN),
+            pick=np.zeros((rows, MAX_TURNS, MAX_ANSWER_TOKENS), _SMALL),
+            recall_luck=np.zeros((rows, MAX_TURNS, MAX_ANSWER_TOKENS)),
+            hallucination_rate=np.zeros((rows, MAX_TURNS)))
+
+    def _refill(self, ids: list[int]) -> None:
+        """The base's refill (the same generator calls, the same queue), without copies.
+
+        Each sub-env's uniforms that the queue keeps as drawn (``luck``, ``recall_luck``,
+        ``hallucination_rate``) are drawn straight into its rows of the queue, and its
+        reference and distractors written there as drawn; the rest of a pass's draws (the
+        topic picks into a scratch array kept between refills) are derived together by one
+        ``derive_block``, as the base's ``_derive`` does.
+        """
+        size = self.task_block
+        if self.blocks is None:  # zeros: pages are committed as the queues fill
+            self.blocks = self._queue()
+        # each queued array as (num_envs, task_block, ...): row i is sub-env i's block
+        queue = self.blocks._make(a.reshape(self.num_envs, size, *a.shape[1:])
+                                  for a in self.blocks)
+        chunk_size = min(REFILL_CHUNK, self.num_envs)
+        if self._topic_pick is None:
+            self._topic_pick = np.empty((chunk_size, size, MAX_TURNS, MAX_ANSWER_TOKENS))
+        draw_calls = self.single_env.draw_calls
+        for start in range(0, len(ids), chunk_size):
+            chunk = ids[start:start + chunk_size]
+            k = len(chunk)
+            drawn = []
+            for j, i in enumerate(chunk):
+                draws = draw_calls(self._generator(i), size, ToolUniforms(
+                    queue.luck[i], self._topic_pick[j], queue.recall_luck[i],
+                    queue.hallucination_rate[i]))
+                queue.reference[i] = draws.reference
+                queue.distractors[i] = draws.distractors
+                drawn.append(draws)
+            stacked = [np.concatenate(arrays) for arrays in zip(
+                *((d.n_stages, d.stage_skill, d.answer_skill, d.delta, d.noise, d.length)
+                  for d in drawn), strict=True)]
+            n_stages, stage_skill, answer_skill, delta, noise, length = stacked
+            block = derive_block(ToolDraws(
+                n_stages, stage_skill, answer_skill, delta, noise, _IN_QUEUE, length,
+                _IN_QUEUE, _IN_QUEUE, self._topic_pick[:k].reshape(k * size, *_PICK_SHAPE),
+                _IN_QUEUE, _IN_QUEUE))
+            rows = np.asarray(chunk)
+            for name in ("n_stages", "skill", "difficulty", "length", "pick"):
+                value = getattr(block, name)
+                getattr(queue, name)[rows] = value.reshape(k, size, *value.shape[1:])
+            self._queued[chunk] = 0
 
     def _start(self, idx: np.ndarray, rows: np.ndarray) -> None:
         blocks = self.blocks
