@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 from dataclasses import replace
 
@@ -196,6 +197,57 @@ def test_the_same_seed_gives_the_same_policy_and_the_env_stream_is_untouched():
     fresh.reset(seed=6)
     BayesToolBenchPlanner(fresh, n_particles=PARTICLES)
     assert np.array_equal(fresh.unwrapped.sample_tasks(15)[0].luck, tasks[0].luck)
+
+
+# ------------------------------------------------------------------- pinned decisions
+def _labels(agent: BayesToolBenchPlanner, episodes: int, seed: int) -> np.ndarray:
+    """Its action at every step of ``episodes`` tasks where half the steps play another one.
+
+    A DAgger student's states: the played action is the label or, on a coin of ``seed``'s
+    generator, a random joint action, so stages are reached at turns of every kind.
+    """
+    env = gym.make(TOOLBENCH)
+    rng = np.random.default_rng(seed)
+    labels = []
+    for episode in range(episodes):
+        obs, _ = env.reset(seed=seed if episode == 0 else None)
+        state, start, done = None, np.array([True]), False
+        while not done:
+            label, state = agent.predict(obs, state, start)
+            start = np.array([False])
+            labels.append(np.asarray(label, dtype=np.int8))
+            played = label if rng.random() < 0.5 else rng.integers(0, 2, label.shape)
+            obs, _, terminated, truncated, _ = env.step(played.astype(np.int8))
+            done = terminated or truncated
+    return np.stack(labels)
+
+
+def test_its_decisions_are_those_recorded_before_its_solves_were_kept():
+    """Issue #37: the labels of the default teacher (1000 particles) and its posterior
+    values, as recorded before the solve of each (k, stage, remaining skills) was kept
+    across steps (every hypothesis solved at every step, agents/planning/toolbench_bayes.py
+    at 9992e79). The LoRA rows it teaches are committed tables: the labels must not move.
+    The values pin what the labels may not show (a posterior off by 1e-5 can decide
+    alike), to a tolerance a CPU's own rounding keeps within.
+    """
+    agent = BayesToolBenchPlanner(gym.make(TOOLBENCH))
+    solved = []
+    posterior = agent.posterior_values
+
+    def recorded(*args):
+        values, best = posterior(*args)
+        solved.append(values)
+        return values, best
+
+    agent.posterior_values = recorded
+    labels = _labels(agent, episodes=300, seed=37)
+    assert len(labels) == 1056
+    assert hashlib.sha256(labels.tobytes()).hexdigest() == (
+        "8e522257d5fa51b8a5e5abc8a768634d44ac93f23cab813f584404ed8f760c3d")
+    assert len(solved) == 794  # a posterior per step, the repeats of a stage's kept
+    assert sum(values.sum() for values in solved) == pytest.approx(6597.850231933201, rel=1e-9)
+    assert sum((i % 7 + 1) * values.sum() for i, values in enumerate(solved)) == (
+        pytest.approx(26232.062167172404, rel=1e-9))
 
 
 # ----------------------------------------------------------------------- where it applies

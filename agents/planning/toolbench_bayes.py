@@ -57,6 +57,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
@@ -116,9 +117,18 @@ def difficulty_weights(observed: Sequence[float] | np.ndarray, futures: np.ndarr
         ``p(observed | futures[j]) = int p(observed | delta) p(futures[j] | delta) p(delta)
         d delta / p(futures[j])``.
     """
-    seen = np.prod(difficulty_likelihood(np.asarray(observed)), axis=-2)  # (..., G)
     unseen = np.prod(difficulty_likelihood(futures), axis=1)  # (N, G)
-    weights = ((seen * _PRIOR) @ unseen.T) / (unseen @ _PRIOR)
+    return _weights(observed, unseen, unseen @ _PRIOR)
+
+
+def _weights(observed: Sequence[float] | np.ndarray, unseen: np.ndarray,
+             evidence: np.ndarray) -> np.ndarray:
+    """:func:`difficulty_weights` given what ``observed`` does not change.
+
+    ``unseen``: ``(N, G)``, the draws' likelihoods on the grid; ``evidence``: ``unseen @ _PRIOR``.
+    """
+    seen = np.prod(difficulty_likelihood(np.asarray(observed)), axis=-2)  # (..., G)
+    weights = ((seen * _PRIOR) @ unseen.T) / evidence
     return weights / weights.sum(axis=-1, keepdims=True)
 
 
@@ -188,6 +198,32 @@ class AnswerPrior:
         return success[inverse].reshape(q.shape), f1[inverse].reshape(q.shape)
 
 
+@dataclass(frozen=True)
+class Hypotheses:
+    """What the posterior at a stage before the last needs and no observation changes.
+
+    The hypotheses at ``stage`` of a ``k``-stage task with the skills ``future`` still to
+    come after it: each particle's difficulties of the stages after ``stage``, with each
+    of the ``orders`` orders of ``future`` (:func:`skill_orders`), particle-major. Their
+    weights change with the difficulties seen, and their values at ``stage`` with the
+    current stage's; their values after ``stage`` depend on themselves alone.
+
+    Attributes:
+        orders: Orders of ``future`` per particle.
+        unseen: ``(N, G)``: ``p(d | delta)`` of each particle's unseen difficulties on
+            :data:`DELTA_GRID`, multiplied over the stages.
+        evidence: ``(N,)``: ``unseen @ _PRIOR``.
+        values: ``(N * orders, k + 2, k)``: each hypothesis' expected return from every
+            (turn, stage) after ``stage`` (:func:`~agents.planning.toolbench.solve_batch`);
+            0 at ``stage`` and before.
+    """
+
+    orders: int
+    unseen: np.ndarray
+    evidence: np.ndarray
+    values: np.ndarray
+
+
 def draw_prior(env: ToolBenchEnv, n: int, seed: int = 0) -> list[ToolTask]:
     """``n`` tasks from ``env``'s own sampler, on a twin env seeded ``PRIOR_TASK_SEED + seed``.
 
@@ -253,6 +289,8 @@ class BayesToolBenchPlanner(Baseline):
         self._caps = self.env.pool.capabilities
         self._layout = self.env.observation_layout
         self._cache: tuple[Any, tuple[np.ndarray, np.ndarray | None]] | None = None
+        self._hypotheses: dict[tuple[int, int, tuple[int, ...]], Hypotheses] = {}
+        self._unseen: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
 
     def act(self, observation: np.ndarray) -> np.ndarray:
         """Refused: the belief needs the episode's history; use :meth:`predict`."""
@@ -319,43 +357,83 @@ class BayesToolBenchPlanner(Baseline):
 
         At the last stage (nothing hidden but the answer) the values are exact and come
         with the best action's row of the joint-action table at each turn; else ``None``.
+
+        Before the last stage, what the observation does not move is solved once per
+        ``(k, stage, future)`` (:meth:`hypotheses`); a call weighs the particles by
+        ``seen`` and solves the current stage alone, with the floats of a solve of every
+        stage from ``stage`` on (each of the values depends only on later ones, elementwise).
         """
         if len(future) != n_stages - 1 - stage:
             raise ValueError(f"BayesToolBenchPlanner: {len(future)} skills remain after stage "
                              f"{stage} of a {n_stages}-stage task")
-        orders = skill_orders(future) if future else [()]
-        if not orders:
-            raise ValueError(f"BayesToolBenchPlanner: no task has the remaining skills "
-                             f"{[SKILLS[s] for s in future]} (the last must be an answer skill)")
-        if future:
-            particles = self._futures[n_stages]
-            if len(particles) == 0:
-                raise ValueError(f"BayesToolBenchPlanner: the prior has no {n_stages}-stage "
-                                 "task to draw the unseen difficulties from")
-            futures = particles[:, stage + 1:]
-            weights = difficulty_weights(seen, futures)
-        else:
-            futures, weights = np.zeros((1, 0)), np.ones(1)
-        n, m = len(futures), len(orders)
-        skills = np.zeros((n * m, n_stages), dtype=np.int64)
-        skills[:, stage] = skill
-        skills[:, stage + 1:] = np.tile(np.array(orders, dtype=np.int64).reshape(m, -1), (n, 1))
-        difficulty = np.zeros((n * m, n_stages))
-        difficulty[:, stage] = seen[-1]
-        difficulty[:, stage + 1:] = np.repeat(futures, m, axis=0)
-        strength = self._caps[:, skills[:, -1]].T ** (1.0 + difficulty[:, -1:])
-        success, f1 = self.answer.outcomes(strength)
-        rw = self.env.reward_weights
-        payoff = rw.alpha * success + rw.beta * 10.0 * f1
         if not future:
+            skills = np.zeros((1, n_stages), dtype=np.int64)
+            skills[:, stage] = skill
+            difficulty = np.zeros((1, n_stages))
+            difficulty[:, stage] = seen[-1]
+            payoff = self._payoff(skills, difficulty)
             values, best = solve_batch(self._joint, self._caps, skills, difficulty, payoff,
                                        first_stage=stage)
             return values[0], best[0, :, stage]
+        hypotheses = self.hypotheses(n_stages, stage, future)
+        weights = _weights(seen, hypotheses.unseen, hypotheses.evidence)
+        # The current stage: the same skill and difficulty in every hypothesis, so one row
+        # of P(no clear), broadcast (solve_batch's products, float for float).
+        exponent = 1.0 + 3.0 * np.array([seen[-1]])
+        miss = self._joint.misses(self._caps[:, skill] ** exponent)
+        clears = 1.0 - miss
+        values = hypotheses.values.copy()
+        for t in reversed(range(n_stages + 1)):
+            cleared = clears * values[:, t + 1, stage + 1, None]
+            values[:, t, stage] = self._joint.q_values(
+                cleared, miss, values[:, t + 1, stage]).max(axis=1)
         mean = np.zeros((n_stages + 2, n_stages))
-        share = np.repeat(weights, m) / m
-        for lo in range(0, n * m, _CHUNK):
-            values, _ = solve_batch(self._joint, self._caps, skills[lo:lo + _CHUNK],
-                                    difficulty[lo:lo + _CHUNK], payoff[lo:lo + _CHUNK],
-                                    first_stage=stage)
-            mean += np.tensordot(share[lo:lo + _CHUNK], values, axes=1)
+        share = np.repeat(weights, hypotheses.orders) / hypotheses.orders
+        for lo in range(0, len(values), _CHUNK):  # the sums of the solve's chunks
+            mean += np.tensordot(share[lo:lo + _CHUNK], values[lo:lo + _CHUNK], axes=1)
         return mean, None
+
+    def hypotheses(self, n_stages: int, stage: int, future: tuple[int, ...]) -> Hypotheses:
+        """The :class:`Hypotheses` at ``stage`` of a ``k``-stage task with ``future`` to come.
+
+        Computed at the first call, then kept: a few dozen keys occur, each at many steps.
+        """
+        key = (n_stages, stage, future)
+        if key not in self._hypotheses:
+            self._hypotheses[key] = self._solve_hypotheses(n_stages, stage, future)
+        return self._hypotheses[key]
+
+    def _solve_hypotheses(self, n_stages: int, stage: int, future: tuple[int, ...]
+                          ) -> Hypotheses:
+        orders = skill_orders(future)
+        if not orders:
+            raise ValueError(f"BayesToolBenchPlanner: no task has the remaining skills "
+                             f"{[SKILLS[s] for s in future]} (the last must be an answer skill)")
+        particles = self._futures[n_stages]
+        if len(particles) == 0:
+            raise ValueError(f"BayesToolBenchPlanner: the prior has no {n_stages}-stage "
+                             "task to draw the unseen difficulties from")
+        futures = particles[:, stage + 1:]
+        if (n_stages, stage) not in self._unseen:
+            unseen = np.prod(difficulty_likelihood(futures), axis=1)  # (N, G)
+            self._unseen[n_stages, stage] = unseen, unseen @ _PRIOR
+        unseen, evidence = self._unseen[n_stages, stage]
+        n, m = len(futures), len(orders)
+        skills = np.zeros((n * m, n_stages), dtype=np.int64)  # the current stage's: unread
+        skills[:, stage + 1:] = np.tile(np.array(orders, dtype=np.int64).reshape(m, -1), (n, 1))
+        difficulty = np.zeros((n * m, n_stages))
+        difficulty[:, stage + 1:] = np.repeat(futures, m, axis=0)
+        payoff = self._payoff(skills, difficulty)
+        values = np.concatenate([
+            solve_batch(self._joint, self._caps, skills[lo:lo + _CHUNK],
+                        difficulty[lo:lo + _CHUNK], payoff[lo:lo + _CHUNK],
+                        first_stage=stage + 1)[0]
+            for lo in range(0, n * m, _CHUNK)])
+        return Hypotheses(m, unseen, evidence, values)
+
+    def _payoff(self, skills: np.ndarray, difficulty: np.ndarray) -> np.ndarray:
+        """``alpha P(success) + beta 10 E[F1]`` of an answer by each tool, per hypothesis."""
+        strength = self._caps[:, skills[:, -1]].T ** (1.0 + difficulty[:, -1:])
+        success, f1 = self.answer.outcomes(strength)
+        rw = self.env.reward_weights
+        return rw.alpha * success + rw.beta * 10.0 * f1
