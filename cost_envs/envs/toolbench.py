@@ -205,8 +205,11 @@ def derive_block(draws: ToolDraws) -> ToolBlock:
     skill[np.arange(n), n_stages - 1] = _ANSWER_SKILLS[draws.answer_skill]
     difficulty = np.clip(draws.delta[:, None] + draws.noise, 0, 1)
     # Spurious token j of turn t is topic[floor(pick * 3L)], where the topic is the L
-    # reference tokens followed by 2L distractors; vectorised over the block.
-    pick = (draws.topic_pick * (3 * length)[:, None, None]).astype(np.int64)
+    # reference tokens followed by 2L distractors; vectorised over the block. The positions
+    # (below 60) in int8, cast from the float64 products as they are computed: no float64
+    # temporary of the block's size (whose fresh pages cost more than the product).
+    pick = np.multiply(draws.topic_pick, (3.0 * length)[:, None, None],
+                       out=np.empty(draws.topic_pick.shape, np.int8), casting="unsafe")
     return ToolBlock(n_stages, skill, difficulty, draws.luck, length, draws.reference,
                      draws.distractors, pick, draws.recall_luck, draws.hallucination_rate)
 
