@@ -17,7 +17,7 @@ from cost_envs.envs.toolbench_tables import (
     MAX_STAGES,
     SKILLS,
     capabilities_by_code,
-    clear_probability,
+    hit_table,
     observation_rows,
     spurious_tokens,
     stage_codes,
@@ -434,7 +434,7 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
         """
         codes = stage_codes(skill, n_stages)
         by_code = capabilities_by_code(self.pool.capabilities)
-        hits = luck[:, :, None, :] < clear_probability(by_code, codes, difficulty)[:, None]
+        hits = hit_table(by_code, codes, difficulty, luck)
         return hits, observation_rows(codes, difficulty, n_stages)
 
     # ------------------------------------------------------------- dynamics

@@ -73,6 +73,16 @@ def clear_probability(by_code: np.ndarray, codes: np.ndarray,
     return p.reshape(n, n_cols, m)
 
 
+def hit_table(by_code: np.ndarray, codes: np.ndarray, difficulty: np.ndarray,
+              luck: np.ndarray) -> np.ndarray:
+    """``hits[b, t, s, i]``: tool i clears stage s of task b if called at turn t.
+
+    Its luck at that turn below its :func:`clear_probability`. Shapes: ``luck``
+    ``(n, T, m)``, the rest as :func:`clear_probability`'s; out ``(n, T, S, m)`` bool.
+    """
+    return luck[:, :, None, :] < clear_probability(by_code, codes, difficulty)[:, None]
+
+
 def _row_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A task's ``(5, 17)`` rows (flattened) for ``observation_rows``: by count, by skills.
 

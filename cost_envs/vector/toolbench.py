@@ -12,7 +12,7 @@ draws stay in the queue (``self.blocks``) and are read at the turn they are need
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -29,12 +29,12 @@ from cost_envs.envs.toolbench_tables import (
     MAX_ANSWER_TOKENS,
     MAX_STAGES,
     capabilities_by_code,
-    clear_probability,
+    hit_table,
     observation_rows,
     spurious_tokens,
     stage_codes,
 )
-from cost_envs.vector.array_ops import any_per_row, pick
+from cost_envs.vector.array_ops import any_per_row
 from cost_envs.vector.base import REFILL_CHUNK, BatchedOrchestrationEnv
 
 #: The queue stores tokens in 16 bits and topic positions, stage counts, skills and
@@ -56,6 +56,29 @@ _IN_QUEUE = np.zeros(0)
 _OVERLAP_CHUNK = 2048
 
 
+class ToolQueue(NamedTuple):
+    """What the batched env queues of each task: its :class:`ToolBlock` as a step reads it.
+
+    ``ToolBlock``'s fields but two: ``codes``, the stages' :func:`stage_codes` (the skill,
+    6 on a padded stage) instead of ``skill``; ``hits``, the single env's hit table
+    (``hit_table``: tool i clears stage s if called at turn t), its tools' bits packed
+    little-endian (``np.packbits(..., bitorder="little")``: bit i of byte i // 8), instead
+    of the ``luck`` it is computed from. Shapes: ``hits`` ``(n, 5, 4, ceil(m / 8))``
+    uint8, the rest as ``ToolBlock``'s.
+    """
+
+    n_stages: np.ndarray
+    codes: np.ndarray
+    difficulty: np.ndarray
+    hits: np.ndarray
+    length: np.ndarray
+    reference: np.ndarray
+    distractors: np.ndarray
+    pick: np.ndarray
+    recall_luck: np.ndarray
+    hallucination_rate: np.ndarray
+
+
 class ToolBenchVectorEnv(BatchedOrchestrationEnv):
     """``num_envs`` ToolBench-v0 envs stepped together with numpy.
 
@@ -70,7 +93,7 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
 
     def __init__(self, num_envs: int, **kwargs: Any) -> None:
         super().__init__(num_envs, **kwargs)
-        n, m = self.num_envs, self.n_agents
+        n = self.num_envs
         self.f1_threshold = self.single_env.f1_threshold
         # row j: skill j's capabilities of the tools
         self._by_code = capabilities_by_code(self.single_env.pool.capabilities)
@@ -84,29 +107,37 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         self._stage = np.zeros(n, dtype=np.int64)
         self._failed = np.zeros(n, dtype=np.int64)
         self._n_stages = np.zeros(n, dtype=np.int64)
-        self._p_clear = np.zeros((n, MAX_STAGES, m))
         self._rows = np.zeros((n, MAX_STAGES + 1, 17), dtype=np.float32)
         self._first_row = np.arange(n) * (MAX_STAGES + 1)  # of each sub-env's rows
-        self._topic_pick: np.ndarray | None = None  # _refill's scratch
+        self._scratch: tuple[np.ndarray, np.ndarray] | None = None  # _refill's
 
     def _draw(self, rng: np.random.Generator, n: int) -> ToolDraws:
         return self.single_env.draw_calls(rng, n)
 
-    def _derive(self, draws: ToolDraws) -> ToolBlock:
+    def _derive(self, draws: ToolDraws) -> ToolQueue:
         block = derive_block(draws)
-        return block._replace(n_stages=block.n_stages.astype(_SMALL),
-                              skill=block.skill.astype(_SMALL),
-                              length=block.length.astype(_SMALL),
-                              reference=block.reference.astype(_TOKEN),
-                              distractors=block.distractors.astype(_TOKEN),
-                              pick=block.pick.astype(_SMALL))
+        codes, hits = self._codes_and_hits(block)
+        return ToolQueue(n_stages=block.n_stages.astype(_SMALL), codes=codes.astype(_SMALL),
+                         difficulty=block.difficulty, hits=hits,
+                         length=block.length.astype(_SMALL),
+                         reference=block.reference.astype(_TOKEN),
+                         distractors=block.distractors.astype(_TOKEN),
+                         pick=block.pick.astype(_SMALL), recall_luck=block.recall_luck,
+                         hallucination_rate=block.hallucination_rate)
 
-    def _queue(self) -> ToolBlock:
+    def _codes_and_hits(self, block: ToolBlock) -> tuple[np.ndarray, np.ndarray]:
+        """The block's stage codes and its hit table, packed (``ToolQueue``'s)."""
+        codes = stage_codes(block.skill, block.n_stages)
+        hits = hit_table(self._by_code, codes, block.difficulty, block.luck)
+        return codes, np.packbits(hits, axis=-1, bitorder="little")
+
+    def _queue(self) -> ToolQueue:
         """The empty queue: ``_derive``'s arrays, ``task_block`` rows per sub-env, zeros."""
         rows, m = self.num_envs * self.task_block, self.n_agents
-        return ToolBlock(
-            n_stages=np.zeros(rows, _SMALL), skill=np.zeros((rows, MAX_STAGES), _SMALL),
-            difficulty=np.zeros((rows, MAX_STAGES)), luck=np.zeros((rows, MAX_TURNS, m)),
+        return ToolQueue(
+            n_stages=np.zeros(rows, _SMALL), codes=np.zeros((rows, MAX_STAGES), _SMALL),
+            difficulty=np.zeros((rows, MAX_STAGES)),
+            hits=np.zeros((rows, MAX_TURNS, MAX_STAGES, (m + 7) // 8), np.uint8),
             length=np.zeros(rows, _SMALL), reference=np.zeros((rows, MAX_ANSWER_TOKENS), _TOKEN),
             distractors=np.zeros((rows, 2 * MAX_ANSWER_TOKENS), _TOKEN),
             pick=np.zeros((rows, MAX_TURNS, MAX_ANSWER_TOKENS), _SMALL),
@@ -116,21 +147,23 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
     def _refill(self, ids: list[int]) -> None:
         """The base's refill (the same generator calls, the same queue), without copies.
 
-        Each sub-env's uniforms that the queue keeps as drawn (``luck``, ``recall_luck``,
+        Each sub-env's uniforms that the queue keeps as drawn (``recall_luck``,
         ``hallucination_rate``) are drawn straight into its rows of the queue, and its
         reference and distractors written there as drawn; the rest of a pass's draws (the
-        topic picks into a scratch array kept between refills) are derived together by one
-        ``derive_block``, as the base's ``_derive`` does.
+        luck and the topic picks into scratch arrays kept between refills) are derived
+        together by one ``derive_block``, as the base's ``_derive`` does.
         """
-        size = self.task_block
+        size, m = self.task_block, self.n_agents
         if self.blocks is None:  # zeros: pages are committed as the queues fill
             self.blocks = self._queue()
         # each queued array as (num_envs, task_block, ...): row i is sub-env i's block
         queue = self.blocks._make(a.reshape(self.num_envs, size, *a.shape[1:])
                                   for a in self.blocks)
         chunk_size = min(REFILL_CHUNK, self.num_envs)
-        if self._topic_pick is None:
-            self._topic_pick = np.empty((chunk_size, size, MAX_TURNS, MAX_ANSWER_TOKENS))
+        if self._scratch is None:
+            self._scratch = (np.empty((chunk_size, size, MAX_TURNS, m)),
+                             np.empty((chunk_size, size, *_PICK_SHAPE)))
+        luck, topic_pick = self._scratch
         draw_calls = self.single_env.draw_calls
         for start in range(0, len(ids), chunk_size):
             chunk = ids[start:start + chunk_size]
@@ -138,8 +171,7 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
             drawn = []
             for j, i in enumerate(chunk):
                 draws = draw_calls(self._generator(i), size, ToolUniforms(
-                    queue.luck[i], self._topic_pick[j], queue.recall_luck[i],
-                    queue.hallucination_rate[i]))
+                    luck[j], topic_pick[j], queue.recall_luck[i], queue.hallucination_rate[i]))
                 queue.reference[i] = draws.reference
                 queue.distractors[i] = draws.distractors
                 drawn.append(draws)
@@ -148,12 +180,14 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
                   for d in drawn), strict=True)]
             n_stages, stage_skill, answer_skill, delta, noise, length = stacked
             block = derive_block(ToolDraws(
-                n_stages, stage_skill, answer_skill, delta, noise, _IN_QUEUE, length,
-                _IN_QUEUE, _IN_QUEUE, self._topic_pick[:k].reshape(k * size, *_PICK_SHAPE),
-                _IN_QUEUE, _IN_QUEUE))
+                n_stages, stage_skill, answer_skill, delta, noise,
+                luck[:k].reshape(k * size, MAX_TURNS, m), length, _IN_QUEUE, _IN_QUEUE,
+                topic_pick[:k].reshape(k * size, *_PICK_SHAPE), _IN_QUEUE, _IN_QUEUE))
+            codes, hits = self._codes_and_hits(block)
             rows = np.asarray(chunk)
-            for name in ("n_stages", "skill", "difficulty", "length", "pick"):
-                value = getattr(block, name)
+            for name, value in (("n_stages", block.n_stages), ("codes", codes),
+                                ("difficulty", block.difficulty), ("hits", hits),
+                                ("length", block.length), ("pick", block.pick)):
                 getattr(queue, name)[rows] = value.reshape(k, size, *value.shape[1:])
             self._queued[chunk] = 0
 
@@ -161,11 +195,9 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         blocks = self.blocks
         # the small integers as the int64 the single env computes with
         n_stages = blocks.n_stages.take(rows).astype(np.int64)
-        skill = blocks.skill.take(rows, axis=0).astype(np.int64)
-        difficulty = blocks.difficulty.take(rows, axis=0)
-        codes = stage_codes(skill, n_stages)
-        self._p_clear[idx] = clear_probability(self._by_code, codes, difficulty)
-        self._rows[idx] = observation_rows(codes, difficulty, n_stages)
+        codes = blocks.codes.take(rows, axis=0).astype(np.int64)
+        self._rows[idx] = observation_rows(codes, blocks.difficulty.take(rows, axis=0),
+                                           n_stages)
         self._stage[idx] = 0
         self._failed[idx] = 0
         self._n_stages[idx] = n_stages
@@ -177,10 +209,12 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         called = calls != 0
         # all-zero action: answer now, a failure
         answered = ~any_per_row(called) if self._step_codes is None else self._step_codes == 0
-        # the single env's hit table (_block_tables), row (turn, stage) alone
-        hits = (self.blocks.luck.reshape(-1, self.n_agents).take(
-                    self._task[idx] * MAX_TURNS + turn, axis=0)
-                < pick(self._p_clear, idx, stage))  # stage < n_stages while it steps
+        # the single env's hit table, row (turn, stage) alone (stage < n_stages while it
+        # steps), its bits unpacked
+        hits = self.blocks.hits
+        at = (self._task[idx] * MAX_TURNS + turn) * MAX_STAGES + stage
+        hits = np.unpackbits(hits.reshape(-1, hits.shape[-1]).take(at, axis=0), axis=1,
+                             count=self.n_agents, bitorder="little").view(np.bool_)
         cleared_by = called & hits
         cleared = any_per_row(cleared_by)
         stage = stage + cleared
@@ -206,7 +240,7 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         # for the answered tasks alone), of the strongest clearing tool (the first of equals:
         # the same value)
         last = task * MAX_STAGES + self._n_stages[idx] - 1
-        caps = self._by_code.take(blocks.skill.reshape(-1).take(last).astype(np.int64), axis=0)
+        caps = self._by_code.take(blocks.codes.reshape(-1).take(last).astype(np.int64), axis=0)
         strength = caps ** (1.0 + blocks.difficulty.reshape(-1).take(last))[:, None]
         q = np.where(cleared_by, strength, -np.inf).max(axis=1)
         at = task * MAX_TURNS + turn  # the (task, turn) row of the per-turn draws
