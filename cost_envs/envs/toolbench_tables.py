@@ -79,8 +79,13 @@ def hit_table(by_code: np.ndarray, codes: np.ndarray, difficulty: np.ndarray,
 
     Its luck at that turn below its :func:`clear_probability`. Shapes: ``luck``
     ``(n, T, m)``, the rest as :func:`clear_probability`'s; out ``(n, T, S, m)`` bool.
+    ``luck[:, :, None] < p[:, None]``, with each turn's luck repeated once per stage first:
+    the comparison then runs over rows of ``S m`` contiguous entries rather than ``m``
+    (several times faster; the same booleans).
     """
-    return luck[:, :, None, :] < clear_probability(by_code, codes, difficulty)[:, None]
+    n, turns, m = luck.shape
+    p = clear_probability(by_code, codes, difficulty)
+    return np.repeat(luck, p.shape[1], axis=1).reshape(n, turns, -1, m) < p[:, None]
 
 
 def _row_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:

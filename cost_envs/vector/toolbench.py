@@ -56,6 +56,18 @@ _IN_QUEUE = np.zeros(0)
 _OVERLAP_CHUNK = 2048
 
 
+def pack_tools(hits: np.ndarray) -> np.ndarray:
+    """``np.packbits(hits, axis=-1, bitorder="little")``: the last axis's bits in bytes.
+
+    When that axis fills whole bytes (8 or 16 tools), one pass over the flat array (the
+    same bytes, several times faster than packing along an axis).
+    """
+    m = hits.shape[-1]
+    if m % 8 == 0 and hits.flags.c_contiguous:
+        return np.packbits(hits.reshape(-1), bitorder="little").reshape(*hits.shape[:-1], m // 8)
+    return np.packbits(hits, axis=-1, bitorder="little")
+
+
 class ToolQueue(NamedTuple):
     """What the batched env queues of each task: its :class:`ToolBlock` as a step reads it.
 
@@ -128,8 +140,7 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
     def _codes_and_hits(self, block: ToolBlock) -> tuple[np.ndarray, np.ndarray]:
         """The block's stage codes and its hit table, packed (``ToolQueue``'s)."""
         codes = stage_codes(block.skill, block.n_stages)
-        hits = hit_table(self._by_code, codes, block.difficulty, block.luck)
-        return codes, np.packbits(hits, axis=-1, bitorder="little")
+        return codes, pack_tools(hit_table(self._by_code, codes, block.difficulty, block.luck))
 
     def _queue(self) -> ToolQueue:
         """The empty queue: ``_derive``'s arrays, ``task_block`` rows per sub-env, zeros."""
