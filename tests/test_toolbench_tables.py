@@ -12,10 +12,18 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from cost_envs.envs.toolbench import MAX_ANSWER_TOKENS, MAX_STAGES, SKILLS, toolbench_pool
+from cost_envs.envs.toolbench import (
+    MAX_ANSWER_TOKENS,
+    MAX_STAGES,
+    SKILLS,
+    ToolBenchEnv,
+    ToolUniforms,
+    toolbench_pool,
+)
 from cost_envs.envs.toolbench_tables import (
     capabilities_by_code,
     clear_probability,
+    hit_table,
     observation_rows,
     spurious_tokens,
     stage_codes,
@@ -103,3 +111,50 @@ def test_overlap_is_the_multiset_intersection(vocabulary: int, chunk: int | None
             common = Counter(answer) & Counter(reference[b, :length[b]].tolist())
             assert got[b] == sum(common.values())
         assert not env._classes.any()  # the table is left clean for the next call
+
+
+@pytest.mark.parametrize("pool_size", [3, 8, 12])
+def test_hit_table_is_the_luck_below_the_clear_probability(pool_size: int) -> None:
+    # the batched queue keeps this table instead of the luck (issue #37)
+    rng = np.random.default_rng(pool_size)
+    by_code = capabilities_by_code(toolbench_pool(pool_size).capabilities)
+    skill, difficulty, n_stages = _stages(rng, 300)
+    codes = stage_codes(skill, n_stages)
+    luck = rng.random((300, MAX_STAGES + 1, pool_size))
+    got = hit_table(by_code, codes, difficulty, luck)
+    p = clear_probability(by_code, codes, difficulty)
+    want = luck[:, :, None, :] < p[:, None, :, :]
+    assert got.shape == want.shape and (got == want).all()
+
+
+@pytest.mark.parametrize("m", [1, 3, 8, 12, 16, 24])
+def test_pack_tools_is_packbits_along_the_tools(m: int) -> None:
+    rng = np.random.default_rng(m)
+    hits = rng.random((50, 5, 4, m)) < 0.5
+    want = np.packbits(hits, axis=-1, bitorder="little")
+    for array in (hits, hits[::2]):  # contiguous, and not
+        got = toolbench_vector.pack_tools(array)
+        assert got.dtype == np.uint8 and got.tobytes() == np.ascontiguousarray(
+            want[:: 1 if array is hits else 2]).tobytes()
+    unpacked = np.unpackbits(toolbench_vector.pack_tools(hits), axis=-1, count=m,
+                             bitorder="little")
+    assert (unpacked.view(np.bool_) == hits).all()  # what _transition reads back
+
+
+def test_draws_into_given_arrays_are_the_same_draws() -> None:
+    # draw_calls(out=...) (the batched refill's uniforms, drawn into its queue) consumes
+    # the generator as draw_calls() does and returns the same values
+    env = ToolBenchEnv(pool_size=5)
+    plain, into = np.random.default_rng(3), np.random.default_rng(3)
+    want = env.draw_calls(plain, 7)
+    out = ToolUniforms(np.empty((7, MAX_STAGES + 1, 5)),
+                       np.empty((7, MAX_STAGES + 1, MAX_ANSWER_TOKENS)),
+                       np.empty((7, MAX_STAGES + 1, MAX_ANSWER_TOKENS)),
+                       np.empty((7, MAX_STAGES + 1)))
+    got = env.draw_calls(into, 7, out)
+    for name, a, b in zip(want._fields, want, got, strict=True):
+        assert a.tobytes() == b.tobytes(), name
+    assert got.luck is out.luck and got.hallucination_rate is out.hallucination_rate
+    assert plain.random() == into.random()
+    with pytest.raises(ValueError, match="size must match"):  # numpy refuses another shape
+        env.draw_calls(into, 6, out)
