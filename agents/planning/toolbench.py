@@ -219,14 +219,23 @@ class JointActions:
                         out=by_code[..., 1 << i: 2 << i])
         return by_code[..., self.codes]
 
-    def q_values(self, cleared: np.ndarray, miss: np.ndarray, stay: np.ndarray) -> np.ndarray:
+    def q_values(self, cleared: np.ndarray, miss: np.ndarray, stay: np.ndarray,
+                 out: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
         """Expected return of each action at one (turn, stage), batched over a leading axis.
 
         ``cleared``: the expected return of the actions' clearing branch (``(N, A)``);
-        ``miss``: their ``P(no clear)``; ``stay``: the value of the same stage a turn later
-        (``(N,)``). The all-zero action answers now and gets only its (zero) penalty.
+        ``miss``: their ``P(no clear)`` (``(N, A)``, or ``(A,)`` for all); ``stay``: the
+        value of the same stage a turn later (``(N,)``). The all-zero action answers now
+        and gets only its (zero) penalty. ``out``: two ``(N, A)`` arrays to compute in
+        instead of new ones, the result and a scratch (the result may be ``cleared``
+        itself); the same floats.
         """
-        q_values = cleared + miss * stay[:, None] - self.penalty
+        if out is None:
+            q_values = cleared + miss * stay[:, None] - self.penalty
+        else:
+            q_values, scratch = out
+            np.add(cleared, np.multiply(miss, stay[:, None], out=scratch), out=q_values)
+            np.subtract(q_values, self.penalty, out=q_values)
         q_values[:, self.answer_now] = -self.penalty[self.answer_now]
         return q_values
 

@@ -383,10 +383,11 @@ class BayesToolBenchPlanner(Baseline):
         miss = self._joint.misses(self._caps[:, skill] ** exponent)
         clears = 1.0 - miss
         values = hypotheses.values.copy()
+        q_values, scratch = np.empty((2, len(values), len(miss)))
         for t in reversed(range(n_stages + 1)):
-            cleared = clears * values[:, t + 1, stage + 1, None]
+            cleared = np.multiply(clears, values[:, t + 1, stage + 1, None], out=q_values)
             values[:, t, stage] = self._joint.q_values(
-                cleared, miss, values[:, t + 1, stage]).max(axis=1)
+                cleared, miss, values[:, t + 1, stage], out=(q_values, scratch)).max(axis=1)
         mean = np.zeros((n_stages + 2, n_stages))
         share = np.repeat(weights, hypotheses.orders) / hypotheses.orders
         for lo in range(0, len(values), _CHUNK):  # the sums of the solve's chunks
