@@ -208,8 +208,9 @@ def derive_block(draws: ToolDraws) -> ToolBlock:
     # reference tokens followed by 2L distractors; vectorised over the block. The positions
     # (below 60) in int8, cast from the float64 products as they are computed: no float64
     # temporary of the block's size (whose fresh pages cost more than the product).
-    pick = np.multiply(draws.topic_pick, (3.0 * length)[:, None, None],
-                       out=np.empty(draws.topic_pick.shape, np.int8), casting="unsafe")
+    pick = np.multiply(draws.topic_pick.reshape(n, -1), (3.0 * length)[:, None],
+                       out=np.empty((n, MAX_TURNS * MAX_ANSWER_TOKENS), np.int8),
+                       casting="unsafe").reshape(draws.topic_pick.shape)
     return ToolBlock(n_stages, skill, difficulty, draws.luck, length, draws.reference,
                      draws.distractors, pick, draws.recall_luck, draws.hallucination_rate)
 

@@ -2,7 +2,7 @@
 
 The single env's dynamics (:class:`~cost_envs.envs.toolbench.ToolBenchEnv`), over the rows
 of the sub-envs that step, with the single env's own helpers (``clear_probability``,
-``observation_rows``, ``spurious_tokens`` of :mod:`cost_envs.envs.toolbench_tables`): a
+``observation_rows``, ``topic_columns`` of :mod:`cost_envs.envs.toolbench_tables`): a
 called tool clears the current stage when its luck at this turn is below its clear
 probability; clearing the last stage composes the answer with the strongest tool that
 cleared it, and the answer's multiset token F1 counts ``token_f1``'s ``Counter``
@@ -31,8 +31,8 @@ from cost_envs.envs.toolbench_tables import (
     capabilities_by_code,
     hit_table,
     observation_rows,
-    spurious_tokens,
     stage_codes,
+    topic_columns,
 )
 from cost_envs.vector.array_ops import any_per_row
 from cost_envs.vector.base import REFILL_CHUNK, BatchedOrchestrationEnv
@@ -47,6 +47,7 @@ _POSITIONS = np.arange(MAX_ANSWER_TOKENS)
 #: ``_FIRST[r]``: the first r of 20 positions (a task's answer length, its spurious count)
 _FIRST = np.arange(MAX_ANSWER_TOKENS + 1)[:, None] > _POSITIONS
 _PICK_SHAPE = (MAX_TURNS, MAX_ANSWER_TOKENS)
+_TOPIC = 3 * MAX_ANSWER_TOKENS  # a task's reference and distractors
 _ONES = np.ones(MAX_ANSWER_TOKENS, dtype=np.float32)
 _ONES64 = np.ones(MAX_ANSWER_TOKENS)  # counts summed by a matmul (exact: at most 20)
 #: What ``derive_block`` is handed for the draws it passes through that ``_refill`` drew
@@ -71,12 +72,14 @@ def pack_tools(hits: np.ndarray) -> np.ndarray:
 class ToolQueue(NamedTuple):
     """What the batched env queues of each task: its :class:`ToolBlock` as a step reads it.
 
-    ``ToolBlock``'s fields but two: ``codes``, the stages' :func:`stage_codes` (the skill,
-    6 on a padded stage) instead of ``skill``; ``hits``, the single env's hit table
+    ``ToolBlock``'s fields but these: ``codes``, the stages' :func:`stage_codes` (the
+    skill, 6 on a padded stage) instead of ``skill``; ``hits``, the single env's hit table
     (``hit_table``: tool i clears stage s if called at turn t), its tools' bits packed
     little-endian (``np.packbits(..., bitorder="little")``: bit i of byte i // 8), instead
-    of the ``luck`` it is computed from. Shapes: ``hits`` ``(n, 5, 4, ceil(m / 8))``
-    uint8, the rest as ``ToolBlock``'s.
+    of the ``luck`` it is computed from; ``topic``, ``[reference | distractors]``, and
+    ``topic_column``, each spurious token's column of it (:func:`topic_columns` of
+    ``pick``), instead of the three. Shapes: ``hits`` ``(n, 5, 4, ceil(m / 8))`` uint8,
+    ``topic`` ``(n, 60)``, ``topic_column`` ``(n, 5, 20)``, the rest as ``ToolBlock``'s.
     """
 
     n_stages: np.ndarray
@@ -84,9 +87,8 @@ class ToolQueue(NamedTuple):
     difficulty: np.ndarray
     hits: np.ndarray
     length: np.ndarray
-    reference: np.ndarray
-    distractors: np.ndarray
-    pick: np.ndarray
+    topic: np.ndarray
+    topic_column: np.ndarray
     recall_luck: np.ndarray
     hallucination_rate: np.ndarray
 
@@ -116,6 +118,7 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         self._labels = (1 + np.arange(chunk * MAX_ANSWER_TOKENS)).reshape(chunk, -1).astype(
             self._classes.dtype)
         self._token_rows = np.arange(chunk)[:, None] * VOCAB
+        self._topic_rows = np.arange(n)[:, None] * _TOPIC  # of _answer_f1's topics
         self._stage = np.zeros(n, dtype=np.int64)
         self._failed = np.zeros(n, dtype=np.int64)
         self._n_stages = np.zeros(n, dtype=np.int64)
@@ -132,9 +135,10 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         return ToolQueue(n_stages=block.n_stages.astype(_SMALL), codes=codes.astype(_SMALL),
                          difficulty=block.difficulty, hits=hits,
                          length=block.length.astype(_SMALL),
-                         reference=block.reference.astype(_TOKEN),
-                         distractors=block.distractors.astype(_TOKEN),
-                         pick=block.pick.astype(_SMALL), recall_luck=block.recall_luck,
+                         topic=np.concatenate((block.reference, block.distractors),
+                                              axis=1).astype(_TOKEN),
+                         topic_column=topic_columns(block.pick, block.length).astype(_SMALL),
+                         recall_luck=block.recall_luck,
                          hallucination_rate=block.hallucination_rate)
 
     def _codes_and_hits(self, block: ToolBlock) -> tuple[np.ndarray, np.ndarray]:
@@ -149,9 +153,8 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
             n_stages=np.zeros(rows, _SMALL), codes=np.zeros((rows, MAX_STAGES), _SMALL),
             difficulty=np.zeros((rows, MAX_STAGES)),
             hits=np.zeros((rows, MAX_TURNS, MAX_STAGES, (m + 7) // 8), np.uint8),
-            length=np.zeros(rows, _SMALL), reference=np.zeros((rows, MAX_ANSWER_TOKENS), _TOKEN),
-            distractors=np.zeros((rows, 2 * MAX_ANSWER_TOKENS), _TOKEN),
-            pick=np.zeros((rows, MAX_TURNS, MAX_ANSWER_TOKENS), _SMALL),
+            length=np.zeros(rows, _SMALL), topic=np.zeros((rows, _TOPIC), _TOKEN),
+            topic_column=np.zeros((rows, MAX_TURNS, MAX_ANSWER_TOKENS), _SMALL),
             recall_luck=np.zeros((rows, MAX_TURNS, MAX_ANSWER_TOKENS)),
             hallucination_rate=np.zeros((rows, MAX_TURNS)))
 
@@ -183,8 +186,8 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
             for j, i in enumerate(chunk):
                 draws = draw_calls(self._generator(i), size, ToolUniforms(
                     luck[j], topic_pick[j], queue.recall_luck[i], queue.hallucination_rate[i]))
-                queue.reference[i] = draws.reference
-                queue.distractors[i] = draws.distractors
+                queue.topic[i, :, :MAX_ANSWER_TOKENS] = draws.reference
+                queue.topic[i, :, MAX_ANSWER_TOKENS:] = draws.distractors
                 drawn.append(draws)
             stacked = [np.concatenate(arrays) for arrays in zip(
                 *((d.n_stages, d.stage_skill, d.answer_skill, d.delta, d.noise, d.length)
@@ -198,7 +201,8 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
             rows = np.asarray(chunk)
             for name, value in (("n_stages", block.n_stages), ("codes", codes),
                                 ("difficulty", block.difficulty), ("hits", hits),
-                                ("length", block.length), ("pick", block.pick)):
+                                ("length", block.length),
+                                ("topic_column", topic_columns(block.pick, block.length))):
                 getattr(queue, name)[rows] = value.reshape(k, size, *value.shape[1:])
             self._queued[chunk] = 0
 
@@ -255,7 +259,8 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         strength = caps ** (1.0 + blocks.difficulty.reshape(-1).take(last))[:, None]
         q = np.where(cleared_by, strength, -np.inf).max(axis=1)
         at = task * MAX_TURNS + turn  # the (task, turn) row of the per-turn draws
-        reference = blocks.reference.take(task, axis=0)
+        topic = blocks.topic.take(task, axis=0)
+        reference = topic[:, :MAX_ANSWER_TOKENS]
         in_reference = _FIRST.take(length, axis=0)
         recall_luck = blocks.recall_luck.reshape(-1, MAX_ANSWER_TOKENS).take(at, axis=0)
         recalled = in_reference & (recall_luck < 0.3 + 0.7 * q[:, None])
@@ -263,9 +268,9 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         n_spurious = n_spurious.astype(np.int64)
         # the spurious tokens up to the most any answer holds (about 7 of 20)
         width = int(n_spurious.max())
-        pick = blocks.pick.reshape(-1, MAX_ANSWER_TOKENS).take(at, axis=0)[:, :width]
-        spurious = spurious_tokens(reference, blocks.distractors.take(task, axis=0), pick,
-                                   length)
+        # spurious_tokens, the columns of the topic known from the queue
+        columns = blocks.topic_column.reshape(-1, MAX_ANSWER_TOKENS).take(at, axis=0)
+        spurious = topic.reshape(-1).take(self._topic_rows[:len(task)] + columns[:, :width])
         overlap = self._overlap(reference, in_reference, recalled, spurious,
                                 _FIRST.take(n_spurious, axis=0)[:, :width])
         n_predicted = (recalled.astype(np.float32) @ _ONES).astype(np.int64) + n_spurious
