@@ -1,0 +1,91 @@
+"""The screening of routers against the training-free rule (experiments/traces/rule_screen.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cost_envs.traces import TraceDataset
+from experiments.traces import rule_screen
+from experiments.traces.rule_screen import Screen, best_of, hull_at
+
+WEAK, STRONG = "weak", "strong"
+
+
+def dataset(signal: str, n: int = 240, n_groups: int = 8, seed: int = 0,
+            same_cost: bool = False) -> TraceDataset:
+    """Grouped queries; the weak model fails on "hard" ones, said by the words or the length.
+
+    ``signal="words"``: hard prompts name an integral, every prompt about as long;
+    ``signal="length"``: hard prompts are the long ones, the words say nothing;
+    ``signal="none"``: nothing says which are hard. A call
+    costs its prompt's characters times the model's price (the strong one 10x, unless
+    ``same_cost``).
+    """
+    rng = np.random.default_rng(seed)
+    hard = rng.random(n) < 0.5
+    noise = ["".join(rng.choice(list("abcdefghij"), 5)) for _ in range(n)]
+    if signal == "words":
+        topic = np.where(hard, "integral of the series", "capital of the country")
+        pad = rng.integers(0, 30, n)
+    elif signal == "none":
+        topic = np.array(["thing of the kind"] * n)
+        pad = rng.integers(0, 30, n)
+    else:
+        topic = np.array(["thing of the kind"] * n)
+        pad = np.where(hard, rng.integers(40, 80, n), rng.integers(0, 30, n))
+    prompts = tuple(f"what is the {t} {x}? {'z ' * p}" for t, x, p in
+                    zip(topic, noise, pad, strict=True))
+    weak = np.where(hard, rng.random(n) < 0.2, rng.random(n) < 0.9)
+    strong = rng.random(n) < 0.9
+    correct = np.column_stack([weak, strong])
+    chars = np.array([len(p) for p in prompts], dtype=np.float64)
+    cost = np.column_stack([chars * 1e-6, chars * (1e-6 if same_cost else 1e-5)])
+    return TraceDataset((WEAK, STRONG), tuple(f"q{i}" for i in range(n)), prompts,
+                        correct.astype(float), correct, np.ones((n, 2)), np.ones((n, 2)),
+                        cost=cost, groups=tuple(f"g{i % n_groups}" for i in range(n)))
+
+
+def halves(data: TraceDataset) -> tuple[np.ndarray, np.ndarray]:
+    return data.split_indices(seed=0, test_fraction=0.5, split_by="group")
+
+
+def test_hull_is_the_non_decreasing_upper_hull() -> None:
+    cost = np.array([0.0, 0.5, 1.0, 2.0, 3.0])
+    acc = np.array([0.0, 0.1, 0.5, 0.6, 0.4])
+    assert hull_at(cost, acc, 0.5) == pytest.approx(0.25)  # (0.5, 0.1) lies below
+    assert hull_at(cost, acc, 1.5) == pytest.approx(0.55)
+    assert hull_at(cost, acc, 3.0) == pytest.approx(0.6)  # never decreasing
+    assert best_of((0.0, 1.0, 2.0), {0.0: 0.5, 1.0: 0.5, 2.0: float("nan")}) == 0.0
+
+
+def test_plus_learns_a_correction_that_transfers_across_groups() -> None:
+    data = dataset("words")
+    box = Screen(data, "group")
+    train, test = halves(data)
+    _, on_test, fact = box.plus(["logistic"], train, test)
+    assert fact["w"] > 0  # the words say which queries need the strong model
+    assert box.aiq(test, on_test) > box.aiq(test, box.rule_base(train, test)) + 0.05
+    entry = box.evaluate([(train, test)], "plus:logistic", n_resamples=200)
+    low = entry["minus_rule_at_cost"][1]
+    assert low > 0  # resolved above the rule's held-out hull at its cost
+
+
+def test_plus_keeps_the_rule_where_the_folds_cannot_tell() -> None:
+    data = dataset("words", same_cost=True)  # no curve, no AIQ to compare
+    box = Screen(data, "group")
+    train, test = halves(data)
+    on_train, on_test, fact = box.plus(["logistic"], train, test)
+    assert fact["w"] == 0.0  # ties go to the first weight: the rule itself
+    np.testing.assert_array_equal(on_test, box.rule_base(train, test))
+    np.testing.assert_array_equal(on_train, box.rule_base(train, train))
+
+
+def test_share_is_chosen_among_the_shares_on_training_groups() -> None:
+    data = dataset("length")
+    box = Screen(data, "group")
+    train, test = halves(data)
+    _, _, fact = box.share([], train, test)
+    assert fact["share"] in rule_screen.SHARES
+    with pytest.raises(ValueError, match="unknown learner"):
+        box.make("plus:nope")
