@@ -65,6 +65,7 @@ def test_plus_learns_a_correction_that_transfers_across_groups() -> None:
     train, test = halves(data)
     _, on_test, fact = box.plus(["logistic"], train, test)
     assert fact["w"] > 0  # the words say which queries need the strong model
+    assert box.plus(["logistic"], train, test, "gap")[2]["w"] > 0  # the tables' criterion
     assert box.aiq(test, on_test) > box.aiq(test, box.rule_base(train, test)) + 0.05
     entry = box.evaluate([(train, test)], "plus:logistic", n_resamples=200)
     low = entry["minus_rule_at_cost"][1]
@@ -89,3 +90,13 @@ def test_share_is_chosen_among_the_shares_on_training_groups() -> None:
     assert fact["share"] in rule_screen.SHARES
     with pytest.raises(ValueError, match="unknown learner"):
         box.make("plus:nope")
+
+
+def test_a_threshold_of_the_rule_lies_on_or_below_its_own_hull() -> None:
+    data = dataset("none")
+    box = Screen(data, "group")
+    train, test = halves(data)
+    on_train, on_test = box.rule_base(train, train), box.rule_base(train, test)
+    curve = box.curve(test, on_test)
+    gaps = [box.gap(test, on_train, on_test, s, curve) for s in rule_screen.SHARES]
+    assert max(gaps) <= 1e-12 and min(gaps) < -1e-3  # below it where the curve is not concave

@@ -17,6 +17,10 @@ on held-out queries, and prints each one's figure per split seed:
   of several (an ensemble), each standardised on its training scores: the predicted gain
   ``p_strong - p_weak`` of a priced router, the cluster router's score, the logit of the
   others' scores;
+* **gap**: as **plus**, ``w`` chosen instead by the tables' own comparison on the inner
+  folds: validation accuracy at the point calibrated for a 50% share minus the rule's
+  validation hull at its cost (the hull of a wigglier curve is higher, so AIQ can
+  reward a noisy correction);
 * **share** (direction (d)): the rule (or a ``plus`` router) at an operating point chosen
   by the same inner folds: the strong-call share of :data:`SHARES` whose calibrated point
   lies highest above the rule's held-out hull at its cost, on the validation folds.
@@ -82,14 +86,16 @@ CANDIDATES = (
     "alone:svm", "alone:mf", "alone:elo", "plus:logistic", "plus:priced", "plus:cluster",
     "plus:mlp", "plus:svm", "plus:mf", "plus:elo", "plus:priced-stats",
     "plus:logistic-stats", "plus:mf-stats", "plus:logistic+priced+mf+cluster",
-    "share:rule", "share:priced", "share:logistic+priced+mf+cluster",
+    "share:rule", "share:priced", "share:logistic+priced+mf+cluster", "gap:logistic",
+    "gap:priced", "gap:mf", "gap:cluster", "gap:logistic+priced+mf+cluster",
 )
 #: The MiniLM candidates ``--embeddings`` adds (the ``embeddings`` extra).
 EMBEDDING_CANDIDATES = (
     "alone:logistic-mlm", "alone:priced-mlm", "alone:cluster-mlm", "plus:logistic-mlm",
     "plus:priced-mlm", "plus:cluster-mlm", "plus:knn-mlm", "plus:elo-mlm",
     "plus:logistic-mlm+priced-mlm+cluster-mlm",
-    "plus:logistic+priced+mf+logistic-mlm+priced-mlm",
+    "plus:logistic+priced+mf+logistic-mlm+priced-mlm", "gap:priced-mlm", "gap:logistic-mlm",
+    "gap:logistic+priced+mf+logistic-mlm+priced-mlm",
 )
 
 Split = tuple[np.ndarray, np.ndarray]
@@ -215,24 +221,47 @@ class Screen:
         fold = part.fold_ids(folds, 0, self.split_by)
         return [(train[fold != k], train[fold == k]) for k in range(folds)]
 
-    def plus(self, names: Sequence[str], train: np.ndarray, test: np.ndarray) -> Made:
-        """The rule plus ``w`` x the correction, ``w`` chosen on the inner folds."""
+    def plus(self, names: Sequence[str], train: np.ndarray, test: np.ndarray,
+             criterion: str = "aiq") -> Made:
+        """The rule plus ``w`` x the correction, ``w`` chosen on the inner folds.
+
+        ``criterion``: ``"aiq"`` (the mean validation AIQ, as :mod:`agents.routers.cv`)
+        or ``"gap"`` (the mean validation accuracy, at the point calibrated for a 50%
+        share on the fold's training part, minus the rule's validation hull at its cost:
+        the tables' comparison, on the inner folds).
+        """
         table: dict[float, list[float]] = {w: [] for w in WEIGHTS}
         for fit, val in self.inner(train):
             base = self.rule_base(fit, val)
-            _, corr = self.correction(names, fit, val)
+            own, corr = self.correction(names, fit, val)
+            curve = self.curve(val, base)
             for w in WEIGHTS:
-                table[w].append(self.aiq(val, base + w * corr))
+                table[w].append(
+                    self.aiq(val, base + w * corr) if criterion == "aiq" else
+                    self.gap(val, self.rule_base(fit, fit) + w * own, base + w * corr, 0.5,
+                             curve))
         means = {w: finite_mean(v) for w, v in table.items()}
         w = best_of(WEIGHTS, means)
         on_train, on_test = self.correction(names, train, test)
         return (self.rule_base(train, train) + w * on_train,
                 self.rule_base(train, test) + w * on_test, {"w": w})
 
+    def gap(self, rows: np.ndarray, on_fit: np.ndarray, on_rows: np.ndarray, share: float,
+            curve: tuple[np.ndarray, np.ndarray]) -> float:
+        """Accuracy on ``rows`` minus the rule's hull at the same cost.
+
+        The threshold is set for ``share`` on ``on_fit``; ``curve`` is the rule's curve on
+        ``rows`` (:meth:`curve`), its hull read at the cost the threshold reaches.
+        """
+        d, c = self.data, self.costs
+        call = on_rows >= calibrate_share(on_fit, share).threshold
+        cost = float(np.where(call, c[rows, self.is_], c[rows, self.iw]).mean())
+        acc = float(np.where(call, d.scores[rows, self.is_], d.scores[rows, self.iw]).mean())
+        return acc - hull_at(*curve, cost)
+
     def share(self, names: Sequence[str], train: np.ndarray, test: np.ndarray) -> Made:
         """The rule (``names`` empty) or ``plus`` at a share chosen on the inner folds."""
         table: dict[float, list[float]] = {s: [] for s in SHARES}
-        d, c = self.data, self.costs
         for fit, val in self.inner(train):
             if names:
                 a, b, _ = self.plus(names, fit, val)
@@ -240,11 +269,7 @@ class Screen:
                 a, b = self.rule_base(fit, fit), self.rule_base(fit, val)
             curve = self.curve(val, self.rule_base(fit, val))
             for s in SHARES:
-                call = b >= calibrate_share(a, s).threshold
-                cost = float(np.where(call, c[val, self.is_], c[val, self.iw]).mean())
-                acc = float(np.where(call, d.scores[val, self.is_],
-                                     d.scores[val, self.iw]).mean())
-                table[s].append(acc - hull_at(*curve, cost))
+                table[s].append(self.gap(val, a, b, s, curve))
         means = {s: finite_mean(v) for s, v in table.items()}
         made = (self.plus(names, train, test) if names else
                 (self.rule_base(train, train), self.rule_base(train, test), {}))
@@ -276,11 +301,13 @@ class Screen:
                                  f"expected names of {sorted(LEARNERS)}")
         if mode == "alone" and len(rest.split("+")) == 1:
             return lambda train, test: self.alone(rest, train, test)
-        if mode == "plus" and names:
-            return lambda train, test: self.plus(names, train, test)
+        if mode in ("plus", "gap") and names:
+            criterion = "aiq" if mode == "plus" else "gap"
+            return lambda train, test: self.plus(names, train, test, criterion)
         if mode == "share":
             return lambda train, test: self.share(names, train, test)
-        raise ValueError(f"candidate: expected alone:NAME, plus:NAME[+NAME...] or "
+        raise ValueError(f"candidate: expected alone:NAME, plus:NAME[+NAME...], "
+                         f"gap:NAME[+NAME...] or "
                          f"share:rule|NAME[+NAME...], got {candidate!r}")
 
     def evaluate(self, splits: Sequence[Split], candidate: str, n_resamples: int
