@@ -383,6 +383,33 @@ def screen(data: TraceDataset, name: str, split_by: str, candidates: Sequence[st
     return out
 
 
+def _cell(entry: Sequence[float]) -> str:
+    value, low, high = entry
+    return f"{value:+.3f} [{low:+.3f}, {high:+.3f}]"
+
+
+def markdown(result: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> list[str]:
+    """Per dataset a table: each candidate's accuracy minus the rule at its cost, per split.
+
+    The last columns count the seeds whose interval lies above 0 (beats) and below 0
+    (loses).
+    """
+    lines: list[str] = []
+    for name, rows in result.items():
+        labels = list(next(iter(rows.values())))
+        seeds = [label for label in labels if label.startswith("seed")]
+        lines += ["", f"**{name}**", "", "| candidate | " + " | ".join(labels)
+                  + " | seeds > 0 | seeds < 0 |", "|---" * (len(labels) + 3) + "|"]
+        for candidate, entries in rows.items():
+            diffs = [entries[label]["minus_rule_at_cost"] for label in seeds]
+            above = sum(1 for d in diffs if d[1] > 0)
+            below = sum(1 for d in diffs if d[2] < 0)
+            lines.append(f"| {candidate} | "
+                         + " | ".join(_cell(entries[label]["minus_rule_at_cost"])
+                                      for label in labels) + f" | {above} | {below} |")
+    return lines
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line (``--help``)."""
     parser = argparse.ArgumentParser(prog="python -m experiments.traces.rule_screen",
@@ -394,7 +421,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--embeddings", action="store_true",
                         help="add the MiniLM candidates (the embeddings extra)")
     parser.add_argument("--resamples", type=int, default=1000)
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True,
+                        help="the JSON written (the Markdown tables go to stdout)")
     args = parser.parse_args(argv)
     arena = args.arena_dir or args.data_dir.parent / "routerarena"
     found = datasets(args.data_dir, arena)
@@ -408,6 +436,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = {name: screen(found[name][0], name, found[name][1], candidates,
                            args.resamples, log=print) for name in names}
     args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print("\n".join(markdown(result)))
     return 0
 
 
