@@ -208,11 +208,11 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
 
     def _start(self, idx: np.ndarray, rows: np.ndarray) -> None:
         blocks = self.blocks
-        # the small integers as the int64 the single env computes with
-        n_stages = blocks.n_stages.take(rows).astype(np.int64)
-        codes = blocks.codes.take(rows, axis=0).astype(np.int64)
-        self._rows[idx] = observation_rows(codes, blocks.difficulty.take(rows, axis=0),
-                                           n_stages)
+        # the small integers as queued: indices, and promoted to int64 or float64 by what
+        # they meet (the values of the single env's int64)
+        n_stages = blocks.n_stages.take(rows)
+        self._rows[idx] = observation_rows(blocks.codes.take(rows, axis=0),
+                                           blocks.difficulty.take(rows, axis=0), n_stages)
         self._stage[idx] = 0
         self._failed[idx] = 0
         self._n_stages[idx] = n_stages
@@ -250,12 +250,12 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
                    cleared_by: np.ndarray) -> np.ndarray:
         """Token F1 of the answers the strongest clearing tools compose (``token_f1``)."""
         blocks, task = self.blocks, self._task[idx]
-        length = blocks.length.take(task).astype(np.int64)
+        length = blocks.length.take(task)  # int8: promoted exactly where it meets others
         # q = cap ** (1 + d) on the answer stage, as ToolBenchEnv.composer_strength (here,
         # for the answered tasks alone), of the strongest clearing tool (the first of equals:
         # the same value)
         last = task * MAX_STAGES + self._n_stages[idx] - 1
-        caps = self._by_code.take(blocks.codes.reshape(-1).take(last).astype(np.int64), axis=0)
+        caps = self._by_code.take(blocks.codes.reshape(-1).take(last), axis=0)
         strength = caps ** (1.0 + blocks.difficulty.reshape(-1).take(last))[:, None]
         q = np.where(cleared_by, strength, -np.inf).max(axis=1)
         at = task * MAX_TURNS + turn  # the (task, turn) row of the per-turn draws
