@@ -1,13 +1,15 @@
 """ToolBench-v0 batched: every sub-env's turn as array operations.
 
 The single env's dynamics (:class:`~cost_envs.envs.toolbench.ToolBenchEnv`), over the rows
-of the sub-envs that step, with the single env's own helpers (``clear_probability``,
+of the sub-envs that step, with the single env's own helpers (``hit_table``,
 ``observation_rows``, ``topic_columns`` of :mod:`cost_envs.envs.toolbench_tables`): a
 called tool clears the current stage when its luck at this turn is below its clear
 probability; clearing the last stage composes the answer with the strongest tool that
 cleared it, and the answer's multiset token F1 counts ``token_f1``'s ``Counter``
-intersection with a table of token classes and ``bincount`` (``_overlap``). The tasks'
-draws stay in the queue (``self.blocks``) and are read at the turn they are needed.
+intersection with a table of token classes and ``bincount`` (``_overlap``). The tasks
+stay in the queue (``self.blocks``, a :class:`ToolQueue`: the draws, or what the single
+env derives from them once per task, such as the hit table) and are read at the turn
+they are needed.
 """
 
 from __future__ import annotations
@@ -37,10 +39,11 @@ from cost_envs.envs.toolbench_tables import (
 from cost_envs.vector.array_ops import any_per_row
 from cost_envs.vector.base import REFILL_CHUNK, BatchedOrchestrationEnv
 
-#: The queue stores tokens in 16 bits and topic positions, stage counts, skills and
-#: answer lengths in 8 (vocabulary 5000, 60 positions, 4 stages, 6 skills, 20 tokens); the
-#: luck arrays stay float64 (compared with float64 probabilities: any rounding would move
-#: outcomes). A sub-env's block of 64 tasks then takes 92 kB instead of 160.
+#: The queue stores tokens in 16 bits and topic columns, stage counts, stage codes and
+#: answer lengths in 8 (vocabulary 5000, 60 columns, 4 stages, 7 codes, 20 tokens), the hit
+#: table in bits; the recall luck stays float64 (compared with float64 thresholds: any
+#: rounding would move outcomes). A sub-env's block of 64 tasks then takes 72 kB (8 tools)
+#: instead of 160.
 _TOKEN = np.int16
 _SMALL = np.int8
 _POSITIONS = np.arange(MAX_ANSWER_TOKENS)
@@ -78,8 +81,9 @@ class ToolQueue(NamedTuple):
     little-endian (``np.packbits(..., bitorder="little")``: bit i of byte i // 8), instead
     of the ``luck`` it is computed from; ``topic``, ``[reference | distractors]``, and
     ``topic_column``, each spurious token's column of it (:func:`topic_columns` of
-    ``pick``), instead of the three. Shapes: ``hits`` ``(n, 5, 4, ceil(m / 8))`` uint8,
-    ``topic`` ``(n, 60)``, ``topic_column`` ``(n, 5, 20)``, the rest as ``ToolBlock``'s.
+    ``pick``), instead of ``reference``, ``distractors`` and ``pick``. Shapes: ``hits``
+    ``(n, 5, 4, ceil(m / 8))`` uint8, ``topic`` ``(n, 60)``, ``topic_column``
+    ``(n, 5, 20)``, the rest as ``ToolBlock``'s.
     """
 
     n_stages: np.ndarray
