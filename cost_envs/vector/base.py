@@ -455,7 +455,8 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         info.set("cost", idx, cost, np.float64, mask=run)
         info.set("flops", idx, flops, np.float64, mask=run)
         info.put("calls", calls * run[:, None], run.copy())  # int8, zero where not run
-        self._final_info(info, idx[ended], success[ended], quality[ended])
+        # terminated is the mask of idx[ended] (zero where not run)
+        self._final_info(info, idx[ended], success[ended], quality[ended], terminated)
         if cut.any():  # ended by the budget without stepping: nothing spent
             info.set("cost", cut, 0.0, np.float64)
             info.set("flops", cut, 0.0, np.float64)
@@ -468,12 +469,16 @@ class BatchedOrchestrationEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         return self._autoreset(resetting, done, rewards, terminated, cut, info, begun)
 
     def _final_info(self, info: VectorInfo, idx: np.ndarray, success: np.ndarray,
-                    quality: np.ndarray) -> None:
-        """The last step's keys (core.py's ``_final_info``) for the sub-envs ``idx``."""
+                    quality: np.ndarray, mask: np.ndarray | None = None) -> None:
+        """The last step's keys (core.py's ``_final_info``) for the sub-envs ``idx``.
+
+        ``mask``: ``idx`` as a boolean mask, when the caller has it (else built here).
+        """
         if len(idx) == 0:
             return
-        mask = np.zeros(self.num_envs, dtype=np.bool_)
-        mask[idx] = True
+        if mask is None:
+            mask = np.zeros(self.num_envs, dtype=np.bool_)
+            mask[idx] = True
         info.set("success", idx, success, np.bool_, mask=mask)
         info.set("is_success", idx, success, np.bool_, mask=mask)
         info.set("quality", idx, quality, np.float64, mask=mask)
