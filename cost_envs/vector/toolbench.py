@@ -166,10 +166,10 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         """The base's refill (the same generator calls, the same queue), without copies.
 
         Each sub-env's uniforms that the queue keeps as drawn (``recall_luck``,
-        ``hallucination_rate``) are drawn straight into its rows of the queue, and its
-        reference and distractors written there as drawn; the rest of a pass's draws (the
-        luck and the topic picks into scratch arrays kept between refills) are derived
-        together by one ``derive_block``, as the base's ``_derive`` does.
+        ``hallucination_rate``) are drawn straight into its rows of the queue; the rest of
+        a pass's draws (the luck and the topic picks into scratch arrays kept between
+        refills) are derived together by one ``derive_block``, as the base's ``_derive``
+        does, and written with one assignment per queued array.
         """
         size, m = self.task_block, self.n_agents
         if self.blocks is None:  # zeros: pages are committed as the queues fill
@@ -188,21 +188,21 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
             k = len(chunk)
             drawn = []
             for j, i in enumerate(chunk):
-                draws = draw_calls(self._generator(i), size, ToolUniforms(
-                    luck[j], topic_pick[j], queue.recall_luck[i], queue.hallucination_rate[i]))
-                queue.topic[i, :, :MAX_ANSWER_TOKENS] = draws.reference
-                queue.topic[i, :, MAX_ANSWER_TOKENS:] = draws.distractors
-                drawn.append(draws)
+                drawn.append(draw_calls(self._generator(i), size, ToolUniforms(
+                    luck[j], topic_pick[j], queue.recall_luck[i], queue.hallucination_rate[i])))
             stacked = [np.concatenate(arrays) for arrays in zip(
-                *((d.n_stages, d.stage_skill, d.answer_skill, d.delta, d.noise, d.length)
-                  for d in drawn), strict=True)]
-            n_stages, stage_skill, answer_skill, delta, noise, length = stacked
+                *((d.n_stages, d.stage_skill, d.answer_skill, d.delta, d.noise, d.length,
+                   d.reference, d.distractors) for d in drawn), strict=True)]
+            (n_stages, stage_skill, answer_skill, delta, noise, length, reference,
+             distractors) = stacked
             block = derive_block(ToolDraws(
                 n_stages, stage_skill, answer_skill, delta, noise,
                 luck[:k].reshape(k * size, MAX_TURNS, m), length, _IN_QUEUE, _IN_QUEUE,
                 topic_pick[:k].reshape(k * size, *_PICK_SHAPE), _IN_QUEUE, _IN_QUEUE))
             codes, hits = self._codes_and_hits(block)
             rows = np.asarray(chunk)
+            queue.topic[rows, :, :MAX_ANSWER_TOKENS] = reference.reshape(k, size, -1)
+            queue.topic[rows, :, MAX_ANSWER_TOKENS:] = distractors.reshape(k, size, -1)
             for name, value in (("n_stages", block.n_stages), ("codes", codes),
                                 ("difficulty", block.difficulty), ("hits", hits),
                                 ("length", block.length),
