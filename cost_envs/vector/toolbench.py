@@ -128,7 +128,7 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         self._n_stages = np.zeros(n, dtype=np.int64)
         self._rows = np.zeros((n, MAX_STAGES + 1, 17), dtype=np.float32)
         self._first_row = np.arange(n) * (MAX_STAGES + 1)  # of each sub-env's rows
-        self._scratch: tuple[np.ndarray, np.ndarray] | None = None  # _refill's
+        self._scratch: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # _refill's
 
     def _draw(self, rng: np.random.Generator, n: int) -> ToolDraws:
         return self.single_env.draw_calls(rng, n)
@@ -180,8 +180,9 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         chunk_size = min(REFILL_CHUNK, self.num_envs)
         if self._scratch is None:
             self._scratch = (np.empty((chunk_size, size, MAX_TURNS, m)),
-                             np.empty((chunk_size, size, *_PICK_SHAPE)))
-        luck, topic_pick = self._scratch
+                             np.empty((chunk_size, size, *_PICK_SHAPE)),
+                             np.empty((chunk_size, size, _TOPIC), _TOKEN))
+        luck, topic_pick, topic = self._scratch
         draw_calls = self.single_env.draw_calls
         for start in range(0, len(ids), chunk_size):
             chunk = ids[start:start + chunk_size]
@@ -191,18 +192,20 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
                 drawn.append(draw_calls(self._generator(i), size, ToolUniforms(
                     luck[j], topic_pick[j], queue.recall_luck[i], queue.hallucination_rate[i])))
             stacked = [np.concatenate(arrays) for arrays in zip(
-                *((d.n_stages, d.stage_skill, d.answer_skill, d.delta, d.noise, d.length,
-                   d.reference, d.distractors) for d in drawn), strict=True)]
-            (n_stages, stage_skill, answer_skill, delta, noise, length, reference,
-             distractors) = stacked
+                *((d.n_stages, d.stage_skill, d.answer_skill, d.delta, d.noise, d.length)
+                  for d in drawn), strict=True)]
+            n_stages, stage_skill, answer_skill, delta, noise, length = stacked
+            # the tokens as queued (int16), stacked into the scratch topic
+            for j, d in enumerate(drawn):
+                topic[j, :, :MAX_ANSWER_TOKENS] = d.reference
+                topic[j, :, MAX_ANSWER_TOKENS:] = d.distractors
             block = derive_block(ToolDraws(
                 n_stages, stage_skill, answer_skill, delta, noise,
                 luck[:k].reshape(k * size, MAX_TURNS, m), length, _IN_QUEUE, _IN_QUEUE,
                 topic_pick[:k].reshape(k * size, *_PICK_SHAPE), _IN_QUEUE, _IN_QUEUE))
             codes, hits = self._codes_and_hits(block)
             rows = np.asarray(chunk)
-            queue.topic[rows, :, :MAX_ANSWER_TOKENS] = reference.reshape(k, size, -1)
-            queue.topic[rows, :, MAX_ANSWER_TOKENS:] = distractors.reshape(k, size, -1)
+            queue.topic[rows] = topic[:k]
             for name, value in (("n_stages", block.n_stages), ("codes", codes),
                                 ("difficulty", block.difficulty), ("hits", hits),
                                 ("length", block.length),
