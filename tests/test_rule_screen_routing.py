@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -100,3 +103,27 @@ def test_a_threshold_of_the_rule_lies_on_or_below_its_own_hull() -> None:
     curve = box.curve(test, on_test)
     gaps = [box.gap(test, on_train, on_test, s, curve) for s in rule_screen.SHARES]
     assert max(gaps) <= 1e-12 and min(gaps) < -1e-3  # below it where the curve is not concave
+
+
+def test_the_command_screens_a_folder_of_subjects(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    rng = np.random.default_rng(0)
+    folder = tmp_path / "routellm" / "mmlu"
+    folder.mkdir(parents=True)
+    for subject in ("algebra", "botany", "chemistry", "drama"):
+        rows = ["prompt,mistralai/Mixtral-8x7B-Instruct-v0.1,gpt-4-1106-preview"]
+        for i in range(30):
+            rows.append(f"{subject} question {i} {'x ' * int(rng.integers(1, 40))},"
+                        f"{rng.random() < 0.5},{rng.random() < 0.8}")
+        (folder / f"mmlu_{subject}.csv").write_text("\n".join(rows) + "\n")
+    out = tmp_path / "screen.json"
+    assert rule_screen.main(["--data-dir", str(tmp_path / "routellm"), "--datasets", "mmlu",
+                             "--candidates", "alone:rule", "plus:logistic",
+                             "--resamples", "50", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())["mmlu"]
+    assert sorted(result) == ["alone:rule", "plus:logistic"]
+    assert sorted(result["alone:rule"]) == [*(f"seed {s}" for s in rule_screen.SEEDS),
+                                            "tables"]
+    assert "| alone:rule | " in capsys.readouterr().out
+    assert rule_screen.main(["--data-dir", str(tmp_path / "none"), "--datasets", "mmlu",
+                             "--out", str(out)]) == 2
