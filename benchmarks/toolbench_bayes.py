@@ -10,8 +10,8 @@ episodes. The teacher keeps, per (stages, stage, skills still to come), what no
 observation moves (:meth:`~agents.planning.toolbench_bayes.BayesToolBenchPlanner.hypotheses`:
 the hypotheses' values after the current stage, the particles' likelihoods, the answer's
 payoffs) and solves only the current stage at a step. Here the default teacher (1,000
-particles) plays ``N`` episodes of the supervised stage's task stream (task seed 0) as
-it is, and with the ``posterior_values`` of ``REV``'s module (``git show``; default
+particles) plays ``N`` episodes (default 1,500, the supervised stage's) of task seed 0
+as it is, and with the ``posterior_values`` of ``REV``'s module (``git show``; default
 9992e79, before #37: every hypothesis solved at every step), ``R`` interleaved rounds,
 each on a fresh teacher (its build and first solves included, as in a training run).
 Both must give the same labels (checked; the floats are the same,
@@ -119,7 +119,8 @@ def report(times: dict[str, list[float]], episodes: int, steps: int, repeats: in
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
-    parser.add_argument("--episodes", type=int, default=500)
+    parser.add_argument("--episodes", type=int, default=1500,
+                        help="episodes a round (1500: the supervised stage's teacher episodes)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--before", default=BEFORE,
                         help=f"the revision whose posterior_values to time against ({BEFORE})")
