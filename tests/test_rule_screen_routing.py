@@ -127,3 +127,29 @@ def test_the_command_screens_a_folder_of_subjects(tmp_path: Path,
     assert "| alone:rule | " in capsys.readouterr().out
     assert rule_screen.main(["--data-dir", str(tmp_path / "none"), "--datasets", "mmlu",
                              "--out", str(out)]) == 2
+
+
+@pytest.mark.parametrize(("arguments", "named"), [
+    (["--candidates", "plus:prcied"], "unknown learner 'prcied'"),
+    (["--candidates", "sometimes:priced"], "expected alone:NAME"),
+    (["--resamples", "0"], "--resamples: expected a positive integer, got 0"),
+    (["--resam", "10"], "unrecognized arguments: --resam"),
+])
+def test_a_bad_value_is_refused_in_one_line_before_any_data_is_read(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], arguments: list[str],
+        named: str) -> None:
+    # --data-dir does not exist: a refusal that read it would name it instead
+    with pytest.raises(SystemExit) as refused:
+        rule_screen.main(["--data-dir", str(tmp_path / "none"), "--out",
+                          str(tmp_path / "screen.json"), *arguments])
+    assert refused.value.code == 2
+    assert named in capsys.readouterr().err
+
+
+def test_an_unwritable_out_is_refused_before_the_half_hour_of_work(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(SystemExit):
+        rule_screen.main(["--data-dir", str(tmp_path / "none"),
+                          "--out", str(tmp_path / "a_file" / "screen.json")])
+    assert "--out:" in capsys.readouterr().err and not (tmp_path / "none").exists()

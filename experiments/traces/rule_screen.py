@@ -52,6 +52,7 @@ from typing import Any
 
 import numpy as np
 
+from agents.files import check_creatable, write_files_atomic
 from agents.routers import calibrate_share, make_router
 from agents.routers.base import take
 from agents.routers.bootstrap import threshold_aiq
@@ -60,6 +61,9 @@ from agents.routers.rule import RuleRouter
 from agents.routers.statistics import text_statistics
 from cost_envs.traces import TraceDataset, load_routerarena, load_traces
 from experiments.traces.heldout import PROTOCOLS, by_cost, splits_of
+
+#: RouteLLM's logs, read in place beside the repository (``../shared/data/routellm``)
+DEFAULT_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "routellm"
 
 #: The correction's weights ``plus`` chooses among (the first, the rule, wins ties).
 WEIGHTS = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0)
@@ -142,6 +146,26 @@ def hull_at(cost: np.ndarray, accuracy: np.ndarray, at: float) -> float:
         xs.append(x)
         ys.append(y)
     return float(np.interp(at, xs, np.maximum.accumulate(ys)))
+
+
+def parse_candidate(candidate: str) -> tuple[str, list[str]]:
+    """``mode:learner[+learner...]`` as its mode and learners (``rule`` dropped but alone).
+
+    Raises:
+        ValueError: One line naming the candidate and what was expected.
+    """
+    mode, _, rest = candidate.partition(":")
+    names = [n for n in rest.split("+") if n and n != "rule"]
+    for name in names:
+        if name not in LEARNERS:
+            raise ValueError(f"candidate {candidate!r}: unknown learner {name!r}; "
+                             f"expected names of {sorted(LEARNERS)}")
+    if mode == "alone" and len(rest.split("+")) == 1:
+        return mode, [rest]
+    if (mode in ("plus", "gap") and names) or mode == "share":
+        return mode, names
+    raise ValueError(f"candidate: expected alone:NAME, plus:NAME[+NAME...], "
+                     f"gap:NAME[+NAME...] or share:rule|NAME[+NAME...], got {candidate!r}")
 
 
 class Screen:
@@ -293,22 +317,13 @@ class Screen:
 
     def make(self, candidate: str) -> Callable[[np.ndarray, np.ndarray], Made]:
         """``candidate`` (``mode:learner+learner``) as train, test -> scores and facts."""
-        mode, _, rest = candidate.partition(":")
-        names = [n for n in rest.split("+") if n and n != "rule"]
-        for name in names:
-            if name not in LEARNERS:
-                raise ValueError(f"candidate {candidate!r}: unknown learner {name!r}; "
-                                 f"expected names of {sorted(LEARNERS)}")
-        if mode == "alone" and len(rest.split("+")) == 1:
-            return lambda train, test: self.alone(rest, train, test)
-        if mode in ("plus", "gap") and names:
+        mode, names = parse_candidate(candidate)
+        if mode == "alone":
+            return lambda train, test: self.alone(names[0], train, test)
+        if mode in ("plus", "gap"):
             criterion = "aiq" if mode == "plus" else "gap"
             return lambda train, test: self.plus(names, train, test, criterion)
-        if mode == "share":
-            return lambda train, test: self.share(names, train, test)
-        raise ValueError(f"candidate: expected alone:NAME, plus:NAME[+NAME...], "
-                         f"gap:NAME[+NAME...] or "
-                         f"share:rule|NAME[+NAME...], got {candidate!r}")
+        return lambda train, test: self.share(names, train, test)
 
     def evaluate(self, splits: Sequence[Split], candidate: str, n_resamples: int
                  ) -> dict[str, Any]:
@@ -411,19 +426,39 @@ def markdown(result: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> list[str]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The command line (``--help``)."""
+    """The command line (``--help``): every bad value refused in one line before any work."""
     parser = argparse.ArgumentParser(prog="python -m experiments.traces.rule_screen",
-                                     description=__doc__.splitlines()[0] if __doc__ else "")
-    parser.add_argument("--data-dir", type=Path, default=Path("../shared/data/routellm"))
-    parser.add_argument("--arena-dir", type=Path, default=None)
-    parser.add_argument("--datasets", nargs="*", default=None)
-    parser.add_argument("--candidates", nargs="*", default=None)
+                                     description=__doc__.splitlines()[0] if __doc__ else "",
+                                     allow_abbrev=False)
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA,
+                        help="RouteLLM's folder: gsm8k_responses.csv and mmlu/ "
+                             "(default: %(default)s)")
+    parser.add_argument("--arena-dir", type=Path, default=None,
+                        help="RouterArena's folder (default: routerarena beside --data-dir)")
+    parser.add_argument("--datasets", nargs="*", default=None,
+                        help="which of the datasets found to screen (default: all)")
+    parser.add_argument("--candidates", nargs="*", default=None,
+                        help="mode:learner[+learner...] (default: every candidate)")
     parser.add_argument("--embeddings", action="store_true",
                         help="add the MiniLM candidates (the embeddings extra)")
-    parser.add_argument("--resamples", type=int, default=1000)
+    parser.add_argument("--resamples", type=int, default=1000,
+                        help="bootstrap resamples per interval (default: %(default)s)")
     parser.add_argument("--out", type=Path, required=True,
                         help="the JSON written (the Markdown tables go to stdout)")
     args = parser.parse_args(argv)
+    if args.resamples < 1:
+        parser.error(f"--resamples: expected a positive integer, got {args.resamples}")
+    try:
+        check_creatable(args.out)  # a bad path fails now, not after half an hour
+    except ValueError as error:
+        parser.error(f"--out: {error}")
+    candidates = args.candidates or [*CANDIDATES,
+                                      *(EMBEDDING_CANDIDATES if args.embeddings else ())]
+    for candidate in candidates:  # a mistyped candidate is refused before the first fit
+        try:
+            parse_candidate(candidate)
+        except ValueError as error:
+            parser.error(f"--candidates: {error}")
     arena = args.arena_dir or args.data_dir.parent / "routerarena"
     found = datasets(args.data_dir, arena)
     names = args.datasets or list(found)
@@ -431,11 +466,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if missing:
         print(f"datasets: {missing} not found under {args.data_dir} / {arena}", file=sys.stderr)
         return 2
-    candidates = args.candidates or [*CANDIDATES,
-                                      *(EMBEDDING_CANDIDATES if args.embeddings else ())]
     result = {name: screen(found[name][0], name, found[name][1], candidates,
                            args.resamples, log=print) for name in names}
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    write_files_atomic(args.out.parent, {args.out.name: json.dumps(result, indent=1) + "\n"})
     print("\n".join(markdown(result)))
     return 0
 
