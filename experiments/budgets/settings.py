@@ -61,7 +61,7 @@ SCALES = {
 }
 SCALES["full"] = SCALES["default"]  # the curves are the full scale already
 #: Envs whose default curve is longer: FlightPlanner-v1's PPO matched the one-turn rule
-#: only at about 2M steps (issue #23), and its gap to the rule is a few thousandths of
+#: only at 1M to 2M steps (issue #23), and its gap to the rule is a few thousandths of
 #: return, so it is scored on 1000 tasks to resolve it.
 ENV_SCALES = {"cost_envs/FlightPlanner-v1": Scale(
     "flight", 4_000_000, 5, (0, 250_000, 500_000, 1_000_000, 2_000_000, 3_000_000),

@@ -1,11 +1,11 @@
 """Learned rows at their converged budget, scored on enough tasks to resolve them (issue #23).
 
 FlightPlanner-v1's PPO learning curve (:mod:`experiments.budgets.runner`,
-``benchmarks/results/budgets_FlightPlanner-v1.md``) stops improving at about 2M env steps,
-where its five seeds agree within 0.002 of return (0.960 to 0.962 at 4M) and sit a few
-thousandths above the one-turn rule. On the curve's 1000 evaluation tasks that gain is
-inside the task noise (share of the gap 0.27 [-0.24, 0.61]): the interval is wide because
-of the tasks, not the seeds. This experiment trains learned rows at that converged budget
+``benchmarks/results/budgets_FlightPlanner-v1.md``) stops improving between 1M and 2M env
+steps (no later gain is resolved); at 2M its five seeds agree within 0.006 of return (0.958
+to 0.964) and sit a few thousandths above the one-turn rule. On the curve's 1000
+evaluation tasks that gain is inside the task noise (share of the gap 0.20 [-0.22, 0.50]
+at 2M): the interval is wide because of the tasks, not the seeds. This experiment trains learned rows at that converged budget
 and scores them on ten times as many tasks, so the tasks' share of the interval shrinks by
 about sqrt(10):
 
