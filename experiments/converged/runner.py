@@ -5,9 +5,9 @@ FlightPlanner-v1's PPO learning curve (:mod:`experiments.budgets.runner`,
 steps (no later gain is resolved); at 2M its five seeds agree within 0.006 of return (0.958
 to 0.964) and sit a few thousandths above the one-turn rule. On the curve's 1000
 evaluation tasks that gain is inside the task noise (share of the gap 0.20 [-0.22, 0.50]
-at 2M): the interval is wide because of the tasks, not the seeds. This experiment trains learned rows at that converged budget
-and scores them on ten times as many tasks, so the tasks' share of the interval shrinks by
-about sqrt(10):
+at 2M): the interval is wide because of the tasks, not the seeds. This experiment trains
+learned rows at that converged budget and scores them on ten times as many tasks, so the
+tasks' share of the interval shrinks by about sqrt(10):
 
 - each learned row of :data:`ROWS` (keys of :data:`experiments.budgets.settings.BUDGET_ROWS`: PPO
   with the paper's A.4 configuration on 16 batched sub-envs, and LoRA-guided PPO warm
