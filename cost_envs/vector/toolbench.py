@@ -46,6 +46,8 @@ from cost_envs.vector.base import REFILL_CHUNK, BatchedOrchestrationEnv
 #: instead of 160.
 _TOKEN = np.int16
 _SMALL = np.int8
+#: The derived fields not queued as small integers (:meth:`ToolBenchVectorEnv._derived`)
+_QUEUED_AS = {"difficulty": np.float64, "hits": np.uint8}
 _POSITIONS = np.arange(MAX_ANSWER_TOKENS)
 #: ``_FIRST[r]``: the first r of 20 positions (a task's answer length, its spurious count)
 _FIRST = np.arange(MAX_ANSWER_TOKENS + 1)[:, None] > _POSITIONS
@@ -135,20 +137,25 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
 
     def _derive(self, draws: ToolDraws) -> ToolQueue:
         block = derive_block(draws)
-        codes, hits = self._codes_and_hits(block)
-        return ToolQueue(n_stages=block.n_stages.astype(_SMALL), codes=codes.astype(_SMALL),
-                         difficulty=block.difficulty, hits=hits,
-                         length=block.length.astype(_SMALL),
-                         topic=np.concatenate((block.reference, block.distractors),
-                                              axis=1).astype(_TOKEN),
-                         topic_column=topic_columns(block.pick, block.length).astype(_SMALL),
+        derived = {name: value.astype(_QUEUED_AS.get(name, _SMALL), copy=False)
+                   for name, value in self._derived(block).items()}
+        return ToolQueue(**derived, topic=np.concatenate(
+                             (block.reference, block.distractors), axis=1).astype(_TOKEN),
                          recall_luck=block.recall_luck,
                          hallucination_rate=block.hallucination_rate)
 
-    def _codes_and_hits(self, block: ToolBlock) -> tuple[np.ndarray, np.ndarray]:
-        """The block's stage codes and its hit table, packed (``ToolQueue``'s)."""
+    def _derived(self, block: ToolBlock) -> dict[str, np.ndarray]:
+        """The queued fields a block's derivation gives (``ToolQueue``'s but the drawn ones).
+
+        The stage codes, the hit table packed, the topic columns of the spurious picks, and
+        the block's own counts, difficulties and lengths: what :meth:`_derive` and
+        :meth:`_refill` both queue.
+        """
         codes = stage_codes(block.skill, block.n_stages)
-        return codes, pack_tools(hit_table(self._by_code, codes, block.difficulty, block.luck))
+        hits = pack_tools(hit_table(self._by_code, codes, block.difficulty, block.luck))
+        return {"n_stages": block.n_stages, "codes": codes, "difficulty": block.difficulty,
+                "hits": hits, "length": block.length,
+                "topic_column": topic_columns(block.pick, block.length)}
 
     def _queue(self) -> ToolQueue:
         """The empty queue: ``_derive``'s arrays, ``task_block`` rows per sub-env, zeros."""
@@ -203,13 +210,9 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
                 n_stages, stage_skill, answer_skill, delta, noise,
                 luck[:k].reshape(k * size, MAX_TURNS, m), length, _IN_QUEUE, _IN_QUEUE,
                 topic_pick[:k].reshape(k * size, *_PICK_SHAPE), _IN_QUEUE, _IN_QUEUE))
-            codes, hits = self._codes_and_hits(block)
             rows = np.asarray(chunk)
             queue.topic[rows] = topic[:k]
-            for name, value in (("n_stages", block.n_stages), ("codes", codes),
-                                ("difficulty", block.difficulty), ("hits", hits),
-                                ("length", block.length),
-                                ("topic_column", topic_columns(block.pick, block.length))):
+            for name, value in self._derived(block).items():
                 getattr(queue, name)[rows] = value.reshape(k, size, *value.shape[1:])
             self._queued[chunk] = 0
 
