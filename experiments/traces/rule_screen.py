@@ -59,6 +59,7 @@ from agents.routers.bootstrap import threshold_aiq
 from agents.routers.evaluation import call_costs, score_table
 from agents.routers.rule import RuleRouter
 from agents.routers.statistics import text_statistics
+from cost_envs.metrics.frontier import frontier
 from cost_envs.traces import TraceDataset, load_routerarena, load_traces
 from experiments.traces.heldout import PROTOCOLS, by_cost, splits_of
 
@@ -132,20 +133,12 @@ def best_of(values: Sequence[float], table: Mapping[float, float]) -> float:
 
 
 def hull_at(cost: np.ndarray, accuracy: np.ndarray, at: float) -> float:
-    """The points' non-decreasing upper convex hull (accuracy over cost), read at ``at``."""
-    order = np.lexsort((-accuracy, cost))
-    xs: list[float] = []
-    ys: list[float] = []
-    for x, y in zip(cost[order].tolist(), accuracy[order].tolist(), strict=True):
-        if xs and x == xs[-1]:
-            continue  # the better point at this cost came first
-        while len(xs) >= 2 and ((xs[-1] - xs[-2]) * (y - ys[-2])
-                                - (ys[-1] - ys[-2]) * (x - xs[-2])) >= 0:
-            xs.pop()
-            ys.pop()
-        xs.append(x)
-        ys.append(y)
-    return float(np.interp(at, xs, np.maximum.accumulate(ys)))
+    """The points' non-decreasing upper convex hull (accuracy over cost), read at ``at``.
+
+    The tables' reading of the rule's curve (``np.interp`` on
+    :func:`~cost_envs.metrics.frontier.frontier`, as ``compare_with_rule`` does).
+    """
+    return float(np.interp(at, *frontier(cost, accuracy)))
 
 
 def parse_candidate(candidate: str) -> tuple[str, list[str]]:
