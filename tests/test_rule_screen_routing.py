@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from cost_envs.traces import TraceDataset
-from experiments.traces import rule_screen
+from experiments.traces import conformal, rule_screen
 from experiments.traces.rule_screen import Screen, best_of, hull_at
 
 WEAK, STRONG = "weak", "strong"
@@ -132,6 +132,7 @@ def test_the_command_screens_a_folder_of_subjects(tmp_path: Path,
 @pytest.mark.parametrize(("arguments", "named"), [
     (["--candidates", "plus:prcied"], "unknown learner 'prcied'"),
     (["--candidates", "sometimes:priced"], "expected alone:NAME"),
+    (["--candidates", "conf:priced+mf"], "conf|crc:NAME|rule+NAME"),
     (["--resamples", "0"], "--resamples: expected a positive integer, got 0"),
     (["--resam", "10"], "unrecognized arguments: --resam"),
 ])
@@ -153,3 +154,72 @@ def test_an_unwritable_out_is_refused_before_the_half_hour_of_work(
         rule_screen.main(["--data-dir", str(tmp_path / "none"),
                           "--out", str(tmp_path / "a_file" / "screen.json")])
     assert "--out:" in capsys.readouterr().err and not (tmp_path / "none").exists()
+
+
+def test_the_conformal_threshold_reads_the_ceil_n_plus_1_order_statistic() -> None:
+    assert [conformal.order_statistic(n, a) for n, a in
+            ((9, 0.1), (10, 0.1), (10, 0.2), (19, 0.1), (5, 0.1))] == [9, 10, 9, 18, 6]
+    scores = np.random.default_rng(0).permutation(10).astype(float)  # one query per unit
+    units = np.arange(10)
+    # k = ceil(11 * 0.8) = 9: above the 9th smallest score (8), so only the unit at 9 calls
+    t = conformal.conformal_threshold(scores, units, 0.5, 0.2)
+    assert 8.0 < t <= 9.0
+    assert conformal.conformal_threshold(scores, units, 0.5, 0.1) > 9.0  # k = 10: none
+    assert conformal.conformal_threshold(scores[:5], units[:5], 0.5, 0.1) == np.inf  # k > n
+    # within a unit the calls go from the highest score down, tied scores together
+    np.testing.assert_array_equal(
+        conformal.unit_limits(np.array([4.0, 3, 2, 1, 4, 3, 3, 1]),
+                              np.array([0, 0, 0, 0, 1, 1, 1, 1]), 0.5), [2.0, 3.0])
+    # risk control: (calls + 1) / (n + 1) <= 0.5 with n = 4 allows one call, not two
+    assert conformal.risk_control_threshold(np.arange(4.0), np.arange(4), 0.5) == 3.0
+    assert conformal.risk_control_threshold(np.arange(1.0), np.arange(1), 0.4) == np.inf
+
+
+def test_a_new_exchangeable_group_stays_within_the_target_at_the_promised_rate() -> None:
+    # groups differ (each its own mean score); 10 calibration groups and one new one
+    rng = np.random.default_rng(1)
+    trials, n, size, alpha = 3000, 10, 20, 0.2
+    units = np.repeat(np.arange(n), size)
+    within, mean_share = [], []
+    for _ in range(trials):
+        s = rng.normal(rng.normal(0, 1, n + 1)[:, None], 1.0, (n + 1, size))
+        t = conformal.conformal_threshold(s[:n].ravel(), units, 0.5, alpha)
+        within.append(np.mean(s[n] >= t) <= 0.5)
+        mean_share.append(np.mean(s[n] >= conformal.risk_control_threshold(
+            s[:n].ravel(), units, 0.5)))
+    rate, se = float(np.mean(within)), float(np.sqrt(0.2 * 0.8 / trials))
+    # promised >= 1 - alpha = 0.8; exactly k / (n + 1) = 9/11 here (no ties); the plain
+    # quantile (k = ceil(n (1 - alpha)) = 8) would give 8/11 = 0.73
+    assert rate >= 1 - alpha - 3 * se
+    assert abs(rate - 9 / 11) < 4 * se
+    assert 0.3 < np.mean(mean_share) <= 0.5 + 3 * np.std(mean_share) / np.sqrt(trials)
+
+
+def test_the_conformal_threshold_reads_only_training_groups() -> None:
+    data = dataset("length", n=1200, n_groups=60)
+    box = Screen(data, "group")
+    train, test = halves(data)
+    fit, cal = box.calibration(train)
+    assert np.all(np.isin(cal, train)) and np.all(np.isin(fit, train))
+    assert not set(box.units(cal)) & set(box.units(fit))  # whole groups on each side
+    for mode in ("conf", "crc"):
+        on_fit, on_test, fact = box.conformal(mode, ["rule"], train, test)
+        assert np.isfinite(fact["threshold"]) and fact["calibration_units"] >= 10
+        # the threshold is the calibration groups' alone, whatever is held out
+        assert box.conformal(mode, ["rule"], train, test[::3])[2]["threshold"] == \
+            fact["threshold"]
+        on_cal = box.alone("rule", fit, cal)[1]
+        expected = (conformal.conformal_threshold(on_cal, box.units(cal), 0.5, 0.1)
+                    if mode == "conf" else
+                    conformal.risk_control_threshold(on_cal, box.units(cal), 0.5))
+        assert fact["threshold"] == expected
+        # fitted on the proper-training groups only, not refitted on the calibration ones
+        np.testing.assert_array_equal(on_fit, box.alone("rule", fit, test)[0])
+        np.testing.assert_array_equal(on_test, box.alone("rule", fit, test)[1])
+    entry = box.evaluate([(train, test)], "crc:rule+logistic", n_resamples=50)
+    promise = entry["guarantee"]
+    assert promise["alpha"] is None and promise["units"] == len(set(box.units(test)))
+    assert 0 < promise["mean_share"] == pytest.approx(entry["test_share"], abs=0.1)
+    assert rule_screen.parse_candidate("conf:rule+priced") == ("conf", ["rule", "priced"])
+    assert rule_screen.parse_candidate("crc:rule") == ("crc", ["rule"])
+    assert rule_screen.parse_candidate("conf:priced") == ("conf", ["priced"])

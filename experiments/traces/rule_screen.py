@@ -23,7 +23,21 @@ on held-out queries, and prints each one's figure per split seed:
   reward a noisy correction);
 * **share** (direction (d)): the rule (or a ``plus`` router) at an operating point chosen
   by the same inner folds: the strong-call share of :data:`SHARES` whose calibrated point
-  lies highest above the rule's held-out hull at its cost, on the validation folds.
+  lies highest above the rule's held-out hull at its cost, on the validation folds;
+* **conf** and **crc** (conformal thresholds, :mod:`experiments.traces.conformal`): split
+  conformal calibration of the operating point. The training part is split once more
+  (:meth:`~cost_envs.traces.TraceDataset.split_indices`, seed 0,
+  :data:`CALIBRATION_FRACTION` of it, whole groups, or prompts for a split by query) into
+  proper-training and calibration units; the router (``conf:NAME``: ``NAME`` alone,
+  ``NAME`` ``rule`` or a learner; ``conf:rule+NAME[+NAME...]``: the ``plus`` router, its
+  ``w`` chosen on inner folds of the proper-training part) is fitted on the
+  proper-training part only, and its threshold is the one that keeps a new unit's
+  strong-call share within :data:`CONFORMAL_TARGET` with probability at least
+  ``1 -`` :data:`CONFORMAL_ALPHA` (``conf``: the ``ceil((n + 1)(1 - alpha))``-th smallest
+  of the ``n`` calibration units' shares within the target; ``inf``, no strong call, when
+  there are too few units) or in expectation (``crc``: conformal risk control). The model
+  is not refitted on the calibration units, which would void the guarantee; its
+  realised share on each held-out unit is reported beside the figure (``guarantee``).
 
 Each candidate is fitted on the training part of a split, calibrated on its training
 scores for its share (50% unless chosen) as the tables calibrate, and scored on the
@@ -61,6 +75,7 @@ from agents.routers.rule import RuleRouter
 from agents.routers.statistics import text_statistics
 from cost_envs.metrics.frontier import frontier
 from cost_envs.traces import TraceDataset, load_routerarena, load_traces
+from experiments.traces.conformal import conformal_threshold, risk_control_threshold, unit_shares
 from experiments.traces.heldout import PROTOCOLS, by_cost, splits_of
 
 #: RouteLLM's logs, read in place beside the repository (``../shared/data/routellm``)
@@ -75,6 +90,11 @@ INNER_FOLDS = 5
 #: The seeded splits, and the share of queries each holds out (the issue's 32 of 53).
 SEEDS = (0, 1, 2, 3, 4)
 TEST_FRACTION = 0.6
+#: ``conf``/``crc``: the share of the training part held out as calibration units, the
+#: strong-call share a held-out unit should stay within, and the probability it may not.
+CALIBRATION_FRACTION = 0.5
+CONFORMAL_TARGET = 0.5
+CONFORMAL_ALPHA = 0.1
 #: The learners by name: a router kind and its settings (``"-mlm"``: MiniLM features).
 LEARNERS: dict[str, tuple[str, dict[str, Any]]] = {
     "logistic": ("logistic", {}), "priced": ("priced", {}), "cluster": ("cluster", {}),
@@ -101,6 +121,11 @@ EMBEDDING_CANDIDATES = (
     "plus:logistic-mlm+priced-mlm+cluster-mlm",
     "plus:logistic+priced+mf+logistic-mlm+priced-mlm", "gap:priced-mlm", "gap:logistic-mlm",
     "gap:logistic+priced+mf+logistic-mlm+priced-mlm",
+)
+#: The conformal candidates (``conf``: with probability ``1 - alpha``; ``crc``: in mean).
+CONFORMAL_CANDIDATES = (
+    "conf:rule", "conf:priced", "conf:rule+priced", "conf:rule+logistic+priced+mf+cluster",
+    "crc:rule", "crc:priced", "crc:rule+priced",
 )
 
 Split = tuple[np.ndarray, np.ndarray]
@@ -144,6 +169,9 @@ def hull_at(cost: np.ndarray, accuracy: np.ndarray, at: float) -> float:
 def parse_candidate(candidate: str) -> tuple[str, list[str]]:
     """``mode:learner[+learner...]`` as its mode and learners (``rule`` dropped but alone).
 
+    ``conf``/``crc`` keep ``rule``: ``[NAME]`` is a router alone (``rule`` included),
+    ``["rule", NAME, ...]`` the ``plus`` router.
+
     Raises:
         ValueError: One line naming the candidate and what was expected.
     """
@@ -155,10 +183,14 @@ def parse_candidate(candidate: str) -> tuple[str, list[str]]:
                              f"expected names of {sorted(LEARNERS)}")
     if mode == "alone" and len(rest.split("+")) == 1:
         return mode, [rest]
+    if mode in ("conf", "crc") and (rest == "rule" or names == [rest]
+                                    or (rest.startswith("rule+") and names)):
+        return mode, (["rule", *names] if rest.startswith("rule") else names)
     if (mode in ("plus", "gap") and names) or mode == "share":
         return mode, names
     raise ValueError(f"candidate: expected alone:NAME, plus:NAME[+NAME...], "
-                     f"gap:NAME[+NAME...] or share:rule|NAME[+NAME...], got {candidate!r}")
+                     f"gap:NAME[+NAME...], share:rule|NAME[+NAME...] or conf|crc:NAME|"
+                     f"rule+NAME[+NAME...], got {candidate!r}")
 
 
 class Screen:
@@ -299,6 +331,54 @@ class Screen:
         return (router.scores_inputs(take(spec[2], train)),
                 router.scores_inputs(take(spec[2], test)), {"floor": spec[5]})
 
+    def units(self, rows: np.ndarray) -> np.ndarray:
+        """The exchangeable unit of each of ``rows``: its group, or its prompt."""
+        return self.data.clusters(self.split_by)[rows]
+
+    def calibration(self, train: np.ndarray) -> Split:
+        """(proper training, calibration): :data:`CALIBRATION_FRACTION` of ``train``'s units.
+
+        The calibration part is empty where ``train`` has a single unit.
+        """
+        try:
+            fit, cal = self.data.subset(train).split_indices(
+                seed=0, test_fraction=CALIBRATION_FRACTION, split_by=self.split_by)
+        except ValueError:
+            return train, train[:0]
+        return train[fit], train[cal]
+
+    def conformal(self, mode: str, names: Sequence[str], train: np.ndarray,
+                  test: np.ndarray) -> Made:
+        """A router fitted on proper-training units, its threshold conformal on the rest.
+
+        ``mode``: ``"conf"`` (:func:`~experiments.traces.conformal.conformal_threshold`) or
+        ``"crc"`` (:func:`~experiments.traces.conformal.risk_control_threshold`); ``names``:
+        one name (the router alone, ``rule`` included) or ``["rule", NAME, ...]`` (the
+        ``plus`` router). Only ``train`` is read for the threshold: ``test`` is scored.
+
+        Returns:
+            The proper-training and ``test`` scores, and facts: the ``threshold`` (never
+            below the router's floor), the calibration units' count and the guarantee's
+            ``target`` and ``alpha`` (``None`` for ``crc``).
+        """
+        fit, cal = self.calibration(train)
+        rows = np.concatenate([cal, test])
+        if len(names) > 1:
+            on_fit, on_rows, fact = self.plus(names[1:], fit, rows)
+        else:
+            on_fit, on_rows, fact = self.alone(names[0], fit, rows)
+        on_cal, on_test = on_rows[:len(cal)], on_rows[len(cal):]
+        if mode == "conf":
+            threshold = conformal_threshold(on_cal, self.units(cal), CONFORMAL_TARGET,
+                                            CONFORMAL_ALPHA)
+        else:
+            threshold = risk_control_threshold(on_cal, self.units(cal), CONFORMAL_TARGET)
+        floor = fact.pop("floor", -np.inf)
+        return on_fit, on_test, {
+            **fact, "threshold": max(threshold, float(floor)),
+            "calibration_units": len(np.unique(self.units(cal))),
+            "target": CONFORMAL_TARGET, "alpha": CONFORMAL_ALPHA if mode == "conf" else None}
+
     def curve(self, rows: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(cost, accuracy) per query of a score's threshold curve on ``rows``."""
         order = np.argsort(-scores, kind="stable")
@@ -316,12 +396,22 @@ class Screen:
         if mode in ("plus", "gap"):
             criterion = "aiq" if mode == "plus" else "gap"
             return lambda train, test: self.plus(names, train, test, criterion)
+        if mode in ("conf", "crc"):
+            return lambda train, test: self.conformal(mode, names, train, test)
         return lambda train, test: self.share(names, train, test)
 
     def evaluate(self, splits: Sequence[Split], candidate: str, n_resamples: int
                  ) -> dict[str, Any]:
-        """``candidate`` over ``splits`` (held-out parts pooled), minus the rule at its cost."""
+        """``candidate`` over ``splits`` (held-out parts pooled), minus the rule at its cost.
+
+        A conformal candidate's entry adds ``guarantee``: its ``target`` and ``alpha``, the
+        number of held-out units, the share of them whose strong-call share stayed within
+        the target (``within``, promised ``>= 1 - alpha`` by ``conf``) and their mean share
+        (``mean_share``, promised ``<= target`` by ``crc``).
+        """
         make = self.make(candidate)
+        shares: list[np.ndarray] = []
+        promise: dict[str, Any] = {}
         held = np.sort(np.concatenate([test for _, test in splits]))
         where = np.searchsorted(held, np.arange(self.data.n_queries))
         scores, rule, calls = np.zeros(len(held)), np.zeros(len(held)), np.zeros(len(held),
@@ -329,11 +419,18 @@ class Screen:
         facts = []
         for train, test in splits:
             on_train, on_test, fact = make(train, test)
-            point = calibrate_share(on_train, fact.pop("share", 0.5),
-                                    floor=fact.pop("floor", -np.inf))
-            facts.append({**fact, "share": point.strong_share})
+            if "threshold" in fact:  # conformal: set on calibration units, not on_train
+                threshold = fact.pop("threshold")
+                promise = {"target": fact.pop("target"), "alpha": fact.pop("alpha")}
+                share = float((on_train >= threshold).mean())
+                shares.append(unit_shares(on_test >= threshold, self.units(test)))
+            else:
+                point = calibrate_share(on_train, fact.pop("share", 0.5),
+                                        floor=fact.pop("floor", -np.inf))
+                threshold, share = point.threshold, point.strong_share
+            facts.append({**fact, "share": share})
             rows = where[test]
-            scores[rows], calls[rows] = on_test, on_test >= point.threshold
+            scores[rows], calls[rows] = on_test, on_test >= threshold
             rule[rows] = self.rule_base(train, test)
         test_data = self.data.subset(held)
         c = call_costs(test_data)
@@ -346,9 +443,16 @@ class Screen:
                             n_resamples=n_resamples, seed=0)
         diff = table["rule"]["x"]["accuracy"]
         random = table["points"]["x"]["minus_random_at_cost"]["accuracy"]
-        return {"minus_rule_at_cost": [diff["value"], *diff["ci"]],
-                "minus_random_at_cost": [random["value"], *random["ci"]],
-                "test_share": float(calls.mean()), "folds": facts}
+        out = {"minus_rule_at_cost": [diff["value"], *diff["ci"]],
+               "minus_random_at_cost": [random["value"], *random["ci"]],
+               "test_share": float(calls.mean()), "folds": facts}
+        if shares:
+            held_shares = np.concatenate(shares)
+            out["guarantee"] = {
+                **promise, "units": len(held_shares),
+                "within": float(np.mean(held_shares <= promise["target"] * (1 + 1e-12))),
+                "mean_share": float(held_shares.mean())}
+        return out
 
 
 def datasets(data_dir: Path, arena_dir: Path) -> dict[str, tuple[TraceDataset, str]]:
@@ -434,6 +538,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="mode:learner[+learner...] (default: every candidate)")
     parser.add_argument("--embeddings", action="store_true",
                         help="add the MiniLM candidates (the embeddings extra)")
+    parser.add_argument("--conformal", action="store_true",
+                        help="add the conformal candidates (conf:, crc:)")
     parser.add_argument("--resamples", type=int, default=1000,
                         help="bootstrap resamples per interval (default: %(default)s)")
     parser.add_argument("--out", type=Path, required=True,
@@ -446,7 +552,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as error:
         parser.error(f"--out: {error}")
     candidates = args.candidates or [*CANDIDATES,
-                                      *(EMBEDDING_CANDIDATES if args.embeddings else ())]
+                                      *(EMBEDDING_CANDIDATES if args.embeddings else ()),
+                                      *(CONFORMAL_CANDIDATES if args.conformal else ())]
     for candidate in candidates:  # a mistyped candidate is refused before the first fit
         try:
             parse_candidate(candidate)
