@@ -249,3 +249,12 @@ def test_budget_follows_set_budget_per_sub_env() -> None:
 def test_trace_routing_cascade_in_every_mode(wrapper: str, mode: AutoresetMode) -> None:
     """The cascade's two-step episodes (escalate or accept) under every wrapper and mode."""
     compare(*pair("cost_envs/TraceRouting-v0", wrapper, mode, cascade=True), mode, wrapper)
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
+@pytest.mark.parametrize("wrapper", list(WRAPPERS))
+def test_toolbench_cleared_difficulties_in_every_mode(wrapper: str, mode: AutoresetMode) -> None:
+    """The option's extra slots (the difficulties of cleared stages, issue #38) bit for bit."""
+    native, sync = pair("cost_envs/ToolBench-v0", wrapper, mode, cleared_difficulties=True)
+    assert native.single_observation_space.shape == (21,)
+    compare(native, sync, mode, wrapper)

@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from gymnasium import spaces
 
-from cost_envs.config import probability
+from cost_envs.config import boolean, probability
 from cost_envs.core import OrchestrationEnv, Outcome, State
 from cost_envs.envs.toolbench_tables import (
     MAX_ANSWER_TOKENS,
@@ -215,6 +215,39 @@ def derive_block(draws: ToolDraws) -> ToolBlock:
                      draws.distractors, pick, draws.recall_luck, draws.hallucination_rate)
 
 
+#: ``cleared_difficulties=True``'s slots (:func:`cleared_difficulty_rows`), after the 17 of
+#: ``ToolBenchEnv.observation_layout``.
+CLEARED_DIFFICULTIES = slice(17, 17 + MAX_STAGES)
+
+
+def cleared_difficulty_rows(difficulty: np.ndarray, n_stages: np.ndarray) -> np.ndarray:
+    """``rows[b, s, j]``: task b's stage j difficulty once it is cleared (``j < s``), else 0.
+
+    What ``cleared_difficulties=True`` adds to the observation at stage ``s`` (the
+    difficulties of the stages already cleared, each the float32 the observation showed
+    while it was the current stage), for a block of padded tasks: ``difficulty``
+    ``(n, 4)``, ``n_stages`` ``(n,)``; out ``(n, 5, 4)`` float32 (stage 4: all cleared).
+    """
+    stage = np.arange(MAX_STAGES)
+    shown = (difficulty * (stage < np.asarray(n_stages)[:, None])).astype(np.float32)
+    cleared = stage < np.arange(MAX_STAGES + 1)[:, None]  # (stage s, slot j): j < s
+    return np.where(cleared, shown[:, None, :], np.float32(0.0))
+
+
+def observation_table(codes: np.ndarray, difficulty: np.ndarray, n_stages: np.ndarray,
+                      cleared_difficulties: bool) -> np.ndarray:
+    """``rows[b, s]``: the observation at stage s but for the turn and failure entries.
+
+    ``observation_rows``'s 17 slots, followed with ``cleared_difficulties`` by
+    :func:`cleared_difficulty_rows`'s 4: the one place both envs (single and batched)
+    build the observation's per-stage rows.
+    """
+    rows = observation_rows(codes, difficulty, n_stages)
+    if not cleared_difficulties:
+        return rows
+    return np.concatenate((rows, cleared_difficulty_rows(difficulty, n_stages)), axis=2)
+
+
 class _Tables(NamedTuple):
     hits: list  # hits[t][s][i] as nested lists: indexing them is the hot path of step
     observation_rows: np.ndarray
@@ -263,6 +296,15 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
     once all stages are cleared) and ``remaining_skills`` (count of each skill over the
     remaining stages / 4). Luck and the reference answer are never observed.
 
+    The observation is memoryless: the difficulty of a stage is shown while it is the
+    current one, then gone. With ``cleared_difficulties=True`` it is
+    ``Box(0, 1, (21,), float32)``: the same 17 slots, then ``cleared_difficulties``, the
+    difficulty of each of stages 0-3 once it is cleared, as it was shown (0 before; how
+    many are cleared is ``stages_left`` and ``progress``). That is the history the Bayes
+    reference (``agents.planning.BayesToolBenchPlanner``) keeps in its recurrent state
+    and conditions its posterior on: with it, the observation holds all the reference
+    knows of the episode.
+
     ## Rewards
 
     Eq. 1 of the paper, ``alpha*S + beta*Q - lam*sum_i c_i z_i - gamma*||z||_0`` with
@@ -284,6 +326,8 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
     * ``pool``: an :class:`AgentPool` over ``SKILLS``, its dict form or a JSON/YAML path.
     * ``pool_size``: size of the preset pool (1-12, default 8); not with ``pool``.
     * ``f1_threshold``: answer F1 needed for success (default 0.6).
+    * ``cleared_difficulties``: ``True`` appends the difficulties of the stages cleared
+      (Observation Space; default ``False``: the tasks and dynamics are the same either way).
     * ``reward_weights``: :class:`RewardWeights` or a mapping.
     * ``render_mode``: ``None`` or ``"ansi"``.
     * ``budget``, ``on_exceed``: HardBudget built by ``gym.make`` (:mod:`cost_envs.registration`).
@@ -309,7 +353,8 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
 
     ## Version History
 
-    * v0: initial version.
+    * v0: initial version. The ``cleared_difficulties`` option (issue #38) came later;
+      off, the observation, the tasks and the trajectories are those of the first v0.
     """
 
     task_type = ToolTask
@@ -330,7 +375,9 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
         f1_threshold: float = 0.6,
         reward_weights: RewardWeights | Mapping[str, float] | None = None,
         render_mode: str | None = None,
+        cleared_difficulties: bool = False,
     ) -> None:
+        boolean(cleared_difficulties, "cleared_difficulties", where="ToolBench-v0")
         if pool is not None and pool_size is not None:
             raise ValueError("ToolBench-v0: pass either pool or pool_size, not both "
                              f"(got pool_size={pool_size!r} with a custom pool)")
@@ -344,7 +391,13 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
         probability(f1_threshold, "f1_threshold", where="ToolBench-v0")
         super().__init__(pool, reward_weights, render_mode)
         self.f1_threshold = float(f1_threshold)
-        self.observation_space = spaces.Box(0.0, 1.0, shape=(17,), dtype=np.float32)
+        self.cleared_difficulties = bool(cleared_difficulties)
+        size = 17
+        if self.cleared_difficulties:
+            self.observation_layout = {**self.observation_layout,
+                                       "cleared_difficulties": CLEARED_DIFFICULTIES}
+            size = CLEARED_DIFFICULTIES.stop
+        self.observation_space = spaces.Box(0.0, 1.0, shape=(size,), dtype=np.float32)
 
     # ------------------------------------------------------------------ tasks
     def draw_block(self, rng: np.random.Generator, n: int) -> ToolBlock:
@@ -431,12 +484,13 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
         """Per-pool dynamics of a block of (padded) tasks, vectorised.
 
         Returns ``hits[b, t, s, i]`` (tool i clears stage s if called at turn t) and
-        ``rows[b, s]``, the observation at stage s but for the turn and failure entries.
+        ``rows[b, s]``, the observation at stage s but for the turn and failure entries
+        (:func:`observation_table`).
         """
         codes = stage_codes(skill, n_stages)
         by_code = capabilities_by_code(self.pool.capabilities)
         hits = hit_table(by_code, codes, difficulty, luck)
-        return hits, observation_rows(codes, difficulty, n_stages)
+        return hits, observation_table(codes, difficulty, n_stages, self.cleared_difficulties)
 
     # ------------------------------------------------------------- dynamics
     def _initial_state(self, task: ToolTask, tables: _Tables) -> State:

@@ -1,8 +1,9 @@
 """ToolBench-v0 batched: every sub-env's turn as array operations.
 
 The single env's dynamics (:class:`~cost_envs.envs.toolbench.ToolBenchEnv`), over the rows
-of the sub-envs that step, with the single env's own helpers (``hit_table``,
-``observation_rows``, ``topic_columns`` of :mod:`cost_envs.envs.toolbench_tables`): a
+of the sub-envs that step, with the single env's own helpers (``hit_table`` and
+``topic_columns`` of :mod:`cost_envs.envs.toolbench_tables`, ``observation_table`` of its
+module, with the ``cleared_difficulties`` option's slots if asked): a
 called tool clears the current stage when its luck at this turn is below its clear
 probability; clearing the last stage composes the answer with the strongest tool that
 cleared it, and the answer's multiset token F1 counts ``token_f1``'s ``Counter``
@@ -26,13 +27,13 @@ from cost_envs.envs.toolbench import (
     ToolDraws,
     ToolUniforms,
     derive_block,
+    observation_table,
 )
 from cost_envs.envs.toolbench_tables import (
     MAX_ANSWER_TOKENS,
     MAX_STAGES,
     capabilities_by_code,
     hit_table,
-    observation_rows,
     stage_codes,
     topic_columns,
 )
@@ -104,7 +105,7 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
 
     A :class:`~cost_envs.vector.base.BatchedOrchestrationEnv` of ``ToolBenchEnv``: its
     keywords are that env's arguments (``pool``, ``pool_size``, ``f1_threshold``,
-    ``reward_weights``).
+    ``reward_weights``, ``cleared_difficulties``).
     """
 
     env_class = ToolBenchEnv
@@ -128,7 +129,8 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         self._stage = np.zeros(n, dtype=np.int64)
         self._failed = np.zeros(n, dtype=np.int64)
         self._n_stages = np.zeros(n, dtype=np.int64)
-        self._rows = np.zeros((n, MAX_STAGES + 1, 17), dtype=np.float32)
+        self._rows = np.zeros((n, MAX_STAGES + 1, *self.single_observation_space.shape),
+                              dtype=np.float32)
         self._first_row = np.arange(n) * (MAX_STAGES + 1)  # of each sub-env's rows
         self._scratch: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # _refill's
 
@@ -221,8 +223,9 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         # the small integers as queued: indices, and promoted to int64 or float64 by what
         # they meet (the values of the single env's int64)
         n_stages = blocks.n_stages.take(rows)
-        self._rows[idx] = observation_rows(blocks.codes.take(rows, axis=0),
-                                           blocks.difficulty.take(rows, axis=0), n_stages)
+        self._rows[idx] = observation_table(blocks.codes.take(rows, axis=0),
+                                            blocks.difficulty.take(rows, axis=0), n_stages,
+                                            self.single_env.cleared_difficulties)
         self._stage[idx] = 0
         self._failed[idx] = 0
         self._n_stages[idx] = n_stages
