@@ -118,13 +118,15 @@ def test_the_command_screens_a_folder_of_subjects(tmp_path: Path,
         (folder / f"mmlu_{subject}.csv").write_text("\n".join(rows) + "\n")
     out = tmp_path / "screen.json"
     assert rule_screen.main(["--data-dir", str(tmp_path / "routellm"), "--datasets", "mmlu",
-                             "--candidates", "alone:rule", "plus:logistic",
+                             "--candidates", "alone:rule", "plus:logistic", "conf:rule",
                              "--resamples", "50", "--out", str(out)]) == 0
     result = json.loads(out.read_text())["mmlu"]
-    assert sorted(result) == ["alone:rule", "plus:logistic"]
+    assert sorted(result) == ["alone:rule", "conf:rule", "plus:logistic"]
+    assert result["conf:rule"]["tables"]["guarantee"]["units"] == 4  # each subject once
     assert sorted(result["alone:rule"]) == [*(f"seed {s}" for s in rule_screen.SEEDS),
                                             "tables"]
-    assert "| alone:rule | " in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "| alone:rule | " in printed and "**mmlu**, the conformal guarantee" in printed
     assert rule_screen.main(["--data-dir", str(tmp_path / "none"), "--datasets", "mmlu",
                              "--out", str(out)]) == 2
 

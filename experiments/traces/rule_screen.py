@@ -122,7 +122,8 @@ EMBEDDING_CANDIDATES = (
     "plus:logistic+priced+mf+logistic-mlm+priced-mlm", "gap:priced-mlm", "gap:logistic-mlm",
     "gap:logistic+priced+mf+logistic-mlm+priced-mlm",
 )
-#: The conformal candidates (``conf``: with probability ``1 - alpha``; ``crc``: in mean).
+#: The conformal candidates, also run by default (``conf``: within the target with
+#: probability ``1 - alpha``; ``crc``: in mean).
 CONFORMAL_CANDIDATES = (
     "conf:rule", "conf:priced", "conf:rule+priced", "conf:rule+logistic+priced+mf+cluster",
     "crc:rule", "crc:priced", "crc:rule+priced",
@@ -504,7 +505,9 @@ def markdown(result: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> list[str]
     """Per dataset a table: each candidate's accuracy minus the rule at its cost, per split.
 
     The last columns count the seeds whose interval lies above 0 (beats) and below 0
-    (loses).
+    (loses). Conformal candidates add a table of their guarantee per split: the share of
+    held-out units whose strong-call share stayed within the target, and the units' mean
+    share.
     """
     lines: list[str] = []
     for name, rows in result.items():
@@ -519,6 +522,16 @@ def markdown(result: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> list[str]
             lines.append(f"| {candidate} | "
                          + " | ".join(_cell(entries[label]["minus_rule_at_cost"])
                                       for label in labels) + f" | {above} | {below} |")
+        promised = {c: e for c, e in rows.items() if "guarantee" in e[labels[0]]}
+        if promised:
+            lines += ["", f"**{name}**, the conformal guarantee (held-out units within the "
+                      "target; their mean strong-call share)", "",
+                      "| candidate | " + " | ".join(labels) + " |",
+                      "|---" * (len(labels) + 1) + "|"]
+            for candidate, entries in promised.items():
+                lines.append(f"| {candidate} | " + " | ".join(
+                    f"{g['within']:.3f} of {g['units']}; {g['mean_share']:.3f}"
+                    for g in (entries[label]["guarantee"] for label in labels)) + " |")
     return lines
 
 
@@ -538,8 +551,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="mode:learner[+learner...] (default: every candidate)")
     parser.add_argument("--embeddings", action="store_true",
                         help="add the MiniLM candidates (the embeddings extra)")
-    parser.add_argument("--conformal", action="store_true",
-                        help="add the conformal candidates (conf:, crc:)")
     parser.add_argument("--resamples", type=int, default=1000,
                         help="bootstrap resamples per interval (default: %(default)s)")
     parser.add_argument("--out", type=Path, required=True,
@@ -551,9 +562,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_creatable(args.out)  # a bad path fails now, not after half an hour
     except ValueError as error:
         parser.error(f"--out: {error}")
-    candidates = args.candidates or [*CANDIDATES,
-                                      *(EMBEDDING_CANDIDATES if args.embeddings else ()),
-                                      *(CONFORMAL_CANDIDATES if args.conformal else ())]
+    candidates = args.candidates or [*CANDIDATES, *CONFORMAL_CANDIDATES,
+                                      *(EMBEDDING_CANDIDATES if args.embeddings else ())]
     for candidate in candidates:  # a mistyped candidate is refused before the first fit
         try:
             parse_candidate(candidate)
