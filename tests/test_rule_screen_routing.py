@@ -175,6 +175,9 @@ def test_the_conformal_threshold_reads_the_ceil_n_plus_1_order_statistic() -> No
     # risk control: (calls + 1) / (n + 1) <= 0.5 with n = 4 allows one call, not two
     assert conformal.risk_control_threshold(np.arange(4.0), np.arange(4), 0.5) == 3.0
     assert conformal.risk_control_threshold(np.arange(1.0), np.arange(1), 0.4) == np.inf
+    # n = 1, target 0.5: (0 + 1) / 2 meets it, (1 + 1) / 2 does not: just above the score
+    assert conformal.risk_control_threshold(np.ones(1), np.arange(1), 0.5) == \
+        np.nextafter(1.0, np.inf)
 
 
 def test_a_new_exchangeable_group_stays_within_the_target_at_the_promised_rate() -> None:

@@ -127,8 +127,9 @@ def risk_control_threshold(scores: np.ndarray, units: np.ndarray, target: float,
                            weights: np.ndarray | None = None) -> float:
     """The lowest threshold with ``(sum_g L_g(t) + 1) / (n + 1) <= target``.
 
-    Conformal risk control of the mean unit share (the loss is bounded by ``B = 1``);
-    ``inf`` when even no strong call does not meet it (``1 / (n + 1) > target``).
+    Conformal risk control of the mean unit share (the loss is bounded by ``B = 1``):
+    just above the highest calibration score when only no strong call meets it, ``inf``
+    when even that does not (``1 / (n + 1) > target``).
     """
     s, codes, w = _units(scores, units, weights)
     _check(target)
@@ -142,4 +143,4 @@ def risk_control_threshold(scores: np.ndarray, units: np.ndarray, target: float,
     # thresholds at each distinct score: calling every query scored at or above it
     last = np.flatnonzero(np.append(ordered[1:] != ordered[:-1], True))
     ok = last[risk[last] <= target * (1 + 1e-12)]
-    return float(ordered[ok[-1]]) if ok.size else float("inf")
+    return float(ordered[ok[-1]]) if ok.size else float(np.nextafter(ordered[0], np.inf))
