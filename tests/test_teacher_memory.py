@@ -60,4 +60,25 @@ def test_smoke_report_writes_the_table(tmp_path) -> None:
     assert written[0].name == "teacher_memory.md"
     assert "## Paired: with the history minus memoryless" in text
     assert text.count("| student, ") == 2 and "Machine:" in text
-    assert np.isfinite(float(text.split("Over the same seeds and tasks: ")[1].split()[0]))
+    assert np.isfinite(float(text.split("Over the same 2 seeds and tasks: ")[1].split()[0]))
+
+
+def test_the_report_pairs_the_tables_seeds_apart() -> None:
+    """Past the tables' 5 seeds, the first 5 are paired alone too; the differences are paired."""
+    from experiments.teacher_memory.report import render
+
+    rng = np.random.default_rng(0)
+    rule, planner = rng.random(50), rng.random(50) + 0.5
+    fixed = {"rule": rule.tolist(), "planner": planner.tolist(),
+             "bayes": (planner + 0.01).tolist(), "rule_label": "RuleBased"}
+    base = rng.random((6, 50)) + 0.3
+    runs = [{"arm": arm, "seed": seed, "returns": (base[seed] + shift).tolist(),
+             "success": 0.5} for arm, shift in (("memoryless", 0.0), ("history", 0.02))
+            for seed in range(6)]
+    scale = replace(SMOKE, seeds=6, episodes=50)
+    text = render(fixed, runs, scale, runner.row_config(scale), "cmd")
+    assert "### Seeds 0-4 alone (the tables' 5)" in text
+    # a constant +0.02 per task: the paired difference has no spread at all
+    assert "Over the same 6 seeds and tasks: +0.020 [+0.020, +0.020]" in text
+    assert "Over the same 5 seeds and tasks: +0.020 [+0.020, +0.020]" in text
+    assert "Command: `cmd`." in text

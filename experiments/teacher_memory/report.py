@@ -12,7 +12,7 @@ from cost_envs.metrics import bootstrap_gap_closed, bootstrap_mean_ci
 from experiments.budgets.report import share_text
 from experiments.shared.common import machine
 from experiments.shared.gaps import method_share, share_cell
-from experiments.teacher_memory.settings import ARMS, ENV_ID, Scale
+from experiments.teacher_memory.settings import ARMS, ENV_ID, TABLE_SEEDS, Scale
 
 
 def _mean_cell(values: np.ndarray, resamples: int, signed: bool = False) -> str:
@@ -83,22 +83,40 @@ def render(fixed: Mapping[str, Any], runs: Sequence[Mapping[str, Any]], scale: S
               f"{share_cell(teacher)} | - |",
               f"| planner (knows the task, not the luck) | {_mean_cell(planner, resamples)} "
               "| - | 1 | - |", ""]
-    # paired: seed s of one arm against seed s of the other (the same seeds, traces and
-    # tasks); the share of a difference is the difference's mean over the gap, with the
-    # same interval as a share, of (difference + rule) against the rule
+    lines += ["## Paired: with the history minus memoryless", "",
+              *_paired(arms, bayes, rule, planner, resamples, n_seeds)]
+    if n_seeds > TABLE_SEEDS:
+        first = {arm: runs[:TABLE_SEEDS] for arm, runs in arms.items()}
+        entries = {arm: method_share(arm, first[arm].tolist(), rule.tolist(),
+                                     planner.tolist()) for arm in ARMS}
+        shares = "; ".join(f"{arm} {share_cell(entry)}" for arm, entry in entries.items())
+        lines += [f"### Seeds 0-{TABLE_SEEDS - 1} alone (the tables' {TABLE_SEEDS})", "",
+                  f"Shares of the gap: {shares}.", "",
+                  *_paired(first, bayes, rule, planner, resamples, TABLE_SEEDS)]
+    return "\n".join(lines)
+
+
+def _paired(arms: Mapping[str, np.ndarray], bayes: np.ndarray, rule: np.ndarray,
+            planner: np.ndarray, resamples: int, n_seeds: int) -> list[str]:
+    """The paired differences' lines: with the history minus memoryless, the teacher minus each.
+
+    Seed s of one arm against seed s of the other (the same seeds, traces and tasks); the
+    share of a difference is its mean over the gap, with the interval of a share of
+    (difference + rule) against the rule (:func:`cost_envs.metrics.bootstrap_gap_closed`).
+    """
     difference = arms["history"] - arms["memoryless"]
     share = bootstrap_gap_closed(difference + rule, rule, planner)
     _, low, high = bootstrap_mean_ci(difference, n_resamples=resamples)
-    lines += ["## Paired: with the history minus memoryless", "",
-              f"Over the same seeds and tasks: {_mean_cell(difference, resamples, True)} of "
-              f"mean return, {share_text(share)} of the gap ({_verdict(low, high)}); per "
-              "seed " + ", ".join(f"{v:+.3f}" for v in difference.mean(axis=1)) + ".", "",
-              "The teacher minus each student, paired over the tasks (the teacher's one run "
-              "against each seed):", ""]
+    lines = [f"Over the same {n_seeds} seeds and tasks: "
+             f"{_mean_cell(difference, resamples, True)} of mean return, {share_text(share)} "
+             f"of the gap ({_verdict(low, high)}); per seed "
+             + ", ".join(f"{v:+.3f}" for v in difference.mean(axis=1)) + ".", "",
+             "The teacher minus each student, paired over the tasks (the teacher's one run "
+             "against each seed):", ""]
     for arm, (_, label) in ARMS.items():
         behind = bayes[None, :] - arms[arm]
         _, low, high = bootstrap_mean_ci(behind, n_resamples=resamples)
-        lines.append(f"* {label}: {_mean_cell(behind, resamples, True)} of mean return "
-                     f"({_verdict(low, high)})")
-    lines.append("")
-    return "\n".join(lines)
+        gap = bootstrap_gap_closed(behind + rule, rule, planner)
+        lines.append(f"* {label}: {_mean_cell(behind, resamples, True)} of mean return, "
+                     f"{share_text(gap)} of the gap ({_verdict(low, high)})")
+    return [*lines, ""]
