@@ -23,9 +23,10 @@ from cost_envs.envs.toolbench import MAX_STAGES, MAX_TURNS, ToolBenchEnv, ToolTa
 class AnswerModel:
     """The exact distribution of a ToolBench answer's F1, given its composer's strength.
 
-    The env composes the answer at turn ``t`` with composer strength ``q``: each of the
-    ``L`` reference positions is recalled independently with probability
-    ``p = 0.3 + 0.7 q`` (``recall_luck[t, j] < p``); ``n_s = round(L (1 - q) h)`` spurious
+    The env composes the answer once per episode, with composer strength ``q``: each of
+    the ``L`` reference positions is recalled independently with probability
+    ``p = 0.3 + 0.7 q`` (``recall_luck[t, j] < p``, the task's draw, the same at every
+    turn ``t``); ``n_s = round(L (1 - q) h)`` spurious
     tokens are added, ``h ~ U(0, 1)``, each uniform over the ``3 L`` positions of the
     task's topic (the reference, then ``2 L`` distractors, which may repeat reference
     tokens). F1 is the multiset token F1 against the reference.
@@ -40,8 +41,8 @@ class AnswerModel:
     exponential generating function). A recall pattern with ``n_r`` recalled positions
     has probability ``p**n_r (1 - p)**(L - n_r)`` whatever ``q``, so :meth:`outcome` is
     a weighted sum of the table. Nothing is sampled or approximated; the only differences
-    from the env are the ``2**-53`` granularity of its uniforms and the measure-zero ties
-    of ``round``.
+    from the env are the ``2**-24`` granularity of its float32 uniforms (a probability
+    off by less than ``2**-24``) and the ties of ``round`` (as rare).
 
     Args:
         reference: The reference token ids (``L`` of them, repeats allowed).
@@ -309,7 +310,8 @@ class ExpectimaxPlanner(TaskPlanner[ToolBenchPlan]):
     vocabulary. It reads the current turn and stage from the observation.
 
     **What it does not know.** The task's luck: each tool's draw ``u[t, i]`` at each turn,
-    each reference token's recall draw, each turn's hallucination rate and spurious tokens.
+    and the composer's draws (each reference token's recall draw, the hallucination rate
+    and the spurious tokens).
     It never reads ``ToolTask.luck``, ``recall_luck``, ``hallucination_rate`` or
     ``hallucination_tokens``; changing them changes its actions only through the outcomes
     it observes.

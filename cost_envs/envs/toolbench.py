@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -31,16 +32,19 @@ from cost_envs.task_blocks import TaskBlock
 STAGE_SKILLS = (0, 1, 2, 3, 4)
 ANSWER_SKILLS = (4, 5)
 _STAGE_SKILLS, _ANSWER_SKILLS = np.asarray(STAGE_SKILLS), np.asarray(ANSWER_SKILLS)
-#: How likely a task has 2, 3 or 4 stages, and the cumulative shares as ``Generator.choice``
-#: normalises them.
+#: How likely a task has 2, 3 or 4 stages, and the cumulative shares its stage count's
+#: uniform is placed in (normalised as ``Generator.choice`` normalises them).
 STAGE_COUNTS = (0.35, 0.40, 0.25)
 _STAGE_CDF = np.asarray(STAGE_COUNTS, dtype=np.float64).cumsum()
 _STAGE_CDF /= _STAGE_CDF[-1]
 MAX_TURNS = MAX_STAGES + 1
 VOCAB = 5000
+#: Answer lengths ``L``: 8 to 20 tokens, uniform.
+MIN_ANSWER_TOKENS = 8
 #: Task difficulty ``delta ~ Beta(*TASK_DIFFICULTY)``; each stage's difficulty is
 #: ``clip(delta + N(0, STAGE_DIFFICULTY_NOISE), 0, 1)`` (the Bayes reference's likelihood
-#: reads both, so they have one home).
+#: reads both, so they have one home). ``derive_block`` draws ``delta`` as the median of
+#: three uniforms, which is exactly Beta(2, 2).
 TASK_DIFFICULTY = (2.0, 2.0)
 STAGE_DIFFICULTY_NOISE = 0.15
 
@@ -78,21 +82,29 @@ class ToolTask:
         stage_skill: Skill index needed by each stage, shape ``(n_stages,)``.
         stage_difficulty: Difficulty in ``[0, 1]`` of each stage.
         luck: Uniform draw per (turn, agent); agent i clears the current stage at turn t
-            when ``luck[t, i] < capability ** (1 + 3 * difficulty)``.
+            when ``luck[t, i] < capability ** (1 + 3 * difficulty)`` (float32 in a drawn
+            task, compared in float64).
         reference: Reference answer token ids.
-        recall_luck: Uniform draw per (turn, reference token) used by the composer.
-        hallucination_rate: Per turn, the scale of the composer's spurious tokens.
+        recall_luck: Uniform draw per (turn, reference token) used by the composer: the
+            answer's, so a drawn task has the same row at every turn (a hand-built one
+            may vary it by turn).
+        hallucination_rate: Per turn, the scale of the composer's spurious tokens (one
+            value at every turn in a drawn task).
         hallucination_tokens: Per turn, the spurious tokens the composer would emit, drawn
-            from the task's topic vocabulary (which contains the reference tokens).
+            from the task's topic vocabulary (which contains the reference tokens); the
+            same row at every turn in a drawn task.
         topic: The topic vocabulary, ``3 L`` tokens: the ``L`` reference tokens followed by
-            ``2 L`` distractors; spurious token ``j`` of turn ``t`` is
-            ``topic[floor(v * 3 L)]`` for a uniform ``v``. A parameter of the task, not
-            luck; ``None`` for a task built by hand without it (it then cannot be
-            re-drawn by :func:`with_fresh_luck` nor planned by ``agents.planning``).
+            ``2 L`` distractors; spurious token ``j`` is ``topic[floor(v * 3 L)]`` for a
+            uniform ``v``. A parameter of the task, not luck; ``None`` for a task built by
+            hand without it (it then cannot be re-drawn by :func:`with_fresh_luck` nor
+            planned by ``agents.planning``).
 
     ``luck``, ``recall_luck``, ``hallucination_rate`` and ``hallucination_tokens`` are the
     task's luck; the rest (stage skills and difficulties, the reference, the topic) are
-    its hidden parameters.
+    its hidden parameters. The answer is composed once per episode, so the composer's
+    draws are the task's, not each turn's: only a hindsight oracle could tell the
+    difference. Drawn tasks keep the per-turn shapes (a row per turn, all alike, as
+    read-only broadcast views).
     """
 
     stage_skill: np.ndarray
@@ -115,17 +127,100 @@ class ToolTask:
         return len(self.stage_skill) + 1
 
 
+def floor_times(uniforms: np.ndarray, k: Any, dtype: Any = np.int64) -> np.ndarray:
+    """``floor(u * k)`` of float32 uniforms, the product in float64, as ``dtype``.
+
+    Exact: a float32 uniform is ``j / 2**24`` and ``k`` below ``2**29`` (an int or an array
+    broadcasting against ``uniforms``), so the product is a float64 without rounding and
+    the truncation is its floor, in ``0 .. k - 1``. (In float32 the product may round up
+    to ``k``.)
+    """
+    return np.multiply(uniforms, k, dtype=np.float64, casting="unsafe",
+                       out=np.empty(np.broadcast_shapes(uniforms.shape, np.shape(k)), dtype))
+
+
+def median_of_three(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """The elementwise median of three arrays: of three U(0, 1), exactly Beta(2, 2).
+
+    (The median's density is ``3! x (1 - x)``.) One of its inputs, not a new value.
+    """
+    return np.maximum(np.minimum(a, b), np.minimum(np.maximum(a, b), c))
+
+
+def box_muller(pairs: np.ndarray) -> np.ndarray:
+    """Standard normals from pairs of float32 uniforms, by Box-Muller, in float64.
+
+    ``pairs`` ``(n, 2 p)``: columns ``2 j`` and ``2 j + 1`` are pair ``j``'s ``(u, v)``,
+    which give ``r cos(2 pi v)`` and ``r sin(2 pi v)`` with ``r = sqrt(-2 ln(1 - u))``
+    (``1 - u`` in ``(0, 1]``), columns ``2 j`` and ``2 j + 1`` of the ``(n, 2 p)`` result:
+    two independent N(0, 1), exactly in law (the uniforms' ``2**-24`` grid bounds them at
+    5.77).
+    """
+    n = len(pairs)
+    u = pairs[:, 0::2].astype(np.float64)  # contiguous copies: one code path for all
+    v = pairs[:, 1::2].astype(np.float64)
+    radius = np.sqrt(-2.0 * np.log(1.0 - u))
+    angle = (2.0 * np.pi) * v
+    out = np.empty((n, pairs.shape[1]))
+    out[:, 0::2] = radius * np.cos(angle)
+    out[:, 1::2] = radius * np.sin(angle)
+    return out
+
+
+#: The fields of a task's row of uniforms (:func:`uniform_columns`), in order, and their
+#: widths; the luck (``MAX_TURNS x m``) comes last, as its width follows the pool.
+_FIELDS = (("n_stages", 1), ("stage_skill", MAX_STAGES), ("answer_skill", 1), ("delta", 3),
+           ("noise", MAX_STAGES), ("length", 1), ("reference", MAX_ANSWER_TOKENS),
+           ("distractors", 2 * MAX_ANSWER_TOKENS), ("recall_luck", MAX_ANSWER_TOKENS),
+           ("hallucination_rate", 1), ("topic_pick", MAX_ANSWER_TOKENS))
+
+
+@lru_cache(maxsize=16)
+def uniform_columns(n_agents: int) -> dict[str, slice]:
+    """Which columns of a task's row of uniforms feed which of its fields (``m`` tools).
+
+    A task is ``K = 115 + 5 m`` float32 uniforms (155 with the 8 preset tools), one row
+    of :meth:`ToolBenchEnv.draw_calls`; :func:`derive_block` turns a row into the task:
+
+    * ``n_stages`` (1): the stage count, 2 + the number of :data:`STAGE_COUNTS`'s
+      cumulative shares at or below it;
+    * ``stage_skill`` (4): ``floor(5 u)``, a skill of :data:`STAGE_SKILLS` per stage;
+      ``answer_skill`` (1): ``floor(2 u)``, of :data:`ANSWER_SKILLS`, for the last stage;
+    * ``delta`` (3): the task's difficulty, their median (Beta(2, 2));
+    * ``noise`` (4): two Box-Muller pairs, the stages' ``N(0, 0.15)`` noise;
+    * ``length`` (1): ``L = 8 + floor(13 u)``;
+    * ``reference`` (20) and ``distractors`` (40): tokens ``floor(5000 u)`` (the first
+      ``L`` and ``2 L`` used);
+    * ``recall_luck`` (20): each reference token's recall luck (the first ``L`` used);
+    * ``hallucination_rate`` (1): ``h``;
+    * ``topic_pick`` (20): each spurious token's topic position, ``floor(3 L u)``;
+    * ``luck`` (``5 m``): ``luck[t, i]``, turn by turn (row-major).
+
+    Columns past a task's stage count or answer length are drawn and unused.
+    """
+    columns, at = {}, 0
+    for name, width in (*_FIELDS, ("luck", MAX_TURNS * n_agents)):
+        columns[name] = slice(at, at + width)
+        at += width
+    return columns
+
+
+def uniform_count(n_agents: int) -> int:
+    """``K``: the uniforms a task of a pool of ``n_agents`` tools is drawn from."""
+    return uniform_columns(n_agents)["luck"].stop
+
+
 def with_fresh_luck(task: ToolTask, rng: np.random.Generator) -> ToolTask:
     """The same task with all of its luck drawn again from ``rng``, its parameters kept.
 
     Stage skills and difficulties, the reference and the topic are shared with ``task``;
-    every tool's luck at every turn, the recall luck of every reference token, the
-    hallucination rate and the spurious tokens of every turn are drawn afresh from the
-    distributions the env draws them from (uniforms; spurious tokens uniform over the
-    topic's ``3 L`` positions). Replay the result with ``reset(options={"task": ...})``:
-    averaging over such draws is averaging over the luck for fixed hidden parameters,
-    which is how ``agents.planning``'s expected returns are checked. The env never calls
-    this, so its task stream and dynamics are unchanged.
+    every tool's luck at every turn, the composer's recall luck of every reference token,
+    its hallucination rate and its spurious tokens are drawn afresh as the env draws them:
+    float32 uniforms, the composer's draws once for the task (the same row at every
+    turn), spurious tokens ``topic[floor(3 L v)]``. Replay the result with
+    ``reset(options={"task": ...})``: averaging over such draws is averaging over the
+    luck for fixed hidden parameters, which is how ``agents.planning``'s expected returns
+    are checked. The env never calls this, so its task stream and dynamics are unchanged.
 
     Raises:
         ValueError: If ``task`` has no topic (built by hand without one).
@@ -135,25 +230,28 @@ def with_fresh_luck(task: ToolTask, rng: np.random.Generator) -> ToolTask:
                          "one), so its spurious tokens cannot be drawn again")
     turns, m = task.luck.shape
     size = len(task.reference)
-    luck = rng.random((turns, m))
-    recall_luck = rng.random((turns, size))
-    hallucination_rate = rng.random((turns,))  # the draws of rng.random(turns)
-    pick = (rng.random((turns, MAX_ANSWER_TOKENS)) * (3 * size)).astype(np.int64)
-    spurious = task.topic[pick]
-    for array in (luck, recall_luck, hallucination_rate, spurious):
-        array.flags.writeable = False
-    return replace(task, luck=luck, recall_luck=recall_luck,
-                   hallucination_rate=hallucination_rate, hallucination_tokens=spurious)
+    luck = rng.random((turns, m), dtype=np.float32)
+    recall_luck = rng.random(size, dtype=np.float32)
+    hallucination_rate = rng.random(1, dtype=np.float32)
+    pick = floor_times(rng.random(MAX_ANSWER_TOKENS, dtype=np.float32), 3 * size)
+    luck.flags.writeable = False
+    return replace(task, luck=luck,
+                   recall_luck=np.broadcast_to(recall_luck, (turns, size)),
+                   hallucination_rate=np.broadcast_to(hallucination_rate, (turns,)),
+                   hallucination_tokens=np.broadcast_to(task.topic[pick],
+                                                        (turns, MAX_ANSWER_TOKENS)))
 
 
 class ToolBlock(NamedTuple):
-    """The raw draws of a block of ``n`` ToolBench tasks, padded (see ``ToolBenchEnv.draw_block``).
+    """A block of ``n`` ToolBench tasks, padded (:func:`derive_block` of their uniforms).
 
     Shapes: ``n_stages``, ``length`` ``(n,)``; ``skill``, ``difficulty`` ``(n, 4)``;
-    ``luck`` ``(n, 5, m)``; ``reference`` ``(n, 20)``; ``distractors`` ``(n, 40)``;
-    ``pick``, ``recall_luck`` ``(n, 5, 20)`` (``pick``: each spurious token's position in
-    the topic); ``hallucination_rate`` ``(n, 5)``. Entries past a task's stage count or
-    answer length are drawn but unused.
+    ``luck`` ``(n, 5, m)`` (float32); ``reference`` ``(n, 20)``; ``distractors``
+    ``(n, 40)`` (int16 tokens); ``pick``, each spurious token's position in the topic, and
+    ``recall_luck`` (float32) ``(n, 20)``; ``hallucination_rate`` ``(n,)`` (float32). The
+    composer's draws (``pick``, ``recall_luck``, ``hallucination_rate``) are the task's,
+    used at whatever turn it answers. Entries past a task's stage count or answer length
+    are drawn but unused.
     """
 
     n_stages: np.ndarray
@@ -168,51 +266,51 @@ class ToolBlock(NamedTuple):
     hallucination_rate: np.ndarray
 
 
-class ToolDraws(NamedTuple):
-    """The generator's draws of a block of tasks (:meth:`ToolBenchEnv.draw_calls`)."""
+def derive_block(uniforms: np.ndarray, n_agents: int) -> ToolBlock:
+    """The block of tasks rows of uniforms make (of one generator or several, stacked).
 
-    n_stages: np.ndarray
-    stage_skill: np.ndarray  # indices into STAGE_SKILLS, (n, 4)
-    answer_skill: np.ndarray  # indices into ANSWER_SKILLS, (n,)
-    delta: np.ndarray  # the task's difficulty
-    noise: np.ndarray  # each stage's, (n, 4)
-    luck: np.ndarray
-    length: np.ndarray
-    reference: np.ndarray
-    distractors: np.ndarray
-    topic_pick: np.ndarray  # each spurious token's position in the topic, in [0, 1)
-    recall_luck: np.ndarray
-    hallucination_rate: np.ndarray
+    Elementwise, each field from its columns (:func:`uniform_columns`), exactly in law:
+    integers as ``floor(u k)`` (:func:`floor_times`), the stage count by the cumulative
+    shares' ``searchsorted``, ``delta`` the median of three (:func:`median_of_three`), the
+    stages' noise by Box-Muller (:func:`box_muller`), every other uniform as drawn (the
+    float32 values: comparisons with them run in float64, the value cast). A row's task
+    does not depend on the other rows, so a batched env's stack of many sub-envs' rows
+    gives each sub-env the tasks its own rows give alone.
 
-
-class ToolUniforms(NamedTuple):
-    """Where :meth:`ToolBenchEnv.draw_calls` may draw a block's uniforms (each ``None``: new).
-
-    float64 arrays of the shapes of the :class:`ToolDraws` fields of the same names.
+    Args:
+        uniforms: ``(n, K)`` float32, ``K`` = :func:`uniform_count` of ``n_agents``.
+        n_agents: The pool's size ``m``.
     """
+    columns = uniform_columns(n_agents)
+    n, width = uniforms.shape
+    if width != columns["luck"].stop:
+        raise ValueError(f"derive_block: expected rows of {columns['luck'].stop} uniforms "
+                         f"for {n_agents} tools, got {width}")
 
-    luck: np.ndarray | None
-    topic_pick: np.ndarray | None
-    recall_luck: np.ndarray | None
-    hallucination_rate: np.ndarray | None
+    def field(name: str) -> np.ndarray:
+        return uniforms[:, columns[name]]
 
-
-def derive_block(draws: ToolDraws) -> ToolBlock:
-    """The block of tasks ``draws`` make (of one generator or several, stacked)."""
-    n_stages, length = draws.n_stages, draws.length
-    n = len(n_stages)
-    skill = _STAGE_SKILLS[draws.stage_skill]
-    skill[np.arange(n), n_stages - 1] = _ANSWER_SKILLS[draws.answer_skill]
-    difficulty = np.clip(draws.delta[:, None] + draws.noise, 0, 1)
-    # Spurious token j of turn t is topic[floor(pick * 3L)], where the topic is the L
-    # reference tokens followed by 2L distractors; vectorised over the block. The positions
-    # (below 60) in int8, cast from the float64 products as they are computed: no float64
-    # temporary of the block's size (whose fresh pages cost more than the product).
-    pick = np.multiply(draws.topic_pick.reshape(n, -1), (3.0 * length)[:, None],
-                       out=np.empty((n, MAX_TURNS * MAX_ANSWER_TOKENS), np.int8),
-                       casting="unsafe").reshape(draws.topic_pick.shape)
-    return ToolBlock(n_stages, skill, difficulty, draws.luck, length, draws.reference,
-                     draws.distractors, pick, draws.recall_luck, draws.hallucination_rate)
+    n_stages = 2 + _STAGE_CDF.searchsorted(field("n_stages")[:, 0].astype(np.float64),
+                                           side="right")
+    skill = _STAGE_SKILLS.take(floor_times(field("stage_skill"), len(STAGE_SKILLS)))
+    skill[np.arange(n), n_stages - 1] = _ANSWER_SKILLS.take(
+        floor_times(field("answer_skill")[:, 0], len(ANSWER_SKILLS)))
+    low, middle, high = field("delta").T
+    delta = median_of_three(low, middle, high).astype(np.float64)
+    noise = STAGE_DIFFICULTY_NOISE * box_muller(field("noise"))
+    difficulty = np.clip(delta[:, None] + noise, 0.0, 1.0)
+    length = MIN_ANSWER_TOKENS + floor_times(
+        field("length")[:, 0], MAX_ANSWER_TOKENS + 1 - MIN_ANSWER_TOKENS)
+    reference = floor_times(field("reference"), VOCAB, np.int16)
+    # The topic vocabulary is the reference plus 2L other tokens; spurious tokens are
+    # drawn from it, so some of them hit the reference by chance.
+    distractors = floor_times(field("distractors"), VOCAB, np.int16)
+    # Spurious token j is topic[floor(pick * 3L)], where the topic is the L reference
+    # tokens followed by 2L distractors (positions below 60: int8).
+    pick = floor_times(field("topic_pick"), (3 * length)[:, None], np.int8)
+    luck = field("luck").reshape(n, MAX_TURNS, n_agents)
+    return ToolBlock(n_stages, skill, difficulty, luck, length, reference, distractors,
+                     pick, field("recall_luck"), field("hallucination_rate")[:, 0])
 
 
 #: ``cleared_difficulties=True``'s slots (:func:`cleared_difficulty_rows`), after the 17 of
@@ -267,17 +365,34 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
     writing), and the composed answer is scored by token-level F1 against a reference.
 
     **Generative model.** A task draws its stage count (2, 3, 4 with probabilities .35,
-    .40, .25), its stage skills, a task difficulty ``delta ~ Beta(2, 2)`` and per-stage
-    difficulties ``d = clip(delta + N(0, .15), 0, 1)``. At reset it also fixes the luck
-    ``u[t, i] ~ U(0, 1)`` of every tool at every turn. At turn ``t`` only the current
-    stage can advance: it is cleared if some called tool ``i`` has
+    .40, .25), the skill of each stage (uniform over retrieval, math, web, code and
+    reasoning; the last stage's uniform over reasoning and writing), a task difficulty
+    ``delta ~ Beta(2, 2)`` and per-stage difficulties ``d = clip(delta + N(0, .15), 0,
+    1)``, an answer length ``L`` uniform over 8..20, and ``L`` reference tokens and ``2 L``
+    distractors uniform over a vocabulary of 5000 (the topic: the reference, then the
+    distractors). It also fixes all of its luck: ``u[t, i] ~ U(0, 1)`` of every tool at
+    every turn, and the composer's draws, a recall luck ``r[j] ~ U(0, 1)`` of each
+    reference token, a hallucination rate ``h ~ U(0, 1)`` and 20 spurious-token positions
+    uniform over the topic's ``3 L``; everything is independent. At turn ``t`` only the
+    current stage can advance: it is cleared if some called tool ``i`` has
     ``u[t, i] < cap[i, skill] ** (1 + 3 d)``, so hard stages punish weak tools far more
-    than strong ones. Clearing the last stage composes the answer with the strongest
-    tool that cleared it: each of the L (8-20) reference tokens is recalled when its own
-    luck is below ``0.3 + 0.7 * q`` (``q = cap ** (1 + d)`` of the composer), and
-    ``round(L * (1 - q) * h_t)`` spurious tokens are added from the task's topic
-    vocabulary (which contains the reference tokens, so a lucky spurious token can
-    still count). F1 is the real multiset token F1 of that answer.
+    than strong ones. Clearing the last stage composes the answer, once per episode, with
+    the strongest tool that cleared it: reference token ``j`` is recalled when
+    ``r[j] < 0.3 + 0.7 * q`` (``q = cap ** (1 + d)`` of the composer), and the tokens at
+    the first ``round(L * (1 - q) * h)`` spurious positions are added (the topic contains
+    the reference tokens, so a lucky spurious token can still count). F1 is the real
+    multiset token F1 of that answer.
+
+    **How it is drawn.** A task is one row of ``K = 115 + 5 m`` float32 uniforms (155 with
+    the 8 preset tools), a block of 64 tasks one generator call (:meth:`draw_calls`),
+    turned into tasks elementwise (:func:`derive_block`; :func:`uniform_columns` says
+    which columns feed which field): each integer is ``floor(k u)`` computed in float64
+    (exact), the stage count the cumulative shares' interval ``u`` falls in, ``delta`` the
+    median of three uniforms (exactly Beta(2, 2)), the stage noise from Box-Muller pairs
+    (exactly normal); the luck, recall luck and ``h`` are uniforms as drawn, compared in
+    float64 (the float32 value cast). Uniforms lie on the ``2**-24`` grid: each
+    probability above is exact to ``2**-24`` and the noise is bounded by 5.77 standard
+    deviations.
 
     Adaptivity pays because difficulty and the needed skill are observed: a cheap
     specialist suffices on easy stages, a strong tool is needed on hard ones, and a
@@ -355,6 +470,10 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
 
     * v0: initial version. The ``cleared_difficulties`` option (issue #38) came later;
       off, the observation, the tasks and the trajectories are those of the first v0.
+      Issue #37 draws the tasks from float32 uniforms, one generator call per block (How
+      it is drawn, above), with the composer's draws the task's rather than each turn's:
+      the law of the tasks and of every episode is the same, the seeded task stream and
+      the hindsight oracle's view of the luck are not.
     """
 
     task_type = ToolTask
@@ -401,46 +520,31 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
 
     # ------------------------------------------------------------------ tasks
     def draw_block(self, rng: np.random.Generator, n: int) -> ToolBlock:
-        """The raw draws of ``n`` tasks from ``rng``, padded to the longest task.
+        """``n`` tasks from ``rng``, padded to the longest task.
 
         The one place ToolBench's tasks are drawn: ``reset`` (through
         :meth:`_generate_block`) and the batched env (:mod:`cost_envs.vector.toolbench`)
         both consume ``rng`` through :meth:`draw_calls` and derive the block with
         :func:`derive_block`, which is what makes their tasks the same.
         """
-        return derive_block(self.draw_calls(rng, n))
+        return derive_block(self.draw_calls(rng, n), self.n_agents)
 
     def draw_calls(self, rng: np.random.Generator, n: int,
-                   out: ToolUniforms | None = None) -> ToolDraws:
-        """The generator's calls of :meth:`draw_block`, in their one order, and nothing else.
+                   out: np.ndarray | None = None) -> np.ndarray:
+        """The generator's one call of :meth:`draw_block`: ``n`` rows of float32 uniforms.
+
+        ``rng.random((n, K), dtype=np.float32)``, ``K`` = :func:`uniform_count` of the pool
+        (a row per task, its columns :func:`uniform_columns`).
 
         Args:
             rng: The generator.
             n: Number of tasks.
-            out: Arrays to draw the block's uniforms into instead of new ones (the batched
-                env's queue): ``rng.random(shape, out=a)`` consumes the generator and fills
-                ``a`` exactly as ``rng.random(shape)`` would (numpy refuses an ``a`` of
-                another shape or dtype); the returned draws hold these arrays.
+            out: An ``(n, K)`` float32 array to draw into instead of a new one (the batched
+                env's scratch): ``rng.random(shape, dtype, out=a)`` consumes the generator
+                and fills ``a`` exactly as without it (numpy refuses an ``a`` of another
+                shape or dtype); it is returned.
         """
-        m = self.n_agents
-        luck, topic_pick, recall_luck, rate = (None, None, None, None) if out is None else out
-        return ToolDraws(
-            # rng.choice(np.arange(2, 5), p=STAGE_COUNTS, size=n) as choice computes it (the
-            # same draws and values), without its checks: a fifth of the block's draw time
-            2 + _STAGE_CDF.searchsorted(rng.random(n), side="right"),
-            rng.integers(0, len(STAGE_SKILLS), (n, MAX_STAGES)),
-            rng.integers(0, len(ANSWER_SKILLS), n),
-            rng.beta(*TASK_DIFFICULTY, n),
-            rng.normal(0.0, STAGE_DIFFICULTY_NOISE, (n, MAX_STAGES)),
-            rng.random((n, MAX_TURNS, m), out=luck),
-            rng.integers(8, MAX_ANSWER_TOKENS + 1, n),
-            rng.integers(0, VOCAB, (n, MAX_ANSWER_TOKENS)),
-            # The topic vocabulary is the reference plus 2L other tokens; spurious tokens
-            # are drawn from it, so some of them hit the reference by chance.
-            rng.integers(0, VOCAB, (n, 2 * MAX_ANSWER_TOKENS)),
-            rng.random((n, MAX_TURNS, MAX_ANSWER_TOKENS), out=topic_pick),
-            rng.random((n, MAX_TURNS, MAX_ANSWER_TOKENS), out=recall_luck),
-            rng.random((n, MAX_TURNS), out=rate))
+        return rng.random((n, uniform_count(self.n_agents)), dtype=np.float32, out=out)
 
     def _generate_block(self, rng: np.random.Generator, n: int) -> TaskBlock:
         (n_stages, skill, difficulty, luck, length, reference, distractors, pick,
@@ -455,14 +559,15 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
             k, size = int(n_stages[b]), int(length[b])
             topic = np.concatenate((reference[b, :size], distractors[b, : 2 * size]))
             topic.flags.writeable = False
+            # the composer's draws are the task's: the same row at every turn
             return ToolTask(
                 stage_skill=skill[b, :k],
                 stage_difficulty=difficulty[b, :k],
                 luck=luck[b, : k + 1],
                 reference=reference[b, :size],
-                recall_luck=recall_luck[b, : k + 1, :size],
-                hallucination_rate=hallucination_rate[b, : k + 1],
-                hallucination_tokens=spurious[b, : k + 1],
+                recall_luck=np.broadcast_to(recall_luck[b, :size], (k + 1, size)),
+                hallucination_rate=np.broadcast_to(hallucination_rate[b], (k + 1,)),
+                hallucination_tokens=np.broadcast_to(spurious[b], (k + 1, MAX_ANSWER_TOKENS)),
                 topic=topic,
             ), _Tables(hits[b, : k + 1, :k].tolist(), rows[b, : k + 1])
 
@@ -528,8 +633,11 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
         """Privileged: the answer ``agent`` composes if it clears the last stage at ``turn``."""
         task = self._episode_task("answer_tokens")
         q = self.composer_strength(agent)
-        recalled = task.reference[task.recall_luck[turn] < 0.3 + 0.7 * q]
-        n_spurious = round(len(task.reference) * (1.0 - q) * task.hallucination_rate[turn])
+        # in float64, a drawn task's float32 uniforms cast (as the batched env compares)
+        recall_luck = np.asarray(task.recall_luck[turn], dtype=np.float64)
+        recalled = task.reference[recall_luck < 0.3 + 0.7 * q]
+        rate = float(task.hallucination_rate[turn])
+        n_spurious = round(len(task.reference) * (1.0 - q) * rate)
         return np.concatenate([recalled, task.hallucination_tokens[turn, :n_spurious]])
 
     def _answer_f1(self, turn: int, cleared_by: list[int]) -> float:

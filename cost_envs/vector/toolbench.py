@@ -10,7 +10,9 @@ cleared it, and the answer's multiset token F1 counts ``token_f1``'s ``Counter``
 intersection with a table of token classes and ``bincount`` (``_overlap``). The tasks
 stay in the queue (``self.blocks``, a :class:`ToolQueue`: the draws, or what the single
 env derives from them once per task, such as the hit table) and are read at the turn
-they are needed.
+they are needed. Each sub-env's block of tasks is one call of its own generator (the single
+env's ``draw_calls``: a row of float32 uniforms per task); one ``derive_block`` turns the
+rows of every sub-env refilling in a pass into tasks.
 """
 
 from __future__ import annotations
@@ -24,10 +26,9 @@ from cost_envs.envs.toolbench import (
     VOCAB,
     ToolBenchEnv,
     ToolBlock,
-    ToolDraws,
-    ToolUniforms,
     derive_block,
     observation_table,
+    uniform_count,
 )
 from cost_envs.envs.toolbench_tables import (
     MAX_ANSWER_TOKENS,
@@ -42,23 +43,18 @@ from cost_envs.vector.base import REFILL_CHUNK, BatchedOrchestrationEnv
 
 #: The queue stores tokens in 16 bits and topic columns, stage counts, stage codes and
 #: answer lengths in 8 (vocabulary 5000, 60 columns, 4 stages, 7 codes, 20 tokens), the hit
-#: table in bits; the recall luck stays float64 (compared with float64 thresholds: any
-#: rounding would move outcomes). A sub-env's block of 64 tasks then takes 72 kB (8 tools)
-#: instead of 160.
+#: table in bits; the composer's uniforms as drawn (float32, compared in float64), the
+#: difficulties as derived (float64). A sub-env's block of 64 tasks then takes 18 kB (8
+#: tools; 72 kB before the composer's draws were the task's float32 uniforms, 160 before
+#: that).
 _TOKEN = np.int16
 _SMALL = np.int8
-#: The derived fields not queued as small integers (:meth:`ToolBenchVectorEnv._derived`)
-_QUEUED_AS = {"difficulty": np.float64, "hits": np.uint8}
 _POSITIONS = np.arange(MAX_ANSWER_TOKENS)
 #: ``_FIRST[r]``: the first r of 20 positions (a task's answer length, its spurious count)
 _FIRST = np.arange(MAX_ANSWER_TOKENS + 1)[:, None] > _POSITIONS
-_PICK_SHAPE = (MAX_TURNS, MAX_ANSWER_TOKENS)
 _TOPIC = 3 * MAX_ANSWER_TOKENS  # a task's reference and distractors
 _ONES = np.ones(MAX_ANSWER_TOKENS, dtype=np.float32)
 _ONES64 = np.ones(MAX_ANSWER_TOKENS)  # counts summed by a matmul (exact: at most 20)
-#: What ``derive_block`` is handed for the draws it passes through that ``_refill`` drew
-#: into the queue already (it returns them unread)
-_IN_QUEUE = np.zeros(0)
 #: Tasks whose answer overlap one table holds at once (2 bytes x 5000 tokens each: 20 MB)
 _OVERLAP_CHUNK = 2048
 
@@ -86,7 +82,8 @@ class ToolQueue(NamedTuple):
     ``topic_column``, each spurious token's column of it (:func:`topic_columns` of
     ``pick``), instead of ``reference``, ``distractors`` and ``pick``. Shapes: ``hits``
     ``(n, 5, 4, ceil(m / 8))`` uint8, ``topic`` ``(n, 60)``, ``topic_column``
-    ``(n, 5, 20)``, the rest as ``ToolBlock``'s.
+    ``(n, 20)``, the rest as ``ToolBlock``'s (``recall_luck`` ``(n, 20)`` and
+    ``hallucination_rate`` ``(n,)``: the task's float32 uniforms).
     """
 
     n_stages: np.ndarray
@@ -132,32 +129,34 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         self._rows = np.zeros((n, MAX_STAGES + 1, *self.single_observation_space.shape),
                               dtype=np.float32)
         self._first_row = np.arange(n) * (MAX_STAGES + 1)  # of each sub-env's rows
-        self._scratch: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # _refill's
+        self._scratch: np.ndarray | None = None  # _refill's uniforms
 
-    def _draw(self, rng: np.random.Generator, n: int) -> ToolDraws:
+    def _draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return self.single_env.draw_calls(rng, n)
 
-    def _derive(self, draws: ToolDraws) -> ToolQueue:
-        block = derive_block(draws)
-        derived = {name: value.astype(_QUEUED_AS.get(name, _SMALL), copy=False)
-                   for name, value in self._derived(block).items()}
-        return ToolQueue(**derived, topic=np.concatenate(
-                             (block.reference, block.distractors), axis=1).astype(_TOKEN),
-                         recall_luck=block.recall_luck,
-                         hallucination_rate=block.hallucination_rate)
+    def _draw_many(self, rngs: list[np.random.Generator], n: int) -> np.ndarray:
+        return np.concatenate([self._draw(rng, n) for rng in rngs])
 
-    def _derived(self, block: ToolBlock) -> dict[str, np.ndarray]:
-        """The queued fields a block's derivation gives (``ToolQueue``'s but the drawn ones).
+    def _derive(self, draws: np.ndarray) -> ToolQueue:
+        block = derive_block(draws, self.n_agents)
+        return self._queued_fields(block)
 
-        The stage codes, the hit table packed, the topic columns of the spurious picks, and
-        the block's own counts, difficulties and lengths: what :meth:`_derive` and
-        :meth:`_refill` both queue.
+    def _queued_fields(self, block: ToolBlock) -> ToolQueue:
+        """What the queue holds of a derived block, in its dtypes (the one home of that).
+
+        The stage codes, the hit table packed, the topic and the topic columns of the
+        spurious picks, the block's own counts, difficulties and lengths, and the
+        composer's uniforms as drawn: what :meth:`_derive` and :meth:`_refill` both queue.
         """
         codes = stage_codes(block.skill, block.n_stages)
         hits = pack_tools(hit_table(self._by_code, codes, block.difficulty, block.luck))
-        return {"n_stages": block.n_stages, "codes": codes, "difficulty": block.difficulty,
-                "hits": hits, "length": block.length,
-                "topic_column": topic_columns(block.pick, block.length)}
+        topic = np.concatenate((block.reference, block.distractors), axis=1)
+        return ToolQueue(
+            n_stages=block.n_stages.astype(_SMALL), codes=codes.astype(_SMALL),
+            difficulty=block.difficulty, hits=hits, length=block.length.astype(_SMALL),
+            topic=topic.astype(_TOKEN, copy=False),
+            topic_column=topic_columns(block.pick, block.length.astype(_SMALL)),
+            recall_luck=block.recall_luck, hallucination_rate=block.hallucination_rate)
 
     def _queue(self) -> ToolQueue:
         """The empty queue: ``_derive``'s arrays, ``task_block`` rows per sub-env, zeros."""
@@ -167,55 +166,34 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
             difficulty=np.zeros((rows, MAX_STAGES)),
             hits=np.zeros((rows, MAX_TURNS, MAX_STAGES, (m + 7) // 8), np.uint8),
             length=np.zeros(rows, _SMALL), topic=np.zeros((rows, _TOPIC), _TOKEN),
-            topic_column=np.zeros((rows, MAX_TURNS, MAX_ANSWER_TOKENS), _SMALL),
-            recall_luck=np.zeros((rows, MAX_TURNS, MAX_ANSWER_TOKENS)),
-            hallucination_rate=np.zeros((rows, MAX_TURNS)))
+            topic_column=np.zeros((rows, MAX_ANSWER_TOKENS), _SMALL),
+            recall_luck=np.zeros((rows, MAX_ANSWER_TOKENS), np.float32),
+            hallucination_rate=np.zeros(rows, np.float32))
 
     def _refill(self, ids: list[int]) -> None:
         """The base's refill (the same generator calls, the same queue), without copies.
 
-        Each sub-env's uniforms that the queue keeps as drawn (``recall_luck``,
-        ``hallucination_rate``) are drawn straight into its rows of the queue; the rest of
-        a pass's draws (the luck and the topic picks into scratch arrays kept between
-        refills) are derived together by one ``derive_block``, as the base's ``_derive``
-        does, and written with one assignment per queued array.
+        Each sub-env's block is one call of its generator (``draw_calls``), drawn into a
+        scratch array kept between refills; the rows of a pass's sub-envs are derived
+        together by one ``derive_block`` and written with one assignment per queued array.
         """
         size, m = self.task_block, self.n_agents
         if self.blocks is None:  # zeros: pages are committed as the queues fill
             self.blocks = self._queue()
-        # each queued array as (num_envs, task_block, ...): row i is sub-env i's block
-        queue = self.blocks._make(a.reshape(self.num_envs, size, *a.shape[1:])
-                                  for a in self.blocks)
         chunk_size = min(REFILL_CHUNK, self.num_envs)
         if self._scratch is None:
-            self._scratch = (np.empty((chunk_size, size, MAX_TURNS, m)),
-                             np.empty((chunk_size, size, *_PICK_SHAPE)),
-                             np.empty((chunk_size, size, _TOPIC), _TOKEN))
-        luck, topic_pick, topic = self._scratch
+            self._scratch = np.empty((chunk_size, size, uniform_count(m)), np.float32)
+        scratch = self._scratch
         draw_calls = self.single_env.draw_calls
         for start in range(0, len(ids), chunk_size):
             chunk = ids[start:start + chunk_size]
             k = len(chunk)
-            drawn = []
             for j, i in enumerate(chunk):
-                drawn.append(draw_calls(self._generator(i), size, ToolUniforms(
-                    luck[j], topic_pick[j], queue.recall_luck[i], queue.hallucination_rate[i])))
-            stacked = [np.concatenate(arrays) for arrays in zip(
-                *((d.n_stages, d.stage_skill, d.answer_skill, d.delta, d.noise, d.length)
-                  for d in drawn), strict=True)]
-            n_stages, stage_skill, answer_skill, delta, noise, length = stacked
-            # the tokens as queued (int16), stacked into the scratch topic
-            for j, d in enumerate(drawn):
-                topic[j, :, :MAX_ANSWER_TOKENS] = d.reference
-                topic[j, :, MAX_ANSWER_TOKENS:] = d.distractors
-            block = derive_block(ToolDraws(
-                n_stages, stage_skill, answer_skill, delta, noise,
-                luck[:k].reshape(k * size, MAX_TURNS, m), length, _IN_QUEUE, _IN_QUEUE,
-                topic_pick[:k].reshape(k * size, *_PICK_SHAPE), _IN_QUEUE, _IN_QUEUE))
-            rows = np.asarray(chunk)
-            queue.topic[rows] = topic[:k]
-            for name, value in self._derived(block).items():
-                getattr(queue, name)[rows] = value.reshape(k, size, *value.shape[1:])
+                draw_calls(self._generator(i), size, scratch[j])
+            queued = self._queued_fields(derive_block(scratch[:k].reshape(k * size, -1), m))
+            at = (np.asarray(chunk)[:, None] * size + np.arange(size)).reshape(-1)
+            for block, value in zip(self.blocks, queued, strict=True):
+                block[at] = value
             self._queued[chunk] = 0
 
     def _start(self, idx: np.ndarray, rows: np.ndarray) -> None:
@@ -254,13 +232,12 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         quality = np.zeros(k)
         if complete.any():
             at = complete.nonzero()[0]
-            f1 = self._answer_f1(idx[at], turn[at], cleared_by[at])
+            f1 = self._answer_f1(idx[at], cleared_by[at])
             success[at] = f1 >= self.f1_threshold
             quality[at] = 10.0 * f1
         return answered | complete | out_of_turns, success, quality
 
-    def _answer_f1(self, idx: np.ndarray, turn: np.ndarray,
-                   cleared_by: np.ndarray) -> np.ndarray:
+    def _answer_f1(self, idx: np.ndarray, cleared_by: np.ndarray) -> np.ndarray:
         """Token F1 of the answers the strongest clearing tools compose (``token_f1``)."""
         blocks, task = self.blocks, self._task[idx]
         length = blocks.length.take(task)  # int8: promoted exactly where it meets others
@@ -271,18 +248,19 @@ class ToolBenchVectorEnv(BatchedOrchestrationEnv):
         caps = self._by_code.take(blocks.codes.reshape(-1).take(last), axis=0)
         strength = caps ** (1.0 + blocks.difficulty.reshape(-1).take(last))[:, None]
         q = np.where(cleared_by, strength, -np.inf).max(axis=1)
-        at = task * MAX_TURNS + turn  # the (task, turn) row of the per-turn draws
         topic = blocks.topic.take(task, axis=0)
         reference = topic[:, :MAX_ANSWER_TOKENS]
         in_reference = _FIRST.take(length, axis=0)
-        recall_luck = blocks.recall_luck.reshape(-1, MAX_ANSWER_TOKENS).take(at, axis=0)
+        # the composer's draws are the task's (whatever the turn), float32 compared in
+        # float64 as the single env does
+        recall_luck = blocks.recall_luck.take(task, axis=0)
         recalled = in_reference & (recall_luck < 0.3 + 0.7 * q[:, None])
-        n_spurious = np.rint(length * (1.0 - q) * blocks.hallucination_rate.reshape(-1).take(at))
+        n_spurious = np.rint(length * (1.0 - q) * blocks.hallucination_rate.take(task))
         n_spurious = n_spurious.astype(np.int64)
         # the spurious tokens up to the most any answer holds (about 7 of 20)
         width = int(n_spurious.max())
         # spurious_tokens, the columns of the topic known from the queue
-        columns = blocks.topic_column.reshape(-1, MAX_ANSWER_TOKENS).take(at, axis=0)
+        columns = blocks.topic_column.take(task, axis=0)
         spurious = topic.reshape(-1).take(self._topic_rows[:len(task)] + columns[:, :width])
         overlap = self._overlap(reference, in_reference, recalled, spurious,
                                 _FIRST.take(n_spurious, axis=0)[:, :width])
