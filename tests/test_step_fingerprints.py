@@ -45,8 +45,8 @@ CASES: dict[tuple[str, tuple[tuple[str, Any], ...]], str] = {
         "d67de6b3f79b8fd4470a3f8d",
     ("cost_envs/FlightPlanner-v1", (("budget", 0.1), ("on_exceed", "mask"))):
         "8672fce880f3b144bb6d1928",
-    ("cost_envs/ToolBench-v0", ()):
-        "553a9d39f2f302f34284a010",
+    ("cost_envs/ToolBench-v0", ()):  # recorded again for #37 point 1's task stream
+        "91285933516f58cf7c968809",
     ("cost_envs/TraceRouting-v0", ()):
         "03ac988440b94e5ed13b1dc3",
     ("cost_envs/TraceRouting-v0", (("cascade", True),)):

@@ -36,6 +36,10 @@ STEPS: dict[str, int] = {
 
 #: (id, autoreset mode) -> digest of :func:`long_run_digest`, recorded before issue #26
 #: (by this function, ``steps=STEPS[id]``, run on commit fa94891, the last per-sub-env draw).
+#: ToolBench-v0's were recorded again when its task draw became one call of float32
+#: uniforms per block (issue #37 point 1: another task stream, the same law), from the
+#: single env's path (``vectorization_mode="sync"``: SyncVectorEnv of single envs; the
+#: old digests are what that path gave on the code before, so it is the reference).
 DIGESTS: dict[tuple[str, str], str] = {
     ("cost_envs/AgenticRouting-v0", "NextStep"): "2fe161111689f38203805003",
     ("cost_envs/AgenticRouting-v0", "SameStep"): "7826ccd590b13c72c6d98811",
@@ -47,8 +51,8 @@ DIGESTS: dict[tuple[str, str], str] = {
     ("cost_envs/FlightPlanner-v0", "SameStep"): "22f0db1d8355c0c1a8a5c5ae",
     ("cost_envs/FlightPlanner-v1", "NextStep"): "da86912e888d3a6a706c53ae",
     ("cost_envs/FlightPlanner-v1", "SameStep"): "9e1c4e9dc5240fdbdde0b7d9",
-    ("cost_envs/ToolBench-v0", "NextStep"): "46bbc0841bc80b1ce7aed9c7",
-    ("cost_envs/ToolBench-v0", "SameStep"): "2af60474cea041522180729a",
+    ("cost_envs/ToolBench-v0", "NextStep"): "a0c863489e8d1b4521ec0574",
+    ("cost_envs/ToolBench-v0", "SameStep"): "80e90b8ab8d7f75a9db47bff",
     ("cost_envs/TraceRouting-v0", "NextStep"): "6007b85bb71741145bc6ffa5",
     ("cost_envs/TraceRouting-v0", "SameStep"): "e51f1d5a5cfb848e867ed8a2",
 }
@@ -95,16 +99,23 @@ def _gather(parts: list[bytes], value: Any) -> None:
 
 
 def long_run_digest(env_id: str, mode: AutoresetMode, steps: int | None = None,
-                    num_envs: int = N) -> tuple[str, int]:
+                    num_envs: int = N,
+                    vectorization_mode: str = "vector_entry_point") -> tuple[str, int]:
     """sha256 of a seeded run of random actions, and how many episodes ended in it.
 
     Every sub-env is reseeded twice: all at once at the start, every third one (by
     ``reset_mask``) a third of the way in, so queues are refilled both in bulk and one
     sub-env at a time, at staggered steps. ``steps`` is ``STEPS[env_id]`` unless given.
+    ``vectorization_mode="sync"`` runs the same through ``SyncVectorEnv`` of single envs
+    (the path a digest is recorded from: the batched env must equal it).
     """
     steps = STEPS[env_id] if steps is None else steps
-    env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="vector_entry_point",
-                       autoreset_mode=mode)
+    if vectorization_mode == "sync":
+        env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
+                           vector_kwargs={"autoreset_mode": mode})
+    else:
+        env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=vectorization_mode,
+                           autoreset_mode=mode)
     rng = np.random.default_rng(1)
     digest = hashlib.sha256()
     obs, info = env.reset(seed=[100 + 7 * i for i in range(num_envs)])
@@ -152,9 +163,10 @@ def test_every_batched_id_is_covered() -> None:
     assert {env_id for env_id, _ in DIGESTS} == set(STEPS) == set(VECTOR_IDS)
 
 
-if __name__ == "__main__":  # print the digests (to record them)
+if __name__ == "__main__":  # print the digests (to record them), from the single envs' path
     for env_id, mode in CASES:
-        print(f"    ({env_id!r}, {mode.value!r}): {long_run_digest(env_id, mode)!r},")
+        print(f"    ({env_id!r}, {mode.value!r}): "
+              f"{long_run_digest(env_id, mode, vectorization_mode='sync')!r},")
 
 
 #: Ids whose single-env ``draw_block`` derives much beyond the generator's calls, and the
