@@ -238,9 +238,10 @@ def test_train_refuses_a_rollout_beyond_the_memory_available(small_memory: None)
     pytest.importorskip("torch")
     from agents.learners.training import train
 
+    # 6 x 512 steps: 1.24 MB with ToolBench's queue (its block of tasks 30 kB since #37)
     with pytest.raises(ValueError) as err:
-        train("cost_envs/ToolBench-v0", "ppo", timesteps=64, n_envs=4)
-    one_line(err, "n_envs=4", "n_steps=512", "rollout", "1.0 MiB available")
+        train("cost_envs/ToolBench-v0", "ppo", timesteps=64, n_envs=6)
+    one_line(err, "n_envs=6", "n_steps=512", "rollout", "1.0 MiB available")
 
 
 def test_train_cli_refuses_n_envs_and_n_steps_beyond_the_memory_available(
@@ -250,7 +251,7 @@ def test_train_cli_refuses_n_envs_and_n_steps_beyond_the_memory_available(
 
     config = tmp_path / "ppo.yaml"
     config.write_text("n_steps: 4096\n")
-    for extra, names in ((["--n-envs", "3"], ("n_envs=3", "n_steps=512")),
+    for extra, names in ((["--n-envs", "6"], ("n_envs=6", "n_steps=512")),
                          (["--config", str(config)], ("n_envs=1", "n_steps=4096"))):
         with pytest.raises(SystemExit) as info:
             cli.main(["train", "--env", "ToolBench-v0", "--method", "ppo", "--timesteps", "64",

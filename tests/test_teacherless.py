@@ -174,12 +174,14 @@ def test_grpo_gives_each_play_its_return_minus_its_groups_mean() -> None:
     before = {k: v.clone() for k, v in model.policy.state_dict().items()}
     model.learn(256)
     rollout = model.rollouts[0]  # the first: no group is carried into it
+    ended_last = np.asarray(model._last_episode_starts)  # the rollout's last step's dones
     returns: dict[tuple[int, int], float] = {}
     rows: dict[tuple[int, int], tuple[int, int]] = {}
     for env in range(4):
         starts = [*np.flatnonzero(rollout["episode_starts"][:, env]), 64]
         for k, (a, b) in enumerate(pairwise(starts)):
-            if b < 64:  # whole and finished in the rollout
+            if b < 64 or ended_last[env]:  # whole and finished in the rollout (at its
+                # last step too: the next start is then the next rollout's first)
                 returns[(env, k)] = float(rollout["rewards"][a:b, env].sum())
                 rows[(env, k)] = (a, b)
     raw = {}
