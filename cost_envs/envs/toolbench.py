@@ -553,21 +553,26 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
         for array in (skill, difficulty, luck, reference, recall_luck, hallucination_rate):
             array.flags.writeable = False  # tasks are views into these blocks
         spurious = spurious_tokens(reference, distractors, pick, length)
-        spurious.flags.writeable = False
+        # the composer's draws are the task's: the same row at every turn (read-only views
+        # repeating it, made once per block: a task's are slices of them)
+        n_rows = (n, MAX_TURNS)
+        per_turn = (np.broadcast_to(recall_luck[:, None], (*n_rows, MAX_ANSWER_TOKENS)),
+                    np.broadcast_to(hallucination_rate[:, None], n_rows),
+                    np.broadcast_to(spurious[:, None], (*n_rows, MAX_ANSWER_TOKENS)))
+        recall_rows, rate_rows, spurious_rows = per_turn
 
         def task(b: int) -> tuple[ToolTask, _Tables]:
             k, size = int(n_stages[b]), int(length[b])
             topic = np.concatenate((reference[b, :size], distractors[b, : 2 * size]))
             topic.flags.writeable = False
-            # the composer's draws are the task's: the same row at every turn
             return ToolTask(
                 stage_skill=skill[b, :k],
                 stage_difficulty=difficulty[b, :k],
                 luck=luck[b, : k + 1],
                 reference=reference[b, :size],
-                recall_luck=np.broadcast_to(recall_luck[b, :size], (k + 1, size)),
-                hallucination_rate=np.broadcast_to(hallucination_rate[b], (k + 1,)),
-                hallucination_tokens=np.broadcast_to(spurious[b], (k + 1, MAX_ANSWER_TOKENS)),
+                recall_luck=recall_rows[b, : k + 1, :size],
+                hallucination_rate=rate_rows[b, : k + 1],
+                hallucination_tokens=spurious_rows[b, : k + 1],
                 topic=topic,
             ), _Tables(hits[b, : k + 1, :k].tolist(), rows[b, : k + 1])
 
