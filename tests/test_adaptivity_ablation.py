@@ -2,11 +2,12 @@
 tell: with the difficulty and failure signals removed from the observation, it fails.
 
 A rule that reads the signals (the greedy covering set, a higher coverage when the stage
-is hard or the last turn failed) is matched on training tasks to each fixed rule (one
-coverage threshold for every step); on evaluation tasks some adaptive rule must be at
-least as successful and clearly cheaper per success than the fixed rule it is matched to.
-Issue #10 found that the older adaptivity tests all still passed with these signals
-removed.
+is hard or the last turn failed) is chosen on training tasks as the one lying furthest
+above the fixed rules' cost-success frontier (one coverage threshold for every step,
+success interpolated at the adaptive rule's cost per success); on evaluation tasks it must
+still lie above that frontier. Without the signals every adaptive rule is one of the fixed
+rules, so its margin is exactly 0. Issue #10 found that the older adaptivity tests all
+still passed with these signals removed.
 """
 
 from __future__ import annotations
@@ -23,13 +24,12 @@ from agents.seeds import EVAL_TASK_SEED, TRAIN_TASK_SEED
 
 ENV_ID = "cost_envs/ToolBench-v0"
 SIGNALS = ("difficulty", "failed_last_turn")
-EPISODES = 300
+EPISODES = 1000
 FIXED = (0.6, 0.7, 0.8, 0.9, 1.0)
 ADAPTIVE = [(low, high, hard) for low in (0.6, 0.7) for high in (0.9, 1.0)
             for hard in (0.4, 0.5, 0.6)]
-#: The fixed rule must succeed this often to count (cost per success alone would prefer a
-#: cheap rule that fails most tasks).
-SUCCESS_FLOOR = 0.6
+#: How far above the fixed rules' frontier (in success) the chosen adaptive rule must lie
+MARGIN = 0.005
 
 
 class SignalAblation(gym.ObservationWrapper):
@@ -67,50 +67,48 @@ def _score(allocator, env: gym.Env, seed: int) -> tuple[float, float]:
     return summary["success_rate"], summary["cps"]
 
 
-def _pairs(env: gym.Env) -> list[dict[str, tuple[float, float]]]:
-    """For each fixed rule, the adaptive rule matched to it, both scored on evaluation tasks.
+def _margins(env: gym.Env, seed: int) -> dict[tuple[float, float, float], float]:
+    """Each adaptive rule's success above the fixed rules' frontier at its cost per success.
 
-    On training tasks, the match is the cheapest adaptive rule per success among those at
-    least as successful (within 0.01) as the fixed rule; fixed rules that fail most tasks
-    are left out, since cost per success alone favours cheap failure.
+    The frontier is the fixed rules' (cost per success, success) points joined by straight
+    lines (``np.interp``: flat beyond the cheapest and the dearest), all scored on the same
+    ``EPISODES`` tasks of ``seed``.
     """
-    fixed = {t: _score(GreedyHeuristic(env, t), env, TRAIN_TASK_SEED) for t in FIXED}
-    adaptive = {p: _score(HardnessAwareGreedy(env, *p), env, TRAIN_TASK_SEED) for p in ADAPTIVE}
-    pairs = []
-    for threshold, (success, _) in fixed.items():
-        eligible = [p for p, (s, _) in adaptive.items() if s >= success - 0.01]
-        if success < SUCCESS_FLOOR or not eligible:
-            continue
-        match = min(eligible, key=lambda p: adaptive[p][1])
-        pairs.append({
-            "fixed": _score(GreedyHeuristic(env, threshold), env, EVAL_TASK_SEED),
-            "adaptive": _score(HardnessAwareGreedy(env, *match), env, EVAL_TASK_SEED)})
-    return pairs
+    fixed = sorted((_score(GreedyHeuristic(env, t), env, seed) for t in FIXED),
+                   key=lambda point: point[1])
+    cps, success = np.array([p[1] for p in fixed]), np.array([p[0] for p in fixed])
+    margins = {}
+    for rule in ADAPTIVE:
+        rule_success, rule_cps = _score(HardnessAwareGreedy(env, *rule), env, seed)
+        margins[rule] = rule_success - float(np.interp(rule_cps, cps, success))
+    return margins
+
+
+def _evaluation_margin(env: gym.Env) -> float:
+    """The margin, on evaluation tasks, of the adaptive rule that training tasks chose."""
+    chosen = max((margins := _margins(env, TRAIN_TASK_SEED)), key=margins.__getitem__)
+    return _margins(env, EVAL_TASK_SEED)[chosen]
 
 
 @pytest.fixture(scope="module")
-def with_signals() -> list[dict[str, tuple[float, float]]]:
-    return _pairs(gym.make(ENV_ID))
+def with_signals() -> float:
+    return _evaluation_margin(gym.make(ENV_ID))
 
 
 @pytest.fixture(scope="module")
-def without_signals() -> list[dict[str, tuple[float, float]]]:
-    return _pairs(SignalAblation(gym.make(ENV_ID), SIGNALS))
-
-
-def _adaptivity_pays(pairs: list[dict[str, tuple[float, float]]]) -> bool:
-    """Some matched adaptive rule is as successful (within 0.02) and 7% cheaper per success."""
-    return any(pair["adaptive"][0] >= pair["fixed"][0] - 0.02
-               and pair["adaptive"][1] <= 0.93 * pair["fixed"][1] for pair in pairs)
+def without_signals() -> float:
+    return _evaluation_margin(SignalAblation(gym.make(ENV_ID), SIGNALS))
 
 
 def test_reading_difficulty_and_failures_pays(with_signals) -> None:
-    # Measured: matched to the fixed coverage 0.8 (0.733 success at CPS 0.0633 on the
-    # evaluation tasks), the adaptive rule reaches 0.727 at 0.0579, 8.5% cheaper.
-    assert _adaptivity_pays(with_signals), with_signals
+    # Measured (1000 tasks): the chosen rule lies 0.035 above the frontier on evaluation
+    # tasks (0.010 to 0.071 over 12 pairs of task seeds, on this stream and the one
+    # before #37); MARGIN keeps the test from passing on a rule that sits on it.
+    assert with_signals > MARGIN, with_signals
 
 
 def test_the_adaptivity_test_fails_without_the_signals(without_signals) -> None:
-    # The ablation: with the signals zeroed the adaptive rule is one of the fixed rules, so
-    # the test above would fail. It is what makes that test a test of adaptivity.
-    assert not _adaptivity_pays(without_signals), without_signals
+    # The ablation: with the signals zeroed the adaptive rule is one of the fixed rules, on
+    # the frontier (margin 0 exactly), so the test above would fail. It is what makes that
+    # test a test of adaptivity.
+    assert without_signals <= MARGIN, without_signals
