@@ -34,7 +34,8 @@ and 16 sub-envs) checks the script, not the speed.
 
 Where the bit-for-bit ``FastPPO``'s time goes (issue #37: cProfile, ``torch.profiler``'s
 operation counts and timers around each part, these settings, one torch thread, on the
-machine of ``results/ppo_throughput.md`` at a load of about 1.5; "before" is the code that
+machine of ``results/ppo_throughput.md`` at a load of about 1.5, on ToolBench-v0's task
+stream before 2026-12-07; "before" is the code that
 measured 2.19x / 2.40x at 16 / 64 sub-envs). An update runs 10 epochs of minibatches of 64,
 10/64 of a minibatch per env step:
 

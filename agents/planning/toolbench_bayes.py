@@ -245,19 +245,21 @@ class BayesToolBenchPlanner(Baseline):
     and pass its ``state`` back, as :func:`agents.evaluation.rollout` does.
 
     On the 400 evaluation tasks of task seed 0 (default weights, 1000 particles) it
-    succeeds on 0.880 at CPS 0.0618 with a mean return of 0.974, against the full
-    planner's 0.877, 0.0625 and 0.969 and RuleBased's 0.802, 0.0738 and 0.865. It cannot
-    beat the full planner in expectation; on those tasks' own luck it is 0.006 ahead (paired
-    95% interval [0.001, 0.012]), and over 4 fresh draws of the luck of each of 500 tasks
-    0.001 ahead (standard error 0.002): what the hidden parameters decide, the observation
-    nearly all shows. 3000 particles change the mean return on 500 tasks by 0.0004.
+    succeeds on 0.873 at CPS 0.0604 with a mean return of 0.969, against the full
+    planner's 0.868, 0.0599 and 0.965 and RuleBased's 0.787, 0.0769 and 0.836. It cannot
+    beat the full planner in expectation; on those tasks' own luck it is 0.004 ahead (paired
+    95% interval [-0.003, 0.014], not resolved), and over 4 fresh draws of the luck of each
+    of 500 tasks 0.001 behind (standard error 0.002): what the hidden parameters decide, the
+    observation nearly all shows. 3000 particles change the mean return on 500 tasks by
+    0.00004.
 
     What no observation moves is solved once per (stages, stage, skills to come) and kept
     (:meth:`hypotheses`: about 1 s for the few dozen that occur), so a step solves the
     current stage alone, with the same floats: 0.86 ms a step over 1,500 episodes on a
     2-core AMD EPYC, against 5.5 solving every hypothesis at every step
-    (``benchmarks/results/toolbench_bayes.md``), which took about 15 ms on a 2-core Intel
-    Xeon (0.5 s to build), where the Python loop over hypotheses it replaced took 25.
+    (``benchmarks/results/toolbench_bayes.md``, on the task stream before 2026-12-07),
+    which took about 15 ms on a 2-core Intel Xeon (0.5 s to build), where the Python loop
+    over hypotheses it replaced took 25.
 
     Args:
         env: A ToolBench-v0 env (any pool of at most 16 tools), possibly wrapped.

@@ -451,20 +451,22 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
 
     Learning beats the rule here only when it is taught well (issues #10, #11). No
     open-loop call pattern or single threshold comes near the hand-written skill-to-tool
-    table (RuleBased), the best fixed rule of the family in ``agents/rules.py``: 0.802
-    success at CPS 0.0738 and a mean Eq. 1 return of 0.865 on the 400 evaluation tasks.
-    PPO (20k steps, 5 seeds) is more successful (0.893) but dearer per success (0.0969),
-    and below the rule on return. ``agents.planning.ExpectimaxPlanner``, which knows each
+    table (RuleBased), the best fixed rule of the family in ``agents/rules.py``: 0.787
+    success at CPS 0.0769 and a mean Eq. 1 return of 0.836 on the 400 evaluation tasks.
+    PPO (20k steps, 5 seeds) is more successful (0.891) but dearer per success (0.0966),
+    and as good as the rule on return (its share of the rule-to-planner gap, -0.16
+    [-0.70, 0.13], holds 0). ``agents.planning.ExpectimaxPlanner``, which knows each
     task's parameters but not its luck and maximises the expected Eq. 1 return exactly,
-    reaches 0.877 at CPS 0.0625, return 0.969; a LoRA allocator trained to imitate it from
-    the observation alone closes 0.80 of the rule-to-planner gap. The task's ``topic`` and
+    reaches 0.868 at CPS 0.0599, return 0.965; a LoRA allocator trained to imitate it from
+    the observation alone closes 0.81 of the rule-to-planner gap. The task's ``topic`` and
     :func:`with_fresh_luck` exist for the planner. The Bayes reference
     (``agents.planning.BayesToolBenchPlanner``), which knows only the task prior and what
-    the episode showed, does as well (0.880 at CPS 0.0618, return 0.974): the observation
+    the episode showed, does as well (0.873 at CPS 0.0604, return 0.969): the observation
     shows nearly all that the hidden parameters decide. Taught by it with DAgger
-    (issue #23), the memoryless LoRA allocator returns 0.965 and closes 0.96 [0.86, 1.06] of the
-    rule-to-planner gap (5 seeds), where PPO from scratch stops at about 0.6 (0.58
-    [0.35, 0.80] at 1M steps, 5 seeds).
+    (issue #23), the memoryless LoRA allocator returns 0.960 and closes 0.96 [0.86, 1.06] of the
+    rule-to-planner gap (5 seeds), and LoRA-guided PPO from it 1.00 [0.90, 1.11], where PPO
+    from scratch stops at about 0.6 (0.58 [0.35, 0.80] at 1M steps, 5 seeds, on the task
+    stream before 2026-12-07; not yet regenerated).
 
     ## Version History
 

@@ -180,7 +180,7 @@ def has_planner(env_id: str, teacher: str = "planner") -> bool:
         env.close()
 
 
-#: Where the planner-taught rows run: ToolBench, whose greedy teacher is weak (0.605
+#: Where the planner-taught rows run: ToolBench, whose greedy teacher is weak (0.598
 #: success) and whose planner is exact and fast (4 ms an episode). FlightPlanner's greedy
 #: teacher already succeeds on 95% of tasks and its sampling planner takes 20 ms an
 #: episode, 30 s of traces per training run.
