@@ -131,8 +131,9 @@ SCALES = {
     "full": BopoScale("full", n_train=400, n_eval=400, timesteps=163_840,
                       bopo_lams=(0.5,), ppo_lams=(0.25, 1.0), seeds=5, scan_seeds=1,
                       checkpoints=(0, 32_768, 98_304)),
-    # Issue #23: where `full` left PPO (λ=1) on AppWorld (0.17 [-0.03, 0.36] of the gap),
-    # twice its steps and 1000 evaluation tasks (experiments/bopo/long.py; AppWorld only).
+    # Issue #23: where `full` left PPO (λ=1) on AppWorld (0.17 [-0.03, 0.36] of the gap when
+    # this scale was made; 0.23 [0.02, 0.43] on its 400 tasks since 2026-12-07), twice its
+    # steps and 1000 evaluation tasks (experiments/bopo/long.py; AppWorld only).
     "long": BopoScale("long", n_train=400, n_eval=1000, timesteps=327_680,
                       bopo_lams=(0.5,), ppo_lams=(1.0,), seeds=5, scan_seeds=1, jobs=1,
                       checkpoints=(0, 163_840)),

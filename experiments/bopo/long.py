@@ -1,11 +1,13 @@
 """BoPO's AppWorld profile at the ``long`` scale: PPO (λ=1) and BoPO past ``--scale full``.
 
 At five times the default RL steps (``--scale full``) PPO (λ=1) closed 0.17 [-0.03, 0.36]
-of AppWorld's gap between the best fixed rule and the planner, unresolved. This run
+of AppWorld's gap between the best fixed rule and the planner when this run was made
+(0.23 [0.02, 0.43] since the 2026-12-07 regeneration, on those 400 tasks). This run
 doubles those steps (327,680 per router), scores on 1000 evaluation tasks instead of
 400 (task seed 0, so the intervals can resolve a gain of that size) and trains the
 table's AppWorld rows only: PPO (λ=1), the tuned PPO, BoPO as in the paper, with 5
-seeds (:data:`experiments.bopo.jobs.SCALES` ``"long"``). About 30 minutes on one core.
+seeds (:data:`experiments.bopo.jobs.SCALES` ``"long"``): 0.10 [-0.02, 0.21] for PPO,
+not resolved. About 14 minutes on one core of a shared 2-core machine.
 
 ``python -m experiments.bopo.long [--out DIR]`` writes ``bopo.md``, ``bopo.json`` and
 ``pareto_bopo_appworld.png``/``.svg`` into ``DIR`` (default
