@@ -465,8 +465,7 @@ class ToolBenchEnv(OrchestrationEnv[ToolTask]):
     shows nearly all that the hidden parameters decide. Taught by it with DAgger
     (issue #23), the memoryless LoRA allocator returns 0.960 and closes 0.96 [0.86, 1.06] of the
     rule-to-planner gap (5 seeds), and LoRA-guided PPO from it 1.00 [0.90, 1.11], where PPO
-    from scratch stops at about 0.6 (0.58 [0.35, 0.80] at 1M steps, 5 seeds, on the task
-    stream before 2026-12-07; not yet regenerated).
+    from scratch stops at about half of the gap (0.54 [0.33, 0.73] at 1M steps, 5 seeds).
 
     ## Version History
 

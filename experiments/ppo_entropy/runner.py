@@ -2,8 +2,7 @@
 
 Issue #23 lists "a lower or annealed entropy bonus" among the candidates to try with 5
 seeds: the bonus (SB3's ``ent_coef``, 0.01 in the paper's A.4 settings) keeps each
-agent's call uncertain, which could hold PPO at about 0.6 of the rule-to-planner gap (on
-ToolBench-v0's task stream before 2026-12-07, where these curves were made).
+agent's call uncertain, which could hold PPO at about half of the rule-to-planner gap.
 This trains PPO with no bonus (``ent_coef = 0``; everything else the paper's) exactly as
 ``benchmarks/results/budgets_ToolBench-v0_ppo.md`` trained PPO (:mod:`experiments.budgets.runner`:
 5 seeds x 1M env steps on 16 batched sub-envs, scored at the same checkpoints on the same
