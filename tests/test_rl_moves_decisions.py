@@ -107,12 +107,13 @@ def test_lora_guided_ppo_changes_decisions_of_its_warm_start(learning_rate, move
                                           **TINY_PPO)
     np.testing.assert_array_equal(_decisions(model.policy, observations), before)  # a copy
     returns_before = _returns(model.policy) if moves else None
-    model.learn(1024)
+    # 2048 steps: at 1024 the policy had learned a nearly constant action on ToolBench's
+    # task stream since #37 (reading paid -0.03), so the check could not tell a blind one
+    model.learn(2048)
     changed = (_decisions(model.policy, observations) != before).any(axis=1).sum()
     assert bool(changed > 0) == moves, changed
     if moves:
-        # measured: +0.39 (return 0.12 -> 0.51), reading pays 0.24; with only the critic
-        # training, +0.09 and 0.02
+        # measured: +0.56, reading pays 0.48 (seed 1: +0.42, 0.76)
         _assert_it_improved(model.policy, returns_before, observations, gain=0.2)
 
 
@@ -125,13 +126,14 @@ def test_ppo_changes_decisions_of_its_initial_policy(learning_rate, moves) -> No
     before = _decisions(model.policy, observations)
     returns_before = _returns(model.policy) if moves else None
     actor_before = model.policy.action_net.weight.detach().clone()
-    model.learn(1024)
+    # 4096 steps: at 1024 and 2048 the policy had learned a nearly constant action on
+    # ToolBench's task stream since #37 (reading paid 0.07 and 0.003)
+    model.learn(4096)
     changed = (_decisions(model.policy, observations) != before).any(axis=1).sum()
     assert bool(changed > 0) == moves, changed
     if moves:
         assert not torch.equal(model.policy.action_net.weight, actor_before)  # the actor
-        # measured: +0.53 (return -0.03 -> 0.49), reading pays 0.26; with only the
-        # critic training, +0.03
+        # measured: +0.69, reading pays 0.21 (seed 1: +0.79, 0.39)
         _assert_it_improved(model.policy, returns_before, observations, gain=0.2)
 
 
