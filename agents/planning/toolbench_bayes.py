@@ -93,13 +93,48 @@ _AT_ONE = np.array([0.5 * math.erfc((1 - x) / (STAGE_DIFFICULTY_NOISE * _SQRT2))
 _CHUNK = 128
 
 
-def difficulty_likelihood(values: np.ndarray) -> np.ndarray:
+class DifficultyLaw:
+    """A difficulty law of the family's form with other parameters, on :data:`DELTA_GRID`.
+
+    ``delta ~ Beta(a, b)``, ``d = clip(delta + N(0, noise), 0, 1)``: what a teacher that
+    knows the family's form but estimated its parameters believes (issue #38 point 2,
+    :mod:`agents.planning.learned_prior`). A planner given none uses the env's own
+    (:data:`TASK_DIFFICULTY`, :data:`STAGE_DIFFICULTY_NOISE`, the module's tables, as
+    before); this class computes its tables with the same expressions.
+
+    Args:
+        a: Beta's first shape, > 0.
+        b: Beta's second shape, > 0.
+        noise: The stages' normal noise's standard deviation, > 0.
+    """
+
+    def __init__(self, a: float, b: float, noise: float) -> None:
+        for name, value in (("a", a), ("b", b), ("noise", noise)):
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"DifficultyLaw: {name} must be finite and > 0, got {value}")
+        self.a, self.b, self.noise = float(a), float(b), float(noise)
+        prior = DELTA_GRID ** (self.a - 1) * (1 - DELTA_GRID) ** (self.b - 1)
+        self.prior = prior / prior.sum()
+        self.at_zero = np.array([0.5 * math.erfc(x / (self.noise * _SQRT2))
+                                 for x in DELTA_GRID])
+        self.at_one = np.array([0.5 * math.erfc((1 - x) / (self.noise * _SQRT2))
+                                for x in DELTA_GRID])
+
+    def __repr__(self) -> str:
+        return f"DifficultyLaw(a={self.a!r}, b={self.b!r}, noise={self.noise!r})"
+
+
+def difficulty_likelihood(values: np.ndarray, law: DifficultyLaw | None = None) -> np.ndarray:
     """``p(d | delta)`` on :data:`DELTA_GRID` for each ``d`` in ``values``: shape ``(..., G)``.
 
     A density inside ``(0, 1)`` (its constant dropped: it cancels wherever it is used),
-    the clipped normal's mass at 0 and at 1.
+    the clipped normal's mass at 0 and at 1. ``law``: another :class:`DifficultyLaw` than
+    the env's.
     """
     d = np.asarray(values, dtype=np.float64)[..., None]
+    if law is not None:
+        density = np.exp(-0.5 * ((d - DELTA_GRID) / law.noise) ** 2)
+        return np.where(d <= 0.0, law.at_zero, np.where(d >= 1.0, law.at_one, density))
     density = np.exp(-0.5 * ((d - DELTA_GRID) / STAGE_DIFFICULTY_NOISE) ** 2)
     return np.where(d <= 0.0, _AT_ZERO, np.where(d >= 1.0, _AT_ONE, density))
 
@@ -122,13 +157,14 @@ def difficulty_weights(observed: Sequence[float] | np.ndarray, futures: np.ndarr
 
 
 def _weights(observed: Sequence[float] | np.ndarray, unseen: np.ndarray,
-             evidence: np.ndarray) -> np.ndarray:
+             evidence: np.ndarray, law: DifficultyLaw | None = None) -> np.ndarray:
     """:func:`difficulty_weights` given what ``observed`` does not change.
 
-    ``unseen``: ``(N, G)``, the draws' likelihoods on the grid; ``evidence``: ``unseen @ _PRIOR``.
+    ``unseen``: ``(N, G)``, the draws' likelihoods on the grid; ``evidence``: ``unseen @ _PRIOR``
+    (``law.prior`` under another ``law``).
     """
-    seen = np.prod(difficulty_likelihood(np.asarray(observed)), axis=-2)  # (..., G)
-    weights = ((seen * _PRIOR) @ unseen.T) / evidence
+    seen = np.prod(difficulty_likelihood(np.asarray(observed), law), axis=-2)  # (..., G)
+    weights = ((seen * (_PRIOR if law is None else law.prior)) @ unseen.T) / evidence
     return weights / weights.sum(axis=-1, keepdims=True)
 
 
@@ -267,13 +303,16 @@ class BayesToolBenchPlanner(Baseline):
         seed: Seed of that draw (``PRIOR_TASK_SEED + seed``): a fixed seed, a fixed policy.
         prior: The prior's tasks themselves instead of a draw (e.g. a prior concentrated
             on one task); ``n_particles`` and ``seed`` are then unused.
+        difficulty: The difficulty law the posterior weighs the particles with, if not the
+            env's (:class:`DifficultyLaw`; a learned prior's, with ``prior`` drawn from it).
     """
 
     name = "bayes-planner"
     env: ToolBenchEnv  # checked by __init__
 
     def __init__(self, env: gym.Env, n_particles: int = 1000, seed: int = 0,
-                 prior: Sequence[ToolTask] | None = None) -> None:
+                 prior: Sequence[ToolTask] | None = None,
+                 difficulty: DifficultyLaw | None = None) -> None:
         super().__init__(env)
         if type(self.env) is not ToolBenchEnv:
             raise ValueError(f"BayesToolBenchPlanner: needs ToolBench-v0's generative model "
@@ -289,6 +328,7 @@ class BayesToolBenchPlanner(Baseline):
                                  f"{n_particles}")
             prior = draw_prior(self.env, n_particles, seed)
         self.prior = list(prior)
+        self.difficulty = difficulty
         self.answer = AnswerPrior(self.prior, self.env.f1_threshold)
         self._futures = {k: np.array([t.stage_difficulty for t in self.prior if t.n_stages == k])
                          for k in range(2, MAX_STAGES + 1)}
@@ -383,7 +423,7 @@ class BayesToolBenchPlanner(Baseline):
                                        first_stage=stage)
             return values[0], best[0, :, stage]
         hypotheses = self.hypotheses(n_stages, stage, future)
-        weights = _weights(seen, hypotheses.unseen, hypotheses.evidence)
+        weights = _weights(seen, hypotheses.unseen, hypotheses.evidence, self.difficulty)
         # The current stage: the same skill and difficulty in every hypothesis, so one row
         # of P(no clear), broadcast (solve_batch's products, float for float).
         exponent = 1.0 + 3.0 * np.array([seen[-1]])
@@ -423,8 +463,9 @@ class BayesToolBenchPlanner(Baseline):
                              "task to draw the unseen difficulties from")
         futures = particles[:, stage + 1:]
         if (n_stages, stage) not in self._unseen:
-            unseen = np.prod(difficulty_likelihood(futures), axis=1)  # (N, G)
-            self._unseen[n_stages, stage] = unseen, unseen @ _PRIOR
+            unseen = np.prod(difficulty_likelihood(futures, self.difficulty), axis=1)  # (N, G)
+            prior = _PRIOR if self.difficulty is None else self.difficulty.prior
+            self._unseen[n_stages, stage] = unseen, unseen @ prior
         unseen, evidence = self._unseen[n_stages, stage]
         n, m = len(futures), len(orders)
         skills = np.zeros((n * m, n_stages), dtype=np.int64)  # the current stage's: unread

@@ -1,0 +1,231 @@
+"""Fit ToolBench's prior from logs, teach the ``lora/bayes`` row with it, score and pair.
+
+Each unit is one of:
+
+* ``fixed``: the tables' fixed rows on the evaluation tasks
+  (:func:`experiments.lora_ppo.runner.score_baselines`; the best fixed row and the
+  planner are the gap's ends, :func:`~experiments.lora_ppo.runner.gap_ends`; the Bayes
+  reference is the true-prior teacher), and the learned-prior pipeline's teacher built
+  from the *true* parameters (:func:`agents.planning.learned_prior.true_parameters`: its
+  own particles drawn by :meth:`~agents.planning.learned_prior.FittedToolBench.draw`),
+  the control that shows what the pipeline loses when the fit is exact;
+* ``true`` seed ``s``: the ``lora/bayes`` row as the tables train it (:func:`train_taught`
+  with the env's Bayes reference is :func:`agents.learners.training.train` for ``lora``,
+  bit for bit: ``tests/test_learned_prior.py``), scored;
+* ``learned`` (steps ``n``, seed ``s``): ``n`` steps of the uniform random allocator
+  logged on the batched env (reset seed ``LOG_TASK_SEED + 1000 s``), the parameters
+  fitted (:func:`agents.planning.learned_prior.fit`), the learned-prior teacher built and
+  scored, and the same row taught by it (:func:`train_taught`, the same seed, traces,
+  DAgger rounds and fits; only the teacher differs), scored.
+
+``python -m experiments.learned_prior [--jobs N] [--out DIR] [--address ADDRESS]``
+writes ``learned_prior.md`` into ``DIR`` (default ``benchmarks/results``), all or
+nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from stable_baselines3.common.utils import set_random_seed
+
+from agents.evaluation import evaluate
+from agents.files import write_files_atomic
+from agents.learners.common.policies import AllocatorPolicy, load_base
+from agents.learners.dagger import joined, student_traces
+from agents.learners.pretrain import pretrained_base_path
+from agents.learners.supervised import (
+    SupervisedConfig,
+    policy_for,
+    relative_costs,
+    teacher_traces,
+    train_supervised,
+)
+from agents.learners.training import (
+    DEFAULT_TORCH_THREADS,
+    TrainedAllocator,
+    configure_torch_threads,
+    threads,
+)
+from agents.planning import bayes_planner
+from agents.planning.learned_prior import FittedToolBench, fit, log_random, true_parameters
+from agents.seeds import TRACE_TASK_SEED
+from experiments.learned_prior.report import render
+from experiments.learned_prior.settings import (
+    DEFAULT,
+    ENV_ID,
+    LOG_ENVS,
+    LOG_TASK_SEED,
+    NAME,
+    OUT,
+    ROW,
+    Scale,
+)
+from experiments.lora_ppo.runner import LEARNED_ROWS, gap_ends, score_baselines
+from experiments.lora_ppo.runner import Scale as TableScale
+from experiments.shared.kept import Kept, units_folder
+from experiments.shared.scheduler import add_scheduling_arguments, run_units, scheduling
+
+Unit = tuple[str, int, int, Scale]
+
+
+def row_config(scale: Scale) -> SupervisedConfig:
+    """The row's supervised settings at ``scale`` (its teacher, DAgger rounds and episodes)."""
+    arguments = LEARNED_ROWS[ROW].arguments(ENV_ID, scale.supervised)
+    assert arguments is not None and set(arguments) == {"supervised"}  # ToolBench has both
+    return arguments["supervised"]
+
+
+def fit_taught(policy: AllocatorPolicy, env: gym.Env, config: SupervisedConfig, teacher: Any,
+               seed: int, trace_seed: int) -> list[dict[str, float]]:
+    """:func:`agents.learners.dagger.fit_supervised` with ``teacher`` as its teacher.
+
+    The same steps (the teacher's traces on ``trace_seed``'s tasks, a fit, then
+    ``config.dagger_rounds`` rounds of student episodes labelled by the teacher, each
+    followed by a fit on all the data, with the same minibatch seeds), the teacher given
+    instead of built from ``config.teacher``.
+    """
+    traces = teacher_traces(teacher, env, config.episodes, trace_seed, config.gamma)
+    costs = relative_costs(env)
+    history = train_supervised(policy, traces, costs, config, seed=seed)
+    for round_ in range(config.dagger_rounds):
+        traces = joined(traces, student_traces(policy, teacher, env, config.dagger_episodes,
+                                               config.gamma))
+        round_seed = int(np.random.SeedSequence([seed, round_ + 1]).generate_state(1)[0])
+        history += train_supervised(policy, traces, costs, config, seed=round_seed)
+    return history
+
+
+def train_taught(seed: int, supervised: SupervisedConfig,
+                 teacher: Callable[[gym.Env], Any]) -> TrainedAllocator:
+    """``train(ENV_ID, "lora", ..., seed=seed, supervised=supervised)`` with another teacher.
+
+    :func:`agents.learners.training.train`'s own steps for ``lora`` (seeded, one torch
+    thread, the shipped pretrained base, the supervised stage with DAgger on the traces of
+    ``TRACE_TASK_SEED + seed``), the teacher ``teacher(env)`` (built after the policy, as
+    the row builds its own).
+    """
+    with threads(DEFAULT_TORCH_THREADS):
+        set_random_seed(seed)
+        env = gym.make(ENV_ID)
+        policy = policy_for(env, base=load_base(pretrained_base_path(ENV_ID)))
+        fit_taught(policy, env, supervised, teacher(env), seed=seed,
+                   trace_seed=TRACE_TASK_SEED + seed)
+        env.close()
+    return TrainedAllocator(policy, ENV_ID, {}, "lora", seed, 0, "pretrained")
+
+
+def log_seed(seed: int) -> int:
+    """The reset seed of training seed ``seed``'s logs (every size starts there)."""
+    return LOG_TASK_SEED + 1000 * seed
+
+
+def fitted_for(steps: int, seed: int) -> FittedToolBench:
+    """The parameters fitted on ``steps`` logged steps of ``seed``'s log."""
+    env = gym.make(ENV_ID)
+    fitted = fit(log_random(None, steps, log_seed(seed), n_envs=LOG_ENVS), env)
+    env.close()
+    return fitted
+
+
+def parameters(fitted: FittedToolBench) -> dict[str, Any]:
+    """The fitted parameters as JSON values (the report's table)."""
+    return {"stage_counts": list(fitted.stage_counts), "stage_skills": list(fitted.stage_skills),
+            "answer_skills": list(fitted.answer_skills), "difficulty": list(fitted.difficulty),
+            "capabilities": fitted.capabilities.tolist(), "costs": fitted.costs.tolist(),
+            "flops": fitted.flops.tolist(), "names": list(fitted.names),
+            "episodes": fitted.episodes,
+            "steps": fitted.steps, "clears": fitted.clears}
+
+
+def _scored(allocator: Any, scale: Scale) -> dict[str, Any]:
+    result = evaluate(allocator, ENV_ID, episodes=scale.episodes, seed=scale.eval_seed)
+    return {"returns": list(result.returns),
+            "success": float(result.summary(n_resamples=10)["success_rate"])}
+
+
+def run_unit(unit: Unit) -> dict[str, Any]:
+    """One unit of the module docstring's list."""
+    configure_torch_threads()
+    kind, steps, seed, scale = unit
+    start = time.perf_counter()
+    if kind == "fixed":
+        fixed = score_baselines(ENV_ID, TableScale("learned_prior", 1, 1, scale.episodes,
+                                                   100, rule_tasks=scale.rule_tasks),
+                                eval_seed=scale.eval_seed)
+        rule, planner = gap_ends(fixed)
+        env = gym.make(ENV_ID)
+        control = _scored(true_parameters(env).teacher(env, scale.particles), scale)
+        return {"kind": kind, "rule": list(fixed.returns[rule]),
+                "rule_label": fixed.entries[rule]["label"],
+                "planner": list(fixed.returns[planner]),
+                "bayes": list(fixed.returns["bayes-planner"]),
+                "control": control["returns"], "true": parameters(true_parameters(env))}
+    config = row_config(scale)
+    if kind == "true":
+        student = train_taught(seed, config, bayes_planner)
+        return {"kind": kind, "steps": 0, "seed": seed, "student": _scored(student, scale),
+                "seconds": time.perf_counter() - start}
+    fitted = fitted_for(steps, seed)
+    fitting = time.perf_counter() - start
+    teacher = _scored(fitted.teacher(gym.make(ENV_ID), scale.particles), scale)
+    student = train_taught(seed, config,
+                           lambda env: fitted.teacher(env, scale.particles))
+    return {"kind": kind, "steps": steps, "seed": seed, "fitted": parameters(fitted),
+            "teacher": teacher, "student": _scored(student, scale),
+            "fit_seconds": fitting, "seconds": time.perf_counter() - start}
+
+
+def _describe(unit: Unit) -> str:
+    kind, steps, seed, _ = unit
+    if kind == "fixed":
+        return "fixed rows"
+    return f"true prior seed {seed}" if kind == "true" else f"{steps:,} steps seed {seed}"
+
+
+def units_of(scale: Scale) -> list[Unit]:
+    """Every unit of ``scale``: the fixed rows, then each seed's true and learned priors."""
+    return [("fixed", 0, 0, scale)] + [
+        unit for seed in range(scale.seeds) for unit in
+        [("true", 0, seed, scale), *(("learned", steps, seed, scale) for steps in scale.sizes)]]
+
+
+def report(out: Path = OUT, jobs: int = 2, scale: Scale = DEFAULT, address: str | None = None,
+           log: Any = print, command: str | None = None) -> list[Path]:
+    """Run every unit and write ``learned_prior.md`` into ``out``; returns the paths.
+
+    The units run in ``jobs`` processes (or on the Ray cluster at ``address``) and are kept
+    until the file is written (:mod:`experiments.shared.kept`). ``command``: the command
+    line the file says made it.
+    """
+    units = units_of(scale)
+    keeper = Kept(units_folder(out, "learned_prior", scale.name), repr(scale))
+    results = run_units(run_unit, units, jobs=jobs, address=address, describe=_describe,
+                        keeper=keeper, label="learned_prior", log=log)
+    markdown = render(results[0], results[1:], scale, row_config(scale),
+                      command or "python -m experiments.learned_prior")
+    written = write_files_atomic(out, {NAME: markdown})
+    keeper.clear()
+    return written
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the study and write its file."""
+    parser = argparse.ArgumentParser(prog="python -m experiments.learned_prior",
+                                     description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser.add_argument("--jobs", type=int, default=2, help="processes (default 2)")
+    parser.add_argument("--out", type=Path, default=OUT, help="results folder")
+    add_scheduling_arguments(parser)
+    args = parser.parse_args(argv)
+    given = sys.argv[1:] if argv is None else argv
+    with scheduling(args, parser.prog):
+        for path in report(args.out, args.jobs, address=args.address,
+                           command=" ".join([parser.prog, *given])):
+            print(path)

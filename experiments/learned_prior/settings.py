@@ -1,0 +1,66 @@
+"""What the learned-prior runner and its report both read: the env, the log sizes, the scale."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agents.learners.supervised import SupervisedConfig
+from cost_envs.config import integer
+
+ENV_ID = "cost_envs/ToolBench-v0"
+#: The row trained with either teacher (:data:`experiments.lora_ppo.runner.LEARNED_ROWS`).
+ROW = "lora/bayes"
+#: Reset seed of training seed ``s``'s logs: ``LOG_TASK_SEED + 1000 s`` (sub-env ``i`` of
+#: the batched env plays ``+ i``). Apart from every range of :mod:`agents.seeds` (the
+#: prior's 60,000 + a few, the sub-envs' 100,000 and up) at the seeds this study runs.
+LOG_TASK_SEED = 70_000
+#: Sub-envs of the batched env the logs are played on.
+LOG_ENVS = 64
+OUT = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+NAME = "learned_prior.md"
+
+
+@dataclass(frozen=True)
+class Scale:
+    """How much work a run does.
+
+    Args:
+        name: Its name (the kept units' folder).
+        seeds: Training seeds (0..seeds-1); each fits its own logs.
+        sizes: Logged env steps of each learned prior.
+        episodes: Evaluation tasks (task seed ``eval_seed``).
+        resamples: Bootstrap resamples of the return intervals.
+        supervised: The supervised stage's settings, before the row sets its teacher and
+            DAgger rounds (:meth:`experiments.lora_ppo.runner.LearnedRow.arguments`).
+        rule_tasks: Training tasks the best fixed rule is searched on (the tables' 200).
+        eval_seed: Task seed of the evaluation set (the tables': 0).
+        particles: The teacher's particles (the Bayes reference's default, 1000).
+    """
+
+    name: str
+    seeds: int = 5
+    sizes: tuple[int, ...] = (10_000, 100_000, 1_000_000)
+    episodes: int = 400
+    resamples: int = 10_000
+    supervised: SupervisedConfig = field(default_factory=SupervisedConfig)
+    rule_tasks: int = 200
+    eval_seed: int = 0
+    particles: int = 1000
+
+    def __post_init__(self) -> None:
+        for key in ("seeds", "episodes", "resamples", "rule_tasks", "particles"):
+            integer(getattr(self, key), f"Scale.{key}", minimum=1)
+        integer(self.eval_seed, "Scale.eval_seed", minimum=0)
+        if not self.sizes:
+            raise ValueError("Scale.sizes: expected at least one log size, got none")
+        for size in self.sizes:
+            integer(size, "Scale.sizes", minimum=1)
+
+
+#: The lora_ppo tables' scale of the row (1,500 teacher episodes, two DAgger rounds of
+#: 500, 400 evaluation tasks, 5 seeds), each seed with its own logs of 10k, 100k, 1M steps.
+DEFAULT = Scale("default")
+#: Plumbing for the tests, in seconds: not a result.
+SMOKE = Scale("smoke", seeds=2, sizes=(2_000,), episodes=20, resamples=200,
+              supervised=SupervisedConfig(episodes=20, epochs=1), rule_tasks=5, particles=100)
