@@ -29,7 +29,9 @@ def add_train(parser: argparse.ArgumentParser) -> None:
                         help="ppo: PPO from scratch; lora: supervised LoRA allocator; "
                              "lora-ppo: LoRA-guided PPO warm-started from lora; ppo-sil: "
                              "PPO with self-imitation of its best episodes; ppo-grpo: PPO "
-                             "on group-relative advantages (--n-envs a multiple of 8)")
+                             "on group-relative advantages (--n-envs a multiple of 8); bdq: "
+                             "a branching dueling Q-network (off-policy; --config takes its "
+                             "own hyperparameters, not PPO's)")
     parser.add_argument("--config", type=Path, default=None,
                         help="JSON/YAML file of SB3 hyperparameters (learning_rate, n_steps, "
                              "...), timesteps, seed, n_envs, base, action_distribution, "

@@ -9,7 +9,8 @@
 * **From interaction alone** (issue #38): :mod:`agents.learners.sil` (PPO with
   self-imitation of its best episodes) and :mod:`agents.learners.grpo` (PPO on
   group-relative advantages); entries ``train(..., method="ppo-sil")`` and
-  ``method="ppo-grpo"``.
+  ``method="ppo-grpo"``; and value learning over the action's bits,
+  :mod:`agents.learners.bdq` (a branching dueling Q-network), ``method="bdq"``.
 * **CORL**, one controller for every budget tier: :mod:`agents.learners.corl`; entries
   :func:`~agents.learners.corl.train_shared_ppo` (the controller), then
   :func:`~agents.learners.corl.train_tier_adapters` (one LoRA adapter per tier).
@@ -38,13 +39,17 @@ choices); its modules import torch themselves.
 
 #: Training methods, in table order: supervised LoRA, PPO from scratch, LoRA-guided PPO,
 #: then issue #38's learners from interaction alone (PPO with self-imitation, PPO on
-#: group-relative advantages).
-METHODS = ("lora", "ppo", "lora-ppo", "ppo-sil", "ppo-grpo")
+#: group-relative advantages, a branching dueling Q-network).
+METHODS = ("lora", "ppo", "lora-ppo", "ppo-sil", "ppo-grpo", "bdq")
 #: The methods trained from scratch on the plain network: each one's model class, as
 #: ``(module, class)`` (imported when training: this package does not import torch).
 FROM_SCRATCH = {"ppo": ("agents.learners.ppo", "FastPPO"),
                 "ppo-sil": ("agents.learners.sil", "SelfImitationPPO"),
-                "ppo-grpo": ("agents.learners.grpo", "GroupRelativePPO")}
+                "ppo-grpo": ("agents.learners.grpo", "GroupRelativePPO"),
+                "bdq": ("agents.learners.bdq", "BranchingDQN")}
+#: The from-scratch methods that are not PPO: their settings are their model class's own
+#: arguments, none of :data:`PPO_SETTINGS` (``bdq``'s are ``BranchingDQN``'s).
+NOT_PPO = frozenset({"bdq"})
 #: Settings a from-scratch method changes from :data:`PPO_SETTINGS` (GRPO has no critic and
 #: scales its advantages per rollout: ``agents.learners.grpo``).
 METHOD_SETTINGS: dict[str, dict[str, object]] = {

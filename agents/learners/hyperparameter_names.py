@@ -10,6 +10,8 @@ signature's, so an SB3 upgrade that adds an argument fails that test until it is
 
 from __future__ import annotations
 
+from agents.learners import NOT_PPO
+
 #: SB3 ``PPO``'s hyperparameters (stable-baselines3 2.9).
 PPO_NAMES = frozenset({
     "batch_size", "clip_range", "clip_range_vf", "ent_coef", "gae_lambda", "gamma",
@@ -23,9 +25,18 @@ FAST_PPO_NAMES = frozenset({"fused_loss"})
 METHOD_NAMES = {"lora-ppo": LORA_PPO_NAMES,
                 "ppo-sil": frozenset({"sil_updates", "sil_batch_size", "sil_coef",
                                       "sil_value_coef", "sil_capacity"}),
-                "ppo-grpo": frozenset({"group_size"})}
+                "ppo-grpo": frozenset({"group_size"}),
+                # not PPO: BranchingDQN's own arguments, none of PPO's
+                "bdq": frozenset({"learning_rate", "buffer_size", "learning_starts",
+                                  "batch_size", "gamma", "train_freq", "gradient_steps",
+                                  "n_steps", "target_update_interval", "per_branch_targets",
+                                  "exploration_fraction", "exploration_initial_eps",
+                                  "exploration_final_eps", "max_grad_norm", "rollout_steps",
+                                  "stats_window_size"})}
 
 
 def accepted_names(method: str) -> frozenset[str]:
     """The hyperparameter names ``method`` accepts (as ``ppo_args.accepted(method)``)."""
+    if method in NOT_PPO:
+        return METHOD_NAMES[method]
     return PPO_NAMES | FAST_PPO_NAMES | METHOD_NAMES.get(method, frozenset())

@@ -8,6 +8,8 @@ method         what is trained
 ``lora-ppo``   ``lora``, then LoRA-guided PPO (:mod:`agents.learners.lora_ppo`) from it
 ``ppo-sil``    ``ppo`` plus self-imitation of its best episodes (:mod:`agents.learners.sil`)
 ``ppo-grpo``   ``ppo`` on group-relative advantages (:mod:`agents.learners.grpo`)
+``bdq``        a branching dueling Q-network (:mod:`agents.learners.bdq`), off-policy;
+               ``ppo=`` takes ``BranchingDQN``'s arguments instead of PPO's
 =============  =====================================================================
 
 Environments. The RL stage (``ppo``, and ``lora-ppo``'s PPO) steps ``n_envs`` sub-envs of
@@ -59,6 +61,7 @@ from agents.learners import (
     FROM_SCRATCH,
     METHOD_SETTINGS,
     METHODS,
+    NOT_PPO,
     PPO_SETTINGS,
 )
 from agents.learners.common.policies import AllocatorPolicy
@@ -234,7 +237,7 @@ def train(
         # gym.make's own messages (a budget the single env refuses is refused here).
         env = gym.make(env_id, **kwargs)
         if method != "lora":  # before the batched env and the rollout buffer exist
-            check_training_memory(env, n_envs, settings["n_steps"])
+            check_training_memory(env, n_envs, settings.get("n_steps", PPO_SETTINGS["n_steps"]))
         callback = CostMetricsCallback()
         scorer = (EvaluateAtSteps(env_id, evaluate_at, eval_episodes, env_kwargs=kwargs)
                   if evaluate_at else None)
@@ -299,7 +302,7 @@ def ppo_settings(overrides: Mapping[str, Any] | None, method: str) -> dict[str, 
         ValueError: One line naming an unknown key and the valid ones, or a bad value
             (:func:`agents.learners.common.ppo_args.check_hyperparameters`).
     """
-    return {**PPO_SETTINGS, **METHOD_SETTINGS.get(method, {}),
+    return {**({} if method in NOT_PPO else PPO_SETTINGS), **METHOD_SETTINGS.get(method, {}),
             **check_hyperparameters(overrides or {}, method)}
 
 

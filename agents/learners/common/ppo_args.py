@@ -20,6 +20,8 @@ from typing import Any
 
 from stable_baselines3 import PPO
 
+from agents.learners import NOT_PPO
+from agents.learners.bdq import BranchingDQN
 from agents.learners.grpo import GroupRelativePPO
 from agents.learners.lora_ppo import LoraGuidedPPO
 from agents.learners.sil import SelfImitationPPO
@@ -60,11 +62,15 @@ METHOD_ARGUMENTS: dict[str, dict[str, Any]] = {
     "lora-ppo": LORA_PPO_ARGUMENTS,
     **{method: {name: default for name, default in _arguments(cls).items()
                 if name not in PPO_ARGUMENTS and name not in FAST_PPO_ARGUMENTS}
-       for method, cls in (("ppo-sil", SelfImitationPPO), ("ppo-grpo", GroupRelativePPO))}}
+       for method, cls in (("ppo-sil", SelfImitationPPO), ("ppo-grpo", GroupRelativePPO))},
+    # not PPO: its own arguments only
+    "bdq": _arguments(BranchingDQN)}
 
 
 def accepted(method: str) -> dict[str, Any]:
     """The hyperparameters ``method`` accepts, with SB3's (or its model class's) defaults."""
+    if method in NOT_PPO:
+        return dict(METHOD_ARGUMENTS[method])
     return {**PPO_ARGUMENTS, **FAST_PPO_ARGUMENTS, **METHOD_ARGUMENTS.get(method, {})}
 
 
