@@ -169,6 +169,26 @@ def test_a_step_at_the_last_turn_shows_no_outcome() -> None:
     assert (at.turn >= 0).all() and (at.turn < MAX_TURNS).all()
 
 
+def test_a_law_is_its_beta_and_its_clipped_normal() -> None:
+    """Its tables are the Beta density on the grid and the clipped normal's atoms."""
+    from statistics import NormalDist
+
+    from agents.planning.toolbench_bayes import DELTA_GRID
+
+    law = DifficultyLaw(3.0, 1.5, 0.05)
+    density = DELTA_GRID ** 2 * (1 - DELTA_GRID) ** 0.5
+    np.testing.assert_allclose(law.prior, density / density.sum(), rtol=1e-12)
+    normal = NormalDist(0.0, 0.05)
+    np.testing.assert_allclose(law.at_zero, [normal.cdf(-x) for x in DELTA_GRID], rtol=1e-7,
+                               atol=1e-15)
+    np.testing.assert_allclose(law.at_one, [normal.cdf(x - 1) for x in DELTA_GRID],
+                               rtol=1e-7, atol=1e-15)
+    likelihood = difficulty_likelihood(np.array([0.0, 0.5, 1.0]), law)
+    np.testing.assert_allclose(likelihood[1], np.exp(-0.5 * ((0.5 - DELTA_GRID) / 0.05) ** 2))
+    np.testing.assert_array_equal(likelihood[0], law.at_zero)
+    np.testing.assert_array_equal(likelihood[2], law.at_one)
+
+
 def test_the_default_law_is_the_envs() -> None:
     law = DifficultyLaw(2.0, 2.0, 0.15)
     np.testing.assert_array_equal(law.prior, _PRIOR)
@@ -212,6 +232,25 @@ def test_the_teacher_weighs_with_the_law_it_is_given() -> None:
     assert not np.allclose(wide.posterior_values(*args)[0], narrow.posterior_values(*args)[0])
 
 
+def test_a_given_law_is_the_env_law_it_stands_for(monkeypatch) -> None:
+    """A planner given a law acts as if the module's constants were that law, everywhere."""
+    from agents.planning import toolbench_bayes as tb
+
+    env = ToolBenchEnv()
+    prior = lp.true_parameters(env).draw(env, 200)
+    law = DifficultyLaw(3.0, 1.5, 0.05)
+    args = [(4, 1, 0, (0, 4), (0.3, 0.6)), (3, 0, 1, (2, 5), (0.4,)),
+            (4, 2, 3, (4,), (0.2, 0.3, 0.5))]
+    given = BayesToolBenchPlanner(env, prior=prior, difficulty=law)
+    ours = [given.posterior_values(*a)[0] for a in args]
+    for name, value in (("_PRIOR", law.prior), ("_AT_ZERO", law.at_zero),
+                        ("_AT_ONE", law.at_one), ("STAGE_DIFFICULTY_NOISE", law.noise)):
+        monkeypatch.setattr(tb, name, value)
+    patched = BayesToolBenchPlanner(env, prior=prior)
+    for a, value in zip(args, ours, strict=True):
+        np.testing.assert_array_equal(patched.posterior_values(*a)[0], value)
+
+
 def test_the_fitted_prior_draws_its_own_laws() -> None:
     env = ToolBenchEnv()
     truth = lp.true_parameters(env)
@@ -251,11 +290,13 @@ class _Spy:
 
 
 def test_the_runner_teaches_with_the_teacher_it_is_given() -> None:
+    """Its teacher labels its own episode, then every step of the DAgger rounds' episodes."""
     spy = _Spy()
-    config = SupervisedConfig(episodes=6, epochs=1, teacher="bayes", dagger_rounds=1,
-                              dagger_episodes=3)
+    config = SupervisedConfig(episodes=1, epochs=1, teacher="bayes", dagger_rounds=2,
+                              dagger_episodes=10)
     trained = runner.train_taught(0, config, lambda _: spy)
-    assert spy.calls >= 6 * 2 + 3  # every teacher step, then every student step labelled
+    # one teacher episode (at most 5 steps), then 2 x 10 student episodes of >= 1 step each
+    assert spy.calls >= 1 + 2 * 10
     assert trained.method == "lora" and trained.env_id == ENV_ID
 
 
@@ -293,9 +334,10 @@ def test_the_report_pairs_learned_against_true_by_seed() -> None:
              "rule_label": "RuleBased", "true": runner.parameters(lp.true_parameters(env))}
     base = rng.random((3, 50)) + 0.3
     fitted = runner.parameters(lp.true_parameters(env))
-    runs = [{"kind": "true", "steps": 0, "seed": s,
+    runs = [{"kind": "true", "steps": 0, "seed": s, "seconds": 1.0,
              "student": {"returns": base[s].tolist(), "success": 0.5}} for s in range(3)]
-    runs += [{"kind": "learned", "steps": 10, "seed": s, "fitted": fitted,
+    runs += [{"kind": "learned", "steps": 10, "seed": s, "fitted": fitted, "seconds": 2.0,
+              "fit_seconds": 1.0,
               "teacher": {"returns": (planner + 0.01 - 0.03).tolist(), "success": 0.5},
               "student": {"returns": (base[s] - 0.02).tolist(), "success": 0.5}}
              for s in range(3)]
@@ -304,6 +346,10 @@ def test_the_report_pairs_learned_against_true_by_seed() -> None:
     row = next(line for line in text.splitlines() if line.startswith("| 10 steps"))
     assert "-0.020 [-0.020, -0.020]" in row and "-0.030 [-0.030, -0.030]" in row
     assert "| Beta a | 2.000 | 2.000 (2.000-2.000) |" in text and "Command: `cmd`." in text
+    # a constant -0.02 per task, against the gap's mean: the share lost
+    lost = -0.02 / float((planner - rule).mean())
+    assert f"student minus it, paired by seed and task, in shares of the gap: 10 steps " \
+        f"{lost:.2f} [" in text
 
 
 @pytest.mark.slow
