@@ -13,7 +13,8 @@ per-episode scores they already hold (no training, no new episode):
   point and each seed's share are kept as written), then the page is rendered from the
   JSON (:mod:`experiments.lora_ppo.report`, :mod:`experiments.corl.report`,
   :mod:`experiments.bopo.report`). A table whose JSON predates the per-episode scores
-  (``full/table_FlightPlanner-v*``) cannot be, and is named and left as it is;
+  cannot be, and is named and left as it is (none today: the last two,
+  ``full/table_FlightPlanner-v*``, were regenerated on 2026-12-07);
 * ``converged_FlightPlanner-v1.md``: :func:`experiments.converged.report.render` of the kept
   runs its CSV names (the CSV comes out the same);
 * the learning curves ``budgets_<Env>*.md``: :func:`experiments.budgets.report.curve_table`
