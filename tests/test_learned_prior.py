@@ -332,16 +332,16 @@ def test_the_report_pairs_learned_against_true_by_seed() -> None:
     fixed = {"rule": rule.tolist(), "planner": planner.tolist(),
              "bayes": (planner + 0.01).tolist(), "control": planner.tolist(),
              "rule_label": "RuleBased", "true": runner.parameters(lp.true_parameters(env))}
-    base = rng.random((3, 50)) + 0.3
+    base = rng.random((6, 50)) + 0.3
     fitted = runner.parameters(lp.true_parameters(env))
     runs = [{"kind": "true", "steps": 0, "seed": s, "seconds": 1.0,
-             "student": {"returns": base[s].tolist(), "success": 0.5}} for s in range(3)]
+             "student": {"returns": base[s].tolist(), "success": 0.5}} for s in range(6)]
     runs += [{"kind": "learned", "steps": 10, "seed": s, "fitted": fitted, "seconds": 2.0,
               "fit_seconds": 1.0,
               "teacher": {"returns": (planner + 0.01 - 0.03).tolist(), "success": 0.5},
               "student": {"returns": (base[s] - 0.02).tolist(), "success": 0.5}}
-             for s in range(3)]
-    scale = replace(SMOKE, seeds=3, sizes=(10,), episodes=50)
+             for s in range(6)]
+    scale = replace(SMOKE, seeds=6, sizes=(10,), episodes=50)
     text = render(fixed, runs, scale, runner.row_config(scale), "cmd")
     row = next(line for line in text.splitlines() if line.startswith("| 10 steps"))
     assert "-0.020 [-0.020, -0.020]" in row and "-0.030 [-0.030, -0.030]" in row
@@ -350,6 +350,8 @@ def test_the_report_pairs_learned_against_true_by_seed() -> None:
     lost = -0.02 / float((planner - rule).mean())
     assert f"student minus it, paired by seed and task, in shares of the gap: 10 steps " \
         f"{lost:.2f} [" in text
+    assert "### Seeds 0-4 alone (the tables' 5)" in text  # past the tables' 5, paired apart
+    assert text.count("| 10 steps | -0.020 [-0.020, -0.020]") == 2
 
 
 @pytest.mark.slow

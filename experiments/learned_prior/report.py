@@ -11,7 +11,13 @@ from agents.learners.supervised import SupervisedConfig
 from cost_envs.envs.toolbench import SKILLS
 from cost_envs.metrics import bootstrap_gap_closed, bootstrap_mean_ci
 from experiments.budgets.report import share_text
-from experiments.learned_prior.settings import ENV_ID, LOG_ENVS, LOG_TASK_SEED, Scale
+from experiments.learned_prior.settings import (
+    ENV_ID,
+    LOG_ENVS,
+    LOG_TASK_SEED,
+    TABLE_SEEDS,
+    Scale,
+)
 from experiments.shared.common import machine
 from experiments.shared.gaps import method_share, share_cell
 
@@ -132,6 +138,15 @@ def render(fixed: Mapping[str, Any], runs: Sequence[Mapping[str, Any]], scale: S
               "| - | 1 | - |", ""]
     lines += _summary(true_returns, rule, planner, scale, by_seed)
     lines += _paired(true_returns, bayes, rule, planner, resamples, scale, by_seed)
+    if n_seeds > TABLE_SEEDS:
+
+        def first(kind: str, steps: int, what: str) -> list[Any]:
+            return by_seed(kind, steps, what)[:TABLE_SEEDS]
+
+        lines += [f"### Seeds 0-{TABLE_SEEDS - 1} alone (the tables' {TABLE_SEEDS})", "",
+                  *_summary(true_returns[:TABLE_SEEDS], rule, planner, scale, first)[:2],
+                  *_paired(true_returns[:TABLE_SEEDS], bayes, rule, planner, resamples,
+                           scale, first)[2:]]
     lines += _parameters(fixed["true"], scale, by_seed)
     return "\n".join(lines)
 
