@@ -1,16 +1,29 @@
 """Task seeds in one place: which seed ranges draw which tasks.
 
-No method is scored on a task it trained on.
+No method is scored on a task it trained on, and no choice is made on a task a report
+scores (issue #38).
 
 An env draws every task (and all of its luck) from the seed given to ``reset``, so a
-seed range is a task set. Evaluation uses the small seeds; every other use starts at its
-own offset, far enough apart that the ranges never meet at the scales the project runs.
+seed range is a task set. Each env has three: training (``TRAIN_TASK_SEED`` and the other
+training ranges below), validation (``EVAL_TASK_SEED``: every choice is made there, the
+rule searched, the stop marks of the learning curves, the teacher settings, the fitted
+thresholds, the best fixed row of a gap; the tuning sweeps have their own
+``VALIDATION_TASK_SEED``) and test (``TEST_TASK_SEED``: scored only by the reports).
+Evaluation uses the small seeds; every other use starts at its own offset, far enough
+apart that the ranges never meet at the scales the project runs.
+:mod:`experiments.shared.task_sets` names the two sets a report can score on.
 """
 
 import numpy as np
 
-#: Evaluation task sets: ``EVAL_TASK_SEED`` is the first reset seed of every evaluation.
+#: The validation task sets: ``EVAL_TASK_SEED`` is the first reset seed of every evaluation
+#: that informs a choice (the rule searches' scores, the learning curves whose stop marks
+#: set the full-scale budgets, the teacher settings, the fitted rules and thresholds), and of
+#: the committed tables until they are regenerated on ``TEST_TASK_SEED`` (issue #38). The
+#: name stays from when it was the only evaluation set (20-odd modules and tests read it);
+#: ``VALIDATION_SET_SEED`` says the same under the name of what it is.
 EVAL_TASK_SEED = 0
+VALIDATION_SET_SEED = EVAL_TASK_SEED
 #: RL training tasks of the LoRA paper's methods and CORL: ``TRAIN_TASK_SEED + seed``
 #: (CORL's per-tier adapters add ``100 * (tier + 1)``).
 TRAIN_TASK_SEED = 10_000
@@ -38,6 +51,16 @@ VALIDATION_TASK_SEED = 50_000
 #: are drawn from the reset seed ``PRIOR_TASK_SEED + seed``, apart from every range above,
 #: so the prior never holds an evaluation task.
 PRIOR_TASK_SEED = 60_000
+#: The test task sets: the first reset seed of a report's evaluation with ``--tasks test``
+#: (:mod:`experiments.shared.task_sets`). Scored only by the reports; no choice reads them
+#: (``tests/test_test_tasks.py`` runs the selection code and checks that no reset seed
+#: falls in ``[TEST_TASK_SEED, TEST_TASK_SEED + TEST_TASK_SPAN)``). 10_000 past the last
+#: range above and below ``SUB_ENV_TASK_SEED``; a batched env reset with it gives its
+#: sub-envs ``TEST_TASK_SEED + i``, inside the span.
+TEST_TASK_SEED = 70_000
+#: How far the test range reaches: every reset seed in ``[TEST_TASK_SEED, TEST_TASK_SEED +
+#: TEST_TASK_SPAN)`` is a test task's, and no other use of this module comes near it.
+TEST_TASK_SPAN = 10_000
 #: Training tasks of the RL stage's sub-envs after the first when it steps several at once
 #: (:func:`train_task_seeds`): past every range above.
 SUB_ENV_TASK_SEED = 100_000

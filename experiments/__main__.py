@@ -39,6 +39,13 @@ there.
 scoring each at checkpoints on the tables' evaluation tasks (:mod:`experiments.budgets`,
 issue #23).
 
+``--tasks`` (``lora_ppo``, ``corl``, ``bopo``, ``rules`` and ``all``): the task set the
+headline tables are scored on (:mod:`experiments.shared.task_sets`): ``validation`` (the
+default, where every choice is made: rule searches, stop marks, tuning, teacher settings,
+thresholds; today's committed tables) or ``test`` (tasks no choice has seen; the report
+names the set). In ``all`` it applies to those four; traces already scores on its test
+split.
+
 ``memory`` (not part of all) trains RecurrentPPO against PPO at the same settings and
 says whether memory pays on each env (:mod:`experiments.memory`, issue #23).
 """
@@ -88,6 +95,10 @@ ON_REQUEST = ("tune", "aggregates", "multitenant", "budgets", "memory", "converg
 #: imported (it took 37 s); ``tests/test_cli_reliability.py`` keeps the two the same.
 TUNE_METHODS = ("ppo", "lora-ppo", "lora", "corl-ppo", "corl-adapters", "bopo", "bopo-ppo")
 SCALES = ("smoke", "default", "full")
+#: The task sets of ``--tasks`` (``experiments.shared.task_sets.TASK_SETS``, named here so
+#: the parser imports nothing heavy) and the experiments that take it.
+TASK_SETS = ("validation", "test")
+TAKE_TASKS = ("lora_ppo", "corl", "bopo", "rules", "all")
 EPILOG = """\
 scales:
   smoke    seconds per experiment: plumbing for the tests, not a result
@@ -112,6 +123,9 @@ tune (not part of all): equal-budget sweeps on Ray Tune + Optuna, written to
   the same command resumes an interrupted run
 --address auto or ray://HOST:10001 (every experiment): run the units as Ray tasks on
   that cluster (every node needs cost-envs installed); the results are those of --jobs
+--tasks validation|test (lora_ppo, corl, bopo, rules, all): score the headline tables on
+  the validation tasks, where every choice is made (default; today's committed tables),
+  or on the test tasks that no choice has seen
 --unit NAME (repeatable; not tune, traces, aggregates): run only that unit of those not
   kept yet, named as in the progress lines and a failure's message (which gives the
   command); the experiment goes on if no other unit is missing, else stops in one line
@@ -192,6 +206,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--methods", type=_names, default=None,
                         help="tune only: comma-separated methods to sweep, e.g. ppo,lora "
                              "(default: every sweep of experiments.tune.methods.SWEEPS)")
+    parser.add_argument("--tasks", choices=TASK_SETS, default="validation",
+                        help="the task set the headline tables are scored on: validation "
+                             "(default; where every choice is made) or test (no choice has "
+                             "seen it); lora_ppo, corl, bopo, rules and all only")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA,
                         help="the RouteLLM folder of traces (gsm8k_responses.csv, mmlu/), "
                              "read in place (default: ../shared/data/routellm beside the "
@@ -220,21 +238,22 @@ def _run_lora_ppo(args: argparse.Namespace, log: Callable[[str], None]) -> None:
     from experiments.lora_ppo import runner as lora_ppo
 
     for path in lora_ppo.report(args.out, args.scale, jobs=args.jobs or 2, log=log,
-                                address=args.address):
+                                address=args.address, tasks=args.tasks):
         log(f"lora_ppo: wrote {path}")
 
 
 def _run_corl(args: argparse.Namespace, log: Callable[[str], None]) -> None:
     from experiments.corl import runner as corl
 
-    corl.report(args.out, args.scale, log=log, jobs=args.jobs, address=args.address)
+    corl.report(args.out, args.scale, log=log, jobs=args.jobs, address=args.address,
+                tasks=args.tasks)
 
 
 def _run_bopo(args: argparse.Namespace, log: Callable[[str], None]) -> None:
     from experiments.bopo import runner as bopo
 
     bopo.report(args.out, args.scale, log=lambda m: log(f"bopo: {m}"),
-                jobs=args.jobs, address=args.address)
+                jobs=args.jobs, address=args.address, tasks=args.tasks)
 
 
 def _run_traces(args: argparse.Namespace, log: Callable[[str], None]) -> None:
@@ -249,7 +268,7 @@ def _run_rules(args: argparse.Namespace, log: Callable[[str], None]) -> None:
     from experiments.rules import runner as rules
 
     rules.report(args.out, _routing_scale(args.scale), jobs=args.jobs or 2, log=log,
-                 address=args.address)
+                 address=args.address, tasks=args.tasks)
 
 
 def _run_aggregates(args: argparse.Namespace, log: Callable[[str], None]) -> None:
@@ -479,6 +498,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--address: aggregates reads files and runs nothing on Ray")
     if args.methods is not None and args.experiment != "tune":
         parser.error("--methods: only tune takes it (it chooses the sweeps)")
+    if args.tasks != "validation" and args.experiment not in TAKE_TASKS:
+        parser.error(f"--tasks: only {', '.join(TAKE_TASKS)} take it (the headline tables); "
+                     f"{args.experiment} makes or reads choices on the validation tasks")
     if args.unit is not None and args.experiment in ("aggregates", "traces", "tune"):
         parser.error(f"--unit: {args.experiment} runs no units through the scheduler")
     try:

@@ -11,7 +11,9 @@ seeded on its own so that the results do not depend on the number of workers:
   checkpoints.
 
 Every unit is scored on the profile's evaluation tasks under the profile's one budget
-(:func:`budget_of` the base seed's training draw), the same for every row.
+(:func:`budget_of` the base seed's training draw), the same for every row: those of the
+validation set by default, of the test set with ``tasks="test"``
+(:mod:`experiments.shared.task_sets`).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from agents.learners.bopo_sft import (
 from agents.seeds import BOPO_TRAIN_TASK_SEED, EVAL_TASK_SEED
 from cost_envs.metrics import EpisodeRecord, summarize
 from cost_envs.wrappers import TaskReplay
+from experiments.shared.task_sets import DEFAULT_TASKS, task_seed
 
 #: The RL methods: BoPO with the paper's clipped cost term, BoPO with the linear variant
 #: (:data:`agents.learners.bopo.COST_TERMS`), vanilla PPO on ``S - lam * cost / scale``.
@@ -176,8 +179,11 @@ def profile_budget(profile: str, scale: str | BopoScale = "default", seed: int =
 
 
 def evaluate_on(allocator_for: Callable[[gym.Env], Any], profile: str, tasks: Sequence[Any],
-                budget: float) -> EvaluationResult:
+                budget: float, seed: int = EVAL_TASK_SEED) -> EvaluationResult:
     """Every evaluation task once, in order, under the budget.
+
+    ``seed``: the first reset seed of the task set ``tasks`` were drawn with (the replay
+    plays ``tasks`` whatever it is; the result records it).
 
     The allocator is built on the env as scored, under the budget but beneath the replay
     of the evaluation tasks: a rule fitted when it is built replays its own training tasks
@@ -187,7 +193,7 @@ def evaluate_on(allocator_for: Callable[[gym.Env], Any], profile: str, tasks: Se
     env = make_env(profile, budget)
     allocator = allocator_for(env)
     replay = TaskReplay(env, tasks)
-    result = evaluate(allocator, replay, episodes=len(tasks), seed=EVAL_TASK_SEED)
+    result = evaluate(allocator, replay, episodes=len(tasks), seed=seed)
     replay.close()
     return result
 
@@ -224,11 +230,12 @@ class WarmStart:
 
 
 def warm_start(profile: str, sc: BopoScale, seed: int, budget: float,
-               scored: bool = True) -> WarmStart:
+               scored: bool = True, tasks: str = DEFAULT_TASKS) -> WarmStart:
     """Seed ``seed``'s training draw, boundaries, SFT data and warm start; the SFT row.
 
     ``scored=False`` skips the SFT row's evaluation (``records`` and ``returns`` stay
     empty): a tuning trial (:mod:`experiments.tune.bopo`) never meets an evaluation task.
+    ``tasks``: the task set the SFT row is scored on (:mod:`experiments.shared.task_sets`).
     """
     from stable_baselines3.common.utils import set_random_seed
 
@@ -248,9 +255,10 @@ def warm_start(profile: str, sc: BopoScale, seed: int, budget: float,
     after = demonstration_log_likelihood(model.policy, data)
     weights = policy_weights(model.policy)
     vec.close()
+    first = task_seed(tasks)
     result = (evaluate_on(lambda e: MaskedRouter(weights, e), profile,
-                          draw_tasks(profile, sc.n_eval, EVAL_TASK_SEED), budget)
-              if scored else EvaluationResult((), ("large",), EVAL_TASK_SEED))
+                          draw_tasks(profile, sc.n_eval, first), budget, first)
+              if scored else EvaluationResult((), ("large",), first))
     return WarmStart(profile, seed, cost_scale(train_b), train_b,
                      data.counts(), len(data.actions), losses, (before, after),
                      {k: v.clone() for k, v in model.policy.state_dict().items()},
@@ -277,6 +285,8 @@ class LearnJob:
     ppo: Mapping[str, Any] = field(default_factory=dict)
     #: A row trained in the configuration its equal-budget sweep chose (``ppo`` above).
     tuned: bool = False
+    #: The task set the run is scored on (:mod:`experiments.shared.task_sets`).
+    tasks: str = DEFAULT_TASKS
 
     @property
     def key(self) -> str:
@@ -384,13 +394,14 @@ class LearningRun:
         start = time.perf_counter()
         outside = _streams()
         self.job = job
-        self.eval_tasks = draw_tasks(job.profile, job.scale.n_eval, EVAL_TASK_SEED)
+        self.eval_seed = task_seed(job.tasks)
+        self.eval_tasks = draw_tasks(job.profile, job.scale.n_eval, self.eval_seed)
         self.model = learner(job)
         self._streams = _streams()
         _restore(outside)
         self.curve: list[dict[str, float]] = []
         self.scored: list[dict[str, Any]] = []
-        self.result = EvaluationResult((), ("large",), EVAL_TASK_SEED)
+        self.result = EvaluationResult((), ("large",), self.eval_seed)
         self.seconds = time.perf_counter() - start
 
     def advance(self, checkpoint: int) -> dict[str, Any]:
@@ -405,7 +416,7 @@ class LearningRun:
             model.learn(checkpoint - model.num_timesteps, reset_num_timesteps=False)
         weights = policy_weights(model.policy)
         self.result = evaluate_on(lambda e: MaskedRouter(weights, e), self.job.profile,
-                                  self.eval_tasks, self.job.budget)
+                                  self.eval_tasks, self.job.budget, self.eval_seed)
         self._streams = _streams()
         _restore(outside)
         point = summarize(self.result.records)

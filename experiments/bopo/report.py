@@ -43,6 +43,7 @@ from experiments.shared.figures import (
     spread,
     tag_points,
 )
+from experiments.shared.task_sets import described_set
 
 # ---------------------------------------------------------------------- scoring
 LABELS = {"always-small": "AlwaysSmall", "always-large": "AlwaysLarge",
@@ -310,6 +311,8 @@ def markdown(summary: Mapping[str, Any], seconds: float | None = None) -> str:
         "over the rule is not resolved (its interval holds 0), so the share has no "
         "interval. The planner and the oracle read hidden state and are on no frontier.",
     ]
+    if described_set(summary):
+        lines += ["", described_set(summary)]
     if seconds is not None:
         lines += ["", f"Wall time: {seconds:.0f} s with {sc['jobs']} worker process(es)."]
     outcomes = []

@@ -13,7 +13,9 @@ the scale says so (every unit seeded on its own: the result does not depend on t
 of workers), and :func:`report` writes ``bopo.md``, ``bopo.json`` and
 ``pareto_bopo_<profile>.png`` / ``.svg`` (rendered by :mod:`experiments.bopo.report`), all rendered
 before any is written and written all together. A learned row pools its seeds: its value
-is the mean over seeds and tasks, its interval a two-level bootstrap over both.
+is the mean over seeds and tasks, its interval a two-level bootstrap over both. Every
+row is scored on the task set ``tasks`` (the validation set by default, the test set with
+``tasks="test"``, :mod:`experiments.shared.task_sets`; a report of the test set names it).
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from agents.learners.bopo import (
 )
 from agents.planning import AgenticPlanner
 from agents.rules import BestFixedRule
-from agents.seeds import BOPO_TRAIN_TASK_SEED, EVAL_TASK_SEED
+from agents.seeds import BOPO_TRAIN_TASK_SEED
 from cost_envs.envs.agentic_routing import PROFILE_NAMES
 from cost_envs.metrics import EpisodeRecord
 from experiments.bopo.gaps import gap_block
@@ -80,6 +82,7 @@ from experiments.shared.common import described, machine, quiet, recording
 from experiments.shared.figures import figure_files
 from experiments.shared.kept import Kept, units_folder
 from experiments.shared.scheduler import run_units
+from experiments.shared.task_sets import DEFAULT_TASKS, keeper_settings, tagged, task_seed
 from experiments.tune import runner as tune
 from experiments.tune.bopo import PROFILE
 from experiments.tune.methods import METHODS as SWEEPS
@@ -113,14 +116,19 @@ TRAINED_RULES: dict[str, Callable[[gym.Env, Sequence[Any]], Any]] = {
 }
 
 
-def prepare_profile(profile: str, scale: str | BopoScale = "default", seed: int = 0
-                    ) -> Prepared:
-    """Boundaries, taxonomy and budget of one profile, and its fixed rows (fitted rules too)."""
+def prepare_profile(profile: str, scale: str | BopoScale = "default", seed: int = 0,
+                    tasks: str = DEFAULT_TASKS) -> Prepared:
+    """Boundaries, taxonomy and budget of one profile, and its fixed rows (fitted rules too).
+
+    The rules are fitted on the training draw; every row is scored on the task set
+    ``tasks`` (:mod:`experiments.shared.task_sets`).
+    """
     start = time.perf_counter()
     sc = scale_of(scale)
     train_tasks, train_paths = training_draw(profile, sc, seed)
     train_b = [Boundary.from_trajectories(lo, hi) for lo, hi in train_paths]
-    eval_tasks = draw_tasks(profile, sc.n_eval, EVAL_TASK_SEED)
+    eval_seed = task_seed(tasks)
+    eval_tasks = draw_tasks(profile, sc.n_eval, eval_seed)
     budget = budget_of(train_b)
     prepared = Prepared(profile, budget, train_b, boundary_rollouts(make_env(profile),
                                                                     eval_tasks))
@@ -136,7 +144,7 @@ def prepare_profile(profile: str, scale: str | BopoScale = "default", seed: int 
     for key, fit in TRAINED_RULES.items():
         methods[key] = recording(lambda e, fit=fit: fit(e, train_tasks), built, key)
     for name, factory in methods.items():
-        result = evaluate_on(factory, profile, eval_tasks, budget)
+        result = evaluate_on(factory, profile, eval_tasks, budget, eval_seed)
         prepared.records[name], prepared.returns[name] = result.records, result.returns
     for key, rule in built.items():  # what each fit found, in its label and its entry
         found = prepared.fitted[key] = described(rule)
@@ -212,12 +220,15 @@ def scan_keys(sc: BopoScale) -> list[str]:
                                                 for lam in sorted(sc.linear_lams)]
 
 
-def learn_jobs(warm: WarmStart, sc: BopoScale, budget: float, base_seed: int
-               ) -> list[LearnJob]:
-    """One seed's RL runs on one profile: the table's rows, then the scan's own."""
+def learn_jobs(warm: WarmStart, sc: BopoScale, budget: float, base_seed: int,
+               tasks: str = DEFAULT_TASKS) -> list[LearnJob]:
+    """One seed's RL runs on one profile: the table's rows, then the scan's own.
+
+    ``tasks``: the task set they are scored on (:mod:`experiments.shared.task_sets`).
+    """
     common = {"profile": warm.profile, "scale": sc, "budget": budget,
               "cost_scale": warm.cost_scale, "seed": warm.seed,
-              "train_boundaries": tuple(warm.train_boundaries)}
+              "train_boundaries": tuple(warm.train_boundaries), "tasks": tasks}
     jobs = [LearnJob(method=key.split("/")[0], lam=float(key.split("/")[1]),
                      sft_state=None if key.startswith("ppo/") else warm.sft_state, **common)
             for key in table_keys(sc)]
@@ -270,21 +281,27 @@ def _describe(unit: tuple[Any, ...]) -> str:
 
 def run_all(scale: str | BopoScale = "default", profiles: Sequence[str] = PROFILE_NAMES,
             seed: int = 0, log: Callable[[str], None] = quiet, address: str | None = None,
-            keeper: Kept | None = None) -> Results:
+            keeper: Kept | None = None, tasks: str = DEFAULT_TASKS) -> Results:
     """Prepare every profile, warm-start every seed and train every router.
 
     Units of :func:`experiments.shared.scheduler.run_units` (``sc.jobs`` processes, or
     the Ray cluster at ``address``; kept in ``keeper``), in two rounds: each profile's
     fixed rows and each (profile, seed)'s warm start, then that seed's RL runs, which
     start from the warm start. Every unit is seeded on its own, so the results do not
-    depend on ``jobs`` or ``address``.
+    depend on ``jobs`` or ``address``. Every row is scored on the task set ``tasks``
+    (:mod:`experiments.shared.task_sets`).
     """
     sc = scale_of(scale)
+    task_seed(tasks)  # an unknown set is refused before any work
     seeds = range(seed, seed + sc.seeds)
     budgets = {p: profile_budget(p, sc, seed) for p in profiles}
+    # the validation set's units as they always were; a test run's name their set
+    prep_more: tuple[Any, ...] = () if tasks == DEFAULT_TASKS else (tasks,)
+    warm_more: tuple[Any, ...] = () if tasks == DEFAULT_TASKS else (True, tasks)
     first: list[tuple[Any, ...]] = []
     for p in profiles:
-        first += [("prep", p, sc, seed)] + [("warm", p, sc, s, budgets[p]) for s in seeds]
+        first += ([("prep", p, sc, seed, *prep_more)]
+                  + [("warm", p, sc, s, budgets[p], *warm_more) for s in seeds])
     run = {"jobs": sc.jobs, "address": address, "describe": _describe, "keeper": keeper,
            "label": "bopo", "log": lambda message: log(message.removeprefix("bopo: "))}
     ready = run_units(_unit, first, **run)
@@ -294,7 +311,7 @@ def run_all(scale: str | BopoScale = "default", profiles: Sequence[str] = PROFIL
         if isinstance(w, WarmStart):
             warm[w.profile][w.seed] = w
     second = [("learn", job) for p in profiles for s in seeds
-              for job in learn_jobs(warm[p][s], sc, budgets[p], seed)]
+              for job in learn_jobs(warm[p][s], sc, budgets[p], seed, tasks)]
     learned: dict[str, dict[tuple[str, int], LearnResult]] = {p: {} for p in profiles}
     for result in run_units(_unit, second, **run):
         learned[result.job.profile][result.key, result.job.seed] = result
@@ -352,8 +369,9 @@ def _curves(runs: Sequence[LearnResult]) -> dict[str, Any]:
     return {"mean": mean, "per_seed": per_seed}
 
 
-def summarise(results: Results, sc: BopoScale, seed: int = 0) -> dict[str, Any]:
-    """The report's data, as JSON values.
+def summarise(results: Results, sc: BopoScale, seed: int = 0,
+              tasks: str = DEFAULT_TASKS) -> dict[str, Any]:
+    """The report's data, as JSON values (``tasks``: the set the results were scored on).
 
     Per profile: the taxonomy, the budget, every method's metrics (learned rows pooled
     over their seeds, each seed's values kept), the learning curves and the frontier
@@ -361,10 +379,10 @@ def summarise(results: Results, sc: BopoScale, seed: int = 0) -> dict[str, Any]:
     ``gap_closed`` block (:mod:`experiments.bopo.gaps`).
     """
     seeds = list(range(seed, seed + sc.seeds))
-    out: dict[str, Any] = {"machine": machine(), "scale": asdict(sc),
-                           "eval_task_seed": EVAL_TASK_SEED,
-                           "train_task_seed": BOPO_TRAIN_TASK_SEED + seed, "seeds": seeds,
-                           "profiles": {}}
+    out: dict[str, Any] = tagged({"machine": machine(), "scale": asdict(sc),
+                                  "eval_task_seed": task_seed(tasks),
+                                  "train_task_seed": BOPO_TRAIN_TASK_SEED + seed,
+                                  "seeds": seeds, "profiles": {}}, tasks)
     returns: dict[str, dict[str, list[Sequence[float]]]] = {}
     for profile, prep in results.prepared.items():
         order = _row_order(list(prep.records), sc, profile)
@@ -406,7 +424,8 @@ def summarise(results: Results, sc: BopoScale, seed: int = 0) -> dict[str, Any]:
 
 def report(out_dir: Path, scale: str | BopoScale = "default", seed: int = 0,
            log: Callable[[str], None] = quiet, jobs: int | None = None,
-           profiles: Sequence[str] = PROFILE_NAMES, address: str | None = None) -> str:
+           profiles: Sequence[str] = PROFILE_NAMES, address: str | None = None,
+           tasks: str = DEFAULT_TASKS) -> str:
     """Run BoPO against its baselines on the three profiles and write the results.
 
     Writes ``bopo.md``, ``bopo.json`` and ``pareto_bopo_<profile>.png`` / ``.svg`` into
@@ -426,6 +445,8 @@ def report(out_dir: Path, scale: str | BopoScale = "default", seed: int = 0,
         jobs: Worker processes, instead of the scale's own ``jobs``.
         profiles: The profiles to run (default all three).
         address: The Ray cluster to run the units on, instead of local processes.
+        tasks: The task set every row is scored on, ``validation`` (today's tables) or
+            ``test`` (:mod:`experiments.shared.task_sets`).
 
     Returns:
         The Markdown report.
@@ -435,10 +456,11 @@ def report(out_dir: Path, scale: str | BopoScale = "default", seed: int = 0,
         sc = dataclasses.replace(sc, jobs=jobs)
     start = time.perf_counter()
     keeper = Kept(units_folder(out_dir, "bopo", sc.name),
-                  repr((dataclasses.replace(sc, jobs=1), seed, tuple(profiles))))
+                  keeper_settings(repr((dataclasses.replace(sc, jobs=1), seed,
+                                        tuple(profiles))), tasks))
     results = run_all(sc, profiles=profiles, seed=seed, log=log, address=address,
-                      keeper=keeper)
-    summary = summarise(results, sc, seed)
+                      keeper=keeper, tasks=tasks)
+    summary = summarise(results, sc, seed, tasks)
     seconds = time.perf_counter() - start
     summary["wall_seconds"] = seconds
     text = markdown(summary, seconds)

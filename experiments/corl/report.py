@@ -28,6 +28,7 @@ from experiments.shared.figures import (
     tag_points,
 )
 from experiments.shared.gaps import share_cell
+from experiments.shared.task_sets import described_set
 
 CONSULT_ALL = "Consult all experts"
 BEST_RULE = "Best fixed rule (searched on training tasks)"
@@ -120,6 +121,7 @@ def corl_markdown(report: Mapping[str, Any]) -> str:
         "rows, over queries. Budgets per query: "
         + ", ".join(f"{t} ${b:g}" for t, b in budgets.items()) + ".",
         "",
+        *([described_set(report), ""] if described_set(report) else []),
         "*Accuracy within budget* is CORL's gated metric (a right answer that cost more "
         "than the tier's budget counts as wrong); the *expert-call ratio* is the share of "
         "queries on which at least one expert was consulted; calls/query counts each "

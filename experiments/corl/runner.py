@@ -63,6 +63,7 @@ from experiments.shared.figures import figure_files
 from experiments.shared.histories import detach, read_with_histories
 from experiments.shared.kept import Kept, units_folder
 from experiments.shared.scheduler import run_units
+from experiments.shared.task_sets import DEFAULT_TASKS, keeper_settings, tagged, task_seed
 from experiments.tune import corl as tune_corl
 from experiments.tune import runner as tune
 
@@ -140,11 +141,13 @@ def _tuned_rows(settings: CorlScale, seed: int, env_id: str
     return rows
 
 
-def learned_runs(scale: str, seed: int, env_id: str = EXPERT_ROUTING) -> dict[str, Any]:
+def learned_runs(scale: str, seed: int, env_id: str = EXPERT_ROUTING,
+                 tasks: str = DEFAULT_TASKS) -> dict[str, Any]:
     """Train one seed's controllers; their episodes on every profile and tier.
 
     The paper's two (shared PPO, then per-tier adapters on it), and where ``env_id`` has
-    committed sweeps (:func:`tuned_configs`) the same two in their tuned configuration.
+    committed sweeps (:func:`tuned_configs`) the same two in their tuned configuration,
+    scored on the task set ``tasks`` (:mod:`experiments.shared.task_sets`).
 
     Returns ``{"seed", "curve", "runs"}``, ``runs[(profile, tier, method)]`` an
     :class:`~agents.evaluation.EvaluationResult` on the evaluation queries; ``curve`` is
@@ -156,8 +159,9 @@ def learned_runs(scale: str, seed: int, env_id: str = EXPERT_ROUTING) -> dict[st
     rows = dict(zip(PAPER_LEARNED, (_policy_allocator(shared), _policy_allocator(adapters)),
                     strict=True))
     rows.update(_tuned_rows(settings, seed, env_id))
-    runs = {(profile, tier, method): tier_records(factory, tier, settings.episodes, EVAL_SEED,
-                                                  {"profile": profile}, env_id)
+    runs = {(profile, tier, method): tier_records(factory, tier, settings.episodes,
+                                                  task_seed(tasks), {"profile": profile},
+                                                  env_id)
             for profile in PROFILES_EVALUATED for tier in TIERS
             for method, factory in rows.items()}
     return {"seed": seed, "curve": [dict(point) for point in curve], "runs": runs}
@@ -176,8 +180,12 @@ def best_fixed_row(rows: Mapping[str, Any]) -> str:
 
 
 def fixed_rows(scale: str, env_id: str = EXPERT_ROUTING,
-               profiles: tuple[str, ...] = PROFILES_EVALUATED) -> dict[str, Any]:
+               profiles: tuple[str, ...] = PROFILES_EVALUATED,
+               tasks: str = DEFAULT_TASKS) -> dict[str, Any]:
     """Every fixed row's scores per profile (of ``profiles``) and tier, on the evaluation queries.
+
+    The queries are those of the task set ``tasks`` (:mod:`experiments.shared.task_sets`);
+    the best fixed rule is searched on its own training queries whichever it is.
 
     Returns ``{"tables": {profile: {tier: {method: scores}}}, "gap": {profile: {tier:
     {"rule", "rule_scores", "reference_scores"}}}}``: the JSON-ready scores (a method built
@@ -200,7 +208,7 @@ def fixed_rows(scale: str, env_id: str = EXPERT_ROUTING,
             for method, factory in methods.items():
                 built: dict[Any, Any] = {}
                 run = tier_records(recording(factory, built, method), tier, settings.episodes,
-                                   EVAL_SEED, {"profile": profile}, env_id)
+                                   task_seed(tasks), {"profile": profile}, env_id)
                 scores = tier_scores([run], budgets[tier], settings.n_resamples, EVAL_SEED)
                 rows[method] = {**scores.as_dict(), **described(built[method])}
                 per_query[method] = within_budget(run, budgets[tier]).tolist()
@@ -218,10 +226,12 @@ GAP_RULE = ("the best fixed row of the (profile, tier) table: the non-privileged
 
 
 def assemble(env_id: str, scale: str, fixed: Mapping[str, Any],
-             learned: list[dict[str, Any]]) -> dict[str, Any]:
+             learned: list[dict[str, Any]], tasks: str = DEFAULT_TASKS) -> dict[str, Any]:
     """The report of one env: fixed rows, learned rows pooled over seeds, the gap closed.
 
     The ``gap_closed`` block (:mod:`experiments.shared.gaps`) has one task per profile and tier.
+    ``tasks``: the set ``fixed`` and ``learned`` were scored on; a report of the test set
+    names it (``"tasks": "test"``).
     """
     settings = _check_scale(scale)
     probe = gym.make(env_id)
@@ -231,7 +241,7 @@ def assemble(env_id: str, scale: str, fixed: Mapping[str, Any],
     learned = sorted(learned, key=lambda run: run["seed"])
     methods = learned_in({method for _, _, method in learned[0]["runs"]})
     results: dict[str, Any] = {}
-    tasks = {}
+    per_task = {}
     for profile, table in fixed["tables"].items():
         results[profile] = {}
         for tier, rows in table.items():
@@ -245,54 +255,61 @@ def assemble(env_id: str, scale: str, fixed: Mapping[str, Any],
                     method, [within_budget(run, budgets[tier]) for run in runs])
             gap = fixed["gap"][profile][tier]
             entry = gaps.task_entry(gap["rule_scores"], gap["reference_scores"], per_seed)
-            tasks[task_name(env_id, profile, tier)] = {**entry, "rule_label": gap["rule"]}
+            per_task[task_name(env_id, profile, tier)] = {**entry, "rule_label": gap["rule"]}
     settings_used = {k: v for k, v in settings.__dict__.items() if k != "jobs"}  # any jobs
-    return {"env_id": env_id, "machine": machine(), "scale": scale,
-            "seeds": [run["seed"] for run in learned],
-            "settings": settings_used, "budgets": budgets, "experts": names,
-            "results": results, "training_curves": [run["curve"] for run in learned],
-            "tuned": tuned_configs(env_id),
-            "gap_closed": gaps.block("corl", "accuracy within the tier's budget per query",
-                                     GAP_RULE, PLANNER, tasks)}
+    return tagged({"env_id": env_id, "machine": machine(), "scale": scale,
+                   "seeds": [run["seed"] for run in learned],
+                   "settings": settings_used, "budgets": budgets, "experts": names,
+                   "results": results, "training_curves": [run["curve"] for run in learned],
+                   "tuned": tuned_configs(env_id),
+                   "gap_closed": gaps.block("corl", "accuracy within the tier's budget per "
+                                            "query", GAP_RULE, PLANNER, per_task)}, tasks)
 
 
 def run_corl(scale: str = "default", seed: int = 0,
-             log: Callable[[str], None] = quiet, env_id: str = EXPERT_ROUTING
-             ) -> dict[str, Any]:
+             log: Callable[[str], None] = quiet, env_id: str = EXPERT_ROUTING,
+             tasks: str = DEFAULT_TASKS) -> dict[str, Any]:
     """Train the scale's seeds (``seed``, ``seed + 1``, ...) on ``env_id`` and score all.
 
-    Every method meets the same queries per profile and tier; the learned rows pool their
-    seeds (intervals: two-level bootstrap over seeds and queries), the fixed rows are
-    scored once (intervals over queries).
+    Every method meets the same queries per profile and tier (those of the task set
+    ``tasks``); the learned rows pool their seeds (intervals: two-level bootstrap over
+    seeds and queries), the fixed rows are scored once (intervals over queries).
 
     Raises:
         ValueError: For an unknown scale.
     """
     settings = _check_scale(scale)
     name = env_id.split("/")[-1]
-    fixed = fixed_rows(scale, env_id)
+    fixed = fixed_rows(scale, env_id, tasks=tasks)
     log(f"corl: {name}: fixed rows scored")
     learned = []
     for offset in range(settings.seeds):
-        learned.append(learned_runs(scale, seed + offset, env_id))
+        learned.append(learned_runs(scale, seed + offset, env_id, tasks))
         log(f"corl: {name}: seed {seed + offset} trained and scored")
-    return assemble(env_id, scale, fixed, learned)
+    return assemble(env_id, scale, fixed, learned, tasks)
 
 
-def _unit(unit: tuple[str, str, int, str]) -> dict[str, Any]:
-    """One unit: an env's fixed rows, or one seed's training and scores."""
+def _unit(unit: tuple[Any, ...]) -> dict[str, Any]:
+    """One unit: an env's fixed rows, or one seed's training and scores.
+
+    ``(env_id, kind, seed, scale)``, and the task set after them when it is not the default.
+    """
     from agents.learners.training import configure_torch_threads
 
     configure_torch_threads()  # one torch thread in a worker process
-    env_id, kind, seed, scale = unit
-    return fixed_rows(scale, env_id) if kind == "fixed" else learned_runs(scale, seed, env_id)
+    env_id, kind, seed, scale, *rest = unit
+    tasks = rest[0] if rest else DEFAULT_TASKS
+    return (fixed_rows(scale, env_id, tasks=tasks) if kind == "fixed"
+            else learned_runs(scale, seed, env_id, tasks))
 
 
 def run_envs(scale: str = "default", seed: int = 0, envs: tuple[str, ...] = CORL_ENVS,
              log: Callable[[str], None] = quiet, jobs: int | None = None,
-             address: str | None = None, keeper: Kept | None = None
-             ) -> dict[str, dict[str, Any]]:
+             address: str | None = None, keeper: Kept | None = None,
+             tasks: str = DEFAULT_TASKS) -> dict[str, dict[str, Any]]:
     """:func:`run_corl` on each env, its seeds and fixed rows run as units.
+
+    ``tasks``: the task set every method is scored on (:mod:`experiments.shared.task_sets`).
 
     The units go to :func:`experiments.shared.scheduler.run_units` (``jobs`` workers, by
     default the scale's, or the Ray cluster at ``address``; kept in ``keeper`` as each
@@ -305,7 +322,10 @@ def run_envs(scale: str = "default", seed: int = 0, envs: tuple[str, ...] = CORL
     """
     settings = _check_scale(scale)
     # in run_corl's order: an env's fixed rows, then its seeds
-    units = [(env_id, kind, seed if kind == "fixed" else seed + k, scale) for env_id in envs
+    task_seed(tasks)  # an unknown set is refused before any work
+    extra = () if tasks == DEFAULT_TASKS else (tasks,)  # the default's units as they were
+    units = [(env_id, kind, seed if kind == "fixed" else seed + k, scale, *extra)
+             for env_id in envs
              for kind, k in [("fixed", 0), *(("learned", k) for k in range(settings.seeds))]]
     results = run_units(_unit, units, jobs=jobs or settings.jobs, address=address,
                         describe=lambda unit: (f"{unit[0].split('/')[-1]} fixed rows"
@@ -315,7 +335,7 @@ def run_envs(scale: str = "default", seed: int = 0, envs: tuple[str, ...] = CORL
     done = dict(zip([unit[:3] for unit in units], results, strict=True))
     return {env_id: assemble(env_id, scale, done[env_id, "fixed", seed],
                              [v for (e, kind, _), v in done.items()
-                              if e == env_id and kind == "learned"])
+                              if e == env_id and kind == "learned"], tasks)
             for env_id in envs}
 
 
@@ -358,7 +378,8 @@ def read_result(path: Path) -> dict[str, Any]:
 
 def report(out_dir: Path, scale: str = "default", seed: int = 0,
            log: Callable[[str], None] = quiet, envs: tuple[str, ...] = CORL_ENVS,
-           jobs: int | None = None, address: str | None = None) -> dict[str, str]:
+           jobs: int | None = None, address: str | None = None,
+           tasks: str = DEFAULT_TASKS) -> dict[str, str]:
     """Run :func:`run_corl` on each env and write its tables, JSON, curves CSV and figure.
 
     Everything is rendered before anything is written, and the files of every env are
@@ -373,13 +394,16 @@ def report(out_dir: Path, scale: str = "default", seed: int = 0,
         envs: Env ids, each with its own report.
         jobs: Worker processes (one env each), instead of the scale's own ``jobs``.
         address: The Ray cluster to run the units on, instead of local processes.
+        tasks: The task set every method is scored on, ``validation`` (today's tables) or
+            ``test`` (:mod:`experiments.shared.task_sets`).
 
     Returns:
         Env id -> its Markdown.
     """
     keeper = Kept(units_folder(out_dir, "corl", scale),
-                  repr((dataclasses.replace(_check_scale(scale), jobs=1), seed)))
-    results = run_envs(scale, seed, envs, log, jobs, address, keeper)
+                  keeper_settings(repr((dataclasses.replace(_check_scale(scale), jobs=1),
+                                        seed)), tasks))
+    results = run_envs(scale, seed, envs, log, jobs, address, keeper, tasks)
     files: dict[str, str | bytes] = {}
     pages = {}
     for env_id, result in results.items():

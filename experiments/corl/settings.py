@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agents.seeds import EVAL_TASK_SEED
+
 
 @dataclass(frozen=True)
 class CorlScale:
@@ -41,5 +43,8 @@ CORL_SCALES = {
     "full": CorlScale(ppo_timesteps=204_800, adapter_timesteps=51_200, episodes=400,
                       n_resamples=1000, jobs=2),
 }
-#: The evaluation queries: task seed 0 of each profile and tier, for every method.
-EVAL_SEED = 0
+#: The evaluation queries: task seed 0 of each profile and tier, for every method. They are
+#: the validation set (:data:`agents.seeds.EVAL_TASK_SEED`): the budget curves' stop marks
+#: (:mod:`experiments.corl.budgets`) are read on them; a report scores on the test set with
+#: ``tasks="test"`` (:mod:`experiments.shared.task_sets`).
+EVAL_SEED = EVAL_TASK_SEED

@@ -38,6 +38,7 @@ from experiments.shared.figures import (
     tag_points,
 )
 from experiments.shared.histories import detach, read_with_histories
+from experiments.shared.task_sets import described_set, tasks_option
 
 
 def markdown_table(report: Mapping[str, Any]) -> str:
@@ -56,13 +57,21 @@ def markdown_table(report: Mapping[str, Any]) -> str:
         f"{_batched(scale.get('n_envs', 1))}, with the paper's A.4 configuration "
         "except the rows marked tuned (the configuration the equal-budget sweep chose on "
         "validation tasks, `experiments/tuned/`); every method scored on the same "
-        f"{scale['episodes']} tasks (task seed {report['eval_seed']}). 95% intervals: "
+        f"{scale['episodes']} tasks (task seed {report['eval_seed']}).{_scored_on(report)} "
+        "95% intervals: "
         "two-level bootstrap over training seeds and tasks for learned methods, over tasks "
         f"for the fixed baselines ({scale['resamples']} resamples). Reproduce with "
         f"`python -m experiments lora_ppo"
-        f"{'' if scale['name'] == 'default' else ' --scale ' + scale['name']}`.\n\n"
+        f"{'' if scale['name'] == 'default' else ' --scale ' + scale['name']}"
+        f"{tasks_option(report)}`.\n\n"
         f"{format_table(rows)}\n{rules}{returns_table(report)}"
     )
+
+
+def _scored_on(report: Mapping[str, Any]) -> str:
+    """`` `` and the sentence naming the task set, for a report scored on the test set."""
+    sentence = described_set(report)
+    return f" {sentence}" if sentence else ""
 
 
 def _batched(n_envs: int) -> str:

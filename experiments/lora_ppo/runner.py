@@ -10,10 +10,12 @@ seed range, then frozen) and the rows of :data:`FAMILY_ROWS` on the envs they ap
 planner of :mod:`agents.planning`, which knows the task but not the luck, and the Bayes
 reference, which knows the prior over tasks but not the task).
 For each env, every method is scored on the same ``episodes`` tasks (task seed
-``eval_seed``). The learned methods are trained ``seeds`` times (training seeds
-0..seeds-1, on tasks disjoint from the evaluation set, see :mod:`agents.learners.training`);
-their point values pool the episodes of all seeds and their 95% intervals come from a
-two-level bootstrap over seeds and tasks (:func:`cost_envs.metrics.bootstrap_cis_over_runs`).
+``eval_seed``: the validation set by default, the test set with ``tasks="test"``,
+:mod:`experiments.shared.task_sets`; a report scored on the test set says so). The learned
+methods are trained ``seeds`` times (training seeds 0..seeds-1, on tasks disjoint from the
+evaluation set, see :mod:`agents.learners.training`); their point values pool the episodes
+of all seeds and their 95% intervals come from a two-level bootstrap over seeds and tasks
+(:func:`cost_envs.metrics.bootstrap_cis_over_runs`).
 The fixed baselines are deterministic given the tasks, so their intervals are over tasks.
 Learned rows use the paper's A.4 configuration, except the rows marked tuned, which use
 the configuration the equal-budget sweep chose for the env on validation tasks
@@ -68,6 +70,7 @@ from experiments.shared import gaps
 from experiments.shared.common import described, machine, recording
 from experiments.shared.kept import Kept, units_folder
 from experiments.shared.scheduler import run_units
+from experiments.shared.task_sets import DEFAULT_TASKS, keeper_settings, set_of, tagged, task_seed
 from experiments.tune import runner as tune
 from experiments.tune.methods import TRAIN_ARGUMENTS
 
@@ -452,6 +455,7 @@ def reproduce(
     log: Any = print,
     address: str | None = None,
     keeper: Kept | None = None,
+    tasks: str | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Run the whole grid; returns env id -> report (rows, scale, learning curves).
 
@@ -464,7 +468,12 @@ def reproduce(
         log: Progress printer.
         address: The Ray cluster to run them on, instead of local processes.
         keeper: Where each run is kept as it finishes (:mod:`experiments.shared.kept`).
+        tasks: The task set to score on (``validation`` or ``test``,
+            :mod:`experiments.shared.task_sets`), in place of ``eval_seed``. A report
+            scored on the test set names it (``"tasks": "test"``).
     """
+    if tasks is not None:
+        eval_seed = task_seed(tasks)
     grid = [Job(env_id, key, seed, scale, eval_seed)
             for env_id in envs for key in rows_on(env_id, rows, scale)
             for seed in range(scale.seeds)]
@@ -486,10 +495,11 @@ def reproduce(
             curves[key] = [r.history for r in done]
             learned[key] = done
         # the machine: training's floats differ between CPUs (tests/test_committed_cells.py)
-        reports[env_id] = {"env_id": env_id, "machine": machine(), "scale": asdict(scale),
-                           "eval_seed": eval_seed,
-                           "timesteps": scale.steps_on(env_id),
-                           "methods": methods, "learning_curves": curves}
+        reports[env_id] = tagged({"env_id": env_id, "machine": machine(),
+                                  "scale": asdict(scale), "eval_seed": eval_seed,
+                                  "timesteps": scale.steps_on(env_id),
+                                  "methods": methods, "learning_curves": curves},
+                                 set_of(eval_seed) or DEFAULT_TASKS)
         block = gap_block(env_id, fixed[env_id], learned)
         if block is not None:
             reports[env_id]["gap_closed"] = block
@@ -497,7 +507,7 @@ def reproduce(
 
 
 def report(out: Path, scale: str = "default", jobs: int = 2, log: Any = print,
-           address: str | None = None) -> list[Path]:
+           address: str | None = None, tasks: str = DEFAULT_TASKS) -> list[Path]:
     """Run the grid at ``scale`` and write every table, JSON file and figure; returns the paths.
 
     Args:
@@ -506,14 +516,17 @@ def report(out: Path, scale: str = "default", jobs: int = 2, log: Any = print,
         jobs: Worker processes for the training runs.
         log: Progress printer.
         address: The Ray cluster to run them on, instead of local processes.
+        tasks: The task set every method is scored on: ``validation`` (today's tables)
+            or ``test`` (:mod:`experiments.shared.task_sets`).
 
     Raises:
-        ValueError: For an unknown scale.
+        ValueError: For an unknown scale or task set.
     """
     if scale not in SCALES:
         raise ValueError(f"scale: expected one of {list(SCALES)}, got {scale!r}")
-    keeper = Kept(units_folder(out, "lora_ppo", scale), repr(SCALES[scale]))
+    keeper = Kept(units_folder(out, "lora_ppo", scale),
+                  keeper_settings(repr(SCALES[scale]), tasks))
     written = write_reports(reproduce(SCALES[scale], jobs=jobs, log=log, address=address,
-                                      keeper=keeper), out)
+                                      keeper=keeper, tasks=tasks), out)
     keeper.clear()
     return written

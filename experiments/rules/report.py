@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agents.evaluation import format_table
+from experiments.shared.task_sets import described_set, tasks_option
 
 
 def markdown(report: Mapping[str, Any]) -> str:
@@ -23,9 +24,11 @@ def markdown(report: Mapping[str, Any]) -> str:
         f"on {scale['episodes']} evaluation tasks of task seed {report['eval_seed']} (the "
         "tasks of `lora_ppo`'s tables for FlightPlanner and ToolBench; TraceRouting: "
         "searched on its train split, scored on every query of its test split); 95% "
-        f"intervals over tasks ({scale['resamples']} resamples). Reproduce with "
+        f"intervals over tasks ({scale['resamples']} resamples). "
+        f"{described_set(report) + ' ' if described_set(report) else ''}Reproduce with "
         f"`python -m experiments rules"
-        f"{'' if scale['name'] == 'default' else ' --scale ' + scale['name']}`.", ""]
+        f"{'' if scale['name'] == 'default' else ' --scale ' + scale['name']}"
+        f"{tasks_option(report)}`.", ""]
     names = {"chosen": "frozen rule", "top": "top-ranked", "open_loop": "best open-loop"}
     for entry in report["envs"]:
         rows, seen = {}, set()

@@ -1,0 +1,228 @@
+"""The test tasks are scored only by the reports: no choice reads them (issue #38 point 3).
+
+A task set is the stream of one reset seed (:mod:`agents.seeds`), so the guard records every
+seed an env is reset with (the single envs' ``reset``, which every env of the project
+reaches through ``super().reset(seed=seed)``; the batched envs' base, whose sub-env ``i``
+plays ``seed + i``; BoPO's :func:`~agents.learners.bopo.draw_tasks`, which draws a task
+list from a seed) while each selection code path runs at its smallest scale, and checks
+that none falls in the test range. The positive controls run the headline runners with
+``tasks="test"`` under the same recorder and find the test seed, so the guard is not
+vacuous; the CLI passes ``--tasks`` through.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import agents.learners.bopo as bopo_learner
+from agents.seeds import EVAL_TASK_SEED, TEST_TASK_SEED, TEST_TASK_SPAN
+from cost_envs.vector.base import BatchedOrchestrationEnv
+from experiments.bopo import jobs as bopo_jobs
+from experiments.bopo import runner as bopo_runner
+from experiments.shared.task_sets import TASK_SETS, set_of, tagged, task_seed
+
+TEST_RANGE = range(TEST_TASK_SEED, TEST_TASK_SEED + TEST_TASK_SPAN)
+TOOLBENCH = "cost_envs/ToolBench-v0"
+FLIGHT = "cost_envs/FlightPlanner-v1"
+EXPERT = "cost_envs/ExpertRouting-v0"
+BOPO_PROFILE = "appworld"
+#: BoPO's smallest scale: a handful of tasks, one seed, a few RL steps.
+TINY_BOPO = replace(bopo_jobs.SCALES["smoke"], n_train=8, n_eval=4, timesteps=64, seeds=1,
+                    scan_seeds=1, n_envs=2, checkpoints=(0,))
+
+
+class Recorder:
+    """Every reset seed seen since it started (``None`` resets continue a stream)."""
+
+    def __init__(self) -> None:
+        self.seeds: list[int] = []
+
+    def add(self, seed: Any) -> None:
+        if seed is not None:
+            self.seeds.append(int(seed))
+
+    def in_test_range(self) -> list[int]:
+        return sorted({seed for seed in self.seeds if seed in TEST_RANGE})
+
+
+@pytest.fixture
+def seen(monkeypatch: pytest.MonkeyPatch) -> Iterator[Recorder]:
+    """Record every reset seed of the single and batched envs and of BoPO's task draws."""
+    recorder = Recorder()
+    single = gym.Env.reset
+
+    def record_single(self: gym.Env, *, seed: int | None = None,
+                      options: dict[str, Any] | None = None) -> Any:
+        recorder.add(seed)
+        return single(self, seed=seed, options=options)
+
+    batched = BatchedOrchestrationEnv.reset
+
+    def record_batched(self: BatchedOrchestrationEnv, *, seed: Any = None,
+                       options: dict[str, Any] | None = None) -> Any:
+        if isinstance(seed, int | np.integer):
+            for i in range(self.num_envs):
+                recorder.add(int(seed) + i)
+        elif seed is not None:
+            for one in seed:
+                recorder.add(one)
+        return batched(self, seed=seed, options=options)
+
+    draw = bopo_learner.draw_tasks
+
+    def record_draw(profile: str, n: int, seed: int, **kwargs: Any) -> Any:
+        recorder.add(seed)
+        return draw(profile, n, seed, **kwargs)
+
+    monkeypatch.setattr(gym.Env, "reset", record_single)
+    monkeypatch.setattr(BatchedOrchestrationEnv, "reset", record_batched)
+    for module in (bopo_learner, bopo_jobs, bopo_runner):
+        monkeypatch.setattr(module, "draw_tasks", record_draw)
+    yield recorder
+
+
+def assert_never_tested(seen: Recorder) -> None:
+    assert seen.seeds, "the path reset no env: the guard saw nothing"
+    assert not seen.in_test_range(), f"a selection path read test seeds {seen.in_test_range()}"
+
+
+def test_the_test_range_meets_no_other_range() -> None:
+    from agents import seeds
+
+    others = {name: value for name, value in vars(seeds).items()
+              if name.endswith("_SEED") and name not in ("TEST_TASK_SEED",)}
+    assert all(value not in TEST_RANGE for value in others.values()), others
+    # the training sub-envs' words start at SUB_ENV_TASK_SEED, past the test range
+    assert TEST_RANGE.stop <= seeds.SUB_ENV_TASK_SEED
+    assert min(seeds.train_task_seeds(4, 16)[1:]) >= seeds.SUB_ENV_TASK_SEED
+    assert task_seed("validation") == EVAL_TASK_SEED and task_seed("test") == TEST_TASK_SEED
+    assert {set_of(seed) for seed in TASK_SETS.values()} == set(TASK_SETS)
+    assert tagged({"a": 1}, "validation") == {"a": 1}  # today's files stay as they are
+    assert tagged({"a": 1}, "test") == {"a": 1, "tasks": "test"}
+    with pytest.raises(ValueError, match="tasks: expected one of"):
+        task_seed("train")
+
+
+# ------------------------------------------------------------------ selection paths
+def test_the_rule_search_never_meets_test_tasks(seen: Recorder) -> None:
+    """Issue #10's search fits on RULE_TASK_SEED and scores on the validation tasks."""
+    from experiments.rules import runner as rules
+
+    tiny = rules.Scale("tiny", train_tasks=6, episodes=4, resamples=10, beam=1, max_turns=1,
+                       cuts=1)
+    for env_id in (TOOLBENCH, FLIGHT, EXPERT, "cost_envs/AgenticRouting-v0"):
+        rules.search_env(env_id, tiny)
+    assert_never_tested(seen)
+
+
+def test_the_budget_curves_stop_marks_never_meet_test_tasks(seen: Recorder) -> None:
+    """The curves whose stop marks set the full-scale budgets: their checkpoints and ends."""
+    from experiments.budgets import runner as budgets
+    from experiments.budgets.report import stops_improving
+    from experiments.budgets.settings import Scale
+
+    tiny = Scale("tiny", timesteps=64, seeds=1, checkpoints=(0, 32), episodes=4, n_envs=2,
+                 resamples=10)
+    result = budgets.run_job(budgets.Job(TOOLBENCH, "ppo", 0, tiny))
+    assert [point["timesteps"] for point in result["curve"]][:1] == [0]
+    stops_improving(np.array([[0.0, 0.1], [0.0, 0.2]]), 10)
+    assert_never_tested(seen)
+
+
+@pytest.mark.slow  # the best fixed rule's search on the tables' 200 training tasks: 12 s
+def test_the_budget_curves_gap_ends_never_meet_test_tasks(seen: Recorder) -> None:
+    """The rule and planner ends the curves' stop marks are measured against."""
+    from experiments.budgets import runner as budgets
+
+    rule, planner = budgets.reference_returns(TOOLBENCH, 4)
+    assert len(rule) == len(planner) == 4
+    assert_never_tested(seen)
+
+
+@pytest.mark.slow  # two seeds of the shared PPO and its adapters: tens of seconds
+def test_corl_budget_curves_never_meet_test_tasks(seen: Recorder) -> None:
+    """CORL's curves (experiments/corl/budgets.py), whose stop marks read the same queries."""
+    from experiments.corl import budgets as corl_budgets
+
+    corl_budgets.run_seed(0, corl_budgets.SCALES["smoke"], EXPERT)
+    assert_never_tested(seen)
+
+
+def test_bopo_curves_never_meet_test_tasks(seen: Recorder) -> None:
+    """BoPO's long curves (experiments/bopo/curve.py) score LearningRuns at checkpoints."""
+    budget = bopo_jobs.profile_budget(BOPO_PROFILE, TINY_BOPO)
+    warm = bopo_jobs.warm_start(BOPO_PROFILE, TINY_BOPO, 0, budget, scored=False)
+    job = bopo_runner.learn_jobs(warm, TINY_BOPO, budget, 0)[0]
+    run = bopo_jobs.LearningRun(job)
+    run.advance(0)
+    run.finish()
+    assert_never_tested(seen)
+
+
+def test_a_tuning_trial_never_meets_test_tasks(seen: Recorder) -> None:
+    """A trial's objective (experiments.tune.runner.run_trial without Ray): fit, then score."""
+    from experiments.tune.methods import METHODS
+
+    spec = METHODS["ppo"]
+    allocator, _ = spec.fit(TOOLBENCH, spec.paper, 64, 0)
+    spec.score(allocator, TOOLBENCH, 4)
+    assert_never_tested(seen)
+
+
+def test_corl_fitted_rules_never_meet_test_tasks(seen: Recorder) -> None:
+    """CORL's best fixed rule per tier (and the gap's rule end) on the validation queries."""
+    from experiments.corl import runner as corl
+
+    fixed = corl.fixed_rows("smoke", EXPERT, profiles=("gsm8k",))
+    assert fixed["gap"]["gsm8k"]
+    assert_never_tested(seen)
+
+
+def test_bopo_fitted_rules_never_meet_test_tasks(seen: Recorder) -> None:
+    """BoPO's difficulty threshold and best fixed rule, fitted on the training draw."""
+    prepared = bopo_runner.prepare_profile(BOPO_PROFILE, TINY_BOPO)
+    assert "fitted_threshold" in prepared.fitted["difficulty-threshold"]
+    assert_never_tested(seen)
+
+
+# ------------------------------------------------------------------ positive controls
+def test_the_headline_runners_read_the_test_tasks_when_told(seen: Recorder) -> None:
+    """The same recorder sees the test seed when a headline runner scores on ``test``."""
+    from experiments.corl import runner as corl
+    from experiments.lora_ppo import runner as lora_ppo
+    from experiments.rules import runner as rules
+
+    tiny = lora_ppo.Scale("tiny", timesteps=64, seeds=1, episodes=4, resamples=10,
+                          rule_tasks=4)
+    reports = lora_ppo.reproduce(tiny, envs=(TOOLBENCH,), rows=(), jobs=1, log=lambda _: None,
+                                 tasks="test")
+    assert reports[TOOLBENCH]["tasks"] == "test"
+    assert reports[TOOLBENCH]["eval_seed"] == TEST_TASK_SEED
+    assert seen.in_test_range() == [TEST_TASK_SEED]
+    seen.seeds.clear()
+    rules.search_env(TOOLBENCH, rules.Scale("tiny", 6, 4, 10, 1, 1, 1), tasks="test")
+    assert seen.in_test_range() == [TEST_TASK_SEED]
+    seen.seeds.clear()
+    corl.fixed_rows("smoke", EXPERT, profiles=("gsm8k",), tasks="test")
+    assert seen.in_test_range() == [TEST_TASK_SEED]
+    seen.seeds.clear()
+    bopo_runner.prepare_profile(BOPO_PROFILE, TINY_BOPO, tasks="test")
+    assert seen.in_test_range() == [TEST_TASK_SEED]
+
+
+def test_the_command_line_passes_the_task_set() -> None:
+    from experiments.__main__ import TASK_SETS as CLI_SETS
+    from experiments.__main__ import build_parser, main
+
+    assert tuple(TASK_SETS) == CLI_SETS
+    assert build_parser().parse_args(["rules"]).tasks == "validation"
+    assert build_parser().parse_args(["bopo", "--tasks", "test"]).tasks == "test"
+    with pytest.raises(SystemExit) as exit_:
+        main(["budgets", "--tasks", "test", "--scale", "smoke"])
+    assert exit_.value.code == 2
