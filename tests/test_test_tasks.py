@@ -5,7 +5,8 @@ seed an env is reset with (the single envs' ``reset``, which every env of the pr
 reaches through ``super().reset(seed=seed)``; the batched envs' base, whose sub-env ``i``
 plays ``seed + i``; BoPO's :func:`~agents.learners.bopo.draw_tasks`, which draws a task
 list from a seed) while each selection code path runs at its smallest scale, and checks
-that none falls in the test range. The positive controls run the headline runners with
+that none falls in the test range; the learned rows' training (a Bayes teacher with DAgger,
+PPO on batched envs) is checked the same way. The positive controls run the headline runners with
 ``tasks="test"`` under the same recorder and find the test seed, so the guard is not
 vacuous; the CLI passes ``--tasks`` through.
 """
@@ -188,6 +189,18 @@ def test_bopo_fitted_rules_never_meet_test_tasks(seen: Recorder) -> None:
     """BoPO's difficulty threshold and best fixed rule, fitted on the training draw."""
     prepared = bopo_runner.prepare_profile(BOPO_PROFILE, TINY_BOPO)
     assert "fitted_threshold" in prepared.fitted["difficulty-threshold"]
+    assert_never_tested(seen)
+
+
+def test_training_and_teachers_never_meet_test_tasks(seen: Recorder) -> None:
+    """The learned rows' training: Bayes-taught LoRA with DAgger; PPO on batched envs."""
+    from agents.learners.supervised import SupervisedConfig
+    from agents.learners.training import train
+
+    taught = SupervisedConfig(episodes=8, epochs=1, teacher="bayes", dagger_rounds=1,
+                              dagger_episodes=4)
+    train(TOOLBENCH, "lora", 64, seed=0, supervised=taught)  # the teacher: the LoRA stage
+    train(TOOLBENCH, "ppo", 64, seed=0, n_envs=2)
     assert_never_tested(seen)
 
 
