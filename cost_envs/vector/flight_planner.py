@@ -107,7 +107,7 @@ class FlightPlannerVectorEnv(BatchedOrchestrationEnv):
         # the rejection sampling's search for trips and every task's derivation run once
         # over the networks of all the generators (draw_block's work for one)
         (_, _, _, h_star, budget, route_hops, route_price, luck, fare_luck,
-         level) = derive_networks(draw_kept(rngs, n, MAX_TURNS, self.n_agents))
+         level) = derive_networks(draw_kept(rngs, n, MAX_TURNS, self.n_agents), False)
         return FlightBlock(h_star.astype(np.int8), budget, route_hops.astype(np.int8),
                            route_price, luck, fare_luck, level)
 
