@@ -1,10 +1,9 @@
 """Native batched envs (``cost_envs.vector``) against ``SyncVectorEnv``, PPO on both, scaling.
 
-Usage: ``python benchmarks/vector_throughput.py [--num-envs N] [--repeats R] [--ppo-steps T]
-[--quick] [--output FILE.md]``
+Usage: ``python benchmarks/vector_throughput.py [--num-envs N] [--batches B] [--chunk C]
+[--repeats R] [--ppo-steps T] [--quick] [--output FILE.md]``
 
-Three measurements, each a ratio within one run, each over a window long enough to hold
-the task draws of a long run at their steady-state rate:
+Three measurements, each a ratio within one run:
 
 1. For every id with a batched implementation, sub-env steps per second of
    ``gym.make_vec(id, N, vectorization_mode="vector_entry_point")`` over those of
@@ -12,25 +11,32 @@ the task draws of a long run at their steady-state rate:
    reset with the same seed and run the same random actions (drawn before the clock
    starts), so they do the same work. A sub-env draws a block of ``task_block`` tasks
    (64; TraceRouting-v0 300 queries) each time its queue runs out, about every
-   ``task_block`` x (steps per episode) batches: one *cycle*. Each mode first runs half a
-   cycle untimed (past the reset's bulk draw, up to the first wave of refills), then
-   ``--repeats`` timed windows of one cycle each, alternating the modes and continuing
-   their trajectories; every sub-env refills about once in each window, as in a long run.
-   The episode length comes from a short untimed pilot. Rates: best window; ratio: the
-   median over windows of the ratio within a window. The issue's target is >= 30x.
+   ``task_block`` x (steps per episode) batches: one *cycle* (its length comes from a
+   short untimed pilot). Two windows, reported apart:
+
+   * the **first window**: the reset (every queue's bulk draw) and the first 1.5 cycles,
+     which hold the first wave of refills (every sub-env runs out about one cycle in,
+     give or take half a cycle), each mode in one timed piece;
+   * the **steady state** that follows, the one a long run lives in: ``--batches``
+     (1,600) batches per mode in alternating timed chunks of ``--chunk`` (100) batches,
+     native then sync, then sync then native, and so on, each mode continuing its own
+     run (the task refills fall inside the clock as they come). Its ratio is the median
+     over the pairs of chunks of the ratio within a pair (other jobs on the machine slow
+     both members of a pair alike), with the range over pairs; its rates are each mode's
+     steps over its time in all its chunks. The issue's target, >= 30x, is this ratio's.
 2. SB3 PPO training steps per second on ToolBench-v0: ``PPO("MlpPolicy")`` on the native
    batched env with 16 sub-envs (``agents.vec_env.make_batched_vec_env``) over the same on
    SB3's ``make_vec_env`` (``DummyVecEnv`` of 16 single envs, a ``Monitor`` each), same
    hyperparameters and seed, one torch thread; ``--ppo-steps`` (32,768: about 7 cycles
-   of each sub-env's queue) from the reset.
-3. Scaling: sub-env steps per second of the native env at N = 1, 16, 256, 1024, 4096,
-   windows as in 1.
+   of each sub-env's queue) from the reset, ``--repeats`` (2) alternating runs.
+3. Scaling: the native env's steady-state sub-env steps per second at N = 1, 16, 256,
+   1024, 4096 (after its first window, ``--batches`` batches).
 
-Beside each ratio: the mean episode length under random actions, the window's length in
+Beside each ratio: the mean episode length under random actions, the windows' lengths in
 batches, and what filling a sub-env's queue costs per task, one sub-env alone (the
 family's ``_draw`` and ``_derive`` on one generator).
 
-``--quick`` (N = 32, a few batches, a short PPO run) checks the script, not the speed.
+``--quick`` (N = 32, one pair of chunks, a short PPO run) checks the script, not the speed.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -53,11 +59,14 @@ from throughput import machine, publish  # the one home of the machine line and 
 
 SCALING = (1, 16, 256, 1024, 4096)
 TARGET_RATIO = 30.0
+#: The first window's length, in queue cycles: the reset and the first wave of refills.
+FIRST_CYCLES = 1.5
 PPO_ENV = "cost_envs/ToolBench-v0"
 PPO_ENVS = 16
 #: PPO's settings, the same for both vector envs (rollouts of 16 x 128 steps).
 PPO_KWARGS = {"n_steps": 128, "batch_size": 256, "n_epochs": 4, "seed": 0}
-QUICK = {"num_envs": 32, "repeats": 1, "ppo_steps": 2048, "scaling": (1, 16)}
+QUICK = {"num_envs": 32, "batches": 32, "chunk": 32, "repeats": 1, "ppo_steps": 2048,
+         "scaling": (1, 16)}
 
 
 def _actions(env: Any, steps: int, seed: int = 0) -> np.ndarray:
@@ -112,48 +121,69 @@ def draw_cost(env_id: str, blocks: int = 10, repeats: int = 5) -> float:
     return 1e6 * best / (blocks * batched.task_block)
 
 
-def windows(envs: dict[str, Any], length: int, repeats: int) -> dict[str, list[float]]:
-    """Each env's rate in ``repeats`` timed windows of ``length`` batches, alternating.
+class Windows(NamedTuple):
+    """Each mode's steps per second in the first window and in each steady-state chunk."""
 
-    Every env resets with seed 0 and runs half a window untimed first; the windows continue
-    its run, with the same actions for every env.
+    first: dict[str, float]
+    chunks: dict[str, list[float]]
+
+    def steady_rate(self, mode: str, chunk_steps: int) -> float:
+        """The mode's steps over its time in all its chunks (chunks are of equal steps)."""
+        rates = self.chunks[mode]
+        return chunk_steps * len(rates) / sum(chunk_steps / rate for rate in rates)
+
+
+def paired_windows(envs: dict[str, Any], first: int, batches: int,
+                   chunk: int) -> Windows:
+    """Each env's first window (reset and ``first`` batches), then its steady-state chunks.
+
+    The envs get the same actions; the first windows run one env after the other, the
+    ``batches // chunk`` (at least one) chunks alternate, the order swapped every pair.
     """
-    first = next(iter(envs.values()))
-    actions = _actions(first, length // 2 + length * repeats)
-    warm = length // 2
-    for env in envs.values():
+    n_chunks = max(1, batches // chunk)
+    one = next(iter(envs.values()))
+    actions = _actions(one, first + n_chunks * chunk)
+    steps = one.num_envs
+    first_rates = {}
+    for name, env in envs.items():
+        start = time.perf_counter()
         env.reset(seed=0)
-        _run(env, actions[:warm])
-    rates: dict[str, list[float]] = {name: [] for name in envs}
-    for round_ in range(repeats):
-        window = actions[warm + round_ * length: warm + (round_ + 1) * length]
-        for name in (list(envs) if round_ % 2 == 0 else list(envs)[::-1]):
+        _run(env, actions[:first])
+        first_rates[name] = steps * first / (time.perf_counter() - start)
+    chunks: dict[str, list[float]] = {name: [] for name in envs}
+    for k in range(n_chunks):
+        window = actions[first + k * chunk: first + (k + 1) * chunk]
+        for name in (list(envs) if k % 2 == 0 else list(envs)[::-1]):
             seconds, _ = _run(envs[name], window)
-            rates[name].append(envs[name].num_envs * length / seconds)
-    return rates
+            chunks[name].append(steps * chunk / seconds)
+    return Windows(first_rates, chunks)
 
 
-def native_vs_sync(env_id: str, num_envs: int, repeats: int) -> dict[str, list[float]]:
-    """Each mode's rate in each of ``repeats`` alternating one-cycle windows."""
+def native_vs_sync(env_id: str, num_envs: int, batches: int, chunk: int) -> dict[str, Any]:
+    """The first window and the steady state of both modes, and what sizes them."""
     length, per_episode = cycle(env_id, num_envs)
+    first = int(np.ceil(FIRST_CYCLES * length))
     envs = {mode: gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode)
             for mode in ("vector_entry_point", "sync")}
-    rates = windows(envs, length, repeats)
+    measured = paired_windows(envs, first, batches, chunk)
     for env in envs.values():
         env.close()
-    rates["steps_per_episode"] = [per_episode]
-    rates["window"] = [float(length)]
-    rates["draw_us_per_task"] = [draw_cost(env_id)]
-    return rates
+    return {"windows": measured, "steps_per_episode": per_episode, "cycle": length,
+            "first": first, "chunk_steps": num_envs * chunk,
+            "draw_us_per_task": draw_cost(env_id)}
 
 
-def scaling(env_id: str, sizes: tuple[int, ...], repeats: int) -> dict[int, tuple[float, int]]:
-    """The native env's best rate at each size over one-cycle windows, and the window."""
+def scaling(env_id: str, sizes: tuple[int, ...], batches: int,
+            chunk: int) -> dict[int, tuple[float, int]]:
+    """The native env's steady-state rate at each size (after its first window), the batches."""
     out = {}
     for n in sizes:
         length, _ = cycle(env_id, n, pilot=max(128, 4096 // n))
         env = gym.make_vec(env_id, num_envs=n, vectorization_mode="vector_entry_point")
-        out[n] = (max(windows({"native": env}, length, repeats)["native"]), length)
+        measured = paired_windows({"native": env}, int(np.ceil(FIRST_CYCLES * length)),
+                                  batches, chunk)
+        out[n] = (measured.steady_rate("native", n * chunk), len(measured.chunks["native"])
+                  * chunk)
         env.close()
     return out
 
@@ -187,41 +217,68 @@ def _median_ratio(ours: list[float], theirs: list[float]) -> float:
     return float(np.median([a / b for a, b in zip(ours, theirs, strict=True)]))
 
 
-def report(pairs: dict[str, dict[str, list[float]]], ppo: dict[str, list[float]],
-           scale: dict[int, tuple[float, int]], num_envs: int, repeats: int,
-           ppo_steps: int) -> str:
+def steady_ratio(windows: Windows) -> tuple[float, float, float]:
+    """Median, least and greatest of the native/sync ratios within a pair of chunks."""
+    ratios = [a / b for a, b in zip(windows.chunks["vector_entry_point"],
+                                    windows.chunks["sync"], strict=True)]
+    return float(np.median(ratios)), min(ratios), max(ratios)
+
+
+def report(pairs: dict[str, dict[str, Any]], ppo: dict[str, list[float]],
+           scale: dict[int, tuple[float, int]], num_envs: int, batches: int, chunk: int,
+           repeats: int, ppo_steps: int) -> str:
     """The Markdown tables."""
+    n_chunks = max(1, batches // chunk)
     lines = [
         f"Native batched envs (`gym.make_vec(id, {num_envs}, vectorization_mode="
         f"\"vector_entry_point\")`) against `SyncVectorEnv` of {num_envs} single envs "
-        "(`vectorization_mode=\"sync\"`), random actions after a seeded reset, in the "
-        "steady state of a long run: half a queue cycle untimed, then "
-        f"{repeats} alternating timed windows of one cycle each (a cycle: the batches in "
-        "which a sub-env uses its block of tasks, task_block x steps per episode; every "
-        "sub-env draws a new block about once per window, in both modes). Rates are "
-        "sub-env steps/s (best window), the ratio the median over windows of the ratio "
-        "within a window; the task draw is one sub-env's block alone, µs per task.",
+        "(`vectorization_mode=\"sync\"`), random actions after a seeded reset. **Steady "
+        f"state** (the target's): {n_chunks * chunk:,} batches per mode after the first "
+        f"window, in {n_chunks} timed chunks of {chunk} batches per mode, alternating (the "
+        "order swapped every pair; task refills inside the clock as they come); rates are "
+        "each mode's sub-env steps over its time in all its chunks, the ratio the median over "
+        "the pairs of chunks of the ratio within a pair, with its range. **First window**: "
+        f"the reset (every queue's bulk draw) and the first {FIRST_CYCLES} queue cycles "
+        "(a cycle: the batches in which a sub-env uses its block of tasks, task_block x "
+        "steps per episode; they hold the first wave of refills), one timed piece per "
+        "mode. The task draw is one sub-env's block alone, µs per task.",
         "",
         f"Machine: {machine()}",
         "",
-        f"| env | native steps/s | SyncVectorEnv steps/s | ratio | >= {TARGET_RATIO:.0f}x "
-        "| steps per episode | window, batches | task draw, µs per task |",
-        "| --- | ---: | ---: | ---: | :---: | ---: | ---: | ---: |",
+        f"| env | native steps/s | SyncVectorEnv steps/s | ratio | range over pairs "
+        f"| >= {TARGET_RATIO:.0f}x | first window: native steps/s | SyncVectorEnv steps/s "
+        "| ratio | first window, batches | steps per episode | task draw, µs per task |",
+        "| --- | ---: | ---: | ---: | ---: | :---: | ---: | ---: | ---: | ---: | ---: "
+        "| ---: |",
     ]
     for env_id in sorted(cost_envs.ENV_IDS):
         if env_id not in pairs:
-            lines.append(f"| {env_id} | no batched env yet | | | | | | |")
+            lines.append(f"| {env_id} | no batched env yet | | | | | | | | | | |")
             continue
-        rates = pairs[env_id]
-        ratio = _median_ratio(rates["vector_entry_point"], rates["sync"])
+        row = pairs[env_id]
+        windows, chunk_steps = row["windows"], row["chunk_steps"]
+        native, sync = (windows.steady_rate(mode, chunk_steps)
+                        for mode in ("vector_entry_point", "sync"))
+        ratio, low, high = steady_ratio(windows)
+        first_native, first_sync = (windows.first[mode]
+                                    for mode in ("vector_entry_point", "sync"))
         meets = "yes" if ratio >= TARGET_RATIO else "**no**"
-        lines.append(f"| {env_id} | {max(rates['vector_entry_point']):,.0f} | "
-                     f"{max(rates['sync']):,.0f} | {ratio:.1f} | {meets} | "
-                     f"{rates['steps_per_episode'][0]:.1f} | {rates['window'][0]:,.0f} | "
-                     f"{rates['draw_us_per_task'][0]:.1f} |")
+        lines.append(f"| {env_id} | {native:,.0f} | {sync:,.0f} | {ratio:.1f} | "
+                     f"{low:.1f}-{high:.1f} | {meets} | {first_native:,.0f} | "
+                     f"{first_sync:,.0f} | {first_native / first_sync:.1f} | "
+                     f"{row['first']:,} | {row['steps_per_episode']:.1f} | "
+                     f"{row['draw_us_per_task']:.1f} |")
+    if ppo["native"]:  # measured unless --ids
+        lines += _ppo_and_scaling(ppo, scale, repeats, ppo_steps)
+    return "\n".join(lines) + "\n"
+
+
+def _ppo_and_scaling(ppo: dict[str, list[float]], scale: dict[int, tuple[float, int]],
+                     repeats: int, ppo_steps: int) -> list[str]:
+    """The PPO table and the scaling table."""
     ratio = _median_ratio(ppo["native"], ppo["DummyVecEnv"])
     kwargs = ", ".join(f"{k}={v}" for k, v in PPO_KWARGS.items())
-    lines += [
+    lines = [
         "",
         f"SB3 PPO (`MlpPolicy`, {kwargs}, one torch thread) on {PPO_ENV}, {PPO_ENVS} "
         f"sub-envs, {ppo_steps} steps per run from the reset ({ppo_steps // PPO_ENVS} "
@@ -233,39 +290,50 @@ def report(pairs: dict[str, dict[str, list[float]]], ppo: dict[str, list[float]]
         f"| `DummyVecEnv` (`make_vec_env`) | {max(ppo['DummyVecEnv']):,.0f} |",
         f"| ratio (median over runs) | {ratio:.2f} |",
         "",
-        f"Scaling of the native {PPO_ENV} (best of {repeats} one-cycle windows):",
+        f"Scaling of the native {PPO_ENV} (steady state after the first window):",
         "",
-        "| num_envs | sub-env steps/s | µs per batch step | window, batches |",
+        "| num_envs | sub-env steps/s | µs per batch step | steady batches |",
         "| ---: | ---: | ---: | ---: |",
     ]
     for n, (rate, length) in scale.items():
         lines.append(f"| {n} | {rate:,.0f} | {1e6 * n / rate:,.0f} | {length:,} |")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--num-envs", type=int, default=1024)
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--batches", type=int, default=1600,
+                        help="steady-state batches per mode (in chunks)")
+    parser.add_argument("--chunk", type=int, default=100, help="batches per timed chunk")
+    parser.add_argument("--repeats", type=int, default=2, help="PPO runs per vector env")
     parser.add_argument("--ppo-steps", type=int, default=32_768)
+    parser.add_argument("--ids", nargs="+", choices=sorted(VECTOR_IDS),
+                        help="measure these ids only (and skip PPO and scaling)")
     parser.add_argument("--quick", action="store_true", help="checks the script, measures little")
     parser.add_argument("--output", type=Path, help="also write the tables to this file")
     args = parser.parse_args(argv)
     if args.quick:
-        num_envs, repeats, ppo_steps, sizes = (QUICK["num_envs"], QUICK["repeats"],
-                                               QUICK["ppo_steps"], QUICK["scaling"])
+        num_envs, batches, chunk, repeats, ppo_steps, sizes = (
+            QUICK["num_envs"], QUICK["batches"], QUICK["chunk"], QUICK["repeats"],
+            QUICK["ppo_steps"], QUICK["scaling"])
     else:
-        num_envs, repeats, ppo_steps, sizes = (args.num_envs, args.repeats, args.ppo_steps,
-                                               SCALING)
-    for name, value in (("num-envs", num_envs), ("repeats", repeats),
-                        ("ppo-steps", ppo_steps)):
+        num_envs, batches, chunk, repeats, ppo_steps, sizes = (
+            args.num_envs, args.batches, args.chunk, args.repeats, args.ppo_steps, SCALING)
+    for name, value in (("num-envs", num_envs), ("batches", batches), ("chunk", chunk),
+                        ("repeats", repeats), ("ppo-steps", ppo_steps)):
         if value < 1:
             parser.error(f"--{name}: expected an int >= 1, got {value}")
-    pairs = {env_id: native_vs_sync(env_id, num_envs, repeats)
-             for env_id in sorted(VECTOR_IDS)}
-    ppo = ppo_rates(ppo_steps, repeats)
-    scale = scaling(PPO_ENV, sizes, repeats)
-    publish(report(pairs, ppo, scale, num_envs, repeats, ppo_steps), args.output)
+    ids = sorted(args.ids or VECTOR_IDS)
+    pairs = {env_id: native_vs_sync(env_id, num_envs, batches, chunk) for env_id in ids}
+    if args.ids:
+        ppo: dict[str, list[float]] = {"native": [], "DummyVecEnv": []}
+        scale: dict[int, tuple[float, int]] = {}
+    else:
+        ppo = ppo_rates(ppo_steps, repeats)
+        scale = scaling(PPO_ENV, sizes, batches, chunk)
+    publish(report(pairs, ppo, scale, num_envs, batches, chunk, repeats, ppo_steps),
+            args.output)
     return 0
 
 
