@@ -33,22 +33,33 @@ _ROUTE_HOPS = 6  # cheapest walks are searched up to h* + 1 legs, detours two mo
 DERIVED_TASKS = 256
 
 
-def cheapest_walks_from(fares: np.ndarray, origin: np.ndarray, max_hops: int) -> np.ndarray:
-    """``best[k, j, b]``: cheapest walk of exactly ``k`` legs from ``origin[b]`` to ``j``.
+def cheapest_walks(fares: np.ndarray, origin: np.ndarray, destination: np.ndarray,
+                   max_hops: int) -> np.ndarray:
+    """``prices[k, b]``: cheapest walk of exactly ``k`` legs, ``origin[b]`` to ``destination[b]``.
 
-    ``fares`` is airport-major, ``[i, j, b]``. Min-plus products of the origin's row with
-    the fare matrix (Bellman-Ford by hop count): the minimum over the previous stop ``i``
-    is one elementwise reduction over the leading axis. Min is exact in any order, and
-    each walk is summed leg by leg from the origin as before.
+    ``k = 0 .. max_hops``; ``fares`` is airport-major, ``[i, j, b]``. Min-plus products of
+    the origin's row with the fare matrix (Bellman-Ford by hop count): ``best[j, b]``, the
+    cheapest walk to every airport, is one elementwise reduction over the previous stop
+    ``i`` (the leading axis) a hop. The first hop is the origin's row itself (``0 + fare``,
+    the minimum of it and infinities); the last is searched into the destination alone.
+    Min is exact in any order, and each walk is summed leg by leg from the origin, as a
+    full search sums it.
     """
     size, n = fares.shape[0], fares.shape[2]
-    best = np.full((max_hops + 1, size, n), np.inf)
-    best[0, origin, np.arange(n)] = 0.0
-    walks = np.empty_like(fares)  # [i, j, b]: via i, one buffer for every hop
-    for k in range(1, max_hops + 1):
-        np.add(best[k - 1][:, None, :], fares, out=walks)
-        np.minimum.reduce(walks, axis=0, out=best[k])
-    return best
+    tasks = np.arange(n)
+    flat = fares.reshape(size, -1)  # [i, j * n + b]
+    prices = np.empty((max_hops + 1, n))
+    prices[0] = np.where(origin == destination, 0.0, np.inf)
+    best = np.ascontiguousarray(fares[origin, :, tasks].T)  # one leg: [j, b]
+    prices[1] = best[destination, tasks]
+    via = np.empty_like(fares)  # [i, j, b]: one buffer for every hop
+    for k in range(2, max_hops):
+        np.add(best[:, None, :], fares, out=via)
+        best = np.minimum.reduce(via, axis=0)
+        prices[k] = best[destination, tasks]
+    into = flat[:, destination * n + tasks]  # [i, b]: the fares into the destination
+    prices[max_hops] = np.minimum.reduce(best + into, axis=0)
+    return prices
 
 
 def mean_fare(fares: np.ndarray) -> np.ndarray:
@@ -273,8 +284,7 @@ def _derive_slice(raw: RawNetworks, with_fares: bool) -> tuple[Any, ...]:
     at = raw.hops.reshape(3, -1)[:, origin * n + rows]
     h_star = np.where(_bit(at[0], destination), 1, np.where(
         _bit(at[1], destination), 2, np.where(_bit(at[2], destination), 3, 99)))
-    walks = cheapest_walks_from(fares, origin, max_hops=_ROUTE_HOPS)
-    prices = walks.reshape(_ROUTE_HOPS + 1, -1)[:, destination * n + rows].T  # [b, k]
+    prices = cheapest_walks(fares, origin, destination, _ROUTE_HOPS).T  # [b, k]
     within = np.where(np.arange(prices.shape[1]) <= h_star[:, None] + 1, prices, np.inf)
     h_opt = within.argmin(axis=1)
     p_opt = prices[rows, h_opt]
