@@ -110,6 +110,27 @@ def with_fresh_luck(task: FlightTask, rng: np.random.Generator) -> FlightTask:
     return replace(task, luck=luck, fare_luck=fare_luck, route_price=route_price)
 
 
+def proposals(luck: np.ndarray, strength: np.ndarray) -> np.ndarray:
+    """A planner's proposal (0 optimal, 1 detour, 2 broken) on its luck, element by element."""
+    rest = (luck - strength) / np.maximum(1.0 - strength, 1e-12)  # within the unlucky share
+    return np.where(luck < strength, 0, np.where(rest < DETOUR_SHARE, 1, 2))
+
+
+def notices(luck: np.ndarray, strength: np.ndarray) -> np.ndarray:
+    """Whether a searcher notices a broken route's missing leg, element by element."""
+    return luck < SEARCH_NOTICE * strength
+
+
+def detects(luck: np.ndarray, strength: np.ndarray) -> np.ndarray:
+    """Whether a validator catches a bad plan, element by element."""
+    return luck < strength
+
+
+def markups(fare_luck: np.ndarray, turns: np.ndarray, strength: np.ndarray) -> np.ndarray:
+    """A search's price over the best fare at ``turns`` (each element's turn, broadcast)."""
+    return (1.0 + FARE_INFLATION * turns) * (1.0 + SEARCH_MARKUP * (1 - strength) * fare_luck)
+
+
 class _Tables(NamedTuple):
     # per (turn, agent), as nested lists because indexing them is the hot path of step
     proposal: list
@@ -312,22 +333,18 @@ class FlightPlannerEnv(OrchestrationEnv[FlightTask]):
         return _Tables._make([*(table[0].tolist() for table in tables), float(level)])
 
     def _block_tables(
-        self, luck: np.ndarray, fare_luck: np.ndarray, turns: np.ndarray | None = None
+        self, luck: np.ndarray, fare_luck: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per (task, turn, agent) outcomes, vectorised over a block of tasks.
 
         Returns the planner's proposal, whether a searcher notices a missing leg, whether a
-        validator catches a bad plan, and the fare markup of a search. Element by element:
-        given ``turns`` (the turn of each row, shaped to broadcast, e.g. ``(k, 1)``), the
-        arrays may hold one turn of each task (``(k, m)``), as the batched env reads them.
+        validator catches a bad plan, and the fare markup of a search (the rules below,
+        each the one home of its outcome: the batched env applies them to the agents of
+        its rows alone).
         """
         s = self._strength
-        rest = (luck - s) / np.maximum(1.0 - s, 1e-12)  # position within the unlucky share
-        proposal = np.where(luck < s, 0, np.where(rest < DETOUR_SHARE, 1, 2))
-        if turns is None:
-            turns = np.arange(MAX_TURNS)[:, None]
-        markup = (1.0 + FARE_INFLATION * turns) * (1.0 + SEARCH_MARKUP * (1 - s) * fare_luck)
-        return proposal, luck < SEARCH_NOTICE * s, luck < s, markup
+        return (proposals(luck, s), notices(luck, s), detects(luck, s),
+                markups(fare_luck, np.arange(MAX_TURNS)[:, None], s))
 
     def _initial_state(self, task: FlightTask, tables: _Tables) -> State:
         self._proposal, self._notices, self._detects, self._markup, self._budget = tables

@@ -24,6 +24,10 @@ from cost_envs.envs.flight_planner import (
     SEARCH_NOTICE,
     VALIDATOR_DROP,
     FlightPlannerEnv,
+    detects,
+    markups,
+    notices,
+    proposals,
 )
 from cost_envs.envs.flight_planner_v1 import STRONG, FlightPlannerV1Env
 from cost_envs.vector.array_ops import any_per_row, pick
@@ -69,12 +73,14 @@ class FlightPlannerVectorEnv(BatchedOrchestrationEnv):
         single = self.single_env
         role = np.array(single._role_list)
         self._planner, self._searcher, self._validator = (role == r for r in range(3))
-        self._searcher_columns = self._searcher.nonzero()[0].tolist()
+        self._searcher_columns = self._searcher.nonzero()[0]
+        self._validator_columns = self._validator.nonzero()[0]
         # each role's agents as bits of the joint-action code (the base's _step_codes)
         self._planner_bits, self._searcher_bits, self._validator_bits = (
             int((mask * (1 << np.arange(self.n_agents))).sum())
             for mask in (self._planner, self._searcher, self._validator))
         self._strength = single._strength
+        self._searcher_strength = self._strength[self._searcher_columns]
         # the strongest called planner of every joint-action code (argmax's first of
         # equals; 0 without a planner, as argmax of a row of -inf), when codes exist
         self._lead_of: np.ndarray | None = None
@@ -158,53 +164,48 @@ class FlightPlannerVectorEnv(BatchedOrchestrationEnv):
         k = len(idx)
         turn = self._turn[idx]
         route, p_strength, quote = self._route[idx], self._p_strength[idx], self._quote[idx]
-        validated, dropped = self._validated[idx], np.zeros(k, dtype=np.int64)
-        # the single env's tables (_block_tables), this turn's row of each task alone
+        validated = self._validated[idx]
         at = idx * MAX_TURNS + turn
-        proposal, notices, detects, markups = self.single_env._block_tables(
-            self._luck.take(at, axis=0), self._fare_luck.take(at, axis=0), turn[:, None])
+        luck, fare_luck = self._luck.take(at, axis=0), self._fare_luck.take(at, axis=0)
         called = calls != 0
-        code = self._step_codes  # the base's codes of these calls (None above 16 agents)
-        if code is None:
-            acting = any_per_row(called)
-            roles_called = [any_per_row(called & role) for role in
-                            (self._planner, self._searcher, self._validator)]
-        else:
-            acting = code != 0
-            roles_called = [(code & bits) != 0 for bits in
-                            (self._planner_bits, self._searcher_bits, self._validator_bits)]
+        acting, planning, searched, checked, lead = self._roles(called)
         committing = ~acting & (quote > 0)
-        # the strongest called planner (the first of equals, as max) proposes a new plan
-        planners = called & self._planner
-        planning = roles_called[0]
-        lead = (np.argmax(np.where(planners, self._strength, -np.inf), axis=1)
-                if self._lead_of is None else self._lead_of[code])
-        route = np.where(planning, pick(proposal, np.arange(k), lead), route)
-        p_strength = np.where(planning, self._strength[lead], p_strength)
+        # this turn's outcomes by the single env's rules, of the agents they concern alone:
+        # the lead planner's proposal, the searchers' and the validators' columns
+        strength = self._strength
+        route = np.where(planning, proposals(pick(luck, self._all[:k], lead), strength[lead]),
+                         route)
+        p_strength = np.where(planning, strength[lead], p_strength)
         quote = np.where(planning, 0.0, quote)
         validated = np.where(planning, 0, validated)
-        searchers = called & self._searcher
-        searching = roles_called[1] & (route != NO_ROUTE)
-        noticed = any_per_row(searchers & notices)
+        searchers, searcher_strength = self._searcher_columns, self._searcher_strength
+        searching = searched & (route != NO_ROUTE)
+        search_calls = called.take(searchers, axis=1)
+        noticed = any_per_row(search_calls & notices(luck.take(searchers, axis=1),
+                                                     searcher_strength))
         drop = searching & (route == 2) & noticed  # a broken plan's missing leg noticed
         # the cheapest called searcher's markup: a running minimum over the searchers'
         # columns (min is exact; a row min over a short axis costs several times more)
-        markup = np.full(k, np.inf)
-        for i in self._searcher_columns:
-            markup = np.minimum(markup, np.where(called[:, i], markups[:, i], np.inf))
+        markup_of = markups(fare_luck.take(searchers, axis=1), turn[:, None],
+                            searcher_strength)
+        markup = np.where(search_calls[:, 0], markup_of[:, 0], np.inf)
+        for j in range(1, len(searchers)):
+            markup = np.minimum(markup, np.where(search_calls[:, j], markup_of[:, j], np.inf))
         best = pick(self._price_of, idx, np.maximum(route, 0)) * markup
         better = searching & ~drop & ((quote == 0) | (best < quote))
         quote = np.where(better, best, quote)
         validated = np.where(better, 0, validated)
-        route, p_strength, quote, validated, dropped = _dropped(
-            drop, route, p_strength, quote, validated, dropped)
-        validators = called & self._validator
-        checking = roles_called[2] & (route != NO_ROUTE)
-        feasible = self._feasible(idx, np.maximum(route, 0), quote)
-        caught = checking & ~feasible & any_per_row(validators & detects)
+        checking = checked & (route != NO_ROUTE) & ~drop  # a dropped plan is not checked
+        caught = checking & ~self._feasible(idx, np.maximum(route, 0), quote)
+        if self._validator_columns.size:
+            validators = self._validator_columns
+            caught &= any_per_row(called.take(validators, axis=1) & detects(
+                luck.take(validators, axis=1), strength[validators]))
         validated = np.where(checking & ~caught, 1, validated)  # weak validators wave through
-        route, p_strength, quote, validated, dropped = _dropped(
-            caught, route, p_strength, quote, validated, dropped)
+        dropped = drop | caught  # either drop leaves no plan (one check or the other ran)
+        route, p_strength, quote, validated = (
+            np.where(dropped, NO_ROUTE, route), np.where(dropped, 0.0, p_strength),
+            np.where(dropped, 0.0, quote), np.where(dropped, 0, validated))
         last = turn + 1 >= MAX_TURNS
         ended = committing | last
         # commit the ending sub-envs' plans (only theirs: the others' are not scored)
@@ -218,6 +219,24 @@ class FlightPlannerVectorEnv(BatchedOrchestrationEnv):
         self._validated[idx], self._dropped[idx] = validated, dropped
         cause = np.where(drop, SEARCH_DROP, np.where(caught, VALIDATOR_DROP, NO_DROP))
         return ended, success, quality, cause, planning
+
+    def _roles(self, called: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Per row: whether any agent, a planner, a searcher, a validator was called; the lead.
+
+        The lead: the strongest called planner (argmax's first of equals, as max; 0
+        without a planner). By the base's action codes when there are (table lookups),
+        else row by row.
+        """
+        code = self._step_codes  # the base's codes of these calls (None above 16 agents)
+        if code is None or self._lead_of is None:
+            roles = [any_per_row(called & role) for role in
+                     (self._planner, self._searcher, self._validator)]
+            lead = np.argmax(np.where(called & self._planner, self._strength, -np.inf),
+                             axis=1)
+            return any_per_row(called), *roles, lead
+        return (code != 0, *((code & bits) != 0 for bits in
+                             (self._planner_bits, self._searcher_bits, self._validator_bits)),
+                self._lead_of[code])
 
     def _observe(self, idx: np.ndarray | slice) -> np.ndarray:
         rows = self._all if isinstance(idx, slice) else idx
@@ -308,10 +327,3 @@ class FlightPlannerV1VectorEnv(FlightPlannerVectorEnv):
         obs[:, 22:25] = np.minimum(counts[:, 5:8], t) / t
         return obs
 
-
-def _dropped(drop: np.ndarray, route: np.ndarray, p_strength: np.ndarray, quote: np.ndarray,
-             validated: np.ndarray, dropped: np.ndarray) -> tuple[np.ndarray, ...]:
-    """The state after dropping the plan where ``drop``: no route, no quote, dropped."""
-    return (np.where(drop, NO_ROUTE, route), np.where(drop, 0.0, p_strength),
-            np.where(drop, 0.0, quote), np.where(drop, 0, validated),
-            np.where(drop, 1, dropped))
