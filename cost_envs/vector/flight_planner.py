@@ -244,30 +244,32 @@ class FlightPlannerVectorEnv(BatchedOrchestrationEnv):
         validated = self._validated[idx]
         h_star = self._h_star[idx]
         limit, budget = h_star + 1, self._task_budget[idx]
-        obs = np.zeros((len(rows), self._width), dtype=np.float32)  # v1 fills the rest
-        obs[:, 0] = (MAX_TURNS - self._turn[idx]) / MAX_TURNS
-        obs[:, 1] = h_star / limit
-        obs[:, 2] = self._level[idx]
-        obs[:, 10] = validated
-        obs[:, 11] = self._dropped[idx]
+        # written slot by slot into the rows of its transpose (contiguous writes, where an
+        # observation's column is strided), handed out as the (k, width) view
+        slots = np.zeros((self._width, len(rows)), dtype=np.float32)  # v1 fills the rest
+        slots[0] = (MAX_TURNS - self._turn[idx]) / MAX_TURNS
+        slots[1] = h_star / limit
+        slots[2] = self._level[idx]
+        slots[10] = validated
+        slots[11] = self._dropped[idx]
         planned = route != NO_ROUTE
         hops = pick(self._hops_of, rows, np.maximum(route, 0))
         quoted = quote > 0
         visibly_bad = (hops > limit) | (quote > budget)
-        # the plan's facts, zero without a plan (column by column: no stacked copy)
-        obs[:, 3] = planned
-        obs[:, 4] = np.where(planned, hops / (limit + 2), 0.0)
-        obs[:, 5] = planned & (hops <= limit)
-        obs[:, 6] = np.where(planned, self._p_strength[idx], 0.0)
-        obs[:, 7] = planned & quoted
-        obs[:, 8] = np.where(planned, np.minimum(quote / budget, 2.0) / 2, 0.0)
-        obs[:, 9] = planned & quoted & (quote <= budget)
+        # the plan's facts, zero without a plan
+        slots[3] = planned
+        slots[4] = np.where(planned, hops / (limit + 2), 0.0)
+        slots[5] = planned & (hops <= limit)
+        slots[6] = np.where(planned, self._p_strength[idx], 0.0)
+        slots[7] = planned & quoted
+        slots[8] = np.where(planned, np.minimum(quote / budget, 2.0) / 2, 0.0)
+        slots[9] = planned & quoted & (quote <= budget)
         search = ~visibly_bad & ~quoted
         validate = ~visibly_bad & quoted & (validated == 0) & self._has_validator
-        obs[:, 12] = ~planned | visibly_bad
-        obs[:, 13] = planned & search
-        obs[:, 14] = planned & validate
-        return obs
+        slots[12] = ~planned | visibly_bad
+        slots[13] = planned & search
+        slots[14] = planned & validate
+        return slots.T
 
 
 class FlightPlannerV1VectorEnv(FlightPlannerVectorEnv):
@@ -318,12 +320,12 @@ class FlightPlannerV1VectorEnv(FlightPlannerVectorEnv):
         return ended, success, quality
 
     def _observe(self, idx: np.ndarray | slice) -> np.ndarray:
-        obs = super()._observe(idx)  # v0's 15 columns, then v1's, written in place
-        counts, t = self._counts[idx], MAX_TURNS
-        obs[:, 15:19] = np.minimum(counts[:, :4], t) / t
-        obs[:, 19] = self._survival[idx]
-        obs[:, 20] = counts[:, 4] == SEARCH_DROP
-        obs[:, 21] = counts[:, 4] == VALIDATOR_DROP
-        obs[:, 22:25] = np.minimum(counts[:, 5:8], t) / t
+        obs = super()._observe(idx)  # v0's 15 slots, then v1's, written in place
+        slots, counts, t = obs.T, self._counts[idx].T, MAX_TURNS
+        slots[15:19] = np.minimum(counts[:4], t) / t
+        slots[19] = self._survival[idx]
+        slots[20] = counts[4] == SEARCH_DROP
+        slots[21] = counts[4] == VALIDATOR_DROP
+        slots[22:25] = np.minimum(counts[5:8], t) / t
         return obs
 
