@@ -291,6 +291,22 @@ class FlightPlannerV1VectorEnv(FlightPlannerVectorEnv):
         self._counts = np.zeros((n, 8), dtype=np.int64)
         self._survival = np.ones(n)
         self._strong = self._strength >= STRONG
+        # with action codes: what each call set shows a plan that survives it, by the
+        # single env's _evidence_of (its one home): the counts it adds (weak/strong passes,
+        # weak/strong quotes) and its survival factors in the order they multiply, padded
+        # with 1.0 (x * 1.0 is x: the product is the single env's to the last bit)
+        self._seen_of: np.ndarray | None = None
+        self._factors_of = np.ones((1, 0))
+        if self._bits is not None:
+            m = self.n_agents
+            evidence = [self.single_env._evidence_of(tuple(i for i in range(m) if code >> i & 1))
+                        for code in range(2**m)]
+            self._seen_of = np.array([(weak_p, strong_p, weak_q, strong_q) for
+                                      _, weak_q, strong_q, weak_p, strong_p, _ in evidence],
+                                     dtype=np.int64)
+            self._factors_of = np.ones((2**m, max(len(e[-1]) for e in evidence)))
+            for code, (*_, factors) in enumerate(evidence):
+                self._factors_of[code, :len(factors)] = factors
 
     def _start(self, idx: np.ndarray, rows: np.ndarray) -> None:
         super()._start(idx, rows)
@@ -301,23 +317,36 @@ class FlightPlannerV1VectorEnv(FlightPlannerVectorEnv):
                     calls: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         ended, success, quality, cause, planning = self._advance(idx, calls)
         counts, survival = self._counts.take(idx, axis=0), self._survival[idx]
-        called = calls != 0
         fresh = planning | (cause != NO_DROP)
         counts[:, 5] += planning
         counts[:, 6] += cause == SEARCH_DROP
         counts[:, 7] += cause == VALIDATOR_DROP
-        counts[fresh, :4] = 0
+        counts[:, :4] *= ~fresh[:, None]
         survival = np.where(fresh, 1.0, survival)
         kept = (cause == NO_DROP) & (self._route[idx] != NO_ROUTE)
+        code = self._step_codes
+        if code is not None and self._seen_of is not None:
+            counts[:, :4] += self._seen_of.take(code, axis=0) * kept[:, None]
+            factors, product = self._factors_of.take(code, axis=0), survival
+            for j in range(factors.shape[1]):
+                product = product * factors[:, j]
+            survival = np.where(kept, product, survival)
+        else:
+            survival = self._count_row_by_row(calls != 0, kept, counts, survival)
+        counts[:, 4] = cause
+        self._counts[idx], self._survival[idx] = counts, survival
+        return ended, success, quality
+
+    def _count_row_by_row(self, called: np.ndarray, kept: np.ndarray, counts: np.ndarray,
+                          survival: np.ndarray) -> np.ndarray:
+        """The counts (in place) and survival of calls without codes, agent by agent."""
         for role, (weak, strong), miss in ((self._searcher, (2, 3), SEARCH_NOTICE),
                                            (self._validator, (0, 1), 1.0)):
             for i in np.flatnonzero(role).tolist():
                 hit = kept & called[:, i]
                 counts[:, strong if self._strong[i] else weak] += hit
                 survival = np.where(hit, survival * (1.0 - miss * self._strength[i]), survival)
-        counts[:, 4] = cause
-        self._counts[idx], self._survival[idx] = counts, survival
-        return ended, success, quality
+        return survival
 
     def _observe(self, idx: np.ndarray | slice) -> np.ndarray:
         obs = super()._observe(idx)  # v0's 15 slots, then v1's, written in place
