@@ -72,8 +72,9 @@ class AgenticRoutingVectorEnv(BatchedOrchestrationEnv):
         self._recovering = np.zeros(n, dtype=np.int64)
         self._fails = np.zeros(n, dtype=np.int64)
         self._k = np.ones(n, dtype=np.int64)
-        self._p_small = np.zeros((n, self._width))
-        self._p_large = np.zeros((n, self._width))
+        # each subgoal's success chance with the small model, then with the large: one
+        # row per sub-env, read by one flat gather a step (pick)
+        self._chance = np.zeros((n, 2 * self._width))
         self._rows = np.zeros((n, self._width + 1, self.single_observation_space.shape[0]),
                               dtype=np.float32)
         self._all = np.arange(n)
@@ -96,8 +97,8 @@ class AgenticRoutingVectorEnv(BatchedOrchestrationEnv):
         self._rows[idx] = self.single_env.observation_rows(
             k, blocks.signal.take(rows, axis=0), blocks.reasoning.take(rows, axis=0),
             small_cost, large_cost)
-        self._p_small[idx] = success_probability(difficulty, SMALL_CURVE)
-        self._p_large[idx] = success_probability(difficulty, LARGE_CURVE)
+        self._chance[idx, :self._width] = success_probability(difficulty, SMALL_CURVE)
+        self._chance[idx, self._width:] = success_probability(difficulty, LARGE_CURVE)
         self._k[idx] = k
         self._done[idx] = 0
         self._recovering[idx] = 0
@@ -112,7 +113,7 @@ class AgenticRoutingVectorEnv(BatchedOrchestrationEnv):
         large = calls[:, 0] != 0
         u = pick(self.blocks.luck, task, turn)
         at = np.minimum(done, self._width - 1)
-        chance = np.where(large, self._p_large[idx, at], self._p_small[idx, at])
+        chance = pick(self._chance, idx, np.where(large, self._width, 0) + at)
         small_rec, large_rec = self._recovery_chance
         in_recovery = recovering > 0
         cleared = np.where(in_recovery, u < np.where(large, large_rec, small_rec), u < chance)
