@@ -1,8 +1,9 @@
 """FlightPlanner-v0 batched: planner, search and validator calls as array operations.
 
 The single env's ``_advance`` (:class:`~cost_envs.envs.flight_planner.FlightPlannerEnv`)
-over the rows of the sub-envs that step, with the per-(turn, agent) outcomes of the single
-env's own ``_block_tables``: the strongest called planner's proposal replaces the plan, a
+over the rows of the sub-envs that step, with the single env's own outcome rules
+(``proposals``, ``notices``, ``detects``, ``markups``, applied to the turn's luck of the
+agents each concerns): the strongest called planner's proposal replaces the plan, a
 searcher that notices a missing leg drops a broken plan and otherwise the cheapest called
 searcher's quote is kept when it is the first or a lower one, a validator passes a
 feasible plan and drops an infeasible one it detects. The all-zero action commits a
