@@ -327,10 +327,12 @@ RUNNERS: dict[str, Callable[[argparse.Namespace, Callable[[str], None]], None]] 
     "converged": _run_converged}
 
 
-def routing_record(scale: str, timings: Sequence[tuple[str, str]]) -> str:
+def routing_record(scale: str, timings: Sequence[tuple[str, str]],
+                   tasks: str = "validation") -> str:
     """``routing.md``: the command, the machine and each routing experiment's wall time."""
+    option = "" if tasks == "validation" else f" --tasks {tasks}"
     lines = ["# Budget-aware routing benchmarks (issue #4)", "",
-             f"`{PROG} all --scale {scale}` on {machine()}, one torch thread.", "",
+             f"`{PROG} all --scale {scale}{option}` on {machine()}, one torch thread.", "",
              "| Part | Wall time |", "|---|---|"]
     lines += [f"| {part} | {what} |" for part, what in timings]
     return "\n".join(lines) + "\n"
@@ -373,7 +375,8 @@ def _run_each(args: argparse.Namespace, names: Sequence[str],
         if name in ROUTING:
             timings.append((name, f"{elapsed:.0f} s"))
     if args.experiment == "all":  # a partial run leaves the full run's record alone
-        write_files_atomic(args.out, {"routing.md": routing_record(args.scale, timings)})
+        write_files_atomic(args.out, {"routing.md": routing_record(args.scale, timings,
+                                                                   args.tasks)})
         log(f"wrote {args.out / 'routing.md'}")
         _aggregate_after_all(args, log)
 

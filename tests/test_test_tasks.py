@@ -231,11 +231,14 @@ def test_the_headline_runners_read_the_test_tasks_when_told(seen: Recorder) -> N
 
 def test_the_command_line_passes_the_task_set() -> None:
     from experiments.__main__ import TASK_SETS as CLI_SETS
-    from experiments.__main__ import build_parser, main
+    from experiments.__main__ import build_parser, main, routing_record
 
     assert tuple(TASK_SETS) == CLI_SETS
     assert build_parser().parse_args(["rules"]).tasks == "validation"
     assert build_parser().parse_args(["bopo", "--tasks", "test"]).tasks == "test"
+    assert "`python -m experiments all --scale smoke --tasks test`" in routing_record(
+        "smoke", [], "test")
+    assert "--tasks" not in routing_record("smoke", [])
     with pytest.raises(SystemExit) as exit_:
         main(["budgets", "--tasks", "test", "--scale", "smoke"])
     assert exit_.value.code == 2
