@@ -215,9 +215,11 @@ def log_single(env: gym.Env, episodes: int, seed: int,
                         np.array(columns[5], dtype=np.int64))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class FittedToolBench:
     """ToolBench's parameters: fitted (:func:`fit`) or the env's own (:func:`true_parameters`).
+
+    Compared by identity (it holds arrays); compare the attributes.
 
     Attributes:
         stage_counts: ``P(k = 2, 3, 4)``.
