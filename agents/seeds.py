@@ -52,13 +52,17 @@ VALIDATION_TASK_SEED = 50_000
 #: are drawn from the reset seed ``PRIOR_TASK_SEED + seed``, apart from every range above,
 #: so the prior never holds an evaluation task.
 PRIOR_TASK_SEED = 60_000
+#: Logged episodes a learned prior is fitted from (:mod:`experiments.learned_prior`): training
+#: seed ``s`` logs from ``LOG_TASK_SEED + 1000 * s`` (sub-env ``i`` of its batched env
+#: ``+ i``), below ``TEST_TASK_SEED`` at every seed under 20.
+LOG_TASK_SEED = 70_000
 #: The test task sets: the first reset seed of a report's evaluation with ``--tasks test``
 #: (:mod:`experiments.shared.task_sets`). Scored only by the reports; no choice reads them
 #: (``tests/test_test_tasks.py`` runs the selection code and checks that no reset seed
-#: falls in ``[TEST_TASK_SEED, TEST_TASK_SEED + TEST_TASK_SPAN)``). 10_000 past the last
-#: range above and below ``SUB_ENV_TASK_SEED``; a batched env reset with it gives its
-#: sub-envs ``TEST_TASK_SEED + i``, inside the span.
-TEST_TASK_SEED = 70_000
+#: falls in ``[TEST_TASK_SEED, TEST_TASK_SEED + TEST_TASK_SPAN)``). Past the logs' range
+#: above and below ``SUB_ENV_TASK_SEED``; a batched env reset with it gives its sub-envs
+#: ``TEST_TASK_SEED + i``, inside the span.
+TEST_TASK_SEED = 90_000
 #: How far the test range reaches: every reset seed in ``[TEST_TASK_SEED, TEST_TASK_SEED +
 #: TEST_TASK_SPAN)`` is a test task's, and no other use of this module comes near it.
 TEST_TASK_SPAN = 10_000

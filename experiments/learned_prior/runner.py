@@ -56,13 +56,12 @@ from agents.learners.training import (
 )
 from agents.planning import bayes_planner
 from agents.planning.learned_prior import FittedToolBench, fit, log_random, true_parameters
-from agents.seeds import TRACE_TASK_SEED
+from agents.seeds import LOG_TASK_SEED, TRACE_TASK_SEED
 from experiments.learned_prior.report import render
 from experiments.learned_prior.settings import (
     DEFAULT,
     ENV_ID,
     LOG_ENVS,
-    LOG_TASK_SEED,
     NAME,
     OUT,
     ROW,

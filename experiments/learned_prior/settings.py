@@ -11,10 +11,6 @@ from cost_envs.config import integer
 ENV_ID = "cost_envs/ToolBench-v0"
 #: The row trained with either teacher (:data:`experiments.lora_ppo.runner.LEARNED_ROWS`).
 ROW = "lora/bayes"
-#: Reset seed of training seed ``s``'s logs: ``LOG_TASK_SEED + 1000 s`` (sub-env ``i`` of
-#: the batched env plays ``+ i``). Apart from every range of :mod:`agents.seeds` (the
-#: prior's 60,000 + a few, the sub-envs' 100,000 and up) at the seeds this study runs.
-LOG_TASK_SEED = 70_000
 #: Sub-envs of the batched env the logs are played on.
 LOG_ENVS = 64
 OUT = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
