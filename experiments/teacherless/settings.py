@@ -49,6 +49,11 @@ ROWS = {
                          {"ppo": {"n_steps": 1, "per_branch_targets": True}}),
     "bdq/n1-eps0.01": Row("bdq", "BDQ, 1-step returns, final epsilon 0.01",
                           {"ppo": {"n_steps": 1, "exploration_final_eps": 0.01}}),
+    # epsilon falling over 40% of the run (200k steps of 500k): the hypothesis came from the
+    # 1M-step runs of bdq/n1 (their epsilon falls over 200k steps; 0.72 of the gap on
+    # validation at 1M against 0.55 at 500k), not from a validation sweep
+    "bdq/n1-explore0.4": Row("bdq", "BDQ, 1-step returns, epsilon falling over 40% of the run",
+                             {"ppo": {"n_steps": 1, "exploration_fraction": 0.4}}),
     # the baseline trained again here: does the committed curve reproduce on this machine?
     "ppo": Row("ppo", "PPO, trained again by this script"),
 }
