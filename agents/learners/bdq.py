@@ -264,7 +264,9 @@ class BranchingDQN(BaseAlgorithm):
         gamma: Discount.
         train_freq: Steps of the batched env between two rounds of gradient steps.
         gradient_steps: Gradient steps per round.
-        n_steps: The n of the n-step return (SB3 DQN's name).
+        n_steps: The n of the n-step return (SB3 DQN's name). 1 by default: chosen on
+            validation tasks (ToolBench-v0, 0.55 of the gap against 0.37 at 3 and 0.25 at 5;
+            longer returns, uncorrected off-policy, carry the exploring bits' value).
         target_update_interval: Gradient steps between two copies of the online network
             into the target network.
         per_branch_targets: Each branch's own TD target instead of the mean over branches.
@@ -298,7 +300,7 @@ class BranchingDQN(BaseAlgorithm):
         gamma: float = 0.99,
         train_freq: int = 1,
         gradient_steps: int = 1,
-        n_steps: int = 3,
+        n_steps: int = 1,
         target_update_interval: int = 500,
         per_branch_targets: bool = False,
         exploration_fraction: float = 0.2,

@@ -43,7 +43,7 @@ ROWS = {
     # and a final epsilon of 0.01 tie (0.56 each), a learning rate of 1e-4 loses (0.20),
     # and gamma 1 on 3-step returns loses (0.05)
     "bdq": Row("bdq", "Branching dueling Q-network (BDQ: 3-step returns, mean-over-branches "
-                      "double-Q target, per-bit epsilon 1 -> 0.05)"),
+                      "double-Q target, per-bit epsilon 1 -> 0.05)", {"ppo": {"n_steps": 3}}),
     "bdq/n1": Row("bdq", "BDQ, 1-step returns", {"ppo": {"n_steps": 1}}),
     "bdq/n1-branch": Row("bdq", "BDQ, 1-step returns, per-branch targets",
                          {"ppo": {"n_steps": 1, "per_branch_targets": True}}),
