@@ -20,20 +20,7 @@ from experiments.learned_prior.settings import (
 )
 from experiments.shared.common import machine
 from experiments.shared.gaps import method_share, share_cell
-
-
-def _mean_cell(values: np.ndarray, resamples: int, signed: bool = False) -> str:
-    mean, low, high = bootstrap_mean_ci(values, n_resamples=resamples)
-    form = "+.3f" if signed else ".3f"
-    return f"{mean:{form}} [{low:{form}}, {high:{form}}]"
-
-
-def _verdict(low: float, high: float) -> str:
-    if low > 0:
-        return "resolved above 0"
-    if high < 0:
-        return "resolved below 0"
-    return "not resolved: the interval holds 0"
+from experiments.shared.intervals import mean_cell, verdict
 
 
 def _size(steps: int) -> str:
@@ -65,12 +52,12 @@ def render(fixed: Mapping[str, Any], runs: Sequence[Mapping[str, Any]], scale: S
         entry = method_share(label, returns.tolist(), rule.tolist(), planner.tolist())
         success = np.mean([r["success"] for r in scored])
         per_seed = ", ".join(f"{v:.2f}" for v in entry["per_seed"])
-        return (f"| {label} | {_mean_cell(returns, resamples)} | {success:.3f} | "
+        return (f"| {label} | {mean_cell(returns, resamples)} | {success:.3f} | "
                 f"{share_cell(entry)} | {per_seed} |")
 
     def fixed_row(label: str, returns: np.ndarray) -> str:
         entry = method_share(label, [returns.tolist()], rule.tolist(), planner.tolist())
-        return f"| {label} | {_mean_cell(returns, resamples)} | - | {share_cell(entry)} | - |"
+        return f"| {label} | {mean_cell(returns, resamples)} | - | {share_cell(entry)} | - |"
 
     lines = [
         f"# The Bayes teacher with a learned prior ({ENV_ID.split('/')[-1]}, issue #38 "
@@ -123,7 +110,7 @@ def render(fixed: Mapping[str, Any], runs: Sequence[Mapping[str, Any]], scale: S
         "", f"Machine: {machine()}.", "", f"Command: `{command}`.", "",
         "| row | return | success | share of the gap | share per seed |",
         "| --- | --- | --- | --- | --- |",
-        f"| {fixed['rule_label']} (best fixed row) | {_mean_cell(rule, resamples)} | - | 0 | - |",
+        f"| {fixed['rule_label']} (best fixed row) | {mean_cell(rule, resamples)} | - | 0 | - |",
         row("student, true prior (the `lora/bayes` row)", true_students),
     ]
     for steps in scale.sizes:
@@ -134,7 +121,7 @@ def render(fixed: Mapping[str, Any], runs: Sequence[Mapping[str, Any]], scale: S
     for steps in scale.sizes:
         lines.append(row(f"teacher, prior learned from {_size(steps)} steps",
                          by_seed("learned", steps, "teacher")))
-    lines += [f"| planner (knows the task, not the luck) | {_mean_cell(planner, resamples)} "
+    lines += [f"| planner (knows the task, not the luck) | {mean_cell(planner, resamples)} "
               "| - | 1 | - |", ""]
     lines += _summary(true_returns, rule, planner, scale, by_seed)
     lines += _paired(true_returns, bayes, rule, planner, resamples, scale, by_seed)
@@ -193,8 +180,8 @@ def _paired(true_returns: np.ndarray, bayes: np.ndarray, rule: np.ndarray,
             difference = returns - reference
             _, low, high = bootstrap_mean_ci(difference, n_resamples=resamples)
             share = bootstrap_gap_closed(difference + rule, rule, planner)
-            cells += [f"{_mean_cell(difference, resamples, True)}",
-                      f"{share_text(share)} ({_verdict(low, high)})"]
+            cells += [f"{mean_cell(difference, resamples, True)}",
+                      f"{share_text(share)} ({verdict(low, high)})"]
         lines.append(f"| {_size(steps)} steps | " + " | ".join(cells) + " |")
     return [*lines, ""]
 

@@ -25,8 +25,6 @@ nothing.
 
 from __future__ import annotations
 
-import argparse
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -37,7 +35,6 @@ import numpy as np
 from stable_baselines3.common.utils import set_random_seed
 
 from agents.evaluation import evaluate
-from agents.files import write_files_atomic
 from agents.learners.common.policies import AllocatorPolicy, load_base
 from agents.learners.dagger import joined, student_traces
 from agents.learners.pretrain import pretrained_base_path
@@ -69,8 +66,7 @@ from experiments.learned_prior.settings import (
 )
 from experiments.lora_ppo.runner import LEARNED_ROWS, gap_ends, score_baselines
 from experiments.lora_ppo.runner import Scale as TableScale
-from experiments.shared.kept import Kept, units_folder
-from experiments.shared.scheduler import add_scheduling_arguments, run_units, scheduling
+from experiments.shared.study import study_main, write_study
 
 Unit = tuple[str, int, int, Scale]
 
@@ -200,31 +196,20 @@ def report(out: Path = OUT, jobs: int = 2, scale: Scale = DEFAULT, address: str 
            log: Any = print, command: str | None = None) -> list[Path]:
     """Run every unit and write ``learned_prior.md`` into ``out``; returns the paths.
 
-    The units run in ``jobs`` processes (or on the Ray cluster at ``address``) and are kept
-    until the file is written (:mod:`experiments.shared.kept`). ``command``: the command
-    line the file says made it.
+    ``jobs``, ``address``: where the units run (:func:`experiments.shared.study.write_study`,
+    which keeps them until the file is written). ``command``: the command line the file
+    says made it.
     """
     units = units_of(scale)
-    keeper = Kept(units_folder(out, "learned_prior", scale.name), repr(scale))
-    results = run_units(run_unit, units, jobs=jobs, address=address, describe=_describe,
-                        keeper=keeper, label="learned_prior", log=log)
-    markdown = render(results[0], results[1:], scale, row_config(scale),
-                      command or "python -m experiments.learned_prior")
-    written = write_files_atomic(out, {NAME: markdown})
-    keeper.clear()
-    return written
+
+    def files(results: list[Any]) -> dict[str, str]:
+        return {NAME: render(results[0], results[1:], scale, row_config(scale),
+                             command or "python -m experiments.learned_prior")}
+
+    return write_study(out, "learned_prior", scale, run_unit, units, files, jobs=jobs,
+                       address=address, describe=_describe, log=log)
 
 
 def main(argv: list[str] | None = None) -> None:
     """Run the study and write its file."""
-    parser = argparse.ArgumentParser(prog="python -m experiments.learned_prior",
-                                     description=__doc__.splitlines()[0], allow_abbrev=False)
-    parser.add_argument("--jobs", type=int, default=2, help="processes (default 2)")
-    parser.add_argument("--out", type=Path, default=OUT, help="results folder")
-    add_scheduling_arguments(parser)
-    args = parser.parse_args(argv)
-    given = sys.argv[1:] if argv is None else argv
-    with scheduling(args, parser.prog):
-        for path in report(args.out, args.jobs, address=args.address,
-                           command=" ".join([parser.prog, *given])):
-            print(path)
+    study_main("python -m experiments.learned_prior", __doc__.splitlines()[0], OUT, argv, report)

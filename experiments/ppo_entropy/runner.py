@@ -18,21 +18,18 @@ About 3-6 minutes a seed on a 2-core machine.
 
 from __future__ import annotations
 
-import argparse
 import csv
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from agents.files import write_files_atomic
 from experiments.budgets import runner as budgets
 from experiments.budgets.settings import Scale as CurveScale
 from experiments.ppo_entropy.report import render
 from experiments.ppo_entropy.settings import ENV_ID, NAME, OUT, ROW, SCALE
 from experiments.shared.gaps import decode_scores
-from experiments.shared.kept import Kept, units_folder
-from experiments.shared.scheduler import add_scheduling_arguments, run_units, scheduling
+from experiments.shared.study import study_main, write_study
 
 
 def last_returns(path: Path, row: str) -> np.ndarray:
@@ -58,26 +55,17 @@ def report(out: Path = OUT, jobs: int = 2, scale: CurveScale = SCALE,
     """
     baseline = Path(out) / f"{NAME}_ppo.csv"
     ppo = last_returns(baseline, "ppo")  # read first: a missing baseline fails before training
-    keeper = Kept(units_folder(out, "ppo_entropy", scale.name), repr(scale))
-    results = run_units(budgets.run_job, [budgets.Job(ENV_ID, ROW, seed, scale)
-                                          for seed in range(scale.seeds)],
-                        jobs=jobs, address=address, keeper=keeper, label="ppo_entropy",
-                        log=log)
-    markdown, columns = render(results, ppo, scale)
-    written = write_files_atomic(out, {f"{NAME}_no_entropy.md": markdown,
-                                       f"{NAME}_no_entropy.csv": columns})
-    keeper.clear()
-    return written
+    units = [budgets.Job(ENV_ID, ROW, seed, scale) for seed in range(scale.seeds)]
+
+    def files(results: list[Any]) -> dict[str, str]:
+        markdown, columns = render(results, ppo, scale)
+        return {f"{NAME}_no_entropy.md": markdown, f"{NAME}_no_entropy.csv": columns}
+
+    return write_study(out, "ppo_entropy", scale, budgets.run_job, units, files, jobs=jobs,
+                       address=address, log=log)
 
 
 def main(argv: list[str] | None = None) -> None:
     """Run the comparison and write its files."""
-    parser = argparse.ArgumentParser(prog="python -m experiments.ppo_entropy",
-                                     description=__doc__.splitlines()[0], allow_abbrev=False)
-    parser.add_argument("--jobs", type=int, default=2, help="processes (default 2)")
-    parser.add_argument("--out", type=Path, default=OUT, help="results folder")
-    add_scheduling_arguments(parser)
-    args = parser.parse_args(argv)
-    with scheduling(args, parser.prog):
-        for path in report(args.out, args.jobs, address=args.address):
-            print(path)
+    study_main("python -m experiments.ppo_entropy", __doc__.splitlines()[0], OUT, argv,
+               lambda out, jobs, address, command: report(out, jobs, address=address))

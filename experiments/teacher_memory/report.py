@@ -12,21 +12,8 @@ from cost_envs.metrics import bootstrap_gap_closed, bootstrap_mean_ci
 from experiments.budgets.report import share_text
 from experiments.shared.common import machine
 from experiments.shared.gaps import method_share, share_cell
+from experiments.shared.intervals import mean_cell, verdict
 from experiments.teacher_memory.settings import ARMS, ENV_ID, TABLE_SEEDS, Scale
-
-
-def _mean_cell(values: np.ndarray, resamples: int, signed: bool = False) -> str:
-    mean, low, high = bootstrap_mean_ci(values, n_resamples=resamples)
-    form = "+.3f" if signed else ".3f"
-    return f"{mean:{form}} [{low:{form}}, {high:{form}}]"
-
-
-def _verdict(low: float, high: float) -> str:
-    if low > 0:
-        return "resolved above 0"
-    if high < 0:
-        return "resolved below 0"
-    return "not resolved: the interval holds 0"
 
 
 def render(fixed: Mapping[str, Any], runs: Sequence[Mapping[str, Any]], scale: Scale,
@@ -69,19 +56,19 @@ def render(fixed: Mapping[str, Any], runs: Sequence[Mapping[str, Any]], scale: S
         "", f"Machine: {machine()}.", "", f"Command: `{command}`.", "",
         "| row | return | success | share of the gap | share per seed |",
         "| --- | --- | --- | --- | --- |",
-        f"| {fixed['rule_label']} (best fixed row) | {_mean_cell(rule, resamples)} | - | 0 | - |",
+        f"| {fixed['rule_label']} (best fixed row) | {mean_cell(rule, resamples)} | - | 0 | - |",
     ]
     for arm, (_, label) in ARMS.items():
         entry = method_share(label, arms[arm].tolist(), rule.tolist(), planner.tolist())
         success = np.mean([r["success"] for r in runs if r["arm"] == arm])
         per_seed = ", ".join(f"{v:.2f}" for v in entry["per_seed"])
-        lines.append(f"| student, {label} | {_mean_cell(arms[arm], resamples)} | "
+        lines.append(f"| student, {label} | {mean_cell(arms[arm], resamples)} | "
                      f"{success:.3f} | {share_cell(entry)} | {per_seed} |")
     teacher = method_share("Bayes reference", [bayes.tolist()], rule.tolist(),
                            planner.tolist())
-    lines += [f"| Bayes reference (the teacher) | {_mean_cell(bayes, resamples)} | - | "
+    lines += [f"| Bayes reference (the teacher) | {mean_cell(bayes, resamples)} | - | "
               f"{share_cell(teacher)} | - |",
-              f"| planner (knows the task, not the luck) | {_mean_cell(planner, resamples)} "
+              f"| planner (knows the task, not the luck) | {mean_cell(planner, resamples)} "
               "| - | 1 | - |", ""]
     lines += ["## Paired: with the history minus memoryless", "",
               *_paired(arms, bayes, rule, planner, resamples, n_seeds)]
@@ -108,8 +95,8 @@ def _paired(arms: Mapping[str, np.ndarray], bayes: np.ndarray, rule: np.ndarray,
     share = bootstrap_gap_closed(difference + rule, rule, planner)
     _, low, high = bootstrap_mean_ci(difference, n_resamples=resamples)
     lines = [f"Over the same {n_seeds} seeds and tasks: "
-             f"{_mean_cell(difference, resamples, True)} of mean return, {share_text(share)} "
-             f"of the gap ({_verdict(low, high)}); per seed "
+             f"{mean_cell(difference, resamples, True)} of mean return, {share_text(share)} "
+             f"of the gap ({verdict(low, high)}); per seed "
              + ", ".join(f"{v:+.3f}" for v in difference.mean(axis=1)) + ".", "",
              "The teacher minus each student, paired over the tasks (the teacher's one run "
              "against each seed):", ""]
@@ -117,6 +104,6 @@ def _paired(arms: Mapping[str, np.ndarray], bayes: np.ndarray, rule: np.ndarray,
         behind = bayes[None, :] - arms[arm]
         _, low, high = bootstrap_mean_ci(behind, n_resamples=resamples)
         gap = bootstrap_gap_closed(behind + rule, rule, planner)
-        lines.append(f"* {label}: {_mean_cell(behind, resamples, True)} of mean return, "
-                     f"{share_text(gap)} of the gap ({_verdict(low, high)})")
+        lines.append(f"* {label}: {mean_cell(behind, resamples, True)} of mean return, "
+                     f"{share_text(gap)} of the gap ({verdict(low, high)})")
     return [*lines, ""]

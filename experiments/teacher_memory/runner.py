@@ -23,8 +23,6 @@ differs between the arms.
 
 from __future__ import annotations
 
-import argparse
-import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -35,7 +33,6 @@ import torch
 from stable_baselines3.common.utils import set_random_seed
 
 from agents.evaluation import evaluate
-from agents.files import write_files_atomic
 from agents.learners.common.policies import load_base
 from agents.learners.dagger import fit_supervised
 from agents.learners.pretrain import pretrained_base_path
@@ -49,8 +46,7 @@ from agents.learners.training import (
 from agents.seeds import TRACE_TASK_SEED
 from experiments.lora_ppo.runner import LEARNED_ROWS, gap_ends, score_baselines
 from experiments.lora_ppo.runner import Scale as TableScale
-from experiments.shared.kept import Kept, units_folder
-from experiments.shared.scheduler import add_scheduling_arguments, run_units, scheduling
+from experiments.shared.study import study_main, write_study
 from experiments.teacher_memory.report import render
 from experiments.teacher_memory.settings import ARMS, DEFAULT, ENV_ID, NAME, OUT, ROW, Scale
 
@@ -130,32 +126,21 @@ def report(out: Path = OUT, jobs: int = 2, scale: Scale = DEFAULT, address: str 
            log: Any = print, command: str | None = None) -> list[Path]:
     """Run every unit and write ``teacher_memory.md`` into ``out``; returns the paths.
 
-    The units run in ``jobs`` processes (or on the Ray cluster at ``address``) and are kept
-    until the file is written (:mod:`experiments.shared.kept`). ``command``: the command
-    line the file says made it.
+    ``jobs``, ``address``: where the units run (:func:`experiments.shared.study.write_study`,
+    which keeps them until the file is written). ``command``: the command line the file
+    says made it.
     """
     units = [("fixed", 0, scale)] + [(arm, seed, scale) for arm in ARMS
                                      for seed in range(scale.seeds)]
-    keeper = Kept(units_folder(out, "teacher_memory", scale.name), repr(scale))
-    results = run_units(run_unit, units, jobs=jobs, address=address, describe=_describe,
-                        keeper=keeper, label="teacher_memory", log=log)
-    markdown = render(results[0], results[1:], scale, row_config(scale),
-                      command or "python -m experiments.teacher_memory")
-    written = write_files_atomic(out, {NAME: markdown})
-    keeper.clear()
-    return written
+
+    def files(results: list[Any]) -> dict[str, str]:
+        return {NAME: render(results[0], results[1:], scale, row_config(scale),
+                             command or "python -m experiments.teacher_memory")}
+
+    return write_study(out, "teacher_memory", scale, run_unit, units, files, jobs=jobs,
+                       address=address, describe=_describe, log=log)
 
 
 def main(argv: list[str] | None = None) -> None:
     """Run the comparison and write its file."""
-    parser = argparse.ArgumentParser(prog="python -m experiments.teacher_memory",
-                                     description=__doc__.splitlines()[0], allow_abbrev=False)
-    parser.add_argument("--jobs", type=int, default=2, help="processes (default 2)")
-    parser.add_argument("--out", type=Path, default=OUT, help="results folder")
-    add_scheduling_arguments(parser)
-    args = parser.parse_args(argv)
-    given = sys.argv[1:] if argv is None else argv
-    with scheduling(args, parser.prog):
-        for path in report(args.out, args.jobs, address=args.address,
-                           command=" ".join([parser.prog, *given])):
-            print(path)
+    study_main("python -m experiments.teacher_memory", __doc__.splitlines()[0], OUT, argv, report)
