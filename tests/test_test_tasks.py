@@ -110,6 +110,16 @@ def test_the_test_range_meets_no_other_range() -> None:
         task_seed("train")
 
 
+def test_the_learned_priors_logs_stay_out_of_the_test_range() -> None:
+    # its logs are training data: every reset seed of the default study's logs (each
+    # training seed's batched env, sub-env i at + i) lies below the test range
+    from experiments.learned_prior.runner import log_seed
+    from experiments.learned_prior.settings import DEFAULT, LOG_ENVS
+
+    logged = {log_seed(seed) + i for seed in range(DEFAULT.seeds) for i in range(LOG_ENVS)}
+    assert not logged & set(TEST_RANGE), sorted(logged & set(TEST_RANGE))[:3]
+
+
 # ------------------------------------------------------------------ selection paths
 def test_the_rule_search_never_meets_test_tasks(seen: Recorder) -> None:
     """Issue #10's search fits on RULE_TASK_SEED and scores on the validation tasks."""
