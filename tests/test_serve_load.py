@@ -142,7 +142,11 @@ def test_a_server_killed_mid_load_loses_no_row_and_keeps_budgets_exact(
         killed_at = time.monotonic()
         with _serve(config, port):  # the same ledger, restarted
             loader.join(timeout=600)
-            time.sleep(max(0.0, TTL + 0.5 - (time.monotonic() - killed_at)))
+            # a reservation expires TTL after its server's last heartbeat (at the kill at
+            # the latest), and reserve() looks for expired ones once a second at most: a call
+            # the loader made just before the expiry can hold that look off for up to 1 s, so
+            # the request below comes TTL + 1 s (and a margin) after the kill
+            time.sleep(max(0.0, TTL + 1.5 - (time.monotonic() - killed_at)))
             # a request after the expiry releases what the killed server had reserved
             local_http.openai_client(base_url=f"{url}/v1", api_key="sk-load", max_retries=0
                           ).models.list()
