@@ -31,6 +31,7 @@ from experiments.memory.settings import (
     Scale,
 )
 from experiments.shared.gaps import decode_scores, encode_scores
+from experiments.shared.intervals import interval_text
 
 
 def paired_difference(treated: np.ndarray, control: np.ndarray, resamples: int,
@@ -115,12 +116,6 @@ def summarize(results: Sequence[Mapping[str, Any]], resamples: int
     return summary
 
 
-def _interval(values: Sequence[float], signed: bool = False) -> str:
-    mean, low, high = values
-    form = "+.3f" if signed else ".3f"
-    return f"{mean:{form}} [{low:{form}}, {high:{form}}]"
-
-
 def render(results: Sequence[Mapping[str, Any]], scale: Scale, where: str) -> str:
     """``memory.md``: per env the learners' returns, the difference, steps and wall times.
 
@@ -159,13 +154,13 @@ def render(results: Sequence[Mapping[str, Any]], scale: Scale, where: str) -> st
         name = env_id.split("/")[-1]
         if env_id in rules:
             rule = bootstrap_mean_ci(rules[env_id], n_resamples=scale.resamples)
-            lines.append(f"| {name} | {RULE_LABEL} | {_interval(rule)} | | |")
+            lines.append(f"| {name} | {RULE_LABEL} | {interval_text(rule)} | | |")
         for key, row in entry["learners"].items():
-            lines.append(f"| {name} | {LEARNERS[key][0]} | {_interval(row['return'])} | "
+            lines.append(f"| {name} | {LEARNERS[key][0]} | {interval_text(row['return'])} | "
                          f"{row['train_minutes']:.2f} | {row['eval_seconds']:.1f} |")
         for key, difference in entry["differences"].items():
             lines.append(f"| {name} | **{LEARNERS[key][0].split(' (')[0]} - PPO** | "
-                         f"**{_interval(difference, signed=True)}** | | |")
+                         f"**{interval_text(difference, signed=True)}** | | |")
     lines += ["", "Steps taken per run (SB3 completes its last rollout): " + "; ".join(
         f"{env_id.split('/')[-1]} {key} {', '.join(f'{s:,}' for s in row['timesteps'])}"
         for env_id, entry in summary.items() for key, row in entry["learners"].items()) + ".",

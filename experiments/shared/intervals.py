@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from cost_envs.metrics import bootstrap_mean_ci
@@ -12,7 +14,12 @@ def mean_cell(values: np.ndarray, resamples: int, signed: bool = False) -> str:
 
     ``signed``: each number with its sign (a difference).
     """
-    mean, low, high = bootstrap_mean_ci(values, n_resamples=resamples)
+    return interval_text(bootstrap_mean_ci(values, n_resamples=resamples), signed)
+
+
+def interval_text(interval: Sequence[float], signed: bool = False) -> str:
+    """``mean [low, high]`` of a ``(mean, low, high)`` triple, 3 decimals (signed: with signs)."""
+    mean, low, high = interval
     form = "+.3f" if signed else ".3f"
     return f"{mean:{form}} [{low:{form}}, {high:{form}}]"
 
