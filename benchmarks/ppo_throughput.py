@@ -25,8 +25,9 @@ over the wall time of ``learn``: each learner's median over rounds; a ratio is t
 over rounds of the ratio within a round (the machine is shared: a round's runs see about
 the same load). ``collect / train`` split the time per env step between
 ``collect_rollouts`` (policy, env, callback, buffer) and ``train`` (the updates).
-``weights`` compares the final weights with the first learner's (same seed): ``same`` bit
-for bit, else the largest absolute difference.
+``weights`` compares the final weights with this tree's ``SB3 PPO``'s (same seed, same
+env): ``same`` bit for bit, else the largest absolute difference. (The ref tree runs its
+own env, whose ToolBench-v0 task stream predates 2026-12-07, so its weights differ.)
 
 ``--big-batches`` adds FastPPO at minibatches of 256 and 512: a different setting (fewer,
 larger updates, not the paper's), reported apart. ``--quick`` (2,048 steps, one round, 1
@@ -227,10 +228,12 @@ def report(results: dict[int, dict[str, list[dict[str, Any]]]], min_steps: int,
         "fresh process. Rates: env steps per second of wall time, median over rounds; "
         f"ratios: median over rounds of the learner's rate over {first}'s in the same "
         "round; collect / train: µs per env step in `collect_rollouts` / `train` (median); "
-        f"weights: the final weights against {first}'s, `same` bit for bit or the largest "
-        "absolute difference. "
+        "weights: the final weights against this tree's SB3 PPO's (the same env), `same` "
+        "bit for bit or the largest absolute difference. "
         + (f"`SB3 PPO @ ref` runs the tree of git {ref[:7]} (main before this work: "
-           "today's path)." if ref is not None else
+           "today's path), its env included: its ToolBench-v0 task stream predates "
+           "2026-12-07, so its weights differ and its env steps cost a little more "
+           "(collect is the smaller part of a step)." if ref is not None else
            "Today's tree (git ref) was not available: ratios are to this tree's SB3 PPO."),
         "",
         f"Machine: {machine()}",
@@ -250,7 +253,7 @@ def report(results: dict[int, dict[str, list[dict[str, Any]]]], min_steps: int,
             label = f"SB3 PPO @ {ref[:7]}" if name == "SB3 PPO @ ref" and ref else name
             lines.append(f"| {n_envs} | {label} | {_median(mine, 'rate'):,.0f} | {ratio:.2f} "
                          f"| {meets} | {_split(mine)} | "
-                         f"{_weights(base[0]['weights'], mine[0]['weights'])} |")
+                         f"{_weights(runs['SB3 PPO'][0]['weights'], mine[0]['weights'])} |")
     extra = [(n_envs, name, runs[name], runs[first]) for n_envs, runs in results.items()
              for name in runs if name.startswith("FastPPO, batch_size")]
     if extra:
