@@ -78,7 +78,7 @@ def run_curves(scale: str | BopoScale = "curve", seed: int = 0, progress: Path |
     sc = _scale(scale)
     start = time.perf_counter()
     prepared = prepare_profile(PROFILE, sc, seed)
-    rule = best_rule({key: [prepared.returns[key]] for key in RULES})
+    rule = prepared.rule or best_rule({key: [prepared.returns[key]] for key in RULES})
     log(f"{PROFILE}: budget ${prepared.budget:.4f}, fixed rows in {prepared.seconds:.0f}s; "
         f"best fixed rule {rule}")
     wanted = tuned_keys(PROFILE) if tuned else table_keys(sc)

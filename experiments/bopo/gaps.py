@@ -3,8 +3,10 @@
 One task per profile. The score is each episode's return under the env's own reward
 (Eq. 1 with the env's weights, budget cuts included), the same for every row; the rule is
 the best fixed rule of the profile's table, the fitted difficulty threshold or the rule
-searched on training tasks, whichever has the higher mean return on the evaluation tasks
-(the choice is recorded as ``rule_method``); the reference is the planner that knows the
+searched on training tasks, whichever has the higher mean return on the validation tasks
+(the evaluation tasks themselves for a table of the validation set; for one of the test
+set, :func:`experiments.bopo.runner.prepare_profile` chose it there; the choice is
+recorded as ``rule_method``); the reference is the planner that knows the
 task but not its luck (:class:`agents.planning.AgenticPlanner`). The learned methods are
 the SFT warm start and every BoPO and PPO cost weight of the table, each with every
 training seed's per-episode returns; their shares are :func:`experiments.shared.gaps.task_entry`'s
@@ -24,6 +26,7 @@ import numpy as np
 
 from experiments.bopo.report import label
 from experiments.shared import gaps
+from experiments.shared.task_sets import CHOICE_TASKS, DEFAULT_TASKS, chooses_apart
 
 EXPERIMENT = "BoPO on AgenticRouting-v0"
 #: The fixed rules the gap starts from (the better of the two on each profile).
@@ -54,16 +57,21 @@ def best_rule(returns: Mapping[str, Sequence[Sequence[float]]]) -> str:
     return max(present, key=lambda key: (float(np.mean(returns[key])), -present.index(key)))
 
 
-def profile_entry(returns: Mapping[str, Sequence[Sequence[float]]]) -> dict[str, Any]:
+def profile_entry(returns: Mapping[str, Sequence[Sequence[float]]],
+                  rule: str | None = None) -> dict[str, Any]:
     """One profile's task entry: ``returns[key][s][j]``, run ``s`` of ``key`` on episode ``j``.
 
     A fixed row has one run; a learned row one per training seed; every run is on the
-    same tasks in the same order.
+    same tasks in the same order. ``rule``: the rule end, chosen on the validation tasks
+    (:attr:`experiments.bopo.runner.Prepared.rule`); ``None``: the better rule of
+    ``returns``, which are then the validation set's.
     """
     if REFERENCE not in returns:
         raise ValueError(f"bopo gap_closed: expected the planner's returns ({REFERENCE!r}), "
                          f"got {sorted(returns)}")
-    rule = best_rule(returns)
+    if rule is not None and rule not in RULES:
+        raise ValueError(f"bopo gap_closed: rule: expected one of {list(RULES)}, got {rule!r}")
+    rule = rule or best_rule(returns)
     learned = {key: (label(key), returns[key]) for key in returns if is_learned(key)}
     entry = gaps.task_entry(_single(returns, rule), _single(returns, REFERENCE), learned)
     return {"rule_method": rule, "rule_label": label(rule), **entry}
@@ -77,15 +85,22 @@ def _single(returns: Mapping[str, Sequence[Sequence[float]]], key: str) -> Seque
     return returns[key][0]
 
 
-def gap_block(returns: Mapping[str, Mapping[str, Sequence[Sequence[float]]]]
-              ) -> dict[str, Any]:
-    """The block of ``bopo.json``: ``returns[profile][method]`` are its runs' returns."""
+def gap_block(returns: Mapping[str, Mapping[str, Sequence[Sequence[float]]]],
+              rules: Mapping[str, str | None] | None = None,
+              tasks: str = DEFAULT_TASKS) -> dict[str, Any]:
+    """The block of ``bopo.json``: ``returns[profile][method]`` are its runs' returns.
+
+    ``rules``: each profile's rule end as chosen on the validation tasks (missing or
+    ``None``: the better rule of ``returns``); ``tasks``: the set ``returns`` were scored on.
+    """
+    rules = rules or {}
+    where = f" on the {CHOICE_TASKS} tasks" if chooses_apart(tasks) else ""
     return gaps.block(
         EXPERIMENT,
         score="episode return (Eq. 1, the env's reward weights, under the per-task budget)",
         rule="the best fixed rule of the profile (fitted difficulty threshold or searched "
-             "rule, the higher mean return; see rule_method)",
+             f"rule, the higher mean return{where}; see rule_method)",
         reference="Planner (knows the task, not the luck)",
-        tasks={profile: profile_entry(by_method)
+        tasks={profile: profile_entry(by_method, rules.get(profile))
                for profile, by_method in returns.items()})
 

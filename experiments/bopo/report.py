@@ -43,7 +43,7 @@ from experiments.shared.figures import (
     spread,
     tag_points,
 )
-from experiments.shared.task_sets import described_set
+from experiments.shared.task_sets import described_set, where_chosen
 
 # ---------------------------------------------------------------------- scoring
 LABELS = {"always-small": "AlwaysSmall", "always-large": "AlwaysLarge",
@@ -350,7 +350,8 @@ def markdown(summary: Mapping[str, Any], seconds: float | None = None) -> str:
         if gap is not None:
             rule = rep["methods"][gap["rule_method"]]["label"]
             lines += ["", f"Gap closed: from {rule} (mean return "
-                      f"{gap['rule']:.3f}, the better fixed rule here) to the planner "
+                      f"{gap['rule']:.3f}, the better fixed rule "
+                      f"{where_chosen(summary, 'here')}) to the planner "
                       f"({gap['reference']:.3f})."]
         curves = rep["learning_curves"]
         if curves:

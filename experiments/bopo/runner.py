@@ -54,7 +54,7 @@ from agents.rules import BestFixedRule
 from agents.seeds import BOPO_TRAIN_TASK_SEED
 from cost_envs.envs.agentic_routing import PROFILE_NAMES
 from cost_envs.metrics import EpisodeRecord
-from experiments.bopo.gaps import gap_block
+from experiments.bopo.gaps import best_rule, gap_block
 from experiments.bopo.jobs import (
     SCALES,
     BopoScale,
@@ -82,7 +82,14 @@ from experiments.shared.common import described, machine, quiet, recording
 from experiments.shared.figures import figure_files
 from experiments.shared.kept import Kept, units_folder
 from experiments.shared.scheduler import run_units
-from experiments.shared.task_sets import DEFAULT_TASKS, keeper_settings, tagged, task_seed
+from experiments.shared.task_sets import (
+    DEFAULT_TASKS,
+    choice_seed,
+    choose,
+    keeper_settings,
+    tagged,
+    task_seed,
+)
 from experiments.tune import runner as tune
 from experiments.tune.bopo import PROFILE
 from experiments.tune.methods import METHODS as SWEEPS
@@ -105,6 +112,10 @@ class Prepared:
     #: Method key -> what its fitting found, for its report entry (label, threshold, rule).
     fitted: dict[str, dict[str, Any]] = field(default_factory=dict)
     seconds: float = 0.0
+    #: The key of the gap's rule end (of :data:`TRAINED_RULES`), chosen on the validation
+    #: tasks whatever set the rows were scored on; ``None`` (rows kept before it was
+    #: recorded, all of the validation set): the better of ``returns``.
+    rule: str | None = None
 
 
 #: Rules fitted on a profile's training tasks, then frozen: key -> ``fit(env, train_tasks)``,
@@ -121,7 +132,10 @@ def prepare_profile(profile: str, scale: str | BopoScale = "default", seed: int 
     """Boundaries, taxonomy and budget of one profile, and its fixed rows (fitted rules too).
 
     The rules are fitted on the training draw; every row is scored on the task set
-    ``tasks`` (:mod:`experiments.shared.task_sets`).
+    ``tasks`` (:mod:`experiments.shared.task_sets`). The gap's rule end (``rule``) is the
+    better rule on the validation tasks (:func:`experiments.shared.task_sets.choose`):
+    on these rows for the validation set, else on the rules scored again there
+    (:func:`rule_returns_on_validation`).
     """
     start = time.perf_counter()
     sc = scale_of(scale)
@@ -153,8 +167,27 @@ def prepare_profile(profile: str, scale: str | BopoScale = "default", seed: int 
                          fitted_threshold=rule.threshold)
         elif "rule" in found:
             found["label"] = f"{label(key)}: {found['rule']}"
+    prepared.rule = choose(best_rule, {key: [prepared.returns[key]] for key in TRAINED_RULES},
+                           tasks, lambda: rule_returns_on_validation(profile, sc, budget,
+                                                                     train_tasks))
     prepared.seconds = time.perf_counter() - start
     return prepared
+
+
+def rule_returns_on_validation(profile: str, sc: BopoScale, budget: float,
+                               train_tasks: Sequence[Any]) -> dict[str, list[tuple[float, ...]]]:
+    """Each rule of :data:`TRAINED_RULES`, fitted on ``train_tasks``, on the validation tasks.
+
+    What a table scored on other tasks chooses its gap's rule end on
+    (:func:`prepare_profile`): the same fits (on the same training draw, so the same
+    rules), each scored once on ``sc.n_eval`` validation tasks under the same budget, as
+    :func:`experiments.bopo.gaps.best_rule` reads them.
+    """
+    first = choice_seed()
+    tasks = draw_tasks(profile, sc.n_eval, first)
+    return {key: [evaluate_on(lambda e, fit=fit: fit(e, train_tasks), profile, tasks, budget,
+                              first).returns]
+            for key, fit in TRAINED_RULES.items()}
 
 
 # ----------------------------------------------------------------------- the runs
@@ -418,7 +451,8 @@ def summarise(results: Results, sc: BopoScale, seed: int = 0,
         out["lambda_scan"] = scan_block(profile, scan_runs, seeds[:sc.scan_seeds],
                                         {k: results.runs(profile, k)[0]
                                          for k in TRAINED_RULES}, sc.resamples, seed)
-    out["gap_closed"] = gap_block(returns)
+    out["gap_closed"] = gap_block(returns, {profile: prep.rule for profile, prep
+                                            in results.prepared.items()}, tasks)
     return out
 
 

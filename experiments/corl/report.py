@@ -28,7 +28,7 @@ from experiments.shared.figures import (
     tag_points,
 )
 from experiments.shared.gaps import share_cell
-from experiments.shared.task_sets import described_set
+from experiments.shared.task_sets import described_set, where_chosen
 
 CONSULT_ALL = "Consult all experts"
 BEST_RULE = "Best fixed rule (searched on training tasks)"
@@ -134,8 +134,9 @@ def corl_markdown(report: Mapping[str, Any]) -> str:
         "each question's difficulty, prices and (v1) distractors, not the luck that decides "
         "each answer, and plays the exact expectimax policy for accuracy within the tier's "
         "budget. *Gap closed* places a learned row between the best fixed row of its table "
-        "(0: the non-privileged fixed row of the highest accuracy within budget on these "
-        "queries, marked *rule*) and the planner (1), paired over the queries and "
+        "(0: the non-privileged fixed row of the highest accuracy within budget "
+        f"{where_chosen(report, 'on these queries')}, marked *rule*) and the planner (1), "
+        "paired over the queries and "
         "resampling seeds (`experiments/shared/gaps.py`); `n/a` where the planner is not above "
         "the rule.",
         "",

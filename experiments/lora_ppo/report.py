@@ -38,7 +38,7 @@ from experiments.shared.figures import (
     tag_points,
 )
 from experiments.shared.histories import detach, read_with_histories
-from experiments.shared.task_sets import described_set, tasks_option
+from experiments.shared.task_sets import described_set, tasks_option, where_chosen
 
 
 def markdown_table(report: Mapping[str, Any]) -> str:
@@ -89,7 +89,8 @@ def returns_table(report: Mapping[str, Any]) -> str:
     else:
         lines.append(
             f"The score is each episode's Eq. 1 return. Gap closed: 0 = {task['rule_row']} "
-            f"(the best fixed row here, mean return {task['rule']:.3f}), 1 = "
+            f"(the best fixed row {where_chosen(report, 'here')}, mean return "
+            f"{task['rule']:.3f}), 1 = "
             f"{block['reference']} (mean return {task['reference']:.3f}); 95% interval "
             "paired over tasks, resampling training seeds "
             "(`cost_envs.metrics.bootstrap_gap_closed`); each seed's share in the last column.")

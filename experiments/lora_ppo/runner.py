@@ -55,6 +55,7 @@ from agents.learners.supervised import SupervisedConfig
 from agents.learners.training import configure_torch_threads, train
 from agents.planning import bayes_planner, planner, reference_class
 from agents.rules import BestFixedRule
+from agents.seeds import EVAL_TASK_SEED
 from cost_envs.config import integer
 from cost_envs.metrics import (
     HEADLINE_METRICS,
@@ -70,7 +71,17 @@ from experiments.shared import gaps
 from experiments.shared.common import described, machine, recording
 from experiments.shared.kept import Kept, units_folder
 from experiments.shared.scheduler import run_units
-from experiments.shared.task_sets import DEFAULT_TASKS, keeper_settings, set_of, tagged, task_seed
+from experiments.shared.task_sets import (
+    CHOICE_TASKS,
+    DEFAULT_TASKS,
+    choice_seed,
+    choose,
+    chooses_apart,
+    keeper_settings,
+    set_of,
+    tagged,
+    task_seed,
+)
 from experiments.tune import runner as tune
 from experiments.tune.methods import TRAIN_ARGUMENTS
 
@@ -343,13 +354,48 @@ class FixedRows:
 
     entries: dict[str, dict[str, Any]]
     returns: dict[str, tuple[float, ...]]
+    #: The key of the gap's rule end (:func:`gap_ends`), chosen on the validation tasks
+    #: whatever tasks these rows were scored on; ``None`` (rows kept before it was
+    #: recorded, all of the validation set): the best of ``returns``.
+    rule: str | None = None
+
+
+def is_rule_candidate(key: str) -> bool:
+    """Whether the fixed row ``key`` can be the gap's rule end.
+
+    It must read no hidden state and not be a reference
+    (:data:`~experiments.lora_ppo.settings.PRIVILEGED_ROWS`, :data:`REFERENCE_ROWS`).
+    """
+    return key not in PRIVILEGED_ROWS and key not in REFERENCE_ROWS
+
+
+def best_rule_row(returns: Mapping[str, Sequence[float]]) -> str:
+    """The rule candidate of the highest mean return in ``returns`` (the later key on ties)."""
+    rules = {key: values for key, values in returns.items() if is_rule_candidate(key)}
+    return max(rules, key=lambda key: (float(np.mean(rules[key])), key))
+
+
+def rule_returns_on_validation(env_id: str, scale: Scale) -> dict[str, tuple[float, ...]]:
+    """Every rule candidate's per-episode returns on the validation tasks (the choice set).
+
+    What a table scored on other tasks chooses its rule end on (:func:`score_baselines`):
+    the same rows, built the same way (the best fixed rule searched on its own training
+    tasks again, so it freezes the same rule), on ``scale.episodes`` validation tasks.
+    """
+    candidates = {key: factory for key, (_, factory) in
+                  baseline_rows(env_id, scale.rule_tasks).items() if is_rule_candidate(key)}
+    results = evaluate_each(candidates, env_id, episodes=scale.episodes, seed=choice_seed())
+    return {key: result.returns for key, result in results.items()}
 
 
 def score_baselines(env_id: str, scale: Scale, eval_seed: int) -> FixedRows:
-    """Every fixed row of ``env_id``'s table on the shared tasks.
+    """Every fixed row of ``env_id``'s table on the shared tasks, and the gap's rule end.
 
     A rule searched when it is built (the best fixed rule) is searched here, on the env it
-    is scored on, and its entry says which rule it froze (``rule``).
+    is scored on, and its entry says which rule it froze (``rule``). The rule end of the
+    gap is chosen on the validation tasks (:func:`experiments.shared.task_sets.choose`):
+    on these very rows' returns when ``eval_seed`` is the validation set's, else on the
+    candidates scored again there (:func:`rule_returns_on_validation`).
     """
     fixed = baseline_rows(env_id, scale.rule_tasks)
     built: dict[str, Any] = {}
@@ -360,19 +406,23 @@ def score_baselines(env_id: str, scale: Scale, eval_seed: int) -> FixedRows:
                      **result.summary(n_resamples=scale.resamples, seed=eval_seed),
                      **described(built[key])}
                for key, result in results.items()}
-    return FixedRows(entries, {key: result.returns for key, result in results.items()})
+    returns = {key: result.returns for key, result in results.items()}
+    rule = choose(best_rule_row, returns, eval_seed,
+                  lambda: rule_returns_on_validation(env_id, scale))
+    return FixedRows(entries, returns, rule)
 
 
-def gap_block(env_id: str, fixed: FixedRows, learned: Mapping[str, Sequence[JobResult]]
-              ) -> dict[str, Any] | None:
+def gap_block(env_id: str, fixed: FixedRows, learned: Mapping[str, Sequence[JobResult]],
+              eval_seed: int = EVAL_TASK_SEED) -> dict[str, Any] | None:
     """The ``gap_closed`` block of ``env_id``'s report (:mod:`experiments.shared.gaps`).
 
     The score is each episode's Eq. 1 return, what every learned row maximises. The rule
-    end of the gap is the non-privileged fixed row with the highest mean return on these
-    very tasks (chosen on the evaluation tasks, which favours the rules: a conservative
-    choice for the learners; the Bayes reference is not a rule, :data:`REFERENCE_ROWS`)
-    and the other end the planner. ``None`` where the env has no
-    planner row.
+    end of the gap is the non-privileged fixed row with the highest mean return on the
+    validation tasks (:func:`gap_ends`; on a table of the validation set those very
+    tasks, which favours the rules: a conservative choice for the learners; the Bayes
+    reference is not a rule, :data:`REFERENCE_ROWS`) and the other end the planner.
+    ``eval_seed``: the first reset seed of the tasks ``fixed`` and ``learned`` were scored
+    on. ``None`` where the env has no planner row.
     """
     if "planner" not in fixed.returns:
         return None
@@ -381,21 +431,21 @@ def gap_block(env_id: str, fixed: FixedRows, learned: Mapping[str, Sequence[JobR
                for key, runs in learned.items()}
     entry = gaps.task_entry(fixed.returns[rule], fixed.returns[planner], methods)
     entry["rule_row"] = fixed.entries[rule]["label"]
+    where = f", chosen on the {CHOICE_TASKS} tasks" if chooses_apart(eval_seed) else ""
     return gaps.block("lora_ppo", "mean Eq. 1 episode return",
-                      "the best fixed row of each table (rule_row)",
+                      f"the best fixed row of each table (rule_row){where}",
                       fixed.entries["planner"]["label"], {env_id.split("/")[-1]: entry})
 
 
 def gap_ends(fixed: FixedRows) -> tuple[str, str]:
     """The keys of the gap's two ends: the best non-privileged fixed row, and the planner.
 
-    The rule end is the fixed row with the highest mean return on these very tasks that
-    reads no hidden state and is not a reference
-    (:data:`~experiments.lora_ppo.settings.PRIVILEGED_ROWS`, :data:`REFERENCE_ROWS`).
+    The rule end is the fixed row with the highest mean return on the validation tasks
+    that reads no hidden state and is not a reference (:func:`best_rule_row`), as
+    :func:`score_baselines` chose it (``fixed.rule``; rows without it: on their own
+    returns, which are the validation set's).
     """
-    rules = {key: returns for key, returns in fixed.returns.items()
-             if key not in PRIVILEGED_ROWS and key not in REFERENCE_ROWS}
-    return max(rules, key=lambda key: (float(np.mean(rules[key])), key)), "planner"
+    return fixed.rule or best_rule_row(fixed.returns), "planner"
 
 
 def _unit(unit: tuple[str, Any]) -> JobResult | FixedRows:
@@ -500,7 +550,7 @@ def reproduce(
                                   "timesteps": scale.steps_on(env_id),
                                   "methods": methods, "learning_curves": curves},
                                  set_of(eval_seed) or DEFAULT_TASKS)
-        block = gap_block(env_id, fixed[env_id], learned)
+        block = gap_block(env_id, fixed[env_id], learned, eval_seed)
         if block is not None:
             reports[env_id]["gap_closed"] = block
     return reports
