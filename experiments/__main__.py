@@ -39,12 +39,15 @@ there.
 scoring each at checkpoints on the tables' evaluation tasks (:mod:`experiments.budgets`,
 issue #23).
 
-``--tasks`` (``lora_ppo``, ``corl``, ``bopo``, ``rules`` and ``all``): the task set the
-headline tables are scored on (:mod:`experiments.shared.task_sets`): ``validation`` (the
-default, where every choice is made: rule searches, stop marks, tuning, teacher settings,
-thresholds; today's committed tables) or ``test`` (tasks no choice has seen; the report
-names the set). In ``all`` it applies to those four; traces already scores on its test
-split.
+``--tasks`` (``lora_ppo``, ``corl``, ``bopo``, ``rules``, ``converged`` and ``all``): the
+task set the headline tables are scored on (:mod:`experiments.shared.task_sets`):
+``validation`` (the default, where every choice is made: rule searches, stop marks,
+tuning, teacher settings, thresholds, the rule end of each gap; today's committed tables)
+or ``test`` (tasks no choice has seen: every method is scored there, and the gap's rule
+end is still chosen on the validation tasks; the report names the set). In ``all`` it
+applies to lora_ppo, corl, bopo and rules; traces already scores on its test split.
+``budgets`` refuses it: its curves are where the stop marks are read, on the validation
+tasks.
 
 ``memory`` (not part of all) trains RecurrentPPO against PPO at the same settings and
 says whether memory pays on each env (:mod:`experiments.memory`, issue #23).
@@ -98,7 +101,7 @@ SCALES = ("smoke", "default", "full")
 #: The task sets of ``--tasks`` (``experiments.shared.task_sets.TASK_SETS``, named here so
 #: the parser imports nothing heavy) and the experiments that take it.
 TASK_SETS = ("validation", "test")
-TAKE_TASKS = ("lora_ppo", "corl", "bopo", "rules", "all")
+TAKE_TASKS = ("lora_ppo", "corl", "bopo", "rules", "converged", "all")
 EPILOG = """\
 scales:
   smoke    seconds per experiment: plumbing for the tests, not a result
@@ -123,9 +126,10 @@ tune (not part of all): equal-budget sweeps on Ray Tune + Optuna, written to
   the same command resumes an interrupted run
 --address auto or ray://HOST:10001 (every experiment): run the units as Ray tasks on
   that cluster (every node needs cost-envs installed); the results are those of --jobs
---tasks validation|test (lora_ppo, corl, bopo, rules, all): score the headline tables on
-  the validation tasks, where every choice is made (default; today's committed tables),
-  or on the test tasks that no choice has seen
+--tasks validation|test (lora_ppo, corl, bopo, rules, converged, all): score the headline
+  tables on the validation tasks, where every choice is made (default; today's committed
+  tables), or on the test tasks that no choice has seen (each gap's rule end still chosen
+  on the validation tasks)
 --unit NAME (repeatable; not tune, traces, aggregates): run only that unit of those not
   kept yet, named as in the progress lines and a failure's message (which gives the
   command); the experiment goes on if no other unit is missing, else stops in one line
@@ -209,7 +213,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tasks", choices=TASK_SETS, default="validation",
                         help="the task set the headline tables are scored on: validation "
                              "(default; where every choice is made) or test (no choice has "
-                             "seen it); lora_ppo, corl, bopo, rules and all only")
+                             "seen it; each gap's rule end still chosen on validation); "
+                             "lora_ppo, corl, bopo, rules, converged and all only")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA,
                         help="the RouteLLM folder of traces (gsm8k_responses.csv, mmlu/), "
                              "read in place (default: ../shared/data/routellm beside the "
@@ -299,8 +304,7 @@ def _run_converged(args: argparse.Namespace, log: Callable[[str], None]) -> None
     from experiments.converged import runner as converged
 
     for path in converged.report(args.out, _routing_scale(args.scale), jobs=args.jobs or 2,
-                                 log=log,
-                                 address=args.address):
+                                 log=log, address=args.address, tasks=args.tasks):
         log(f"converged: wrote {path}")
 
 

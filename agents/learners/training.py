@@ -72,7 +72,7 @@ from agents.learners.lora_ppo import LoraGuidedPPO
 from agents.learners.pretrain import pretrained_base_path
 from agents.learners.supervised import SupervisedConfig, policy_for
 from agents.progress import learn_progress
-from agents.seeds import TRACE_TASK_SEED, train_task_seeds
+from agents.seeds import EVAL_TASK_SEED, TRACE_TASK_SEED, train_task_seeds
 from agents.vec_env import BatchedVecEnv, make_batched_vec_env
 from cost_envs.config import integer
 from cost_envs.limits import check_training_memory
@@ -170,6 +170,7 @@ def train(
     action_distribution: str = "independent",
     evaluate_at: Sequence[int] = (),
     eval_episodes: int = 400,
+    eval_seed: int = EVAL_TASK_SEED,
 ) -> TrainedAllocator:
     """Train ``method`` on ``env_id`` (module docstring) and return the allocator.
 
@@ -201,10 +202,12 @@ def train(
             (:data:`agents.learners.ACTION_DISTRIBUTIONS`): ``independent`` (the paper's)
             or ``autoregressive``.
         evaluate_at: Env-step counts at which the RL stage's policy is scored on the
-            evaluation tasks (``eval_episodes`` of task seed 0,
+            evaluation tasks (``eval_episodes`` of task seed ``eval_seed``,
             :class:`agents.callbacks.EvaluateAtSteps`), and once at the end: the learning
             curve in ``curve``. Empty: none.
         eval_episodes: Evaluation tasks of the curve (the tables': 400).
+        eval_seed: Their first reset seed: the validation set's (``EVAL_TASK_SEED``, where
+            the curves' stop marks are read) unless a report scores the end elsewhere.
 
     Raises:
         ValueError: One line naming a bad argument, a ``gym.make`` option in
@@ -239,7 +242,8 @@ def train(
         if method != "lora":  # before the batched env and the rollout buffer exist
             check_training_memory(env, n_envs, settings.get("n_steps", PPO_SETTINGS["n_steps"]))
         callback = CostMetricsCallback()
-        scorer = (EvaluateAtSteps(env_id, evaluate_at, eval_episodes, env_kwargs=kwargs)
+        scorer = (EvaluateAtSteps(env_id, evaluate_at, eval_episodes, seed=eval_seed,
+                                  env_kwargs=kwargs)
                   if evaluate_at else None)
         # SB3's own bar (rich's, on stdout) would write frames into a redirected log
         bar = learn_progress(f"{method} RL", progress_bar)

@@ -9,9 +9,12 @@ table's AppWorld rows only: PPO (λ=1), the tuned PPO, BoPO as in the paper, wit
 seeds (:data:`experiments.bopo.jobs.SCALES` ``"long"``): 0.10 [-0.02, 0.21] for PPO,
 not resolved. About 14 minutes on one core of a shared 2-core machine.
 
-``python -m experiments.bopo.long [--out DIR]`` writes ``bopo.md``, ``bopo.json`` and
-``pareto_bopo_appworld.png``/``.svg`` into ``DIR`` (default
-``benchmarks/results/bopo_long``), all or nothing.
+``python -m experiments.bopo.long [--out DIR] [--tasks validation|test]`` writes
+``bopo.md``, ``bopo.json`` and ``pareto_bopo_appworld.png``/``.svg`` into ``DIR`` (default
+``benchmarks/results/bopo_long``), all or nothing. ``--tasks test`` scores every row on the
+test tasks (:mod:`experiments.shared.task_sets`; the gap's rule end still chosen on the
+validation tasks, the report names its set); the default is the validation set of the
+committed report.
 
 ``--curve`` runs the learning curves of PPO (λ=1) and BoPO instead, to four times these
 steps (:mod:`experiments.bopo.curve`; about an hour on one core) and writes
@@ -20,7 +23,8 @@ steps (:mod:`experiments.bopo.curve`; about an hour on one core) and writes
 curves so far after every checkpoint; ``--from-progress FILE`` writes the table of such a
 file (a run stopped early: its checkpoints up to the last one every run reached).
 ``--tuned`` trains the tuned PPO (the equal-budget sweep's choice) instead, into
-``budgets_AgenticRouting-v0_tuned.md``/``.csv``.
+``budgets_AgenticRouting-v0_tuned.md``/``.csv``. The curves are where the stop marks are
+read, so they are scored on the validation tasks and refuse ``--tasks test``.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from experiments.bopo.curve import SCALES as CURVE_SCALES
 from experiments.bopo.curve import report as curve_report
 from experiments.bopo.curve import report_from
 from experiments.bopo.runner import report
+from experiments.shared.task_sets import DEFAULT_TASKS, TASK_SETS
 
 #: Where the results go by default.
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
@@ -54,12 +59,19 @@ def main(argv: list[str] | None = None) -> None:
                         help="with --curve: the tuned PPO instead (into budgets_*_tuned.*)")
     parser.add_argument("--from-progress", type=Path, default=None,
                         help="with --curve: write the table of this progress file, train nothing")
+    parser.add_argument("--tasks", choices=list(TASK_SETS), default=DEFAULT_TASKS,
+                        help="without --curve: the task set every row is scored on "
+                             "(validation, the default, or test; the gap's rule end is "
+                             "chosen on validation either way)")
     args = parser.parse_args(argv)
     if not args.curve:
         if args.progress or args.from_progress or args.tuned or args.scale != "curve":
             parser.error("--scale, --progress, --tuned and --from-progress go with --curve")
-        report(args.out or OUT, "long", log=print, profiles=("appworld",))
+        report(args.out or OUT, "long", log=print, profiles=("appworld",), tasks=args.tasks)
         return
+    if args.tasks != DEFAULT_TASKS:
+        parser.error("--tasks: the curves are where the stop marks are read, on the "
+                     f"{DEFAULT_TASKS} tasks; --tasks goes without --curve")
     out = args.out or (RESULTS / "smoke" if args.scale == "smoke" else RESULTS)
     if args.from_progress is not None:
         written = report_from(args.from_progress, out)

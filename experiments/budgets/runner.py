@@ -34,6 +34,7 @@ from typing import Any
 
 from agents.files import write_files_atomic
 from agents.learners.training import configure_torch_threads, train
+from agents.seeds import EVAL_TASK_SEED
 from experiments.budgets.report import curve_table
 from experiments.budgets.settings import BUDGET_ENVS, BUDGET_ROWS, SCALES, Scale, scale_for
 from experiments.shared.kept import Kept, units_folder
@@ -42,12 +43,18 @@ from experiments.shared.scheduler import run_units
 
 @dataclass(frozen=True)
 class Job:
-    """One training run: an env, a row, a seed."""
+    """One training run: an env, a row, a seed (and where its checkpoints are scored).
+
+    ``eval_seed``: the first reset seed of the checkpoints' tasks: the validation set's,
+    where the curves' stop marks are read; a report that scores a run's end on the test
+    set (:mod:`experiments.converged`) gives that set's.
+    """
 
     env_id: str
     key: str
     seed: int
     scale: Scale
+    eval_seed: int = EVAL_TASK_SEED
 
     def __str__(self) -> str:
         return f"{self.env_id.split('/')[-1]} {self.key} seed {self.seed}"
@@ -60,16 +67,17 @@ def run_job(job: Job) -> dict[str, Any]:
     start = time.perf_counter()
     trained = train(job.env_id, row.method, job.scale.timesteps, seed=job.seed,
                     n_envs=job.scale.n_envs, evaluate_at=job.scale.checkpoints,
-                    eval_episodes=job.scale.episodes, **dict(row.arguments))
+                    eval_episodes=job.scale.episodes, eval_seed=job.eval_seed,
+                    **dict(row.arguments))
     return {"key": job.key, "seed": job.seed, "curve": trained.curve,
             "seconds": time.perf_counter() - start}
 
 
-def reference_returns(env_id: str, episodes: int, eval_seed: int = 0
+def reference_returns(env_id: str, episodes: int, eval_seed: int = EVAL_TASK_SEED
                       ) -> tuple[list[float], list[float]]:
     """The best fixed row's and the planner's per-task returns on the evaluation tasks.
 
-    ``eval_seed``: the task set's seed (the tables' evaluation tasks: 0).
+    ``eval_seed``: the task set's seed (the validation set, where the stop marks are read).
     """
     from experiments.lora_ppo.runner import SCALES as TABLE_SCALES
     from experiments.lora_ppo.runner import Scale as TableScale

@@ -15,6 +15,13 @@ from experiments.budgets.settings import BUDGET_ROWS
 from experiments.converged.settings import ENV_ID, FIXED_FILE, REFERENCE_KEYS, RUNS, Scale
 from experiments.shared.common import machine
 from experiments.shared.kept import run_file
+from experiments.shared.task_sets import (
+    DEFAULT_TASKS,
+    described_set,
+    tagged,
+    task_seed,
+    where_chosen,
+)
 
 
 @dataclass(frozen=True)
@@ -40,11 +47,16 @@ def share(values: np.ndarray | Sequence[float], rule: Sequence[float],
 
 
 def render(learned: dict[str, np.ndarray], fixed: Fixed, scale: Scale,
-           minutes: dict[str, float]) -> tuple[str, str]:
+           minutes: dict[str, float], tasks: str = DEFAULT_TASKS,
+           runs: str = RUNS) -> tuple[str, str]:
     """The Markdown report and the CSV from each learned row's seeds x tasks returns.
 
-    ``minutes``: each learned row's mean wall time per seed.
+    ``minutes``: each learned row's mean wall time per seed; ``tasks``: the set every row
+    was scored on; ``runs``: the folder of the kept runs the CSV names.
     """
+    scored = tagged({}, tasks)  # what the page says of its set
+    first_seed = task_seed(tasks)
+    chosen = "" if where_chosen(scored, "") == "" else f" {where_chosen(scored, '')}"
     returns = fixed.returns
     rule, planner, bayes = returns[fixed.rule], returns["planner"], returns["bayes-planner"]
     r = scale.resamples
@@ -53,11 +65,13 @@ def render(learned: dict[str, np.ndarray], fixed: Fixed, scale: Scale,
     lines = [f"# {ENV_ID}: learned rows at their converged budget on {tasks:,} tasks", "",
              f"{names}: each trained {scale.seeds} seeds x {scale.timesteps:,} env steps on "
              f"16 batched sub-envs, scored after its last update on {tasks:,} evaluation "
-             "tasks of task seed 0, beside every fixed row on the same tasks. Return: mean "
+             f"tasks of task seed {first_seed}, beside every fixed row on the same "
+             "tasks. Return: mean "
              "Eq. 1 return [95% interval; over seeds and tasks for the learned rows, over "
-             "tasks for the fixed rows]; share: of the gap from the best fixed row "
+             f"tasks for the fixed rows]; share: of the gap from the best fixed row{chosen} "
              f"({fixed.labels[fixed.rule]}, {rule.mean():.4f}) to the planner "
              f"({planner.mean():.4f}), paired over tasks.", "",
+             *([described_set(scored), ""] if described_set(scored) else []),
              f"Machine: {machine()}. Wall time per seed: "
              + "; ".join(f"{BUDGET_ROWS[key].label} {minutes[key]:.1f} min"
                          for key in learned) + ".", "",
@@ -83,9 +97,9 @@ def render(learned: dict[str, np.ndarray], fixed: Fixed, scale: Scale,
     writer = csv.writer(rows, lineterminator="\n")
     writer.writerow(["row", "seed", "mean_return", "kept_in"])
     for key in (fixed.rule, *REFERENCE_KEYS):
-        writer.writerow([key, "", f"{returns[key].mean():.6f}", f"{RUNS}/{FIXED_FILE}"])
+        writer.writerow([key, "", f"{returns[key].mean():.6f}", f"{runs}/{FIXED_FILE}"])
     for key, values in learned.items():
         for seed, seed_values in enumerate(values):
             writer.writerow([key, seed, f"{seed_values.mean():.6f}",
-                             run_file(Path(RUNS), key, seed).as_posix()])
+                             run_file(Path(runs), key, seed).as_posix()])
     return "\n".join(lines), rows.getvalue()

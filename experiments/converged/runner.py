@@ -59,33 +59,51 @@ from experiments.converged.settings import ENV_ID, FIXED_FILE, OUT, ROWS, RUNS, 
 from experiments.shared.gaps import decode_scores, encode_scores
 from experiments.shared.kept import Runs, run_file
 from experiments.shared.scheduler import add_scheduling_arguments, run_units, scheduling
+from experiments.shared.task_sets import DEFAULT_TASKS, TASK_SETS, check_tasks, tagged, task_seed
 
 
-def score_fixed(scale: Scale) -> dict[str, Any]:
-    """Every fixed row on the tasks, and the rule end of the gap, as a kept file's content."""
+def runs_folder(tasks: str) -> str:
+    """The folder (in ``out``) of the kept runs of a report scored on ``tasks``.
+
+    :data:`RUNS` for the validation set (the committed runs); a test run's kept apart.
+    """
+    return RUNS if check_tasks(tasks) == DEFAULT_TASKS else f"{RUNS}_{tasks}"
+
+
+def score_fixed(scale: Scale, tasks: str = DEFAULT_TASKS) -> dict[str, Any]:
+    """Every fixed row on the tasks, and the rule end of the gap, as a kept file's content.
+
+    The rows are scored on the task set ``tasks``; the rule end is chosen on the validation
+    tasks whichever it is (:func:`experiments.lora_ppo.runner.score_baselines`).
+    """
     from experiments.lora_ppo.runner import Scale as TableScale
     from experiments.lora_ppo.runner import gap_ends, score_baselines
 
     fixed = score_baselines(ENV_ID, TableScale("converged", 1, 1, scale.episodes, scale.resamples,
-                                               rule_tasks=scale.rule_tasks), eval_seed=0)
+                                               rule_tasks=scale.rule_tasks),
+                            eval_seed=task_seed(tasks))
     rule, _ = gap_ends(fixed)
-    return {**scale.settings(), "rule_tasks": scale.rule_tasks, "rule": rule,
+    return {**tagged(scale.settings(), tasks), "rule_tasks": scale.rule_tasks, "rule": rule,
             "rows": {key: {"label": entry["label"], "returns": encode_scores(fixed.returns[key])}
                      for key, entry in fixed.entries.items()}}
 
 
-def train_row(job: budgets.Job) -> dict[str, Any]:
-    """One learned row's run with one seed, as a kept file's content."""
+def train_row(job: budgets.Job, tasks: str = DEFAULT_TASKS) -> dict[str, Any]:
+    """One learned row's run with one seed, as a kept file's content.
+
+    ``tasks``: the set ``job`` scores its end on (``job.eval_seed`` its first seed), named
+    in the content when it is not the validation set's.
+    """
     result = budgets.run_job(job)
-    return {"env": job.env_id, "row": job.key, "seed": job.seed,
+    return {**tagged({"env": job.env_id}, tasks), "row": job.key, "seed": job.seed,
             "timesteps": job.scale.timesteps, "episodes": job.scale.episodes,
             "seconds": result["seconds"],
             "returns": encode_scores(result["curve"][-1]["returns"])}
 
 
-def _task(item: tuple[str, Any]) -> dict[str, Any]:
-    kind, argument = item
-    return score_fixed(argument) if kind == "fixed" else train_row(argument)
+def _task(item: tuple[Any, ...]) -> dict[str, Any]:
+    kind, argument, *tasks = item
+    return score_fixed(argument, *tasks) if kind == "fixed" else train_row(argument, *tasks)
 
 
 def _name(item: tuple[str, int | None]) -> str:
@@ -99,11 +117,18 @@ def _describe(task: tuple[str, Any]) -> str:
 
 def report(out: Path, scale: str | Scale = "default", jobs: int = 2,
            rows: Sequence[str] = ROWS, log: Any = print,
-           address: str | None = None) -> list[Path]:
+           address: str | None = None, tasks: str = DEFAULT_TASKS) -> list[Path]:
     """Train and score what is not kept yet, then write the report; returns its paths.
 
+    ``tasks``: the task set every row is scored on (:mod:`experiments.shared.task_sets`):
+    ``validation`` (the committed report) or ``test``, whose runs are kept apart
+    (``converged_runs_test/``, their files naming the set) and whose gap's rule end is
+    still chosen on the validation tasks. The steps (:data:`STEPS`) are the stop mark read
+    on the validation curve.
+
     Raises:
-        ValueError: A bad scale or row, or a kept file of other settings (before any run).
+        ValueError: A bad scale, row or task set, or a kept file of other settings (before
+            any run).
     """
     if isinstance(scale, str) and scale not in SCALES:
         raise ValueError(f"scale: expected one of {list(SCALES)}, got {scale!r}")
@@ -112,8 +137,9 @@ def report(out: Path, scale: str | Scale = "default", jobs: int = 2,
         raise ValueError(f"rows: expected keys of {list(BUDGET_ROWS)}, got "
                          f"{list(rows)!r}")
     chosen = SCALES[scale] if isinstance(scale, str) else scale
-    folder = Path(out) / RUNS
-    settings = chosen.settings()
+    runs = runs_folder(tasks)
+    folder = Path(out) / runs
+    settings = tagged(chosen.settings(), tasks)
     items: list[tuple[str, int | None]] = [("fixed", None)]
     items += [(key, seed) for seed in range(chosen.seeds) for key in rows]
     paths = {_name(item): folder / FIXED_FILE if item[0] == "fixed" else
@@ -122,11 +148,13 @@ def report(out: Path, scale: str | Scale = "default", jobs: int = 2,
         **settings, "rule_tasks": chosen.rule_tasks} if name == "fixed" else settings)
     for name in paths:  # a kept file of other settings is refused before any run
         keeper.read(name)
-    tasks = [("fixed", chosen) if key == "fixed" else
-             ("row", budgets.Job(ENV_ID, key, seed or 0, chosen.budget_scale()))
+    extra = () if tasks == DEFAULT_TASKS else (tasks,)  # the validation units as they were
+    units = [("fixed", chosen, *extra) if key == "fixed" else
+             ("row", budgets.Job(ENV_ID, key, seed or 0, chosen.budget_scale(),
+                                 task_seed(tasks)), *extra)
              for key, seed in items]
     log(f"converged: runs kept in {folder}")
-    contents = run_units(_task, tasks, jobs=jobs, address=address, describe=_describe,
+    contents = run_units(_task, units, jobs=jobs, address=address, describe=_describe,
                          keeper=keeper, label="converged", log=log)
     kept = dict(zip(items, contents, strict=True))
     table = kept[("fixed", None)]
@@ -137,7 +165,7 @@ def report(out: Path, scale: str | Scale = "default", jobs: int = 2,
                               for seed in range(chosen.seeds)]) for key in rows}
     minutes = {key: float(np.mean([kept[(key, seed)]["seconds"]
                                    for seed in range(chosen.seeds)])) / 60 for key in rows}
-    markdown, columns = render(learned, fixed, chosen, minutes)
+    markdown, columns = render(learned, fixed, chosen, minutes, tasks, runs)
     name = ENV_ID.split("/")[-1]
     return write_files_atomic(out, {f"converged_{name}.md": markdown,
                                     f"converged_{name}.csv": columns})
@@ -152,12 +180,17 @@ def main(argv: list[str] | None = None) -> None:
                         default=list(ROWS), help=f"learned rows (default {' '.join(ROWS)})")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
     parser.add_argument("--out", type=Path, default=OUT, help=f"output folder (default {OUT})")
+    parser.add_argument("--tasks", choices=list(TASK_SETS), default=DEFAULT_TASKS,
+                        help="the task set every row is scored on: validation (default; the "
+                             "committed report) or test (the rule end still chosen on "
+                             "validation)")
     add_scheduling_arguments(parser)
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs: expected an integer >= 1, got {args.jobs}")
     try:
         with scheduling(args, parser.prog):  # a failure, --unit: one line, exit 1
-            report(args.out, args.scale, jobs=args.jobs, rows=args.rows, address=args.address)
+            report(args.out, args.scale, jobs=args.jobs, rows=args.rows, address=args.address,
+                   tasks=args.tasks)
     except (ValueError, ConnectionError) as error:
         parser.exit(2, f"python -m experiments.converged: error: {error}\n")
