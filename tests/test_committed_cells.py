@@ -17,6 +17,10 @@ MKL's one SSE2 branch, both read once, at torch's import; this test process may 
 imported torch already). A file that does not say it was made with them, or a machine that
 is not x86, skips with the reason.
 
+Each cell is rerun on the task set its file was scored on (the report's ``tasks`` tag, read
+with :func:`experiments.shared.task_sets.scored_on`: the validation set for an untagged
+file), so a file regenerated with ``--tasks test`` is checked on the test tasks.
+
 CORL's cell is the one whose floats part between CPU makers (see its test): on a CPU of
 another maker than the file's writer it is compared with a *witness*, the same cell as that
 maker's CPU made it from the code that wrote the file, recorded beside the tests with the
@@ -73,6 +77,13 @@ def _committed(name: str) -> dict[str, Any]:
     return report
 
 
+def _tasks(report: dict[str, Any]) -> str:
+    """The task set a committed report was scored on (its tag; untagged: validation)."""
+    from experiments.shared.task_sets import scored_on
+
+    return scored_on(report)
+
+
 def _witness_path(name: str, maker: str) -> Path:
     return WITNESSES / f"{Path(name).stem}.{maker}.json"
 
@@ -125,7 +136,8 @@ def _corl_cell(report: dict[str, Any]) -> list[list[str]]:
         from experiments.corl import runner as corl
         from experiments.shared.gaps import encode_scores
         report = json.load(open({str(RESULTS / CORL_FILE)!r}))
-        learned = corl.learned_runs(report["scale"], 0, "cost_envs/ExpertRouting-v1")
+        learned = corl.learned_runs(report["scale"], 0, "cost_envs/ExpertRouting-v1",
+                                    {_tasks(report)!r})
         print(json.dumps([[profile, tier, method, encode_scores(
             within_budget(run, report["budgets"][tier]))]
             for (profile, tier, method), run in learned["runs"].items()]))
@@ -147,14 +159,18 @@ def _rerun(code: str) -> Any:
 
 def test_a_lora_ppo_cell_is_the_committed_one() -> None:
     """Seed 0 of FlightPlanner-v0's PPO, supervised LoRA and LoRA-guided PPO rows."""
+    from experiments.shared.task_sets import task_seed
+
     report = _committed("table_FlightPlanner-v0.json")
+    assert report["eval_seed"] == task_seed(_tasks(report))  # the set its tag names
     scores = _rerun(f"""
         from experiments.lora_ppo import runner as lora_ppo
         from experiments.shared.gaps import encode_scores
+        from experiments.shared.task_sets import task_seed
         scale = lora_ppo.SCALES[{report["scale"]["name"]!r}]
         assert scale.timesteps == {report["scale"]["timesteps"]}  # the committed scale
         print(json.dumps({{key: encode_scores(lora_ppo.run_job(lora_ppo.Job(
-            "cost_envs/FlightPlanner-v0", key, 0, scale, {report["eval_seed"]})).returns)
+            "cost_envs/FlightPlanner-v0", key, 0, scale, task_seed({_tasks(report)!r}))).returns)
             for key in ("ppo", "lora", "lora-ppo")}}))
     """)
     committed = report["gap_closed"]["tasks"]["FlightPlanner-v0"]["methods"]
@@ -194,8 +210,9 @@ def test_a_bopo_seed_is_the_committed_one() -> None:
         from experiments.shared.gaps import encode_scores
         scale = scale_of({report["scale"]["name"]!r})
         budget = profile_budget("sciworld", scale, 0)
-        warm = warm_start("sciworld", scale, 0, budget)
-        [job] = [job for job in bopo.learn_jobs(warm, scale, budget, 0) if job.key == "bopo/0.5"]
+        warm = warm_start("sciworld", scale, 0, budget, tasks={_tasks(report)!r})
+        [job] = [job for job in bopo.learn_jobs(warm, scale, budget, 0, {_tasks(report)!r})
+                 if job.key == "bopo/0.5"]
         print(json.dumps({{"sft": encode_scores(warm.returns),
                           "bopo/0.5": encode_scores(run_learning_job(job).returns)}}))
     """)
@@ -212,7 +229,7 @@ def test_a_rule_search_is_the_committed_one() -> None:
     searched = _rerun(f"""
         from experiments.rules import runner as rules
         scale = rules.SCALES[{report["scale"]["name"]!r}]
-        result = rules.search_env("cost_envs/AgenticRouting-v0", scale)
+        result = rules.search_env("cost_envs/AgenticRouting-v0", scale, {_tasks(report)!r})
         print(json.dumps({{key: value for key, value in result.items() if key != "seconds"}}))
     """)
     assert searched == {key: value for key, value in committed.items() if key != "seconds"}
