@@ -9,6 +9,12 @@ that none falls in the test range; the learned rows' training (a Bayes teacher w
 PPO on batched envs) is checked the same way. The positive controls run the headline runners with
 ``tasks="test"`` under the same recorder and find the test seed, so the guard is not
 vacuous; the CLI passes ``--tasks`` through.
+
+The switch (the last section): a report scored on the test set still makes its choices on
+the validation set. For lora_ppo (and the converged table), CORL and BoPO, the pick of
+each gap's rule end is watched: it is handed the candidates' validation scores (equal to
+a validation run's, unequal to the test scores), the scoring of the candidates for it
+resets only validation seeds, and the rule end so chosen is the one scored on test.
 """
 
 from __future__ import annotations
@@ -252,3 +258,171 @@ def test_the_command_line_passes_the_task_set() -> None:
     with pytest.raises(SystemExit) as exit_:
         main(["budgets", "--tasks", "test", "--scale", "smoke"])
     assert exit_.value.code == 2
+
+
+# ------------------------------------------------------------------ the switch
+# A report of the test set still makes every choice on the validation set: each gap's rule
+# end is picked on the candidates' validation scores, then only it is scored on test.
+class Picks:
+    """A pick function that keeps every argument it was called with."""
+
+    def __init__(self, pick: Any) -> None:
+        self.pick = pick
+        self.seen: list[Any] = []
+
+    def __call__(self, scores: Any) -> Any:
+        self.seen.append(scores)
+        return self.pick(scores)
+
+
+def seeds_while(seen: Recorder, function: Any) -> tuple[Any, list[list[int]]]:
+    """``function`` wrapped to keep, per call, the reset seeds seen while it ran."""
+    calls: list[list[int]] = []
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        start = len(seen.seeds)
+        out = function(*args, **kwargs)
+        calls.append(seen.seeds[start:])
+        return out
+
+    return wrapped, calls
+
+
+def assert_validation_only(seeds: list[int]) -> None:
+    assert EVAL_TASK_SEED in seeds, f"the choice did not score the validation tasks: {seeds}"
+    assert not set(seeds) & set(TEST_RANGE), f"the choice read test seeds {seeds}"
+
+
+def test_a_test_table_chooses_its_rule_end_on_the_validation_tasks(
+        seen: Recorder, monkeypatch: pytest.MonkeyPatch) -> None:
+    """lora_ppo (and the converged table, which reads score_baselines too)."""
+    from experiments.lora_ppo import runner as lora_ppo
+    from experiments.shared.gaps import encode_scores
+
+    tiny = lora_ppo.Scale("tiny", timesteps=64, seeds=1, episodes=6, resamples=10,
+                          rule_tasks=4)
+    picks = Picks(lora_ppo.best_rule_row)
+    monkeypatch.setattr(lora_ppo, "best_rule_row", picks)
+    choice, calls = seeds_while(seen, lora_ppo.rule_returns_on_validation)
+    monkeypatch.setattr(lora_ppo, "rule_returns_on_validation", choice)
+    fixed = lora_ppo.score_baselines(TOOLBENCH, tiny, TEST_TASK_SEED)
+    assert seen.in_test_range() == [TEST_TASK_SEED]  # the rows are scored on test
+    [choice_seeds] = calls
+    assert_validation_only(choice_seeds)
+    [chosen_on] = picks.seen
+    validation = lora_ppo.score_baselines(TOOLBENCH, tiny, EVAL_TASK_SEED)
+    assert chosen_on == {key: validation.returns[key] for key in chosen_on}
+    assert chosen_on != {key: fixed.returns[key] for key in chosen_on}  # the sets differ
+    assert fixed.rule == lora_ppo.gap_ends(validation)[0]
+    # the chosen row's test scores are the gap's rule end
+    block = lora_ppo.gap_block(TOOLBENCH, fixed, {}, TEST_TASK_SEED)
+    assert block is not None and "chosen on the validation tasks" in block["rule"]
+    entry = block["tasks"]["ToolBench-v0"]
+    assert entry["rule_scores"] == encode_scores(fixed.returns[fixed.rule])
+
+
+def test_corl_test_tables_choose_their_rule_on_the_validation_queries(
+        seen: Recorder, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cost_envs.wrappers import TIERS
+    from experiments.corl import runner as corl
+
+    picks = Picks(corl.best_fixed_row)
+    monkeypatch.setattr(corl, "best_fixed_row", picks)
+    table, calls = seeds_while(seen, corl.tier_table)
+    monkeypatch.setattr(corl, "tier_table", table)
+    fixed = corl.fixed_rows("smoke", EXPERT, profiles=("gsm8k",), tasks="test")
+    assert seen.in_test_range() == [TEST_TASK_SEED]
+    # per tier: the table on test, then the candidates on validation
+    assert len(calls) == 2 * len(TIERS)
+    for choice_seeds in calls[1::2]:
+        assert_validation_only(choice_seeds)
+    chosen_on = picks.seen[:len(TIERS)]
+    validation = corl.fixed_rows("smoke", EXPERT, profiles=("gsm8k",))
+    for tier, rows in zip(TIERS, chosen_on, strict=True):
+        expected = validation["tables"]["gsm8k"][tier]
+        assert all(corl.is_rule_candidate(method) for method in rows)
+        assert rows == {method: expected[method] for method in rows}
+        assert fixed["gap"]["gsm8k"][tier]["rule"] == validation["gap"]["gsm8k"][tier]["rule"]
+    scored = [fixed["tables"]["gsm8k"][tier] for tier in TIERS]
+    assert chosen_on != [{m: table[m] for m in rows} for table, rows in zip(scored, chosen_on,
+                                                                             strict=True)]
+    assert "validation queries" in corl.gap_rule("test")
+    assert corl.gap_rule("validation") == corl.GAP_RULE  # the committed block's words
+
+
+def test_bopo_test_tables_choose_their_rule_on_the_validation_tasks(
+        seen: Recorder, monkeypatch: pytest.MonkeyPatch) -> None:
+    from experiments.bopo.gaps import gap_block
+
+    picks = Picks(bopo_runner.best_rule)
+    monkeypatch.setattr(bopo_runner, "best_rule", picks)
+    choice, calls = seeds_while(seen, bopo_runner.rule_returns_on_validation)
+    monkeypatch.setattr(bopo_runner, "rule_returns_on_validation", choice)
+    prepared = bopo_runner.prepare_profile(BOPO_PROFILE, TINY_BOPO, tasks="test")
+    assert TEST_TASK_SEED in seen.seeds
+    [choice_seeds] = calls
+    assert_validation_only(choice_seeds)
+    [chosen_on] = picks.seen
+    validation = bopo_runner.prepare_profile(BOPO_PROFILE, TINY_BOPO)
+    rules = list(bopo_runner.TRAINED_RULES)
+    assert chosen_on == {key: [validation.returns[key]] for key in rules}
+    assert chosen_on != {key: [prepared.returns[key]] for key in rules}
+    assert prepared.rule == validation.rule
+    returns = {key: [prepared.returns[key]] for key in (*rules, "planner")}
+    block = gap_block({BOPO_PROFILE: returns}, {BOPO_PROFILE: prepared.rule}, "test")
+    assert block["tasks"][BOPO_PROFILE]["rule_method"] == prepared.rule
+    assert "on the validation tasks" in block["rule"]
+
+
+def test_the_gaps_use_the_rule_chosen_on_validation_not_the_best_on_their_tasks() -> None:
+    """The rule end recorded at the choice is the one scored, even if another row is better."""
+    from experiments.bopo.gaps import profile_entry
+    from experiments.lora_ppo import runner as lora_ppo
+
+    returns = {"rule": (0.1, 0.2), "best-rule": (0.9, 0.8), "planner": (1.0, 1.0)}
+    entries = {key: {"label": key} for key in returns}
+    assert lora_ppo.gap_ends(lora_ppo.FixedRows(entries, returns, rule="rule")) == (
+        "rule", "planner")
+    assert lora_ppo.gap_ends(lora_ppo.FixedRows(entries, returns)) == ("best-rule", "planner")
+    bopo = {"difficulty-threshold": [[0.1, 0.2]], "best-rule": [[0.9, 0.8]],
+            "planner": [[1.0, 1.0]]}
+    assert profile_entry(bopo, "difficulty-threshold")["rule_method"] == "difficulty-threshold"
+    assert profile_entry(bopo)["rule_method"] == "best-rule"
+    with pytest.raises(ValueError, match="rule: expected one of"):
+        profile_entry(bopo, "planner")
+
+
+def test_a_converged_test_run_scores_its_end_on_test_with_the_validation_rule(
+        seen: Recorder, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The learned row's end on the test tasks; the fixed rows' rule end on validation."""
+    from experiments.budgets import runner as budgets
+    from experiments.budgets.settings import Scale as CurveScale
+    from experiments.converged import runner as converged
+    from experiments.converged.settings import Scale
+    from experiments.lora_ppo import runner as lora_ppo
+
+    tiny = CurveScale("tiny", timesteps=64, seeds=1, checkpoints=(64,), episodes=4, n_envs=2,
+                      resamples=10)
+    row = converged.train_row(budgets.Job(TOOLBENCH, "ppo", 0, tiny, TEST_TASK_SEED), "test")
+    assert row["tasks"] == "test" and seen.in_test_range() == [TEST_TASK_SEED]
+    seen.seeds.clear()
+    choice, calls = seeds_while(seen, lora_ppo.rule_returns_on_validation)
+    monkeypatch.setattr(lora_ppo, "rule_returns_on_validation", choice)
+    monkeypatch.setattr(converged, "ENV_ID", TOOLBENCH)  # the cheaper env's fixed rows
+    fixed = converged.score_fixed(Scale("tiny", 64, 1, 4, resamples=10, rule_tasks=4), "test")
+    assert fixed["tasks"] == "test" and seen.in_test_range() == [TEST_TASK_SEED]
+    [choice_seeds] = calls
+    assert_validation_only(choice_seeds)
+    assert converged.runs_folder("test") == "converged_runs_test"
+    assert converged.runs_folder("validation") == converged.RUNS
+
+
+def test_the_stop_mark_curves_refuse_the_test_tasks() -> None:
+    """bopo.long's curves (where stop marks are read) take no --tasks; its table does."""
+    from experiments.__main__ import build_parser
+    from experiments.bopo import long
+
+    with pytest.raises(SystemExit) as exit_:
+        long.main(["--curve", "--tasks", "test", "--scale", "smoke"])
+    assert exit_.value.code == 2
+    assert build_parser().parse_args(["converged", "--tasks", "test"]).tasks == "test"
