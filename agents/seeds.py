@@ -7,9 +7,10 @@ An env draws every task (and all of its luck) from the seed given to ``reset``, 
 seed range is a task set. Each env has three: training (``TRAIN_TASK_SEED`` and the other
 training ranges below), validation (``EVAL_TASK_SEED``: every choice is made there, the
 rule searched, the stop marks of the learning curves, the teacher settings, the fitted
-thresholds; the tuning sweeps have their own ``VALIDATION_TASK_SEED``) and test
-(``TEST_TASK_SEED``: scored only by the reports; until issue #38's switch the rule end of
-a table's gap is still picked on the tasks the table scores).
+thresholds, the rule end of each table's gap; the tuning sweeps have their own
+``VALIDATION_TASK_SEED``) and test (``TEST_TASK_SEED``: scored only by the reports; a
+report of the test set picks its gap's rule end on the validation tasks,
+:func:`experiments.shared.task_sets.choose`).
 Evaluation uses the small seeds; every other use starts at its own offset, far enough
 apart that the ranges never meet at the scales the project runs.
 :mod:`experiments.shared.task_sets` names the two sets a report can score on.

@@ -2,9 +2,10 @@
 
 Every env has a validation set, where every choice is made (the rule searches, the stop
 marks of the learning curves, the teacher settings, the fitted thresholds), and a test set
-that only the reports score (:mod:`agents.seeds`). A headline runner (``lora_ppo``,
-``corl``, ``bopo``, ``rules``) takes the set by name, ``tasks=`` (``python -m experiments
-... --tasks``), and asks :func:`task_seed` for the first reset seed of its evaluation. The
+that only the reports score (:mod:`agents.seeds`). A report's runner (``lora_ppo``,
+``corl``, ``bopo`` and its long run, ``rules``, ``converged``) takes the set by name,
+``tasks=`` (``python -m experiments ... --tasks``, ``python -m experiments.bopo.long
+--tasks``), and asks :func:`task_seed` for the first reset seed of its evaluation. The
 default is the validation set, on which today's committed tables were scored; a report
 scored on the test set says so (:func:`tagged`, :func:`described_set`), one scored on the
 validation set says nothing new, so those files are byte for byte what they were.
@@ -21,6 +22,9 @@ curves (:mod:`experiments.budgets`, :mod:`experiments.corl.budgets`,
 :mod:`experiments.bopo.curve`, which take no ``tasks``), the tuning sweeps score their own
 validation stream (``VALIDATION_TASK_SEED``), and the fitted rules and thresholds (the
 best fixed rule's search, BoPO's difficulty threshold) are fitted on training tasks.
+What only describes the scored tasks is read on them: which single expert CORL's page
+shows per profile, the Pareto fronts, and the rival point each BoPO frontier point is
+compared with (the rival's best costing no more on those tasks, which favours the rival).
 """
 
 from __future__ import annotations
