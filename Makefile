@@ -69,6 +69,7 @@ benchmark: install
 	$(BIN)/python benchmarks/throughput.py --output benchmarks/results/throughput.md
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python benchmarks/allocators.py --output benchmarks/results/allocators.md
 	$(BIN)/python benchmarks/vector_throughput.py --output benchmarks/results/vector_throughput.md
+	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/draw_batching.py --output benchmarks/results/draw_batching.md
 	$(BIN)/python benchmarks/vector_memory.py --output benchmarks/results/vector_memory.md
 	$(BIN)/python benchmarks/multitenant_throughput.py --output benchmarks/results/multitenant_throughput.md
 	$(BIN)/python benchmarks/serve_latency.py --output benchmarks/results/serve_latency.md
