@@ -222,7 +222,8 @@ def hashed(keys: np.ndarray, counters: np.ndarray, calls: list[Call],
                 low = kwargs["low"]
                 high = kwargs.get("high")
                 low, high = (0, low) if high is None else (low, high)
-                out = bits % np.uint64(high - low) + np.uint64(low)
+                span = int(high) - int(low)
+                out = bits if span >= 2**64 else bits % np.uint64(span) + np.uint64(low)
             else:
                 out = (bits >> np.uint64(11)) * 2.0**-53
                 if call.method == "uniform":
