@@ -48,7 +48,10 @@ speed-up** of the step were the per-sub-env draw code replaced by one call (or b
 counter hash) at no other cost: ``T / (T - D + X)`` - 1, with ``T`` the step's time, ``D``
 the per-sub-env draw code's and ``X`` the replacement's. Everything a batched draw would
 still do besides (the transforms, the derivation) is left out, so the bound is an upper
-one. Each figure is the median over rounds, ``[min, max]`` beside it.
+one. Each figure is the median over rounds, ``[min, max]`` beside it. Beside them: a
+block's generator calls and their numbers, the sub-envs refilled per batch and per refill
+(a ``_refill`` call: the sub-envs that ran out of tasks in one step, which one call could
+serve), and the step's µs per batch (median over rounds).
 
 ``--quick`` (N = 32, 32 steady batches, 2 rounds) checks the script, not the speed.
 """
@@ -394,7 +397,8 @@ def report(measured: dict[str, dict[str, Any]], num_envs: int, batches: int, chu
         f"batches in whole cycles, chunks of {chunk} batches; `vector_throughput.py`'s "
         f"windows and actions), {rounds} rounds. Shares are of the step's time: the "
         "family's per-sub-env draw code timed inside the step; the same refills replayed "
-        "right after each chunk as each sub-env's generator calls alone, as one "
+        "right after each chunk (a refill: the sub-envs that ran out of tasks in one "
+        "step) as each sub-env's generator calls alone, as one "
         "`Generator` call for all the sub-envs of a refill, and as a vectorised counter "
         "hash (uniforms only). Bound: the step's speed-up were the draw code replaced by "
         "one call (or the hash) at no other cost, an upper bound. Median over rounds "
@@ -403,10 +407,10 @@ def report(measured: dict[str, dict[str, Any]], num_envs: int, batches: int, chu
         f"Machine: {machine()}; load average at the start {load_before}",
         "",
         "| env | generator calls per block (numbers) | sub-envs refilled per batch "
-        "| µs per batch | generator calls, % of step | per-sub-env draw code, % "
-        "| one call, % | counter hash, % | speed-up bound, one call, % "
+        "| sub-envs per refill | µs per batch | generator calls, % of step "
+        "| per-sub-env draw code, % | one call, % | counter hash, % | speed-up bound, one call, % "
         "| speed-up bound, counter hash, % |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for env_id, row in sorted(measured.items()):
         per_round = [figures(r) for r in row["rounds"]]
@@ -415,7 +419,8 @@ def report(measured: dict[str, dict[str, Any]], num_envs: int, batches: int, chu
         step_us = 1e6 * float(np.median([r.step for r in row["rounds"]])) / row["steady"]
         lines.append(
             f"| {env_id} | {describe_calls(row['calls'])} | "
-            f"{first.refilled / row['steady']:.2f} | {step_us:,.0f} | "
+            f"{first.refilled / row['steady']:.2f} | "
+            f"{first.refilled / max(1, first.refill_calls):.1f} | {step_us:,.0f} | "
             f"{spread(column['calls'])} | {spread(column['draw_code'])} | "
             f"{spread(column['one_call'])} | {spread(column['hash'])} | "
             f"{spread(column['bound_one_call'], True)} | {spread(column['bound_hash'], True)} |")
