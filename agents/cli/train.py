@@ -31,7 +31,9 @@ def add_train(parser: argparse.ArgumentParser) -> None:
                              "PPO with self-imitation of its best episodes; ppo-grpo: PPO "
                              "on group-relative advantages (--n-envs a multiple of 8); bdq: "
                              "a branching dueling Q-network (off-policy; --config takes its "
-                             "own hyperparameters, not PPO's)")
+                             "own hyperparameters, not PPO's); dyna: bdq also learning from "
+                             "a learned model's imagined steps (--config: bdq's and the "
+                             "model's)")
     parser.add_argument("--config", type=Path, default=None,
                         help="JSON/YAML file of SB3 hyperparameters (learning_rate, n_steps, "
                              "...), timesteps, seed, n_envs, base, action_distribution, "

@@ -441,8 +441,7 @@ class BranchingDQN(BaseAlgorithm):
 
         The target network is synced every ``target_update_interval`` of them.
         """
-        obs, actions, returns, next_obs, discounts = self.replay.sample(self._rng,
-                                                                        self.batch_size)
+        obs, actions, returns, next_obs, discounts = self.minibatch()
         targets = double_q_targets(self.q_net, self.q_net_target, next_obs, returns,
                                    discounts, self.per_branch_targets)
         chosen = self.q_net(obs).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
@@ -455,6 +454,13 @@ class BranchingDQN(BaseAlgorithm):
         if self._n_updates % self.target_update_interval == 0:
             self.sync_target()
         return float(loss.detach())
+
+    def minibatch(self) -> tuple[torch.Tensor, ...]:
+        """The transitions of one gradient step: ``batch_size`` rows of the replay.
+
+        The hook of :class:`agents.learners.dyna.DynaBDQ`, which mixes imagined rows in.
+        """
+        return self.replay.sample(self._rng, self.batch_size)
 
     def sync_target(self) -> None:
         """Copy the online network into the target network."""

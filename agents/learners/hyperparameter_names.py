@@ -33,6 +33,11 @@ METHOD_NAMES = {"lora-ppo": LORA_PPO_NAMES,
                                   "exploration_fraction", "exploration_initial_eps",
                                   "exploration_final_eps", "max_grad_norm", "rollout_steps",
                                   "stats_window_size"})}
+#: ``dyna`` (:class:`agents.learners.dyna.DynaBDQ`): BDQ's and its model's.
+METHOD_NAMES["dyna"] = METHOD_NAMES["bdq"] | frozenset({
+    "imagined_ratio", "rollout_horizon", "rollout_batch", "imagined_buffer_size",
+    "model_train_freq", "model_gradient_steps", "model_warmup_steps", "model_batch_size",
+    "model_learning_rate", "model_members", "model_hidden", "model_classes", "max_levels"})
 
 
 def accepted_names(method: str) -> frozenset[str]:

@@ -10,6 +10,8 @@ method         what is trained
 ``ppo-grpo``   ``ppo`` on group-relative advantages (:mod:`agents.learners.grpo`)
 ``bdq``        a branching dueling Q-network (:mod:`agents.learners.bdq`), off-policy;
                ``ppo=`` takes ``BranchingDQN``'s arguments instead of PPO's
+``dyna``       ``bdq`` learning also from a learned model's imagined steps
+               (:mod:`agents.learners.dyna`); ``ppo=`` takes ``DynaBDQ``'s arguments
 =============  =====================================================================
 
 Environments. The RL stage (``ppo``, and ``lora-ppo``'s PPO) steps ``n_envs`` sub-envs of

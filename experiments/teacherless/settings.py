@@ -54,6 +54,14 @@ ROWS = {
     # validation at 1M against 0.55 at 500k), not from a validation sweep
     "bdq/n1-explore0.4": Row("bdq", "BDQ, 1-step returns, epsilon falling over 40% of the run",
                              {"ppo": {"n_steps": 1, "exploration_fraction": 0.4}}),
+    # Dyna on BDQ (agents.learners.dyna): a learned model's imagined 1-step transitions,
+    # branched from real replay states, make half of each minibatch
+    "dyna": Row("dyna", "Dyna-BDQ (a learned ensemble model; half of each minibatch "
+                        "imagined, 1-step rollouts from real replay states)"),
+    # the same, two gradient steps a batched step: BDQ's real rows per update, plus as many
+    # imagined ones
+    "dyna/g2": Row("dyna", "Dyna-BDQ, 2 gradient steps a step (real rows as BDQ's)",
+                   {"ppo": {"gradient_steps": 2}}),
     # the baseline trained again here: does the committed curve reproduce on this machine?
     "ppo": Row("ppo", "PPO, trained again by this script"),
 }

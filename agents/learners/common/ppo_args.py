@@ -22,6 +22,7 @@ from stable_baselines3 import PPO
 
 from agents.learners import NOT_PPO
 from agents.learners.bdq import BranchingDQN
+from agents.learners.dyna import DynaBDQ
 from agents.learners.grpo import GroupRelativePPO
 from agents.learners.lora_ppo import LoraGuidedPPO
 from agents.learners.sil import SelfImitationPPO
@@ -64,7 +65,9 @@ METHOD_ARGUMENTS: dict[str, dict[str, Any]] = {
                 if name not in PPO_ARGUMENTS and name not in FAST_PPO_ARGUMENTS}
        for method, cls in (("ppo-sil", SelfImitationPPO), ("ppo-grpo", GroupRelativePPO))},
     # not PPO: its own arguments only
-    "bdq": _arguments(BranchingDQN)}
+    "bdq": _arguments(BranchingDQN),
+    # BDQ's arguments and the model's (DynaBDQ passes BDQ's on as **kwargs)
+    "dyna": {**_arguments(BranchingDQN), **_arguments(DynaBDQ)}}
 
 
 def accepted(method: str) -> dict[str, Any]:
