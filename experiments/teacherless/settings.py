@@ -62,6 +62,9 @@ ROWS = {
     # imagined ones
     "dyna/g2": Row("dyna", "Dyna-BDQ, 2 gradient steps a step (real rows as BDQ's)",
                    {"ppo": {"gradient_steps": 2}}),
+    # and rollouts of 3 model steps (imagined states beyond the replay's)
+    "dyna/g2-h3": Row("dyna", "Dyna-BDQ, 2 gradient steps a step, 3-step imagined rollouts",
+                      {"ppo": {"gradient_steps": 2, "rollout_horizon": 3}}),
     # the baseline trained again here: does the committed curve reproduce on this machine?
     "ppo": Row("ppo", "PPO, trained again by this script"),
 }
