@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import gymnasium as gym
@@ -91,11 +92,19 @@ def fill_with_chain_steps(model: DynaBDQ, steps: int, seed: int = 0) -> None:
     store(model.replay, *(np.array(column) for column in zip(*rows, strict=True)))
 
 
-# ------------------------------------------------------------------ the model
-def test_the_model_learns_the_known_toy_transition() -> None:
-    model = chain_model(model_hidden=64, model_learning_rate=3e-3)
+@pytest.fixture(scope="module")
+def fitted_chain() -> DynaBDQ:
+    """The chain's model fitted once on 20,000 random steps: the costliest part of this
+    module, shared by the two tests that read the fit (the other copies it first)."""
+    model = chain_model(model_hidden=64, model_learning_rate=3e-3, rollout_batch=2000)
     fill_with_chain_steps(model, 20_000)
     model.fit_model(1500)
+    return model
+
+
+# ------------------------------------------------------------------ the model
+def test_the_model_learns_the_known_toy_transition(fitted_chain: DynaBDQ) -> None:
+    model = fitted_chain
     vocabulary = model.vocabulary
     assert vocabulary is not None
     # the position is discrete, u continuous
@@ -155,10 +164,9 @@ def test_an_outcome_class_moves_the_discrete_slots_together() -> None:
 
 
 # ------------------------------------------------------------------ imagination
-def test_imagined_steps_branch_from_real_states_with_the_models_outcomes() -> None:
-    model = chain_model(model_hidden=64, model_learning_rate=3e-3, rollout_batch=2000)
-    fill_with_chain_steps(model, 20_000)
-    model.fit_model(1500)
+def test_imagined_steps_branch_from_real_states_with_the_models_outcomes(
+        fitted_chain: DynaBDQ) -> None:
+    model = copy.deepcopy(fitted_chain)  # this test imagines into it
     model.exploration_rate = 1.0  # uniformly random imagined actions
     assert model.imagine() == 2000
     imagined = model.imagined
