@@ -186,7 +186,7 @@ def test_readme_results_table_summarises_the_results_page_in_short_cells() -> No
     the reasoning is), so the two cannot drift apart."""
     readme = table_rows(README.read_text(encoding="utf-8"), "| env | best fixed row (return) |")
     page = table_rows((DOCS / "results.md").read_text(encoding="utf-8"),
-                      "| env | best fixed row (evaluation tasks) |")
+                      "| env | best fixed row (test tasks) |")
     assert [env.split(" (")[0] for env in readme] == [env.split(" (")[0] for env in page]
     assert len(readme) >= 7  # every env's row
     for (env, cells), page_cells in zip(readme.items(), page.values(), strict=True):
