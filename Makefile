@@ -55,10 +55,10 @@ ADDRESS ?=
 ON_CLUSTER = $(if $(ADDRESS),--address $(ADDRESS))
 
 reproduce: install
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m experiments all $(ON_CLUSTER)
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m experiments all --tasks test $(ON_CLUSTER)
 
 reproduce-full: install
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m experiments all --scale full $(ON_CLUSTER)
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m experiments all --scale full --tasks test $(ON_CLUSTER)
 
 # The equal-budget tuning sweeps on a one-machine Ray cluster; writes experiments/tuned/.
 # On an existing cluster: $(BIN)/python -m experiments tune --address auto (or ray://HOST:10001).
