@@ -75,6 +75,33 @@ def test_the_derivation_reads_airport_major_arrays() -> None:
         assert array.shape[-1] == 24 and array.flags.c_contiguous, name
 
 
+def test_mean_fares_replays_numpys_pairwise_sum() -> None:
+    # the budget level's mean fare is summed over the tasks' axis in the order numpy sums
+    # a task's 81 contiguous fares (eight running sums, then the 81st): equal to the bit
+    raw = draw_kept([np.random.default_rng(j) for j in range(4)], 64, TURNS, AGENTS)
+    fares = raw.fare_factor * 250.0 + 60.0  # [i, j, b], many digits
+    zeroed = np.where(raw.legs, fares, 0.0)
+    task_major = np.where(raw.legs, fares, np.inf).transpose(2, 0, 1)
+    expected = flight_networks.mean_fare(np.ascontiguousarray(task_major))
+    assert (flight_networks._mean_fares(zeroed, raw.hops[0]) == expected).all()
+    # a sequential sum differs in the last bits of some tasks (what the test can catch)
+    sequential = zeroed.reshape(81, -1).sum(axis=0) / raw.legs.sum(axis=(0, 1))
+    assert (sequential != expected).any()
+
+
+def test_one_call_draws_what_the_calls_drew() -> None:
+    # draw_kept's first round is one random() call a generator: uniform(a, b) is
+    # a + (b - a) * u of the same uniforms, so the stream and every value are unchanged
+    rng, again = np.random.default_rng(9), np.random.default_rng(9)
+    raw = flight_networks._draw_raw(rng, 16, TURNS, AGENTS)
+    layout = flight_networks._layout(16, TURNS, AGENTS)
+    uniforms = again.random(layout["end"])
+    unpacked = flight_networks._unpack(uniforms, layout, 16, TURNS, AGENTS)
+    for name, value in raw._asdict().items():
+        assert np.array_equal(getattr(unpacked, name), value), name
+    assert rng.random() == again.random()
+
+
 if __name__ == "__main__":  # print the digests (to record them)
     import unittest.mock
 

@@ -10,7 +10,7 @@ last, contiguous axis (``legs[i, j, b]``): an operation then runs one long loop 
 tasks, where on ``[b, i, j]`` numpy broadcasts in loops of 9 airports, several times
 slower per element. Every value is computed by the same operations on the same operands
 as task-major code would be, so the layout changes no bit (``mean_fare``'s sum, whose
-order depends on the layout, reads the task-major fares it always read).
+order depends on the layout, is replayed addition by addition: :func:`_mean_fares`).
 """
 
 from __future__ import annotations
@@ -23,12 +23,24 @@ import numpy as np
 N_AIRPORTS = 9
 EDGE_PROBABILITY = 0.32
 BROKEN_PRICE = (0.9, 1.1)  # a broken route costs P_opt * U(0.9, 1.1)
+FARE_FACTOR = (0.8, 1.3)  # a leg's fare is 60 + 300 * distance * U(0.8, 1.3)
+SLACK = (0.03, 0.35)  # the budget is P_opt * (1 + U(0.03, 0.35))
 _DIAGONAL = np.arange(N_AIRPORTS)
 _BITS = np.arange(N_AIRPORTS, dtype=np.int16)
 _SELF = (1 << _BITS).astype(np.int16)[:, None]  # bit i of airport i's mask, [i, b]
 _TO = _BITS[None, :, None]  # airport j's bit, on the middle axis of [i, j, b]
 _STOPS = _BITS[:, None, None]  # airport k's bit, on the leading axis of [k, i, b]
 _ROUTE_HOPS = 6  # cheapest walks are searched up to h* + 1 legs, detours two more
+_ROWS_AT = np.arange(_ROUTE_HOPS + 3)[:, None]  # a column of row numbers
+_FIRST, _SECOND = np.triu_indices(N_AIRPORTS, 1)  # each pair of airports once, i < j
+_PAIRS = len(_FIRST)
+_PAIR_OF = np.full(N_AIRPORTS**2, _PAIRS)  # [i * 9 + j]: the pair's row (diagonal: a 0)
+_PAIR_OF[_FIRST * N_AIRPORTS + _SECOND] = np.arange(_PAIRS)
+_PAIR_OF[_SECOND * N_AIRPORTS + _FIRST] = np.arange(_PAIRS)
+_MASKS = np.arange(2**N_AIRPORTS)[:, None]
+_TRIP_ROWS = (_MASKS >> np.arange(N_AIRPORTS) & 1) != 0  # [mask, j]: bit j of the mask
+_TRIP_FACTORS = _TRIP_ROWS.astype(np.float64)
+_LEG_COUNT = _TRIP_ROWS.sum(axis=1)  # [mask]: its population count
 #: Tasks :func:`derive_networks` derives at once (see there).
 DERIVED_TASKS = 256
 
@@ -43,22 +55,24 @@ def cheapest_walks(fares: np.ndarray, origin: np.ndarray, destination: np.ndarra
     ``i`` (the leading axis) a hop. The first hop is the origin's row itself (``0 + fare``,
     the minimum of it and infinities); the last is searched into the destination alone.
     Min is exact in any order, and each walk is summed leg by leg from the origin, as a
-    full search sums it.
+    full search sums it. Rows are read by ``take`` on the flat arrays (one gather each).
     """
     size, n = fares.shape[0], fares.shape[2]
     tasks = np.arange(n)
-    flat = fares.reshape(size, -1)  # [i, j * n + b]
+    flat = fares.reshape(-1)  # [(i * size + j) * n + b]
+    at_destination = destination * n + tasks  # [j * n + b] of j = destination
     prices = np.empty((max_hops + 1, n))
     prices[0] = np.where(origin == destination, 0.0, np.inf)
-    best = np.ascontiguousarray(fares[origin, :, tasks].T)  # one leg: [j, b]
-    prices[1] = best[destination, tasks]
+    best = flat.take(origin * (size * n) + _ROWS_AT[:size] * n + tasks)  # one leg: [j, b]
+    prices[1] = best.reshape(-1).take(at_destination)
     via = np.empty_like(fares)  # [i, j, b]: one buffer for every hop
     for k in range(2, max_hops):
         np.add(best[:, None, :], fares, out=via)
         best = np.minimum.reduce(via, axis=0)
-        prices[k] = best[destination, tasks]
-    into = flat[:, destination * n + tasks]  # [i, b]: the fares into the destination
-    prices[max_hops] = np.minimum.reduce(best + into, axis=0)
+        prices[k] = best.reshape(-1).take(at_destination)
+    into = flat.take(_ROWS_AT[:size] * (size * n) + at_destination)  # [i, b]
+    into += best
+    prices[max_hops] = np.minimum.reduce(into, axis=0)
     return prices
 
 
@@ -76,16 +90,17 @@ def budget_level(budget: Any, fare: Any, shortest_hops: Any) -> Any:
 class RawNetworks(NamedTuple):
     """A block of networks' draws, airport-major where per airport, before any derivation.
 
-    ``xy``: ``[i, axis, b]``; ``legs``, ``fare_factor``: ``[i, j, b]``; ``pick``,
-    ``luck``, ``fare_luck``: task-major as drawn (read per task); ``hops``:
-    :func:`reach_masks` of ``legs`` (they decide which networks are kept, so they are
-    computed with the draws).
+    ``xy``: ``[i, axis, b]``; ``legs``, ``fare_factor``: ``[i, j, b]``; ``luck``,
+    ``fare_luck``: task-major as drawn (read per task); ``hops``: :func:`reach_masks` of
+    ``legs`` (they decide which networks are kept, so they are computed with the draws);
+    ``trip``: each network's trip ``origin * 9 + destination``, the draw's ``pick``
+    uniforms' choice among its trips (:func:`_trips`).
     """
 
     xy: np.ndarray
     legs: np.ndarray
     fare_factor: np.ndarray
-    pick: np.ndarray
+    trip: np.ndarray
     slack: np.ndarray
     broken_price: np.ndarray
     luck: np.ndarray
@@ -113,19 +128,113 @@ def draw_kept(rngs: Sequence[np.random.Generator], n: int, turns: int,
     Rejection sampling: each generator draws ``n`` networks, then as many more as it lost
     (a network without such a trip), until it has ``n``: every generator is consumed as
     :func:`draw_block` consumes it alone, while the search for trips runs once per round
-    over the networks of every generator. The kept networks are stacked once, at the end
-    (a loss is rare: a trip's search is then run again on them).
+    over the networks of every generator.
+
+    The first round (in which, at the preset edge probability, every network is kept but
+    about once in 10^10) is one ``random`` call per generator, its uniforms laid out as
+    :func:`_draw_raw`'s calls consume them (``uniform(a, b)`` is ``a + (b - a) * u`` of
+    the next uniform ``u``, the same double), and turned into the airport-major arrays
+    in one operation over every generator: the generator's own per-call work was half
+    of a refill's draw. A round that loses a network goes on by :func:`_draw_rounds`.
+    """
+    size, k = N_AIRPORTS, len(rngs)
+    layout = _layout(n, turns, n_agents)
+    uniforms = np.empty((k, layout["end"]))
+    for row, rng in zip(uniforms, rngs, strict=True):
+        rng.random(out=row)
+
+    def part(name: str, *shape: int) -> np.ndarray:  # [generator, task, ...] (views)
+        start, stop = layout[name]
+        return uniforms[:, start:stop].reshape(k, n, *shape)
+
+    def airport_major(values: np.ndarray, dtype: type = np.float64) -> np.ndarray:
+        out = np.empty((*values.shape[2:], k, n), dtype)
+        np.copyto(out, values.transpose(*range(2, values.ndim), 0, 1))
+        return out
+
+    legs = airport_major(part("legs", size, size) < EDGE_PROBABILITY, np.bool_)
+    legs[_DIAGONAL, _DIAGONAL] = False
+    legs = legs.reshape(size, size, k * n)
+    hops = reach_masks(legs)
+    trips = trip_masks(hops)
+    if not (trips != 0).any(axis=0).all():  # a network lost: the rounds, as drawn
+        return _draw_rounds(rngs, n, turns, n_agents,
+                            [_unpack(row, layout, n, turns, n_agents) for row in uniforms])
+    fare_factor = airport_major(part("fare_factor", size, size))
+    fare_factor *= FARE_FACTOR[1] - FARE_FACTOR[0]
+    fare_factor += FARE_FACTOR[0]
+
+    def scaled(name: str, low: float, high: float) -> np.ndarray:
+        return (part(name) * (high - low) + low).reshape(k * n)
+
+    return RawNetworks(
+        airport_major(part("xy", size, 2)).reshape(size, 2, k * n), legs,
+        fare_factor.reshape(size, size, k * n),
+        _trips(part("pick", size * size), trips).reshape(k * n),
+        scaled("slack", *SLACK), scaled("broken_price", *BROKEN_PRICE),
+        part("luck", turns, n_agents).reshape(k * n, turns, n_agents),
+        part("fare_luck", turns, n_agents).reshape(k * n, turns, n_agents), hops)
+
+
+def _layout(n: int, turns: int, n_agents: int) -> dict[str, Any]:
+    """Where each of :func:`_draw_raw`'s draws lies in a generator's uniforms, in call order."""
+    layout: dict[str, Any] = {}
+    at = 0
+    for name, count in (("xy", N_AIRPORTS * 2), ("legs", N_AIRPORTS**2),
+                        ("fare_factor", N_AIRPORTS**2), ("pick", N_AIRPORTS**2),
+                        ("slack", 1), ("broken_price", 1), ("luck", turns * n_agents),
+                        ("fare_luck", turns * n_agents)):
+        layout[name] = (at, at + n * count)
+        at += n * count
+    layout["end"] = at
+    return layout
+
+
+def _unpack(uniforms: np.ndarray, layout: dict[str, Any], n: int, turns: int,
+            n_agents: int) -> _Draws:
+    """One generator's first round as :func:`_draw_raw` returns it, from its uniforms."""
+    size = N_AIRPORTS
+
+    def part(name: str, *shape: int) -> np.ndarray:
+        start, stop = layout[name]
+        return uniforms[start:stop].reshape(n, *shape)
+
+    legs = part("legs", size, size) < EDGE_PROBABILITY
+    legs[:, _DIAGONAL, _DIAGONAL] = False
+    low, high = FARE_FACTOR
+    return _Draws(part("xy", size, 2), legs, low + (high - low) * part("fare_factor", size, size),
+                  part("pick", size, size), SLACK[0] + (SLACK[1] - SLACK[0]) * part("slack"),
+                  BROKEN_PRICE[0] + (BROKEN_PRICE[1] - BROKEN_PRICE[0]) * part("broken_price"),
+                  part("luck", turns, n_agents), part("fare_luck", turns, n_agents))
+
+
+def _trips(pick: np.ndarray, trips: np.ndarray) -> np.ndarray:
+    """Each network's trip ``i * 9 + j``: the first of the largest ``pick`` among its trips.
+
+    ``pick``: ``[..., i * 9 + j]`` task-major, the tasks' leading axes flattening to the
+    last axis of ``trips`` (:func:`trip_masks`, ``[i, b]``). Each pick is multiplied by 1.0
+    on a trip and 0.0 elsewhere, as it always was (a table's rows: a masked copy of a
+    strided ``pick`` by ``np.where`` is several times slower).
+    """
+    masked = _TRIP_FACTORS.take(trips.T, axis=0).reshape(pick.shape)
+    masked *= pick
+    return masked.argmax(axis=-1)
+
+
+def _draw_rounds(rngs: Sequence[np.random.Generator], n: int, turns: int, n_agents: int,
+                 first: list[_Draws]) -> RawNetworks:
+    """:func:`draw_kept` from its first round's draws (``first``, one per generator) on.
+
+    The kept networks are stacked once, at the end (the search for trips is then run again
+    on them).
     """
     drawn: list[list[_Draws]] = [[] for _ in rngs]  # each generator's rounds, in order
     kept: list[list[np.ndarray]] = [[] for _ in rngs]
     need = dict.fromkeys(range(len(rngs)), n)
-    first: tuple[np.ndarray, np.ndarray] | None = None  # round one's legs and hops
+    round_ = dict(enumerate(first))
     while need:
-        round_ = {j: _draw_raw(rngs[j], k, turns, n_agents) for j, k in need.items()}
         legs = _stack_airport_major([raw.legs for raw in round_.values()])
-        hops = reach_masks(legs)
-        keep = (trip_masks(hops) != 0).any(axis=0)
-        first = (legs, hops) if first is None else first
+        keep = (trip_masks(reach_masks(legs)) != 0).any(axis=0)
         at = 0
         for j, raw in round_.items():
             k = len(raw.slack)
@@ -135,26 +244,23 @@ def draw_kept(rngs: Sequence[np.random.Generator], n: int, turns: int,
             need[j] -= int(kept[j][-1].sum())
             if need[j] == 0:
                 del need[j]
+        round_ = {j: _draw_raw(rngs[j], k, turns, n_agents) for j, k in need.items()}
     parts = [raw for per_rng in drawn for raw in per_rng]
     keep = np.concatenate([mask for per_rng in kept for mask in per_rng])
-    assert first is not None
-    legs, hops = first
-    if len(parts) > len(rngs):  # a loss: the rows of later rounds go after their generator's
-        legs = _stack_airport_major([raw.legs for raw in parts])[..., keep]
-        hops = reach_masks(legs)
+    legs = _stack_airport_major([raw.legs for raw in parts])[..., keep]
+    hops = reach_masks(legs)
 
     def task_major(name: str) -> np.ndarray:
-        column = [getattr(raw, name) for raw in parts]
-        stacked = column[0] if len(column) == 1 else np.concatenate(column)
-        return stacked if keep.all() else stacked[keep]
+        return np.concatenate([getattr(raw, name) for raw in parts])[keep]
 
     def airport_major(name: str) -> np.ndarray:
-        stacked = _stack_airport_major([getattr(raw, name) for raw in parts])
-        return stacked if keep.all() else stacked[..., keep]
+        return _stack_airport_major([getattr(raw, name) for raw in parts])[..., keep]
 
+    pick = task_major("pick")
     return RawNetworks(airport_major("xy"), legs, airport_major("fare_factor"),
-                       task_major("pick"), task_major("slack"), task_major("broken_price"),
-                       task_major("luck"), task_major("fare_luck"), hops)
+                       _trips(pick.reshape(len(pick), -1), trip_masks(hops)),
+                       task_major("slack"), task_major("broken_price"), task_major("luck"),
+                       task_major("fare_luck"), hops)
 
 
 class _Draws(NamedTuple):
@@ -176,9 +282,9 @@ def _draw_raw(rng: np.random.Generator, n: int, turns: int, n_agents: int) -> _D
     xy = rng.random((n, size, 2))
     legs = rng.random((n, size, size)) < EDGE_PROBABILITY
     legs[:, _DIAGONAL, _DIAGONAL] = False
-    fare_factor = rng.uniform(0.8, 1.3, legs.shape)
+    fare_factor = rng.uniform(*FARE_FACTOR, legs.shape)
     pick = rng.random((n, size, size))
-    slack = rng.uniform(0.03, 0.35, n)
+    slack = rng.uniform(*SLACK, n)
     broken_price = rng.uniform(*BROKEN_PRICE, n)
     luck = rng.random((n, turns, n_agents))
     fare_luck = rng.random((n, turns, n_agents))
@@ -254,7 +360,7 @@ def derive_networks(raw: RawNetworks, with_fares: bool = True) -> tuple[Any, ...
 def _slice(raw: RawNetworks, tasks: slice) -> RawNetworks:
     """Some tasks of ``raw`` (views: airport-major arrays on their last axis)."""
     return RawNetworks(raw.xy[..., tasks], raw.legs[..., tasks], raw.fare_factor[..., tasks],
-                       raw.pick[tasks], raw.slack[tasks], raw.broken_price[tasks],
+                       raw.trip[tasks], raw.slack[tasks], raw.broken_price[tasks],
                        raw.luck[tasks], raw.fare_luck[tasks], raw.hops[..., tasks])
 
 
@@ -265,36 +371,62 @@ def _derive_slice(raw: RawNetworks, with_fares: bool) -> tuple[Any, ...]:
     n = x.shape[1]
     rows = np.arange(n)
     # Euclidean distance as np.linalg.norm computes it (sqrt of the squares' sum), without
-    # its reduction over an axis of length 2 (seven times slower); [i, j, b], in place
-    fares = x[:, None, :] - x[None, :, :]
-    dy = y[:, None, :] - y[None, :, :]
-    fares *= fares
+    # its reduction over an axis of length 2 (seven times slower), of each pair of
+    # airports once (i < j: (x_j - x_i)^2 is (x_i - x_j)^2 to the bit), times 300, then
+    # spread to [i, j, b] (the diagonal's 0 has no leg)
+    distance = np.empty((_PAIRS + 1, n))
+    dx = np.subtract(x[_FIRST], x[_SECOND], out=distance[:_PAIRS])
+    dy = y[_FIRST] - y[_SECOND]
+    dx *= dx
     dy *= dy
-    fares += dy
-    np.sqrt(fares, out=fares)
-    fares *= 300.0  # 60 + 300 * distance * factor, product by product
+    dx += dy
+    np.sqrt(dx, out=dx)
+    dx *= 300.0  # 60 + 300 * distance * factor, product by product
+    distance[_PAIRS] = 0.0
+    fares = distance.take(_PAIR_OF, axis=0).reshape(size, size, n)
     fares *= raw.fare_factor
     fares += 60.0
+    # the fares without a leg: 0 for the mean fare, infinite for the walks
+    level_fares = _mean_fares(np.multiply(fares, raw.legs), raw.hops[0])
     np.copyto(fares, np.inf, where=~raw.legs)
-    # the first (origin, destination) of the largest pick among the trips, in task-major
-    # order ([i, j, b] to [b, i * 9 + j]: a 1-byte transpose)
-    candidates = ((trip_masks(raw.hops)[:, None, :] >> _TO) & 1 != 0).reshape(size * size, n)
-    pick = raw.pick.reshape(n, -1) * candidates.T
-    origin, destination = np.divmod(pick.argmax(axis=1), size)
+    origin, destination = np.divmod(raw.trip, size)
     # the fewest legs from origin to destination (99: none of 1 to 3)
-    at = raw.hops.reshape(3, -1)[:, origin * n + rows]
-    h_star = np.where(_bit(at[0], destination), 1, np.where(
-        _bit(at[1], destination), 2, np.where(_bit(at[2], destination), 3, 99)))
-    prices = cheapest_walks(fares, origin, destination, _ROUTE_HOPS).T  # [b, k]
-    within = np.where(np.arange(prices.shape[1]) <= h_star[:, None] + 1, prices, np.inf)
-    h_opt = within.argmin(axis=1)
-    p_opt = prices[rows, h_opt]
-    detour = np.where(np.isfinite(prices[rows, h_opt + 1]), h_opt + 1,
-                      np.where(np.isfinite(prices[rows, h_opt + 2]), h_opt + 2, h_opt))
+    at = raw.hops.reshape(3, -1).take(origin * n + rows, axis=1)
+    hop = (at >> destination) & 1 != 0  # [h - 1, b]: destination h legs away
+    h_star = np.where(hop[0], 1, np.where(hop[1], 2, np.where(hop[2], 3, 99)))
+    # [k, b]: the cheapest walks; the optimum among those within h* + 1 legs (the first
+    # of equal prices), the detour with one more leg or else two, if any
+    prices = cheapest_walks(fares, origin, destination, _ROUTE_HOPS)
+    within = np.where(_ROWS_AT[:_ROUTE_HOPS + 1] <= h_star + 1, prices, np.inf)
+    h_opt = within.argmin(axis=0)
+    flat = prices.reshape(-1)
+    at_opt = h_opt * n + rows
+    p_opt = flat.take(at_opt)
+    detour = np.where(np.isfinite(flat.take(at_opt + n)), h_opt + 1,
+                      np.where(np.isfinite(flat.take(at_opt + 2 * n)), h_opt + 2, h_opt))
     route_hops = np.stack([h_opt, detour, h_opt], axis=1)
-    route_price = np.stack([p_opt, prices[rows, detour], p_opt * raw.broken_price], axis=1)
+    route_price = np.stack([p_opt, flat.take(detour * n + rows), p_opt * raw.broken_price],
+                           axis=1)
     budget = p_opt * (1.0 + raw.slack)
-    fares = np.ascontiguousarray(fares.transpose(2, 0, 1))  # [b, i, j], as tasks hold them
-    level = budget_level(budget, mean_fare(fares), h_star)
-    return (fares if with_fares else None, origin, destination, h_star, budget, route_hops,
-            route_price, level)
+    level = budget_level(budget, level_fares, h_star)
+    # [b, i, j], as tasks hold them
+    held = np.ascontiguousarray(fares.transpose(2, 0, 1)) if with_fares else None
+    return held, origin, destination, h_star, budget, route_hops, route_price, level
+
+
+def _mean_fares(zeroed: np.ndarray, neighbours: np.ndarray) -> np.ndarray:
+    """:func:`mean_fare` of airport-major fares ``[i, j, b]``, to the bit, without a transpose.
+
+    ``zeroed``: the fares, 0 where no leg. ``mean_fare`` sums a task's 81 fares as numpy
+    sums 81 contiguous doubles (pairwise summation): eight running sums of every eighth
+    fare in order, added as ``((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))``, then
+    the 81st. Here the same additions run over the tasks' axis (a reduction over a leading
+    axis adds row after row). The count of legs is the population count of each
+    airport's ``neighbours`` mask (:func:`reach_masks`' first hop).
+    """
+    size, n = zeroed.shape[0], zeroed.shape[2]
+    flat = zeroed.reshape(size * size, n)
+    r = np.add.reduce(flat[:80].reshape(10, 8, n), axis=0)
+    total = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+    total += flat[80]
+    return total / _LEG_COUNT.take(neighbours, axis=0).sum(axis=0)
