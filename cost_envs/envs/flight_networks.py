@@ -167,13 +167,14 @@ def draw_kept(rngs: Sequence[np.random.Generator], n: int, turns: int,
     def scaled(name: str, low: float, high: float) -> np.ndarray:
         return (part(name) * (high - low) + low).reshape(k * n)
 
-    return RawNetworks(
-        airport_major(part("xy", size, 2)).reshape(size, 2, k * n), legs,
-        fare_factor.reshape(size, size, k * n),
-        _trips(part("pick", size * size), trips).reshape(k * n),
-        scaled("slack", *SLACK), scaled("broken_price", *BROKEN_PRICE),
-        part("luck", turns, n_agents).reshape(k * n, turns, n_agents),
-        part("fare_luck", turns, n_agents).reshape(k * n, turns, n_agents), hops)
+    xy = airport_major(part("xy", size, 2)).reshape(size, 2, k * n)
+    trip = _trips(part("pick", size * size), trips).reshape(k * n)
+    slack = scaled("slack", *SLACK)
+    broken_price = scaled("broken_price", *BROKEN_PRICE)
+    luck = part("luck", turns, n_agents).reshape(k * n, turns, n_agents)
+    fare_luck = part("fare_luck", turns, n_agents).reshape(k * n, turns, n_agents)
+    return RawNetworks(xy, legs, fare_factor.reshape(size, size, k * n), trip, slack,
+                       broken_price, luck, fare_luck, hops)
 
 
 def _layout(n: int, turns: int, n_agents: int) -> dict[str, Any]:
