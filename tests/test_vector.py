@@ -17,6 +17,8 @@ from gymnasium.error import ResetNeeded
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import cost_envs
+from cost_envs.envs.flight_planner import SKILLS, flight_planner_pool
+from cost_envs.pool import AgentPool, AgentSpec
 from cost_envs.registration import VECTOR_IDS
 from cost_envs.vector import BatchedOrchestrationEnv, VectorHardBudget
 
@@ -89,8 +91,30 @@ TIED_EXPERTS = [{"name": name, "skill": skill, "sharpness": 6.0, "trust": 1.0,
                 for name, skill in (("gpt-4.1-nano", 0.4), ("gpt-4.1", 0.5), ("o3", 0.6),
                                     ("mistralai/Mixtral-8x7B-Instruct-v0.1", 0.45))]
 
+def flight_pool(roles: str) -> AgentPool:
+    """A FlightPlanner pool of the preset's agents by role letter (p, s, v), cycling each
+    role's agents, each copy a little dearer and weaker."""
+    preset = {"p": [], "s": [], "v": []}
+    for agent in flight_planner_pool().agents:
+        preset[agent.role[0]].append(agent)
+    agents = []
+    for k, letter in enumerate(roles):
+        a = preset[letter][k % len(preset[letter])]
+        agents.append(AgentSpec(f"{a.name}_{k}", a.role, a.cost * (1 + k / 10), a.flops,
+                                tuple(c * (1 - k / 40) for c in a.capability)))
+    return AgentPool(tuple(agents), SKILLS)
+
+
+#: FlightPlanner's batched step reads its outcomes by call set from per-task tables when
+#: no role has more than 6 agents, else from the luck: pools of both kinds, without
+#: validators, one agent a role.
+FLIGHT_POOLS = [{"pool": flight_pool("psss")}, {"pool": flight_pool("psv")},
+                {"pool": flight_pool("ppsssssssv")}]
+
 #: Arguments other than the defaults, compared too (other pools, profiles, thresholds).
 VARIANTS = {
+    "cost_envs/FlightPlanner-v0": FLIGHT_POOLS,
+    "cost_envs/FlightPlanner-v1": FLIGHT_POOLS,
     "cost_envs/ToolBench-v0": [{"pool_size": 12}, {"pool_size": 3, "f1_threshold": 0.3}],
     "cost_envs/AgenticRouting-v0": [{"profile": "sciworld"}, {"profile": "appworld"}],
     "cost_envs/ExpertRouting-v0": [{"profile": "aime", "max_rounds": 5},
@@ -111,6 +135,13 @@ def test_same_trajectories_as_sync_vector_env(env_id: str, wrapper: str,
                                               mode: AutoresetMode) -> None:
     needs_vector(env_id)
     compare(*pair(env_id, wrapper, mode), mode, wrapper)
+
+
+def test_flight_pools_take_both_outcome_paths() -> None:
+    tabled = [gym.make_vec("cost_envs/FlightPlanner-v0", num_envs=2, **kwargs,
+                           vectorization_mode="vector_entry_point").unwrapped._tabled
+              for kwargs in FLIGHT_POOLS]
+    assert tabled == [True, True, False]
 
 
 @pytest.mark.parametrize("env_id", sorted(VARIANTS))

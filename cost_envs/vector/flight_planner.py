@@ -94,7 +94,7 @@ def _by_set(values: np.ndarray, combine: np.ufunc, empty: Any) -> np.ndarray:
     a set-major table took ten times longer).
     """
     k = values.shape[2]
-    flat = values.reshape(-1, k)
+    flat = values.reshape(values.shape[0] * values.shape[1], k)
     table = np.empty((flat.shape[0], 2**k), values.dtype)
     table[:, 0] = empty
     for s in range(1, 2**k):
