@@ -160,8 +160,9 @@ def draw_kept(rngs: Sequence[np.random.Generator], n: int, turns: int,
     if not (trips != 0).any(axis=0).all():  # a network lost: the rounds, as drawn
         return _draw_rounds(rngs, n, turns, n_agents,
                             [_unpack(row, layout, n, turns, n_agents) for row in uniforms])
-    fare_factor = airport_major(part("fare_factor", size, size))
-    fare_factor *= FARE_FACTOR[1] - FARE_FACTOR[0]
+    fare_factor = np.empty((size, size, k, n))  # low + (high - low) * u, airport-major
+    np.multiply(part("fare_factor", size, size).transpose(2, 3, 0, 1),
+                FARE_FACTOR[1] - FARE_FACTOR[0], out=fare_factor)
     fare_factor += FARE_FACTOR[0]
 
     def scaled(name: str, low: float, high: float) -> np.ndarray:

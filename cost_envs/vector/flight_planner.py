@@ -81,6 +81,9 @@ class FlightOutcomes(NamedTuple):
     detected: np.ndarray
 
 
+#: The observation's turns left, ``(MAX_TURNS - turn) / MAX_TURNS``, by turn.
+_TURNS_LEFT = (MAX_TURNS - np.arange(MAX_TURNS + 1)) / MAX_TURNS
+
 #: Most agents of one role whose call sets a step reads from :class:`FlightOutcomes`.
 MAX_TABLED_ROLE = 6
 
@@ -137,6 +140,9 @@ class FlightPlannerVectorEnv(BatchedOrchestrationEnv):
             called = (codes[:, None] >> np.arange(self.n_agents)) & 1 != 0
             self._lead_of = np.argmax(np.where(called & self._planner, self._strength,
                                                -np.inf), axis=1)
+            # [role, code]: whether any agent, a planner, a searcher, a validator is called
+            self._roles_of = np.stack([codes != 0, *((codes & bits) != 0 for bits in (
+                self._planner_bits, self._searcher_bits, self._validator_bits))])
         self._has_validator = single._has_validator
         self._all = np.arange(n)
         self._route = np.full(n, NO_ROUTE, dtype=np.int64)
@@ -348,9 +354,7 @@ class FlightPlannerVectorEnv(BatchedOrchestrationEnv):
             lead = np.argmax(np.where(called & self._planner, self._strength, -np.inf),
                              axis=1)
             return any_per_row(called), *roles, lead
-        return (code != 0, *((code & bits) != 0 for bits in
-                             (self._planner_bits, self._searcher_bits, self._validator_bits)),
-                self._lead_of[code])
+        return (*self._roles_of.take(code, axis=1), self._lead_of[code])
 
     def _observe(self, idx: np.ndarray | slice) -> np.ndarray:
         rows = self._all if isinstance(idx, slice) else idx
@@ -361,7 +365,7 @@ class FlightPlannerVectorEnv(BatchedOrchestrationEnv):
         # written slot by slot into the rows of its transpose (contiguous writes, where an
         # observation's column is strided), handed out as the (k, width) view
         slots = np.zeros((self._width, len(rows)), dtype=np.float32)  # v1 fills the rest
-        slots[0] = (MAX_TURNS - self._turn[idx]) / MAX_TURNS
+        slots[0] = _TURNS_LEFT.take(self._turn[idx])
         slots[1] = h_star / limit
         slots[2] = self._level[idx]
         slots[10] = validated
