@@ -15,6 +15,7 @@ from cost_envs.metrics import bootstrap_gap_closed, bootstrap_mean_ci
 from experiments.budgets.report import share_text, stops_improving
 from experiments.corl import budgets as corl_budgets
 from experiments.shared.gaps import decode_scores
+from experiments.shared.task_sets import scored_on
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 
@@ -135,12 +136,17 @@ def test_a_smoke_run_writes_curves_whose_adapters_start_where_the_shared_policy_
 
 
 def test_the_committed_curves_are_the_full_tables_training_scored_on_the_way():
-    """Cells from the CSV; adapters start at the shared PPO's 204,800; the full table's rows."""
+    """Cells from the CSV; adapters start at the shared PPO's 204,800; the full table's rows
+    where that table is scored on the curves' (validation) queries: a table scored on the
+    test queries holds other queries, and only the rest is checked."""
     path = RESULTS / "budgets_ExpertRouting-v1.csv"
     columns = path.read_text(encoding="utf-8")
     markdown = path.with_suffix(".md").read_text(encoding="utf-8")
     assert len(_read(markdown, columns, 1000)) == 6  # two rows on each of three tiers
     rows = list(csv.DictReader(io.StringIO(columns)))
+    report = json.loads((RESULTS / "full" / "corl_tiers_ExpertRouting-v1.json").read_text(
+        encoding="utf-8"))
+    assert scored_on(report) in ("validation", "test")
     for tier in ("low", "medium", "high"):
         shared = sorted((int(r["seed"]), decode_scores(r["scores"])) for r in rows
                         if r["row"] == f"{tier}/ppo" and r["timesteps"] == "204800")
@@ -149,10 +155,11 @@ def test_the_committed_curves_are_the_full_tables_training_scored_on_the_way():
         assert len(shared) == len(start) == 5
         for (seed, a), (other, b) in zip(shared, start, strict=True):
             assert seed == other and np.array_equal(a, b)
+        if scored_on(report) != "validation":
+            continue  # the table scores the test queries, the curves the validation ones
         # the same training as the full-scale table's: its rows, query for query, are the
         # shared PPO at 204,800 steps and the adapters at 51,200
-        table = json.loads((RESULTS / "full" / "corl_tiers_ExpertRouting-v1.json").read_text(
-            encoding="utf-8"))["gap_closed"]["tasks"][f"ExpertRouting-v1/mixed/{tier}"]
+        table = report["gap_closed"]["tasks"][f"ExpertRouting-v1/mixed/{tier}"]
         for key, step in (("ppo", "204800"), ("lora-ppo", "51200")):
             mine = [decode_scores(r["scores"]) for r in sorted(
                 (r for r in rows if r["row"] == f"{tier}/{key}" and r["timesteps"] == step),
