@@ -158,7 +158,9 @@ class Recorder:
         def call(*args: Any, **kwargs: Any) -> Any:
             result = getattr(self.rng, method)(*args, **kwargs)
             named = {**dict(zip(PARAMS[method], args, strict=False)), **kwargs}
-            named.pop("out", None)  # replays draw into new arrays
+            out = named.pop("out", None)
+            if out is not None:  # replays draw new arrays of the shape `out` was filled to
+                named["size"] = np.shape(out)
             self.calls.append(Call(method, named, np.shape(result), np.asarray(result).dtype))
             return result
         return call

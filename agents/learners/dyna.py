@@ -405,11 +405,11 @@ class DynaBDQ(BranchingDQN):
             draws = self._rng.random(batch)
             classes = np.minimum((np.cumsum(probs, axis=1) < draws[:, None]).sum(axis=1),
                                  vocabulary.size - 1)
-            reward, mean, log_std = model.outcome(
+            rewards, means, log_stds = model.outcome(
                 features, torch.from_numpy(classes).expand(model.members, -1))
-            reward = reward[chosen, rows].numpy()
-            mean = mean[chosen, rows].numpy()
-            std = log_std[chosen, rows].exp().numpy()
+            reward = rewards[chosen, rows].numpy()
+            mean = means[chosen, rows].numpy()
+            std = log_stds[chosen, rows].exp().numpy()
         terminated = classes == 0
         following = np.array(obs, dtype=np.float32, copy=True)
         following[:, self._discrete] += vocabulary.changes[classes]
