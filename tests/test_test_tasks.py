@@ -426,3 +426,29 @@ def test_the_stop_mark_curves_refuse_the_test_tasks() -> None:
         long.main(["--curve", "--tasks", "test", "--scale", "smoke"])
     assert exit_.value.code == 2
     assert build_parser().parse_args(["converged", "--tasks", "test"]).tasks == "test"
+
+
+def test_a_test_table_searches_each_rule_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The choice on validation scores the searched rule as it froze, not searched again."""
+    from agents import rules
+    from experiments.corl import runner as corl
+    from experiments.lora_ppo import runner as lora_ppo
+
+    searches: list[int] = []
+    search = rules.RuleSearch.search
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        searches.append(1)
+        return search(self, *args, **kwargs)
+
+    monkeypatch.setattr(rules.RuleSearch, "search", counted)
+    tiny = lora_ppo.Scale("tiny", timesteps=64, seeds=1, episodes=6, resamples=10,
+                          rule_tasks=4)
+    lora_ppo.score_baselines(TOOLBENCH, tiny, TEST_TASK_SEED)
+    assert len(searches) == 1, "lora_ppo searched its rule again to choose on validation"
+    searches.clear()
+    corl.fixed_rows("smoke", EXPERT, profiles=("gsm8k",), tasks="test")
+    assert len(searches) == len(corl.TIERS), "CORL searched its tiers' rules again"
+    searches.clear()
+    bopo_runner.prepare_profile(BOPO_PROFILE, TINY_BOPO, tasks="test")
+    assert len(searches) == 1, "BoPO fitted its best rule again to choose on validation"

@@ -78,7 +78,7 @@ from experiments.bopo.report import (
     pareto_figure,
 )
 from experiments.bopo.scan import scan_block
-from experiments.shared.common import described, machine, quiet, recording
+from experiments.shared.common import described, machine, quiet, recording, refitting_none
 from experiments.shared.figures import figure_files
 from experiments.shared.kept import Kept, units_folder
 from experiments.shared.scheduler import run_units
@@ -169,25 +169,28 @@ def prepare_profile(profile: str, scale: str | BopoScale = "default", seed: int 
             found["label"] = f"{label(key)}: {found['rule']}"
     prepared.rule = choose(best_rule, {key: [prepared.returns[key]] for key in TRAINED_RULES},
                            tasks, lambda: rule_returns_on_validation(profile, sc, budget,
-                                                                     train_tasks))
+                                                                     train_tasks, built))
     prepared.seconds = time.perf_counter() - start
     return prepared
 
 
 def rule_returns_on_validation(profile: str, sc: BopoScale, budget: float,
-                               train_tasks: Sequence[Any]) -> dict[str, list[tuple[float, ...]]]:
+                               train_tasks: Sequence[Any], built: Mapping[str, Any] | None = None
+                               ) -> dict[str, list[tuple[float, ...]]]:
     """Each rule of :data:`TRAINED_RULES`, fitted on ``train_tasks``, on the validation tasks.
 
     What a table scored on other tasks chooses its gap's rule end on
     (:func:`prepare_profile`): the same fits (on the same training draw, so the same
     rules), each scored once on ``sc.n_eval`` validation tasks under the same budget, as
-    :func:`experiments.bopo.gaps.best_rule` reads them.
+    :func:`experiments.bopo.gaps.best_rule` reads them. ``built``: the rules the table
+    fitted, scored as they are rather than fitted again (:func:`refitting_none`).
     """
     first = choice_seed()
     tasks = draw_tasks(profile, sc.n_eval, first)
-    return {key: [evaluate_on(lambda e, fit=fit: fit(e, train_tasks), profile, tasks, budget,
-                              first).returns]
-            for key, fit in TRAINED_RULES.items()}
+    fits = refitting_none({key: lambda e, fit=fit: fit(e, train_tasks)
+                           for key, fit in TRAINED_RULES.items()}, built or {})
+    return {key: [evaluate_on(factory, profile, tasks, budget, first).returns]
+            for key, factory in fits.items()}
 
 
 # ----------------------------------------------------------------------- the runs

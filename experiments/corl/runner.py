@@ -58,7 +58,7 @@ from experiments.corl.report import (  # noqa: F401  (the row labels, importable
 )
 from experiments.corl.settings import CORL_SCALES, EVAL_SEED, CorlScale
 from experiments.shared import gaps
-from experiments.shared.common import described, machine, quiet, recording
+from experiments.shared.common import described, machine, quiet, recording, refitting_none
 from experiments.shared.figures import figure_files
 from experiments.shared.histories import detach, read_with_histories
 from experiments.shared.kept import Kept, units_folder
@@ -195,18 +195,19 @@ def best_fixed_row(rows: Mapping[str, Any]) -> str:
 
 
 def tier_table(methods: Mapping[str, Callable[[gym.Env], Any]], profile: str, tier: str,
-               budget: float, scale: str, env_id: str, first_seed: int
+               budget: float, scale: str, env_id: str, first_seed: int,
+               built: dict[str, Any] | None = None
                ) -> tuple[dict[str, Any], dict[str, list[float]]]:
     """The rows ``methods`` on one (profile, tier)'s queries of reset seed ``first_seed``.
 
     Returns the JSON-ready scores of each row (a method built with a ``description``, a
     rule searched per tier, has it as ``rule``) and each row's accuracy within budget on
-    each query.
+    each query. ``built``, if given, keeps each row's allocator as it was built.
     """
     settings = _check_scale(scale)
     rows, per_query = {}, {}
+    built = {} if built is None else built
     for method, factory in methods.items():
-        built: dict[Any, Any] = {}
         run = tier_records(recording(factory, built, method), tier, settings.episodes,
                            first_seed, {"profile": profile}, env_id)
         scores = tier_scores([run], budget, settings.n_resamples, EVAL_SEED)
@@ -246,9 +247,11 @@ def fixed_rows(scale: str, env_id: str = EXPERT_ROUTING,
         for tier in TIERS:
             table = partial(tier_table, profile=profile, tier=tier, budget=budgets[tier],
                             scale=scale, env_id=env_id)
-            rows, per_query = table(methods, first_seed=task_seed(tasks))
-            rule = choose(best_fixed_row, rows, tasks,
-                          lambda table=table: table(candidates, first_seed=choice_seed())[0])
+            built: dict[str, Any] = {}
+            rows, per_query = table(methods, first_seed=task_seed(tasks), built=built)
+            rule = choose(best_fixed_row, rows, tasks,  # the searched rule as it froze
+                          lambda table=table, built=built: table(
+                              refitting_none(candidates, built), first_seed=choice_seed())[0])
             tables[profile][tier] = rows
             gap[profile][tier] = {"rule": rule, "rule_scores": per_query[rule],
                                   "reference_scores": per_query[PLANNER]}

@@ -68,7 +68,7 @@ from cost_envs.metrics import (
 from experiments.lora_ppo.report import write_reports
 from experiments.lora_ppo.settings import PAPER_ENVS, PRIVILEGED_ROWS
 from experiments.shared import gaps
-from experiments.shared.common import described, machine, recording
+from experiments.shared.common import described, machine, recording, refitting_none
 from experiments.shared.kept import Kept, units_folder
 from experiments.shared.scheduler import run_units
 from experiments.shared.task_sets import (
@@ -375,15 +375,20 @@ def best_rule_row(returns: Mapping[str, Sequence[float]]) -> str:
     return max(rules, key=lambda key: (float(np.mean(rules[key])), key))
 
 
-def rule_returns_on_validation(env_id: str, scale: Scale) -> dict[str, tuple[float, ...]]:
+def rule_returns_on_validation(env_id: str, scale: Scale, built: Mapping[str, Any] | None = None
+                               ) -> dict[str, tuple[float, ...]]:
     """Every rule candidate's per-episode returns on the validation tasks (the choice set).
 
     What a table scored on other tasks chooses its rule end on (:func:`score_baselines`):
-    the same rows, built the same way (the best fixed rule searched on its own training
-    tasks again, so it freezes the same rule), on ``scale.episodes`` validation tasks.
+    the same rows, built the same way, on ``scale.episodes`` validation tasks. ``built``:
+    the rows the table built, whose rules fitted on training tasks (the best fixed rule)
+    are scored as they are rather than searched again (:func:`refitting_none`: the
+    same rule either way).
     """
-    candidates = {key: factory for key, (_, factory) in
-                  baseline_rows(env_id, scale.rule_tasks).items() if is_rule_candidate(key)}
+    candidates = refitting_none(
+        {key: factory for key, (_, factory) in
+         baseline_rows(env_id, scale.rule_tasks).items() if is_rule_candidate(key)},
+        built or {})
     results = evaluate_each(candidates, env_id, episodes=scale.episodes, seed=choice_seed())
     return {key: result.returns for key, result in results.items()}
 
@@ -408,7 +413,7 @@ def score_baselines(env_id: str, scale: Scale, eval_seed: int) -> FixedRows:
                for key, result in results.items()}
     returns = {key: result.returns for key, result in results.items()}
     rule = choose(best_rule_row, returns, eval_seed,
-                  lambda: rule_returns_on_validation(env_id, scale))
+                  lambda: rule_returns_on_validation(env_id, scale, built))
     return FixedRows(entries, returns, rule)
 
 

@@ -6,14 +6,16 @@
 * :func:`check_writable`: an output directory checked before any work starts;
 * :func:`quiet`: the progress printer that says nothing;
 * :func:`recording` and :func:`described`: keep the allocators a factory builds, and what
-  a searched or fitted rule says it is (its ``description``), for the reports.
+  a searched or fitted rule says it is (its ``description``), for the reports;
+* :func:`refitting_none`: factories that hand back the rules already fitted instead of
+  fitting them again.
 """
 
 from __future__ import annotations
 
 import os
 import platform
-from collections.abc import Callable, Hashable, MutableMapping
+from collections.abc import Callable, Hashable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,24 @@ def recording(factory: Callable[[Any], Any], built: MutableMapping[Hashable, Any
         return allocator
 
     return build
+
+
+def refitting_none(factories: Mapping[str, Callable[[Any], Any]], built: Mapping[str, Any]
+                   ) -> dict[str, Callable[[Any], Any]]:
+    """``factories``, each rule ``built`` holds fitted on training tasks returned as it is.
+
+    A report of the test set scores its rule candidates again on the validation tasks to
+    choose its gap's rule end there (:func:`experiments.shared.task_sets.choose`). A rule
+    fitted on training tasks (its class has ``fit``: the best fixed rule's search, BoPO's
+    difficulty threshold) freezes the same rule whichever env of the id it is built on,
+    and then acts on the observation alone, so fitting it again would only repeat the
+    search: the larger part of what scoring the candidates again costs (the search is
+    most of CORL's fixed rows). Every other row (e.g. a random one, whose generator has
+    moved) is built afresh, as it would be without this.
+    """
+    return {key: (lambda env, rule=built[key]: rule)
+            if key in built and hasattr(type(built[key]), "fit") else factory
+            for key, factory in factories.items()}
 
 
 def described(allocator: Any) -> dict[str, str]:
