@@ -266,7 +266,7 @@ def _run_traces(args: argparse.Namespace, log: Callable[[str], None]) -> None:
 
     if args.address is not None:
         log("traces: runs in this process (its routers are fitted one after another)")
-    traces.report(args.out, _routing_scale(args.scale), args.data)
+    traces.report(args.out, _routing_scale(args.scale), args.data, jobs=args.jobs or 2)
 
 
 def _run_rules(args: argparse.Namespace, log: Callable[[str], None]) -> None:

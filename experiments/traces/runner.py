@@ -21,9 +21,11 @@ before anything is written, and the three files are written all or nothing.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import time
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +44,7 @@ from agents.routers.statistics import (
     answer_statistics,
     weak_answers,
 )
+from cost_envs.config import integer
 from cost_envs.metrics.routing import (
     oracle_point,
     oracle_scores,
@@ -257,35 +260,62 @@ def _env_cascade_check(data: TraceDataset) -> dict[str, Any]:
             "apgr": curve.apgr, "cpt_50": curve.cpt(0.5), "cpt_80": curve.cpt(0.8)}
 
 
-def heldout(data_dir: Path, arena_dir: Path, n_resamples: int, embeddings: bool = False,
-            k_model: bool = True) -> dict[str, Any]:
-    """The held-out evaluations (:mod:`experiments.traces.heldout`) of every dataset found.
-
-    A dataset whose files are absent is ``{"skipped": reason}``. ``embeddings`` adds the
-    MiniLM routers (the ``embeddings`` extra; ``benchmarks/routing_embeddings.py``);
-    ``k_model`` adds each dataset's ``"k_model"`` entry, the K-model router held out the
-    same way (:func:`experiments.traces.multi.evaluate_multi`).
-    """
-    loaders = {
+def _loaders(data_dir: Path, arena_dir: Path) -> dict[str, tuple[Path, Any]]:
+    """Each held-out dataset's path and loader."""
+    return {
         "gsm8k": (data_dir / GSM8K, lambda: load_traces(data_dir / GSM8K,
                                                         token_counter=TOKEN_COUNTER)),
         "mmlu": (data_dir / MMLU_DIR, lambda: load_traces(
             sorted((data_dir / MMLU_DIR).glob("mmlu_*.csv")), token_counter=TOKEN_COUNTER)),
         "routerarena": (arena_dir, lambda: load_routerarena(arena_dir)),
     }
+
+
+def _heldout_unit(name: str, kind: str, data_dir: Path, arena_dir: Path, n_resamples: int,
+                  embeddings: bool) -> dict[str, Any]:
+    """One dataset's held-out evaluation (``kind`` ``"routers"``) or its K-model router's."""
+    data = _loaders(data_dir, arena_dir)[name][1]()
+    if kind == "routers":
+        return evaluate(data, PROTOCOLS[name], n_resamples, embeddings=embeddings)
+    return evaluate_multi(data, PROTOCOLS[name], n_resamples)
+
+
+def heldout(data_dir: Path, arena_dir: Path, n_resamples: int, embeddings: bool = False,
+            k_model: bool = True, jobs: int = 1) -> dict[str, Any]:
+    """The held-out evaluations (:mod:`experiments.traces.heldout`) of every dataset found.
+
+    A dataset whose files are absent is ``{"skipped": reason}``. ``embeddings`` adds the
+    MiniLM routers (the ``embeddings`` extra; ``benchmarks/routing_embeddings.py``);
+    ``k_model`` adds each dataset's ``"k_model"`` entry, the K-model router held out the
+    same way (:func:`experiments.traces.multi.evaluate_multi`). ``jobs`` > 1 spreads the
+    evaluations over that many worker processes (each is a function of its data and fixed
+    seeds alone, so the result is the same to the bit; RouterArena's routers, the largest,
+    about 24 s on one core, bound it).
+    """
+    present = {name: path.exists() for name, (path, _) in _loaders(data_dir, arena_dir).items()}
+    units = [(name, kind) for name in present if present[name]
+             for kind in ("routers", "k_model")[:2 if k_model else 1]]
+    arguments = (data_dir, arena_dir, n_resamples, embeddings)
+    if jobs > 1:
+        with ProcessPoolExecutor(min(jobs, len(units)) or 1,
+                                 mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = [pool.submit(_heldout_unit, *unit, *arguments) for unit in units]
+            results = dict(zip(units, (future.result() for future in futures), strict=True))
+    else:
+        results = {unit: _heldout_unit(*unit, *arguments) for unit in units}
     out: dict[str, Any] = {}
-    for name, (path, load) in loaders.items():
-        if not path.exists():
+    for name, (path, _) in _loaders(data_dir, arena_dir).items():
+        if not present[name]:
             out[name] = {"skipped": f"{path} not found"}
             continue
-        data = load()
-        out[name] = evaluate(data, PROTOCOLS[name], n_resamples, embeddings=embeddings)
+        out[name] = results[(name, "routers")]
         if k_model:
-            out[name]["k_model"] = evaluate_multi(data, PROTOCOLS[name], n_resamples)
+            out[name]["k_model"] = results[(name, "k_model")]
     return out
 
 
-def report(out_dir: Path, scale: str, data_dir: Path, arena_dir: Path | None = None) -> str:
+def report(out_dir: Path, scale: str, data_dir: Path, arena_dir: Path | None = None,
+           jobs: int = 1) -> str:
     """Run the GSM8K routing experiment and write ``trace_routing.{md,json,png,svg}``.
 
     Args:
@@ -301,6 +331,8 @@ def report(out_dir: Path, scale: str, data_dir: Path, arena_dir: Path | None = N
         data_dir: The RouteLLM folder (``gsm8k_responses.csv`` and ``mmlu/``).
         arena_dir: RouterArena's folder (default ``data_dir.parent / "routerarena"``);
             its held-out section is skipped when it is absent.
+        jobs: Worker processes for the held-out evaluations (:func:`heldout`), which then
+            run while this process fits the rest; the files are the same for any value.
 
     Returns:
         The Markdown text.
@@ -317,19 +349,26 @@ def report(out_dir: Path, scale: str, data_dir: Path, arena_dir: Path | None = N
     if not gsm_path.is_file():
         raise FileNotFoundError(f"{gsm_path} not found: the RouteLLM data lives outside the "
                                 "repository (../shared/data/routellm)")
+    integer(jobs, "jobs", minimum=1, where="traces")
     start = time.perf_counter()
     smoke = scale == "smoke"
     n_resamples = 200 if smoke else 2000
-    data = load_traces(gsm_path, token_counter=TOKEN_COUNTER)
-    gsm = _experiment(data, n_resamples, seed=0, cv=not smoke, keep_curves=True)
-    robustness = [] if smoke else _split_robustness(data, seeds=range(1, 6))
-    mmlu = [] if smoke else [
-        _experiment(load_traces(path, token_counter=TOKEN_COUNTER), 1000, seed=0, cv=False,
-                    keep_curves=False)
-        for path in sorted((data_dir / MMLU_DIR).glob("mmlu_*.csv"))]
-    env_rows = None if smoke else _env_table(data)
-    env_cascade = None if smoke else _env_cascade_check(data)
-    held_out = heldout(data_dir, arena_dir, 200 if smoke else 1000)
+    # The held-out evaluations are about four fifths of the work: with workers they run
+    # meanwhile (a thread waits on their processes), else after the rest, as before.
+    with ThreadPoolExecutor(1) as waiter:
+        pending = (waiter.submit(heldout, data_dir, arena_dir, 200 if smoke else 1000,
+                                 jobs=jobs) if jobs > 1 else None)
+        data = load_traces(gsm_path, token_counter=TOKEN_COUNTER)
+        gsm = _experiment(data, n_resamples, seed=0, cv=not smoke, keep_curves=True)
+        robustness = [] if smoke else _split_robustness(data, seeds=range(1, 6))
+        mmlu = [] if smoke else [
+            _experiment(load_traces(path, token_counter=TOKEN_COUNTER), 1000, seed=0,
+                        cv=False, keep_curves=False)
+            for path in sorted((data_dir / MMLU_DIR).glob("mmlu_*.csv"))]
+        env_rows = None if smoke else _env_table(data)
+        env_cascade = None if smoke else _env_cascade_check(data)
+        held_out = (pending.result() if pending is not None
+                    else heldout(data_dir, arena_dir, 200 if smoke else 1000))
     seconds = time.perf_counter() - start
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     text = markdown(gsm, mmlu, robustness, env_rows, scale, n_resamples, seconds, env_cascade,
