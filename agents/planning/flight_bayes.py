@@ -128,6 +128,8 @@ class FlightPrior:
         bandwidth: How far the smoothing scales their prices (:data:`BANDWIDTH`).
         detours: Quantiles of the detour's price each optimal price is paired with
             (:data:`DETOURS`; 1: each particle keeps its own).
+        slack: The budget's slack range the level is weighed with (:data:`SLACK`, the
+            env's; a learned prior's own: :mod:`agents.planning.learned_prior_flight`).
     """
 
     shortest_hops: np.ndarray
@@ -137,6 +139,7 @@ class FlightPrior:
     dense: int = DENSE
     bandwidth: float = BANDWIDTH
     detours: int = DETOURS
+    slack: tuple[float, float] = SLACK
 
     @classmethod
     def draw(cls, env: FlightPlannerEnv, n: int, seed: int = 0) -> FlightPrior:
@@ -183,7 +186,7 @@ class FlightPrior:
             raise ValueError(f"FlightPrior: no particle of the prior has h*={shortest_hops}; "
                              "draw more particles")
         p_opt, scale = self.prices[mine, 0], self.fare_scale[mine]
-        lo, hi = SLACK
+        lo, hi = self.slack
         if level < 1.0:
             slack = 2.0 * level * scale / p_opt - 1.0
             weight = np.where((slack >= lo) & (slack <= hi), 2.0 * scale / p_opt / (hi - lo), 0.0)

@@ -57,7 +57,7 @@ teacher does.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -91,13 +91,15 @@ _EDGE = 1e-9
 
 
 @dataclass(frozen=True)
-class ToolBenchLog:
-    """Logged steps of ToolBench episodes: what an episode shows, nothing hidden.
+class EpisodeLog:
+    """Logged steps of episodes of any env: what an episode shows, nothing hidden.
 
     Steps of one episode are contiguous and in order. Attributes (``n`` steps, ``m``
-    tools): ``obs`` ``(n, 17)`` float32, the observation before the step; ``calls``
+    agents): ``obs`` ``(n, width)`` float32, the observation before the step; ``calls``
     ``(n, m)`` int8, ``info["calls"]``; ``cost``, ``flops`` ``(n,)``, ``info``'s;
     ``terminated`` ``(n,)`` bool; ``episode`` ``(n,)`` int64, the episode's index.
+    A family's log (:class:`ToolBenchLog`, ``learned_prior_flight.FlightLog``) sets
+    :attr:`width`, its observation's.
     """
 
     obs: np.ndarray
@@ -106,17 +108,19 @@ class ToolBenchLog:
     flops: np.ndarray
     terminated: np.ndarray
     episode: np.ndarray
+    #: The observation's width (each family's log sets its env's).
+    width: ClassVar[int] = 1
 
     def __post_init__(self) -> None:
-        n = len(self.obs)
-        if self.obs.ndim != 2 or self.obs.shape[1] < 17:
-            raise ValueError(f"ToolBenchLog: obs: expected (n, 17), got {self.obs.shape}")
+        n, label = len(self.obs), type(self).__name__
+        if self.obs.ndim != 2 or self.obs.shape[1] < self.width:
+            raise ValueError(f"{label}: obs: expected (n, {self.width}), got {self.obs.shape}")
         for name in ("calls", "cost", "flops", "terminated", "episode"):
             if len(getattr(self, name)) != n:
-                raise ValueError(f"ToolBenchLog: {name}: expected {n} rows, got "
+                raise ValueError(f"{label}: {name}: expected {n} rows, got "
                                  f"{len(getattr(self, name))}")
         if n and np.any(np.diff(self.episode) < 0):
-            raise ValueError("ToolBenchLog: episode: expected the steps of each episode "
+            raise ValueError(f"{label}: episode: expected the steps of each episode "
                              "together and in order")
 
     @property
@@ -124,24 +128,36 @@ class ToolBenchLog:
         """Logged steps."""
         return len(self.obs)
 
-    def head(self, steps: int) -> ToolBenchLog:
+    def head(self: _Log, steps: int) -> _Log:
         """The first ``steps`` steps (a smaller log of the same episodes)."""
-        return ToolBenchLog(*(getattr(self, name)[:steps] for name in
-                              ("obs", "calls", "cost", "flops", "terminated", "episode")))
+        return type(self)(*(getattr(self, name)[:steps] for name in
+                            ("obs", "calls", "cost", "flops", "terminated", "episode")))
+
+
+_Log = TypeVar("_Log", bound=EpisodeLog)
+
+
+@dataclass(frozen=True)
+class ToolBenchLog(EpisodeLog):
+    """Logged steps of ToolBench episodes (:class:`EpisodeLog`, observations of 17 slots)."""
+
+    width: ClassVar[int] = 17
 
 
 def log_random(env_kwargs: dict[str, Any] | None, steps: int, seed: int,
-               n_envs: int = 64) -> ToolBenchLog:
-    """``steps`` steps of the uniform random allocator on ToolBench-v0's batched env.
+               n_envs: int = 64, env_id: str = "cost_envs/ToolBench-v0",
+               log_type: type[EpisodeLog] = ToolBenchLog) -> Any:
+    """``steps`` steps of the uniform random allocator on ``env_id``'s batched env.
 
-    The env is ``gym.make_vec("cost_envs/ToolBench-v0", n_envs, vectorization_mode=
-    "vector_entry_point", **env_kwargs)``, reset with ``seed``; the actions come from
-    ``np.random.default_rng(seed)`` (each tool with probability 1/2). Autoreset steps
+    The env is ``gym.make_vec(env_id, n_envs, vectorization_mode="vector_entry_point",
+    **env_kwargs)`` (ToolBench-v0 by default), reset with ``seed``; the actions come from
+    ``np.random.default_rng(seed)`` (each agent with probability 1/2). Returns a
+    ``log_type`` (:class:`ToolBenchLog` by default). Autoreset steps
     (``NEXT_STEP``: they ignore the action) are not steps. Each sub-env's steps are kept
     in order, sub-env after sub-env; the log stops after ``steps`` steps in all (the last
     episodes cut short).
     """
-    venv = gym.make_vec("cost_envs/ToolBench-v0", num_envs=n_envs,
+    venv = gym.make_vec(env_id, num_envs=n_envs,
                         vectorization_mode="vector_entry_point", **(env_kwargs or {}))
     rng = np.random.default_rng(seed)
     obs, _ = venv.reset(seed=seed)
@@ -174,7 +190,7 @@ def log_random(env_kwargs: dict[str, Any] | None, steps: int, seed: int,
     cut = order[in_time][:steps]
     mask = np.zeros(keep.shape, dtype=bool)
     mask[cut] = True
-    log = ToolBenchLog(obs_all.reshape(-1, obs_all.shape[-1])[mask].astype(np.float32),
+    log = log_type(obs_all.reshape(-1, obs_all.shape[-1])[mask].astype(np.float32),
                        calls.reshape(-1, m)[mask].astype(np.int8),
                        cost.reshape(-1)[mask].astype(np.float64),
                        flops.reshape(-1)[mask].astype(np.float64),

@@ -14,8 +14,10 @@ from cost_envs.metrics import bootstrap_gap_closed, bootstrap_mean_ci
 from experiments.budgets.report import share_text
 from experiments.learned_prior.settings import (
     ENV_ID,
+    FLIGHT_ENV_ID,
     LOG_ENVS,
     TABLE_SEEDS,
+    FlightScale,
     Scale,
 )
 from experiments.shared.common import machine
@@ -241,4 +243,175 @@ def _parameters(true: Mapping[str, Any], scale: Scale, by_seed: Any) -> list[str
     for i, name in enumerate(true["names"]):
         lines.append(f"| {name} | " + " | ".join(
             f"{mean_caps[i, s]:.2f} [{caps[i, s]:.2f}]" for s in range(len(SKILLS))) + " |")
+    return [*lines, ""]
+
+
+def render_flight(fixed: Mapping[str, Any], runs: Sequence[Mapping[str, Any]],
+                  scale: FlightScale, supervised: SupervisedConfig, command: str) -> str:
+    """FlightPlanner-v1's file: the teachers (and students, if run) against the true prior.
+
+    ``fixed``: the fixed unit (the gap's ends, the true-prior teacher, the control teacher
+    and the true parameters); ``runs``: the ``learned`` units (and ``true`` ones with
+    students).
+    """
+    rule, planner, bayes, control = (np.asarray(fixed[key], dtype=np.float64)
+                                     for key in ("rule", "planner", "bayes", "control"))
+    resamples = scale.resamples
+
+    def by_seed(kind: str, steps: int, what: str) -> list[Any]:
+        return [r[what] for r in sorted((r for r in runs if r["kind"] == kind
+                                         and r["steps"] == steps), key=lambda r: r["seed"])]
+
+    def row(label: str, scored: Sequence[Mapping[str, Any]]) -> str:
+        returns = np.array([r["returns"] for r in scored])
+        entry = method_share(label, returns.tolist(), rule.tolist(), planner.tolist())
+        success = np.mean([r["success"] for r in scored])
+        per_seed = ", ".join(f"{v:.2f}" for v in entry["per_seed"])
+        return (f"| {label} | {mean_cell(returns, resamples)} | {success:.3f} | "
+                f"{share_cell(entry)} | {per_seed} |")
+
+    def fixed_row(label: str, returns: np.ndarray) -> str:
+        entry = method_share(label, [returns.tolist()], rule.tolist(), planner.tolist())
+        return f"| {label} | {mean_cell(returns, resamples)} | - | {share_cell(entry)} | - |"
+
+    n_tasks = len(rule)
+    env_name = FLIGHT_ENV_ID.split("/")[-1]
+    lines = [
+        f"# The Bayes teacher with a learned prior ({env_name}, issue #38 point 2)", "",
+        "FlightPlanner-v1's Bayes reference (`BayesFlightPlanner`: 2,000 particles of the "
+        "task prior, 32 scenarios a decision, margin 2) taught by either the true prior (the "
+        "env's network generator and pool) or a prior whose form is the family's code and "
+        "whose parameters are fitted from logged episodes "
+        "(`agents.planning.learned_prior_flight`). Every teacher is scored on the same "
+        f"{n_tasks} validation tasks (task seed {scale.eval_seed}, the tables'); each log "
+        f"size has {scale.seeds} fits (seeds), each of its own log."
+        + ("" if scale.students else " Teachers only: no student was trained (below)."),
+        "",
+        "**The logs.** The uniform random allocator (each agent called with probability "
+        f"1/2) on FlightPlanner-v1's batched env ({LOG_ENVS} sub-envs, reset seed "
+        f"{LOG_TASK_SEED:,} + 1000 x the seed; a seed's smaller log is the start of its "
+        "larger one).",
+        "",
+        "**Fitted, from observations, `terminated` and `info`'s `cost`, `flops` and `calls` "
+        "only:** the agents' strengths, read exactly from the observation (a lone planner's "
+        "`planner_strength`; the factors `1 - 0.5 s` and `1 - s` by which a search and a "
+        "validator multiply v1's `broken_survival`, by least squares on the calls); prices "
+        "and FLOPs by least squares; and the network generator's edge probability, fare "
+        "factor range `(lo, hi)` (a fare is `60 + 300 x distance x U(lo, hi)`) and budget "
+        "slack range `(lo, hi)` by a simulated moment fit (no closed-form likelihood): the "
+        "share of `h* = 2`, quantiles of the budget level per `h*`, and, at each "
+        "episode's first turn that calls a planner and no validator (the random action is "
+        "independent of the task there), the plan's legs over `h*`, the search drops and "
+        "quantiles of the quote over the budget, matched by tasks of the family's form "
+        f"drawn at the candidate parameters ({scale.n_sim:,} on common random numbers, the "
+        "log's own first-turn actions played on them by the env's rules), Nelder-Mead from "
+        "a generic start (fare factor (0.5, 1.5), slack (0.1, 0.3); the edge probability "
+        "first alone, the best of 12 values in [0.05, 0.6]: the share of `h* = 2` is not "
+        "monotone in it), at most "
+        f"{scale.fit_evaluations} evaluations.",
+        "",
+        "**Not fitted, taken as the family's form:** 9 airports placed uniformly; the fare "
+        "law's intercept and slope 60 and 300 (the observation shows only ratios to the "
+        "budget, so fares are known up to scale, and the factor's range then spans every "
+        "fare law of the form); the trip's law; the broken route's price multiplier "
+        "`U(0.9, 1.1)` (shown only by quotes of plans later found broken; the belief's "
+        "grid); the dynamics' constants (detour share 0.6, notice rate 0.5, markup 0.5, fare "
+        "inflation 0.02, 7 turns). The user's: the Eq. 1 weights, the agents' names and "
+        "roles.",
+        "",
+        "**The teacher** is `BayesFlightPlanner` on a twin FlightPlanner-v1 with the fitted "
+        f"pool, {scale.particles:,} particles drawn at the fitted parameters on the "
+        "reference's own particle seed, its posterior weighing the budget level with the "
+        "fitted slack range. The control builds the same pipeline at the true parameters: "
+        "its particles are the reference's bit for bit, so it must equal the reference.",
+        "",
+        "Return: mean Eq. 1 episode return [95% interval over fits and tasks, over tasks "
+        f"for the fixed rows; {resamples:,} bootstrap resamples]. Share: of the gap from "
+        f"the best fixed row ({fixed['rule_label']}, {rule.mean():.3f}) to the planner "
+        f"({planner.mean():.3f}), Fieller's interval (`cost_envs.metrics."
+        "bootstrap_gap_closed`).",
+        "", f"Machine: {machine()}.", "", f"Command: `{command}`.", "",
+        "| row | return | success | share of the gap | share per fit |",
+        "| --- | --- | --- | --- | --- |",
+        f"| {fixed['rule_label']} (best fixed row) | {mean_cell(rule, resamples)} | - | 0 | - |",
+        fixed_row("teacher, true prior (the Bayes reference)", bayes),
+        fixed_row("teacher, the pipeline at the true parameters (control)", control)]
+    for steps in scale.sizes:
+        lines.append(row(f"teacher, prior learned from {_size(steps)} steps",
+                         by_seed("learned", steps, "teacher")))
+    if scale.students:
+        lines.append(row("student, true prior", by_seed("true", 0, "student")))
+        for steps in scale.sizes:
+            lines.append(row(f"student, prior learned from {_size(steps)} steps",
+                             by_seed("learned", steps, "student")))
+    lines += [f"| planner (knows the task, not the luck) | {mean_cell(planner, resamples)} "
+              "| - | 1 | - |", ""]
+    lines += ["## Paired: learned-prior teacher minus true-prior teacher", "",
+              "Each fit's teacher against the one true-prior teacher, over the tasks (fits "
+              "and tasks resampled). The share of a difference is its mean over the gap, "
+              "with the interval of a share of (difference + rule) against the rule. The "
+              "last column: the learned teacher against the best fixed row, paired by task.",
+              "",
+              "| teacher | return minus true prior's | share of the gap | return minus the "
+              "rule's |", "| --- | --- | --- | --- |"]
+    compared = [("control (true parameters)", control[None, :])] + [
+        (f"learned from {_size(steps)} steps",
+         np.array([r["returns"] for r in by_seed("learned", steps, "teacher")]))
+        for steps in scale.sizes]
+    for label, returns in compared:
+        difference = returns - bayes
+        _, low, high = bootstrap_mean_ci(difference, n_resamples=resamples)
+        share = bootstrap_gap_closed(difference + rule, rule, planner)
+        _, r_low, r_high = bootstrap_mean_ci(returns - rule, n_resamples=resamples)
+        lines.append(f"| {label} | {mean_cell(difference, resamples, True)} | "
+                     f"{share_text(share)} ({verdict(low, high)}) | "
+                     f"{mean_cell(returns - rule, resamples, True)} "
+                     f"({verdict(r_low, r_high)}) |")
+    lines.append("")
+    fit_times = "; ".join(
+        f"{_size(steps)} steps {np.mean(by_seed('learned', steps, 'fit_seconds')):.0f} s"
+        for steps in scale.sizes)
+    teacher_times = np.mean([t for steps in scale.sizes
+                             for t in by_seed("learned", steps, "teacher_seconds")])
+    lines += [f"Time: logging and fitting {fit_times}; a teacher's {n_tasks} episodes "
+              f"{teacher_times:.0f} s; the fixed rows (rule search, planner, reference, "
+              f"control) {fixed['seconds']:.0f} s (one process, on the machine above, "
+              "shared).", ""]
+    lines += _flight_parameters(fixed["true"], scale, by_seed)
+    return "\n".join(lines)
+
+
+def _flight_parameters(true: Mapping[str, Any], scale: Scale, by_seed: Any) -> list[str]:
+    """FlightPlanner's fitted parameters against the true ones (mean, range over fits)."""
+    fits = {steps: by_seed("learned", steps, "fitted") for steps in scale.sizes}
+    lines = ["## Fitted parameters against the true ones", "",
+             "Each cell: the mean over the fits (their range). First turns: the first-turn "
+             "steps the moment fit matched; distance: its final objective.", "",
+             "| parameter | true | " + " | ".join(f"{_size(steps)} steps"
+                                                  for steps in scale.sizes) + " |",
+             "| --- | --- |" + " --- |" * len(scale.sizes)]
+
+    def add(label: str, truth: float | str, value: Any) -> None:
+        cells = " | ".join(_spread(np.asarray([value(f) for f in fits[steps]], dtype=float))
+                           for steps in scale.sizes)
+        shown = truth if isinstance(truth, str) else f"{truth:.3f}"
+        lines.append(f"| {label} | {shown} | {cells} |")
+
+    for name in ("episodes", "first_turns"):
+        cells = " | ".join(f"{np.mean([f[name] for f in fits[steps]]):,.0f}"
+                           for steps in scale.sizes)
+        lines.append(f"| {name.replace('_', ' ')} | - | {cells} |")
+    add("edge probability", true["edge_probability"], lambda f: f["edge_probability"])
+    for j, end in enumerate(("lo", "hi")):
+        add(f"fare factor {end}", true["fare_factor"][j], lambda f, j=j: f["fare_factor"][j])
+    for j, end in enumerate(("lo", "hi")):
+        add(f"slack {end}", true["slack"][j], lambda f, j=j: f["slack"][j])
+    strengths = np.asarray(true["strengths"])
+    add("strengths: largest absolute error", "0",
+        lambda f: np.abs(np.asarray(f["strengths"]) - strengths).max())
+    for label, key in (("prices", "costs"), ("FLOPs", "flops")):
+        truth = np.asarray(true[key])
+        add(f"{label}: largest relative error", "0",
+            lambda f, key=key, truth=truth: np.abs(np.asarray(f[key]) / truth - 1).max())
+    add("moment distance", "-", lambda f: f["distance"])
     return [*lines, ""]

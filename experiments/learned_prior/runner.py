@@ -18,15 +18,24 @@ Each unit is one of:
   scored, and the same row taught by it (:func:`train_taught`, the same seed, traces,
   DAgger rounds and fits; only the teacher differs), scored.
 
-``python -m experiments.learned_prior [--jobs N] [--out DIR] [--address ADDRESS]``
-writes ``learned_prior.md`` into ``DIR`` (default ``benchmarks/results``), all or
-nothing.
+On FlightPlanner-v1 (``--env FlightPlanner-v1``, a
+:class:`~experiments.learned_prior.settings.FlightScale`) the fit is
+:func:`agents.planning.learned_prior_flight.fit` on the logs of FlightPlanner-v1's
+batched env, the teachers are :class:`~agents.planning.flight_bayes.BayesFlightPlanner`'s,
+and by default only the teachers are scored (no ``true`` units, no students; the
+``lora/bayes`` row is ToolBench's alone in the tables).
+
+``python -m experiments.learned_prior [--env ENV] [--smoke] [--jobs N] [--out DIR]
+[--address ADDRESS]`` writes ``learned_prior.md`` (ToolBench-v0, the default) or
+``learned_prior_FlightPlanner-v1.md`` into ``DIR`` (default ``benchmarks/results``), all
+or nothing.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -52,17 +61,22 @@ from agents.learners.training import (
     threads,
 )
 from agents.planning import bayes_planner
+from agents.planning import learned_prior_flight as flight_prior
 from agents.planning.learned_prior import FittedToolBench, fit, log_random, true_parameters
 from agents.seeds import LOG_TASK_SEED, TRACE_TASK_SEED
-from experiments.learned_prior.report import render
+from experiments.learned_prior.report import render, render_flight
 from experiments.learned_prior.settings import (
     DEFAULT,
     ENV_ID,
+    ENVS,
+    FLIGHT_NAME,
     LOG_ENVS,
     NAME,
     OUT,
     ROW,
+    FlightScale,
     Scale,
+    env_of,
 )
 from experiments.lora_ppo.runner import LEARNED_ROWS, gap_ends, score_baselines
 from experiments.lora_ppo.runner import Scale as TableScale
@@ -72,7 +86,14 @@ Unit = tuple[str, int, int, Scale]
 
 
 def row_config(scale: Scale) -> SupervisedConfig:
-    """The row's supervised settings at ``scale`` (its teacher, DAgger rounds and episodes)."""
+    """The row's supervised settings at ``scale`` (its teacher, DAgger rounds and episodes).
+
+    On FlightPlanner-v1, whose tables have no ``lora/bayes`` row, the settings the row
+    would have there: the Bayes teacher, 2 DAgger rounds of a third of the episodes.
+    """
+    if isinstance(scale, FlightScale):
+        return replace(scale.supervised, teacher="bayes", dagger_rounds=2,
+                       dagger_episodes=max(1, scale.supervised.episodes // 3))
     arguments = LEARNED_ROWS[ROW].arguments(ENV_ID, scale.supervised)
     assert arguments is not None and set(arguments) == {"supervised"}  # ToolBench has both
     return arguments["supervised"]
@@ -99,7 +120,7 @@ def fit_taught(policy: AllocatorPolicy, env: gym.Env, config: SupervisedConfig, 
 
 
 def train_taught(seed: int, supervised: SupervisedConfig,
-                 teacher: Callable[[gym.Env], Any]) -> TrainedAllocator:
+                 teacher: Callable[[gym.Env], Any], env_id: str = ENV_ID) -> TrainedAllocator:
     """``train(ENV_ID, "lora", ..., seed=seed, supervised=supervised)`` with another teacher.
 
     :func:`agents.learners.training.train`'s own steps for ``lora`` (seeded, one torch
@@ -109,12 +130,12 @@ def train_taught(seed: int, supervised: SupervisedConfig,
     """
     with threads(DEFAULT_TORCH_THREADS):
         set_random_seed(seed)
-        env = gym.make(ENV_ID)
-        policy = policy_for(env, base=load_base(pretrained_base_path(ENV_ID)))
+        env = gym.make(env_id)
+        policy = policy_for(env, base=load_base(pretrained_base_path(env_id)))
         fit_taught(policy, env, supervised, teacher(env), seed=seed,
                    trace_seed=TRACE_TASK_SEED + seed)
         env.close()
-    return TrainedAllocator(policy, ENV_ID, {}, "lora", seed, 0, "pretrained")
+    return TrainedAllocator(policy, env_id, {}, "lora", seed, 0, "pretrained")
 
 
 def log_seed(seed: int) -> int:
@@ -123,7 +144,7 @@ def log_seed(seed: int) -> int:
 
 
 def fitted_for(steps: int, seed: int) -> FittedToolBench:
-    """The parameters fitted on ``steps`` logged steps of ``seed``'s log."""
+    """The parameters fitted on ``steps`` logged steps of ``seed``'s log (ToolBench-v0)."""
     env = gym.make(ENV_ID)
     fitted = fit(log_random(None, steps, log_seed(seed), n_envs=LOG_ENVS), env)
     env.close()
@@ -140,8 +161,28 @@ def parameters(fitted: FittedToolBench) -> dict[str, Any]:
             "steps": fitted.steps, "clears": fitted.clears}
 
 
+def flight_fitted_for(steps: int, seed: int, scale: FlightScale
+                      ) -> flight_prior.FittedFlight:
+    """FlightPlanner-v1's parameters fitted on ``steps`` logged steps of ``seed``'s log."""
+    env = gym.make(flight_prior.ENV_ID)
+    fitted = flight_prior.fit(flight_prior.log_flight(steps, log_seed(seed), n_envs=LOG_ENVS),
+                              env, n_sim=scale.n_sim, max_evaluations=scale.fit_evaluations)
+    env.close()
+    return fitted
+
+
+def flight_parameters(fitted: flight_prior.FittedFlight) -> dict[str, Any]:
+    """FlightPlanner's fitted parameters as JSON values (the report's table)."""
+    law = fitted.law
+    return {"edge_probability": law.edge_probability, "fare_factor": list(law.fare_factor),
+            "slack": list(law.slack), "strengths": fitted.strengths.tolist(),
+            "costs": fitted.costs.tolist(), "flops": fitted.flops.tolist(),
+            "names": list(fitted.names), "episodes": fitted.episodes, "steps": fitted.steps,
+            "first_turns": fitted.first_turns, "distance": fitted.distance}
+
+
 def _scored(allocator: Any, scale: Scale) -> dict[str, Any]:
-    result = evaluate(allocator, ENV_ID, episodes=scale.episodes, seed=scale.eval_seed)
+    result = evaluate(allocator, env_of(scale), episodes=scale.episodes, seed=scale.eval_seed)
     return {"returns": list(result.returns),
             "success": float(result.summary(n_resamples=10)["success_rate"])}
 
@@ -150,6 +191,8 @@ def run_unit(unit: Unit) -> dict[str, Any]:
     """One unit of the module docstring's list."""
     configure_torch_threads()
     kind, steps, seed, scale = unit
+    if isinstance(scale, FlightScale):
+        return _flight_unit(unit)
     start = time.perf_counter()
     if kind == "fixed":
         fixed = score_baselines(ENV_ID, TableScale("learned_prior", 1, 1, scale.episodes,
@@ -178,6 +221,45 @@ def run_unit(unit: Unit) -> dict[str, Any]:
             "fit_seconds": fitting, "seconds": time.perf_counter() - start}
 
 
+def _flight_unit(unit: Unit) -> dict[str, Any]:
+    """:func:`run_unit` on FlightPlanner-v1 (a :class:`FlightScale`)."""
+    kind, steps, seed, scale = unit
+    assert isinstance(scale, FlightScale)
+    env_id = env_of(scale)
+    start = time.perf_counter()
+    if kind == "fixed":
+        fixed = score_baselines(env_id, TableScale("learned_prior", 1, 1, scale.episodes,
+                                                   100, rule_tasks=scale.rule_tasks),
+                                eval_seed=scale.eval_seed)
+        rule, planner = gap_ends(fixed)
+        env = gym.make(env_id)
+        control = _scored(flight_prior.true_parameters(env).teacher(env, scale.particles),
+                          scale)
+        return {"kind": kind, "rule": list(fixed.returns[rule]),
+                "rule_label": fixed.entries[rule]["label"],
+                "planner": list(fixed.returns[planner]),
+                "bayes": list(fixed.returns["bayes-planner"]),
+                "control": control["returns"],
+                "true": flight_parameters(flight_prior.true_parameters(env)),
+                "seconds": time.perf_counter() - start}
+    config = row_config(scale)
+    if kind == "true":
+        student = train_taught(seed, config, bayes_planner, env_id)
+        return {"kind": kind, "steps": 0, "seed": seed, "student": _scored(student, scale),
+                "seconds": time.perf_counter() - start}
+    fitted = flight_fitted_for(steps, seed, scale)
+    fitting = time.perf_counter() - start
+    teacher = _scored(fitted.teacher(gym.make(env_id), scale.particles), scale)
+    result = {"kind": kind, "steps": steps, "seed": seed, "fitted": flight_parameters(fitted),
+              "teacher": teacher, "fit_seconds": fitting,
+              "teacher_seconds": time.perf_counter() - start - fitting}
+    if scale.students:
+        student = train_taught(seed, config,
+                               lambda env: fitted.teacher(env, scale.particles), env_id)
+        result["student"] = _scored(student, scale)
+    return {**result, "seconds": time.perf_counter() - start}
+
+
 def _describe(unit: Unit) -> str:
     kind, steps, seed, _ = unit
     if kind == "fixed":
@@ -186,10 +268,15 @@ def _describe(unit: Unit) -> str:
 
 
 def units_of(scale: Scale) -> list[Unit]:
-    """Every unit of ``scale``: the fixed rows, then each seed's true and learned priors."""
+    """Every unit of ``scale``: the fixed rows, then each seed's true and learned priors.
+
+    A :class:`FlightScale` without students has no ``true`` units.
+    """
+    true = not isinstance(scale, FlightScale) or scale.students
     return [("fixed", 0, 0, scale)] + [
         unit for seed in range(scale.seeds) for unit in
-        [("true", 0, seed, scale), *(("learned", steps, seed, scale) for steps in scale.sizes)]]
+        [*([("true", 0, seed, scale)] if true else []),
+         *(("learned", steps, seed, scale) for steps in scale.sizes)]]
 
 
 def report(out: Path = OUT, jobs: int = 2, scale: Scale = DEFAULT, address: str | None = None,
@@ -201,15 +288,38 @@ def report(out: Path = OUT, jobs: int = 2, scale: Scale = DEFAULT, address: str 
     says made it.
     """
     units = units_of(scale)
+    made = command or "python -m experiments.learned_prior"
 
     def files(results: list[Any]) -> dict[str, str]:
-        return {NAME: render(results[0], results[1:], scale, row_config(scale),
-                             command or "python -m experiments.learned_prior")}
+        if isinstance(scale, FlightScale):
+            return {FLIGHT_NAME: render_flight(results[0], results[1:], scale,
+                                               row_config(scale), made)}
+        return {NAME: render(results[0], results[1:], scale, row_config(scale), made)}
 
-    return write_study(out, "learned_prior", scale, run_unit, units, files, jobs=jobs,
+    experiment = ("learned_prior_FlightPlanner-v1" if isinstance(scale, FlightScale)
+                  else "learned_prior")
+    return write_study(out, experiment, scale, run_unit, units, files, jobs=jobs,
                        address=address, describe=_describe, log=log)
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run the study and write its file."""
-    study_main("python -m experiments.learned_prior", __doc__.splitlines()[0], OUT, argv, report)
+    """Run the study and write its file (``--env``: ToolBench-v0 or FlightPlanner-v1)."""
+    import argparse
+    import sys
+
+    given = sys.argv[1:] if argv is None else list(argv)
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--env", choices=sorted(ENVS), default="ToolBench-v0")
+    parser.add_argument("--smoke", action="store_true")
+    known, rest = parser.parse_known_args(given)
+    _, default, smoke, _ = ENVS[known.env]
+    scale = smoke if known.smoke else default
+    prog = "python -m experiments.learned_prior"
+
+    def run(out: Path, jobs: int, address: str | None = None,
+            command: str | None = None) -> list[Path]:
+        return report(out, jobs, scale=scale, address=address,
+                      command=" ".join([prog, *given]))
+
+    study_main(prog, __doc__.splitlines()[0] + " (--env ENV: " + ", ".join(sorted(ENVS))
+               + "; --smoke: the plumbing scale)", OUT, rest, run)

@@ -64,3 +64,50 @@ DEFAULT = Scale("default", seeds=15)
 #: Plumbing for the tests, in seconds: not a result.
 SMOKE = Scale("smoke", seeds=2, sizes=(2_000,), episodes=20, resamples=200,
               supervised=SupervisedConfig(episodes=20, epochs=1), rule_tasks=5, particles=100)
+
+
+#: The second env of issue #38 point 2 (``--env FlightPlanner-v1``).
+FLIGHT_ENV_ID = "cost_envs/FlightPlanner-v1"
+FLIGHT_NAME = "learned_prior_FlightPlanner-v1.md"
+
+
+@dataclass(frozen=True)
+class FlightScale(Scale):
+    """A FlightPlanner-v1 run (:class:`Scale`'s fields, its own defaults, and its fit's).
+
+    Args:
+        particles: The teacher's particles (FlightPlanner's Bayes reference's default,
+            2000, as the tables' reference row).
+        students: Whether to train the Bayes-taught students too (the ``lora/bayes`` row's
+            settings, :func:`experiments.learned_prior.runner.row_config`), or score the
+            teachers alone.
+        n_sim: Tasks each simulation of the moment fit draws
+            (:func:`agents.planning.learned_prior_flight.fit`).
+        fit_evaluations: The moment fit's Nelder-Mead evaluations at most.
+    """
+
+    particles: int = 2000
+    students: bool = False
+    n_sim: int = 20_000
+    fit_evaluations: int = 300
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for key in ("n_sim", "fit_evaluations"):
+            integer(getattr(self, key), f"FlightScale.{key}", minimum=1)
+
+
+#: FlightPlanner-v1's teacher rows: 5 fits a log size, 400 validation tasks.
+FLIGHT_DEFAULT = FlightScale("flight", seeds=5)
+#: Plumbing for the tests, in seconds: not a result.
+FLIGHT_SMOKE = FlightScale("flight-smoke", seeds=2, sizes=(2_000,), episodes=6, resamples=200,
+                           supervised=SupervisedConfig(episodes=4, epochs=1), rule_tasks=5,
+                           particles=100, n_sim=2_000, fit_evaluations=10)
+#: ``--env`` name -> (env id, default scale, smoke scale, the file it writes).
+ENVS = {"ToolBench-v0": (ENV_ID, DEFAULT, SMOKE, NAME),
+        "FlightPlanner-v1": (FLIGHT_ENV_ID, FLIGHT_DEFAULT, FLIGHT_SMOKE, FLIGHT_NAME)}
+
+
+def env_of(scale: Scale) -> str:
+    """The env a scale runs on (FlightPlanner-v1 for a :class:`FlightScale`)."""
+    return FLIGHT_ENV_ID if isinstance(scale, FlightScale) else ENV_ID
