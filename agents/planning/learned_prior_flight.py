@@ -102,10 +102,10 @@ from cost_envs.envs.flight_networks import (
 )
 from cost_envs.envs.flight_planner import (
     MAX_TURNS,
-    FlightPlannerEnv,
     ROLES,
     SEARCH_NOTICE,
     SKILLS,
+    FlightPlannerEnv,
     markups,
     notices,
     proposals,
@@ -130,8 +130,10 @@ EDGE_GRID = np.linspace(0.05, 0.6, 12)
 
 @dataclass(frozen=True)
 class FlightLog(EpisodeLog):
-    """Logged steps of FlightPlanner-v1 episodes (:class:`~agents.planning.learned_prior.
-    EpisodeLog`, observations of 25 slots)."""
+    """Logged steps of FlightPlanner-v1 episodes (observations of 25 slots).
+
+    :class:`~agents.planning.learned_prior.EpisodeLog`'s fields.
+    """
 
     width: ClassVar[int] = 25
 
@@ -231,7 +233,7 @@ def prior_of(law: FlightLaw, n: int, pool: AgentPool, seed: int = 0) -> FlightPr
     fares, _, _, h_star, _, route_hops, route_price, *_ = draw_tasks(
         law, twin.np_random, n, twin.n_agents)
     return FlightPrior(h_star.astype(int), route_hops[:, :2].astype(int), route_price[:, :2],
-                       mean_fare(fares) * h_star, slack=tuple(law.slack))
+                       mean_fare(fares) * h_star, slack=law.slack)
 
 
 @dataclass(frozen=True, eq=False)
@@ -276,7 +278,9 @@ class FittedFlight:
 
     def env(self, like: gym.Env) -> FlightPlannerV1Env:
         """A FlightPlanner-v1 with the fitted pool and ``like``'s reward weights."""
-        return FlightPlannerV1Env(pool=self.pool(), reward_weights=like.unwrapped.reward_weights)
+        base = like.unwrapped
+        assert isinstance(base, FlightPlannerV1Env)
+        return FlightPlannerV1Env(pool=self.pool(), reward_weights=base.reward_weights)
 
     def prior(self, n: int, seed: int = 0) -> FlightPrior:
         """The teacher's particles (:func:`prior_of` at the fitted law)."""
@@ -407,8 +411,9 @@ def shown(log: EpisodeLog, roles: tuple[str, ...]) -> Shown:
     h = h_star[index]
     legs = np.where(dropped, -1, np.rint(_slot(after, "plan_hops") * (h + 3)) - h)
     ratio = np.where(_slot(after, "has_quote") > 0.5, _slot(after, "quote_ratio"), 0.0)
-    return Shown(h_star[first], level[first], calls[index], h, level[index],
-                 calls[index][:, roles_array == "search"].any(axis=1), dropped,
+    searched = np.asarray(calls[index][:, roles_array == "search"].any(axis=1))
+    return Shown(h_star[first], level[first], calls[index], h, level[index], searched,
+                 np.asarray(dropped),
                  legs.astype(np.int64), ratio)
 
 
