@@ -213,3 +213,13 @@ def test_flight_smoke_report_writes_the_table(tmp_path) -> None:
     assert "teacher, prior learned from 2k steps" in text
     assert "the pipeline at the true parameters (control)" in text
     assert "| edge probability | 0.320 |" in text
+
+
+def test_flight_smoke_report_with_students(tmp_path) -> None:
+    """The students' arm: a true-prior and a learned-prior student per seed, in the file."""
+    scale = replace(FLIGHT_SMOKE, name="flight-smoke-students", seeds=1, students=True)
+    assert [kind for kind, *_ in runner.units_of(scale)] == ["fixed", "true", "learned"]
+    runner.report(tmp_path, jobs=1, scale=scale, log=lambda *_: None)
+    text = (tmp_path / FLIGHT_NAME).read_text()
+    assert "| student, true prior |" in text
+    assert "student, prior learned from 2k steps" in text

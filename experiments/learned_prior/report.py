@@ -368,6 +368,25 @@ def render_flight(fixed: Mapping[str, Any], runs: Sequence[Mapping[str, Any]],
                      f"{mean_cell(returns - rule, resamples, True)} "
                      f"({verdict(r_low, r_high)}) |")
     lines.append("")
+    if scale.students:
+        true_returns = np.array([r["returns"] for r in by_seed("true", 0, "student")])
+        lines += ["## Paired: learned-prior student minus true-prior student", "",
+                  "Seed s of one against seed s of the other (the same traces' tasks, the "
+                  "same evaluation tasks), in return and in shares of the gap.", "",
+                  "| log | return | share of the gap |", "| --- | --- | --- |"]
+        for steps in scale.sizes:
+            returns = np.array([r["returns"] for r in by_seed("learned", steps, "student")])
+            difference = returns - true_returns
+            _, low, high = bootstrap_mean_ci(difference, n_resamples=resamples)
+            share = bootstrap_gap_closed(difference + rule, rule, planner)
+            lines.append(f"| {_size(steps)} steps | {mean_cell(difference, resamples, True)} "
+                         f"| {share_text(share)} ({verdict(low, high)}) |")
+        true_time = np.mean(by_seed("true", 0, "seconds"))
+        lines += ["", f"A true-prior student's unit took {true_time:.0f} s on average "
+                  f"(the row's settings: teacher `{supervised.teacher}`, "
+                  f"{supervised.episodes:,} teacher episodes, {supervised.dagger_rounds} "
+                  f"DAgger rounds of {supervised.dagger_episodes:,}, {supervised.epochs} "
+                  "epochs a fit, the shipped pretrained base).", ""]
     fit_times = "; ".join(
         f"{_size(steps)} steps {np.mean(by_seed('learned', steps, 'fit_seconds')):.0f} s"
         for steps in scale.sizes)

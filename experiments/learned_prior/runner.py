@@ -25,8 +25,8 @@ batched env, the teachers are :class:`~agents.planning.flight_bayes.BayesFlightP
 and by default only the teachers are scored (no ``true`` units, no students; the
 ``lora/bayes`` row is ToolBench's alone in the tables).
 
-``python -m experiments.learned_prior [--env ENV] [--smoke] [--jobs N] [--out DIR]
-[--address ADDRESS]`` writes ``learned_prior.md`` (ToolBench-v0, the default) or
+``python -m experiments.learned_prior [--env ENV] [--smoke] [--students] [--jobs N]
+[--out DIR] [--address ADDRESS]`` writes ``learned_prior.md`` (ToolBench-v0, the default) or
 ``learned_prior_FlightPlanner-v1.md`` into ``DIR`` (default ``benchmarks/results``), all
 or nothing.
 """
@@ -311,9 +311,15 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     parser.add_argument("--env", choices=sorted(ENVS), default="ToolBench-v0")
     parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--students", action="store_true")
     known, rest = parser.parse_known_args(given)
     _, default, smoke, _ = ENVS[known.env]
     scale = smoke if known.smoke else default
+    if known.students:
+        if not isinstance(scale, FlightScale):
+            raise SystemExit("--students: FlightPlanner-v1's option (ToolBench's runs train "
+                             "the students always)")
+        scale = replace(scale, name=scale.name + "-students", students=True)
     prog = "python -m experiments.learned_prior"
 
     def run(out: Path, jobs: int, address: str | None = None,
@@ -322,4 +328,5 @@ def main(argv: list[str] | None = None) -> None:
                       command=" ".join([prog, *given]))
 
     study_main(prog, __doc__.splitlines()[0] + " (--env ENV: " + ", ".join(sorted(ENVS))
-               + "; --smoke: the plumbing scale)", OUT, rest, run)
+               + "; --smoke: the plumbing scale; --students: FlightPlanner-v1's students "
+               "too)", OUT, rest, run)
