@@ -10,8 +10,16 @@ own log, so the intervals cover the fit's spread too. Both the students and the 
 are scored on the tables' 400 evaluation tasks, as shares of the rule-to-planner gap,
 paired by seed against the true-prior student.
 
-Writes ``learned_prior.md`` into ``--out`` (default ``benchmarks/results``).
-Command: ``python -m experiments.learned_prior [--jobs N] [--out DIR]``.
+On FlightPlanner-v1 (``--env FlightPlanner-v1``) the teacher is
+:class:`~agents.planning.flight_bayes.BayesFlightPlanner` on a prior fitted by
+:mod:`agents.planning.learned_prior_flight` (the agents' strengths, prices and FLOPs, the
+network generator's edge probability, fare factor and slack ranges), 5 fits a log size;
+the teachers are scored against the true-prior reference, and with ``--students`` the
+``lora/bayes`` row's students too (the tables have no such row there).
+
+Writes ``learned_prior.md`` (or ``learned_prior_FlightPlanner-v1.md``) into ``--out``
+(default ``benchmarks/results``). Command: ``python -m experiments.learned_prior [--env
+ENV] [--students] [--jobs N] [--out DIR]``.
 
 :mod:`~experiments.learned_prior.settings` holds the env, the log sizes and the scale;
 :mod:`~experiments.learned_prior.runner` logs, fits, trains and scores;
