@@ -16,7 +16,12 @@ from cost_envs.envs.flight_planner import MAX_TURNS
 from cost_envs.envs.flight_planner_v1 import FlightPlannerV1Env
 from cost_envs.pool import AgentPool, AgentSpec
 from experiments.learned_prior import runner
-from experiments.learned_prior.settings import DEFAULT, FLIGHT_NAME, FLIGHT_SMOKE
+from experiments.learned_prior.settings import (
+    DEFAULT,
+    FLIGHT_NAME,
+    FLIGHT_SMOKE,
+    FLIGHT_STUDENTS_NAME,
+)
 
 #: A known law away from the env's, for the synthetic recovery.
 KNOWN = lpf.FlightLaw(0.27, (0.6, 1.6), (0.08, 0.28))
@@ -220,6 +225,6 @@ def test_flight_smoke_report_with_students(tmp_path) -> None:
     scale = replace(FLIGHT_SMOKE, name="flight-smoke-students", seeds=1, students=True)
     assert [kind for kind, *_ in runner.units_of(scale)] == ["fixed", "true", "learned"]
     runner.report(tmp_path, jobs=1, scale=scale, log=lambda *_: None)
-    text = (tmp_path / FLIGHT_NAME).read_text()
+    text = (tmp_path / FLIGHT_STUDENTS_NAME).read_text()
     assert "| student, true prior |" in text
     assert "student, prior learned from 2k steps" in text

@@ -285,7 +285,9 @@ def render_flight(fixed: Mapping[str, Any], runs: Sequence[Mapping[str, Any]],
         "(`agents.planning.learned_prior_flight`). Every teacher is scored on the same "
         f"{n_tasks} validation tasks (task seed {scale.eval_seed}, the tables'); each log "
         f"size has {scale.seeds} fits (seeds), each of its own log."
-        + ("" if scale.students else " Teachers only: no student was trained (below)."),
+        + (" Students: the LoRA allocator taught by each teacher with DAgger (the "
+           "`lora/bayes` row's settings), seed s of one against seed s of the other."
+           if scale.students else " Teachers only (the students' arm: `--students`)."),
         "",
         "**The logs.** The uniform random allocator (each agent called with probability "
         f"1/2) on FlightPlanner-v1's batched env ({LOG_ENVS} sub-envs, reset seed "

@@ -70,6 +70,8 @@ from experiments.learned_prior.settings import (
     ENV_ID,
     ENVS,
     FLIGHT_NAME,
+    FLIGHT_STUDENTS,
+    FLIGHT_STUDENTS_NAME,
     LOG_ENVS,
     NAME,
     OUT,
@@ -292,12 +294,13 @@ def report(out: Path = OUT, jobs: int = 2, scale: Scale = DEFAULT, address: str 
 
     def files(results: list[Any]) -> dict[str, str]:
         if isinstance(scale, FlightScale):
-            return {FLIGHT_NAME: render_flight(results[0], results[1:], scale,
-                                               row_config(scale), made)}
+            return {FLIGHT_STUDENTS_NAME if scale.students else FLIGHT_NAME: render_flight(
+                results[0], results[1:], scale, row_config(scale), made)}
         return {NAME: render(results[0], results[1:], scale, row_config(scale), made)}
 
-    experiment = ("learned_prior_FlightPlanner-v1" if isinstance(scale, FlightScale)
-                  else "learned_prior")
+    experiment = ("learned_prior" if not isinstance(scale, FlightScale)
+                  else "learned_prior_FlightPlanner-v1"
+                  + ("_students" if scale.students else ""))
     return write_study(out, experiment, scale, run_unit, units, files, jobs=jobs,
                        address=address, describe=_describe, log=log)
 
@@ -319,7 +322,8 @@ def main(argv: list[str] | None = None) -> None:
         if not isinstance(scale, FlightScale):
             raise SystemExit("--students: FlightPlanner-v1's option (ToolBench's runs train "
                              "the students always)")
-        scale = replace(scale, name=scale.name + "-students", students=True)
+        scale = (FLIGHT_STUDENTS if not known.smoke
+                 else replace(scale, name=scale.name + "-students", students=True))
     prog = "python -m experiments.learned_prior"
 
     def run(out: Path, jobs: int, address: str | None = None,

@@ -103,6 +103,11 @@ FLIGHT_DEFAULT = FlightScale("flight", seeds=5)
 FLIGHT_SMOKE = FlightScale("flight-smoke", seeds=2, sizes=(2_000,), episodes=6, resamples=200,
                            supervised=SupervisedConfig(episodes=4, epochs=1), rule_tasks=5,
                            particles=100, n_sim=2_000, fit_evaluations=10)
+#: With ``--students``: the Bayes-taught students too (the ``lora/bayes`` row's settings), a
+#: small run (2 seeds, logs of 10k steps) that fitted beside the teachers' run on a shared
+#: 2-core machine.
+FLIGHT_STUDENTS = FlightScale("flight-students", seeds=2, sizes=(10_000,), students=True)
+FLIGHT_STUDENTS_NAME = "learned_prior_FlightPlanner-v1_students.md"
 #: ``--env`` name -> (env id, default scale, smoke scale, the file it writes).
 ENVS = {"ToolBench-v0": (ENV_ID, DEFAULT, SMOKE, NAME),
         "FlightPlanner-v1": (FLIGHT_ENV_ID, FLIGHT_DEFAULT, FLIGHT_SMOKE, FLIGHT_NAME)}
