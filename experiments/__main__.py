@@ -49,6 +49,11 @@ applies to lora_ppo, corl, bopo and rules; traces already scores on its test spl
 ``budgets`` refuses it: its curves are where the stop marks are read, on the validation
 tasks.
 
+``--ppo-path`` (``budgets`` and ``converged``): FastPPO's ``exact`` path (the default, SB3's
+updates bit for bit: the committed curves and runs) or its ``fused`` one (``fused_loss=True``,
+float-close, faster); a fused run's units, kept runs and files are apart (``*_fused``),
+never mixed with the exact ones.
+
 ``memory`` (not part of all) trains RecurrentPPO against PPO at the same settings and
 says whether memory pays on each env (:mod:`experiments.memory`, issue #23).
 """
@@ -102,6 +107,9 @@ SCALES = ("smoke", "default", "full")
 #: the parser imports nothing heavy) and the experiments that take it.
 TASK_SETS = ("validation", "test")
 TAKE_TASKS = ("lora_ppo", "corl", "bopo", "rules", "converged", "all")
+#: FastPPO's paths of ``--ppo-path`` and the experiments that take it.
+PPO_PATHS = ("exact", "fused")
+TAKE_PPO_PATH = ("budgets", "converged")
 EPILOG = """\
 scales:
   smoke    seconds per experiment: plumbing for the tests, not a result
@@ -116,7 +124,8 @@ multitenant (not part of all): tenants x capacity on one pool; default ~2 minute
 budgets (not part of all): learning curves of the learned rows to where they stop
   improving (ToolBench-v0; default 1M steps x 5 seeds x 4 rows, about 2 h on 2 cores)
 converged (not part of all): FlightPlanner-v1's learned rows at their converged budget
-  on 10,000 tasks (default 16 runs of 17-24 minutes; full runs default)
+  on 10,000 tasks (default 16 runs of 5-9 minutes each on 2 cores, converged_*.md; full
+  runs default; --ppo-path fused: the RL stages on the fused path)
 memory (not part of all): RecurrentPPO against PPO at the same settings on FlightPlanner
   v0 and v1; default 8,192 steps x 5 seeds, about 8 CPU-minutes (ToolBench-v0 too:
   python -m experiments.memory --envs)
@@ -130,6 +139,9 @@ tune (not part of all): equal-budget sweeps on Ray Tune + Optuna, written to
   tables on the validation tasks, where every choice is made (default; today's committed
   tables), or on the test tasks that no choice has seen (each gap's rule end still chosen
   on the validation tasks)
+--ppo-path exact|fused (budgets, converged): train on FastPPO's exact path (default;
+  SB3's updates bit for bit, the committed files) or its fused one (float-close, faster),
+  kept and written apart (budgets_<Env>_fused.*, converged_runs_fused/)
 --unit NAME (repeatable; not tune, traces, aggregates): run only that unit of those not
   kept yet, named as in the progress lines and a failure's message (which gives the
   command); the experiment goes on if no other unit is missing, else stops in one line
@@ -215,6 +227,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "(default; where every choice is made) or test (no choice has "
                              "seen it; each gap's rule end still chosen on validation); "
                              "lora_ppo, corl, bopo, rules, converged and all only")
+    parser.add_argument("--ppo-path", choices=PPO_PATHS, default="exact",
+                        help="FastPPO's path: exact (default; SB3's updates bit for bit) or "
+                             "fused (fused_loss=True, float-close, faster; kept and written "
+                             "apart); budgets and converged only")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA,
                         help="the RouteLLM folder of traces (gsm8k_responses.csv, mmlu/), "
                              "read in place (default: ../shared/data/routellm beside the "
@@ -296,7 +312,7 @@ def _run_budgets(args: argparse.Namespace, log: Callable[[str], None]) -> None:
     from experiments.budgets import runner as budgets
 
     for path in budgets.report(args.out, args.scale, jobs=args.jobs or 2, log=log,
-                               address=args.address):
+                               address=args.address, fused=args.ppo_path == "fused"):
         log(f"budgets: wrote {path}")
 
 
@@ -304,7 +320,8 @@ def _run_converged(args: argparse.Namespace, log: Callable[[str], None]) -> None
     from experiments.converged import runner as converged
 
     for path in converged.report(args.out, _routing_scale(args.scale), jobs=args.jobs or 2,
-                                 log=log, address=args.address, tasks=args.tasks):
+                                 log=log, address=args.address, tasks=args.tasks,
+                                 fused=args.ppo_path == "fused"):
         log(f"converged: wrote {path}")
 
 
@@ -508,6 +525,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.tasks != "validation" and args.experiment not in TAKE_TASKS:
         parser.error(f"--tasks: only {', '.join(TAKE_TASKS)} take it (the headline tables); "
                      f"{args.experiment} makes or reads choices on the validation tasks")
+    if args.ppo_path != "exact" and args.experiment not in TAKE_PPO_PATH:
+        parser.error(f"--ppo-path: only {', '.join(TAKE_PPO_PATH)} take it; "
+                     f"{args.experiment} trains on the exact path")
     if args.unit is not None and args.experiment in ("aggregates", "traces", "tune"):
         parser.error(f"--unit: {args.experiment} runs no units through the scheduler")
     try:

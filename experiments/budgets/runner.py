@@ -15,6 +15,11 @@ before has not stopped at this budget, and the table says so.
 By default the curves are ToolBench-v0's rows (:data:`BUDGET_ENVS`) and FlightPlanner-v1's
 PPO, the latter at its own longer scale (:data:`ENV_SCALES`).
 
+Every PPO stage trains on FastPPO's exact path (SB3's updates bit for bit) unless
+``fused``: then on its fused path (``fused_loss=True``, float-close, not bit for bit;
+:mod:`agents.learners.ppo`), whose kept units and files are apart (``budgets_<Env>_fused``),
+so that neither path's runs stand for the other's.
+
 The RL steps are what the curve counts; a row with a supervised stage (``lora-ppo``) spent
 its teacher's episodes before step 0, and its point at step 0 is that warm start.
 
@@ -36,7 +41,15 @@ from agents.files import write_files_atomic
 from agents.learners.training import configure_torch_threads, train
 from agents.seeds import EVAL_TASK_SEED
 from experiments.budgets.report import curve_table
-from experiments.budgets.settings import BUDGET_ENVS, BUDGET_ROWS, SCALES, Scale, scale_for
+from experiments.budgets.settings import (
+    BUDGET_ENVS,
+    BUDGET_ROWS,
+    SCALES,
+    Scale,
+    path_suffix,
+    row_arguments,
+    scale_for,
+)
 from experiments.shared.kept import Kept, units_folder
 from experiments.shared.scheduler import run_units
 
@@ -55,22 +68,29 @@ class Job:
     seed: int
     scale: Scale
     eval_seed: int = EVAL_TASK_SEED
+    #: On FastPPO's fused path (:func:`experiments.budgets.settings.row_arguments`).
+    fused: bool = False
 
     def __str__(self) -> str:
-        return f"{self.env_id.split('/')[-1]} {self.key} seed {self.seed}"
+        path = " fused" if self.fused else ""
+        return f"{self.env_id.split('/')[-1]} {self.key} seed {self.seed}{path}"
 
 
 def run_job(job: Job) -> dict[str, Any]:
-    """Train one row with one seed, scoring it at every checkpoint; its curve and wall time."""
+    """Train one row with one seed, scoring it at every checkpoint.
+
+    Returns its curve, wall time (``seconds``) and the process's CPU time
+    (``cpu_seconds``: the fairer figure on a shared machine).
+    """
     configure_torch_threads()
     row = BUDGET_ROWS[job.key]
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     trained = train(job.env_id, row.method, job.scale.timesteps, seed=job.seed,
                     n_envs=job.scale.n_envs, evaluate_at=job.scale.checkpoints,
                     eval_episodes=job.scale.episodes, eval_seed=job.eval_seed,
-                    **dict(row.arguments))
+                    **row_arguments(job.key, job.fused))
     return {"key": job.key, "seed": job.seed, "curve": trained.curve,
-            "seconds": time.perf_counter() - start}
+            "seconds": time.perf_counter() - start, "cpu_seconds": time.process_time() - cpu}
 
 
 def reference_returns(env_id: str, episodes: int, eval_seed: int = EVAL_TASK_SEED
@@ -92,20 +112,26 @@ def reference_returns(env_id: str, episodes: int, eval_seed: int = EVAL_TASK_SEE
 
 def report(out: Path, scale: str | Scale = "default", jobs: int = 2,
            envs: Mapping[str, Sequence[str]] | None = None, log: Any = print,
-           address: str | None = None) -> list[Path]:
+           address: str | None = None, fused: bool = False) -> list[Path]:
     """Run every (env, row, seed) and write each env's table and CSV; returns the paths.
 
     ``scale``: a key of :data:`SCALES` or a :class:`Scale`. The runs are units of
     :func:`experiments.shared.scheduler.run_units` (``jobs`` processes, or the Ray cluster
-    at ``address``), each kept as it finishes until the files are written.
+    at ``address``), each kept as it finishes until the files are written. ``fused``: on
+    FastPPO's fused path, into ``budgets_<Env>_fused.md`` and ``.csv`` (its units kept
+    apart, under settings that name the path).
     """
     if isinstance(scale, str) and scale not in SCALES:
         raise ValueError(f"scale: expected one of {list(SCALES)}, got {scale!r}")
     chosen = SCALES[scale] if isinstance(scale, str) else scale
     envs = BUDGET_ENVS if envs is None else envs
-    grid = [Job(env_id, key, seed, scale_for(env_id, chosen)) for env_id, keys in envs.items()
+    grid = [Job(env_id, key, seed, scale_for(env_id, chosen), fused=fused)
+            for env_id, keys in envs.items()
             for key in keys for seed in range(scale_for(env_id, chosen).seeds)]
-    keeper = Kept(units_folder(out, "budgets", chosen.name), repr((chosen, dict(envs))))
+    # the exact path's settings as they were; the fused path's name it
+    settings = (chosen, dict(envs), "fused_loss") if fused else (chosen, dict(envs))
+    keeper = Kept(units_folder(out, f"budgets{path_suffix(fused)}", chosen.name),
+                  repr(settings))
     results = run_units(run_job, grid, jobs=jobs, address=address, keeper=keeper,
                         label="budgets", log=log)
     files = {}
@@ -113,8 +139,11 @@ def report(out: Path, scale: str | Scale = "default", jobs: int = 2,
         own = scale_for(env_id, chosen)
         rule, planner = reference_returns(env_id, own.episodes)
         mine = [r for job, r in zip(grid, results, strict=True) if job.env_id == env_id]
-        markdown, columns = curve_table(env_id, mine, rule, planner, own)
-        name = env_id.split("/")[-1]
+        setup = (f"{own.seeds} seeds x {own.timesteps} env steps on {own.n_envs} batched "
+                 "sub-envs, on FastPPO's fused path (`fused_loss=True`: float-close to SB3's "
+                 "updates, not bit for bit)") if fused else None
+        markdown, columns = curve_table(env_id, mine, rule, planner, own, setup=setup)
+        name = env_id.split("/")[-1] + path_suffix(fused)
         files[f"budgets_{name}.md"] = markdown
         files[f"budgets_{name}.csv"] = columns
     written = write_files_atomic(out, files)

@@ -31,6 +31,39 @@ BUDGET_ROWS = {
     # issue #23's candidate "a lower entropy bonus" (experiments/ppo_entropy/runner.py)
     "ppo/no-entropy": BudgetRow("ppo", "PPO, no entropy bonus", {"ppo": {"ent_coef": 0.0}}),
 }
+#: What a run on FastPPO's fused path adds to ``train``'s ``ppo`` settings, and the key its
+#: kept files carry (:func:`on_path`): ``FastPPO(fused_loss=True)``, the loss's gradient by
+#: hand, float-close to SB3's updates but not bit for bit (:mod:`agents.learners.ppo`).
+FUSED = "fused_loss"
+
+
+def row_arguments(key: str, fused: bool = False) -> dict[str, Any]:
+    """Row ``key``'s ``train`` arguments; ``fused``: on FastPPO's fused path.
+
+    The fused path is one more ``ppo`` setting (``fused_loss=True``) merged into the row's
+    own; the exact path (the default) passes the row's arguments as they are.
+    """
+    arguments = dict(BUDGET_ROWS[key].arguments)
+    if fused:
+        arguments["ppo"] = {**arguments.get("ppo", {}), FUSED: True}
+    return arguments
+
+
+def on_path(settings: Mapping[str, Any], fused: bool) -> dict[str, Any]:
+    """A kept run's ``settings`` with ``"fused_loss": True`` on the fused path.
+
+    The exact path's settings are as they were (the committed runs hold no such key);
+    :func:`experiments.shared.kept.read_kept` refuses a file holding the key where the
+    settings lack it, so neither path's runs are ever reused as the other's.
+    """
+    return {**settings, FUSED: True} if fused else dict(settings)
+
+
+def path_suffix(fused: bool) -> str:
+    """What a fused run's files and folders add to the exact ones' names: ``_fused``."""
+    return "_fused" if fused else ""
+
+
 #: The envs whose curves are run by default, and their rows.
 BUDGET_ENVS = {"cost_envs/ToolBench-v0": ("ppo", "ppo/autoregressive", "lora-ppo",
                                           "lora-ppo/bayes"),

@@ -48,11 +48,15 @@ def share(values: np.ndarray | Sequence[float], rule: Sequence[float],
 
 def render(learned: dict[str, np.ndarray], fixed: Fixed, scale: Scale,
            minutes: dict[str, float], tasks: str = DEFAULT_TASKS,
-           runs: str = RUNS) -> tuple[str, str]:
+           runs: str = RUNS, cpu_minutes: dict[str, float] | None = None,
+           fused: bool = False, fixed_runs: str | None = None) -> tuple[str, str]:
     """The Markdown report and the CSV from each learned row's seeds x tasks returns.
 
-    ``minutes``: each learned row's mean wall time per seed; ``tasks``: the set every row
-    was scored on; ``runs``: the folder of the kept runs the CSV names.
+    ``minutes``: each learned row's mean wall time per seed, ``cpu_minutes`` its process
+    CPU time where known; ``tasks``: the set every row was scored on; ``runs``: the folder
+    of the learned rows' kept runs the CSV names, ``fixed_runs`` that of the fixed rows'
+    file (default ``runs``; a fused report's is the exact one's); ``fused``: the rows were
+    trained on FastPPO's fused path.
     """
     scored = tagged({}, tasks)  # what the page says of its set
     first_seed = task_seed(tasks)
@@ -62,9 +66,13 @@ def render(learned: dict[str, np.ndarray], fixed: Fixed, scale: Scale,
     r = scale.resamples
     tasks = len(rule)
     names = ", ".join(BUDGET_ROWS[key].label for key in learned)
-    lines = [f"# {ENV_ID}: learned rows at their converged budget on {tasks:,} tasks", "",
+    path = (" on FastPPO's fused path (`fused_loss=True`: float-close to SB3's updates, not "
+            "bit for bit)") if fused else ""
+    cpu = cpu_minutes or {}
+    title = f"# {ENV_ID}: learned rows at their converged budget on {tasks:,} tasks"
+    lines = [title + (", FastPPO's fused path" if fused else ""), "",
              f"{names}: each trained {scale.seeds} seeds x {scale.timesteps:,} env steps on "
-             f"16 batched sub-envs, scored after its last update on {tasks:,} evaluation "
+             f"16 batched sub-envs{path}, scored after its last update on {tasks:,} evaluation "
              f"tasks of task seed {first_seed}, beside every fixed row on the same "
              "tasks. Return: mean "
              "Eq. 1 return [95% interval; over seeds and tasks for the learned rows, over "
@@ -74,6 +82,7 @@ def render(learned: dict[str, np.ndarray], fixed: Fixed, scale: Scale,
              *([described_set(scored), ""] if described_set(scored) else []),
              f"Machine: {machine()}. Wall time per seed: "
              + "; ".join(f"{BUDGET_ROWS[key].label} {minutes[key]:.1f} min"
+                         + (f" ({cpu[key]:.1f} min of CPU)" if key in cpu else "")
                          for key in learned) + ".", "",
              "| row | return | share of the gap |", "| --- | --- | --- |"]
     for key, label in fixed.labels.items():
@@ -97,7 +106,8 @@ def render(learned: dict[str, np.ndarray], fixed: Fixed, scale: Scale,
     writer = csv.writer(rows, lineterminator="\n")
     writer.writerow(["row", "seed", "mean_return", "kept_in"])
     for key in (fixed.rule, *REFERENCE_KEYS):
-        writer.writerow([key, "", f"{returns[key].mean():.6f}", f"{runs}/{FIXED_FILE}"])
+        writer.writerow([key, "", f"{returns[key].mean():.6f}",
+                         f"{fixed_runs or runs}/{FIXED_FILE}"])
     for key, values in learned.items():
         for seed, seed_values in enumerate(values):
             writer.writerow([key, seed, f"{seed_values.mean():.6f}",

@@ -33,13 +33,22 @@ finished run (a row and a seed) and the fixed rows' scores are written at once t
 only when every run of the grid exists.
 
 ``python -m experiments.converged [--scale default|smoke] [--rows KEY ...] [--jobs N]
-[--out DIR]`` writes ``converged_FlightPlanner-v1.md`` and ``.csv`` into ``DIR`` (default
-``benchmarks/results``), all or nothing. ``smoke`` takes seconds. The CSV lists every
+[--out DIR] [--ppo-path exact|fused]`` writes ``converged_FlightPlanner-v1.md`` and ``.csv``
+into ``DIR`` (default ``benchmarks/results``), all or nothing. ``smoke`` takes seconds. The CSV lists every
 learned row's seeds and the three reference rows with their mean return and the kept file
 (in ``DIR``) that holds their per-task returns (:func:`experiments.shared.gaps.encode_scores`),
 from which every figure can be recomputed: the kept runs are the one home of those
 returns (copied into the CSV, the 16 runs' 10,000 tasks made it larger than a tracked
 file may be).
+
+**The PPO path** (``--ppo-path``): every RL stage trains on FastPPO's exact path (SB3's
+updates bit for bit; the committed runs) by default, or on its fused path (``fused``:
+``fused_loss=True``, float-close, not bit for bit; :mod:`agents.learners.ppo`). A fused
+report is ``converged_FlightPlanner-v1_fused.md`` and ``.csv``, its learned runs kept in
+``converged_runs_fused/`` with ``"fused_loss": true`` among their settings (a kept file of
+the other path is refused, never reused); the fixed rows, which no learner touches, are
+the exact report's ``fixed.json``. ``benchmarks/ppo_fused_converged.py`` compares the two
+paths' runs, paired over seeds and tasks.
 """
 
 from __future__ import annotations
@@ -53,7 +62,7 @@ import numpy as np
 
 from agents.files import write_files_atomic
 from experiments.budgets import runner as budgets
-from experiments.budgets.settings import BUDGET_ROWS
+from experiments.budgets.settings import BUDGET_ROWS, on_path, path_suffix
 from experiments.converged.report import Fixed, render
 from experiments.converged.settings import ENV_ID, FIXED_FILE, OUT, ROWS, RUNS, SCALES, Scale
 from experiments.shared.gaps import decode_scores, encode_scores
@@ -62,12 +71,14 @@ from experiments.shared.scheduler import add_scheduling_arguments, run_units, sc
 from experiments.shared.task_sets import DEFAULT_TASKS, TASK_SETS, check_tasks, tagged, task_seed
 
 
-def runs_folder(tasks: str) -> str:
+def runs_folder(tasks: str, fused: bool = False) -> str:
     """The folder (in ``out``) of the kept runs of a report scored on ``tasks``.
 
-    :data:`RUNS` for the validation set (the committed runs); a test run's kept apart.
+    :data:`RUNS` for the validation set on the exact path (the committed runs); a test
+    run's kept apart, and so is a run on the fused path (``_fused``).
     """
-    return RUNS if check_tasks(tasks) == DEFAULT_TASKS else f"{RUNS}_{tasks}"
+    folder = RUNS if check_tasks(tasks) == DEFAULT_TASKS else f"{RUNS}_{tasks}"
+    return folder + path_suffix(fused)
 
 
 def score_fixed(scale: Scale, tasks: str = DEFAULT_TASKS) -> dict[str, Any]:
@@ -95,9 +106,9 @@ def train_row(job: budgets.Job, tasks: str = DEFAULT_TASKS) -> dict[str, Any]:
     in the content when it is not the validation set's.
     """
     result = budgets.run_job(job)
-    return {**tagged({"env": job.env_id}, tasks), "row": job.key, "seed": job.seed,
-            "timesteps": job.scale.timesteps, "episodes": job.scale.episodes,
-            "seconds": result["seconds"],
+    return {**on_path(tagged({"env": job.env_id}, tasks), job.fused), "row": job.key,
+            "seed": job.seed, "timesteps": job.scale.timesteps, "episodes": job.scale.episodes,
+            "seconds": result["seconds"], "cpu_seconds": result["cpu_seconds"],
             "returns": encode_scores(result["curve"][-1]["returns"])}
 
 
@@ -117,14 +128,17 @@ def _describe(task: tuple[str, Any]) -> str:
 
 def report(out: Path, scale: str | Scale = "default", jobs: int = 2,
            rows: Sequence[str] = ROWS, log: Any = print,
-           address: str | None = None, tasks: str = DEFAULT_TASKS) -> list[Path]:
+           address: str | None = None, tasks: str = DEFAULT_TASKS,
+           fused: bool = False) -> list[Path]:
     """Train and score what is not kept yet, then write the report; returns its paths.
 
     ``tasks``: the task set every row is scored on (:mod:`experiments.shared.task_sets`):
     ``validation`` (the committed report) or ``test``, whose runs are kept apart
     (``converged_runs_test/``, their files naming the set) and whose gap's rule end is
     still chosen on the validation tasks. The steps (:data:`STEPS`) are the stop mark read
-    on the validation curve.
+    on the validation curve. ``fused``: the learned rows on FastPPO's fused path (module
+    docstring), kept in ``converged_runs_fused/`` (``converged_runs_test_fused/``) and
+    reported in ``converged_FlightPlanner-v1_fused.md`` and ``.csv``.
 
     Raises:
         ValueError: A bad scale, row or task set, or a kept file of other settings (before
@@ -137,21 +151,23 @@ def report(out: Path, scale: str | Scale = "default", jobs: int = 2,
         raise ValueError(f"rows: expected keys of {list(BUDGET_ROWS)}, got "
                          f"{list(rows)!r}")
     chosen = SCALES[scale] if isinstance(scale, str) else scale
-    runs = runs_folder(tasks)
+    runs = runs_folder(tasks, fused)
     folder = Path(out) / runs
     settings = tagged(chosen.settings(), tasks)
     items: list[tuple[str, int | None]] = [("fixed", None)]
     items += [(key, seed) for seed in range(chosen.seeds) for key in rows]
-    paths = {_name(item): folder / FIXED_FILE if item[0] == "fixed" else
-             run_file(folder, item[0], item[1] or 0) for item in items}
+    # the fixed rows are the same on either path: the exact runs' folder keeps them
+    paths = {_name(item): Path(out) / runs_folder(tasks) / FIXED_FILE if item[0] == "fixed"
+             else run_file(folder, item[0], item[1] or 0) for item in items}
     keeper = Runs(path=paths.__getitem__, settings=lambda name: {
-        **settings, "rule_tasks": chosen.rule_tasks} if name == "fixed" else settings)
+        **settings, "rule_tasks": chosen.rule_tasks} if name == "fixed"
+        else on_path(settings, fused))
     for name in paths:  # a kept file of other settings is refused before any run
         keeper.read(name)
     extra = () if tasks == DEFAULT_TASKS else (tasks,)  # the validation units as they were
     units = [("fixed", chosen, *extra) if key == "fixed" else
              ("row", budgets.Job(ENV_ID, key, seed or 0, chosen.budget_scale(),
-                                 task_seed(tasks)), *extra)
+                                 task_seed(tasks), fused), *extra)
              for key, seed in items]
     log(f"converged: runs kept in {folder}")
     contents = run_units(_task, units, jobs=jobs, address=address, describe=_describe,
@@ -165,8 +181,14 @@ def report(out: Path, scale: str | Scale = "default", jobs: int = 2,
                               for seed in range(chosen.seeds)]) for key in rows}
     minutes = {key: float(np.mean([kept[(key, seed)]["seconds"]
                                    for seed in range(chosen.seeds)])) / 60 for key in rows}
-    markdown, columns = render(learned, fixed, chosen, minutes, tasks, runs)
-    name = ENV_ID.split("/")[-1]
+    # the CPU time where every run of a row has it (runs kept before it was recorded: not)
+    cpu_minutes = {key: float(np.mean([kept[(key, seed)]["cpu_seconds"]
+                                       for seed in range(chosen.seeds)])) / 60 for key in rows
+                   if all("cpu_seconds" in kept[(key, seed)] for seed in range(chosen.seeds))}
+    markdown, columns = render(learned, fixed, chosen, minutes, tasks, runs,
+                               cpu_minutes=cpu_minutes, fused=fused,
+                               fixed_runs=runs_folder(tasks))
+    name = ENV_ID.split("/")[-1] + path_suffix(fused)
     return write_files_atomic(out, {f"converged_{name}.md": markdown,
                                     f"converged_{name}.csv": columns})
 
@@ -184,6 +206,10 @@ def main(argv: list[str] | None = None) -> None:
                         help="the task set every row is scored on: validation (default; the "
                              "committed report) or test (the rule end still chosen on "
                              "validation)")
+    parser.add_argument("--ppo-path", choices=("exact", "fused"), default="exact",
+                        help="FastPPO's path: exact (default; SB3's updates bit for bit, the "
+                             "committed runs) or fused (fused_loss=True, float-close; kept "
+                             "and reported apart, *_fused)")
     add_scheduling_arguments(parser)
     args = parser.parse_args(argv)
     if args.jobs < 1:
@@ -191,6 +217,6 @@ def main(argv: list[str] | None = None) -> None:
     try:
         with scheduling(args, parser.prog):  # a failure, --unit: one line, exit 1
             report(args.out, args.scale, jobs=args.jobs, rows=args.rows, address=args.address,
-                   tasks=args.tasks)
+                   tasks=args.tasks, fused=args.ppo_path == "fused")
     except (ValueError, ConnectionError) as error:
         parser.exit(2, f"python -m experiments.converged: error: {error}\n")

@@ -44,8 +44,17 @@ def run_file(folder: Path, key: str, seed: int) -> Path:
     return Path(folder) / f"{key.replace('/', '+')}_seed{seed}.json"
 
 
+#: Settings a kept run holds only when it was run the other way (``"fused_loss": true``: on
+#: FastPPO's fused path, :func:`experiments.budgets.settings.on_path`): settings without
+#: one must find none in the file, else a run of the other way would pass for theirs.
+MARKS = ("fused_loss",)
+
+
 def read_kept(path: Path, settings: dict[str, Any]) -> dict[str, Any] | None:
     """A kept file's content if it exists, ``None`` if not.
+
+    Every key of ``settings`` must hold the same value in the file, and a key of
+    :data:`MARKS` that ``settings`` lack must be absent from it.
 
     Raises:
         ValueError: If it exists but was run with other ``settings``, or is not a kept run.
@@ -55,6 +64,7 @@ def read_kept(path: Path, settings: dict[str, Any]) -> dict[str, Any] | None:
     try:
         kept = json.loads(path.read_text(encoding="utf-8"))
         ran = {name: kept[name] for name in settings}
+        ran.update({name: kept[name] for name in MARKS if name in kept and name not in settings})
     except (ValueError, KeyError, TypeError):
         raise ValueError(f"{path}: expected a kept run (JSON with {sorted(settings)}); delete "
                          "it to run it again") from None
