@@ -34,9 +34,10 @@ only when every run of the grid exists.
 
 ``python -m experiments.converged [--scale default|smoke] [--rows KEY ...] [--jobs N]
 [--out DIR] [--ppo-path exact|fused]`` writes ``converged_FlightPlanner-v1.md`` and ``.csv``
-into ``DIR`` (default ``benchmarks/results``), all or nothing. ``smoke`` takes seconds. The CSV lists every
-learned row's seeds and the three reference rows with their mean return and the kept file
-(in ``DIR``) that holds their per-task returns (:func:`experiments.shared.gaps.encode_scores`),
+into ``DIR`` (default ``benchmarks/results``), all or nothing. ``smoke`` takes seconds. The
+CSV lists every learned row's seeds and the three reference rows with their mean return and
+the kept file (in ``DIR``) that holds their per-task returns
+(:func:`experiments.shared.gaps.encode_scores`),
 from which every figure can be recomputed: the kept runs are the one home of those
 returns (copied into the CSV, the 16 runs' 10,000 tasks made it larger than a tracked
 file may be).
