@@ -26,8 +26,9 @@ deterministic given the tasks, so their intervals are over tasks. The table give
 row's return and share of the rule-to-planner gap, and per learned row the paired
 differences that answer the issue: row - best fixed row, row - Bayes reference.
 
-**Runs are kept as they finish** (:mod:`experiments.shared.kept`): one run is 15 to 40 minutes on
-this 2-core machine and the whole grid several CPU-hours, more than one sitting. Each
+**Runs are kept as they finish** (:mod:`experiments.shared.kept`): one run is 5 to 10 minutes on
+this 2-core machine (``converged_FlightPlanner-v1.md``: 5.4 to 9.3 a seed; 15 to 40 before
+the faster learners and envs) and the whole grid more than an hour. Each
 finished run (a row and a seed) and the fixed rows' scores are written at once to
 ``<out>/converged_runs/``; a later call trains only what is missing. The report is written
 only when every run of the grid exists.

@@ -13,13 +13,13 @@ on whatever machine or cluster the unit ran (the driver writes). Two kinds:
 * :class:`Runs`: the JSON run files of the studies whose reports name them (converged,
   memory), below.
 
-A converged-budget run is 15 to 40 minutes on the project's 2-core machine and a grid of
-them several CPU-hours. An experiment that keeps runs writes each one, as soon as it
-finishes, to a small JSON file of its own (the settings it ran at and its per-task
-scores); a later call reuses every file whose settings match and runs only what is
-missing. A file whose settings differ is an error naming it: never silently retrained,
-never mixed into a report of other settings. The experiment writes its report only when
-every run of its grid exists.
+A converged-budget run is 5 to 10 minutes on the project's 2-core machine (15 to 40 before
+the faster learners and envs) and a grid of them more than an hour. An experiment that
+keeps runs writes each one, as soon as it finishes, to a small JSON file of its own (the
+settings it ran at and its per-task scores); a later call reuses every file whose
+settings match and runs only what is missing. A file whose settings differ is an error
+naming it: never silently retrained, never mixed into a report of other settings. The
+experiment writes its report only when every run of its grid exists.
 """
 
 from __future__ import annotations
