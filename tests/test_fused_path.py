@@ -252,3 +252,35 @@ def test_the_benchmark_runs_at_the_smoke_scale(tmp_path):
     assert "| 1 |" in page and "| yes |" in page  # the exact seed again: the same returns
     assert (tmp_path / f"{NAME}_fused.md").exists()
     assert (tmp_path / f"{NAME}.md").read_text() == exact_page
+
+
+def test_the_committed_fused_runs_are_kept_apart_and_the_comparison_is_rendered_from_them():
+    """The committed fused runs are fused runs of the converged scale (refused as exact ones),
+    and ppo_fused_converged.md's agreement rows come from them and the exact runs."""
+    script = _script()
+    scale = SCALES["default"]
+    folder = RESULTS / "converged_runs_fused"
+    fused = []
+    for seed in range(scale.seeds):
+        path = run_file(folder, "ppo", seed)
+        kept = read_kept(path, on_path(scale.settings(), fused=True))
+        assert kept is not None and kept["fused_loss"] is True and kept["cpu_seconds"] > 0
+        with pytest.raises(ValueError, match="fused_loss"):
+            read_kept(path, scale.settings())
+        fused.append(script.decode_scores(kept["returns"]))
+    fused = np.array(fused)
+    exact = script.exact_runs(RESULTS, scale)
+    rule, planner, _ = script.fixed_rows(RESULTS, scale)
+    page = (RESULTS / "ppo_fused_converged.md").read_text(encoding="utf-8")
+    difference = fused - exact
+    pooled = (f"| **pooled** | {script.cell(exact, scale.resamples, '')} | "
+              f"{script.cell(fused, scale.resamples, '')} | "
+              f"{script.cell(difference, scale.resamples)} | "
+              f"{script.share_cell(rule + difference, rule, planner)} |")
+    assert pooled in page
+    for seed in range(scale.seeds):
+        assert f"| {seed} | {exact[seed].mean():.4f} | {fused[seed].mean():.4f} | " in page
+    rows = list(csv.DictReader(io.StringIO(
+        (RESULTS / f"{NAME}_fused.csv").read_text(encoding="utf-8"))))
+    assert [row["kept_in"] for row in rows if row["row"] == "ppo"] == [
+        f"converged_runs_fused/ppo_seed{seed}.json" for seed in range(scale.seeds)]
