@@ -251,7 +251,228 @@ def linear_epsilon(progress: float, initial: float, final: float, fraction: floa
     return initial + (final - initial) * progress / fraction
 
 
-class BranchingDQN(BaseAlgorithm):
+class OffPolicyBits(BaseAlgorithm):
+    """The off-policy loop over a ``MultiBinary`` VecEnv that BDQ and SAC per bit share.
+
+    What it holds is what the learners have in common (module docstring, Environment):
+    the batched env stepped ``rollout_steps`` at a time for the callbacks, each sub-env's
+    steps turned into n-step transitions of a uniform replay (a truncated episode
+    bootstrapping from ``info["terminal_observation"]``), ``gradient_steps`` gradient
+    steps every ``train_freq`` batched steps once ``learning_starts`` transitions are
+    stored, and the exported :class:`~agents.learners.common.policies.AllocatorPolicy`
+    (the plain network, ``lora_rank=None``, the independent head). What differs is left
+    to a subclass: :meth:`build_networks`, :meth:`behaviour` (the exploring action),
+    :meth:`greedy` (the deterministic one), :meth:`train_step`, :meth:`sync_policy` and
+    :meth:`record_rollout`.
+
+    Args:
+        policy: The policy class (``AllocatorPolicy``).
+        env: A VecEnv with a flat ``Box`` observation and a ``MultiBinary(m)`` action.
+        learning_rate: Adam's step size.
+        buffer_size: Transitions the replay keeps.
+        learning_starts: Transitions stored before the first gradient step.
+        batch_size: Transitions per gradient step.
+        gamma: Discount.
+        train_freq: Steps of the batched env between two rounds of gradient steps.
+        gradient_steps: Gradient steps per round.
+        n_steps: The n of the n-step return.
+        max_grad_norm: Gradient clipping (global norm).
+        rollout_steps: Steps per sub-env between two callback rollout boundaries.
+        stats_window_size: SB3's window of episode statistics.
+        tensorboard_log: SB3's TensorBoard folder.
+        policy_kwargs: ``AllocatorPolicy`` arguments (``hidden_sizes``; ``lora_rank`` must
+            be ``None`` and ``action_distribution`` ``independent``).
+        verbose: SB3 verbosity.
+        device: Only ``cpu``.
+        where: The learner's name in error messages.
+
+    Raises:
+        ValueError: A bad hyperparameter or an env the loop does not handle.
+    """
+
+    policy: AllocatorPolicy
+
+    def __init__(
+        self,
+        policy: type[AllocatorPolicy],
+        env: VecEnv,
+        learning_rate: float,
+        buffer_size: int,
+        learning_starts: int,
+        batch_size: int,
+        gamma: float,
+        train_freq: int,
+        gradient_steps: int,
+        n_steps: int,
+        max_grad_norm: float,
+        rollout_steps: int,
+        stats_window_size: int,
+        tensorboard_log: str | None,
+        policy_kwargs: dict[str, Any] | None,
+        verbose: int,
+        device: str,
+        where: str,
+    ) -> None:
+        self.where = where
+        self.buffer_size = integer(buffer_size, "buffer_size", minimum=1, where=where)
+        self.learning_starts = integer(learning_starts, "learning_starts", minimum=1,
+                                       where=where)
+        self.batch_size = integer(batch_size, "batch_size", minimum=1, where=where)
+        self.train_freq = integer(train_freq, "train_freq", minimum=1, where=where)
+        self.gradient_steps = integer(gradient_steps, "gradient_steps", minimum=1, where=where)
+        self.n_steps = integer(n_steps, "n_steps", minimum=1, where=where)
+        self.rollout_steps = integer(rollout_steps, "rollout_steps", minimum=1, where=where)
+        self.gamma = number(gamma, "gamma", minimum=0, where=where)
+        self.max_grad_norm = number(max_grad_norm, "max_grad_norm", minimum=0, where=where)
+        if self.gamma > 1:
+            raise ValueError(f"{where}: gamma: expected a number in [0, 1], got {self.gamma}")
+        number(learning_rate, "learning_rate", minimum=0, where=where)
+        if str(device) != "cpu":
+            raise ValueError(f"{where}: device: expected 'cpu', got {device!r}")
+        kwargs = dict(policy_kwargs or {})
+        if kwargs.get("lora_rank") is not None:
+            raise ValueError(f"{where}: trains the plain network; lora_rank must be None")
+        if kwargs.get("action_distribution", "independent") != "independent":
+            raise ValueError(f"{where}: action_distribution: the greedy action takes each "
+                             "bit's argmax on its own, so only 'independent' applies, got "
+                             f"{kwargs['action_distribution']!r}")
+        kwargs["lora_rank"] = None
+        super().__init__(policy, env, float(learning_rate), policy_kwargs=kwargs,
+                         stats_window_size=stats_window_size, tensorboard_log=tensorboard_log,
+                         verbose=verbose, device="cpu", support_multi_env=True,
+                         supported_action_spaces=(spaces.MultiBinary,))
+        self._setup_model()
+
+    # ------------------------------------------------------------------ model
+    def _setup_model(self) -> None:
+        obs_space = self.observation_space
+        if not isinstance(obs_space, spaces.Box) or len(obs_space.shape) != 1:
+            raise ValueError(f"{self.where}: expected a flat Box observation space, "
+                             f"got {obs_space}")
+        action_space = self.action_space
+        assert isinstance(action_space, spaces.MultiBinary)  # checked by BaseAlgorithm
+        self.n_bits = int(np.prod(action_space.shape))
+        obs_dim = int(obs_space.shape[0])
+        hidden = tuple(int(size) for size in self.policy_kwargs.get("hidden_sizes", (64, 64)))
+        assert isinstance(self.learning_rate, float)  # checked in __init__
+        # the exported policy (BDQ overwrites its initialisation in sync_policy)
+        self.policy = self.policy_class(  # type: ignore[assignment]  # an AllocatorPolicy
+            obs_space, action_space, ConstantSchedule(self.learning_rate), **self.policy_kwargs)
+        self.policy.set_training_mode(False)
+        self.build_networks(obs_dim, hidden)
+        self.replay = ReplayBuffer(self.buffer_size, obs_dim, self.n_bits)
+        self._nstep = NStepTransitions(self.n_envs, self.n_steps, self.gamma)
+        # exploration and minibatches from a stream of their own, drawn from numpy's global
+        # one (seeded by train's set_random_seed), so a seed fixes the run
+        self._rng = np.random.default_rng(int(np.random.randint(2 ** 31 - 1)))
+        #: Gradient steps taken (SB3's ``_n_updates``).
+        self._n_updates = 0
+        self.after_setup()
+        self.sync_policy()
+
+    def build_networks(self, obs_dim: int, hidden: tuple[int, ...]) -> None:
+        """The learner's networks and optimisers (after :attr:`policy`, before the replay)."""
+        raise NotImplementedError
+
+    def after_setup(self) -> None:
+        """State the learner sets once the replay and the generator exist (none here)."""
+
+    def sync_policy(self) -> None:
+        """Refresh :attr:`policy` from the learner's networks (none here)."""
+
+    def greedy(self, obs: torch.Tensor) -> torch.Tensor:
+        """``(batch, m)`` deterministic action of a batch of observations."""
+        raise NotImplementedError
+
+    def behaviour(self, obs: np.ndarray, progress: float) -> np.ndarray:
+        """``(n, m)`` exploring actions at ``progress`` (share of the run done, 0 to 1)."""
+        raise NotImplementedError
+
+    def train_step(self) -> float:
+        """One gradient step on a minibatch of the replay; its loss."""
+        raise NotImplementedError
+
+    def record_rollout(self, losses: list[float]) -> None:
+        """Log what a rollout's training did (SB3's logger, dumped at the boundary)."""
+        self.logger.record("train/n_updates", self._n_updates)
+        if losses:
+            self.logger.record("train/loss", float(np.mean(losses)))
+
+    def predict(self, observation: Any, state: Any = None, episode_start: Any = None,
+                deterministic: bool = True) -> tuple[np.ndarray, Any]:
+        """The greedy action of ``observation`` (one or a batch); exploration is not applied."""
+        obs = np.asarray(observation, dtype=np.float32)
+        single = obs.ndim == 1
+        with torch.no_grad():
+            actions = self.greedy(torch.as_tensor(obs.reshape(-1, obs.shape[-1])))
+        out = actions.numpy().astype(np.int8)
+        return (out[0] if single else out), state
+
+    # ------------------------------------------------------------------ acting
+    def _remember(self, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
+                  new_obs: np.ndarray, dones: np.ndarray, infos: list[dict[str, Any]]) -> None:
+        """Each sub-env's step into its n-step window; completed transitions into the replay."""
+        for env in range(len(rewards)):
+            done = bool(dones[env])
+            truncated = done and bool(infos[env].get("TimeLimit.truncated", False))
+            following = (np.asarray(infos[env]["terminal_observation"], dtype=np.float32)
+                         if done else new_obs[env])
+            for transition in self._nstep.add(env, obs[env], actions[env], float(rewards[env]),
+                                              following, done and not truncated, truncated):
+                self.replay.add(transition)
+
+    # ------------------------------------------------------------------ learning
+    def learn(self, total_timesteps: int, callback: MaybeCallback = None,
+              log_interval: int = 1, tb_log_name: str = "off_policy",
+              reset_num_timesteps: bool = True, progress_bar: bool = False
+              ) -> OffPolicyBits:
+        """Train for ``total_timesteps`` env steps, rounded up to whole rollouts."""
+        total, hooks = self._setup_learn(total_timesteps, callback, reset_num_timesteps,
+                                         tb_log_name, progress_bar)
+        hooks.on_training_start(locals(), globals())
+        assert self.env is not None
+        while self.num_timesteps < total:
+            if not self.rollout(self.env, hooks, total):
+                break
+        self.sync_policy()
+        hooks.on_training_end()
+        return self
+
+    def rollout(self, env: VecEnv, callback: BaseCallback, total: int) -> bool:
+        """``rollout_steps`` steps of every sub-env, training between them.
+
+        Returns:
+            ``False`` when a callback stops the run.
+        """
+        assert self._last_obs is not None  # set by _setup_learn
+        callback.on_rollout_start()
+        start = self.num_timesteps - self._num_timesteps_at_start
+        span = max(1, total - self._num_timesteps_at_start)
+        losses: list[float] = []
+        for step in range(self.rollout_steps):
+            obs = np.asarray(self._last_obs, dtype=np.float32)
+            actions = self.behaviour(obs, (start + step * self.n_envs) / span)
+            new_obs, rewards, dones, infos = env.step(actions)
+            self.num_timesteps += env.num_envs
+            callback.update_locals(locals())
+            if not callback.on_step():
+                return False
+            self._update_info_buffer(infos, dones)
+            self._remember(obs, actions, rewards, np.asarray(new_obs, dtype=np.float32),
+                           dones, infos)
+            self._last_obs = new_obs  # type: ignore[assignment]  # a Box env's array
+            if (step + 1) % self.train_freq == 0 and self.replay.size >= max(
+                    self.learning_starts, 1):
+                losses += [self.train_step() for _ in range(self.gradient_steps)]
+        self.sync_policy()
+        self.record_rollout(losses)
+        callback.update_locals(locals())
+        callback.on_rollout_end()
+        self.logger.dump(step=self.num_timesteps)
+        return True
+
+
+class BranchingDQN(OffPolicyBits):
     """BDQ on a ``MultiBinary`` VecEnv (module docstring); an SB3 algorithm to ``learn``.
 
     Args:
@@ -287,8 +508,6 @@ class BranchingDQN(BaseAlgorithm):
         ValueError: A bad hyperparameter or an env BDQ does not handle.
     """
 
-    policy: AllocatorPolicy
-
     def __init__(
         self,
         policy: type[AllocatorPolicy],
@@ -315,80 +534,40 @@ class BranchingDQN(BaseAlgorithm):
         device: str = "cpu",
     ) -> None:
         where = "BranchingDQN"
-        self.buffer_size = integer(buffer_size, "buffer_size", minimum=1, where=where)
-        self.learning_starts = integer(learning_starts, "learning_starts", minimum=1,
-                                       where=where)
-        self.batch_size = integer(batch_size, "batch_size", minimum=1, where=where)
-        self.train_freq = integer(train_freq, "train_freq", minimum=1, where=where)
-        self.gradient_steps = integer(gradient_steps, "gradient_steps", minimum=1, where=where)
-        self.n_steps = integer(n_steps, "n_steps", minimum=1, where=where)
         self.target_update_interval = integer(target_update_interval,
                                               "target_update_interval", minimum=1, where=where)
-        self.rollout_steps = integer(rollout_steps, "rollout_steps", minimum=1, where=where)
         self.per_branch_targets = boolean(per_branch_targets, "per_branch_targets",
                                           where=where)
-        self.gamma = number(gamma, "gamma", minimum=0, where=where)
         self.exploration_fraction = number(exploration_fraction, "exploration_fraction",
                                            minimum=0, where=where)
         self.exploration_initial_eps = number(exploration_initial_eps,
                                               "exploration_initial_eps", minimum=0, where=where)
         self.exploration_final_eps = number(exploration_final_eps, "exploration_final_eps",
                                             minimum=0, where=where)
-        self.max_grad_norm = number(max_grad_norm, "max_grad_norm", minimum=0, where=where)
-        for name, value in (("gamma", self.gamma), ("exploration_fraction",
-                            self.exploration_fraction), ("exploration_initial_eps",
-                            self.exploration_initial_eps), ("exploration_final_eps",
-                            self.exploration_final_eps)):
+        for name, value in (("exploration_fraction", self.exploration_fraction),
+                            ("exploration_initial_eps", self.exploration_initial_eps),
+                            ("exploration_final_eps", self.exploration_final_eps)):
             if value > 1:
                 raise ValueError(f"{where}: {name}: expected a number in [0, 1], got {value}")
-        number(learning_rate, "learning_rate", minimum=0, where=where)
-        if str(device) != "cpu":
-            raise ValueError(f"{where}: device: expected 'cpu', got {device!r}")
-        kwargs = dict(policy_kwargs or {})
-        if kwargs.get("lora_rank") is not None:
-            raise ValueError(f"{where}: trains the plain network; lora_rank must be None")
-        if kwargs.get("action_distribution", "independent") != "independent":
-            raise ValueError(f"{where}: action_distribution: the greedy action takes each "
-                             "bit's argmax on its own, so only 'independent' applies, got "
-                             f"{kwargs['action_distribution']!r}")
-        kwargs["lora_rank"] = None
-        super().__init__(policy, env, float(learning_rate), policy_kwargs=kwargs,
-                         stats_window_size=stats_window_size, tensorboard_log=tensorboard_log,
-                         verbose=verbose, device="cpu", support_multi_env=True,
-                         supported_action_spaces=(spaces.MultiBinary,))
         #: The current epsilon.
         self.exploration_rate = self.exploration_initial_eps
-        self._setup_model()
+        super().__init__(policy, env, learning_rate, buffer_size, learning_starts, batch_size,
+                         gamma, train_freq, gradient_steps, n_steps, max_grad_norm,
+                         rollout_steps, stats_window_size, tensorboard_log, policy_kwargs,
+                         verbose, device, where)
 
     # ------------------------------------------------------------------ model
-    def _setup_model(self) -> None:
-        obs_space = self.observation_space
-        if not isinstance(obs_space, spaces.Box) or len(obs_space.shape) != 1:
-            raise ValueError(f"BranchingDQN: expected a flat Box observation space, "
-                             f"got {obs_space}")
-        action_space = self.action_space
-        assert isinstance(action_space, spaces.MultiBinary)  # checked by BaseAlgorithm
-        self.n_bits = int(np.prod(action_space.shape))
-        obs_dim = int(obs_space.shape[0])
-        hidden = tuple(int(size) for size in self.policy_kwargs.get("hidden_sizes", (64, 64)))
+    def build_networks(self, obs_dim: int, hidden: tuple[int, ...]) -> None:
+        """The online Q-network, its target copy and Adam over the online one."""
         assert isinstance(self.learning_rate, float)  # checked in __init__
-        # the exported greedy policy (its own initialisation is overwritten by sync_policy)
-        self.policy = self.policy_class(  # type: ignore[assignment]  # an AllocatorPolicy
-            obs_space, action_space, ConstantSchedule(self.learning_rate), **self.policy_kwargs)
-        self.policy.set_training_mode(False)
         self.q_net = BranchingQNetwork(obs_dim, self.n_bits, hidden)
         self.q_net_target = copy.deepcopy(self.q_net)
         self.q_net_target.requires_grad_(False)
         self.optimizer = torch.optim.Adam(self.q_net.parameters(), lr=self.learning_rate)
-        self.replay = ReplayBuffer(self.buffer_size, obs_dim, self.n_bits)
-        self._nstep = NStepTransitions(self.n_envs, self.n_steps, self.gamma)
-        # exploration and minibatches from a stream of their own, drawn from numpy's global
-        # one (seeded by train's set_random_seed), so a seed fixes the run
-        self._rng = np.random.default_rng(int(np.random.randint(2 ** 31 - 1)))
-        #: Gradient steps taken (SB3's ``_n_updates`` of DQN); target syncs taken.
-        self._n_updates = 0
+
+    def after_setup(self) -> None:
+        """Target syncs taken: none yet."""
         self.target_syncs = 0
-        self.sync_policy()
 
     def sync_policy(self) -> None:
         """Copy the greedy Q-network into :attr:`policy` (module docstring, Policy)."""
@@ -403,17 +582,18 @@ class BranchingDQN(BaseAlgorithm):
             action_net.weight.copy_(weight[:, 1] - weight[:, 0])
             action_net.bias.copy_(bias[:, 1] - bias[:, 0])
 
-    def predict(self, observation: Any, state: Any = None, episode_start: Any = None,
-                deterministic: bool = True) -> tuple[np.ndarray, Any]:
-        """The greedy action of ``observation`` (one or a batch); epsilon is not applied."""
-        obs = np.asarray(observation, dtype=np.float32)
-        single = obs.ndim == 1
-        with torch.no_grad():
-            actions = self.q_net.greedy(torch.as_tensor(obs.reshape(-1, obs.shape[-1])))
-        out = actions.numpy().astype(np.int8)
-        return (out[0] if single else out), state
+    def greedy(self, obs: torch.Tensor) -> torch.Tensor:
+        """Each branch's argmax of the online Q-network."""
+        return self.q_net.greedy(obs)
 
     # ------------------------------------------------------------------ acting
+    def behaviour(self, obs: np.ndarray, progress: float) -> np.ndarray:
+        """Per-bit epsilon-greedy at the schedule's epsilon (SB3 DQN's linear one)."""
+        self.exploration_rate = linear_epsilon(
+            progress, self.exploration_initial_eps, self.exploration_final_eps,
+            self.exploration_fraction)
+        return self.explore(obs, self.exploration_rate)
+
     def explore(self, obs: np.ndarray, epsilon: float) -> np.ndarray:
         """``(n, m)`` actions: each bit random with probability ``epsilon``, else greedy."""
         with torch.no_grad():
@@ -422,18 +602,6 @@ class BranchingDQN(BaseAlgorithm):
         random_bit = self._rng.random(shape) < epsilon
         coins = self._rng.integers(2, size=shape)
         return np.where(random_bit, coins, greedy).astype(np.int8)
-
-    def _remember(self, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
-                  new_obs: np.ndarray, dones: np.ndarray, infos: list[dict[str, Any]]) -> None:
-        """Each sub-env's step into its n-step window; completed transitions into the replay."""
-        for env in range(len(rewards)):
-            done = bool(dones[env])
-            truncated = done and bool(infos[env].get("TimeLimit.truncated", False))
-            following = (np.asarray(infos[env]["terminal_observation"], dtype=np.float32)
-                         if done else new_obs[env])
-            for transition in self._nstep.add(env, obs[env], actions[env], float(rewards[env]),
-                                              following, done and not truncated, truncated):
-                self.replay.add(transition)
 
     # ------------------------------------------------------------------ learning
     def train_step(self) -> float:
@@ -467,57 +635,16 @@ class BranchingDQN(BaseAlgorithm):
         self.q_net_target.load_state_dict(self.q_net.state_dict())
         self.target_syncs += 1
 
+    def record_rollout(self, losses: list[float]) -> None:
+        """The loop's records and the rollout's last epsilon."""
+        self.logger.record("train/exploration_rate", self.exploration_rate)
+        super().record_rollout(losses)
+
     def learn(self, total_timesteps: int, callback: MaybeCallback = None,
               log_interval: int = 1, tb_log_name: str = "bdq",
               reset_num_timesteps: bool = True, progress_bar: bool = False
               ) -> BranchingDQN:
         """Train for ``total_timesteps`` env steps, rounded up to whole rollouts."""
-        total, hooks = self._setup_learn(total_timesteps, callback, reset_num_timesteps,
-                                         tb_log_name, progress_bar)
-        hooks.on_training_start(locals(), globals())
-        assert self.env is not None
-        while self.num_timesteps < total:
-            if not self.rollout(self.env, hooks, total):
-                break
-        self.sync_policy()
-        hooks.on_training_end()
+        super().learn(total_timesteps, callback, log_interval, tb_log_name,
+                      reset_num_timesteps, progress_bar)
         return self
-
-    def rollout(self, env: VecEnv, callback: BaseCallback, total: int) -> bool:
-        """``rollout_steps`` steps of every sub-env, training between them.
-
-        Returns:
-            ``False`` when a callback stops the run.
-        """
-        assert self._last_obs is not None  # set by _setup_learn
-        callback.on_rollout_start()
-        start = self.num_timesteps - self._num_timesteps_at_start
-        span = max(1, total - self._num_timesteps_at_start)
-        losses: list[float] = []
-        for step in range(self.rollout_steps):
-            self.exploration_rate = linear_epsilon(
-                (start + step * self.n_envs) / span, self.exploration_initial_eps,
-                self.exploration_final_eps, self.exploration_fraction)
-            obs = np.asarray(self._last_obs, dtype=np.float32)
-            actions = self.explore(obs, self.exploration_rate)
-            new_obs, rewards, dones, infos = env.step(actions)
-            self.num_timesteps += env.num_envs
-            callback.update_locals(locals())
-            if not callback.on_step():
-                return False
-            self._update_info_buffer(infos, dones)
-            self._remember(obs, actions, rewards, np.asarray(new_obs, dtype=np.float32),
-                           dones, infos)
-            self._last_obs = new_obs  # type: ignore[assignment]  # a Box env's array
-            if (step + 1) % self.train_freq == 0 and self.replay.size >= max(
-                    self.learning_starts, 1):
-                losses += [self.train_step() for _ in range(self.gradient_steps)]
-        self.sync_policy()
-        self.logger.record("train/exploration_rate", self.exploration_rate)
-        self.logger.record("train/n_updates", self._n_updates)
-        if losses:
-            self.logger.record("train/loss", float(np.mean(losses)))
-        callback.update_locals(locals())
-        callback.on_rollout_end()
-        self.logger.dump(step=self.num_timesteps)
-        return True
