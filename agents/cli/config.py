@@ -59,7 +59,7 @@ ZOO_CALLBACK = "agents.callbacks.CostMetricsCallback"
 #: The adapter rank each method trains (``None``: the plain network of ``ppo``).
 LORA_RANKS: dict[str, int | None] = {"ppo": None, "lora": 8, "lora-ppo": 8, "ppo-sil": None,
                                      "ppo-grpo": None, "bdq": None,
-                                     "dyna": None}
+                                     "dyna": None, "sac-bits": None}
 #: A top-level key of an rl-zoo3 file: a Gymnasium id (``cost_envs/ToolBench-v0``).
 _ENV_ID = re.compile(r"([\w.-]+/)?[\w.:-]+-v\d+")
 

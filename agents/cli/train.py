@@ -33,7 +33,8 @@ def add_train(parser: argparse.ArgumentParser) -> None:
                              "a branching dueling Q-network (off-policy; --config takes its "
                              "own hyperparameters, not PPO's); dyna: bdq also learning from "
                              "a learned model's imagined steps (--config: bdq's and the "
-                             "model's)")
+                             "model's); sac-bits: discrete soft actor-critic per bit "
+                             "(off-policy; --config takes its own hyperparameters)")
     parser.add_argument("--config", type=Path, default=None,
                         help="JSON/YAML file of SB3 hyperparameters (learning_rate, n_steps, "
                              "...), timesteps, seed, n_envs, base, action_distribution, "

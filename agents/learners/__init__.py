@@ -12,7 +12,8 @@
   ``method="ppo-grpo"``; and value learning over the action's bits,
   :mod:`agents.learners.bdq` (a branching dueling Q-network), ``method="bdq"``, and
   :mod:`agents.learners.dyna` (BDQ on a learned model's imagined steps too),
-  ``method="dyna"``.
+  ``method="dyna"``, and :mod:`agents.learners.sac_bits` (discrete soft actor-critic per
+  bit), ``method="sac-bits"``.
 * **CORL**, one controller for every budget tier: :mod:`agents.learners.corl`; entries
   :func:`~agents.learners.corl.train_shared_ppo` (the controller), then
   :func:`~agents.learners.corl.train_tier_adapters` (one LoRA adapter per tier).
@@ -41,19 +42,20 @@ choices); its modules import torch themselves.
 
 #: Training methods, in table order: supervised LoRA, PPO from scratch, LoRA-guided PPO,
 #: then issue #38's learners from interaction alone (PPO with self-imitation, PPO on
-#: group-relative advantages, a branching dueling Q-network, Dyna on it).
-METHODS = ("lora", "ppo", "lora-ppo", "ppo-sil", "ppo-grpo", "bdq", "dyna")
+#: group-relative advantages, a branching dueling Q-network, Dyna on it, discrete SAC per bit).
+METHODS = ("lora", "ppo", "lora-ppo", "ppo-sil", "ppo-grpo", "bdq", "dyna", "sac-bits")
 #: The methods trained from scratch on the plain network: each one's model class, as
 #: ``(module, class)`` (imported when training: this package does not import torch).
 FROM_SCRATCH = {"ppo": ("agents.learners.ppo", "FastPPO"),
                 "ppo-sil": ("agents.learners.sil", "SelfImitationPPO"),
                 "ppo-grpo": ("agents.learners.grpo", "GroupRelativePPO"),
                 "bdq": ("agents.learners.bdq", "BranchingDQN"),
-                "dyna": ("agents.learners.dyna", "DynaBDQ")}
+                "dyna": ("agents.learners.dyna", "DynaBDQ"),
+                "sac-bits": ("agents.learners.sac_bits", "SACPerBit")}
 #: The from-scratch methods that are not PPO: their settings are their model class's own
 #: arguments, none of :data:`PPO_SETTINGS` (``bdq``'s are ``BranchingDQN``'s, ``dyna``'s
-#: ``DynaBDQ``'s and BDQ's).
-NOT_PPO = frozenset({"bdq", "dyna"})
+#: ``DynaBDQ``'s and BDQ's, ``sac-bits``' ``SACPerBit``'s).
+NOT_PPO = frozenset({"bdq", "dyna", "sac-bits"})
 #: Settings a from-scratch method changes from :data:`PPO_SETTINGS` (GRPO has no critic and
 #: scales its advantages per rollout: ``agents.learners.grpo``).
 METHOD_SETTINGS: dict[str, dict[str, object]] = {

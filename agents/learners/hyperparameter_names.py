@@ -38,6 +38,12 @@ METHOD_NAMES["dyna"] = METHOD_NAMES["bdq"] | frozenset({
     "imagined_ratio", "rollout_horizon", "rollout_batch", "imagined_buffer_size",
     "model_train_freq", "model_gradient_steps", "model_warmup_steps", "model_batch_size",
     "model_learning_rate", "model_members", "model_hidden", "model_classes", "max_levels"})
+#: ``sac-bits`` (:class:`agents.learners.sac_bits.SACPerBit`): its own arguments.
+METHOD_NAMES["sac-bits"] = frozenset({
+    "learning_rate", "buffer_size", "learning_starts", "batch_size", "gamma", "train_freq",
+    "gradient_steps", "n_steps", "tau", "initial_alpha", "target_entropy_ratio",
+    "shared_temperature", "mean_targets", "max_grad_norm", "rollout_steps",
+    "stats_window_size"})
 
 
 def accepted_names(method: str) -> frozenset[str]:

@@ -12,6 +12,8 @@ method         what is trained
                ``ppo=`` takes ``BranchingDQN``'s arguments instead of PPO's
 ``dyna``       ``bdq`` learning also from a learned model's imagined steps
                (:mod:`agents.learners.dyna`); ``ppo=`` takes ``DynaBDQ``'s arguments
+``sac-bits``   discrete soft actor-critic per bit (:mod:`agents.learners.sac_bits`),
+               off-policy; ``ppo=`` takes ``SACPerBit``'s arguments
 =============  =====================================================================
 
 Environments. The RL stage (``ppo``, and ``lora-ppo``'s PPO) steps ``n_envs`` sub-envs of

@@ -65,6 +65,11 @@ ROWS = {
     # and rollouts of 3 model steps (imagined states beyond the replay's)
     "dyna/g2-h3": Row("dyna", "Dyna-BDQ, 2 gradient steps a step, 3-step imagined rollouts",
                       {"ppo": {"gradient_steps": 2, "rollout_horizon": 3}}),
+    # discrete soft actor-critic per bit (agents.learners.sac_bits): BDQ's twin per-bit
+    # critics, a Bernoulli policy per bit, per-branch soft targets, a learned temperature
+    # per bit (target entropy 0.2 log 2), Polyak targets
+    "sac": Row("sac-bits", "Discrete SAC per bit (twin branching critics, per-branch soft "
+                           "targets, per-bit temperature, target entropy 0.2 log 2)"),
     # the baseline trained again here: does the committed curve reproduce on this machine?
     "ppo": Row("ppo", "PPO, trained again by this script"),
 }

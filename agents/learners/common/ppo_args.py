@@ -25,6 +25,7 @@ from agents.learners.bdq import BranchingDQN
 from agents.learners.dyna import DynaBDQ
 from agents.learners.grpo import GroupRelativePPO
 from agents.learners.lora_ppo import LoraGuidedPPO
+from agents.learners.sac_bits import SACPerBit
 from agents.learners.sil import SelfImitationPPO
 from cost_envs.config import boolean, integer, number, suggestion
 
@@ -67,7 +68,8 @@ METHOD_ARGUMENTS: dict[str, dict[str, Any]] = {
     # not PPO: its own arguments only
     "bdq": _arguments(BranchingDQN),
     # BDQ's arguments and the model's (DynaBDQ passes BDQ's on as **kwargs)
-    "dyna": {**_arguments(BranchingDQN), **_arguments(DynaBDQ)}}
+    "dyna": {**_arguments(BranchingDQN), **_arguments(DynaBDQ)},
+    "sac-bits": _arguments(SACPerBit)}
 
 
 def accepted(method: str) -> dict[str, Any]:
