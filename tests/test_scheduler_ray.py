@@ -78,7 +78,7 @@ def test_on_ray_budgets_and_converged_write_the_files_of_local_processes(
     assert on_ray == _files(tmp_path / "converged_local")
     # the kept runs too: the same per-task returns
     for name in ("fixed.json", "ppo_seed0.json", "ppo_seed1.json"):
-        kept = [re.sub(r'"seconds": [0-9.e-]+', "", (tmp_path / run / converged.RUNS / name)
+        kept = [re.sub(r'"(cpu_)?seconds": [0-9.e-]+', "", (tmp_path / run / converged.RUNS / name)
                        .read_text()) for run in ("converged_ray", "converged_local")]
         assert kept[0] == kept[1]
 
