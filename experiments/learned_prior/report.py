@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -49,17 +50,8 @@ def render(fixed: Mapping[str, Any], runs: Sequence[Mapping[str, Any]], scale: S
     true_returns = np.array([r["returns"] for r in true_students])
     n_seeds, n_tasks = true_returns.shape
 
-    def row(label: str, scored: Sequence[Mapping[str, Any]]) -> str:
-        returns = np.array([r["returns"] for r in scored])
-        entry = method_share(label, returns.tolist(), rule.tolist(), planner.tolist())
-        success = np.mean([r["success"] for r in scored])
-        per_seed = ", ".join(f"{v:.2f}" for v in entry["per_seed"])
-        return (f"| {label} | {mean_cell(returns, resamples)} | {success:.3f} | "
-                f"{share_cell(entry)} | {per_seed} |")
-
-    def fixed_row(label: str, returns: np.ndarray) -> str:
-        entry = method_share(label, [returns.tolist()], rule.tolist(), planner.tolist())
-        return f"| {label} | {mean_cell(returns, resamples)} | - | {share_cell(entry)} | - |"
+    row = partial(_learned_row, rule=rule, planner=planner, resamples=resamples)
+    fixed_row = partial(_fixed_row, rule=rule, planner=planner, resamples=resamples)
 
     lines = [
         f"# The Bayes teacher with a learned prior ({ENV_ID.split('/')[-1]}, issue #38 "
@@ -262,17 +254,8 @@ def render_flight(fixed: Mapping[str, Any], runs: Sequence[Mapping[str, Any]],
         return [r[what] for r in sorted((r for r in runs if r["kind"] == kind
                                          and r["steps"] == steps), key=lambda r: r["seed"])]
 
-    def row(label: str, scored: Sequence[Mapping[str, Any]]) -> str:
-        returns = np.array([r["returns"] for r in scored])
-        entry = method_share(label, returns.tolist(), rule.tolist(), planner.tolist())
-        success = np.mean([r["success"] for r in scored])
-        per_seed = ", ".join(f"{v:.2f}" for v in entry["per_seed"])
-        return (f"| {label} | {mean_cell(returns, resamples)} | {success:.3f} | "
-                f"{share_cell(entry)} | {per_seed} |")
-
-    def fixed_row(label: str, returns: np.ndarray) -> str:
-        entry = method_share(label, [returns.tolist()], rule.tolist(), planner.tolist())
-        return f"| {label} | {mean_cell(returns, resamples)} | - | {share_cell(entry)} | - |"
+    row = partial(_learned_row, rule=rule, planner=planner, resamples=resamples)
+    fixed_row = partial(_fixed_row, rule=rule, planner=planner, resamples=resamples)
 
     n_tasks = len(rule)
     env_name = FLIGHT_ENV_ID.split("/")[-1]
@@ -436,3 +419,21 @@ def _flight_parameters(true: Mapping[str, Any], scale: Scale, by_seed: Any) -> l
             lambda f, key=key, truth=truth: np.abs(np.asarray(f[key]) / truth - 1).max())
     add("moment distance", "-", lambda f: f["distance"])
     return [*lines, ""]
+
+
+def _learned_row(label: str, scored: Sequence[Mapping[str, Any]], rule: np.ndarray,
+                 planner: np.ndarray, resamples: int) -> str:
+    """A learned row of either env's table: return, success, share of the gap, per seed."""
+    returns = np.array([r["returns"] for r in scored])
+    entry = method_share(label, returns.tolist(), rule.tolist(), planner.tolist())
+    success = np.mean([r["success"] for r in scored])
+    per_seed = ", ".join(f"{v:.2f}" for v in entry["per_seed"])
+    return (f"| {label} | {mean_cell(returns, resamples)} | {success:.3f} | "
+            f"{share_cell(entry)} | {per_seed} |")
+
+
+def _fixed_row(label: str, returns: np.ndarray, rule: np.ndarray, planner: np.ndarray,
+               resamples: int) -> str:
+    """A row of one deterministic allocator: its return and share, over the tasks."""
+    entry = method_share(label, [returns.tolist()], rule.tolist(), planner.tolist())
+    return f"| {label} | {mean_cell(returns, resamples)} | - | {share_cell(entry)} | - |"
