@@ -16,7 +16,17 @@ baseline is PPO's committed curve (``budgets_ToolBench-v0_ppo.csv``) at the same
 count, its first ``scale.seeds`` seeds. Written to ``<out>/teacherless.md`` and ``.json``
 (:mod:`experiments.teacherless.report`).
 
-``python -m experiments.teacherless [--rows KEY ...] [--out DIR] [--report-only]``.
+**Held-out scoring** (``--test-episodes N``, issue #38's "on held-out tasks"): each final
+policy is also scored on the first ``N`` test tasks (``TEST_TASK_SEED``,
+:mod:`experiments.shared.task_sets`), which no choice reads: the rows, the step count and
+every setting are chosen on the evaluation and validation tasks above. The table then
+adds each row's test share (the gap's rule end still chosen on the validation tasks) and
+its test return minus PPO's, paired over the seeds both have and the tasks; PPO's
+committed curve was never scored there, so a test pairing needs the ``ppo`` row trained
+again beside it. The screen itself (``N`` = 0, the default) scores no test task.
+
+``python -m experiments.teacherless [--rows KEY ...] [--out DIR] [--report-only]
+[--seeds N] [--timesteps N] [--test-episodes N]``.
 """
 
 from __future__ import annotations
@@ -29,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.files import write_files_atomic
-from agents.seeds import VALIDATION_TASK_SEED
+from agents.seeds import TEST_TASK_SEED, VALIDATION_TASK_SEED
 from experiments.budgets.settings import Scale
 from experiments.shared.gaps import decode_scores, encode_scores
 from experiments.shared.kept import Runs, run_file
@@ -46,6 +56,8 @@ class Job:
     seed: int
     scale: Scale
     validation_episodes: int = 400
+    #: held-out test tasks the final policy is also scored on (0: none, the screen)
+    test_episodes: int = 0
 
     def __str__(self) -> str:
         return f"{self.key} seed {self.seed}"
@@ -66,11 +78,16 @@ def run_job(job: Job) -> dict[str, Any]:
     # the validation tasks, where a choice among rows is made (not the evaluation tasks)
     validation = evaluate(trained, ENV_ID, episodes=job.validation_episodes,
                           seed=VALIDATION_TASK_SEED).returns
+    # the held-out tasks: scored, never read by a choice
+    test = (None if not job.test_episodes else
+            list(evaluate(trained, ENV_ID, episodes=job.test_episodes,
+                          seed=TEST_TASK_SEED).returns))
     return {"key": job.key, "seed": job.seed, "curve": trained.curve, "seconds": seconds,
-            "validation": list(validation)}
+            "validation": list(validation), "test": test}
 
 
-def _runs(out: Path, scale: Scale, validation_episodes: int = 400) -> Runs:
+def _runs(out: Path, scale: Scale, validation_episodes: int = 400,
+          test_episodes: int = 0) -> Runs:
     def settings(name: str) -> dict[str, Any]:
         key, seed = name.rsplit(" seed ", 1)
         row = ROWS[key]
@@ -80,14 +97,18 @@ def _runs(out: Path, scale: Scale, validation_episodes: int = 400) -> Runs:
                 "n_envs": scale.n_envs, "validation_seed": VALIDATION_TASK_SEED,
                 **({} if validation_episodes == 400 else
                    {"validation_episodes": validation_episodes}),
+                # the screen's runs as they were; a held-out run names its test tasks
+                **({} if not test_episodes else
+                   {"test_episodes": test_episodes, "test_seed": TEST_TASK_SEED}),
                 "method": row.method, "arguments": repr(dict(row.arguments))}
 
     def encode(name: str, result: dict[str, Any]) -> dict[str, Any]:
         curve = [{**entry, "returns": encode_scores(entry["returns"])}
                  for entry in result["curve"]]
-        validation = result.get("validation")
+        validation, test = result.get("validation"), result.get("test")
         return {**settings(name), "seconds": result["seconds"], "curve": curve,
-                "validation": None if validation is None else encode_scores(validation)}
+                "validation": None if validation is None else encode_scores(validation),
+                **({} if test is None else {"test": encode_scores(test)})}
 
     def decode(content: dict[str, Any]) -> dict[str, Any]:
         curve = [{**entry, "returns": decode_scores(entry["returns"])}
@@ -96,7 +117,9 @@ def _runs(out: Path, scale: Scale, validation_episodes: int = 400) -> Runs:
                 "seconds": content["seconds"],
                 # runs of the first screening round were not scored on validation tasks
                 "validation": (None if content.get("validation") is None
-                               else decode_scores(content["validation"]))}
+                               else decode_scores(content["validation"])),
+                "test": (None if content.get("test") is None
+                         else decode_scores(content["test"]))}
 
     def path(name: str) -> Path:
         key, seed = name.rsplit(" seed ", 1)
@@ -106,33 +129,36 @@ def _runs(out: Path, scale: Scale, validation_episodes: int = 400) -> Runs:
 
 
 def train_missing(keys: list[str], out: Path, scale: Scale, log: Any = print,
-                  validation_episodes: int = 400, address: str | None = None
-                  ) -> list[dict[str, Any]]:
+                  validation_episodes: int = 400, address: str | None = None,
+                  test_episodes: int = 0) -> list[dict[str, Any]]:
     """Every (row, seed) run where no kept file has it: one at a time, or on a Ray cluster."""
     unknown = [key for key in keys if key not in ROWS]
     if unknown:
         raise ValueError(f"rows: expected keys of {list(ROWS)}, got {unknown}")
-    jobs = [Job(key, seed, scale, validation_episodes) for key in keys
+    jobs = [Job(key, seed, scale, validation_episodes, test_episodes) for key in keys
             for seed in range(scale.seeds)]
-    return run_units(run_job, jobs, describe=str, keeper=_runs(out, scale, validation_episodes),
+    return run_units(run_job, jobs, describe=str,
+                     keeper=_runs(out, scale, validation_episodes, test_episodes),
                      address=address, label="teacherless", log=log)
 
 
 def report(out: Path = OUT, keys: list[str] | None = None, scale: Scale = SCREEN,
            kept_only: bool = False, log: Any = print, validation_episodes: int = 400,
-           address: str | None = None) -> list[Path]:
+           address: str | None = None, test_episodes: int = 0) -> list[Path]:
     """Train the rows ``keys`` (default all; what is kept is not retrained), write the table.
 
     ``kept_only``: train nothing; table the runs kept of seeds below ``scale.seeds`` (a
-    row may then have fewer seeds than another). Returns the paths.
+    row may then have fewer seeds than another). ``test_episodes``: each final policy also
+    scored on that many test tasks (module docstring). Returns the paths.
     """
     keys = list(ROWS) if keys is None else list(keys)
     if kept_only:
-        runs = _runs(out, scale, validation_episodes)
+        runs = _runs(out, scale, validation_episodes, test_episodes)
         kept = [runs.read(f"{key} seed {seed}") for key in keys for seed in range(scale.seeds)]
         results = [result for found, result in kept if found]
     else:
-        results = train_missing(keys, out, scale, log, validation_episodes, address)
+        results = train_missing(keys, out, scale, log, validation_episodes, address,
+                                test_episodes)
     markdown, payload = render(results, scale)
     return write_files_atomic(out, {"teacherless.md": markdown,
                                     "teacherless.json": json.dumps(payload, indent=1)})
@@ -153,14 +179,20 @@ def main(argv: list[str] | None = None) -> None:
                              "past it, also scored at 500,000)")
     parser.add_argument("--validation-episodes", type=int, default=400,
                         help="validation tasks each final policy is scored on (default 400)")
+    parser.add_argument("--test-episodes", type=int, default=0,
+                        help="held-out test tasks each final policy is also scored on "
+                             "(default 0: none, the screen)")
     add_scheduling_arguments(parser)
     args = parser.parse_args(argv)
+    if args.test_episodes < 0:
+        parser.error(f"--test-episodes: expected an integer >= 0, got {args.test_episodes}")
     scale = replace(SCREEN, seeds=args.seeds, timesteps=args.timesteps, checkpoints=tuple(
         step for step in (*SCREEN.checkpoints, SCREEN.timesteps) if step < args.timesteps))
     try:
         with scheduling(args, parser.prog):  # a failure, --unit: one line, exit 1
             paths = report(args.out, args.rows, scale, kept_only=args.report_only,
-                           validation_episodes=args.validation_episodes, address=args.address)
+                           validation_episodes=args.validation_episodes, address=args.address,
+                           test_episodes=args.test_episodes)
     except (ValueError, ConnectionError) as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
     for path in paths:
