@@ -260,3 +260,43 @@ def test_the_screening_trains_only_the_runs_it_has_not_kept(tmp_path, monkeypatc
     assert (tmp_path / "runs" / "ppo_seed1.json").exists()
     assert runner.train_missing(["ppo"], tmp_path, scale, log=lambda _line: None)[1]["seed"] == 1
     assert trained == ["ppo seed 1"]  # the second call trains nothing
+
+
+def test_the_held_out_table_scores_the_test_tasks_against_ppo_trained_again(monkeypatch) -> None:
+    """The test rows: their gap is the test tasks' (rule end chosen on validation), and each
+    row's difference to PPO is paired by seed and task."""
+    from agents.seeds import TEST_TASK_SEED
+    from experiments.teacherless import report
+    from experiments.teacherless.settings import SCREEN
+
+    asked: list[tuple[int, int]] = []
+
+    def reference_returns(env_id, episodes, eval_seed):
+        asked.append((episodes, eval_seed))
+        return [0.0] * episodes, [1.0] * episodes
+
+    monkeypatch.setattr(report, "reference_returns", reference_returns)
+
+    def run(key, seed, test):
+        return {"key": key, "seed": seed, "test": None if test is None else list(test)}
+
+    runs = {"sac": [run("sac", 0, [0.8, 0.6]), run("sac", 1, [1.0, 0.8])],
+            "ppo": [run("ppo", 0, [0.5, 0.5]), run("ppo", 1, [0.7, 0.3])],
+            "bdq": [run("bdq", 0, None)]}
+    entries = {key: {} for key in runs}
+    labels = {key: key.upper() for key in runs}
+    lines = report.held_out_table(runs, labels, entries, SCREEN)
+    assert asked == [(2, TEST_TASK_SEED)]
+    assert "bdq" not in "".join(lines) and "test" not in entries["bdq"]
+    # shares of a 0-to-1 gap are the returns themselves: sac 0.7 and 0.9 a seed, 0.8 pooled
+    assert np.allclose(entries["sac"]["test"]["per_seed"], [0.7, 0.9])
+    assert np.isclose(entries["sac"]["test"]["share"][0], 0.8)
+    # paired by seed: (0.8 - 0.5, 0.6 - 0.5, 1.0 - 0.7, 0.8 - 0.3) -> mean 0.3
+    assert np.isclose(entries["sac"]["test_minus_ppo"][0], 0.3)
+    assert "test_minus_ppo" not in entries["ppo"]
+    assert any(line.startswith("| SAC | 0.800 [") and "+0.300 [" in line for line in lines)
+    assert report.held_out_table({"bdq": runs["bdq"]}, labels, {"bdq": {}}, SCREEN) == []
+    runs["ppo"] = [run("ppo", 0, [0.5]), run("ppo", 1, [0.7])]
+    with pytest.raises(ValueError, match=r"test tasks: expected one count for every row, "
+                                         r"got \[1, 2\]"):
+        report.held_out_table(runs, labels, entries, SCREEN)

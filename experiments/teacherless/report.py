@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.seeds import VALIDATION_TASK_SEED
+from agents.seeds import TEST_TASK_SEED, VALIDATION_TASK_SEED
 from cost_envs.metrics import bootstrap_mean_ci
 from experiments.budgets.report import curve_table, share_text
 from experiments.budgets.runner import reference_returns
@@ -112,9 +112,56 @@ def render(results: list[dict[str, Any]], scale: Scale) -> tuple[str, dict[str, 
         lines.append(f"| {labels[key]} | {mean:.3f} [{low:.3f}, {high:.3f}] | "
                      f"{share_text(entry['share'])} | {seeds} | {diff} | {valid} | {valid_diff} "
                      f"| {minutes} |")
+    lines += held_out_table(runs, labels, entries, scale)
     curves, _ = curve_table(ENV_ID, results, rule, planner, scale, labels=labels)
     # the curve table without its title, setup and machine (given above)
     lines += ["", "## Curves", "", *curves.split("\n")[6:]]
     payload = {"env": ENV_ID, "scale": repr(scale), "rule": float(np.mean(rule)),
                "planner": float(np.mean(planner)), "rows": entries}
     return "\n".join(lines) + "\n", payload
+
+
+def held_out_table(runs: dict[str, list[dict[str, Any]]], labels: dict[str, str],
+                   entries: dict[str, dict[str, Any]], scale: Scale) -> list[str]:
+    """The rows whose every run was scored on the test tasks: their lines of the report.
+
+    Each such entry of ``entries`` gains ``test`` (its share of the test tasks' gap, whose
+    rule end :func:`~experiments.budgets.runner.reference_returns` chooses on the validation
+    tasks), ``test_return`` and, beside the ``ppo`` row trained again, ``test_minus_ppo``
+    (paired over the seeds both have and the tasks). No lines where no row was.
+    """
+    tested = {key: np.array([kept_scores(r["test"]) for r in done]) for key, done in
+              runs.items() if all(r.get("test") is not None for r in done)}
+    if not tested:
+        return []
+    sizes = {returns.shape[1] for returns in tested.values()}
+    if len(sizes) != 1:
+        raise ValueError(f"test tasks: expected one count for every row, got {sorted(sizes)}")
+    rule, planner = reference_returns(ENV_ID, sizes.pop(), TEST_TASK_SEED)
+    ppo = ({r["seed"]: kept_scores(r["test"]) for r in runs["ppo"]} if "ppo" in tested
+           else {})
+    lines = ["", "## Held-out test tasks", "",
+             f"Each final policy scored once more on {len(rule)} test tasks (task seed "
+             f"{TEST_TASK_SEED}), which no choice has read (rule {np.mean(rule):.3f}, "
+             f"planner {np.mean(planner):.3f}; the rule end chosen on the validation tasks). "
+             "- PPO: paired with PPO trained again here, over the seeds both have and the "
+             "tasks.", "",
+             "| row | test return | test share of the gap | per seed | - PPO (return) |",
+             "| --- | --- | --- | --- | --- |"]
+    for key, returns in tested.items():
+        entry = entries[key]
+        entry["test"] = method_share(ROWS[key].label, returns, rule, planner)
+        entry["test_return"] = list(bootstrap_mean_ci(returns, n_resamples=scale.resamples))
+        pairs = [kept_scores(r["test"]) - ppo[r["seed"]] for r in runs[key]
+                 if r["seed"] in ppo]
+        if pairs and key != "ppo":
+            entry["test_minus_ppo"] = list(bootstrap_mean_ci(np.array(pairs),
+                                                             n_resamples=scale.resamples))
+        diff = ("-" if "test_minus_ppo" not in entry else
+                "{:+.3f} [{:+.3f}, {:+.3f}]".format(*entry["test_minus_ppo"]))
+        mean, low, high = entry["test_return"]
+        per_seed = ", ".join(f"{share:.2f}" for share in entry["test"]["per_seed"])
+        lines.append(f"| {labels[key]} | "
+                     f"{mean:.3f} [{low:.3f}, {high:.3f}] | {share_text(entry['test']['share'])} "
+                     f"| {per_seed} | {diff} |")
+    return lines
