@@ -362,3 +362,14 @@ def test_smoke_report_writes_the_table(tmp_path) -> None:
     assert written[0].name == "learned_prior.md"
     assert "## Paired: learned prior minus true prior" in text
     assert text.count("| student, ") == 2 and "Machine:" in text
+
+
+def test_the_help_lists_the_studys_own_options(capsys) -> None:
+    from experiments.learned_prior.runner import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--help"])
+    assert exit_.value.code == 0
+    usage = capsys.readouterr().out
+    for option in ("--env {FlightPlanner-v1,ToolBench-v0}", "--smoke", "--students", "--jobs"):
+        assert option in usage

@@ -311,10 +311,13 @@ def main(argv: list[str] | None = None) -> None:
     import sys
 
     given = sys.argv[1:] if argv is None else list(argv)
-    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    parser.add_argument("--env", choices=sorted(ENVS), default="ToolBench-v0")
-    parser.add_argument("--smoke", action="store_true")
-    parser.add_argument("--students", action="store_true")
+    prog = "python -m experiments.learned_prior"
+    parser = argparse.ArgumentParser(prog=prog, add_help=False, allow_abbrev=False)
+    parser.add_argument("--env", choices=sorted(ENVS), default="ToolBench-v0",
+                        help="the env family whose prior is fitted (default ToolBench-v0)")
+    parser.add_argument("--smoke", action="store_true", help="the plumbing scale")
+    parser.add_argument("--students", action="store_true",
+                        help="FlightPlanner-v1's students too")
     known, rest = parser.parse_known_args(given)
     _, default, smoke, _ = ENVS[known.env]
     scale = smoke if known.smoke else default
@@ -324,13 +327,10 @@ def main(argv: list[str] | None = None) -> None:
                              "the students always)")
         scale = (FLIGHT_STUDENTS if not known.smoke
                  else replace(scale, name=scale.name + "-students", students=True))
-    prog = "python -m experiments.learned_prior"
 
     def run(out: Path, jobs: int, address: str | None = None,
             command: str | None = None) -> list[Path]:
         return report(out, jobs, scale=scale, address=address,
                       command=" ".join([prog, *given]))
 
-    study_main(prog, __doc__.splitlines()[0] + " (--env ENV: " + ", ".join(sorted(ENVS))
-               + "; --smoke: the plumbing scale; --students: FlightPlanner-v1's students "
-               "too)", OUT, rest, run)
+    study_main(prog, __doc__.splitlines()[0], OUT, rest, run, parents=[parser])

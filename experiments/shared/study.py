@@ -38,14 +38,18 @@ def write_study(out: Path, experiment: str, scale: Any, function: Callable[[Any]
 
 
 def study_main(prog: str, description: str, out: Path, argv: list[str] | None,
-               report: Callable[..., list[Path]]) -> None:
+               report: Callable[..., list[Path]],
+               parents: Sequence[argparse.ArgumentParser] = ()) -> None:
     """Parse a study's command line, run ``report`` on it, print the paths it wrote.
 
     ``description``: the first line of the ``--help``; ``out``: the default ``--out``.
     ``report(out, jobs, address=address, command=command)`` runs the study; ``command`` is
-    the command line as given, which the study's file may say made it.
+    the command line as given, which the study's file may say made it. ``parents``: the
+    study's own options (parsers made with ``add_help=False``, read by the study before),
+    so that ``--help`` and the usage line list them too.
     """
-    parser = argparse.ArgumentParser(prog=prog, description=description, allow_abbrev=False)
+    parser = argparse.ArgumentParser(prog=prog, description=description, allow_abbrev=False,
+                                     parents=list(parents))
     parser.add_argument("--jobs", type=int, default=2, help="processes (default 2)")
     parser.add_argument("--out", type=Path, default=out, help="results folder")
     add_scheduling_arguments(parser)
