@@ -452,3 +452,19 @@ def test_a_test_table_searches_each_rule_once(monkeypatch: pytest.MonkeyPatch) -
     searches.clear()
     bopo_runner.prepare_profile(BOPO_PROFILE, TINY_BOPO, tasks="test")
     assert len(searches) == 1, "BoPO fitted its best rule again to choose on validation"
+
+
+def test_a_kept_test_run_is_refused_where_a_validation_run_is_read(tmp_path) -> None:
+    """Only the folders keep a report's test runs apart; the file itself says so too."""
+    from experiments.shared.kept import keep, read_kept
+
+    settings = {"env": "cost_envs/FlightPlanner-v1", "timesteps": 2_000_000}
+    test_file, validation_file = tmp_path / "test.json", tmp_path / "validation.json"
+    keep(test_file, {**tagged(settings, "test"), "returns": "0.5"})
+    keep(validation_file, {**tagged(settings, "validation"), "returns": "0.5"})
+    assert read_kept(test_file, tagged(settings, "test")) is not None
+    assert read_kept(validation_file, tagged(settings, "validation")) is not None
+    with pytest.raises(ValueError, match=r"test\.json: was run with .*'tasks': 'test'"):
+        read_kept(test_file, tagged(settings, "validation"))
+    with pytest.raises(ValueError, match=r"validation\.json: expected a kept run"):
+        read_kept(validation_file, tagged(settings, "test"))

@@ -45,9 +45,11 @@ def run_file(folder: Path, key: str, seed: int) -> Path:
 
 
 #: Settings a kept run holds only when it was run the other way (``"fused_loss": true``: on
-#: FastPPO's fused path, :func:`experiments.budgets.settings.on_path`): settings without
-#: one must find none in the file, else a run of the other way would pass for theirs.
-MARKS = ("fused_loss",)
+#: FastPPO's fused path, :func:`experiments.budgets.settings.on_path`; ``"tasks": "test"``:
+#: scored on the test tasks, :func:`experiments.shared.task_sets.tagged`): settings without
+#: one must find none in the file, else a run of the other way would pass for theirs (a
+#: test run copied into a validation report's folder, say).
+MARKS = ("fused_loss", "tasks")
 
 
 def read_kept(path: Path, settings: dict[str, Any]) -> dict[str, Any] | None:
