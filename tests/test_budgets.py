@@ -99,3 +99,4 @@ def test_a_share_of_an_unresolved_gap_has_no_interval():
 
     assert share_text((0.5, 0.25, 0.75)) == "0.50 [0.25, 0.75]"
     assert share_text((-0.52, float("nan"), float("nan"))) == "-0.52 [n/a]"
+    assert share_text((0.3, None, None)) == "0.30 [n/a]"  # as method_share's JSON holds NaN

@@ -300,3 +300,36 @@ def test_the_held_out_table_scores_the_test_tasks_against_ppo_trained_again(monk
     with pytest.raises(ValueError, match=r"test tasks: expected one count for every row, "
                                          r"got \[1, 2\]"):
         report.held_out_table(runs, labels, entries, SCREEN)
+
+
+def test_another_env_is_paired_with_ppo_trained_again_beside_it(monkeypatch) -> None:
+    """No committed PPO screen outside ToolBench-v0: the ppo row is the baseline, required."""
+    from dataclasses import replace
+
+    from experiments.teacherless import report
+    from experiments.teacherless.settings import SCREEN
+
+    flight = "cost_envs/FlightPlanner-v1"
+    asked: list[str] = []
+
+    def reference_returns(env_id, episodes, eval_seed=0):
+        asked.append(env_id)
+        return [0.0] * episodes, [1.0] * episodes
+
+    monkeypatch.setattr(report, "reference_returns", reference_returns)
+    monkeypatch.setattr(report, "baseline", lambda *_: pytest.fail("read ToolBench's curve"))
+    scale = replace(SCREEN, timesteps=64, checkpoints=(), episodes=2)
+
+    def run(key, seed, returns):
+        return {"key": key, "seed": seed, "seconds": 60.0, "validation": list(returns),
+                "curve": [{"timesteps": 64, "gradient_steps": 1, "returns": list(returns)}]}
+
+    sac = [run("sac", 0, [0.8, 0.6]), run("sac", 1, [1.0, 0.8])]
+    ppo = [run("ppo", 0, [0.5, 0.5]), run("ppo", 1, [0.7, 0.3])]
+    with pytest.raises(ValueError, match="FlightPlanner-v1 has no committed PPO screen"):
+        report.render(sac, scale, flight)
+    markdown, payload = report.render(sac + ppo, scale, flight)
+    assert set(asked) == {flight} and payload["env"] == flight
+    assert "ppo/committed" not in payload["rows"] and "minus_ppo" not in payload["rows"]["ppo"]
+    assert np.isclose(payload["rows"]["sac"]["minus_ppo"][0], 0.3)
+    assert markdown.startswith(f"# Teacherless learners on {flight}")

@@ -19,14 +19,18 @@ from experiments.shared.common import machine
 from experiments.shared.gaps import encode_scores, kept_scores
 
 
-def share_text(share: Sequence[float]) -> str:
+def share_text(share: Sequence[float | None]) -> str:
     """``point [low, high]`` of a share of the gap; ``[n/a]`` where the gap is unresolved.
 
     :func:`cost_envs.metrics.bootstrap_gap_closed` gives a NaN interval where the gap
     itself is not resolved above zero: a share of it has no interval.
     """
     point, low, high = share
-    interval = "[n/a]" if np.isnan(low) or np.isnan(high) else f"[{low:.2f}, {high:.2f}]"
+    # (a JSON entry of :func:`experiments.shared.gaps.method_share` holds None for NaN)
+    if low is None or high is None or np.isnan(low) or np.isnan(high):
+        interval = "[n/a]"
+    else:
+        interval = f"[{low:.2f}, {high:.2f}]"
     return f"{point:.2f} {interval}"
 
 

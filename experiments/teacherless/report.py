@@ -33,29 +33,43 @@ def baseline(scale: Scale, path: Path = BASELINE_CSV) -> np.ndarray:
     return np.array([by_seed[seed] for seed in range(scale.seeds)])
 
 
-def render(results: list[dict[str, Any]], scale: Scale) -> tuple[str, dict[str, Any]]:
+def render(results: list[dict[str, Any]], scale: Scale, env_id: str = ENV_ID
+           ) -> tuple[str, dict[str, Any]]:
     """The screening table (Markdown) and its JSON.
 
     Each row is paired with PPO trained again by the same script on this machine when that
-    row (``ppo``) is among ``results``, else with PPO's committed curve.
+    row (``ppo``) is among ``results``, else with PPO's committed curve, which only
+    ToolBench-v0 (:data:`ENV_ID`) has at the screening's task count: on another env the
+    ``ppo`` row is the only baseline.
+
+    Raises:
+        ValueError: On another env than ToolBench-v0 without the ``ppo`` row.
     """
-    rule, planner = reference_returns(ENV_ID, scale.episodes)
-    committed = baseline(scale)
-    entries = {"ppo/committed": method_share(BASELINE_LABEL, committed, rule, planner)}
-    entries["ppo/committed"]["seeds"] = list(range(len(committed)))
-    entries["ppo/committed"]["return"] = list(bootstrap_mean_ci(committed,
-                                                                n_resamples=scale.resamples))
-    labels = {"ppo/committed": f"{BASELINE_LABEL} ({len(committed)} seeds)"}
+    rule, planner = reference_returns(env_id, scale.episodes)
+    entries: dict[str, dict[str, Any]] = {}
+    labels: dict[str, str] = {}
+    committed_seeds: dict[int, np.ndarray] = {}
+    if env_id == ENV_ID:
+        committed = baseline(scale)
+        committed_seeds = dict(enumerate(committed))
+        entries["ppo/committed"] = method_share(BASELINE_LABEL, committed, rule, planner)
+        entries["ppo/committed"]["seeds"] = list(range(len(committed)))
+        entries["ppo/committed"]["return"] = list(bootstrap_mean_ci(
+            committed, n_resamples=scale.resamples))
+        labels["ppo/committed"] = f"{BASELINE_LABEL} ({len(committed)} seeds)"
+    elif not any(r["key"] == "ppo" for r in results):
+        raise ValueError(f"rows: {env_id} has no committed PPO screen to pair with; expected "
+                         "the ppo row among them")
     # each row's final per-task returns by seed; a row may have fewer seeds than another
     runs = {key: sorted((r for r in results if r["key"] == key), key=lambda r: r["seed"])
             for key in dict.fromkeys(r["key"] for r in results)}
     finals = {key: {r["seed"]: kept_scores(r["curve"][-1]["returns"]) for r in done}
               for key, done in runs.items()}
-    ppo = finals.get("ppo", dict(enumerate(committed)))
+    ppo = finals.get("ppo", committed_seeds)
     ppo_validation = {r["seed"]: kept_scores(r["validation"]) for r in runs.get("ppo", [])
                       if r.get("validation") is not None}
     scored = [r["validation"] for r in results if r.get("validation") is not None]
-    rule_v, planner_v = reference_returns(ENV_ID, len(scored[0]) if scored else scale.episodes,
+    rule_v, planner_v = reference_returns(env_id, len(scored[0]) if scored else scale.episodes,
                                           VALIDATION_TASK_SEED)
     for key, done in runs.items():
         last = np.array(list(finals[key].values()))
@@ -63,11 +77,12 @@ def render(results: list[dict[str, Any]], scale: Scale) -> tuple[str, dict[str, 
         entry["seeds"] = sorted(finals[key])
         entry["return"] = list(bootstrap_mean_ci(last, n_resamples=scale.resamples))
         # paired over the seeds both have; the rerun itself against the committed curve
-        against = dict(enumerate(committed)) if key == "ppo" else ppo
+        against = committed_seeds if key == "ppo" else ppo
         common = [seed for seed in finals[key] if seed in against]
-        entry["minus_ppo"] = list(bootstrap_mean_ci(
-            np.array([finals[key][seed] - against[seed] for seed in common]),
-            n_resamples=scale.resamples))
+        if common:  # (the rerun on an env without a committed screen: nothing to pair)
+            entry["minus_ppo"] = list(bootstrap_mean_ci(
+                np.array([finals[key][seed] - against[seed] for seed in common]),
+                n_resamples=scale.resamples))
         if all(r.get("validation") is not None for r in done):
             validation = np.array([kept_scores(r["validation"]) for r in done])
             entry["validation"] = method_share(ROWS[key].label, validation, rule_v, planner_v)
@@ -80,7 +95,7 @@ def render(results: list[dict[str, Any]], scale: Scale) -> tuple[str, dict[str, 
         entry["minutes"] = float(np.mean([r["seconds"] for r in done]) / 60)
         entries[key] = entry
         labels[key] = f"{ROWS[key].label} ({len(done)} seeds)"
-    lines = [f"# Teacherless learners on {ENV_ID}: screening (issue #38)", "",
+    lines = [f"# Teacherless learners on {env_id}: screening (issue #38)", "",
              f"Training seeds 0, 1, ... (their number in each label) x "
              f"{scale.timesteps:,} requested env steps on "
              f"{scale.n_envs} batched sub-envs; each row scored at its last checkpoint on the "
@@ -88,7 +103,8 @@ def render(results: list[dict[str, Any]], scale: Scale) -> tuple[str, dict[str, 
              f"share: of the gap from the best fixed row ({np.mean(rule):.3f}) to the "
              f"planner ({np.mean(planner):.3f}); 95% intervals over seeds and tasks. "
              "- PPO: the difference of return to "
-             + ("PPO trained again here (for that row itself: to the committed curve)"
+             + ("PPO trained again here" + (" (for that row itself: to the committed curve)"
+                                              if committed_seeds else "")
                 if "ppo" in finals else "PPO's committed curve")
              + ", paired over the seeds both have and the tasks.", "",
              f"Machine: {machine()}.", "",
@@ -112,17 +128,18 @@ def render(results: list[dict[str, Any]], scale: Scale) -> tuple[str, dict[str, 
         lines.append(f"| {labels[key]} | {mean:.3f} [{low:.3f}, {high:.3f}] | "
                      f"{share_text(entry['share'])} | {seeds} | {diff} | {valid} | {valid_diff} "
                      f"| {minutes} |")
-    lines += held_out_table(runs, labels, entries, scale)
-    curves, _ = curve_table(ENV_ID, results, rule, planner, scale, labels=labels)
+    lines += held_out_table(runs, labels, entries, scale, env_id)
+    curves, _ = curve_table(env_id, results, rule, planner, scale, labels=labels)
     # the curve table without its title, setup and machine (given above)
     lines += ["", "## Curves", "", *curves.split("\n")[6:]]
-    payload = {"env": ENV_ID, "scale": repr(scale), "rule": float(np.mean(rule)),
+    payload = {"env": env_id, "scale": repr(scale), "rule": float(np.mean(rule)),
                "planner": float(np.mean(planner)), "rows": entries}
     return "\n".join(lines) + "\n", payload
 
 
 def held_out_table(runs: dict[str, list[dict[str, Any]]], labels: dict[str, str],
-                   entries: dict[str, dict[str, Any]], scale: Scale) -> list[str]:
+                   entries: dict[str, dict[str, Any]], scale: Scale, env_id: str = ENV_ID
+                   ) -> list[str]:
     """The rows whose every run was scored on the test tasks: their lines of the report.
 
     Each such entry of ``entries`` gains ``test`` (its share of the test tasks' gap, whose
@@ -137,7 +154,7 @@ def held_out_table(runs: dict[str, list[dict[str, Any]]], labels: dict[str, str]
     sizes = {returns.shape[1] for returns in tested.values()}
     if len(sizes) != 1:
         raise ValueError(f"test tasks: expected one count for every row, got {sorted(sizes)}")
-    rule, planner = reference_returns(ENV_ID, sizes.pop(), TEST_TASK_SEED)
+    rule, planner = reference_returns(env_id, sizes.pop(), TEST_TASK_SEED)
     ppo = ({r["seed"]: kept_scores(r["test"]) for r in runs["ppo"]} if "ppo" in tested
            else {})
     lines = ["", "## Held-out test tasks", "",

@@ -25,8 +25,13 @@ its test return minus PPO's, paired over the seeds both have and the tasks; PPO'
 committed curve was never scored there, so a test pairing needs the ``ppo`` row trained
 again beside it. The screen itself (``N`` = 0, the default) scores no test task.
 
+**Another env** (``--env cost_envs/FlightPlanner-v1``): the same rows and scoring on an env
+whose gap ends need no profile or tier; no committed PPO screen exists there, so the
+``ppo`` row, trained again beside the others, is the baseline (required), and the run
+files name the env.
+
 ``python -m experiments.teacherless [--rows KEY ...] [--out DIR] [--report-only]
-[--seeds N] [--timesteps N] [--test-episodes N]``.
+[--seeds N] [--timesteps N] [--test-episodes N] [--env ID]``.
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ from experiments.shared.gaps import decode_scores, encode_scores
 from experiments.shared.kept import Runs, run_file
 from experiments.shared.scheduler import add_scheduling_arguments, run_units, scheduling
 from experiments.teacherless.report import render
-from experiments.teacherless.settings import ENV_ID, OUT, ROWS, SCREEN
+from experiments.teacherless.settings import ENV_ID, OUT, ROWS, SCREEN, SCREENED_ENVS
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,7 @@ class Job:
     validation_episodes: int = 400
     #: held-out test tasks the final policy is also scored on (0: none, the screen)
     test_episodes: int = 0
+    env_id: str = ENV_ID
 
     def __str__(self) -> str:
         return f"{self.key} seed {self.seed}"
@@ -71,23 +77,23 @@ def run_job(job: Job) -> dict[str, Any]:
     configure_torch_threads()
     row = ROWS[job.key]
     start = time.perf_counter()
-    trained = train(ENV_ID, row.method, job.scale.timesteps, seed=job.seed,
+    trained = train(job.env_id, row.method, job.scale.timesteps, seed=job.seed,
                     n_envs=job.scale.n_envs, evaluate_at=job.scale.checkpoints,
                     eval_episodes=job.scale.episodes, **dict(row.arguments))
     seconds = time.perf_counter() - start
     # the validation tasks, where a choice among rows is made (not the evaluation tasks)
-    validation = evaluate(trained, ENV_ID, episodes=job.validation_episodes,
+    validation = evaluate(trained, job.env_id, episodes=job.validation_episodes,
                           seed=VALIDATION_TASK_SEED).returns
     # the held-out tasks: scored, never read by a choice
     test = (None if not job.test_episodes else
-            list(evaluate(trained, ENV_ID, episodes=job.test_episodes,
+            list(evaluate(trained, job.env_id, episodes=job.test_episodes,
                           seed=TEST_TASK_SEED).returns))
     return {"key": job.key, "seed": job.seed, "curve": trained.curve, "seconds": seconds,
             "validation": list(validation), "test": test}
 
 
 def _runs(out: Path, scale: Scale, validation_episodes: int = 400,
-          test_episodes: int = 0) -> Runs:
+          test_episodes: int = 0, env_id: str = ENV_ID) -> Runs:
     def settings(name: str) -> dict[str, Any]:
         key, seed = name.rsplit(" seed ", 1)
         row = ROWS[key]
@@ -100,6 +106,8 @@ def _runs(out: Path, scale: Scale, validation_episodes: int = 400,
                 # the screen's runs as they were; a held-out run names its test tasks
                 **({} if not test_episodes else
                    {"test_episodes": test_episodes, "test_seed": TEST_TASK_SEED}),
+                # ToolBench-v0's runs as they were; another env's name it
+                **({} if env_id == ENV_ID else {"env": env_id}),
                 "method": row.method, "arguments": repr(dict(row.arguments))}
 
     def encode(name: str, result: dict[str, Any]) -> dict[str, Any]:
@@ -130,36 +138,42 @@ def _runs(out: Path, scale: Scale, validation_episodes: int = 400,
 
 def train_missing(keys: list[str], out: Path, scale: Scale, log: Any = print,
                   validation_episodes: int = 400, address: str | None = None,
-                  test_episodes: int = 0) -> list[dict[str, Any]]:
+                  test_episodes: int = 0, env_id: str = ENV_ID) -> list[dict[str, Any]]:
     """Every (row, seed) run where no kept file has it: one at a time, or on a Ray cluster."""
     unknown = [key for key in keys if key not in ROWS]
     if unknown:
         raise ValueError(f"rows: expected keys of {list(ROWS)}, got {unknown}")
-    jobs = [Job(key, seed, scale, validation_episodes, test_episodes) for key in keys
+    jobs = [Job(key, seed, scale, validation_episodes, test_episodes, env_id) for key in keys
             for seed in range(scale.seeds)]
     return run_units(run_job, jobs, describe=str,
-                     keeper=_runs(out, scale, validation_episodes, test_episodes),
+                     keeper=_runs(out, scale, validation_episodes, test_episodes, env_id),
                      address=address, label="teacherless", log=log)
 
 
 def report(out: Path = OUT, keys: list[str] | None = None, scale: Scale = SCREEN,
            kept_only: bool = False, log: Any = print, validation_episodes: int = 400,
-           address: str | None = None, test_episodes: int = 0) -> list[Path]:
+           address: str | None = None, test_episodes: int = 0, env_id: str = ENV_ID
+           ) -> list[Path]:
     """Train the rows ``keys`` (default all; what is kept is not retrained), write the table.
 
     ``kept_only``: train nothing; table the runs kept of seeds below ``scale.seeds`` (a
     row may then have fewer seeds than another). ``test_episodes``: each final policy also
-    scored on that many test tasks (module docstring). Returns the paths.
+    scored on that many test tasks (module docstring). ``env_id``: the env (ToolBench-v0 by
+    default; another needs the ``ppo`` row, :func:`~experiments.teacherless.report.render`).
+    Returns the paths.
     """
     keys = list(ROWS) if keys is None else list(keys)
+    if env_id != ENV_ID and "ppo" not in keys:  # before any run: the table would refuse it
+        raise ValueError(f"rows: {env_id} has no committed PPO screen to pair with; expected "
+                         "the ppo row among them")
     if kept_only:
-        runs = _runs(out, scale, validation_episodes, test_episodes)
+        runs = _runs(out, scale, validation_episodes, test_episodes, env_id)
         kept = [runs.read(f"{key} seed {seed}") for key in keys for seed in range(scale.seeds)]
         results = [result for found, result in kept if found]
     else:
         results = train_missing(keys, out, scale, log, validation_episodes, address,
-                                test_episodes)
-    markdown, payload = render(results, scale)
+                                test_episodes, env_id)
+    markdown, payload = render(results, scale, env_id)
     return write_files_atomic(out, {"teacherless.md": markdown,
                                     "teacherless.json": json.dumps(payload, indent=1)})
 
@@ -179,6 +193,9 @@ def main(argv: list[str] | None = None) -> None:
                              "past it, also scored at 500,000)")
     parser.add_argument("--validation-episodes", type=int, default=400,
                         help="validation tasks each final policy is scored on (default 400)")
+    parser.add_argument("--env", choices=SCREENED_ENVS, default=ENV_ID,
+                        help=f"the env (default {ENV_ID}; another needs the ppo row among "
+                             "--rows, its only baseline)")
     parser.add_argument("--test-episodes", type=int, default=0,
                         help="held-out test tasks each final policy is also scored on "
                              "(default 0: none, the screen)")
@@ -186,13 +203,16 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.test_episodes < 0:
         parser.error(f"--test-episodes: expected an integer >= 0, got {args.test_episodes}")
+    # the screen's checkpoints below the run's steps; one at the end where none is (a
+    # curve of at least its final score: the table reads the last point)
     scale = replace(SCREEN, seeds=args.seeds, timesteps=args.timesteps, checkpoints=tuple(
-        step for step in (*SCREEN.checkpoints, SCREEN.timesteps) if step < args.timesteps))
+        step for step in (*SCREEN.checkpoints, SCREEN.timesteps) if step < args.timesteps)
+        or (args.timesteps,))
     try:
         with scheduling(args, parser.prog):  # a failure, --unit: one line, exit 1
             paths = report(args.out, args.rows, scale, kept_only=args.report_only,
                            validation_episodes=args.validation_episodes, address=args.address,
-                           test_episodes=args.test_episodes)
+                           test_episodes=args.test_episodes, env_id=args.env)
     except (ValueError, ConnectionError) as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
     for path in paths:

@@ -10,6 +10,10 @@ from typing import Any
 from experiments.budgets.settings import Scale
 
 ENV_ID = "cost_envs/ToolBench-v0"
+#: The envs ``--env`` takes: ToolBench-v0 (the screens, beside PPO's committed curve) and
+#: those whose gap ends :func:`experiments.budgets.runner.reference_returns` gives without
+#: a profile or tier (the rows are paired with PPO trained again beside them).
+SCREENED_ENVS = (ENV_ID, "cost_envs/FlightPlanner-v1")
 
 
 @dataclass(frozen=True)
