@@ -156,7 +156,8 @@ class _Parser(argparse.ArgumentParser):
     """
 
     def __init__(self, *args: Any, allow_abbrev: bool = False, **kwargs: Any) -> None:
-        super().__init__(*args, allow_abbrev=allow_abbrev, **kwargs)
+        kwargs["allow_abbrev"] = allow_abbrev  # by keyword only (mypy: not after *args)
+        super().__init__(*args, **kwargs)
 
     def parse_args(  # type: ignore[override]  # argparse's stubs overload namespace
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None,

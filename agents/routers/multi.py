@@ -242,18 +242,21 @@ class MultiRouter(PerModelLogistic):
         return self._lams(self.predict_inputs(inputs), max_points,
                           self.expected_costs_inputs(inputs))
 
-    def sweep_inputs(self, inputs: Any, lams: Sequence[float] | None = None) -> np.ndarray:
+    def sweep_inputs(self, inputs: Any, lams: Sequence[float] | np.ndarray | None = None
+                     ) -> np.ndarray:
         """:meth:`sweep` from precomputed :meth:`inputs`: indices into :attr:`models`."""
         return self._sweep(self.predict_inputs(inputs), np.arange(len(self.models)), lams,
                            self.expected_costs_inputs(inputs))
 
-    def sweep(self, data: TraceDataset, lams: Sequence[float] | None = None) -> np.ndarray:
+    def sweep(self, data: TraceDataset, lams: Sequence[float] | np.ndarray | None = None
+              ) -> np.ndarray:
         """Decisions at each ``lam`` (default :meth:`lams`): ``(n, points)`` data columns."""
         win, costs = self.predicted(data)
         return self._sweep(win, self._columns(data), lams, costs)
 
-    def _sweep(self, p: np.ndarray, cols: np.ndarray, lams: Sequence[float] | None = None,
-               costs: Any = None) -> np.ndarray:
+    def _sweep(self, p: np.ndarray, cols: np.ndarray,
+               lams: Sequence[float] | np.ndarray | None = None, costs: Any = None
+               ) -> np.ndarray:
         """:meth:`sweep` from predicted correctness ``p`` and the models' data columns."""
         grid = self._lams(p, costs=costs) if lams is None else np.asarray(lams,
                                                                            dtype=np.float64)

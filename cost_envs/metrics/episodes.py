@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import numpy as np
 
@@ -208,6 +208,10 @@ def _front_keys(points: Mapping[K, Point]) -> list[K]:
     return sorted(keys, key=lambda k: (points[k][1], -points[k][0]))
 
 
+@overload
+def pareto_front(points: Mapping[K, Point]) -> dict[K, Point]: ...
+@overload
+def pareto_front(points: Sequence[Point]) -> list[Point]: ...
 def pareto_front(
     points: Sequence[Point] | Mapping[K, Point],
 ) -> list[Point] | dict[K, Point]:

@@ -233,7 +233,7 @@ def resample(episodes: Mapping[str, Mapping[str, Any]], methods: Sequence[str],
     """
     rng = np.random.default_rng(seed)
     n_tasks = len(episodes)
-    first = next(iter(episodes.values()), {"methods": {}})
+    first: Mapping[str, Any] = next(iter(episodes.values()), {"methods": {}})
     shares = {m: np.empty((reps, first["methods"][m].shape[0], n_tasks)) for m in methods}
     for t, (task, data) in enumerate(episodes.items()):
         n = data["rule"].size
@@ -297,8 +297,8 @@ def aggregate(matrices: Mapping[str, np.ndarray], episodes: Mapping[str, Mapping
     ``matrices[method]`` is seeds x tasks of per-seed shares (the points), ``episodes``
     the tasks' per-episode scores in the same task order (:func:`score_matrices`).
     """
-    from rliable import metrics
-    from scipy.stats import trim_mean
+    from rliable import metrics  # type: ignore[import-untyped]  # no stubs, no py.typed
+    from scipy.stats import trim_mean  # type: ignore[import-untyped]  # no stubs
 
     methods = list(matrices)
     shares = resample(episodes, methods, reps, seed)

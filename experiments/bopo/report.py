@@ -207,7 +207,8 @@ def compare_frontiers(points: Mapping[str, tuple[float, float]], rival: str,
 
 # ------------------------------------------------------------------------ output
 def _ci(m: Mapping[str, Any], key: str, fmt: str) -> str:
-    return value_interval(m[key], *m[f"{key}_ci"], fmt=fmt)
+    low, high = m[f"{key}_ci"]
+    return value_interval(m[key], low, high, fmt=fmt)
 
 
 def _gap_cell(gap: Mapping[str, Any] | None, key: str) -> str:

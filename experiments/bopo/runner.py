@@ -127,6 +127,11 @@ TRAINED_RULES: dict[str, Callable[[gym.Env, Sequence[Any]], Any]] = {
 }
 
 
+def _bound(factory: Callable[..., Any], *args: Any, **kwargs: Any) -> Callable[[gym.Env], Any]:
+    """``env -> factory(env, *args, **kwargs)``: a row's factory, its arguments bound now."""
+    return lambda env: factory(env, *args, **kwargs)
+
+
 def prepare_profile(profile: str, scale: str | BopoScale = "default", seed: int = 0,
                     tasks: str = DEFAULT_TASKS) -> Prepared:
     """Boundaries, taxonomy and budget of one profile, and its fixed rows (fitted rules too).
@@ -151,17 +156,18 @@ def prepare_profile(profile: str, scale: str | BopoScale = "default", seed: int 
         "planner": AgenticPlanner,
     }
     for p in sc.random_ps:
-        methods[f"random-mix/{p:g}"] = lambda e, p=p: RandomMix(e, p=p, seed=seed)
+        methods[f"random-mix/{p:g}"] = _bound(RandomMix, p=p, seed=seed)
     for k in sc.patiences:
-        methods[f"cascade/{k}"] = lambda e, k=k: Cascade(e, patience=k)
+        methods[f"cascade/{k}"] = _bound(Cascade, patience=k)
     built: dict[str, Any] = {}
     for key, fit in TRAINED_RULES.items():
-        methods[key] = recording(lambda e, fit=fit: fit(e, train_tasks), built, key)
+        methods[key] = recording(_bound(fit, train_tasks), built, key)
     for name, factory in methods.items():
         result = evaluate_on(factory, profile, eval_tasks, budget, eval_seed)
         prepared.records[name], prepared.returns[name] = result.records, result.returns
     for key, rule in built.items():  # what each fit found, in its label and its entry
-        found = prepared.fitted[key] = described(rule)
+        found: dict[str, Any] = described(rule)
+        prepared.fitted[key] = found
         if isinstance(rule, DifficultyThreshold):
             found.update(label=f"{label(key)} (fitted, t={rule.threshold:g})",
                          fitted_threshold=rule.threshold)
@@ -187,8 +193,8 @@ def rule_returns_on_validation(profile: str, sc: BopoScale, budget: float,
     """
     first = choice_seed()
     tasks = draw_tasks(profile, sc.n_eval, first)
-    fits = refitting_none({key: lambda e, fit=fit: fit(e, train_tasks)
-                           for key, fit in TRAINED_RULES.items()}, built or {})
+    fits = refitting_none({key: _bound(fit, train_tasks) for key, fit in TRAINED_RULES.items()},
+                          built or {})
     return {key: [evaluate_on(factory, profile, tasks, budget, first).returns]
             for key, factory in fits.items()}
 
@@ -262,9 +268,10 @@ def learn_jobs(warm: WarmStart, sc: BopoScale, budget: float, base_seed: int,
 
     ``tasks``: the task set they are scored on (:mod:`experiments.shared.task_sets`).
     """
-    common = {"profile": warm.profile, "scale": sc, "budget": budget,
-              "cost_scale": warm.cost_scale, "seed": warm.seed,
-              "train_boundaries": tuple(warm.train_boundaries), "tasks": tasks}
+    common: dict[str, Any] = {"profile": warm.profile, "scale": sc, "budget": budget,
+                              "cost_scale": warm.cost_scale, "seed": warm.seed,
+                              "train_boundaries": tuple(warm.train_boundaries),
+                              "tasks": tasks}
     jobs = [LearnJob(method=key.split("/")[0], lam=float(key.split("/")[1]),
                      sft_state=None if key.startswith("ppo/") else warm.sft_state, **common)
             for key in table_keys(sc)]
@@ -338,8 +345,9 @@ def run_all(scale: str | BopoScale = "default", profiles: Sequence[str] = PROFIL
     for p in profiles:
         first += ([("prep", p, sc, seed, *prep_more)]
                   + [("warm", p, sc, s, budgets[p], *warm_more) for s in seeds])
-    run = {"jobs": sc.jobs, "address": address, "describe": _describe, "keeper": keeper,
-           "label": "bopo", "log": lambda message: log(message.removeprefix("bopo: "))}
+    run: dict[str, Any] = {
+        "jobs": sc.jobs, "address": address, "describe": _describe, "keeper": keeper,
+        "label": "bopo", "log": lambda message: log(message.removeprefix("bopo: "))}
     ready = run_units(_unit, first, **run)
     prepared = {r.profile: r for r in ready if isinstance(r, Prepared)}
     warm: dict[str, dict[int, WarmStart]] = {p: {} for p in profiles}

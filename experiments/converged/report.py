@@ -39,8 +39,8 @@ def interval(values: np.ndarray | Sequence[float], resamples: int) -> str:
     return f"{mean:.4f} [{low:.4f}, {high:.4f}]"
 
 
-def share(values: np.ndarray | Sequence[float], rule: Sequence[float],
-          planner: Sequence[float]) -> str:
+def share(values: np.ndarray | Sequence[float], rule: np.ndarray | Sequence[float],
+          planner: np.ndarray | Sequence[float]) -> str:
     """The share of the rule-to-planner gap closed, paired over tasks, with its interval."""
     point, low, high = bootstrap_gap_closed(values, rule, planner)
     return f"{point:.2f} [{low:.2f}, {high:.2f}]"
@@ -64,15 +64,15 @@ def render(learned: dict[str, np.ndarray], fixed: Fixed, scale: Scale,
     returns = fixed.returns
     rule, planner, bayes = returns[fixed.rule], returns["planner"], returns["bayes-planner"]
     r = scale.resamples
-    tasks = len(rule)
+    n_tasks = len(rule)
     names = ", ".join(BUDGET_ROWS[key].label for key in learned)
     path = (" on FastPPO's fused path (`fused_loss=True`: float-close to SB3's updates, not "
             "bit for bit)") if fused else ""
     cpu = cpu_minutes or {}
-    title = f"# {ENV_ID}: learned rows at their converged budget on {tasks:,} tasks"
+    title = f"# {ENV_ID}: learned rows at their converged budget on {n_tasks:,} tasks"
     lines = [title + (", FastPPO's fused path" if fused else ""), "",
              f"{names}: each trained {scale.seeds} seeds x {scale.timesteps:,} env steps on "
-             f"16 batched sub-envs{path}, scored after its last update on {tasks:,} evaluation "
+             f"16 batched sub-envs{path}, scored after its last update on {n_tasks:,} evaluation "
              f"tasks of task seed {first_seed}, beside every fixed row on the same "
              "tasks. Return: mean "
              "Eq. 1 return [95% interval; over seeds and tasks for the learned rows, over "

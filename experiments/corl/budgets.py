@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -48,6 +48,9 @@ from experiments.shared.common import machine
 from experiments.shared.gaps import encode_scores
 from experiments.shared.kept import Runs, run_file
 from experiments.shared.scheduler import add_scheduling_arguments, run_units, scheduling
+
+if TYPE_CHECKING:
+    from cost_envs.envs.expert_routing import ExpertRoutingEnv
 
 ENV_ID = "cost_envs/ExpertRouting-v1"
 #: The profile the curves are scored on: the table's first, where the low tier's gap is resolved.
@@ -235,7 +238,8 @@ def report(out: Path, scale: str | CurveScale = "default", env_id: str = ENV_ID,
                         address=address, describe=lambda unit: f"seed {unit[0]}",
                         keeper=keeper, label="corl_budgets", log=log)
     probe = gym.make(env_id)
-    budgets = {tier: float(budget) for tier, budget in probe.unwrapped.tier_budgets.items()}
+    tier_budgets = cast("ExpertRoutingEnv", probe.unwrapped).tier_budgets
+    budgets = {tier: float(budget) for tier, budget in tier_budgets.items()}
     probe.close()
     markdown, columns = curves_table(results, gap, budgets, chosen, env_id)
     names = file_names(env_id)

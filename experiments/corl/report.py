@@ -9,7 +9,7 @@ tier) table, 1 the planner that knows the question but not its luck.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from agents.evaluation import value_interval
@@ -51,7 +51,7 @@ LEARNED_KEYS = dict(zip(LEARNED, ("ppo", "lora-ppo", "ppo/tuned", "lora-ppo/tune
 SHORT = dict(zip(LEARNED, ("PPO", "LoRA-PPO", "PPO tuned", "LoRA-PPO tuned"), strict=True))
 
 
-def learned_in(rows: Mapping[str, Any]) -> list[str]:
+def learned_in(rows: Collection[str]) -> list[str]:
     """The learned rows that ``rows`` has, in :data:`LEARNED` order (v1 has no tuned ones)."""
     return [method for method in LEARNED if method in rows]
 
@@ -101,7 +101,8 @@ def best_single_expert(rows: Mapping[str, Any]) -> str:
 
 
 def _cell(value: list[float], fmt: str) -> str:
-    return value_interval(*value, fmt=fmt)
+    mean, low, high = value
+    return value_interval(mean, low, high, fmt=fmt)
 
 
 def corl_markdown(report: Mapping[str, Any]) -> str:
@@ -187,12 +188,12 @@ def corl_markdown(report: Mapping[str, Any]) -> str:
     for profile, table in report["results"].items():
         for method in learned_in(table[TIERS[0]]):
             ratios = [table[t][method]["expert_call_ratio"][0] for t in TIERS]
-            calls = [sum(table[t][method]["calls_per_query"].values()) for t in TIERS]
+            tier_calls = [sum(table[t][method]["calls_per_query"].values()) for t in TIERS]
             costs = [table[t][method]["avg_cost"][0] for t in TIERS]
             rising = all(a <= b for a, b in itertools.pairwise(ratios))
             lines.append(
                 f"- `{profile}`, {method}: ratio {' -> '.join(f'{r:.2f}' for r in ratios)}, "
-                f"calls/query {' -> '.join(f'{c:.2f}' for c in calls)}, cost "
+                f"calls/query {' -> '.join(f'{c:.2f}' for c in tier_calls)}, cost "
                 f"{' -> '.join(f'${c:.4f}' for c in costs)}: "
                 f"{'rises (never falls)' if rising else 'does NOT rise monotonically'}.")
     return "\n".join(lines) + "\n"

@@ -26,7 +26,7 @@ import json
 from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import gymnasium as gym
 
@@ -76,6 +76,9 @@ from experiments.shared.task_sets import (
 from experiments.tune import corl as tune_corl
 from experiments.tune import runner as tune
 
+if TYPE_CHECKING:
+    from cost_envs.envs.expert_routing import ExpertRoutingEnv
+
 PROFILES_EVALUATED = ("mixed", "gsm8k", "math500", "aime")
 #: The envs the experiment runs on, each with its own report: v0, and v1 where wrong
 #: answers can coincide (issue #10).
@@ -84,6 +87,12 @@ CORL_ENVS = (EXPERT_ROUTING, "cost_envs/ExpertRouting-v1")
 
 def _policy_allocator(policy: Any) -> Callable[[gym.Env], Any]:
     return lambda env: policy
+
+
+def _single_expert(consult: Callable[[gym.Env, list[int]], Any], i: int
+                   ) -> Callable[[gym.Env], Any]:
+    """``env -> consult(env, [i])``: expert ``i`` alone (a new list for each env)."""
+    return lambda env: consult(env, [i])
 
 
 def fixed_methods(expert_names: list[str], rule_tasks: int = 200
@@ -103,7 +112,7 @@ def fixed_methods(expert_names: list[str], rule_tasks: int = 200
     methods: dict[str, Callable[[gym.Env], Any]] = {
         "Controller alone": lambda env: FixedConsultation(env, [])}
     for i, name in enumerate(expert_names):
-        methods[f"Single expert: {name}"] = lambda env, i=i: FixedConsultation(env, [i])
+        methods[f"Single expert: {name}"] = _single_expert(FixedConsultation, i)
     methods[CONSULT_ALL] = ConsultAll
     methods["Escalate until agreement (rule)"] = RuleBased
     methods[BEST_RULE] = partial(BestFixedRule, n_tasks=rule_tasks)
@@ -234,8 +243,9 @@ def fixed_rows(scale: str, env_id: str = EXPERT_ROUTING,
     """
     settings = _check_scale(scale)
     probe = gym.make(env_id)
-    names = list(probe.unwrapped.pool.names)
-    budgets = dict(probe.unwrapped.tier_budgets)
+    base = cast("ExpertRoutingEnv", probe.unwrapped)
+    names = list(base.pool.names)
+    budgets = dict(base.tier_budgets)
     probe.close()
     methods = fixed_methods(names, settings.rule_tasks)
     candidates = {method: factory for method, factory in methods.items()
@@ -249,9 +259,13 @@ def fixed_rows(scale: str, env_id: str = EXPERT_ROUTING,
                             scale=scale, env_id=env_id)
             built: dict[str, Any] = {}
             rows, per_query = table(methods, first_seed=task_seed(tasks), built=built)
-            rule = choose(best_fixed_row, rows, tasks,  # the searched rule as it froze
-                          lambda table=table, built=built: table(
-                              refitting_none(candidates, built), first_seed=choice_seed())[0])
+
+            def rescored(table: Callable[..., Any] = table,
+                         built: dict[str, Any] = built) -> dict[str, Any]:
+                return table(refitting_none(candidates, built), first_seed=choice_seed())[0]
+
+            # the searched rule as it froze
+            rule = choose(best_fixed_row, rows, tasks, rescored)
             tables[profile][tier] = rows
             gap[profile][tier] = {"rule": rule, "rule_scores": per_query[rule],
                                   "reference_scores": per_query[PLANNER]}
@@ -281,8 +295,9 @@ def assemble(env_id: str, scale: str, fixed: Mapping[str, Any],
     """
     settings = _check_scale(scale)
     probe = gym.make(env_id)
-    names = list(probe.unwrapped.pool.names)
-    budgets = dict(probe.unwrapped.tier_budgets)
+    base = cast("ExpertRoutingEnv", probe.unwrapped)
+    names = list(base.pool.names)
+    budgets = dict(base.tier_budgets)
     probe.close()
     learned = sorted(learned, key=lambda run: run["seed"])
     methods = learned_in({method for _, _, method in learned[0]["runs"]})

@@ -134,7 +134,8 @@ def baseline_rows(env_id: str, rule_tasks: int = 200) -> dict[str, tuple[str, An
 
     ``rule_tasks``: training tasks on which the best fixed rule is searched.
     """
-    rows = {key: (label, BASELINES[key]) for key, label in BASELINE_ROWS.items()}
+    rows: dict[str, tuple[str, Any]] = {key: (label, BASELINES[key])
+                                        for key, label in BASELINE_ROWS.items()}
     rows["best-rule"] = (SEARCHED_ROWS["best-rule"], partial(BestFixedRule, n_tasks=rule_tasks))
     rows.update({key: (row.label, row.factory) for key, row in FAMILY_ROWS.items()
                  if env_id in row.envs})

@@ -58,7 +58,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from agents.files import write_files_atomic
 from agents.learners import PPO_SETTINGS
@@ -104,7 +104,7 @@ def build_model(env_id: str, learner: str, n_envs: int, seed: int) -> Any:
     from agents.learners.ppo import FastPPO
     from agents.learners.training import quiet_logger
     from agents.seeds import train_task_seeds
-    from agents.vec_env import make_batched_vec_env
+    from agents.vec_env import BatchedVecEnv, make_batched_vec_env
 
     if learner not in LEARNERS:
         raise ValueError(f"learner: expected one of {list(LEARNERS)}, got {learner!r}")
@@ -113,12 +113,12 @@ def build_model(env_id: str, learner: str, n_envs: int, seed: int) -> Any:
     if n_envs == 1:  # as agents.learners.training.train seeds its env
         venv.seed(seeds[0])
     else:
-        venv.unwrapped.seed_each(seeds)
+        cast(BatchedVecEnv, venv.unwrapped).seed_each(seeds)  # make_batched_vec_env's
     if learner == "history":
         venv = VecFrameStack(venv, MAX_DECISIONS[env_id])
     cls = RecurrentPPO if learner == "recurrent" else FastPPO
     model = cls(LEARNERS[learner][1], venv, seed=seed, device="cpu", n_epochs=EPOCHS,
-                learning_rate=LEARNING_RATE, **PPO_SETTINGS)
+                learning_rate=LEARNING_RATE, **cast(dict[str, Any], PPO_SETTINGS))
     quiet_logger(model)
     return model
 
@@ -166,12 +166,14 @@ def rule_result(env_id: str, episodes: int) -> dict[str, Any]:
     import gymnasium as gym
 
     from agents.baselines import FAMILY_BASELINES
-    from agents.evaluation import evaluate
+    from agents.evaluation import AllocatorFactory, evaluate
 
     env = gym.make(env_id)
+    # a family baseline is constructed as cls(env) (Allocator's own __init__ takes none)
+    rule = cast(AllocatorFactory, FAMILY_BASELINES["one-turn"])
     start = time.perf_counter()
     try:
-        returns = evaluate(FAMILY_BASELINES["one-turn"](env), env, episodes, seed=0).returns
+        returns = evaluate(rule(env), env, episodes, seed=0).returns
     finally:
         env.close()
     return {"env": env_id, "learner": "rule", "seed": 0, "timesteps": 0, "train_seconds": 0.0,

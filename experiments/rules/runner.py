@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Collection
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -109,7 +109,7 @@ def _search(unit: tuple[Any, ...]) -> dict[str, Any]:
     return search_env(*unit)
 
 
-def reproduce(scale: Scale, envs: Sequence[str] = cost_envs.ENV_IDS, jobs: int = 2,
+def reproduce(scale: Scale, envs: Collection[str] = cost_envs.ENV_IDS, jobs: int = 2,
               log: Any = print, address: str | None = None,
               keeper: Kept | None = None, tasks: str = DEFAULT_TASKS) -> dict[str, Any]:
     """Every env's search; returns the JSON-ready report.

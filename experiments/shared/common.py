@@ -22,7 +22,7 @@ from typing import Any
 from agents.files import check_creatable
 
 
-def recording(factory: Callable[[Any], Any], built: MutableMapping[Hashable, Any],
+def recording(factory: Callable[[Any], Any], built: MutableMapping[Any, Any],
               key: Hashable | Callable[[Any], Hashable]) -> Callable[[Any], Any]:
     """``factory`` (a baseline class or env -> allocator), keeping what it builds in ``built``.
 
@@ -52,9 +52,14 @@ def refitting_none(factories: Mapping[str, Callable[[Any], Any]], built: Mapping
     most of CORL's fixed rows). Every other row (e.g. a random one, whose generator has
     moved) is built afresh, as it would be without this.
     """
-    return {key: (lambda env, rule=built[key]: rule)
+    return {key: _returning(built[key])
             if key in built and hasattr(type(built[key]), "fit") else factory
             for key, factory in factories.items()}
+
+
+def _returning(rule: Any) -> Callable[[Any], Any]:
+    """A factory that ignores its env and returns ``rule`` itself."""
+    return lambda env: rule
 
 
 def described(allocator: Any) -> dict[str, str]:

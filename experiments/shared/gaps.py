@@ -48,6 +48,12 @@ from cost_envs.metrics import bootstrap_gap_closed, gap_closed
 #: 0/1 accuracies of CORL are exact).
 SCORE_DECIMALS = 4
 
+#: Per-episode scores: a list or a 1-D array.
+Scores = Sequence[float] | np.ndarray
+#: Per-seed per-episode scores: nested lists, a list of 1-D arrays, or a seeds x episodes
+#: array (whatever :func:`numpy.asarray` makes a 2-D array of).
+SeedScores = Sequence[Sequence[float]] | Sequence[np.ndarray] | np.ndarray
+
 
 def _plain(value: float) -> float | None:
     return None if math.isnan(value) else float(value)
@@ -89,9 +95,8 @@ def kept_scores(values: Sequence[float] | np.ndarray) -> np.ndarray:
     return decode_scores(encode_scores(values))
 
 
-def method_share(label: str, per_seed_scores: Sequence[Sequence[float]],
-                 rule_scores: Sequence[float], reference_scores: Sequence[float]
-                 ) -> dict[str, Any]:
+def method_share(label: str, per_seed_scores: SeedScores, rule_scores: Scores,
+                 reference_scores: Scores) -> dict[str, Any]:
     """One method's entry: ``per_seed_scores[s][j]`` is seed ``s``'s score on episode ``j``."""
     runs = np.asarray(per_seed_scores, dtype=np.float64)
     share = bootstrap_gap_closed(runs, rule_scores, reference_scores)
@@ -102,9 +107,8 @@ def method_share(label: str, per_seed_scores: Sequence[Sequence[float]],
             "seed_scores": [encode_scores(run) for run in runs]}
 
 
-def task_entry(rule_scores: Sequence[float], reference_scores: Sequence[float],
-               methods: Mapping[str, tuple[str, Sequence[Sequence[float]]]]
-               ) -> dict[str, Any]:
+def task_entry(rule_scores: Scores, reference_scores: Scores,
+               methods: Mapping[str, tuple[str, SeedScores]]) -> dict[str, Any]:
     """One task's entry: ``methods`` maps key -> (label, per-seed per-episode scores)."""
     return {"rule": float(np.mean(rule_scores)), "reference": float(np.mean(reference_scores)),
             "rule_scores": encode_scores(rule_scores),

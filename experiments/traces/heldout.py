@@ -51,11 +51,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
-from agents.routers import calibrate_share, cross_validate, make_router
+from agents.routers import TwoModelRouter, calibrate_share, cross_validate, make_router
 from agents.routers.base import take
 from agents.routers.evaluation import (
     call_costs,
@@ -188,8 +188,9 @@ def _out_of_fold(data: TraceDataset, splits: list[tuple[np.ndarray, np.ndarray]]
             tuned.update(choice.settings())
             if chosen is not None:
                 chosen.append(choice.as_json())
-        router = make_router(kind, weak, strong, **tuned).fit_inputs(
-            take(inputs, train), labels[train], take(fit_costs, train))
+        # a router over the two models (weak, strong) is a TwoModelRouter
+        router = cast(TwoModelRouter, make_router(kind, weak, strong, **tuned).fit_inputs(
+            take(inputs, train), labels[train], take(fit_costs, train)))
         if members is not None and isinstance(router, RuleRouter):
             members.append(router.member)
         calibration = calibrate_share(router.scores_inputs(take(inputs, train)),
@@ -279,7 +280,8 @@ def evaluate(data: TraceDataset, protocol: Protocol, n_resamples: int, seed: int
     c = call_costs(test)
     iw, is_ = test.model_index(weak), test.model_index(strong)
     plain_range = sorted((float(c[:, iw].mean()), float(c[:, is_].mean())))
-    kw = {"split_by": protocol.split_by, "n_resamples": n_resamples, "seed": seed}
+    kw: dict[str, Any] = {"split_by": protocol.split_by, "n_resamples": n_resamples,
+                          "seed": seed}
     base = {f"only {m}": single_model(test, m) for m in test.models}
     base["oracle"] = oracle_routing(test, c)
     out: dict[str, Any] = {
@@ -317,7 +319,7 @@ def evaluate(data: TraceDataset, protocol: Protocol, n_resamples: int, seed: int
         curves: dict[str, Any] = {name: scores, "random": None}
         refs = ["random"]
         versus = rule is not None and not members  # a learned router beside the rule
-        if versus:
+        if versus and rule is not None:  # versus implies a rule (`is not None` for mypy)
             curves[RULE_CURVE] = fitted[rule][2]
             refs.append(RULE_CURVE)
         # one draw: the points, the curves and the router minus the rule at its cost

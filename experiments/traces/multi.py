@@ -41,12 +41,13 @@ queries would pair outcomes no model produced on one query, so none is made.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from agents.routers import (
     SINGLE_MODELS,
+    MultiRouter,
     calibrate_lam,
     cross_validate,
     make_router,
@@ -112,8 +113,9 @@ def _out_of_fold(data: TraceDataset, splits: list[tuple[np.ndarray, np.ndarray]]
                                     raw=take(inputs, train))
             settings = choice.settings()
             chosen.append(choice.as_json())
-        router = make_router(kind, *data.models, **settings).fit_inputs(
-            take(inputs, train), data.correct[train], take(fit_costs, train))
+        # a router over all the data's models is a MultiRouter
+        router = cast(MultiRouter, make_router(kind, *data.models, **settings).fit_inputs(
+            take(inputs, train), data.correct[train], take(fit_costs, train)))
         if members is not None and isinstance(router, RuleMultiRouter):
             members.append(router.chosen)  # "the cheapest model alone" says more there
         grid = router.lams_inputs(take(inputs, train))
@@ -140,7 +142,8 @@ def evaluate_multi(data: TraceDataset, protocol: Protocol, n_resamples: int, see
     c = call_costs(data)
     held = np.sort(np.concatenate([test for _, test in splits]))
     test = data.subset(held)
-    kw = {"split_by": protocol.split_by, "n_resamples": n_resamples, "seed": seed}
+    kw: dict[str, Any] = {"split_by": protocol.split_by, "n_resamples": n_resamples,
+                          "seed": seed}
     out: dict[str, Any] = {
         "source": data.source, "models": list(data.models), "protocol": protocol.label,
         "split_by": protocol.split_by, "held_out": test.n_queries,

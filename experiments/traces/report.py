@@ -25,7 +25,8 @@ from experiments.traces.multi import markdown as multi_markdown
 
 
 def _fmt(entry: Mapping[str, Any], digits: int = 3) -> str:
-    return value_interval(entry["value"], *entry["ci"], fmt=f".{digits}f")
+    low, high = entry["ci"]
+    return value_interval(entry["value"], low, high, fmt=f".{digits}f")
 
 
 def figure(result: Mapping[str, Any]) -> Rendered:

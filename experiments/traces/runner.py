@@ -27,7 +27,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -58,6 +58,9 @@ from experiments.shared.figures import figure_files
 from experiments.traces.heldout import PROTOCOLS, by_cost, evaluate, has_answers
 from experiments.traces.multi import evaluate_multi
 from experiments.traces.report import figure, json_ready, markdown, portable_sources
+
+if TYPE_CHECKING:
+    from cost_envs.envs.trace_routing import TraceRoutingEnv
 
 SCALES = ("smoke", "default")
 GSM8K = "gsm8k_responses.csv"
@@ -121,7 +124,7 @@ def _experiment(data: TraceDataset, n_resamples: int, seed: int, cv: bool,
         return out
     length = np.array([len(p) for p in test.prompts], dtype=np.float64)
     # cost-aware: its curve runs from the best accuracy gained per dollar down (defaults)
-    priced = PricedRouter(weak, strong).fit(train).scores(test)
+    priced = cast(PricedRouter, PricedRouter(weak, strong).fit(train)).scores(test)
     routers: dict[str, np.ndarray | None] = {
         "learned": learned, "length": length, "priced": priced, "random": None,
         "oracle": oracle_scores(w, s)}
@@ -190,8 +193,9 @@ def _split_robustness(data: TraceDataset, seeds: Sequence[int]) -> list[dict[str
         train, test = data.split_indices(seed=seed, test_fraction=0.5)
         row: dict[str, float] = {"split_seed": seed}
         for prefix, router in routers.items():
-            scores = router.fit_inputs(take(raw[prefix], train), ~weak_correct[train]
-                                       ).scores_inputs(take(raw[prefix], test))
+            fitted = cast(LogisticRouter, router.fit_inputs(take(raw[prefix], train),
+                                                            ~weak_correct[train]))
+            scores = fitted.scores_inputs(take(raw[prefix], test))
             curve = routing_curve(scores, weak_correct[test], strong_correct[test])
             row.update({f"{prefix}apgr": curve.apgr, f"{prefix}cpt_50": curve.cpt(0.5),
                         f"{prefix}cpt_80": curve.cpt(0.8)})
@@ -210,8 +214,10 @@ def _env_table(data: TraceDataset) -> dict[str, dict[str, Any]]:
     test_env = gym.make("cost_envs/TraceRouting-v0", data=data, split="test")
     policy = RouterPolicy(test_env).fit(train_env)
     # threshold: the training split's median score, so about half the queries go strong
-    policy.threshold = float(np.median(policy.scores(train_env.unwrapped.initial_observations())))
-    episodes = test_env.unwrapped.dataset.n_queries  # one block: every test query once
+    train_base = cast("TraceRoutingEnv", train_env.unwrapped)
+    policy.threshold = float(np.median(policy.scores(train_base.initial_observations())))
+    # one block: every test query once
+    episodes = cast("TraceRoutingEnv", test_env.unwrapped).dataset.n_queries
     methods: dict[str, Any] = {name: BASELINES[name] for name in
                                ("oracle", "capability", "rule", "random", "all")}
     # the literature's random router: exactly one model per query, uniformly
@@ -243,14 +249,15 @@ def _env_cascade_check(data: TraceDataset) -> dict[str, Any]:
     envs = {split: gym.make("cost_envs/TraceRouting-v0", data=data, split=split, cascade=True)
             for split in ("train", "test")}
     try:
-        layout = envs["train"].unwrapped.observation_layout
+        bases = {k: cast("TraceRoutingEnv", env.unwrapped) for k, env in envs.items()}
+        layout = bases["train"].observation_layout
         columns = np.r_[tuple(layout[k] for k in ENV_CASCADE_COLUMNS)]
         x = {k: cascade_observations(env)[:, columns] for k, env in envs.items()}
-        weak = envs["train"].unwrapped.cheapest
-        strong = envs["train"].unwrapped.strongest
+        weak = bases["train"].cheapest
+        strong = bases["train"].strongest
         model = LogisticRegression(10.0).fit(
-            x["train"], ~envs["train"].unwrapped.dataset.correct[:, weak])
-        correct = envs["test"].unwrapped.dataset.correct
+            x["train"], ~bases["train"].dataset.correct[:, weak])
+        correct = bases["test"].dataset.correct
         curve = routing_curve(model.predict_proba(x["test"]), correct[:, weak],
                               correct[:, strong])
     finally:
@@ -299,10 +306,12 @@ def heldout(data_dir: Path, arena_dir: Path, n_resamples: int, embeddings: bool 
     if jobs > 1:
         with ProcessPoolExecutor(min(jobs, len(units)) or 1,
                                  mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = [pool.submit(_heldout_unit, *unit, *arguments) for unit in units]
+            futures = [pool.submit(_heldout_unit, name, kind, *arguments)
+                       for name, kind in units]
             results = dict(zip(units, (future.result() for future in futures), strict=True))
     else:
-        results = {unit: _heldout_unit(*unit, *arguments) for unit in units}
+        results = {(name, kind): _heldout_unit(name, kind, *arguments)
+                   for name, kind in units}
     out: dict[str, Any] = {}
     for name, (path, _) in _loaders(data_dir, arena_dir).items():
         if not present[name]:

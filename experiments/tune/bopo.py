@@ -187,7 +187,8 @@ BOPO_PPO_SPACE = (
     _RATE,
     _ENTROPY,
 )
-_COMMON = {"score": score_router, "score_label": ROUTER_SCORE, "seeds": bopo_task_seeds}
+_COMMON: dict[str, Any] = {"score": score_router, "score_label": ROUTER_SCORE,
+                           "seeds": bopo_task_seeds}
 _SETTING = {"profile": PROFILE,
             "budget": "HardBudget(mask) at the 0.9 quantile of always-large's cost on the "
                       "base training draw (experiments.bopo.jobs.profile_budget, seed 0)",

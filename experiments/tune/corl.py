@@ -27,7 +27,7 @@ of ``VALIDATION_TASK_SEED``. CORL's training uses task seeds ``TRAIN_TASK_SEED +
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -46,6 +46,9 @@ from cost_envs.metrics import summarize
 from cost_envs.wrappers import TIERS
 from experiments.corl.settings import CORL_SCALES, EVAL_SEED
 from experiments.tune.space import PPO_PAPER, PPO_SPACE, Method, Param
+
+if TYPE_CHECKING:
+    from cost_envs.envs.expert_routing import ExpertRoutingEnv
 
 #: What :func:`score_tiers` scores (the results file's ``score``).
 TIER_SCORE = ("CORL's metric: accuracy within the tier's budget, averaged over the three "
@@ -74,7 +77,7 @@ def score_tiers(allocator: Any, env_id: str, episodes: int) -> tuple[float, dict
     (``success_rate``, ``cps``, ...), with each tier's accuracy within budget.
     """
     probe = gym.make(env_id)
-    budgets = dict(probe.unwrapped.tier_budgets)
+    budgets = dict(cast("ExpertRoutingEnv", probe.unwrapped).tier_budgets)
     probe.close()
     runs = {tier: tier_records(lambda env: allocator, tier, episodes, VALIDATION_TASK_SEED,
                                None, env_id) for tier in TIERS}
@@ -151,7 +154,8 @@ STEPS = (f"the shared stage T - 3t at the experiment's PPO settings, then t per 
 
 def corl_methods() -> dict[str, Method]:
     """CORL's two methods: ``corl-ppo`` and ``corl-adapters`` (module docstring)."""
-    common = {"score": score_tiers, "score_label": TIER_SCORE, "seeds": corl_task_seeds}
+    common: dict[str, Any] = {"score": score_tiers, "score_label": TIER_SCORE,
+                              "seeds": corl_task_seeds}
     where = {"training": "BudgetTier over the env, a tier drawn per query, the gated reward",
              "validation": "each tier's queries of the env's default (mixed) profile"}
     return {

@@ -66,7 +66,7 @@ class Param:
             return distributions.IntDistribution(
                 int(self.low), int(self.high))  # type: ignore[arg-type]  # see above
         return distributions.FloatDistribution(
-            self.low, self.high, log=self.kind == "log")  # type: ignore[arg-type]  # see above
+            self.low, self.high, log=self.kind == "log")
 
     def contains(self, value: Any) -> bool:
         """Whether ``value`` lies in this range."""
