@@ -16,6 +16,7 @@ from experiments.converged import runner as converged
 from experiments.converged.settings import EPISODES
 from experiments.shared.gaps import decode_scores
 from experiments.shared.kept import read_kept, run_file
+from experiments.shared.task_sets import tagged
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 NAME = "converged_FlightPlanner-v1"
@@ -181,13 +182,16 @@ def test_a_kept_run_of_other_settings_is_refused_naming_it(tmp_path):
 def test_the_committed_csv_names_kept_runs_of_the_default_scale():
     """Each row's kept file is of the default scale, and its mean is the row's mean return."""
     rows, fixed, _ = _committed()
-    settings = converged.SCALES["default"].settings()
+    # the committed report is the test set's (issue #38): its runs in their own folder, each
+    # file naming the set
+    settings = tagged(converged.SCALES["default"].settings(), "test")
     for row in rows:
         if row["seed"] == "":
             values = fixed[row["row"]]
         else:
-            kept = read_kept(run_file(RESULTS / converged.RUNS, row["row"], int(row["seed"])),
-                             settings)
+            assert row["kept_in"].startswith(converged.runs_folder("test") + "/")
+            kept = read_kept(run_file(RESULTS / converged.runs_folder("test"), row["row"],
+                                      int(row["seed"])), settings)
             assert kept is not None
             values = decode_scores(kept["returns"])
         assert float(row["mean_return"]) == pytest.approx(values.mean(), abs=1e-6)
