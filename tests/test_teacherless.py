@@ -236,6 +236,24 @@ def test_the_screening_baseline_is_ppos_committed_curve_at_whole_rollouts(tmp_pa
         baseline(SCREEN, short)
 
 
+def test_the_committed_baseline_is_known_only_where_the_curve_reaches(tmp_path) -> None:
+    """ToolBench's curve ends at 1,007,616 steps; past it and on another env, PPO trained
+    again is the baseline, and a screen without it is refused before any run."""
+    from dataclasses import replace
+
+    from experiments.teacherless import runner
+    from experiments.teacherless.report import has_baseline
+    from experiments.teacherless.settings import SCREEN
+
+    assert has_baseline(SCREEN) and has_baseline(replace(SCREEN, timesteps=1_000_000, seeds=5))
+    assert not has_baseline(replace(SCREEN, timesteps=2_000_000))
+    assert not has_baseline(replace(SCREEN, seeds=6))
+    assert not has_baseline(SCREEN, "cost_envs/FlightPlanner-v1")
+    with pytest.raises(ValueError, match="no committed PPO screen at 2,000,000 steps"):
+        runner.report(tmp_path, ["sac"], replace(SCREEN, timesteps=2_000_000))
+    assert not list(tmp_path.iterdir())
+
+
 def test_the_screening_trains_only_the_runs_it_has_not_kept(tmp_path, monkeypatch) -> None:
     """Its runs go through the experiments' one scheduler and keeper (JSON run files)."""
     from dataclasses import replace
