@@ -236,7 +236,8 @@ def test_the_screening_baseline_is_ppos_committed_curve_at_whole_rollouts(tmp_pa
         baseline(SCREEN, short)
 
 
-def test_the_committed_baseline_is_known_only_where_the_curve_reaches(tmp_path) -> None:
+def test_the_committed_baseline_is_known_only_where_the_curve_reaches(tmp_path,
+                                                                     monkeypatch) -> None:
     """ToolBench's curve ends at 1,007,616 steps; past it and on another env, PPO trained
     again is the baseline, and a screen without it is refused before any run."""
     from dataclasses import replace
@@ -249,6 +250,7 @@ def test_the_committed_baseline_is_known_only_where_the_curve_reaches(tmp_path) 
     assert not has_baseline(replace(SCREEN, timesteps=2_000_000))
     assert not has_baseline(replace(SCREEN, seeds=6))
     assert not has_baseline(SCREEN, "cost_envs/FlightPlanner-v1")
+    monkeypatch.setattr(runner, "run_job", lambda job: pytest.fail(f"trained {job}"))
     with pytest.raises(ValueError, match="no committed PPO screen at 2,000,000 steps"):
         runner.report(tmp_path, ["sac"], replace(SCREEN, timesteps=2_000_000))
     assert not list(tmp_path.iterdir())
@@ -344,7 +346,8 @@ def test_another_env_is_paired_with_ppo_trained_again_beside_it(monkeypatch) -> 
 
     sac = [run("sac", 0, [0.8, 0.6]), run("sac", 1, [1.0, 0.8])]
     ppo = [run("ppo", 0, [0.5, 0.5]), run("ppo", 1, [0.7, 0.3])]
-    with pytest.raises(ValueError, match="FlightPlanner-v1 has no committed PPO screen"):
+    with pytest.raises(ValueError,
+                       match="FlightPlanner-v1 has no committed PPO screen at 64 steps"):
         report.render(sac, scale, flight)
     markdown, payload = report.render(sac + ppo, scale, flight)
     assert set(asked) == {flight} and payload["env"] == flight

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,21 @@ def has_baseline(scale: Scale, env_id: str = ENV_ID, path: Path = BASELINE_CSV) 
     return all(seed in by_seed for seed in range(scale.seeds))
 
 
+def check_baseline(keys: Iterable[str], scale: Scale, env_id: str = ENV_ID) -> None:
+    """Refuse rows with nothing to pair them with.
+
+    That is no ``ppo`` row among ``keys`` where PPO's committed curve does not hold
+    ``scale`` (:func:`has_baseline`).
+
+    Raises:
+        ValueError: One line naming the env and the step count.
+    """
+    if "ppo" not in set(keys) and not has_baseline(scale, env_id):
+        raise ValueError(f"rows: {env_id} has no committed PPO screen at "
+                         f"{scale.timesteps:,} steps to pair with; expected the ppo row "
+                         "among them")
+
+
 def baseline(scale: Scale, path: Path = BASELINE_CSV) -> np.ndarray:
     """``(seeds, tasks)``: PPO's committed per-task returns at the screening step count."""
     steps, by_seed = _committed_by_seed(scale, path)
@@ -66,18 +82,15 @@ def render(results: list[dict[str, Any]], scale: Scale, env_id: str = ENV_ID
     entries: dict[str, dict[str, Any]] = {}
     labels: dict[str, str] = {}
     committed_seeds: dict[int, np.ndarray] = {}
-    if env_id == ENV_ID and (has_baseline(scale) or not any(r["key"] == "ppo"
-                                                            for r in results)):
-        committed = baseline(scale)  # (its one-line error where it is not)
+    check_baseline((r["key"] for r in results), scale, env_id)
+    if has_baseline(scale, env_id):
+        committed = baseline(scale)
         committed_seeds = dict(enumerate(committed))
         entries["ppo/committed"] = method_share(BASELINE_LABEL, committed, rule, planner)
         entries["ppo/committed"]["seeds"] = list(range(len(committed)))
         entries["ppo/committed"]["return"] = list(bootstrap_mean_ci(
             committed, n_resamples=scale.resamples))
         labels["ppo/committed"] = f"{BASELINE_LABEL} ({len(committed)} seeds)"
-    elif not any(r["key"] == "ppo" for r in results):
-        raise ValueError(f"rows: {env_id} has no committed PPO screen to pair with; expected "
-                         "the ppo row among them")
     # each row's final per-task returns by seed; a row may have fewer seeds than another
     runs = {key: sorted((r for r in results if r["key"] == key), key=lambda r: r["seed"])
             for key in dict.fromkeys(r["key"] for r in results)}

@@ -49,7 +49,7 @@ from experiments.budgets.settings import Scale
 from experiments.shared.gaps import decode_scores, encode_scores
 from experiments.shared.kept import Runs, run_file
 from experiments.shared.scheduler import add_scheduling_arguments, run_units, scheduling
-from experiments.teacherless.report import has_baseline, render
+from experiments.teacherless.report import check_baseline, render
 from experiments.teacherless.settings import ENV_ID, OUT, ROWS, SCREEN, SCREENED_ENVS
 
 
@@ -163,10 +163,7 @@ def report(out: Path = OUT, keys: list[str] | None = None, scale: Scale = SCREEN
     Returns the paths.
     """
     keys = list(ROWS) if keys is None else list(keys)
-    if "ppo" not in keys and not has_baseline(scale, env_id):  # before any run: the table
-        raise ValueError(f"rows: {env_id} has no committed PPO screen at "  # would refuse it
-                         f"{scale.timesteps:,} steps to pair with; expected the ppo row "
-                         "among them")
+    check_baseline(keys, scale, env_id)  # before any run: the table would refuse them
     if kept_only:
         runs = _runs(out, scale, validation_episodes, test_episodes, env_id)
         kept = [runs.read(f"{key} seed {seed}") for key in keys for seed in range(scale.seeds)]
