@@ -114,10 +114,22 @@ LEARNING_RATE = 1e-3
 
 
 # ---------------------------------------------------------------------- environments
+#: How the per-task budget binds: requested calls past it are dropped (``HardBudget``).
+ON_EXCEED = "mask"
+
+
 def make_env(profile: str, budget: float | None = None, **env_kwargs: Any) -> gym.Env:
     """``gym.make(AgenticRouting-v0, profile=profile)``, under ``HardBudget(mask)`` if given."""
     env = gym.make(ENV_ID, profile=profile, **env_kwargs)
-    return env if budget is None else HardBudget(env, budget=budget, on_exceed="mask")
+    return env if budget is None else HardBudget(env, budget=budget, on_exceed=ON_EXCEED)
+
+
+def env_kwargs(profile: str, budget: float) -> dict[str, Any]:
+    """:func:`make_env`'s env as ``gym.make`` arguments, for a trainer that makes its own envs.
+
+    ``budget`` and ``on_exceed`` build the same ``HardBudget`` (:mod:`cost_envs.registration`).
+    """
+    return {"profile": profile, "budget": budget, "on_exceed": ON_EXCEED}
 
 
 def draw_tasks(profile: str, n: int, seed: int, **env_kwargs: Any) -> list[AgenticTask]:

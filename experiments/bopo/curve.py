@@ -28,10 +28,13 @@ import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 from agents.files import write_files_atomic
+from agents.learners.bopo import draw_tasks
+from agents.learners.bopo import env_kwargs as bopo_env_kwargs
 from experiments.bopo.gaps import REFERENCE, RULES, best_rule
 from experiments.bopo.jobs import (
     SCALES as BOPO_SCALES,
@@ -40,6 +43,8 @@ from experiments.bopo.jobs import (
     BopoScale,
     LearningRun,
     checkpoints_of,
+    evaluate_on,
+    profile_budget,
     scale_of,
     warm_start,
 )
@@ -109,6 +114,46 @@ def run_curves(scale: str | BopoScale = "curve", seed: int = 0, progress: Path |
     return data
 
 
+def env_kwargs(scale: str | BopoScale = "curve") -> dict[str, Any]:
+    """The env the curves' rows train and are scored on, as ``gym.make`` arguments.
+
+    The profile under its per-task budget (:func:`experiments.bopo.jobs.profile_budget`
+    of the base training draw, as :func:`run_curves`' ``prepare_profile``), requested
+    calls past it dropped (:func:`agents.learners.bopo.env_kwargs`): for a trainer that
+    builds its own envs (:mod:`experiments.teacherless`).
+    """
+    return _env_kwargs(_scale(scale))
+
+
+@cache
+def _env_kwargs(sc: BopoScale) -> dict[str, Any]:
+    return bopo_env_kwargs(PROFILE, profile_budget(PROFILE, sc))
+
+
+def score(allocator: Any, episodes: int, seed: int, scale: str | BopoScale = "curve"
+          ) -> list[float]:
+    """``allocator``'s returns on the first ``episodes`` tasks of reset seed ``seed``.
+
+    The tasks and the env are the curves' (:func:`experiments.bopo.jobs.evaluate_on` of
+    ``draw_tasks``, under :func:`env_kwargs`' budget), those :func:`gap_ends` scores.
+    """
+    budget = env_kwargs(scale)["budget"]
+    return list(evaluate_on(lambda _env: allocator, PROFILE,
+                            draw_tasks(PROFILE, episodes, seed), budget, seed).returns)
+
+
+def gap_ends(episodes: int, seed: int, scale: str | BopoScale = "curve"
+             ) -> tuple[list[float], list[float]]:
+    """The curves' gap ends on ``episodes`` tasks of reset seed ``seed``: rule, planner.
+
+    The best fixed rule chosen on the validation tasks whatever ``seed`` is
+    (:func:`experiments.bopo.runner.prepare_profile`), as :func:`run_curves` does.
+    """
+    prepared = prepare_profile(PROFILE, replace(_scale(scale), n_eval=episodes), 0, seed)
+    rule = prepared.rule or best_rule({key: [prepared.returns[key]] for key in RULES})
+    return list(prepared.returns[rule]), list(prepared.returns[REFERENCE])
+
+
 def _write_json(path: Path, data: Mapping[str, Any]) -> None:
     """``data`` into ``path`` through a temporary file: a reader sees all of it or the last."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -157,4 +202,5 @@ def report_from(progress: Path, out: Path) -> list[Path]:
     return write_files_atomic(out, render(json.loads(progress.read_text(encoding="utf-8"))))
 
 
-__all__: Sequence[str] = ["SCALES", "render", "report", "report_from", "run_curves"]
+__all__: Sequence[str] = ["SCALES", "env_kwargs", "gap_ends", "render", "report", "report_from",
+                          "run_curves", "score"]

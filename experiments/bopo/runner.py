@@ -133,20 +133,21 @@ def _bound(factory: Callable[..., Any], *args: Any, **kwargs: Any) -> Callable[[
 
 
 def prepare_profile(profile: str, scale: str | BopoScale = "default", seed: int = 0,
-                    tasks: str = DEFAULT_TASKS) -> Prepared:
+                    tasks: str | int = DEFAULT_TASKS) -> Prepared:
     """Boundaries, taxonomy and budget of one profile, and its fixed rows (fitted rules too).
 
     The rules are fitted on the training draw; every row is scored on the task set
-    ``tasks`` (:mod:`experiments.shared.task_sets`). The gap's rule end (``rule``) is the
-    better rule on the validation tasks (:func:`experiments.shared.task_sets.choose`):
-    on these rows for the validation set, else on the rules scored again there
-    (:func:`rule_returns_on_validation`).
+    ``tasks`` (:mod:`experiments.shared.task_sets`), or on the ``sc.n_eval`` tasks drawn
+    from the reset seed ``tasks`` when it is a number (another study's own set). The
+    gap's rule end (``rule``) is the better rule on the validation tasks
+    (:func:`experiments.shared.task_sets.choose`): on these rows for the validation set,
+    else on the rules scored again there (:func:`rule_returns_on_validation`).
     """
     start = time.perf_counter()
     sc = scale_of(scale)
     train_tasks, train_paths = training_draw(profile, sc, seed)
     train_b = [Boundary.from_trajectories(lo, hi) for lo, hi in train_paths]
-    eval_seed = task_seed(tasks)
+    eval_seed = tasks if isinstance(tasks, int) else task_seed(tasks)
     eval_tasks = draw_tasks(profile, sc.n_eval, eval_seed)
     budget = budget_of(train_b)
     prepared = Prepared(profile, budget, train_b, boundary_rollouts(make_env(profile),

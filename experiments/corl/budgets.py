@@ -139,6 +139,58 @@ def run_seed(seed: int, scale: CurveScale, env_id: str = ENV_ID) -> dict[str, An
                          for tier, callback in adapters.items()}}
 
 
+def tier_budget(tier: str, env_id: str = ENV_ID) -> float:
+    """The budget per query of ``tier`` on the curves' profile (as :class:`TierScoresAtSteps`)."""
+    from agents.learners.corl import make_tier_env
+
+    probe = make_tier_env({"profile": PROFILE}, env_id=env_id)
+    budget = float(probe.budgets[one_of(tier, "tier", TIERS)])
+    probe.close()
+    return budget
+
+
+def env_kwargs(tier: str) -> dict[str, Any]:
+    """ExpertRouting-v1 of one tier for a learner without the tier slot, as ``gym.make`` args.
+
+    The curves' profile under ``tier``'s budget per query as a hard cap (calls past it
+    dropped, ``on_exceed="mask"``), for a trainer that builds its own envs
+    (:mod:`experiments.teacherless`): the tier's budget binds there as
+    :class:`~cost_envs.wrappers.BudgetTier` makes it bind on the gated score.
+    """
+    return {"profile": PROFILE, "budget": tier_budget(tier), "on_exceed": "mask"}
+
+
+def score(allocator: Any, episodes: int, seed: int, tier: str) -> list[float]:
+    """CORL's gated score (accuracy within ``tier``'s budget) per query of reset seed ``seed``.
+
+    On :func:`env_kwargs`' env: the queries of :func:`agents.learners.corl.tier_records`
+    (BudgetTier keeps the env's task stream), so those :func:`gap_ends` scores.
+    """
+    from agents.evaluation import evaluate
+    from agents.learners.corl import within_budget
+
+    result = evaluate(allocator, ENV_ID, episodes, seed, env_kwargs=env_kwargs(tier))
+    return within_budget(result, tier_budget(tier)).tolist()
+
+
+def gap_ends(episodes: int, seed: int, tier: str, scale: str | CurveScale = "default"
+             ) -> tuple[list[float], list[float]]:
+    """The curves' gap ends on ``tier``'s ``episodes`` queries of reset seed ``seed``.
+
+    The best fixed row (chosen on the validation queries whatever ``seed`` is) and the
+    planner, as :func:`report` takes them from the table's fixed rows
+    (:func:`experiments.corl.runner.fixed_rows` of ``scale.fixed``, on these queries).
+    """
+    from dataclasses import replace
+
+    from experiments.corl.runner import fixed_rows
+
+    chosen = SCALES[scale] if isinstance(scale, str) else scale
+    fixed = replace(CORL_SCALES[chosen.fixed], episodes=episodes)
+    gap = fixed_rows(fixed, ENV_ID, (PROFILE,), seed, (tier,))["gap"][PROFILE][tier]
+    return list(gap["rule_scores"]), list(gap["reference_scores"])
+
+
 def row_runs(results: Sequence[dict[str, Any]], key: str, tier: str) -> list[dict[str, Any]]:
     """One row's runs on one tier in :func:`experiments.budgets.report.curve_section`'s form."""
     runs = []

@@ -121,7 +121,9 @@ def fixed_methods(expert_names: list[str], rule_tasks: int = 200
     return methods
 
 
-def _check_scale(scale: str) -> CorlScale:
+def _check_scale(scale: str | CorlScale) -> CorlScale:
+    if isinstance(scale, CorlScale):
+        return scale
     if scale not in CORL_SCALES:
         raise ValueError(f"scale: expected one of {list(CORL_SCALES)}, got {scale!r}")
     return CORL_SCALES[scale]
@@ -204,7 +206,7 @@ def best_fixed_row(rows: Mapping[str, Any]) -> str:
 
 
 def tier_table(methods: Mapping[str, Callable[[gym.Env], Any]], profile: str, tier: str,
-               budget: float, scale: str, env_id: str, first_seed: int,
+               budget: float, scale: str | CorlScale, env_id: str, first_seed: int,
                built: dict[str, Any] | None = None
                ) -> tuple[dict[str, Any], dict[str, list[float]]]:
     """The rows ``methods`` on one (profile, tier)'s queries of reset seed ``first_seed``.
@@ -225,13 +227,16 @@ def tier_table(methods: Mapping[str, Callable[[gym.Env], Any]], profile: str, ti
     return rows, per_query
 
 
-def fixed_rows(scale: str, env_id: str = EXPERT_ROUTING,
+def fixed_rows(scale: str | CorlScale, env_id: str = EXPERT_ROUTING,
                profiles: tuple[str, ...] = PROFILES_EVALUATED,
-               tasks: str = DEFAULT_TASKS) -> dict[str, Any]:
+               tasks: str | int = DEFAULT_TASKS, tiers: tuple[str, ...] = TIERS
+               ) -> dict[str, Any]:
     """Every fixed row's scores per profile (of ``profiles``) and tier, on the evaluation queries.
 
-    The queries are those of the task set ``tasks`` (:mod:`experiments.shared.task_sets`);
-    the best fixed rule is searched on its own training queries whichever it is. The rule
+    The queries are those of the task set ``tasks`` (:mod:`experiments.shared.task_sets`),
+    or those of the reset seed ``tasks`` when it is a number (another study's own set);
+    ``tiers``: the tiers scored (default all). The best fixed rule is searched on its own
+    training queries whichever it is. The rule
     of each table's gap is chosen on the validation queries
     (:func:`experiments.shared.task_sets.choose`): on the table itself for the validation
     set, else on the rule candidates scored again on the validation queries.
@@ -254,11 +259,12 @@ def fixed_rows(scale: str, env_id: str = EXPERT_ROUTING,
     gap: dict[str, Any] = {}
     for profile in profiles:
         tables[profile], gap[profile] = {}, {}
-        for tier in TIERS:
+        for tier in tiers:
             table = partial(tier_table, profile=profile, tier=tier, budget=budgets[tier],
                             scale=scale, env_id=env_id)
             built: dict[str, Any] = {}
-            rows, per_query = table(methods, first_seed=task_seed(tasks), built=built)
+            first = tasks if isinstance(tasks, int) else task_seed(tasks)
+            rows, per_query = table(methods, first_seed=first, built=built)
 
             def rescored(table: Callable[..., Any] = table,
                          built: dict[str, Any] = built) -> dict[str, Any]:

@@ -9,14 +9,40 @@ from typing import Any
 
 import numpy as np
 
-from agents.seeds import TEST_TASK_SEED, VALIDATION_TASK_SEED
+from agents.seeds import EVAL_TASK_SEED, TEST_TASK_SEED, VALIDATION_TASK_SEED
 from cost_envs.metrics import bootstrap_mean_ci
 from experiments.budgets.report import curve_table, share_text
 from experiments.budgets.runner import reference_returns
 from experiments.budgets.settings import Scale
 from experiments.shared.common import machine
 from experiments.shared.gaps import decode_scores, kept_scores, method_share
+from experiments.teacherless.envs import owned
 from experiments.teacherless.settings import BASELINE_CSV, BASELINE_LABEL, ENV_ID, ROWS
+
+
+def gap_ends(env: str, episodes: int, seed: int = EVAL_TASK_SEED
+             ) -> tuple[list[float], list[float]]:
+    """The rule's and the planner's scores on ``episodes`` tasks of reset seed ``seed``.
+
+    A registered id's from :func:`~experiments.budgets.runner.reference_returns`; a
+    setting's (:mod:`experiments.teacherless.envs`) from the experiment that owns its gap,
+    on its tasks. Either chooses the rule end on its validation tasks whatever ``seed`` is.
+    """
+    setting = owned(env)
+    if setting is None:
+        return reference_returns(env, episodes, seed)
+    return setting.gap_ends(episodes, seed)
+
+
+def setting_lines(env: str) -> list[str]:
+    """The report's lines on a setting's env, score and gap (none for a registered id)."""
+    setting = owned(env)
+    if setting is None:
+        return []
+    return [f"Env: {setting.env_id} as {setting.owner} sets it up, trains and scores it; "
+            f"every return and share below is of its score ({setting.score_name}), the "
+            f"gap's ends {setting.owner}'s on the same tasks (the rule chosen on its "
+            "validation tasks). Scored at the end of each run only.", ""]
 
 
 def _committed_by_seed(scale: Scale, path: Path) -> tuple[int, dict[int, np.ndarray]]:
@@ -78,7 +104,7 @@ def render(results: list[dict[str, Any]], scale: Scale, env_id: str = ENV_ID
     Raises:
         ValueError: Without the ``ppo`` row where no committed curve is.
     """
-    rule, planner = reference_returns(env_id, scale.episodes)
+    rule, planner = gap_ends(env_id, scale.episodes)
     entries: dict[str, dict[str, Any]] = {}
     labels: dict[str, str] = {}
     committed_seeds: dict[int, np.ndarray] = {}
@@ -100,8 +126,8 @@ def render(results: list[dict[str, Any]], scale: Scale, env_id: str = ENV_ID
     ppo_validation = {r["seed"]: kept_scores(r["validation"]) for r in runs.get("ppo", [])
                       if r.get("validation") is not None}
     scored = [r["validation"] for r in results if r.get("validation") is not None]
-    rule_v, planner_v = reference_returns(env_id, len(scored[0]) if scored else scale.episodes,
-                                          VALIDATION_TASK_SEED)
+    rule_v, planner_v = gap_ends(env_id, len(scored[0]) if scored else scale.episodes,
+                                 VALIDATION_TASK_SEED)
     for key, done in runs.items():
         last = np.array(list(finals[key].values()))
         entry = method_share(ROWS[key].label, last, rule, planner)
@@ -138,7 +164,7 @@ def render(results: list[dict[str, Any]], scale: Scale, env_id: str = ENV_ID
                                               if committed_seeds else "")
                 if "ppo" in finals else "PPO's committed curve")
              + ", paired over the seeds both have and the tasks.", "",
-             f"Machine: {machine()}.", "",
+             f"Machine: {machine()}.", "", *setting_lines(env_id),
              f"Validation: the share of the gap on {len(rule_v)} validation tasks (task seed "
              f"{VALIDATION_TASK_SEED}: rule {np.mean(rule_v):.3f}, planner "
              f"{np.mean(planner_v):.3f}), where a choice among rows is made. Gradient steps "
@@ -174,9 +200,9 @@ def held_out_table(runs: dict[str, list[dict[str, Any]]], labels: dict[str, str]
     """The rows whose every run was scored on the test tasks: their lines of the report.
 
     Each such entry of ``entries`` gains ``test`` (its share of the test tasks' gap, whose
-    rule end :func:`~experiments.budgets.runner.reference_returns` chooses on the validation
-    tasks), ``test_return`` and, beside the ``ppo`` row trained again, ``test_minus_ppo``
-    (paired over the seeds both have and the tasks). No lines where no row was.
+    rule end :func:`gap_ends` chooses on the validation tasks), ``test_return`` and,
+    beside the ``ppo`` row trained again, ``test_minus_ppo`` (paired over the seeds both
+    have and the tasks). No lines where no row was.
     """
     tested = {key: np.array([kept_scores(r["test"]) for r in done]) for key, done in
               runs.items() if all(r.get("test") is not None for r in done)}
@@ -185,7 +211,7 @@ def held_out_table(runs: dict[str, list[dict[str, Any]]], labels: dict[str, str]
     sizes = {returns.shape[1] for returns in tested.values()}
     if len(sizes) != 1:
         raise ValueError(f"test tasks: expected one count for every row, got {sorted(sizes)}")
-    rule, planner = reference_returns(env_id, sizes.pop(), TEST_TASK_SEED)
+    rule, planner = gap_ends(env_id, sizes.pop(), TEST_TASK_SEED)
     ppo = ({r["seed"]: kept_scores(r["test"]) for r in runs["ppo"]} if "ppo" in tested
            else {})
     lines = ["", "## Held-out test tasks", "",

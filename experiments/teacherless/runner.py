@@ -44,11 +44,12 @@ from pathlib import Path
 from typing import Any
 
 from agents.files import write_files_atomic
-from agents.seeds import TEST_TASK_SEED, VALIDATION_TASK_SEED
+from agents.seeds import EVAL_TASK_SEED, TEST_TASK_SEED, VALIDATION_TASK_SEED
 from experiments.budgets.settings import Scale
 from experiments.shared.gaps import decode_scores, encode_scores
 from experiments.shared.kept import Runs, run_file
 from experiments.shared.scheduler import add_scheduling_arguments, run_units, scheduling
+from experiments.teacherless.envs import OWNED, check_rows, owned
 from experiments.teacherless.report import check_baseline, render
 from experiments.teacherless.settings import ENV_ID, OUT, ROWS, SCREEN, SCREENED_ENVS
 
@@ -76,20 +77,32 @@ def run_job(job: Job) -> dict[str, Any]:
 
     configure_torch_threads()
     row = ROWS[job.key]
+    setting = owned(job.env_id)
     start = time.perf_counter()
-    trained = train(job.env_id, row.method, job.scale.timesteps, seed=job.seed,
-                    n_envs=job.scale.n_envs, evaluate_at=job.scale.checkpoints,
-                    eval_episodes=job.scale.episodes, **dict(row.arguments))
+    if setting is None:
+        trained = train(job.env_id, row.method, job.scale.timesteps, seed=job.seed,
+                        n_envs=job.scale.n_envs, evaluate_at=job.scale.checkpoints,
+                        eval_episodes=job.scale.episodes, **dict(row.arguments))
+    else:  # the owner's env; scored on its tasks below, so the curve is its end only
+        trained = train(setting.env_id, row.method, job.scale.timesteps, seed=job.seed,
+                        env_kwargs=setting.env_kwargs(), n_envs=job.scale.n_envs,
+                        evaluate_at=(job.scale.timesteps,), eval_episodes=1,
+                        **dict(row.arguments))
     seconds = time.perf_counter() - start
+
+    def score(episodes: int, seed: int) -> list[float]:
+        if setting is None:
+            return list(evaluate(trained, job.env_id, episodes=episodes, seed=seed).returns)
+        return list(setting.score(trained, episodes, seed))
+
+    curve = (trained.curve if setting is None else
+             [{**trained.curve[-1], "returns": score(job.scale.episodes, EVAL_TASK_SEED)}])
     # the validation tasks, where a choice among rows is made (not the evaluation tasks)
-    validation = evaluate(trained, job.env_id, episodes=job.validation_episodes,
-                          seed=VALIDATION_TASK_SEED).returns
+    validation = score(job.validation_episodes, VALIDATION_TASK_SEED)
     # the held-out tasks: scored, never read by a choice
-    test = (None if not job.test_episodes else
-            list(evaluate(trained, job.env_id, episodes=job.test_episodes,
-                          seed=TEST_TASK_SEED).returns))
-    return {"key": job.key, "seed": job.seed, "curve": trained.curve, "seconds": seconds,
-            "validation": list(validation), "test": test}
+    test = None if not job.test_episodes else score(job.test_episodes, TEST_TASK_SEED)
+    return {"key": job.key, "seed": job.seed, "curve": curve, "seconds": seconds,
+            "validation": validation, "test": test}
 
 
 def _runs(out: Path, scale: Scale, validation_episodes: int = 400,
@@ -163,7 +176,11 @@ def report(out: Path = OUT, keys: list[str] | None = None, scale: Scale = SCREEN
     Returns the paths.
     """
     keys = list(ROWS) if keys is None else list(keys)
-    check_baseline(keys, scale, env_id)  # before any run: the table would refuse them
+    # before any run: the table would refuse them, or the learner the env
+    check_baseline(keys, scale, env_id)
+    check_rows(keys, env_id)
+    if env_id in OWNED:  # scored on the owner's tasks at the end only (run_job)
+        scale = replace(scale, checkpoints=())
     if kept_only:
         runs = _runs(out, scale, validation_episodes, test_episodes, env_id)
         kept = [runs.read(f"{key} seed {seed}") for key in keys for seed in range(scale.seeds)]

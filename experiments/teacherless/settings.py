@@ -10,10 +10,17 @@ from typing import Any
 from experiments.budgets.settings import Scale
 
 ENV_ID = "cost_envs/ToolBench-v0"
-#: The envs ``--env`` takes: ToolBench-v0 (the screens, beside PPO's committed curve) and
+#: AgenticRouting-v0 as BoPO's curves train and score it: the AppWorld profile under its
+#: per-task budget (:mod:`experiments.teacherless.envs`, :mod:`experiments.bopo.curve`).
+APPWORLD = "cost_envs/AgenticRouting-v0:appworld"
+#: ExpertRouting-v1 as CORL's curves score its low tier: the mixed profile under the low
+#: tier's budget, scored by accuracy within that budget (:mod:`experiments.corl.budgets`).
+MIXED_LOW = "cost_envs/ExpertRouting-v1:mixed-low"
+#: The envs ``--env`` takes: ToolBench-v0 (the screens, beside PPO's committed curve),
 #: those whose gap ends :func:`experiments.budgets.runner.reference_returns` gives without
-#: a profile or tier (the rows are paired with PPO trained again beside them).
-SCREENED_ENVS = (ENV_ID, "cost_envs/FlightPlanner-v1")
+#: a profile or tier, and ``<id>:<setting>``, an env as the experiment that owns its gap
+#: sets it up (the rows are paired with PPO trained again beside them).
+SCREENED_ENVS = (ENV_ID, "cost_envs/FlightPlanner-v1", APPWORLD, MIXED_LOW)
 
 
 @dataclass(frozen=True)
