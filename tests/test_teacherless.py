@@ -354,3 +354,181 @@ def test_another_env_is_paired_with_ppo_trained_again_beside_it(monkeypatch) -> 
     assert "ppo/committed" not in payload["rows"] and "minus_ppo" not in payload["rows"]["ppo"]
     assert np.isclose(payload["rows"]["sac"]["minus_ppo"][0], 0.3)
     assert markdown.startswith(f"# Teacherless learners on {flight}")
+
+
+# ------------------------------------------------------------------ settings of other experiments
+class _Trained:
+    """What a stubbed ``train`` returns: its arguments, and a one-point curve."""
+
+    def __init__(self, env_id, method, timesteps, **kwargs):
+        self.env_id, self.kwargs = env_id, kwargs
+        self.curve = [{"timesteps": timesteps, "gradient_steps": 1, "returns": [9.0]}]
+
+
+def _stub_train(monkeypatch, trained: list) -> None:
+    import agents.learners.training as training
+
+    def train(env_id, method, timesteps, **kwargs):
+        trained.append(_Trained(env_id, method, timesteps, **kwargs))
+        return trained[-1]
+
+    monkeypatch.setattr(training, "train", train)
+
+
+def test_appworld_trains_and_scores_on_bopos_env_and_tasks(monkeypatch) -> None:
+    """The profile and its budget reach training; every score is bopo.curve's, on its tasks."""
+    from dataclasses import replace
+
+    from agents.seeds import EVAL_TASK_SEED, TEST_TASK_SEED, VALIDATION_TASK_SEED
+    from experiments.bopo import curve
+    from experiments.teacherless import runner
+    from experiments.teacherless.settings import APPWORLD, SCREEN
+
+    kwargs = {"profile": "appworld", "budget": 0.5, "on_exceed": "mask"}
+    monkeypatch.setattr(curve, "env_kwargs", lambda *_: dict(kwargs))
+    scored: list[tuple] = []
+
+    class Result:
+        def __init__(self, n):
+            self.returns = tuple(float(i) for i in range(n))
+
+    def evaluate_on(allocator_for, profile, tasks, budget, seed):
+        scored.append((allocator_for(None), profile, len(tasks), budget, seed))
+        return Result(len(tasks))
+
+    monkeypatch.setattr(curve, "evaluate_on", evaluate_on)
+    monkeypatch.setattr(curve, "draw_tasks", lambda profile, n, seed: [seed] * n)
+    monkeypatch.setattr(curve, "profile_budget", lambda *_: pytest.fail("budget drawn again"))
+    trained: list = []
+    _stub_train(monkeypatch, trained)
+    scale = replace(SCREEN, timesteps=64, checkpoints=(), episodes=4)
+    result = runner.run_job(runner.Job("ppo", 1, scale, 3, 2, APPWORLD))
+    (run,) = trained
+    assert run.env_id == "cost_envs/AgenticRouting-v0" and run.kwargs["env_kwargs"] == kwargs
+    assert run.kwargs["seed"] == 1 and run.kwargs["n_envs"] == scale.n_envs
+    assert [(p, n, b, s) for _, p, n, b, s in scored] == [
+        ("appworld", 4, 0.5, EVAL_TASK_SEED), ("appworld", 3, 0.5, VALIDATION_TASK_SEED),
+        ("appworld", 2, 0.5, TEST_TASK_SEED)]
+    assert all(allocator is run for allocator, *_ in scored)
+    # the curve's point: train's steps, bopo's scores of the evaluation tasks
+    assert result["curve"] == [{"timesteps": 64, "gradient_steps": 1,
+                                "returns": [0.0, 1.0, 2.0, 3.0]}]
+    assert result["validation"] == [0.0, 1.0, 2.0] and result["test"] == [0.0, 1.0]
+
+
+def test_mixed_low_trains_under_the_low_tiers_budget_and_scores_corls_metric(
+        monkeypatch) -> None:
+    from dataclasses import replace
+
+    import agents.evaluation
+    from agents.seeds import VALIDATION_TASK_SEED
+    from cost_envs.metrics import EpisodeRecord  # noqa: F401  (the records' fields)
+    from experiments.corl import budgets
+    from experiments.teacherless import runner
+    from experiments.teacherless.settings import MIXED_LOW, SCREEN
+
+    monkeypatch.setattr(budgets, "tier_budget", lambda tier, env_id=budgets.ENV_ID: 0.25)
+    asked: list[tuple] = []
+
+    class Record:
+        def __init__(self, success, cost):
+            self.success, self.cost = success, cost
+
+    class Result:
+        records = (Record(True, 0.2), Record(True, 0.3), Record(False, 0.1))
+
+    def evaluate(allocator, env, episodes, seed, env_kwargs=None, **_):
+        asked.append((env, episodes, seed, env_kwargs))
+        return Result()
+
+    monkeypatch.setattr(agents.evaluation, "evaluate", evaluate)
+    trained: list = []
+    _stub_train(monkeypatch, trained)
+    scale = replace(SCREEN, timesteps=64, checkpoints=(), episodes=3)
+    result = runner.run_job(runner.Job("ppo", 0, scale, 3, 0, MIXED_LOW))
+    kwargs = {"profile": "mixed", "budget": 0.25, "on_exceed": "mask"}
+    assert trained[0].env_id == "cost_envs/ExpertRouting-v1"
+    assert trained[0].kwargs["env_kwargs"] == kwargs
+    assert asked[1] == ("cost_envs/ExpertRouting-v1", 3, VALIDATION_TASK_SEED, kwargs)
+    # accuracy within the budget: right and at most 0.25
+    assert result["validation"] == [1.0, 0.0, 0.0] and result["test"] is None
+
+
+def test_a_settings_gap_ends_are_its_owners_on_the_same_tasks(monkeypatch) -> None:
+    from types import SimpleNamespace
+
+    from agents.seeds import TEST_TASK_SEED, VALIDATION_TASK_SEED
+    from experiments.bopo import curve
+    from experiments.corl import runner as corl_runner
+    from experiments.teacherless import report
+    from experiments.teacherless.settings import APPWORLD, MIXED_LOW
+
+    monkeypatch.setattr(report, "reference_returns", lambda *_: pytest.fail("budgets' ends"))
+    prepared: list[tuple] = []
+
+    def prepare_profile(profile, scale, seed, tasks):
+        prepared.append((profile, scale.n_eval, scale.n_train, seed, tasks))
+        return SimpleNamespace(rule="best-rule", returns={
+            "best-rule": (0.1,) * scale.n_eval, "difficulty-threshold": (0.9,) * scale.n_eval,
+            "planner": (0.7,) * scale.n_eval})
+
+    monkeypatch.setattr(curve, "prepare_profile", prepare_profile)
+    # the rule end chosen on the validation tasks (prepare_profile's choice), not the best here
+    assert report.gap_ends(APPWORLD, 3, TEST_TASK_SEED) == ([0.1] * 3, [0.7] * 3)
+    assert prepared == [("appworld", 3, 400, 0, TEST_TASK_SEED)]
+    fixed: list[tuple] = []
+
+    def fixed_rows(scale, env_id, profiles, tasks, tiers):
+        fixed.append((scale.episodes, scale.rule_tasks, env_id, profiles, tasks, tiers))
+        return {"gap": {"mixed": {"low": {"rule": "r", "rule_scores": [1.0, 0.0],
+                                          "reference_scores": [1.0, 1.0]}}}}
+
+    monkeypatch.setattr(corl_runner, "fixed_rows", fixed_rows)
+    assert report.gap_ends(MIXED_LOW, 2, VALIDATION_TASK_SEED) == ([1.0, 0.0], [1.0, 1.0])
+    # the fixed rows of the curves' (full) scale, on the same queries
+    assert fixed == [(2, 200, "cost_envs/ExpertRouting-v1", ("mixed",), VALIDATION_TASK_SEED,
+                      ("low",))]
+
+
+def test_run_files_name_a_setting_and_toolbenchs_are_as_they_were(tmp_path) -> None:
+    from dataclasses import replace
+
+    from experiments.teacherless import runner
+    from experiments.teacherless.settings import APPWORLD, MIXED_LOW, SCREEN
+
+    scale = replace(SCREEN, timesteps=64, checkpoints=())
+    assert runner._runs(tmp_path, scale).settings("ppo seed 0") == {
+        "key": "ppo", "seed": 0, "timesteps": 64, "checkpoints": [], "episodes": 400,
+        "n_envs": 16, "validation_seed": 50_000, "method": "ppo", "arguments": "{}"}
+    for env in (APPWORLD, MIXED_LOW):
+        assert runner._runs(tmp_path, scale, env_id=env).settings("ppo seed 0")["env"] == env
+
+
+def test_bad_envs_and_rows_are_refused_before_any_run(tmp_path, monkeypatch, capsys) -> None:
+    from dataclasses import replace
+
+    import gymnasium
+    from gymnasium import spaces
+
+    from experiments.teacherless import envs, runner
+    from experiments.teacherless.settings import APPWORLD, MIXED_LOW, SCREEN
+
+    monkeypatch.setattr(runner, "run_job", lambda job: pytest.fail(f"trained {job}"))
+    with pytest.raises(SystemExit):
+        runner.main(["--env", "cost_envs/AgenticRouting-v0:alfworld", "--out", str(tmp_path)])
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "invalid choice: 'cost_envs/AgenticRouting-v0:alfworld'" in error
+    assert APPWORLD in error and MIXED_LOW in error
+    scale = replace(SCREEN, timesteps=64, checkpoints=())
+    for env in (APPWORLD, MIXED_LOW):  # no committed PPO there: the ppo row is required
+        with pytest.raises(ValueError, match=f"{env} has no committed PPO screen at 64"):
+            runner.report(tmp_path, ["sac"], scale, env_id=env)
+        envs.check_rows(["bdq", "sac", "dyna", "ppo"], env)  # MultiBinary: every row runs
+    real = gymnasium.make
+    monkeypatch.setattr(gymnasium, "make", lambda *a, **k: type(
+        "Probe", (), {"action_space": spaces.Discrete(3), "close": lambda self: None})())
+    with pytest.raises(ValueError, match=rf"^rows: bdq needs a MultiBinary action, "
+                                         rf"{APPWORLD} has Discrete\(3\)$"):
+        runner.report(tmp_path, ["ppo", "bdq"], scale, env_id=APPWORLD)
+    monkeypatch.setattr(gymnasium, "make", real)
+    assert not list(tmp_path.iterdir())
