@@ -28,10 +28,19 @@ again beside it. The screen itself (``N`` = 0, the default) scores no test task.
 **Another env** (``--env cost_envs/FlightPlanner-v1``): the same rows and scoring on an env
 whose gap ends need no profile or tier; no committed PPO screen exists there, so the
 ``ppo`` row, trained again beside the others, is the baseline (required), and the run
-files name the env.
+files name the env. **A setting of another experiment** (``--env
+cost_envs/AgenticRouting-v0:appworld``, BoPO's AppWorld profile under its per-task budget;
+``--env cost_envs/ExpertRouting-v1:mixed-low``, CORL's mixed profile under the low tier's
+budget, scored by accuracy within it): the experiment that owns the env's gap
+(:mod:`experiments.bopo.curve`, :mod:`experiments.corl.budgets`) gives the ``gym.make``
+arguments every run trains on, scores each final policy on its own tasks of each reset
+seed, and gives the gap's ends there, the rule end chosen on its validation tasks
+(:mod:`experiments.teacherless.envs`); a run is scored at its end only, the ``ppo`` row is
+required, and a row whose learner cannot act on the env's action space is refused before
+any run.
 
 ``python -m experiments.teacherless [--rows KEY ...] [--out DIR] [--report-only]
-[--seeds N] [--timesteps N] [--test-episodes N] [--env ID]``.
+[--seeds N] [--timesteps N] [--test-episodes N] [--env ID | ID:SETTING]``.
 """
 
 from __future__ import annotations
@@ -209,7 +218,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--validation-episodes", type=int, default=400,
                         help="validation tasks each final policy is scored on (default 400)")
     parser.add_argument("--env", choices=SCREENED_ENVS, default=ENV_ID,
-                        help=f"the env (default {ENV_ID}; another needs the ppo row among "
+                        help=f"the env, or ID:SETTING as the experiment owning its gap sets "
+                             f"it up (default {ENV_ID}; another needs the ppo row among "
                              "--rows, its only baseline)")
     parser.add_argument("--test-episodes", type=int, default=0,
                         help="held-out test tasks each final policy is also scored on "
