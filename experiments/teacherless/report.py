@@ -105,6 +105,8 @@ def render(results: list[dict[str, Any]], scale: Scale, env_id: str = ENV_ID
         ValueError: Without the ``ppo`` row where no committed curve is.
     """
     rule, planner = gap_ends(env_id, scale.episodes)
+    setting = owned(env_id)
+    score_name = "Eq. 1 return" if setting is None else setting.score_name
     entries: dict[str, dict[str, Any]] = {}
     labels: dict[str, str] = {}
     committed_seeds: dict[int, np.ndarray] = {}
@@ -156,7 +158,7 @@ def render(results: list[dict[str, Any]], scale: Scale, env_id: str = ENV_ID
              f"Training seeds 0, 1, ... (their number in each label) x "
              f"{scale.timesteps:,} requested env steps on "
              f"{scale.n_envs} batched sub-envs; each row scored at its last checkpoint on the "
-             f"same {len(rule)} evaluation tasks (task seed 0). Return: mean Eq. 1 return; "
+             f"same {len(rule)} evaluation tasks (task seed 0). Return: mean {score_name}; "
              f"share: of the gap from the best fixed row ({np.mean(rule):.3f}) to the "
              f"planner ({np.mean(planner):.3f}); 95% intervals over seeds and tasks. "
              "- PPO: the difference of return to "
