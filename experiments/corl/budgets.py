@@ -154,8 +154,11 @@ def env_kwargs(tier: str) -> dict[str, Any]:
 
     The curves' profile under ``tier``'s budget per query as a hard cap (calls past it
     dropped, ``on_exceed="mask"``), for a trainer that builds its own envs
-    (:mod:`experiments.teacherless`): the tier's budget binds there as
-    :class:`~cost_envs.wrappers.BudgetTier` makes it bind on the gated score.
+    (:mod:`experiments.teacherless`). Not CORL's own training env: CORL's rows train on
+    :class:`~cost_envs.wrappers.BudgetTier`'s gated reward with no cap, and the fixed rows
+    of :func:`gap_ends` play uncapped, scoring 0 on a query they overspend, while a
+    learner here cannot overspend (its calls past the budget are dropped). That is an
+    edge the gap's ends do not have, so its share of that gap is not like for like.
     """
     return {"profile": PROFILE, "budget": tier_budget(tier), "on_exceed": "mask"}
 
