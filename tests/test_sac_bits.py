@@ -182,6 +182,17 @@ def test_each_loss_reaches_only_its_own_parameters() -> None:
     assert not any(p.requires_grad for p in groups["value"] + groups["targets"])
 
 
+def test_the_critics_take_their_own_widths_and_the_actor_stays_the_allocator() -> None:
+    wide, plain = bandit_model(critic_hidden_sizes=[96, 48]), bandit_model()
+    assert [layer.out_features for layer in wide.q1.torso if hasattr(layer, "out_features")] \
+        == [96, 48]
+    assert [layer.out_features for layer in wide.q2_target.torso
+            if hasattr(layer, "out_features")] == [96, 48]
+    # the actor (the allocator that is saved and served) keeps the policy's widths
+    assert {n: p.shape for n, p in wide.policy.named_parameters()} \
+        == {n: p.shape for n, p in plain.policy.named_parameters()}
+
+
 def test_a_gradient_step_moves_the_targets_by_polyak_and_the_temperature_toward_target() -> None:
     model = bandit_model(tau=0.25)
     model.learn(128)
@@ -233,7 +244,8 @@ def test_train_dispatches_sac_bits_and_the_model_saves_and_loads(tmp_path) -> No
     ("tau", 0.0, r"SACPerBit: tau: expected a number in \(0, 1\], got 0.0"),
     ("target_entropy_ratio", 1.5, r"target_entropy_ratio: expected a number in \(0, 1\), got 1.5"),
     ("initial_alpha", 0.0, "initial_alpha: expected a positive number, got 0.0"),
-    ("gamma", 1.5, r"SACPerBit: gamma: expected a number in \[0, 1\], got 1.5")])
+    ("gamma", 1.5, r"SACPerBit: gamma: expected a number in \[0, 1\], got 1.5"),
+    ("critic_hidden_sizes", [64, 0], r"critic_hidden_sizes\[1\]")])
 def test_bad_arguments_are_one_line_errors_naming_the_value(key: str, value: float,
                                                             message: str) -> None:
     with pytest.raises(ValueError, match=message):

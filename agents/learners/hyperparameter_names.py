@@ -42,7 +42,7 @@ METHOD_NAMES["dyna"] = METHOD_NAMES["bdq"] | frozenset({
 METHOD_NAMES["sac-bits"] = frozenset({
     "learning_rate", "buffer_size", "learning_starts", "batch_size", "gamma", "train_freq",
     "gradient_steps", "n_steps", "tau", "initial_alpha", "target_entropy_ratio",
-    "shared_temperature", "mean_targets", "max_grad_norm", "rollout_steps",
+    "shared_temperature", "mean_targets", "critic_hidden_sizes", "max_grad_norm", "rollout_steps",
     "stats_window_size"})
 
 

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -64,7 +65,7 @@ from stable_baselines3.common.vec_env import VecEnv
 
 from agents.learners.bdq import BranchingQNetwork, OffPolicyBits
 from agents.learners.common.fast_optim import clip_grad_norm
-from agents.learners.common.policies import AllocatorPolicy
+from agents.learners.common.policies import AllocatorPolicy, check_widths
 from cost_envs.config import boolean, number
 
 #: The policy's groups that train (:data:`agents.learners.common.policies.PARAMETER_GROUPS`):
@@ -158,6 +159,8 @@ class SACPerBit(OffPolicyBits):
         target_entropy_ratio: ``H_target`` as a share of ``log 2`` per bit, in (0, 1).
         shared_temperature: One temperature for every bit instead of one each.
         mean_targets: Every branch's soft target the mean over branches (BDQ's target).
+        critic_hidden_sizes: The critics' torso widths (default the policy's
+            ``hidden_sizes``): a wider critic without changing the allocator the actor is.
         max_grad_norm: Gradient clipping (global norm) of the actor and of the critics.
         rollout_steps: Steps per sub-env between two callback rollout boundaries.
         stats_window_size: SB3's window of episode statistics.
@@ -189,6 +192,7 @@ class SACPerBit(OffPolicyBits):
         target_entropy_ratio: float = 0.2,
         shared_temperature: bool = False,
         mean_targets: bool = False,
+        critic_hidden_sizes: Sequence[int] | None = None,
         max_grad_norm: float = 10.0,
         rollout_steps: int = 512,
         stats_window_size: int = 100,
@@ -213,6 +217,8 @@ class SACPerBit(OffPolicyBits):
         self.shared_temperature = boolean(shared_temperature, "shared_temperature",
                                           where=where)
         self.mean_targets = boolean(mean_targets, "mean_targets", where=where)
+        self.critic_hidden_sizes = (None if critic_hidden_sizes is None else tuple(
+            check_widths(critic_hidden_sizes, f"{where}: critic_hidden_sizes")))
         #: ``H_target`` per bit, in nats.
         self.target_entropy = self.target_entropy_ratio * math.log(2.0)
         super().__init__(policy, env, learning_rate, buffer_size, learning_starts, batch_size,
@@ -226,8 +232,9 @@ class SACPerBit(OffPolicyBits):
         assert isinstance(self.learning_rate, float)  # checked in __init__
         self.policy.train_only(ACTOR_GROUPS)  # its optimizer: the torso and the logits only
         self.actor_optimizer = self.policy.optimizer
-        self.q1 = BranchingQNetwork(obs_dim, self.n_bits, hidden)
-        self.q2 = BranchingQNetwork(obs_dim, self.n_bits, hidden)
+        widths = self.critic_hidden_sizes or hidden
+        self.q1 = BranchingQNetwork(obs_dim, self.n_bits, widths)
+        self.q2 = BranchingQNetwork(obs_dim, self.n_bits, widths)
         self.q1_target, self.q2_target = copy.deepcopy(self.q1), copy.deepcopy(self.q2)
         self.q1_target.requires_grad_(False)
         self.q2_target.requires_grad_(False)
