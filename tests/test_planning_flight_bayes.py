@@ -274,3 +274,48 @@ def test_a_plan_whose_legs_no_particle_has_widens_the_posterior_to_them():
         if not (terminated or truncated):
             agent.predict(obs)
     assert widened >= 5 and agent.unexplained == 0
+
+
+# ------------------------------------------------------------------------ speed
+def test_one_rollout_call_for_all_stacks_returns_what_a_call_per_stack_does(monkeypatch):
+    """The stacks' scenarios in one :func:`simulate_stacks` call equal a call per stack.
+
+    The oracle is the loop ``action_values`` ran before (one :func:`simulate` per stack
+    with scenarios, its draws recomputed from the planner's state), on the states of real
+    v1 episodes; the values, not only the actions chosen, must be equal bit for bit, so
+    the labels the Bayes teacher gives are unchanged.
+    """
+    from agents.planning import flight_bayes
+    from agents.planning.flight import MAX_TURNS, simulate
+
+    env, tasks = _tasks(12, seed=3, env_id=V1)
+    agent = BayesFlightPlanner(env, n_particles=PARTICLES)
+    real = flight_bayes.simulate_stacks
+    stacked = []
+
+    def checked(stacks, pool, alpha_beta, turn, first, bases, luck, fare_luck):
+        values = real(stacks, pool, alpha_beta, turn, first, bases, luck, fare_luck)
+        seen = np.concatenate(agent._history).view(np.uint32).tolist()
+        rng = np.random.default_rng([agent.seed, turn, *seen])
+        flats = [weight * belief.weights.ravel() for belief, weight in agent.stacks]
+        sizes = np.cumsum([0] + [len(flat) for flat in flats])
+        flat = np.concatenate(flats)
+        picks = rng.choice(flat.size, size=agent.samples, p=flat / flat.sum())
+        shape = (agent.samples, MAX_TURNS, agent.n_agents)
+        own_luck, own_fare_luck = rng.random(shape), rng.random(shape)
+        expected = []
+        for (belief, _), lo, hi in zip(agent.stacks, sizes[:-1], sizes[1:], strict=True):
+            mine = (picks >= lo) & (picks < hi)
+            if mine.any():
+                route, column = np.divmod(picks[mine] - lo, belief.weights.shape[1])
+                expected.append(simulate(belief.model, pool, alpha_beta, turn, first, bases,
+                                         route, column, belief.quote, own_luck[mine],
+                                         own_fare_luck[mine]))
+        stacked.append(len(expected))
+        np.testing.assert_array_equal(values, np.concatenate(expected, axis=2))
+        return values
+
+    monkeypatch.setattr(flight_bayes, "simulate_stacks", checked)
+    for task in tasks:
+        _actions(agent, env, task)
+    assert max(stacked) > 1 and len(stacked) > len(tasks)  # several stacks, later turns

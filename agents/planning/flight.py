@@ -14,7 +14,9 @@ Monte-Carlo draws of the hidden route and of the luck to come (common random num
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -73,12 +75,18 @@ class FlightModel:
 
     def quality(self, route: np.ndarray, quote: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Eq. 1's ``alpha S + beta Q`` factors: success and quality of committing."""
-        hops = self.hops[route]
-        success = (route == OPT) | (route == DET)
-        success &= (hops <= self.hop_limit) & (quote > 0) & (quote <= self.budget)
-        slack = np.clip((self.budget - quote) / self.budget, 0.0, 1.0)
-        optimality = np.minimum(self.shortest_hops / np.maximum(hops, 1), 1.0)
-        return success, np.where(success, 10.0 * (0.7 * slack + 0.3 * optimality), 0.0)
+        return _quality(route, self.hops[route], quote, self.budget, self.hop_limit,
+                        self.shortest_hops)
+
+
+def _quality(route: np.ndarray, hops: Any, quote: np.ndarray, budget: Any, hop_limit: Any,
+             shortest_hops: Any) -> tuple[np.ndarray, np.ndarray]:
+    """:meth:`FlightModel.quality` of routes whose legs and task are given (arrays or scalars)."""
+    success = (route == OPT) | (route == DET)
+    success &= (hops <= hop_limit) & (quote > 0) & (quote <= budget)
+    slack = np.clip((budget - quote) / budget, 0.0, 1.0)
+    optimality = np.minimum(shortest_hops / np.maximum(hops, 1), 1.0)
+    return success, np.where(success, 10.0 * (0.7 * slack + 0.3 * optimality), 0.0)
 
 
 def _markup_laws(x: np.ndarray, spread: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -276,29 +284,80 @@ def simulate(model: FlightModel, pool: _Pool, alpha_beta: tuple[float, float], t
     Returns:
         ``(A, P, N)`` episode return from ``turn`` on (the env's Eq. 1 weights).
     """
-    n_first, n_bases, n = len(first), len(bases), len(route)
-    shape = (n_first, n_bases, n)
-    r = np.broadcast_to(route, shape).ravel().copy()
-    k = np.broadcast_to(multiplier, shape).ravel()
-    scen = np.broadcast_to(np.arange(n), shape).ravel()
-    q = np.full(r.shape, float(quote))
+    return simulate_stacks([(model, route, multiplier, quote)], pool, alpha_beta, turn, first,
+                           bases, luck, fare_luck)
+
+
+def simulate_stacks(stacks: list[tuple[FlightModel, np.ndarray, np.ndarray, float]],
+                    pool: _Pool, alpha_beta: tuple[float, float], turn: int, first: np.ndarray,
+                    bases: np.ndarray, luck: np.ndarray, fare_luck: np.ndarray) -> np.ndarray:
+    """:func:`simulate` of the scenarios of several models at once (the rollouts' one home).
+
+    The Bayes reference (:mod:`agents.planning.flight_bayes`) draws its scenarios from
+    several stacked models; one call for them all, instead of one per model, pays
+    numpy's per-operation overhead (which dominates these small arrays) once a turn.
+    Each row's arithmetic is what a call of :func:`simulate` with its own model does,
+    operation for operation, so the returns are equal bit for bit
+    (``tests/test_planning_flight_bayes.py`` checks it against a call per model).
+
+    Args:
+        stacks: ``(model, route, multiplier, quote)`` per model: its scenarios' route
+            labels ``(N_s,)`` and price columns ``(N_s,)`` in ``model.prices``, and its
+            kept quote.
+        pool: The pool's strengths, roles and per-call penalties.
+        alpha_beta: Eq. 1's success and quality weights.
+        turn: The turn to start from.
+        first: ``(A, m)`` bool, the candidate actions at ``turn``.
+        bases: ``(P, m)`` bool, the one-turn rules' actions (as :func:`simulate`'s).
+        luck: ``(sum N_s, MAX_TURNS, m)`` the scenarios' ``u``, the stacks' in their order.
+        fare_luck: Their ``w``, alike.
+
+    Returns:
+        ``(A, P, sum N_s)``: each stack's :func:`simulate` along the last axis, in order.
+    """
+    n_first, n_bases = len(first), len(bases)
+    # The rows are stack-major, each stack's block laid out as simulate's own call lays it
+    # ((A, P, N_s) flattened): the per-call penalty sums below (BLAS) then see each row
+    # where that call would, so not even their summation order can differ.
+    sizes = [len(route) for _, route, _, _ in stacks]
+    offsets = np.cumsum([0, *sizes])
+    blocks = [(n_first * n_bases * lo, n_first * n_bases * hi)
+              for lo, hi in itertools.pairwise(offsets)]
+    # Per scenario: its model's legs and prices at its column (4 route labels each), budget
+    # and limits; the rows read them through their scenario.
+    hops = np.concatenate([np.repeat(model.hops[:, None], len(route), axis=1)
+                           for model, route, _, _ in stacks], axis=1)
+    prices = np.concatenate([model.prices[:, multiplier] for model, _, multiplier, _ in stacks],
+                            axis=1)
+    budget, hop_limit, shortest = (np.concatenate([np.full(len(route), getattr(model, name))
+                                                   for model, route, _, _ in stacks])
+                                   for name in ("budget", "hop_limit", "shortest_hops"))
+    r = np.concatenate([np.broadcast_to(route, (n_first, n_bases, len(route))).ravel()
+                        for _, route, _, _ in stacks])
+    scen = np.concatenate([np.broadcast_to(np.arange(lo, hi), (n_first, n_bases, hi - lo))
+                           .ravel() for lo, hi in itertools.pairwise(offsets)])
+    q = np.concatenate([np.full(n_first * n_bases * len(route), float(quote))
+                        for _, route, _, quote in stacks])
+    budget, hop_limit, shortest = budget[scen], hop_limit[scen], shortest[scen]
     total = np.zeros(r.shape)
     active = np.ones(r.shape, dtype=bool)
     alpha, beta = alpha_beta
-    first_rows = np.broadcast_to(first[:, None, None], (*shape, first.shape[1]))
-    first_rows = first_rows.reshape(-1, first.shape[1])
-    base_rows = np.broadcast_to(bases[None, :, None], (*shape, bases.shape[1]))
-    base_rows = base_rows.reshape(-1, bases.shape[1])
+    first_rows = np.concatenate([np.broadcast_to(first[:, None, None], (
+        n_first, n_bases, n, first.shape[1])).reshape(-1, first.shape[1]) for n in sizes])
+    base_rows = np.concatenate([np.broadcast_to(bases[None, :, None], (
+        n_first, n_bases, n, bases.shape[1])).reshape(-1, bases.shape[1]) for n in sizes])
     strength = pool.strength
     for t in range(turn, MAX_TURNS):
         if t == turn:
             act = first_rows
         else:
-            good = (r != NONE) & (model.hops[r] <= model.hop_limit) & (q > 0)
-            good &= q <= model.budget
+            good = (r != NONE) & (hops[r, scen] <= hop_limit) & (q > 0)
+            good &= q <= budget
             act = base_rows & ~good[:, None]
         act = act & active[:, None]
-        total -= act.astype(float) @ pool.penalty
+        calls = act.astype(float)
+        for lo, hi in blocks:
+            total[lo:hi] -= calls[lo:hi] @ pool.penalty
         commit = active & ~act.any(axis=1) & (q > 0)
         u, w = luck[scen, t], fare_luck[scen, t]
         planners = np.where(act & pool.is_planner, strength, -1.0)
@@ -315,21 +374,22 @@ def simulate(model: FlightModel, pool: _Pool, alpha_beta: tuple[float, float], t
         notice = searched & (r == BRK) & (search & (u < SEARCH_NOTICE * strength)).any(axis=1)
         markup = np.where(search, 1.0 + SEARCH_MARKUP * (1.0 - strength) * w,
                           np.inf).min(axis=1)
-        fresh = model.prices[r, k] * (1.0 + FARE_INFLATION * t) * markup
+        fresh = prices[r, scen] * (1.0 + FARE_INFLATION * t) * markup
         better = searched & ~notice & ((q == 0) | (fresh < q))
         q = np.where(notice, 0.0, np.where(better, fresh, q))
         r = np.where(notice, NONE, r)
         validate = act & pool.is_validator
         checked = validate.any(axis=1) & (r != NONE)
-        feasible = (r != BRK) & (model.hops[r] <= model.hop_limit) & (q <= model.budget)
+        feasible = (r != BRK) & (hops[r, scen] <= hop_limit) & (q <= budget)
         caught = checked & ~feasible & (validate & (u < strength)).any(axis=1)
         r = np.where(caught, NONE, r)
         q = np.where(caught, 0.0, q)
         ends = commit | (active & (t + 1 >= MAX_TURNS))
-        success, quality = model.quality(r, q)
+        success, quality = _quality(r, hops[r, scen], q, budget, hop_limit, shortest)
         total += np.where(ends, alpha * success + beta * quality, 0.0)
         active &= ~ends
-    return total.reshape(shape)
+    return np.concatenate([total[lo:hi].reshape(n_first, n_bases, -1) for lo, hi in blocks],
+                          axis=2)
 
 
 class FlightPlanner(Planner):

@@ -38,10 +38,10 @@ exact as the particles grow, apart from the planner's grid over the broken price
 joint action, each followed by every one-turn rule, scored on ``samples`` scenarios drawn
 from the posterior (a stack, its particle, the plan's route, the broken multiplier) and
 on shared draws of the luck to come; the scenarios of each stack are simulated with that
-stack's model (:func:`~agents.planning.flight.simulate`, reused). Unlike the planner it
-plays the best pair's first action only where that pair beats the best rule's own
-action by 2 standard errors, paired on the scenarios (:meth:`BayesFlightPlanner.choose`),
-else the rule's action.
+stack's model, all stacks in one call (:func:`~agents.planning.flight.simulate_stacks`,
+reused). Unlike the planner it plays the best pair's first action only where that pair
+beats the best rule's own action by 2 standard errors, paired on the scenarios
+(:meth:`BayesFlightPlanner.choose`), else the rule's action.
 
 **The approximation.** The scores are unbiased estimates of each (action, rule) pair's
 expected return under the posterior; the rules read only the observation. Two things
@@ -83,7 +83,7 @@ from agents.planning.flight import (
     FlightPlanner,
     Seen,
     read_observation,
-    simulate,
+    simulate_stacks,
 )
 from agents.seeds import PRIOR_TASK_SEED
 from cost_envs.envs.flight_networks import mean_fare
@@ -412,16 +412,19 @@ class BayesFlightPlanner(FlightPlanner):
         luck, fare_luck = rng.random(shape), rng.random(shape)
         candidates = self._candidates[seen.has_plan]
         weights = self.env.reward_weights
-        values = []
+        drawn, order = [], []
         for (belief, _), lo, hi in zip(self.stacks, sizes[:-1], sizes[1:], strict=True):
-            mine = (picks >= lo) & (picks < hi)
-            if not mine.any():
+            mine = np.flatnonzero((picks >= lo) & (picks < hi))
+            if not mine.size:
                 continue
             route, column = np.divmod(picks[mine] - lo, belief.weights.shape[1])
-            values.append(simulate(belief.model, self._pool, (weights.alpha, weights.beta),
-                                   turn, candidates, self.bases, route, column, belief.quote,
-                                   luck[mine], fare_luck[mine]))
-        return candidates.astype(np.int8), np.concatenate(values, axis=2)
+            drawn.append((belief.model, route, column, belief.quote))
+            order.append(mine)
+        # every stack's scenarios in one call (one pass of numpy's overheads, not one a stack)
+        mine = np.concatenate(order)
+        values = simulate_stacks(drawn, self._pool, (weights.alpha, weights.beta), turn,
+                                 candidates, self.bases, luck[mine], fare_luck[mine])
+        return candidates.astype(np.int8), values
 
     def choose(self, observation: np.ndarray, candidates: np.ndarray, values: np.ndarray
                ) -> int:
