@@ -238,6 +238,11 @@ def test_train_dispatches_sac_bits_and_the_model_saves_and_loads(tmp_path) -> No
     assert accepted_names("sac-bits") == frozenset(accepted("sac-bits"))
     with pytest.raises(ValueError, match="unknown hyperparameter"):
         train(ENV_ID, "sac-bits", 64, ppo={"exploration_fraction": 0.2})  # BDQ's, not SAC's
+    # a list hyperparameter passes train's checks as a list, a bad one names itself
+    wide = train(ENV_ID, "sac-bits", 64, ppo={**settings, "critic_hidden_sizes": [8, 4]})
+    assert isinstance(wide.policy, AllocatorPolicy)
+    with pytest.raises(ValueError, match=r"ppo: critic_hidden_sizes\[0\]"):
+        train(ENV_ID, "sac-bits", 64, ppo={"critic_hidden_sizes": [0]})
 
 
 @pytest.mark.parametrize(("key", "value", "message"), [

@@ -22,6 +22,7 @@ from stable_baselines3 import PPO
 
 from agents.learners import NOT_PPO
 from agents.learners.bdq import BranchingDQN
+from agents.learners.common.policies import check_widths
 from agents.learners.dyna import DynaBDQ
 from agents.learners.grpo import GroupRelativePPO
 from agents.learners.lora_ppo import LoraGuidedPPO
@@ -35,6 +36,8 @@ RESERVED = frozenset({"self", "policy", "env", "device", "verbose", "tensorboard
                       "rollout_buffer_kwargs", "kwargs"})
 #: Integer arguments that may be -1 (SB3: "-1 = only at the beginning of the rollout").
 _MINUS_ONE = frozenset({"sde_sample_freq"})
+#: Hyperparameters that are lists of layer widths (``None``: the policy's own).
+_WIDTHS = frozenset({"critic_hidden_sizes"})
 
 
 def _arguments(cls: type[Any]) -> dict[str, Any]:
@@ -85,7 +88,8 @@ def check_hyperparameters(values: Mapping[str, Any], method: str,
 
     Raises:
         ValueError: One line naming an unknown key and the valid ones, or a key whose
-            value is not of its default's kind (an int >= 1, a number >= 0, a bool).
+            value is not of its default's kind (an int >= 1, a number >= 0, a bool, a
+            list of layer widths).
     """
     allowed = accepted(method)
     unknown = sorted(str(key) for key in values if key not in allowed)
@@ -97,6 +101,8 @@ def check_hyperparameters(values: Mapping[str, Any], method: str,
 
 def _checked(key: str, value: Any, default: Any, where: str) -> Any:
     """``value`` if it has the kind of ``default`` (a float default takes any number)."""
+    if key in _WIDTHS:
+        return None if value is None else check_widths(value, f"{where}: {key}")
     if isinstance(default, bool):
         return boolean(value, key, where=where)
     if isinstance(default, int):
