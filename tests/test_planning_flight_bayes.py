@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import sys
 from dataclasses import replace
 
@@ -13,6 +14,17 @@ from conftest import diverges_only_on_what_it_sees
 from agents.baselines import OneTurnPlanSearch
 from agents.evaluation import rollout
 from agents.planning import BayesFlightPlanner, FlightPlanner, bayes_planner, planner
+from agents.planning.flight import (
+    BRK,
+    DET,
+    DETOUR_SHARE,
+    FARE_INFLATION,
+    MAX_TURNS,
+    OPT,
+    SEARCH_MARKUP,
+    SEARCH_NOTICE,
+    _quality,
+)
 from agents.planning.flight_bayes import GRID, FlightPrior
 from agents.seeds import EVAL_TASK_SEED
 from cost_envs.envs.flight_networks import mean_fare
@@ -286,7 +298,7 @@ def test_one_rollout_call_for_all_stacks_returns_what_a_call_per_stack_does(monk
     the labels the Bayes teacher gives are unchanged.
     """
     from agents.planning import flight_bayes
-    from agents.planning.flight import MAX_TURNS, simulate
+    from agents.planning.flight import simulate
 
     env, tasks = _tasks(12, seed=3, env_id=V1)
     agent = BayesFlightPlanner(env, n_particles=PARTICLES)
@@ -319,3 +331,96 @@ def test_one_rollout_call_for_all_stacks_returns_what_a_call_per_stack_does(monk
     for task in tasks:
         _actions(agent, env, task)
     assert max(stacked) > 1 and len(stacked) > len(tasks)  # several stacks, later turns
+
+
+def _rowwise_simulate_stacks(stacks, pool, alpha_beta, turn, first, bases, luck, fare_luck):
+    """:func:`simulate_stacks` as it was (scenario rows, agents along the last axis): the oracle."""
+    n_first, n_bases = len(first), len(bases)
+    sizes = [len(route) for _, route, _, _ in stacks]
+    offsets = np.cumsum([0, *sizes])
+    blocks = [(n_first * n_bases * lo, n_first * n_bases * hi)
+              for lo, hi in itertools.pairwise(offsets)]
+    hops = np.concatenate([np.repeat(model.hops[:, None], len(route), axis=1)
+                           for model, route, _, _ in stacks], axis=1)
+    prices = np.concatenate([model.prices[:, column] for model, _, column, _ in stacks], axis=1)
+    budget, hop_limit, shortest = (np.concatenate([np.full(len(route), getattr(model, name))
+                                                   for model, route, _, _ in stacks])
+                                   for name in ("budget", "hop_limit", "shortest_hops"))
+    r = np.concatenate([np.broadcast_to(route, (n_first, n_bases, len(route))).ravel()
+                        for _, route, _, _ in stacks])
+    scen = np.concatenate([np.broadcast_to(np.arange(lo, hi), (n_first, n_bases, hi - lo))
+                           .ravel() for lo, hi in itertools.pairwise(offsets)])
+    q = np.concatenate([np.full(n_first * n_bases * len(route), float(quote))
+                        for _, route, _, quote in stacks])
+    budget, hop_limit, shortest = budget[scen], hop_limit[scen], shortest[scen]
+    total, active = np.zeros(r.shape), np.ones(r.shape, dtype=bool)
+    alpha, beta = alpha_beta
+    first_rows = np.concatenate([np.broadcast_to(first[:, None, None], (
+        n_first, n_bases, n, first.shape[1])).reshape(-1, first.shape[1]) for n in sizes])
+    base_rows = np.concatenate([np.broadcast_to(bases[None, :, None], (
+        n_first, n_bases, n, bases.shape[1])).reshape(-1, bases.shape[1]) for n in sizes])
+    strength = pool.strength
+    for t in range(turn, MAX_TURNS):
+        if t == turn:
+            act = first_rows
+        else:
+            good = (r != 0) & (hops[r, scen] <= hop_limit) & (q > 0) & (q <= budget)
+            act = base_rows & ~good[:, None]
+        act = act & active[:, None]
+        calls = act.astype(float)
+        for lo, hi in blocks:
+            total[lo:hi] -= calls[lo:hi] @ pool.penalty
+        commit = active & ~act.any(axis=1) & (q > 0)
+        u, w = luck[scen, t], fare_luck[scen, t]
+        planners = np.where(act & pool.is_planner, strength, -1.0)
+        lead, planned = planners.argmax(axis=1), planners.max(axis=1) >= 0
+        s = strength[lead]
+        ul = u[np.arange(len(u)), lead]
+        rest = (ul - s) / np.maximum(1.0 - s, 1e-12)
+        proposal = np.where(ul < s, OPT, np.where(rest < DETOUR_SHARE, DET, BRK))
+        r, q = np.where(planned, proposal, r), np.where(planned, 0.0, q)
+        search = act & pool.is_search
+        searched = search.any(axis=1) & (r != 0)
+        notice = searched & (r == BRK) & (search & (u < SEARCH_NOTICE * strength)).any(axis=1)
+        markup = np.where(search, 1.0 + SEARCH_MARKUP * (1.0 - strength) * w,
+                          np.inf).min(axis=1)
+        fresh = prices[r, scen] * (1.0 + FARE_INFLATION * t) * markup
+        better = searched & ~notice & ((q == 0) | (fresh < q))
+        q = np.where(notice, 0.0, np.where(better, fresh, q))
+        r = np.where(notice, 0, r)
+        validate = act & pool.is_validator
+        checked = validate.any(axis=1) & (r != 0)
+        feasible = (r != BRK) & (hops[r, scen] <= hop_limit) & (q <= budget)
+        caught = checked & ~feasible & (validate & (u < strength)).any(axis=1)
+        r, q = np.where(caught, 0, r), np.where(caught, 0.0, q)
+        ends = commit | (active & (t + 1 >= MAX_TURNS))
+        success, quality = _quality(r, hops[r, scen], q, budget, hop_limit, shortest)
+        total += np.where(ends, alpha * success + beta * quality, 0.0)
+        active &= ~ends
+    return np.concatenate([total[lo:hi].reshape(n_first, n_bases, -1) for lo, hi in blocks],
+                          axis=2)
+
+
+def test_the_agent_major_rollouts_equal_the_row_major_ones_bit_for_bit(monkeypatch):
+    """:func:`simulate_stacks` (agents along the first axis) returns what the row-major loop did.
+
+    On the states of real v1 episodes, of the Bayes reference (several stacks) and of the
+    planner (one model): every value equal, so no label of either teacher moves.
+    """
+    from agents.planning import flight, flight_bayes
+
+    real, calls = flight.simulate_stacks, []
+
+    def checked(*args):
+        values = real(*args)
+        np.testing.assert_array_equal(values, _rowwise_simulate_stacks(*args))
+        calls.append(len(args[0]))
+        return values
+
+    monkeypatch.setattr(flight_bayes, "simulate_stacks", checked)
+    monkeypatch.setattr(flight, "simulate_stacks", checked)
+    env, tasks = _tasks(8, seed=3, env_id=V1)
+    for agent in (BayesFlightPlanner(env, n_particles=PARTICLES), planner(env)):
+        for task in tasks:
+            _actions(agent, env, task)
+    assert max(calls) > 1 and calls.count(1) > len(tasks)

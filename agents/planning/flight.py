@@ -342,46 +342,54 @@ def simulate_stacks(stacks: list[tuple[FlightModel, np.ndarray, np.ndarray, floa
     total = np.zeros(r.shape)
     active = np.ones(r.shape, dtype=bool)
     alpha, beta = alpha_beta
-    first_rows = np.concatenate([np.broadcast_to(first[:, None, None], (
-        n_first, n_bases, n, first.shape[1])).reshape(-1, first.shape[1]) for n in sizes])
-    base_rows = np.concatenate([np.broadcast_to(bases[None, :, None], (
-        n_first, n_bases, n, bases.shape[1])).reshape(-1, bases.shape[1]) for n in sizes])
-    strength = pool.strength
+    # Agents run along the first axis ((m, rows), agent-major): reductions over the agents
+    # are then a few wide elementwise passes, not one tiny reduction a row. They are exact
+    # (any, min, max; the lead planner is argmax's first maximum), so no value changes.
+    m = first.shape[1]
+    first_cols = np.concatenate([np.broadcast_to(first.T[:, :, None, None], (
+        m, n_first, n_bases, n)).reshape(m, -1) for n in sizes], axis=1)
+    base_cols = np.concatenate([np.broadcast_to(bases.T[:, None, :, None], (
+        m, n_first, n_bases, n)).reshape(m, -1) for n in sizes], axis=1)
+    strength = pool.strength[:, None]
+    is_planner, is_search = pool.is_planner[:, None], pool.is_search[:, None]
+    is_validator = pool.is_validator[:, None]
+    notice_chance, markup_scale = SEARCH_NOTICE * strength, SEARCH_MARKUP * (1.0 - strength)
+    rows = np.arange(len(r))
     for t in range(turn, MAX_TURNS):
         if t == turn:
-            act = first_rows
+            act = first_cols
         else:
             good = (r != NONE) & (hops[r, scen] <= hop_limit) & (q > 0)
             good &= q <= budget
-            act = base_rows & ~good[:, None]
-        act = act & active[:, None]
-        calls = act.astype(float)
+            act = base_cols & ~good
+        act = act & active
+        # the per-call penalties summed by the same BLAS call on the same (rows, m) array
+        calls = np.ascontiguousarray(act.T, dtype=float)
         for lo, hi in blocks:
             total[lo:hi] -= calls[lo:hi] @ pool.penalty
-        commit = active & ~act.any(axis=1) & (q > 0)
-        u, w = luck[scen, t], fare_luck[scen, t]
-        planners = np.where(act & pool.is_planner, strength, -1.0)
-        lead = planners.argmax(axis=1)
-        planned = planners.max(axis=1) >= 0
-        s = strength[lead]
-        ul = u[np.arange(len(u)), lead]
+        commit = active & ~act.any(axis=0) & (q > 0)
+        u, w = luck[:, t].T[:, scen], fare_luck[:, t].T[:, scen]
+        planners = np.where(act & is_planner, strength, -1.0)
+        lead, top = _first_max(planners)
+        planned = top >= 0
+        s = pool.strength[lead]
+        ul = u[lead, rows]
         rest = (ul - s) / np.maximum(1.0 - s, 1e-12)
         proposal = np.where(ul < s, OPT, np.where(rest < DETOUR_SHARE, DET, BRK))
         r = np.where(planned, proposal, r)
         q = np.where(planned, 0.0, q)
-        search = act & pool.is_search
-        searched = search.any(axis=1) & (r != NONE)
-        notice = searched & (r == BRK) & (search & (u < SEARCH_NOTICE * strength)).any(axis=1)
-        markup = np.where(search, 1.0 + SEARCH_MARKUP * (1.0 - strength) * w,
-                          np.inf).min(axis=1)
+        search = act & is_search
+        searched = search.any(axis=0) & (r != NONE)
+        notice = searched & (r == BRK) & (search & (u < notice_chance)).any(axis=0)
+        markup = np.where(search, 1.0 + markup_scale * w, np.inf).min(axis=0)
         fresh = prices[r, scen] * (1.0 + FARE_INFLATION * t) * markup
         better = searched & ~notice & ((q == 0) | (fresh < q))
         q = np.where(notice, 0.0, np.where(better, fresh, q))
         r = np.where(notice, NONE, r)
-        validate = act & pool.is_validator
-        checked = validate.any(axis=1) & (r != NONE)
+        validate = act & is_validator
+        checked = validate.any(axis=0) & (r != NONE)
         feasible = (r != BRK) & (hops[r, scen] <= hop_limit) & (q <= budget)
-        caught = checked & ~feasible & (validate & (u < strength)).any(axis=1)
+        caught = checked & ~feasible & (validate & (u < strength)).any(axis=0)
         r = np.where(caught, NONE, r)
         q = np.where(caught, 0.0, q)
         ends = commit | (active & (t + 1 >= MAX_TURNS))
@@ -390,6 +398,17 @@ def simulate_stacks(stacks: list[tuple[FlightModel, np.ndarray, np.ndarray, floa
         active &= ~ends
     return np.concatenate([total[lo:hi].reshape(n_first, n_bases, -1) for lo, hi in blocks],
                           axis=2)
+
+
+def _first_max(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``argmax`` and ``max`` along the first axis of ``(k, n)`` (ties: the first), in passes."""
+    lead = np.zeros(values.shape[1], dtype=np.intp)
+    top = values[0]
+    for i in range(1, len(values)):
+        higher = values[i] > top
+        lead[higher] = i
+        top = np.where(higher, values[i], top)
+    return lead, top
 
 
 class FlightPlanner(Planner):
