@@ -424,3 +424,52 @@ def test_the_agent_major_rollouts_equal_the_row_major_ones_bit_for_bit(monkeypat
         for task in tasks:
             _actions(agent, env, task)
     assert max(calls) > 1 and calls.count(1) > len(tasks)
+
+
+class _Uniforms:
+    """A stand-in generator whose ``random`` returns given uniforms."""
+
+    def __init__(self, values: np.ndarray) -> None:
+        self.values = values
+
+    def random(self, size: int) -> np.ndarray:
+        assert size == len(self.values)
+        return self.values
+
+
+def test_the_scenario_draw_is_generator_choices_bit_for_bit(monkeypatch):
+    """``_choice`` (running sum over the nonzero weights) draws what ``rng.choice`` draws.
+
+    On the posteriors of real v1 episodes (most weights 0): the same picks, and the
+    generator left in the same state (the luck drawn after it is unchanged).
+    """
+    import copy
+
+    from agents.planning import flight_bayes
+
+    real, zeros = flight_bayes._choice, []
+
+    def checked(rng, flat, size):
+        twin = copy.deepcopy(rng)
+        picks = real(rng, flat, size)
+        np.testing.assert_array_equal(picks, twin.choice(flat.size, size=size,
+                                                         p=flat / flat.sum()))
+        assert rng.bit_generator.state == twin.bit_generator.state
+        # uniforms on the running sum's own values and next to them: any rounding apart
+        # from choice's (another sum, order or side) moves a pick
+        full = np.cumsum(flat / flat.sum())
+        full /= full[-1]
+        edges = full[np.flatnonzero(flat)[::97]]
+        edges = np.concatenate([edges, np.nextafter(edges, 0), np.nextafter(edges, 1)])
+        edges = edges[edges < 1]
+        np.testing.assert_array_equal(real(_Uniforms(edges), flat, len(edges)),
+                                      full.searchsorted(edges, side="right"))
+        zeros.append((flat == 0).mean())
+        return picks
+
+    monkeypatch.setattr(flight_bayes, "_choice", checked)
+    env, tasks = _tasks(8, seed=3, env_id=V1)
+    agent = BayesFlightPlanner(env, n_particles=PARTICLES)
+    for task in tasks:
+        _actions(agent, env, task)
+    assert len(zeros) > len(tasks) and max(zeros) > 0.5

@@ -404,10 +404,11 @@ class BayesFlightPlanner(FlightPlanner):
         turn, seen = self.follow(observation)
         seen_so_far = np.concatenate(self._history).view(np.uint32).tolist()
         rng = np.random.default_rng([self.seed, turn, *seen_so_far])
-        flats = [weight * belief.weights.ravel() for belief, weight in self.stacks]
-        sizes = np.cumsum([0] + [len(flat) for flat in flats])
-        flat = np.concatenate(flats)
-        picks = rng.choice(flat.size, size=self.samples, p=flat / flat.sum())
+        sizes = np.cumsum([0] + [belief.weights.size for belief, _ in self.stacks])
+        flat = np.empty(sizes[-1])
+        for (belief, weight), lo, hi in zip(self.stacks, sizes[:-1], sizes[1:], strict=True):
+            np.multiply(belief.weights.ravel(), weight, out=flat[lo:hi])
+        picks = _choice(rng, flat, self.samples)
         shape = (self.samples, MAX_TURNS, self.n_agents)
         luck, fare_luck = rng.random(shape), rng.random(shape)
         candidates = self._candidates[seen.has_plan]
@@ -459,6 +460,23 @@ class BayesFlightPlanner(FlightPlanner):
         p_opt = sum(weight * float(belief.weights.sum(axis=0) @ belief.model.prices[1])
                     for belief, weight in self.stacks)
         return {"broken": float(broken), "optimal_price": p_opt}
+
+
+def _choice(rng: np.random.Generator, flat: np.ndarray, size: int) -> np.ndarray:
+    """``rng.choice(len(flat), size, p=flat / flat.sum())``, bit for bit, on the nonzero entries.
+
+    ``Generator.choice`` checks ``p`` (a compensated sum), takes its running sum, divides
+    it by its last value and searches it for ``size`` uniforms (``rng.random(size)``).
+    Most of a posterior's weights are 0 (routes ruled out, prices a quote missed), and
+    adding 0 leaves a running sum as it was, so the running sum of the nonzero entries
+    alone holds every value the full one takes, in order; a uniform's first index past
+    it is a nonzero entry's. So the draws, and ``rng``'s state after, are ``choice``'s
+    (``tests/test_planning_flight_bayes.py`` checks it on real states).
+    """
+    nonzero = np.flatnonzero(flat)
+    cdf = np.cumsum(flat[nonzero] / flat.sum())
+    cdf /= cdf[-1]
+    return nonzero[cdf.searchsorted(rng.random(size), side="right")]
 
 
 def _beliefs(stacks: list[tuple[FlightModel, np.ndarray]]) -> list[tuple[Belief, float]]:
