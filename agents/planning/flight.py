@@ -339,8 +339,6 @@ def simulate_stacks(stacks: list[tuple[FlightModel, np.ndarray, np.ndarray, floa
     q = np.concatenate([np.full(n_first * n_bases * len(route), float(quote))
                         for _, route, _, quote in stacks])
     budget, hop_limit, shortest = budget[scen], hop_limit[scen], shortest[scen]
-    total = np.zeros(r.shape)
-    active = np.ones(r.shape, dtype=bool)
     alpha, beta = alpha_beta
     # Agents run along the first axis ((m, rows), agent-major): reductions over the agents
     # are then a few wide elementwise passes, not one tiny reduction a row. They are exact
@@ -350,52 +348,73 @@ def simulate_stacks(stacks: list[tuple[FlightModel, np.ndarray, np.ndarray, floa
         m, n_first, n_bases, n)).reshape(m, -1) for n in sizes], axis=1)
     base_cols = np.concatenate([np.broadcast_to(bases.T[:, None, :, None], (
         m, n_first, n_bases, n)).reshape(m, -1) for n in sizes], axis=1)
+    # Each check reads only its role's agents (another agent's row there is all False, and
+    # any, min and the first maximum are unchanged without it).
+    planner, searcher, validator = (np.flatnonzero(is_role) for is_role in (
+        pool.is_planner, pool.is_search, pool.is_validator))
     strength = pool.strength[:, None]
-    is_planner, is_search = pool.is_planner[:, None], pool.is_search[:, None]
-    is_validator = pool.is_validator[:, None]
-    notice_chance, markup_scale = SEARCH_NOTICE * strength, SEARCH_MARKUP * (1.0 - strength)
-    rows = np.arange(len(r))
+    notice_chance = SEARCH_NOTICE * strength[searcher]
+    markup_scale = SEARCH_MARKUP * (1.0 - strength[searcher])
+    total = np.zeros(r.shape)
+    # Only the rows still playing step (a finished row's return is final): ``live`` holds
+    # their positions, and every per-row array below holds theirs alone, in order.
+    live = np.arange(len(r))
+    # The per-call penalties are summed by the same BLAS calls on the same (rows, m) array
+    # as when every row stepped: a row ends by committing (a turn without calls) or with
+    # the last turn, so a finished row's calls stay 0 and its total takes - 0.0; no row's
+    # position, and no sum, changes.
+    calls = np.zeros((len(r), m))
+    # the luck by turn, agent-major: (MAX_TURNS, m, scenarios), each turn's rows contiguous
+    luck, fare_luck = (np.ascontiguousarray(x.transpose(1, 2, 0)) for x in (luck, fare_luck))
+    # a row's legs and price of route r: [r, scenario] of these, read flat (r * n + scenario)
+    n_scenarios, hops, prices = hops.shape[1], hops.ravel(), prices.ravel()
     for t in range(turn, MAX_TURNS):
         if t == turn:
             act = first_cols
         else:
-            good = (r != NONE) & (hops[r, scen] <= hop_limit) & (q > 0)
+            good = (r != NONE) & (hops[r * n_scenarios + scen] <= hop_limit) & (q > 0)
             good &= q <= budget
             act = base_cols & ~good
-        act = act & active
-        # the per-call penalties summed by the same BLAS call on the same (rows, m) array
-        calls = np.ascontiguousarray(act.T, dtype=float)
+        calls[live] = act.T.view(np.uint8)
         for lo, hi in blocks:
             total[lo:hi] -= calls[lo:hi] @ pool.penalty
-        commit = active & ~act.any(axis=0) & (q > 0)
-        u, w = luck[:, t].T[:, scen], fare_luck[:, t].T[:, scen]
-        planners = np.where(act & is_planner, strength, -1.0)
+        commit = ~act.any(axis=0) & (q > 0)
+        u, w = np.take(luck[t], scen, axis=1), np.take(fare_luck[t, searcher], scen, axis=1)
+        planners = np.where(act[planner], strength[planner], -1.0)
         lead, top = _first_max(planners)
+        lead = planner[lead]
         planned = top >= 0
         s = pool.strength[lead]
-        ul = u[lead, rows]
+        ul = u[lead, np.arange(len(live))]
         rest = (ul - s) / np.maximum(1.0 - s, 1e-12)
         proposal = np.where(ul < s, OPT, np.where(rest < DETOUR_SHARE, DET, BRK))
         r = np.where(planned, proposal, r)
         q = np.where(planned, 0.0, q)
-        search = act & is_search
+        search = act[searcher]
         searched = search.any(axis=0) & (r != NONE)
-        notice = searched & (r == BRK) & (search & (u < notice_chance)).any(axis=0)
+        notice = searched & (r == BRK) & (search & (u[searcher] < notice_chance)).any(axis=0)
         markup = np.where(search, 1.0 + markup_scale * w, np.inf).min(axis=0)
-        fresh = prices[r, scen] * (1.0 + FARE_INFLATION * t) * markup
+        fresh = prices[r * n_scenarios + scen] * (1.0 + FARE_INFLATION * t) * markup
         better = searched & ~notice & ((q == 0) | (fresh < q))
         q = np.where(notice, 0.0, np.where(better, fresh, q))
         r = np.where(notice, NONE, r)
-        validate = act & is_validator
+        validate = act[validator]
         checked = validate.any(axis=0) & (r != NONE)
-        feasible = (r != BRK) & (hops[r, scen] <= hop_limit) & (q <= budget)
-        caught = checked & ~feasible & (validate & (u < strength)).any(axis=0)
+        feasible = (r != BRK) & (hops[r * n_scenarios + scen] <= hop_limit) & (q <= budget)
+        caught = checked & ~feasible & (validate & (u[validator] < strength[validator])
+                                        ).any(axis=0)
         r = np.where(caught, NONE, r)
         q = np.where(caught, 0.0, q)
-        ends = commit | (active & (t + 1 >= MAX_TURNS))
-        success, quality = _quality(r, hops[r, scen], q, budget, hop_limit, shortest)
-        total += np.where(ends, alpha * success + beta * quality, 0.0)
-        active &= ~ends
+        ends = np.ones(len(live), dtype=bool) if t + 1 >= MAX_TURNS else commit
+        success, quality = _quality(r, hops[r * n_scenarios + scen], q, budget, hop_limit,
+                                    shortest)
+        total[live] += np.where(ends, alpha * success + beta * quality, 0.0)
+        keep = np.flatnonzero(~ends)
+        live, r, q, scen = live[keep], r[keep], q[keep], scen[keep]
+        budget, hop_limit, shortest = budget[keep], hop_limit[keep], shortest[keep]
+        base_cols = np.take(base_cols, keep, axis=1)
+        if not len(live):
+            break
     return np.concatenate([total[lo:hi].reshape(n_first, n_bases, -1) for lo, hi in blocks],
                           axis=2)
 
