@@ -28,7 +28,7 @@ from agents.planning.flight import (
 from agents.planning.flight_bayes import GRID, FlightPrior
 from agents.seeds import EVAL_TASK_SEED
 from cost_envs.envs.flight_networks import mean_fare
-from cost_envs.envs.flight_planner import SEARCH_DROP, FlightPlannerEnv
+from cost_envs.envs.flight_planner import SEARCH_DROP, VALIDATOR_DROP, FlightPlannerEnv
 
 V0, V1 = "cost_envs/FlightPlanner-v0", "cost_envs/FlightPlanner-v1"
 PARTICLES = 1000  # the tests' prior: small, so the file stays fast
@@ -473,3 +473,109 @@ def test_the_scenario_draw_is_generator_choices_bit_for_bit(monkeypatch):
     for task in tasks:
         _actions(agent, env, task)
     assert len(zeros) > len(tasks) and max(zeros) > 0.5
+
+
+def _full_markup_laws(x, spread):
+    """``_markup_laws`` as it was: survival and density at every entry of ``x`` (2-D)."""
+    width = np.maximum(spread, 1e-12)[:, None, None]
+    z = (x[None] - 1.0) / width
+    inside = (z >= -1e-6 / width) & (z <= 1.0 + 1e-6 / width)
+    each = np.clip(1.0 - z, 0.0, 1.0)
+    survival = np.prod(each, axis=0)
+    density = np.zeros_like(x)
+    for i in range(len(spread)):
+        others = np.prod(np.delete(each, i, axis=0), axis=0)
+        density += np.where(inside[i], others / width[i], 0.0)
+    return survival, density
+
+
+def _full_update(belief, env, turn, called, seen):
+    """``Belief.update`` as it was (every law at every entry): the oracle, non-strict."""
+    model, w = belief.model, belief.weights
+    roles, strength = env.pool.roles, env._strength
+    planners = [i for i in called if roles[i] == "planner"]
+    searchers = np.array([strength[i] for i in called if roles[i] == "search"])
+    validators = np.array([strength[i] for i in called if roles[i] == "validator"])
+    q0 = belief.quote
+    if planners:
+        s = max(strength[i] for i in planners)
+        prior = np.array([0.0, s, DETOUR_SHARE * (1 - s), (1 - DETOUR_SHARE) * (1 - s)])
+        w = prior[:, None] * w.sum(axis=0)[None]
+        q0 = 0.0
+    catch = 1.0 - np.prod(1.0 - validators)
+    scale = np.maximum(model.prices * (1.0 + FARE_INFLATION * turn), 1e-12)
+    spread = SEARCH_MARKUP * (1.0 - searchers)
+    notice = np.zeros((4, 1))
+    if len(searchers):
+        notice[BRK] = 1.0 - np.prod(1.0 - SEARCH_NOTICE * searchers)
+    over_limit = (model.hops > model.hop_limit)[:, None]
+    likelihood, quote_law = np.ones_like(w), np.ones_like(w)
+    if seen.dropped:
+        if len(searchers) and not 0 < q0 <= model.budget:
+            over_budget = _full_markup_laws(model.budget / scale, spread)[0]
+        else:
+            over_budget = np.full_like(w, float(q0 > model.budget))
+        infeasible = np.where(over_limit, 1.0, over_budget)
+        infeasible[BRK] = 1.0
+        if seen.cause == SEARCH_DROP:
+            likelihood = np.broadcast_to(notice, w.shape).copy()
+        elif seen.cause == VALIDATOR_DROP:
+            likelihood = (1.0 - notice) * catch * infeasible
+        else:
+            likelihood = notice + (1.0 - notice) * catch * infeasible
+        likelihood[0] = 0.0
+    elif not seen.has_plan:
+        likelihood[1:] = 0.0
+    else:
+        likelihood[0] = 0.0
+        likelihood *= (model.hops == seen.hops)[:, None]
+        if len(searchers):
+            likelihood *= 1.0 - notice
+            if seen.capped:
+                quote_law = _full_markup_laws(2 * model.budget / scale, spread)[0]
+            elif q0 == 0 or seen.ratio != belief.ratio:
+                quote_law = _full_markup_laws(seen.quote / scale, spread)[1] / scale
+            else:
+                quote_law = _full_markup_laws(q0 / scale, spread)[0]
+        if len(validators):
+            bad = np.broadcast_to(over_limit | (seen.quote > model.budget), w.shape).copy()
+            bad[BRK] = True
+            likelihood *= np.where(bad, 1.0 - catch, 1.0)
+    posterior = w * likelihood * quote_law
+    counted = bool(posterior.sum() > 0)
+    if not counted:
+        posterior = w * likelihood
+    if seen.dropped:
+        posterior = np.vstack([posterior.sum(axis=0)[None], np.zeros((3, w.shape[1]))])
+    total = float(posterior.sum())
+    if not total > 0:
+        return 0.0, counted, belief.weights
+    return total, counted, posterior / total
+
+
+def test_the_belief_update_equals_every_law_at_every_entry_bit_for_bit(monkeypatch):
+    """``Belief.update`` (a moved quote's density only where the belief can be) is the full one.
+
+    On real v1 episodes of the Bayes reference and the planner, every update's evidence
+    and posterior (its values and its memory layout, which its later sums read) equal
+    the update that evaluated every law at every entry.
+    """
+    from agents.planning.flight import Belief
+
+    real, seen_kinds = Belief.update, set()
+
+    def checked(self, env, turn, called, seen, strict=True):
+        expected = _full_update(self, env, turn, list(called), seen)
+        out = real(self, env, turn, called, seen, strict)
+        assert out == expected[:2]
+        np.testing.assert_array_equal(self.weights, expected[2])
+        assert self.weights.flags.c_contiguous == expected[2].flags.c_contiguous
+        seen_kinds.add((seen.dropped, seen.has_plan, seen.capped, len(called)))
+        return out
+
+    monkeypatch.setattr(Belief, "update", checked)
+    env, tasks = _tasks(8, seed=3, env_id=V1)
+    for agent in (BayesFlightPlanner(env, n_particles=PARTICLES), planner(env)):
+        for task in tasks:
+            _actions(agent, env, task)
+    assert len(seen_kinds) >= 4

@@ -91,7 +91,7 @@ def _quality(route: np.ndarray, hops: Any, quote: np.ndarray, budget: Any, hop_l
 
 def _markup_laws(x: np.ndarray, spread: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Survival and density at ``x`` of ``min_i (1 + spread_i w_i)``, ``w_i ~ U(0, 1)``."""
-    width = np.maximum(spread, 1e-12)[:, None, None]
+    width = np.maximum(spread, 1e-12).reshape(-1, *[1] * x.ndim)
     z = (x[None] - 1.0) / width
     inside = (z >= -_EDGE / width) & (z <= 1.0 + _EDGE / width)
     each = np.clip(1.0 - z, 0.0, 1.0)  # survival of each searcher's markup
@@ -101,6 +101,20 @@ def _markup_laws(x: np.ndarray, spread: np.ndarray) -> tuple[np.ndarray, np.ndar
         others = np.prod(np.delete(each, i, axis=0), axis=0)
         density += np.where(inside[i], others / width[i], 0.0)
     return survival, density
+
+
+def _markup_density(x: np.ndarray, spread: np.ndarray) -> np.ndarray:
+    """``_markup_laws(x, spread)[1]``, bit for bit, without the survival it does not need.
+
+    With one searcher the density is ``1 / width`` inside the support (0 + that, and
+    the product of no other survivals, 1, over the width); with more, the general loop.
+    """
+    if len(spread) != 1:
+        return _markup_laws(x, spread)[1]
+    width = max(float(spread[0]), 1e-12)
+    z = (x - 1.0) / width
+    inside = (z >= -_EDGE / width) & (z <= 1.0 + _EDGE / width)
+    return np.where(inside, 1.0 / width, 0.0)
 
 
 @dataclass
@@ -178,16 +192,20 @@ class Belief:
             w = prior[:, None] * w.sum(axis=0)[None]
             q0 = 0.0
         catch = 1.0 - np.prod(1.0 - validators)
-        scale = np.maximum(model.prices * (1.0 + FARE_INFLATION * turn), 1e-12)
+        inflation = 1.0 + FARE_INFLATION * turn
         spread = SEARCH_MARKUP * (1.0 - searchers)
         notice = np.zeros((4, 1))
         if len(searchers):
             notice[BRK] = 1.0 - np.prod(1.0 - SEARCH_NOTICE * searchers)
         over_limit = (model.hops > model.hop_limit)[:, None]
         likelihood = np.ones_like(w)
-        quote_law = np.ones_like(w)  # the quote's factor, kept apart (see below)
+        # the quote's factor, kept apart (see below); None: 1 (its product, ``base * 1``, is
+        # ``base``, of its layout: the weights are always C-ordered)
+        quote_law: np.ndarray | None = None
+        moved = False
         if seen.dropped:
             if len(searchers) and not 0 < q0 <= model.budget:
+                scale = np.maximum(model.prices * inflation, 1e-12)
                 over_budget = _markup_laws(model.budget / scale, spread)[0]
             else:
                 over_budget = np.full_like(w, float(q0 > model.budget))
@@ -207,19 +225,21 @@ class Belief:
             likelihood *= (model.hops == seen.hops)[:, None]
             if len(searchers):
                 likelihood *= 1.0 - notice
-                if seen.capped:
-                    fresh = _markup_laws(2 * model.budget / scale, spread)[0]
-                elif q0 == 0 or seen.ratio != self.ratio:
-                    fresh = _markup_laws(seen.quote / scale, spread)[1] / scale
+                if seen.capped or not (q0 == 0 or seen.ratio != self.ratio):
+                    scale = np.maximum(model.prices * inflation, 1e-12)
+                    level = 2 * model.budget if seen.capped else q0
+                    quote_law = _markup_laws(level / scale, spread)[0]
                 else:
-                    fresh = _markup_laws(q0 / scale, spread)[0]
-                quote_law = fresh
+                    moved = True  # the quote's density: below, where it counts
             if len(validators):
                 bad = over_limit | (seen.quote > model.budget)
                 bad = np.broadcast_to(bad, w.shape).copy()
                 bad[BRK] = True
                 likelihood *= np.where(bad, 1.0 - catch, 1.0)
-        posterior = w * likelihood * quote_law
+        base = w * likelihood
+        if moved:
+            quote_law = self._quote_density(base, seen.quote, inflation, spread)
+        posterior = base if quote_law is None else base * quote_law
         counted = bool(posterior.sum() > 0)
         if not counted:
             # The broken route's price draw is held on a grid, so a belief that an earlier
@@ -227,7 +247,7 @@ class Belief:
             # fare inflation) just outside that point's support, though the true draw,
             # between grid points, allows it. The quote then says nothing this turn; every
             # other check still counts. (Seed 0's task 530 of FlightPlanner-v0 does this.)
-            posterior = w * likelihood
+            posterior = base
         if seen.dropped:
             posterior = np.vstack([posterior.sum(axis=0)[None], np.zeros((3, w.shape[1]))])
         total = float(posterior.sum())
@@ -239,6 +259,25 @@ class Belief:
         self.weights = posterior / total
         self.quote, self.ratio = (seen.quote, seen.ratio) if seen.has_plan else (0.0, 0.0)
         return total, counted
+
+    def _quote_density(self, base: np.ndarray, quote: float, inflation: float,
+                       spread: np.ndarray) -> np.ndarray:
+        """A quote that moved: its density in units of the price (1 where ``base`` is 0).
+
+        What :meth:`update` multiplies ``base`` (the belief times the other checks'
+        likelihood) by. Every entry is a function of that entry's price alone, so it is
+        computed only on the route labels where ``base`` is not all 0 (elsewhere the
+        product is 0 whatever it is, the density being finite): the same operations on the
+        same numbers there. The product ``base * law`` takes ``base``'s layout, as
+        ``base * density`` did (C-ordered: numpy's choice when the layouts differ), so the
+        posterior and its sums are bit-identical.
+        """
+        prices = self.model.prices
+        law = np.ones_like(base)  # base * law: of base's layout, as base * the full density
+        for row in np.flatnonzero(base.any(axis=1)):
+            scale = np.maximum(prices[row] * inflation, 1e-12)
+            law[row] = _markup_density(quote / scale, spread) / scale
+        return law
 
 
 @dataclass(frozen=True)
