@@ -579,3 +579,85 @@ def test_the_belief_update_equals_every_law_at_every_entry_bit_for_bit(monkeypat
         for task in tasks:
             _actions(agent, env, task)
     assert len(seen_kinds) >= 4
+
+
+def _reference_given(prior, shortest_hops, level):
+    """``FlightPrior.given`` as it was (every h*'s particles read afresh): the oracle."""
+    from agents.planning import flight_bayes
+
+    mine = prior.shortest_hops == shortest_hops
+    if not mine.any():
+        raise ValueError(f"FlightPrior: no particle of the prior has h*={shortest_hops}; "
+                         "draw more particles")
+    p_opt, scale = prior.prices[mine, 0], prior.fare_scale[mine]
+    lo, hi = prior.slack
+    if level < 1.0:
+        slack = 2.0 * level * scale / p_opt - 1.0
+        weight = np.where((slack >= lo) & (slack <= hi), 2.0 * scale / p_opt / (hi - lo), 0.0)
+    else:  # saturated: B >= 2 F h*, so slack >= 2 F h* / P_opt - 1
+        floor = np.maximum(2.0 * scale / p_opt - 1.0, lo)
+        weight = np.clip((hi - floor) / (hi - lo), 0.0, 1.0)
+        slack = (floor + hi) / 2.0
+    miss = np.maximum(lo - slack, slack - hi)  # how far outside the slack's range
+    slack = np.clip(slack, lo, hi)
+    # the defensive share: in each legs pattern the particles nearest to the level
+    hops = prior.hops[mine]
+    patterns, pattern = np.unique(hops, axis=0, return_inverse=True)
+    pattern = pattern.ravel()
+    spare = np.zeros_like(weight)
+    for k in range(len(patterns)):
+        rows = np.flatnonzero(pattern == k)
+        near = rows[np.argsort(miss[rows], kind="stable")[:flight_bayes.MIN_PARTICLES]]
+        spare[near] = len(rows) / len(near)  # the pattern's prior share
+    if weight.sum() > 0:
+        weight = weight / weight.sum() + flight_bayes.DEFENSIVE * spare / spare.sum()
+    else:  # no particle is consistent with the level: the nearest ones stand in
+        weight = spare
+    keep = weight > 0
+    prices = prior.prices[mine][keep] / (p_opt[keep] * (1.0 + slack[keep]))[:, None]
+    hops, weight = hops[keep], weight[keep]
+    stacks = []
+    for legs in np.unique(hops, axis=0):
+        rows = np.flatnonzero((hops == legs).all(axis=1))
+        opt, det, mass = prices[rows, 0], prices[rows, 1], weight[rows]
+        if len(rows) < prior.dense:  # few particles: smooth their prices (see DENSE)
+            copies = -(-prior.dense // len(rows))
+            shift = 1.0 + np.linspace(-prior.bandwidth, prior.bandwidth, copies)
+            shift = np.clip(np.outer(opt, shift), 1 / (1 + hi), 1 / (1 + lo)) / opt[:, None]
+            opt, det = (opt[:, None] * shift).ravel(), (det[:, None] * shift).ravel()
+            mass = np.repeat(mass / copies, copies)
+        if prior.detours > 1:
+            opt, det, mass = prior._unpaired(opt, det, mass)
+        columns = np.stack([np.zeros_like(opt), opt, det, opt], axis=1)  # (n, 4)
+        columns = np.repeat(columns, len(GRID), axis=0).T  # (4, n * len(GRID))
+        columns[BRK] *= np.tile(GRID, len(opt))
+        model = flight_bayes.FlightModel(np.array([0, legs[0], legs[1], legs[0]]), columns, 1.0,
+                            shortest_hops + 1, shortest_hops)
+        stacks.append((model, mass))
+    return stacks
+
+
+def test_the_posterior_at_reset_reads_each_h_stars_particles_once_and_is_unchanged():
+    """``given`` (the particles of an h* read once, by :meth:`FlightPrior._of`) is the old one.
+
+    On the first observations of real v1 tasks (several h*, in turn, on one prior),
+    every stack's legs, prices and weights equal those of the reading afresh, bit for bit.
+    """
+    env, tasks = _tasks(40, seed=3, env_id=V1)
+    prior = FlightPrior.draw(env.unwrapped, PARTICLES)
+    hops = set()
+    for task in tasks:
+        obs, _ = env.reset(options={"task": task})
+        level = float(obs[env.unwrapped.observation_layout["budget_level"].start])
+        for saturated in (level, 1.0):
+            mine = prior.given(task.shortest_hops, saturated)
+            theirs = _reference_given(prior, task.shortest_hops, saturated)
+            assert len(mine) == len(theirs)
+            for (model, mass), (model_, mass_) in zip(mine, theirs, strict=True):
+                np.testing.assert_array_equal(model.hops, model_.hops)
+                np.testing.assert_array_equal(model.prices, model_.prices)
+                np.testing.assert_array_equal(mass, mass_)
+                assert (model.budget, model.hop_limit, model.shortest_hops) == (
+                    model_.budget, model_.hop_limit, model_.shortest_hops)
+        hops.add(task.shortest_hops)
+    assert len(hops) >= 2

@@ -68,7 +68,7 @@ evidence for another is clear: one step of conservative policy improvement.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import gymnasium as gym
@@ -140,6 +140,9 @@ class FlightPrior:
     bandwidth: float = BANDWIDTH
     detours: int = DETOURS
     slack: tuple[float, float] = SLACK
+    #: What :meth:`given` reads of the particles of one ``h*``, by ``h*`` (:meth:`_of`).
+    _by_hops: dict[int, tuple[Any, ...]] = field(default_factory=dict, init=False,
+                                                         repr=False, compare=False)
 
     @classmethod
     def draw(cls, env: FlightPlannerEnv, n: int, seed: int = 0) -> FlightPrior:
@@ -181,11 +184,8 @@ class FlightPrior:
         Raises:
             ValueError: If no particle of the prior has ``h*``.
         """
-        mine = self.shortest_hops == shortest_hops
-        if not mine.any():
-            raise ValueError(f"FlightPrior: no particle of the prior has h*={shortest_hops}; "
-                             "draw more particles")
-        p_opt, scale = self.prices[mine, 0], self.fare_scale[mine]
+        mine_prices, scale, patterns, pattern, groups = self._of(shortest_hops)
+        p_opt = mine_prices[:, 0]
         lo, hi = self.slack
         if level < 1.0:
             slack = 2.0 * level * scale / p_opt - 1.0
@@ -197,12 +197,8 @@ class FlightPrior:
         miss = np.maximum(lo - slack, slack - hi)  # how far outside the slack's range
         slack = np.clip(slack, lo, hi)
         # the defensive share: in each legs pattern the particles nearest to the level
-        hops = self.hops[mine]
-        patterns, pattern = np.unique(hops, axis=0, return_inverse=True)
-        pattern = pattern.ravel()
         spare = np.zeros_like(weight)
-        for k in range(len(patterns)):
-            rows = np.flatnonzero(pattern == k)
+        for rows in groups:
             near = rows[np.argsort(miss[rows], kind="stable")[:MIN_PARTICLES]]
             spare[near] = len(rows) / len(near)  # the pattern's prior share
         if weight.sum() > 0:
@@ -210,11 +206,11 @@ class FlightPrior:
         else:  # no particle is consistent with the level: the nearest ones stand in
             weight = spare
         keep = weight > 0
-        prices = self.prices[mine][keep] / (p_opt[keep] * (1.0 + slack[keep]))[:, None]
-        hops, weight = hops[keep], weight[keep]
+        prices = mine_prices[keep] / (p_opt[keep] * (1.0 + slack[keep]))[:, None]
+        pattern, weight = pattern[keep], weight[keep]
         stacks = []
-        for legs in np.unique(hops, axis=0):
-            rows = np.flatnonzero((hops == legs).all(axis=1))
+        for k in np.unique(pattern):  # the kept legs patterns, in np.unique's (sorted) order
+            legs, rows = patterns[k], np.flatnonzero(pattern == k)
             opt, det, mass = prices[rows, 0], prices[rows, 1], weight[rows]
             if len(rows) < self.dense:  # few particles: smooth their prices (see DENSE)
                 copies = -(-self.dense // len(rows))
@@ -231,6 +227,29 @@ class FlightPrior:
                                 shortest_hops + 1, shortest_hops)
             stacks.append((model, mass))
         return stacks
+
+    def _of(self, shortest_hops: int) -> tuple[Any, ...]:
+        """The prices and fare scales of the particles with ``h*``, and their legs patterns.
+
+        ``(prices, fare_scale, patterns, pattern, groups)``: ``patterns`` the distinct
+        (optimal, detour) legs (``np.unique``'s sorted rows), ``pattern`` each particle's
+        row in it, ``groups`` the particles of each. They depend on ``h*`` alone, so each
+        ``h*`` is read once.
+
+        Raises:
+            ValueError: If no particle of the prior has ``h*``.
+        """
+        if shortest_hops not in self._by_hops:
+            mine = self.shortest_hops == shortest_hops
+            if not mine.any():
+                raise ValueError(f"FlightPrior: no particle of the prior has h*={shortest_hops}; "
+                                 "draw more particles")
+            patterns, pattern = np.unique(self.hops[mine], axis=0, return_inverse=True)
+            pattern = pattern.ravel()
+            groups = [np.flatnonzero(pattern == k) for k in range(len(patterns))]
+            self._by_hops[shortest_hops] = (self.prices[mine], self.fare_scale[mine], patterns,
+                                            pattern, groups)
+        return self._by_hops[shortest_hops]
 
     def _unpaired(self, opt: np.ndarray, det: np.ndarray, mass: np.ndarray
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -473,7 +492,7 @@ def _choice(rng: np.random.Generator, flat: np.ndarray, size: int) -> np.ndarray
     it is a nonzero entry's. So the draws, and ``rng``'s state after, are ``choice``'s
     (``tests/test_planning_flight_bayes.py`` checks it on real states).
     """
-    nonzero = np.flatnonzero(flat)
+    nonzero = np.flatnonzero(flat != 0)  # (on the mask: several times faster)
     cdf = np.cumsum(flat[nonzero] / flat.sum())
     cdf /= cdf[-1]
     return nonzero[cdf.searchsorted(rng.random(size), side="right")]
