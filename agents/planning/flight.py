@@ -398,11 +398,17 @@ def simulate_stacks(stacks: list[tuple[FlightModel, np.ndarray, np.ndarray, floa
     # Only the rows still playing step (a finished row's return is final): ``live`` holds
     # their positions, and every per-row array below holds theirs alone, in order.
     live = np.arange(len(r))
-    # The per-call penalties are summed by the same BLAS calls on the same (rows, m) array
-    # as when every row stepped: a row ends by committing (a turn without calls) or with
-    # the last turn, so a finished row's calls stay 0 and its total takes - 0.0; no row's
-    # position, and no sum, changes.
-    calls = np.zeros((len(r), m))
+    # The per-call penalties: the BLAS sums of each turn's (rows, m) calls. A row's sum
+    # reads that row alone, at its position (its summation order may depend on it), and
+    # after the first turn a row calls its rule's agents or no one; so each row's sum of
+    # the first action's calls and of its rule's, computed once on the whole arrays at
+    # their positions (per stack, as before), are every sum a turn would take (no calls:
+    # - 0.0). A row ends by committing (no calls) or with the last turn.
+    penalties = []
+    for cols in (first_cols, base_cols):
+        calls = np.ascontiguousarray(cols.T, dtype=float)
+        penalties.append(np.concatenate([calls[lo:hi] @ pool.penalty for lo, hi in blocks]))
+    first_penalty, base_penalty = penalties
     # the luck by turn, agent-major: (MAX_TURNS, m, scenarios), each turn's rows contiguous
     luck, fare_luck = (np.ascontiguousarray(x.transpose(1, 2, 0)) for x in (luck, fare_luck))
     # a row's legs and price of route r: [r, scenario] of these, read flat (r * n + scenario)
@@ -414,9 +420,10 @@ def simulate_stacks(stacks: list[tuple[FlightModel, np.ndarray, np.ndarray, floa
             good = (r != NONE) & (hops[r * n_scenarios + scen] <= hop_limit) & (q > 0)
             good &= q <= budget
             act = base_cols & ~good
-        calls[live] = act.T.view(np.uint8)
-        for lo, hi in blocks:
-            total[lo:hi] -= calls[lo:hi] @ pool.penalty
+        if t == turn:
+            total -= first_penalty
+        else:
+            total[live] -= np.where(good, 0.0, base_penalty)
         commit = ~act.any(axis=0) & (q > 0)
         u, w = np.take(luck[t], scen, axis=1), np.take(fare_luck[t, searcher], scen, axis=1)
         planners = np.where(act[planner], strength[planner], -1.0)
@@ -424,7 +431,7 @@ def simulate_stacks(stacks: list[tuple[FlightModel, np.ndarray, np.ndarray, floa
         lead = planner[lead]
         planned = top >= 0
         s = pool.strength[lead]
-        ul = u[lead, np.arange(len(live))]
+        ul = u.ravel()[lead * len(live) + np.arange(len(live))]
         rest = (ul - s) / np.maximum(1.0 - s, 1e-12)
         proposal = np.where(ul < s, OPT, np.where(rest < DETOUR_SHARE, DET, BRK))
         r = np.where(planned, proposal, r)
@@ -451,7 +458,7 @@ def simulate_stacks(stacks: list[tuple[FlightModel, np.ndarray, np.ndarray, floa
         keep = np.flatnonzero(~ends)
         live, r, q, scen = live[keep], r[keep], q[keep], scen[keep]
         budget, hop_limit, shortest = budget[keep], hop_limit[keep], shortest[keep]
-        base_cols = np.take(base_cols, keep, axis=1)
+        base_cols, base_penalty = np.take(base_cols, keep, axis=1), base_penalty[keep]
         if not len(live):
             break
     return np.concatenate([total[lo:hi].reshape(n_first, n_bases, -1) for lo, hi in blocks],
