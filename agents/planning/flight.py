@@ -413,17 +413,11 @@ def simulate_stacks(stacks: list[tuple[FlightModel, np.ndarray, np.ndarray, floa
     luck, fare_luck = (np.ascontiguousarray(x.transpose(1, 2, 0)) for x in (luck, fare_luck))
     # a row's legs and price of route r: [r, scenario] of these, read flat (r * n + scenario)
     n_scenarios, hops, prices = hops.shape[1], hops.ravel(), prices.ravel()
-    for t in range(turn, MAX_TURNS):
-        if t == turn:
-            act = first_cols
-        else:
-            good = (r != NONE) & (hops[r * n_scenarios + scen] <= hop_limit) & (q > 0)
-            good &= q <= budget
-            act = base_cols & ~good
-        if t == turn:
-            total -= first_penalty
-        else:
-            total[live] -= np.where(good, 0.0, base_penalty)
+    def step(t: int, act: np.ndarray, r: np.ndarray, q: np.ndarray, scen: np.ndarray,
+             budget: np.ndarray, hop_limit: np.ndarray, shortest: np.ndarray
+             ) -> tuple[np.ndarray, ...]:
+        """Turn ``t`` of rows calling ``act``: their route, quote, commit and Eq. 1 gain."""
+        n = len(r)
         commit = ~act.any(axis=0) & (q > 0)
         u, w = np.take(luck[t], scen, axis=1), np.take(fare_luck[t, searcher], scen, axis=1)
         planners = np.where(act[planner], strength[planner], -1.0)
@@ -431,7 +425,7 @@ def simulate_stacks(stacks: list[tuple[FlightModel, np.ndarray, np.ndarray, floa
         lead = planner[lead]
         planned = top >= 0
         s = pool.strength[lead]
-        ul = u.ravel()[lead * len(live) + np.arange(len(live))]
+        ul = u.ravel()[lead * n + np.arange(n)]
         rest = (ul - s) / np.maximum(1.0 - s, 1e-12)
         proposal = np.where(ul < s, OPT, np.where(rest < DETOUR_SHARE, DET, BRK))
         r = np.where(planned, proposal, r)
@@ -451,10 +445,32 @@ def simulate_stacks(stacks: list[tuple[FlightModel, np.ndarray, np.ndarray, floa
                                         ).any(axis=0)
         r = np.where(caught, NONE, r)
         q = np.where(caught, 0.0, q)
-        ends = np.ones(len(live), dtype=bool) if t + 1 >= MAX_TURNS else commit
         success, quality = _quality(r, hops[r * n_scenarios + scen], q, budget, hop_limit,
                                     shortest)
-        total[live] += np.where(ends, alpha * success + beta * quality, 0.0)
+        return r, q, commit, alpha * success + beta * quality
+
+    # The first turn plays the candidate's action whatever the rule, so the rows of one
+    # (candidate, scenario) are alike until then: it steps the first rule's rows (``one``)
+    # and each row takes its own's outcome (``its``), the same numbers.
+    one = np.concatenate([np.arange(lo, hi).reshape(n_first, n_bases, -1)[:, 0].ravel()
+                          for lo, hi in blocks])
+    its = np.concatenate([n_first * lo + np.broadcast_to(
+        np.arange(n_first * (hi - lo)).reshape(n_first, 1, -1), (n_first, n_bases, hi - lo)
+    ).ravel() for lo, hi in itertools.pairwise(offsets)])
+    for t in range(turn, MAX_TURNS):
+        if t == turn:
+            total -= first_penalty
+            outcome = step(t, first_cols[:, one], r[one], q[one], scen[one], budget[one],
+                           hop_limit[one], shortest[one])
+            r, q, commit, gain = (x[its] for x in outcome)
+        else:
+            good = (r != NONE) & (hops[r * n_scenarios + scen] <= hop_limit) & (q > 0)
+            good &= q <= budget
+            total[live] -= np.where(good, 0.0, base_penalty)
+            r, q, commit, gain = step(t, base_cols & ~good, r, q, scen, budget, hop_limit,
+                                      shortest)
+        ends = np.ones(len(live), dtype=bool) if t + 1 >= MAX_TURNS else commit
+        total[live] += np.where(ends, gain, 0.0)
         keep = np.flatnonzero(~ends)
         live, r, q, scen = live[keep], r[keep], q[keep], scen[keep]
         budget, hop_limit, shortest = budget[keep], hop_limit[keep], shortest[keep]
