@@ -413,6 +413,7 @@ def simulate_stacks(stacks: list[tuple[FlightModel, np.ndarray, np.ndarray, floa
     luck, fare_luck = (np.ascontiguousarray(x.transpose(1, 2, 0)) for x in (luck, fare_luck))
     # a row's legs and price of route r: [r, scenario] of these, read flat (r * n + scenario)
     n_scenarios, hops, prices = hops.shape[1], hops.ravel(), prices.ravel()
+
     def step(t: int, act: np.ndarray, r: np.ndarray, q: np.ndarray, scen: np.ndarray,
              budget: np.ndarray, hop_limit: np.ndarray, shortest: np.ndarray
              ) -> tuple[np.ndarray, ...]:
