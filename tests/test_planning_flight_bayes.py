@@ -631,8 +631,8 @@ def _reference_given(prior, shortest_hops, level):
         columns = np.stack([np.zeros_like(opt), opt, det, opt], axis=1)  # (n, 4)
         columns = np.repeat(columns, len(GRID), axis=0).T  # (4, n * len(GRID))
         columns[BRK] *= np.tile(GRID, len(opt))
-        model = flight_bayes.FlightModel(np.array([0, legs[0], legs[1], legs[0]]), columns, 1.0,
-                            shortest_hops + 1, shortest_hops)
+        model = flight_bayes.FlightModel(np.array([0, legs[0], legs[1], legs[0]]), columns,
+                                         1.0, shortest_hops + 1, shortest_hops)
         stacks.append((model, mass))
     return stacks
 
