@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from experiments.budgets.settings import on_path
 from experiments.converged import report as converged_report
 from experiments.converged import runner as converged
 from experiments.converged.settings import EPISODES
@@ -201,3 +202,25 @@ def test_a_bad_scale_is_refused_before_any_training(tmp_path):
     with pytest.raises(ValueError, match="scale: expected one of"):
         converged.report(tmp_path, "huge")
     assert not list(tmp_path.iterdir())
+
+
+def test_the_committed_fused_report_reads_fused_test_runs():
+    """The fused-path report is the test set's too: each learned row's kept file is a fused
+    run on the test tasks (refused as an exact one and as a validation one), its mean the
+    row's."""
+    rows = list(csv.DictReader(io.StringIO(
+        (RESULTS / f"{NAME}_fused.csv").read_text(encoding="utf-8"))))
+    settings = tagged(converged.SCALES["default"].settings(), "test")
+    folder = converged.runs_folder("test", fused=True)
+    learned = [row for row in rows if row["seed"] != ""]
+    assert len(learned) == 15
+    for row in learned:
+        assert row["kept_in"].startswith(folder + "/")
+        path = run_file(RESULTS / folder, row["row"], int(row["seed"]))
+        kept = read_kept(path, on_path(settings, fused=True))
+        assert kept is not None
+        for other in (settings, on_path(converged.SCALES["default"].settings(), fused=True)):
+            with pytest.raises(ValueError):
+                read_kept(path, other)
+        assert float(row["mean_return"]) == pytest.approx(
+            decode_scores(kept["returns"]).mean(), abs=1e-6)
