@@ -75,12 +75,6 @@ def env_id_of(env: str) -> str:
     return env.split(":", 1)[0]
 
 
-def env_kwargs_of(env: str) -> dict[str, Any]:
-    """The ``gym.make`` arguments every run and score of ``env`` uses (none for an id)."""
-    setting = owned(env)
-    return {} if setting is None else setting.env_kwargs()
-
-
 def check_rows(keys: Iterable[str], env: str) -> None:
     """Refuse rows whose learner cannot act on ``env``'s action space.
 
