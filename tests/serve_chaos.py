@@ -351,6 +351,8 @@ def client_worker(worker: int, clients: int, plan: list[Planned], urls: list[str
     for request in plan[worker::clients]:
         while run.hold_at is not None and run.done >= run.hold_at:  # a kill is due first
             time.sleep(0.005)
+        with run.lock:
+            run.in_flight += 1
         tries, deadline, first_409 = 0, time.monotonic() + PATIENCE, None
         first = time.time()
         while True:
@@ -393,7 +395,12 @@ def client_worker(worker: int, clients: int, plan: list[Planned], urls: list[str
                 run.attempts.append(Attempt(request.index, request.key, first, started, ended,
                                             result, ids, replayed, message, tries))
                 run.done += 1
+                run.in_flight -= 1
             break
+
+
+#: The fewest requests in flight the killer waits for at a kill point (of 64 clients).
+IN_FLIGHT_AT_KILL = 8
 
 
 def killer(servers: list[Process], kills: int, requests: int, seed: int, run: Run) -> None:
@@ -411,7 +418,12 @@ def killer(servers: list[Process], kills: int, requests: int, seed: int, run: Ru
                 time.sleep(0.01)
             if run.finished.is_set():
                 return
-            time.sleep(rng.uniform(0.0, 0.3))  # anywhere in the calls in flight
+            # anywhere in the calls in flight, but while enough still are: the clients
+            # hold, so the load drains during the pause, and a kill with nothing in flight
+            # leaves no reservation to expire (a run on a loaded machine once had none)
+            pause_until = time.monotonic() + rng.uniform(0.0, 0.3)
+            while time.monotonic() < pause_until and run.in_flight > IN_FLIGHT_AT_KILL:
+                time.sleep(0.002)
             target = k % len(servers)
             servers[target].kill()
             with run.lock:

@@ -118,6 +118,8 @@ class Run:
     #: The next kill's point (requests done): clients start no request past it until the
     #: kill is made, so every kill happens with calls in flight, however fast the load.
     hold_at: float | None = None
+    #: Requests sent and not yet answered (the killer waits for none of them to finish).
+    in_flight: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
     finished: threading.Event = field(default_factory=threading.Event)
 
