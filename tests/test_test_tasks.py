@@ -109,6 +109,7 @@ def test_the_test_range_meets_no_other_range() -> None:
     assert TEST_RANGE.stop <= seeds.SUB_ENV_TASK_SEED
     assert min(seeds.train_task_seeds(4, 16)[1:]) >= seeds.SUB_ENV_TASK_SEED
     assert task_seed("validation") == EVAL_TASK_SEED and task_seed("test") == TEST_TASK_SEED
+    assert task_seed(50_000) == 50_000  # another study's own set: its first seed as given
     assert {set_of(seed) for seed in TASK_SETS.values()} == set(TASK_SETS)
     assert tagged({"a": 1}, "validation") == {"a": 1}  # today's files stay as they are
     assert tagged({"a": 1}, "test") == {"a": 1, "tasks": "test"}

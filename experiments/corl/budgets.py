@@ -33,6 +33,7 @@ import io
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -139,6 +140,7 @@ def run_seed(seed: int, scale: CurveScale, env_id: str = ENV_ID) -> dict[str, An
                          for tier, callback in adapters.items()}}
 
 
+@cache  # a probe env per call otherwise: training and each scoring read it
 def tier_budget(tier: str, env_id: str = ENV_ID) -> float:
     """The budget per query of ``tier`` on the curves' profile (as :class:`TierScoresAtSteps`)."""
     from agents.learners.corl import make_tier_env

@@ -263,8 +263,7 @@ def fixed_rows(scale: str | CorlScale, env_id: str = EXPERT_ROUTING,
             table = partial(tier_table, profile=profile, tier=tier, budget=budgets[tier],
                             scale=scale, env_id=env_id)
             built: dict[str, Any] = {}
-            first = tasks if isinstance(tasks, int) else task_seed(tasks)
-            rows, per_query = table(methods, first_seed=first, built=built)
+            rows, per_query = table(methods, first_seed=task_seed(tasks), built=built)
 
             def rescored(table: Callable[..., Any] = table,
                          built: dict[str, Any] = built) -> dict[str, Any]:

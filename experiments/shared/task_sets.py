@@ -58,12 +58,17 @@ def check_tasks(tasks: str) -> str:
     return tasks
 
 
-def task_seed(tasks: str = DEFAULT_TASKS) -> int:
+def task_seed(tasks: str | int = DEFAULT_TASKS) -> int:
     """The first reset seed of the evaluation tasks of the set ``tasks``.
 
+    ``tasks``: a set's name, or already a first reset seed (another study's own set, as
+    :func:`chooses_apart` takes it), returned as it is.
+
     Raises:
-        ValueError: For an unknown set.
+        ValueError: For an unknown set's name.
     """
+    if isinstance(tasks, int):
+        return tasks
     return TASK_SETS[check_tasks(tasks)]
 
 
